@@ -60,10 +60,16 @@ def generate(out_dir: Path = GENERATED) -> None:
         vdir.mkdir()
         for name, source in render_variant(model, pins.package, pins.version).items():
             (vdir / name).write_text(source, encoding="utf-8")
-    fmt = [sys.executable, "-m", "ruff"]
-    cfg = ["--config", str(ROOT / "pyproject.toml")]
-    subprocess.run([*fmt, "check", "--fix-only", "--quiet", *cfg, str(pkg)], check=True)
-    subprocess.run([*fmt, "format", "--quiet", *cfg, str(pkg)], check=True)
+    # formatting must not depend on where the output lands (check() writes to a temporary directory)
+    ruff = [sys.executable, "-m", "ruff"]
+    cfg = [
+        "--isolated",
+        "--line-length=120",
+        "--target-version=py311",
+        "--config=lint.isort.known-first-party=['acp_trio', 'acp_schema']",
+    ]
+    subprocess.run([*ruff, "check", "--fix-only", "--quiet", "--select=I,UP,F401", *cfg, str(pkg)], check=True)
+    subprocess.run([*ruff, "format", "--quiet", *cfg, str(pkg)], check=True)
 
 
 def check(repo_generated: Path = GENERATED) -> list[str]:
@@ -76,7 +82,9 @@ def _diff(a: Path, b: Path) -> list[str]:
     out: list[str] = []
     files_a = {p.relative_to(a) for p in a.rglob("*") if p.is_file() and "__pycache__" not in p.parts}
     files_b = (
-        {p.relative_to(b) for p in b.rglob("*") if p.is_file() and "__pycache__" not in p.parts} if b.exists() else set()
+        {p.relative_to(b) for p in b.rglob("*") if p.is_file() and "__pycache__" not in p.parts}
+        if b.exists()
+        else set()
     )
     for rel in sorted(files_a | files_b):
         if rel not in files_a or rel not in files_b or not filecmp.cmp(a / rel, b / rel, shallow=False):

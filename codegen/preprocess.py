@@ -328,7 +328,7 @@ class _Pre:
             bp = f"{ptr}/anyOf/{i}"
             props = b.get("properties", {})
             expect(len(props) == 1, bp, "exactly one (tag) property")
-            (key, tschema), = props.items()
+            ((key, tschema),) = props.items()
             tag_keys.add(key)
             if "const" in tschema:
                 values.append(tschema["const"])
@@ -376,19 +376,15 @@ class _Pre:
             target = single_ref(b)
             if consts:
                 expect(len(consts) == 1, bp, "one tag constant")
-                (key, value), = consts
+                ((key, value),) = consts
                 tag_keys.add(key)
                 expect(key in b.get("required", []), bp, f"the tag {key!r} required")
-                inline = [
-                    self.make_prop(w, ps, w in b.get("required", []), bp) for w, ps in props.items() if w != key
-                ]
+                inline = [self.make_prop(w, ps, w in b.get("required", []), bp) for w, ps in props.items() if w != key]
                 bname = pascal(str(value)) + name
                 if target and self.is_object_union(target):
                     # nested tags: one leaf per inner variant, outer tag first
                     for inner in self.union_variants(target):
-                        leaf_name = (
-                            bname + "Other" if inner.catchall_key else inner_tag_prefix(inner) + bname
-                        )
+                        leaf_name = bname + "Other" if inner.catchall_key else inner_tag_prefix(inner) + bname
                         out.append(
                             Struct(
                                 leaf_name,
@@ -407,7 +403,9 @@ class _Pre:
                 body = merge_base(base, [*inline, *tprops])
                 if bname == target:
                     expect(self.refcount.get(target, 0) == 1, bp, f"{target} used only by this union")
-                tag_prop = Prop(key, {"type": "string", "const": value}, True, False, None, is_tag=True, tag_value=value)
+                tag_prop = Prop(
+                    key, {"type": "string", "const": value}, True, False, None, is_tag=True, tag_value=value
+                )
                 out.append(
                     Struct(
                         bname,
@@ -486,8 +484,11 @@ class _Pre:
     def is_object_union(self, name: str) -> bool:
         d = self.defs[name]
         branches = d.get("oneOf") or d.get("anyOf")
-        return bool(branches) and not self.is_bag_union(d) and not self.is_nullable_tag_union(d) and not self.is_enum(
-            branches
+        return (
+            bool(branches)
+            and not self.is_bag_union(d)
+            and not self.is_nullable_tag_union(d)
+            and not self.is_enum(branches)
         )
 
     def struct_for_untagged(self, target: str) -> Struct:
@@ -496,9 +497,7 @@ class _Pre:
         return Struct(target, desc, self.target_props(target), unstable=self.unstable(target, desc), source=target)
 
     def with_tag_props(self, outer: list[tuple[str, Any]], inner: Struct, base: list[Prop]) -> list[Prop]:
-        tags = [
-            Prop(k, {"type": "string", "const": v}, True, False, None, is_tag=True, tag_value=v) for k, v in outer
-        ]
+        tags = [Prop(k, {"type": "string", "const": v}, True, False, None, is_tag=True, tag_value=v) for k, v in outer]
         return [*tags, *merge_base(base, [copy.copy(p) for p in inner.props])]
 
     # -- emitters ------------------------------------------------------------------------------

@@ -87,8 +87,6 @@ def field_line(p: Prop) -> str:
             return f'    {p.attr}: {p.type_expr} = attrs.field(default={p.tag_value!r}, metadata=tag("{p.wire}"))\n'
         return f'    {p.attr}: {p.type_expr} = attrs.field(metadata=tag("{p.wire}"))\n'
     ann = p.type_expr
-    if p.nullable:
-        ann += " | None"
     kwargs = []
     if p.nullable:
         kwargs.append("nullable=True")
@@ -101,9 +99,10 @@ def field_line(p: Prop) -> str:
     if p.default is not NO_DEFAULT:
         kwargs.append(f"default={p.default!r}")
     md = f'f("{p.wire}"' + "".join(", " + k for k in kwargs) + ")"
+    none = " | None" if p.nullable else ""
     if p.required:
-        return f"    {p.attr}: {ann} = attrs.field(metadata={md})\n"
-    return f"    {p.attr}: {ann} | UnsetType = attrs.field(default=UNSET, metadata={md})\n"
+        return f"    {p.attr}: {ann}{none} = attrs.field(metadata={md})\n"
+    return f"    {p.attr}: {ann} | UnsetType{none} = attrs.field(default=UNSET, metadata={md})\n"
 
 
 def field_doc(p: Prop) -> str:
@@ -175,11 +174,14 @@ def render_types(model: Model, pins_version: str) -> str:
                 first = (d or "").strip().replace("\n", " ")
                 lines.append(f"- ``{v!r}``: {first}" if first else f"- ``{v!r}``")
             if e.open:
-                lines.append(f"- any other {e.base}: a value this schema does not know (custom values start with ``_``)")
+                lines.append(
+                    f"- any other {e.base}: a value this schema does not know (custom values start with ``_``)"
+                )
             exprs[name] = (expr, "\n".join(lines) + unstable_note(e.unstable))
         elif name in model.unions:
             u = model.unions[name]
             members = [type_of_schema(m) for m in u.members]
+            members = [m for m in members if m != "None"] + [m for m in members if m == "None"]
             if "Any" in members:
                 expr = "Union[" + ", ".join(members) + "]"
             else:
@@ -194,10 +196,10 @@ def render_types(model: Model, pins_version: str) -> str:
         if name in done or name not in exprs:
             return
         if name in stack:
-            raise RuntimeError(f"alias cycle: {' -> '.join(stack + (name,))}")
+            raise RuntimeError(f"alias cycle: {' -> '.join((*stack, name))}")
         expr, text = exprs[name]
         for dep in sorted(alias_deps(expr)):
-            emit(dep, stack + (name,))
+            emit(dep, (*stack, name))
         done.add(name)
         out.append(f"\n{name}: TypeAlias = {expr}\n{doc(text, '')}")
 
@@ -316,7 +318,11 @@ def render_stubs(model: Model) -> str:
                 out.append(
                     f"\n    async def {name}(self, params: t.{m.params}, *, timeout: float | None = None) -> t.{m.result}:\n"
                 )
-                out.append(doc(_method_doc(m) + "\n\n`timeout`: seconds to wait for the response (None: no limit).", "        "))
+                out.append(
+                    doc(
+                        _method_doc(m) + "\n\n`timeout`: seconds to wait for the response (None: no limit).", "        "
+                    )
+                )
                 out.append(
                     f'        result = await self._sender.send_request(_methods.{table}["{m.method}"], params, timeout=timeout)\n'
                     f"        return cast(t.{m.result}, result)\n"
@@ -324,9 +330,7 @@ def render_stubs(model: Model) -> str:
             else:
                 out.append(f"\n    async def {name}(self, params: t.{m.params}) -> None:\n")
                 out.append(doc(_method_doc(m), "        "))
-                out.append(
-                    f'        await self._sender.send_notification(_methods.{table}["{m.method}"], params)\n'
-                )
+                out.append(f'        await self._sender.send_notification(_methods.{table}["{m.method}"], params)\n')
     return "".join(out)
 
 

@@ -85,9 +85,7 @@ RESULT_SHAPE_RULES: Final[tuple[tuple[frozenset[str], str], ...]] = (
     (frozenset({"configOptions"}), "session/set_config_option"),
 )
 
-FENCE_OPEN_RE: Final = re.compile(
-    r"^(?P<indent>[ \t]*)(?P<fence>`{3,}|~{3,})(?P<info>.*)$"
-)
+FENCE_OPEN_RE: Final = re.compile(r"^(?P<indent>[ \t]*)(?P<fence>`{3,}|~{3,})(?P<info>.*)$")
 BACKTICK_NAME_RE: Final = re.compile(r"`([A-Za-z_][\w./-]*)`")
 
 
@@ -379,9 +377,7 @@ def guess_from_shape(message: dict[str, Any]) -> tuple[str, str] | None:
     return None
 
 
-def guess_from_prose(
-    page_lines: list[str], start: int, end: int, known: set[str]
-) -> tuple[str, str] | None:
+def guess_from_prose(page_lines: list[str], start: int, end: int, known: set[str]) -> tuple[str, str] | None:
     """Look for exactly one known method name in the prose lines [start, end)."""
     prose = "\n".join(page_lines[start:end])
     found = {name for name in BACKTICK_NAME_RE.findall(prose) if name in known}
@@ -411,11 +407,7 @@ def attribute_methods(
             rec.method_note = f"manual override: {why}"
             continue
 
-        earlier = [
-            r
-            for r in records[:pos]
-            if r.kind == "request" and same_id(r.message["id"], msg_id)
-        ]
+        earlier = [r for r in records[:pos] if r.kind == "request" and same_id(r.message["id"], msg_id)]
         if earlier:
             rec.method = earlier[-1].method
             if shape is not None and shape[0] != rec.method:
@@ -428,19 +420,13 @@ def attribute_methods(
 
         rec.method_inferred = True
         prefix = f"no earlier request with id {json.dumps(msg_id)} on this page"
-        later = [
-            r
-            for r in records[pos + 1 :]
-            if r.kind == "request" and same_id(r.message["id"], msg_id)
-        ]
+        later = [r for r in records[pos + 1 :] if r.kind == "request" and same_id(r.message["id"], msg_id)]
         fence = fences_by_line[rec.line]
         previous_end = max(
             (f.end_line for f in fences_by_line.values() if f.end_line < fence.line),
             default=0,
         )
-        guess = shape or guess_from_prose(
-            page_lines, previous_end, fence.line - 1, known
-        )
+        guess = shape or guess_from_prose(page_lines, previous_end, fence.line - 1, known)
         if guess is None:
             rec.method = None
             rec.method_note = f"{prefix}; could not infer the method"
@@ -505,9 +491,7 @@ def extract_page(page: str, text: str) -> tuple[PageResult, list[Fence], list[st
                     fence_info=fence.info,
                     kind=kind,
                     message=doc,
-                    method=doc["method"]
-                    if kind in ("request", "notification")
-                    else None,
+                    method=doc["method"] if kind in ("request", "notification") else None,
                 ),
             )
     return result, fences, text.splitlines()
@@ -529,26 +513,15 @@ def _not_a_message_reason(doc: object) -> str | None:
     if doc["jsonrpc"] != "2.0":
         return f'jsonrpc is {json.dumps(doc["jsonrpc"])}, not "2.0"'
     if classify(doc) is None:
-        return (
-            'has "jsonrpc": "2.0" but is not a well-formed request, '
-            "notification, response or error"
-        )
+        return 'has "jsonrpc": "2.0" but is not a well-formed request, notification, response or error'
     return None
 
 
 def extract_variant(repo: str, commit: str, directory: str) -> PageResult:
     """Extract and attribute all messages of the pages in ``directory``."""
     pages = list_pages(repo, commit, directory)
-    extracted = [
-        (page, *extract_page(page, git(repo, "show", f"{commit}:{page}")))
-        for page in pages
-    ]
-    known = {
-        rec.method
-        for _, res, _, _ in extracted
-        for rec in res.messages
-        if rec.method is not None
-    }
+    extracted = [(page, *extract_page(page, git(repo, "show", f"{commit}:{page}"))) for page in pages]
+    known = {rec.method for _, res, _, _ in extracted for rec in res.messages if rec.method is not None}
     known |= {method for _, method in RESULT_SHAPE_RULES}
     out = PageResult()
     for _page, res, fences, lines in extracted:
@@ -562,12 +535,8 @@ def extract_variant(repo: str, commit: str, directory: str) -> PageResult:
 
 def main(argv: list[str] | None = None) -> int:
     """Command-line entry point."""
-    parser = argparse.ArgumentParser(
-        description=__doc__.split("\n\n")[0] if __doc__ else None
-    )
-    parser.add_argument(
-        "--repo", required=True, help="git directory of agent-client-protocol"
-    )
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    parser.add_argument("--repo", required=True, help="git directory of agent-client-protocol")
     parser.add_argument("--rev", required=True, help="revision to read (e.g. HEAD)")
     parser.add_argument("--out", required=True, type=Path, help="output directory")
     args = parser.parse_args(argv)

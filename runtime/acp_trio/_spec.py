@@ -15,7 +15,6 @@ It knows no ACP type or method by name.
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
 from typing import Any, Final, Literal, Protocol
 
 import attrs

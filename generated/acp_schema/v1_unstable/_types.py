@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any, ClassVar, Literal, TypeAlias
 
 import attrs
+
 from acp_trio._spec import EXTRA, UNSET, UnsetType, f, tag
 
 
@@ -9723,7 +9724,7 @@ class ProxySuccessorNotification:
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
 
-RequestId: TypeAlias = None | int | str
+RequestId: TypeAlias = int | str | None
 """JSON RPC Request Id
 
 An identifier established by the Client that MUST contain a String, Number, or NULL value if included. If it is not included it is assumed to be a notification. The value SHOULD normally not be Null \\[1\\] and Numbers SHOULD NOT contain fractional parts \\[2\\]

@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any, ClassVar, Literal, TypeAlias
 
 import attrs
+
 from acp_trio._spec import EXTRA, UNSET, UnsetType, f, tag
 
 

@@ -1,0 +1,694 @@
+"""The converter: one cattrs mechanism behind every ACP decode and encode, driven by field metadata.
+
+Contract: ``AcpConverter`` (and the shared instance ``converter``) structures JSON-compatible
+Python values into the generated attrs classes and unions of any ``acp_schema`` variant and
+unstructures them back, exactly:
+
+* wire names come from ``FieldSpec.wire``; a field absent on the wire is ``UNSET`` and stays
+  absent on encode; an explicit ``null`` stays ``None`` where the schema admits it;
+* wire fields a class does not define are kept in ``extra_fields`` and re-encoded;
+* tagged unions dispatch on the ``__acp_tags__`` of their members (nested tags included, a member
+  without tags is the one chosen when the tag is missing); an unknown tag decodes to the member
+  with ``__acp_catchall__`` and re-encodes verbatim;
+* ``x-deserialize-default-on-error``: a value that fails to decode leaves the field ``UNSET`` and
+  its raw value in ``extra_fields`` (so a relay re-encodes it unchanged);
+  ``x-deserialize-skip-invalid-items``: invalid list items are dropped;
+  ``x-deserialize-default-on-null``: ``null`` becomes the schema default (``[]`` for lists);
+* any other failure raises one ``DecodeError`` naming the JSON path and the expected type.
+
+It knows no ACP type by name: everything per type comes from generated metadata.  Hooks are
+compiled lazily, per type, on first use.
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import linecache
+import types
+import typing
+from collections.abc import Callable
+from typing import Any, Literal, TypeVar, Union, get_args, get_origin
+
+import attrs
+import cattrs
+import orjson
+
+from ._spec import EXTRA, NO_DEFAULT, UNSET, FieldSpec, UnsetType
+
+__all__ = ["AcpConverter", "DecodeError", "converter", "dumps", "loads", "value_or_default"]
+
+T = TypeVar("T")
+_MISSING: Any = object()
+_NoneType = type(None)
+_counter = itertools.count()
+
+
+class DecodeError(ValueError):
+    """A value that does not match its ACP type.
+
+    ``path``: the location in the decoded value, as a tuple of object keys (str) and list
+    indexes (int); ``json_path`` renders it as ``$.prompt[1].type``.  ``expected``: the expected
+    type, in schema terms.  ``value``: the offending value (``None`` when a field is missing).
+    """
+
+    def __init__(self, expected: str, value: Any, path: tuple[str | int, ...] = (), problem: str | None = None):
+        self.expected = expected
+        self.value = value
+        self._path = list(path)
+        self.problem = problem
+        super().__init__(expected)
+
+    @property
+    def path(self) -> tuple[str | int, ...]:
+        return tuple(self._path)
+
+    @property
+    def json_path(self) -> str:
+        out = "$"
+        for seg in self._path:
+            out += f"[{seg}]" if isinstance(seg, int) else f".{seg}"
+        return out
+
+    def at(self, seg: str | int) -> DecodeError:
+        self._path.insert(0, seg)
+        return self
+
+    def __str__(self) -> str:
+        if self.problem:
+            return f"{self.json_path}: {self.problem} (expected {self.expected})"
+        got = repr(self.value)
+        if len(got) > 80:
+            got = got[:77] + "..."
+        return f"{self.json_path}: expected {self.expected}, got {got}"
+
+
+def _json_kind(v: Any) -> str:
+    if v is None:
+        return "null"
+    return {
+        str: "string",
+        bool: "boolean",
+        int: "integer",
+        float: "number",
+        list: "array",
+        dict: "object",
+    }.get(type(v), type(v).__name__)
+
+
+def _bad(expected: str, v: Any) -> DecodeError:
+    return DecodeError(expected, v)
+
+
+def _missing(wire: str, expected: str) -> DecodeError:
+    return DecodeError(expected, None, (wire,), problem="required field is missing")
+
+
+def is_acp_class(t: Any) -> bool:
+    return isinstance(t, type) and attrs.has(t) and any("acp" in a.metadata for a in attrs.fields(t))
+
+
+def _union_args(t: Any) -> tuple[Any, ...] | None:
+    origin = get_origin(t)
+    if origin is Union or isinstance(t, types.UnionType):
+        return get_args(t)
+    return None
+
+
+def _is_union(t: Any) -> bool:
+    return _union_args(t) is not None
+
+
+def _core(t: Any) -> Any:
+    """The annotation without ``None`` and ``UnsetType``."""
+    args = _union_args(t)
+    if args is None:
+        return t
+    rest = [a for a in args if a is not _NoneType and a is not UnsetType]
+    if len(rest) == 1:
+        return rest[0]
+    return Union[tuple(rest)]  # noqa: UP007 - built dynamically
+
+
+def _leaves(t: Any) -> list[Any]:
+    args = _union_args(t)
+    if args is None:
+        return [t]
+    out: list[Any] = []
+    for a in args:
+        out += _leaves(a)
+    return out
+
+
+# kinds of inline checks for scalar field types
+_STR, _INT, _FLOAT, _BOOL, _ANY, _OBJ = "str", "int", "float", "bool", "any", "obj"
+
+
+def _scalar_kind(t: Any) -> str | None:
+    if t is str:
+        return _STR
+    if t is int:
+        return _INT
+    if t is float:
+        return _FLOAT
+    if t is bool:
+        return _BOOL
+    if t is Any or t is object:
+        return _ANY
+    if t is dict or (get_origin(t) is dict and get_args(t)[1] is Any):
+        return _OBJ
+    if get_origin(t) is list and get_args(t) and get_args(t)[0] is Any:
+        return None
+    return None
+
+
+_CHECK = {
+    _STR: ("v.__class__ is not str", "string"),
+    _INT: ("v.__class__ is not int", "integer"),
+    _FLOAT: ("v.__class__ is not float and v.__class__ is not int", "number"),
+    _BOOL: ("v.__class__ is not bool", "boolean"),
+    _OBJ: ("v.__class__ is not dict", "object"),
+}
+
+
+class AcpConverter(cattrs.Converter):
+    """A cattrs converter for the generated ACP types (every variant), compiled lazily per type.
+
+    ``structure(data, T)`` -> an instance of ``T`` (raises ``DecodeError``);
+    ``unstructure(obj)`` -> JSON-compatible dicts/lists/scalars.  Use ``dumps`` / ``loads``
+    for bytes.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._s: dict[Any, Callable[..., Any]] = {}
+        self._u: dict[Any, Callable[[Any], Any]] = {}
+        self.register_structure_hook_factory(is_acp_class, lambda t: self._struct_structure(t))
+        self.register_unstructure_hook_factory(is_acp_class, lambda t: self._struct_unstructure(t))
+        self.register_structure_hook_factory(_is_union, lambda t: self.structure_fn(t))
+        self.register_unstructure_hook_factory(_is_union, lambda t: self.unstructure_fn(t))
+
+    # -- public helpers --------------------------------------------------------------------------
+    def structure_fn(self, t: Any) -> Callable[..., Any]:
+        """A function ``(value, _type=None) -> T`` for any ACP annotation ``t`` (cached)."""
+        fn = self._s.get(t)
+        if fn is None:
+            fn = self._build_structure(t)
+            self._s[t] = fn
+        return fn
+
+    def unstructure_fn(self, t: Any) -> Callable[[Any], Any]:
+        """A function ``(value) -> JSON-compatible value`` for annotation ``t`` (cached)."""
+        fn = self._u.get(t)
+        if fn is None:
+            fn = self._build_unstructure(t)
+            self._u[t] = fn
+        return fn
+
+    # -- structure -------------------------------------------------------------------------------
+    def _build_structure(self, t: Any) -> Callable[..., Any]:
+        if is_acp_class(t):
+            return self._struct_structure(t)
+        kind = _scalar_kind(t)
+        if kind == _ANY:
+            return lambda v, _t=None: v
+        if kind is not None:
+            test, expected = _CHECK[kind]
+            check = eval(f"lambda v: {test}")
+
+            def scalar(v: Any, _t: Any = None) -> Any:
+                if check(v):
+                    raise _bad(expected, v)
+                return v
+
+            return scalar
+        if t is _NoneType or t is None:
+
+            def none(v: Any, _t: Any = None) -> None:
+                if v is not None:
+                    raise _bad("null", v)
+
+            return none
+        origin = get_origin(t)
+        if origin is Literal:
+            values = frozenset(get_args(t))
+            expected = " | ".join(repr(x) for x in get_args(t))
+
+            def literal(v: Any, _t: Any = None) -> Any:
+                try:
+                    if (v in values and type(v) is not bool) or (type(v) is bool and v in values):
+                        return v
+                except TypeError:
+                    pass
+                raise _bad(expected, v)
+
+            return literal
+        if origin is list:
+            (item_t,) = get_args(t)
+            return self._list_structure(item_t, skip_invalid=False)
+        if origin is dict:
+            _, val_t = get_args(t)
+            val_fn = self.structure_fn(val_t)
+
+            def mapping(v: Any, _t: Any = None) -> Any:
+                if v.__class__ is not dict:
+                    raise _bad("object", v)
+                out = {}
+                for k, x in v.items():
+                    try:
+                        out[k] = val_fn(x)
+                    except DecodeError as e:
+                        raise e.at(k) from None
+                return out
+
+            return mapping
+        if _is_union(t):
+            return self._union_structure(t)
+        raise TypeError(f"acp_trio.converter cannot structure {t!r}")
+
+    def _list_structure(self, item_t: Any, skip_invalid: bool) -> Callable[..., Any]:
+        kind = _scalar_kind(item_t)
+        if kind == _ANY:
+
+            def any_list(v: Any, _t: Any = None) -> Any:
+                if v.__class__ is not list:
+                    raise _bad("array", v)
+                return v
+
+            return any_list
+        item_fn = self.structure_fn(item_t)
+
+        def lst(v: Any, _t: Any = None) -> Any:
+            if v.__class__ is not list:
+                raise _bad("array", v)
+            out = []
+            for i, x in enumerate(v):
+                try:
+                    out.append(item_fn(x))
+                except DecodeError as e:
+                    if skip_invalid:
+                        continue
+                    raise e.at(i) from None
+            return out
+
+        return lst
+
+    def _union_structure(self, t: Any) -> Callable[..., Any]:
+        leaves = _leaves(t)
+        classes = [x for x in leaves if is_acp_class(x)]
+        tagged = [c for c in classes if getattr(c, "__acp_tags__", None) or getattr(c, "__acp_catchall__", None)]
+        others = [x for x in leaves if not is_acp_class(x)]
+        expected = " | ".join(_type_name(x) for x in leaves)
+        if tagged and not others:
+            return self._tagged_structure(classes, expected)
+        return self._trial_structure(leaves, expected)
+
+    def _tagged_structure(self, classes: list[type], expected: str) -> Callable[..., Any]:
+        root: dict[str, Any] = {"key": None, "values": {}, "other": None, "missing": []}
+        for c in classes:
+            tags: tuple[tuple[str, Any], ...] = getattr(c, "__acp_tags__", ())
+            catchall: str | None = getattr(c, "__acp_catchall__", None)
+            node = root
+            for k, v in tags:
+                if node["key"] is None:
+                    node["key"] = k
+                if node["key"] != k:
+                    raise TypeError(f"union members disagree on the tag key: {node['key']!r} vs {k!r} ({c.__name__})")
+                node = node["values"].setdefault(v, {"key": None, "values": {}, "other": None, "missing": []})
+            if catchall is not None:
+                if node["key"] is None:
+                    node["key"] = catchall
+                node["other"] = c
+            elif not tags:
+                root["missing"].append(c)
+            else:
+                node["leaf"] = c
+
+        def compile_node(node: dict[str, Any]) -> Callable[[Any], Any]:
+            if "leaf" in node:
+                return self.structure_fn(node["leaf"])
+            key = node["key"]
+            table = {v: compile_node(child) for v, child in node["values"].items()}
+            other = self.structure_fn(node["other"]) if node["other"] is not None else None
+            missing = self._trial_structure(node["missing"], expected) if node["missing"] else None
+            known = " | ".join(repr(v) for v in node["values"])
+
+            def dispatch(d: Any, _t: Any = None) -> Any:
+                if d.__class__ is not dict:
+                    raise _bad(expected, d)
+                tag = d.get(key, _MISSING)
+                if tag is _MISSING:
+                    if missing is not None:
+                        return missing(d)
+                    raise _missing(key, known)
+                try:
+                    fn = table.get(tag)
+                except TypeError:  # an unhashable tag value
+                    fn = None
+                if fn is not None:
+                    return fn(d)
+                if other is not None and tag.__class__ is str:
+                    return other(d)
+                raise DecodeError(known, tag, (key,), problem=f"unknown tag {tag!r}")
+
+            return dispatch
+
+        return compile_node(root)
+
+    def _trial_structure(self, leaves: list[Any], expected: str) -> Callable[..., Any]:
+        """Untagged unions: try the members that fit the JSON kind, best candidate first."""
+        fns = [(x, self.structure_fn(x)) for x in leaves]
+        required = {
+            x: {a.metadata["acp"].wire for a in attrs.fields(x) if "acp" in a.metadata and a.default is attrs.NOTHING}
+            for x in leaves
+            if is_acp_class(x)
+        }
+
+        def fits(x: Any, v: Any) -> bool:
+            if is_acp_class(x):
+                return v.__class__ is dict and required[x] <= v.keys()
+            kind = _scalar_kind(x)
+            if kind == _ANY:
+                return True
+            if x is _NoneType:
+                return v is None
+            if kind is not None:
+                return not eval(f"lambda v: {_CHECK[kind][0]}")(v)
+            origin = get_origin(x)
+            if origin is Literal:
+                return any(type(a) is type(v) and a == v for a in get_args(x))
+            if origin is list:
+                return v.__class__ is list
+            if origin is dict:
+                return v.__class__ is dict
+            return True
+
+        def trial(v: Any, _t: Any = None) -> Any:
+            first_error: DecodeError | None = None
+            candidates = [(x, fn) for x, fn in fns if fits(x, v)]
+            candidates.sort(key=lambda p: -len(required.get(p[0], ())))
+            for _, fn in candidates:
+                try:
+                    return fn(v)
+                except DecodeError as e:
+                    first_error = first_error or e
+            if first_error is not None:
+                raise first_error
+            raise _bad(expected, v)
+
+        return trial
+
+    def _struct_structure(self, cls: type) -> Callable[..., Any]:
+        if cls in self._s:
+            return self._s[cls]
+        # a trampoline first, so self-referential types compile
+        real: list[Callable[..., Any]] = []
+        self._s[cls] = lambda d, _t=None: real[0](d)
+        attrs.resolve_types(cls)
+        ns: dict[str, Any] = {
+            "_M": _MISSING,
+            "DecodeError": DecodeError,
+            "_bad": _bad,
+            "_missing": _missing,
+            "_cls": cls,
+            "_copy": copy.deepcopy,
+            "UNSET": UNSET,
+        }
+        lines = [f"def structure_{cls.__name__}(d, _t=None):"]
+        lines.append("    if d.__class__ is not dict:")
+        lines.append(f"        raise _bad('object ({cls.__name__})', d)")
+        lines.append("    n = 0")
+        lines.append("    kw = {}")
+        lines.append("    raw = None")
+        known: list[str] = []
+        for i, a in enumerate(attrs.fields(cls)):
+            if EXTRA.keys() & a.metadata.keys():
+                continue
+            spec: FieldSpec = a.metadata["acp"]
+            w = spec.wire
+            known.append(w)
+            core = _core(a.type)
+            required = a.default is attrs.NOTHING or spec.tag
+            ind = "    "
+            lines.append(f"    v = d.get({w!r}, _M)")
+            if required:
+                exp = repr(_type_name(core))
+                if spec.tag and a.default is not attrs.NOTHING:
+                    lines.append("    if v is _M:")
+                    lines.append(f"        raise _missing({w!r}, {exp})")
+                else:
+                    lines.append("    if v is _M:")
+                    lines.append(f"        raise _missing({w!r}, {exp})")
+                body_ind = ind
+            else:
+                lines.append("    if v is not _M:")
+                body_ind = ind * 2
+            lines.append(f"{body_ind}n += 1")
+            # null handling
+            if spec.nullable or spec.default_on_null or not required:
+                lines.append(f"{body_ind}if v is None:")
+                if spec.nullable:
+                    lines.append(f"{body_ind}    kw[{a.name!r}] = None")
+                elif spec.default_on_null:
+                    ns[f"_dflt{i}"] = self._default_of(core, spec)
+                    lines.append(f"{body_ind}    kw[{a.name!r}] = _copy(_dflt{i})")
+                elif spec.default_on_error:
+                    lines.append(f"{body_ind}    raw = raw or {{}}")
+                    lines.append(f"{body_ind}    raw[{w!r}] = v")
+                else:
+                    lines.append(f"{body_ind}    raise _bad({_type_name(core)!r}, v).at({w!r})")
+                lines.append(f"{body_ind}else:")
+                vind = body_ind + ind
+            else:
+                vind = body_ind
+            # value conversion
+            if spec.tag and a.default is not attrs.NOTHING:
+                ns[f"_tag{i}"] = a.default
+                lines.append(f"{vind}if v != _tag{i} or v.__class__ is not str:")
+                lines.append(f"{vind}    raise DecodeError({a.default!r}, v, ({w!r},), problem=f'unknown tag {{v!r}}')")
+                lines.append(f"{vind}kw[{a.name!r}] = v")
+                continue
+            kind = _scalar_kind(core)
+            if kind == _ANY:
+                lines.append(f"{vind}kw[{a.name!r}] = v")
+                continue
+            if kind is not None:
+                test, exp = _CHECK[kind]
+                lines.append(f"{vind}if {test}:")
+                if spec.default_on_error:
+                    lines.append(f"{vind}    raw = raw or {{}}")
+                    lines.append(f"{vind}    raw[{w!r}] = v")
+                    lines.append(f"{vind}else:")
+                    lines.append(f"{vind}    kw[{a.name!r}] = v")
+                else:
+                    lines.append(f"{vind}    raise _bad({exp!r}, v).at({w!r})")
+                    lines.append(f"{vind}kw[{a.name!r}] = v")
+                continue
+            if get_origin(core) is list and spec.skip_invalid_items:
+                ns[f"_s{i}"] = self._list_structure(get_args(core)[0], skip_invalid=True)
+            else:
+                ns[f"_s{i}"] = self._lazy_structure(core)
+            lines.append(f"{vind}try:")
+            lines.append(f"{vind}    kw[{a.name!r}] = _s{i}(v)")
+            lines.append(f"{vind}except DecodeError as e:")
+            if spec.default_on_error:
+                lines.append(f"{vind}    raw = raw or {{}}")
+                lines.append(f"{vind}    raw[{w!r}] = v")
+            else:
+                lines.append(f"{vind}    raise e.at({w!r}) from None")
+        ns["_known"] = frozenset(known)
+        lines.append("    if n != len(d) or raw:")
+        lines.append("        x = {k: v for k, v in d.items() if k not in _known}")
+        lines.append("        if raw:")
+        lines.append("            x.update(raw)")
+        lines.append("        kw['extra_fields'] = x")
+        lines.append("    return _cls(**kw)")
+        fn = self._compile("\n".join(lines) + "\n", ns, f"structure_{cls.__name__}")
+        real.append(fn)
+        self._s[cls] = fn
+        return fn
+
+    def _lazy_structure(self, t: Any) -> Callable[..., Any]:
+        """The structure function of ``t``, resolved on first call (breaks reference cycles)."""
+        if t in self._s:
+            return self._s[t]
+        cell: list[Callable[..., Any]] = []
+
+        def lazy(v: Any, _t: Any = None) -> Any:
+            if not cell:
+                cell.append(self.structure_fn(t))
+            return cell[0](v)
+
+        return lazy
+
+    def _default_of(self, core: Any, spec: FieldSpec) -> Any:
+        if spec.default is not NO_DEFAULT:
+            return self.structure_fn(core)(copy.deepcopy(spec.default))
+        if get_origin(core) is list:
+            return []
+        if get_origin(core) is dict:
+            return {}
+        return UNSET
+
+    @staticmethod
+    def _compile(src: str, ns: dict[str, Any], name: str) -> Callable[..., Any]:
+        filename = f"<acp_trio generated {name} {next(_counter)}>"
+        linecache.cache[filename] = (len(src), None, src.splitlines(True), filename)
+        exec(compile(src, filename, "exec"), ns)
+        fn: Callable[..., Any] = ns[name]
+        return fn
+
+    # -- unstructure -----------------------------------------------------------------------------
+    def _build_unstructure(self, t: Any) -> Callable[[Any], Any]:
+        if is_acp_class(t):
+            return self._struct_unstructure(t)
+        if _scalar_kind(t) is not None or t is _NoneType or get_origin(t) is Literal:
+            return _identity
+        origin = get_origin(t)
+        if origin is list:
+            (item_t,) = get_args(t)
+            if self._is_identity(item_t):
+                return _identity
+            item_fn = self._lazy_unstructure(item_t)
+            return lambda v: [item_fn(x) for x in v]
+        if origin is dict:
+            _, val_t = get_args(t)
+            if self._is_identity(val_t):
+                return _identity
+            val_fn = self._lazy_unstructure(val_t)
+            return lambda v: {k: val_fn(x) for k, x in v.items()}
+        if _is_union(t):
+            if all(self._is_identity(x) for x in _leaves(t)):
+                return _identity
+            by_class: dict[type, Callable[[Any], Any]] = {}
+
+            def union(v: Any) -> Any:
+                fn = by_class.get(v.__class__)
+                if fn is None:
+                    fn = self.unstructure_fn(v.__class__) if is_acp_class(v.__class__) else self.unstructure
+                    by_class[v.__class__] = fn
+                return fn(v)
+
+            return union
+        return self.unstructure
+
+    def _is_identity(self, t: Any) -> bool:
+        if _scalar_kind(t) is not None or t is _NoneType or get_origin(t) is Literal:
+            return True
+        if get_origin(t) in (list, dict):
+            return self._is_identity(get_args(t)[-1])
+        if _is_union(t):
+            return all(self._is_identity(x) for x in _leaves(t))
+        return False
+
+    def _lazy_unstructure(self, t: Any) -> Callable[[Any], Any]:
+        if t in self._u:
+            return self._u[t]
+        cell: list[Callable[[Any], Any]] = []
+
+        def lazy(v: Any) -> Any:
+            if not cell:
+                cell.append(self.unstructure_fn(t))
+            return cell[0](v)
+
+        return lazy
+
+    def _struct_unstructure(self, cls: type) -> Callable[[Any], Any]:
+        if cls in self._u:
+            return self._u[cls]
+        real: list[Callable[[Any], Any]] = []
+        self._u[cls] = lambda o: real[0](o)
+        attrs.resolve_types(cls)
+        ns: dict[str, Any] = {"UNSET": UNSET}
+        lines = [f"def unstructure_{cls.__name__}(o):", "    d = {}"]
+        for i, a in enumerate(attrs.fields(cls)):
+            if EXTRA.keys() & a.metadata.keys():
+                continue
+            spec: FieldSpec = a.metadata["acp"]
+            core = _core(a.type)
+            ident = self._is_identity(core)
+            if not ident:
+                ns[f"_u{i}"] = self._lazy_unstructure(core)
+            conv = "v" if ident else f"_u{i}(v)"
+            lines.append(f"    v = o.{a.name}")
+            if a.default is attrs.NOTHING or spec.tag:
+                if ident:
+                    lines.append(f"    d[{spec.wire!r}] = v")
+                else:
+                    lines.append(f"    d[{spec.wire!r}] = None if v is None else {conv}")
+            else:
+                lines.append("    if v is not UNSET:")
+                if ident:
+                    lines.append(f"        d[{spec.wire!r}] = v")
+                else:
+                    lines.append(f"        d[{spec.wire!r}] = None if v is None else {conv}")
+        lines.append("    x = o.extra_fields")
+        lines.append("    if x:")
+        lines.append("        for k, v in x.items():")
+        lines.append("            if k not in d:")
+        lines.append("                d[k] = v")
+        lines.append("    return d")
+        fn = self._compile("\n".join(lines) + "\n", ns, f"unstructure_{cls.__name__}")
+        real.append(fn)
+        self._u[cls] = fn
+        return fn
+
+
+def _identity(v: Any) -> Any:
+    return v
+
+
+def _type_name(t: Any) -> str:
+    if t is _NoneType:
+        return "null"
+    if isinstance(t, type):
+        return {str: "string", int: "integer", float: "number", bool: "boolean", dict: "object"}.get(t, t.__name__)
+    if t is Any:
+        return "any"
+    origin = get_origin(t)
+    if origin is Literal:
+        return " | ".join(repr(a) for a in get_args(t))
+    if origin is list:
+        return f"array of {_type_name(get_args(t)[0])}"
+    if origin is dict:
+        return f"object of {_type_name(get_args(t)[1])}"
+    if _is_union(t):
+        return " | ".join(_type_name(x) for x in _leaves(t))
+    return str(t)
+
+
+converter = AcpConverter()
+"""The shared converter: ``converter.structure(data, PromptRequest)``, ``converter.unstructure(obj)``."""
+
+
+def loads(data: bytes | bytearray | memoryview | str, t: type[T] | Any) -> T:
+    """Parse JSON ``data`` (orjson) and structure it as ``t``; raises ``orjson.JSONDecodeError`` or ``DecodeError``."""
+    result: T = converter.structure_fn(t)(orjson.loads(data))
+    return result
+
+
+def dumps(obj: Any) -> bytes:
+    """Unstructure ``obj`` and serialise it to compact UTF-8 JSON bytes (orjson)."""
+    return orjson.dumps(converter.unstructure(obj))
+
+
+def value_or_default(obj: Any, name: str) -> Any:
+    """The value of field ``name`` of ``obj``, or its schema default when it is ``UNSET``.
+
+    Returns ``None`` when the field is unset and the schema gives no default.  Object defaults
+    (for example ``AgentCapabilities.prompt_capabilities``) come back as instances of the field's
+    type.  Raises ``AttributeError`` for an unknown field name.
+    """
+    value = getattr(obj, name)
+    if value is not UNSET:
+        return value
+    field = attrs.fields_dict(type(obj))[name]
+    spec: FieldSpec = field.metadata["acp"]
+    if spec.default is NO_DEFAULT:
+        return None
+    attrs.resolve_types(type(obj))
+    return converter.structure_fn(_core(field.type))(copy.deepcopy(spec.default))
+
+
+# keep typing helpers referenced for readers of this module
+_ = typing
