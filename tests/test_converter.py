@@ -1,0 +1,209 @@
+"""The converter's wire rules: exact round trips, unknown data kept, leniency, and typed decode errors."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+import pytest
+
+from acp_schema import v1, v2, v2_unstable
+from acp_trio import UNSET, DecodeError, converter, dumps, loads, value_or_default
+
+
+def round_trip(value: Any, t: Any) -> Any:
+    return converter.unstructure(converter.structure(value, t))
+
+
+def test_absent_optional_fields_are_unset_and_stay_absent() -> None:
+    block = converter.structure({"type": "text", "text": "hi"}, v1.ContentBlock)
+    assert isinstance(block, v1.TextContentBlock)
+    assert block.annotations is UNSET and block.meta is UNSET
+    assert converter.unstructure(block) == {"type": "text", "text": "hi"}
+
+
+def test_explicit_null_stays_null_where_the_schema_allows_it() -> None:
+    value = {"type": "text", "text": "hi", "annotations": None, "_meta": None}
+    block = converter.structure(value, v1.ContentBlock)
+    assert block.annotations is None and block.meta is None
+    assert converter.unstructure(block) == value
+
+
+def test_camel_case_wire_names_and_meta_pass_through_untouched() -> None:
+    meta = {"traceparent": "00-abc-def-01", "nested": {"x": [1, None, {"y": False}]}}
+    value = {"sessionId": "s1", "prompt": [{"type": "text", "text": "a"}], "_meta": meta}
+    req = converter.structure(value, v1.PromptRequest)
+    assert req.session_id == "s1" and req.meta == meta
+    assert round_trip(value, v1.PromptRequest) == value
+
+
+def test_unknown_fields_inside_known_structs_survive_decode_and_encode() -> None:
+    value = {"sessionId": "s1", "prompt": [{"type": "text", "text": "a", "futureField": {"k": 1}}], "newTop": [1, 2]}
+    req = converter.structure(value, v1.PromptRequest)
+    assert req.extra_fields == {"newTop": [1, 2]}
+    assert round_trip(value, v1.PromptRequest) == value
+
+
+@pytest.mark.parametrize("variant", [v1, v2])
+def test_unknown_union_variant_decodes_to_the_catch_all_and_re_encodes_exactly(variant: Any) -> None:
+    value = {"type": "hologram", "frames": [1, 2, 3], "_meta": {"a": 1}}
+    block = converter.structure(value, variant.ContentBlock)
+    assert isinstance(block, variant.ContentBlockOther)
+    assert block.type == "hologram"
+    assert converter.unstructure(block) == value
+
+
+def test_unknown_session_update_in_v1_is_kept_verbatim() -> None:
+    value = {"sessionId": "s", "update": {"sessionUpdate": "weather_report", "sunny": True}}
+    note = converter.structure(value, v1.SessionNotification)
+    assert isinstance(note.update, v1.SessionUpdateOther)
+    assert converter.unstructure(note) == value
+
+
+def test_nested_tags_dispatch_on_both_levels() -> None:
+    value = {
+        "sessionId": "s",
+        "update": {"sessionUpdate": "state_update", "state": "idle", "stopReason": "end_turn"},
+    }
+    note = converter.structure(value, v2_unstable.UpdateSessionNotification)
+    assert isinstance(note.update, v2_unstable.IdleStateUpdateSessionUpdate)
+    assert note.update.stop_reason == "end_turn"
+    assert converter.unstructure(note) == value
+    unknown_state = {"sessionId": "s", "update": {"sessionUpdate": "state_update", "state": "dreaming", "x": 1}}
+    note = converter.structure(unknown_state, v2_unstable.UpdateSessionNotification)
+    assert isinstance(note.update, v2_unstable.StateUpdateSessionUpdateOther)
+    assert converter.unstructure(note) == unknown_state
+
+
+def test_partially_tagged_union_picks_the_untagged_member_when_the_tag_is_missing() -> None:
+    stdio = {"name": "fs", "command": "/bin/mcp", "args": [], "env": []}
+    http = {"type": "http", "name": "web", "url": "https://x", "headers": []}
+    ws = {"type": "websocket", "name": "w", "url": "wss://x"}
+    servers = converter.structure({"cwd": "/", "mcpServers": [stdio, http, ws]}, v1.NewSessionRequest).mcp_servers
+    assert [type(s) for s in servers] == [v1.McpServerStdio, v1.HttpMcpServer, v1.McpServerOther]
+    assert round_trip({"cwd": "/", "mcpServers": [stdio, http, ws]}, v1.NewSessionRequest)["mcpServers"] == [
+        stdio,
+        http,
+        ws,
+    ]
+
+
+def test_open_enum_accepts_custom_values_and_closed_enum_rejects_unknown_ones() -> None:
+    assert converter.structure("_acme_kind", v2.ToolKind) == "_acme_kind"
+    with pytest.raises(DecodeError) as info:
+        converter.structure({"sessionId": "s", "stopReason": "bored"}, v1.PromptResponse)
+    assert info.value.json_path == "$.stopReason"
+
+
+def test_wrong_type_names_the_path_and_expected_type() -> None:
+    value = {"sessionId": "s", "prompt": [{"type": "text", "text": "ok"}, {"type": "text", "text": 5}]}
+    with pytest.raises(DecodeError) as info:
+        converter.structure(value, v1.PromptRequest)
+    assert info.value.json_path == "$.prompt[1].text"
+    assert info.value.expected == "string"
+    assert info.value.path == ("prompt", 1, "text")
+    assert "$.prompt[1].text" in str(info.value)
+
+
+def test_missing_required_field_names_the_path() -> None:
+    with pytest.raises(DecodeError) as info:
+        converter.structure({"prompt": []}, v1.PromptRequest)
+    assert info.value.json_path == "$.sessionId"
+    assert "missing" in str(info.value)
+
+
+def test_unknown_tag_in_a_closed_position_is_a_typed_error() -> None:
+    # decoding a specific variant class: its tag is fixed
+    with pytest.raises(DecodeError) as info:
+        converter.structure({"type": "image", "text": "x"}, v1.TextContentBlock)
+    assert info.value.json_path == "$.type"
+    # a tagged union without a catch-all can be built, but the generated ones all have one; a tag
+    # that is not a string is never a variant name
+    with pytest.raises(DecodeError) as info:
+        converter.structure({"sessionId": "s", "prompt": [{"type": 7}]}, v1.PromptRequest)
+    assert info.value.json_path == "$.prompt[0].type"
+
+
+def test_not_an_object_is_a_typed_error() -> None:
+    with pytest.raises(DecodeError) as info:
+        converter.structure({"sessionId": "s", "prompt": "text"}, v1.PromptRequest)
+    assert info.value.json_path == "$.prompt"
+
+
+def test_default_on_error_leaves_the_field_unset_and_keeps_the_raw_value_for_relays() -> None:
+    value = {"type": "text", "text": "hi", "annotations": {"priority": "very"}}
+    block = converter.structure(value, v1.ContentBlock)
+    assert block.annotations is not UNSET  # annotations decodes; its bad `priority` is dropped to UNSET
+    assert block.annotations.priority is UNSET
+    assert converter.unstructure(block) == value
+
+
+def test_skip_invalid_items_drops_invalid_list_items() -> None:
+    value = {
+        "sessionId": "s",
+        "update": {
+            "sessionUpdate": "tool_call",
+            "toolCallId": "t",
+            "title": "x",
+            "locations": [{"path": "/a"}, {"line": 3}, {"path": "/b"}],
+        },
+    }
+    note = converter.structure(value, v1.SessionNotification)
+    assert [loc.path for loc in note.update.locations] == ["/a", "/b"]
+
+
+def test_default_on_null_gives_the_empty_default() -> None:
+    value = {"name": "fs", "command": "/bin/mcp", "args": None, "env": None}
+    server = converter.structure(value, v1.McpServerStdio)
+    assert server.args == [] and server.env == []
+
+
+def test_value_or_default_reads_schema_defaults_without_knowing_about_unset() -> None:
+    caps = converter.structure({}, v1.AgentCapabilities)
+    assert caps.load_session is UNSET and not caps.load_session
+    assert value_or_default(caps, "load_session") is False
+    prompt_caps = value_or_default(caps, "prompt_capabilities")
+    assert isinstance(prompt_caps, v1.PromptCapabilities)
+    assert prompt_caps.image is False
+    assert value_or_default(converter.structure({"loadSession": True}, v1.AgentCapabilities), "load_session") is True
+
+
+def test_json_bytes_helpers_round_trip() -> None:
+    raw = b'{"sessionId":"s","prompt":[{"type":"text","text":"hi"}],"_meta":null}'
+    req = loads(raw, v1.PromptRequest)
+    assert isinstance(req, v1.PromptRequest)
+    assert orjson.loads(dumps(req)) == orjson.loads(raw)
+
+
+def test_building_a_message_by_hand_encodes_to_the_wire_shape() -> None:
+    req = v1.PromptRequest(
+        session_id="s",
+        prompt=[
+            v1.TextContentBlock(text="look"),
+            v1.ImageContentBlock(data="AAAA", mime_type="image/png"),
+            v1.ResourceLinkContentBlock(name="a.py", uri="file:///a.py"),
+        ],
+    )
+    assert converter.unstructure(req) == {
+        "sessionId": "s",
+        "prompt": [
+            {"type": "text", "text": "look"},
+            {"type": "image", "data": "AAAA", "mimeType": "image/png"},
+            {"type": "resource_link", "name": "a.py", "uri": "file:///a.py"},
+        ],
+    }
+
+
+def test_untagged_union_chooses_the_member_whose_required_fields_are_present() -> None:
+    text = {"uri": "file:///a", "text": "x"}
+    blob = {"uri": "file:///b", "blob": "AAAA"}
+    assert isinstance(converter.structure(text, v1.EmbeddedResourceResource), v1.TextResourceContents)
+    assert isinstance(converter.structure(blob, v1.EmbeddedResourceResource), v1.BlobResourceContents)
+
+
+def test_request_ids_are_integers_strings_or_null_never_booleans() -> None:
+    assert converter.structure(3, v1.RequestId) == 3
+    assert converter.structure("a", v1.RequestId) == "a"
+    assert converter.structure(None, v1.RequestId) is None
+    with pytest.raises(DecodeError):
+        converter.structure(True, v1.RequestId)
