@@ -56,7 +56,9 @@ def test_no_numbered_names_the_schema_does_not_spell(variant: str) -> None:
     spelled = _schema_names(variant)
     numbered = [n for n in mod.__all__ if not n.isupper() and re.search(r"\d$", n) and n not in spelled]
     assert numbered == []
-    classes = [n for n, v in vars(importlib.import_module(f"acp_schema.{variant}._types")).items() if inspect.isclass(v)]
+    classes = [
+        n for n, v in vars(importlib.import_module(f"acp_schema.{variant}._types")).items() if inspect.isclass(v)
+    ]
     assert [n for n in classes if re.search(r"\d$", n) and n not in spelled] == []
 
 

@@ -1,0 +1,118 @@
+"""Developer and CI tasks.  `nox -s check_generated lint tests` is what CI runs.
+
+Sessions: tests, lint, regenerate, check_generated, update_schema -- VERSION, bench, build,
+properties_full, demo.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+import nox
+
+nox.options.default_venv_backend = "venv"
+nox.options.sessions = ["check_generated", "lint", "tests"]
+nox.options.reuse_existing_virtualenvs = True
+
+ROOT = Path(__file__).parent
+PYPROJECT = nox.project.load_toml("pyproject.toml")
+PY = "3.11"
+
+
+def group(name: str) -> list[str]:
+    return list(nox.project.dependency_groups(PYPROJECT, name))
+
+
+@nox.session(python=PY)
+def tests(session: nox.Session) -> None:
+    """Run the test suite (property tests in their bounded CI profile)."""
+    session.install("-e", ".[codegen]", *group("test"), *group("lint"))
+    session.run("python", "-m", "pytest", *session.posargs)
+
+
+@nox.session(python=PY)
+def properties_full(session: nox.Session) -> None:
+    """The full property sweep: every `$def` of every variant, more examples (slow)."""
+    session.install("-e", ".", *group("test"))
+    session.run(
+        "python", "-m", "pytest", "tests/test_properties.py", *session.posargs, env={"ACP_PROPERTY_PROFILE": "full"}
+    )
+
+
+@nox.session(python=PY)
+def lint(session: nox.Session) -> None:
+    """ruff check, ruff format --check, mypy --strict on runtime/ and generated/."""
+    session.install("-e", ".", *group("lint"))
+    session.run("ruff", "check", ".")
+    session.run("ruff", "format", "--check", ".")
+    session.run("mypy", "--strict", "runtime/acp_trio", "generated/acp_schema")
+
+
+@nox.session(python=PY)
+def regenerate(session: nox.Session) -> None:
+    """Regenerate generated/acp_schema from the pinned schemas."""
+    session.install("-e", ".[codegen]")
+    session.run("python", "-m", "codegen")
+
+
+@nox.session(python=PY)
+def check_generated(session: nox.Session) -> None:
+    """Regenerate into a temporary directory and fail when generated/ differs."""
+    session.install(".[codegen]")
+    session.run("python", "-m", "codegen", "--check")
+
+
+@nox.session(python=PY)
+def update_schema(session: nox.Session) -> None:
+    """`nox -s update_schema -- 2.5.0`: pin another @agentclientprotocol/sdk release and regenerate."""
+    if len(session.posargs) != 1:
+        session.error("usage: nox -s update_schema -- <npm version>")
+    session.install("-e", ".[codegen]")
+    session.run("python", "-m", "codegen.update_schema", session.posargs[0])
+
+
+@nox.session(python=PY)
+def bench(session: nox.Session) -> None:
+    """Decode+encode and import time, side by side with the official Python SDK."""
+    session.install(".", *group("bench"), "jsonschema")
+    session.run("python", "benchmarks/bench.py", *session.posargs)
+
+
+@nox.session(python=PY)
+def build(session: nox.Session) -> None:
+    """Build sdist and wheel, install the wheel into a fresh venv and import every variant."""
+    session.install("build")
+    dist = ROOT / "dist"
+    for old in dist.glob("acp_trio-*"):
+        old.unlink()
+    session.run("python", "-m", "build", "--outdir", str(dist))
+    wheels = sorted(dist.glob("acp_trio-*.whl"))
+    if len(wheels) != 1 or not sorted(dist.glob("acp_trio-*.tar.gz")):
+        session.error(f"expected one wheel and one sdist in {dist}")
+    with tempfile.TemporaryDirectory() as tmp:
+        venv = Path(tmp) / "venv"
+        session.run("python", "-m", "venv", str(venv))
+        py = str(venv / "bin" / "python")
+        session.run(py, "-m", "pip", "install", "-q", str(wheels[0]), external=True)
+        check = (
+            "import importlib, acp_schema, acp_trio\n"
+            "for v in acp_schema.VARIANTS:\n"
+            "    m = importlib.import_module('acp_schema.' + v)\n"
+            "    assert m.METHODS and m.SCHEMA_VERSION == acp_schema.SCHEMA_PACKAGE_VERSION\n"
+            "    print(v, len(m.__all__), 'names,', len(m.METHODS), 'methods')\n"
+            "from acp_schema.v1 import PromptRequest, TextContentBlock\n"
+            "wire = {'sessionId': 's', 'prompt': [{'type': 'text', 'text': 'hi'}]}\n"
+            "req = acp_trio.converter.structure(wire, PromptRequest)\n"
+            "assert isinstance(req.prompt[0], TextContentBlock)\n"
+            "print('wheel OK')\n"
+        )
+        session.run(py, "-c", check, external=True, env={"PYTHONPATH": ""})
+
+
+@nox.session(python=PY)
+def demo(session: nox.Session) -> None:
+    """The main job: run the demo."""
+    session.install(".")
+    session.run("python", "-m", "acp_trio.demo", *session.posargs, env={"PYTHONPATH": os.environ.get("PYTHONPATH", "")})
