@@ -129,7 +129,14 @@ def render_struct(st: Struct) -> str:
             "is kept in ``extra_fields`` and re-encoded verbatim."
         )
     desc += unstable_note(st.unstable)
-    out = ["@attrs.define(kw_only=True)\n", f"class {st.name}:\n", doc(desc, "    "), "\n"]
+    # attrs writes __init__/__repr__/__eq__ by compiling source at class creation, which dominated import
+    # time; we write the same methods here instead, so they come precompiled from the .pyc
+    out = [
+        "@attrs.define(kw_only=True, init=False, repr=False, eq=False)\n",
+        f"class {st.name}:\n",
+        doc(desc, "    "),
+        "\n",
+    ]
     if st.tags:
         out.append(f"    __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = {tuple(st.tags)!r}\n")
     if st.catchall_key:
@@ -141,6 +148,31 @@ def render_struct(st: Struct) -> str:
         out.append(field_doc(p))
     out.append("    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)\n")
     out.append(doc("Wire fields the schema does not define, kept verbatim and re-encoded.", "    "))
+    params = []
+    for p in st.props:
+        ann = p.type_expr + (" | None" if p.nullable and not p.is_tag else "")
+        if p.is_tag and p.tag_value is not NO_DEFAULT:
+            params.append(f"{p.attr}: {p.type_expr} = {p.tag_value!r}")
+        elif p.required or p.is_tag:
+            params.append(f"{p.attr}: {ann}")
+        else:
+            params.append(
+                f"{p.attr}: {ann.replace(' | None', '')} | UnsetType{' | None' if p.nullable else ''} = UNSET"
+            )
+    params.append("extra_fields: dict[str, Any] | None = None")
+    out.append(f"\n    def __init__(self, *, {', '.join(params)}) -> None:\n")
+    for p in st.props:
+        out.append(f"        self.{p.attr} = {p.attr}\n")
+    out.append("        self.extra_fields = {} if extra_fields is None else extra_fields\n")
+    names = [p.attr for p in st.props] + ["extra_fields"]
+    out.append("\n    def __repr__(self) -> str:\n")
+    inner = ", ".join(f"{n}={{self.{n}!r}}" for n in names)
+    out.append(f'        return f"{st.name}({inner})"\n')
+    out.append("\n    def __eq__(self, other: object) -> bool:\n")
+    out.append("        if other.__class__ is not self.__class__:\n            return NotImplemented\n")
+    out.append(f"        o: {st.name} = other\n")
+    lhs = " and ".join(f"self.{n} == o.{n}" for n in names)
+    out.append(f"        return {lhs}\n")
     return "".join(out)
 
 

@@ -12,7 +12,7 @@ import attrs
 from acp_trio._spec import EXTRA, UNSET, UnsetType, f, tag
 
 
-@attrs.define(kw_only=True)
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class ContentToolCallContent:
     """Standard content block (text, images, resources).
 
@@ -42,8 +42,35 @@ class ContentToolCallContent:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        type: Literal["content"] = "content",
+        content: ContentBlock,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.type = type
+        self.content = content
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"ContentToolCallContent(type={self.type!r}, content={self.content!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: ContentToolCallContent = other
+        return (
+            self.type == o.type
+            and self.content == o.content
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class DiffToolCallContent:
     """File modification shown as a diff.
 
@@ -83,8 +110,41 @@ class DiffToolCallContent:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        type: Literal["diff"] = "diff",
+        path: str,
+        old_text: str | UnsetType | None = UNSET,
+        new_text: str,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.type = type
+        self.path = path
+        self.old_text = old_text
+        self.new_text = new_text
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"DiffToolCallContent(type={self.type!r}, path={self.path!r}, old_text={self.old_text!r}, new_text={self.new_text!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: DiffToolCallContent = other
+        return (
+            self.type == o.type
+            and self.path == o.path
+            and self.old_text == o.old_text
+            and self.new_text == o.new_text
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class TerminalToolCallContent:
     """Embed a terminal created with `terminal/create` by its id.
 
@@ -118,8 +178,35 @@ class TerminalToolCallContent:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        type: Literal["terminal"] = "terminal",
+        terminal_id: TerminalId,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.type = type
+        self.terminal_id = terminal_id
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"TerminalToolCallContent(type={self.type!r}, terminal_id={self.terminal_id!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: TerminalToolCallContent = other
+        return (
+            self.type == o.type
+            and self.terminal_id == o.terminal_id
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class ToolCallContentOther:
     """A `ToolCallContent` variant this version of the schema does not define (kept verbatim).
 
@@ -138,8 +225,21 @@ class ToolCallContentOther:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(self, *, type: str, extra_fields: dict[str, Any] | None = None) -> None:
+        self.type = type
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"ToolCallContentOther(type={self.type!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: ToolCallContentOther = other
+        return self.type == o.type and self.extra_fields == o.extra_fields
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class TextContentBlock:
     """Text content. May be plain text or formatted with Markdown.
 
@@ -179,8 +279,38 @@ class TextContentBlock:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        type: Literal["text"] = "text",
+        annotations: Annotations | UnsetType | None = UNSET,
+        text: str,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.type = type
+        self.annotations = annotations
+        self.text = text
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"TextContentBlock(type={self.type!r}, annotations={self.annotations!r}, text={self.text!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: TextContentBlock = other
+        return (
+            self.type == o.type
+            and self.annotations == o.annotations
+            and self.text == o.text
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class ImageContentBlock:
     """Images for visual context or analysis.
 
@@ -229,8 +359,44 @@ class ImageContentBlock:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        type: Literal["image"] = "image",
+        annotations: Annotations | UnsetType | None = UNSET,
+        data: str,
+        mime_type: str,
+        uri: str | UnsetType | None = UNSET,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.type = type
+        self.annotations = annotations
+        self.data = data
+        self.mime_type = mime_type
+        self.uri = uri
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"ImageContentBlock(type={self.type!r}, annotations={self.annotations!r}, data={self.data!r}, mime_type={self.mime_type!r}, uri={self.uri!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: ImageContentBlock = other
+        return (
+            self.type == o.type
+            and self.annotations == o.annotations
+            and self.data == o.data
+            and self.mime_type == o.mime_type
+            and self.uri == o.uri
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class AudioContentBlock:
     """Audio data for transcription or analysis.
 
@@ -274,8 +440,41 @@ class AudioContentBlock:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        type: Literal["audio"] = "audio",
+        annotations: Annotations | UnsetType | None = UNSET,
+        data: str,
+        mime_type: str,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.type = type
+        self.annotations = annotations
+        self.data = data
+        self.mime_type = mime_type
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"AudioContentBlock(type={self.type!r}, annotations={self.annotations!r}, data={self.data!r}, mime_type={self.mime_type!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: AudioContentBlock = other
+        return (
+            self.type == o.type
+            and self.annotations == o.annotations
+            and self.data == o.data
+            and self.mime_type == o.mime_type
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class ResourceLinkContentBlock:
     """References to resources that the agent can access.
 
@@ -341,8 +540,53 @@ class ResourceLinkContentBlock:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        type: Literal["resource_link"] = "resource_link",
+        annotations: Annotations | UnsetType | None = UNSET,
+        description: str | UnsetType | None = UNSET,
+        mime_type: str | UnsetType | None = UNSET,
+        name: str,
+        size: int | UnsetType | None = UNSET,
+        title: str | UnsetType | None = UNSET,
+        uri: str,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.type = type
+        self.annotations = annotations
+        self.description = description
+        self.mime_type = mime_type
+        self.name = name
+        self.size = size
+        self.title = title
+        self.uri = uri
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"ResourceLinkContentBlock(type={self.type!r}, annotations={self.annotations!r}, description={self.description!r}, mime_type={self.mime_type!r}, name={self.name!r}, size={self.size!r}, title={self.title!r}, uri={self.uri!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: ResourceLinkContentBlock = other
+        return (
+            self.type == o.type
+            and self.annotations == o.annotations
+            and self.description == o.description
+            and self.mime_type == o.mime_type
+            and self.name == o.name
+            and self.size == o.size
+            and self.title == o.title
+            and self.uri == o.uri
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class ResourceContentBlock:
     """Complete resource contents embedded directly in the message.
 
@@ -383,8 +627,38 @@ class ResourceContentBlock:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        type: Literal["resource"] = "resource",
+        annotations: Annotations | UnsetType | None = UNSET,
+        resource: EmbeddedResourceResource,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.type = type
+        self.annotations = annotations
+        self.resource = resource
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"ResourceContentBlock(type={self.type!r}, annotations={self.annotations!r}, resource={self.resource!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: ResourceContentBlock = other
+        return (
+            self.type == o.type
+            and self.annotations == o.annotations
+            and self.resource == o.resource
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class ContentBlockOther:
     """A `ContentBlock` variant this version of the schema does not define (kept verbatim).
 
@@ -403,8 +677,21 @@ class ContentBlockOther:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(self, *, type: str, extra_fields: dict[str, Any] | None = None) -> None:
+        self.type = type
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"ContentBlockOther(type={self.type!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: ContentBlockOther = other
+        return self.type == o.type and self.extra_fields == o.extra_fields
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class TextResourceContents:
     """Text-based resource contents."""
 
@@ -437,8 +724,38 @@ class TextResourceContents:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        mime_type: str | UnsetType | None = UNSET,
+        text: str,
+        uri: str,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.mime_type = mime_type
+        self.text = text
+        self.uri = uri
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"TextResourceContents(mime_type={self.mime_type!r}, text={self.text!r}, uri={self.uri!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: TextResourceContents = other
+        return (
+            self.mime_type == o.mime_type
+            and self.text == o.text
+            and self.uri == o.uri
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class BlobResourceContents:
     """Binary resource contents."""
 
@@ -471,8 +788,38 @@ class BlobResourceContents:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        blob: str,
+        mime_type: str | UnsetType | None = UNSET,
+        uri: str,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.blob = blob
+        self.mime_type = mime_type
+        self.uri = uri
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"BlobResourceContents(blob={self.blob!r}, mime_type={self.mime_type!r}, uri={self.uri!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: BlobResourceContents = other
+        return (
+            self.blob == o.blob
+            and self.mime_type == o.mime_type
+            and self.uri == o.uri
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class FormCreateElicitationRequest:
     """Form-based elicitation where the client renders a form from the provided schema.
 
@@ -529,8 +876,47 @@ class FormCreateElicitationRequest:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        mode: Literal["form"] = "form",
+        message: str,
+        requested_schema: ElicitationSchema,
+        session_id: SessionId | UnsetType = UNSET,
+        tool_call_id: ToolCallId | UnsetType | None = UNSET,
+        request_id: RequestId | UnsetType = UNSET,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.mode = mode
+        self.message = message
+        self.requested_schema = requested_schema
+        self.session_id = session_id
+        self.tool_call_id = tool_call_id
+        self.request_id = request_id
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"FormCreateElicitationRequest(mode={self.mode!r}, message={self.message!r}, requested_schema={self.requested_schema!r}, session_id={self.session_id!r}, tool_call_id={self.tool_call_id!r}, request_id={self.request_id!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: FormCreateElicitationRequest = other
+        return (
+            self.mode == o.mode
+            and self.message == o.message
+            and self.requested_schema == o.requested_schema
+            and self.session_id == o.session_id
+            and self.tool_call_id == o.tool_call_id
+            and self.request_id == o.request_id
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class UrlCreateElicitationRequest:
     """URL-based elicitation where the client directs the user to a URL.
 
@@ -592,8 +978,50 @@ class UrlCreateElicitationRequest:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        mode: Literal["url"] = "url",
+        message: str,
+        elicitation_id: ElicitationId,
+        url: str,
+        session_id: SessionId | UnsetType = UNSET,
+        tool_call_id: ToolCallId | UnsetType | None = UNSET,
+        request_id: RequestId | UnsetType = UNSET,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.mode = mode
+        self.message = message
+        self.elicitation_id = elicitation_id
+        self.url = url
+        self.session_id = session_id
+        self.tool_call_id = tool_call_id
+        self.request_id = request_id
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"UrlCreateElicitationRequest(mode={self.mode!r}, message={self.message!r}, elicitation_id={self.elicitation_id!r}, url={self.url!r}, session_id={self.session_id!r}, tool_call_id={self.tool_call_id!r}, request_id={self.request_id!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: UrlCreateElicitationRequest = other
+        return (
+            self.mode == o.mode
+            and self.message == o.message
+            and self.elicitation_id == o.elicitation_id
+            and self.url == o.url
+            and self.session_id == o.session_id
+            and self.tool_call_id == o.tool_call_id
+            and self.request_id == o.request_id
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class CreateElicitationRequestOther:
     """Custom or future elicitation mode.
 
@@ -662,8 +1090,44 @@ class CreateElicitationRequestOther:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        mode: str,
+        message: str,
+        session_id: SessionId | UnsetType = UNSET,
+        tool_call_id: ToolCallId | UnsetType | None = UNSET,
+        request_id: RequestId | UnsetType = UNSET,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.mode = mode
+        self.message = message
+        self.session_id = session_id
+        self.tool_call_id = tool_call_id
+        self.request_id = request_id
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"CreateElicitationRequestOther(mode={self.mode!r}, message={self.message!r}, session_id={self.session_id!r}, tool_call_id={self.tool_call_id!r}, request_id={self.request_id!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: CreateElicitationRequestOther = other
+        return (
+            self.mode == o.mode
+            and self.message == o.message
+            and self.session_id == o.session_id
+            and self.tool_call_id == o.tool_call_id
+            and self.request_id == o.request_id
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class StringElicitationPropertySchema:
     """String property (or single-select enum when `enum`/`oneOf` is set).
 
@@ -755,8 +1219,59 @@ class StringElicitationPropertySchema:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        type: Literal["string"] = "string",
+        title: str | UnsetType | None = UNSET,
+        description: str | UnsetType | None = UNSET,
+        min_length: int | UnsetType | None = UNSET,
+        max_length: int | UnsetType | None = UNSET,
+        pattern: str | UnsetType | None = UNSET,
+        format: StringFormat | UnsetType | None = UNSET,
+        default: str | UnsetType | None = UNSET,
+        enum: list[str] | UnsetType | None = UNSET,
+        one_of: list[EnumOption] | UnsetType | None = UNSET,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.type = type
+        self.title = title
+        self.description = description
+        self.min_length = min_length
+        self.max_length = max_length
+        self.pattern = pattern
+        self.format = format
+        self.default = default
+        self.enum = enum
+        self.one_of = one_of
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"StringElicitationPropertySchema(type={self.type!r}, title={self.title!r}, description={self.description!r}, min_length={self.min_length!r}, max_length={self.max_length!r}, pattern={self.pattern!r}, format={self.format!r}, default={self.default!r}, enum={self.enum!r}, one_of={self.one_of!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: StringElicitationPropertySchema = other
+        return (
+            self.type == o.type
+            and self.title == o.title
+            and self.description == o.description
+            and self.min_length == o.min_length
+            and self.max_length == o.max_length
+            and self.pattern == o.pattern
+            and self.format == o.format
+            and self.default == o.default
+            and self.enum == o.enum
+            and self.one_of == o.one_of
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class NumberElicitationPropertySchema:
     """Number (floating-point) property.
 
@@ -820,8 +1335,47 @@ class NumberElicitationPropertySchema:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        type: Literal["number"] = "number",
+        title: str | UnsetType | None = UNSET,
+        description: str | UnsetType | None = UNSET,
+        minimum: float | UnsetType | None = UNSET,
+        maximum: float | UnsetType | None = UNSET,
+        default: float | UnsetType | None = UNSET,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.type = type
+        self.title = title
+        self.description = description
+        self.minimum = minimum
+        self.maximum = maximum
+        self.default = default
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"NumberElicitationPropertySchema(type={self.type!r}, title={self.title!r}, description={self.description!r}, minimum={self.minimum!r}, maximum={self.maximum!r}, default={self.default!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: NumberElicitationPropertySchema = other
+        return (
+            self.type == o.type
+            and self.title == o.title
+            and self.description == o.description
+            and self.minimum == o.minimum
+            and self.maximum == o.maximum
+            and self.default == o.default
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class IntegerElicitationPropertySchema:
     """Integer property.
 
@@ -885,8 +1439,47 @@ class IntegerElicitationPropertySchema:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        type: Literal["integer"] = "integer",
+        title: str | UnsetType | None = UNSET,
+        description: str | UnsetType | None = UNSET,
+        minimum: int | UnsetType | None = UNSET,
+        maximum: int | UnsetType | None = UNSET,
+        default: int | UnsetType | None = UNSET,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.type = type
+        self.title = title
+        self.description = description
+        self.minimum = minimum
+        self.maximum = maximum
+        self.default = default
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"IntegerElicitationPropertySchema(type={self.type!r}, title={self.title!r}, description={self.description!r}, minimum={self.minimum!r}, maximum={self.maximum!r}, default={self.default!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: IntegerElicitationPropertySchema = other
+        return (
+            self.type == o.type
+            and self.title == o.title
+            and self.description == o.description
+            and self.minimum == o.minimum
+            and self.maximum == o.maximum
+            and self.default == o.default
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class BooleanElicitationPropertySchema:
     """Boolean property.
 
@@ -936,8 +1529,41 @@ class BooleanElicitationPropertySchema:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        type: Literal["boolean"] = "boolean",
+        title: str | UnsetType | None = UNSET,
+        description: str | UnsetType | None = UNSET,
+        default: bool | UnsetType | None = UNSET,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.type = type
+        self.title = title
+        self.description = description
+        self.default = default
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"BooleanElicitationPropertySchema(type={self.type!r}, title={self.title!r}, description={self.description!r}, default={self.default!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: BooleanElicitationPropertySchema = other
+        return (
+            self.type == o.type
+            and self.title == o.title
+            and self.description == o.description
+            and self.default == o.default
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class ArrayElicitationPropertySchema:
     """Multi-select array property.
 
@@ -1008,8 +1634,50 @@ class ArrayElicitationPropertySchema:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        type: Literal["array"] = "array",
+        title: str | UnsetType | None = UNSET,
+        description: str | UnsetType | None = UNSET,
+        min_items: int | UnsetType | None = UNSET,
+        max_items: int | UnsetType | None = UNSET,
+        items: MultiSelectItems,
+        default: list[str] | UnsetType | None = UNSET,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.type = type
+        self.title = title
+        self.description = description
+        self.min_items = min_items
+        self.max_items = max_items
+        self.items = items
+        self.default = default
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"ArrayElicitationPropertySchema(type={self.type!r}, title={self.title!r}, description={self.description!r}, min_items={self.min_items!r}, max_items={self.max_items!r}, items={self.items!r}, default={self.default!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: ArrayElicitationPropertySchema = other
+        return (
+            self.type == o.type
+            and self.title == o.title
+            and self.description == o.description
+            and self.min_items == o.min_items
+            and self.max_items == o.max_items
+            and self.items == o.items
+            and self.default == o.default
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class ElicitationPropertySchemaOther:
     """Custom or future elicitation property schema.
 
@@ -1040,8 +1708,21 @@ class ElicitationPropertySchemaOther:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(self, *, type: str, extra_fields: dict[str, Any] | None = None) -> None:
+        self.type = type
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"ElicitationPropertySchemaOther(type={self.type!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: ElicitationPropertySchemaOther = other
+        return self.type == o.type and self.extra_fields == o.extra_fields
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class StringMultiSelectItems:
     """Multi-select string items with plain string values."""
 
@@ -1070,8 +1751,32 @@ class StringMultiSelectItems:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        type: Literal["string"] = "string",
+        enum: list[str],
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.type = type
+        self.enum = enum
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"StringMultiSelectItems(type={self.type!r}, enum={self.enum!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: StringMultiSelectItems = other
+        return (
+            self.type == o.type and self.enum == o.enum and self.meta == o.meta and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class MultiSelectItemsOther:
     """Custom or future typed multi-select items.
 
@@ -1094,8 +1799,21 @@ class MultiSelectItemsOther:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(self, *, type: str, extra_fields: dict[str, Any] | None = None) -> None:
+        self.type = type
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"MultiSelectItemsOther(type={self.type!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: MultiSelectItemsOther = other
+        return self.type == o.type and self.extra_fields == o.extra_fields
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class TitledMultiSelectItems:
     """Items definition for titled multi-select enum properties."""
 
@@ -1120,8 +1838,28 @@ class TitledMultiSelectItems:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        any_of: list[EnumOption],
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.any_of = any_of
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"TitledMultiSelectItems(any_of={self.any_of!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: TitledMultiSelectItems = other
+        return self.any_of == o.any_of and self.meta == o.meta and self.extra_fields == o.extra_fields
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class TerminalAuthMethod:
     """Client runs the configured agent program as a separate interactive
     process, without passing this method to `authenticate`.
@@ -1175,8 +1913,47 @@ class TerminalAuthMethod:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        type: Literal["terminal"] = "terminal",
+        id: AuthMethodId,
+        name: str,
+        description: str | UnsetType | None = UNSET,
+        args: list[str] | UnsetType = UNSET,
+        env: dict[str, str] | UnsetType = UNSET,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.type = type
+        self.id = id
+        self.name = name
+        self.description = description
+        self.args = args
+        self.env = env
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"TerminalAuthMethod(type={self.type!r}, id={self.id!r}, name={self.name!r}, description={self.description!r}, args={self.args!r}, env={self.env!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: TerminalAuthMethod = other
+        return (
+            self.type == o.type
+            and self.id == o.id
+            and self.name == o.name
+            and self.description == o.description
+            and self.args == o.args
+            and self.env == o.env
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class AuthMethodAgent:
     """Agent handles authentication itself through `authenticate`.
 
@@ -1214,8 +1991,38 @@ class AuthMethodAgent:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        id: AuthMethodId,
+        name: str,
+        description: str | UnsetType | None = UNSET,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.id = id
+        self.name = name
+        self.description = description
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"AuthMethodAgent(id={self.id!r}, name={self.name!r}, description={self.description!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: AuthMethodAgent = other
+        return (
+            self.id == o.id
+            and self.name == o.name
+            and self.description == o.description
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class AuthMethodOther:
     """A `AuthMethod` variant this version of the schema does not define (kept verbatim).
 
@@ -1234,8 +2041,21 @@ class AuthMethodOther:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(self, *, type: str, extra_fields: dict[str, Any] | None = None) -> None:
+        self.type = type
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"AuthMethodOther(type={self.type!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: AuthMethodOther = other
+        return self.type == o.type and self.extra_fields == o.extra_fields
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class SelectSessionConfigOption:
     """Single-value selector (dropdown).
 
@@ -1294,8 +2114,50 @@ class SelectSessionConfigOption:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        type: Literal["select"] = "select",
+        id: SessionConfigId,
+        name: str,
+        description: str | UnsetType | None = UNSET,
+        category: SessionConfigOptionCategory | UnsetType | None = UNSET,
+        current_value: SessionConfigValueId,
+        options: SessionConfigSelectOptions,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.type = type
+        self.id = id
+        self.name = name
+        self.description = description
+        self.category = category
+        self.current_value = current_value
+        self.options = options
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"SelectSessionConfigOption(type={self.type!r}, id={self.id!r}, name={self.name!r}, description={self.description!r}, category={self.category!r}, current_value={self.current_value!r}, options={self.options!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: SelectSessionConfigOption = other
+        return (
+            self.type == o.type
+            and self.id == o.id
+            and self.name == o.name
+            and self.description == o.description
+            and self.category == o.category
+            and self.current_value == o.current_value
+            and self.options == o.options
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class BooleanSessionConfigOption:
     """Boolean on/off toggle.
 
@@ -1349,8 +2211,47 @@ class BooleanSessionConfigOption:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        type: Literal["boolean"] = "boolean",
+        id: SessionConfigId,
+        name: str,
+        description: str | UnsetType | None = UNSET,
+        category: SessionConfigOptionCategory | UnsetType | None = UNSET,
+        current_value: bool,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.type = type
+        self.id = id
+        self.name = name
+        self.description = description
+        self.category = category
+        self.current_value = current_value
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"BooleanSessionConfigOption(type={self.type!r}, id={self.id!r}, name={self.name!r}, description={self.description!r}, category={self.category!r}, current_value={self.current_value!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: BooleanSessionConfigOption = other
+        return (
+            self.type == o.type
+            and self.id == o.id
+            and self.name == o.name
+            and self.description == o.description
+            and self.category == o.category
+            and self.current_value == o.current_value
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class SessionConfigOptionOther:
     """A `SessionConfigOption` variant this version of the schema does not define (kept verbatim).
 
@@ -1404,8 +2305,44 @@ class SessionConfigOptionOther:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        type: str,
+        id: SessionConfigId,
+        name: str,
+        description: str | UnsetType | None = UNSET,
+        category: SessionConfigOptionCategory | UnsetType | None = UNSET,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.type = type
+        self.id = id
+        self.name = name
+        self.description = description
+        self.category = category
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"SessionConfigOptionOther(type={self.type!r}, id={self.id!r}, name={self.name!r}, description={self.description!r}, category={self.category!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: SessionConfigOptionOther = other
+        return (
+            self.type == o.type
+            and self.id == o.id
+            and self.name == o.name
+            and self.description == o.description
+            and self.category == o.category
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class UserMessageChunkSessionUpdate:
     """A chunk of the user's message being streamed.
 
@@ -1447,8 +2384,38 @@ class UserMessageChunkSessionUpdate:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        session_update: Literal["user_message_chunk"] = "user_message_chunk",
+        content: ContentBlock,
+        message_id: MessageId | UnsetType | None = UNSET,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.session_update = session_update
+        self.content = content
+        self.message_id = message_id
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"UserMessageChunkSessionUpdate(session_update={self.session_update!r}, content={self.content!r}, message_id={self.message_id!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: UserMessageChunkSessionUpdate = other
+        return (
+            self.session_update == o.session_update
+            and self.content == o.content
+            and self.message_id == o.message_id
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class AgentMessageChunkSessionUpdate:
     """A chunk of the agent's response being streamed.
 
@@ -1490,8 +2457,38 @@ class AgentMessageChunkSessionUpdate:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        session_update: Literal["agent_message_chunk"] = "agent_message_chunk",
+        content: ContentBlock,
+        message_id: MessageId | UnsetType | None = UNSET,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.session_update = session_update
+        self.content = content
+        self.message_id = message_id
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"AgentMessageChunkSessionUpdate(session_update={self.session_update!r}, content={self.content!r}, message_id={self.message_id!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: AgentMessageChunkSessionUpdate = other
+        return (
+            self.session_update == o.session_update
+            and self.content == o.content
+            and self.message_id == o.message_id
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class AgentThoughtChunkSessionUpdate:
     """A chunk of the agent's internal reasoning being streamed.
 
@@ -1533,8 +2530,38 @@ class AgentThoughtChunkSessionUpdate:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        session_update: Literal["agent_thought_chunk"] = "agent_thought_chunk",
+        content: ContentBlock,
+        message_id: MessageId | UnsetType | None = UNSET,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.session_update = session_update
+        self.content = content
+        self.message_id = message_id
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"AgentThoughtChunkSessionUpdate(session_update={self.session_update!r}, content={self.content!r}, message_id={self.message_id!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: AgentThoughtChunkSessionUpdate = other
+        return (
+            self.session_update == o.session_update
+            and self.content == o.content
+            and self.message_id == o.message_id
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class ToolCallSessionUpdate:
     """Notification that a new tool call has been initiated.
 
@@ -1613,8 +2640,59 @@ class ToolCallSessionUpdate:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        session_update: Literal["tool_call"] = "tool_call",
+        tool_call_id: ToolCallId,
+        title: str,
+        name: str | UnsetType | None = UNSET,
+        kind: ToolKind | UnsetType = UNSET,
+        status: ToolCallStatus | UnsetType = UNSET,
+        content: list[ToolCallContent] | UnsetType = UNSET,
+        locations: list[ToolCallLocation] | UnsetType = UNSET,
+        raw_input: Any | UnsetType = UNSET,
+        raw_output: Any | UnsetType = UNSET,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.session_update = session_update
+        self.tool_call_id = tool_call_id
+        self.title = title
+        self.name = name
+        self.kind = kind
+        self.status = status
+        self.content = content
+        self.locations = locations
+        self.raw_input = raw_input
+        self.raw_output = raw_output
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"ToolCallSessionUpdate(session_update={self.session_update!r}, tool_call_id={self.tool_call_id!r}, title={self.title!r}, name={self.name!r}, kind={self.kind!r}, status={self.status!r}, content={self.content!r}, locations={self.locations!r}, raw_input={self.raw_input!r}, raw_output={self.raw_output!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: ToolCallSessionUpdate = other
+        return (
+            self.session_update == o.session_update
+            and self.tool_call_id == o.tool_call_id
+            and self.title == o.title
+            and self.name == o.name
+            and self.kind == o.kind
+            and self.status == o.status
+            and self.content == o.content
+            and self.locations == o.locations
+            and self.raw_input == o.raw_input
+            and self.raw_output == o.raw_output
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class ToolCallUpdateSessionUpdate:
     """Update on the status or results of a tool call.
 
@@ -1693,8 +2771,59 @@ class ToolCallUpdateSessionUpdate:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        session_update: Literal["tool_call_update"] = "tool_call_update",
+        tool_call_id: ToolCallId,
+        kind: ToolKind | UnsetType | None = UNSET,
+        status: ToolCallStatus | UnsetType | None = UNSET,
+        title: str | UnsetType | None = UNSET,
+        name: str | UnsetType | None = UNSET,
+        content: list[ToolCallContent] | UnsetType | None = UNSET,
+        locations: list[ToolCallLocation] | UnsetType | None = UNSET,
+        raw_input: Any | UnsetType = UNSET,
+        raw_output: Any | UnsetType = UNSET,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.session_update = session_update
+        self.tool_call_id = tool_call_id
+        self.kind = kind
+        self.status = status
+        self.title = title
+        self.name = name
+        self.content = content
+        self.locations = locations
+        self.raw_input = raw_input
+        self.raw_output = raw_output
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"ToolCallUpdateSessionUpdate(session_update={self.session_update!r}, tool_call_id={self.tool_call_id!r}, kind={self.kind!r}, status={self.status!r}, title={self.title!r}, name={self.name!r}, content={self.content!r}, locations={self.locations!r}, raw_input={self.raw_input!r}, raw_output={self.raw_output!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: ToolCallUpdateSessionUpdate = other
+        return (
+            self.session_update == o.session_update
+            and self.tool_call_id == o.tool_call_id
+            and self.kind == o.kind
+            and self.status == o.status
+            and self.title == o.title
+            and self.name == o.name
+            and self.content == o.content
+            and self.locations == o.locations
+            and self.raw_input == o.raw_input
+            and self.raw_output == o.raw_output
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class PlanSessionUpdate:
     """The agent's execution plan for complex tasks.
     See protocol docs: [Agent Plan](https://agentclientprotocol.com/protocol/v1/draft/agent-plan)
@@ -1728,8 +2857,35 @@ class PlanSessionUpdate:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        session_update: Literal["plan"] = "plan",
+        entries: list[PlanEntry],
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.session_update = session_update
+        self.entries = entries
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"PlanSessionUpdate(session_update={self.session_update!r}, entries={self.entries!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: PlanSessionUpdate = other
+        return (
+            self.session_update == o.session_update
+            and self.entries == o.entries
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class PlanUpdateSessionUpdate:
     """**UNSTABLE**
 
@@ -1763,8 +2919,35 @@ class PlanUpdateSessionUpdate:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        session_update: Literal["plan_update"] = "plan_update",
+        plan: PlanUpdateContent,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.session_update = session_update
+        self.plan = plan
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"PlanUpdateSessionUpdate(session_update={self.session_update!r}, plan={self.plan!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: PlanUpdateSessionUpdate = other
+        return (
+            self.session_update == o.session_update
+            and self.plan == o.plan
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class PlanRemovedSessionUpdate:
     """**UNSTABLE**
 
@@ -1798,8 +2981,35 @@ class PlanRemovedSessionUpdate:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        session_update: Literal["plan_removed"] = "plan_removed",
+        plan_id: PlanId,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.session_update = session_update
+        self.plan_id = plan_id
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"PlanRemovedSessionUpdate(session_update={self.session_update!r}, plan_id={self.plan_id!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: PlanRemovedSessionUpdate = other
+        return (
+            self.session_update == o.session_update
+            and self.plan_id == o.plan_id
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class AvailableCommandsUpdateSessionUpdate:
     """Available commands are ready or have changed
 
@@ -1833,8 +3043,35 @@ class AvailableCommandsUpdateSessionUpdate:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        session_update: Literal["available_commands_update"] = "available_commands_update",
+        available_commands: list[AvailableCommand],
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.session_update = session_update
+        self.available_commands = available_commands
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"AvailableCommandsUpdateSessionUpdate(session_update={self.session_update!r}, available_commands={self.available_commands!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: AvailableCommandsUpdateSessionUpdate = other
+        return (
+            self.session_update == o.session_update
+            and self.available_commands == o.available_commands
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class CurrentModeUpdateSessionUpdate:
     """The current mode of the session has changed
 
@@ -1868,8 +3105,35 @@ class CurrentModeUpdateSessionUpdate:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        session_update: Literal["current_mode_update"] = "current_mode_update",
+        current_mode_id: SessionModeId,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.session_update = session_update
+        self.current_mode_id = current_mode_id
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"CurrentModeUpdateSessionUpdate(session_update={self.session_update!r}, current_mode_id={self.current_mode_id!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: CurrentModeUpdateSessionUpdate = other
+        return (
+            self.session_update == o.session_update
+            and self.current_mode_id == o.current_mode_id
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class ConfigOptionUpdateSessionUpdate:
     """Session configuration options have been updated.
 
@@ -1903,8 +3167,35 @@ class ConfigOptionUpdateSessionUpdate:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        session_update: Literal["config_option_update"] = "config_option_update",
+        config_options: list[SessionConfigOption],
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.session_update = session_update
+        self.config_options = config_options
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"ConfigOptionUpdateSessionUpdate(session_update={self.session_update!r}, config_options={self.config_options!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: ConfigOptionUpdateSessionUpdate = other
+        return (
+            self.session_update == o.session_update
+            and self.config_options == o.config_options
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class SessionInfoUpdateSessionUpdate:
     """Session metadata has been updated (title, timestamps, custom metadata)
 
@@ -1943,8 +3234,38 @@ class SessionInfoUpdateSessionUpdate:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        session_update: Literal["session_info_update"] = "session_info_update",
+        title: str | UnsetType | None = UNSET,
+        updated_at: str | UnsetType | None = UNSET,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.session_update = session_update
+        self.title = title
+        self.updated_at = updated_at
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"SessionInfoUpdateSessionUpdate(session_update={self.session_update!r}, title={self.title!r}, updated_at={self.updated_at!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: SessionInfoUpdateSessionUpdate = other
+        return (
+            self.session_update == o.session_update
+            and self.title == o.title
+            and self.updated_at == o.updated_at
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class UsageUpdateSessionUpdate:
     """Context window and cost update for the session.
 
@@ -1984,8 +3305,41 @@ class UsageUpdateSessionUpdate:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        session_update: Literal["usage_update"] = "usage_update",
+        used: int,
+        size: int,
+        cost: Cost | UnsetType | None = UNSET,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.session_update = session_update
+        self.used = used
+        self.size = size
+        self.cost = cost
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"UsageUpdateSessionUpdate(session_update={self.session_update!r}, used={self.used!r}, size={self.size!r}, cost={self.cost!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: UsageUpdateSessionUpdate = other
+        return (
+            self.session_update == o.session_update
+            and self.used == o.used
+            and self.size == o.size
+            and self.cost == o.cost
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class NoticeSessionUpdate:
     """Information for the user that is not part of session history.
 
@@ -2030,8 +3384,41 @@ class NoticeSessionUpdate:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        session_update: Literal["notice"] = "notice",
+        severity: NoticeSeverity,
+        title: str,
+        description: str | UnsetType | None = UNSET,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.session_update = session_update
+        self.severity = severity
+        self.title = title
+        self.description = description
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"NoticeSessionUpdate(session_update={self.session_update!r}, severity={self.severity!r}, title={self.title!r}, description={self.description!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: NoticeSessionUpdate = other
+        return (
+            self.session_update == o.session_update
+            and self.severity == o.severity
+            and self.title == o.title
+            and self.description == o.description
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class CompactionUpdateSessionUpdate:
     """A context compaction has been created or updated.
 
@@ -2079,8 +3466,44 @@ class CompactionUpdateSessionUpdate:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        session_update: Literal["compaction_update"] = "compaction_update",
+        compaction_id: CompactionId,
+        status: CompactionStatus,
+        summary: list[ContentBlock] | UnsetType | None = UNSET,
+        error: str | UnsetType | None = UNSET,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.session_update = session_update
+        self.compaction_id = compaction_id
+        self.status = status
+        self.summary = summary
+        self.error = error
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"CompactionUpdateSessionUpdate(session_update={self.session_update!r}, compaction_id={self.compaction_id!r}, status={self.status!r}, summary={self.summary!r}, error={self.error!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: CompactionUpdateSessionUpdate = other
+        return (
+            self.session_update == o.session_update
+            and self.compaction_id == o.compaction_id
+            and self.status == o.status
+            and self.summary == o.summary
+            and self.error == o.error
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class CompactionSummaryChunkSessionUpdate:
     """A content block appended to a context compaction's retained summary.
 
@@ -2116,8 +3539,38 @@ class CompactionSummaryChunkSessionUpdate:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        session_update: Literal["compaction_summary_chunk"] = "compaction_summary_chunk",
+        compaction_id: CompactionId,
+        content: ContentBlock,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.session_update = session_update
+        self.compaction_id = compaction_id
+        self.content = content
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"CompactionSummaryChunkSessionUpdate(session_update={self.session_update!r}, compaction_id={self.compaction_id!r}, content={self.content!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: CompactionSummaryChunkSessionUpdate = other
+        return (
+            self.session_update == o.session_update
+            and self.compaction_id == o.compaction_id
+            and self.content == o.content
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class SubagentUpdateSessionUpdate:
     """**UNSTABLE**
 
@@ -2219,8 +3672,53 @@ class SubagentUpdateSessionUpdate:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        session_update: Literal["subagent_update"] = "subagent_update",
+        session_id: SessionId,
+        title: str | UnsetType | None = UNSET,
+        description: str | UnsetType | None = UNSET,
+        capabilities: SubagentSessionCapabilities | UnsetType | None = UNSET,
+        state: StateUpdate | UnsetType | None = UNSET,
+        cwd: str | UnsetType | None = UNSET,
+        additional_directories: list[str] | UnsetType | None = UNSET,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.session_update = session_update
+        self.session_id = session_id
+        self.title = title
+        self.description = description
+        self.capabilities = capabilities
+        self.state = state
+        self.cwd = cwd
+        self.additional_directories = additional_directories
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"SubagentUpdateSessionUpdate(session_update={self.session_update!r}, session_id={self.session_id!r}, title={self.title!r}, description={self.description!r}, capabilities={self.capabilities!r}, state={self.state!r}, cwd={self.cwd!r}, additional_directories={self.additional_directories!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: SubagentUpdateSessionUpdate = other
+        return (
+            self.session_update == o.session_update
+            and self.session_id == o.session_id
+            and self.title == o.title
+            and self.description == o.description
+            and self.capabilities == o.capabilities
+            and self.state == o.state
+            and self.cwd == o.cwd
+            and self.additional_directories == o.additional_directories
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class SessionMessageSessionUpdate:
     """**UNSTABLE**
 
@@ -2301,8 +3799,50 @@ class SessionMessageSessionUpdate:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        session_update: Literal["session_message"] = "session_message",
+        message_id: MessageId,
+        sender_session_id: SessionId | UnsetType | None = UNSET,
+        recipient_session_id: SessionId | UnsetType | None = UNSET,
+        sender_message_id: MessageId | UnsetType | None = UNSET,
+        recipient_message_id: MessageId | UnsetType | None = UNSET,
+        content: list[ContentBlock] | UnsetType | None = UNSET,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.session_update = session_update
+        self.message_id = message_id
+        self.sender_session_id = sender_session_id
+        self.recipient_session_id = recipient_session_id
+        self.sender_message_id = sender_message_id
+        self.recipient_message_id = recipient_message_id
+        self.content = content
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"SessionMessageSessionUpdate(session_update={self.session_update!r}, message_id={self.message_id!r}, sender_session_id={self.sender_session_id!r}, recipient_session_id={self.recipient_session_id!r}, sender_message_id={self.sender_message_id!r}, recipient_message_id={self.recipient_message_id!r}, content={self.content!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: SessionMessageSessionUpdate = other
+        return (
+            self.session_update == o.session_update
+            and self.message_id == o.message_id
+            and self.sender_session_id == o.sender_session_id
+            and self.recipient_session_id == o.recipient_session_id
+            and self.sender_message_id == o.sender_message_id
+            and self.recipient_message_id == o.recipient_message_id
+            and self.content == o.content
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class SessionMessageChunkSessionUpdate:
     """**UNSTABLE**
 
@@ -2341,8 +3881,38 @@ class SessionMessageChunkSessionUpdate:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        session_update: Literal["session_message_chunk"] = "session_message_chunk",
+        message_id: MessageId,
+        content: ContentBlock,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.session_update = session_update
+        self.message_id = message_id
+        self.content = content
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"SessionMessageChunkSessionUpdate(session_update={self.session_update!r}, message_id={self.message_id!r}, content={self.content!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: SessionMessageChunkSessionUpdate = other
+        return (
+            self.session_update == o.session_update
+            and self.message_id == o.message_id
+            and self.content == o.content
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class SessionUpdateOther:
     """A `SessionUpdate` variant this version of the schema does not define (kept verbatim).
 
@@ -2361,8 +3931,21 @@ class SessionUpdateOther:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(self, *, session_update: str, extra_fields: dict[str, Any] | None = None) -> None:
+        self.session_update = session_update
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"SessionUpdateOther(session_update={self.session_update!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: SessionUpdateOther = other
+        return self.session_update == o.session_update and self.extra_fields == o.extra_fields
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class ItemsPlanUpdateContent:
     """Structured plan entries.
 
@@ -2400,8 +3983,38 @@ class ItemsPlanUpdateContent:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        type: Literal["items"] = "items",
+        plan_id: PlanId,
+        entries: list[PlanEntry],
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.type = type
+        self.plan_id = plan_id
+        self.entries = entries
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"ItemsPlanUpdateContent(type={self.type!r}, plan_id={self.plan_id!r}, entries={self.entries!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: ItemsPlanUpdateContent = other
+        return (
+            self.type == o.type
+            and self.plan_id == o.plan_id
+            and self.entries == o.entries
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class FilePlanUpdateContent:
     """A URI pointing to a file containing the plan.
 
@@ -2436,8 +4049,38 @@ class FilePlanUpdateContent:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        type: Literal["file"] = "file",
+        plan_id: PlanId,
+        uri: str,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.type = type
+        self.plan_id = plan_id
+        self.uri = uri
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"FilePlanUpdateContent(type={self.type!r}, plan_id={self.plan_id!r}, uri={self.uri!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: FilePlanUpdateContent = other
+        return (
+            self.type == o.type
+            and self.plan_id == o.plan_id
+            and self.uri == o.uri
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class MarkdownPlanUpdateContent:
     """Raw markdown content for the plan.
 
@@ -2472,8 +4115,38 @@ class MarkdownPlanUpdateContent:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        type: Literal["markdown"] = "markdown",
+        plan_id: PlanId,
+        content: str,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.type = type
+        self.plan_id = plan_id
+        self.content = content
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"MarkdownPlanUpdateContent(type={self.type!r}, plan_id={self.plan_id!r}, content={self.content!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: MarkdownPlanUpdateContent = other
+        return (
+            self.type == o.type
+            and self.plan_id == o.plan_id
+            and self.content == o.content
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class PlanUpdateContentOther:
     """A `PlanUpdateContent` variant this version of the schema does not define (kept verbatim).
 
@@ -2494,8 +4167,21 @@ class PlanUpdateContentOther:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(self, *, type: str, extra_fields: dict[str, Any] | None = None) -> None:
+        self.type = type
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"PlanUpdateContentOther(type={self.type!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: PlanUpdateContentOther = other
+        return self.type == o.type and self.extra_fields == o.extra_fields
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class UnstructuredCommandInput:
     """All text that was typed after the command name is provided as input."""
 
@@ -2518,8 +4204,24 @@ class UnstructuredCommandInput:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self, *, hint: str, meta: dict[str, Any] | UnsetType | None = UNSET, extra_fields: dict[str, Any] | None = None
+    ) -> None:
+        self.hint = hint
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"UnstructuredCommandInput(hint={self.hint!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: UnstructuredCommandInput = other
+        return self.hint == o.hint and self.meta == o.meta and self.extra_fields == o.extra_fields
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class RunningStateUpdate:
     """Foreground work is in progress.
 
@@ -2542,8 +4244,28 @@ class RunningStateUpdate:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        state: Literal["running"] = "running",
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.state = state
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"RunningStateUpdate(state={self.state!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: RunningStateUpdate = other
+        return self.state == o.state and self.meta == o.meta and self.extra_fields == o.extra_fields
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class IdleStateUpdate:
     """The child is ready to process another prompt.
 
@@ -2592,8 +4314,44 @@ class IdleStateUpdate:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        state: Literal["idle"] = "idle",
+        usage: Usage | UnsetType | None = UNSET,
+        stop_reason: Literal["end_turn", "max_tokens", "max_turn_requests", "refusal", "cancelled", "error"]
+        | str
+        | UnsetType
+        | None = UNSET,
+        error: Error | UnsetType | None = UNSET,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.state = state
+        self.usage = usage
+        self.stop_reason = stop_reason
+        self.error = error
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"IdleStateUpdate(state={self.state!r}, usage={self.usage!r}, stop_reason={self.stop_reason!r}, error={self.error!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: IdleStateUpdate = other
+        return (
+            self.state == o.state
+            and self.usage == o.usage
+            and self.stop_reason == o.stop_reason
+            and self.error == o.error
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class RequiresActionStateUpdate:
     """Foreground work is blocked on user action.
 
@@ -2616,8 +4374,30 @@ class RequiresActionStateUpdate:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        state: Literal["requires_action"] = "requires_action",
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.state = state
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return (
+            f"RequiresActionStateUpdate(state={self.state!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+        )
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: RequiresActionStateUpdate = other
+        return self.state == o.state and self.meta == o.meta and self.extra_fields == o.extra_fields
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class UnknownStateUpdate:
     """The Agent cannot currently determine foreground activity.
 
@@ -2642,8 +4422,28 @@ class UnknownStateUpdate:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        state: Literal["unknown"] = "unknown",
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.state = state
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"UnknownStateUpdate(state={self.state!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: UnknownStateUpdate = other
+        return self.state == o.state and self.meta == o.meta and self.extra_fields == o.extra_fields
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class StateUpdateOther:
     """Custom or future state.
 
@@ -2665,8 +4465,21 @@ class StateUpdateOther:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(self, *, state: str, extra_fields: dict[str, Any] | None = None) -> None:
+        self.state = state
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"StateUpdateOther(state={self.state!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: StateUpdateOther = other
+        return self.state == o.state and self.extra_fields == o.extra_fields
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class HttpMcpServer:
     """HTTP transport configuration
 
@@ -2708,8 +4521,41 @@ class HttpMcpServer:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        type: Literal["http"] = "http",
+        name: str,
+        url: str,
+        headers: list[HttpHeader],
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.type = type
+        self.name = name
+        self.url = url
+        self.headers = headers
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"HttpMcpServer(type={self.type!r}, name={self.name!r}, url={self.url!r}, headers={self.headers!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: HttpMcpServer = other
+        return (
+            self.type == o.type
+            and self.name == o.name
+            and self.url == o.url
+            and self.headers == o.headers
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class SseMcpServer:
     """SSE transport configuration
 
@@ -2751,8 +4597,41 @@ class SseMcpServer:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        type: Literal["sse"] = "sse",
+        name: str,
+        url: str,
+        headers: list[HttpHeader],
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.type = type
+        self.name = name
+        self.url = url
+        self.headers = headers
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"SseMcpServer(type={self.type!r}, name={self.name!r}, url={self.url!r}, headers={self.headers!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: SseMcpServer = other
+        return (
+            self.type == o.type
+            and self.name == o.name
+            and self.url == o.url
+            and self.headers == o.headers
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class AcpMcpServer:
     """**UNSTABLE**
 
@@ -2797,8 +4676,38 @@ class AcpMcpServer:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        type: Literal["acp"] = "acp",
+        name: str,
+        server_id: McpServerAcpId,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.type = type
+        self.name = name
+        self.server_id = server_id
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"AcpMcpServer(type={self.type!r}, name={self.name!r}, server_id={self.server_id!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: AcpMcpServer = other
+        return (
+            self.type == o.type
+            and self.name == o.name
+            and self.server_id == o.server_id
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class McpServerStdio:
     """Stdio transport configuration for MCP."""
 
@@ -2836,8 +4745,41 @@ class McpServerStdio:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        name: str,
+        command: str,
+        args: list[str],
+        env: list[EnvVariable],
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.name = name
+        self.command = command
+        self.args = args
+        self.env = env
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"McpServerStdio(name={self.name!r}, command={self.command!r}, args={self.args!r}, env={self.env!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: McpServerStdio = other
+        return (
+            self.name == o.name
+            and self.command == o.command
+            and self.args == o.args
+            and self.env == o.env
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class McpServerOther:
     """A `McpServer` variant this version of the schema does not define (kept verbatim).
 
@@ -2856,8 +4798,21 @@ class McpServerOther:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(self, *, type: str, extra_fields: dict[str, Any] | None = None) -> None:
+        self.type = type
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"McpServerOther(type={self.type!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: McpServerOther = other
+        return self.type == o.type and self.extra_fields == o.extra_fields
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class BooleanSetSessionConfigOptionRequest:
     """A boolean value (`type: "boolean"`).
 
@@ -2897,8 +4852,41 @@ class BooleanSetSessionConfigOptionRequest:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        type: Literal["boolean"] = "boolean",
+        session_id: SessionId,
+        config_id: SessionConfigId,
+        value: bool,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.type = type
+        self.session_id = session_id
+        self.config_id = config_id
+        self.value = value
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"BooleanSetSessionConfigOptionRequest(type={self.type!r}, session_id={self.session_id!r}, config_id={self.config_id!r}, value={self.value!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: BooleanSetSessionConfigOptionRequest = other
+        return (
+            self.type == o.type
+            and self.session_id == o.session_id
+            and self.config_id == o.config_id
+            and self.value == o.value
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class ValueIdSetSessionConfigOptionRequest:
     """A `SessionConfigValueId` string value.
 
@@ -2938,8 +4926,38 @@ class ValueIdSetSessionConfigOptionRequest:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        session_id: SessionId,
+        config_id: SessionConfigId,
+        value: SessionConfigValueId,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.session_id = session_id
+        self.config_id = config_id
+        self.value = value
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"ValueIdSetSessionConfigOptionRequest(session_id={self.session_id!r}, config_id={self.config_id!r}, value={self.value!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: ValueIdSetSessionConfigOptionRequest = other
+        return (
+            self.session_id == o.session_id
+            and self.config_id == o.config_id
+            and self.value == o.value
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class SetSessionConfigOptionRequestOther:
     """A `SetSessionConfigOptionRequest` variant this version of the schema does not define (kept verbatim).
 
@@ -2979,8 +4997,38 @@ class SetSessionConfigOptionRequestOther:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        type: str,
+        session_id: SessionId,
+        config_id: SessionConfigId,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.type = type
+        self.session_id = session_id
+        self.config_id = config_id
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"SetSessionConfigOptionRequestOther(type={self.type!r}, session_id={self.session_id!r}, config_id={self.config_id!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: SetSessionConfigOptionRequestOther = other
+        return (
+            self.type == o.type
+            and self.session_id == o.session_id
+            and self.config_id == o.config_id
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class CancelledRequestPermissionOutcome:
     """The prompt turn was cancelled before the user responded.
 
@@ -3000,8 +5048,23 @@ class CancelledRequestPermissionOutcome:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self, *, outcome: Literal["cancelled"] = "cancelled", extra_fields: dict[str, Any] | None = None
+    ) -> None:
+        self.outcome = outcome
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"CancelledRequestPermissionOutcome(outcome={self.outcome!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: CancelledRequestPermissionOutcome = other
+        return self.outcome == o.outcome and self.extra_fields == o.extra_fields
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class SelectedRequestPermissionOutcome:
     """The user selected one of the provided options.
 
@@ -3031,8 +5094,35 @@ class SelectedRequestPermissionOutcome:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        outcome: Literal["selected"] = "selected",
+        option_id: PermissionOptionId,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.outcome = outcome
+        self.option_id = option_id
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"SelectedRequestPermissionOutcome(outcome={self.outcome!r}, option_id={self.option_id!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: SelectedRequestPermissionOutcome = other
+        return (
+            self.outcome == o.outcome
+            and self.option_id == o.option_id
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class RequestPermissionOutcomeOther:
     """A `RequestPermissionOutcome` variant this version of the schema does not define (kept verbatim).
 
@@ -3051,8 +5141,21 @@ class RequestPermissionOutcomeOther:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(self, *, outcome: str, extra_fields: dict[str, Any] | None = None) -> None:
+        self.outcome = outcome
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"RequestPermissionOutcomeOther(outcome={self.outcome!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: RequestPermissionOutcomeOther = other
+        return self.outcome == o.outcome and self.extra_fields == o.extra_fields
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class AcceptCreateElicitationResponse:
     """The user accepted and provided content.
 
@@ -3086,8 +5189,35 @@ class AcceptCreateElicitationResponse:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        action: Literal["accept"] = "accept",
+        content: dict[str, ElicitationContentValue] | UnsetType | None = UNSET,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.action = action
+        self.content = content
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"AcceptCreateElicitationResponse(action={self.action!r}, content={self.content!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: AcceptCreateElicitationResponse = other
+        return (
+            self.action == o.action
+            and self.content == o.content
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class DeclineCreateElicitationResponse:
     """The user declined the elicitation.
 
@@ -3114,8 +5244,28 @@ class DeclineCreateElicitationResponse:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        action: Literal["decline"] = "decline",
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.action = action
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"DeclineCreateElicitationResponse(action={self.action!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: DeclineCreateElicitationResponse = other
+        return self.action == o.action and self.meta == o.meta and self.extra_fields == o.extra_fields
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class CancelCreateElicitationResponse:
     """The elicitation was cancelled.
 
@@ -3142,8 +5292,28 @@ class CancelCreateElicitationResponse:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        action: Literal["cancel"] = "cancel",
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.action = action
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"CancelCreateElicitationResponse(action={self.action!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: CancelCreateElicitationResponse = other
+        return self.action == o.action and self.meta == o.meta and self.extra_fields == o.extra_fields
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class CreateElicitationResponseOther:
     """Custom or future elicitation action.
 
@@ -3187,8 +5357,28 @@ class CreateElicitationResponseOther:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        action: str,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.action = action
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"CreateElicitationResponseOther(action={self.action!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: CreateElicitationResponseOther = other
+        return self.action == o.action and self.meta == o.meta and self.extra_fields == o.extra_fields
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class ResultMessageMcpResponse:
     """An opaque inner MCP result.
 
@@ -3210,8 +5400,30 @@ class ResultMessageMcpResponse:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        result: Any,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.result = result
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return (
+            f"ResultMessageMcpResponse(result={self.result!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+        )
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: ResultMessageMcpResponse = other
+        return self.result == o.result and self.meta == o.meta and self.extra_fields == o.extra_fields
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class ErrorMessageMcpResponse:
     """A structured inner MCP error.
 
@@ -3233,8 +5445,28 @@ class ErrorMessageMcpResponse:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        error: McpError,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.error = error
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"ErrorMessageMcpResponse(error={self.error!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: ErrorMessageMcpResponse = other
+        return self.error == o.error and self.meta == o.meta and self.extra_fields == o.extra_fields
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class WriteTextFileRequest:
     """Request to write content to a text file.
 
@@ -3270,8 +5502,38 @@ class WriteTextFileRequest:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        session_id: SessionId,
+        path: str,
+        content: str,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.session_id = session_id
+        self.path = path
+        self.content = content
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"WriteTextFileRequest(session_id={self.session_id!r}, path={self.path!r}, content={self.content!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: WriteTextFileRequest = other
+        return (
+            self.session_id == o.session_id
+            and self.path == o.path
+            and self.content == o.content
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class ReadTextFileRequest:
     """Request to read content from a text file.
 
@@ -3312,8 +5574,41 @@ class ReadTextFileRequest:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        session_id: SessionId,
+        path: str,
+        line: int | UnsetType | None = UNSET,
+        limit: int | UnsetType | None = UNSET,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.session_id = session_id
+        self.path = path
+        self.line = line
+        self.limit = limit
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"ReadTextFileRequest(session_id={self.session_id!r}, path={self.path!r}, line={self.line!r}, limit={self.limit!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: ReadTextFileRequest = other
+        return (
+            self.session_id == o.session_id
+            and self.path == o.path
+            and self.line == o.line
+            and self.limit == o.limit
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class RequestPermissionRequest:
     """Request for user permission to execute a tool call.
 
@@ -3351,8 +5646,38 @@ class RequestPermissionRequest:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        session_id: SessionId,
+        tool_call: ToolCallUpdate,
+        options: list[PermissionOption],
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.session_id = session_id
+        self.tool_call = tool_call
+        self.options = options
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"RequestPermissionRequest(session_id={self.session_id!r}, tool_call={self.tool_call!r}, options={self.options!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: RequestPermissionRequest = other
+        return (
+            self.session_id == o.session_id
+            and self.tool_call == o.tool_call
+            and self.options == o.options
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class ToolCallUpdate:
     """An update to an existing tool call.
 
@@ -3430,8 +5755,56 @@ class ToolCallUpdate:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        tool_call_id: ToolCallId,
+        kind: ToolKind | UnsetType | None = UNSET,
+        status: ToolCallStatus | UnsetType | None = UNSET,
+        title: str | UnsetType | None = UNSET,
+        name: str | UnsetType | None = UNSET,
+        content: list[ToolCallContent] | UnsetType | None = UNSET,
+        locations: list[ToolCallLocation] | UnsetType | None = UNSET,
+        raw_input: Any | UnsetType = UNSET,
+        raw_output: Any | UnsetType = UNSET,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.tool_call_id = tool_call_id
+        self.kind = kind
+        self.status = status
+        self.title = title
+        self.name = name
+        self.content = content
+        self.locations = locations
+        self.raw_input = raw_input
+        self.raw_output = raw_output
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"ToolCallUpdate(tool_call_id={self.tool_call_id!r}, kind={self.kind!r}, status={self.status!r}, title={self.title!r}, name={self.name!r}, content={self.content!r}, locations={self.locations!r}, raw_input={self.raw_input!r}, raw_output={self.raw_output!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: ToolCallUpdate = other
+        return (
+            self.tool_call_id == o.tool_call_id
+            and self.kind == o.kind
+            and self.status == o.status
+            and self.title == o.title
+            and self.name == o.name
+            and self.content == o.content
+            and self.locations == o.locations
+            and self.raw_input == o.raw_input
+            and self.raw_output == o.raw_output
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class Annotations:
     """Optional annotations for the client. The client can use annotations to inform how objects are used or displayed"""
 
@@ -3470,8 +5843,38 @@ class Annotations:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        audience: list[Role] | UnsetType | None = UNSET,
+        last_modified: str | UnsetType | None = UNSET,
+        priority: float | UnsetType | None = UNSET,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.audience = audience
+        self.last_modified = last_modified
+        self.priority = priority
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"Annotations(audience={self.audience!r}, last_modified={self.last_modified!r}, priority={self.priority!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: Annotations = other
+        return (
+            self.audience == o.audience
+            and self.last_modified == o.last_modified
+            and self.priority == o.priority
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class TextContent:
     """Text provided to or from an LLM."""
 
@@ -3501,8 +5904,35 @@ class TextContent:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        annotations: Annotations | UnsetType | None = UNSET,
+        text: str,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.annotations = annotations
+        self.text = text
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"TextContent(annotations={self.annotations!r}, text={self.text!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: TextContent = other
+        return (
+            self.annotations == o.annotations
+            and self.text == o.text
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class ImageContent:
     """An image provided to or from an LLM."""
 
@@ -3542,8 +5972,41 @@ class ImageContent:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        annotations: Annotations | UnsetType | None = UNSET,
+        data: str,
+        mime_type: str,
+        uri: str | UnsetType | None = UNSET,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.annotations = annotations
+        self.data = data
+        self.mime_type = mime_type
+        self.uri = uri
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"ImageContent(annotations={self.annotations!r}, data={self.data!r}, mime_type={self.mime_type!r}, uri={self.uri!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: ImageContent = other
+        return (
+            self.annotations == o.annotations
+            and self.data == o.data
+            and self.mime_type == o.mime_type
+            and self.uri == o.uri
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class AudioContent:
     """Audio provided to or from an LLM."""
 
@@ -3578,8 +6041,38 @@ class AudioContent:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        annotations: Annotations | UnsetType | None = UNSET,
+        data: str,
+        mime_type: str,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.annotations = annotations
+        self.data = data
+        self.mime_type = mime_type
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"AudioContent(annotations={self.annotations!r}, data={self.data!r}, mime_type={self.mime_type!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: AudioContent = other
+        return (
+            self.annotations == o.annotations
+            and self.data == o.data
+            and self.mime_type == o.mime_type
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class ResourceLink:
     """A resource that the server is capable of reading, included in a prompt or tool call result."""
 
@@ -3636,8 +6129,50 @@ class ResourceLink:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        annotations: Annotations | UnsetType | None = UNSET,
+        description: str | UnsetType | None = UNSET,
+        mime_type: str | UnsetType | None = UNSET,
+        name: str,
+        size: int | UnsetType | None = UNSET,
+        title: str | UnsetType | None = UNSET,
+        uri: str,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.annotations = annotations
+        self.description = description
+        self.mime_type = mime_type
+        self.name = name
+        self.size = size
+        self.title = title
+        self.uri = uri
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"ResourceLink(annotations={self.annotations!r}, description={self.description!r}, mime_type={self.mime_type!r}, name={self.name!r}, size={self.size!r}, title={self.title!r}, uri={self.uri!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: ResourceLink = other
+        return (
+            self.annotations == o.annotations
+            and self.description == o.description
+            and self.mime_type == o.mime_type
+            and self.name == o.name
+            and self.size == o.size
+            and self.title == o.title
+            and self.uri == o.uri
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class EmbeddedResource:
     """The contents of a resource, embedded into a prompt or tool call result."""
 
@@ -3667,8 +6202,35 @@ class EmbeddedResource:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        annotations: Annotations | UnsetType | None = UNSET,
+        resource: EmbeddedResourceResource,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.annotations = annotations
+        self.resource = resource
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"EmbeddedResource(annotations={self.annotations!r}, resource={self.resource!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: EmbeddedResource = other
+        return (
+            self.annotations == o.annotations
+            and self.resource == o.resource
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class Content:
     """Standard content block (text, images, resources)."""
 
@@ -3691,8 +6253,28 @@ class Content:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        content: ContentBlock,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.content = content
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"Content(content={self.content!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: Content = other
+        return self.content == o.content and self.meta == o.meta and self.extra_fields == o.extra_fields
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class Diff:
     """A diff representing file modifications.
 
@@ -3730,8 +6312,38 @@ class Diff:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        path: str,
+        old_text: str | UnsetType | None = UNSET,
+        new_text: str,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.path = path
+        self.old_text = old_text
+        self.new_text = new_text
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"Diff(path={self.path!r}, old_text={self.old_text!r}, new_text={self.new_text!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: Diff = other
+        return (
+            self.path == o.path
+            and self.old_text == o.old_text
+            and self.new_text == o.new_text
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class Terminal:
     """Embed a terminal created with `terminal/create` by its id.
 
@@ -3759,8 +6371,28 @@ class Terminal:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        terminal_id: TerminalId,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.terminal_id = terminal_id
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"Terminal(terminal_id={self.terminal_id!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: Terminal = other
+        return self.terminal_id == o.terminal_id and self.meta == o.meta and self.extra_fields == o.extra_fields
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class ToolCallLocation:
     """A file location being accessed or modified by a tool.
 
@@ -3794,8 +6426,32 @@ class ToolCallLocation:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        path: str,
+        line: int | UnsetType | None = UNSET,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.path = path
+        self.line = line
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"ToolCallLocation(path={self.path!r}, line={self.line!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: ToolCallLocation = other
+        return (
+            self.path == o.path and self.line == o.line and self.meta == o.meta and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class PermissionOption:
     """An option presented to the user when requesting permission."""
 
@@ -3828,8 +6484,38 @@ class PermissionOption:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        option_id: PermissionOptionId,
+        name: str,
+        kind: PermissionOptionKind,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.option_id = option_id
+        self.name = name
+        self.kind = kind
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"PermissionOption(option_id={self.option_id!r}, name={self.name!r}, kind={self.kind!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: PermissionOption = other
+        return (
+            self.option_id == o.option_id
+            and self.name == o.name
+            and self.kind == o.kind
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class CreateTerminalRequest:
     """Request to create a new terminal and execute a command."""
 
@@ -3884,8 +6570,47 @@ class CreateTerminalRequest:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        session_id: SessionId,
+        command: str,
+        args: list[str] | UnsetType = UNSET,
+        env: list[EnvVariable] | UnsetType = UNSET,
+        cwd: str | UnsetType | None = UNSET,
+        output_byte_limit: int | UnsetType | None = UNSET,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.session_id = session_id
+        self.command = command
+        self.args = args
+        self.env = env
+        self.cwd = cwd
+        self.output_byte_limit = output_byte_limit
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"CreateTerminalRequest(session_id={self.session_id!r}, command={self.command!r}, args={self.args!r}, env={self.env!r}, cwd={self.cwd!r}, output_byte_limit={self.output_byte_limit!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: CreateTerminalRequest = other
+        return (
+            self.session_id == o.session_id
+            and self.command == o.command
+            and self.args == o.args
+            and self.env == o.env
+            and self.cwd == o.cwd
+            and self.output_byte_limit == o.output_byte_limit
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class EnvVariable:
     """An environment variable to set when launching an MCP server."""
 
@@ -3913,8 +6638,35 @@ class EnvVariable:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        name: str,
+        value: str,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.name = name
+        self.value = value
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"EnvVariable(name={self.name!r}, value={self.value!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: EnvVariable = other
+        return (
+            self.name == o.name
+            and self.value == o.value
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class TerminalOutputRequest:
     """Request to get the current output and status of a terminal."""
 
@@ -3942,8 +6694,35 @@ class TerminalOutputRequest:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        session_id: SessionId,
+        terminal_id: TerminalId,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.session_id = session_id
+        self.terminal_id = terminal_id
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"TerminalOutputRequest(session_id={self.session_id!r}, terminal_id={self.terminal_id!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: TerminalOutputRequest = other
+        return (
+            self.session_id == o.session_id
+            and self.terminal_id == o.terminal_id
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class ReleaseTerminalRequest:
     """Request to release a terminal and free its resources."""
 
@@ -3971,8 +6750,35 @@ class ReleaseTerminalRequest:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        session_id: SessionId,
+        terminal_id: TerminalId,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.session_id = session_id
+        self.terminal_id = terminal_id
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"ReleaseTerminalRequest(session_id={self.session_id!r}, terminal_id={self.terminal_id!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: ReleaseTerminalRequest = other
+        return (
+            self.session_id == o.session_id
+            and self.terminal_id == o.terminal_id
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class WaitForTerminalExitRequest:
     """Request to wait for a terminal command to exit."""
 
@@ -4000,8 +6806,35 @@ class WaitForTerminalExitRequest:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        session_id: SessionId,
+        terminal_id: TerminalId,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.session_id = session_id
+        self.terminal_id = terminal_id
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"WaitForTerminalExitRequest(session_id={self.session_id!r}, terminal_id={self.terminal_id!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: WaitForTerminalExitRequest = other
+        return (
+            self.session_id == o.session_id
+            and self.terminal_id == o.terminal_id
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class KillTerminalRequest:
     """Request to kill a terminal without releasing it."""
 
@@ -4029,8 +6862,35 @@ class KillTerminalRequest:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        session_id: SessionId,
+        terminal_id: TerminalId,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.session_id = session_id
+        self.terminal_id = terminal_id
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"KillTerminalRequest(session_id={self.session_id!r}, terminal_id={self.terminal_id!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: KillTerminalRequest = other
+        return (
+            self.session_id == o.session_id
+            and self.terminal_id == o.terminal_id
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class ElicitationSessionScope:
     """Session-scoped elicitation, optionally tied to a specific tool call.
 
@@ -4057,8 +6917,32 @@ class ElicitationSessionScope:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        session_id: SessionId,
+        tool_call_id: ToolCallId | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.session_id = session_id
+        self.tool_call_id = tool_call_id
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"ElicitationSessionScope(session_id={self.session_id!r}, tool_call_id={self.tool_call_id!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: ElicitationSessionScope = other
+        return (
+            self.session_id == o.session_id
+            and self.tool_call_id == o.tool_call_id
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class ElicitationRequestScope:
     """Request-scoped elicitation, tied to a specific JSON-RPC request outside of a session
     (e.g., during auth/configuration phases before any session is started).
@@ -4072,8 +6956,21 @@ class ElicitationRequestScope:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(self, *, request_id: RequestId, extra_fields: dict[str, Any] | None = None) -> None:
+        self.request_id = request_id
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"ElicitationRequestScope(request_id={self.request_id!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: ElicitationRequestScope = other
+        return self.request_id == o.request_id and self.extra_fields == o.extra_fields
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class ElicitationSchema:
     """Type-safe elicitation schema for requesting structured user input.
 
@@ -4134,8 +7031,44 @@ class ElicitationSchema:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        type: ElicitationSchemaType | UnsetType = UNSET,
+        title: str | UnsetType | None = UNSET,
+        properties: dict[str, ElicitationPropertySchema] | UnsetType = UNSET,
+        required: list[str] | UnsetType | None = UNSET,
+        description: str | UnsetType | None = UNSET,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.type = type
+        self.title = title
+        self.properties = properties
+        self.required = required
+        self.description = description
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"ElicitationSchema(type={self.type!r}, title={self.title!r}, properties={self.properties!r}, required={self.required!r}, description={self.description!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: ElicitationSchema = other
+        return (
+            self.type == o.type
+            and self.title == o.title
+            and self.properties == o.properties
+            and self.required == o.required
+            and self.description == o.description
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class EnumOption:
     """A titled enum option with a const value, human-readable title, and optional description."""
 
@@ -4174,8 +7107,38 @@ class EnumOption:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        const: str,
+        title: str,
+        description: str | UnsetType | None = UNSET,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.const = const
+        self.title = title
+        self.description = description
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"EnumOption(const={self.const!r}, title={self.title!r}, description={self.description!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: EnumOption = other
+        return (
+            self.const == o.const
+            and self.title == o.title
+            and self.description == o.description
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class StringPropertySchema:
     """Schema for string properties in an elicitation form.
 
@@ -4264,8 +7227,56 @@ class StringPropertySchema:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        title: str | UnsetType | None = UNSET,
+        description: str | UnsetType | None = UNSET,
+        min_length: int | UnsetType | None = UNSET,
+        max_length: int | UnsetType | None = UNSET,
+        pattern: str | UnsetType | None = UNSET,
+        format: StringFormat | UnsetType | None = UNSET,
+        default: str | UnsetType | None = UNSET,
+        enum: list[str] | UnsetType | None = UNSET,
+        one_of: list[EnumOption] | UnsetType | None = UNSET,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.title = title
+        self.description = description
+        self.min_length = min_length
+        self.max_length = max_length
+        self.pattern = pattern
+        self.format = format
+        self.default = default
+        self.enum = enum
+        self.one_of = one_of
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"StringPropertySchema(title={self.title!r}, description={self.description!r}, min_length={self.min_length!r}, max_length={self.max_length!r}, pattern={self.pattern!r}, format={self.format!r}, default={self.default!r}, enum={self.enum!r}, one_of={self.one_of!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: StringPropertySchema = other
+        return (
+            self.title == o.title
+            and self.description == o.description
+            and self.min_length == o.min_length
+            and self.max_length == o.max_length
+            and self.pattern == o.pattern
+            and self.format == o.format
+            and self.default == o.default
+            and self.enum == o.enum
+            and self.one_of == o.one_of
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class NumberPropertySchema:
     """Schema for number (floating-point) properties in an elicitation form."""
 
@@ -4322,8 +7333,44 @@ class NumberPropertySchema:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        title: str | UnsetType | None = UNSET,
+        description: str | UnsetType | None = UNSET,
+        minimum: float | UnsetType | None = UNSET,
+        maximum: float | UnsetType | None = UNSET,
+        default: float | UnsetType | None = UNSET,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.title = title
+        self.description = description
+        self.minimum = minimum
+        self.maximum = maximum
+        self.default = default
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"NumberPropertySchema(title={self.title!r}, description={self.description!r}, minimum={self.minimum!r}, maximum={self.maximum!r}, default={self.default!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: NumberPropertySchema = other
+        return (
+            self.title == o.title
+            and self.description == o.description
+            and self.minimum == o.minimum
+            and self.maximum == o.maximum
+            and self.default == o.default
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class IntegerPropertySchema:
     """Schema for integer properties in an elicitation form."""
 
@@ -4380,8 +7427,44 @@ class IntegerPropertySchema:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        title: str | UnsetType | None = UNSET,
+        description: str | UnsetType | None = UNSET,
+        minimum: int | UnsetType | None = UNSET,
+        maximum: int | UnsetType | None = UNSET,
+        default: int | UnsetType | None = UNSET,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.title = title
+        self.description = description
+        self.minimum = minimum
+        self.maximum = maximum
+        self.default = default
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"IntegerPropertySchema(title={self.title!r}, description={self.description!r}, minimum={self.minimum!r}, maximum={self.maximum!r}, default={self.default!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: IntegerPropertySchema = other
+        return (
+            self.title == o.title
+            and self.description == o.description
+            and self.minimum == o.minimum
+            and self.maximum == o.maximum
+            and self.default == o.default
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class BooleanPropertySchema:
     """Schema for boolean properties in an elicitation form."""
 
@@ -4424,8 +7507,38 @@ class BooleanPropertySchema:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        title: str | UnsetType | None = UNSET,
+        description: str | UnsetType | None = UNSET,
+        default: bool | UnsetType | None = UNSET,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.title = title
+        self.description = description
+        self.default = default
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"BooleanPropertySchema(title={self.title!r}, description={self.description!r}, default={self.default!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: BooleanPropertySchema = other
+        return (
+            self.title == o.title
+            and self.description == o.description
+            and self.default == o.default
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class MultiSelectPropertySchema:
     """Schema for multi-select (array) properties in an elicitation form."""
 
@@ -4489,8 +7602,47 @@ class MultiSelectPropertySchema:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        title: str | UnsetType | None = UNSET,
+        description: str | UnsetType | None = UNSET,
+        min_items: int | UnsetType | None = UNSET,
+        max_items: int | UnsetType | None = UNSET,
+        items: MultiSelectItems,
+        default: list[str] | UnsetType | None = UNSET,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.title = title
+        self.description = description
+        self.min_items = min_items
+        self.max_items = max_items
+        self.items = items
+        self.default = default
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"MultiSelectPropertySchema(title={self.title!r}, description={self.description!r}, min_items={self.min_items!r}, max_items={self.max_items!r}, items={self.items!r}, default={self.default!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: MultiSelectPropertySchema = other
+        return (
+            self.title == o.title
+            and self.description == o.description
+            and self.min_items == o.min_items
+            and self.max_items == o.max_items
+            and self.items == o.items
+            and self.default == o.default
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class ElicitationFormMode:
     """Form-based elicitation mode where the client renders a form from the provided schema."""
 
@@ -4522,8 +7674,38 @@ class ElicitationFormMode:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        requested_schema: ElicitationSchema,
+        session_id: SessionId | UnsetType = UNSET,
+        tool_call_id: ToolCallId | UnsetType | None = UNSET,
+        request_id: RequestId | UnsetType = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.requested_schema = requested_schema
+        self.session_id = session_id
+        self.tool_call_id = tool_call_id
+        self.request_id = request_id
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"ElicitationFormMode(requested_schema={self.requested_schema!r}, session_id={self.session_id!r}, tool_call_id={self.tool_call_id!r}, request_id={self.request_id!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: ElicitationFormMode = other
+        return (
+            self.requested_schema == o.requested_schema
+            and self.session_id == o.session_id
+            and self.tool_call_id == o.tool_call_id
+            and self.request_id == o.request_id
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class ElicitationUrlMode:
     """URL-based elicitation mode where the client directs the user to a URL."""
 
@@ -4560,8 +7742,41 @@ class ElicitationUrlMode:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        elicitation_id: ElicitationId,
+        url: str,
+        session_id: SessionId | UnsetType = UNSET,
+        tool_call_id: ToolCallId | UnsetType | None = UNSET,
+        request_id: RequestId | UnsetType = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.elicitation_id = elicitation_id
+        self.url = url
+        self.session_id = session_id
+        self.tool_call_id = tool_call_id
+        self.request_id = request_id
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"ElicitationUrlMode(elicitation_id={self.elicitation_id!r}, url={self.url!r}, session_id={self.session_id!r}, tool_call_id={self.tool_call_id!r}, request_id={self.request_id!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: ElicitationUrlMode = other
+        return (
+            self.elicitation_id == o.elicitation_id
+            and self.url == o.url
+            and self.session_id == o.session_id
+            and self.tool_call_id == o.tool_call_id
+            and self.request_id == o.request_id
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class MessageMcpRequest:
     """**UNSTABLE**
 
@@ -4608,8 +7823,41 @@ class MessageMcpRequest:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        server_id: McpServerAcpId,
+        request_id: McpRequestId,
+        method: str,
+        params: dict[str, Any] | UnsetType | None = UNSET,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.server_id = server_id
+        self.request_id = request_id
+        self.method = method
+        self.params = params
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"MessageMcpRequest(server_id={self.server_id!r}, request_id={self.request_id!r}, method={self.method!r}, params={self.params!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: MessageMcpRequest = other
+        return (
+            self.server_id == o.server_id
+            and self.request_id == o.request_id
+            and self.method == o.method
+            and self.params == o.params
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class InitializeResponse:
     """Response to the `initialize` method.
 
@@ -4674,8 +7922,41 @@ class InitializeResponse:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        protocol_version: ProtocolVersion,
+        agent_capabilities: AgentCapabilities | UnsetType = UNSET,
+        auth_methods: list[AuthMethod] | UnsetType = UNSET,
+        agent_info: Implementation | UnsetType | None = UNSET,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.protocol_version = protocol_version
+        self.agent_capabilities = agent_capabilities
+        self.auth_methods = auth_methods
+        self.agent_info = agent_info
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"InitializeResponse(protocol_version={self.protocol_version!r}, agent_capabilities={self.agent_capabilities!r}, auth_methods={self.auth_methods!r}, agent_info={self.agent_info!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: InitializeResponse = other
+        return (
+            self.protocol_version == o.protocol_version
+            and self.agent_capabilities == o.agent_capabilities
+            and self.auth_methods == o.auth_methods
+            and self.agent_info == o.agent_info
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class AgentCapabilities:
     """Capabilities supported by the agent.
 
@@ -4747,8 +8028,47 @@ class AgentCapabilities:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        load_session: bool | UnsetType = UNSET,
+        prompt_capabilities: PromptCapabilities | UnsetType = UNSET,
+        mcp_capabilities: McpCapabilities | UnsetType = UNSET,
+        session_capabilities: SessionCapabilities | UnsetType = UNSET,
+        auth: AgentAuthCapabilities | UnsetType = UNSET,
+        providers: ProvidersCapabilities | UnsetType | None = UNSET,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.load_session = load_session
+        self.prompt_capabilities = prompt_capabilities
+        self.mcp_capabilities = mcp_capabilities
+        self.session_capabilities = session_capabilities
+        self.auth = auth
+        self.providers = providers
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"AgentCapabilities(load_session={self.load_session!r}, prompt_capabilities={self.prompt_capabilities!r}, mcp_capabilities={self.mcp_capabilities!r}, session_capabilities={self.session_capabilities!r}, auth={self.auth!r}, providers={self.providers!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: AgentCapabilities = other
+        return (
+            self.load_session == o.load_session
+            and self.prompt_capabilities == o.prompt_capabilities
+            and self.mcp_capabilities == o.mcp_capabilities
+            and self.session_capabilities == o.session_capabilities
+            and self.auth == o.auth
+            and self.providers == o.providers
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class PromptCapabilities:
     """Prompt capabilities supported by the agent in `session/prompt` requests.
 
@@ -4798,8 +8118,38 @@ class PromptCapabilities:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        image: bool | UnsetType = UNSET,
+        audio: bool | UnsetType = UNSET,
+        embedded_context: bool | UnsetType = UNSET,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.image = image
+        self.audio = audio
+        self.embedded_context = embedded_context
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"PromptCapabilities(image={self.image!r}, audio={self.audio!r}, embedded_context={self.embedded_context!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: PromptCapabilities = other
+        return (
+            self.image == o.image
+            and self.audio == o.audio
+            and self.embedded_context == o.embedded_context
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class McpCapabilities:
     """MCP capabilities supported by the agent"""
 
@@ -4836,8 +8186,38 @@ class McpCapabilities:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        http: bool | UnsetType = UNSET,
+        sse: bool | UnsetType = UNSET,
+        acp: bool | UnsetType = UNSET,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.http = http
+        self.sse = sse
+        self.acp = acp
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"McpCapabilities(http={self.http!r}, sse={self.sse!r}, acp={self.acp!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: McpCapabilities = other
+        return (
+            self.http == o.http
+            and self.sse == o.sse
+            and self.acp == o.acp
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class SessionCapabilities:
     """Session capabilities supported by the agent.
 
@@ -4993,8 +8373,59 @@ class SessionCapabilities:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        list: SessionListCapabilities | UnsetType | None = UNSET,
+        delete: SessionDeleteCapabilities | UnsetType | None = UNSET,
+        additional_directories: SessionAdditionalDirectoriesCapabilities | UnsetType | None = UNSET,
+        system_prompt: SessionSystemPromptCapabilities | UnsetType | None = UNSET,
+        fork: SessionForkCapabilities | UnsetType | None = UNSET,
+        archive: SessionArchiveCapabilities | UnsetType | None = UNSET,
+        status: SessionStatusCapabilities | UnsetType | None = UNSET,
+        title: SessionTitleCapabilities | UnsetType | None = UNSET,
+        resume: SessionResumeCapabilities | UnsetType | None = UNSET,
+        close: SessionCloseCapabilities | UnsetType | None = UNSET,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.list = list
+        self.delete = delete
+        self.additional_directories = additional_directories
+        self.system_prompt = system_prompt
+        self.fork = fork
+        self.archive = archive
+        self.status = status
+        self.title = title
+        self.resume = resume
+        self.close = close
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"SessionCapabilities(list={self.list!r}, delete={self.delete!r}, additional_directories={self.additional_directories!r}, system_prompt={self.system_prompt!r}, fork={self.fork!r}, archive={self.archive!r}, status={self.status!r}, title={self.title!r}, resume={self.resume!r}, close={self.close!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: SessionCapabilities = other
+        return (
+            self.list == o.list
+            and self.delete == o.delete
+            and self.additional_directories == o.additional_directories
+            and self.system_prompt == o.system_prompt
+            and self.fork == o.fork
+            and self.archive == o.archive
+            and self.status == o.status
+            and self.title == o.title
+            and self.resume == o.resume
+            and self.close == o.close
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class SessionListCapabilities:
     """Capabilities for the `session/list` method.
 
@@ -5015,8 +8446,23 @@ class SessionListCapabilities:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self, *, meta: dict[str, Any] | UnsetType | None = UNSET, extra_fields: dict[str, Any] | None = None
+    ) -> None:
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"SessionListCapabilities(meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: SessionListCapabilities = other
+        return self.meta == o.meta and self.extra_fields == o.extra_fields
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class SessionDeleteCapabilities:
     """Capabilities for the `session/delete` method.
 
@@ -5037,8 +8483,23 @@ class SessionDeleteCapabilities:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self, *, meta: dict[str, Any] | UnsetType | None = UNSET, extra_fields: dict[str, Any] | None = None
+    ) -> None:
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"SessionDeleteCapabilities(meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: SessionDeleteCapabilities = other
+        return self.meta == o.meta and self.extra_fields == o.extra_fields
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class SessionAdditionalDirectoriesCapabilities:
     """Capabilities for additional session directories support.
 
@@ -5062,8 +8523,23 @@ class SessionAdditionalDirectoriesCapabilities:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self, *, meta: dict[str, Any] | UnsetType | None = UNSET, extra_fields: dict[str, Any] | None = None
+    ) -> None:
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"SessionAdditionalDirectoriesCapabilities(meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: SessionAdditionalDirectoriesCapabilities = other
+        return self.meta == o.meta and self.extra_fields == o.extra_fields
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class SessionSystemPromptCapabilities:
     """**UNSTABLE**
 
@@ -5100,8 +8576,28 @@ class SessionSystemPromptCapabilities:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        mode: SessionSystemPromptModeCapabilities | UnsetType | None = UNSET,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.mode = mode
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"SessionSystemPromptCapabilities(mode={self.mode!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: SessionSystemPromptCapabilities = other
+        return self.mode == o.mode and self.meta == o.meta and self.extra_fields == o.extra_fields
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class SessionSystemPromptModeCapabilities:
     """**UNSTABLE**
 
@@ -5140,8 +8636,28 @@ class SessionSystemPromptModeCapabilities:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        override: SessionSystemPromptOverrideCapabilities | UnsetType | None = UNSET,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.override = override
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"SessionSystemPromptModeCapabilities(override={self.override!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: SessionSystemPromptModeCapabilities = other
+        return self.override == o.override and self.meta == o.meta and self.extra_fields == o.extra_fields
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class SessionSystemPromptOverrideCapabilities:
     """**UNSTABLE**
 
@@ -5169,8 +8685,23 @@ class SessionSystemPromptOverrideCapabilities:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self, *, meta: dict[str, Any] | UnsetType | None = UNSET, extra_fields: dict[str, Any] | None = None
+    ) -> None:
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"SessionSystemPromptOverrideCapabilities(meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: SessionSystemPromptOverrideCapabilities = other
+        return self.meta == o.meta and self.extra_fields == o.extra_fields
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class SessionForkCapabilities:
     """**UNSTABLE**
 
@@ -5197,8 +8728,23 @@ class SessionForkCapabilities:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self, *, meta: dict[str, Any] | UnsetType | None = UNSET, extra_fields: dict[str, Any] | None = None
+    ) -> None:
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"SessionForkCapabilities(meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: SessionForkCapabilities = other
+        return self.meta == o.meta and self.extra_fields == o.extra_fields
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class SessionArchiveCapabilities:
     """**UNSTABLE**
 
@@ -5226,8 +8772,23 @@ class SessionArchiveCapabilities:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self, *, meta: dict[str, Any] | UnsetType | None = UNSET, extra_fields: dict[str, Any] | None = None
+    ) -> None:
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"SessionArchiveCapabilities(meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: SessionArchiveCapabilities = other
+        return self.meta == o.meta and self.extra_fields == o.extra_fields
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class SessionStatusCapabilities:
     """**UNSTABLE**
 
@@ -5254,8 +8815,23 @@ class SessionStatusCapabilities:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self, *, meta: dict[str, Any] | UnsetType | None = UNSET, extra_fields: dict[str, Any] | None = None
+    ) -> None:
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"SessionStatusCapabilities(meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: SessionStatusCapabilities = other
+        return self.meta == o.meta and self.extra_fields == o.extra_fields
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class SessionTitleCapabilities:
     """**UNSTABLE**
 
@@ -5283,8 +8859,23 @@ class SessionTitleCapabilities:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self, *, meta: dict[str, Any] | UnsetType | None = UNSET, extra_fields: dict[str, Any] | None = None
+    ) -> None:
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"SessionTitleCapabilities(meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: SessionTitleCapabilities = other
+        return self.meta == o.meta and self.extra_fields == o.extra_fields
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class SessionResumeCapabilities:
     """Capabilities for the `session/resume` method.
 
@@ -5305,8 +8896,23 @@ class SessionResumeCapabilities:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self, *, meta: dict[str, Any] | UnsetType | None = UNSET, extra_fields: dict[str, Any] | None = None
+    ) -> None:
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"SessionResumeCapabilities(meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: SessionResumeCapabilities = other
+        return self.meta == o.meta and self.extra_fields == o.extra_fields
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class SessionCloseCapabilities:
     """Capabilities for the `session/close` method.
 
@@ -5327,8 +8933,23 @@ class SessionCloseCapabilities:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self, *, meta: dict[str, Any] | UnsetType | None = UNSET, extra_fields: dict[str, Any] | None = None
+    ) -> None:
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"SessionCloseCapabilities(meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: SessionCloseCapabilities = other
+        return self.meta == o.meta and self.extra_fields == o.extra_fields
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class AgentAuthCapabilities:
     """Authentication-related capabilities supported by the agent."""
 
@@ -5370,8 +8991,35 @@ class AgentAuthCapabilities:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        status: AuthStatusCapabilities | UnsetType | None = UNSET,
+        logout: LogoutCapabilities | UnsetType | None = UNSET,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.status = status
+        self.logout = logout
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"AgentAuthCapabilities(status={self.status!r}, logout={self.logout!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: AgentAuthCapabilities = other
+        return (
+            self.status == o.status
+            and self.logout == o.logout
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class AuthStatusCapabilities:
     """**UNSTABLE**
 
@@ -5398,8 +9046,23 @@ class AuthStatusCapabilities:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self, *, meta: dict[str, Any] | UnsetType | None = UNSET, extra_fields: dict[str, Any] | None = None
+    ) -> None:
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"AuthStatusCapabilities(meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: AuthStatusCapabilities = other
+        return self.meta == o.meta and self.extra_fields == o.extra_fields
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class LogoutCapabilities:
     """Logout capabilities supported by the agent.
 
@@ -5420,8 +9083,23 @@ class LogoutCapabilities:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self, *, meta: dict[str, Any] | UnsetType | None = UNSET, extra_fields: dict[str, Any] | None = None
+    ) -> None:
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"LogoutCapabilities(meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: LogoutCapabilities = other
+        return self.meta == o.meta and self.extra_fields == o.extra_fields
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class ProvidersCapabilities:
     """**UNSTABLE**
 
@@ -5448,8 +9126,23 @@ class ProvidersCapabilities:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self, *, meta: dict[str, Any] | UnsetType | None = UNSET, extra_fields: dict[str, Any] | None = None
+    ) -> None:
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"ProvidersCapabilities(meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: ProvidersCapabilities = other
+        return self.meta == o.meta and self.extra_fields == o.extra_fields
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class AuthMethodTerminal:
     """Terminal-based authentication method.
 
@@ -5502,8 +9195,44 @@ class AuthMethodTerminal:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        id: AuthMethodId,
+        name: str,
+        description: str | UnsetType | None = UNSET,
+        args: list[str] | UnsetType = UNSET,
+        env: dict[str, str] | UnsetType = UNSET,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.id = id
+        self.name = name
+        self.description = description
+        self.args = args
+        self.env = env
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"AuthMethodTerminal(id={self.id!r}, name={self.name!r}, description={self.description!r}, args={self.args!r}, env={self.env!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: AuthMethodTerminal = other
+        return (
+            self.id == o.id
+            and self.name == o.name
+            and self.description == o.description
+            and self.args == o.args
+            and self.env == o.env
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class Implementation:
     """Metadata about the implementation of the client or agent.
     Describes the name and version of an ACP implementation, with an optional
@@ -5544,8 +9273,38 @@ class Implementation:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        name: str,
+        title: str | UnsetType | None = UNSET,
+        version: str,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.name = name
+        self.title = title
+        self.version = version
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"Implementation(name={self.name!r}, title={self.title!r}, version={self.version!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: Implementation = other
+        return (
+            self.name == o.name
+            and self.title == o.title
+            and self.version == o.version
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class AuthenticateResponse:
     """Response to the `authenticate` method."""
 
@@ -5563,8 +9322,23 @@ class AuthenticateResponse:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self, *, meta: dict[str, Any] | UnsetType | None = UNSET, extra_fields: dict[str, Any] | None = None
+    ) -> None:
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"AuthenticateResponse(meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: AuthenticateResponse = other
+        return self.meta == o.meta and self.extra_fields == o.extra_fields
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class ListProvidersResponse:
     """**UNSTABLE**
 
@@ -5594,8 +9368,28 @@ class ListProvidersResponse:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        providers: list[ProviderInfo],
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.providers = providers
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"ListProvidersResponse(providers={self.providers!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: ListProvidersResponse = other
+        return self.providers == o.providers and self.meta == o.meta and self.extra_fields == o.extra_fields
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class ProviderInfo:
     """**UNSTABLE**
 
@@ -5642,8 +9436,41 @@ class ProviderInfo:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        provider_id: ProviderId,
+        supported: list[LlmProtocol],
+        required: bool,
+        current: ProviderCurrentConfig | UnsetType | None = UNSET,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.provider_id = provider_id
+        self.supported = supported
+        self.required = required
+        self.current = current
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"ProviderInfo(provider_id={self.provider_id!r}, supported={self.supported!r}, required={self.required!r}, current={self.current!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: ProviderInfo = other
+        return (
+            self.provider_id == o.provider_id
+            and self.supported == o.supported
+            and self.required == o.required
+            and self.current == o.current
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class ProviderCurrentConfig:
     """**UNSTABLE**
 
@@ -5678,8 +9505,35 @@ class ProviderCurrentConfig:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        api_type: LlmProtocol,
+        base_url: str,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.api_type = api_type
+        self.base_url = base_url
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"ProviderCurrentConfig(api_type={self.api_type!r}, base_url={self.base_url!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: ProviderCurrentConfig = other
+        return (
+            self.api_type == o.api_type
+            and self.base_url == o.base_url
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class SetProviderResponse:
     """**UNSTABLE**
 
@@ -5704,8 +9558,23 @@ class SetProviderResponse:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self, *, meta: dict[str, Any] | UnsetType | None = UNSET, extra_fields: dict[str, Any] | None = None
+    ) -> None:
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"SetProviderResponse(meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: SetProviderResponse = other
+        return self.meta == o.meta and self.extra_fields == o.extra_fields
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class DisableProviderResponse:
     """**UNSTABLE**
 
@@ -5730,8 +9599,23 @@ class DisableProviderResponse:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self, *, meta: dict[str, Any] | UnsetType | None = UNSET, extra_fields: dict[str, Any] | None = None
+    ) -> None:
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"DisableProviderResponse(meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: DisableProviderResponse = other
+        return self.meta == o.meta and self.extra_fields == o.extra_fields
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class LogoutResponse:
     """Response to the `logout` method."""
 
@@ -5749,8 +9633,23 @@ class LogoutResponse:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self, *, meta: dict[str, Any] | UnsetType | None = UNSET, extra_fields: dict[str, Any] | None = None
+    ) -> None:
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"LogoutResponse(meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: LogoutResponse = other
+        return self.meta == o.meta and self.extra_fields == o.extra_fields
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class AuthStatusResponse:
     """**UNSTABLE**
 
@@ -5794,8 +9693,35 @@ class AuthStatusResponse:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        state: AuthState,
+        accounts: list[AuthAccount] | UnsetType = UNSET,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.state = state
+        self.accounts = accounts
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"AuthStatusResponse(state={self.state!r}, accounts={self.accounts!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: AuthStatusResponse = other
+        return (
+            self.state == o.state
+            and self.accounts == o.accounts
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class AuthAccount:
     """**UNSTABLE**
 
@@ -5863,8 +9789,44 @@ class AuthAccount:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        label: str,
+        active: bool | UnsetType | None = UNSET,
+        name: str | UnsetType | None = UNSET,
+        email: str | UnsetType | None = UNSET,
+        organization: str | UnsetType | None = UNSET,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.label = label
+        self.active = active
+        self.name = name
+        self.email = email
+        self.organization = organization
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"AuthAccount(label={self.label!r}, active={self.active!r}, name={self.name!r}, email={self.email!r}, organization={self.organization!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: AuthAccount = other
+        return (
+            self.label == o.label
+            and self.active == o.active
+            and self.name == o.name
+            and self.email == o.email
+            and self.organization == o.organization
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class NewSessionResponse:
     """Response from creating a new session.
 
@@ -5908,8 +9870,38 @@ class NewSessionResponse:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        session_id: SessionId,
+        modes: SessionModeState | UnsetType | None = UNSET,
+        config_options: list[SessionConfigOption] | UnsetType | None = UNSET,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.session_id = session_id
+        self.modes = modes
+        self.config_options = config_options
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"NewSessionResponse(session_id={self.session_id!r}, modes={self.modes!r}, config_options={self.config_options!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: NewSessionResponse = other
+        return (
+            self.session_id == o.session_id
+            and self.modes == o.modes
+            and self.config_options == o.config_options
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class SessionModeState:
     """The set of modes and the one currently active."""
 
@@ -5937,8 +9929,35 @@ class SessionModeState:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        current_mode_id: SessionModeId,
+        available_modes: list[SessionMode],
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.current_mode_id = current_mode_id
+        self.available_modes = available_modes
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"SessionModeState(current_mode_id={self.current_mode_id!r}, available_modes={self.available_modes!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: SessionModeState = other
+        return (
+            self.current_mode_id == o.current_mode_id
+            and self.available_modes == o.available_modes
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class SessionMode:
     """A mode the agent can operate in.
 
@@ -5976,8 +9995,38 @@ class SessionMode:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        id: SessionModeId,
+        name: str,
+        description: str | UnsetType | None = UNSET,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.id = id
+        self.name = name
+        self.description = description
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"SessionMode(id={self.id!r}, name={self.name!r}, description={self.description!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: SessionMode = other
+        return (
+            self.id == o.id
+            and self.name == o.name
+            and self.description == o.description
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class SessionConfigSelectOption:
     """A possible value for a session configuration option."""
 
@@ -6012,8 +10061,38 @@ class SessionConfigSelectOption:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        value: SessionConfigValueId,
+        name: str,
+        description: str | UnsetType | None = UNSET,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.value = value
+        self.name = name
+        self.description = description
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"SessionConfigSelectOption(value={self.value!r}, name={self.name!r}, description={self.description!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: SessionConfigSelectOption = other
+        return (
+            self.value == o.value
+            and self.name == o.name
+            and self.description == o.description
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class SessionConfigSelectGroup:
     """A group of possible values for a session configuration option."""
 
@@ -6046,8 +10125,38 @@ class SessionConfigSelectGroup:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        group: SessionConfigGroupId,
+        name: str,
+        options: list[SessionConfigSelectOption],
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.group = group
+        self.name = name
+        self.options = options
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"SessionConfigSelectGroup(group={self.group!r}, name={self.name!r}, options={self.options!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: SessionConfigSelectGroup = other
+        return (
+            self.group == o.group
+            and self.name == o.name
+            and self.options == o.options
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class SessionConfigSelect:
     """A single-value selector (dropdown) session configuration option payload."""
 
@@ -6064,8 +10173,30 @@ class SessionConfigSelect:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        current_value: SessionConfigValueId,
+        options: SessionConfigSelectOptions,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.current_value = current_value
+        self.options = options
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"SessionConfigSelect(current_value={self.current_value!r}, options={self.options!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: SessionConfigSelect = other
+        return (
+            self.current_value == o.current_value and self.options == o.options and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class SessionConfigBoolean:
     """A boolean on/off toggle session configuration option payload."""
 
@@ -6077,8 +10208,21 @@ class SessionConfigBoolean:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(self, *, current_value: bool, extra_fields: dict[str, Any] | None = None) -> None:
+        self.current_value = current_value
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"SessionConfigBoolean(current_value={self.current_value!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: SessionConfigBoolean = other
+        return self.current_value == o.current_value and self.extra_fields == o.extra_fields
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class LoadSessionResponse:
     """Response from loading an existing session."""
 
@@ -6112,8 +10256,35 @@ class LoadSessionResponse:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        modes: SessionModeState | UnsetType | None = UNSET,
+        config_options: list[SessionConfigOption] | UnsetType | None = UNSET,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.modes = modes
+        self.config_options = config_options
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"LoadSessionResponse(modes={self.modes!r}, config_options={self.config_options!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: LoadSessionResponse = other
+        return (
+            self.modes == o.modes
+            and self.config_options == o.config_options
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class ListSessionsResponse:
     """Response from listing sessions."""
 
@@ -6144,8 +10315,35 @@ class ListSessionsResponse:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        sessions: list[SessionInfo],
+        next_cursor: str | UnsetType | None = UNSET,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.sessions = sessions
+        self.next_cursor = next_cursor
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"ListSessionsResponse(sessions={self.sessions!r}, next_cursor={self.next_cursor!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: ListSessionsResponse = other
+        return (
+            self.sessions == o.sessions
+            and self.next_cursor == o.next_cursor
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class SessionInfo:
     """Information about a session returned by session/list"""
 
@@ -6208,8 +10406,47 @@ class SessionInfo:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        session_id: SessionId,
+        cwd: str,
+        additional_directories: list[str] | UnsetType = UNSET,
+        title: str | UnsetType | None = UNSET,
+        updated_at: str | UnsetType | None = UNSET,
+        archived: bool | UnsetType | None = UNSET,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.session_id = session_id
+        self.cwd = cwd
+        self.additional_directories = additional_directories
+        self.title = title
+        self.updated_at = updated_at
+        self.archived = archived
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"SessionInfo(session_id={self.session_id!r}, cwd={self.cwd!r}, additional_directories={self.additional_directories!r}, title={self.title!r}, updated_at={self.updated_at!r}, archived={self.archived!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: SessionInfo = other
+        return (
+            self.session_id == o.session_id
+            and self.cwd == o.cwd
+            and self.additional_directories == o.additional_directories
+            and self.title == o.title
+            and self.updated_at == o.updated_at
+            and self.archived == o.archived
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class DeleteSessionResponse:
     """Response from deleting a session."""
 
@@ -6227,8 +10464,23 @@ class DeleteSessionResponse:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self, *, meta: dict[str, Any] | UnsetType | None = UNSET, extra_fields: dict[str, Any] | None = None
+    ) -> None:
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"DeleteSessionResponse(meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: DeleteSessionResponse = other
+        return self.meta == o.meta and self.extra_fields == o.extra_fields
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class ForkSessionResponse:
     """**UNSTABLE**
 
@@ -6274,8 +10526,38 @@ class ForkSessionResponse:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        session_id: SessionId,
+        modes: SessionModeState | UnsetType | None = UNSET,
+        config_options: list[SessionConfigOption] | UnsetType | None = UNSET,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.session_id = session_id
+        self.modes = modes
+        self.config_options = config_options
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"ForkSessionResponse(session_id={self.session_id!r}, modes={self.modes!r}, config_options={self.config_options!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: ForkSessionResponse = other
+        return (
+            self.session_id == o.session_id
+            and self.modes == o.modes
+            and self.config_options == o.config_options
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class ArchiveSessionResponse:
     """**UNSTABLE**
 
@@ -6300,8 +10582,23 @@ class ArchiveSessionResponse:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self, *, meta: dict[str, Any] | UnsetType | None = UNSET, extra_fields: dict[str, Any] | None = None
+    ) -> None:
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"ArchiveSessionResponse(meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: ArchiveSessionResponse = other
+        return self.meta == o.meta and self.extra_fields == o.extra_fields
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class UnarchiveSessionResponse:
     """**UNSTABLE**
 
@@ -6326,8 +10623,23 @@ class UnarchiveSessionResponse:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self, *, meta: dict[str, Any] | UnsetType | None = UNSET, extra_fields: dict[str, Any] | None = None
+    ) -> None:
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"UnarchiveSessionResponse(meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: UnarchiveSessionResponse = other
+        return self.meta == o.meta and self.extra_fields == o.extra_fields
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class SessionStatusResponse:
     """**UNSTABLE**
 
@@ -6362,8 +10674,28 @@ class SessionStatusResponse:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        status: SessionStatus,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.status = status
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"SessionStatusResponse(status={self.status!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: SessionStatusResponse = other
+        return self.status == o.status and self.meta == o.meta and self.extra_fields == o.extra_fields
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class SetSessionTitleResponse:
     """**UNSTABLE**
 
@@ -6396,8 +10728,24 @@ class SetSessionTitleResponse:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self, *, title: str, meta: dict[str, Any] | UnsetType | None = UNSET, extra_fields: dict[str, Any] | None = None
+    ) -> None:
+        self.title = title
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"SetSessionTitleResponse(title={self.title!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: SetSessionTitleResponse = other
+        return self.title == o.title and self.meta == o.meta and self.extra_fields == o.extra_fields
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class ResumeSessionResponse:
     """Response from resuming an existing session."""
 
@@ -6431,8 +10779,35 @@ class ResumeSessionResponse:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        modes: SessionModeState | UnsetType | None = UNSET,
+        config_options: list[SessionConfigOption] | UnsetType | None = UNSET,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.modes = modes
+        self.config_options = config_options
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"ResumeSessionResponse(modes={self.modes!r}, config_options={self.config_options!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: ResumeSessionResponse = other
+        return (
+            self.modes == o.modes
+            and self.config_options == o.config_options
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class CloseSessionResponse:
     """Response from closing a session."""
 
@@ -6450,8 +10825,23 @@ class CloseSessionResponse:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self, *, meta: dict[str, Any] | UnsetType | None = UNSET, extra_fields: dict[str, Any] | None = None
+    ) -> None:
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"CloseSessionResponse(meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: CloseSessionResponse = other
+        return self.meta == o.meta and self.extra_fields == o.extra_fields
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class SetSessionModeResponse:
     """Response to `session/set_mode` method."""
 
@@ -6469,8 +10859,23 @@ class SetSessionModeResponse:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self, *, meta: dict[str, Any] | UnsetType | None = UNSET, extra_fields: dict[str, Any] | None = None
+    ) -> None:
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"SetSessionModeResponse(meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: SetSessionModeResponse = other
+        return self.meta == o.meta and self.extra_fields == o.extra_fields
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class SetSessionConfigOptionResponse:
     """Response to `session/set_config_option` method."""
 
@@ -6495,8 +10900,28 @@ class SetSessionConfigOptionResponse:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        config_options: list[SessionConfigOption],
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.config_options = config_options
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"SetSessionConfigOptionResponse(config_options={self.config_options!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: SetSessionConfigOptionResponse = other
+        return self.config_options == o.config_options and self.meta == o.meta and self.extra_fields == o.extra_fields
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class PromptResponse:
     """Response from processing a user prompt.
 
@@ -6531,8 +10956,35 @@ class PromptResponse:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        stop_reason: StopReason,
+        usage: Usage | UnsetType | None = UNSET,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.stop_reason = stop_reason
+        self.usage = usage
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"PromptResponse(stop_reason={self.stop_reason!r}, usage={self.usage!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: PromptResponse = other
+        return (
+            self.stop_reason == o.stop_reason
+            and self.usage == o.usage
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class Usage:
     """**UNSTABLE**
 
@@ -6593,8 +11045,47 @@ class Usage:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        total_tokens: int,
+        input_tokens: int,
+        output_tokens: int,
+        thought_tokens: int | UnsetType | None = UNSET,
+        cached_read_tokens: int | UnsetType | None = UNSET,
+        cached_write_tokens: int | UnsetType | None = UNSET,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.total_tokens = total_tokens
+        self.input_tokens = input_tokens
+        self.output_tokens = output_tokens
+        self.thought_tokens = thought_tokens
+        self.cached_read_tokens = cached_read_tokens
+        self.cached_write_tokens = cached_write_tokens
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"Usage(total_tokens={self.total_tokens!r}, input_tokens={self.input_tokens!r}, output_tokens={self.output_tokens!r}, thought_tokens={self.thought_tokens!r}, cached_read_tokens={self.cached_read_tokens!r}, cached_write_tokens={self.cached_write_tokens!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: Usage = other
+        return (
+            self.total_tokens == o.total_tokens
+            and self.input_tokens == o.input_tokens
+            and self.output_tokens == o.output_tokens
+            and self.thought_tokens == o.thought_tokens
+            and self.cached_read_tokens == o.cached_read_tokens
+            and self.cached_write_tokens == o.cached_write_tokens
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class Error:
     """JSON-RPC error object.
 
@@ -6625,8 +11116,35 @@ class Error:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        code: ErrorCode,
+        message: str,
+        data: Any | UnsetType = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.code = code
+        self.message = message
+        self.data = data
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"Error(code={self.code!r}, message={self.message!r}, data={self.data!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: Error = other
+        return (
+            self.code == o.code
+            and self.message == o.message
+            and self.data == o.data
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class SessionNotification:
     """Notification containing a session update from the agent.
 
@@ -6659,8 +11177,35 @@ class SessionNotification:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        session_id: SessionId,
+        update: SessionUpdate,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.session_id = session_id
+        self.update = update
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"SessionNotification(session_id={self.session_id!r}, update={self.update!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: SessionNotification = other
+        return (
+            self.session_id == o.session_id
+            and self.update == o.update
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class ContentChunk:
     """A streamed item of content"""
 
@@ -6693,8 +11238,35 @@ class ContentChunk:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        content: ContentBlock,
+        message_id: MessageId | UnsetType | None = UNSET,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.content = content
+        self.message_id = message_id
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"ContentChunk(content={self.content!r}, message_id={self.message_id!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: ContentChunk = other
+        return (
+            self.content == o.content
+            and self.message_id == o.message_id
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class ToolCall:
     """Represents a tool call that the language model has requested.
 
@@ -6772,8 +11344,56 @@ class ToolCall:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        tool_call_id: ToolCallId,
+        title: str,
+        name: str | UnsetType | None = UNSET,
+        kind: ToolKind | UnsetType = UNSET,
+        status: ToolCallStatus | UnsetType = UNSET,
+        content: list[ToolCallContent] | UnsetType = UNSET,
+        locations: list[ToolCallLocation] | UnsetType = UNSET,
+        raw_input: Any | UnsetType = UNSET,
+        raw_output: Any | UnsetType = UNSET,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.tool_call_id = tool_call_id
+        self.title = title
+        self.name = name
+        self.kind = kind
+        self.status = status
+        self.content = content
+        self.locations = locations
+        self.raw_input = raw_input
+        self.raw_output = raw_output
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"ToolCall(tool_call_id={self.tool_call_id!r}, title={self.title!r}, name={self.name!r}, kind={self.kind!r}, status={self.status!r}, content={self.content!r}, locations={self.locations!r}, raw_input={self.raw_input!r}, raw_output={self.raw_output!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: ToolCall = other
+        return (
+            self.tool_call_id == o.tool_call_id
+            and self.title == o.title
+            and self.name == o.name
+            and self.kind == o.kind
+            and self.status == o.status
+            and self.content == o.content
+            and self.locations == o.locations
+            and self.raw_input == o.raw_input
+            and self.raw_output == o.raw_output
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class PlanEntry:
     """A single entry in the execution plan.
 
@@ -6812,8 +11432,38 @@ class PlanEntry:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        content: str,
+        priority: PlanEntryPriority,
+        status: PlanEntryStatus,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.content = content
+        self.priority = priority
+        self.status = status
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"PlanEntry(content={self.content!r}, priority={self.priority!r}, status={self.status!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: PlanEntry = other
+        return (
+            self.content == o.content
+            and self.priority == o.priority
+            and self.status == o.status
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class Plan:
     """An execution plan for accomplishing complex tasks.
 
@@ -6846,8 +11496,28 @@ class Plan:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        entries: list[PlanEntry],
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.entries = entries
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"Plan(entries={self.entries!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: Plan = other
+        return self.entries == o.entries and self.meta == o.meta and self.extra_fields == o.extra_fields
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class PlanItems:
     """**UNSTABLE**
 
@@ -6885,8 +11555,35 @@ class PlanItems:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        plan_id: PlanId,
+        entries: list[PlanEntry],
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.plan_id = plan_id
+        self.entries = entries
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"PlanItems(plan_id={self.plan_id!r}, entries={self.entries!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: PlanItems = other
+        return (
+            self.plan_id == o.plan_id
+            and self.entries == o.entries
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class PlanFile:
     """**UNSTABLE**
 
@@ -6921,8 +11618,35 @@ class PlanFile:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        plan_id: PlanId,
+        uri: str,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.plan_id = plan_id
+        self.uri = uri
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"PlanFile(plan_id={self.plan_id!r}, uri={self.uri!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: PlanFile = other
+        return (
+            self.plan_id == o.plan_id
+            and self.uri == o.uri
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class PlanMarkdown:
     """**UNSTABLE**
 
@@ -6957,8 +11681,35 @@ class PlanMarkdown:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        plan_id: PlanId,
+        content: str,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.plan_id = plan_id
+        self.content = content
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"PlanMarkdown(plan_id={self.plan_id!r}, content={self.content!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: PlanMarkdown = other
+        return (
+            self.plan_id == o.plan_id
+            and self.content == o.content
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class PlanUpdate:
     """**UNSTABLE**
 
@@ -6988,8 +11739,28 @@ class PlanUpdate:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        plan: PlanUpdateContent,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.plan = plan
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"PlanUpdate(plan={self.plan!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: PlanUpdate = other
+        return self.plan == o.plan and self.meta == o.meta and self.extra_fields == o.extra_fields
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class PlanRemoved:
     """**UNSTABLE**
 
@@ -7019,8 +11790,28 @@ class PlanRemoved:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        plan_id: PlanId,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.plan_id = plan_id
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"PlanRemoved(plan_id={self.plan_id!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: PlanRemoved = other
+        return self.plan_id == o.plan_id and self.meta == o.meta and self.extra_fields == o.extra_fields
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class AvailableCommand:
     """Information about a command."""
 
@@ -7055,8 +11846,38 @@ class AvailableCommand:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        name: str,
+        description: str,
+        input: AvailableCommandInput | UnsetType | None = UNSET,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.name = name
+        self.description = description
+        self.input = input
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"AvailableCommand(name={self.name!r}, description={self.description!r}, input={self.input!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: AvailableCommand = other
+        return (
+            self.name == o.name
+            and self.description == o.description
+            and self.input == o.input
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class AvailableCommandsUpdate:
     """Available commands are ready or have changed"""
 
@@ -7081,8 +11902,32 @@ class AvailableCommandsUpdate:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        available_commands: list[AvailableCommand],
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.available_commands = available_commands
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"AvailableCommandsUpdate(available_commands={self.available_commands!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: AvailableCommandsUpdate = other
+        return (
+            self.available_commands == o.available_commands
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class CurrentModeUpdate:
     """The current mode of the session has changed
 
@@ -7108,8 +11953,28 @@ class CurrentModeUpdate:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        current_mode_id: SessionModeId,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.current_mode_id = current_mode_id
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"CurrentModeUpdate(current_mode_id={self.current_mode_id!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: CurrentModeUpdate = other
+        return self.current_mode_id == o.current_mode_id and self.meta == o.meta and self.extra_fields == o.extra_fields
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class ConfigOptionUpdate:
     """Session configuration options have been updated."""
 
@@ -7134,8 +11999,28 @@ class ConfigOptionUpdate:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        config_options: list[SessionConfigOption],
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.config_options = config_options
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"ConfigOptionUpdate(config_options={self.config_options!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: ConfigOptionUpdate = other
+        return self.config_options == o.config_options and self.meta == o.meta and self.extra_fields == o.extra_fields
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class SessionInfoUpdate:
     """Update to session metadata. All fields are optional to support partial updates.
 
@@ -7169,8 +12054,35 @@ class SessionInfoUpdate:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        title: str | UnsetType | None = UNSET,
+        updated_at: str | UnsetType | None = UNSET,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.title = title
+        self.updated_at = updated_at
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"SessionInfoUpdate(title={self.title!r}, updated_at={self.updated_at!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: SessionInfoUpdate = other
+        return (
+            self.title == o.title
+            and self.updated_at == o.updated_at
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class Cost:
     """Cost information for a session."""
 
@@ -7199,8 +12111,35 @@ class Cost:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        amount: float,
+        currency: str,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.amount = amount
+        self.currency = currency
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"Cost(amount={self.amount!r}, currency={self.currency!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: Cost = other
+        return (
+            self.amount == o.amount
+            and self.currency == o.currency
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class UsageUpdate:
     """Context window and cost update for a session."""
 
@@ -7233,8 +12172,38 @@ class UsageUpdate:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        used: int,
+        size: int,
+        cost: Cost | UnsetType | None = UNSET,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.used = used
+        self.size = size
+        self.cost = cost
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"UsageUpdate(used={self.used!r}, size={self.size!r}, cost={self.cost!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: UsageUpdate = other
+        return (
+            self.used == o.used
+            and self.size == o.size
+            and self.cost == o.cost
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class Notice:
     """Fire-and-forget information for the user.
 
@@ -7278,8 +12247,38 @@ class Notice:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        severity: NoticeSeverity,
+        title: str,
+        description: str | UnsetType | None = UNSET,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.severity = severity
+        self.title = title
+        self.description = description
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"Notice(severity={self.severity!r}, title={self.title!r}, description={self.description!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: Notice = other
+        return (
+            self.severity == o.severity
+            and self.title == o.title
+            and self.description == o.description
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class CompactionUpdate:
     """A context compaction upsert. The first notification fixes the compaction's
     timeline position. Later updates with the same ID patch that entity in place.
@@ -7323,8 +12322,41 @@ class CompactionUpdate:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        compaction_id: CompactionId,
+        status: CompactionStatus,
+        summary: list[ContentBlock] | UnsetType | None = UNSET,
+        error: str | UnsetType | None = UNSET,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.compaction_id = compaction_id
+        self.status = status
+        self.summary = summary
+        self.error = error
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"CompactionUpdate(compaction_id={self.compaction_id!r}, status={self.status!r}, summary={self.summary!r}, error={self.error!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: CompactionUpdate = other
+        return (
+            self.compaction_id == o.compaction_id
+            and self.status == o.status
+            and self.summary == o.summary
+            and self.error == o.error
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class CompactionSummaryChunk:
     """A content block appended to a compaction's summary. A first-seen ID creates
     an in-progress compaction. Chunks append in receive order.
@@ -7352,8 +12384,35 @@ class CompactionSummaryChunk:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        compaction_id: CompactionId,
+        content: ContentBlock,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.compaction_id = compaction_id
+        self.content = content
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"CompactionSummaryChunk(compaction_id={self.compaction_id!r}, content={self.content!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: CompactionSummaryChunk = other
+        return (
+            self.compaction_id == o.compaction_id
+            and self.content == o.content
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class SubagentSessionCapabilities:
     """**UNSTABLE**
 
@@ -7388,8 +12447,28 @@ class SubagentSessionCapabilities:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        cancel: SessionCancelCapabilities | UnsetType | None = UNSET,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.cancel = cancel
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"SubagentSessionCapabilities(cancel={self.cancel!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: SubagentSessionCapabilities = other
+        return self.cancel == o.cancel and self.meta == o.meta and self.extra_fields == o.extra_fields
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class SessionCancelCapabilities:
     """**UNSTABLE**
 
@@ -7416,8 +12495,23 @@ class SessionCancelCapabilities:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self, *, meta: dict[str, Any] | UnsetType | None = UNSET, extra_fields: dict[str, Any] | None = None
+    ) -> None:
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"SessionCancelCapabilities(meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: SessionCancelCapabilities = other
+        return self.meta == o.meta and self.extra_fields == o.extra_fields
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class ErrorStopReason:
     """**UNSTABLE**
 
@@ -7439,8 +12533,21 @@ class ErrorStopReason:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(self, *, error: Error | UnsetType | None = UNSET, extra_fields: dict[str, Any] | None = None) -> None:
+        self.error = error
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"ErrorStopReason(error={self.error!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: ErrorStopReason = other
+        return self.error == o.error and self.extra_fields == o.extra_fields
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class SubagentUpdate:
     """**UNSTABLE**
 
@@ -7557,8 +12664,50 @@ class SubagentUpdate:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        session_id: SessionId,
+        title: str | UnsetType | None = UNSET,
+        description: str | UnsetType | None = UNSET,
+        capabilities: SubagentSessionCapabilities | UnsetType | None = UNSET,
+        state: StateUpdate | UnsetType | None = UNSET,
+        cwd: str | UnsetType | None = UNSET,
+        additional_directories: list[str] | UnsetType | None = UNSET,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.session_id = session_id
+        self.title = title
+        self.description = description
+        self.capabilities = capabilities
+        self.state = state
+        self.cwd = cwd
+        self.additional_directories = additional_directories
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"SubagentUpdate(session_id={self.session_id!r}, title={self.title!r}, description={self.description!r}, capabilities={self.capabilities!r}, state={self.state!r}, cwd={self.cwd!r}, additional_directories={self.additional_directories!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: SubagentUpdate = other
+        return (
+            self.session_id == o.session_id
+            and self.title == o.title
+            and self.description == o.description
+            and self.capabilities == o.capabilities
+            and self.state == o.state
+            and self.cwd == o.cwd
+            and self.additional_directories == o.additional_directories
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class SessionMessage:
     """**UNSTABLE**
 
@@ -7634,8 +12783,47 @@ class SessionMessage:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        message_id: MessageId,
+        sender_session_id: SessionId | UnsetType | None = UNSET,
+        recipient_session_id: SessionId | UnsetType | None = UNSET,
+        sender_message_id: MessageId | UnsetType | None = UNSET,
+        recipient_message_id: MessageId | UnsetType | None = UNSET,
+        content: list[ContentBlock] | UnsetType | None = UNSET,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.message_id = message_id
+        self.sender_session_id = sender_session_id
+        self.recipient_session_id = recipient_session_id
+        self.sender_message_id = sender_message_id
+        self.recipient_message_id = recipient_message_id
+        self.content = content
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"SessionMessage(message_id={self.message_id!r}, sender_session_id={self.sender_session_id!r}, recipient_session_id={self.recipient_session_id!r}, sender_message_id={self.sender_message_id!r}, recipient_message_id={self.recipient_message_id!r}, content={self.content!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: SessionMessage = other
+        return (
+            self.message_id == o.message_id
+            and self.sender_session_id == o.sender_session_id
+            and self.recipient_session_id == o.recipient_session_id
+            and self.sender_message_id == o.sender_message_id
+            and self.recipient_message_id == o.recipient_message_id
+            and self.content == o.content
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class SessionMessageChunk:
     """**UNSTABLE**
 
@@ -7671,8 +12859,35 @@ class SessionMessageChunk:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        message_id: MessageId,
+        content: ContentBlock,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.message_id = message_id
+        self.content = content
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"SessionMessageChunk(message_id={self.message_id!r}, content={self.content!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: SessionMessageChunk = other
+        return (
+            self.message_id == o.message_id
+            and self.content == o.content
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class CompleteElicitationNotification:
     """Notification sent by the agent when a URL-based elicitation is complete."""
 
@@ -7697,8 +12912,28 @@ class CompleteElicitationNotification:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        elicitation_id: ElicitationId,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.elicitation_id = elicitation_id
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"CompleteElicitationNotification(elicitation_id={self.elicitation_id!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: CompleteElicitationNotification = other
+        return self.elicitation_id == o.elicitation_id and self.meta == o.meta and self.extra_fields == o.extra_fields
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class AuthStatusUpdateNotification:
     """**UNSTABLE**
 
@@ -7746,8 +12981,35 @@ class AuthStatusUpdateNotification:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        state: AuthState,
+        accounts: list[AuthAccount] | UnsetType = UNSET,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.state = state
+        self.accounts = accounts
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"AuthStatusUpdateNotification(state={self.state!r}, accounts={self.accounts!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: AuthStatusUpdateNotification = other
+        return (
+            self.state == o.state
+            and self.accounts == o.accounts
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class InitializeRequest:
     """Request parameters for the initialize method.
 
@@ -7800,8 +13062,38 @@ class InitializeRequest:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        protocol_version: ProtocolVersion,
+        client_capabilities: ClientCapabilities | UnsetType = UNSET,
+        client_info: Implementation | UnsetType | None = UNSET,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.protocol_version = protocol_version
+        self.client_capabilities = client_capabilities
+        self.client_info = client_info
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"InitializeRequest(protocol_version={self.protocol_version!r}, client_capabilities={self.client_capabilities!r}, client_info={self.client_info!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: InitializeRequest = other
+        return (
+            self.protocol_version == o.protocol_version
+            and self.client_capabilities == o.client_capabilities
+            and self.client_info == o.client_info
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class ClientCapabilities:
     """Capabilities supported by the client.
 
@@ -7898,8 +13190,50 @@ class ClientCapabilities:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        fs: FileSystemCapabilities | UnsetType = UNSET,
+        terminal: bool | UnsetType = UNSET,
+        session: ClientSessionCapabilities | UnsetType | None = UNSET,
+        subagents: SubagentCapabilities | UnsetType | None = UNSET,
+        plan: PlanCapabilities | UnsetType | None = UNSET,
+        auth: AuthCapabilities | UnsetType = UNSET,
+        elicitation: ElicitationCapabilities | UnsetType | None = UNSET,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.fs = fs
+        self.terminal = terminal
+        self.session = session
+        self.subagents = subagents
+        self.plan = plan
+        self.auth = auth
+        self.elicitation = elicitation
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"ClientCapabilities(fs={self.fs!r}, terminal={self.terminal!r}, session={self.session!r}, subagents={self.subagents!r}, plan={self.plan!r}, auth={self.auth!r}, elicitation={self.elicitation!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: ClientCapabilities = other
+        return (
+            self.fs == o.fs
+            and self.terminal == o.terminal
+            and self.session == o.session
+            and self.subagents == o.subagents
+            and self.plan == o.plan
+            and self.auth == o.auth
+            and self.elicitation == o.elicitation
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class FileSystemCapabilities:
     """File system capabilities that a client may support.
 
@@ -7934,8 +13268,35 @@ class FileSystemCapabilities:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        read_text_file: bool | UnsetType = UNSET,
+        write_text_file: bool | UnsetType = UNSET,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.read_text_file = read_text_file
+        self.write_text_file = write_text_file
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"FileSystemCapabilities(read_text_file={self.read_text_file!r}, write_text_file={self.write_text_file!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: FileSystemCapabilities = other
+        return (
+            self.read_text_file == o.read_text_file
+            and self.write_text_file == o.write_text_file
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class ClientSessionCapabilities:
     """Session-related capabilities supported by the client."""
 
@@ -7981,16 +13342,58 @@ class ClientSessionCapabilities:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        compaction: CompactionCapabilities | UnsetType | None = UNSET,
+        config_options: SessionConfigOptionsCapabilities | UnsetType | None = UNSET,
+        notices: NoticeCapabilities | UnsetType | None = UNSET,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.compaction = compaction
+        self.config_options = config_options
+        self.notices = notices
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"ClientSessionCapabilities(compaction={self.compaction!r}, config_options={self.config_options!r}, notices={self.notices!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: ClientSessionCapabilities = other
+        return (
+            self.compaction == o.compaction
+            and self.config_options == o.config_options
+            and self.notices == o.notices
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class CompactionCapabilities:
     """Client support for ID-addressed context compaction updates."""
 
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(self, *, extra_fields: dict[str, Any] | None = None) -> None:
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"CompactionCapabilities(extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: CompactionCapabilities = other
+        return self.extra_fields == o.extra_fields
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class SessionConfigOptionsCapabilities:
     """Session configuration option capabilities supported by the client."""
 
@@ -8020,8 +13423,28 @@ class SessionConfigOptionsCapabilities:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        boolean: BooleanConfigOptionCapabilities | UnsetType | None = UNSET,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.boolean = boolean
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"SessionConfigOptionsCapabilities(boolean={self.boolean!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: SessionConfigOptionsCapabilities = other
+        return self.boolean == o.boolean and self.meta == o.meta and self.extra_fields == o.extra_fields
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class BooleanConfigOptionCapabilities:
     """Capabilities for boolean session configuration options.
 
@@ -8042,16 +13465,43 @@ class BooleanConfigOptionCapabilities:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self, *, meta: dict[str, Any] | UnsetType | None = UNSET, extra_fields: dict[str, Any] | None = None
+    ) -> None:
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"BooleanConfigOptionCapabilities(meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: BooleanConfigOptionCapabilities = other
+        return self.meta == o.meta and self.extra_fields == o.extra_fields
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class NoticeCapabilities:
     """Client support for presenting live notices to the user."""
 
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(self, *, extra_fields: dict[str, Any] | None = None) -> None:
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"NoticeCapabilities(extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: NoticeCapabilities = other
+        return self.extra_fields == o.extra_fields
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class SubagentCapabilities:
     """**UNSTABLE**
 
@@ -8079,8 +13529,23 @@ class SubagentCapabilities:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self, *, meta: dict[str, Any] | UnsetType | None = UNSET, extra_fields: dict[str, Any] | None = None
+    ) -> None:
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"SubagentCapabilities(meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: SubagentCapabilities = other
+        return self.meta == o.meta and self.extra_fields == o.extra_fields
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class PlanCapabilities:
     """**UNSTABLE**
 
@@ -8105,8 +13570,23 @@ class PlanCapabilities:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self, *, meta: dict[str, Any] | UnsetType | None = UNSET, extra_fields: dict[str, Any] | None = None
+    ) -> None:
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"PlanCapabilities(meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: PlanCapabilities = other
+        return self.meta == o.meta and self.extra_fields == o.extra_fields
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class AuthCapabilities:
     """Authentication capabilities supported by the client.
 
@@ -8138,8 +13618,28 @@ class AuthCapabilities:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        terminal: bool | UnsetType = UNSET,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.terminal = terminal
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"AuthCapabilities(terminal={self.terminal!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: AuthCapabilities = other
+        return self.terminal == o.terminal and self.meta == o.meta and self.extra_fields == o.extra_fields
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class ElicitationCapabilities:
     """Elicitation capabilities supported by the client."""
 
@@ -8179,8 +13679,30 @@ class ElicitationCapabilities:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        form: ElicitationFormCapabilities | UnsetType | None = UNSET,
+        url: ElicitationUrlCapabilities | UnsetType | None = UNSET,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.form = form
+        self.url = url
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"ElicitationCapabilities(form={self.form!r}, url={self.url!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: ElicitationCapabilities = other
+        return self.form == o.form and self.url == o.url and self.meta == o.meta and self.extra_fields == o.extra_fields
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class ElicitationFormCapabilities:
     """Form-based elicitation capabilities.
 
@@ -8203,8 +13725,23 @@ class ElicitationFormCapabilities:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self, *, meta: dict[str, Any] | UnsetType | None = UNSET, extra_fields: dict[str, Any] | None = None
+    ) -> None:
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"ElicitationFormCapabilities(meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: ElicitationFormCapabilities = other
+        return self.meta == o.meta and self.extra_fields == o.extra_fields
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class ElicitationUrlCapabilities:
     """URL-based elicitation capabilities.
 
@@ -8227,8 +13764,23 @@ class ElicitationUrlCapabilities:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self, *, meta: dict[str, Any] | UnsetType | None = UNSET, extra_fields: dict[str, Any] | None = None
+    ) -> None:
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"ElicitationUrlCapabilities(meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: ElicitationUrlCapabilities = other
+        return self.meta == o.meta and self.extra_fields == o.extra_fields
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class AuthenticateRequest:
     """Request parameters for the authenticate method.
 
@@ -8255,8 +13807,30 @@ class AuthenticateRequest:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        method_id: AuthMethodId,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.method_id = method_id
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return (
+            f"AuthenticateRequest(method_id={self.method_id!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+        )
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: AuthenticateRequest = other
+        return self.method_id == o.method_id and self.meta == o.meta and self.extra_fields == o.extra_fields
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class ListProvidersRequest:
     """**UNSTABLE**
 
@@ -8281,8 +13855,23 @@ class ListProvidersRequest:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self, *, meta: dict[str, Any] | UnsetType | None = UNSET, extra_fields: dict[str, Any] | None = None
+    ) -> None:
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"ListProvidersRequest(meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: ListProvidersRequest = other
+        return self.meta == o.meta and self.extra_fields == o.extra_fields
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class SetProviderRequest:
     """**UNSTABLE**
 
@@ -8330,8 +13919,41 @@ class SetProviderRequest:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        provider_id: ProviderId,
+        api_type: LlmProtocol,
+        base_url: str,
+        headers: dict[str, str] | UnsetType = UNSET,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.provider_id = provider_id
+        self.api_type = api_type
+        self.base_url = base_url
+        self.headers = headers
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"SetProviderRequest(provider_id={self.provider_id!r}, api_type={self.api_type!r}, base_url={self.base_url!r}, headers={self.headers!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: SetProviderRequest = other
+        return (
+            self.provider_id == o.provider_id
+            and self.api_type == o.api_type
+            and self.base_url == o.base_url
+            and self.headers == o.headers
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class DisableProviderRequest:
     """**UNSTABLE**
 
@@ -8361,8 +13983,28 @@ class DisableProviderRequest:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        provider_id: ProviderId,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.provider_id = provider_id
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"DisableProviderRequest(provider_id={self.provider_id!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: DisableProviderRequest = other
+        return self.provider_id == o.provider_id and self.meta == o.meta and self.extra_fields == o.extra_fields
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class LogoutRequest:
     """Request parameters for the logout method.
 
@@ -8383,8 +14025,23 @@ class LogoutRequest:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self, *, meta: dict[str, Any] | UnsetType | None = UNSET, extra_fields: dict[str, Any] | None = None
+    ) -> None:
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"LogoutRequest(meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: LogoutRequest = other
+        return self.meta == o.meta and self.extra_fields == o.extra_fields
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class AuthStatusRequest:
     """**UNSTABLE**
 
@@ -8414,8 +14071,23 @@ class AuthStatusRequest:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self, *, meta: dict[str, Any] | UnsetType | None = UNSET, extra_fields: dict[str, Any] | None = None
+    ) -> None:
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"AuthStatusRequest(meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: AuthStatusRequest = other
+        return self.meta == o.meta and self.extra_fields == o.extra_fields
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class NewSessionRequest:
     """Request parameters for creating a new session.
 
@@ -8472,8 +14144,41 @@ class NewSessionRequest:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        cwd: str,
+        additional_directories: list[str] | UnsetType = UNSET,
+        mcp_servers: list[McpServer],
+        system_prompt: SystemPrompt | UnsetType | None = UNSET,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.cwd = cwd
+        self.additional_directories = additional_directories
+        self.mcp_servers = mcp_servers
+        self.system_prompt = system_prompt
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"NewSessionRequest(cwd={self.cwd!r}, additional_directories={self.additional_directories!r}, mcp_servers={self.mcp_servers!r}, system_prompt={self.system_prompt!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: NewSessionRequest = other
+        return (
+            self.cwd == o.cwd
+            and self.additional_directories == o.additional_directories
+            and self.mcp_servers == o.mcp_servers
+            and self.system_prompt == o.system_prompt
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class HttpHeader:
     """An HTTP header to set when making requests to the MCP server."""
 
@@ -8501,8 +14206,35 @@ class HttpHeader:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        name: str,
+        value: str,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.name = name
+        self.value = value
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"HttpHeader(name={self.name!r}, value={self.value!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: HttpHeader = other
+        return (
+            self.name == o.name
+            and self.value == o.value
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class McpServerHttp:
     """HTTP transport configuration for MCP."""
 
@@ -8535,8 +14267,38 @@ class McpServerHttp:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        name: str,
+        url: str,
+        headers: list[HttpHeader],
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.name = name
+        self.url = url
+        self.headers = headers
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"McpServerHttp(name={self.name!r}, url={self.url!r}, headers={self.headers!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: McpServerHttp = other
+        return (
+            self.name == o.name
+            and self.url == o.url
+            and self.headers == o.headers
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class McpServerSse:
     """SSE transport configuration for MCP."""
 
@@ -8569,8 +14331,38 @@ class McpServerSse:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        name: str,
+        url: str,
+        headers: list[HttpHeader],
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.name = name
+        self.url = url
+        self.headers = headers
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"McpServerSse(name={self.name!r}, url={self.url!r}, headers={self.headers!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: McpServerSse = other
+        return (
+            self.name == o.name
+            and self.url == o.url
+            and self.headers == o.headers
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class McpServerAcp:
     """**UNSTABLE**
 
@@ -8611,8 +14403,35 @@ class McpServerAcp:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        name: str,
+        server_id: McpServerAcpId,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.name = name
+        self.server_id = server_id
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"McpServerAcp(name={self.name!r}, server_id={self.server_id!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: McpServerAcp = other
+        return (
+            self.name == o.name
+            and self.server_id == o.server_id
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class SystemPrompt:
     """**UNSTABLE**
 
@@ -8664,8 +14483,35 @@ class SystemPrompt:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        mode: SystemPromptMode,
+        content: list[ContentBlock],
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.mode = mode
+        self.content = content
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"SystemPrompt(mode={self.mode!r}, content={self.content!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: SystemPrompt = other
+        return (
+            self.mode == o.mode
+            and self.content == o.content
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class LoadSessionRequest:
     """Request parameters for loading an existing session.
 
@@ -8732,8 +14578,44 @@ class LoadSessionRequest:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        mcp_servers: list[McpServer],
+        cwd: str,
+        additional_directories: list[str] | UnsetType = UNSET,
+        session_id: SessionId,
+        system_prompt: SystemPrompt | UnsetType | None = UNSET,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.mcp_servers = mcp_servers
+        self.cwd = cwd
+        self.additional_directories = additional_directories
+        self.session_id = session_id
+        self.system_prompt = system_prompt
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"LoadSessionRequest(mcp_servers={self.mcp_servers!r}, cwd={self.cwd!r}, additional_directories={self.additional_directories!r}, session_id={self.session_id!r}, system_prompt={self.system_prompt!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: LoadSessionRequest = other
+        return (
+            self.mcp_servers == o.mcp_servers
+            and self.cwd == o.cwd
+            and self.additional_directories == o.additional_directories
+            and self.session_id == o.session_id
+            and self.system_prompt == o.system_prompt
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class ListSessionsRequest:
     """Request parameters for listing existing sessions.
 
@@ -8779,8 +14661,38 @@ class ListSessionsRequest:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        cwd: str | UnsetType | None = UNSET,
+        cursor: str | UnsetType | None = UNSET,
+        archived: SessionArchiveFilter | UnsetType | None = UNSET,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.cwd = cwd
+        self.cursor = cursor
+        self.archived = archived
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"ListSessionsRequest(cwd={self.cwd!r}, cursor={self.cursor!r}, archived={self.archived!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: ListSessionsRequest = other
+        return (
+            self.cwd == o.cwd
+            and self.cursor == o.cursor
+            and self.archived == o.archived
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class DeleteSessionRequest:
     """Request parameters for deleting an existing session from `session/list`.
 
@@ -8806,8 +14718,28 @@ class DeleteSessionRequest:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        session_id: SessionId,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.session_id = session_id
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"DeleteSessionRequest(session_id={self.session_id!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: DeleteSessionRequest = other
+        return self.session_id == o.session_id and self.meta == o.meta and self.extra_fields == o.extra_fields
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class ForkSessionRequest:
     """**UNSTABLE**
 
@@ -8880,8 +14812,44 @@ class ForkSessionRequest:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        session_id: SessionId,
+        cwd: str,
+        additional_directories: list[str] | UnsetType = UNSET,
+        mcp_servers: list[McpServer] | UnsetType = UNSET,
+        system_prompt: SystemPrompt | UnsetType | None = UNSET,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.session_id = session_id
+        self.cwd = cwd
+        self.additional_directories = additional_directories
+        self.mcp_servers = mcp_servers
+        self.system_prompt = system_prompt
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"ForkSessionRequest(session_id={self.session_id!r}, cwd={self.cwd!r}, additional_directories={self.additional_directories!r}, mcp_servers={self.mcp_servers!r}, system_prompt={self.system_prompt!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: ForkSessionRequest = other
+        return (
+            self.session_id == o.session_id
+            and self.cwd == o.cwd
+            and self.additional_directories == o.additional_directories
+            and self.mcp_servers == o.mcp_servers
+            and self.system_prompt == o.system_prompt
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class ArchiveSessionRequest:
     """**UNSTABLE**
 
@@ -8918,8 +14886,28 @@ class ArchiveSessionRequest:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        session_id: SessionId,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.session_id = session_id
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"ArchiveSessionRequest(session_id={self.session_id!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: ArchiveSessionRequest = other
+        return self.session_id == o.session_id and self.meta == o.meta and self.extra_fields == o.extra_fields
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class UnarchiveSessionRequest:
     """**UNSTABLE**
 
@@ -8957,8 +14945,28 @@ class UnarchiveSessionRequest:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        session_id: SessionId,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.session_id = session_id
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"UnarchiveSessionRequest(session_id={self.session_id!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: UnarchiveSessionRequest = other
+        return self.session_id == o.session_id and self.meta == o.meta and self.extra_fields == o.extra_fields
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class SessionStatusRequest:
     """**UNSTABLE**
 
@@ -8994,8 +15002,28 @@ class SessionStatusRequest:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        session_id: SessionId,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.session_id = session_id
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"SessionStatusRequest(session_id={self.session_id!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: SessionStatusRequest = other
+        return self.session_id == o.session_id and self.meta == o.meta and self.extra_fields == o.extra_fields
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class SetSessionTitleRequest:
     """**UNSTABLE**
 
@@ -9043,8 +15071,35 @@ class SetSessionTitleRequest:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        session_id: SessionId,
+        title: str,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.session_id = session_id
+        self.title = title
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"SetSessionTitleRequest(session_id={self.session_id!r}, title={self.title!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: SetSessionTitleRequest = other
+        return (
+            self.session_id == o.session_id
+            and self.title == o.title
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class ResumeSessionRequest:
     """Request parameters for resuming an existing session.
 
@@ -9112,8 +15167,44 @@ class ResumeSessionRequest:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        session_id: SessionId,
+        cwd: str,
+        additional_directories: list[str] | UnsetType = UNSET,
+        mcp_servers: list[McpServer] | UnsetType = UNSET,
+        system_prompt: SystemPrompt | UnsetType | None = UNSET,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.session_id = session_id
+        self.cwd = cwd
+        self.additional_directories = additional_directories
+        self.mcp_servers = mcp_servers
+        self.system_prompt = system_prompt
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"ResumeSessionRequest(session_id={self.session_id!r}, cwd={self.cwd!r}, additional_directories={self.additional_directories!r}, mcp_servers={self.mcp_servers!r}, system_prompt={self.system_prompt!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: ResumeSessionRequest = other
+        return (
+            self.session_id == o.session_id
+            and self.cwd == o.cwd
+            and self.additional_directories == o.additional_directories
+            and self.mcp_servers == o.mcp_servers
+            and self.system_prompt == o.system_prompt
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class CloseSessionRequest:
     """Request parameters for closing an active session.
 
@@ -9143,8 +15234,28 @@ class CloseSessionRequest:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        session_id: SessionId,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.session_id = session_id
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"CloseSessionRequest(session_id={self.session_id!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: CloseSessionRequest = other
+        return self.session_id == o.session_id and self.meta == o.meta and self.extra_fields == o.extra_fields
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class SetSessionModeRequest:
     """Request parameters for setting a session mode."""
 
@@ -9172,8 +15283,35 @@ class SetSessionModeRequest:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        session_id: SessionId,
+        mode_id: SessionModeId,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.session_id = session_id
+        self.mode_id = mode_id
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"SetSessionModeRequest(session_id={self.session_id!r}, mode_id={self.mode_id!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: SetSessionModeRequest = other
+        return (
+            self.session_id == o.session_id
+            and self.mode_id == o.mode_id
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class PromptRequest:
     """Request parameters for sending a user prompt to the agent.
 
@@ -9218,8 +15356,35 @@ class PromptRequest:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        session_id: SessionId,
+        prompt: list[ContentBlock],
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.session_id = session_id
+        self.prompt = prompt
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"PromptRequest(session_id={self.session_id!r}, prompt={self.prompt!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: PromptRequest = other
+        return (
+            self.session_id == o.session_id
+            and self.prompt == o.prompt
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class WriteTextFileResponse:
     """Response to `fs/write_text_file`"""
 
@@ -9237,8 +15402,23 @@ class WriteTextFileResponse:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self, *, meta: dict[str, Any] | UnsetType | None = UNSET, extra_fields: dict[str, Any] | None = None
+    ) -> None:
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"WriteTextFileResponse(meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: WriteTextFileResponse = other
+        return self.meta == o.meta and self.extra_fields == o.extra_fields
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class ReadTextFileResponse:
     """Response containing the contents of a text file."""
 
@@ -9261,8 +15441,28 @@ class ReadTextFileResponse:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        content: str,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.content = content
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"ReadTextFileResponse(content={self.content!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: ReadTextFileResponse = other
+        return self.content == o.content and self.meta == o.meta and self.extra_fields == o.extra_fields
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class RequestPermissionResponse:
     """Response to a permission request."""
 
@@ -9285,8 +15485,28 @@ class RequestPermissionResponse:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        outcome: RequestPermissionOutcome,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.outcome = outcome
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"RequestPermissionResponse(outcome={self.outcome!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: RequestPermissionResponse = other
+        return self.outcome == o.outcome and self.meta == o.meta and self.extra_fields == o.extra_fields
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class SelectedPermissionOutcome:
     """The user selected one of the provided options."""
 
@@ -9309,8 +15529,28 @@ class SelectedPermissionOutcome:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        option_id: PermissionOptionId,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.option_id = option_id
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"SelectedPermissionOutcome(option_id={self.option_id!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: SelectedPermissionOutcome = other
+        return self.option_id == o.option_id and self.meta == o.meta and self.extra_fields == o.extra_fields
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class CreateTerminalResponse:
     """Response containing the ID of the created terminal."""
 
@@ -9333,8 +15573,28 @@ class CreateTerminalResponse:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        terminal_id: TerminalId,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.terminal_id = terminal_id
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"CreateTerminalResponse(terminal_id={self.terminal_id!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: CreateTerminalResponse = other
+        return self.terminal_id == o.terminal_id and self.meta == o.meta and self.extra_fields == o.extra_fields
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class TerminalOutputResponse:
     """Response containing the terminal output and exit status."""
 
@@ -9369,8 +15629,38 @@ class TerminalOutputResponse:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        output: str,
+        truncated: bool,
+        exit_status: TerminalExitStatus | UnsetType | None = UNSET,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.output = output
+        self.truncated = truncated
+        self.exit_status = exit_status
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"TerminalOutputResponse(output={self.output!r}, truncated={self.truncated!r}, exit_status={self.exit_status!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: TerminalOutputResponse = other
+        return (
+            self.output == o.output
+            and self.truncated == o.truncated
+            and self.exit_status == o.exit_status
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class TerminalExitStatus:
     """Exit status of a terminal command."""
 
@@ -9398,8 +15688,35 @@ class TerminalExitStatus:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        exit_code: int | UnsetType | None = UNSET,
+        signal: str | UnsetType | None = UNSET,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.exit_code = exit_code
+        self.signal = signal
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"TerminalExitStatus(exit_code={self.exit_code!r}, signal={self.signal!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: TerminalExitStatus = other
+        return (
+            self.exit_code == o.exit_code
+            and self.signal == o.signal
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class ReleaseTerminalResponse:
     """Response to terminal/release method"""
 
@@ -9417,8 +15734,23 @@ class ReleaseTerminalResponse:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self, *, meta: dict[str, Any] | UnsetType | None = UNSET, extra_fields: dict[str, Any] | None = None
+    ) -> None:
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"ReleaseTerminalResponse(meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: ReleaseTerminalResponse = other
+        return self.meta == o.meta and self.extra_fields == o.extra_fields
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class WaitForTerminalExitResponse:
     """Response containing the exit status of a terminal command."""
 
@@ -9446,8 +15778,35 @@ class WaitForTerminalExitResponse:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        exit_code: int | UnsetType | None = UNSET,
+        signal: str | UnsetType | None = UNSET,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.exit_code = exit_code
+        self.signal = signal
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"WaitForTerminalExitResponse(exit_code={self.exit_code!r}, signal={self.signal!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: WaitForTerminalExitResponse = other
+        return (
+            self.exit_code == o.exit_code
+            and self.signal == o.signal
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class KillTerminalResponse:
     """Response to `terminal/kill` method"""
 
@@ -9465,8 +15824,23 @@ class KillTerminalResponse:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self, *, meta: dict[str, Any] | UnsetType | None = UNSET, extra_fields: dict[str, Any] | None = None
+    ) -> None:
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"KillTerminalResponse(meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: KillTerminalResponse = other
+        return self.meta == o.meta and self.extra_fields == o.extra_fields
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class ElicitationAcceptAction:
     """The user accepted the elicitation and provided content."""
 
@@ -9480,8 +15854,26 @@ class ElicitationAcceptAction:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        content: dict[str, ElicitationContentValue] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.content = content
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"ElicitationAcceptAction(content={self.content!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: ElicitationAcceptAction = other
+        return self.content == o.content and self.extra_fields == o.extra_fields
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class McpError:
     """**UNSTABLE**
 
@@ -9511,8 +15903,30 @@ class McpError:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self, *, code: int, message: str, data: Any | UnsetType = UNSET, extra_fields: dict[str, Any] | None = None
+    ) -> None:
+        self.code = code
+        self.message = message
+        self.data = data
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"McpError(code={self.code!r}, message={self.message!r}, data={self.data!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: McpError = other
+        return (
+            self.code == o.code
+            and self.message == o.message
+            and self.data == o.data
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class CancelNotification:
     """Notification to cancel ongoing operations for a session.
 
@@ -9538,8 +15952,28 @@ class CancelNotification:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        session_id: SessionId,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.session_id = session_id
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"CancelNotification(session_id={self.session_id!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: CancelNotification = other
+        return self.session_id == o.session_id and self.meta == o.meta and self.extra_fields == o.extra_fields
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class MessageMcpNotification:
     """**UNSTABLE**
 
@@ -9589,8 +16023,41 @@ class MessageMcpNotification:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        server_id: McpServerAcpId,
+        request_id: McpRequestId,
+        method: str,
+        params: dict[str, Any] | UnsetType | None = UNSET,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.server_id = server_id
+        self.request_id = request_id
+        self.method = method
+        self.params = params
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"MessageMcpNotification(server_id={self.server_id!r}, request_id={self.request_id!r}, method={self.method!r}, params={self.params!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: MessageMcpNotification = other
+        return (
+            self.server_id == o.server_id
+            and self.request_id == o.request_id
+            and self.method == o.method
+            and self.params == o.params
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class CancelRequestNotification:
     """Notification to cancel an ongoing request.
 
@@ -9616,8 +16083,28 @@ class CancelRequestNotification:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        request_id: RequestId,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.request_id = request_id
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"CancelRequestNotification(request_id={self.request_id!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: CancelRequestNotification = other
+        return self.request_id == o.request_id and self.meta == o.meta and self.extra_fields == o.extra_fields
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class ProxySuccessorRequest:
     """**UNSTABLE**
 
@@ -9673,8 +16160,35 @@ class ProxySuccessorRequest:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        method: str,
+        params: Any | UnsetType = UNSET,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.method = method
+        self.params = params
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"ProxySuccessorRequest(method={self.method!r}, params={self.params!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: ProxySuccessorRequest = other
+        return (
+            self.method == o.method
+            and self.params == o.params
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class ProxySuccessorNotification:
     """**UNSTABLE**
 
@@ -9722,6 +16236,33 @@ class ProxySuccessorNotification:
     """
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
+
+    def __init__(
+        self,
+        *,
+        method: str,
+        params: Any | UnsetType = UNSET,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.method = method
+        self.params = params
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
+
+    def __repr__(self) -> str:
+        return f"ProxySuccessorNotification(method={self.method!r}, params={self.params!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: ProxySuccessorNotification = other
+        return (
+            self.method == o.method
+            and self.params == o.params
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
 
 
 RequestId: TypeAlias = int | str | None

@@ -12,7 +12,7 @@ import attrs
 from acp_trio._spec import EXTRA, UNSET, UnsetType, f, tag
 
 
-@attrs.define(kw_only=True)
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class ToolCallRequestPermissionSubject:
     """Permission is requested before executing a tool call.
 
@@ -46,8 +46,35 @@ class ToolCallRequestPermissionSubject:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        type: Literal["tool_call"] = "tool_call",
+        tool_call: ToolCallUpdate,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.type = type
+        self.tool_call = tool_call
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"ToolCallRequestPermissionSubject(type={self.type!r}, tool_call={self.tool_call!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: ToolCallRequestPermissionSubject = other
+        return (
+            self.type == o.type
+            and self.tool_call == o.tool_call
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class CommandRequestPermissionSubject:
     """Permission is requested before running a command.
 
@@ -96,8 +123,44 @@ class CommandRequestPermissionSubject:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        type: Literal["command"] = "command",
+        command: str,
+        cwd: AbsolutePath,
+        tool_call_id: ToolCallId | UnsetType | None = UNSET,
+        terminal_id: TerminalId | UnsetType | None = UNSET,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.type = type
+        self.command = command
+        self.cwd = cwd
+        self.tool_call_id = tool_call_id
+        self.terminal_id = terminal_id
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"CommandRequestPermissionSubject(type={self.type!r}, command={self.command!r}, cwd={self.cwd!r}, tool_call_id={self.tool_call_id!r}, terminal_id={self.terminal_id!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: CommandRequestPermissionSubject = other
+        return (
+            self.type == o.type
+            and self.command == o.command
+            and self.cwd == o.cwd
+            and self.tool_call_id == o.tool_call_id
+            and self.terminal_id == o.terminal_id
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class RequestPermissionSubjectOther:
     """Custom or future permission subject.
 
@@ -129,8 +192,21 @@ class RequestPermissionSubjectOther:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(self, *, type: str, extra_fields: dict[str, Any] | None = None) -> None:
+        self.type = type
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"RequestPermissionSubjectOther(type={self.type!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: RequestPermissionSubjectOther = other
+        return self.type == o.type and self.extra_fields == o.extra_fields
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class ContentToolCallContent:
     """Standard content block (text, images, resources).
 
@@ -160,8 +236,35 @@ class ContentToolCallContent:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        type: Literal["content"] = "content",
+        content: ContentBlock,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.type = type
+        self.content = content
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"ContentToolCallContent(type={self.type!r}, content={self.content!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: ContentToolCallContent = other
+        return (
+            self.type == o.type
+            and self.content == o.content
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class DiffToolCallContent:
     """File modification shown as a diff.
 
@@ -201,8 +304,38 @@ class DiffToolCallContent:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        type: Literal["diff"] = "diff",
+        changes: list[DiffChange],
+        patch: DiffPatch | UnsetType | None = UNSET,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.type = type
+        self.changes = changes
+        self.patch = patch
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"DiffToolCallContent(type={self.type!r}, changes={self.changes!r}, patch={self.patch!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: DiffToolCallContent = other
+        return (
+            self.type == o.type
+            and self.changes == o.changes
+            and self.patch == o.patch
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class TerminalToolCallContent:
     """A display-only reference to an agent-owned terminal.
 
@@ -232,8 +365,35 @@ class TerminalToolCallContent:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        type: Literal["terminal"] = "terminal",
+        terminal_id: TerminalId,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.type = type
+        self.terminal_id = terminal_id
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"TerminalToolCallContent(type={self.type!r}, terminal_id={self.terminal_id!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: TerminalToolCallContent = other
+        return (
+            self.type == o.type
+            and self.terminal_id == o.terminal_id
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class ToolCallContentOther:
     """Custom or future tool call content.
 
@@ -264,8 +424,21 @@ class ToolCallContentOther:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(self, *, type: str, extra_fields: dict[str, Any] | None = None) -> None:
+        self.type = type
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"ToolCallContentOther(type={self.type!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: ToolCallContentOther = other
+        return self.type == o.type and self.extra_fields == o.extra_fields
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class TextContentBlock:
     """Text content. May be plain text or formatted with Markdown.
 
@@ -308,8 +481,38 @@ class TextContentBlock:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        type: Literal["text"] = "text",
+        text: str,
+        annotations: Annotations | UnsetType | None = UNSET,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.type = type
+        self.text = text
+        self.annotations = annotations
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"TextContentBlock(type={self.type!r}, text={self.text!r}, annotations={self.annotations!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: TextContentBlock = other
+        return (
+            self.type == o.type
+            and self.text == o.text
+            and self.annotations == o.annotations
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class ImageContentBlock:
     """Images for visual context or analysis.
 
@@ -362,8 +565,44 @@ class ImageContentBlock:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        type: Literal["image"] = "image",
+        data: str,
+        mime_type: MediaType,
+        uri: str | UnsetType | None = UNSET,
+        annotations: Annotations | UnsetType | None = UNSET,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.type = type
+        self.data = data
+        self.mime_type = mime_type
+        self.uri = uri
+        self.annotations = annotations
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"ImageContentBlock(type={self.type!r}, data={self.data!r}, mime_type={self.mime_type!r}, uri={self.uri!r}, annotations={self.annotations!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: ImageContentBlock = other
+        return (
+            self.type == o.type
+            and self.data == o.data
+            and self.mime_type == o.mime_type
+            and self.uri == o.uri
+            and self.annotations == o.annotations
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class AudioContentBlock:
     """Audio data for transcription or analysis.
 
@@ -409,8 +648,41 @@ class AudioContentBlock:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        type: Literal["audio"] = "audio",
+        data: str,
+        mime_type: MediaType,
+        annotations: Annotations | UnsetType | None = UNSET,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.type = type
+        self.data = data
+        self.mime_type = mime_type
+        self.annotations = annotations
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"AudioContentBlock(type={self.type!r}, data={self.data!r}, mime_type={self.mime_type!r}, annotations={self.annotations!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: AudioContentBlock = other
+        return (
+            self.type == o.type
+            and self.data == o.data
+            and self.mime_type == o.mime_type
+            and self.annotations == o.annotations
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class ResourceLinkContentBlock:
     """References to resources that the receiver may be able to read.
 
@@ -497,8 +769,56 @@ class ResourceLinkContentBlock:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        type: Literal["resource_link"] = "resource_link",
+        name: str,
+        uri: str,
+        title: str | UnsetType | None = UNSET,
+        description: str | UnsetType | None = UNSET,
+        icons: list[Icon] | UnsetType | None = UNSET,
+        mime_type: MediaType | UnsetType | None = UNSET,
+        size: int | UnsetType | None = UNSET,
+        annotations: Annotations | UnsetType | None = UNSET,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.type = type
+        self.name = name
+        self.uri = uri
+        self.title = title
+        self.description = description
+        self.icons = icons
+        self.mime_type = mime_type
+        self.size = size
+        self.annotations = annotations
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"ResourceLinkContentBlock(type={self.type!r}, name={self.name!r}, uri={self.uri!r}, title={self.title!r}, description={self.description!r}, icons={self.icons!r}, mime_type={self.mime_type!r}, size={self.size!r}, annotations={self.annotations!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: ResourceLinkContentBlock = other
+        return (
+            self.type == o.type
+            and self.name == o.name
+            and self.uri == o.uri
+            and self.title == o.title
+            and self.description == o.description
+            and self.icons == o.icons
+            and self.mime_type == o.mime_type
+            and self.size == o.size
+            and self.annotations == o.annotations
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class ResourceContentBlock:
     """Complete resource contents embedded directly in the message.
 
@@ -541,8 +861,38 @@ class ResourceContentBlock:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        type: Literal["resource"] = "resource",
+        resource: EmbeddedResourceResource,
+        annotations: Annotations | UnsetType | None = UNSET,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.type = type
+        self.resource = resource
+        self.annotations = annotations
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"ResourceContentBlock(type={self.type!r}, resource={self.resource!r}, annotations={self.annotations!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: ResourceContentBlock = other
+        return (
+            self.type == o.type
+            and self.resource == o.resource
+            and self.annotations == o.annotations
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class ContentBlockOther:
     """Custom or future content block.
 
@@ -575,8 +925,21 @@ class ContentBlockOther:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(self, *, type: str, extra_fields: dict[str, Any] | None = None) -> None:
+        self.type = type
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"ContentBlockOther(type={self.type!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: ContentBlockOther = other
+        return self.type == o.type and self.extra_fields == o.extra_fields
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class TextResourceContents:
     """Text-based resource contents."""
 
@@ -613,8 +976,38 @@ class TextResourceContents:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        text: str,
+        uri: str,
+        mime_type: MediaType | UnsetType | None = UNSET,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.text = text
+        self.uri = uri
+        self.mime_type = mime_type
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"TextResourceContents(text={self.text!r}, uri={self.uri!r}, mime_type={self.mime_type!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: TextResourceContents = other
+        return (
+            self.text == o.text
+            and self.uri == o.uri
+            and self.mime_type == o.mime_type
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class BlobResourceContents:
     """Binary resource contents."""
 
@@ -651,8 +1044,38 @@ class BlobResourceContents:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        blob: str,
+        uri: str,
+        mime_type: MediaType | UnsetType | None = UNSET,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.blob = blob
+        self.uri = uri
+        self.mime_type = mime_type
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"BlobResourceContents(blob={self.blob!r}, uri={self.uri!r}, mime_type={self.mime_type!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: BlobResourceContents = other
+        return (
+            self.blob == o.blob
+            and self.uri == o.uri
+            and self.mime_type == o.mime_type
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class AddDiffChange:
     """A file was added.
 
@@ -700,8 +1123,41 @@ class AddDiffChange:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        operation: Literal["add"] = "add",
+        file_type: DiffFileType | UnsetType | None = UNSET,
+        mime_type: MediaType | UnsetType | None = UNSET,
+        path: AbsolutePath,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.operation = operation
+        self.file_type = file_type
+        self.mime_type = mime_type
+        self.path = path
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"AddDiffChange(operation={self.operation!r}, file_type={self.file_type!r}, mime_type={self.mime_type!r}, path={self.path!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: AddDiffChange = other
+        return (
+            self.operation == o.operation
+            and self.file_type == o.file_type
+            and self.mime_type == o.mime_type
+            and self.path == o.path
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class DeleteDiffChange:
     """A file was deleted.
 
@@ -749,8 +1205,41 @@ class DeleteDiffChange:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        operation: Literal["delete"] = "delete",
+        file_type: DiffFileType | UnsetType | None = UNSET,
+        mime_type: MediaType | UnsetType | None = UNSET,
+        path: AbsolutePath,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.operation = operation
+        self.file_type = file_type
+        self.mime_type = mime_type
+        self.path = path
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"DeleteDiffChange(operation={self.operation!r}, file_type={self.file_type!r}, mime_type={self.mime_type!r}, path={self.path!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: DeleteDiffChange = other
+        return (
+            self.operation == o.operation
+            and self.file_type == o.file_type
+            and self.mime_type == o.mime_type
+            and self.path == o.path
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class ModifyDiffChange:
     """A file was modified in place.
 
@@ -798,8 +1287,41 @@ class ModifyDiffChange:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        operation: Literal["modify"] = "modify",
+        file_type: DiffFileType | UnsetType | None = UNSET,
+        mime_type: MediaType | UnsetType | None = UNSET,
+        path: AbsolutePath,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.operation = operation
+        self.file_type = file_type
+        self.mime_type = mime_type
+        self.path = path
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"ModifyDiffChange(operation={self.operation!r}, file_type={self.file_type!r}, mime_type={self.mime_type!r}, path={self.path!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: ModifyDiffChange = other
+        return (
+            self.operation == o.operation
+            and self.file_type == o.file_type
+            and self.mime_type == o.mime_type
+            and self.path == o.path
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class MoveDiffChange:
     """A file was moved or renamed.
 
@@ -852,8 +1374,44 @@ class MoveDiffChange:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        operation: Literal["move"] = "move",
+        file_type: DiffFileType | UnsetType | None = UNSET,
+        mime_type: MediaType | UnsetType | None = UNSET,
+        old_path: AbsolutePath,
+        path: AbsolutePath,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.operation = operation
+        self.file_type = file_type
+        self.mime_type = mime_type
+        self.old_path = old_path
+        self.path = path
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"MoveDiffChange(operation={self.operation!r}, file_type={self.file_type!r}, mime_type={self.mime_type!r}, old_path={self.old_path!r}, path={self.path!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: MoveDiffChange = other
+        return (
+            self.operation == o.operation
+            and self.file_type == o.file_type
+            and self.mime_type == o.mime_type
+            and self.old_path == o.old_path
+            and self.path == o.path
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class CopyDiffChange:
     """A file was copied.
 
@@ -906,8 +1464,44 @@ class CopyDiffChange:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        operation: Literal["copy"] = "copy",
+        file_type: DiffFileType | UnsetType | None = UNSET,
+        mime_type: MediaType | UnsetType | None = UNSET,
+        old_path: AbsolutePath,
+        path: AbsolutePath,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.operation = operation
+        self.file_type = file_type
+        self.mime_type = mime_type
+        self.old_path = old_path
+        self.path = path
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"CopyDiffChange(operation={self.operation!r}, file_type={self.file_type!r}, mime_type={self.mime_type!r}, old_path={self.old_path!r}, path={self.path!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: CopyDiffChange = other
+        return (
+            self.operation == o.operation
+            and self.file_type == o.file_type
+            and self.mime_type == o.mime_type
+            and self.old_path == o.old_path
+            and self.path == o.path
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class DiffChangeOther:
     """Custom or future file operation.
 
@@ -963,8 +1557,38 @@ class DiffChangeOther:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        operation: str,
+        file_type: DiffFileType | UnsetType | None = UNSET,
+        mime_type: MediaType | UnsetType | None = UNSET,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.operation = operation
+        self.file_type = file_type
+        self.mime_type = mime_type
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"DiffChangeOther(operation={self.operation!r}, file_type={self.file_type!r}, mime_type={self.mime_type!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: DiffChangeOther = other
+        return (
+            self.operation == o.operation
+            and self.file_type == o.file_type
+            and self.mime_type == o.mime_type
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class FormCreateElicitationRequest:
     """Form-based elicitation where the client renders a form from the provided schema.
 
@@ -1019,8 +1643,47 @@ class FormCreateElicitationRequest:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        mode: Literal["form"] = "form",
+        message: str,
+        requested_schema: ElicitationSchema,
+        session_id: SessionId | UnsetType = UNSET,
+        tool_call_id: ToolCallId | UnsetType | None = UNSET,
+        request_id: RequestId | UnsetType = UNSET,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.mode = mode
+        self.message = message
+        self.requested_schema = requested_schema
+        self.session_id = session_id
+        self.tool_call_id = tool_call_id
+        self.request_id = request_id
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"FormCreateElicitationRequest(mode={self.mode!r}, message={self.message!r}, requested_schema={self.requested_schema!r}, session_id={self.session_id!r}, tool_call_id={self.tool_call_id!r}, request_id={self.request_id!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: FormCreateElicitationRequest = other
+        return (
+            self.mode == o.mode
+            and self.message == o.message
+            and self.requested_schema == o.requested_schema
+            and self.session_id == o.session_id
+            and self.tool_call_id == o.tool_call_id
+            and self.request_id == o.request_id
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class UrlCreateElicitationRequest:
     """URL-based elicitation where the client directs the user to a URL.
 
@@ -1080,8 +1743,50 @@ class UrlCreateElicitationRequest:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        mode: Literal["url"] = "url",
+        message: str,
+        elicitation_id: ElicitationId,
+        url: str,
+        session_id: SessionId | UnsetType = UNSET,
+        tool_call_id: ToolCallId | UnsetType | None = UNSET,
+        request_id: RequestId | UnsetType = UNSET,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.mode = mode
+        self.message = message
+        self.elicitation_id = elicitation_id
+        self.url = url
+        self.session_id = session_id
+        self.tool_call_id = tool_call_id
+        self.request_id = request_id
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"UrlCreateElicitationRequest(mode={self.mode!r}, message={self.message!r}, elicitation_id={self.elicitation_id!r}, url={self.url!r}, session_id={self.session_id!r}, tool_call_id={self.tool_call_id!r}, request_id={self.request_id!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: UrlCreateElicitationRequest = other
+        return (
+            self.mode == o.mode
+            and self.message == o.message
+            and self.elicitation_id == o.elicitation_id
+            and self.url == o.url
+            and self.session_id == o.session_id
+            and self.tool_call_id == o.tool_call_id
+            and self.request_id == o.request_id
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class CreateElicitationRequestOther:
     """Custom or future elicitation mode.
 
@@ -1148,8 +1853,44 @@ class CreateElicitationRequestOther:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        mode: str,
+        message: str,
+        session_id: SessionId | UnsetType = UNSET,
+        tool_call_id: ToolCallId | UnsetType | None = UNSET,
+        request_id: RequestId | UnsetType = UNSET,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.mode = mode
+        self.message = message
+        self.session_id = session_id
+        self.tool_call_id = tool_call_id
+        self.request_id = request_id
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"CreateElicitationRequestOther(mode={self.mode!r}, message={self.message!r}, session_id={self.session_id!r}, tool_call_id={self.tool_call_id!r}, request_id={self.request_id!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: CreateElicitationRequestOther = other
+        return (
+            self.mode == o.mode
+            and self.message == o.message
+            and self.session_id == o.session_id
+            and self.tool_call_id == o.tool_call_id
+            and self.request_id == o.request_id
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class StringElicitationPropertySchema:
     """String property (or single-select enum when `enum`/`oneOf` is set).
 
@@ -1241,8 +1982,59 @@ class StringElicitationPropertySchema:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        type: Literal["string"] = "string",
+        title: str | UnsetType | None = UNSET,
+        description: str | UnsetType | None = UNSET,
+        min_length: int | UnsetType | None = UNSET,
+        max_length: int | UnsetType | None = UNSET,
+        pattern: str | UnsetType | None = UNSET,
+        format: StringFormat | UnsetType | None = UNSET,
+        default: str | UnsetType | None = UNSET,
+        enum: list[str] | UnsetType | None = UNSET,
+        one_of: list[EnumOption] | UnsetType | None = UNSET,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.type = type
+        self.title = title
+        self.description = description
+        self.min_length = min_length
+        self.max_length = max_length
+        self.pattern = pattern
+        self.format = format
+        self.default = default
+        self.enum = enum
+        self.one_of = one_of
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"StringElicitationPropertySchema(type={self.type!r}, title={self.title!r}, description={self.description!r}, min_length={self.min_length!r}, max_length={self.max_length!r}, pattern={self.pattern!r}, format={self.format!r}, default={self.default!r}, enum={self.enum!r}, one_of={self.one_of!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: StringElicitationPropertySchema = other
+        return (
+            self.type == o.type
+            and self.title == o.title
+            and self.description == o.description
+            and self.min_length == o.min_length
+            and self.max_length == o.max_length
+            and self.pattern == o.pattern
+            and self.format == o.format
+            and self.default == o.default
+            and self.enum == o.enum
+            and self.one_of == o.one_of
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class NumberElicitationPropertySchema:
     """Number (floating-point) property.
 
@@ -1304,8 +2096,47 @@ class NumberElicitationPropertySchema:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        type: Literal["number"] = "number",
+        title: str | UnsetType | None = UNSET,
+        description: str | UnsetType | None = UNSET,
+        minimum: float | UnsetType | None = UNSET,
+        maximum: float | UnsetType | None = UNSET,
+        default: float | UnsetType | None = UNSET,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.type = type
+        self.title = title
+        self.description = description
+        self.minimum = minimum
+        self.maximum = maximum
+        self.default = default
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"NumberElicitationPropertySchema(type={self.type!r}, title={self.title!r}, description={self.description!r}, minimum={self.minimum!r}, maximum={self.maximum!r}, default={self.default!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: NumberElicitationPropertySchema = other
+        return (
+            self.type == o.type
+            and self.title == o.title
+            and self.description == o.description
+            and self.minimum == o.minimum
+            and self.maximum == o.maximum
+            and self.default == o.default
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class IntegerElicitationPropertySchema:
     """Integer property.
 
@@ -1367,8 +2198,47 @@ class IntegerElicitationPropertySchema:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        type: Literal["integer"] = "integer",
+        title: str | UnsetType | None = UNSET,
+        description: str | UnsetType | None = UNSET,
+        minimum: int | UnsetType | None = UNSET,
+        maximum: int | UnsetType | None = UNSET,
+        default: int | UnsetType | None = UNSET,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.type = type
+        self.title = title
+        self.description = description
+        self.minimum = minimum
+        self.maximum = maximum
+        self.default = default
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"IntegerElicitationPropertySchema(type={self.type!r}, title={self.title!r}, description={self.description!r}, minimum={self.minimum!r}, maximum={self.maximum!r}, default={self.default!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: IntegerElicitationPropertySchema = other
+        return (
+            self.type == o.type
+            and self.title == o.title
+            and self.description == o.description
+            and self.minimum == o.minimum
+            and self.maximum == o.maximum
+            and self.default == o.default
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class BooleanElicitationPropertySchema:
     """Boolean property.
 
@@ -1416,8 +2286,41 @@ class BooleanElicitationPropertySchema:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        type: Literal["boolean"] = "boolean",
+        title: str | UnsetType | None = UNSET,
+        description: str | UnsetType | None = UNSET,
+        default: bool | UnsetType | None = UNSET,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.type = type
+        self.title = title
+        self.description = description
+        self.default = default
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"BooleanElicitationPropertySchema(type={self.type!r}, title={self.title!r}, description={self.description!r}, default={self.default!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: BooleanElicitationPropertySchema = other
+        return (
+            self.type == o.type
+            and self.title == o.title
+            and self.description == o.description
+            and self.default == o.default
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class ArrayElicitationPropertySchema:
     """Multi-select array property.
 
@@ -1486,8 +2389,50 @@ class ArrayElicitationPropertySchema:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        type: Literal["array"] = "array",
+        title: str | UnsetType | None = UNSET,
+        description: str | UnsetType | None = UNSET,
+        min_items: int | UnsetType | None = UNSET,
+        max_items: int | UnsetType | None = UNSET,
+        items: MultiSelectItems,
+        default: list[str] | UnsetType | None = UNSET,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.type = type
+        self.title = title
+        self.description = description
+        self.min_items = min_items
+        self.max_items = max_items
+        self.items = items
+        self.default = default
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"ArrayElicitationPropertySchema(type={self.type!r}, title={self.title!r}, description={self.description!r}, min_items={self.min_items!r}, max_items={self.max_items!r}, items={self.items!r}, default={self.default!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: ArrayElicitationPropertySchema = other
+        return (
+            self.type == o.type
+            and self.title == o.title
+            and self.description == o.description
+            and self.min_items == o.min_items
+            and self.max_items == o.max_items
+            and self.items == o.items
+            and self.default == o.default
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class ElicitationPropertySchemaOther:
     """Custom or future elicitation property schema.
 
@@ -1518,8 +2463,21 @@ class ElicitationPropertySchemaOther:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(self, *, type: str, extra_fields: dict[str, Any] | None = None) -> None:
+        self.type = type
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"ElicitationPropertySchemaOther(type={self.type!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: ElicitationPropertySchemaOther = other
+        return self.type == o.type and self.extra_fields == o.extra_fields
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class StringMultiSelectItems:
     """Multi-select string items with plain string values."""
 
@@ -1546,8 +2504,32 @@ class StringMultiSelectItems:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        type: Literal["string"] = "string",
+        enum: list[str],
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.type = type
+        self.enum = enum
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"StringMultiSelectItems(type={self.type!r}, enum={self.enum!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: StringMultiSelectItems = other
+        return (
+            self.type == o.type and self.enum == o.enum and self.meta == o.meta and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class MultiSelectItemsOther:
     """Custom or future typed multi-select items.
 
@@ -1570,8 +2552,21 @@ class MultiSelectItemsOther:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(self, *, type: str, extra_fields: dict[str, Any] | None = None) -> None:
+        self.type = type
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"MultiSelectItemsOther(type={self.type!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: MultiSelectItemsOther = other
+        return self.type == o.type and self.extra_fields == o.extra_fields
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class TitledMultiSelectItems:
     """Items definition for titled multi-select enum properties."""
 
@@ -1594,8 +2589,28 @@ class TitledMultiSelectItems:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        any_of: list[EnumOption],
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.any_of = any_of
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"TitledMultiSelectItems(any_of={self.any_of!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: TitledMultiSelectItems = other
+        return self.any_of == o.any_of and self.meta == o.meta and self.extra_fields == o.extra_fields
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class TerminalAuthMethod:
     """Client runs the configured agent program as a separate interactive
     process, without passing this method to `auth/login`.
@@ -1652,8 +2667,47 @@ class TerminalAuthMethod:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        type: Literal["terminal"] = "terminal",
+        method_id: AuthMethodId,
+        name: str,
+        description: str | UnsetType | None = UNSET,
+        args: list[str] | UnsetType = UNSET,
+        env: list[EnvVariable] | UnsetType = UNSET,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.type = type
+        self.method_id = method_id
+        self.name = name
+        self.description = description
+        self.args = args
+        self.env = env
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"TerminalAuthMethod(type={self.type!r}, method_id={self.method_id!r}, name={self.name!r}, description={self.description!r}, args={self.args!r}, env={self.env!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: TerminalAuthMethod = other
+        return (
+            self.type == o.type
+            and self.method_id == o.method_id
+            and self.name == o.name
+            and self.description == o.description
+            and self.args == o.args
+            and self.env == o.env
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class AgentAuthMethod:
     """Agent handles authentication itself through `auth/login`.
 
@@ -1699,8 +2753,41 @@ class AgentAuthMethod:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        type: Literal["agent"] = "agent",
+        method_id: AuthMethodId,
+        name: str,
+        description: str | UnsetType | None = UNSET,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.type = type
+        self.method_id = method_id
+        self.name = name
+        self.description = description
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"AgentAuthMethod(type={self.type!r}, method_id={self.method_id!r}, name={self.name!r}, description={self.description!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: AgentAuthMethod = other
+        return (
+            self.type == o.type
+            and self.method_id == o.method_id
+            and self.name == o.name
+            and self.description == o.description
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class AuthMethodOther:
     """Custom or future authentication method.
 
@@ -1741,8 +2828,30 @@ class AuthMethodOther:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self, *, type: str, method_id: AuthMethodId, name: str, extra_fields: dict[str, Any] | None = None
+    ) -> None:
+        self.type = type
+        self.method_id = method_id
+        self.name = name
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"AuthMethodOther(type={self.type!r}, method_id={self.method_id!r}, name={self.name!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: AuthMethodOther = other
+        return (
+            self.type == o.type
+            and self.method_id == o.method_id
+            and self.name == o.name
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class SelectSessionConfigOption:
     """Single-value selector (dropdown).
 
@@ -1806,8 +2915,50 @@ class SelectSessionConfigOption:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        type: Literal["select"] = "select",
+        config_id: SessionConfigId,
+        name: str,
+        description: str | UnsetType | None = UNSET,
+        category: SessionConfigOptionCategory | UnsetType | None = UNSET,
+        current_value: SessionConfigValueId,
+        options: SessionConfigSelectOptions,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.type = type
+        self.config_id = config_id
+        self.name = name
+        self.description = description
+        self.category = category
+        self.current_value = current_value
+        self.options = options
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"SelectSessionConfigOption(type={self.type!r}, config_id={self.config_id!r}, name={self.name!r}, description={self.description!r}, category={self.category!r}, current_value={self.current_value!r}, options={self.options!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: SelectSessionConfigOption = other
+        return (
+            self.type == o.type
+            and self.config_id == o.config_id
+            and self.name == o.name
+            and self.description == o.description
+            and self.category == o.category
+            and self.current_value == o.current_value
+            and self.options == o.options
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class BooleanSessionConfigOption:
     """Boolean on/off toggle.
 
@@ -1865,8 +3016,47 @@ class BooleanSessionConfigOption:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        type: Literal["boolean"] = "boolean",
+        config_id: SessionConfigId,
+        name: str,
+        description: str | UnsetType | None = UNSET,
+        category: SessionConfigOptionCategory | UnsetType | None = UNSET,
+        current_value: bool,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.type = type
+        self.config_id = config_id
+        self.name = name
+        self.description = description
+        self.category = category
+        self.current_value = current_value
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"BooleanSessionConfigOption(type={self.type!r}, config_id={self.config_id!r}, name={self.name!r}, description={self.description!r}, category={self.category!r}, current_value={self.current_value!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: BooleanSessionConfigOption = other
+        return (
+            self.type == o.type
+            and self.config_id == o.config_id
+            and self.name == o.name
+            and self.description == o.description
+            and self.category == o.category
+            and self.current_value == o.current_value
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class SessionConfigOptionOther:
     """Custom or future session configuration option payload.
 
@@ -1936,8 +3126,44 @@ class SessionConfigOptionOther:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        type: str,
+        config_id: SessionConfigId,
+        name: str,
+        description: str | UnsetType | None = UNSET,
+        category: SessionConfigOptionCategory | UnsetType | None = UNSET,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.type = type
+        self.config_id = config_id
+        self.name = name
+        self.description = description
+        self.category = category
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"SessionConfigOptionOther(type={self.type!r}, config_id={self.config_id!r}, name={self.name!r}, description={self.description!r}, category={self.category!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: SessionConfigOptionOther = other
+        return (
+            self.type == o.type
+            and self.config_id == o.config_id
+            and self.name == o.name
+            and self.description == o.description
+            and self.category == o.category
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class CommandAvailableCommand:
     """A slash command the user can invoke by including it in a prompt.
 
@@ -1983,8 +3209,41 @@ class CommandAvailableCommand:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        type: Literal["command"] = "command",
+        name: str,
+        description: str,
+        input: AvailableCommandInput | UnsetType | None = UNSET,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.type = type
+        self.name = name
+        self.description = description
+        self.input = input
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"CommandAvailableCommand(type={self.type!r}, name={self.name!r}, description={self.description!r}, input={self.input!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: CommandAvailableCommand = other
+        return (
+            self.type == o.type
+            and self.name == o.name
+            and self.description == o.description
+            and self.input == o.input
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class AvailableCommandOther:
     """Custom or future command kind.
 
@@ -2027,8 +3286,28 @@ class AvailableCommandOther:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(self, *, type: str, name: str, description: str, extra_fields: dict[str, Any] | None = None) -> None:
+        self.type = type
+        self.name = name
+        self.description = description
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"AvailableCommandOther(type={self.type!r}, name={self.name!r}, description={self.description!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: AvailableCommandOther = other
+        return (
+            self.type == o.type
+            and self.name == o.name
+            and self.description == o.description
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class TextAvailableCommandInput:
     """All text after the command name and the whitespace following it is provided as input.
 
@@ -2058,8 +3337,32 @@ class TextAvailableCommandInput:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        type: Literal["text"] = "text",
+        hint: str,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.type = type
+        self.hint = hint
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"TextAvailableCommandInput(type={self.type!r}, hint={self.hint!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: TextAvailableCommandInput = other
+        return (
+            self.type == o.type and self.hint == o.hint and self.meta == o.meta and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class AvailableCommandInputOther:
     """Custom or future command input specification.
 
@@ -2091,8 +3394,21 @@ class AvailableCommandInputOther:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(self, *, type: str, extra_fields: dict[str, Any] | None = None) -> None:
+        self.type = type
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"AvailableCommandInputOther(type={self.type!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: AvailableCommandInputOther = other
+        return self.type == o.type and self.extra_fields == o.extra_fields
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class RunningStateUpdate:
     """Foreground work is in progress."""
 
@@ -2128,8 +3444,35 @@ class RunningStateUpdate:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        state: Literal["running"] = "running",
+        background: list[BackgroundWork] | UnsetType | None = UNSET,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.state = state
+        self.background = background
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"RunningStateUpdate(state={self.state!r}, background={self.background!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: RunningStateUpdate = other
+        return (
+            self.state == o.state
+            and self.background == o.background
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class IdleStateUpdate:
     """No foreground work is active. Background activity may continue."""
 
@@ -2196,8 +3539,47 @@ class IdleStateUpdate:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        state: Literal["idle"] = "idle",
+        usage: Usage | UnsetType | None = UNSET,
+        background: list[BackgroundWork] | UnsetType | None = UNSET,
+        stop_reason: Literal["end_turn", "max_tokens", "max_turn_requests", "refusal", "cancelled", "error"]
+        | str
+        | UnsetType
+        | None = UNSET,
+        error: Error | UnsetType | None = UNSET,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.state = state
+        self.usage = usage
+        self.background = background
+        self.stop_reason = stop_reason
+        self.error = error
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"IdleStateUpdate(state={self.state!r}, usage={self.usage!r}, background={self.background!r}, stop_reason={self.stop_reason!r}, error={self.error!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: IdleStateUpdate = other
+        return (
+            self.state == o.state
+            and self.usage == o.usage
+            and self.background == o.background
+            and self.stop_reason == o.stop_reason
+            and self.error == o.error
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class RequiresActionStateUpdate:
     """Foreground work is blocked on user action."""
 
@@ -2233,8 +3615,35 @@ class RequiresActionStateUpdate:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        state: Literal["requires_action"] = "requires_action",
+        background: list[BackgroundWork] | UnsetType | None = UNSET,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.state = state
+        self.background = background
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"RequiresActionStateUpdate(state={self.state!r}, background={self.background!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: RequiresActionStateUpdate = other
+        return (
+            self.state == o.state
+            and self.background == o.background
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class UnknownStateUpdate:
     """**UNSTABLE**
 
@@ -2278,8 +3687,35 @@ class UnknownStateUpdate:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        state: Literal["unknown"] = "unknown",
+        background: list[BackgroundWork] | UnsetType | None = UNSET,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.state = state
+        self.background = background
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"UnknownStateUpdate(state={self.state!r}, background={self.background!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: UnknownStateUpdate = other
+        return (
+            self.state == o.state
+            and self.background == o.background
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class StateUpdateOther:
     """Custom or future session state.
 
@@ -2312,8 +3748,21 @@ class StateUpdateOther:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(self, *, state: str, extra_fields: dict[str, Any] | None = None) -> None:
+        self.state = state
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"StateUpdateOther(state={self.state!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: StateUpdateOther = other
+        return self.state == o.state and self.extra_fields == o.extra_fields
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class TerminalBackgroundWork:
     """A process that keeps running after its tool call returned control to the model.
     Live until its `terminal_update` reports `exitStatus`.
@@ -2344,8 +3793,35 @@ class TerminalBackgroundWork:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        type: Literal["terminal"] = "terminal",
+        terminal_id: TerminalId,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.type = type
+        self.terminal_id = terminal_id
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"TerminalBackgroundWork(type={self.type!r}, terminal_id={self.terminal_id!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: TerminalBackgroundWork = other
+        return (
+            self.type == o.type
+            and self.terminal_id == o.terminal_id
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class ToolCallBackgroundWork:
     """Work started by a tool call that continues without a process of its own, such as
     a watcher, a workflow, or a scheduled wakeup. `pending` and `paused` tool calls
@@ -2377,8 +3853,35 @@ class ToolCallBackgroundWork:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        type: Literal["tool_call"] = "tool_call",
+        tool_call_id: ToolCallId,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.type = type
+        self.tool_call_id = tool_call_id
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"ToolCallBackgroundWork(type={self.type!r}, tool_call_id={self.tool_call_id!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: ToolCallBackgroundWork = other
+        return (
+            self.type == o.type
+            and self.tool_call_id == o.tool_call_id
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class SubagentBackgroundWork:
     """**UNSTABLE**
 
@@ -2413,8 +3916,35 @@ class SubagentBackgroundWork:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        type: Literal["subagent"] = "subagent",
+        session_id: SessionId,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.type = type
+        self.session_id = session_id
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"SubagentBackgroundWork(type={self.type!r}, session_id={self.session_id!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: SubagentBackgroundWork = other
+        return (
+            self.type == o.type
+            and self.session_id == o.session_id
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class BackgroundWorkOther:
     """Custom or future background work.
 
@@ -2444,8 +3974,21 @@ class BackgroundWorkOther:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(self, *, type: str, extra_fields: dict[str, Any] | None = None) -> None:
+        self.type = type
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"BackgroundWorkOther(type={self.type!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: BackgroundWorkOther = other
+        return self.type == o.type and self.extra_fields == o.extra_fields
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class UserMessageChunkSessionUpdate:
     """A chunk of the user's message being streamed.
 
@@ -2486,8 +4029,38 @@ class UserMessageChunkSessionUpdate:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        session_update: Literal["user_message_chunk"] = "user_message_chunk",
+        message_id: MessageId,
+        content: ContentBlock,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.session_update = session_update
+        self.message_id = message_id
+        self.content = content
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"UserMessageChunkSessionUpdate(session_update={self.session_update!r}, message_id={self.message_id!r}, content={self.content!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: UserMessageChunkSessionUpdate = other
+        return (
+            self.session_update == o.session_update
+            and self.message_id == o.message_id
+            and self.content == o.content
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class UserMessageSessionUpdate:
     """A user message has been created or updated.
 
@@ -2531,8 +4104,38 @@ class UserMessageSessionUpdate:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        session_update: Literal["user_message"] = "user_message",
+        message_id: MessageId,
+        content: list[ContentBlock] | UnsetType | None = UNSET,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.session_update = session_update
+        self.message_id = message_id
+        self.content = content
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"UserMessageSessionUpdate(session_update={self.session_update!r}, message_id={self.message_id!r}, content={self.content!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: UserMessageSessionUpdate = other
+        return (
+            self.session_update == o.session_update
+            and self.message_id == o.message_id
+            and self.content == o.content
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class AgentMessageChunkSessionUpdate:
     """A chunk of the agent's response being streamed.
 
@@ -2573,8 +4176,38 @@ class AgentMessageChunkSessionUpdate:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        session_update: Literal["agent_message_chunk"] = "agent_message_chunk",
+        message_id: MessageId,
+        content: ContentBlock,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.session_update = session_update
+        self.message_id = message_id
+        self.content = content
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"AgentMessageChunkSessionUpdate(session_update={self.session_update!r}, message_id={self.message_id!r}, content={self.content!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: AgentMessageChunkSessionUpdate = other
+        return (
+            self.session_update == o.session_update
+            and self.message_id == o.message_id
+            and self.content == o.content
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class AgentMessageSessionUpdate:
     """An agent message has been created or updated.
 
@@ -2618,8 +4251,38 @@ class AgentMessageSessionUpdate:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        session_update: Literal["agent_message"] = "agent_message",
+        message_id: MessageId,
+        content: list[ContentBlock] | UnsetType | None = UNSET,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.session_update = session_update
+        self.message_id = message_id
+        self.content = content
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"AgentMessageSessionUpdate(session_update={self.session_update!r}, message_id={self.message_id!r}, content={self.content!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: AgentMessageSessionUpdate = other
+        return (
+            self.session_update == o.session_update
+            and self.message_id == o.message_id
+            and self.content == o.content
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class AgentThoughtChunkSessionUpdate:
     """A chunk of the agent's internal reasoning being streamed.
 
@@ -2660,8 +4323,38 @@ class AgentThoughtChunkSessionUpdate:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        session_update: Literal["agent_thought_chunk"] = "agent_thought_chunk",
+        message_id: MessageId,
+        content: ContentBlock,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.session_update = session_update
+        self.message_id = message_id
+        self.content = content
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"AgentThoughtChunkSessionUpdate(session_update={self.session_update!r}, message_id={self.message_id!r}, content={self.content!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: AgentThoughtChunkSessionUpdate = other
+        return (
+            self.session_update == o.session_update
+            and self.message_id == o.message_id
+            and self.content == o.content
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class AgentThoughtSessionUpdate:
     """An agent thought or reasoning message has been created or updated.
 
@@ -2705,8 +4398,38 @@ class AgentThoughtSessionUpdate:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        session_update: Literal["agent_thought"] = "agent_thought",
+        message_id: MessageId,
+        content: list[ContentBlock] | UnsetType | None = UNSET,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.session_update = session_update
+        self.message_id = message_id
+        self.content = content
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"AgentThoughtSessionUpdate(session_update={self.session_update!r}, message_id={self.message_id!r}, content={self.content!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: AgentThoughtSessionUpdate = other
+        return (
+            self.session_update == o.session_update
+            and self.message_id == o.message_id
+            and self.content == o.content
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class RunningStateUpdateSessionUpdate:
     """Foreground work is in progress.
 
@@ -2747,8 +4470,38 @@ class RunningStateUpdateSessionUpdate:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        session_update: Literal["state_update"] = "state_update",
+        state: Literal["running"] = "running",
+        background: list[BackgroundWork] | UnsetType | None = UNSET,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.session_update = session_update
+        self.state = state
+        self.background = background
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"RunningStateUpdateSessionUpdate(session_update={self.session_update!r}, state={self.state!r}, background={self.background!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: RunningStateUpdateSessionUpdate = other
+        return (
+            self.session_update == o.session_update
+            and self.state == o.state
+            and self.background == o.background
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class IdleStateUpdateSessionUpdate:
     """No foreground work is active. Background activity may continue.
 
@@ -2820,8 +4573,50 @@ class IdleStateUpdateSessionUpdate:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        session_update: Literal["state_update"] = "state_update",
+        state: Literal["idle"] = "idle",
+        usage: Usage | UnsetType | None = UNSET,
+        background: list[BackgroundWork] | UnsetType | None = UNSET,
+        stop_reason: Literal["end_turn", "max_tokens", "max_turn_requests", "refusal", "cancelled", "error"]
+        | str
+        | UnsetType
+        | None = UNSET,
+        error: Error | UnsetType | None = UNSET,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.session_update = session_update
+        self.state = state
+        self.usage = usage
+        self.background = background
+        self.stop_reason = stop_reason
+        self.error = error
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"IdleStateUpdateSessionUpdate(session_update={self.session_update!r}, state={self.state!r}, usage={self.usage!r}, background={self.background!r}, stop_reason={self.stop_reason!r}, error={self.error!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: IdleStateUpdateSessionUpdate = other
+        return (
+            self.session_update == o.session_update
+            and self.state == o.state
+            and self.usage == o.usage
+            and self.background == o.background
+            and self.stop_reason == o.stop_reason
+            and self.error == o.error
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class RequiresActionStateUpdateSessionUpdate:
     """Foreground work is blocked on user action.
 
@@ -2865,8 +4660,38 @@ class RequiresActionStateUpdateSessionUpdate:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        session_update: Literal["state_update"] = "state_update",
+        state: Literal["requires_action"] = "requires_action",
+        background: list[BackgroundWork] | UnsetType | None = UNSET,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.session_update = session_update
+        self.state = state
+        self.background = background
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"RequiresActionStateUpdateSessionUpdate(session_update={self.session_update!r}, state={self.state!r}, background={self.background!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: RequiresActionStateUpdateSessionUpdate = other
+        return (
+            self.session_update == o.session_update
+            and self.state == o.state
+            and self.background == o.background
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class UnknownStateUpdateSessionUpdate:
     """**UNSTABLE**
 
@@ -2912,8 +4737,38 @@ class UnknownStateUpdateSessionUpdate:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        session_update: Literal["state_update"] = "state_update",
+        state: Literal["unknown"] = "unknown",
+        background: list[BackgroundWork] | UnsetType | None = UNSET,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.session_update = session_update
+        self.state = state
+        self.background = background
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"UnknownStateUpdateSessionUpdate(session_update={self.session_update!r}, state={self.state!r}, background={self.background!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: UnknownStateUpdateSessionUpdate = other
+        return (
+            self.session_update == o.session_update
+            and self.state == o.state
+            and self.background == o.background
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class StateUpdateSessionUpdateOther:
     """Custom or future session state.
 
@@ -2949,8 +4804,28 @@ class StateUpdateSessionUpdateOther:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        session_update: Literal["state_update"] = "state_update",
+        state: str,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.session_update = session_update
+        self.state = state
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"StateUpdateSessionUpdateOther(session_update={self.session_update!r}, state={self.state!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: StateUpdateSessionUpdateOther = other
+        return self.session_update == o.session_update and self.state == o.state and self.extra_fields == o.extra_fields
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class ToolCallContentChunkSessionUpdate:
     """A chunk of tool-call content being streamed.
 
@@ -2988,8 +4863,38 @@ class ToolCallContentChunkSessionUpdate:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        session_update: Literal["tool_call_content_chunk"] = "tool_call_content_chunk",
+        tool_call_id: ToolCallId,
+        content: ToolCallContent,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.session_update = session_update
+        self.tool_call_id = tool_call_id
+        self.content = content
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"ToolCallContentChunkSessionUpdate(session_update={self.session_update!r}, tool_call_id={self.tool_call_id!r}, content={self.content!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: ToolCallContentChunkSessionUpdate = other
+        return (
+            self.session_update == o.session_update
+            and self.tool_call_id == o.tool_call_id
+            and self.content == o.content
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class ToolCallUpdateSessionUpdate:
     """A tool call has been created or updated.
 
@@ -3094,8 +4999,62 @@ class ToolCallUpdateSessionUpdate:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        session_update: Literal["tool_call_update"] = "tool_call_update",
+        tool_call_id: ToolCallId,
+        name: str | UnsetType | None = UNSET,
+        title: str | UnsetType | None = UNSET,
+        kind: ToolKind | UnsetType | None = UNSET,
+        status: ToolCallStatus | UnsetType | None = UNSET,
+        content: list[ToolCallContent] | UnsetType | None = UNSET,
+        locations: list[ToolCallLocation] | UnsetType | None = UNSET,
+        raw_input: Any | UnsetType = UNSET,
+        raw_output: Any | UnsetType = UNSET,
+        capabilities: ToolCallCapabilities | UnsetType | None = UNSET,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.session_update = session_update
+        self.tool_call_id = tool_call_id
+        self.name = name
+        self.title = title
+        self.kind = kind
+        self.status = status
+        self.content = content
+        self.locations = locations
+        self.raw_input = raw_input
+        self.raw_output = raw_output
+        self.capabilities = capabilities
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"ToolCallUpdateSessionUpdate(session_update={self.session_update!r}, tool_call_id={self.tool_call_id!r}, name={self.name!r}, title={self.title!r}, kind={self.kind!r}, status={self.status!r}, content={self.content!r}, locations={self.locations!r}, raw_input={self.raw_input!r}, raw_output={self.raw_output!r}, capabilities={self.capabilities!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: ToolCallUpdateSessionUpdate = other
+        return (
+            self.session_update == o.session_update
+            and self.tool_call_id == o.tool_call_id
+            and self.name == o.name
+            and self.title == o.title
+            and self.kind == o.kind
+            and self.status == o.status
+            and self.content == o.content
+            and self.locations == o.locations
+            and self.raw_input == o.raw_input
+            and self.raw_output == o.raw_output
+            and self.capabilities == o.capabilities
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class TerminalUpdateSessionUpdate:
     """An agent-owned terminal has been created or updated.
 
@@ -3170,8 +5129,53 @@ class TerminalUpdateSessionUpdate:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        session_update: Literal["terminal_update"] = "terminal_update",
+        terminal_id: TerminalId,
+        command: str | UnsetType | None = UNSET,
+        cwd: AbsolutePath | UnsetType | None = UNSET,
+        output: TerminalOutput | UnsetType | None = UNSET,
+        exit_status: TerminalExitStatus | UnsetType | None = UNSET,
+        size: TerminalSize | UnsetType | None = UNSET,
+        capabilities: TerminalCapabilities | UnsetType | None = UNSET,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.session_update = session_update
+        self.terminal_id = terminal_id
+        self.command = command
+        self.cwd = cwd
+        self.output = output
+        self.exit_status = exit_status
+        self.size = size
+        self.capabilities = capabilities
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"TerminalUpdateSessionUpdate(session_update={self.session_update!r}, terminal_id={self.terminal_id!r}, command={self.command!r}, cwd={self.cwd!r}, output={self.output!r}, exit_status={self.exit_status!r}, size={self.size!r}, capabilities={self.capabilities!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: TerminalUpdateSessionUpdate = other
+        return (
+            self.session_update == o.session_update
+            and self.terminal_id == o.terminal_id
+            and self.command == o.command
+            and self.cwd == o.cwd
+            and self.output == o.output
+            and self.exit_status == o.exit_status
+            and self.size == o.size
+            and self.capabilities == o.capabilities
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class TerminalOutputChunkSessionUpdate:
     """A chunk of bytes appended to an agent-owned terminal's output.
 
@@ -3209,8 +5213,38 @@ class TerminalOutputChunkSessionUpdate:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        session_update: Literal["terminal_output_chunk"] = "terminal_output_chunk",
+        terminal_id: TerminalId,
+        data: str,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.session_update = session_update
+        self.terminal_id = terminal_id
+        self.data = data
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"TerminalOutputChunkSessionUpdate(session_update={self.session_update!r}, terminal_id={self.terminal_id!r}, data={self.data!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: TerminalOutputChunkSessionUpdate = other
+        return (
+            self.session_update == o.session_update
+            and self.terminal_id == o.terminal_id
+            and self.data == o.data
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class PlanUpdateSessionUpdate:
     """A content update for a plan identified by ID.
     See protocol docs: [Agent Plan](https://agentclientprotocol.com/protocol/v2/draft/agent-plan)
@@ -3241,8 +5275,35 @@ class PlanUpdateSessionUpdate:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        session_update: Literal["plan_update"] = "plan_update",
+        plan: PlanUpdateContent,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.session_update = session_update
+        self.plan = plan
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"PlanUpdateSessionUpdate(session_update={self.session_update!r}, plan={self.plan!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: PlanUpdateSessionUpdate = other
+        return (
+            self.session_update == o.session_update
+            and self.plan == o.plan
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class PlanRemovedSessionUpdate:
     """**UNSTABLE**
 
@@ -3276,8 +5337,35 @@ class PlanRemovedSessionUpdate:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        session_update: Literal["plan_removed"] = "plan_removed",
+        plan_id: PlanId,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.session_update = session_update
+        self.plan_id = plan_id
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"PlanRemovedSessionUpdate(session_update={self.session_update!r}, plan_id={self.plan_id!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: PlanRemovedSessionUpdate = other
+        return (
+            self.session_update == o.session_update
+            and self.plan_id == o.plan_id
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class AvailableCommandsUpdateSessionUpdate:
     """Available commands are ready or have changed
 
@@ -3309,8 +5397,35 @@ class AvailableCommandsUpdateSessionUpdate:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        session_update: Literal["available_commands_update"] = "available_commands_update",
+        available_commands: list[AvailableCommand],
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.session_update = session_update
+        self.available_commands = available_commands
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"AvailableCommandsUpdateSessionUpdate(session_update={self.session_update!r}, available_commands={self.available_commands!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: AvailableCommandsUpdateSessionUpdate = other
+        return (
+            self.session_update == o.session_update
+            and self.available_commands == o.available_commands
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class ConfigOptionUpdateSessionUpdate:
     """Session configuration options have been updated.
 
@@ -3342,8 +5457,35 @@ class ConfigOptionUpdateSessionUpdate:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        session_update: Literal["config_option_update"] = "config_option_update",
+        config_options: list[SessionConfigOption],
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.session_update = session_update
+        self.config_options = config_options
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"ConfigOptionUpdateSessionUpdate(session_update={self.session_update!r}, config_options={self.config_options!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: ConfigOptionUpdateSessionUpdate = other
+        return (
+            self.session_update == o.session_update
+            and self.config_options == o.config_options
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class SessionInfoUpdateSessionUpdate:
     """Session metadata has been updated (title, timestamps, custom metadata)
 
@@ -3385,8 +5527,38 @@ class SessionInfoUpdateSessionUpdate:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        session_update: Literal["session_info_update"] = "session_info_update",
+        title: str | UnsetType | None = UNSET,
+        updated_at: str | UnsetType | None = UNSET,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.session_update = session_update
+        self.title = title
+        self.updated_at = updated_at
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"SessionInfoUpdateSessionUpdate(session_update={self.session_update!r}, title={self.title!r}, updated_at={self.updated_at!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: SessionInfoUpdateSessionUpdate = other
+        return (
+            self.session_update == o.session_update
+            and self.title == o.title
+            and self.updated_at == o.updated_at
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class UsageUpdateSessionUpdate:
     """Context window and cost update for the session.
 
@@ -3428,8 +5600,41 @@ class UsageUpdateSessionUpdate:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        session_update: Literal["usage_update"] = "usage_update",
+        used: int,
+        size: int,
+        cost: Cost | UnsetType | None = UNSET,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.session_update = session_update
+        self.used = used
+        self.size = size
+        self.cost = cost
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"UsageUpdateSessionUpdate(session_update={self.session_update!r}, used={self.used!r}, size={self.size!r}, cost={self.cost!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: UsageUpdateSessionUpdate = other
+        return (
+            self.session_update == o.session_update
+            and self.used == o.used
+            and self.size == o.size
+            and self.cost == o.cost
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class NoticeSessionUpdate:
     """Information for the user that is not part of session history.
 
@@ -3476,8 +5681,41 @@ class NoticeSessionUpdate:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        session_update: Literal["notice"] = "notice",
+        severity: NoticeSeverity,
+        title: str,
+        description: str | UnsetType | None = UNSET,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.session_update = session_update
+        self.severity = severity
+        self.title = title
+        self.description = description
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"NoticeSessionUpdate(session_update={self.session_update!r}, severity={self.severity!r}, title={self.title!r}, description={self.description!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: NoticeSessionUpdate = other
+        return (
+            self.session_update == o.session_update
+            and self.severity == o.severity
+            and self.title == o.title
+            and self.description == o.description
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class CompactionUpdateSessionUpdate:
     """A context compaction has been created or updated.
 
@@ -3529,8 +5767,44 @@ class CompactionUpdateSessionUpdate:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        session_update: Literal["compaction_update"] = "compaction_update",
+        compaction_id: CompactionId,
+        status: CompactionStatus,
+        summary: list[ContentBlock] | UnsetType | None = UNSET,
+        error: str | UnsetType | None = UNSET,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.session_update = session_update
+        self.compaction_id = compaction_id
+        self.status = status
+        self.summary = summary
+        self.error = error
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"CompactionUpdateSessionUpdate(session_update={self.session_update!r}, compaction_id={self.compaction_id!r}, status={self.status!r}, summary={self.summary!r}, error={self.error!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: CompactionUpdateSessionUpdate = other
+        return (
+            self.session_update == o.session_update
+            and self.compaction_id == o.compaction_id
+            and self.status == o.status
+            and self.summary == o.summary
+            and self.error == o.error
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class CompactionSummaryChunkSessionUpdate:
     """A content block appended to a context compaction's retained summary.
 
@@ -3568,8 +5842,38 @@ class CompactionSummaryChunkSessionUpdate:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        session_update: Literal["compaction_summary_chunk"] = "compaction_summary_chunk",
+        compaction_id: CompactionId,
+        content: ContentBlock,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.session_update = session_update
+        self.compaction_id = compaction_id
+        self.content = content
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"CompactionSummaryChunkSessionUpdate(session_update={self.session_update!r}, compaction_id={self.compaction_id!r}, content={self.content!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: CompactionSummaryChunkSessionUpdate = other
+        return (
+            self.session_update == o.session_update
+            and self.compaction_id == o.compaction_id
+            and self.content == o.content
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class SubagentUpdateSessionUpdate:
     """**UNSTABLE**
 
@@ -3667,8 +5971,53 @@ class SubagentUpdateSessionUpdate:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        session_update: Literal["subagent_update"] = "subagent_update",
+        session_id: SessionId,
+        title: str | UnsetType | None = UNSET,
+        description: str | UnsetType | None = UNSET,
+        capabilities: SubagentSessionCapabilities | UnsetType | None = UNSET,
+        state: StateUpdate | UnsetType | None = UNSET,
+        cwd: AbsolutePath | UnsetType | None = UNSET,
+        additional_directories: list[AbsolutePath] | UnsetType | None = UNSET,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.session_update = session_update
+        self.session_id = session_id
+        self.title = title
+        self.description = description
+        self.capabilities = capabilities
+        self.state = state
+        self.cwd = cwd
+        self.additional_directories = additional_directories
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"SubagentUpdateSessionUpdate(session_update={self.session_update!r}, session_id={self.session_id!r}, title={self.title!r}, description={self.description!r}, capabilities={self.capabilities!r}, state={self.state!r}, cwd={self.cwd!r}, additional_directories={self.additional_directories!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: SubagentUpdateSessionUpdate = other
+        return (
+            self.session_update == o.session_update
+            and self.session_id == o.session_id
+            and self.title == o.title
+            and self.description == o.description
+            and self.capabilities == o.capabilities
+            and self.state == o.state
+            and self.cwd == o.cwd
+            and self.additional_directories == o.additional_directories
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class SessionMessageSessionUpdate:
     """**UNSTABLE**
 
@@ -3754,8 +6103,50 @@ class SessionMessageSessionUpdate:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        session_update: Literal["session_message"] = "session_message",
+        message_id: MessageId,
+        sender_session_id: SessionId | UnsetType | None = UNSET,
+        recipient_session_id: SessionId | UnsetType | None = UNSET,
+        sender_message_id: MessageId | UnsetType | None = UNSET,
+        recipient_message_id: MessageId | UnsetType | None = UNSET,
+        content: list[ContentBlock] | UnsetType | None = UNSET,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.session_update = session_update
+        self.message_id = message_id
+        self.sender_session_id = sender_session_id
+        self.recipient_session_id = recipient_session_id
+        self.sender_message_id = sender_message_id
+        self.recipient_message_id = recipient_message_id
+        self.content = content
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"SessionMessageSessionUpdate(session_update={self.session_update!r}, message_id={self.message_id!r}, sender_session_id={self.sender_session_id!r}, recipient_session_id={self.recipient_session_id!r}, sender_message_id={self.sender_message_id!r}, recipient_message_id={self.recipient_message_id!r}, content={self.content!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: SessionMessageSessionUpdate = other
+        return (
+            self.session_update == o.session_update
+            and self.message_id == o.message_id
+            and self.sender_session_id == o.sender_session_id
+            and self.recipient_session_id == o.recipient_session_id
+            and self.sender_message_id == o.sender_message_id
+            and self.recipient_message_id == o.recipient_message_id
+            and self.content == o.content
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class SessionMessageChunkSessionUpdate:
     """**UNSTABLE**
 
@@ -3797,8 +6188,38 @@ class SessionMessageChunkSessionUpdate:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        session_update: Literal["session_message_chunk"] = "session_message_chunk",
+        message_id: MessageId,
+        content: ContentBlock,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.session_update = session_update
+        self.message_id = message_id
+        self.content = content
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"SessionMessageChunkSessionUpdate(session_update={self.session_update!r}, message_id={self.message_id!r}, content={self.content!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: SessionMessageChunkSessionUpdate = other
+        return (
+            self.session_update == o.session_update
+            and self.message_id == o.message_id
+            and self.content == o.content
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class SessionUpdateOther:
     """Custom or future session update.
 
@@ -3829,8 +6250,21 @@ class SessionUpdateOther:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(self, *, session_update: str, extra_fields: dict[str, Any] | None = None) -> None:
+        self.session_update = session_update
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"SessionUpdateOther(session_update={self.session_update!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: SessionUpdateOther = other
+        return self.session_update == o.session_update and self.extra_fields == o.extra_fields
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class ItemsPlanUpdateContent:
     """Structured plan entries.
 
@@ -3868,8 +6302,38 @@ class ItemsPlanUpdateContent:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        type: Literal["items"] = "items",
+        plan_id: PlanId,
+        entries: list[PlanEntry],
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.type = type
+        self.plan_id = plan_id
+        self.entries = entries
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"ItemsPlanUpdateContent(type={self.type!r}, plan_id={self.plan_id!r}, entries={self.entries!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: ItemsPlanUpdateContent = other
+        return (
+            self.type == o.type
+            and self.plan_id == o.plan_id
+            and self.entries == o.entries
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class FilePlanUpdateContent:
     """**UNSTABLE**
 
@@ -3908,8 +6372,38 @@ class FilePlanUpdateContent:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        type: Literal["file"] = "file",
+        plan_id: PlanId,
+        uri: str,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.type = type
+        self.plan_id = plan_id
+        self.uri = uri
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"FilePlanUpdateContent(type={self.type!r}, plan_id={self.plan_id!r}, uri={self.uri!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: FilePlanUpdateContent = other
+        return (
+            self.type == o.type
+            and self.plan_id == o.plan_id
+            and self.uri == o.uri
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class MarkdownPlanUpdateContent:
     """**UNSTABLE**
 
@@ -3948,8 +6442,38 @@ class MarkdownPlanUpdateContent:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        type: Literal["markdown"] = "markdown",
+        plan_id: PlanId,
+        content: str,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.type = type
+        self.plan_id = plan_id
+        self.content = content
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"MarkdownPlanUpdateContent(type={self.type!r}, plan_id={self.plan_id!r}, content={self.content!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: MarkdownPlanUpdateContent = other
+        return (
+            self.type == o.type
+            and self.plan_id == o.plan_id
+            and self.content == o.content
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class PlanUpdateContentOther:
     """Custom or future plan update content.
 
@@ -3986,8 +6510,24 @@ class PlanUpdateContentOther:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(self, *, type: str, plan_id: PlanId, extra_fields: dict[str, Any] | None = None) -> None:
+        self.type = type
+        self.plan_id = plan_id
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return (
+            f"PlanUpdateContentOther(type={self.type!r}, plan_id={self.plan_id!r}, extra_fields={self.extra_fields!r})"
+        )
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: PlanUpdateContentOther = other
+        return self.type == o.type and self.plan_id == o.plan_id and self.extra_fields == o.extra_fields
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class HttpMcpServer:
     """HTTP transport configuration
 
@@ -4030,8 +6570,41 @@ class HttpMcpServer:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        type: Literal["http"] = "http",
+        name: str,
+        url: str,
+        headers: list[HttpHeader] | UnsetType = UNSET,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.type = type
+        self.name = name
+        self.url = url
+        self.headers = headers
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"HttpMcpServer(type={self.type!r}, name={self.name!r}, url={self.url!r}, headers={self.headers!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: HttpMcpServer = other
+        return (
+            self.type == o.type
+            and self.name == o.name
+            and self.url == o.url
+            and self.headers == o.headers
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class AcpMcpServer:
     """**UNSTABLE**
 
@@ -4076,8 +6649,38 @@ class AcpMcpServer:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        type: Literal["acp"] = "acp",
+        name: str,
+        server_id: McpServerAcpId,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.type = type
+        self.name = name
+        self.server_id = server_id
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"AcpMcpServer(type={self.type!r}, name={self.name!r}, server_id={self.server_id!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: AcpMcpServer = other
+        return (
+            self.type == o.type
+            and self.name == o.name
+            and self.server_id == o.server_id
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class StdioMcpServer:
     """Stdio transport configuration
 
@@ -4125,8 +6728,44 @@ class StdioMcpServer:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        type: Literal["stdio"] = "stdio",
+        name: str,
+        command: AbsolutePath,
+        args: list[str] | UnsetType = UNSET,
+        env: list[EnvVariable] | UnsetType = UNSET,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.type = type
+        self.name = name
+        self.command = command
+        self.args = args
+        self.env = env
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"StdioMcpServer(type={self.type!r}, name={self.name!r}, command={self.command!r}, args={self.args!r}, env={self.env!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: StdioMcpServer = other
+        return (
+            self.type == o.type
+            and self.name == o.name
+            and self.command == o.command
+            and self.args == o.args
+            and self.env == o.env
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class McpServerOther:
     """Custom or future MCP server transport configuration.
 
@@ -4158,8 +6797,21 @@ class McpServerOther:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(self, *, type: str, extra_fields: dict[str, Any] | None = None) -> None:
+        self.type = type
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"McpServerOther(type={self.type!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: McpServerOther = other
+        return self.type == o.type and self.extra_fields == o.extra_fields
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class StartReplayFrom:
     """Replay all retained conversation history from its first replayable entry.
 
@@ -4184,8 +6836,28 @@ class StartReplayFrom:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        type: Literal["start"] = "start",
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.type = type
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"StartReplayFrom(type={self.type!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: StartReplayFrom = other
+        return self.type == o.type and self.meta == o.meta and self.extra_fields == o.extra_fields
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class ReplayFromOther:
     """Custom or future replay cursor.
 
@@ -4217,8 +6889,21 @@ class ReplayFromOther:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(self, *, type: str, extra_fields: dict[str, Any] | None = None) -> None:
+        self.type = type
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"ReplayFromOther(type={self.type!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: ReplayFromOther = other
+        return self.type == o.type and self.extra_fields == o.extra_fields
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class IdSetSessionConfigOptionRequest:
     """A `SessionConfigValueId` string value (`type: "id"`).
 
@@ -4258,8 +6943,41 @@ class IdSetSessionConfigOptionRequest:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        type: Literal["id"] = "id",
+        session_id: SessionId,
+        config_id: SessionConfigId,
+        value: SessionConfigValueId,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.type = type
+        self.session_id = session_id
+        self.config_id = config_id
+        self.value = value
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"IdSetSessionConfigOptionRequest(type={self.type!r}, session_id={self.session_id!r}, config_id={self.config_id!r}, value={self.value!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: IdSetSessionConfigOptionRequest = other
+        return (
+            self.type == o.type
+            and self.session_id == o.session_id
+            and self.config_id == o.config_id
+            and self.value == o.value
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class BooleanSetSessionConfigOptionRequest:
     """A boolean value (`type: "boolean"`).
 
@@ -4299,8 +7017,41 @@ class BooleanSetSessionConfigOptionRequest:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        type: Literal["boolean"] = "boolean",
+        session_id: SessionId,
+        config_id: SessionConfigId,
+        value: bool,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.type = type
+        self.session_id = session_id
+        self.config_id = config_id
+        self.value = value
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"BooleanSetSessionConfigOptionRequest(type={self.type!r}, session_id={self.session_id!r}, config_id={self.config_id!r}, value={self.value!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: BooleanSetSessionConfigOptionRequest = other
+        return (
+            self.type == o.type
+            and self.session_id == o.session_id
+            and self.config_id == o.config_id
+            and self.value == o.value
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class SetSessionConfigOptionRequestOther:
     """Custom or future session configuration option value payload.
 
@@ -4356,8 +7107,41 @@ class SetSessionConfigOptionRequestOther:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        type: str,
+        session_id: SessionId,
+        config_id: SessionConfigId,
+        value: Any,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.type = type
+        self.session_id = session_id
+        self.config_id = config_id
+        self.value = value
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"SetSessionConfigOptionRequestOther(type={self.type!r}, session_id={self.session_id!r}, config_id={self.config_id!r}, value={self.value!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: SetSessionConfigOptionRequestOther = other
+        return (
+            self.type == o.type
+            and self.session_id == o.session_id
+            and self.config_id == o.config_id
+            and self.value == o.value
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class CancelledRequestPermissionOutcome:
     """The request was not approved and no option was selected: the session's work was
     cancelled, the user dismissed the prompt, or the client declined it by policy.
@@ -4391,8 +7175,28 @@ class CancelledRequestPermissionOutcome:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        outcome: Literal["cancelled"] = "cancelled",
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.outcome = outcome
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"CancelledRequestPermissionOutcome(outcome={self.outcome!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: CancelledRequestPermissionOutcome = other
+        return self.outcome == o.outcome and self.meta == o.meta and self.extra_fields == o.extra_fields
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class SelectedRequestPermissionOutcome:
     """The user selected one of the provided options.
 
@@ -4425,8 +7229,35 @@ class SelectedRequestPermissionOutcome:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        outcome: Literal["selected"] = "selected",
+        option_id: PermissionOptionId,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.outcome = outcome
+        self.option_id = option_id
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"SelectedRequestPermissionOutcome(outcome={self.outcome!r}, option_id={self.option_id!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: SelectedRequestPermissionOutcome = other
+        return (
+            self.outcome == o.outcome
+            and self.option_id == o.option_id
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class RequestPermissionOutcomeOther:
     """Custom or future permission outcome.
 
@@ -4458,8 +7289,21 @@ class RequestPermissionOutcomeOther:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(self, *, outcome: str, extra_fields: dict[str, Any] | None = None) -> None:
+        self.outcome = outcome
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"RequestPermissionOutcomeOther(outcome={self.outcome!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: RequestPermissionOutcomeOther = other
+        return self.outcome == o.outcome and self.extra_fields == o.extra_fields
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class AcceptCreateElicitationResponse:
     """The user accepted and provided content.
 
@@ -4493,8 +7337,35 @@ class AcceptCreateElicitationResponse:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        action: Literal["accept"] = "accept",
+        content: dict[str, ElicitationContentValue] | UnsetType | None = UNSET,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.action = action
+        self.content = content
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"AcceptCreateElicitationResponse(action={self.action!r}, content={self.content!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: AcceptCreateElicitationResponse = other
+        return (
+            self.action == o.action
+            and self.content == o.content
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class DeclineCreateElicitationResponse:
     """The user declined the elicitation.
 
@@ -4519,8 +7390,28 @@ class DeclineCreateElicitationResponse:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        action: Literal["decline"] = "decline",
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.action = action
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"DeclineCreateElicitationResponse(action={self.action!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: DeclineCreateElicitationResponse = other
+        return self.action == o.action and self.meta == o.meta and self.extra_fields == o.extra_fields
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class CancelCreateElicitationResponse:
     """The elicitation was cancelled.
 
@@ -4545,8 +7436,28 @@ class CancelCreateElicitationResponse:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        action: Literal["cancel"] = "cancel",
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.action = action
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"CancelCreateElicitationResponse(action={self.action!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: CancelCreateElicitationResponse = other
+        return self.action == o.action and self.meta == o.meta and self.extra_fields == o.extra_fields
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class CreateElicitationResponseOther:
     """Custom or future elicitation action.
 
@@ -4588,8 +7499,28 @@ class CreateElicitationResponseOther:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        action: str,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.action = action
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"CreateElicitationResponseOther(action={self.action!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: CreateElicitationResponseOther = other
+        return self.action == o.action and self.meta == o.meta and self.extra_fields == o.extra_fields
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class ResultMessageMcpResponse:
     """An opaque inner MCP result.
 
@@ -4616,8 +7547,30 @@ class ResultMessageMcpResponse:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        result: Any,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.result = result
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return (
+            f"ResultMessageMcpResponse(result={self.result!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+        )
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: ResultMessageMcpResponse = other
+        return self.result == o.result and self.meta == o.meta and self.extra_fields == o.extra_fields
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class ErrorMessageMcpResponse:
     """A structured inner MCP error.
 
@@ -4644,8 +7597,28 @@ class ErrorMessageMcpResponse:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        error: McpError,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.error = error
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"ErrorMessageMcpResponse(error={self.error!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: ErrorMessageMcpResponse = other
+        return self.error == o.error and self.meta == o.meta and self.extra_fields == o.extra_fields
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class RequestPermissionRequest:
     """Request for user permission to proceed with an operation.
 
@@ -4707,8 +7680,44 @@ class RequestPermissionRequest:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        session_id: SessionId,
+        title: str,
+        description: str | UnsetType | None = UNSET,
+        subject: RequestPermissionSubject | UnsetType | None = UNSET,
+        options: list[PermissionOption],
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.session_id = session_id
+        self.title = title
+        self.description = description
+        self.subject = subject
+        self.options = options
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"RequestPermissionRequest(session_id={self.session_id!r}, title={self.title!r}, description={self.description!r}, subject={self.subject!r}, options={self.options!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: RequestPermissionRequest = other
+        return (
+            self.session_id == o.session_id
+            and self.title == o.title
+            and self.description == o.description
+            and self.subject == o.subject
+            and self.options == o.options
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class ToolCallUpdate:
     """Represents an upsert for a tool call that the language model has requested.
 
@@ -4820,8 +7829,59 @@ class ToolCallUpdate:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        tool_call_id: ToolCallId,
+        name: str | UnsetType | None = UNSET,
+        title: str | UnsetType | None = UNSET,
+        kind: ToolKind | UnsetType | None = UNSET,
+        status: ToolCallStatus | UnsetType | None = UNSET,
+        content: list[ToolCallContent] | UnsetType | None = UNSET,
+        locations: list[ToolCallLocation] | UnsetType | None = UNSET,
+        raw_input: Any | UnsetType = UNSET,
+        raw_output: Any | UnsetType = UNSET,
+        capabilities: ToolCallCapabilities | UnsetType | None = UNSET,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.tool_call_id = tool_call_id
+        self.name = name
+        self.title = title
+        self.kind = kind
+        self.status = status
+        self.content = content
+        self.locations = locations
+        self.raw_input = raw_input
+        self.raw_output = raw_output
+        self.capabilities = capabilities
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"ToolCallUpdate(tool_call_id={self.tool_call_id!r}, name={self.name!r}, title={self.title!r}, kind={self.kind!r}, status={self.status!r}, content={self.content!r}, locations={self.locations!r}, raw_input={self.raw_input!r}, raw_output={self.raw_output!r}, capabilities={self.capabilities!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: ToolCallUpdate = other
+        return (
+            self.tool_call_id == o.tool_call_id
+            and self.name == o.name
+            and self.title == o.title
+            and self.kind == o.kind
+            and self.status == o.status
+            and self.content == o.content
+            and self.locations == o.locations
+            and self.raw_input == o.raw_input
+            and self.raw_output == o.raw_output
+            and self.capabilities == o.capabilities
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class Annotations:
     """Optional annotations for the client. The client can use annotations to inform how objects are used or displayed"""
 
@@ -4869,8 +7929,38 @@ class Annotations:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        audience: list[Role] | UnsetType | None = UNSET,
+        last_modified: str | UnsetType | None = UNSET,
+        priority: float | UnsetType | None = UNSET,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.audience = audience
+        self.last_modified = last_modified
+        self.priority = priority
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"Annotations(audience={self.audience!r}, last_modified={self.last_modified!r}, priority={self.priority!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: Annotations = other
+        return (
+            self.audience == o.audience
+            and self.last_modified == o.last_modified
+            and self.priority == o.priority
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class TextContent:
     """Text provided to or from an LLM."""
 
@@ -4902,8 +7992,35 @@ class TextContent:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        text: str,
+        annotations: Annotations | UnsetType | None = UNSET,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.text = text
+        self.annotations = annotations
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"TextContent(text={self.text!r}, annotations={self.annotations!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: TextContent = other
+        return (
+            self.text == o.text
+            and self.annotations == o.annotations
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class ImageContent:
     """An image provided to or from an LLM."""
 
@@ -4947,8 +8064,41 @@ class ImageContent:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        data: str,
+        mime_type: MediaType,
+        uri: str | UnsetType | None = UNSET,
+        annotations: Annotations | UnsetType | None = UNSET,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.data = data
+        self.mime_type = mime_type
+        self.uri = uri
+        self.annotations = annotations
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"ImageContent(data={self.data!r}, mime_type={self.mime_type!r}, uri={self.uri!r}, annotations={self.annotations!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: ImageContent = other
+        return (
+            self.data == o.data
+            and self.mime_type == o.mime_type
+            and self.uri == o.uri
+            and self.annotations == o.annotations
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class AudioContent:
     """Audio provided to or from an LLM."""
 
@@ -4985,8 +8135,38 @@ class AudioContent:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        data: str,
+        mime_type: MediaType,
+        annotations: Annotations | UnsetType | None = UNSET,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.data = data
+        self.mime_type = mime_type
+        self.annotations = annotations
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"AudioContent(data={self.data!r}, mime_type={self.mime_type!r}, annotations={self.annotations!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: AudioContent = other
+        return (
+            self.data == o.data
+            and self.mime_type == o.mime_type
+            and self.annotations == o.annotations
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class Icon:
     """An optionally-sized icon that can be displayed in a user interface."""
 
@@ -5040,8 +8220,41 @@ class Icon:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        src: str,
+        mime_type: MediaType | UnsetType | None = UNSET,
+        sizes: list[str] | UnsetType | None = UNSET,
+        theme: IconTheme | UnsetType | None = UNSET,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.src = src
+        self.mime_type = mime_type
+        self.sizes = sizes
+        self.theme = theme
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"Icon(src={self.src!r}, mime_type={self.mime_type!r}, sizes={self.sizes!r}, theme={self.theme!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: Icon = other
+        return (
+            self.src == o.src
+            and self.mime_type == o.mime_type
+            and self.sizes == o.sizes
+            and self.theme == o.theme
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class ResourceLink:
     """A link to a resource that the receiver may be able to read, included in a prompt or tool call result."""
 
@@ -5119,8 +8332,53 @@ class ResourceLink:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        name: str,
+        uri: str,
+        title: str | UnsetType | None = UNSET,
+        description: str | UnsetType | None = UNSET,
+        icons: list[Icon] | UnsetType | None = UNSET,
+        mime_type: MediaType | UnsetType | None = UNSET,
+        size: int | UnsetType | None = UNSET,
+        annotations: Annotations | UnsetType | None = UNSET,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.name = name
+        self.uri = uri
+        self.title = title
+        self.description = description
+        self.icons = icons
+        self.mime_type = mime_type
+        self.size = size
+        self.annotations = annotations
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"ResourceLink(name={self.name!r}, uri={self.uri!r}, title={self.title!r}, description={self.description!r}, icons={self.icons!r}, mime_type={self.mime_type!r}, size={self.size!r}, annotations={self.annotations!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: ResourceLink = other
+        return (
+            self.name == o.name
+            and self.uri == o.uri
+            and self.title == o.title
+            and self.description == o.description
+            and self.icons == o.icons
+            and self.mime_type == o.mime_type
+            and self.size == o.size
+            and self.annotations == o.annotations
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class EmbeddedResource:
     """The contents of a resource, embedded into a prompt or tool call result."""
 
@@ -5152,8 +8410,35 @@ class EmbeddedResource:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        resource: EmbeddedResourceResource,
+        annotations: Annotations | UnsetType | None = UNSET,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.resource = resource
+        self.annotations = annotations
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"EmbeddedResource(resource={self.resource!r}, annotations={self.annotations!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: EmbeddedResource = other
+        return (
+            self.resource == o.resource
+            and self.annotations == o.annotations
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class Content:
     """Standard content block (text, images, resources)."""
 
@@ -5176,8 +8461,28 @@ class Content:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        content: ContentBlock,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.content = content
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"Content(content={self.content!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: Content = other
+        return self.content == o.content and self.meta == o.meta and self.extra_fields == o.extra_fields
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class DiffPathChange:
     """Operation metadata for add, delete, and modify changes."""
 
@@ -5189,8 +8494,21 @@ class DiffPathChange:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(self, *, path: AbsolutePath, extra_fields: dict[str, Any] | None = None) -> None:
+        self.path = path
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"DiffPathChange(path={self.path!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: DiffPathChange = other
+        return self.path == o.path and self.extra_fields == o.extra_fields
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class DiffPathPairChange:
     """Operation metadata for move and copy changes."""
 
@@ -5207,8 +8525,24 @@ class DiffPathPairChange:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self, *, old_path: AbsolutePath, path: AbsolutePath, extra_fields: dict[str, Any] | None = None
+    ) -> None:
+        self.old_path = old_path
+        self.path = path
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"DiffPathPairChange(old_path={self.old_path!r}, path={self.path!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: DiffPathPairChange = other
+        return self.old_path == o.old_path and self.path == o.path and self.extra_fields == o.extra_fields
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class DiffPatch:
     """Renderable patch text and its format."""
 
@@ -5236,8 +8570,35 @@ class DiffPatch:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        format: DiffPatchFormat,
+        text: str,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.format = format
+        self.text = text
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"DiffPatch(format={self.format!r}, text={self.text!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: DiffPatch = other
+        return (
+            self.format == o.format
+            and self.text == o.text
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class Diff:
     """File changes produced by a tool call.
 
@@ -5278,8 +8639,35 @@ class Diff:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        changes: list[DiffChange],
+        patch: DiffPatch | UnsetType | None = UNSET,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.changes = changes
+        self.patch = patch
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"Diff(changes={self.changes!r}, patch={self.patch!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: Diff = other
+        return (
+            self.changes == o.changes
+            and self.patch == o.patch
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class Terminal:
     """A display-only reference to an agent-owned terminal.
 
@@ -5306,8 +8694,28 @@ class Terminal:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        terminal_id: TerminalId,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.terminal_id = terminal_id
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"Terminal(terminal_id={self.terminal_id!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: Terminal = other
+        return self.terminal_id == o.terminal_id and self.meta == o.meta and self.extra_fields == o.extra_fields
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class ToolCallLocation:
     """A file location being accessed or modified by a tool.
 
@@ -5342,8 +8750,32 @@ class ToolCallLocation:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        path: AbsolutePath,
+        line: int | UnsetType | None = UNSET,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.path = path
+        self.line = line
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"ToolCallLocation(path={self.path!r}, line={self.line!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: ToolCallLocation = other
+        return (
+            self.path == o.path and self.line == o.line and self.meta == o.meta and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class ToolCallCapabilities:
     """Client-initiated controls a tool call currently supports.
 
@@ -5377,8 +8809,28 @@ class ToolCallCapabilities:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        cancel: ToolCallCancelCapabilities | UnsetType | None = UNSET,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.cancel = cancel
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"ToolCallCapabilities(cancel={self.cancel!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: ToolCallCapabilities = other
+        return self.cancel == o.cancel and self.meta == o.meta and self.extra_fields == o.extra_fields
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class ToolCallCancelCapabilities:
     """Capability to cancel a tool call with `tool_call/cancel`.
 
@@ -5399,8 +8851,23 @@ class ToolCallCancelCapabilities:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self, *, meta: dict[str, Any] | UnsetType | None = UNSET, extra_fields: dict[str, Any] | None = None
+    ) -> None:
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"ToolCallCancelCapabilities(meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: ToolCallCancelCapabilities = other
+        return self.meta == o.meta and self.extra_fields == o.extra_fields
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class ToolCallPermissionSubject:
     """Permission request details for a tool call."""
 
@@ -5427,8 +8894,28 @@ class ToolCallPermissionSubject:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        tool_call: ToolCallUpdate,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.tool_call = tool_call
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"ToolCallPermissionSubject(tool_call={self.tool_call!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: ToolCallPermissionSubject = other
+        return self.tool_call == o.tool_call and self.meta == o.meta and self.extra_fields == o.extra_fields
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class CommandPermissionSubject:
     """Permission request details for a command."""
 
@@ -5470,8 +8957,41 @@ class CommandPermissionSubject:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        command: str,
+        cwd: AbsolutePath,
+        tool_call_id: ToolCallId | UnsetType | None = UNSET,
+        terminal_id: TerminalId | UnsetType | None = UNSET,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.command = command
+        self.cwd = cwd
+        self.tool_call_id = tool_call_id
+        self.terminal_id = terminal_id
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"CommandPermissionSubject(command={self.command!r}, cwd={self.cwd!r}, tool_call_id={self.tool_call_id!r}, terminal_id={self.terminal_id!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: CommandPermissionSubject = other
+        return (
+            self.command == o.command
+            and self.cwd == o.cwd
+            and self.tool_call_id == o.tool_call_id
+            and self.terminal_id == o.terminal_id
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class PermissionOption:
     """An option presented to the user when requesting permission."""
 
@@ -5504,8 +9024,38 @@ class PermissionOption:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        option_id: PermissionOptionId,
+        name: str,
+        kind: PermissionOptionKind,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.option_id = option_id
+        self.name = name
+        self.kind = kind
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"PermissionOption(option_id={self.option_id!r}, name={self.name!r}, kind={self.kind!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: PermissionOption = other
+        return (
+            self.option_id == o.option_id
+            and self.name == o.name
+            and self.kind == o.kind
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class ElicitationSessionScope:
     """Session-scoped elicitation, optionally tied to a specific tool call.
 
@@ -5532,8 +9082,32 @@ class ElicitationSessionScope:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        session_id: SessionId,
+        tool_call_id: ToolCallId | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.session_id = session_id
+        self.tool_call_id = tool_call_id
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"ElicitationSessionScope(session_id={self.session_id!r}, tool_call_id={self.tool_call_id!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: ElicitationSessionScope = other
+        return (
+            self.session_id == o.session_id
+            and self.tool_call_id == o.tool_call_id
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class ElicitationRequestScope:
     """Request-scoped elicitation, tied to a specific JSON-RPC request outside of a session
     (e.g., during auth/configuration phases before any session is started).
@@ -5547,8 +9121,21 @@ class ElicitationRequestScope:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(self, *, request_id: RequestId, extra_fields: dict[str, Any] | None = None) -> None:
+        self.request_id = request_id
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"ElicitationRequestScope(request_id={self.request_id!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: ElicitationRequestScope = other
+        return self.request_id == o.request_id and self.extra_fields == o.extra_fields
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class ElicitationSchema:
     """Type-safe elicitation schema for requesting structured user input.
 
@@ -5603,8 +9190,44 @@ class ElicitationSchema:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        type: ElicitationSchemaType,
+        title: str | UnsetType | None = UNSET,
+        properties: dict[str, ElicitationPropertySchema],
+        required: list[str] | UnsetType | None = UNSET,
+        description: str | UnsetType | None = UNSET,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.type = type
+        self.title = title
+        self.properties = properties
+        self.required = required
+        self.description = description
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"ElicitationSchema(type={self.type!r}, title={self.title!r}, properties={self.properties!r}, required={self.required!r}, description={self.description!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: ElicitationSchema = other
+        return (
+            self.type == o.type
+            and self.title == o.title
+            and self.properties == o.properties
+            and self.required == o.required
+            and self.description == o.description
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class EnumOption:
     """A titled enum option with a const value, human-readable title, and optional description."""
 
@@ -5641,8 +9264,38 @@ class EnumOption:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        const: str,
+        title: str,
+        description: str | UnsetType | None = UNSET,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.const = const
+        self.title = title
+        self.description = description
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"EnumOption(const={self.const!r}, title={self.title!r}, description={self.description!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: EnumOption = other
+        return (
+            self.const == o.const
+            and self.title == o.title
+            and self.description == o.description
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class StringPropertySchema:
     """Schema for string properties in an elicitation form.
 
@@ -5731,8 +9384,56 @@ class StringPropertySchema:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        title: str | UnsetType | None = UNSET,
+        description: str | UnsetType | None = UNSET,
+        min_length: int | UnsetType | None = UNSET,
+        max_length: int | UnsetType | None = UNSET,
+        pattern: str | UnsetType | None = UNSET,
+        format: StringFormat | UnsetType | None = UNSET,
+        default: str | UnsetType | None = UNSET,
+        enum: list[str] | UnsetType | None = UNSET,
+        one_of: list[EnumOption] | UnsetType | None = UNSET,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.title = title
+        self.description = description
+        self.min_length = min_length
+        self.max_length = max_length
+        self.pattern = pattern
+        self.format = format
+        self.default = default
+        self.enum = enum
+        self.one_of = one_of
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"StringPropertySchema(title={self.title!r}, description={self.description!r}, min_length={self.min_length!r}, max_length={self.max_length!r}, pattern={self.pattern!r}, format={self.format!r}, default={self.default!r}, enum={self.enum!r}, one_of={self.one_of!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: StringPropertySchema = other
+        return (
+            self.title == o.title
+            and self.description == o.description
+            and self.min_length == o.min_length
+            and self.max_length == o.max_length
+            and self.pattern == o.pattern
+            and self.format == o.format
+            and self.default == o.default
+            and self.enum == o.enum
+            and self.one_of == o.one_of
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class NumberPropertySchema:
     """Schema for number (floating-point) properties in an elicitation form."""
 
@@ -5787,8 +9488,44 @@ class NumberPropertySchema:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        title: str | UnsetType | None = UNSET,
+        description: str | UnsetType | None = UNSET,
+        minimum: float | UnsetType | None = UNSET,
+        maximum: float | UnsetType | None = UNSET,
+        default: float | UnsetType | None = UNSET,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.title = title
+        self.description = description
+        self.minimum = minimum
+        self.maximum = maximum
+        self.default = default
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"NumberPropertySchema(title={self.title!r}, description={self.description!r}, minimum={self.minimum!r}, maximum={self.maximum!r}, default={self.default!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: NumberPropertySchema = other
+        return (
+            self.title == o.title
+            and self.description == o.description
+            and self.minimum == o.minimum
+            and self.maximum == o.maximum
+            and self.default == o.default
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class IntegerPropertySchema:
     """Schema for integer properties in an elicitation form."""
 
@@ -5843,8 +9580,44 @@ class IntegerPropertySchema:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        title: str | UnsetType | None = UNSET,
+        description: str | UnsetType | None = UNSET,
+        minimum: int | UnsetType | None = UNSET,
+        maximum: int | UnsetType | None = UNSET,
+        default: int | UnsetType | None = UNSET,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.title = title
+        self.description = description
+        self.minimum = minimum
+        self.maximum = maximum
+        self.default = default
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"IntegerPropertySchema(title={self.title!r}, description={self.description!r}, minimum={self.minimum!r}, maximum={self.maximum!r}, default={self.default!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: IntegerPropertySchema = other
+        return (
+            self.title == o.title
+            and self.description == o.description
+            and self.minimum == o.minimum
+            and self.maximum == o.maximum
+            and self.default == o.default
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class BooleanPropertySchema:
     """Schema for boolean properties in an elicitation form."""
 
@@ -5885,8 +9658,38 @@ class BooleanPropertySchema:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        title: str | UnsetType | None = UNSET,
+        description: str | UnsetType | None = UNSET,
+        default: bool | UnsetType | None = UNSET,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.title = title
+        self.description = description
+        self.default = default
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"BooleanPropertySchema(title={self.title!r}, description={self.description!r}, default={self.default!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: BooleanPropertySchema = other
+        return (
+            self.title == o.title
+            and self.description == o.description
+            and self.default == o.default
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class MultiSelectPropertySchema:
     """Schema for multi-select (array) properties in an elicitation form."""
 
@@ -5948,8 +9751,47 @@ class MultiSelectPropertySchema:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        title: str | UnsetType | None = UNSET,
+        description: str | UnsetType | None = UNSET,
+        min_items: int | UnsetType | None = UNSET,
+        max_items: int | UnsetType | None = UNSET,
+        items: MultiSelectItems,
+        default: list[str] | UnsetType | None = UNSET,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.title = title
+        self.description = description
+        self.min_items = min_items
+        self.max_items = max_items
+        self.items = items
+        self.default = default
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"MultiSelectPropertySchema(title={self.title!r}, description={self.description!r}, min_items={self.min_items!r}, max_items={self.max_items!r}, items={self.items!r}, default={self.default!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: MultiSelectPropertySchema = other
+        return (
+            self.title == o.title
+            and self.description == o.description
+            and self.min_items == o.min_items
+            and self.max_items == o.max_items
+            and self.items == o.items
+            and self.default == o.default
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class ElicitationFormMode:
     """Form-based elicitation mode where the client renders a form from the provided schema."""
 
@@ -5981,8 +9823,38 @@ class ElicitationFormMode:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        requested_schema: ElicitationSchema,
+        session_id: SessionId | UnsetType = UNSET,
+        tool_call_id: ToolCallId | UnsetType | None = UNSET,
+        request_id: RequestId | UnsetType = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.requested_schema = requested_schema
+        self.session_id = session_id
+        self.tool_call_id = tool_call_id
+        self.request_id = request_id
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"ElicitationFormMode(requested_schema={self.requested_schema!r}, session_id={self.session_id!r}, tool_call_id={self.tool_call_id!r}, request_id={self.request_id!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: ElicitationFormMode = other
+        return (
+            self.requested_schema == o.requested_schema
+            and self.session_id == o.session_id
+            and self.tool_call_id == o.tool_call_id
+            and self.request_id == o.request_id
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class ElicitationUrlMode:
     """URL-based elicitation mode where the client directs the user to a URL."""
 
@@ -6019,8 +9891,41 @@ class ElicitationUrlMode:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        elicitation_id: ElicitationId,
+        url: str,
+        session_id: SessionId | UnsetType = UNSET,
+        tool_call_id: ToolCallId | UnsetType | None = UNSET,
+        request_id: RequestId | UnsetType = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.elicitation_id = elicitation_id
+        self.url = url
+        self.session_id = session_id
+        self.tool_call_id = tool_call_id
+        self.request_id = request_id
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"ElicitationUrlMode(elicitation_id={self.elicitation_id!r}, url={self.url!r}, session_id={self.session_id!r}, tool_call_id={self.tool_call_id!r}, request_id={self.request_id!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: ElicitationUrlMode = other
+        return (
+            self.elicitation_id == o.elicitation_id
+            and self.url == o.url
+            and self.session_id == o.session_id
+            and self.tool_call_id == o.tool_call_id
+            and self.request_id == o.request_id
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class MessageMcpRequest:
     """**UNSTABLE**
 
@@ -6064,8 +9969,41 @@ class MessageMcpRequest:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        server_id: McpServerAcpId,
+        request_id: McpRequestId,
+        method: str,
+        params: dict[str, Any] | UnsetType | None = UNSET,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.server_id = server_id
+        self.request_id = request_id
+        self.method = method
+        self.params = params
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"MessageMcpRequest(server_id={self.server_id!r}, request_id={self.request_id!r}, method={self.method!r}, params={self.params!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: MessageMcpRequest = other
+        return (
+            self.server_id == o.server_id
+            and self.request_id == o.request_id
+            and self.method == o.method
+            and self.params == o.params
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class InitializeResponse:
     """Response to the `initialize` method.
 
@@ -6121,8 +10059,41 @@ class InitializeResponse:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        protocol_version: ProtocolVersion,
+        info: Implementation,
+        capabilities: AgentCapabilities | UnsetType = UNSET,
+        auth_methods: list[AuthMethod] | UnsetType = UNSET,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.protocol_version = protocol_version
+        self.info = info
+        self.capabilities = capabilities
+        self.auth_methods = auth_methods
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"InitializeResponse(protocol_version={self.protocol_version!r}, info={self.info!r}, capabilities={self.capabilities!r}, auth_methods={self.auth_methods!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: InitializeResponse = other
+        return (
+            self.protocol_version == o.protocol_version
+            and self.info == o.info
+            and self.capabilities == o.capabilities
+            and self.auth_methods == o.auth_methods
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class Implementation:
     """Metadata about the implementation of the client or agent.
     Describes the name and version of an ACP implementation, with an optional
@@ -6165,8 +10136,38 @@ class Implementation:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        name: str,
+        title: str | UnsetType | None = UNSET,
+        version: str,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.name = name
+        self.title = title
+        self.version = version
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"Implementation(name={self.name!r}, title={self.title!r}, version={self.version!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: Implementation = other
+        return (
+            self.name == o.name
+            and self.title == o.title
+            and self.version == o.version
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class AgentCapabilities:
     """Capabilities supported by the agent.
 
@@ -6229,8 +10230,38 @@ class AgentCapabilities:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        session: SessionCapabilities | UnsetType | None = UNSET,
+        auth: AgentAuthCapabilities | UnsetType | None = UNSET,
+        providers: ProvidersCapabilities | UnsetType | None = UNSET,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.session = session
+        self.auth = auth
+        self.providers = providers
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"AgentCapabilities(session={self.session!r}, auth={self.auth!r}, providers={self.providers!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: AgentCapabilities = other
+        return (
+            self.session == o.session
+            and self.auth == o.auth
+            and self.providers == o.providers
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class SessionCapabilities:
     """Session capabilities supported by the agent.
 
@@ -6378,8 +10409,56 @@ class SessionCapabilities:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        prompt: PromptCapabilities | UnsetType | None = UNSET,
+        mcp: McpCapabilities | UnsetType | None = UNSET,
+        delete: SessionDeleteCapabilities | UnsetType | None = UNSET,
+        additional_directories: SessionAdditionalDirectoriesCapabilities | UnsetType | None = UNSET,
+        system_prompt: SessionSystemPromptCapabilities | UnsetType | None = UNSET,
+        fork: SessionForkCapabilities | UnsetType | None = UNSET,
+        archive: SessionArchiveCapabilities | UnsetType | None = UNSET,
+        status: SessionStatusCapabilities | UnsetType | None = UNSET,
+        title: SessionTitleCapabilities | UnsetType | None = UNSET,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.prompt = prompt
+        self.mcp = mcp
+        self.delete = delete
+        self.additional_directories = additional_directories
+        self.system_prompt = system_prompt
+        self.fork = fork
+        self.archive = archive
+        self.status = status
+        self.title = title
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"SessionCapabilities(prompt={self.prompt!r}, mcp={self.mcp!r}, delete={self.delete!r}, additional_directories={self.additional_directories!r}, system_prompt={self.system_prompt!r}, fork={self.fork!r}, archive={self.archive!r}, status={self.status!r}, title={self.title!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: SessionCapabilities = other
+        return (
+            self.prompt == o.prompt
+            and self.mcp == o.mcp
+            and self.delete == o.delete
+            and self.additional_directories == o.additional_directories
+            and self.system_prompt == o.system_prompt
+            and self.fork == o.fork
+            and self.archive == o.archive
+            and self.status == o.status
+            and self.title == o.title
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class PromptCapabilities:
     """Prompt capabilities supported by the agent in `session/prompt` requests.
 
@@ -6442,8 +10521,38 @@ class PromptCapabilities:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        image: PromptImageCapabilities | UnsetType | None = UNSET,
+        audio: PromptAudioCapabilities | UnsetType | None = UNSET,
+        embedded_context: PromptEmbeddedContextCapabilities | UnsetType | None = UNSET,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.image = image
+        self.audio = audio
+        self.embedded_context = embedded_context
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"PromptCapabilities(image={self.image!r}, audio={self.audio!r}, embedded_context={self.embedded_context!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: PromptCapabilities = other
+        return (
+            self.image == o.image
+            and self.audio == o.audio
+            and self.embedded_context == o.embedded_context
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class PromptImageCapabilities:
     """Capabilities for image content in prompt requests.
 
@@ -6464,8 +10573,23 @@ class PromptImageCapabilities:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self, *, meta: dict[str, Any] | UnsetType | None = UNSET, extra_fields: dict[str, Any] | None = None
+    ) -> None:
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"PromptImageCapabilities(meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: PromptImageCapabilities = other
+        return self.meta == o.meta and self.extra_fields == o.extra_fields
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class PromptAudioCapabilities:
     """Capabilities for audio content in prompt requests.
 
@@ -6486,8 +10610,23 @@ class PromptAudioCapabilities:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self, *, meta: dict[str, Any] | UnsetType | None = UNSET, extra_fields: dict[str, Any] | None = None
+    ) -> None:
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"PromptAudioCapabilities(meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: PromptAudioCapabilities = other
+        return self.meta == o.meta and self.extra_fields == o.extra_fields
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class PromptEmbeddedContextCapabilities:
     """Capabilities for embedded context in prompt requests.
 
@@ -6508,8 +10647,23 @@ class PromptEmbeddedContextCapabilities:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self, *, meta: dict[str, Any] | UnsetType | None = UNSET, extra_fields: dict[str, Any] | None = None
+    ) -> None:
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"PromptEmbeddedContextCapabilities(meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: PromptEmbeddedContextCapabilities = other
+        return self.meta == o.meta and self.extra_fields == o.extra_fields
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class McpCapabilities:
     """MCP capabilities supported by the agent for session lifecycle requests."""
 
@@ -6561,8 +10715,38 @@ class McpCapabilities:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        stdio: McpStdioCapabilities | UnsetType | None = UNSET,
+        http: McpHttpCapabilities | UnsetType | None = UNSET,
+        acp: McpAcpCapabilities | UnsetType | None = UNSET,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.stdio = stdio
+        self.http = http
+        self.acp = acp
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"McpCapabilities(stdio={self.stdio!r}, http={self.http!r}, acp={self.acp!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: McpCapabilities = other
+        return (
+            self.stdio == o.stdio
+            and self.http == o.http
+            and self.acp == o.acp
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class McpStdioCapabilities:
     """Capabilities for stdio MCP server transports.
 
@@ -6583,8 +10767,23 @@ class McpStdioCapabilities:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self, *, meta: dict[str, Any] | UnsetType | None = UNSET, extra_fields: dict[str, Any] | None = None
+    ) -> None:
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"McpStdioCapabilities(meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: McpStdioCapabilities = other
+        return self.meta == o.meta and self.extra_fields == o.extra_fields
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class McpHttpCapabilities:
     """Capabilities for HTTP MCP server transports.
 
@@ -6605,8 +10804,23 @@ class McpHttpCapabilities:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self, *, meta: dict[str, Any] | UnsetType | None = UNSET, extra_fields: dict[str, Any] | None = None
+    ) -> None:
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"McpHttpCapabilities(meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: McpHttpCapabilities = other
+        return self.meta == o.meta and self.extra_fields == o.extra_fields
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class McpAcpCapabilities:
     """**UNSTABLE**
 
@@ -6633,8 +10847,23 @@ class McpAcpCapabilities:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self, *, meta: dict[str, Any] | UnsetType | None = UNSET, extra_fields: dict[str, Any] | None = None
+    ) -> None:
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"McpAcpCapabilities(meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: McpAcpCapabilities = other
+        return self.meta == o.meta and self.extra_fields == o.extra_fields
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class SessionDeleteCapabilities:
     """Capabilities for the `session/delete` method.
 
@@ -6655,8 +10884,23 @@ class SessionDeleteCapabilities:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self, *, meta: dict[str, Any] | UnsetType | None = UNSET, extra_fields: dict[str, Any] | None = None
+    ) -> None:
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"SessionDeleteCapabilities(meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: SessionDeleteCapabilities = other
+        return self.meta == o.meta and self.extra_fields == o.extra_fields
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class SessionAdditionalDirectoriesCapabilities:
     """Capabilities for additional session directories support.
 
@@ -6680,8 +10924,23 @@ class SessionAdditionalDirectoriesCapabilities:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self, *, meta: dict[str, Any] | UnsetType | None = UNSET, extra_fields: dict[str, Any] | None = None
+    ) -> None:
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"SessionAdditionalDirectoriesCapabilities(meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: SessionAdditionalDirectoriesCapabilities = other
+        return self.meta == o.meta and self.extra_fields == o.extra_fields
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class SessionSystemPromptCapabilities:
     """**UNSTABLE**
 
@@ -6718,8 +10977,28 @@ class SessionSystemPromptCapabilities:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        mode: SessionSystemPromptModeCapabilities | UnsetType | None = UNSET,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.mode = mode
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"SessionSystemPromptCapabilities(mode={self.mode!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: SessionSystemPromptCapabilities = other
+        return self.mode == o.mode and self.meta == o.meta and self.extra_fields == o.extra_fields
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class SessionSystemPromptModeCapabilities:
     """**UNSTABLE**
 
@@ -6758,8 +11037,28 @@ class SessionSystemPromptModeCapabilities:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        override: SessionSystemPromptOverrideCapabilities | UnsetType | None = UNSET,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.override = override
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"SessionSystemPromptModeCapabilities(override={self.override!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: SessionSystemPromptModeCapabilities = other
+        return self.override == o.override and self.meta == o.meta and self.extra_fields == o.extra_fields
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class SessionSystemPromptOverrideCapabilities:
     """**UNSTABLE**
 
@@ -6787,8 +11086,23 @@ class SessionSystemPromptOverrideCapabilities:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self, *, meta: dict[str, Any] | UnsetType | None = UNSET, extra_fields: dict[str, Any] | None = None
+    ) -> None:
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"SessionSystemPromptOverrideCapabilities(meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: SessionSystemPromptOverrideCapabilities = other
+        return self.meta == o.meta and self.extra_fields == o.extra_fields
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class SessionForkCapabilities:
     """**UNSTABLE**
 
@@ -6815,8 +11129,23 @@ class SessionForkCapabilities:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self, *, meta: dict[str, Any] | UnsetType | None = UNSET, extra_fields: dict[str, Any] | None = None
+    ) -> None:
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"SessionForkCapabilities(meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: SessionForkCapabilities = other
+        return self.meta == o.meta and self.extra_fields == o.extra_fields
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class SessionArchiveCapabilities:
     """**UNSTABLE**
 
@@ -6844,8 +11173,23 @@ class SessionArchiveCapabilities:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self, *, meta: dict[str, Any] | UnsetType | None = UNSET, extra_fields: dict[str, Any] | None = None
+    ) -> None:
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"SessionArchiveCapabilities(meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: SessionArchiveCapabilities = other
+        return self.meta == o.meta and self.extra_fields == o.extra_fields
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class SessionStatusCapabilities:
     """**UNSTABLE**
 
@@ -6872,8 +11216,23 @@ class SessionStatusCapabilities:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self, *, meta: dict[str, Any] | UnsetType | None = UNSET, extra_fields: dict[str, Any] | None = None
+    ) -> None:
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"SessionStatusCapabilities(meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: SessionStatusCapabilities = other
+        return self.meta == o.meta and self.extra_fields == o.extra_fields
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class SessionTitleCapabilities:
     """**UNSTABLE**
 
@@ -6901,8 +11260,23 @@ class SessionTitleCapabilities:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self, *, meta: dict[str, Any] | UnsetType | None = UNSET, extra_fields: dict[str, Any] | None = None
+    ) -> None:
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"SessionTitleCapabilities(meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: SessionTitleCapabilities = other
+        return self.meta == o.meta and self.extra_fields == o.extra_fields
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class AgentAuthCapabilities:
     """Authentication-related extension capabilities supported by the agent.
 
@@ -6939,8 +11313,28 @@ class AgentAuthCapabilities:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        status: AuthStatusCapabilities | UnsetType | None = UNSET,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.status = status
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"AgentAuthCapabilities(status={self.status!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: AgentAuthCapabilities = other
+        return self.status == o.status and self.meta == o.meta and self.extra_fields == o.extra_fields
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class AuthStatusCapabilities:
     """**UNSTABLE**
 
@@ -6967,8 +11361,23 @@ class AuthStatusCapabilities:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self, *, meta: dict[str, Any] | UnsetType | None = UNSET, extra_fields: dict[str, Any] | None = None
+    ) -> None:
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"AuthStatusCapabilities(meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: AuthStatusCapabilities = other
+        return self.meta == o.meta and self.extra_fields == o.extra_fields
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class ProvidersCapabilities:
     """**UNSTABLE**
 
@@ -6995,8 +11404,23 @@ class ProvidersCapabilities:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self, *, meta: dict[str, Any] | UnsetType | None = UNSET, extra_fields: dict[str, Any] | None = None
+    ) -> None:
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"ProvidersCapabilities(meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: ProvidersCapabilities = other
+        return self.meta == o.meta and self.extra_fields == o.extra_fields
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class EnvVariable:
     """An environment variable to set when launching a process."""
 
@@ -7024,8 +11448,35 @@ class EnvVariable:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        name: str,
+        value: str,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.name = name
+        self.value = value
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"EnvVariable(name={self.name!r}, value={self.value!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: EnvVariable = other
+        return (
+            self.name == o.name
+            and self.value == o.value
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class AuthMethodTerminal:
     """Terminal-based authentication method.
 
@@ -7081,8 +11532,44 @@ class AuthMethodTerminal:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        method_id: AuthMethodId,
+        name: str,
+        description: str | UnsetType | None = UNSET,
+        args: list[str] | UnsetType = UNSET,
+        env: list[EnvVariable] | UnsetType = UNSET,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.method_id = method_id
+        self.name = name
+        self.description = description
+        self.args = args
+        self.env = env
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"AuthMethodTerminal(method_id={self.method_id!r}, name={self.name!r}, description={self.description!r}, args={self.args!r}, env={self.env!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: AuthMethodTerminal = other
+        return (
+            self.method_id == o.method_id
+            and self.name == o.name
+            and self.description == o.description
+            and self.args == o.args
+            and self.env == o.env
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class AuthMethodAgent:
     """Agent handles authentication itself through `auth/login`.
 
@@ -7122,8 +11609,38 @@ class AuthMethodAgent:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        method_id: AuthMethodId,
+        name: str,
+        description: str | UnsetType | None = UNSET,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.method_id = method_id
+        self.name = name
+        self.description = description
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"AuthMethodAgent(method_id={self.method_id!r}, name={self.name!r}, description={self.description!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: AuthMethodAgent = other
+        return (
+            self.method_id == o.method_id
+            and self.name == o.name
+            and self.description == o.description
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class LoginAuthResponse:
     """Response to the `auth/login` method."""
 
@@ -7141,8 +11658,23 @@ class LoginAuthResponse:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self, *, meta: dict[str, Any] | UnsetType | None = UNSET, extra_fields: dict[str, Any] | None = None
+    ) -> None:
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"LoginAuthResponse(meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: LoginAuthResponse = other
+        return self.meta == o.meta and self.extra_fields == o.extra_fields
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class ListProvidersResponse:
     """**UNSTABLE**
 
@@ -7172,8 +11704,28 @@ class ListProvidersResponse:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        providers: list[ProviderInfo],
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.providers = providers
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"ListProvidersResponse(providers={self.providers!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: ListProvidersResponse = other
+        return self.providers == o.providers and self.meta == o.meta and self.extra_fields == o.extra_fields
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class ProviderInfo:
     """**UNSTABLE**
 
@@ -7220,8 +11772,41 @@ class ProviderInfo:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        provider_id: ProviderId,
+        supported: list[LlmProtocol],
+        required: bool,
+        current: ProviderCurrentConfig | UnsetType | None = UNSET,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.provider_id = provider_id
+        self.supported = supported
+        self.required = required
+        self.current = current
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"ProviderInfo(provider_id={self.provider_id!r}, supported={self.supported!r}, required={self.required!r}, current={self.current!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: ProviderInfo = other
+        return (
+            self.provider_id == o.provider_id
+            and self.supported == o.supported
+            and self.required == o.required
+            and self.current == o.current
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class ProviderCurrentConfig:
     """**UNSTABLE**
 
@@ -7256,8 +11841,35 @@ class ProviderCurrentConfig:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        api_type: LlmProtocol,
+        base_url: str,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.api_type = api_type
+        self.base_url = base_url
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"ProviderCurrentConfig(api_type={self.api_type!r}, base_url={self.base_url!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: ProviderCurrentConfig = other
+        return (
+            self.api_type == o.api_type
+            and self.base_url == o.base_url
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class SetProviderResponse:
     """**UNSTABLE**
 
@@ -7282,8 +11894,23 @@ class SetProviderResponse:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self, *, meta: dict[str, Any] | UnsetType | None = UNSET, extra_fields: dict[str, Any] | None = None
+    ) -> None:
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"SetProviderResponse(meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: SetProviderResponse = other
+        return self.meta == o.meta and self.extra_fields == o.extra_fields
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class DisableProviderResponse:
     """**UNSTABLE**
 
@@ -7308,8 +11935,23 @@ class DisableProviderResponse:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self, *, meta: dict[str, Any] | UnsetType | None = UNSET, extra_fields: dict[str, Any] | None = None
+    ) -> None:
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"DisableProviderResponse(meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: DisableProviderResponse = other
+        return self.meta == o.meta and self.extra_fields == o.extra_fields
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class LogoutAuthResponse:
     """Response to the `auth/logout` method."""
 
@@ -7327,8 +11969,23 @@ class LogoutAuthResponse:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self, *, meta: dict[str, Any] | UnsetType | None = UNSET, extra_fields: dict[str, Any] | None = None
+    ) -> None:
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"LogoutAuthResponse(meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: LogoutAuthResponse = other
+        return self.meta == o.meta and self.extra_fields == o.extra_fields
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class AuthStatusResponse:
     """**UNSTABLE**
 
@@ -7372,8 +12029,35 @@ class AuthStatusResponse:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        state: AuthState,
+        accounts: list[AuthAccount] | UnsetType = UNSET,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.state = state
+        self.accounts = accounts
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"AuthStatusResponse(state={self.state!r}, accounts={self.accounts!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: AuthStatusResponse = other
+        return (
+            self.state == o.state
+            and self.accounts == o.accounts
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class AuthAccount:
     """**UNSTABLE**
 
@@ -7441,8 +12125,44 @@ class AuthAccount:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        label: str,
+        active: bool | UnsetType | None = UNSET,
+        name: str | UnsetType | None = UNSET,
+        email: str | UnsetType | None = UNSET,
+        organization: str | UnsetType | None = UNSET,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.label = label
+        self.active = active
+        self.name = name
+        self.email = email
+        self.organization = organization
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"AuthAccount(label={self.label!r}, active={self.active!r}, name={self.name!r}, email={self.email!r}, organization={self.organization!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: AuthAccount = other
+        return (
+            self.label == o.label
+            and self.active == o.active
+            and self.name == o.name
+            and self.email == o.email
+            and self.organization == o.organization
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class NewSessionResponse:
     """Response from creating a new session.
 
@@ -7496,8 +12216,38 @@ class NewSessionResponse:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        session_id: SessionId,
+        config_options: list[SessionConfigOption] | UnsetType = UNSET,
+        available_commands: list[AvailableCommand] | UnsetType = UNSET,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.session_id = session_id
+        self.config_options = config_options
+        self.available_commands = available_commands
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"NewSessionResponse(session_id={self.session_id!r}, config_options={self.config_options!r}, available_commands={self.available_commands!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: NewSessionResponse = other
+        return (
+            self.session_id == o.session_id
+            and self.config_options == o.config_options
+            and self.available_commands == o.available_commands
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class SessionConfigSelectOption:
     """A possible value for a session configuration option."""
 
@@ -7534,8 +12284,38 @@ class SessionConfigSelectOption:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        value: SessionConfigValueId,
+        name: str,
+        description: str | UnsetType | None = UNSET,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.value = value
+        self.name = name
+        self.description = description
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"SessionConfigSelectOption(value={self.value!r}, name={self.name!r}, description={self.description!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: SessionConfigSelectOption = other
+        return (
+            self.value == o.value
+            and self.name == o.name
+            and self.description == o.description
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class SessionConfigSelectGroup:
     """A group of possible values for a session configuration option."""
 
@@ -7568,8 +12348,38 @@ class SessionConfigSelectGroup:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        group_id: SessionConfigGroupId,
+        name: str,
+        options: list[SessionConfigSelectOption],
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.group_id = group_id
+        self.name = name
+        self.options = options
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"SessionConfigSelectGroup(group_id={self.group_id!r}, name={self.name!r}, options={self.options!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: SessionConfigSelectGroup = other
+        return (
+            self.group_id == o.group_id
+            and self.name == o.name
+            and self.options == o.options
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class SessionConfigSelect:
     """A single-value selector (dropdown) session configuration option payload."""
 
@@ -7587,8 +12397,30 @@ class SessionConfigSelect:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        current_value: SessionConfigValueId,
+        options: SessionConfigSelectOptions,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.current_value = current_value
+        self.options = options
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"SessionConfigSelect(current_value={self.current_value!r}, options={self.options!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: SessionConfigSelect = other
+        return (
+            self.current_value == o.current_value and self.options == o.options and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class SessionConfigBoolean:
     """A boolean on/off toggle session configuration option payload."""
 
@@ -7600,8 +12432,21 @@ class SessionConfigBoolean:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(self, *, current_value: bool, extra_fields: dict[str, Any] | None = None) -> None:
+        self.current_value = current_value
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"SessionConfigBoolean(current_value={self.current_value!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: SessionConfigBoolean = other
+        return self.current_value == o.current_value and self.extra_fields == o.extra_fields
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class TextCommandInput:
     """All text that was typed after the command name is provided as input."""
 
@@ -7624,8 +12469,24 @@ class TextCommandInput:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self, *, hint: str, meta: dict[str, Any] | UnsetType | None = UNSET, extra_fields: dict[str, Any] | None = None
+    ) -> None:
+        self.hint = hint
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"TextCommandInput(hint={self.hint!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: TextCommandInput = other
+        return self.hint == o.hint and self.meta == o.meta and self.extra_fields == o.extra_fields
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class Command:
     """A slash command the user can invoke by including it in a prompt.
 
@@ -7667,8 +12528,38 @@ class Command:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        name: str,
+        description: str,
+        input: AvailableCommandInput | UnsetType | None = UNSET,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.name = name
+        self.description = description
+        self.input = input
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"Command(name={self.name!r}, description={self.description!r}, input={self.input!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: Command = other
+        return (
+            self.name == o.name
+            and self.description == o.description
+            and self.input == o.input
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class ListSessionsResponse:
     """Response from listing sessions."""
 
@@ -7700,8 +12591,35 @@ class ListSessionsResponse:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        sessions: list[SessionInfo],
+        next_cursor: SessionListCursor | UnsetType | None = UNSET,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.sessions = sessions
+        self.next_cursor = next_cursor
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"ListSessionsResponse(sessions={self.sessions!r}, next_cursor={self.next_cursor!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: ListSessionsResponse = other
+        return (
+            self.sessions == o.sessions
+            and self.next_cursor == o.next_cursor
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class SessionInfo:
     """Information about a session returned by session/list"""
 
@@ -7768,8 +12686,47 @@ class SessionInfo:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        session_id: SessionId,
+        cwd: AbsolutePath,
+        additional_directories: list[AbsolutePath] | UnsetType = UNSET,
+        title: str | UnsetType | None = UNSET,
+        updated_at: str | UnsetType | None = UNSET,
+        archived: bool | UnsetType | None = UNSET,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.session_id = session_id
+        self.cwd = cwd
+        self.additional_directories = additional_directories
+        self.title = title
+        self.updated_at = updated_at
+        self.archived = archived
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"SessionInfo(session_id={self.session_id!r}, cwd={self.cwd!r}, additional_directories={self.additional_directories!r}, title={self.title!r}, updated_at={self.updated_at!r}, archived={self.archived!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: SessionInfo = other
+        return (
+            self.session_id == o.session_id
+            and self.cwd == o.cwd
+            and self.additional_directories == o.additional_directories
+            and self.title == o.title
+            and self.updated_at == o.updated_at
+            and self.archived == o.archived
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class DeleteSessionResponse:
     """Response from deleting a session."""
 
@@ -7787,8 +12744,23 @@ class DeleteSessionResponse:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self, *, meta: dict[str, Any] | UnsetType | None = UNSET, extra_fields: dict[str, Any] | None = None
+    ) -> None:
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"DeleteSessionResponse(meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: DeleteSessionResponse = other
+        return self.meta == o.meta and self.extra_fields == o.extra_fields
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class ForkSessionResponse:
     """**UNSTABLE**
 
@@ -7840,8 +12812,38 @@ class ForkSessionResponse:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        session_id: SessionId,
+        config_options: list[SessionConfigOption] | UnsetType = UNSET,
+        available_commands: list[AvailableCommand] | UnsetType = UNSET,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.session_id = session_id
+        self.config_options = config_options
+        self.available_commands = available_commands
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"ForkSessionResponse(session_id={self.session_id!r}, config_options={self.config_options!r}, available_commands={self.available_commands!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: ForkSessionResponse = other
+        return (
+            self.session_id == o.session_id
+            and self.config_options == o.config_options
+            and self.available_commands == o.available_commands
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class ArchiveSessionResponse:
     """**UNSTABLE**
 
@@ -7866,8 +12868,23 @@ class ArchiveSessionResponse:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self, *, meta: dict[str, Any] | UnsetType | None = UNSET, extra_fields: dict[str, Any] | None = None
+    ) -> None:
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"ArchiveSessionResponse(meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: ArchiveSessionResponse = other
+        return self.meta == o.meta and self.extra_fields == o.extra_fields
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class UnarchiveSessionResponse:
     """**UNSTABLE**
 
@@ -7892,8 +12909,23 @@ class UnarchiveSessionResponse:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self, *, meta: dict[str, Any] | UnsetType | None = UNSET, extra_fields: dict[str, Any] | None = None
+    ) -> None:
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"UnarchiveSessionResponse(meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: UnarchiveSessionResponse = other
+        return self.meta == o.meta and self.extra_fields == o.extra_fields
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class SessionStatusResponse:
     """**UNSTABLE**
 
@@ -7941,8 +12973,35 @@ class SessionStatusResponse:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        status: SessionStatus,
+        state: StateUpdate | UnsetType | None = UNSET,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.status = status
+        self.state = state
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"SessionStatusResponse(status={self.status!r}, state={self.state!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: SessionStatusResponse = other
+        return (
+            self.status == o.status
+            and self.state == o.state
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class BackgroundTerminal:
     """A listed terminal running in the background."""
 
@@ -7965,8 +13024,28 @@ class BackgroundTerminal:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        terminal_id: TerminalId,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.terminal_id = terminal_id
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"BackgroundTerminal(terminal_id={self.terminal_id!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: BackgroundTerminal = other
+        return self.terminal_id == o.terminal_id and self.meta == o.meta and self.extra_fields == o.extra_fields
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class BackgroundToolCall:
     """A listed tool call whose work continues in the background."""
 
@@ -7989,8 +13068,28 @@ class BackgroundToolCall:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        tool_call_id: ToolCallId,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.tool_call_id = tool_call_id
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"BackgroundToolCall(tool_call_id={self.tool_call_id!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: BackgroundToolCall = other
+        return self.tool_call_id == o.tool_call_id and self.meta == o.meta and self.extra_fields == o.extra_fields
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class BackgroundSubagent:
     """**UNSTABLE**
 
@@ -8020,8 +13119,28 @@ class BackgroundSubagent:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        session_id: SessionId,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.session_id = session_id
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"BackgroundSubagent(session_id={self.session_id!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: BackgroundSubagent = other
+        return self.session_id == o.session_id and self.meta == o.meta and self.extra_fields == o.extra_fields
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class Error:
     """JSON-RPC error object.
 
@@ -8056,8 +13175,35 @@ class Error:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        code: ErrorCode,
+        message: str,
+        data: ErrorData | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.code = code
+        self.message = message
+        self.data = data
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"Error(code={self.code!r}, message={self.message!r}, data={self.data!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: Error = other
+        return (
+            self.code == o.code
+            and self.message == o.message
+            and self.data == o.data
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class UnsupportedProtocolVersionErrorData:
     """Data for the `-32022` (Unsupported protocol version) error.
 
@@ -8088,8 +13234,35 @@ class UnsupportedProtocolVersionErrorData:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        requested: ProtocolVersion,
+        supported: list[ProtocolVersion],
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.requested = requested
+        self.supported = supported
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"UnsupportedProtocolVersionErrorData(requested={self.requested!r}, supported={self.supported!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: UnsupportedProtocolVersionErrorData = other
+        return (
+            self.requested == o.requested
+            and self.supported == o.supported
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class SessionNotFoundErrorData:
     """Data for the `-32002` (Resource not found) error when a session-scoped request names a
     session that does not exist or is not active.
@@ -8116,8 +13289,28 @@ class SessionNotFoundErrorData:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        session_id: SessionId,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.session_id = session_id
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"SessionNotFoundErrorData(session_id={self.session_id!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: SessionNotFoundErrorData = other
+        return self.session_id == o.session_id and self.meta == o.meta and self.extra_fields == o.extra_fields
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class ErrorStopReason:
     """Details of a failure that ended active work."""
 
@@ -8132,8 +13325,21 @@ class ErrorStopReason:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(self, *, error: Error | UnsetType | None = UNSET, extra_fields: dict[str, Any] | None = None) -> None:
+        self.error = error
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"ErrorStopReason(error={self.error!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: ErrorStopReason = other
+        return self.error == o.error and self.extra_fields == o.extra_fields
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class Usage:
     """**UNSTABLE**
 
@@ -8200,8 +13406,47 @@ class Usage:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        total_tokens: int,
+        input_tokens: int,
+        output_tokens: int,
+        thought_tokens: int | UnsetType | None = UNSET,
+        cached_read_tokens: int | UnsetType | None = UNSET,
+        cached_write_tokens: int | UnsetType | None = UNSET,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.total_tokens = total_tokens
+        self.input_tokens = input_tokens
+        self.output_tokens = output_tokens
+        self.thought_tokens = thought_tokens
+        self.cached_read_tokens = cached_read_tokens
+        self.cached_write_tokens = cached_write_tokens
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"Usage(total_tokens={self.total_tokens!r}, input_tokens={self.input_tokens!r}, output_tokens={self.output_tokens!r}, thought_tokens={self.thought_tokens!r}, cached_read_tokens={self.cached_read_tokens!r}, cached_write_tokens={self.cached_write_tokens!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: Usage = other
+        return (
+            self.total_tokens == o.total_tokens
+            and self.input_tokens == o.input_tokens
+            and self.output_tokens == o.output_tokens
+            and self.thought_tokens == o.thought_tokens
+            and self.cached_read_tokens == o.cached_read_tokens
+            and self.cached_write_tokens == o.cached_write_tokens
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class SetSessionTitleResponse:
     """**UNSTABLE**
 
@@ -8234,8 +13479,24 @@ class SetSessionTitleResponse:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self, *, title: str, meta: dict[str, Any] | UnsetType | None = UNSET, extra_fields: dict[str, Any] | None = None
+    ) -> None:
+        self.title = title
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"SetSessionTitleResponse(title={self.title!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: SetSessionTitleResponse = other
+        return self.title == o.title and self.meta == o.meta and self.extra_fields == o.extra_fields
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class ResumeSessionResponse:
     """Response from resuming an existing session.
 
@@ -8282,8 +13543,35 @@ class ResumeSessionResponse:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        config_options: list[SessionConfigOption] | UnsetType = UNSET,
+        available_commands: list[AvailableCommand] | UnsetType = UNSET,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.config_options = config_options
+        self.available_commands = available_commands
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"ResumeSessionResponse(config_options={self.config_options!r}, available_commands={self.available_commands!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: ResumeSessionResponse = other
+        return (
+            self.config_options == o.config_options
+            and self.available_commands == o.available_commands
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class CloseSessionResponse:
     """Response from closing a session."""
 
@@ -8301,8 +13589,23 @@ class CloseSessionResponse:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self, *, meta: dict[str, Any] | UnsetType | None = UNSET, extra_fields: dict[str, Any] | None = None
+    ) -> None:
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"CloseSessionResponse(meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: CloseSessionResponse = other
+        return self.meta == o.meta and self.extra_fields == o.extra_fields
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class CancelToolCallResponse:
     """Response from cancelling a tool call."""
 
@@ -8320,8 +13623,23 @@ class CancelToolCallResponse:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self, *, meta: dict[str, Any] | UnsetType | None = UNSET, extra_fields: dict[str, Any] | None = None
+    ) -> None:
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"CancelToolCallResponse(meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: CancelToolCallResponse = other
+        return self.meta == o.meta and self.extra_fields == o.extra_fields
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class CancelTerminalResponse:
     """Response from cancelling a terminal."""
 
@@ -8339,8 +13657,23 @@ class CancelTerminalResponse:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self, *, meta: dict[str, Any] | UnsetType | None = UNSET, extra_fields: dict[str, Any] | None = None
+    ) -> None:
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"CancelTerminalResponse(meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: CancelTerminalResponse = other
+        return self.meta == o.meta and self.extra_fields == o.extra_fields
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class SetSessionConfigOptionResponse:
     """Response to `session/set_config_option` method."""
 
@@ -8363,8 +13696,28 @@ class SetSessionConfigOptionResponse:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        config_options: list[SessionConfigOption],
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.config_options = config_options
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"SetSessionConfigOptionResponse(config_options={self.config_options!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: SetSessionConfigOptionResponse = other
+        return self.config_options == o.config_options and self.meta == o.meta and self.extra_fields == o.extra_fields
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class PromptResponse:
     """Response acknowledging that a user prompt was inserted into the ACP conversation.
 
@@ -8403,8 +13756,28 @@ class PromptResponse:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        message_id: MessageId,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.message_id = message_id
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"PromptResponse(message_id={self.message_id!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: PromptResponse = other
+        return self.message_id == o.message_id and self.meta == o.meta and self.extra_fields == o.extra_fields
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class UpdateSessionNotification:
     """Notification containing a session update from the agent.
 
@@ -8437,8 +13810,35 @@ class UpdateSessionNotification:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        session_id: SessionId,
+        update: SessionUpdate,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.session_id = session_id
+        self.update = update
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"UpdateSessionNotification(session_id={self.session_id!r}, update={self.update!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: UpdateSessionNotification = other
+        return (
+            self.session_id == o.session_id
+            and self.update == o.update
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class ContentChunk:
     """A streamed item of message content."""
 
@@ -8470,8 +13870,35 @@ class ContentChunk:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        message_id: MessageId,
+        content: ContentBlock,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.message_id = message_id
+        self.content = content
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"ContentChunk(message_id={self.message_id!r}, content={self.content!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: ContentChunk = other
+        return (
+            self.message_id == o.message_id
+            and self.content == o.content
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class UserMessage:
     """A user message upsert.
 
@@ -8517,8 +13944,35 @@ class UserMessage:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        message_id: MessageId,
+        content: list[ContentBlock] | UnsetType | None = UNSET,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.message_id = message_id
+        self.content = content
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"UserMessage(message_id={self.message_id!r}, content={self.content!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: UserMessage = other
+        return (
+            self.message_id == o.message_id
+            and self.content == o.content
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class AgentMessage:
     """An agent message upsert.
 
@@ -8564,8 +14018,35 @@ class AgentMessage:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        message_id: MessageId,
+        content: list[ContentBlock] | UnsetType | None = UNSET,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.message_id = message_id
+        self.content = content
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"AgentMessage(message_id={self.message_id!r}, content={self.content!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: AgentMessage = other
+        return (
+            self.message_id == o.message_id
+            and self.content == o.content
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class AgentThought:
     """An agent thought or reasoning message upsert.
 
@@ -8611,8 +14092,35 @@ class AgentThought:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        message_id: MessageId,
+        content: list[ContentBlock] | UnsetType | None = UNSET,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.message_id = message_id
+        self.content = content
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"AgentThought(message_id={self.message_id!r}, content={self.content!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: AgentThought = other
+        return (
+            self.message_id == o.message_id
+            and self.content == o.content
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class ToolCallContentChunk:
     """A streamed item of tool-call content.
 
@@ -8647,8 +14155,35 @@ class ToolCallContentChunk:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        tool_call_id: ToolCallId,
+        content: ToolCallContent,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.tool_call_id = tool_call_id
+        self.content = content
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"ToolCallContentChunk(tool_call_id={self.tool_call_id!r}, content={self.content!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: ToolCallContentChunk = other
+        return (
+            self.tool_call_id == o.tool_call_id
+            and self.content == o.content
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class TerminalOutput:
     """An authoritative replacement snapshot of terminal output bytes."""
 
@@ -8671,8 +14206,24 @@ class TerminalOutput:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self, *, data: str, meta: dict[str, Any] | UnsetType | None = UNSET, extra_fields: dict[str, Any] | None = None
+    ) -> None:
+        self.data = data
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"TerminalOutput(data={self.data!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: TerminalOutput = other
+        return self.data == o.data and self.meta == o.meta and self.extra_fields == o.extra_fields
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class TerminalExitStatus:
     """Exit information for an agent-owned terminal.
 
@@ -8709,8 +14260,35 @@ class TerminalExitStatus:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        exit_code: int | UnsetType | None = UNSET,
+        signal: str | UnsetType | None = UNSET,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.exit_code = exit_code
+        self.signal = signal
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"TerminalExitStatus(exit_code={self.exit_code!r}, signal={self.signal!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: TerminalExitStatus = other
+        return (
+            self.exit_code == o.exit_code
+            and self.signal == o.signal
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class TerminalSize:
     """The size of an agent-owned terminal in character cells."""
 
@@ -8738,8 +14316,32 @@ class TerminalSize:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        cols: int,
+        rows: int,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.cols = cols
+        self.rows = rows
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"TerminalSize(cols={self.cols!r}, rows={self.rows!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: TerminalSize = other
+        return (
+            self.cols == o.cols and self.rows == o.rows and self.meta == o.meta and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class TerminalCapabilities:
     """Client-initiated controls a terminal currently supports.
 
@@ -8773,8 +14375,28 @@ class TerminalCapabilities:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        cancel: TerminalCancelCapabilities | UnsetType | None = UNSET,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.cancel = cancel
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"TerminalCapabilities(cancel={self.cancel!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: TerminalCapabilities = other
+        return self.cancel == o.cancel and self.meta == o.meta and self.extra_fields == o.extra_fields
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class TerminalCancelCapabilities:
     """Capability to cancel a terminal with `terminal/cancel`.
 
@@ -8795,8 +14417,23 @@ class TerminalCancelCapabilities:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self, *, meta: dict[str, Any] | UnsetType | None = UNSET, extra_fields: dict[str, Any] | None = None
+    ) -> None:
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"TerminalCancelCapabilities(meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: TerminalCancelCapabilities = other
+        return self.meta == o.meta and self.extra_fields == o.extra_fields
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class TerminalUpdate:
     """An upsert for the stored state of an agent-owned terminal.
 
@@ -8871,8 +14508,50 @@ class TerminalUpdate:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        terminal_id: TerminalId,
+        command: str | UnsetType | None = UNSET,
+        cwd: AbsolutePath | UnsetType | None = UNSET,
+        output: TerminalOutput | UnsetType | None = UNSET,
+        exit_status: TerminalExitStatus | UnsetType | None = UNSET,
+        size: TerminalSize | UnsetType | None = UNSET,
+        capabilities: TerminalCapabilities | UnsetType | None = UNSET,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.terminal_id = terminal_id
+        self.command = command
+        self.cwd = cwd
+        self.output = output
+        self.exit_status = exit_status
+        self.size = size
+        self.capabilities = capabilities
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"TerminalUpdate(terminal_id={self.terminal_id!r}, command={self.command!r}, cwd={self.cwd!r}, output={self.output!r}, exit_status={self.exit_status!r}, size={self.size!r}, capabilities={self.capabilities!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: TerminalUpdate = other
+        return (
+            self.terminal_id == o.terminal_id
+            and self.command == o.command
+            and self.cwd == o.cwd
+            and self.output == o.output
+            and self.exit_status == o.exit_status
+            and self.size == o.size
+            and self.capabilities == o.capabilities
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class TerminalOutputChunk:
     """A chunk of bytes appended to an agent-owned terminal's output."""
 
@@ -8901,8 +14580,35 @@ class TerminalOutputChunk:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        terminal_id: TerminalId,
+        data: str,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.terminal_id = terminal_id
+        self.data = data
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"TerminalOutputChunk(terminal_id={self.terminal_id!r}, data={self.data!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: TerminalOutputChunk = other
+        return (
+            self.terminal_id == o.terminal_id
+            and self.data == o.data
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class PlanEntry:
     """A single entry in the execution plan.
 
@@ -8941,8 +14647,38 @@ class PlanEntry:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        content: str,
+        priority: PlanEntryPriority,
+        status: PlanEntryStatus,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.content = content
+        self.priority = priority
+        self.status = status
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"PlanEntry(content={self.content!r}, priority={self.priority!r}, status={self.status!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: PlanEntry = other
+        return (
+            self.content == o.content
+            and self.priority == o.priority
+            and self.status == o.status
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class PlanItems:
     """A plan represented as structured entries."""
 
@@ -8973,8 +14709,35 @@ class PlanItems:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        plan_id: PlanId,
+        entries: list[PlanEntry],
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.plan_id = plan_id
+        self.entries = entries
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"PlanItems(plan_id={self.plan_id!r}, entries={self.entries!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: PlanItems = other
+        return (
+            self.plan_id == o.plan_id
+            and self.entries == o.entries
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class PlanFile:
     """**UNSTABLE**
 
@@ -9009,8 +14772,35 @@ class PlanFile:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        plan_id: PlanId,
+        uri: str,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.plan_id = plan_id
+        self.uri = uri
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"PlanFile(plan_id={self.plan_id!r}, uri={self.uri!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: PlanFile = other
+        return (
+            self.plan_id == o.plan_id
+            and self.uri == o.uri
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class PlanMarkdown:
     """**UNSTABLE**
 
@@ -9045,8 +14835,35 @@ class PlanMarkdown:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        plan_id: PlanId,
+        content: str,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.plan_id = plan_id
+        self.content = content
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"PlanMarkdown(plan_id={self.plan_id!r}, content={self.content!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: PlanMarkdown = other
+        return (
+            self.plan_id == o.plan_id
+            and self.content == o.content
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class PlanUpdate:
     """A content update for a plan identified by ID."""
 
@@ -9069,8 +14886,28 @@ class PlanUpdate:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        plan: PlanUpdateContent,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.plan = plan
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"PlanUpdate(plan={self.plan!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: PlanUpdate = other
+        return self.plan == o.plan and self.meta == o.meta and self.extra_fields == o.extra_fields
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class PlanRemoved:
     """**UNSTABLE**
 
@@ -9100,8 +14937,28 @@ class PlanRemoved:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        plan_id: PlanId,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.plan_id = plan_id
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"PlanRemoved(plan_id={self.plan_id!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: PlanRemoved = other
+        return self.plan_id == o.plan_id and self.meta == o.meta and self.extra_fields == o.extra_fields
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class AvailableCommandsUpdate:
     """Available commands are ready or have changed"""
 
@@ -9124,8 +14981,32 @@ class AvailableCommandsUpdate:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        available_commands: list[AvailableCommand],
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.available_commands = available_commands
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"AvailableCommandsUpdate(available_commands={self.available_commands!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: AvailableCommandsUpdate = other
+        return (
+            self.available_commands == o.available_commands
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class ConfigOptionUpdate:
     """Session configuration options have been updated."""
 
@@ -9148,8 +15029,28 @@ class ConfigOptionUpdate:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        config_options: list[SessionConfigOption],
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.config_options = config_options
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"ConfigOptionUpdate(config_options={self.config_options!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: ConfigOptionUpdate = other
+        return self.config_options == o.config_options and self.meta == o.meta and self.extra_fields == o.extra_fields
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class SessionInfoUpdate:
     """Update to session metadata. All fields are optional to support partial updates.
 
@@ -9190,8 +15091,35 @@ class SessionInfoUpdate:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        title: str | UnsetType | None = UNSET,
+        updated_at: str | UnsetType | None = UNSET,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.title = title
+        self.updated_at = updated_at
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"SessionInfoUpdate(title={self.title!r}, updated_at={self.updated_at!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: SessionInfoUpdate = other
+        return (
+            self.title == o.title
+            and self.updated_at == o.updated_at
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class Cost:
     """Cost information for a session."""
 
@@ -9220,8 +15148,35 @@ class Cost:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        amount: float,
+        currency: str,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.amount = amount
+        self.currency = currency
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"Cost(amount={self.amount!r}, currency={self.currency!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: Cost = other
+        return (
+            self.amount == o.amount
+            and self.currency == o.currency
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class UsageUpdate:
     """Context window and cost update for a session."""
 
@@ -9256,8 +15211,38 @@ class UsageUpdate:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        used: int,
+        size: int,
+        cost: Cost | UnsetType | None = UNSET,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.used = used
+        self.size = size
+        self.cost = cost
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"UsageUpdate(used={self.used!r}, size={self.size!r}, cost={self.cost!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: UsageUpdate = other
+        return (
+            self.used == o.used
+            and self.size == o.size
+            and self.cost == o.cost
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class Notice:
     """Fire-and-forget information for the user.
 
@@ -9301,8 +15286,38 @@ class Notice:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        severity: NoticeSeverity,
+        title: str,
+        description: str | UnsetType | None = UNSET,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.severity = severity
+        self.title = title
+        self.description = description
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"Notice(severity={self.severity!r}, title={self.title!r}, description={self.description!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: Notice = other
+        return (
+            self.severity == o.severity
+            and self.title == o.title
+            and self.description == o.description
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class CompactionUpdate:
     """A context compaction upsert. The first notification fixes the compaction's
     timeline position. Later updates with the same ID patch that entity in place.
@@ -9352,8 +15367,41 @@ class CompactionUpdate:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        compaction_id: CompactionId,
+        status: CompactionStatus,
+        summary: list[ContentBlock] | UnsetType | None = UNSET,
+        error: str | UnsetType | None = UNSET,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.compaction_id = compaction_id
+        self.status = status
+        self.summary = summary
+        self.error = error
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"CompactionUpdate(compaction_id={self.compaction_id!r}, status={self.status!r}, summary={self.summary!r}, error={self.error!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: CompactionUpdate = other
+        return (
+            self.compaction_id == o.compaction_id
+            and self.status == o.status
+            and self.summary == o.summary
+            and self.error == o.error
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class CompactionSummaryChunk:
     """A content block appended to a compaction's summary. A first-seen ID creates
     an in-progress compaction. Chunks append in receive order.
@@ -9384,8 +15432,35 @@ class CompactionSummaryChunk:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        compaction_id: CompactionId,
+        content: ContentBlock,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.compaction_id = compaction_id
+        self.content = content
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"CompactionSummaryChunk(compaction_id={self.compaction_id!r}, content={self.content!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: CompactionSummaryChunk = other
+        return (
+            self.compaction_id == o.compaction_id
+            and self.content == o.content
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class SubagentSessionCapabilities:
     """**UNSTABLE**
 
@@ -9422,8 +15497,28 @@ class SubagentSessionCapabilities:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        cancel: SessionCancelCapabilities | UnsetType | None = UNSET,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.cancel = cancel
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"SubagentSessionCapabilities(cancel={self.cancel!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: SubagentSessionCapabilities = other
+        return self.cancel == o.cancel and self.meta == o.meta and self.extra_fields == o.extra_fields
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class SessionCancelCapabilities:
     """**UNSTABLE**
 
@@ -9450,8 +15545,23 @@ class SessionCancelCapabilities:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self, *, meta: dict[str, Any] | UnsetType | None = UNSET, extra_fields: dict[str, Any] | None = None
+    ) -> None:
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"SessionCancelCapabilities(meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: SessionCancelCapabilities = other
+        return self.meta == o.meta and self.extra_fields == o.extra_fields
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class SubagentUpdate:
     """**UNSTABLE**
 
@@ -9575,8 +15685,50 @@ class SubagentUpdate:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        session_id: SessionId,
+        title: str | UnsetType | None = UNSET,
+        description: str | UnsetType | None = UNSET,
+        capabilities: SubagentSessionCapabilities | UnsetType | None = UNSET,
+        state: StateUpdate | UnsetType | None = UNSET,
+        cwd: AbsolutePath | UnsetType | None = UNSET,
+        additional_directories: list[AbsolutePath] | UnsetType | None = UNSET,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.session_id = session_id
+        self.title = title
+        self.description = description
+        self.capabilities = capabilities
+        self.state = state
+        self.cwd = cwd
+        self.additional_directories = additional_directories
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"SubagentUpdate(session_id={self.session_id!r}, title={self.title!r}, description={self.description!r}, capabilities={self.capabilities!r}, state={self.state!r}, cwd={self.cwd!r}, additional_directories={self.additional_directories!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: SubagentUpdate = other
+        return (
+            self.session_id == o.session_id
+            and self.title == o.title
+            and self.description == o.description
+            and self.capabilities == o.capabilities
+            and self.state == o.state
+            and self.cwd == o.cwd
+            and self.additional_directories == o.additional_directories
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class SessionMessage:
     """**UNSTABLE**
 
@@ -9657,8 +15809,47 @@ class SessionMessage:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        message_id: MessageId,
+        sender_session_id: SessionId | UnsetType | None = UNSET,
+        recipient_session_id: SessionId | UnsetType | None = UNSET,
+        sender_message_id: MessageId | UnsetType | None = UNSET,
+        recipient_message_id: MessageId | UnsetType | None = UNSET,
+        content: list[ContentBlock] | UnsetType | None = UNSET,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.message_id = message_id
+        self.sender_session_id = sender_session_id
+        self.recipient_session_id = recipient_session_id
+        self.sender_message_id = sender_message_id
+        self.recipient_message_id = recipient_message_id
+        self.content = content
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"SessionMessage(message_id={self.message_id!r}, sender_session_id={self.sender_session_id!r}, recipient_session_id={self.recipient_session_id!r}, sender_message_id={self.sender_message_id!r}, recipient_message_id={self.recipient_message_id!r}, content={self.content!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: SessionMessage = other
+        return (
+            self.message_id == o.message_id
+            and self.sender_session_id == o.sender_session_id
+            and self.recipient_session_id == o.recipient_session_id
+            and self.sender_message_id == o.sender_message_id
+            and self.recipient_message_id == o.recipient_message_id
+            and self.content == o.content
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class SessionMessageChunk:
     """**UNSTABLE**
 
@@ -9697,8 +15888,35 @@ class SessionMessageChunk:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        message_id: MessageId,
+        content: ContentBlock,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.message_id = message_id
+        self.content = content
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"SessionMessageChunk(message_id={self.message_id!r}, content={self.content!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: SessionMessageChunk = other
+        return (
+            self.message_id == o.message_id
+            and self.content == o.content
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class CompleteElicitationNotification:
     """Notification sent by the agent when a URL-based elicitation is complete.
 
@@ -9724,8 +15942,28 @@ class CompleteElicitationNotification:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        elicitation_id: ElicitationId,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.elicitation_id = elicitation_id
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"CompleteElicitationNotification(elicitation_id={self.elicitation_id!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: CompleteElicitationNotification = other
+        return self.elicitation_id == o.elicitation_id and self.meta == o.meta and self.extra_fields == o.extra_fields
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class AuthStatusUpdateNotification:
     """**UNSTABLE**
 
@@ -9773,8 +16011,35 @@ class AuthStatusUpdateNotification:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        state: AuthState,
+        accounts: list[AuthAccount] | UnsetType = UNSET,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.state = state
+        self.accounts = accounts
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"AuthStatusUpdateNotification(state={self.state!r}, accounts={self.accounts!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: AuthStatusUpdateNotification = other
+        return (
+            self.state == o.state
+            and self.accounts == o.accounts
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class InitializeRequest:
     """Request parameters for the initialize method.
 
@@ -9814,8 +16079,38 @@ class InitializeRequest:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        protocol_version: ProtocolVersion,
+        info: Implementation,
+        capabilities: ClientCapabilities | UnsetType = UNSET,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.protocol_version = protocol_version
+        self.info = info
+        self.capabilities = capabilities
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"InitializeRequest(protocol_version={self.protocol_version!r}, info={self.info!r}, capabilities={self.capabilities!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: InitializeRequest = other
+        return (
+            self.protocol_version == o.protocol_version
+            and self.info == o.info
+            and self.capabilities == o.capabilities
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class ClientCapabilities:
     """Capabilities supported by the client.
 
@@ -9862,8 +16157,35 @@ class ClientCapabilities:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        auth: ClientAuthCapabilities | UnsetType | None = UNSET,
+        elicitation: ElicitationCapabilities | UnsetType | None = UNSET,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.auth = auth
+        self.elicitation = elicitation
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"ClientCapabilities(auth={self.auth!r}, elicitation={self.elicitation!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: ClientCapabilities = other
+        return (
+            self.auth == o.auth
+            and self.elicitation == o.elicitation
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class ClientAuthCapabilities:
     """Authentication capabilities supported by the client.
 
@@ -9898,8 +16220,28 @@ class ClientAuthCapabilities:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        terminal: TerminalAuthCapabilities | UnsetType | None = UNSET,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.terminal = terminal
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"ClientAuthCapabilities(terminal={self.terminal!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: ClientAuthCapabilities = other
+        return self.terminal == o.terminal and self.meta == o.meta and self.extra_fields == o.extra_fields
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class TerminalAuthCapabilities:
     """Capabilities for terminal authentication methods.
 
@@ -9922,8 +16264,23 @@ class TerminalAuthCapabilities:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self, *, meta: dict[str, Any] | UnsetType | None = UNSET, extra_fields: dict[str, Any] | None = None
+    ) -> None:
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"TerminalAuthCapabilities(meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: TerminalAuthCapabilities = other
+        return self.meta == o.meta and self.extra_fields == o.extra_fields
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class ElicitationCapabilities:
     """Elicitation capabilities supported by the client."""
 
@@ -9961,8 +16318,30 @@ class ElicitationCapabilities:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        form: ElicitationFormCapabilities | UnsetType | None = UNSET,
+        url: ElicitationUrlCapabilities | UnsetType | None = UNSET,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.form = form
+        self.url = url
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"ElicitationCapabilities(form={self.form!r}, url={self.url!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: ElicitationCapabilities = other
+        return self.form == o.form and self.url == o.url and self.meta == o.meta and self.extra_fields == o.extra_fields
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class ElicitationFormCapabilities:
     """Form-based elicitation capabilities.
 
@@ -9983,8 +16362,23 @@ class ElicitationFormCapabilities:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self, *, meta: dict[str, Any] | UnsetType | None = UNSET, extra_fields: dict[str, Any] | None = None
+    ) -> None:
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"ElicitationFormCapabilities(meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: ElicitationFormCapabilities = other
+        return self.meta == o.meta and self.extra_fields == o.extra_fields
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class ElicitationUrlCapabilities:
     """URL-based elicitation capabilities.
 
@@ -10005,8 +16399,23 @@ class ElicitationUrlCapabilities:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self, *, meta: dict[str, Any] | UnsetType | None = UNSET, extra_fields: dict[str, Any] | None = None
+    ) -> None:
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"ElicitationUrlCapabilities(meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: ElicitationUrlCapabilities = other
+        return self.meta == o.meta and self.extra_fields == o.extra_fields
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class LoginAuthRequest:
     """Request parameters for the `auth/login` method.
 
@@ -10037,8 +16446,28 @@ class LoginAuthRequest:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        method_id: AuthMethodId,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.method_id = method_id
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"LoginAuthRequest(method_id={self.method_id!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: LoginAuthRequest = other
+        return self.method_id == o.method_id and self.meta == o.meta and self.extra_fields == o.extra_fields
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class ListProvidersRequest:
     """**UNSTABLE**
 
@@ -10063,8 +16492,23 @@ class ListProvidersRequest:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self, *, meta: dict[str, Any] | UnsetType | None = UNSET, extra_fields: dict[str, Any] | None = None
+    ) -> None:
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"ListProvidersRequest(meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: ListProvidersRequest = other
+        return self.meta == o.meta and self.extra_fields == o.extra_fields
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class SetProviderRequest:
     """**UNSTABLE**
 
@@ -10112,8 +16556,41 @@ class SetProviderRequest:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        provider_id: ProviderId,
+        api_type: LlmProtocol,
+        base_url: str,
+        headers: dict[str, str] | UnsetType = UNSET,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.provider_id = provider_id
+        self.api_type = api_type
+        self.base_url = base_url
+        self.headers = headers
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"SetProviderRequest(provider_id={self.provider_id!r}, api_type={self.api_type!r}, base_url={self.base_url!r}, headers={self.headers!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: SetProviderRequest = other
+        return (
+            self.provider_id == o.provider_id
+            and self.api_type == o.api_type
+            and self.base_url == o.base_url
+            and self.headers == o.headers
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class DisableProviderRequest:
     """**UNSTABLE**
 
@@ -10143,8 +16620,28 @@ class DisableProviderRequest:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        provider_id: ProviderId,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.provider_id = provider_id
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"DisableProviderRequest(provider_id={self.provider_id!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: DisableProviderRequest = other
+        return self.provider_id == o.provider_id and self.meta == o.meta and self.extra_fields == o.extra_fields
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class LogoutAuthRequest:
     """Request parameters for the `auth/logout` method.
 
@@ -10169,8 +16666,23 @@ class LogoutAuthRequest:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self, *, meta: dict[str, Any] | UnsetType | None = UNSET, extra_fields: dict[str, Any] | None = None
+    ) -> None:
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"LogoutAuthRequest(meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: LogoutAuthRequest = other
+        return self.meta == o.meta and self.extra_fields == o.extra_fields
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class AuthStatusRequest:
     """**UNSTABLE**
 
@@ -10200,8 +16712,23 @@ class AuthStatusRequest:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self, *, meta: dict[str, Any] | UnsetType | None = UNSET, extra_fields: dict[str, Any] | None = None
+    ) -> None:
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"AuthStatusRequest(meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: AuthStatusRequest = other
+        return self.meta == o.meta and self.extra_fields == o.extra_fields
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class NewSessionRequest:
     """Request parameters for creating a new session.
 
@@ -10258,8 +16785,41 @@ class NewSessionRequest:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        cwd: AbsolutePath,
+        additional_directories: list[AbsolutePath] | UnsetType = UNSET,
+        mcp_servers: list[McpServer] | UnsetType = UNSET,
+        system_prompt: SystemPrompt | UnsetType | None = UNSET,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.cwd = cwd
+        self.additional_directories = additional_directories
+        self.mcp_servers = mcp_servers
+        self.system_prompt = system_prompt
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"NewSessionRequest(cwd={self.cwd!r}, additional_directories={self.additional_directories!r}, mcp_servers={self.mcp_servers!r}, system_prompt={self.system_prompt!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: NewSessionRequest = other
+        return (
+            self.cwd == o.cwd
+            and self.additional_directories == o.additional_directories
+            and self.mcp_servers == o.mcp_servers
+            and self.system_prompt == o.system_prompt
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class HttpHeader:
     """An HTTP header to set when making requests to the MCP server."""
 
@@ -10287,8 +16847,35 @@ class HttpHeader:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        name: str,
+        value: str,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.name = name
+        self.value = value
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"HttpHeader(name={self.name!r}, value={self.value!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: HttpHeader = other
+        return (
+            self.name == o.name
+            and self.value == o.value
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class McpServerHttp:
     """HTTP transport configuration for MCP."""
 
@@ -10322,8 +16909,38 @@ class McpServerHttp:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        name: str,
+        url: str,
+        headers: list[HttpHeader] | UnsetType = UNSET,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.name = name
+        self.url = url
+        self.headers = headers
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"McpServerHttp(name={self.name!r}, url={self.url!r}, headers={self.headers!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: McpServerHttp = other
+        return (
+            self.name == o.name
+            and self.url == o.url
+            and self.headers == o.headers
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class McpServerAcp:
     """**UNSTABLE**
 
@@ -10364,8 +16981,35 @@ class McpServerAcp:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        name: str,
+        server_id: McpServerAcpId,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.name = name
+        self.server_id = server_id
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"McpServerAcp(name={self.name!r}, server_id={self.server_id!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: McpServerAcp = other
+        return (
+            self.name == o.name
+            and self.server_id == o.server_id
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class McpServerStdio:
     """Stdio transport configuration for MCP."""
 
@@ -10404,8 +17048,41 @@ class McpServerStdio:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        name: str,
+        command: AbsolutePath,
+        args: list[str] | UnsetType = UNSET,
+        env: list[EnvVariable] | UnsetType = UNSET,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.name = name
+        self.command = command
+        self.args = args
+        self.env = env
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"McpServerStdio(name={self.name!r}, command={self.command!r}, args={self.args!r}, env={self.env!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: McpServerStdio = other
+        return (
+            self.name == o.name
+            and self.command == o.command
+            and self.args == o.args
+            and self.env == o.env
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class SystemPrompt:
     """**UNSTABLE**
 
@@ -10456,8 +17133,35 @@ class SystemPrompt:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        mode: SystemPromptMode,
+        content: list[ContentBlock],
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.mode = mode
+        self.content = content
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"SystemPrompt(mode={self.mode!r}, content={self.content!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: SystemPrompt = other
+        return (
+            self.mode == o.mode
+            and self.content == o.content
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class ListSessionsRequest:
     """Request parameters for listing existing sessions."""
 
@@ -10507,8 +17211,38 @@ class ListSessionsRequest:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        cwd: AbsolutePath | UnsetType | None = UNSET,
+        cursor: SessionListCursor | UnsetType | None = UNSET,
+        archived: SessionArchiveFilter | UnsetType | None = UNSET,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.cwd = cwd
+        self.cursor = cursor
+        self.archived = archived
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"ListSessionsRequest(cwd={self.cwd!r}, cursor={self.cursor!r}, archived={self.archived!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: ListSessionsRequest = other
+        return (
+            self.cwd == o.cwd
+            and self.cursor == o.cursor
+            and self.archived == o.archived
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class DeleteSessionRequest:
     """Request parameters for deleting an existing session from `session/list`.
 
@@ -10534,8 +17268,28 @@ class DeleteSessionRequest:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        session_id: SessionId,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.session_id = session_id
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"DeleteSessionRequest(session_id={self.session_id!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: DeleteSessionRequest = other
+        return self.session_id == o.session_id and self.meta == o.meta and self.extra_fields == o.extra_fields
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class ForkSessionRequest:
     """**UNSTABLE**
 
@@ -10608,8 +17362,44 @@ class ForkSessionRequest:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        session_id: SessionId,
+        cwd: AbsolutePath,
+        additional_directories: list[AbsolutePath] | UnsetType = UNSET,
+        mcp_servers: list[McpServer] | UnsetType = UNSET,
+        system_prompt: SystemPrompt | UnsetType | None = UNSET,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.session_id = session_id
+        self.cwd = cwd
+        self.additional_directories = additional_directories
+        self.mcp_servers = mcp_servers
+        self.system_prompt = system_prompt
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"ForkSessionRequest(session_id={self.session_id!r}, cwd={self.cwd!r}, additional_directories={self.additional_directories!r}, mcp_servers={self.mcp_servers!r}, system_prompt={self.system_prompt!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: ForkSessionRequest = other
+        return (
+            self.session_id == o.session_id
+            and self.cwd == o.cwd
+            and self.additional_directories == o.additional_directories
+            and self.mcp_servers == o.mcp_servers
+            and self.system_prompt == o.system_prompt
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class ArchiveSessionRequest:
     """**UNSTABLE**
 
@@ -10646,8 +17436,28 @@ class ArchiveSessionRequest:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        session_id: SessionId,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.session_id = session_id
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"ArchiveSessionRequest(session_id={self.session_id!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: ArchiveSessionRequest = other
+        return self.session_id == o.session_id and self.meta == o.meta and self.extra_fields == o.extra_fields
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class UnarchiveSessionRequest:
     """**UNSTABLE**
 
@@ -10685,8 +17495,28 @@ class UnarchiveSessionRequest:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        session_id: SessionId,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.session_id = session_id
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"UnarchiveSessionRequest(session_id={self.session_id!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: UnarchiveSessionRequest = other
+        return self.session_id == o.session_id and self.meta == o.meta and self.extra_fields == o.extra_fields
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class SessionStatusRequest:
     """**UNSTABLE**
 
@@ -10722,8 +17552,28 @@ class SessionStatusRequest:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        session_id: SessionId,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.session_id = session_id
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"SessionStatusRequest(session_id={self.session_id!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: SessionStatusRequest = other
+        return self.session_id == o.session_id and self.meta == o.meta and self.extra_fields == o.extra_fields
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class SetSessionTitleRequest:
     """**UNSTABLE**
 
@@ -10771,8 +17621,35 @@ class SetSessionTitleRequest:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        session_id: SessionId,
+        title: str,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.session_id = session_id
+        self.title = title
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"SetSessionTitleRequest(session_id={self.session_id!r}, title={self.title!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: SetSessionTitleRequest = other
+        return (
+            self.session_id == o.session_id
+            and self.title == o.title
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class ResumeSessionRequest:
     """Request parameters for resuming an existing session.
 
@@ -10859,8 +17736,47 @@ class ResumeSessionRequest:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        session_id: SessionId,
+        cwd: AbsolutePath,
+        additional_directories: list[AbsolutePath] | UnsetType = UNSET,
+        mcp_servers: list[McpServer] | UnsetType = UNSET,
+        replay_from: ReplayFrom | UnsetType | None = UNSET,
+        system_prompt: SystemPrompt | UnsetType | None = UNSET,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.session_id = session_id
+        self.cwd = cwd
+        self.additional_directories = additional_directories
+        self.mcp_servers = mcp_servers
+        self.replay_from = replay_from
+        self.system_prompt = system_prompt
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"ResumeSessionRequest(session_id={self.session_id!r}, cwd={self.cwd!r}, additional_directories={self.additional_directories!r}, mcp_servers={self.mcp_servers!r}, replay_from={self.replay_from!r}, system_prompt={self.system_prompt!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: ResumeSessionRequest = other
+        return (
+            self.session_id == o.session_id
+            and self.cwd == o.cwd
+            and self.additional_directories == o.additional_directories
+            and self.mcp_servers == o.mcp_servers
+            and self.replay_from == o.replay_from
+            and self.system_prompt == o.system_prompt
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class ReplayFromStart:
     """Inclusive replay cursor requesting replay from the start of retained conversation history."""
 
@@ -10878,8 +17794,23 @@ class ReplayFromStart:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self, *, meta: dict[str, Any] | UnsetType | None = UNSET, extra_fields: dict[str, Any] | None = None
+    ) -> None:
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"ReplayFromStart(meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: ReplayFromStart = other
+        return self.meta == o.meta and self.extra_fields == o.extra_fields
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class CloseSessionRequest:
     """Request parameters for closing an active session.
 
@@ -10922,8 +17853,28 @@ class CloseSessionRequest:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        session_id: SessionId,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.session_id = session_id
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"CloseSessionRequest(session_id={self.session_id!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: CloseSessionRequest = other
+        return self.session_id == o.session_id and self.meta == o.meta and self.extra_fields == o.extra_fields
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class CancelToolCallRequest:
     """Request parameters for cancelling one tool call.
 
@@ -10963,8 +17914,35 @@ class CancelToolCallRequest:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        session_id: SessionId,
+        tool_call_id: ToolCallId,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.session_id = session_id
+        self.tool_call_id = tool_call_id
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"CancelToolCallRequest(session_id={self.session_id!r}, tool_call_id={self.tool_call_id!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: CancelToolCallRequest = other
+        return (
+            self.session_id == o.session_id
+            and self.tool_call_id == o.tool_call_id
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class CancelTerminalRequest:
     """Request parameters for cancelling one terminal.
 
@@ -11005,8 +17983,35 @@ class CancelTerminalRequest:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        session_id: SessionId,
+        terminal_id: TerminalId,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.session_id = session_id
+        self.terminal_id = terminal_id
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"CancelTerminalRequest(session_id={self.session_id!r}, terminal_id={self.terminal_id!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: CancelTerminalRequest = other
+        return (
+            self.session_id == o.session_id
+            and self.terminal_id == o.terminal_id
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class PromptRequest:
     """Request parameters for sending a user prompt to the agent.
 
@@ -11054,8 +18059,35 @@ class PromptRequest:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        session_id: SessionId,
+        prompt: list[ContentBlock],
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.session_id = session_id
+        self.prompt = prompt
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"PromptRequest(session_id={self.session_id!r}, prompt={self.prompt!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: PromptRequest = other
+        return (
+            self.session_id == o.session_id
+            and self.prompt == o.prompt
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class RequestPermissionResponse:
     """Response to a permission request."""
 
@@ -11078,8 +18110,28 @@ class RequestPermissionResponse:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        outcome: RequestPermissionOutcome,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.outcome = outcome
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"RequestPermissionResponse(outcome={self.outcome!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: RequestPermissionResponse = other
+        return self.outcome == o.outcome and self.meta == o.meta and self.extra_fields == o.extra_fields
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class CancelledPermissionOutcome:
     """The request was not approved and no option was selected."""
 
@@ -11097,8 +18149,23 @@ class CancelledPermissionOutcome:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self, *, meta: dict[str, Any] | UnsetType | None = UNSET, extra_fields: dict[str, Any] | None = None
+    ) -> None:
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"CancelledPermissionOutcome(meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: CancelledPermissionOutcome = other
+        return self.meta == o.meta and self.extra_fields == o.extra_fields
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class SelectedPermissionOutcome:
     """The user selected one of the provided options."""
 
@@ -11121,8 +18188,28 @@ class SelectedPermissionOutcome:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        option_id: PermissionOptionId,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.option_id = option_id
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"SelectedPermissionOutcome(option_id={self.option_id!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: SelectedPermissionOutcome = other
+        return self.option_id == o.option_id and self.meta == o.meta and self.extra_fields == o.extra_fields
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class ElicitationAcceptAction:
     """The user accepted the elicitation and provided content."""
 
@@ -11138,8 +18225,26 @@ class ElicitationAcceptAction:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        content: dict[str, ElicitationContentValue] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.content = content
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"ElicitationAcceptAction(content={self.content!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: ElicitationAcceptAction = other
+        return self.content == o.content and self.extra_fields == o.extra_fields
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class McpError:
     """**UNSTABLE**
 
@@ -11169,8 +18274,30 @@ class McpError:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self, *, code: int, message: str, data: Any | UnsetType = UNSET, extra_fields: dict[str, Any] | None = None
+    ) -> None:
+        self.code = code
+        self.message = message
+        self.data = data
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"McpError(code={self.code!r}, message={self.message!r}, data={self.data!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: McpError = other
+        return (
+            self.code == o.code
+            and self.message == o.message
+            and self.data == o.data
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class CancelSessionNotification:
     """Notification to cancel a session's foreground work and its prompts not yet inserted.
 
@@ -11196,8 +18323,28 @@ class CancelSessionNotification:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        session_id: SessionId,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.session_id = session_id
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"CancelSessionNotification(session_id={self.session_id!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: CancelSessionNotification = other
+        return self.session_id == o.session_id and self.meta == o.meta and self.extra_fields == o.extra_fields
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class MessageMcpNotification:
     """**UNSTABLE**
 
@@ -11242,8 +18389,41 @@ class MessageMcpNotification:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        server_id: McpServerAcpId,
+        request_id: McpRequestId,
+        method: str,
+        params: dict[str, Any] | UnsetType | None = UNSET,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.server_id = server_id
+        self.request_id = request_id
+        self.method = method
+        self.params = params
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"MessageMcpNotification(server_id={self.server_id!r}, request_id={self.request_id!r}, method={self.method!r}, params={self.params!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: MessageMcpNotification = other
+        return (
+            self.server_id == o.server_id
+            and self.request_id == o.request_id
+            and self.method == o.method
+            and self.params == o.params
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class CancelRequestNotification:
     """Notification to cancel an ongoing request.
 
@@ -11270,8 +18450,28 @@ class CancelRequestNotification:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        request_id: RequestId,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.request_id = request_id
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"CancelRequestNotification(request_id={self.request_id!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: CancelRequestNotification = other
+        return self.request_id == o.request_id and self.meta == o.meta and self.extra_fields == o.extra_fields
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class ProxySuccessorRequest:
     """**UNSTABLE**
 
@@ -11327,8 +18527,35 @@ class ProxySuccessorRequest:
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
+    def __init__(
+        self,
+        *,
+        method: str,
+        params: Any | UnsetType = UNSET,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.method = method
+        self.params = params
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
 
-@attrs.define(kw_only=True)
+    def __repr__(self) -> str:
+        return f"ProxySuccessorRequest(method={self.method!r}, params={self.params!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: ProxySuccessorRequest = other
+        return (
+            self.method == o.method
+            and self.params == o.params
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class ProxySuccessorNotification:
     """**UNSTABLE**
 
@@ -11376,6 +18603,33 @@ class ProxySuccessorNotification:
     """
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
+
+    def __init__(
+        self,
+        *,
+        method: str,
+        params: Any | UnsetType = UNSET,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.method = method
+        self.params = params
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
+
+    def __repr__(self) -> str:
+        return f"ProxySuccessorNotification(method={self.method!r}, params={self.params!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: ProxySuccessorNotification = other
+        return (
+            self.method == o.method
+            and self.params == o.params
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
 
 
 RequestId: TypeAlias = int | str
