@@ -105,7 +105,7 @@ def _missing(wire: str, expected: str) -> DecodeError:
 
 
 def is_acp_class(t: Any) -> bool:
-    return isinstance(t, type) and attrs.has(t) and any("acp" in a.metadata for a in attrs.fields(t))
+    return isinstance(t, type) and attrs.has(t) and any("acp_extra" in a.metadata for a in attrs.fields(t))
 
 
 def _union_args(t: Any) -> tuple[Any, ...] | None:
@@ -183,8 +183,8 @@ class AcpConverter(cattrs.Converter):
         super().__init__()
         self._s: dict[Any, Callable[..., Any]] = {}
         self._u: dict[Any, Callable[[Any], Any]] = {}
-        self.register_structure_hook_factory(is_acp_class, lambda t: self._struct_structure(t))
-        self.register_unstructure_hook_factory(is_acp_class, lambda t: self._struct_unstructure(t))
+        self.register_structure_hook_factory(is_acp_class, lambda t: self.structure_fn(t))
+        self.register_unstructure_hook_factory(is_acp_class, lambda t: self.unstructure_fn(t))
         self.register_structure_hook_factory(_is_union, lambda t: self.structure_fn(t))
         self.register_unstructure_hook_factory(_is_union, lambda t: self.unstructure_fn(t))
 
@@ -193,7 +193,11 @@ class AcpConverter(cattrs.Converter):
         """A function ``(value, _type=None) -> T`` for any ACP annotation ``t`` (cached)."""
         fn = self._s.get(t)
         if fn is None:
+            # a trampoline while building, so self-referential types compile
+            cell: list[Callable[..., Any]] = []
+            self._s[t] = lambda v, _t=None: cell[0](v)
             fn = self._build_structure(t)
+            cell.append(fn)
             self._s[t] = fn
         return fn
 
@@ -201,7 +205,10 @@ class AcpConverter(cattrs.Converter):
         """A function ``(value) -> JSON-compatible value`` for annotation ``t`` (cached)."""
         fn = self._u.get(t)
         if fn is None:
+            cell: list[Callable[[Any], Any]] = []
+            self._u[t] = lambda v: cell[0](v)
             fn = self._build_unstructure(t)
+            cell.append(fn)
             self._u[t] = fn
         return fn
 
@@ -364,34 +371,40 @@ class AcpConverter(cattrs.Converter):
             if is_acp_class(x)
         }
 
-        def fits(x: Any, v: Any) -> bool:
+        def fits_fn(x: Any) -> Callable[[Any], bool]:
             if is_acp_class(x):
-                return v.__class__ is dict and required[x] <= v.keys()
+                req = frozenset(required[x])
+                return lambda v: v.__class__ is dict and req <= v.keys()
             kind = _scalar_kind(x)
             if kind == _ANY:
-                return True
+                return lambda v: True
             if x is _NoneType:
-                return v is None
+                return lambda v: v is None
             if kind is not None:
-                return not eval(f"lambda v: {_CHECK[kind][0]}")(v)
+                test = eval(f"lambda v: {_CHECK[kind][0]}")
+                return lambda v: not test(v)
             origin = get_origin(x)
             if origin is Literal:
-                return any(type(a) is type(v) and a == v for a in get_args(x))
+                lits = get_args(x)
+                return lambda v: any(type(a) is type(v) and a == v for a in lits)
             if origin is list:
-                return v.__class__ is list
+                return lambda v: v.__class__ is list
             if origin is dict:
-                return v.__class__ is dict
-            return True
+                return lambda v: v.__class__ is dict
+            return lambda v: True
+
+        # most specific first: members with more required fields are tried before looser ones
+        ordered = sorted(fns, key=lambda p: -len(required.get(p[0], ())))
+        table = [(fits_fn(x), fn) for x, fn in ordered]
 
         def trial(v: Any, _t: Any = None) -> Any:
             first_error: DecodeError | None = None
-            candidates = [(x, fn) for x, fn in fns if fits(x, v)]
-            candidates.sort(key=lambda p: -len(required.get(p[0], ())))
-            for _, fn in candidates:
-                try:
-                    return fn(v)
-                except DecodeError as e:
-                    first_error = first_error or e
+            for fits, fn in table:
+                if fits(v):
+                    try:
+                        return fn(v)
+                    except DecodeError as e:
+                        first_error = first_error or e
             if first_error is not None:
                 raise first_error
             raise _bad(expected, v)
@@ -399,11 +412,6 @@ class AcpConverter(cattrs.Converter):
         return trial
 
     def _struct_structure(self, cls: type) -> Callable[..., Any]:
-        if cls in self._s:
-            return self._s[cls]
-        # a trampoline first, so self-referential types compile
-        real: list[Callable[..., Any]] = []
-        self._s[cls] = lambda d, _t=None: real[0](d)
         attrs.resolve_types(cls)
         ns: dict[str, Any] = {
             "_M": _MISSING,
@@ -486,8 +494,23 @@ class AcpConverter(cattrs.Converter):
                 continue
             if get_origin(core) is list and spec.skip_invalid_items:
                 ns[f"_s{i}"] = self._list_structure(get_args(core)[0], skip_invalid=True)
+            elif get_origin(core) is list and _scalar_kind(get_args(core)[0]) is None:
+                # lists of structured items: a comprehension in the compiled code; find the bad index on failure
+                ns[f"_s{i}"] = self.structure_fn(get_args(core)[0])
+                ns["_locate"] = _locate
+                lines.append(f"{vind}if v.__class__ is not list:")
+                lines.append(f"{vind}    raise _bad('array', v).at({w!r})")
+                lines.append(f"{vind}try:")
+                lines.append(f"{vind}    kw[{a.name!r}] = [_s{i}(x) for x in v]")
+                lines.append(f"{vind}except DecodeError:")
+                if spec.default_on_error:
+                    lines.append(f"{vind}    raw = raw or {{}}")
+                    lines.append(f"{vind}    raw[{w!r}] = v")
+                else:
+                    lines.append(f"{vind}    raise _locate(_s{i}, v).at({w!r}) from None")
+                continue
             else:
-                ns[f"_s{i}"] = self._lazy_structure(core)
+                ns[f"_s{i}"] = self.structure_fn(core)
             lines.append(f"{vind}try:")
             lines.append(f"{vind}    kw[{a.name!r}] = _s{i}(v)")
             lines.append(f"{vind}except DecodeError as e:")
@@ -503,23 +526,7 @@ class AcpConverter(cattrs.Converter):
         lines.append("            x.update(raw)")
         lines.append("        kw['extra_fields'] = x")
         lines.append("    return _cls(**kw)")
-        fn = self._compile("\n".join(lines) + "\n", ns, f"structure_{cls.__name__}")
-        real.append(fn)
-        self._s[cls] = fn
-        return fn
-
-    def _lazy_structure(self, t: Any) -> Callable[..., Any]:
-        """The structure function of ``t``, resolved on first call (breaks reference cycles)."""
-        if t in self._s:
-            return self._s[t]
-        cell: list[Callable[..., Any]] = []
-
-        def lazy(v: Any, _t: Any = None) -> Any:
-            if not cell:
-                cell.append(self.structure_fn(t))
-            return cell[0](v)
-
-        return lazy
+        return self._compile("\n".join(lines) + "\n", ns, f"structure_{cls.__name__}")
 
     def _default_of(self, core: Any, spec: FieldSpec) -> Any:
         if spec.default is not NO_DEFAULT:
@@ -549,13 +556,13 @@ class AcpConverter(cattrs.Converter):
             (item_t,) = get_args(t)
             if self._is_identity(item_t):
                 return _identity
-            item_fn = self._lazy_unstructure(item_t)
+            item_fn = self.unstructure_fn(item_t)
             return lambda v: [item_fn(x) for x in v]
         if origin is dict:
             _, val_t = get_args(t)
             if self._is_identity(val_t):
                 return _identity
-            val_fn = self._lazy_unstructure(val_t)
+            val_fn = self.unstructure_fn(val_t)
             return lambda v: {k: val_fn(x) for k, x in v.items()}
         if _is_union(t):
             if all(self._is_identity(x) for x in _leaves(t)):
@@ -581,23 +588,7 @@ class AcpConverter(cattrs.Converter):
             return all(self._is_identity(x) for x in _leaves(t))
         return False
 
-    def _lazy_unstructure(self, t: Any) -> Callable[[Any], Any]:
-        if t in self._u:
-            return self._u[t]
-        cell: list[Callable[[Any], Any]] = []
-
-        def lazy(v: Any) -> Any:
-            if not cell:
-                cell.append(self.unstructure_fn(t))
-            return cell[0](v)
-
-        return lazy
-
     def _struct_unstructure(self, cls: type) -> Callable[[Any], Any]:
-        if cls in self._u:
-            return self._u[cls]
-        real: list[Callable[[Any], Any]] = []
-        self._u[cls] = lambda o: real[0](o)
         attrs.resolve_types(cls)
         ns: dict[str, Any] = {"UNSET": UNSET}
         lines = [f"def unstructure_{cls.__name__}(o):", "    d = {}"]
@@ -608,7 +599,7 @@ class AcpConverter(cattrs.Converter):
             core = _core(a.type)
             ident = self._is_identity(core)
             if not ident:
-                ns[f"_u{i}"] = self._lazy_unstructure(core)
+                ns[f"_u{i}"] = self.unstructure_fn(core)
             conv = "v" if ident else f"_u{i}(v)"
             lines.append(f"    v = o.{a.name}")
             if a.default is attrs.NOTHING or spec.tag:
@@ -628,10 +619,17 @@ class AcpConverter(cattrs.Converter):
         lines.append("            if k not in d:")
         lines.append("                d[k] = v")
         lines.append("    return d")
-        fn = self._compile("\n".join(lines) + "\n", ns, f"unstructure_{cls.__name__}")
-        real.append(fn)
-        self._u[cls] = fn
-        return fn
+        return self._compile("\n".join(lines) + "\n", ns, f"unstructure_{cls.__name__}")
+
+
+def _locate(fn: Callable[[Any], Any], items: list[Any]) -> DecodeError:
+    """Re-run a failed list decode item by item to name the index of the first bad item."""
+    for i, x in enumerate(items):
+        try:
+            fn(x)
+        except DecodeError as e:
+            return e.at(i)
+    return DecodeError("array", items)  # pragma: no cover - the comprehension failed, so an item does
 
 
 def _identity(v: Any) -> Any:
