@@ -426,7 +426,7 @@ class AcpConverter(cattrs.Converter):
         lines.append("    if d.__class__ is not dict:")
         lines.append(f"        raise _bad('object ({cls.__name__})', d)")
         lines.append("    n = 0")
-        lines.append("    kw = {}")
+        names: list[tuple[int, str]] = []
         lines.append("    raw = None")
         known: list[str] = []
         for i, a in enumerate(attrs.fields(cls)):
@@ -435,6 +435,7 @@ class AcpConverter(cattrs.Converter):
             spec: FieldSpec = a.metadata["acp"]
             w = spec.wire
             known.append(w)
+            names.append((i, a.name))
             core = _core(a.type)
             required = a.default is attrs.NOTHING or spec.tag
             ind = "    "
@@ -449,6 +450,7 @@ class AcpConverter(cattrs.Converter):
                     lines.append(f"        raise _missing({w!r}, {exp})")
                 body_ind = ind
             else:
+                lines.append(f"    f{i} = UNSET")
                 lines.append("    if v is not _M:")
                 body_ind = ind * 2
             lines.append(f"{body_ind}n += 1")
@@ -456,10 +458,10 @@ class AcpConverter(cattrs.Converter):
             if spec.nullable or spec.default_on_null or not required:
                 lines.append(f"{body_ind}if v is None:")
                 if spec.nullable:
-                    lines.append(f"{body_ind}    kw[{a.name!r}] = None")
+                    lines.append(f"{body_ind}    f{i} = None")
                 elif spec.default_on_null:
                     ns[f"_dflt{i}"] = self._default_of(core, spec)
-                    lines.append(f"{body_ind}    kw[{a.name!r}] = _copy(_dflt{i})")
+                    lines.append(f"{body_ind}    f{i} = _copy(_dflt{i})")
                 elif spec.default_on_error:
                     lines.append(f"{body_ind}    raw = raw or {{}}")
                     lines.append(f"{body_ind}    raw[{w!r}] = v")
@@ -474,11 +476,11 @@ class AcpConverter(cattrs.Converter):
                 ns[f"_tag{i}"] = a.default
                 lines.append(f"{vind}if v != _tag{i} or v.__class__ is not str:")
                 lines.append(f"{vind}    raise DecodeError({a.default!r}, v, ({w!r},), problem=f'unknown tag {{v!r}}')")
-                lines.append(f"{vind}kw[{a.name!r}] = v")
+                lines.append(f"{vind}f{i} = v")
                 continue
             kind = _scalar_kind(core)
             if kind == _ANY:
-                lines.append(f"{vind}kw[{a.name!r}] = v")
+                lines.append(f"{vind}f{i} = v")
                 continue
             if kind is not None:
                 test, exp = _CHECK[kind]
@@ -487,10 +489,10 @@ class AcpConverter(cattrs.Converter):
                     lines.append(f"{vind}    raw = raw or {{}}")
                     lines.append(f"{vind}    raw[{w!r}] = v")
                     lines.append(f"{vind}else:")
-                    lines.append(f"{vind}    kw[{a.name!r}] = v")
+                    lines.append(f"{vind}    f{i} = v")
                 else:
                     lines.append(f"{vind}    raise _bad({exp!r}, v).at({w!r})")
-                    lines.append(f"{vind}kw[{a.name!r}] = v")
+                    lines.append(f"{vind}f{i} = v")
                 continue
             if get_origin(core) is list and spec.skip_invalid_items:
                 ns[f"_s{i}"] = self._list_structure(get_args(core)[0], skip_invalid=True)
@@ -501,7 +503,7 @@ class AcpConverter(cattrs.Converter):
                 lines.append(f"{vind}if v.__class__ is not list:")
                 lines.append(f"{vind}    raise _bad('array', v).at({w!r})")
                 lines.append(f"{vind}try:")
-                lines.append(f"{vind}    kw[{a.name!r}] = [_s{i}(x) for x in v]")
+                lines.append(f"{vind}    f{i} = [_s{i}(x) for x in v]")
                 lines.append(f"{vind}except DecodeError:")
                 if spec.default_on_error:
                     lines.append(f"{vind}    raw = raw or {{}}")
@@ -512,7 +514,7 @@ class AcpConverter(cattrs.Converter):
             else:
                 ns[f"_s{i}"] = self.structure_fn(core)
             lines.append(f"{vind}try:")
-            lines.append(f"{vind}    kw[{a.name!r}] = _s{i}(v)")
+            lines.append(f"{vind}    f{i} = _s{i}(v)")
             lines.append(f"{vind}except DecodeError as e:")
             if spec.default_on_error:
                 lines.append(f"{vind}    raw = raw or {{}}")
@@ -520,12 +522,18 @@ class AcpConverter(cattrs.Converter):
             else:
                 lines.append(f"{vind}    raise e.at({w!r}) from None")
         ns["_known"] = frozenset(known)
+        lines.append("    x = {}")
         lines.append("    if n != len(d) or raw:")
         lines.append("        x = {k: v for k, v in d.items() if k not in _known}")
         lines.append("        if raw:")
         lines.append("            x.update(raw)")
-        lines.append("        kw['extra_fields'] = x")
-        lines.append("    return _cls(**kw)")
+        # the generated __init__ only assigns; skipping the call saves a frame per object
+        ns["_new"] = object.__new__
+        lines.append("    o = _new(_cls)")
+        for i, name in names:
+            lines.append(f"    o.{name} = f{i}")
+        lines.append("    o.extra_fields = x")
+        lines.append("    return o")
         return self._compile("\n".join(lines) + "\n", ns, f"structure_{cls.__name__}")
 
     def _default_of(self, core: Any, spec: FieldSpec) -> Any:
