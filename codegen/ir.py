@@ -28,6 +28,7 @@ class Prop:
     default_on_null: bool = False
     tag_value: Any = NO_DEFAULT  # for tag fields of tagged-union branches: the constant
     is_tag: bool = False
+    tag_optional: bool = False  # the tag of a $def that is also a union branch: absent when decoded standalone
     type_override: str | None = None  # a type expression preprocessing decided (flattened enums)
     # filled by codegen.dcg
     attr: str = ""

@@ -406,6 +406,11 @@ class _Pre:
                 tag_prop = Prop(
                     key, {"type": "string", "const": value}, True, False, None, is_tag=True, tag_value=value
                 )
+                if bname == target:
+                    # the branch takes the name of the $def it wraps: one class serves both, so the tag is
+                    # optional (a standalone `RunningStateUpdate` has no `state`) but set by the constructor
+                    tag_prop.tag_optional = True
+                    tag_prop.required = False
                 out.append(
                     Struct(
                         bname,
@@ -498,7 +503,11 @@ class _Pre:
 
     def with_tag_props(self, outer: list[tuple[str, Any]], inner: Struct, base: list[Prop]) -> list[Prop]:
         tags = [Prop(k, {"type": "string", "const": v}, True, False, None, is_tag=True, tag_value=v) for k, v in outer]
-        return [*tags, *merge_base(base, [copy.copy(p) for p in inner.props])]
+        props = [copy.copy(p) for p in inner.props]
+        for p in props:
+            if p.tag_optional:  # inside a nested product the inner tag is always on the wire
+                p.tag_optional, p.required = False, True
+        return [*tags, *merge_base(base, props)]
 
     # -- emitters ------------------------------------------------------------------------------
     def emit_struct(self, st: Struct) -> None:

@@ -83,6 +83,11 @@ def unstable_note(unstable: bool) -> str:
 
 def field_line(p: Prop) -> str:
     if p.is_tag:
+        if p.tag_optional:
+            return (
+                f"    {p.attr}: {p.type_expr} | UnsetType = attrs.field(default={p.tag_value!r}, "
+                f'metadata=tag("{p.wire}", optional=True))\n'
+            )
         if p.tag_value is not NO_DEFAULT:
             return f'    {p.attr}: {p.type_expr} = attrs.field(default={p.tag_value!r}, metadata=tag("{p.wire}"))\n'
         return f'    {p.attr}: {p.type_expr} = attrs.field(metadata=tag("{p.wire}"))\n'
@@ -109,7 +114,12 @@ def field_doc(p: Prop) -> str:
     parts = []
     if p.description:
         parts.append(p.description.strip())
-    if p.is_tag and p.tag_value is not NO_DEFAULT:
+    if p.tag_optional:
+        parts.append(
+            f"Tag ``{p.tag_value!r}`` (wire ``{p.wire}``): set by the constructor and present when this type is "
+            f"decoded as a union variant; ``UNSET`` when decoded on its own, where the schema has no tag."
+        )
+    elif p.is_tag and p.tag_value is not NO_DEFAULT:
         parts.append(f"Tag: always ``{p.tag_value!r}`` (wire ``{p.wire}``).")
     elif p.is_tag:
         parts.append(f"Tag of a variant this schema does not know (wire ``{p.wire}``).")
@@ -151,7 +161,9 @@ def render_struct(st: Struct) -> str:
     params = []
     for p in st.props:
         ann = p.type_expr + (" | None" if p.nullable and not p.is_tag else "")
-        if p.is_tag and p.tag_value is not NO_DEFAULT:
+        if p.tag_optional:
+            params.append(f"{p.attr}: {p.type_expr} | UnsetType = {p.tag_value!r}")
+        elif p.is_tag and p.tag_value is not NO_DEFAULT:
             params.append(f"{p.attr}: {p.type_expr} = {p.tag_value!r}")
         elif p.required or p.is_tag:
             params.append(f"{p.attr}: {ann}")

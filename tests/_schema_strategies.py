@@ -1,31 +1,58 @@
 """Schema-driven data for the property tests (``tests/test_properties.py``).
 
-Everything here is derived from the pinned schemas in ``schema/`` and cached at module level,
-because the expensive parts are per-(variant, def) and pytest parametrization asks for them one
-pair at a time:
+Everything here comes from the pinned schemas in ``schema/`` and is cached at module level,
+because pytest parametrization asks for one (variant, def) pair at a time:
 
-* ``load_schema(variant)``: the parsed schema document;
+* ``load_schema(variant)``: the parsed schema document (checked once against its metaschema);
 * ``def_names(variant)``: every ``$def`` that has a binding (the JSON-RPC envelopes are dropped
   by the generator, so they are dropped here too);
 * ``strategy_for(variant, name)``: a hypothesis-jsonschema strategy for valid instances of one
-  ``$def`` (``from_schema`` inlines every ``$ref`` and canonicalises the result, which is slow,
-  hence ``_STRATEGIES``);
-* ``validator_for(variant, name)``: a Draft 2020-12 validator for one ``$def``, all of them
-  sharing one ``referencing`` registry per variant, so ``$ref`` targets are resolved once.
+  ``$def``, cached in ``_STRATEGIES``;
+* ``validator_for(variant, name)``: a Draft 2020-12 validator for one ``$def`` against the schema
+  exactly as pinned, cached in ``_VALIDATORS``; the validators of a variant share one
+  ``referencing`` registry.
+
+Speed.  ``from_schema({"$ref": "#/$defs/X", "$defs": all_defs})`` costs 1-3 s per def (~20 min
+for all four variants): hypothesis-jsonschema re-inlines X's whole ``$ref`` closure for every X,
+drags the ``$defs`` map along into every ``anyOf`` branch it canonicalises (re-encoding all of it
+as canonical JSON each time), and re-checks every merged subschema against the 2020-12
+metaschema.  So instead, per variant:
+
+* generation works on a copy of the schema without annotations (``description``, ``title``,
+  ``default``, ``x-*``, ...): they do not constrain instances but dominate the size of what gets
+  inlined, encoded and meta-validated.  Validation (``validator_for``) uses the full schema;
+* ``_resolved_def`` inlines ``$ref`` s itself, once per def (memoized, bottom-up: the schemas have
+  no recursive ``$ref``), with hypothesis-jsonschema's own ``merged`` -- the same algorithm as its
+  ``resolve_all_refs``, which yields identical canonical schemas -- and ``from_schema`` gets a
+  ``$ref``-free schema with no ``$defs``.
+
+That brings a def to ~10-100 ms (the big unions, e.g. ``SessionUpdate``, take a few seconds).
+
+Drawing is the other cost: hypothesis-jsonschema's object strategy builds the strategy of each
+property it draws *at draw time*, re-canonicalising that property's (inlined) schema on every
+draw -- ~2 s per example of ``SessionNotification``.  ``_memoize_draw_time_strategies`` caches
+those builds by the identity of the (never mutated) schema objects they come from: 20 examples
+of ``SessionNotification`` go from ~47 s to ~2 s.  It patches two private functions of
+hypothesis-jsonschema, so it is applied only to the pinned version (``_PATCHED_VERSION``); with
+another version everything still works, only slower.
 """
 
 from __future__ import annotations
 
+import copy
 import functools
+import importlib.metadata
 import json
 from pathlib import Path
 from typing import Any
 
+import hypothesis_jsonschema._from_schema as _hjs_from_schema
 import jsonschema
 import referencing
 import referencing.jsonschema
 from hypothesis import strategies as st
 from hypothesis_jsonschema import from_schema
+from hypothesis_jsonschema._canonicalise import SCHEMA_KEYS, SCHEMA_OBJECT_KEYS, canonicalish, merged
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -42,11 +69,14 @@ ENVELOPES: frozenset[str] = frozenset(
     f"{side}{kind}" for side in ("Agent", "Client", "Proxy") for kind in ("Request", "Response", "Notification")
 )
 
+_DEFS_PREFIX = "#/$defs/"
+
 
 @functools.cache
 def load_schema(variant: str) -> dict[str, Any]:
     with SCHEMA_FILES[variant].open(encoding="utf-8") as f:
         schema: dict[str, Any] = json.load(f)
+    jsonschema.Draft202012Validator.check_schema(schema)
     return schema
 
 
@@ -54,6 +84,9 @@ def load_schema(variant: str) -> dict[str, Any]:
 def def_names(variant: str) -> tuple[str, ...]:
     """The ``$def`` names of ``variant`` that have a binding, sorted."""
     return tuple(sorted(name for name in load_schema(variant)["$defs"] if name not in ENVELOPES))
+
+
+# --- validation ------------------------------------------------------------------------------
 
 
 def _uri(variant: str) -> str:
@@ -66,38 +99,146 @@ def _registry(variant: str) -> referencing.Registry[Any]:
     return referencing.Registry().with_resource(_uri(variant), resource)
 
 
-# (variant, def) -> validator; all validators of a variant share that variant's registry.
-_VALIDATORS: dict[tuple[str, str], jsonschema.protocols.Validator] = {}
+_VALIDATORS: dict[tuple[str, str], jsonschema.Draft202012Validator] = {}
 
 
-def validator_for(variant: str, name: str) -> jsonschema.protocols.Validator:
+def validator_for(variant: str, name: str) -> jsonschema.Draft202012Validator:
+    """Draft 2020-12 validator for ``#/$defs/<name>`` of ``variant`` (``format`` is an annotation)."""
     key = (variant, name)
     validator = _VALIDATORS.get(key)
     if validator is None:
         validator = jsonschema.Draft202012Validator(
-            {"$ref": f"{_uri(variant)}#/$defs/{name}"}, registry=_registry(variant)
+            {"$ref": f"{_uri(variant)}{_DEFS_PREFIX}{name}"}, registry=_registry(variant)
         )
         _VALIDATORS[key] = validator
     return validator
 
 
+# --- generation ------------------------------------------------------------------------------
+
+# Keywords that only annotate: dropped from the copy of the schema used for generation.
+_ANNOTATIONS = frozenset({"description", "title", "default", "examples", "discriminator", "contentEncoding"})
+# Keywords whose value is an instance, a list of instances or of names, not a schema.
+_VERBATIM = frozenset({"const", "enum", "required"})
+# Keywords whose value maps names to schemas.
+_NAME_MAPS = frozenset({"properties", "$defs", "patternProperties", "dependentSchemas"})
+
+
+def _strip_annotations(schema: Any) -> Any:
+    if isinstance(schema, list):
+        return [_strip_annotations(s) for s in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out: dict[str, Any] = {}
+    for key, value in schema.items():
+        if key in _ANNOTATIONS or key.startswith("x-"):
+            continue
+        if key in _VERBATIM:
+            out[key] = value
+        elif key in _NAME_MAPS:
+            out[key] = {name: _strip_annotations(sub) for name, sub in value.items()}
+        else:
+            out[key] = _strip_annotations(value)
+    return out
+
+
 @functools.cache
-def _defs_for_generation(variant: str) -> dict[str, Any]:
-    # The envelopes reference other defs but nothing references them: leaving them out makes the
-    # document hypothesis-jsonschema deep-copies on every ``from_schema`` call smaller.
-    return {k: v for k, v in load_schema(variant)["$defs"].items() if k not in ENVELOPES}
+def _generation_defs(variant: str) -> dict[str, Any]:
+    defs: dict[str, Any] = load_schema(variant)["$defs"]
+    return {name: _strip_annotations(schema) for name, schema in defs.items() if name not in ENVELOPES}
 
 
-# (variant, def) -> strategy.  ``from_schema`` never raises: a schema it cannot handle becomes a
-# strategy that raises when drawn from, so unsupported defs show up as test errors, not passes.
+# (variant, def) -> the def with every $ref inlined (canonical form; never mutated: copy to use).
+_RESOLVED: dict[tuple[str, str], Any] = {}
+
+
+def _resolved_def(variant: str, name: str) -> Any:
+    key = (variant, name)
+    if key not in _RESOLVED:
+        _RESOLVED[key] = _resolve(variant, copy.deepcopy(_generation_defs(variant)[name]))
+    return _RESOLVED[key]
+
+
+def _resolve(variant: str, schema: Any) -> Any:
+    """``hypothesis_jsonschema._resolve.resolve_all_refs``, with local ``$defs`` refs memoized."""
+    if isinstance(schema, bool):
+        return canonicalish(schema)
+    assert isinstance(schema, dict), schema
+    if "$ref" in schema:
+        rest = dict(schema)
+        ref = rest.pop("$ref")
+        if not ref.startswith(_DEFS_PREFIX):
+            raise ValueError(f"unsupported $ref {ref!r} (only {_DEFS_PREFIX}<Name> is)")
+        target = copy.deepcopy(_resolved_def(variant, ref[len(_DEFS_PREFIX) :]))
+        out = merged([_resolve(variant, rest), target])
+        if out is None:
+            raise ValueError(f"$ref {ref!r} cannot be merged with its sibling keywords {rest!r}")
+        return out
+    for key in SCHEMA_KEYS:
+        value = schema.get(key)
+        if isinstance(value, list):
+            schema[key] = [_resolve(variant, v) if isinstance(v, dict) else v for v in value]
+        elif isinstance(value, dict):
+            schema[key] = _resolve(variant, value)
+    for key in SCHEMA_OBJECT_KEYS:  # values map names to schemas
+        if key in schema:
+            schema[key] = {k: _resolve(variant, v) if isinstance(v, dict) else v for k, v in schema[key].items()}
+    return schema
+
+
+# --- draw-time memoization (hypothesis-jsonschema internals) ---------------------------------
+
+_PATCHED_VERSION = "0.23.1"
+# key -> (strategy, *the objects whose ids are in the key): keeping them alive keeps ids unique.
+_DRAW_TIME_STRATEGIES: dict[tuple[Any, ...], tuple[Any, ...]] = {}
+
+
+def _memoize_draw_time_strategies() -> bool:
+    """Memoize ``merged_as_strategies`` and ``__from_schema`` of hypothesis-jsonschema by identity.
+
+    Both are pure functions of their arguments (schemas, the alphabet, the custom formats), which
+    hypothesis-jsonschema never mutates once a strategy is built; ``object_schema`` calls them
+    again on the same objects for every property of every draw."""
+    if importlib.metadata.version("hypothesis-jsonschema") != _PATCHED_VERSION:
+        return False
+    module: Any = _hjs_from_schema
+    merged_as_strategies = module.merged_as_strategies
+    from_schema_ = vars(module)["__from_schema"]
+
+    def memo_merged_as_strategies(schemas: list[Any], *, alphabet: Any, custom_formats: Any) -> Any:
+        key = ("merged", *map(id, schemas), id(alphabet), id(custom_formats))
+        hit = _DRAW_TIME_STRATEGIES.get(key)
+        if hit is None:
+            strategy = merged_as_strategies(schemas, alphabet=alphabet, custom_formats=custom_formats)
+            hit = _DRAW_TIME_STRATEGIES[key] = (strategy, list(schemas), alphabet, custom_formats)
+        return hit[0]
+
+    def memo_from_schema(schema: Any, *, alphabet: Any, custom_formats: Any) -> Any:
+        key = ("schema", id(schema), id(alphabet), id(custom_formats))
+        hit = _DRAW_TIME_STRATEGIES.get(key)
+        if hit is None:
+            strategy = from_schema_(schema, alphabet=alphabet, custom_formats=custom_formats)
+            hit = _DRAW_TIME_STRATEGIES[key] = (strategy, schema, alphabet, custom_formats)
+        return hit[0]
+
+    module.merged_as_strategies = memo_merged_as_strategies
+    setattr(module, "__from_schema", memo_from_schema)
+    return True
+
+
+DRAW_TIME_MEMOIZED = _memoize_draw_time_strategies()
+
+
+# (variant, def) -> strategy.  ``from_schema`` does not raise on a schema it cannot handle: it
+# returns a strategy that raises when drawn from, so such a def errors in its test, never passes.
 _STRATEGIES: dict[tuple[str, str], st.SearchStrategy[Any]] = {}
 
 
 def strategy_for(variant: str, name: str) -> st.SearchStrategy[Any]:
+    """A strategy for instances of ``#/$defs/<name>`` of ``variant`` (valid ones, modulo bugs)."""
     key = (variant, name)
     strategy = _STRATEGIES.get(key)
     if strategy is None:
-        schema = {"$ref": f"#/$defs/{name}", "$defs": _defs_for_generation(variant)}
-        strategy = from_schema(schema)
+        strategy = from_schema(copy.deepcopy(_resolved_def(variant, name)))
         _STRATEGIES[key] = strategy
     return strategy

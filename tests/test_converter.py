@@ -207,3 +207,30 @@ def test_request_ids_are_integers_strings_or_null_never_booleans() -> None:
     assert converter.structure(None, v1.RequestId) is None
     with pytest.raises(DecodeError):
         converter.structure(True, v1.RequestId)
+
+
+def test_null_is_kept_where_the_field_type_alias_admits_it() -> None:
+    value = {"requestId": None}
+    note = converter.structure(value, v1.CancelRequestNotification)
+    assert note.request_id is None
+    assert converter.unstructure(note) == value
+
+
+def test_null_is_kept_in_unconstrained_fields() -> None:
+    from acp_schema import v2_unstable as v
+
+    value = {"code": -1, "message": "boom", "data": None}
+    err = converter.structure(value, v.McpError)
+    assert err.data is None
+    assert converter.unstructure(err) == value
+
+
+def test_a_def_that_is_also_a_union_branch_round_trips_with_and_without_its_tag() -> None:
+    # standalone, the schema's RunningStateUpdate has no `state`; as a StateUpdate variant it has one
+    alone = converter.structure({}, v2.RunningStateUpdate)
+    assert alone.state is UNSET
+    assert converter.unstructure(alone) == {}
+    variant = converter.structure({"state": "running"}, v2.StateUpdate)
+    assert isinstance(variant, v2.RunningStateUpdate)
+    assert converter.unstructure(variant) == {"state": "running"}
+    assert converter.unstructure(v2.RunningStateUpdate()) == {"state": "running"}

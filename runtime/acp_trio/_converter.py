@@ -437,7 +437,10 @@ class AcpConverter(cattrs.Converter):
             known.append(w)
             names.append((i, a.name))
             core = _core(a.type)
-            required = a.default is attrs.NOTHING or spec.tag
+            required = a.default is attrs.NOTHING or (spec.tag and not spec.tag_optional)
+            # null is a value where the schema says so, where the field's type alias admits it
+            # (`RequestId`), or where the field is unconstrained (`{}` schema -> Any)
+            accepts_null = spec.nullable or _NoneType in _leaves(a.type) or _scalar_kind(core) == _ANY
             ind = "    "
             lines.append(f"    v = d.get({w!r}, _M)")
             if required:
@@ -455,9 +458,9 @@ class AcpConverter(cattrs.Converter):
                 body_ind = ind * 2
             lines.append(f"{body_ind}n += 1")
             # null handling
-            if spec.nullable or spec.default_on_null or not required:
+            if accepts_null or spec.default_on_null or not required:
                 lines.append(f"{body_ind}if v is None:")
-                if spec.nullable:
+                if accepts_null:
                     lines.append(f"{body_ind}    f{i} = None")
                 elif spec.default_on_null:
                     ns[f"_dflt{i}"] = self._default_of(core, spec)
@@ -610,7 +613,7 @@ class AcpConverter(cattrs.Converter):
                 ns[f"_u{i}"] = self.unstructure_fn(core)
             conv = "v" if ident else f"_u{i}(v)"
             lines.append(f"    v = o.{a.name}")
-            if a.default is attrs.NOTHING or spec.tag:
+            if a.default is attrs.NOTHING or (spec.tag and not spec.tag_optional):
                 if ident:
                     lines.append(f"    d[{spec.wire!r}] = v")
                 else:

@@ -67,6 +67,7 @@ class FieldSpec:
     skip_invalid_items: bool = False
     default_on_null: bool = False
     default: Any = NO_DEFAULT
+    tag_optional: bool = False
 
 
 def f(
@@ -82,9 +83,9 @@ def f(
     return {"acp": FieldSpec(wire, False, nullable, on_error, skip_invalid, on_null, default)}
 
 
-def tag(wire: str) -> dict[str, FieldSpec]:
-    """Field metadata for a tagged-union tag field."""
-    return {"acp": FieldSpec(wire, True)}
+def tag(wire: str, *, optional: bool = False) -> dict[str, FieldSpec]:
+    """Field metadata for a tagged-union tag field (``optional``: the $def itself has no tag)."""
+    return {"acp": FieldSpec(wire, True, tag_optional=optional)}
 
 
 EXTRA: Final[dict[str, bool]] = {"acp_extra": True}

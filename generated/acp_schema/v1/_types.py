@@ -1685,8 +1685,8 @@ class StringMultiSelectItems:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("type", "string"),)
 
-    type: Literal["string"] = attrs.field(default="string", metadata=tag("type"))
-    """Tag: always ``'string'`` (wire ``type``)."""
+    type: Literal["string"] | UnsetType = attrs.field(default="string", metadata=tag("type", optional=True))
+    """Tag ``'string'`` (wire ``type``): set by the constructor and present when this type is decoded as a union variant; ``UNSET`` when decoded on its own, where the schema has no tag."""
     enum: list[str] = attrs.field(metadata=f("enum"))
     """Allowed enum values.
 
@@ -1711,7 +1711,7 @@ class StringMultiSelectItems:
     def __init__(
         self,
         *,
-        type: Literal["string"] = "string",
+        type: Literal["string"] | UnsetType = "string",
         enum: list[str],
         meta: dict[str, Any] | UnsetType | None = UNSET,
         extra_fields: dict[str, Any] | None = None,

@@ -1728,8 +1728,8 @@ class StringMultiSelectItems:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("type", "string"),)
 
-    type: Literal["string"] = attrs.field(default="string", metadata=tag("type"))
-    """Tag: always ``'string'`` (wire ``type``)."""
+    type: Literal["string"] | UnsetType = attrs.field(default="string", metadata=tag("type", optional=True))
+    """Tag ``'string'`` (wire ``type``): set by the constructor and present when this type is decoded as a union variant; ``UNSET`` when decoded on its own, where the schema has no tag."""
     enum: list[str] = attrs.field(metadata=f("enum"))
     """Allowed enum values.
 
@@ -1754,7 +1754,7 @@ class StringMultiSelectItems:
     def __init__(
         self,
         *,
-        type: Literal["string"] = "string",
+        type: Literal["string"] | UnsetType = "string",
         enum: list[str],
         meta: dict[str, Any] | UnsetType | None = UNSET,
         extra_fields: dict[str, Any] | None = None,
@@ -4230,8 +4230,8 @@ class RunningStateUpdate:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("state", "running"),)
 
-    state: Literal["running"] = attrs.field(default="running", metadata=tag("state"))
-    """Tag: always ``'running'`` (wire ``state``)."""
+    state: Literal["running"] | UnsetType = attrs.field(default="running", metadata=tag("state", optional=True))
+    """Tag ``'running'`` (wire ``state``): set by the constructor and present when this type is decoded as a union variant; ``UNSET`` when decoded on its own, where the schema has no tag."""
     meta: dict[str, Any] | UnsetType | None = attrs.field(
         default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
     )
@@ -4247,7 +4247,7 @@ class RunningStateUpdate:
     def __init__(
         self,
         *,
-        state: Literal["running"] = "running",
+        state: Literal["running"] | UnsetType = "running",
         meta: dict[str, Any] | UnsetType | None = UNSET,
         extra_fields: dict[str, Any] | None = None,
     ) -> None:
@@ -4274,8 +4274,8 @@ class IdleStateUpdate:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("state", "idle"),)
 
-    state: Literal["idle"] = attrs.field(default="idle", metadata=tag("state"))
-    """Tag: always ``'idle'`` (wire ``state``)."""
+    state: Literal["idle"] | UnsetType = attrs.field(default="idle", metadata=tag("state", optional=True))
+    """Tag ``'idle'`` (wire ``state``): set by the constructor and present when this type is decoded as a union variant; ``UNSET`` when decoded on its own, where the schema has no tag."""
     usage: Usage | UnsetType | None = attrs.field(default=UNSET, metadata=f("usage", nullable=True, on_error=True))
     """**UNSTABLE** Token usage for completed foreground work.
 
@@ -4317,7 +4317,7 @@ class IdleStateUpdate:
     def __init__(
         self,
         *,
-        state: Literal["idle"] = "idle",
+        state: Literal["idle"] | UnsetType = "idle",
         usage: Usage | UnsetType | None = UNSET,
         stop_reason: Literal["end_turn", "max_tokens", "max_turn_requests", "refusal", "cancelled", "error"]
         | str
@@ -4360,8 +4360,10 @@ class RequiresActionStateUpdate:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("state", "requires_action"),)
 
-    state: Literal["requires_action"] = attrs.field(default="requires_action", metadata=tag("state"))
-    """Tag: always ``'requires_action'`` (wire ``state``)."""
+    state: Literal["requires_action"] | UnsetType = attrs.field(
+        default="requires_action", metadata=tag("state", optional=True)
+    )
+    """Tag ``'requires_action'`` (wire ``state``): set by the constructor and present when this type is decoded as a union variant; ``UNSET`` when decoded on its own, where the schema has no tag."""
     meta: dict[str, Any] | UnsetType | None = attrs.field(
         default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
     )
@@ -4377,7 +4379,7 @@ class RequiresActionStateUpdate:
     def __init__(
         self,
         *,
-        state: Literal["requires_action"] = "requires_action",
+        state: Literal["requires_action"] | UnsetType = "requires_action",
         meta: dict[str, Any] | UnsetType | None = UNSET,
         extra_fields: dict[str, Any] | None = None,
     ) -> None:
@@ -4408,8 +4410,8 @@ class UnknownStateUpdate:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("state", "unknown"),)
 
-    state: Literal["unknown"] = attrs.field(default="unknown", metadata=tag("state"))
-    """Tag: always ``'unknown'`` (wire ``state``)."""
+    state: Literal["unknown"] | UnsetType = attrs.field(default="unknown", metadata=tag("state", optional=True))
+    """Tag ``'unknown'`` (wire ``state``): set by the constructor and present when this type is decoded as a union variant; ``UNSET`` when decoded on its own, where the schema has no tag."""
     meta: dict[str, Any] | UnsetType | None = attrs.field(
         default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
     )
@@ -4425,7 +4427,7 @@ class UnknownStateUpdate:
     def __init__(
         self,
         *,
-        state: Literal["unknown"] = "unknown",
+        state: Literal["unknown"] | UnsetType = "unknown",
         meta: dict[str, Any] | UnsetType | None = UNSET,
         extra_fields: dict[str, Any] | None = None,
     ) -> None:

@@ -2410,8 +2410,8 @@ class StringMultiSelectItems:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("type", "string"),)
 
-    type: Literal["string"] = attrs.field(default="string", metadata=tag("type"))
-    """Tag: always ``'string'`` (wire ``type``)."""
+    type: Literal["string"] | UnsetType = attrs.field(default="string", metadata=tag("type", optional=True))
+    """Tag ``'string'`` (wire ``type``): set by the constructor and present when this type is decoded as a union variant; ``UNSET`` when decoded on its own, where the schema has no tag."""
     enum: list[str] = attrs.field(metadata=f("enum"))
     """Allowed enum values. Must contain at least one value.
 
@@ -2434,7 +2434,7 @@ class StringMultiSelectItems:
     def __init__(
         self,
         *,
-        type: Literal["string"] = "string",
+        type: Literal["string"] | UnsetType = "string",
         enum: list[str],
         meta: dict[str, Any] | UnsetType | None = UNSET,
         extra_fields: dict[str, Any] | None = None,
@@ -5186,8 +5186,8 @@ class RunningStateUpdate:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("state", "running"),)
 
-    state: Literal["running"] = attrs.field(default="running", metadata=tag("state"))
-    """Tag: always ``'running'`` (wire ``state``)."""
+    state: Literal["running"] | UnsetType = attrs.field(default="running", metadata=tag("state", optional=True))
+    """Tag ``'running'`` (wire ``state``): set by the constructor and present when this type is decoded as a union variant; ``UNSET`` when decoded on its own, where the schema has no tag."""
     background: list[BackgroundWork] | UnsetType | None = attrs.field(
         default=UNSET, metadata=f("background", nullable=True, on_error=True)
     )
@@ -5219,7 +5219,7 @@ class RunningStateUpdate:
     def __init__(
         self,
         *,
-        state: Literal["running"] = "running",
+        state: Literal["running"] | UnsetType = "running",
         background: list[BackgroundWork] | UnsetType | None = UNSET,
         meta: dict[str, Any] | UnsetType | None = UNSET,
         extra_fields: dict[str, Any] | None = None,
@@ -5250,8 +5250,8 @@ class IdleStateUpdate:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("state", "idle"),)
 
-    state: Literal["idle"] = attrs.field(default="idle", metadata=tag("state"))
-    """Tag: always ``'idle'`` (wire ``state``)."""
+    state: Literal["idle"] | UnsetType = attrs.field(default="idle", metadata=tag("state", optional=True))
+    """Tag ``'idle'`` (wire ``state``): set by the constructor and present when this type is decoded as a union variant; ``UNSET`` when decoded on its own, where the schema has no tag."""
     background: list[BackgroundWork] | UnsetType | None = attrs.field(
         default=UNSET, metadata=f("background", nullable=True, on_error=True)
     )
@@ -5302,7 +5302,7 @@ class IdleStateUpdate:
     def __init__(
         self,
         *,
-        state: Literal["idle"] = "idle",
+        state: Literal["idle"] | UnsetType = "idle",
         background: list[BackgroundWork] | UnsetType | None = UNSET,
         stop_reason: Literal["end_turn", "max_tokens", "max_turn_requests", "refusal", "cancelled", "error"]
         | str
@@ -5342,8 +5342,10 @@ class RequiresActionStateUpdate:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("state", "requires_action"),)
 
-    state: Literal["requires_action"] = attrs.field(default="requires_action", metadata=tag("state"))
-    """Tag: always ``'requires_action'`` (wire ``state``)."""
+    state: Literal["requires_action"] | UnsetType = attrs.field(
+        default="requires_action", metadata=tag("state", optional=True)
+    )
+    """Tag ``'requires_action'`` (wire ``state``): set by the constructor and present when this type is decoded as a union variant; ``UNSET`` when decoded on its own, where the schema has no tag."""
     background: list[BackgroundWork] | UnsetType | None = attrs.field(
         default=UNSET, metadata=f("background", nullable=True, on_error=True)
     )
@@ -5375,7 +5377,7 @@ class RequiresActionStateUpdate:
     def __init__(
         self,
         *,
-        state: Literal["requires_action"] = "requires_action",
+        state: Literal["requires_action"] | UnsetType = "requires_action",
         background: list[BackgroundWork] | UnsetType | None = UNSET,
         meta: dict[str, Any] | UnsetType | None = UNSET,
         extra_fields: dict[str, Any] | None = None,

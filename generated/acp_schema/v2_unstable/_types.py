@@ -2483,8 +2483,8 @@ class StringMultiSelectItems:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("type", "string"),)
 
-    type: Literal["string"] = attrs.field(default="string", metadata=tag("type"))
-    """Tag: always ``'string'`` (wire ``type``)."""
+    type: Literal["string"] | UnsetType = attrs.field(default="string", metadata=tag("type", optional=True))
+    """Tag ``'string'`` (wire ``type``): set by the constructor and present when this type is decoded as a union variant; ``UNSET`` when decoded on its own, where the schema has no tag."""
     enum: list[str] = attrs.field(metadata=f("enum"))
     """Allowed enum values. Must contain at least one value.
 
@@ -2507,7 +2507,7 @@ class StringMultiSelectItems:
     def __init__(
         self,
         *,
-        type: Literal["string"] = "string",
+        type: Literal["string"] | UnsetType = "string",
         enum: list[str],
         meta: dict[str, Any] | UnsetType | None = UNSET,
         extra_fields: dict[str, Any] | None = None,
@@ -3414,8 +3414,8 @@ class RunningStateUpdate:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("state", "running"),)
 
-    state: Literal["running"] = attrs.field(default="running", metadata=tag("state"))
-    """Tag: always ``'running'`` (wire ``state``)."""
+    state: Literal["running"] | UnsetType = attrs.field(default="running", metadata=tag("state", optional=True))
+    """Tag ``'running'`` (wire ``state``): set by the constructor and present when this type is decoded as a union variant; ``UNSET`` when decoded on its own, where the schema has no tag."""
     background: list[BackgroundWork] | UnsetType | None = attrs.field(
         default=UNSET, metadata=f("background", nullable=True, on_error=True)
     )
@@ -3447,7 +3447,7 @@ class RunningStateUpdate:
     def __init__(
         self,
         *,
-        state: Literal["running"] = "running",
+        state: Literal["running"] | UnsetType = "running",
         background: list[BackgroundWork] | UnsetType | None = UNSET,
         meta: dict[str, Any] | UnsetType | None = UNSET,
         extra_fields: dict[str, Any] | None = None,
@@ -3478,8 +3478,8 @@ class IdleStateUpdate:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("state", "idle"),)
 
-    state: Literal["idle"] = attrs.field(default="idle", metadata=tag("state"))
-    """Tag: always ``'idle'`` (wire ``state``)."""
+    state: Literal["idle"] | UnsetType = attrs.field(default="idle", metadata=tag("state", optional=True))
+    """Tag ``'idle'`` (wire ``state``): set by the constructor and present when this type is decoded as a union variant; ``UNSET`` when decoded on its own, where the schema has no tag."""
     usage: Usage | UnsetType | None = attrs.field(default=UNSET, metadata=f("usage", nullable=True, on_error=True))
     """**UNSTABLE**
 
@@ -3542,7 +3542,7 @@ class IdleStateUpdate:
     def __init__(
         self,
         *,
-        state: Literal["idle"] = "idle",
+        state: Literal["idle"] | UnsetType = "idle",
         usage: Usage | UnsetType | None = UNSET,
         background: list[BackgroundWork] | UnsetType | None = UNSET,
         stop_reason: Literal["end_turn", "max_tokens", "max_turn_requests", "refusal", "cancelled", "error"]
@@ -3585,8 +3585,10 @@ class RequiresActionStateUpdate:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("state", "requires_action"),)
 
-    state: Literal["requires_action"] = attrs.field(default="requires_action", metadata=tag("state"))
-    """Tag: always ``'requires_action'`` (wire ``state``)."""
+    state: Literal["requires_action"] | UnsetType = attrs.field(
+        default="requires_action", metadata=tag("state", optional=True)
+    )
+    """Tag ``'requires_action'`` (wire ``state``): set by the constructor and present when this type is decoded as a union variant; ``UNSET`` when decoded on its own, where the schema has no tag."""
     background: list[BackgroundWork] | UnsetType | None = attrs.field(
         default=UNSET, metadata=f("background", nullable=True, on_error=True)
     )
@@ -3618,7 +3620,7 @@ class RequiresActionStateUpdate:
     def __init__(
         self,
         *,
-        state: Literal["requires_action"] = "requires_action",
+        state: Literal["requires_action"] | UnsetType = "requires_action",
         background: list[BackgroundWork] | UnsetType | None = UNSET,
         meta: dict[str, Any] | UnsetType | None = UNSET,
         extra_fields: dict[str, Any] | None = None,
@@ -3657,8 +3659,8 @@ class UnknownStateUpdate:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("state", "unknown"),)
 
-    state: Literal["unknown"] = attrs.field(default="unknown", metadata=tag("state"))
-    """Tag: always ``'unknown'`` (wire ``state``)."""
+    state: Literal["unknown"] | UnsetType = attrs.field(default="unknown", metadata=tag("state", optional=True))
+    """Tag ``'unknown'`` (wire ``state``): set by the constructor and present when this type is decoded as a union variant; ``UNSET`` when decoded on its own, where the schema has no tag."""
     background: list[BackgroundWork] | UnsetType | None = attrs.field(
         default=UNSET, metadata=f("background", nullable=True, on_error=True)
     )
@@ -3690,7 +3692,7 @@ class UnknownStateUpdate:
     def __init__(
         self,
         *,
-        state: Literal["unknown"] = "unknown",
+        state: Literal["unknown"] | UnsetType = "unknown",
         background: list[BackgroundWork] | UnsetType | None = UNSET,
         meta: dict[str, Any] | UnsetType | None = UNSET,
         extra_fields: dict[str, Any] | None = None,
