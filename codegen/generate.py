@@ -43,10 +43,18 @@ def top_init(package: str, version: str) -> str:
 
 
 def generate(out_dir: Path = GENERATED) -> None:
+    """Write ``out_dir/acp_schema``; on any failure the previous output is left untouched."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=out_dir) as tmp:
+        _generate_into(Path(tmp) / "acp_schema")
+        target = out_dir / "acp_schema"
+        if target.exists():
+            shutil.rmtree(target)
+        (Path(tmp) / "acp_schema").rename(target)
+
+
+def _generate_into(pkg: Path) -> None:
     pins = load_pins()
-    pkg = out_dir / "acp_schema"
-    if pkg.exists():
-        shutil.rmtree(pkg)
     pkg.mkdir(parents=True)
     (pkg / "__init__.py").write_text(top_init(pins.package, pins.version), encoding="utf-8")
     (pkg / "py.typed").write_text("", encoding="utf-8")
