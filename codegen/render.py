@@ -131,7 +131,7 @@ def field_doc(p: Prop) -> str:
     return doc("\n\n".join(parts), "    ")
 
 
-def render_struct(st: Struct) -> str:
+def render_struct(st: Struct, schema_file: str) -> str:
     desc = (st.description or "").strip()
     if st.catchall_key:
         desc += (
@@ -139,6 +139,9 @@ def render_struct(st: Struct) -> str:
             "is kept in ``extra_fields`` and re-encoded verbatim."
         )
     desc += unstable_note(st.unstable)
+    desc += f"\n\nSchema: ``schema/{schema_file}``, ``$defs/{st.source}``" + (
+        " (a branch of that union, flattened)" if "[" in st.source else ""
+    )
     # attrs writes __init__/__repr__/__eq__ by compiling source at class creation, which dominated import
     # time; we write the same methods here instead, so they come precompiled from the .pyc
     out = [
@@ -205,7 +208,7 @@ def render_types(model: Model, pins_version: str) -> str:
     ]
     for name in model.order:
         if name in model.structs:
-            out.append("\n" + render_struct(model.structs[name]) + "\n")
+            out.append("\n" + render_struct(model.structs[name], variant_file(model.variant)) + "\n")
     # aliases, enums and unions are evaluated at import: emit them after the classes, dependencies first
     exprs: dict[str, tuple[str, str]] = {}
     for name in model.order:
@@ -242,6 +245,7 @@ def render_types(model: Model, pins_version: str) -> str:
         if name in stack:
             raise RuntimeError(f"alias cycle: {' -> '.join((*stack, name))}")
         expr, text = exprs[name]
+        text += f"\n\nSchema: ``schema/{variant_file(model.variant)}``, ``$defs/{name}``"
         for dep in sorted(alias_deps(expr)):
             emit(dep, (*stack, name))
         done.add(name)

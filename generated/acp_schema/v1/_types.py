@@ -14,7 +14,10 @@ from acp_trio._spec import EXTRA, UNSET, UnsetType, f, tag
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class ContentToolCallContent:
-    """Standard content block (text, images, resources)."""
+    """Standard content block (text, images, resources).
+
+    Schema: ``schema/v1/schema.json``, ``$defs/ToolCallContent[type=content]`` (a branch of that union, flattened)
+    """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("type", "content"),)
 
@@ -69,7 +72,10 @@ class ContentToolCallContent:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class DiffToolCallContent:
-    """File modification shown as a diff."""
+    """File modification shown as a diff.
+
+    Schema: ``schema/v1/schema.json``, ``$defs/ToolCallContent[type=diff]`` (a branch of that union, flattened)
+    """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("type", "diff"),)
 
@@ -145,6 +151,8 @@ class TerminalToolCallContent:
     The terminal must be added before calling `terminal/release`.
 
     See protocol docs: [Terminal](https://agentclientprotocol.com/protocol/v1/terminals)
+
+    Schema: ``schema/v1/schema.json``, ``$defs/ToolCallContent[type=terminal]`` (a branch of that union, flattened)
     """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("type", "terminal"),)
@@ -205,6 +213,8 @@ class ToolCallContentOther:
     Not in the schema: acp-trio adds it so that a message from a newer peer is kept, never lost.
 
     Catch-all: any ``type`` this schema does not know; every other wire field is kept in ``extra_fields`` and re-encoded verbatim.
+
+    Schema: ``schema/v1/schema.json``, ``$defs/ToolCallContent[synthesised other]`` (a branch of that union, flattened)
     """
 
     __acp_catchall__: ClassVar[str] = "type"
@@ -237,6 +247,8 @@ class TextContentBlock:
 
     All agents MUST support text content blocks in prompts.
     Clients SHOULD render this text as Markdown.
+
+    Schema: ``schema/v1/schema.json``, ``$defs/ContentBlock[type=text]`` (a branch of that union, flattened)
     """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("type", "text"),)
@@ -305,6 +317,8 @@ class ImageContentBlock:
     """Images for visual context or analysis.
 
     Requires the `image` prompt capability when included in prompts.
+
+    Schema: ``schema/v1/schema.json``, ``$defs/ContentBlock[type=image]`` (a branch of that union, flattened)
     """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("type", "image"),)
@@ -389,6 +403,8 @@ class AudioContentBlock:
     """Audio data for transcription or analysis.
 
     Requires the `audio` prompt capability when included in prompts.
+
+    Schema: ``schema/v1/schema.json``, ``$defs/ContentBlock[type=audio]`` (a branch of that union, flattened)
     """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("type", "audio"),)
@@ -465,6 +481,8 @@ class ResourceLinkContentBlock:
     """References to resources that the agent can access.
 
     All agents MUST support resource links in prompts.
+
+    Schema: ``schema/v1/schema.json``, ``$defs/ContentBlock[type=resource_link]`` (a branch of that union, flattened)
     """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("type", "resource_link"),)
@@ -577,6 +595,8 @@ class ResourceContentBlock:
     Preferred for including context as it avoids extra round-trips.
 
     Requires the `embeddedContext` prompt capability when included in prompts.
+
+    Schema: ``schema/v1/schema.json``, ``$defs/ContentBlock[type=resource]`` (a branch of that union, flattened)
     """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("type", "resource"),)
@@ -647,6 +667,8 @@ class ContentBlockOther:
     Not in the schema: acp-trio adds it so that a message from a newer peer is kept, never lost.
 
     Catch-all: any ``type`` this schema does not know; every other wire field is kept in ``extra_fields`` and re-encoded verbatim.
+
+    Schema: ``schema/v1/schema.json``, ``$defs/ContentBlock[synthesised other]`` (a branch of that union, flattened)
     """
 
     __acp_catchall__: ClassVar[str] = "type"
@@ -675,7 +697,10 @@ class ContentBlockOther:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class TextResourceContents:
-    """Text-based resource contents."""
+    """Text-based resource contents.
+
+    Schema: ``schema/v1/schema.json``, ``$defs/TextResourceContents``
+    """
 
     mime_type: str | UnsetType | None = attrs.field(default=UNSET, metadata=f("mimeType", nullable=True, on_error=True))
     """MIME type describing the encoded media payload.
@@ -739,7 +764,10 @@ class TextResourceContents:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class BlobResourceContents:
-    """Binary resource contents."""
+    """Binary resource contents.
+
+    Schema: ``schema/v1/schema.json``, ``$defs/BlobResourceContents``
+    """
 
     blob: str = attrs.field(metadata=f("blob"))
     """Base64-encoded bytes for a binary resource payload.
@@ -803,7 +831,10 @@ class BlobResourceContents:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class FormCreateElicitationRequest:
-    """Form-based elicitation where the client renders a form from the provided schema."""
+    """Form-based elicitation where the client renders a form from the provided schema.
+
+    Schema: ``schema/v1/schema.json``, ``$defs/CreateElicitationRequest[mode=form]`` (a branch of that union, flattened)
+    """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("mode", "form"),)
 
@@ -897,7 +928,10 @@ class FormCreateElicitationRequest:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class UrlCreateElicitationRequest:
-    """URL-based elicitation where the client directs the user to a URL."""
+    """URL-based elicitation where the client directs the user to a URL.
+
+    Schema: ``schema/v1/schema.json``, ``$defs/CreateElicitationRequest[mode=url]`` (a branch of that union, flattened)
+    """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("mode", "url"),)
 
@@ -1010,6 +1044,8 @@ class CreateElicitationRequestOther:
     They MUST NOT render it as a known elicitation mode.
 
     Catch-all: any ``mode`` this schema does not know; every other wire field is kept in ``extra_fields`` and re-encoded verbatim.
+
+    Schema: ``schema/v1/schema.json``, ``$defs/CreateElicitationRequest[other]`` (a branch of that union, flattened)
     """
 
     __acp_catchall__: ClassVar[str] = "mode"
@@ -1103,7 +1139,10 @@ class CreateElicitationRequestOther:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class StringElicitationPropertySchema:
-    """String property (or single-select enum when `enum`/`oneOf` is set)."""
+    """String property (or single-select enum when `enum`/`oneOf` is set).
+
+    Schema: ``schema/v1/schema.json``, ``$defs/ElicitationPropertySchema[type=string]`` (a branch of that union, flattened)
+    """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("type", "string"),)
 
@@ -1244,7 +1283,10 @@ class StringElicitationPropertySchema:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class NumberElicitationPropertySchema:
-    """Number (floating-point) property."""
+    """Number (floating-point) property.
+
+    Schema: ``schema/v1/schema.json``, ``$defs/ElicitationPropertySchema[type=number]`` (a branch of that union, flattened)
+    """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("type", "number"),)
 
@@ -1345,7 +1387,10 @@ class NumberElicitationPropertySchema:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class IntegerElicitationPropertySchema:
-    """Integer property."""
+    """Integer property.
+
+    Schema: ``schema/v1/schema.json``, ``$defs/ElicitationPropertySchema[type=integer]`` (a branch of that union, flattened)
+    """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("type", "integer"),)
 
@@ -1446,7 +1491,10 @@ class IntegerElicitationPropertySchema:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class BooleanElicitationPropertySchema:
-    """Boolean property."""
+    """Boolean property.
+
+    Schema: ``schema/v1/schema.json``, ``$defs/ElicitationPropertySchema[type=boolean]`` (a branch of that union, flattened)
+    """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("type", "boolean"),)
 
@@ -1527,7 +1575,10 @@ class BooleanElicitationPropertySchema:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class ArrayElicitationPropertySchema:
-    """Multi-select array property."""
+    """Multi-select array property.
+
+    Schema: ``schema/v1/schema.json``, ``$defs/ElicitationPropertySchema[type=array]`` (a branch of that union, flattened)
+    """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("type", "array"),)
 
@@ -1649,6 +1700,8 @@ class ElicitationPropertySchemaOther:
     elicitation requests. They MUST NOT render it as a known input control.
 
     Catch-all: any ``type`` this schema does not know; every other wire field is kept in ``extra_fields`` and re-encoded verbatim.
+
+    Schema: ``schema/v1/schema.json``, ``$defs/ElicitationPropertySchema[other]`` (a branch of that union, flattened)
     """
 
     __acp_catchall__: ClassVar[str] = "type"
@@ -1681,7 +1734,10 @@ class ElicitationPropertySchemaOther:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class StringMultiSelectItems:
-    """Multi-select string items with plain string values."""
+    """Multi-select string items with plain string values.
+
+    Schema: ``schema/v1/schema.json``, ``$defs/MultiSelectItems[type=string]`` (a branch of that union, flattened)
+    """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("type", "string"),)
 
@@ -1738,6 +1794,8 @@ class MultiSelectItemsOther:
     """Custom or future typed multi-select items.
 
     Catch-all: any ``type`` this schema does not know; every other wire field is kept in ``extra_fields`` and re-encoded verbatim.
+
+    Schema: ``schema/v1/schema.json``, ``$defs/MultiSelectItems[other]`` (a branch of that union, flattened)
     """
 
     __acp_catchall__: ClassVar[str] = "type"
@@ -1770,7 +1828,10 @@ class MultiSelectItemsOther:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class TitledMultiSelectItems:
-    """Items definition for titled multi-select enum properties."""
+    """Items definition for titled multi-select enum properties.
+
+    Schema: ``schema/v1/schema.json``, ``$defs/TitledMultiSelectItems``
+    """
 
     any_of: list[EnumOption] = attrs.field(metadata=f("anyOf"))
     """Titled enum options.
@@ -1818,6 +1879,8 @@ class TitledMultiSelectItems:
 class TerminalAuthMethod:
     """Client runs the configured agent program as a separate interactive
     process, without passing this method to `authenticate`.
+
+    Schema: ``schema/v1/schema.json``, ``$defs/AuthMethod[type=terminal]`` (a branch of that union, flattened)
     """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("type", "terminal"),)
@@ -1911,6 +1974,8 @@ class AuthMethodAgent:
     """Agent handles authentication itself through `authenticate`.
 
     This is the default authentication method type.
+
+    Schema: ``schema/v1/schema.json``, ``$defs/AuthMethodAgent``
     """
 
     id: AuthMethodId = attrs.field(metadata=f("id"))
@@ -1982,6 +2047,8 @@ class AuthMethodOther:
     Not in the schema: acp-trio adds it so that a message from a newer peer is kept, never lost.
 
     Catch-all: any ``type`` this schema does not know; every other wire field is kept in ``extra_fields`` and re-encoded verbatim.
+
+    Schema: ``schema/v1/schema.json``, ``$defs/AuthMethod[synthesised other]`` (a branch of that union, flattened)
     """
 
     __acp_catchall__: ClassVar[str] = "type"
@@ -2010,7 +2077,10 @@ class AuthMethodOther:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class SelectSessionConfigOption:
-    """Single-value selector (dropdown)."""
+    """Single-value selector (dropdown).
+
+    Schema: ``schema/v1/schema.json``, ``$defs/SessionConfigOption[type=select]`` (a branch of that union, flattened)
+    """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("type", "select"),)
 
@@ -2109,7 +2179,10 @@ class SelectSessionConfigOption:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class BooleanSessionConfigOption:
-    """Boolean on/off toggle."""
+    """Boolean on/off toggle.
+
+    Schema: ``schema/v1/schema.json``, ``$defs/SessionConfigOption[type=boolean]`` (a branch of that union, flattened)
+    """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("type", "boolean"),)
 
@@ -2205,6 +2278,8 @@ class SessionConfigOptionOther:
     Not in the schema: acp-trio adds it so that a message from a newer peer is kept, never lost.
 
     Catch-all: any ``type`` this schema does not know; every other wire field is kept in ``extra_fields`` and re-encoded verbatim.
+
+    Schema: ``schema/v1/schema.json``, ``$defs/SessionConfigOption[synthesised other]`` (a branch of that union, flattened)
     """
 
     __acp_catchall__: ClassVar[str] = "type"
@@ -2291,7 +2366,10 @@ class SessionConfigOptionOther:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class UserMessageChunkSessionUpdate:
-    """A chunk of the user's message being streamed."""
+    """A chunk of the user's message being streamed.
+
+    Schema: ``schema/v1/schema.json``, ``$defs/SessionUpdate[sessionUpdate=user_message_chunk]`` (a branch of that union, flattened)
+    """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("sessionUpdate", "user_message_chunk"),)
 
@@ -2361,7 +2439,10 @@ class UserMessageChunkSessionUpdate:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class AgentMessageChunkSessionUpdate:
-    """A chunk of the agent's response being streamed."""
+    """A chunk of the agent's response being streamed.
+
+    Schema: ``schema/v1/schema.json``, ``$defs/SessionUpdate[sessionUpdate=agent_message_chunk]`` (a branch of that union, flattened)
+    """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("sessionUpdate", "agent_message_chunk"),)
 
@@ -2431,7 +2512,10 @@ class AgentMessageChunkSessionUpdate:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class AgentThoughtChunkSessionUpdate:
-    """A chunk of the agent's internal reasoning being streamed."""
+    """A chunk of the agent's internal reasoning being streamed.
+
+    Schema: ``schema/v1/schema.json``, ``$defs/SessionUpdate[sessionUpdate=agent_thought_chunk]`` (a branch of that union, flattened)
+    """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("sessionUpdate", "agent_thought_chunk"),)
 
@@ -2501,7 +2585,10 @@ class AgentThoughtChunkSessionUpdate:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class ToolCallSessionUpdate:
-    """Notification that a new tool call has been initiated."""
+    """Notification that a new tool call has been initiated.
+
+    Schema: ``schema/v1/schema.json``, ``$defs/SessionUpdate[sessionUpdate=tool_call]`` (a branch of that union, flattened)
+    """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("sessionUpdate", "tool_call"),)
 
@@ -2629,7 +2716,10 @@ class ToolCallSessionUpdate:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class ToolCallUpdateSessionUpdate:
-    """Update on the status or results of a tool call."""
+    """Update on the status or results of a tool call.
+
+    Schema: ``schema/v1/schema.json``, ``$defs/SessionUpdate[sessionUpdate=tool_call_update]`` (a branch of that union, flattened)
+    """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("sessionUpdate", "tool_call_update"),)
 
@@ -2759,6 +2849,8 @@ class ToolCallUpdateSessionUpdate:
 class PlanSessionUpdate:
     """The agent's execution plan for complex tasks.
     See protocol docs: [Agent Plan](https://agentclientprotocol.com/protocol/v1/agent-plan)
+
+    Schema: ``schema/v1/schema.json``, ``$defs/SessionUpdate[sessionUpdate=plan]`` (a branch of that union, flattened)
     """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("sessionUpdate", "plan"),)
@@ -2817,7 +2909,10 @@ class PlanSessionUpdate:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class AvailableCommandsUpdateSessionUpdate:
-    """Available commands are ready or have changed"""
+    """Available commands are ready or have changed
+
+    Schema: ``schema/v1/schema.json``, ``$defs/SessionUpdate[sessionUpdate=available_commands_update]`` (a branch of that union, flattened)
+    """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("sessionUpdate", "available_commands_update"),)
 
@@ -2879,6 +2974,8 @@ class CurrentModeUpdateSessionUpdate:
     """The current mode of the session has changed
 
     See protocol docs: [Session Modes](https://agentclientprotocol.com/protocol/v1/session-modes)
+
+    Schema: ``schema/v1/schema.json``, ``$defs/SessionUpdate[sessionUpdate=current_mode_update]`` (a branch of that union, flattened)
     """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("sessionUpdate", "current_mode_update"),)
@@ -2936,7 +3033,10 @@ class CurrentModeUpdateSessionUpdate:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class ConfigOptionUpdateSessionUpdate:
-    """Session configuration options have been updated."""
+    """Session configuration options have been updated.
+
+    Schema: ``schema/v1/schema.json``, ``$defs/SessionUpdate[sessionUpdate=config_option_update]`` (a branch of that union, flattened)
+    """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("sessionUpdate", "config_option_update"),)
 
@@ -2995,7 +3095,10 @@ class ConfigOptionUpdateSessionUpdate:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class SessionInfoUpdateSessionUpdate:
-    """Session metadata has been updated (title, timestamps, custom metadata)"""
+    """Session metadata has been updated (title, timestamps, custom metadata)
+
+    Schema: ``schema/v1/schema.json``, ``$defs/SessionUpdate[sessionUpdate=session_info_update]`` (a branch of that union, flattened)
+    """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("sessionUpdate", "session_info_update"),)
 
@@ -3062,7 +3165,10 @@ class SessionInfoUpdateSessionUpdate:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class UsageUpdateSessionUpdate:
-    """Context window and cost update for the session."""
+    """Context window and cost update for the session.
+
+    Schema: ``schema/v1/schema.json``, ``$defs/SessionUpdate[sessionUpdate=usage_update]`` (a branch of that union, flattened)
+    """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("sessionUpdate", "usage_update"),)
 
@@ -3137,6 +3243,8 @@ class NoticeSessionUpdate:
 
     Agents MUST only send this update when the Client advertised
     the `session.notices` Client capability.
+
+    Schema: ``schema/v1/schema.json``, ``$defs/SessionUpdate[sessionUpdate=notice]`` (a branch of that union, flattened)
     """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("sessionUpdate", "notice"),)
@@ -3214,6 +3322,8 @@ class CompactionUpdateSessionUpdate:
 
     Agents MUST only send this update when the Client advertised
     the `session.compaction` Client capability.
+
+    Schema: ``schema/v1/schema.json``, ``$defs/SessionUpdate[sessionUpdate=compaction_update]`` (a branch of that union, flattened)
     """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("sessionUpdate", "compaction_update"),)
@@ -3297,6 +3407,8 @@ class CompactionSummaryChunkSessionUpdate:
 
     Agents MUST only send this update when the Client advertised
     the `session.compaction` Client capability.
+
+    Schema: ``schema/v1/schema.json``, ``$defs/SessionUpdate[sessionUpdate=compaction_summary_chunk]`` (a branch of that union, flattened)
     """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("sessionUpdate", "compaction_summary_chunk"),)
@@ -3363,6 +3475,8 @@ class SessionUpdateOther:
     Not in the schema: acp-trio adds it so that a message from a newer peer is kept, never lost.
 
     Catch-all: any ``sessionUpdate`` this schema does not know; every other wire field is kept in ``extra_fields`` and re-encoded verbatim.
+
+    Schema: ``schema/v1/schema.json``, ``$defs/SessionUpdate[synthesised other]`` (a branch of that union, flattened)
     """
 
     __acp_catchall__: ClassVar[str] = "sessionUpdate"
@@ -3391,7 +3505,10 @@ class SessionUpdateOther:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class UnstructuredCommandInput:
-    """All text that was typed after the command name is provided as input."""
+    """All text that was typed after the command name is provided as input.
+
+    Schema: ``schema/v1/schema.json``, ``$defs/UnstructuredCommandInput``
+    """
 
     hint: str = attrs.field(metadata=f("hint"))
     """A hint to display when the input hasn't been provided yet
@@ -3434,6 +3551,8 @@ class HttpMcpServer:
     """HTTP transport configuration
 
     Only available when the Agent capabilities indicate `mcp_capabilities.http` is `true`.
+
+    Schema: ``schema/v1/schema.json``, ``$defs/McpServer[type=http]`` (a branch of that union, flattened)
     """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("type", "http"),)
@@ -3508,6 +3627,8 @@ class SseMcpServer:
     """SSE transport configuration
 
     Only available when the Agent capabilities indicate `mcp_capabilities.sse` is `true`.
+
+    Schema: ``schema/v1/schema.json``, ``$defs/McpServer[type=sse]`` (a branch of that union, flattened)
     """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("type", "sse"),)
@@ -3579,7 +3700,10 @@ class SseMcpServer:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class McpServerStdio:
-    """Stdio transport configuration for MCP."""
+    """Stdio transport configuration for MCP.
+
+    Schema: ``schema/v1/schema.json``, ``$defs/McpServerStdio``
+    """
 
     name: str = attrs.field(metadata=f("name"))
     """Human-readable name identifying this MCP server.
@@ -3656,6 +3780,8 @@ class McpServerOther:
     Not in the schema: acp-trio adds it so that a message from a newer peer is kept, never lost.
 
     Catch-all: any ``type`` this schema does not know; every other wire field is kept in ``extra_fields`` and re-encoded verbatim.
+
+    Schema: ``schema/v1/schema.json``, ``$defs/McpServer[synthesised other]`` (a branch of that union, flattened)
     """
 
     __acp_catchall__: ClassVar[str] = "type"
@@ -3684,7 +3810,10 @@ class McpServerOther:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class BooleanSetSessionConfigOptionRequest:
-    """A boolean value (`type: "boolean"`)."""
+    """A boolean value (`type: "boolean"`).
+
+    Schema: ``schema/v1/schema.json``, ``$defs/SetSessionConfigOptionRequest[type=boolean]`` (a branch of that union, flattened)
+    """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("type", "boolean"),)
 
@@ -3760,6 +3889,8 @@ class ValueIdSetSessionConfigOptionRequest:
     This is the default when `type` is absent on the wire. Unknown `type`
     values with string payloads also gracefully deserialize into this
     variant.
+
+    Schema: ``schema/v1/schema.json``, ``$defs/SetSessionConfigOptionRequest[value_id]`` (a branch of that union, flattened)
     """
 
     session_id: SessionId = attrs.field(metadata=f("sessionId"))
@@ -3829,6 +3960,8 @@ class SetSessionConfigOptionRequestOther:
     Not in the schema: acp-trio adds it so that a message from a newer peer is kept, never lost.
 
     Catch-all: any ``type`` this schema does not know; every other wire field is kept in ``extra_fields`` and re-encoded verbatim.
+
+    Schema: ``schema/v1/schema.json``, ``$defs/SetSessionConfigOptionRequest[synthesised other]`` (a branch of that union, flattened)
     """
 
     __acp_catchall__: ClassVar[str] = "type"
@@ -3902,6 +4035,8 @@ class CancelledRequestPermissionOutcome:
     requests with this `cancelled` outcome.
 
     See protocol docs: [Cancellation](https://agentclientprotocol.com/protocol/v1/prompt-turn#cancellation)
+
+    Schema: ``schema/v1/schema.json``, ``$defs/RequestPermissionOutcome[outcome=cancelled]`` (a branch of that union, flattened)
     """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("outcome", "cancelled"),)
@@ -3929,7 +4064,10 @@ class CancelledRequestPermissionOutcome:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class SelectedRequestPermissionOutcome:
-    """The user selected one of the provided options."""
+    """The user selected one of the provided options.
+
+    Schema: ``schema/v1/schema.json``, ``$defs/RequestPermissionOutcome[outcome=selected]`` (a branch of that union, flattened)
+    """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("outcome", "selected"),)
 
@@ -3989,6 +4127,8 @@ class RequestPermissionOutcomeOther:
     Not in the schema: acp-trio adds it so that a message from a newer peer is kept, never lost.
 
     Catch-all: any ``outcome`` this schema does not know; every other wire field is kept in ``extra_fields`` and re-encoded verbatim.
+
+    Schema: ``schema/v1/schema.json``, ``$defs/RequestPermissionOutcome[synthesised other]`` (a branch of that union, flattened)
     """
 
     __acp_catchall__: ClassVar[str] = "outcome"
@@ -4017,7 +4157,10 @@ class RequestPermissionOutcomeOther:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class AcceptCreateElicitationResponse:
-    """The user accepted and provided content."""
+    """The user accepted and provided content.
+
+    Schema: ``schema/v1/schema.json``, ``$defs/CreateElicitationResponse[action=accept]`` (a branch of that union, flattened)
+    """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("action", "accept"),)
 
@@ -4076,7 +4219,10 @@ class AcceptCreateElicitationResponse:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class DeclineCreateElicitationResponse:
-    """The user declined the elicitation."""
+    """The user declined the elicitation.
+
+    Schema: ``schema/v1/schema.json``, ``$defs/CreateElicitationResponse[action=decline]`` (a branch of that union, flattened)
+    """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("action", "decline"),)
 
@@ -4121,7 +4267,10 @@ class DeclineCreateElicitationResponse:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class CancelCreateElicitationResponse:
-    """The elicitation was cancelled."""
+    """The elicitation was cancelled.
+
+    Schema: ``schema/v1/schema.json``, ``$defs/CreateElicitationResponse[action=cancel]`` (a branch of that union, flattened)
+    """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("action", "cancel"),)
 
@@ -4177,6 +4326,8 @@ class CreateElicitationResponseOther:
     responses. They MUST NOT treat it as a known elicitation action.
 
     Catch-all: any ``action`` this schema does not know; every other wire field is kept in ``extra_fields`` and re-encoded verbatim.
+
+    Schema: ``schema/v1/schema.json``, ``$defs/CreateElicitationResponse[other]`` (a branch of that union, flattened)
     """
 
     __acp_catchall__: ClassVar[str] = "action"
@@ -4232,6 +4383,8 @@ class WriteTextFileRequest:
     """Request to write content to a text file.
 
     Only available if the client supports the `fs.writeTextFile` capability.
+
+    Schema: ``schema/v1/schema.json``, ``$defs/WriteTextFileRequest``
     """
 
     session_id: SessionId = attrs.field(metadata=f("sessionId"))
@@ -4299,6 +4452,8 @@ class ReadTextFileRequest:
     """Request to read content from a text file.
 
     Only available if the client supports the `fs.readTextFile` capability.
+
+    Schema: ``schema/v1/schema.json``, ``$defs/ReadTextFileRequest``
     """
 
     session_id: SessionId = attrs.field(metadata=f("sessionId"))
@@ -4376,6 +4531,8 @@ class RequestPermissionRequest:
     Sent when the agent needs authorization before performing a sensitive operation.
 
     See protocol docs: [Requesting Permission](https://agentclientprotocol.com/protocol/v1/tool-calls#requesting-permission)
+
+    Schema: ``schema/v1/schema.json``, ``$defs/RequestPermissionRequest``
     """
 
     session_id: SessionId = attrs.field(metadata=f("sessionId"))
@@ -4446,6 +4603,8 @@ class ToolCallUpdate:
     the tool call ID are optional - only changed fields need to be included.
 
     See protocol docs: [Updating](https://agentclientprotocol.com/protocol/v1/tool-calls#updating)
+
+    Schema: ``schema/v1/schema.json``, ``$defs/ToolCallUpdate``
     """
 
     tool_call_id: ToolCallId = attrs.field(metadata=f("toolCallId"))
@@ -4567,7 +4726,10 @@ class ToolCallUpdate:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class Annotations:
-    """Optional annotations for the client. The client can use annotations to inform how objects are used or displayed"""
+    """Optional annotations for the client. The client can use annotations to inform how objects are used or displayed
+
+    Schema: ``schema/v1/schema.json``, ``$defs/Annotations``
+    """
 
     audience: list[Role] | UnsetType | None = attrs.field(
         default=UNSET, metadata=f("audience", nullable=True, on_error=True, skip_invalid=True)
@@ -4637,7 +4799,10 @@ class Annotations:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class TextContent:
-    """Text provided to or from an LLM."""
+    """Text provided to or from an LLM.
+
+    Schema: ``schema/v1/schema.json``, ``$defs/TextContent``
+    """
 
     annotations: Annotations | UnsetType | None = attrs.field(
         default=UNSET, metadata=f("annotations", nullable=True, on_error=True)
@@ -4695,7 +4860,10 @@ class TextContent:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class ImageContent:
-    """An image provided to or from an LLM."""
+    """An image provided to or from an LLM.
+
+    Schema: ``schema/v1/schema.json``, ``$defs/ImageContent``
+    """
 
     annotations: Annotations | UnsetType | None = attrs.field(
         default=UNSET, metadata=f("annotations", nullable=True, on_error=True)
@@ -4769,7 +4937,10 @@ class ImageContent:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class AudioContent:
-    """Audio provided to or from an LLM."""
+    """Audio provided to or from an LLM.
+
+    Schema: ``schema/v1/schema.json``, ``$defs/AudioContent``
+    """
 
     annotations: Annotations | UnsetType | None = attrs.field(
         default=UNSET, metadata=f("annotations", nullable=True, on_error=True)
@@ -4835,7 +5006,10 @@ class AudioContent:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class ResourceLink:
-    """A resource that the server is capable of reading, included in a prompt or tool call result."""
+    """A resource that the server is capable of reading, included in a prompt or tool call result.
+
+    Schema: ``schema/v1/schema.json``, ``$defs/ResourceLink``
+    """
 
     annotations: Annotations | UnsetType | None = attrs.field(
         default=UNSET, metadata=f("annotations", nullable=True, on_error=True)
@@ -4935,7 +5109,10 @@ class ResourceLink:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class EmbeddedResource:
-    """The contents of a resource, embedded into a prompt or tool call result."""
+    """The contents of a resource, embedded into a prompt or tool call result.
+
+    Schema: ``schema/v1/schema.json``, ``$defs/EmbeddedResource``
+    """
 
     annotations: Annotations | UnsetType | None = attrs.field(
         default=UNSET, metadata=f("annotations", nullable=True, on_error=True)
@@ -4993,7 +5170,10 @@ class EmbeddedResource:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class Content:
-    """Standard content block (text, images, resources)."""
+    """Standard content block (text, images, resources).
+
+    Schema: ``schema/v1/schema.json``, ``$defs/Content``
+    """
 
     content: ContentBlock = attrs.field(metadata=f("content"))
     """The actual content block.
@@ -5042,6 +5222,8 @@ class Diff:
     Shows changes to files in a format suitable for display in the client UI.
 
     See protocol docs: [Content](https://agentclientprotocol.com/protocol/v1/tool-calls#content)
+
+    Schema: ``schema/v1/schema.json``, ``$defs/Diff``
     """
 
     path: str = attrs.field(metadata=f("path"))
@@ -5111,6 +5293,8 @@ class Terminal:
     The terminal must be added before calling `terminal/release`.
 
     See protocol docs: [Terminal](https://agentclientprotocol.com/protocol/v1/terminals)
+
+    Schema: ``schema/v1/schema.json``, ``$defs/Terminal``
     """
 
     terminal_id: TerminalId = attrs.field(metadata=f("terminalId"))
@@ -5161,6 +5345,8 @@ class ToolCallLocation:
     which files the agent is working with in real-time.
 
     See protocol docs: [Following the Agent](https://agentclientprotocol.com/protocol/v1/tool-calls#following-the-agent)
+
+    Schema: ``schema/v1/schema.json``, ``$defs/ToolCallLocation``
     """
 
     path: str = attrs.field(metadata=f("path"))
@@ -5214,7 +5400,10 @@ class ToolCallLocation:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class PermissionOption:
-    """An option presented to the user when requesting permission."""
+    """An option presented to the user when requesting permission.
+
+    Schema: ``schema/v1/schema.json``, ``$defs/PermissionOption``
+    """
 
     option_id: PermissionOptionId = attrs.field(metadata=f("optionId"))
     """Unique identifier for this permission option.
@@ -5278,7 +5467,10 @@ class PermissionOption:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class CreateTerminalRequest:
-    """Request to create a new terminal and execute a command."""
+    """Request to create a new terminal and execute a command.
+
+    Schema: ``schema/v1/schema.json``, ``$defs/CreateTerminalRequest``
+    """
 
     session_id: SessionId = attrs.field(metadata=f("sessionId"))
     """The session ID for this request.
@@ -5373,7 +5565,10 @@ class CreateTerminalRequest:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class EnvVariable:
-    """An environment variable to set when launching an MCP server."""
+    """An environment variable to set when launching an MCP server.
+
+    Schema: ``schema/v1/schema.json``, ``$defs/EnvVariable``
+    """
 
     name: str = attrs.field(metadata=f("name"))
     """The name of the environment variable.
@@ -5429,7 +5624,10 @@ class EnvVariable:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class TerminalOutputRequest:
-    """Request to get the current output and status of a terminal."""
+    """Request to get the current output and status of a terminal.
+
+    Schema: ``schema/v1/schema.json``, ``$defs/TerminalOutputRequest``
+    """
 
     session_id: SessionId = attrs.field(metadata=f("sessionId"))
     """The session ID for this request.
@@ -5485,7 +5683,10 @@ class TerminalOutputRequest:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class ReleaseTerminalRequest:
-    """Request to release a terminal and free its resources."""
+    """Request to release a terminal and free its resources.
+
+    Schema: ``schema/v1/schema.json``, ``$defs/ReleaseTerminalRequest``
+    """
 
     session_id: SessionId = attrs.field(metadata=f("sessionId"))
     """The session ID for this request.
@@ -5541,7 +5742,10 @@ class ReleaseTerminalRequest:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class WaitForTerminalExitRequest:
-    """Request to wait for a terminal command to exit."""
+    """Request to wait for a terminal command to exit.
+
+    Schema: ``schema/v1/schema.json``, ``$defs/WaitForTerminalExitRequest``
+    """
 
     session_id: SessionId = attrs.field(metadata=f("sessionId"))
     """The session ID for this request.
@@ -5597,7 +5801,10 @@ class WaitForTerminalExitRequest:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class KillTerminalRequest:
-    """Request to kill a terminal without releasing it."""
+    """Request to kill a terminal without releasing it.
+
+    Schema: ``schema/v1/schema.json``, ``$defs/KillTerminalRequest``
+    """
 
     session_id: SessionId = attrs.field(metadata=f("sessionId"))
     """The session ID for this request.
@@ -5658,6 +5865,8 @@ class ElicitationSessionScope:
     When `toolCallId` is set, the elicitation is tied to a specific tool call.
     This is useful when an agent receives an elicitation from an MCP server
     during a tool call and needs to redirect it to the user.
+
+    Schema: ``schema/v1/schema.json``, ``$defs/ElicitationSessionScope``
     """
 
     session_id: SessionId = attrs.field(metadata=f("sessionId"))
@@ -5707,6 +5916,8 @@ class ElicitationSessionScope:
 class ElicitationRequestScope:
     """Request-scoped elicitation, tied to a specific JSON-RPC request outside of a session
     (e.g., during auth/configuration phases before any session is started).
+
+    Schema: ``schema/v1/schema.json``, ``$defs/ElicitationRequestScope``
     """
 
     request_id: RequestId = attrs.field(metadata=f("requestId"))
@@ -5737,6 +5948,8 @@ class ElicitationSchema:
 
     This represents a JSON Schema object with primitive-typed properties,
     as required by the elicitation specification.
+
+    Schema: ``schema/v1/schema.json``, ``$defs/ElicitationSchema``
     """
 
     type: ElicitationSchemaType | UnsetType = attrs.field(
@@ -5831,7 +6044,10 @@ class ElicitationSchema:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class EnumOption:
-    """A titled enum option with a const value, human-readable title, and optional description."""
+    """A titled enum option with a const value, human-readable title, and optional description.
+
+    Schema: ``schema/v1/schema.json``, ``$defs/EnumOption``
+    """
 
     const: str = attrs.field(metadata=f("const"))
     """The constant value for this option.
@@ -5905,6 +6121,8 @@ class StringPropertySchema:
 
     When `enum` or `oneOf` is set, this represents a single-select enum
     with `"type": "string"`.
+
+    Schema: ``schema/v1/schema.json``, ``$defs/StringPropertySchema``
     """
 
     title: str | UnsetType | None = attrs.field(default=UNSET, metadata=f("title", nullable=True, on_error=True))
@@ -6039,7 +6257,10 @@ class StringPropertySchema:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class NumberPropertySchema:
-    """Schema for number (floating-point) properties in an elicitation form."""
+    """Schema for number (floating-point) properties in an elicitation form.
+
+    Schema: ``schema/v1/schema.json``, ``$defs/NumberPropertySchema``
+    """
 
     title: str | UnsetType | None = attrs.field(default=UNSET, metadata=f("title", nullable=True, on_error=True))
     """Optional title for the property.
@@ -6133,7 +6354,10 @@ class NumberPropertySchema:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class IntegerPropertySchema:
-    """Schema for integer properties in an elicitation form."""
+    """Schema for integer properties in an elicitation form.
+
+    Schema: ``schema/v1/schema.json``, ``$defs/IntegerPropertySchema``
+    """
 
     title: str | UnsetType | None = attrs.field(default=UNSET, metadata=f("title", nullable=True, on_error=True))
     """Optional title for the property.
@@ -6227,7 +6451,10 @@ class IntegerPropertySchema:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class BooleanPropertySchema:
-    """Schema for boolean properties in an elicitation form."""
+    """Schema for boolean properties in an elicitation form.
+
+    Schema: ``schema/v1/schema.json``, ``$defs/BooleanPropertySchema``
+    """
 
     title: str | UnsetType | None = attrs.field(default=UNSET, metadata=f("title", nullable=True, on_error=True))
     """Optional title for the property.
@@ -6301,7 +6528,10 @@ class BooleanPropertySchema:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class MultiSelectPropertySchema:
-    """Schema for multi-select (array) properties in an elicitation form."""
+    """Schema for multi-select (array) properties in an elicitation form.
+
+    Schema: ``schema/v1/schema.json``, ``$defs/MultiSelectPropertySchema``
+    """
 
     title: str | UnsetType | None = attrs.field(default=UNSET, metadata=f("title", nullable=True, on_error=True))
     """Optional title for the property.
@@ -6405,7 +6635,10 @@ class MultiSelectPropertySchema:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class ElicitationFormMode:
-    """Form-based elicitation mode where the client renders a form from the provided schema."""
+    """Form-based elicitation mode where the client renders a form from the provided schema.
+
+    Schema: ``schema/v1/schema.json``, ``$defs/ElicitationFormMode``
+    """
 
     requested_schema: ElicitationSchema = attrs.field(metadata=f("requestedSchema"))
     """A JSON Schema describing the form fields to present to the user.
@@ -6468,7 +6701,10 @@ class ElicitationFormMode:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class ElicitationUrlMode:
-    """URL-based elicitation mode where the client directs the user to a URL."""
+    """URL-based elicitation mode where the client directs the user to a URL.
+
+    Schema: ``schema/v1/schema.json``, ``$defs/ElicitationUrlMode``
+    """
 
     elicitation_id: ElicitationId = attrs.field(metadata=f("elicitationId"))
     """The unique identifier for this elicitation.
@@ -6544,6 +6780,8 @@ class InitializeResponse:
     Contains the negotiated protocol version and agent capabilities.
 
     See protocol docs: [Initialization](https://agentclientprotocol.com/protocol/v1/initialization)
+
+    Schema: ``schema/v1/schema.json``, ``$defs/InitializeResponse``
     """
 
     protocol_version: ProtocolVersion = attrs.field(metadata=f("protocolVersion"))
@@ -6644,6 +6882,8 @@ class AgentCapabilities:
     available features and content types.
 
     See protocol docs: [Agent Capabilities](https://agentclientprotocol.com/protocol/v1/initialization#agent-capabilities)
+
+    Schema: ``schema/v1/schema.json``, ``$defs/AgentCapabilities``
     """
 
     load_session: bool | UnsetType = attrs.field(default=UNSET, metadata=f("loadSession", on_error=True, default=False))
@@ -6745,6 +6985,8 @@ class PromptCapabilities:
     the agent can process.
 
     See protocol docs: [Prompt Capabilities](https://agentclientprotocol.com/protocol/v1/initialization#prompt-capabilities)
+
+    Schema: ``schema/v1/schema.json``, ``$defs/PromptCapabilities``
     """
 
     image: bool | UnsetType = attrs.field(default=UNSET, metadata=f("image", on_error=True, default=False))
@@ -6814,7 +7056,10 @@ class PromptCapabilities:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class McpCapabilities:
-    """MCP capabilities supported by the agent"""
+    """MCP capabilities supported by the agent
+
+    Schema: ``schema/v1/schema.json``, ``$defs/McpCapabilities``
+    """
 
     http: bool | UnsetType = attrs.field(default=UNSET, metadata=f("http", on_error=True, default=False))
     """Agent supports `http` MCP servers.
@@ -6874,6 +7119,8 @@ class SessionCapabilities:
     Note: `session/load` is still handled by the top-level `loadSession` capability. This will be unified in future versions of the protocol.
 
     See protocol docs: [Session Capabilities](https://agentclientprotocol.com/protocol/v1/initialization#session-capabilities)
+
+    Schema: ``schema/v1/schema.json``, ``$defs/SessionCapabilities``
     """
 
     list: SessionListCapabilities | UnsetType | None = attrs.field(
@@ -6987,6 +7234,8 @@ class SessionListCapabilities:
     """Capabilities for the `session/list` method.
 
     Supplying `{}` means the agent supports listing sessions.
+
+    Schema: ``schema/v1/schema.json``, ``$defs/SessionListCapabilities``
     """
 
     meta: dict[str, Any] | UnsetType | None = attrs.field(
@@ -7024,6 +7273,8 @@ class SessionDeleteCapabilities:
     """Capabilities for the `session/delete` method.
 
     Supplying `{}` means the agent supports deleting sessions from `session/list`.
+
+    Schema: ``schema/v1/schema.json``, ``$defs/SessionDeleteCapabilities``
     """
 
     meta: dict[str, Any] | UnsetType | None = attrs.field(
@@ -7064,6 +7315,8 @@ class SessionAdditionalDirectoriesCapabilities:
     supported session lifecycle requests. Agents that also support
     `session/list` may return `SessionInfo.additionalDirectories` to report the
     complete ordered additional-root list associated with a listed session.
+
+    Schema: ``schema/v1/schema.json``, ``$defs/SessionAdditionalDirectoriesCapabilities``
     """
 
     meta: dict[str, Any] | UnsetType | None = attrs.field(
@@ -7101,6 +7354,8 @@ class SessionResumeCapabilities:
     """Capabilities for the `session/resume` method.
 
     Supplying `{}` means the agent supports resuming sessions.
+
+    Schema: ``schema/v1/schema.json``, ``$defs/SessionResumeCapabilities``
     """
 
     meta: dict[str, Any] | UnsetType | None = attrs.field(
@@ -7138,6 +7393,8 @@ class SessionCloseCapabilities:
     """Capabilities for the `session/close` method.
 
     Supplying `{}` means the agent supports closing sessions.
+
+    Schema: ``schema/v1/schema.json``, ``$defs/SessionCloseCapabilities``
     """
 
     meta: dict[str, Any] | UnsetType | None = attrs.field(
@@ -7172,7 +7429,10 @@ class SessionCloseCapabilities:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class AgentAuthCapabilities:
-    """Authentication-related capabilities supported by the agent."""
+    """Authentication-related capabilities supported by the agent.
+
+    Schema: ``schema/v1/schema.json``, ``$defs/AgentAuthCapabilities``
+    """
 
     logout: LogoutCapabilities | UnsetType | None = attrs.field(
         default=UNSET, metadata=f("logout", nullable=True, on_error=True)
@@ -7224,6 +7484,8 @@ class LogoutCapabilities:
     """Logout capabilities supported by the agent.
 
     Supplying `{}` means the agent supports the logout method.
+
+    Schema: ``schema/v1/schema.json``, ``$defs/LogoutCapabilities``
     """
 
     meta: dict[str, Any] | UnsetType | None = attrs.field(
@@ -7265,6 +7527,8 @@ class AuthMethodTerminal:
     method only when the client enabled its terminal authentication capability.
     A zero exit status signals success. Any other termination signals failure.
     The client MUST NOT pass this method to `authenticate`.
+
+    Schema: ``schema/v1/schema.json``, ``$defs/AuthMethodTerminal``
     """
 
     id: AuthMethodId = attrs.field(metadata=f("id"))
@@ -7351,6 +7615,8 @@ class Implementation:
     """Metadata about the implementation of the client or agent.
     Describes the name and version of an ACP implementation, with an optional
     title for UI representation.
+
+    Schema: ``schema/v1/schema.json``, ``$defs/Implementation``
     """
 
     name: str = attrs.field(metadata=f("name"))
@@ -7420,7 +7686,10 @@ class Implementation:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class AuthenticateResponse:
-    """Response to the `authenticate` method."""
+    """Response to the `authenticate` method.
+
+    Schema: ``schema/v1/schema.json``, ``$defs/AuthenticateResponse``
+    """
 
     meta: dict[str, Any] | UnsetType | None = attrs.field(
         default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
@@ -7454,7 +7723,10 @@ class AuthenticateResponse:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class LogoutResponse:
-    """Response to the `logout` method."""
+    """Response to the `logout` method.
+
+    Schema: ``schema/v1/schema.json``, ``$defs/LogoutResponse``
+    """
 
     meta: dict[str, Any] | UnsetType | None = attrs.field(
         default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
@@ -7491,6 +7763,8 @@ class NewSessionResponse:
     """Response from creating a new session.
 
     See protocol docs: [Creating a Session](https://agentclientprotocol.com/protocol/v1/session-setup#creating-a-session)
+
+    Schema: ``schema/v1/schema.json``, ``$defs/NewSessionResponse``
     """
 
     session_id: SessionId = attrs.field(metadata=f("sessionId"))
@@ -7563,7 +7837,10 @@ class NewSessionResponse:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class SessionModeState:
-    """The set of modes and the one currently active."""
+    """The set of modes and the one currently active.
+
+    Schema: ``schema/v1/schema.json``, ``$defs/SessionModeState``
+    """
 
     current_mode_id: SessionModeId = attrs.field(metadata=f("currentModeId"))
     """The current mode the Agent is in.
@@ -7622,6 +7899,8 @@ class SessionMode:
     """A mode the agent can operate in.
 
     See protocol docs: [Session Modes](https://agentclientprotocol.com/protocol/v1/session-modes)
+
+    Schema: ``schema/v1/schema.json``, ``$defs/SessionMode``
     """
 
     id: SessionModeId = attrs.field(metadata=f("id"))
@@ -7688,7 +7967,10 @@ class SessionMode:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class SessionConfigSelectOption:
-    """A possible value for a session configuration option."""
+    """A possible value for a session configuration option.
+
+    Schema: ``schema/v1/schema.json``, ``$defs/SessionConfigSelectOption``
+    """
 
     value: SessionConfigValueId = attrs.field(metadata=f("value"))
     """Unique identifier for this option value.
@@ -7754,7 +8036,10 @@ class SessionConfigSelectOption:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class SessionConfigSelectGroup:
-    """A group of possible values for a session configuration option."""
+    """A group of possible values for a session configuration option.
+
+    Schema: ``schema/v1/schema.json``, ``$defs/SessionConfigSelectGroup``
+    """
 
     group: SessionConfigGroupId = attrs.field(metadata=f("group"))
     """Unique identifier for this group.
@@ -7818,7 +8103,10 @@ class SessionConfigSelectGroup:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class SessionConfigSelect:
-    """A single-value selector (dropdown) session configuration option payload."""
+    """A single-value selector (dropdown) session configuration option payload.
+
+    Schema: ``schema/v1/schema.json``, ``$defs/SessionConfigSelect``
+    """
 
     current_value: SessionConfigValueId = attrs.field(metadata=f("currentValue"))
     """The currently selected value.
@@ -7858,7 +8146,10 @@ class SessionConfigSelect:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class SessionConfigBoolean:
-    """A boolean on/off toggle session configuration option payload."""
+    """A boolean on/off toggle session configuration option payload.
+
+    Schema: ``schema/v1/schema.json``, ``$defs/SessionConfigBoolean``
+    """
 
     current_value: bool = attrs.field(metadata=f("currentValue"))
     """The current value of the boolean option.
@@ -7884,7 +8175,10 @@ class SessionConfigBoolean:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class LoadSessionResponse:
-    """Response from loading an existing session."""
+    """Response from loading an existing session.
+
+    Schema: ``schema/v1/schema.json``, ``$defs/LoadSessionResponse``
+    """
 
     modes: SessionModeState | UnsetType | None = attrs.field(
         default=UNSET, metadata=f("modes", nullable=True, on_error=True)
@@ -7946,7 +8240,10 @@ class LoadSessionResponse:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class ListSessionsResponse:
-    """Response from listing sessions."""
+    """Response from listing sessions.
+
+    Schema: ``schema/v1/schema.json``, ``$defs/ListSessionsResponse``
+    """
 
     sessions: list[SessionInfo] = attrs.field(metadata=f("sessions", on_error=True, skip_invalid=True))
     """Array of session information objects
@@ -8005,7 +8302,10 @@ class ListSessionsResponse:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class SessionInfo:
-    """Information about a session returned by session/list"""
+    """Information about a session returned by session/list
+
+    Schema: ``schema/v1/schema.json``, ``$defs/SessionInfo``
+    """
 
     session_id: SessionId = attrs.field(metadata=f("sessionId"))
     """Unique identifier for the session
@@ -8093,7 +8393,10 @@ class SessionInfo:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class DeleteSessionResponse:
-    """Response from deleting a session."""
+    """Response from deleting a session.
+
+    Schema: ``schema/v1/schema.json``, ``$defs/DeleteSessionResponse``
+    """
 
     meta: dict[str, Any] | UnsetType | None = attrs.field(
         default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
@@ -8127,7 +8430,10 @@ class DeleteSessionResponse:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class ResumeSessionResponse:
-    """Response from resuming an existing session."""
+    """Response from resuming an existing session.
+
+    Schema: ``schema/v1/schema.json``, ``$defs/ResumeSessionResponse``
+    """
 
     modes: SessionModeState | UnsetType | None = attrs.field(
         default=UNSET, metadata=f("modes", nullable=True, on_error=True)
@@ -8189,7 +8495,10 @@ class ResumeSessionResponse:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class CloseSessionResponse:
-    """Response from closing a session."""
+    """Response from closing a session.
+
+    Schema: ``schema/v1/schema.json``, ``$defs/CloseSessionResponse``
+    """
 
     meta: dict[str, Any] | UnsetType | None = attrs.field(
         default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
@@ -8223,7 +8532,10 @@ class CloseSessionResponse:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class SetSessionModeResponse:
-    """Response to `session/set_mode` method."""
+    """Response to `session/set_mode` method.
+
+    Schema: ``schema/v1/schema.json``, ``$defs/SetSessionModeResponse``
+    """
 
     meta: dict[str, Any] | UnsetType | None = attrs.field(
         default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
@@ -8257,7 +8569,10 @@ class SetSessionModeResponse:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class SetSessionConfigOptionResponse:
-    """Response to `session/set_config_option` method."""
+    """Response to `session/set_config_option` method.
+
+    Schema: ``schema/v1/schema.json``, ``$defs/SetSessionConfigOptionResponse``
+    """
 
     config_options: list[SessionConfigOption] = attrs.field(
         metadata=f("configOptions", on_error=True, skip_invalid=True)
@@ -8306,6 +8621,8 @@ class PromptResponse:
     """Response from processing a user prompt.
 
     See protocol docs: [Check for Completion](https://agentclientprotocol.com/protocol/v1/prompt-turn#4-check-for-completion)
+
+    Schema: ``schema/v1/schema.json``, ``$defs/PromptResponse``
     """
 
     stop_reason: StopReason = attrs.field(metadata=f("stopReason"))
@@ -8358,6 +8675,8 @@ class Error:
     JSON-RPC 2.0 error object specification with optional additional data.
 
     See protocol docs: [JSON-RPC Error Object](https://www.jsonrpc.org/specification#error_object)
+
+    Schema: ``schema/v1/schema.json``, ``$defs/Error``
     """
 
     code: ErrorCode = attrs.field(metadata=f("code"))
@@ -8416,6 +8735,8 @@ class SessionNotification:
     Used to stream real-time progress and results during prompt processing.
 
     See protocol docs: [Agent Reports Output](https://agentclientprotocol.com/protocol/v1/prompt-turn#3-agent-reports-output)
+
+    Schema: ``schema/v1/schema.json``, ``$defs/SessionNotification``
     """
 
     session_id: SessionId = attrs.field(metadata=f("sessionId"))
@@ -8472,7 +8793,10 @@ class SessionNotification:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class ContentChunk:
-    """A streamed item of content"""
+    """A streamed item of content
+
+    Schema: ``schema/v1/schema.json``, ``$defs/ContentChunk``
+    """
 
     content: ContentBlock = attrs.field(metadata=f("content"))
     """A single item of content
@@ -8539,6 +8863,8 @@ class ToolCall:
     such as reading files, executing code, or fetching data from external sources.
 
     See protocol docs: [Tool Calls](https://agentclientprotocol.com/protocol/v1/tool-calls)
+
+    Schema: ``schema/v1/schema.json``, ``$defs/ToolCall``
     """
 
     tool_call_id: ToolCallId = attrs.field(metadata=f("toolCallId"))
@@ -8665,6 +8991,8 @@ class PlanEntry:
     Represents a task or goal that the assistant intends to accomplish
     as part of fulfilling the user's request.
     See protocol docs: [Plan Entries](https://agentclientprotocol.com/protocol/v1/agent-plan#plan-entries)
+
+    Schema: ``schema/v1/schema.json``, ``$defs/PlanEntry``
     """
 
     content: str = attrs.field(metadata=f("content"))
@@ -8737,6 +9065,8 @@ class Plan:
     Plans can evolve during execution as the agent discovers new requirements or completes tasks.
 
     See protocol docs: [Agent Plan](https://agentclientprotocol.com/protocol/v1/agent-plan)
+
+    Schema: ``schema/v1/schema.json``, ``$defs/Plan``
     """
 
     entries: list[PlanEntry] = attrs.field(metadata=f("entries", on_error=True, skip_invalid=True))
@@ -8784,7 +9114,10 @@ class Plan:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class AvailableCommand:
-    """Information about a command."""
+    """Information about a command.
+
+    Schema: ``schema/v1/schema.json``, ``$defs/AvailableCommand``
+    """
 
     name: str = attrs.field(metadata=f("name"))
     """Command name (e.g., `create_plan`, `research_codebase`).
@@ -8850,7 +9183,10 @@ class AvailableCommand:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class AvailableCommandsUpdate:
-    """Available commands are ready or have changed"""
+    """Available commands are ready or have changed
+
+    Schema: ``schema/v1/schema.json``, ``$defs/AvailableCommandsUpdate``
+    """
 
     available_commands: list[AvailableCommand] = attrs.field(
         metadata=f("availableCommands", on_error=True, skip_invalid=True)
@@ -8903,6 +9239,8 @@ class CurrentModeUpdate:
     """The current mode of the session has changed
 
     See protocol docs: [Session Modes](https://agentclientprotocol.com/protocol/v1/session-modes)
+
+    Schema: ``schema/v1/schema.json``, ``$defs/CurrentModeUpdate``
     """
 
     current_mode_id: SessionModeId = attrs.field(metadata=f("currentModeId"))
@@ -8947,7 +9285,10 @@ class CurrentModeUpdate:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class ConfigOptionUpdate:
-    """Session configuration options have been updated."""
+    """Session configuration options have been updated.
+
+    Schema: ``schema/v1/schema.json``, ``$defs/ConfigOptionUpdate``
+    """
 
     config_options: list[SessionConfigOption] = attrs.field(
         metadata=f("configOptions", on_error=True, skip_invalid=True)
@@ -8997,6 +9338,8 @@ class SessionInfoUpdate:
 
     Agents send this notification to update session information like title or custom metadata.
     Clients can use it to keep session titles and state current.
+
+    Schema: ``schema/v1/schema.json``, ``$defs/SessionInfoUpdate``
     """
 
     title: str | UnsetType | None = attrs.field(default=UNSET, metadata=f("title", nullable=True, on_error=True))
@@ -9055,7 +9398,10 @@ class SessionInfoUpdate:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class Cost:
-    """Cost information for a session."""
+    """Cost information for a session.
+
+    Schema: ``schema/v1/schema.json``, ``$defs/Cost``
+    """
 
     amount: float = attrs.field(metadata=f("amount"))
     """Total cumulative cost for session.
@@ -9112,7 +9458,10 @@ class Cost:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class UsageUpdate:
-    """Context window and cost update for a session."""
+    """Context window and cost update for a session.
+
+    Schema: ``schema/v1/schema.json``, ``$defs/UsageUpdate``
+    """
 
     used: int = attrs.field(metadata=f("used"))
     """Tokens currently in context.
@@ -9185,6 +9534,8 @@ class Notice:
     message when the information should still be surfaced to the user.
 
     See RFD: [Session Notices](https://agentclientprotocol.com/rfds/session-notices)
+
+    Schema: ``schema/v1/schema.json``, ``$defs/Notice``
     """
 
     severity: NoticeSeverity = attrs.field(metadata=f("severity"))
@@ -9259,6 +9610,8 @@ class CompactionUpdate:
     `summary`, `error`, and `_meta` have patch semantics: omission leaves the
     stored value unchanged, `null` clears it, and a concrete value replaces it.
     `summary: []` also clears the summary.
+
+    Schema: ``schema/v1/schema.json``, ``$defs/CompactionUpdate``
     """
 
     compaction_id: CompactionId = attrs.field(metadata=f("compactionId"))
@@ -9333,6 +9686,8 @@ class CompactionSummaryChunk:
     an in-progress compaction. Chunks append in receive order.
     Agents MUST only send this update when the Client advertised
     the `session.compaction` Client capability.
+
+    Schema: ``schema/v1/schema.json``, ``$defs/CompactionSummaryChunk``
     """
 
     compaction_id: CompactionId = attrs.field(metadata=f("compactionId"))
@@ -9385,7 +9740,10 @@ class CompactionSummaryChunk:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class CompleteElicitationNotification:
-    """Notification sent by the agent when a URL-based elicitation is complete."""
+    """Notification sent by the agent when a URL-based elicitation is complete.
+
+    Schema: ``schema/v1/schema.json``, ``$defs/CompleteElicitationNotification``
+    """
 
     elicitation_id: ElicitationId = attrs.field(metadata=f("elicitationId"))
     """The ID of the elicitation that completed.
@@ -9436,6 +9794,8 @@ class InitializeRequest:
     Sent by the client to establish connection and negotiate capabilities.
 
     See protocol docs: [Initialization](https://agentclientprotocol.com/protocol/v1/initialization)
+
+    Schema: ``schema/v1/schema.json``, ``$defs/InitializeRequest``
     """
 
     protocol_version: ProtocolVersion = attrs.field(metadata=f("protocolVersion"))
@@ -9521,6 +9881,8 @@ class ClientCapabilities:
     available features and methods.
 
     See protocol docs: [Client Capabilities](https://agentclientprotocol.com/protocol/v1/initialization#client-capabilities)
+
+    Schema: ``schema/v1/schema.json``, ``$defs/ClientCapabilities``
     """
 
     fs: FileSystemCapabilities | UnsetType = attrs.field(
@@ -9622,6 +9984,8 @@ class FileSystemCapabilities:
     """File system capabilities that a client may support.
 
     See protocol docs: [FileSystem](https://agentclientprotocol.com/protocol/v1/initialization#filesystem)
+
+    Schema: ``schema/v1/schema.json``, ``$defs/FileSystemCapabilities``
     """
 
     read_text_file: bool | UnsetType = attrs.field(
@@ -9682,7 +10046,10 @@ class FileSystemCapabilities:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class ClientSessionCapabilities:
-    """Session-related capabilities supported by the client."""
+    """Session-related capabilities supported by the client.
+
+    Schema: ``schema/v1/schema.json``, ``$defs/ClientSessionCapabilities``
+    """
 
     compaction: CompactionCapabilities | UnsetType | None = attrs.field(
         default=UNSET, metadata=f("compaction", nullable=True, on_error=True)
@@ -9759,7 +10126,10 @@ class ClientSessionCapabilities:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class CompactionCapabilities:
-    """Client support for ID-addressed context compaction updates."""
+    """Client support for ID-addressed context compaction updates.
+
+    Schema: ``schema/v1/schema.json``, ``$defs/CompactionCapabilities``
+    """
 
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
@@ -9779,7 +10149,10 @@ class CompactionCapabilities:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class SessionConfigOptionsCapabilities:
-    """Session configuration option capabilities supported by the client."""
+    """Session configuration option capabilities supported by the client.
+
+    Schema: ``schema/v1/schema.json``, ``$defs/SessionConfigOptionsCapabilities``
+    """
 
     boolean: BooleanConfigOptionCapabilities | UnsetType | None = attrs.field(
         default=UNSET, metadata=f("boolean", nullable=True, on_error=True)
@@ -9833,6 +10206,8 @@ class BooleanConfigOptionCapabilities:
     """Capabilities for boolean session configuration options.
 
     Supplying `{}` means the client supports boolean session configuration options.
+
+    Schema: ``schema/v1/schema.json``, ``$defs/BooleanConfigOptionCapabilities``
     """
 
     meta: dict[str, Any] | UnsetType | None = attrs.field(
@@ -9867,7 +10242,10 @@ class BooleanConfigOptionCapabilities:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class NoticeCapabilities:
-    """Client support for presenting live notices to the user."""
+    """Client support for presenting live notices to the user.
+
+    Schema: ``schema/v1/schema.json``, ``$defs/NoticeCapabilities``
+    """
 
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
@@ -9892,6 +10270,8 @@ class AuthCapabilities:
     Advertised during initialization to inform the agent which authentication
     method types the client can handle. This governs opt-in types that require
     additional client-side support.
+
+    Schema: ``schema/v1/schema.json``, ``$defs/AuthCapabilities``
     """
 
     terminal: bool | UnsetType = attrs.field(default=UNSET, metadata=f("terminal", on_error=True, default=False))
@@ -9940,7 +10320,10 @@ class AuthCapabilities:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class ElicitationCapabilities:
-    """Elicitation capabilities supported by the client."""
+    """Elicitation capabilities supported by the client.
+
+    Schema: ``schema/v1/schema.json``, ``$defs/ElicitationCapabilities``
+    """
 
     form: ElicitationFormCapabilities | UnsetType | None = attrs.field(
         default=UNSET, metadata=f("form", nullable=True, on_error=True)
@@ -10006,6 +10389,8 @@ class ElicitationFormCapabilities:
     """Form-based elicitation capabilities.
 
     Supplying `{}` means the client supports form-based elicitation.
+
+    Schema: ``schema/v1/schema.json``, ``$defs/ElicitationFormCapabilities``
     """
 
     meta: dict[str, Any] | UnsetType | None = attrs.field(
@@ -10045,6 +10430,8 @@ class ElicitationUrlCapabilities:
     """URL-based elicitation capabilities.
 
     Supplying `{}` means the client supports URL-based elicitation.
+
+    Schema: ``schema/v1/schema.json``, ``$defs/ElicitationUrlCapabilities``
     """
 
     meta: dict[str, Any] | UnsetType | None = attrs.field(
@@ -10084,6 +10471,8 @@ class AuthenticateRequest:
     """Request parameters for the authenticate method.
 
     Specifies which authentication method to use.
+
+    Schema: ``schema/v1/schema.json``, ``$defs/AuthenticateRequest``
     """
 
     method_id: AuthMethodId = attrs.field(metadata=f("methodId"))
@@ -10134,6 +10523,8 @@ class LogoutRequest:
     """Request parameters for the logout method.
 
     Terminates the current authenticated session.
+
+    Schema: ``schema/v1/schema.json``, ``$defs/LogoutRequest``
     """
 
     meta: dict[str, Any] | UnsetType | None = attrs.field(
@@ -10171,6 +10562,8 @@ class NewSessionRequest:
     """Request parameters for creating a new session.
 
     See protocol docs: [Creating a Session](https://agentclientprotocol.com/protocol/v1/session-setup#creating-a-session)
+
+    Schema: ``schema/v1/schema.json``, ``$defs/NewSessionRequest``
     """
 
     cwd: str = attrs.field(metadata=f("cwd"))
@@ -10241,7 +10634,10 @@ class NewSessionRequest:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class HttpHeader:
-    """An HTTP header to set when making requests to the MCP server."""
+    """An HTTP header to set when making requests to the MCP server.
+
+    Schema: ``schema/v1/schema.json``, ``$defs/HttpHeader``
+    """
 
     name: str = attrs.field(metadata=f("name"))
     """The name of the HTTP header.
@@ -10297,7 +10693,10 @@ class HttpHeader:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class McpServerHttp:
-    """HTTP transport configuration for MCP."""
+    """HTTP transport configuration for MCP.
+
+    Schema: ``schema/v1/schema.json``, ``$defs/McpServerHttp``
+    """
 
     name: str = attrs.field(metadata=f("name"))
     """Human-readable name identifying this MCP server.
@@ -10361,7 +10760,10 @@ class McpServerHttp:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class McpServerSse:
-    """SSE transport configuration for MCP."""
+    """SSE transport configuration for MCP.
+
+    Schema: ``schema/v1/schema.json``, ``$defs/McpServerSse``
+    """
 
     name: str = attrs.field(metadata=f("name"))
     """Human-readable name identifying this MCP server.
@@ -10430,6 +10832,8 @@ class LoadSessionRequest:
     Only available if the Agent supports the `loadSession` capability.
 
     See protocol docs: [Loading Sessions](https://agentclientprotocol.com/protocol/v1/session-setup#loading-sessions)
+
+    Schema: ``schema/v1/schema.json``, ``$defs/LoadSessionRequest``
     """
 
     mcp_servers: list[McpServer] = attrs.field(metadata=f("mcpServers", on_null=True))
@@ -10512,6 +10916,8 @@ class ListSessionsRequest:
     """Request parameters for listing existing sessions.
 
     Only available if the Agent supports the `sessionCapabilities.list` capability.
+
+    Schema: ``schema/v1/schema.json``, ``$defs/ListSessionsRequest``
     """
 
     cwd: str | UnsetType | None = attrs.field(default=UNSET, metadata=f("cwd", nullable=True))
@@ -10571,6 +10977,8 @@ class DeleteSessionRequest:
     """Request parameters for deleting an existing session from `session/list`.
 
     Only available if the Agent supports the `sessionCapabilities.delete` capability.
+
+    Schema: ``schema/v1/schema.json``, ``$defs/DeleteSessionRequest``
     """
 
     session_id: SessionId = attrs.field(metadata=f("sessionId"))
@@ -10621,6 +11029,8 @@ class ResumeSessionRequest:
     This is useful for agents that can resume sessions but don't implement full session loading.
 
     Only available if the Agent supports the `sessionCapabilities.resume` capability.
+
+    Schema: ``schema/v1/schema.json``, ``$defs/ResumeSessionRequest``
     """
 
     session_id: SessionId = attrs.field(metadata=f("sessionId"))
@@ -10707,6 +11117,8 @@ class CloseSessionRequest:
     associated with the session.
 
     Only available if the Agent supports the `sessionCapabilities.close` capability.
+
+    Schema: ``schema/v1/schema.json``, ``$defs/CloseSessionRequest``
     """
 
     session_id: SessionId = attrs.field(metadata=f("sessionId"))
@@ -10751,7 +11163,10 @@ class CloseSessionRequest:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class SetSessionModeRequest:
-    """Request parameters for setting a session mode."""
+    """Request parameters for setting a session mode.
+
+    Schema: ``schema/v1/schema.json``, ``$defs/SetSessionModeRequest``
+    """
 
     session_id: SessionId = attrs.field(metadata=f("sessionId"))
     """The ID of the session to set the mode for.
@@ -10812,6 +11227,8 @@ class PromptRequest:
     Contains the user's message and any additional context.
 
     See protocol docs: [User Message](https://agentclientprotocol.com/protocol/v1/prompt-turn#1-user-message)
+
+    Schema: ``schema/v1/schema.json``, ``$defs/PromptRequest``
     """
 
     session_id: SessionId = attrs.field(metadata=f("sessionId"))
@@ -10880,7 +11297,10 @@ class PromptRequest:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class WriteTextFileResponse:
-    """Response to `fs/write_text_file`"""
+    """Response to `fs/write_text_file`
+
+    Schema: ``schema/v1/schema.json``, ``$defs/WriteTextFileResponse``
+    """
 
     meta: dict[str, Any] | UnsetType | None = attrs.field(
         default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
@@ -10914,7 +11334,10 @@ class WriteTextFileResponse:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class ReadTextFileResponse:
-    """Response containing the contents of a text file."""
+    """Response containing the contents of a text file.
+
+    Schema: ``schema/v1/schema.json``, ``$defs/ReadTextFileResponse``
+    """
 
     content: str = attrs.field(metadata=f("content"))
     """Content payload returned by this response.
@@ -10958,7 +11381,10 @@ class ReadTextFileResponse:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class RequestPermissionResponse:
-    """Response to a permission request."""
+    """Response to a permission request.
+
+    Schema: ``schema/v1/schema.json``, ``$defs/RequestPermissionResponse``
+    """
 
     outcome: RequestPermissionOutcome = attrs.field(metadata=f("outcome"))
     """The user's decision on the permission request.
@@ -11002,7 +11428,10 @@ class RequestPermissionResponse:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class SelectedPermissionOutcome:
-    """The user selected one of the provided options."""
+    """The user selected one of the provided options.
+
+    Schema: ``schema/v1/schema.json``, ``$defs/SelectedPermissionOutcome``
+    """
 
     option_id: PermissionOptionId = attrs.field(metadata=f("optionId"))
     """The ID of the option the user selected.
@@ -11046,7 +11475,10 @@ class SelectedPermissionOutcome:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class CreateTerminalResponse:
-    """Response containing the ID of the created terminal."""
+    """Response containing the ID of the created terminal.
+
+    Schema: ``schema/v1/schema.json``, ``$defs/CreateTerminalResponse``
+    """
 
     terminal_id: TerminalId = attrs.field(metadata=f("terminalId"))
     """The unique identifier for the created terminal.
@@ -11090,7 +11522,10 @@ class CreateTerminalResponse:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class TerminalOutputResponse:
-    """Response containing the terminal output and exit status."""
+    """Response containing the terminal output and exit status.
+
+    Schema: ``schema/v1/schema.json``, ``$defs/TerminalOutputResponse``
+    """
 
     output: str = attrs.field(metadata=f("output"))
     """The terminal output captured so far.
@@ -11156,7 +11591,10 @@ class TerminalOutputResponse:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class TerminalExitStatus:
-    """Exit status of a terminal command."""
+    """Exit status of a terminal command.
+
+    Schema: ``schema/v1/schema.json``, ``$defs/TerminalExitStatus``
+    """
 
     exit_code: int | UnsetType | None = attrs.field(default=UNSET, metadata=f("exitCode", nullable=True, on_error=True))
     """The process exit code (may be null if terminated by signal).
@@ -11212,7 +11650,10 @@ class TerminalExitStatus:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class ReleaseTerminalResponse:
-    """Response to terminal/release method"""
+    """Response to terminal/release method
+
+    Schema: ``schema/v1/schema.json``, ``$defs/ReleaseTerminalResponse``
+    """
 
     meta: dict[str, Any] | UnsetType | None = attrs.field(
         default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
@@ -11246,7 +11687,10 @@ class ReleaseTerminalResponse:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class WaitForTerminalExitResponse:
-    """Response containing the exit status of a terminal command."""
+    """Response containing the exit status of a terminal command.
+
+    Schema: ``schema/v1/schema.json``, ``$defs/WaitForTerminalExitResponse``
+    """
 
     exit_code: int | UnsetType | None = attrs.field(default=UNSET, metadata=f("exitCode", nullable=True, on_error=True))
     """The process exit code (may be null if terminated by signal).
@@ -11302,7 +11746,10 @@ class WaitForTerminalExitResponse:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class KillTerminalResponse:
-    """Response to `terminal/kill` method"""
+    """Response to `terminal/kill` method
+
+    Schema: ``schema/v1/schema.json``, ``$defs/KillTerminalResponse``
+    """
 
     meta: dict[str, Any] | UnsetType | None = attrs.field(
         default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
@@ -11336,7 +11783,10 @@ class KillTerminalResponse:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class ElicitationAcceptAction:
-    """The user accepted the elicitation and provided content."""
+    """The user accepted the elicitation and provided content.
+
+    Schema: ``schema/v1/schema.json``, ``$defs/ElicitationAcceptAction``
+    """
 
     content: dict[str, ElicitationContentValue] | UnsetType | None = attrs.field(
         default=UNSET, metadata=f("content", nullable=True)
@@ -11372,6 +11822,8 @@ class CancelNotification:
     """Notification to cancel ongoing operations for a session.
 
     See protocol docs: [Cancellation](https://agentclientprotocol.com/protocol/v1/prompt-turn#cancellation)
+
+    Schema: ``schema/v1/schema.json``, ``$defs/CancelNotification``
     """
 
     session_id: SessionId = attrs.field(metadata=f("sessionId"))
@@ -11419,6 +11871,8 @@ class CancelRequestNotification:
     """Notification to cancel an ongoing request.
 
     See protocol docs: [Cancellation](https://agentclientprotocol.com/protocol/v1/cancellation)
+
+    Schema: ``schema/v1/schema.json``, ``$defs/CancelRequestNotification``
     """
 
     request_id: RequestId = attrs.field(metadata=f("requestId"))
@@ -11471,6 +11925,8 @@ The Server MUST reply with the same value in the Response object if included. Th
 \\[1\\] The use of Null as a value for the id member in a Request object is discouraged, because this specification uses a value of Null for Responses with an unknown id. Also, because JSON-RPC 1.0 uses an id value of Null for Notifications this could cause confusion in handling.
 
 \\[2\\] Fractional parts may be problematic, since many decimal fractions cannot be represented exactly as binary fractions.
+
+Schema: ``schema/v1/schema.json``, ``$defs/RequestId``
 """
 
 ToolCallContent: TypeAlias = (
@@ -11482,6 +11938,8 @@ Tool calls can produce different types of content including
 standard content blocks (text, images) or file diffs.
 
 See protocol docs: [Content](https://agentclientprotocol.com/protocol/v1/tool-calls#content)
+
+Schema: ``schema/v1/schema.json``, ``$defs/ToolCallContent``
 """
 
 ContentBlock: TypeAlias = (
@@ -11503,10 +11961,15 @@ This structure is compatible with the Model Context Protocol (MCP), so agents ca
 forward content from MCP tool outputs without transformation.
 
 See protocol docs: [Content](https://agentclientprotocol.com/protocol/v1/content)
+
+Schema: ``schema/v1/schema.json``, ``$defs/ContentBlock``
 """
 
 EmbeddedResourceResource: TypeAlias = TextResourceContents | BlobResourceContents
-"""Resource content that can be embedded in a message."""
+"""Resource content that can be embedded in a message.
+
+Schema: ``schema/v1/schema.json``, ``$defs/EmbeddedResourceResource``
+"""
 
 CreateElicitationRequest: TypeAlias = (
     FormCreateElicitationRequest | UrlCreateElicitationRequest | CreateElicitationRequestOther
@@ -11516,6 +11979,8 @@ CreateElicitationRequest: TypeAlias = (
 The agent sends this to the client to request information from the user,
 either via a form or by directing them to a URL.
 Elicitations are tied to a session (optionally a tool call) or a request.
+
+Schema: ``schema/v1/schema.json``, ``$defs/CreateElicitationRequest``
 """
 
 ElicitationPropertySchema: TypeAlias = (
@@ -11531,23 +11996,36 @@ ElicitationPropertySchema: TypeAlias = (
 Each variant corresponds to a JSON Schema `"type"` value.
 Single-select enums use `type: "string"` with `enum` or `oneOf` set.
 Multi-select enums use `type: "array"`.
+
+Schema: ``schema/v1/schema.json``, ``$defs/ElicitationPropertySchema``
 """
 
 MultiSelectItems: TypeAlias = StringMultiSelectItems | MultiSelectItemsOther | TitledMultiSelectItems
-"""Items for a multi-select (array) property schema."""
+"""Items for a multi-select (array) property schema.
+
+Schema: ``schema/v1/schema.json``, ``$defs/MultiSelectItems``
+"""
 
 AuthMethod: TypeAlias = TerminalAuthMethod | AuthMethodAgent | AuthMethodOther
 """Describes an available authentication method.
 
 The `type` field acts as the discriminator in the serialized JSON form.
 When no `type` is present, the method is treated as `agent`.
+
+Schema: ``schema/v1/schema.json``, ``$defs/AuthMethod``
 """
 
 SessionConfigOption: TypeAlias = SelectSessionConfigOption | BooleanSessionConfigOption | SessionConfigOptionOther
-"""A session configuration option selector and its current state."""
+"""A session configuration option selector and its current state.
+
+Schema: ``schema/v1/schema.json``, ``$defs/SessionConfigOption``
+"""
 
 SessionConfigSelectOptions: TypeAlias = list[SessionConfigSelectOption] | list[SessionConfigSelectGroup]
-"""Possible values for a session configuration option."""
+"""Possible values for a session configuration option.
+
+Schema: ``schema/v1/schema.json``, ``$defs/SessionConfigSelectOptions``
+"""
 
 SessionUpdate: TypeAlias = (
     UserMessageChunkSessionUpdate
@@ -11571,10 +12049,15 @@ SessionUpdate: TypeAlias = (
 These updates provide real-time feedback about the agent's progress.
 
 See protocol docs: [Agent Reports Output](https://agentclientprotocol.com/protocol/v1/prompt-turn#3-agent-reports-output)
+
+Schema: ``schema/v1/schema.json``, ``$defs/SessionUpdate``
 """
 
 AvailableCommandInput: TypeAlias = UnstructuredCommandInput
-"""The input specification for a command."""
+"""The input specification for a command.
+
+Schema: ``schema/v1/schema.json``, ``$defs/AvailableCommandInput``
+"""
 
 McpServer: TypeAlias = HttpMcpServer | SseMcpServer | McpServerStdio | McpServerOther
 """Configuration for connecting to an MCP (Model Context Protocol) server.
@@ -11583,17 +12066,25 @@ MCP servers provide tools and context that the agent can use when
 processing prompts.
 
 See protocol docs: [MCP Servers](https://agentclientprotocol.com/protocol/v1/session-setup#mcp-servers)
+
+Schema: ``schema/v1/schema.json``, ``$defs/McpServer``
 """
 
 SetSessionConfigOptionRequest: TypeAlias = (
     BooleanSetSessionConfigOptionRequest | ValueIdSetSessionConfigOptionRequest | SetSessionConfigOptionRequestOther
 )
-"""Request parameters for setting a session configuration option."""
+"""Request parameters for setting a session configuration option.
+
+Schema: ``schema/v1/schema.json``, ``$defs/SetSessionConfigOptionRequest``
+"""
 
 RequestPermissionOutcome: TypeAlias = (
     CancelledRequestPermissionOutcome | SelectedRequestPermissionOutcome | RequestPermissionOutcomeOther
 )
-"""The outcome of a permission request."""
+"""The outcome of a permission request.
+
+Schema: ``schema/v1/schema.json``, ``$defs/RequestPermissionOutcome``
+"""
 
 CreateElicitationResponse: TypeAlias = (
     AcceptCreateElicitationResponse
@@ -11601,10 +12092,16 @@ CreateElicitationResponse: TypeAlias = (
     | CancelCreateElicitationResponse
     | CreateElicitationResponseOther
 )
-"""Response from the client to an elicitation request."""
+"""Response from the client to an elicitation request.
+
+Schema: ``schema/v1/schema.json``, ``$defs/CreateElicitationResponse``
+"""
 
 ElicitationContentValue: TypeAlias = str | int | float | bool | list[str]
-"""Allowed wire representations for `ElicitationContentValue`."""
+"""Allowed wire representations for `ElicitationContentValue`.
+
+Schema: ``schema/v1/schema.json``, ``$defs/ElicitationContentValue``
+"""
 
 SessionId: TypeAlias = str
 """A unique identifier for a conversation session between a client and agent.
@@ -11613,10 +12110,15 @@ Each session has its own context, conversation history, and state, so one
 agent can run several independent sessions.
 
 See protocol docs: [Session ID](https://agentclientprotocol.com/protocol/v1/session-setup#session-id)
+
+Schema: ``schema/v1/schema.json``, ``$defs/SessionId``
 """
 
 ToolCallId: TypeAlias = str
-"""Unique identifier for a tool call within a session."""
+"""Unique identifier for a tool call within a session.
+
+Schema: ``schema/v1/schema.json``, ``$defs/ToolCallId``
+"""
 
 ToolKind: TypeAlias = Literal[
     "read", "edit", "delete", "move", "search", "execute", "think", "fetch", "switch_mode", "other"
@@ -11638,6 +12140,8 @@ See protocol docs: [Creating](https://agentclientprotocol.com/protocol/v1/tool-c
 - ``'fetch'``: Retrieving external data.
 - ``'switch_mode'``: Switching the current session mode.
 - ``'other'``: Other tool types (default).
+
+Schema: ``schema/v1/schema.json``, ``$defs/ToolKind``
 """
 
 ToolCallStatus: TypeAlias = Literal["pending", "in_progress", "completed", "failed"]
@@ -11651,6 +12155,8 @@ See protocol docs: [Status](https://agentclientprotocol.com/protocol/v1/tool-cal
 - ``'in_progress'``: The tool call is currently running.
 - ``'completed'``: The tool call completed successfully.
 - ``'failed'``: The tool call failed with an error.
+
+Schema: ``schema/v1/schema.json``, ``$defs/ToolCallStatus``
 """
 
 Role: TypeAlias = Literal["assistant", "user"]
@@ -11658,13 +12164,21 @@ Role: TypeAlias = Literal["assistant", "user"]
 
 - ``'assistant'``: The assistant side of a conversation.
 - ``'user'``: The user side of a conversation.
+
+Schema: ``schema/v1/schema.json``, ``$defs/Role``
 """
 
 TerminalId: TypeAlias = str
-"""Typed identifier used for terminal values on the wire."""
+"""Typed identifier used for terminal values on the wire.
+
+Schema: ``schema/v1/schema.json``, ``$defs/TerminalId``
+"""
 
 PermissionOptionId: TypeAlias = str
-"""Unique identifier for a permission option."""
+"""Unique identifier for a permission option.
+
+Schema: ``schema/v1/schema.json``, ``$defs/PermissionOptionId``
+"""
 
 PermissionOptionKind: TypeAlias = Literal["allow_once", "allow_always", "reject_once", "reject_always"]
 """The type of permission option being presented to the user.
@@ -11675,12 +12189,16 @@ Helps clients choose appropriate icons and UI treatment.
 - ``'allow_always'``: Allow this operation and remember the choice.
 - ``'reject_once'``: Reject this operation only this time.
 - ``'reject_always'``: Reject this operation and remember the choice.
+
+Schema: ``schema/v1/schema.json``, ``$defs/PermissionOptionKind``
 """
 
 ElicitationSchemaType: TypeAlias = Literal["object"]
 """Type discriminator for elicitation schemas.
 
 - ``'object'``: Object schema type.
+
+Schema: ``schema/v1/schema.json``, ``$defs/ElicitationSchemaType``
 """
 
 StringFormat: TypeAlias = Literal["email", "uri", "date", "date-time"]
@@ -11690,10 +12208,15 @@ StringFormat: TypeAlias = Literal["email", "uri", "date", "date-time"]
 - ``'uri'``: URI format.
 - ``'date'``: Date format (YYYY-MM-DD).
 - ``'date-time'``: Date-time format (ISO 8601).
+
+Schema: ``schema/v1/schema.json``, ``$defs/StringFormat``
 """
 
 ElicitationId: TypeAlias = str
-"""Unique identifier for an elicitation."""
+"""Unique identifier for an elicitation.
+
+Schema: ``schema/v1/schema.json``, ``$defs/ElicitationId``
+"""
 
 ExtRequest: TypeAlias = Any
 """Allows for sending an arbitrary request that is not part of the ACP spec.
@@ -11701,6 +12224,8 @@ Extension methods provide a way to add custom functionality while maintaining
 protocol compatibility.
 
 See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v1/extensibility)
+
+Schema: ``schema/v1/schema.json``, ``$defs/ExtRequest``
 """
 
 ProtocolVersion: TypeAlias = int
@@ -11708,16 +12233,27 @@ ProtocolVersion: TypeAlias = int
 
 This version is only bumped for breaking changes.
 Non-breaking changes should be introduced via capabilities.
+
+Schema: ``schema/v1/schema.json``, ``$defs/ProtocolVersion``
 """
 
 AuthMethodId: TypeAlias = str
-"""Typed identifier used for auth method values on the wire."""
+"""Typed identifier used for auth method values on the wire.
+
+Schema: ``schema/v1/schema.json``, ``$defs/AuthMethodId``
+"""
 
 SessionModeId: TypeAlias = str
-"""Unique identifier for a Session Mode."""
+"""Unique identifier for a Session Mode.
+
+Schema: ``schema/v1/schema.json``, ``$defs/SessionModeId``
+"""
 
 SessionConfigId: TypeAlias = str
-"""Unique identifier for a session configuration option."""
+"""Unique identifier for a session configuration option.
+
+Schema: ``schema/v1/schema.json``, ``$defs/SessionConfigId``
+"""
 
 SessionConfigOptionCategory: TypeAlias = Literal["mode", "model", "model_config", "thought_level"] | str
 """Semantic category for a session configuration option.
@@ -11735,13 +12271,21 @@ Category names that do not begin with `_` are reserved for the ACP spec.
 - ``'model_config'``: Model-related configuration parameter.
 - ``'thought_level'``: Thought/reasoning level selector.
 - any other str: a value this schema does not know (custom values start with ``_``)
+
+Schema: ``schema/v1/schema.json``, ``$defs/SessionConfigOptionCategory``
 """
 
 SessionConfigValueId: TypeAlias = str
-"""Unique identifier for a session configuration option value."""
+"""Unique identifier for a session configuration option value.
+
+Schema: ``schema/v1/schema.json``, ``$defs/SessionConfigValueId``
+"""
 
 SessionConfigGroupId: TypeAlias = str
-"""Unique identifier for a session configuration option value group."""
+"""Unique identifier for a session configuration option value group.
+
+Schema: ``schema/v1/schema.json``, ``$defs/SessionConfigGroupId``
+"""
 
 StopReason: TypeAlias = Literal["end_turn", "max_tokens", "max_turn_requests", "refusal", "cancelled"]
 """Reasons why an agent stops processing a prompt turn.
@@ -11753,6 +12297,8 @@ See protocol docs: [Stop Reasons](https://agentclientprotocol.com/protocol/v1/pr
 - ``'max_turn_requests'``: The turn ended because the agent reached the maximum number of allowed agent requests between user turns.
 - ``'refusal'``: The turn ended because the agent refused to continue. The user prompt and everything that comes after it won't be included in the next prompt, so this should be reflected in the UI.
 - ``'cancelled'``: The turn was cancelled by the client via `session/cancel`.  This stop reason MUST be returned when the client sends a `session/cancel` notification, even if the cancellation causes exceptions in underlying operations. Agents should catch these exceptions and return this semantically meaningful response to confirm successful cancellation.
+
+Schema: ``schema/v1/schema.json``, ``$defs/StopReason``
 """
 
 ExtResponse: TypeAlias = Any
@@ -11761,6 +12307,8 @@ Extension methods provide a way to add custom functionality while maintaining
 protocol compatibility.
 
 See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v1/extensibility)
+
+Schema: ``schema/v1/schema.json``, ``$defs/ExtResponse``
 """
 
 ErrorCode: TypeAlias = Literal[-32700, -32600, -32601, -32602, -32603, -32800, -32000, -32002] | int
@@ -11779,10 +12327,15 @@ range LSP reserves (-32899 to -32800).
 - ``-32000``: **Authentication required**: Authentication is required before this operation can be performed.
 - ``-32002``: **Resource not found**: A given resource, such as a session or file, was not found.
 - any other int: a value this schema does not know (custom values start with ``_``)
+
+Schema: ``schema/v1/schema.json``, ``$defs/ErrorCode``
 """
 
 MessageId: TypeAlias = str
-"""Unique identifier for a message within a session."""
+"""Unique identifier for a message within a session.
+
+Schema: ``schema/v1/schema.json``, ``$defs/MessageId``
+"""
 
 PlanEntryPriority: TypeAlias = Literal["high", "medium", "low"]
 """Priority levels for plan entries.
@@ -11794,6 +12347,8 @@ See protocol docs: [Plan Entries](https://agentclientprotocol.com/protocol/v1/ag
 - ``'high'``: High priority task - critical to the overall goal.
 - ``'medium'``: Medium priority task - important but not critical.
 - ``'low'``: Low priority task - nice to have but not essential.
+
+Schema: ``schema/v1/schema.json``, ``$defs/PlanEntryPriority``
 """
 
 PlanEntryStatus: TypeAlias = Literal["pending", "in_progress", "completed"]
@@ -11805,6 +12360,8 @@ See protocol docs: [Plan Entries](https://agentclientprotocol.com/protocol/v1/ag
 - ``'pending'``: The task has not started yet.
 - ``'in_progress'``: The task is currently being worked on.
 - ``'completed'``: The task has been successfully completed.
+
+Schema: ``schema/v1/schema.json``, ``$defs/PlanEntryStatus``
 """
 
 NoticeSeverity: TypeAlias = Literal["info", "warning", "error"] | str
@@ -11814,10 +12371,15 @@ NoticeSeverity: TypeAlias = Literal["info", "warning", "error"] | str
 - ``'warning'``: Warning notice.
 - ``'error'``: Error notice.
 - any other str: a value this schema does not know (custom values start with ``_``)
+
+Schema: ``schema/v1/schema.json``, ``$defs/NoticeSeverity``
 """
 
 CompactionId: TypeAlias = str
-"""Unique identifier for a context compaction within a session."""
+"""Unique identifier for a context compaction within a session.
+
+Schema: ``schema/v1/schema.json``, ``$defs/CompactionId``
+"""
 
 CompactionStatus: TypeAlias = Literal["in_progress", "completed", "failed", "cancelled"] | str
 """Lifecycle state of a context compaction.
@@ -11827,6 +12389,8 @@ CompactionStatus: TypeAlias = Literal["in_progress", "completed", "failed", "can
 - ``'failed'``: Compaction finished unsuccessfully.
 - ``'cancelled'``: Compaction was cancelled before it finished.
 - any other str: a value this schema does not know (custom values start with ``_``)
+
+Schema: ``schema/v1/schema.json``, ``$defs/CompactionStatus``
 """
 
 ExtNotification: TypeAlias = Any
@@ -11835,6 +12399,8 @@ Extension notifications provide a way to send one-way messages for custom functi
 while maintaining protocol compatibility.
 
 See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v1/extensibility)
+
+Schema: ``schema/v1/schema.json``, ``$defs/ExtNotification``
 """
 
 UNSTABLE_TYPES: frozenset[str] = frozenset({})

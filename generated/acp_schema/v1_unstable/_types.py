@@ -17,6 +17,8 @@ class ContentToolCallContent:
     """Standard content block (text, images, resources).
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/ToolCallContent[type=content]`` (a branch of that union, flattened)
     """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("type", "content"),)
@@ -75,6 +77,8 @@ class DiffToolCallContent:
     """File modification shown as a diff.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/ToolCallContent[type=diff]`` (a branch of that union, flattened)
     """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("type", "diff"),)
@@ -153,6 +157,8 @@ class TerminalToolCallContent:
     See protocol docs: [Terminal](https://agentclientprotocol.com/protocol/v1/draft/terminals)
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/ToolCallContent[type=terminal]`` (a branch of that union, flattened)
     """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("type", "terminal"),)
@@ -213,6 +219,8 @@ class ToolCallContentOther:
     Not in the schema: acp-trio adds it so that a message from a newer peer is kept, never lost.
 
     Catch-all: any ``type`` this schema does not know; every other wire field is kept in ``extra_fields`` and re-encoded verbatim.
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/ToolCallContent[synthesised other]`` (a branch of that union, flattened)
     """
 
     __acp_catchall__: ClassVar[str] = "type"
@@ -247,6 +255,8 @@ class TextContentBlock:
     Clients SHOULD render this text as Markdown.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/ContentBlock[type=text]`` (a branch of that union, flattened)
     """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("type", "text"),)
@@ -317,6 +327,8 @@ class ImageContentBlock:
     Requires the `image` prompt capability when included in prompts.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/ContentBlock[type=image]`` (a branch of that union, flattened)
     """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("type", "image"),)
@@ -403,6 +415,8 @@ class AudioContentBlock:
     Requires the `audio` prompt capability when included in prompts.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/ContentBlock[type=audio]`` (a branch of that union, flattened)
     """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("type", "audio"),)
@@ -481,6 +495,8 @@ class ResourceLinkContentBlock:
     All agents MUST support resource links in prompts.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/ContentBlock[type=resource_link]`` (a branch of that union, flattened)
     """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("type", "resource_link"),)
@@ -595,6 +611,8 @@ class ResourceContentBlock:
     Requires the `embeddedContext` prompt capability when included in prompts.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/ContentBlock[type=resource]`` (a branch of that union, flattened)
     """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("type", "resource"),)
@@ -665,6 +683,8 @@ class ContentBlockOther:
     Not in the schema: acp-trio adds it so that a message from a newer peer is kept, never lost.
 
     Catch-all: any ``type`` this schema does not know; every other wire field is kept in ``extra_fields`` and re-encoded verbatim.
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/ContentBlock[synthesised other]`` (a branch of that union, flattened)
     """
 
     __acp_catchall__: ClassVar[str] = "type"
@@ -693,7 +713,10 @@ class ContentBlockOther:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class TextResourceContents:
-    """Text-based resource contents."""
+    """Text-based resource contents.
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/TextResourceContents``
+    """
 
     mime_type: str | UnsetType | None = attrs.field(default=UNSET, metadata=f("mimeType", nullable=True, on_error=True))
     """MIME type describing the encoded media payload.
@@ -757,7 +780,10 @@ class TextResourceContents:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class BlobResourceContents:
-    """Binary resource contents."""
+    """Binary resource contents.
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/BlobResourceContents``
+    """
 
     blob: str = attrs.field(metadata=f("blob"))
     """Base64-encoded bytes for a binary resource payload.
@@ -824,6 +850,8 @@ class FormCreateElicitationRequest:
     """Form-based elicitation where the client renders a form from the provided schema.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/CreateElicitationRequest[mode=form]`` (a branch of that union, flattened)
     """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("mode", "form"),)
@@ -921,6 +949,8 @@ class UrlCreateElicitationRequest:
     """URL-based elicitation where the client directs the user to a URL.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/CreateElicitationRequest[mode=url]`` (a branch of that union, flattened)
     """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("mode", "url"),)
@@ -1036,6 +1066,8 @@ class CreateElicitationRequestOther:
     Catch-all: any ``mode`` this schema does not know; every other wire field is kept in ``extra_fields`` and re-encoded verbatim.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/CreateElicitationRequest[other]`` (a branch of that union, flattened)
     """
 
     __acp_catchall__: ClassVar[str] = "mode"
@@ -1132,6 +1164,8 @@ class StringElicitationPropertySchema:
     """String property (or single-select enum when `enum`/`oneOf` is set).
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/ElicitationPropertySchema[type=string]`` (a branch of that union, flattened)
     """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("type", "string"),)
@@ -1276,6 +1310,8 @@ class NumberElicitationPropertySchema:
     """Number (floating-point) property.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/ElicitationPropertySchema[type=number]`` (a branch of that union, flattened)
     """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("type", "number"),)
@@ -1380,6 +1416,8 @@ class IntegerElicitationPropertySchema:
     """Integer property.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/ElicitationPropertySchema[type=integer]`` (a branch of that union, flattened)
     """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("type", "integer"),)
@@ -1484,6 +1522,8 @@ class BooleanElicitationPropertySchema:
     """Boolean property.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/ElicitationPropertySchema[type=boolean]`` (a branch of that union, flattened)
     """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("type", "boolean"),)
@@ -1568,6 +1608,8 @@ class ArrayElicitationPropertySchema:
     """Multi-select array property.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/ElicitationPropertySchema[type=array]`` (a branch of that union, flattened)
     """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("type", "array"),)
@@ -1692,6 +1734,8 @@ class ElicitationPropertySchemaOther:
     Catch-all: any ``type`` this schema does not know; every other wire field is kept in ``extra_fields`` and re-encoded verbatim.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/ElicitationPropertySchema[other]`` (a branch of that union, flattened)
     """
 
     __acp_catchall__: ClassVar[str] = "type"
@@ -1724,7 +1768,10 @@ class ElicitationPropertySchemaOther:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class StringMultiSelectItems:
-    """Multi-select string items with plain string values."""
+    """Multi-select string items with plain string values.
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/MultiSelectItems[type=string]`` (a branch of that union, flattened)
+    """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("type", "string"),)
 
@@ -1783,6 +1830,8 @@ class MultiSelectItemsOther:
     Catch-all: any ``type`` this schema does not know; every other wire field is kept in ``extra_fields`` and re-encoded verbatim.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/MultiSelectItems[other]`` (a branch of that union, flattened)
     """
 
     __acp_catchall__: ClassVar[str] = "type"
@@ -1815,7 +1864,10 @@ class MultiSelectItemsOther:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class TitledMultiSelectItems:
-    """Items definition for titled multi-select enum properties."""
+    """Items definition for titled multi-select enum properties.
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/TitledMultiSelectItems``
+    """
 
     any_of: list[EnumOption] = attrs.field(metadata=f("anyOf"))
     """Titled enum options.
@@ -1865,6 +1917,8 @@ class TerminalAuthMethod:
     process, without passing this method to `authenticate`.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/AuthMethod[type=terminal]`` (a branch of that union, flattened)
     """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("type", "terminal"),)
@@ -1958,6 +2012,8 @@ class AuthMethodAgent:
     """Agent handles authentication itself through `authenticate`.
 
     This is the default authentication method type.
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/AuthMethodAgent``
     """
 
     id: AuthMethodId = attrs.field(metadata=f("id"))
@@ -2029,6 +2085,8 @@ class AuthMethodOther:
     Not in the schema: acp-trio adds it so that a message from a newer peer is kept, never lost.
 
     Catch-all: any ``type`` this schema does not know; every other wire field is kept in ``extra_fields`` and re-encoded verbatim.
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/AuthMethod[synthesised other]`` (a branch of that union, flattened)
     """
 
     __acp_catchall__: ClassVar[str] = "type"
@@ -2060,6 +2118,8 @@ class SelectSessionConfigOption:
     """Single-value selector (dropdown).
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/SessionConfigOption[type=select]`` (a branch of that union, flattened)
     """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("type", "select"),)
@@ -2162,6 +2222,8 @@ class BooleanSessionConfigOption:
     """Boolean on/off toggle.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/SessionConfigOption[type=boolean]`` (a branch of that union, flattened)
     """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("type", "boolean"),)
@@ -2258,6 +2320,8 @@ class SessionConfigOptionOther:
     Not in the schema: acp-trio adds it so that a message from a newer peer is kept, never lost.
 
     Catch-all: any ``type`` this schema does not know; every other wire field is kept in ``extra_fields`` and re-encoded verbatim.
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/SessionConfigOption[synthesised other]`` (a branch of that union, flattened)
     """
 
     __acp_catchall__: ClassVar[str] = "type"
@@ -2347,6 +2411,8 @@ class UserMessageChunkSessionUpdate:
     """A chunk of the user's message being streamed.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/SessionUpdate[sessionUpdate=user_message_chunk]`` (a branch of that union, flattened)
     """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("sessionUpdate", "user_message_chunk"),)
@@ -2420,6 +2486,8 @@ class AgentMessageChunkSessionUpdate:
     """A chunk of the agent's response being streamed.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/SessionUpdate[sessionUpdate=agent_message_chunk]`` (a branch of that union, flattened)
     """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("sessionUpdate", "agent_message_chunk"),)
@@ -2493,6 +2561,8 @@ class AgentThoughtChunkSessionUpdate:
     """A chunk of the agent's internal reasoning being streamed.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/SessionUpdate[sessionUpdate=agent_thought_chunk]`` (a branch of that union, flattened)
     """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("sessionUpdate", "agent_thought_chunk"),)
@@ -2566,6 +2636,8 @@ class ToolCallSessionUpdate:
     """Notification that a new tool call has been initiated.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/SessionUpdate[sessionUpdate=tool_call]`` (a branch of that union, flattened)
     """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("sessionUpdate", "tool_call"),)
@@ -2697,6 +2769,8 @@ class ToolCallUpdateSessionUpdate:
     """Update on the status or results of a tool call.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/SessionUpdate[sessionUpdate=tool_call_update]`` (a branch of that union, flattened)
     """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("sessionUpdate", "tool_call_update"),)
@@ -2829,6 +2903,8 @@ class PlanSessionUpdate:
     See protocol docs: [Agent Plan](https://agentclientprotocol.com/protocol/v1/draft/agent-plan)
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/SessionUpdate[sessionUpdate=plan]`` (a branch of that union, flattened)
     """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("sessionUpdate", "plan"),)
@@ -2894,6 +2970,8 @@ class PlanUpdateSessionUpdate:
     A content update for a plan identified by ID.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/SessionUpdate[sessionUpdate=plan_update]`` (a branch of that union, flattened)
     """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("sessionUpdate", "plan_update"),)
@@ -2956,6 +3034,8 @@ class PlanRemovedSessionUpdate:
     Removal notice for a plan identified by ID.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/SessionUpdate[sessionUpdate=plan_removed]`` (a branch of that union, flattened)
     """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("sessionUpdate", "plan_removed"),)
@@ -3014,6 +3094,8 @@ class AvailableCommandsUpdateSessionUpdate:
     """Available commands are ready or have changed
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/SessionUpdate[sessionUpdate=available_commands_update]`` (a branch of that union, flattened)
     """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("sessionUpdate", "available_commands_update"),)
@@ -3078,6 +3160,8 @@ class CurrentModeUpdateSessionUpdate:
     See protocol docs: [Session Modes](https://agentclientprotocol.com/protocol/v1/draft/session-modes)
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/SessionUpdate[sessionUpdate=current_mode_update]`` (a branch of that union, flattened)
     """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("sessionUpdate", "current_mode_update"),)
@@ -3138,6 +3222,8 @@ class ConfigOptionUpdateSessionUpdate:
     """Session configuration options have been updated.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/SessionUpdate[sessionUpdate=config_option_update]`` (a branch of that union, flattened)
     """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("sessionUpdate", "config_option_update"),)
@@ -3200,6 +3286,8 @@ class SessionInfoUpdateSessionUpdate:
     """Session metadata has been updated (title, timestamps, custom metadata)
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/SessionUpdate[sessionUpdate=session_info_update]`` (a branch of that union, flattened)
     """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("sessionUpdate", "session_info_update"),)
@@ -3270,6 +3358,8 @@ class UsageUpdateSessionUpdate:
     """Context window and cost update for the session.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/SessionUpdate[sessionUpdate=usage_update]`` (a branch of that union, flattened)
     """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("sessionUpdate", "usage_update"),)
@@ -3347,6 +3437,8 @@ class NoticeSessionUpdate:
     the `session.notices` Client capability.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/SessionUpdate[sessionUpdate=notice]`` (a branch of that union, flattened)
     """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("sessionUpdate", "notice"),)
@@ -3426,6 +3518,8 @@ class CompactionUpdateSessionUpdate:
     the `session.compaction` Client capability.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/SessionUpdate[sessionUpdate=compaction_update]`` (a branch of that union, flattened)
     """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("sessionUpdate", "compaction_update"),)
@@ -3511,6 +3605,8 @@ class CompactionSummaryChunkSessionUpdate:
     the `session.compaction` Client capability.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/SessionUpdate[sessionUpdate=compaction_summary_chunk]`` (a branch of that union, flattened)
     """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("sessionUpdate", "compaction_summary_chunk"),)
@@ -3580,6 +3676,8 @@ class SubagentUpdateSessionUpdate:
     that ownership association's metadata.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/SessionUpdate[sessionUpdate=subagent_update]`` (a branch of that union, flattened)
     """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("sessionUpdate", "subagent_update"),)
@@ -3728,6 +3826,8 @@ class SessionMessageSessionUpdate:
     received from another session.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/SessionUpdate[sessionUpdate=session_message]`` (a branch of that union, flattened)
     """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("sessionUpdate", "session_message"),)
@@ -3851,6 +3951,8 @@ class SessionMessageChunkSessionUpdate:
     One content block appended to a sent or received session message.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/SessionUpdate[sessionUpdate=session_message_chunk]`` (a branch of that union, flattened)
     """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("sessionUpdate", "session_message_chunk"),)
@@ -3919,6 +4021,8 @@ class SessionUpdateOther:
     Not in the schema: acp-trio adds it so that a message from a newer peer is kept, never lost.
 
     Catch-all: any ``sessionUpdate`` this schema does not know; every other wire field is kept in ``extra_fields`` and re-encoded verbatim.
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/SessionUpdate[synthesised other]`` (a branch of that union, flattened)
     """
 
     __acp_catchall__: ClassVar[str] = "sessionUpdate"
@@ -3950,6 +4054,8 @@ class ItemsPlanUpdateContent:
     """Structured plan entries.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/PlanUpdateContent[type=items]`` (a branch of that union, flattened)
     """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("type", "items"),)
@@ -4019,6 +4125,8 @@ class FilePlanUpdateContent:
     """A URI pointing to a file containing the plan.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/PlanUpdateContent[type=file]`` (a branch of that union, flattened)
     """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("type", "file"),)
@@ -4085,6 +4193,8 @@ class MarkdownPlanUpdateContent:
     """Raw markdown content for the plan.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/PlanUpdateContent[type=markdown]`` (a branch of that union, flattened)
     """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("type", "markdown"),)
@@ -4155,6 +4265,8 @@ class PlanUpdateContentOther:
     Catch-all: any ``type`` this schema does not know; every other wire field is kept in ``extra_fields`` and re-encoded verbatim.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/PlanUpdateContent[synthesised other]`` (a branch of that union, flattened)
     """
 
     __acp_catchall__: ClassVar[str] = "type"
@@ -4183,7 +4295,10 @@ class PlanUpdateContentOther:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class UnstructuredCommandInput:
-    """All text that was typed after the command name is provided as input."""
+    """All text that was typed after the command name is provided as input.
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/UnstructuredCommandInput``
+    """
 
     hint: str = attrs.field(metadata=f("hint"))
     """A hint to display when the input hasn't been provided yet
@@ -4226,6 +4341,8 @@ class RunningStateUpdate:
     """Foreground work is in progress.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/StateUpdate[state=running]`` (a branch of that union, flattened)
     """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("state", "running"),)
@@ -4270,6 +4387,8 @@ class IdleStateUpdate:
     """The child is ready to process another prompt.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/StateUpdate[state=idle]`` (a branch of that union, flattened)
     """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("state", "idle"),)
@@ -4356,6 +4475,8 @@ class RequiresActionStateUpdate:
     """Foreground work is blocked on user action.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/StateUpdate[state=requires_action]`` (a branch of that union, flattened)
     """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("state", "requires_action"),)
@@ -4406,6 +4527,8 @@ class UnknownStateUpdate:
     This replaces previously confirmed activity without ending the work or session.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/StateUpdate[state=unknown]`` (a branch of that union, flattened)
     """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("state", "unknown"),)
@@ -4455,6 +4578,8 @@ class StateUpdateOther:
     Catch-all: any ``state`` this schema does not know; every other wire field is kept in ``extra_fields`` and re-encoded verbatim.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/StateUpdate[other]`` (a branch of that union, flattened)
     """
 
     __acp_catchall__: ClassVar[str] = "state"
@@ -4488,6 +4613,8 @@ class HttpMcpServer:
     Only available when the Agent capabilities indicate `mcp_capabilities.http` is `true`.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/McpServer[type=http]`` (a branch of that union, flattened)
     """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("type", "http"),)
@@ -4564,6 +4691,8 @@ class SseMcpServer:
     Only available when the Agent capabilities indicate `mcp_capabilities.sse` is `true`.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/McpServer[type=sse]`` (a branch of that union, flattened)
     """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("type", "sse"),)
@@ -4645,6 +4774,8 @@ class AcpMcpServer:
     The MCP server is provided by an ACP component and communicates over the ACP channel.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/McpServer[type=acp]`` (a branch of that union, flattened)
     """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("type", "acp"),)
@@ -4711,7 +4842,10 @@ class AcpMcpServer:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class McpServerStdio:
-    """Stdio transport configuration for MCP."""
+    """Stdio transport configuration for MCP.
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/McpServerStdio``
+    """
 
     name: str = attrs.field(metadata=f("name"))
     """Human-readable name identifying this MCP server.
@@ -4788,6 +4922,8 @@ class McpServerOther:
     Not in the schema: acp-trio adds it so that a message from a newer peer is kept, never lost.
 
     Catch-all: any ``type`` this schema does not know; every other wire field is kept in ``extra_fields`` and re-encoded verbatim.
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/McpServer[synthesised other]`` (a branch of that union, flattened)
     """
 
     __acp_catchall__: ClassVar[str] = "type"
@@ -4819,6 +4955,8 @@ class BooleanSetSessionConfigOptionRequest:
     """A boolean value (`type: "boolean"`).
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/SetSessionConfigOptionRequest[type=boolean]`` (a branch of that union, flattened)
     """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("type", "boolean"),)
@@ -4897,6 +5035,8 @@ class ValueIdSetSessionConfigOptionRequest:
     variant.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/SetSessionConfigOptionRequest[value_id]`` (a branch of that union, flattened)
     """
 
     session_id: SessionId = attrs.field(metadata=f("sessionId"))
@@ -4966,6 +5106,8 @@ class SetSessionConfigOptionRequestOther:
     Not in the schema: acp-trio adds it so that a message from a newer peer is kept, never lost.
 
     Catch-all: any ``type`` this schema does not know; every other wire field is kept in ``extra_fields`` and re-encoded verbatim.
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/SetSessionConfigOptionRequest[synthesised other]`` (a branch of that union, flattened)
     """
 
     __acp_catchall__: ClassVar[str] = "type"
@@ -5041,6 +5183,8 @@ class CancelledRequestPermissionOutcome:
     See protocol docs: [Cancellation](https://agentclientprotocol.com/protocol/v1/draft/prompt-turn#cancellation)
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/RequestPermissionOutcome[outcome=cancelled]`` (a branch of that union, flattened)
     """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("outcome", "cancelled"),)
@@ -5071,6 +5215,8 @@ class SelectedRequestPermissionOutcome:
     """The user selected one of the provided options.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/RequestPermissionOutcome[outcome=selected]`` (a branch of that union, flattened)
     """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("outcome", "selected"),)
@@ -5131,6 +5277,8 @@ class RequestPermissionOutcomeOther:
     Not in the schema: acp-trio adds it so that a message from a newer peer is kept, never lost.
 
     Catch-all: any ``outcome`` this schema does not know; every other wire field is kept in ``extra_fields`` and re-encoded verbatim.
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/RequestPermissionOutcome[synthesised other]`` (a branch of that union, flattened)
     """
 
     __acp_catchall__: ClassVar[str] = "outcome"
@@ -5162,6 +5310,8 @@ class AcceptCreateElicitationResponse:
     """The user accepted and provided content.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/CreateElicitationResponse[action=accept]`` (a branch of that union, flattened)
     """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("action", "accept"),)
@@ -5224,6 +5374,8 @@ class DeclineCreateElicitationResponse:
     """The user declined the elicitation.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/CreateElicitationResponse[action=decline]`` (a branch of that union, flattened)
     """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("action", "decline"),)
@@ -5272,6 +5424,8 @@ class CancelCreateElicitationResponse:
     """The elicitation was cancelled.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/CreateElicitationResponse[action=cancel]`` (a branch of that union, flattened)
     """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("action", "cancel"),)
@@ -5330,6 +5484,8 @@ class CreateElicitationResponseOther:
     Catch-all: any ``action`` this schema does not know; every other wire field is kept in ``extra_fields`` and re-encoded verbatim.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/CreateElicitationResponse[other]`` (a branch of that union, flattened)
     """
 
     __acp_catchall__: ClassVar[str] = "action"
@@ -5385,6 +5541,8 @@ class ResultMessageMcpResponse:
     """An opaque inner MCP result.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/MessageMcpResponse[Result]`` (a branch of that union, flattened)
     """
 
     result: Any = attrs.field(metadata=f("result"))
@@ -5430,6 +5588,8 @@ class ErrorMessageMcpResponse:
     """A structured inner MCP error.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/MessageMcpResponse[Error]`` (a branch of that union, flattened)
     """
 
     error: McpError = attrs.field(metadata=f("error"))
@@ -5473,6 +5633,8 @@ class WriteTextFileRequest:
     """Request to write content to a text file.
 
     Only available if the client supports the `fs.writeTextFile` capability.
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/WriteTextFileRequest``
     """
 
     session_id: SessionId = attrs.field(metadata=f("sessionId"))
@@ -5540,6 +5702,8 @@ class ReadTextFileRequest:
     """Request to read content from a text file.
 
     Only available if the client supports the `fs.readTextFile` capability.
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/ReadTextFileRequest``
     """
 
     session_id: SessionId = attrs.field(metadata=f("sessionId"))
@@ -5617,6 +5781,8 @@ class RequestPermissionRequest:
     Sent when the agent needs authorization before performing a sensitive operation.
 
     See protocol docs: [Requesting Permission](https://agentclientprotocol.com/protocol/v1/draft/tool-calls#requesting-permission)
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/RequestPermissionRequest``
     """
 
     session_id: SessionId = attrs.field(metadata=f("sessionId"))
@@ -5687,6 +5853,8 @@ class ToolCallUpdate:
     the tool call ID are optional - only changed fields need to be included.
 
     See protocol docs: [Updating](https://agentclientprotocol.com/protocol/v1/draft/tool-calls#updating)
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/ToolCallUpdate``
     """
 
     tool_call_id: ToolCallId = attrs.field(metadata=f("toolCallId"))
@@ -5808,7 +5976,10 @@ class ToolCallUpdate:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class Annotations:
-    """Optional annotations for the client. The client can use annotations to inform how objects are used or displayed"""
+    """Optional annotations for the client. The client can use annotations to inform how objects are used or displayed
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/Annotations``
+    """
 
     audience: list[Role] | UnsetType | None = attrs.field(
         default=UNSET, metadata=f("audience", nullable=True, on_error=True, skip_invalid=True)
@@ -5878,7 +6049,10 @@ class Annotations:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class TextContent:
-    """Text provided to or from an LLM."""
+    """Text provided to or from an LLM.
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/TextContent``
+    """
 
     annotations: Annotations | UnsetType | None = attrs.field(
         default=UNSET, metadata=f("annotations", nullable=True, on_error=True)
@@ -5936,7 +6110,10 @@ class TextContent:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class ImageContent:
-    """An image provided to or from an LLM."""
+    """An image provided to or from an LLM.
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/ImageContent``
+    """
 
     annotations: Annotations | UnsetType | None = attrs.field(
         default=UNSET, metadata=f("annotations", nullable=True, on_error=True)
@@ -6010,7 +6187,10 @@ class ImageContent:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class AudioContent:
-    """Audio provided to or from an LLM."""
+    """Audio provided to or from an LLM.
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/AudioContent``
+    """
 
     annotations: Annotations | UnsetType | None = attrs.field(
         default=UNSET, metadata=f("annotations", nullable=True, on_error=True)
@@ -6076,7 +6256,10 @@ class AudioContent:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class ResourceLink:
-    """A resource that the server is capable of reading, included in a prompt or tool call result."""
+    """A resource that the server is capable of reading, included in a prompt or tool call result.
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/ResourceLink``
+    """
 
     annotations: Annotations | UnsetType | None = attrs.field(
         default=UNSET, metadata=f("annotations", nullable=True, on_error=True)
@@ -6176,7 +6359,10 @@ class ResourceLink:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class EmbeddedResource:
-    """The contents of a resource, embedded into a prompt or tool call result."""
+    """The contents of a resource, embedded into a prompt or tool call result.
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/EmbeddedResource``
+    """
 
     annotations: Annotations | UnsetType | None = attrs.field(
         default=UNSET, metadata=f("annotations", nullable=True, on_error=True)
@@ -6234,7 +6420,10 @@ class EmbeddedResource:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class Content:
-    """Standard content block (text, images, resources)."""
+    """Standard content block (text, images, resources).
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/Content``
+    """
 
     content: ContentBlock = attrs.field(metadata=f("content"))
     """The actual content block.
@@ -6283,6 +6472,8 @@ class Diff:
     Shows changes to files in a format suitable for display in the client UI.
 
     See protocol docs: [Content](https://agentclientprotocol.com/protocol/v1/draft/tool-calls#content)
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/Diff``
     """
 
     path: str = attrs.field(metadata=f("path"))
@@ -6352,6 +6543,8 @@ class Terminal:
     The terminal must be added before calling `terminal/release`.
 
     See protocol docs: [Terminal](https://agentclientprotocol.com/protocol/v1/draft/terminals)
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/Terminal``
     """
 
     terminal_id: TerminalId = attrs.field(metadata=f("terminalId"))
@@ -6402,6 +6595,8 @@ class ToolCallLocation:
     which files the agent is working with in real-time.
 
     See protocol docs: [Following the Agent](https://agentclientprotocol.com/protocol/v1/draft/tool-calls#following-the-agent)
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/ToolCallLocation``
     """
 
     path: str = attrs.field(metadata=f("path"))
@@ -6455,7 +6650,10 @@ class ToolCallLocation:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class PermissionOption:
-    """An option presented to the user when requesting permission."""
+    """An option presented to the user when requesting permission.
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/PermissionOption``
+    """
 
     option_id: PermissionOptionId = attrs.field(metadata=f("optionId"))
     """Unique identifier for this permission option.
@@ -6519,7 +6717,10 @@ class PermissionOption:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class CreateTerminalRequest:
-    """Request to create a new terminal and execute a command."""
+    """Request to create a new terminal and execute a command.
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/CreateTerminalRequest``
+    """
 
     session_id: SessionId = attrs.field(metadata=f("sessionId"))
     """The session ID for this request.
@@ -6614,7 +6815,10 @@ class CreateTerminalRequest:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class EnvVariable:
-    """An environment variable to set when launching an MCP server."""
+    """An environment variable to set when launching an MCP server.
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/EnvVariable``
+    """
 
     name: str = attrs.field(metadata=f("name"))
     """The name of the environment variable.
@@ -6670,7 +6874,10 @@ class EnvVariable:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class TerminalOutputRequest:
-    """Request to get the current output and status of a terminal."""
+    """Request to get the current output and status of a terminal.
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/TerminalOutputRequest``
+    """
 
     session_id: SessionId = attrs.field(metadata=f("sessionId"))
     """The session ID for this request.
@@ -6726,7 +6933,10 @@ class TerminalOutputRequest:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class ReleaseTerminalRequest:
-    """Request to release a terminal and free its resources."""
+    """Request to release a terminal and free its resources.
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/ReleaseTerminalRequest``
+    """
 
     session_id: SessionId = attrs.field(metadata=f("sessionId"))
     """The session ID for this request.
@@ -6782,7 +6992,10 @@ class ReleaseTerminalRequest:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class WaitForTerminalExitRequest:
-    """Request to wait for a terminal command to exit."""
+    """Request to wait for a terminal command to exit.
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/WaitForTerminalExitRequest``
+    """
 
     session_id: SessionId = attrs.field(metadata=f("sessionId"))
     """The session ID for this request.
@@ -6838,7 +7051,10 @@ class WaitForTerminalExitRequest:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class KillTerminalRequest:
-    """Request to kill a terminal without releasing it."""
+    """Request to kill a terminal without releasing it.
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/KillTerminalRequest``
+    """
 
     session_id: SessionId = attrs.field(metadata=f("sessionId"))
     """The session ID for this request.
@@ -6899,6 +7115,8 @@ class ElicitationSessionScope:
     When `toolCallId` is set, the elicitation is tied to a specific tool call.
     This is useful when an agent receives an elicitation from an MCP server
     during a tool call and needs to redirect it to the user.
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/ElicitationSessionScope``
     """
 
     session_id: SessionId = attrs.field(metadata=f("sessionId"))
@@ -6948,6 +7166,8 @@ class ElicitationSessionScope:
 class ElicitationRequestScope:
     """Request-scoped elicitation, tied to a specific JSON-RPC request outside of a session
     (e.g., during auth/configuration phases before any session is started).
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/ElicitationRequestScope``
     """
 
     request_id: RequestId = attrs.field(metadata=f("requestId"))
@@ -6978,6 +7198,8 @@ class ElicitationSchema:
 
     This represents a JSON Schema object with primitive-typed properties,
     as required by the elicitation specification.
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/ElicitationSchema``
     """
 
     type: ElicitationSchemaType | UnsetType = attrs.field(
@@ -7072,7 +7294,10 @@ class ElicitationSchema:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class EnumOption:
-    """A titled enum option with a const value, human-readable title, and optional description."""
+    """A titled enum option with a const value, human-readable title, and optional description.
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/EnumOption``
+    """
 
     const: str = attrs.field(metadata=f("const"))
     """The constant value for this option.
@@ -7146,6 +7371,8 @@ class StringPropertySchema:
 
     When `enum` or `oneOf` is set, this represents a single-select enum
     with `"type": "string"`.
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/StringPropertySchema``
     """
 
     title: str | UnsetType | None = attrs.field(default=UNSET, metadata=f("title", nullable=True, on_error=True))
@@ -7280,7 +7507,10 @@ class StringPropertySchema:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class NumberPropertySchema:
-    """Schema for number (floating-point) properties in an elicitation form."""
+    """Schema for number (floating-point) properties in an elicitation form.
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/NumberPropertySchema``
+    """
 
     title: str | UnsetType | None = attrs.field(default=UNSET, metadata=f("title", nullable=True, on_error=True))
     """Optional title for the property.
@@ -7374,7 +7604,10 @@ class NumberPropertySchema:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class IntegerPropertySchema:
-    """Schema for integer properties in an elicitation form."""
+    """Schema for integer properties in an elicitation form.
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/IntegerPropertySchema``
+    """
 
     title: str | UnsetType | None = attrs.field(default=UNSET, metadata=f("title", nullable=True, on_error=True))
     """Optional title for the property.
@@ -7468,7 +7701,10 @@ class IntegerPropertySchema:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class BooleanPropertySchema:
-    """Schema for boolean properties in an elicitation form."""
+    """Schema for boolean properties in an elicitation form.
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/BooleanPropertySchema``
+    """
 
     title: str | UnsetType | None = attrs.field(default=UNSET, metadata=f("title", nullable=True, on_error=True))
     """Optional title for the property.
@@ -7542,7 +7778,10 @@ class BooleanPropertySchema:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class MultiSelectPropertySchema:
-    """Schema for multi-select (array) properties in an elicitation form."""
+    """Schema for multi-select (array) properties in an elicitation form.
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/MultiSelectPropertySchema``
+    """
 
     title: str | UnsetType | None = attrs.field(default=UNSET, metadata=f("title", nullable=True, on_error=True))
     """Optional title for the property.
@@ -7646,7 +7885,10 @@ class MultiSelectPropertySchema:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class ElicitationFormMode:
-    """Form-based elicitation mode where the client renders a form from the provided schema."""
+    """Form-based elicitation mode where the client renders a form from the provided schema.
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/ElicitationFormMode``
+    """
 
     requested_schema: ElicitationSchema = attrs.field(metadata=f("requestedSchema"))
     """A JSON Schema describing the form fields to present to the user.
@@ -7709,7 +7951,10 @@ class ElicitationFormMode:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class ElicitationUrlMode:
-    """URL-based elicitation mode where the client directs the user to a URL."""
+    """URL-based elicitation mode where the client directs the user to a URL.
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/ElicitationUrlMode``
+    """
 
     elicitation_id: ElicitationId = attrs.field(metadata=f("elicitationId"))
     """The unique identifier for this elicitation.
@@ -7787,6 +8032,8 @@ class MessageMcpRequest:
     Request parameters for `mcp/message`.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/MessageMcpRequest``
     """
 
     server_id: McpServerAcpId = attrs.field(metadata=f("serverId"))
@@ -7866,6 +8113,8 @@ class InitializeResponse:
     Contains the negotiated protocol version and agent capabilities.
 
     See protocol docs: [Initialization](https://agentclientprotocol.com/protocol/v1/draft/initialization)
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/InitializeResponse``
     """
 
     protocol_version: ProtocolVersion = attrs.field(metadata=f("protocolVersion"))
@@ -7966,6 +8215,8 @@ class AgentCapabilities:
     available features and content types.
 
     See protocol docs: [Agent Capabilities](https://agentclientprotocol.com/protocol/v1/draft/initialization#agent-capabilities)
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/AgentCapabilities``
     """
 
     load_session: bool | UnsetType = attrs.field(default=UNSET, metadata=f("loadSession", on_error=True, default=False))
@@ -8084,6 +8335,8 @@ class PromptCapabilities:
     the agent can process.
 
     See protocol docs: [Prompt Capabilities](https://agentclientprotocol.com/protocol/v1/draft/initialization#prompt-capabilities)
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/PromptCapabilities``
     """
 
     image: bool | UnsetType = attrs.field(default=UNSET, metadata=f("image", on_error=True, default=False))
@@ -8153,7 +8406,10 @@ class PromptCapabilities:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class McpCapabilities:
-    """MCP capabilities supported by the agent"""
+    """MCP capabilities supported by the agent
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/McpCapabilities``
+    """
 
     http: bool | UnsetType = attrs.field(default=UNSET, metadata=f("http", on_error=True, default=False))
     """Agent supports `http` MCP servers.
@@ -8230,6 +8486,8 @@ class SessionCapabilities:
     Note: `session/load` is still handled by the top-level `loadSession` capability. This will be unified in future versions of the protocol.
 
     See protocol docs: [Session Capabilities](https://agentclientprotocol.com/protocol/v1/draft/initialization#session-capabilities)
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/SessionCapabilities``
     """
 
     list: SessionListCapabilities | UnsetType | None = attrs.field(
@@ -8432,6 +8690,8 @@ class SessionListCapabilities:
     """Capabilities for the `session/list` method.
 
     Supplying `{}` means the agent supports listing sessions.
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/SessionListCapabilities``
     """
 
     meta: dict[str, Any] | UnsetType | None = attrs.field(
@@ -8469,6 +8729,8 @@ class SessionDeleteCapabilities:
     """Capabilities for the `session/delete` method.
 
     Supplying `{}` means the agent supports deleting sessions from `session/list`.
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/SessionDeleteCapabilities``
     """
 
     meta: dict[str, Any] | UnsetType | None = attrs.field(
@@ -8509,6 +8771,8 @@ class SessionAdditionalDirectoriesCapabilities:
     supported session lifecycle requests. Agents that also support
     `session/list` may return `SessionInfo.additionalDirectories` to report the
     complete ordered additional-root list associated with a listed session.
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/SessionAdditionalDirectoriesCapabilities``
     """
 
     meta: dict[str, Any] | UnsetType | None = attrs.field(
@@ -8553,6 +8817,8 @@ class SessionSystemPromptCapabilities:
     requests in `append` mode.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/SessionSystemPromptCapabilities``
     """
 
     mode: SessionSystemPromptModeCapabilities | UnsetType | None = attrs.field(
@@ -8611,6 +8877,8 @@ class SessionSystemPromptModeCapabilities:
     `sessionCapabilities.systemPrompt` supports it.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/SessionSystemPromptModeCapabilities``
     """
 
     override: SessionSystemPromptOverrideCapabilities | UnsetType | None = attrs.field(
@@ -8671,6 +8939,8 @@ class SessionSystemPromptOverrideCapabilities:
     instructions with the client-provided system prompt.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/SessionSystemPromptOverrideCapabilities``
     """
 
     meta: dict[str, Any] | UnsetType | None = attrs.field(
@@ -8714,6 +8984,8 @@ class SessionForkCapabilities:
     Supplying `{}` means the agent supports forking sessions.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/SessionForkCapabilities``
     """
 
     meta: dict[str, Any] | UnsetType | None = attrs.field(
@@ -8758,6 +9030,8 @@ class SessionArchiveCapabilities:
     `session/list`, and `SessionInfo.archived`.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/SessionArchiveCapabilities``
     """
 
     meta: dict[str, Any] | UnsetType | None = attrs.field(
@@ -8801,6 +9075,8 @@ class SessionStatusCapabilities:
     Supplying `{}` means the agent supports checking session status.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/SessionStatusCapabilities``
     """
 
     meta: dict[str, Any] | UnsetType | None = attrs.field(
@@ -8845,6 +9121,8 @@ class SessionTitleCapabilities:
     through `session/list` and `session_info_update` without this capability.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/SessionTitleCapabilities``
     """
 
     meta: dict[str, Any] | UnsetType | None = attrs.field(
@@ -8882,6 +9160,8 @@ class SessionResumeCapabilities:
     """Capabilities for the `session/resume` method.
 
     Supplying `{}` means the agent supports resuming sessions.
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/SessionResumeCapabilities``
     """
 
     meta: dict[str, Any] | UnsetType | None = attrs.field(
@@ -8919,6 +9199,8 @@ class SessionCloseCapabilities:
     """Capabilities for the `session/close` method.
 
     Supplying `{}` means the agent supports closing sessions.
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/SessionCloseCapabilities``
     """
 
     meta: dict[str, Any] | UnsetType | None = attrs.field(
@@ -8953,7 +9235,10 @@ class SessionCloseCapabilities:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class AgentAuthCapabilities:
-    """Authentication-related capabilities supported by the agent."""
+    """Authentication-related capabilities supported by the agent.
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/AgentAuthCapabilities``
+    """
 
     status: AuthStatusCapabilities | UnsetType | None = attrs.field(
         default=UNSET, metadata=f("status", nullable=True, on_error=True)
@@ -9032,6 +9317,8 @@ class AuthStatusCapabilities:
     Supplying `{}` means the agent supports the `auth/status` method.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/AuthStatusCapabilities``
     """
 
     meta: dict[str, Any] | UnsetType | None = attrs.field(
@@ -9069,6 +9356,8 @@ class LogoutCapabilities:
     """Logout capabilities supported by the agent.
 
     Supplying `{}` means the agent supports the logout method.
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/LogoutCapabilities``
     """
 
     meta: dict[str, Any] | UnsetType | None = attrs.field(
@@ -9112,6 +9401,8 @@ class ProvidersCapabilities:
     Supplying `{}` means the agent supports provider configuration methods.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/ProvidersCapabilities``
     """
 
     meta: dict[str, Any] | UnsetType | None = attrs.field(
@@ -9153,6 +9444,8 @@ class AuthMethodTerminal:
     method only when the client enabled its terminal authentication capability.
     A zero exit status signals success. Any other termination signals failure.
     The client MUST NOT pass this method to `authenticate`.
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/AuthMethodTerminal``
     """
 
     id: AuthMethodId = attrs.field(metadata=f("id"))
@@ -9239,6 +9532,8 @@ class Implementation:
     """Metadata about the implementation of the client or agent.
     Describes the name and version of an ACP implementation, with an optional
     title for UI representation.
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/Implementation``
     """
 
     name: str = attrs.field(metadata=f("name"))
@@ -9308,7 +9603,10 @@ class Implementation:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class AuthenticateResponse:
-    """Response to the `authenticate` method."""
+    """Response to the `authenticate` method.
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/AuthenticateResponse``
+    """
 
     meta: dict[str, Any] | UnsetType | None = attrs.field(
         default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
@@ -9349,6 +9647,8 @@ class ListProvidersResponse:
     Response to `providers/list`.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/ListProvidersResponse``
     """
 
     providers: list[ProviderInfo] = attrs.field(metadata=f("providers"))
@@ -9400,6 +9700,8 @@ class ProviderInfo:
     Information about a configurable LLM provider.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/ProviderInfo``
     """
 
     provider_id: ProviderId = attrs.field(metadata=f("providerId"))
@@ -9481,6 +9783,8 @@ class ProviderCurrentConfig:
     Current effective non-secret routing configuration for a provider.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/ProviderCurrentConfig``
     """
 
     api_type: LlmProtocol = attrs.field(metadata=f("apiType"))
@@ -9544,6 +9848,8 @@ class SetProviderResponse:
     Response to `providers/set`.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/SetProviderResponse``
     """
 
     meta: dict[str, Any] | UnsetType | None = attrs.field(
@@ -9585,6 +9891,8 @@ class DisableProviderResponse:
     Response to `providers/disable`.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/DisableProviderResponse``
     """
 
     meta: dict[str, Any] | UnsetType | None = attrs.field(
@@ -9619,7 +9927,10 @@ class DisableProviderResponse:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class LogoutResponse:
-    """Response to the `logout` method."""
+    """Response to the `logout` method.
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/LogoutResponse``
+    """
 
     meta: dict[str, Any] | UnsetType | None = attrs.field(
         default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
@@ -9660,6 +9971,8 @@ class AuthStatusResponse:
     Response to the `auth/status` method.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/AuthStatusResponse``
     """
 
     state: AuthState = attrs.field(metadata=f("state"))
@@ -9737,6 +10050,8 @@ class AuthAccount:
     telemetry.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/AuthAccount``
     """
 
     label: str = attrs.field(metadata=f("label"))
@@ -9833,6 +10148,8 @@ class NewSessionResponse:
     """Response from creating a new session.
 
     See protocol docs: [Creating a Session](https://agentclientprotocol.com/protocol/v1/draft/session-setup#creating-a-session)
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/NewSessionResponse``
     """
 
     session_id: SessionId = attrs.field(metadata=f("sessionId"))
@@ -9905,7 +10222,10 @@ class NewSessionResponse:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class SessionModeState:
-    """The set of modes and the one currently active."""
+    """The set of modes and the one currently active.
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/SessionModeState``
+    """
 
     current_mode_id: SessionModeId = attrs.field(metadata=f("currentModeId"))
     """The current mode the Agent is in.
@@ -9964,6 +10284,8 @@ class SessionMode:
     """A mode the agent can operate in.
 
     See protocol docs: [Session Modes](https://agentclientprotocol.com/protocol/v1/draft/session-modes)
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/SessionMode``
     """
 
     id: SessionModeId = attrs.field(metadata=f("id"))
@@ -10030,7 +10352,10 @@ class SessionMode:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class SessionConfigSelectOption:
-    """A possible value for a session configuration option."""
+    """A possible value for a session configuration option.
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/SessionConfigSelectOption``
+    """
 
     value: SessionConfigValueId = attrs.field(metadata=f("value"))
     """Unique identifier for this option value.
@@ -10096,7 +10421,10 @@ class SessionConfigSelectOption:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class SessionConfigSelectGroup:
-    """A group of possible values for a session configuration option."""
+    """A group of possible values for a session configuration option.
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/SessionConfigSelectGroup``
+    """
 
     group: SessionConfigGroupId = attrs.field(metadata=f("group"))
     """Unique identifier for this group.
@@ -10160,7 +10488,10 @@ class SessionConfigSelectGroup:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class SessionConfigSelect:
-    """A single-value selector (dropdown) session configuration option payload."""
+    """A single-value selector (dropdown) session configuration option payload.
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/SessionConfigSelect``
+    """
 
     current_value: SessionConfigValueId = attrs.field(metadata=f("currentValue"))
     """The currently selected value.
@@ -10200,7 +10531,10 @@ class SessionConfigSelect:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class SessionConfigBoolean:
-    """A boolean on/off toggle session configuration option payload."""
+    """A boolean on/off toggle session configuration option payload.
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/SessionConfigBoolean``
+    """
 
     current_value: bool = attrs.field(metadata=f("currentValue"))
     """The current value of the boolean option.
@@ -10226,7 +10560,10 @@ class SessionConfigBoolean:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class LoadSessionResponse:
-    """Response from loading an existing session."""
+    """Response from loading an existing session.
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/LoadSessionResponse``
+    """
 
     modes: SessionModeState | UnsetType | None = attrs.field(
         default=UNSET, metadata=f("modes", nullable=True, on_error=True)
@@ -10288,7 +10625,10 @@ class LoadSessionResponse:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class ListSessionsResponse:
-    """Response from listing sessions."""
+    """Response from listing sessions.
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/ListSessionsResponse``
+    """
 
     sessions: list[SessionInfo] = attrs.field(metadata=f("sessions", on_error=True, skip_invalid=True))
     """Array of session information objects
@@ -10347,7 +10687,10 @@ class ListSessionsResponse:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class SessionInfo:
-    """Information about a session returned by session/list"""
+    """Information about a session returned by session/list
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/SessionInfo``
+    """
 
     session_id: SessionId = attrs.field(metadata=f("sessionId"))
     """Unique identifier for the session
@@ -10450,7 +10793,10 @@ class SessionInfo:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class DeleteSessionResponse:
-    """Response from deleting a session."""
+    """Response from deleting a session.
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/DeleteSessionResponse``
+    """
 
     meta: dict[str, Any] | UnsetType | None = attrs.field(
         default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
@@ -10491,6 +10837,8 @@ class ForkSessionResponse:
     Response from forking an existing session.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/ForkSessionResponse``
     """
 
     session_id: SessionId = attrs.field(metadata=f("sessionId"))
@@ -10568,6 +10916,8 @@ class ArchiveSessionResponse:
     Response from archiving a session.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/ArchiveSessionResponse``
     """
 
     meta: dict[str, Any] | UnsetType | None = attrs.field(
@@ -10609,6 +10959,8 @@ class UnarchiveSessionResponse:
     Response from unarchiving a session.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/UnarchiveSessionResponse``
     """
 
     meta: dict[str, Any] | UnsetType | None = attrs.field(
@@ -10653,6 +11005,8 @@ class SessionStatusResponse:
     the Client's next request.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/SessionStatusResponse``
     """
 
     status: SessionStatus = attrs.field(metadata=f("status"))
@@ -10706,6 +11060,8 @@ class SetSessionTitleResponse:
     Response from setting the title of a session.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/SetSessionTitleResponse``
     """
 
     title: str = attrs.field(metadata=f("title"))
@@ -10749,7 +11105,10 @@ class SetSessionTitleResponse:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class ResumeSessionResponse:
-    """Response from resuming an existing session."""
+    """Response from resuming an existing session.
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/ResumeSessionResponse``
+    """
 
     modes: SessionModeState | UnsetType | None = attrs.field(
         default=UNSET, metadata=f("modes", nullable=True, on_error=True)
@@ -10811,7 +11170,10 @@ class ResumeSessionResponse:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class CloseSessionResponse:
-    """Response from closing a session."""
+    """Response from closing a session.
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/CloseSessionResponse``
+    """
 
     meta: dict[str, Any] | UnsetType | None = attrs.field(
         default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
@@ -10845,7 +11207,10 @@ class CloseSessionResponse:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class SetSessionModeResponse:
-    """Response to `session/set_mode` method."""
+    """Response to `session/set_mode` method.
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/SetSessionModeResponse``
+    """
 
     meta: dict[str, Any] | UnsetType | None = attrs.field(
         default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
@@ -10879,7 +11244,10 @@ class SetSessionModeResponse:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class SetSessionConfigOptionResponse:
-    """Response to `session/set_config_option` method."""
+    """Response to `session/set_config_option` method.
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/SetSessionConfigOptionResponse``
+    """
 
     config_options: list[SessionConfigOption] = attrs.field(
         metadata=f("configOptions", on_error=True, skip_invalid=True)
@@ -10928,6 +11296,8 @@ class PromptResponse:
     """Response from processing a user prompt.
 
     See protocol docs: [Check for Completion](https://agentclientprotocol.com/protocol/v1/draft/prompt-turn#4-check-for-completion)
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/PromptResponse``
     """
 
     stop_reason: StopReason = attrs.field(metadata=f("stopReason"))
@@ -10995,6 +11365,8 @@ class Usage:
     Token usage information for a prompt turn.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/Usage``
     """
 
     total_tokens: int = attrs.field(metadata=f("totalTokens"))
@@ -11095,6 +11467,8 @@ class Error:
     JSON-RPC 2.0 error object specification with optional additional data.
 
     See protocol docs: [JSON-RPC Error Object](https://www.jsonrpc.org/specification#error_object)
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/Error``
     """
 
     code: ErrorCode = attrs.field(metadata=f("code"))
@@ -11153,6 +11527,8 @@ class SessionNotification:
     Used to stream real-time progress and results during prompt processing.
 
     See protocol docs: [Agent Reports Output](https://agentclientprotocol.com/protocol/v1/draft/prompt-turn#3-agent-reports-output)
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/SessionNotification``
     """
 
     session_id: SessionId = attrs.field(metadata=f("sessionId"))
@@ -11209,7 +11585,10 @@ class SessionNotification:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class ContentChunk:
-    """A streamed item of content"""
+    """A streamed item of content
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/ContentChunk``
+    """
 
     content: ContentBlock = attrs.field(metadata=f("content"))
     """A single item of content
@@ -11276,6 +11655,8 @@ class ToolCall:
     such as reading files, executing code, or fetching data from external sources.
 
     See protocol docs: [Tool Calls](https://agentclientprotocol.com/protocol/v1/draft/tool-calls)
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/ToolCall``
     """
 
     tool_call_id: ToolCallId = attrs.field(metadata=f("toolCallId"))
@@ -11402,6 +11783,8 @@ class PlanEntry:
     Represents a task or goal that the assistant intends to accomplish
     as part of fulfilling the user's request.
     See protocol docs: [Plan Entries](https://agentclientprotocol.com/protocol/v1/draft/agent-plan#plan-entries)
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/PlanEntry``
     """
 
     content: str = attrs.field(metadata=f("content"))
@@ -11474,6 +11857,8 @@ class Plan:
     Plans can evolve during execution as the agent discovers new requirements or completes tasks.
 
     See protocol docs: [Agent Plan](https://agentclientprotocol.com/protocol/v1/draft/agent-plan)
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/Plan``
     """
 
     entries: list[PlanEntry] = attrs.field(metadata=f("entries", on_error=True, skip_invalid=True))
@@ -11528,6 +11913,8 @@ class PlanItems:
     A plan represented as structured entries.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/PlanItems``
     """
 
     plan_id: PlanId = attrs.field(metadata=f("planId"))
@@ -11594,6 +11981,8 @@ class PlanFile:
     A plan represented by a file URI.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/PlanFile``
     """
 
     plan_id: PlanId = attrs.field(metadata=f("planId"))
@@ -11657,6 +12046,8 @@ class PlanMarkdown:
     A plan represented as raw markdown content.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/PlanMarkdown``
     """
 
     plan_id: PlanId = attrs.field(metadata=f("planId"))
@@ -11720,6 +12111,8 @@ class PlanUpdate:
     A content update for a plan identified by ID.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/PlanUpdate``
     """
 
     plan: PlanUpdateContent = attrs.field(metadata=f("plan"))
@@ -11771,6 +12164,8 @@ class PlanRemoved:
     Removal notice for a plan identified by ID.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/PlanRemoved``
     """
 
     plan_id: PlanId = attrs.field(metadata=f("planId"))
@@ -11815,7 +12210,10 @@ class PlanRemoved:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class AvailableCommand:
-    """Information about a command."""
+    """Information about a command.
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/AvailableCommand``
+    """
 
     name: str = attrs.field(metadata=f("name"))
     """Command name (e.g., `create_plan`, `research_codebase`).
@@ -11881,7 +12279,10 @@ class AvailableCommand:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class AvailableCommandsUpdate:
-    """Available commands are ready or have changed"""
+    """Available commands are ready or have changed
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/AvailableCommandsUpdate``
+    """
 
     available_commands: list[AvailableCommand] = attrs.field(
         metadata=f("availableCommands", on_error=True, skip_invalid=True)
@@ -11934,6 +12335,8 @@ class CurrentModeUpdate:
     """The current mode of the session has changed
 
     See protocol docs: [Session Modes](https://agentclientprotocol.com/protocol/v1/draft/session-modes)
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/CurrentModeUpdate``
     """
 
     current_mode_id: SessionModeId = attrs.field(metadata=f("currentModeId"))
@@ -11978,7 +12381,10 @@ class CurrentModeUpdate:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class ConfigOptionUpdate:
-    """Session configuration options have been updated."""
+    """Session configuration options have been updated.
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/ConfigOptionUpdate``
+    """
 
     config_options: list[SessionConfigOption] = attrs.field(
         metadata=f("configOptions", on_error=True, skip_invalid=True)
@@ -12028,6 +12434,8 @@ class SessionInfoUpdate:
 
     Agents send this notification to update session information like title or custom metadata.
     Clients can use it to keep session titles and state current.
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/SessionInfoUpdate``
     """
 
     title: str | UnsetType | None = attrs.field(default=UNSET, metadata=f("title", nullable=True, on_error=True))
@@ -12086,7 +12494,10 @@ class SessionInfoUpdate:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class Cost:
-    """Cost information for a session."""
+    """Cost information for a session.
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/Cost``
+    """
 
     amount: float = attrs.field(metadata=f("amount"))
     """Total cumulative cost for session.
@@ -12143,7 +12554,10 @@ class Cost:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class UsageUpdate:
-    """Context window and cost update for a session."""
+    """Context window and cost update for a session.
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/UsageUpdate``
+    """
 
     used: int = attrs.field(metadata=f("used"))
     """Tokens currently in context.
@@ -12216,6 +12630,8 @@ class Notice:
     message when the information should still be surfaced to the user.
 
     See RFD: [Session Notices](https://agentclientprotocol.com/rfds/session-notices)
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/Notice``
     """
 
     severity: NoticeSeverity = attrs.field(metadata=f("severity"))
@@ -12290,6 +12706,8 @@ class CompactionUpdate:
     `summary`, `error`, and `_meta` have patch semantics: omission leaves the
     stored value unchanged, `null` clears it, and a concrete value replaces it.
     `summary: []` also clears the summary.
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/CompactionUpdate``
     """
 
     compaction_id: CompactionId = attrs.field(metadata=f("compactionId"))
@@ -12364,6 +12782,8 @@ class CompactionSummaryChunk:
     an in-progress compaction. Chunks append in receive order.
     Agents MUST only send this update when the Client advertised
     the `session.compaction` Client capability.
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/CompactionSummaryChunk``
     """
 
     compaction_id: CompactionId = attrs.field(metadata=f("compactionId"))
@@ -12426,6 +12846,8 @@ class SubagentSessionCapabilities:
     on ordinary sessions does not grant support on a child.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/SubagentSessionCapabilities``
     """
 
     cancel: SessionCancelCapabilities | UnsetType | None = attrs.field(
@@ -12481,6 +12903,8 @@ class SessionCancelCapabilities:
     Supplying `{}` advertises support. An omitted or `null` `cancel` does not.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/SessionCancelCapabilities``
     """
 
     meta: dict[str, Any] | UnsetType | None = attrs.field(
@@ -12522,6 +12946,8 @@ class ErrorStopReason:
     Details of a failure that ended a child's foreground work.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/ErrorStopReason``
     """
 
     error: Error | UnsetType | None = attrs.field(default=UNSET, metadata=f("error", nullable=True, on_error=True))
@@ -12578,6 +13004,8 @@ class SubagentUpdate:
     While unset, each inherits the immediate parent's effective value.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/SubagentUpdate``
     """
 
     session_id: SessionId = attrs.field(metadata=f("sessionId"))
@@ -12718,6 +13146,8 @@ class SessionMessage:
     An upsert for an inter-session message.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/SessionMessage``
     """
 
     message_id: MessageId = attrs.field(metadata=f("messageId"))
@@ -12837,6 +13267,8 @@ class SessionMessageChunk:
     `session_message` upserts, which can arrive before, between, or after its chunks.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/SessionMessageChunk``
     """
 
     message_id: MessageId = attrs.field(metadata=f("messageId"))
@@ -12891,7 +13323,10 @@ class SessionMessageChunk:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class CompleteElicitationNotification:
-    """Notification sent by the agent when a URL-based elicitation is complete."""
+    """Notification sent by the agent when a URL-based elicitation is complete.
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/CompleteElicitationNotification``
+    """
 
     elicitation_id: ElicitationId = attrs.field(metadata=f("elicitationId"))
     """The ID of the elicitation that completed.
@@ -12948,6 +13383,8 @@ class AuthStatusUpdateNotification:
     send it when the reported status differs from the last one sent on the connection.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/AuthStatusUpdateNotification``
     """
 
     state: AuthState = attrs.field(metadata=f("state"))
@@ -13018,6 +13455,8 @@ class InitializeRequest:
     Sent by the client to establish connection and negotiate capabilities.
 
     See protocol docs: [Initialization](https://agentclientprotocol.com/protocol/v1/draft/initialization)
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/InitializeRequest``
     """
 
     protocol_version: ProtocolVersion = attrs.field(metadata=f("protocolVersion"))
@@ -13103,6 +13542,8 @@ class ClientCapabilities:
     available features and methods.
 
     See protocol docs: [Client Capabilities](https://agentclientprotocol.com/protocol/v1/draft/initialization#client-capabilities)
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/ClientCapabilities``
     """
 
     fs: FileSystemCapabilities | UnsetType = attrs.field(
@@ -13240,6 +13681,8 @@ class FileSystemCapabilities:
     """File system capabilities that a client may support.
 
     See protocol docs: [FileSystem](https://agentclientprotocol.com/protocol/v1/draft/initialization#filesystem)
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/FileSystemCapabilities``
     """
 
     read_text_file: bool | UnsetType = attrs.field(
@@ -13300,7 +13743,10 @@ class FileSystemCapabilities:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class ClientSessionCapabilities:
-    """Session-related capabilities supported by the client."""
+    """Session-related capabilities supported by the client.
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/ClientSessionCapabilities``
+    """
 
     compaction: CompactionCapabilities | UnsetType | None = attrs.field(
         default=UNSET, metadata=f("compaction", nullable=True, on_error=True)
@@ -13377,7 +13823,10 @@ class ClientSessionCapabilities:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class CompactionCapabilities:
-    """Client support for ID-addressed context compaction updates."""
+    """Client support for ID-addressed context compaction updates.
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/CompactionCapabilities``
+    """
 
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
@@ -13397,7 +13846,10 @@ class CompactionCapabilities:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class SessionConfigOptionsCapabilities:
-    """Session configuration option capabilities supported by the client."""
+    """Session configuration option capabilities supported by the client.
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/SessionConfigOptionsCapabilities``
+    """
 
     boolean: BooleanConfigOptionCapabilities | UnsetType | None = attrs.field(
         default=UNSET, metadata=f("boolean", nullable=True, on_error=True)
@@ -13451,6 +13903,8 @@ class BooleanConfigOptionCapabilities:
     """Capabilities for boolean session configuration options.
 
     Supplying `{}` means the client supports boolean session configuration options.
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/BooleanConfigOptionCapabilities``
     """
 
     meta: dict[str, Any] | UnsetType | None = attrs.field(
@@ -13485,7 +13939,10 @@ class BooleanConfigOptionCapabilities:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class NoticeCapabilities:
-    """Client support for presenting live notices to the user."""
+    """Client support for presenting live notices to the user.
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/NoticeCapabilities``
+    """
 
     extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
@@ -13517,6 +13974,8 @@ class SubagentCapabilities:
     session-directed messages.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/SubagentCapabilities``
     """
 
     meta: dict[str, Any] | UnsetType | None = attrs.field(
@@ -13556,6 +14015,8 @@ class PlanCapabilities:
     Capabilities for receiving `plan_update` and `plan_removed` session updates.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/PlanCapabilities``
     """
 
     meta: dict[str, Any] | UnsetType | None = attrs.field(
@@ -13595,6 +14056,8 @@ class AuthCapabilities:
     Advertised during initialization to inform the agent which authentication
     method types the client can handle. This governs opt-in types that require
     additional client-side support.
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/AuthCapabilities``
     """
 
     terminal: bool | UnsetType = attrs.field(default=UNSET, metadata=f("terminal", on_error=True, default=False))
@@ -13643,7 +14106,10 @@ class AuthCapabilities:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class ElicitationCapabilities:
-    """Elicitation capabilities supported by the client."""
+    """Elicitation capabilities supported by the client.
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/ElicitationCapabilities``
+    """
 
     form: ElicitationFormCapabilities | UnsetType | None = attrs.field(
         default=UNSET, metadata=f("form", nullable=True, on_error=True)
@@ -13709,6 +14175,8 @@ class ElicitationFormCapabilities:
     """Form-based elicitation capabilities.
 
     Supplying `{}` means the client supports form-based elicitation.
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/ElicitationFormCapabilities``
     """
 
     meta: dict[str, Any] | UnsetType | None = attrs.field(
@@ -13748,6 +14216,8 @@ class ElicitationUrlCapabilities:
     """URL-based elicitation capabilities.
 
     Supplying `{}` means the client supports URL-based elicitation.
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/ElicitationUrlCapabilities``
     """
 
     meta: dict[str, Any] | UnsetType | None = attrs.field(
@@ -13787,6 +14257,8 @@ class AuthenticateRequest:
     """Request parameters for the authenticate method.
 
     Specifies which authentication method to use.
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/AuthenticateRequest``
     """
 
     method_id: AuthMethodId = attrs.field(metadata=f("methodId"))
@@ -13841,6 +14313,8 @@ class ListProvidersRequest:
     Request parameters for `providers/list`.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/ListProvidersRequest``
     """
 
     meta: dict[str, Any] | UnsetType | None = attrs.field(
@@ -13884,6 +14358,8 @@ class SetProviderRequest:
     Replaces the full configuration for one provider ID.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/SetProviderRequest``
     """
 
     provider_id: ProviderId = attrs.field(metadata=f("providerId"))
@@ -13964,6 +14440,8 @@ class DisableProviderRequest:
     Request parameters for `providers/disable`.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/DisableProviderRequest``
     """
 
     provider_id: ProviderId = attrs.field(metadata=f("providerId"))
@@ -14011,6 +14489,8 @@ class LogoutRequest:
     """Request parameters for the logout method.
 
     Terminates the current authenticated session.
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/LogoutRequest``
     """
 
     meta: dict[str, Any] | UnsetType | None = attrs.field(
@@ -14057,6 +14537,8 @@ class AuthStatusRequest:
     whether authentication is required.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/AuthStatusRequest``
     """
 
     meta: dict[str, Any] | UnsetType | None = attrs.field(
@@ -14094,6 +14576,8 @@ class NewSessionRequest:
     """Request parameters for creating a new session.
 
     See protocol docs: [Creating a Session](https://agentclientprotocol.com/protocol/v1/draft/session-setup#creating-a-session)
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/NewSessionRequest``
     """
 
     cwd: str = attrs.field(metadata=f("cwd"))
@@ -14182,7 +14666,10 @@ class NewSessionRequest:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class HttpHeader:
-    """An HTTP header to set when making requests to the MCP server."""
+    """An HTTP header to set when making requests to the MCP server.
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/HttpHeader``
+    """
 
     name: str = attrs.field(metadata=f("name"))
     """The name of the HTTP header.
@@ -14238,7 +14725,10 @@ class HttpHeader:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class McpServerHttp:
-    """HTTP transport configuration for MCP."""
+    """HTTP transport configuration for MCP.
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/McpServerHttp``
+    """
 
     name: str = attrs.field(metadata=f("name"))
     """Human-readable name identifying this MCP server.
@@ -14302,7 +14792,10 @@ class McpServerHttp:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class McpServerSse:
-    """SSE transport configuration for MCP."""
+    """SSE transport configuration for MCP.
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/McpServerSse``
+    """
 
     name: str = attrs.field(metadata=f("name"))
     """Human-readable name identifying this MCP server.
@@ -14376,6 +14869,8 @@ class McpServerAcp:
     using `mcp/message`.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/McpServerAcp``
     """
 
     name: str = attrs.field(metadata=f("name"))
@@ -14448,6 +14943,8 @@ class SystemPrompt:
     session.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/SystemPrompt``
     """
 
     mode: SystemPromptMode = attrs.field(metadata=f("mode"))
@@ -14520,6 +15017,8 @@ class LoadSessionRequest:
     Only available if the Agent supports the `loadSession` capability.
 
     See protocol docs: [Loading Sessions](https://agentclientprotocol.com/protocol/v1/draft/session-setup#loading-sessions)
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/LoadSessionRequest``
     """
 
     mcp_servers: list[McpServer] = attrs.field(metadata=f("mcpServers", on_null=True))
@@ -14622,6 +15121,8 @@ class ListSessionsRequest:
     """Request parameters for listing existing sessions.
 
     Only available if the Agent supports the `sessionCapabilities.list` capability.
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/ListSessionsRequest``
     """
 
     cwd: str | UnsetType | None = attrs.field(default=UNSET, metadata=f("cwd", nullable=True))
@@ -14699,6 +15200,8 @@ class DeleteSessionRequest:
     """Request parameters for deleting an existing session from `session/list`.
 
     Only available if the Agent supports the `sessionCapabilities.delete` capability.
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/DeleteSessionRequest``
     """
 
     session_id: SessionId = attrs.field(metadata=f("sessionId"))
@@ -14755,6 +15258,8 @@ class ForkSessionRequest:
     Only available if the Agent supports the `session.fork` capability.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/ForkSessionRequest``
     """
 
     session_id: SessionId = attrs.field(metadata=f("sessionId"))
@@ -14867,6 +15372,8 @@ class ArchiveSessionRequest:
     Archiving an archived session succeeds. A session that does not exist gets `-32002`.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/ArchiveSessionRequest``
     """
 
     session_id: SessionId = attrs.field(metadata=f("sessionId"))
@@ -14926,6 +15433,8 @@ class UnarchiveSessionRequest:
     gets `-32002`.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/UnarchiveSessionRequest``
     """
 
     session_id: SessionId = attrs.field(metadata=f("sessionId"))
@@ -14983,6 +15492,8 @@ class SessionStatusRequest:
     A session the Agent does not know gets `-32002` with the requested `sessionId` in `data`.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/SessionStatusRequest``
     """
 
     session_id: SessionId = attrs.field(metadata=f("sessionId"))
@@ -15042,6 +15553,8 @@ class SetSessionTitleRequest:
     Agent SHOULD NOT replace the title with one it generates automatically.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/SetSessionTitleRequest``
     """
 
     session_id: SessionId = attrs.field(metadata=f("sessionId"))
@@ -15109,6 +15622,8 @@ class ResumeSessionRequest:
     This is useful for agents that can resume sessions but don't implement full session loading.
 
     Only available if the Agent supports the `sessionCapabilities.resume` capability.
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/ResumeSessionRequest``
     """
 
     session_id: SessionId = attrs.field(metadata=f("sessionId"))
@@ -15215,6 +15730,8 @@ class CloseSessionRequest:
     associated with the session.
 
     Only available if the Agent supports the `sessionCapabilities.close` capability.
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/CloseSessionRequest``
     """
 
     session_id: SessionId = attrs.field(metadata=f("sessionId"))
@@ -15259,7 +15776,10 @@ class CloseSessionRequest:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class SetSessionModeRequest:
-    """Request parameters for setting a session mode."""
+    """Request parameters for setting a session mode.
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/SetSessionModeRequest``
+    """
 
     session_id: SessionId = attrs.field(metadata=f("sessionId"))
     """The ID of the session to set the mode for.
@@ -15320,6 +15840,8 @@ class PromptRequest:
     Contains the user's message and any additional context.
 
     See protocol docs: [User Message](https://agentclientprotocol.com/protocol/v1/draft/prompt-turn#1-user-message)
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/PromptRequest``
     """
 
     session_id: SessionId = attrs.field(metadata=f("sessionId"))
@@ -15388,7 +15910,10 @@ class PromptRequest:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class WriteTextFileResponse:
-    """Response to `fs/write_text_file`"""
+    """Response to `fs/write_text_file`
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/WriteTextFileResponse``
+    """
 
     meta: dict[str, Any] | UnsetType | None = attrs.field(
         default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
@@ -15422,7 +15947,10 @@ class WriteTextFileResponse:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class ReadTextFileResponse:
-    """Response containing the contents of a text file."""
+    """Response containing the contents of a text file.
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/ReadTextFileResponse``
+    """
 
     content: str = attrs.field(metadata=f("content"))
     """Content payload returned by this response.
@@ -15466,7 +15994,10 @@ class ReadTextFileResponse:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class RequestPermissionResponse:
-    """Response to a permission request."""
+    """Response to a permission request.
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/RequestPermissionResponse``
+    """
 
     outcome: RequestPermissionOutcome = attrs.field(metadata=f("outcome"))
     """The user's decision on the permission request.
@@ -15510,7 +16041,10 @@ class RequestPermissionResponse:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class SelectedPermissionOutcome:
-    """The user selected one of the provided options."""
+    """The user selected one of the provided options.
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/SelectedPermissionOutcome``
+    """
 
     option_id: PermissionOptionId = attrs.field(metadata=f("optionId"))
     """The ID of the option the user selected.
@@ -15554,7 +16088,10 @@ class SelectedPermissionOutcome:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class CreateTerminalResponse:
-    """Response containing the ID of the created terminal."""
+    """Response containing the ID of the created terminal.
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/CreateTerminalResponse``
+    """
 
     terminal_id: TerminalId = attrs.field(metadata=f("terminalId"))
     """The unique identifier for the created terminal.
@@ -15598,7 +16135,10 @@ class CreateTerminalResponse:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class TerminalOutputResponse:
-    """Response containing the terminal output and exit status."""
+    """Response containing the terminal output and exit status.
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/TerminalOutputResponse``
+    """
 
     output: str = attrs.field(metadata=f("output"))
     """The terminal output captured so far.
@@ -15664,7 +16204,10 @@ class TerminalOutputResponse:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class TerminalExitStatus:
-    """Exit status of a terminal command."""
+    """Exit status of a terminal command.
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/TerminalExitStatus``
+    """
 
     exit_code: int | UnsetType | None = attrs.field(default=UNSET, metadata=f("exitCode", nullable=True, on_error=True))
     """The process exit code (may be null if terminated by signal).
@@ -15720,7 +16263,10 @@ class TerminalExitStatus:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class ReleaseTerminalResponse:
-    """Response to terminal/release method"""
+    """Response to terminal/release method
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/ReleaseTerminalResponse``
+    """
 
     meta: dict[str, Any] | UnsetType | None = attrs.field(
         default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
@@ -15754,7 +16300,10 @@ class ReleaseTerminalResponse:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class WaitForTerminalExitResponse:
-    """Response containing the exit status of a terminal command."""
+    """Response containing the exit status of a terminal command.
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/WaitForTerminalExitResponse``
+    """
 
     exit_code: int | UnsetType | None = attrs.field(default=UNSET, metadata=f("exitCode", nullable=True, on_error=True))
     """The process exit code (may be null if terminated by signal).
@@ -15810,7 +16359,10 @@ class WaitForTerminalExitResponse:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class KillTerminalResponse:
-    """Response to `terminal/kill` method"""
+    """Response to `terminal/kill` method
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/KillTerminalResponse``
+    """
 
     meta: dict[str, Any] | UnsetType | None = attrs.field(
         default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
@@ -15844,7 +16396,10 @@ class KillTerminalResponse:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class ElicitationAcceptAction:
-    """The user accepted the elicitation and provided content."""
+    """The user accepted the elicitation and provided content.
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/ElicitationAcceptAction``
+    """
 
     content: dict[str, ElicitationContentValue] | UnsetType | None = attrs.field(
         default=UNSET, metadata=f("content", nullable=True)
@@ -15885,6 +16440,8 @@ class McpError:
     Explicit `null` is preserved separately from an omitted key.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/McpError``
     """
 
     code: int = attrs.field(metadata=f("code"))
@@ -15933,6 +16490,8 @@ class CancelNotification:
     """Notification to cancel ongoing operations for a session.
 
     See protocol docs: [Cancellation](https://agentclientprotocol.com/protocol/v1/draft/prompt-turn#cancellation)
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/CancelNotification``
     """
 
     session_id: SessionId = attrs.field(metadata=f("sessionId"))
@@ -15987,6 +16546,8 @@ class MessageMcpNotification:
     subscription acknowledgements and updates). The outer envelope has no `id`.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/MessageMcpNotification``
     """
 
     server_id: McpServerAcpId = attrs.field(metadata=f("serverId"))
@@ -16064,6 +16625,8 @@ class CancelRequestNotification:
     """Notification to cancel an ongoing request.
 
     See protocol docs: [Cancellation](https://agentclientprotocol.com/protocol/v1/draft/cancellation)
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/CancelRequestNotification``
     """
 
     request_id: RequestId = attrs.field(metadata=f("requestId"))
@@ -16128,6 +16691,8 @@ class ProxySuccessorRequest:
     See the [Proxy Chains RFD](https://agentclientprotocol.com/rfds/proxy-chains).
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/ProxySuccessorRequest``
     """
 
     method: str = attrs.field(metadata=f("method"))
@@ -16205,6 +16770,8 @@ class ProxySuccessorNotification:
     See the [Proxy Chains RFD](https://agentclientprotocol.com/rfds/proxy-chains).
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/ProxySuccessorNotification``
     """
 
     method: str = attrs.field(metadata=f("method"))
@@ -16277,6 +16844,8 @@ The Server MUST reply with the same value in the Response object if included. Th
 \\[1\\] The use of Null as a value for the id member in a Request object is discouraged, because this specification uses a value of Null for Responses with an unknown id. Also, because JSON-RPC 1.0 uses an id value of Null for Notifications this could cause confusion in handling.
 
 \\[2\\] Fractional parts may be problematic, since many decimal fractions cannot be represented exactly as binary fractions.
+
+Schema: ``schema/v1/schema.unstable.json``, ``$defs/RequestId``
 """
 
 ToolCallContent: TypeAlias = (
@@ -16288,6 +16857,8 @@ Tool calls can produce different types of content including
 standard content blocks (text, images) or file diffs.
 
 See protocol docs: [Content](https://agentclientprotocol.com/protocol/v1/draft/tool-calls#content)
+
+Schema: ``schema/v1/schema.unstable.json``, ``$defs/ToolCallContent``
 """
 
 ContentBlock: TypeAlias = (
@@ -16309,10 +16880,15 @@ This structure is compatible with the Model Context Protocol (MCP), so agents ca
 forward content from MCP tool outputs without transformation.
 
 See protocol docs: [Content](https://agentclientprotocol.com/protocol/v1/draft/content)
+
+Schema: ``schema/v1/schema.unstable.json``, ``$defs/ContentBlock``
 """
 
 EmbeddedResourceResource: TypeAlias = TextResourceContents | BlobResourceContents
-"""Resource content that can be embedded in a message."""
+"""Resource content that can be embedded in a message.
+
+Schema: ``schema/v1/schema.unstable.json``, ``$defs/EmbeddedResourceResource``
+"""
 
 CreateElicitationRequest: TypeAlias = (
     FormCreateElicitationRequest | UrlCreateElicitationRequest | CreateElicitationRequestOther
@@ -16322,6 +16898,8 @@ CreateElicitationRequest: TypeAlias = (
 The agent sends this to the client to request information from the user,
 either via a form or by directing them to a URL.
 Elicitations are tied to a session (optionally a tool call) or a request.
+
+Schema: ``schema/v1/schema.unstable.json``, ``$defs/CreateElicitationRequest``
 """
 
 ElicitationPropertySchema: TypeAlias = (
@@ -16337,23 +16915,36 @@ ElicitationPropertySchema: TypeAlias = (
 Each variant corresponds to a JSON Schema `"type"` value.
 Single-select enums use `type: "string"` with `enum` or `oneOf` set.
 Multi-select enums use `type: "array"`.
+
+Schema: ``schema/v1/schema.unstable.json``, ``$defs/ElicitationPropertySchema``
 """
 
 MultiSelectItems: TypeAlias = StringMultiSelectItems | MultiSelectItemsOther | TitledMultiSelectItems
-"""Items for a multi-select (array) property schema."""
+"""Items for a multi-select (array) property schema.
+
+Schema: ``schema/v1/schema.unstable.json``, ``$defs/MultiSelectItems``
+"""
 
 AuthMethod: TypeAlias = TerminalAuthMethod | AuthMethodAgent | AuthMethodOther
 """Describes an available authentication method.
 
 The `type` field acts as the discriminator in the serialized JSON form.
 When no `type` is present, the method is treated as `agent`.
+
+Schema: ``schema/v1/schema.unstable.json``, ``$defs/AuthMethod``
 """
 
 SessionConfigOption: TypeAlias = SelectSessionConfigOption | BooleanSessionConfigOption | SessionConfigOptionOther
-"""A session configuration option selector and its current state."""
+"""A session configuration option selector and its current state.
+
+Schema: ``schema/v1/schema.unstable.json``, ``$defs/SessionConfigOption``
+"""
 
 SessionConfigSelectOptions: TypeAlias = list[SessionConfigSelectOption] | list[SessionConfigSelectGroup]
-"""Possible values for a session configuration option."""
+"""Possible values for a session configuration option.
+
+Schema: ``schema/v1/schema.unstable.json``, ``$defs/SessionConfigSelectOptions``
+"""
 
 SessionUpdate: TypeAlias = (
     UserMessageChunkSessionUpdate
@@ -16382,6 +16973,8 @@ SessionUpdate: TypeAlias = (
 These updates provide real-time feedback about the agent's progress.
 
 See protocol docs: [Agent Reports Output](https://agentclientprotocol.com/protocol/v1/draft/prompt-turn#3-agent-reports-output)
+
+Schema: ``schema/v1/schema.unstable.json``, ``$defs/SessionUpdate``
 """
 
 PlanUpdateContent: TypeAlias = (
@@ -16394,10 +16987,15 @@ This capability is not part of the spec yet, and may be removed or changed at an
 Updated content for a plan.
 
 Unstable: not part of the stable protocol; it may change or go away.
+
+Schema: ``schema/v1/schema.unstable.json``, ``$defs/PlanUpdateContent``
 """
 
 AvailableCommandInput: TypeAlias = UnstructuredCommandInput
-"""The input specification for a command."""
+"""The input specification for a command.
+
+Schema: ``schema/v1/schema.unstable.json``, ``$defs/AvailableCommandInput``
+"""
 
 StateUpdate: TypeAlias = (
     RunningStateUpdate | IdleStateUpdate | RequiresActionStateUpdate | UnknownStateUpdate | StateUpdateOther
@@ -16413,6 +17011,8 @@ The parent can message it again, transitioning it back to running.
 Background activity may still emit other session updates while idle.
 
 Unstable: not part of the stable protocol; it may change or go away.
+
+Schema: ``schema/v1/schema.unstable.json``, ``$defs/StateUpdate``
 """
 
 McpServer: TypeAlias = HttpMcpServer | SseMcpServer | AcpMcpServer | McpServerStdio | McpServerOther
@@ -16422,17 +17022,25 @@ MCP servers provide tools and context that the agent can use when
 processing prompts.
 
 See protocol docs: [MCP Servers](https://agentclientprotocol.com/protocol/v1/draft/session-setup#mcp-servers)
+
+Schema: ``schema/v1/schema.unstable.json``, ``$defs/McpServer``
 """
 
 SetSessionConfigOptionRequest: TypeAlias = (
     BooleanSetSessionConfigOptionRequest | ValueIdSetSessionConfigOptionRequest | SetSessionConfigOptionRequestOther
 )
-"""Request parameters for setting a session configuration option."""
+"""Request parameters for setting a session configuration option.
+
+Schema: ``schema/v1/schema.unstable.json``, ``$defs/SetSessionConfigOptionRequest``
+"""
 
 RequestPermissionOutcome: TypeAlias = (
     CancelledRequestPermissionOutcome | SelectedRequestPermissionOutcome | RequestPermissionOutcomeOther
 )
-"""The outcome of a permission request."""
+"""The outcome of a permission request.
+
+Schema: ``schema/v1/schema.unstable.json``, ``$defs/RequestPermissionOutcome``
+"""
 
 CreateElicitationResponse: TypeAlias = (
     AcceptCreateElicitationResponse
@@ -16440,10 +17048,16 @@ CreateElicitationResponse: TypeAlias = (
     | CancelCreateElicitationResponse
     | CreateElicitationResponseOther
 )
-"""Response from the client to an elicitation request."""
+"""Response from the client to an elicitation request.
+
+Schema: ``schema/v1/schema.unstable.json``, ``$defs/CreateElicitationResponse``
+"""
 
 ElicitationContentValue: TypeAlias = str | int | float | bool | list[str]
-"""Allowed wire representations for `ElicitationContentValue`."""
+"""Allowed wire representations for `ElicitationContentValue`.
+
+Schema: ``schema/v1/schema.unstable.json``, ``$defs/ElicitationContentValue``
+"""
 
 MessageMcpResponse: TypeAlias = ResultMessageMcpResponse | ErrorMessageMcpResponse
 """**UNSTABLE**
@@ -16458,6 +17072,8 @@ Carrier `_meta` is optional. Null or invalid values are treated as absent.
 Senders must include exactly one outcome. Receivers prefer `result` if both are present.
 
 Unstable: not part of the stable protocol; it may change or go away.
+
+Schema: ``schema/v1/schema.unstable.json``, ``$defs/MessageMcpResponse``
 """
 
 SessionId: TypeAlias = str
@@ -16467,10 +17083,15 @@ Each session has its own context, conversation history, and state, so one
 agent can run several independent sessions.
 
 See protocol docs: [Session ID](https://agentclientprotocol.com/protocol/v1/draft/session-setup#session-id)
+
+Schema: ``schema/v1/schema.unstable.json``, ``$defs/SessionId``
 """
 
 ToolCallId: TypeAlias = str
-"""Unique identifier for a tool call within a session."""
+"""Unique identifier for a tool call within a session.
+
+Schema: ``schema/v1/schema.unstable.json``, ``$defs/ToolCallId``
+"""
 
 ToolKind: TypeAlias = Literal[
     "read", "edit", "delete", "move", "search", "execute", "think", "fetch", "switch_mode", "other"
@@ -16492,6 +17113,8 @@ See protocol docs: [Creating](https://agentclientprotocol.com/protocol/v1/draft/
 - ``'fetch'``: Retrieving external data.
 - ``'switch_mode'``: Switching the current session mode.
 - ``'other'``: Other tool types (default).
+
+Schema: ``schema/v1/schema.unstable.json``, ``$defs/ToolKind``
 """
 
 ToolCallStatus: TypeAlias = Literal["pending", "in_progress", "completed", "failed"]
@@ -16505,6 +17128,8 @@ See protocol docs: [Status](https://agentclientprotocol.com/protocol/v1/draft/to
 - ``'in_progress'``: The tool call is currently running.
 - ``'completed'``: The tool call completed successfully.
 - ``'failed'``: The tool call failed with an error.
+
+Schema: ``schema/v1/schema.unstable.json``, ``$defs/ToolCallStatus``
 """
 
 Role: TypeAlias = Literal["assistant", "user"]
@@ -16512,13 +17137,21 @@ Role: TypeAlias = Literal["assistant", "user"]
 
 - ``'assistant'``: The assistant side of a conversation.
 - ``'user'``: The user side of a conversation.
+
+Schema: ``schema/v1/schema.unstable.json``, ``$defs/Role``
 """
 
 TerminalId: TypeAlias = str
-"""Typed identifier used for terminal values on the wire."""
+"""Typed identifier used for terminal values on the wire.
+
+Schema: ``schema/v1/schema.unstable.json``, ``$defs/TerminalId``
+"""
 
 PermissionOptionId: TypeAlias = str
-"""Unique identifier for a permission option."""
+"""Unique identifier for a permission option.
+
+Schema: ``schema/v1/schema.unstable.json``, ``$defs/PermissionOptionId``
+"""
 
 PermissionOptionKind: TypeAlias = Literal["allow_once", "allow_always", "reject_once", "reject_always"]
 """The type of permission option being presented to the user.
@@ -16529,12 +17162,16 @@ Helps clients choose appropriate icons and UI treatment.
 - ``'allow_always'``: Allow this operation and remember the choice.
 - ``'reject_once'``: Reject this operation only this time.
 - ``'reject_always'``: Reject this operation and remember the choice.
+
+Schema: ``schema/v1/schema.unstable.json``, ``$defs/PermissionOptionKind``
 """
 
 ElicitationSchemaType: TypeAlias = Literal["object"]
 """Type discriminator for elicitation schemas.
 
 - ``'object'``: Object schema type.
+
+Schema: ``schema/v1/schema.unstable.json``, ``$defs/ElicitationSchemaType``
 """
 
 StringFormat: TypeAlias = Literal["email", "uri", "date", "date-time"]
@@ -16544,10 +17181,15 @@ StringFormat: TypeAlias = Literal["email", "uri", "date", "date-time"]
 - ``'uri'``: URI format.
 - ``'date'``: Date format (YYYY-MM-DD).
 - ``'date-time'``: Date-time format (ISO 8601).
+
+Schema: ``schema/v1/schema.unstable.json``, ``$defs/StringFormat``
 """
 
 ElicitationId: TypeAlias = str
-"""Unique identifier for an elicitation."""
+"""Unique identifier for an elicitation.
+
+Schema: ``schema/v1/schema.unstable.json``, ``$defs/ElicitationId``
+"""
 
 McpServerAcpId: TypeAlias = str
 """**UNSTABLE**
@@ -16560,6 +17202,8 @@ The value is opaque and generated by the ACP component providing the MCP server.
 used by `mcp/message` to route requests to the component that declared the server.
 
 Unstable: not part of the stable protocol; it may change or go away.
+
+Schema: ``schema/v1/schema.unstable.json``, ``$defs/McpServerAcpId``
 """
 
 McpRequestId: TypeAlias = str
@@ -16573,6 +17217,8 @@ Generated by the caller and preserved unchanged by proxies. This is distinct
 from the outer ACP JSON-RPC request ID.
 
 Unstable: not part of the stable protocol; it may change or go away.
+
+Schema: ``schema/v1/schema.unstable.json``, ``$defs/McpRequestId``
 """
 
 ExtRequest: TypeAlias = Any
@@ -16581,6 +17227,8 @@ Extension methods provide a way to add custom functionality while maintaining
 protocol compatibility.
 
 See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v1/draft/extensibility)
+
+Schema: ``schema/v1/schema.unstable.json``, ``$defs/ExtRequest``
 """
 
 ProtocolVersion: TypeAlias = int
@@ -16588,10 +17236,15 @@ ProtocolVersion: TypeAlias = int
 
 This version is only bumped for breaking changes.
 Non-breaking changes should be introduced via capabilities.
+
+Schema: ``schema/v1/schema.unstable.json``, ``$defs/ProtocolVersion``
 """
 
 AuthMethodId: TypeAlias = str
-"""Typed identifier used for auth method values on the wire."""
+"""Typed identifier used for auth method values on the wire.
+
+Schema: ``schema/v1/schema.unstable.json``, ``$defs/AuthMethodId``
+"""
 
 ProviderId: TypeAlias = str
 """**UNSTABLE**
@@ -16601,6 +17254,8 @@ This capability is not part of the spec yet, and may be removed or changed at an
 Unique identifier for a configurable LLM provider.
 
 Unstable: not part of the stable protocol; it may change or go away.
+
+Schema: ``schema/v1/schema.unstable.json``, ``$defs/ProviderId``
 """
 
 LlmProtocol: TypeAlias = Literal["anthropic", "openai", "azure", "vertex", "bedrock"] | str
@@ -16623,6 +17278,8 @@ Protocol names that do not begin with `_` are reserved for the ACP spec.
 - any other str: a value this schema does not know (custom values start with ``_``)
 
 Unstable: not part of the stable protocol; it may change or go away.
+
+Schema: ``schema/v1/schema.unstable.json``, ``$defs/LlmProtocol``
 """
 
 AuthState: TypeAlias = Literal["authenticated", "unauthenticated", "not_required", "unknown"] | str
@@ -16639,13 +17296,21 @@ The agent's overall authentication state.
 - any other str: a value this schema does not know (custom values start with ``_``)
 
 Unstable: not part of the stable protocol; it may change or go away.
+
+Schema: ``schema/v1/schema.unstable.json``, ``$defs/AuthState``
 """
 
 SessionModeId: TypeAlias = str
-"""Unique identifier for a Session Mode."""
+"""Unique identifier for a Session Mode.
+
+Schema: ``schema/v1/schema.unstable.json``, ``$defs/SessionModeId``
+"""
 
 SessionConfigId: TypeAlias = str
-"""Unique identifier for a session configuration option."""
+"""Unique identifier for a session configuration option.
+
+Schema: ``schema/v1/schema.unstable.json``, ``$defs/SessionConfigId``
+"""
 
 SessionConfigOptionCategory: TypeAlias = Literal["mode", "model", "model_config", "thought_level"] | str
 """Semantic category for a session configuration option.
@@ -16663,13 +17328,21 @@ Category names that do not begin with `_` are reserved for the ACP spec.
 - ``'model_config'``: Model-related configuration parameter.
 - ``'thought_level'``: Thought/reasoning level selector.
 - any other str: a value this schema does not know (custom values start with ``_``)
+
+Schema: ``schema/v1/schema.unstable.json``, ``$defs/SessionConfigOptionCategory``
 """
 
 SessionConfigValueId: TypeAlias = str
-"""Unique identifier for a session configuration option value."""
+"""Unique identifier for a session configuration option value.
+
+Schema: ``schema/v1/schema.unstable.json``, ``$defs/SessionConfigValueId``
+"""
 
 SessionConfigGroupId: TypeAlias = str
-"""Unique identifier for a session configuration option value group."""
+"""Unique identifier for a session configuration option value group.
+
+Schema: ``schema/v1/schema.unstable.json``, ``$defs/SessionConfigGroupId``
+"""
 
 SessionStatus: TypeAlias = Literal["open", "saved"] | str
 """**UNSTABLE**
@@ -16683,6 +17356,8 @@ Whether the Agent has a session in memory, as reported by `session/status`.
 - any other str: a value this schema does not know (custom values start with ``_``)
 
 Unstable: not part of the stable protocol; it may change or go away.
+
+Schema: ``schema/v1/schema.unstable.json``, ``$defs/SessionStatus``
 """
 
 StopReason: TypeAlias = Literal["end_turn", "max_tokens", "max_turn_requests", "refusal", "cancelled"]
@@ -16695,6 +17370,8 @@ See protocol docs: [Stop Reasons](https://agentclientprotocol.com/protocol/v1/dr
 - ``'max_turn_requests'``: The turn ended because the agent reached the maximum number of allowed agent requests between user turns.
 - ``'refusal'``: The turn ended because the agent refused to continue. The user prompt and everything that comes after it won't be included in the next prompt, so this should be reflected in the UI.
 - ``'cancelled'``: The turn was cancelled by the client via `session/cancel`.  This stop reason MUST be returned when the client sends a `session/cancel` notification, even if the cancellation causes exceptions in underlying operations. Agents should catch these exceptions and return this semantically meaningful response to confirm successful cancellation.
+
+Schema: ``schema/v1/schema.unstable.json``, ``$defs/StopReason``
 """
 
 ExtResponse: TypeAlias = Any
@@ -16703,6 +17380,8 @@ Extension methods provide a way to add custom functionality while maintaining
 protocol compatibility.
 
 See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v1/draft/extensibility)
+
+Schema: ``schema/v1/schema.unstable.json``, ``$defs/ExtResponse``
 """
 
 ErrorCode: TypeAlias = Literal[-32700, -32600, -32601, -32602, -32603, -32800, -32000, -32002] | int
@@ -16721,10 +17400,15 @@ range LSP reserves (-32899 to -32800).
 - ``-32000``: **Authentication required**: Authentication is required before this operation can be performed.
 - ``-32002``: **Resource not found**: A given resource, such as a session or file, was not found.
 - any other int: a value this schema does not know (custom values start with ``_``)
+
+Schema: ``schema/v1/schema.unstable.json``, ``$defs/ErrorCode``
 """
 
 MessageId: TypeAlias = str
-"""Unique identifier for a message within a session."""
+"""Unique identifier for a message within a session.
+
+Schema: ``schema/v1/schema.unstable.json``, ``$defs/MessageId``
+"""
 
 PlanEntryPriority: TypeAlias = Literal["high", "medium", "low"]
 """Priority levels for plan entries.
@@ -16736,6 +17420,8 @@ See protocol docs: [Plan Entries](https://agentclientprotocol.com/protocol/v1/dr
 - ``'high'``: High priority task - critical to the overall goal.
 - ``'medium'``: Medium priority task - important but not critical.
 - ``'low'``: Low priority task - nice to have but not essential.
+
+Schema: ``schema/v1/schema.unstable.json``, ``$defs/PlanEntryPriority``
 """
 
 PlanEntryStatus: TypeAlias = Literal["pending", "in_progress", "completed"]
@@ -16747,6 +17433,8 @@ See protocol docs: [Plan Entries](https://agentclientprotocol.com/protocol/v1/dr
 - ``'pending'``: The task has not started yet.
 - ``'in_progress'``: The task is currently being worked on.
 - ``'completed'``: The task has been successfully completed.
+
+Schema: ``schema/v1/schema.unstable.json``, ``$defs/PlanEntryStatus``
 """
 
 PlanId: TypeAlias = str
@@ -16757,6 +17445,8 @@ This capability is not part of the spec yet, and may be removed or changed at an
 Unique identifier for a plan within a session.
 
 Unstable: not part of the stable protocol; it may change or go away.
+
+Schema: ``schema/v1/schema.unstable.json``, ``$defs/PlanId``
 """
 
 NoticeSeverity: TypeAlias = Literal["info", "warning", "error"] | str
@@ -16766,10 +17456,15 @@ NoticeSeverity: TypeAlias = Literal["info", "warning", "error"] | str
 - ``'warning'``: Warning notice.
 - ``'error'``: Error notice.
 - any other str: a value this schema does not know (custom values start with ``_``)
+
+Schema: ``schema/v1/schema.unstable.json``, ``$defs/NoticeSeverity``
 """
 
 CompactionId: TypeAlias = str
-"""Unique identifier for a context compaction within a session."""
+"""Unique identifier for a context compaction within a session.
+
+Schema: ``schema/v1/schema.unstable.json``, ``$defs/CompactionId``
+"""
 
 CompactionStatus: TypeAlias = Literal["in_progress", "completed", "failed", "cancelled"] | str
 """Lifecycle state of a context compaction.
@@ -16779,6 +17474,8 @@ CompactionStatus: TypeAlias = Literal["in_progress", "completed", "failed", "can
 - ``'failed'``: Compaction finished unsuccessfully.
 - ``'cancelled'``: Compaction was cancelled before it finished.
 - any other str: a value this schema does not know (custom values start with ``_``)
+
+Schema: ``schema/v1/schema.unstable.json``, ``$defs/CompactionStatus``
 """
 
 ExtNotification: TypeAlias = Any
@@ -16787,6 +17484,8 @@ Extension notifications provide a way to send one-way messages for custom functi
 while maintaining protocol compatibility.
 
 See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v1/draft/extensibility)
+
+Schema: ``schema/v1/schema.unstable.json``, ``$defs/ExtNotification``
 """
 
 SystemPromptMode: TypeAlias = Literal["append", "override"] | str
@@ -16805,6 +17504,8 @@ support rather than treating it as `append` or `override`.
 - any other str: a value this schema does not know (custom values start with ``_``)
 
 Unstable: not part of the stable protocol; it may change or go away.
+
+Schema: ``schema/v1/schema.unstable.json``, ``$defs/SystemPromptMode``
 """
 
 SessionArchiveFilter: TypeAlias = Literal["exclude", "include", "only"] | str
@@ -16823,6 +17524,8 @@ return `-32602` for a value it does not support rather than treating it as `excl
 - any other str: a value this schema does not know (custom values start with ``_``)
 
 Unstable: not part of the stable protocol; it may change or go away.
+
+Schema: ``schema/v1/schema.unstable.json``, ``$defs/SessionArchiveFilter``
 """
 
 InitializeProxyRequest: TypeAlias = InitializeRequest
@@ -16843,6 +17546,8 @@ the proxy MUST forward an `initialize` request to its successor through `proxy/s
 See the [Proxy Chains RFD](https://agentclientprotocol.com/rfds/proxy-chains).
 
 Unstable: not part of the stable protocol; it may change or go away.
+
+Schema: ``schema/v1/schema.unstable.json``, ``$defs/InitializeProxyRequest``
 """
 
 InitializeProxyResponse: TypeAlias = InitializeResponse
@@ -16857,6 +17562,8 @@ The same as the `initialize` response. The proxy builds it from its successor's
 It MUST NOT change `protocolVersion`.
 
 Unstable: not part of the stable protocol; it may change or go away.
+
+Schema: ``schema/v1/schema.unstable.json``, ``$defs/InitializeProxyResponse``
 """
 
 ProxySuccessorResponse: TypeAlias = Any
@@ -16867,6 +17574,8 @@ This capability is not part of the spec yet, and may be removed or changed at an
 Result of a `proxy/successor` request: the wrapped request's result, forwarded unchanged.
 
 Unstable: not part of the stable protocol; it may change or go away.
+
+Schema: ``schema/v1/schema.unstable.json``, ``$defs/ProxySuccessorResponse``
 """
 
 UNSTABLE_TYPES: frozenset[str] = frozenset(

@@ -14,7 +14,10 @@ from acp_trio._spec import EXTRA, UNSET, UnsetType, f, tag
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class ToolCallRequestPermissionSubject:
-    """Permission is requested before executing a tool call."""
+    """Permission is requested before executing a tool call.
+
+    Schema: ``schema/v2/schema.json``, ``$defs/RequestPermissionSubject[type=tool_call]`` (a branch of that union, flattened)
+    """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("type", "tool_call"),)
 
@@ -73,7 +76,10 @@ class ToolCallRequestPermissionSubject:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class CommandRequestPermissionSubject:
-    """Permission is requested before running a command."""
+    """Permission is requested before running a command.
+
+    Schema: ``schema/v2/schema.json``, ``$defs/RequestPermissionSubject[type=command]`` (a branch of that union, flattened)
+    """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("type", "command"),)
 
@@ -168,6 +174,8 @@ class RequestPermissionSubjectOther:
     according to policy.
 
     Catch-all: any ``type`` this schema does not know; every other wire field is kept in ``extra_fields`` and re-encoded verbatim.
+
+    Schema: ``schema/v2/schema.json``, ``$defs/RequestPermissionSubject[other]`` (a branch of that union, flattened)
     """
 
     __acp_catchall__: ClassVar[str] = "type"
@@ -200,7 +208,10 @@ class RequestPermissionSubjectOther:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class ContentToolCallContent:
-    """Standard content block (text, images, resources)."""
+    """Standard content block (text, images, resources).
+
+    Schema: ``schema/v2/schema.json``, ``$defs/ToolCallContent[type=content]`` (a branch of that union, flattened)
+    """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("type", "content"),)
 
@@ -255,7 +266,10 @@ class ContentToolCallContent:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class DiffToolCallContent:
-    """File modification shown as a diff."""
+    """File modification shown as a diff.
+
+    Schema: ``schema/v2/schema.json``, ``$defs/ToolCallContent[type=diff]`` (a branch of that union, flattened)
+    """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("type", "diff"),)
 
@@ -323,7 +337,10 @@ class DiffToolCallContent:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class TerminalToolCallContent:
-    """A display-only reference to an agent-owned terminal."""
+    """A display-only reference to an agent-owned terminal.
+
+    Schema: ``schema/v2/schema.json``, ``$defs/ToolCallContent[type=terminal]`` (a branch of that union, flattened)
+    """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("type", "terminal"),)
 
@@ -389,6 +406,8 @@ class ToolCallContentOther:
     output, and otherwise ignore it or display it generically.
 
     Catch-all: any ``type`` this schema does not know; every other wire field is kept in ``extra_fields`` and re-encoded verbatim.
+
+    Schema: ``schema/v2/schema.json``, ``$defs/ToolCallContent[other]`` (a branch of that union, flattened)
     """
 
     __acp_catchall__: ClassVar[str] = "type"
@@ -426,6 +445,8 @@ class TextContentBlock:
     All agents MUST support text content blocks in prompts.
     Clients SHOULD render this text as CommonMark and MAY support GitHub Flavored Markdown
     extensions.
+
+    Schema: ``schema/v2/schema.json``, ``$defs/ContentBlock[type=text]`` (a branch of that union, flattened)
     """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("type", "text"),)
@@ -496,6 +517,8 @@ class ImageContentBlock:
     """Images for visual context or analysis.
 
     Requires the `image` prompt capability when included in prompts.
+
+    Schema: ``schema/v2/schema.json``, ``$defs/ContentBlock[type=image]`` (a branch of that union, flattened)
     """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("type", "image"),)
@@ -584,6 +607,8 @@ class AudioContentBlock:
     """Audio data for transcription or analysis.
 
     Requires the `audio` prompt capability when included in prompts.
+
+    Schema: ``schema/v2/schema.json``, ``$defs/ContentBlock[type=audio]`` (a branch of that union, flattened)
     """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("type", "audio"),)
@@ -662,6 +687,8 @@ class ResourceLinkContentBlock:
     """References to resources that the receiver may be able to read.
 
     All agents MUST support resource links in prompts.
+
+    Schema: ``schema/v2/schema.json``, ``$defs/ContentBlock[type=resource_link]`` (a branch of that union, flattened)
     """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("type", "resource_link"),)
@@ -798,6 +825,8 @@ class ResourceContentBlock:
     Preferred for including context as it avoids extra round-trips.
 
     Requires the `embeddedContext` prompt capability when included in prompts.
+
+    Schema: ``schema/v2/schema.json``, ``$defs/ContentBlock[type=resource]`` (a branch of that union, flattened)
     """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("type", "resource"),)
@@ -878,6 +907,8 @@ class ContentBlockOther:
     with `-32602`.
 
     Catch-all: any ``type`` this schema does not know; every other wire field is kept in ``extra_fields`` and re-encoded verbatim.
+
+    Schema: ``schema/v2/schema.json``, ``$defs/ContentBlock[other]`` (a branch of that union, flattened)
     """
 
     __acp_catchall__: ClassVar[str] = "type"
@@ -910,7 +941,10 @@ class ContentBlockOther:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class TextResourceContents:
-    """Text-based resource contents."""
+    """Text-based resource contents.
+
+    Schema: ``schema/v2/schema.json``, ``$defs/TextResourceContents``
+    """
 
     text: str = attrs.field(metadata=f("text"))
     """Text payload carried by this content block.
@@ -978,7 +1012,10 @@ class TextResourceContents:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class BlobResourceContents:
-    """Binary resource contents."""
+    """Binary resource contents.
+
+    Schema: ``schema/v2/schema.json``, ``$defs/BlobResourceContents``
+    """
 
     blob: str = attrs.field(metadata=f("blob"))
     """Base64-encoded bytes for a binary resource payload.
@@ -1046,7 +1083,10 @@ class BlobResourceContents:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class AddDiffChange:
-    """A file was added."""
+    """A file was added.
+
+    Schema: ``schema/v2/schema.json``, ``$defs/DiffChange[operation=add]`` (a branch of that union, flattened)
+    """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("operation", "add"),)
 
@@ -1125,7 +1165,10 @@ class AddDiffChange:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class DeleteDiffChange:
-    """A file was deleted."""
+    """A file was deleted.
+
+    Schema: ``schema/v2/schema.json``, ``$defs/DiffChange[operation=delete]`` (a branch of that union, flattened)
+    """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("operation", "delete"),)
 
@@ -1204,7 +1247,10 @@ class DeleteDiffChange:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class ModifyDiffChange:
-    """A file was modified in place."""
+    """A file was modified in place.
+
+    Schema: ``schema/v2/schema.json``, ``$defs/DiffChange[operation=modify]`` (a branch of that union, flattened)
+    """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("operation", "modify"),)
 
@@ -1283,7 +1329,10 @@ class ModifyDiffChange:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class MoveDiffChange:
-    """A file was moved or renamed."""
+    """A file was moved or renamed.
+
+    Schema: ``schema/v2/schema.json``, ``$defs/DiffChange[operation=move]`` (a branch of that union, flattened)
+    """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("operation", "move"),)
 
@@ -1370,7 +1419,10 @@ class MoveDiffChange:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class CopyDiffChange:
-    """A file was copied."""
+    """A file was copied.
+
+    Schema: ``schema/v2/schema.json``, ``$defs/DiffChange[operation=copy]`` (a branch of that union, flattened)
+    """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("operation", "copy"),)
 
@@ -1464,6 +1516,8 @@ class DiffChangeOther:
     future ACP variants.
 
     Catch-all: any ``operation`` this schema does not know; every other wire field is kept in ``extra_fields`` and re-encoded verbatim.
+
+    Schema: ``schema/v2/schema.json``, ``$defs/DiffChange[other]`` (a branch of that union, flattened)
     """
 
     __acp_catchall__: ClassVar[str] = "operation"
@@ -1542,7 +1596,10 @@ class DiffChangeOther:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class FormCreateElicitationRequest:
-    """Form-based elicitation where the client renders a form from the provided schema."""
+    """Form-based elicitation where the client renders a form from the provided schema.
+
+    Schema: ``schema/v2/schema.json``, ``$defs/CreateElicitationRequest[mode=form]`` (a branch of that union, flattened)
+    """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("mode", "form"),)
 
@@ -1634,7 +1691,10 @@ class FormCreateElicitationRequest:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class UrlCreateElicitationRequest:
-    """URL-based elicitation where the client directs the user to a URL."""
+    """URL-based elicitation where the client directs the user to a URL.
+
+    Schema: ``schema/v2/schema.json``, ``$defs/CreateElicitationRequest[mode=url]`` (a branch of that union, flattened)
+    """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("mode", "url"),)
 
@@ -1745,6 +1805,8 @@ class CreateElicitationRequestOther:
     They MUST NOT render it as a known elicitation mode.
 
     Catch-all: any ``mode`` this schema does not know; every other wire field is kept in ``extra_fields`` and re-encoded verbatim.
+
+    Schema: ``schema/v2/schema.json``, ``$defs/CreateElicitationRequest[other]`` (a branch of that union, flattened)
     """
 
     __acp_catchall__: ClassVar[str] = "mode"
@@ -1836,7 +1898,10 @@ class CreateElicitationRequestOther:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class StringElicitationPropertySchema:
-    """String property (or single-select enum when `enum`/`oneOf` is set)."""
+    """String property (or single-select enum when `enum`/`oneOf` is set).
+
+    Schema: ``schema/v2/schema.json``, ``$defs/ElicitationPropertySchema[type=string]`` (a branch of that union, flattened)
+    """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("type", "string"),)
 
@@ -1977,7 +2042,10 @@ class StringElicitationPropertySchema:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class NumberElicitationPropertySchema:
-    """Number (floating-point) property."""
+    """Number (floating-point) property.
+
+    Schema: ``schema/v2/schema.json``, ``$defs/ElicitationPropertySchema[type=number]`` (a branch of that union, flattened)
+    """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("type", "number"),)
 
@@ -2076,7 +2144,10 @@ class NumberElicitationPropertySchema:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class IntegerElicitationPropertySchema:
-    """Integer property."""
+    """Integer property.
+
+    Schema: ``schema/v2/schema.json``, ``$defs/ElicitationPropertySchema[type=integer]`` (a branch of that union, flattened)
+    """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("type", "integer"),)
 
@@ -2175,7 +2246,10 @@ class IntegerElicitationPropertySchema:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class BooleanElicitationPropertySchema:
-    """Boolean property."""
+    """Boolean property.
+
+    Schema: ``schema/v2/schema.json``, ``$defs/ElicitationPropertySchema[type=boolean]`` (a branch of that union, flattened)
+    """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("type", "boolean"),)
 
@@ -2254,7 +2328,10 @@ class BooleanElicitationPropertySchema:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class ArrayElicitationPropertySchema:
-    """Multi-select array property."""
+    """Multi-select array property.
+
+    Schema: ``schema/v2/schema.json``, ``$defs/ElicitationPropertySchema[type=array]`` (a branch of that union, flattened)
+    """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("type", "array"),)
 
@@ -2374,6 +2451,8 @@ class ElicitationPropertySchemaOther:
     elicitation requests. They MUST NOT render it as a known input control.
 
     Catch-all: any ``type`` this schema does not know; every other wire field is kept in ``extra_fields`` and re-encoded verbatim.
+
+    Schema: ``schema/v2/schema.json``, ``$defs/ElicitationPropertySchema[other]`` (a branch of that union, flattened)
     """
 
     __acp_catchall__: ClassVar[str] = "type"
@@ -2406,7 +2485,10 @@ class ElicitationPropertySchemaOther:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class StringMultiSelectItems:
-    """Multi-select string items with plain string values."""
+    """Multi-select string items with plain string values.
+
+    Schema: ``schema/v2/schema.json``, ``$defs/MultiSelectItems[type=string]`` (a branch of that union, flattened)
+    """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("type", "string"),)
 
@@ -2461,6 +2543,8 @@ class MultiSelectItemsOther:
     """Custom or future typed multi-select items.
 
     Catch-all: any ``type`` this schema does not know; every other wire field is kept in ``extra_fields`` and re-encoded verbatim.
+
+    Schema: ``schema/v2/schema.json``, ``$defs/MultiSelectItems[other]`` (a branch of that union, flattened)
     """
 
     __acp_catchall__: ClassVar[str] = "type"
@@ -2493,7 +2577,10 @@ class MultiSelectItemsOther:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class TitledMultiSelectItems:
-    """Items definition for titled multi-select enum properties."""
+    """Items definition for titled multi-select enum properties.
+
+    Schema: ``schema/v2/schema.json``, ``$defs/TitledMultiSelectItems``
+    """
 
     any_of: list[EnumOption] = attrs.field(metadata=f("anyOf"))
     """Titled enum options. Must contain at least one option.
@@ -2539,6 +2626,8 @@ class TitledMultiSelectItems:
 class TerminalAuthMethod:
     """Client runs the configured agent program as a separate interactive
     process, without passing this method to `auth/login`.
+
+    Schema: ``schema/v2/schema.json``, ``$defs/AuthMethod[type=terminal]`` (a branch of that union, flattened)
     """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("type", "terminal"),)
@@ -2635,6 +2724,8 @@ class AgentAuthMethod:
     """Agent handles authentication itself through `auth/login`.
 
     The `type` discriminator value is `agent`.
+
+    Schema: ``schema/v2/schema.json``, ``$defs/AuthMethod[type=agent]`` (a branch of that union, flattened)
     """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("type", "agent"),)
@@ -2721,6 +2812,8 @@ class AuthMethodOther:
     data, and otherwise ignore the method or display it generically.
 
     Catch-all: any ``type`` this schema does not know; every other wire field is kept in ``extra_fields`` and re-encoded verbatim.
+
+    Schema: ``schema/v2/schema.json``, ``$defs/AuthMethod[other]`` (a branch of that union, flattened)
     """
 
     __acp_catchall__: ClassVar[str] = "type"
@@ -2772,7 +2865,10 @@ class AuthMethodOther:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class SelectSessionConfigOption:
-    """Single-value selector (dropdown)."""
+    """Single-value selector (dropdown).
+
+    Schema: ``schema/v2/schema.json``, ``$defs/SessionConfigOption[type=select]`` (a branch of that union, flattened)
+    """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("type", "select"),)
 
@@ -2876,7 +2972,10 @@ class SelectSessionConfigOption:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class BooleanSessionConfigOption:
-    """Boolean on/off toggle."""
+    """Boolean on/off toggle.
+
+    Schema: ``schema/v2/schema.json``, ``$defs/SessionConfigOption[type=boolean]`` (a branch of that union, flattened)
+    """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("type", "boolean"),)
 
@@ -2982,6 +3081,8 @@ class SessionConfigOptionOther:
     data, and otherwise ignore the option. The Agent keeps using its `currentValue`.
 
     Catch-all: any ``type`` this schema does not know; every other wire field is kept in ``extra_fields`` and re-encoded verbatim.
+
+    Schema: ``schema/v2/schema.json``, ``$defs/SessionConfigOption[other]`` (a branch of that union, flattened)
     """
 
     __acp_catchall__: ClassVar[str] = "type"
@@ -3076,7 +3177,10 @@ class SessionConfigOptionOther:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class CommandAvailableCommand:
-    """A slash command the user can invoke by including it in a prompt."""
+    """A slash command the user can invoke by including it in a prompt.
+
+    Schema: ``schema/v2/schema.json``, ``$defs/AvailableCommand[type=command]`` (a branch of that union, flattened)
+    """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("type", "command"),)
 
@@ -3165,6 +3269,8 @@ class AvailableCommandOther:
     command using its `name` and `description`.
 
     Catch-all: any ``type`` this schema does not know; every other wire field is kept in ``extra_fields`` and re-encoded verbatim.
+
+    Schema: ``schema/v2/schema.json``, ``$defs/AvailableCommand[other]`` (a branch of that union, flattened)
     """
 
     __acp_catchall__: ClassVar[str] = "type"
@@ -3215,7 +3321,10 @@ class AvailableCommandOther:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class TextAvailableCommandInput:
-    """All text after the command name and the whitespace following it is provided as input."""
+    """All text after the command name and the whitespace following it is provided as input.
+
+    Schema: ``schema/v2/schema.json``, ``$defs/AvailableCommandInput[type=text]`` (a branch of that union, flattened)
+    """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("type", "text"),)
 
@@ -3279,6 +3388,8 @@ class AvailableCommandInputOther:
     command without structured input.
 
     Catch-all: any ``type`` this schema does not know; every other wire field is kept in ``extra_fields`` and re-encoded verbatim.
+
+    Schema: ``schema/v2/schema.json``, ``$defs/AvailableCommandInput[other]`` (a branch of that union, flattened)
     """
 
     __acp_catchall__: ClassVar[str] = "type"
@@ -3311,7 +3422,10 @@ class AvailableCommandInputOther:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class UserMessageChunkSessionUpdate:
-    """A chunk of the user's message being streamed."""
+    """A chunk of the user's message being streamed.
+
+    Schema: ``schema/v2/schema.json``, ``$defs/SessionUpdate[sessionUpdate=user_message_chunk]`` (a branch of that union, flattened)
+    """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("sessionUpdate", "user_message_chunk"),)
 
@@ -3385,6 +3499,8 @@ class UserMessageSessionUpdate:
     Agents can send this when they accept or replay a user message. When a
     client receives another `user_message` update with the same `messageId`,
     fields in the new update patch the previous fields for that message.
+
+    Schema: ``schema/v2/schema.json``, ``$defs/SessionUpdate[sessionUpdate=user_message]`` (a branch of that union, flattened)
     """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("sessionUpdate", "user_message"),)
@@ -3453,7 +3569,10 @@ class UserMessageSessionUpdate:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class AgentMessageChunkSessionUpdate:
-    """A chunk of the agent's response being streamed."""
+    """A chunk of the agent's response being streamed.
+
+    Schema: ``schema/v2/schema.json``, ``$defs/SessionUpdate[sessionUpdate=agent_message_chunk]`` (a branch of that union, flattened)
+    """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("sessionUpdate", "agent_message_chunk"),)
 
@@ -3527,6 +3646,8 @@ class AgentMessageSessionUpdate:
     Agents can send this in addition to streamed chunks. When a client
     receives another `agent_message` update with the same `messageId`,
     fields in the new update patch the previous fields for that message.
+
+    Schema: ``schema/v2/schema.json``, ``$defs/SessionUpdate[sessionUpdate=agent_message]`` (a branch of that union, flattened)
     """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("sessionUpdate", "agent_message"),)
@@ -3595,7 +3716,10 @@ class AgentMessageSessionUpdate:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class AgentThoughtChunkSessionUpdate:
-    """A chunk of the agent's internal reasoning being streamed."""
+    """A chunk of the agent's internal reasoning being streamed.
+
+    Schema: ``schema/v2/schema.json``, ``$defs/SessionUpdate[sessionUpdate=agent_thought_chunk]`` (a branch of that union, flattened)
+    """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("sessionUpdate", "agent_thought_chunk"),)
 
@@ -3669,6 +3793,8 @@ class AgentThoughtSessionUpdate:
     Agents can send this in addition to streamed chunks. When a client
     receives another `agent_thought` update with the same `messageId`,
     fields in the new update patch the previous fields for that message.
+
+    Schema: ``schema/v2/schema.json``, ``$defs/SessionUpdate[sessionUpdate=agent_thought]`` (a branch of that union, flattened)
     """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("sessionUpdate", "agent_thought"),)
@@ -3737,7 +3863,10 @@ class AgentThoughtSessionUpdate:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class RunningStateUpdateSessionUpdate:
-    """Foreground work is in progress."""
+    """Foreground work is in progress.
+
+    Schema: ``schema/v2/schema.json``, ``$defs/SessionUpdate[sessionUpdate=state_update]/RunningStateUpdate`` (a branch of that union, flattened)
+    """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("sessionUpdate", "state_update"), ("state", "running"))
 
@@ -3806,7 +3935,10 @@ class RunningStateUpdateSessionUpdate:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class IdleStateUpdateSessionUpdate:
-    """No foreground work is active. Background activity may continue."""
+    """No foreground work is active. Background activity may continue.
+
+    Schema: ``schema/v2/schema.json``, ``$defs/SessionUpdate[sessionUpdate=state_update]/IdleStateUpdate`` (a branch of that union, flattened)
+    """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("sessionUpdate", "state_update"), ("state", "idle"))
 
@@ -3903,7 +4035,10 @@ class IdleStateUpdateSessionUpdate:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class RequiresActionStateUpdateSessionUpdate:
-    """Foreground work is blocked on user action."""
+    """Foreground work is blocked on user action.
+
+    Schema: ``schema/v2/schema.json``, ``$defs/SessionUpdate[sessionUpdate=state_update]/RequiresActionStateUpdate`` (a branch of that union, flattened)
+    """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (
         ("sessionUpdate", "state_update"),
@@ -3988,6 +4123,8 @@ class StateUpdateSessionUpdateOther:
     state arrives.
 
     Catch-all: any ``state`` this schema does not know; every other wire field is kept in ``extra_fields`` and re-encoded verbatim.
+
+    Schema: ``schema/v2/schema.json``, ``$defs/SessionUpdate[sessionUpdate=state_update]/StateUpdateOther`` (a branch of that union, flattened)
     """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("sessionUpdate", "state_update"),)
@@ -4030,7 +4167,10 @@ class StateUpdateSessionUpdateOther:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class ToolCallContentChunkSessionUpdate:
-    """A chunk of tool-call content being streamed."""
+    """A chunk of tool-call content being streamed.
+
+    Schema: ``schema/v2/schema.json``, ``$defs/SessionUpdate[sessionUpdate=tool_call_content_chunk]`` (a branch of that union, flattened)
+    """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("sessionUpdate", "tool_call_content_chunk"),)
 
@@ -4096,7 +4236,10 @@ class ToolCallContentChunkSessionUpdate:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class ToolCallUpdateSessionUpdate:
-    """A tool call has been created or updated."""
+    """A tool call has been created or updated.
+
+    Schema: ``schema/v2/schema.json``, ``$defs/SessionUpdate[sessionUpdate=tool_call_update]`` (a branch of that union, flattened)
+    """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("sessionUpdate", "tool_call_update"),)
 
@@ -4253,7 +4396,10 @@ class ToolCallUpdateSessionUpdate:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class TerminalUpdateSessionUpdate:
-    """An agent-owned terminal has been created or updated."""
+    """An agent-owned terminal has been created or updated.
+
+    Schema: ``schema/v2/schema.json``, ``$defs/SessionUpdate[sessionUpdate=terminal_update]`` (a branch of that union, flattened)
+    """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("sessionUpdate", "terminal_update"),)
 
@@ -4371,7 +4517,10 @@ class TerminalUpdateSessionUpdate:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class TerminalOutputChunkSessionUpdate:
-    """A chunk of bytes appended to an agent-owned terminal's output."""
+    """A chunk of bytes appended to an agent-owned terminal's output.
+
+    Schema: ``schema/v2/schema.json``, ``$defs/SessionUpdate[sessionUpdate=terminal_output_chunk]`` (a branch of that union, flattened)
+    """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("sessionUpdate", "terminal_output_chunk"),)
 
@@ -4439,6 +4588,8 @@ class TerminalOutputChunkSessionUpdate:
 class PlanUpdateSessionUpdate:
     """A content update for a plan identified by ID.
     See protocol docs: [Agent Plan](https://agentclientprotocol.com/protocol/v2/agent-plan)
+
+    Schema: ``schema/v2/schema.json``, ``$defs/SessionUpdate[sessionUpdate=plan_update]`` (a branch of that union, flattened)
     """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("sessionUpdate", "plan_update"),)
@@ -4494,7 +4645,10 @@ class PlanUpdateSessionUpdate:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class AvailableCommandsUpdateSessionUpdate:
-    """Available commands are ready or have changed"""
+    """Available commands are ready or have changed
+
+    Schema: ``schema/v2/schema.json``, ``$defs/SessionUpdate[sessionUpdate=available_commands_update]`` (a branch of that union, flattened)
+    """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("sessionUpdate", "available_commands_update"),)
 
@@ -4551,7 +4705,10 @@ class AvailableCommandsUpdateSessionUpdate:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class ConfigOptionUpdateSessionUpdate:
-    """Session configuration options have been updated."""
+    """Session configuration options have been updated.
+
+    Schema: ``schema/v2/schema.json``, ``$defs/SessionUpdate[sessionUpdate=config_option_update]`` (a branch of that union, flattened)
+    """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("sessionUpdate", "config_option_update"),)
 
@@ -4608,7 +4765,10 @@ class ConfigOptionUpdateSessionUpdate:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class SessionInfoUpdateSessionUpdate:
-    """Session metadata has been updated (title, timestamps, custom metadata)"""
+    """Session metadata has been updated (title, timestamps, custom metadata)
+
+    Schema: ``schema/v2/schema.json``, ``$defs/SessionUpdate[sessionUpdate=session_info_update]`` (a branch of that union, flattened)
+    """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("sessionUpdate", "session_info_update"),)
 
@@ -4678,7 +4838,10 @@ class SessionInfoUpdateSessionUpdate:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class UsageUpdateSessionUpdate:
-    """Context window and cost update for the session."""
+    """Context window and cost update for the session.
+
+    Schema: ``schema/v2/schema.json``, ``$defs/SessionUpdate[sessionUpdate=usage_update]`` (a branch of that union, flattened)
+    """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("sessionUpdate", "usage_update"),)
 
@@ -4755,6 +4918,8 @@ class NoticeSessionUpdate:
 
     No Client capability is required. Clients that do not understand or
     present notices may ignore them.
+
+    Schema: ``schema/v2/schema.json``, ``$defs/SessionUpdate[sessionUpdate=notice]`` (a branch of that union, flattened)
     """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("sessionUpdate", "notice"),)
@@ -4830,7 +4995,10 @@ class NoticeSessionUpdate:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class CompactionUpdateSessionUpdate:
-    """A context compaction has been created or updated."""
+    """A context compaction has been created or updated.
+
+    Schema: ``schema/v2/schema.json``, ``$defs/SessionUpdate[sessionUpdate=compaction_update]`` (a branch of that union, flattened)
+    """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("sessionUpdate", "compaction_update"),)
 
@@ -4916,7 +5084,10 @@ class CompactionUpdateSessionUpdate:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class CompactionSummaryChunkSessionUpdate:
-    """A content block appended to a context compaction's retained summary."""
+    """A content block appended to a context compaction's retained summary.
+
+    Schema: ``schema/v2/schema.json``, ``$defs/SessionUpdate[sessionUpdate=compaction_summary_chunk]`` (a branch of that union, flattened)
+    """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("sessionUpdate", "compaction_summary_chunk"),)
 
@@ -4993,6 +5164,8 @@ class SessionUpdateOther:
     history, and otherwise ignore it or display it generically.
 
     Catch-all: any ``sessionUpdate`` this schema does not know; every other wire field is kept in ``extra_fields`` and re-encoded verbatim.
+
+    Schema: ``schema/v2/schema.json``, ``$defs/SessionUpdate[other]`` (a branch of that union, flattened)
     """
 
     __acp_catchall__: ClassVar[str] = "sessionUpdate"
@@ -5027,6 +5200,8 @@ class SessionUpdateOther:
 class TerminalBackgroundWork:
     """A process that keeps running after its tool call returned control to the model.
     Live until its `terminal_update` reports `exitStatus`.
+
+    Schema: ``schema/v2/schema.json``, ``$defs/BackgroundWork[type=terminal]`` (a branch of that union, flattened)
     """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("type", "terminal"),)
@@ -5085,6 +5260,8 @@ class ToolCallBackgroundWork:
     """Work started by a tool call that continues without a process of its own, such as
     a watcher, a workflow, or a scheduled wakeup. `pending` and `paused` tool calls
     stay listed.
+
+    Schema: ``schema/v2/schema.json``, ``$defs/BackgroundWork[type=tool_call]`` (a branch of that union, flattened)
     """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("type", "tool_call"),)
@@ -5150,6 +5327,8 @@ class BackgroundWorkOther:
     cannot show what it is.
 
     Catch-all: any ``type`` this schema does not know; every other wire field is kept in ``extra_fields`` and re-encoded verbatim.
+
+    Schema: ``schema/v2/schema.json``, ``$defs/BackgroundWork[other]`` (a branch of that union, flattened)
     """
 
     __acp_catchall__: ClassVar[str] = "type"
@@ -5182,7 +5361,10 @@ class BackgroundWorkOther:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class RunningStateUpdate:
-    """Foreground work is in progress."""
+    """Foreground work is in progress.
+
+    Schema: ``schema/v2/schema.json``, ``$defs/StateUpdate[state=running]`` (a branch of that union, flattened)
+    """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("state", "running"),)
 
@@ -5246,7 +5428,10 @@ class RunningStateUpdate:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class IdleStateUpdate:
-    """No foreground work is active. Background activity may continue."""
+    """No foreground work is active. Background activity may continue.
+
+    Schema: ``schema/v2/schema.json``, ``$defs/StateUpdate[state=idle]`` (a branch of that union, flattened)
+    """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("state", "idle"),)
 
@@ -5338,7 +5523,10 @@ class IdleStateUpdate:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class RequiresActionStateUpdate:
-    """Foreground work is blocked on user action."""
+    """Foreground work is blocked on user action.
+
+    Schema: ``schema/v2/schema.json``, ``$defs/StateUpdate[state=requires_action]`` (a branch of that union, flattened)
+    """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("state", "requires_action"),)
 
@@ -5417,6 +5605,8 @@ class StateUpdateOther:
     state arrives.
 
     Catch-all: any ``state`` this schema does not know; every other wire field is kept in ``extra_fields`` and re-encoded verbatim.
+
+    Schema: ``schema/v2/schema.json``, ``$defs/StateUpdate[other]`` (a branch of that union, flattened)
     """
 
     __acp_catchall__: ClassVar[str] = "state"
@@ -5449,7 +5639,10 @@ class StateUpdateOther:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class ItemsPlanUpdateContent:
-    """Structured plan entries."""
+    """Structured plan entries.
+
+    Schema: ``schema/v2/schema.json``, ``$defs/PlanUpdateContent[type=items]`` (a branch of that union, flattened)
+    """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("type", "items"),)
 
@@ -5527,6 +5720,8 @@ class PlanUpdateContentOther:
     content for the same `planId`.
 
     Catch-all: any ``type`` this schema does not know; every other wire field is kept in ``extra_fields`` and re-encoded verbatim.
+
+    Schema: ``schema/v2/schema.json``, ``$defs/PlanUpdateContent[other]`` (a branch of that union, flattened)
     """
 
     __acp_catchall__: ClassVar[str] = "type"
@@ -5570,6 +5765,8 @@ class HttpMcpServer:
     """HTTP transport configuration
 
     Only available when the Agent capabilities include `session.mcp.http`.
+
+    Schema: ``schema/v2/schema.json``, ``$defs/McpServer[type=http]`` (a branch of that union, flattened)
     """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("type", "http"),)
@@ -5645,6 +5842,8 @@ class StdioMcpServer:
     """Stdio transport configuration
 
     Only available when the Agent capabilities include `session.mcp.stdio`.
+
+    Schema: ``schema/v2/schema.json``, ``$defs/McpServer[type=stdio]`` (a branch of that union, flattened)
     """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("type", "stdio"),)
@@ -5737,6 +5936,8 @@ class McpServerOther:
     with `-32602`.
 
     Catch-all: any ``type`` this schema does not know; every other wire field is kept in ``extra_fields`` and re-encoded verbatim.
+
+    Schema: ``schema/v2/schema.json``, ``$defs/McpServer[other]`` (a branch of that union, flattened)
     """
 
     __acp_catchall__: ClassVar[str] = "type"
@@ -5769,7 +5970,10 @@ class McpServerOther:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class StartReplayFrom:
-    """Replay all retained conversation history from its first replayable entry."""
+    """Replay all retained conversation history from its first replayable entry.
+
+    Schema: ``schema/v2/schema.json``, ``$defs/ReplayFrom[type=start]`` (a branch of that union, flattened)
+    """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("type", "start"),)
 
@@ -5824,6 +6028,8 @@ class ReplayFromOther:
     substituting another cursor or resuming without replay.
 
     Catch-all: any ``type`` this schema does not know; every other wire field is kept in ``extra_fields`` and re-encoded verbatim.
+
+    Schema: ``schema/v2/schema.json``, ``$defs/ReplayFrom[other]`` (a branch of that union, flattened)
     """
 
     __acp_catchall__: ClassVar[str] = "type"
@@ -5856,7 +6062,10 @@ class ReplayFromOther:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class IdSetSessionConfigOptionRequest:
-    """A `SessionConfigValueId` string value (`type: "id"`)."""
+    """A `SessionConfigValueId` string value (`type: "id"`).
+
+    Schema: ``schema/v2/schema.json``, ``$defs/SetSessionConfigOptionRequest[type=id]`` (a branch of that union, flattened)
+    """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("type", "id"),)
 
@@ -5927,7 +6136,10 @@ class IdSetSessionConfigOptionRequest:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class BooleanSetSessionConfigOptionRequest:
-    """A boolean value (`type: "boolean"`)."""
+    """A boolean value (`type: "boolean"`).
+
+    Schema: ``schema/v2/schema.json``, ``$defs/SetSessionConfigOptionRequest[type=boolean]`` (a branch of that union, flattened)
+    """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("type", "boolean"),)
 
@@ -6008,6 +6220,8 @@ class SetSessionConfigOptionRequestOther:
     they do not support with `-32602`.
 
     Catch-all: any ``type`` this schema does not know; every other wire field is kept in ``extra_fields`` and re-encoded verbatim.
+
+    Schema: ``schema/v2/schema.json``, ``$defs/SetSessionConfigOptionRequest[other]`` (a branch of that union, flattened)
     """
 
     __acp_catchall__: ClassVar[str] = "type"
@@ -6096,6 +6310,8 @@ class CancelledRequestPermissionOutcome:
     cancelled foreground work.
 
     See protocol docs: [Cancellation](https://agentclientprotocol.com/protocol/v2/prompt-lifecycle#cancellation)
+
+    Schema: ``schema/v2/schema.json``, ``$defs/RequestPermissionOutcome[outcome=cancelled]`` (a branch of that union, flattened)
     """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("outcome", "cancelled"),)
@@ -6143,6 +6359,8 @@ class SelectedRequestPermissionOutcome:
 
     If `optionId` doesn't match an offered option, the agent MUST treat the request as not
     approved.
+
+    Schema: ``schema/v2/schema.json``, ``$defs/RequestPermissionOutcome[outcome=selected]`` (a branch of that union, flattened)
     """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("outcome", "selected"),)
@@ -6210,6 +6428,8 @@ class RequestPermissionOutcomeOther:
     permission request according to policy.
 
     Catch-all: any ``outcome`` this schema does not know; every other wire field is kept in ``extra_fields`` and re-encoded verbatim.
+
+    Schema: ``schema/v2/schema.json``, ``$defs/RequestPermissionOutcome[other]`` (a branch of that union, flattened)
     """
 
     __acp_catchall__: ClassVar[str] = "outcome"
@@ -6242,7 +6462,10 @@ class RequestPermissionOutcomeOther:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class AcceptCreateElicitationResponse:
-    """The user accepted and provided content."""
+    """The user accepted and provided content.
+
+    Schema: ``schema/v2/schema.json``, ``$defs/CreateElicitationResponse[action=accept]`` (a branch of that union, flattened)
+    """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("action", "accept"),)
 
@@ -6301,7 +6524,10 @@ class AcceptCreateElicitationResponse:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class DeclineCreateElicitationResponse:
-    """The user declined the elicitation."""
+    """The user declined the elicitation.
+
+    Schema: ``schema/v2/schema.json``, ``$defs/CreateElicitationResponse[action=decline]`` (a branch of that union, flattened)
+    """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("action", "decline"),)
 
@@ -6344,7 +6570,10 @@ class DeclineCreateElicitationResponse:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class CancelCreateElicitationResponse:
-    """The elicitation was cancelled."""
+    """The elicitation was cancelled.
+
+    Schema: ``schema/v2/schema.json``, ``$defs/CreateElicitationResponse[action=cancel]`` (a branch of that union, flattened)
+    """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("action", "cancel"),)
 
@@ -6398,6 +6627,8 @@ class CreateElicitationResponseOther:
     responses, and otherwise MUST handle it as `cancel`.
 
     Catch-all: any ``action`` this schema does not know; every other wire field is kept in ``extra_fields`` and re-encoded verbatim.
+
+    Schema: ``schema/v2/schema.json``, ``$defs/CreateElicitationResponse[other]`` (a branch of that union, flattened)
     """
 
     __acp_catchall__: ClassVar[str] = "action"
@@ -6453,6 +6684,8 @@ class RequestPermissionRequest:
     Sent when the agent needs authorization before performing a sensitive operation.
 
     See protocol docs: [Requesting Permission](https://agentclientprotocol.com/protocol/v2/tool-calls#requesting-permission)
+
+    Schema: ``schema/v2/schema.json``, ``$defs/RequestPermissionRequest``
     """
 
     session_id: SessionId = attrs.field(metadata=f("sessionId"))
@@ -6561,6 +6794,8 @@ class ToolCallUpdate:
     call ID it has not seen before, omitted fields start at their protocol defaults.
 
     See protocol docs: [Tool Calls](https://agentclientprotocol.com/protocol/v2/tool-calls)
+
+    Schema: ``schema/v2/schema.json``, ``$defs/ToolCallUpdate``
     """
 
     tool_call_id: ToolCallId = attrs.field(metadata=f("toolCallId"))
@@ -6711,7 +6946,10 @@ class ToolCallUpdate:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class Annotations:
-    """Optional annotations for the client. The client can use annotations to inform how objects are used or displayed"""
+    """Optional annotations for the client. The client can use annotations to inform how objects are used or displayed
+
+    Schema: ``schema/v2/schema.json``, ``$defs/Annotations``
+    """
 
     audience: list[Role] | UnsetType | None = attrs.field(
         default=UNSET, metadata=f("audience", nullable=True, on_error=True, skip_invalid=True)
@@ -6790,7 +7028,10 @@ class Annotations:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class TextContent:
-    """Text provided to or from an LLM."""
+    """Text provided to or from an LLM.
+
+    Schema: ``schema/v2/schema.json``, ``$defs/TextContent``
+    """
 
     text: str = attrs.field(metadata=f("text"))
     """Text payload carried by this content block.
@@ -6850,7 +7091,10 @@ class TextContent:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class ImageContent:
-    """An image provided to or from an LLM."""
+    """An image provided to or from an LLM.
+
+    Schema: ``schema/v2/schema.json``, ``$defs/ImageContent``
+    """
 
     data: str = attrs.field(metadata=f("data"))
     """Base64-encoded media payload.
@@ -6928,7 +7172,10 @@ class ImageContent:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class AudioContent:
-    """Audio provided to or from an LLM."""
+    """Audio provided to or from an LLM.
+
+    Schema: ``schema/v2/schema.json``, ``$defs/AudioContent``
+    """
 
     data: str = attrs.field(metadata=f("data"))
     """Base64-encoded media payload.
@@ -6996,7 +7243,10 @@ class AudioContent:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class Icon:
-    """An optionally-sized icon that can be displayed in a user interface."""
+    """An optionally-sized icon that can be displayed in a user interface.
+
+    Schema: ``schema/v2/schema.json``, ``$defs/Icon``
+    """
 
     src: str = attrs.field(metadata=f("src"))
     """A standard URI pointing to an icon resource. MUST be an `https:` or `data:` URI.
@@ -7084,7 +7334,10 @@ class Icon:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class ResourceLink:
-    """A link to a resource that the receiver may be able to read, included in a prompt or tool call result."""
+    """A link to a resource that the receiver may be able to read, included in a prompt or tool call result.
+
+    Schema: ``schema/v2/schema.json``, ``$defs/ResourceLink``
+    """
 
     name: str = attrs.field(metadata=f("name"))
     """Human-readable name shown for this protocol object.
@@ -7208,7 +7461,10 @@ class ResourceLink:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class EmbeddedResource:
-    """The contents of a resource, embedded into a prompt or tool call result."""
+    """The contents of a resource, embedded into a prompt or tool call result.
+
+    Schema: ``schema/v2/schema.json``, ``$defs/EmbeddedResource``
+    """
 
     resource: EmbeddedResourceResource = attrs.field(metadata=f("resource"))
     """Embedded resource payload, either text or binary data.
@@ -7268,7 +7524,10 @@ class EmbeddedResource:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class Content:
-    """Standard content block (text, images, resources)."""
+    """Standard content block (text, images, resources).
+
+    Schema: ``schema/v2/schema.json``, ``$defs/Content``
+    """
 
     content: ContentBlock = attrs.field(metadata=f("content"))
     """The actual content block.
@@ -7312,7 +7571,10 @@ class Content:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class DiffPathChange:
-    """Operation metadata for add, delete, and modify changes."""
+    """Operation metadata for add, delete, and modify changes.
+
+    Schema: ``schema/v2/schema.json``, ``$defs/DiffPathChange``
+    """
 
     path: AbsolutePath = attrs.field(metadata=f("path"))
     """Absolute path for the operation.
@@ -7338,7 +7600,10 @@ class DiffPathChange:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class DiffPathPairChange:
-    """Operation metadata for move and copy changes."""
+    """Operation metadata for move and copy changes.
+
+    Schema: ``schema/v2/schema.json``, ``$defs/DiffPathPairChange``
+    """
 
     old_path: AbsolutePath = attrs.field(metadata=f("oldPath"))
     """Absolute path before the operation.
@@ -7372,7 +7637,10 @@ class DiffPathPairChange:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class DiffPatch:
-    """Renderable patch text and its format."""
+    """Renderable patch text and its format.
+
+    Schema: ``schema/v2/schema.json``, ``$defs/DiffPatch``
+    """
 
     format: DiffPatchFormat = attrs.field(metadata=f("format"))
     """Patch format. The only ACP-defined value is `git_patch`.
@@ -7436,6 +7704,8 @@ class Diff:
     feasible. Clients MUST handle diffs where `patch` is omitted or `null`.
 
     See protocol docs: [Content](https://agentclientprotocol.com/protocol/v2/tool-calls#content)
+
+    Schema: ``schema/v2/schema.json``, ``$defs/Diff``
     """
 
     changes: list[DiffChange] = attrs.field(metadata=f("changes", skip_invalid=True))
@@ -7501,6 +7771,8 @@ class Terminal:
 
     Terminal state and output are delivered separately through
     `terminal_update` and `terminal_output_chunk` session updates.
+
+    Schema: ``schema/v2/schema.json``, ``$defs/Terminal``
     """
 
     terminal_id: TerminalId = attrs.field(metadata=f("terminalId"))
@@ -7551,6 +7823,8 @@ class ToolCallLocation:
     which files the agent is working with in real-time.
 
     See protocol docs: [Following the Agent](https://agentclientprotocol.com/protocol/v2/tool-calls#following-the-agent)
+
+    Schema: ``schema/v2/schema.json``, ``$defs/ToolCallLocation``
     """
 
     path: AbsolutePath = attrs.field(metadata=f("path"))
@@ -7611,6 +7885,8 @@ class ToolCallCapabilities:
     Agent did not advertise.
 
     See protocol docs: [Cancelling Tool Calls](https://agentclientprotocol.com/protocol/v2/tool-calls#cancelling-tool-calls)
+
+    Schema: ``schema/v2/schema.json``, ``$defs/ToolCallCapabilities``
     """
 
     cancel: ToolCallCancelCapabilities | UnsetType | None = attrs.field(
@@ -7663,6 +7939,8 @@ class ToolCallCancelCapabilities:
     """Capability to cancel a tool call with `tool_call/cancel`.
 
     Supplying `{}` advertises support. An omitted or `null` `cancel` does not.
+
+    Schema: ``schema/v2/schema.json``, ``$defs/ToolCallCancelCapabilities``
     """
 
     meta: dict[str, Any] | UnsetType | None = attrs.field(
@@ -7697,7 +7975,10 @@ class ToolCallCancelCapabilities:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class ToolCallPermissionSubject:
-    """Permission request details for a tool call."""
+    """Permission request details for a tool call.
+
+    Schema: ``schema/v2/schema.json``, ``$defs/ToolCallPermissionSubject``
+    """
 
     tool_call: ToolCallUpdate = attrs.field(metadata=f("toolCall"))
     """Details about the tool call requiring permission.
@@ -7745,7 +8026,10 @@ class ToolCallPermissionSubject:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class CommandPermissionSubject:
-    """Permission request details for a command."""
+    """Permission request details for a command.
+
+    Schema: ``schema/v2/schema.json``, ``$defs/CommandPermissionSubject``
+    """
 
     command: str = attrs.field(metadata=f("command"))
     """The command that would be run if permission is granted.
@@ -7821,7 +8105,10 @@ class CommandPermissionSubject:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class PermissionOption:
-    """An option presented to the user when requesting permission."""
+    """An option presented to the user when requesting permission.
+
+    Schema: ``schema/v2/schema.json``, ``$defs/PermissionOption``
+    """
 
     option_id: PermissionOptionId = attrs.field(metadata=f("optionId"))
     """Identifier for this permission option. MUST be unique within the request.
@@ -7890,6 +8177,8 @@ class ElicitationSessionScope:
     When `toolCallId` is set, the elicitation is tied to a specific tool call.
     This is useful when an agent receives an elicitation from an MCP server
     during a tool call and needs to redirect it to the user.
+
+    Schema: ``schema/v2/schema.json``, ``$defs/ElicitationSessionScope``
     """
 
     session_id: SessionId = attrs.field(metadata=f("sessionId"))
@@ -7939,6 +8228,8 @@ class ElicitationSessionScope:
 class ElicitationRequestScope:
     """Request-scoped elicitation, tied to a specific JSON-RPC request outside of a session
     (e.g., during auth/configuration phases before any session is started).
+
+    Schema: ``schema/v2/schema.json``, ``$defs/ElicitationRequestScope``
     """
 
     request_id: RequestId = attrs.field(metadata=f("requestId"))
@@ -7969,6 +8260,8 @@ class ElicitationSchema:
 
     This represents a JSON Schema object with primitive-typed properties,
     as required by the elicitation specification.
+
+    Schema: ``schema/v2/schema.json``, ``$defs/ElicitationSchema``
     """
 
     type: ElicitationSchemaType = attrs.field(metadata=f("type"))
@@ -8057,7 +8350,10 @@ class ElicitationSchema:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class EnumOption:
-    """A titled enum option with a const value, human-readable title, and optional description."""
+    """A titled enum option with a const value, human-readable title, and optional description.
+
+    Schema: ``schema/v2/schema.json``, ``$defs/EnumOption``
+    """
 
     const: str = attrs.field(metadata=f("const"))
     """The constant value for this option.
@@ -8129,6 +8425,8 @@ class StringPropertySchema:
 
     When `enum` or `oneOf` is set, this represents a single-select enum
     with `"type": "string"`.
+
+    Schema: ``schema/v2/schema.json``, ``$defs/StringPropertySchema``
     """
 
     title: str | UnsetType | None = attrs.field(default=UNSET, metadata=f("title", nullable=True, on_error=True))
@@ -8263,7 +8561,10 @@ class StringPropertySchema:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class NumberPropertySchema:
-    """Schema for number (floating-point) properties in an elicitation form."""
+    """Schema for number (floating-point) properties in an elicitation form.
+
+    Schema: ``schema/v2/schema.json``, ``$defs/NumberPropertySchema``
+    """
 
     title: str | UnsetType | None = attrs.field(default=UNSET, metadata=f("title", nullable=True, on_error=True))
     """Optional title for the property.
@@ -8355,7 +8656,10 @@ class NumberPropertySchema:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class IntegerPropertySchema:
-    """Schema for integer properties in an elicitation form."""
+    """Schema for integer properties in an elicitation form.
+
+    Schema: ``schema/v2/schema.json``, ``$defs/IntegerPropertySchema``
+    """
 
     title: str | UnsetType | None = attrs.field(default=UNSET, metadata=f("title", nullable=True, on_error=True))
     """Optional title for the property.
@@ -8447,7 +8751,10 @@ class IntegerPropertySchema:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class BooleanPropertySchema:
-    """Schema for boolean properties in an elicitation form."""
+    """Schema for boolean properties in an elicitation form.
+
+    Schema: ``schema/v2/schema.json``, ``$defs/BooleanPropertySchema``
+    """
 
     title: str | UnsetType | None = attrs.field(default=UNSET, metadata=f("title", nullable=True, on_error=True))
     """Optional title for the property.
@@ -8519,7 +8826,10 @@ class BooleanPropertySchema:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class MultiSelectPropertySchema:
-    """Schema for multi-select (array) properties in an elicitation form."""
+    """Schema for multi-select (array) properties in an elicitation form.
+
+    Schema: ``schema/v2/schema.json``, ``$defs/MultiSelectPropertySchema``
+    """
 
     title: str | UnsetType | None = attrs.field(default=UNSET, metadata=f("title", nullable=True, on_error=True))
     """Optional title for the property.
@@ -8621,7 +8931,10 @@ class MultiSelectPropertySchema:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class ElicitationFormMode:
-    """Form-based elicitation mode where the client renders a form from the provided schema."""
+    """Form-based elicitation mode where the client renders a form from the provided schema.
+
+    Schema: ``schema/v2/schema.json``, ``$defs/ElicitationFormMode``
+    """
 
     requested_schema: ElicitationSchema = attrs.field(metadata=f("requestedSchema"))
     """A JSON Schema describing the form fields to present to the user.
@@ -8684,7 +8997,10 @@ class ElicitationFormMode:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class ElicitationUrlMode:
-    """URL-based elicitation mode where the client directs the user to a URL."""
+    """URL-based elicitation mode where the client directs the user to a URL.
+
+    Schema: ``schema/v2/schema.json``, ``$defs/ElicitationUrlMode``
+    """
 
     elicitation_id: ElicitationId = attrs.field(metadata=f("elicitationId"))
     """The unique identifier for this elicitation.
@@ -8760,6 +9076,8 @@ class InitializeResponse:
     Contains the negotiated protocol version and agent capabilities.
 
     See protocol docs: [Initialization](https://agentclientprotocol.com/protocol/v2/initialization)
+
+    Schema: ``schema/v2/schema.json``, ``$defs/InitializeResponse``
     """
 
     protocol_version: ProtocolVersion = attrs.field(metadata=f("protocolVersion"))
@@ -8848,6 +9166,8 @@ class Implementation:
     """Metadata about the implementation of the client or agent.
     Describes the name and version of an ACP implementation, with an optional
     title for UI representation.
+
+    Schema: ``schema/v2/schema.json``, ``$defs/Implementation``
     """
 
     name: str = attrs.field(metadata=f("name"))
@@ -8925,6 +9245,8 @@ class AgentCapabilities:
     available features and content types.
 
     See protocol docs: [Agent Capabilities](https://agentclientprotocol.com/protocol/v2/initialization#agent-capabilities)
+
+    Schema: ``schema/v2/schema.json``, ``$defs/AgentCapabilities``
     """
 
     session: SessionCapabilities | UnsetType | None = attrs.field(
@@ -9007,6 +9329,8 @@ class SessionCapabilities:
     capabilities.
 
     See protocol docs: [Session Capabilities](https://agentclientprotocol.com/protocol/v2/initialization#session-capabilities)
+
+    Schema: ``schema/v2/schema.json``, ``$defs/SessionCapabilities``
     """
 
     prompt: PromptCapabilities | UnsetType | None = attrs.field(
@@ -9116,6 +9440,8 @@ class PromptCapabilities:
     the agent can process.
 
     See protocol docs: [Session Prompt Capabilities](https://agentclientprotocol.com/protocol/v2/initialization#session-prompt-capabilities)
+
+    Schema: ``schema/v2/schema.json``, ``$defs/PromptCapabilities``
     """
 
     image: PromptImageCapabilities | UnsetType | None = attrs.field(
@@ -9201,6 +9527,8 @@ class PromptImageCapabilities:
     """Capabilities for image content in prompt requests.
 
     Supplying `{}` means the agent supports image content in prompts.
+
+    Schema: ``schema/v2/schema.json``, ``$defs/PromptImageCapabilities``
     """
 
     meta: dict[str, Any] | UnsetType | None = attrs.field(
@@ -9238,6 +9566,8 @@ class PromptAudioCapabilities:
     """Capabilities for audio content in prompt requests.
 
     Supplying `{}` means the agent supports audio content in prompts.
+
+    Schema: ``schema/v2/schema.json``, ``$defs/PromptAudioCapabilities``
     """
 
     meta: dict[str, Any] | UnsetType | None = attrs.field(
@@ -9275,6 +9605,8 @@ class PromptEmbeddedContextCapabilities:
     """Capabilities for embedded context in prompt requests.
 
     Supplying `{}` means the agent supports embedded context in prompts.
+
+    Schema: ``schema/v2/schema.json``, ``$defs/PromptEmbeddedContextCapabilities``
     """
 
     meta: dict[str, Any] | UnsetType | None = attrs.field(
@@ -9309,7 +9641,10 @@ class PromptEmbeddedContextCapabilities:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class McpCapabilities:
-    """MCP capabilities supported by the agent for session lifecycle requests."""
+    """MCP capabilities supported by the agent for session lifecycle requests.
+
+    Schema: ``schema/v2/schema.json``, ``$defs/McpCapabilities``
+    """
 
     stdio: McpStdioCapabilities | UnsetType | None = attrs.field(
         default=UNSET, metadata=f("stdio", nullable=True, on_error=True)
@@ -9378,6 +9713,8 @@ class McpStdioCapabilities:
     """Capabilities for stdio MCP server transports.
 
     Supplying `{}` means the agent supports stdio MCP server transports.
+
+    Schema: ``schema/v2/schema.json``, ``$defs/McpStdioCapabilities``
     """
 
     meta: dict[str, Any] | UnsetType | None = attrs.field(
@@ -9415,6 +9752,8 @@ class McpHttpCapabilities:
     """Capabilities for HTTP MCP server transports.
 
     Supplying `{}` means the agent supports HTTP MCP server transports.
+
+    Schema: ``schema/v2/schema.json``, ``$defs/McpHttpCapabilities``
     """
 
     meta: dict[str, Any] | UnsetType | None = attrs.field(
@@ -9452,6 +9791,8 @@ class SessionDeleteCapabilities:
     """Capabilities for the `session/delete` method.
 
     Supplying `{}` means the agent supports deleting sessions from `session/list`.
+
+    Schema: ``schema/v2/schema.json``, ``$defs/SessionDeleteCapabilities``
     """
 
     meta: dict[str, Any] | UnsetType | None = attrs.field(
@@ -9492,6 +9833,8 @@ class SessionAdditionalDirectoriesCapabilities:
     supported session lifecycle requests. Agents may return
     `SessionInfo.additionalDirectories` in `session/list` to report the
     complete ordered additional-root list associated with a listed session.
+
+    Schema: ``schema/v2/schema.json``, ``$defs/SessionAdditionalDirectoriesCapabilities``
     """
 
     meta: dict[str, Any] | UnsetType | None = attrs.field(
@@ -9531,6 +9874,8 @@ class AgentAuthCapabilities:
     This object does not advertise support for `auth/login` or `auth/logout`.
     Those methods are advertised by a non-empty `authMethods` list in the
     `initialize` response.
+
+    Schema: ``schema/v2/schema.json``, ``$defs/AgentAuthCapabilities``
     """
 
     meta: dict[str, Any] | UnsetType | None = attrs.field(
@@ -9565,7 +9910,10 @@ class AgentAuthCapabilities:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class EnvVariable:
-    """An environment variable to set when launching a process."""
+    """An environment variable to set when launching a process.
+
+    Schema: ``schema/v2/schema.json``, ``$defs/EnvVariable``
+    """
 
     name: str = attrs.field(metadata=f("name"))
     """The name of the environment variable.
@@ -9628,6 +9976,8 @@ class AuthMethodTerminal:
     method only when the client enabled its terminal authentication capability.
     A zero exit status signals success. Any other termination signals failure.
     The client MUST NOT pass this method to `auth/login`.
+
+    Schema: ``schema/v2/schema.json``, ``$defs/AuthMethodTerminal``
     """
 
     method_id: AuthMethodId = attrs.field(metadata=f("methodId"))
@@ -9717,6 +10067,8 @@ class AuthMethodAgent:
     """Agent handles authentication itself through `auth/login`.
 
     The `type` discriminator value is `agent`.
+
+    Schema: ``schema/v2/schema.json``, ``$defs/AuthMethodAgent``
     """
 
     method_id: AuthMethodId = attrs.field(metadata=f("methodId"))
@@ -9785,7 +10137,10 @@ class AuthMethodAgent:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class LoginAuthResponse:
-    """Response to the `auth/login` method."""
+    """Response to the `auth/login` method.
+
+    Schema: ``schema/v2/schema.json``, ``$defs/LoginAuthResponse``
+    """
 
     meta: dict[str, Any] | UnsetType | None = attrs.field(
         default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
@@ -9819,7 +10174,10 @@ class LoginAuthResponse:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class LogoutAuthResponse:
-    """Response to the `auth/logout` method."""
+    """Response to the `auth/logout` method.
+
+    Schema: ``schema/v2/schema.json``, ``$defs/LogoutAuthResponse``
+    """
 
     meta: dict[str, Any] | UnsetType | None = attrs.field(
         default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
@@ -9860,6 +10218,8 @@ class NewSessionResponse:
     an already-reported state when the response arrives.
 
     See protocol docs: [Creating a Session](https://agentclientprotocol.com/protocol/v2/session-setup#creating-a-session)
+
+    Schema: ``schema/v2/schema.json``, ``$defs/NewSessionResponse``
     """
 
     session_id: SessionId = attrs.field(metadata=f("sessionId"))
@@ -9938,7 +10298,10 @@ class NewSessionResponse:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class SessionConfigSelectOption:
-    """A possible value for a session configuration option."""
+    """A possible value for a session configuration option.
+
+    Schema: ``schema/v2/schema.json``, ``$defs/SessionConfigSelectOption``
+    """
 
     value: SessionConfigValueId = attrs.field(metadata=f("value"))
     """Unique identifier for this option value.
@@ -10006,7 +10369,10 @@ class SessionConfigSelectOption:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class SessionConfigSelectGroup:
-    """A group of possible values for a session configuration option."""
+    """A group of possible values for a session configuration option.
+
+    Schema: ``schema/v2/schema.json``, ``$defs/SessionConfigSelectGroup``
+    """
 
     group_id: SessionConfigGroupId = attrs.field(metadata=f("groupId"))
     """Unique identifier for this group.
@@ -10070,7 +10436,10 @@ class SessionConfigSelectGroup:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class SessionConfigSelect:
-    """A single-value selector (dropdown) session configuration option payload."""
+    """A single-value selector (dropdown) session configuration option payload.
+
+    Schema: ``schema/v2/schema.json``, ``$defs/SessionConfigSelect``
+    """
 
     current_value: SessionConfigValueId = attrs.field(metadata=f("currentValue"))
     """The currently selected value. MUST be one of the `value`s in `options`.
@@ -10111,7 +10480,10 @@ class SessionConfigSelect:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class SessionConfigBoolean:
-    """A boolean on/off toggle session configuration option payload."""
+    """A boolean on/off toggle session configuration option payload.
+
+    Schema: ``schema/v2/schema.json``, ``$defs/SessionConfigBoolean``
+    """
 
     current_value: bool = attrs.field(metadata=f("currentValue"))
     """The current value of the boolean option.
@@ -10137,7 +10509,10 @@ class SessionConfigBoolean:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class TextCommandInput:
-    """All text that was typed after the command name is provided as input."""
+    """All text that was typed after the command name is provided as input.
+
+    Schema: ``schema/v2/schema.json``, ``$defs/TextCommandInput``
+    """
 
     hint: str = attrs.field(metadata=f("hint"))
     """A hint to display when the input hasn't been provided yet
@@ -10180,6 +10555,8 @@ class Command:
     """A slash command the user can invoke by including it in a prompt.
 
     The `type` discriminator value is `command`.
+
+    Schema: ``schema/v2/schema.json``, ``$defs/Command``
     """
 
     name: str = attrs.field(metadata=f("name"))
@@ -10250,7 +10627,10 @@ class Command:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class ListSessionsResponse:
-    """Response from listing sessions."""
+    """Response from listing sessions.
+
+    Schema: ``schema/v2/schema.json``, ``$defs/ListSessionsResponse``
+    """
 
     sessions: list[SessionInfo] = attrs.field(metadata=f("sessions", on_error=True, skip_invalid=True))
     """Array of session information objects.
@@ -10310,7 +10690,10 @@ class ListSessionsResponse:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class SessionInfo:
-    """Information about a session returned by session/list"""
+    """Information about a session returned by session/list
+
+    Schema: ``schema/v2/schema.json``, ``$defs/SessionInfo``
+    """
 
     session_id: SessionId = attrs.field(metadata=f("sessionId"))
     """Unique identifier for the session
@@ -10402,7 +10785,10 @@ class SessionInfo:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class DeleteSessionResponse:
-    """Response from deleting a session."""
+    """Response from deleting a session.
+
+    Schema: ``schema/v2/schema.json``, ``$defs/DeleteSessionResponse``
+    """
 
     meta: dict[str, Any] | UnsetType | None = attrs.field(
         default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
@@ -10443,6 +10829,8 @@ class ResumeSessionResponse:
     foreground state after resuming. The response alone does not imply `idle`.
 
     See protocol docs: [Current-State Synchronization](https://agentclientprotocol.com/protocol/v2/session-setup#current-state-synchronization)
+
+    Schema: ``schema/v2/schema.json``, ``$defs/ResumeSessionResponse``
     """
 
     config_options: list[SessionConfigOption] | UnsetType = attrs.field(
@@ -10511,7 +10899,10 @@ class ResumeSessionResponse:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class CloseSessionResponse:
-    """Response from closing a session."""
+    """Response from closing a session.
+
+    Schema: ``schema/v2/schema.json``, ``$defs/CloseSessionResponse``
+    """
 
     meta: dict[str, Any] | UnsetType | None = attrs.field(
         default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
@@ -10545,7 +10936,10 @@ class CloseSessionResponse:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class CancelToolCallResponse:
-    """Response from cancelling a tool call."""
+    """Response from cancelling a tool call.
+
+    Schema: ``schema/v2/schema.json``, ``$defs/CancelToolCallResponse``
+    """
 
     meta: dict[str, Any] | UnsetType | None = attrs.field(
         default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
@@ -10579,7 +10973,10 @@ class CancelToolCallResponse:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class CancelTerminalResponse:
-    """Response from cancelling a terminal."""
+    """Response from cancelling a terminal.
+
+    Schema: ``schema/v2/schema.json``, ``$defs/CancelTerminalResponse``
+    """
 
     meta: dict[str, Any] | UnsetType | None = attrs.field(
         default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
@@ -10613,7 +11010,10 @@ class CancelTerminalResponse:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class SetSessionConfigOptionResponse:
-    """Response to `session/set_config_option` method."""
+    """Response to `session/set_config_option` method.
+
+    Schema: ``schema/v2/schema.json``, ``$defs/SetSessionConfigOptionResponse``
+    """
 
     config_options: list[SessionConfigOption] = attrs.field(metadata=f("configOptions", skip_invalid=True))
     """The full set of configuration options and their current values.
@@ -10667,6 +11067,8 @@ class PromptResponse:
     relative to other messages in the ACP conversation.
 
     See protocol docs: [Prompt Accepted](https://agentclientprotocol.com/protocol/v2/prompt-lifecycle#2-prompt-accepted)
+
+    Schema: ``schema/v2/schema.json``, ``$defs/PromptResponse``
     """
 
     message_id: MessageId = attrs.field(metadata=f("messageId"))
@@ -10723,6 +11125,8 @@ class Error:
     JSON-RPC 2.0 error object specification with optional additional data.
 
     See protocol docs: [JSON-RPC Error Object](https://www.jsonrpc.org/specification#error_object)
+
+    Schema: ``schema/v2/schema.json``, ``$defs/Error``
     """
 
     code: ErrorCode = attrs.field(metadata=f("code"))
@@ -10783,6 +11187,8 @@ class UnsupportedProtocolVersionErrorData:
     """Data for the `-32022` (Unsupported protocol version) error.
 
     See protocol docs: [Version Negotiation](https://agentclientprotocol.com/protocol/v2/initialization#version-negotiation)
+
+    Schema: ``schema/v2/schema.json``, ``$defs/UnsupportedProtocolVersionErrorData``
     """
 
     requested: ProtocolVersion = attrs.field(metadata=f("requested"))
@@ -10843,6 +11249,8 @@ class SessionNotFoundErrorData:
     session that does not exist or is not active.
 
     See protocol docs: [Unknown Sessions](https://agentclientprotocol.com/protocol/v2/error#unknown-sessions)
+
+    Schema: ``schema/v2/schema.json``, ``$defs/SessionNotFoundErrorData``
     """
 
     session_id: SessionId = attrs.field(metadata=f("sessionId"))
@@ -10892,6 +11300,8 @@ class UpdateSessionNotification:
     Agents can send session updates at any point while the session exists.
 
     See protocol docs: [Agent Reports Output](https://agentclientprotocol.com/protocol/v2/prompt-lifecycle#3-agent-reports-output)
+
+    Schema: ``schema/v2/schema.json``, ``$defs/UpdateSessionNotification``
     """
 
     session_id: SessionId = attrs.field(metadata=f("sessionId"))
@@ -10948,7 +11358,10 @@ class UpdateSessionNotification:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class ContentChunk:
-    """A streamed item of message content."""
+    """A streamed item of message content.
+
+    Schema: ``schema/v2/schema.json``, ``$defs/ContentChunk``
+    """
 
     message_id: MessageId = attrs.field(metadata=f("messageId"))
     """A unique identifier for the message this chunk belongs to.
@@ -11021,6 +11434,8 @@ class UserMessage:
     previously accumulated for the message, including content from earlier
     chunks. Later chunks with the same `messageId` append to the current
     content.
+
+    Schema: ``schema/v2/schema.json``, ``$defs/UserMessage``
     """
 
     message_id: MessageId = attrs.field(metadata=f("messageId"))
@@ -11095,6 +11510,8 @@ class AgentMessage:
     content previously accumulated for the message, including content from
     earlier chunks. Later chunks with the same `messageId` append to the current
     content.
+
+    Schema: ``schema/v2/schema.json``, ``$defs/AgentMessage``
     """
 
     message_id: MessageId = attrs.field(metadata=f("messageId"))
@@ -11169,6 +11586,8 @@ class AgentThought:
     content previously accumulated for the thought, including content from
     earlier chunks. Later chunks with the same `messageId` append to the current
     content.
+
+    Schema: ``schema/v2/schema.json``, ``$defs/AgentThought``
     """
 
     message_id: MessageId = attrs.field(metadata=f("messageId"))
@@ -11230,7 +11649,10 @@ class AgentThought:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class BackgroundTerminal:
-    """A listed terminal running in the background."""
+    """A listed terminal running in the background.
+
+    Schema: ``schema/v2/schema.json``, ``$defs/BackgroundTerminal``
+    """
 
     terminal_id: TerminalId = attrs.field(metadata=f("terminalId"))
     """The ID of the listed terminal.
@@ -11274,7 +11696,10 @@ class BackgroundTerminal:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class BackgroundToolCall:
-    """A listed tool call whose work continues in the background."""
+    """A listed tool call whose work continues in the background.
+
+    Schema: ``schema/v2/schema.json``, ``$defs/BackgroundToolCall``
+    """
 
     tool_call_id: ToolCallId = attrs.field(metadata=f("toolCallId"))
     """The ID of the listed tool call.
@@ -11318,7 +11743,10 @@ class BackgroundToolCall:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class ErrorStopReason:
-    """Details of a failure that ended active work."""
+    """Details of a failure that ended active work.
+
+    Schema: ``schema/v2/schema.json``, ``$defs/ErrorStopReason``
+    """
 
     error: Error | UnsetType | None = attrs.field(default=UNSET, metadata=f("error", nullable=True, on_error=True))
     """The failure, as a JSON-RPC error object.
@@ -11353,6 +11781,8 @@ class ToolCallContentChunk:
     content for the matching `toolCallId`. Agents can send a `tool_call_update`
     with `content` when they need to replace the whole content collection
     instead.
+
+    Schema: ``schema/v2/schema.json``, ``$defs/ToolCallContentChunk``
     """
 
     tool_call_id: ToolCallId = attrs.field(metadata=f("toolCallId"))
@@ -11410,7 +11840,10 @@ class ToolCallContentChunk:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class TerminalOutput:
-    """An authoritative replacement snapshot of terminal output bytes."""
+    """An authoritative replacement snapshot of terminal output bytes.
+
+    Schema: ``schema/v2/schema.json``, ``$defs/TerminalOutput``
+    """
 
     data: str = attrs.field(metadata=f("data"))
     """Base64-encoded replacement terminal output bytes.
@@ -11454,6 +11887,8 @@ class TerminalExitStatus:
 
     The presence of this object marks the terminal as exited, even when neither
     an exit code nor a signal is known.
+
+    Schema: ``schema/v2/schema.json``, ``$defs/TerminalExitStatus``
     """
 
     exit_code: int | UnsetType | None = attrs.field(default=UNSET, metadata=f("exitCode", nullable=True, on_error=True))
@@ -11515,7 +11950,10 @@ class TerminalExitStatus:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class TerminalSize:
-    """The size of an agent-owned terminal in character cells."""
+    """The size of an agent-owned terminal in character cells.
+
+    Schema: ``schema/v2/schema.json``, ``$defs/TerminalSize``
+    """
 
     cols: int = attrs.field(metadata=f("cols"))
     """Number of columns.
@@ -11574,6 +12012,8 @@ class TerminalCapabilities:
     Agent did not advertise.
 
     See protocol docs: [Cancelling Terminals](https://agentclientprotocol.com/protocol/v2/tool-calls#cancelling-terminals)
+
+    Schema: ``schema/v2/schema.json``, ``$defs/TerminalCapabilities``
     """
 
     cancel: TerminalCancelCapabilities | UnsetType | None = attrs.field(
@@ -11626,6 +12066,8 @@ class TerminalCancelCapabilities:
     """Capability to cancel a terminal with `terminal/cancel`.
 
     Supplying `{}` advertises support. An omitted or `null` `cancel` does not.
+
+    Schema: ``schema/v2/schema.json``, ``$defs/TerminalCancelCapabilities``
     """
 
     meta: dict[str, Any] | UnsetType | None = attrs.field(
@@ -11667,6 +12109,8 @@ class TerminalUpdate:
     it, and concrete values replace it. A concrete `_meta` object instead
     patches the stored metadata by top-level key. When the terminal ID is new,
     omitted fields start unknown.
+
+    Schema: ``schema/v2/schema.json``, ``$defs/TerminalUpdate``
     """
 
     terminal_id: TerminalId = attrs.field(metadata=f("terminalId"))
@@ -11778,7 +12222,10 @@ class TerminalUpdate:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class TerminalOutputChunk:
-    """A chunk of bytes appended to an agent-owned terminal's output."""
+    """A chunk of bytes appended to an agent-owned terminal's output.
+
+    Schema: ``schema/v2/schema.json``, ``$defs/TerminalOutputChunk``
+    """
 
     terminal_id: TerminalId = attrs.field(metadata=f("terminalId"))
     """The terminal receiving these bytes.
@@ -11840,6 +12287,8 @@ class PlanEntry:
     Represents a task or goal that the assistant intends to accomplish
     as part of fulfilling the user's request.
     See protocol docs: [Plan Entries](https://agentclientprotocol.com/protocol/v2/agent-plan#plan-entries)
+
+    Schema: ``schema/v2/schema.json``, ``$defs/PlanEntry``
     """
 
     content: str = attrs.field(metadata=f("content"))
@@ -11905,7 +12354,10 @@ class PlanEntry:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class PlanItems:
-    """A plan represented as structured entries."""
+    """A plan represented as structured entries.
+
+    Schema: ``schema/v2/schema.json``, ``$defs/PlanItems``
+    """
 
     plan_id: PlanId = attrs.field(metadata=f("planId"))
     """The plan ID to update.
@@ -11964,7 +12416,10 @@ class PlanItems:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class PlanUpdate:
-    """A content update for a plan identified by ID."""
+    """A content update for a plan identified by ID.
+
+    Schema: ``schema/v2/schema.json``, ``$defs/PlanUpdate``
+    """
 
     plan: PlanUpdateContent = attrs.field(metadata=f("plan"))
     """The updated plan content.
@@ -12008,7 +12463,10 @@ class PlanUpdate:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class AvailableCommandsUpdate:
-    """Available commands are ready or have changed"""
+    """Available commands are ready or have changed
+
+    Schema: ``schema/v2/schema.json``, ``$defs/AvailableCommandsUpdate``
+    """
 
     available_commands: list[AvailableCommand] = attrs.field(metadata=f("availableCommands", skip_invalid=True))
     """Commands the agent can execute.
@@ -12056,7 +12514,10 @@ class AvailableCommandsUpdate:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class ConfigOptionUpdate:
-    """Session configuration options have been updated."""
+    """Session configuration options have been updated.
+
+    Schema: ``schema/v2/schema.json``, ``$defs/ConfigOptionUpdate``
+    """
 
     config_options: list[SessionConfigOption] = attrs.field(metadata=f("configOptions", skip_invalid=True))
     """The full set of configuration options and their current values.
@@ -12108,6 +12569,8 @@ class SessionInfoUpdate:
     Omitted fields leave the existing session info unchanged. `null` clears the
     corresponding value. A concrete `_meta` object patches the stored metadata by
     top-level key.
+
+    Schema: ``schema/v2/schema.json``, ``$defs/SessionInfoUpdate``
     """
 
     title: str | UnsetType | None = attrs.field(default=UNSET, metadata=f("title", nullable=True, on_error=True))
@@ -12169,7 +12632,10 @@ class SessionInfoUpdate:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class Cost:
-    """Cost information for a session."""
+    """Cost information for a session.
+
+    Schema: ``schema/v2/schema.json``, ``$defs/Cost``
+    """
 
     amount: float = attrs.field(metadata=f("amount"))
     """Total cumulative cost for session.
@@ -12226,7 +12692,10 @@ class Cost:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class UsageUpdate:
-    """Context window and cost update for a session."""
+    """Context window and cost update for a session.
+
+    Schema: ``schema/v2/schema.json``, ``$defs/UsageUpdate``
+    """
 
     used: int = attrs.field(metadata=f("used"))
     """Tokens currently in context.
@@ -12299,6 +12768,8 @@ class Notice:
     No Client capability is required, and unsupported Clients may ignore notices.
 
     See protocol docs: [Session Notices](https://agentclientprotocol.com/protocol/v2/prompt-lifecycle#session-notices)
+
+    Schema: ``schema/v2/schema.json``, ``$defs/Notice``
     """
 
     severity: NoticeSeverity = attrs.field(metadata=f("severity"))
@@ -12374,6 +12845,8 @@ class CompactionUpdate:
     stored value unchanged, `null` clears it, and a concrete value replaces it.
     `summary: []` also clears the summary. A concrete `_meta` object patches the
     stored metadata by top-level key instead of replacing it.
+
+    Schema: ``schema/v2/schema.json``, ``$defs/CompactionUpdate``
     """
 
     compaction_id: CompactionId = attrs.field(metadata=f("compactionId"))
@@ -12453,6 +12926,8 @@ class CompactionUpdate:
 class CompactionSummaryChunk:
     """A content block appended to a compaction's summary. A first-seen ID creates
     an in-progress compaction. Chunks append in receive order.
+
+    Schema: ``schema/v2/schema.json``, ``$defs/CompactionSummaryChunk``
     """
 
     compaction_id: CompactionId = attrs.field(metadata=f("compactionId"))
@@ -12513,6 +12988,8 @@ class CompleteElicitationNotification:
     """Notification sent by the agent when a URL-based elicitation is complete.
 
     This notification is not a foreground state update.
+
+    Schema: ``schema/v2/schema.json``, ``$defs/CompleteElicitationNotification``
     """
 
     elicitation_id: ElicitationId = attrs.field(metadata=f("elicitationId"))
@@ -12562,6 +13039,8 @@ class InitializeRequest:
     Sent by the client to establish connection and negotiate capabilities.
 
     See protocol docs: [Initialization](https://agentclientprotocol.com/protocol/v2/initialization)
+
+    Schema: ``schema/v2/schema.json``, ``$defs/InitializeRequest``
     """
 
     protocol_version: ProtocolVersion = attrs.field(metadata=f("protocolVersion"))
@@ -12634,6 +13113,8 @@ class ClientCapabilities:
     available features and methods.
 
     See protocol docs: [Client Capabilities](https://agentclientprotocol.com/protocol/v2/initialization#client-capabilities)
+
+    Schema: ``schema/v2/schema.json``, ``$defs/ClientCapabilities``
     """
 
     auth: ClientAuthCapabilities | UnsetType | None = attrs.field(
@@ -12708,6 +13189,8 @@ class ClientAuthCapabilities:
     Advertised during initialization to inform the agent which authentication
     method types the client can handle. This governs opt-in types that require
     additional client-side support.
+
+    Schema: ``schema/v2/schema.json``, ``$defs/ClientAuthCapabilities``
     """
 
     terminal: TerminalAuthCapabilities | UnsetType | None = attrs.field(
@@ -12764,6 +13247,8 @@ class TerminalAuthCapabilities:
     Supplying `{}` means the client can reproduce the configured agent
     invocation in an interactive terminal and supports terminal authentication
     methods.
+
+    Schema: ``schema/v2/schema.json``, ``$defs/TerminalAuthCapabilities``
     """
 
     meta: dict[str, Any] | UnsetType | None = attrs.field(
@@ -12798,7 +13283,10 @@ class TerminalAuthCapabilities:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class ElicitationCapabilities:
-    """Elicitation capabilities supported by the client."""
+    """Elicitation capabilities supported by the client.
+
+    Schema: ``schema/v2/schema.json``, ``$defs/ElicitationCapabilities``
+    """
 
     form: ElicitationFormCapabilities | UnsetType | None = attrs.field(
         default=UNSET, metadata=f("form", nullable=True, on_error=True)
@@ -12862,6 +13350,8 @@ class ElicitationFormCapabilities:
     """Form-based elicitation capabilities.
 
     Supplying `{}` means the client supports form-based elicitation.
+
+    Schema: ``schema/v2/schema.json``, ``$defs/ElicitationFormCapabilities``
     """
 
     meta: dict[str, Any] | UnsetType | None = attrs.field(
@@ -12899,6 +13389,8 @@ class ElicitationUrlCapabilities:
     """URL-based elicitation capabilities.
 
     Supplying `{}` means the client supports URL-based elicitation.
+
+    Schema: ``schema/v2/schema.json``, ``$defs/ElicitationUrlCapabilities``
     """
 
     meta: dict[str, Any] | UnsetType | None = attrs.field(
@@ -12940,6 +13432,8 @@ class LoginAuthRequest:
     Agents MUST support this method when their `initialize` response included
     a non-empty `authMethods` list. Clients MUST NOT call this method
     when `authMethods` was omitted or empty.
+
+    Schema: ``schema/v2/schema.json``, ``$defs/LoginAuthRequest``
     """
 
     method_id: AuthMethodId = attrs.field(metadata=f("methodId"))
@@ -12992,6 +13486,8 @@ class LogoutAuthRequest:
     Agents MUST support this method when their `initialize` response included
     a non-empty `authMethods` list. Clients MUST NOT call this method
     when `authMethods` was omitted or empty.
+
+    Schema: ``schema/v2/schema.json``, ``$defs/LogoutAuthRequest``
     """
 
     meta: dict[str, Any] | UnsetType | None = attrs.field(
@@ -13029,6 +13525,8 @@ class NewSessionRequest:
     """Request parameters for creating a new session.
 
     See protocol docs: [Creating a Session](https://agentclientprotocol.com/protocol/v2/session-setup#creating-a-session)
+
+    Schema: ``schema/v2/schema.json``, ``$defs/NewSessionRequest``
     """
 
     cwd: AbsolutePath = attrs.field(metadata=f("cwd"))
@@ -13099,7 +13597,10 @@ class NewSessionRequest:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class HttpHeader:
-    """An HTTP header to set when making requests to the MCP server."""
+    """An HTTP header to set when making requests to the MCP server.
+
+    Schema: ``schema/v2/schema.json``, ``$defs/HttpHeader``
+    """
 
     name: str = attrs.field(metadata=f("name"))
     """The name of the HTTP header.
@@ -13155,7 +13656,10 @@ class HttpHeader:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class McpServerHttp:
-    """HTTP transport configuration for MCP."""
+    """HTTP transport configuration for MCP.
+
+    Schema: ``schema/v2/schema.json``, ``$defs/McpServerHttp``
+    """
 
     name: str = attrs.field(metadata=f("name"))
     """Human-readable name identifying this MCP server.
@@ -13220,7 +13724,10 @@ class McpServerHttp:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class McpServerStdio:
-    """Stdio transport configuration for MCP."""
+    """Stdio transport configuration for MCP.
+
+    Schema: ``schema/v2/schema.json``, ``$defs/McpServerStdio``
+    """
 
     name: str = attrs.field(metadata=f("name"))
     """Human-readable name identifying this MCP server.
@@ -13293,7 +13800,10 @@ class McpServerStdio:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class ListSessionsRequest:
-    """Request parameters for listing existing sessions."""
+    """Request parameters for listing existing sessions.
+
+    Schema: ``schema/v2/schema.json``, ``$defs/ListSessionsRequest``
+    """
 
     cwd: AbsolutePath | UnsetType | None = attrs.field(default=UNSET, metadata=f("cwd", nullable=True))
     """Filter sessions by working directory. Must be an absolute path.
@@ -13359,6 +13869,8 @@ class DeleteSessionRequest:
     """Request parameters for deleting an existing session from `session/list`.
 
     Only available if the Agent supports the `session.delete` capability.
+
+    Schema: ``schema/v2/schema.json``, ``$defs/DeleteSessionRequest``
     """
 
     session_id: SessionId = attrs.field(metadata=f("sessionId"))
@@ -13407,6 +13919,8 @@ class ResumeSessionRequest:
 
     Resumes an existing session and optionally replays retained conversation
     history according to `replayFrom`.
+
+    Schema: ``schema/v2/schema.json``, ``$defs/ResumeSessionRequest``
     """
 
     session_id: SessionId = attrs.field(metadata=f("sessionId"))
@@ -13510,7 +14024,10 @@ class ResumeSessionRequest:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class ReplayFromStart:
-    """Inclusive replay cursor requesting replay from the start of retained conversation history."""
+    """Inclusive replay cursor requesting replay from the start of retained conversation history.
+
+    Schema: ``schema/v2/schema.json``, ``$defs/ReplayFromStart``
+    """
 
     meta: dict[str, Any] | UnsetType | None = attrs.field(
         default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
@@ -13564,6 +14081,8 @@ class CloseSessionRequest:
     Agent MUST answer that request with `-32800` (Request Cancelled). If the message
     has already been inserted, the Agent MUST respond successfully with its
     `messageId`. Prompt responses need not precede the close response.
+
+    Schema: ``schema/v2/schema.json``, ``$defs/CloseSessionRequest``
     """
 
     session_id: SessionId = attrs.field(metadata=f("sessionId"))
@@ -13620,6 +14139,8 @@ class CancelToolCallRequest:
     cancellable. Cancelling a tool call does not change the foreground state by itself.
 
     See protocol docs: [Cancelling Tool Calls](https://agentclientprotocol.com/protocol/v2/tool-calls#cancelling-tool-calls)
+
+    Schema: ``schema/v2/schema.json``, ``$defs/CancelToolCallRequest``
     """
 
     session_id: SessionId = attrs.field(metadata=f("sessionId"))
@@ -13689,6 +14210,8 @@ class CancelTerminalRequest:
     cancellable. Cancelling a terminal does not change the foreground state by itself.
 
     See protocol docs: [Cancelling Terminals](https://agentclientprotocol.com/protocol/v2/tool-calls#cancelling-terminals)
+
+    Schema: ``schema/v2/schema.json``, ``$defs/CancelTerminalRequest``
     """
 
     session_id: SessionId = attrs.field(metadata=f("sessionId"))
@@ -13750,6 +14273,8 @@ class PromptRequest:
     Contains the user's message and any additional context.
 
     See protocol docs: [User Message](https://agentclientprotocol.com/protocol/v2/prompt-lifecycle#1-user-message)
+
+    Schema: ``schema/v2/schema.json``, ``$defs/PromptRequest``
     """
 
     session_id: SessionId = attrs.field(metadata=f("sessionId"))
@@ -13821,7 +14346,10 @@ class PromptRequest:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class RequestPermissionResponse:
-    """Response to a permission request."""
+    """Response to a permission request.
+
+    Schema: ``schema/v2/schema.json``, ``$defs/RequestPermissionResponse``
+    """
 
     outcome: RequestPermissionOutcome = attrs.field(metadata=f("outcome"))
     """The user's decision on the permission request.
@@ -13865,7 +14393,10 @@ class RequestPermissionResponse:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class CancelledPermissionOutcome:
-    """The request was not approved and no option was selected."""
+    """The request was not approved and no option was selected.
+
+    Schema: ``schema/v2/schema.json``, ``$defs/CancelledPermissionOutcome``
+    """
 
     meta: dict[str, Any] | UnsetType | None = attrs.field(
         default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
@@ -13899,7 +14430,10 @@ class CancelledPermissionOutcome:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class SelectedPermissionOutcome:
-    """The user selected one of the provided options."""
+    """The user selected one of the provided options.
+
+    Schema: ``schema/v2/schema.json``, ``$defs/SelectedPermissionOutcome``
+    """
 
     option_id: PermissionOptionId = attrs.field(metadata=f("optionId"))
     """The ID of the option the user selected.
@@ -13943,7 +14477,10 @@ class SelectedPermissionOutcome:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class ElicitationAcceptAction:
-    """The user accepted the elicitation and provided content."""
+    """The user accepted the elicitation and provided content.
+
+    Schema: ``schema/v2/schema.json``, ``$defs/ElicitationAcceptAction``
+    """
 
     content: dict[str, ElicitationContentValue] | UnsetType | None = attrs.field(
         default=UNSET, metadata=f("content", nullable=True)
@@ -13981,6 +14518,8 @@ class CancelSessionNotification:
     """Notification to cancel a session's foreground work and its prompts not yet inserted.
 
     See protocol docs: [Cancellation](https://agentclientprotocol.com/protocol/v2/prompt-lifecycle#cancellation)
+
+    Schema: ``schema/v2/schema.json``, ``$defs/CancelSessionNotification``
     """
 
     session_id: SessionId = attrs.field(metadata=f("sessionId"))
@@ -14028,6 +14567,8 @@ class CancelRequestNotification:
     """Notification to cancel an ongoing request.
 
     See protocol docs: [Cancellation](https://agentclientprotocol.com/protocol/v2/cancellation)
+
+    Schema: ``schema/v2/schema.json``, ``$defs/CancelRequestNotification``
     """
 
     request_id: RequestId = attrs.field(metadata=f("requestId"))
@@ -14077,12 +14618,17 @@ RequestId: TypeAlias = int | str
 The receiver MUST reply with the same value in the response. Each side chooses IDs for its own
 requests, so the same ID can be in use in both directions. A sender MUST NOT reuse an ID while
 a request with it is still awaiting a response.
+
+Schema: ``schema/v2/schema.json``, ``$defs/RequestId``
 """
 
 RequestPermissionSubject: TypeAlias = (
     ToolCallRequestPermissionSubject | CommandRequestPermissionSubject | RequestPermissionSubjectOther
 )
-"""The operation requiring permission."""
+"""The operation requiring permission.
+
+Schema: ``schema/v2/schema.json``, ``$defs/RequestPermissionSubject``
+"""
 
 ToolCallContent: TypeAlias = (
     ContentToolCallContent | DiffToolCallContent | TerminalToolCallContent | ToolCallContentOther
@@ -14093,6 +14639,8 @@ Tool calls can produce different types of content including standard
 content blocks (text, images), file diffs, or display-only terminals.
 
 See protocol docs: [Content](https://agentclientprotocol.com/protocol/v2/tool-calls#content)
+
+Schema: ``schema/v2/schema.json``, ``$defs/ToolCallContent``
 """
 
 ContentBlock: TypeAlias = (
@@ -14115,10 +14663,15 @@ This structure is compatible with the Model Context Protocol (MCP), so agents ca
 forward content from MCP tool outputs without transformation.
 
 See protocol docs: [Content](https://agentclientprotocol.com/protocol/v2/content)
+
+Schema: ``schema/v2/schema.json``, ``$defs/ContentBlock``
 """
 
 EmbeddedResourceResource: TypeAlias = TextResourceContents | BlobResourceContents
-"""Resource content that can be embedded in a message."""
+"""Resource content that can be embedded in a message.
+
+Schema: ``schema/v2/schema.json``, ``$defs/EmbeddedResourceResource``
+"""
 
 DiffChange: TypeAlias = (
     AddDiffChange | DeleteDiffChange | ModifyDiffChange | MoveDiffChange | CopyDiffChange | DiffChangeOther
@@ -14127,6 +14680,8 @@ DiffChange: TypeAlias = (
 
 Structured change metadata lets clients identify affected files and
 operations without parsing the text patch.
+
+Schema: ``schema/v2/schema.json``, ``$defs/DiffChange``
 """
 
 CreateElicitationRequest: TypeAlias = (
@@ -14149,6 +14704,8 @@ Agents SHOULD cancel pending elicitations no longer needed by cancelled work.
 The request's scope alone does not establish that dependency.
 
 See protocol docs: [Elicitation](https://agentclientprotocol.com/protocol/v2/elicitation)
+
+Schema: ``schema/v2/schema.json``, ``$defs/CreateElicitationRequest``
 """
 
 ElicitationPropertySchema: TypeAlias = (
@@ -14164,34 +14721,55 @@ ElicitationPropertySchema: TypeAlias = (
 Each variant corresponds to a JSON Schema `"type"` value.
 Single-select enums use `type: "string"` with `enum` or `oneOf` set.
 Multi-select enums use `type: "array"`.
+
+Schema: ``schema/v2/schema.json``, ``$defs/ElicitationPropertySchema``
 """
 
 MultiSelectItems: TypeAlias = StringMultiSelectItems | MultiSelectItemsOther | TitledMultiSelectItems
-"""Items for a multi-select (array) property schema."""
+"""Items for a multi-select (array) property schema.
+
+Schema: ``schema/v2/schema.json``, ``$defs/MultiSelectItems``
+"""
 
 AuthMethod: TypeAlias = TerminalAuthMethod | AgentAuthMethod | AuthMethodOther
 """Describes an available authentication method.
 
 The `type` field acts as the discriminator in the serialized JSON form.
+
+Schema: ``schema/v2/schema.json``, ``$defs/AuthMethod``
 """
 
 SessionConfigOption: TypeAlias = SelectSessionConfigOption | BooleanSessionConfigOption | SessionConfigOptionOther
-"""A session configuration option selector and its current state."""
+"""A session configuration option selector and its current state.
+
+Schema: ``schema/v2/schema.json``, ``$defs/SessionConfigOption``
+"""
 
 SessionConfigSelectOptions: TypeAlias = list[SessionConfigSelectOption] | list[SessionConfigSelectGroup]
-"""Possible values for a session configuration option."""
+"""Possible values for a session configuration option.
+
+Schema: ``schema/v2/schema.json``, ``$defs/SessionConfigSelectOptions``
+"""
 
 AvailableCommand: TypeAlias = CommandAvailableCommand | AvailableCommandOther
 """A command the agent advertises to the client.
 
 The `type` field acts as the discriminator in the serialized JSON form.
+
+Schema: ``schema/v2/schema.json``, ``$defs/AvailableCommand``
 """
 
 AvailableCommandInput: TypeAlias = TextAvailableCommandInput | AvailableCommandInputOther
-"""The input specification for a command."""
+"""The input specification for a command.
+
+Schema: ``schema/v2/schema.json``, ``$defs/AvailableCommandInput``
+"""
 
 ErrorData: TypeAlias = UnsupportedProtocolVersionErrorData | SessionNotFoundErrorData | Any
-"""Schema for [`Error::data`]: the shapes ACP defines, or any other value."""
+"""Schema for [`Error::data`]: the shapes ACP defines, or any other value.
+
+Schema: ``schema/v2/schema.json``, ``$defs/ErrorData``
+"""
 
 SessionUpdate: TypeAlias = (
     UserMessageChunkSessionUpdate
@@ -14223,6 +14801,8 @@ SessionUpdate: TypeAlias = (
 These updates report messages, progress, and other session activity.
 
 See protocol docs: [Agent Reports Output](https://agentclientprotocol.com/protocol/v2/prompt-lifecycle#3-agent-reports-output)
+
+Schema: ``schema/v2/schema.json``, ``$defs/SessionUpdate``
 """
 
 BackgroundWork: TypeAlias = TerminalBackgroundWork | ToolCallBackgroundWork | BackgroundWorkOther
@@ -14234,6 +14814,8 @@ tool call's final status before the snapshot that removes it. Each piece of work
 listed once: process-backed work is listed as its terminal, not also as its tool call.
 
 See protocol docs: [Background Work](https://agentclientprotocol.com/protocol/v2/prompt-lifecycle#background-work)
+
+Schema: ``schema/v2/schema.json``, ``$defs/BackgroundWork``
 """
 
 StateUpdate: TypeAlias = RunningStateUpdate | IdleStateUpdate | RequiresActionStateUpdate | StateUpdateOther
@@ -14277,10 +14859,15 @@ an individual activity while other foreground work continues does not require
 an idle boundary. Local commands use the same lifecycle even without model work.
 
 See protocol docs: [Session States](https://agentclientprotocol.com/protocol/v2/prompt-lifecycle#session-states)
+
+Schema: ``schema/v2/schema.json``, ``$defs/StateUpdate``
 """
 
 PlanUpdateContent: TypeAlias = ItemsPlanUpdateContent | PlanUpdateContentOther
-"""Updated content for a plan."""
+"""Updated content for a plan.
+
+Schema: ``schema/v2/schema.json``, ``$defs/PlanUpdateContent``
+"""
 
 McpServer: TypeAlias = HttpMcpServer | StdioMcpServer | McpServerOther
 """Configuration for connecting to an MCP (Model Context Protocol) server.
@@ -14289,12 +14876,16 @@ MCP servers provide tools and context that the agent can use when
 processing prompts.
 
 See protocol docs: [MCP Servers](https://agentclientprotocol.com/protocol/v2/session-setup#mcp-servers)
+
+Schema: ``schema/v2/schema.json``, ``$defs/McpServer``
 """
 
 ReplayFrom: TypeAlias = StartReplayFrom | ReplayFromOther
 """Inclusive cursor describing where replayed session history should begin.
 
 Replay includes the position identified by the cursor.
+
+Schema: ``schema/v2/schema.json``, ``$defs/ReplayFrom``
 """
 
 SetSessionConfigOptionRequest: TypeAlias = (
@@ -14307,12 +14898,17 @@ Agents MUST reject an unknown `configId` or invalid value with `-32602` and leav
 configuration unchanged.
 
 See protocol docs: [Session Config Options](https://agentclientprotocol.com/protocol/v2/session-config-options#setting-a-config-option)
+
+Schema: ``schema/v2/schema.json``, ``$defs/SetSessionConfigOptionRequest``
 """
 
 RequestPermissionOutcome: TypeAlias = (
     CancelledRequestPermissionOutcome | SelectedRequestPermissionOutcome | RequestPermissionOutcomeOther
 )
-"""The outcome of a permission request."""
+"""The outcome of a permission request.
+
+Schema: ``schema/v2/schema.json``, ``$defs/RequestPermissionOutcome``
+"""
 
 CreateElicitationResponse: TypeAlias = (
     AcceptCreateElicitationResponse
@@ -14320,10 +14916,16 @@ CreateElicitationResponse: TypeAlias = (
     | CancelCreateElicitationResponse
     | CreateElicitationResponseOther
 )
-"""Response from the client to an elicitation request."""
+"""Response from the client to an elicitation request.
+
+Schema: ``schema/v2/schema.json``, ``$defs/CreateElicitationResponse``
+"""
 
 ElicitationContentValue: TypeAlias = str | int | float | bool | list[str] | Any
-"""Allowed wire representations for `ElicitationContentValue`."""
+"""Allowed wire representations for `ElicitationContentValue`.
+
+Schema: ``schema/v2/schema.json``, ``$defs/ElicitationContentValue``
+"""
 
 SessionId: TypeAlias = str
 """A unique identifier for a conversation session between a client and agent.
@@ -14332,10 +14934,15 @@ Each session has its own context, conversation history, and state, so one
 agent can run several independent sessions.
 
 See protocol docs: [Session ID](https://agentclientprotocol.com/protocol/v2/session-setup#session-id)
+
+Schema: ``schema/v2/schema.json``, ``$defs/SessionId``
 """
 
 ToolCallId: TypeAlias = str
-"""Unique identifier for a tool call within a session."""
+"""Unique identifier for a tool call within a session.
+
+Schema: ``schema/v2/schema.json``, ``$defs/ToolCallId``
+"""
 
 ToolKind: TypeAlias = (
     Literal["read", "edit", "delete", "move", "search", "execute", "think", "fetch", "switch_mode", "other"] | str
@@ -14358,6 +14965,8 @@ See protocol docs: [Reporting](https://agentclientprotocol.com/protocol/v2/tool-
 - ``'switch_mode'``: Changing the session's mode, a [config option](https://agentclientprotocol.com/protocol/v2/session-config-options) with the `mode` category.
 - ``'other'``: Other tool types (default).
 - any other str: a value this schema does not know (custom values start with ``_``)
+
+Schema: ``schema/v2/schema.json``, ``$defs/ToolKind``
 """
 
 ToolCallStatus: TypeAlias = Literal["pending", "in_progress", "paused", "completed", "failed", "cancelled"] | str
@@ -14374,6 +14983,8 @@ See protocol docs: [Status](https://agentclientprotocol.com/protocol/v2/tool-cal
 - ``'failed'``: The tool call failed with an error.
 - ``'cancelled'``: The tool call was cancelled before it completed.
 - any other str: a value this schema does not know (custom values start with ``_``)
+
+Schema: ``schema/v2/schema.json``, ``$defs/ToolCallStatus``
 """
 
 Role: TypeAlias = Literal["assistant", "user"] | str
@@ -14382,10 +14993,15 @@ Role: TypeAlias = Literal["assistant", "user"] | str
 - ``'assistant'``: The assistant side of a conversation.
 - ``'user'``: The user side of a conversation.
 - any other str: a value this schema does not know (custom values start with ``_``)
+
+Schema: ``schema/v2/schema.json``, ``$defs/Role``
 """
 
 MediaType: TypeAlias = str
-"""An Internet media type identifying the format of protocol content."""
+"""An Internet media type identifying the format of protocol content.
+
+Schema: ``schema/v2/schema.json``, ``$defs/MediaType``
+"""
 
 IconTheme: TypeAlias = Literal["light", "dark"] | str
 """Theme an icon is designed for.
@@ -14393,6 +15009,8 @@ IconTheme: TypeAlias = Literal["light", "dark"] | str
 - ``'light'``: Icon designed for light backgrounds.
 - ``'dark'``: Icon designed for dark backgrounds.
 - any other str: a value this schema does not know (custom values start with ``_``)
+
+Schema: ``schema/v2/schema.json``, ``$defs/IconTheme``
 """
 
 DiffFileType: TypeAlias = Literal["text", "binary", "directory", "symlink"] | str
@@ -14403,6 +15021,8 @@ DiffFileType: TypeAlias = Literal["text", "binary", "directory", "symlink"] | st
 - ``'directory'``: Directory entry.
 - ``'symlink'``: Symbolic link.
 - any other str: a value this schema does not know (custom values start with ``_``)
+
+Schema: ``schema/v2/schema.json``, ``$defs/DiffFileType``
 """
 
 AbsolutePath: TypeAlias = str
@@ -14410,6 +15030,8 @@ AbsolutePath: TypeAlias = str
 
 Uses the native syntax of the machine the Agent runs on, such as `/home/user/project`,
 `C:\\Users\\user\\project`, or `\\\\server\\share\\project`. It is not a URI.
+
+Schema: ``schema/v2/schema.json``, ``$defs/AbsolutePath``
 """
 
 DiffPatchFormat: TypeAlias = Literal["git_patch"] | str
@@ -14417,13 +15039,21 @@ DiffPatchFormat: TypeAlias = Literal["git_patch"] | str
 
 - ``'git_patch'``: One or more `diff --git` sections in Git's `--patch` (`-p`) text format.  Unlike Git, which writes paths relative to the repository root, every path MUST be absolute, including in `rename from`, `rename to`, `copy from`, and `copy to` lines, and MUST NOT have a prefix such as Git's default `a/` and `b/`. Otherwise paths follow Git: `/dev/null` names the missing side of an added or deleted file in the `---` and `+++` lines, and paths with unusual characters are quoted as Git quotes them. Each path, once unquoted, is the same native absolute path string as the matching `changes` entry. Surrounding commit metadata and email envelopes MUST NOT be included.
 - any other str: a value this schema does not know (custom values start with ``_``)
+
+Schema: ``schema/v2/schema.json``, ``$defs/DiffPatchFormat``
 """
 
 TerminalId: TypeAlias = str
-"""Unique identifier for an agent-owned terminal within a session."""
+"""Unique identifier for an agent-owned terminal within a session.
+
+Schema: ``schema/v2/schema.json``, ``$defs/TerminalId``
+"""
 
 PermissionOptionId: TypeAlias = str
-"""Unique identifier for a permission option."""
+"""Unique identifier for a permission option.
+
+Schema: ``schema/v2/schema.json``, ``$defs/PermissionOptionId``
+"""
 
 PermissionOptionKind: TypeAlias = Literal["allow_once", "allow_always", "reject_once", "reject_always"] | str
 """The type of permission option being presented to the user.
@@ -14435,12 +15065,16 @@ Helps clients choose appropriate icons and UI treatment.
 - ``'reject_once'``: Reject this operation only this time.
 - ``'reject_always'``: Reject this operation and remember the choice.
 - any other str: a value this schema does not know (custom values start with ``_``)
+
+Schema: ``schema/v2/schema.json``, ``$defs/PermissionOptionKind``
 """
 
 ElicitationSchemaType: TypeAlias = Literal["object"]
 """Type discriminator for elicitation schemas.
 
 - ``'object'``: Object schema type.
+
+Schema: ``schema/v2/schema.json``, ``$defs/ElicitationSchemaType``
 """
 
 StringFormat: TypeAlias = Literal["email", "uri", "date", "date-time"] | str
@@ -14451,10 +15085,15 @@ StringFormat: TypeAlias = Literal["email", "uri", "date", "date-time"] | str
 - ``'date'``: Date format (YYYY-MM-DD).
 - ``'date-time'``: Date-time format (RFC 3339).
 - any other str: a value this schema does not know (custom values start with ``_``)
+
+Schema: ``schema/v2/schema.json``, ``$defs/StringFormat``
 """
 
 ElicitationId: TypeAlias = str
-"""Unique identifier for an elicitation."""
+"""Unique identifier for an elicitation.
+
+Schema: ``schema/v2/schema.json``, ``$defs/ElicitationId``
+"""
 
 ExtRequest: TypeAlias = Any
 """Allows for sending an arbitrary request that is not part of the ACP spec.
@@ -14462,6 +15101,8 @@ Extension methods provide a way to add custom functionality while maintaining
 protocol compatibility.
 
 See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v2/extensibility)
+
+Schema: ``schema/v2/schema.json``, ``$defs/ExtRequest``
 """
 
 ProtocolVersion: TypeAlias = int
@@ -14469,13 +15110,21 @@ ProtocolVersion: TypeAlias = int
 
 This version is only bumped for breaking changes.
 Non-breaking changes should be introduced via capabilities.
+
+Schema: ``schema/v2/schema.json``, ``$defs/ProtocolVersion``
 """
 
 AuthMethodId: TypeAlias = str
-"""Typed identifier used for auth method values on the wire."""
+"""Typed identifier used for auth method values on the wire.
+
+Schema: ``schema/v2/schema.json``, ``$defs/AuthMethodId``
+"""
 
 SessionConfigId: TypeAlias = str
-"""Unique identifier for a session configuration option."""
+"""Unique identifier for a session configuration option.
+
+Schema: ``schema/v2/schema.json``, ``$defs/SessionConfigId``
+"""
 
 SessionConfigOptionCategory: TypeAlias = Literal["mode", "model", "model_config", "thought_level"] | str
 """Semantic category for a session configuration option.
@@ -14493,16 +15142,27 @@ Category names that do not begin with `_` are reserved for the ACP spec.
 - ``'model_config'``: Model-related configuration parameter.
 - ``'thought_level'``: Thought/reasoning level selector.
 - any other str: a value this schema does not know (custom values start with ``_``)
+
+Schema: ``schema/v2/schema.json``, ``$defs/SessionConfigOptionCategory``
 """
 
 SessionConfigValueId: TypeAlias = str
-"""Unique identifier for a session configuration option value."""
+"""Unique identifier for a session configuration option value.
+
+Schema: ``schema/v2/schema.json``, ``$defs/SessionConfigValueId``
+"""
 
 SessionConfigGroupId: TypeAlias = str
-"""Unique identifier for a session configuration option value group."""
+"""Unique identifier for a session configuration option value group.
+
+Schema: ``schema/v2/schema.json``, ``$defs/SessionConfigGroupId``
+"""
 
 SessionListCursor: TypeAlias = str
-"""An opaque cursor used to paginate `session/list` results."""
+"""An opaque cursor used to paginate `session/list` results.
+
+Schema: ``schema/v2/schema.json``, ``$defs/SessionListCursor``
+"""
 
 MessageId: TypeAlias = str
 """Identifier for a message, unique among messages of the same type within a session.
@@ -14510,6 +15170,8 @@ MessageId: TypeAlias = str
 Each message type, such as user messages, agent messages, and agent thoughts,
 has its own ID space: messages of different types may share an ID and remain
 distinct messages.
+
+Schema: ``schema/v2/schema.json``, ``$defs/MessageId``
 """
 
 ExtResponse: TypeAlias = Any
@@ -14518,6 +15180,8 @@ Extension methods provide a way to add custom functionality while maintaining
 protocol compatibility.
 
 See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v2/extensibility)
+
+Schema: ``schema/v2/schema.json``, ``$defs/ExtResponse``
 """
 
 ErrorCode: TypeAlias = Literal[-32700, -32600, -32601, -32602, -32603, -32800, -32000, -32002, -32022] | int
@@ -14537,10 +15201,15 @@ range LSP reserves (-32899 to -32800).
 - ``-32002``: **Resource not found**: A given resource, such as a session, was not found.
 - ``-32022``: **Unsupported protocol version**: No protocol version supported by the Agent is at or below the requested version. The error data is an [`UnsupportedProtocolVersionErrorData`].
 - any other int: a value this schema does not know (custom values start with ``_``)
+
+Schema: ``schema/v2/schema.json``, ``$defs/ErrorCode``
 """
 
 PlanId: TypeAlias = str
-"""Unique identifier for a plan within a session."""
+"""Unique identifier for a plan within a session.
+
+Schema: ``schema/v2/schema.json``, ``$defs/PlanId``
+"""
 
 PlanEntryPriority: TypeAlias = Literal["high", "medium", "low"] | str
 """Priority levels for plan entries.
@@ -14553,6 +15222,8 @@ See protocol docs: [Plan Entries](https://agentclientprotocol.com/protocol/v2/ag
 - ``'medium'``: Medium priority task - important but not critical.
 - ``'low'``: Low priority task - nice to have but not essential.
 - any other str: a value this schema does not know (custom values start with ``_``)
+
+Schema: ``schema/v2/schema.json``, ``$defs/PlanEntryPriority``
 """
 
 PlanEntryStatus: TypeAlias = Literal["pending", "in_progress", "completed", "cancelled"] | str
@@ -14566,6 +15237,8 @@ See protocol docs: [Plan Entries](https://agentclientprotocol.com/protocol/v2/ag
 - ``'completed'``: The task has been successfully completed.
 - ``'cancelled'``: The task was cancelled before it completed.
 - any other str: a value this schema does not know (custom values start with ``_``)
+
+Schema: ``schema/v2/schema.json``, ``$defs/PlanEntryStatus``
 """
 
 NoticeSeverity: TypeAlias = Literal["info", "warning", "error"] | str
@@ -14575,10 +15248,15 @@ NoticeSeverity: TypeAlias = Literal["info", "warning", "error"] | str
 - ``'warning'``: Warning notice.
 - ``'error'``: Error notice.
 - any other str: a value this schema does not know (custom values start with ``_``)
+
+Schema: ``schema/v2/schema.json``, ``$defs/NoticeSeverity``
 """
 
 CompactionId: TypeAlias = str
-"""Unique identifier for a context compaction within a session."""
+"""Unique identifier for a context compaction within a session.
+
+Schema: ``schema/v2/schema.json``, ``$defs/CompactionId``
+"""
 
 CompactionStatus: TypeAlias = Literal["in_progress", "completed", "failed", "cancelled"] | str
 """Lifecycle state of a context compaction.
@@ -14588,6 +15266,8 @@ CompactionStatus: TypeAlias = Literal["in_progress", "completed", "failed", "can
 - ``'failed'``: Compaction finished unsuccessfully.
 - ``'cancelled'``: Compaction was cancelled before it finished.
 - any other str: a value this schema does not know (custom values start with ``_``)
+
+Schema: ``schema/v2/schema.json``, ``$defs/CompactionStatus``
 """
 
 ExtNotification: TypeAlias = Any
@@ -14596,6 +15276,8 @@ Extension notifications provide a way to send one-way messages for custom functi
 while maintaining protocol compatibility.
 
 See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v2/extensibility)
+
+Schema: ``schema/v2/schema.json``, ``$defs/ExtNotification``
 """
 
 UNSTABLE_TYPES: frozenset[str] = frozenset({})

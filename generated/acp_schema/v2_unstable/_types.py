@@ -17,6 +17,8 @@ class ToolCallRequestPermissionSubject:
     """Permission is requested before executing a tool call.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/RequestPermissionSubject[type=tool_call]`` (a branch of that union, flattened)
     """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("type", "tool_call"),)
@@ -79,6 +81,8 @@ class CommandRequestPermissionSubject:
     """Permission is requested before running a command.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/RequestPermissionSubject[type=command]`` (a branch of that union, flattened)
     """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("type", "command"),)
@@ -176,6 +180,8 @@ class RequestPermissionSubjectOther:
     Catch-all: any ``type`` this schema does not know; every other wire field is kept in ``extra_fields`` and re-encoded verbatim.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/RequestPermissionSubject[other]`` (a branch of that union, flattened)
     """
 
     __acp_catchall__: ClassVar[str] = "type"
@@ -211,6 +217,8 @@ class ContentToolCallContent:
     """Standard content block (text, images, resources).
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/ToolCallContent[type=content]`` (a branch of that union, flattened)
     """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("type", "content"),)
@@ -269,6 +277,8 @@ class DiffToolCallContent:
     """File modification shown as a diff.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/ToolCallContent[type=diff]`` (a branch of that union, flattened)
     """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("type", "diff"),)
@@ -340,6 +350,8 @@ class TerminalToolCallContent:
     """A display-only reference to an agent-owned terminal.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/ToolCallContent[type=terminal]`` (a branch of that union, flattened)
     """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("type", "terminal"),)
@@ -408,6 +420,8 @@ class ToolCallContentOther:
     Catch-all: any ``type`` this schema does not know; every other wire field is kept in ``extra_fields`` and re-encoded verbatim.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/ToolCallContent[other]`` (a branch of that union, flattened)
     """
 
     __acp_catchall__: ClassVar[str] = "type"
@@ -447,6 +461,8 @@ class TextContentBlock:
     extensions.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/ContentBlock[type=text]`` (a branch of that union, flattened)
     """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("type", "text"),)
@@ -519,6 +535,8 @@ class ImageContentBlock:
     Requires the `image` prompt capability when included in prompts.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/ContentBlock[type=image]`` (a branch of that union, flattened)
     """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("type", "image"),)
@@ -609,6 +627,8 @@ class AudioContentBlock:
     Requires the `audio` prompt capability when included in prompts.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/ContentBlock[type=audio]`` (a branch of that union, flattened)
     """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("type", "audio"),)
@@ -689,6 +709,8 @@ class ResourceLinkContentBlock:
     All agents MUST support resource links in prompts.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/ContentBlock[type=resource_link]`` (a branch of that union, flattened)
     """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("type", "resource_link"),)
@@ -827,6 +849,8 @@ class ResourceContentBlock:
     Requires the `embeddedContext` prompt capability when included in prompts.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/ContentBlock[type=resource]`` (a branch of that union, flattened)
     """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("type", "resource"),)
@@ -909,6 +933,8 @@ class ContentBlockOther:
     Catch-all: any ``type`` this schema does not know; every other wire field is kept in ``extra_fields`` and re-encoded verbatim.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/ContentBlock[other]`` (a branch of that union, flattened)
     """
 
     __acp_catchall__: ClassVar[str] = "type"
@@ -941,7 +967,10 @@ class ContentBlockOther:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class TextResourceContents:
-    """Text-based resource contents."""
+    """Text-based resource contents.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/TextResourceContents``
+    """
 
     text: str = attrs.field(metadata=f("text"))
     """Text payload carried by this content block.
@@ -1009,7 +1038,10 @@ class TextResourceContents:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class BlobResourceContents:
-    """Binary resource contents."""
+    """Binary resource contents.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/BlobResourceContents``
+    """
 
     blob: str = attrs.field(metadata=f("blob"))
     """Base64-encoded bytes for a binary resource payload.
@@ -1080,6 +1112,8 @@ class AddDiffChange:
     """A file was added.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/DiffChange[operation=add]`` (a branch of that union, flattened)
     """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("operation", "add"),)
@@ -1162,6 +1196,8 @@ class DeleteDiffChange:
     """A file was deleted.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/DiffChange[operation=delete]`` (a branch of that union, flattened)
     """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("operation", "delete"),)
@@ -1244,6 +1280,8 @@ class ModifyDiffChange:
     """A file was modified in place.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/DiffChange[operation=modify]`` (a branch of that union, flattened)
     """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("operation", "modify"),)
@@ -1326,6 +1364,8 @@ class MoveDiffChange:
     """A file was moved or renamed.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/DiffChange[operation=move]`` (a branch of that union, flattened)
     """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("operation", "move"),)
@@ -1416,6 +1456,8 @@ class CopyDiffChange:
     """A file was copied.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/DiffChange[operation=copy]`` (a branch of that union, flattened)
     """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("operation", "copy"),)
@@ -1512,6 +1554,8 @@ class DiffChangeOther:
     Catch-all: any ``operation`` this schema does not know; every other wire field is kept in ``extra_fields`` and re-encoded verbatim.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/DiffChange[other]`` (a branch of that union, flattened)
     """
 
     __acp_catchall__: ClassVar[str] = "operation"
@@ -1593,6 +1637,8 @@ class FormCreateElicitationRequest:
     """Form-based elicitation where the client renders a form from the provided schema.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/CreateElicitationRequest[mode=form]`` (a branch of that union, flattened)
     """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("mode", "form"),)
@@ -1688,6 +1734,8 @@ class UrlCreateElicitationRequest:
     """URL-based elicitation where the client directs the user to a URL.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/CreateElicitationRequest[mode=url]`` (a branch of that union, flattened)
     """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("mode", "url"),)
@@ -1801,6 +1849,8 @@ class CreateElicitationRequestOther:
     Catch-all: any ``mode`` this schema does not know; every other wire field is kept in ``extra_fields`` and re-encoded verbatim.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/CreateElicitationRequest[other]`` (a branch of that union, flattened)
     """
 
     __acp_catchall__: ClassVar[str] = "mode"
@@ -1895,6 +1945,8 @@ class StringElicitationPropertySchema:
     """String property (or single-select enum when `enum`/`oneOf` is set).
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/ElicitationPropertySchema[type=string]`` (a branch of that union, flattened)
     """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("type", "string"),)
@@ -2039,6 +2091,8 @@ class NumberElicitationPropertySchema:
     """Number (floating-point) property.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/ElicitationPropertySchema[type=number]`` (a branch of that union, flattened)
     """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("type", "number"),)
@@ -2141,6 +2195,8 @@ class IntegerElicitationPropertySchema:
     """Integer property.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/ElicitationPropertySchema[type=integer]`` (a branch of that union, flattened)
     """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("type", "integer"),)
@@ -2243,6 +2299,8 @@ class BooleanElicitationPropertySchema:
     """Boolean property.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/ElicitationPropertySchema[type=boolean]`` (a branch of that union, flattened)
     """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("type", "boolean"),)
@@ -2325,6 +2383,8 @@ class ArrayElicitationPropertySchema:
     """Multi-select array property.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/ElicitationPropertySchema[type=array]`` (a branch of that union, flattened)
     """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("type", "array"),)
@@ -2447,6 +2507,8 @@ class ElicitationPropertySchemaOther:
     Catch-all: any ``type`` this schema does not know; every other wire field is kept in ``extra_fields`` and re-encoded verbatim.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/ElicitationPropertySchema[other]`` (a branch of that union, flattened)
     """
 
     __acp_catchall__: ClassVar[str] = "type"
@@ -2479,7 +2541,10 @@ class ElicitationPropertySchemaOther:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class StringMultiSelectItems:
-    """Multi-select string items with plain string values."""
+    """Multi-select string items with plain string values.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/MultiSelectItems[type=string]`` (a branch of that union, flattened)
+    """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("type", "string"),)
 
@@ -2536,6 +2601,8 @@ class MultiSelectItemsOther:
     Catch-all: any ``type`` this schema does not know; every other wire field is kept in ``extra_fields`` and re-encoded verbatim.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/MultiSelectItems[other]`` (a branch of that union, flattened)
     """
 
     __acp_catchall__: ClassVar[str] = "type"
@@ -2568,7 +2635,10 @@ class MultiSelectItemsOther:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class TitledMultiSelectItems:
-    """Items definition for titled multi-select enum properties."""
+    """Items definition for titled multi-select enum properties.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/TitledMultiSelectItems``
+    """
 
     any_of: list[EnumOption] = attrs.field(metadata=f("anyOf"))
     """Titled enum options. Must contain at least one option.
@@ -2616,6 +2686,8 @@ class TerminalAuthMethod:
     process, without passing this method to `auth/login`.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/AuthMethod[type=terminal]`` (a branch of that union, flattened)
     """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("type", "terminal"),)
@@ -2714,6 +2786,8 @@ class AgentAuthMethod:
     The `type` discriminator value is `agent`.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/AuthMethod[type=agent]`` (a branch of that union, flattened)
     """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("type", "agent"),)
@@ -2802,6 +2876,8 @@ class AuthMethodOther:
     Catch-all: any ``type`` this schema does not know; every other wire field is kept in ``extra_fields`` and re-encoded verbatim.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/AuthMethod[other]`` (a branch of that union, flattened)
     """
 
     __acp_catchall__: ClassVar[str] = "type"
@@ -2856,6 +2932,8 @@ class SelectSessionConfigOption:
     """Single-value selector (dropdown).
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/SessionConfigOption[type=select]`` (a branch of that union, flattened)
     """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("type", "select"),)
@@ -2963,6 +3041,8 @@ class BooleanSessionConfigOption:
     """Boolean on/off toggle.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/SessionConfigOption[type=boolean]`` (a branch of that union, flattened)
     """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("type", "boolean"),)
@@ -3071,6 +3151,8 @@ class SessionConfigOptionOther:
     Catch-all: any ``type`` this schema does not know; every other wire field is kept in ``extra_fields`` and re-encoded verbatim.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/SessionConfigOption[other]`` (a branch of that union, flattened)
     """
 
     __acp_catchall__: ClassVar[str] = "type"
@@ -3168,6 +3250,8 @@ class CommandAvailableCommand:
     """A slash command the user can invoke by including it in a prompt.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/AvailableCommand[type=command]`` (a branch of that union, flattened)
     """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("type", "command"),)
@@ -3259,6 +3343,8 @@ class AvailableCommandOther:
     Catch-all: any ``type`` this schema does not know; every other wire field is kept in ``extra_fields`` and re-encoded verbatim.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/AvailableCommand[other]`` (a branch of that union, flattened)
     """
 
     __acp_catchall__: ClassVar[str] = "type"
@@ -3312,6 +3398,8 @@ class TextAvailableCommandInput:
     """All text after the command name and the whitespace following it is provided as input.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/AvailableCommandInput[type=text]`` (a branch of that union, flattened)
     """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("type", "text"),)
@@ -3378,6 +3466,8 @@ class AvailableCommandInputOther:
     Catch-all: any ``type`` this schema does not know; every other wire field is kept in ``extra_fields`` and re-encoded verbatim.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/AvailableCommandInput[other]`` (a branch of that union, flattened)
     """
 
     __acp_catchall__: ClassVar[str] = "type"
@@ -3410,7 +3500,10 @@ class AvailableCommandInputOther:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class RunningStateUpdate:
-    """Foreground work is in progress."""
+    """Foreground work is in progress.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/StateUpdate[state=running]`` (a branch of that union, flattened)
+    """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("state", "running"),)
 
@@ -3474,7 +3567,10 @@ class RunningStateUpdate:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class IdleStateUpdate:
-    """No foreground work is active. Background activity may continue."""
+    """No foreground work is active. Background activity may continue.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/StateUpdate[state=idle]`` (a branch of that union, flattened)
+    """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("state", "idle"),)
 
@@ -3581,7 +3677,10 @@ class IdleStateUpdate:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class RequiresActionStateUpdate:
-    """Foreground work is blocked on user action."""
+    """Foreground work is blocked on user action.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/StateUpdate[state=requires_action]`` (a branch of that union, flattened)
+    """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("state", "requires_action"),)
 
@@ -3655,6 +3754,8 @@ class UnknownStateUpdate:
     This replaces previously confirmed activity without ending the work or session.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/StateUpdate[state=unknown]`` (a branch of that union, flattened)
     """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("state", "unknown"),)
@@ -3734,6 +3835,8 @@ class StateUpdateOther:
     Catch-all: any ``state`` this schema does not know; every other wire field is kept in ``extra_fields`` and re-encoded verbatim.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/StateUpdate[other]`` (a branch of that union, flattened)
     """
 
     __acp_catchall__: ClassVar[str] = "state"
@@ -3770,6 +3873,8 @@ class TerminalBackgroundWork:
     Live until its `terminal_update` reports `exitStatus`.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/BackgroundWork[type=terminal]`` (a branch of that union, flattened)
     """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("type", "terminal"),)
@@ -3830,6 +3935,8 @@ class ToolCallBackgroundWork:
     stay listed.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/BackgroundWork[type=tool_call]`` (a branch of that union, flattened)
     """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("type", "tool_call"),)
@@ -3893,6 +4000,8 @@ class SubagentBackgroundWork:
     its own `background` list is non-empty or not reported.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/BackgroundWork[type=subagent]`` (a branch of that union, flattened)
     """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("type", "subagent"),)
@@ -3960,6 +4069,8 @@ class BackgroundWorkOther:
     Catch-all: any ``type`` this schema does not know; every other wire field is kept in ``extra_fields`` and re-encoded verbatim.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/BackgroundWork[other]`` (a branch of that union, flattened)
     """
 
     __acp_catchall__: ClassVar[str] = "type"
@@ -3995,6 +4106,8 @@ class UserMessageChunkSessionUpdate:
     """A chunk of the user's message being streamed.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/SessionUpdate[sessionUpdate=user_message_chunk]`` (a branch of that union, flattened)
     """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("sessionUpdate", "user_message_chunk"),)
@@ -4071,6 +4184,8 @@ class UserMessageSessionUpdate:
     fields in the new update patch the previous fields for that message.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/SessionUpdate[sessionUpdate=user_message]`` (a branch of that union, flattened)
     """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("sessionUpdate", "user_message"),)
@@ -4142,6 +4257,8 @@ class AgentMessageChunkSessionUpdate:
     """A chunk of the agent's response being streamed.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/SessionUpdate[sessionUpdate=agent_message_chunk]`` (a branch of that union, flattened)
     """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("sessionUpdate", "agent_message_chunk"),)
@@ -4218,6 +4335,8 @@ class AgentMessageSessionUpdate:
     fields in the new update patch the previous fields for that message.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/SessionUpdate[sessionUpdate=agent_message]`` (a branch of that union, flattened)
     """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("sessionUpdate", "agent_message"),)
@@ -4289,6 +4408,8 @@ class AgentThoughtChunkSessionUpdate:
     """A chunk of the agent's internal reasoning being streamed.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/SessionUpdate[sessionUpdate=agent_thought_chunk]`` (a branch of that union, flattened)
     """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("sessionUpdate", "agent_thought_chunk"),)
@@ -4365,6 +4486,8 @@ class AgentThoughtSessionUpdate:
     fields in the new update patch the previous fields for that message.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/SessionUpdate[sessionUpdate=agent_thought]`` (a branch of that union, flattened)
     """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("sessionUpdate", "agent_thought"),)
@@ -4436,6 +4559,8 @@ class RunningStateUpdateSessionUpdate:
     """Foreground work is in progress.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/SessionUpdate[sessionUpdate=state_update]/RunningStateUpdate`` (a branch of that union, flattened)
     """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("sessionUpdate", "state_update"), ("state", "running"))
@@ -4508,6 +4633,8 @@ class IdleStateUpdateSessionUpdate:
     """No foreground work is active. Background activity may continue.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/SessionUpdate[sessionUpdate=state_update]/IdleStateUpdate`` (a branch of that union, flattened)
     """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("sessionUpdate", "state_update"), ("state", "idle"))
@@ -4623,6 +4750,8 @@ class RequiresActionStateUpdateSessionUpdate:
     """Foreground work is blocked on user action.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/SessionUpdate[sessionUpdate=state_update]/RequiresActionStateUpdate`` (a branch of that union, flattened)
     """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (
@@ -4703,6 +4832,8 @@ class UnknownStateUpdateSessionUpdate:
     This replaces previously confirmed activity without ending the work or session.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/SessionUpdate[sessionUpdate=state_update]/UnknownStateUpdate`` (a branch of that union, flattened)
     """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("sessionUpdate", "state_update"), ("state", "unknown"))
@@ -4787,6 +4918,8 @@ class StateUpdateSessionUpdateOther:
     Catch-all: any ``state`` this schema does not know; every other wire field is kept in ``extra_fields`` and re-encoded verbatim.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/SessionUpdate[sessionUpdate=state_update]/StateUpdateOther`` (a branch of that union, flattened)
     """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("sessionUpdate", "state_update"),)
@@ -4832,6 +4965,8 @@ class ToolCallContentChunkSessionUpdate:
     """A chunk of tool-call content being streamed.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/SessionUpdate[sessionUpdate=tool_call_content_chunk]`` (a branch of that union, flattened)
     """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("sessionUpdate", "tool_call_content_chunk"),)
@@ -4901,6 +5036,8 @@ class ToolCallUpdateSessionUpdate:
     """A tool call has been created or updated.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/SessionUpdate[sessionUpdate=tool_call_update]`` (a branch of that union, flattened)
     """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("sessionUpdate", "tool_call_update"),)
@@ -5061,6 +5198,8 @@ class TerminalUpdateSessionUpdate:
     """An agent-owned terminal has been created or updated.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/SessionUpdate[sessionUpdate=terminal_update]`` (a branch of that union, flattened)
     """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("sessionUpdate", "terminal_update"),)
@@ -5182,6 +5321,8 @@ class TerminalOutputChunkSessionUpdate:
     """A chunk of bytes appended to an agent-owned terminal's output.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/SessionUpdate[sessionUpdate=terminal_output_chunk]`` (a branch of that union, flattened)
     """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("sessionUpdate", "terminal_output_chunk"),)
@@ -5252,6 +5393,8 @@ class PlanUpdateSessionUpdate:
     See protocol docs: [Agent Plan](https://agentclientprotocol.com/protocol/v2/draft/agent-plan)
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/SessionUpdate[sessionUpdate=plan_update]`` (a branch of that union, flattened)
     """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("sessionUpdate", "plan_update"),)
@@ -5314,6 +5457,8 @@ class PlanRemovedSessionUpdate:
     Removal notice for a plan identified by ID.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/SessionUpdate[sessionUpdate=plan_removed]`` (a branch of that union, flattened)
     """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("sessionUpdate", "plan_removed"),)
@@ -5372,6 +5517,8 @@ class AvailableCommandsUpdateSessionUpdate:
     """Available commands are ready or have changed
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/SessionUpdate[sessionUpdate=available_commands_update]`` (a branch of that union, flattened)
     """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("sessionUpdate", "available_commands_update"),)
@@ -5432,6 +5579,8 @@ class ConfigOptionUpdateSessionUpdate:
     """Session configuration options have been updated.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/SessionUpdate[sessionUpdate=config_option_update]`` (a branch of that union, flattened)
     """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("sessionUpdate", "config_option_update"),)
@@ -5492,6 +5641,8 @@ class SessionInfoUpdateSessionUpdate:
     """Session metadata has been updated (title, timestamps, custom metadata)
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/SessionUpdate[sessionUpdate=session_info_update]`` (a branch of that union, flattened)
     """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("sessionUpdate", "session_info_update"),)
@@ -5565,6 +5716,8 @@ class UsageUpdateSessionUpdate:
     """Context window and cost update for the session.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/SessionUpdate[sessionUpdate=usage_update]`` (a branch of that union, flattened)
     """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("sessionUpdate", "usage_update"),)
@@ -5644,6 +5797,8 @@ class NoticeSessionUpdate:
     present notices may ignore them.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/SessionUpdate[sessionUpdate=notice]`` (a branch of that union, flattened)
     """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("sessionUpdate", "notice"),)
@@ -5722,6 +5877,8 @@ class CompactionUpdateSessionUpdate:
     """A context compaction has been created or updated.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/SessionUpdate[sessionUpdate=compaction_update]`` (a branch of that union, flattened)
     """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("sessionUpdate", "compaction_update"),)
@@ -5811,6 +5968,8 @@ class CompactionSummaryChunkSessionUpdate:
     """A content block appended to a context compaction's retained summary.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/SessionUpdate[sessionUpdate=compaction_summary_chunk]`` (a branch of that union, flattened)
     """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("sessionUpdate", "compaction_summary_chunk"),)
@@ -5885,6 +6044,8 @@ class SubagentUpdateSessionUpdate:
     that ownership association's metadata.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/SessionUpdate[sessionUpdate=subagent_update]`` (a branch of that union, flattened)
     """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("sessionUpdate", "subagent_update"),)
@@ -6029,6 +6190,8 @@ class SessionMessageSessionUpdate:
     received from another session.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/SessionUpdate[sessionUpdate=session_message]`` (a branch of that union, flattened)
     """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("sessionUpdate", "session_message"),)
@@ -6157,6 +6320,8 @@ class SessionMessageChunkSessionUpdate:
     One content block appended to a sent or received session message.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/SessionUpdate[sessionUpdate=session_message_chunk]`` (a branch of that union, flattened)
     """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("sessionUpdate", "session_message_chunk"),)
@@ -6236,6 +6401,8 @@ class SessionUpdateOther:
     Catch-all: any ``sessionUpdate`` this schema does not know; every other wire field is kept in ``extra_fields`` and re-encoded verbatim.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/SessionUpdate[other]`` (a branch of that union, flattened)
     """
 
     __acp_catchall__: ClassVar[str] = "sessionUpdate"
@@ -6271,6 +6438,8 @@ class ItemsPlanUpdateContent:
     """Structured plan entries.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/PlanUpdateContent[type=items]`` (a branch of that union, flattened)
     """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("type", "items"),)
@@ -6344,6 +6513,8 @@ class FilePlanUpdateContent:
     A URI pointing to a file containing the plan.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/PlanUpdateContent[type=file]`` (a branch of that union, flattened)
     """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("type", "file"),)
@@ -6414,6 +6585,8 @@ class MarkdownPlanUpdateContent:
     Raw markdown content for the plan.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/PlanUpdateContent[type=markdown]`` (a branch of that union, flattened)
     """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("type", "markdown"),)
@@ -6491,6 +6664,8 @@ class PlanUpdateContentOther:
     Catch-all: any ``type`` this schema does not know; every other wire field is kept in ``extra_fields`` and re-encoded verbatim.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/PlanUpdateContent[other]`` (a branch of that union, flattened)
     """
 
     __acp_catchall__: ClassVar[str] = "type"
@@ -6536,6 +6711,8 @@ class HttpMcpServer:
     Only available when the Agent capabilities include `session.mcp.http`.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/McpServer[type=http]`` (a branch of that union, flattened)
     """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("type", "http"),)
@@ -6618,6 +6795,8 @@ class AcpMcpServer:
     The MCP server is provided by an ACP component and communicates over the ACP channel.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/McpServer[type=acp]`` (a branch of that union, flattened)
     """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("type", "acp"),)
@@ -6689,6 +6868,8 @@ class StdioMcpServer:
     Only available when the Agent capabilities include `session.mcp.stdio`.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/McpServer[type=stdio]`` (a branch of that union, flattened)
     """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("type", "stdio"),)
@@ -6783,6 +6964,8 @@ class McpServerOther:
     Catch-all: any ``type`` this schema does not know; every other wire field is kept in ``extra_fields`` and re-encoded verbatim.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/McpServer[other]`` (a branch of that union, flattened)
     """
 
     __acp_catchall__: ClassVar[str] = "type"
@@ -6818,6 +7001,8 @@ class StartReplayFrom:
     """Replay all retained conversation history from its first replayable entry.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/ReplayFrom[type=start]`` (a branch of that union, flattened)
     """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("type", "start"),)
@@ -6875,6 +7060,8 @@ class ReplayFromOther:
     Catch-all: any ``type`` this schema does not know; every other wire field is kept in ``extra_fields`` and re-encoded verbatim.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/ReplayFrom[other]`` (a branch of that union, flattened)
     """
 
     __acp_catchall__: ClassVar[str] = "type"
@@ -6910,6 +7097,8 @@ class IdSetSessionConfigOptionRequest:
     """A `SessionConfigValueId` string value (`type: "id"`).
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/SetSessionConfigOptionRequest[type=id]`` (a branch of that union, flattened)
     """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("type", "id"),)
@@ -6984,6 +7173,8 @@ class BooleanSetSessionConfigOptionRequest:
     """A boolean value (`type: "boolean"`).
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/SetSessionConfigOptionRequest[type=boolean]`` (a branch of that union, flattened)
     """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("type", "boolean"),)
@@ -7067,6 +7258,8 @@ class SetSessionConfigOptionRequestOther:
     Catch-all: any ``type`` this schema does not know; every other wire field is kept in ``extra_fields`` and re-encoded verbatim.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/SetSessionConfigOptionRequest[other]`` (a branch of that union, flattened)
     """
 
     __acp_catchall__: ClassVar[str] = "type"
@@ -7157,6 +7350,8 @@ class CancelledRequestPermissionOutcome:
     See protocol docs: [Cancellation](https://agentclientprotocol.com/protocol/v2/draft/prompt-lifecycle#cancellation)
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/RequestPermissionOutcome[outcome=cancelled]`` (a branch of that union, flattened)
     """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("outcome", "cancelled"),)
@@ -7206,6 +7401,8 @@ class SelectedRequestPermissionOutcome:
     approved.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/RequestPermissionOutcome[outcome=selected]`` (a branch of that union, flattened)
     """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("outcome", "selected"),)
@@ -7275,6 +7472,8 @@ class RequestPermissionOutcomeOther:
     Catch-all: any ``outcome`` this schema does not know; every other wire field is kept in ``extra_fields`` and re-encoded verbatim.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/RequestPermissionOutcome[other]`` (a branch of that union, flattened)
     """
 
     __acp_catchall__: ClassVar[str] = "outcome"
@@ -7310,6 +7509,8 @@ class AcceptCreateElicitationResponse:
     """The user accepted and provided content.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/CreateElicitationResponse[action=accept]`` (a branch of that union, flattened)
     """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("action", "accept"),)
@@ -7372,6 +7573,8 @@ class DeclineCreateElicitationResponse:
     """The user declined the elicitation.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/CreateElicitationResponse[action=decline]`` (a branch of that union, flattened)
     """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("action", "decline"),)
@@ -7418,6 +7621,8 @@ class CancelCreateElicitationResponse:
     """The elicitation was cancelled.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/CreateElicitationResponse[action=cancel]`` (a branch of that union, flattened)
     """
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("action", "cancel"),)
@@ -7474,6 +7679,8 @@ class CreateElicitationResponseOther:
     Catch-all: any ``action`` this schema does not know; every other wire field is kept in ``extra_fields`` and re-encoded verbatim.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/CreateElicitationResponse[other]`` (a branch of that union, flattened)
     """
 
     __acp_catchall__: ClassVar[str] = "action"
@@ -7527,6 +7734,8 @@ class ResultMessageMcpResponse:
     """An opaque inner MCP result.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/MessageMcpResponse[Result]`` (a branch of that union, flattened)
     """
 
     result: Any = attrs.field(metadata=f("result"))
@@ -7577,6 +7786,8 @@ class ErrorMessageMcpResponse:
     """A structured inner MCP error.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/MessageMcpResponse[Error]`` (a branch of that union, flattened)
     """
 
     error: McpError = attrs.field(metadata=f("error"))
@@ -7627,6 +7838,8 @@ class RequestPermissionRequest:
     Sent when the agent needs authorization before performing a sensitive operation.
 
     See protocol docs: [Requesting Permission](https://agentclientprotocol.com/protocol/v2/draft/tool-calls#requesting-permission)
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/RequestPermissionRequest``
     """
 
     session_id: SessionId = attrs.field(metadata=f("sessionId"))
@@ -7735,6 +7948,8 @@ class ToolCallUpdate:
     call ID it has not seen before, omitted fields start at their protocol defaults.
 
     See protocol docs: [Tool Calls](https://agentclientprotocol.com/protocol/v2/draft/tool-calls)
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/ToolCallUpdate``
     """
 
     tool_call_id: ToolCallId = attrs.field(metadata=f("toolCallId"))
@@ -7885,7 +8100,10 @@ class ToolCallUpdate:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class Annotations:
-    """Optional annotations for the client. The client can use annotations to inform how objects are used or displayed"""
+    """Optional annotations for the client. The client can use annotations to inform how objects are used or displayed
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/Annotations``
+    """
 
     audience: list[Role] | UnsetType | None = attrs.field(
         default=UNSET, metadata=f("audience", nullable=True, on_error=True, skip_invalid=True)
@@ -7964,7 +8182,10 @@ class Annotations:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class TextContent:
-    """Text provided to or from an LLM."""
+    """Text provided to or from an LLM.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/TextContent``
+    """
 
     text: str = attrs.field(metadata=f("text"))
     """Text payload carried by this content block.
@@ -8024,7 +8245,10 @@ class TextContent:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class ImageContent:
-    """An image provided to or from an LLM."""
+    """An image provided to or from an LLM.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/ImageContent``
+    """
 
     data: str = attrs.field(metadata=f("data"))
     """Base64-encoded media payload.
@@ -8102,7 +8326,10 @@ class ImageContent:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class AudioContent:
-    """Audio provided to or from an LLM."""
+    """Audio provided to or from an LLM.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/AudioContent``
+    """
 
     data: str = attrs.field(metadata=f("data"))
     """Base64-encoded media payload.
@@ -8170,7 +8397,10 @@ class AudioContent:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class Icon:
-    """An optionally-sized icon that can be displayed in a user interface."""
+    """An optionally-sized icon that can be displayed in a user interface.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/Icon``
+    """
 
     src: str = attrs.field(metadata=f("src"))
     """A standard URI pointing to an icon resource. MUST be an `https:` or `data:` URI.
@@ -8258,7 +8488,10 @@ class Icon:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class ResourceLink:
-    """A link to a resource that the receiver may be able to read, included in a prompt or tool call result."""
+    """A link to a resource that the receiver may be able to read, included in a prompt or tool call result.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/ResourceLink``
+    """
 
     name: str = attrs.field(metadata=f("name"))
     """Human-readable name shown for this protocol object.
@@ -8382,7 +8615,10 @@ class ResourceLink:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class EmbeddedResource:
-    """The contents of a resource, embedded into a prompt or tool call result."""
+    """The contents of a resource, embedded into a prompt or tool call result.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/EmbeddedResource``
+    """
 
     resource: EmbeddedResourceResource = attrs.field(metadata=f("resource"))
     """Embedded resource payload, either text or binary data.
@@ -8442,7 +8678,10 @@ class EmbeddedResource:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class Content:
-    """Standard content block (text, images, resources)."""
+    """Standard content block (text, images, resources).
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/Content``
+    """
 
     content: ContentBlock = attrs.field(metadata=f("content"))
     """The actual content block.
@@ -8486,7 +8725,10 @@ class Content:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class DiffPathChange:
-    """Operation metadata for add, delete, and modify changes."""
+    """Operation metadata for add, delete, and modify changes.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/DiffPathChange``
+    """
 
     path: AbsolutePath = attrs.field(metadata=f("path"))
     """Absolute path for the operation.
@@ -8512,7 +8754,10 @@ class DiffPathChange:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class DiffPathPairChange:
-    """Operation metadata for move and copy changes."""
+    """Operation metadata for move and copy changes.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/DiffPathPairChange``
+    """
 
     old_path: AbsolutePath = attrs.field(metadata=f("oldPath"))
     """Absolute path before the operation.
@@ -8546,7 +8791,10 @@ class DiffPathPairChange:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class DiffPatch:
-    """Renderable patch text and its format."""
+    """Renderable patch text and its format.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/DiffPatch``
+    """
 
     format: DiffPatchFormat = attrs.field(metadata=f("format"))
     """Patch format. The only ACP-defined value is `git_patch`.
@@ -8610,6 +8858,8 @@ class Diff:
     feasible. Clients MUST handle diffs where `patch` is omitted or `null`.
 
     See protocol docs: [Content](https://agentclientprotocol.com/protocol/v2/draft/tool-calls#content)
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/Diff``
     """
 
     changes: list[DiffChange] = attrs.field(metadata=f("changes", skip_invalid=True))
@@ -8675,6 +8925,8 @@ class Terminal:
 
     Terminal state and output are delivered separately through
     `terminal_update` and `terminal_output_chunk` session updates.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/Terminal``
     """
 
     terminal_id: TerminalId = attrs.field(metadata=f("terminalId"))
@@ -8725,6 +8977,8 @@ class ToolCallLocation:
     which files the agent is working with in real-time.
 
     See protocol docs: [Following the Agent](https://agentclientprotocol.com/protocol/v2/draft/tool-calls#following-the-agent)
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/ToolCallLocation``
     """
 
     path: AbsolutePath = attrs.field(metadata=f("path"))
@@ -8785,6 +9039,8 @@ class ToolCallCapabilities:
     Agent did not advertise.
 
     See protocol docs: [Cancelling Tool Calls](https://agentclientprotocol.com/protocol/v2/draft/tool-calls#cancelling-tool-calls)
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/ToolCallCapabilities``
     """
 
     cancel: ToolCallCancelCapabilities | UnsetType | None = attrs.field(
@@ -8837,6 +9093,8 @@ class ToolCallCancelCapabilities:
     """Capability to cancel a tool call with `tool_call/cancel`.
 
     Supplying `{}` advertises support. An omitted or `null` `cancel` does not.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/ToolCallCancelCapabilities``
     """
 
     meta: dict[str, Any] | UnsetType | None = attrs.field(
@@ -8871,7 +9129,10 @@ class ToolCallCancelCapabilities:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class ToolCallPermissionSubject:
-    """Permission request details for a tool call."""
+    """Permission request details for a tool call.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/ToolCallPermissionSubject``
+    """
 
     tool_call: ToolCallUpdate = attrs.field(metadata=f("toolCall"))
     """Details about the tool call requiring permission.
@@ -8919,7 +9180,10 @@ class ToolCallPermissionSubject:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class CommandPermissionSubject:
-    """Permission request details for a command."""
+    """Permission request details for a command.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/CommandPermissionSubject``
+    """
 
     command: str = attrs.field(metadata=f("command"))
     """The command that would be run if permission is granted.
@@ -8995,7 +9259,10 @@ class CommandPermissionSubject:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class PermissionOption:
-    """An option presented to the user when requesting permission."""
+    """An option presented to the user when requesting permission.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/PermissionOption``
+    """
 
     option_id: PermissionOptionId = attrs.field(metadata=f("optionId"))
     """Identifier for this permission option. MUST be unique within the request.
@@ -9064,6 +9331,8 @@ class ElicitationSessionScope:
     When `toolCallId` is set, the elicitation is tied to a specific tool call.
     This is useful when an agent receives an elicitation from an MCP server
     during a tool call and needs to redirect it to the user.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/ElicitationSessionScope``
     """
 
     session_id: SessionId = attrs.field(metadata=f("sessionId"))
@@ -9113,6 +9382,8 @@ class ElicitationSessionScope:
 class ElicitationRequestScope:
     """Request-scoped elicitation, tied to a specific JSON-RPC request outside of a session
     (e.g., during auth/configuration phases before any session is started).
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/ElicitationRequestScope``
     """
 
     request_id: RequestId = attrs.field(metadata=f("requestId"))
@@ -9143,6 +9414,8 @@ class ElicitationSchema:
 
     This represents a JSON Schema object with primitive-typed properties,
     as required by the elicitation specification.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/ElicitationSchema``
     """
 
     type: ElicitationSchemaType = attrs.field(metadata=f("type"))
@@ -9231,7 +9504,10 @@ class ElicitationSchema:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class EnumOption:
-    """A titled enum option with a const value, human-readable title, and optional description."""
+    """A titled enum option with a const value, human-readable title, and optional description.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/EnumOption``
+    """
 
     const: str = attrs.field(metadata=f("const"))
     """The constant value for this option.
@@ -9303,6 +9579,8 @@ class StringPropertySchema:
 
     When `enum` or `oneOf` is set, this represents a single-select enum
     with `"type": "string"`.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/StringPropertySchema``
     """
 
     title: str | UnsetType | None = attrs.field(default=UNSET, metadata=f("title", nullable=True, on_error=True))
@@ -9437,7 +9715,10 @@ class StringPropertySchema:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class NumberPropertySchema:
-    """Schema for number (floating-point) properties in an elicitation form."""
+    """Schema for number (floating-point) properties in an elicitation form.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/NumberPropertySchema``
+    """
 
     title: str | UnsetType | None = attrs.field(default=UNSET, metadata=f("title", nullable=True, on_error=True))
     """Optional title for the property.
@@ -9529,7 +9810,10 @@ class NumberPropertySchema:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class IntegerPropertySchema:
-    """Schema for integer properties in an elicitation form."""
+    """Schema for integer properties in an elicitation form.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/IntegerPropertySchema``
+    """
 
     title: str | UnsetType | None = attrs.field(default=UNSET, metadata=f("title", nullable=True, on_error=True))
     """Optional title for the property.
@@ -9621,7 +9905,10 @@ class IntegerPropertySchema:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class BooleanPropertySchema:
-    """Schema for boolean properties in an elicitation form."""
+    """Schema for boolean properties in an elicitation form.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/BooleanPropertySchema``
+    """
 
     title: str | UnsetType | None = attrs.field(default=UNSET, metadata=f("title", nullable=True, on_error=True))
     """Optional title for the property.
@@ -9693,7 +9980,10 @@ class BooleanPropertySchema:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class MultiSelectPropertySchema:
-    """Schema for multi-select (array) properties in an elicitation form."""
+    """Schema for multi-select (array) properties in an elicitation form.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/MultiSelectPropertySchema``
+    """
 
     title: str | UnsetType | None = attrs.field(default=UNSET, metadata=f("title", nullable=True, on_error=True))
     """Optional title for the property.
@@ -9795,7 +10085,10 @@ class MultiSelectPropertySchema:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class ElicitationFormMode:
-    """Form-based elicitation mode where the client renders a form from the provided schema."""
+    """Form-based elicitation mode where the client renders a form from the provided schema.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/ElicitationFormMode``
+    """
 
     requested_schema: ElicitationSchema = attrs.field(metadata=f("requestedSchema"))
     """A JSON Schema describing the form fields to present to the user.
@@ -9858,7 +10151,10 @@ class ElicitationFormMode:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class ElicitationUrlMode:
-    """URL-based elicitation mode where the client directs the user to a URL."""
+    """URL-based elicitation mode where the client directs the user to a URL.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/ElicitationUrlMode``
+    """
 
     elicitation_id: ElicitationId = attrs.field(metadata=f("elicitationId"))
     """The unique identifier for this elicitation.
@@ -9934,6 +10230,8 @@ class MessageMcpRequest:
     Request parameters for `mcp/message`, sent from consumer to provider.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/MessageMcpRequest``
     """
 
     server_id: McpServerAcpId = attrs.field(metadata=f("serverId"))
@@ -10012,6 +10310,8 @@ class InitializeResponse:
     Contains the negotiated protocol version and agent capabilities.
 
     See protocol docs: [Initialization](https://agentclientprotocol.com/protocol/v2/draft/initialization)
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/InitializeResponse``
     """
 
     protocol_version: ProtocolVersion = attrs.field(metadata=f("protocolVersion"))
@@ -10100,6 +10400,8 @@ class Implementation:
     """Metadata about the implementation of the client or agent.
     Describes the name and version of an ACP implementation, with an optional
     title for UI representation.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/Implementation``
     """
 
     name: str = attrs.field(metadata=f("name"))
@@ -10177,6 +10479,8 @@ class AgentCapabilities:
     available features and content types.
 
     See protocol docs: [Agent Capabilities](https://agentclientprotocol.com/protocol/v2/draft/initialization#agent-capabilities)
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/AgentCapabilities``
     """
 
     session: SessionCapabilities | UnsetType | None = attrs.field(
@@ -10276,6 +10580,8 @@ class SessionCapabilities:
     capabilities.
 
     See protocol docs: [Session Capabilities](https://agentclientprotocol.com/protocol/v2/draft/initialization#session-capabilities)
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/SessionCapabilities``
     """
 
     prompt: PromptCapabilities | UnsetType | None = attrs.field(
@@ -10474,6 +10780,8 @@ class PromptCapabilities:
     the agent can process.
 
     See protocol docs: [Session Prompt Capabilities](https://agentclientprotocol.com/protocol/v2/draft/initialization#session-prompt-capabilities)
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/PromptCapabilities``
     """
 
     image: PromptImageCapabilities | UnsetType | None = attrs.field(
@@ -10559,6 +10867,8 @@ class PromptImageCapabilities:
     """Capabilities for image content in prompt requests.
 
     Supplying `{}` means the agent supports image content in prompts.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/PromptImageCapabilities``
     """
 
     meta: dict[str, Any] | UnsetType | None = attrs.field(
@@ -10596,6 +10906,8 @@ class PromptAudioCapabilities:
     """Capabilities for audio content in prompt requests.
 
     Supplying `{}` means the agent supports audio content in prompts.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/PromptAudioCapabilities``
     """
 
     meta: dict[str, Any] | UnsetType | None = attrs.field(
@@ -10633,6 +10945,8 @@ class PromptEmbeddedContextCapabilities:
     """Capabilities for embedded context in prompt requests.
 
     Supplying `{}` means the agent supports embedded context in prompts.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/PromptEmbeddedContextCapabilities``
     """
 
     meta: dict[str, Any] | UnsetType | None = attrs.field(
@@ -10667,7 +10981,10 @@ class PromptEmbeddedContextCapabilities:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class McpCapabilities:
-    """MCP capabilities supported by the agent for session lifecycle requests."""
+    """MCP capabilities supported by the agent for session lifecycle requests.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/McpCapabilities``
+    """
 
     stdio: McpStdioCapabilities | UnsetType | None = attrs.field(
         default=UNSET, metadata=f("stdio", nullable=True, on_error=True)
@@ -10753,6 +11070,8 @@ class McpStdioCapabilities:
     """Capabilities for stdio MCP server transports.
 
     Supplying `{}` means the agent supports stdio MCP server transports.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/McpStdioCapabilities``
     """
 
     meta: dict[str, Any] | UnsetType | None = attrs.field(
@@ -10790,6 +11109,8 @@ class McpHttpCapabilities:
     """Capabilities for HTTP MCP server transports.
 
     Supplying `{}` means the agent supports HTTP MCP server transports.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/McpHttpCapabilities``
     """
 
     meta: dict[str, Any] | UnsetType | None = attrs.field(
@@ -10833,6 +11154,8 @@ class McpAcpCapabilities:
     Supplying `{}` means the agent supports ACP MCP server transports.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/McpAcpCapabilities``
     """
 
     meta: dict[str, Any] | UnsetType | None = attrs.field(
@@ -10870,6 +11193,8 @@ class SessionDeleteCapabilities:
     """Capabilities for the `session/delete` method.
 
     Supplying `{}` means the agent supports deleting sessions from `session/list`.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/SessionDeleteCapabilities``
     """
 
     meta: dict[str, Any] | UnsetType | None = attrs.field(
@@ -10910,6 +11235,8 @@ class SessionAdditionalDirectoriesCapabilities:
     supported session lifecycle requests. Agents may return
     `SessionInfo.additionalDirectories` in `session/list` to report the
     complete ordered additional-root list associated with a listed session.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/SessionAdditionalDirectoriesCapabilities``
     """
 
     meta: dict[str, Any] | UnsetType | None = attrs.field(
@@ -10954,6 +11281,8 @@ class SessionSystemPromptCapabilities:
     requests in `append` mode.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/SessionSystemPromptCapabilities``
     """
 
     mode: SessionSystemPromptModeCapabilities | UnsetType | None = attrs.field(
@@ -11012,6 +11341,8 @@ class SessionSystemPromptModeCapabilities:
     supports it.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/SessionSystemPromptModeCapabilities``
     """
 
     override: SessionSystemPromptOverrideCapabilities | UnsetType | None = attrs.field(
@@ -11072,6 +11403,8 @@ class SessionSystemPromptOverrideCapabilities:
     instructions with the client-provided system prompt.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/SessionSystemPromptOverrideCapabilities``
     """
 
     meta: dict[str, Any] | UnsetType | None = attrs.field(
@@ -11115,6 +11448,8 @@ class SessionForkCapabilities:
     Supplying `{}` means the agent supports forking sessions.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/SessionForkCapabilities``
     """
 
     meta: dict[str, Any] | UnsetType | None = attrs.field(
@@ -11159,6 +11494,8 @@ class SessionArchiveCapabilities:
     `session/list`, and `SessionInfo.archived`.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/SessionArchiveCapabilities``
     """
 
     meta: dict[str, Any] | UnsetType | None = attrs.field(
@@ -11202,6 +11539,8 @@ class SessionStatusCapabilities:
     Supplying `{}` means the agent supports checking session status.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/SessionStatusCapabilities``
     """
 
     meta: dict[str, Any] | UnsetType | None = attrs.field(
@@ -11246,6 +11585,8 @@ class SessionTitleCapabilities:
     through `session/list` and `session_info_update` without this capability.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/SessionTitleCapabilities``
     """
 
     meta: dict[str, Any] | UnsetType | None = attrs.field(
@@ -11285,6 +11626,8 @@ class AgentAuthCapabilities:
     This object does not advertise support for `auth/login` or `auth/logout`.
     Those methods are advertised by a non-empty `authMethods` list in the
     `initialize` response.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/AgentAuthCapabilities``
     """
 
     status: AuthStatusCapabilities | UnsetType | None = attrs.field(
@@ -11347,6 +11690,8 @@ class AuthStatusCapabilities:
     Supplying `{}` means the agent supports the `auth/status` method.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/AuthStatusCapabilities``
     """
 
     meta: dict[str, Any] | UnsetType | None = attrs.field(
@@ -11390,6 +11735,8 @@ class ProvidersCapabilities:
     Supplying `{}` means the agent supports provider configuration methods.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/ProvidersCapabilities``
     """
 
     meta: dict[str, Any] | UnsetType | None = attrs.field(
@@ -11424,7 +11771,10 @@ class ProvidersCapabilities:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class EnvVariable:
-    """An environment variable to set when launching a process."""
+    """An environment variable to set when launching a process.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/EnvVariable``
+    """
 
     name: str = attrs.field(metadata=f("name"))
     """The name of the environment variable.
@@ -11487,6 +11837,8 @@ class AuthMethodTerminal:
     method only when the client enabled its terminal authentication capability.
     A zero exit status signals success. Any other termination signals failure.
     The client MUST NOT pass this method to `auth/login`.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/AuthMethodTerminal``
     """
 
     method_id: AuthMethodId = attrs.field(metadata=f("methodId"))
@@ -11576,6 +11928,8 @@ class AuthMethodAgent:
     """Agent handles authentication itself through `auth/login`.
 
     The `type` discriminator value is `agent`.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/AuthMethodAgent``
     """
 
     method_id: AuthMethodId = attrs.field(metadata=f("methodId"))
@@ -11644,7 +11998,10 @@ class AuthMethodAgent:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class LoginAuthResponse:
-    """Response to the `auth/login` method."""
+    """Response to the `auth/login` method.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/LoginAuthResponse``
+    """
 
     meta: dict[str, Any] | UnsetType | None = attrs.field(
         default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
@@ -11685,6 +12042,8 @@ class ListProvidersResponse:
     Response to `providers/list`.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/ListProvidersResponse``
     """
 
     providers: list[ProviderInfo] = attrs.field(metadata=f("providers"))
@@ -11736,6 +12095,8 @@ class ProviderInfo:
     Information about a configurable LLM provider.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/ProviderInfo``
     """
 
     provider_id: ProviderId = attrs.field(metadata=f("providerId"))
@@ -11817,6 +12178,8 @@ class ProviderCurrentConfig:
     Current effective non-secret routing configuration for a provider.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/ProviderCurrentConfig``
     """
 
     api_type: LlmProtocol = attrs.field(metadata=f("apiType"))
@@ -11880,6 +12243,8 @@ class SetProviderResponse:
     Response to `providers/set`.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/SetProviderResponse``
     """
 
     meta: dict[str, Any] | UnsetType | None = attrs.field(
@@ -11921,6 +12286,8 @@ class DisableProviderResponse:
     Response to `providers/disable`.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/DisableProviderResponse``
     """
 
     meta: dict[str, Any] | UnsetType | None = attrs.field(
@@ -11955,7 +12322,10 @@ class DisableProviderResponse:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class LogoutAuthResponse:
-    """Response to the `auth/logout` method."""
+    """Response to the `auth/logout` method.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/LogoutAuthResponse``
+    """
 
     meta: dict[str, Any] | UnsetType | None = attrs.field(
         default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
@@ -11996,6 +12366,8 @@ class AuthStatusResponse:
     Response to the `auth/status` method.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/AuthStatusResponse``
     """
 
     state: AuthState = attrs.field(metadata=f("state"))
@@ -12073,6 +12445,8 @@ class AuthAccount:
     telemetry.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/AuthAccount``
     """
 
     label: str = attrs.field(metadata=f("label"))
@@ -12173,6 +12547,8 @@ class NewSessionResponse:
     an already-reported state when the response arrives.
 
     See protocol docs: [Creating a Session](https://agentclientprotocol.com/protocol/v2/draft/session-setup#creating-a-session)
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/NewSessionResponse``
     """
 
     session_id: SessionId = attrs.field(metadata=f("sessionId"))
@@ -12251,7 +12627,10 @@ class NewSessionResponse:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class SessionConfigSelectOption:
-    """A possible value for a session configuration option."""
+    """A possible value for a session configuration option.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/SessionConfigSelectOption``
+    """
 
     value: SessionConfigValueId = attrs.field(metadata=f("value"))
     """Unique identifier for this option value.
@@ -12319,7 +12698,10 @@ class SessionConfigSelectOption:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class SessionConfigSelectGroup:
-    """A group of possible values for a session configuration option."""
+    """A group of possible values for a session configuration option.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/SessionConfigSelectGroup``
+    """
 
     group_id: SessionConfigGroupId = attrs.field(metadata=f("groupId"))
     """Unique identifier for this group.
@@ -12383,7 +12765,10 @@ class SessionConfigSelectGroup:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class SessionConfigSelect:
-    """A single-value selector (dropdown) session configuration option payload."""
+    """A single-value selector (dropdown) session configuration option payload.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/SessionConfigSelect``
+    """
 
     current_value: SessionConfigValueId = attrs.field(metadata=f("currentValue"))
     """The currently selected value. MUST be one of the `value`s in `options`.
@@ -12424,7 +12809,10 @@ class SessionConfigSelect:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class SessionConfigBoolean:
-    """A boolean on/off toggle session configuration option payload."""
+    """A boolean on/off toggle session configuration option payload.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/SessionConfigBoolean``
+    """
 
     current_value: bool = attrs.field(metadata=f("currentValue"))
     """The current value of the boolean option.
@@ -12450,7 +12838,10 @@ class SessionConfigBoolean:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class TextCommandInput:
-    """All text that was typed after the command name is provided as input."""
+    """All text that was typed after the command name is provided as input.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/TextCommandInput``
+    """
 
     hint: str = attrs.field(metadata=f("hint"))
     """A hint to display when the input hasn't been provided yet
@@ -12493,6 +12884,8 @@ class Command:
     """A slash command the user can invoke by including it in a prompt.
 
     The `type` discriminator value is `command`.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/Command``
     """
 
     name: str = attrs.field(metadata=f("name"))
@@ -12563,7 +12956,10 @@ class Command:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class ListSessionsResponse:
-    """Response from listing sessions."""
+    """Response from listing sessions.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/ListSessionsResponse``
+    """
 
     sessions: list[SessionInfo] = attrs.field(metadata=f("sessions", on_error=True, skip_invalid=True))
     """Array of session information objects.
@@ -12623,7 +13019,10 @@ class ListSessionsResponse:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class SessionInfo:
-    """Information about a session returned by session/list"""
+    """Information about a session returned by session/list
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/SessionInfo``
+    """
 
     session_id: SessionId = attrs.field(metadata=f("sessionId"))
     """Unique identifier for the session
@@ -12730,7 +13129,10 @@ class SessionInfo:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class DeleteSessionResponse:
-    """Response from deleting a session."""
+    """Response from deleting a session.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/DeleteSessionResponse``
+    """
 
     meta: dict[str, Any] | UnsetType | None = attrs.field(
         default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
@@ -12771,6 +13173,8 @@ class ForkSessionResponse:
     Response from forking an existing session.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/ForkSessionResponse``
     """
 
     session_id: SessionId = attrs.field(metadata=f("sessionId"))
@@ -12854,6 +13258,8 @@ class ArchiveSessionResponse:
     Response from archiving a session.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/ArchiveSessionResponse``
     """
 
     meta: dict[str, Any] | UnsetType | None = attrs.field(
@@ -12895,6 +13301,8 @@ class UnarchiveSessionResponse:
     Response from unarchiving a session.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/UnarchiveSessionResponse``
     """
 
     meta: dict[str, Any] | UnsetType | None = attrs.field(
@@ -12939,6 +13347,8 @@ class SessionStatusResponse:
     the Client's next request.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/SessionStatusResponse``
     """
 
     status: SessionStatus = attrs.field(metadata=f("status"))
@@ -13005,7 +13415,10 @@ class SessionStatusResponse:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class BackgroundTerminal:
-    """A listed terminal running in the background."""
+    """A listed terminal running in the background.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/BackgroundTerminal``
+    """
 
     terminal_id: TerminalId = attrs.field(metadata=f("terminalId"))
     """The ID of the listed terminal.
@@ -13049,7 +13462,10 @@ class BackgroundTerminal:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class BackgroundToolCall:
-    """A listed tool call whose work continues in the background."""
+    """A listed tool call whose work continues in the background.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/BackgroundToolCall``
+    """
 
     tool_call_id: ToolCallId = attrs.field(metadata=f("toolCallId"))
     """The ID of the listed tool call.
@@ -13100,6 +13516,8 @@ class BackgroundSubagent:
     A listed subagent session associated with this session through `subagent_update`.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/BackgroundSubagent``
     """
 
     session_id: SessionId = attrs.field(metadata=f("sessionId"))
@@ -13150,6 +13568,8 @@ class Error:
     JSON-RPC 2.0 error object specification with optional additional data.
 
     See protocol docs: [JSON-RPC Error Object](https://www.jsonrpc.org/specification#error_object)
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/Error``
     """
 
     code: ErrorCode = attrs.field(metadata=f("code"))
@@ -13210,6 +13630,8 @@ class UnsupportedProtocolVersionErrorData:
     """Data for the `-32022` (Unsupported protocol version) error.
 
     See protocol docs: [Version Negotiation](https://agentclientprotocol.com/protocol/v2/draft/initialization#version-negotiation)
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/UnsupportedProtocolVersionErrorData``
     """
 
     requested: ProtocolVersion = attrs.field(metadata=f("requested"))
@@ -13270,6 +13692,8 @@ class SessionNotFoundErrorData:
     session that does not exist or is not active.
 
     See protocol docs: [Unknown Sessions](https://agentclientprotocol.com/protocol/v2/draft/error#unknown-sessions)
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/SessionNotFoundErrorData``
     """
 
     session_id: SessionId = attrs.field(metadata=f("sessionId"))
@@ -13314,7 +13738,10 @@ class SessionNotFoundErrorData:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class ErrorStopReason:
-    """Details of a failure that ended active work."""
+    """Details of a failure that ended active work.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/ErrorStopReason``
+    """
 
     error: Error | UnsetType | None = attrs.field(default=UNSET, metadata=f("error", nullable=True, on_error=True))
     """The failure, as a JSON-RPC error object.
@@ -13350,6 +13777,8 @@ class Usage:
     Token usage for the foreground work that just completed, not cumulative for the session.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/Usage``
     """
 
     total_tokens: int = attrs.field(metadata=f("totalTokens"))
@@ -13457,6 +13886,8 @@ class SetSessionTitleResponse:
     Response from setting the title of a session.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/SetSessionTitleResponse``
     """
 
     title: str = attrs.field(metadata=f("title"))
@@ -13507,6 +13938,8 @@ class ResumeSessionResponse:
     foreground state after resuming. The response alone does not imply `idle`.
 
     See protocol docs: [Current-State Synchronization](https://agentclientprotocol.com/protocol/v2/draft/session-setup#current-state-synchronization)
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/ResumeSessionResponse``
     """
 
     config_options: list[SessionConfigOption] | UnsetType = attrs.field(
@@ -13575,7 +14008,10 @@ class ResumeSessionResponse:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class CloseSessionResponse:
-    """Response from closing a session."""
+    """Response from closing a session.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/CloseSessionResponse``
+    """
 
     meta: dict[str, Any] | UnsetType | None = attrs.field(
         default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
@@ -13609,7 +14045,10 @@ class CloseSessionResponse:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class CancelToolCallResponse:
-    """Response from cancelling a tool call."""
+    """Response from cancelling a tool call.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/CancelToolCallResponse``
+    """
 
     meta: dict[str, Any] | UnsetType | None = attrs.field(
         default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
@@ -13643,7 +14082,10 @@ class CancelToolCallResponse:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class CancelTerminalResponse:
-    """Response from cancelling a terminal."""
+    """Response from cancelling a terminal.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/CancelTerminalResponse``
+    """
 
     meta: dict[str, Any] | UnsetType | None = attrs.field(
         default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
@@ -13677,7 +14119,10 @@ class CancelTerminalResponse:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class SetSessionConfigOptionResponse:
-    """Response to `session/set_config_option` method."""
+    """Response to `session/set_config_option` method.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/SetSessionConfigOptionResponse``
+    """
 
     config_options: list[SessionConfigOption] = attrs.field(metadata=f("configOptions", skip_invalid=True))
     """The full set of configuration options and their current values.
@@ -13731,6 +14176,8 @@ class PromptResponse:
     relative to other messages in the ACP conversation.
 
     See protocol docs: [Prompt Accepted](https://agentclientprotocol.com/protocol/v2/draft/prompt-lifecycle#2-prompt-accepted)
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/PromptResponse``
     """
 
     message_id: MessageId = attrs.field(metadata=f("messageId"))
@@ -13786,6 +14233,8 @@ class UpdateSessionNotification:
     Agents can send session updates at any point while the session exists.
 
     See protocol docs: [Agent Reports Output](https://agentclientprotocol.com/protocol/v2/draft/prompt-lifecycle#3-agent-reports-output)
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/UpdateSessionNotification``
     """
 
     session_id: SessionId = attrs.field(metadata=f("sessionId"))
@@ -13842,7 +14291,10 @@ class UpdateSessionNotification:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class ContentChunk:
-    """A streamed item of message content."""
+    """A streamed item of message content.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/ContentChunk``
+    """
 
     message_id: MessageId = attrs.field(metadata=f("messageId"))
     """A unique identifier for the message this chunk belongs to.
@@ -13915,6 +14367,8 @@ class UserMessage:
     previously accumulated for the message, including content from earlier
     chunks. Later chunks with the same `messageId` append to the current
     content.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/UserMessage``
     """
 
     message_id: MessageId = attrs.field(metadata=f("messageId"))
@@ -13989,6 +14443,8 @@ class AgentMessage:
     content previously accumulated for the message, including content from
     earlier chunks. Later chunks with the same `messageId` append to the current
     content.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/AgentMessage``
     """
 
     message_id: MessageId = attrs.field(metadata=f("messageId"))
@@ -14063,6 +14519,8 @@ class AgentThought:
     content previously accumulated for the thought, including content from
     earlier chunks. Later chunks with the same `messageId` append to the current
     content.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/AgentThought``
     """
 
     message_id: MessageId = attrs.field(metadata=f("messageId"))
@@ -14130,6 +14588,8 @@ class ToolCallContentChunk:
     content for the matching `toolCallId`. Agents can send a `tool_call_update`
     with `content` when they need to replace the whole content collection
     instead.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/ToolCallContentChunk``
     """
 
     tool_call_id: ToolCallId = attrs.field(metadata=f("toolCallId"))
@@ -14187,7 +14647,10 @@ class ToolCallContentChunk:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class TerminalOutput:
-    """An authoritative replacement snapshot of terminal output bytes."""
+    """An authoritative replacement snapshot of terminal output bytes.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/TerminalOutput``
+    """
 
     data: str = attrs.field(metadata=f("data"))
     """Base64-encoded replacement terminal output bytes.
@@ -14231,6 +14694,8 @@ class TerminalExitStatus:
 
     The presence of this object marks the terminal as exited, even when neither
     an exit code nor a signal is known.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/TerminalExitStatus``
     """
 
     exit_code: int | UnsetType | None = attrs.field(default=UNSET, metadata=f("exitCode", nullable=True, on_error=True))
@@ -14292,7 +14757,10 @@ class TerminalExitStatus:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class TerminalSize:
-    """The size of an agent-owned terminal in character cells."""
+    """The size of an agent-owned terminal in character cells.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/TerminalSize``
+    """
 
     cols: int = attrs.field(metadata=f("cols"))
     """Number of columns.
@@ -14351,6 +14819,8 @@ class TerminalCapabilities:
     Agent did not advertise.
 
     See protocol docs: [Cancelling Terminals](https://agentclientprotocol.com/protocol/v2/draft/tool-calls#cancelling-terminals)
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/TerminalCapabilities``
     """
 
     cancel: TerminalCancelCapabilities | UnsetType | None = attrs.field(
@@ -14403,6 +14873,8 @@ class TerminalCancelCapabilities:
     """Capability to cancel a terminal with `terminal/cancel`.
 
     Supplying `{}` advertises support. An omitted or `null` `cancel` does not.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/TerminalCancelCapabilities``
     """
 
     meta: dict[str, Any] | UnsetType | None = attrs.field(
@@ -14444,6 +14916,8 @@ class TerminalUpdate:
     it, and concrete values replace it. A concrete `_meta` object instead
     patches the stored metadata by top-level key. When the terminal ID is new,
     omitted fields start unknown.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/TerminalUpdate``
     """
 
     terminal_id: TerminalId = attrs.field(metadata=f("terminalId"))
@@ -14555,7 +15029,10 @@ class TerminalUpdate:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class TerminalOutputChunk:
-    """A chunk of bytes appended to an agent-owned terminal's output."""
+    """A chunk of bytes appended to an agent-owned terminal's output.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/TerminalOutputChunk``
+    """
 
     terminal_id: TerminalId = attrs.field(metadata=f("terminalId"))
     """The terminal receiving these bytes.
@@ -14617,6 +15094,8 @@ class PlanEntry:
     Represents a task or goal that the assistant intends to accomplish
     as part of fulfilling the user's request.
     See protocol docs: [Plan Entries](https://agentclientprotocol.com/protocol/v2/draft/agent-plan#plan-entries)
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/PlanEntry``
     """
 
     content: str = attrs.field(metadata=f("content"))
@@ -14682,7 +15161,10 @@ class PlanEntry:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class PlanItems:
-    """A plan represented as structured entries."""
+    """A plan represented as structured entries.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/PlanItems``
+    """
 
     plan_id: PlanId = attrs.field(metadata=f("planId"))
     """The plan ID to update.
@@ -14748,6 +15230,8 @@ class PlanFile:
     A plan represented by a file URI.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/PlanFile``
     """
 
     plan_id: PlanId = attrs.field(metadata=f("planId"))
@@ -14811,6 +15295,8 @@ class PlanMarkdown:
     A plan represented as raw markdown content.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/PlanMarkdown``
     """
 
     plan_id: PlanId = attrs.field(metadata=f("planId"))
@@ -14867,7 +15353,10 @@ class PlanMarkdown:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class PlanUpdate:
-    """A content update for a plan identified by ID."""
+    """A content update for a plan identified by ID.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/PlanUpdate``
+    """
 
     plan: PlanUpdateContent = attrs.field(metadata=f("plan"))
     """The updated plan content.
@@ -14918,6 +15407,8 @@ class PlanRemoved:
     Removal notice for a plan identified by ID.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/PlanRemoved``
     """
 
     plan_id: PlanId = attrs.field(metadata=f("planId"))
@@ -14962,7 +15453,10 @@ class PlanRemoved:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class AvailableCommandsUpdate:
-    """Available commands are ready or have changed"""
+    """Available commands are ready or have changed
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/AvailableCommandsUpdate``
+    """
 
     available_commands: list[AvailableCommand] = attrs.field(metadata=f("availableCommands", skip_invalid=True))
     """Commands the agent can execute.
@@ -15010,7 +15504,10 @@ class AvailableCommandsUpdate:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class ConfigOptionUpdate:
-    """Session configuration options have been updated."""
+    """Session configuration options have been updated.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/ConfigOptionUpdate``
+    """
 
     config_options: list[SessionConfigOption] = attrs.field(metadata=f("configOptions", skip_invalid=True))
     """The full set of configuration options and their current values.
@@ -15062,6 +15559,8 @@ class SessionInfoUpdate:
     Omitted fields leave the existing session info unchanged. `null` clears the
     corresponding value. A concrete `_meta` object patches the stored metadata by
     top-level key.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/SessionInfoUpdate``
     """
 
     title: str | UnsetType | None = attrs.field(default=UNSET, metadata=f("title", nullable=True, on_error=True))
@@ -15123,7 +15622,10 @@ class SessionInfoUpdate:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class Cost:
-    """Cost information for a session."""
+    """Cost information for a session.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/Cost``
+    """
 
     amount: float = attrs.field(metadata=f("amount"))
     """Total cumulative cost for session.
@@ -15180,7 +15682,10 @@ class Cost:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class UsageUpdate:
-    """Context window and cost update for a session."""
+    """Context window and cost update for a session.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/UsageUpdate``
+    """
 
     used: int = attrs.field(metadata=f("used"))
     """Tokens currently in context.
@@ -15253,6 +15758,8 @@ class Notice:
     No Client capability is required, and unsupported Clients may ignore notices.
 
     See protocol docs: [Session Notices](https://agentclientprotocol.com/protocol/v2/draft/prompt-lifecycle#session-notices)
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/Notice``
     """
 
     severity: NoticeSeverity = attrs.field(metadata=f("severity"))
@@ -15328,6 +15835,8 @@ class CompactionUpdate:
     stored value unchanged, `null` clears it, and a concrete value replaces it.
     `summary: []` also clears the summary. A concrete `_meta` object patches the
     stored metadata by top-level key instead of replacing it.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/CompactionUpdate``
     """
 
     compaction_id: CompactionId = attrs.field(metadata=f("compactionId"))
@@ -15407,6 +15916,8 @@ class CompactionUpdate:
 class CompactionSummaryChunk:
     """A content block appended to a compaction's summary. A first-seen ID creates
     an in-progress compaction. Chunks append in receive order.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/CompactionSummaryChunk``
     """
 
     compaction_id: CompactionId = attrs.field(metadata=f("compactionId"))
@@ -15474,6 +15985,8 @@ class SubagentSessionCapabilities:
     on ordinary sessions does not grant support on a child.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/SubagentSessionCapabilities``
     """
 
     cancel: SessionCancelCapabilities | UnsetType | None = attrs.field(
@@ -15531,6 +16044,8 @@ class SessionCancelCapabilities:
     Supplying `{}` advertises support. An omitted or `null` `cancel` does not.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/SessionCancelCapabilities``
     """
 
     meta: dict[str, Any] | UnsetType | None = attrs.field(
@@ -15603,6 +16118,8 @@ class SubagentUpdate:
     change this association.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/SubagentUpdate``
     """
 
     session_id: SessionId = attrs.field(metadata=f("sessionId"))
@@ -15739,6 +16256,8 @@ class SessionMessage:
     An upsert for an inter-session message.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/SessionMessage``
     """
 
     message_id: MessageId = attrs.field(metadata=f("messageId"))
@@ -15863,6 +16382,8 @@ class SessionMessageChunk:
     `session_message` upserts, which can arrive before, between, or after its chunks.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/SessionMessageChunk``
     """
 
     message_id: MessageId = attrs.field(metadata=f("messageId"))
@@ -15923,6 +16444,8 @@ class CompleteElicitationNotification:
     """Notification sent by the agent when a URL-based elicitation is complete.
 
     This notification is not a foreground state update.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/CompleteElicitationNotification``
     """
 
     elicitation_id: ElicitationId = attrs.field(metadata=f("elicitationId"))
@@ -15978,6 +16501,8 @@ class AuthStatusUpdateNotification:
     send it when the reported status differs from the last one sent on the connection.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/AuthStatusUpdateNotification``
     """
 
     state: AuthState = attrs.field(metadata=f("state"))
@@ -16048,6 +16573,8 @@ class InitializeRequest:
     Sent by the client to establish connection and negotiate capabilities.
 
     See protocol docs: [Initialization](https://agentclientprotocol.com/protocol/v2/draft/initialization)
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/InitializeRequest``
     """
 
     protocol_version: ProtocolVersion = attrs.field(metadata=f("protocolVersion"))
@@ -16120,6 +16647,8 @@ class ClientCapabilities:
     available features and methods.
 
     See protocol docs: [Client Capabilities](https://agentclientprotocol.com/protocol/v2/draft/initialization#client-capabilities)
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/ClientCapabilities``
     """
 
     auth: ClientAuthCapabilities | UnsetType | None = attrs.field(
@@ -16194,6 +16723,8 @@ class ClientAuthCapabilities:
     Advertised during initialization to inform the agent which authentication
     method types the client can handle. This governs opt-in types that require
     additional client-side support.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/ClientAuthCapabilities``
     """
 
     terminal: TerminalAuthCapabilities | UnsetType | None = attrs.field(
@@ -16250,6 +16781,8 @@ class TerminalAuthCapabilities:
     Supplying `{}` means the client can reproduce the configured agent
     invocation in an interactive terminal and supports terminal authentication
     methods.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/TerminalAuthCapabilities``
     """
 
     meta: dict[str, Any] | UnsetType | None = attrs.field(
@@ -16284,7 +16817,10 @@ class TerminalAuthCapabilities:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class ElicitationCapabilities:
-    """Elicitation capabilities supported by the client."""
+    """Elicitation capabilities supported by the client.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/ElicitationCapabilities``
+    """
 
     form: ElicitationFormCapabilities | UnsetType | None = attrs.field(
         default=UNSET, metadata=f("form", nullable=True, on_error=True)
@@ -16348,6 +16884,8 @@ class ElicitationFormCapabilities:
     """Form-based elicitation capabilities.
 
     Supplying `{}` means the client supports form-based elicitation.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/ElicitationFormCapabilities``
     """
 
     meta: dict[str, Any] | UnsetType | None = attrs.field(
@@ -16385,6 +16923,8 @@ class ElicitationUrlCapabilities:
     """URL-based elicitation capabilities.
 
     Supplying `{}` means the client supports URL-based elicitation.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/ElicitationUrlCapabilities``
     """
 
     meta: dict[str, Any] | UnsetType | None = attrs.field(
@@ -16426,6 +16966,8 @@ class LoginAuthRequest:
     Agents MUST support this method when their `initialize` response included
     a non-empty `authMethods` list. Clients MUST NOT call this method
     when `authMethods` was omitted or empty.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/LoginAuthRequest``
     """
 
     method_id: AuthMethodId = attrs.field(metadata=f("methodId"))
@@ -16478,6 +17020,8 @@ class ListProvidersRequest:
     Request parameters for `providers/list`.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/ListProvidersRequest``
     """
 
     meta: dict[str, Any] | UnsetType | None = attrs.field(
@@ -16521,6 +17065,8 @@ class SetProviderRequest:
     Replaces the full configuration for one provider ID.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/SetProviderRequest``
     """
 
     provider_id: ProviderId = attrs.field(metadata=f("providerId"))
@@ -16601,6 +17147,8 @@ class DisableProviderRequest:
     Request parameters for `providers/disable`.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/DisableProviderRequest``
     """
 
     provider_id: ProviderId = attrs.field(metadata=f("providerId"))
@@ -16652,6 +17200,8 @@ class LogoutAuthRequest:
     Agents MUST support this method when their `initialize` response included
     a non-empty `authMethods` list. Clients MUST NOT call this method
     when `authMethods` was omitted or empty.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/LogoutAuthRequest``
     """
 
     meta: dict[str, Any] | UnsetType | None = attrs.field(
@@ -16698,6 +17248,8 @@ class AuthStatusRequest:
     whether authentication is required.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/AuthStatusRequest``
     """
 
     meta: dict[str, Any] | UnsetType | None = attrs.field(
@@ -16735,6 +17287,8 @@ class NewSessionRequest:
     """Request parameters for creating a new session.
 
     See protocol docs: [Creating a Session](https://agentclientprotocol.com/protocol/v2/draft/session-setup#creating-a-session)
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/NewSessionRequest``
     """
 
     cwd: AbsolutePath = attrs.field(metadata=f("cwd"))
@@ -16823,7 +17377,10 @@ class NewSessionRequest:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class HttpHeader:
-    """An HTTP header to set when making requests to the MCP server."""
+    """An HTTP header to set when making requests to the MCP server.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/HttpHeader``
+    """
 
     name: str = attrs.field(metadata=f("name"))
     """The name of the HTTP header.
@@ -16879,7 +17436,10 @@ class HttpHeader:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class McpServerHttp:
-    """HTTP transport configuration for MCP."""
+    """HTTP transport configuration for MCP.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/McpServerHttp``
+    """
 
     name: str = attrs.field(metadata=f("name"))
     """Human-readable name identifying this MCP server.
@@ -16954,6 +17514,8 @@ class McpServerAcp:
     using `mcp/message`.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/McpServerAcp``
     """
 
     name: str = attrs.field(metadata=f("name"))
@@ -17013,7 +17575,10 @@ class McpServerAcp:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class McpServerStdio:
-    """Stdio transport configuration for MCP."""
+    """Stdio transport configuration for MCP.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/McpServerStdio``
+    """
 
     name: str = attrs.field(metadata=f("name"))
     """Human-readable name identifying this MCP server.
@@ -17098,6 +17663,8 @@ class SystemPrompt:
     error instead of creating, resuming, or forking the session.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/SystemPrompt``
     """
 
     mode: SystemPromptMode = attrs.field(metadata=f("mode"))
@@ -17165,7 +17732,10 @@ class SystemPrompt:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class ListSessionsRequest:
-    """Request parameters for listing existing sessions."""
+    """Request parameters for listing existing sessions.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/ListSessionsRequest``
+    """
 
     cwd: AbsolutePath | UnsetType | None = attrs.field(default=UNSET, metadata=f("cwd", nullable=True))
     """Filter sessions by working directory. Must be an absolute path.
@@ -17249,6 +17819,8 @@ class DeleteSessionRequest:
     """Request parameters for deleting an existing session from `session/list`.
 
     Only available if the Agent supports the `session.delete` capability.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/DeleteSessionRequest``
     """
 
     session_id: SessionId = attrs.field(metadata=f("sessionId"))
@@ -17305,6 +17877,8 @@ class ForkSessionRequest:
     Only available if the Agent supports the `session.fork` capability.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/ForkSessionRequest``
     """
 
     session_id: SessionId = attrs.field(metadata=f("sessionId"))
@@ -17417,6 +17991,8 @@ class ArchiveSessionRequest:
     Archiving an archived session succeeds. A session that does not exist gets `-32002`.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/ArchiveSessionRequest``
     """
 
     session_id: SessionId = attrs.field(metadata=f("sessionId"))
@@ -17476,6 +18052,8 @@ class UnarchiveSessionRequest:
     gets `-32002`.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/UnarchiveSessionRequest``
     """
 
     session_id: SessionId = attrs.field(metadata=f("sessionId"))
@@ -17533,6 +18111,8 @@ class SessionStatusRequest:
     A session the Agent does not know gets `-32002` with the requested `sessionId` in `data`.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/SessionStatusRequest``
     """
 
     session_id: SessionId = attrs.field(metadata=f("sessionId"))
@@ -17592,6 +18172,8 @@ class SetSessionTitleRequest:
     Agent SHOULD NOT replace the title with one it generates automatically.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/SetSessionTitleRequest``
     """
 
     session_id: SessionId = attrs.field(metadata=f("sessionId"))
@@ -17657,6 +18239,8 @@ class ResumeSessionRequest:
 
     Resumes an existing session and optionally replays retained conversation
     history according to `replayFrom`.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/ResumeSessionRequest``
     """
 
     session_id: SessionId = attrs.field(metadata=f("sessionId"))
@@ -17780,7 +18364,10 @@ class ResumeSessionRequest:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class ReplayFromStart:
-    """Inclusive replay cursor requesting replay from the start of retained conversation history."""
+    """Inclusive replay cursor requesting replay from the start of retained conversation history.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/ReplayFromStart``
+    """
 
     meta: dict[str, Any] | UnsetType | None = attrs.field(
         default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
@@ -17834,6 +18421,8 @@ class CloseSessionRequest:
     Agent MUST answer that request with `-32800` (Request Cancelled). If the message
     has already been inserted, the Agent MUST respond successfully with its
     `messageId`. Prompt responses need not precede the close response.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/CloseSessionRequest``
     """
 
     session_id: SessionId = attrs.field(metadata=f("sessionId"))
@@ -17890,6 +18479,8 @@ class CancelToolCallRequest:
     cancellable. Cancelling a tool call does not change the foreground state by itself.
 
     See protocol docs: [Cancelling Tool Calls](https://agentclientprotocol.com/protocol/v2/draft/tool-calls#cancelling-tool-calls)
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/CancelToolCallRequest``
     """
 
     session_id: SessionId = attrs.field(metadata=f("sessionId"))
@@ -17959,6 +18550,8 @@ class CancelTerminalRequest:
     cancellable. Cancelling a terminal does not change the foreground state by itself.
 
     See protocol docs: [Cancelling Terminals](https://agentclientprotocol.com/protocol/v2/draft/tool-calls#cancelling-terminals)
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/CancelTerminalRequest``
     """
 
     session_id: SessionId = attrs.field(metadata=f("sessionId"))
@@ -18020,6 +18613,8 @@ class PromptRequest:
     Contains the user's message and any additional context.
 
     See protocol docs: [User Message](https://agentclientprotocol.com/protocol/v2/draft/prompt-lifecycle#1-user-message)
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/PromptRequest``
     """
 
     session_id: SessionId = attrs.field(metadata=f("sessionId"))
@@ -18091,7 +18686,10 @@ class PromptRequest:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class RequestPermissionResponse:
-    """Response to a permission request."""
+    """Response to a permission request.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/RequestPermissionResponse``
+    """
 
     outcome: RequestPermissionOutcome = attrs.field(metadata=f("outcome"))
     """The user's decision on the permission request.
@@ -18135,7 +18733,10 @@ class RequestPermissionResponse:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class CancelledPermissionOutcome:
-    """The request was not approved and no option was selected."""
+    """The request was not approved and no option was selected.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/CancelledPermissionOutcome``
+    """
 
     meta: dict[str, Any] | UnsetType | None = attrs.field(
         default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
@@ -18169,7 +18770,10 @@ class CancelledPermissionOutcome:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class SelectedPermissionOutcome:
-    """The user selected one of the provided options."""
+    """The user selected one of the provided options.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/SelectedPermissionOutcome``
+    """
 
     option_id: PermissionOptionId = attrs.field(metadata=f("optionId"))
     """The ID of the option the user selected.
@@ -18213,7 +18817,10 @@ class SelectedPermissionOutcome:
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class ElicitationAcceptAction:
-    """The user accepted the elicitation and provided content."""
+    """The user accepted the elicitation and provided content.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/ElicitationAcceptAction``
+    """
 
     content: dict[str, ElicitationContentValue] | UnsetType | None = attrs.field(
         default=UNSET, metadata=f("content", nullable=True)
@@ -18256,6 +18863,8 @@ class McpError:
     Explicit `null` is preserved separately from an omitted key.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/McpError``
     """
 
     code: int = attrs.field(metadata=f("code"))
@@ -18304,6 +18913,8 @@ class CancelSessionNotification:
     """Notification to cancel a session's foreground work and its prompts not yet inserted.
 
     See protocol docs: [Cancellation](https://agentclientprotocol.com/protocol/v2/draft/prompt-lifecycle#cancellation)
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/CancelSessionNotification``
     """
 
     session_id: SessionId = attrs.field(metadata=f("sessionId"))
@@ -18354,6 +18965,8 @@ class MessageMcpNotification:
     Includes subscription acknowledgements and updates.
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/MessageMcpNotification``
     """
 
     server_id: McpServerAcpId = attrs.field(metadata=f("serverId"))
@@ -18430,6 +19043,8 @@ class CancelRequestNotification:
     """Notification to cancel an ongoing request.
 
     See protocol docs: [Cancellation](https://agentclientprotocol.com/protocol/v2/draft/cancellation)
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/CancelRequestNotification``
     """
 
     request_id: RequestId = attrs.field(metadata=f("requestId"))
@@ -18495,6 +19110,8 @@ class ProxySuccessorRequest:
     See the [Proxy Chains RFD](https://agentclientprotocol.com/rfds/proxy-chains).
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/ProxySuccessorRequest``
     """
 
     method: str = attrs.field(metadata=f("method"))
@@ -18572,6 +19189,8 @@ class ProxySuccessorNotification:
     See the [Proxy Chains RFD](https://agentclientprotocol.com/rfds/proxy-chains).
 
     Unstable: not part of the stable protocol; it may change or go away.
+
+    Schema: ``schema/v2/schema.unstable.json``, ``$defs/ProxySuccessorNotification``
     """
 
     method: str = attrs.field(metadata=f("method"))
@@ -18640,12 +19259,17 @@ RequestId: TypeAlias = int | str
 The receiver MUST reply with the same value in the response. Each side chooses IDs for its own
 requests, so the same ID can be in use in both directions. A sender MUST NOT reuse an ID while
 a request with it is still awaiting a response.
+
+Schema: ``schema/v2/schema.unstable.json``, ``$defs/RequestId``
 """
 
 RequestPermissionSubject: TypeAlias = (
     ToolCallRequestPermissionSubject | CommandRequestPermissionSubject | RequestPermissionSubjectOther
 )
-"""The operation requiring permission."""
+"""The operation requiring permission.
+
+Schema: ``schema/v2/schema.unstable.json``, ``$defs/RequestPermissionSubject``
+"""
 
 ToolCallContent: TypeAlias = (
     ContentToolCallContent | DiffToolCallContent | TerminalToolCallContent | ToolCallContentOther
@@ -18656,6 +19280,8 @@ Tool calls can produce different types of content including standard
 content blocks (text, images), file diffs, or display-only terminals.
 
 See protocol docs: [Content](https://agentclientprotocol.com/protocol/v2/draft/tool-calls#content)
+
+Schema: ``schema/v2/schema.unstable.json``, ``$defs/ToolCallContent``
 """
 
 ContentBlock: TypeAlias = (
@@ -18678,10 +19304,15 @@ This structure is compatible with the Model Context Protocol (MCP), so agents ca
 forward content from MCP tool outputs without transformation.
 
 See protocol docs: [Content](https://agentclientprotocol.com/protocol/v2/draft/content)
+
+Schema: ``schema/v2/schema.unstable.json``, ``$defs/ContentBlock``
 """
 
 EmbeddedResourceResource: TypeAlias = TextResourceContents | BlobResourceContents
-"""Resource content that can be embedded in a message."""
+"""Resource content that can be embedded in a message.
+
+Schema: ``schema/v2/schema.unstable.json``, ``$defs/EmbeddedResourceResource``
+"""
 
 DiffChange: TypeAlias = (
     AddDiffChange | DeleteDiffChange | ModifyDiffChange | MoveDiffChange | CopyDiffChange | DiffChangeOther
@@ -18690,6 +19321,8 @@ DiffChange: TypeAlias = (
 
 Structured change metadata lets clients identify affected files and
 operations without parsing the text patch.
+
+Schema: ``schema/v2/schema.unstable.json``, ``$defs/DiffChange``
 """
 
 CreateElicitationRequest: TypeAlias = (
@@ -18712,6 +19345,8 @@ Agents SHOULD cancel pending elicitations no longer needed by cancelled work.
 The request's scope alone does not establish that dependency.
 
 See protocol docs: [Elicitation](https://agentclientprotocol.com/protocol/v2/draft/elicitation)
+
+Schema: ``schema/v2/schema.unstable.json``, ``$defs/CreateElicitationRequest``
 """
 
 ElicitationPropertySchema: TypeAlias = (
@@ -18727,31 +19362,49 @@ ElicitationPropertySchema: TypeAlias = (
 Each variant corresponds to a JSON Schema `"type"` value.
 Single-select enums use `type: "string"` with `enum` or `oneOf` set.
 Multi-select enums use `type: "array"`.
+
+Schema: ``schema/v2/schema.unstable.json``, ``$defs/ElicitationPropertySchema``
 """
 
 MultiSelectItems: TypeAlias = StringMultiSelectItems | MultiSelectItemsOther | TitledMultiSelectItems
-"""Items for a multi-select (array) property schema."""
+"""Items for a multi-select (array) property schema.
+
+Schema: ``schema/v2/schema.unstable.json``, ``$defs/MultiSelectItems``
+"""
 
 AuthMethod: TypeAlias = TerminalAuthMethod | AgentAuthMethod | AuthMethodOther
 """Describes an available authentication method.
 
 The `type` field acts as the discriminator in the serialized JSON form.
+
+Schema: ``schema/v2/schema.unstable.json``, ``$defs/AuthMethod``
 """
 
 SessionConfigOption: TypeAlias = SelectSessionConfigOption | BooleanSessionConfigOption | SessionConfigOptionOther
-"""A session configuration option selector and its current state."""
+"""A session configuration option selector and its current state.
+
+Schema: ``schema/v2/schema.unstable.json``, ``$defs/SessionConfigOption``
+"""
 
 SessionConfigSelectOptions: TypeAlias = list[SessionConfigSelectOption] | list[SessionConfigSelectGroup]
-"""Possible values for a session configuration option."""
+"""Possible values for a session configuration option.
+
+Schema: ``schema/v2/schema.unstable.json``, ``$defs/SessionConfigSelectOptions``
+"""
 
 AvailableCommand: TypeAlias = CommandAvailableCommand | AvailableCommandOther
 """A command the agent advertises to the client.
 
 The `type` field acts as the discriminator in the serialized JSON form.
+
+Schema: ``schema/v2/schema.unstable.json``, ``$defs/AvailableCommand``
 """
 
 AvailableCommandInput: TypeAlias = TextAvailableCommandInput | AvailableCommandInputOther
-"""The input specification for a command."""
+"""The input specification for a command.
+
+Schema: ``schema/v2/schema.unstable.json``, ``$defs/AvailableCommandInput``
+"""
 
 StateUpdate: TypeAlias = (
     RunningStateUpdate | IdleStateUpdate | RequiresActionStateUpdate | UnknownStateUpdate | StateUpdateOther
@@ -18796,6 +19449,8 @@ an individual activity while other foreground work continues does not require
 an idle boundary. Local commands use the same lifecycle even without model work.
 
 See protocol docs: [Session States](https://agentclientprotocol.com/protocol/v2/draft/prompt-lifecycle#session-states)
+
+Schema: ``schema/v2/schema.unstable.json``, ``$defs/StateUpdate``
 """
 
 BackgroundWork: TypeAlias = (
@@ -18809,10 +19464,15 @@ tool call's final status before the snapshot that removes it. Each piece of work
 listed once: process-backed work is listed as its terminal, not also as its tool call.
 
 See protocol docs: [Background Work](https://agentclientprotocol.com/protocol/v2/draft/prompt-lifecycle#background-work)
+
+Schema: ``schema/v2/schema.unstable.json``, ``$defs/BackgroundWork``
 """
 
 ErrorData: TypeAlias = UnsupportedProtocolVersionErrorData | SessionNotFoundErrorData | Any
-"""Schema for [`Error::data`]: the shapes ACP defines, or any other value."""
+"""Schema for [`Error::data`]: the shapes ACP defines, or any other value.
+
+Schema: ``schema/v2/schema.unstable.json``, ``$defs/ErrorData``
+"""
 
 SessionUpdate: TypeAlias = (
     UserMessageChunkSessionUpdate
@@ -18849,12 +19509,17 @@ SessionUpdate: TypeAlias = (
 These updates report messages, progress, and other session activity.
 
 See protocol docs: [Agent Reports Output](https://agentclientprotocol.com/protocol/v2/draft/prompt-lifecycle#3-agent-reports-output)
+
+Schema: ``schema/v2/schema.unstable.json``, ``$defs/SessionUpdate``
 """
 
 PlanUpdateContent: TypeAlias = (
     ItemsPlanUpdateContent | FilePlanUpdateContent | MarkdownPlanUpdateContent | PlanUpdateContentOther
 )
-"""Updated content for a plan."""
+"""Updated content for a plan.
+
+Schema: ``schema/v2/schema.unstable.json``, ``$defs/PlanUpdateContent``
+"""
 
 McpServer: TypeAlias = HttpMcpServer | AcpMcpServer | StdioMcpServer | McpServerOther
 """Configuration for connecting to an MCP (Model Context Protocol) server.
@@ -18863,12 +19528,16 @@ MCP servers provide tools and context that the agent can use when
 processing prompts.
 
 See protocol docs: [MCP Servers](https://agentclientprotocol.com/protocol/v2/draft/session-setup#mcp-servers)
+
+Schema: ``schema/v2/schema.unstable.json``, ``$defs/McpServer``
 """
 
 ReplayFrom: TypeAlias = StartReplayFrom | ReplayFromOther
 """Inclusive cursor describing where replayed session history should begin.
 
 Replay includes the position identified by the cursor.
+
+Schema: ``schema/v2/schema.unstable.json``, ``$defs/ReplayFrom``
 """
 
 SetSessionConfigOptionRequest: TypeAlias = (
@@ -18881,12 +19550,17 @@ Agents MUST reject an unknown `configId` or invalid value with `-32602` and leav
 configuration unchanged.
 
 See protocol docs: [Session Config Options](https://agentclientprotocol.com/protocol/v2/draft/session-config-options#setting-a-config-option)
+
+Schema: ``schema/v2/schema.unstable.json``, ``$defs/SetSessionConfigOptionRequest``
 """
 
 RequestPermissionOutcome: TypeAlias = (
     CancelledRequestPermissionOutcome | SelectedRequestPermissionOutcome | RequestPermissionOutcomeOther
 )
-"""The outcome of a permission request."""
+"""The outcome of a permission request.
+
+Schema: ``schema/v2/schema.unstable.json``, ``$defs/RequestPermissionOutcome``
+"""
 
 CreateElicitationResponse: TypeAlias = (
     AcceptCreateElicitationResponse
@@ -18894,10 +19568,16 @@ CreateElicitationResponse: TypeAlias = (
     | CancelCreateElicitationResponse
     | CreateElicitationResponseOther
 )
-"""Response from the client to an elicitation request."""
+"""Response from the client to an elicitation request.
+
+Schema: ``schema/v2/schema.unstable.json``, ``$defs/CreateElicitationResponse``
+"""
 
 ElicitationContentValue: TypeAlias = str | int | float | bool | list[str] | Any
-"""Allowed wire representations for `ElicitationContentValue`."""
+"""Allowed wire representations for `ElicitationContentValue`.
+
+Schema: ``schema/v2/schema.unstable.json``, ``$defs/ElicitationContentValue``
+"""
 
 MessageMcpResponse: TypeAlias = ResultMessageMcpResponse | ErrorMessageMcpResponse
 """**UNSTABLE**
@@ -18912,6 +19592,8 @@ Carrier `_meta` is optional. Null or invalid values are treated as absent.
 Senders must include exactly one outcome. Receivers prefer `result` if both are present.
 
 Unstable: not part of the stable protocol; it may change or go away.
+
+Schema: ``schema/v2/schema.unstable.json``, ``$defs/MessageMcpResponse``
 """
 
 SessionId: TypeAlias = str
@@ -18921,10 +19603,15 @@ Each session has its own context, conversation history, and state, so one
 agent can run several independent sessions.
 
 See protocol docs: [Session ID](https://agentclientprotocol.com/protocol/v2/draft/session-setup#session-id)
+
+Schema: ``schema/v2/schema.unstable.json``, ``$defs/SessionId``
 """
 
 ToolCallId: TypeAlias = str
-"""Unique identifier for a tool call within a session."""
+"""Unique identifier for a tool call within a session.
+
+Schema: ``schema/v2/schema.unstable.json``, ``$defs/ToolCallId``
+"""
 
 ToolKind: TypeAlias = (
     Literal["read", "edit", "delete", "move", "search", "execute", "think", "fetch", "switch_mode", "other"] | str
@@ -18947,6 +19634,8 @@ See protocol docs: [Reporting](https://agentclientprotocol.com/protocol/v2/draft
 - ``'switch_mode'``: Changing the session's mode, a [config option](https://agentclientprotocol.com/protocol/v2/draft/session-config-options) with the `mode` category.
 - ``'other'``: Other tool types (default).
 - any other str: a value this schema does not know (custom values start with ``_``)
+
+Schema: ``schema/v2/schema.unstable.json``, ``$defs/ToolKind``
 """
 
 ToolCallStatus: TypeAlias = Literal["pending", "in_progress", "paused", "completed", "failed", "cancelled"] | str
@@ -18963,6 +19652,8 @@ See protocol docs: [Status](https://agentclientprotocol.com/protocol/v2/draft/to
 - ``'failed'``: The tool call failed with an error.
 - ``'cancelled'``: The tool call was cancelled before it completed.
 - any other str: a value this schema does not know (custom values start with ``_``)
+
+Schema: ``schema/v2/schema.unstable.json``, ``$defs/ToolCallStatus``
 """
 
 Role: TypeAlias = Literal["assistant", "user"] | str
@@ -18971,10 +19662,15 @@ Role: TypeAlias = Literal["assistant", "user"] | str
 - ``'assistant'``: The assistant side of a conversation.
 - ``'user'``: The user side of a conversation.
 - any other str: a value this schema does not know (custom values start with ``_``)
+
+Schema: ``schema/v2/schema.unstable.json``, ``$defs/Role``
 """
 
 MediaType: TypeAlias = str
-"""An Internet media type identifying the format of protocol content."""
+"""An Internet media type identifying the format of protocol content.
+
+Schema: ``schema/v2/schema.unstable.json``, ``$defs/MediaType``
+"""
 
 IconTheme: TypeAlias = Literal["light", "dark"] | str
 """Theme an icon is designed for.
@@ -18982,6 +19678,8 @@ IconTheme: TypeAlias = Literal["light", "dark"] | str
 - ``'light'``: Icon designed for light backgrounds.
 - ``'dark'``: Icon designed for dark backgrounds.
 - any other str: a value this schema does not know (custom values start with ``_``)
+
+Schema: ``schema/v2/schema.unstable.json``, ``$defs/IconTheme``
 """
 
 DiffFileType: TypeAlias = Literal["text", "binary", "directory", "symlink"] | str
@@ -18992,6 +19690,8 @@ DiffFileType: TypeAlias = Literal["text", "binary", "directory", "symlink"] | st
 - ``'directory'``: Directory entry.
 - ``'symlink'``: Symbolic link.
 - any other str: a value this schema does not know (custom values start with ``_``)
+
+Schema: ``schema/v2/schema.unstable.json``, ``$defs/DiffFileType``
 """
 
 AbsolutePath: TypeAlias = str
@@ -18999,6 +19699,8 @@ AbsolutePath: TypeAlias = str
 
 Uses the native syntax of the machine the Agent runs on, such as `/home/user/project`,
 `C:\\Users\\user\\project`, or `\\\\server\\share\\project`. It is not a URI.
+
+Schema: ``schema/v2/schema.unstable.json``, ``$defs/AbsolutePath``
 """
 
 DiffPatchFormat: TypeAlias = Literal["git_patch"] | str
@@ -19006,13 +19708,21 @@ DiffPatchFormat: TypeAlias = Literal["git_patch"] | str
 
 - ``'git_patch'``: One or more `diff --git` sections in Git's `--patch` (`-p`) text format.  Unlike Git, which writes paths relative to the repository root, every path MUST be absolute, including in `rename from`, `rename to`, `copy from`, and `copy to` lines, and MUST NOT have a prefix such as Git's default `a/` and `b/`. Otherwise paths follow Git: `/dev/null` names the missing side of an added or deleted file in the `---` and `+++` lines, and paths with unusual characters are quoted as Git quotes them. Each path, once unquoted, is the same native absolute path string as the matching `changes` entry. Surrounding commit metadata and email envelopes MUST NOT be included.
 - any other str: a value this schema does not know (custom values start with ``_``)
+
+Schema: ``schema/v2/schema.unstable.json``, ``$defs/DiffPatchFormat``
 """
 
 TerminalId: TypeAlias = str
-"""Unique identifier for an agent-owned terminal within a session."""
+"""Unique identifier for an agent-owned terminal within a session.
+
+Schema: ``schema/v2/schema.unstable.json``, ``$defs/TerminalId``
+"""
 
 PermissionOptionId: TypeAlias = str
-"""Unique identifier for a permission option."""
+"""Unique identifier for a permission option.
+
+Schema: ``schema/v2/schema.unstable.json``, ``$defs/PermissionOptionId``
+"""
 
 PermissionOptionKind: TypeAlias = Literal["allow_once", "allow_always", "reject_once", "reject_always"] | str
 """The type of permission option being presented to the user.
@@ -19024,12 +19734,16 @@ Helps clients choose appropriate icons and UI treatment.
 - ``'reject_once'``: Reject this operation only this time.
 - ``'reject_always'``: Reject this operation and remember the choice.
 - any other str: a value this schema does not know (custom values start with ``_``)
+
+Schema: ``schema/v2/schema.unstable.json``, ``$defs/PermissionOptionKind``
 """
 
 ElicitationSchemaType: TypeAlias = Literal["object"]
 """Type discriminator for elicitation schemas.
 
 - ``'object'``: Object schema type.
+
+Schema: ``schema/v2/schema.unstable.json``, ``$defs/ElicitationSchemaType``
 """
 
 StringFormat: TypeAlias = Literal["email", "uri", "date", "date-time"] | str
@@ -19040,10 +19754,15 @@ StringFormat: TypeAlias = Literal["email", "uri", "date", "date-time"] | str
 - ``'date'``: Date format (YYYY-MM-DD).
 - ``'date-time'``: Date-time format (RFC 3339).
 - any other str: a value this schema does not know (custom values start with ``_``)
+
+Schema: ``schema/v2/schema.unstable.json``, ``$defs/StringFormat``
 """
 
 ElicitationId: TypeAlias = str
-"""Unique identifier for an elicitation."""
+"""Unique identifier for an elicitation.
+
+Schema: ``schema/v2/schema.unstable.json``, ``$defs/ElicitationId``
+"""
 
 McpServerAcpId: TypeAlias = str
 """**UNSTABLE**
@@ -19056,6 +19775,8 @@ The value is opaque and generated by the ACP component providing the MCP server.
 used by `mcp/message` to route requests to the component that declared the server.
 
 Unstable: not part of the stable protocol; it may change or go away.
+
+Schema: ``schema/v2/schema.unstable.json``, ``$defs/McpServerAcpId``
 """
 
 McpRequestId: TypeAlias = str
@@ -19066,6 +19787,8 @@ Generated by the caller and preserved unchanged by proxies, independently of
 the outer ACP JSON-RPC request ID.
 
 Unstable: not part of the stable protocol; it may change or go away.
+
+Schema: ``schema/v2/schema.unstable.json``, ``$defs/McpRequestId``
 """
 
 ExtRequest: TypeAlias = Any
@@ -19074,6 +19797,8 @@ Extension methods provide a way to add custom functionality while maintaining
 protocol compatibility.
 
 See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v2/draft/extensibility)
+
+Schema: ``schema/v2/schema.unstable.json``, ``$defs/ExtRequest``
 """
 
 ProtocolVersion: TypeAlias = int
@@ -19081,10 +19806,15 @@ ProtocolVersion: TypeAlias = int
 
 This version is only bumped for breaking changes.
 Non-breaking changes should be introduced via capabilities.
+
+Schema: ``schema/v2/schema.unstable.json``, ``$defs/ProtocolVersion``
 """
 
 AuthMethodId: TypeAlias = str
-"""Typed identifier used for auth method values on the wire."""
+"""Typed identifier used for auth method values on the wire.
+
+Schema: ``schema/v2/schema.unstable.json``, ``$defs/AuthMethodId``
+"""
 
 ProviderId: TypeAlias = str
 """**UNSTABLE**
@@ -19094,6 +19824,8 @@ This capability is not part of the spec yet, and may be removed or changed at an
 Unique identifier for a configurable LLM provider.
 
 Unstable: not part of the stable protocol; it may change or go away.
+
+Schema: ``schema/v2/schema.unstable.json``, ``$defs/ProviderId``
 """
 
 LlmProtocol: TypeAlias = Literal["anthropic", "openai", "azure", "vertex", "bedrock"] | str
@@ -19116,6 +19848,8 @@ Protocol names that do not begin with `_` are reserved for the ACP spec.
 - any other str: a value this schema does not know (custom values start with ``_``)
 
 Unstable: not part of the stable protocol; it may change or go away.
+
+Schema: ``schema/v2/schema.unstable.json``, ``$defs/LlmProtocol``
 """
 
 AuthState: TypeAlias = Literal["authenticated", "unauthenticated", "not_required", "unknown"] | str
@@ -19132,10 +19866,15 @@ The agent's overall authentication state.
 - any other str: a value this schema does not know (custom values start with ``_``)
 
 Unstable: not part of the stable protocol; it may change or go away.
+
+Schema: ``schema/v2/schema.unstable.json``, ``$defs/AuthState``
 """
 
 SessionConfigId: TypeAlias = str
-"""Unique identifier for a session configuration option."""
+"""Unique identifier for a session configuration option.
+
+Schema: ``schema/v2/schema.unstable.json``, ``$defs/SessionConfigId``
+"""
 
 SessionConfigOptionCategory: TypeAlias = Literal["mode", "model", "model_config", "thought_level"] | str
 """Semantic category for a session configuration option.
@@ -19153,16 +19892,27 @@ Category names that do not begin with `_` are reserved for the ACP spec.
 - ``'model_config'``: Model-related configuration parameter.
 - ``'thought_level'``: Thought/reasoning level selector.
 - any other str: a value this schema does not know (custom values start with ``_``)
+
+Schema: ``schema/v2/schema.unstable.json``, ``$defs/SessionConfigOptionCategory``
 """
 
 SessionConfigValueId: TypeAlias = str
-"""Unique identifier for a session configuration option value."""
+"""Unique identifier for a session configuration option value.
+
+Schema: ``schema/v2/schema.unstable.json``, ``$defs/SessionConfigValueId``
+"""
 
 SessionConfigGroupId: TypeAlias = str
-"""Unique identifier for a session configuration option value group."""
+"""Unique identifier for a session configuration option value group.
+
+Schema: ``schema/v2/schema.unstable.json``, ``$defs/SessionConfigGroupId``
+"""
 
 SessionListCursor: TypeAlias = str
-"""An opaque cursor used to paginate `session/list` results."""
+"""An opaque cursor used to paginate `session/list` results.
+
+Schema: ``schema/v2/schema.unstable.json``, ``$defs/SessionListCursor``
+"""
 
 SessionStatus: TypeAlias = Literal["open", "saved"] | str
 """**UNSTABLE**
@@ -19176,6 +19926,8 @@ Whether the Agent has a session in memory, as reported by `session/status`.
 - any other str: a value this schema does not know (custom values start with ``_``)
 
 Unstable: not part of the stable protocol; it may change or go away.
+
+Schema: ``schema/v2/schema.unstable.json``, ``$defs/SessionStatus``
 """
 
 ErrorCode: TypeAlias = Literal[-32700, -32600, -32601, -32602, -32603, -32800, -32000, -32002, -32022] | int
@@ -19195,6 +19947,8 @@ range LSP reserves (-32899 to -32800).
 - ``-32002``: **Resource not found**: A given resource, such as a session, was not found.
 - ``-32022``: **Unsupported protocol version**: No protocol version supported by the Agent is at or below the requested version. The error data is an [`UnsupportedProtocolVersionErrorData`].
 - any other int: a value this schema does not know (custom values start with ``_``)
+
+Schema: ``schema/v2/schema.unstable.json``, ``$defs/ErrorCode``
 """
 
 MessageId: TypeAlias = str
@@ -19203,6 +19957,8 @@ MessageId: TypeAlias = str
 Each message type, such as user messages, agent messages, and agent thoughts,
 has its own ID space: messages of different types may share an ID and remain
 distinct messages.
+
+Schema: ``schema/v2/schema.unstable.json``, ``$defs/MessageId``
 """
 
 ExtResponse: TypeAlias = Any
@@ -19211,10 +19967,15 @@ Extension methods provide a way to add custom functionality while maintaining
 protocol compatibility.
 
 See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v2/draft/extensibility)
+
+Schema: ``schema/v2/schema.unstable.json``, ``$defs/ExtResponse``
 """
 
 PlanId: TypeAlias = str
-"""Unique identifier for a plan within a session."""
+"""Unique identifier for a plan within a session.
+
+Schema: ``schema/v2/schema.unstable.json``, ``$defs/PlanId``
+"""
 
 PlanEntryPriority: TypeAlias = Literal["high", "medium", "low"] | str
 """Priority levels for plan entries.
@@ -19227,6 +19988,8 @@ See protocol docs: [Plan Entries](https://agentclientprotocol.com/protocol/v2/dr
 - ``'medium'``: Medium priority task - important but not critical.
 - ``'low'``: Low priority task - nice to have but not essential.
 - any other str: a value this schema does not know (custom values start with ``_``)
+
+Schema: ``schema/v2/schema.unstable.json``, ``$defs/PlanEntryPriority``
 """
 
 PlanEntryStatus: TypeAlias = Literal["pending", "in_progress", "completed", "cancelled"] | str
@@ -19240,6 +20003,8 @@ See protocol docs: [Plan Entries](https://agentclientprotocol.com/protocol/v2/dr
 - ``'completed'``: The task has been successfully completed.
 - ``'cancelled'``: The task was cancelled before it completed.
 - any other str: a value this schema does not know (custom values start with ``_``)
+
+Schema: ``schema/v2/schema.unstable.json``, ``$defs/PlanEntryStatus``
 """
 
 NoticeSeverity: TypeAlias = Literal["info", "warning", "error"] | str
@@ -19249,10 +20014,15 @@ NoticeSeverity: TypeAlias = Literal["info", "warning", "error"] | str
 - ``'warning'``: Warning notice.
 - ``'error'``: Error notice.
 - any other str: a value this schema does not know (custom values start with ``_``)
+
+Schema: ``schema/v2/schema.unstable.json``, ``$defs/NoticeSeverity``
 """
 
 CompactionId: TypeAlias = str
-"""Unique identifier for a context compaction within a session."""
+"""Unique identifier for a context compaction within a session.
+
+Schema: ``schema/v2/schema.unstable.json``, ``$defs/CompactionId``
+"""
 
 CompactionStatus: TypeAlias = Literal["in_progress", "completed", "failed", "cancelled"] | str
 """Lifecycle state of a context compaction.
@@ -19262,6 +20032,8 @@ CompactionStatus: TypeAlias = Literal["in_progress", "completed", "failed", "can
 - ``'failed'``: Compaction finished unsuccessfully.
 - ``'cancelled'``: Compaction was cancelled before it finished.
 - any other str: a value this schema does not know (custom values start with ``_``)
+
+Schema: ``schema/v2/schema.unstable.json``, ``$defs/CompactionStatus``
 """
 
 ExtNotification: TypeAlias = Any
@@ -19270,6 +20042,8 @@ Extension notifications provide a way to send one-way messages for custom functi
 while maintaining protocol compatibility.
 
 See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v2/draft/extensibility)
+
+Schema: ``schema/v2/schema.unstable.json``, ``$defs/ExtNotification``
 """
 
 SystemPromptMode: TypeAlias = Literal["append", "override"] | str
@@ -19288,6 +20062,8 @@ support rather than treating it as `append` or `override`.
 - any other str: a value this schema does not know (custom values start with ``_``)
 
 Unstable: not part of the stable protocol; it may change or go away.
+
+Schema: ``schema/v2/schema.unstable.json``, ``$defs/SystemPromptMode``
 """
 
 SessionArchiveFilter: TypeAlias = Literal["exclude", "include", "only"] | str
@@ -19306,6 +20082,8 @@ return `-32602` for a value it does not support rather than treating it as `excl
 - any other str: a value this schema does not know (custom values start with ``_``)
 
 Unstable: not part of the stable protocol; it may change or go away.
+
+Schema: ``schema/v2/schema.unstable.json``, ``$defs/SessionArchiveFilter``
 """
 
 InitializeProxyRequest: TypeAlias = InitializeRequest
@@ -19326,6 +20104,8 @@ the proxy MUST forward an `initialize` request to its successor through `proxy/s
 See the [Proxy Chains RFD](https://agentclientprotocol.com/rfds/proxy-chains).
 
 Unstable: not part of the stable protocol; it may change or go away.
+
+Schema: ``schema/v2/schema.unstable.json``, ``$defs/InitializeProxyRequest``
 """
 
 InitializeProxyResponse: TypeAlias = InitializeResponse
@@ -19340,6 +20120,8 @@ The same as the `initialize` response. The proxy builds it from its successor's
 It MUST NOT change `protocolVersion`.
 
 Unstable: not part of the stable protocol; it may change or go away.
+
+Schema: ``schema/v2/schema.unstable.json``, ``$defs/InitializeProxyResponse``
 """
 
 ProxySuccessorResponse: TypeAlias = Any
@@ -19350,6 +20132,8 @@ This capability is not part of the spec yet, and may be removed or changed at an
 Result of a `proxy/successor` request: the wrapped request's result, forwarded unchanged.
 
 Unstable: not part of the stable protocol; it may change or go away.
+
+Schema: ``schema/v2/schema.unstable.json``, ``$defs/ProxySuccessorResponse``
 """
 
 UNSTABLE_TYPES: frozenset[str] = frozenset(
