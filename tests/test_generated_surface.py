@@ -11,6 +11,8 @@ from pathlib import Path
 import attrs
 import pytest
 
+from codegen.preprocess import ENVELOPE_DEFS
+
 ROOT = Path(__file__).resolve().parent.parent
 GEN = ROOT / "generated" / "acp_schema"
 FILES = {
@@ -19,17 +21,7 @@ FILES = {
     "v2": "v2/schema.json",
     "v2_unstable": "v2/schema.unstable.json",
 }
-ENVELOPES = {
-    "AgentRequest",
-    "AgentResponse",
-    "AgentNotification",
-    "ClientRequest",
-    "ClientResponse",
-    "ClientNotification",
-    "ProxyRequest",
-    "ProxyResponse",
-    "ProxyNotification",
-}
+ENVELOPES = set(ENVELOPE_DEFS)
 
 
 def _schema_names(variant: str) -> set[str]:

@@ -475,6 +475,13 @@ class AcpConverter(cattrs.Converter):
             else:
                 vind = body_ind
             # value conversion
+
+            def on_failure(error: str, vind: str = vind, w: str = w, spec: FieldSpec = spec) -> list[str]:
+                """Code for a failed conversion: keep the raw value (default-on-error) or re-raise at `w`."""
+                if spec.default_on_error:
+                    return [f"{vind}    raw = raw or {{}}", f"{vind}    raw[{w!r}] = v"]
+                return [f"{vind}    raise {error}.at({w!r}) from None"]
+
             if spec.tag and a.default is not attrs.NOTHING:
                 ns[f"_tag{i}"] = a.default
                 lines.append(f"{vind}if v != _tag{i} or v.__class__ is not str:")
@@ -508,22 +515,14 @@ class AcpConverter(cattrs.Converter):
                 lines.append(f"{vind}try:")
                 lines.append(f"{vind}    f{i} = [_s{i}(x) for x in v]")
                 lines.append(f"{vind}except DecodeError:")
-                if spec.default_on_error:
-                    lines.append(f"{vind}    raw = raw or {{}}")
-                    lines.append(f"{vind}    raw[{w!r}] = v")
-                else:
-                    lines.append(f"{vind}    raise _locate(_s{i}, v).at({w!r}) from None")
+                lines += on_failure(f"_locate(_s{i}, v)")
                 continue
             else:
                 ns[f"_s{i}"] = self.structure_fn(core)
             lines.append(f"{vind}try:")
             lines.append(f"{vind}    f{i} = _s{i}(v)")
             lines.append(f"{vind}except DecodeError as e:")
-            if spec.default_on_error:
-                lines.append(f"{vind}    raw = raw or {{}}")
-                lines.append(f"{vind}    raw[{w!r}] = v")
-            else:
-                lines.append(f"{vind}    raise e.at({w!r}) from None")
+            lines += on_failure("e")
         ns["_known"] = frozenset(known)
         lines.append("    x = {}")
         lines.append("    if n != len(d) or raw:")
