@@ -26,7 +26,6 @@ import copy
 import itertools
 import linecache
 import types
-import typing
 from collections.abc import Callable
 from typing import Any, Literal, TypeVar, Union, get_args, get_origin
 
@@ -81,19 +80,6 @@ class DecodeError(ValueError):
         if len(got) > 80:
             got = got[:77] + "..."
         return f"{self.json_path}: expected {self.expected}, got {got}"
-
-
-def _json_kind(v: Any) -> str:
-    if v is None:
-        return "null"
-    return {
-        str: "string",
-        bool: "boolean",
-        int: "integer",
-        float: "number",
-        list: "array",
-        dict: "object",
-    }.get(type(v), type(v).__name__)
 
 
 def _bad(expected: str, v: Any) -> DecodeError:
@@ -696,7 +682,3 @@ def value_or_default(obj: Any, name: str) -> Any:
         return None
     attrs.resolve_types(type(obj))
     return converter.structure_fn(_core(field.type))(copy.deepcopy(spec.default))
-
-
-# keep typing helpers referenced for readers of this module
-_ = typing
