@@ -6,7 +6,6 @@ properties_full, demo.
 
 from __future__ import annotations
 
-import os
 import tempfile
 from pathlib import Path
 
@@ -115,4 +114,4 @@ def build(session: nox.Session) -> None:
 def demo(session: nox.Session) -> None:
     """The main job: run the demo."""
     session.install(".")
-    session.run("python", "-m", "acp_trio.demo", *session.posargs, env={"PYTHONPATH": os.environ.get("PYTHONPATH", "")})
+    session.run("python", "-m", "acp_trio.demo", *session.posargs)

@@ -16,10 +16,5 @@ UNTAGGED_BRANCH_NAMES: dict[tuple[str, str], str] = {
     ("MessageMcpResponse", "Error"): "ErrorMessageMcpResponse",
 }
 
-#: titles the schema puts on branches that carry no useful name (dropped before generation)
-IGNORED_TITLES: frozenset[str] = frozenset(
-    {"Null", "Number", "Str", "String", "Integer", "Boolean", "StringArray", "Ungrouped", "Grouped", "Other"}
-)
-
 #: titles that mark an open catch-all branch
 CATCHALL_TITLES: frozenset[str] = frozenset({"other", "unknown", "Other"})

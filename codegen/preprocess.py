@@ -200,11 +200,11 @@ class _Pre:
         return len(kinds) == 1 and any("const" in b for b in branches)
 
     def is_primitive_branch(self, b: dict[str, Any]) -> bool:
-        if "properties" in b or "allOf" in b or "const" in b:
-            return single_ref(b) is not None and b.get("title") in naming.IGNORED_TITLES | {
-                "UnsupportedProtocolVersion",
-                "SessionNotFound",
-            }
+        """A member of an untagged union: a primitive schema, an unconstrained `{}`, or a bare `$ref`."""
+        if "properties" in b or "const" in b:
+            return False
+        if "allOf" in b or "$ref" in b:
+            return single_ref(b) is not None
         t = b.get("type")
         return t is None or t in PRIMITIVES - {"object"}
 

@@ -234,3 +234,19 @@ def test_a_def_that_is_also_a_union_branch_round_trips_with_and_without_its_tag(
     assert isinstance(variant, v2.RunningStateUpdate)
     assert converter.unstructure(variant) == {"state": "running"}
     assert converter.unstructure(v2.RunningStateUpdate()) == {"state": "running"}
+
+
+def test_integer_literals_never_accept_booleans() -> None:
+    assert converter.structure(-32601, v1.ErrorCode) == -32601
+    with pytest.raises(DecodeError):
+        converter.structure(True, v1.ErrorCode)
+    with pytest.raises(DecodeError):
+        converter.structure(["unhashable"], v1.ToolKind)
+
+
+def test_top_level_scalars_and_lists_are_checked_not_coerced() -> None:
+    with pytest.raises(DecodeError):
+        converter.structure(5, v1.SessionId)
+    with pytest.raises(DecodeError) as info:
+        converter.structure([{"type": "text", "text": "a"}, 3], list[v1.ContentBlock])
+    assert info.value.json_path == "$[1]"

@@ -126,6 +126,10 @@ def _leaves(t: Any) -> list[Any]:
     return out
 
 
+def _is_plain(t: Any) -> bool:
+    return t in (str, int, float, bool, dict, Any, _NoneType) or get_origin(t) in (Literal, list, dict)
+
+
 # kinds of inline checks for scalar field types
 _STR, _INT, _FLOAT, _BOOL, _ANY, _OBJ = "str", "int", "float", "bool", "any", "obj"
 
@@ -148,12 +152,21 @@ def _scalar_kind(t: Any) -> str | None:
     return None
 
 
+# per scalar kind: the inline test that rejects a value (spliced into compiled hooks) and the JSON type name
 _CHECK = {
     _STR: ("v.__class__ is not str", "string"),
     _INT: ("v.__class__ is not int", "integer"),
     _FLOAT: ("v.__class__ is not float and v.__class__ is not int", "number"),
     _BOOL: ("v.__class__ is not bool", "boolean"),
     _OBJ: ("v.__class__ is not dict", "object"),
+}
+# the same tests as functions, for hooks that are closures rather than compiled code
+_REJECTS: dict[str, Callable[[Any], bool]] = {
+    _STR: lambda v: v.__class__ is not str,
+    _INT: lambda v: v.__class__ is not int,
+    _FLOAT: lambda v: v.__class__ is not float and v.__class__ is not int,
+    _BOOL: lambda v: v.__class__ is not bool,
+    _OBJ: lambda v: v.__class__ is not dict,
 }
 
 
@@ -172,6 +185,11 @@ class AcpConverter(cattrs.Converter):
         self.register_structure_hook_factory(is_acp_class, lambda t: self.structure_fn(t))
         self.register_unstructure_hook_factory(is_acp_class, lambda t: self.unstructure_fn(t))
         self.register_structure_hook_factory(_is_union, lambda t: self.structure_fn(t))
+        # scalars, Literal aliases, lists and dicts too: cattrs' own hooks would coerce (5 -> "5") or raise
+        # its own errors; every decode goes through the same strict rules and raises DecodeError
+        self.register_structure_hook_factory(_is_plain, lambda t: self.structure_fn(t))
+        for scalar in (str, int, float, bool):  # cattrs binds these by class, ahead of any factory
+            self.register_structure_hook(scalar, self.structure_fn(scalar))
         self.register_unstructure_hook_factory(_is_union, lambda t: self.unstructure_fn(t))
 
     # -- public helpers --------------------------------------------------------------------------
@@ -206,8 +224,7 @@ class AcpConverter(cattrs.Converter):
         if kind == _ANY:
             return lambda v, _t=None: v
         if kind is not None:
-            test, expected = _CHECK[kind]
-            check = eval(f"lambda v: {test}")
+            check, expected = _REJECTS[kind], _CHECK[kind][1]
 
             def scalar(v: Any, _t: Any = None) -> Any:
                 if check(v):
@@ -224,14 +241,15 @@ class AcpConverter(cattrs.Converter):
             return none
         origin = get_origin(t)
         if origin is Literal:
-            values = frozenset(get_args(t))
+            # (type, value) pairs, so that True never matches Literal[1] nor 1 Literal[True]
+            allowed = frozenset((type(x), x) for x in get_args(t))
             expected = " | ".join(repr(x) for x in get_args(t))
 
             def literal(v: Any, _t: Any = None) -> Any:
                 try:
-                    if (v in values and type(v) is not bool) or (type(v) is bool and v in values):
+                    if (v.__class__, v) in allowed:
                         return v
-                except TypeError:
+                except TypeError:  # an unhashable value is never a literal
                     pass
                 raise _bad(expected, v)
 
@@ -367,12 +385,12 @@ class AcpConverter(cattrs.Converter):
             if x is _NoneType:
                 return lambda v: v is None
             if kind is not None:
-                test = eval(f"lambda v: {_CHECK[kind][0]}")
-                return lambda v: not test(v)
+                rejects = _REJECTS[kind]
+                return lambda v: not rejects(v)
             origin = get_origin(x)
             if origin is Literal:
-                lits = get_args(x)
-                return lambda v: any(type(a) is type(v) and a == v for a in lits)
+                allowed = frozenset((type(a), a) for a in get_args(x))
+                return lambda v: v.__class__ in (str, int, bool) and (v.__class__, v) in allowed
             if origin is list:
                 return lambda v: v.__class__ is list
             if origin is dict:
@@ -431,12 +449,8 @@ class AcpConverter(cattrs.Converter):
             lines.append(f"    v = d.get({w!r}, _M)")
             if required:
                 exp = repr(_type_name(core))
-                if spec.tag and a.default is not attrs.NOTHING:
-                    lines.append("    if v is _M:")
-                    lines.append(f"        raise _missing({w!r}, {exp})")
-                else:
-                    lines.append("    if v is _M:")
-                    lines.append(f"        raise _missing({w!r}, {exp})")
+                lines.append("    if v is _M:")
+                lines.append(f"        raise _missing({w!r}, {exp})")
                 body_ind = ind
             else:
                 lines.append(f"    f{i} = UNSET")

@@ -47,7 +47,13 @@ class UnsetType(enum.Enum):
 UNSET: Final = UnsetType.UNSET
 """A field absent on the wire.  Falsy; never encoded; see ``acp_trio.value_or_default``."""
 
-NO_DEFAULT: Final[Any] = enum.Enum("NoDefault", "NO_DEFAULT").NO_DEFAULT  # type: ignore[attr-defined]
+
+class _NoDefault(enum.Enum):
+    NO_DEFAULT = "NO_DEFAULT"
+
+
+NO_DEFAULT: Final[Any] = _NoDefault.NO_DEFAULT
+"""``FieldSpec.default`` when the schema gives the field no default."""
 
 
 @attrs.frozen(slots=True)

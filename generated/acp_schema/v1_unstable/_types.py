@@ -712,140 +712,6 @@ class ContentBlockOther:
 
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
-class TextResourceContents:
-    """Text-based resource contents.
-
-    Schema: ``schema/v1/schema.unstable.json``, ``$defs/TextResourceContents``
-    """
-
-    mime_type: str | UnsetType | None = attrs.field(default=UNSET, metadata=f("mimeType", nullable=True, on_error=True))
-    """MIME type describing the encoded media payload.
-
-    (wire ``mimeType``; optional (``UNSET`` when absent))
-    """
-    text: str = attrs.field(metadata=f("text"))
-    """Text payload carried by this content block.
-
-    (wire ``text``; required)
-    """
-    uri: str = attrs.field(metadata=f("uri"))
-    """URI associated with this resource or media payload.
-
-    (wire ``uri``; required)
-    """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
-    """The _meta property is reserved by ACP to allow clients and agents to attach additional
-    metadata to their interactions. Implementations MUST NOT make assumptions about values at
-    these keys.
-
-    See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v1/draft/extensibility)
-
-    (wire ``_meta``; optional (``UNSET`` when absent))
-    """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
-    """Wire fields the schema does not define, kept verbatim and re-encoded."""
-
-    def __init__(
-        self,
-        *,
-        mime_type: str | UnsetType | None = UNSET,
-        text: str,
-        uri: str,
-        meta: dict[str, Any] | UnsetType | None = UNSET,
-        extra_fields: dict[str, Any] | None = None,
-    ) -> None:
-        self.mime_type = mime_type
-        self.text = text
-        self.uri = uri
-        self.meta = meta
-        self.extra_fields = {} if extra_fields is None else extra_fields
-
-    def __repr__(self) -> str:
-        return f"TextResourceContents(mime_type={self.mime_type!r}, text={self.text!r}, uri={self.uri!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
-
-    def __eq__(self, other: object) -> bool:
-        if other.__class__ is not self.__class__:
-            return NotImplemented
-        o: TextResourceContents = other
-        return (
-            self.mime_type == o.mime_type
-            and self.text == o.text
-            and self.uri == o.uri
-            and self.meta == o.meta
-            and self.extra_fields == o.extra_fields
-        )
-
-
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
-class BlobResourceContents:
-    """Binary resource contents.
-
-    Schema: ``schema/v1/schema.unstable.json``, ``$defs/BlobResourceContents``
-    """
-
-    blob: str = attrs.field(metadata=f("blob"))
-    """Base64-encoded bytes for a binary resource payload.
-
-    (wire ``blob``; required)
-    """
-    mime_type: str | UnsetType | None = attrs.field(default=UNSET, metadata=f("mimeType", nullable=True, on_error=True))
-    """MIME type describing the encoded media payload.
-
-    (wire ``mimeType``; optional (``UNSET`` when absent))
-    """
-    uri: str = attrs.field(metadata=f("uri"))
-    """URI associated with this resource or media payload.
-
-    (wire ``uri``; required)
-    """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
-    """The _meta property is reserved by ACP to allow clients and agents to attach additional
-    metadata to their interactions. Implementations MUST NOT make assumptions about values at
-    these keys.
-
-    See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v1/draft/extensibility)
-
-    (wire ``_meta``; optional (``UNSET`` when absent))
-    """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
-    """Wire fields the schema does not define, kept verbatim and re-encoded."""
-
-    def __init__(
-        self,
-        *,
-        blob: str,
-        mime_type: str | UnsetType | None = UNSET,
-        uri: str,
-        meta: dict[str, Any] | UnsetType | None = UNSET,
-        extra_fields: dict[str, Any] | None = None,
-    ) -> None:
-        self.blob = blob
-        self.mime_type = mime_type
-        self.uri = uri
-        self.meta = meta
-        self.extra_fields = {} if extra_fields is None else extra_fields
-
-    def __repr__(self) -> str:
-        return f"BlobResourceContents(blob={self.blob!r}, mime_type={self.mime_type!r}, uri={self.uri!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
-
-    def __eq__(self, other: object) -> bool:
-        if other.__class__ is not self.__class__:
-            return NotImplemented
-        o: BlobResourceContents = other
-        return (
-            self.blob == o.blob
-            and self.mime_type == o.mime_type
-            and self.uri == o.uri
-            and self.meta == o.meta
-            and self.extra_fields == o.extra_fields
-        )
-
-
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class FormCreateElicitationRequest:
     """Form-based elicitation where the client renders a form from the provided schema.
 
@@ -4294,49 +4160,6 @@ class PlanUpdateContentOther:
 
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
-class UnstructuredCommandInput:
-    """All text that was typed after the command name is provided as input.
-
-    Schema: ``schema/v1/schema.unstable.json``, ``$defs/UnstructuredCommandInput``
-    """
-
-    hint: str = attrs.field(metadata=f("hint"))
-    """A hint to display when the input hasn't been provided yet
-
-    (wire ``hint``; required)
-    """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
-    """The _meta property is reserved by ACP to allow clients and agents to attach additional
-    metadata to their interactions. Implementations MUST NOT make assumptions about values at
-    these keys.
-
-    See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v1/draft/extensibility)
-
-    (wire ``_meta``; optional (``UNSET`` when absent))
-    """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
-    """Wire fields the schema does not define, kept verbatim and re-encoded."""
-
-    def __init__(
-        self, *, hint: str, meta: dict[str, Any] | UnsetType | None = UNSET, extra_fields: dict[str, Any] | None = None
-    ) -> None:
-        self.hint = hint
-        self.meta = meta
-        self.extra_fields = {} if extra_fields is None else extra_fields
-
-    def __repr__(self) -> str:
-        return f"UnstructuredCommandInput(hint={self.hint!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
-
-    def __eq__(self, other: object) -> bool:
-        if other.__class__ is not self.__class__:
-            return NotImplemented
-        o: UnstructuredCommandInput = other
-        return self.hint == o.hint and self.meta == o.meta and self.extra_fields == o.extra_fields
-
-
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class RunningStateUpdate:
     """Foreground work is in progress.
 
@@ -6351,6 +6174,140 @@ class ResourceLink:
             and self.name == o.name
             and self.size == o.size
             and self.title == o.title
+            and self.uri == o.uri
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+class TextResourceContents:
+    """Text-based resource contents.
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/TextResourceContents``
+    """
+
+    mime_type: str | UnsetType | None = attrs.field(default=UNSET, metadata=f("mimeType", nullable=True, on_error=True))
+    """MIME type describing the encoded media payload.
+
+    (wire ``mimeType``; optional (``UNSET`` when absent))
+    """
+    text: str = attrs.field(metadata=f("text"))
+    """Text payload carried by this content block.
+
+    (wire ``text``; required)
+    """
+    uri: str = attrs.field(metadata=f("uri"))
+    """URI associated with this resource or media payload.
+
+    (wire ``uri``; required)
+    """
+    meta: dict[str, Any] | UnsetType | None = attrs.field(
+        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
+    )
+    """The _meta property is reserved by ACP to allow clients and agents to attach additional
+    metadata to their interactions. Implementations MUST NOT make assumptions about values at
+    these keys.
+
+    See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v1/draft/extensibility)
+
+    (wire ``_meta``; optional (``UNSET`` when absent))
+    """
+    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    """Wire fields the schema does not define, kept verbatim and re-encoded."""
+
+    def __init__(
+        self,
+        *,
+        mime_type: str | UnsetType | None = UNSET,
+        text: str,
+        uri: str,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.mime_type = mime_type
+        self.text = text
+        self.uri = uri
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
+
+    def __repr__(self) -> str:
+        return f"TextResourceContents(mime_type={self.mime_type!r}, text={self.text!r}, uri={self.uri!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: TextResourceContents = other
+        return (
+            self.mime_type == o.mime_type
+            and self.text == o.text
+            and self.uri == o.uri
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+class BlobResourceContents:
+    """Binary resource contents.
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/BlobResourceContents``
+    """
+
+    blob: str = attrs.field(metadata=f("blob"))
+    """Base64-encoded bytes for a binary resource payload.
+
+    (wire ``blob``; required)
+    """
+    mime_type: str | UnsetType | None = attrs.field(default=UNSET, metadata=f("mimeType", nullable=True, on_error=True))
+    """MIME type describing the encoded media payload.
+
+    (wire ``mimeType``; optional (``UNSET`` when absent))
+    """
+    uri: str = attrs.field(metadata=f("uri"))
+    """URI associated with this resource or media payload.
+
+    (wire ``uri``; required)
+    """
+    meta: dict[str, Any] | UnsetType | None = attrs.field(
+        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
+    )
+    """The _meta property is reserved by ACP to allow clients and agents to attach additional
+    metadata to their interactions. Implementations MUST NOT make assumptions about values at
+    these keys.
+
+    See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v1/draft/extensibility)
+
+    (wire ``_meta``; optional (``UNSET`` when absent))
+    """
+    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    """Wire fields the schema does not define, kept verbatim and re-encoded."""
+
+    def __init__(
+        self,
+        *,
+        blob: str,
+        mime_type: str | UnsetType | None = UNSET,
+        uri: str,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.blob = blob
+        self.mime_type = mime_type
+        self.uri = uri
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
+
+    def __repr__(self) -> str:
+        return f"BlobResourceContents(blob={self.blob!r}, mime_type={self.mime_type!r}, uri={self.uri!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: BlobResourceContents = other
+        return (
+            self.blob == o.blob
+            and self.mime_type == o.mime_type
             and self.uri == o.uri
             and self.meta == o.meta
             and self.extra_fields == o.extra_fields
@@ -12275,6 +12232,49 @@ class AvailableCommand:
             and self.meta == o.meta
             and self.extra_fields == o.extra_fields
         )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+class UnstructuredCommandInput:
+    """All text that was typed after the command name is provided as input.
+
+    Schema: ``schema/v1/schema.unstable.json``, ``$defs/UnstructuredCommandInput``
+    """
+
+    hint: str = attrs.field(metadata=f("hint"))
+    """A hint to display when the input hasn't been provided yet
+
+    (wire ``hint``; required)
+    """
+    meta: dict[str, Any] | UnsetType | None = attrs.field(
+        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
+    )
+    """The _meta property is reserved by ACP to allow clients and agents to attach additional
+    metadata to their interactions. Implementations MUST NOT make assumptions about values at
+    these keys.
+
+    See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v1/draft/extensibility)
+
+    (wire ``_meta``; optional (``UNSET`` when absent))
+    """
+    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    """Wire fields the schema does not define, kept verbatim and re-encoded."""
+
+    def __init__(
+        self, *, hint: str, meta: dict[str, Any] | UnsetType | None = UNSET, extra_fields: dict[str, Any] | None = None
+    ) -> None:
+        self.hint = hint
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
+
+    def __repr__(self) -> str:
+        return f"UnstructuredCommandInput(hint={self.hint!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: UnstructuredCommandInput = other
+        return self.hint == o.hint and self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)

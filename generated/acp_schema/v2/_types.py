@@ -940,148 +940,6 @@ class ContentBlockOther:
 
 
 @attrs.define(kw_only=True, init=False, repr=False, eq=False)
-class TextResourceContents:
-    """Text-based resource contents.
-
-    Schema: ``schema/v2/schema.json``, ``$defs/TextResourceContents``
-    """
-
-    text: str = attrs.field(metadata=f("text"))
-    """Text payload carried by this content block.
-
-    (wire ``text``; required)
-    """
-    uri: str = attrs.field(metadata=f("uri"))
-    """URI associated with this resource or media payload.
-
-    (wire ``uri``; required)
-    """
-    mime_type: MediaType | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("mimeType", nullable=True, on_error=True)
-    )
-    """MIME type describing the encoded media payload.
-
-    Omitted and `null` are equivalent and mean the MIME type is not specified.
-
-    (wire ``mimeType``; optional (``UNSET`` when absent))
-    """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
-    """The _meta property is reserved by ACP to allow clients and agents to attach additional
-    metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
-    Implementations MUST NOT assign meaning to keys they do not recognize.
-
-    See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v2/extensibility)
-
-    (wire ``_meta``; optional (``UNSET`` when absent))
-    """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
-    """Wire fields the schema does not define, kept verbatim and re-encoded."""
-
-    def __init__(
-        self,
-        *,
-        text: str,
-        uri: str,
-        mime_type: MediaType | UnsetType | None = UNSET,
-        meta: dict[str, Any] | UnsetType | None = UNSET,
-        extra_fields: dict[str, Any] | None = None,
-    ) -> None:
-        self.text = text
-        self.uri = uri
-        self.mime_type = mime_type
-        self.meta = meta
-        self.extra_fields = {} if extra_fields is None else extra_fields
-
-    def __repr__(self) -> str:
-        return f"TextResourceContents(text={self.text!r}, uri={self.uri!r}, mime_type={self.mime_type!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
-
-    def __eq__(self, other: object) -> bool:
-        if other.__class__ is not self.__class__:
-            return NotImplemented
-        o: TextResourceContents = other
-        return (
-            self.text == o.text
-            and self.uri == o.uri
-            and self.mime_type == o.mime_type
-            and self.meta == o.meta
-            and self.extra_fields == o.extra_fields
-        )
-
-
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
-class BlobResourceContents:
-    """Binary resource contents.
-
-    Schema: ``schema/v2/schema.json``, ``$defs/BlobResourceContents``
-    """
-
-    blob: str = attrs.field(metadata=f("blob"))
-    """Base64-encoded bytes for a binary resource payload.
-
-    (wire ``blob``; required)
-    """
-    uri: str = attrs.field(metadata=f("uri"))
-    """URI associated with this resource or media payload.
-
-    (wire ``uri``; required)
-    """
-    mime_type: MediaType | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("mimeType", nullable=True, on_error=True)
-    )
-    """MIME type describing the encoded media payload.
-
-    Omitted and `null` are equivalent and mean the MIME type is not specified.
-
-    (wire ``mimeType``; optional (``UNSET`` when absent))
-    """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
-    """The _meta property is reserved by ACP to allow clients and agents to attach additional
-    metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
-    Implementations MUST NOT assign meaning to keys they do not recognize.
-
-    See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v2/extensibility)
-
-    (wire ``_meta``; optional (``UNSET`` when absent))
-    """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
-    """Wire fields the schema does not define, kept verbatim and re-encoded."""
-
-    def __init__(
-        self,
-        *,
-        blob: str,
-        uri: str,
-        mime_type: MediaType | UnsetType | None = UNSET,
-        meta: dict[str, Any] | UnsetType | None = UNSET,
-        extra_fields: dict[str, Any] | None = None,
-    ) -> None:
-        self.blob = blob
-        self.uri = uri
-        self.mime_type = mime_type
-        self.meta = meta
-        self.extra_fields = {} if extra_fields is None else extra_fields
-
-    def __repr__(self) -> str:
-        return f"BlobResourceContents(blob={self.blob!r}, uri={self.uri!r}, mime_type={self.mime_type!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
-
-    def __eq__(self, other: object) -> bool:
-        if other.__class__ is not self.__class__:
-            return NotImplemented
-        o: BlobResourceContents = other
-        return (
-            self.blob == o.blob
-            and self.uri == o.uri
-            and self.mime_type == o.mime_type
-            and self.meta == o.meta
-            and self.extra_fields == o.extra_fields
-        )
-
-
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
 class AddDiffChange:
     """A file was added.
 
@@ -7454,6 +7312,148 @@ class ResourceLink:
             and self.mime_type == o.mime_type
             and self.size == o.size
             and self.annotations == o.annotations
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+class TextResourceContents:
+    """Text-based resource contents.
+
+    Schema: ``schema/v2/schema.json``, ``$defs/TextResourceContents``
+    """
+
+    text: str = attrs.field(metadata=f("text"))
+    """Text payload carried by this content block.
+
+    (wire ``text``; required)
+    """
+    uri: str = attrs.field(metadata=f("uri"))
+    """URI associated with this resource or media payload.
+
+    (wire ``uri``; required)
+    """
+    mime_type: MediaType | UnsetType | None = attrs.field(
+        default=UNSET, metadata=f("mimeType", nullable=True, on_error=True)
+    )
+    """MIME type describing the encoded media payload.
+
+    Omitted and `null` are equivalent and mean the MIME type is not specified.
+
+    (wire ``mimeType``; optional (``UNSET`` when absent))
+    """
+    meta: dict[str, Any] | UnsetType | None = attrs.field(
+        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
+    )
+    """The _meta property is reserved by ACP to allow clients and agents to attach additional
+    metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
+    Implementations MUST NOT assign meaning to keys they do not recognize.
+
+    See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v2/extensibility)
+
+    (wire ``_meta``; optional (``UNSET`` when absent))
+    """
+    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    """Wire fields the schema does not define, kept verbatim and re-encoded."""
+
+    def __init__(
+        self,
+        *,
+        text: str,
+        uri: str,
+        mime_type: MediaType | UnsetType | None = UNSET,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.text = text
+        self.uri = uri
+        self.mime_type = mime_type
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
+
+    def __repr__(self) -> str:
+        return f"TextResourceContents(text={self.text!r}, uri={self.uri!r}, mime_type={self.mime_type!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: TextResourceContents = other
+        return (
+            self.text == o.text
+            and self.uri == o.uri
+            and self.mime_type == o.mime_type
+            and self.meta == o.meta
+            and self.extra_fields == o.extra_fields
+        )
+
+
+@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+class BlobResourceContents:
+    """Binary resource contents.
+
+    Schema: ``schema/v2/schema.json``, ``$defs/BlobResourceContents``
+    """
+
+    blob: str = attrs.field(metadata=f("blob"))
+    """Base64-encoded bytes for a binary resource payload.
+
+    (wire ``blob``; required)
+    """
+    uri: str = attrs.field(metadata=f("uri"))
+    """URI associated with this resource or media payload.
+
+    (wire ``uri``; required)
+    """
+    mime_type: MediaType | UnsetType | None = attrs.field(
+        default=UNSET, metadata=f("mimeType", nullable=True, on_error=True)
+    )
+    """MIME type describing the encoded media payload.
+
+    Omitted and `null` are equivalent and mean the MIME type is not specified.
+
+    (wire ``mimeType``; optional (``UNSET`` when absent))
+    """
+    meta: dict[str, Any] | UnsetType | None = attrs.field(
+        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
+    )
+    """The _meta property is reserved by ACP to allow clients and agents to attach additional
+    metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
+    Implementations MUST NOT assign meaning to keys they do not recognize.
+
+    See protocol docs: [Extensibility](https://agentclientprotocol.com/protocol/v2/extensibility)
+
+    (wire ``_meta``; optional (``UNSET`` when absent))
+    """
+    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    """Wire fields the schema does not define, kept verbatim and re-encoded."""
+
+    def __init__(
+        self,
+        *,
+        blob: str,
+        uri: str,
+        mime_type: MediaType | UnsetType | None = UNSET,
+        meta: dict[str, Any] | UnsetType | None = UNSET,
+        extra_fields: dict[str, Any] | None = None,
+    ) -> None:
+        self.blob = blob
+        self.uri = uri
+        self.mime_type = mime_type
+        self.meta = meta
+        self.extra_fields = {} if extra_fields is None else extra_fields
+
+    def __repr__(self) -> str:
+        return f"BlobResourceContents(blob={self.blob!r}, uri={self.uri!r}, mime_type={self.mime_type!r}, meta={self.meta!r}, extra_fields={self.extra_fields!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        o: BlobResourceContents = other
+        return (
+            self.blob == o.blob
+            and self.uri == o.uri
+            and self.mime_type == o.mime_type
             and self.meta == o.meta
             and self.extra_fields == o.extra_fields
         )
