@@ -1,6 +1,15 @@
 """acp-trio: a trio runtime and a cattrs converter for the Agent Client Protocol.
 
-Importing this package is cheap: the converter is built on first use (``acp_trio.converter``).
+Importing this package is cheap: trio, the converter and the runtime load on first use of a name
+that needs them (``acp_trio.converter``, ``acp_trio.spawn_agent``, ...).
+
+- Typed connections: :class:`AgentSideConnection`, :class:`ClientSideConnection`.
+- Transports: :func:`serve_agent_stdio` / :func:`run_agent_stdio` (an agent on its own stdio),
+  :func:`spawn_agent` (a client spawning an agent), :func:`open_memory_pair` (in memory).
+- JSON-RPC: :class:`Connection`, :class:`Route`, :class:`RequestError` and the error codes.
+- Errors: :class:`ConnectionClosed`, :class:`RequestTimeout`, :class:`CapabilityError`,
+  :class:`ProtocolVersionError`, :class:`DecodeError`.
+- Wire types: :data:`converter`, :func:`dumps`, :func:`loads`, :data:`UNSET`.
 """
 
 from __future__ import annotations
@@ -10,30 +19,87 @@ from typing import TYPE_CHECKING, Any
 from ._spec import UNSET, MethodSpec, UnsetType
 
 if TYPE_CHECKING:
+    from ._capabilities import CapabilityError
+    from ._connection import Connection, ConnectionClosed, RequestTimeout, Route, Tap
     from ._converter import AcpConverter, DecodeError, dumps, loads, value_or_default
+    from ._core import (
+        AUTH_REQUIRED,
+        INTERNAL_ERROR,
+        INVALID_PARAMS,
+        INVALID_REQUEST,
+        METHOD_NOT_FOUND,
+        PARSE_ERROR,
+        REQUEST_CANCELLED,
+        RESOURCE_NOT_FOUND,
+        RequestError,
+    )
+    from ._roles import AgentSideConnection, ClientSideConnection, ProtocolVersionError
+    from ._stdio import open_memory_pair, run_agent_stdio, serve_agent_stdio, spawn_agent, terminate_process_group
 
     converter: AcpConverter
 
 __all__ = [
+    "AUTH_REQUIRED",
+    "INTERNAL_ERROR",
+    "INVALID_PARAMS",
+    "INVALID_REQUEST",
+    "METHOD_NOT_FOUND",
+    "PARSE_ERROR",
+    "REQUEST_CANCELLED",
+    "RESOURCE_NOT_FOUND",
     "UNSET",
     "AcpConverter",
+    "AgentSideConnection",
+    "CapabilityError",
+    "ClientSideConnection",
+    "Connection",
+    "ConnectionClosed",
     "DecodeError",
     "MethodSpec",
+    "ProtocolVersionError",
+    "RequestError",
+    "RequestTimeout",
+    "Route",
+    "Tap",
     "UnsetType",
     "converter",
     "dumps",
     "loads",
+    "open_memory_pair",
+    "run_agent_stdio",
+    "serve_agent_stdio",
+    "spawn_agent",
+    "terminate_process_group",
     "value_or_default",
 ]
 
-_LAZY = {"AcpConverter", "DecodeError", "converter", "dumps", "loads", "value_or_default"}
+_LAZY = {
+    "_converter": ("AcpConverter", "DecodeError", "converter", "dumps", "loads", "value_or_default"),
+    "_core": (
+        "AUTH_REQUIRED",
+        "INTERNAL_ERROR",
+        "INVALID_PARAMS",
+        "INVALID_REQUEST",
+        "METHOD_NOT_FOUND",
+        "PARSE_ERROR",
+        "REQUEST_CANCELLED",
+        "RESOURCE_NOT_FOUND",
+        "RequestError",
+    ),
+    "_capabilities": ("CapabilityError",),
+    "_connection": ("Connection", "ConnectionClosed", "RequestTimeout", "Route", "Tap"),
+    "_roles": ("AgentSideConnection", "ClientSideConnection", "ProtocolVersionError"),
+    "_stdio": ("open_memory_pair", "run_agent_stdio", "serve_agent_stdio", "spawn_agent", "terminate_process_group"),
+}
+_WHERE = {name: module for module, names in _LAZY.items() for name in names}
 
 
 def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        from . import _converter
+    module = _WHERE.get(name)
+    if module is not None:
+        import importlib
 
-        value = getattr(_converter, name)
+        value = getattr(importlib.import_module(f"acp_trio.{module}"), name)
         globals()[name] = value
         return value
     raise AttributeError(f"module 'acp_trio' has no attribute {name!r}")

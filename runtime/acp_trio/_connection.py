@@ -1,0 +1,610 @@
+"""The trio shell around the sans-IO core: one JSON-RPC connection over a byte stream.
+
+Contract: a :class:`Connection` reads newline-delimited JSON-RPC from a receive stream and writes
+to a send stream.  One reader task frames and dispatches; one writer task sends whatever is queued
+in a single write; every inbound request runs in its own task under its own cancel scope; inbound
+notifications that share an ordering key (a :class:`Route`'s ``serial_key``) run one after another
+in arrival order, others run at once.  A response is handed to its caller only after every ordered
+notification that arrived before it has been handled.
+
+It knows JSON-RPC and ``$/cancel_request`` (the cancel method name is a parameter), and nothing of
+ACP's methods: which methods exist, their params and result types and their ordering keys come in
+as :class:`Route` objects from the typed layer (:mod:`acp_trio._roles`), built from the generated
+method tables.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+from collections.abc import Awaitable, Callable, Hashable, Mapping
+from contextlib import asynccontextmanager
+from typing import Any, Literal, TypeAlias
+
+import trio
+
+from . import _core
+from ._core import RequestError, RequestId
+from ._spec import MethodSpec
+
+log = logging.getLogger("acp_trio.connection")
+
+Tap: TypeAlias = Callable[[Literal["in", "out"], bytes], None]
+"""A raw-message observer, called as ``tap(direction, line)`` for every message.
+
+``direction`` is ``"in"`` or ``"out"``; an outgoing ``line`` ends in ``\\n``, an incoming one has no newline.
+"""
+
+Handler: TypeAlias = Callable[[Any], Awaitable[Any]]
+
+_HIGH_WATER = 1 << 20  # bytes queued before a sender waits for the writer
+_READ_SIZE = 1 << 16
+
+
+class ConnectionClosed(Exception):
+    """The connection closed (closed locally, end of stream, or a broken pipe) before the operation finished.
+
+    ``reason``: a short human-readable cause.
+    """
+
+    def __init__(self, reason: str = "connection closed") -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+class RequestTimeout(TimeoutError):
+    """An outbound request got no response within its timeout; ``$/cancel_request`` was sent for it.
+
+    ``method``: the request's method.  ``timeout``: the limit, in seconds.  ``request_id``: its id.
+    """
+
+    def __init__(self, method: str, timeout: float, request_id: RequestId) -> None:
+        super().__init__(f"{method} (request id {request_id!r}) got no response within {timeout:g} s")
+        self.method = method
+        self.timeout = timeout
+        self.request_id = request_id
+
+
+class Route:
+    """How to handle one inbound method.
+
+    ``method``: the wire name.  ``kind``: ``"request"`` or ``"notification"``.  ``params_type`` /
+    ``result_type``: annotations for the converter (``Any`` passes JSON through).  ``handler``:
+    ``async (params) -> result``.  ``serial_key``: for notifications, ``(params) -> key``; those with
+    equal keys are handled one at a time in arrival order (``None``: no ordering).  ``on_cancelled``:
+    for requests, ``(params) -> result`` to answer with when the handler's own scope was cancelled
+    by the typed layer (``None``: such a request answers -32800).
+    """
+
+    __slots__ = ("handler", "kind", "method", "on_cancelled", "params_type", "result_type", "serial_key")
+
+    def __init__(
+        self,
+        method: str,
+        kind: Literal["request", "notification"],
+        handler: Handler,
+        *,
+        params_type: Any = Any,
+        result_type: Any = Any,
+        serial_key: Callable[[Any], Hashable] | None = None,
+        on_cancelled: Callable[[Any], Any] | None = None,
+    ) -> None:
+        self.method = method
+        self.kind = kind
+        self.handler = handler
+        self.params_type = params_type
+        self.result_type = result_type
+        self.serial_key = serial_key
+        self.on_cancelled = on_cancelled
+
+
+class _Slot:
+    __slots__ = ("error", "event", "result", "seq")
+
+    def __init__(self) -> None:
+        self.event = trio.Event()
+        self.result: Any = None
+        self.error: BaseException | None = None
+        self.seq = 0
+
+
+class _Inbound:
+    __slots__ = ("peer_cancelled", "scope")
+
+    def __init__(self) -> None:
+        self.scope = trio.CancelScope()
+        self.peer_cancelled = False
+
+
+class _SerialQueue:
+    __slots__ = ("items", "running")
+
+    def __init__(self) -> None:
+        self.items: deque[tuple[int, Route, Any]] = deque()
+        self.running = False
+
+
+class Connection:
+    """One JSON-RPC 2.0 connection over newline-delimited JSON.
+
+    ``send_stream``/``receive_stream``: a ``trio.abc.SendStream`` and ``trio.abc.ReceiveStream``
+    (pass the same ``trio.abc.Stream`` twice for a bidirectional stream).  ``routes``: method →
+    :class:`Route` for what this side handles (consulted per message, so it may grow later).
+    ``converter``: an :class:`acp_trio.AcpConverter` (default: the shared one).
+    ``max_message_size``: cap on one inbound message, in bytes (default 32 MiB).  ``tap``: see
+    :data:`Tap`.  ``cancel_method``: the notification that cancels a request
+    (``"$/cancel_request"``), ``None`` to neither send nor honour one.  ``close_timeout``: seconds
+    allowed for flushing and closing the stream when the connection closes.  ``name``: for logs.
+
+    Use it as an async context manager (``async with conn:``); leaving the block closes it.  While
+    open, :meth:`request`/:meth:`notify` (JSON values) and :meth:`send_request`/:meth:`send_notification`
+    (typed, via a :class:`MethodSpec`) send; all raise :class:`ConnectionClosed` once it closed.
+    """
+
+    def __init__(
+        self,
+        send_stream: trio.abc.SendStream,
+        receive_stream: trio.abc.ReceiveStream,
+        routes: Mapping[str, Route] | None = None,
+        *,
+        converter: Any = None,
+        max_message_size: int = _core.DEFAULT_MAX_MESSAGE_SIZE,
+        tap: Tap | None = None,
+        cancel_method: str | None = "$/cancel_request",
+        close_timeout: float = 2.0,
+        name: str = "acp",
+    ) -> None:
+        if converter is None:
+            from ._converter import converter as shared
+
+            converter = shared
+        self._send_stream = send_stream
+        self._receive_stream = receive_stream
+        self.routes: dict[str, Route] = dict(routes or {})
+        self.converter = converter
+        self._framer = _core.LineFramer(max_message_size)
+        self.tap = tap
+        self.cancel_method = cancel_method
+        self.close_timeout = close_timeout
+        self.name = name
+        self._pending: _core.PendingRequests[_Slot] = _core.PendingRequests()
+        self._inbound: dict[RequestId | None, _Inbound] = {}
+        self._queues: dict[Hashable, _SerialQueue] = {}
+        self._serial_lot = trio.lowlevel.ParkingLot()
+        self._outbox: list[bytes] = []
+        self._outbox_bytes = 0
+        self._wake_writer = trio.Event()
+        self._drained = trio.Event()
+        self._seq = 0
+        self._closed: ConnectionClosed | None = None
+        self._closed_event = trio.Event()
+        self._writer_done = trio.Event()
+        self._read_closed: str | None = None
+        self._busy = 0  # inbound handler tasks and notification queues still running
+        self._nursery: trio.Nursery | None = None
+        self._service_scope = trio.CancelScope()
+        self._cm: Any = None
+
+    # -- lifecycle -------------------------------------------------------------------------------
+    @property
+    def closed(self) -> bool:
+        """True once the connection closed (locally, by end of stream, or by a write failure)."""
+        return self._closed is not None
+
+    async def wait_closed(self) -> None:
+        """Wait until the connection closes (for a server: until the peer goes away)."""
+        await self._closed_event.wait()
+
+    async def __aenter__(self) -> Connection:
+        self._cm = self._running()
+        await self._cm.__aenter__()
+        return self
+
+    async def __aexit__(self, *exc: object) -> bool | None:
+        cm, self._cm = self._cm, None
+        result: bool | None = await cm.__aexit__(*exc)
+        return result
+
+    @asynccontextmanager
+    async def _running(self) -> Any:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(self._service)
+            try:
+                yield self
+            finally:
+                await self.aclose()
+
+    async def _service(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        with self._service_scope:
+            async with trio.open_nursery() as inner:
+                self._nursery = inner
+                inner.start_soon(self._writer)
+                inner.start_soon(self._reader)
+                task_status.started()
+
+    async def aclose(self, reason: str = "connection closed") -> None:
+        """Close: fail pending requests with :class:`ConnectionClosed`, cancel running handlers,
+        flush what is queued and close the send stream (shielded, at most ``close_timeout`` s each)."""
+        self._mark_closed(reason)
+        with trio.CancelScope(shield=True):
+            with trio.move_on_after(self.close_timeout):
+                await self._writer_done.wait()
+            with trio.move_on_after(self.close_timeout) as cs:
+                try:
+                    await self._send_stream.aclose()
+                except (trio.BrokenResourceError, trio.ClosedResourceError, trio.BusyResourceError, OSError):
+                    pass
+            if cs.cancelled_caught:
+                await trio.aclose_forcefully(self._send_stream)
+        self._service_scope.cancel()
+
+    def _mark_closed(self, reason: str) -> None:
+        if self._closed is not None:
+            return
+        self._closed = ConnectionClosed(reason)
+        log.debug("%s: closing (%s)", self.name, reason)
+        self._fail_pending(reason)
+        for inbound in self._inbound.values():
+            inbound.scope.cancel()
+        self._serial_lot.unpark_all()
+        self._wake_writer.set()
+        self._drained.set()
+        self._closed_event.set()
+
+    def _fail_pending(self, reason: str) -> None:
+        for slot in self._pending.drain():
+            slot.error = ConnectionClosed(reason)
+            slot.event.set()
+
+    def _check_open(self) -> None:
+        if self._closed is not None:
+            raise ConnectionClosed(self._closed.reason)
+
+    def _task_done(self) -> None:
+        self._busy -= 1
+        if not self._busy:
+            self._serial_lot.unpark_all()
+
+    # -- writing ---------------------------------------------------------------------------------
+    def _enqueue(self, line: bytes) -> None:
+        if self._closed is not None:
+            return
+        if self.tap is not None:
+            self.tap("out", line)
+        self._outbox.append(line)
+        self._outbox_bytes += len(line)
+        self._wake_writer.set()
+
+    async def _backpressure(self) -> None:
+        # Queue first, wait after: a message once queued is sent even if its sender is cancelled.
+        if self._outbox_bytes > _HIGH_WATER:
+            if self._drained.is_set():
+                self._drained = trio.Event()
+            await self._drained.wait()
+            self._check_open()
+
+    async def _writer(self) -> None:
+        """The only task that writes: sends everything queued in one write, until closed and drained."""
+        try:
+            while True:
+                await self._wake_writer.wait()
+                self._wake_writer = trio.Event()
+                while self._outbox:
+                    batch, self._outbox = self._outbox, []
+                    self._outbox_bytes = 0
+                    self._drained.set()
+                    try:
+                        await self._send_stream.send_all(batch[0] if len(batch) == 1 else b"".join(batch))
+                    except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
+                        log.debug("%s: write failed: %r", self.name, exc)
+                        self._outbox.clear()
+                        self._mark_closed(f"write failed: {exc!r}")
+                        return
+                if self._closed is not None:
+                    return
+        finally:
+            self._writer_done.set()
+
+    # -- reading ---------------------------------------------------------------------------------
+    async def _reader(self) -> None:
+        reason = "end of stream"
+        try:
+            while True:
+                try:
+                    data = await self._receive_stream.receive_some(_READ_SIZE)
+                except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
+                    reason = f"read failed: {exc!r}"
+                    break
+                if not data:
+                    for item in self._framer.close():
+                        self._on_line(item)
+                    break
+                for item in self._framer.feed(data):
+                    self._on_line(item)
+        finally:
+            if self._closed is None:
+                # Nothing more can be read, so no response can come: fail what waits for one now,
+                # but let the handlers already running finish and send their answers.
+                log.debug("%s: %s", self.name, reason)
+                self._read_closed = reason
+                self._fail_pending(reason)
+                while self._busy and self._closed is None:
+                    await self._serial_lot.park()
+                self._mark_closed(reason)
+            # let output already queued go out before the service ends
+            with trio.CancelScope(shield=True), trio.move_on_after(self.close_timeout):
+                await self._writer_done.wait()
+            self._service_scope.cancel()
+
+    def _on_line(self, item: bytes | _core.OversizedMessage) -> None:
+        if type(item) is _core.OversizedMessage:
+            log.warning("%s: dropped an inbound message of more than %d bytes", self.name, item.limit)
+            self._enqueue(
+                _core.encode_error(
+                    None,
+                    RequestError.invalid_request(
+                        {"detail": "message too large", "limit": item.limit, "size": item.size}
+                    ),
+                )
+            )
+            return
+        assert isinstance(item, bytes)
+        if self.tap is not None:
+            self.tap("in", item)
+        msg = _core.parse(item)
+        self._seq += 1
+        if type(msg) is _core.Batch:
+            self._on_batch(msg)
+        else:
+            line = self._dispatch(msg, None)
+            if line is not None:
+                self._enqueue(line)
+
+    def _dispatch(self, msg: Any, batch: list[bytes | None] | None) -> bytes | None:
+        """Handle one message; returns a line to send now, if any.  In a batch, request answers go to ``batch``."""
+        kind = type(msg)
+        if kind is _core.Notification:
+            self._on_notification(msg)
+        elif kind is _core.Request:
+            return self._on_request(msg, batch)
+        elif kind is _core.Response or kind is _core.ErrorResponse:
+            self._on_response(msg)
+        else:  # Invalid
+            log.debug("%s: invalid message: %s", self.name, msg.error)
+            return _core.encode_error(msg.id, msg.error)
+        return None
+
+    def _on_batch(self, batch: _core.Batch) -> None:
+        answers: list[bytes | None] = []
+        for msg in batch.items:
+            line = self._dispatch(msg, answers)
+            if line is not None:
+                answers.append(line)
+        if answers:
+            assert self._nursery is not None
+            self._busy += 1
+            self._nursery.start_soon(self._answer_batch, answers)
+
+    async def _answer_batch(self, answers: list[bytes | None]) -> None:
+        # request tasks fill their placeholder (None) when done; wait for all, then send one array
+        try:
+            while any(a is None for a in answers) and self._closed is None:
+                await self._serial_lot.park()
+            parts = [a.rstrip(b"\n") for a in answers if a]
+            if parts:
+                self._enqueue(b"[" + b",".join(parts) + b"]\n")
+        finally:
+            self._task_done()
+
+    # -- inbound notifications -------------------------------------------------------------------
+    def _on_notification(self, msg: _core.Notification) -> None:
+        method = msg.method
+        if method == self.cancel_method and self.cancel_method is not None:
+            self._on_cancel_request(msg.params)
+            return
+        route = self.routes.get(method)
+        if route is None or route.kind != "notification":
+            log.debug("%s: ignoring notification %r: no handler", self.name, method)
+            return
+        try:
+            params = self.converter.structure_fn(route.params_type)({} if msg.params is None else msg.params)
+        except Exception as exc:
+            log.warning("%s: dropping notification %r with invalid params: %s", self.name, method, exc)
+            return
+        key = route.serial_key(params) if route.serial_key is not None else None
+        assert self._nursery is not None
+        if key is None:
+            self._busy += 1
+            self._nursery.start_soon(self._run_notification, route, params, True, name=method)
+            return
+        queue = self._queues.get(key)
+        if queue is None:
+            queue = self._queues[key] = _SerialQueue()
+        queue.items.append((self._seq, route, params))
+        if not queue.running:
+            queue.running = True
+            self._busy += 1
+            self._nursery.start_soon(self._drain_queue, key, queue, name=method)
+
+    async def _run_notification(self, route: Route, params: Any, counted: bool = False) -> None:
+        try:
+            await route.handler(params)
+        except Exception:
+            log.exception("%s: notification handler for %r raised", self.name, route.method)
+        finally:
+            if counted:
+                self._task_done()
+
+    async def _drain_queue(self, key: Hashable, queue: _SerialQueue) -> None:
+        try:
+            while queue.items:
+                _seq, route, params = queue.items[0]
+                await self._run_notification(route, params)
+                queue.items.popleft()
+                self._serial_lot.unpark_all()
+        finally:
+            queue.running = False
+            if not queue.items and self._queues.get(key) is queue:
+                del self._queues[key]
+            self._task_done()
+
+    def _serial_blocked(self, seq: int) -> bool:
+        for queue in self._queues.values():
+            if queue.items and queue.items[0][0] < seq:
+                return True
+        return False
+
+    async def _wait_serial_before(self, seq: int) -> None:
+        while self._queues and self._closed is None and self._serial_blocked(seq):
+            await self._serial_lot.park()
+
+    def _on_cancel_request(self, params: Any) -> None:
+        request_id = params.get("requestId") if type(params) is dict else None
+        inbound = self._inbound.get(request_id) if _core.is_request_id(request_id) else None
+        if inbound is None:
+            log.debug("%s: cancel for unknown or finished request %r", self.name, request_id)
+            return
+        inbound.peer_cancelled = True
+        inbound.scope.cancel()
+
+    # -- inbound requests ------------------------------------------------------------------------
+    def _on_request(self, msg: _core.Request, batch: list[bytes | None] | None) -> bytes | None:
+        route = self.routes.get(msg.method)
+        if route is None or route.kind != "request":
+            log.debug("%s: method not found: %r", self.name, msg.method)
+            return _core.encode_error(msg.id, RequestError.method_not_found(msg.method))
+        if msg.id in self._inbound:
+            return _core.encode_error(
+                msg.id, RequestError.invalid_request({"detail": "a request with this id is already running"})
+            )
+        try:
+            params = self.converter.structure_fn(route.params_type)({} if msg.params is None else msg.params)
+        except Exception as exc:
+            return _core.encode_error(msg.id, RequestError.invalid_params(_decode_error_data(exc)))
+        inbound = self._inbound[msg.id] = _Inbound()
+        index = -1
+        if batch is not None:
+            index = len(batch)
+            batch.append(None)
+        assert self._nursery is not None
+        self._busy += 1
+        self._nursery.start_soon(self._run_request, msg.id, route, params, inbound, batch, index, name=msg.method)
+        return None
+
+    async def _run_request(
+        self,
+        request_id: RequestId | None,
+        route: Route,
+        params: Any,
+        inbound: _Inbound,
+        batch: list[bytes | None] | None,
+        index: int,
+    ) -> None:
+        line: bytes | None = None
+        done = False
+        result: Any = None
+        try:
+            with inbound.scope:
+                result = await route.handler(params)
+                done = True
+            if not done:
+                if inbound.peer_cancelled or route.on_cancelled is None or self._closed is not None:
+                    line = _core.encode_error(request_id, RequestError.request_cancelled())
+                else:
+                    result = route.on_cancelled(params)
+                    done = True
+            if done:
+                line = _core.encode_result(request_id, self.converter.unstructure_fn(route.result_type)(result))
+        except RequestError as exc:
+            line = _core.encode_error(request_id, exc)
+        except Exception:
+            log.exception("%s: handler for %r (request id %r) raised", self.name, route.method, request_id)
+            line = _core.encode_error(request_id, RequestError.internal_error())
+        finally:
+            if self._inbound.get(request_id) is inbound:
+                del self._inbound[request_id]
+            if batch is not None:
+                batch[index] = line if line is not None else b""
+            elif line is not None:
+                self._enqueue(line)
+            self._task_done()
+
+    # -- inbound responses -----------------------------------------------------------------------
+    def _on_response(self, msg: _core.Response | _core.ErrorResponse) -> None:
+        slot = self._pending.pop(msg.id)
+        if slot is None:
+            log.debug("%s: dropping a response for unknown request id %r", self.name, msg.id)
+            return
+        if type(msg) is _core.Response:
+            slot.result = msg.result
+        else:
+            assert isinstance(msg, _core.ErrorResponse)
+            slot.error = msg.error
+        slot.seq = self._seq
+        slot.event.set()
+
+    # -- outbound --------------------------------------------------------------------------------
+    async def request(self, method: str, params: Any = None, *, timeout: float | None = None) -> Any:
+        """Send a request with JSON ``params``; return the JSON result.
+
+        ``timeout``: seconds to wait for the response (``None``: no limit).  Raises
+        :class:`RequestError` (the peer answered with an error), :class:`RequestTimeout` (after
+        sending ``$/cancel_request``), :class:`ConnectionClosed`.  If the calling task is cancelled
+        while waiting, ``$/cancel_request`` is sent for the request and the cancellation propagates.
+        """
+        self._check_open()
+        if self._read_closed is not None:
+            raise ConnectionClosed(self._read_closed)
+        slot = _Slot()
+        request_id = self._pending.add(slot)
+        self._enqueue(_core.encode_request(request_id, method, params))
+        try:
+            await self._backpressure()
+            if timeout is None:
+                await slot.event.wait()
+            else:
+                with trio.move_on_after(timeout):
+                    await slot.event.wait()
+                if not slot.event.is_set():
+                    self._cancel_outbound(request_id)
+                    raise RequestTimeout(method, timeout, request_id)
+        except BaseException:
+            self._cancel_outbound(request_id)
+            raise
+        if self._queues:
+            await self._wait_serial_before(slot.seq)
+        if slot.error is not None:
+            raise slot.error
+        return slot.result
+
+    def _cancel_outbound(self, request_id: int) -> None:
+        if self._pending.pop(request_id) is not None and self.cancel_method is not None:
+            log.debug("%s: cancelling outbound request %r", self.name, request_id)
+            self._enqueue(_core.encode_notification(self.cancel_method, {"requestId": request_id}))
+
+    async def notify(self, method: str, params: Any = None) -> None:
+        """Send a notification with JSON ``params``.  Raises :class:`ConnectionClosed`."""
+        self._check_open()
+        self._enqueue(_core.encode_notification(method, params))
+        await self._backpressure()
+
+    async def send_request(self, spec: MethodSpec, params: Any, *, timeout: float | None = None) -> Any:
+        """Typed :meth:`request`: encode ``params`` as ``spec.params_type``, decode the result as
+        ``spec.result_type`` (raises :class:`acp_trio.DecodeError` if it does not fit)."""
+        wire = self.converter.unstructure_fn(spec.params_type)(params)
+        result = await self.request(spec.method, wire, timeout=timeout)
+        return self.converter.structure_fn(spec.result_type)(result)
+
+    async def send_notification(self, spec: MethodSpec, params: Any) -> None:
+        """Typed :meth:`notify`: encode ``params`` as ``spec.params_type``."""
+        await self.notify(spec.method, self.converter.unstructure_fn(spec.params_type)(params))
+
+
+def _decode_error_data(exc: Exception) -> Any:
+    path = getattr(exc, "json_path", None)
+    if path is None:
+        return {"detail": str(exc)}
+    return {"path": path, "expected": getattr(exc, "expected", None), "detail": str(exc)}
+
+
+__all__ = ["Connection", "ConnectionClosed", "RequestTimeout", "Route", "Tap"]

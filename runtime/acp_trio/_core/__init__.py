@@ -1,0 +1,66 @@
+"""Sans-IO JSON-RPC 2.0 for ACP: newline-delimited framing, envelopes, ids, errors, pending requests.
+
+Contract: bytes in, events out; messages in, bytes out.  This package does no I/O, imports no async
+library and knows no ACP method by name (a test enforces both), so it can be driven by trio, by a
+test, or by anything else.  The trio shell lives in :mod:`acp_trio._connection`.
+"""
+
+from __future__ import annotations
+
+from ._framing import DEFAULT_MAX_MESSAGE_SIZE, LineFramer, OversizedMessage
+from ._jsonrpc import (
+    AUTH_REQUIRED,
+    INTERNAL_ERROR,
+    INVALID_PARAMS,
+    INVALID_REQUEST,
+    METHOD_NOT_FOUND,
+    PARSE_ERROR,
+    REQUEST_CANCELLED,
+    RESOURCE_NOT_FOUND,
+    Batch,
+    ErrorResponse,
+    Invalid,
+    Message,
+    Notification,
+    PendingRequests,
+    Request,
+    RequestError,
+    RequestId,
+    Response,
+    encode_error,
+    encode_notification,
+    encode_request,
+    encode_result,
+    is_request_id,
+    parse,
+)
+
+__all__ = [
+    "AUTH_REQUIRED",
+    "DEFAULT_MAX_MESSAGE_SIZE",
+    "INTERNAL_ERROR",
+    "INVALID_PARAMS",
+    "INVALID_REQUEST",
+    "METHOD_NOT_FOUND",
+    "PARSE_ERROR",
+    "REQUEST_CANCELLED",
+    "RESOURCE_NOT_FOUND",
+    "Batch",
+    "ErrorResponse",
+    "Invalid",
+    "LineFramer",
+    "Message",
+    "Notification",
+    "OversizedMessage",
+    "PendingRequests",
+    "Request",
+    "RequestError",
+    "RequestId",
+    "Response",
+    "encode_error",
+    "encode_notification",
+    "encode_request",
+    "encode_result",
+    "is_request_id",
+    "parse",
+]

@@ -1,0 +1,296 @@
+"""JSON-RPC 2.0 envelopes, request ids, error codes and the pending-request table.
+
+Source: https://www.jsonrpc.org/specification and the ACP schema's ``$defs/ErrorCode``.
+``parse`` turns one framed line into a :data:`Message` (or a :class:`Batch` of them); the
+``encode_*`` functions turn one outgoing message into its line (``bytes`` ending in ``\\n``).
+Params and results are plain JSON values here: typing them is the caller's business.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final, Generic, TypeAlias, TypeVar
+
+import orjson
+
+PARSE_ERROR: Final = -32700
+"""Invalid JSON was received."""
+INVALID_REQUEST: Final = -32600
+"""The JSON is not a valid request, notification or response."""
+METHOD_NOT_FOUND: Final = -32601
+"""The method does not exist or is not available."""
+INVALID_PARAMS: Final = -32602
+"""The params do not match the method's params type."""
+INTERNAL_ERROR: Final = -32603
+"""The handler failed; details are in the receiver's log, not on the wire."""
+REQUEST_CANCELLED: Final = -32800
+"""The request was cancelled (``$/cancel_request``) before it produced a result."""
+AUTH_REQUIRED: Final = -32000
+"""ACP: authentication is required before this operation."""
+RESOURCE_NOT_FOUND: Final = -32002
+"""ACP: a resource such as a session or a file was not found."""
+
+RequestId: TypeAlias = "int | str"
+"""A request id: an integer or a string (JSON-RPC also allows null, which no ACP peer sends)."""
+
+_OPT: Final = orjson.OPT_APPEND_NEWLINE
+
+
+def is_request_id(value: object) -> bool:
+    """True for an integer (not a bool) or a string: the ids this library sends and matches."""
+    return isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool))
+
+
+class RequestError(Exception):
+    """A JSON-RPC error: raised by a handler to answer with an error, or by a request that got one.
+
+    ``code``: the JSON-RPC error code (see the module constants).  ``message``: a short sentence.
+    ``data``: optional JSON value with details (omitted from the wire when ``None``).
+    """
+
+    def __init__(self, code: int, message: str, data: Any = None) -> None:
+        super().__init__(code, message, data)
+        self.code = code
+        self.message = message
+        self.data = data
+
+    def __str__(self) -> str:
+        text = f"{self.message} (JSON-RPC error {self.code})"
+        if self.data is not None:
+            text += f": {self.data!r}"
+        return text
+
+    def to_wire(self) -> dict[str, Any]:
+        """The JSON-RPC error object."""
+        obj: dict[str, Any] = {"code": self.code, "message": self.message}
+        if self.data is not None:
+            obj["data"] = self.data
+        return obj
+
+    @classmethod
+    def method_not_found(cls, method: str) -> RequestError:
+        return cls(METHOD_NOT_FOUND, "Method not found", {"method": method})
+
+    @classmethod
+    def invalid_params(cls, data: Any = None) -> RequestError:
+        return cls(INVALID_PARAMS, "Invalid params", data)
+
+    @classmethod
+    def invalid_request(cls, data: Any = None) -> RequestError:
+        return cls(INVALID_REQUEST, "Invalid request", data)
+
+    @classmethod
+    def internal_error(cls, data: Any = None) -> RequestError:
+        return cls(INTERNAL_ERROR, "Internal error", data)
+
+    @classmethod
+    def request_cancelled(cls, data: Any = None) -> RequestError:
+        return cls(REQUEST_CANCELLED, "Request cancelled", data)
+
+    @classmethod
+    def auth_required(cls, data: Any = None) -> RequestError:
+        return cls(AUTH_REQUIRED, "Authentication required", data)
+
+    @classmethod
+    def resource_not_found(cls, uri: str | None = None) -> RequestError:
+        return cls(RESOURCE_NOT_FOUND, "Resource not found", None if uri is None else {"uri": uri})
+
+
+class Request:
+    """An inbound request: ``id``, ``method``, ``params`` (a JSON object or array, ``None`` if absent)."""
+
+    __slots__ = ("id", "method", "params")
+
+    def __init__(self, id: RequestId | None, method: str, params: Any) -> None:
+        self.id = id
+        self.method = method
+        self.params = params
+
+    def __repr__(self) -> str:
+        return f"Request(id={self.id!r}, method={self.method!r})"
+
+
+class Notification:
+    """An inbound notification: ``method``, ``params``; it never gets a response."""
+
+    __slots__ = ("method", "params")
+
+    def __init__(self, method: str, params: Any) -> None:
+        self.method = method
+        self.params = params
+
+    def __repr__(self) -> str:
+        return f"Notification(method={self.method!r})"
+
+
+class Response:
+    """A successful response: ``id`` and ``result`` (any JSON value)."""
+
+    __slots__ = ("id", "result")
+
+    def __init__(self, id: RequestId, result: Any) -> None:
+        self.id = id
+        self.result = result
+
+    def __repr__(self) -> str:
+        return f"Response(id={self.id!r})"
+
+
+class ErrorResponse:
+    """An error response: ``id`` (``None`` when the peer could not tell which request failed) and ``error``."""
+
+    __slots__ = ("error", "id")
+
+    def __init__(self, id: RequestId | None, error: RequestError) -> None:
+        self.id = id
+        self.error = error
+
+    def __repr__(self) -> str:
+        return f"ErrorResponse(id={self.id!r}, error={self.error!r})"
+
+
+class Invalid:
+    """Something that must be answered with ``error`` and ``id`` (``None`` if no id could be read)."""
+
+    __slots__ = ("error", "id")
+
+    def __init__(self, id: RequestId | None, error: RequestError) -> None:
+        self.id = id
+        self.error = error
+
+    def __repr__(self) -> str:
+        return f"Invalid(id={self.id!r}, error={self.error!r})"
+
+
+Message: TypeAlias = "Request | Notification | Response | ErrorResponse | Invalid"
+
+
+class Batch:
+    """A JSON array of messages (JSON-RPC 2.0 batch): answer with one array of the responses, or nothing."""
+
+    __slots__ = ("items",)
+
+    def __init__(self, items: list[Message]) -> None:
+        self.items = items
+
+    def __repr__(self) -> str:
+        return f"Batch({self.items!r})"
+
+
+def parse(line: bytes) -> Message | Batch:
+    """Parse one framed line.
+
+    Invalid JSON (including invalid UTF-8) → :class:`Invalid` with -32700 and id ``None``.  An empty
+    array → :class:`Invalid` -32600.  A non-empty array → :class:`Batch`.  Anything else goes
+    through :func:`classify`.
+    """
+    try:
+        obj = orjson.loads(line)
+    except orjson.JSONDecodeError as exc:
+        return Invalid(None, RequestError(PARSE_ERROR, "Parse error", {"detail": str(exc)}))
+    if type(obj) is list:
+        if not obj:
+            return Invalid(None, RequestError.invalid_request({"detail": "empty batch"}))
+        return Batch([classify(item) for item in obj])
+    return classify(obj)
+
+
+def _bad_id(value: object) -> bool:
+    return value is not None and not is_request_id(value)
+
+
+def classify(obj: Any) -> Message:
+    """Classify one decoded JSON value as a request, notification, response or invalid message."""
+    if type(obj) is not dict:
+        return Invalid(None, RequestError.invalid_request({"detail": "a message must be a JSON object"}))
+    raw_id = obj.get("id")
+    msg_id = raw_id if is_request_id(raw_id) else None
+    if obj.get("jsonrpc") != "2.0":
+        return Invalid(msg_id, RequestError.invalid_request({"detail": 'missing or wrong "jsonrpc": expected "2.0"'}))
+    method = obj.get("method")
+    if method is not None:
+        if type(method) is not str:
+            return Invalid(msg_id, RequestError.invalid_request({"detail": '"method" must be a string'}))
+        params = obj.get("params")
+        if params is not None and type(params) not in (dict, list):
+            return Invalid(msg_id, RequestError.invalid_request({"detail": '"params" must be an object or an array'}))
+        if "id" not in obj:
+            return Notification(method, params)
+        if _bad_id(raw_id):
+            return Invalid(None, RequestError.invalid_request({"detail": '"id" must be an integer or a string'}))
+        return Request(raw_id, method, params)
+    has_result = "result" in obj
+    has_error = "error" in obj
+    if has_result == has_error or "id" not in obj or _bad_id(raw_id):
+        return Invalid(msg_id, RequestError.invalid_request({"detail": "not a request, notification or response"}))
+    if has_result:
+        if raw_id is None:
+            return Invalid(None, RequestError.invalid_request({"detail": "a result needs an id"}))
+        return Response(raw_id, obj["result"])
+    err = obj["error"]
+    if type(err) is dict and type(err.get("code")) is int and isinstance(err.get("message"), str):
+        return ErrorResponse(raw_id, RequestError(err["code"], err["message"], err.get("data")))
+    return ErrorResponse(raw_id, RequestError(INTERNAL_ERROR, "Malformed error response from peer", {"error": err}))
+
+
+def encode_request(id: RequestId, method: str, params: Any) -> bytes:
+    """One request line.  ``params`` ``None`` is omitted."""
+    if params is None:
+        return orjson.dumps({"jsonrpc": "2.0", "id": id, "method": method}, option=_OPT)
+    return orjson.dumps({"jsonrpc": "2.0", "id": id, "method": method, "params": params}, option=_OPT)
+
+
+def encode_notification(method: str, params: Any) -> bytes:
+    """One notification line.  ``params`` ``None`` is omitted."""
+    if params is None:
+        return orjson.dumps({"jsonrpc": "2.0", "method": method}, option=_OPT)
+    return orjson.dumps({"jsonrpc": "2.0", "method": method, "params": params}, option=_OPT)
+
+
+def encode_result(id: RequestId | None, result: Any) -> bytes:
+    """One success-response line (``result`` may be ``null``)."""
+    return orjson.dumps({"jsonrpc": "2.0", "id": id, "result": result}, option=_OPT)
+
+
+def encode_error(id: RequestId | None, error: RequestError) -> bytes:
+    """One error-response line."""
+    return orjson.dumps({"jsonrpc": "2.0", "id": id, "error": error.to_wire()}, option=_OPT)
+
+
+T = TypeVar("T")
+
+
+class PendingRequests(Generic[T]):
+    """Outbound requests awaiting a response: id → the caller's slot.
+
+    Ids are allocated as increasing integers from 0.  ``pop`` removes and returns a slot (``None``
+    when the id is unknown: a late or duplicate response); ``drain`` empties the table, for failing
+    every caller at once when the connection closes.
+    """
+
+    __slots__ = ("_next", "_slots")
+
+    def __init__(self) -> None:
+        self._next = 0
+        self._slots: dict[RequestId, T] = {}
+
+    def add(self, slot: T) -> int:
+        request_id = self._next
+        self._next += 1
+        self._slots[request_id] = slot
+        return request_id
+
+    def pop(self, request_id: RequestId | None) -> T | None:
+        if request_id is None:
+            return None
+        return self._slots.pop(request_id, None)
+
+    def drain(self) -> list[T]:
+        slots = list(self._slots.values())
+        self._slots.clear()
+        return slots
+
+    def __len__(self) -> int:
+        return len(self._slots)
+
+    def __contains__(self, request_id: object) -> bool:
+        return request_id in self._slots

@@ -1,0 +1,492 @@
+"""Typed ACP agents and clients over a :class:`~acp_trio.Connection`.
+
+Contract: :class:`AgentSideConnection` serves an agent object and :class:`ClientSideConnection` a
+client object.  Each learns the methods of the chosen variant (``acp_schema.v1`` by default) from
+its generated tables: every method of the own side whose ``attr`` the object defines becomes a
+route, the rest answer -32601.  Both implement :class:`acp_trio._spec.Sender`, so the generated
+peer proxies work on them (``v1.ClientPeer(conn)``, ``v1.AgentPeer(conn)``).
+
+On top of plain JSON-RPC they apply ACP's connection rules: ``initialize`` first, protocol version
+negotiation, local capability enforcement (:mod:`acp_trio._capabilities`), in-order
+``session/update`` per session, prompt turns that ``session/cancel`` ends with stop reason
+``cancelled``, permission requests answered ``cancelled`` while their session's turn is being
+cancelled, and typed extension methods.  Sources: ``docs/protocol/v1/initialization.mdx``,
+``prompt-turn.mdx``, ``cancellation.mdx``, ``extensibility.mdx``.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import logging
+from collections.abc import Awaitable, Callable
+from types import ModuleType
+from typing import Any, Literal
+
+import trio
+
+from . import _capabilities
+from ._connection import Connection, ConnectionClosed, Route, Tap
+from ._core import INVALID_REQUEST, RequestError
+from ._spec import MethodSpec
+
+log = logging.getLogger("acp_trio")
+
+
+class ProtocolVersionError(Exception):
+    """The agent answered ``initialize`` with a protocol version this client cannot speak.
+
+    The connection was closed.  ``requested``: the version the client asked for; ``answered``:
+    the agent's answer; ``supported``: the versions this client speaks.
+    """
+
+    def __init__(self, requested: Any, answered: Any, supported: tuple[int, ...]) -> None:
+        super().__init__(
+            f"the agent chose protocol version {answered!r} (we asked for {requested!r}); "
+            f"this client speaks {', '.join(map(str, supported))}: closing the connection"
+        )
+        self.requested = requested
+        self.answered = answered
+        self.supported = supported
+
+
+def _default_variant() -> ModuleType:
+    from acp_schema import v1
+
+    return v1
+
+
+def _instantiate(factory: Any, conn: Any) -> Any:
+    if isinstance(factory, type) or inspect.isfunction(factory) or inspect.ismethod(factory):
+        return factory(conn)
+    if isinstance(factory, functools.partial):
+        return factory(conn)
+    return factory
+
+
+class _Side:
+    """What agent and client connections share: routes from the tables, extensions, Sender."""
+
+    side: Literal["agent", "client"]
+    peer_side: Literal["agent", "client"]
+
+    def __init__(
+        self,
+        handler: Any,
+        send_stream: trio.abc.SendStream,
+        receive_stream: trio.abc.ReceiveStream,
+        *,
+        variant: ModuleType | None = None,
+        tap: Tap | None = None,
+        max_message_size: int | None = None,
+        close_timeout: float = 2.0,
+        name: str | None = None,
+    ) -> None:
+        self.variant = variant if variant is not None else _default_variant()
+        self.protocol_version: int = self.variant.PROTOCOL_VERSION
+        self.supported_versions: tuple[int, ...] = (self.variant.PROTOCOL_VERSION,)
+        options: dict[str, Any] = {"tap": tap, "close_timeout": close_timeout, "name": name or self.side}
+        if max_message_size is not None:
+            options["max_message_size"] = max_message_size
+        self.connection = Connection(send_stream, receive_stream, **options)
+        self._specs: dict[str, MethodSpec] = {}
+        for table in (self.variant.REQUESTS, self.variant.NOTIFICATIONS):
+            for spec in table.values():
+                if spec.side == self.peer_side:
+                    self._specs.setdefault(spec.method, spec)
+        self.handler = _instantiate(handler, self)
+        for table in (self.variant.REQUESTS, self.variant.NOTIFICATIONS):
+            for spec in table.values():
+                if spec.side != self.side:
+                    continue
+                fn = getattr(self.handler, spec.attr, None)
+                if callable(fn):
+                    self._add_route(spec, fn)
+
+    def _add_route(self, spec: MethodSpec, fn: Callable[[Any], Awaitable[Any]]) -> None:
+        self.connection.routes[spec.method] = Route(
+            spec.method, spec.kind, fn, params_type=spec.params_type, result_type=spec.result_type
+        )
+
+    # -- running ---------------------------------------------------------------------------------
+    async def __aenter__(self) -> Any:
+        await self.connection.__aenter__()
+        return self
+
+    async def __aexit__(self, *exc: object) -> bool | None:
+        return await self.connection.__aexit__(*exc)
+
+    async def wait_closed(self) -> None:
+        """Wait until the connection closes (the peer went away or :meth:`aclose` was called)."""
+        await self.connection.wait_closed()
+
+    async def aclose(self) -> None:
+        """Close the connection (see :meth:`Connection.aclose`)."""
+        await self.connection.aclose()
+
+    @property
+    def closed(self) -> bool:
+        return self.connection.closed
+
+    # -- Sender ----------------------------------------------------------------------------------
+    def _check_call(self, spec: MethodSpec, wire: Any) -> None:
+        raise NotImplementedError
+
+    async def send_request(self, spec: MethodSpec, params: Any, *, timeout: float | None = None) -> Any:
+        """Send a typed request to the peer (what the generated ``*Peer`` proxies call).
+
+        Raises :class:`acp_trio.CapabilityError` (nothing sent) when the peer did not advertise
+        the method, :class:`acp_trio.RequestError`, :class:`acp_trio.RequestTimeout`,
+        :class:`acp_trio.ConnectionClosed`, :class:`acp_trio.DecodeError` (a result that does not fit).
+        """
+        conv = self.connection.converter
+        wire = conv.unstructure_fn(spec.params_type)(params)
+        self._check_call(spec, wire)
+        result = await self._request(spec, wire, timeout)
+        return conv.structure_fn(spec.result_type)(result)
+
+    async def _request(self, spec: MethodSpec, wire: Any, timeout: float | None) -> Any:
+        return await self.connection.request(spec.method, wire, timeout=timeout)
+
+    async def send_notification(self, spec: MethodSpec, params: Any) -> None:
+        """Send a typed notification to the peer.  Raises :class:`acp_trio.ConnectionClosed`."""
+        wire = self.connection.converter.unstructure_fn(spec.params_type)(params)
+        self._check_call(spec, wire)
+        self._before_notification(spec, wire)
+        await self.connection.notify(spec.method, wire)
+
+    def _before_notification(self, spec: MethodSpec, wire: Any) -> None:
+        pass
+
+    # -- extensions ------------------------------------------------------------------------------
+    @staticmethod
+    def _check_ext_name(method: str) -> None:
+        if not method.startswith("_"):
+            raise ValueError(f"extension method names start with '_' (see extensibility.mdx), got {method!r}")
+
+    def on_ext_request(
+        self,
+        method: str,
+        handler: Callable[[Any], Awaitable[Any]],
+        *,
+        params_type: Any = Any,
+        result_type: Any = Any,
+    ) -> None:
+        """Handle the extension request ``method`` (a name starting with ``_``, kept verbatim).
+
+        ``handler``: ``async (params) -> result``; params are decoded as ``params_type`` (an ACP or
+        attrs type, or ``Any`` for plain JSON; a mismatch answers -32602) and the result encoded as
+        ``result_type``.  Raise :class:`acp_trio.RequestError` to answer with an error.
+        """
+        self._check_ext_name(method)
+        self.connection.routes[method] = Route(
+            method, "request", self._gate(method, handler), params_type=params_type, result_type=result_type
+        )
+
+    def on_ext_notification(
+        self, method: str, handler: Callable[[Any], Awaitable[None]], *, params_type: Any = Any
+    ) -> None:
+        """Handle the extension notification ``method`` (starts with ``_``); see :meth:`on_ext_request`."""
+        self._check_ext_name(method)
+        self.connection.routes[method] = Route(method, "notification", handler, params_type=params_type)
+
+    def _gate(self, method: str, handler: Callable[[Any], Awaitable[Any]]) -> Callable[[Any], Awaitable[Any]]:
+        return handler
+
+    async def ext_request(
+        self,
+        method: str,
+        params: Any = None,
+        *,
+        params_type: Any = Any,
+        result_type: Any = Any,
+        timeout: float | None = None,
+    ) -> Any:
+        """Send the extension request ``method`` (starts with ``_``) and return its result decoded as ``result_type``.
+
+        Raises what :meth:`send_request` raises; a peer without the extension answers -32601
+        (:class:`acp_trio.RequestError` with ``code == -32601``).
+        """
+        self._check_ext_name(method)
+        conv = self.connection.converter
+        wire = conv.unstructure_fn(params_type)({} if params is None else params)
+        result = await self.connection.request(method, wire, timeout=timeout)
+        return conv.structure_fn(result_type)(result)
+
+    async def ext_notification(self, method: str, params: Any = None, *, params_type: Any = Any) -> None:
+        """Send the extension notification ``method`` (starts with ``_``)."""
+        self._check_ext_name(method)
+        wire = self.connection.converter.unstructure_fn(params_type)({} if params is None else params)
+        await self.connection.notify(method, wire)
+
+
+class AgentSideConnection(_Side):
+    """The agent's end of an ACP connection.
+
+    ``agent``: the agent object, or a factory called with this connection that returns it (a
+    class whose ``__init__`` takes the connection works).  It implements any subset of the
+    variant's ``Agent`` protocol (``acp_schema.v1.Agent``): ``async def session_prompt(self,
+    params: v1.PromptRequest) -> v1.PromptResponse`` and so on.  ``send_stream`` /
+    ``receive_stream``: the byte streams to the client.  ``variant``: the generated variant module
+    (default ``acp_schema.v1``).  ``tap``, ``max_message_size`` (bytes), ``close_timeout``
+    (seconds): see :class:`Connection`.
+
+    Talk to the client with the typed proxy ``v1.ClientPeer(conn)`` (or ``conn.client``).
+
+    What the runtime does for the agent:
+
+    - requests before ``initialize`` are answered -32600; a missing ``initialize`` method gets a
+      default answer (the negotiated version, ``loadSession`` when ``session_load`` exists);
+    - the protocol version is negotiated (the requested one when supported, else the latest) and
+      written into the ``initialize`` response; ``conn.protocol_version`` holds it;
+    - ``conn.client_capabilities`` holds the client's capabilities (wire JSON); calling a client
+      method they do not cover raises :class:`CapabilityError` without sending anything;
+    - each ``session/prompt`` runs in a cancel scope that ``session/cancel`` for its session
+      cancels: the turn then answers ``{"stopReason": "cancelled"}``; the agent's own
+      ``session_cancel`` handler, if any, is called too.
+    """
+
+    side = "agent"
+    peer_side = "client"
+
+    def __init__(
+        self,
+        agent: Any,
+        send_stream: trio.abc.SendStream,
+        receive_stream: trio.abc.ReceiveStream,
+        **options: Any,
+    ) -> None:
+        self.client_capabilities: dict[str, Any] = {}
+        self.client_info: dict[str, Any] | None = None
+        self.initialized = False
+        self._turns: dict[Any, set[trio.CancelScope]] = {}
+        super().__init__(agent, send_stream, receive_stream, **options)
+        routes = self.connection.routes
+        init_spec = self.variant.REQUESTS["initialize"]
+        routes["initialize"] = Route(
+            "initialize",
+            "request",
+            self._initialize,
+            params_type=init_spec.params_type,
+            result_type=init_spec.result_type,
+        )
+        cancel_spec = self.variant.NOTIFICATIONS.get("session/cancel")
+        if cancel_spec is not None:
+            routes["session/cancel"] = Route(
+                "session/cancel", "notification", self._session_cancel, params_type=cancel_spec.params_type
+            )
+
+    @property
+    def client(self) -> Any:
+        """The typed client proxy of the variant (``v1.ClientPeer(self)``)."""
+        return self.variant.ClientPeer(self)
+
+    def _add_route(self, spec: MethodSpec, fn: Callable[[Any], Awaitable[Any]]) -> None:
+        if spec.method == "session/prompt":
+            fn = self._prompt_turn(fn, spec)
+        if spec.kind == "request":
+            fn = self._gate(spec.method, fn)
+        super()._add_route(spec, fn)
+
+    def _gate(self, method: str, handler: Callable[[Any], Awaitable[Any]]) -> Callable[[Any], Awaitable[Any]]:
+        async def gated(params: Any) -> Any:
+            if not self.initialized:
+                raise RequestError(
+                    INVALID_REQUEST,
+                    "Connection not initialized",
+                    {"method": method, "detail": "the client must call initialize first"},
+                )
+            return await handler(params)
+
+        return gated
+
+    async def _initialize(self, params: Any) -> Any:
+        if self.initialized:
+            raise RequestError(INVALID_REQUEST, "Already initialized", {"method": "initialize"})
+        conv = self.connection.converter
+        requested = params.protocol_version
+        version = requested if requested in self.supported_versions else max(self.supported_versions)
+        self.protocol_version = version
+        caps = conv.unstructure(params.client_capabilities) if params.client_capabilities else {}
+        self.client_capabilities = caps if type(caps) is dict else {}
+        info = getattr(params, "client_info", None)
+        self.client_info = conv.unstructure(info) if info else None
+        user = getattr(self.handler, "initialize", None)
+        spec = self.variant.REQUESTS["initialize"]
+        if callable(user):
+            response = await user(params)
+        else:
+            wire: dict[str, Any] = {"protocolVersion": version, "agentCapabilities": {}}
+            if callable(getattr(self.handler, "session_load", None)):
+                wire["agentCapabilities"]["loadSession"] = True
+            response = conv.structure_fn(spec.result_type)(wire)
+        if response.protocol_version != version:
+            log.warning(
+                "initialize handler answered protocolVersion %r; the negotiated version is %r (sent instead)",
+                response.protocol_version,
+                version,
+            )
+            response.protocol_version = version
+        self.initialized = True
+        return response
+
+    def _prompt_turn(self, fn: Callable[[Any], Awaitable[Any]], spec: MethodSpec) -> Callable[[Any], Awaitable[Any]]:
+        structure_result = self.connection.converter.structure_fn(spec.result_type)
+
+        async def turn(params: Any) -> Any:
+            session_id = params.session_id
+            scope = trio.CancelScope()
+            scopes = self._turns.setdefault(session_id, set())
+            scopes.add(scope)
+            try:
+                with scope:
+                    return await fn(params)
+            finally:
+                scopes.discard(scope)
+                if not scopes:
+                    self._turns.pop(session_id, None)
+            log.debug("prompt turn of session %r cancelled by session/cancel", session_id)
+            return structure_result({"stopReason": "cancelled"})
+
+        return turn
+
+    async def _session_cancel(self, params: Any) -> None:
+        for scope in list(self._turns.get(params.session_id, ())):
+            scope.cancel()
+        user = getattr(self.handler, "session_cancel", None)
+        if callable(user):
+            await user(params)
+
+    def _check_call(self, spec: MethodSpec, wire: Any) -> None:
+        _capabilities.check_client_call(spec.method, wire, self.client_capabilities)
+
+
+class ClientSideConnection(_Side):
+    """The client's end of an ACP connection.
+
+    ``client``: the client object, or a factory called with this connection that returns it.  It
+    implements any subset of the variant's ``Client`` protocol (``acp_schema.v1.Client``):
+    ``session_update``, ``session_request_permission``, ``fs_read_text_file`` and so on.  Other
+    arguments as for :class:`AgentSideConnection`.
+
+    Talk to the agent with ``v1.AgentPeer(conn)`` (or ``conn.agent``).  What the runtime does:
+
+    - the ``initialize`` answer is checked: a protocol version this client does not speak closes
+      the connection and raises :class:`ProtocolVersionError`; ``conn.agent_capabilities`` then
+      holds the agent's capabilities (wire JSON), and calls they do not cover (``session/load``
+      without ``loadSession``, an image block without ``promptCapabilities.image``, an ``http``
+      MCP server without ``mcpCapabilities.http``, ...) raise :class:`CapabilityError` unsent;
+    - ``session/update`` notifications of one session are handled one at a time in arrival order,
+      and a response is returned only after the updates that preceded it were handled;
+    - after this client sends ``session/cancel``, every pending and new
+      ``session/request_permission`` of that session is answered ``cancelled`` until the
+      session's ``session/prompt`` returns.
+    """
+
+    side = "client"
+    peer_side = "agent"
+
+    def __init__(
+        self,
+        client: Any,
+        send_stream: trio.abc.SendStream,
+        receive_stream: trio.abc.ReceiveStream,
+        **options: Any,
+    ) -> None:
+        self.agent_capabilities: dict[str, Any] = {}
+        self.initialize_response: Any = None
+        self._permission_scopes: dict[Any, set[trio.CancelScope]] = {}
+        self._cancelling: dict[Any, int] = {}
+        self._prompts: dict[Any, int] = {}
+        super().__init__(client, send_stream, receive_stream, **options)
+
+    @property
+    def agent(self) -> Any:
+        """The typed agent proxy of the variant (``v1.AgentPeer(self)``)."""
+        return self.variant.AgentPeer(self)
+
+    def _add_route(self, spec: MethodSpec, fn: Callable[[Any], Awaitable[Any]]) -> None:
+        if spec.method == "session/update":
+            self.connection.routes[spec.method] = Route(
+                spec.method,
+                "notification",
+                fn,
+                params_type=spec.params_type,
+                serial_key=_session_key,
+            )
+            return
+        if spec.method == "session/request_permission":
+            fn = self._permission(fn, spec)
+        super()._add_route(spec, fn)
+
+    def _permission(self, fn: Callable[[Any], Awaitable[Any]], spec: MethodSpec) -> Callable[[Any], Awaitable[Any]]:
+        structure_result = self.connection.converter.structure_fn(spec.result_type)
+
+        async def ask(params: Any) -> Any:
+            session_id = params.session_id
+            if session_id not in self._cancelling:
+                scope = trio.CancelScope()
+                scopes = self._permission_scopes.setdefault(session_id, set())
+                scopes.add(scope)
+                try:
+                    with scope:
+                        return await fn(params)
+                finally:
+                    scopes.discard(scope)
+                    if not scopes:
+                        self._permission_scopes.pop(session_id, None)
+            return structure_result({"outcome": {"outcome": "cancelled"}})
+
+        return ask
+
+    def _check_call(self, spec: MethodSpec, wire: Any) -> None:
+        if spec.method != "initialize":
+            _capabilities.check_agent_call(spec.method, wire, self.agent_capabilities)
+
+    async def _request(self, spec: MethodSpec, wire: Any, timeout: float | None) -> Any:
+        if spec.method == "initialize":
+            return await self._initialize(wire, timeout)
+        if spec.method != "session/prompt" or type(wire) is not dict:
+            return await self.connection.request(spec.method, wire, timeout=timeout)
+        session_id = wire.get("sessionId")
+        self._prompts[session_id] = self._prompts.get(session_id, 0) + 1
+        try:
+            return await self.connection.request(spec.method, wire, timeout=timeout)
+        finally:
+            left = self._prompts[session_id] - 1
+            if left:
+                self._prompts[session_id] = left
+            else:
+                del self._prompts[session_id]
+                self._cancelling.pop(session_id, None)
+
+    async def _initialize(self, wire: Any, timeout: float | None) -> Any:
+        result = await self.connection.request("initialize", wire, timeout=timeout)
+        answered = result.get("protocolVersion") if type(result) is dict else None
+        if answered not in self.supported_versions:
+            requested = wire.get("protocolVersion") if type(wire) is dict else None
+            error = ProtocolVersionError(requested, answered, self.supported_versions)
+            log.error("%s", error)
+            await self.connection.aclose(str(error))
+            raise error
+        assert type(result) is dict
+        self.protocol_version = answered
+        caps = result.get("agentCapabilities")
+        self.agent_capabilities = caps if type(caps) is dict else {}
+        self.initialize_response = result
+        return result
+
+    def _before_notification(self, spec: MethodSpec, wire: Any) -> None:
+        if spec.method == "session/cancel" and type(wire) is dict:
+            session_id = wire.get("sessionId")
+            if session_id in self._prompts:
+                self._cancelling[session_id] = 1
+            for scope in list(self._permission_scopes.get(session_id, ())):
+                scope.cancel()
+
+
+def _session_key(params: Any) -> Any:
+    return params.session_id
+
+
+__all__ = ["AgentSideConnection", "ClientSideConnection", "ConnectionClosed", "ProtocolVersionError"]

@@ -1,0 +1,208 @@
+"""Transports: an agent serving its own stdio, a client spawning an agent, and an in-memory pair.
+
+Contract: these functions only build byte streams and hand them to :class:`AgentSideConnection` /
+:class:`ClientSideConnection`.  Process handling follows the stdio shutdown of the MCP lifecycle
+(``../shared/seeds/mcp-lifecycle``): close the child's stdin, wait, SIGTERM, wait, SIGKILL; the
+child runs in its own process group and signals go to the whole group, so a wrapper script's
+children go too.  POSIX only.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import asynccontextmanager
+from typing import Any
+
+import trio
+
+from ._core import LineFramer, OversizedMessage
+from ._roles import AgentSideConnection, ClientSideConnection
+
+log = logging.getLogger("acp_trio.stdio")
+agent_stderr_log = logging.getLogger("acp_trio.agent.stderr")
+
+
+async def serve_agent_stdio(agent: Any, **options: Any) -> None:
+    """Serve ``agent`` on this process's stdin/stdout until the client closes stdin.
+
+    ``agent``: as for :class:`AgentSideConnection` (an object or a factory taking the connection);
+    ``options``: its keyword options (``variant``, ``tap``, ``max_message_size``, ...).
+
+    While serving, the protocol owns the original stdout: file descriptor 1 and ``sys.stdout``
+    point at stderr, so a stray ``print`` (or a child process inheriting fd 1) cannot corrupt the
+    message stream.  Both are restored afterwards.
+    """
+    sys.stdout.flush()
+    protocol_out = os.dup(1)
+    protocol_in = os.dup(0)
+    saved_stdout_fd = os.dup(1)
+    os.dup2(2, 1)
+    saved_stdout = sys.stdout
+    sys.stdout = sys.stderr
+    send = trio.lowlevel.FdStream(protocol_out)
+    receive = trio.lowlevel.FdStream(protocol_in)
+    try:
+        async with AgentSideConnection(agent, send, receive, **options) as conn:
+            await conn.wait_closed()
+    finally:
+        sys.stdout = saved_stdout
+        os.dup2(saved_stdout_fd, 1)
+        os.close(saved_stdout_fd)
+        with trio.CancelScope(shield=True):
+            await trio.aclose_forcefully(receive)
+            await trio.aclose_forcefully(send)
+
+
+def run_agent_stdio(agent: Any, **options: Any) -> None:
+    """Synchronous entry point: ``trio.run(serve_agent_stdio, agent, **options)`` (for ``__main__``)."""
+    trio.run(lambda: serve_agent_stdio(agent, **options))
+
+
+async def _drain_stderr(stream: trio.abc.ReceiveStream, logger: logging.Logger, limit: int) -> None:
+    framer = LineFramer(limit)
+    while True:
+        try:
+            data = await stream.receive_some(1 << 16)
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            return
+        items = framer.feed(data) if data else framer.close()
+        for item in items:
+            if type(item) is OversizedMessage:
+                logger.info("[%d bytes of stderr without a newline, not shown]", item.size)
+            else:
+                assert isinstance(item, bytes)
+                logger.info("%s", item.decode("utf-8", "replace"))
+        if not data:
+            return
+
+
+def _signal_group(pgid: int, sig: int) -> bool:
+    try:
+        os.killpg(pgid, sig)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # pragma: no cover - group id reused by another user
+        return False
+    return True
+
+
+async def _wait_exit(process: trio.Process, timeout: float) -> bool:
+    with trio.move_on_after(timeout):
+        await process.wait()
+        return True
+    return False
+
+
+async def _group_gone(pgid: int, timeout: float) -> bool:
+    with trio.move_on_after(timeout):
+        while _signal_group(pgid, 0):
+            await trio.sleep(0.02)
+        return True
+    return False
+
+
+async def terminate_process_group(process: trio.Process, timeout: float) -> None:
+    """Stop ``process`` (already sent EOF on stdin) and everything in its process group.
+
+    Waits up to ``timeout`` seconds for it to exit, then sends SIGTERM to the group and waits
+    again, then SIGKILL.  Children left in the group after the leader exits (a wrapper's
+    children) get SIGTERM, then SIGKILL after ``timeout``.  Never raises for a process already gone.
+    """
+    pgid = process.pid
+    if not await _wait_exit(process, timeout):
+        log.info("agent (pid %d) did not exit after stdin closed; sending SIGTERM to its group", pgid)
+        _signal_group(pgid, signal.SIGTERM)
+        if not await _wait_exit(process, timeout):
+            log.warning("agent (pid %d) ignored SIGTERM; sending SIGKILL to its group", pgid)
+            _signal_group(pgid, signal.SIGKILL)
+            await process.wait()
+    if _signal_group(pgid, signal.SIGTERM) and not await _group_gone(pgid, timeout):
+        _signal_group(pgid, signal.SIGKILL)
+
+
+@asynccontextmanager
+async def spawn_agent(
+    command: str | os.PathLike[str],
+    args: Sequence[str] = (),
+    *,
+    client: Any,
+    env: Mapping[str, str] | None = None,
+    inherit_env: bool = True,
+    cwd: str | os.PathLike[str] | None = None,
+    shutdown_timeout: float = 2.0,
+    stderr_logger: logging.Logger | None = None,
+    **options: Any,
+) -> AsyncIterator[ClientSideConnection]:
+    """Spawn an ACP agent and yield the :class:`ClientSideConnection` to it (``async with``).
+
+    ``command``/``args``: the program and its arguments (no shell).  ``client``: the client object
+    or factory (see :class:`ClientSideConnection`).  ``env``: variables for the agent, added to this
+    process's environment (or replacing it when ``inherit_env=False``).  ``cwd``: its working
+    directory.  ``stderr_logger``: where its stderr goes, line by line at INFO (default the
+    ``acp_trio.agent.stderr`` logger); stderr is read continuously so a chatty agent never stalls.
+    ``shutdown_timeout``: seconds for each shutdown step.  ``options``: for the connection.
+
+    The agent runs in its own process group.  Leaving the block closes the connection, closes
+    the agent's stdin, waits, then SIGTERMs and finally SIGKILLs the group (shielded from
+    cancellation, bounded by 3 × ``shutdown_timeout`` plus the wait for a killed process).
+    ``conn.process`` is the ``trio.Process``.  Raises ``OSError`` if the program cannot start.
+    """
+    full_env: dict[str, str] | None = None
+    if env is not None:
+        full_env = {**os.environ, **env} if inherit_env else dict(env)
+    elif not inherit_env:
+        full_env = {}
+    process = await trio.lowlevel.open_process(
+        [os.fspath(command), *args],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=full_env,
+        cwd=cwd,
+        start_new_session=True,
+    )
+    assert process.stdin is not None and process.stdout is not None and process.stderr is not None
+    logger = stderr_logger or agent_stderr_log
+    try:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(_drain_stderr, process.stderr, logger, 1 << 20)
+            conn = ClientSideConnection(client, process.stdin, process.stdout, **options)
+            conn.process = process  # type: ignore[attr-defined]
+            try:
+                async with conn:
+                    yield conn
+            finally:
+                with trio.CancelScope(shield=True):
+                    await conn.aclose()
+                    await terminate_process_group(process, shutdown_timeout)
+                    # stderr reaches EOF once every writer in the group is gone; don't wait for stragglers
+                    nursery.cancel_scope.cancel()
+    finally:
+        if process.returncode is None:  # pragma: no cover - only if cancelled before shutdown began
+            _signal_group(process.pid, signal.SIGKILL)
+            with trio.CancelScope(shield=True):
+                await process.wait()
+
+
+@asynccontextmanager
+async def open_memory_pair(
+    agent: Any, client: Any, **options: Any
+) -> AsyncIterator[tuple[AgentSideConnection, ClientSideConnection]]:
+    """An agent and a client connected in memory (``async with ... as (agent_conn, client_conn)``).
+
+    ``agent``/``client``: objects or factories as for the two connection classes; ``options``
+    (``variant``, ``tap``, ...) apply to both.  For tests and in-process use: no processes, no
+    threads; works under trio's autojump clock.
+    """
+    from trio.testing import memory_stream_pair
+
+    agent_stream, client_stream = memory_stream_pair()
+    agent_conn = AgentSideConnection(agent, agent_stream, agent_stream, **options)
+    client_conn = ClientSideConnection(client, client_stream, client_stream, **options)
+    async with agent_conn, client_conn:
+        yield agent_conn, client_conn
