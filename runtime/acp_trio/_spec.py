@@ -37,7 +37,8 @@ class UnsetType(enum.Enum):
 
     UNSET = "UNSET"
 
-    def __bool__(self) -> bool:
+    def __bool__(self) -> Literal[False]:
+        # Literal[False] lets type checkers narrow ``value or default`` past UNSET.
         return False
 
     def __repr__(self) -> str:

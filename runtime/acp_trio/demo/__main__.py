@@ -1,0 +1,117 @@
+"""``python -m acp_trio.demo``: the example client talking to an agent over stdio.
+
+Usage::
+
+    python -m acp_trio.demo                        # spawn the example agent, run one prompt turn
+    python -m acp_trio.demo --agent -- CMD ARGS... # the example client against any ACP agent
+    python -m acp_trio.demo --serve-agent          # only the example agent, on stdio
+
+Options: ``--cwd DIR`` (session directory; default a new temporary directory holding a
+``notes.txt``), ``--prompt TEXT``, ``--timeout SECONDS`` (for ``initialize``; default 30),
+``-v`` (log the runtime and the agent's stderr to stderr).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+import tempfile
+from pathlib import Path
+from typing import TextIO
+
+import trio
+
+from acp_schema import v1
+from acp_trio import CapabilityError, ConnectionClosed, ProtocolVersionError, RequestError, spawn_agent
+
+from .client import CLIENT_INFO, DemoClient, client_capabilities, demo_client_factory
+
+NOTES = """\
+Shopping list for the release:
+- regenerate the bindings
+- run the interop tests
+- write the changelog
+"""
+
+
+async def run_demo(command: list[str], workdir: Path, prompt: str, *, out: TextIO, init_timeout: float = 30.0) -> int:
+    """Spawn ``command`` as an ACP agent, run one prompt turn in ``workdir``, print the transcript.
+
+    Returns a process exit status: 0 when the turn ended, 1 on a protocol or connection error.
+    """
+    async with spawn_agent(command[0], command[1:], client=demo_client_factory(out)) as conn:
+        client: DemoClient = conn.handler
+        client.allow_root(workdir)
+        agent = v1.AgentPeer(conn)
+        async with trio.open_nursery() as nursery:
+            client.nursery = nursery  # terminals run here
+            try:
+                init = await agent.initialize(
+                    v1.InitializeRequest(
+                        protocol_version=1, client_capabilities=client_capabilities(), client_info=CLIENT_INFO
+                    ),
+                    timeout=init_timeout,
+                )
+                info = init.agent_info
+                name = (info.title or info.name) if info else "an unnamed agent"
+                client.say(f"connected to {name}, protocol version {init.protocol_version}")
+                session = await agent.session_new(v1.NewSessionRequest(cwd=str(workdir), mcp_servers=[]))
+                client.say(f"session {session.session_id} in {workdir}")
+                client.say(f"you: {prompt}")
+                result = await agent.session_prompt(
+                    v1.PromptRequest(session_id=session.session_id, prompt=[v1.TextContentBlock(text=prompt)])
+                )
+                client.say(f"[turn ended: {result.stop_reason}]")
+            except (ProtocolVersionError, RequestError, CapabilityError, ConnectionClosed, TimeoutError) as exc:
+                client.say(f"error: {exc}")
+                return 1
+            finally:
+                nursery.cancel_scope.cancel()
+    summary = workdir / "summary.txt"
+    if summary.exists():
+        out.write(f"summary.txt now reads: {summary.read_text(encoding='utf-8')}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m acp_trio.demo", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--serve-agent", action="store_true", help="serve the example agent on stdio")
+    parser.add_argument("--agent", action="store_true", help="drive the agent command given after --")
+    parser.add_argument("--cwd", type=Path, help="session directory (default: a temporary one with notes.txt)")
+    parser.add_argument("--prompt", default="Please summarize notes.txt into summary.txt.")
+    parser.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for initialize")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log the runtime and agent stderr")
+    parser.add_argument("command", nargs="*", help="agent command and arguments (after --)")
+    args = parser.parse_args(argv)
+
+    if args.serve_agent:
+        from .agent import main as serve
+
+        serve()
+        return 0
+    if args.agent and not args.command:
+        parser.error("--agent needs a command: python -m acp_trio.demo --agent -- CMD ARGS...")
+    if args.command and not args.agent:
+        parser.error("give --agent before -- CMD ...")
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.WARNING, stream=sys.stderr, format="%(name)s: %(message)s"
+    )
+    if not args.verbose:
+        logging.getLogger("acp_trio.agent.stderr").setLevel(logging.WARNING)
+    command = args.command if args.agent else [sys.executable, "-m", "acp_trio.demo", "--serve-agent"]
+
+    def go(workdir: Path) -> int:
+        return trio.run(
+            lambda: run_demo(command, workdir.resolve(), args.prompt, out=sys.stdout, init_timeout=args.timeout)
+        )
+
+    if args.cwd is not None:
+        return go(args.cwd)
+    with tempfile.TemporaryDirectory(prefix="acp-trio-demo-") as tmp:
+        (Path(tmp) / "notes.txt").write_text(NOTES, encoding="utf-8")
+        return go(Path(tmp))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
