@@ -102,9 +102,13 @@ def main(argv: list[str] | None = None) -> int:
     command = args.command if args.agent else [sys.executable, "-m", "acp_trio.demo", "--serve-agent"]
 
     def go(workdir: Path) -> int:
-        return trio.run(
-            lambda: run_demo(command, workdir.resolve(), args.prompt, out=sys.stdout, init_timeout=args.timeout)
-        )
+        try:
+            return trio.run(
+                lambda: run_demo(command, workdir.resolve(), args.prompt, out=sys.stdout, init_timeout=args.timeout)
+            )
+        except OSError as exc:
+            print(f"error: cannot start the agent {command[0]!r}: {exc.strerror or exc}", file=sys.stderr)
+            return 2
 
     if args.cwd is not None:
         return go(args.cwd)
