@@ -262,7 +262,7 @@ class Connection:
 
     def _task_done(self) -> None:
         self._busy -= 1
-        if not self._busy:
+        if not self._busy and self._serial_lot:
             self._serial_lot.unpark_all()
 
     # -- writing ---------------------------------------------------------------------------------
@@ -441,7 +441,8 @@ class Connection:
                 _seq, route, params = queue.items[0]
                 await self._run_notification(route, params)
                 queue.items.popleft()
-                self._serial_lot.unpark_all()
+                if self._serial_lot:  # someone waits for the queues (a response, a batch, the reader)
+                    self._serial_lot.unpark_all()
         finally:
             queue.running = False
             if not queue.items and self._queues.get(key) is queue:
@@ -525,6 +526,7 @@ class Connection:
                 del self._inbound[request_id]
             if batch is not None:
                 batch[index] = line if line is not None else b""
+                self._serial_lot.unpark_all()  # wake _answer_batch, which waits for every placeholder
             elif line is not None:
                 self._enqueue(line)
             self._task_done()

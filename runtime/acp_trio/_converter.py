@@ -275,6 +275,16 @@ class AcpConverter(cattrs.Converter):
             return mapping
         if _is_union(t):
             return self._union_structure(t)
+        if isinstance(t, type) and attrs.has(t):
+            # a user's own attrs class (extension params and results): cattrs' generic hooks
+            def user_class(v: Any, _t: Any = None) -> Any:
+                try:
+                    return self.structure(v, t)
+                except Exception as exc:
+                    problems = cattrs.transform_error(exc) if isinstance(exc, cattrs.BaseValidationError) else [exc]
+                    raise DecodeError(t.__name__, v, problem="; ".join(map(str, problems))) from None
+
+            return user_class
         raise TypeError(f"acp_trio.converter cannot structure {t!r}")
 
     def _list_structure(self, item_t: Any, skip_invalid: bool) -> Callable[..., Any]:

@@ -87,7 +87,8 @@ class LineFramer:
                     out.append(line)
             start = nl + 1
         rest = end - start
-        if rest > limit:
+        # one byte of grace for a trailing CR: it may be the first half of the line's CRLF
+        if rest > limit and not (rest == limit + 1 and view[end - 1] == 13):
             out.append(OversizedMessage(rest, limit))
             self._discarding = True
             self._dropped = rest

@@ -23,7 +23,7 @@ INVALID_PARAMS: Final = -32602
 INTERNAL_ERROR: Final = -32603
 """The handler failed; details are in the receiver's log, not on the wire."""
 REQUEST_CANCELLED: Final = -32800
-"""The request was cancelled (``$/cancel_request``) before it produced a result."""
+"""The request was cancelled by the peer's cancel notification before it produced a result."""
 AUTH_REQUIRED: Final = -32000
 """ACP: authentication is required before this operation."""
 RESOURCE_NOT_FOUND: Final = -32002

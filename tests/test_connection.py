@@ -1,0 +1,808 @@
+"""The trio Connection: error answers, batches, cancellation both ways, closing, coalesced writes,
+ordering and the tap, driven from the raw other end of an in-memory stream."""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import orjson
+import pytest
+import trio
+import trio.testing
+from trio.testing import MockClock
+
+from acp_schema import v1
+from acp_trio import Connection, ConnectionClosed, RequestError, RequestTimeout, Route
+from acp_trio._core import LineFramer, OversizedMessage, encode_notification
+
+PING = "test/ping"
+
+
+async def pong(params: Any) -> str:
+    return "pong"
+
+
+class RawPeer:
+    """The other end of the connection: writes raw lines and reads framed JSON messages."""
+
+    def __init__(self, send: trio.abc.SendStream, receive: trio.abc.ReceiveStream) -> None:
+        self.send_stream = send
+        self.receive_stream = receive
+        self._framer = LineFramer()
+        self._lines: deque[bytes] = deque()
+        self._pings = 0
+        self.raw_in = bytearray()
+        self.raw_out = bytearray()
+
+    async def send_raw(self, data: bytes) -> None:
+        self.raw_out += data
+        await self.send_stream.send_all(data)
+
+    async def send(self, *messages: Any) -> None:
+        """Send the messages in one write, one line each."""
+        await self.send_raw(b"".join(orjson.dumps(m) + b"\n" for m in messages))
+
+    async def request(self, id: Any, method: str, params: Any = None) -> None:
+        msg: dict[str, Any] = {"jsonrpc": "2.0", "id": id, "method": method}
+        if params is not None:
+            msg["params"] = params
+        await self.send(msg)
+
+    async def notify(self, method: str, params: Any = None) -> None:
+        msg: dict[str, Any] = {"jsonrpc": "2.0", "method": method}
+        if params is not None:
+            msg["params"] = params
+        await self.send(msg)
+
+    async def cancel(self, request_id: Any) -> None:
+        await self.notify("$/cancel_request", {"requestId": request_id})
+
+    async def _fill(self) -> bool:
+        data = await self.receive_stream.receive_some(1 << 16)
+        if not data:
+            return False
+        self.raw_in += data
+        for item in self._framer.feed(data):
+            assert not isinstance(item, OversizedMessage)
+            self._lines.append(item)
+        return True
+
+    async def recv(self) -> Any:
+        """The next message from the connection (fails if none comes within 5 s)."""
+        with trio.fail_after(5):
+            while not self._lines:
+                if not await self._fill():
+                    raise AssertionError("end of stream while waiting for a message")
+        return orjson.loads(self._lines.popleft())
+
+    async def expect_eof(self) -> None:
+        with trio.fail_after(5):
+            while await self._fill():
+                pass
+        assert not self._lines, list(self._lines)
+
+    async def ping(self) -> None:
+        """Assert the connection still answers, and that it sent nothing else first."""
+        await trio.testing.wait_all_tasks_blocked()
+        self._pings += 1
+        ping_id = f"ping-{self._pings}"
+        await self.request(ping_id, PING)
+        assert await self.recv() == {"jsonrpc": "2.0", "id": ping_id, "result": "pong"}
+
+
+@asynccontextmanager
+async def connected(*routes: Route, **options: Any) -> AsyncIterator[tuple[Connection, RawPeer]]:
+    ours, theirs = trio.testing.memory_stream_pair()
+    table = {route.method: route for route in (Route(PING, "request", pong), *routes)}
+    async with Connection(ours, ours, table, **options) as conn:
+        yield conn, RawPeer(theirs.send_stream, theirs.receive_stream)
+
+
+def error_of(msg: Any, id: Any, code: int) -> Any:
+    assert msg["jsonrpc"] == "2.0" and "result" not in msg, msg
+    assert msg["id"] == id, msg
+    assert msg["error"]["code"] == code, msg
+    return msg["error"]
+
+
+async def answer_next_request(peer: RawPeer, result: Any) -> Any:
+    req = await peer.recv()
+    await peer.send({"jsonrpc": "2.0", "id": req["id"], "result": result})
+    return req
+
+
+class RecordingSendStream(trio.abc.SendStream):
+    """Records every send_all call; can be broken or made to hang on demand."""
+
+    def __init__(self) -> None:
+        self.writes: list[bytes] = []
+        self.broken = False
+        self.hang_send = False
+        self.hang_close = False
+        self.closed = False
+
+    async def send_all(self, data: bytes | bytearray | memoryview) -> None:
+        await trio.lowlevel.checkpoint()
+        if self.broken:
+            raise trio.BrokenResourceError("the pipe broke")
+        if self.hang_send:
+            await trio.sleep_forever()
+        self.writes.append(bytes(data))
+
+    async def wait_send_all_might_not_block(self) -> None:
+        await trio.lowlevel.checkpoint()
+
+    async def aclose(self) -> None:
+        self.closed = True
+        if self.hang_close:
+            await trio.sleep_forever()
+        await trio.lowlevel.checkpoint()
+
+    def lines(self) -> list[Any]:
+        return [orjson.loads(line) for line in b"".join(self.writes).splitlines()]
+
+
+@asynccontextmanager
+async def recorded(
+    *routes: Route, **options: Any
+) -> AsyncIterator[tuple[Connection, RecordingSendStream, trio.testing.MemorySendStream]]:
+    """A connection writing to a RecordingSendStream; the test writes its input to the returned send stream."""
+    out = RecordingSendStream()
+    peer_send, our_receive = trio.testing.memory_stream_one_way_pair()
+    async with Connection(out, our_receive, {r.method: r for r in routes}, **options) as conn:
+        yield conn, out, peer_send
+
+
+# -- error answers -------------------------------------------------------------------------------
+
+
+async def test_garbage_gets_a_parse_error_with_null_id_and_the_connection_keeps_working(
+    autojump_clock: MockClock,
+) -> None:
+    async with connected() as (_conn, peer):
+        await peer.send_raw(b"this is not json\n")
+        error_of(await peer.recv(), None, -32700)
+        await peer.send_raw(b'{"jsonrpc":"2.0","id":1,"method":"test/ping"\n')  # truncated object
+        error_of(await peer.recv(), None, -32700)
+        await peer.ping()
+
+
+async def test_a_json_value_that_is_not_a_request_gets_an_invalid_request_error(autojump_clock: MockClock) -> None:
+    async with connected() as (_conn, peer):
+        await peer.send_raw(b"42\n")
+        error_of(await peer.recv(), None, -32600)
+        await peer.send({"jsonrpc": "2.0", "id": 3})
+        error_of(await peer.recv(), 3, -32600)
+        await peer.send({"id": 4, "method": PING})
+        error_of(await peer.recv(), 4, -32600)
+        await peer.ping()
+
+
+async def test_an_unknown_method_gets_method_not_found_naming_the_method(autojump_clock: MockClock) -> None:
+    called: list[Any] = []
+
+    async def on_note(params: Any) -> None:
+        called.append(params)
+
+    async with connected(Route("a/note", "notification", on_note)) as (_conn, peer):
+        await peer.request(5, "no/such_method", {"x": 1})
+        error = error_of(await peer.recv(), 5, -32601)
+        assert error["data"] == {"method": "no/such_method"}
+        # a notification route does not answer requests
+        await peer.request("r", "a/note")
+        assert error_of(await peer.recv(), "r", -32601)["data"] == {"method": "a/note"}
+        assert called == []
+
+
+async def test_params_that_fail_to_decode_get_invalid_params_with_the_json_path(autojump_clock: MockClock) -> None:
+    spec = v1.REQUESTS["session/prompt"]
+    seen: list[Any] = []
+
+    async def prompt(params: Any) -> Any:
+        seen.append(params)
+        return v1.PromptResponse(stop_reason="end_turn")
+
+    route = Route(spec.method, "request", prompt, params_type=spec.params_type, result_type=spec.result_type)
+    async with connected(route) as (_conn, peer):
+        await peer.request(1, "session/prompt", {"sessionId": "s", "prompt": [{"type": "text", "text": 5}]})
+        error = error_of(await peer.recv(), 1, -32602)
+        assert error["data"]["path"] == "$.prompt[0].text"
+        assert seen == []
+        await peer.request(2, "session/prompt", {"sessionId": "s", "prompt": [{"type": "text", "text": "hi"}]})
+        assert await peer.recv() == {"jsonrpc": "2.0", "id": 2, "result": {"stopReason": "end_turn"}}
+        assert seen == [v1.PromptRequest(session_id="s", prompt=[v1.TextContentBlock(text="hi")])]
+
+
+async def test_a_handler_exception_is_a_generic_internal_error_with_the_traceback_only_in_the_log(
+    autojump_clock: MockClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    async def explode(params: Any) -> Any:
+        raise ValueError("secret detail 8271")
+
+    caplog.set_level(logging.DEBUG)
+    async with connected(Route("explode", "request", explode)) as (_conn, peer):
+        await peer.request(9, "explode")
+        error = error_of(await peer.recv(), 9, -32603)
+        assert error["message"] == "Internal error"
+        await peer.ping()
+    wire = bytes(peer.raw_in)
+    for leak in (b"secret", b"8271", b"Traceback", b"ValueError", b"explode"):
+        assert leak not in wire
+    logged = [r for r in caplog.records if r.exc_info is not None]
+    assert len(logged) == 1
+    assert logged[0].name.startswith("acp_trio") and logged[0].levelno >= logging.ERROR
+    assert "secret detail 8271" in caplog.text and "Traceback" in caplog.text
+    assert all(r.name != logging.getLogger().name for r in caplog.records)
+
+
+async def test_a_handler_raising_request_error_sends_its_code_message_and_data(autojump_clock: MockClock) -> None:
+    async def missing(params: Any) -> Any:
+        raise RequestError(-32002, "Resource not found", {"uri": "file:///nope"})
+
+    async def bare(params: Any) -> Any:
+        raise RequestError(-32000, "Authentication required")
+
+    async with connected(Route("missing", "request", missing), Route("bare", "request", bare)) as (_conn, peer):
+        await peer.request("m", "missing")
+        assert await peer.recv() == {
+            "jsonrpc": "2.0",
+            "id": "m",
+            "error": {"code": -32002, "message": "Resource not found", "data": {"uri": "file:///nope"}},
+        }
+        await peer.request("b", "bare")
+        assert await peer.recv() == {
+            "jsonrpc": "2.0",
+            "id": "b",
+            "error": {"code": -32000, "message": "Authentication required"},
+        }
+
+
+async def test_an_unknown_notification_is_ignored_without_answer_and_logged_at_debug(
+    autojump_clock: MockClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="acp_trio")
+    async with connected() as (_conn, peer):
+        await peer.notify("unknown/notification_xyz", {"a": 1})
+        await peer.notify(PING)  # a request route does not take notifications
+        await peer.ping()
+    records = [r for r in caplog.records if "unknown/notification_xyz" in r.getMessage()]
+    assert records and all(r.levelno == logging.DEBUG and r.name.startswith("acp_trio") for r in records)
+
+
+async def test_a_notification_never_gets_a_response_even_when_its_handler_raises(
+    autojump_clock: MockClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    ran: list[Any] = []
+
+    async def bad(params: Any) -> None:
+        ran.append(params)
+        raise RequestError(-32000, "nope")
+
+    async def worse(params: Any) -> None:
+        ran.append(params)
+        raise RuntimeError("boom")
+
+    caplog.set_level(logging.DEBUG, logger="acp_trio")
+    async with connected(Route("bad", "notification", bad), Route("worse", "notification", worse)) as (_conn, peer):
+        await peer.notify("bad", {"n": 1})
+        await peer.notify("worse", {"n": 2})
+        await peer.ping()
+    assert ran == [{"n": 1}, {"n": 2}]
+    assert "boom" in caplog.text
+
+
+async def test_a_request_reusing_the_id_of_a_running_request_is_refused(autojump_clock: MockClock) -> None:
+    release = trio.Event()
+    calls: list[Any] = []
+
+    async def slow(params: Any) -> Any:
+        calls.append(params)
+        await release.wait()
+        return params["n"]
+
+    async with connected(Route("slow", "request", slow)) as (_conn, peer):
+        await peer.request(7, "slow", {"n": 1})
+        await trio.testing.wait_all_tasks_blocked()
+        await peer.request(7, "slow", {"n": 2})
+        error_of(await peer.recv(), 7, -32600)
+        release.set()
+        assert await peer.recv() == {"jsonrpc": "2.0", "id": 7, "result": 1}
+        assert calls == [{"n": 1}]
+        # once finished, the id may be used again
+        await peer.request(7, "slow", {"n": 3})
+        assert await peer.recv() == {"jsonrpc": "2.0", "id": 7, "result": 3}
+
+
+# -- batches -------------------------------------------------------------------------------------
+
+
+async def test_a_batch_of_two_requests_gets_one_array_with_both_answers(autojump_clock: MockClock) -> None:
+    async def wait_then_echo(params: Any) -> Any:
+        await trio.sleep(params["delay"])
+        return params["n"]
+
+    async with connected(Route("echo", "request", wait_then_echo)) as (_conn, peer):
+        await peer.send(
+            [
+                {"jsonrpc": "2.0", "id": 1, "method": "echo", "params": {"n": "first", "delay": 2}},
+                {"jsonrpc": "2.0", "id": 2, "method": "echo", "params": {"n": "second", "delay": 1}},
+            ]
+        )
+        answer = await peer.recv()
+        assert isinstance(answer, list)
+        assert sorted(answer, key=lambda a: a["id"]) == [
+            {"jsonrpc": "2.0", "id": 1, "result": "first"},
+            {"jsonrpc": "2.0", "id": 2, "result": "second"},
+        ]
+        await peer.ping()
+
+
+async def test_a_batch_of_notifications_only_gets_no_response(autojump_clock: MockClock) -> None:
+    seen: list[Any] = []
+
+    async def note(params: Any) -> None:
+        seen.append(params["n"])
+
+    async with connected(Route("note", "notification", note)) as (_conn, peer):
+        await peer.send([{"jsonrpc": "2.0", "method": "note", "params": {"n": i}} for i in range(3)])
+        await peer.ping()
+    assert sorted(seen) == [0, 1, 2]
+
+
+async def test_a_batch_mixing_a_request_and_invalid_items_answers_each_in_one_array(autojump_clock: MockClock) -> None:
+    async with connected() as (_conn, peer):
+        await peer.send(
+            [
+                {"jsonrpc": "2.0", "id": "a", "method": PING},
+                42,
+                {"jsonrpc": "2.0", "id": "b", "method": "no/such"},
+                {"jsonrpc": "2.0", "method": "no/such_notification"},
+            ]
+        )
+        answer = await peer.recv()
+        assert isinstance(answer, list) and len(answer) == 3
+        by_id = {a["id"]: a for a in answer}
+        assert by_id["a"] == {"jsonrpc": "2.0", "id": "a", "result": "pong"}
+        error_of(by_id[None], None, -32600)
+        error_of(by_id["b"], "b", -32601)
+        await peer.ping()
+
+
+async def test_the_reader_keeps_working_after_a_batch_and_an_empty_array(autojump_clock: MockClock) -> None:
+    async with connected() as (_conn, peer):
+        await peer.send([{"jsonrpc": "2.0", "id": 1, "method": PING}])
+        assert await peer.recv() == [{"jsonrpc": "2.0", "id": 1, "result": "pong"}]
+        await peer.send_raw(b"[]\n")
+        error_of(await peer.recv(), None, -32600)
+        await peer.ping()
+        await peer.send([{"jsonrpc": "2.0", "id": 2, "method": PING}, {"jsonrpc": "2.0", "id": 3, "method": PING}])
+        assert sorted(a["id"] for a in await peer.recv()) == [2, 3]
+        await peer.ping()
+
+
+# -- oversized messages --------------------------------------------------------------------------
+
+
+async def test_an_oversized_message_gets_an_error_with_null_id_and_the_next_message_is_handled(
+    autojump_clock: MockClock,
+) -> None:
+    async with connected(max_message_size=200) as (_conn, peer):
+        big = orjson.dumps({"jsonrpc": "2.0", "id": 1, "method": PING, "params": {"pad": "x" * 500}})
+        await peer.send_raw(big + b"\n" + orjson.dumps({"jsonrpc": "2.0", "id": 2, "method": PING}) + b"\n")
+        error = error_of(await peer.recv(), None, -32600)
+        assert error["data"]["limit"] == 200
+        assert await peer.recv() == {"jsonrpc": "2.0", "id": 2, "result": "pong"}
+        # in pieces, across several writes
+        for start in range(0, len(big), 64):
+            await peer.send_raw(big[start : start + 64])
+        await peer.send_raw(b"\n")
+        error_of(await peer.recv(), None, -32600)
+        await peer.ping()
+
+
+# -- inbound cancellation ------------------------------------------------------------------------
+
+
+async def test_an_inbound_cancel_request_cancels_the_running_handler_and_answers_request_cancelled(
+    autojump_clock: MockClock,
+) -> None:
+    started = trio.Event()
+    outcome: list[str] = []
+
+    async def forever(params: Any) -> Any:
+        started.set()
+        try:
+            await trio.sleep_forever()
+        except trio.Cancelled:
+            outcome.append("cancelled")
+            raise
+
+    async with connected(Route("forever", "request", forever)) as (_conn, peer):
+        await peer.request("job-1", "forever")
+        with trio.fail_after(5):
+            await started.wait()
+        await peer.cancel("job-1")
+        error_of(await peer.recv(), "job-1", -32800)
+        assert outcome == ["cancelled"]
+        await peer.ping()
+
+
+async def test_a_cancel_after_the_handler_answered_is_a_no_op(autojump_clock: MockClock) -> None:
+    async with connected() as (_conn, peer):
+        await peer.request(3, PING)
+        assert await peer.recv() == {"jsonrpc": "2.0", "id": 3, "result": "pong"}
+        await peer.cancel(3)
+        await peer.ping()
+
+
+async def test_a_handler_that_returns_before_noticing_the_cancel_keeps_its_result(autojump_clock: MockClock) -> None:
+    async with connected() as (_conn, peer):
+        # request and cancel in one write: the handler returns without reaching a checkpoint
+        await peer.send(
+            {"jsonrpc": "2.0", "id": 4, "method": PING},
+            {"jsonrpc": "2.0", "method": "$/cancel_request", "params": {"requestId": 4}},
+        )
+        assert await peer.recv() == {"jsonrpc": "2.0", "id": 4, "result": "pong"}
+        await peer.ping()
+
+
+async def test_a_cancel_for_an_unknown_id_or_with_bad_params_is_ignored(autojump_clock: MockClock) -> None:
+    async with connected() as (_conn, peer):
+        await peer.cancel(999)
+        await peer.cancel("nope")
+        await peer.notify("$/cancel_request")
+        await peer.notify("$/cancel_request", {"requestId": True})
+        await peer.notify("$/cancel_request", [1])
+        await peer.ping()
+
+
+# -- outbound cancellation and timeouts ----------------------------------------------------------
+
+
+async def test_cancelling_the_callers_scope_sends_cancel_request_for_that_id(autojump_clock: MockClock) -> None:
+    outcome: list[str] = []
+    async with connected() as (conn, peer):
+        scope = trio.CancelScope()
+
+        async def call() -> None:
+            with scope:
+                await conn.request("slow/thing", {"a": 1})
+                outcome.append("returned")
+            outcome.append("cancelled" if scope.cancelled_caught else "not cancelled")
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(call)
+            req = await peer.recv()
+            assert (req["method"], req["params"]) == ("slow/thing", {"a": 1})
+            scope.cancel()
+        assert outcome == ["cancelled"]
+        assert await peer.recv() == {
+            "jsonrpc": "2.0",
+            "method": "$/cancel_request",
+            "params": {"requestId": req["id"]},
+        }
+        # the late response is dropped without error and the connection keeps working both ways
+        await peer.send({"jsonrpc": "2.0", "id": req["id"], "result": "too late"})
+        await peer.ping()
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(answer_next_request, peer, "fresh")
+            assert await conn.request("again") == "fresh"
+
+
+async def test_a_timeout_raises_request_timeout_and_sends_cancel_request(autojump_clock: MockClock) -> None:
+    async with connected() as (conn, peer):
+        start = trio.current_time()
+        with pytest.raises(RequestTimeout) as info:
+            await conn.request("slow/thing", timeout=3)
+        assert trio.current_time() - start == pytest.approx(3)
+        assert isinstance(info.value, TimeoutError)
+        assert info.value.method == "slow/thing" and info.value.timeout == 3
+        req = await peer.recv()
+        assert req["method"] == "slow/thing" and req["id"] == info.value.request_id
+        assert await peer.recv() == {
+            "jsonrpc": "2.0",
+            "method": "$/cancel_request",
+            "params": {"requestId": req["id"]},
+        }
+        await peer.send({"jsonrpc": "2.0", "id": req["id"], "error": {"code": -32800, "message": "Request cancelled"}})
+        await peer.ping()
+        # a request answered in time is unaffected by its timeout
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(answer_next_request, peer, 42)
+            assert await conn.request("quick", timeout=3) == 42
+
+
+async def test_an_error_response_raises_request_error_in_the_caller(autojump_clock: MockClock) -> None:
+    async with connected() as (conn, peer):
+
+        async def refuse() -> None:
+            req = await peer.recv()
+            await peer.send({"jsonrpc": "2.0", "id": req["id"], "error": {"code": -32601, "message": "no", "data": 1}})
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(refuse)
+            with pytest.raises(RequestError) as info:
+                await conn.request("x")
+        assert (info.value.code, info.value.message, info.value.data) == (-32601, "no", 1)
+
+
+async def test_typed_requests_encode_params_and_decode_the_result(autojump_clock: MockClock) -> None:
+    spec = v1.REQUESTS["fs/read_text_file"]
+    async with connected() as (conn, peer):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(answer_next_request, peer, {"content": "hello"})
+            result = await conn.send_request(spec, v1.ReadTextFileRequest(session_id="s", path="/tmp/a"))
+        assert result == v1.ReadTextFileResponse(content="hello")
+        assert orjson.loads(bytes(peer.raw_in))["params"] == {"sessionId": "s", "path": "/tmp/a"}
+
+
+# -- closing -------------------------------------------------------------------------------------
+
+
+async def start_calls(conn: Connection, count: int, nursery: trio.Nursery, errors: list[BaseException]) -> None:
+    async def call(i: int) -> None:
+        try:
+            await conn.request("wait/forever", {"i": i})
+        except ConnectionClosed as exc:
+            errors.append(exc)
+
+    for i in range(count):
+        nursery.start_soon(call, i)
+
+
+async def test_aclose_fails_every_pending_outbound_request_at_once(autojump_clock: MockClock) -> None:
+    errors: list[BaseException] = []
+    async with connected() as (conn, peer):
+        async with trio.open_nursery() as nursery:
+            await start_calls(conn, 4, nursery, errors)
+            assert sorted([(await peer.recv())["params"]["i"] for _ in range(4)]) == [0, 1, 2, 3]
+            start = trio.current_time()
+            await conn.aclose()
+        assert trio.current_time() - start < 0.01
+        assert len(errors) == 4 and all(isinstance(e, ConnectionClosed) for e in errors)
+        assert conn.closed
+        await peer.expect_eof()
+        with pytest.raises(ConnectionClosed):
+            await conn.request("after/close")
+        with pytest.raises(ConnectionClosed):
+            await conn.notify("after/close")
+        with pytest.raises(ConnectionClosed):
+            await conn.send_request(v1.REQUESTS["fs/read_text_file"], v1.ReadTextFileRequest(session_id="s", path="/a"))
+
+
+async def test_eof_from_the_peer_fails_every_pending_outbound_request(autojump_clock: MockClock) -> None:
+    errors: list[BaseException] = []
+    async with connected() as (conn, peer):
+        async with trio.open_nursery() as nursery:
+            await start_calls(conn, 3, nursery, errors)
+            for _ in range(3):
+                await peer.recv()
+            await peer.send_stream.aclose()
+        assert len(errors) == 3 and all(isinstance(e, ConnectionClosed) for e in errors)
+        with trio.fail_after(5):
+            await conn.wait_closed()
+        with pytest.raises(ConnectionClosed):
+            await conn.request("after/eof")
+        with pytest.raises(ConnectionClosed):
+            await conn.notify("after/eof")
+
+
+async def test_a_broken_pipe_on_write_fails_every_pending_outbound_request(autojump_clock: MockClock) -> None:
+    errors: list[BaseException] = []
+    async with recorded() as (conn, out, _peer_send):
+        async with trio.open_nursery() as nursery:
+            await start_calls(conn, 3, nursery, errors)
+            await trio.testing.wait_all_tasks_blocked()
+            assert sorted(m["params"]["i"] for m in out.lines()) == [0, 1, 2]
+            out.broken = True
+            await conn.notify("trigger/write")
+        assert len(errors) == 3 and all(isinstance(e, ConnectionClosed) for e in errors)
+        assert conn.closed
+        with pytest.raises(ConnectionClosed):
+            await conn.request("after/broken")
+        with pytest.raises(ConnectionClosed):
+            await conn.notify("after/broken")
+
+
+async def test_after_a_half_close_running_handlers_finish_and_their_answers_are_sent(autojump_clock: MockClock) -> None:
+    started = trio.Event()
+
+    async def slow(params: Any) -> Any:
+        started.set()
+        await trio.sleep(2)
+        return "done"
+
+    async with connected(Route("slow", "request", slow)) as (conn, peer):
+        await peer.request(1, "slow")
+        with trio.fail_after(5):
+            await started.wait()
+        await peer.send_stream.aclose()  # EOF on the connection's receive side; our receive side stays open
+        await trio.testing.wait_all_tasks_blocked()
+        assert not conn.closed
+        with pytest.raises(ConnectionClosed):  # nothing more can be read, so no response could come
+            await conn.request("cannot/answer")
+        await conn.notify("still/writable")
+        assert await peer.recv() == {"jsonrpc": "2.0", "method": "still/writable"}
+        assert await peer.recv() == {"jsonrpc": "2.0", "id": 1, "result": "done"}
+        with trio.fail_after(5):
+            await conn.wait_closed()
+    await peer.expect_eof()
+
+
+async def test_close_is_bounded_in_time_when_the_send_streams_aclose_hangs(autojump_clock: MockClock) -> None:
+    async with recorded(close_timeout=2.0) as (conn, out, _peer_send):
+        await conn.notify("hello")
+        await trio.testing.wait_all_tasks_blocked()
+        out.hang_close = True
+        start = trio.current_time()
+    elapsed = trio.current_time() - start
+    assert out.closed and conn.closed
+    assert elapsed <= 2 * 2.0 + 0.01
+    assert out.lines() == [{"jsonrpc": "2.0", "method": "hello"}]
+
+
+async def test_close_is_bounded_in_time_when_a_write_never_completes(autojump_clock: MockClock) -> None:
+    errors: list[BaseException] = []
+    async with trio.open_nursery() as nursery:
+        async with recorded(close_timeout=1.5) as (conn, out, _peer_send):
+            out.hang_send = True
+            await start_calls(conn, 2, nursery, errors)
+            await trio.testing.wait_all_tasks_blocked()
+            start = trio.current_time()
+        elapsed = trio.current_time() - start
+    assert elapsed <= 2 * 1.5 + 0.01
+    assert len(errors) == 2 and all(isinstance(e, ConnectionClosed) for e in errors)
+
+
+# -- coalesced writes ----------------------------------------------------------------------------
+
+
+async def test_queued_notifications_are_coalesced_into_fewer_writes_in_order(autojump_clock: MockClock) -> None:
+    count = 50
+    async with recorded() as (conn, out, _peer_send):
+        for i in range(count):
+            await conn.notify("note", {"i": i, "text": "x" * i})
+        await trio.testing.wait_all_tasks_blocked()
+        expected = b"".join(encode_notification("note", {"i": i, "text": "x" * i}) for i in range(count))
+        assert b"".join(out.writes) == expected
+        assert len(out.writes) < count
+
+
+async def test_answers_to_a_burst_of_requests_are_coalesced(autojump_clock: MockClock) -> None:
+    async def echo(params: Any) -> Any:
+        return params
+
+    count = 30
+    async with recorded(Route("echo", "request", echo)) as (_conn, out, peer_send):
+        await peer_send.send_all(
+            b"".join(
+                orjson.dumps({"jsonrpc": "2.0", "id": i, "method": "echo", "params": [i]}) + b"\n" for i in range(count)
+            )
+        )
+        await trio.testing.wait_all_tasks_blocked()
+        assert sorted((m["id"], m["result"]) for m in out.lines()) == [(i, [i]) for i in range(count)]
+        assert all(w.endswith(b"\n") for w in out.writes)
+        assert len(out.writes) < count
+
+
+# -- ordering ------------------------------------------------------------------------------------
+
+
+def serial_route(log: list[tuple[str, float]], all_done: trio.Event | None = None, count: int = 0) -> Route:
+    """Notifications ``ordered`` with params ``{key, name, delay}``: log start and end, sleep ``delay`` between."""
+
+    async def handle(params: Any) -> None:
+        log.append((f"start {params['name']}", trio.current_time()))
+        await trio.sleep(params["delay"])
+        log.append((f"end {params['name']}", trio.current_time()))
+        if all_done is not None and sum(1 for name, _ in log if name.startswith("end")) == count:
+            all_done.set()
+
+    return Route("ordered", "notification", handle, serial_key=lambda p: p["key"])
+
+
+async def test_notifications_with_the_same_serial_key_run_one_at_a_time_in_arrival_order(
+    autojump_clock: MockClock,
+) -> None:
+    log: list[tuple[str, float]] = []
+    all_done = trio.Event()
+    async with connected(serial_route(log, all_done, 5)) as (_conn, peer):
+        start = trio.current_time()
+        await peer.send(
+            *(
+                {"jsonrpc": "2.0", "method": "ordered", "params": {"key": key, "name": name, "delay": delay}}
+                for key, name, delay in [
+                    ("a", "a1", 3),
+                    ("b", "b1", 2),
+                    ("a", "a2", 1),
+                    ("b", "b2", 0.5),
+                    ("a", "a3", 0),
+                ]
+            )
+        )
+        with trio.fail_after(10):
+            await all_done.wait()
+    ends = {name.split()[1]: t - start for name, t in log if name.startswith("end")}
+    starts = {name.split()[1]: t - start for name, t in log if name.startswith("start")}
+    # key a: strictly one after another, in arrival order, despite the shorter later delays
+    assert ends["a1"] == pytest.approx(3) and ends["a2"] == pytest.approx(4) and ends["a3"] == pytest.approx(4)
+    assert starts["a2"] >= ends["a1"] and starts["a3"] >= ends["a2"]
+    # key b: the same, and it ran alongside key a
+    assert ends["b1"] == pytest.approx(2) and ends["b2"] == pytest.approx(2.5)
+    assert starts["b1"] == pytest.approx(0) and starts["b2"] >= ends["b1"]
+    order = [name for name, _ in log if name.startswith("end")]
+    assert order.index("end b1") < order.index("end a1")
+
+
+async def test_a_response_after_serial_notifications_waits_for_their_handlers(autojump_clock: MockClock) -> None:
+    log: list[tuple[str, float]] = []
+    async with connected(serial_route(log)) as (conn, peer):
+
+        async def peer_side() -> None:
+            req = await peer.recv()
+            await peer.send(
+                {"jsonrpc": "2.0", "method": "ordered", "params": {"key": "s", "name": "u1", "delay": 2}},
+                {"jsonrpc": "2.0", "method": "ordered", "params": {"key": "s", "name": "u2", "delay": 3}},
+            )
+            await peer.send({"jsonrpc": "2.0", "id": req["id"], "result": "final"})
+
+        start = trio.current_time()
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(peer_side)
+            assert await conn.request("session/like") == "final"
+            log.append(("returned", trio.current_time()))
+    assert [name for name, _ in log] == ["start u1", "end u1", "start u2", "end u2", "returned"]
+    assert log[-1][1] - start == pytest.approx(5)
+
+
+async def test_a_response_is_not_held_back_by_notifications_that_arrive_after_it(autojump_clock: MockClock) -> None:
+    log: list[tuple[str, float]] = []
+    async with connected(serial_route(log)) as (conn, peer):
+
+        async def peer_side() -> None:
+            req = await peer.recv()
+            await peer.send(
+                {"jsonrpc": "2.0", "id": req["id"], "result": "final"},
+                {"jsonrpc": "2.0", "method": "ordered", "params": {"key": "s", "name": "later", "delay": 10}},
+            )
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(peer_side)
+            start = trio.current_time()
+            assert await conn.request("x") == "final"
+            assert trio.current_time() - start == pytest.approx(0)
+
+
+# -- tap -----------------------------------------------------------------------------------------
+
+
+async def test_the_tap_sees_every_raw_message_in_both_directions_in_order(autojump_clock: MockClock) -> None:
+    seen: list[tuple[str, bytes]] = []
+
+    def tap(direction: str, line: bytes) -> None:
+        seen.append((direction, line))
+
+    async with connected(tap=tap) as (conn, peer):
+        await peer.request(1, PING)
+        await peer.recv()
+        await peer.send_raw(b"garbage\n")
+        await peer.recv()
+        await conn.notify("out/note", {"x": 1})
+        await peer.recv()
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(answer_next_request, peer, "r")
+            await conn.request("out/req")
+        await peer.send([{"jsonrpc": "2.0", "id": 2, "method": PING}])
+        await peer.recv()
+
+    assert [d for d, _ in seen] == ["in", "out", "in", "out", "out", "out", "in", "in", "out"]
+    inbound = [line for d, line in seen if d == "in"]
+    outbound = [line for d, line in seen if d == "out"]
+    assert b"".join(line + b"\n" for line in inbound) == bytes(peer.raw_out)
+    assert b"".join(outbound) == bytes(peer.raw_in)
+    assert all(line.endswith(b"\n") for line in outbound)
+    assert all(not line.endswith(b"\n") for line in inbound)
