@@ -151,6 +151,9 @@ async def spawn_agent(
     the agent's stdin, waits, then SIGTERMs and finally SIGKILLs the group (shielded from
     cancellation, bounded by 3 × ``shutdown_timeout`` plus the wait for a killed process).
     ``conn.process`` is the ``trio.Process``.  Raises ``OSError`` if the program cannot start.
+
+    A wrapper script that starts the agent as a background job (``agent &``) must hand it stdin
+    explicitly: a non-interactive ``sh`` gives background jobs ``/dev/null`` as stdin.
     """
     full_env: dict[str, str] | None = None
     if env is not None:
