@@ -70,8 +70,10 @@ class Route:
 
     ``method``: the wire name.  ``kind``: ``"request"`` or ``"notification"``.  ``params_type`` /
     ``result_type``: annotations for the converter (``Any`` passes JSON through).  ``handler``:
-    ``async (params) -> result``.  ``serial_key``: for notifications, ``(params) -> key``; those with
-    equal keys are handled one at a time in arrival order (``None``: no ordering).  ``on_cancelled``:
+    ``async (params) -> result``.  ``serial_key``: ``(params) -> key`` (``None``: no ordering); for
+    notifications, those with equal keys are handled one at a time in arrival order; for requests,
+    the handler starts only after the notifications with the same key that arrived before the
+    request were handled (requests still run concurrently with each other).  ``on_cancelled``:
     for requests, ``(params) -> result`` to answer with when the handler's own scope was cancelled
     by the typed layer (``None``: such a request answers -32800).
     """
@@ -455,6 +457,13 @@ class Connection:
                 return True
         return False
 
+    async def _wait_key_before(self, key: Hashable, seq: int) -> None:
+        while True:
+            queue = self._queues.get(key)
+            if queue is None or not queue.items or queue.items[0][0] >= seq or self._closed is not None:
+                return
+            await self._serial_lot.park()
+
     async def _wait_serial_before(self, seq: int) -> None:
         while self._queues and self._closed is None and self._serial_blocked(seq):
             await self._serial_lot.park()
@@ -489,7 +498,9 @@ class Connection:
             batch.append(None)
         assert self._nursery is not None
         self._busy += 1
-        self._nursery.start_soon(self._run_request, msg.id, route, params, inbound, batch, index, name=msg.method)
+        self._nursery.start_soon(
+            self._run_request, msg.id, route, params, inbound, batch, index, self._seq, name=msg.method
+        )
         return None
 
     async def _run_request(
@@ -500,12 +511,17 @@ class Connection:
         inbound: _Inbound,
         batch: list[bytes | None] | None,
         index: int,
+        seq: int,
     ) -> None:
         line: bytes | None = None
         done = False
         result: Any = None
         try:
             with inbound.scope:
+                if route.serial_key is not None and self._queues:
+                    key = route.serial_key(params)
+                    if key is not None:
+                        await self._wait_key_before(key, seq)
                 result = await route.handler(params)
                 done = True
             if not done:

@@ -386,8 +386,10 @@ class ClientSideConnection(_Side):
       holds the agent's capabilities (wire JSON), and calls they do not cover (``session/load``
       without ``loadSession``, an image block without ``promptCapabilities.image``, an ``http``
       MCP server without ``mcpCapabilities.http``, ...) raise :class:`CapabilityError` unsent;
-    - ``session/update`` notifications of one session are handled one at a time in arrival order,
-      and a response is returned only after the updates that preceded it were handled;
+    - ``session/update`` notifications of one session are handled one at a time in arrival order;
+      ``session/request_permission`` starts only after its session's earlier updates were handled
+      (other requests such as ``fs/read_text_file`` run at once, concurrently), and a response is
+      returned only after the updates that preceded it were handled;
     - after this client sends ``session/cancel``, every pending and new
       ``session/request_permission`` of that session is answered ``cancelled`` until the
       session's ``session/prompt`` returns.
@@ -426,7 +428,17 @@ class ClientSideConnection(_Side):
             )
             return
         if spec.method == "session/request_permission":
-            fn = self._permission(fn, spec)
+            # it starts after its session's earlier updates were handled, so it never overtakes the
+            # tool_call update it refers to; fs/* and terminal/* requests do not wait
+            self.connection.routes[spec.method] = Route(
+                spec.method,
+                "request",
+                self._permission(fn, spec),
+                params_type=spec.params_type,
+                result_type=spec.result_type,
+                serial_key=_session_key,
+            )
+            return
         super()._add_route(spec, fn)
 
     def _permission(self, fn: Callable[[Any], Awaitable[Any]], spec: MethodSpec) -> Callable[[Any], Awaitable[Any]]:
