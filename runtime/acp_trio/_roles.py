@@ -253,7 +253,10 @@ class AgentSideConnection(_Side):
       method they do not cover raises :class:`CapabilityError` without sending anything;
     - each ``session/prompt`` runs in a cancel scope that ``session/cancel`` for its session
       cancels: the turn then answers ``{"stopReason": "cancelled"}``; the agent's own
-      ``session_cancel`` handler, if any, is called too.
+      ``session_cancel`` handler, if any, is called too.  Requests the turn was awaiting (a
+      permission request, a file read) are cancelled with it, and ``$/cancel_request`` is sent
+      for them; shield such a call (``with trio.CancelScope(shield=True):``) to await its answer
+      anyway, e.g. the client's ``cancelled`` permission outcome.
     """
 
     side = "agent"
