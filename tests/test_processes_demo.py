@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+import io
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
+import trio
+
+from acp_schema import v1
+from acp_trio import AgentSideConnection, open_memory_pair
+from acp_trio.demo.client import DemoClient, client_capabilities, demo_client_factory
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="the stdio transport is POSIX-only")
 
@@ -67,3 +74,51 @@ def test_demo_refuses_an_agent_command_that_does_not_exist(tmp_path: Path) -> No
     assert result.returncode == 2
     assert "error: cannot start the agent" in result.stderr and "no-such-agent" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+class TerminalAgent:
+    """Runs one command in a client terminal, as an agent would."""
+
+    def __init__(self, conn: AgentSideConnection) -> None:
+        self.client = v1.ClientPeer(conn)
+
+    async def run(self, session_id: str, command: str, args: list[str], limit: int | None = None) -> tuple[Any, Any]:
+        created = await self.client.terminal_create(
+            v1.CreateTerminalRequest(session_id=session_id, command=command, args=args, output_byte_limit=limit)
+        )
+        exited = await self.client.terminal_wait_for_exit(
+            v1.WaitForTerminalExitRequest(session_id=session_id, terminal_id=created.terminal_id)
+        )
+        output = await self.client.terminal_output(
+            v1.TerminalOutputRequest(session_id=session_id, terminal_id=created.terminal_id)
+        )
+        await self.client.terminal_release(
+            v1.ReleaseTerminalRequest(session_id=session_id, terminal_id=created.terminal_id)
+        )
+        return exited, output
+
+
+async def test_demo_client_runs_terminal_commands_in_the_session_directory(tmp_path: Path) -> None:
+    out = io.StringIO()
+    async with open_memory_pair(TerminalAgent, demo_client_factory(out)) as (agent_conn, client_conn):
+        client: DemoClient = client_conn.handler
+        client.allow_root(tmp_path)
+        agent = v1.AgentPeer(client_conn)
+        with trio.fail_after(30):
+            async with trio.open_nursery() as nursery:
+                client.nursery = nursery
+                await agent.initialize(
+                    v1.InitializeRequest(protocol_version=1, client_capabilities=client_capabilities())
+                )
+                term: TerminalAgent = agent_conn.handler
+                exited, output = await term.run("s", sys.executable, ["-c", "import os; print(os.getcwd())"])
+                assert exited.exit_code == 0 and exited.signal is None
+                assert output.output.strip() == str(tmp_path.resolve())
+                assert output.truncated is False and output.exit_status.exit_code == 0
+                exited, output = await term.run("s", sys.executable, ["-c", "print('é' * 50, end='')"], limit=11)
+                assert output.truncated is True
+                assert output.output == "é" * 5  # cut from the front, never inside a character
+                exited, _ = await term.run("s", sys.executable, ["-c", "import os; os.kill(os.getpid(), 9)"])
+                assert exited.exit_code is None and exited.signal == "SIGKILL"
+                nursery.cancel_scope.cancel()
+    assert "[terminal term_1] $ " in out.getvalue()
