@@ -74,9 +74,11 @@ def update_schema(session: nox.Session) -> None:
 
 @nox.session(python=PY)
 def bench(session: nox.Session) -> None:
-    """Decode+encode and import time, side by side with the official Python SDK."""
+    """Codec (decode+encode, import time), then runtime over stdio (streaming, fs round trips, start-up),
+    side by side with the official Python SDK.  Options (`--quick`, `--json PATH`, `--strict`) go to both."""
     session.install(".", *group("bench"), "jsonschema")
     session.run("python", "benchmarks/bench.py", *session.posargs)
+    session.run("python", "benchmarks/bench_runtime.py", *session.posargs)
 
 
 @nox.session(python=PY)

@@ -16,6 +16,7 @@ method tables.
 from __future__ import annotations
 
 import logging
+import os
 from collections import deque
 from collections.abc import Awaitable, Callable, Hashable, Mapping
 from contextlib import asynccontextmanager
@@ -37,8 +38,11 @@ Tap: TypeAlias = Callable[[Literal["in", "out"], bytes], None]
 
 Handler: TypeAlias = Callable[[Any], Awaitable[Any]]
 
-_HIGH_WATER = 1 << 20  # bytes queued before a sender waits for the writer
+# Bytes queued before a sender waits for the writer.  About one pipe buffer: a sender that produces
+# faster than the writer drains lets the writer start early (the peer starts reading sooner).
+_HIGH_WATER = 1 << 16
 _READ_SIZE = 1 << 16
+_FdStream: Any = getattr(trio.lowlevel, "FdStream", None)  # POSIX only
 
 
 class ConnectionClosed(Exception):
@@ -161,6 +165,7 @@ class Connection:
 
             converter = shared
         self._send_stream = send_stream
+        self._fd_stream: Any = send_stream if _FdStream is not None and isinstance(send_stream, _FdStream) else None
         self._receive_stream = receive_stream
         self.routes: dict[str, Route] = dict(routes or {})
         self.converter = converter
@@ -175,6 +180,7 @@ class Connection:
         self._serial_lot = trio.lowlevel.ParkingLot()
         self._outbox: list[bytes] = []
         self._outbox_bytes = 0
+        self._writing = False  # the writer is inside a send
         self._wake_writer = trio.Event()
         self._drained = trio.Event()
         self._seq = 0
@@ -268,11 +274,26 @@ class Connection:
             self._serial_lot.unpark_all()
 
     # -- writing ---------------------------------------------------------------------------------
-    def _enqueue(self, line: bytes) -> None:
+    def _enqueue(self, line: bytes, eager: bool = False) -> None:
         if self._closed is not None:
             return
         if self.tap is not None:
             self.tap("out", line)
+        if eager and not self._outbox and not self._writing and self._fd_stream is not None:
+            # Requests and responses go out at once when nothing is queued (a pipe): the peer can
+            # start on them while this side goes on, instead of both sides taking turns in batches.
+            # Notifications (streamed updates) are left to the writer, which coalesces them.  Safe
+            # on the stream's fd: it is non-blocking, nothing else is sending (empty outbox, writer
+            # not inside send_all) so order is kept, and fileno() is -1 once the stream is closed.
+            fd = self._fd_stream.fileno()
+            if fd >= 0:
+                try:
+                    sent = os.write(fd, line)
+                except OSError:  # would block, or broken: the writer retries and reports
+                    sent = 0
+                if sent == len(line):
+                    return
+                line = line[sent:]
         self._outbox.append(line)
         self._outbox_bytes += len(line)
         self._wake_writer.set()
@@ -295,6 +316,7 @@ class Connection:
                     batch, self._outbox = self._outbox, []
                     self._outbox_bytes = 0
                     self._drained.set()
+                    self._writing = True
                     try:
                         await self._send_stream.send_all(batch[0] if len(batch) == 1 else b"".join(batch))
                     except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
@@ -302,6 +324,8 @@ class Connection:
                         self._outbox.clear()
                         self._mark_closed(f"write failed: {exc!r}")
                         return
+                    finally:
+                        self._writing = False
                 if self._closed is not None:
                     return
         finally:
@@ -355,7 +379,9 @@ class Connection:
             self.tap("in", item)
         msg = _core.parse(item)
         self._seq += 1
-        if type(msg) is _core.Batch:
+        if type(msg) is _core.Notification:  # the common case (streamed updates): skip _dispatch
+            self._on_notification(msg)
+        elif type(msg) is _core.Batch:
             self._on_batch(msg)
         else:
             line = self._dispatch(msg, None)
@@ -438,11 +464,15 @@ class Connection:
                 self._task_done()
 
     async def _drain_queue(self, key: Hashable, queue: _SerialQueue) -> None:
+        items = queue.items
         try:
-            while queue.items:
-                _seq, route, params = queue.items[0]
-                await self._run_notification(route, params)
-                queue.items.popleft()
+            while items:
+                _seq, route, params = items[0]
+                try:  # _run_notification, inlined: this loop runs once per streamed update
+                    await route.handler(params)
+                except Exception:
+                    log.exception("%s: notification handler for %r raised", self.name, route.method)
+                items.popleft()
                 if self._serial_lot:  # someone waits for the queues (a response, a batch, the reader)
                     self._serial_lot.unpark_all()
         finally:
@@ -544,7 +574,7 @@ class Connection:
                 batch[index] = line if line is not None else b""
                 self._serial_lot.unpark_all()  # wake _answer_batch, which waits for every placeholder
             elif line is not None:
-                self._enqueue(line)
+                self._enqueue(line, eager=True)
             self._task_done()
 
     # -- inbound responses -----------------------------------------------------------------------
@@ -575,9 +605,10 @@ class Connection:
             raise ConnectionClosed(self._read_closed)
         slot = _Slot()
         request_id = self._pending.add(slot)
-        self._enqueue(_core.encode_request(request_id, method, params))
+        self._enqueue(_core.encode_request(request_id, method, params), eager=True)
         try:
-            await self._backpressure()
+            if self._outbox_bytes > _HIGH_WATER:
+                await self._backpressure()
             if timeout is None:
                 await slot.event.wait()
             else:
@@ -604,7 +635,8 @@ class Connection:
         """Send a notification with JSON ``params``.  Raises :class:`ConnectionClosed`."""
         self._check_open()
         self._enqueue(_core.encode_notification(method, params))
-        await self._backpressure()
+        if self._outbox_bytes > _HIGH_WATER:
+            await self._backpressure()
 
     async def send_request(self, spec: MethodSpec, params: Any, *, timeout: float | None = None) -> Any:
         """Typed :meth:`request`: encode ``params`` as ``spec.params_type``, decode the result as

@@ -66,37 +66,40 @@ class LineFramer:
             start = nl + 1
             if start == len(data):
                 return out
+        if start:
+            data = data[start:]
         buf = self._buf
-        if buf:
-            buf += data[start:] if start else data
-            view: bytes | bytearray = buf
-            start = 0
-        else:
-            view = data
-        end = len(view)
-        while start < end:
-            nl = view.find(b"\n", start)
-            if nl < 0:
-                break
-            stop = nl - 1 if nl > start and view[nl - 1] == 13 else nl
-            if stop - start > limit:
-                out.append(OversizedMessage(stop - start, limit))
-            elif stop > start:
-                line = bytes(view[start:stop])
-                if not line.isspace():
-                    out.append(line)
-            start = nl + 1
-        rest = end - start
+        view: bytes | None = None
+        if not buf:
+            view = data if type(data) is bytes else bytes(data)
+        elif data.find(b"\n") >= 0:
+            view = bytes(buf) + data
+        else:  # still no end of line: only the new bytes were searched
+            buf += data
+        tail: bytes | bytearray = buf
+        if view is not None:
+            # split() and a comprehension instead of a find() per line: this runs for every message
+            if b"\r" in view:
+                view = view.replace(b"\r\n", b"\n")  # a CR before the newline is not part of the line
+            parts = view.split(b"\n")
+            tail = parts.pop()
+            if parts and len(max(parts, key=len)) > limit:
+                for part in parts:
+                    if len(part) > limit:
+                        out.append(OversizedMessage(len(part), limit))
+                    elif part and not part.isspace():
+                        out.append(part)
+            else:
+                out = [part for part in parts if part and not part.isspace()]
+        rest = len(tail)
         # one byte of grace for a trailing CR: it may be the first half of the line's CRLF
-        if rest > limit and not (rest == limit + 1 and view[end - 1] == 13):
+        if rest > limit and not (rest == limit + 1 and tail[-1] == 13):
             out.append(OversizedMessage(rest, limit))
             self._discarding = True
             self._dropped = rest
             buf.clear()
-        elif view is buf:
-            del buf[:start]
-        else:
-            buf[:] = view[start:]
+        elif tail is not buf:
+            buf[:] = tail
         return out
 
     def close(self) -> list[bytes | OversizedMessage]:

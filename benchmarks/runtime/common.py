@@ -1,0 +1,40 @@
+"""What the runtime scenarios share: the prompt commands, the streamed text, the file content.
+
+Every scenario is one ``session/prompt`` whose single text block is a command the bench agents
+understand:
+
+* ``stream N``: send N ``agent_message_chunk`` session/update notifications, then end the turn;
+* ``read N C``: issue N ``fs/read_text_file`` requests to the client with C of them in flight
+  (C = 1: one after another), check every answer, then end the turn.
+
+The client side prints one JSON object on stdout: ``{"<command>": [seconds, ...], ...}``, the time
+from sending each measured ``session/prompt`` to accepting its response.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+SESSION_ID: Final = "sess_bench_0001"
+FILE_CONTENT: Final = "def hello():\n    return 'world'\n"
+"""What the clients answer to every ``fs/read_text_file``."""
+
+
+def chunk_text(i: int) -> str:
+    """The text of the ``i``-th streamed chunk (the same on every side)."""
+    return f"token {i} of the streamed answer "
+
+
+def file_path(i: int) -> str:
+    """The path of the ``i``-th read."""
+    return f"/bench/src/module_{i % 97}.py"
+
+
+def parse_command(text: str) -> tuple[str, int, int]:
+    """``"stream 20000"`` → ``("stream", 20000, 0)``; ``"read 2000 64"`` → ``("read", 2000, 64)``."""
+    words = text.split()
+    if words[0] == "stream":
+        return "stream", int(words[1]), 0
+    if words[0] == "read":
+        return "read", int(words[1]), int(words[2])
+    raise ValueError(f"unknown bench command {text!r}")

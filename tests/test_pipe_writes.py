@@ -1,0 +1,99 @@
+"""The Connection over real OS pipes (``trio.lowlevel.FdStream``), where requests and responses are
+written at once when nothing is queued and the writer takes over what does not fit in the pipe."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import orjson
+import pytest
+import trio
+
+from acp_trio import Connection, ConnectionClosed, Route
+
+pytestmark = pytest.mark.skipif(not hasattr(trio.lowlevel, "FdStream"), reason="POSIX pipes only")
+
+ECHO = "test/echo"
+SEEN = "test/seen"
+
+
+async def echo(params: Any) -> Any:
+    return params
+
+
+def pipe() -> tuple[trio.lowlevel.FdStream, trio.lowlevel.FdStream]:
+    """(read end, write end) of a new OS pipe."""
+    r, w = os.pipe()
+    return trio.lowlevel.FdStream(r), trio.lowlevel.FdStream(w)
+
+
+@asynccontextmanager
+async def connected(routes: dict[str, Route], **options: Any) -> AsyncIterator[tuple[Connection, Connection]]:
+    """A caller and a server connected by two pipes; the server handles ``routes``."""
+    a_in, b_out = pipe()
+    b_in, a_out = pipe()
+    caller = Connection(a_out, a_in, name="caller")
+    server = Connection(b_out, b_in, routes, name="server", **options)
+    async with caller, server:
+        yield caller, server
+
+
+async def test_many_concurrent_requests_bigger_than_the_pipe_all_get_their_own_answer() -> None:
+    routes = {ECHO: Route(ECHO, "request", echo)}
+    results: dict[int, Any] = {}
+    async with connected(routes) as (caller, _):
+
+        async def call(i: int) -> None:
+            results[i] = await caller.request(ECHO, {"i": i, "pad": str(i) * 20_000})
+
+        with trio.fail_after(20):
+            async with trio.open_nursery() as nursery:
+                for i in range(64):
+                    nursery.start_soon(call, i)
+    assert results == {i: {"i": i, "pad": str(i) * 20_000} for i in range(64)}
+
+
+async def test_a_response_many_times_the_pipe_size_arrives_whole() -> None:
+    big = "x" * (3 << 20)
+
+    async def huge(params: Any) -> str:
+        return big
+
+    async with connected({ECHO: Route(ECHO, "request", huge)}) as (caller, _):
+        with trio.fail_after(20):
+            assert await caller.request(ECHO, {}) == big
+
+
+async def test_a_request_sent_after_queued_notifications_reaches_the_peer_after_them() -> None:
+    lines: list[bytes] = []
+
+    def tap(direction: str, line: bytes) -> None:
+        if direction == "in":
+            lines.append(line)
+
+    async def seen(params: Any) -> None:
+        pass
+
+    routes = {ECHO: Route(ECHO, "request", echo), SEEN: Route(SEEN, "notification", seen)}
+    async with connected(routes, tap=tap) as (caller, _):
+        with trio.fail_after(20):
+            for i in range(2000):  # more than the high-water mark: the writer sends some while we queue
+                await caller.notify(SEEN, {"i": i})
+            assert await caller.request(ECHO, {"last": True}) == {"last": True}
+    methods = [orjson.loads(line)["method"] for line in lines]
+    assert methods == [SEEN] * 2000 + [ECHO]
+    assert [orjson.loads(line)["params"]["i"] for line in lines[:-1]] == list(range(2000))
+
+
+async def test_a_request_to_a_peer_whose_pipe_is_closed_fails_with_connection_closed() -> None:
+    a_in, b_out = pipe()
+    b_in, a_out = pipe()
+    caller = Connection(a_out, a_in, name="caller")
+    async with caller:
+        await b_in.aclose()  # nobody will ever read what the caller writes
+        with trio.fail_after(10), pytest.raises(ConnectionClosed):
+            await caller.request(ECHO, {})
+        await b_out.aclose()
