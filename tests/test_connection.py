@@ -806,3 +806,54 @@ async def test_the_tap_sees_every_raw_message_in_both_directions_in_order(autoju
     assert b"".join(outbound) == bytes(peer.raw_in)
     assert all(line.endswith(b"\n") for line in outbound)
     assert all(not line.endswith(b"\n") for line in inbound)
+
+
+# -- streaming -----------------------------------------------------------------------------------
+async def test_queue_notification_asks_the_sender_to_wait_past_the_high_water_mark(autojump_clock: MockClock) -> None:
+    async with recorded() as (conn, out, _peer):
+        out.hang_send = True  # the peer stops reading: the writer's first send never ends
+        params = {"text": "x" * 1000}
+        conn.queue_notification("_stream/chunk", params)
+        await trio.testing.wait_all_tasks_blocked()  # the writer took it and hangs in send_all
+        answers = [conn.queue_notification("_stream/chunk", params) for _ in range(70)]
+        # about 64 KiB of 1 KiB lines fit below the mark; past it the sender is asked to wait
+        assert answers[:60] == [False] * 60 and answers[-1] is True
+        with trio.move_on_after(5) as cs:
+            await conn.wait_writable()
+        assert cs.cancelled_caught  # still blocked: the writer cannot take the queue
+
+
+async def test_wait_writable_returns_once_the_writer_took_the_queue(autojump_clock: MockClock) -> None:
+    async with recorded() as (conn, out, _peer):
+        for _ in range(100):
+            conn.queue_notification("_stream/chunk", {"text": "y" * 1000})
+        with trio.fail_after(5):
+            await conn.wait_writable()
+        with trio.fail_after(5):
+            await conn.wait_writable()  # nothing queued beyond the mark: returns at once
+        await trio.testing.wait_all_tasks_blocked()
+        assert len(out.lines()) == 100
+        assert all(line["method"] == "_stream/chunk" for line in out.lines())
+
+
+async def test_queue_notification_after_close_raises_connection_closed(autojump_clock: MockClock) -> None:
+    async with recorded() as (conn, _out, _peer):
+        await conn.aclose()
+        with pytest.raises(ConnectionClosed):
+            conn.queue_notification("_stream/chunk", {})
+
+
+async def test_a_large_read_of_ordered_notifications_is_handled_in_order(autojump_clock: MockClock) -> None:
+    seen: list[int] = []
+
+    async def handle(params: Any) -> None:
+        seen.append(params["n"])
+
+    route = Route("_seq", "notification", handle, serial_key=lambda p: "one")
+    async with recorded(route) as (_conn, _out, peer):
+        lines = b"".join(
+            orjson.dumps({"jsonrpc": "2.0", "method": "_seq", "params": {"n": i}}) + b"\n" for i in range(1000)
+        )
+        await peer.send_all(lines)  # one read: hundreds of messages handed over in slices
+        await trio.testing.wait_all_tasks_blocked()
+    assert seen == list(range(1000))

@@ -42,6 +42,7 @@ Handler: TypeAlias = Callable[[Any], Awaitable[Any]]
 # faster than the writer drains lets the writer start early (the peer starts reading sooner).
 _HIGH_WATER = 1 << 16
 _READ_SIZE = 1 << 16
+_HANDOFF = 64  # messages the reader decodes before letting their handlers run
 _FdStream: Any = getattr(trio.lowlevel, "FdStream", None)  # POSIX only
 
 
@@ -82,7 +83,17 @@ class Route:
     by the typed layer (``None``: such a request answers -32800).
     """
 
-    __slots__ = ("handler", "kind", "method", "on_cancelled", "params_type", "result_type", "serial_key")
+    __slots__ = (
+        "decode",
+        "encode",
+        "handler",
+        "kind",
+        "method",
+        "on_cancelled",
+        "params_type",
+        "result_type",
+        "serial_key",
+    )
 
     def __init__(
         self,
@@ -102,6 +113,9 @@ class Route:
         self.result_type = result_type
         self.serial_key = serial_key
         self.on_cancelled = on_cancelled
+        # the converter's functions for params_type / result_type, filled on first use
+        self.decode: Callable[[Any], Any] | None = None
+        self.encode: Callable[[Any], Any] | None = None
 
 
 class _Slot:
@@ -296,7 +310,8 @@ class Connection:
                 line = line[sent:]
         self._outbox.append(line)
         self._outbox_bytes += len(line)
-        self._wake_writer.set()
+        if len(self._outbox) == 1:  # the writer sleeps only on an empty outbox
+            self._wake_writer.set()
 
     async def _backpressure(self) -> None:
         # Queue first, wait after: a message once queued is sent even if its sender is cancelled.
@@ -345,8 +360,18 @@ class Connection:
                     for item in self._framer.close():
                         self._on_line(item)
                     break
-                for item in self._framer.feed(data):
-                    self._on_line(item)
+                items = self._framer.feed(data)
+                if len(items) <= _HANDOFF:
+                    for item in items:
+                        self._on_line(item)
+                    continue
+                # A large read holds hundreds of messages: hand them to their handlers in slices,
+                # so decoded messages die young instead of piling up (and through the garbage
+                # collector's generations) behind the reader.
+                for start in range(0, len(items), _HANDOFF):
+                    for item in items[start : start + _HANDOFF]:
+                        self._on_line(item)
+                    await trio.lowlevel.cancel_shielded_checkpoint()
         finally:
             if self._closed is None:
                 # Nothing more can be read, so no response can come: fail what waits for one now,
@@ -435,7 +460,10 @@ class Connection:
             log.debug("%s: ignoring notification %r: no handler", self.name, method)
             return
         try:
-            params = self.converter.structure_fn(route.params_type)({} if msg.params is None else msg.params)
+            decode = route.decode
+            if decode is None:
+                decode = route.decode = self.converter.structure_fn(route.params_type)
+            params = decode({} if msg.params is None else msg.params)
         except Exception as exc:
             log.warning("%s: dropping notification %r with invalid params: %s", self.name, method, exc)
             return
@@ -518,7 +546,10 @@ class Connection:
                 msg.id, RequestError.invalid_request({"detail": "a request with this id is already running"})
             )
         try:
-            params = self.converter.structure_fn(route.params_type)({} if msg.params is None else msg.params)
+            decode = route.decode
+            if decode is None:
+                decode = route.decode = self.converter.structure_fn(route.params_type)
+            params = decode({} if msg.params is None else msg.params)
         except Exception as exc:
             return _core.encode_error(msg.id, RequestError.invalid_params(_decode_error_data(exc)))
         inbound = self._inbound[msg.id] = _Inbound()
@@ -561,7 +592,10 @@ class Connection:
                     result = route.on_cancelled(params)
                     done = True
             if done:
-                line = _core.encode_result(request_id, self.converter.unstructure_fn(route.result_type)(result))
+                encode = route.encode
+                if encode is None:
+                    encode = route.encode = self.converter.unstructure_fn(route.result_type)
+                line = _core.encode_result(request_id, encode(result))
         except RequestError as exc:
             line = _core.encode_error(request_id, exc)
         except Exception:
@@ -633,8 +667,19 @@ class Connection:
 
     async def notify(self, method: str, params: Any = None) -> None:
         """Send a notification with JSON ``params``.  Raises :class:`ConnectionClosed`."""
-        self._check_open()
+        if self.queue_notification(method, params):
+            await self._backpressure()
+
+    def queue_notification(self, method: str, params: Any = None) -> bool:
+        """Queue a notification without waiting; True when the sender should now wait for the writer
+        (``await conn.wait_writable()``).  For hot loops that stream; raises :class:`ConnectionClosed`."""
+        if self._closed is not None:
+            raise ConnectionClosed(self._closed.reason)
         self._enqueue(_core.encode_notification(method, params))
+        return self._outbox_bytes > _HIGH_WATER
+
+    async def wait_writable(self) -> None:
+        """Wait until the writer has taken what is queued beyond the high-water mark (64 KiB)."""
         if self._outbox_bytes > _HIGH_WATER:
             await self._backpressure()
 

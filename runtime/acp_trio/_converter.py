@@ -443,6 +443,7 @@ class AcpConverter(cattrs.Converter):
         names: list[tuple[int, str]] = []
         lines.append("    raw = None")
         known: list[str] = []
+        segments: list[tuple[int, bool, int]] = []  # (field index, required, first line) per field
         for i, a in enumerate(attrs.fields(cls)):
             if EXTRA.keys() & a.metadata.keys():
                 continue
@@ -452,6 +453,7 @@ class AcpConverter(cattrs.Converter):
             names.append((i, a.name))
             core = _core(a.type)
             required = a.default is attrs.NOTHING or (spec.tag and not spec.tag_optional)
+            segments.append((i, bool(required), len(lines)))
             # null is a value where the schema says so, where the field's type alias admits it
             # (`RequestId`), or where the field is unconstrained (`{}` schema -> Any)
             accepts_null = spec.nullable or _NoneType in _leaves(a.type) or _scalar_kind(core) == _ANY
@@ -534,6 +536,26 @@ class AcpConverter(cattrs.Converter):
             lines.append(f"{vind}except DecodeError as e:")
             lines += on_failure("e")
         ns["_known"] = frozenset(known)
+        # Required fields first; optional ones are looked up only when the object has more keys
+        # than the required fields (the common message carries few of its optional fields).
+        bounds = [start for _, _, start in segments] + [len(lines)]
+        head = lines[: bounds[0]] if segments else lines
+        required_part: list[str] = []
+        optional_part: list[str] = []
+        optional_fields: list[int] = []
+        for k, (i, is_required, start) in enumerate(segments):
+            chunk = lines[start : bounds[k + 1]]
+            if is_required:
+                required_part += chunk
+            else:
+                optional_part += ["    " + line for line in chunk]
+                optional_fields.append(i)
+        lines = head + required_part
+        if optional_fields:
+            lines.append("    if n != len(d):")
+            lines += optional_part
+            lines.append("    else:")
+            lines += [f"        f{i} = UNSET" for i in optional_fields]
         lines.append("    x = {}")
         lines.append("    if n != len(d) or raw:")
         lines.append("        x = {k: v for k, v in d.items() if k not in _known}")

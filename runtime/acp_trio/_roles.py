@@ -91,6 +91,7 @@ class _Side:
             options["max_message_size"] = max_message_size
         self.connection = Connection(send_stream, receive_stream, **options)
         self._specs: dict[str, MethodSpec] = {}
+        self._notify_plans: dict[str, tuple[Callable[[Any], Any], bool]] = {}
         for table in (self.variant.REQUESTS, self.variant.NOTIFICATIONS):
             for spec in table.values():
                 if spec.side == self.peer_side:
@@ -160,10 +161,23 @@ class _Side:
 
     async def send_notification(self, spec: MethodSpec, params: Any) -> None:
         """Send a typed notification to the peer.  Raises :class:`acp_trio.ConnectionClosed`."""
-        wire = self.connection.converter.unstructure_fn(spec.params_type)(params)
-        self._check_call(spec, wire)
-        self._before_notification(spec, wire)
-        await self.connection.notify(spec.method, wire)
+        # streamed session/update comes through here thousands of times a turn: one lookup
+        plan = self._notify_plans.get(spec.method)  # a str key: hashing a MethodSpec costs more
+        if plan is None:
+            plan = self._notify_plans[spec.method] = (
+                self.connection.converter.unstructure_fn(spec.params_type),
+                self._has_notification_rules(spec.method),
+            )
+        wire = plan[0](params)
+        if plan[1]:
+            self._check_call(spec, wire)
+            self._before_notification(spec, wire)
+        if self.connection.queue_notification(spec.method, wire):
+            await self.connection.wait_writable()
+
+    def _has_notification_rules(self, method: str) -> bool:
+        """Whether sending the notification ``method`` needs :meth:`_check_call` or :meth:`_before_notification`."""
+        return True
 
     def _before_notification(self, spec: MethodSpec, wire: Any) -> None:
         pass
@@ -372,6 +386,9 @@ class AgentSideConnection(_Side):
 
     def _check_call(self, spec: MethodSpec, wire: Any) -> None:
         _capabilities.check_client_call(spec.method, wire, self.client_capabilities)
+
+    def _has_notification_rules(self, method: str) -> bool:
+        return method in _capabilities.CLIENT_METHOD_RULES
 
 
 class ClientSideConnection(_Side):

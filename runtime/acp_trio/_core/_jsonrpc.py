@@ -198,30 +198,42 @@ def _bad_id(value: object) -> bool:
     return value is not None and not is_request_id(value)
 
 
+def _readable_id(obj: dict[str, Any]) -> RequestId | None:
+    raw_id = obj.get("id")
+    return raw_id if is_request_id(raw_id) else None
+
+
 def classify(obj: Any) -> Message:
     """Classify one decoded JSON value as a request, notification, response or invalid message."""
     if type(obj) is not dict:
         return Invalid(None, RequestError.invalid_request({"detail": "a message must be a JSON object"}))
-    raw_id = obj.get("id")
-    msg_id = raw_id if is_request_id(raw_id) else None
     if obj.get("jsonrpc") != "2.0":
-        return Invalid(msg_id, RequestError.invalid_request({"detail": 'missing or wrong "jsonrpc": expected "2.0"'}))
+        return Invalid(
+            _readable_id(obj), RequestError.invalid_request({"detail": 'missing or wrong "jsonrpc": expected "2.0"'})
+        )
     method = obj.get("method")
     if method is not None:
-        if type(method) is not str:
-            return Invalid(msg_id, RequestError.invalid_request({"detail": '"method" must be a string'}))
+        # the common case first: a notification (streamed updates) costs four lookups
         params = obj.get("params")
-        if params is not None and type(params) not in (dict, list):
-            return Invalid(msg_id, RequestError.invalid_request({"detail": '"params" must be an object or an array'}))
+        if type(method) is not str:
+            return Invalid(_readable_id(obj), RequestError.invalid_request({"detail": '"method" must be a string'}))
+        if params is not None and type(params) is not dict and type(params) is not list:
+            return Invalid(
+                _readable_id(obj), RequestError.invalid_request({"detail": '"params" must be an object or an array'})
+            )
         if "id" not in obj:
             return Notification(method, params)
+        raw_id = obj["id"]
         if _bad_id(raw_id):
             return Invalid(None, RequestError.invalid_request({"detail": '"id" must be an integer or a string'}))
         return Request(raw_id, method, params)
+    raw_id = obj.get("id")
     has_result = "result" in obj
     has_error = "error" in obj
     if has_result == has_error or "id" not in obj or _bad_id(raw_id):
-        return Invalid(msg_id, RequestError.invalid_request({"detail": "not a request, notification or response"}))
+        return Invalid(
+            _readable_id(obj), RequestError.invalid_request({"detail": "not a request, notification or response"})
+        )
     if has_result:
         if raw_id is None:
             return Invalid(None, RequestError.invalid_request({"detail": "a result needs an id"}))
