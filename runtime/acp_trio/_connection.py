@@ -119,13 +119,33 @@ class Route:
 
 
 class _Slot:
-    __slots__ = ("error", "event", "result", "seq")
+    """One outbound request's wait for its response (lighter than a trio.Event: one waiter)."""
+
+    __slots__ = ("done", "error", "result", "seq", "task")
 
     def __init__(self) -> None:
-        self.event = trio.Event()
+        self.done = False
+        self.task: trio.lowlevel.Task | None = None
         self.result: Any = None
         self.error: BaseException | None = None
         self.seq = 0
+
+    def finish(self) -> None:
+        self.done = True
+        task, self.task = self.task, None
+        if task is not None:
+            trio.lowlevel.reschedule(task)
+
+    def _abort(self, _raise_cancel: Any) -> trio.lowlevel.Abort:
+        self.task = None
+        return trio.lowlevel.Abort.SUCCEEDED
+
+    async def wait(self) -> None:
+        if self.done:
+            await trio.lowlevel.checkpoint()
+            return
+        self.task = trio.lowlevel.current_task()
+        await trio.lowlevel.wait_task_rescheduled(self._abort)
 
 
 class _Inbound:
@@ -276,7 +296,7 @@ class Connection:
     def _fail_pending(self, reason: str) -> None:
         for slot in self._pending.drain():
             slot.error = ConnectionClosed(reason)
-            slot.event.set()
+            slot.finish()
 
     def _check_open(self) -> None:
         if self._closed is not None:
@@ -623,7 +643,7 @@ class Connection:
             assert isinstance(msg, _core.ErrorResponse)
             slot.error = msg.error
         slot.seq = self._seq
-        slot.event.set()
+        slot.finish()
 
     # -- outbound --------------------------------------------------------------------------------
     async def request(self, method: str, params: Any = None, *, timeout: float | None = None) -> Any:
@@ -644,11 +664,11 @@ class Connection:
             if self._outbox_bytes > _HIGH_WATER:
                 await self._backpressure()
             if timeout is None:
-                await slot.event.wait()
+                await slot.wait()
             else:
                 with trio.move_on_after(timeout):
-                    await slot.event.wait()
-                if not slot.event.is_set():
+                    await slot.wait()
+                if not slot.done:
                     self._cancel_outbound(request_id)
                     raise RequestTimeout(method, timeout, request_id)
         except BaseException:

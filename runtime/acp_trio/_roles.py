@@ -70,6 +70,7 @@ class _Side:
 
     side: Literal["agent", "client"]
     peer_side: Literal["agent", "client"]
+    _intercepted: frozenset[str] = frozenset()  # outbound requests that go through _request
 
     def __init__(
         self,
@@ -144,7 +145,10 @@ class _Side:
         conv = self.connection.converter
         wire = conv.unstructure_fn(spec.params_type)(params)
         self._check_call(spec, wire)
-        result = await self._request(spec, wire, timeout)
+        if spec.method in self._intercepted:
+            result = await self._request(spec, wire, timeout)
+        else:  # one coroutine frame less on the common path
+            result = await self.connection.request(spec.method, wire, timeout=timeout)
         structure = conv.structure_fn(spec.result_type)
         if result is None:
             # Peers on the official Python SDK answer the empty responses (fs/write_text_file,
@@ -284,6 +288,7 @@ class AgentSideConnection(_Side):
         **options: Any,
     ) -> None:
         self.client_capabilities: dict[str, Any] = {}
+        self._allowed: dict[str, bool] = {}
         self.client_info: dict[str, Any] | None = None
         self.initialized = False
         self._turns: dict[Any, set[trio.CancelScope]] = {}
@@ -336,6 +341,7 @@ class AgentSideConnection(_Side):
         self.protocol_version = version
         caps = conv.unstructure(params.client_capabilities) if params.client_capabilities else {}
         self.client_capabilities = caps if type(caps) is dict else {}
+        self._allowed = {}
         info = getattr(params, "client_info", None)
         self.client_info = conv.unstructure(info) if info else None
         user = getattr(self.handler, "initialize", None)
@@ -385,7 +391,17 @@ class AgentSideConnection(_Side):
             await user(params)
 
     def _check_call(self, spec: MethodSpec, wire: Any) -> None:
-        _capabilities.check_client_call(spec.method, wire, self.client_capabilities)
+        # client rules depend on the method only, so the verdict is cached until capabilities change
+        allowed = self._allowed.get(spec.method)
+        if allowed is None:
+            try:
+                _capabilities.check_client_call(spec.method, wire, self.client_capabilities)
+                allowed = True
+            except _capabilities.CapabilityError:
+                allowed = False
+            self._allowed[spec.method] = allowed
+        if not allowed:
+            _capabilities.check_client_call(spec.method, wire, self.client_capabilities)
 
     def _has_notification_rules(self, method: str) -> bool:
         return method in _capabilities.CLIENT_METHOD_RULES
@@ -417,6 +433,7 @@ class ClientSideConnection(_Side):
 
     side = "client"
     peer_side = "agent"
+    _intercepted = frozenset({"initialize", "session/prompt"})
 
     def __init__(
         self,
