@@ -33,6 +33,7 @@ RequestId: TypeAlias = "int | str"
 """A request id: an integer or a string (JSON-RPC also allows null, which no ACP peer sends)."""
 
 _OPT: Final = orjson.OPT_APPEND_NEWLINE
+_loads = orjson.loads
 
 
 def is_request_id(value: object) -> bool:
@@ -184,9 +185,17 @@ def parse(line: bytes) -> Message | Batch:
     through :func:`classify`.
     """
     try:
-        obj = orjson.loads(line)
+        obj = _loads(line)
     except orjson.JSONDecodeError as exc:
         return Invalid(None, RequestError(PARSE_ERROR, "Parse error", {"detail": str(exc)}))
+    if type(obj) is dict:
+        # the common case inline (streamed updates): a well-formed notification with object params
+        if "id" not in obj and obj.get("jsonrpc") == "2.0":
+            method = obj.get("method")
+            params = obj.get("params")
+            if type(method) is str and type(params) is dict:
+                return Notification(method, params)
+        return classify(obj)
     if type(obj) is list:
         if not obj:
             return Invalid(None, RequestError.invalid_request({"detail": "empty batch"}))
