@@ -469,6 +469,13 @@ class Connection:
         finally:
             self._task_done()
 
+    def _decode(self, route: Route, params: Any) -> Any:
+        """Params as ``route.params_type`` (absent params decode as ``{}``); raises the converter's error."""
+        decode = route.decode
+        if decode is None:
+            decode = route.decode = self.converter.structure_fn(route.params_type)
+        return decode({} if params is None else params)
+
     # -- inbound notifications -------------------------------------------------------------------
     def _on_notification(self, msg: _core.Notification) -> None:
         method = msg.method
@@ -480,10 +487,7 @@ class Connection:
             log.debug("%s: ignoring notification %r: no handler", self.name, method)
             return
         try:
-            decode = route.decode
-            if decode is None:
-                decode = route.decode = self.converter.structure_fn(route.params_type)
-            params = decode({} if msg.params is None else msg.params)
+            params = self._decode(route, msg.params)
         except Exception as exc:
             log.warning("%s: dropping notification %r with invalid params: %s", self.name, method, exc)
             return
@@ -566,10 +570,7 @@ class Connection:
                 msg.id, RequestError.invalid_request({"detail": "a request with this id is already running"})
             )
         try:
-            decode = route.decode
-            if decode is None:
-                decode = route.decode = self.converter.structure_fn(route.params_type)
-            params = decode({} if msg.params is None else msg.params)
+            params = self._decode(route, msg.params)
         except Exception as exc:
             return _core.encode_error(msg.id, RequestError.invalid_params(_decode_error_data(exc)))
         inbound = self._inbound[msg.id] = _Inbound()

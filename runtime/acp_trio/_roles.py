@@ -367,18 +367,10 @@ class AgentSideConnection(_Side):
         structure_result = self.connection.converter.structure_fn(spec.result_type)
 
         async def turn(params: Any) -> Any:
-            session_id = params.session_id
-            scope = trio.CancelScope()
-            scopes = self._turns.setdefault(session_id, set())
-            scopes.add(scope)
-            try:
-                with scope:
-                    return await fn(params)
-            finally:
-                scopes.discard(scope)
-                if not scopes:
-                    self._turns.pop(session_id, None)
-            log.debug("prompt turn of session %r cancelled by session/cancel", session_id)
+            done, result = await _in_session_scope(self._turns, params.session_id, fn(params))
+            if done:
+                return result
+            log.debug("prompt turn of session %r cancelled by session/cancel", params.session_id)
             return structure_result({"stopReason": "cancelled"})
 
         return turn
@@ -482,18 +474,10 @@ class ClientSideConnection(_Side):
         structure_result = self.connection.converter.structure_fn(spec.result_type)
 
         async def ask(params: Any) -> Any:
-            session_id = params.session_id
-            if session_id not in self._cancelling:
-                scope = trio.CancelScope()
-                scopes = self._permission_scopes.setdefault(session_id, set())
-                scopes.add(scope)
-                try:
-                    with scope:
-                        return await fn(params)
-                finally:
-                    scopes.discard(scope)
-                    if not scopes:
-                        self._permission_scopes.pop(session_id, None)
+            if params.session_id not in self._cancelling:
+                done, result = await _in_session_scope(self._permission_scopes, params.session_id, fn(params))
+                if done:
+                    return result
             return structure_result({"outcome": {"outcome": "cancelled"}})
 
         return ask
@@ -542,6 +526,24 @@ class ClientSideConnection(_Side):
                 self._cancelling[session_id] = 1
             for scope in list(self._permission_scopes.get(session_id, ())):
                 scope.cancel()
+
+
+async def _in_session_scope(
+    registry: dict[Any, set[trio.CancelScope]], session_id: Any, call: Awaitable[Any]
+) -> tuple[bool, Any]:
+    """Await ``call`` in a cancel scope registered under ``session_id``: ``(True, result)``, or
+    ``(False, None)`` when something cancelled that scope (``session/cancel``)."""
+    scope = trio.CancelScope()
+    scopes = registry.setdefault(session_id, set())
+    scopes.add(scope)
+    try:
+        with scope:
+            return True, await call
+    finally:
+        scopes.discard(scope)
+        if not scopes:
+            registry.pop(session_id, None)
+    return False, None
 
 
 def _session_key(params: Any) -> Any:
