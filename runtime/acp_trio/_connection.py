@@ -78,9 +78,8 @@ class Route:
     ``async (params) -> result``.  ``serial_key``: ``(params) -> key`` (``None``: no ordering); for
     notifications, those with equal keys are handled one at a time in arrival order; for requests,
     the handler starts only after the notifications with the same key that arrived before the
-    request were handled (requests still run concurrently with each other).  ``on_cancelled``:
-    for requests, ``(params) -> result`` to answer with when the handler's own scope was cancelled
-    by the typed layer (``None``: such a request answers -32800).
+    request were handled (requests still run concurrently with each other).  A request whose
+    handler is cancelled (``$/cancel_request``, or the connection closing) answers -32800.
     """
 
     __slots__ = (
@@ -89,7 +88,6 @@ class Route:
         "handler",
         "kind",
         "method",
-        "on_cancelled",
         "params_type",
         "result_type",
         "serial_key",
@@ -104,7 +102,6 @@ class Route:
         params_type: Any = Any,
         result_type: Any = Any,
         serial_key: Callable[[Any], Hashable] | None = None,
-        on_cancelled: Callable[[Any], Any] | None = None,
     ) -> None:
         self.method = method
         self.kind = kind
@@ -112,7 +109,6 @@ class Route:
         self.params_type = params_type
         self.result_type = result_type
         self.serial_key = serial_key
-        self.on_cancelled = on_cancelled
         # the converter's functions for params_type / result_type, filled on first use
         self.decode: Callable[[Any], Any] | None = None
         self.encode: Callable[[Any], Any] | None = None
@@ -146,14 +142,6 @@ class _Slot:
             return
         self.task = trio.lowlevel.current_task()
         await trio.lowlevel.wait_task_rescheduled(self._abort)
-
-
-class _Inbound:
-    __slots__ = ("peer_cancelled", "scope")
-
-    def __init__(self) -> None:
-        self.scope = trio.CancelScope()
-        self.peer_cancelled = False
 
 
 class _SerialQueue:
@@ -209,7 +197,7 @@ class Connection:
         self.close_timeout = close_timeout
         self.name = name
         self._pending: _core.PendingRequests[_Slot] = _core.PendingRequests()
-        self._inbound: dict[RequestId | None, _Inbound] = {}
+        self._inbound: dict[RequestId | None, trio.CancelScope] = {}  # running inbound requests
         self._queues: dict[Hashable, _SerialQueue] = {}
         self._serial_lot = trio.lowlevel.ParkingLot()
         self._outbox: list[bytes] = []
@@ -286,8 +274,8 @@ class Connection:
         self._closed = ConnectionClosed(reason)
         log.debug("%s: closing (%s)", self.name, reason)
         self._fail_pending(reason)
-        for inbound in self._inbound.values():
-            inbound.scope.cancel()
+        for scope in self._inbound.values():
+            scope.cancel()
         self._serial_lot.unpark_all()
         self._wake_writer.set()
         self._drained.set()
@@ -556,8 +544,7 @@ class Connection:
         if inbound is None:
             log.debug("%s: cancel for unknown or finished request %r", self.name, request_id)
             return
-        inbound.peer_cancelled = True
-        inbound.scope.cancel()
+        inbound.cancel()
 
     # -- inbound requests ------------------------------------------------------------------------
     def _on_request(self, msg: _core.Request, batch: list[bytes | None] | None) -> bytes | None:
@@ -573,7 +560,7 @@ class Connection:
             params = self._decode(route, msg.params)
         except Exception as exc:
             return _core.encode_error(msg.id, RequestError.invalid_params(_decode_error_data(exc)))
-        inbound = self._inbound[msg.id] = _Inbound()
+        inbound = self._inbound[msg.id] = trio.CancelScope()
         index = -1
         if batch is not None:
             index = len(batch)
@@ -590,7 +577,7 @@ class Connection:
         request_id: RequestId | None,
         route: Route,
         params: Any,
-        inbound: _Inbound,
+        inbound: trio.CancelScope,
         batch: list[bytes | None] | None,
         index: int,
         seq: int,
@@ -599,7 +586,7 @@ class Connection:
         done = False
         result: Any = None
         try:
-            with inbound.scope:
+            with inbound:
                 if route.serial_key is not None and self._queues:
                     key = route.serial_key(params)
                     if key is not None:
@@ -607,12 +594,8 @@ class Connection:
                 result = await route.handler(params)
                 done = True
             if not done:
-                if inbound.peer_cancelled or route.on_cancelled is None or self._closed is not None:
-                    line = _core.encode_error(request_id, RequestError.request_cancelled())
-                else:
-                    result = route.on_cancelled(params)
-                    done = True
-            if done:
+                line = _core.encode_error(request_id, RequestError.request_cancelled())
+            else:
                 encode = route.encode
                 if encode is None:
                     encode = route.encode = self.converter.unstructure_fn(route.result_type)
