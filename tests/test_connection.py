@@ -857,3 +857,13 @@ async def test_a_large_read_of_ordered_notifications_is_handled_in_order(autojum
         await peer.send_all(lines)  # one read: hundreds of messages handed over in slices
         await trio.testing.wait_all_tasks_blocked()
     assert seen == list(range(1000))
+
+
+async def test_closing_releases_both_streams_of_a_pair(autojump_clock: MockClock) -> None:
+    out = RecordingSendStream()
+    _peer_send, our_receive = trio.testing.memory_stream_one_way_pair()
+    async with Connection(out, our_receive, {}):
+        pass
+    assert out.closed
+    with pytest.raises(trio.ClosedResourceError):
+        await our_receive.receive_some(1)

@@ -20,7 +20,7 @@ import os
 from collections import deque
 from collections.abc import Awaitable, Callable, Hashable, Mapping
 from contextlib import asynccontextmanager
-from typing import Any, Literal, TypeAlias
+from typing import Any, Literal, TypeAlias, cast
 
 import trio
 
@@ -254,7 +254,7 @@ class Connection:
 
     async def aclose(self, reason: str = "connection closed") -> None:
         """Close: fail pending requests with :class:`ConnectionClosed`, cancel running handlers,
-        flush what is queued and close the send stream (shielded, at most ``close_timeout`` s each)."""
+        flush what is queued and close both streams (shielded, at most ``close_timeout`` s each)."""
         self._mark_closed(reason)
         with trio.CancelScope(shield=True):
             with trio.move_on_after(self.close_timeout):
@@ -266,6 +266,9 @@ class Connection:
                     pass
             if cs.cancelled_caught:
                 await trio.aclose_forcefully(self._send_stream)
+            if self._receive_stream is not cast(object, self._send_stream):
+                # a blocked reader gets ClosedResourceError and ends; the descriptor is released now
+                await trio.aclose_forcefully(self._receive_stream)
         self._service_scope.cancel()
 
     def _mark_closed(self, reason: str) -> None:

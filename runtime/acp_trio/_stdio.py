@@ -185,6 +185,7 @@ async def spawn_agent(
                     await terminate_process_group(process, shutdown_timeout)
                     # stderr reaches EOF once every writer in the group is gone; don't wait for stragglers
                     nursery.cancel_scope.cancel()
+                    await trio.aclose_forcefully(process.stderr)
     finally:
         if process.returncode is None:  # pragma: no cover - only if cancelled before shutdown began
             _signal_group(process.pid, signal.SIGKILL)
