@@ -865,5 +865,5 @@ async def test_closing_releases_both_streams_of_a_pair(autojump_clock: MockClock
     async with Connection(out, our_receive, {}):
         pass
     assert out.closed
-    with pytest.raises(trio.ClosedResourceError):
-        await our_receive.receive_some(1)
+    with trio.fail_after(5), pytest.raises(trio.ClosedResourceError):
+        await our_receive.receive_some(1)  # an open stream would block here until the deadline
