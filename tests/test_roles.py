@@ -87,6 +87,8 @@ FULL_AGENT_CAPS: Message = {
     "loadSession": True,
     "promptCapabilities": {"image": True, "audio": True, "embeddedContext": True},
     "mcpCapabilities": {"http": True, "sse": True},
+    "sessionCapabilities": {"list": {}, "resume": {}, "close": {}, "delete": {}, "additionalDirectories": {}},
+    "auth": {"logout": {}},
 }
 
 
@@ -372,6 +374,26 @@ class CapableAgent(SessionAgent):
         self.calls.append("session/load")
         return v1.LoadSessionResponse()
 
+    async def session_list(self, params: v1.ListSessionsRequest) -> v1.ListSessionsResponse:
+        self.calls.append("session/list")
+        return v1.ListSessionsResponse(sessions=[])
+
+    async def session_resume(self, params: v1.ResumeSessionRequest) -> v1.ResumeSessionResponse:
+        self.calls.append("session/resume")
+        return v1.ResumeSessionResponse()
+
+    async def session_close(self, params: v1.CloseSessionRequest) -> v1.CloseSessionResponse:
+        self.calls.append("session/close")
+        return v1.CloseSessionResponse()
+
+    async def session_delete(self, params: v1.DeleteSessionRequest) -> v1.DeleteSessionResponse:
+        self.calls.append("session/delete")
+        return v1.DeleteSessionResponse()
+
+    async def logout(self, params: v1.LogoutRequest) -> v1.LogoutResponse:
+        self.calls.append("logout")
+        return v1.LogoutResponse()
+
 
 def _prompt_with(block: Any) -> v1.PromptRequest:
     return v1.PromptRequest(session_id="s1", prompt=[v1.TextContentBlock(text="look at this"), block])
@@ -410,6 +432,39 @@ AGENT_CALLS: list[tuple[str, str, str, Callable[[Any], Awaitable[Any]]]] = [
         "session/new",
         lambda peer: peer.session_new(
             v1.NewSessionRequest(cwd="/work", mcp_servers=[v1.HttpMcpServer(name="m", url="http://h/", headers=[])])
+        ),
+    ),
+    (
+        "session/list",
+        "sessionCapabilities.list",
+        "session/list",
+        lambda peer: peer.session_list(v1.ListSessionsRequest()),
+    ),
+    (
+        "session/resume",
+        "sessionCapabilities.resume",
+        "session/resume",
+        lambda peer: peer.session_resume(v1.ResumeSessionRequest(session_id="s1", cwd="/work")),
+    ),
+    (
+        "session/close",
+        "sessionCapabilities.close",
+        "session/close",
+        lambda peer: peer.session_close(v1.CloseSessionRequest(session_id="s1")),
+    ),
+    (
+        "session/delete",
+        "sessionCapabilities.delete",
+        "session/delete",
+        lambda peer: peer.session_delete(v1.DeleteSessionRequest(session_id="s1")),
+    ),
+    ("logout", "auth.logout", "logout", lambda peer: peer.logout(v1.LogoutRequest())),
+    (
+        "additional-directories",
+        "sessionCapabilities.additionalDirectories",
+        "session/new",
+        lambda peer: peer.session_new(
+            v1.NewSessionRequest(cwd="/work", mcp_servers=[], additional_directories=["/other"])
         ),
     ),
     (
