@@ -372,6 +372,9 @@ class AcpConverter(cattrs.Converter):
                     return other(d)
                 raise DecodeError(known, tag, (key,), problem=f"unknown tag {tag!r}")
 
+            # what a compiled parent needs to pick the branch inline (see _struct_structure)
+            dispatch.acp_tag_key = key  # type: ignore[attr-defined]
+            dispatch.acp_tag_table = table  # type: ignore[attr-defined]
             return dispatch
 
         return compile_node(root)
@@ -531,8 +534,17 @@ class AcpConverter(cattrs.Converter):
                 continue
             else:
                 ns[f"_s{i}"] = self.structure_fn(core)
+            tag_table = getattr(ns[f"_s{i}"], "acp_tag_table", None)
             lines.append(f"{vind}try:")
-            lines.append(f"{vind}    f{i} = _s{i}(v)")
+            if tag_table is not None:
+                # a tagged union: look the branch up here (string tags), the dispatcher does the rest
+                ns[f"_k{i}"] = ns[f"_s{i}"].acp_tag_key
+                ns[f"_tb{i}"] = tag_table
+                lines.append(f"{vind}    t = v.get(_k{i}) if v.__class__ is dict else None")
+                lines.append(f"{vind}    b = _tb{i}.get(t) if t.__class__ is str else None")
+                lines.append(f"{vind}    f{i} = b(v) if b is not None else _s{i}(v)")
+            else:
+                lines.append(f"{vind}    f{i} = _s{i}(v)")
             lines.append(f"{vind}except DecodeError as e:")
             lines += on_failure("e")
         ns["_known"] = frozenset(known)
