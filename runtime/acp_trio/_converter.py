@@ -630,6 +630,7 @@ class AcpConverter(cattrs.Converter):
                     by_class[v.__class__] = fn
                 return fn(v)
 
+            union.acp_by_class = by_class  # type: ignore[attr-defined]  # for compiled parents (inline lookup)
             return union
         return self.unstructure
 
@@ -652,9 +653,15 @@ class AcpConverter(cattrs.Converter):
             spec: FieldSpec = a.metadata["acp"]
             core = _core(a.type)
             ident = self._is_identity(core)
+            conv = "v"
             if not ident:
-                ns[f"_u{i}"] = self.unstructure_fn(core)
-            conv = "v" if ident else f"_u{i}(v)"
+                ns[f"_u{i}"] = fn = self.unstructure_fn(core)
+                by_class = getattr(fn, "acp_by_class", None)
+                if by_class is not None:  # a union: the member's function straight from its cache
+                    ns[f"_bc{i}"] = by_class
+                    conv = f"(_bc{i}.get(v.__class__) or _u{i})(v)"
+                else:
+                    conv = f"_u{i}(v)"
             lines.append(f"    v = o.{a.name}")
             if a.default is attrs.NOTHING or (spec.tag and not spec.tag_optional):
                 if ident:
