@@ -312,6 +312,22 @@ class FileClient:
         self.calls.append("terminal/create")
         return v1.CreateTerminalResponse(terminal_id="term1")
 
+    async def terminal_output(self, params: v1.TerminalOutputRequest) -> v1.TerminalOutputResponse:
+        self.calls.append("terminal/output")
+        return v1.TerminalOutputResponse(output="", truncated=False)
+
+    async def terminal_wait_for_exit(self, params: v1.WaitForTerminalExitRequest) -> v1.WaitForTerminalExitResponse:
+        self.calls.append("terminal/wait_for_exit")
+        return v1.WaitForTerminalExitResponse(exit_code=0)
+
+    async def terminal_kill(self, params: v1.KillTerminalRequest) -> v1.KillTerminalResponse:
+        self.calls.append("terminal/kill")
+        return v1.KillTerminalResponse()
+
+    async def terminal_release(self, params: v1.ReleaseTerminalRequest) -> v1.ReleaseTerminalResponse:
+        self.calls.append("terminal/release")
+        return v1.ReleaseTerminalResponse()
+
 
 CLIENT_CALLS: list[tuple[str, str, Callable[[Any], Awaitable[Any]]]] = [
     ("fs/read_text_file", "fs.readTextFile", lambda peer: peer.fs_read_text_file(read_request())),
@@ -324,6 +340,26 @@ CLIENT_CALLS: list[tuple[str, str, Callable[[Any], Awaitable[Any]]]] = [
         "terminal/create",
         "terminal",
         lambda peer: peer.terminal_create(v1.CreateTerminalRequest(session_id="s1", command="ls")),
+    ),
+    (
+        "terminal/output",
+        "terminal",
+        lambda peer: peer.terminal_output(v1.TerminalOutputRequest(session_id="s1", terminal_id="term1")),
+    ),
+    (
+        "terminal/wait_for_exit",
+        "terminal",
+        lambda peer: peer.terminal_wait_for_exit(v1.WaitForTerminalExitRequest(session_id="s1", terminal_id="term1")),
+    ),
+    (
+        "terminal/kill",
+        "terminal",
+        lambda peer: peer.terminal_kill(v1.KillTerminalRequest(session_id="s1", terminal_id="term1")),
+    ),
+    (
+        "terminal/release",
+        "terminal",
+        lambda peer: peer.terminal_release(v1.ReleaseTerminalRequest(session_id="s1", terminal_id="term1")),
     ),
 ]
 
