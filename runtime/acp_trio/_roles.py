@@ -69,7 +69,6 @@ class _Side:
     """What agent and client connections share: routes from the tables, extensions, Sender."""
 
     side: Literal["agent", "client"]
-    peer_side: Literal["agent", "client"]
     _intercepted: frozenset[str] = frozenset()  # outbound requests that go through _request
 
     def __init__(
@@ -91,12 +90,7 @@ class _Side:
         if max_message_size is not None:
             options["max_message_size"] = max_message_size
         self.connection = Connection(send_stream, receive_stream, **options)
-        self._specs: dict[str, MethodSpec] = {}
         self._notify_plans: dict[str, tuple[Callable[[Any], Any], bool]] = {}
-        for table in (self.variant.REQUESTS, self.variant.NOTIFICATIONS):
-            for spec in table.values():
-                if spec.side == self.peer_side:
-                    self._specs.setdefault(spec.method, spec)
         self.handler = _instantiate(handler, self)
         for table in (self.variant.REQUESTS, self.variant.NOTIFICATIONS):
             for spec in table.values():
@@ -278,7 +272,6 @@ class AgentSideConnection(_Side):
     """
 
     side = "agent"
-    peer_side = "client"
 
     def __init__(
         self,
@@ -424,7 +417,6 @@ class ClientSideConnection(_Side):
     """
 
     side = "client"
-    peer_side = "agent"
     _intercepted = frozenset({"initialize", "session/prompt"})
 
     def __init__(
