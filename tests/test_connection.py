@@ -16,7 +16,7 @@ import trio.testing
 from trio.testing import MockClock
 
 from acp_schema import v1
-from acp_trio import Connection, ConnectionClosed, RequestError, RequestTimeout, Route
+from acp_trio import Connection, ConnectionClosed, DecodeError, RequestError, RequestTimeout, Route
 from acp_trio._core import LineFramer, OversizedMessage, encode_notification
 
 PING = "test/ping"
@@ -867,3 +867,29 @@ async def test_closing_releases_both_streams_of_a_pair(autojump_clock: MockClock
     assert out.closed
     with trio.fail_after(5), pytest.raises(trio.ClosedResourceError):
         await our_receive.receive_some(1)  # an open stream would block here until the deadline
+
+
+async def test_typed_requests_read_a_null_result_as_an_empty_response(autojump_clock: MockClock) -> None:
+    spec = v1.REQUESTS["fs/write_text_file"]
+    async with connected() as (conn, peer):
+        async with trio.open_nursery() as nursery:
+
+            async def call() -> None:
+                result = await conn.send_request(spec, spec.params_type(session_id="s", path="/a", content="x"))
+                assert isinstance(result, spec.result_type)
+
+            nursery.start_soon(call)
+            await answer_next_request(peer, None)
+
+
+async def test_typed_requests_refuse_a_null_result_where_fields_are_required(autojump_clock: MockClock) -> None:
+    spec = v1.REQUESTS["fs/read_text_file"]
+    async with connected() as (conn, peer):
+        async with trio.open_nursery() as nursery:
+
+            async def call() -> None:
+                with pytest.raises(DecodeError):
+                    await conn.send_request(spec, spec.params_type(session_id="s", path="/a"))
+
+            nursery.start_soon(call)
+            await answer_next_request(peer, None)

@@ -25,6 +25,7 @@ from typing import Any, Literal, TypeAlias, cast
 import trio
 
 from . import _core
+from ._converter import DecodeError
 from ._core import RequestError, RequestId
 from ._spec import MethodSpec
 
@@ -694,8 +695,22 @@ class Connection:
         """Typed :meth:`request`: encode ``params`` as ``spec.params_type``, decode the result as
         ``spec.result_type`` (raises :class:`acp_trio.DecodeError` if it does not fit)."""
         wire = self.converter.unstructure_fn(spec.params_type)(params)
-        result = await self.request(spec.method, wire, timeout=timeout)
-        return self.converter.structure_fn(spec.result_type)(result)
+        return self.decode_result(spec, await self.request(spec.method, wire, timeout=timeout))
+
+    def decode_result(self, spec: MethodSpec, result: Any) -> Any:
+        """Decode a JSON ``result`` as ``spec.result_type``; raises :class:`acp_trio.DecodeError`.
+
+        ``null`` reads as ``{}`` when the result type has no required field: the spec's own examples
+        (``fs/write_text_file``, ``session/load``) and peers on the official Python SDK answer the
+        empty responses with ``"result": null``, and the TypeScript SDK reads that as ``{}`` too.
+        """
+        structure = self.converter.structure_fn(spec.result_type)
+        if result is None:
+            try:
+                return structure({})
+            except DecodeError:
+                pass
+        return structure(result)
 
     async def send_notification(self, spec: MethodSpec, params: Any) -> None:
         """Typed :meth:`notify`: encode ``params`` as ``spec.params_type``."""

@@ -27,7 +27,6 @@ import trio
 
 from . import _capabilities
 from ._connection import Connection, ConnectionClosed, Route, Tap
-from ._converter import DecodeError
 from ._core import INVALID_REQUEST, RequestError
 from ._spec import MethodSpec
 
@@ -143,16 +142,7 @@ class _Side:
             result = await self._request(spec, wire, timeout)
         else:  # one coroutine frame less on the common path
             result = await self.connection.request(spec.method, wire, timeout=timeout)
-        structure = conv.structure_fn(spec.result_type)
-        if result is None:
-            # Peers on the official Python SDK answer the empty responses (fs/write_text_file,
-            # session/set_mode, terminal/kill, ...) with "result": null; the TypeScript SDK reads that
-            # as {} (its emptyObjectResponse), and so do we when the result type has no required field.
-            try:
-                return structure({})
-            except DecodeError:
-                pass
-        return structure(result)
+        return self.connection.decode_result(spec, result)
 
     async def _request(self, spec: MethodSpec, wire: Any, timeout: float | None) -> Any:
         return await self.connection.request(spec.method, wire, timeout=timeout)
