@@ -9,6 +9,7 @@ It is a demonstration, not a sandbox: the batteries of a later release do this p
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from collections.abc import Callable
@@ -44,8 +45,6 @@ class _Terminal:
         assert self.process is not None and self.process.returncode is not None
         code = self.process.returncode
         if code < 0:
-            import signal
-
             return None, signal.Signals(-code).name
         return code, None
 
