@@ -36,9 +36,7 @@ only reported.
 from __future__ import annotations
 
 import argparse
-import importlib.metadata
 import json
-import os
 import platform
 import statistics
 import subprocess
@@ -52,6 +50,7 @@ from pathlib import Path
 from typing import Any, Final, cast
 
 import acp.schema as official_schema
+from _shared import dist_version, subprocess_env
 from acp.utils import serialize_params
 from corpus import CORPUS, DEF_NAMES, SCHEMA_PATH, Part, label, validate_corpus
 from pydantic import BaseModel
@@ -234,30 +233,13 @@ def time_codecs(sides: dict[str, list[Case]], repeats: int, target_s: float) -> 
 # -- import timing --------------------------------------------------------------------------------
 
 
-def _subprocess_env(pycache: str) -> dict[str, str]:
-    """The environment of the import subprocesses.
-
-    They import the very same acp_schema and acp_trio as this process (PYTHONPATH), and both sides
-    get the same byte-code caching: every ``.pyc`` is read from and written to the private tree
-    ``pycache`` (PYTHONPYCACHEPREFIX), whatever PYTHONDONTWRITEBYTECODE says and whether or not
-    the source tree has ``__pycache__`` directories, so that after the warm-up runs nothing is compiled.
-    """
-    dirs = [str(Path(m.__file__ or "").resolve().parent.parent) for m in (acp_schema, acp_trio)]
-    env = dict(os.environ)
-    old = env.get("PYTHONPATH")
-    env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys([*dirs, *([old] if old else [])]))
-    env.pop("PYTHONDONTWRITEBYTECODE", None)
-    env["PYTHONPYCACHEPREFIX"] = pycache
-    return env
-
-
 def time_imports(rounds: int) -> dict[str, dict[str, Any]]:
     """Median wall time (ms) of fresh interpreters running each statement, alternating; ``pass`` is the baseline."""
     stmts = {"acp-trio": "import acp_schema.v1", "official": "import acp.schema", "baseline": "pass"}
     cwd = Path(__file__).resolve().parent
     samples: dict[str, list[float]] = {k: [] for k in stmts}
     with tempfile.TemporaryDirectory(prefix="acp-bench-pycache-") as pycache:
-        env = _subprocess_env(pycache)
+        env = subprocess_env(pycache, acp_schema, acp_trio)
 
         def run(stmt: str) -> float:
             start = time.perf_counter()
@@ -275,13 +257,6 @@ def time_imports(rounds: int) -> dict[str, dict[str, Any]]:
 
 
 # -- report ---------------------------------------------------------------------------------------
-
-
-def _version(dist: str) -> str:
-    try:
-        return importlib.metadata.version(dist)
-    except importlib.metadata.PackageNotFoundError:
-        return "not installed (source tree)"
 
 
 def _status(case: Case) -> str:
@@ -318,8 +293,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     print(f"Python {platform.python_version()} ({sys.executable})")
     print(
-        f"acp-trio {_version('acp-trio')} [{Path(acp_trio.__file__ or '').parent}], cattrs {_version('cattrs')}; "
-        f"agent-client-protocol {_version('agent-client-protocol')}, pydantic {_version('pydantic')}"
+        f"acp-trio {dist_version('acp-trio')} [{Path(acp_trio.__file__ or '').parent}], "
+        f"cattrs {dist_version('cattrs')}; "
+        f"agent-client-protocol {dist_version('agent-client-protocol')}, pydantic {dist_version('pydantic')}"
     )
 
     try:
@@ -395,7 +371,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.json:
         report = {
             "python": platform.python_version(),
-            "versions": {d: _version(d) for d in ("acp-trio", "cattrs", "attrs", "agent-client-protocol", "pydantic")},
+            "versions": {
+                d: dist_version(d) for d in ("acp-trio", "cattrs", "attrs", "agent-client-protocol", "pydantic")
+            },
             "corpus_schema_problems": problems,
             "exactness": {
                 side: [

@@ -37,7 +37,6 @@ Exit status: 0; 1 if a scenario failed to run; 3 with ``--strict`` if a bar is m
 from __future__ import annotations
 
 import argparse
-import importlib.metadata
 import json
 import os
 import platform
@@ -54,6 +53,8 @@ from typing import Any, Final
 _HERE: Final = Path(__file__).resolve().parent
 _SCRIPTS: Final = _HERE / "runtime"
 _REPO: Final = _HERE.parent
+
+from _shared import dist_version, subprocess_env  # noqa: E402  (after the constants it does not need)
 
 try:
     import acp_schema
@@ -104,17 +105,6 @@ def describe_load(before: list[int] | None, after: list[int] | None) -> str:
         f"machine during the run: {100 * idle / total:.0f}% idle, {100 * steal / total:.0f}% stolen by the host "
         f"({os.cpu_count()} CPUs); other load or steal makes both sides slower and the ratios noisier"
     )
-
-
-def subprocess_env(pycache: str) -> dict[str, str]:
-    """The children import the same acp_schema/acp_trio as this process and cache byte code privately."""
-    dirs = [str(Path(m.__file__ or "").resolve().parent.parent) for m in (acp_schema, acp_trio)]
-    env = dict(os.environ)
-    old = env.get("PYTHONPATH")
-    env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys([*dirs, *([old] if old else [])]))
-    env.pop("PYTHONDONTWRITEBYTECODE", None)
-    env["PYTHONPYCACHEPREFIX"] = pycache
-    return env
 
 
 # -- scenarios 1 and 2 ----------------------------------------------------------------------------
@@ -206,13 +196,6 @@ class Row:
     ok: bool
 
 
-def _version(dist: str) -> str:
-    try:
-        return importlib.metadata.version(dist)
-    except importlib.metadata.PackageNotFoundError:
-        return "not installed (source tree)"
-
-
 def _median(xs: list[float]) -> float:
     return statistics.median(xs)
 
@@ -297,14 +280,14 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     print(f"\nRuntime benchmark: Python {platform.python_version()} ({sys.executable})")
     print(
-        f"acp-trio {_version('acp-trio')} [{Path(acp_trio.__file__ or '').parent}], trio {_version('trio')}; "
-        f"agent-client-protocol {_version('agent-client-protocol')}; orjson {_version('orjson')}"
+        f"acp-trio {dist_version('acp-trio')} [{Path(acp_trio.__file__ or '').parent}], trio {dist_version('trio')}; "
+        f"agent-client-protocol {dist_version('agent-client-protocol')}; orjson {dist_version('orjson')}"
     )
     print(f"{rounds} client processes per side x (1 warm-up + {repeats} timed prompts) per scenario;", end=" ")
     print(f"{startup_runs} start-ups per side")
     started, load_before = time.perf_counter(), cpu_times()
     with tempfile.TemporaryDirectory(prefix="acp-bench-pycache-") as pycache:
-        env = subprocess_env(pycache)
+        env = subprocess_env(pycache, acp_schema, acp_trio)
         try:
             startup, trio_agent = run_startup(env, startup_runs)
             samples = run_scenarios(env, rounds, repeats)
@@ -323,7 +306,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         path = args.json.with_name(f"{args.json.stem}.runtime{args.json.suffix or '.json'}")
         report: dict[str, Any] = {
             "python": platform.python_version(),
-            "versions": {d: _version(d) for d in ("acp-trio", "trio", "agent-client-protocol", "orjson")},
+            "versions": {d: dist_version(d) for d in ("acp-trio", "trio", "agent-client-protocol", "orjson")},
             "statistic": "median",
             "seconds_per_prompt": samples,
             "startup_seconds": startup,

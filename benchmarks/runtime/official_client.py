@@ -5,19 +5,17 @@ Usage: ``python official_client.py [--warmup W] [--repeats R] COMMAND...``.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import os
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 from acp import PROTOCOL_VERSION, text_block
 from acp.schema import ClientCapabilities, FileSystemCapabilities, ReadTextFileResponse
 from acp.stdio import spawn_agent_process
-from common import FILE_CONTENT, parse_command
+from common import FILE_CONTENT, client_args, time_prompts
 
 HERE = Path(__file__).resolve().parent
 
@@ -36,7 +34,6 @@ class BenchClient:
 
 
 async def run(commands: list[str], warmup: int, repeats: int) -> dict[str, list[float]]:
-    results: dict[str, list[float]] = {}
     client = BenchClient()
     # the SDK trims the agent's environment; keep the interpreter's module path
     env = {k: os.environ[k] for k in ("PYTHONPATH", "PYTHONPYCACHEPREFIX") if k in os.environ}
@@ -44,30 +41,17 @@ async def run(commands: list[str], warmup: int, repeats: int) -> dict[str, list[
         caps = ClientCapabilities(fs=FileSystemCapabilities(read_text_file=True))
         await conn.initialize(protocol_version=PROTOCOL_VERSION, client_capabilities=caps)
         session = await conn.new_session(cwd=str(HERE), mcp_servers=[])
-        for command in commands:
-            kind, n, _ = parse_command(command)
-            times = results[command] = []
-            for k in range(warmup + repeats):
-                client.updates = client.reads = 0
-                start = time.perf_counter()
-                response = await conn.prompt(session_id=session.session_id, prompt=[text_block(command)])
-                elapsed = time.perf_counter() - start
-                got = client.updates if kind == "stream" else client.reads
-                if response.stop_reason != "end_turn" or got != n:
-                    raise AssertionError(f"{command}: stop reason {response.stop_reason!r}, {got} of {n} handled")
-                if k >= warmup:
-                    times.append(elapsed)
-    return results
+
+        async def prompt(command: str) -> str:
+            response = await conn.prompt(session_id=session.session_id, prompt=[text_block(command)])
+            return str(response.stop_reason)
+
+        return await time_prompts(commands, warmup, repeats, client, prompt)
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--warmup", type=int, default=1)
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("commands", nargs="+")
-    args = parser.parse_args()
-    results = asyncio.run(run(args.commands, args.warmup, args.repeats))
-    print(json.dumps(results))
+    args = client_args()
+    print(json.dumps(asyncio.run(run(args.commands, args.warmup, args.repeats))))
 
 
 if __name__ == "__main__":

@@ -6,7 +6,6 @@ Prints ``{"<command>": [seconds, ...]}`` like the other clients.
 
 from __future__ import annotations
 
-import argparse
 import json
 import subprocess
 import sys
@@ -14,17 +13,13 @@ import time
 from pathlib import Path
 
 import orjson
-from common import SESSION_ID, parse_command
+from common import SESSION_ID, client_args, parse_command
 
 HERE = Path(__file__).resolve().parent
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--warmup", type=int, default=1)
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("commands", nargs="+")
-    args = parser.parse_args()
+    args = client_args()
     results: dict[str, list[float]] = {}
     agent = subprocess.Popen(
         [sys.executable, str(HERE / "raw_agent.py")], stdin=subprocess.PIPE, stdout=subprocess.PIPE

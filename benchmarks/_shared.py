@@ -1,0 +1,30 @@
+"""What the two benchmark drivers (``bench.py``, ``bench_runtime.py``) share: child environments and versions."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import os
+from pathlib import Path
+from types import ModuleType
+
+
+def subprocess_env(pycache: str, *modules: ModuleType) -> dict[str, str]:
+    """An environment for child interpreters: they import the same ``modules`` as this process
+    (PYTHONPATH), and read and write every ``.pyc`` in the private tree ``pycache``
+    (PYTHONPYCACHEPREFIX), whatever PYTHONDONTWRITEBYTECODE says and whether or not the source tree
+    has ``__pycache__`` directories, so that after warm-up runs nothing is compiled."""
+    dirs = [str(Path(m.__file__ or "").resolve().parent.parent) for m in modules]
+    env = dict(os.environ)
+    old = env.get("PYTHONPATH")
+    env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys([*dirs, *([old] if old else [])]))
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    env["PYTHONPYCACHEPREFIX"] = pycache
+    return env
+
+
+def dist_version(dist: str) -> str:
+    """The installed version of distribution ``dist``, or a note that it runs from the source tree."""
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return "not installed (source tree)"
