@@ -7,6 +7,7 @@ that needs them (``acp_trio.converter``, ``acp_trio.spawn_agent``, ...).
 - Transports: :func:`serve_agent_stdio` / :func:`run_agent_stdio` (an agent on its own stdio),
   :func:`spawn_agent` (a client spawning an agent), :func:`open_memory_pair` (in memory).
 - JSON-RPC: :class:`Connection`, :class:`Route`, :class:`RequestError` and the error codes.
+- Sessions: ``conn.sessions`` (:class:`SessionRegistry` of :class:`SessionInfo`) on both sides.
 - Errors: :class:`ConnectionClosed`, :class:`RequestTimeout`, :class:`CapabilityError`,
   :class:`ProtocolVersionError`, :class:`DecodeError`.
 - Wire types: :data:`converter`, :func:`dumps`, :func:`loads`, :data:`UNSET`.
@@ -20,7 +21,7 @@ from ._spec import UNSET, MethodSpec, UnsetType
 
 if TYPE_CHECKING:
     from ._capabilities import CapabilityError
-    from ._connection import Connection, ConnectionClosed, RequestTimeout, Route, Tap
+    from ._connection import Connection, ConnectionClosed, Instrumentation, RequestTimeout, Route, Tap
     from ._converter import AcpConverter, DecodeError, dumps, loads, value_or_default
     from ._core import (
         AUTH_REQUIRED,
@@ -34,6 +35,7 @@ if TYPE_CHECKING:
         RequestError,
     )
     from ._roles import AgentSideConnection, ClientSideConnection, ProtocolVersionError
+    from ._sessions import SessionInfo, SessionRegistry
     from ._stdio import open_memory_pair, run_agent_stdio, serve_agent_stdio, spawn_agent, terminate_process_group
 
     converter: AcpConverter
@@ -55,11 +57,14 @@ __all__ = [
     "Connection",
     "ConnectionClosed",
     "DecodeError",
+    "Instrumentation",
     "MethodSpec",
     "ProtocolVersionError",
     "RequestError",
     "RequestTimeout",
     "Route",
+    "SessionInfo",
+    "SessionRegistry",
     "Tap",
     "UnsetType",
     "converter",
@@ -87,7 +92,8 @@ _LAZY = {
         "RequestError",
     ),
     "_capabilities": ("CapabilityError",),
-    "_connection": ("Connection", "ConnectionClosed", "RequestTimeout", "Route", "Tap"),
+    "_connection": ("Connection", "ConnectionClosed", "Instrumentation", "RequestTimeout", "Route", "Tap"),
+    "_sessions": ("SessionInfo", "SessionRegistry"),
     "_roles": ("AgentSideConnection", "ClientSideConnection", "ProtocolVersionError"),
     "_stdio": ("open_memory_pair", "run_agent_stdio", "serve_agent_stdio", "spawn_agent", "terminate_process_group"),
 }

@@ -19,8 +19,8 @@ import logging
 import os
 from collections import deque
 from collections.abc import Awaitable, Callable, Hashable, Mapping
-from contextlib import asynccontextmanager
-from typing import Any, Literal, TypeAlias, cast
+from contextlib import AbstractContextManager, asynccontextmanager
+from typing import Any, Literal, Protocol, TypeAlias, cast
 
 import trio
 
@@ -38,6 +38,27 @@ Tap: TypeAlias = Callable[[Literal["in", "out"], bytes], None]
 """
 
 Handler: TypeAlias = Callable[[Any], Awaitable[Any]]
+
+
+class Instrumentation(Protocol):
+    """Hooks a connection calls around every message it sends and every handler it runs.
+
+    This is how tracing plugs in (:mod:`acp_trio.otel`) without the runtime knowing of it.  Both
+    methods see JSON values (``params`` as on the wire), never typed objects.
+    """
+
+    def outbound(self, kind: Literal["request", "notification"], method: str, params: Any) -> Any:
+        """Return the params to send for an outgoing message (``params`` itself, or a copy with
+        more in its ``_meta``).  Must not raise."""
+        ...
+
+    def inbound(
+        self, kind: Literal["request", "notification"], method: str, params: Any
+    ) -> AbstractContextManager[object]:
+        """A context manager the handler of an incoming message runs in (``params``: its JSON
+        params, ``None`` when absent)."""
+        ...
+
 
 # Bytes queued before a sender waits for the writer.  About one pipe buffer: a sender that produces
 # faster than the writer drains lets the writer start early (the peer starts reading sooner).
@@ -114,6 +135,19 @@ class Route:
         self.decode: Callable[[Any], Any] | None = None
         self.encode: Callable[[Any], Any] | None = None
 
+    def with_handler(self, handler: Handler) -> Route:
+        """A copy of this route that calls ``handler``."""
+        route = Route(
+            self.method,
+            self.kind,
+            handler,
+            params_type=self.params_type,
+            result_type=self.result_type,
+            serial_key=self.serial_key,
+        )
+        route.decode, route.encode = self.decode, self.encode
+        return route
+
 
 class _Slot:
     """One outbound request's wait for its response (lighter than a trio.Event: one waiter)."""
@@ -182,6 +216,7 @@ class Connection:
         cancel_method: str | None = "$/cancel_request",
         close_timeout: float = 2.0,
         name: str = "acp",
+        instrumentation: Instrumentation | None = None,
     ) -> None:
         if converter is None:
             from ._converter import converter as shared
@@ -197,6 +232,8 @@ class Connection:
         self.cancel_method = cancel_method
         self.close_timeout = close_timeout
         self.name = name
+        self.instrumentation = instrumentation
+        self._close_callbacks: list[Callable[[str], object]] = []
         self._pending: _core.PendingRequests[_Slot] = _core.PendingRequests()
         self._inbound: dict[RequestId | None, trio.CancelScope] = {}  # running inbound requests
         self._queues: dict[Hashable, _SerialQueue] = {}
@@ -272,11 +309,51 @@ class Connection:
                 await trio.aclose_forcefully(self._receive_stream)
         self._service_scope.cancel()
 
+    def start_soon(self, async_fn: Callable[..., Awaitable[object]], *args: Any, name: str | None = None) -> None:
+        """Run ``async_fn(*args)`` as a background task of this connection.
+
+        It runs in the connection's nursery: it may outlive the handler that started it, and it is
+        cancelled when the connection closes (its ``finally`` blocks run before ``async with conn``
+        exits, so cleanup such as killing a child process is waited for).  An exception it raises is
+        logged and closes nothing.  Raises :class:`ConnectionClosed` once the connection closed and
+        ``RuntimeError`` before it runs (outside ``async with``).
+        """
+        self._check_open()
+        if self._nursery is None:
+            raise RuntimeError("the connection is not running: start tasks inside `async with conn:`")
+        self._nursery.start_soon(self._background, async_fn, args, name=name or getattr(async_fn, "__name__", None))
+
+    async def _background(self, async_fn: Callable[..., Awaitable[object]], args: tuple[Any, ...]) -> None:
+        try:
+            await async_fn(*args)
+        except Exception:
+            log.exception("%s: background task %r raised", self.name, async_fn)
+
+    def add_close_callback(self, callback: Callable[[str], object]) -> None:
+        """Call ``callback(reason)`` once when the connection closes (at once if it already has).
+
+        Callbacks run synchronously, in the order added, inside the closing code: they must not
+        block (start cleanup, e.g. send a signal or cancel a scope).  One that raises is logged.
+        """
+        if self._closed is not None:
+            self._run_close_callback(callback, self._closed.reason)
+        else:
+            self._close_callbacks.append(callback)
+
+    def _run_close_callback(self, callback: Callable[[str], object], reason: str) -> None:
+        try:
+            callback(reason)
+        except Exception:
+            log.exception("%s: close callback %r raised", self.name, callback)
+
     def _mark_closed(self, reason: str) -> None:
         if self._closed is not None:
             return
         self._closed = ConnectionClosed(reason)
         log.debug("%s: closing (%s)", self.name, reason)
+        callbacks, self._close_callbacks = self._close_callbacks, []
+        for callback in callbacks:
+            self._run_close_callback(callback, reason)
         self._fail_pending(reason)
         for scope in self._inbound.values():
             scope.cancel()
@@ -485,6 +562,8 @@ class Connection:
             return
         key = route.serial_key(params) if route.serial_key is not None else None
         assert self._nursery is not None
+        if self.instrumentation is not None:
+            route = self._traced_route(route, "notification", msg.params)
         if key is None:
             self._busy += 1
             self._nursery.start_soon(self._run_notification, route, params, True, name=method)
@@ -497,6 +576,18 @@ class Connection:
             queue.running = True
             self._busy += 1
             self._nursery.start_soon(self._drain_queue, key, queue, name=method)
+
+    def _traced_route(self, route: Route, kind: Literal["request", "notification"], raw: Any) -> Route:
+        """``route`` with its handler run inside ``instrumentation.inbound(kind, method, raw)``."""
+        instrumentation = self.instrumentation
+        assert instrumentation is not None
+        handler = route.handler
+
+        async def traced(params: Any) -> Any:
+            with instrumentation.inbound(kind, route.method, raw):
+                return await handler(params)
+
+        return route.with_handler(traced)
 
     async def _run_notification(self, route: Route, params: Any, counted: bool = False) -> None:
         try:
@@ -564,6 +655,8 @@ class Connection:
             params = self._decode(route, msg.params)
         except Exception as exc:
             return _core.encode_error(msg.id, RequestError.invalid_params(_decode_error_data(exc)))
+        if self.instrumentation is not None:
+            route = self._traced_route(route, "request", msg.params)
         inbound = self._inbound[msg.id] = trio.CancelScope()
         index = -1
         if batch is not None:
@@ -645,6 +738,8 @@ class Connection:
         self._check_open()
         if self._read_closed is not None:
             raise ConnectionClosed(self._read_closed)
+        if self.instrumentation is not None:
+            params = self.instrumentation.outbound("request", method, params)
         slot = _Slot()
         request_id = self._pending.add(slot)
         self._enqueue(_core.encode_request(request_id, method, params), eager=True)
@@ -683,6 +778,8 @@ class Connection:
         (``await conn.wait_writable()``).  For hot loops that stream; raises :class:`ConnectionClosed`."""
         if self._closed is not None:
             raise ConnectionClosed(self._closed.reason)
+        if self.instrumentation is not None:
+            params = self.instrumentation.outbound("notification", method, params)
         self._enqueue(_core.encode_notification(method, params))
         return self._outbox_bytes > _HIGH_WATER
 

@@ -26,8 +26,16 @@ from typing import Any, Literal
 import trio
 
 from . import _capabilities
-from ._connection import Connection, ConnectionClosed, Route, Tap
+from ._connection import Connection, ConnectionClosed, Instrumentation, Route, Tap
 from ._core import INVALID_REQUEST, RequestError
+from ._sessions import (
+    ENDED_BY_REQUEST,
+    OPENED_BY_REQUEST,
+    OPENED_BY_RESPONSE,
+    SESSION_METHODS,
+    SessionRegistry,
+    info_from,
+)
 from ._spec import MethodSpec
 
 log = logging.getLogger("acp_trio")
@@ -81,14 +89,24 @@ class _Side:
         max_message_size: int | None = None,
         close_timeout: float = 2.0,
         name: str | None = None,
+        instrumentation: Instrumentation | None = None,
     ) -> None:
         self.variant = variant if variant is not None else _default_variant()
         self.protocol_version: int = self.variant.PROTOCOL_VERSION
         self.supported_versions: tuple[int, ...] = (self.variant.PROTOCOL_VERSION,)
-        options: dict[str, Any] = {"tap": tap, "close_timeout": close_timeout, "name": name or self.side}
+        options: dict[str, Any] = {
+            "tap": tap,
+            "close_timeout": close_timeout,
+            "name": name or self.side,
+            "instrumentation": instrumentation,
+        }
         if max_message_size is not None:
             options["max_message_size"] = max_message_size
         self.connection = Connection(send_stream, receive_stream, **options)
+        self.sessions = SessionRegistry()
+        """The open sessions (:class:`acp_trio.SessionRegistry`): who opened them, with which
+        ``cwd`` and roots; they end on ``session/close``/``session/delete`` or when the connection closes."""
+        self.connection.add_close_callback(self.sessions.close)
         self._notify_plans: dict[str, tuple[Callable[[Any], Any], bool]] = {}
         self.handler = _instantiate(handler, self)
         for table in (self.variant.REQUESTS, self.variant.NOTIFICATIONS):
@@ -122,7 +140,13 @@ class _Side:
 
     @property
     def closed(self) -> bool:
+        """True once the connection closed."""
         return self.connection.closed
+
+    def start_soon(self, async_fn: Callable[..., Awaitable[object]], *args: Any, name: str | None = None) -> None:
+        """Run ``async_fn(*args)`` in the background for as long as the connection lives (see
+        :meth:`Connection.start_soon`): cancelled, and waited for, when the connection closes."""
+        self.connection.start_soon(async_fn, *args, name=name)
 
     # -- Sender ----------------------------------------------------------------------------------
     def _check_call(self, spec: MethodSpec, wire: Any) -> None:
@@ -139,13 +163,17 @@ class _Side:
         wire = conv.unstructure_fn(spec.params_type)(params)
         self._check_call(spec, wire)
         if spec.method in self._intercepted:
-            result = await self._request(spec, wire, timeout)
+            result = await self._request(spec, params, wire, timeout)
         else:  # one coroutine frame less on the common path
             result = await self.connection.request(spec.method, wire, timeout=timeout)
         return self.connection.decode_result(spec, result)
 
-    async def _request(self, spec: MethodSpec, wire: Any, timeout: float | None) -> Any:
+    async def _request(self, spec: MethodSpec, params: Any, wire: Any, timeout: float | None) -> Any:
         return await self.connection.request(spec.method, wire, timeout=timeout)
+
+    def _session_opened(self, method: str, session_id: Any, params: Any) -> None:
+        if type(session_id) is str:
+            self.sessions.open(info_from(method, session_id, params))
 
     async def send_notification(self, spec: MethodSpec, params: Any) -> None:
         """Send a typed notification to the peer.  Raises :class:`acp_trio.ConnectionClosed`."""
@@ -299,6 +327,8 @@ class AgentSideConnection(_Side):
     def _add_route(self, spec: MethodSpec, fn: Callable[[Any], Awaitable[Any]]) -> None:
         if spec.method == "session/prompt":
             fn = self._prompt_turn(fn, spec)
+        elif spec.method in SESSION_METHODS and spec.kind == "request":
+            fn = self._tracking(fn, spec.method)
         if spec.kind == "request":
             fn = self._gate(spec.method, fn)
         super()._add_route(spec, fn)
@@ -314,6 +344,21 @@ class AgentSideConnection(_Side):
             return await handler(params)
 
         return gated
+
+    def _tracking(self, fn: Callable[[Any], Awaitable[Any]], method: str) -> Callable[[Any], Awaitable[Any]]:
+        """``fn`` that records in :attr:`sessions` the session it opens or ends, once it succeeded."""
+
+        async def tracked(params: Any) -> Any:
+            result = await fn(params)
+            if method in OPENED_BY_RESPONSE:
+                self._session_opened(method, getattr(result, "session_id", None), params)
+            elif method in OPENED_BY_REQUEST:
+                self._session_opened(method, params.session_id, params)
+            else:
+                self.sessions.end(params.session_id, method)
+            return result
+
+        return tracked
 
     async def _initialize(self, params: Any) -> Any:
         if self.initialized:
@@ -407,7 +452,7 @@ class ClientSideConnection(_Side):
     """
 
     side = "client"
-    _intercepted = frozenset({"initialize", "session/prompt"})
+    _intercepted = frozenset({"initialize", "session/prompt"}) | SESSION_METHODS
 
     def __init__(
         self,
@@ -468,9 +513,18 @@ class ClientSideConnection(_Side):
         if spec.method != "initialize":
             _capabilities.check_agent_call(spec.method, wire, self.agent_capabilities)
 
-    async def _request(self, spec: MethodSpec, wire: Any, timeout: float | None) -> Any:
+    async def _request(self, spec: MethodSpec, params: Any, wire: Any, timeout: float | None) -> Any:
         if spec.method == "initialize":
             return await self._initialize(wire, timeout)
+        if spec.method in SESSION_METHODS:
+            result = await self.connection.request(spec.method, wire, timeout=timeout)
+            if spec.method in OPENED_BY_RESPONSE:
+                self._session_opened(spec.method, result.get("sessionId") if type(result) is dict else None, params)
+            elif spec.method in OPENED_BY_REQUEST:
+                self._session_opened(spec.method, params.session_id, params)
+            elif spec.method in ENDED_BY_REQUEST:
+                self.sessions.end(params.session_id, spec.method)
+            return result
         if spec.method != "session/prompt" or type(wire) is not dict:
             return await self.connection.request(spec.method, wire, timeout=timeout)
         session_id = wire.get("sessionId")
