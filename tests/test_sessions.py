@@ -64,8 +64,15 @@ async def test_sessions_open_and_end_on_both_sides(tmp_path: Any) -> None:
     with trio.fail_after(DEADLINE):
         async with acp_trio.open_memory_pair(Agent, Client) as (agent_conn, client_conn):
             for side, conn in (("agent", agent_conn), ("client", client_conn)):
-                conn.sessions.on_open(lambda info, side=side: opened.append((side, info.session_id)))
-                conn.sessions.on_end(lambda info, side=side: ended.append((side, info.session_id, info.end_reason)))
+
+                def on_open(info: acp_trio.SessionInfo, side: str = side) -> None:
+                    opened.append((side, info.session_id))
+
+                def on_end(info: acp_trio.SessionInfo, side: str = side) -> None:
+                    ended.append((side, info.session_id, info.end_reason))
+
+                conn.sessions.on_open(on_open)
+                conn.sessions.on_end(on_end)
             await _init(client_conn)
             agent = client_conn.agent
             extra = str(tmp_path / "extra")
