@@ -1,0 +1,411 @@
+"""A client-side broker for ``session/request_permission``: pluggable policies, timeouts, cancellation.
+
+Contract: :class:`PermissionBroker` is a client handler (it has ``session_request_permission``)
+that answers every permission request through a *policy* and never leaves one hanging:
+
+- a **policy** is an async callable ``(v1.RequestPermissionRequest) -> str | None`` returning the
+  ``optionId`` of one of ``request.options`` to select, or ``None`` for the ``cancelled`` outcome
+  (:data:`PermissionPolicy`).  Provided: :func:`ask` (an async callback, e.g. an editor dialog),
+  :func:`allow_kinds` (an allow-list by the tool call's ``ToolKind``), :func:`deny_all`,
+  :func:`allow_all`;
+- ``timeout`` (seconds): a policy that has not decided in time is cancelled and ``on_timeout``
+  (default :func:`deny_all`) decides instead, within another ``timeout`` seconds, after which the
+  broker answers as :func:`deny_all` does;
+- the broker never invents an option id: a policy that returns an id not in ``request.options``
+  (or anything but a ``str``/``None``), or raises, is logged at ERROR on the
+  ``acp_trio.permissions`` logger and the request is answered as :func:`deny_all` would
+  (fail closed: ``reject_once``, else ``reject_always``, else ``cancelled``) rather than with a
+  JSON-RPC error the agent could not act on;
+- every request being decided is listed by :meth:`PermissionBroker.pending` as a
+  :class:`PendingPermission`, which a UI may answer directly (:meth:`PendingPermission.select`,
+  :meth:`PendingPermission.cancel`); :meth:`PermissionBroker.cancel_session` answers all of a
+  session's pending requests ``cancelled``;
+- when the client sends ``session/cancel`` (``await conn.agent.session_cancel(...)``), the runtime
+  (:class:`~acp_trio.ClientSideConnection`) cancels the broker's handlers of that session and
+  answers them, and any new request of that session until its prompt returns, ``cancelled``
+  (the spec's MUST); the broker drops them from :meth:`~PermissionBroker.pending` and records
+  ``decided_by == "session/cancel"``.
+
+Use it as the client, or as its ``session_request_permission``::
+
+    broker = PermissionBroker(allow_kinds({"read", "search"}), timeout=60)
+
+    class Client:
+        def __init__(self) -> None:
+            self.session_request_permission = broker.session_request_permission
+
+Sources: ``docs/protocol/v1/tool-calls.mdx`` (Requesting Permission, Permission Options),
+``prompt-turn.mdx`` (Cancellation); schema ``$defs``: ``RequestPermissionRequest``,
+``RequestPermissionOutcome``, ``PermissionOption``, ``PermissionOptionKind``, ``ToolKind``.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any, Literal, TypeAlias
+
+import trio
+
+from acp_schema import v1
+
+log = logging.getLogger("acp_trio.permissions")
+
+PermissionPolicy: TypeAlias = Callable[[v1.RequestPermissionRequest], Awaitable[str | None]]
+"""Decides one permission request: ``async (request) -> optionId | None``.
+
+Return the ``optionId`` of one of ``request.options`` to answer ``{"outcome": "selected",
+"optionId": ...}``, or ``None`` to answer ``{"outcome": "cancelled"}``.  A policy may take as long
+as it likes (the broker's ``timeout`` bounds it, cancelling it with ``trio.Cancelled``)."""
+
+KindLookup: TypeAlias = Callable[[str, str], str | None]
+"""``(session_id, tool_call_id) -> ToolKind | None``: the kind of a tool call announced earlier
+(e.g. :meth:`acp_trio.session_state.SessionStates.tool_kind`)."""
+
+DecidedBy: TypeAlias = Literal["policy", "timeout", "fallback", "select", "cancel", "session/cancel"]
+"""Who decided a request: ``"policy"`` (the broker's policy, in time), ``"timeout"`` (``on_timeout``
+after the policy ran out of time), ``"fallback"`` (the deny fallback: a policy raised, returned an
+id not offered, or ``on_timeout`` ran out of time too), ``"select"`` / ``"cancel"`` (a
+:class:`PendingPermission` answered directly, or :meth:`PermissionBroker.cancel_session`),
+``"session/cancel"`` (the handler was cancelled from outside: the client sent ``session/cancel``
+and the runtime answered ``cancelled``, or the connection closed)."""
+
+ALLOW_KINDS: tuple[v1.PermissionOptionKind, ...] = ("allow_once", "allow_always")
+"""The option kinds that allow, most restrictive first."""
+REJECT_KINDS: tuple[v1.PermissionOptionKind, ...] = ("reject_once", "reject_always")
+"""The option kinds that reject, most restrictive first."""
+
+
+def choose_option(options: Iterable[v1.PermissionOption], kinds: Iterable[str]) -> str | None:
+    """The ``optionId`` of the first option whose ``kind`` is ``kinds[0]``, else ``kinds[1]``, ...
+
+    ``options``: the request's ``PermissionOption`` list (earlier options win among equals).
+    Returns ``None`` when no option has one of ``kinds``.
+    """
+    options = list(options)
+    for kind in kinds:
+        for option in options:
+            if option.kind == kind:
+                return option.option_id
+    return None
+
+
+def deny_choice(request: v1.RequestPermissionRequest) -> str | None:
+    """What :func:`deny_all` answers, synchronously: the ``reject_once`` option, else
+    ``reject_always``, else ``None`` (``cancelled``: nothing to reject with)."""
+    return choose_option(request.options, REJECT_KINDS)
+
+
+def deny_all() -> PermissionPolicy:
+    """A policy that rejects everything: selects a ``reject_once`` option, else ``reject_always``,
+    else answers ``cancelled`` (the request offered no way to reject)."""
+
+    async def deny(request: v1.RequestPermissionRequest) -> str | None:
+        return deny_choice(request)
+
+    return deny
+
+
+def allow_all() -> PermissionPolicy:
+    """A policy that allows everything: selects an ``allow_once`` option, else ``allow_always``;
+    a request that offers neither is answered as :func:`deny_all` does."""
+
+    async def allow(request: v1.RequestPermissionRequest) -> str | None:
+        choice = choose_option(request.options, ALLOW_KINDS)
+        return choice if choice is not None else deny_choice(request)
+
+    return allow
+
+
+def tool_kind_of(request: v1.RequestPermissionRequest, kind_of: KindLookup | None = None) -> str:
+    """The ``ToolKind`` of the tool call a request asks about.
+
+    ``request.toolCall.kind`` when set; else ``kind_of(session_id, tool_call_id)`` (the kind the
+    earlier ``tool_call`` update announced) when given and known; else ``"other"`` (the spec's
+    default kind, ``tool-calls.mdx``).
+    """
+    kind = request.tool_call.kind
+    if isinstance(kind, str):
+        return kind
+    if kind_of is not None:
+        known = kind_of(request.session_id, request.tool_call.tool_call_id)
+        if isinstance(known, str):
+            return known
+    return "other"
+
+
+def allow_kinds(
+    kinds: Iterable[v1.ToolKind | str],
+    otherwise: PermissionPolicy | None = None,
+    *,
+    kind_of: KindLookup | None = None,
+) -> PermissionPolicy:
+    """A policy that allows tool calls whose ``ToolKind`` is in ``kinds`` and hands the rest to ``otherwise``.
+
+    ``kinds``: e.g. ``{"read", "search"}`` (schema ``$defs/ToolKind``; a missing kind counts as
+    ``"other"``).  An allowed kind selects an ``allow_once`` option, else ``allow_always``; a
+    request of an allowed kind that offers neither goes to ``otherwise`` too.  ``otherwise``:
+    the policy for everything else (default :func:`deny_all`).  ``kind_of``: looks up the kind
+    of a tool call the request names without a kind (see :func:`tool_kind_of`), e.g.
+    ``SessionStates.tool_kind``.  Raises ``TypeError`` when ``kinds`` is a single string.
+    """
+    if isinstance(kinds, str):
+        raise TypeError(f"allow_kinds takes a collection of ToolKind strings, not the string {kinds!r}")
+    allowed = frozenset(kinds)
+    fallback = otherwise if otherwise is not None else deny_all()
+
+    async def allow_listed(request: v1.RequestPermissionRequest) -> str | None:
+        if tool_kind_of(request, kind_of) in allowed:
+            choice = choose_option(request.options, ALLOW_KINDS)
+            if choice is not None:
+                return choice
+        return await fallback(request)
+
+    return allow_listed
+
+
+def ask(callback: Callable[[v1.RequestPermissionRequest], Awaitable[str | None]]) -> PermissionPolicy:
+    """A policy that asks ``callback`` (e.g. shows the options in an editor dialog).
+
+    ``callback``: ``async (request) -> optionId | None`` (``None``: the user dismissed the
+    request, answered ``cancelled``).  It is cancelled (``trio.Cancelled``) when the broker's
+    timeout expires, on ``session/cancel`` or when the request is answered otherwise: close the
+    dialog in a ``finally``.  Raises ``TypeError`` when ``callback`` is not callable.
+    """
+    if not callable(callback):
+        raise TypeError(f"ask() takes an async callable (request) -> option id | None, got {callback!r}")
+
+    async def asking(request: v1.RequestPermissionRequest) -> str | None:
+        return await callback(request)
+
+    return asking
+
+
+class PendingPermission:
+    """One ``session/request_permission`` the broker is deciding (listed by :meth:`PermissionBroker.pending`).
+
+    ``request``: the ``v1.RequestPermissionRequest``.  ``deadline``: the ``trio.current_time()``
+    at which the policy's time runs out (``math.inf`` without a timeout).  Once answered,
+    ``option_id`` holds the selected ``optionId`` (``None``: ``cancelled``) and ``decided_by``
+    says who decided (:data:`DecidedBy`; ``None`` while pending).
+    """
+
+    __slots__ = ("_scope", "deadline", "decided_by", "option_id", "request")
+
+    def __init__(self, request: v1.RequestPermissionRequest, deadline: float) -> None:
+        self.request = request
+        self.deadline = deadline
+        self.option_id: str | None = None
+        self.decided_by: DecidedBy | None = None
+        self._scope = trio.CancelScope()
+
+    @property
+    def session_id(self) -> str:
+        """The request's ``sessionId``."""
+        return self.request.session_id
+
+    @property
+    def tool_call_id(self) -> str:
+        """The ``toolCallId`` of the tool call the request asks about."""
+        return self.request.tool_call.tool_call_id
+
+    @property
+    def options(self) -> list[v1.PermissionOption]:
+        """The options the agent offered (``PermissionOption``: ``option_id``, ``name``, ``kind``)."""
+        return self.request.options
+
+    @property
+    def answered(self) -> bool:
+        """Whether an answer was decided."""
+        return self.decided_by is not None
+
+    def select(self, option_id: str) -> bool:
+        """Answer with the option ``option_id`` now, whatever the policy is doing (it is cancelled).
+
+        Returns ``False`` (and changes nothing) when the request was already answered.  Raises
+        ``ValueError`` when ``option_id`` is not one of :attr:`options`.
+        """
+        if option_id not in {option.option_id for option in self.request.options}:
+            offered = [option.option_id for option in self.request.options]
+            raise ValueError(f"option {option_id!r} was not offered by this permission request (offered: {offered})")
+        return self._settle(option_id, "select")
+
+    def cancel(self) -> bool:
+        """Answer ``cancelled`` now (the policy is cancelled).  ``False`` when already answered."""
+        return self._settle(None, "cancel")
+
+    def _settle(self, option_id: str | None, decided_by: DecidedBy) -> bool:
+        if self.decided_by is not None:
+            return False
+        self.option_id = option_id
+        self.decided_by = decided_by
+        self._scope.cancel()
+        return True
+
+    def __repr__(self) -> str:
+        state = f"decided_by={self.decided_by!r}, option_id={self.option_id!r}" if self.answered else "pending"
+        return f"PendingPermission(session_id={self.session_id!r}, tool_call_id={self.tool_call_id!r}, {state})"
+
+
+class PermissionBroker:
+    """Answers ``session/request_permission`` through ``policy`` (a client handler; see the module docstring).
+
+    ``policy``: a :data:`PermissionPolicy` (:func:`ask`, :func:`allow_kinds`, :func:`deny_all`,
+    :func:`allow_all` or your own).  ``timeout``: seconds the policy may take (``None``: no
+    limit); then ``on_timeout`` (default :func:`deny_all`) decides, within another ``timeout``
+    seconds, else the :func:`deny_all` answer is sent.  ``on_answer(entry)``: called (sync) with
+    the :class:`PendingPermission` once each request is answered, ``entry.decided_by`` saying how
+    (for an audit log or a UI; an exception it raises is logged).  Raises ``TypeError`` for a policy that is
+    not callable and ``ValueError`` for a timeout that is not a positive number of seconds.
+
+    One broker serves one connection (pending requests are keyed by session id).
+    """
+
+    def __init__(
+        self,
+        policy: PermissionPolicy,
+        *,
+        timeout: float | None = None,
+        on_timeout: PermissionPolicy | None = None,
+        on_answer: Callable[[PendingPermission], object] | None = None,
+    ) -> None:
+        if not callable(policy):
+            raise TypeError(f"policy must be an async callable (request) -> option id | None, got {policy!r}")
+        if on_timeout is not None and not callable(on_timeout):
+            raise TypeError(f"on_timeout must be an async callable (request) -> option id | None, got {on_timeout!r}")
+        if on_answer is not None and not callable(on_answer):
+            raise TypeError(f"on_answer must be callable (PendingPermission) -> None, got {on_answer!r}")
+        if timeout is not None and (
+            isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout > 0
+        ):
+            raise ValueError(f"timeout must be a positive number of seconds or None, got {timeout!r}")
+        self.policy = policy
+        self.timeout = timeout
+        self.on_timeout = on_timeout if on_timeout is not None else deny_all()
+        self.on_answer = on_answer
+        self._pending: dict[str, list[PendingPermission]] = {}
+
+    # -- the handler -----------------------------------------------------------------------------
+    async def session_request_permission(self, params: v1.RequestPermissionRequest) -> v1.RequestPermissionResponse:
+        """Decide ``params`` (see the class docstring) and answer ``selected`` or ``cancelled``.
+
+        While deciding, the request is listed by :meth:`pending`.  Cancellation from outside (the
+        runtime on ``session/cancel``) propagates: the runtime answers ``cancelled``.
+        """
+        deadline = math.inf if self.timeout is None else trio.current_time() + self.timeout
+        entry = PendingPermission(params, deadline)
+        queue = self._pending.setdefault(params.session_id, [])
+        queue.append(entry)
+        try:
+            with entry._scope:
+                option_id, decided_by = await self._decide(params)
+                entry._settle(option_id, decided_by)
+        except BaseException:
+            # cancelled from outside: the runtime (session/cancel) answers "cancelled" itself
+            entry.option_id, entry.decided_by = None, "session/cancel"
+            log.debug("permission request for tool call %r cancelled from outside", entry.tool_call_id)
+            raise
+        finally:
+            queue.remove(entry)
+            if not queue and self._pending.get(params.session_id) is queue:
+                del self._pending[params.session_id]
+            self._answered(entry)
+        if entry.option_id is None:
+            return v1.RequestPermissionResponse(outcome=v1.CancelledRequestPermissionOutcome())
+        return v1.RequestPermissionResponse(outcome=v1.SelectedRequestPermissionOutcome(option_id=entry.option_id))
+
+    async def _decide(self, request: v1.RequestPermissionRequest) -> tuple[str | None, DecidedBy]:
+        if self.timeout is None:
+            return await self._consult(self.policy, request, "policy")
+        with trio.move_on_after(self.timeout):
+            return await self._consult(self.policy, request, "policy")
+        log.info(
+            "permission request for tool call %r of session %r: no decision within %s s, asking on_timeout",
+            request.tool_call.tool_call_id,
+            request.session_id,
+            self.timeout,
+        )
+        with trio.move_on_after(self.timeout):
+            return await self._consult(self.on_timeout, request, "timeout")
+        log.error(
+            "permission request for tool call %r of session %r: on_timeout did not decide within %s s either; "
+            "answering as deny_all",
+            request.tool_call.tool_call_id,
+            request.session_id,
+            self.timeout,
+        )
+        return deny_choice(request), "fallback"
+
+    @staticmethod
+    async def _consult(
+        policy: PermissionPolicy, request: v1.RequestPermissionRequest, decided_by: DecidedBy
+    ) -> tuple[str | None, DecidedBy]:
+        try:
+            choice: Any = await policy(request)
+        except Exception:
+            log.exception(
+                "permission policy %r raised for tool call %r; answering as deny_all",
+                policy,
+                request.tool_call.tool_call_id,
+            )
+            return deny_choice(request), "fallback"
+        if choice is None:
+            return None, decided_by
+        if isinstance(choice, str) and any(option.option_id == choice for option in request.options):
+            return choice, decided_by
+        offered = [option.option_id for option in request.options]
+        log.error(
+            "permission policy %r chose %r, which is not one of the offered options %r (tool call %r); "
+            "answering as deny_all",
+            policy,
+            choice,
+            offered,
+            request.tool_call.tool_call_id,
+        )
+        return deny_choice(request), "fallback"
+
+    def _answered(self, entry: PendingPermission) -> None:
+        if self.on_answer is None:
+            return
+        try:
+            self.on_answer(entry)
+        except Exception:
+            log.exception("on_answer callback %r raised for %r", self.on_answer, entry)
+
+    # -- inspection and control ------------------------------------------------------------------
+    def pending(self, session_id: str | None = None) -> list[PendingPermission]:
+        """The requests being decided, oldest first: of ``session_id``, or of every session (``None``)."""
+        if session_id is not None:
+            return list(self._pending.get(session_id, ()))
+        return [entry for queue in self._pending.values() for entry in queue]
+
+    def cancel_session(self, session_id: str) -> int:
+        """Answer every pending request of ``session_id`` ``cancelled`` now; returns how many.
+
+        This answers locally; it does not cancel the agent's turn (send ``session/cancel`` for
+        that, which makes the runtime answer them ``cancelled`` too).
+        """
+        return sum(entry.cancel() for entry in self.pending(session_id))
+
+    def cancel_all(self) -> int:
+        """Answer every pending request of every session ``cancelled`` now; returns how many."""
+        return sum(entry.cancel() for entry in self.pending())
+
+
+__all__ = [
+    "ALLOW_KINDS",
+    "REJECT_KINDS",
+    "DecidedBy",
+    "KindLookup",
+    "PendingPermission",
+    "PermissionBroker",
+    "PermissionPolicy",
+    "allow_all",
+    "allow_kinds",
+    "ask",
+    "choose_option",
+    "deny_all",
+    "deny_choice",
+    "tool_kind_of",
+]
