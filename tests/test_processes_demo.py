@@ -11,9 +11,10 @@ from typing import Any
 import pytest
 import trio
 
+import acp_trio
 from acp_schema import v1
 from acp_trio import AgentSideConnection, open_memory_pair
-from acp_trio.demo.client import DemoClient, client_capabilities, demo_client_factory
+from acp_trio.demo.client import DemoClient, demo_client_factory
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="the stdio transport is POSIX-only")
 
@@ -34,10 +35,26 @@ def test_demo_runs_a_prompt_turn_over_stdio_and_prints_the_transcript(tmp_path: 
     assert "[permission] Read notes.txt: choosing 'Allow' (allow_once)" in out
     assert "[fs] read " in out and "notes.txt (4 line(s))" in out
     assert "[tool call_read] completed 4 non-empty lines" in out
+    # the word count ran in a client terminal, in the session directory, shown in its tool call
+    assert "[tool call_count] Count words in notes.txt (execute): in_progress" in out
+    assert "[terminal term_1] 18\n" in out and "[terminal term_1] exited (0)" in out
+    assert "[tool call_count] completed [terminal term_1] 18 words" in out
     assert "[fs] wrote " in out and "summary.txt" in out
     assert out.index("[tool call_read] completed") < out.index("[tool call_write] completed")
     assert "[turn ended: end_turn]" in out
     assert "summary.txt now reads: notes.txt has 4 non-empty lines" in out
+    assert out.endswith("It has 18 words.\n")
+
+
+def test_demo_with_deny_stops_at_the_permission_request(tmp_path: Path) -> None:
+    (tmp_path / "notes.txt").write_text("alpha\n", encoding="utf-8")
+    result = run(["--cwd", str(tmp_path), "--deny"], tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "[permission] Read notes.txt: choosing 'Reject' (reject_once)" in result.stdout
+    assert "[tool call_read] failed" in result.stdout
+    assert "Permission denied, so I stopped here." in result.stdout
+    assert "[fs] read" not in result.stdout
+    assert not (tmp_path / "summary.txt").exists()
 
 
 def test_demo_client_drives_an_agent_command_in_a_chosen_directory(tmp_path: Path) -> None:
@@ -46,7 +63,7 @@ def test_demo_client_drives_an_agent_command_in_a_chosen_directory(tmp_path: Pat
     assert result.returncode == 0, result.stderr
     assert "[turn ended: end_turn]" in result.stdout
     assert (tmp_path / "summary.txt").read_text(encoding="utf-8") == (
-        "notes.txt has 2 non-empty lines; the first is: alpha\n"
+        "notes.txt has 2 non-empty lines; the first is: alpha\nIt has 2 words.\n"
     )
 
 
@@ -54,7 +71,7 @@ def test_demo_reports_a_missing_file_through_the_tool_call_not_a_crash(tmp_path:
     result = run(["--cwd", str(tmp_path)], tmp_path)
     assert result.returncode == 0, result.stderr
     assert "[tool call_read] failed" in result.stdout
-    assert "I could not read notes.txt: Resource not found." in result.stdout
+    assert "I could not read notes.txt: File not found." in result.stdout
     assert not (tmp_path / "summary.txt").exists()
 
 
@@ -77,10 +94,13 @@ def test_demo_refuses_an_agent_command_that_does_not_exist(tmp_path: Path) -> No
 
 
 class TerminalAgent:
-    """Runs one command in a client terminal, as an agent would."""
+    """Opens a session and runs commands in client terminals, as an agent would."""
 
     def __init__(self, conn: AgentSideConnection) -> None:
         self.client = v1.ClientPeer(conn)
+
+    async def session_new(self, params: v1.NewSessionRequest) -> v1.NewSessionResponse:
+        return v1.NewSessionResponse(session_id="s")
 
     async def run(self, session_id: str, command: str, args: list[str], limit: int | None = None) -> tuple[Any, Any]:
         created = await self.client.terminal_create(
@@ -102,23 +122,25 @@ async def test_demo_client_runs_terminal_commands_in_the_session_directory(tmp_p
     out = io.StringIO()
     async with open_memory_pair(TerminalAgent, demo_client_factory(out)) as (agent_conn, client_conn):
         client: DemoClient = client_conn.handler
-        client.allow_root(tmp_path)
         agent = v1.AgentPeer(client_conn)
         with trio.fail_after(30):
-            async with trio.open_nursery() as nursery:
-                client.nursery = nursery
-                await agent.initialize(
-                    v1.InitializeRequest(protocol_version=1, client_capabilities=client_capabilities())
+            await agent.initialize(v1.InitializeRequest(protocol_version=1, client_capabilities=client.capabilities))
+            await agent.session_new(v1.NewSessionRequest(cwd=str(tmp_path), mcp_servers=[]))
+            term: TerminalAgent = agent_conn.handler
+            exited, output = await term.run("s", sys.executable, ["-c", "import os; print(os.getcwd())"])
+            assert exited.exit_code == 0 and exited.signal is None
+            assert output.output.strip() == str(tmp_path.resolve())
+            assert output.truncated is False and output.exit_status.exit_code == 0
+            exited, output = await term.run("s", sys.executable, ["-c", "print('é' * 50, end='')"], limit=11)
+            assert output.truncated is True
+            assert output.output == "é" * 5  # cut from the front, never inside a character
+            exited, _ = await term.run("s", sys.executable, ["-c", "import os; os.kill(os.getpid(), 9)"])
+            assert exited.exit_code is None and exited.signal == "SIGKILL"
+            # a working directory outside the session's roots is refused
+            with pytest.raises(acp_trio.RequestError) as info:
+                await term.client.terminal_create(
+                    v1.CreateTerminalRequest(session_id="s", command=sys.executable, cwd=str(tmp_path.parent))
                 )
-                term: TerminalAgent = agent_conn.handler
-                exited, output = await term.run("s", sys.executable, ["-c", "import os; print(os.getcwd())"])
-                assert exited.exit_code == 0 and exited.signal is None
-                assert output.output.strip() == str(tmp_path.resolve())
-                assert output.truncated is False and output.exit_status.exit_code == 0
-                exited, output = await term.run("s", sys.executable, ["-c", "print('é' * 50, end='')"], limit=11)
-                assert output.truncated is True
-                assert output.output == "é" * 5  # cut from the front, never inside a character
-                exited, _ = await term.run("s", sys.executable, ["-c", "import os; os.kill(os.getpid(), 9)"])
-                assert exited.exit_code is None and exited.signal == "SIGKILL"
-                nursery.cancel_scope.cancel()
-    assert "[terminal term_1] $ " in out.getvalue()
+            assert info.value.code == acp_trio.INVALID_PARAMS
+    transcript = out.getvalue()
+    assert "[terminal term_1] $ " in transcript and "[terminal term_3] exited (SIGKILL)" in transcript

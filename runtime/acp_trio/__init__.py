@@ -11,6 +11,18 @@ that needs them (``acp_trio.converter``, ``acp_trio.spawn_agent``, ...).
 - Errors: :class:`ConnectionClosed`, :class:`RequestTimeout`, :class:`CapabilityError`,
   :class:`ProtocolVersionError`, :class:`DecodeError`.
 - Wire types: :data:`converter`, :func:`dumps`, :func:`loads`, :data:`UNSET`.
+
+Batteries (modules, loaded on use):
+
+- client side: :class:`StandardClient` (all of them in one client), :mod:`acp_trio.fs`
+  (:class:`SessionFileSystem`), :mod:`acp_trio.terminals` (:class:`TerminalManager`),
+  :mod:`acp_trio.permissions` (:class:`PermissionBroker` and the policies :func:`ask`,
+  :func:`allow_kinds`, :func:`allow_all`, :func:`deny_all`), :mod:`acp_trio.session_state`
+  (:class:`SessionState`, :class:`SessionStates`);
+- agent side: :mod:`acp_trio.builders` (content blocks, tool calls, plans, permission options,
+  session updates), :mod:`acp_trio.agent_terminal` (:func:`open_terminal`), :mod:`acp_trio.mcp`
+  (a session's MCP servers; extra ``acp-trio[mcp]``);
+- both: :mod:`acp_trio.otel` (trace context in ``_meta``; extra ``acp-trio[otel]``).
 """
 
 from __future__ import annotations
@@ -37,6 +49,12 @@ if TYPE_CHECKING:
     from ._roles import AgentSideConnection, ClientSideConnection, ProtocolVersionError
     from ._sessions import SessionInfo, SessionRegistry
     from ._stdio import open_memory_pair, run_agent_stdio, serve_agent_stdio, spawn_agent, terminate_process_group
+    from .agent_terminal import TerminalHandle, open_terminal
+    from .fs import SessionFileSystem
+    from .permissions import PermissionBroker, allow_all, allow_kinds, ask, deny_all
+    from .session_state import SessionState, SessionStates
+    from .standard_client import StandardClient
+    from .terminals import TerminalManager
 
     converter: AcpConverter
 
@@ -59,18 +77,30 @@ __all__ = [
     "DecodeError",
     "Instrumentation",
     "MethodSpec",
+    "PermissionBroker",
     "ProtocolVersionError",
     "RequestError",
     "RequestTimeout",
     "Route",
+    "SessionFileSystem",
     "SessionInfo",
     "SessionRegistry",
+    "SessionState",
+    "SessionStates",
+    "StandardClient",
     "Tap",
+    "TerminalHandle",
+    "TerminalManager",
     "UnsetType",
+    "allow_all",
+    "allow_kinds",
+    "ask",
     "converter",
+    "deny_all",
     "dumps",
     "loads",
     "open_memory_pair",
+    "open_terminal",
     "run_agent_stdio",
     "serve_agent_stdio",
     "spawn_agent",
@@ -94,6 +124,12 @@ _LAZY = {
     "_capabilities": ("CapabilityError",),
     "_connection": ("Connection", "ConnectionClosed", "Instrumentation", "RequestTimeout", "Route", "Tap"),
     "_sessions": ("SessionInfo", "SessionRegistry"),
+    "agent_terminal": ("TerminalHandle", "open_terminal"),
+    "fs": ("SessionFileSystem",),
+    "permissions": ("PermissionBroker", "allow_all", "allow_kinds", "ask", "deny_all"),
+    "session_state": ("SessionState", "SessionStates"),
+    "standard_client": ("StandardClient",),
+    "terminals": ("TerminalManager",),
     "_roles": ("AgentSideConnection", "ClientSideConnection", "ProtocolVersionError"),
     "_stdio": ("open_memory_pair", "run_agent_stdio", "serve_agent_stdio", "spawn_agent", "terminate_process_group"),
 }

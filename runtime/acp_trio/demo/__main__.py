@@ -8,7 +8,8 @@ Usage::
 
 Options: ``--cwd DIR`` (session directory; default a new temporary directory holding a
 ``notes.txt``), ``--prompt TEXT``, ``--timeout SECONDS`` (for ``initialize``; default 30),
-``-v`` (log the runtime and the agent's stderr to stderr).
+``--deny`` (answer permission requests with a "reject" option), ``-v`` (log the runtime and the
+agent's stderr to stderr).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ import trio
 from acp_schema import v1
 from acp_trio import CapabilityError, ConnectionClosed, ProtocolVersionError, RequestError, spawn_agent
 
-from .client import CLIENT_INFO, DemoClient, client_capabilities, demo_client_factory
+from .client import CLIENT_INFO, DemoClient, demo_client_factory
 
 NOTES = """\
 Shopping list for the release:
@@ -35,39 +36,35 @@ Shopping list for the release:
 """
 
 
-async def run_demo(command: list[str], workdir: Path, prompt: str, *, out: TextIO, init_timeout: float = 30.0) -> int:
+async def run_demo(
+    command: list[str], workdir: Path, prompt: str, *, out: TextIO, init_timeout: float = 30.0, allow: bool = True
+) -> int:
     """Spawn ``command`` as an ACP agent, run one prompt turn in ``workdir``, print the transcript.
 
-    Returns a process exit status: 0 when the turn ended, 1 on a protocol or connection error.
+    ``allow``: answer permission requests with an "allow" option (else a "reject" one).  Returns a
+    process exit status: 0 when the turn ended, 1 on a protocol or connection error.
     """
-    async with spawn_agent(command[0], command[1:], client=demo_client_factory(out)) as conn:
+    async with spawn_agent(command[0], command[1:], client=demo_client_factory(out, allow=allow)) as conn:
         client: DemoClient = conn.handler
-        client.allow_root(workdir)
         agent = v1.AgentPeer(conn)
-        async with trio.open_nursery() as nursery:
-            client.nursery = nursery  # terminals run here
-            try:
-                init = await agent.initialize(
-                    v1.InitializeRequest(
-                        protocol_version=1, client_capabilities=client_capabilities(), client_info=CLIENT_INFO
-                    ),
-                    timeout=init_timeout,
-                )
-                info = init.agent_info
-                name = (info.title or info.name) if info else "an unnamed agent"
-                client.say(f"connected to {name}, protocol version {init.protocol_version}")
-                session = await agent.session_new(v1.NewSessionRequest(cwd=str(workdir), mcp_servers=[]))
-                client.say(f"session {session.session_id} in {workdir}")
-                client.say(f"you: {prompt}")
-                result = await agent.session_prompt(
-                    v1.PromptRequest(session_id=session.session_id, prompt=[v1.TextContentBlock(text=prompt)])
-                )
-                client.say(f"[turn ended: {result.stop_reason}]")
-            except (ProtocolVersionError, RequestError, CapabilityError, ConnectionClosed, TimeoutError) as exc:
-                client.say(f"error: {exc}")
-                return 1
-            finally:
-                nursery.cancel_scope.cancel()
+        try:
+            init = await agent.initialize(
+                v1.InitializeRequest(
+                    protocol_version=1, client_capabilities=client.capabilities, client_info=CLIENT_INFO
+                ),
+                timeout=init_timeout,
+            )
+            info = init.agent_info
+            name = (info.title or info.name) if info else "an unnamed agent"
+            client.say(f"connected to {name}, protocol version {init.protocol_version}")
+            session = await agent.session_new(v1.NewSessionRequest(cwd=str(workdir), mcp_servers=[]))
+            client.say(f"session {session.session_id} in {workdir}")
+            client.say(f"you: {prompt}")
+            result = await client.prompt(session.session_id, prompt)
+            client.say(f"[turn ended: {result.stop_reason}]")
+        except (ProtocolVersionError, RequestError, CapabilityError, ConnectionClosed, TimeoutError) as exc:
+            client.say(f"error: {exc}")
+            return 1
     summary = workdir / "summary.txt"
     if summary.exists():
         out.write(f"summary.txt now reads: {summary.read_text(encoding='utf-8')}")
@@ -81,6 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cwd", type=Path, help="session directory (default: a temporary one with notes.txt)")
     parser.add_argument("--prompt", default="Please summarize notes.txt into summary.txt.")
     parser.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for initialize")
+    parser.add_argument("--deny", action="store_true", help="answer permission requests with a reject option")
     parser.add_argument("-v", "--verbose", action="store_true", help="log the runtime and agent stderr")
     parser.add_argument("command", nargs="*", help="agent command and arguments (after --)")
     args = parser.parse_args(argv)
@@ -104,7 +102,14 @@ def main(argv: list[str] | None = None) -> int:
     def go(workdir: Path) -> int:
         try:
             return trio.run(
-                lambda: run_demo(command, workdir.resolve(), args.prompt, out=sys.stdout, init_timeout=args.timeout)
+                lambda: run_demo(
+                    command,
+                    workdir.resolve(),
+                    args.prompt,
+                    out=sys.stdout,
+                    init_timeout=args.timeout,
+                    allow=not args.deny,
+                )
             )
         except OSError as exc:
             print(f"error: cannot start the agent {command[0]!r}: {exc.strerror or exc}", file=sys.stderr)

@@ -2,24 +2,31 @@
 
 On ``session/prompt`` it streams ``agent_message_chunk`` updates, publishes a plan, reports a tool
 call and asks ``session/request_permission`` for it, reads ``notes.txt`` from the session directory
-with ``fs/read_text_file``, writes ``summary.txt`` with ``fs/write_text_file`` (reporting a diff),
-and ends the turn with stop reason ``end_turn``.  ``session/cancel`` ends it with ``cancelled``
-(the runtime does that).  Run it alone with ``python -m acp_trio.demo --serve-agent``.
+with ``fs/read_text_file``, counts its words with a command run in a client terminal
+(``terminal/create`` ... ``terminal/release``, shown in the tool call), writes ``summary.txt`` with
+``fs/write_text_file`` (reporting a diff), and ends the turn with stop reason ``end_turn``.
+``session/cancel`` ends it with ``cancelled`` (the runtime does that).  Run it alone with
+``python -m acp_trio.demo --serve-agent``.
 
-It uses only the generated ``acp_schema.v1`` types and the ``acp_trio`` runtime.
+It is built from the generated ``acp_schema.v1`` types, the runtime, the builders
+(:mod:`acp_trio.builders`) and the terminal handle (:func:`acp_trio.open_terminal`).
 """
 
 from __future__ import annotations
 
 import os
+import sys
 import uuid
 
 import trio
 
 from acp_schema import v1
-from acp_trio import AgentSideConnection, RequestError, run_agent_stdio
+from acp_trio import AgentSideConnection, RequestError, open_terminal, run_agent_stdio
+from acp_trio import builders as b
 
 AGENT_INFO = v1.Implementation(name="acp-trio-demo-agent", title="acp-trio demo agent", version="1")
+WORD_COUNT = "import pathlib; text = pathlib.Path('notes.txt').read_text(encoding='utf-8'); print(len(text.split()))"
+"""The command the agent runs in a client terminal: ``python -c WORD_COUNT`` in the session directory."""
 
 
 class DemoAgent:
@@ -28,7 +35,6 @@ class DemoAgent:
     def __init__(self, conn: AgentSideConnection) -> None:
         self.conn = conn
         self.client = v1.ClientPeer(conn)
-        self.sessions: dict[str, str] = {}  # session id -> cwd
 
     async def initialize(self, params: v1.InitializeRequest) -> v1.InitializeResponse:
         return v1.InitializeResponse(
@@ -44,117 +50,105 @@ class DemoAgent:
     async def session_new(self, params: v1.NewSessionRequest) -> v1.NewSessionResponse:
         if not os.path.isabs(params.cwd):
             raise RequestError.invalid_params({"path": "$.cwd", "detail": "cwd must be an absolute path"})
-        session_id = f"sess_{uuid.uuid4().hex[:12]}"
-        self.sessions[session_id] = params.cwd
-        return v1.NewSessionResponse(session_id=session_id)
+        return v1.NewSessionResponse(session_id=f"sess_{uuid.uuid4().hex[:12]}")
+
+    async def _send(self, session_id: str, update: v1.SessionUpdate) -> None:
+        await self.client.session_update(b.notification(session_id, update))
 
     async def _say(self, session_id: str, text: str) -> None:
         for word in text.split(" "):
-            await self.client.session_update(
-                v1.SessionNotification(
-                    session_id=session_id,
-                    update=v1.AgentMessageChunkSessionUpdate(content=v1.TextContentBlock(text=word + " ")),
-                )
-            )
+            await self._send(session_id, b.agent_message(word + " "))
             await trio.lowlevel.checkpoint()
 
-    async def _update(self, session_id: str, update: v1.SessionUpdate) -> None:
-        await self.client.session_update(v1.SessionNotification(session_id=session_id, update=update))
-
     async def _plan(self, session_id: str, done: int) -> None:
-        steps = ["Read notes.txt", "Write summary.txt"]
-        entries = [
-            v1.PlanEntry(
-                content=step,
-                priority="high",
-                status="completed" if i < done else ("in_progress" if i == done else "pending"),
-            )
-            for i, step in enumerate(steps)
-        ]
-        await self._update(session_id, v1.PlanSessionUpdate(entries=entries))
+        steps = ["Read notes.txt", "Count its words", "Write summary.txt"]
+
+        def status(i: int) -> v1.PlanEntryStatus:
+            return "completed" if i < done else ("in_progress" if i == done else "pending")
+
+        entries = [b.plan_entry(step, priority="high", status=status(i)) for i, step in enumerate(steps)]
+        await self._send(session_id, b.plan(entries))
 
     async def session_prompt(self, params: v1.PromptRequest) -> v1.PromptResponse:
         session_id = params.session_id
-        cwd = self.sessions.get(session_id)
-        if cwd is None:
+        session = self.conn.sessions.get(session_id)
+        if session is None:
             raise RequestError.resource_not_found(session_id)
+        cwd = session.cwd
         await self._say(session_id, "Let me read your notes and write a summary.")
         await self._plan(session_id, 0)
 
         notes = os.path.join(cwd, "notes.txt")
-        read_call = "call_read"
-        await self._update(
-            session_id,
-            v1.ToolCallSessionUpdate(
-                tool_call_id=read_call,
-                title="Read notes.txt",
-                kind="read",
-                status="pending",
-                locations=[v1.ToolCallLocation(path=notes)],
-            ),
+        read = b.ToolCallReporter(
+            self.client, session_id, "Read notes.txt", kind="read", tool_call_id="call_read", locations=[notes]
         )
-        decision = await self.client.session_request_permission(
-            v1.RequestPermissionRequest(
-                session_id=session_id,
-                tool_call=v1.ToolCallUpdate(tool_call_id=read_call, title="Read notes.txt", kind="read"),
-                options=[
-                    v1.PermissionOption(option_id="allow", name="Allow", kind="allow_once"),
-                    v1.PermissionOption(option_id="reject", name="Reject", kind="reject_once"),
-                ],
-            )
+        await read.start(status="pending")
+        choice = await read.request_permission(
+            [
+                b.permission_option("allow", "Allow", "allow_once"),
+                b.permission_option("reject", "Reject", "reject_once"),
+            ]
         )
-        outcome = decision.outcome
-        if not isinstance(outcome, v1.SelectedRequestPermissionOutcome) or outcome.option_id != "allow":
-            await self._update(session_id, v1.ToolCallUpdateSessionUpdate(tool_call_id=read_call, status="failed"))
+        if choice is None or choice.kind != "allow_once":
+            await read.fail()
             await self._say(session_id, "Permission denied, so I stopped here.")
             return v1.PromptResponse(stop_reason="end_turn")
-
-        await self._update(session_id, v1.ToolCallUpdateSessionUpdate(tool_call_id=read_call, status="in_progress"))
+        await read.update(status="in_progress")
         try:
-            read = await self.client.fs_read_text_file(v1.ReadTextFileRequest(session_id=session_id, path=notes))
-            text = read.content
+            text = (
+                await self.client.fs_read_text_file(v1.ReadTextFileRequest(session_id=session_id, path=notes))
+            ).content
         except RequestError as exc:
-            await self._update(session_id, v1.ToolCallUpdateSessionUpdate(tool_call_id=read_call, status="failed"))
+            await read.fail()
             await self._say(session_id, f"I could not read notes.txt: {exc.message}.")
             return v1.PromptResponse(stop_reason="end_turn")
         lines = [line for line in text.splitlines() if line.strip()]
-        await self._update(
-            session_id,
-            v1.ToolCallUpdateSessionUpdate(
-                tool_call_id=read_call,
-                status="completed",
-                content=[v1.ContentToolCallContent(content=v1.TextContentBlock(text=f"{len(lines)} non-empty lines"))],
-            ),
-        )
+        await read.complete([f"{len(lines)} non-empty lines"])
         await self._plan(session_id, 1)
 
+        words = await self._count_words(session_id, cwd)
+        await self._plan(session_id, 2)
+
         summary_path = os.path.join(cwd, "summary.txt")
-        summary = f"notes.txt has {len(lines)} non-empty lines; the first is: {lines[0] if lines else '(none)'}\n"
-        write_call = "call_write"
-        await self._update(
+        first = lines[0] if lines else "(none)"
+        summary = f"notes.txt has {len(lines)} non-empty lines; the first is: {first}\n"
+        if words is not None:
+            summary += f"It has {words} words.\n"
+        write = b.ToolCallReporter(
+            self.client,
             session_id,
-            v1.ToolCallSessionUpdate(
-                tool_call_id=write_call,
-                title="Write summary.txt",
-                kind="edit",
-                status="in_progress",
-                locations=[v1.ToolCallLocation(path=summary_path)],
-            ),
+            "Write summary.txt",
+            kind="edit",
+            tool_call_id="call_write",
+            locations=[summary_path],
         )
+        await write.start(status="in_progress")
         await self.client.fs_write_text_file(
             v1.WriteTextFileRequest(session_id=session_id, path=summary_path, content=summary)
         )
-        await self._update(
-            session_id,
-            v1.ToolCallUpdateSessionUpdate(
-                tool_call_id=write_call,
-                status="completed",
-                content=[v1.DiffToolCallContent(path=summary_path, old_text=None, new_text=summary)],
-            ),
-        )
-        await self._plan(session_id, 2)
-        await self._say(session_id, f"Done: summary.txt says {summary.strip()!r}")
+        await write.complete([b.diff(summary_path, summary)])
+        await self._plan(session_id, 3)
+        await self._say(session_id, f"Done: summary.txt says {summary.splitlines()[0]!r}")
         return v1.PromptResponse(stop_reason="end_turn")
+
+    async def _count_words(self, session_id: str, cwd: str) -> int | None:
+        """Run the word count in a client terminal, shown live in a tool call; ``None`` if impossible."""
+        count = b.ToolCallReporter(
+            self.client, session_id, "Count words in notes.txt", kind="execute", tool_call_id="call_count"
+        )
+        if not self.conn.client_capabilities.get("terminal"):
+            await count.start(status="failed", content=["this client offers no terminals"])
+            return None
+        await count.start(status="in_progress")
+        async with open_terminal(self.conn, session_id, sys.executable, args=["-c", WORD_COUNT], cwd=cwd) as term:
+            await count.update(content=[term.content()])  # the client shows the terminal's output live
+            exit_status = await term.wait_for_exit(timeout=30)
+            output = (await term.output()).output.strip()
+        if exit_status.exit_code != 0 or not output.isdigit():
+            await count.fail([f"word count failed ({exit_status.exit_code or exit_status.signal}): {output[-200:]}"])
+            return None
+        await count.complete([term.content(), f"{output} words"])
+        return int(output)
 
 
 def main() -> None:
