@@ -25,4 +25,8 @@ def test_readme_client_example_drives_the_readme_agent_example(tmp_path: Path) -
         [sys.executable, "my_client.py"], capture_output=True, text=True, timeout=60, cwd=tmp_path, check=False
     )
     assert result.returncode == 0, result.stderr
-    assert result.stdout.splitlines() == ["agent: hello", "stop reason: end_turn"]
+    assert result.stdout.splitlines() == [
+        "tool Read notes.txt: completed",
+        "agent: notes.txt starts with: buy milk",
+        "stop reason: end_turn",
+    ]
