@@ -27,12 +27,14 @@ Sources: ``docs/protocol/v1/file-system.mdx``, ``terminals.mdx``, ``tool-calls.m
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from acp_schema import v1
 
+from ._capabilities import CapabilityError
 from ._core import RequestError
 from .fs import SessionFileSystem
 from .permissions import PermissionBroker, PermissionPolicy, deny_all
@@ -119,10 +121,15 @@ class StandardClient:
             [v1.TextContentBlock(text=content)] if isinstance(content, str) else list(content)
         )
         state = self.states.state(session_id)
-        state.add_user_message(blocks)
-        response: v1.PromptResponse = await self.conn.agent.session_prompt(
-            v1.PromptRequest(session_id=session_id, prompt=blocks), timeout=timeout
-        )
+        entry = state.add_user_message(blocks)  # before sending: the agent's updates come after it
+        try:
+            response: v1.PromptResponse = await self.conn.agent.session_prompt(
+                v1.PromptRequest(session_id=session_id, prompt=blocks), timeout=timeout
+            )
+        except CapabilityError:  # refused before anything was sent: the agent never saw this prompt
+            if entry in state.transcript:
+                state.transcript.remove(entry)
+            raise
         if response.stop_reason == "cancelled":
             state.cancel_unfinished_tool_calls()
         return response
@@ -138,7 +145,19 @@ class StandardClient:
         await self.states.session_update(params)
 
     async def session_request_permission(self, params: v1.RequestPermissionRequest) -> v1.RequestPermissionResponse:
-        """Answer through the permission broker's policy."""
+        """Answer through the permission broker's policy.
+
+        A request that names a tool call without its ``kind`` gets the kind the agent announced
+        for it earlier in ``session/update`` (so ``allow_kinds`` sees it).
+        """
+        tool_call = params.tool_call
+        if not tool_call.kind:
+            kind = self.states.tool_kind(params.session_id, tool_call.tool_call_id)
+            if kind:
+                tool_call = copy.copy(tool_call)
+                tool_call.kind = kind  # type: ignore[assignment]
+                params = copy.copy(params)
+                params.tool_call = tool_call
         return await self.permissions.session_request_permission(params)
 
     async def fs_read_text_file(self, params: v1.ReadTextFileRequest) -> v1.ReadTextFileResponse:
