@@ -19,15 +19,16 @@ from __future__ import annotations
 import functools
 import inspect
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from types import ModuleType
 from typing import Any, Literal
 
 import trio
 
 from . import _capabilities
-from ._connection import Connection, ConnectionClosed, Instrumentation, Route, Tap
-from ._core import INVALID_REQUEST, RequestError
+from ._connection import Connection, ConnectionClosed, Instrumentation, Route, Tap, _decode_error_data
+from ._converter import DecodeError
+from ._core import INTERNAL_ERROR, INVALID_REQUEST, RequestError
 from ._sessions import (
     ENDED_BY_REQUEST,
     OPENED_BY_REQUEST,
@@ -64,6 +65,27 @@ def _default_variant() -> ModuleType:
     return v1
 
 
+def _versions_of(handler: Any, variant: ModuleType | None) -> dict[int, tuple[ModuleType, Any]]:
+    """``{protocol version: (variant module, handler or factory)}`` from a connection's arguments."""
+    if isinstance(handler, Mapping) and handler and all(isinstance(k, ModuleType) for k in handler):
+        if variant is not None:
+            raise TypeError("give either variant= or a {variant: handler} mapping, not both")
+        versions: dict[int, tuple[ModuleType, Any]] = {}
+        for module, one in handler.items():
+            version = getattr(module, "PROTOCOL_VERSION", None)
+            if not isinstance(version, int):
+                raise TypeError(f"{module.__name__} is not a generated ACP variant (no PROTOCOL_VERSION)")
+            if version in versions:
+                raise ValueError(
+                    f"{versions[version][0].__name__} and {module.__name__} both speak protocol version {version}: "
+                    "give one variant per version"
+                )
+            versions[version] = (module, one)
+        return versions
+    module = variant if variant is not None else _default_variant()
+    return {module.PROTOCOL_VERSION: (module, handler)}
+
+
 def _instantiate(factory: Any, conn: Any) -> Any:
     if isinstance(factory, type) or inspect.isfunction(factory) or inspect.ismethod(factory):
         return factory(conn)
@@ -91,9 +113,14 @@ class _Side:
         name: str | None = None,
         instrumentation: Instrumentation | None = None,
     ) -> None:
-        self.variant = variant if variant is not None else _default_variant()
-        self.protocol_version: int = self.variant.PROTOCOL_VERSION
-        self.supported_versions: tuple[int, ...] = (self.variant.PROTOCOL_VERSION,)
+        self._versions = _versions_of(handler, variant)
+        self.supported_versions: tuple[int, ...] = tuple(sorted(self._versions))
+        """The protocol versions this side speaks (one per variant it was given), ascending."""
+        latest = self.supported_versions[-1]
+        self.variant: ModuleType = self._versions[latest][0]
+        """The generated variant module in use: the latest one until ``initialize`` negotiated another."""
+        self.protocol_version: int = latest
+        """The protocol version in use: negotiated by ``initialize`` (until then the latest supported)."""
         options: dict[str, Any] = {
             "tap": tap,
             "close_timeout": close_timeout,
@@ -108,7 +135,23 @@ class _Side:
         ``cwd`` and roots; they end on ``session/close``/``session/delete`` or when the connection closes."""
         self.connection.add_close_callback(self.sessions.close)
         self._notify_plans: dict[str, tuple[Callable[[Any], Any], bool]] = {}
-        self.handler = _instantiate(handler, self)
+        self.handlers: dict[int, Any] = {}
+        """The handler object of each supported protocol version (built from the factories given)."""
+        for version, (_, factory) in self._versions.items():
+            self.handlers[version] = _instantiate(factory, self)
+        self.handler: Any = self.handlers[latest]
+        """The handler object of the protocol version in use."""
+        self._install(latest)
+
+    def _install(self, version: int) -> None:
+        """Speak ``version`` from now on: route the methods of its variant to its handler object."""
+        self.variant = self._versions[version][0]
+        self.protocol_version = version
+        self.handler = self.handlers[version]
+        routes = self.connection.routes
+        for method in [m for m in routes if not m.startswith("_")]:  # extension routes stay
+            del routes[method]
+        self._notify_plans.clear()
         for table in (self.variant.REQUESTS, self.variant.NOTIFICATIONS):
             for spec in table.values():
                 if spec.side != self.side:
@@ -116,6 +159,10 @@ class _Side:
                 fn = getattr(self.handler, spec.attr, None)
                 if callable(fn):
                     self._add_route(spec, fn)
+        self._add_own_routes()
+
+    def _add_own_routes(self) -> None:
+        """Routes the runtime itself answers (after the handler's: they take precedence)."""
 
     def _add_route(self, spec: MethodSpec, fn: Callable[[Any], Awaitable[Any]]) -> None:
         self.connection.routes[spec.method] = Route(
@@ -163,13 +210,15 @@ class _Side:
         wire = conv.unstructure_fn(spec.params_type)(params)
         self._check_call(spec, wire)
         if spec.method in self._intercepted:
-            result = await self._request(spec, params, wire, timeout)
-        else:  # one coroutine frame less on the common path
-            result = await self.connection.request(spec.method, wire, timeout=timeout)
+            return await self._request(spec, params, wire, timeout)
+        # one coroutine frame less on the common path
+        result = await self.connection.request(spec.method, wire, timeout=timeout)
         return self.connection.decode_result(spec, result)
 
     async def _request(self, spec: MethodSpec, params: Any, wire: Any, timeout: float | None) -> Any:
-        return await self.connection.request(spec.method, wire, timeout=timeout)
+        """Send an intercepted request; returns the decoded result."""
+        result = await self.connection.request(spec.method, wire, timeout=timeout)
+        return self.connection.decode_result(spec, result)
 
     def _session_opened(self, method: str, session_id: Any, params: Any) -> None:
         if type(session_id) is str:
@@ -180,6 +229,8 @@ class _Side:
         # streamed session/update comes through here thousands of times a turn: one lookup
         plan = self._notify_plans.get(spec.method)  # a str key: hashing a MethodSpec costs more
         if plan is None:
+            if self.protocol_version >= 2:  # checked once per method: the plans are reset on negotiation
+                _capabilities.check_method_in_version(spec.method, self.variant.METHODS, self.protocol_version)
             plan = self._notify_plans[spec.method] = (
                 self.connection.converter.unstructure_fn(spec.params_type),
                 self._has_notification_rules(spec.method),
@@ -304,15 +355,11 @@ class AgentSideConnection(_Side):
         self.initialized = False
         self._turns: dict[Any, set[trio.CancelScope]] = {}
         super().__init__(agent, send_stream, receive_stream, **options)
+
+    def _add_own_routes(self) -> None:
         routes = self.connection.routes
-        init_spec = self.variant.REQUESTS["initialize"]
-        routes["initialize"] = Route(
-            "initialize",
-            "request",
-            self._initialize,
-            params_type=init_spec.params_type,
-            result_type=init_spec.result_type,
-        )
+        # JSON in and out: the variant that decodes the params is chosen from their protocolVersion
+        routes["initialize"] = Route("initialize", "request", self._initialize)
         cancel_spec = self.variant.NOTIFICATIONS.get("session/cancel")
         if cancel_spec is not None:
             routes["session/cancel"] = Route(
@@ -325,7 +372,7 @@ class AgentSideConnection(_Side):
         return self.variant.ClientPeer(self)
 
     def _add_route(self, spec: MethodSpec, fn: Callable[[Any], Awaitable[Any]]) -> None:
-        if spec.method == "session/prompt":
+        if spec.method == "session/prompt" and self.protocol_version < 2:
             fn = self._prompt_turn(fn, spec)
         elif spec.method in SESSION_METHODS and spec.kind == "request":
             fn = self._tracking(fn, spec.method)
@@ -360,27 +407,35 @@ class AgentSideConnection(_Side):
 
         return tracked
 
-    async def _initialize(self, params: Any) -> Any:
+    async def _initialize(self, raw: Any) -> Any:
         if self.initialized:
             raise RequestError(INVALID_REQUEST, "Already initialized", {"method": "initialize"})
         conv = self.connection.converter
-        requested = params.protocol_version
-        version = requested if requested in self.supported_versions else max(self.supported_versions)
-        self.protocol_version = version
-        caps = conv.unstructure(params.client_capabilities) if params.client_capabilities else {}
+        requested = raw.get("protocolVersion") if type(raw) is dict else None
+        version = requested if requested in self.supported_versions else self.supported_versions[-1]
+        if version != self.protocol_version:
+            self._install(version)
+        spec = self.variant.REQUESTS["initialize"]
+        if version != requested and version >= 2 and type(raw) is dict and "info" not in raw:
+            # an older client asked: answer with our version anyway, so that it can decide (migration.mdx)
+            info = raw.get("clientInfo")
+            fallback = {"name": "unknown", "version": "unknown"}
+            raw = {**raw, "info": info if type(info) is dict and "name" in info and "version" in info else fallback}
+        try:
+            params = conv.structure_fn(spec.params_type)({} if raw is None else raw)
+        except DecodeError as exc:
+            raise RequestError.invalid_params(_decode_error_data(exc)) from None
+        caps_obj = params.client_capabilities if version < 2 else params.capabilities
+        caps = conv.unstructure(caps_obj) if caps_obj else {}
         self.client_capabilities = caps if type(caps) is dict else {}
         self._allowed = {}
-        info = getattr(params, "client_info", None)
+        info = params.client_info if version < 2 else params.info
         self.client_info = conv.unstructure(info) if info else None
         user = getattr(self.handler, "initialize", None)
-        spec = self.variant.REQUESTS["initialize"]
         if callable(user):
             response = await user(params)
         else:
-            wire: dict[str, Any] = {"protocolVersion": version, "agentCapabilities": {}}
-            if callable(getattr(self.handler, "session_load", None)):
-                wire["agentCapabilities"]["loadSession"] = True
-            response = conv.structure_fn(spec.result_type)(wire)
+            response = conv.structure_fn(spec.result_type)(self._default_initialize_response(version))
         if response.protocol_version != version:
             log.warning(
                 "initialize handler answered protocolVersion %r; the negotiated version is %r (sent instead)",
@@ -389,7 +444,64 @@ class AgentSideConnection(_Side):
             )
             response.protocol_version = version
         self.initialized = True
-        return response
+        return conv.unstructure(response)
+
+    def _default_initialize_response(self, version: int) -> dict[str, Any]:
+        """What ``initialize`` answers when the agent has no ``initialize`` method (wire JSON)."""
+
+        def has(attr: str) -> bool:
+            return callable(getattr(self.handler, attr, None))
+
+        if version < 2:
+            caps: dict[str, Any] = {"loadSession": True} if has("session_load") else {}
+            return {"protocolVersion": version, "agentCapabilities": caps}
+        name = type(self.handler).__name__
+        return {
+            "protocolVersion": version,
+            "info": {"name": name, "version": "0"},
+            "capabilities": {"session": {}} if has("session_new") else {},
+        }
+
+    # -- v2 prompt lifecycle ---------------------------------------------------------------------
+    def start_turn(self, session_id: str, turn: Callable[[], Awaitable[Any]]) -> None:
+        """Protocol version 2: run a prompt's foreground work in the background (prompt-lifecycle.mdx).
+
+        Call it from ``session_prompt`` before returning the acceptance receipt.  It sends
+        ``state_update`` ``running``, runs ``await turn()`` in a cancel scope that ``session/cancel``
+        for ``session_id`` cancels, then sends ``state_update`` ``idle`` with ``turn()``'s return
+        value as the stop reason (``"end_turn"`` when it returns ``None``), ``"cancelled"`` when it
+        was cancelled, or ``"error"`` with a -32603 error when it raised (the traceback is logged).
+        Raises :class:`ConnectionClosed` when the connection closed; ``RuntimeError`` on a
+        version 1 connection (there the ``session/prompt`` response ends the turn).
+        """
+        if self.protocol_version < 2:
+            raise RuntimeError(
+                "start_turn needs protocol version 2: in version 1 the session/prompt response ends the turn"
+            )
+        self.connection.start_soon(self._run_turn, session_id, turn, name=f"turn {session_id}")
+
+    async def _run_turn(self, session_id: str, turn: Callable[[], Awaitable[Any]]) -> None:
+        spec = self.variant.NOTIFICATIONS["session/update"]
+        conv = self.connection.converter
+
+        async def state(update: dict[str, Any]) -> None:
+            params = conv.structure_fn(spec.params_type)({"sessionId": session_id, "update": update})
+            await self.send_notification(spec, params)
+
+        await state({"sessionUpdate": "state_update", "state": "running"})
+        idle: dict[str, Any] = {"sessionUpdate": "state_update", "state": "idle"}
+        try:
+            done, stop_reason = await _in_session_scope(self._turns, session_id, turn())
+            idle["stopReason"] = (stop_reason or "end_turn") if done else "cancelled"
+        except Exception:
+            log.exception("prompt turn of session %r raised", session_id)
+            idle["stopReason"] = "error"
+            idle["error"] = {"code": INTERNAL_ERROR, "message": "Internal error"}
+        with trio.CancelScope(shield=True):
+            try:
+                await state(idle)
+            except ConnectionClosed:
+                pass
 
     def _prompt_turn(self, fn: Callable[[Any], Awaitable[Any]], spec: MethodSpec) -> Callable[[Any], Awaitable[Any]]:
         structure_result = self.connection.converter.structure_fn(spec.result_type)
@@ -411,7 +523,11 @@ class AgentSideConnection(_Side):
             await user(params)
 
     def _check_call(self, spec: MethodSpec, wire: Any) -> None:
-        # client rules depend on the method only, so the verdict is cached until capabilities change
+        if self.protocol_version >= 2:
+            _capabilities.check_method_in_version(spec.method, self.variant.METHODS, self.protocol_version)
+            _capabilities.check_client_call_v2(spec.method, wire, self.client_capabilities)
+            return
+        # v1 client rules depend on the method only, so the verdict is cached until capabilities change
         allowed = self._allowed.get(spec.method)
         if allowed is None:
             try:
@@ -424,6 +540,8 @@ class AgentSideConnection(_Side):
             _capabilities.check_client_call(spec.method, wire, self.client_capabilities)
 
     def _has_notification_rules(self, method: str) -> bool:
+        if self.protocol_version >= 2:
+            return _capabilities.client_rules_apply_v2(method)
         return method in _capabilities.CLIENT_METHOD_RULES
 
 
@@ -462,6 +580,7 @@ class ClientSideConnection(_Side):
         **options: Any,
     ) -> None:
         self.agent_capabilities: dict[str, Any] = {}
+        self.agent_auth_methods: list[Any] = []
         self.initialize_response: Any = None
         self._permission_scopes: dict[Any, set[trio.CancelScope]] = {}
         self._cancelling: dict[Any, int] = {}
@@ -475,6 +594,8 @@ class ClientSideConnection(_Side):
 
     def _add_route(self, spec: MethodSpec, fn: Callable[[Any], Awaitable[Any]]) -> None:
         if spec.method == "session/update":
+            if self.protocol_version >= 2:
+                fn = self._watching_idle(fn)
             self.connection.routes[spec.method] = Route(
                 spec.method,
                 "notification",
@@ -509,9 +630,47 @@ class ClientSideConnection(_Side):
 
         return ask
 
+    def _watching_idle(self, fn: Callable[[Any], Awaitable[Any]]) -> Callable[[Any], Awaitable[Any]]:
+        """v2: a ``state_update`` ``idle`` ends the session's cancellation (permission requests are
+        answered normally again); the update then goes to ``fn``."""
+        idle_type = getattr(self.variant, "IdleStateUpdateSessionUpdate", None)
+
+        async def watched(params: Any) -> Any:
+            if self._cancelling and idle_type is not None and isinstance(params.update, idle_type):
+                self._cancelling.pop(params.session_id, None)
+            return await fn(params)
+
+        return watched
+
     def _check_call(self, spec: MethodSpec, wire: Any) -> None:
-        if spec.method != "initialize":
+        if spec.method == "initialize":
+            return
+        if self.protocol_version < 2:
             _capabilities.check_agent_call(spec.method, wire, self.agent_capabilities)
+            return
+        _capabilities.check_method_in_version(spec.method, self.variant.METHODS, self.protocol_version)
+        _capabilities.check_agent_call_v2(spec.method, wire, self.agent_capabilities, self.agent_auth_methods)
+
+    async def initialize(self, *requests: Any, timeout: float | None = None) -> Any:
+        """Send ``initialize`` built from one ``InitializeRequest`` per protocol version this client speaks.
+
+        ``requests``: typed requests of different variants (``v2.InitializeRequest(...)``,
+        ``v1.InitializeRequest(...)``).  Their wire fields are merged (v1's ``clientCapabilities``
+        and ``clientInfo`` next to v2's ``capabilities`` and ``info``; the highest
+        ``protocolVersion`` is sent), so an agent that answers with an older version read the
+        capabilities meant for it.  Returns the agent's ``InitializeResponse`` in the negotiated
+        version's variant (``conn.protocol_version`` says which).  ``timeout``: seconds.  Raises
+        :class:`ProtocolVersionError` (connection closed) when the agent answers a version this
+        client was not given a handler for, and what :meth:`send_request` raises.
+        """
+        if not requests:
+            raise TypeError("initialize() needs at least one InitializeRequest")
+        conv = self.connection.converter
+        wires = sorted((conv.unstructure(r) for r in requests), key=lambda w: w.get("protocolVersion", 0))
+        merged: dict[str, Any] = {}
+        for wire in wires:
+            merged.update(wire)
+        return await self._initialize(merged, timeout)
 
     async def _request(self, spec: MethodSpec, params: Any, wire: Any, timeout: float | None) -> Any:
         if spec.method == "initialize":
@@ -524,20 +683,26 @@ class ClientSideConnection(_Side):
                 self._session_opened(spec.method, params.session_id, params)
             elif spec.method in ENDED_BY_REQUEST:
                 self.sessions.end(params.session_id, spec.method)
-            return result
+            return self.connection.decode_result(spec, result)
         if spec.method != "session/prompt" or type(wire) is not dict:
-            return await self.connection.request(spec.method, wire, timeout=timeout)
+            return self.connection.decode_result(
+                spec, await self.connection.request(spec.method, wire, timeout=timeout)
+            )
         session_id = wire.get("sessionId")
+        if self.protocol_version >= 2:  # a new prompt: whatever was being cancelled has ended
+            self._cancelling.pop(session_id, None)
         self._prompts[session_id] = self._prompts.get(session_id, 0) + 1
         try:
-            return await self.connection.request(spec.method, wire, timeout=timeout)
+            result = await self.connection.request(spec.method, wire, timeout=timeout)
         finally:
             left = self._prompts[session_id] - 1
             if left:
                 self._prompts[session_id] = left
             else:
                 del self._prompts[session_id]
-                self._cancelling.pop(session_id, None)
+                if self.protocol_version < 2:  # v1: the response ends the turn; v2: state_update idle does
+                    self._cancelling.pop(session_id, None)
+        return self.connection.decode_result(spec, result)
 
     async def _initialize(self, wire: Any, timeout: float | None) -> Any:
         result = await self.connection.request("initialize", wire, timeout=timeout)
@@ -549,16 +714,20 @@ class ClientSideConnection(_Side):
             await self.connection.aclose(str(error))
             raise error
         assert type(result) is dict
-        self.protocol_version = answered
-        caps = result.get("agentCapabilities")
+        if answered != self.protocol_version:
+            self._install(answered)
+        caps = result.get("agentCapabilities" if answered < 2 else "capabilities")
         self.agent_capabilities = caps if type(caps) is dict else {}
+        methods = result.get("authMethods")
+        self.agent_auth_methods = methods if type(methods) is list else []
         self.initialize_response = result
-        return result
+        spec = self.variant.REQUESTS["initialize"]
+        return self.connection.decode_result(spec, result)
 
     def _before_notification(self, spec: MethodSpec, wire: Any) -> None:
         if spec.method == "session/cancel" and type(wire) is dict:
             session_id = wire.get("sessionId")
-            if session_id in self._prompts:
+            if session_id in self._prompts or self.protocol_version >= 2:
                 self._cancelling[session_id] = 1
             for scope in list(self._permission_scopes.get(session_id, ())):
                 scope.cancel()
