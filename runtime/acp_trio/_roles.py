@@ -315,7 +315,10 @@ class AgentSideConnection(_Side):
     """The agent's end of an ACP connection.
 
     ``agent``: the agent object, or a factory called with this connection that returns it (a
-    class whose ``__init__`` takes the connection works).  It implements any subset of the
+    class whose ``__init__`` takes the connection works); or a mapping ``{variant: agent}``
+    (``{v1: V1Agent, v2: V2Agent}``) to serve several protocol versions side by side: ``initialize``
+    picks the requested version when one of them speaks it, else the latest, and the connection
+    then routes only that variant's methods to that agent (``conn.handler``).  It implements any subset of the
     variant's ``Agent`` protocol (``acp_schema.v1.Agent``): ``async def session_prompt(self,
     params: v1.PromptRequest) -> v1.PromptResponse`` and so on.  ``send_stream`` /
     ``receive_stream``: the byte streams to the client.  ``variant``: the generated variant module
@@ -548,7 +551,9 @@ class AgentSideConnection(_Side):
 class ClientSideConnection(_Side):
     """The client's end of an ACP connection.
 
-    ``client``: the client object, or a factory called with this connection that returns it.  It
+    ``client``: the client object, or a factory called with this connection that returns it; or a
+    mapping ``{variant: client}`` for several protocol versions (send ``initialize`` with
+    :meth:`initialize`: the connection continues in whichever of them the agent answers).  It
     implements any subset of the variant's ``Client`` protocol (``acp_schema.v1.Client``):
     ``session_update``, ``session_request_permission``, ``fs_read_text_file`` and so on.  Other
     arguments as for :class:`AgentSideConnection`.
