@@ -244,3 +244,73 @@ async def test_a_v1_client_gets_a_v2_only_agents_answer_and_refuses() -> None:
             assert (info.value.requested, info.value.answered) == (1, 2)
             # the v2 agent answered with its version although the v1 request had no "info"
             assert agent_conn.protocol_version == 2
+
+
+class SlowAcceptingAgent(V2Agent):
+    """Waits for ``accept`` before starting the turn; the turn waits forever (until cancelled)."""
+
+    def __init__(self, conn: acp_trio.AgentSideConnection) -> None:
+        super().__init__(conn)
+        self.accept = trio.Event()
+        self.accepting = trio.Event()
+
+    async def session_prompt(self, params: v2.PromptRequest) -> v2.PromptResponse:
+        self.accepting.set()
+        await self.accept.wait()
+
+        async def turn() -> str:
+            await trio.sleep_forever()
+            return "end_turn"
+
+        self.conn.start_turn(params.session_id, turn)
+        return v2.PromptResponse(message_id="u1")
+
+    async def session_close(self, params: v2.CloseSessionRequest) -> v2.CloseSessionResponse:
+        return v2.CloseSessionResponse()
+
+
+async def test_v2_session_cancel_read_before_the_turn_starts_still_cancels_it() -> None:
+    with trio.fail_after(DEADLINE):
+        async with acp_trio.open_memory_pair({v2: SlowAcceptingAgent}, {v2: Client}) as (agent_conn, client_conn):
+            await client_conn.initialize(*init_requests((2,)))
+            agent: SlowAcceptingAgent = agent_conn.handler
+            client: Client = client_conn.handler
+            session = await client_conn.agent.session_new(v2.NewSessionRequest(cwd="/tmp"))
+            prompt = v2.PromptRequest(session_id=session.session_id, prompt=[v2.TextContentBlock(text="hi")])
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(client_conn.agent.session_prompt, prompt)
+                await agent.accepting.wait()
+                await client_conn.agent.session_cancel(v2.CancelSessionNotification(session_id=session.session_id))
+                await trio.testing.wait_all_tasks_blocked()
+                agent.accept.set()  # the handler now starts the turn: the cancel read before reaches it
+            await client.idle.wait()
+            assert [(u.state, getattr(u, "stop_reason", None)) for u in client.updates] == [
+                ("running", None),
+                ("idle", "cancelled"),
+            ]
+            # a later prompt is not affected by the old cancel
+            agent.accept = trio.Event()
+            agent.accept.set()
+            client.idle = trio.Event()
+            await client_conn.agent.session_prompt(prompt)
+            await trio.testing.wait_all_tasks_blocked()
+            assert client.updates[-1].state == "running"
+
+
+async def test_v2_session_close_cancels_the_running_turn() -> None:
+    with trio.fail_after(DEADLINE):
+        async with acp_trio.open_memory_pair({v2: SlowAcceptingAgent}, {v2: Client}) as (agent_conn, client_conn):
+            await client_conn.initialize(*init_requests((2,)))
+            agent: SlowAcceptingAgent = agent_conn.handler
+            agent.accept.set()
+            client: Client = client_conn.handler
+            session = await client_conn.agent.session_new(v2.NewSessionRequest(cwd="/tmp"))
+            await client_conn.agent.session_prompt(
+                v2.PromptRequest(session_id=session.session_id, prompt=[v2.TextContentBlock(text="hi")])
+            )
+            await trio.testing.wait_all_tasks_blocked()
+            assert not client.idle.is_set()
+            await client_conn.agent.session_close(v2.CloseSessionRequest(session_id=session.session_id))
+            await client.idle.wait()
+            assert client.updates[-1].stop_reason == "cancelled"
+            assert session.session_id not in agent_conn.sessions

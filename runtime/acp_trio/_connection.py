@@ -102,6 +102,9 @@ class Route:
     the handler starts only after the notifications with the same key that arrived before the
     request were handled (requests still run concurrently with each other).  A request whose
     handler is cancelled (``$/cancel_request``, or the connection closing) answers -32800.
+    ``on_receive``: for notifications, ``(params) -> None`` called synchronously by the reader as
+    the notification arrives, before anything read after it is handled (e.g. to cancel a scope
+    before a response that follows it on the wire wakes anyone); it must not block.
     """
 
     __slots__ = (
@@ -110,6 +113,7 @@ class Route:
         "handler",
         "kind",
         "method",
+        "on_receive",
         "params_type",
         "result_type",
         "serial_key",
@@ -124,6 +128,7 @@ class Route:
         params_type: Any = Any,
         result_type: Any = Any,
         serial_key: Callable[[Any], Hashable] | None = None,
+        on_receive: Callable[[Any], None] | None = None,
     ) -> None:
         self.method = method
         self.kind = kind
@@ -131,6 +136,7 @@ class Route:
         self.params_type = params_type
         self.result_type = result_type
         self.serial_key = serial_key
+        self.on_receive = on_receive
         # the converter's functions for params_type / result_type, filled on first use
         self.decode: Callable[[Any], Any] | None = None
         self.encode: Callable[[Any], Any] | None = None
@@ -144,6 +150,7 @@ class Route:
             params_type=self.params_type,
             result_type=self.result_type,
             serial_key=self.serial_key,
+            on_receive=self.on_receive,
         )
         route.decode, route.encode = self.decode, self.encode
         return route
@@ -234,6 +241,9 @@ class Connection:
         self.name = name
         self.instrumentation = instrumentation
         self._close_callbacks: list[Callable[[str], object]] = []
+        self.request_line_hooks: dict[str, Callable[[bytes, Any], object]] = {}
+        """Session store hook (:mod:`acp_trio.session_store`): method → ``hook(line, params)``, called
+        with the raw line and JSON params of each inbound request of that method, before it is handled."""
         self._pending: _core.PendingRequests[_Slot] = _core.PendingRequests()
         self._inbound: dict[RequestId | None, trio.CancelScope] = {}  # running inbound requests
         self._queues: dict[Hashable, _SerialQueue] = {}
@@ -498,6 +508,10 @@ class Connection:
         elif type(msg) is _core.Batch:
             self._on_batch(msg)
         else:
+            if self.request_line_hooks and type(msg) is _core.Request:  # session store hook: raw request lines
+                hook = self.request_line_hooks.get(msg.method)
+                if hook is not None:
+                    hook(item, msg.params)
             line = self._dispatch(msg, None)
             if line is not None:
                 self._enqueue(line)
@@ -560,6 +574,11 @@ class Connection:
         except Exception as exc:
             log.warning("%s: dropping notification %r with invalid params: %s", self.name, method, exc)
             return
+        if route.on_receive is not None:
+            try:
+                route.on_receive(params)
+            except Exception:
+                log.exception("%s: on_receive hook for %r raised", self.name, method)
         key = route.serial_key(params) if route.serial_key is not None else None
         assert self._nursery is not None
         if self.instrumentation is not None:
@@ -781,6 +800,25 @@ class Connection:
         if self.instrumentation is not None:
             params = self.instrumentation.outbound("notification", method, params)
         self._enqueue(_core.encode_notification(method, params))
+        return self._outbox_bytes > _HIGH_WATER
+
+    # -- session store hooks (acp_trio.session_store): the exact lines, recorded and replayed ------
+    def encode_notification(self, method: str, params: Any = None) -> bytes:
+        """The line :meth:`queue_notification` would send for ``method`` and JSON ``params`` (ends in ``\\n``)."""
+        if self.instrumentation is not None:
+            params = self.instrumentation.outbound("notification", method, params)
+        return _core.encode_notification(method, params)
+
+    def queue_lines(self, data: bytes) -> bool:
+        """Queue already-encoded messages (``data``: one or more lines, each ending in ``\\n``) as they are;
+        True when the sender should now ``await conn.wait_writable()``.  Raises :class:`ConnectionClosed`."""
+        if self._closed is not None:
+            raise ConnectionClosed(self._closed.reason)
+        if self.tap is not None and data.count(b"\n") > 1:
+            for line in data.splitlines(keepends=True):
+                self._enqueue(line)
+        else:
+            self._enqueue(data)
         return self._outbox_bytes > _HIGH_WATER
 
     async def wait_writable(self) -> None:

@@ -134,7 +134,8 @@ class _Side:
         """The open sessions (:class:`acp_trio.SessionRegistry`): who opened them, with which
         ``cwd`` and roots; they end on ``session/close``/``session/delete`` or when the connection closes."""
         self.connection.add_close_callback(self.sessions.close)
-        self._notify_plans: dict[str, tuple[Callable[[Any], Any], bool]] = {}
+        # per method: (encoder, True when sending has rules / a hook callable that sends it instead)
+        self._notify_plans: dict[str, tuple[Callable[[Any], Any], Any]] = {}
         self.handlers: dict[int, Any] = {}
         """The handler object of each supported protocol version (built from the factories given)."""
         for version, (_, factory) in self._versions.items():
@@ -233,14 +234,26 @@ class _Side:
                 _capabilities.check_method_in_version(spec.method, self.variant.METHODS, self.protocol_version)
             plan = self._notify_plans[spec.method] = (
                 self.connection.converter.unstructure_fn(spec.params_type),
-                self._has_notification_rules(spec.method),
+                self._notification_hook(spec.method) or self._has_notification_rules(spec.method),
             )
         wire = plan[0](params)
         if plan[1]:
-            self._check_call(spec, wire)
-            self._before_notification(spec, wire)
+            if plan[1] is not True:  # session store hook (acp_trio.session_store): it may send this one itself
+                full = plan[1](spec.method, wire)
+                if full is not None:
+                    if full:
+                        await self.connection.wait_writable()
+                    return
+            else:
+                self._check_call(spec, wire)
+                self._before_notification(spec, wire)
         if self.connection.queue_notification(spec.method, wire):
             await self.connection.wait_writable()
+
+    def _notification_hook(self, method: str) -> Callable[[str, Any], bool | None] | None:
+        """A callable that sends the notification ``method`` instead (``hook(method, wire)``: ``None``
+        when it did not, else whether to wait for the writer), or ``None``; only for methods without rules."""
+        return None
 
     def _has_notification_rules(self, method: str) -> bool:
         """Whether sending the notification ``method`` needs :meth:`_check_call` or :meth:`_before_notification`."""
@@ -357,6 +370,9 @@ class AgentSideConnection(_Side):
         self.client_info: dict[str, Any] | None = None
         self.initialized = False
         self._turns: dict[Any, set[trio.CancelScope]] = {}
+        self._prompting: dict[Any, int] = {}  # v2: session/prompt handlers running, per session
+        self._cancel_requested: set[Any] = set()  # v2: session/cancel read while such a handler ran
+        self._session_store: Any = None  # session store hook: set by acp_trio.session_store.enable()
         super().__init__(agent, send_stream, receive_stream, **options)
 
     def _add_own_routes(self) -> None:
@@ -365,9 +381,17 @@ class AgentSideConnection(_Side):
         routes["initialize"] = Route("initialize", "request", self._initialize)
         cancel_spec = self.variant.NOTIFICATIONS.get("session/cancel")
         if cancel_spec is not None:
+            # the turn's scopes are cancelled as the notification is read: a response read after it
+            # (a permission request answered "cancelled") cannot end the turn as if nothing happened
             routes["session/cancel"] = Route(
-                "session/cancel", "notification", self._session_cancel, params_type=cancel_spec.params_type
+                "session/cancel",
+                "notification",
+                self._session_cancel,
+                params_type=cancel_spec.params_type,
+                on_receive=self._cancel_turns,
             )
+        if self._session_store is not None:  # session store hook: its session/* routes, where the agent has none
+            self._session_store.add_routes()
 
     @property
     def client(self) -> Any:
@@ -377,6 +401,8 @@ class AgentSideConnection(_Side):
     def _add_route(self, spec: MethodSpec, fn: Callable[[Any], Awaitable[Any]]) -> None:
         if spec.method == "session/prompt" and self.protocol_version < 2:
             fn = self._prompt_turn(fn, spec)
+        elif spec.method == "session/prompt":
+            fn = self._accepting(fn)
         elif spec.method in SESSION_METHODS and spec.kind == "request":
             fn = self._tracking(fn, spec.method)
         if spec.kind == "request":
@@ -399,6 +425,8 @@ class AgentSideConnection(_Side):
         """``fn`` that records in :attr:`sessions` the session it opens or ends, once it succeeded."""
 
         async def tracked(params: Any) -> Any:
+            if method in ENDED_BY_REQUEST:  # session-setup.mdx: as if session/cancel had been called
+                self._cancel_turns(params)
             result = await fn(params)
             if method in OPENED_BY_RESPONSE:
                 self._session_opened(method, getattr(result, "session_id", None), params)
@@ -439,6 +467,8 @@ class AgentSideConnection(_Side):
             response = await user(params)
         else:
             response = conv.structure_fn(spec.result_type)(self._default_initialize_response(version))
+        if self._session_store is not None:  # session store hook: advertise loadSession and sessionCapabilities
+            self._session_store.advertise(response)
         if response.protocol_version != version:
             log.warning(
                 "initialize handler answered protocolVersion %r; the negotiated version is %r (sent instead)",
@@ -469,21 +499,51 @@ class AgentSideConnection(_Side):
     def start_turn(self, session_id: str, turn: Callable[[], Awaitable[Any]]) -> None:
         """Protocol version 2: run a prompt's foreground work in the background (prompt-lifecycle.mdx).
 
-        Call it from ``session_prompt`` before returning the acceptance receipt.  It sends
-        ``state_update`` ``running``, runs ``await turn()`` in a cancel scope that ``session/cancel``
-        for ``session_id`` cancels, then sends ``state_update`` ``idle`` with ``turn()``'s return
-        value as the stop reason (``"end_turn"`` when it returns ``None``), ``"cancelled"`` when it
-        was cancelled, or ``"error"`` with a -32603 error when it raised (the traceback is logged).
-        Raises :class:`ConnectionClosed` when the connection closed; ``RuntimeError`` on a
-        version 1 connection (there the ``session/prompt`` response ends the turn).
+        Call it from ``session_prompt`` before returning the acceptance receipt, after sending the
+        ``user_message`` update (the spec puts it before ``running``).  It sends ``state_update``
+        ``running``, runs ``await turn()`` in a cancel scope that ``session/cancel`` (or
+        ``session/close``) for ``session_id`` cancels, then sends ``state_update`` ``idle`` with
+        ``turn()``'s return value as the stop reason (``"end_turn"`` when it returns ``None``),
+        ``"cancelled"`` when it was cancelled (also by a ``session/cancel`` that arrived while
+        ``session_prompt`` was still running), or ``"error"`` with a -32603 error when it raised
+        (the traceback is logged).  Raises :class:`ConnectionClosed` when the connection closed;
+        ``RuntimeError`` on a version 1 connection (there the ``session/prompt`` response ends the turn).
         """
         if self.protocol_version < 2:
             raise RuntimeError(
                 "start_turn needs protocol version 2: in version 1 the session/prompt response ends the turn"
             )
-        self.connection.start_soon(self._run_turn, session_id, turn, name=f"turn {session_id}")
+        scope = trio.CancelScope()  # registered now, so a session/cancel read from here on reaches it
+        if session_id in self._cancel_requested:
+            self._cancel_requested.discard(session_id)
+            scope.cancel()
+        self._turns.setdefault(session_id, set()).add(scope)
+        try:
+            self.connection.start_soon(self._run_turn, session_id, turn, scope, name=f"turn {session_id}")
+        except BaseException:
+            self._turns[session_id].discard(scope)
+            raise
 
-    async def _run_turn(self, session_id: str, turn: Callable[[], Awaitable[Any]]) -> None:
+    def _accepting(self, fn: Callable[[Any], Awaitable[Any]]) -> Callable[[Any], Awaitable[Any]]:
+        """v2 ``session/prompt``: notes that the session is accepting a prompt, so that a
+        ``session/cancel`` read meanwhile cancels the turn the handler then starts."""
+
+        async def accept(params: Any) -> Any:
+            session_id = params.session_id
+            self._prompting[session_id] = self._prompting.get(session_id, 0) + 1
+            try:
+                return await fn(params)
+            finally:
+                left = self._prompting[session_id] - 1
+                if left:
+                    self._prompting[session_id] = left
+                else:
+                    del self._prompting[session_id]
+                    self._cancel_requested.discard(session_id)
+
+        return accept
+
+    async def _run_turn(self, session_id: str, turn: Callable[[], Awaitable[Any]], scope: trio.CancelScope) -> None:
         spec = self.variant.NOTIFICATIONS["session/update"]
         conv = self.connection.converter
 
@@ -494,7 +554,7 @@ class AgentSideConnection(_Side):
         await state({"sessionUpdate": "state_update", "state": "running"})
         idle: dict[str, Any] = {"sessionUpdate": "state_update", "state": "idle"}
         try:
-            done, stop_reason = await _in_session_scope(self._turns, session_id, turn())
+            done, stop_reason = await _in_session_scope(self._turns, session_id, turn(), scope)
             idle["stopReason"] = (stop_reason or "end_turn") if done else "cancelled"
         except Exception:
             log.exception("prompt turn of session %r raised", session_id)
@@ -518,9 +578,13 @@ class AgentSideConnection(_Side):
 
         return turn
 
-    async def _session_cancel(self, params: Any) -> None:
+    def _cancel_turns(self, params: Any) -> None:
         for scope in list(self._turns.get(params.session_id, ())):
             scope.cancel()
+        if params.session_id in self._prompting:
+            self._cancel_requested.add(params.session_id)
+
+    async def _session_cancel(self, params: Any) -> None:
         user = getattr(self.handler, "session_cancel", None)
         if callable(user):
             await user(params)
@@ -546,6 +610,12 @@ class AgentSideConnection(_Side):
         if self.protocol_version >= 2:
             return _capabilities.client_rules_apply_v2(method)
         return method in _capabilities.CLIENT_METHOD_RULES
+
+    def _notification_hook(self, method: str) -> Callable[[str, Any], bool | None] | None:
+        if self._session_store is None or self._has_notification_rules(method):
+            return None
+        hook: Callable[[str, Any], bool | None] | None = self._session_store.notification_hook(method)
+        return hook  # session store hook: records session/update of its sessions
 
 
 class ClientSideConnection(_Side):
@@ -681,6 +751,8 @@ class ClientSideConnection(_Side):
         if spec.method == "initialize":
             return await self._initialize(wire, timeout)
         if spec.method in SESSION_METHODS:
+            if spec.method in ENDED_BY_REQUEST:  # the agent cancels the session's work (session-setup.mdx)
+                self._cancel_permissions(params.session_id)
             result = await self.connection.request(spec.method, wire, timeout=timeout)
             if spec.method in OPENED_BY_RESPONSE:
                 self._session_opened(spec.method, result.get("sessionId") if type(result) is dict else None, params)
@@ -734,21 +806,32 @@ class ClientSideConnection(_Side):
             session_id = wire.get("sessionId")
             if session_id in self._prompts or self.protocol_version >= 2:
                 self._cancelling[session_id] = 1
-            for scope in list(self._permission_scopes.get(session_id, ())):
-                scope.cancel()
+            self._cancel_permissions(session_id)
+
+    def _cancel_permissions(self, session_id: Any) -> None:
+        """Answer the session's pending ``session/request_permission`` requests ``cancelled``."""
+        for scope in list(self._permission_scopes.get(session_id, ())):
+            scope.cancel()
 
 
 async def _in_session_scope(
-    registry: dict[Any, set[trio.CancelScope]], session_id: Any, call: Awaitable[Any]
+    registry: dict[Any, set[trio.CancelScope]],
+    session_id: Any,
+    call: Awaitable[Any],
+    scope: trio.CancelScope | None = None,
 ) -> tuple[bool, Any]:
     """Await ``call`` in a cancel scope registered under ``session_id``: ``(True, result)``, or
-    ``(False, None)`` when something cancelled that scope (``session/cancel``)."""
-    scope = trio.CancelScope()
+    ``(False, None)`` when something cancelled that scope (``session/cancel``), even if ``call``
+    finished before the cancellation reached it.  ``scope``: one to use (default a new one)."""
+    if scope is None:
+        scope = trio.CancelScope()
     scopes = registry.setdefault(session_id, set())
     scopes.add(scope)
     try:
         with scope:
-            return True, await call
+            result = await call
+        if not scope.cancel_called:
+            return True, result
     finally:
         scopes.discard(scope)
         if not scopes:

@@ -3,13 +3,16 @@
 Usage::
 
     python -m acp_trio.demo                        # spawn the example agent, run one prompt turn
+    python -m acp_trio.demo --protocol 2           # the same, in protocol version 2
     python -m acp_trio.demo --agent -- CMD ARGS... # the example client against any ACP agent
     python -m acp_trio.demo --serve-agent          # only the example agent, on stdio
 
-Options: ``--cwd DIR`` (session directory; default a new temporary directory holding a
-``notes.txt``), ``--prompt TEXT``, ``--timeout SECONDS`` (for ``initialize``; default 30),
-``--deny`` (answer permission requests with a "reject" option), ``-v`` (log the runtime and the
-agent's stderr to stderr).
+Options: ``--protocol {1,2}`` (the client's protocol version, default 1; with ``--serve-agent``
+the one version to serve, default both side by side), ``--cwd DIR`` (session directory; default a
+new temporary directory holding a ``notes.txt``), ``--prompt TEXT``, ``--timeout SECONDS`` (for
+``initialize``; default 30), ``--turn-timeout SECONDS`` (version 2: how long to wait for the turn
+to end; default 120), ``--deny`` (answer permission requests with a "reject" option), ``-v`` (log
+the runtime and the agent's stderr to stderr).
 """
 
 from __future__ import annotations
@@ -23,10 +26,12 @@ from typing import TextIO
 
 import trio
 
-from acp_schema import v1
+from acp_schema import v1, v2
 from acp_trio import CapabilityError, ConnectionClosed, ProtocolVersionError, RequestError, spawn_agent
 
 from .client import CLIENT_INFO, DemoClient, demo_client_factory
+from .client_v2 import CLIENT_INFO as CLIENT_INFO_V2
+from .client_v2 import DemoClientV2, demo_client_v2_factory
 
 NOTES = """\
 Shopping list for the release:
@@ -71,22 +76,75 @@ async def run_demo(
     return 0
 
 
+async def run_demo_v2(
+    command: list[str],
+    workdir: Path,
+    prompt: str,
+    *,
+    out: TextIO,
+    init_timeout: float = 30.0,
+    turn_timeout: float = 120.0,
+    allow: bool = True,
+) -> int:
+    """:func:`run_demo` in protocol version 2: the ``session/prompt`` response is only a receipt,
+    so this waits (at most ``turn_timeout`` seconds) for the ``idle`` state that ends the turn.
+
+    Returns 0 when the turn ended, 1 on a protocol or connection error or when the turn did not
+    end in time (it is then cancelled with ``session/cancel``).
+    """
+    async with spawn_agent(command[0], command[1:], client={v2: demo_client_v2_factory(out, allow=allow)}) as conn:
+        client: DemoClientV2 = conn.handler
+        try:
+            init = await conn.initialize(
+                v2.InitializeRequest(protocol_version=2, info=CLIENT_INFO_V2, capabilities=client.capabilities),
+                timeout=init_timeout,
+            )
+            name = init.info.title or init.info.name
+            client.say(f"connected to {name}, protocol version {init.protocol_version}")
+            agent = v2.AgentPeer(conn)
+            session = await agent.session_new(v2.NewSessionRequest(cwd=str(workdir)))
+            client.say(f"session {session.session_id} in {workdir}")
+            client.say(f"you: {prompt}")
+            stop_reason = await client.run_turn(session.session_id, prompt, timeout=turn_timeout)
+            if stop_reason is None:
+                client.say(f"error: the turn did not end within {turn_timeout:g} seconds; cancelling it")
+                await agent.session_cancel(v2.CancelSessionNotification(session_id=session.session_id))
+                await client.wait_idle(session.session_id, 5.0)
+                return 1
+        except (ProtocolVersionError, RequestError, CapabilityError, ConnectionClosed, TimeoutError) as exc:
+            client.say(f"error: {exc}")
+            return 1
+    summary = workdir / "summary.txt"
+    if summary.exists():
+        out.write(f"summary.txt now reads: {summary.read_text(encoding='utf-8')}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m acp_trio.demo", description=__doc__.split("\n\n")[0])
     parser.add_argument("--serve-agent", action="store_true", help="serve the example agent on stdio")
     parser.add_argument("--agent", action="store_true", help="drive the agent command given after --")
+    parser.add_argument(
+        "--protocol",
+        type=int,
+        choices=(1, 2),
+        help="protocol version of the client (default 1); with --serve-agent the only one served (default both)",
+    )
     parser.add_argument("--cwd", type=Path, help="session directory (default: a temporary one with notes.txt)")
     parser.add_argument("--prompt", default="Please summarize notes.txt into summary.txt.")
     parser.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for initialize")
+    parser.add_argument(
+        "--turn-timeout", type=float, default=120.0, help="protocol 2: seconds to wait for the turn to end"
+    )
     parser.add_argument("--deny", action="store_true", help="answer permission requests with a reject option")
     parser.add_argument("-v", "--verbose", action="store_true", help="log the runtime and agent stderr")
     parser.add_argument("command", nargs="*", help="agent command and arguments (after --)")
     args = parser.parse_args(argv)
 
     if args.serve_agent:
-        from .agent import main as serve
+        from .agent_v2 import serve
 
-        serve()
+        serve((args.protocol,) if args.protocol else (1, 2))
         return 0
     if args.agent and not args.command:
         parser.error("--agent needs a command: python -m acp_trio.demo --agent -- CMD ARGS...")
@@ -101,6 +159,18 @@ def main(argv: list[str] | None = None) -> int:
 
     def go(workdir: Path) -> int:
         try:
+            if args.protocol == 2:
+                return trio.run(
+                    lambda: run_demo_v2(
+                        command,
+                        workdir.resolve(),
+                        args.prompt,
+                        out=sys.stdout,
+                        init_timeout=args.timeout,
+                        turn_timeout=args.turn_timeout,
+                        allow=not args.deny,
+                    )
+                )
             return trio.run(
                 lambda: run_demo(
                     command,

@@ -27,6 +27,8 @@ from acp_trio import builders as b
 AGENT_INFO = v1.Implementation(name="acp-trio-demo-agent", title="acp-trio demo agent", version="1")
 WORD_COUNT = "import pathlib; text = pathlib.Path('notes.txt').read_text(encoding='utf-8'); print(len(text.split()))"
 """The command the agent runs in a client terminal: ``python -c WORD_COUNT`` in the session directory."""
+PLAN_STEPS = ("Read notes.txt", "Count its words", "Write summary.txt")
+"""The steps of the plan the agent publishes (shared with the v2 demo agent)."""
 
 
 class DemoAgent:
@@ -61,12 +63,10 @@ class DemoAgent:
             await trio.lowlevel.checkpoint()
 
     async def _plan(self, session_id: str, done: int) -> None:
-        steps = ["Read notes.txt", "Count its words", "Write summary.txt"]
-
         def status(i: int) -> v1.PlanEntryStatus:
             return "completed" if i < done else ("in_progress" if i == done else "pending")
 
-        entries = [b.plan_entry(step, priority="high", status=status(i)) for i, step in enumerate(steps)]
+        entries = [b.plan_entry(step, priority="high", status=status(i)) for i, step in enumerate(PLAN_STEPS)]
         await self._send(session_id, b.plan(entries))
 
     async def session_prompt(self, params: v1.PromptRequest) -> v1.PromptResponse:

@@ -1,0 +1,224 @@
+"""The demo in protocol version 2, end to end in real processes: ``python -m acp_trio.demo --protocol 2``.
+
+``--serve-agent`` serves the v1 and the v2 demo agent side by side (``migration.mdx``, "Supporting
+v1 and v2 side by side"): the client's ``initialize`` picks the version per connection.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+
+from acp_schema import v2
+from acp_trio import open_memory_pair
+from acp_trio.demo.agent_v2 import DemoAgentV2, git_patch
+from acp_trio.demo.client_v2 import CLIENT_INFO, DemoClientV2, demo_client_v2_factory
+
+pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="the stdio transport is POSIX-only")
+
+DEMO = [sys.executable, "-m", "acp_trio.demo"]
+NOTES = "Shopping list for the release:\n- regenerate the bindings\n- run the interop tests\n- write the changelog\n"
+
+
+def run(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(DEMO + args, capture_output=True, text=True, timeout=60, cwd=cwd, check=False)
+
+
+def test_v2_demo_runs_a_prompt_turn_over_stdio_and_prints_the_transcript(tmp_path: Path) -> None:
+    result = run(["--protocol", "2"], tmp_path)
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    assert "connected to acp-trio demo agent, protocol version 2" in out
+    # the agent reported the user message, and the runtime the running state
+    assert "  [user_message msg_user_" in out and "] Please summarize notes.txt into summary.txt.\n" in out
+    assert "  [state running]" in out
+    assert "agent: Let me read your notes and write a summary." in out
+    assert "[plan] [>] Read notes.txt  [ ] Count its words  [ ] Write summary.txt" in out
+    assert "[tool call_read] Read notes.txt (read): pending" in out
+    # requires_action while the permission request waits, running again after it
+    assert "(tool call_read): choosing 'Allow' (allow_once)" in out
+    ask = out.index("[permission] ")
+    assert out.rindex("[state requires_action]", 0, ask) < ask < out.index("[state running]", ask)
+    assert "[tool call_read] completed 4 non-empty lines" in out
+    # the agent ran the word count itself and showed it as a display terminal in the tool call
+    assert "[tool call_count] Count words in notes.txt (execute): in_progress [terminal term_1]" in out
+    assert "[terminal term_1] $ " in out and " -c " in out
+    assert "[terminal term_1] 18\n" in out and "[terminal term_1] exited (0)" in out
+    assert "[tool call_count] completed [terminal term_1] 18 words" in out
+    assert "[tool call_write] completed diff add " in out and "summary.txt: +2 line(s)" in out
+    assert "[fs]" not in out  # no client file system in v2
+    assert out.index("[tool call_read] completed") < out.index("[tool call_write] completed")
+    assert out.index("[tool call_write] completed") < out.index("[turn ended: end_turn]")
+    assert "summary.txt now reads: notes.txt has 4 non-empty lines" in out
+    assert out.endswith(
+        "[turn ended: end_turn]\nsummary.txt now reads: notes.txt has 4 non-empty lines; "
+        "the first is: Shopping list for the release:\nIt has 18 words.\n"
+    )
+
+
+def test_v2_demo_with_deny_stops_at_the_permission_request(tmp_path: Path) -> None:
+    (tmp_path / "notes.txt").write_text("alpha\n", encoding="utf-8")
+    result = run(["--protocol", "2", "--cwd", str(tmp_path), "--deny"], tmp_path)
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    assert "(tool call_read): choosing 'Reject' (reject_once)" in out
+    assert "[tool call_read] failed" in out
+    assert "Permission denied, so I stopped here." in out
+    assert "[terminal" not in out and "call_write" not in out
+    assert "[turn ended: end_turn]" in out
+    assert not (tmp_path / "summary.txt").exists()
+
+
+def test_v2_demo_reports_a_missing_file_through_the_tool_call(tmp_path: Path) -> None:
+    result = run(["--protocol", "2", "--cwd", str(tmp_path)], tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "[tool call_read] failed File not found" in result.stdout
+    assert "I could not read notes.txt: File not found." in result.stdout
+    assert "[turn ended: end_turn]" in result.stdout
+    assert not (tmp_path / "summary.txt").exists()
+
+
+@pytest.mark.parametrize("protocol", ["1", "2"])
+def test_v1_and_v2_clients_drive_the_same_serve_agent(tmp_path: Path, protocol: str) -> None:
+    (tmp_path / "notes.txt").write_text("alpha\n\nbeta\n", encoding="utf-8")
+    args = ["--protocol", protocol, "--cwd", str(tmp_path), "--agent", "--", *DEMO, "--serve-agent"]
+    result = run(args, tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert f"connected to acp-trio demo agent, protocol version {protocol}" in result.stdout
+    assert "[turn ended: end_turn]" in result.stdout
+    # v1: the client ran the command in its terminal and wrote the file; v2: the agent did both
+    assert ("[fs] wrote " in result.stdout) is (protocol == "1")
+    assert (tmp_path / "summary.txt").read_text(encoding="utf-8") == (
+        "notes.txt has 2 non-empty lines; the first is: alpha\nIt has 2 words.\n"
+    )
+
+
+def test_the_v1_client_is_the_default(tmp_path: Path) -> None:
+    (tmp_path / "notes.txt").write_text("alpha\n", encoding="utf-8")
+    result = run(["--cwd", str(tmp_path), "--agent", "--", *DEMO, "--serve-agent"], tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "protocol version 1" in result.stdout and "[fs] read " in result.stdout
+
+
+@pytest.mark.parametrize(("client", "agent"), [("2", "1"), ("1", "2")])
+def test_a_client_refuses_an_agent_serving_only_the_other_version(tmp_path: Path, client: str, agent: str) -> None:
+    (tmp_path / "notes.txt").write_text("alpha\n", encoding="utf-8")
+    args = ["--protocol", client, "--cwd", str(tmp_path), "--agent", "--", *DEMO, "--serve-agent", "--protocol", agent]
+    result = run(args, tmp_path)
+    assert result.returncode == 1, result.stderr
+    assert f"error: the agent chose protocol version {agent} (we asked for {client})" in result.stdout
+    assert "Traceback" not in result.stderr
+    assert not (tmp_path / "summary.txt").exists()
+
+
+def raw_initialize(tmp_path: Path, params: dict[str, Any], *serve: str) -> dict[str, Any]:
+    request = json.dumps({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": params}).encode() + b"\n"
+    result = subprocess.run(
+        [*DEMO, "--serve-agent", *serve], input=request, capture_output=True, timeout=60, cwd=tmp_path, check=False
+    )
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert len(lines) == 1
+    answer: dict[str, Any] = json.loads(lines[0])
+    assert answer["jsonrpc"] == "2.0" and answer["id"] == 0
+    return answer
+
+
+def test_serve_agent_answers_a_raw_v2_initialize_in_v2(tmp_path: Path) -> None:
+    params = {"protocolVersion": 2, "info": {"name": "raw", "version": "1"}, "capabilities": {}}
+    result = raw_initialize(tmp_path, params)["result"]
+    assert result["protocolVersion"] == 2
+    assert result["info"] == {"name": "acp-trio-demo-agent", "title": "acp-trio demo agent", "version": "1"}
+    assert result["capabilities"]["session"] == {"prompt": {"embeddedContext": {}}}
+    assert "agentCapabilities" not in result and "agentInfo" not in result
+
+
+def test_serve_agent_answers_a_raw_v1_initialize_in_v1(tmp_path: Path) -> None:
+    result = raw_initialize(tmp_path, {"protocolVersion": 1, "clientCapabilities": {}})["result"]
+    assert result["protocolVersion"] == 1
+    assert result["agentInfo"]["name"] == "acp-trio-demo-agent"
+    assert result["agentCapabilities"]["promptCapabilities"]["embeddedContext"] is True
+    assert "info" not in result and "capabilities" not in result
+
+
+def test_a_v2_only_serve_agent_answers_a_v1_initialize_with_version_2(tmp_path: Path) -> None:
+    result = raw_initialize(tmp_path, {"protocolVersion": 1}, "--protocol", "2")["result"]
+    assert result["protocolVersion"] == 2  # migration.mdx: the agent answers its latest; the client decides
+
+
+# -- in memory: what the processes above cannot time ------------------------------------------
+
+
+class HoldingClient(DemoClientV2):
+    """Answers permission requests only when told to."""
+
+    def __init__(self, conn: Any) -> None:
+        super().__init__(conn, io.StringIO())
+        self.asked = trio.Event()
+        self.release = trio.Event()
+
+    async def session_request_permission(self, params: v2.RequestPermissionRequest) -> v2.RequestPermissionResponse:
+        self.asked.set()
+        await self.release.wait()
+        return await super().session_request_permission(params)
+
+
+async def start(client_conn: Any, client: DemoClientV2, cwd: Path) -> str:
+    await client_conn.initialize(v2.InitializeRequest(protocol_version=2, info=CLIENT_INFO))
+    session = await client_conn.agent.session_new(v2.NewSessionRequest(cwd=str(cwd)))
+    session_id: str = session.session_id
+    return session_id
+
+
+@pytest.mark.parametrize("how", ["session/cancel", "session/close"])
+async def test_cancelling_while_the_permission_waits_ends_the_turn_cancelled(tmp_path: Path, how: str) -> None:
+    (tmp_path / "notes.txt").write_text("alpha\n", encoding="utf-8")
+    with trio.fail_after(30):
+        async with open_memory_pair({v2: DemoAgentV2}, {v2: HoldingClient}) as (_agent_conn, client_conn):
+            client: HoldingClient = client_conn.handler
+            session_id = await start(client_conn, client, tmp_path)
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(lambda: client.run_turn(session_id, "go", timeout=20))
+                await client.asked.wait()
+                if how == "session/cancel":
+                    await client_conn.agent.session_cancel(v2.CancelSessionNotification(session_id=session_id))
+                else:
+                    await client_conn.agent.session_close(v2.CloseSessionRequest(session_id=session_id))
+                assert await client.wait_idle(session_id, 20)
+            transcript = client.out.getvalue()  # type: ignore[attr-defined]
+            assert transcript.rstrip().endswith("[turn ended: cancelled]")
+            assert "[state requires_action]" in transcript
+            assert "call_count" not in transcript
+    assert not (tmp_path / "summary.txt").exists()
+
+
+async def test_a_second_turn_uses_new_ids_and_reports_a_modification(tmp_path: Path) -> None:
+    (tmp_path / "notes.txt").write_text(NOTES, encoding="utf-8")
+    out = io.StringIO()
+    with trio.fail_after(30):
+        async with open_memory_pair({v2: DemoAgentV2}, {v2: demo_client_v2_factory(out)}) as (_, client_conn):
+            client: DemoClientV2 = client_conn.handler
+            session_id = await start(client_conn, client, tmp_path)
+            assert await client.run_turn(session_id, "one", timeout=20) == "end_turn"
+            (tmp_path / "notes.txt").write_text("just two\n", encoding="utf-8")
+            assert await client.run_turn(session_id, "two", timeout=20) == "end_turn"
+    transcript = out.getvalue()
+    assert "[tool call_read_2] Read notes.txt (read): pending" in transcript
+    assert "[terminal term_2] 2\n" in transcript
+    assert f"[tool call_write_2] completed diff modify {tmp_path}/summary.txt: +2 line(s)" in transcript
+    assert transcript.count("[turn ended: end_turn]") == 2
+
+
+def test_git_patch_uses_absolute_paths() -> None:
+    assert git_patch("/p/s.txt", None, "a\n") == (
+        "diff --git /p/s.txt /p/s.txt\nnew file mode 100644\n--- /dev/null\n+++ /p/s.txt\n@@ -0,0 +1 @@\n+a\n"
+    )
+    assert git_patch("/p/s.txt", "a\n", "a\n") == ""
+    assert git_patch("/p/s.txt", "a\n", "b").endswith("-a\n+b\n\\ No newline at end of file\n")
