@@ -11,6 +11,7 @@ from __future__ import annotations
 from types import ModuleType
 from typing import Any
 
+import orjson
 import pytest
 import trio
 import trio.testing
@@ -314,3 +315,27 @@ async def test_v2_session_close_cancels_the_running_turn() -> None:
             await client.idle.wait()
             assert client.updates[-1].stop_reason == "cancelled"
             assert session.session_id not in agent_conn.sessions
+
+
+class BlockingPermissionClient(Client):
+    async def session_request_permission(self, params: v2.RequestPermissionRequest) -> v2.RequestPermissionResponse:
+        await trio.sleep_forever()
+        raise AssertionError("unreachable")
+
+
+async def test_v2_permission_request_withdrawn_by_the_agent_is_answered_with_the_cancelled_outcome(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    lines: list[tuple[str, bytes]] = []
+    with trio.fail_after(DEADLINE):
+        async with acp_trio.open_memory_pair(
+            {v2: V2Agent}, {v2: BlockingPermissionClient}, tap=lambda d, line: lines.append((d, line))
+        ) as (agent_conn, client_conn):
+            await client_conn.initialize(*init_requests((2,)))
+            option = v2.PermissionOption(option_id="allow", name="Allow", kind="allow_once")
+            request = v2.RequestPermissionRequest(session_id="s", title="Run it?", options=[option])
+            with pytest.raises(acp_trio.RequestTimeout):
+                await agent_conn.client.session_request_permission(request, timeout=5)  # sends $/cancel_request
+            await trio.testing.wait_all_tasks_blocked()
+    answers = [orjson.loads(line) for d, line in lines if d == "out" and b'"outcome"' in line]
+    assert answers and answers[-1]["result"] == {"outcome": {"outcome": "cancelled"}}

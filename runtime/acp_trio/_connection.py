@@ -102,12 +102,16 @@ class Route:
     the handler starts only after the notifications with the same key that arrived before the
     request were handled (requests still run concurrently with each other).  A request whose
     handler is cancelled (``$/cancel_request``, or the connection closing) answers -32800.
+    ``cancelled_result``: for requests, ``() -> result`` giving the result to answer instead of
+    -32800 when the handler is cancelled by ``$/cancel_request`` (a permission request answered
+    ``cancelled``, as ACP v2's schema asks).
     ``on_receive``: for notifications, ``(params) -> None`` called synchronously by the reader as
     the notification arrives, before anything read after it is handled (e.g. to cancel a scope
     before a response that follows it on the wire wakes anyone); it must not block.
     """
 
     __slots__ = (
+        "cancelled_result",
         "decode",
         "encode",
         "handler",
@@ -129,6 +133,7 @@ class Route:
         result_type: Any = Any,
         serial_key: Callable[[Any], Hashable] | None = None,
         on_receive: Callable[[Any], None] | None = None,
+        cancelled_result: Callable[[], Any] | None = None,
     ) -> None:
         self.method = method
         self.kind = kind
@@ -137,6 +142,7 @@ class Route:
         self.result_type = result_type
         self.serial_key = serial_key
         self.on_receive = on_receive
+        self.cancelled_result = cancelled_result
         # the converter's functions for params_type / result_type, filled on first use
         self.decode: Callable[[Any], Any] | None = None
         self.encode: Callable[[Any], Any] | None = None
@@ -151,6 +157,7 @@ class Route:
             result_type=self.result_type,
             serial_key=self.serial_key,
             on_receive=self.on_receive,
+            cancelled_result=self.cancelled_result,
         )
         route.decode, route.encode = self.decode, self.encode
         return route
@@ -709,6 +716,8 @@ class Connection:
                         await self._wait_key_before(key, seq)
                 result = await route.handler(params)
                 done = True
+            if not done and route.cancelled_result is not None:
+                result, done = route.cancelled_result(), True
             if not done:
                 line = _core.encode_error(request_id, RequestError.request_cancelled())
             else:

@@ -682,6 +682,15 @@ class ClientSideConnection(_Side):
         if spec.method == "session/request_permission":
             # it starts after its session's earlier updates were handled, so it never overtakes the
             # tool_call update it refers to; fs/* and terminal/* requests do not wait
+            cancelled: Callable[[], Any] | None = None
+            if self.protocol_version >= 2:
+                # v2 schema (RequestPermissionOutcome): a request the agent withdraws with
+                # $/cancel_request is answered with the "cancelled" outcome, not -32800
+                structure = self.connection.converter.structure_fn(spec.result_type)
+
+                def cancelled() -> Any:
+                    return structure({"outcome": {"outcome": "cancelled"}})
+
             self.connection.routes[spec.method] = Route(
                 spec.method,
                 "request",
@@ -689,6 +698,7 @@ class ClientSideConnection(_Side):
                 params_type=spec.params_type,
                 result_type=spec.result_type,
                 serial_key=_session_key,
+                cancelled_result=cancelled,
             )
             return
         super()._add_route(spec, fn)
