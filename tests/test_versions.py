@@ -339,3 +339,25 @@ async def test_v2_permission_request_withdrawn_by_the_agent_is_answered_with_the
             await trio.testing.wait_all_tasks_blocked()
     answers = [orjson.loads(line) for d, line in lines if d == "out" and b'"outcome"' in line]
     assert answers and answers[-1]["result"] == {"outcome": {"outcome": "cancelled"}}
+
+
+async def test_v2_agent_advertising_auth_methods_without_auth_handlers_is_warned_about(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    class AuthAgent(V2Agent):
+        async def initialize(self, params: v2.InitializeRequest) -> v2.InitializeResponse:
+            method = acp_trio.converter.structure(
+                {"type": "agent", "methodId": "key", "name": "API key"}, v2.AuthMethod
+            )
+            return v2.InitializeResponse(
+                protocol_version=2, info=v2.Implementation(name="a", version="1"), auth_methods=[method]
+            )
+
+        async def auth_login(self, params: Any) -> Any:
+            raise AssertionError("not called")
+
+    with trio.fail_after(DEADLINE), caplog.at_level("WARNING", logger="acp_trio"):
+        async with acp_trio.open_memory_pair({v2: AuthAgent}, {v2: Client}) as (_agent_conn, client_conn):
+            await client_conn.initialize(*init_requests((2,)))
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert any("authMethods" in w and "auth_logout" in w and "auth_login" not in w for w in warnings), warnings

@@ -467,6 +467,13 @@ class AgentSideConnection(_Side):
             response = await user(params)
         else:
             response = conv.structure_fn(spec.result_type)(self._default_initialize_response(version))
+        if version >= 2 and getattr(response, "auth_methods", None):
+            missing = [m for m in ("auth_login", "auth_logout") if not callable(getattr(self.handler, m, None))]
+            if missing:  # authentication.mdx: an agent with authMethods MUST implement both
+                log.warning(
+                    "the initialize response lists authMethods but the agent has no %s: clients get -32601",
+                    " or ".join(missing),
+                )
         if self._session_store is not None:  # session store hook: advertise loadSession and sessionCapabilities
             self._session_store.advertise(response)
         if response.protocol_version != version:
