@@ -22,16 +22,16 @@ import logging
 import sys
 import tempfile
 from pathlib import Path
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 import trio
 
 from acp_schema import v1, v2
 from acp_trio import CapabilityError, ConnectionClosed, ProtocolVersionError, RequestError, spawn_agent
 
-from .client import CLIENT_INFO, DemoClient, demo_client_factory
-from .client_v2 import CLIENT_INFO as CLIENT_INFO_V2
-from .client_v2 import DemoClientV2, demo_client_v2_factory
+if TYPE_CHECKING:  # the clients are imported where they run: serving the agent loads none of them
+    from .client import DemoClient
+    from .client_v2 import DemoClientV2
 
 NOTES = """\
 Shopping list for the release:
@@ -49,6 +49,8 @@ async def run_demo(
     ``allow``: answer permission requests with an "allow" option (else a "reject" one).  Returns a
     process exit status: 0 when the turn ended, 1 on a protocol or connection error.
     """
+    from .client import CLIENT_INFO, demo_client_factory
+
     async with spawn_agent(command[0], command[1:], client=demo_client_factory(out, allow=allow)) as conn:
         client: DemoClient = conn.handler
         agent = v1.AgentPeer(conn)
@@ -92,6 +94,9 @@ async def run_demo_v2(
     Returns 0 when the turn ended, 1 on a protocol or connection error or when the turn did not
     end in time (it is then cancelled with ``session/cancel``).
     """
+    from .client_v2 import CLIENT_INFO as CLIENT_INFO_V2
+    from .client_v2 import demo_client_v2_factory
+
     async with spawn_agent(command[0], command[1:], client={v2: demo_client_v2_factory(out, allow=allow)}) as conn:
         client: DemoClientV2 = conn.handler
         try:
