@@ -79,6 +79,7 @@ def bench(session: nox.Session) -> None:
     session.install(".", *group("bench"), "jsonschema")
     session.run("python", "benchmarks/bench.py", *session.posargs)
     session.run("python", "benchmarks/bench_runtime.py", *session.posargs)
+    session.run("python", "benchmarks/bench_store.py", *session.posargs)
 
 
 @nox.session(python=PY)

@@ -251,6 +251,11 @@ class Connection:
         self.request_line_hooks: dict[str, Callable[[bytes, Any], object]] = {}
         """Session store hook (:mod:`acp_trio.session_store`): method → ``hook(line, params)``, called
         with the raw line and JSON params of each inbound request of that method, before it is handled."""
+        # session store hook: what queue_line_into recorded since the writer last took the outbox, and
+        # where each goes (one sink: _rec_sink; several: _rec_sinks, one per record)
+        self._rec_records: list[bytes] = []
+        self._rec_sink: Callable[[bytes], object] | None = None
+        self._rec_sinks: list[Callable[[bytes], object]] | None = None
         self._pending: _core.PendingRequests[_Slot] = _core.PendingRequests()
         self._inbound: dict[RequestId | None, trio.CancelScope] = {}  # running inbound requests
         self._queues: dict[Hashable, _SerialQueue] = {}
@@ -438,8 +443,11 @@ class Connection:
                     self._outbox_bytes = 0
                     self._drained.set()
                     self._writing = True
+                    data = batch[0] if len(batch) == 1 else b"".join(batch)
+                    if self._rec_records:  # session store hook: records go to their sinks as the lines are sent
+                        self.hand_over_records()
                     try:
-                        await self._send_stream.send_all(batch[0] if len(batch) == 1 else b"".join(batch))
+                        await self._send_stream.send_all(data)
                     except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
                         log.debug("%s: write failed: %r", self.name, exc)
                         self._outbox.clear()
@@ -817,6 +825,46 @@ class Connection:
         if self.instrumentation is not None:
             params = self.instrumentation.outbound("notification", method, params)
         return _core.encode_notification(method, params)
+
+    def queue_line_into(self, line: bytes, record: bytes, sink: Callable[[bytes], object]) -> bool:
+        """Queue the encoded message ``line`` (ends in ``\\n``); when the writer sends it, hand ``record``
+        (what to keep of it) to ``sink``.  True when the sender should now ``await conn.wait_writable()``.
+
+        Just before writing a batch, the writer calls ``sink(b"\\n".join(records))`` for each run of
+        consecutive records with the same sink, in order.  Raises :class:`ConnectionClosed`.
+        """
+        if self._closed is not None:
+            raise ConnectionClosed(self._closed.reason)
+        self._enqueue(line)
+        records = self._rec_records
+        if sink is not self._rec_sink:
+            if not records:
+                self._rec_sink = sink
+            elif self._rec_sinks is None:  # a second sink in this batch: one sink per record from now on
+                self._rec_sinks = [self._rec_sink] * len(records)  # type: ignore[list-item]
+        if self._rec_sinks is not None:
+            self._rec_sinks.append(sink)
+        records.append(record)
+        return self._outbox_bytes > _HIGH_WATER
+
+    def hand_over_records(self) -> None:
+        """Hand what :meth:`queue_line_into` recorded to the sinks now, before the lines are sent (in order)."""
+        if not self._rec_records:
+            return
+        records, sink, sinks = self._rec_records, self._rec_sink, self._rec_sinks
+        self._rec_records, self._rec_sink, self._rec_sinks = [], None, None
+        try:
+            if sinks is None:
+                assert sink is not None
+                sink(b"\n".join(records))
+                return
+            start = 0
+            for i in range(1, len(records) + 1):
+                if i == len(records) or sinks[i] is not sinks[start]:
+                    sinks[start](b"\n".join(records[start:i]))
+                    start = i
+        except Exception:
+            log.exception("%s: a session store sink raised", self.name)
 
     def queue_lines(self, data: bytes) -> bool:
         """Queue already-encoded messages (``data``: one or more lines, each ending in ``\\n``) as they are;

@@ -6,13 +6,16 @@ Usage::
     python -m acp_trio.demo --protocol 2           # the same, in protocol version 2
     python -m acp_trio.demo --agent -- CMD ARGS... # the example client against any ACP agent
     python -m acp_trio.demo --serve-agent          # only the example agent, on stdio
+    python -m acp_trio.demo --store PATH           # sessions kept in PATH: a second run loads the last one
 
 Options: ``--protocol {1,2}`` (the client's protocol version, default 1; with ``--serve-agent``
 the one version to serve, default both side by side), ``--cwd DIR`` (session directory; default a
 new temporary directory holding a ``notes.txt``), ``--prompt TEXT``, ``--timeout SECONDS`` (for
 ``initialize``; default 30), ``--turn-timeout SECONDS`` (version 2: how long to wait for the turn
 to end; default 120), ``--deny`` (answer permission requests with a "reject" option), ``-v`` (log
-the runtime and the agent's stderr to stderr).
+the runtime and the agent's stderr to stderr), ``--store PATH`` (protocol 1: the example agent keeps
+its sessions in the SQLite file PATH; the client loads the most recent one, printing the stored
+conversation, and continues it; with ``--serve-agent``, only the agent's side of it).
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ import logging
 import sys
 import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 import trio
 
@@ -42,12 +45,21 @@ Shopping list for the release:
 
 
 async def run_demo(
-    command: list[str], workdir: Path, prompt: str, *, out: TextIO, init_timeout: float = 30.0, allow: bool = True
+    command: list[str],
+    workdir: Path,
+    prompt: str,
+    *,
+    out: TextIO,
+    init_timeout: float = 30.0,
+    allow: bool = True,
+    resume: bool = False,
 ) -> int:
     """Spawn ``command`` as an ACP agent, run one prompt turn in ``workdir``, print the transcript.
 
-    ``allow``: answer permission requests with an "allow" option (else a "reject" one).  Returns a
-    process exit status: 0 when the turn ended, 1 on a protocol or connection error.
+    ``allow``: answer permission requests with an "allow" option (else a "reject" one).  ``resume``:
+    continue the most recent session the agent lists (``session/list``, then ``session/load``,
+    which prints the stored conversation), if it has one.  Returns a process exit status: 0 when
+    the turn ended, 1 on a protocol or connection error.
     """
     from .client import CLIENT_INFO, demo_client_factory
 
@@ -64,10 +76,13 @@ async def run_demo(
             info = init.agent_info
             name = (info.title or info.name) if info else "an unnamed agent"
             client.say(f"connected to {name}, protocol version {init.protocol_version}")
-            session = await agent.session_new(v1.NewSessionRequest(cwd=str(workdir), mcp_servers=[]))
-            client.say(f"session {session.session_id} in {workdir}")
+            session_id = await _load_latest(agent, client, workdir) if resume else None
+            if session_id is None:
+                session = await agent.session_new(v1.NewSessionRequest(cwd=str(workdir), mcp_servers=[]))
+                session_id = session.session_id
+                client.say(f"session {session_id} in {workdir}")
             client.say(f"you: {prompt}")
-            result = await client.prompt(session.session_id, prompt)
+            result = await client.prompt(session_id, prompt)
             client.say(f"[turn ended: {result.stop_reason}]")
         except (ProtocolVersionError, RequestError, CapabilityError, ConnectionClosed, TimeoutError) as exc:
             client.say(f"error: {exc}")
@@ -76,6 +91,36 @@ async def run_demo(
     if summary.exists():
         out.write(f"summary.txt now reads: {summary.read_text(encoding='utf-8')}")
     return 0
+
+
+async def _load_latest(agent: v1.AgentPeer, client: DemoClient, workdir: Path) -> str | None:
+    """``--store``: load the agent's most recent session into ``workdir``, printing the replay; its id, or None."""
+    caps = client.conn.agent_capabilities
+    if not caps.get("loadSession") or "list" not in (caps.get("sessionCapabilities") or {}):
+        client.say("the agent does not offer session/list and session/load: starting a new session")
+        return None
+    listed = await agent.session_list(v1.ListSessionsRequest())
+    if not listed.sessions:
+        return None
+    latest = listed.sessions[0]
+    client.say(
+        f"loading session {latest.session_id} ({latest.title or 'untitled'}, {latest.updated_at}) into {workdir}"
+    )
+
+    def replayed(state: Any, update: Any) -> None:  # the stored prompts are user_message_chunk updates
+        if isinstance(update, v1.UserMessageChunkSessionUpdate) and isinstance(update.content, v1.TextContentBlock):
+            client.say(f"you (earlier): {update.content.text}")
+        else:
+            client.on_update(state, update)
+
+    client.states.on_update = replayed
+    try:
+        request = v1.LoadSessionRequest(session_id=latest.session_id, cwd=str(workdir), mcp_servers=[])
+        await client.states.load(agent, request)
+    finally:
+        client.states.on_update = client.on_update
+    client.say("[end of the stored conversation]")
+    return latest.session_id
 
 
 async def run_demo_v2(
@@ -143,11 +188,19 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--deny", action="store_true", help="answer permission requests with a reject option")
     parser.add_argument("-v", "--verbose", action="store_true", help="log the runtime and agent stderr")
+    parser.add_argument("--store", metavar="PATH", help="protocol 1: keep sessions in PATH; continue the last one")
     parser.add_argument("command", nargs="*", help="agent command and arguments (after --)")
     args = parser.parse_args(argv)
 
+    if args.store and (args.protocol == 2 or args.agent):
+        parser.error("--store is for the example agent in protocol version 1")
     if args.serve_agent:
         from .agent_v2 import serve
+
+        if args.store:
+            from .agent import use_store
+
+            use_store(args.store)
 
         serve((args.protocol,) if args.protocol else (1, 2))
         return 0
@@ -161,6 +214,8 @@ def main(argv: list[str] | None = None) -> int:
     if not args.verbose:
         logging.getLogger("acp_trio.agent.stderr").setLevel(logging.WARNING)
     command = args.command if args.agent else [sys.executable, "-m", "acp_trio.demo", "--serve-agent"]
+    if args.store:
+        command += ["--protocol", "1", "--store", str(Path(args.store).resolve())]
 
     def go(workdir: Path) -> int:
         try:
@@ -184,6 +239,7 @@ def main(argv: list[str] | None = None) -> int:
                     out=sys.stdout,
                     init_timeout=args.timeout,
                     allow=not args.deny,
+                    resume=bool(args.store),
                 )
             )
         except OSError as exc:

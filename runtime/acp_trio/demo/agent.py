@@ -29,6 +29,17 @@ WORD_COUNT = "import pathlib; text = pathlib.Path('notes.txt').read_text(encodin
 """The command the agent runs in a client terminal: ``python -c WORD_COUNT`` in the session directory."""
 PLAN_STEPS = ("Read notes.txt", "Count its words", "Write summary.txt")
 """The steps of the plan the agent publishes (shared with the v2 demo agent)."""
+STORE = None
+"""The session store the agent keeps its (protocol version 1) sessions in, or ``None`` (:func:`use_store`)."""
+
+
+def use_store(path: str) -> None:
+    """Keep the agent's sessions in the SQLite file ``path`` (``--serve-agent --store PATH``): they
+    outlive the process (``session/load``, ``session/list``, ...; :mod:`acp_trio.session_store`)."""
+    global STORE
+    from acp_trio.session_store import SqliteSessionStore
+
+    STORE = SqliteSessionStore(path)
 
 
 class DemoAgent:
@@ -37,6 +48,10 @@ class DemoAgent:
     def __init__(self, conn: AgentSideConnection) -> None:
         self.conn = conn
         self.client = v1.ClientPeer(conn)
+        if STORE is not None:  # --store PATH: session/load, list, resume, close and delete from the store
+            from acp_trio.session_store import enable
+
+            enable(conn, STORE)
 
     async def initialize(self, params: v1.InitializeRequest) -> v1.InitializeResponse:
         return v1.InitializeResponse(

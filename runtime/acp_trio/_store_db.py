@@ -1,0 +1,882 @@
+"""The database under :mod:`acp_trio.session_store`: SQLite schema, migration, batched writes, a writer thread.
+
+Contract: :class:`Database` owns one ``sqlite3`` connection and is used by one thread at a time.
+:class:`Writer` runs it: a dedicated thread (a file store) or inline in the caller (the in-memory
+store).  What a recorded session sends and receives goes into a :class:`Log` (one per session and
+connection: ``deque`` s that the agent's thread appends to and only the writer pops from); the
+writer takes whatever is queued and commits it in one transaction per cycle (every
+``commit_interval``, 25 ms, while lines come), one ``events`` row per run of one kind.  Jobs
+(create, list, load, delete...) go through the same writer, in order: "before" jobs run ahead of
+the cycle's batch, "after" jobs (reads, flush) behind it, so a read sees every line recorded
+before it was asked for.
+
+Schema version 2 (``PRAGMA user_version``; ``PRAGMA application_id`` = ``0x41435053``, "ACPS";
+32 KiB pages, WAL checkpoints every 4 MiB)::
+
+    sessions(id INTEGER PRIMARY KEY, session_id TEXT UNIQUE, cwd, additional_directories (JSON),
+             mcp_servers (JSON, secrets removed unless asked), title, title_source (0 none,
+             1 first prompt, 2 session_info_update), meta (JSON), modes (JSON SessionModeState),
+             current_mode_id, config_options (JSON), created_us, updated_us, prompt_count)
+    events(id INTEGER PRIMARY KEY: sessions.id × 2^32 + the row's place in the session, kind, data BLOB)
+
+``data`` holds one or more records, each ending in ``\\n``; by ``kind``: 0, ``session/update``
+lines as sent; 1, ``session/prompt`` request lines as received; 2, the ``update`` objects of
+``session/update`` lines as sent (the usual case: the line is :func:`update_line_head` of the
+session, the object, then ``}}``); 3, the texts (JSON strings) of ``agent_message_chunk`` lines
+whose content is a bare text block (:data:`TEXT_CHUNK_HEAD`, the string, ``}}``, then ``}}``):
+:func:`lines_of` gives any row's lines back byte for byte.
+
+Version 1 (the first layout: one ``events`` row per line, ``kind`` as text, timestamps as ISO text,
+no mode or config metadata) is migrated in place, in one transaction, when opened; a newer version,
+or a database that is not a session store, raises :class:`StoreVersionError`.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import datetime
+import logging
+import os
+import sqlite3
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from typing import Any, Final
+
+import orjson
+import trio
+
+log = logging.getLogger("acp_trio.session_store")
+
+SCHEMA_VERSION: Final = 2
+"""The schema version this code writes (``PRAGMA user_version``); it migrates version 1."""
+APPLICATION_ID: Final = 0x41435053  # "ACPS"
+KIND_LINES: Final = 0  # session/update lines, whole
+KIND_PROMPT: Final = 1  # session/prompt request lines
+KIND_BODIES: Final = 2  # the "update" objects of session/update lines (see update_line_head)
+KIND_TEXTS: Final = 3  # the texts of agent_message_chunk lines of a bare text block (see TEXT_CHUNK_HEAD)
+TITLE_NONE: Final = 0
+TITLE_FROM_PROMPT: Final = 1
+TITLE_FROM_AGENT: Final = 2
+_TITLE_LENGTH: Final = 100
+_TOUCH_INTERVAL_US: Final = 1_000_000
+_NICE: Final = 10  # the writer thread's niceness
+DEFAULT_COMMIT_INTERVAL: Final = 0.025
+
+
+def _event_ids(row_id: int) -> tuple[int, int]:
+    """The ``events`` ids of the session with ``sessions.id`` ``row_id``: its rows, in order, by primary key."""
+    return row_id << 32, (row_id << 32) + (1 << 32) - 1
+
+
+_SCHEMA: Final = """
+CREATE TABLE sessions (
+    id INTEGER PRIMARY KEY,
+    session_id TEXT NOT NULL UNIQUE,
+    cwd TEXT NOT NULL,
+    additional_directories TEXT NOT NULL DEFAULT '[]',
+    mcp_servers TEXT NOT NULL DEFAULT '[]',
+    title TEXT,
+    title_source INTEGER NOT NULL DEFAULT 0,
+    meta TEXT,
+    modes TEXT,
+    current_mode_id TEXT,
+    config_options TEXT,
+    created_us INTEGER NOT NULL,
+    updated_us INTEGER NOT NULL,
+    prompt_count INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX sessions_recent ON sessions (updated_us DESC, id DESC);
+CREATE INDEX sessions_cwd_recent ON sessions (cwd, updated_us DESC, id DESC);
+CREATE TABLE events (
+    id INTEGER PRIMARY KEY,
+    kind INTEGER NOT NULL,
+    data BLOB NOT NULL
+);
+"""
+
+_SESSION_COLUMNS: Final = (
+    "session_id, cwd, additional_directories, mcp_servers, title, meta, modes, current_mode_id, "
+    "config_options, created_us, updated_us, prompt_count, id"
+)
+
+
+class StoreVersionError(Exception):
+    """The database file cannot be used by this version of the session store.
+
+    ``path``: the file.  ``found``: its schema version (``None`` when it is not a session store at
+    all).  ``supported``: the version this code writes (older ones are migrated when opened).
+    """
+
+    def __init__(self, path: str, found: int | None, message: str) -> None:
+        super().__init__(message)
+        self.path = path
+        self.found = found
+        self.supported = SCHEMA_VERSION
+
+
+class StoreError(Exception):
+    """Writing to the session store failed (the lines were kept and are retried; see the log)."""
+
+
+class StoredSession:
+    """One stored session, as :mod:`acp_trio.session_store` reports it.
+
+    ``session_id``, ``cwd``, ``additional_directories`` (tuple of absolute paths), ``mcp_servers``
+    (wire JSON of the last ``session/new``/``load``/``resume``; ``env`` and ``headers`` values are
+    absent unless the store keeps secrets), ``title`` (``None``: none), ``created_at`` /
+    ``updated_at`` (ISO 8601, UTC of the last line recorded),
+    ``prompt_count`` (``session/prompt`` requests stored), ``modes`` (wire ``SessionModeState``
+    from ``session/new``, its ``currentModeId`` kept current, or ``None``), ``config_options`` (wire
+    ``SessionConfigOption`` list, the latest, or ``None``), ``meta`` (the ``_meta`` of the last
+    ``session_info_update`` that carried one, or ``None``).
+    """
+
+    __slots__ = (
+        "additional_directories",
+        "config_options",
+        "created_at",
+        "cwd",
+        "mcp_servers",
+        "meta",
+        "modes",
+        "prompt_count",
+        "row_id",
+        "session_id",
+        "title",
+        "updated_at",
+        "updated_us",
+    )
+
+    def __init__(self, row: tuple[Any, ...]) -> None:
+        (
+            self.session_id,
+            self.cwd,
+            dirs,
+            servers,
+            self.title,
+            meta,
+            modes,
+            mode_id,
+            config,
+            created_us,
+            updated_us,
+            self.prompt_count,
+            self.row_id,
+        ) = row
+        self.additional_directories: tuple[str, ...] = tuple(orjson.loads(dirs))
+        self.mcp_servers: list[Any] = orjson.loads(servers)
+        self.meta: dict[str, Any] | None = orjson.loads(meta) if meta is not None else None
+        self.modes: dict[str, Any] | None = orjson.loads(modes) if modes is not None else None
+        if self.modes is not None and mode_id is not None:
+            self.modes["currentModeId"] = mode_id
+        self.config_options: list[Any] | None = orjson.loads(config) if config is not None else None
+        self.created_at = iso(created_us)
+        self.updated_at = iso(updated_us)
+        self.updated_us: int = updated_us
+
+    def __repr__(self) -> str:
+        return (
+            f"StoredSession({self.session_id!r}, cwd={self.cwd!r}, title={self.title!r}, "
+            f"prompts={self.prompt_count}, updated_at={self.updated_at!r})"
+        )
+
+
+def now_us() -> int:
+    return time.time_ns() // 1000
+
+
+def iso(us: int) -> str:
+    """Microseconds since the epoch as ISO 8601 UTC with milliseconds (``2025-10-29T14:22:15.123Z``)."""
+    moment = datetime.datetime.fromtimestamp(us / 1e6, tz=datetime.UTC)
+    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def encode_cursor(updated_us: int, row_id: int) -> str:
+    return base64.urlsafe_b64encode(orjson.dumps([updated_us, row_id])).decode("ascii").rstrip("=")
+
+
+def decode_cursor(cursor: str) -> tuple[int, int] | None:
+    try:
+        value = orjson.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
+    except (binascii.Error, ValueError, orjson.JSONDecodeError):
+        return None
+    if type(value) is list and len(value) == 2 and all(type(x) is int for x in value):
+        return value[0], value[1]
+    return None
+
+
+def update_line_head(session_id: str) -> bytes:
+    """What every ``session/update`` line of ``session_id`` the runtime encodes starts with when its
+    params are exactly ``sessionId`` and ``update``: the line is this, the ``update`` object, then ``}}``."""
+    return (
+        b'{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":' + orjson.dumps(session_id) + b',"update":'
+    )
+
+
+UPDATE_LINE_TAIL: Final = b"}}\n"
+
+
+TEXT_CHUNK_HEAD: Final = b'{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":'
+"""How an ``agent_message_chunk`` update of a bare text block starts; then the JSON string, then ``}}``."""
+TEXT_LINE_TAIL: Final = b"}}}}\n"
+
+
+def lines_of(kind: int, session_id: str, data: bytes) -> bytes:
+    """The wire lines of an ``events`` row (``data``: its records, each ending in ``\\n``), byte for byte:
+    a :data:`KIND_BODIES` record is the line's ``update`` object, a :data:`KIND_TEXTS` one the
+    text of an ``agent_message_chunk``; the other kinds are lines already."""
+    if kind == KIND_BODIES:
+        head, tail = update_line_head(session_id), UPDATE_LINE_TAIL
+    elif kind == KIND_TEXTS:
+        head, tail = update_line_head(session_id) + TEXT_CHUNK_HEAD, TEXT_LINE_TAIL
+    else:
+        return data
+    if not data:
+        return b""
+    return head + data[:-1].replace(b"\n", tail + head) + tail
+
+
+class Prompt:
+    """Request lines of ``session/prompt`` in a :class:`Log` (joined by ``\\n``)."""
+
+    __slots__ = ("data",)
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+
+
+class Lines:
+    """Whole ``session/update`` lines in a :class:`Log` (joined by ``\\n``): those not kept as bodies."""
+
+    __slots__ = ("data",)
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+
+
+class Texts:
+    """Texts of ``agent_message_chunk`` lines (JSON strings joined by ``\\n``) in a :class:`Log`."""
+
+    __slots__ = ("data",)
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+
+
+META_UPDATES: Final = frozenset({"session_info_update", "current_mode_update", "config_option_update"})
+"""The ``sessionUpdate`` kinds that also change the stored session's metadata."""
+
+Chunk = bytes | Lines | Prompt | Texts
+"""What a :class:`Log` holds: ``update`` objects of ``session/update`` lines sent, joined by
+``\\n`` (``bytes``: the usual case), whole lines (:class:`Lines`) or prompt lines (:class:`Prompt`)."""
+
+
+class Log:
+    """What one recorded session (on one connection) has sent and received, waiting for the writer.
+
+    The agent's thread adds, in order: ``add_bodies`` (the ``update`` objects of ``session/update``
+    lines, handed over by the connection as it sends them: ``Connection.queue_line_into``),
+    ``add_lines`` (whole lines, when the params were not the usual two keys), ``add_prompt`` (a
+    ``session/prompt`` line received), ``add_meta`` (the wire ``update`` of a :data:`META_UPDATES`
+    kind, as sent); only the writer takes (``deque`` appends and pops are atomic).  ``head``: see
+    :func:`update_line_head`.  ``row_id`` is set by the writer once the session's row exists;
+    ``closed``: nothing more will be added; ``dropped``: the session was deleted or replaced,
+    pending lines are discarded.
+    """
+
+    __slots__ = (
+        "add_bodies",
+        "add_lines",
+        "add_texts",
+        "closed",
+        "dropped",
+        "head",
+        "head_text",
+        "items",
+        "meta",
+        "row_id",
+        "session_id",
+        "title_source",
+        "touched_us",
+        "untouched_us",
+    )
+
+    def __init__(self, session_id: str) -> None:
+        self.session_id = session_id
+        self.head = update_line_head(session_id)
+        self.head_text = self.head + TEXT_CHUNK_HEAD
+        self.items: deque[Chunk] = deque()
+        self.add_bodies = self.items.append
+        # stored once: the connection tells sinks apart by identity
+        self.add_lines = self._add_lines
+        self.add_texts = self._add_texts
+        self.meta: deque[dict[str, Any]] = deque()
+        self.row_id: int | None = None
+        self.title_source = TITLE_NONE
+        self.touched_us = 0  # when the writer last wrote the session's updated_us
+        self.untouched_us = 0  # the time of a later write not in updated_us yet (0: none)
+        self.closed = False
+        self.dropped = False
+
+    def _add_lines(self, data: bytes) -> None:
+        self.items.append(Lines(data))
+
+    def _add_texts(self, data: bytes) -> None:
+        self.items.append(Texts(data))
+
+    def add_prompt(self, line: bytes) -> None:
+        self.items.append(Prompt(line))
+
+    def add_meta(self, update: dict[str, Any]) -> None:
+        self.meta.append(update)
+
+    def pending(self) -> bool:
+        return bool(self.items) or bool(self.meta)
+
+    def take(self) -> tuple[list[Chunk], list[dict[str, Any]]]:
+        """Everything added so far, in order (the writer's side)."""
+        items, meta = self.items, self.meta
+        return [items.popleft() for _ in range(len(items))], [meta.popleft() for _ in range(len(meta))]
+
+    def put_back(self, items: list[Chunk], meta: list[dict[str, Any]]) -> None:
+        """Return what :meth:`take` gave (a write failed): ahead of what was added since."""
+        self.items.extendleft(reversed(items))
+        self.meta.extendleft(reversed(meta))
+
+    def discard(self) -> None:
+        self.items.clear()
+        self.meta.clear()
+
+
+_KINDS: Final[dict[type, int]] = {Lines: KIND_LINES, Prompt: KIND_PROMPT, Texts: KIND_TEXTS}
+
+
+def _title_of(prompt_line: bytes) -> str | None:
+    try:
+        params = orjson.loads(prompt_line).get("params") or {}
+    except (orjson.JSONDecodeError, AttributeError):
+        return None
+    for block in params.get("prompt") or ():
+        if type(block) is dict and block.get("type") == "text" and type(block.get("text")) is str:
+            for text_line in block["text"].splitlines():
+                text: str = text_line.strip()
+                if text:
+                    return text if len(text) <= _TITLE_LENGTH else text[: _TITLE_LENGTH - 1].rstrip() + "…"
+    return None
+
+
+class Database:
+    """One SQLite database of sessions (see the module docstring); one thread at a time."""
+
+    def __init__(self, path: str, *, durable: bool = False) -> None:
+        self.path = path
+        try:
+            self.db = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=30.0)
+        except sqlite3.Error as exc:
+            raise StoreVersionError(path, None, f"{path}: cannot open the session store: {exc}") from exc
+        try:
+            self._prepare(durable)
+        except BaseException:
+            self.db.close()
+            raise
+
+    def close(self) -> None:
+        self.db.close()
+
+    # -- opening, versions -------------------------------------------------------------------------
+    def _prepare(self, durable: bool) -> None:
+        db = self.db
+        try:
+            self._check(*self._identity())  # before changing anything: a foreign file stays as it was
+            db.execute("PRAGMA page_size = 32768")  # a new file only: big pages, fewer writes per batch
+            db.execute("PRAGMA wal_autocheckpoint = 128")  # 4 MiB of WAL, as the default 1000 pages of 4 KiB
+            if self.path != ":memory:":
+                db.execute("PRAGMA journal_mode = WAL")
+            db.execute(f"PRAGMA synchronous = {'FULL' if durable else 'NORMAL'}")
+            db.execute("BEGIN IMMEDIATE")
+        except sqlite3.DatabaseError as exc:
+            raise StoreVersionError(self.path, None, f"{self.path}: not a session store database ({exc})") from exc
+        try:
+            version, app, tables = self._identity()  # again, under the lock: another process may have been first
+            if not tables and version == 0:
+                _create_schema(db)
+                db.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+                db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+            else:
+                self._check(version, app, tables)
+                if version < SCHEMA_VERSION:
+                    log.info("%s: migrating the session store from schema version %d to %d", self.path, version, 2)
+                    _migrate_1_to_2(db)
+            db.execute("COMMIT")
+        except BaseException:
+            if db.in_transaction:
+                db.execute("ROLLBACK")
+            raise
+
+    def _identity(self) -> tuple[int, int, list[str]]:
+        db = self.db
+        version = db.execute("PRAGMA user_version").fetchone()[0]
+        app = db.execute("PRAGMA application_id").fetchone()[0]
+        tables = sorted(r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'"))
+        return version, app, tables
+
+    def _check(self, version: int, app: int, tables: list[str]) -> None:
+        """Raise :class:`StoreVersionError` unless the database is empty or a session store this code reads."""
+        if not tables and version == 0:
+            return
+        if app != APPLICATION_ID:
+            raise StoreVersionError(
+                self.path,
+                None,
+                f"{self.path} is an SQLite database but not an acp-trio session store "
+                f"(application_id {app:#x}, tables {', '.join(tables) or 'none'}): give another path",
+            )
+        if version > SCHEMA_VERSION:
+            raise StoreVersionError(
+                self.path,
+                version,
+                f"{self.path} holds session store schema version {version}, written by a newer acp-trio; "
+                f"this one reads versions 1 to {SCHEMA_VERSION}: upgrade acp-trio or give another path",
+            )
+        if version < 1:
+            raise StoreVersionError(self.path, version, f"{self.path}: unknown session store schema version {version}")
+
+    # -- transactions ------------------------------------------------------------------------------
+    def _begin(self) -> None:
+        self.db.execute("BEGIN IMMEDIATE")
+
+    def _end(self, ok: bool) -> None:
+        if self.db.in_transaction:
+            self.db.execute("COMMIT" if ok else "ROLLBACK")
+
+    # -- sessions ----------------------------------------------------------------------------------
+    def create(self, session_id: str, cwd: str, dirs: str, servers: str) -> tuple[int, int]:
+        """A new record (a stored one with that id is replaced); returns ``(row id, title source)``."""
+        now = now_us()
+        self._begin()
+        ok = False
+        try:
+            row = self.db.execute("SELECT id FROM sessions WHERE session_id = ?", (session_id,)).fetchone()
+            if row is not None:
+                self.db.execute("DELETE FROM events WHERE id BETWEEN ? AND ?", _event_ids(row[0]))
+                self.db.execute("DELETE FROM sessions WHERE id = ?", (row[0],))
+            cur = self.db.execute(
+                "INSERT INTO sessions (session_id, cwd, additional_directories, mcp_servers, created_us, updated_us) "
+                "VALUES (?, ?, ?, ?, ?, ?)",
+                (session_id, cwd, dirs, servers, now, now),
+            )
+            ok = True
+        finally:
+            self._end(ok)
+        assert cur.lastrowid is not None
+        return cur.lastrowid, TITLE_NONE
+
+    def reopen(self, session_id: str, cwd: str, dirs: str, servers: str) -> tuple[int, int]:
+        """Update a stored session's roots and MCP servers (load/resume), creating it when absent."""
+        self._begin()
+        ok = False
+        try:
+            row = self.db.execute(
+                "SELECT id, title_source FROM sessions WHERE session_id = ?", (session_id,)
+            ).fetchone()
+            if row is not None:
+                self.db.execute(
+                    "UPDATE sessions SET cwd = ?, additional_directories = ?, mcp_servers = ? WHERE id = ?",
+                    (cwd, dirs, servers, row[0]),
+                )
+                ok = True
+                return row[0], row[1]
+            ok = True
+        finally:
+            self._end(ok)
+        return self.create(session_id, cwd, dirs, servers)
+
+    def set_fields(self, session_id: str, fields: dict[str, Any]) -> None:
+        if not fields:
+            return
+        assignments = ", ".join(f"{name} = ?" for name in fields)
+        self.db.execute(f"UPDATE sessions SET {assignments} WHERE session_id = ?", (*fields.values(), session_id))
+
+    def get(self, session_id: str) -> StoredSession | None:
+        row = self.db.execute(f"SELECT {_SESSION_COLUMNS} FROM sessions WHERE session_id = ?", (session_id,)).fetchone()
+        return StoredSession(row) if row is not None else None
+
+    def page(self, cwd: str | None, after: tuple[int, int] | None, limit: int) -> tuple[list[StoredSession], bool]:
+        where: list[str] = []
+        args: list[Any] = []
+        if cwd is not None:
+            where.append("cwd = ?")
+            args.append(cwd)
+        if after is not None:
+            where.append("(updated_us, id) < (?, ?)")
+            args.extend(after)
+        sql = f"SELECT {_SESSION_COLUMNS} FROM sessions"
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        sql += " ORDER BY updated_us DESC, id DESC LIMIT ?"
+        rows = self.db.execute(sql, (*args, limit + 1)).fetchall()
+        return [StoredSession(r) for r in rows[:limit]], len(rows) > limit
+
+    def events(self, session_id: str) -> tuple[StoredSession, list[tuple[int, bytes]]] | None:
+        session = self.get(session_id)
+        if session is None:
+            return None
+        rows = self.db.execute(
+            "SELECT kind, data FROM events WHERE id BETWEEN ? AND ? ORDER BY id", _event_ids(session.row_id)
+        ).fetchall()
+        return session, rows
+
+    def delete(self, session_id: str) -> bool:
+        self._begin()
+        ok = False
+        try:
+            row = self.db.execute("SELECT id FROM sessions WHERE session_id = ?", (session_id,)).fetchone()
+            if row is not None:
+                self.db.execute("DELETE FROM events WHERE id BETWEEN ? AND ?", _event_ids(row[0]))
+                self.db.execute("DELETE FROM sessions WHERE id = ?", (row[0],))
+            ok = True
+        finally:
+            self._end(ok)
+        return row is not None
+
+    def touch(self, entry: Log) -> None:
+        """Write the ``updated_us`` a throttled :meth:`write` left out (the log is done)."""
+        if entry.untouched_us and entry.row_id is not None:
+            self.db.execute("UPDATE sessions SET updated_us = ? WHERE id = ?", (entry.untouched_us, entry.row_id))
+            entry.touched_us, entry.untouched_us = entry.untouched_us, 0
+
+    def check(self) -> str:
+        return str(self.db.execute("PRAGMA integrity_check").fetchone()[0])
+
+    # -- the batch -----------------------------------------------------------------------------------
+    def write(self, batch: list[tuple[Log, list[Chunk], list[dict[str, Any]]]]) -> None:
+        """Store each log's lines and metadata, in one transaction (nothing is written when it raises)."""
+        now = now_us()
+        self._begin()
+        ok = False
+        try:
+            for entry, items, meta in batch:
+                self._write_log(entry, items, meta, now)
+            ok = True
+        finally:
+            self._end(ok)
+
+    def _write_log(self, entry: Log, items: list[Chunk], meta: list[dict[str, Any]], now: int) -> None:
+        execute = self.db.execute
+        first, last = _event_ids(entry.row_id)  # type: ignore[arg-type]
+        insert = (  # the next id of the session (another process may share the file: asked, not counted)
+            "INSERT INTO events (id, kind, data) VALUES "
+            f"((SELECT coalesce(max(id) + 1, {first}) FROM events WHERE id BETWEEN {first} AND {last}), ?, ?)"
+        )
+        fields: dict[str, Any] = {}
+        for update in meta:
+            self._read_meta(update, fields)
+        runs: list[tuple[int, list[bytes]]] = []  # one row per run of one kind; records joined by \n
+        for item in items:
+            if type(item) is bytes:
+                kind, data = KIND_BODIES, item
+            else:
+                assert isinstance(item, Lines | Prompt | Texts)
+                kind, data = _KINDS[type(item)], item.data
+            if runs and runs[-1][0] == kind:
+                runs[-1][1].append(data)
+            else:
+                runs.append((kind, [data]))
+        prompts = 0
+        for kind, parts in runs:
+            parts.append(b"")  # every line ends in \n
+            execute(insert, (kind, b"\n".join(parts)))
+            if kind != KIND_PROMPT:
+                continue
+            lines = b"\n".join(parts).splitlines()
+            prompts += len(lines)
+            if entry.title_source == TITLE_NONE and "title" not in fields:
+                for line in lines:
+                    title = _title_of(line)
+                    if title is not None:
+                        fields["title"], fields["title_source"] = title, TITLE_FROM_PROMPT
+                        break
+        self._touch(entry, now, prompts, fields)
+
+    def _touch(self, entry: Log, now: int, prompts: int, fields: dict[str, Any]) -> None:
+        """Update the session's row: at once for a prompt or metadata, else at most every second
+        (each write of the row costs its pages in the WAL; ``updated_at`` may lag by that much)."""
+        if "title_source" in fields:
+            entry.title_source = fields["title_source"]
+        if not prompts and not fields and now - entry.touched_us < _TOUCH_INTERVAL_US:
+            entry.untouched_us = now
+            return
+        entry.touched_us, entry.untouched_us = now, 0
+        assignments = "".join(f", {name} = ?" for name in fields)
+        self.db.execute(
+            f"UPDATE sessions SET updated_us = ?, prompt_count = prompt_count + ?{assignments} WHERE id = ?",
+            (now, prompts, *fields.values(), entry.row_id),
+        )
+
+    @staticmethod
+    def _read_meta(update: dict[str, Any], fields: dict[str, Any]) -> None:
+        """Session metadata from a :data:`META_UPDATES` update (wire JSON): title and ``_meta``, mode, config."""
+        kind = update.get("sessionUpdate")
+        if kind == "session_info_update":
+            if "title" in update:
+                fields["title"], fields["title_source"] = update["title"], TITLE_FROM_AGENT
+            if "_meta" in update:
+                value = update["_meta"]
+                fields["meta"] = orjson.dumps(value).decode() if value is not None else None
+        elif kind == "current_mode_update":
+            fields["current_mode_id"] = update.get("currentModeId")
+        elif kind == "config_option_update" and type(update.get("configOptions")) is list:
+            fields["config_options"] = orjson.dumps(update["configOptions"]).decode()
+
+
+def _create_schema(db: sqlite3.Connection) -> None:
+    for statement in _SCHEMA.split(";"):  # not executescript: it would commit the caller's transaction
+        if statement.strip():
+            db.execute(statement)
+
+
+def _migrate_1_to_2(db: sqlite3.Connection) -> None:
+    """Version 1 → 2, inside the caller's transaction: events batched by run, timestamps in µs, metadata columns."""
+    db.execute("ALTER TABLE sessions RENAME TO sessions_v1")
+    db.execute("ALTER TABLE events RENAME TO events_v1")
+    _create_schema(db)
+    rows = db.execute(
+        "SELECT session_id, cwd, additional_directories, mcp_servers, title, created_at, updated_at "
+        "FROM sessions_v1 ORDER BY rowid"
+    ).fetchall()
+
+    def us(text: Any) -> int:
+        try:
+            return int(datetime.datetime.fromisoformat(str(text).replace("Z", "+00:00")).timestamp() * 1e6)
+        except ValueError:
+            return now_us()
+
+    for session_id, cwd, dirs, servers, title, created, updated in rows:
+        cur = db.execute(
+            "INSERT INTO sessions (session_id, cwd, additional_directories, mcp_servers, title, title_source, "
+            "created_us, updated_us) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                session_id,
+                cwd,
+                dirs or "[]",
+                servers or "[]",
+                title,
+                TITLE_FROM_PROMPT if title is not None else TITLE_NONE,
+                us(created),
+                us(updated),
+            ),
+        )
+        row_id = cur.lastrowid
+        runs: list[tuple[int, list[bytes]]] = []
+        for kind_text, line in db.execute(
+            "SELECT kind, line FROM events_v1 WHERE session_id = ? ORDER BY id", (session_id,)
+        ):
+            kind = KIND_PROMPT if kind_text == "prompt" else KIND_LINES
+            data = bytes(line) if bytes(line).endswith(b"\n") else bytes(line) + b"\n"
+            if runs and runs[-1][0] == kind:
+                runs[-1][1].append(data)
+            else:
+                runs.append((kind, [data]))
+        prompts = 0
+        assert row_id is not None
+        for seq, (kind, lines) in enumerate(runs):
+            db.execute(
+                "INSERT INTO events (id, kind, data) VALUES (?, ?, ?)",
+                (_event_ids(row_id)[0] + seq, kind, b"".join(lines)),
+            )
+            if kind == KIND_PROMPT:
+                prompts += len(lines)
+        db.execute("UPDATE sessions SET prompt_count = ? WHERE id = ?", (prompts, row_id))
+    db.execute("DROP TABLE events_v1")
+    db.execute("DROP TABLE sessions_v1")
+    db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+
+
+# -- running it -------------------------------------------------------------------------------------
+
+
+class Job:
+    """A call ``fn(database)`` for the writer; ``after``: run it behind the cycle's batch (reads, flush).
+
+    ``fn`` ``None``: a flush, which fails with :class:`StoreError` when that batch could not be written.
+    ``token``: the trio token of the run waiting for it (``None``: nobody waits).
+    """
+
+    __slots__ = ("after", "done", "error", "fn", "result", "token")
+
+    def __init__(self, fn: Callable[[Database], Any] | None, after: bool, token: Any = None) -> None:
+        self.fn = fn
+        self.after = after
+        self.token = token
+        self.done: trio.Event | None = trio.Event() if token is not None else None
+        self.result: Any = None
+        self.error: BaseException | None = None
+
+    def run(self, database: Database, batch_error: BaseException | None) -> None:
+        try:
+            if self.fn is not None:
+                self.result = self.fn(database)
+            elif batch_error is not None:
+                raise StoreError(f"writing the session store failed: {batch_error!r}") from batch_error
+        except BaseException as exc:  # delivered to whoever waits
+            self.error = exc
+        if self.done is not None:
+            try:
+                self.token.run_sync_soon(self.done.set)
+            except trio.RunFinishedError:
+                pass
+
+
+class Writer:
+    """Runs a :class:`Database`: the logs' lines in batches, and jobs, in order (see the module docstring).
+
+    ``threaded``: a dedicated thread does it (``start`` / ``stop``); otherwise :meth:`cycle` runs in
+    the caller's thread whenever a job is submitted.  ``commit_interval``: seconds the thread lets
+    lines gather before it writes them (a job does not wait; a crash loses at most that much).
+    """
+
+    def __init__(self, database: Database, *, threaded: bool, commit_interval: float = DEFAULT_COMMIT_INTERVAL) -> None:
+        self.database = database
+        self.threaded = threaded
+        self.commit_interval = commit_interval
+        self._urgent = threading.Event()  # a job or stop: no gathering
+        self.logs: dict[Log, None] = {}  # in the order they were opened: one session's logs are written in order
+        self.jobs: deque[Job] = deque()
+        self.idle = False  # the thread waits for work: whoever appends must wake it
+        self._wake = threading.Event()
+        self._stopping = False
+        self._thread: threading.Thread | None = None
+        self._failures = 0
+        self.closed = False
+
+    # -- producers -----------------------------------------------------------------------------------
+    def wake(self) -> None:
+        self._wake.set()
+
+    def submit(self, job: Job) -> None:
+        """Queue ``job`` (inline writer: run it, and a cycle, now)."""
+        if self.closed:
+            raise RuntimeError("the session store is closed")
+        if not self.threaded:
+            self.cycle([job])
+            return
+        self.jobs.append(job)
+        self._urgent.set()
+        self._wake.set()
+
+    # -- the thread ----------------------------------------------------------------------------------
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name=f"acp-trio session store {self.database.path}")
+        self._thread.daemon = True
+        self._thread.start()
+
+    def stop(self, timeout: float | None = None) -> None:
+        """Write what is queued, run the queued jobs, then end the thread (and close the database)."""
+        if self.closed:
+            return
+        self.closed = True
+        if self._thread is not None:
+            self._stopping = True
+            self._urgent.set()
+            self._wake.set()
+            self._thread.join(timeout)
+        else:
+            self.cycle([])
+        self.database.close()
+
+    def _has_work(self) -> bool:
+        return bool(self.jobs) or any(entry.pending() for entry in list(self.logs))
+
+    def _run(self) -> None:
+        try:  # background work: the agent's own threads (and its client's) go first
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), _NICE)
+        except (AttributeError, OSError):
+            pass
+        while True:
+            self.idle = False
+            while True:
+                if self.commit_interval > 0 and not self._stopping:
+                    self._urgent.wait(self.commit_interval)  # let lines gather: one transaction for them
+                    self._urgent.clear()
+                jobs = [self.jobs.popleft() for _ in range(len(self.jobs))]
+                if not self.cycle(jobs):
+                    break
+            if self._stopping and (not self._has_work() or self._failures):
+                if self._failures:
+                    lost = sum(1 for entry in list(self.logs) if entry.pending())
+                    log.error("%s: closing with lines of %d session(s) not written", self.database.path, lost)
+                return
+            self.idle = True
+            if self._has_work():  # something arrived before `idle` was seen
+                continue
+            self._wake.wait()
+            self._wake.clear()
+
+    def cycle(self, jobs: list[Job]) -> bool:
+        """One round: the "before" jobs, the batch (one transaction), the "after" jobs.  True when it did something."""
+        for job in jobs:
+            if not job.after:
+                job.run(self.database, None)
+        wrote, error = self._write()
+        for job in jobs:
+            if job.after:
+                job.run(self.database, error)
+        return bool(jobs) or wrote
+
+    def _write(self) -> tuple[bool, BaseException | None]:
+        batch: list[tuple[Log, list[Chunk], list[dict[str, Any]]]] = []
+        for entry in list(self.logs):
+            if entry.dropped:
+                entry.discard()
+                self.logs.pop(entry, None)
+                continue
+            if not entry.pending():
+                if entry.closed:
+                    self.logs.pop(entry, None)
+                    try:
+                        self.database.touch(entry)
+                    except sqlite3.Error:
+                        log.exception("%s: updating a session's updated_at failed", self.database.path)
+                continue
+            if entry.row_id is None:  # its row is being created: next round
+                continue
+            batch.append((entry, *entry.take()))
+        if not batch:
+            return False, None
+        try:
+            self.database.write(batch)
+        except Exception as exc:
+            for entry, items, meta in batch:  # keep them, in order, ahead of what came since
+                entry.put_back(items, meta)
+            self._failures += 1
+            if self._failures == 1:
+                log.exception("%s: writing the session store failed; retrying", self.database.path)
+            if self.threaded:
+                time.sleep(min(0.05 * self._failures, 1.0))
+            return False, exc
+        if self._failures:
+            log.warning("%s: writing the session store works again", self.database.path)
+            self._failures = 0
+        return True, None
+
+
+__all__ = [
+    "APPLICATION_ID",
+    "DEFAULT_COMMIT_INTERVAL",
+    "META_UPDATES",
+    "SCHEMA_VERSION",
+    "Chunk",
+    "Database",
+    "Job",
+    "Lines",
+    "Log",
+    "Prompt",
+    "StoreError",
+    "StoreVersionError",
+    "StoredSession",
+    "Texts",
+    "Writer",
+]
