@@ -21,7 +21,8 @@ Batteries (modules, loaded on use):
   (:class:`SessionState`, :class:`SessionStates`);
 - agent side: :mod:`acp_trio.builders` (content blocks, tool calls, plans, permission options,
   session updates), :mod:`acp_trio.agent_terminal` (:func:`open_terminal`), :mod:`acp_trio.mcp`
-  (a session's MCP servers; extra ``acp-trio[mcp]``);
+  (a session's MCP servers; extra ``acp-trio[mcp]``), :mod:`acp_trio.session_store` (sessions kept
+  in SQLite behind ``session/load``, list, resume, close and delete);
 - both: :mod:`acp_trio.otel` (trace context in ``_meta``; extra ``acp-trio[otel]``).
 """
 
