@@ -248,6 +248,8 @@ class Connection:
         self.name = name
         self.instrumentation = instrumentation
         self._close_callbacks: list[Callable[[str], object]] = []
+        self.records_handed: Callable[[], object] | None = None
+        """Session store hook: called after :meth:`hand_over_records` gave records to their sinks."""
         self.request_line_hooks: dict[str, Callable[[bytes, Any], object]] = {}
         """Session store hook (:mod:`acp_trio.session_store`): method → ``hook(line, params)``, called
         with the raw line and JSON params of each inbound request of that method, before it is handled."""
@@ -526,7 +528,10 @@ class Connection:
             if self.request_line_hooks and type(msg) is _core.Request:  # session store hook: raw request lines
                 hook = self.request_line_hooks.get(msg.method)
                 if hook is not None:
-                    hook(item, msg.params)
+                    try:
+                        hook(item, msg.params)
+                    except Exception:
+                        log.exception("%s: request line hook for %r raised", self.name, msg.method)
             line = self._dispatch(msg, None)
             if line is not None:
                 self._enqueue(line)
@@ -857,12 +862,14 @@ class Connection:
             if sinks is None:
                 assert sink is not None
                 sink(b"\n".join(records))
-                return
-            start = 0
-            for i in range(1, len(records) + 1):
-                if i == len(records) or sinks[i] is not sinks[start]:
-                    sinks[start](b"\n".join(records[start:i]))
-                    start = i
+            else:
+                start = 0
+                for i in range(1, len(records) + 1):
+                    if i == len(records) or sinks[i] is not sinks[start]:
+                        sinks[start](b"\n".join(records[start:i]))
+                        start = i
+            if self.records_handed is not None:  # the store's writer may be asleep: there is work now
+                self.records_handed()
         except Exception:
             log.exception("%s: a session store sink raised", self.name)
 

@@ -137,10 +137,9 @@ class _Side:
         # per method: (encoder, True when sending has rules / a hook callable that sends it instead)
         self._notify_plans: dict[str, tuple[Callable[[Any], Any], Any]] = {}
         self.handlers: dict[int, Any] = {}
-        """The handler object of each supported protocol version (built from the factories given)."""
-        for version, (_, factory) in self._versions.items():
-            self.handlers[version] = _instantiate(factory, self)
-        self.handler: Any = self.handlers[latest]
+        """The handler object of each protocol version used so far: the latest one's is built with the
+        connection (its routes serve until ``initialize``), another one's when negotiation picks it."""
+        self.handler: Any = None
         """The handler object of the protocol version in use."""
         self._install(latest)
 
@@ -148,6 +147,8 @@ class _Side:
         """Speak ``version`` from now on: route the methods of its variant to its handler object."""
         self.variant = self._versions[version][0]
         self.protocol_version = version
+        if version not in self.handlers:
+            self.handlers[version] = _instantiate(self._versions[version][1], self)
         self.handler = self.handlers[version]
         routes = self.connection.routes
         for method in [m for m in routes if not m.startswith("_")]:  # extension routes stay
@@ -428,12 +429,15 @@ class AgentSideConnection(_Side):
             if method in ENDED_BY_REQUEST:  # session-setup.mdx: as if session/cancel had been called
                 self._cancel_turns(params)
             result = await fn(params)
-            if method in OPENED_BY_RESPONSE:
-                self._session_opened(method, getattr(result, "session_id", None), params)
-            elif method in OPENED_BY_REQUEST:
-                self._session_opened(method, params.session_id, params)
-            else:
-                self.sessions.end(params.session_id, method)
+            try:  # the handler succeeded: a bookkeeping failure must not turn that into an error
+                if method in OPENED_BY_RESPONSE:
+                    self._session_opened(method, getattr(result, "session_id", None), params)
+                elif method in OPENED_BY_REQUEST:
+                    self._session_opened(method, params.session_id, params)
+                else:
+                    self.sessions.end(params.session_id, method)
+            except Exception:
+                log.exception("recording the session of a %s answer failed", method)
             return result
 
         return tracked
@@ -558,7 +562,15 @@ class AgentSideConnection(_Side):
             params = conv.structure_fn(spec.params_type)({"sessionId": session_id, "update": update})
             await self.send_notification(spec, params)
 
-        await state({"sessionUpdate": "state_update", "state": "running"})
+        try:
+            await state({"sessionUpdate": "state_update", "state": "running"})
+        except ConnectionClosed:  # nobody to run the turn for: drop the scope start_turn registered
+            scopes = self._turns.get(session_id)
+            if scopes is not None:
+                scopes.discard(scope)
+                if not scopes:
+                    del self._turns[session_id]
+            return
         idle: dict[str, Any] = {"sessionUpdate": "state_update", "state": "idle"}
         try:
             done, stop_reason = await _in_session_scope(self._turns, session_id, turn(), scope)

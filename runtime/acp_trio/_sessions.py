@@ -118,7 +118,12 @@ class SessionRegistry(Mapping[str, SessionInfo]):
         event = self._ended_events.get(session_id)
         if event is None:
             event = self._ended_events[session_id] = trio.Event()
-        await event.wait()
+        try:
+            await event.wait()
+        finally:
+            # a cancelled waiter leaves no event behind for an id that never opened
+            if not event.is_set() and session_id not in self._open and self._ended_events.get(session_id) is event:
+                del self._ended_events[session_id]
 
     # -- updates (called by the connection) -----------------------------------------------------
     def open(self, info: SessionInfo) -> None:

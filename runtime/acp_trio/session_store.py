@@ -392,7 +392,14 @@ class SessionRecorder:
         self.store = store
         self.thread = threading.get_ident()  # the connection's (trio's) thread
         self._active: dict[str, Log] = {}
-        self._record = self._make_record()
+        self._record: Callable[[str, Any], bool | None] | None = None  # made once v1 is negotiated
+        writer = store._writer
+
+        def handed() -> None:
+            if writer.idle:
+                writer.wake()
+
+        conn.connection.records_handed = handed
         conn.sessions.on_open(self._opened)
         conn.sessions.on_end(self._ended)
         store._recorders.add(self)
@@ -405,6 +412,8 @@ class SessionRecorder:
     # -- runtime hooks (AgentSideConnection calls these) -------------------------------------------
     def notification_hook(self, method: str) -> Callable[[str, Any], bool | None] | None:
         if method == "session/update" and self.conn.protocol_version < 2:
+            if self._record is None:  # the layout probe needs the negotiated (v1) variant
+                self._record = self._make_record()
             return self._record
         return None
 
