@@ -453,16 +453,21 @@ class Database:
             self.db.execute("COMMIT" if ok else "ROLLBACK")
 
     # -- sessions ----------------------------------------------------------------------------------
+    def _drop_rows(self, session_id: str) -> bool:
+        """Delete the record of ``session_id`` and its events (inside a transaction); whether it was stored."""
+        row = self.db.execute("SELECT id FROM sessions WHERE session_id = ?", (session_id,)).fetchone()
+        if row is not None:
+            self.db.execute("DELETE FROM events WHERE id BETWEEN ? AND ?", _event_ids(row[0]))
+            self.db.execute("DELETE FROM sessions WHERE id = ?", (row[0],))
+        return row is not None
+
     def create(self, session_id: str, cwd: str, dirs: str, servers: str) -> tuple[int, int]:
         """A new record (a stored one with that id is replaced); returns ``(row id, title source)``."""
         now = now_us()
         self._begin()
         ok = False
         try:
-            row = self.db.execute("SELECT id FROM sessions WHERE session_id = ?", (session_id,)).fetchone()
-            if row is not None:
-                self.db.execute("DELETE FROM events WHERE id BETWEEN ? AND ?", _event_ids(row[0]))
-                self.db.execute("DELETE FROM sessions WHERE id = ?", (row[0],))
+            self._drop_rows(session_id)
             cur = self.db.execute(
                 "INSERT INTO sessions (session_id, cwd, additional_directories, mcp_servers, created_us, updated_us) "
                 "VALUES (?, ?, ?, ?, ?, ?)",
@@ -533,14 +538,11 @@ class Database:
         self._begin()
         ok = False
         try:
-            row = self.db.execute("SELECT id FROM sessions WHERE session_id = ?", (session_id,)).fetchone()
-            if row is not None:
-                self.db.execute("DELETE FROM events WHERE id BETWEEN ? AND ?", _event_ids(row[0]))
-                self.db.execute("DELETE FROM sessions WHERE id = ?", (row[0],))
+            existed = self._drop_rows(session_id)
             ok = True
         finally:
             self._end(ok)
-        return row is not None
+        return existed
 
     def touch(self, entry: Log) -> None:
         """Write the ``updated_us`` a throttled :meth:`write` left out (the log is done)."""

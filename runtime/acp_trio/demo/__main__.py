@@ -87,9 +87,7 @@ async def run_demo(
         except (ProtocolVersionError, RequestError, CapabilityError, ConnectionClosed, TimeoutError) as exc:
             client.say(f"error: {exc}")
             return 1
-    summary = workdir / "summary.txt"
-    if summary.exists():
-        out.write(f"summary.txt now reads: {summary.read_text(encoding='utf-8')}")
+    _print_summary(workdir, out)
     return 0
 
 
@@ -164,10 +162,15 @@ async def run_demo_v2(
         except (ProtocolVersionError, RequestError, CapabilityError, ConnectionClosed, TimeoutError) as exc:
             client.say(f"error: {exc}")
             return 1
+    _print_summary(workdir, out)
+    return 0
+
+
+def _print_summary(workdir: Path, out: TextIO) -> None:
+    """After a turn: what the agent wrote into ``summary.txt``, if anything."""
     summary = workdir / "summary.txt"
     if summary.exists():
         out.write(f"summary.txt now reads: {summary.read_text(encoding='utf-8')}")
-    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
