@@ -387,20 +387,56 @@ async def test_the_reader_keeps_working_after_a_batch_and_an_empty_array(autojum
 # -- oversized messages --------------------------------------------------------------------------
 
 
-async def test_an_oversized_message_gets_an_error_with_null_id_and_the_next_message_is_handled(
+async def test_an_oversized_request_gets_an_error_with_its_id_and_the_next_message_is_handled(
     autojump_clock: MockClock,
 ) -> None:
     async with connected(max_message_size=200) as (_conn, peer):
         big = orjson.dumps({"jsonrpc": "2.0", "id": 1, "method": PING, "params": {"pad": "x" * 500}})
         await peer.send_raw(big + b"\n" + orjson.dumps({"jsonrpc": "2.0", "id": 2, "method": PING}) + b"\n")
-        error = error_of(await peer.recv(), None, -32600)
-        assert error["data"]["limit"] == 200
+        error = error_of(await peer.recv(), 1, -32600)
+        assert error["data"] == {"detail": "message too large", "limit": 200, "size": len(big)}
         assert await peer.recv() == {"jsonrpc": "2.0", "id": 2, "result": "pong"}
-        # in pieces, across several writes
+        # in pieces, across several writes, with a string id
+        big = orjson.dumps({"jsonrpc": "2.0", "id": "req-7", "method": PING, "params": {"pad": "x" * 500}})
         for start in range(0, len(big), 64):
             await peer.send_raw(big[start : start + 64])
         await peer.send_raw(b"\n")
+        error_of(await peer.recv(), "req-7", -32600)
+        await peer.ping()
+
+
+async def test_an_oversized_message_whose_id_is_not_in_its_first_4_kib_gets_an_error_with_null_id(
+    autojump_clock: MockClock,
+) -> None:
+    async with connected(max_message_size=5000) as (_conn, peer):
+        late_id = b'{"jsonrpc":"2.0","method":"test/ping","params":{"pad":"' + b"x" * 6000 + b'"},"id":3}'
+        await peer.send_raw(late_id + b"\n")
         error_of(await peer.recv(), None, -32600)
+        garbage = b"not json " * 1000
+        await peer.send_raw(garbage + b"\n")
+        error_of(await peer.recv(), None, -32600)
+        await peer.ping()
+
+
+async def test_an_oversized_response_fails_the_request_waiting_for_it(autojump_clock: MockClock) -> None:
+    async with connected(max_message_size=200) as (conn, peer):
+        async with trio.open_nursery() as nursery:
+            failure: list[BaseException] = []
+
+            async def call() -> None:
+                try:
+                    await conn.request("ask")
+                except RequestError as exc:
+                    failure.append(exc)
+
+            nursery.start_soon(call)
+            request = await peer.recv()
+            await peer.send_raw(
+                orjson.dumps({"jsonrpc": "2.0", "id": request["id"], "result": {"pad": "x" * 500}}) + b"\n"
+            )
+        assert len(failure) == 1
+        assert isinstance(failure[0], RequestError)
+        assert failure[0].code == -32600 and failure[0].data["limit"] == 200
         await peer.ping()
 
 
@@ -608,7 +644,9 @@ async def test_a_broken_pipe_on_write_fails_every_pending_outbound_request(autoj
             await conn.notify("after/broken")
 
 
-async def test_after_a_half_close_running_handlers_finish_and_their_answers_are_sent(autojump_clock: MockClock) -> None:
+async def test_with_eof_grace_none_running_handlers_finish_after_a_half_close_and_their_answers_are_sent(
+    autojump_clock: MockClock,
+) -> None:
     started = trio.Event()
 
     async def slow(params: Any) -> Any:
@@ -616,7 +654,7 @@ async def test_after_a_half_close_running_handlers_finish_and_their_answers_are_
         await trio.sleep(2)
         return "done"
 
-    async with connected(Route("slow", "request", slow)) as (conn, peer):
+    async with connected(Route("slow", "request", slow), eof_grace=None) as (conn, peer):
         await peer.request(1, "slow")
         with trio.fail_after(5):
             await started.wait()
@@ -631,6 +669,86 @@ async def test_after_a_half_close_running_handlers_finish_and_their_answers_are_
         with trio.fail_after(5):
             await conn.wait_closed()
     await peer.expect_eof()
+
+
+async def test_after_the_input_ends_handlers_get_eof_grace_seconds_then_are_cancelled_and_answer(
+    autojump_clock: MockClock,
+) -> None:
+    started = trio.Event()
+    outcome: dict[str, str] = {}
+
+    async def quick(params: Any) -> Any:
+        started.set()
+        await trio.sleep(0.1)
+        return "done"
+
+    async def slow(params: Any) -> Any:
+        try:
+            await trio.sleep(15)
+        except trio.Cancelled:
+            outcome["slow"] = "cancelled"
+            raise
+        return "too late"
+
+    async def marked(params: Any) -> Any:
+        await trio.sleep(15)
+
+    async def background() -> None:
+        try:
+            await trio.sleep_forever()
+        finally:
+            outcome["background"] = "cancelled"
+
+    routes = (
+        Route("quick", "request", quick),
+        Route("slow", "request", slow),
+        Route("marked", "request", marked, cancelled_result=lambda: "withdrawn", input_ended_result=lambda: "ended"),
+    )
+    async with connected(*routes, eof_grace=0.5) as (conn, peer):
+        conn.start_soon(background)
+        await peer.request(1, "slow")
+        await peer.request(2, "marked")
+        await peer.request(3, "quick")
+        with trio.fail_after(5):
+            await started.wait()
+        await peer.send_stream.aclose()  # end of input; the connection's output stays open
+        ended = trio.current_time()
+        answers = {}
+        for _ in range(3):
+            message = await peer.recv()
+            answers[message["id"]] = message
+        with trio.fail_after(5):
+            await conn.wait_closed()
+        assert trio.current_time() - ended == pytest.approx(0.5)  # virtual time: the grace, then at once
+    assert answers[3] == {"jsonrpc": "2.0", "id": 3, "result": "done"}  # finished within the grace
+    error_of(answers[1], 1, -32800)
+    assert answers[2] == {"jsonrpc": "2.0", "id": 2, "result": "ended"}
+    assert outcome == {"slow": "cancelled", "background": "cancelled"}
+    await peer.expect_eof()
+
+
+async def test_when_nothing_runs_the_connection_closes_at_the_end_of_input(autojump_clock: MockClock) -> None:
+    async with connected(eof_grace=5) as (conn, peer):
+        await peer.send_stream.aclose()
+        start = trio.current_time()
+        with trio.fail_after(1):
+            await conn.wait_closed()
+        assert trio.current_time() == start
+
+
+async def test_a_background_task_that_ends_within_the_grace_is_not_cancelled(autojump_clock: MockClock) -> None:
+    finished: list[str] = []
+
+    async def short() -> None:
+        await trio.sleep(0.1)
+        finished.append("short")
+
+    async with connected() as (conn, peer):
+        conn.start_soon(short)
+        await peer.send_stream.aclose()
+        with trio.fail_after(5):
+            await conn.wait_closed()
+    assert finished == ["short"]
 
 
 async def test_close_is_bounded_in_time_when_the_send_streams_aclose_hangs(autojump_clock: MockClock) -> None:

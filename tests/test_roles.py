@@ -187,21 +187,42 @@ async def test_requests_before_initialize_are_refused_without_calling_the_handle
         assert agent.calls == ["session/new", "_acme/x"]
 
 
-async def test_a_second_initialize_is_refused_and_keeps_the_first_negotiation() -> None:
+async def test_a_second_initialize_for_the_negotiated_version_gets_the_same_answer_and_keeps_the_first_negotiation() -> (
+    None
+):
     seen: list[int] = []
 
     class Agent:
         async def initialize(self, params: v1.InitializeRequest) -> v1.InitializeResponse:
             seen.append(params.protocol_version)
+            return v1.InitializeResponse(
+                protocol_version=1, agent_capabilities=v1.AgentCapabilities(load_session=len(seen) == 1)
+            )
+
+    async with connect(Agent(), object()) as (agent_conn, client_conn, wire):
+        first = await initialize(client_conn)
+        again = await initialize(client_conn, caps={})
+        assert again == first
+        answers = [m["result"] for side, m in wire.sent_by() if side == "agent" and "result" in m]
+        assert answers[0] == answers[1] == {"protocolVersion": 1, "agentCapabilities": {"loadSession": True}}
+        assert seen == [1]  # the handler ran once
+        assert agent_conn.client_capabilities == FULL_CLIENT_CAPS
+
+
+async def test_a_second_initialize_for_another_version_is_refused_naming_the_negotiated_one() -> None:
+    class Agent:
+        async def initialize(self, params: v1.InitializeRequest) -> v1.InitializeResponse:
             return v1.InitializeResponse(protocol_version=1)
 
     async with connect(Agent(), object()) as (agent_conn, client_conn, _wire):
         await initialize(client_conn)
-        with pytest.raises(acp_trio.RequestError) as info:
-            await initialize(client_conn, caps={})
-        assert info.value.code == acp_trio.INVALID_REQUEST
-        assert seen == [1]
-        assert agent_conn.client_capabilities == FULL_CLIENT_CAPS
+        for version in (2, 7):
+            with pytest.raises(acp_trio.RequestError) as info:
+                await client_conn.connection.request("initialize", {"protocolVersion": version})
+            assert info.value.code == acp_trio.INVALID_REQUEST
+            assert info.value.data["negotiatedVersion"] == 1
+            assert info.value.data["requestedVersion"] == version
+        assert agent_conn.protocol_version == 1
 
 
 async def test_agent_answers_the_requested_version_when_it_supports_it() -> None:

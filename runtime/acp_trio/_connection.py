@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import os
+import signal as _signal
 from collections import deque
 from collections.abc import Awaitable, Callable, Hashable, Mapping
 from contextlib import AbstractContextManager, asynccontextmanager
@@ -27,6 +28,7 @@ import trio
 from . import _core
 from ._converter import DecodeError
 from ._core import RequestError, RequestId
+from ._nursery import owned_nursery
 from ._spec import MethodSpec
 
 log = logging.getLogger("acp_trio.connection")
@@ -65,18 +67,73 @@ class Instrumentation(Protocol):
 _HIGH_WATER = 1 << 16
 _READ_SIZE = 1 << 16
 _HANDOFF = 64  # messages the reader decodes before letting their handlers run
+DEFAULT_EOF_GRACE = 0.25
+"""Seconds a connection lets its handlers finish after its input ended, before cancelling them.
+
+A quarter of a second lets a handler that is about to answer (a result already computed, a last
+write) answer normally, and keeps an agent whose client closed its stdin well inside the first
+step of a client's shutdown ladder (1 s): the official SDKs exit 21-215 ms after end of input."""
 _FdStream: Any = getattr(trio.lowlevel, "FdStream", None)  # POSIX only
 
 
 class ConnectionClosed(Exception):
     """The connection closed (closed locally, end of stream, or a broken pipe) before the operation finished.
 
-    ``reason``: a short human-readable cause.
+    ``reason``: a short human-readable cause.  When the peer is a process this side spawned
+    (:func:`acp_trio.spawn_agent`), how it ended: ``pid``, ``exit_code`` (its exit status, or
+    ``None``), ``signal`` (the number of the signal that killed it, or ``None``; both ``None``
+    while it still runs) and ``stderr_tail`` (its last stderr lines, at most 20 lines / 4 KiB).
+    ``str(exc)`` says all of it, so printing the exception tells the user why.
     """
 
-    def __init__(self, reason: str = "connection closed") -> None:
-        super().__init__(reason)
+    def __init__(
+        self,
+        reason: str = "connection closed",
+        *,
+        pid: int | None = None,
+        exit_code: int | None = None,
+        signal: int | None = None,
+        stderr_tail: tuple[str, ...] = (),
+    ) -> None:
         self.reason = reason
+        self.pid = pid
+        self.exit_code = exit_code
+        self.signal = signal
+        self.stderr_tail = stderr_tail
+        super().__init__(self._describe())
+
+    def _describe(self) -> str:
+        text = self.reason
+        if self.pid is not None:
+            if self.signal is not None:
+                try:
+                    name = _signal.Signals(self.signal).name
+                except ValueError:
+                    name = f"signal {self.signal}"
+                text += f"; the agent process (pid {self.pid}) was killed by {name}"
+            elif self.exit_code is not None:
+                text += f"; the agent process (pid {self.pid}) exited with code {self.exit_code}"
+            else:
+                text += f"; the agent process (pid {self.pid}) closed its output but is still running"
+            if self.stderr_tail:
+                text += "; its last stderr lines:\n" + "\n".join("    " + line for line in self.stderr_tail)
+            elif self.signal is not None or self.exit_code:
+                text += " and wrote nothing to stderr (run the command by hand to see why)"
+        return text
+
+    def __reduce__(self) -> Any:
+        details = {"pid": self.pid, "exit_code": self.exit_code, "signal": self.signal, "stderr_tail": self.stderr_tail}
+        return (_rebuild_closed, (self.reason, details))
+
+    def clone(self) -> ConnectionClosed:
+        """A new exception with the same reason and details (each raise gets its own traceback)."""
+        return type(self)(
+            self.reason, pid=self.pid, exit_code=self.exit_code, signal=self.signal, stderr_tail=self.stderr_tail
+        )
+
+
+def _rebuild_closed(reason: str, details: dict[str, Any]) -> ConnectionClosed:
+    return ConnectionClosed(reason, **details)
 
 
 class RequestTimeout(TimeoutError):
@@ -101,10 +158,13 @@ class Route:
     notifications, those with equal keys are handled one at a time in arrival order; for requests,
     the handler starts only after the notifications with the same key that arrived before the
     request were handled (requests still run concurrently with each other).  A request whose
-    handler is cancelled (``$/cancel_request``, or the connection closing) answers -32800.
+    handler is cancelled (``$/cancel_request``, the end of input after ``eof_grace``, or the
+    connection closing) answers -32800 while the output is open.
     ``cancelled_result``: for requests, ``() -> result`` giving the result to answer instead of
-    -32800 when the handler is cancelled by ``$/cancel_request`` (a permission request answered
-    ``cancelled``, as ACP v2's schema asks).
+    -32800 when the handler is cancelled (a permission request answered ``cancelled``, as ACP v2's
+    schema asks).  ``input_ended_result``: for requests, ``() -> result`` to answer instead when the
+    handler is cancelled because the input ended (``eof_grace``; a v1 prompt turn answers stop
+    reason ``cancelled``); default ``cancelled_result``.
     ``on_receive``: for notifications, ``(params) -> None`` called synchronously by the reader as
     the notification arrives, before anything read after it is handled (e.g. to cancel a scope
     before a response that follows it on the wire wakes anyone); it must not block.
@@ -115,6 +175,7 @@ class Route:
         "decode",
         "encode",
         "handler",
+        "input_ended_result",
         "kind",
         "method",
         "on_receive",
@@ -134,6 +195,7 @@ class Route:
         serial_key: Callable[[Any], Hashable] | None = None,
         on_receive: Callable[[Any], None] | None = None,
         cancelled_result: Callable[[], Any] | None = None,
+        input_ended_result: Callable[[], Any] | None = None,
     ) -> None:
         self.method = method
         self.kind = kind
@@ -143,6 +205,7 @@ class Route:
         self.serial_key = serial_key
         self.on_receive = on_receive
         self.cancelled_result = cancelled_result
+        self.input_ended_result = input_ended_result or cancelled_result
         # the converter's functions for params_type / result_type, filled on first use
         self.decode: Callable[[Any], Any] | None = None
         self.encode: Callable[[Any], Any] | None = None
@@ -158,6 +221,7 @@ class Route:
             serial_key=self.serial_key,
             on_receive=self.on_receive,
             cancelled_result=self.cancelled_result,
+            input_ended_result=self.input_ended_result,
         )
         route.decode, route.encode = self.decode, self.encode
         return route
@@ -212,6 +276,12 @@ class Connection:
     :data:`Tap`.  ``cancel_method``: the notification that cancels a request
     (``"$/cancel_request"``), ``None`` to neither send nor honour one.  ``close_timeout``: seconds
     allowed for flushing and closing the stream when the connection closes.  ``name``: for logs.
+    ``eof_grace``: seconds to let running handlers and background tasks finish after the input
+    ends (end of stream, or a read error), before cancelling them (default
+    :data:`DEFAULT_EOF_GRACE`, 0.25 s; ``None`` waits for them however long they take).  What
+    they answer while the output is still open is written; then the connection closes.  The
+    input's end is the peer's shutdown signal (the MCP stdio lifecycle), and nothing the peer
+    asked for is worth running once nobody can ask about it.
 
     Use it as an async context manager (``async with conn:``); leaving the block closes it.  While
     open, :meth:`request`/:meth:`notify` (JSON values) and :meth:`send_request`/:meth:`send_notification`
@@ -231,6 +301,7 @@ class Connection:
         close_timeout: float = 2.0,
         name: str = "acp",
         instrumentation: Instrumentation | None = None,
+        eof_grace: float | None = DEFAULT_EOF_GRACE,
     ) -> None:
         if converter is None:
             from ._converter import converter as shared
@@ -247,9 +318,16 @@ class Connection:
         self.close_timeout = close_timeout
         self.name = name
         self.instrumentation = instrumentation
+        self.eof_grace = eof_grace
+        self.closing_error: Callable[[str], Awaitable[ConnectionClosed]] | None = None
+        """Transport hook: ``async (reason) -> ConnectionClosed`` describing why the streams ended
+        (end of input, a read or write error), e.g. with a spawned process's exit status and stderr
+        (:func:`acp_trio.spawn_agent`).  Awaited once, shielded, at most 1 s, before anything fails."""
+        self._background_scopes: set[trio.CancelScope] = set()  # scopes of the tasks start_soon runs
+        self._input_cancelled = False  # running handlers were cancelled because the input ended
         self._close_callbacks: list[Callable[[str], object]] = []
         self.records_handed: Callable[[], object] | None = None
-        """Session store hook: called after :meth:`hand_over_records` gave records to their sinks."""
+        """Session store hook: called after the writer gave the records of a written batch to their sinks."""
         self.request_line_hooks: dict[str, Callable[[bytes, Any], object]] = {}
         """Session store hook (:mod:`acp_trio.session_store`): method → ``hook(line, params)``, called
         with the raw line and JSON params of each inbound request of that method, before it is handled."""
@@ -258,6 +336,10 @@ class Connection:
         self._rec_records: list[bytes] = []
         self._rec_sink: Callable[[bytes], object] | None = None
         self._rec_sinks: list[Callable[[bytes], object]] | None = None
+        self._rec_in_flight = False  # the batch being written carries records
+        self._taken = 0  # batches the writer took from the outbox (wait_written)
+        self._written = 0  # batches it wrote
+        self._written_lot = trio.lowlevel.ParkingLot()
         self._pending: _core.PendingRequests[_Slot] = _core.PendingRequests()
         self._inbound: dict[RequestId | None, trio.CancelScope] = {}  # running inbound requests
         self._queues: dict[Hashable, _SerialQueue] = {}
@@ -271,7 +353,7 @@ class Connection:
         self._closed: ConnectionClosed | None = None
         self._closed_event = trio.Event()
         self._writer_done = trio.Event()
-        self._read_closed: str | None = None
+        self._read_closed: ConnectionClosed | None = None
         self._busy = 0  # inbound handler tasks and notification queues still running
         self._nursery: trio.Nursery | None = None
         self._service_scope = trio.CancelScope()
@@ -299,7 +381,8 @@ class Connection:
 
     @asynccontextmanager
     async def _running(self) -> Any:
-        async with trio.open_nursery() as nursery:
+        # the body's exception (a ConnectionClosed from a request, say) comes out as itself
+        async with owned_nursery() as nursery:
             await nursery.start(self._service)
             try:
                 yield self
@@ -348,10 +431,17 @@ class Connection:
         self._nursery.start_soon(self._background, async_fn, args, name=name or getattr(async_fn, "__name__", None))
 
     async def _background(self, async_fn: Callable[..., Awaitable[object]], args: tuple[Any, ...]) -> None:
+        scope = trio.CancelScope()
+        self._background_scopes.add(scope)
         try:
-            await async_fn(*args)
+            with scope:
+                await async_fn(*args)
         except Exception:
             log.exception("%s: background task %r raised", self.name, async_fn)
+        finally:
+            self._background_scopes.discard(scope)
+            if not self._background_scopes and self._serial_lot:
+                self._serial_lot.unpark_all()
 
     def add_close_callback(self, callback: Callable[[str], object]) -> None:
         """Call ``callback(reason)`` once when the connection closes (at once if it already has).
@@ -370,15 +460,16 @@ class Connection:
         except Exception:
             log.exception("%s: close callback %r raised", self.name, callback)
 
-    def _mark_closed(self, reason: str) -> None:
+    def _mark_closed(self, reason: str | ConnectionClosed) -> None:
         if self._closed is not None:
             return
-        self._closed = ConnectionClosed(reason)
-        log.debug("%s: closing (%s)", self.name, reason)
+        error = reason if isinstance(reason, ConnectionClosed) else ConnectionClosed(reason)
+        self._closed = error
+        log.debug("%s: closing (%s)", self.name, error.reason)
         callbacks, self._close_callbacks = self._close_callbacks, []
         for callback in callbacks:
-            self._run_close_callback(callback, reason)
-        self._fail_pending(reason)
+            self._run_close_callback(callback, error.reason)
+        self._fail_pending(error)
         for scope in self._inbound.values():
             scope.cancel()
         self._serial_lot.unpark_all()
@@ -386,14 +477,24 @@ class Connection:
         self._drained.set()
         self._closed_event.set()
 
-    def _fail_pending(self, reason: str) -> None:
+    def _fail_pending(self, error: ConnectionClosed) -> None:
         for slot in self._pending.drain():
-            slot.error = ConnectionClosed(reason)
+            slot.error = error.clone()
             slot.finish()
 
     def _check_open(self) -> None:
         if self._closed is not None:
-            raise ConnectionClosed(self._closed.reason)
+            raise self._closed.clone()
+
+    async def _closing_error(self, reason: str) -> ConnectionClosed:
+        """``reason`` as a :class:`ConnectionClosed`, with what :attr:`closing_error` adds (bounded, shielded)."""
+        if self.closing_error is not None:
+            with trio.CancelScope(shield=True), trio.move_on_after(1.0):
+                try:
+                    return await self.closing_error(reason)
+                except Exception:
+                    log.exception("%s: the closing_error hook raised", self.name)
+        return ConnectionClosed(reason)
 
     def _task_done(self) -> None:
         self._busy -= 1
@@ -446,21 +547,30 @@ class Connection:
                     self._drained.set()
                     self._writing = True
                     data = batch[0] if len(batch) == 1 else b"".join(batch)
-                    if self._rec_records:  # session store hook: records go to their sinks as the lines are sent
-                        self.hand_over_records()
+                    self._taken += 1
+                    # session store hook: the batch's records go to their sinks once it is written
+                    records = self._take_records() if self._rec_records else None
                     try:
                         await self._send_stream.send_all(data)
                     except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
                         log.debug("%s: write failed: %r", self.name, exc)
                         self._outbox.clear()
-                        self._mark_closed(f"write failed: {exc!r}")
+                        if self._closed is None:
+                            self._mark_closed(await self._closing_error(f"write failed: {exc!r}"))
                         return
                     finally:
                         self._writing = False
+                    if records is not None:
+                        self._deliver_records(records)
+                    self._written += 1
+                    if self._written_lot:
+                        self._written_lot.unpark_all()
                 if self._closed is not None:
                     return
         finally:
+            self._rec_in_flight = False
             self._writer_done.set()
+            self._written_lot.unpark_all()
 
     # -- reading ---------------------------------------------------------------------------------
     async def _reader(self) -> None:
@@ -490,30 +600,40 @@ class Connection:
                     await trio.lowlevel.cancel_shielded_checkpoint()
         finally:
             if self._closed is None:
-                # Nothing more can be read, so no response can come: fail what waits for one now,
-                # but let the handlers already running finish and send their answers.
-                log.debug("%s: %s", self.name, reason)
-                self._read_closed = reason
-                self._fail_pending(reason)
-                while self._busy and self._closed is None:
-                    await self._serial_lot.park()
-                self._mark_closed(reason)
+                await self._input_ended(reason)
             # let output already queued go out before the service ends
             with trio.CancelScope(shield=True), trio.move_on_after(self.close_timeout):
                 await self._writer_done.wait()
             self._service_scope.cancel()
 
+    async def _input_ended(self, reason: str) -> None:
+        """Nothing more can be read, so no response can come: fail what waits for one now; give
+        running handlers and background tasks ``eof_grace`` seconds to finish and send their answers,
+        then cancel them (their answers to a cancellation still go out), then close."""
+        log.debug("%s: %s", self.name, reason)
+        error = await self._closing_error(reason)
+        self._read_closed = error
+        self._fail_pending(error)
+        if self.eof_grace is None:
+            while self._busy and self._closed is None:
+                await self._serial_lot.park()
+        elif self._busy or self._background_scopes:
+            with trio.move_on_after(self.eof_grace):
+                while (self._busy or self._background_scopes) and self._closed is None:
+                    await self._serial_lot.park()
+            if (self._busy or self._background_scopes) and self._closed is None:
+                log.debug("%s: cancelling what still runs %g s after the end of input", self.name, self.eof_grace)
+                self._input_cancelled = True
+                for scope in [*self._inbound.values(), *self._background_scopes]:
+                    scope.cancel()
+                with trio.move_on_after(self.close_timeout):  # what they answer to the cancellation goes out
+                    while (self._busy or self._background_scopes) and self._closed is None:
+                        await self._serial_lot.park()
+        self._mark_closed(error)
+
     def _on_line(self, item: bytes | _core.OversizedMessage) -> None:
         if type(item) is _core.OversizedMessage:
-            log.warning("%s: dropped an inbound message of more than %d bytes", self.name, item.limit)
-            self._enqueue(
-                _core.encode_error(
-                    None,
-                    RequestError.invalid_request(
-                        {"detail": "message too large", "limit": item.limit, "size": item.size}
-                    ),
-                )
-            )
+            self._on_oversized(item)
             return
         assert isinstance(item, bytes)
         if self.tap is not None:
@@ -526,15 +646,30 @@ class Connection:
             self._on_batch(msg)
         else:
             if self.request_line_hooks and type(msg) is _core.Request:  # session store hook: raw request lines
-                hook = self.request_line_hooks.get(msg.method)
-                if hook is not None:
-                    try:
-                        hook(item, msg.params)
-                    except Exception:
-                        log.exception("%s: request line hook for %r raised", self.name, msg.method)
+                self._request_line_hook(item, msg)
             line = self._dispatch(msg, None)
             if line is not None:
                 self._enqueue(line)
+
+    def _on_oversized(self, item: _core.OversizedMessage) -> None:
+        """A line over ``max_message_size``: its bytes are gone, but the id its first 4 KiB carry is
+        answered (a request) or failed (a response to one of ours), so no one waits on it forever."""
+        fields = _core.head_fields(item.head)
+        request_id = fields.get("id")
+        if not _core.is_request_id(request_id):
+            request_id = None
+        data = {"detail": "message too large", "limit": item.limit, "size": item.size}
+        self._seq += 1
+        if "method" not in fields and ("result" in fields or "error" in fields) and request_id is not None:
+            log.warning("%s: dropped a response of more than %d bytes to request %r", self.name, item.limit, request_id)
+            slot = self._pending.pop(request_id)
+            if slot is not None:
+                slot.error = RequestError(_core.INVALID_REQUEST, "Response too large", data)
+                slot.seq = self._seq
+                slot.finish()
+            return
+        log.warning("%s: dropped an inbound message of more than %d bytes (id %r)", self.name, item.limit, request_id)
+        self._enqueue(_core.encode_error(request_id, RequestError.invalid_request(data)))
 
     def _dispatch(self, msg: Any, batch: list[bytes | None] | None) -> bytes | None:
         """Handle one message; returns a line to send now, if any.  In a batch, request answers go to ``batch``."""
@@ -550,9 +685,20 @@ class Connection:
             return _core.encode_error(msg.id, msg.error)
         return None
 
+    def _request_line_hook(self, line: bytes, msg: _core.Request) -> None:
+        hook = self.request_line_hooks.get(msg.method)
+        if hook is not None:
+            try:
+                hook(line, msg.params)
+            except Exception:
+                log.exception("%s: request line hook for %r raised", self.name, msg.method)
+
     def _on_batch(self, batch: _core.Batch) -> None:
         answers: list[bytes | None] = []
         for msg in batch.items:
+            if self.request_line_hooks and type(msg) is _core.Request and msg.id is not None:
+                # session store hook: a batch's request, re-encoded on its own (the array's bytes are not kept)
+                self._request_line_hook(_core.encode_request(msg.id, msg.method, msg.params).rstrip(b"\n"), msg)
             line = self._dispatch(msg, answers)
             if line is not None:
                 answers.append(line)
@@ -729,8 +875,10 @@ class Connection:
                         await self._wait_key_before(key, seq)
                 result = await route.handler(params)
                 done = True
-            if not done and route.cancelled_result is not None:
-                result, done = route.cancelled_result(), True
+            if not done:
+                answer = route.input_ended_result if self._input_cancelled else route.cancelled_result
+                if answer is not None:
+                    result, done = answer(), True
             if not done:
                 line = _core.encode_error(request_id, RequestError.request_cancelled())
             else:
@@ -778,7 +926,7 @@ class Connection:
         """
         self._check_open()
         if self._read_closed is not None:
-            raise ConnectionClosed(self._read_closed)
+            raise self._read_closed.clone()
         if self.instrumentation is not None:
             params = self.instrumentation.outbound("request", method, params)
         slot = _Slot()
@@ -818,7 +966,7 @@ class Connection:
         """Queue a notification without waiting; True when the sender should now wait for the writer
         (``await conn.wait_writable()``).  For hot loops that stream; raises :class:`ConnectionClosed`."""
         if self._closed is not None:
-            raise ConnectionClosed(self._closed.reason)
+            raise self._closed.clone()
         if self.instrumentation is not None:
             params = self.instrumentation.outbound("notification", method, params)
         self._enqueue(_core.encode_notification(method, params))
@@ -832,14 +980,15 @@ class Connection:
         return _core.encode_notification(method, params)
 
     def queue_line_into(self, line: bytes, record: bytes, sink: Callable[[bytes], object]) -> bool:
-        """Queue the encoded message ``line`` (ends in ``\\n``); when the writer sends it, hand ``record``
+        """Queue the encoded message ``line`` (ends in ``\\n``); once the writer has written it, hand ``record``
         (what to keep of it) to ``sink``.  True when the sender should now ``await conn.wait_writable()``.
 
-        Just before writing a batch, the writer calls ``sink(b"\\n".join(records))`` for each run of
-        consecutive records with the same sink, in order.  Raises :class:`ConnectionClosed`.
+        When a batch was written, the writer calls ``sink(b"\\n".join(records))`` for each run of
+        consecutive records with the same sink, in order; a batch whose write fails hands over none
+        (what was not written is not kept).  Raises :class:`ConnectionClosed`.
         """
         if self._closed is not None:
-            raise ConnectionClosed(self._closed.reason)
+            raise self._closed.clone()
         self._enqueue(line)
         records = self._rec_records
         if sink is not self._rec_sink:
@@ -852,15 +1001,23 @@ class Connection:
         records.append(record)
         return self._outbox_bytes > _HIGH_WATER
 
-    def hand_over_records(self) -> None:
-        """Hand what :meth:`queue_line_into` recorded to the sinks now, before the lines are sent (in order)."""
-        if not self._rec_records:
-            return
-        records, sink, sinks = self._rec_records, self._rec_sink, self._rec_sinks
+    @property
+    def records_pending(self) -> bool:
+        """Whether lines queued with :meth:`queue_line_into` wait to be written (their records not handed over yet)."""
+        return bool(self._rec_records) or self._rec_in_flight
+
+    def _take_records(self) -> tuple[list[bytes], Any, Any]:
+        taken = self._rec_records, self._rec_sink, self._rec_sinks
         self._rec_records, self._rec_sink, self._rec_sinks = [], None, None
+        self._rec_in_flight = True
+        return taken
+
+    def _deliver_records(self, taken: tuple[list[bytes], Any, Any]) -> None:
+        """Hand the records of a written batch to their sinks, in order."""
+        records, sink, sinks = taken
+        self._rec_in_flight = False
         try:
             if sinks is None:
-                assert sink is not None
                 sink(b"\n".join(records))
             else:
                 start = 0
@@ -873,11 +1030,22 @@ class Connection:
         except Exception:
             log.exception("%s: a session store sink raised", self.name)
 
+    async def wait_written(self) -> None:
+        """Wait until every line queued so far has been written to the send stream, and the records of
+        :meth:`queue_line_into` handed over (at once when nothing is queued).  Also returns when the
+        writer stopped (the connection closed, or a write failed: then those lines were not written)."""
+        target = self._taken + (1 if self._outbox else 0)
+        if self._written >= target or self._writer_done.is_set():
+            await trio.lowlevel.checkpoint()
+            return
+        while self._written < target and not self._writer_done.is_set():
+            await self._written_lot.park()
+
     def queue_lines(self, data: bytes) -> bool:
         """Queue already-encoded messages (``data``: one or more lines, each ending in ``\\n``) as they are;
         True when the sender should now ``await conn.wait_writable()``.  Raises :class:`ConnectionClosed`."""
         if self._closed is not None:
-            raise ConnectionClosed(self._closed.reason)
+            raise self._closed.clone()
         if self.tap is not None and data.count(b"\n") > 1:
             for line in data.splitlines(keepends=True):
                 self._enqueue(line)

@@ -26,7 +26,15 @@ from typing import Any, Literal
 import trio
 
 from . import _capabilities
-from ._connection import Connection, ConnectionClosed, Instrumentation, Route, Tap, _decode_error_data
+from ._connection import (
+    DEFAULT_EOF_GRACE,
+    Connection,
+    ConnectionClosed,
+    Instrumentation,
+    Route,
+    Tap,
+    _decode_error_data,
+)
 from ._converter import DecodeError
 from ._core import INTERNAL_ERROR, INVALID_REQUEST, RequestError
 from ._sessions import (
@@ -112,6 +120,7 @@ class _Side:
         close_timeout: float = 2.0,
         name: str | None = None,
         instrumentation: Instrumentation | None = None,
+        eof_grace: float | None = DEFAULT_EOF_GRACE,
     ) -> None:
         self._versions = _versions_of(handler, variant)
         self.supported_versions: tuple[int, ...] = tuple(sorted(self._versions))
@@ -126,6 +135,7 @@ class _Side:
             "close_timeout": close_timeout,
             "name": name or self.side,
             "instrumentation": instrumentation,
+            "eof_grace": eof_grace,
         }
         if max_message_size is not None:
             options["max_message_size"] = max_message_size
@@ -242,8 +252,10 @@ class _Side:
             if plan[1] is not True:  # session store hook (acp_trio.session_store): it may send this one itself
                 full = plan[1](spec.method, wire)
                 if full is not None:
-                    if full:
+                    if full is True:
                         await self.connection.wait_writable()
+                    elif full is not False:  # an awaitable that sends it (after a commit barrier)
+                        await full
                     return
             else:
                 self._check_call(spec, wire)
@@ -251,9 +263,10 @@ class _Side:
         if self.connection.queue_notification(spec.method, wire):
             await self.connection.wait_writable()
 
-    def _notification_hook(self, method: str) -> Callable[[str, Any], bool | None] | None:
+    def _notification_hook(self, method: str) -> Callable[[str, Any], Any] | None:
         """A callable that sends the notification ``method`` instead (``hook(method, wire)``: ``None``
-        when it did not, else whether to wait for the writer), or ``None``; only for methods without rules."""
+        when it did not, a bool when it queued it: whether to wait for the writer; or an awaitable
+        that sends it when awaited), or ``None``; only for methods without rules."""
         return None
 
     def _has_notification_rules(self, method: str) -> bool:
@@ -370,6 +383,7 @@ class AgentSideConnection(_Side):
         self._allowed: dict[str, bool] = {}
         self.client_info: dict[str, Any] | None = None
         self.initialized = False
+        self._initialize_answer: Any = None  # the wire answer, given again to a repeated initialize
         self._turns: dict[Any, set[trio.CancelScope]] = {}
         self._prompting: dict[Any, int] = {}  # v2: session/prompt handlers running, per session
         self._cancel_requested: set[Any] = set()  # v2: session/cancel read while such a handler ran
@@ -401,8 +415,18 @@ class AgentSideConnection(_Side):
 
     def _add_route(self, spec: MethodSpec, fn: Callable[[Any], Awaitable[Any]]) -> None:
         if spec.method == "session/prompt" and self.protocol_version < 2:
-            fn = self._prompt_turn(fn, spec)
-        elif spec.method == "session/prompt":
+            # a turn cut short by the end of input answers stop reason "cancelled" (prompt-turn.mdx)
+            structure = self.connection.converter.structure_fn(spec.result_type)
+            self.connection.routes[spec.method] = Route(
+                spec.method,
+                "request",
+                self._gate(spec.method, self._prompt_turn(fn, spec)),
+                params_type=spec.params_type,
+                result_type=spec.result_type,
+                input_ended_result=lambda: structure({"stopReason": "cancelled"}),
+            )
+            return
+        if spec.method == "session/prompt":
             fn = self._accepting(fn)
         elif spec.method in SESSION_METHODS and spec.kind == "request":
             fn = self._tracking(fn, spec.method)
@@ -443,10 +467,23 @@ class AgentSideConnection(_Side):
         return tracked
 
     async def _initialize(self, raw: Any) -> Any:
-        if self.initialized:
-            raise RequestError(INVALID_REQUEST, "Already initialized", {"method": "initialize"})
-        conv = self.connection.converter
         requested = raw.get("protocolVersion") if type(raw) is dict else None
+        if self.initialized:
+            # initialization.mdx negotiates once per connection: asking again for the same version
+            # gets the same answer (conformance linters probe this); another version cannot be had
+            if requested == self.protocol_version and self._initialize_answer is not None:
+                return self._initialize_answer
+            raise RequestError(
+                INVALID_REQUEST,
+                "Already initialized",
+                {
+                    "method": "initialize",
+                    "negotiatedVersion": self.protocol_version,
+                    "requestedVersion": requested,
+                    "detail": f"this connection already speaks protocol version {self.protocol_version}",
+                },
+            )
+        conv = self.connection.converter
         version = requested if requested in self.supported_versions else self.supported_versions[-1]
         if version != self.protocol_version:
             self._install(version)
@@ -488,7 +525,8 @@ class AgentSideConnection(_Side):
             )
             response.protocol_version = version
         self.initialized = True
-        return conv.unstructure(response)
+        self._initialize_answer = conv.unstructure(response)
+        return self._initialize_answer
 
     def _default_initialize_response(self, version: int) -> dict[str, Any]:
         """What ``initialize`` answers when the agent has no ``initialize`` method (wire JSON)."""
@@ -571,19 +609,21 @@ class AgentSideConnection(_Side):
                 if not scopes:
                     del self._turns[session_id]
             return
-        idle: dict[str, Any] = {"sessionUpdate": "state_update", "state": "idle"}
+        idle: dict[str, Any] = {"sessionUpdate": "state_update", "state": "idle", "stopReason": "cancelled"}
         try:
             done, stop_reason = await _in_session_scope(self._turns, session_id, turn(), scope)
-            idle["stopReason"] = (stop_reason or "end_turn") if done else "cancelled"
+            if done:
+                idle["stopReason"] = stop_reason or "end_turn"
         except Exception:
             log.exception("prompt turn of session %r raised", session_id)
             idle["stopReason"] = "error"
             idle["error"] = {"code": INTERNAL_ERROR, "message": "Internal error"}
-        with trio.CancelScope(shield=True):
-            try:
-                await state(idle)
-            except ConnectionClosed:
-                pass
+        finally:  # also when the connection cancels the task (end of input): the client hears why
+            with trio.CancelScope(shield=True):
+                try:
+                    await state(idle)
+                except ConnectionClosed:
+                    pass
 
     def _prompt_turn(self, fn: Callable[[Any], Awaitable[Any]], spec: MethodSpec) -> Callable[[Any], Awaitable[Any]]:
         structure_result = self.connection.converter.structure_fn(spec.result_type)
@@ -613,7 +653,10 @@ class AgentSideConnection(_Side):
             _capabilities.check_method_in_version(spec.method, self.variant.METHODS, self.protocol_version)
             _capabilities.check_client_call_v2(spec.method, wire, self.client_capabilities)
             return
-        # v1 client rules depend on the method only, so the verdict is cached until capabilities change
+        if spec.method in _capabilities.CLIENT_PARAM_RULE_METHODS:  # the verdict depends on the params too
+            _capabilities.check_client_call(spec.method, wire, self.client_capabilities)
+            return
+        # other v1 client rules depend on the method only, so the verdict is cached until capabilities change
         allowed = self._allowed.get(spec.method)
         if allowed is None:
             try:
@@ -630,10 +673,10 @@ class AgentSideConnection(_Side):
             return _capabilities.client_rules_apply_v2(method)
         return method in _capabilities.CLIENT_METHOD_RULES
 
-    def _notification_hook(self, method: str) -> Callable[[str, Any], bool | None] | None:
+    def _notification_hook(self, method: str) -> Callable[[str, Any], Any] | None:
         if self._session_store is None or self._has_notification_rules(method):
             return None
-        hook: Callable[[str, Any], bool | None] | None = self._session_store.notification_hook(method)
+        hook: Callable[[str, Any], Any] | None = self._session_store.notification_hook(method)
         return hook  # session store hook: records session/update of its sessions
 
 
@@ -659,8 +702,11 @@ class ClientSideConnection(_Side):
       (other requests such as ``fs/read_text_file`` run at once, concurrently), and a response is
       returned only after the updates that preceded it were handled;
     - after this client sends ``session/cancel``, every pending and new
-      ``session/request_permission`` of that session is answered ``cancelled`` until the
-      session's ``session/prompt`` returns.
+      ``session/request_permission`` of that session is answered ``cancelled``, and every
+      session-scoped ``elicitation/create`` of it ``{"action": "cancel"}``, until the session's
+      turn ends (v1: its ``session/prompt`` returns; v2: its ``idle`` state update); so are they
+      on ``session/close`` and ``session/delete``.  Elicitations too start only after their
+      session's earlier updates were handled.
     """
 
     side = "client"
@@ -698,39 +744,46 @@ class ClientSideConnection(_Side):
                 serial_key=_session_key,
             )
             return
-        if spec.method == "session/request_permission":
+        if spec.method in _TURN_QUESTIONS:
             # it starts after its session's earlier updates were handled, so it never overtakes the
             # tool_call update it refers to; fs/* and terminal/* requests do not wait
-            cancelled: Callable[[], Any] | None = None
-            if self.protocol_version >= 2:
-                # v2 schema (RequestPermissionOutcome): a request the agent withdraws with
-                # $/cancel_request is answered with the "cancelled" outcome, not -32800
-                structure = self.connection.converter.structure_fn(spec.result_type)
+            structure = self.connection.converter.structure_fn(spec.result_type)
+            answer, on_cancel_request = _TURN_QUESTIONS[spec.method]
 
-                def cancelled() -> Any:
-                    return structure({"outcome": {"outcome": "cancelled"}})
+            def cancelled() -> Any:
+                return structure(answer)
 
             self.connection.routes[spec.method] = Route(
                 spec.method,
                 "request",
-                self._permission(fn, spec),
+                self._permission(fn, spec, answer),
                 params_type=spec.params_type,
                 result_type=spec.result_type,
-                serial_key=_session_key,
-                cancelled_result=cancelled,
+                serial_key=_question_key,
+                # v2 schema (RequestPermissionOutcome): a request the agent withdraws with
+                # $/cancel_request is answered with the "cancelled" outcome, not -32800
+                cancelled_result=cancelled if self.protocol_version >= 2 and on_cancel_request else None,
+                input_ended_result=cancelled,
             )
             return
         super()._add_route(spec, fn)
 
-    def _permission(self, fn: Callable[[Any], Awaitable[Any]], spec: MethodSpec) -> Callable[[Any], Awaitable[Any]]:
+    def _permission(
+        self, fn: Callable[[Any], Awaitable[Any]], spec: MethodSpec, answer: Any
+    ) -> Callable[[Any], Awaitable[Any]]:
+        """``fn`` for a question of :data:`_TURN_QUESTIONS`, answered ``answer`` when its session's
+        turn is (being) cancelled; one without a session (a request-scoped elicitation) goes to ``fn``."""
         structure_result = self.connection.converter.structure_fn(spec.result_type)
 
         async def ask(params: Any) -> Any:
-            if params.session_id not in self._cancelling:
-                done, result = await _in_session_scope(self._permission_scopes, params.session_id, fn(params))
+            session_id = getattr(params, "session_id", None)
+            if type(session_id) is not str:
+                return await fn(params)
+            if session_id not in self._cancelling:
+                done, result = await _in_session_scope(self._permission_scopes, session_id, fn(params))
                 if done:
                     return result
-            return structure_result({"outcome": {"outcome": "cancelled"}})
+            return structure_result(answer)
 
         return ask
 
@@ -838,7 +891,8 @@ class ClientSideConnection(_Side):
             self._cancel_permissions(session_id)
 
     def _cancel_permissions(self, session_id: Any) -> None:
-        """Answer the session's pending ``session/request_permission`` requests ``cancelled``."""
+        """Answer the session's pending ``session/request_permission`` requests ``cancelled`` (and its
+        ``elicitation/create`` requests ``cancel``: every question of :data:`_TURN_QUESTIONS`)."""
         for scope in list(self._permission_scopes.get(session_id, ())):
             scope.cancel()
 
@@ -866,6 +920,23 @@ async def _in_session_scope(
         if not scopes:
             registry.pop(session_id, None)
     return False, None
+
+
+# Requests a client answers for its user during a session's turn, with the answer (wire JSON) the runtime
+# gives when the turn is cancelled (session/cancel sent, session/close or delete) or the input ended, and
+# whether a v2 $/cancel_request gets that answer too instead of -32800.  Spec: prompt-turn.mdx and v2
+# prompt-lifecycle.mdx (Cancellation: pending permission requests MUST be answered "cancelled");
+# elicitation.mdx (Responses: "cancel", the user dismissed it without choosing: no question outlives its turn).
+_TURN_QUESTIONS: dict[str, tuple[dict[str, Any], bool]] = {
+    "session/request_permission": ({"outcome": {"outcome": "cancelled"}}, True),
+    "elicitation/create": ({"action": "cancel"}, False),
+}
+
+
+def _question_key(params: Any) -> Any:
+    """The ordering key of a question of :data:`_TURN_QUESTIONS`: its session, if it has one."""
+    session_id = getattr(params, "session_id", None)
+    return session_id if type(session_id) is str else None
 
 
 def _session_key(params: Any) -> Any:

@@ -9,18 +9,23 @@ children go too.  POSIX only.
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
+import shutil
 import signal
 import subprocess
 import sys
+from collections import deque
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
 import trio
 
+from ._connection import ConnectionClosed
 from ._core import LineFramer, OversizedMessage
+from ._nursery import owned_nursery
 from ._roles import AgentSideConnection, ClientSideConnection
 
 log = logging.getLogger("acp_trio.stdio")
@@ -31,7 +36,12 @@ async def serve_agent_stdio(agent: Any, **options: Any) -> None:
     """Serve ``agent`` on this process's stdin/stdout until the client closes stdin.
 
     ``agent``: as for :class:`AgentSideConnection` (an object or a factory taking the connection);
-    ``options``: its keyword options (``variant``, ``tap``, ``max_message_size``, ...).
+    ``options``: its keyword options (``variant``, ``tap``, ``max_message_size``, ``eof_grace``, ...).
+
+    Closing stdin is the client's shutdown signal: once it is read, running handlers and
+    background tasks get ``eof_grace`` seconds (default 0.25) to finish, then are cancelled (a
+    prompt turn cut short answers stop reason ``cancelled`` while stdout is still open), and this
+    function returns, so the process can exit long before the client's SIGTERM.
 
     While serving, the protocol owns the original stdout: file descriptor 1 and ``sys.stdout``
     point at stderr, so a stray ``print`` (or a child process inheriting fd 1) cannot corrupt the
@@ -63,22 +73,96 @@ def run_agent_stdio(agent: Any, **options: Any) -> None:
     trio.run(lambda: serve_agent_stdio(agent, **options))
 
 
-async def _drain_stderr(stream: trio.abc.ReceiveStream, logger: logging.Logger, limit: int) -> None:
+STDERR_TAIL_LINES = 20
+"""Lines of a spawned agent's stderr kept for :class:`ConnectionClosed` (``stderr_tail``)."""
+STDERR_TAIL_BYTES = 4096
+"""Bytes of a spawned agent's stderr kept for :class:`ConnectionClosed`, at most (UTF-8)."""
+
+
+class _StderrTail:
+    """The last lines an agent wrote to stderr, bounded by :data:`STDERR_TAIL_LINES` and :data:`STDERR_TAIL_BYTES`."""
+
+    def __init__(self) -> None:
+        self.lines: deque[str] = deque(maxlen=STDERR_TAIL_LINES)
+        self.done = trio.Event()  # stderr reached its end (every writer is gone) or was closed
+
+    def add(self, line: str) -> None:
+        if len(line.encode()) > STDERR_TAIL_BYTES:
+            line = "…" + line.encode()[-STDERR_TAIL_BYTES + 3 :].decode("utf-8", "ignore")
+        self.lines.append(line)
+
+    def last(self) -> tuple[str, ...]:
+        kept: list[str] = []
+        size = 0
+        for line in reversed(self.lines):
+            size += len(line.encode()) + 1
+            if size > STDERR_TAIL_BYTES:
+                break
+            kept.append(line)
+        return tuple(reversed(kept))
+
+
+async def _drain_stderr(stream: trio.abc.ReceiveStream, logger: logging.Logger, limit: int, tail: _StderrTail) -> None:
     framer = LineFramer(limit)
-    while True:
-        try:
-            data = await stream.receive_some(1 << 16)
-        except (trio.BrokenResourceError, trio.ClosedResourceError):
-            return
-        items = framer.feed(data) if data else framer.close()
-        for item in items:
-            if type(item) is OversizedMessage:
-                logger.info("[%d bytes of stderr without a newline, not shown]", item.size)
-            else:
-                assert isinstance(item, bytes)
-                logger.info("%s", item.decode("utf-8", "replace"))
-        if not data:
-            return
+    try:
+        while True:
+            try:
+                data = await stream.receive_some(1 << 16)
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                return
+            items = framer.feed(data) if data else framer.close()
+            for item in items:
+                if type(item) is OversizedMessage:
+                    logger.info("[%d bytes of stderr without a newline, not shown]", item.size)
+                    tail.add(f"[{item.size} bytes without a newline]")
+                else:
+                    assert isinstance(item, bytes)
+                    text = item.decode("utf-8", "replace")
+                    logger.info("%s", text)
+                    tail.add(text)
+            if not data:
+                return
+    finally:
+        tail.done.set()
+
+
+def _resolve_command(command: str, env: Mapping[str, str] | None, cwd: str | os.PathLike[str] | None) -> str:
+    """The program ``spawn_agent`` will run; raises a clear ``OSError`` naming it when it cannot."""
+    if cwd is not None and not os.path.isdir(cwd):
+        raise NotADirectoryError(errno.ENOTDIR, f"the agent's working directory does not exist: {os.fspath(cwd)!r}")
+    if os.sep in command:
+        where = os.path.join(cwd, command) if cwd is not None and not os.path.isabs(command) else command
+        if not os.path.exists(where):
+            raise FileNotFoundError(errno.ENOENT, f"agent command not found: {command!r} (no such file)", command)
+        if os.path.isdir(where) or not os.access(where, os.X_OK):
+            raise PermissionError(errno.EACCES, f"agent command is not an executable file: {command!r}", command)
+        return command
+    path = (env if env is not None else os.environ).get("PATH", os.defpath)
+    if shutil.which(command, path=path) is None:
+        raise FileNotFoundError(
+            errno.ENOENT, f"agent command not found: {command!r} is not an executable on PATH ({path})", command
+        )
+    return command
+
+
+def _closing_error(process: trio.Process, tail: _StderrTail, exit_wait: float) -> Any:
+    async def describe(reason: str) -> ConnectionClosed:
+        # the agent's output ended or broke: it has usually exited at the same moment; say how
+        with trio.move_on_after(exit_wait):
+            await process.wait()
+        code = process.returncode
+        if code is not None:
+            with trio.move_on_after(0.2):  # its last stderr lines, unless a grandchild holds stderr open
+                await tail.done.wait()
+        return ConnectionClosed(
+            reason,
+            pid=process.pid,
+            exit_code=code if code is not None and code >= 0 else None,
+            signal=-code if code is not None and code < 0 else None,
+            stderr_tail=tail.last(),
+        )
+
+    return describe
 
 
 def _signal_group(pgid: int, sig: int) -> bool:
@@ -145,7 +229,17 @@ async def spawn_agent(
     process's environment (or replacing it when ``inherit_env=False``).  ``cwd``: its working
     directory.  ``stderr_logger``: where its stderr goes, line by line at INFO (default the
     ``acp_trio.agent.stderr`` logger); stderr is read continuously so a chatty agent never stalls.
-    ``shutdown_timeout``: seconds for each shutdown step.  ``options``: for the connection.
+    ``shutdown_timeout``: seconds for each shutdown step.  ``options``: for the connection
+    (``eof_grace``, ``tap``, ``max_message_size``, ...).
+
+    Errors: the command is checked first, so a program that does not exist or cannot run raises
+    ``FileNotFoundError`` / ``PermissionError`` naming it (a missing ``cwd``: ``NotADirectoryError``)
+    before anything starts.  When the agent's output ends (it exited or crashed), pending and
+    later requests raise :class:`ConnectionClosed` saying how the process ended: ``exit_code`` or
+    ``signal`` and its last stderr lines (``stderr_tail``, at most 20 lines / 4 KiB), waiting at
+    most 0.5 s for the exit status.  An exception raised in the ``async with`` body comes out as
+    itself (``except acp_trio.ConnectionClosed`` works); a failure inside the runtime's own tasks
+    comes out as an ``ExceptionGroup`` holding it (and the body's exception, if any).
 
     The agent runs in its own process group.  Leaving the block closes the connection, closes
     the agent's stdin, waits, then SIGTERMs and finally SIGKILLs the group (shielded from
@@ -160,8 +254,9 @@ async def spawn_agent(
         full_env = {**os.environ, **env} if inherit_env else dict(env)
     elif not inherit_env:
         full_env = {}
+    program = _resolve_command(os.fspath(command), full_env, cwd)
     process = await trio.lowlevel.open_process(
-        [os.fspath(command), *args],
+        [program, *args],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -171,11 +266,13 @@ async def spawn_agent(
     )
     assert process.stdin is not None and process.stdout is not None and process.stderr is not None
     logger = stderr_logger or agent_stderr_log
+    tail = _StderrTail()
     try:
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(_drain_stderr, process.stderr, logger, 1 << 20)
+        async with owned_nursery() as nursery:
+            nursery.start_soon(_drain_stderr, process.stderr, logger, 1 << 20, tail)
             conn = ClientSideConnection(client, process.stdin, process.stdout, **options)
             conn.process = process  # type: ignore[attr-defined]
+            conn.connection.closing_error = _closing_error(process, tail, 0.5)
             try:
                 async with conn:
                     yield conn
@@ -200,13 +297,14 @@ async def open_memory_pair(
     """An agent and a client connected in memory (``async with ... as (agent_conn, client_conn)``).
 
     ``agent``/``client``: objects or factories as for the two connection classes; ``options``
-    (``variant``, ``tap``, ...) apply to both.  For tests and in-process use: no processes, no
-    threads; works under trio's autojump clock.
+    (``variant``, ``tap``, ``eof_grace``, ...) apply to both.  For tests and in-process use: no
+    processes, no threads; works under trio's autojump clock.  An exception raised in the body
+    comes out as itself.
     """
     from trio.testing import memory_stream_pair
 
     agent_stream, client_stream = memory_stream_pair()
     agent_conn = AgentSideConnection(agent, agent_stream, agent_stream, **options)
     client_conn = ClientSideConnection(client, client_stream, client_stream, **options)
-    async with agent_conn, client_conn:
+    async with agent_conn, client_conn:  # each lets the body's exception out as itself
         yield agent_conn, client_conn

@@ -7,7 +7,7 @@ test, or by anything else.  The trio shell lives in :mod:`acp_trio._connection`.
 
 from __future__ import annotations
 
-from ._framing import DEFAULT_MAX_MESSAGE_SIZE, LineFramer, OversizedMessage
+from ._framing import DEFAULT_MAX_MESSAGE_SIZE, OVERSIZED_HEAD, LineFramer, OversizedMessage
 from ._jsonrpc import (
     AUTH_REQUIRED,
     INTERNAL_ERROR,
@@ -31,6 +31,7 @@ from ._jsonrpc import (
     encode_notification,
     encode_request,
     encode_result,
+    head_fields,
     is_request_id,
     parse,
 )
@@ -42,6 +43,7 @@ __all__ = [
     "INVALID_PARAMS",
     "INVALID_REQUEST",
     "METHOD_NOT_FOUND",
+    "OVERSIZED_HEAD",
     "PARSE_ERROR",
     "REQUEST_CANCELLED",
     "RESOURCE_NOT_FOUND",
@@ -61,6 +63,7 @@ __all__ = [
     "encode_notification",
     "encode_request",
     "encode_result",
+    "head_fields",
     "is_request_id",
     "parse",
 ]

@@ -14,19 +14,24 @@ from typing import Final
 DEFAULT_MAX_MESSAGE_SIZE: Final = 32 * 1024 * 1024
 """Default cap on one message, in bytes (32 MiB), newline excluded."""
 
+OVERSIZED_HEAD: Final = 4096
+"""Bytes kept of the start of an oversized line (:attr:`OversizedMessage.head`), for its request id."""
+
 
 class OversizedMessage:
     """A line longer than the framer's cap; its bytes were discarded.
 
     ``size``: how many bytes of it were seen when it was refused (at least ``limit + 1``).
-    ``limit``: the cap, in bytes.
+    ``limit``: the cap, in bytes.  ``head``: its first bytes (at most :data:`OVERSIZED_HEAD`), so
+    that the receiver can answer the request id they carry (:func:`acp_trio._core.head_fields`).
     """
 
-    __slots__ = ("limit", "size")
+    __slots__ = ("head", "limit", "size")
 
-    def __init__(self, size: int, limit: int) -> None:
+    def __init__(self, size: int, limit: int, head: bytes = b"") -> None:
         self.size = size
         self.limit = limit
+        self.head = head
 
     def __repr__(self) -> str:
         return f"OversizedMessage(size={self.size}, limit={self.limit})"
@@ -86,7 +91,7 @@ class LineFramer:
             if parts and len(max(parts, key=len)) > limit:
                 for part in parts:
                     if len(part) > limit:
-                        out.append(OversizedMessage(len(part), limit))
+                        out.append(OversizedMessage(len(part), limit, part[:OVERSIZED_HEAD]))
                     elif part and not part.isspace():
                         out.append(part)
             else:
@@ -94,7 +99,7 @@ class LineFramer:
         rest = len(tail)
         # one byte of grace for a trailing CR: it may be the first half of the line's CRLF
         if rest > limit and not (rest == limit + 1 and tail[-1] == 13):
-            out.append(OversizedMessage(rest, limit))
+            out.append(OversizedMessage(rest, limit, bytes(tail[:OVERSIZED_HEAD])))
             self._discarding = True
             self._dropped = rest
             buf.clear()

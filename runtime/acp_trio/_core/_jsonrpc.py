@@ -8,6 +8,8 @@ Params and results are plain JSON values here: typing them is the caller's busin
 
 from __future__ import annotations
 
+import json
+import re
 from typing import Any, Final, Generic, TypeAlias, TypeVar
 
 import orjson
@@ -251,6 +253,45 @@ def classify(obj: Any) -> Message:
     if type(err) is dict and type(err.get("code")) is int and isinstance(err.get("message"), str):
         return ErrorResponse(raw_id, RequestError(err["code"], err["message"], err.get("data")))
     return ErrorResponse(raw_id, RequestError(INTERNAL_ERROR, "Malformed error response from peer", {"error": err}))
+
+
+_JSON_VALUE = json.JSONDecoder()  # raw_decode: one JSON value from a position, the rest ignored
+_SPACE = re.compile(r"[ \t\n\r]*")
+
+
+def head_fields(head: bytes) -> dict[str, Any]:
+    """The top-level members readable from the start of a JSON object cut short (``head``).
+
+    For an oversized line (:class:`~acp_trio._core.OversizedMessage`) whose whole cannot be parsed:
+    members are read in order with the standard library's JSON decoder, one complete key and value
+    at a time, until one does not fit in ``head`` (typically a large ``params``); what was read
+    before is returned, and the key whose value was cut short maps to ``...`` (so a response's
+    ``"result"`` is known even when its value is not).  Not an object, or not JSON: ``{}``.
+    """
+    text = head.decode("utf-8", "replace")
+    fields: dict[str, Any] = {}
+    pos = _SPACE.match(text).end()  # type: ignore[union-attr]
+    if not text.startswith("{", pos):
+        return fields
+    pos += 1
+    try:
+        while True:
+            pos = _SPACE.match(text, pos).end()  # type: ignore[union-attr]
+            key, pos = _JSON_VALUE.raw_decode(text, pos)
+            if type(key) is not str:
+                return fields
+            pos = _SPACE.match(text, pos).end()  # type: ignore[union-attr]
+            if not text.startswith(":", pos):
+                return fields
+            pos = _SPACE.match(text, pos + 1).end()  # type: ignore[union-attr]
+            fields[key] = ...
+            fields[key], pos = _JSON_VALUE.raw_decode(text, pos)
+            pos = _SPACE.match(text, pos).end()  # type: ignore[union-attr]
+            if not text.startswith(",", pos):
+                return fields
+            pos += 1
+    except ValueError:  # the first member that does not fit (or is not JSON) ends what can be read
+        return fields
 
 
 def encode_request(id: RequestId, method: str, params: Any) -> bytes:
