@@ -144,3 +144,37 @@ async def test_demo_client_runs_terminal_commands_in_the_session_directory(tmp_p
             assert info.value.code == acp_trio.INVALID_PARAMS
     transcript = out.getvalue()
     assert "[terminal term_1] $ " in transcript and "[terminal term_3] exited (SIGKILL)" in transcript
+
+
+class BareClient:
+    """A client that advertises neither ``fs`` nor ``terminal`` and allows every permission request."""
+
+    def __init__(self) -> None:
+        self.updates: list[Any] = []
+
+    async def session_update(self, params: v1.SessionNotification) -> None:
+        self.updates.append(params.update)
+
+    async def session_request_permission(self, params: v1.RequestPermissionRequest) -> v1.RequestPermissionResponse:
+        allow = next(o for o in params.options if o.kind.startswith("allow"))
+        return v1.RequestPermissionResponse(outcome=v1.SelectedRequestPermissionOutcome(option_id=allow.option_id))
+
+
+async def test_demo_agent_completes_its_turn_against_a_client_without_fs_or_terminal(tmp_path: Path) -> None:
+    (tmp_path / "notes.txt").write_text("one two three\n", encoding="utf-8")
+    client = BareClient()
+    with trio.fail_after(30):
+        async with acp_trio.spawn_agent(DEMO[0], [*DEMO[1:], "--serve-agent"], client=client) as conn:
+            await conn.agent.initialize(v1.InitializeRequest(protocol_version=1))  # no fs, no terminal
+            session = await conn.agent.session_new(v1.NewSessionRequest(cwd=str(tmp_path), mcp_servers=[]))
+            response = await conn.agent.session_prompt(
+                v1.PromptRequest(session_id=session.session_id, prompt=[v1.TextContentBlock(text="summarise")])
+            )
+    assert response.stop_reason == "end_turn"
+    failed = {u.tool_call_id for u in client.updates if getattr(u, "status", None) == "failed"}
+    assert failed == {"call_read", "call_count", "call_write"}  # each skipped step is shown as such
+    said = "".join(u.content.text for u in client.updates if isinstance(u, v1.AgentMessageChunkSessionUpdate))
+    assert "does not share files with me, so I skipped reading notes.txt" in said
+    assert "no terminal either, so I skipped the word count" in said
+    assert "I could not write summary.txt, so here it is" in said
+    assert not (tmp_path / "summary.txt").exists()

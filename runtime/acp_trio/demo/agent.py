@@ -5,8 +5,10 @@ call and asks ``session/request_permission`` for it, reads ``notes.txt`` from th
 with ``fs/read_text_file``, counts its words with a command run in a client terminal
 (``terminal/create`` ... ``terminal/release``, shown in the tool call), writes ``summary.txt`` with
 ``fs/write_text_file`` (reporting a diff), and ends the turn with stop reason ``end_turn``.
-``session/cancel`` ends it with ``cancelled`` (the runtime does that).  Run it alone with
-``python -m acp_trio.demo --serve-agent``.
+``session/cancel`` ends it with ``cancelled`` (the runtime does that).  Steps the client cannot
+serve (no ``fs.readTextFile``, ``fs.writeTextFile`` or ``terminal`` in its capabilities) are
+skipped, shown as failed tool calls and said in its messages; the turn still ends ``end_turn``.
+Run it alone with ``python -m acp_trio.demo --serve-agent``.
 
 It is built from the generated ``acp_schema.v1`` types, the runtime, the builders
 (:mod:`acp_trio.builders`) and the terminal handle (:func:`acp_trio.open_terminal`).
@@ -97,6 +99,16 @@ class DemoAgent:
         read = b.ToolCallReporter(
             self.client, session_id, "Read notes.txt", kind="read", tool_call_id="call_read", locations=[notes]
         )
+        if not self._offers("fs", "readTextFile"):
+            await read.start(status="failed", content=["this client offers no file reading (fs.readTextFile)"])
+            await self._plan(session_id, 1)
+            await self._say(session_id, "Your client does not share files with me, so I skipped reading notes.txt.")
+            words = await self._count_words(session_id, cwd)
+            if words is None:
+                await self._say(session_id, "It offers no terminal either, so I skipped the word count too.")
+            await self._plan(session_id, 2)
+            await self._write_summary(session_id, cwd, "notes.txt could not be read (the client offers no files).\n")
+            return v1.PromptResponse(stop_reason="end_turn")
         await read.start(status="pending")
         choice = await read.request_permission(
             [
@@ -122,13 +134,27 @@ class DemoAgent:
         await self._plan(session_id, 1)
 
         words = await self._count_words(session_id, cwd)
+        if words is None and not self.conn.client_capabilities.get("terminal"):
+            await self._say(session_id, "Your client offers no terminal, so I skipped the word count.")
         await self._plan(session_id, 2)
 
-        summary_path = os.path.join(cwd, "summary.txt")
         first = lines[0] if lines else "(none)"
         summary = f"notes.txt has {len(lines)} non-empty lines; the first is: {first}\n"
         if words is not None:
             summary += f"It has {words} words.\n"
+        await self._write_summary(session_id, cwd, summary)
+        return v1.PromptResponse(stop_reason="end_turn")
+
+    def _offers(self, *path: str) -> bool:
+        """Whether the client's capabilities (wire JSON) hold a true value at ``path``."""
+        node: object = self.conn.client_capabilities
+        for key in path:
+            node = node.get(key) if isinstance(node, dict) else None
+        return bool(node)
+
+    async def _write_summary(self, session_id: str, cwd: str, summary: str) -> None:
+        """Write ``summary`` to ``summary.txt`` through the client, or say why it cannot."""
+        summary_path = os.path.join(cwd, "summary.txt")
         write = b.ToolCallReporter(
             self.client,
             session_id,
@@ -137,6 +163,11 @@ class DemoAgent:
             tool_call_id="call_write",
             locations=[summary_path],
         )
+        if not self._offers("fs", "writeTextFile"):
+            await write.start(status="failed", content=["this client offers no file writing (fs.writeTextFile)"])
+            await self._plan(session_id, 3)
+            await self._say(session_id, f"I could not write summary.txt, so here it is: {summary.strip()!r}")
+            return
         await write.start(status="in_progress")
         await self.client.fs_write_text_file(
             v1.WriteTextFileRequest(session_id=session_id, path=summary_path, content=summary)
@@ -144,7 +175,6 @@ class DemoAgent:
         await write.complete([b.diff(summary_path, summary)])
         await self._plan(session_id, 3)
         await self._say(session_id, f"Done: summary.txt says {summary.splitlines()[0]!r}")
-        return v1.PromptResponse(stop_reason="end_turn")
 
     async def _count_words(self, session_id: str, cwd: str) -> int | None:
         """Run the word count in a client terminal, shown live in a tool call; ``None`` if impossible."""
