@@ -95,7 +95,8 @@ async def main() -> None:
         times.append(elapsed)
         print(f"exited {elapsed * 1000:7.1f} ms after stdin closed, status {code}; the turn answered {answer}")
     if times:
-        print(f"median {statistics.median(times) * 1000:.1f} ms, max {max(times) * 1000:.1f} ms over {len(times)} rounds")
+        median, worst = statistics.median(times) * 1000, max(times) * 1000
+        print(f"median {median:.1f} ms, max {worst:.1f} ms over {len(times)} rounds")
 
 
 if __name__ == "__main__":
