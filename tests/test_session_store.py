@@ -23,7 +23,8 @@ import orjson
 import pytest
 import trio
 
-from acp_schema import v1
+import acp_trio
+from acp_schema import v1, v2
 from acp_trio import (
     AgentSideConnection,
     ConnectionClosed,
@@ -727,6 +728,59 @@ async def test_an_agent_killed_mid_turn_keeps_what_was_committed_and_the_file_re
         assert await store.integrity_check() == "ok"
 
 
+ACKED_ROUNDS = int(os.environ.get("ACP_TEST_ACKED_ROUNDS", "4"))
+
+
+def _killing_tap(record: Any, kill_on: list[Any], process: list[Any]) -> Any:
+    def tap(direction: str, line: bytes) -> None:
+        if direction == "in" and kill_on and kill_on[0](line):
+            process[0].send_signal(signal.SIGKILL)
+            kill_on.clear()
+        record(direction, line)
+
+    return tap
+
+
+@posix_only
+async def test_what_was_answered_survives_a_sigkill_right_after_the_answer(tmp_path: Path) -> None:
+    """Acknowledged means stored: the agent is SIGKILLed the moment the client reads the ``end_turn``
+    answer of a 2,000-update turn (or a ``session/new`` answer); the next process replays all of it."""
+    path = tmp_path / "acked.db"
+    claims: list[tuple[str, int]] = []  # (session id, chunks streamed in its answered turns)
+    for r in range(ACKED_ROUNDS * 2 + 1):
+        holder: list[Any] = []
+        kill_on: list[Any] = []  # a predicate on an inbound line: SIGKILL the agent as it is read
+        process: list[Any] = []
+        tap = _killing_tap(_tap(holder), kill_on, process)
+        async with spawn_agent(
+            sys.executable, [str(AGENT), "--store", str(path)], client=Recorder, tap=tap, shutdown_timeout=5
+        ) as conn:
+            process.append(conn.process)
+            await _start(conn, holder)
+            client = conn.handler
+            with trio.fail_after(60):
+                for sid, chunks in claims:  # everything answered so far is there
+                    client.lines.clear()
+                    await conn.agent.session_load(load_request(sid))
+                    replayed = [line for line in client.lines if b'"agent_message_chunk"' in line]
+                    assert len(replayed) == chunks, f"round {r}: {sid} replayed {len(replayed)} of {chunks} updates"
+                if r == ACKED_ROUNDS * 2:
+                    break
+                if r % 2 == 0:  # killed as the end_turn answer is read
+                    sid = await new_session(conn)
+                    kill_on.append(lambda line: b'"stopReason":"end_turn"' in line)
+                    response = await client.prompt(sid, "stream 2000")
+                    assert response.stop_reason == "end_turn"
+                    claims.append((sid, 2000))
+                else:  # killed as the session/new answer is read
+                    kill_on.append(lambda line: b'"result":{' in line and b'"sessionId"' in line)
+                    claims.append((await new_session(conn), 0))
+                with trio.fail_after(10):
+                    await conn.process.wait()
+    with session_store.SqliteSessionStore(str(path)) as store:
+        assert await store.integrity_check() == "ok"
+
+
 @posix_only
 async def test_two_agent_processes_write_one_file_at_once(tmp_path: Path) -> None:
     path = tmp_path / "shared.db"
@@ -761,6 +815,344 @@ async def test_two_agent_processes_write_one_file_at_once(tmp_path: Path) -> Non
                 await client_conn.agent.session_load(load_request(sid))
                 assert agent_lines(client.lines) == lines
                 assert len(lines) == 1500
+
+
+# -- acknowledged means stored, and the gaps of the first version ---------------------------------------
+
+
+def committed(path: Path, session_id: str) -> tuple[int, int] | None:
+    """What another reader of the file sees of ``session_id``: ``(prompts, updates)`` committed, or ``None``."""
+    db = sqlite3.connect(path)
+    try:
+        row = db.execute("SELECT id FROM sessions WHERE session_id = ?", (session_id,)).fetchone()
+        if row is None:
+            return None
+        counts = [0, 0]
+        for kind, data in db.execute(
+            "SELECT kind, data FROM events WHERE id BETWEEN ? AND ?", (row[0] << 32, (row[0] << 32) + (1 << 32) - 1)
+        ):
+            counts[kind != 1] += bytes(data).count(b"\n")
+        return counts[0], counts[1]
+    finally:
+        db.close()
+
+
+async def test_session_new_and_prompt_answers_are_sent_only_once_their_records_are_committed(tmp_path: Path) -> None:
+    path = tmp_path / "acked.db"
+    with session_store.SqliteSessionStore(str(path), commit_interval=0.5) as store:  # a slow writer: nothing by luck
+        async with pair(store) as (_, client_conn):
+            sid = await new_session(client_conn)
+            assert committed(path, sid) == (0, 0)
+            await client_conn.handler.prompt(sid, "stream 300")
+            assert committed(path, sid) == (1, 300)
+            await client_conn.handler.prompt(sid, "talk more")
+            assert committed(path, sid) == (2, 300 + 12)
+
+
+class BreakableStream(trio.abc.SendStream):
+    """A send stream whose writes fail (a broken pipe) once ``broken`` is set."""
+
+    def __init__(self, inner: trio.abc.SendStream) -> None:
+        self.inner = inner
+        self.broken = False
+
+    async def send_all(self, data: bytes | bytearray | memoryview) -> None:
+        if self.broken:
+            await trio.lowlevel.checkpoint()
+            raise trio.BrokenResourceError("the pipe broke (test)")
+        await self.inner.send_all(data)
+
+    async def wait_send_all_might_not_block(self) -> None:
+        await self.inner.wait_send_all_might_not_block()
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+async def test_an_update_whose_write_failed_is_not_stored() -> None:
+    from trio.testing import memory_stream_pair
+
+    store = session_store.MemorySessionStore()
+    agent_stream, client_stream = memory_stream_pair()
+    breakable = BreakableStream(agent_stream)
+    agent_conn = AgentSideConnection(functools.partial(StoreAgent, store=store), breakable, agent_stream)
+    client_conn = acp_trio.ClientSideConnection(Recorder, client_stream, client_stream)
+    with trio.fail_after(10):
+        async with agent_conn, client_conn:
+            await client_conn.agent.initialize(v1.InitializeRequest(protocol_version=1))
+            sid = await new_session(client_conn)
+            await client_conn.handler.prompt(sid, "stream 2")
+            breakable.broken = True
+            await agent_conn.client.session_update(b.notification(sid, b.agent_message("never written")))
+            await agent_conn.connection.wait_closed()
+    conversation = await store.conversation(sid)
+    assert conversation is not None
+    texts = [m["params"]["update"]["content"]["text"] for k, m in conversation.messages() if k == "update"]
+    assert texts == ["chunk 0 ", "chunk 1 "]
+
+
+async def test_a_prompt_inside_a_json_rpc_batch_is_recorded() -> None:
+    store = session_store.MemorySessionStore()
+    async with pair(store) as (_, client_conn):
+        sid = await new_session(client_conn)
+        answered = trio.Event()
+
+        def tap(direction: str, line: bytes) -> None:
+            if direction == "in" and line.startswith(b"["):
+                answered.set()
+
+        client_conn.connection.tap = tap
+        request = {"sessionId": sid, "prompt": [{"type": "text", "text": "stream 2 in a batch"}]}
+        batch = [{"jsonrpc": "2.0", "id": 901, "method": "session/prompt", "params": request}]
+        client_conn.connection.queue_lines(orjson.dumps(batch) + b"\n")
+        with trio.fail_after(5):
+            await answered.wait()
+        conversation = await store.conversation(sid)
+    assert conversation is not None
+    assert [kind for kind, _ in conversation.events] == ["prompt", "update", "update"]
+    prompt = conversation.messages()[0][1]
+    assert (prompt["id"], prompt["method"], prompt["params"]) == (901, "session/prompt", request)
+    assert conversation.session.title == "stream 2 in a batch"
+
+
+async def test_two_prompts_with_no_output_between_them_replay_as_two_user_messages() -> None:
+    store = session_store.MemorySessionStore()
+    async with pair(store) as (_, client_conn):
+        client = client_conn.handler
+        sid = await new_session(client_conn)
+        await client.prompt(sid, "stream 0 first")  # no agent output
+        await client.prompt(sid, "stream 0 second")
+        await client.prompt(sid, "stream 1 third")
+        await client.prompt(sid, "stream 0 fourth")
+        live = [(m.role, m.text) for m in client.states[sid].messages]
+    assert live == [
+        ("user", "stream 0 first"),
+        ("user", "stream 0 second"),
+        ("user", "stream 1 third"),
+        ("agent", "chunk 0 "),
+        ("user", "stream 0 fourth"),
+    ]
+    async with pair(store) as (_, client_conn):
+        client = client_conn.handler
+        await client.states.load(client_conn.agent, load_request(sid))
+        assert [(m.role, m.text) for m in client.states[sid].messages] == live
+
+
+async def test_a_forked_session_starts_with_a_copy_of_its_parents_history() -> None:
+    from acp_schema import v1_unstable as vu
+
+    class Forking(StoreAgent):  # type: ignore[misc,valid-type]
+        async def session_fork(self, params: Any) -> Any:
+            return vu.ForkSessionResponse(session_id=f"fork_of_{params.session_id}")
+
+        async def session_prompt(self, params: Any) -> Any:
+            return vu.PromptResponse(stop_reason=(await super().session_prompt(params)).stop_reason)
+
+    class Lines:
+        def __init__(self, conn: Any) -> None:
+            self.lines: list[bytes] = []
+
+        async def session_update(self, params: Any) -> None:
+            pass
+
+    async def prompt(client_conn: Any, sid: str, text: str) -> None:
+        await client_conn.agent.session_prompt(
+            vu.PromptRequest(session_id=sid, prompt=[vu.TextContentBlock(text=text)])
+        )
+
+    store = session_store.MemorySessionStore()
+    holder: list[Any] = []
+    factory = functools.partial(Forking, store=store)
+    async with open_memory_pair(factory, Lines, tap=_tap(holder), variant=vu) as (agent_conn, client_conn):
+        holder.append(client_conn.handler)
+        client = client_conn.handler
+        await client_conn.agent.initialize(vu.InitializeRequest(protocol_version=1))
+        parent = (await client_conn.agent.session_new(vu.NewSessionRequest(cwd="/work", mcp_servers=[]))).session_id
+        await prompt(client_conn, parent, "talk before the fork")
+        await agent_conn.client.session_update(  # params beyond sessionId and update: kept as a whole line
+            vu.SessionNotification(session_id=parent, update=b.agent_message("with meta"), meta={"k": 1})
+        )
+        with trio.fail_after(5):
+            while b'"_meta"' not in client.lines[-1]:
+                await trio.sleep(0)
+        parent_lines = list(client.lines)
+        fork = await client_conn.agent.session_fork(vu.ForkSessionRequest(session_id=parent, cwd="/work"))
+        child = fork.session_id
+        client.lines.clear()
+        await prompt(client_conn, child, "talk in the fork")
+        child_lines = list(client.lines)
+        await prompt(client_conn, parent, "stream 1")  # the parent goes on on its own
+    assert len(parent_lines) == 12 and len(child_lines) == 11
+    expected = [line.replace(parent.encode(), child.encode()) for line in parent_lines] + child_lines
+    async with pair(store) as (_, client_conn):
+        client = client_conn.handler
+        await client.states.load(client_conn.agent, load_request(child))
+        assert agent_lines(client.lines) == expected
+        users = [u.text for u in client.states[child].messages if u.role == "user"]
+        assert users == ["talk before the fork", "talk in the fork"]
+        stored = await store.get(child)
+        assert stored is not None and (stored.title, stored.prompt_count) == ("Talk 2", 2)
+        parent_stored = await store.conversation(parent)
+        assert parent_stored is not None and [k for k, _ in parent_stored.events].count("prompt") == 2
+
+
+# -- protocol version 2 ------------------------------------------------------------------------------
+
+
+class V2StoreAgent:
+    """A v2 agent on a session store: ``stream N`` streams N chunks of one agent message."""
+
+    def __init__(self, conn: AgentSideConnection, store: session_store.SessionStore) -> None:
+        self.conn = conn
+        self.recorder = session_store.enable(conn, store)
+        self.count = 0
+
+    async def send(self, session_id: str, update: Any) -> None:
+        await self.conn.client.session_update(v2.UpdateSessionNotification(session_id=session_id, update=update))
+
+    async def session_new(self, params: Any) -> Any:
+        self.count += 1
+        return v2.NewSessionResponse(session_id=f"v2_sess_{self.count}_{id(self)}")
+
+    async def session_prompt(self, params: Any) -> Any:
+        self.count += 1
+        sid, n = params.session_id, self.count
+        await self.send(sid, v2.UserMessageSessionUpdate(message_id=f"u{n}", content=list(params.prompt)))
+        words = params.prompt[0].text.split()
+
+        async def turn() -> str:
+            for i in range(int(words[1])):
+                await self.send(
+                    sid,
+                    v2.AgentMessageChunkSessionUpdate(message_id=f"a{n}", content=v2.TextContentBlock(text=f"{i} ")),
+                )
+            return "end_turn"
+
+        self.conn.start_turn(sid, turn)
+        return v2.PromptResponse(message_id=f"u{n}")
+
+
+class V2Client:
+    """Keeps every session/update line it reads; ``idle`` is set by each ``state_update`` ``idle``."""
+
+    def __init__(self, conn: Any) -> None:
+        self.lines: list[bytes] = []
+        self.idle = trio.Event()
+        self.on_idle: Any = None
+
+    async def session_update(self, params: Any) -> None:
+        if isinstance(params.update, v2.IdleStateUpdateSessionUpdate):
+            if self.on_idle is not None:
+                self.on_idle(params.session_id)
+            self.idle.set()
+
+
+@asynccontextmanager
+async def v2_pair(agent: Any) -> AsyncIterator[tuple[Any, Any]]:
+    holder: list[Any] = []
+    async with open_memory_pair({v2: agent}, {v2: V2Client}, tap=_tap(holder)) as (agent_conn, client_conn):
+        holder.append(client_conn.handler)
+        info = v2.Implementation(name="test", version="1")
+        await client_conn.initialize(v2.InitializeRequest(protocol_version=2, info=info))
+        yield agent_conn, client_conn
+
+
+async def v2_prompt(client_conn: Any, sid: str, text: str) -> None:
+    client = client_conn.handler
+    client.idle = trio.Event()
+    await client_conn.agent.session_prompt(v2.PromptRequest(session_id=sid, prompt=[v2.TextContentBlock(text=text)]))
+    with trio.fail_after(5):
+        await client.idle.wait()
+
+
+def updates_of(lines: list[bytes]) -> list[dict[str, Any]]:
+    return [orjson.loads(line)["params"]["update"] for line in lines]
+
+
+async def test_v2_sessions_are_recorded_and_replay_through_resume_with_replay_from_start(tmp_path: Path) -> None:
+    path = tmp_path / "v2.db"
+    with session_store.SqliteSessionStore(str(path), commit_interval=0.5) as store:
+        seen_at_idle: list[Any] = []
+        async with v2_pair(functools.partial(V2StoreAgent, store=store)) as (_, client_conn):
+            assert client_conn.agent_capabilities["session"]["delete"] == {}
+            client = client_conn.handler
+            sid = (await client_conn.agent.session_new(v2.NewSessionRequest(cwd="/work"))).session_id
+            assert committed(path, sid) == (0, 0)  # answered: stored
+            client.on_idle = lambda s: seen_at_idle.append(committed(path, s))
+            await v2_prompt(client_conn, sid, "stream 3 please")
+            await v2_prompt(client_conn, sid, "stream 2")
+            # the idle state_update ends a v2 turn: what came before it was committed when it was sent
+            assert seen_at_idle == [(1, 4), (2, 7)]
+            live = [u for u in updates_of(client.lines) if u["sessionUpdate"] != "state_update"]
+        assert [u["sessionUpdate"] for u in live] == ["user_message"] + ["agent_message_chunk"] * 3 + [
+            "user_message"
+        ] + ["agent_message_chunk"] * 2
+
+        async with v2_pair(functools.partial(V2StoreAgent, store=store)) as (_, client_conn):
+            client = client_conn.handler
+            listed = await client_conn.agent.session_list(v2.ListSessionsRequest())
+            assert [(s.session_id, s.title) for s in listed.sessions] == [(sid, "stream 3 please")]
+            await client_conn.agent.session_resume(
+                v2.ResumeSessionRequest(session_id=sid, cwd="/work", replay_from=v2.StartReplayFrom())
+            )
+            # the conversation, then the current state, all before the answer
+            assert updates_of(client.lines) == [*live, {"sessionUpdate": "state_update", "state": "idle"}]
+            client.lines.clear()
+            await client_conn.agent.session_resume(v2.ResumeSessionRequest(session_id=sid, cwd="/work"))
+            assert updates_of(client.lines) == [{"sessionUpdate": "state_update", "state": "idle"}]
+            conv = client_conn.connection.converter
+            with pytest.raises(RequestError) as info:
+                await client_conn.agent.session_resume(
+                    conv.structure(
+                        {"sessionId": sid, "cwd": "/work", "replayFrom": {"type": "_since", "id": "x"}},
+                        v2.ResumeSessionRequest,
+                    )
+                )
+            assert info.value.code == -32602
+            client.lines.clear()
+            await v2_prompt(client_conn, sid, "stream 1")  # recording goes on after the resume
+            assert committed(path, sid) == (3, 9)
+
+        # a v1 connection neither lists nor loads a v2 session
+        async with pair(store) as (_, client_conn):
+            assert (await client_conn.agent.session_list(v1.ListSessionsRequest())).sessions == []
+            with pytest.raises(RequestError) as info:
+                await client_conn.agent.session_load(load_request(sid))
+            assert info.value.code == -32602 and info.value.data["protocolVersion"] == 2
+
+
+V2_SCHEMA = """
+CREATE TABLE sessions (id INTEGER PRIMARY KEY, session_id TEXT NOT NULL UNIQUE, cwd TEXT NOT NULL,
+    additional_directories TEXT NOT NULL DEFAULT '[]', mcp_servers TEXT NOT NULL DEFAULT '[]', title TEXT,
+    title_source INTEGER NOT NULL DEFAULT 0, meta TEXT, modes TEXT, current_mode_id TEXT, config_options TEXT,
+    created_us INTEGER NOT NULL, updated_us INTEGER NOT NULL, prompt_count INTEGER NOT NULL DEFAULT 0);
+CREATE TABLE events (id INTEGER PRIMARY KEY, kind INTEGER NOT NULL, data BLOB NOT NULL);
+"""
+
+
+async def test_a_version_2_file_is_migrated_and_its_sessions_are_version_1s(tmp_path: Path) -> None:
+    path = tmp_path / "v2layout.db"
+    db = sqlite3.connect(path)
+    db.executescript(V2_SCHEMA)
+    db.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+    db.execute("PRAGMA user_version = 2")
+    db.execute("INSERT INTO sessions (id, session_id, cwd, created_us, updated_us) VALUES (1, 's2', '/p', 1, 2)")
+    db.execute("INSERT INTO events (id, kind, data) VALUES (?, 3, ?)", (1 << 32, b'"hello"\n'))
+    db.commit()
+    db.close()
+    with session_store.SqliteSessionStore(str(path)) as store:
+        stored = await store.get("s2")
+        assert stored is not None and stored.protocol_version == 1
+        async with pair(store) as (_, client_conn):
+            client = client_conn.handler
+            assert [
+                s.session_id for s in (await client_conn.agent.session_list(v1.ListSessionsRequest())).sessions
+            ] == ["s2"]
+            await client.states.load(client_conn.agent, load_request("s2", "/p"))
+            assert [m.text for m in client.states["s2"].messages] == ["hello"]
+    check = sqlite3.connect(path)
+    assert check.execute("PRAGMA user_version").fetchone()[0] == session_store.SCHEMA_VERSION == 3
+    check.close()
 
 
 # -- the store itself --------------------------------------------------------------------------------

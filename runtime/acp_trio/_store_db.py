@@ -10,13 +10,14 @@ writer takes whatever is queued and commits it in one transaction per cycle (eve
 the cycle's batch, "after" jobs (reads, flush) behind it, so a read sees every line recorded
 before it was asked for.
 
-Schema version 2 (``PRAGMA user_version``; ``PRAGMA application_id`` = ``0x41435053``, "ACPS";
+Schema version 3 (``PRAGMA user_version``; ``PRAGMA application_id`` = ``0x41435053``, "ACPS";
 32 KiB pages, WAL checkpoints every 4 MiB)::
 
     sessions(id INTEGER PRIMARY KEY, session_id TEXT UNIQUE, cwd, additional_directories (JSON),
              mcp_servers (JSON, secrets removed unless asked), title, title_source (0 none,
              1 first prompt, 2 session_info_update), meta (JSON), modes (JSON SessionModeState),
-             current_mode_id, config_options (JSON), created_us, updated_us, prompt_count)
+             current_mode_id, config_options (JSON), created_us, updated_us, prompt_count,
+             protocol_version (the ACP version the session was opened with: 1 or 2))
     events(id INTEGER PRIMARY KEY: sessions.id × 2^32 + the row's place in the session, kind, data BLOB)
 
 ``data`` holds one or more records, each ending in ``\\n``; by ``kind``: 0, ``session/update``
@@ -26,9 +27,10 @@ session, the object, then ``}}``); 3, the texts (JSON strings) of ``agent_messag
 whose content is a bare text block (:data:`TEXT_CHUNK_HEAD`, the string, ``}}``, then ``}}``):
 :func:`lines_of` gives any row's lines back byte for byte.
 
-Version 1 (the first layout: one ``events`` row per line, ``kind`` as text, timestamps as ISO text,
-no mode or config metadata) is migrated in place, in one transaction, when opened; a newer version,
-or a database that is not a session store, raises :class:`StoreVersionError`.
+Older versions are migrated in place, in one transaction, when opened: version 1 (the first layout:
+one ``events`` row per line, ``kind`` as text, timestamps as ISO text, no mode or config metadata)
+and version 2 (no ``protocol_version``: its sessions are version 1's).  A newer version, or a
+database that is not a session store, raises :class:`StoreVersionError`.
 """
 
 from __future__ import annotations
@@ -50,8 +52,8 @@ import trio
 
 log = logging.getLogger("acp_trio.session_store")
 
-SCHEMA_VERSION: Final = 2
-"""The schema version this code writes (``PRAGMA user_version``); it migrates version 1."""
+SCHEMA_VERSION: Final = 3
+"""The schema version this code writes (``PRAGMA user_version``); it migrates versions 1 and 2."""
 APPLICATION_ID: Final = 0x41435053  # "ACPS"
 KIND_LINES: Final = 0  # session/update lines, whole
 KIND_PROMPT: Final = 1  # session/prompt request lines
@@ -86,7 +88,8 @@ CREATE TABLE sessions (
     config_options TEXT,
     created_us INTEGER NOT NULL,
     updated_us INTEGER NOT NULL,
-    prompt_count INTEGER NOT NULL DEFAULT 0
+    prompt_count INTEGER NOT NULL DEFAULT 0,
+    protocol_version INTEGER NOT NULL DEFAULT 1
 );
 CREATE INDEX sessions_recent ON sessions (updated_us DESC, id DESC);
 CREATE INDEX sessions_cwd_recent ON sessions (cwd, updated_us DESC, id DESC);
@@ -99,7 +102,7 @@ CREATE TABLE events (
 
 _SESSION_COLUMNS: Final = (
     "session_id, cwd, additional_directories, mcp_servers, title, meta, modes, current_mode_id, "
-    "config_options, created_us, updated_us, prompt_count, id"
+    "config_options, created_us, updated_us, prompt_count, id, protocol_version"
 )
 
 
@@ -131,7 +134,8 @@ class StoredSession:
     ``prompt_count`` (``session/prompt`` requests stored), ``modes`` (wire ``SessionModeState``
     from ``session/new``, its ``currentModeId`` kept current, or ``None``), ``config_options`` (wire
     ``SessionConfigOption`` list, the latest, or ``None``), ``meta`` (the ``_meta`` of the last
-    ``session_info_update`` that carried one, or ``None``).
+    ``session_info_update`` that carried one, or ``None``), ``protocol_version`` (the ACP version
+    the session was recorded under: its lines are that version's).
     """
 
     __slots__ = (
@@ -143,6 +147,7 @@ class StoredSession:
         "meta",
         "modes",
         "prompt_count",
+        "protocol_version",
         "row_id",
         "session_id",
         "title",
@@ -165,6 +170,7 @@ class StoredSession:
             updated_us,
             self.prompt_count,
             self.row_id,
+            self.protocol_version,
         ) = row
         self.additional_directories: tuple[str, ...] = tuple(orjson.loads(dirs))
         self.mcp_servers: list[Any] = orjson.loads(servers)
@@ -278,7 +284,7 @@ class Log:
     """What one recorded session (on one connection) has sent and received, waiting for the writer.
 
     The agent's thread adds, in order: ``add_bodies`` (the ``update`` objects of ``session/update``
-    lines, handed over by the connection as it sends them: ``Connection.queue_line_into``),
+    lines, handed over by the connection once written: ``Connection.queue_line_into``),
     ``add_lines`` (whole lines, when the params were not the usual two keys), ``add_prompt`` (a
     ``session/prompt`` line received), ``add_meta`` (the wire ``update`` of a :data:`META_UPDATES`
     kind, as sent); only the writer takes (``deque`` appends and pops are atomic).  ``head``: see
@@ -354,6 +360,20 @@ class Log:
 _KINDS: Final[dict[type, int]] = {Lines: KIND_LINES, Prompt: KIND_PROMPT, Texts: KIND_TEXTS}
 
 
+def _renamed(data: bytes, session_id: str) -> bytes:
+    """Whole ``session/update`` lines (each ending in ``\\n``) with ``params.sessionId`` set to ``session_id``."""
+    out = []
+    for line in data.splitlines():
+        try:
+            message = orjson.loads(line)
+            message["params"]["sessionId"] = session_id
+            out.append(orjson.dumps(message))
+        except (orjson.JSONDecodeError, TypeError, KeyError):
+            out.append(line)
+    out.append(b"")
+    return b"\n".join(out)
+
+
 def _title_of(prompt_line: bytes) -> str | None:
     try:
         params = orjson.loads(prompt_line).get("params") or {}
@@ -408,8 +428,16 @@ class Database:
             else:
                 self._check(version, app, tables)
                 if version < SCHEMA_VERSION:
-                    log.info("%s: migrating the session store from schema version %d to %d", self.path, version, 2)
-                    _migrate_1_to_2(db)
+                    log.info(
+                        "%s: migrating the session store from schema version %d to %d",
+                        self.path,
+                        version,
+                        SCHEMA_VERSION,
+                    )
+                    if version == 1:
+                        _migrate_from_1(db)
+                    else:
+                        _migrate_2_to_3(db)
             db.execute("COMMIT")
         except BaseException:
             if db.in_transaction:
@@ -461,25 +489,78 @@ class Database:
             self.db.execute("DELETE FROM sessions WHERE id = ?", (row[0],))
         return row is not None
 
-    def create(self, session_id: str, cwd: str, dirs: str, servers: str) -> tuple[int, int]:
+    def create(self, session_id: str, cwd: str, dirs: str, servers: str, version: int = 1) -> tuple[int, int]:
         """A new record (a stored one with that id is replaced); returns ``(row id, title source)``."""
-        now = now_us()
         self._begin()
         ok = False
         try:
-            self._drop_rows(session_id)
-            cur = self.db.execute(
-                "INSERT INTO sessions (session_id, cwd, additional_directories, mcp_servers, created_us, updated_us) "
-                "VALUES (?, ?, ?, ?, ?, ?)",
-                (session_id, cwd, dirs, servers, now, now),
-            )
+            row_id = self._insert(session_id, cwd, dirs, servers, version)
             ok = True
         finally:
             self._end(ok)
-        assert cur.lastrowid is not None
-        return cur.lastrowid, TITLE_NONE
+        return row_id, TITLE_NONE
 
-    def reopen(self, session_id: str, cwd: str, dirs: str, servers: str) -> tuple[int, int]:
+    def _insert(self, session_id: str, cwd: str, dirs: str, servers: str, version: int) -> int:
+        now = now_us()
+        self._drop_rows(session_id)
+        cur = self.db.execute(
+            "INSERT INTO sessions (session_id, cwd, additional_directories, mcp_servers, created_us, updated_us, "
+            "protocol_version) VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (session_id, cwd, dirs, servers, now, now, version),
+        )
+        assert cur.lastrowid is not None
+        return cur.lastrowid
+
+    def fork(
+        self, parent_id: str, session_id: str, cwd: str, dirs: str, servers: str, version: int, fields: dict[str, Any]
+    ) -> tuple[int, int]:
+        """A new record ``session_id`` holding a copy of ``parent_id``'s lines and metadata (title,
+        ``_meta``, modes, config options, prompt count), then ``fields``; a plain new record when
+        the parent is not stored.  Returns ``(row id, title source)``."""
+        self._begin()
+        ok = False
+        try:
+            row_id = self._insert(session_id, cwd, dirs, servers, version)
+            parent = self.db.execute(
+                "SELECT id, title, title_source, meta, modes, current_mode_id, config_options, prompt_count "
+                "FROM sessions WHERE session_id = ?",
+                (parent_id,),
+            ).fetchone()
+            title_source = TITLE_NONE
+            if parent is not None:
+                parent_row, *copied = parent
+                title_source = copied[1]
+                self.db.execute(
+                    "UPDATE sessions SET title = ?, title_source = ?, meta = ?, modes = ?, current_mode_id = ?, "
+                    "config_options = ?, prompt_count = ? WHERE id = ?",
+                    (*copied, row_id),
+                )
+                shift = (row_id - parent_row) << 32
+                first, last = _event_ids(parent_row)
+                self.db.execute(
+                    "INSERT INTO events (id, kind, data) SELECT id + ?, kind, data FROM events "
+                    "WHERE id BETWEEN ? AND ? ORDER BY id",
+                    (shift, first, last),
+                )
+                # whole lines name their session: they name the fork now (bodies and texts take it when read)
+                first, last = _event_ids(row_id)
+                for event_id, data in self.db.execute(
+                    "SELECT id, data FROM events WHERE id BETWEEN ? AND ? AND kind = ?", (first, last, KIND_LINES)
+                ).fetchall():
+                    self.db.execute(
+                        "UPDATE events SET data = ? WHERE id = ?", (_renamed(bytes(data), session_id), event_id)
+                    )
+            if fields:
+                if "title_source" in fields:
+                    title_source = fields["title_source"]
+                assignments = ", ".join(f"{name} = ?" for name in fields)
+                self.db.execute(f"UPDATE sessions SET {assignments} WHERE id = ?", (*fields.values(), row_id))
+            ok = True
+        finally:
+            self._end(ok)
+        return row_id, title_source
+
+    def reopen(self, session_id: str, cwd: str, dirs: str, servers: str, version: int = 1) -> tuple[int, int]:
         """Update a stored session's roots and MCP servers (load/resume), creating it when absent."""
         self._begin()
         ok = False
@@ -497,7 +578,7 @@ class Database:
             ok = True
         finally:
             self._end(ok)
-        return self.create(session_id, cwd, dirs, servers)
+        return self.create(session_id, cwd, dirs, servers, version)
 
     def set_fields(self, session_id: str, fields: dict[str, Any]) -> None:
         if not fields:
@@ -509,9 +590,14 @@ class Database:
         row = self.db.execute(f"SELECT {_SESSION_COLUMNS} FROM sessions WHERE session_id = ?", (session_id,)).fetchone()
         return StoredSession(row) if row is not None else None
 
-    def page(self, cwd: str | None, after: tuple[int, int] | None, limit: int) -> tuple[list[StoredSession], bool]:
+    def page(
+        self, cwd: str | None, after: tuple[int, int] | None, limit: int, version: int | None = None
+    ) -> tuple[list[StoredSession], bool]:
         where: list[str] = []
         args: list[Any] = []
+        if version is not None:
+            where.append("protocol_version = ?")
+            args.append(version)
         if cwd is not None:
             where.append("cwd = ?")
             args.append(cwd)
@@ -640,8 +726,15 @@ def _create_schema(db: sqlite3.Connection) -> None:
             db.execute(statement)
 
 
-def _migrate_1_to_2(db: sqlite3.Connection) -> None:
-    """Version 1 → 2, inside the caller's transaction: events batched by run, timestamps in µs, metadata columns."""
+def _migrate_2_to_3(db: sqlite3.Connection) -> None:
+    """Version 2 → 3, inside the caller's transaction: ``protocol_version`` (every version 2 session is version 1's)."""
+    db.execute("ALTER TABLE sessions ADD COLUMN protocol_version INTEGER NOT NULL DEFAULT 1")
+    db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+
+
+def _migrate_from_1(db: sqlite3.Connection) -> None:
+    """Version 1 → the current layout, inside the caller's transaction: events batched by run,
+    timestamps in µs, metadata columns (protocol version 1)."""
     db.execute("ALTER TABLE sessions RENAME TO sessions_v1")
     db.execute("ALTER TABLE events RENAME TO events_v1")
     _create_schema(db)

@@ -1,9 +1,10 @@
 """Sessions that outlive the process: a persistent session store behind ``session/load``, list, resume, close, delete.
 
-Contract: a :class:`SessionStore` keeps every session an agent opens (``session/new``, or ``load``
-/ ``resume`` of a stored one): its id, ``cwd``, ``additionalDirectories``, MCP server configs,
-title, timestamps, and, in order, every ``session/update`` the agent sent for it and every
-``session/prompt`` it received, as the exact wire lines.  :class:`SqliteSessionStore` keeps them in
+Contract: a :class:`SessionStore` keeps every session an agent opens (``session/new``,
+``session/fork``, or ``load`` / ``resume`` of a stored one), on protocol version 1 or 2: its id,
+``cwd``, ``additionalDirectories``, MCP server configs, title, timestamps, and, in order, every
+``session/update`` the agent sent for it and every ``session/prompt`` it received, as the exact
+wire lines.  :class:`SqliteSessionStore` keeps them in
 one SQLite file (standard library ``sqlite3``, WAL mode) whose path the agent chooses;
 :class:`MemorySessionStore` in memory (tests; nothing survives the process).  One call in the
 agent's constructor turns it on::
@@ -16,58 +17,79 @@ agent's constructor turns it on::
         def __init__(self, conn: AgentSideConnection) -> None:
             self.store = session_store.enable(conn, STORE)  # a SessionRecorder
 
-:func:`enable` gives the connection (protocol version 1) these default handlers, unless the agent
-object defines its own (an own one may call the recorder's, e.g. ``await self.store.replay(id)``):
+:func:`enable` gives the connection these default handlers (those of the negotiated version),
+unless the agent object defines its own (an own one may call the recorder's, e.g. ``await
+self.store.replay(id)``):
 
 - ``session/load``: replays the stored conversation as ``session/update`` notifications in the
   original order (each prompt as ``user_message_chunk`` s, one per content block; the agent's
   updates byte for byte: messages, thoughts, tool calls and their updates up to their final state,
   plans, modes, config options, ...), then answers with the session's modes (``session/new``'s,
-  with the latest ``currentModeId``) and latest config options;
+  with the latest ``currentModeId``) and latest config options; prompts that follow one another
+  with no update between them get a ``messageId`` each, so they replay as separate messages;
 - ``session/list``: stored sessions, most recently active first, ``cwd`` filter, opaque cursors
   (pages of ``page_size``; an invalid cursor answers -32602); ``SessionInfo`` carries
   ``title`` (the last ``session_info_update`` title, else the first prompt's first line),
   ``updatedAt`` (the last activity recorded, to the second), ``additionalDirectories`` when there
   are some and ``_meta`` (that of the last ``session_info_update`` carrying one);
-- ``session/resume``: no replay, answers modes and config options like ``session/load``;
+- ``session/resume``: answers modes and config options like ``session/load``; v1: no replay; v2:
+  ``replayFrom`` ``{"type": "start"}`` replays the conversation first (the agent's own
+  ``user_message`` updates stand for its prompts; another cursor type answers -32602), then, with
+  or without replay, the current ``state_update`` (``idle``, or ``running`` during a turn), as
+  ``session-setup.mdx`` and the v2 schema's ``ResumeSessionResponse`` ask;
 - ``session/close``: cancels the session's turn (as ``session/cancel`` does), stops recording and
   frees its in-memory state; the record stays;
 - ``session/delete``: cancels and ends the session if open, removes the record (an unknown id
   succeeds, as the spec says);
 - ``load``, ``resume`` and ``close`` of an id the store does not know answer -32002 (resource
-  not found) with ``data: {"sessionId": ...}``;
+  not found) with ``data: {"sessionId": ...}``; a session recorded under the other protocol
+  version is not listed, and ``load`` / ``resume`` of it answer -32602 (``data.protocolVersion``);
 
-and ``initialize`` (the default answer or the agent's own) advertises ``loadSession`` and
-``sessionCapabilities.list/resume/close/delete``.  Recording starts when a session opens and
-stops when it ends (``session/close``, ``session/delete``, the connection closing).
+and ``initialize`` (the default answer or the agent's own) advertises v1 ``loadSession`` and
+``sessionCapabilities.list/resume/close/delete``, v2 ``session.delete`` (the rest is v2's baseline
+``session``).  Recording starts when a session opens and stops when it ends (``session/close``,
+``session/delete``, the connection closing).  A ``session/fork`` (unstable) starts as a copy of
+its parent's record: its history, title, modes and config options.
+
+**Acknowledged means stored.**  The answer to ``session/new``, ``session/load``,
+``session/resume``, ``session/fork`` and ``session/prompt`` (and, on v2, the ``state_update``
+``idle`` that ends a turn) is sent only once its records and everything sent or received before
+it are committed (fsynced with ``durable=True``): a crash right after a client got such an answer
+loses nothing it acknowledged.  Updates in the middle of a turn may still lag by the window below.
+A store that cannot write does not hold answers back (the error is logged; the lines are retried).
 
 **Cost.**  The agent's thread pays a dictionary lookup per update; the line it sends is put
 together from the session's cached envelope and the ``update`` object (byte for byte what the
 runtime's encoder makes), and the connection hands the store what is kept of it (the ``update``
-object, or for a chunk of bare text just the text) batch by batch, as it writes the batch.  A
-writer thread (niceness 10) commits what is queued every ``commit_interval`` (25 ms) while lines
-come, one transaction per round.  ``python benchmarks/bench_store.py`` measures it.
+object, or for a chunk of bare text just the text) batch by batch, once the batch is written (a
+write that fails keeps nothing).  A writer thread (niceness 10) commits what is queued every
+``commit_interval`` (25 ms) while lines come, one transaction per round; an acknowledging answer
+waits for one commit.  ``python benchmarks/bench_store.py`` measures both.
 
 **What a crash can lose.**  A SIGKILL keeps every committed transaction (WAL); the file reopens
-cleanly and earlier rows are never damaged.  It loses what was recorded after the last commit:
-the round being written and the lines queued behind it (at most about ``commit_interval`` of
-output, plus lines the connection had queued but not yet written to the client).  ``await
-store.flush()`` returns once everything sent or received so far is committed.  ``durable=True``
+cleanly and earlier rows are never damaged.  It loses what was recorded after the last commit,
+never anything acknowledged: in a turn that was not answered yet, the round being written and
+the lines queued behind it (at most about ``commit_interval`` of output, plus lines the
+connection had queued but not yet written to the client).  ``await store.flush()`` returns once
+everything sent or received so far is committed.  ``durable=True``
 also survives power loss and OS crashes (an fsync per round); by default those may lose the last
 rounds, never the file's consistency.
 
 **Secrets.**  MCP server ``env`` and ``headers`` values are not written (their names are); pass
 ``store_secrets=True`` to keep them.
 
-Limits: protocol version 1 connections only (a v2 connection gets none of this); only updates sent
-through the typed API (``conn.client.session_update``, builders, peers) are recorded, not raw
-``conn.connection.notify`` calls; updates a session sends before its ``session/new`` returned
-are not recorded.  A replay rebuilds a client's :class:`~acp_trio.SessionState` as it was live
-(see ``tests/test_session_store.py``), except that two prompts with no agent output between them
-replay as one user message, and tool calls a client marked cancelled locally are not marked again.
-Sources: ``docs/protocol/v1/session-setup.mdx``, ``session-list.mdx``, ``session-delete.mdx``,
-``prompt-turn.mdx``; the schema's ``LoadSessionRequest``, ``ListSessionsRequest``/``Response``,
-``SessionInfo``, ``ResumeSessionRequest``, ``CloseSessionRequest``, ``DeleteSessionRequest``.
+Limits: only updates sent through the typed API (``conn.client.session_update``, builders,
+peers) are recorded, not raw ``conn.connection.notify`` calls; updates a session sends before its
+``session/new`` (or fork) returned are not recorded; v2 ``state_update`` s are not kept (they are
+live state, not history); a ``session/prompt`` inside a JSON-RPC batch is kept re-encoded on its
+own (the array's bytes are not); a fork's copied prompt lines are its parent's requests as
+received.  A replay rebuilds a client's :class:`~acp_trio.SessionState` as it was live (see
+``tests/test_session_store.py``), except that tool calls a client marked cancelled locally are
+not marked again.  Sources: ``docs/protocol/v1/session-setup.mdx``, ``session-list.mdx``,
+``session-delete.mdx``, ``prompt-turn.mdx``, ``docs/protocol/v2/session-setup.mdx``,
+``prompt-lifecycle.mdx``; the schema's ``LoadSessionRequest``, ``ListSessionsRequest``/``Response``,
+``SessionInfo``, ``ResumeSessionRequest`` (``replayFrom``), ``CloseSessionRequest``,
+``DeleteSessionRequest``, ``StateUpdate``, ``ForkSessionRequest`` (unstable).
 """
 
 from __future__ import annotations
@@ -107,11 +129,14 @@ from ._store_db import (
 )
 
 if TYPE_CHECKING:
+    from ._connection import Connection
     from ._roles import AgentSideConnection
 
 log = logging.getLogger("acp_trio.session_store")
 
 _SESSION_CAPABILITIES = ("list", "resume", "close", "delete")
+_ACKNOWLEDGED = ("session/new", "session/load", "session/resume", "session/fork", "session/prompt")
+"""Requests whose answer is sent only once the records before it are committed (acknowledged means stored)."""
 _DEFAULT_HANDLERS = {
     "session/load": "session_load",
     "session/list": "session_list",
@@ -206,13 +231,14 @@ class SessionStore:
         job = Job(_logged(fn), after)
         self._writer.submit(job)
 
-    async def _call(self, fn: Callable[[Database], Any] | None, after: bool) -> Any:
+    async def _call(self, fn: Callable[[Database], Any] | None, after: bool, settle: bool = True) -> Any:
         writer = self._writer
-        if after:  # reads and flushes see every line sent so far, also those still in a connection's outbox
+        if after and settle:  # reads and flushes see every line sent so far, also those still in an outbox
             here = threading.get_ident()
             for recorder in list(self._recorders):
-                if recorder.thread == here:
-                    recorder.conn.connection.hand_over_records()
+                connection = recorder.conn.connection
+                if recorder.thread == here and connection.records_pending:
+                    await connection.wait_written()  # written: their records are in the logs
         if not writer.threaded:
             await trio.lowlevel.checkpoint()
             job = Job(fn, after)
@@ -226,9 +252,17 @@ class SessionStore:
             raise job.error
         return job.result
 
+    async def _barrier(self, connection: Connection) -> None:
+        """Return once every line ``connection`` queued so far is written and, with everything recorded
+        before, committed (fsynced when durable).  Raises :class:`StoreError` when writing fails."""
+        await connection.wait_written()
+        await self._call(None, True, settle=False)
+
     # -- the API -----------------------------------------------------------------------------------
     async def flush(self) -> None:
-        """Return once every line recorded so far is committed.  Raises :class:`StoreError` when writing fails."""
+        """Return once every line recorded so far is committed: every prompt received, and every update
+        sent (lines still queued on a connection of this thread are waited for until written).
+        Raises :class:`StoreError` when writing fails."""
         await self._call(None, True)
 
     async def get(self, session_id: str) -> StoredSession | None:
@@ -237,18 +271,24 @@ class SessionStore:
         return session
 
     async def list_sessions(
-        self, *, cwd: str | None = None, cursor: str | None = None, limit: int | None = None
+        self,
+        *,
+        cwd: str | None = None,
+        cursor: str | None = None,
+        limit: int | None = None,
+        protocol_version: int | None = None,
     ) -> tuple[list[StoredSession], str | None]:
         """One page of stored sessions, most recently active first: ``(sessions, next_cursor)``
         (``next_cursor`` ``None``: the last page).  ``cwd``: only sessions in that directory.
-        ``limit``: page size (default ``page_size``).  Raises ``ValueError`` for an invalid cursor."""
+        ``limit``: page size (default ``page_size``).  ``protocol_version``: only sessions recorded
+        under that ACP version.  Raises ``ValueError`` for an invalid cursor."""
         after = None
         if cursor is not None:
             after = decode_cursor(cursor)
             if after is None:
                 raise ValueError(f"invalid cursor {cursor!r}")
         size = limit or self.page_size
-        sessions, more = await self._call(lambda db: db.page(cwd, after, size), True)
+        sessions, more = await self._call(lambda db: db.page(cwd, after, size, protocol_version), True)
         next_cursor = encode_cursor(sessions[-1].updated_us, sessions[-1].row_id) if more and sessions else None
         return sessions, next_cursor
 
@@ -278,9 +318,18 @@ class SessionStore:
         return rows
 
     def _attach(
-        self, session_id: str, info: SessionInfo, fresh: bool, servers: list[Any], entry: Log | None = None
+        self,
+        session_id: str,
+        info: SessionInfo,
+        fresh: bool,
+        servers: list[Any],
+        entry: Log | None = None,
+        version: int = 1,
+        fork: tuple[str, dict[str, Any]] | None = None,
     ) -> Log:
-        """A :class:`Log` for ``session_id`` (``entry``, or a new one), its row created (``fresh``) or reopened."""
+        """A :class:`Log` for ``session_id`` (``entry``, or a new one), its row created (``fresh``) or
+        reopened; ``fork``: ``(parent id, fields)``, the row is a copy of the parent's, made behind
+        the lines queued so far (the parent's included), then ``fields`` are set."""
         if self._writer.closed:
             raise RuntimeError(f"{self!r} is closed")
         if entry is None:
@@ -295,14 +344,18 @@ class SessionStore:
                     for other in list(logs):  # a replaced session: its pending lines go with it
                         if other is not entry and other.session_id == session_id:
                             other.dropped = True
-                    entry.row_id, entry.title_source = db.create(session_id, info.cwd, dirs, mcp)
+                    if fork is not None:
+                        row = db.fork(fork[0], session_id, info.cwd, dirs, mcp, version, fork[1])
+                    else:
+                        row = db.create(session_id, info.cwd, dirs, mcp, version)
                 else:
-                    entry.row_id, entry.title_source = db.reopen(session_id, info.cwd, dirs, mcp)
+                    row = db.reopen(session_id, info.cwd, dirs, mcp, version)
+                entry.row_id, entry.title_source = row
             except BaseException:
                 entry.dropped = True  # no row to write its lines to
                 raise
 
-        self._submit(open_row)
+        self._submit(open_row, after=fork is not None)
         logs[entry] = None
         return entry
 
@@ -315,8 +368,9 @@ class SqliteSessionStore(SessionStore):
 
     ``durable``: fsync every commit (survives power loss, costs an fsync per round; default: a
     commit survives the process dying, not the machine).  ``commit_interval``: seconds the writer
-    lets lines gather before it commits them (at most that much output is lost when the process
-    dies).  ``store_secrets``, ``page_size``: see :class:`SessionStore`.  Opening a file of an
+    lets lines gather before it commits them (at most that much output of a turn not answered yet
+    is lost when the process dies; an answer that ends something waits for its commit, not for the
+    interval).  ``store_secrets``, ``page_size``: see :class:`SessionStore`.  Opening a file of an
     older store version migrates it; a newer or foreign one raises :class:`StoreVersionError`
     (nothing is changed).
     """
@@ -383,8 +437,8 @@ class SessionRecorder:
     """What :func:`enable` returns: the store's handlers and recording on one agent connection.
 
     ``conn``, ``store``.  The ``session_*`` methods are the default handlers (call them from the
-    agent's own to add to them); :meth:`replay` sends a stored conversation.  ``recording``: the
-    ids of the sessions being recorded now.
+    agent's own to add to them); :meth:`replay` sends a stored conversation, :meth:`send_state`
+    the current state of a v2 session.  ``recording``: the ids of the sessions being recorded now.
     """
 
     def __init__(self, conn: AgentSideConnection, store: SessionStore) -> None:
@@ -392,7 +446,8 @@ class SessionRecorder:
         self.store = store
         self.thread = threading.get_ident()  # the connection's (trio's) thread
         self._active: dict[str, Log] = {}
-        self._record: Callable[[str, Any], bool | None] | None = None  # made once v1 is negotiated
+        self._forks: dict[str, tuple[SessionInfo, list[Any]]] = {}  # opened by session/fork, row not made yet
+        self._records: dict[int, Callable[[str, Any], Any]] = {}  # per protocol version, made once negotiated
         writer = store._writer
 
         def handed() -> None:
@@ -410,14 +465,16 @@ class SessionRecorder:
         return frozenset(self._active)
 
     # -- runtime hooks (AgentSideConnection calls these) -------------------------------------------
-    def notification_hook(self, method: str) -> Callable[[str, Any], bool | None] | None:
-        if method == "session/update" and self.conn.protocol_version < 2:
-            if self._record is None:  # the layout probe needs the negotiated (v1) variant
-                self._record = self._make_record()
-            return self._record
-        return None
+    def notification_hook(self, method: str) -> Callable[[str, Any], Any] | None:
+        if method != "session/update":
+            return None
+        version = self.conn.protocol_version
+        record = self._records.get(version)
+        if record is None:  # the layout probe needs the negotiated variant
+            record = self._records[version] = self._make_record()
+        return record
 
-    def _make_record(self) -> Callable[[str, Any], bool | None]:
+    def _make_record(self) -> Callable[[str, Any], Any]:
         # The hot path.  Params of exactly sessionId and update (the usual case; the layout is
         # checked once per connection below) make the line the session's head, the update object,
         # then "}}": the store keeps the object (for a chunk of bare text, just the text) and the
@@ -431,14 +488,20 @@ class SessionRecorder:
         dumps = orjson.dumps
         tail, text_tail = UPDATE_LINE_TAIL, TEXT_LINE_TAIL
         usual, texts = self._usual_layouts()
+        # v2: a state_update is live state, not history (it is not kept: session/resume sends the
+        # current state); an idle one ends a turn, so it waits until what came before is committed
+        special = META_UPDATES if self.conn.protocol_version < 2 else META_UPDATES | {"state_update"}
+        held = self._send_committed
 
-        def record(method: str, wire: Any) -> bool | None:
+        def record(method: str, wire: Any) -> Any:
             entry = active.get(wire["sessionId"])
             if entry is None:
                 return None
             update = wire["update"]
             kind = update.get("sessionUpdate")
-            if kind in META_UPDATES:
+            if kind in special:
+                if kind == "state_update":
+                    return held(method, wire) if update.get("state") == "idle" else None
                 entry.add_meta(update)
             if not usual or len(wire) != 2 or connection.instrumentation is not None:
                 line = encode(method, wire)
@@ -461,6 +524,12 @@ class SessionRecorder:
 
         return record
 
+    async def _send_committed(self, method: str, wire: Any) -> None:
+        """Send a notification once every line before it is committed (a v2 ``state_update`` ``idle``)."""
+        await self._committed("a state_update idle")
+        if self.conn.connection.queue_notification(method, wire):
+            await self.conn.connection.wait_writable()
+
     def _usual_layouts(self) -> tuple[bool, bool]:
         """Whether the typed layer encodes ``session/update`` params as ``sessionId`` then ``update``,
         and a text chunk as :data:`TEXT_CHUNK_HEAD` says (else those lines are kept whole)."""
@@ -468,21 +537,25 @@ class SessionRecorder:
         if spec is None:
             return False, False
         conv = self.conn.connection.converter
-        update = {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": "probe"}}
-        try:
-            probe = conv.structure_fn(spec.params_type)({"sessionId": "probe", "update": update})
-            wire = conv.unstructure_fn(spec.params_type)(probe)
-        except Exception:
-            return False, False
+
+        def encoded(update: dict[str, Any]) -> Any:
+            try:
+                probe = conv.structure_fn(spec.params_type)({"sessionId": "probe", "update": update})
+                return conv.unstructure_fn(spec.params_type)(probe)
+            except Exception:
+                return None
+
+        text = {"type": "text", "text": "probe"}
+        wire = encoded({"sessionUpdate": "agent_message_chunk", "messageId": "m", "content": text})
         if type(wire) is not dict or list(wire) != ["sessionId", "update"]:
             return False, False
-        return True, orjson.dumps(wire["update"]) == TEXT_CHUNK_HEAD + b'"probe"}}'
+        bare = encoded({"sessionUpdate": "agent_message_chunk", "content": text})  # v1 only: v2 needs a messageId
+        return True, type(bare) is dict and orjson.dumps(bare.get("update")) == TEXT_CHUNK_HEAD + b'"probe"}}'
 
     def _prompt_line(self, line: bytes, params: Any) -> None:
         session_id = params.get("sessionId") if type(params) is dict else None
         entry = self._active.get(session_id) if type(session_id) is str else None
-        if entry is not None:
-            self.conn.connection.hand_over_records()  # the updates queued before it come first
+        if entry is not None:  # behind the updates written so far (those still queued were not seen yet)
             entry.add_prompt(line)
             if self.store._writer.idle:
                 self.store._writer.wake()
@@ -490,8 +563,6 @@ class SessionRecorder:
     def add_routes(self) -> None:
         """Route the default handlers the agent lacks, and watch the agent's own session routes."""
         conn = self.conn
-        if conn.protocol_version >= 2:
-            return
         routes = conn.connection.routes
         requests = conn.variant.REQUESTS
         for method, attr in _DEFAULT_HANDLERS.items():
@@ -502,19 +573,38 @@ class SessionRecorder:
                 routes[method] = routes[method].with_handler(self._deleting(routes[method].handler))
         for method, wrap in (
             ("session/new", self._new),
+            ("session/fork", self._fork),
             ("session/set_mode", self._set_mode),
             ("session/set_config_option", self._set_config_option),
         ):
             route = routes.get(method)
             if route is not None:
                 routes[method] = route.with_handler(wrap(route.handler))
+        for method in _ACKNOWLEDGED:  # outermost: the answer waits for the records the handler made
+            route = routes.get(method)
+            if route is not None:
+                routes[method] = route.with_handler(self._durable(route.handler, method))
 
     def advertise(self, response: Any) -> None:
-        """Add ``loadSession`` and ``sessionCapabilities.list/resume/close/delete`` to an ``initialize`` response."""
+        """Add the session capabilities the store serves to an ``initialize`` response: v1
+        ``loadSession`` and ``sessionCapabilities.list/resume/close/delete``; v2 ``session.delete``
+        (``list``, ``resume`` and ``close`` are part of the baseline ``session``)."""
         conn = self.conn
-        if conn.protocol_version >= 2:
-            return
         variant = conn.variant
+        if conn.protocol_version >= 2:
+            caps = response.capabilities
+            caps = copy.copy(caps) if isinstance(caps, variant.AgentCapabilities) else variant.AgentCapabilities()
+            session = caps.session
+            session = (
+                copy.copy(session)
+                if isinstance(session, variant.SessionCapabilities)
+                else variant.SessionCapabilities()
+            )
+            if session.delete in (UNSET, None):
+                session.delete = variant.SessionDeleteCapabilities()
+            caps.session = session
+            response.capabilities = caps
+            return
         caps = response.agent_capabilities
         caps = copy.copy(caps) if isinstance(caps, variant.AgentCapabilities) else variant.AgentCapabilities()
         caps.load_session = True
@@ -531,7 +621,7 @@ class SessionRecorder:
 
     # -- sessions opening and ending -------------------------------------------------------------
     def _opened(self, info: SessionInfo) -> None:
-        if self.conn.protocol_version >= 2 or self.store._writer.closed:
+        if self.store._writer.closed:
             return
         fresh = info.method not in ("session/load", "session/resume")
         current = self._active.get(info.session_id)
@@ -540,7 +630,15 @@ class SessionRecorder:
             current = None
         conv = self.conn.connection.converter
         servers = [conv.unstructure(s) for s in info.mcp_servers]
-        self._active[info.session_id] = self.store._attach(info.session_id, info, fresh, servers, current)
+        if info.method == "session/fork":  # its row is a copy of the parent's, made by _fork once it answered
+            entry = Log(info.session_id)
+            self.store._writer.logs[entry] = None  # lines wait (no row yet)
+            self._active[info.session_id] = entry
+            self._forks[info.session_id] = (info, servers)
+            return
+        self._active[info.session_id] = self.store._attach(
+            info.session_id, info, fresh, servers, current, self.conn.protocol_version
+        )
 
     def _ended(self, info: SessionInfo) -> None:
         entry = self._active.pop(info.session_id, None)
@@ -556,26 +654,81 @@ class SessionRecorder:
                 self.store._submit(lambda db: db.delete(session_id))
 
     # -- wrappers around the agent's own handlers ------------------------------------------------
-    def _new(self, inner: Callable[[Any], Awaitable[Any]]) -> Callable[[Any], Awaitable[Any]]:
-        conv = self.conn.connection.converter
+    async def _committed(self, what: str) -> None:
+        """Wait until every line this connection sent or received so far is committed (the barrier
+        of an answer that ends something).  A store that cannot write does not hold the answer back:
+        the error is logged and the lines stay queued for the writer's next attempt."""
+        store = self.store
+        if store._writer.closed:
+            return
+        try:
+            await store._barrier(self.conn.connection)
+        except (StoreError, RuntimeError) as exc:
+            log.error("%s: sending %s although its records are not committed: %s", store.path, what, exc)
 
+    def _durable(self, inner: Callable[[Any], Awaitable[Any]], method: str) -> Callable[[Any], Awaitable[Any]]:
+        """``inner`` whose answer (a result or an error) is sent only once the records before it are committed."""
+
+        async def durable(params: Any) -> Any:
+            try:
+                result = await inner(params)
+            except Exception:
+                await self._committed(f"the {method} answer")
+                raise
+            await self._committed(f"the {method} answer")
+            session_id = getattr(result, "session_id", None) or getattr(params, "session_id", None)
+            entry = self._active.get(session_id) if type(session_id) is str else None
+            if entry is not None and entry.row_id is None and method != "session/prompt":
+                log.error("%s: session %r was answered but could not be stored", self.store.path, session_id)
+            return result
+
+        return durable
+
+    def _setup_fields(self, result: Any) -> dict[str, Any]:
+        """The stored columns set by a ``session/new`` (or fork) answer: modes and config options."""
+        conv = self.conn.connection.converter
+        fields: dict[str, Any] = {}
+        modes = getattr(result, "modes", None)
+        if modes not in (None, UNSET):
+            fields["modes"] = orjson.dumps(conv.unstructure(modes)).decode()
+            fields["current_mode_id"] = modes.current_mode_id
+        options = getattr(result, "config_options", None)
+        if isinstance(options, list):
+            fields["config_options"] = orjson.dumps([conv.unstructure(o) for o in options]).decode()
+        return fields
+
+    def _new(self, inner: Callable[[Any], Awaitable[Any]]) -> Callable[[Any], Awaitable[Any]]:
         async def new(params: Any) -> Any:
             result = await inner(params)
             session_id = getattr(result, "session_id", None)
             if session_id in self._active:
-                fields: dict[str, Any] = {}
-                modes = getattr(result, "modes", None)
-                if modes not in (None, UNSET):
-                    fields["modes"] = orjson.dumps(conv.unstructure(modes)).decode()
-                    fields["current_mode_id"] = modes.current_mode_id
-                options = getattr(result, "config_options", None)
-                if isinstance(options, list):
-                    fields["config_options"] = orjson.dumps([conv.unstructure(o) for o in options]).decode()
+                fields = self._setup_fields(result)
                 if fields:
                     self.store._set(session_id, **fields)
             return result
 
         return new
+
+    def _fork(self, inner: Callable[[Any], Awaitable[Any]]) -> Callable[[Any], Awaitable[Any]]:
+        async def fork(params: Any) -> Any:
+            result = await inner(params)
+            session_id: Any = getattr(result, "session_id", None)
+            pending = self._forks.pop(session_id, None)
+            entry = self._active.get(pending[0].session_id) if pending is not None else None
+            if pending is not None and entry is not None:
+                info, servers = pending
+                session_id = info.session_id
+                try:  # the parent's lines written so far are in its log: the copy comes behind them
+                    await self.conn.connection.wait_written()
+                finally:
+                    if not self.store._writer.closed:
+                        fork_from = (params.session_id, self._setup_fields(result))
+                        self.store._attach(
+                            session_id, info, True, servers, entry, self.conn.protocol_version, fork_from
+                        )
+            return result
+
+        return fork
 
     def _set_mode(self, inner: Callable[[Any], Awaitable[Any]]) -> Callable[[Any], Awaitable[Any]]:
         async def set_mode(params: Any) -> Any:
@@ -609,7 +762,7 @@ class SessionRecorder:
     # -- the default handlers ---------------------------------------------------------------------
     def _setup(self, session: StoredSession) -> dict[str, Any]:
         setup: dict[str, Any] = {}
-        if session.modes is not None:
+        if session.modes is not None and self.conn.protocol_version < 2:
             setup["modes"] = session.modes
         if session.config_options is not None:
             setup["configOptions"] = session.config_options
@@ -619,40 +772,85 @@ class SessionRecorder:
         spec = self.conn.variant.REQUESTS[method]
         return self.conn.connection.converter.structure_fn(spec.result_type)(wire)
 
+    def _check_version(self, session: StoredSession) -> None:
+        version = self.conn.protocol_version
+        if session.protocol_version != version:
+            raise RequestError.invalid_params(
+                {
+                    "sessionId": session.session_id,
+                    "protocolVersion": session.protocol_version,
+                    "detail": f"the session was recorded under protocol version {session.protocol_version}; "
+                    f"this connection speaks version {version}",
+                }
+            )
+
+    async def _stored(self, session_id: str) -> StoredSession:
+        session = await self.store.get(session_id)
+        if session is None:
+            raise _not_found(session_id)
+        self._check_version(session)
+        return session
+
     async def replay(self, session_id: str) -> StoredSession:
         """Send the stored conversation of ``session_id`` as ``session/update`` notifications, in order.
 
-        Prompts become ``user_message_chunk`` updates (one per content block, with the prompt's
-        ``messageId`` if it had one); the agent's updates go out as they were sent.  Returns the
-        stored session; raises :class:`RequestError` -32002 when there is none.
+        Protocol version 1: prompts become ``user_message_chunk`` updates (one per content block,
+        with the prompt's ``messageId`` if it had one; prompts that follow one another with no
+        update between them each get a ``messageId`` so that they stay separate messages).  Version
+        2: the agent's own ``user_message`` updates stand for the prompts (prompt-lifecycle.mdx),
+        and ``state_update`` s were not kept (send the current state after: :meth:`send_state`).
+        The agent's updates go out as they were sent.  Returns the stored session; raises
+        :class:`RequestError` -32002 when there is none, -32602 when it was recorded under another
+        protocol version.
         """
         found = await self.store._rows(session_id)
         if found is None:
             raise _not_found(session_id)
         session, rows = found
+        self._check_version(session)
         connection = self.conn.connection
-        for kind, data in rows:
+        v1 = self.conn.protocol_version < 2
+        prompts = 0
+        for i, (kind, data) in enumerate(rows):
             if kind == KIND_PROMPT:
-                for line in data.splitlines():
-                    self._user_chunks(session_id, line)
+                if not v1:
+                    continue
+                lines = data.splitlines()
+                # a run of prompts with no update between them (across rows too): each its own message
+                run = len(lines) > 1 or (i > 0 and rows[i - 1][0] == KIND_PROMPT)
+                run = run or (i + 1 < len(rows) and rows[i + 1][0] == KIND_PROMPT)
+                for line in lines:
+                    prompts += 1
+                    self._user_chunks(session_id, line, f"acp-trio-prompt-{prompts}" if run else None)
                 continue
             data = lines_of(kind, session_id, data)
             if data and connection.queue_lines(data):
                 await connection.wait_writable()
         return session
 
-    def _user_chunks(self, session_id: str, line: bytes) -> None:
+    def _user_chunks(self, session_id: str, line: bytes, message_id: str | None) -> None:
         try:
             params = orjson.loads(line).get("params") or {}
         except (orjson.JSONDecodeError, AttributeError):
             log.warning("session %r: skipping a stored prompt that does not decode", session_id)
             return
-        message_id = params.get("messageId")
+        own = params.get("messageId")
+        if type(own) is str:
+            message_id = own
         for block in params.get("prompt") or ():
             update: dict[str, Any] = {"sessionUpdate": "user_message_chunk", "content": block}
-            if type(message_id) is str:
+            if message_id is not None:
                 update["messageId"] = message_id
             self.conn.connection.queue_notification("session/update", {"sessionId": session_id, "update": update})
+
+    async def send_state(self, session_id: str) -> None:
+        """Protocol version 2: send the session's current ``state_update`` (``running`` while a turn
+        started with ``start_turn`` runs for it on this connection, else ``idle``), as
+        ``session/resume`` must after any replay and before its answer (the schema's ``StateUpdate``)."""
+        running = bool(self.conn._turns.get(session_id))
+        update = {"sessionUpdate": "state_update", "state": "running" if running else "idle"}
+        if self.conn.connection.queue_notification("session/update", {"sessionId": session_id, "update": update}):
+            await self.conn.connection.wait_writable()
 
     async def session_load(self, params: Any) -> Any:
         """``session/load``: replay the stored conversation, then answer its modes and config options."""
@@ -660,18 +858,36 @@ class SessionRecorder:
         return self._result("session/load", self._setup(session))
 
     async def session_resume(self, params: Any) -> Any:
-        """``session/resume``: no replay; answer the stored session's modes and config options."""
-        session = await self.store.get(params.session_id)
-        if session is None:
-            raise _not_found(params.session_id)
+        """``session/resume``: answer the stored session's modes and config options.  Version 1: no
+        replay.  Version 2: ``replayFrom`` ``{"type": "start"}`` replays the whole conversation
+        first (another cursor type answers -32602); then the current state (:meth:`send_state`)."""
+        if self.conn.protocol_version < 2:
+            session = await self._stored(params.session_id)
+            return self._result("session/resume", self._setup(session))
+        replay_from = getattr(params, "replay_from", None)
+        cursor = getattr(replay_from, "type", None)
+        if replay_from not in (None, UNSET) and cursor != "start":
+            raise RequestError.invalid_params(
+                {
+                    "path": "$.replayFrom.type",
+                    "detail": f"unsupported replay cursor {cursor!r}: this agent replays from start",
+                }
+            )
+        if cursor == "start":
+            session = await self.replay(params.session_id)
+        else:
+            session = await self._stored(params.session_id)
+        await self.send_state(params.session_id)
         return self._result("session/resume", self._setup(session))
 
     async def session_list(self, params: Any) -> Any:
-        """``session/list``: stored sessions, most recent first, ``cwd`` filter, cursor pagination."""
+        """``session/list``: stored sessions of this protocol version, most recent first, ``cwd`` filter, cursors."""
         cwd = params.cwd if isinstance(params.cwd, str) else None
         cursor = params.cursor if isinstance(params.cursor, str) else None
         try:
-            sessions, next_cursor = await self.store.list_sessions(cwd=cwd, cursor=cursor)
+            sessions, next_cursor = await self.store.list_sessions(
+                cwd=cwd, cursor=cursor, protocol_version=self.conn.protocol_version
+            )
         except ValueError:
             raise RequestError.invalid_params(
                 {"path": "$.cursor", "detail": "not a cursor this agent gave out"}
