@@ -6,6 +6,10 @@ as advertised when its value is ``true`` or an object (the schema's object marke
 ``sessionCapabilities.list: {}``); absent, ``false`` and ``null`` mean unsupported, as
 ``docs/protocol/v1/initialization.mdx`` requires ("treat all capabilities omitted ... as UNSUPPORTED").
 
+v1 elicitation (``docs/protocol/v1/elicitation.mdx`` "Checking support", "URL completion"):
+``elicitation/create`` needs ``elicitation`` and, for mode ``form``/``url``, ``elicitation.form`` /
+``elicitation.url`` (``{}`` advertises no mode); ``elicitation/complete`` needs ``elicitation.url``.
+
 ACP v2 (``docs/protocol/v2``, draft) has its own rules, below the v1 ones, checked by
 :func:`check_agent_call_v2`, :func:`check_client_call_v2` and :func:`check_method_in_version`.
 Markers are objects, not booleans: a v2 capability counts as advertised only when its value is a
@@ -74,7 +78,11 @@ CLIENT_METHOD_RULES: Final[Mapping[str, CapabilityPath]] = {
     "terminal/kill": ("terminal",),
     "terminal/release": ("terminal",),
     "elicitation/create": ("elicitation",),
+    "elicitation/complete": ("elicitation", "url"),
 }
+
+# Client methods whose verdict also depends on the params (not only on the method): elicitation/create's mode.
+CLIENT_PARAM_RULE_METHODS: Final = frozenset({"elicitation/create"})
 
 # What an agent must advertise (``agentCapabilities``) for a client to call a method.
 AGENT_METHOD_RULES: Final[Mapping[str, CapabilityPath]] = {
@@ -96,6 +104,10 @@ _MCP_TRANSPORT_RULES: Final[Mapping[str, CapabilityPath]] = {
     "sse": ("mcpCapabilities", "sse"),
 }
 _SESSION_SETUP: Final = frozenset({"session/new", "session/load", "session/resume"})
+_ELICITATION_MODE_RULES: Final[Mapping[str, CapabilityPath]] = {
+    "form": ("elicitation", "form"),
+    "url": ("elicitation", "url"),
+}
 
 
 class CapabilityError(Exception):
@@ -162,10 +174,18 @@ def check_agent_call(method: str, params: Any, agent_capabilities: Any) -> None:
 
 
 def check_client_call(method: str, params: Any, client_capabilities: Any) -> None:
-    """Raise :class:`CapabilityError` if an agent may not send ``method`` to a client."""
+    """Raise :class:`CapabilityError` if an agent may not send ``method`` with wire ``params`` to a client.
+
+    The verdict depends on ``params`` only for :data:`CLIENT_PARAM_RULE_METHODS`.
+    """
     rule = CLIENT_METHOD_RULES.get(method)
     if rule is not None and not advertised(client_capabilities, rule):
         raise CapabilityError(method, ".".join(rule), peer="client")
+    if method == "elicitation/create" and type(params) is dict:
+        mode = params.get("mode")
+        path = _ELICITATION_MODE_RULES.get(mode) if isinstance(mode, str) else None
+        if path is not None and not advertised(client_capabilities, path):
+            raise CapabilityError(method, ".".join(path), f"mode is {mode!r}", peer="client")
 
 
 # -- ACP v2 ----------------------------------------------------------------------------------------

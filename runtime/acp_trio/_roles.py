@@ -153,6 +153,11 @@ class _Side:
         """The handler object of the protocol version in use."""
         self._install(latest)
 
+    @property
+    def variants(self) -> dict[int, ModuleType]:
+        """The generated variant module of each protocol version this side speaks (``{1: acp_schema.v1, ...}``)."""
+        return {version: module for version, (module, _) in sorted(self._versions.items())}
+
     def _install(self, version: int) -> None:
         """Speak ``version`` from now on: route the methods of its variant to its handler object."""
         self.variant = self._versions[version][0]

@@ -1,13 +1,19 @@
 """A client-side broker for ``session/request_permission``: pluggable policies, timeouts, cancellation.
 
 Contract: :class:`PermissionBroker` is a client handler (it has ``session_request_permission``)
-that answers every permission request through a *policy* and never leaves one hanging:
+that answers every permission request through a *policy* and never leaves one hanging, in either
+protocol version: it takes the ``RequestPermissionRequest`` of any schema variant (v1: the tool
+call in ``toolCall``; v2: a required ``title``, optional ``description`` and an optional
+``subject``, a ``tool_call`` or a ``command``) and answers with the ``RequestPermissionResponse``
+of the request's own variant (:data:`PermissionRequest`):
 
-- a **policy** is an async callable ``(v1.RequestPermissionRequest) -> str | None`` returning the
-  ``optionId`` of one of ``request.options`` to select, or ``None`` for the ``cancelled`` outcome
-  (:data:`PermissionPolicy`).  Provided: :func:`ask` (an async callback, e.g. an editor dialog),
-  :func:`allow_kinds` (an allow-list by the tool call's ``ToolKind``), :func:`deny_all`,
-  :func:`allow_all`;
+- a **policy** is an async callable ``(request) -> str | None`` returning the ``optionId`` of one
+  of ``request.options`` to select, or ``None`` for the ``cancelled`` outcome
+  (:data:`PermissionPolicy`; in v1 ``cancelled`` reports a cancelled turn, in v2 it also means
+  "dismissed or declined by policy": not approved either way).  Provided: :func:`ask` (an async
+  callback, e.g. an editor dialog), :func:`allow_kinds` (an allow-list by the ``ToolKind`` of
+  what is asked about, :func:`tool_kind_of`), :func:`deny_all`, :func:`allow_all`;
+  :func:`permission_title` and :func:`tool_call_id_of` read a request of either version;
 - ``timeout`` (seconds): a policy that has not decided in time is cancelled and ``on_timeout``
   (default :func:`deny_all`) decides instead, within another ``timeout`` seconds, after which the
   broker answers as :func:`deny_all` does;
@@ -22,9 +28,11 @@ that answers every permission request through a *policy* and never leaves one ha
   session's pending requests ``cancelled``;
 - when the client sends ``session/cancel`` (``await conn.agent.session_cancel(...)``), the runtime
   (:class:`~acp_trio.ClientSideConnection`) cancels the broker's handlers of that session and
-  answers them, and any new request of that session until its prompt returns, ``cancelled``
-  (the spec's MUST); the broker drops them from :meth:`~PermissionBroker.pending` and records
-  ``decided_by == "session/cancel"``.
+  answers them, and any new request of that session until its turn ends (v1: the prompt's
+  response; v2: the ``idle`` state update), ``cancelled`` (the spec's MUST); on v2 it also answers
+  ``cancelled`` to a request the agent withdraws with ``$/cancel_request`` (schema
+  ``RequestPermissionOutcome``).  The broker drops such requests from
+  :meth:`~PermissionBroker.pending` and records ``decided_by == "session/cancel"``.
 
 Use it as the client, or as its ``session_request_permission``::
 
@@ -34,8 +42,12 @@ Use it as the client, or as its ``session_request_permission``::
         def __init__(self) -> None:
             self.session_request_permission = broker.session_request_permission
 
+Importing this module does not import ``acp_schema.v2``: a v2 request arrives with its variant loaded.
+
 Sources: ``docs/protocol/v1/tool-calls.mdx`` (Requesting Permission, Permission Options),
-``prompt-turn.mdx`` (Cancellation); schema ``$defs``: ``RequestPermissionRequest``,
+``prompt-turn.mdx`` (Cancellation); ``docs/protocol/v2/tool-calls.mdx`` (Requesting Permission),
+``v2/migration.mdx`` (Permission requests), ``v2/prompt-lifecycle.mdx`` (Cancellation); schema
+``$defs`` (v1 and v2): ``RequestPermissionRequest``, ``RequestPermissionSubject``,
 ``RequestPermissionOutcome``, ``PermissionOption``, ``PermissionOptionKind``, ``ToolKind``.
 """
 
@@ -43,17 +55,30 @@ from __future__ import annotations
 
 import logging
 import math
+import sys
 from collections.abc import Awaitable, Callable, Iterable
-from typing import Any, Literal, TypeAlias
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
 import trio
 
 from acp_schema import v1
 
+if TYPE_CHECKING:
+    from acp_schema import v2
+
 log = logging.getLogger("acp_trio.permissions")
 
-PermissionPolicy: TypeAlias = Callable[[v1.RequestPermissionRequest], Awaitable[str | None]]
-"""Decides one permission request: ``async (request) -> optionId | None``.
+PermissionRequest: TypeAlias = "v1.RequestPermissionRequest | v2.RequestPermissionRequest"
+"""A ``session/request_permission`` request of either protocol version (the unstable variants'
+requests have the same shape and work too)."""
+
+PermissionOption: TypeAlias = "v1.PermissionOption | v2.PermissionOption"
+"""An option a permission request offers (``option_id``, ``name``, ``kind``)."""
+
+PermissionPolicy: TypeAlias = Callable[[Any], Awaitable[str | None]]
+"""Decides one permission request: ``async (request) -> optionId | None`` (``request``: a
+:data:`PermissionRequest`).
 
 Return the ``optionId`` of one of ``request.options`` to answer ``{"outcome": "selected",
 "optionId": ...}``, or ``None`` to answer ``{"outcome": "cancelled"}``.  A policy may take as long
@@ -75,9 +100,54 @@ ALLOW_KINDS: tuple[v1.PermissionOptionKind, ...] = ("allow_once", "allow_always"
 """The option kinds that allow, most restrictive first."""
 REJECT_KINDS: tuple[v1.PermissionOptionKind, ...] = ("reject_once", "reject_always")
 """The option kinds that reject, most restrictive first."""
+COMMAND_TOOL_KIND = "execute"
+"""The ``ToolKind`` a v2 ``command`` permission subject counts as (the spec's kind for "running
+commands or code"; the subject itself has no kind)."""
 
 
-def choose_option(options: Iterable[v1.PermissionOption], kinds: Iterable[str]) -> str | None:
+def variant_of(message: Any) -> ModuleType:
+    """The generated schema variant module (``acp_schema.v1``, ``acp_schema.v2``, ...) ``message``
+    (a generated object) belongs to; ``TypeError`` for anything else.  Imports nothing."""
+    package = type(message).__module__.rpartition(".")[0]
+    module = sys.modules.get(package) if package.startswith("acp_schema.") else None
+    if module is None or not isinstance(getattr(module, "PROTOCOL_VERSION", None), int):
+        raise TypeError(f"expected an object of a generated acp_schema variant, got {type(message).__name__}")
+    return module
+
+
+def tool_call_id_of(request: PermissionRequest) -> str | None:
+    """The ``toolCallId`` of the tool call a permission request is about, or ``None``.
+
+    v1: ``request.toolCall.toolCallId``.  v2: the ``tool_call`` subject's ``toolCall.toolCallId``,
+    or a ``command`` subject's optional ``toolCallId``; ``None`` without a subject, for another
+    subject type, or when the command names no tool call.
+    """
+    tool_call = getattr(request, "tool_call", None)
+    if tool_call is None:
+        subject: Any = getattr(request, "subject", None)
+        kind = getattr(subject, "type", None)
+        if kind == "tool_call":
+            tool_call = subject.tool_call
+        elif kind == "command":
+            tool_call_id = subject.tool_call_id
+            return tool_call_id if isinstance(tool_call_id, str) else None
+    tool_call_id = getattr(tool_call, "tool_call_id", None)
+    return tool_call_id if isinstance(tool_call_id, str) else None
+
+
+def permission_title(request: PermissionRequest) -> str:
+    """What to show as the question: v2 ``title``; v1 (which has none) the tool call's ``title``,
+    else its ``toolCallId``."""
+    title = getattr(request, "title", None)
+    if isinstance(title, str):
+        return title
+    tool_call: Any = getattr(request, "tool_call", None)
+    if tool_call is not None and isinstance(tool_call.title, str) and tool_call.title:
+        return str(tool_call.title)
+    return tool_call_id_of(request) or "permission request"
+
+
+def choose_option(options: Iterable[PermissionOption], kinds: Iterable[str]) -> str | None:
     """The ``optionId`` of the first option whose ``kind`` is ``kinds[0]``, else ``kinds[1]``, ...
 
     ``options``: the request's ``PermissionOption`` list (earlier options win among equals).
@@ -91,7 +161,7 @@ def choose_option(options: Iterable[v1.PermissionOption], kinds: Iterable[str]) 
     return None
 
 
-def deny_choice(request: v1.RequestPermissionRequest) -> str | None:
+def deny_choice(request: PermissionRequest) -> str | None:
     """What :func:`deny_all` answers, synchronously: the ``reject_once`` option, else
     ``reject_always``, else ``None`` (``cancelled``: nothing to reject with)."""
     return choose_option(request.options, REJECT_KINDS)
@@ -101,7 +171,7 @@ def deny_all() -> PermissionPolicy:
     """A policy that rejects everything: selects a ``reject_once`` option, else ``reject_always``,
     else answers ``cancelled`` (the request offered no way to reject)."""
 
-    async def deny(request: v1.RequestPermissionRequest) -> str | None:
+    async def deny(request: PermissionRequest) -> str | None:
         return deny_choice(request)
 
     return deny
@@ -111,25 +181,34 @@ def allow_all() -> PermissionPolicy:
     """A policy that allows everything: selects an ``allow_once`` option, else ``allow_always``;
     a request that offers neither is answered as :func:`deny_all` does."""
 
-    async def allow(request: v1.RequestPermissionRequest) -> str | None:
+    async def allow(request: PermissionRequest) -> str | None:
         choice = choose_option(request.options, ALLOW_KINDS)
         return choice if choice is not None else deny_choice(request)
 
     return allow
 
 
-def tool_kind_of(request: v1.RequestPermissionRequest, kind_of: KindLookup | None = None) -> str:
-    """The ``ToolKind`` of the tool call a request asks about.
+def tool_kind_of(request: PermissionRequest, kind_of: KindLookup | None = None) -> str:
+    """The ``ToolKind`` of what a request asks about.
 
-    ``request.toolCall.kind`` when set; else ``kind_of(session_id, tool_call_id)`` (the kind the
-    earlier ``tool_call`` update announced) when given and known; else ``"other"`` (the spec's
-    default kind, ``tool-calls.mdx``).
+    v1: ``request.toolCall.kind``; v2: the ``tool_call`` subject's ``toolCall.kind``, or
+    :data:`COMMAND_TOOL_KIND` (``"execute"``) for a ``command`` subject.  When that is not set:
+    ``kind_of(session_id, tool_call_id)`` (the kind the earlier tool call update announced) when
+    given and known; else ``"other"`` (the spec's default kind, ``tool-calls.mdx``; also a v2
+    request without a subject or with an unknown subject type).
     """
-    kind = request.tool_call.kind
+    subject: Any = getattr(request, "subject", None)
+    if getattr(subject, "type", None) == "command":
+        return COMMAND_TOOL_KIND
+    tool_call: Any = getattr(request, "tool_call", None)
+    if tool_call is None and getattr(subject, "type", None) == "tool_call":
+        tool_call = subject.tool_call
+    kind = getattr(tool_call, "kind", None)
     if isinstance(kind, str):
         return kind
-    if kind_of is not None:
-        known = kind_of(request.session_id, request.tool_call.tool_call_id)
+    tool_call_id = tool_call_id_of(request)
+    if kind_of is not None and tool_call_id is not None:
+        known = kind_of(request.session_id, tool_call_id)
         if isinstance(known, str):
             return known
     return "other"
@@ -155,7 +234,7 @@ def allow_kinds(
     allowed = frozenset(kinds)
     fallback = otherwise if otherwise is not None else deny_all()
 
-    async def allow_listed(request: v1.RequestPermissionRequest) -> str | None:
+    async def allow_listed(request: PermissionRequest) -> str | None:
         if tool_kind_of(request, kind_of) in allowed:
             choice = choose_option(request.options, ALLOW_KINDS)
             if choice is not None:
@@ -165,18 +244,19 @@ def allow_kinds(
     return allow_listed
 
 
-def ask(callback: Callable[[v1.RequestPermissionRequest], Awaitable[str | None]]) -> PermissionPolicy:
+def ask(callback: Callable[[Any], Awaitable[str | None]]) -> PermissionPolicy:
     """A policy that asks ``callback`` (e.g. shows the options in an editor dialog).
 
-    ``callback``: ``async (request) -> optionId | None`` (``None``: the user dismissed the
-    request, answered ``cancelled``).  It is cancelled (``trio.Cancelled``) when the broker's
-    timeout expires, on ``session/cancel`` or when the request is answered otherwise: close the
-    dialog in a ``finally``.  Raises ``TypeError`` when ``callback`` is not callable.
+    ``callback``: ``async (request) -> optionId | None`` (``request``: a :data:`PermissionRequest`;
+    ``None``: the user dismissed the request, answered ``cancelled``).  It is cancelled
+    (``trio.Cancelled``) when the broker's timeout expires, on ``session/cancel`` or when the
+    request is answered otherwise: close the dialog in a ``finally``.  Raises ``TypeError`` when
+    ``callback`` is not callable.
     """
     if not callable(callback):
         raise TypeError(f"ask() takes an async callable (request) -> option id | None, got {callback!r}")
 
-    async def asking(request: v1.RequestPermissionRequest) -> str | None:
+    async def asking(request: PermissionRequest) -> str | None:
         return await callback(request)
 
     return asking
@@ -185,7 +265,7 @@ def ask(callback: Callable[[v1.RequestPermissionRequest], Awaitable[str | None]]
 class PendingPermission:
     """One ``session/request_permission`` the broker is deciding (listed by :meth:`PermissionBroker.pending`).
 
-    ``request``: the ``v1.RequestPermissionRequest``.  ``deadline``: the ``trio.current_time()``
+    ``request``: the :data:`PermissionRequest` (v1 or v2).  ``deadline``: the ``trio.current_time()``
     at which the policy's time runs out (``math.inf`` without a timeout).  Once answered,
     ``option_id`` holds the selected ``optionId`` (``None``: ``cancelled``) and ``decided_by``
     says who decided (:data:`DecidedBy`; ``None`` while pending).
@@ -193,7 +273,7 @@ class PendingPermission:
 
     __slots__ = ("_scope", "deadline", "decided_by", "option_id", "request")
 
-    def __init__(self, request: v1.RequestPermissionRequest, deadline: float) -> None:
+    def __init__(self, request: PermissionRequest, deadline: float) -> None:
         self.request = request
         self.deadline = deadline
         self.option_id: str | None = None
@@ -206,14 +286,20 @@ class PendingPermission:
         return self.request.session_id
 
     @property
-    def tool_call_id(self) -> str:
-        """The ``toolCallId`` of the tool call the request asks about."""
-        return self.request.tool_call.tool_call_id
+    def tool_call_id(self) -> str | None:
+        """The ``toolCallId`` of the tool call the request asks about (:func:`tool_call_id_of`;
+        ``None`` for a v2 request about no tool call)."""
+        return tool_call_id_of(self.request)
 
     @property
-    def options(self) -> list[v1.PermissionOption]:
-        """The options the agent offered (``PermissionOption``: ``option_id``, ``name``, ``kind``)."""
-        return self.request.options
+    def title(self) -> str:
+        """The question to show (:func:`permission_title`)."""
+        return permission_title(self.request)
+
+    @property
+    def options(self) -> list[Any]:
+        """The options the agent offered (:data:`PermissionOption`: ``option_id``, ``name``, ``kind``)."""
+        return list(self.request.options)
 
     @property
     def answered(self) -> bool:
@@ -259,7 +345,8 @@ class PermissionBroker:
     (for an audit log or a UI; an exception it raises is logged).  Raises ``TypeError`` for a policy that is
     not callable and ``ValueError`` for a timeout that is not a positive number of seconds.
 
-    One broker serves one connection (pending requests are keyed by session id).
+    One broker serves one connection (pending requests are keyed by session id), whichever
+    protocol version it negotiates.
     """
 
     def __init__(
@@ -287,8 +374,9 @@ class PermissionBroker:
         self._pending: dict[str, list[PendingPermission]] = {}
 
     # -- the handler -----------------------------------------------------------------------------
-    async def session_request_permission(self, params: v1.RequestPermissionRequest) -> v1.RequestPermissionResponse:
-        """Decide ``params`` (see the class docstring) and answer ``selected`` or ``cancelled``.
+    async def session_request_permission(self, params: Any) -> Any:
+        """Decide ``params`` (a :data:`PermissionRequest`; see the class docstring) and answer
+        ``selected`` or ``cancelled`` with the ``RequestPermissionResponse`` of its variant.
 
         While deciding, the request is listed by :meth:`pending`.  Cancellation from outside (the
         runtime on ``session/cancel``) propagates: the runtime answers ``cancelled``.
@@ -304,34 +392,35 @@ class PermissionBroker:
         except BaseException:
             # cancelled from outside: the runtime (session/cancel) answers "cancelled" itself
             entry.option_id, entry.decided_by = None, "session/cancel"
-            log.debug("permission request for tool call %r cancelled from outside", entry.tool_call_id)
+            log.debug("permission request %r cancelled from outside", entry.title)
             raise
         finally:
             queue.remove(entry)
             if not queue and self._pending.get(params.session_id) is queue:
                 del self._pending[params.session_id]
             self._answered(entry)
+        variant = variant_of(params)
         if entry.option_id is None:
-            return v1.RequestPermissionResponse(outcome=v1.CancelledRequestPermissionOutcome())
-        return v1.RequestPermissionResponse(outcome=v1.SelectedRequestPermissionOutcome(option_id=entry.option_id))
+            return variant.RequestPermissionResponse(outcome=variant.CancelledRequestPermissionOutcome())
+        outcome = variant.SelectedRequestPermissionOutcome(option_id=entry.option_id)
+        return variant.RequestPermissionResponse(outcome=outcome)
 
-    async def _decide(self, request: v1.RequestPermissionRequest) -> tuple[str | None, DecidedBy]:
+    async def _decide(self, request: PermissionRequest) -> tuple[str | None, DecidedBy]:
         if self.timeout is None:
             return await self._consult(self.policy, request, "policy")
         with trio.move_on_after(self.timeout):
             return await self._consult(self.policy, request, "policy")
         log.info(
-            "permission request for tool call %r of session %r: no decision within %s s, asking on_timeout",
-            request.tool_call.tool_call_id,
+            "permission request %r of session %r: no decision within %s s, asking on_timeout",
+            permission_title(request),
             request.session_id,
             self.timeout,
         )
         with trio.move_on_after(self.timeout):
             return await self._consult(self.on_timeout, request, "timeout")
         log.error(
-            "permission request for tool call %r of session %r: on_timeout did not decide within %s s either; "
-            "answering as deny_all",
-            request.tool_call.tool_call_id,
+            "permission request %r of session %r: on_timeout did not decide within %s s either; answering as deny_all",
+            permission_title(request),
             request.session_id,
             self.timeout,
         )
@@ -339,15 +428,15 @@ class PermissionBroker:
 
     @staticmethod
     async def _consult(
-        policy: PermissionPolicy, request: v1.RequestPermissionRequest, decided_by: DecidedBy
+        policy: PermissionPolicy, request: PermissionRequest, decided_by: DecidedBy
     ) -> tuple[str | None, DecidedBy]:
         try:
             choice: Any = await policy(request)
         except Exception:
             log.exception(
-                "permission policy %r raised for tool call %r; answering as deny_all",
+                "permission policy %r raised for %r; answering as deny_all",
                 policy,
-                request.tool_call.tool_call_id,
+                permission_title(request),
             )
             return deny_choice(request), "fallback"
         if choice is None:
@@ -356,12 +445,11 @@ class PermissionBroker:
             return choice, decided_by
         offered = [option.option_id for option in request.options]
         log.error(
-            "permission policy %r chose %r, which is not one of the offered options %r (tool call %r); "
-            "answering as deny_all",
+            "permission policy %r chose %r, which is not one of the offered options %r (%r); answering as deny_all",
             policy,
             choice,
             offered,
-            request.tool_call.tool_call_id,
+            permission_title(request),
         )
         return deny_choice(request), "fallback"
 
@@ -395,17 +483,23 @@ class PermissionBroker:
 
 __all__ = [
     "ALLOW_KINDS",
+    "COMMAND_TOOL_KIND",
     "REJECT_KINDS",
     "DecidedBy",
     "KindLookup",
     "PendingPermission",
     "PermissionBroker",
+    "PermissionOption",
     "PermissionPolicy",
+    "PermissionRequest",
     "allow_all",
     "allow_kinds",
     "ask",
     "choose_option",
     "deny_all",
     "deny_choice",
+    "permission_title",
+    "tool_call_id_of",
     "tool_kind_of",
+    "variant_of",
 ]

@@ -95,16 +95,21 @@ import base64
 import binascii
 import inspect
 import logging
+import sys
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
-from typing import Any, Literal, Protocol, TypeAlias, TypeVar
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, Final, Literal, Protocol, TypeAlias, TypeVar
 
 import attrs
 import trio
 
-from acp_schema import v1, v2, v2_unstable
+from acp_schema import v1
 
 from ._spec import UNSET
 from .upsert import append_item, apply_patch, upsert
+
+if TYPE_CHECKING:  # the v2 variants load when a v2 object first reaches a state (see _learn_variant)
+    from acp_schema import v2, v2_unstable
 
 log = logging.getLogger("acp_trio.session_state")
 
@@ -113,21 +118,21 @@ Role: TypeAlias = Literal["user", "agent", "thought", "session"]
 ``"agent"``, ``agent_thought(_chunk)`` → ``"thought"``; ``"session"``: a ``v2_unstable``
 ``session_message(_chunk)`` (a message exchanged with another session)."""
 
-ContentBlock: TypeAlias = v1.ContentBlock | v2.ContentBlock | v2_unstable.ContentBlock
+ContentBlock: TypeAlias = "v1.ContentBlock | v2.ContentBlock | v2_unstable.ContentBlock"
 """A message's content block, of any schema variant."""
 
-ToolCallContent: TypeAlias = v1.ToolCallContent | v2.ToolCallContent | v2_unstable.ToolCallContent
+ToolCallContent: TypeAlias = "v1.ToolCallContent | v2.ToolCallContent | v2_unstable.ToolCallContent"
 """A tool call's content item, of any schema variant."""
 
-ToolCallLocation: TypeAlias = v1.ToolCallLocation | v2.ToolCallLocation | v2_unstable.ToolCallLocation
+ToolCallLocation: TypeAlias = "v1.ToolCallLocation | v2.ToolCallLocation | v2_unstable.ToolCallLocation"
 """A tool call's location, of any schema variant."""
 
 SessionNotification: TypeAlias = (
-    v1.SessionNotification | v2.UpdateSessionNotification | v2_unstable.UpdateSessionNotification
+    "v1.SessionNotification | v2.UpdateSessionNotification | v2_unstable.UpdateSessionNotification"
 )
 """A ``session/update`` notification's params, of any schema variant :class:`SessionState` folds."""
 
-SessionUpdate: TypeAlias = v1.SessionUpdate | v2.SessionUpdate | v2_unstable.SessionUpdate
+SessionUpdate: TypeAlias = "v1.SessionUpdate | v2.SessionUpdate | v2_unstable.SessionUpdate"
 """A ``SessionUpdate`` variant, of any schema variant :class:`SessionState` folds."""
 
 UpdateCallback: TypeAlias = Callable[["SessionState", Any], "Awaitable[object] | object"]
@@ -135,7 +140,8 @@ UpdateCallback: TypeAlias = Callable[["SessionState", Any], "Awaitable[object] |
 folded into ``state``; may be sync or async."""
 
 _TEXT = "text"
-_NOTIFICATIONS = (v1.SessionNotification, v2.UpdateSessionNotification, v2_unstable.UpdateSessionNotification)
+_NOTIFICATIONS: set[type] = {v1.SessionNotification}
+"""The session notification classes of the variants registered so far (v1 now, v2 ones on first sight)."""
 
 
 def _text_of(blocks: Iterable[Any]) -> str:
@@ -307,13 +313,8 @@ TranscriptEntry: TypeAlias = MessageEntry | ToolCallEntry | CompactionEntry
 """An entry of :attr:`SessionState.transcript`."""
 
 SessionSetupResponse: TypeAlias = (
-    v1.NewSessionResponse
-    | v1.LoadSessionResponse
-    | v1.ResumeSessionResponse
-    | v2.NewSessionResponse
-    | v2.ResumeSessionResponse
-    | v2_unstable.NewSessionResponse
-    | v2_unstable.ResumeSessionResponse
+    "v1.NewSessionResponse | v1.LoadSessionResponse | v1.ResumeSessionResponse | v2.NewSessionResponse "
+    "| v2.ResumeSessionResponse | v2_unstable.NewSessionResponse | v2_unstable.ResumeSessionResponse"
 )
 """A response that carries a session's initial ``modes`` (v1), ``configOptions`` and (v2) ``availableCommands``."""
 
@@ -322,24 +323,12 @@ _ROLES: dict[type, Role] = {
     v1.AgentMessageChunkSessionUpdate: "agent",
     v1.AgentThoughtChunkSessionUpdate: "thought",
 }
-for _variant in (v2, v2_unstable):
-    _ROLES.update(
-        {
-            _variant.UserMessageChunkSessionUpdate: "user",
-            _variant.UserMessageSessionUpdate: "user",
-            _variant.AgentMessageChunkSessionUpdate: "agent",
-            _variant.AgentMessageSessionUpdate: "agent",
-            _variant.AgentThoughtChunkSessionUpdate: "thought",
-            _variant.AgentThoughtSessionUpdate: "thought",
-        }
-    )
-_ROLES[v2_unstable.SessionMessageSessionUpdate] = "session"
-_ROLES[v2_unstable.SessionMessageChunkSessionUpdate] = "session"
 
 _TOOL_CALL_CLEARED: dict[str, Any] = {"title": "", "kind": "other", "status": "pending", "content": [], "locations": []}
 """What ``null`` resets a v2 tool call field to (schema ``ToolCallUpdate``); other fields: ``None``."""
 
-_STATE_OTHERS = (v2.StateUpdateSessionUpdateOther, v2_unstable.StateUpdateSessionUpdateOther)
+_STATE_OTHERS: set[type] = set()
+"""The ``StateUpdateSessionUpdateOther`` classes of the v2 variants registered so far."""
 
 
 def _decode(data: str, terminal_id: str) -> bytes | None:
@@ -445,15 +434,22 @@ class SessionState:
         Raises ``ValueError`` for a notification of another session (nothing changes) and
         ``TypeError`` for an object that is neither (no ``sessionUpdate`` tag).
         """
-        if isinstance(update, _NOTIFICATIONS):
+        item: Any = update
+        kind = type(item)
+        if kind not in _HANDLERS and kind not in _NOTIFICATIONS:
+            _learn_variant(kind)
+        if kind in _NOTIFICATIONS:
             if self.session_id is None:
-                self.session_id = update.session_id
-            elif update.session_id != self.session_id:
+                self.session_id = item.session_id
+            elif item.session_id != self.session_id:
                 raise ValueError(
-                    f"a session/update of session {update.session_id!r} cannot be applied to the state of "
+                    f"a session/update of session {item.session_id!r} cannot be applied to the state of "
                     f"session {self.session_id!r}"
                 )
-            update = update.update
+            item = item.update
+            if type(item) not in _HANDLERS:
+                _learn_variant(type(item))
+        update = item
         handler = _HANDLERS.get(type(update))
         if handler is None:
             if not isinstance(getattr(update, "session_update", None), str):
@@ -726,7 +722,7 @@ class SessionState:
         else:
             self.stop_reason = None
             self.stop_error = None
-        if isinstance(update, _STATE_OTHERS):
+        if type(update) in _STATE_OTHERS:
             self.unknown.append(update)  # a state this schema does not know: kept verbatim too
 
     def _session_info_upsert(self, update: v2.SessionInfoUpdateSessionUpdate) -> None:
@@ -764,43 +760,70 @@ _HANDLERS: dict[type, Callable[[SessionState, Any], None]] = {
     v1.CompactionUpdateSessionUpdate: SessionState._compaction_update,
     v1.CompactionSummaryChunkSessionUpdate: SessionState._compaction_summary_chunk,
 }
-for _variant in (v2, v2_unstable):
-    _HANDLERS.update(
-        {
-            _variant.UserMessageChunkSessionUpdate: SessionState._message_chunk,
-            _variant.UserMessageSessionUpdate: SessionState._message_upsert,
-            _variant.AgentMessageChunkSessionUpdate: SessionState._message_chunk,
-            _variant.AgentMessageSessionUpdate: SessionState._message_upsert,
-            _variant.AgentThoughtChunkSessionUpdate: SessionState._message_chunk,
-            _variant.AgentThoughtSessionUpdate: SessionState._message_upsert,
-            _variant.RunningStateUpdateSessionUpdate: SessionState._state_update,
-            _variant.IdleStateUpdateSessionUpdate: SessionState._state_update,
-            _variant.RequiresActionStateUpdateSessionUpdate: SessionState._state_update,
-            _variant.StateUpdateSessionUpdateOther: SessionState._state_update,
-            _variant.ToolCallContentChunkSessionUpdate: SessionState._tool_call_content_chunk,
-            _variant.ToolCallUpdateSessionUpdate: SessionState._tool_call_upsert,
-            _variant.TerminalUpdateSessionUpdate: SessionState._terminal_update,
-            _variant.TerminalOutputChunkSessionUpdate: SessionState._terminal_output_chunk,
-            _variant.PlanUpdateSessionUpdate: SessionState._plan_update,
-            _variant.AvailableCommandsUpdateSessionUpdate: SessionState._available_commands,
-            _variant.ConfigOptionUpdateSessionUpdate: SessionState._config_options,
-            _variant.SessionInfoUpdateSessionUpdate: SessionState._session_info_upsert,
-            _variant.UsageUpdateSessionUpdate: SessionState._usage_upsert,
-            _variant.NoticeSessionUpdate: SessionState._notice,
-            _variant.CompactionUpdateSessionUpdate: SessionState._compaction_upsert,
-            _variant.CompactionSummaryChunkSessionUpdate: SessionState._compaction_summary_chunk,
-        }
-    )
-_HANDLERS.update(
-    {
-        v2_unstable.UnknownStateUpdateSessionUpdate: SessionState._state_update,
-        v2_unstable.PlanRemovedSessionUpdate: SessionState._plan_removed,
-        v2_unstable.SubagentUpdateSessionUpdate: SessionState._subagent_upsert,
-        v2_unstable.SessionMessageSessionUpdate: SessionState._message_upsert,
-        v2_unstable.SessionMessageChunkSessionUpdate: SessionState._message_chunk,
-    }
+_V2_RULES: tuple[tuple[str, Callable[[SessionState, Any], None], Role | None], ...] = (
+    ("UserMessageChunkSessionUpdate", SessionState._message_chunk, "user"),
+    ("UserMessageSessionUpdate", SessionState._message_upsert, "user"),
+    ("AgentMessageChunkSessionUpdate", SessionState._message_chunk, "agent"),
+    ("AgentMessageSessionUpdate", SessionState._message_upsert, "agent"),
+    ("AgentThoughtChunkSessionUpdate", SessionState._message_chunk, "thought"),
+    ("AgentThoughtSessionUpdate", SessionState._message_upsert, "thought"),
+    ("RunningStateUpdateSessionUpdate", SessionState._state_update, None),
+    ("IdleStateUpdateSessionUpdate", SessionState._state_update, None),
+    ("RequiresActionStateUpdateSessionUpdate", SessionState._state_update, None),
+    ("StateUpdateSessionUpdateOther", SessionState._state_update, None),
+    ("ToolCallContentChunkSessionUpdate", SessionState._tool_call_content_chunk, None),
+    ("ToolCallUpdateSessionUpdate", SessionState._tool_call_upsert, None),
+    ("TerminalUpdateSessionUpdate", SessionState._terminal_update, None),
+    ("TerminalOutputChunkSessionUpdate", SessionState._terminal_output_chunk, None),
+    ("PlanUpdateSessionUpdate", SessionState._plan_update, None),
+    ("AvailableCommandsUpdateSessionUpdate", SessionState._available_commands, None),
+    ("ConfigOptionUpdateSessionUpdate", SessionState._config_options, None),
+    ("SessionInfoUpdateSessionUpdate", SessionState._session_info_upsert, None),
+    ("UsageUpdateSessionUpdate", SessionState._usage_upsert, None),
+    ("NoticeSessionUpdate", SessionState._notice, None),
+    ("CompactionUpdateSessionUpdate", SessionState._compaction_upsert, None),
+    ("CompactionSummaryChunkSessionUpdate", SessionState._compaction_summary_chunk, None),
+    # v2_unstable only
+    ("UnknownStateUpdateSessionUpdate", SessionState._state_update, None),
+    ("PlanRemovedSessionUpdate", SessionState._plan_removed, None),
+    ("SubagentUpdateSessionUpdate", SessionState._subagent_upsert, None),
+    ("SessionMessageSessionUpdate", SessionState._message_upsert, "session"),
+    ("SessionMessageChunkSessionUpdate", SessionState._message_chunk, "session"),
 )
-del _variant
+"""The v2 folding rules by generated class name: (class, handler, message role or ``None``); a
+variant registers the classes it has."""
+
+_V2_VARIANTS: Final = frozenset({"acp_schema.v2", "acp_schema.v2_unstable"})
+"""The schema variants folded by the v2 rules, registered when their first object arrives."""
+_REGISTERED: set[str] = set()
+
+
+def _register_v2(variant: ModuleType) -> None:
+    """Fold the updates of ``variant`` (``acp_schema.v2`` or ``v2_unstable``) by the v2 rules."""
+    for name, handler, role in _V2_RULES:
+        cls = getattr(variant, name, None)
+        if cls is None:
+            continue
+        _HANDLERS[cls] = handler
+        if role is not None:
+            _ROLES[cls] = role
+    _NOTIFICATIONS.add(variant.UpdateSessionNotification)
+    _STATE_OTHERS.add(variant.StateUpdateSessionUpdateOther)
+    _REGISTERED.add(variant.__name__)
+
+
+def _learn_variant(kind: type) -> None:
+    """Register the v2 rules for the variant ``kind`` belongs to, if it is a v2 one not registered yet.
+
+    Importing this module does not import ``acp_schema.v2`` (about 140 ms, and as much again for
+    ``v2_unstable``): a v1 client never pays for it.  An object of a v2 class exists only once its
+    variant was imported, so this looks the module up and imports nothing.
+    """
+    package = kind.__module__.rpartition(".")[0]
+    if package in _V2_VARIANTS and package not in _REGISTERED:
+        variant = sys.modules.get(package)
+        if variant is not None:
+            _register_v2(variant)
 
 
 class _SessionLoader(Protocol):
@@ -811,8 +834,8 @@ class _SessionLoader(Protocol):
 
 _Params = TypeVar("_Params", contravariant=True)
 _Result = TypeVar("_Result", covariant=True)
-_ResumeRequest = TypeVar("_ResumeRequest", v2.ResumeSessionRequest, v2_unstable.ResumeSessionRequest)
-_ResumeResponse = TypeVar("_ResumeResponse", v2.ResumeSessionResponse, v2_unstable.ResumeSessionResponse)
+_ResumeRequest = TypeVar("_ResumeRequest", "v2.ResumeSessionRequest", "v2_unstable.ResumeSessionRequest")
+_ResumeResponse = TypeVar("_ResumeResponse", "v2.ResumeSessionResponse", "v2_unstable.ResumeSessionResponse")
 
 
 class _SessionResumer(Protocol[_Params, _Result]):

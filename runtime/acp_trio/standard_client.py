@@ -1,48 +1,89 @@
-"""A client with every battery plugged in: the editor side of ACP in a page of code.
+"""A client with every battery plugged in: the editor side of ACP in a page of code, in protocol version 1 or 2.
 
 :class:`StandardClient` answers everything an agent may ask of a client, for the sessions this
 client opened (``conn.sessions``):
 
 - ``fs/read_text_file`` / ``fs/write_text_file`` inside each session's ``cwd`` and
-  ``additionalDirectories`` (:class:`acp_trio.fs.SessionFileSystem`);
+  ``additionalDirectories`` (:class:`acp_trio.fs.SessionFileSystem`; v1 only: v2 has no client
+  file system);
 - ``terminal/*`` with real processes, released when their session ends or the connection closes
-  (:class:`acp_trio.terminals.TerminalManager`; working directories kept inside the roots);
+  (:class:`acp_trio.terminals.TerminalManager`; working directories kept inside the roots; v1 only);
 - ``session/request_permission`` through a policy (:class:`acp_trio.permissions.PermissionBroker`;
-  default :func:`~acp_trio.permissions.deny_all`, so nothing runs unless you allow it);
+  default :func:`~acp_trio.permissions.deny_all`, so nothing runs unless you allow it), v1 and v2;
+- ``elicitation/create`` and ``elicitation/complete`` through a policy
+  (:class:`acp_trio.elicitation.ElicitationBroker`), advertised only when one is given; without
+  one every elicitation is answered -32602, as the spec says for modes a client did not advertise;
 - ``session/update``, folded into one :class:`acp_trio.session_state.SessionState` per session
   (``client.states``); override :meth:`StandardClient.on_update` to render it as it changes.
 
-Use it as the ``client`` of :func:`acp_trio.spawn_agent` (it takes the connection first)::
+It works on whichever version the connection negotiates: its handlers take the types of either
+variant and answer in the request's own variant; :meth:`StandardClient.initialize` offers every
+version the connection speaks, :meth:`StandardClient.prompt` returns when the turn ends in both
+(v1: the ``session/prompt`` response; v2: the ``idle`` state update after the receipt).  Give it
+for several versions with :meth:`StandardClient.for_versions`, which builds one object per
+connection for all of them::
 
-    async with spawn_agent("my-agent", client=functools.partial(StandardClient, policy=allow_kinds({"read"}))) as conn:
+    make = StandardClient.for_versions(policy=allow_kinds({"read"}))  # {v1: make, v2: make}
+    async with spawn_agent("my-agent", client=make) as conn:
         client: StandardClient = conn.handler
-        await conn.agent.initialize(v1.InitializeRequest(protocol_version=1, client_capabilities=client.capabilities))
-        session = await conn.agent.session_new(v1.NewSessionRequest(cwd=str(workdir), mcp_servers=[]))
-        response = await client.prompt(session.session_id, "Summarize notes.txt")
-        print(client.states[session.session_id].messages[-1].text)
+        await client.initialize(timeout=30)  # v2 if the agent has it, else v1
+        session_id = await client.new_session(workdir)
+        result = await client.prompt(session_id, "Summarize notes.txt")
+        print(result.stop_reason, client.states[session_id].messages[-1].text)
 
 Sources: ``docs/protocol/v1/file-system.mdx``, ``terminals.mdx``, ``tool-calls.mdx`` (permission),
-``prompt-turn.mdx`` (updates, cancellation), ``initialization.mdx`` (client capabilities).
+``elicitation.mdx``, ``prompt-turn.mdx`` (updates, cancellation), ``initialization.mdx`` (client
+capabilities); ``docs/protocol/v2/migration.mdx`` (Version negotiation, the prompt lifecycle,
+Permission requests), ``v2/prompt-lifecycle.mdx``, ``v2/elicitation.mdx``.
 """
 
 from __future__ import annotations
 
 import copy
+import math
+import weakref
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
+
+import attrs
+import trio
 
 from acp_schema import v1
 
 from ._capabilities import CapabilityError
 from ._core import RequestError
+from .elicitation import MODES, ElicitationBroker, ElicitationPolicy, Mode
 from .fs import SessionFileSystem
 from .permissions import PermissionBroker, PermissionPolicy, deny_all
 from .session_state import SessionState, SessionStates
 from .terminals import DEFAULT_OUTPUT_BYTE_LIMIT, OutputListener, TerminalManager
 
 if TYPE_CHECKING:
+    from acp_schema import v2
+
     from ._roles import ClientSideConnection
+
+
+_Client = TypeVar("_Client", bound="StandardClient")
+
+
+@attrs.frozen
+class TurnResult:
+    """How a protocol version 2 prompt turn ended (what :meth:`StandardClient.prompt` returns in v2).
+
+    ``stop_reason``: the ``stopReason`` of the ``idle`` state update that ended the turn
+    (``"end_turn"``, ``"cancelled"``, ``"error"``, ...; ``None`` when it carried none).
+    ``error``: that update's ``error`` (a v2 ``Error``: ``code``, ``message``) or ``None``.
+    ``message_id``: the user message's id from the ``session/prompt`` receipt.  ``receipt``: the
+    v2 ``PromptResponse``.  Spec: ``docs/protocol/v2/prompt-lifecycle.mdx``.
+    """
+
+    stop_reason: str | None
+    error: Any
+    message_id: str
+    receipt: Any
 
 
 class StandardClient:
@@ -54,6 +95,11 @@ class StandardClient:
     - ``policy``: how ``session/request_permission`` is answered (a
       :data:`~acp_trio.permissions.PermissionPolicy`; default ``deny_all()``);
       ``permission_timeout``: seconds the policy may take before the request is denied;
+    - ``elicitation``: how ``elicitation/create`` is answered (an
+      :data:`~acp_trio.elicitation.ElicitationPolicy`, e.g. ``ask_user(dialog)``; default
+      ``None``: elicitation is not advertised and requests are answered -32602);
+      ``elicitation_modes``: the modes advertised with a policy (default ``("form", "url")``);
+      ``elicitation_timeout``: seconds the policy may take before ``cancel`` is answered;
     - ``writable``: allow ``fs/write_text_file`` (advertised as ``fs.writeTextFile``);
       ``read_overlay(path) -> str | None`` and ``on_write(path, old, new)``: editor buffer hooks of
       :class:`~acp_trio.fs.SessionFileSystem`;
@@ -62,8 +108,8 @@ class StandardClient:
       ``output_byte_limit``: bytes of output kept when the agent sets none; ``kill_grace``: seconds
       between SIGTERM and SIGKILL; ``on_output(terminal, data)``: live output.
 
-    Attributes: ``conn``, ``fs``, ``permissions``, ``terminals`` (``None`` when disabled),
-    ``states`` (:class:`~acp_trio.session_state.SessionStates`).  Subclasses override
+    Attributes: ``conn``, ``fs``, ``permissions``, ``elicitation``, ``terminals`` (``None`` when
+    disabled), ``states`` (:class:`~acp_trio.session_state.SessionStates`).  Subclasses override
     :meth:`on_update` (and any handler, calling ``super()``).
     """
 
@@ -73,6 +119,9 @@ class StandardClient:
         *,
         policy: PermissionPolicy | None = None,
         permission_timeout: float | None = None,
+        elicitation: ElicitationPolicy | None = None,
+        elicitation_modes: Sequence[Mode] = MODES,
+        elicitation_timeout: float | None = None,
         writable: bool = True,
         read_overlay: Callable[[Path], str | None] | None = None,
         on_write: Callable[[Path, str | None, str], object] | None = None,
@@ -85,6 +134,9 @@ class StandardClient:
         self.conn = conn
         self.fs = SessionFileSystem(conn.sessions, writable=writable, read_overlay=read_overlay, on_write=on_write)
         self.permissions = PermissionBroker(policy if policy is not None else deny_all(), timeout=permission_timeout)
+        self.elicitation = ElicitationBroker(
+            elicitation, modes=elicitation_modes if elicitation is not None else (), timeout=elicitation_timeout
+        )
         self.terminals: TerminalManager | None = None
         if terminals:
             self.terminals = TerminalManager(
@@ -96,36 +148,155 @@ class StandardClient:
             )
         self.states = SessionStates(on_update=self.on_update)
 
+    @classmethod
+    def for_versions(
+        cls: type[_Client], *variants: ModuleType, **options: Any
+    ) -> dict[ModuleType, Callable[[Any], _Client]]:
+        """A ``client`` for :func:`~acp_trio.spawn_agent` / :func:`~acp_trio.open_memory_pair` that
+        speaks each of ``variants`` (default ``acp_schema.v1`` and ``acp_schema.v2``) with one
+        object per connection, whichever version ``initialize`` negotiates.
+
+        ``options``: as for the constructor (``policy=...``, ``elicitation=...``).  Returns
+        ``{variant: factory}`` with the same factory for every variant; it builds ``cls(conn,
+        **options)`` once per connection (the runtime asks for a version's handler when the
+        connection starts and again when negotiation picks another version).
+        """
+        if not variants:
+            from acp_schema import v2
+
+            variants = (v1, v2)
+        built: weakref.WeakKeyDictionary[Any, _Client] = weakref.WeakKeyDictionary()
+
+        def make(conn: Any) -> _Client:
+            client = built.get(conn)
+            if client is None:
+                client = built[conn] = cls(conn, **options)
+            return client
+
+        return {variant: make for variant in variants}
+
+    # -- capabilities and initialize -------------------------------------------------------------
     @property
     def capabilities(self) -> v1.ClientCapabilities:
-        """What to send as ``clientCapabilities`` in ``initialize``: fs read (and write when
-        ``writable``), and ``terminal`` when terminals are on."""
-        return v1.ClientCapabilities(fs=self.fs.capabilities, terminal=self.terminals is not None)
+        """What to send as ``clientCapabilities`` in a v1 ``initialize``: fs read (and write when
+        ``writable``), ``terminal`` when terminals are on, ``elicitation`` (its modes) with an
+        elicitation policy.  (v2: :attr:`capabilities_v2`; any variant: :meth:`capabilities_for`.)"""
+        capabilities = v1.ClientCapabilities(fs=self.fs.capabilities, terminal=self.terminals is not None)
+        elicitation = self.elicitation.capabilities(v1)
+        if elicitation is not None:
+            capabilities.elicitation = elicitation
+        return capabilities
+
+    @property
+    def capabilities_v2(self) -> v2.ClientCapabilities:
+        """What to send as ``capabilities`` in a v2 ``initialize``: ``elicitation`` (its modes) with an
+        elicitation policy, else nothing (v2 clients offer no file system or terminals)."""
+        from acp_schema import v2
+
+        capabilities: v2.ClientCapabilities = self.capabilities_for(v2)
+        return capabilities
+
+    def capabilities_for(self, variant: ModuleType) -> Any:
+        """The ``ClientCapabilities`` of ``variant`` (a generated ``acp_schema`` module) this client
+        advertises: as :attr:`capabilities` for protocol version 1 variants, as
+        :attr:`capabilities_v2` for version 2 ones."""
+        from ._converter import converter
+
+        wire: dict[str, Any] = {}
+        if variant.PROTOCOL_VERSION < 2:
+            wire["fs"] = converter.unstructure(self.fs.capabilities)
+            wire["terminal"] = self.terminals is not None
+        elicitation = self.elicitation.capabilities(variant)
+        if elicitation is not None:
+            wire["elicitation"] = converter.unstructure(elicitation)
+        return converter.structure(wire, variant.ClientCapabilities)
+
+    def initialize_requests(
+        self, name: str = "acp-trio-client", version: str = "0", title: str | None = None
+    ) -> list[Any]:
+        """One ``InitializeRequest`` per protocol version the connection speaks, highest first, each
+        with :meth:`capabilities_for` its variant and the client's ``name``/``version``/``title``
+        (``Implementation``), for :meth:`acp_trio.ClientSideConnection.initialize`."""
+        from ._converter import converter
+
+        requests: list[Any] = []
+        for protocol_version in sorted(self.conn.supported_versions, reverse=True):
+            variant = self.conn.variants[protocol_version]
+            info: dict[str, Any] = {"name": name, "version": version}
+            if title is not None:
+                info["title"] = title
+            caps = converter.unstructure(self.capabilities_for(variant))
+            if protocol_version < 2:
+                wire = {"protocolVersion": protocol_version, "clientCapabilities": caps, "clientInfo": info}
+            else:
+                wire = {"protocolVersion": protocol_version, "capabilities": caps, "info": info}
+            requests.append(converter.structure(wire, variant.InitializeRequest))
+        return requests
+
+    async def initialize(
+        self,
+        name: str = "acp-trio-client",
+        version: str = "0",
+        title: str | None = None,
+        *,
+        timeout: float | None = None,
+    ) -> Any:
+        """Send ``initialize`` offering every protocol version the connection speaks
+        (:meth:`initialize_requests`) and return the agent's ``InitializeResponse`` in the
+        negotiated variant (``conn.protocol_version`` says which).  ``timeout``: seconds.  Raises
+        what :meth:`acp_trio.ClientSideConnection.initialize` raises (``ProtocolVersionError``, ...).
+        """
+        return await self.conn.initialize(*self.initialize_requests(name, version, title), timeout=timeout)
+
+    async def new_session(self, cwd: str | Path, *, timeout: float | None = None) -> str:
+        """Send ``session/new`` for the directory ``cwd`` (absolute) in the negotiated version, with
+        no MCP servers, and return the session id; the response's modes, config options and
+        commands go into ``states``.  For more params, send ``conn.agent.session_new(...)`` yourself.
+        Raises what the request raises."""
+        wire: dict[str, Any] = {"cwd": str(cwd)}
+        if self.conn.protocol_version < 2:
+            wire["mcpServers"] = []
+        spec = self.conn.variant.REQUESTS["session/new"]
+        params = self.conn.connection.converter.structure(wire, spec.params_type)
+        response = await self.conn.send_request(spec, params, timeout=timeout)
+        session_id: str = response.session_id
+        self.states.state(session_id).apply_setup(response)
+        return session_id
 
     # -- rendering hook --------------------------------------------------------------------------
     def on_update(self, state: SessionState, update: Any) -> None:
         """Called after each ``session/update`` was folded into ``state`` (``update``: the
-        ``SessionUpdate`` variant).  Does nothing; override it to render the transcript."""
+        ``SessionUpdate`` variant of the negotiated version).  Does nothing; override it to render
+        the transcript."""
 
     # -- conveniences ----------------------------------------------------------------------------
     async def prompt(
-        self, session_id: str, content: str | Sequence[v1.ContentBlock], *, timeout: float | None = None
-    ) -> v1.PromptResponse:
-        """Send ``session/prompt`` (``content``: text, or content blocks) and return its response.
+        self, session_id: str, content: str | Sequence[Any], *, timeout: float | None = None
+    ) -> v1.PromptResponse | TurnResult:
+        """Send ``session/prompt`` (``content``: text, or content blocks of the negotiated variant)
+        and return when the turn has ended.
 
-        The prompt is recorded as a user message in ``states[session_id]`` first; when the turn
-        ends ``cancelled``, its unfinished tool calls are marked cancelled (prompt-turn.mdx).
-        Raises what :meth:`acp_trio.ClientSideConnection.send_request` raises.
+        v1: returns the ``PromptResponse``; the prompt is recorded as a user message in
+        ``states[session_id]`` first (v1 agents do not echo it).  ``timeout`` (seconds) is the
+        request's: :class:`~acp_trio.RequestTimeout` after ``$/cancel_request`` was sent.
+
+        v2: sends the prompt, then waits for the ``idle`` state update that ends the turn, and
+        returns a :class:`TurnResult` (the agent reports the user message itself).  ``timeout``
+        bounds the whole turn: when it passes, ``session/cancel`` is sent and ``TimeoutError`` raised.
+        Raises :class:`~acp_trio.ConnectionClosed` when the connection closes before the turn ends.
+
+        Both: a turn that ends ``cancelled`` marks its unfinished tool calls cancelled
+        (prompt-turn.mdx).  Raises what :meth:`acp_trio.ClientSideConnection.send_request` raises.
         """
-        blocks: list[v1.ContentBlock] = (
-            [v1.TextContentBlock(text=content)] if isinstance(content, str) else list(content)
-        )
+        variant = self.conn.variant
+        blocks: list[Any] = [variant.TextContentBlock(text=content)] if isinstance(content, str) else list(content)
+        request = variant.PromptRequest(session_id=session_id, prompt=blocks)
         state = self.states.state(session_id)
+        if self.conn.protocol_version >= 2:
+            return await self._prompt_v2(state, request, timeout)
         entry = state.add_user_message(blocks)  # before sending: the agent's updates come after it
         try:
-            response: v1.PromptResponse = await self.conn.agent.session_prompt(
-                v1.PromptRequest(session_id=session_id, prompt=blocks), timeout=timeout
-            )
+            response: v1.PromptResponse = await self.conn.agent.session_prompt(request, timeout=timeout)
         except CapabilityError:  # refused before anything was sent: the agent never saw this prompt
             if entry in state.transcript:
                 state.transcript.remove(entry)
@@ -134,31 +305,113 @@ class StandardClient:
             state.cancel_unfinished_tool_calls()
         return response
 
+    async def _prompt_v2(self, state: SessionState, request: Any, timeout: float | None) -> TurnResult:
+        session_id = request.session_id
+        mark = state.idle_count  # before sending: the idle update may arrive before the receipt
+        ended: list[tuple[str, str | None]] = []
+        with trio.move_on_after(math.inf if timeout is None else timeout) as deadline:
+            receipt = await self.conn.agent.session_prompt(request)
+            # the tasks raise nothing: what ends the wait is recorded, so errors come out as themselves
+            async with trio.open_nursery() as nursery:
+
+                async def idle() -> None:
+                    try:
+                        ended.append(("idle", await self.states.wait_idle(session_id, after=mark)))
+                    except KeyError:  # the state was discarded: the session ended
+                        ended.append(("discarded", None))
+                    nursery.cancel_scope.cancel()
+
+                async def closed() -> None:
+                    await self.conn.wait_closed()
+                    ended.append(("closed", None))
+                    nursery.cancel_scope.cancel()
+
+                nursery.start_soon(idle)
+                nursery.start_soon(closed)
+        if deadline.cancelled_caught:
+            await self.cancel(session_id)
+            raise TimeoutError(
+                f"the turn of session {session_id!r} did not end within {timeout:g} s; session/cancel was sent"
+            )
+        how, stop_reason = ended[0]
+        if how != "idle":
+            from ._connection import ConnectionClosed
+
+            why = "the connection closed" if how == "closed" else "the session ended"
+            raise ConnectionClosed(f"{why} before the turn of session {session_id!r} ended")
+        final = self.states.state(session_id)
+        if stop_reason == "cancelled":
+            final.cancel_unfinished_tool_calls()
+        return TurnResult(stop_reason, final.stop_error, receipt.message_id, receipt)
+
     async def cancel(self, session_id: str) -> None:
-        """Send ``session/cancel`` for ``session_id``: the runtime then answers that session's
-        pending permission requests ``cancelled``, and the agent ends the turn ``cancelled``."""
-        await self.conn.agent.session_cancel(v1.CancelNotification(session_id=session_id))
+        """Send ``session/cancel`` for ``session_id`` (either version): the runtime then answers that
+        session's pending permission requests ``cancelled`` and its elicitations ``cancel``, and the
+        agent ends the turn ``cancelled``."""
+        spec = self.conn.variant.NOTIFICATIONS["session/cancel"]
+        await self.conn.send_notification(spec, spec.params_type(session_id=session_id))
+
+    def serve_mcp_server(self, server: Any, *, name: str, server_id: str | None = None) -> Any:
+        """Serve an MCP SDK server (tools, resources, prompts) to the agent over ACP (unstable).
+
+        Returns its :class:`acp_trio.mcp_over_acp.McpServerRegistration`: put its ``declaration``
+        into ``session/new``'s ``mcp_servers``.  Needs the extra ``acp-trio[mcp]``, a connection of
+        an unstable variant, after ``initialize``, and an agent that advertises the ``acp`` MCP
+        transport; see :func:`acp_trio.mcp_over_acp.serve_mcp_server` for the options and errors.
+        """
+        from .mcp_over_acp import serve_mcp_server  # imports the mcp SDK: only when used
+
+        return serve_mcp_server(self.conn, server, name=name, server_id=server_id)
 
     # -- handlers --------------------------------------------------------------------------------
-    async def session_update(self, params: v1.SessionNotification) -> None:
-        """Fold the update into ``states`` (then :meth:`on_update` runs)."""
+    async def session_update(self, params: Any) -> None:
+        """Fold the update (v1 ``SessionNotification`` or v2 ``UpdateSessionNotification``) into
+        ``states`` (then :meth:`on_update` runs)."""
         await self.states.session_update(params)
 
-    async def session_request_permission(self, params: v1.RequestPermissionRequest) -> v1.RequestPermissionResponse:
-        """Answer through the permission broker's policy.
+    async def session_request_permission(self, params: Any) -> Any:
+        """Answer through the permission broker's policy (a v1 or v2 ``RequestPermissionRequest``;
+        the response is of the same variant).
 
-        A request that names a tool call without its ``kind`` gets the kind the agent announced
-        for it earlier in ``session/update`` (so ``allow_kinds`` sees it).
+        A request that names a tool call without its ``kind`` (v1 ``toolCall``, v2 ``tool_call``
+        subject) gets the kind the agent announced for it earlier in ``session/update`` (so
+        ``allow_kinds`` sees it).
         """
-        tool_call = params.tool_call
-        if not tool_call.kind:
-            kind = self.states.tool_kind(params.session_id, tool_call.tool_call_id)
-            if kind:
-                tool_call = copy.copy(tool_call)
-                tool_call.kind = kind  # type: ignore[assignment]
-                params = copy.copy(params)
-                params.tool_call = tool_call
-        return await self.permissions.session_request_permission(params)
+        return await self.permissions.session_request_permission(self._with_known_kind(params))
+
+    def _with_known_kind(self, params: Any) -> Any:
+        subject: Any = None
+        tool_call = getattr(params, "tool_call", None)
+        if tool_call is None:  # v2: the tool call is the subject, if any
+            subject = getattr(params, "subject", None)
+            if getattr(subject, "type", None) != "tool_call":
+                return params
+            tool_call = subject.tool_call
+        if tool_call.kind:
+            return params
+        kind = self.states.tool_kind(params.session_id, tool_call.tool_call_id)
+        if not kind:
+            return params
+        tool_call = copy.copy(tool_call)
+        tool_call.kind = kind
+        params = copy.copy(params)
+        if subject is None:
+            params.tool_call = tool_call
+        else:
+            subject = copy.copy(subject)
+            subject.tool_call = tool_call
+            params.subject = subject
+        return params
+
+    async def elicitation_create(self, params: Any) -> Any:
+        """Answer through the elicitation broker's policy (see :class:`~acp_trio.elicitation.ElicitationBroker`):
+        -32602 for a mode not advertised (every mode without an ``elicitation`` policy) or a form
+        schema this client cannot render."""
+        return await self.elicitation.elicitation_create(params)
+
+    async def elicitation_complete(self, params: Any) -> None:
+        """An accepted URL elicitation completed (unknown ids are ignored)."""
+        await self.elicitation.elicitation_complete(params)
 
     async def fs_read_text_file(self, params: v1.ReadTextFileRequest) -> v1.ReadTextFileResponse:
         """Read inside the session's roots (see :class:`~acp_trio.fs.SessionFileSystem`)."""
@@ -192,3 +445,6 @@ class StandardClient:
     async def terminal_release(self, params: v1.ReleaseTerminalRequest) -> v1.ReleaseTerminalResponse:
         """Kill the command if it runs and forget the terminal."""
         return await self._terminal_manager("terminal/release").terminal_release(params)
+
+
+__all__ = ["StandardClient", "TurnResult"]

@@ -144,7 +144,7 @@ async def run_demo_v2(
         client: DemoClientV2 = conn.handler
         try:
             init = await conn.initialize(
-                v2.InitializeRequest(protocol_version=2, info=CLIENT_INFO_V2, capabilities=client.capabilities),
+                v2.InitializeRequest(protocol_version=2, info=CLIENT_INFO_V2, capabilities=client.capabilities_v2),
                 timeout=init_timeout,
             )
             name = init.info.title or init.info.name

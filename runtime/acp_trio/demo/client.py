@@ -4,37 +4,244 @@ File reads and writes stay inside the session's directories (:mod:`acp_trio.fs`)
 real commands without a shell and are released with their session (:mod:`acp_trio.terminals`),
 and ``session/request_permission`` goes through a policy (:mod:`acp_trio.permissions`) that
 prints the question and picks the first "allow" option (``--deny`` in the demo's command line:
-the first "reject" one).  Every ``session/update`` is folded into ``client.states`` and printed
-as it arrives.
+the first "reject" one).  ``elicitation/create`` (:mod:`acp_trio.elicitation`) is answered on the
+terminal by :class:`TerminalForm`: a form is asked field by field on stderr and read from stdin
+when both are a terminal, then shown for review (send, edit, decline or cancel); a URL is shown
+with its host and opened only with consent.  Without a terminal a form is answered with its
+declared defaults when they fit, and anything else is declined.  Every ``session/update`` is
+folded into ``client.states`` and printed as it arrives.
 """
 
 from __future__ import annotations
 
 import sys
+import urllib.parse
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
+import trio
+
 from acp_schema import v1
 from acp_trio import ClientSideConnection, SessionState, StandardClient, ask
+from acp_trio.elicitation import ElicitationAnswer, PendingElicitation, ask_user
 from acp_trio.permissions import ALLOW_KINDS, REJECT_KINDS, choose_option
 
 CLIENT_INFO = v1.Implementation(name="acp-trio-demo-client", title="acp-trio demo client", version="1")
+
+
+def parse_field(field: dict[str, Any], text: str) -> Any:
+    """The value typed as ``text`` for a form field of schema ``field`` (wire JSON): a number for
+    ``number``/``integer``, ``True``/``False`` for ``boolean`` (yes/no, true/false, 1/0), a list
+    for ``array`` (comma-separated), the text for ``string``; an enum value may be given by its
+    number in the list shown.  Raises ``ValueError`` when the text is not such a value."""
+    kind = field.get("type")
+    choices = field_choices(field)
+    if kind == "array":
+        items = [item.strip() for item in text.split(",") if item.strip()]
+        return [choices[int(item) - 1] if item.isdigit() and 0 < int(item) <= len(choices) else item for item in items]
+    if choices and text.isdigit() and 0 < int(text) <= len(choices):
+        return choices[int(text) - 1]
+    if kind == "integer":
+        return int(text)
+    if kind == "number":
+        return float(text)
+    if kind == "boolean":
+        answer = text.strip().lower()
+        if answer in ("y", "yes", "true", "1"):
+            return True
+        if answer in ("n", "no", "false", "0"):
+            return False
+        raise ValueError(f"{text!r} is not yes or no")
+    return text
+
+
+def field_choices(field: dict[str, Any]) -> list[str]:
+    """The values a field offers to pick from: ``enum``, ``oneOf`` consts, or its items' ones."""
+    source = field.get("items") if field.get("type") == "array" else field
+    if not isinstance(source, dict):
+        return []
+    if isinstance(source.get("enum"), list):
+        return [str(value) for value in source["enum"]]
+    options = source.get("oneOf") or source.get("anyOf") or []
+    return [str(option["const"]) for option in options if isinstance(option, dict) and "const" in option]
+
+
+class TerminalForm:
+    """An elicitation policy that asks on a terminal (use it as ``elicitation=TerminalForm(...)``).
+
+    ``say``: prints a transcript line (the outcome of each elicitation).  ``agent_name()``: who is
+    asking (the spec: clients MUST identify the agent).  ``ask_in`` / ``ask_out``: where questions
+    are read and shown (default ``sys.stdin`` / ``sys.stderr``).  ``interactive``: ask at all
+    (default: when both are a terminal).  Not interactive: a form is answered with its declared
+    defaults when they satisfy the schema, anything else is declined.  Spec: ``elicitation.mdx``
+    (User interaction requirements: review before sending, decline and cancel controls; URL
+    security: the full URL and its host before consent).
+    """
+
+    def __init__(
+        self,
+        say: Callable[[str], None],
+        agent_name: Callable[[], str],
+        *,
+        ask_in: TextIO | None = None,
+        ask_out: TextIO | None = None,
+        interactive: bool | None = None,
+    ) -> None:
+        self.say = say
+        self.agent_name = agent_name
+        self.ask_in = ask_in if ask_in is not None else sys.stdin
+        self.ask_out = ask_out if ask_out is not None else sys.stderr
+        if interactive is None:
+            interactive = _is_tty(self.ask_in) and _is_tty(self.ask_out)
+        self.interactive = interactive
+
+    async def __call__(self, pending: PendingElicitation) -> ElicitationAnswer | None:
+        about = f"  [elicitation] {self.agent_name()} asks: {pending.message}"
+        if not self.interactive:
+            defaults = pending.defaults()
+            if pending.mode == "form" and not pending.validate(defaults):
+                self.say(f"{about} -> answering with the form's defaults {defaults} (no terminal to ask on)")
+                return ElicitationAnswer.accept(defaults)
+            self.say(f"{about} -> declined (no terminal to ask on)")
+            return ElicitationAnswer.decline()
+        self.say(about)
+        answer = await (self._url(pending) if pending.mode == "url" else self._form(pending))
+        content = f" {dict(answer.content)}" if answer is not None and answer.content else ""
+        self.say(f"  [elicitation] answered {answer.action if answer is not None else 'cancel'}{content}")
+        return answer
+
+    async def _ask(self, question: str) -> str | None:
+        """Show ``question`` and read one line (``None``: end of input)."""
+        self.ask_out.write(question)
+        self.ask_out.flush()
+        line = await trio.to_thread.run_sync(self.ask_in.readline, abandon_on_cancel=True)
+        return line.rstrip("\n") if line else None
+
+    async def _url(self, pending: PendingElicitation) -> ElicitationAnswer | None:
+        url = pending.url or ""
+        host = urllib.parse.urlsplit(url).hostname or "(no host)"
+        self.ask_out.write(f"{self.agent_name()} asks you to open:\n  {url}\n  host: {host}\n")
+        choice = await self._choose("Open it? [y]es / [d]ecline / [c]ancel: ", "ydc")
+        if choice == "y":
+            self.ask_out.write(f"Open {url} in your browser; the agent reports when it is done.\n")
+            return ElicitationAnswer.accept()
+        return ElicitationAnswer.decline() if choice == "d" else ElicitationAnswer.cancel()
+
+    async def _form(self, pending: PendingElicitation) -> ElicitationAnswer | None:
+        assert pending.form is not None
+        values = pending.defaults()
+        while True:
+            self.ask_out.write(f"{self.agent_name()} asks: {pending.message}\n")
+            for name, field in pending.form.properties.items():
+                value = await self._field(pending, name, field, values.get(name))
+                if value is _END:
+                    return ElicitationAnswer.cancel()
+                if value is None:
+                    values.pop(name, None)
+                else:
+                    values[name] = value
+            self.ask_out.write(f"Your answers: {values}\n")
+            errors = pending.validate(values)
+            for error in errors:
+                self.ask_out.write(f"  {error}\n")
+            choices = "edc" if errors else "sedc"
+            choice = await self._choose(
+                ("[s]end / " if not errors else "") + "[e]dit / [d]ecline / [c]ancel: ", choices
+            )
+            if choice == "s":
+                return ElicitationAnswer.accept(values)
+            if choice == "d":
+                return ElicitationAnswer.decline()
+            if choice == "c":
+                return ElicitationAnswer.cancel()
+
+    async def _choose(self, question: str, choices: str) -> str:
+        """Ask until the reply starts with one of ``choices`` (letters); ``"c"`` (cancel) at end of input."""
+        while True:
+            reply = await self._ask(question)
+            if reply is None:
+                return "c"
+            choice = reply.strip().lower()[:1]
+            if choice and choice in choices:
+                return choice
+
+    async def _field(self, pending: PendingElicitation, name: str, field: dict[str, Any], current: Any) -> Any:
+        """Ask one field until its value fits; ``None``: left empty; ``_END``: end of input."""
+        assert pending.form is not None
+        label = field.get("title") or name
+        hint = field.get("description")
+        choices = field_choices(field)
+        shown = f" ({'; '.join(f'{i}: {c}' for i, c in enumerate(choices, 1))})" if choices else ""
+        required = " (required)" if name in pending.form.required else ""
+        if hint:
+            self.ask_out.write(f"  {hint}\n")
+        while True:
+            reply = await self._ask(f"  {label}{shown}{required} [{'' if current is None else current}]: ")
+            if reply is None:
+                return _END
+            if not reply.strip():
+                return current
+            try:
+                value = parse_field(field, reply.strip())
+            except ValueError as exc:
+                self.ask_out.write(f"  not a {field.get('type')}: {exc}\n")
+                continue
+            problems = [e for e in pending.validate({name: value}) if e.startswith(f"{name}:")]
+            if not problems:
+                return value
+            for problem in problems:
+                self.ask_out.write(f"  {problem}\n")
+
+
+_END = object()
+"""What :meth:`TerminalForm._field` returns at the end of input."""
+
+
+def _is_tty(stream: TextIO) -> bool:
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):  # closed or not a file
+        return False
+
+
+def agent_name_of(conn: ClientSideConnection) -> str:
+    """The agent's title or name from its ``initialize`` answer (v1 ``agentInfo``, v2 ``info``)."""
+    answer = conn.initialize_response if isinstance(conn.initialize_response, dict) else {}
+    info = answer.get("info") or answer.get("agentInfo") or {}
+    name = info.get("title") or info.get("name") if isinstance(info, dict) else None
+    return str(name) if name else "the agent"
 
 
 class DemoClient(StandardClient):
     """The demo client; construct it with the connection (``spawn_agent(..., client=demo_client_factory())``).
 
     ``out``: where the transcript goes (default ``sys.stdout``).  ``allow``: answer permission
-    requests with an "allow" option (else with a "reject" one).  Other options as for
-    :class:`~acp_trio.StandardClient`.
+    requests with an "allow" option (else with a "reject" one).  ``ask_in`` / ``ask_out`` /
+    ``interactive``: where elicitation forms are asked (see :class:`TerminalForm`).  Other options
+    as for :class:`~acp_trio.StandardClient`.
     """
 
-    def __init__(self, conn: ClientSideConnection, out: TextIO | None = None, *, allow: bool = True, **options: Any):
+    def __init__(
+        self,
+        conn: ClientSideConnection,
+        out: TextIO | None = None,
+        *,
+        allow: bool = True,
+        ask_in: TextIO | None = None,
+        ask_out: TextIO | None = None,
+        interactive: bool | None = None,
+        **options: Any,
+    ):
         self.out = out if out is not None else sys.stdout
         self.allow = allow
         self._line_open = False
-        super().__init__(conn, policy=ask(self._decide), on_write=self._wrote, **options)
+        self.form = TerminalForm(
+            self.say, lambda: agent_name_of(conn), ask_in=ask_in, ask_out=ask_out, interactive=interactive
+        )
+        options.setdefault("elicitation", ask_user(self.form))
+        options.setdefault("on_write", self._wrote)
+        super().__init__(conn, policy=ask(self._decide), **options)
 
     # -- transcript ------------------------------------------------------------------------------
     def say(self, text: str) -> None:
@@ -114,11 +321,12 @@ class DemoClient(StandardClient):
 
 
 def demo_client_factory(
-    out: TextIO | None = None, *, allow: bool = True
+    out: TextIO | None = None, *, allow: bool = True, **options: Any
 ) -> Callable[[ClientSideConnection], DemoClient]:
-    """A factory for ``spawn_agent(client=...)`` that prints the transcript to ``out``."""
+    """A factory for ``spawn_agent(client=...)`` that prints the transcript to ``out`` (``options``:
+    as for :class:`DemoClient`)."""
 
     def make(conn: ClientSideConnection) -> DemoClient:
-        return DemoClient(conn, out, allow=allow)
+        return DemoClient(conn, out, allow=allow, **options)
 
     return make
