@@ -13,9 +13,10 @@ import fcntl
 import functools
 import os
 import signal
+import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -674,3 +675,209 @@ async def test_manager_options_are_checked(options: dict[str, Any]) -> None:
     conn = acp_trio.ClientSideConnection(object(), client_stream, client_stream)
     with pytest.raises(ValueError):
         TerminalManager(conn, **options)
+
+
+# -- processes that leave the group: the supervisor (a child subreaper, Linux) --------------------
+
+linux_only = pytest.mark.skipif(
+    not sys.platform.startswith("linux") or not hasattr(os, "pidfd_open"), reason="child subreapers are Linux-only"
+)
+CLIENT = Path(__file__).parent / "agents" / "terminal_client.py"
+
+
+def daemonize(*, ignore_sigterm: bool = False, then: str = "while True: time.sleep(1)") -> str:
+    """A command that starts a daemon the usual way (fork, ``setsid()``, fork again, stdio to
+    /dev/null), prints ``daemon <pid>`` once the daemon runs, then runs ``then``."""
+    ignore = "signal.signal(signal.SIGTERM, signal.SIG_IGN)" if ignore_sigterm else "pass"
+    return (
+        "import os, signal, sys, time\n"
+        "r, w = os.pipe()\n"
+        "child = os.fork()\n"
+        "if child == 0:\n"
+        "    os.close(r)\n"
+        "    os.setsid()  # leaves the terminal's process group and session\n"
+        "    if os.fork() == 0:\n"
+        f"        {ignore}\n"
+        "        null = os.open(os.devnull, os.O_RDWR)\n"
+        "        for fd in (0, 1, 2): os.dup2(null, fd)\n"
+        "        os.write(w, str(os.getpid()).encode())\n"
+        "        os.close(w)\n"
+        "        while True: time.sleep(1)\n"
+        "    os._exit(0)\n"
+        "os.close(w)\n"
+        "os.waitpid(child, 0)\n"
+        "print('daemon', os.read(r, 64).decode(), flush=True)\n"
+        f"{then}"
+    )
+
+
+@pytest.fixture
+def daemons() -> Iterator[list[int]]:
+    """Pids of daemons a test started; any still running at the end is killed (a failed test leaks none)."""
+    pids: list[int] = []
+    yield pids
+    for pid in pids:
+        try:
+            if b"setsid" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+
+
+async def wait_exited(pid: int) -> None:
+    """Wait until ``pid`` (not necessarily our child) has exited: its pidfd becomes readable."""
+    try:
+        fd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return
+    try:
+        await trio.lowlevel.wait_readable(fd)
+    finally:
+        os.close(fd)
+
+
+async def start_daemon(p: Pair, terminal_id: str, daemons: list[int]) -> int:
+    await p.client.wait_seen(terminal_id, b"\n")
+    daemon = int(p.client.seen[terminal_id].split()[1])
+    daemons.append(daemon)
+    assert not is_gone(daemon)
+    return daemon
+
+
+@linux_only
+@pytest.mark.parametrize("ignore_sigterm", [False, True])
+async def test_release_stops_a_daemon_that_left_the_process_group(
+    tmp_path: Path, daemons: list[int], ignore_sigterm: bool
+) -> None:
+    with trio.fail_after(DEADLINE):
+        async with pair(tmp_path) as p:
+            async with open_terminal(
+                p.agent_conn, p.session_id, **python(daemonize(ignore_sigterm=ignore_sigterm))
+            ) as term:
+                daemon = await start_daemon(p, term.terminal_id, daemons)
+                terminal = p.manager.terminals[term.terminal_id]
+                started = trio.current_time()
+                await term.release()
+                if ignore_sigterm:
+                    assert trio.current_time() - started >= GRACE  # SIGTERM, then SIGKILL after kill_grace
+                assert is_gone(daemon)  # release answered after every descendant was gone
+                assert_reaped(terminal.pid)
+                assert terminal.exit_status is not None and terminal.exit_status.signal == "SIGTERM"
+
+
+@linux_only
+async def test_kill_stops_a_daemon_that_left_the_process_group(tmp_path: Path, daemons: list[int]) -> None:
+    with trio.fail_after(DEADLINE):
+        async with pair(tmp_path) as p:
+            async with open_terminal(p.agent_conn, p.session_id, **python(daemonize())) as term:
+                daemon = await start_daemon(p, term.terminal_id, daemons)
+                await term.kill()  # answers once the command exited; the rest is stopped right after
+                assert (await term.wait_for_exit()).signal == "SIGTERM"
+                with trio.fail_after(5):
+                    await wait_exited(daemon)
+                assert term.terminal_id in p.manager.terminals
+
+
+@linux_only
+async def test_the_exit_is_the_commands_and_its_daemon_lives_until_release(tmp_path: Path, daemons: list[int]) -> None:
+    with trio.fail_after(DEADLINE):
+        async with pair(tmp_path) as p:
+            code = daemonize(then="sys.exit(4)")
+            async with open_terminal(p.agent_conn, p.session_id, **python(code)) as term:
+                daemon = await start_daemon(p, term.terminal_id, daemons)
+                status = await term.wait_for_exit()  # does not wait for the daemon
+                assert (status.exit_code, status.signal) == (4, None)
+                assert not is_gone(daemon)
+                await term.release()
+                assert is_gone(daemon)
+
+
+@linux_only
+async def test_session_end_and_connection_close_stop_daemons_that_left_the_group(
+    tmp_path: Path, daemons: list[int]
+) -> None:
+    with trio.fail_after(DEADLINE):
+        async with pair(tmp_path) as p:
+            other = await p.new_session(tmp_path)
+            closed_id = await p.create(p.session_id, daemonize(ignore_sigterm=True))
+            kept_id = await p.create(other, daemonize())
+            closed_daemon = await start_daemon(p, closed_id, daemons)
+            kept_daemon = await start_daemon(p, kept_id, daemons)
+            closed = p.manager.terminals[closed_id]
+            await p.client_conn.agent.session_close(v1.CloseSessionRequest(session_id=p.session_id))
+            await closed.wait_closed()
+            assert is_gone(closed_daemon)
+            assert not is_gone(kept_daemon)
+        # leaving open_memory_pair closed the connection, which waited for the terminals' cleanup
+        assert is_gone(kept_daemon)
+
+
+@linux_only
+async def test_a_killed_client_leaves_no_process_behind(tmp_path: Path, daemons: list[int]) -> None:
+    with trio.fail_after(DEADLINE):
+        client = await trio.lowlevel.open_process(
+            [PY, str(CLIENT), PY, "-c", daemonize(ignore_sigterm=True)], stdout=subprocess.PIPE
+        )
+        try:
+            assert client.stdout is not None
+            line = b""
+            while not line.endswith(b"\n"):
+                chunk = await client.stdout.receive_some()
+                assert chunk, "the client exited before the terminal printed"
+                line += chunk
+            supervisor, command, _, daemon = (int(word) if word.isdigit() else 0 for word in line.split())
+            daemons.extend({supervisor, command, daemon})
+            assert not is_gone(command) and not is_gone(daemon)
+        finally:
+            client.kill()  # SIGKILL: the client cleans up nothing
+            await client.wait()
+            if client.stdout is not None:
+                await client.stdout.aclose()
+        with trio.fail_after(8):  # the supervisor's own ladder: SIGTERM, SIGKILL after kill_grace (2 s)
+            for pid in (command, daemon, supervisor):
+                await wait_exited(pid)
+
+
+@linux_only
+async def test_a_signal_death_is_reported_and_mirrored_by_the_supervisor(tmp_path: Path) -> None:
+    with trio.fail_after(DEADLINE):
+        async with pair(tmp_path) as p:
+            async with open_terminal(p.agent_conn, p.session_id, **python("import os\nos.abort()")) as term:
+                status = await term.wait_for_exit()
+                assert (status.exit_code, status.signal) == (None, "SIGABRT")
+                terminal = p.manager.terminals[term.terminal_id]
+                assert terminal.subreaper and terminal.process.pid != terminal.pid
+                assert await terminal.process.wait() == -signal.SIGABRT  # the supervisor died of it too
+
+
+@linux_only
+async def test_a_command_that_kills_its_supervisor_is_still_stopped_with_its_group(tmp_path: Path) -> None:
+    code = (
+        "import os, signal, time\n"
+        "if b'_reaper' in open(f'/proc/{os.getppid()}/cmdline', 'rb').read():\n"
+        "    os.kill(os.getppid(), signal.SIGKILL)\n"
+        "    print('killed', flush=True)\n"
+        "while True: time.sleep(1)"
+    )
+    with trio.fail_after(DEADLINE):
+        async with pair(tmp_path) as p:
+            async with open_terminal(p.agent_conn, p.session_id, **python(code)) as term:
+                await p.client.wait_seen(term.terminal_id, b"killed\n")
+                terminal = p.manager.terminals[term.terminal_id]
+                await terminal.process.wait()
+                assert (await term.output()).exit_status is acp_trio.UNSET  # the command still runs
+                await term.release()
+                assert is_gone(terminal.pid)
+                # its exit was not observed (not our child): neither exit code nor signal
+                assert terminal.exit_status == v1.TerminalExitStatus(exit_code=None, signal=None)
+
+
+async def test_supervise_false_runs_the_command_directly(tmp_path: Path) -> None:
+    with trio.fail_after(DEADLINE):
+        async with pair(tmp_path, supervise=False) as p:
+            async with open_terminal(p.agent_conn, p.session_id, **python(SLEEPER)) as term:
+                await p.client.wait_seen(term.terminal_id, b"ready\n")
+                terminal = p.manager.terminals[term.terminal_id]
+                assert terminal.process.pid == terminal.pid and not terminal.subreaper
+            assert_reaped(terminal.pid)
+            assert terminal.exit_status is not None and terminal.exit_status.signal == "SIGTERM"

@@ -29,23 +29,45 @@ What it does:
 - output is read continuously (a command that floods never stalls) into a buffer that keeps at most
   ``outputByteLimit`` bytes (default :data:`DEFAULT_OUTPUT_BYTE_LIMIT`): earlier output is dropped
   from the front, at a UTF-8 character boundary, and ``truncated`` becomes true;
-- ``terminal/kill`` and ``terminal/release`` send SIGTERM to the process group, then SIGKILL after
-  ``kill_grace`` seconds; the exit status reports ``exitCode``, or ``signal`` (``"SIGKILL"``...) for
-  a command a signal ended;
+- on Linux the command runs under a small supervisor (``acp_trio/_reaper.py``, a second Python
+  process started with ``sys.executable -I -S``; about 10 ms more per ``terminal/create``) that is
+  a child subreaper (``prctl(PR_SET_CHILD_SUBREAPER)``): every descendant of the command stays
+  below it, also one that leaves the process group and session (a double fork with ``setsid()``,
+  what daemons and some dev servers do).  It writes nothing to the command's output and reports
+  the command's pid and exit to the manager over a socket;
+- ``terminal/kill`` and ``terminal/release`` send SIGTERM (then SIGCONT) to the command and every
+  process it started, then SIGKILL to those left after ``kill_grace`` seconds; the exit status
+  reports ``exitCode``, or ``signal`` (``"SIGKILL"``...) for a command a signal ended;
+- the exit (``terminal/wait_for_exit``, ``exitStatus``) is the command's own: it does not wait for
+  background jobs or daemons the command left running.  Those run on until the terminal is killed
+  or released, as a shell's jobs do; release answers once every one of them is gone;
 - every terminal of a session is released when the session ends (``session/close``,
-  ``session/delete``) and when the connection closes; background jobs the command left in its
-  process group are stopped with it.  A process that leaves the group (``setsid``) escapes.
+  ``session/delete``) and when the connection closes.  If the client process dies without closing
+  (even SIGKILL), each supervisor sees the end of its socket and stops everything itself (SIGTERM,
+  SIGKILL after ``kill_grace``).  ``PR_SET_PDEATHSIG`` is not used: it follows the thread that
+  started the process, and trio starts processes from worker threads that exit when idle.
+
+Without the supervisor (not Linux, ``supervise=False``, or a command that kills its supervisor)
+the command runs in a process group of its own as its own session leader, and the group is
+signalled: background jobs that stay in the group are stopped with it, a process that leaves the
+group (``setsid``) escapes and survives release, the end of the session and the client's exit.
+If ``prctl`` fails the supervisor still stops what it can find below it, and a warning is logged.
+A command can always escape deliberately (it runs as the client's user: it can kill its
+supervisor, or ask a service manager to start a process).
 
 POSIX only.
 """
 
 from __future__ import annotations
 
+import collections
 import itertools
 import logging
 import os
 import signal
+import socket
 import subprocess
+import sys
 from collections.abc import Callable, Mapping
 from typing import Final, Literal
 
@@ -68,6 +90,7 @@ _READ_SIZE: Final = 1 << 16
 _DRAIN_READS: Final = 16  # reads of _READ_SIZE after the command exits: more than a pipe holds
 _KILL_WAIT: Final = 5.0  # seconds to wait for the group to vanish after SIGKILL before giving up
 _POLL: Final = 0.02  # seconds between checks for live members of a process group
+_REAPER: Final = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_reaper.py")
 
 OutputListener = Callable[["Terminal", bytes], object]
 
@@ -77,8 +100,11 @@ class Terminal:
 
     Read-only for users.  ``terminal_id``, ``session_id``: its ids.  ``command``, ``args``,
     ``cwd``: what runs where.  ``output_byte_limit``: bytes of output kept (``None``: no limit).
-    ``process``: the ``trio.Process``; ``pid``: its id, which is also its process group id.
-    ``exit_status``: the ``v1.TerminalExitStatus`` once the command exited, else ``None``.
+    ``pid``: the command's process id, which is also its process group and session id.
+    ``process``: the ``trio.Process`` of its supervisor, or of the command when it runs without one.
+    ``subreaper``: whether it runs under a supervisor that is a child subreaper (see the module).
+    ``exit_status``: the ``v1.TerminalExitStatus`` once the command exited, else ``None`` (both
+    fields ``None`` when its supervisor was killed, so its exit could not be observed).
     ``truncated``: whether output was dropped to stay within the limit.  ``retained_bytes``: bytes of
     output held now (at most ``output_byte_limit``).  ``released``: true once ``terminal/release``,
     the end of its session or of the connection removed it from its manager.
@@ -94,6 +120,10 @@ class Terminal:
         output_byte_limit: int | None,
         process: trio.Process,
         on_output: OutputListener | None = None,
+        *,
+        pid: int | None = None,
+        supervisor: _Supervisor | None = None,
+        subreaper: bool = False,
     ) -> None:
         self.terminal_id = terminal_id
         self.session_id = session_id
@@ -102,7 +132,8 @@ class Terminal:
         self.cwd = cwd
         self.output_byte_limit = output_byte_limit
         self.process = process
-        self.pid: int = process.pid
+        self.pid: int = process.pid if pid is None else pid
+        self.subreaper = subreaper
         self.exit_status: v1.TerminalExitStatus | None = None
         self.truncated = False
         self.released = False
@@ -115,6 +146,9 @@ class Terminal:
         self._scope = trio.CancelScope()
         self._nursery: trio.Nursery | None = None
         self._sigterm_at: float | None = None
+        self._group_sigterm_at: float | None = None
+        self._supervisor = supervisor
+        self._supervisor_lost = False
 
     def __repr__(self) -> str:
         state = "running" if self.exit_status is None else "exited"
@@ -157,7 +191,7 @@ class Terminal:
         return self.exit_status
 
     async def wait_closed(self) -> None:
-        """Wait until the terminal was released and its process group stopped and reaped."""
+        """Wait until the terminal was released and its command and descendants stopped and reaped."""
         await self._closed.wait()
 
     def _feed(self, data: bytes | bytearray) -> None:
@@ -210,14 +244,49 @@ class Terminal:
 
     # -- exit ------------------------------------------------------------------------------------
     async def _reap(self) -> None:
-        returncode = await self.process.wait()
-        self._record_exit(returncode)
+        supervisor = self._supervisor
+        if supervisor is None:
+            self._record_exit(await self.process.wait())
+            return
+        while (line := await supervisor.next_line()) is not None:
+            self._supervisor_said(line)
+        await self._supervisor_exited()
+        if self.exit_status is None:  # the supervisor died before the command: it runs on unsupervised
+            while _pid_alive(self.pid):
+                await trio.sleep(_POLL)
+            self._record_exit(None)
 
-    def _record_exit(self, returncode: int) -> None:
+    def _supervisor_said(self, line: str) -> None:
+        word, _, rest = line.partition(" ")
+        if word == "status":
+            self._record_exit(int(rest))
+        elif word == "crash":
+            log.warning("terminal %r: its supervisor failed: %s", self.terminal_id, rest)
+
+    async def _supervisor_exited(self) -> None:
+        """Wait until the supervisor exited; read what it said last."""
+        assert self._supervisor is not None
+        returncode = await self.process.wait()
+        while (line := self._supervisor.line_now()) is not None:
+            self._supervisor_said(line)
+        if not self._supervisor.done and not self._supervisor_lost:
+            self._supervisor_lost = True
+            log.warning(
+                "terminal %r: its supervisor (pid %d) ended (%d) before the command's descendants: "
+                "stopping the command's process group without it",
+                self.terminal_id,
+                self.process.pid,
+                returncode,
+            )
+
+    def _record_exit(self, returncode: int | None) -> None:
+        """Record the command's exit (``subprocess``'s return code; ``None``: not known)."""
         if self.exit_status is not None:
             return
         self._drain_now()
-        if returncode >= 0:
+        if returncode is None:  # its supervisor was killed: the command was no child of ours to wait for
+            self.exit_status = v1.TerminalExitStatus(exit_code=None, signal=None)
+        elif returncode >= 0:
             self.exit_status = v1.TerminalExitStatus(exit_code=returncode, signal=None)
         else:
             try:
@@ -229,22 +298,61 @@ class Terminal:
         self._settled.set()
 
     def _kill(self, grace: float) -> None:
-        """Start stopping the process group in the background (see :meth:`_stop_group`)."""
+        """Start stopping the command in the background (see :meth:`_stop_group`)."""
         if self._nursery is not None:
             self._nursery.start_soon(self._stop_group, grace)
         else:  # not running yet: _run starts it
             self._kill_pending = True
 
     async def _stop_group(self, grace: float) -> None:
+        """Stop the command and everything it started: SIGTERM, then SIGKILL ``grace`` seconds later.
+
+        With a supervisor, it does the signalling (to every descendant, also those that left the
+        process group); without one, or if it died, the command's process group is signalled.
+        """
+        if self._supervisor is not None and await self._stop_supervised(grace):
+            return
+        await self._stop_process_group(grace)
+
+    async def _stop_supervised(self, grace: float) -> bool:
+        """Have the supervisor stop everything; whether it did (else the group must be stopped)."""
+        supervisor = self._supervisor
+        assert supervisor is not None
+        if self._sigterm_at is None:
+            self._sigterm_at = trio.current_time()
+            if self.process.returncode is None:
+                supervisor.send(b"t")
+        with trio.move_on_at(self._sigterm_at + grace):
+            await self._supervisor_exited()
+            return supervisor.done
+        log.info(
+            "terminal %r (pid %d) outlived SIGTERM by %g s: sending SIGKILL to it and its descendants",
+            self.terminal_id,
+            self.pid,
+            grace,
+        )
+        supervisor.send(b"k")
+        with trio.move_on_after(_KILL_WAIT):
+            await self._supervisor_exited()
+            return supervisor.done
+        log.warning("terminal %r: its supervisor (pid %d) is stuck: killing it", self.terminal_id, self.process.pid)
+        self.process.kill()
+        return False
+
+    async def _stop_process_group(self, grace: float) -> None:
         """SIGTERM the process group (once), SIGKILL it ``grace`` seconds later if anything lives."""
         pgid = self.pid
-        if self._sigterm_at is None:
+        if self._group_sigterm_at is None:
             if self.process.returncode is not None and not _group_alive(pgid):
+                if self._supervisor is None:
+                    self._record_exit(self.process.returncode)
+                elif self.exit_status is None and not _pid_alive(pgid):
+                    self._record_exit(None)
                 return
-            self._sigterm_at = trio.current_time()
+            self._group_sigterm_at = trio.current_time()
             _signal_group(pgid, signal.SIGTERM)
             _signal_group(pgid, signal.SIGCONT)  # a stopped process handles SIGTERM only once continued
-        with trio.move_on_at(self._sigterm_at + grace):
+        with trio.move_on_at(self._group_sigterm_at + grace):
             await self._wait_gone()
             return
         log.info(
@@ -258,9 +366,11 @@ class Terminal:
 
     async def _wait_gone(self) -> None:
         returncode = await self.process.wait()
-        self._record_exit(returncode)
+        if self._supervisor is None:
+            self._record_exit(returncode)
         while _group_alive(self.pid):
             await trio.sleep(_POLL)
+        self._record_exit(None)  # the supervisor died before the command (else its exit was recorded)
 
     async def _run(self, grace: float) -> None:
         """The terminal's life: read output and wait for the exit until released; then stop everything."""
@@ -282,6 +392,8 @@ class Terminal:
                     stream = self.process.stdout
                     if stream is not None:
                         await trio.aclose_forcefully(stream)
+                    if self._supervisor is not None:
+                        self._supervisor.close()
                     self._closed.set()
                     self._settled.set()
                     log.debug("terminal %r closed", self.terminal_id)
@@ -298,7 +410,9 @@ class TerminalManager:
     ``"roots"``: the working directory must then be the session's ``cwd`` or one of its
     ``additionalDirectories``, or lie beneath one.  ``on_output``: called as
     ``on_output(terminal, data)`` with every chunk of output read (bytes, before truncation; for
-    showing live output; must not block).
+    showing live output; must not block).  ``supervise``: run each command under the subreaper
+    supervisor (``None``, the default: where :func:`supervisor_available`; ``True`` elsewhere raises
+    ``ValueError``; ``False``: the command alone in its process group, as without it).
 
     ``terminals``: the live terminals by id (a read-only mapping of :class:`Terminal`).
 
@@ -316,7 +430,12 @@ class TerminalManager:
         kill_grace: float = 2.0,
         allowed_cwd: Literal["any", "roots"] = "any",
         on_output: OutputListener | None = None,
+        supervise: bool | None = None,
     ) -> None:
+        if supervise is None:
+            supervise = supervisor_available()
+        elif supervise and not supervisor_available():
+            raise ValueError("supervise=True needs Linux (a child subreaper) and sys.executable")
         if default_output_byte_limit is not None and default_output_byte_limit < 0:
             raise ValueError("default_output_byte_limit must be >= 0 or None")
         if kill_grace < 0:
@@ -328,6 +447,8 @@ class TerminalManager:
         self.kill_grace = kill_grace
         self.allowed_cwd = allowed_cwd
         self.on_output = on_output
+        self.supervise = supervise
+        self._warned_subreaper = False
         self._terminals: dict[str, Terminal] = {}
         self._ids = itertools.count(1)
         conn.sessions.on_end(self._session_ended)
@@ -369,9 +490,24 @@ class TerminalManager:
         elif limit < 0:
             raise _invalid("outputByteLimit", "the limit must be a number of bytes >= 0", limit)
 
-        process = await self._spawn(command, args, env, cwd)
+        if self.supervise:
+            process, pid, supervisor, subreaper = await self._spawn_supervised(command, args, env, cwd)
+        else:
+            process, pid, supervisor, subreaper = await self._spawn(command, args, env, cwd), None, None, False
         terminal_id = f"term_{next(self._ids)}"
-        terminal = Terminal(terminal_id, session_id, command, args, cwd, limit, process, self.on_output)
+        terminal = Terminal(
+            terminal_id,
+            session_id,
+            command,
+            args,
+            cwd,
+            limit,
+            process,
+            self.on_output,
+            pid=pid,
+            supervisor=supervisor,
+            subreaper=subreaper,
+        )
         if self.conn.sessions.get(session_id) is not info or self.conn.closed:
             await self._abandon(terminal)
             raise RequestError(
@@ -416,17 +552,85 @@ class TerminalManager:
             raise _invalid("cwd", "the working directory is outside the session's roots", cwd)
         return cwd
 
-    async def _spawn(self, command: str, args: tuple[str, ...], env: dict[str, str], cwd: str) -> trio.Process:
+    async def _spawn_supervised(
+        self, command: str, args: tuple[str, ...], env: dict[str, str], cwd: str
+    ) -> tuple[trio.Process, int, _Supervisor, bool]:
+        """Start ``command`` under its supervisor (``_reaper.py``): the supervisor's process, the
+        command's pid, the control channel, and whether the supervisor is a subreaper."""
+        ours, theirs = socket.socketpair()
         try:
-            return await trio.lowlevel.open_process(
-                [command, *args],
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                env=env,
-                cwd=cwd,
-                start_new_session=True,
-            )
+            if os.path.isfile(_REAPER):
+                argv = [sys.executable, "-I", "-S", _REAPER]
+            else:  # no source file next to this one (a zip): import it
+                argv = [sys.executable, "-I", "-m", "acp_trio._reaper"]
+            argv += [str(theirs.fileno()), repr(float(self.kill_grace)), "--", command, *args]
+            process = await self._spawn(command, args, env, cwd, argv=argv, pass_fds=(theirs.fileno(),))
+        except BaseException:
+            ours.close()
+            raise
+        finally:
+            theirs.close()
+        supervisor = _Supervisor(ours)
+        try:
+            first = await supervisor.next_line()
+            word, _, rest = (first or "").partition(" ")
+            if word == "error":  # it exits at once: no command ran
+                code = int(rest)
+                await self._spawn(command, args, env, cwd, error=OSError(code, os.strerror(code), command))
+            if word != "pid":
+                detail = f"its supervisor failed: {first or 'no answer'}"
+                raise RequestError(INTERNAL_ERROR, "Cannot start the command", {"field": "command", "detail": detail})
+        except BaseException:
+            supervisor.send(b"k")
+            with trio.CancelScope(shield=True):
+                with trio.move_on_after(_KILL_WAIT):
+                    await process.wait()
+                if process.stdout is not None:
+                    await trio.aclose_forcefully(process.stdout)
+            supervisor.close()
+            raise
+        pid_text, _, subreaper = rest.partition(" ")
+        if subreaper != "1" and not self._warned_subreaper:
+            self._warned_subreaper = True
+            log.warning("prctl(PR_SET_CHILD_SUBREAPER) failed: a process that leaves its terminal's group can escape")
+        return process, int(pid_text), supervisor, subreaper == "1"
+
+    async def _spawn(
+        self,
+        command: str,
+        args: tuple[str, ...],
+        env: dict[str, str],
+        cwd: str,
+        *,
+        argv: list[str] | None = None,
+        pass_fds: tuple[int, ...] = (),
+        error: OSError | None = None,
+    ) -> trio.Process:
+        """Start ``argv`` (default: the command) as the terminal's process, errors as ``RequestError``.
+
+        ``error``: raise this error of starting the command (reported by its supervisor) instead.
+        """
+        try:
+            if error is not None:
+                raise error
+            try:
+                return await trio.lowlevel.open_process(
+                    [command, *args] if argv is None else argv,
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.STDOUT,
+                    env=env,
+                    cwd=cwd,
+                    start_new_session=True,
+                    pass_fds=pass_fds,
+                )
+            except OSError as exc:
+                if argv is None or exc.filename != argv[0]:
+                    raise
+                log.warning("terminal/create: cannot start the terminal supervisor %r: %r", argv[0], exc)
+                detail = f"cannot run the terminal supervisor {argv[0]!r}: {exc.strerror}"
+                data = {"field": "command", "command": command, "detail": detail}
+                raise RequestError(INTERNAL_ERROR, "Cannot start the command", data) from None
         except FileNotFoundError as exc:
             if exc.filename == cwd:
                 raise _invalid("cwd", "the working directory does not exist", cwd) from None
@@ -454,12 +658,17 @@ class TerminalManager:
 
     @staticmethod
     async def _abandon(terminal: Terminal) -> None:
-        _signal_group(terminal.pid, signal.SIGKILL)
+        if terminal._supervisor is not None:
+            terminal._supervisor.send(b"k")
+        else:
+            _signal_group(terminal.pid, signal.SIGKILL)
         with trio.CancelScope(shield=True):
             with trio.move_on_after(_KILL_WAIT):
                 await terminal.process.wait()
             if terminal.process.stdout is not None:
                 await trio.aclose_forcefully(terminal.process.stdout)
+            if terminal._supervisor is not None:
+                terminal._supervisor.close()
             terminal._closed.set()
             terminal._settled.set()
 
@@ -496,10 +705,11 @@ class TerminalManager:
         return v1.WaitForTerminalExitResponse(exit_code=status.exit_code, signal=status.signal)
 
     async def terminal_kill(self, params: v1.KillTerminalRequest) -> v1.KillTerminalResponse:
-        """``terminal/kill``: SIGTERM the command's process group, SIGKILL it after ``kill_grace``.
+        """``terminal/kill``: SIGTERM the command and its descendants, SIGKILL them after ``kill_grace``.
 
-        Answers once the command exited; the terminal stays valid for ``terminal/output`` and
-        ``terminal/wait_for_exit``.  Raises ``RequestError`` -32002 for an unknown or released terminal.
+        Answers once the command exited (what it started is stopped in the background); the
+        terminal stays valid for ``terminal/output`` and ``terminal/wait_for_exit``.  Raises
+        ``RequestError`` -32002 for an unknown or released terminal.
         """
         terminal = self._lookup(params.session_id, params.terminal_id)
         terminal._kill(self.kill_grace)
@@ -509,7 +719,7 @@ class TerminalManager:
     async def terminal_release(self, params: v1.ReleaseTerminalRequest) -> v1.ReleaseTerminalResponse:
         """``terminal/release``: kill the command if it runs (as :meth:`terminal_kill`) and forget the id.
 
-        Answers once the process group is stopped and reaped.  Raises ``RequestError`` -32002 for
+        Answers once the command and every process it started are gone.  Raises ``RequestError`` -32002 for
         an unknown or already released terminal.
         """
         terminal = self._lookup(params.session_id, params.terminal_id)
@@ -518,8 +728,8 @@ class TerminalManager:
         return v1.ReleaseTerminalResponse()
 
     def release(self, terminal: Terminal) -> None:
-        """Release ``terminal`` now: forget its id and stop its process group in the background
-        (``await terminal.wait_closed()`` to wait for that)."""
+        """Release ``terminal`` now: forget its id and stop its command and descendants in the
+        background (``await terminal.wait_closed()`` to wait for that)."""
         if self._terminals.get(terminal.terminal_id) is terminal:
             del self._terminals[terminal.terminal_id]
         terminal.released = True
@@ -533,6 +743,85 @@ class TerminalManager:
     def _connection_closed(self, reason: str) -> None:
         for terminal in list(self._terminals.values()):
             self.release(terminal)
+
+
+def supervisor_available() -> bool:
+    """Whether terminals can run under a subreaper supervisor here: Linux, with ``sys.executable``."""
+    return sys.platform.startswith("linux") and bool(sys.executable)
+
+
+class _Supervisor:
+    """The client's end of a terminal supervisor's control socket (the protocol is in ``_reaper``)."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        sock.setblocking(False)
+        self._sock = sock
+        self._buffer = bytearray()
+        self._lines: collections.deque[str] = collections.deque()
+        self.eof = False
+        self.closed = False
+        self.done = False  # it said "done": it exited with no descendant left
+
+    def _fill(self) -> None:
+        while not self.eof and not self.closed:
+            try:
+                data = self._sock.recv(4096)
+            except BlockingIOError:
+                return
+            except OSError:
+                data = b""
+            if not data:
+                self.eof = True
+                return
+            self._buffer += data
+            while (end := self._buffer.find(b"\n")) >= 0:
+                line = self._buffer[:end].decode("ascii", "replace")
+                del self._buffer[: end + 1]
+                if line == "done":
+                    self.done = True
+                self._lines.append(line)
+
+    def line_now(self) -> str | None:
+        """The next line if one arrived, else ``None`` (without waiting)."""
+        self._fill()
+        return self._lines.popleft() if self._lines else None
+
+    async def next_line(self) -> str | None:
+        """The next line; ``None`` once the supervisor closed its end (it exited)."""
+        while True:
+            line = self.line_now()
+            if line is not None or self.eof or self.closed:
+                return line
+            await trio.lowlevel.wait_readable(self._sock)
+
+    def send(self, command: bytes) -> None:
+        """``b"t"``: stop everything (SIGTERM, SIGKILL after its grace); ``b"k"``: SIGKILL everything now."""
+        if self.closed:
+            return
+        try:
+            self._sock.send(command, socket.MSG_NOSIGNAL)
+        except OSError:  # it exited already
+            pass
+
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            trio.lowlevel.notify_closing(self._sock)
+            self._sock.close()
+
+
+def _pid_alive(pid: int) -> bool:
+    """Whether ``pid`` runs (exists and is not a zombie)."""
+    try:
+        os.kill(pid, 0)
+    except (ProcessLookupError, PermissionError):
+        return False
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as file:
+            stat = file.read()
+    except OSError:
+        return True
+    return stat[stat.rfind(b")") + 2 :][:1] not in (b"Z", b"X")
 
 
 def _invalid(field: str, detail: str, value: object) -> RequestError:
@@ -585,4 +874,4 @@ def _group_alive(pgid: int) -> bool:
     return False
 
 
-__all__ = ["DEFAULT_OUTPUT_BYTE_LIMIT", "Terminal", "TerminalManager"]
+__all__ = ["DEFAULT_OUTPUT_BYTE_LIMIT", "Terminal", "TerminalManager", "supervisor_available"]
