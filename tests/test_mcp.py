@@ -243,7 +243,7 @@ async def test_failing_servers_fail_alone(tmp_path: Path, caplog: pytest.LogCapt
         v1.McpServerStdio(name="missing", command=str(tmp_path / "no-such-server"), args=[], env=[]),
         v1.McpServerStdio(name="missing", command="/bin/false", args=[], env=[]),  # exits at once
         v1.HttpMcpServer(name="nobody", url=nobody, headers=headers(authorization=SECRET_HEADER)),
-        v1.McpServerOther(type="acp", extra_fields={"name": "future", "id": "x"}),
+        v1.McpServerOther(type="websocket", extra_fields={"name": "future", "url": "ws://x"}),  # no such transport
         stdio("good", env={"MY_TOKEN": SECRET_ENV}),
     ]
     with trio.fail_after(DEADLINE):
@@ -260,7 +260,7 @@ async def test_failing_servers_fail_alone(tmp_path: Path, caplog: pytest.LogCapt
                 " initialize (for stdio: the process exited, see its stderr)"
             )
             assert str(errors["nobody"]).startswith("MCP server 'nobody' (http) failed to start: ConnectError")
-            assert "unsupported MCP transport 'acp'" in str(errors["future"])
+            assert "unsupported MCP transport 'websocket'" in str(errors["future"])
             assert repr(servers["nobody"]).startswith("<McpServerConnection 'nobody' (http) failed: failed to start")
             for name, error in errors.items():
                 assert isinstance(error, McpServerError) and error.server == name

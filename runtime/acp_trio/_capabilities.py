@@ -47,12 +47,20 @@ such as ``true`` decodes to "unsupported").  Rules and the spec text each comes 
   ``archived`` filter of ``session/list`` need ``session.archive``, ``session/status`` needs
   ``session.status``, ``session/set_title`` needs ``session.title``, ``auth/status`` needs
   ``auth.status``, ``providers/*`` need ``providers``, an ``acp`` MCP server needs
-  ``session.mcp.acp``, ``systemPrompt`` on ``session/new``/``resume``/``fork`` needs
+  ``session.mcp.acp``, and so do the client's ``mcp/message`` notifications (they answer
+  requests to such a server), ``systemPrompt`` on ``session/new``/``resume``/``fork`` needs
   ``session.systemPrompt`` (mode ``override`` also ``session.systemPrompt.mode.override``);
 - v1-only methods (``fs/*``, ``terminal/create`` ... ``terminal/kill``, ``session/load``,
   ``session/set_mode``, ``authenticate``, ``logout``) are refused on a v2 connection, and any
   method outside the negotiated variant's method table is refused; ``_``-prefixed extension
   methods always pass (``migration.mdx`` "Method changes", ``extensibility.mdx``).
+
+v1 unstable (``schema/v1/schema.unstable.json``, ``McpCapabilities.acp``; the RFD
+``docs/rfds/mcp-over-acp.mdx`` "Capability advertising"): an ``acp`` MCP server in ``mcpServers``
+needs ``mcpCapabilities.acp``, and so does the client's ``mcp/message`` notification.  The
+agent's ``mcp/message`` requests need no client capability (clients advertise nothing for it);
+they may only name a server the client declared, which the client's provider checks
+(:mod:`acp_trio.mcp_over_acp`, -33001).
 
 Not checked here: per-object markers (a tool call's or terminal's ``capabilities.cancel`` for
 ``tool_call/cancel``/``terminal/cancel``) need session state; unknown content block, transport
@@ -92,6 +100,8 @@ AGENT_METHOD_RULES: Final[Mapping[str, CapabilityPath]] = {
     "session/close": ("sessionCapabilities", "close"),
     "session/delete": ("sessionCapabilities", "delete"),
     "logout": ("auth", "logout"),
+    # unstable: the client's mcp/message notifications serve acp MCP servers, which only such an agent gets
+    "mcp/message": ("mcpCapabilities", "acp"),
 }
 
 _PROMPT_BLOCK_RULES: Final[Mapping[str, CapabilityPath]] = {
@@ -102,8 +112,10 @@ _PROMPT_BLOCK_RULES: Final[Mapping[str, CapabilityPath]] = {
 _MCP_TRANSPORT_RULES: Final[Mapping[str, CapabilityPath]] = {
     "http": ("mcpCapabilities", "http"),
     "sse": ("mcpCapabilities", "sse"),
+    "acp": ("mcpCapabilities", "acp"),  # unstable
 }
-_SESSION_SETUP: Final = frozenset({"session/new", "session/load", "session/resume"})
+# the requests that carry mcpServers and additionalDirectories (session/fork: v1 unstable)
+_SESSION_SETUP: Final = frozenset({"session/new", "session/load", "session/resume", "session/fork"})
 _ELICITATION_MODE_RULES: Final[Mapping[str, CapabilityPath]] = {
     "form": ("elicitation", "form"),
     "url": ("elicitation", "url"),
@@ -208,6 +220,7 @@ AGENT_METHOD_RULES_V2: Final[Mapping[str, CapabilityPath]] = {
     "providers/list": ("providers",),
     "providers/set": ("providers",),
     "providers/disable": ("providers",),
+    "mcp/message": ("session", "mcp", "acp"),
 }
 
 # Methods available only when the initialize response lists one or more authentication methods.

@@ -6,7 +6,10 @@ so it works under trio).  Importing ``acp_trio`` never imports ``mcp``; importin
 A client lists MCP servers in ``session/new`` (and ``session/load``, ``session/resume``); the agent
 connects to them and keeps them for the session (spec: ``docs/protocol/v1/session-setup.mdx``,
 "MCP Servers"; schema ``$defs/McpServer``: ``McpServerStdio``, ``McpServerHttp``,
-``McpServerSse``).  :func:`open_mcp_servers` does that in one line of the handler::
+``McpServerSse``, and in the unstable variants ``McpServerAcp``: a server the client itself
+serves over the ACP connection, see :mod:`acp_trio.mcp_over_acp`; the agent advertises
+``mcpCapabilities.acp``, or ``session.mcp.acp`` in v2, and is served with an unstable variant).
+:func:`open_mcp_servers` does that in one line of the handler::
 
     from acp_schema import v1
     from acp_trio import AgentSideConnection
@@ -19,7 +22,8 @@ connects to them and keeps them for the session (spec: ``docs/protocol/v1/sessio
             self.mcp: dict[str, McpServers] = {}
 
         async def initialize(self, params: v1.InitializeRequest) -> v1.InitializeResponse:
-            # clients send http / sse servers only to agents that advertise them (initialization.mdx)
+            # clients send http / sse servers only to agents that advertise them (initialization.mdx);
+            # with acp_schema.v1_unstable, McpCapabilities(acp=True) also gets the client's own servers
             caps = v1.AgentCapabilities(mcp_capabilities=v1.McpCapabilities(http=True, sse=True))
             return v1.InitializeResponse(protocol_version=1, agent_capabilities=caps)
 
@@ -95,7 +99,7 @@ class McpServerError(Exception):
     """One MCP server failed: it did not start, or its connection ended on its own.
 
     ``server``: the server's name (its key in :class:`McpServers`).  ``transport``: ``"stdio"``,
-    ``"http"``, ``"sse"`` or the unsupported ``type``.  ``reason``: what happened (the underlying
+    ``"http"``, ``"sse"``, ``"acp"`` or the unsupported ``type``.  ``reason``: what happened (the underlying
     exception, if any, is ``__cause__``).  The message never contains ``env`` or ``headers`` values.
     """
 
@@ -111,10 +115,13 @@ class McpServerConnection:
 
     ``name``: the key in :class:`McpServers` (the config's ``name``; a repeated name gets ``#2``,
     ``#3``... appended).  ``config``: the ``McpServer`` object as received (``McpServerStdio``,
-    ``HttpMcpServer``...).  ``transport``: ``"stdio"``, ``"http"``, ``"sse"`` (or the unknown
-    ``type``).  ``session``: the initialized ``mcp.ClientSession`` while the server is connected,
-    else ``None``.  ``initialize_result``: the server's ``mcp.types.InitializeResult`` (``server_info``,
-    ``capabilities``, ``instructions``), kept after it closes.  ``error``: the
+    ``HttpMcpServer``, ``AcpMcpServer``...).  ``transport``: ``"stdio"``, ``"http"``, ``"sse"``,
+    ``"acp"`` (or the unknown ``type``).  ``session``: the initialized ``mcp.ClientSession`` while
+    the server is connected, else ``None``.  ``initialize_result``: the server's
+    ``mcp.types.InitializeResult`` (``server_info``, ``capabilities``, ``instructions``), kept after
+    it closes; ``None`` for an ``acp`` server, which speaks MCP 2026-07-28 and answers
+    ``server/discover`` instead: its ``mcp.types.DiscoverResult`` is ``discover_result``
+    (``capabilities``, ``instructions``; the name is ``session.server_info``).  ``error``: the
     :class:`McpServerError` when it failed to start or its connection ended on its own, else
     ``None``.
     """
@@ -125,6 +132,7 @@ class McpServerConnection:
         self.transport = transport
         self.session: ClientSession | None = None
         self.initialize_result: mcp.types.InitializeResult | None = None
+        self.discover_result: mcp.types.DiscoverResult | None = None
         self.error: McpServerError | None = None
         self._ready = trio.Event()  # connected, failed or stopped: the outcome of the start is known
         self._closed = trio.Event()  # its task ended: the transport is closed, the process gone
@@ -137,6 +145,11 @@ class McpServerConnection:
     def ok(self) -> bool:
         """True while the server is connected (``session`` is usable)."""
         return self.session is not None
+
+    @property
+    def _answered(self) -> bool:
+        """The server answered ``initialize`` (or ``server/discover``): it was connected."""
+        return self.initialize_result is not None or self.discover_result is not None
 
     @property
     def closed(self) -> bool:
@@ -245,10 +258,11 @@ class McpServers(Mapping[str, McpServerConnection]):
 
 
 class _Options:
-    __slots__ = ("base_env", "client_info", "cwd", "errlog", "session_options", "shutdown_timeout")
+    __slots__ = ("base_env", "client_info", "conn", "cwd", "errlog", "session_options", "shutdown_timeout")
 
     def __init__(
         self,
+        conn: _Host,
         cwd: str | None,
         base_env: Mapping[str, str] | None,
         errlog: TextIO | None,
@@ -256,6 +270,7 @@ class _Options:
         session_options: Mapping[str, Any],
         shutdown_timeout: float,
     ) -> None:
+        self.conn = conn
         self.cwd = cwd
         self.base_env = base_env
         self.errlog = errlog
@@ -283,14 +298,18 @@ async def open_mcp_servers(
     ``start_soon``).  ``session_id``: the session the servers belong to; they close when it ends
     (``conn.sessions.wait_ended``), which also works while its ``session/new`` handler still runs.
     ``servers``: the request's ``mcp_servers`` (``McpServer`` objects of any schema variant:
-    stdio configs have ``command``/``args``/``env``, ``http`` and ``sse`` configs ``url``/``headers``).
+    stdio configs have ``command``/``args``/``env``, ``http`` and ``sse`` configs ``url``/``headers``,
+    ``acp`` configs ``serverId``: their ``mcp.ClientSession`` talks to the client over ``mcp/message``,
+    MCP revision 2026-07-28, connected with ``server/discover``; they need ``conn`` to be an
+    ``AgentSideConnection`` of an unstable variant, else they fail with an :class:`McpServerError`).
 
     Options: ``cwd``: the stdio servers' working directory (pass the session's ``params.cwd``;
     default: this process's).  ``connect_timeout``: seconds for all servers together to start and
     answer ``initialize``; one that has not by then fails with a :class:`McpServerError`.
     ``shutdown_timeout``: seconds allowed for closing one server's MCP session and HTTP connection
     (a stdio server's process shutdown is bounded by the SDK: about 2 s after closing stdin, 2 s
-    after SIGTERM, then SIGKILL).  ``base_env``: the environment a stdio server starts from before
+    after SIGTERM, then SIGKILL; an ``acp`` server's requests still running are cancelled, which
+    sends ``$/cancel_request``).  ``base_env``: the environment a stdio server starts from before
     its ``env`` entries are applied (default: the SDK's safe subset, ``HOME``, ``LOGNAME``, ``PATH``,
     ``SHELL``, ``TERM``, ``USER``; pass ``os.environ`` to inherit everything).  ``errlog``: where
     stdio servers' stderr goes (a file with a descriptor; default ``sys.stderr``).
@@ -319,6 +338,7 @@ async def open_mcp_servers(
         entries.append(McpServerConnection(key, config, _transport_of(config)))
     group = McpServers(session_id, entries)
     options = _Options(
+        conn,
         cwd,
         base_env,
         errlog,
@@ -374,9 +394,14 @@ async def _serve(server: McpServerConnection, options: _Options) -> None:
                 except Exception as exc:
                     server._fail(_start_failure(server, exc), exc)
                     return  # the stack closes what was opened (a stdio server is shut down)
-                server.session, server.initialize_result = session, result
-                info = result.server_info
-                log.info("MCP server %r (%s) ready: %s %s", server.name, server.transport, info.name, info.version)
+                server.session = session
+                if isinstance(result, mcp.types.DiscoverResult):
+                    server.discover_result = result
+                else:
+                    server.initialize_result = result
+                info = session.server_info
+                name, version = (info.name, info.version) if info is not None else ("(unnamed)", "")
+                log.info("MCP server %r (%s) ready: %s %s", server.name, server.transport, name, version)
                 server._ready.set()
                 try:
                     await server._wake.wait()
@@ -390,7 +415,7 @@ async def _serve(server: McpServerConnection, options: _Options) -> None:
     except Exception as exc:
         if server._stop_requested or server.error is not None:
             log.debug("MCP server %r: error while closing", server.name, exc_info=exc)
-        elif server.initialize_result is None:
+        elif not server._answered:
             # a transport task failed while connecting (e.g. the HTTP connection was refused): the
             # transport's task group cancelled the connect and raised here, on leaving the stack
             server._fail(_start_failure(server, exc), exc)
@@ -400,14 +425,14 @@ async def _serve(server: McpServerConnection, options: _Options) -> None:
         server.session = None
         server._ready.set()
         server._closed.set()
-        if life.cancelled_caught and server._stop_requested and server.initialize_result is not None:
+        if life.cancelled_caught and server._stop_requested and server._answered:
             log.warning("MCP server %r: closing took longer than %g s", server.name, options.shutdown_timeout)
         log.debug("MCP server %r closed", server.name)
 
 
 async def _connect(
     stack: AsyncExitStack, server: McpServerConnection, options: _Options
-) -> tuple[ClientSession, mcp.types.InitializeResult]:
+) -> tuple[ClientSession, mcp.types.InitializeResult | mcp.types.DiscoverResult]:
     config = server.config
     streams: _TransportStreams
     if server.transport == "stdio":
@@ -431,8 +456,18 @@ async def _connect(
             AbstractAsyncContextManager[_TransportStreams], sse_client(config.url, headers=_headers(config))
         )
         streams = await stack.enter_async_context(transport)
+    elif server.transport == "acp":
+        from .mcp_over_acp import open_acp_transport  # the client's own server, over mcp/message
+
+        server_id = getattr(config, "server_id", None)
+        if server_id is None:  # a variant without the acp transport keeps it in extra_fields
+            server_id = getattr(config, "extra_fields", {}).get("serverId")
+        if not isinstance(server_id, str):
+            raise ValueError("the acp MCP server has no serverId string")
+        # raises CapabilityError on a stable variant (no mcp/message)
+        streams = await stack.enter_async_context(open_acp_transport(options.conn, server_id))
     else:
-        raise ValueError(f"unsupported MCP transport {server.transport!r} (this agent speaks stdio, http and sse)")
+        raise ValueError(f"unsupported MCP transport {server.transport!r} (this agent speaks stdio, http, sse and acp)")
     read_stream, write_stream = streams
     session = await stack.enter_async_context(
         ClientSession(
@@ -442,8 +477,9 @@ async def _connect(
             **options.session_options,
         )
     )
-    result = await session.initialize()
-    return session, result
+    if server.transport == "acp":  # MCP 2026-07-28, the only revision MCP over ACP carries: no handshake
+        return session, await session.discover()
+    return session, await session.initialize()
 
 
 class _WatchedReadStream:
@@ -496,7 +532,7 @@ class _WatchedReadStream:
 
 
 def _transport_of(config: object) -> str:
-    """``"stdio"``, ``"http"``, ``"sse"``, or the unsupported ``type`` of an ``McpServer`` object."""
+    """``"stdio"``, ``"http"``, ``"sse"``, ``"acp"``, or the unsupported ``type`` of an ``McpServer`` object."""
     tag = getattr(config, "type", None)
     if isinstance(tag, str):
         return tag
