@@ -254,7 +254,7 @@ def run(control: int, grace: float, command: list[str]) -> int:
             _signal_all(_signal.SIGKILL, pid if status is None or not subreaper else None)
             timeout: float | None = _KILL_POLL
         elif stop_at is not None:
-            timeout = stop_at + grace - now
+            timeout = min(stop_at + grace - now, 3600.0)  # select refuses an infinite timeout
         else:
             timeout = None
         readable, _, _ = select.select([wake_r, control] if listening else [wake_r], [], [], timeout)

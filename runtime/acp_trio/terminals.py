@@ -30,7 +30,7 @@ What it does:
   ``outputByteLimit`` bytes (default :data:`DEFAULT_OUTPUT_BYTE_LIMIT`): earlier output is dropped
   from the front, at a UTF-8 character boundary, and ``truncated`` becomes true;
 - on Linux the command runs under a small supervisor (``acp_trio/_reaper.py``, a second Python
-  process started with ``sys.executable -I -S``; about 10 ms more per ``terminal/create``) that is
+  process started with ``sys.executable -I -S``: 10 to 20 ms more per ``terminal/create``) that is
   a child subreaper (``prctl(PR_SET_CHILD_SUBREAPER)``): every descendant of the command stays
   below it, also one that leaves the process group and session (a double fork with ``setsid()``,
   what daemons and some dev servers do).  It writes nothing to the command's output and reports
