@@ -3,7 +3,7 @@
 Usage::
 
     python benchmarks/bench_store.py [--quick] [--rounds R] [--repeats K] [--json out.json] [--strict]
-    python benchmarks/bench_store.py --serve-agent [--store PATH]   # the bench agent alone
+    python benchmarks/bench_store.py --serve-agent [--store PATH [--durable]]   # the bench agent alone
 
 Scenarios:
 
@@ -18,6 +18,11 @@ Scenarios:
    handled and the response arrived; against the same agent sending the same 10,000 updates from
    memory (prebuilt typed notifications, the ordinary send path; an extension request), in the
    same run, alternating.  Bar: load ≤ 2 x the in-memory send.
+3. ``latency``: what "acknowledged means stored" costs an answer: the client's round trip of a
+   ``session/new`` and of a short ``session/prompt`` turn (``stream 100``), against an agent without
+   a store, one with a store (``durable=False``) and one with ``durable=True`` (an fsync per
+   commit); each answer waits until its records, and every update before it, are committed.
+   Reported (no bar): the medians and what the store adds to them.
 
 Each round spawns fresh agent processes (the two ``record`` agents alternate their order per
 round).  Verdicts use medians.  Exit status: 0; 1 if a scenario failed; 3 with ``--strict`` if a
@@ -58,6 +63,8 @@ from acp_trio import session_store, spawn_agent  # noqa: E402
 
 STREAM_N: Final = 20_000
 LOAD_N: Final = 10_000
+LATENCY_TURN: Final = 100  # updates in the short turn of the latency scenario
+LATENCY_WARMUP: Final = 3
 RECORD_BAR: Final = 1.10
 LOAD_BAR: Final = 2.0
 
@@ -125,12 +132,12 @@ def _thread_cpu(thread: Any) -> float:
         return 0.0
 
 
-def serve(store_path: str | None) -> None:
+def serve(store_path: str | None, durable: bool = False) -> None:
     store: session_store.SessionStore | None = None
     if store_path == ":memory:":
         store = session_store.MemorySessionStore()
     elif store_path:
-        store = session_store.SqliteSessionStore(store_path)
+        store = session_store.SqliteSessionStore(store_path, durable=durable)
 
     def make(conn: Any) -> BenchStoreAgent:
         return BenchStoreAgent(conn, store)
@@ -164,8 +171,9 @@ async def _start(conn: Any) -> str:
     return str(session.session_id)
 
 
-def _agent_argv(store: str | None) -> list[str]:
-    return [str(Path(__file__).resolve()), "--serve-agent", *(["--store", store] if store else [])]
+def _agent_argv(store: str | None, durable: bool = False) -> list[str]:
+    argv = [str(Path(__file__).resolve()), "--serve-agent", *(["--store", store] if store else [])]
+    return [*argv, "--durable"] if durable else argv
 
 
 async def _cpu_turn(conn: Any, session_id: str) -> tuple[float, float]:
@@ -234,10 +242,38 @@ async def load_times(env: dict[str, str], store: str, repeats: int) -> tuple[lis
     return loads, memory
 
 
+async def latencies(
+    env: dict[str, str], store: str | None, durable: bool, samples: int
+) -> tuple[list[float], list[float]]:
+    """Seconds from sending until the answer arrived: ``session/new``, and ``session/prompt`` of a
+    ``stream 100`` turn (``samples`` of each, after warm-ups), against one agent process."""
+    new_times, prompt_times = [], []
+    async with spawn_agent(sys.executable, _agent_argv(store, durable), client=Counter, env=env) as conn:
+        session_id = await _start(conn)
+        request = v1.NewSessionRequest(cwd=str(_HERE), mcp_servers=[])
+        for k in range(samples + LATENCY_WARMUP):
+            start = time.perf_counter()
+            await conn.agent.session_new(request)
+            new_time = time.perf_counter() - start
+            start = time.perf_counter()
+            await _prompt(conn, session_id, f"stream {LATENCY_TURN}")
+            prompt_time = time.perf_counter() - start
+            if k >= LATENCY_WARMUP:
+                new_times.append(new_time)
+                prompt_times.append(prompt_time)
+    return new_times, prompt_times
+
+
+_LATENCY_SIDES: Final = (("off", False, False), ("on", True, False), ("durable", True, True))
+
+
 async def run_all(env: dict[str, str], rounds: int, repeats: int, tmp: Path) -> dict[str, list[float]]:
     """Every timed sample, by kind: ``off`` / ``on`` / ``writer`` / ``idle`` (seconds per update),
-    ``memory`` / ``load`` (seconds per 10k updates)."""
+    ``memory`` / ``load`` (seconds per 10k updates), ``new_*`` / ``prompt_*`` (seconds per answer;
+    ``off``, ``on``, ``durable``)."""
     samples: dict[str, list[float]] = {"off": [], "on": [], "writer": [], "idle": [], "load": [], "memory": []}
+    for side, _, _ in _LATENCY_SIDES:
+        samples[f"new_{side}"], samples[f"prompt_{side}"] = [], []
     for i in range(rounds):
         for recorded in (False, True) if i % 2 == 0 else (True, False):
             for key, values in (
@@ -247,6 +283,12 @@ async def run_all(env: dict[str, str], rounds: int, repeats: int, tmp: Path) -> 
         loads, memory = await load_times(env, str(tmp / f"load-{i}.db"), repeats)
         samples["load"].extend(loads)
         samples["memory"].extend(memory)
+        sides = _LATENCY_SIDES if i % 2 == 0 else _LATENCY_SIDES[::-1]
+        for side, stored, durable in sides:
+            path = str(tmp / f"latency-{side}-{i}.db") if stored else None
+            new_times, prompt_times = await latencies(env, path, durable, repeats * 5)
+            samples[f"new_{side}"].extend(new_times)
+            samples[f"prompt_{side}"].extend(prompt_times)
     return samples
 
 
@@ -254,6 +296,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--serve-agent", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--store", help=argparse.SUPPRESS)
+    parser.add_argument("--durable", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--quick", action="store_true", help="fewer rounds")
     parser.add_argument("--rounds", type=int, help="agent processes per scenario and side (default 6, quick 2)")
     parser.add_argument("--repeats", type=int, help="timed turns per process (default 6, quick 3)")
@@ -262,7 +305,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--startup-runs", type=int, help=argparse.SUPPRESS)  # bench_runtime's, passed by nox
     args = parser.parse_args(argv)
     if args.serve_agent:
-        serve(args.store)
+        serve(args.store, args.durable)
         return 0
     rounds = args.rounds or (2 if args.quick else 6)
     repeats = args.repeats or (3 if args.quick else 6)
@@ -311,6 +354,14 @@ def main(argv: list[str] | None = None) -> int:
     ):
         values = samples[key]
         print(f"  {label:<44} {med[key] * scale:8.2f} / {best[key] * scale:<8.2f} {unit} ({len(values)})")
+    print("\nAnswer latency, client round trip: median (n); what the store adds")
+    for what, label in (("new", "session/new"), ("prompt", f"session/prompt, stream {LATENCY_TURN}")):
+        off = med[f"{what}_off"]
+        cells = [f"no store {off * 1e3:6.2f} ms"]
+        for side, name in (("on", "store"), ("durable", "durable=True")):
+            value = med[f"{what}_{side}"]
+            cells.append(f"{name} {value * 1e3:6.2f} ms (+{(value - off) * 1e3:.2f})")
+        print(f"  {label:<30} " + "; ".join(cells) + f"  ({len(samples[f'{what}_off'])} each)")
     paired = statistics.median(on / idle for on, idle in zip(samples["on"], samples["idle"], strict=True))
     print(
         f"  recording, best vs best: {best['on'] / best['off']:.3f}; "
