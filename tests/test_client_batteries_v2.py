@@ -201,7 +201,7 @@ async def test_standard_client_cancel_on_v2_answers_the_pending_permission_cance
     with trio.fail_after(DEADLINE):
         async with acp_trio.open_memory_pair(
             {v2: Agent2}, {v2: client_factory}, tap=lambda d, line: lines.append(line) if d == "out" else None
-        ) as (agent_conn, client_conn):
+        ) as (_agent_conn, client_conn):
             client: StandardClient = client_conn.handler
             await client.initialize()
             sid = await client.new_session(tmp_path)

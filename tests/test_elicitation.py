@@ -21,6 +21,7 @@ from typing import Any
 import orjson
 import pytest
 import trio
+import trio.lowlevel
 import trio.testing
 
 import acp_trio
@@ -418,10 +419,10 @@ async def test_an_accepted_url_elicitation_waits_for_elicitation_complete_and_un
     variant: ModuleType,
 ) -> None:
     completed: list[str | None] = []
-    opened: list[str | None] = []
+    opened: list[PendingElicitation] = []
 
     async def consent(pending: PendingElicitation) -> ElicitationAnswer:
-        opened.append(pending.url)
+        opened.append(pending)
         return ElicitationAnswer.accept({"ignored": "content"})  # URL mode sends no content
 
     lines: list[Any] = []
@@ -430,10 +431,12 @@ async def test_an_accepted_url_elicitation_waits_for_elicitation_complete_and_un
         async with pair(variant, asks, lines, elicitation=ask_user(consent)) as (agent, _conn, client):
             client.elicitation.on_complete = lambda entry: completed.append(entry.elicitation_id)
             await client.prompt("s", "connect github")
-            assert client.elicitation.awaiting_completion() == []
+            [pending] = opened
+            await pending.wait_completed()  # v2: the idle update may be handled before the completion
+            assert client.elicitation.awaiting_completion() == [] and pending.completed
     assert agent.answers == [variant.AcceptCreateElicitationResponse()]
     assert results(lines) == [{"action": "accept"}]
-    assert opened == ["https://agent.example.com/connect?elicitationId=github-oauth-001"]
+    assert pending.url == "https://agent.example.com/connect?elicitationId=github-oauth-001"
     assert completed == ["github-oauth-001"]  # once: the unknown and the repeated id were ignored
 
 
@@ -577,3 +580,61 @@ async def test_the_demo_client_without_a_terminal_uses_the_defaults_or_declines(
             await client.prompt(await client.new_session("/tmp"), "go")
     assert agent.answers == [expected]
     assert line in out.getvalue()
+
+
+class SlowCompletionClient(StandardClient):
+    """Takes a few scheduling rounds to handle ``elicitation/complete``."""
+
+    async def elicitation_complete(self, params: Any) -> None:
+        for _ in range(20):
+            await trio.lowlevel.checkpoint()
+        await super().elicitation_complete(params)
+
+
+async def test_elicitation_complete_is_handled_before_a_response_that_follows_it() -> None:
+    # v1: the prompt's response follows the completion on the wire (in v2 the turn ends with a
+    # session/update, which is ordered per session, not with notifications outside sessions)
+    variant = v1
+
+    def make_agent(conn: acp_trio.AgentSideConnection) -> _Agent:
+        agent = AGENTS[variant](conn)
+        agent.asks = [url, ("complete", "github-oauth-001")]
+        return agent
+
+    client_factory = functools.partial(SlowCompletionClient, elicitation=ask_user(lambda pending: _accept()))
+    with trio.fail_after(DEADLINE):
+        async with acp_trio.open_memory_pair({variant: make_agent}, {variant: client_factory}) as (_, client_conn):
+            client: StandardClient = client_conn.handler
+            await client.initialize()
+            await client.prompt(await client.new_session("/tmp"), "connect")
+            # the agent reported completion before it ended the turn: the client has seen it
+            assert client.elicitation.awaiting_completion() == []
+
+
+@VARIANTS
+async def test_the_demo_agent_asks_about_the_word_count_and_the_users_answer_shapes_the_summary(
+    variant: ModuleType, tmp_path: Any
+) -> None:
+    from acp_trio.demo.agent import DemoAgent
+    from acp_trio.demo.agent_v2 import DemoAgentV2
+    from acp_trio.demo.client import DemoClient
+    from acp_trio.demo.client_v2 import DemoClientV2
+
+    (tmp_path / "notes.txt").write_text("alpha beta\ngamma\n", encoding="utf-8")
+    shown = io.StringIO()
+    client_class: Any = DemoClient if variant is v1 else DemoClientV2
+    agent_class: Any = DemoAgent if variant is v1 else DemoAgentV2
+
+    def make_client(conn: Any) -> Any:  # "n": no word count; "s": send
+        return client_class(conn, io.StringIO(), ask_in=io.StringIO("n\ns\n"), ask_out=shown, interactive=True)
+
+    with trio.fail_after(30):
+        async with acp_trio.open_memory_pair({variant: agent_class}, {variant: make_client}) as (_, client_conn):
+            client: Any = client_conn.handler
+            await client.initialize()
+            result = await client.prompt(await client.new_session(tmp_path), "summarize")
+            assert result.stop_reason == "end_turn"
+    assert "acp-trio demo agent asks: Should summary.txt give the word count?" in shown.getvalue()
+    assert (tmp_path / "summary.txt").read_text(encoding="utf-8") == (
+        "notes.txt has 2 non-empty lines; the first is: alpha beta\n"  # no "It has 3 words."
+    )

@@ -17,8 +17,9 @@ Batteries (modules, loaded on use):
 - client side: :class:`StandardClient` (all of them in one client), :mod:`acp_trio.fs`
   (:class:`SessionFileSystem`), :mod:`acp_trio.terminals` (:class:`TerminalManager`),
   :mod:`acp_trio.permissions` (:class:`PermissionBroker` and the policies :func:`ask`,
-  :func:`allow_kinds`, :func:`allow_all`, :func:`deny_all`), :mod:`acp_trio.session_state`
-  (:class:`SessionState`, :class:`SessionStates`);
+  :func:`allow_kinds`, :func:`allow_all`, :func:`deny_all`), :mod:`acp_trio.elicitation`
+  (``ElicitationBroker``: forms and URLs, checked with ``jsonschema``), :mod:`acp_trio.session_state`
+  (:class:`SessionState`, :class:`SessionStates`); all of them for protocol versions 1 and 2;
 - agent side: :mod:`acp_trio.builders` (content blocks, tool calls, plans, permission options,
   session updates), :mod:`acp_trio.agent_terminal` (:func:`open_terminal`), :mod:`acp_trio.mcp`
   (a session's MCP servers; extra ``acp-trio[mcp]``), :mod:`acp_trio.session_store` (sessions kept

@@ -711,7 +711,8 @@ class ClientSideConnection(_Side):
       session-scoped ``elicitation/create`` of it ``{"action": "cancel"}``, until the session's
       turn ends (v1: its ``session/prompt`` returns; v2: its ``idle`` state update); so are they
       on ``session/close`` and ``session/delete``.  Elicitations too start only after their
-      session's earlier updates were handled.
+      session's earlier updates were handled, and ``elicitation/complete`` notifications are
+      handled in arrival order, before a response that follows them.
     """
 
     side = "client"
@@ -747,6 +748,13 @@ class ClientSideConnection(_Side):
                 fn,
                 params_type=spec.params_type,
                 serial_key=_session_key,
+            )
+            return
+        if spec.method == "elicitation/complete":
+            # handled in arrival order, and before a response read after it reaches its caller: a
+            # prompt that returns after the agent reported a URL elicitation complete sees it complete
+            self.connection.routes[spec.method] = Route(
+                spec.method, "notification", fn, params_type=spec.params_type, serial_key=_elicitation_key
             )
             return
         if spec.method in _TURN_QUESTIONS:
@@ -936,6 +944,11 @@ _TURN_QUESTIONS: dict[str, tuple[dict[str, Any], bool]] = {
     "session/request_permission": ({"outcome": {"outcome": "cancelled"}}, True),
     "elicitation/create": ({"action": "cancel"}, False),
 }
+
+
+def _elicitation_key(params: Any) -> Any:
+    """The ordering key of ``elicitation/complete`` (no session: one queue for all of them)."""
+    return "elicitation/complete"
 
 
 def _question_key(params: Any) -> Any:

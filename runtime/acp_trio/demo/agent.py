@@ -3,7 +3,9 @@
 On ``session/prompt`` it streams ``agent_message_chunk`` updates, publishes a plan, reports a tool
 call and asks ``session/request_permission`` for it, reads ``notes.txt`` from the session directory
 with ``fs/read_text_file``, counts its words with a command run in a client terminal
-(``terminal/create`` ... ``terminal/release``, shown in the tool call), writes ``summary.txt`` with
+(``terminal/create`` ... ``terminal/release``, shown in the tool call), asks the user with
+``elicitation/create`` (a form) whether the summary gives the word count when the client offers
+forms, writes ``summary.txt`` with
 ``fs/write_text_file`` (reporting a diff), and ends the turn with stop reason ``end_turn``.
 ``session/cancel`` ends it with ``cancelled`` (the runtime does that).  Steps the client cannot
 serve (no ``fs.readTextFile``, ``fs.writeTextFile`` or ``terminal`` in its capabilities) are
@@ -19,11 +21,12 @@ from __future__ import annotations
 import os
 import sys
 import uuid
+from typing import Any
 
 import trio
 
 from acp_schema import v1
-from acp_trio import AgentSideConnection, RequestError, open_terminal, run_agent_stdio
+from acp_trio import AgentSideConnection, RequestError, converter, open_terminal, run_agent_stdio
 from acp_trio import builders as b
 
 AGENT_INFO = v1.Implementation(name="acp-trio-demo-agent", title="acp-trio demo agent", version="1")
@@ -33,6 +36,32 @@ PLAN_STEPS = ("Read notes.txt", "Count its words", "Write summary.txt")
 """The steps of the plan the agent publishes (shared with the v2 demo agent)."""
 STORE = None
 """The session store the agent keeps its (protocol version 1) sessions in, or ``None`` (:func:`use_store`)."""
+WORD_COUNT_QUESTION = "Should summary.txt give the word count?"
+WORD_COUNT_FORM: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "include_word_count": {"type": "boolean", "title": "Include the word count", "default": True},
+    },
+    "required": ["include_word_count"],
+}
+"""The form the agent asks with ``elicitation/create`` when the client offers form elicitation
+(shared with the v2 demo agent; ``elicitation.mdx``)."""
+
+
+def offers_forms(client_capabilities: dict[str, Any]) -> bool:
+    """Whether the client advertised form elicitation (``elicitation.form`` present and not null)."""
+    elicitation = client_capabilities.get("elicitation")
+    return isinstance(elicitation, dict) and isinstance(elicitation.get("form"), dict)
+
+
+def wants_word_count(answer: Any) -> bool:
+    """From the answer to :data:`WORD_COUNT_FORM` (either version): ``False`` only when the user
+    accepted with ``include_word_count`` false; a decline or cancel keeps the default (the spec:
+    agents fall back safely)."""
+    content = getattr(answer, "content", None)
+    if getattr(answer, "action", None) != "accept" or not isinstance(content, dict):
+        return True
+    return content.get("include_word_count") is not False
 
 
 def use_store(path: str) -> None:
@@ -140,10 +169,27 @@ class DemoAgent:
 
         first = lines[0] if lines else "(none)"
         summary = f"notes.txt has {len(lines)} non-empty lines; the first is: {first}\n"
-        if words is not None:
+        if words is not None and await self._ask_word_count(session_id):
             summary += f"It has {words} words.\n"
         await self._write_summary(session_id, cwd, summary)
         return v1.PromptResponse(stop_reason="end_turn")
+
+    async def _ask_word_count(self, session_id: str) -> bool:
+        """Ask the user (``elicitation/create``, a form) whether the summary gives the word count,
+        when the client offers forms; yes unless the user says no."""
+        if not offers_forms(self.conn.client_capabilities):
+            return True
+        try:
+            answer = await self.client.elicitation_create(
+                v1.FormCreateElicitationRequest(
+                    message=WORD_COUNT_QUESTION,
+                    requested_schema=converter.structure(WORD_COUNT_FORM, v1.ElicitationSchema),
+                    session_id=session_id,
+                )
+            )
+        except RequestError:
+            return True
+        return wants_word_count(answer)
 
     def _offers(self, *path: str) -> bool:
         """Whether the client's capabilities (wire JSON) hold a true value at ``path``."""

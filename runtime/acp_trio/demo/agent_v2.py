@@ -10,7 +10,8 @@ runtime sends ``state_update`` ``running``, then ``idle`` with the stop reason).
 ``state_update`` ``requires_action`` while it waits, ``running`` after), reads ``notes.txt`` from
 the session directory itself, counts its words by running ``python -c WORD_COUNT`` itself and
 shows the command as an agent-owned display terminal (``terminal_update`` and
-``terminal_output_chunk``, anchored in a tool call), writes ``summary.txt`` itself (a tool call
+``terminal_output_chunk``, anchored in a tool call), asks whether the summary gives the word count
+(``elicitation/create``, a form, when the client offers forms), writes ``summary.txt`` itself (a tool call
 with a diff) and ends with stop reason ``end_turn``.  ``session/cancel`` ends it ``cancelled``
 (the runtime does that), and so does ``session/close``.
 
@@ -34,9 +35,17 @@ from functools import partial
 import trio
 
 from acp_schema import v1, v2
-from acp_trio import UNSET, AgentSideConnection, RequestError, UnsetType, run_agent_stdio
+from acp_trio import UNSET, AgentSideConnection, RequestError, UnsetType, converter, run_agent_stdio
 
-from .agent import PLAN_STEPS, WORD_COUNT, DemoAgent
+from .agent import (
+    PLAN_STEPS,
+    WORD_COUNT,
+    WORD_COUNT_FORM,
+    WORD_COUNT_QUESTION,
+    DemoAgent,
+    offers_forms,
+    wants_word_count,
+)
 
 AGENT_INFO = v2.Implementation(name="acp-trio-demo-agent", title="acp-trio demo agent", version="1")
 PERMISSION_OPTIONS = (
@@ -242,7 +251,7 @@ class DemoAgentV2:
         summary_path = os.path.join(cwd, "summary.txt")
         first = lines[0] if lines else "(none)"
         summary = f"notes.txt has {len(lines)} non-empty lines; the first is: {first}\n"
-        if words is not None:
+        if words is not None and await self._ask_word_count(session_id):
             summary += f"It has {words} words.\n"
         write_id = f"call_write{suffix}"
         await self._tool(
@@ -299,6 +308,26 @@ class DemoAgentV2:
             return False  # an outcome this agent does not know: never approval
         kinds = {option.option_id: option.kind for option in PERMISSION_OPTIONS}
         return kinds.get(outcome.option_id) in ALLOWING
+
+    async def _ask_word_count(self, session_id: str) -> bool:
+        """Ask the user (``elicitation/create``, a form) whether the summary gives the word count,
+        when the client offers forms, reporting ``requires_action`` while it waits; yes unless the
+        user says no."""
+        if not offers_forms(self.conn.client_capabilities):
+            return True
+        await self._send(session_id, v2.RequiresActionStateUpdateSessionUpdate())
+        try:
+            answer = await self.client.elicitation_create(
+                v2.FormCreateElicitationRequest(
+                    message=WORD_COUNT_QUESTION,
+                    requested_schema=converter.structure(WORD_COUNT_FORM, v2.ElicitationSchema),
+                    session_id=session_id,
+                )
+            )
+        except RequestError:
+            answer = None
+        await self._send(session_id, v2.RunningStateUpdateSessionUpdate())
+        return wants_word_count(answer)
 
     async def _count_words(self, session_id: str, cwd: str, tool_call_id: str) -> int | None:
         """Run the word count itself, shown live as a display terminal in a tool call; ``None`` if it failed."""
