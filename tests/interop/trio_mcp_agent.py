@@ -1,15 +1,19 @@
-"""An acp-trio agent that uses the MCP servers its client serves over ACP (``acp_schema.v1_unstable``).
+"""An acp-trio agent that uses the MCP servers its client serves over ACP (``acp_schema.v1_unstable``
+and ``v2_unstable`` side by side).
 
 Run by ``tests/test_interop_mcp.py`` (``python trio_mcp_agent.py``); the TypeScript SDK's client
 (``ts_mcp_client.mjs``: ``McpOverAcpProvider`` and ``fromMcpServer``) drives it over stdio.
 
-- ``initialize``: protocol version 1, ``mcpCapabilities.acp``, ``sessionCapabilities.close``;
+- ``initialize``: v1: ``mcpCapabilities.acp``, ``sessionCapabilities.close``; v2:
+  ``capabilities.session.mcp.acp``;
 - ``session/new``: opens the session's MCP servers (``acp_trio.mcp.open_mcp_servers``);
-- ``session/prompt``: on the first connected server, lists its tools, calls ``add`` {2, 3}, calls
+- the report: on the first connected server, it lists its tools, calls ``add`` {2, 3}, calls
   ``count`` with a progress callback, reads ``notes://today``, gets the prompt ``greet`` {name: Ada},
   calls the unknown tool ``nope``, and calls ``slow``, cancelling it once the server reported its
-  first progress; then it says one ``agent_message_chunk``: a JSON object of what it saw, and
-  ends the turn ``end_turn``.  Failures are reported in that object (``"error"``), not raised;
+  first progress; it reports what it saw as a JSON object (failures in ``"error"``, not raised);
+- v1 ``session/prompt``: the report as one ``agent_message_chunk`` (JSON text), then ``end_turn``;
+- the extension request ``_interop/use_mcp`` {sessionId} answers the report (both versions; the v2
+  client uses it, so that the v2 prompt lifecycle stays out of this test);
 - ``session/close``: closes the session (and its MCP servers).
 """
 
@@ -21,7 +25,7 @@ from typing import Any
 import mcp
 import trio
 
-from acp_schema import v1_unstable as acp
+from acp_schema import v1_unstable, v2_unstable
 from acp_trio import AgentSideConnection, run_agent_stdio
 from acp_trio.mcp import McpServers, open_mcp_servers
 
@@ -40,8 +44,16 @@ class McpInteropAgent:
     def __init__(self, conn: AgentSideConnection) -> None:
         self.conn = conn
         self.mcp: dict[str, McpServers] = {}
+        conn.on_ext_request("_interop/use_mcp", self.use_mcp)
 
-    async def initialize(self, params: acp.InitializeRequest) -> acp.InitializeResponse:
+    async def initialize(self, params: Any) -> Any:
+        acp = self.conn.variant
+        if acp is v2_unstable:
+            session = acp.SessionCapabilities(mcp=acp.McpCapabilities(acp=acp.McpAcpCapabilities()))
+            info = acp.Implementation(name="acp-trio-mcp-interop-agent", version="1")
+            return acp.InitializeResponse(
+                protocol_version=2, info=info, capabilities=acp.AgentCapabilities(session=session)
+            )
         caps = acp.AgentCapabilities(
             mcp_capabilities=acp.McpCapabilities(acp=True),
             session_capabilities=acp.SessionCapabilities(close=acp.SessionCloseCapabilities()),
@@ -49,17 +61,29 @@ class McpInteropAgent:
         info = acp.Implementation(name="acp-trio-mcp-interop-agent", version="1")
         return acp.InitializeResponse(protocol_version=1, agent_capabilities=caps, agent_info=info)
 
-    async def session_new(self, params: acp.NewSessionRequest) -> acp.NewSessionResponse:
+    async def session_new(self, params: Any) -> Any:
         session_id = f"trio-session-{len(self.mcp) + 1}"
-        self.mcp[session_id] = await open_mcp_servers(self.conn, session_id, params.mcp_servers, cwd=params.cwd)
-        return acp.NewSessionResponse(session_id=session_id)
+        servers = params.mcp_servers or []  # optional in v2
+        self.mcp[session_id] = await open_mcp_servers(self.conn, session_id, servers, cwd=params.cwd)
+        return self.conn.variant.NewSessionResponse(session_id=session_id)
 
-    async def session_close(self, params: acp.CloseSessionRequest) -> acp.CloseSessionResponse:
-        return acp.CloseSessionResponse()
+    async def session_close(self, params: Any) -> Any:
+        return self.conn.variant.CloseSessionResponse()
 
-    async def session_prompt(self, params: acp.PromptRequest) -> acp.PromptResponse:
-        servers = self.mcp[params.session_id]
+    async def session_prompt(self, params: v1_unstable.PromptRequest) -> v1_unstable.PromptResponse:
+        acp = v1_unstable
+        seen = await self.report(params.session_id)
+        update = acp.AgentMessageChunkSessionUpdate(content=acp.TextContentBlock(text=json.dumps(seen)))
+        await self.conn.client.session_update(acp.SessionNotification(session_id=params.session_id, update=update))
+        return acp.PromptResponse(stop_reason="end_turn")
+
+    async def use_mcp(self, params: Any) -> dict[str, Any]:
+        return await self.report(params["sessionId"])
+
+    async def report(self, session_id: str) -> dict[str, Any]:
+        servers = self.mcp[session_id]
         seen: dict[str, Any] = {
+            "protocolVersion": self.conn.protocol_version,
             "servers": {name: server.transport for name, server in servers.items()},
             "errors": {name: error.reason for name, error in servers.errors.items()},
         }
@@ -69,9 +93,7 @@ class McpInteropAgent:
                 await self.use(session, seen)
             except Exception as exc:
                 seen["error"] = describe(exc)
-        update = acp.AgentMessageChunkSessionUpdate(content=acp.TextContentBlock(text=json.dumps(seen)))
-        await self.conn.client.session_update(acp.SessionNotification(session_id=params.session_id, update=update))
-        return acp.PromptResponse(stop_reason="end_turn")
+        return seen
 
     async def use(self, session: mcp.ClientSession, seen: dict[str, Any]) -> None:
         info = session.server_info
@@ -114,4 +136,4 @@ class McpInteropAgent:
 
 
 if __name__ == "__main__":
-    run_agent_stdio(McpInteropAgent, variant=acp)
+    run_agent_stdio({v1_unstable: McpInteropAgent, v2_unstable: McpInteropAgent})

@@ -2,23 +2,28 @@
 // unstable v1 entry point) that calls the MCP servers its client serves over ACP, with the SDK's
 // McpOverAcpCaller.
 //
-// Run by tests/test_interop_mcp.py as `node ts_mcp_agent.mjs` with ACP_INTEROP_NPM_DIR set;
-// acp-trio's client drives it over stdio and serves an MCP server (tools add, count, slow; the
-// resource notes://today; the prompt greet).
-//  - initialize: mcpCapabilities.acp, agentInfo ts-sdk-mcp-interop-agent;
+// Run by tests/test_interop_mcp.py as `node ts_mcp_agent.mjs <protocol version: 1 or 2>` with
+// ACP_INTEROP_NPM_DIR set; acp-trio's client drives it over stdio and serves an MCP server (tools
+// add, count, slow; the resource notes://today; the prompt greet).  Version 2 uses the entry
+// point experimental/v2/unstable.
+//  - initialize: v1 mcpCapabilities.acp and agentInfo, v2 capabilities.session.mcp.acp and info
+//    (ts-sdk-mcp-interop-agent);
 //  - session/new: keeps the session's acp MCP servers;
-//  - session/prompt: on the first acp server, in order: server/discover, tools/list, tools/call
+//  - the report: on the first acp server, in order: server/discover, tools/list, tools/call
 //    add {2, 3}, tools/call count with a progressToken (the progress notifications are
 //    collected), resources/read notes://today, prompts/get greet {name: Ada}, tools/call nope
 //    (no such tool), a request to a serverId nobody declared, and tools/call slow with a
 //    progressToken, withdrawn (its AbortSignal, so $/cancel_request) once the tool reported its
-//    first progress.  It says one agent_message_chunk: a JSON object of what it got (inner
-//    results and errors as the caller returned them, outer errors as {code, message, data}),
-//    and answers end_turn.
+//    first progress: a JSON object of what it got (inner results and errors as the caller
+//    returned them, outer errors as {outer: {code, message, data}});
+//  - v1 session/prompt: says the report in one agent_message_chunk and answers end_turn;
+//  - the extension request _interop/use_mcp {sessionId} answers the report (both versions: the
+//    v2 client uses it, so that the v2 prompt lifecycle stays out of this test).
 import { Readable, Writable } from "node:stream";
 import { loadEsm } from "./load_esm.mjs";
 
-const acp = await loadEsm("@agentclientprotocol/sdk/unstable");
+const v2 = process.argv[2] === "2";
+const acp = await loadEsm(v2 ? "@agentclientprotocol/sdk/experimental/v2/unstable" : "@agentclientprotocol/sdk/unstable");
 
 const caller = new acp.McpOverAcpCaller({ clientInfo: { name: "ts-sdk-mcp-interop-agent", version: "2.4.0" } });
 const sessions = new Map(); // sessionId -> the acp servers it declared
@@ -66,32 +71,44 @@ async function use(client, serverId) {
   return seen;
 }
 
-const app = acp
+async function report(client, sessionId) {
+  const servers = sessions.get(sessionId) ?? [];
+  const seen = { servers };
+  if (servers.length > 0) {
+    Object.assign(seen, await use(client, servers[0].serverId));
+  }
+  return seen;
+}
+
+const info = { name: "ts-sdk-mcp-interop-agent", version: "2.4.0" };
+let app = acp
   .agent({ name: "ts-sdk-mcp-interop-agent" })
   .onNotification(acp.methods.agent.mcp.message, caller.handleNotification)
-  .onRequest(acp.methods.agent.initialize, () => ({
-    protocolVersion: acp.PROTOCOL_VERSION,
-    agentCapabilities: { mcpCapabilities: { acp: true } },
-    authMethods: [],
-    agentInfo: { name: "ts-sdk-mcp-interop-agent", version: "2.4.0" },
-  }))
+  .onRequest(acp.methods.agent.initialize, () =>
+    v2
+      ? { protocolVersion: acp.PROTOCOL_VERSION, info, capabilities: { session: { mcp: { acp: {} } } } }
+      : { protocolVersion: acp.PROTOCOL_VERSION, agentCapabilities: { mcpCapabilities: { acp: true } }, agentInfo: info },
+  )
   .onRequest(acp.methods.agent.session.new, ({ params }) => {
     const sessionId = `ts-mcp-session-${++nextSession}`;
-    sessions.set(sessionId, params.mcpServers.filter(acp.isMcpServerAcp));
+    sessions.set(sessionId, (params.mcpServers ?? []).filter(acp.isMcpServerAcp));
     return { sessionId };
   })
-  .onRequest(acp.methods.agent.session.prompt, async ({ params, client }) => {
-    const servers = sessions.get(params.sessionId) ?? [];
-    const seen = { servers };
-    if (servers.length > 0) {
-      Object.assign(seen, await use(client, servers[0].serverId));
-    }
+  .onRequest(
+    "_interop/use_mcp",
+    (params) => params,
+    ({ params, client }) => report(client, params.sessionId),
+  );
+if (!v2) {
+  app = app.onRequest(acp.methods.agent.session.prompt, async ({ params, client }) => {
+    const seen = await report(client, params.sessionId);
     await client.notify(acp.methods.client.session.update, {
       sessionId: params.sessionId,
       update: { sessionUpdate: "agent_message_chunk", content: { type: "text", text: JSON.stringify(seen) } },
     });
     return { stopReason: "end_turn" };
   });
+}
 
 const connection = app.connect(acp.ndJsonStream(Writable.toWeb(process.stdout), Readable.toWeb(process.stdin)));
 await connection.closed;

@@ -3,10 +3,12 @@
 // answers mcp/message, and fromMcpServer runs a server of @modelcontextprotocol/server 2.4.0.
 //
 // Usage (tests/test_interop_mcp.py runs it with ACP_INTEROP_NPM_DIR set):
-//   node ts_mcp_client.mjs <cwd> <agent command> [agent args...]
+//   node ts_mcp_client.mjs <protocol version: 1 or 2> <cwd> <agent command> [agent args...]
 // It spawns the agent, then: initialize, registers the MCP server "ts-tools" (tools add, count,
-// slow; the resource notes://today; the prompt greet), session/new in <cwd> declaring it, one
-// prompt "go", session/close.  The tools:
+// slow; the resource notes://today; the prompt greet), session/new in <cwd> declaring it, then
+// in version 1 one prompt "go" (the agent reports in an agent_message_chunk), in version 2 the
+// extension request _interop/use_mcp {sessionId} (the agent answers its report; the entry point
+// is experimental/v2/unstable), and session/close.  The tools:
 //  - add {a, b}: the sum as text;
 //  - count: three notifications/progress (when the request carries a progressToken), then "counted";
 //  - slow: one notifications/progress "started", then waits until its request is aborted (the
@@ -17,12 +19,13 @@ import { spawn } from "node:child_process";
 import { Readable, Writable } from "node:stream";
 import { loadEsm } from "./load_esm.mjs";
 
-const acp = await loadEsm("@agentclientprotocol/sdk/unstable");
+const [protocol, cwd, command, ...args] = process.argv.slice(2);
+const v2 = protocol === "2";
+const acp = await loadEsm(v2 ? "@agentclientprotocol/sdk/experimental/v2/unstable" : "@agentclientprotocol/sdk/unstable");
 const { fromMcpServer } = await loadEsm("@agentclientprotocol/sdk/experimental/mcp-server");
 const { McpServer } = await loadEsm("@modelcontextprotocol/server");
 const z = await loadEsm("zod");
 
-const [cwd, command, ...args] = process.argv.slice(2);
 const summary = { updates: [], slow: { started: false, aborted: false } };
 let slowAborted;
 const slowDone = new Promise((resolve) => {
@@ -88,11 +91,13 @@ const exited = new Promise((resolve) => child.on("exit", (code, signal) => resol
 const stream = acp.ndJsonStream(Writable.toWeb(child.stdin), Readable.toWeb(child.stdout));
 
 await app.connectWith(stream, async (agent) => {
-  summary.initialize = await agent.request(acp.methods.agent.initialize, {
-    protocolVersion: acp.PROTOCOL_VERSION,
-    clientCapabilities: {},
-    clientInfo: { name: "ts-sdk-mcp-interop-client", version: "2.4.0" },
-  });
+  const info = { name: "ts-sdk-mcp-interop-client", version: "2.4.0" };
+  summary.initialize = await agent.request(
+    acp.methods.agent.initialize,
+    v2
+      ? { protocolVersion: acp.PROTOCOL_VERSION, info, capabilities: {} }
+      : { protocolVersion: acp.PROTOCOL_VERSION, clientCapabilities: {}, clientInfo: info },
+  );
   const registration = provider.registerServer(agent, { name: "ts-tools", handler: tools.handler });
   summary.declaration = registration.declaration;
   const session = await agent.request(acp.methods.agent.session.new, {
@@ -100,11 +105,15 @@ await app.connectWith(stream, async (agent) => {
     mcpServers: [registration.declaration],
   });
   summary.sessionId = session.sessionId;
-  const response = await agent.request(acp.methods.agent.session.prompt, {
-    sessionId: session.sessionId,
-    prompt: [{ type: "text", text: "go" }],
-  });
-  summary.stopReason = response.stopReason;
+  if (v2) {
+    summary.report = await agent.request("_interop/use_mcp", { sessionId: session.sessionId });
+  } else {
+    const response = await agent.request(acp.methods.agent.session.prompt, {
+      sessionId: session.sessionId,
+      prompt: [{ type: "text", text: "go" }],
+    });
+    summary.stopReason = response.stopReason;
+  }
   // the agent cancelled the slow call before answering; its abort reaches the tool soon after
   await Promise.race([slowDone, new Promise((resolve) => setTimeout(resolve, 5000))]);
   await agent.request(acp.methods.agent.session.close, { sessionId: session.sessionId });
