@@ -20,9 +20,12 @@ Batteries (modules, loaded on use):
   :func:`allow_kinds`, :func:`allow_all`, :func:`deny_all`), :mod:`acp_trio.elicitation`
   (``ElicitationBroker``: forms and URLs, checked with ``jsonschema``), :mod:`acp_trio.session_state`
   (:class:`SessionState`, :class:`SessionStates`); all of them for protocol versions 1 and 2;
+  :mod:`acp_trio.mcp_over_acp` (MCP servers served to the agent over ``mcp/message``; unstable
+  variants, extra ``acp-trio[mcp]``);
 - agent side: :mod:`acp_trio.builders` (content blocks, tool calls, plans, permission options,
   session updates), :mod:`acp_trio.agent_terminal` (:func:`open_terminal`), :mod:`acp_trio.mcp`
-  (a session's MCP servers; extra ``acp-trio[mcp]``), :mod:`acp_trio.session_store` (sessions kept
+  (a session's MCP servers, the client's ``acp`` ones too; extra ``acp-trio[mcp]``),
+  :mod:`acp_trio.session_store` (sessions kept
   in SQLite behind ``session/load``, list, resume, close and delete);
 - both: :mod:`acp_trio.otel` (trace context in ``_meta``; extra ``acp-trio[otel]``).
 """
