@@ -727,6 +727,53 @@ async def test_after_the_input_ends_handlers_get_eof_grace_seconds_then_are_canc
     await peer.expect_eof()
 
 
+async def test_notification_handlers_running_or_queued_at_the_end_of_input_are_cancelled_after_the_grace(
+    autojump_clock: MockClock,
+) -> None:
+    handled: list[Any] = []
+    cancelled: list[Any] = []
+
+    async def slow(params: Any) -> None:
+        try:
+            await trio.sleep(15)
+        except trio.Cancelled:
+            cancelled.append(params["n"])
+            raise
+        handled.append(params["n"])
+
+    routes = (
+        Route("ordered", "notification", slow, serial_key=lambda params: "one queue"),
+        Route("free", "notification", slow),
+    )
+    async with connected(*routes, eof_grace=0.5) as (conn, peer):
+        for n in range(3):
+            await peer.send_raw(orjson.dumps({"jsonrpc": "2.0", "method": "ordered", "params": {"n": n}}) + b"\n")
+        await peer.send_raw(orjson.dumps({"jsonrpc": "2.0", "method": "free", "params": {"n": "free"}}) + b"\n")
+        await trio.testing.wait_all_tasks_blocked()
+        await peer.send_stream.aclose()
+        ended = trio.current_time()
+        with trio.fail_after(5):
+            await conn.wait_closed()
+        assert trio.current_time() - ended == pytest.approx(0.5)
+    assert handled == []
+    assert sorted(cancelled, key=str) == [0, "free"]  # the queued 1 and 2 never started
+
+
+async def test_with_eof_grace_none_background_tasks_are_waited_for_too(autojump_clock: MockClock) -> None:
+    finished: list[str] = []
+
+    async def long() -> None:
+        await trio.sleep(10)
+        finished.append("long")
+
+    async with connected(eof_grace=None) as (conn, peer):
+        conn.start_soon(long)
+        await peer.send_stream.aclose()
+        with trio.fail_after(20):
+            await conn.wait_closed()
+    assert finished == ["long"]
+
+
 async def test_when_nothing_runs_the_connection_closes_at_the_end_of_input(autojump_clock: MockClock) -> None:
     async with connected(eof_grace=5) as (conn, peer):
         await peer.send_stream.aclose()

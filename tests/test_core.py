@@ -19,6 +19,7 @@ from acp_trio._core import (
     INTERNAL_ERROR,
     INVALID_REQUEST,
     METHOD_NOT_FOUND,
+    OVERSIZED_HEAD,
     PARSE_ERROR,
     Batch,
     ErrorResponse,
@@ -34,6 +35,7 @@ from acp_trio._core import (
     encode_notification,
     encode_request,
     encode_result,
+    head_fields,
     parse,
 )
 
@@ -478,3 +480,35 @@ def test_importing_the_core_in_a_fresh_interpreter_does_not_load_trio() -> None:
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
     assert proc.stdout.strip() == ""
+
+
+# -- the start of an oversized line ----------------------------------------------------------------
+
+
+def test_an_oversized_line_keeps_its_first_4_kib_in_one_read_and_across_reads() -> None:
+    line = b'{"jsonrpc":"2.0","id":5,"method":"m","params":{"pad":"' + b"x" * 10_000 + b'"}}'
+    whole = LineFramer(1000).feed(line + b"\n")
+    assert isinstance(whole[0], OversizedMessage) and whole[0].head == line[:OVERSIZED_HEAD]
+    pieces = feed_all(LineFramer(1000), [line[i : i + 300] for i in range(0, len(line), 300)] + [b"\n"])
+    assert isinstance(pieces[0], OversizedMessage) and pieces[0].head.startswith(line[:900])
+
+
+@pytest.mark.parametrize(
+    ("head", "fields"),
+    [
+        (
+            b'{"jsonrpc":"2.0","id":7,"method":"x","params":{"a":"bbb',
+            {"jsonrpc": "2.0", "id": 7, "method": "x", "params": ...},
+        ),
+        (b' { "id" : "s-1" , "result": [1,2', {"id": "s-1", "result": ...}),
+        (b'{"method":"x","params":{"big":"', {"method": "x", "params": ...}),
+        (b'{"jsonrpc":"2.0","id":123', {"jsonrpc": "2.0", "id": ...}),  # its digits may go on past the cut
+        (b'{"id":12,"method', {"id": 12}),
+        (b'{"id":"caf\xc3', {"id": ...}),  # a string cut short (inside a character) is not complete
+        (b"[1,2]", {}),
+        (b"garbage", {}),
+        (b"", {}),
+    ],
+)
+def test_head_fields_reads_the_members_that_fit(head: bytes, fields: dict[str, Any]) -> None:
+    assert head_fields(head) == fields

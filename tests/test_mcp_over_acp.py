@@ -574,6 +574,15 @@ async def test_stable_variants_have_no_mcp_over_acp_and_say_so() -> None:
                     pass
 
 
+async def test_an_exception_in_the_body_of_open_acp_transport_comes_out_as_itself() -> None:
+    with trio.fail_after(DEADLINE):
+        async with pair(v1_unstable) as (agent_conn, client_conn):
+            await initialize(client_conn, v1_unstable)
+            with pytest.raises(KeyError, match="mine"):  # not an ExceptionGroup around it
+                async with open_acp_transport(agent_conn, "x"):
+                    raise KeyError("mine")
+
+
 async def test_serve_mcp_server_refuses_what_is_not_an_mcp_server() -> None:
     with trio.fail_after(DEADLINE):
         async with pair(v1_unstable) as (_, client_conn):

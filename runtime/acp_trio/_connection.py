@@ -356,6 +356,7 @@ class Connection:
         self._read_closed: ConnectionClosed | None = None
         self._busy = 0  # inbound handler tasks and notification queues still running
         self._nursery: trio.Nursery | None = None
+        self._notify_nursery: trio.Nursery | None = None
         self._service_scope = trio.CancelScope()
         self._cm: Any = None
 
@@ -393,9 +394,17 @@ class Connection:
         with self._service_scope:
             async with trio.open_nursery() as inner:
                 self._nursery = inner
+                self._notify_nursery = await inner.start(self._notification_tasks)
                 inner.start_soon(self._writer)
                 inner.start_soon(self._reader)
                 task_status.started()
+
+    async def _notification_tasks(self, task_status: trio.TaskStatus[trio.Nursery]) -> None:
+        """Hold the nursery that notification handlers run in: one cancel scope stops them all at the
+        end of input, without a scope per notification (streamed updates are the hot path)."""
+        async with trio.open_nursery() as nursery:
+            task_status.started(nursery)
+            await trio.sleep_forever()
 
     async def aclose(self, reason: str = "connection closed") -> None:
         """Close: fail pending requests with :class:`ConnectionClosed`, cancel running handlers,
@@ -615,7 +624,7 @@ class Connection:
         self._read_closed = error
         self._fail_pending(error)
         if self.eof_grace is None:
-            while self._busy and self._closed is None:
+            while (self._busy or self._background_scopes) and self._closed is None:
                 await self._serial_lot.park()
         elif self._busy or self._background_scopes:
             with trio.move_on_after(self.eof_grace):
@@ -626,6 +635,8 @@ class Connection:
                 self._input_cancelled = True
                 for scope in [*self._inbound.values(), *self._background_scopes]:
                     scope.cancel()
+                if self._notify_nursery is not None:  # notification handlers, running or queued
+                    self._notify_nursery.cancel_scope.cancel()
                 with trio.move_on_after(self.close_timeout):  # what they answer to the cancellation goes out
                     while (self._busy or self._background_scopes) and self._closed is None:
                         await self._serial_lot.park()
@@ -746,12 +757,12 @@ class Connection:
             except Exception:
                 log.exception("%s: on_receive hook for %r raised", self.name, method)
         key = route.serial_key(params) if route.serial_key is not None else None
-        assert self._nursery is not None
+        assert self._notify_nursery is not None
         if self.instrumentation is not None:
             route = self._traced_route(route, "notification", msg.params)
         if key is None:
             self._busy += 1
-            self._nursery.start_soon(self._run_notification, route, params, True, name=method)
+            self._notify_nursery.start_soon(self._run_notification, route, params, True, name=method)
             return
         queue = self._queues.get(key)
         if queue is None:
@@ -760,7 +771,7 @@ class Connection:
         if not queue.running:
             queue.running = True
             self._busy += 1
-            self._nursery.start_soon(self._drain_queue, key, queue, name=method)
+            self._notify_nursery.start_soon(self._drain_queue, key, queue, name=method)
 
     def _traced_route(self, route: Route, kind: Literal["request", "notification"], raw: Any) -> Route:
         """``route`` with its handler run inside ``instrumentation.inbound(kind, method, raw)``."""

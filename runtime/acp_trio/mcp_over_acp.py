@@ -92,6 +92,7 @@ from ._capabilities import CapabilityError
 from ._connection import ConnectionClosed, Route
 from ._converter import DecodeError
 from ._core import INTERNAL_ERROR, INVALID_PARAMS, REQUEST_CANCELLED, RequestError
+from ._nursery import owned_nursery
 from ._spec import UNSET, MethodSpec
 
 if TYPE_CHECKING:
@@ -640,7 +641,7 @@ async def open_acp_transport(
     spec = consumer.install()
     link = _Link(conn, consumer, spec, server_id)
     try:
-        async with trio.open_nursery() as nursery:
+        async with owned_nursery() as nursery:  # the body's exception comes out as itself
             nursery.start_soon(link.pump, nursery)
             try:
                 yield link.session_input, link.session_output

@@ -746,8 +746,9 @@ class TerminalManager:
 
 
 def supervisor_available() -> bool:
-    """Whether terminals can run under a subreaper supervisor here: Linux, with ``sys.executable``."""
-    return sys.platform.startswith("linux") and bool(sys.executable)
+    """Whether terminals can run under a subreaper supervisor here: Linux, with ``sys.executable``
+    a Python interpreter (not a frozen application, whose executable would not run ``_reaper.py``)."""
+    return sys.platform.startswith("linux") and bool(sys.executable) and not getattr(sys, "frozen", False)
 
 
 class _Supervisor:

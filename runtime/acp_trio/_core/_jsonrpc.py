@@ -285,7 +285,10 @@ def head_fields(head: bytes) -> dict[str, Any]:
                 return fields
             pos = _SPACE.match(text, pos + 1).end()  # type: ignore[union-attr]
             fields[key] = ...
-            fields[key], pos = _JSON_VALUE.raw_decode(text, pos)
+            value, pos = _JSON_VALUE.raw_decode(text, pos)
+            if pos == len(text) and type(value) in (int, float):  # digits up to the cut: maybe more followed
+                return fields
+            fields[key] = value
             pos = _SPACE.match(text, pos).end()  # type: ignore[union-attr]
             if not text.startswith(",", pos):
                 return fields
