@@ -1236,3 +1236,112 @@ async def test_enable_after_the_connection_was_built() -> None:
         await agent_conn.client.session_update(b.notification("later_1", b.agent_message("hi")))
         conversation = await store.conversation("later_1")
     assert conversation is not None and len(conversation.events) == 1
+
+
+# -- a client that stops reading -------------------------------------------------------------------
+
+
+class GatedStream(trio.abc.SendStream):
+    """A send stream that stalls while ``open`` is not set (a client that stops reading its input);
+    ``entered`` is set when a write starts waiting on the gate."""
+
+    def __init__(self, inner: trio.abc.SendStream) -> None:
+        self.inner = inner
+        self.open = trio.Event()
+        self.open.set()
+        self.entered = trio.Event()
+
+    async def send_all(self, data: bytes | bytearray | memoryview) -> None:
+        if not self.open.is_set():
+            self.entered.set()
+            await self.open.wait()
+        await self.inner.send_all(data)
+
+    async def wait_send_all_might_not_block(self) -> None:
+        await self.open.wait()
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+@asynccontextmanager
+async def gated_pair(store: session_store.SessionStore) -> AsyncIterator[tuple[Any, Any, GatedStream, Any]]:
+    """An initialized pair over ``store`` whose agent writes through a :class:`GatedStream`; also
+    yields the client's send stream (closing it ends the agent's input)."""
+    from trio.testing import memory_stream_one_way_pair
+
+    to_client, from_agent = memory_stream_one_way_pair()
+    to_agent, from_client = memory_stream_one_way_pair()
+    gate = GatedStream(to_client)
+    holder: list[Any] = []
+    agent_conn = AgentSideConnection(functools.partial(StoreAgent, store=store), gate, from_client)
+    client_conn = acp_trio.ClientSideConnection(Recorder, to_agent, from_agent, tap=_tap(holder))
+    holder.append(client_conn.handler)
+    async with client_conn, agent_conn:
+        await client_conn.agent.initialize(v1.InitializeRequest(protocol_version=1))
+        yield agent_conn, client_conn, gate, to_agent
+
+
+@pytest.mark.parametrize("ending", ["aclose", "end of input", "session/close"])
+async def test_lines_written_while_a_session_ends_are_stored(autojump_clock: Any, ending: str) -> None:
+    # The client reads slowly: five updates are still being written when the session ends; meanwhile
+    # another connection makes the store's writer run a round.  What the client got is stored.
+    store = session_store.MemorySessionStore()
+    async with pair(store) as (_, other_client), gated_pair(store) as (agent_conn, client_conn, gate, to_agent):
+        sid = await new_session(client_conn)
+        ended = trio.Event()
+        agent_conn.sessions.on_end(lambda info: ended.set())
+        gate.open = trio.Event()
+        for i in range(5):
+            await agent_conn.client.session_update(b.notification(sid, b.agent_message(f"chunk {i} ")))
+        with trio.fail_after(1):
+            await gate.entered.wait()  # the writer is inside send_all with the five records
+        async with trio.open_nursery() as nursery:
+            if ending == "aclose":
+                nursery.start_soon(agent_conn.connection.aclose)
+            elif ending == "end of input":
+                await to_agent.aclose()
+            else:
+                close = functools.partial(client_conn.agent.session_close, v1.CloseSessionRequest(session_id=sid))
+                nursery.start_soon(close)
+            with trio.fail_after(1):
+                await ended.wait()
+            await new_session(other_client)  # a writer round while the lines are still unwritten
+            gate.open.set()
+        if ending != "session/close":  # the client reads up to the end of the agent's output
+            with trio.fail_after(5):
+                await agent_conn.connection.aclose()
+                await client_conn.connection.wait_closed()
+        received = [orjson.loads(line)["params"]["update"]["content"]["text"] for line in client_conn.handler.lines]
+        conversation = await store.conversation(sid)
+    assert received == [f"chunk {i} " for i in range(5)]
+    assert conversation is not None
+    texts = [m["params"]["update"]["content"]["text"] for k, m in conversation.messages() if k == "update"]
+    assert texts == received
+
+
+async def test_a_client_that_stops_reading_holds_up_no_other_connection(autojump_clock: Any) -> None:
+    store = session_store.MemorySessionStore()
+    async with gated_pair(store) as (a_agent, a_client, a_gate, _), pair(store) as (_, b_client):
+        a_sid = await new_session(a_client)
+        b_sid = await new_session(b_client)
+        a_gate.open = trio.Event()  # A's client stops reading; its agent streams an update
+        await a_agent.client.session_update(b.notification(a_sid, b.agent_message("unread")))
+        with trio.fail_after(1):
+            await a_gate.entered.wait()
+        assert a_agent.connection.records_pending
+        with trio.fail_after(0.1):  # B's requests do not wait for A's client at all
+            listed = await b_client.agent.session_list(v1.ListSessionsRequest())
+            await b_client.handler.states.load(b_client.agent, load_request(b_sid))
+            await b_client.agent.session_resume(v1.ResumeSessionRequest(session_id=b_sid, cwd="/work"))
+        assert {s.session_id for s in listed.sessions} == {a_sid, b_sid}
+        with trio.fail_after(5):  # outside any connection: bounded (settle_timeout, 1 s)
+            await store.flush()
+        conversation = await store.conversation(a_sid)
+        assert conversation is not None and conversation.events == []  # not written, not stored (yet)
+        a_gate.open.set()
+        with trio.fail_after(5):
+            await store.flush()  # A's line is written now: it is kept
+        conversation = await store.conversation(a_sid)
+    assert conversation is not None
+    assert [m["params"]["update"]["content"]["text"] for _, m in conversation.messages()] == ["unread"]

@@ -928,8 +928,9 @@ class Writer:
                 entry.discard()
                 self.logs.pop(entry, None)
                 continue
+            closed = entry.closed  # read first: once closed, nothing more is added after what pending() sees
             if not entry.pending():
-                if entry.closed:
+                if closed:
                     self.logs.pop(entry, None)
                     try:
                         self.database.touch(entry)

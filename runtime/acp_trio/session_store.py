@@ -26,7 +26,11 @@ self.store.replay(id)``):
   updates byte for byte: messages, thoughts, tool calls and their updates up to their final state,
   plans, modes, config options, ...), then answers with the session's modes (``session/new``'s,
   with the latest ``currentModeId``) and latest config options; prompts that follow one another
-  with no update between them get a ``messageId`` each, so they replay as separate messages;
+  with no update between them get a ``messageId`` each (``acp-trio-prompt-N``, N counting the
+  replayed prompts, unless the prompt carried its own), so they replay as separate messages: the
+  schema's ``ContentChunk.messageId`` is the only mark of a new message, and session-setup.mdx lets
+  an agent give replayed messages opaque, unique ids (so a client's replayed state differs from
+  its live one only in these user messages' ``message_id``);
 - ``session/list``: stored sessions, most recently active first, ``cwd`` filter, opaque cursors
   (pages of ``page_size``; an invalid cursor answers -32602); ``SessionInfo`` carries
   ``title`` (the last ``session_info_update`` title, else the first prompt's first line),
@@ -48,8 +52,10 @@ self.store.replay(id)``):
 and ``initialize`` (the default answer or the agent's own) advertises v1 ``loadSession`` and
 ``sessionCapabilities.list/resume/close/delete``, v2 ``session.delete`` (the rest is v2's baseline
 ``session``).  Recording starts when a session opens and stops when it ends (``session/close``,
-``session/delete``, the connection closing).  A ``session/fork`` (unstable) starts as a copy of
-its parent's record: its history, title, modes and config options.
+``session/delete``, the connection closing); lines still being written to the client then are kept
+once written (a connection that closes gives its writer at most ``close_timeout`` s).  A
+``session/fork`` (unstable) starts as a copy of its parent's record: its history, title, modes and
+config options.
 
 **Acknowledged means stored.**  The answer to ``session/new``, ``session/load``,
 ``session/resume``, ``session/fork`` and ``session/prompt`` (and, on v2, the ``state_update``
@@ -174,6 +180,10 @@ class SessionStore:
     and releases the database (also done at interpreter exit).
     """
 
+    settle_timeout: float = 1.0
+    """Seconds a read or :meth:`flush` waits at most for lines still being written to a client (see
+    :meth:`flush`); lines not written by then are not seen by it (they are kept once written)."""
+
     def __init__(
         self,
         database: Database,
@@ -231,14 +241,31 @@ class SessionStore:
         job = Job(_logged(fn), after)
         self._writer.submit(job)
 
+    async def _settle(self) -> None:
+        """Let reads and flushes see the lines still being written to clients, waiting only for what the
+        caller needs: the lines its own connection queued (when it runs in a task of a connection of
+        this store, e.g. a handler), else those of every connection of this thread; at most
+        :attr:`settle_timeout` s, so a client that stopped reading holds nobody else up."""
+        here = threading.get_ident()
+        connections = [r.conn.connection for r in list(self._recorders) if r.thread == here]
+        own = _calling_connection(connections)
+        waits = [c for c in ([own] if own is not None else connections) if c.records_pending]
+        if not waits:
+            return
+        with trio.move_on_after(self.settle_timeout) as scope:
+            if len(waits) == 1:
+                await waits[0].wait_written()  # written: their records are in the logs
+            else:
+                async with trio.open_nursery() as nursery:
+                    for connection in waits:
+                        nursery.start_soon(connection.wait_written)
+        if scope.cancelled_caught:
+            log.debug("%s: lines still unwritten after %g s are not seen by this read", self.path, self.settle_timeout)
+
     async def _call(self, fn: Callable[[Database], Any] | None, after: bool, settle: bool = True) -> Any:
         writer = self._writer
-        if after and settle:  # reads and flushes see every line sent so far, also those still in an outbox
-            here = threading.get_ident()
-            for recorder in list(self._recorders):
-                connection = recorder.conn.connection
-                if recorder.thread == here and connection.records_pending:
-                    await connection.wait_written()  # written: their records are in the logs
+        if after and settle:  # reads and flushes see the lines being written, also those still in an outbox
+            await self._settle()
         if not writer.threaded:
             await trio.lowlevel.checkpoint()
             job = Job(fn, after)
@@ -261,7 +288,11 @@ class SessionStore:
     # -- the API -----------------------------------------------------------------------------------
     async def flush(self) -> None:
         """Return once every line recorded so far is committed: every prompt received, and every update
-        sent (lines still queued on a connection of this thread are waited for until written).
+        written to its client.  Lines still queued are waited for until written, at most
+        :attr:`settle_timeout` s: those of the caller's own connection when called from one of its
+        tasks (a handler, a background task), else those of every connection of this thread (a client
+        that stopped reading delays no other connection's flush, and anyone's by at most that).  The
+        reads (:meth:`get`, :meth:`list_sessions`, :meth:`conversation`) wait the same way.
         Raises :class:`StoreError` when writing fails."""
         await self._call(None, True)
 
@@ -401,6 +432,24 @@ class MemorySessionStore(SessionStore):
         super().__init__(Database(":memory:"), threaded=False, store_secrets=store_secrets, page_size=page_size)
 
 
+def _calling_connection(connections: list[Connection]) -> Connection | None:
+    """The connection among ``connections`` whose tasks (handlers, background tasks, and the tasks
+    they start) include the current task, or ``None``."""
+    nurseries = {id(c._nursery): c for c in connections if c._nursery is not None}
+    if not nurseries:
+        return None
+    task: Any = trio.lowlevel.current_task()
+    while task is not None:
+        nursery = task.parent_nursery
+        if nursery is None:
+            return None
+        found = nurseries.get(id(nursery))
+        if found is not None:
+            return found
+        task = nursery.parent_task
+    return None
+
+
 def _logged(fn: Callable[[Database], Any]) -> Callable[[Database], Any]:
     def run(db: Database) -> Any:
         try:
@@ -447,6 +496,7 @@ class SessionRecorder:
         self.thread = threading.get_ident()  # the connection's (trio's) thread
         self._active: dict[str, Log] = {}
         self._forks: dict[str, tuple[SessionInfo, list[Any]]] = {}  # opened by session/fork, row not made yet
+        self._closing: list[Log] = []  # ended sessions whose lines the connection is still writing
         self._records: dict[int, Callable[[str, Any], Any]] = {}  # per protocol version, made once negotiated
         writer = store._writer
 
@@ -643,8 +693,7 @@ class SessionRecorder:
     def _ended(self, info: SessionInfo) -> None:
         entry = self._active.pop(info.session_id, None)
         if entry is not None:
-            entry.closed = True
-            self.store._writer.wake()
+            self._close_when_written(entry)
         if info.end_reason == "session/delete":
             for other in list(self.store._writer.logs):
                 if other.session_id == info.session_id:
@@ -652,6 +701,44 @@ class SessionRecorder:
             session_id = info.session_id
             if not self.store._writer.closed:
                 self.store._submit(lambda db: db.delete(session_id))
+
+    def _close_when_written(self, entry: Log) -> None:
+        """Mark ``entry`` closed (the store's writer then lets it go once it is written) when the
+        connection has written, or given up on, every line queued so far: the records of lines still
+        queued or being written when a session ends (``session/close``, end of input, ``aclose``) are
+        handed to ``entry`` only once written, and must find it still open.  Bounded by the
+        connection: its writer ends at the latest ``close_timeout`` s after the connection closes."""
+        connection = self.conn.connection
+        if connection.records_pending:
+            self._closing.append(entry)
+            if len(self._closing) > 1:  # a task is already waiting for the connection's writer
+                return
+            nursery = connection._nursery  # not start_soon: a closing connection takes no background task
+            try:
+                if nursery is None:
+                    raise RuntimeError("the connection is not running")
+                nursery.start_soon(self._close_written, name="session store: close ended sessions' logs")
+                return
+            except RuntimeError:  # the connection's tasks are gone: nothing more will be written
+                self._closing.remove(entry)
+        entry.closed = True
+        self.store._writer.wake()
+
+    async def _close_written(self) -> None:
+        closing = self._closing
+        try:
+            while closing:
+                count = len(closing)
+                await self.conn.connection.wait_written()  # what was queued when they ended, or the writer stopped
+                for entry in closing[:count]:
+                    entry.closed = True
+                del closing[:count]
+                self.store._writer.wake()
+        finally:  # cancelled with the connection's tasks: its writer is gone too
+            for entry in closing:
+                entry.closed = True
+            closing.clear()
+            self.store._writer.wake()
 
     # -- wrappers around the agent's own handlers ------------------------------------------------
     async def _committed(self, what: str) -> None:
