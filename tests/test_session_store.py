@@ -606,6 +606,53 @@ def test_files_this_version_cannot_use_are_refused_with_a_clear_message(
     assert path.read_bytes() == before  # nothing changed
 
 
+_OPENER = """
+import sys
+from acp_trio import session_store
+for line in sys.stdin:  # one path per round, given to every opener at once
+    try:
+        session_store.SqliteSessionStore(line.strip()).close()
+        print("ok", flush=True)
+    except Exception as exc:
+        print(repr(exc), flush=True)
+"""
+
+
+@posix_only
+def test_processes_opening_one_new_file_at_once_all_get_the_store(tmp_path: Path) -> None:
+    # SQLite answers a second process switching the file to WAL "database is locked" without waiting,
+    # and the schema's identity must be read in one snapshot while another process creates it.
+    import subprocess
+
+    openers = [
+        subprocess.Popen(
+            [sys.executable, "-c", _OPENER], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1
+        )
+        for _ in range(4)
+    ]
+    try:
+        for round_ in range(10):
+            path = tmp_path / f"new{round_}.db"
+            for opener in openers:
+                assert opener.stdin is not None
+                opener.stdin.write(f"{path}\n")
+            for opener in openers:
+                assert opener.stdin is not None
+                opener.stdin.flush()
+            results = [opener.stdout.readline().strip() for opener in openers if opener.stdout is not None]
+            assert results == ["ok"] * 4, f"round {round_}: {results}"
+            check = sqlite3.connect(path)
+            assert check.execute("PRAGMA application_id").fetchone()[0] == APPLICATION_ID
+            assert check.execute("PRAGMA user_version").fetchone()[0] == session_store.SCHEMA_VERSION
+            check.close()
+    finally:
+        for opener in openers:
+            if opener.stdin is not None:
+                opener.stdin.close()
+        for opener in openers:
+            opener.wait(timeout=30)
+
+
 # -- listing -----------------------------------------------------------------------------------------
 
 

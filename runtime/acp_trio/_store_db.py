@@ -65,6 +65,7 @@ TITLE_FROM_AGENT: Final = 2
 _TITLE_LENGTH: Final = 100
 _TOUCH_INTERVAL_US: Final = 1_000_000
 _NICE: Final = 10  # the writer thread's niceness
+_OPEN_TIMEOUT: Final = 30.0  # seconds opening a file waits for other processes opening or writing it
 DEFAULT_COMMIT_INTERVAL: Final = 0.025
 
 
@@ -408,6 +409,26 @@ class Database:
 
     # -- opening, versions -------------------------------------------------------------------------
     def _prepare(self, durable: bool) -> None:
+        """Check, migrate or create the schema.  Processes opening one file at once take turns: SQLite
+        answers some of these steps (switching to WAL) "database is locked" at once, without waiting,
+        so they are retried for up to :data:`_OPEN_TIMEOUT` s."""
+        deadline = time.monotonic() + _OPEN_TIMEOUT
+        pause = 0.005
+        while True:
+            try:
+                self._prepare_once(durable)
+                return
+            except sqlite3.OperationalError as exc:
+                if not _busy(exc):
+                    raise
+                if time.monotonic() >= deadline:
+                    raise StoreVersionError(
+                        self.path, None, f"{self.path}: cannot open the session store: {exc} for {_OPEN_TIMEOUT:g} s"
+                    ) from exc
+            time.sleep(pause)
+            pause = min(pause * 2, 0.1)
+
+    def _prepare_once(self, durable: bool) -> None:
         db = self.db
         try:
             self._check(*self._identity())  # before changing anything: a foreign file stays as it was
@@ -418,6 +439,8 @@ class Database:
             db.execute(f"PRAGMA synchronous = {'FULL' if durable else 'NORMAL'}")
             db.execute("BEGIN IMMEDIATE")
         except sqlite3.DatabaseError as exc:
+            if isinstance(exc, sqlite3.OperationalError) and _busy(exc):
+                raise  # another process is opening it too: _prepare tries again
             raise StoreVersionError(self.path, None, f"{self.path}: not a session store database ({exc})") from exc
         try:
             version, app, tables = self._identity()  # again, under the lock: another process may have been first
@@ -445,10 +468,19 @@ class Database:
             raise
 
     def _identity(self) -> tuple[int, int, list[str]]:
+        """``(user_version, application_id, tables)``, read in one transaction (one snapshot: another
+        process may be creating the schema meanwhile)."""
         db = self.db
-        version = db.execute("PRAGMA user_version").fetchone()[0]
-        app = db.execute("PRAGMA application_id").fetchone()[0]
-        tables = sorted(r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'"))
+        own = not db.in_transaction
+        if own:
+            db.execute("BEGIN")
+        try:
+            version = db.execute("PRAGMA user_version").fetchone()[0]
+            app = db.execute("PRAGMA application_id").fetchone()[0]
+            tables = sorted(r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'"))
+        finally:
+            if own and db.in_transaction:
+                db.execute("COMMIT")
         return version, app, tables
 
     def _check(self, version: int, app: int, tables: list[str]) -> None:
@@ -718,6 +750,14 @@ class Database:
             fields["current_mode_id"] = update.get("currentModeId")
         elif kind == "config_option_update" and type(update.get("configOptions")) is list:
             fields["config_options"] = orjson.dumps(update["configOptions"]).decode()
+
+
+def _busy(exc: sqlite3.OperationalError) -> bool:
+    """Whether ``exc`` is SQLite's "busy" or "locked" (another connection holds the lock)."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    if type(code) is int:
+        return code & 0xFF in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
+    return "locked" in str(exc) or "busy" in str(exc)
 
 
 def _create_schema(db: sqlite3.Connection) -> None:
