@@ -255,8 +255,82 @@ async def test_a_v2_prompt_raises_connection_closed_when_the_agent_goes_away_mid
             client: StandardClient = client_conn.handler
             await client.initialize()
             sid = await client.new_session(tmp_path)
-            with pytest.raises(acp_trio.ConnectionClosed, match="before the turn of session 's-v2' ended"):
+            with pytest.raises(acp_trio.ConnectionClosed) as info:
                 await client.prompt(sid, "read it")
+            # the connection's own error (a spawned agent's exit status and stderr are in it), and where it hit
+            closed = client_conn.connection.close_error
+            assert closed is not None and str(info.value) == str(closed) and info.value is not closed
+            assert "while waiting for the turn of session 's-v2' to end" in info.value.__notes__
+
+
+AGENTS_DIR = Path(__file__).parent / "agents"
+
+
+async def test_a_v2_prompt_says_how_the_agent_process_ended_when_it_dies_mid_turn(tmp_path: Path) -> None:
+    make = StandardClient.for_versions(v2)
+    agent = [str(AGENTS_DIR / "crashing_agent_v2.py")]
+    with trio.fail_after(30):
+        async with acp_trio.spawn_agent(sys.executable, agent, client=make, shutdown_timeout=2) as conn:
+            client: StandardClient = conn.handler
+            await client.initialize(timeout=20)
+            sid = await client.new_session(tmp_path, timeout=20)
+            with pytest.raises(acp_trio.ConnectionClosed) as info:
+                await client.prompt(sid, "go", timeout=20)
+    assert info.value.exit_code == 3
+    assert info.value.stderr_tail[-1:] == ("fatal: the model endpoint refused the key",)
+    assert "exited with code 3" in str(info.value) and "refused the key" in str(info.value)
+
+
+class SilentAgent2:
+    """A v2 agent whose turns never end by themselves and that ends a session on session/close
+    without reporting ``idle`` (a buggy or hostile agent)."""
+
+    def __init__(self, conn: acp_trio.AgentSideConnection) -> None:
+        self.conn = conn
+        self.prompted = trio.Event()
+
+    async def session_new(self, params: v2.NewSessionRequest) -> v2.NewSessionResponse:
+        return v2.NewSessionResponse(session_id="s-v2")
+
+    async def session_prompt(self, params: v2.PromptRequest) -> v2.PromptResponse:
+        self.prompted.set()
+        return v2.PromptResponse(message_id="u1")
+
+    async def session_close(self, params: v2.CloseSessionRequest) -> v2.CloseSessionResponse:
+        return v2.CloseSessionResponse()
+
+
+@pytest.mark.parametrize("how", ["session/close", "discarded"])
+async def test_a_v2_prompt_whose_session_ends_first_raises_session_ended_not_connection_closed(
+    tmp_path: Path, how: str
+) -> None:
+    from acp_trio.standard_client import SessionEnded
+
+    with trio.fail_after(DEADLINE):
+        async with acp_trio.open_memory_pair({v2: SilentAgent2}, {v2: StandardClient}) as (agent_conn, client_conn):
+            client: StandardClient = client_conn.handler
+            await client.initialize()
+            sid = await client.new_session(tmp_path)
+            errors: list[BaseException] = []
+            async with trio.open_nursery() as nursery:
+
+                async def prompt() -> None:
+                    with pytest.raises(SessionEnded) as info:
+                        await client.prompt(sid, "go")
+                    errors.append(info.value)
+
+                nursery.start_soon(prompt)
+                await agent_conn.handler.prompted.wait()
+                if how == "session/close":  # the agent reports no idle; the client forgets ended sessions
+                    client_conn.sessions.on_end(lambda info: client.states.discard(info.session_id))
+                    await client_conn.agent.session_close(v2.CloseSessionRequest(session_id=sid))
+                else:
+                    client.states.discard(sid)
+            assert not client_conn.closed  # the connection is fine: only the session ended
+    [error] = errors
+    assert isinstance(error, SessionEnded) and not isinstance(error, acp_trio.ConnectionClosed)
+    assert (error.session_id, error.reason) == (sid, how)
+    assert f"session {sid!r} ended ({how}) before its turn did" in str(error)
 
 
 @pytest.mark.parametrize("agent_versions", [(1,), (2,), (1, 2)], ids=["v1-agent", "v2-agent", "both-agent"])

@@ -102,6 +102,13 @@ class _Agent:
 class Agent1(_Agent):
     variant = v1
 
+    async def initialize(self, params: v1.InitializeRequest) -> v1.InitializeResponse:
+        caps = v1.AgentCapabilities(session_capabilities=v1.SessionCapabilities(close=v1.SessionCloseCapabilities()))
+        return v1.InitializeResponse(protocol_version=1, agent_capabilities=caps)
+
+    async def session_close(self, params: v1.CloseSessionRequest) -> v1.CloseSessionResponse:
+        return v1.CloseSessionResponse()
+
     async def session_new(self, params: v1.NewSessionRequest) -> v1.NewSessionResponse:
         return v1.NewSessionResponse(session_id="s")
 
@@ -112,6 +119,9 @@ class Agent1(_Agent):
 
 class Agent2(_Agent):
     variant = v2
+
+    async def session_close(self, params: v2.CloseSessionRequest) -> v2.CloseSessionResponse:
+        return v2.CloseSessionResponse()
 
     async def session_new(self, params: v2.NewSessionRequest) -> v2.NewSessionResponse:
         return v2.NewSessionResponse(session_id="s")
@@ -260,6 +270,20 @@ BAD_SCHEMAS = {
     "required-not-a-property": (
         {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["age"]},
         "$.requestedSchema.required",
+    ),
+    # patterns are checked in linear time (RE2): lookaround and backreferences cannot be
+    "lookahead-pattern": (
+        {"type": "object", "properties": {"pin": {"type": "string", "pattern": "^(?=.*[0-9]).{4,}$"}}},
+        "$.requestedSchema.properties.pin.pattern",
+    ),
+    "backreference-pattern": (
+        {"type": "object", "properties": {"word": {"type": "string", "pattern": "^(a)\\1$"}}},
+        "$.requestedSchema.properties.word.pattern",
+    ),
+    # matched against property names by jsonschema with Python's backtracking re; a form lists its fields
+    "pattern-properties": (
+        {"type": "object", "properties": {"name": {"type": "string"}}, "patternProperties": {"^n": {}}},
+        "$.requestedSchema.patternProperties",
     ),
 }
 
@@ -411,6 +435,92 @@ def test_form_schema_checks_fields_formats_and_defaults() -> None:
     assert info.value.path == "$.requestedSchema.type"
 
 
+# -- hostile schemas cannot freeze the client ------------------------------------------------------
+
+REDOS = "^(a+)+$"  # Python's backtracking re takes about 2**n steps for "a" * n + "!"
+HOSTILE = "a" * 40 + "!"
+
+
+async def _answer(content: dict[str, Any]) -> ElicitationAnswer:
+    return ElicitationAnswer.accept(content)
+
+
+@pytest.mark.timeout(60)  # before: Python's re ran these checks on the event loop's thread for hours
+async def test_a_catastrophic_pattern_is_checked_in_linear_time_in_defaults_answers_and_validate() -> None:
+    schema = {"type": "object", "properties": {"name": {"type": "string", "pattern": REDOS, "default": HOSTILE}}}
+    with trio.fail_after(DEADLINE):
+        defaults = ElicitationBroker(accept_defaults())
+        # the default does not match its pattern: it is left out, and the form is accepted without it
+        assert await defaults.elicitation_create(form(v1, schema=schema)) == v1.AcceptCreateElicitationResponse(
+            content={}
+        )
+        answers = iter([{"name": HOSTILE}, {"name": "aaaa"}])
+        broker = ElicitationBroker(ask_user(lambda pending: _answer(next(answers))))
+        assert await broker.elicitation_create(form(v2, schema=schema)) == v2.CancelCreateElicitationResponse()
+        assert await broker.elicitation_create(form(v2, schema=schema)) == v2.AcceptCreateElicitationResponse(
+            content={"name": "aaaa"}
+        )
+        assert FormSchema(schema).validate({"name": HOSTILE}) == [f"name: {HOSTILE!r} does not match {REDOS!r}"]
+        # linear, but in the pattern's size too: a long string against a large pattern is refused unchecked
+        large = "(?:[ab]{1000})" * 8 + "c"
+        long_form = FormSchema({"type": "object", "properties": {"x": {"type": "string", "pattern": large}}})
+        assert long_form.validate({"x": "ab" * 500_000}) == [
+            f"x: 1000000 bytes is too long to check against {large!r} (at most 1249)"
+        ]
+        plain = FormSchema({"type": "object", "properties": {"x": {"type": "string", "pattern": "^[ab]+c$"}}})
+        assert plain.validate({"x": "ab" * 500_000 + "c"}) == []  # a small pattern checks long strings
+
+
+def test_patterns_are_ecma_262_regular_expressions() -> None:
+    schema = FormSchema(
+        {
+            "type": "object",
+            "properties": {
+                "digits": {"type": "string", "pattern": "^\\d+$"},  # ECMA-262: ASCII digits only
+                "accent": {"type": "string", "pattern": "^\\u00e9+$"},
+                "named": {"type": "string", "pattern": "^(?<word>[a-z]+)$"},  # an ECMA-262 named group
+            },
+        }
+    )
+    assert schema.validate({"digits": "123", "accent": "\u00e9\u00e9", "named": "abc"}) == []
+    arabic_indic_three = "\u0663"
+    assert schema.validate({"digits": arabic_indic_three}) == [
+        f"digits: {arabic_indic_three!r} does not match '^\\\\d+$'"
+    ]
+
+
+def costly_schema(levels: int, default: bool) -> dict[str, Any]:
+    """A form whose checking doubles with each level (an allOf of two $refs to the next level)."""
+    defs: dict[str, Any] = {f"d{i}": {"allOf": [{"$ref": f"#/$defs/d{i + 1}"}] * 2} for i in range(levels)}
+    defs[f"d{levels}"] = {"type": "object"}
+    field: dict[str, Any] = {"type": "string", **({"default": "x"} if default else {})}
+    return {"type": "object", "properties": {"name": field}, "allOf": [{"$ref": "#/$defs/d0"}], "$defs": defs}
+
+
+@pytest.mark.timeout(60)  # before: the check ran on the event loop's thread for days
+@pytest.mark.parametrize("default", [True, False], ids=["its-default", "the-answer"])
+async def test_a_form_too_costly_to_check_is_refused_naming_the_field_and_the_loop_keeps_running(
+    default: bool,
+) -> None:
+    broker = ElicitationBroker(ask_user(lambda pending: _answer({"name": "x"})), check_timeout=1)
+    errors: list[acp_trio.RequestError] = []
+    with trio.fail_after(DEADLINE):
+        async with trio.open_nursery() as nursery:
+
+            async def ask() -> None:
+                with pytest.raises(acp_trio.RequestError) as info:
+                    await broker.elicitation_create(form(v1, schema=costly_schema(40, default)))
+                errors.append(info.value)
+
+            nursery.start_soon(ask)
+            await trio.testing.wait_all_tasks_blocked()
+            assert errors == []  # the check runs in a worker thread: this task ran meanwhile
+    [error] = errors
+    assert error.code == acp_trio.INVALID_PARAMS
+    assert error.data["path"] == "$.requestedSchema.properties.name"
+    assert "took longer than 1 s" in error.data["detail"]
+
+
 # -- URL mode --------------------------------------------------------------------------------------
 
 
@@ -454,6 +564,40 @@ async def test_wait_completed_returns_when_the_agent_reports_completion() -> Non
 
 async def _accept() -> ElicitationAnswer:
     return ElicitationAnswer.accept()
+
+
+@VARIANTS
+@pytest.mark.parametrize("end", ["session/close", "connection-closed"])
+async def test_an_accepted_url_elicitation_is_dropped_when_its_session_ends_or_the_connection_closes(
+    variant: ModuleType, end: str
+) -> None:
+    waited: list[bool] = []
+    with trio.fail_after(DEADLINE):
+        async with pair(variant, [url], elicitation=ask_user(lambda pending: _accept())) as (_agent, conn, client):
+            await client.prompt("s", "connect github")
+            [pending] = client.elicitation.awaiting_completion()
+            async with trio.open_nursery() as nursery:
+
+                async def wait() -> None:
+                    waited.append(await pending.wait_completed())
+
+                nursery.start_soon(wait)
+                await trio.testing.wait_all_tasks_blocked()
+                if end == "session/close":
+                    await conn.agent.session_close(variant.CloseSessionRequest(session_id="s"))
+                else:
+                    await conn.aclose()
+            assert client.elicitation.awaiting_completion() == []
+    assert waited == [False] and not pending.completed  # dropped, not completed
+
+
+def test_the_broker_drops_awaiting_url_elicitations_by_session_or_all() -> None:
+    broker = ElicitationBroker(ask_user(lambda pending: _accept()))
+    trio.run(broker.elicitation_create, url(v1, "s1", "e1"))
+    trio.run(broker.elicitation_create, url(v1, "s2", "e2"))
+    assert broker.drop_session("s1") == 1
+    assert [p.elicitation_id for p in broker.awaiting_completion()] == ["e2"]
+    assert broker.drop_all() == 1 and broker.awaiting_completion() == []
 
 
 # -- cancelled with the turn -----------------------------------------------------------------------
@@ -551,6 +695,84 @@ async def test_the_demo_client_asks_a_form_on_the_terminal_and_sends_it_after_re
     assert "Your answers: {'strategy': 'aggressive', 'steps': 2}" in questions
     assert f"[elicitation] the agent asks: {QUESTION}\n" in out.getvalue()
     assert "[elicitation] answered accept {'strategy': 'aggressive', 'steps': 2}" in out.getvalue()
+
+
+async def test_the_terminal_form_shows_what_the_agent_sent_with_control_characters_escaped() -> None:
+    from acp_trio.demo.client import TerminalForm
+
+    said: list[str] = []
+    shown = io.StringIO()
+    typed = io.StringIO("\n\ns\ny\n")  # the default; send; open the URL
+    terminal_form = TerminalForm(
+        said.append, lambda: "agent\x1b]0;title\x07", ask_in=typed, ask_out=shown, interactive=True
+    )
+    broker = ElicitationBroker(ask_user(terminal_form))
+    schema = {
+        "type": "object",
+        "properties": {
+            "name": {"type": "string", "title": "\x1b[31mName", "description": "\x1b[2K", "default": "x\x1b[8my"},
+        },
+    }
+    wire = {"mode": "form", "sessionId": "s", "message": "Hi\r\x1b[2KSafe question", "requestedSchema": schema}
+    link = {
+        "mode": "url",
+        "sessionId": "s",
+        "elicitationId": "e1",
+        "url": "https://evil.example/\x1b[1A\rhttps://bank.example/\u202elanif",
+        "message": "Log in\u202e",
+    }
+    with trio.fail_after(DEADLINE):
+        assert await broker.elicitation_create(converter.structure(wire, v1.CreateElicitationRequest)) == (
+            v1.AcceptCreateElicitationResponse(content={"name": "x\x1b[8my"})
+        )
+        assert await broker.elicitation_create(converter.structure(link, v1.CreateElicitationRequest)) == (
+            v1.AcceptCreateElicitationResponse()
+        )
+    everything = shown.getvalue() + "\n".join(said)
+    assert not any(c in everything for c in "\x1b\x07\r\u202e")
+    for escaped in ("\\x1b]0;title\\x07", "Hi\\r\\x1b[2KSafe question", "\\x1b[31mName", "\\x1b[2K", "x\\x1b[8my"):
+        assert escaped in everything
+    assert "https://evil.example/\\x1b[1A\\rhttps://bank.example/\\u202elanif" in everything
+    assert "host: evil.example" in everything
+
+
+async def _until(predicate: Callable[[], bool]) -> None:
+    while not predicate():
+        await trio.sleep(0)
+
+
+async def test_a_withdrawn_terminal_question_does_not_swallow_the_next_answer() -> None:
+    import os
+
+    from acp_trio.demo.client import TerminalForm
+
+    shown = io.StringIO()
+    read_end, write_end = os.pipe()
+    with open(write_end, "w") as keyboard, open(read_end) as ask_in:
+        broker = ElicitationBroker(
+            ask_user(TerminalForm(lambda line: None, lambda: "agent", ask_in=ask_in, ask_out=shown, interactive=True))
+        )
+        responses: list[Any] = []
+        with trio.fail_after(DEADLINE):
+            async with trio.open_nursery() as nursery:
+
+                async def ask(elicitation_id: str) -> None:
+                    responses.append(await broker.elicitation_create(url(v1, elicitation_id=elicitation_id)))
+
+                nursery.start_soon(ask, "e1")
+                await _until(lambda: "Open it?" in shown.getvalue())
+                [first] = broker.pending()
+                first.cancel()  # withdrawn while the terminal waits for a line
+                await _until(lambda: responses == [v1.CancelCreateElicitationResponse()])
+                keyboard.write("y\n")  # typed for the withdrawn question: it answers nothing
+                keyboard.flush()
+                await _until(lambda: "ignored" in shown.getvalue())
+                nursery.start_soon(ask, "e2")
+                await _until(lambda: shown.getvalue().count("Open it?") == 2)
+                keyboard.write("d\n")  # the answer to the question on screen reaches it
+                keyboard.flush()
+        assert responses == [v1.CancelCreateElicitationResponse(), v1.DeclineCreateElicitationResponse()]
+        keyboard.close()  # end of input: no reader thread is left blocked
 
 
 @pytest.mark.parametrize(

@@ -222,3 +222,39 @@ def test_git_patch_uses_absolute_paths() -> None:
     )
     assert git_patch("/p/s.txt", "a\n", "a\n") == ""
     assert git_patch("/p/s.txt", "a\n", "b").endswith("-a\n+b\n\\ No newline at end of file\n")
+
+
+async def test_run_turn_says_how_the_agent_process_ended_when_it_dies_mid_turn(tmp_path: Path) -> None:
+    from acp_trio import ConnectionClosed, spawn_agent
+
+    agent = [str(Path(__file__).parent / "agents" / "crashing_agent_v2.py")]
+    with trio.fail_after(30):
+        async with spawn_agent(sys.executable, agent, client={v2: demo_client_v2_factory(io.StringIO())}) as conn:
+            client: DemoClientV2 = conn.handler
+            await client.initialize(timeout=20)
+            session_id = await client.new_session(tmp_path, timeout=20)
+            with pytest.raises(ConnectionClosed) as info:
+                await client.run_turn(session_id, "go", timeout=20)
+    assert info.value.exit_code == 3
+    assert "fatal: the model endpoint refused the key" in info.value.stderr_tail
+
+
+async def test_run_turn_raises_session_ended_when_the_sessions_state_is_discarded(tmp_path: Path) -> None:
+    from acp_trio.standard_client import SessionEnded
+
+    (tmp_path / "notes.txt").write_text("alpha\n", encoding="utf-8")
+    with trio.fail_after(30):
+        async with open_memory_pair({v2: DemoAgentV2}, {v2: HoldingClient}) as (_agent_conn, client_conn):
+            client: HoldingClient = client_conn.handler
+            session_id = await start(client_conn, client, tmp_path)
+            async with trio.open_nursery() as nursery:
+
+                async def turn() -> None:
+                    with pytest.raises(SessionEnded, match="discarded"):
+                        await client.run_turn(session_id, "go", timeout=20)
+                    nursery.cancel_scope.cancel()
+
+                nursery.start_soon(turn)
+                await client.asked.wait()
+                client.states.discard(session_id)
+                await trio.sleep_forever()

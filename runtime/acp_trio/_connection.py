@@ -366,6 +366,11 @@ class Connection:
         """True once the connection closed (locally, by end of stream, or by a write failure)."""
         return self._closed is not None
 
+    @property
+    def close_error(self) -> ConnectionClosed | None:
+        """Why the connection closed (what its pending requests failed with; raise ``.clone()``), or ``None``."""
+        return self._closed
+
     async def wait_closed(self) -> None:
         """Wait until the connection closes (for a server: until the peer goes away)."""
         await self._closed_event.wait()

@@ -18,11 +18,21 @@ and never leaves one hanging:
   an ``ElicitationContentValue``: string, number, boolean or list of strings; no field the schema
   does not define; the schema's own keywords, and ``format`` as far as ``jsonschema``'s format
   checkers go);
+- **hostile schemas**: no schema can stall the client.  Patterns are ECMA-262 regular
+  expressions matched with RE2 (``google-re2``) in linear time, never with Python's backtracking
+  ``re`` (``^(a+)+$`` against ``"a" * 40 + "!"`` would run for hours); a pattern RE2 cannot
+  compile (lookaround, backreferences) and ``patternProperties`` are answered -32602.  The checks
+  (the schema with its defaults when the request arrives, then the answer) run in a worker thread
+  and end after ``check_timeout`` seconds (default :data:`CHECK_TIMEOUT`); a schema that takes
+  longer (``jsonschema`` can be made to work exponentially) is answered -32602 naming the field
+  whose default or value was being checked.  See :class:`FormSchema`;
 - **URL mode**: ``accept`` means the user consented to open the URL (the policy opens it, or has
   it opened, the broker never does); an accepted URL elicitation waits in
   :meth:`ElicitationBroker.awaiting_completion` until the agent's ``elicitation/complete`` for
-  its ``elicitationId`` (:meth:`PendingElicitation.wait_completed`, ``on_complete``); unknown or
-  already completed ids are ignored, as the spec requires;
+  its ``elicitationId`` (:meth:`PendingElicitation.wait_completed`, ``on_complete``), or until its
+  session ends or the connection closes (:meth:`ElicitationBroker.drop_session`; the completion
+  may come after the turn, so a cancelled turn does not drop it); unknown, dropped or already
+  completed ids are ignored, as the spec requires;
 - a **policy** is an async callable ``(PendingElicitation) -> ElicitationAnswer | None``
   (:data:`ElicitationPolicy`; ``None``: dismissed, answered ``cancel``).  Provided:
   :func:`decline_all` (the default), :func:`ask_user` (an async callback, e.g. a dialog),
@@ -55,10 +65,15 @@ support, Creating an elicitation, Form mode, URL mode, Responses, URL completion
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
+import functools
 import inspect
 import logging
 import math
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+import re
+import time
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
@@ -182,8 +197,8 @@ def accept_defaults(otherwise: ElicitationPolicy | None = None) -> ElicitationPo
 
     async def defaults(pending: PendingElicitation) -> ElicitationAnswer | None:
         if pending.mode == "form":
-            content = pending.defaults()
-            if not pending.validate(content):
+            content = pending.defaults()  # the defaults were checked with the schema, off the event loop
+            if not await pending.validate_async(content):
                 return ElicitationAnswer.accept(content)
         return await fallback(pending)
 
@@ -199,19 +214,159 @@ def _is_content_value(value: Any) -> bool:
     return isinstance(value, list) and all(isinstance(item, str) for item in value)
 
 
+CHECK_TIMEOUT = 0.25
+"""Seconds a form's checks may take in all: checking its defaults when the request arrives, or
+one answer (see :class:`FormSchema`).  Checks that run longer make the schema count as too costly
+to check (-32602)."""
+
+PATTERN_WORK_LIMIT = 10_000_000
+"""The most work one ``pattern`` check may cost: the string's length in UTF-8 bytes times the size
+of the pattern's RE2 program (about 0.1 s when RE2 has to fall back on its slowest matcher).  A
+longer string does not fit the field."""
+
+_deadline: contextvars.ContextVar[float] = contextvars.ContextVar("acp_trio_form_check_deadline", default=math.inf)
+
+# keywords whose values are subschemas (JSON Schema drafts 4 to 2020-12): where a keyword can sit
+_SUBSCHEMA_KEYWORDS = frozenset(
+    {
+        "additionalItems", "additionalProperties", "contains", "else", "if", "items", "not",
+        "propertyNames", "then", "unevaluatedItems", "unevaluatedProperties",
+    }
+)  # fmt: skip
+_SUBSCHEMA_LIST_KEYWORDS = frozenset({"allOf", "anyOf", "items", "oneOf", "prefixItems"})
+_SUBSCHEMA_MAP_KEYWORDS = frozenset(
+    {"$defs", "definitions", "dependencies", "dependentSchemas", "patternProperties", "properties"}
+)
+_ECMA_ESCAPE = re.compile(r"\\(?:u\{([0-9A-Fa-f]{1,6})\}|u([0-9A-Fa-f]{4})|.)", re.DOTALL)
+
+
+class _TooCostly(Exception):
+    """A form check ran past its deadline."""
+
+
+@functools.lru_cache(maxsize=256)
+def compile_pattern(pattern: str) -> Any:
+    """The compiled RE2 program of ``pattern``, a JSON Schema ``pattern`` (ECMA-262 syntax).
+
+    RE2 matches in time linear in the text, whatever the pattern: an agent's pattern cannot make
+    the client backtrack for hours, as Python's ``re`` does on ``^(a+)+$``.  It has JSON Schema's
+    recommended subset of ECMA-262 and more (classes, quantifiers, groups, named groups
+    ``(?<name>...)``, ``\\d`` as ASCII digits; ``\\uXXXX`` and ``\\u{X...}`` are translated), but no
+    lookaround (``(?=``, ``(?!``, ``(?<=``), no backreferences (``\\1``) and repetition counts up
+    to 1000.  Raises ``ValueError`` saying why RE2 cannot compile ``pattern``.
+    """
+    import re2  # type: ignore[import-untyped]  # google-re2, imported with the first form
+
+    def translate(match: re.Match[str]) -> str:
+        code = match.group(1) or match.group(2)
+        return match.group(0) if code is None else f"\\x{{{code}}}"
+
+    options = re2.Options()
+    options.log_errors = False  # the error is raised, not written to stderr
+    options.never_capture = True
+    try:
+        return re2.compile(_ECMA_ESCAPE.sub(translate, pattern), options)
+    except re2.error as exc:
+        reason = exc.args[0].decode("utf-8", "replace") if exc.args and isinstance(exc.args[0], bytes) else str(exc)
+        raise ValueError(
+            f"this client checks patterns in linear time (RE2: no lookaround, backreferences or "
+            f"repetition counts over 1000) and cannot check this one: {reason}"
+        ) from None
+
+
+def _is_regex(instance: object) -> bool:
+    """The ``regex`` format: a pattern :func:`compile_pattern` compiles."""
+    return not isinstance(instance, str) or compile_pattern(instance) is not None
+
+
+def _pattern(validator: Any, pattern: str, instance: Any, schema: Any) -> Iterator[Any]:
+    """The ``pattern`` keyword, matched with RE2 (:func:`compile_pattern`), not Python's ``re``,
+    on strings within :data:`PATTERN_WORK_LIMIT`."""
+    from jsonschema.exceptions import ValidationError
+
+    if not validator.is_type(instance, "string"):
+        return
+    program = compile_pattern(pattern)
+    size = len(instance.encode("utf-8", "surrogatepass"))
+    most = PATTERN_WORK_LIMIT // max(program.programsize, 1)
+    if size > most:
+        yield ValidationError(f"{size} bytes is too long to check against {pattern!r} (at most {most})")
+    elif program.search(instance) is None:
+        yield ValidationError(f"{instance!r} does not match {pattern!r}")
+
+
+def _bounded(keyword: Callable[..., Any]) -> Callable[..., Any]:
+    """``keyword`` (a jsonschema keyword function) ending the check once its deadline passed."""
+
+    def check(validator: Any, value: Any, instance: Any, schema: Any) -> Any:
+        if time.monotonic() > _deadline.get():
+            raise _TooCostly
+        return keyword(validator, value, instance, schema)
+
+    return check
+
+
+_bounded_classes: dict[type, Any] = {}
+
+
+def _bounded_validator_class(base: Any) -> Any:
+    """``base`` (a jsonschema validator class) with RE2 ``pattern`` and ``regex`` format and every
+    keyword bounded by the check's deadline."""
+    bounded = _bounded_classes.get(base)
+    if bounded is None:
+        import jsonschema
+
+        formats = jsonschema.FormatChecker(())
+        formats.checkers = dict(base.FORMAT_CHECKER.checkers)
+        formats.checks("regex", raises=ValueError)(_is_regex)
+        keywords = {name: _bounded(keyword) for name, keyword in base.VALIDATORS.items()}
+        keywords["pattern"] = _bounded(_pattern)
+        extend: Any = jsonschema.validators.extend  # untyped in types-jsonschema
+        bounded = _bounded_classes[base] = extend(base, keywords, format_checker=formats)
+    return bounded
+
+
+def _subschemas(schema: Mapping[str, Any], path: str) -> Iterator[tuple[str, Mapping[str, Any]]]:
+    """``schema`` and every schema inside it (by the keywords that hold subschemas), with their paths."""
+    yield path, schema
+    for key, value in schema.items():
+        if key in _SUBSCHEMA_KEYWORDS and isinstance(value, Mapping):
+            yield from _subschemas(value, f"{path}.{key}")
+        elif key in _SUBSCHEMA_LIST_KEYWORDS and isinstance(value, list):
+            for index, item in enumerate(value):
+                if isinstance(item, Mapping):
+                    yield from _subschemas(item, f"{path}.{key}[{index}]")
+        elif key in _SUBSCHEMA_MAP_KEYWORDS and isinstance(value, Mapping):
+            for name, item in value.items():
+                if isinstance(item, Mapping):
+                    yield from _subschemas(item, f"{path}.{key}.{name}")
+
+
 class FormSchema:
     """A checked form-mode ``requestedSchema`` (wire JSON) and its validator.
 
-    ``schema``: the schema as a dict.  Raises :class:`FormSchemaError` when it is not a valid JSON
-    Schema or not a flat form (see the module docstring).
+    ``schema``: the schema as a dict.  ``check_timeout``: seconds the checks may take in all, each
+    time (default :data:`CHECK_TIMEOUT`).  Raises :class:`FormSchemaError` when it is not a valid
+    JSON Schema, not a flat form (see the module docstring), or too costly to check.
+
+    Nothing the agent sends can make a check run long: a ``pattern`` is matched with RE2 in
+    linear time (:func:`compile_pattern`: a pattern RE2 cannot compile is refused, path
+    ``...pattern``; a string too long for the pattern's :data:`PATTERN_WORK_LIMIT` does not fit),
+    ``patternProperties`` (which ``jsonschema`` matches with Python's backtracking
+    ``re``) is refused, and every check ends after ``check_timeout`` seconds (a schema can make
+    ``jsonschema`` work exponentially, e.g. ``allOf`` of ``$ref`` s doubling at each level).  The
+    declared defaults are checked here, so a default that cannot be checked in time is refused
+    naming its field.  Construct it and call :meth:`validate` in a worker thread to keep an event
+    loop running meanwhile (:class:`ElicitationBroker` does; :meth:`PendingElicitation.validate_async`).
     """
 
-    __slots__ = ("_validator", "schema")
+    __slots__ = ("_defaults", "_validator", "check_timeout", "schema")
 
-    def __init__(self, schema: Mapping[str, Any]) -> None:
+    def __init__(self, schema: Mapping[str, Any], *, check_timeout: float = CHECK_TIMEOUT) -> None:
         import jsonschema  # the first form elicitation pays for it, not every client
 
         self.schema = dict(schema)
+        self.check_timeout = check_timeout
         fields = self.schema.get("properties")
         for name, field in fields.items() if isinstance(fields, dict) else ():
             kind = field.get("type") if isinstance(field, dict) else None
@@ -221,12 +376,24 @@ class FormSchema:
                     f"$.requestedSchema.properties.{name}",
                     f"type {kind!r} is not a form field type this client renders ({renders})",
                 )
-        validator_class = jsonschema.validators.validator_for(self.schema, default=jsonschema.Draft202012Validator)
+        base: Any = jsonschema.validators.validator_for(self.schema, default=jsonschema.Draft202012Validator)
+        validator_class = _bounded_validator_class(base)
         try:
-            validator_class.check_schema(self.schema)  # with the dialect's format checker: e.g. a bad pattern
+            for path, subschema in _subschemas(self.schema, "$.requestedSchema"):
+                if "patternProperties" in subschema:
+                    raise FormSchemaError(
+                        f"{path}.patternProperties",
+                        "a form lists its fields in properties; patternProperties is not one",
+                    )
+            # the dialect's meta-schema, with the regex format of RE2: every pattern must compile
+            base.check_schema(self.schema, format_checker=validator_class.FORMAT_CHECKER)
         except jsonschema.SchemaError as exc:
             where = "".join(f"[{part!r}]" if isinstance(part, int) else f".{part}" for part in exc.absolute_path)
-            raise FormSchemaError(f"$.requestedSchema{where}", f"not a valid JSON Schema: {exc.message}") from None
+            cause = exc.cause if isinstance(exc.cause, ValueError) else None
+            detail = str(cause) if cause is not None else f"not a valid JSON Schema: {exc.message}"
+            raise FormSchemaError(f"$.requestedSchema{where}", detail) from None
+        except RecursionError:
+            raise FormSchemaError("$.requestedSchema", "nested too deeply to check") from None
         if self.schema.get("type", "object") != "object":
             raise FormSchemaError("$.requestedSchema.type", f"a form is an object, not {self.schema.get('type')!r}")
         properties = self.schema.get("properties") or {}
@@ -234,6 +401,7 @@ class FormSchema:
             if name not in properties:
                 raise FormSchemaError("$.requestedSchema.required", f"{name!r} is required but not a property")
         self._validator = validator_class(self.schema, format_checker=validator_class.FORMAT_CHECKER)
+        self._defaults = self._find_defaults()
 
     @property
     def properties(self) -> dict[str, dict[str, Any]]:
@@ -249,8 +417,19 @@ class FormSchema:
     def validate(self, content: Any) -> list[str]:
         """What is wrong with ``content`` as the answer to this form (``[]``: nothing).
 
-        Each problem is a sentence that starts with the field's name when it concerns one.
+        Each problem is a sentence that starts with the field's name when it concerns one; an
+        answer that could not be checked within ``check_timeout`` seconds gets one saying so.
         """
+        try:
+            return self.check(content)
+        except FormSchemaError as exc:
+            where = exc.path.removeprefix("$.requestedSchema").removeprefix(".properties.")
+            return [f"{where}: {exc.detail}" if where else exc.detail]
+
+    def check(self, content: Any) -> list[str]:
+        """:meth:`validate`, but a check that does not end within ``check_timeout`` seconds raises
+        :class:`FormSchemaError` (the path names the field whose value was being checked, else
+        ``$.requestedSchema``): the schema is too costly to check, whatever the answer."""
         if not isinstance(content, Mapping):
             return [f"the content must be an object of field values, not {type(content).__name__}"]
         errors: list[str] = []
@@ -261,20 +440,59 @@ class FormSchema:
                 errors.append(f"{name}: {value!r} is not a string, number, boolean or list of strings")
         if errors:
             return errors
-        for error in sorted(self._validator.iter_errors(dict(content)), key=lambda e: list(map(str, e.path))):
+        with self._deadline():
+            for name, value in content.items():  # each field on its own first: a costly check names its field
+                with self._blame(f"$.requestedSchema.properties.{name}", "a value of this field"):
+                    for _ in self._validator.iter_errors({name: value}):
+                        pass
+            with self._blame("$.requestedSchema", "an answer"):
+                found = list(self._validator.iter_errors(dict(content)))
+        for error in sorted(found, key=lambda e: list(map(str, e.path))):
             where = ".".join(str(part) for part in error.absolute_path)
             errors.append(f"{where}: {error.message}" if where else error.message)
         return errors
 
     def defaults(self) -> dict[str, Any]:
-        """The declared ``default`` of each field that has one fitting its own field schema."""
+        """The declared ``default`` of each field that has one fitting its own field schema
+        (checked once, when the schema was)."""
+        return dict(self._defaults)
+
+    def _find_defaults(self) -> dict[str, Any]:
         result: dict[str, Any] = {}
-        for name, field in self.properties.items():
-            if "default" in field and field["default"] is not None and _is_content_value(field["default"]):
-                probe = {name: field["default"]}
-                if not [e for e in self._validator.iter_errors(probe) if list(e.absolute_path)[:1] == [name]]:
-                    result[name] = field["default"]
+        with self._deadline():
+            for name, field in self.properties.items():
+                default = field.get("default")
+                if default is None or not _is_content_value(default):
+                    continue
+                with self._blame(f"$.requestedSchema.properties.{name}", "its default"):
+                    errors = self._validator.iter_errors({name: default})
+                    if not [e for e in errors if list(e.absolute_path)[:1] == [name]]:
+                        result[name] = default
         return result
+
+    @contextlib.contextmanager
+    def _deadline(self) -> Iterator[None]:
+        token = _deadline.set(time.monotonic() + self.check_timeout)
+        try:
+            yield
+        finally:
+            _deadline.reset(token)
+
+    @contextlib.contextmanager
+    def _blame(self, path: str, what: str) -> Iterator[None]:
+        """Checks of ``what`` that cannot finish raise :class:`FormSchemaError` at ``path``."""
+        import referencing.exceptions
+
+        try:
+            yield
+        except _TooCostly:
+            raise FormSchemaError(
+                path, f"checking {what} took longer than {self.check_timeout:g} s: the form is too costly to check"
+            ) from None
+        except RecursionError:
+            raise FormSchemaError(path, f"checking {what} nests too deeply") from None
+        except referencing.exceptions.Unresolvable as exc:
+            raise FormSchemaError(path, f"checking {what} needs a $ref this client cannot resolve: {exc}") from None
 
 
 class PendingElicitation:
@@ -287,7 +505,8 @@ class PendingElicitation:
     ``elicitation_id``.  ``deadline``: the ``trio.current_time()`` at which the policy's time runs
     out (``math.inf`` without a timeout).  Once answered: ``answer`` (:class:`ElicitationAnswer`)
     and ``decided_by`` (:data:`DecidedBy`; ``None`` while pending); an accepted URL elicitation
-    then waits for ``completed``.
+    then waits for ``completed`` (:meth:`wait_completed`), until its session ends or the
+    connection closes (then ``dropped``).
     """
 
     def __init__(self, request: Any, form: FormSchema | None, deadline: float) -> None:
@@ -297,6 +516,7 @@ class PendingElicitation:
         self.answer: ElicitationAnswer | None = None
         self.decided_by: DecidedBy | None = None
         self.completed = False
+        self.dropped = False
         self._completed = trio.Event()
         self._scope = trio.CancelScope()
 
@@ -353,8 +573,15 @@ class PendingElicitation:
 
     # -- checking ---------------------------------------------------------------------------------
     def validate(self, content: Any) -> list[str]:
-        """Form mode: what is wrong with ``content`` as the answer (``[]``: it fits); other modes: ``[]``."""
+        """Form mode: what is wrong with ``content`` as the answer (``[]``: it fits); other modes: ``[]``.
+
+        Runs in the calling thread for at most the form's ``check_timeout`` seconds
+        (:class:`FormSchema`); :meth:`validate_async` runs it in a worker thread."""
         return self.form.validate(content) if self.form is not None else []
+
+    async def validate_async(self, content: Any) -> list[str]:
+        """:meth:`validate` in a worker thread: the event loop runs on meanwhile."""
+        return await trio.to_thread.run_sync(self.validate, content, abandon_on_cancel=True)
 
     def defaults(self) -> dict[str, Any]:
         """Form mode: the fields' declared defaults that fit (to pre-fill a form); other modes: ``{}``."""
@@ -362,13 +589,15 @@ class PendingElicitation:
 
     def check(self, answer: Any) -> ElicitationAnswer:
         """``answer`` as it will be sent: a valid :class:`ElicitationAnswer` with ``content`` only
-        where it belongs (accepted form).  Raises ``ValueError`` naming the problems otherwise."""
+        where it belongs (accepted form).  Raises ``ValueError`` naming the problems otherwise, and
+        :class:`FormSchemaError` (a ``ValueError``) when the form is too costly to check
+        (:meth:`FormSchema.check`)."""
         if not isinstance(answer, ElicitationAnswer) or answer.action not in ("accept", "decline", "cancel"):
             raise ValueError(f"expected an ElicitationAnswer (accept, decline or cancel), got {answer!r}")
         if answer.action != "accept" or self.form is None:
             return ElicitationAnswer(answer.action)
         content = dict(answer.content) if answer.content is not None else {}
-        errors = self.validate(content)
+        errors = self.form.check(content)
         if errors:
             raise ValueError("the answer does not fit the requested schema: " + "; ".join(errors))
         return ElicitationAnswer("accept", content)
@@ -401,13 +630,19 @@ class PendingElicitation:
         return True
 
     # -- URL completion ---------------------------------------------------------------------------
-    async def wait_completed(self) -> None:
-        """URL mode: wait until the agent sends ``elicitation/complete`` for this elicitation (does
-        not time out: bound it with ``trio.fail_after``)."""
+    async def wait_completed(self) -> bool:
+        """URL mode: wait until the agent sends ``elicitation/complete`` for this elicitation
+        (``True``) or it is dropped because its session ended or the connection closed (``False``;
+        :meth:`ElicitationBroker.drop_session`).  Does not time out: bound it with ``trio.fail_after``."""
         await self._completed.wait()
+        return self.completed
 
     def _complete(self) -> None:
         self.completed = True
+        self._completed.set()
+
+    def _drop(self) -> None:
+        self.dropped = True
         self._completed.set()
 
     def __repr__(self) -> str:
@@ -423,11 +658,15 @@ class ElicitationBroker:
     :meth:`capabilities` is ``None``).  ``timeout``: seconds the policy may take (``None``: no
     limit), then ``cancel`` is answered.  ``on_answer(entry)``: called (sync) with the
     :class:`PendingElicitation` once each request is answered; ``on_complete(entry)``: once an
-    accepted URL elicitation completes (exceptions they raise are logged).  Raises ``TypeError``
-    for callables that are not, ``ValueError`` for an unknown mode or a timeout that is not a
-    positive number of seconds.  See the module docstring for the rules.
+    accepted URL elicitation completes (exceptions they raise are logged).  ``check_timeout``:
+    seconds a form's checks may take in all, each time (:class:`FormSchema`; they run in a worker
+    thread).  Raises ``TypeError`` for callables that are not, ``ValueError`` for an unknown mode
+    or a timeout that is not a positive number of seconds.  See the module docstring for the rules.
 
-    One broker serves one connection, whichever protocol version it negotiates.
+    One broker serves one connection, whichever protocol version it negotiates.  Accepted URL
+    elicitations wait for their completion until :meth:`drop_session` / :meth:`drop_all`
+    (:class:`~acp_trio.StandardClient` calls them when a session ends and when the connection
+    closes; wire them to ``conn.sessions.on_end`` yourself when you use the broker alone).
     """
 
     def __init__(
@@ -438,6 +677,7 @@ class ElicitationBroker:
         timeout: float | None = None,
         on_answer: Callable[[PendingElicitation], object] | None = None,
         on_complete: Callable[[PendingElicitation], object] | None = None,
+        check_timeout: float = CHECK_TIMEOUT,
     ) -> None:
         if policy is not None and not callable(policy):
             raise TypeError(f"policy must be an async callable (pending) -> ElicitationAnswer | None, got {policy!r}")
@@ -450,11 +690,13 @@ class ElicitationBroker:
         unknown = [mode for mode in chosen if mode not in MODES]
         if unknown:
             raise ValueError(f"unknown elicitation mode(s) {unknown}: this broker answers {list(MODES)}")
-        if timeout is not None and (
-            isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout > 0
-        ):
-            raise ValueError(f"timeout must be a positive number of seconds or None, got {timeout!r}")
+        for name, seconds in (("timeout", timeout), ("check_timeout", check_timeout)):
+            if (seconds is not None or name == "check_timeout") and (
+                isinstance(seconds, bool) or not isinstance(seconds, int | float) or not seconds > 0
+            ):
+                raise ValueError(f"{name} must be a positive number of seconds, got {seconds!r}")
         self.policy = policy if policy is not None else decline_all()
+        self.check_timeout = check_timeout
         self.modes: tuple[Mode, ...] = chosen
         self.timeout = timeout
         self.on_answer = on_answer
@@ -481,8 +723,9 @@ class ElicitationBroker:
         of its variant (see the class docstring).
 
         Raises :class:`~acp_trio.RequestError` -32602 (answered on the wire) for a mode not
-        advertised or a form schema that is not one.  Cancellation from outside (the runtime on
-        ``session/cancel``) propagates: the runtime answers ``cancel``.
+        advertised or a form schema that is not one, or that proved too costly to check (its
+        defaults, or the answer, took longer than ``check_timeout`` seconds).  Cancellation from
+        outside (the runtime on ``session/cancel``) propagates: the runtime answers ``cancel``.
         """
         mode = params.mode
         if mode not in self.modes:
@@ -498,8 +741,11 @@ class ElicitationBroker:
         if mode == "form":
             from ._converter import converter
 
-            try:
-                form = FormSchema(converter.unstructure(params.requested_schema))
+            schema = converter.unstructure(params.requested_schema)
+            try:  # in a worker thread: the event loop runs on while an agent's schema is checked
+                form = await trio.to_thread.run_sync(
+                    functools.partial(FormSchema, schema, check_timeout=self.check_timeout), abandon_on_cancel=True
+                )
             except FormSchemaError as exc:
                 log.warning("elicitation/create with a form this client cannot render: %s", exc)
                 raise RequestError.invalid_params({"path": exc.path, "detail": exc.detail}) from None
@@ -511,6 +757,10 @@ class ElicitationBroker:
             with entry._scope:
                 answer, decided_by = await self._decide(entry)
                 entry._settle(answer, decided_by)
+        except FormSchemaError as exc:  # the answer could not be checked: the schema is too costly
+            entry.answer, entry.decided_by = ElicitationAnswer.cancel(), "fallback"
+            log.warning("elicitation %r: %s", entry.message, exc)
+            raise RequestError.invalid_params({"path": exc.path, "detail": exc.detail}) from None
         except BaseException:
             # cancelled from outside: the runtime (session/cancel) answers "cancel" itself
             entry.answer, entry.decided_by = ElicitationAnswer.cancel(), "session/cancel"
@@ -566,7 +816,9 @@ class ElicitationBroker:
         if answer is None:
             return ElicitationAnswer.cancel(), "policy"
         try:
-            return entry.check(answer), "policy"
+            return await trio.to_thread.run_sync(entry.check, answer, abandon_on_cancel=True), "policy"
+        except FormSchemaError:
+            raise
         except ValueError as exc:
             log.error("elicitation policy %r answered %r: %s; answering cancel", self.policy, entry.message, exc)
             return ElicitationAnswer.cancel(), "fallback"
@@ -604,10 +856,28 @@ class ElicitationBroker:
         """Answer every pending elicitation ``cancel`` now; returns how many."""
         return sum(entry.cancel() for entry in self.pending())
 
+    def drop_session(self, session_id: str) -> int:
+        """Stop waiting for the completion of the accepted URL elicitations of ``session_id`` (its
+        session ended): they leave :meth:`awaiting_completion`, their ``wait_completed`` returns
+        ``False`` and a later ``elicitation/complete`` for them is ignored.  Returns how many."""
+        return self._drop([key for key, entry in self._awaiting.items() if entry.session_id == session_id])
+
+    def drop_all(self) -> int:
+        """:meth:`drop_session` for every session and the request-scoped elicitations too (the
+        connection closed).  Returns how many."""
+        return self._drop(list(self._awaiting))
+
+    def _drop(self, elicitation_ids: list[str]) -> int:
+        for elicitation_id in elicitation_ids:
+            self._awaiting.pop(elicitation_id)._drop()
+        return len(elicitation_ids)
+
 
 __all__ = [
+    "CHECK_TIMEOUT",
     "FORM_FIELD_TYPES",
     "MODES",
+    "PATTERN_WORK_LIMIT",
     "Action",
     "DecidedBy",
     "ElicitationAnswer",
@@ -620,5 +890,6 @@ __all__ = [
     "PendingElicitation",
     "accept_defaults",
     "ask_user",
+    "compile_pattern",
     "decline_all",
 ]

@@ -69,6 +69,24 @@ if TYPE_CHECKING:
 _Client = TypeVar("_Client", bound="StandardClient")
 
 
+class SessionEnded(Exception):
+    """The session ended, on a connection still open, before the turn being waited for did
+    (protocol version 2: :meth:`StandardClient.prompt`, :meth:`StandardClient.wait_turn_end`).
+
+    The turn's end is seen in the session's state (``client.states``); this is raised when that
+    state is discarded meanwhile (:meth:`~acp_trio.session_state.SessionStates.discard`, e.g. from
+    ``conn.sessions.on_end``), so no ``idle`` update can end the wait.  ``session_id``: the
+    session.  ``reason``: how the session ended when it did (``"session/close"``,
+    ``"session/delete"``), else ``"discarded"``.  Not a :class:`~acp_trio.ConnectionClosed`: the
+    connection is fine.
+    """
+
+    def __init__(self, session_id: str, reason: str) -> None:
+        super().__init__(f"session {session_id!r} ended ({reason}) before its turn did")
+        self.session_id = session_id
+        self.reason = reason
+
+
 @attrs.frozen
 class TurnResult:
     """How a protocol version 2 prompt turn ended (what :meth:`StandardClient.prompt` returns in v2).
@@ -137,6 +155,9 @@ class StandardClient:
         self.elicitation = ElicitationBroker(
             elicitation, modes=elicitation_modes if elicitation is not None else (), timeout=elicitation_timeout
         )
+        # accepted URL elicitations wait for their completion only while their session lives
+        conn.sessions.on_end(lambda info: self.elicitation.drop_session(info.session_id))
+        conn.connection.add_close_callback(lambda reason: self.elicitation.drop_all())
         self.terminals: TerminalManager | None = None
         if terminals:
             self.terminals = TerminalManager(
@@ -280,10 +301,13 @@ class StandardClient:
         ``states[session_id]`` first (v1 agents do not echo it).  ``timeout`` (seconds) is the
         request's: :class:`~acp_trio.RequestTimeout` after ``$/cancel_request`` was sent.
 
-        v2: sends the prompt, then waits for the ``idle`` state update that ends the turn, and
-        returns a :class:`TurnResult` (the agent reports the user message itself).  ``timeout``
-        bounds the whole turn: when it passes, ``session/cancel`` is sent and ``TimeoutError`` raised.
-        Raises :class:`~acp_trio.ConnectionClosed` when the connection closes before the turn ends.
+        v2: sends the prompt, then waits for the ``idle`` state update that ends the turn
+        (:meth:`wait_turn_end`), and returns a :class:`TurnResult` (the agent reports the user
+        message itself).  ``timeout`` bounds the whole turn: when it passes, ``session/cancel`` is
+        sent and ``TimeoutError`` raised.  Raises the connection's own
+        :class:`~acp_trio.ConnectionClosed` (a spawned agent's exit status and stderr in it) when
+        the connection closes before the turn ends, :class:`SessionEnded` when the session's state
+        is discarded first.
 
         Both: a turn that ends ``cancelled`` marks its unfinished tool calls cancelled
         (prompt-turn.mdx).  Raises what :meth:`acp_trio.ClientSideConnection.send_request` raises.
@@ -308,41 +332,62 @@ class StandardClient:
     async def _prompt_v2(self, state: SessionState, request: Any, timeout: float | None) -> TurnResult:
         session_id = request.session_id
         mark = state.idle_count  # before sending: the idle update may arrive before the receipt
-        ended: list[tuple[str, str | None]] = []
         with trio.move_on_after(math.inf if timeout is None else timeout) as deadline:
             receipt = await self.conn.agent.session_prompt(request)
-            # the tasks raise nothing: what ends the wait is recorded, so errors come out as themselves
-            async with trio.open_nursery() as nursery:
-
-                async def idle() -> None:
-                    try:
-                        ended.append(("idle", await self.states.wait_idle(session_id, after=mark)))
-                    except KeyError:  # the state was discarded: the session ended
-                        ended.append(("discarded", None))
-                    nursery.cancel_scope.cancel()
-
-                async def closed() -> None:
-                    await self.conn.wait_closed()
-                    ended.append(("closed", None))
-                    nursery.cancel_scope.cancel()
-
-                nursery.start_soon(idle)
-                nursery.start_soon(closed)
+            stop_reason = await self.wait_turn_end(session_id, after=mark)
         if deadline.cancelled_caught:
             await self.cancel(session_id)
             raise TimeoutError(
                 f"the turn of session {session_id!r} did not end within {timeout:g} s; session/cancel was sent"
             )
-        how, stop_reason = ended[0]
-        if how != "idle":
-            from ._connection import ConnectionClosed
-
-            why = "the connection closed" if how == "closed" else "the session ended"
-            raise ConnectionClosed(f"{why} before the turn of session {session_id!r} ended")
         final = self.states.state(session_id)
         if stop_reason == "cancelled":
             final.cancel_unfinished_tool_calls()
         return TurnResult(stop_reason, final.stop_error, receipt.message_id, receipt)
+
+    async def wait_turn_end(self, session_id: str, *, after: int | None = None) -> str | None:
+        """Protocol version 2: wait until the turn of ``session_id`` ends (its ``idle`` state
+        update) and return its stop reason (``None`` when the update carried none).
+
+        ``after``: a mark taken from ``client.states.state(session_id).idle_count`` before sending
+        ``session/prompt``: only an ``idle`` update applied after it counts (``None``: return at
+        once when the session is idle now).  Raises the connection's own
+        :class:`~acp_trio.ConnectionClosed` when the connection closes first (its ``pid``,
+        ``exit_code``, ``signal`` and ``stderr_tail`` say how a spawned agent ended; a note names
+        the session), :class:`SessionEnded` when the session's state is discarded first.  Does not
+        time out: bound it with ``trio.fail_after``.  Spec: ``docs/protocol/v2/prompt-lifecycle.mdx``.
+        """
+        info = self.conn.sessions.get(session_id)  # its end_reason says why, once it ended
+        ended: list[tuple[str, str | None]] = []
+        # the tasks raise nothing: what ends the wait is recorded, so errors come out as themselves
+        async with trio.open_nursery() as nursery:
+
+            async def idle() -> None:
+                try:
+                    if after is not None and session_id not in self.states:
+                        raise KeyError(session_id)  # discarded since the mark was taken
+                    ended.append(("idle", await self.states.wait_idle(session_id, after=after)))
+                except KeyError:  # the state was discarded
+                    ended.append(("discarded", None))
+                nursery.cancel_scope.cancel()
+
+            async def closed() -> None:
+                await self.conn.wait_closed()
+                ended.append(("closed", None))
+                nursery.cancel_scope.cancel()
+
+            nursery.start_soon(idle)
+            nursery.start_soon(closed)
+        how, stop_reason = ended[0]
+        if how == "idle":
+            return stop_reason
+        error = self.conn.connection.close_error
+        if error is not None:  # also when the states were discarded because the connection closed
+            raised = error.clone()
+            raised.add_note(f"while waiting for the turn of session {session_id!r} to end")
+            raise raised
+        reason = info.end_reason if info is not None and info.end_reason is not None else "discarded"
+        raise SessionEnded(session_id, reason)
 
     async def cancel(self, session_id: str) -> None:
         """Send ``session/cancel`` for ``session_id`` (either version): the runtime then answers that
@@ -447,4 +492,4 @@ class StandardClient:
         return await self._terminal_manager("terminal/release").terminal_release(params)
 
 
-__all__ = ["StandardClient", "TurnResult"]
+__all__ = ["SessionEnded", "StandardClient", "TurnResult"]

@@ -7,9 +7,11 @@ prints the question and picks the first "allow" option (``--deny`` in the demo's
 the first "reject" one).  ``elicitation/create`` (:mod:`acp_trio.elicitation`) is answered on the
 terminal by :class:`TerminalForm`: a form is asked field by field on stderr and read from stdin
 when both are a terminal, then shown for review (send, edit, decline or cancel); a URL is shown
-with its host and opened only with consent.  Without a terminal a form is answered with its
-declared defaults when they fit, and anything else is declined.  Every ``session/update`` is
-folded into ``client.states`` and printed as it arrives.
+with its host and opened only with consent.  What the agent wrote (its name, the message, the URL,
+titles, values) is shown with control characters escaped (:func:`printable`), so it cannot move the
+cursor or rewrite what the user agrees to.  Without a terminal a form is answered with its declared
+defaults when they fit, and anything else is declined.  Every ``session/update`` is folded into
+``client.states`` and printed as it arrives.
 """
 
 from __future__ import annotations
@@ -67,6 +69,73 @@ def field_choices(field: dict[str, Any]) -> list[str]:
     return [str(option["const"]) for option in options if isinstance(option, dict) and "const" in option]
 
 
+def printable(text: object) -> str:
+    """``str(text)`` with every character that is not printable shown as its Python escape
+    (``"\\x1b"``, ``"\\r"``, ``"\\u202e"``): terminal control sequences, carriage returns,
+    line breaks and bidirectional overrides in an agent's text are shown, not obeyed."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in str(text))
+
+
+class LineReader:
+    """Reads lines from ``stream`` (a blocking text file) in a worker thread, one at a time, for
+    whoever is asking now.
+
+    A question that is withdrawn (its caller cancelled) leaves its read running: a line that
+    arrives while nobody asks was typed for the withdrawn question, so it answers nothing and is
+    reported to ``on_ignored(line)``; the next question starts with the next line.  No line
+    meant for a question on screen is swallowed by a read left over from an earlier one.
+    """
+
+    def __init__(self, stream: TextIO, on_ignored: Callable[[str], object] | None = None) -> None:
+        self.stream = stream
+        self.on_ignored = on_ignored
+        self._reading = False  # a worker thread is in stream.readline()
+        self._waiter: tuple[list[str], trio.Event] | None = None
+
+    async def readline(self) -> str:
+        """The next line typed while this call waits (``""`` at the end of input)."""
+        if self._waiter is not None:
+            raise RuntimeError("LineReader.readline: another question is waiting for a line")
+        line: list[str] = []
+        arrived = trio.Event()
+        self._waiter = (line, arrived)
+        try:
+            if not self._reading:
+                self._reading = True
+                token = trio.lowlevel.current_trio_token()
+                trio.lowlevel.start_thread_soon(self._read, lambda result: self._hand_over(token, result))
+            await arrived.wait()
+            return line[0]
+        finally:
+            self._waiter = None
+
+    def _read(self) -> str:
+        try:
+            return self.stream.readline()
+        except (OSError, ValueError):  # closed: the end of input
+            return ""
+
+    def _hand_over(self, token: trio.lowlevel.TrioToken, result: Any) -> None:
+        try:
+            line = result.unwrap()  # an outcome of _read
+        except Exception:
+            line = ""
+        try:
+            token.run_sync_soon(self._deliver, line)
+        except trio.RunFinishedError:
+            pass
+
+    def _deliver(self, line: str) -> None:
+        self._reading = False
+        if self._waiter is None:
+            if line and self.on_ignored is not None:
+                self.on_ignored(line)
+            return
+        received, arrived = self._waiter
+        received.append(line)
+        arrived.set()
+
+
 class TerminalForm:
     """An elicitation policy that asks on a terminal (use it as ``elicitation=TerminalForm(...)``).
 
@@ -77,6 +146,11 @@ class TerminalForm:
     defaults when they satisfy the schema, anything else is declined.  Spec: ``elicitation.mdx``
     (User interaction requirements: review before sending, decline and cancel controls; URL
     security: the full URL and its host before consent).
+
+    Everything the agent wrote is shown through :func:`printable`.  One question is on screen at
+    a time (elicitations of several sessions wait their turn), and a question withdrawn while the
+    terminal waits (the turn was cancelled, the broker's timeout) is marked withdrawn; the line
+    typed for it then is ignored, not taken as the answer to the next one (:class:`LineReader`).
     """
 
     def __init__(
@@ -95,33 +169,45 @@ class TerminalForm:
         if interactive is None:
             interactive = _is_tty(self.ask_in) and _is_tty(self.ask_out)
         self.interactive = interactive
+        self.lines = LineReader(self.ask_in, self._ignored)
+        self._one_at_a_time = trio.Lock()
 
     async def __call__(self, pending: PendingElicitation) -> ElicitationAnswer | None:
-        about = f"  [elicitation] {self.agent_name()} asks: {pending.message}"
+        about = f"  [elicitation] {printable(self.agent_name())} asks: {printable(pending.message)}"
         if not self.interactive:
             defaults = pending.defaults()
-            if pending.mode == "form" and not pending.validate(defaults):
+            if pending.mode == "form" and not await pending.validate_async(defaults):
                 self.say(f"{about} -> answering with the form's defaults {defaults} (no terminal to ask on)")
                 return ElicitationAnswer.accept(defaults)
             self.say(f"{about} -> declined (no terminal to ask on)")
             return ElicitationAnswer.decline()
-        self.say(about)
-        answer = await (self._url(pending) if pending.mode == "url" else self._form(pending))
+        async with self._one_at_a_time:
+            self.say(about)
+            try:
+                answer = await (self._url(pending) if pending.mode == "url" else self._form(pending))
+            except trio.Cancelled:
+                self.ask_out.write("\n  (withdrawn: the agent no longer waits for this answer)\n")
+                self.ask_out.flush()
+                raise
         content = f" {dict(answer.content)}" if answer is not None and answer.content else ""
         self.say(f"  [elicitation] answered {answer.action if answer is not None else 'cancel'}{content}")
         return answer
+
+    def _ignored(self, line: str) -> None:
+        self.ask_out.write(f"  (ignored {printable(line.rstrip(chr(10)))!r}: its question was withdrawn)\n")
+        self.ask_out.flush()
 
     async def _ask(self, question: str) -> str | None:
         """Show ``question`` and read one line (``None``: end of input)."""
         self.ask_out.write(question)
         self.ask_out.flush()
-        line = await trio.to_thread.run_sync(self.ask_in.readline, abandon_on_cancel=True)
+        line = await self.lines.readline()
         return line.rstrip("\n") if line else None
 
     async def _url(self, pending: PendingElicitation) -> ElicitationAnswer | None:
-        url = pending.url or ""
-        host = urllib.parse.urlsplit(url).hostname or "(no host)"
-        self.ask_out.write(f"{self.agent_name()} asks you to open:\n  {url}\n  host: {host}\n")
+        url = printable(pending.url or "")
+        host = printable(urllib.parse.urlsplit(pending.url or "").hostname or "(no host)")
+        self.ask_out.write(f"{printable(self.agent_name())} asks you to open:\n  {url}\n  host: {host}\n")
         choice = await self._choose("Open it? [y]es / [d]ecline / [c]ancel: ", "ydc")
         if choice == "y":
             self.ask_out.write(f"Open {url} in your browser; the agent reports when it is done.\n")
@@ -132,7 +218,7 @@ class TerminalForm:
         assert pending.form is not None
         values = pending.defaults()
         while True:
-            self.ask_out.write(f"{self.agent_name()} asks: {pending.message}\n")
+            self.ask_out.write(f"{printable(self.agent_name())} asks: {printable(pending.message)}\n")
             for name, field in pending.form.properties.items():
                 value = await self._field(pending, name, field, values.get(name))
                 if value is _END:
@@ -141,10 +227,10 @@ class TerminalForm:
                     values.pop(name, None)
                 else:
                     values[name] = value
-            self.ask_out.write(f"Your answers: {values}\n")
-            errors = pending.validate(values)
+            self.ask_out.write(f"Your answers: {printable(values)}\n")
+            errors = await pending.validate_async(values)
             for error in errors:
-                self.ask_out.write(f"  {error}\n")
+                self.ask_out.write(f"  {printable(error)}\n")
             choices = "edc" if errors else "sedc"
             choice = await self._choose(
                 ("[s]end / " if not errors else "") + "[e]dit / [d]ecline / [c]ancel: ", choices
@@ -169,15 +255,16 @@ class TerminalForm:
     async def _field(self, pending: PendingElicitation, name: str, field: dict[str, Any], current: Any) -> Any:
         """Ask one field until its value fits; ``None``: left empty; ``_END``: end of input."""
         assert pending.form is not None
-        label = field.get("title") or name
+        label = printable(field.get("title") or name)
         hint = field.get("description")
         choices = field_choices(field)
-        shown = f" ({'; '.join(f'{i}: {c}' for i, c in enumerate(choices, 1))})" if choices else ""
+        shown = f" ({'; '.join(f'{i}: {printable(c)}' for i, c in enumerate(choices, 1))})" if choices else ""
         required = " (required)" if name in pending.form.required else ""
         if hint:
-            self.ask_out.write(f"  {hint}\n")
+            self.ask_out.write(f"  {printable(hint)}\n")
         while True:
-            reply = await self._ask(f"  {label}{shown}{required} [{'' if current is None else current}]: ")
+            value_now = "" if current is None else printable(current)
+            reply = await self._ask(f"  {label}{shown}{required} [{value_now}]: ")
             if reply is None:
                 return _END
             if not reply.strip():
@@ -185,13 +272,13 @@ class TerminalForm:
             try:
                 value = parse_field(field, reply.strip())
             except ValueError as exc:
-                self.ask_out.write(f"  not a {field.get('type')}: {exc}\n")
+                self.ask_out.write(f"  not a {printable(field.get('type'))}: {printable(exc)}\n")
                 continue
-            problems = [e for e in pending.validate({name: value}) if e.startswith(f"{name}:")]
+            problems = [e for e in await pending.validate_async({name: value}) if e.startswith(f"{name}:")]
             if not problems:
                 return value
             for problem in problems:
-                self.ask_out.write(f"  {problem}\n")
+                self.ask_out.write(f"  {printable(problem)}\n")
 
 
 _END = object()

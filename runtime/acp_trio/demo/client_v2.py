@@ -13,7 +13,8 @@ command, its output line by line and its exit) and the session's state (``state_
 ``idle`` ends the turn with its stop reason).
 
 :meth:`DemoClientV2.run_turn` sends ``session/prompt`` (whose response is only a receipt) and
-waits, bounded, for the ``idle`` state that ends the turn.
+waits, bounded, for the ``idle`` state that ends the turn (the battery's
+:meth:`~acp_trio.StandardClient.wait_turn_end`).
 """
 
 from __future__ import annotations
@@ -204,45 +205,26 @@ class DemoClientV2(StandardClient):
         """Send ``text`` as a prompt and wait until the agent reports ``idle``: the stop reason.
 
         ``None`` when the turn did not end within ``timeout`` seconds (it is then still running:
-        cancel it with :meth:`cancel`).  Raises :class:`~acp_trio.ConnectionClosed` when the agent
-        went away first, and what ``session/prompt`` raises.
+        cancel it with :meth:`cancel`).  Raises what :meth:`~acp_trio.StandardClient.wait_turn_end`
+        raises (the connection's :class:`~acp_trio.ConnectionClosed`, saying how the agent process
+        ended, when the agent went away first; :class:`~acp_trio.standard_client.SessionEnded`),
+        and what ``session/prompt`` raises.
         """
         mark = self.states.state(session_id).idle_count
         with trio.move_on_after(timeout):
             await self.conn.agent.session_prompt(
                 v2.PromptRequest(session_id=session_id, prompt=[v2.TextContentBlock(text=text)])
             )
-            return await self._wait_idle_after(session_id, mark)
+            return await self.wait_turn_end(session_id, after=mark)
         return None
 
     async def wait_idle(self, session_id: str, timeout: float) -> bool:
-        """Wait up to ``timeout`` seconds for the turn of ``session_id`` to end; whether it did."""
+        """Wait up to ``timeout`` seconds for the turn of ``session_id`` to end; whether it did
+        (raises as :meth:`~acp_trio.StandardClient.wait_turn_end` does)."""
         with trio.move_on_after(timeout):
-            await self._wait_idle_after(session_id, None)
+            await self.wait_turn_end(session_id)
             return True
         return False
-
-    async def _wait_idle_after(self, session_id: str, mark: int | None) -> str | None:
-        """:meth:`~acp_trio.session_state.SessionStates.wait_idle`, ending with
-        :class:`~acp_trio.ConnectionClosed` when the connection closes first."""
-        from acp_trio import ConnectionClosed
-
-        ended: list[str | None] = []
-        async with trio.open_nursery() as nursery:
-
-            async def idle() -> None:
-                ended.append(await self.states.wait_idle(session_id, after=mark))
-                nursery.cancel_scope.cancel()
-
-            async def closed() -> None:
-                await self.conn.wait_closed()
-                nursery.cancel_scope.cancel()
-
-            nursery.start_soon(idle)
-            nursery.start_soon(closed)
-        if not ended:
-            raise ConnectionClosed("the agent closed the connection before the turn ended")
-        return ended[0]
 
 
 def demo_client_v2_factory(
