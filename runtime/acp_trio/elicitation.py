@@ -68,7 +68,6 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import functools
-import inspect
 import logging
 import math
 import re
@@ -81,6 +80,7 @@ import attrs
 import trio
 
 from ._core import RequestError
+from ._decisions import Decisions, call_hook, check_seconds
 from .permissions import variant_of
 
 if TYPE_CHECKING:
@@ -629,6 +629,9 @@ class PendingElicitation:
         self._scope.cancel()
         return True
 
+    def _cancelled_from_outside(self) -> None:
+        self.answer, self.decided_by = ElicitationAnswer.cancel(), "session/cancel"
+
     # -- URL completion ---------------------------------------------------------------------------
     async def wait_completed(self) -> bool:
         """URL mode: wait until the agent sends ``elicitation/complete`` for this elicitation
@@ -690,18 +693,15 @@ class ElicitationBroker:
         unknown = [mode for mode in chosen if mode not in MODES]
         if unknown:
             raise ValueError(f"unknown elicitation mode(s) {unknown}: this broker answers {list(MODES)}")
-        for name, seconds in (("timeout", timeout), ("check_timeout", check_timeout)):
-            if (seconds is not None or name == "check_timeout") and (
-                isinstance(seconds, bool) or not isinstance(seconds, int | float) or not seconds > 0
-            ):
-                raise ValueError(f"{name} must be a positive number of seconds, got {seconds!r}")
+        check_seconds("timeout", timeout)
+        check_seconds("check_timeout", check_timeout, optional=False)
         self.policy = policy if policy is not None else decline_all()
         self.check_timeout = check_timeout
         self.modes: tuple[Mode, ...] = chosen
         self.timeout = timeout
         self.on_answer = on_answer
         self.on_complete = on_complete
-        self._pending: dict[str | None, list[PendingElicitation]] = {}
+        self._decisions: Decisions[PendingElicitation] = Decisions(log)
         self._awaiting: dict[str, PendingElicitation] = {}
 
     # -- capabilities ------------------------------------------------------------------------------
@@ -751,26 +751,19 @@ class ElicitationBroker:
                 raise RequestError.invalid_params({"path": exc.path, "detail": exc.detail}) from None
         deadline = math.inf if self.timeout is None else trio.current_time() + self.timeout
         entry = PendingElicitation(params, form, deadline)
-        queue = self._pending.setdefault(entry.session_id, [])
-        queue.append(entry)
-        try:
-            with entry._scope:
-                answer, decided_by = await self._decide(entry)
-                entry._settle(answer, decided_by)
-        except FormSchemaError as exc:  # the answer could not be checked: the schema is too costly
-            entry.answer, entry.decided_by = ElicitationAnswer.cancel(), "fallback"
-            log.warning("elicitation %r: %s", entry.message, exc)
-            raise RequestError.invalid_params({"path": exc.path, "detail": exc.detail}) from None
-        except BaseException:
-            # cancelled from outside: the runtime (session/cancel) answers "cancel" itself
-            entry.answer, entry.decided_by = ElicitationAnswer.cancel(), "session/cancel"
-            log.debug("elicitation %r cancelled from outside", entry.message)
-            raise
-        finally:
-            queue.remove(entry)
-            if not queue and self._pending.get(entry.session_id) is queue:
-                del self._pending[entry.session_id]
-            self._call(self.on_answer, entry)
+        refused: list[FormSchemaError] = []
+
+        async def decide() -> None:
+            try:
+                entry._settle(*await self._decide(entry))
+            except FormSchemaError as exc:  # the answer could not be checked: the schema is too costly
+                refused.append(exc)
+                entry._settle(ElicitationAnswer.cancel(), "fallback")
+
+        await self._decisions.run(entry.session_id, entry, decide, self.on_answer)
+        for refusal in refused:
+            log.warning("elicitation %r: %s", entry.message, refusal)
+            raise RequestError.invalid_params({"path": refusal.path, "detail": refusal.detail})
         final = entry.answer
         assert final is not None
         elicitation_id = entry.elicitation_id
@@ -787,7 +780,7 @@ class ElicitationBroker:
             log.debug("ignoring elicitation/complete for unknown or completed id %r", params.elicitation_id)
             return
         entry._complete()
-        self._call(self.on_complete, entry)
+        call_hook(log, "on_complete", self.on_complete, entry)
 
     @staticmethod
     def _response(variant: ModuleType, answer: ElicitationAnswer) -> Any:
@@ -823,25 +816,11 @@ class ElicitationBroker:
             log.error("elicitation policy %r answered %r: %s; answering cancel", self.policy, entry.message, exc)
             return ElicitationAnswer.cancel(), "fallback"
 
-    @staticmethod
-    def _call(hook: Callable[[PendingElicitation], object] | None, entry: PendingElicitation) -> None:
-        if hook is None:
-            return
-        try:
-            result = hook(entry)
-            if inspect.iscoroutine(result):  # a sync hook is expected: do not leave a coroutine unawaited
-                result.close()
-                log.error("elicitation hook %r is async; it must be a plain function", hook)
-        except Exception:
-            log.exception("elicitation hook %r raised for %r", hook, entry)
-
     # -- inspection and control ----------------------------------------------------------------------
     def pending(self, session_id: str | None = None) -> list[PendingElicitation]:
         """The elicitations being decided, oldest first: of ``session_id``, or of every session and
         none (``None``)."""
-        if session_id is not None:
-            return list(self._pending.get(session_id, ()))
-        return [entry for queue in self._pending.values() for entry in queue]
+        return self._decisions.pending(session_id)
 
     def awaiting_completion(self) -> list[PendingElicitation]:
         """The accepted URL elicitations whose ``elicitation/complete`` has not arrived, oldest first."""
@@ -850,11 +829,11 @@ class ElicitationBroker:
     def cancel_session(self, session_id: str) -> int:
         """Answer every pending elicitation of ``session_id`` ``cancel`` now; returns how many (the
         agent's turn goes on: send ``session/cancel`` to end it)."""
-        return sum(entry.cancel() for entry in self.pending(session_id))
+        return self._decisions.cancel(session_id)
 
     def cancel_all(self) -> int:
         """Answer every pending elicitation ``cancel`` now; returns how many."""
-        return sum(entry.cancel() for entry in self.pending())
+        return self._decisions.cancel()
 
     def drop_session(self, session_id: str) -> int:
         """Stop waiting for the completion of the accepted URL elicitations of ``session_id`` (its

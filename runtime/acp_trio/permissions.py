@@ -64,6 +64,8 @@ import trio
 
 from acp_schema import v1
 
+from ._decisions import Decisions, check_seconds
+
 if TYPE_CHECKING:
     from acp_schema import v2
 
@@ -329,6 +331,9 @@ class PendingPermission:
         self._scope.cancel()
         return True
 
+    def _cancelled_from_outside(self) -> None:
+        self.option_id, self.decided_by = None, "session/cancel"
+
     def __repr__(self) -> str:
         state = f"decided_by={self.decided_by!r}, option_id={self.option_id!r}" if self.answered else "pending"
         return f"PendingPermission(session_id={self.session_id!r}, tool_call_id={self.tool_call_id!r}, {state})"
@@ -363,15 +368,12 @@ class PermissionBroker:
             raise TypeError(f"on_timeout must be an async callable (request) -> option id | None, got {on_timeout!r}")
         if on_answer is not None and not callable(on_answer):
             raise TypeError(f"on_answer must be callable (PendingPermission) -> None, got {on_answer!r}")
-        if timeout is not None and (
-            isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout > 0
-        ):
-            raise ValueError(f"timeout must be a positive number of seconds or None, got {timeout!r}")
+        check_seconds("timeout", timeout)
         self.policy = policy
         self.timeout = timeout
         self.on_timeout = on_timeout if on_timeout is not None else deny_all()
         self.on_answer = on_answer
-        self._pending: dict[str, list[PendingPermission]] = {}
+        self._decisions: Decisions[PendingPermission] = Decisions(log)
 
     # -- the handler -----------------------------------------------------------------------------
     async def session_request_permission(self, params: Any) -> Any:
@@ -383,22 +385,11 @@ class PermissionBroker:
         """
         deadline = math.inf if self.timeout is None else trio.current_time() + self.timeout
         entry = PendingPermission(params, deadline)
-        queue = self._pending.setdefault(params.session_id, [])
-        queue.append(entry)
-        try:
-            with entry._scope:
-                option_id, decided_by = await self._decide(params)
-                entry._settle(option_id, decided_by)
-        except BaseException:
-            # cancelled from outside: the runtime (session/cancel) answers "cancelled" itself
-            entry.option_id, entry.decided_by = None, "session/cancel"
-            log.debug("permission request %r cancelled from outside", entry.title)
-            raise
-        finally:
-            queue.remove(entry)
-            if not queue and self._pending.get(params.session_id) is queue:
-                del self._pending[params.session_id]
-            self._answered(entry)
+
+        async def decide() -> None:
+            entry._settle(*await self._decide(params))
+
+        await self._decisions.run(params.session_id, entry, decide, self.on_answer)
         variant = variant_of(params)
         if entry.option_id is None:
             return variant.RequestPermissionResponse(outcome=variant.CancelledRequestPermissionOutcome())
@@ -453,20 +444,10 @@ class PermissionBroker:
         )
         return deny_choice(request), "fallback"
 
-    def _answered(self, entry: PendingPermission) -> None:
-        if self.on_answer is None:
-            return
-        try:
-            self.on_answer(entry)
-        except Exception:
-            log.exception("on_answer callback %r raised for %r", self.on_answer, entry)
-
     # -- inspection and control ------------------------------------------------------------------
     def pending(self, session_id: str | None = None) -> list[PendingPermission]:
         """The requests being decided, oldest first: of ``session_id``, or of every session (``None``)."""
-        if session_id is not None:
-            return list(self._pending.get(session_id, ()))
-        return [entry for queue in self._pending.values() for entry in queue]
+        return self._decisions.pending(session_id)
 
     def cancel_session(self, session_id: str) -> int:
         """Answer every pending request of ``session_id`` ``cancelled`` now; returns how many.
@@ -474,11 +455,11 @@ class PermissionBroker:
         This answers locally; it does not cancel the agent's turn (send ``session/cancel`` for
         that, which makes the runtime answer them ``cancelled`` too).
         """
-        return sum(entry.cancel() for entry in self.pending(session_id))
+        return self._decisions.cancel(session_id)
 
     def cancel_all(self) -> int:
         """Answer every pending request of every session ``cancelled`` now; returns how many."""
-        return sum(entry.cancel() for entry in self.pending())
+        return self._decisions.cancel()
 
 
 __all__ = [
