@@ -350,8 +350,8 @@ class StandardClient:
         update) and return its stop reason (``None`` when the update carried none).
 
         ``after``: a mark taken from ``client.states.state(session_id).idle_count`` before sending
-        ``session/prompt``: only an ``idle`` update applied after it counts (``None``: return at
-        once when the session is idle now).  Raises the connection's own
+        ``session/prompt``: only an ``idle`` update applied after it counts, and a state missing
+        now was discarded since (``None``: return at once when the session is idle now).  Raises the connection's own
         :class:`~acp_trio.ConnectionClosed` when the connection closes first (its ``pid``,
         ``exit_code``, ``signal`` and ``stderr_tail`` say how a spawned agent ended; a note names
         the session), :class:`SessionEnded` when the session's state is discarded first.  Does not
