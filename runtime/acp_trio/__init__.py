@@ -4,8 +4,9 @@ Importing this package is cheap: trio, the converter and the runtime load on fir
 that needs them (``acp_trio.converter``, ``acp_trio.spawn_agent``, ...).
 
 - Typed connections: :class:`AgentSideConnection`, :class:`ClientSideConnection`.
-- Transports: :func:`serve_agent_stdio` / :func:`run_agent_stdio` (an agent on its own stdio),
-  :func:`spawn_agent` (a client spawning an agent), :func:`open_memory_pair` (in memory).
+- Transports (:mod:`acp_trio.transports`): :func:`serve_agent_stdio` / :func:`run_agent_stdio`
+  (an agent on its own stdio), :func:`spawn_agent` (a client spawning an agent),
+  :func:`open_memory_pair` (in memory).
 - JSON-RPC: :class:`Connection`, :class:`Route`, :class:`RequestError` and the error codes.
 - Sessions: ``conn.sessions`` (:class:`SessionRegistry` of :class:`SessionInfo`) on both sides.
 - Errors: :class:`ConnectionClosed`, :class:`RequestTimeout`, :class:`CapabilityError`,
@@ -53,13 +54,14 @@ if TYPE_CHECKING:
     )
     from ._roles import AgentSideConnection, ClientSideConnection, ProtocolVersionError
     from ._sessions import SessionInfo, SessionRegistry
-    from ._stdio import open_memory_pair, run_agent_stdio, serve_agent_stdio, spawn_agent, terminate_process_group
     from .agent_terminal import TerminalHandle, open_terminal
     from .fs import SessionFileSystem
     from .permissions import PermissionBroker, allow_all, allow_kinds, ask, deny_all
     from .session_state import SessionState, SessionStates
     from .standard_client import StandardClient
     from .terminals import TerminalManager
+    from .transports.memory import open_memory_pair
+    from .transports.stdio import run_agent_stdio, serve_agent_stdio, spawn_agent, terminate_process_group
 
     converter: AcpConverter
 
@@ -136,7 +138,8 @@ _LAZY = {
     "standard_client": ("StandardClient",),
     "terminals": ("TerminalManager",),
     "_roles": ("AgentSideConnection", "ClientSideConnection", "ProtocolVersionError"),
-    "_stdio": ("open_memory_pair", "run_agent_stdio", "serve_agent_stdio", "spawn_agent", "terminate_process_group"),
+    "transports.stdio": ("run_agent_stdio", "serve_agent_stdio", "spawn_agent", "terminate_process_group"),
+    "transports.memory": ("open_memory_pair",),
 }
 _WHERE = {name: module for module, names in _LAZY.items() for name in names}
 

@@ -79,7 +79,7 @@ from ._core import INTERNAL_ERROR, INVALID_PARAMS, RESOURCE_NOT_FOUND, RequestEr
 from ._roles import ClientSideConnection
 from ._sessions import SessionInfo
 from ._spec import UNSET
-from ._stdio import _signal_group
+from .transports.stdio import _signal_group
 
 log = logging.getLogger("acp_trio.terminals")
 

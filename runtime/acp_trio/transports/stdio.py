@@ -1,4 +1,4 @@
-"""Transports: an agent serving its own stdio, a client spawning an agent, and an in-memory pair.
+"""The stdio transport: an agent serving its own stdin/stdout, and a client spawning an agent.
 
 Contract: these functions only build byte streams and hand them to :class:`AgentSideConnection` /
 :class:`ClientSideConnection`.  Process handling follows the stdio shutdown of the MCP lifecycle
@@ -23,10 +23,10 @@ from typing import Any
 
 import trio
 
-from ._connection import ConnectionClosed
-from ._core import LineFramer, OversizedMessage
-from ._nursery import owned_nursery
-from ._roles import AgentSideConnection, ClientSideConnection
+from .._connection import ConnectionClosed
+from .._core import LineFramer, OversizedMessage
+from .._nursery import owned_nursery
+from .._roles import AgentSideConnection, ClientSideConnection
 
 log = logging.getLogger("acp_trio.stdio")
 agent_stderr_log = logging.getLogger("acp_trio.agent.stderr")
@@ -290,21 +290,4 @@ async def spawn_agent(
                 await process.wait()
 
 
-@asynccontextmanager
-async def open_memory_pair(
-    agent: Any, client: Any, **options: Any
-) -> AsyncIterator[tuple[AgentSideConnection, ClientSideConnection]]:
-    """An agent and a client connected in memory (``async with ... as (agent_conn, client_conn)``).
-
-    ``agent``/``client``: objects or factories as for the two connection classes; ``options``
-    (``variant``, ``tap``, ``eof_grace``, ...) apply to both.  For tests and in-process use: no
-    processes, no threads; works under trio's autojump clock.  An exception raised in the body
-    comes out as itself.
-    """
-    from trio.testing import memory_stream_pair
-
-    agent_stream, client_stream = memory_stream_pair()
-    agent_conn = AgentSideConnection(agent, agent_stream, agent_stream, **options)
-    client_conn = ClientSideConnection(client, client_stream, client_stream, **options)
-    async with agent_conn, client_conn:  # each lets the body's exception out as itself
-        yield agent_conn, client_conn
+__all__ = ["run_agent_stdio", "serve_agent_stdio", "spawn_agent", "terminate_process_group"]
