@@ -27,7 +27,7 @@ def group(name: str) -> list[str]:
 @nox.session(python=PY)
 def tests(session: nox.Session) -> None:
     """Run the test suite (property tests in their bounded CI profile)."""
-    session.install("-e", ".[codegen,mcp,otel]", *group("test"), *group("lint"))
+    session.install("-e", ".[codegen,mcp,otel,remote]", *group("test"), *group("lint"))
     session.run("python", "-m", "pytest", *session.posargs)
 
 
@@ -43,7 +43,7 @@ def properties_full(session: nox.Session) -> None:
 @nox.session(python=PY)
 def lint(session: nox.Session) -> None:
     """ruff check, ruff format --check, mypy --strict on runtime/ and generated/."""
-    session.install("-e", ".[mcp,otel]", *group("lint"))
+    session.install("-e", ".[mcp,otel,remote]", *group("lint"))
     session.run("ruff", "check", ".")
     session.run("ruff", "format", "--check", ".")
     session.run("mypy", "--strict", "runtime/acp_trio", "generated/acp_schema")

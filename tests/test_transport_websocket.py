@@ -1,0 +1,330 @@
+"""The WebSocket transport: our ASGI server (``acp_trio.transports.asgi``) and client (``connect_websocket``).
+
+Spec: the RFD ``docs/rfds/streamable-http-websocket-transport.mdx`` (WebSocket Request Flow,
+Unified Endpoint Routing).  Everything runs in this process over real sockets on 127.0.0.1 (port
+0), the server being hypercorn's trio worker; every test is bounded with ``trio.fail_after``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import ClassVar
+
+import pytest
+import trio
+
+import acp_trio
+from acp_schema import v1
+from acp_trio import converter
+
+pytest.importorskip("hypercorn")
+pytest.importorskip("trio_websocket")
+
+from acp_trio.transports.asgi import AcpApp, serve
+from acp_trio.transports.websocket import WebSocketConnectError, connect_websocket
+
+DEADLINE = 30
+STREAMED = 200
+
+
+def chunk(session_id: str, text: str) -> v1.SessionNotification:
+    return v1.SessionNotification(
+        session_id=session_id, update=v1.AgentMessageChunkSessionUpdate(content=v1.TextContentBlock(text=text))
+    )
+
+
+def prompt(session_id: str, text: str) -> v1.PromptRequest:
+    return v1.PromptRequest(session_id=session_id, prompt=[v1.TextContentBlock(text=text)])
+
+
+class Agent:
+    """One per connection: numbers its sessions from s1; streams, asks permission, or waits for cancel."""
+
+    instances: ClassVar[list[Agent]] = []
+
+    def __init__(self, conn: acp_trio.AgentSideConnection) -> None:
+        self.conn = conn
+        self.sessions = 0
+        self.waiting = trio.Event()
+        Agent.instances.append(self)
+
+    async def session_new(self, params: v1.NewSessionRequest) -> v1.NewSessionResponse:
+        self.sessions += 1
+        return v1.NewSessionResponse(session_id=f"s{self.sessions}")
+
+    async def session_prompt(self, params: v1.PromptRequest) -> v1.PromptResponse:
+        sid = params.session_id
+        block = params.prompt[0]
+        assert isinstance(block, v1.TextContentBlock)
+        word, _, count = block.text.partition(" ")
+        if word == "ask":
+            answer = await self.conn.client.session_request_permission(
+                v1.RequestPermissionRequest(
+                    session_id=sid,
+                    tool_call=v1.ToolCallUpdate(tool_call_id="t1"),
+                    options=[
+                        v1.PermissionOption(option_id="allow", name="Allow", kind="allow_once"),
+                        v1.PermissionOption(option_id="deny", name="Deny", kind="reject_once"),
+                    ],
+                )
+            )
+            outcome = answer.outcome
+            chosen = outcome.option_id if isinstance(outcome, v1.SelectedRequestPermissionOutcome) else "cancelled"
+            await self.conn.client.session_update(chunk(sid, f"chosen {chosen}"))
+        elif word == "wait":
+            self.waiting.set()
+            await trio.sleep_forever()
+        elif word == "stream":
+            for i in range(int(count)):
+                await self.conn.client.session_update(chunk(sid, f"{sid}:{i}"))
+        elif word == "flood":  # large updates until the client stops taking them
+            while True:
+                await self.conn.client.session_update(chunk(sid, "x" * 65536))
+        return v1.PromptResponse(stop_reason="end_turn")
+
+
+class Client:
+    def __init__(self, conn: acp_trio.ClientSideConnection) -> None:
+        self.conn = conn
+        self.texts: list[str] = []
+        self.permission_requests = 0
+
+    async def session_update(self, params: v1.SessionNotification) -> None:
+        update = params.update
+        assert isinstance(update, v1.AgentMessageChunkSessionUpdate)
+        assert isinstance(update.content, v1.TextContentBlock)
+        self.texts.append(update.content.text)
+
+    async def session_request_permission(self, params: v1.RequestPermissionRequest) -> v1.RequestPermissionResponse:
+        self.permission_requests += 1
+        return v1.RequestPermissionResponse(outcome=v1.SelectedRequestPermissionOutcome(option_id="allow"))
+
+
+@asynccontextmanager
+async def served(app: AcpApp) -> AsyncIterator[str]:
+    """Serve ``app`` on a free loopback port; yields its ``ws://127.0.0.1:PORT/acp`` URL."""
+    async with trio.open_nursery() as nursery:
+        binds: list[str] = await nursery.start(serve, app, "127.0.0.1", 0)
+        yield binds[0].replace("http://", "ws://") + "/acp"
+        nursery.cancel_scope.cancel()
+
+
+async def initialize(conn: acp_trio.ClientSideConnection) -> v1.InitializeResponse:
+    request = v1.InitializeRequest(
+        protocol_version=1, client_capabilities=converter.structure({}, v1.ClientCapabilities)
+    )
+    response: v1.InitializeResponse = await conn.agent.initialize(request)
+    return response
+
+
+async def new_session(conn: acp_trio.ClientSideConnection) -> str:
+    response = await conn.agent.session_new(v1.NewSessionRequest(cwd="/work", mcp_servers=[]))
+    return response.session_id
+
+
+def client_of(conn: acp_trio.ClientSideConnection) -> Client:
+    handler = conn.handler
+    assert isinstance(handler, Client)
+    return handler
+
+
+async def test_initialize_session_new_and_a_streamed_turn_arrive_in_order() -> None:
+    app = AcpApp(Agent)
+    with trio.fail_after(DEADLINE):
+        async with served(app) as url, connect_websocket(url, Client) as conn:
+            assert (await initialize(conn)).protocol_version == 1
+            # the RFD: the 101 answer names the connection; ours are unguessable
+            assert conn.connection_id in app.connection_ids  # type: ignore[attr-defined]
+            assert len(conn.connection_id) >= 32  # type: ignore[attr-defined]
+            sid = await new_session(conn)
+            response = await conn.agent.session_prompt(prompt(sid, f"stream {STREAMED}"))
+            assert response.stop_reason == "end_turn"
+            assert client_of(conn).texts == [f"{sid}:{i}" for i in range(STREAMED)]
+        assert app.active_connections == 0
+
+
+async def test_a_permission_request_reaches_the_client_and_its_answer_the_agent() -> None:
+    with trio.fail_after(DEADLINE):
+        async with served(AcpApp(Agent)) as url, connect_websocket(url, Client) as conn:
+            await initialize(conn)
+            sid = await new_session(conn)
+            response = await conn.agent.session_prompt(prompt(sid, "ask"))
+            assert response.stop_reason == "end_turn"
+            assert client_of(conn).permission_requests == 1
+            assert client_of(conn).texts == ["chosen allow"]
+
+
+async def test_session_cancel_ends_the_turn_with_stop_reason_cancelled() -> None:
+    Agent.instances.clear()
+    with trio.fail_after(DEADLINE):
+        async with served(AcpApp(Agent)) as url, connect_websocket(url, Client) as conn:
+            await initialize(conn)
+            sid = await new_session(conn)
+            results: list[v1.PromptResponse] = []
+            async with trio.open_nursery() as nursery:
+
+                async def turn() -> None:
+                    results.append(await conn.agent.session_prompt(prompt(sid, "wait")))
+
+                nursery.start_soon(turn)
+                await Agent.instances[-1].waiting.wait()
+                await conn.agent.session_cancel(v1.CancelNotification(session_id=sid))
+            assert [r.stop_reason for r in results] == ["cancelled"]
+
+
+async def test_two_connections_at_once_each_have_their_own_agent_and_see_only_their_own_updates() -> None:
+    Agent.instances.clear()
+    app = AcpApp(Agent)
+    seen: dict[str, list[str]] = {}
+    with trio.fail_after(DEADLINE):
+        async with served(app) as url:
+
+            async def one(name: str) -> None:
+                async with connect_websocket(url, Client) as conn:
+                    await initialize(conn)
+                    sid = await new_session(conn)
+                    assert sid == "s1"  # each connection has its own agent, numbering from s1
+                    await conn.agent.session_prompt(prompt(sid, f"stream {STREAMED}"))
+                    seen[name] = client_of(conn).texts
+                    seen[name + " id"] = [conn.connection_id]  # type: ignore[attr-defined]
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(one, "a")
+                nursery.start_soon(one, "b")
+    assert len(Agent.instances) == 2
+    assert seen["a"] == seen["b"] == [f"s1:{i}" for i in range(STREAMED)]  # no update twice, none lost
+    assert seen["a id"] != seen["b id"]
+    assert app.active_connections == 0
+
+
+async def test_an_upgrade_from_a_foreign_origin_is_refused_403_and_loopback_or_listed_origins_are_accepted() -> None:
+    app = AcpApp(Agent, allowed_origins=["https://editor.example"])
+    with trio.fail_after(DEADLINE):
+        async with served(app) as url:
+            with pytest.raises(WebSocketConnectError) as info:
+                async with connect_websocket(url, Client, headers={"Origin": "http://evil.example:8765"}):
+                    raise AssertionError("accepted")
+            assert info.value.status == 403
+            assert "evil.example" in str(info.value) and url in str(info.value)
+            for origin in ("http://localhost:3000", "http://127.0.0.1:8765", "https://editor.example"):
+                async with connect_websocket(url, Client, headers={"Origin": origin}) as conn:
+                    await initialize(conn)
+    assert app.active_connections == 0
+
+
+async def test_a_missing_or_wrong_bearer_token_is_refused_401_on_every_route() -> None:
+    app = AcpApp(Agent, token="s3cret")
+    with trio.fail_after(DEADLINE):
+        async with served(app) as url:
+            for headers in ({}, {"Authorization": "Bearer wrong"}):
+                with pytest.raises(WebSocketConnectError) as info:
+                    async with connect_websocket(url, Client, headers=headers):
+                        raise AssertionError("accepted")
+                assert info.value.status == 401
+            assert (await http_request(url, "POST", "/acp"))[0] == 401
+            async with connect_websocket(url, Client, headers={"Authorization": "Bearer s3cret"}) as conn:
+                await initialize(conn)
+
+
+async def http_request(url: str, method: str, path: str, headers: dict[str, str] | None = None) -> tuple[int, str]:
+    """One HTTP/1.1 request to the server of ``url``; returns (status, body)."""
+    host_port = url.split("//", 1)[1].split("/", 1)[0]
+    host, port = host_port.rsplit(":", 1)
+    stream = await trio.open_tcp_stream(host, int(port))
+    lines = [f"{method} {path} HTTP/1.1", f"Host: {host_port}", "Connection: close", "Content-Length: 0"]
+    lines += [f"{k}: {v}" for k, v in (headers or {}).items()]
+    async with stream:
+        await stream.send_all(("\r\n".join(lines) + "\r\n\r\n").encode())
+        data = b""
+        while chunk := await stream.receive_some():
+            data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    return int(head.split(b" ", 2)[1]), body.decode()
+
+
+async def test_streamable_http_methods_answer_501_and_other_paths_404() -> None:
+    with trio.fail_after(DEADLINE):
+        async with served(AcpApp(Agent)) as url:
+            for method in ("POST", "GET", "DELETE"):
+                status, body = await http_request(url, method, "/acp")
+                assert (status, "Streamable HTTP: not implemented yet" in body) == (501, True)
+            assert (await http_request(url, "PUT", "/acp"))[0] == 405
+            assert (await http_request(url, "POST", "/other"))[0] == 404
+            with pytest.raises(WebSocketConnectError) as info:
+                async with connect_websocket(url.replace("/acp", "/other"), Client):
+                    raise AssertionError("accepted")
+            assert info.value.status == 404
+
+
+async def test_a_message_over_the_limit_closes_the_websocket_with_1009() -> None:
+    app = AcpApp(Agent, max_message_bytes=4096)
+    with trio.fail_after(DEADLINE):
+        async with served(app) as url, connect_websocket(url, Client) as conn:
+            await initialize(conn)
+            sid = await new_session(conn)
+            with pytest.raises(acp_trio.ConnectionClosed) as info:
+                await conn.agent.session_prompt(prompt(sid, "stream 1 " + "x" * 8192))
+            assert "1009" in str(info.value) and url in str(info.value)
+        assert app.active_connections == 0
+
+
+async def test_an_exception_raised_in_the_body_comes_out_as_itself() -> None:
+    class Boom(Exception):
+        pass
+
+    with trio.fail_after(DEADLINE):
+        async with served(AcpApp(Agent)) as url:
+            with pytest.raises(Boom):
+                async with connect_websocket(url, Client) as conn:
+                    await initialize(conn)
+                    raise Boom
+
+
+async def test_an_unreachable_server_raises_a_clear_error_naming_the_url() -> None:
+    listener = (await trio.open_tcp_listeners(0, host="127.0.0.1"))[0]
+    port = listener.socket.getsockname()[1]
+    await listener.aclose()  # nothing listens there now
+    url = f"ws://127.0.0.1:{port}/acp"
+    with trio.fail_after(DEADLINE), pytest.raises(WebSocketConnectError) as info:
+        async with connect_websocket(url, Client):
+            raise AssertionError("connected")
+    assert info.value.status is None and url in str(info.value)
+
+
+async def test_a_client_that_stops_reading_is_dropped_after_the_output_stall_timeout() -> None:
+    import trio_websocket
+
+    Agent.instances.clear()
+    app = AcpApp(Agent, output_stall_timeout=0.5)
+    with trio.fail_after(DEADLINE):
+        async with served(app) as url, trio_websocket.open_websocket_url(url) as ws:
+            # a raw client: initialize, session/new, then a prompt whose updates it never reads
+            await ws.send_message('{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":1}}')
+            assert '"id":1' in str(await ws.get_message())
+            await ws.send_message(
+                '{"jsonrpc":"2.0","id":2,"method":"session/new","params":{"cwd":"/","mcpServers":[]}}'
+            )
+            assert '"s1"' in str(await ws.get_message())
+            await ws.send_message(
+                '{"jsonrpc":"2.0","id":3,"method":"session/prompt","params":'
+                '{"sessionId":"s1","prompt":[{"type":"text","text":"flood"}]}}'
+            )
+            agent_conn = Agent.instances[-1].conn
+            await agent_conn.connection.wait_closed()  # given up on while the client still holds the socket
+            assert "stalled" in str(agent_conn.connection.close_error)
+            # once the client reads again, it gets what was in flight, then the close 1008
+            with pytest.raises(trio_websocket.ConnectionClosed) as info:
+                while True:
+                    await ws.get_message()
+            assert info.value.reason is not None and info.value.reason.code == 1008
+        assert app.active_connections == 0
+
+
+def test_the_default_origin_check_refuses_rebinding_names_and_allows_loopback() -> None:
+    app = AcpApp(Agent)
+    assert app.origin_allowed(None)  # not a browser
+    assert app.origin_allowed("http://localhost:5173") and app.origin_allowed("http://[::1]:80")
+    assert not app.origin_allowed("http://attacker.example:8765")
+    assert not app.origin_allowed("null") and not app.origin_allowed("file://")
+    assert AcpApp(Agent, allowed_origins=["*"]).origin_allowed("https://anything.example")
