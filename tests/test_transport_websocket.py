@@ -7,8 +7,12 @@ Unified Endpoint Routing).  Everything runs in this process over real sockets on
 
 from __future__ import annotations
 
+import re
+import subprocess
+import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import ClassVar
 
 import pytest
@@ -328,3 +332,62 @@ def test_the_default_origin_check_refuses_rebinding_names_and_allows_loopback() 
     assert not app.origin_allowed("http://attacker.example:8765")
     assert not app.origin_allowed("null") and not app.origin_allowed("file://")
     assert AcpApp(Agent, allowed_origins=["*"]).origin_allowed("https://anything.example")
+
+
+async def test_one_text_frame_is_one_message_even_pretty_printed_and_binary_frames_are_ignored() -> None:
+    import json
+
+    import trio_websocket
+
+    with trio.fail_after(DEADLINE):
+        async with served(AcpApp(Agent)) as url, trio_websocket.open_websocket_url(url) as ws:
+            pretty = json.dumps(
+                {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": 1}}, indent=2
+            )
+            await ws.send_message(b"\x00binary frames are ignored")
+            await ws.send_message(pretty)
+            answer = json.loads(await ws.get_message())
+            assert answer["id"] == 1 and answer["result"]["protocolVersion"] == 1
+            # invalid JSON over several lines: one -32700 for the whole frame, not one per line
+            await ws.send_message('{"jsonrpc": "2.0",\n "id": 2,\n "method": ')
+            await ws.send_message(
+                '{"jsonrpc":"2.0","id":3,"method":"session/new","params":{"cwd":"/","mcpServers":[]}}'
+            )
+            replies = [json.loads(await ws.get_message()) for _ in range(2)]
+            assert [r.get("error", {}).get("code") for r in replies] == [-32700, None]
+            assert replies[1]["id"] == 3 and replies[1]["result"]["sessionId"] == "s1"
+
+
+async def test_many_connections_opened_and_closed_leave_nothing_behind() -> None:
+    app = AcpApp(Agent)
+    with trio.fail_after(DEADLINE):
+        async with served(app) as url:
+            async with trio.open_nursery() as nursery:
+                for _ in range(20):
+
+                    async def one() -> None:
+                        async with connect_websocket(url, Client) as conn:
+                            await initialize(conn)
+                            await conn.agent.session_prompt(prompt(await new_session(conn), "stream 10"))
+                            assert client_of(conn).texts == [f"s1:{i}" for i in range(10)]
+
+                    nursery.start_soon(one)
+            await app.wait_idle()  # every server-side connection ends once its client left
+    assert app.active_connections == 0
+
+
+def test_the_readme_remote_example_runs_as_written(tmp_path: Path) -> None:
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+
+    def python_block(section: str) -> str:
+        match = re.compile(r"```python\n(.*?)```", re.S).search(readme, readme.index(f"## {section}\n"))
+        assert match is not None
+        return match.group(1)
+
+    (tmp_path / "my_agent.py").write_text(python_block("Write an agent"), encoding="utf-8")
+    (tmp_path / "my_remote.py").write_text(python_block("Remote (WebSocket)"), encoding="utf-8")
+    result = subprocess.run(
+        [sys.executable, "my_remote.py"], capture_output=True, text=True, timeout=60, cwd=tmp_path, check=False
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == ["agent: notes.txt starts with: buy milk", "stop reason: end_turn"]

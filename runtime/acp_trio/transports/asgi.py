@@ -83,7 +83,8 @@ class AcpApp:
     16 MiB; larger closes with ``1009``).  ``output_stall_timeout``: seconds (default 60).
     ``connection_options``: for each connection (``tap``, ``eof_grace``, ``variant``, ...).
 
-    ``active_connections`` counts the connections being served; ``connection_ids`` are theirs.
+    ``active_connections`` counts the connections being served; ``connection_ids`` are theirs;
+    :meth:`wait_idle` waits until there are none.
     """
 
     def __init__(
@@ -110,10 +111,17 @@ class AcpApp:
         connection_options.setdefault("max_message_size", max_message_bytes + 1)
         self.connection_options = connection_options
         self.connection_ids: set[str] = set()
+        self._ended = trio.lowlevel.ParkingLot()
 
     @property
     def active_connections(self) -> int:
         return len(self.connection_ids)
+
+    async def wait_idle(self) -> None:
+        """Wait until no connection is being served (its agent and connection closed)."""
+        while self.connection_ids:
+            await self._ended.park()
+        await trio.lowlevel.checkpoint()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         kind = scope["type"]
@@ -210,6 +218,7 @@ class AcpApp:
             await self._run(connection_id, receive, send)
         finally:
             self.connection_ids.discard(connection_id)
+            self._ended.unpark_all()
 
     async def _run(self, connection_id: str, receive: Receive, send: Send) -> None:
         close: list[tuple[int, str]] = []  # why this side closes, first reason wins
