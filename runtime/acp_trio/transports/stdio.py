@@ -209,6 +209,87 @@ async def terminate_process_group(process: trio.Process, timeout: float) -> None
         _signal_group(pgid, signal.SIGKILL)
 
 
+class AgentProcess:
+    """An agent process started by :func:`open_agent_process`: its pipes and how it ended.
+
+    ``process``: the ``trio.Process``; ``stdin`` / ``stdout``: its pipes as trio streams (write
+    requests to one, read answers from the other, newline-delimited JSON-RPC); ``pid``.
+    """
+
+    def __init__(self, process: trio.Process, tail: _StderrTail) -> None:
+        assert process.stdin is not None and process.stdout is not None
+        self.process = process
+        self.stdin: trio.abc.SendStream = process.stdin
+        self.stdout: trio.abc.ReceiveStream = process.stdout
+        self.pid = process.pid
+        self._describe = _closing_error(process, tail, 0.5)
+
+    async def describe_exit(self, reason: str) -> ConnectionClosed:
+        """A :class:`ConnectionClosed` for ``reason`` saying how the process ended: exit code or
+        signal and its last stderr lines (waits at most 0.5 s for the exit status)."""
+        error: ConnectionClosed = await self._describe(reason)
+        return error
+
+
+@asynccontextmanager
+async def open_agent_process(
+    command: str | os.PathLike[str],
+    args: Sequence[str] = (),
+    *,
+    env: Mapping[str, str] | None = None,
+    inherit_env: bool = True,
+    cwd: str | os.PathLike[str] | None = None,
+    shutdown_timeout: float = 2.0,
+    stderr_logger: logging.Logger | None = None,
+) -> AsyncIterator[AgentProcess]:
+    """Start an agent process with piped stdio and yield it (``async with``): the process half of
+    :func:`spawn_agent`, for code that moves its bytes itself (the bridge, :mod:`acp_trio.bridge`).
+
+    Arguments as for :func:`spawn_agent`.  The command is checked first (a clear ``OSError``
+    naming it); the process runs in its own process group; its stderr is read continuously into
+    ``stderr_logger`` (default ``acp_trio.agent.stderr``) and its last lines kept for
+    :meth:`AgentProcess.describe_exit`.  Leaving the block closes its stdin, waits, then SIGTERMs
+    and finally SIGKILLs the group, each step ``shutdown_timeout`` seconds (shielded).  An
+    exception raised in the body comes out as itself.
+    """
+    full_env: dict[str, str] | None = None
+    if env is not None:
+        full_env = {**os.environ, **env} if inherit_env else dict(env)
+    elif not inherit_env:
+        full_env = {}
+    program = _resolve_command(os.fspath(command), full_env, cwd)
+    process = await trio.lowlevel.open_process(
+        [program, *args],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=full_env,
+        cwd=cwd,
+        start_new_session=True,
+    )
+    assert process.stdin is not None and process.stdout is not None and process.stderr is not None
+    logger = stderr_logger or agent_stderr_log
+    tail = _StderrTail()
+    try:
+        async with owned_nursery() as nursery:
+            nursery.start_soon(_drain_stderr, process.stderr, logger, 1 << 20, tail)
+            try:
+                yield AgentProcess(process, tail)
+            finally:
+                with trio.CancelScope(shield=True):
+                    await trio.aclose_forcefully(process.stdin)  # end of input: the agent's signal to exit
+                    await terminate_process_group(process, shutdown_timeout)
+                    # stderr reaches EOF once every writer in the group is gone; don't wait for stragglers
+                    nursery.cancel_scope.cancel()
+                    await trio.aclose_forcefully(process.stderr)
+                    await trio.aclose_forcefully(process.stdout)
+    finally:
+        if process.returncode is None:  # pragma: no cover - only if cancelled before shutdown began
+            _signal_group(process.pid, signal.SIGKILL)
+            with trio.CancelScope(shield=True):
+                await process.wait()
+
+
 @asynccontextmanager
 async def spawn_agent(
     command: str | os.PathLike[str],
@@ -249,45 +330,27 @@ async def spawn_agent(
     A wrapper script that starts the agent as a background job (``agent &``) must hand it stdin
     explicitly: a non-interactive ``sh`` gives background jobs ``/dev/null`` as stdin.
     """
-    full_env: dict[str, str] | None = None
-    if env is not None:
-        full_env = {**os.environ, **env} if inherit_env else dict(env)
-    elif not inherit_env:
-        full_env = {}
-    program = _resolve_command(os.fspath(command), full_env, cwd)
-    process = await trio.lowlevel.open_process(
-        [program, *args],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        env=full_env,
+    async with open_agent_process(
+        command,
+        args,
+        env=env,
+        inherit_env=inherit_env,
         cwd=cwd,
-        start_new_session=True,
-    )
-    assert process.stdin is not None and process.stdout is not None and process.stderr is not None
-    logger = stderr_logger or agent_stderr_log
-    tail = _StderrTail()
-    try:
-        async with owned_nursery() as nursery:
-            nursery.start_soon(_drain_stderr, process.stderr, logger, 1 << 20, tail)
-            conn = ClientSideConnection(client, process.stdin, process.stdout, **options)
-            conn.process = process  # type: ignore[attr-defined]
-            conn.connection.closing_error = _closing_error(process, tail, 0.5)
-            try:
-                async with conn:
-                    yield conn
-            finally:
-                with trio.CancelScope(shield=True):
-                    await conn.aclose()
-                    await terminate_process_group(process, shutdown_timeout)
-                    # stderr reaches EOF once every writer in the group is gone; don't wait for stragglers
-                    nursery.cancel_scope.cancel()
-                    await trio.aclose_forcefully(process.stderr)
-    finally:
-        if process.returncode is None:  # pragma: no cover - only if cancelled before shutdown began
-            _signal_group(process.pid, signal.SIGKILL)
-            with trio.CancelScope(shield=True):
-                await process.wait()
+        shutdown_timeout=shutdown_timeout,
+        stderr_logger=stderr_logger,
+    ) as agent:
+        conn = ClientSideConnection(client, agent.stdin, agent.stdout, **options)
+        conn.process = agent.process  # type: ignore[attr-defined]
+        conn.connection.closing_error = agent.describe_exit
+        async with conn:  # leaving it closes the connection first; then the process is shut down
+            yield conn
 
 
-__all__ = ["run_agent_stdio", "serve_agent_stdio", "spawn_agent", "terminate_process_group"]
+__all__ = [
+    "AgentProcess",
+    "open_agent_process",
+    "run_agent_stdio",
+    "serve_agent_stdio",
+    "spawn_agent",
+    "terminate_process_group",
+]
