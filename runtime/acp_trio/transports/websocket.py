@@ -170,7 +170,8 @@ async def connect_websocket(
     the largest message accepted from the server (default 16 MiB; a larger one closes the
     WebSocket with 1009 and the connection).  ``close_timeout``: seconds to wait for the server's
     close handshake when leaving.  ``options``: for the connection (``tap``, ``variant``,
-    ``eof_grace``, ...).  ``conn.connection_id`` is the server's ``Acp-Connection-Id`` (or ``None``).
+    ``eof_grace``, ...).  ``conn.connection_id`` is the server's ``Acp-Connection-Id`` (or ``None``);
+    ``conn.websocket`` is the ``trio_websocket.WebSocketConnection``.
 
     Errors: a refused upgrade or an unreachable server raises :class:`WebSocketConnectError`
     naming the URL and the HTTP status.  When the WebSocket closes, pending and later requests
@@ -260,6 +261,7 @@ async def _connected(
         if name.decode("latin-1").lower() == HEADER_CONNECTION_ID.lower():
             connection_id = value.decode("latin-1")
     conn.connection_id = connection_id  # type: ignore[attr-defined]
+    conn.websocket = ws  # type: ignore[attr-defined]
     try:
         async with conn:
             yield conn
