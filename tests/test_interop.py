@@ -20,8 +20,8 @@ import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator
+from contextlib import AbstractAsyncContextManager, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +29,16 @@ import pytest
 import trio
 
 from acp_schema import v1
-from acp_trio import METHOD_NOT_FOUND, AgentSideConnection, Connection, DecodeError, RequestError, Route, spawn_agent
+from acp_trio import (
+    METHOD_NOT_FOUND,
+    AgentSideConnection,
+    ClientSideConnection,
+    Connection,
+    DecodeError,
+    RequestError,
+    Route,
+    spawn_agent,
+)
 
 TS_SDK = "@agentclientprotocol/sdk"
 TS_SDK_VERSION = "2.4.0"
@@ -191,13 +200,26 @@ class InteropClient:
 
 
 async def drive_foreign_agent(
-    command: list[str], env: dict[str, str], cwd: Path, agent_name: str, greeting: str
+    command: list[str],
+    env: dict[str, str],
+    cwd: Path,
+    agent_name: str,
+    greeting: str,
+    connect: Callable[[InteropClient], AbstractAsyncContextManager[ClientSideConnection]] | None = None,
 ) -> None:
-    """Run the whole script against ``command`` with acp-trio's client, asserting every step."""
+    """Run the whole script against ``command`` with acp-trio's client, asserting every step.
+
+    ``connect``: ``(client) -> async context manager yielding the connection`` to reach an agent
+    some other way than spawning ``command`` (a remote one: tests/test_interop_websocket.py)."""
     (cwd / "input.txt").write_text(INPUT_TEXT, encoding="utf-8")
     client = InteropClient(cwd)
     with trio.fail_after(TIME_LIMIT):
-        async with spawn_agent(command[0], command[1:], client=client, env=env, cwd=cwd) as conn:
+        opened = (
+            spawn_agent(command[0], command[1:], client=client, env=env, cwd=cwd)
+            if connect is None
+            else connect(client)
+        )
+        async with opened as conn:
             agent = v1.AgentPeer(conn)
             init = await agent.initialize(
                 v1.InitializeRequest(
@@ -261,7 +283,8 @@ async def drive_foreign_agent(
             assert client.permissions == ["interop-write", "interop-wait"]
             # the agent saw the pending permission request answered "cancelled" (prompt-turn.mdx)
             assert client.texts(seen) == ["waiting", "permission: cancelled"]
-        assert conn.process.returncode == 0  # type: ignore[attr-defined]
+        if connect is None:
+            assert conn.process.returncode == 0  # type: ignore[attr-defined]
 
 
 # -- a foreign client, driving acp-trio's agent ------------------------------------------------

@@ -10,8 +10,9 @@
 //    ("echo: " + input) through the client, reporting each step in a chunk; stop reason end_turn;
 //  - the extension request _interop/echo answers {echo: params}; _interop/missing is not
 //    registered, so the SDK answers -32601.
-import { join } from "node:path";
+import { join, resolve } from "node:path";
 import { Readable, Writable } from "node:stream";
+import { pathToFileURL } from "node:url";
 import { loadSdk } from "./load_sdk.mjs";
 
 const acp = await loadSdk();
@@ -113,5 +114,10 @@ const app = acp
     ({ params }) => ({ echo: params }),
   );
 
-const connection = app.connect(acp.ndJsonStream(Writable.toWeb(process.stdout), Readable.toWeb(process.stdin)));
-await connection.closed;
+// tests/interop/ts_ws_server.mjs imports this app and serves it over WebSocket instead.
+export { app };
+
+if (import.meta.url === pathToFileURL(resolve(process.argv[1])).href) {
+  const connection = app.connect(acp.ndJsonStream(Writable.toWeb(process.stdout), Readable.toWeb(process.stdin)));
+  await connection.closed;
+}

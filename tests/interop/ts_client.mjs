@@ -2,6 +2,7 @@
 //
 // Usage (tests/test_interop.py runs it with ACP_INTEROP_NPM_DIR set):
 //   node ts_client.mjs <cwd> <agent command> [agent args...]
+//   node ts_client.mjs <cwd> ws://HOST:PORT/acp      (the npm directory must hold `ws` too)
 // It spawns the agent, then: initialize (with fs capabilities), session/new in <cwd>, a prompt
 // turn that it answers (permission "allow", fs reads and writes inside <cwd>), the extension
 // request _interop/echo and the unknown _interop/missing, and a "wait" turn that it cancels with
@@ -11,6 +12,7 @@ import { spawn } from "node:child_process";
 import { readFile, writeFile } from "node:fs/promises";
 import { resolve, sep } from "node:path";
 import { Readable, Writable } from "node:stream";
+import { loadEsm } from "./load_esm.mjs";
 import { loadSdk } from "./load_sdk.mjs";
 
 const acp = await loadSdk();
@@ -49,9 +51,21 @@ const app = acp
     return {};
   });
 
-const child = spawn(command, args, { stdio: ["pipe", "pipe", "inherit"] });
-const exited = new Promise((resolve) => child.on("exit", (code, signal) => resolve({ code, signal })));
-const stream = acp.ndJsonStream(Writable.toWeb(child.stdin), Readable.toWeb(child.stdout));
+// A ws:// URL instead of a command: the agent is served remotely (tests/test_interop_websocket.py),
+// reached with the SDK's createWebSocketStream over the `ws` package's WebSocket.
+const remote = /^wss?:\/\//.test(command);
+let child = null;
+let exited = Promise.resolve(null);
+let stream;
+if (remote) {
+  const { createWebSocketStream } = await loadEsm("@agentclientprotocol/sdk/experimental/ws-client");
+  const { WebSocket } = await loadEsm("ws");
+  stream = createWebSocketStream(command, { WebSocket });
+} else {
+  child = spawn(command, args, { stdio: ["pipe", "pipe", "inherit"] });
+  exited = new Promise((resolve) => child.on("exit", (code, signal) => resolve({ code, signal })));
+  stream = acp.ndJsonStream(Writable.toWeb(child.stdin), Readable.toWeb(child.stdout));
+}
 
 async function errorOf(promise) {
   try {
@@ -81,6 +95,6 @@ await app.connectWith(stream, async (agent) => {
   summary.cancelledPrompt = await prompt("wait");
 });
 
-child.stdin.end();
-summary.agentExit = await exited;
+child?.stdin.end();
+summary.agentExit = await exited; // null for a remote agent
 process.stdout.write(JSON.stringify(summary) + "\n");
