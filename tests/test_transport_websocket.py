@@ -13,7 +13,7 @@ import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import pytest
 import trio
@@ -26,6 +26,7 @@ pytest.importorskip("hypercorn")
 pytest.importorskip("trio_websocket")
 
 from acp_trio.transports.asgi import AcpApp, serve
+from acp_trio.transports.cookies import CookieStore
 from acp_trio.transports.websocket import WebSocketConnectError, connect_websocket
 
 DEADLINE = 30
@@ -391,3 +392,52 @@ def test_the_readme_remote_example_runs_as_written(tmp_path: Path) -> None:
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines() == ["agent: notes.txt starts with: buy milk", "stop reason: end_turn"]
+
+
+async def test_cookies_set_on_the_upgrade_go_back_on_the_next_one_with_the_same_store() -> None:
+    app = AcpApp(Agent)
+    upgrades: list[str | None] = []
+
+    async def affinity(scope: Any, receive: Any, send: Any) -> None:
+        """A load balancer's affinity cookie on every 101 answer; records each upgrade's Cookie header."""
+        if scope["type"] == "websocket":
+            upgrades.append(next((v.decode() for k, v in scope["headers"] if k == b"cookie"), None))
+
+            async def send_with_cookie(message: Any) -> None:
+                if message["type"] == "websocket.accept":
+                    message = {
+                        **message,
+                        "headers": [*message.get("headers", []), (b"set-cookie", b"lb=node-7; Path=/")],
+                    }
+                await send(message)
+
+            await app(scope, receive, send_with_cookie)
+        else:
+            await app(scope, receive, send)
+
+    store = CookieStore()
+    with trio.fail_after(DEADLINE):
+        async with trio.open_nursery() as nursery:
+            [bound] = await nursery.start(serve, affinity, "127.0.0.1", 0)
+            url = bound.replace("http://", "ws://") + "/acp"
+            for _ in range(2):  # a reconnect with the same store
+                async with connect_websocket(url, Client, cookies=store, headers={"Cookie": "mine=1"}) as conn:
+                    await initialize(conn)
+            async with connect_websocket(url, Client) as conn:  # a fresh store
+                await initialize(conn)
+            nursery.cancel_scope.cancel()
+    assert upgrades == ["mine=1", "lb=node-7; mine=1", None]
+
+
+def test_the_cookie_store_keeps_name_value_pairs_and_drops_expired_ones() -> None:
+    store = CookieStore()
+    store.store([(b"Set-Cookie", b"a=1; Path=/; HttpOnly"), ("set-cookie", "b=2"), (b"content-type", b"x=y")])
+    assert store.header() == "a=1; b=2"
+    store.store([(b"set-cookie", b"a=; Max-Age=0"), (b"set-cookie", b"=nameless"), (b"set-cookie", b"novalue")])
+    assert store.header() == "b=2"
+    assert store.apply({"Authorization": "Bearer t", "cookie": "b=mine; c=3"}) == {
+        "Authorization": "Bearer t",
+        "Cookie": "b=mine; c=3",
+    }
+    store.clear()
+    assert store.header() is None and store.apply({}) == {}

@@ -34,6 +34,7 @@ import trio
 from .._connection import ConnectionClosed
 from .._nursery import owned_nursery
 from .._roles import ClientSideConnection
+from .cookies import CookieStore
 
 log = logging.getLogger("acp_trio.websocket")
 
@@ -158,6 +159,7 @@ async def connect_websocket(
     connect_timeout: float = 30.0,
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
     close_timeout: float = 2.0,
+    cookies: CookieStore | None = None,
     **options: Any,
 ) -> AsyncIterator[ClientSideConnection]:
     """Open a WebSocket to an ACP server and yield the :class:`ClientSideConnection` (``async with``).
@@ -169,7 +171,10 @@ async def connect_websocket(
     ``connect_timeout``: seconds for the TCP connection and the upgrade.  ``max_message_bytes``:
     the largest message accepted from the server (default 16 MiB; a larger one closes the
     WebSocket with 1009 and the connection).  ``close_timeout``: seconds to wait for the server's
-    close handshake when leaving.  ``options``: for the connection (``tap``, ``variant``,
+    close handshake when leaving.  ``cookies``: a :class:`~acp_trio.transports.cookies.CookieStore`
+    whose cookies go with the upgrade and which keeps those the server sets on its 101 answer (the
+    RFD's cookie support, for load-balancer affinity); pass the same store when reconnecting
+    (default: a fresh store, discarded with the connection).  ``options``: for the connection (``tap``, ``variant``,
     ``eof_grace``, ...).  ``conn.connection_id`` is the server's ``Acp-Connection-Id`` (or ``None``);
     ``conn.websocket`` is the ``trio_websocket.WebSocketConnection``.
 
@@ -181,7 +186,9 @@ async def connect_websocket(
     """
     import trio_websocket
 
-    extra = [(name.encode("latin-1"), value.encode("latin-1")) for name, value in (headers or {}).items()]
+    store = CookieStore() if cookies is None else cookies
+    sent = store.apply(headers or {})
+    extra = [(name.encode("latin-1"), value.encode("latin-1")) for name, value in sent.items()]
     opened = False
     try:
         async with owned_nursery() as nursery:
@@ -193,6 +200,7 @@ async def connect_websocket(
             except (OSError, trio.TooSlowError, trio_websocket.HandshakeError, ValueError) as exc:
                 raise _connect_error(url, exc, connect_timeout) from exc
             opened = True
+            store.store(ws.handshake_headers)
             async with _connected(url, ws, nursery, client, close_timeout, options) as conn:
                 yield conn
     except BaseExceptionGroup as group:
