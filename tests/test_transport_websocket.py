@@ -441,3 +441,27 @@ def test_the_cookie_store_keeps_name_value_pairs_and_drops_expired_ones() -> Non
     }
     store.clear()
     assert store.header() is None and store.apply({}) == {}
+
+
+async def test_an_agent_factory_that_fails_closes_that_connection_1011_and_the_server_goes_on(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    calls: list[int] = []
+
+    def flaky(conn: acp_trio.AgentSideConnection) -> Agent:
+        calls.append(1)
+        if len(calls) == 1:
+            raise RuntimeError("no agent today")
+        return Agent(conn)
+
+    app = AcpApp(flaky)
+    with trio.fail_after(DEADLINE):
+        async with served(app) as url:
+            with pytest.raises(acp_trio.ConnectionClosed) as info:
+                async with connect_websocket(url, Client) as conn:
+                    await initialize(conn)
+            assert "1011" in str(info.value)
+            async with connect_websocket(url, Client) as conn:
+                await initialize(conn)
+                assert await new_session(conn) == "s1"
+    assert "no agent today" in caplog.text

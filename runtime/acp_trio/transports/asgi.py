@@ -27,7 +27,8 @@ Limits (close codes as the TypeScript SDK's server and RFC 6455): a message over
 ``max_message_bytes`` closes the WebSocket with ``1009``; a client that takes nothing for
 ``output_stall_timeout`` seconds while the agent has output for it is given up on: its ACP
 connection (and agent) is closed at once, and the WebSocket is closed with ``1008`` as soon as the
-server can write again (hypercorn does not let an application abort a write in progress).
+server can write again (hypercorn does not let an application abort a write in progress).  An
+agent factory (or the runtime) that fails ends that connection only, closed with ``1011``.
 
 Serve it with :func:`serve` (hypercorn's trio worker) or any ASGI server running trio.  Needs the
 ``remote`` extra (``pip install acp-trio[remote]``).
@@ -35,6 +36,7 @@ Serve it with :func:`serve` (hypercorn's trio worker) or any ASGI server running
 
 from __future__ import annotations
 
+import contextlib
 import hmac
 import logging
 import secrets
@@ -46,6 +48,7 @@ import trio
 
 from .._roles import AgentSideConnection
 from .websocket import (
+    CLOSE_INTERNAL_ERROR,
     CLOSE_MESSAGE_TOO_BIG,
     CLOSE_NORMAL,
     CLOSE_POLICY_VIOLATION,
@@ -216,6 +219,10 @@ class AcpApp:
         self.connection_ids.add(connection_id)
         try:
             await self._run(connection_id, receive, send)
+        except Exception:  # the agent factory or the runtime failed: this connection ends, the server goes on
+            log.exception("ACP connection %s failed", connection_id)
+            with contextlib.suppress(Exception):
+                await send({"type": "websocket.close", "code": CLOSE_INTERNAL_ERROR, "reason": "internal error"})
         finally:
             self.connection_ids.discard(connection_id)
             self._ended.unpark_all()
