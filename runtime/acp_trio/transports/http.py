@@ -1,0 +1,654 @@
+"""The Streamable HTTP transport, client side: :func:`connect_http` to an ACP agent served remotely.
+
+Spec: the RFD ``docs/rfds/streamable-http-websocket-transport.mdx`` ("Streamable HTTP"), and
+where the RFD and the official TypeScript SDK 2.4.0 (``AcpServer``, ``createHttpStream``)
+disagree, what the SDK does, since that is what servers speak today:
+
+- ``POST`` of ``initialize`` without ``Acp-Connection-Id`` → ``200`` with the agent's JSON-RPC
+  response as the body (verbatim) and the connection id in the ``Acp-Connection-Id`` header;
+- every other message → ``POST`` with ``Acp-Connection-Id`` (and ``Acp-Session-Id`` for a session's
+  messages: one whose ``params.sessionId`` is a string, or our response to a request that came on
+  that session's stream) → ``202``, the answer comes later on an SSE stream;
+- one connection-scoped ``GET`` stream (``Accept: text/event-stream``), opened after
+  ``initialize``, and one session-scoped ``GET`` stream per session (``Acp-Session-Id``), opened
+  when a response names a new ``sessionId`` and in any case *before* the first ``POST`` for that
+  session (the client waits for its ``200``), as the TypeScript client does;
+- ``DELETE`` with ``Acp-Connection-Id`` when the connection closes.
+
+Each SSE event's ``data`` is one JSON-RPC message; the client does not resume streams
+(``Last-Event-ID`` is deferred to a later version of the RFD).
+
+Contract: like every transport (:mod:`acp_trio.transports`), this one only bridges the HTTP
+exchange to a pair of trio byte streams of newline-delimited JSON and hands them to
+:class:`~acp_trio.ClientSideConnection`, so the connection's rules (ordering, cancellation,
+capabilities, negotiation, limits) hold unchanged.  Each line the connection writes is POSTed as
+it is, one at a time and in order (a request's ``202`` is awaited before the next message goes,
+so the server sees our messages in the order the connection wrote them); each SSE event becomes
+one line of the input.  What HTTP itself says about a message is turned into JSON-RPC where it
+concerns one request, and into the connection's end where it concerns the transport:
+
+- ``409`` (on a session's ``GET`` or ``POST``): that session has another reader; its pending and
+  later requests fail with ``-32603`` until a ``session/load`` or ``session/resume`` for it
+  reattaches it (its stream is opened again); its notifications and responses are dropped with a
+  warning.  Other sessions go on.
+- ``401``/``403``/``404``/``410``, a network error, the connection-scoped stream ending, an SSE
+  event over ``max_message_bytes``: the transport closes; pending and later requests raise
+  :class:`HttpTransportClosed` (a :class:`~acp_trio.ConnectionClosed`) naming the status and URL.
+- any other non-2xx answer to a request: only that request fails, with ``-32603`` and
+  ``data = {"status": ..., "body": ...}`` (the body parsed as JSON when it is, at most 8 KiB);
+  to a notification or response: a warning is logged.
+- a session's stream ending: only that session's pending requests fail (``-32603``); the next
+  message for the session opens the stream again.
+
+Libraries: httpx2 (the maintained continuation of httpx, by its author and now kept by
+Pydantic; the same API, already installed with the ``mcp`` extra) with HTTP/2 through its
+``http2`` extra (h2): HTTP/2 is negotiated by ALPN where a TLS server offers it, and HTTP/1.1
+is used otherwise (the TypeScript server is HTTP/1.1 only).  The SSE framing is httpx2's own
+``EventSource`` (derived from httpx-sse: CR, LF and CRLF line ends, comments, a cap on an
+event's size), so no parser of our own and no second copy of httpx for httpx-sse.  It runs on
+trio natively (httpcore2's trio backend).
+
+Needs the ``remote`` extra (``pip install acp-trio[remote]``).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING, Any
+
+import orjson
+import trio
+
+from .._connection import ConnectionClosed
+from .._nursery import owned_nursery
+from .._roles import ClientSideConnection
+from .cookies import CookieStore
+from .websocket import text_to_line
+
+if TYPE_CHECKING:
+    import httpx2
+
+log = logging.getLogger("acp_trio.http")
+
+HEADER_CONNECTION_ID = "Acp-Connection-Id"
+"""The RFD's header naming the ACP connection (set by the server on the answer to ``initialize``)."""
+HEADER_SESSION_ID = "Acp-Session-Id"
+"""The RFD's header naming the session (the ACP ``sessionId``) of a session-scoped request or stream."""
+DEFAULT_MAX_MESSAGE_BYTES = 32 * 1024 * 1024
+"""Largest message (an SSE event, the ``initialize`` answer) accepted by default, in bytes (32 MiB, as in TS)."""
+DEFAULT_MAX_BUFFERED_BYTES = 4 * 1024 * 1024
+"""Bytes of received messages buffered for the connection before the SSE streams stop reading (backpressure)."""
+FATAL_STATUSES = frozenset({401, 403, 404, 410})
+"""HTTP statuses that close the transport (unauthorized, forbidden, unknown connection, gone)."""
+REATTACH_METHODS = frozenset({"session/load", "session/resume"})
+"""Requests that reattach a session whose stream failed with 409."""
+INTERNAL_ERROR = -32603
+_RESERVED = frozenset({HEADER_CONNECTION_ID.lower(), HEADER_SESSION_ID.lower()})  # never the caller's
+_ERROR_BODY_BYTES = 8192
+
+
+class HttpTransportClosed(ConnectionClosed):
+    """The Streamable HTTP transport closed: ``status`` (the HTTP status that closed it, or ``None``
+    for a network error, a stream that ended, an oversized event) and ``url`` (the endpoint).
+
+    ``str(exc)`` says both, e.g. ``the ACP server answered HTTP 404 (Unknown Acp-Connection-Id) to
+    POST session/prompt; the connection is gone (http://127.0.0.1:8765/acp)``.
+    """
+
+    def __init__(self, reason: str, *, url: str, status: int | None = None, **details: Any) -> None:
+        self.url = url
+        self.status = status
+        super().__init__(reason, **details)
+
+    def clone(self) -> HttpTransportClosed:
+        return type(self)(self.reason, url=self.url, status=self.status)
+
+
+def _id_key(request_id: Any) -> bytes:
+    """A request id as a dict key that keeps ``1`` and ``"1"`` apart."""
+    return orjson.dumps(request_id)
+
+
+class _Inbox(trio.abc.ReceiveStream):
+    """The connection's input: lines put by the SSE readers (and answers made up here), read as NDJSON.
+
+    ``put`` waits while more than ``high_water`` bytes wait to be read, so a slow connection slows
+    the SSE readers, and through them the server (instead of memory growing without bound).
+    """
+
+    def __init__(self, high_water: int) -> None:
+        self._chunks: deque[bytes] = deque()
+        self._size = 0
+        self._high_water = high_water
+        self._eof = False
+        self._readable = trio.lowlevel.ParkingLot()
+        self._space = trio.lowlevel.ParkingLot()
+
+    async def put(self, line: bytes) -> None:
+        while self._size >= self._high_water and not self._eof:
+            await self._space.park()
+        self.put_nowait(line)
+        await trio.lowlevel.checkpoint()
+
+    def put_nowait(self, line: bytes) -> None:
+        if self._eof:
+            return
+        self._chunks.append(line)
+        self._size += len(line)
+        self._readable.unpark_all()
+
+    def end(self) -> None:
+        """No more input: the reader gets what is buffered, then the end of stream."""
+        self._eof = True
+        self._readable.unpark_all()
+        self._space.unpark_all()
+
+    async def receive_some(self, max_bytes: int | None = None) -> bytes:
+        while not self._chunks:
+            if self._eof:
+                await trio.lowlevel.checkpoint()
+                return b""
+            await self._readable.park()
+        else:
+            await trio.lowlevel.checkpoint()
+        limit = max_bytes if max_bytes is not None else 1 << 62
+        parts: list[bytes] = []
+        taken = 0
+        while self._chunks and taken < limit:
+            chunk = self._chunks.popleft()
+            if taken + len(chunk) > limit:
+                cut = limit - taken
+                self._chunks.appendleft(chunk[cut:])
+                chunk = chunk[:cut]
+            parts.append(chunk)
+            taken += len(chunk)
+        self._size -= taken
+        if self._size < self._high_water:
+            self._space.unpark_all()
+        return b"".join(parts)
+
+    async def aclose(self) -> None:
+        self.end()
+        self._chunks.clear()
+        self._size = 0
+        await trio.lowlevel.checkpoint()
+
+
+class _Outbox(trio.abc.SendStream):
+    """The connection's output: each complete line is POSTed (one at a time, in order) by the exchange."""
+
+    def __init__(self, exchange: _Exchange) -> None:
+        self._exchange = exchange
+        self._partial = b""
+        self._closed = False
+
+    async def send_all(self, data: bytes | bytearray | memoryview) -> None:
+        if self._closed:
+            raise trio.ClosedResourceError("the Streamable HTTP send stream is closed")
+        *lines, self._partial = (self._partial + bytes(data)).split(b"\n")
+        for line in lines:
+            if line.strip():
+                await self._exchange.post(line)
+        await trio.lowlevel.checkpoint()
+
+    async def wait_send_all_might_not_block(self) -> None:
+        await trio.lowlevel.checkpoint()
+
+    async def aclose(self) -> None:
+        self._closed = True
+        await trio.lowlevel.checkpoint()
+
+
+class _Stream:
+    """One SSE ``GET`` stream (the connection's, or a session's): ``ready`` is set once it answered."""
+
+    __slots__ = ("ok", "ready", "scope")
+
+    def __init__(self) -> None:
+        self.ready = trio.Event()
+        self.ok = False
+        self.scope = trio.CancelScope()
+
+
+class _Exchange:
+    """The HTTP side of one ACP connection: POSTs, SSE streams, routes, the pending requests."""
+
+    def __init__(
+        self,
+        url: str,
+        http: httpx2.AsyncClient,
+        nursery: trio.Nursery,
+        *,
+        headers: Mapping[str, str],
+        cookies: CookieStore,
+        max_message_bytes: int,
+        max_buffered_bytes: int,
+    ) -> None:
+        self.url = url
+        self.http = http
+        self.base_headers = dict(headers)
+        self.cookies = cookies
+        self.nursery = nursery
+        self.max_message_bytes = max_message_bytes
+        self.inbox = _Inbox(max_buffered_bytes)
+        self.connection_id: str | None = None
+        self.fatal: HttpTransportClosed | None = None
+        self.closing = False
+        self.on_connection_id: Any = None
+        # requests we POSTed and have no answer to yet: id key → (id, session id or None)
+        self.pending: dict[bytes, tuple[Any, str | None]] = {}
+        # the agent's requests waiting for our answer: id key → the session whose stream carried them
+        self.inbound_routes: dict[bytes, str | None] = {}
+        self.streams: dict[str | None, _Stream] = {}
+        self.failed_sessions: dict[str, str] = {}  # session id → why (409)
+        self._posts: set[trio.CancelScope] = set()
+
+    # -- closing -----------------------------------------------------------------------------------
+    def fail(self, reason: str, status: int | None = None) -> None:
+        """Close the transport: the connection reads the end of its input and fails with this reason."""
+        if self.fatal is not None or self.closing:
+            return
+        self.fatal = HttpTransportClosed(f"{reason} ({self.url})", url=self.url, status=status)
+        log.warning("%s", self.fatal.reason)
+        self.inbox.end()
+        for scope in self._posts:
+            scope.cancel()
+        for stream in self.streams.values():
+            stream.scope.cancel()
+
+    async def closing_error(self, reason: str) -> ConnectionClosed:
+        if self.fatal is not None:
+            return self.fatal.clone()
+        return HttpTransportClosed(f"{reason} ({self.url})", url=self.url)
+
+    def _fatal_status(self, status: int, body: str, what: str) -> None:
+        detail = f" ({body[:200]})" if body else ""
+        meaning = {
+            401: "not authorized",
+            403: "forbidden",
+            404: "the connection is gone",
+            410: "the connection is gone",
+        }[status]
+        self.fail(f"the ACP server answered HTTP {status}{detail} to {what}; {meaning}", status)
+
+    # -- answers made up here --------------------------------------------------------------------
+    def answer_error(self, request_id: Any, message: str, data: Any = None) -> None:
+        """Fail one of our requests with ``-32603`` (as if the agent had answered it)."""
+        self.pending.pop(_id_key(request_id), None)
+        error: dict[str, Any] = {"code": INTERNAL_ERROR, "message": message}
+        if data is not None:
+            error["data"] = data
+        self.inbox.put_nowait(orjson.dumps({"jsonrpc": "2.0", "id": request_id, "error": error}) + b"\n")
+
+    def fail_session_requests(self, session_id: str, message: str) -> None:
+        for request_id, session in list(self.pending.values()):
+            if session == session_id:
+                self.answer_error(request_id, message, {"sessionId": session_id})
+
+    def fail_session(self, session_id: str, why: str) -> None:
+        """A 409: the session fails until ``session/load`` or ``session/resume`` reattaches it."""
+        log.warning("ACP session %s over %s failed: %s", session_id, self.url, why)
+        self.failed_sessions[session_id] = why
+        self.fail_session_requests(session_id, f"ACP session {session_id} failed: {why}")
+
+    # -- HTTP ------------------------------------------------------------------------------------
+    def _headers(self, session_id: str | None = None, **more: str) -> dict[str, str]:
+        """The caller's headers (not the RFD's), then the transport's, then the stored cookies (the caller's win)."""
+        own: dict[str, str] = {}
+        if self.connection_id is not None:
+            own[HEADER_CONNECTION_ID] = self.connection_id
+        if session_id is not None:
+            own[HEADER_SESSION_ID] = session_id
+        own.update(more)
+        lowered = {name.lower() for name in own} | _RESERVED
+        headers = {name: value for name, value in self.base_headers.items() if name.lower() not in lowered}
+        headers.update(own)
+        return self.cookies.apply(headers)
+
+    async def _read(self, response: httpx2.Response, limit: int) -> bytes | None:
+        """The body, or ``None`` when it is over ``limit`` bytes."""
+        parts: list[bytes] = []
+        size = 0
+        async for chunk in response.aiter_bytes():
+            size += len(chunk)
+            if size > limit:
+                return None
+            parts.append(chunk)
+        return b"".join(parts)
+
+    async def _request(
+        self, method: str, what: str, headers: dict[str, str], content: bytes | None = None, limit: int = 0
+    ) -> tuple[int, Mapping[str, str], bytes | None]:
+        """One HTTP request: (status, headers, body up to ``limit`` bytes).  A network error closes the
+        transport; raises ``trio.BrokenResourceError`` once it is closed."""
+        import httpx2
+
+        if self.fatal is not None:
+            raise trio.BrokenResourceError(self.fatal.reason)
+        scope = trio.CancelScope()
+        self._posts.add(scope)
+        try:
+            with scope:
+                async with self.http.stream(method, self.url, headers=headers, content=content) as response:
+                    self.cookies.store(response.headers.multi_items())
+                    body = await self._read(response, max(limit, _ERROR_BODY_BYTES))
+                    return response.status_code, response.headers, body
+        except httpx2.HTTPError as exc:
+            self.fail(f"{what} failed: {exc!r}")
+        finally:
+            self._posts.discard(scope)
+        assert self.fatal is not None or self.closing
+        raise trio.BrokenResourceError(self.fatal.reason if self.fatal else "the transport is closing")
+
+    # -- sending ---------------------------------------------------------------------------------
+    async def post(self, line: bytes) -> None:
+        """POST one message the connection wrote (see the module docstring for what each answer does)."""
+        try:
+            msg = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            msg = None
+        message: dict[str, Any] = msg if isinstance(msg, dict) else {}
+        method = message.get("method")
+        is_request = isinstance(method, str) and "id" in message
+        is_response = method is None and "id" in message and ("result" in message or "error" in message)
+        request_id = message.get("id")
+        what = f"POST {method}" if isinstance(method, str) else "POST (a response)" if is_response else "POST"
+        if self.connection_id is None:
+            if is_request and method == "initialize":
+                await self._initialize(line, request_id)
+            elif is_request:
+                self.answer_error(request_id, "Streamable HTTP: the first request must be initialize")
+            else:
+                log.warning("not sent to %s before initialize: %s", self.url, line[:200])
+            return
+        params = message.get("params")
+        session_id = params.get("sessionId") if isinstance(params, dict) else None
+        if is_response:
+            session_id = self.inbound_routes.pop(_id_key(request_id), None)
+        if not isinstance(session_id, str):
+            session_id = None
+        if session_id is not None:
+            if session_id in self.failed_sessions and not (is_request and method in REATTACH_METHODS):
+                why = self.failed_sessions[session_id]
+                if is_request:
+                    self.answer_error(
+                        request_id,
+                        f"ACP session {session_id} failed: {why}; reattach it with session/load or session/resume",
+                        {"sessionId": session_id},
+                    )
+                else:
+                    log.warning("dropped a message for the failed ACP session %s: %s", session_id, line[:200])
+                return
+            self.failed_sessions.pop(session_id, None)
+            if not await self.open_stream(session_id):
+                if is_request:
+                    why = self.failed_sessions.get(session_id, "its SSE stream could not be opened")
+                    self.answer_error(request_id, f"ACP session {session_id} failed: {why}", {"sessionId": session_id})
+                return
+        if is_request:
+            self.pending[_id_key(request_id)] = (request_id, session_id)
+        headers = self._headers(session_id, **{"Content-Type": "application/json"})
+        status, _, body = await self._request("POST", what, headers, line)
+        if 200 <= status < 300:
+            return
+        text = (body or b"")[:_ERROR_BODY_BYTES].decode("utf-8", "replace")
+        if status in FATAL_STATUSES:
+            self._fatal_status(status, text, what)
+            raise trio.BrokenResourceError(self.fatal.reason if self.fatal else what)
+        if status == 409 and session_id is not None:
+            self.fail_session(session_id, f"HTTP 409 to {what}: {text[:200]}")
+        elif is_request:
+            self.answer_error(
+                request_id, f"HTTP {status} from the ACP server ({self.url})", {"status": status, "body": _body(text)}
+            )
+        else:
+            log.warning("the ACP server at %s answered HTTP %d to %s: %s", self.url, status, what, text[:200])
+
+    async def _initialize(self, line: bytes, request_id: Any) -> None:
+        status, headers, body = await self._request(
+            "POST",
+            "POST initialize",
+            self._headers(**{"Content-Type": "application/json"}),
+            line,
+            self.max_message_bytes,
+        )
+        if body is None:
+            self.fail(f"the answer to initialize is over {self.max_message_bytes} bytes")
+            return
+        text = body.decode("utf-8", "replace")
+        if status in FATAL_STATUSES:
+            self._fatal_status(status, text[:_ERROR_BODY_BYTES], "POST initialize")
+            return
+        answer = _json_object(body)
+        same_id = answer is not None and answer.get("id") == request_id and ("result" in answer or "error" in answer)
+        if status != 200:
+            if same_id:  # the server's own JSON-RPC error (the TypeScript server's -32603 "Initialize failed")
+                self.inbox.put_nowait(text_to_line(text) + b"\n")
+            else:
+                self.answer_error(
+                    request_id,
+                    f"HTTP {status} from the ACP server ({self.url})",
+                    {"status": status, "body": _body(text[:_ERROR_BODY_BYTES])},
+                )
+            return
+        connection_id = headers.get(HEADER_CONNECTION_ID)
+        if not connection_id:
+            self.fail(f"the answer to initialize has no {HEADER_CONNECTION_ID} header")
+            return
+        if not same_id:
+            self.fail(f"the answer to initialize is not a JSON-RPC response to it: {text[:200]!r}")
+            return
+        self.connection_id = connection_id
+        if self.on_connection_id is not None:
+            self.on_connection_id(connection_id)
+        self.nursery.start_soon(self.open_stream, None)
+        self.inbox.put_nowait(text_to_line(text) + b"\n")
+
+    # -- receiving -------------------------------------------------------------------------------
+    async def open_stream(self, session_id: str | None) -> bool:
+        """Open the SSE stream of ``session_id`` (``None``: the connection's) unless it is open;
+        wait until the server answered; return whether it is open."""
+        stream = self.streams.get(session_id)
+        if stream is None:
+            if self.fatal is not None or self.closing:
+                return False
+            stream = self.streams[session_id] = _Stream()
+            self.nursery.start_soon(self._run_stream, session_id, stream)
+        await stream.ready.wait()
+        return stream.ok
+
+    async def _run_stream(self, session_id: str | None, stream: _Stream) -> None:
+        import httpx2
+
+        name = "the connection's SSE stream" if session_id is None else f"the SSE stream of ACP session {session_id}"
+        what = f"GET ({name})"
+        headers = self._headers(session_id, Accept="text/event-stream")
+        ended = "ended"
+        try:
+            with stream.scope:
+                async with self.http.stream("GET", self.url, headers=headers) as response:
+                    self.cookies.store(response.headers.multi_items())
+                    status = response.status_code
+                    if not 200 <= status < 300:
+                        body = await self._read(response, _ERROR_BODY_BYTES)
+                        text = (body or b"").decode("utf-8", "replace")
+                        if status in FATAL_STATUSES:
+                            self._fatal_status(status, text, what)
+                        elif status == 409 and session_id is not None:
+                            self.fail_session(session_id, f"HTTP 409 to {what}: {text[:200]}")
+                        else:
+                            self.fail(f"the ACP server answered HTTP {status} ({text[:200]}) to {what}", status)
+                        return
+                    stream.ok = True
+                    stream.ready.set()
+                    events = httpx2.EventSource(response, max_event_size=self.max_message_bytes)
+                    async for event in events:
+                        if event.data:
+                            await self._deliver(event.data, session_id)
+        except httpx2.HTTPError as exc:  # SSEError (an oversized event, not an event stream), network errors
+            ended = f"failed: {exc}"
+            if session_id is None or isinstance(exc, httpx2.SSEError):
+                self.fail(f"{name} {ended}")
+        finally:
+            stream.ok = False
+            stream.ready.set()
+            if self.streams.get(session_id) is stream:
+                del self.streams[session_id]
+        if self.closing or self.fatal is not None or stream.scope.cancelled_caught:
+            return
+        if session_id is None:
+            self.fail(f"the server {ended} {name}")
+        else:
+            self.fail_session_requests(session_id, f"ACP session SSE stream {ended}")
+
+    async def _deliver(self, data: str, session_id: str | None) -> None:
+        line = text_to_line(data)
+        if b'"id"' in line:  # a request or a response (notifications are the hot path: not parsed here)
+            message = _json_object(line)
+            if message is not None and "id" in message:
+                key = _id_key(message["id"])
+                if "method" in message:
+                    self.inbound_routes[key] = session_id
+                elif "result" in message or "error" in message:
+                    self.pending.pop(key, None)
+                    result = message.get("result")
+                    new_session = result.get("sessionId") if isinstance(result, dict) else None
+                    if isinstance(new_session, str) and new_session not in self.streams:
+                        self.nursery.start_soon(self.open_stream, new_session)
+        await self.inbox.put(line + b"\n")
+
+    async def delete(self, timeout: float) -> None:
+        """``DELETE`` the connection (bounded by ``timeout`` seconds; errors are logged)."""
+        import httpx2
+
+        if self.connection_id is None:
+            return
+        with trio.move_on_after(timeout):
+            try:
+                response = await self.http.request("DELETE", self.url, headers=self._headers())
+                self.cookies.store(response.headers.multi_items())
+                if not 200 <= response.status_code < 300 and response.status_code != 404:
+                    log.debug("DELETE %s answered HTTP %d", self.url, response.status_code)
+            except httpx2.HTTPError as exc:
+                log.debug("DELETE %s failed: %r", self.url, exc)
+
+
+def _json_object(data: bytes | str) -> dict[str, Any] | None:
+    try:
+        value = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def _body(text: str) -> Any:
+    """An error body for ``data.body``: its JSON value when it is JSON, else the text."""
+    try:
+        return orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return text
+
+
+@asynccontextmanager
+async def connect_http(
+    url: str,
+    client: Any,
+    *,
+    headers: Mapping[str, str] | None = None,
+    cookies: CookieStore | None = None,
+    http2: bool = True,
+    connect_timeout: float = 30.0,
+    max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+    max_buffered_bytes: int = DEFAULT_MAX_BUFFERED_BYTES,
+    close_timeout: float = 2.0,
+    transport: httpx2.AsyncBaseTransport | None = None,
+    verify: Any = True,
+    **options: Any,
+) -> AsyncIterator[ClientSideConnection]:
+    """Connect to an ACP server over Streamable HTTP and yield the :class:`ClientSideConnection` (``async with``).
+
+    ``url``: ``http://`` or ``https://`` URL of the server's endpoint (``http://127.0.0.1:8765/acp``).
+    ``client``: the client object or factory (as for :func:`acp_trio.spawn_agent`); then call
+    ``conn.agent.initialize(...)`` as over stdio (the first request must be ``initialize``: it
+    creates the ACP connection on the server).  ``headers``: extra headers on every ``POST``,
+    ``GET`` and ``DELETE`` (``{"Authorization": "Bearer ..."}``); the transport's own
+    (``Acp-Connection-Id``, ``Acp-Session-Id``, ``Content-Type``, ``Accept``) win on a clash.
+    ``cookies``: a :class:`~acp_trio.transports.cookies.CookieStore` that keeps what every answer's
+    ``Set-Cookie`` sets and sends it on every later request (the RFD's affinity cookies); pass the
+    same store to the next ``connect_http`` (or ``connect_websocket``) to keep the affinity on a
+    reconnect; default: a fresh store for this connection.  ``http2``: offer HTTP/2 (negotiated
+    by ALPN on ``https://``; HTTP/1.1 otherwise).  ``connect_timeout``: seconds to open a TCP
+    connection (reads have no timeout: streams stay open, and requests have their own).
+    ``max_message_bytes``: the largest SSE event or ``initialize`` answer accepted (default
+    32 MiB; a larger one closes the transport).  ``max_buffered_bytes``: received bytes buffered
+    for the connection before the streams stop reading (default 4 MiB).  ``close_timeout``:
+    seconds for the ``DELETE`` when leaving.  ``transport``, ``verify``: for ``httpx2.AsyncClient``
+    (a custom transport; TLS verification).  ``options``: for the connection (``tap``, ``variant``,
+    ``eof_grace``, ...).  ``conn.connection_id``: the server's ``Acp-Connection-Id`` once
+    initialized (``None`` before).
+
+    Errors (see the module docstring): a 401/403/404/410 answer, a network error or the end of
+    the connection's stream close the transport: pending and later requests raise
+    :class:`HttpTransportClosed` (a :class:`~acp_trio.ConnectionClosed`) with ``status`` and
+    ``url``.  A 409 fails one session's requests (``RequestError`` ``-32603``) until
+    ``session/load``/``session/resume`` reattaches it; another HTTP error fails only its request
+    (``-32603``, ``data = {"status": ..., "body": ...}``).  An exception raised in the body comes
+    out as itself.  Leaving the block closes the connection, then sends ``DELETE`` for it.
+    """
+    import http.cookiejar
+
+    import httpx2
+
+    # the cookies live in `cookies` (the same store as the WebSocket transport's), not in httpx2's jar
+    no_jar = http.cookiejar.CookieJar(policy=http.cookiejar.DefaultCookiePolicy(allowed_domains=[]))
+    client_http = httpx2.AsyncClient(
+        cookies=no_jar,
+        http2=http2,
+        timeout=httpx2.Timeout(None, connect=connect_timeout),
+        # every open SSE stream holds an HTTP/1.1 connection: never make a POST wait for one
+        limits=httpx2.Limits(max_connections=None, max_keepalive_connections=20),
+        transport=transport,
+        verify=verify,
+    )
+    async with client_http, owned_nursery() as nursery:
+        exchange = _Exchange(
+            url,
+            client_http,
+            nursery,
+            headers=headers or {},
+            cookies=cookies if cookies is not None else CookieStore(),
+            max_message_bytes=max_message_bytes,
+            max_buffered_bytes=max_buffered_bytes,
+        )
+        conn = ClientSideConnection(client, _Outbox(exchange), exchange.inbox, **options)
+        conn.connection.closing_error = exchange.closing_error
+        conn.connection_id = None  # type: ignore[attr-defined]
+
+        def named(connection_id: str) -> None:
+            conn.connection_id = connection_id  # type: ignore[attr-defined]
+
+        exchange.on_connection_id = named
+        try:
+            async with conn:
+                yield conn
+        finally:
+            with trio.CancelScope(shield=True):
+                await conn.aclose()
+                exchange.closing = True
+                if exchange.fatal is None:
+                    await exchange.delete(close_timeout)
+                nursery.cancel_scope.cancel()
+
+
+__all__ = [
+    "DEFAULT_MAX_BUFFERED_BYTES",
+    "DEFAULT_MAX_MESSAGE_BYTES",
+    "FATAL_STATUSES",
+    "HEADER_CONNECTION_ID",
+    "HEADER_SESSION_ID",
+    "HttpTransportClosed",
+    "connect_http",
+]

@@ -1,0 +1,506 @@
+"""The Streamable HTTP client transport (``acp_trio.transports.http.connect_http``).
+
+Spec: the RFD ``docs/rfds/streamable-http-websocket-transport.mdx`` (Streamable HTTP), as the
+official TypeScript SDK 2.4.0 speaks it.  Two kinds of peer:
+
+- the TypeScript SDK's ``AcpServer`` with its Node HTTP adapter (``tests/interop/ts_acp_http_server.mjs``),
+  run under node as a real peer: the interoperability script of ``tests/test_interop.py``, a
+  streamed turn of 1,000 updates, two sessions at once, a permission request, ``session/cancel``,
+  a 409 (a second reader of a session's stream), a connection the server forgot, headers and
+  cookies as the server saw them;
+- a scripted server behind ``httpx2.MockTransport`` (in process, autojump clock) for the answers
+  the TypeScript server never gives (401/403/410, 500) and for exact status handling.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+import test_interop  # pytest's default ("prepend") import mode puts tests/ on sys.path
+import trio
+from test_interop import INTEROP, TIME_LIMIT, ts_sdk  # noqa: F401  (ts_sdk: the fixture)
+
+from acp_schema import v1
+from acp_trio import ClientSideConnection, ConnectionClosed, RequestError
+from acp_trio._nursery import owned_nursery
+from acp_trio.transports.cookies import CookieStore
+from acp_trio.transports.http import HttpTransportClosed, connect_http  # imports httpx2 when connecting
+
+httpx2 = pytest.importorskip("httpx2")  # the `remote` extra
+
+INIT = v1.InitializeRequest(protocol_version=1, client_capabilities=v1.ClientCapabilities())
+
+
+def prompt(session_id: str, text: str) -> v1.PromptRequest:
+    return v1.PromptRequest(session_id=session_id, prompt=[v1.TextContentBlock(text=text)])
+
+
+class Recorder:
+    """A client: records each session's chunk texts, allows permission requests."""
+
+    def __init__(self) -> None:
+        self.texts: dict[str, list[str]] = {}
+        self.permissions: list[str] = []
+        self.waiting = trio.Event()
+
+    async def session_update(self, params: v1.SessionNotification) -> None:
+        update = params.update
+        assert isinstance(update, v1.AgentMessageChunkSessionUpdate)
+        assert isinstance(update.content, v1.TextContentBlock)
+        self.texts.setdefault(params.session_id, []).append(update.content.text)
+        if update.content.text == "waiting":
+            self.waiting.set()
+
+    async def session_request_permission(self, params: v1.RequestPermissionRequest) -> v1.RequestPermissionResponse:
+        self.permissions.append(params.tool_call.tool_call_id)
+        return v1.RequestPermissionResponse(outcome=v1.SelectedRequestPermissionOutcome(option_id="allow"))
+
+
+# -- the TypeScript SDK's AcpServer ------------------------------------------------------------
+
+
+class TsServer:
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.log: list[list[str]] = []  # per request: [method, acp-session-id, cookie, authorization]
+
+
+@asynccontextmanager
+async def ts_http_server(npm_dir: Path, *args: str) -> AsyncIterator[TsServer]:
+    """Run ``ts_acp_http_server.mjs``; yields its URL and the requests it logged; kills it on exit."""
+    async with owned_nursery() as nursery:
+        process = await nursery.start(
+            lambda task_status: trio.run_process(
+                ["node", str(INTEROP / "ts_acp_http_server.mjs"), *args],
+                stdout=-1,  # subprocess.PIPE
+                stderr=-1,
+                env={**os.environ, "ACP_INTEROP_NPM_DIR": str(npm_dir)},
+                check=False,
+                task_status=task_status,
+            )
+        )
+        try:
+            line = b""
+            while not line.endswith(b"\n"):
+                data = await process.stdout.receive_some()
+                assert data, f"ts_acp_http_server.mjs exited ({process.returncode}) before printing its port"
+                line += data
+            server = TsServer(f"http://127.0.0.1:{int(line.split()[1])}/acp")
+
+            async def read_log() -> None:
+                buffer = b""
+                async for data in process.stderr:
+                    buffer += data
+                    *lines, buffer = buffer.split(b"\n")
+                    for text in lines:
+                        if text.startswith(b"REQ\t"):
+                            server.log.append(text.decode().split("\t")[1:])
+
+            nursery.start_soon(read_log)
+            yield server
+        finally:
+            process.kill()
+
+
+async def test_the_interop_script_over_streamable_http_against_the_typescript_acp_server(
+    ts_sdk: Path,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    with trio.fail_after(TIME_LIMIT):
+        async with ts_http_server(ts_sdk, "interop") as server:
+            ids: list[Any] = []
+
+            @asynccontextmanager
+            async def connect(client: Any) -> AsyncIterator[ClientSideConnection]:
+                async with connect_http(server.url, client) as conn:
+                    yield conn
+                    ids.append(conn.connection_id)  # type: ignore[attr-defined]
+
+            await test_interop.drive_foreign_agent(
+                [], {}, tmp_path, agent_name="ts-sdk-interop-agent", greeting=" the TypeScript SDK", connect=connect
+            )
+    assert len(ids) == 1 and ids[0]  # the Acp-Connection-Id of the answer to initialize
+
+
+async def test_streamed_turns_permission_and_cancel_in_two_sessions_against_the_typescript_acp_server(
+    ts_sdk: Path,  # noqa: F811
+) -> None:
+    client = Recorder()
+    cookies = CookieStore()
+    with trio.fail_after(TIME_LIMIT):
+        async with ts_http_server(ts_sdk) as server:
+            headers = {"Authorization": "Bearer s3cret"}
+            async with connect_http(server.url, client, headers=headers, cookies=cookies) as conn:
+                assert conn.connection_id is None  # type: ignore[attr-defined]
+                init = await conn.agent.initialize(INIT)
+                assert init.agent_info is not None and init.agent_info.name == "ts-http-interop-agent"
+                assert conn.connection_id  # type: ignore[attr-defined]
+                first = (await conn.agent.session_new(v1.NewSessionRequest(cwd="/", mcp_servers=[]))).session_id
+                second = (await conn.agent.session_new(v1.NewSessionRequest(cwd="/", mcp_servers=[]))).session_id
+                stops: dict[str, str] = {}
+
+                async def turn(session_id: str) -> None:
+                    stops[session_id] = (await conn.agent.session_prompt(prompt(session_id, "stream 1000"))).stop_reason
+
+                async with trio.open_nursery() as nursery:  # two streamed turns at once
+                    nursery.start_soon(turn, first)
+                    nursery.start_soon(turn, second)
+                assert stops == {first: "end_turn", second: "end_turn"}
+                assert client.texts == {first: [str(i) for i in range(1000)], second: [str(i) for i in range(1000)]}
+
+                # a permission request on the session's stream, answered with its Acp-Session-Id
+                client.texts.clear()
+                asked = await conn.agent.session_prompt(prompt(second, "ask"))
+                assert asked.stop_reason == "end_turn"
+                assert client.permissions == ["http-ask"]
+                assert client.texts == {second: ["asking", "permission: allow"]}
+
+                # session/cancel (a notification: 202) ends the waiting turn
+                async with trio.open_nursery() as nursery:
+                    results: list[v1.PromptResponse] = []
+
+                    async def wait_turn() -> None:
+                        results.append(await conn.agent.session_prompt(prompt(first, "wait")))
+
+                    nursery.start_soon(wait_turn)
+                    await client.waiting.wait()
+                    await conn.agent.session_cancel(v1.CancelNotification(session_id=first))
+                assert results[0].stop_reason == "cancelled"
+            assert conn.closed
+    # what the server saw: the caller's header on every request, the affinity cookie echoed after
+    # the first answer, each session's stream opened before the first POST for it, DELETE at the end
+    log = server.log
+    assert log and all(entry[3] == "Bearer s3cret" for entry in log), log
+    assert log[0][:3] == ["POST", "-", "-"]
+    assert all(entry[2].startswith("affinity=") for entry in log[1:]), log
+    for session_id in (first, second):
+        first_use = next(i for i, entry in enumerate(log) if entry[1] == session_id)
+        assert log[first_use][0] == "GET", log
+    assert log[-1][0] == "DELETE"
+    assert cookies.header() == f"affinity={len(log)}"  # what the last answer set
+
+
+async def test_a_second_reader_fails_one_session_with_409_until_session_load(ts_sdk: Path) -> None:  # noqa: F811
+    client = Recorder()
+    with trio.fail_after(TIME_LIMIT):
+        async with ts_http_server(ts_sdk) as server, httpx2.AsyncClient(timeout=None) as other:
+            async with connect_http(server.url, client) as conn:
+                await conn.agent.initialize(INIT)
+                connection_id = conn.connection_id  # type: ignore[attr-defined]
+                healthy = (await conn.agent.session_new(v1.NewSessionRequest(cwd="/", mcp_servers=[]))).session_id
+                # someone else reads the next session's stream first (the TypeScript server makes the
+                # stream of an unknown session id; session ids here count up: ts-http-1, ts-http-2)
+                stolen = f"ts-http-{int(healthy.rsplit('-', 1)[1]) + 1}"
+                steal = {"Accept": "text/event-stream", "Acp-Connection-Id": connection_id, "Acp-Session-Id": stolen}
+                async with other.stream("GET", server.url, headers=steal) as thief:
+                    assert thief.status_code == 200
+                    new = await conn.agent.session_new(v1.NewSessionRequest(cwd="/", mcp_servers=[]))
+                    assert new.session_id == stolen
+                    with pytest.raises(RequestError) as failed:
+                        await conn.agent.session_prompt(prompt(stolen, "stream 3"))
+                    assert failed.value.code == -32603
+                    assert "409" in failed.value.message and stolen in failed.value.message
+                    # the other session goes on
+                    done = await conn.agent.session_prompt(prompt(healthy, "stream 2"))
+                    assert done.stop_reason == "end_turn" and client.texts[healthy] == ["0", "1"]
+                    # still failed while not reattached
+                    with pytest.raises(RequestError):
+                        await conn.agent.session_prompt(prompt(stolen, "stream 3"))
+                # the other reader left: session/load reattaches the session (and opens its stream)
+                await conn.agent.session_load(v1.LoadSessionRequest(session_id=stolen, cwd="/", mcp_servers=[]))
+                again = await conn.agent.session_prompt(prompt(stolen, "stream 3"))
+                assert again.stop_reason == "end_turn"
+                assert client.texts[stolen][-3:] == ["0", "1", "2"]
+
+
+async def test_a_connection_the_server_forgot_closes_the_transport(ts_sdk: Path) -> None:  # noqa: F811
+    with trio.fail_after(TIME_LIMIT):
+        async with ts_http_server(ts_sdk) as server, httpx2.AsyncClient(timeout=None) as other:
+            async with connect_http(server.url, Recorder()) as conn:
+                await conn.agent.initialize(INIT)
+                connection_id = conn.connection_id  # type: ignore[attr-defined]
+                # the server drops the connection (as after its stall limit, or a restart behind a balancer)
+                gone = await other.delete(server.url, headers={"Acp-Connection-Id": connection_id})
+                assert gone.status_code == 202
+                with pytest.raises(ConnectionClosed) as closed:
+                    await conn.agent.session_new(v1.NewSessionRequest(cwd="/", mcp_servers=[]))
+                assert isinstance(closed.value, HttpTransportClosed)
+                assert closed.value.url == server.url and server.url in str(closed.value)
+                # the stream's end or the 404 to the POST, whichever came first, says so
+                assert closed.value.status in (None, 404)
+                assert "404" in str(closed.value) or "SSE stream" in str(closed.value)
+                with pytest.raises(ConnectionClosed):
+                    await conn.agent.session_new(v1.NewSessionRequest(cwd="/", mcp_servers=[]))
+
+
+async def test_the_bodys_exception_comes_out_as_itself(ts_sdk: Path) -> None:  # noqa: F811
+    with trio.fail_after(TIME_LIMIT):
+        async with ts_http_server(ts_sdk) as server:
+            with pytest.raises(KeyError, match="mine"):
+                async with connect_http(server.url, Recorder()) as conn:
+                    await conn.agent.initialize(INIT)
+                    await conn.agent.session_new(v1.NewSessionRequest(cwd="/", mcp_servers=[]))
+                    raise KeyError("mine")
+            assert server.log[-1][0] == "DELETE"  # closed properly all the same
+
+
+# -- a scripted server behind httpx2.MockTransport ----------------------------------------------
+
+
+class ScriptedServer:
+    """A Streamable HTTP server in process: answers like the TypeScript server, statuses on demand.
+
+    ``post_status``: method → HTTP status to answer a POST of that method with (instead of 202);
+    ``get_status``: session id (``None``: the connection's stream) → status for its GET.
+    ``session/new`` answers ``s1``, ``s2``...; ``session/prompt`` answers ``end_turn`` after one chunk
+    unless its text is ``"hang"``; ``session/load`` answers ``{}``.
+    """
+
+    URL = "http://acp.test/acp"
+
+    def __init__(self) -> None:
+        self.post_status: dict[str, int] = {}
+        self.get_status: dict[str | None, int] = {}
+        self.requests: list[tuple[str, dict[str, str], Any]] = []
+        self.queues: dict[str | None, list[bytes]] = {}
+        self.channels: dict[str | None, trio.MemorySendChannel[bytes]] = {}
+        self.sessions = 0
+        self.events: dict[str, trio.Event] = {}  # "POST session/prompt", "GET None", ...: set when it arrives
+        self.init_headers: dict[str, str] = {"Acp-Connection-Id": "conn-1", "Set-Cookie": "lb=backend-7; Path=/"}
+
+    def transport(self) -> Any:
+        return httpx2.MockTransport(self.handle)
+
+    def arrived(self, what: str) -> trio.Event:
+        return self.events.setdefault(what, trio.Event())
+
+    def send(self, route: str | None, message: dict[str, Any]) -> None:
+        data = b"data: " + json.dumps(message).encode() + b"\n\n"
+        channel = self.channels.get(route)
+        if channel is None:
+            self.queues.setdefault(route, []).append(data)
+        else:
+            channel.send_nowait(data)
+
+    def end_stream(self, route: str | None) -> None:
+        channel = self.channels.pop(route, None)
+        if channel is not None:
+            channel.close()
+
+    async def handle(self, request: Any) -> Any:
+        body = await request.aread()
+        headers = {name.lower(): value for name, value in request.headers.items()}
+        message = json.loads(body) if body else None
+        self.requests.append((request.method, headers, message))
+        session = headers.get("acp-session-id")
+        what = f"GET {session}" if request.method == "GET" else f"{request.method} {message and message.get('method')}"
+        self.arrived(what).set()
+        if request.method == "GET":
+            status = self.get_status.get(session, 200)
+            if status != 200:
+                return httpx2.Response(status, text="refused")
+            send, receive = trio.open_memory_channel[bytes](1000)
+            for data in self.queues.pop(session, []):
+                send.send_nowait(data)
+            self.channels[session] = send
+
+            async def events() -> AsyncIterator[bytes]:
+                async with receive:
+                    async for data in receive:
+                        yield data
+
+            return httpx2.Response(200, headers={"Content-Type": "text/event-stream"}, content=events())
+        if request.method == "DELETE":
+            return httpx2.Response(202)
+        method = message.get("method")
+        if method == "initialize":
+            result = {"protocolVersion": 1, "agentCapabilities": {"loadSession": True}, "authMethods": []}
+            return httpx2.Response(
+                200, headers=self.init_headers, json={"jsonrpc": "2.0", "id": message["id"], "result": result}
+            )
+        status = self.post_status.get(method, 202)
+        if status != 202:
+            return httpx2.Response(status, text=f"no {method} today")
+        if method == "session/new":
+            self.sessions += 1
+            self.send(None, {"jsonrpc": "2.0", "id": message["id"], "result": {"sessionId": f"s{self.sessions}"}})
+        elif method == "session/load":
+            self.send(None, {"jsonrpc": "2.0", "id": message["id"], "result": {}})
+        elif method == "session/prompt":
+            session_id = message["params"]["sessionId"]
+            if message["params"]["prompt"][0]["text"] != "hang":
+                chunk = {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": "hi"}}
+                self.send(session_id, {"jsonrpc": "2.0", "method": "session/update", "params": {"sessionId": session_id, "update": chunk}})  # fmt: skip
+                self.send(session_id, {"jsonrpc": "2.0", "id": message["id"], "result": {"stopReason": "end_turn"}})
+        return httpx2.Response(202)
+
+
+@asynccontextmanager
+async def scripted(server: ScriptedServer, client: Any = None, **options: Any) -> AsyncIterator[ClientSideConnection]:
+    async with connect_http(server.URL, client or Recorder(), transport=server.transport(), **options) as conn:
+        yield conn
+
+
+async def new_session(conn: ClientSideConnection) -> str:
+    return (await conn.agent.session_new(v1.NewSessionRequest(cwd="/", mcp_servers=[]))).session_id
+
+
+@pytest.mark.parametrize("status", [401, 403, 404, 410])
+async def test_401_403_404_410_close_the_transport_naming_status_and_url(autojump_clock: Any, status: int) -> None:
+    server = ScriptedServer()
+    server.post_status["session/new"] = status
+    with trio.fail_after(30):
+        async with scripted(server) as conn:
+            await conn.agent.initialize(INIT)
+            with pytest.raises(HttpTransportClosed) as closed:
+                await new_session(conn)
+            assert closed.value.status == status and closed.value.url == server.URL
+            assert f"HTTP {status}" in str(closed.value) and server.URL in str(closed.value)
+            assert "POST session/new" in str(closed.value)
+            with pytest.raises(HttpTransportClosed):  # and it stays closed
+                await conn.agent.session_load(v1.LoadSessionRequest(session_id="s1", cwd="/", mcp_servers=[]))
+
+
+async def test_401_on_initialize_closes_the_transport(autojump_clock: Any) -> None:
+    server = ScriptedServer()
+    server.post_status["initialize"] = 401
+
+    async def refuse(request: Any) -> Any:
+        return httpx2.Response(401, text="bearer token required")
+
+    with trio.fail_after(30):
+        async with connect_http(server.URL, Recorder(), transport=httpx2.MockTransport(refuse)) as conn:
+            with pytest.raises(HttpTransportClosed, match=r"HTTP 401 \(bearer token required\) to POST initialize"):
+                await conn.agent.initialize(INIT)
+
+
+async def test_another_http_error_fails_only_its_request(autojump_clock: Any) -> None:
+    server = ScriptedServer()
+    with trio.fail_after(30):
+        async with scripted(server) as conn:
+            await conn.agent.initialize(INIT)
+            session_id = await new_session(conn)
+            server.post_status["session/prompt"] = 503
+            with pytest.raises(RequestError) as failed:
+                await conn.agent.session_prompt(prompt(session_id, "x"))
+            assert failed.value.code == -32603
+            assert failed.value.data == {"status": 503, "body": "no session/prompt today"}
+            del server.post_status["session/prompt"]
+            assert (await conn.agent.session_prompt(prompt(session_id, "x"))).stop_reason == "end_turn"
+
+
+async def test_a_409_on_a_post_fails_that_session_until_it_is_reattached(autojump_clock: Any) -> None:
+    server = ScriptedServer()
+    with trio.fail_after(30):
+        async with scripted(server) as conn:
+            await conn.agent.initialize(INIT)
+            first, second = await new_session(conn), await new_session(conn)
+            server.post_status["session/prompt"] = 409
+            with pytest.raises(RequestError, match=f"ACP session {first} failed: HTTP 409"):
+                await conn.agent.session_prompt(prompt(first, "x"))
+            del server.post_status["session/prompt"]
+            posts = len(server.requests)
+            with pytest.raises(RequestError, match="reattach it with session/load"):  # failed without a POST
+                await conn.agent.session_prompt(prompt(first, "x"))
+            assert len(server.requests) == posts
+            assert (await conn.agent.session_prompt(prompt(second, "x"))).stop_reason == "end_turn"
+            await conn.agent.session_load(v1.LoadSessionRequest(session_id=first, cwd="/", mcp_servers=[]))
+            assert (await conn.agent.session_prompt(prompt(first, "x"))).stop_reason == "end_turn"
+
+
+async def test_a_session_stream_that_ends_fails_only_that_sessions_requests(autojump_clock: Any) -> None:
+    server = ScriptedServer()
+    with trio.fail_after(30):
+        async with scripted(server) as conn:
+            await conn.agent.initialize(INIT)
+            session_id = await new_session(conn)
+            async with trio.open_nursery() as nursery:
+                failures: list[RequestError] = []
+
+                async def hang() -> None:
+                    with pytest.raises(RequestError) as failed:
+                        await conn.agent.session_prompt(prompt(session_id, "hang"))
+                    failures.append(failed.value)
+
+                nursery.start_soon(hang)
+                await server.arrived("POST session/prompt").wait()
+                server.end_stream(session_id)
+            assert failures[0].code == -32603 and "SSE stream ended" in failures[0].message
+            # the next message for the session opens its stream again
+            assert (await conn.agent.session_prompt(prompt(session_id, "x"))).stop_reason == "end_turn"
+            gets = [r for r in server.requests if r[0] == "GET" and r[1].get("acp-session-id") == session_id]
+            assert len(gets) == 2
+
+
+async def test_the_end_of_the_connection_stream_closes_the_transport(autojump_clock: Any) -> None:
+    server = ScriptedServer()
+    with trio.fail_after(30):
+        async with scripted(server) as conn:
+            await conn.agent.initialize(INIT)
+            await server.arrived("GET None").wait()
+            server.end_stream(None)
+            with pytest.raises(HttpTransportClosed, match="ended the connection's SSE stream"):
+                await conn.wait_closed()
+                await new_session(conn)
+
+
+async def test_an_oversized_event_closes_the_transport(autojump_clock: Any) -> None:
+    server = ScriptedServer()
+    with trio.fail_after(30):
+        async with scripted(server, max_message_bytes=1000) as conn:
+            await conn.agent.initialize(INIT)
+            server.send(None, {"jsonrpc": "2.0", "method": "_big", "params": {"x": "y" * 2000}})
+            await conn.wait_closed()
+            error = conn.connection.close_error
+            assert isinstance(error, HttpTransportClosed) and "1000 byte limit" in str(error)
+
+
+async def test_headers_and_cookies_on_every_request_and_across_a_reconnect(autojump_clock: Any) -> None:
+    server = ScriptedServer()
+    cookies = CookieStore()
+    headers = {"Authorization": "Bearer t0k", "Acp-Connection-Id": "not mine"}
+    with trio.fail_after(30):
+        async with scripted(server, headers=headers, cookies=cookies) as conn:
+            await conn.agent.initialize(INIT)
+            session_id = await new_session(conn)
+            await conn.agent.session_prompt(prompt(session_id, "x"))
+        async with scripted(server, headers=headers, cookies=cookies) as conn:  # a reconnect
+            await conn.agent.initialize(INIT)
+    methods = [r[0] for r in server.requests]
+    assert methods.count("DELETE") == 2
+    assert all(r[1]["authorization"] == "Bearer t0k" for r in server.requests)
+    first_init, second_init = (r for r in server.requests if r[2] and r[2].get("method") == "initialize")
+    assert "cookie" not in first_init[1] and second_init[1]["cookie"] == "lb=backend-7"
+    after_init = [r for r in server.requests if r is not first_init]
+    assert all(r[1].get("cookie") == "lb=backend-7" for r in after_init)
+    # the transport's own connection id wins over the caller's header, and the initialize POST has none
+    assert "acp-connection-id" not in first_init[1]
+    assert all(r[1]["acp-connection-id"] == "conn-1" for r in after_init if r is not second_init)
+    sessioned = [r for r in server.requests if r[1].get("acp-session-id") == session_id]
+    assert [r[0] for r in sessioned] == ["GET", "POST"]
+
+
+async def test_an_initialize_answer_without_a_connection_id_closes_the_transport(autojump_clock: Any) -> None:
+    server = ScriptedServer()
+    server.init_headers = {}
+    with trio.fail_after(30):
+        async with scripted(server) as conn:
+            with pytest.raises(HttpTransportClosed, match="no Acp-Connection-Id header"):
+                await conn.agent.initialize(INIT)
+
+
+async def test_a_request_before_initialize_fails_without_a_post(autojump_clock: Any) -> None:
+    server = ScriptedServer()
+    with trio.fail_after(30):
+        async with scripted(server) as conn:
+            with pytest.raises(RequestError, match="the first request must be initialize"):
+                await new_session(conn)
+            assert server.requests == []
+            await conn.agent.initialize(INIT)
+            assert await new_session(conn) == "s1"
