@@ -7,9 +7,12 @@ Real processes, waits bounded with ``trio.fail_after``.
 
 from __future__ import annotations
 
+import functools
 import os
+import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 import trio
@@ -115,3 +118,109 @@ async def test_a_missing_agent_command_is_named() -> None:
     send, _receive = trio.testing.memory_stream_one_way_pair()
     with pytest.raises(FileNotFoundError, match="no-such-agent-for-the-bridge"):
         await pump_agent_process("no-such-agent-for-the-bridge", [], receive, send)
+
+
+# -- over the network: --listen serves a stdio agent on a WebSocket, --connect carries stdio to one ----------
+
+
+class Words:
+    def __init__(self) -> None:
+        self.words: list[str] = []
+
+    async def session_update(self, params: v1.SessionNotification) -> None:
+        assert isinstance(params.update, v1.AgentMessageChunkSessionUpdate)
+        assert isinstance(params.update.content, v1.TextContentBlock)
+        self.words.append(params.update.content.text)
+
+
+async def run_turn(conn: acp_trio.ClientSideConnection, text: str) -> Any:
+    await conn.agent.initialize(v1.InitializeRequest(protocol_version=1))
+    session = await conn.agent.session_new(v1.NewSessionRequest(cwd="/", mcp_servers=[]))
+    response = await conn.agent.session_prompt(
+        v1.PromptRequest(session_id=session.session_id, prompt=[v1.TextContentBlock(text=text)])
+    )
+    assert response.stop_reason == "end_turn"
+    return await conn.ext_request("_test/env")
+
+
+async def test_listen_gives_each_websocket_connection_its_own_agent_process() -> None:
+    from acp_trio.bridge import serve_bridge
+    from acp_trio.transports.websocket import connect_websocket
+
+    with trio.fail_after(30):
+        async with trio.open_nursery() as nursery:
+            urls = await nursery.start(serve_bridge, [sys.executable, str(AGENTS / "echo_agent.py")], "127.0.0.1", 0)
+            url = urls[0].replace("http", "ws", 1) + "/acp"
+            clients = [Words(), Words()]
+            async with connect_websocket(url, clients[0]) as one, connect_websocket(url, clients[1]) as two:
+                env_one, env_two = await run_turn(one, "a b"), await run_turn(two, "c")
+                assert env_one["pid"] != env_two["pid"]  # one agent process per ACP connection
+            pids = [env_one["pid"], env_two["pid"]]
+            with trio.fail_after(10):  # the connections closed: each agent saw EOF and exited
+                while any(pid_alive(pid) for pid in pids):
+                    await trio.sleep(0.02)  # polling a process that is not our child: no event to wait on
+            nursery.cancel_scope.cancel()
+    assert clients[0].words == ["a", "b"] and clients[1].words == ["c"]
+
+
+async def test_connect_carries_stdio_to_a_remote_agent_verbatim() -> None:
+    from acp_trio.bridge import connect_bridge, serve_bridge
+
+    to_bridge_send, to_bridge_receive = trio.testing.memory_stream_one_way_pair()
+    from_bridge_send, from_bridge_receive = trio.testing.memory_stream_one_way_pair()
+    lines = [
+        b'{"jsonrpc":"2.0","id":"x-1","method":"_vendor/unknown","params":{"keep":[1,2.50,"\\u00e9"],"_meta":{}}}\n',
+        b'{"jsonrpc": "2.0",   "method": "session/update", "params": {"zzz": null}}\n',
+    ]
+    with trio.fail_after(20):
+        async with trio.open_nursery() as nursery:
+            urls = await nursery.start(serve_bridge, ["cat"], "127.0.0.1", 0)  # the remote agent echoes
+            url = urls[0].replace("http", "ws", 1) + "/acp"
+            nursery.start_soon(functools.partial(connect_bridge, url, stdin=to_bridge_receive, stdout=from_bridge_send))
+            for line in lines:
+                await to_bridge_send.send_all(line)
+            received = b""
+            while received.count(b"\n") < len(lines):
+                received += await from_bridge_receive.receive_some(1 << 16)
+            await to_bridge_send.aclose()  # end of stdin: the WebSocket closes, cat exits
+            assert await from_bridge_receive.receive_some(1 << 16) == b""  # and stdout was closed
+            nursery.cancel_scope.cancel()
+    assert received == b"".join(lines)  # stdio → WebSocket → stdio agent → back, byte for byte
+
+
+async def test_an_editor_spawns_the_connect_bridge_as_its_agent() -> None:
+    """Real processes end to end: spawn_agent(bridge --connect) → WebSocket → bridge --listen → echo agent."""
+    listen = await trio.lowlevel.open_process(
+        [
+            sys.executable,
+            "-m",
+            "acp_trio.bridge",
+            "--listen",
+            "127.0.0.1:0",
+            "--",
+            sys.executable,
+            str(AGENTS / "echo_agent.py"),
+        ],
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
+    assert listen.stderr is not None
+    try:
+        with trio.fail_after(30):
+            seen = b""
+            while b"/acp\n" not in seen:
+                chunk = await listen.stderr.receive_some(1 << 16)
+                assert chunk, f"the listening bridge ended: {seen.decode()}"
+                seen += chunk
+            url = next(w for w in seen.decode().split() if w.startswith("ws://"))
+            client = Words()
+            async with acp_trio.spawn_agent(
+                sys.executable, ["-m", "acp_trio.bridge", "--connect", url], client=client
+            ) as conn:
+                await run_turn(conn, "through two bridges")
+            assert conn.process.returncode == 0  # the connect bridge exited by itself on EOF
+            assert client.words == ["through", "two", "bridges"]
+    finally:
+        listen.terminate()
+        with trio.move_on_after(10):
+            await listen.wait()

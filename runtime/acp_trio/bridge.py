@@ -11,13 +11,28 @@ methods.
   and stopped with the same process-group ladder as :func:`acp_trio.spawn_agent`.  The remote
   side's end of input closes the agent's stdin (its shutdown signal); the agent's end of output
   closes the remote side.
+- :func:`serve_bridge` (``--listen HOST:PORT -- AGENT_CMD...``): an :class:`~acp_trio.transports.asgi.AcpApp`
+  whose every WebSocket connection gets its own agent process (one process per ACP connection).
+- :func:`connect_bridge` (``--connect ws://host:port/acp``): this process's stdin/stdout carried
+  to a remote ACP server, so an editor can spawn it as if it were a local agent.
+
+Command line (needs ``pip install 'acp-trio[remote]'``)::
+
+    python -m acp_trio.bridge --listen 127.0.0.1:8765 [--token T] [--allow-origin O] -- AGENT_CMD [ARG ...]
+    python -m acp_trio.bridge --connect ws://127.0.0.1:8765/acp [--header 'Authorization: Bearer T']
+
+Streamable HTTP is not served yet (the server answers it ``501``); the WebSocket is.
 """
 
 from __future__ import annotations
 
+import argparse
+import functools
 import logging
 import os
+import sys
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import trio
 
@@ -79,4 +94,153 @@ async def pump_agent_process(
         log.info("bridge: agent pid %d: the connection ended", agent.pid)
 
 
-__all__ = ["pump_agent_process"]
+async def serve_bridge(
+    command: Sequence[str],
+    host: str = "127.0.0.1",
+    port: int = 8765,
+    *,
+    token: str | None = None,
+    allowed_origins: Sequence[str] = (),
+    shutdown_timeout: float = 2.0,
+    task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Serve the stdio agent ``command`` (program and arguments) on ``ws://host:port/acp`` until
+    cancelled: each WebSocket connection gets its own agent process, its messages passed verbatim.
+
+    ``token``/``allowed_origins``: as for :class:`~acp_trio.transports.asgi.AcpApp`.  ``task_status``:
+    started with the bound URLs.  Raises ``OSError`` naming the command at once when it cannot run.
+    """
+    from .transports.asgi import AcpApp, serve
+    from .transports.stdio import _resolve_command
+
+    if not command:
+        raise ValueError("the bridge needs an agent command after --")
+    _resolve_command(command[0], None, None)  # a missing agent is named before anything listens
+    program, args = command[0], list(command[1:])
+
+    async def one_connection(connection_id: str, to_client: trio.abc.SendStream, from_client: Any) -> None:
+        log.info("bridge: connection %s…", connection_id[:8])
+        await pump_agent_process(program, args, from_client, to_client, shutdown_timeout=shutdown_timeout)
+
+    app = AcpApp(serve_streams=one_connection, token=token, allowed_origins=allowed_origins)
+    await serve(app, host, port, task_status=task_status)
+
+
+async def connect_bridge(
+    url: str,
+    *,
+    headers: Mapping[str, str] | None = None,
+    stdin: trio.abc.ReceiveStream | None = None,
+    stdout: trio.abc.SendStream | None = None,
+) -> None:
+    """Carry ACP messages between this process's stdin/stdout (or the given streams) and the remote
+    ACP server at ``url`` (``ws://`` or ``wss://``), verbatim, until either side ends.
+
+    Each stdin line is sent as one text message; each message received is written as one line.
+    The end of stdin closes the WebSocket normally; the end of the WebSocket closes stdout.
+    ``headers``: extra HTTP headers for the upgrade (``Authorization``).  Raises
+    :class:`~acp_trio.transports.websocket.WebSocketConnectError` naming the URL when it cannot connect.
+    """
+    from trio_websocket import ConnectionClosed as WebSocketClosed
+    from trio_websocket import HandshakeError, open_websocket_url
+
+    from ._core import LineFramer, OversizedMessage
+    from .transports.websocket import DEFAULT_MAX_MESSAGE_BYTES, WebSocketConnectError, text_to_line
+
+    source = stdin if stdin is not None else trio.lowlevel.FdStream(os.dup(0))
+    sink = stdout if stdout is not None else trio.lowlevel.FdStream(os.dup(1))
+    extra = [(name.encode(), value.encode()) for name, value in (headers or {}).items()]
+    try:
+        async with open_websocket_url(url, extra_headers=extra, max_message_size=DEFAULT_MAX_MESSAGE_BYTES) as ws:
+
+            async def upstream() -> None:
+                framer = LineFramer(DEFAULT_MAX_MESSAGE_BYTES)
+                while True:
+                    data = await source.receive_some(1 << 16)
+                    for line in framer.feed(data) if data else framer.close():
+                        if isinstance(line, OversizedMessage):
+                            log.warning("bridge: dropped a line of %d bytes from stdin", line.size)
+                        else:
+                            await ws.send_message(line.decode("utf-8", "surrogateescape"))
+                    if not data:
+                        await ws.aclose()  # end of input: a normal close
+                        return
+
+            async def downstream() -> None:
+                try:
+                    while True:
+                        message = await ws.get_message()
+                        if isinstance(message, str):
+                            await sink.send_all(text_to_line(message) + b"\n")
+                except WebSocketClosed:
+                    pass
+                finally:
+                    await trio.aclose_forcefully(sink)
+
+            async with owned_nursery() as nursery:
+
+                async def down_then_stop() -> None:
+                    await downstream()
+                    nursery.cancel_scope.cancel()  # the remote is gone: nothing more to carry
+
+                nursery.start_soon(upstream)
+                nursery.start_soon(down_then_stop)
+    except HandshakeError as exc:
+        raise WebSocketConnectError(url, f"cannot connect to {url}: {exc}") from exc
+    except OSError as exc:
+        raise WebSocketConnectError(url, f"cannot connect to {url}: {exc}") from exc
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """``python -m acp_trio.bridge``: see the module docstring."""
+    parser = argparse.ArgumentParser(
+        prog="python -m acp_trio.bridge",
+        description="Serve a stdio ACP agent over WebSocket (--listen), or carry stdio to a remote one (--connect).",
+    )
+    mode = parser.add_mutually_exclusive_group(required=True)
+    mode.add_argument("--listen", metavar="HOST:PORT", help="serve AGENT_CMD on ws://HOST:PORT/acp")
+    mode.add_argument("--connect", metavar="URL", help="carry stdin/stdout to the ACP server at URL (ws://...)")
+    parser.add_argument("--token", help="--listen: require Authorization: Bearer TOKEN")
+    parser.add_argument("--allow-origin", action="append", default=[], help="--listen: a browser origin to allow")
+    parser.add_argument("--header", action="append", default=[], help="--connect: an extra header, 'Name: value'")
+    parser.add_argument("command", nargs=argparse.REMAINDER, help="-- AGENT_CMD [ARG ...] (with --listen)")
+    options = parser.parse_args(argv)
+    command = options.command[1:] if options.command[:1] == ["--"] else options.command
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(name)s: %(message)s")
+    if options.listen:
+        host, _, port = options.listen.rpartition(":")
+        if not host or not port.isdigit() or not command:
+            parser.error("--listen HOST:PORT -- AGENT_CMD [ARG ...]")
+
+        async def listen() -> None:
+            async with trio.open_nursery() as nursery:
+                urls = await nursery.start(
+                    functools.partial(
+                        serve_bridge,
+                        command,
+                        host.strip("[]"),
+                        int(port),
+                        token=options.token,
+                        allowed_origins=options.allow_origin,
+                    )
+                )
+                print(f"bridge: serving {' '.join(command)} on {urls[0].replace('http', 'ws', 1)}/acp", file=sys.stderr)
+
+        trio.run(listen)
+        return
+    if command:
+        parser.error("--connect takes no agent command")
+    headers = {}
+    for header in options.header:
+        name, sep, value = header.partition(":")
+        if not sep:
+            parser.error(f"--header {header!r}: expected 'Name: value'")
+        headers[name.strip()] = value.strip()
+    trio.run(functools.partial(connect_bridge, options.connect, headers=headers))
+
+
+__all__ = ["connect_bridge", "main", "pump_agent_process", "serve_bridge"]
+
+
+if __name__ == "__main__":
+    main()

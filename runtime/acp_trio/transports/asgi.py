@@ -85,6 +85,9 @@ class AcpApp:
     ``"*"`` allows any).  ``max_message_bytes``: the largest message a client may send (default
     16 MiB; larger closes with ``1009``).  ``output_stall_timeout``: seconds (default 60).
     ``connection_options``: for each connection (``tap``, ``eof_grace``, ``variant``, ...).
+    ``serve_streams``: instead of ``agent``, ``async (connection_id, to_client, from_client)``
+    serving each connection's NDJSON byte streams itself, returning when it is done (the bridge,
+    :mod:`acp_trio.bridge`, runs a stdio agent process on them).
 
     ``active_connections`` counts the connections being served; ``connection_ids`` are theirs;
     :meth:`wait_idle` waits until there are none.
@@ -92,8 +95,9 @@ class AcpApp:
 
     def __init__(
         self,
-        agent: Any,
+        agent: Any = None,
         *,
+        serve_streams: Callable[[str, trio.abc.SendStream, trio.abc.ReceiveStream], Awaitable[None]] | None = None,
         path: str = "/acp",
         token: str | None = None,
         allowed_origins: Iterable[str] = (),
@@ -105,7 +109,10 @@ class AcpApp:
             raise ValueError(f"max_message_bytes must be positive, got {max_message_bytes}")
         if output_stall_timeout <= 0:
             raise ValueError(f"output_stall_timeout must be positive seconds, got {output_stall_timeout}")
+        if (agent is None) == (serve_streams is None):
+            raise TypeError("give AcpApp an agent factory or serve_streams=, one of the two")
         self.agent = agent
+        self.serve_streams = serve_streams
         self.path = path
         self.token = token
         self.allowed_origins = frozenset(origin.rstrip("/").lower() for origin in allowed_origins)
@@ -278,15 +285,15 @@ class AcpApp:
 
         async with trio.open_nursery() as nursery:
             nursery.start_soon(pump)
-            conn = AgentSideConnection(
-                self.agent,
-                MessageSendStream(send_text),
-                MessageReceiveStream(next_text),
-                name=f"acp-ws-{connection_id[:8]}",
-                **self.connection_options,
-            )
-            conn.connection_id = connection_id  # type: ignore[attr-defined]
+            to_client, from_client = MessageSendStream(send_text), MessageReceiveStream(next_text)
             try:
+                if self.serve_streams is not None:  # the bridge: bytes to a process, verbatim
+                    await self.serve_streams(connection_id, to_client, from_client)
+                    return
+                conn = AgentSideConnection(
+                    self.agent, to_client, from_client, name=f"acp-ws-{connection_id[:8]}", **self.connection_options
+                )
+                conn.connection_id = connection_id  # type: ignore[attr-defined]
                 async with conn:
                     await conn.wait_closed()
             finally:

@@ -66,20 +66,22 @@ class WebSocketConnectError(ConnectionError):
 
 
 def text_to_line(text: str) -> bytes:
-    """One WebSocket text message → one NDJSON line (without its ``\\n``).
+    """One WebSocket text message → one NDJSON line (without its ``\\n``), its bytes unchanged.
 
-    A message holding raw ``\\r``/``\\n`` is valid JSON only if they sit between tokens, so it
-    is re-encoded compactly (values unchanged, unknown fields kept); one that is not valid JSON is
-    made into a line that fails to parse, so the connection answers it ``-32700`` once, as a
-    whole, instead of once per line.
+    In valid JSON a raw ``\\r`` or ``\\n`` can only stand between tokens (strings escape them), so
+    a message holding them becomes one line by turning each into a space: every other byte is kept
+    (the bridge forwards messages verbatim).  One that is not valid JSON is made into a line that
+    fails to parse, so the connection answers it ``-32700`` once, as a whole, instead of once per
+    line.
     """
     data = text.encode("utf-8", "surrogatepass")
     if b"\n" not in data and b"\r" not in data:
         return data
     try:
-        return orjson.dumps(orjson.loads(data))
+        orjson.loads(data)
     except orjson.JSONDecodeError:
         return b"\x00" + data.replace(b"\r", b" ").replace(b"\n", b" ")
+    return data.replace(b"\r", b" ").replace(b"\n", b" ")
 
 
 class MessageReceiveStream(trio.abc.ReceiveStream):
