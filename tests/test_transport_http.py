@@ -504,3 +504,15 @@ async def test_a_request_before_initialize_fails_without_a_post(autojump_clock: 
             assert server.requests == []
             await conn.agent.initialize(INIT)
             assert await new_session(conn) == "s1"
+
+
+async def test_an_unreachable_server_closes_the_transport_naming_the_url(autojump_clock: Any) -> None:
+    async def unreachable(request: Any) -> Any:
+        raise httpx2.ConnectError("connection refused", request=request)
+
+    with trio.fail_after(30):
+        async with connect_http(ScriptedServer.URL, Recorder(), transport=httpx2.MockTransport(unreachable)) as conn:
+            with pytest.raises(HttpTransportClosed) as closed:
+                await conn.agent.initialize(INIT)
+    assert closed.value.status is None and closed.value.url == ScriptedServer.URL
+    assert "POST initialize failed" in str(closed.value) and "connection refused" in str(closed.value)

@@ -128,10 +128,10 @@ class _Inbox(trio.abc.ReceiveStream):
         self._space = trio.lowlevel.ParkingLot()
 
     async def put(self, line: bytes) -> None:
+        # no checkpoint of its own when there is room: the SSE reader checkpoints on every read
         while self._size >= self._high_water and not self._eof:
             await self._space.park()
         self.put_nowait(line)
-        await trio.lowlevel.checkpoint()
 
     def put_nowait(self, line: bytes) -> None:
         if self._eof:
@@ -147,13 +147,12 @@ class _Inbox(trio.abc.ReceiveStream):
         self._space.unpark_all()
 
     async def receive_some(self, max_bytes: int | None = None) -> bytes:
+        if self._chunks or self._eof:
+            await trio.lowlevel.checkpoint()
         while not self._chunks:
             if self._eof:
-                await trio.lowlevel.checkpoint()
                 return b""
             await self._readable.park()
-        else:
-            await trio.lowlevel.checkpoint()
         limit = max_bytes if max_bytes is not None else 1 << 62
         parts: list[bytes] = []
         taken = 0
