@@ -178,3 +178,33 @@ async def test_demo_agent_completes_its_turn_against_a_client_without_fs_or_term
     assert "no terminal either, so I skipped the word count" in said
     assert "I could not write summary.txt, so here it is" in said
     assert not (tmp_path / "summary.txt").exists()
+
+
+@pytest.mark.parametrize("protocol", ["1", "2"])
+async def test_demo_serves_the_agent_remotely_and_its_client_connects_by_url(tmp_path: Path, protocol: str) -> None:
+    server = await trio.lowlevel.open_process(
+        [*DEMO, "--serve", "http://127.0.0.1:0", "--token", "s3cret"], stderr=subprocess.PIPE, start_new_session=True
+    )
+    assert server.stderr is not None
+    try:
+        with trio.fail_after(30):
+            seen = b""
+            while b"serving the demo agent on " not in seen or not seen.endswith(b"\n"):
+                chunk = await server.stderr.receive_some(1 << 16)
+                assert chunk, seen.decode()
+                seen += chunk
+            url = next(w for w in seen.decode().split() if w.startswith("ws://") and w.endswith("/acp"))
+            client = await trio.run_process(
+                [*DEMO, "--protocol", protocol, "--url", url, "--token", "s3cret"], capture_stdout=True, cwd=tmp_path
+            )
+            out = client.stdout.decode()
+            assert "[turn ended: end_turn]" in out
+            assert "summary.txt now reads: notes.txt has 4 non-empty lines" in out
+            refused = await trio.run_process(
+                [*DEMO, "--url", url, "--token", "wrong"], capture_stdout=True, capture_stderr=True, check=False
+            )
+            assert refused.returncode == 2 and b"401" in refused.stderr
+    finally:
+        server.terminate()
+        with trio.move_on_after(10):
+            await server.wait()

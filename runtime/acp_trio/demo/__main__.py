@@ -7,6 +7,8 @@ Usage::
     python -m acp_trio.demo --agent -- CMD ARGS... # the example client against any ACP agent
     python -m acp_trio.demo --serve-agent          # only the example agent, on stdio
     python -m acp_trio.demo --store PATH           # sessions kept in PATH: a second run loads the last one
+    python -m acp_trio.demo --serve http://127.0.0.1:8765   # the example agent, remote (WebSocket on /acp)
+    python -m acp_trio.demo --url ws://127.0.0.1:8765/acp   # the example client against a remote agent
 
 Options: ``--protocol {1,2}`` (the client's protocol version, default 1; with ``--serve-agent``
 the one version to serve, default both side by side), ``--cwd DIR`` (session directory; default a
@@ -15,7 +17,9 @@ new temporary directory holding a ``notes.txt``), ``--prompt TEXT``, ``--timeout
 to end; default 120), ``--deny`` (answer permission requests with a "reject" option), ``-v`` (log
 the runtime and the agent's stderr to stderr), ``--store PATH`` (protocol 1: the example agent keeps
 its sessions in the SQLite file PATH; the client loads the most recent one, printing the stored
-conversation, and continues it; with ``--serve-agent``, only the agent's side of it).
+conversation, and continues it; with ``--serve-agent``, only the agent's side of it), ``--token T``
+(with ``--serve``/``--url``: the bearer token the server requires and the client sends).
+Remote serving and connecting need ``pip install 'acp-trio[remote]'``.
 """
 
 from __future__ import annotations
@@ -24,6 +28,8 @@ import argparse
 import logging
 import sys
 import tempfile
+from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
@@ -44,8 +50,30 @@ Shopping list for the release:
 """
 
 
+Connect = Callable[[Any], AbstractAsyncContextManager[Any]]
+"""``connect(client_factory)``: an async context manager yielding a ``ClientSideConnection``."""
+
+
+def spawning(command: list[str]) -> Connect:
+    """Connect by spawning ``command`` as the agent (stdio)."""
+    return lambda client: spawn_agent(command[0], command[1:], client=client)
+
+
+def remote(url: str, token: str | None = None) -> Connect:
+    """Connect to the remote agent at ``url``: ``ws://``/``wss://`` (WebSocket) or ``http://``/``https://``
+    (Streamable HTTP); ``token``: sent as ``Authorization: Bearer``."""
+    headers = {"Authorization": f"Bearer {token}"} if token else None
+    if url.startswith(("ws://", "wss://")):
+        from acp_trio.transports.websocket import connect_websocket
+
+        return lambda client: connect_websocket(url, client, headers=headers)
+    from acp_trio.transports.http import connect_http  # type: ignore[import-not-found, unused-ignore]
+
+    return lambda client: connect_http(url, client, headers=headers)  # type: ignore[no-any-return, unused-ignore]
+
+
 async def run_demo(
-    command: list[str],
+    command: list[str] | Connect,
     workdir: Path,
     prompt: str,
     *,
@@ -54,7 +82,8 @@ async def run_demo(
     allow: bool = True,
     resume: bool = False,
 ) -> int:
-    """Spawn ``command`` as an ACP agent, run one prompt turn in ``workdir``, print the transcript.
+    """Spawn ``command`` as an ACP agent (or connect with a :data:`Connect`), run one prompt turn in
+    ``workdir``, print the transcript.
 
     ``allow``: answer permission requests with an "allow" option (else a "reject" one).  ``resume``:
     continue the most recent session the agent lists (``session/list``, then ``session/load``,
@@ -63,7 +92,8 @@ async def run_demo(
     """
     from .client import CLIENT_INFO, demo_client_factory
 
-    async with spawn_agent(command[0], command[1:], client=demo_client_factory(out, allow=allow)) as conn:
+    connect = spawning(command) if isinstance(command, list) else command
+    async with connect(demo_client_factory(out, allow=allow)) as conn:
         client: DemoClient = conn.handler
         agent = v1.AgentPeer(conn)
         try:
@@ -122,7 +152,7 @@ async def _load_latest(agent: v1.AgentPeer, client: DemoClient, workdir: Path) -
 
 
 async def run_demo_v2(
-    command: list[str],
+    command: list[str] | Connect,
     workdir: Path,
     prompt: str,
     *,
@@ -140,7 +170,8 @@ async def run_demo_v2(
     from .client_v2 import CLIENT_INFO as CLIENT_INFO_V2
     from .client_v2 import demo_client_v2_factory
 
-    async with spawn_agent(command[0], command[1:], client={v2: demo_client_v2_factory(out, allow=allow)}) as conn:
+    connect = spawning(command) if isinstance(command, list) else command
+    async with connect({v2: demo_client_v2_factory(out, allow=allow)}) as conn:
         client: DemoClientV2 = conn.handler
         try:
             init = await conn.initialize(
@@ -192,8 +223,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--deny", action="store_true", help="answer permission requests with a reject option")
     parser.add_argument("-v", "--verbose", action="store_true", help="log the runtime and agent stderr")
     parser.add_argument("--store", metavar="PATH", help="protocol 1: keep sessions in PATH; continue the last one")
+    parser.add_argument("--serve", metavar="URL", help="serve the example agent remotely (http://HOST:PORT)")
+    parser.add_argument("--url", help="run the client against the remote agent at URL (ws://.../acp or http://...)")
+    parser.add_argument("--token", help="--serve: require this bearer token; --url: send it")
     parser.add_argument("command", nargs="*", help="agent command and arguments (after --)")
     args = parser.parse_args(argv)
+
+    if args.serve:
+        from .agent_v2 import serve_remote
+
+        logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(name)s: %(message)s")
+        serve_remote(args.serve, (args.protocol,) if args.protocol else (1, 2), token=args.token)
+        return 0
+    if args.url and (args.agent or args.store):
+        parser.error("--url drives a remote agent: no --agent command, no --store")
 
     if args.store and (args.protocol == 2 or args.agent):
         parser.error("--store is for the example agent in protocol version 1")
@@ -216,9 +259,17 @@ def main(argv: list[str] | None = None) -> int:
     )
     if not args.verbose:
         logging.getLogger("acp_trio.agent.stderr").setLevel(logging.WARNING)
-    command = args.command if args.agent else [sys.executable, "-m", "acp_trio.demo", "--serve-agent"]
-    if args.store:
+    command: list[str] | Connect = (
+        args.command if args.agent else [sys.executable, "-m", "acp_trio.demo", "--serve-agent"]
+    )
+    if args.store and isinstance(command, list):
         command += ["--protocol", "1", "--store", str(Path(args.store).resolve())]
+    if args.url:
+        try:
+            command = remote(args.url, args.token)
+        except ImportError as exc:
+            print(f"error: --url needs the remote transports: pip install 'acp-trio[remote]' ({exc})", file=sys.stderr)
+            return 2
 
     def go(workdir: Path) -> int:
         try:
@@ -246,7 +297,10 @@ def main(argv: list[str] | None = None) -> int:
                 )
             )
         except OSError as exc:
-            print(f"error: cannot start the agent {command[0]!r}: {exc.strerror or exc}", file=sys.stderr)
+            if isinstance(command, list):
+                print(f"error: cannot start the agent {command[0]!r}: {exc.strerror or exc}", file=sys.stderr)
+            else:
+                print(f"error: {exc}", file=sys.stderr)
             return 2
 
     if args.cwd is not None:

@@ -31,6 +31,8 @@ import sys
 import uuid
 from collections.abc import Sequence
 from functools import partial
+from types import ModuleType
+from typing import Any
 
 import trio
 
@@ -390,12 +392,36 @@ class DemoAgentV2:
         return process.returncode
 
 
-def serve(versions: Sequence[int] = (1, 2)) -> None:
-    """Serve the demo agent on this process's stdio for the protocol ``versions`` given (default both)."""
-    agents = {
+def agents_for(versions: Sequence[int] = (1, 2)) -> dict[ModuleType, Any]:
+    """The demo agent's ``{variant: factory}`` mapping for the protocol ``versions`` given."""
+    return {
         module: agent for module, agent in ((v1, DemoAgent), (v2, DemoAgentV2)) if module.PROTOCOL_VERSION in versions
     }
-    run_agent_stdio(agents)
+
+
+def serve(versions: Sequence[int] = (1, 2)) -> None:
+    """Serve the demo agent on this process's stdio for the protocol ``versions`` given (default both)."""
+    run_agent_stdio(agents_for(versions))
+
+
+def serve_remote(url: str, versions: Sequence[int] = (1, 2), *, token: str | None = None) -> None:
+    """Serve the demo agent on ``url`` (``http://HOST:PORT``; WebSocket on ``/acp``) until interrupted:
+    one agent per connection (``python -m acp_trio.demo --serve URL``; needs ``acp-trio[remote]``)."""
+    from urllib.parse import urlsplit
+
+    from acp_trio.transports.asgi import AcpApp
+    from acp_trio.transports.asgi import serve as serve_asgi
+
+    parts = urlsplit(url if "://" in url else f"http://{url}")
+    host, port = parts.hostname or "127.0.0.1", 8765 if parts.port is None else parts.port
+    app = AcpApp(agents_for(versions), token=token)
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            bound = await nursery.start(serve_asgi, app, host, port)
+            print(f"serving the demo agent on {bound[0].replace('http', 'ws', 1)}/acp", file=sys.stderr, flush=True)
+
+    trio.run(main)
 
 
 if __name__ == "__main__":
