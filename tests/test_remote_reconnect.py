@@ -21,10 +21,10 @@ from acp_schema import v1
 pytest.importorskip("hypercorn")
 pytest.importorskip("trio_websocket")
 
-from acp_trio.session_store import SqliteSessionStore, enable  # noqa: E402
-from acp_trio.transports.asgi import AcpApp, serve  # noqa: E402
-from acp_trio.transports.cookies import CookieStore  # noqa: E402
-from acp_trio.transports.websocket import connect_websocket  # noqa: E402
+from acp_trio.session_store import SqliteSessionStore, enable
+from acp_trio.transports.asgi import AcpApp, serve
+from acp_trio.transports.cookies import CookieStore
+from acp_trio.transports.websocket import connect_websocket
 
 
 class EchoAgent:
@@ -44,7 +44,9 @@ class EchoAgent:
             assert isinstance(block, v1.TextContentBlock)
             for word in block.text.split():
                 update = v1.AgentMessageChunkSessionUpdate(content=v1.TextContentBlock(text=word))
-                await self.conn.client.session_update(v1.SessionNotification(session_id=params.session_id, update=update))
+                await self.conn.client.session_update(
+                    v1.SessionNotification(session_id=params.session_id, update=update)
+                )
         return v1.PromptResponse(stop_reason="end_turn")
 
 
