@@ -126,3 +126,60 @@ async def test_the_typescript_sdks_websocket_client_drives_our_acp_app(ts_ws_sdk
     assert summary["agentExit"] is None  # no agent process: the agent is remote
     summary["agentExit"] = {"code": 0}  # what the shared check expects of a spawned agent
     test_interop.check_foreign_client_summary(summary, tmp_path)
+
+
+# -- the bridge in front of an agent written with the TypeScript SDK (issue 12, item 8) -------------------
+
+
+async def test_our_websocket_client_drives_a_typescript_stdio_agent_through_the_bridge(
+    ts_ws_sdk: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from acp_trio.bridge import serve_bridge
+
+    monkeypatch.setenv("ACP_INTEROP_NPM_DIR", str(ts_ws_sdk))  # the agent processes inherit it
+    with trio.fail_after(TIME_LIMIT):
+        async with trio.open_nursery() as nursery:
+            [bound] = await nursery.start(serve_bridge, ["node", str(INTEROP / "ts_agent.mjs")], "127.0.0.1", 0)
+            url = bound.replace("http://", "ws://") + "/acp"
+            await test_interop.drive_foreign_agent(
+                [],
+                {},
+                tmp_path,
+                agent_name="ts-sdk-interop-agent",
+                greeting=" the TypeScript SDK",
+                connect=lambda client: connect_websocket(url, client),
+            )
+            nursery.cancel_scope.cancel()
+
+
+async def test_the_typescript_websocket_client_drives_a_typescript_stdio_agent_through_the_bridge(
+    ts_ws_sdk: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from acp_trio.bridge import serve_bridge
+
+    monkeypatch.setenv("ACP_INTEROP_NPM_DIR", str(ts_ws_sdk))
+    (tmp_path / "input.txt").write_text(test_interop.INPUT_TEXT, encoding="utf-8")
+    with trio.fail_after(TIME_LIMIT):
+        async with trio.open_nursery() as nursery:
+            [bound] = await nursery.start(serve_bridge, ["node", str(INTEROP / "ts_agent.mjs")], "127.0.0.1", 0)
+            url = bound.replace("http://", "ws://") + "/acp"
+            proc = await trio.run_process(
+                ["node", str(INTEROP / "ts_client.mjs"), str(tmp_path), url],
+                capture_stdout=True,
+                capture_stderr=True,
+                check=False,
+            )
+            nursery.cancel_scope.cancel()
+    stderr = proc.stderr.decode("utf-8", "replace")
+    assert proc.returncode == 0, f"ts_client.mjs exited {proc.returncode}:\n{stderr}"
+    summary: dict[str, Any] = json.loads(proc.stdout.decode("utf-8").splitlines()[-1])
+    # the TypeScript pair's own script, end to end through the bridge's two transports
+    assert summary["initialize"]["agentInfo"]["name"] == "ts-sdk-interop-agent"
+    assert summary["prompt"] == {"stopReason": "end_turn"}
+    said = [u["update"]["content"]["text"] for u in summary["updates"]]
+    assert said[:4] == ["Hello", " from", " the TypeScript SDK", "permission: allow"]
+    assert summary["writes"] == [{"path": str(tmp_path / "output.txt"), "content": f"echo: {test_interop.INPUT_TEXT}"}]
+    assert summary["echo"] == {"result": {"echo": {"value": 42, "nested": {"ok": True}}}}
+    assert summary["missing"]["error"]["code"] == -32601
+    assert summary["cancelledPrompt"] == {"stopReason": "cancelled"}
+    assert said[-1] == "permission: cancelled"
