@@ -303,3 +303,17 @@ async def test_the_end_of_the_agents_input_ends_a_waiting_turn_and_closes(link_f
             await link.agent_conn.wait_closed()
             await link.received.wait_until(lambda got: any(m.get("id") == "p" for m in got))
     assert [m["result"] for m in link.received if m.get("id") == "p"] == [{"stopReason": "cancelled"}]
+
+
+def test_the_transports_package_names_the_remote_api_without_loading_its_libraries() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, acp_trio.transports as t\n"
+        "assert not {'hypercorn', 'httpx2', 'trio_websocket'} & set(sys.modules), 'loaded at import'\n"
+        "from acp_trio.transports.asgi import AcpApp\n"
+        "assert t.AcpApp is AcpApp and callable(t.connect_websocket) and callable(t.connect_http)\n"
+        "assert sorted(t.__all__) == sorted(t._LAZY)\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
