@@ -248,12 +248,13 @@ async def http_request(url: str, method: str, path: str, headers: dict[str, str]
     return int(head.split(b" ", 2)[1]), body.decode()
 
 
-async def test_streamable_http_methods_answer_501_and_other_paths_404() -> None:
+async def test_streamable_http_methods_are_routed_and_other_paths_404() -> None:
     with trio.fail_after(DEADLINE):
         async with served(AcpApp(Agent)) as url:
-            for method in ("POST", "GET", "DELETE"):
-                status, body = await http_request(url, method, "/acp")
-                assert (status, "Streamable HTTP: not implemented yet" in body) == (501, True)
+            # Streamable HTTP is served (tests/test_transport_http_server.py); bare requests are refused
+            assert await http_request(url, "POST", "/acp") == (415, "Unsupported Media Type")
+            assert await http_request(url, "GET", "/acp") == (406, "Not Acceptable")
+            assert await http_request(url, "DELETE", "/acp") == (400, "Missing Acp-Connection-Id")
             assert (await http_request(url, "PUT", "/acp"))[0] == 405
             assert (await http_request(url, "POST", "/other"))[0] == 404
             with pytest.raises(WebSocketConnectError) as info:

@@ -36,12 +36,16 @@ class Link:
         raw_send: Callable[[bytes], Any],
         end_client_output: Callable[[], Any],
         received: Received,
+        *,
+        initialized: bool = False,
     ) -> None:
         self.agent_conn = agent_conn
         self.client_conn = client_conn
         self.raw_send = raw_send  # async (bytes) -> None: written on the client's side, read by the agent
         self.end_client_output = end_client_output  # async () -> None: the agent's input ends
         self.received = received  # every message the client read, parsed (its tap)
+        # initialize already done by the transport (Streamable HTTP: it opens the connection, once)
+        self.initialized = initialized
 
 
 class Received(list[Any]):
@@ -126,7 +130,45 @@ async def websocket_link(agent: Any, client: Any, **options: Any) -> AsyncIterat
         nursery.cancel_scope.cancel()
 
 
-LINKS = {"memory": memory_link, "pipes": pipe_link, "websocket": websocket_link}
+@asynccontextmanager
+async def http_link(agent: Any, client: Any, **options: Any) -> AsyncIterator[Link]:
+    """Streamable HTTP on 127.0.0.1: our ASGI app on hypercorn's trio worker and ``connect_http``."""
+    pytest.importorskip("hypercorn")
+    httpx2 = pytest.importorskip("httpx2")
+    from acp_trio._nursery import owned_nursery
+    from acp_trio.transports.asgi import AcpApp, serve
+    from acp_trio.transports.http import connect_http
+
+    served: list[acp_trio.AgentSideConnection] = []
+    made = trio.Event()
+
+    def make_agent(conn: acp_trio.AgentSideConnection) -> Any:
+        served.append(conn)
+        made.set()
+        return agent(conn)
+
+    async def raw_send(data: bytes) -> None:  # one POST per line, as a Streamable HTTP client sends them
+        headers = {"Content-Type": "application/json", "Acp-Connection-Id": client_conn.connection_id}
+        for line in data.split(b"\n"):
+            if line:
+                answer = await raw.post(url, content=line, headers=headers)
+                if answer.headers.get("content-type") == "application/json":  # the server's own JSON-RPC error
+                    received.tap("in", answer.content)
+
+    received = Received()
+    async with owned_nursery() as nursery, httpx2.AsyncClient() as raw:
+        [bound] = await nursery.start(serve, AcpApp(make_agent, **options), "127.0.0.1", 0)
+        url = bound + "/acp"
+        async with connect_http(url, client, tap=received.tap, **options) as client_conn:
+            await client_conn.agent.initialize(
+                v1.InitializeRequest(protocol_version=1)
+            )  # the HTTP connection starts here
+            await made.wait()
+            yield Link(served[0], client_conn, raw_send, client_conn.aclose, received, initialized=True)
+        nursery.cancel_scope.cancel()
+
+
+LINKS = {"memory": memory_link, "pipes": pipe_link, "websocket": websocket_link, "http": http_link}
 
 
 @pytest.fixture(params=sorted(LINKS))
@@ -198,7 +240,8 @@ class Client:
 
 
 async def start(link: Link) -> str:
-    await link.client_conn.agent.initialize(v1.InitializeRequest(protocol_version=1))
+    if not link.initialized:
+        await link.client_conn.agent.initialize(v1.InitializeRequest(protocol_version=1))
     session = await link.client_conn.agent.session_new(v1.NewSessionRequest(cwd="/", mcp_servers=[]))
     return session.session_id
 
@@ -285,8 +328,10 @@ async def test_bad_input_is_answered_and_the_connection_goes_on(link_factory: An
 
 
 async def test_the_end_of_the_agents_input_ends_a_waiting_turn_and_closes(link_factory: Any) -> None:
-    if link_factory is websocket_link:
-        pytest.skip("a WebSocket has no half-close: the client cannot end its output and still read the answer")
+    if link_factory in (websocket_link, http_link):
+        pytest.skip(
+            "no half-close over a WebSocket or Streamable HTTP: the client cannot end its output and still read"
+        )
     client = Client()
     with trio.fail_after(DEADLINE):
         async with link_factory(Agent, client) as link:

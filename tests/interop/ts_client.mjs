@@ -3,6 +3,7 @@
 // Usage (tests/test_interop.py runs it with ACP_INTEROP_NPM_DIR set):
 //   node ts_client.mjs <cwd> <agent command> [agent args...]
 //   node ts_client.mjs <cwd> ws://HOST:PORT/acp      (the npm directory must hold `ws` too)
+//   node ts_client.mjs <cwd> http://HOST:PORT/acp    (Streamable HTTP)
 // It spawns the agent, then: initialize (with fs capabilities), session/new in <cwd>, a prompt
 // turn that it answers (permission "allow", fs reads and writes inside <cwd>), the extension
 // request _interop/echo and the unknown _interop/missing, and a "wait" turn that it cancels with
@@ -52,12 +53,16 @@ const app = acp
   });
 
 // A ws:// URL instead of a command: the agent is served remotely (tests/test_interop_websocket.py),
-// reached with the SDK's createWebSocketStream over the `ws` package's WebSocket.
-const remote = /^wss?:\/\//.test(command);
+// reached with the SDK's createWebSocketStream over the `ws` package's WebSocket; an http:// URL:
+// over Streamable HTTP with its createHttpStream (tests/test_transport_http_server.py).
+const remote = /^(wss?|https?):\/\//.test(command);
 let child = null;
 let exited = Promise.resolve(null);
 let stream;
-if (remote) {
+if (/^https?:\/\//.test(command)) {
+  const { createHttpStream } = await loadEsm("@agentclientprotocol/sdk/experimental/http-client");
+  stream = createHttpStream(command, {});
+} else if (remote) {
   const { createWebSocketStream } = await loadEsm("@agentclientprotocol/sdk/experimental/ws-client");
   const { WebSocket } = await loadEsm("ws");
   stream = createWebSocketStream(command, { WebSocket });

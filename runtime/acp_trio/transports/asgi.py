@@ -1,19 +1,43 @@
 """The remote transport, server side: an ASGI application serving ACP agents on one ``/acp`` endpoint.
 
 Spec: the RFD ``docs/rfds/streamable-http-websocket-transport.mdx`` ("Unified Endpoint Routing",
-"WebSocket Request Flow").  :class:`AcpApp` routes ``/acp`` as the RFD does:
+"Streamable HTTP", "WebSocket Request Flow").  :class:`AcpApp` routes ``/acp`` as the RFD does:
 
 - ``GET`` with ``Upgrade: websocket``: a new ACP connection.  The 101 answer names it in the
   ``Acp-Connection-Id`` header (an unguessable ``secrets.token_urlsafe`` id); every text frame is
   one JSON-RPC message, binary frames are ignored; the client sends ``initialize`` first.  One
   agent object per accepted WebSocket (the factory is called with its connection), many at once.
-- ``POST``, ``GET`` with ``Accept: text/event-stream``, ``DELETE`` (Streamable HTTP): answered
-  ``501`` for now; use the WebSocket.
+- Streamable HTTP (where the RFD and the TypeScript SDK 2.4.0's ``AcpServer`` disagree, as the SDK
+  does, since that is what clients speak today):
 
-Contract: each WebSocket is adapted to a pair of trio byte streams of NDJSON
-(:class:`~acp_trio.transports.websocket.MessageReceiveStream` /
-:class:`~acp_trio.transports.websocket.MessageSendStream`) and handed to one
-:class:`~acp_trio.AgentSideConnection`, so every rule the connection enforces holds unchanged.
+  - ``POST`` of ``initialize`` (no ``Acp-Connection-Id``): a new ACP connection; ``200`` with the
+    agent's JSON-RPC answer as the body, verbatim, and the id in the ``Acp-Connection-Id`` header
+    (``500`` with a ``-32603`` "Initialize failed" body when the agent ends or says something else
+    first; ``400`` with the header, or with ``"id": null``).
+  - any other ``POST`` (``Acp-Connection-Id``; ``Acp-Session-Id`` for a session's message: the
+    methods of :data:`SESSION_SCOPED_METHODS`, any ``params.sessionId``, a response to a request
+    that came on a session's stream; it must match ``params.sessionId``): ``202`` with no body, the
+    answer comes on an SSE stream.  A request's answer goes on the stream the request was routed
+    to (``session/load``'s on the connection's); the agent's requests and notifications go on their
+    ``params.sessionId``'s stream, else the connection's.
+  - ``GET`` with ``Accept: text/event-stream``: the connection's SSE stream, or with
+    ``Acp-Session-Id`` that session's (created if new).  Each stream is a queue that exists before
+    any ``GET`` (output waits for its reader) and has at most one reader (``409`` for a second).
+    Each event is ``data: <one JSON-RPC message>``; a ``:`` comment goes out first and after every
+    ``sse_keepalive`` idle seconds.  No ``Last-Event-ID`` (the RFD defers resumption).
+  - ``DELETE``: ``202``; the connection ends (the agent's input ends, its streams end).
+  - statuses: ``400`` text (missing/mismatched ids, ``Invalid JSON-RPC message``, an id over
+    ``max_id_length``), ``400`` JSON (``-32700`` for a body that is not JSON, ``-32600`` for a batch),
+    ``404`` (unknown or closed connection), ``405``, ``406`` (no ``text/event-stream`` in ``Accept``),
+    ``409``, ``413`` (body over ``max_message_bytes``), ``415`` (not ``application/json``), ``499``
+    (the client left first).  Connection ids are not shared with the WebSocket side.
+
+Contract: each WebSocket, and each Streamable HTTP connection, is adapted to a pair of trio byte
+streams of NDJSON (:class:`~acp_trio.transports.websocket.MessageReceiveStream` /
+:class:`~acp_trio.transports.websocket.MessageSendStream`; over HTTP each POSTed body is one input
+line and each output line is routed to its SSE stream, read with orjson but forwarded as written)
+and handed to one :class:`~acp_trio.AgentSideConnection` (or ``serve_streams``), so every rule the
+connection enforces holds unchanged.
 Nothing is shared between connections but the application object: each has its own agent.
 
 Security defaults: :func:`serve` binds ``127.0.0.1``.  An optional bearer ``token`` guards every
@@ -29,6 +53,15 @@ Limits (close codes as the TypeScript SDK's server and RFC 6455): a message over
 connection (and agent) is closed at once, and the WebSocket is closed with ``1008`` as soon as the
 server can write again (hypercorn does not let an application abort a write in progress).  An
 agent factory (or the runtime) that fails ends that connection only, closed with ``1011``.
+Over Streamable HTTP, as the TypeScript server: a ``POST`` body over ``max_message_bytes`` is
+``413``; output queued for a connection's SSE streams (read or not) counts against
+``max_buffered_bytes``: at that mark the agent's writes wait, POSTed requests are held before their
+``202``, and if no stream takes anything for ``output_stall_timeout`` seconds the connection is
+closed (held requests get ``404``); more than ``max_buffered_session_streams`` session streams
+holding output with no reader closes it too.  A client that vanishes without ``DELETE`` keeps its
+connection until its agent ends or a limit closes it (no idle timeout, as the TypeScript server).
+Streamable HTTP connections outlive the ``initialize`` request: they run in the nursery of the
+ASGI lifespan (hypercorn runs it), else in that request's task.
 
 Serve it with :func:`serve` (hypercorn's trio worker) or any ASGI server running trio.  Needs the
 ``remote`` extra (``pip install acp-trio[remote]``).
@@ -40,10 +73,12 @@ import contextlib
 import hmac
 import logging
 import secrets
+from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, MutableMapping
 from typing import Any, cast
 from urllib.parse import urlsplit
 
+import orjson
 import trio
 
 from .._roles import AgentSideConnection
@@ -67,10 +102,366 @@ Send = Callable[[Message], Awaitable[None]]
 
 DEFAULT_OUTPUT_STALL_TIMEOUT = 60.0
 """Seconds a client may take nothing while output waits for it (the TypeScript SDK's default)."""
-LOOPBACK_HOSTS = frozenset({"localhost", "127.0.0.1", "::1"})
-STREAMABLE_HTTP_NOT_IMPLEMENTED = (
-    "Streamable HTTP: not implemented yet. This server speaks ACP over WebSocket: GET /acp with Upgrade: websocket.\n"
+DEFAULT_MAX_BUFFERED_BYTES = 64 * 1024 * 1024
+"""Bytes of output a Streamable HTTP connection may hold for its client (the TypeScript SDK's default, 64 MiB)."""
+DEFAULT_MAX_BUFFERED_SESSION_STREAMS = 1024
+"""Session SSE streams holding output with no reader, per connection (the TypeScript SDK's default)."""
+DEFAULT_MAX_ID_LENGTH = 1024
+"""Longest session id or string request id, in UTF-16 code units (the TypeScript SDK's default)."""
+DEFAULT_SSE_KEEPALIVE = 15.0
+"""Seconds an SSE stream may stay idle before a ``:`` comment is sent (as the TypeScript server does)."""
+HEADER_SESSION_ID = "Acp-Session-Id"
+"""The RFD's header naming the session (the ACP ``sessionId``) of a session-scoped request or SSE stream."""
+HEADER_CONNECTION_ID_LOWER = HEADER_CONNECTION_ID.lower().encode()
+HEADER_SESSION_ID_LOWER = HEADER_SESSION_ID.lower().encode()
+SESSION_SCOPED_METHODS = frozenset(
+    {
+        "session/cancel",
+        "session/close",
+        "session/delete",
+        "session/fork",
+        "session/load",
+        "session/prompt",
+        "session/resume",
+        "session/set_config_option",
+        "session/set_mode",
+        "session/set_model",
+    }
 )
+"""Client messages that need ``Acp-Session-Id`` even without ``params.sessionId`` (as the TypeScript server)."""
+LOOPBACK_HOSTS = frozenset({"localhost", "127.0.0.1", "::1"})
+TEXT_PLAIN = b"text/plain; charset=utf-8"
+
+
+# -- Streamable HTTP: one ACP connection's state -----------------------------------------------------
+
+
+class _HttpRefusal(Exception):
+    """A POST/GET refused with ``status`` and a text/plain ``message`` (the TypeScript server's wording)."""
+
+    def __init__(self, status: int, message: str) -> None:
+        self.status = status
+        super().__init__(message)
+
+
+class _ConnectionGone(Exception):
+    """The HTTP connection closed (or its agent ended) while a request was being handled: ``404``."""
+
+
+class _Mailbox:
+    """One outbound SSE stream's queue (the connection's, ``session_id=None``, or one session's).
+
+    It exists before any ``GET``: lines queue until a receiver (at most one) attaches; a line
+    handed to the receiver's socket is gone.  ``finished``: nothing more will be queued (the
+    receiver drains, then its stream ends); ``aborted``: the queue was dropped (the connection closed).
+    """
+
+    __slots__ = ("aborted", "changed", "finished", "queue", "receiver", "session_id")
+
+    def __init__(self, session_id: str | None) -> None:
+        self.session_id = session_id
+        self.queue: deque[bytes] = deque()
+        self.receiver = False
+        self.finished = False
+        self.aborted = False
+        self.changed = trio.lowlevel.ParkingLot()
+
+
+def _id_key(value: Any) -> tuple[str, Any] | None:
+    """A JSON-RPC id as a key keeping ``1`` and ``"1"`` apart (``None`` for a value that is no id)."""
+    if isinstance(value, str):
+        return ("s", value)
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return ("n", value)
+    if value is None:
+        return ("null", None)
+    return None
+
+
+def _has_id(message: dict[str, Any]) -> bool:
+    return "id" in message and _id_key(message["id"]) is not None
+
+
+def _is_response(message: Any) -> bool:
+    return (
+        isinstance(message, dict)
+        and message.get("jsonrpc") == "2.0"
+        and "method" not in message
+        and _has_id(message)
+        and ("result" in message or "error" in message)
+    )
+
+
+def _is_request(message: dict[str, Any]) -> bool:
+    return message.get("jsonrpc") == "2.0" and isinstance(message.get("method"), str) and _has_id(message)
+
+
+def _is_notification(message: dict[str, Any]) -> bool:
+    return message.get("jsonrpc") == "2.0" and isinstance(message.get("method"), str) and "id" not in message
+
+
+def _params_session_id(message: dict[str, Any]) -> str | None:
+    params = message.get("params")
+    session_id = params.get("sessionId") if isinstance(params, dict) else None
+    return session_id if isinstance(session_id, str) else None
+
+
+def _utf16_length(text: str) -> int:
+    return len(text) + sum(1 for char in text if ord(char) > 0xFFFF) if not text.isascii() else len(text)
+
+
+class _LineSendStream(trio.abc.SendStream):
+    """A ``trio.abc.SendStream`` of NDJSON handing each complete line (bytes, without ``\\n``) to ``send_line``."""
+
+    def __init__(self, send_line: Callable[[bytes], Awaitable[None]]) -> None:
+        self._send_line = send_line
+        self._partial = b""
+        self._closed = False
+
+    async def send_all(self, data: bytes | bytearray | memoryview) -> None:
+        if self._closed:
+            raise trio.ClosedResourceError("the Streamable HTTP send stream is closed")
+        *lines, self._partial = (self._partial + bytes(data)).split(b"\n")
+        for line in lines:
+            if line.strip():
+                await self._send_line(line)
+        await trio.lowlevel.checkpoint()
+
+    async def wait_send_all_might_not_block(self) -> None:
+        await trio.lowlevel.checkpoint()
+
+    async def aclose(self) -> None:
+        self._closed = True
+        await trio.lowlevel.checkpoint()
+
+
+class _HttpConnection:
+    """The server side of one Streamable HTTP ACP connection: its inbound queue, its SSE mailboxes
+    and routes, and the limits (see :class:`AcpApp`).  Its agent reads and writes NDJSON byte
+    streams like any transport's: POSTed bodies become input lines, output lines are routed here."""
+
+    def __init__(self, app: AcpApp, connection_id: str) -> None:
+        self.app = app
+        self.id = connection_id
+        self.inbound_send, self.inbound_receive = trio.open_memory_channel[str](0)
+        self.connection_stream = _Mailbox(None)
+        self.session_streams: dict[str, _Mailbox] = {}
+        self.buffered_bytes = 0
+        self.buffered_session_streams = 0  # session mailboxes holding lines with no receiver
+        self.pending_routes: dict[tuple[str, Any], str | None] = {}  # client request → stream of its answer
+        self.client_response_routes: dict[tuple[str, Any], str | None] = {}  # agent request → its stream
+        self.closed = False  # shut down: DELETE, a limit, the client gone during initialize
+        self.routing_done = False  # the agent's output ended
+        self.progress = trio.lowlevel.ParkingLot()  # buffered bytes went down, or the connection ended
+        self.initial_key: tuple[str, Any] | None = None
+        self.initial: bytes | None = None
+        self.initial_error = ""
+        self.initial_ready = trio.Event()
+
+    # -- input (POST bodies) -----------------------------------------------------------------------
+    async def next_text(self) -> str | None:
+        try:
+            return await self.inbound_receive.receive()
+        except (trio.EndOfChannel, trio.ClosedResourceError):
+            return None
+
+    async def write_inbound(self, text: str) -> None:
+        if self.closed or self.routing_done:
+            raise _ConnectionGone
+        try:
+            await self.inbound_send.send(text)
+        except (trio.ClosedResourceError, trio.BrokenResourceError):
+            raise _ConnectionGone from None
+
+    # -- limits ------------------------------------------------------------------------------------
+    def check_id(self, label: str, value: str) -> None:
+        limit = self.app.max_id_length
+        if len(value) > limit // 2 and _utf16_length(value) > limit:
+            raise _HttpRefusal(400, f"{label} exceeds maxIdLength ({limit})")
+
+    async def wait_for_room(self) -> None:
+        """Wait while the buffered output is at ``max_buffered_bytes``; a stall closes the connection."""
+        stall = self.app.output_stall_timeout
+        while not self.closed and not self.routing_done and self.buffered_bytes >= self.app.max_buffered_bytes:
+            with trio.move_on_after(stall) as waited:
+                await self.progress.park()
+            if waited.cancelled_caught:
+                self.close(
+                    f"Connection output stalled for {stall} s (max_buffered_bytes {self.app.max_buffered_bytes})"
+                )
+
+    # -- output (the agent's lines) ------------------------------------------------------------------
+    def _ensure_session(self, session_id: str) -> _Mailbox:
+        self.check_id("Session ID", session_id)
+        mailbox = self.session_streams.get(session_id)
+        if mailbox is not None:
+            return mailbox
+        limit = self.app.max_buffered_session_streams
+        if self.buffered_session_streams >= limit:
+            raise _HttpRefusal(400, f"Connection exceeds maxBufferedSessionStreams ({limit})")
+        mailbox = self.session_streams[session_id] = _Mailbox(session_id)
+        self.buffered_session_streams += 1
+        return mailbox
+
+    def _route(self, line: bytes) -> _Mailbox:
+        try:
+            message = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            message = None  # not ours to judge (the bridge forwards what the agent wrote)
+        if not isinstance(message, dict):
+            return self.connection_stream
+        if _is_response(message):
+            key = _id_key(message["id"])
+            route = self.pending_routes.pop(key, None) if key is not None else None
+            result = message.get("result")
+            if isinstance(result, dict) and isinstance(result.get("sessionId"), str):
+                self.check_id("Session ID", result["sessionId"])
+            return self.connection_stream if route is None else self._ensure_session(route)
+        session_id = _params_session_id(message) if "method" in message else None
+        if "method" in message and "id" in message:
+            key = _id_key(message["id"])
+            if key is not None:
+                self.client_response_routes[key] = session_id
+        return self.connection_stream if session_id is None else self._ensure_session(session_id)
+
+    async def send_line(self, line: bytes) -> None:
+        """One line the agent wrote: the ``initialize`` answer, or a message for one SSE stream."""
+        if self.closed:
+            raise trio.BrokenResourceError(f"the Streamable HTTP connection {self.id[:8]} is closed")
+        line = line.replace(b"\r", b" ")  # a raw CR can only be JSON whitespace; SSE would split there
+        if self.initial_key is not None:
+            message = _json_object(line)
+            if _is_response(message) and message is not None and _id_key(message["id"]) == self.initial_key:
+                self.initial_key = None
+                self.initial = line
+                self.initial_ready.set()
+                return
+            self.initial_error = "Expected initialize response from agent"
+            self.close(f"the agent's first message is not the answer to initialize: {line[:200]!r}")
+            raise trio.BrokenResourceError(self.initial_error)
+        try:
+            mailbox = self._route(line)
+        except _HttpRefusal as exc:
+            self.close(str(exc))
+            raise trio.BrokenResourceError(str(exc)) from None
+        self._push(mailbox, line)
+        await self.wait_for_room()
+        if self.closed:
+            raise trio.BrokenResourceError(f"the Streamable HTTP connection {self.id[:8]} is closed")
+
+    def _push(self, mailbox: _Mailbox, line: bytes) -> None:
+        if mailbox.finished:
+            return
+        mailbox.queue.append(line)
+        self.buffered_bytes += len(line)
+        mailbox.changed.unpark_all()
+
+    async def next_events(self, mailbox: _Mailbox, keepalive: float) -> bytes | None:
+        """The SSE bytes to write next on ``mailbox``'s stream: queued events (a batch of at most
+        256 KiB), a keepalive comment after ``keepalive`` idle seconds, ``None`` at its end."""
+        while not mailbox.queue:
+            if mailbox.finished:
+                return None
+            with trio.move_on_after(keepalive):
+                await mailbox.changed.park()
+                continue
+            return b":\n\n"
+        parts: list[bytes] = []
+        taken = 0
+        while mailbox.queue and taken < 262144:
+            line = mailbox.queue.popleft()
+            taken += len(line)
+            parts += (b"data: ", line, b"\n\n")
+        self.buffered_bytes -= taken
+        self.progress.unpark_all()
+        return b"".join(parts)
+
+    # -- SSE receivers -------------------------------------------------------------------------------
+    def acquire(self, session_id: str | None) -> _Mailbox | None:
+        """The mailbox for a ``GET`` (``None``: it already has a receiver → 409).  Raises
+        :class:`_HttpRefusal` for an id over the limit, :class:`_ConnectionGone` once closed."""
+        if session_id is None:
+            mailbox = self.connection_stream
+        else:
+            self.check_id("Session ID", session_id)
+            existing = self.session_streams.get(session_id)
+            if existing is None:
+                if self.closed or self.routing_done:
+                    raise _ConnectionGone
+                existing = self.session_streams[session_id] = _Mailbox(session_id)
+                self.buffered_session_streams += 1
+            mailbox = existing
+        if mailbox.receiver or mailbox.aborted:
+            return None
+        mailbox.receiver = True
+        if session_id is not None:
+            self.buffered_session_streams -= 1
+        return mailbox
+
+    def release(self, mailbox: _Mailbox) -> None:
+        if not mailbox.receiver:
+            return
+        mailbox.receiver = False
+        if self.closed or mailbox.session_id is None:
+            return
+        if not mailbox.queue:
+            if self.session_streams.get(mailbox.session_id) is mailbox:
+                del self.session_streams[mailbox.session_id]
+            mailbox.finished = mailbox.aborted = True
+            return
+        self.buffered_session_streams += 1
+        limit = self.app.max_buffered_session_streams
+        if not self.routing_done and self.buffered_session_streams > limit:
+            self.close(f"Connection exceeds maxBufferedSessionStreams ({limit})")
+
+    # -- ending ----------------------------------------------------------------------------------------
+    def _unregister(self) -> None:
+        if self.app._http_connections.get(self.id) is self:
+            del self.app._http_connections[self.id]
+
+    def close(self, reason: str | None = None) -> None:
+        """Shut the connection down (``DELETE``, a limit): the agent's input ends, queued output is
+        dropped, every SSE stream ends, later requests get ``404``."""
+        if self.closed:
+            return
+        self.closed = True
+        if reason:
+            log.warning("Closing ACP connection %s: %s", self.id, reason)
+        self._unregister()
+        for mailbox in (self.connection_stream, *self.session_streams.values()):
+            mailbox.queue.clear()
+            mailbox.finished = mailbox.aborted = True
+            mailbox.changed.unpark_all()
+        self.session_streams.clear()
+        self.buffered_bytes = self.buffered_session_streams = 0
+        self.pending_routes.clear()
+        self.client_response_routes.clear()
+        self.inbound_send.close()
+        self.progress.unpark_all()
+        if not self.initial_ready.is_set():
+            self.initial_error = self.initial_error or "the connection closed"
+            self.initial_ready.set()
+
+    def finish(self) -> None:
+        """The agent ended (its output is over): streams drain what they hold, then end."""
+        self.routing_done = True
+        self._unregister()
+        for mailbox in (self.connection_stream, *self.session_streams.values()):
+            mailbox.finished = True
+            mailbox.changed.unpark_all()
+        self.inbound_receive.close()
+        self.progress.unpark_all()
+        if not self.initial_ready.is_set():
+            self.initial_error = self.initial_error or "the agent ended before answering initialize"
+            self.initial_ready.set()
+
+
+def _json_object(data: bytes | str) -> dict[str, Any] | None:
+    try:
+        value = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return None
+    return value if isinstance(value, dict) else None
 
 
 class AcpApp:
@@ -83,7 +474,11 @@ class AcpApp:
     ``Authorization: Bearer <token>`` (else ``401``).  ``allowed_origins``: browser origins
     allowed to open a WebSocket besides the loopback ones (exact ``scheme://host[:port]`` strings;
     ``"*"`` allows any).  ``max_message_bytes``: the largest message a client may send (default
-    16 MiB; larger closes with ``1009``).  ``output_stall_timeout``: seconds (default 60).
+    16 MiB; larger closes the WebSocket with ``1009``; a larger POST body is ``413``).
+    ``output_stall_timeout``: seconds (default 60).
+    ``max_buffered_bytes`` (default 64 MiB), ``max_buffered_session_streams`` (default 1024),
+    ``max_id_length`` (default 1024 UTF-16 units), ``sse_keepalive`` (seconds, default 15): the
+    Streamable HTTP limits (see the module docstring; the TypeScript SDK's defaults).
     ``connection_options``: for each connection (``tap``, ``eof_grace``, ``variant``, ...).
     ``serve_streams``: instead of ``agent``, ``async (connection_id, to_client, from_client)``
     serving each connection's NDJSON byte streams itself, returning when it is done (the bridge,
@@ -103,12 +498,24 @@ class AcpApp:
         allowed_origins: Iterable[str] = (),
         max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
         output_stall_timeout: float = DEFAULT_OUTPUT_STALL_TIMEOUT,
+        max_buffered_bytes: int = DEFAULT_MAX_BUFFERED_BYTES,
+        max_buffered_session_streams: int = DEFAULT_MAX_BUFFERED_SESSION_STREAMS,
+        max_id_length: int = DEFAULT_MAX_ID_LENGTH,
+        sse_keepalive: float = DEFAULT_SSE_KEEPALIVE,
         **connection_options: Any,
     ) -> None:
         if max_message_bytes <= 0:
             raise ValueError(f"max_message_bytes must be positive, got {max_message_bytes}")
         if output_stall_timeout <= 0:
             raise ValueError(f"output_stall_timeout must be positive seconds, got {output_stall_timeout}")
+        for name, value in (
+            ("max_buffered_bytes", max_buffered_bytes),
+            ("max_buffered_session_streams", max_buffered_session_streams),
+            ("max_id_length", max_id_length),
+            ("sse_keepalive", sse_keepalive),
+        ):
+            if value <= 0:
+                raise ValueError(f"{name} must be positive, got {value}")
         if (agent is None) == (serve_streams is None):
             raise TypeError("give AcpApp an agent factory or serve_streams=, one of the two")
         self.agent = agent
@@ -118,10 +525,16 @@ class AcpApp:
         self.allowed_origins = frozenset(origin.rstrip("/").lower() for origin in allowed_origins)
         self.max_message_bytes = max_message_bytes
         self.output_stall_timeout = output_stall_timeout
+        self.max_buffered_bytes = max_buffered_bytes
+        self.max_buffered_session_streams = max_buffered_session_streams
+        self.max_id_length = max_id_length
+        self.sse_keepalive = sse_keepalive
         connection_options.setdefault("max_message_size", max_message_bytes + 1)
         self.connection_options = connection_options
         self.connection_ids: set[str] = set()
         self._ended = trio.lowlevel.ParkingLot()
+        self._http_connections: dict[str, _HttpConnection] = {}
+        self._nursery: trio.Nursery | None = None  # the lifespan's: Streamable HTTP connections run there
 
     @property
     def active_connections(self) -> int:
@@ -138,15 +551,26 @@ class AcpApp:
         if kind == "websocket":
             await self._websocket(scope, receive, send)
         elif kind == "http":
-            await self._http(scope, send)
+            await self._http(scope, receive, send)
         elif kind == "lifespan":
+            await self._lifespan(receive, send)
+
+    async def _lifespan(self, receive: Receive, send: Send) -> None:
+        """The server's lifetime: Streamable HTTP connections outlive the requests that open them,
+        so they run in a nursery held here (without lifespan, in their ``initialize`` request's task)."""
+        async with trio.open_nursery() as nursery:
             while True:
                 message = await receive()
                 if message["type"] == "lifespan.startup":
+                    self._nursery = nursery
                     await send({"type": "lifespan.startup.complete"})
                 elif message["type"] == "lifespan.shutdown":
-                    await send({"type": "lifespan.shutdown.complete"})
-                    return
+                    self._nursery = None
+                    for conn in list(self._http_connections.values()):
+                        conn.close()
+                    nursery.cancel_scope.cancel()
+                    break
+        await send({"type": "lifespan.shutdown.complete"})
 
     # -- checks ------------------------------------------------------------------------------------
     def _authorized(self, scope: Scope) -> bool:
@@ -175,24 +599,210 @@ class AcpApp:
             return 401, "Unauthorized: send Authorization: Bearer <token>\n", [(b"www-authenticate", b"Bearer")]
         return None
 
-    # -- HTTP --------------------------------------------------------------------------------------
-    async def _http(self, scope: Scope, send: Send) -> None:
+    # -- Streamable HTTP -------------------------------------------------------------------------------
+    async def _http(self, scope: Scope, receive: Receive, send: Send) -> None:
         refusal = self._refusal(scope)
-        if refusal is None:
-            method = scope.get("method", "")
-            if method in ("POST", "GET", "DELETE"):
-                refusal = 501, STREAMABLE_HTTP_NOT_IMPLEMENTED, []
+        if refusal is not None:
+            await _text_response(send, *refusal)
+            return
+        method = scope.get("method", "")
+        try:
+            if method == "POST":
+                await self._http_post(scope, receive, send)
+            elif method == "GET":
+                await self._http_get(scope, receive, send)
+            elif method == "DELETE":
+                await self._http_delete(scope, send)
             else:
-                refusal = 405, f"Method {method} not allowed on {self.path}\n", [(b"allow", b"GET, POST, DELETE")]
-        status, body, headers = refusal
-        await send(
-            {
-                "type": "http.response.start",
-                "status": status,
-                "headers": [(b"content-type", b"text/plain; charset=utf-8"), *headers],
-            }
-        )
-        await send({"type": "http.response.body", "body": body.encode()})
+                await _text_response(send, 405, "Method Not Allowed", [(b"allow", b"GET, POST, DELETE")])
+        except _HttpRefusal as exc:
+            await _text_response(send, exc.status, str(exc))
+        except _ConnectionGone:
+            await _text_response(send, 404, "Unknown Acp-Connection-Id")
+
+    def _connection(self, scope: Scope) -> _HttpConnection:
+        """The connection named by the request's ``Acp-Connection-Id`` (400 without it, 404 unknown)."""
+        raw = _header(scope, HEADER_CONNECTION_ID_LOWER)
+        if not raw:
+            raise _HttpRefusal(400, "Missing Acp-Connection-Id")
+        conn = self._http_connections.get(raw.decode("latin-1"))
+        if conn is None or conn.closed or conn.routing_done:
+            raise _ConnectionGone
+        return conn
+
+    async def _read_body(self, scope: Scope, receive: Receive, send: Send) -> bytes | None:
+        """The request body, or ``None`` once answered ``413`` (over ``max_message_bytes``; the rest
+        is read and dropped, so the client gets the answer) or when the client left."""
+        limit = self.max_message_bytes
+        length = _header(scope, b"content-length")
+        too_big = length is not None and length.isdigit() and int(length) > limit
+        parts: list[bytes] = []
+        size = 0
+        more = True
+        while more and not too_big:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return None
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            more = bool(message.get("more_body", False))
+            if size > limit:
+                too_big = True
+            else:
+                parts.append(chunk)
+        if not too_big:
+            return b"".join(parts)
+        text = f"Request body exceeds {limit} bytes"
+        log.warning("refused a POST on %s: %s", self.path, text)
+        await send({"type": "http.response.start", "status": 413, "headers": [(b"content-type", TEXT_PLAIN)]})
+        await send({"type": "http.response.body", "body": text.encode(), "more_body": True})
+        while more:  # drained, so an HTTP/1.1 client that writes its whole body first reads the 413
+            message = await receive()
+            more = message["type"] != "http.disconnect" and bool(message.get("more_body", False))
+        await send({"type": "http.response.body", "body": b""})
+        return None
+
+    async def _http_post(self, scope: Scope, receive: Receive, send: Send) -> None:
+        body = await self._read_body(scope, receive, send)
+        if body is None:
+            return
+        content_type = (_header(scope, b"content-type") or b"").split(b";", 1)[0].strip().lower()
+        if content_type != b"application/json":
+            raise _HttpRefusal(415, "Unsupported Media Type")
+        try:
+            message = orjson.loads(body)
+        except orjson.JSONDecodeError as exc:
+            error = {"code": -32700, "message": "Parse error", "data": str(exc)}
+            await _json_response(send, 400, {"jsonrpc": "2.0", "id": None, "error": error})
+            return
+        if isinstance(message, list):
+            error = {"code": -32600, "message": "Invalid request: JSON-RPC batches are not supported"}
+            await _json_response(send, 400, {"jsonrpc": "2.0", "id": None, "error": error})
+            return
+        if not isinstance(message, dict):
+            raise _HttpRefusal(400, "Invalid JSON-RPC message")
+        text = body.decode("utf-8")
+        named = _header(scope, HEADER_CONNECTION_ID_LOWER)
+        if message.get("jsonrpc") == "2.0" and "id" in message and message.get("method") == "initialize":
+            if named:
+                raise _HttpRefusal(400, "Initialize not allowed on existing connection")
+            if message["id"] is None:
+                raise _HttpRefusal(400, "Initialize request must include an ID")
+            if self._nursery is not None:
+                await self._http_initialize(self._nursery, message, text, receive, send)
+            else:  # no lifespan (a server without it): the connection lives in this request's task
+                async with trio.open_nursery() as nursery:
+                    await self._http_initialize(nursery, message, text, receive, send)
+            return
+        conn = self._connection(scope)
+        raw_session = _header(scope, HEADER_SESSION_ID_LOWER)
+        header_session = raw_session.decode("latin-1") if raw_session else None
+        if _is_response(message):
+            key = _id_key(message["id"])
+            if key is not None and key in conn.client_response_routes:
+                route = conn.client_response_routes[key]
+                if route is not None and header_session is None:
+                    raise _HttpRefusal(400, "Missing Acp-Session-Id")
+                if route is not None and header_session != route:
+                    raise _HttpRefusal(400, "Mismatched Acp-Session-Id")
+                del conn.client_response_routes[key]
+        else:
+            params_session = _params_session_id(message)
+            method = message.get("method")
+            if (method in SESSION_SCOPED_METHODS or params_session is not None) and header_session is None:
+                raise _HttpRefusal(400, "Missing Acp-Session-Id")
+            if header_session is not None and params_session is not None and header_session != params_session:
+                raise _HttpRefusal(400, "Mismatched Acp-Session-Id")
+            route = header_session or params_session
+            if route is not None:
+                conn.check_id("Session ID", route)
+            if not _is_notification(message):
+                if isinstance(message.get("id"), str):
+                    conn.check_id("Request ID", message["id"])
+                if conn.buffered_bytes >= self.max_buffered_bytes:  # held until the client reads (or the stall)
+                    if not await _unless_disconnected(receive, conn.wait_for_room):
+                        await _text_response(send, 499, "Request aborted")
+                        return
+                    if conn.closed:
+                        raise _ConnectionGone
+            if _is_request(message):
+                key = _id_key(message["id"])
+                assert key is not None
+                conn.pending_routes[key] = None if method == "session/load" else route
+        await conn.write_inbound(text)
+        await _response(send, 202, b"", [])
+
+    async def _http_initialize(
+        self, nursery: trio.Nursery, message: dict[str, Any], text: str, receive: Receive, send: Send
+    ) -> None:
+        conn = _HttpConnection(self, secrets.token_urlsafe(24))
+        conn.initial_key = _id_key(message["id"])
+        self._http_connections[conn.id] = conn
+        self.connection_ids.add(conn.id)
+        nursery.start_soon(self._run_http, conn)
+
+        async def initialize() -> None:
+            try:
+                await conn.write_inbound(text)
+            except _ConnectionGone:
+                pass
+            await conn.initial_ready.wait()
+
+        if not await _unless_disconnected(receive, initialize):
+            conn.close("the client left before the answer to initialize")
+            await _text_response(send, 499, "Request aborted")
+            return
+        if conn.initial is None:
+            conn.close()
+            error = {"code": -32603, "message": "Initialize failed", "data": conn.initial_error}
+            await _json_response(send, 500, {"jsonrpc": "2.0", "id": message["id"], "error": error})
+            return
+        headers = [(b"content-type", b"application/json"), (HEADER_CONNECTION_ID_LOWER, conn.id.encode())]
+        await _response(send, 200, conn.initial, headers)
+
+    async def _run_http(self, conn: _HttpConnection) -> None:
+        try:
+            await self._serve(conn.id, _LineSendStream(conn.send_line), MessageReceiveStream(conn.next_text), "http")
+        except Exception:  # the agent factory or the runtime failed: this connection ends, the server goes on
+            log.exception("ACP connection %s failed", conn.id)
+            conn.close()
+        finally:
+            conn.finish()
+            self.connection_ids.discard(conn.id)
+            self._ended.unpark_all()
+
+    async def _http_get(self, scope: Scope, receive: Receive, send: Send) -> None:
+        accept = (_header(scope, b"accept") or b"").lower()
+        if b"text/event-stream" not in accept:
+            raise _HttpRefusal(406, "Not Acceptable")
+        conn = self._connection(scope)
+        raw_session = _header(scope, HEADER_SESSION_ID_LOWER)
+        mailbox = conn.acquire(raw_session.decode("latin-1") if raw_session else None)
+        if mailbox is None:
+            raise _HttpRefusal(409, "Outbound stream already has an active receiver")
+        try:
+            headers = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")]
+            if scope.get("http_version") in ("1.0", "1.1"):
+                headers.append((b"connection", b"keep-alive"))
+            await send({"type": "http.response.start", "status": 200, "headers": headers})
+            # a comment first: the headers go out now whatever the server buffers (clients ignore it)
+            await send({"type": "http.response.body", "body": b":\n\n", "more_body": True})
+
+            async def stream() -> None:
+                while (events := await conn.next_events(mailbox, self.sse_keepalive)) is not None:
+                    await send({"type": "http.response.body", "body": events, "more_body": True})
+
+            if await _unless_disconnected(receive, stream):
+                await send({"type": "http.response.body", "body": b""})
+        except OSError as exc:  # the server lost the socket
+            log.debug("ACP connection %s: SSE stream failed: %r", conn.id, exc)
+        finally:
+            conn.release(mailbox)
+
+    async def _http_delete(self, scope: Scope, send: Send) -> None:
+        conn = self._connection(scope)
+        conn.close()
+        await _response(send, 202, b"", [])
 
     # -- WebSocket ---------------------------------------------------------------------------------
     async def _reject(
@@ -233,6 +843,20 @@ class AcpApp:
         finally:
             self.connection_ids.discard(connection_id)
             self._ended.unpark_all()
+
+    async def _serve(
+        self, connection_id: str, to_client: trio.abc.SendStream, from_client: trio.abc.ReceiveStream, kind: str
+    ) -> None:
+        """Serve one connection's NDJSON byte streams (whatever the transport) until it ends."""
+        if self.serve_streams is not None:  # the bridge: bytes to a process, verbatim
+            await self.serve_streams(connection_id, to_client, from_client)
+            return
+        conn = AgentSideConnection(
+            self.agent, to_client, from_client, name=f"acp-{kind}-{connection_id[:8]}", **self.connection_options
+        )
+        conn.connection_id = connection_id  # type: ignore[attr-defined]
+        async with conn:
+            await conn.wait_closed()
 
     async def _run(self, connection_id: str, receive: Receive, send: Send) -> None:
         close: list[tuple[int, str]] = []  # why this side closes, first reason wins
@@ -287,15 +911,7 @@ class AcpApp:
             nursery.start_soon(pump)
             to_client, from_client = MessageSendStream(send_text), MessageReceiveStream(next_text)
             try:
-                if self.serve_streams is not None:  # the bridge: bytes to a process, verbatim
-                    await self.serve_streams(connection_id, to_client, from_client)
-                    return
-                conn = AgentSideConnection(
-                    self.agent, to_client, from_client, name=f"acp-ws-{connection_id[:8]}", **self.connection_options
-                )
-                conn.connection_id = connection_id  # type: ignore[attr-defined]
-                async with conn:
-                    await conn.wait_closed()
+                await self._serve(connection_id, to_client, from_client, "ws")
             finally:
                 # the pump writes what it holds, then ends (a stalled client keeps it until it reads or leaves)
                 out_send.close()
@@ -305,6 +921,37 @@ class AcpApp:
                 await send({"type": "websocket.close", "code": code, "reason": reason[:120]})
             except Exception as exc:  # pragma: no cover - the socket went away meanwhile
                 log.debug("ACP connection %s: close failed: %r", connection_id, exc)
+
+
+async def _text_response(send: Send, status: int, body: str, headers: list[tuple[bytes, bytes]] | None = None) -> None:
+    await _response(send, status, body.encode(), [(b"content-type", TEXT_PLAIN), *(headers or [])])
+
+
+async def _json_response(send: Send, status: int, value: Any) -> None:
+    await _response(send, status, orjson.dumps(value), [(b"content-type", b"application/json")])
+
+
+async def _response(send: Send, status: int, body: bytes, headers: list[tuple[bytes, bytes]]) -> None:
+    headers.append((b"content-length", str(len(body)).encode()))
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+async def _unless_disconnected(receive: Receive, work: Callable[[], Awaitable[None]]) -> bool:
+    """Run ``work`` until it returns (``True``) or the client disconnects first (``False``, ``work`` cancelled)."""
+    done = False
+    async with trio.open_nursery() as nursery:
+
+        async def watch() -> None:
+            while (await receive())["type"] != "http.disconnect":
+                pass
+            nursery.cancel_scope.cancel()
+
+        nursery.start_soon(watch)
+        await work()
+        done = True
+        nursery.cancel_scope.cancel()
+    return done
 
 
 def _header(scope: Scope, name: bytes) -> bytes | None:
@@ -346,4 +993,14 @@ async def serve(
     await hypercorn_serve(app, config, shutdown_trigger=shutdown_trigger, task_status=task_status)
 
 
-__all__ = ["DEFAULT_OUTPUT_STALL_TIMEOUT", "AcpApp", "serve"]
+__all__ = [
+    "DEFAULT_MAX_BUFFERED_BYTES",
+    "DEFAULT_MAX_BUFFERED_SESSION_STREAMS",
+    "DEFAULT_MAX_ID_LENGTH",
+    "DEFAULT_OUTPUT_STALL_TIMEOUT",
+    "DEFAULT_SSE_KEEPALIVE",
+    "HEADER_SESSION_ID",
+    "SESSION_SCOPED_METHODS",
+    "AcpApp",
+    "serve",
+]

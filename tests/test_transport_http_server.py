@@ -1,0 +1,568 @@
+"""Streamable HTTP, server side: ``AcpApp`` answering ``POST``/``GET``/``DELETE`` on ``/acp``.
+
+Spec: the RFD ``docs/rfds/streamable-http-websocket-transport.mdx`` (Streamable HTTP, Unified
+Endpoint Routing) and, where they differ, what the TypeScript SDK 2.4.0's ``AcpServer`` does
+(statuses, routing, limits and their defaults).  Most tests drive the ASGI application in this
+process (a scripted agent behind ``serve_streams``, so every byte the agent reads and writes is
+known), with trio's autojump clock where time matters (keepalive, output stall).  The others run
+hypercorn on 127.0.0.1: raw ``httpx2`` requests (413 read whole by a real client, HTTP/2 without
+TLS), our ``connect_http``, and the TypeScript SDK's ``createHttpStream`` client under node playing
+the interoperability script of ``tests/test_interop.py``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+import test_interop  # pytest's default ("prepend") import mode puts tests/ on sys.path
+import trio
+from test_interop import INTEROP, TIME_LIMIT, ts_sdk  # noqa: F401  (the fixture: the SDK from npm, in the cache)
+
+pytest.importorskip("hypercorn")
+pytest.importorskip("httpx2")
+
+import httpx2
+
+from acp_trio.transports.asgi import AcpApp, serve
+
+DEADLINE = 30
+JSON = {"content-type": "application/json"}
+
+
+# -- an in-process ASGI client ----------------------------------------------------------------------
+class Reply:
+    """One HTTP exchange with the app: its status, headers and the body bytes so far."""
+
+    def __init__(self, body: bytes) -> None:
+        self._body = body
+        self._body_sent = False
+        self.status = 0
+        self.headers: dict[str, str] = {}
+        self.data = b""
+        self.started = trio.Event()
+        self.done = trio.Event()
+        self.returned = trio.Event()  # the app's handler for this request returned
+        self.gone = trio.Event()
+        self._changed = trio.Event()
+
+    async def receive(self) -> dict[str, Any]:
+        if not self._body_sent:
+            self._body_sent = True
+            return {"type": "http.request", "body": self._body, "more_body": False}
+        await self.gone.wait()
+        return {"type": "http.disconnect"}
+
+    async def send(self, message: dict[str, Any]) -> None:
+        if message["type"] == "http.response.start":
+            self.status = message["status"]
+            self.headers = {k.decode().lower(): v.decode() for k, v in message.get("headers", [])}
+            self.started.set()
+        elif message["type"] == "http.response.body":
+            self.data += message.get("body", b"")
+            self._changed.set()
+            self._changed = trio.Event()
+            if not message.get("more_body", False):
+                self.done.set()
+                self.gone.set()  # as servers do once the response is complete
+        await trio.lowlevel.checkpoint()
+
+    def leave(self) -> None:
+        """The client goes away (``http.disconnect``)."""
+        self.gone.set()
+
+    async def body(self) -> bytes:
+        await self.done.wait()
+        return self.data
+
+    async def text(self) -> str:
+        return (await self.body()).decode()
+
+    def events(self) -> list[Any]:
+        """The SSE events so far, each ``data`` parsed (checks the framing: ``data: <json>`` or ``:``)."""
+        found = []
+        for block in self.data.split(b"\n\n")[:-1]:
+            if block == b":":
+                continue
+            assert block.startswith(b"data: ") and b"\n" not in block, block
+            found.append(json.loads(block[6:]))
+        return found
+
+    async def wait_events(self, count: int) -> list[Any]:
+        while len(self.events()) < count:
+            if self.done.is_set():
+                raise AssertionError(f"the stream ended after {self.events()}")
+            await self._changed.wait()
+        return self.events()
+
+
+class Http:
+    """Requests to an :class:`AcpApp` run in this process (its lifespan started)."""
+
+    def __init__(self, app: AcpApp, nursery: trio.Nursery) -> None:
+        self.app = app
+        self.nursery = nursery
+
+    async def request(self, method: str, headers: dict[str, str] | None = None, body: bytes = b"") -> Reply:
+        reply = Reply(body)
+        raw = [(k.lower().encode(), v.encode()) for k, v in (headers or {}).items()]
+        scope = {"type": "http", "http_version": "1.1", "method": method, "path": "/acp", "headers": raw}
+
+        async def handle() -> None:
+            try:
+                await self.app(scope, reply.receive, reply.send)
+            finally:
+                reply.returned.set()
+
+        self.nursery.start_soon(handle)
+        await reply.started.wait()
+        return reply
+
+    async def post(self, message: Any, connection_id: str | None = None, session_id: str | None = None) -> Reply:
+        headers = dict(JSON)
+        if connection_id:
+            headers["acp-connection-id"] = connection_id
+        if session_id:
+            headers["acp-session-id"] = session_id
+        body = message if isinstance(message, bytes) else json.dumps(message).encode()
+        return await self.request("POST", headers, body)
+
+    async def stream(self, connection_id: str, session_id: str | None = None) -> Reply:
+        headers = {"accept": "text/event-stream", "acp-connection-id": connection_id}
+        if session_id:
+            headers["acp-session-id"] = session_id
+        return await self.request("GET", headers)
+
+    async def initialize(self) -> str:
+        reply = await self.post({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {"protocolVersion": 1}})
+        assert reply.status == 200, await reply.text()
+        return reply.headers["acp-connection-id"]
+
+
+@asynccontextmanager
+async def running(app: AcpApp) -> AsyncIterator[Http]:
+    async with trio.open_nursery() as nursery:
+        to_app, app_in = trio.open_memory_channel[dict[str, Any]](10)
+        app_out, from_app = trio.open_memory_channel[dict[str, Any]](10)
+        nursery.start_soon(app, {"type": "lifespan"}, app_in.receive, app_out.send)
+        await to_app.send({"type": "lifespan.startup"})
+        assert (await from_app.receive())["type"] == "lifespan.startup.complete"
+        yield Http(app, nursery)
+        await to_app.send({"type": "lifespan.shutdown"})
+        assert (await from_app.receive())["type"] == "lifespan.shutdown.complete"
+        nursery.cancel_scope.cancel()
+
+
+class Script:
+    """An agent behind ``serve_streams``: records every line it reads, answers ``initialize`` with
+    ``answer`` (bytes, written as they are), and writes the lines a ``_emit`` notification names."""
+
+    INIT = b'{"jsonrpc":"2.0",  "id":0,"result":{"protocolVersion":1,"_x":{"kept":true}}}'
+
+    def __init__(self, answer: bytes | None = INIT) -> None:
+        self.answer = answer
+        self.lines: list[bytes] = []
+        self.read = trio.Event()
+        self.ended = trio.Event()
+        self.written = 0
+        self._wrote = trio.Event()
+
+    async def serve(
+        self, connection_id: str, to_client: trio.abc.SendStream, from_client: trio.abc.ReceiveStream
+    ) -> None:
+        async with trio.open_nursery() as nursery:
+
+            async def emit(lines: list[str]) -> None:
+                for line in lines:
+                    await to_client.send_all(line.encode() + b"\n")
+                    self.written += 1
+                    self._wrote.set()
+                    self._wrote = trio.Event()
+
+            buffer = b""
+            async for data in from_client:
+                buffer += data
+                *lines, buffer = buffer.split(b"\n")
+                for line in lines:
+                    self.lines.append(line)
+                    self.read.set()
+                    self.read = trio.Event()
+                    message = json.loads(line) if line.startswith(b"{") else {}
+                    if message.get("method") == "initialize":
+                        if self.answer is None:
+                            return
+                        await to_client.send_all(self.answer + b"\n")
+                    elif message.get("method") == "_emit":
+                        nursery.start_soon(emit, message["params"]["lines"])
+            self.ended.set()
+
+    async def wait_written(self, count: int) -> None:
+        while self.written < count:
+            await self._wrote.wait()
+
+    async def wait_read(self, count: int) -> list[bytes]:
+        while len(self.lines) < count:
+            await self.read.wait()
+        return self.lines
+
+
+def emit(*messages: Any) -> dict[str, Any]:
+    """A notification telling the scripted agent to write these messages (dicts or raw strings)."""
+    lines = [m if isinstance(m, str) else json.dumps(m) for m in messages]
+    return {"jsonrpc": "2.0", "method": "_emit", "params": {"lines": lines}}
+
+
+def update(session_id: str, text: str) -> dict[str, Any]:
+    chunk = {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": text}}
+    return {"jsonrpc": "2.0", "method": "session/update", "params": {"sessionId": session_id, "update": chunk}}
+
+
+# -- initialize, statuses ----------------------------------------------------------------------------
+async def test_initialize_opens_a_connection_answered_200_with_the_agents_answer_verbatim() -> None:
+    script = Script()
+    app = AcpApp(serve_streams=script.serve)
+    with trio.fail_after(DEADLINE):
+        async with running(app) as http:
+            body = b'{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":1,"_unknown":[1, 2]}}'
+            reply = await http.post(body)
+            assert reply.status == 200
+            assert reply.headers["content-type"] == "application/json"
+            assert await reply.body() == Script.INIT  # no connectionId added, spacing and unknown fields kept
+            connection_id = reply.headers["acp-connection-id"]
+            assert len(connection_id) >= 32 and app.connection_ids == {connection_id}
+            assert script.lines == [body]  # the agent read what was POSTed, byte for byte
+            second = await http.initialize()
+            assert second != connection_id and app.active_connections == 2
+
+
+async def test_initialize_fails_500_when_the_agent_ends_or_says_something_else_first() -> None:
+    for answer in (None, b'{"jsonrpc":"2.0","method":"session/update","params":{}}'):
+        script = Script(answer)
+        app = AcpApp(serve_streams=script.serve)
+        with trio.fail_after(DEADLINE):
+            async with running(app) as http:
+                reply = await http.post({"jsonrpc": "2.0", "id": "i", "method": "initialize", "params": {}})
+                assert reply.status == 500
+                answer_body = json.loads(await reply.body())
+                assert answer_body["id"] == "i" and answer_body["error"]["code"] == -32603
+                assert answer_body["error"]["message"] == "Initialize failed"
+                await app.wait_idle()  # the connection is gone
+
+
+async def test_every_refusal_has_the_status_and_words_of_the_typescript_server() -> None:
+    app = AcpApp(serve_streams=Script().serve, max_id_length=16)
+    with trio.fail_after(DEADLINE):
+        async with running(app) as http:
+            cid = await http.initialize()
+            init = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {}}
+            prompt = {"jsonrpc": "2.0", "id": 2, "method": "session/prompt", "params": {"sessionId": "s1"}}
+            cases: list[tuple[Reply, int, str]] = [
+                (await http.request("POST", {"content-type": "text/plain"}, b"{}"), 415, "Unsupported Media Type"),
+                (await http.request("POST", {}, b"{}"), 415, "Unsupported Media Type"),
+                (await http.request("POST", {"content-type": "application/json; charset=utf-8"}, b"[1]"), 400, ""),
+                (await http.post(b'"text"', cid), 400, "Invalid JSON-RPC message"),
+                (await http.post({"jsonrpc": "2.0", "method": "session/new"}), 400, "Missing Acp-Connection-Id"),
+                (await http.post({"jsonrpc": "2.0", "method": "x"}, "nope"), 404, "Unknown Acp-Connection-Id"),
+                (await http.post(init, cid), 400, "Initialize not allowed on existing connection"),
+                (await http.post({**init, "id": None}), 400, "Initialize request must include an ID"),
+                (await http.post(prompt, cid), 400, "Missing Acp-Session-Id"),
+                (await http.post(prompt, cid, "s2"), 400, "Mismatched Acp-Session-Id"),
+                (await http.post({"jsonrpc": "2.0", "method": "session/cancel"}, cid), 400, "Missing Acp-Session-Id"),
+                (await http.post({**prompt, "params": {}}, cid, "s" * 17), 400, "Session ID exceeds maxIdLength (16)"),
+                (await http.post({**prompt, "id": "r" * 17}, cid, "s1"), 400, "Request ID exceeds maxIdLength (16)"),
+                (await http.request("GET", {"acp-connection-id": cid}), 406, "Not Acceptable"),
+                (await http.request("GET", {"accept": "*/*", "acp-connection-id": cid}), 406, "Not Acceptable"),
+                (await http.request("GET", {"accept": "text/event-stream"}), 400, "Missing Acp-Connection-Id"),
+                (await http.stream("nope"), 404, "Unknown Acp-Connection-Id"),
+                (await http.request("DELETE"), 400, "Missing Acp-Connection-Id"),
+                (await http.request("DELETE", {"acp-connection-id": "nope"}), 404, "Unknown Acp-Connection-Id"),
+                (await http.request("PUT", {"acp-connection-id": cid}), 405, "Method Not Allowed"),
+            ]
+            for reply, status, text in cases:
+                assert (reply.status, await reply.text() if text else "") == (status, text)
+                if text:
+                    assert reply.headers["content-type"].startswith("text/plain")
+            # a batch, and a body that is not JSON: JSON-RPC error bodies
+            batch = await http.post(b'[{"jsonrpc":"2.0","id":1,"method":"x"}]', cid)
+            assert batch.status == 400 and batch.headers["content-type"] == "application/json"
+            assert json.loads(await batch.body())["error"] == {
+                "code": -32600,
+                "message": "Invalid request: JSON-RPC batches are not supported",
+            }
+            bad = await http.post(b"{not json", cid)
+            assert bad.status == 400 and json.loads(await bad.body())["error"]["code"] == -32700
+            assert app.active_connections == 1
+
+
+async def test_a_body_over_max_message_bytes_is_413_whether_its_length_is_declared_or_not() -> None:
+    script = Script()
+    app = AcpApp(serve_streams=script.serve, max_message_bytes=100)
+    with trio.fail_after(DEADLINE):
+        async with running(app) as http:
+            cid = await http.initialize()
+            big = json.dumps({"jsonrpc": "2.0", "method": "_big", "params": {"x": "y" * 100}}).encode()
+            headers = {**JSON, "acp-connection-id": cid}
+            declared = await http.request("POST", {**headers, "content-length": str(len(big))}, big)
+            undeclared = await http.request("POST", headers, big)
+            for reply in (declared, undeclared):
+                assert (reply.status, await reply.text()) == (413, "Request body exceeds 100 bytes")
+            small = await http.post({"jsonrpc": "2.0", "method": "_ok"}, cid)
+            assert small.status == 202
+            assert [json.loads(line)["method"] for line in await script.wait_read(2)] == ["initialize", "_ok"]
+
+
+async def test_a_bearer_token_guards_post_get_and_delete() -> None:
+    app = AcpApp(serve_streams=Script().serve, token="s3cret")
+    with trio.fail_after(DEADLINE):
+        async with running(app) as http:
+            init = json.dumps({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {}}).encode()
+            for method in ("POST", "GET", "DELETE"):
+                for auth in ({}, {"authorization": "Bearer wrong"}):
+                    reply = await http.request(method, {**JSON, "accept": "text/event-stream", **auth}, init)
+                    assert reply.status == 401 and reply.headers["www-authenticate"] == "Bearer"
+            assert app.active_connections == 0
+            ok = await http.request("POST", {**JSON, "authorization": "Bearer s3cret"}, init)
+            assert ok.status == 200
+
+
+# -- routing and buffering -----------------------------------------------------------------------------
+async def test_output_goes_to_its_stream_and_waits_there_until_the_stream_is_opened() -> None:
+    script = Script()
+    app = AcpApp(serve_streams=script.serve)
+    with trio.fail_after(DEADLINE):
+        async with running(app) as http:
+            cid = await http.initialize()
+            # client requests: session/new (connection route), session/prompt and session/load (session route)
+            assert (
+                await http.post({"jsonrpc": "2.0", "id": 1, "method": "session/new", "params": {}}, cid)
+            ).status == 202
+            prompt = {"jsonrpc": "2.0", "id": "1", "method": "session/prompt", "params": {"sessionId": "s1"}}
+            assert (await http.post(prompt, cid, "s1")).status == 202
+            load = {"jsonrpc": "2.0", "id": 3, "method": "session/load", "params": {"sessionId": "s1"}}
+            assert (await http.post(load, cid, "s1")).status == 202
+            ask = {"jsonrpc": "2.0", "id": 9, "method": "session/request_permission", "params": {"sessionId": "s1"}}
+            lines = [
+                {"jsonrpc": "2.0", "id": 1, "result": {"sessionId": "s1"}},  # → connection stream
+                update("s1", "a"),  # → s1
+                ask,  # → s1, and the client's answer must name s1
+                {"jsonrpc": "2.0", "id": "1", "result": {"stopReason": "end_turn"}},  # id "1", not 1 → s1
+                {"jsonrpc": "2.0", "id": 3, "result": {}},  # session/load → connection stream
+                {"jsonrpc": "2.0", "method": "_note", "params": {}},  # no sessionId → connection stream
+                {"jsonrpc": "2.0", "id": None, "error": {"code": -32600, "message": "Invalid Request"}},  # → connection
+            ]
+            assert (await http.post(emit(*lines), cid)).status == 202
+            await script.wait_written(len(lines))
+            # nothing was read yet: the streams open now and get what waited for them, in order
+            session = await http.stream(cid, "s1")
+            connection = await http.stream(cid)
+            assert session.status == connection.status == 200
+            assert session.headers["content-type"] == "text/event-stream"
+            assert session.headers["cache-control"] == "no-cache"
+            assert await session.wait_events(3) == [lines[1], lines[2], lines[3]]
+            assert await connection.wait_events(4) == [lines[0], lines[4], lines[5], lines[6]]
+            assert session.data.startswith(b":\n\n")  # a comment first: the headers go out at once
+            # the agent's request came on s1: the answer must carry Acp-Session-Id: s1
+            answer = {"jsonrpc": "2.0", "id": 9, "result": {"outcome": {"outcome": "cancelled"}}}
+            assert (await http.post(answer, cid)).status == 400
+            assert (await http.post(answer, cid, "s2")).status == 400
+            assert (await http.post(answer, cid, "s1")).status == 202
+            await script.wait_read(6)
+            assert json.loads(script.lines[-1]) == answer
+            # one reader per stream; a session nobody mentioned gets a stream too (as the TypeScript server)
+            assert (await http.stream(cid, "s1")).status == 409
+            assert (await http.stream(cid)).status == 409
+            assert (await http.stream(cid, "other")).status == 200
+            # an object that is no JSON-RPC message is the agent's to answer
+            assert (await http.post({"foo": 1}, cid)).status == 202
+            assert json.loads((await script.wait_read(7))[-1]) == {"foo": 1}
+
+
+async def test_a_closed_session_stream_keeps_what_it_did_not_send_for_the_next_reader() -> None:
+    script = Script()
+    app = AcpApp(serve_streams=script.serve)
+    with trio.fail_after(DEADLINE):
+        async with running(app) as http:
+            cid = await http.initialize()
+            first = await http.stream(cid, "s1")
+            await http.post(emit(update("s1", "1")), cid)
+            assert await first.wait_events(1) == [update("s1", "1")]
+            first.leave()
+            await first.returned.wait()
+            await http.post(emit(update("s1", "2"), update("s1", "3")), cid)
+            await script.wait_written(3)
+            second = await http.stream(cid, "s1")
+            assert await second.wait_events(2) == [update("s1", "2"), update("s1", "3")]
+
+
+async def test_sse_keepalive_comment_after_15_idle_seconds(autojump_clock: Any) -> None:
+    app = AcpApp(serve_streams=Script().serve)
+    async with running(app) as http:
+        cid = await http.initialize()
+        stream = await http.stream(cid)
+        await trio.sleep(14)
+        assert stream.data == b":\n\n"
+        await trio.sleep(2)
+        assert stream.data == b":\n\n:\n\n"
+        stream.leave()
+
+
+async def test_delete_ends_the_agents_input_and_every_stream() -> None:
+    script = Script()
+    app = AcpApp(serve_streams=script.serve)
+    with trio.fail_after(DEADLINE):
+        async with running(app) as http:
+            cid = await http.initialize()
+            streams = [await http.stream(cid), await http.stream(cid, "s1")]
+            deleted = await http.request("DELETE", {"acp-connection-id": cid})
+            assert (deleted.status, await deleted.body()) == (202, b"")
+            await script.ended.wait()
+            for stream in streams:
+                await stream.body()
+            await app.wait_idle()
+            assert (await http.request("DELETE", {"acp-connection-id": cid})).status == 404
+            assert (await http.post({"jsonrpc": "2.0", "method": "_x"}, cid)).status == 404
+            assert (await http.stream(cid)).status == 404
+
+
+# -- limits ----------------------------------------------------------------------------------------------
+async def test_unread_output_at_max_buffered_bytes_holds_requests_then_the_stall_closes_the_connection(
+    autojump_clock: Any,
+) -> None:
+    script = Script()
+    app = AcpApp(serve_streams=script.serve, max_buffered_bytes=200, output_stall_timeout=5)
+    async with running(app) as http:
+        cid = await http.initialize()
+        notes = [{"jsonrpc": "2.0", "method": "_n", "params": {"n": n, "pad": "x" * 80}} for n in range(6)]
+        assert all(len(json.dumps(note)) > 100 for note in notes)
+        assert (await http.post(emit(*notes), cid)).status == 202
+        await trio.sleep(1)
+        assert script.written == 1  # the second write waits: over 200 bytes are buffered for nobody
+        start = trio.current_time()
+        held = await http.post({"jsonrpc": "2.0", "id": 5, "method": "session/new", "params": {}}, cid)
+        assert held.status == 404  # held before its 202 until the stall closed the connection
+        assert trio.current_time() - start == pytest.approx(4, abs=0.5)
+        await script.ended.wait()  # the agent's input ended
+        assert (await http.post({"jsonrpc": "2.0", "method": "_x"}, cid)).status == 404
+        await app.wait_idle()
+
+
+async def test_a_reader_keeps_output_flowing_past_max_buffered_bytes() -> None:
+    script = Script()
+    app = AcpApp(serve_streams=script.serve, max_buffered_bytes=200, output_stall_timeout=5)
+    with trio.fail_after(DEADLINE):
+        async with running(app) as http:
+            cid = await http.initialize()
+            stream = await http.stream(cid)
+            notes = [{"jsonrpc": "2.0", "method": "_n", "params": {"n": n, "pad": "x" * 60}} for n in range(200)]
+            await http.post(emit(*notes), cid)
+            assert await stream.wait_events(200) == notes
+
+
+async def test_more_unread_session_streams_than_allowed_close_the_connection() -> None:
+    script = Script()
+    app = AcpApp(serve_streams=script.serve, max_buffered_session_streams=2)
+    with trio.fail_after(DEADLINE):
+        async with running(app) as http:
+            cid = await http.initialize()
+            opened = await http.stream(cid, "open")  # a stream with a reader does not count
+            await http.post(emit(update("open", "0"), update("s1", "1"), update("s2", "2")), cid)
+            await opened.wait_events(1)
+            await script.wait_written(3)
+            assert (await http.post({"jsonrpc": "2.0", "method": "_x"}, cid)).status == 202
+            await http.post(emit(update("s3", "3")), cid)  # a third unread session stream
+            await script.ended.wait()
+            await opened.body()
+            assert (await http.post({"jsonrpc": "2.0", "method": "_x"}, cid)).status == 404
+
+
+# -- over hypercorn ---------------------------------------------------------------------------------------
+@asynccontextmanager
+async def served(app: AcpApp) -> AsyncIterator[str]:
+    async with trio.open_nursery() as nursery:
+        [bound] = await nursery.start(serve, app, "127.0.0.1", 0)
+        yield bound + "/acp"
+        nursery.cancel_scope.cancel()
+
+
+async def test_over_hypercorn_a_client_reads_413_and_http2_without_tls_works() -> None:
+    script = Script()
+    app = AcpApp(serve_streams=script.serve, max_message_bytes=1000)
+    with trio.fail_after(DEADLINE):
+        async with served(app) as url, httpx2.AsyncClient() as h1:
+            init = {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {}}
+            answer = await h1.post(url, json=init)
+            assert answer.status_code == 200 and answer.content == Script.INIT
+            cid = answer.headers["acp-connection-id"]
+
+            async def chunks() -> AsyncIterator[bytes]:
+                for _ in range(100):
+                    yield b" " * 1000
+
+            too_big = await h1.post(url, content=chunks(), headers={**JSON, "acp-connection-id": cid})
+            assert (too_big.status_code, too_big.text) == (413, "Request body exceeds 1000 bytes")
+            # HTTP/2 with prior knowledge (h2c): the same exchange, no Connection header on the stream
+            async with httpx2.AsyncClient(http1=False, http2=True) as h2:
+                async with h2.stream(
+                    "GET", url, headers={"accept": "text/event-stream", "acp-connection-id": cid}
+                ) as sse:
+                    assert sse.http_version == "HTTP/2" and sse.status_code == 200
+                    assert "connection" not in sse.headers
+                    note = {"jsonrpc": "2.0", "method": "_n", "params": {}}
+                    posted = await h2.post(url, json=emit(note), headers={"acp-connection-id": cid})
+                    assert posted.status_code == 202
+                    got = b""
+                    async for data in sse.aiter_bytes():
+                        got += data
+                        if b"data: " in got and got.endswith(b"\n\n"):
+                            break
+                    assert got == b":\n\ndata: " + json.dumps(note).encode() + b"\n\n"
+
+
+async def test_our_http_client_over_hypercorn_reaches_a_serve_streams_agent_verbatim() -> None:
+    from acp_trio.transports.http import connect_http
+
+    script = Script()
+    app = AcpApp(serve_streams=script.serve)
+    with trio.fail_after(DEADLINE):
+        async with served(app) as url:
+            async with connect_http(url, object()) as conn:
+                from acp_schema import v1
+
+                await conn.agent.initialize(v1.InitializeRequest(protocol_version=1))
+                assert conn.connection_id in app.connection_ids  # type: ignore[attr-defined]
+                await conn.ext_notification("_emit", {"lines": []})
+                await script.wait_read(2)
+            await app.wait_idle()  # leaving sent DELETE: the agent's input ended
+            assert script.ended.is_set()
+
+
+async def test_the_typescript_sdks_http_client_drives_our_acp_app(ts_sdk: Path, tmp_path: Path) -> None:  # noqa: F811
+    sys.path.insert(0, str(INTEROP))
+    try:
+        from trio_agent import InteropAgent
+    finally:
+        sys.path.remove(str(INTEROP))
+    app = AcpApp(InteropAgent)
+    (tmp_path / "input.txt").write_text(test_interop.INPUT_TEXT, encoding="utf-8")
+    with trio.fail_after(TIME_LIMIT):
+        async with served(app) as url:
+            proc = await trio.run_process(
+                ["node", str(INTEROP / "ts_client.mjs"), str(tmp_path), url],
+                capture_stdout=True,
+                capture_stderr=True,
+                check=False,
+                env={**os.environ, "ACP_INTEROP_NPM_DIR": str(ts_sdk)},
+            )
+            stderr = proc.stderr.decode("utf-8", "replace")
+            assert proc.returncode == 0, f"ts_client.mjs exited {proc.returncode}:\n{stderr}"
+            await app.wait_idle()  # the client sent DELETE: our side's connection and agent ended
+    summary: dict[str, Any] = json.loads(proc.stdout.decode("utf-8").splitlines()[-1])
+    assert summary["agentExit"] is None  # no agent process: the agent is remote
+    summary["agentExit"] = {"code": 0}  # what the shared check expects of a spawned agent
+    test_interop.check_foreign_client_summary(summary, tmp_path)
