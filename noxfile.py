@@ -75,11 +75,14 @@ def update_schema(session: nox.Session) -> None:
 @nox.session(python=PY)
 def bench(session: nox.Session) -> None:
     """Codec (decode+encode, import time), then runtime over stdio (streaming, fs round trips, start-up),
-    side by side with the official Python SDK.  Options (`--quick`, `--json PATH`, `--strict`) go to both."""
-    session.install(".", *group("bench"), "jsonschema")
+    side by side with the official Python SDK, the session store, then the remote transports (WebSocket,
+    Streamable HTTP, the bridge) side by side with the TypeScript SDK (needs node/npm for that side).
+    Options (`--quick`, `--json PATH`, `--strict`) go to all."""
+    session.install(".[remote]", *group("bench"), "jsonschema")
     session.run("python", "benchmarks/bench.py", *session.posargs)
     session.run("python", "benchmarks/bench_runtime.py", *session.posargs)
     session.run("python", "benchmarks/bench_store.py", *session.posargs)
+    session.run("python", "benchmarks/bench_remote.py", *session.posargs)
 
 
 @nox.session(python=PY)

@@ -1,0 +1,595 @@
+"""acp-trio's remote transports (WebSocket, Streamable HTTP, the bridge) vs the TypeScript SDK's, on loopback.
+
+Usage::
+
+    python benchmarks/bench_remote.py [--quick] [--rounds R] [--repeats K] [--connections C]
+                                      [--json out.json] [--strict] [--profile DIR]
+
+Needs the ``remote`` extra (``pip install -e '.[remote]'``) and, for the TypeScript side, ``node``
+and ``npm`` (20 or later): ``@agentclientprotocol/sdk`` 2.4.0, zod and ``ws`` are installed once into
+``${ACP_TRIO_CACHE:-~/.cache/acp-trio}/interop/npm-2.4.0-ws-8.18.3`` (the directory the interop
+tests use).  Without node the TypeScript rows say "not measured".  Every server and client is its
+own process; the scripts are in ``benchmarks/remote/`` and the agent and prompt commands are
+those of ``benchmarks/runtime/`` (``common.py``).
+
+Scenarios (issue 12's bars):
+
+1. ``stream``: one ``session/prompt`` during which the agent sends 20,000 ``agent_message_chunk``
+   updates, timed by the client from sending the prompt to its response (all updates counted).
+   WebSocket: acp-trio's pair (``AcpApp`` on hypercorn serving the bench agent;
+   ``connect_websocket``) vs the TypeScript SDK's pair (``AcpServer`` with its Node adapter and
+   ``ws``; ``createWebSocketStream``); the crossed pairs are shown too (no bar).  Streamable HTTP:
+   our ``connect_http`` and the SDK's ``createHttpStream``, both against the SDK's ``AcpServer``,
+   and our server when it serves Streamable HTTP (probed: a ``POST`` ``initialize``; while it
+   answers ``501`` the row says "not measured: not implemented").  Bars: our rate ≥ theirs.
+2. ``many``: one fresh acp-trio server process, C (100) WebSocket connections opened at once, each
+   streaming a 2,000-update turn; every connection checks its updates arrive in order.  The
+   server's RSS is read from ``/proc/<pid>/status`` (``VmRSS`` sampled every 20 ms, ``VmHWM``):
+   after start-up and one warm-up connection ("start"), at the peak, and once all connections
+   closed and the RSS settled ("after").  Bars: all delivered in order, no error; after ≤ 1.1 x
+   start.
+3. ``bridge``: the bench agent as a stdio process behind ``serve_bridge`` (what ``python -m
+   acp_trio.bridge --listen`` runs), driven by ``connect_websocket``, vs the same agent spawned
+   directly over stdio (``spawn_agent``, ``runtime/trio_client.py``).  Bar: bridge ≥ 0.5 x direct.
+
+``--profile DIR``: afterwards, one more acp-trio WebSocket stream (20,000 updates, 3 turns) with
+its server and client under cProfile; the statistics go to DIR and a breakdown of each process's
+own time by component (trio, hypercorn, wsproto, trio-websocket, our adapters, the connection, the
+codec, ...) is printed.
+
+Statistics: ``--rounds`` client processes per pairing (sides alternating), each with one warm-up
+prompt and ``--repeats`` timed prompts; verdicts use the **median** of all timed prompts.
+Exit status: 0; 1 if a scenario failed to run; 3 with ``--strict`` if a bar is missed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import fcntl
+import json
+import os
+import platform
+import pstats
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any, Final
+
+_HERE: Final = Path(__file__).resolve().parent
+_REMOTE: Final = _HERE / "remote"
+_RUNTIME: Final = _HERE / "runtime"
+_REPO: Final = _HERE.parent
+
+from _shared import dist_version, subprocess_env  # noqa: E402
+from bench_runtime import cpu_times, describe_load  # noqa: E402
+
+try:
+    import acp_schema
+    import acp_trio
+except ImportError:  # not installed: use the source tree
+    sys.path[:0] = [str(_REPO / "generated"), str(_REPO / "runtime")]
+    import acp_schema
+    import acp_trio
+
+STREAM_N: Final = 20_000
+MANY_N: Final = 2_000
+STREAM: Final = f"stream {STREAM_N}"
+TS_SDK: Final = "@agentclientprotocol/sdk@2.4.0"
+TS_PACKAGES: Final = (TS_SDK, "zod@^3.25.76", "ws@8.18.3")
+NOT_IMPLEMENTED: Final = "not measured: not implemented"
+INITIALIZE: Final = (
+    b'{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":1,"clientCapabilities":{}}}'
+)
+
+
+# -- the TypeScript SDK ---------------------------------------------------------------------------
+
+
+def ts_sdk_dir() -> tuple[Path | None, str]:
+    """The npm directory holding the SDK, zod and ws (installed on first use), or None and why not."""
+    npm = shutil.which("npm")
+    if shutil.which("node") is None or npm is None:
+        return None, "not measured: node/npm not on PATH"
+    root = os.environ.get("ACP_TRIO_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "acp-trio")
+    target = Path(root) / "interop" / "npm-2.4.0-ws-8.18.3"
+    marker, what = target / ".acp-trio-installed", "\n".join(TS_PACKAGES) + "\n"
+
+    def ready() -> bool:
+        return marker.is_file() and marker.read_text() == what and (target / "node_modules" / "ws").is_dir()
+
+    if ready():
+        return target, ""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with open(target.parent / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not ready():
+            shutil.rmtree(target, ignore_errors=True)
+            target.mkdir(parents=True)
+            (target / "package.json").write_text('{"name": "acp-trio-interop-ws", "private": true}\n')
+            print(f"  installing {' '.join(TS_PACKAGES)} into {target} ...")
+            proc = subprocess.run(
+                [npm, "install", "--no-audit", "--no-fund", "--no-save", *TS_PACKAGES],
+                cwd=target,
+                capture_output=True,
+                text=True,
+                timeout=300,
+            )
+            if proc.returncode != 0 or not (target / "node_modules" / "ws").is_dir():
+                return None, f"not measured: npm install failed ({proc.stderr.strip()[-200:]})"
+            marker.write_text(what)
+    return target, ""
+
+
+def node_version() -> str:
+    try:
+        return subprocess.run(["node", "--version"], capture_output=True, text=True, timeout=10).stdout.strip()
+    except OSError:
+        return "none"
+
+
+# -- processes ------------------------------------------------------------------------------------
+
+
+@dataclass
+class Server:
+    name: str
+    proc: subprocess.Popen[bytes]
+    port: int
+    pid: int
+
+    def url(self, scheme: str) -> str:
+        return f"{scheme}://127.0.0.1:{self.port}/acp"
+
+
+@contextmanager
+def server(name: str, argv: list[str], env: dict[str, str], log: IO[bytes]) -> Iterator[Server]:
+    """Start a server script; it prints ``{"port": N, "pid": P}`` and exits when its stdin closes."""
+    proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, env=env, cwd=_REMOTE)
+    assert proc.stdout is not None and proc.stdin is not None
+    try:
+        line = proc.stdout.readline()
+        if not line:
+            raise RuntimeError(f"{name} server exited ({proc.wait()}) before printing its port")
+        info = json.loads(line)
+        yield Server(name, proc, int(info["port"]), int(info.get("pid", proc.pid)))
+    finally:
+        proc.stdin.close()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def run_json(argv: list[str], env: dict[str, str], what: str, timeout: float = 600) -> Any:
+    proc = subprocess.run(argv, env=env, cwd=_REMOTE, capture_output=True, text=True, timeout=timeout)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{what} failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def serves_streamable_http(url: str) -> bool:
+    """Whether the server at ``url`` answers a Streamable HTTP ``initialize`` (200) rather than 501."""
+    request = urllib.request.Request(
+        url, data=INITIALIZE, method="POST", headers={"Content-Type": "application/json", "Accept": "*/*"}
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=10) as answer:
+            ok = answer.status == 200
+            connection_id = answer.headers.get("Acp-Connection-Id")
+    except (urllib.error.URLError, OSError):
+        return False
+    if ok and connection_id:  # end the connection just opened
+        delete = urllib.request.Request(url, method="DELETE", headers={"Acp-Connection-Id": connection_id})
+        try:
+            urllib.request.urlopen(delete, timeout=10).close()
+        except (urllib.error.URLError, OSError):
+            pass
+    return ok
+
+
+# -- scenario 1 and 3: streaming --------------------------------------------------------------------
+
+
+@dataclass
+class Pairing:
+    key: str
+    label: str
+    argv: list[str] | None  # None: not measured
+    note: str = ""
+
+
+def stream_pairings(
+    py: str, ours: Server, bridge: Server, ts: Server | None, ts_note: str, ours_http: bool
+) -> list[Pairing]:
+    trio_client = [py, str(_REMOTE / "trio_client.py")]
+    ts_client = ["node", str(_REMOTE / "ts_client.mjs")]
+
+    def ours_to(url: str) -> list[str]:
+        return [*trio_client, url]
+
+    def ts_to(url: str) -> list[str]:
+        return [*ts_client, url]
+
+    http_note = "" if ours_http else NOT_IMPLEMENTED
+    pairings = [
+        Pairing("ws-ours", "WS: connect_websocket → AcpApp", ours_to(ours.url("ws"))),
+        Pairing("ws-ts", "WS: createWebSocketStream → AcpServer", ts_to(ts.url("ws")) if ts else None, ts_note),
+        Pairing("ws-ours-ts", "WS: connect_websocket → AcpServer", ours_to(ts.url("ws")) if ts else None, ts_note),
+        Pairing("ws-ts-ours", "WS: createWebSocketStream → AcpApp", ts_to(ours.url("ws")) if ts else None, ts_note),
+        Pairing("http-ours-ts", "HTTP: connect_http → AcpServer", ours_to(ts.url("http")) if ts else None, ts_note),
+        Pairing("http-ts", "HTTP: createHttpStream → AcpServer", ts_to(ts.url("http")) if ts else None, ts_note),
+        Pairing(
+            "http-ours", "HTTP: connect_http → AcpApp", ours_to(ours.url("http")) if ours_http else None, http_note
+        ),
+        Pairing(
+            "http-ts-ours",
+            "HTTP: createHttpStream → AcpApp",
+            ts_to(ours.url("http")) if ts and ours_http else None,
+            ts_note or http_note,
+        ),
+        Pairing("bridge", "bridge: connect_websocket → serve_bridge → stdio agent", ours_to(bridge.url("ws"))),
+        Pairing("direct", "stdio: spawn_agent → agent", [py, str(_RUNTIME / "trio_client.py")]),
+    ]
+    return pairings
+
+
+def run_streams(pairings: list[Pairing], env: dict[str, str], rounds: int, repeats: int) -> dict[str, list[float]]:
+    """Seconds per 20,000-update prompt, per pairing: ``rounds`` client processes each, order alternating."""
+    samples: dict[str, list[float]] = {p.key: [] for p in pairings if p.argv}
+    order = [p for p in pairings if p.argv]
+    for i in range(rounds):
+        for pairing in order if i % 2 == 0 else order[::-1]:
+            assert pairing.argv is not None
+            if pairing.argv[0] == "node":
+                argv = [*pairing.argv, "1", str(repeats), STREAM]
+            else:
+                argv = [*pairing.argv, "--warmup", "1", "--repeats", str(repeats), STREAM]
+            samples[pairing.key].extend(run_json(argv, env, pairing.label)[STREAM])
+    return samples
+
+
+# -- scenario 2: many connections -------------------------------------------------------------------
+
+
+def rss_kib(pid: int, field: str = "VmRSS") -> int:
+    with open(f"/proc/{pid}/status", encoding="ascii") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    raise RuntimeError(f"no {field} for process {pid}")
+
+
+def settled_rss(pid: int, seconds: float = 3.0) -> int:
+    """The RSS once it stops falling (sampled every 100 ms, at most ``seconds``)."""
+    last, deadline = rss_kib(pid), time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        time.sleep(0.1)
+        now = rss_kib(pid)
+        if now >= last:
+            return now
+        last = now
+    return last
+
+
+def run_many(py: str, env: dict[str, str], connections: int, log: IO[bytes]) -> dict[str, Any]:
+    client = [py, str(_REMOTE / "many_client.py")]
+    with server("acp-trio (many)", [py, str(_REMOTE / "trio_server.py")], env, log) as srv:
+        cold = settled_rss(srv.pid)
+        run_json([*client, srv.url("ws"), "--connections", "1", "--updates", str(MANY_N)], env, "warm-up connection")
+        start = settled_rss(srv.pid)
+        peak, stop = start, threading.Event()
+
+        def sample() -> None:
+            nonlocal peak
+            while not stop.is_set():
+                try:
+                    peak = max(peak, rss_kib(srv.pid))
+                except (OSError, RuntimeError):
+                    return
+                stop.wait(0.02)
+
+        sampler = threading.Thread(target=sample, daemon=True)
+        sampler.start()
+        try:
+            argv = [*client, srv.url("ws"), "--connections", str(connections), "--updates", str(MANY_N)]
+            result = run_json(argv, env, f"{connections} connections")
+        finally:
+            stop.set()
+            sampler.join()
+        peak = max(peak, rss_kib(srv.pid, "VmHWM"))
+        after = settled_rss(srv.pid)
+    result.update(rss_cold_kib=cold, rss_start_kib=start, rss_peak_kib=peak, rss_after_kib=after)
+    return dict(result)
+
+
+# -- profile ----------------------------------------------------------------------------------------
+
+COMPONENTS: Final = (
+    ("acp_trio/transports/asgi.py", "our ASGI app (asgi.py: pump, next_text, send_text)"),
+    ("acp_trio/transports/websocket.py", "our adapters (websocket.py: Message*Stream, client hooks)"),
+    ("acp_trio/_connection.py", "the connection (_connection.py)"),
+    ("acp_trio/_roles.py", "roles, typed dispatch (_roles.py)"),
+    ("acp_trio/_core", "codec and JSON-RPC (_core)"),
+    ("acp_trio/", "acp_trio, other"),
+    ("acp_schema/", "acp_schema (generated)"),
+    ("benchmarks/", "the bench agent/client"),
+    ("hypercorn/", "hypercorn"),
+    ("trio_websocket/", "trio-websocket"),
+    ("wsproto/", "wsproto"),
+    ("h11/", "h11"),
+    ("cattrs/", "cattrs"),
+    ("trio/", "trio (scheduler, sockets, channels)"),
+    ("~", "builtins and C calls (orjson, socket, ...)"),
+)
+
+
+def component(filename: str) -> str:
+    for needle, label in COMPONENTS:
+        if needle in filename:
+            return label
+    return "other Python (stdlib, ...)"
+
+
+def profile_breakdown(path: Path) -> list[tuple[str, float, float]]:
+    """(component, seconds of own time, share) for one process's cProfile file, largest first;
+    time spent waiting in epoll (trio's idle) is its own component."""
+    stats: Any = pstats.Stats(str(path)).stats
+    totals: dict[str, float] = {}
+    for (filename, _line, name), (_cc, _nc, tottime, _ct, _callers) in stats.items():
+        if filename == "~" and "poll" in name:
+            label = "idle: waiting for I/O (epoll)"
+        elif filename == "~":
+            # C calls are charged to their caller's component when it is a single one
+            callers = {component(c[0]) for c in _callers} if _callers else set()
+            label = f"C calls from {next(iter(callers))}" if len(callers) == 1 else "builtins and C calls (shared)"
+        else:
+            label = component(filename)
+        totals[label] = totals.get(label, 0.0) + tottime
+    whole = sum(totals.values()) or 1.0
+    return sorted(((k, v, v / whole) for k, v in totals.items()), key=lambda x: -x[1])
+
+
+def run_profile(py: str, env: dict[str, str], out: Path, log: IO[bytes]) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    server_stats, client_stats = out / "ws_server.prof", out / "ws_client.prof"
+    argv = [py, str(_REMOTE / "trio_server.py"), "--profile", str(server_stats)]
+    with server("acp-trio (profiled)", argv, env, log) as srv:
+        client = [py, str(_REMOTE / "trio_client.py"), srv.url("ws"), "--profile", str(client_stats)]
+        times = run_json([*client, "--warmup", "0", "--repeats", "3", STREAM], env, "profiled client")[STREAM]
+    print(f"\nProfile (cProfile, own time per component) of 3 WebSocket turns of {STREAM_N:,} updates")
+    print(f"  under the profiler: {', '.join(f'{STREAM_N / t:,.0f}' for t in times)} msg/s; stats in {out}")
+    for title, path in (
+        ("server process (AcpApp on hypercorn + the bench agent)", server_stats),
+        ("client process (connect_websocket)", client_stats),
+    ):
+        print(f"  {title}:")
+        for label, seconds, share in profile_breakdown(path)[:14]:
+            print(f"    {share * 100:5.1f}%  {seconds:6.2f} s  {label}")
+
+
+# -- report ---------------------------------------------------------------------------------------
+
+
+@dataclass
+class Row:
+    measure: str
+    ours: str
+    theirs: str
+    ratio: float | None
+    bar: str
+    ok: bool | None  # None: no bar (shown for information) or not measured
+    note: str = ""
+
+
+def _rate(xs: list[float] | None) -> float | None:
+    return STREAM_N / statistics.median(xs) if xs else None
+
+
+def _cell(v: float | None, unit: str = "") -> str:
+    if v is None:
+        return "-"
+    return (f"{v:,.0f}" if v >= 100 else f"{v:.1f}") + unit
+
+
+def build_rows(pairings: list[Pairing], samples: dict[str, list[float]], many: dict[str, Any] | None) -> list[Row]:
+    by_key = {p.key: p for p in pairings}
+
+    def versus(measure: str, ours: str, theirs: str, bar: float | None, per_turn: bool = False) -> Row:
+        a, b = samples.get(ours), samples.get(theirs)
+        if not a or not b:
+            note = by_key[ours].note if not a else by_key[theirs].note
+            return Row(measure, "-", "-", None, f"≥ {bar:g}" if bar else "", None, note)
+        if per_turn:
+            ma, mb = statistics.median(a) * 1e3, statistics.median(b) * 1e3
+            return Row(measure, _cell(ma), _cell(mb), ma / mb, "", None)
+        ra, rb = _rate(a), _rate(b)
+        assert ra is not None and rb is not None
+        return Row(
+            measure, _cell(ra), _cell(rb), ra / rb, f"≥ {bar:g}" if bar else "", None if bar is None else ra / rb >= bar
+        )
+
+    rows = [
+        versus("WS stream 20k, msg/s: our pair | TS pair", "ws-ours", "ws-ts", 1),
+        versus("WS stream 20k, ms/turn: our pair | TS pair", "ws-ours", "ws-ts", None, per_turn=True),
+        versus("WS msg/s: our client | TS client → TS server", "ws-ours-ts", "ws-ts", None),
+        versus("WS msg/s: TS client → our server | TS pair", "ws-ts-ours", "ws-ts", None),
+        versus("HTTP stream 20k, msg/s: our client | TS client → TS server", "http-ours-ts", "http-ts", 1),
+        versus("HTTP ms/turn: our client | TS client → TS server", "http-ours-ts", "http-ts", None, per_turn=True),
+        versus("HTTP stream 20k, msg/s: our pair | TS pair", "http-ours", "http-ts", 1),
+        versus("HTTP msg/s: TS client → our server | TS pair", "http-ts-ours", "http-ts", None),
+        versus("bridge, msg/s: WS → bridge → stdio | stdio direct", "bridge", "direct", 0.5),
+    ]
+    if many is not None:
+        n, ok = many["connections"], many["ok"]
+        rows.append(Row(f"{n} WS connections x {MANY_N:,}: in order, no error", f"{ok}/{n}", "", None, "all", ok == n))
+        start, peak, after = many["rss_start_kib"] / 1024, many["rss_peak_kib"] / 1024, many["rss_after_kib"] / 1024
+        rows.append(Row("server RSS MiB: peak | start", _cell(peak), _cell(start), peak / start, "", None))
+        rows.append(
+            Row(
+                "server RSS MiB: after close | start",
+                _cell(after),
+                _cell(start),
+                after / start,
+                "≤ 1.1",
+                after / start <= 1.1,
+            )
+        )
+    return rows
+
+
+def print_details(pairings: list[Pairing], samples: dict[str, list[float]]) -> None:
+    print(f"\nPer pairing, one prompt of {STREAM_N:,} updates: median ms / best ms (n timed prompts), median msg/s")
+    for p in pairings:
+        xs = samples.get(p.key)
+        if xs:
+            med = statistics.median(xs)
+            print(f"  {p.label:<58} {med * 1e3:>8.1f} / {min(xs) * 1e3:<8.1f}({len(xs):>2}) {STREAM_N / med:>9,.0f}")
+        else:
+            print(f"  {p.label:<58} {p.note}")
+
+
+def print_many(many: dict[str, Any]) -> None:
+    n, seconds = many["connections"], many["seconds"]
+    rate = n * MANY_N / seconds if seconds else 0.0
+    print(
+        f"\n{n} WebSocket connections x {MANY_N:,} updates, one acp-trio server: "
+        f"{many['ok']}/{n} in order and without error, "
+        f"{seconds:.2f} s from the first prompt to the last response ({rate:,.0f} updates/s in all)"
+    )
+    for error in many["errors"]:
+        print(f"  error: {error}")
+    print(
+        "  server RSS: "
+        + ", ".join(
+            f"{label} {many[key] / 1024:.1f} MiB"
+            for label, key in (
+                ("after start-up", "rss_cold_kib"),
+                ("start (after a warm-up connection)", "rss_start_kib"),
+                ("peak", "rss_peak_kib"),
+                ("after all closed", "rss_after_kib"),
+            )
+        )
+    )
+
+
+def print_table(rows: list[Row]) -> None:
+    print("\nRemote transport bars (medians; 'ours | theirs' names the two columns)")
+    print(f"  {'measure':<62} {'ours':>9} {'theirs':>9} {'ratio':>6} {'bar':>6}  verdict")
+    for r in rows:
+        verdict = "PASS" if r.ok else "FAIL" if r.ok is not None else (r.note or "(info)")
+        ratio = f"{r.ratio:.2f}" if r.ratio is not None else "-"
+        print(f"  {r.measure:<62} {r.ours:>9} {r.theirs:>9} {ratio:>6} {r.bar:>6}  {verdict}")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--quick", action="store_true", help="fewer rounds")
+    parser.add_argument("--rounds", type=int, help="client processes per pairing (default 3, quick 1)")
+    parser.add_argument("--repeats", type=int, help="timed prompts per client process (default 3, quick 2)")
+    parser.add_argument("--connections", type=int, default=100, help="concurrent WebSocket connections (default 100)")
+    parser.add_argument(
+        "--json", metavar="PATH", type=Path, help="also write the results as JSON (PATH with '.remote')"
+    )
+    parser.add_argument("--strict", action="store_true", help="exit 3 when a bar is missed")
+    parser.add_argument("--profile", metavar="DIR", type=Path, help="also profile our WebSocket pair (cProfile)")
+    args = parser.parse_args(argv)
+    rounds = args.rounds or (1 if args.quick else 3)
+    repeats = args.repeats or (2 if args.quick else 3)
+
+    try:
+        import hypercorn  # noqa: F401
+        import trio_websocket  # noqa: F401
+    except ImportError as exc:
+        print(f"remote benchmark: needs the 'remote' extra (pip install -e '.[remote]'): {exc}")
+        return 1
+    npm_dir, ts_note = ts_sdk_dir()
+    print(f"\nRemote transport benchmark: Python {platform.python_version()} ({sys.executable}); node {node_version()}")
+    print(
+        f"acp-trio {dist_version('acp-trio')} [{Path(acp_trio.__file__ or '').parent}], trio {dist_version('trio')}, "
+        f"hypercorn {dist_version('hypercorn')}, trio-websocket {dist_version('trio-websocket')}, "
+        f"wsproto {dist_version('wsproto')}, httpx2 {dist_version('httpx2')}; TypeScript SDK: "
+        + (f"{TS_SDK} [{npm_dir}]" if npm_dir else ts_note)
+    )
+    print(
+        f"{rounds} client processes per pairing x (1 warm-up + {repeats} timed prompts); loopback, one process per side"
+    )
+    started, load_before = time.perf_counter(), cpu_times()
+    py = sys.executable
+    with tempfile.TemporaryDirectory(prefix="acp-bench-remote-") as tmp:
+        env = subprocess_env(str(Path(tmp) / "pycache"), acp_schema, acp_trio)
+        if npm_dir is not None:
+            env["ACP_INTEROP_NPM_DIR"] = str(npm_dir)
+        log_path = Path(tmp) / "servers.log"
+        try:
+            with open(log_path, "wb") as log:
+                with (
+                    server("acp-trio", [py, str(_REMOTE / "trio_server.py")], env, log) as ours,
+                    server("bridge", [py, str(_REMOTE / "trio_server.py"), "--bridge"], env, log) as bridge,
+                ):
+                    ours_http = serves_streamable_http(ours.url("http"))
+                    with (
+                        server("TypeScript", ["node", str(_REMOTE / "ts_server.mjs")], env, log) if npm_dir else _none()
+                    ) as ts:
+                        pairings = stream_pairings(py, ours, bridge, ts, ts_note, ours_http)
+                        samples = run_streams(pairings, env, rounds, repeats)
+                many = run_many(py, env, args.connections, log)
+                if args.profile:
+                    run_profile(py, env, args.profile, log)
+        except (RuntimeError, subprocess.TimeoutExpired, json.JSONDecodeError, OSError) as exc:
+            print(f"remote benchmark failed: {exc}")
+            print(log_path.read_text(errors="replace")[-3000:] if log_path.exists() else "")
+            return 1
+    rows = build_rows(pairings, samples, many)
+    print_details(pairings, samples)
+    print_many(many)
+    print_table(rows)
+    print(f"\n(remote benchmark took {time.perf_counter() - started:.0f} s; {describe_load(load_before, cpu_times())})")
+
+    if args.json:
+        path = args.json.with_name(f"{args.json.stem}.remote{args.json.suffix or '.json'}")
+        report: dict[str, Any] = {
+            "python": platform.python_version(),
+            "node": node_version(),
+            "versions": {d: dist_version(d) for d in ("acp-trio", "trio", "hypercorn", "trio-websocket", "wsproto")},
+            "statistic": "median",
+            "updates_per_prompt": STREAM_N,
+            "seconds_per_prompt": {p.label: samples.get(p.key) or p.note for p in pairings},
+            "many": many,
+            "bars": [
+                {
+                    "measure": r.measure,
+                    "ours": r.ours,
+                    "theirs": r.theirs,
+                    "ratio": r.ratio,
+                    "bar": r.bar,
+                    "pass": r.ok,
+                    "note": r.note,
+                }
+                for r in rows
+            ],
+        }
+        path.write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+        print(f"wrote {path}")
+    if args.strict and any(r.ok is False for r in rows):
+        return 3
+    return 0
+
+
+@contextmanager
+def _none() -> Iterator[None]:
+    yield None
+
+
+if __name__ == "__main__":
+    sys.exit(main())
