@@ -241,6 +241,24 @@ async def test_initialize_opens_a_connection_answered_200_with_the_agents_answer
             assert second != connection_id and app.active_connections == 2
 
 
+async def test_without_a_lifespan_the_connection_lives_in_its_initialize_requests_task() -> None:
+    script = Script()
+    app = AcpApp(serve_streams=script.serve)
+    with trio.fail_after(DEADLINE):
+        async with trio.open_nursery() as nursery:
+            http = Http(app, nursery)  # no lifespan.startup: an ASGI server that does not run it
+            reply = await http.post({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {}})
+            assert (reply.status, await reply.body()) == (200, Script.INIT)
+            cid = reply.headers["acp-connection-id"]
+            assert not reply.returned.is_set()  # the handler goes on serving the connection
+            stream = await http.stream(cid)
+            await http.post(emit(update("s1", "a"), {"jsonrpc": "2.0", "method": "_n"}), cid)
+            assert await stream.wait_events(1) == [{"jsonrpc": "2.0", "method": "_n"}]
+            await http.request("DELETE", {"acp-connection-id": cid})
+            await reply.returned.wait()
+            await app.wait_idle()
+
+
 async def test_initialize_fails_500_when_the_agent_ends_or_says_something_else_first() -> None:
     for answer in (None, b'{"jsonrpc":"2.0","method":"session/update","params":{}}'):
         script = Script(answer)
@@ -271,6 +289,7 @@ async def test_every_refusal_has_the_status_and_words_of_the_typescript_server()
                 (await http.post({"jsonrpc": "2.0", "method": "x"}, "nope"), 404, "Unknown Acp-Connection-Id"),
                 (await http.post(init, cid), 400, "Initialize not allowed on existing connection"),
                 (await http.post({**init, "id": None}), 400, "Initialize request must include an ID"),
+                (await http.post({**init, "id": [1]}), 400, "Initialize request ID must be a string or a number"),
                 (await http.post(prompt, cid), 400, "Missing Acp-Session-Id"),
                 (await http.post(prompt, cid, "s2"), 400, "Mismatched Acp-Session-Id"),
                 (await http.post({"jsonrpc": "2.0", "method": "session/cancel"}, cid), 400, "Missing Acp-Session-Id"),
@@ -566,3 +585,68 @@ async def test_the_typescript_sdks_http_client_drives_our_acp_app(ts_sdk: Path, 
     assert summary["agentExit"] is None  # no agent process: the agent is remote
     summary["agentExit"] = {"code": 0}  # what the shared check expects of a spawned agent
     test_interop.check_foreign_client_summary(summary, tmp_path)
+
+
+async def test_the_typescript_http_client_meets_a_409_and_reattaches_with_session_load(ts_sdk: Path) -> None:  # noqa: F811
+    from acp_schema import v1
+
+    async with trio.open_nursery() as nursery:
+        url = ""
+
+        class ReattachAgent:
+            """Takes each new session's SSE stream itself (a raw GET) until ``_test/release``."""
+
+            def __init__(self, conn: Any) -> None:
+                self.conn = conn
+                self.release_stream = trio.Event()
+                conn.on_ext_request("_test/release", self.release)
+
+            async def initialize(self, params: v1.InitializeRequest) -> v1.InitializeResponse:
+                capabilities = v1.AgentCapabilities(load_session=True)
+                return v1.InitializeResponse(protocol_version=1, agent_capabilities=capabilities)
+
+            async def session_new(self, params: v1.NewSessionRequest) -> v1.NewSessionResponse:
+                await nursery.start(self.hold, "s1")  # before the answer names the session to the client
+                return v1.NewSessionResponse(session_id="s1")
+
+            async def hold(self, session_id: str, task_status: Any) -> None:
+                headers = {"accept": "text/event-stream", "acp-connection-id": self.conn.connection_id}
+                async with httpx2.AsyncClient() as raw:
+                    async with raw.stream("GET", url, headers={**headers, "acp-session-id": session_id}) as sse:
+                        assert sse.status_code == 200
+                        task_status.started()
+                        await self.release_stream.wait()
+
+            async def release(self, params: Any) -> Any:
+                self.release_stream.set()
+                return {}
+
+            async def session_load(self, params: v1.LoadSessionRequest) -> v1.LoadSessionResponse:
+                return v1.LoadSessionResponse()
+
+            async def session_prompt(self, params: v1.PromptRequest) -> v1.PromptResponse:
+                text = v1.AgentMessageChunkSessionUpdate(content=v1.TextContentBlock(text="hello"))
+                await v1.ClientPeer(self.conn).session_update(
+                    v1.SessionNotification(session_id=params.session_id, update=text)
+                )
+                return v1.PromptResponse(stop_reason="end_turn")
+
+        app = AcpApp(ReattachAgent)
+        with trio.fail_after(TIME_LIMIT):
+            [bound] = await nursery.start(serve, app, "127.0.0.1", 0)
+            url = bound + "/acp"
+            proc = await trio.run_process(
+                ["node", str(INTEROP / "ts_http_reattach.mjs"), url],
+                capture_stdout=True,
+                capture_stderr=True,
+                check=False,
+                env={**os.environ, "ACP_INTEROP_NPM_DIR": str(ts_sdk)},
+            )
+            stderr = proc.stderr.decode("utf-8", "replace")
+            assert proc.returncode == 0, f"ts_http_reattach.mjs exited {proc.returncode}:\n{stderr}"
+            await app.wait_idle()
+        nursery.cancel_scope.cancel()
+    summary = json.loads(proc.stdout.decode().splitlines()[-1])
+    assert summary["failed"]["error"]["code"] == -32603  # the 409 failed the session, sticky
+    assert summary["loaded"] == {} and summary["prompt"] == {"stopReason": "end_turn"}
+    assert summary["updates"] == ["hello"]  # once reattached, the session's stream delivers

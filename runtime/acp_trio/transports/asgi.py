@@ -688,6 +688,8 @@ class AcpApp:
                 raise _HttpRefusal(400, "Initialize not allowed on existing connection")
             if message["id"] is None:
                 raise _HttpRefusal(400, "Initialize request must include an ID")
+            if _id_key(message["id"]) is None:  # an object or array: no answer could match it
+                raise _HttpRefusal(400, "Initialize request ID must be a string or a number")
             if self._nursery is not None:
                 await self._http_initialize(self._nursery, message, text, receive, send)
             else:  # no lifespan (a server without it): the connection lives in this request's task
