@@ -12,6 +12,7 @@ the interoperability script of ``tests/test_interop.py``.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import sys
@@ -23,6 +24,7 @@ from typing import Any
 import pytest
 import test_interop  # pytest's default ("prepend") import mode puts tests/ on sys.path
 import trio
+import trio.testing
 from test_interop import INTEROP, TIME_LIMIT, ts_sdk  # noqa: F401  (the fixture: the SDK from npm, in the cache)
 
 pytest.importorskip("hypercorn")
@@ -500,6 +502,39 @@ async def test_more_unread_session_streams_than_allowed_close_the_connection() -
             assert (await http.post({"jsonrpc": "2.0", "method": "_x"}, cid)).status == 404
 
 
+async def test_a_thousand_bad_requests_and_three_hundred_connections_leave_nothing_behind() -> None:
+    app = AcpApp(serve_streams=Script().serve)
+    with trio.fail_after(DEADLINE):
+        async with running(app) as http:
+            baseline = len(http.nursery.child_tasks)
+            cid = await http.initialize()
+            stream = await http.stream(cid)
+            bad: list[tuple[dict[str, str], bytes]] = [
+                ({}, b"{}"),  # 415
+                (JSON, b"{oops"),  # 400 -32700
+                (JSON, b"[]"),  # 400 batch
+                ({**JSON, "acp-connection-id": "nope"}, b'{"jsonrpc":"2.0","method":"x"}'),  # 404
+                ({**JSON, "acp-connection-id": cid}, b'{"jsonrpc":"2.0","id":1,"method":"session/prompt"}'),  # 400
+            ]
+            for n in range(1000):
+                headers, body = bad[n % len(bad)]
+                assert (await http.request("POST", headers, body)).status in (400, 404, 415)
+            for _ in range(300):
+                other = await http.initialize()
+                streams = [await http.stream(other), await http.stream(other, "s1")]
+                assert (await http.request("DELETE", {"acp-connection-id": other})).status == 202
+                for opened in streams:
+                    await opened.returned.wait()
+            assert app.active_connections >= 1 and cid in app.connection_ids  # the first one is untouched
+            await stream.wait_events(0)
+            assert (await http.request("DELETE", {"acp-connection-id": cid})).status == 202
+            await stream.returned.wait()
+            await app.wait_idle()
+            await trio.testing.wait_all_tasks_blocked()
+            assert len(http.nursery.child_tasks) == baseline  # every request's handler returned
+            assert not app._http_connections  # nothing kept for the closed connections
+
+
 # -- over hypercorn ---------------------------------------------------------------------------------------
 @asynccontextmanager
 async def served(app: AcpApp) -> AsyncIterator[str]:
@@ -650,3 +685,26 @@ async def test_the_typescript_http_client_meets_a_409_and_reattaches_with_sessio
     assert summary["failed"]["error"]["code"] == -32603  # the 409 failed the session, sticky
     assert summary["loaded"] == {} and summary["prompt"] == {"stopReason": "end_turn"}
     assert summary["updates"] == ["hello"]  # once reattached, the session's stream delivers
+
+
+async def test_the_bridge_serves_a_stdio_agent_to_the_typescript_http_client(ts_sdk: Path, tmp_path: Path) -> None:  # noqa: F811
+    from acp_trio.bridge import serve_bridge
+
+    (tmp_path / "input.txt").write_text(test_interop.INPUT_TEXT, encoding="utf-8")
+    agent = [sys.executable, str(INTEROP / "trio_agent.py")]
+    with trio.fail_after(TIME_LIMIT):
+        async with trio.open_nursery() as nursery:
+            [bound] = await nursery.start(functools.partial(serve_bridge, agent, "127.0.0.1", 0))
+            proc = await trio.run_process(
+                ["node", str(INTEROP / "ts_client.mjs"), str(tmp_path), bound + "/acp"],
+                capture_stdout=True,
+                capture_stderr=True,
+                check=False,
+                env={**os.environ, "ACP_INTEROP_NPM_DIR": str(ts_sdk)},
+            )
+            stderr = proc.stderr.decode("utf-8", "replace")
+            assert proc.returncode == 0, f"ts_client.mjs exited {proc.returncode}:\n{stderr}"
+            nursery.cancel_scope.cancel()
+    summary: dict[str, Any] = json.loads(proc.stdout.decode("utf-8").splitlines()[-1])
+    summary["agentExit"] = {"code": 0}  # the agent process is the bridge's
+    test_interop.check_foreign_client_summary(summary, tmp_path)
