@@ -796,7 +796,7 @@ class AcpApp:
 
             if await _unless_disconnected(receive, stream):
                 await send({"type": "http.response.body", "body": b""})
-        except OSError as exc:  # the server lost the socket
+        except Exception as exc:  # the server lost the socket (what it raises then is its own)
             log.debug("ACP connection %s: SSE stream failed: %r", conn.id, exc)
         finally:
             conn.release(mailbox)
