@@ -53,6 +53,7 @@ class Reply:
         self.returned = trio.Event()  # the app's handler for this request returned
         self.gone = trio.Event()
         self._changed = trio.Event()
+        self.stalled = False  # when set, a body write never completes (a client that stopped reading)
 
     async def receive(self) -> dict[str, Any]:
         if not self._body_sent:
@@ -67,6 +68,8 @@ class Reply:
             self.headers = {k.decode().lower(): v.decode() for k, v in message.get("headers", [])}
             self.started.set()
         elif message["type"] == "http.response.body":
+            if self.stalled:
+                await trio.sleep_forever()
             self.data += message.get("body", b"")
             self._changed.set()
             self._changed = trio.Event()
@@ -470,6 +473,24 @@ async def test_unread_output_at_max_buffered_bytes_holds_requests_then_the_stall
         assert trio.current_time() - start == pytest.approx(4, abs=0.5)
         await script.ended.wait()  # the agent's input ended
         assert (await http.post({"jsonrpc": "2.0", "method": "_x"}, cid)).status == 404
+        await app.wait_idle()
+
+
+async def test_a_reader_that_stops_reading_is_given_up_after_the_stall_timeout(autojump_clock: Any) -> None:
+    script = Script()
+    app = AcpApp(serve_streams=script.serve, max_buffered_bytes=200, output_stall_timeout=5)
+    async with running(app) as http:
+        cid = await http.initialize()
+        stream = await http.stream(cid)
+        stream.stalled = True  # its socket takes nothing more
+        notes = [{"jsonrpc": "2.0", "method": "_n", "params": {"n": n, "pad": "x" * 80}} for n in range(6)]
+        start = trio.current_time()
+        await http.post(emit(*notes), cid)
+        await script.ended.wait()  # the connection closed: the agent's input ended
+        assert trio.current_time() - start == pytest.approx(5, abs=0.5)
+        assert script.written < len(notes)
+        assert (await http.post({"jsonrpc": "2.0", "method": "_x"}, cid)).status == 404
+        stream.leave()
         await app.wait_idle()
 
 
