@@ -69,6 +69,18 @@ class TsServer:
     def __init__(self, url: str) -> None:
         self.url = url
         self.log: list[list[str]] = []  # per request: [method, acp-session-id, cookie, authorization]
+        self.closed: list[list[str]] = []  # per response closed: [method, acp-session-id]
+        self._changed = trio.Event()
+
+    async def wait_closed(self, method: str, session_id: str) -> None:
+        """Wait until the server saw every response to ``method`` with ``session_id`` so far close."""
+
+        def opened() -> int:
+            return sum(1 for entry in self.log if entry[:2] == [method, session_id])
+
+        while self.closed.count([method, session_id]) < opened():
+            await self._changed.wait()
+            self._changed = trio.Event()
 
 
 @asynccontextmanager
@@ -101,6 +113,9 @@ async def ts_http_server(npm_dir: Path, *args: str) -> AsyncIterator[TsServer]:
                     for text in lines:
                         if text.startswith(b"REQ\t"):
                             server.log.append(text.decode().split("\t")[1:])
+                        elif text.startswith(b"CLOSED\t"):
+                            server.closed.append(text.decode().split("\t")[1:])
+                            server._changed.set()
 
             nursery.start_soon(read_log)
             yield server
@@ -213,6 +228,7 @@ async def test_a_second_reader_fails_one_session_with_409_until_session_load(ts_
                     with pytest.raises(RequestError):
                         await conn.agent.session_prompt(prompt(stolen, "stream 3"))
                 # the other reader left: session/load reattaches the session (and opens its stream)
+                await server.wait_closed("GET", stolen)
                 await conn.agent.session_load(v1.LoadSessionRequest(session_id=stolen, cwd="/", mcp_servers=[]))
                 again = await conn.agent.session_prompt(prompt(stolen, "stream 3"))
                 assert again.stop_reason == "end_turn"
@@ -271,6 +287,7 @@ class ScriptedServer:
         self.queues: dict[str | None, list[bytes]] = {}
         self.channels: dict[str | None, trio.MemorySendChannel[bytes]] = {}
         self.sessions = 0
+        self.http_versions: list[str] = []  # of each request, as the ASGI server saw it
         self.events: dict[str, trio.Event] = {}  # "POST session/prompt", "GET None", ...: set when it arrives
         self.init_headers: dict[str, str] = {"Acp-Connection-Id": "conn-1", "Set-Cookie": "lb=backend-7; Path=/"}
 
@@ -294,51 +311,82 @@ class ScriptedServer:
             channel.close()
 
     async def handle(self, request: Any) -> Any:
+        """The ``httpx2.MockTransport`` handler."""
         body = await request.aread()
-        headers = {name.lower(): value for name, value in request.headers.items()}
+        status, headers, content = self.respond(request.method, dict(request.headers.items()), body)
+        return httpx2.Response(status, headers=headers, content=content)
+
+    async def asgi(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        """The same server as an ASGI application (served by hypercorn for the HTTP/2 test)."""
+        if scope["type"] == "lifespan":
+            while (event := await receive())["type"] != "lifespan.shutdown":
+                await send({"type": "lifespan.startup.complete"})
+            await send({"type": "lifespan.shutdown.complete"})
+            return
+        self.http_versions.append(scope["http_version"])
+        body, more = b"", True
+        while more:
+            event = await receive()
+            body += event.get("body", b"")
+            more = event.get("more_body", False)
+        headers = {name.decode("latin-1"): value.decode("latin-1") for name, value in scope["headers"]}
+        status, answer_headers, content = self.respond(scope["method"], headers, body)
+        raw = [(name.lower().encode("latin-1"), value.encode("latin-1")) for name, value in answer_headers.items()]
+        await send({"type": "http.response.start", "status": status, "headers": raw})
+        if isinstance(content, bytes):
+            await send({"type": "http.response.body", "body": content})
+            return
+        async for chunk in content:
+            await send({"type": "http.response.body", "body": chunk, "more_body": True})
+        await send({"type": "http.response.body", "body": b""})
+
+    def respond(
+        self, method: str, raw_headers: dict[str, str], body: bytes
+    ) -> tuple[int, dict[str, str], bytes | AsyncIterator[bytes]]:
+        headers = {name.lower(): value for name, value in raw_headers.items()}
         message = json.loads(body) if body else None
-        self.requests.append((request.method, headers, message))
+        self.requests.append((method, headers, message))
         session = headers.get("acp-session-id")
-        what = f"GET {session}" if request.method == "GET" else f"{request.method} {message and message.get('method')}"
+        what = f"GET {session}" if method == "GET" else f"{method} {message and message.get('method')}"
         self.arrived(what).set()
-        if request.method == "GET":
+        if method == "GET":
             status = self.get_status.get(session, 200)
             if status != 200:
-                return httpx2.Response(status, text="refused")
+                return status, {}, b"refused"
             send, receive = trio.open_memory_channel[bytes](1000)
             for data in self.queues.pop(session, []):
                 send.send_nowait(data)
             self.channels[session] = send
 
             async def events() -> AsyncIterator[bytes]:
+                yield b":\n\n"  # the headers go out at once (the client waits for them before POSTing)
                 async with receive:
                     async for data in receive:
                         yield data
 
-            return httpx2.Response(200, headers={"Content-Type": "text/event-stream"}, content=events())
-        if request.method == "DELETE":
-            return httpx2.Response(202)
-        method = message.get("method")
-        if method == "initialize":
+            return 200, {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}, events()
+        if method == "DELETE":
+            return 202, {}, b""
+        rpc_method = message.get("method")
+        if rpc_method == "initialize":
             result = {"protocolVersion": 1, "agentCapabilities": {"loadSession": True}, "authMethods": []}
-            return httpx2.Response(
-                200, headers=self.init_headers, json={"jsonrpc": "2.0", "id": message["id"], "result": result}
-            )
-        status = self.post_status.get(method, 202)
+            answer = json.dumps({"jsonrpc": "2.0", "id": message["id"], "result": result}).encode()
+            return 200, {**self.init_headers, "Content-Type": "application/json"}, answer
+        status = self.post_status.get(rpc_method, 202)
         if status != 202:
-            return httpx2.Response(status, text=f"no {method} today")
-        if method == "session/new":
+            return status, {"Content-Type": "text/plain"}, f"no {rpc_method} today".encode()
+        if rpc_method == "session/new":
             self.sessions += 1
             self.send(None, {"jsonrpc": "2.0", "id": message["id"], "result": {"sessionId": f"s{self.sessions}"}})
-        elif method == "session/load":
+        elif rpc_method == "session/load":
             self.send(None, {"jsonrpc": "2.0", "id": message["id"], "result": {}})
-        elif method == "session/prompt":
+        elif rpc_method == "session/prompt":
             session_id = message["params"]["sessionId"]
             if message["params"]["prompt"][0]["text"] != "hang":
                 chunk = {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": "hi"}}
                 self.send(session_id, {"jsonrpc": "2.0", "method": "session/update", "params": {"sessionId": session_id, "update": chunk}})  # fmt: skip
                 self.send(session_id, {"jsonrpc": "2.0", "id": message["id"], "result": {"stopReason": "end_turn"}})
-        return httpx2.Response(202)
+        return 202, {}, b""
 
 
 @asynccontextmanager
@@ -516,3 +564,69 @@ async def test_an_unreachable_server_closes_the_transport_naming_the_url(autojum
                 await conn.agent.initialize(INIT)
     assert closed.value.status is None and closed.value.url == ScriptedServer.URL
     assert "POST initialize failed" in str(closed.value) and "connection refused" in str(closed.value)
+
+
+def self_signed_certificate(directory: Path) -> tuple[Path, Path]:
+    """A certificate for 127.0.0.1 signed by its own key (PEM files: certificate, key)."""
+    import datetime
+    import ipaddress
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "acp-trio test")])
+    now = datetime.datetime.now(datetime.UTC)
+    certificate = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(hours=1))
+        .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), critical=False)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    cert_path, key_path = directory / "cert.pem", directory / "key.pem"
+    cert_path.write_bytes(certificate.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(
+        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    )
+    return cert_path, key_path
+
+
+async def test_https_with_a_server_that_offers_http2_too(tmp_path: Path) -> None:
+    """Over TLS to hypercorn (which offers h2 and http/1.1 by ALPN): the default client speaks
+    HTTP/1.1 (``http2=False``, see the module docstring), several streams open at once."""
+    import ssl
+
+    pytest.importorskip("hypercorn")
+    pytest.importorskip("cryptography")
+    from acp_trio.transports.asgi import serve
+
+    cert, key = self_signed_certificate(tmp_path)
+    server = ScriptedServer()
+    with trio.fail_after(TIME_LIMIT):
+        async with trio.open_nursery() as nursery:
+            [bound] = await nursery.start(
+                lambda task_status: serve(
+                    server.asgi, "127.0.0.1", 0, certfile=str(cert), keyfile=str(key), task_status=task_status
+                )
+            )
+            url = bound.replace("http://", "https://") + "/acp"
+            verify = ssl.create_default_context(cafile=str(cert))
+            client = Recorder()
+            async with connect_http(url, client, verify=verify) as conn:
+                await conn.agent.initialize(INIT)
+                first, second = await new_session(conn), await new_session(conn)
+                for session_id in (first, second):
+                    assert (await conn.agent.session_prompt(prompt(session_id, "x"))).stop_reason == "end_turn"
+                assert client.texts == {first: ["hi"], second: ["hi"]}
+            nursery.cancel_scope.cancel()
+    assert set(server.http_versions) == {"1.1"}, server.http_versions
+    assert [r[0] for r in server.requests].count("GET") == 3
+    assert server.requests[-1][0] == "DELETE"

@@ -6,7 +6,8 @@
 // server on SIGTERM.  One agent per ACP connection (`createAgent`).  Every response carries
 // `Set-Cookie: affinity=<n>` (n counts the requests) and the server prints, per request, a line
 // `REQ <method> <acp-session-id or -> <cookie header or -> <authorization or ->` (tab-separated) on stderr, so the
-// test can check what the client sent.  The agent:
+// test can check what the client sent, and `CLOSED <method> <acp-session-id or ->` when a request's
+// response closed (a stream's reader left).  The agent:
 //  - session/new: a new session id `ts-http-<n>`;
 //  - session/load and session/resume: {} (loadSession is advertised);
 //  - session/prompt "stream <n>": n agent_message_chunk updates "0".."n-1", stop reason end_turn;
@@ -106,6 +107,8 @@ const httpServer = http.createServer((req, res) => {
     `REQ\t${req.method}\t${header("acp-session-id")}\t${header("cookie")}\t${header("authorization")}\n`,
   );
   res.setHeader("Set-Cookie", `affinity=${++requests}; Path=/`);
+  // before the SDK's own listener (added in handler): once this is printed, the stream's reader is gone
+  res.on("close", () => process.stderr.write(`CLOSED\t${req.method}\t${header("acp-session-id")}\n`));
   handler(req, res);
 });
 httpServer.listen(0, "127.0.0.1", () => {

@@ -41,9 +41,13 @@ concerns one request, and into the connection's end where it concerns the transp
   message for the session opens the stream again.
 
 Libraries: httpx2 (the maintained continuation of httpx, by its author and now kept by
-Pydantic; the same API, already installed with the ``mcp`` extra) with HTTP/2 through its
-``http2`` extra (h2): HTTP/2 is negotiated by ALPN where a TLS server offers it, and HTTP/1.1
-is used otherwise (the TypeScript server is HTTP/1.1 only).  The SSE framing is httpx2's own
+Pydantic; the same API, already installed with the ``mcp`` extra), with its ``http2`` extra
+(h2).  HTTP/1.1 by default: the TypeScript server speaks only HTTP/1.1, and httpx2 2.16's HTTP/2
+connection can stall one stream while several are open on it (measured: with two SSE streams
+open on one HTTP/2 connection, to hypercorn or to Node's http2 server, an event written by the
+server reached the client late or never in most runs; the class of read-lock deadlocks reported
+against httpx2/httpcore, e.g. pydantic/httpx2 issues 1133 and 1216).  ``http2=True`` offers
+HTTP/2 by ALPN on ``https://`` for a server that needs it.  The SSE framing is httpx2's own
 ``EventSource`` (derived from httpx-sse: CR, LF and CRLF line ends, comments, a cap on an
 event's size), so no parser of our own and no second copy of httpx for httpx-sse.  It runs on
 trio natively (httpcore2's trio backend).
@@ -558,7 +562,7 @@ async def connect_http(
     *,
     headers: Mapping[str, str] | None = None,
     cookies: CookieStore | None = None,
-    http2: bool = True,
+    http2: bool = False,
     connect_timeout: float = 30.0,
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
     max_buffered_bytes: int = DEFAULT_MAX_BUFFERED_BYTES,
@@ -578,8 +582,8 @@ async def connect_http(
     ``cookies``: a :class:`~acp_trio.transports.cookies.CookieStore` that keeps what every answer's
     ``Set-Cookie`` sets and sends it on every later request (the RFD's affinity cookies); pass the
     same store to the next ``connect_http`` (or ``connect_websocket``) to keep the affinity on a
-    reconnect; default: a fresh store for this connection.  ``http2``: offer HTTP/2 (negotiated
-    by ALPN on ``https://``; HTTP/1.1 otherwise).  ``connect_timeout``: seconds to open a TCP
+    reconnect; default: a fresh store for this connection.  ``http2``: also offer HTTP/2 (by ALPN
+    on ``https://``; off by default, see the module docstring).  ``connect_timeout``: seconds to open a TCP
     connection (reads have no timeout: streams stay open, and requests have their own).
     ``max_message_bytes``: the largest SSE event or ``initialize`` answer accepted (default
     32 MiB; a larger one closes the transport).  ``max_buffered_bytes``: received bytes buffered
