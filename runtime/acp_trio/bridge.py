@@ -12,7 +12,8 @@ methods.
   side's end of input closes the agent's stdin (its shutdown signal); the agent's end of output
   closes the remote side.
 - :func:`serve_bridge` (``--listen HOST:PORT -- AGENT_CMD...``): an :class:`~acp_trio.transports.asgi.AcpApp`
-  whose every WebSocket connection gets its own agent process (one process per ACP connection).
+  whose every ACP connection, over WebSocket or Streamable HTTP on ``/acp``, gets its own agent
+  process (one process per ACP connection).
 - :func:`connect_bridge` (``--connect ws://host:port/acp``): this process's stdin/stdout carried
   to a remote ACP server, so an editor can spawn it as if it were a local agent.
 
@@ -21,7 +22,7 @@ Command line (needs ``pip install 'acp-trio[remote]'``)::
     python -m acp_trio.bridge --listen 127.0.0.1:8765 [--token T] [--allow-origin O] -- AGENT_CMD [ARG ...]
     python -m acp_trio.bridge --connect ws://127.0.0.1:8765/acp [--header 'Authorization: Bearer T']
 
-Streamable HTTP is not served yet (the server answers it ``501``); the WebSocket is.
+``--listen`` serves both remote transports; ``--connect`` speaks WebSocket.
 """
 
 from __future__ import annotations
@@ -104,8 +105,9 @@ async def serve_bridge(
     shutdown_timeout: float = 2.0,
     task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Serve the stdio agent ``command`` (program and arguments) on ``ws://host:port/acp`` until
-    cancelled: each WebSocket connection gets its own agent process, its messages passed verbatim.
+    """Serve the stdio agent ``command`` (program and arguments) on ``host:port/acp`` (WebSocket and
+    Streamable HTTP) until cancelled: each ACP connection gets its own agent process, its messages
+    passed verbatim.
 
     ``token``/``allowed_origins``: as for :class:`~acp_trio.transports.asgi.AcpApp`.  ``task_status``:
     started with the bound URLs.  Raises ``OSError`` naming the command at once when it cannot run.
@@ -195,10 +197,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     """``python -m acp_trio.bridge``: see the module docstring."""
     parser = argparse.ArgumentParser(
         prog="python -m acp_trio.bridge",
-        description="Serve a stdio ACP agent over WebSocket (--listen), or carry stdio to a remote one (--connect).",
+        description="Serve a stdio ACP agent remotely (--listen), or carry stdio to a remote one (--connect).",
     )
     mode = parser.add_mutually_exclusive_group(required=True)
-    mode.add_argument("--listen", metavar="HOST:PORT", help="serve AGENT_CMD on ws://HOST:PORT/acp")
+    mode.add_argument("--listen", metavar="HOST:PORT", help="serve AGENT_CMD on HOST:PORT/acp (WebSocket, HTTP)")
     mode.add_argument("--connect", metavar="URL", help="carry stdin/stdout to the ACP server at URL (ws://...)")
     parser.add_argument("--token", help="--listen: require Authorization: Bearer TOKEN")
     parser.add_argument("--allow-origin", action="append", default=[], help="--listen: a browser origin to allow")
