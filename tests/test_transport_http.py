@@ -630,3 +630,18 @@ async def test_https_with_a_server_that_offers_http2_too(tmp_path: Path) -> None
     assert set(server.http_versions) == {"1.1"}, server.http_versions
     assert [r[0] for r in server.requests].count("GET") == 3
     assert server.requests[-1][0] == "DELETE"
+
+
+async def test_a_small_receive_buffer_slows_the_streams_and_loses_nothing(autojump_clock: Any) -> None:
+    server = ScriptedServer()
+    client = Recorder()
+    with trio.fail_after(30):
+        async with scripted(server, client, max_buffered_bytes=64) as conn:  # less than one message
+            await conn.agent.initialize(INIT)
+            session_id = await new_session(conn)
+            for i in range(200):
+                chunk = {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": str(i)}}
+                params = {"sessionId": session_id, "update": chunk}
+                server.send(session_id, {"jsonrpc": "2.0", "method": "session/update", "params": params})
+            assert (await conn.agent.session_prompt(prompt(session_id, "x"))).stop_reason == "end_turn"
+    assert client.texts[session_id] == [*map(str, range(200)), "hi"]
