@@ -31,8 +31,9 @@ concerns one request, and into the connection's end where it concerns the transp
   later requests fail with ``-32603`` until a ``session/load`` or ``session/resume`` for it
   reattaches it (its stream is opened again); its notifications and responses are dropped with a
   warning.  Other sessions go on.
-- ``401``/``403``/``404``/``410``, a network error, the connection-scoped stream ending, an SSE
-  event over ``max_message_bytes``: the transport closes; pending and later requests raise
+- ``401``/``403``/``404``/``410``, any other non-2xx answer to a ``GET`` (but a session's 409), a
+  network error, the connection-scoped stream ending, an SSE event over ``max_message_bytes``
+  (as the TypeScript client): the transport closes; pending and later requests raise
   :class:`HttpTransportClosed` (a :class:`~acp_trio.ConnectionClosed`) naming the status and URL.
 - any other non-2xx answer to a request: only that request fails, with ``-32603`` and
   ``data = {"status": ..., "body": ...}`` (the body parsed as JSON when it is, at most 8 KiB);
