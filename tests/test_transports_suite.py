@@ -160,9 +160,11 @@ async def http_link(agent: Any, client: Any, **options: Any) -> AsyncIterator[Li
         [bound] = await nursery.start(serve, AcpApp(make_agent, **options), "127.0.0.1", 0)
         url = bound + "/acp"
         async with connect_http(url, client, tap=received.tap, **options) as client_conn:
-            await client_conn.agent.initialize(
-                v1.InitializeRequest(protocol_version=1)
-            )  # the HTTP connection starts here
+            caps = getattr(client_conn.handler, "capabilities", None)  # a StandardClient's, say
+            request = v1.InitializeRequest(protocol_version=1)
+            if isinstance(caps, v1.ClientCapabilities):
+                request.client_capabilities = caps
+            await client_conn.agent.initialize(request)  # the HTTP connection starts here
             await made.wait()
             yield Link(served[0], client_conn, raw_send, client_conn.aclose, received, initialized=True)
         nursery.cancel_scope.cancel()
@@ -362,3 +364,49 @@ def test_the_transports_package_names_the_remote_api_without_loading_its_librari
         "assert sorted(t.__all__) == sorted(t._LAZY)\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+class Prober:
+    """An agent that tries the client's files and terminals inside and outside the session's root."""
+
+    def __init__(self, conn: acp_trio.AgentSideConnection) -> None:
+        self.conn = conn
+        self.client = v1.ClientPeer(conn)
+        self.seen: dict[str, Any] = {}
+
+    async def session_new(self, params: v1.NewSessionRequest) -> v1.NewSessionResponse:
+        return v1.NewSessionResponse(session_id="probe")
+
+    async def session_prompt(self, params: v1.PromptRequest) -> v1.PromptResponse:
+        root = self.conn.sessions[params.session_id].cwd
+        for name, path in (("inside", os.path.join(root, "notes.txt")), ("outside", "/etc/passwd")):
+            try:
+                read = await self.client.fs_read_text_file(
+                    v1.ReadTextFileRequest(session_id=params.session_id, path=path)
+                )
+                self.seen[name] = read.content
+            except acp_trio.RequestError as exc:
+                self.seen[name] = exc.code
+        try:
+            await self.client.terminal_create(
+                v1.CreateTerminalRequest(session_id=params.session_id, command="true", cwd="/")
+            )
+            self.seen["terminal outside"] = "created"
+        except acp_trio.RequestError as exc:
+            self.seen["terminal outside"] = exc.code
+        return v1.PromptResponse(stop_reason="end_turn")
+
+
+async def test_the_client_batteries_keep_their_sandbox_whatever_the_transport(link_factory: Any, tmp_path: Any) -> None:
+    (tmp_path / "notes.txt").write_text("mine\n", encoding="utf-8")
+    with trio.fail_after(DEADLINE):
+        async with link_factory(Prober, acp_trio.StandardClient) as link:
+            client: acp_trio.StandardClient = link.client_conn.handler
+            if not link.initialized:
+                await link.client_conn.agent.initialize(
+                    v1.InitializeRequest(protocol_version=1, client_capabilities=client.capabilities)
+                )
+            session = await link.client_conn.agent.session_new(v1.NewSessionRequest(cwd=str(tmp_path), mcp_servers=[]))
+            await link.client_conn.agent.session_prompt(prompt(session.session_id, "probe"))
+            seen = link.agent_conn.handler.seen
+    assert seen == {"inside": "mine\n", "outside": -32602, "terminal outside": -32602}
