@@ -50,6 +50,7 @@ import json
 import os
 import platform
 import pstats
+import resource
 import shutil
 import statistics
 import subprocess
@@ -207,6 +208,7 @@ class Pairing:
     label: str
     argv: list[str] | None  # None: not measured
     note: str = ""
+    server_pid: int | None = None  # its server process, whose CPU time is read from /proc (None: stdio)
 
 
 def stream_pairings(
@@ -222,31 +224,60 @@ def stream_pairings(
         return [*ts_client, url]
 
     http_note = "" if ours_http else NOT_IMPLEMENTED
+    tp = ts.pid if ts else None
     pairings = [
-        Pairing("ws-ours", "WS: connect_websocket → AcpApp", ours_to(ours.url("ws"))),
-        Pairing("ws-ts", "WS: createWebSocketStream → AcpServer", ts_to(ts.url("ws")) if ts else None, ts_note),
-        Pairing("ws-ours-ts", "WS: connect_websocket → AcpServer", ours_to(ts.url("ws")) if ts else None, ts_note),
-        Pairing("ws-ts-ours", "WS: createWebSocketStream → AcpApp", ts_to(ours.url("ws")) if ts else None, ts_note),
-        Pairing("http-ours-ts", "HTTP: connect_http → AcpServer", ours_to(ts.url("http")) if ts else None, ts_note),
-        Pairing("http-ts", "HTTP: createHttpStream → AcpServer", ts_to(ts.url("http")) if ts else None, ts_note),
+        Pairing("ws-ours", "WS: connect_websocket → AcpApp", ours_to(ours.url("ws")), "", ours.pid),
+        Pairing("ws-ts", "WS: createWebSocketStream → AcpServer", ts and ts_to(ts.url("ws")), ts_note, tp),
+        Pairing("ws-ours-ts", "WS: connect_websocket → AcpServer", ts and ours_to(ts.url("ws")), ts_note, tp),
+        Pairing("ws-ts-ours", "WS: createWebSocketStream → AcpApp", ts and ts_to(ours.url("ws")), ts_note, ours.pid),
+        Pairing("http-ours-ts", "HTTP: connect_http → AcpServer", ts and ours_to(ts.url("http")), ts_note, tp),
+        Pairing("http-ts", "HTTP: createHttpStream → AcpServer", ts and ts_to(ts.url("http")), ts_note, tp),
         Pairing(
-            "http-ours", "HTTP: connect_http → AcpApp", ours_to(ours.url("http")) if ours_http else None, http_note
+            "http-ours",
+            "HTTP: connect_http → AcpApp",
+            ours_to(ours.url("http")) if ours_http else None,
+            http_note,
+            ours.pid,
         ),
         Pairing(
             "http-ts-ours",
             "HTTP: createHttpStream → AcpApp",
             ts_to(ours.url("http")) if ts and ours_http else None,
             ts_note or http_note,
+            ours.pid,
         ),
-        Pairing("bridge", "bridge: connect_websocket → serve_bridge → stdio agent", ours_to(bridge.url("ws"))),
+        Pairing(
+            "bridge",
+            "bridge: connect_websocket → serve_bridge → stdio agent",
+            ours_to(bridge.url("ws")),
+            "",
+            bridge.pid,
+        ),
         Pairing("direct", "stdio: spawn_agent → agent", [py, str(_RUNTIME / "trio_client.py")]),
     ]
     return pairings
 
 
-def run_streams(pairings: list[Pairing], env: dict[str, str], rounds: int, repeats: int) -> dict[str, list[float]]:
-    """Seconds per 20,000-update prompt, per pairing: ``rounds`` client processes each, order alternating."""
+def process_cpu(pid: int) -> float:
+    """Seconds of CPU used by process ``pid`` and its waited-for children (``/proc/<pid>/stat``)."""
+    with open(f"/proc/{pid}/stat", encoding="ascii") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return sum(int(x) for x in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+
+
+def children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def run_streams(
+    pairings: list[Pairing], env: dict[str, str], rounds: int, repeats: int
+) -> tuple[dict[str, list[float]], dict[str, dict[str, float]]]:
+    """Seconds per 20,000-update prompt, per pairing: ``rounds`` client processes each, order alternating;
+    and the CPU seconds per update of each side (``{"server": s, "client": s}``; the client's includes
+    its children, so the directly spawned agent counts as the "client" side), over all prompts."""
     samples: dict[str, list[float]] = {p.key: [] for p in pairings if p.argv}
+    cpu: dict[str, dict[str, float]] = {p.key: {"server": 0.0, "client": 0.0} for p in pairings if p.argv}
     order = [p for p in pairings if p.argv]
     for i in range(rounds):
         for pairing in order if i % 2 == 0 else order[::-1]:
@@ -255,8 +286,14 @@ def run_streams(pairings: list[Pairing], env: dict[str, str], rounds: int, repea
                 argv = [*pairing.argv, "1", str(repeats), STREAM]
             else:
                 argv = [*pairing.argv, "--warmup", "1", "--repeats", str(repeats), STREAM]
+            server_before = process_cpu(pairing.server_pid) if pairing.server_pid else 0.0
+            client_before = children_cpu()
             samples[pairing.key].extend(run_json(argv, env, pairing.label)[STREAM])
-    return samples
+            cpu[pairing.key]["client"] += children_cpu() - client_before
+            if pairing.server_pid:
+                cpu[pairing.key]["server"] += process_cpu(pairing.server_pid) - server_before
+    updates = rounds * (1 + repeats) * STREAM_N
+    return samples, {k: {side: t / updates for side, t in v.items()} for k, v in cpu.items()}
 
 
 # -- scenario 2: many connections -------------------------------------------------------------------
@@ -402,7 +439,12 @@ def _cell(v: float | None, unit: str = "") -> str:
     return (f"{v:,.0f}" if v >= 100 else f"{v:.1f}") + unit
 
 
-def build_rows(pairings: list[Pairing], samples: dict[str, list[float]], many: dict[str, Any] | None) -> list[Row]:
+def build_rows(
+    pairings: list[Pairing],
+    samples: dict[str, list[float]],
+    cpu: dict[str, dict[str, float]],
+    many: dict[str, Any] | None,
+) -> list[Row]:
     by_key = {p.key: p for p in pairings}
 
     def versus(measure: str, ours: str, theirs: str, bar: float | None, per_turn: bool = False) -> Row:
@@ -419,9 +461,17 @@ def build_rows(pairings: list[Pairing], samples: dict[str, list[float]], many: d
             measure, _cell(ra), _cell(rb), ra / rb, f"≥ {bar:g}" if bar else "", None if bar is None else ra / rb >= bar
         )
 
+    def cpu_row(measure: str, ours: str, theirs: str, side: str) -> Row:
+        if ours not in cpu or theirs not in cpu:
+            return Row(measure, "-", "-", None, "", None, by_key[ours if ours not in cpu else theirs].note)
+        a, b = cpu[ours][side] * 1e6, cpu[theirs][side] * 1e6
+        return Row(measure, _cell(a), _cell(b), a / b if b else None, "", None)
+
     rows = [
         versus("WS stream 20k, msg/s: our pair | TS pair", "ws-ours", "ws-ts", 1),
         versus("WS stream 20k, ms/turn: our pair | TS pair", "ws-ours", "ws-ts", None, per_turn=True),
+        cpu_row("WS server CPU µs/update: AcpApp | AcpServer", "ws-ours", "ws-ts", "server"),
+        cpu_row("WS client CPU µs/update: connect_websocket | TS client", "ws-ours", "ws-ts", "client"),
         versus("WS msg/s: our client | TS client → TS server", "ws-ours-ts", "ws-ts", None),
         versus("WS msg/s: TS client → our server | TS pair", "ws-ts-ours", "ws-ts", None),
         versus("HTTP stream 20k, msg/s: our client | TS client → TS server", "http-ours-ts", "http-ts", 1),
@@ -448,13 +498,19 @@ def build_rows(pairings: list[Pairing], samples: dict[str, list[float]], many: d
     return rows
 
 
-def print_details(pairings: list[Pairing], samples: dict[str, list[float]]) -> None:
-    print(f"\nPer pairing, one prompt of {STREAM_N:,} updates: median ms / best ms (n timed prompts), median msg/s")
+def print_details(pairings: list[Pairing], samples: dict[str, list[float]], cpu: dict[str, dict[str, float]]) -> None:
+    print(f"\nPer pairing, one prompt of {STREAM_N:,} updates: median / best ms (n timed prompts), median msg/s;")
+    print("CPU µs per update (all prompts, warm-ups included) of the server process and of the client process")
+    print(f"  {'pairing':<58} {'median / best ms (n)':>24} {'msg/s':>9} {'server':>7} {'client':>7}")
     for p in pairings:
         xs = samples.get(p.key)
         if xs:
             med = statistics.median(xs)
-            print(f"  {p.label:<58} {med * 1e3:>8.1f} / {min(xs) * 1e3:<8.1f}({len(xs):>2}) {STREAM_N / med:>9,.0f}")
+            server_us = f"{cpu[p.key]['server'] * 1e6:.1f}" if p.server_pid else "-"
+            print(
+                f"  {p.label:<58} {med * 1e3:>8.1f} / {min(xs) * 1e3:<8.1f}({len(xs):>2}) {STREAM_N / med:>9,.0f}"
+                f" {server_us:>7} {cpu[p.key]['client'] * 1e6:>7.1f}"
+            )
         else:
             print(f"  {p.label:<58} {p.note}")
 
@@ -542,7 +598,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                         server("TypeScript", ["node", str(_REMOTE / "ts_server.mjs")], env, log) if npm_dir else _none()
                     ) as ts:
                         pairings = stream_pairings(py, ours, bridge, ts, ts_note, ours_http)
-                        samples = run_streams(pairings, env, rounds, repeats)
+                        samples, cpu = run_streams(pairings, env, rounds, repeats)
                 many = run_many(py, env, args.connections, log)
                 if args.profile:
                     run_profile(py, env, args.profile, log)
@@ -550,8 +606,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"remote benchmark failed: {exc}")
             print(log_path.read_text(errors="replace")[-3000:] if log_path.exists() else "")
             return 1
-    rows = build_rows(pairings, samples, many)
-    print_details(pairings, samples)
+    rows = build_rows(pairings, samples, cpu, many)
+    print_details(pairings, samples, cpu)
     print_many(many)
     print_table(rows)
     print(f"\n(remote benchmark took {time.perf_counter() - started:.0f} s; {describe_load(load_before, cpu_times())})")
@@ -565,6 +621,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "statistic": "median",
             "updates_per_prompt": STREAM_N,
             "seconds_per_prompt": {p.label: samples.get(p.key) or p.note for p in pairings},
+            "cpu_seconds_per_update": {p.label: cpu[p.key] for p in pairings if p.key in cpu},
             "many": many,
             "bars": [
                 {
