@@ -645,3 +645,29 @@ async def test_a_small_receive_buffer_slows_the_streams_and_loses_nothing(autoju
                 server.send(session_id, {"jsonrpc": "2.0", "method": "session/update", "params": params})
             assert (await conn.agent.session_prompt(prompt(session_id, "x"))).stop_reason == "end_turn"
     assert client.texts[session_id] == [*map(str, range(200)), "hi"]
+
+
+async def test_a_reconnect_loads_the_session_with_the_same_cookies(ts_sdk: Path) -> None:  # noqa: F811
+    """The RFD's recipe after a lost transport: a new connection (same headers and cookie store),
+    initialize, session/load; its replay arrives on the session's stream before its response."""
+    cookies = CookieStore()
+    with trio.fail_after(TIME_LIMIT):
+        async with ts_http_server(ts_sdk) as server:
+            first = Recorder()
+            async with connect_http(server.url, first, cookies=cookies) as conn:
+                await conn.agent.initialize(INIT)
+                session_id = await new_session(conn)
+                await conn.agent.session_prompt(prompt(session_id, "stream 50"))
+                old_id = conn.connection_id  # type: ignore[attr-defined]
+            affinity = cookies.header()
+            assert affinity is not None and affinity.startswith("affinity=")
+            again = Recorder()
+            async with connect_http(server.url, again, cookies=cookies) as conn:
+                init = await conn.agent.initialize(INIT)
+                assert init.agent_capabilities is not None and init.agent_capabilities.load_session
+                assert conn.connection_id != old_id  # type: ignore[attr-defined]
+                await conn.agent.session_load(v1.LoadSessionRequest(session_id=session_id, cwd="/", mcp_servers=[]))
+                assert again.texts == {session_id: [str(i) for i in range(50)]}
+    # the first connection's DELETE, then the new connection's initialize with the stored cookie
+    deleted = [entry[0] for entry in server.log].index("DELETE")
+    assert server.log[deleted + 1][:3] == ["POST", "-", affinity]

@@ -9,7 +9,8 @@
 // test can check what the client sent, and `CLOSED <method> <acp-session-id or ->` when a request's
 // response closed (a stream's reader left).  The agent:
 //  - session/new: a new session id `ts-http-<n>`;
-//  - session/load and session/resume: {} (loadSession is advertised);
+//  - session/load: replays the session's chunks so far (as session/update, from any connection of
+//    this server), then answers {} (loadSession is advertised);
 //  - session/prompt "stream <n>": n agent_message_chunk updates "0".."n-1", stop reason end_turn;
 //  - session/prompt "ask": a chunk "asking", a permission request for tool call http-ask, a chunk
 //    "permission: <optionId or outcome>", stop reason end_turn;
@@ -33,6 +34,7 @@ const { AcpServer } = await load("@agentclientprotocol/sdk/experimental/server")
 const { createNodeHttpHandler } = await load("@agentclientprotocol/sdk/experimental/node");
 
 let nextSession = 0;
+const histories = new Map(); // sessionId -> the texts of its chunks, for session/load
 
 function textOf(prompt) {
   return prompt
@@ -52,14 +54,24 @@ function makeAgent() {
       agentInfo: { name: "ts-http-interop-agent", version: "2.4.0" },
     }))
     .onRequest(acp.methods.agent.session.new, () => ({ sessionId: `ts-http-${++nextSession}` }))
-    .onRequest(acp.methods.agent.session.load, () => ({}))
+    .onRequest(acp.methods.agent.session.load, async ({ params, client }) => {
+      for (const text of histories.get(params.sessionId) ?? []) {
+        await client.notify(acp.methods.client.session.update, {
+          sessionId: params.sessionId,
+          update: { sessionUpdate: "agent_message_chunk", content: { type: "text", text } },
+        });
+      }
+      return {};
+    })
     .onRequest(acp.methods.agent.session.prompt, async ({ params, client }) => {
       const { sessionId } = params;
-      const say = (text) =>
-        client.notify(acp.methods.client.session.update, {
+      const say = (text) => {
+        histories.set(sessionId, [...(histories.get(sessionId) ?? []), text]);
+        return client.notify(acp.methods.client.session.update, {
           sessionId,
           update: { sessionUpdate: "agent_message_chunk", content: { type: "text", text } },
         });
+      };
       const text = textOf(params.prompt);
       if (text.startsWith("stream ")) {
         const count = Number(text.slice(7));
