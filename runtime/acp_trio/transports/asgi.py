@@ -129,6 +129,8 @@ SESSION_SCOPED_METHODS = frozenset(
     }
 )
 """Client messages that need ``Acp-Session-Id`` even without ``params.sessionId`` (as the TypeScript server)."""
+_WS_BACKLOG_CHARS = 1 << 16
+"""Characters of outgoing WebSocket messages queued for the pump before the connection's writer waits."""
 LOOPBACK_HOSTS = frozenset({"localhost", "127.0.0.1", "::1"})
 TEXT_PLAIN = b"text/plain; charset=utf-8"
 
@@ -865,7 +867,12 @@ class AcpApp:
         disconnected = False
         limit = self.max_message_bytes
         stall = self.output_stall_timeout
-        out_send, out_receive = trio.open_memory_channel[str](0)
+        # what send_text hands the pump: queued without a task switch per message, up to
+        # _WS_BACKLOG_CHARS, beyond which send_text waits (at most `stall` seconds) for the pump
+        backlog: deque[str] = deque()
+        queued = 0
+        ended = False  # no more output: the connection is done, or the pump stopped
+        pump_lot, sender_lot = trio.lowlevel.ParkingLot(), trio.lowlevel.ParkingLot()
 
         async def next_text() -> str | None:
             nonlocal disconnected
@@ -890,8 +897,18 @@ class AcpApp:
                 return str(text)
 
         async def send_text(text: str) -> None:
+            nonlocal queued
+            if ended:
+                raise trio.BrokenResourceError("the WebSocket is closed")
+            backlog.append(text)
+            queued += len(text)
+            if pump_lot:
+                pump_lot.unpark()
+            if queued <= _WS_BACKLOG_CHARS:
+                return
             with trio.move_on_after(stall) as scope:
-                await out_send.send(text)
+                while queued > _WS_BACKLOG_CHARS and not ended:
+                    await sender_lot.park()
             if scope.cancelled_caught:
                 reason = f"output stalled: the client took nothing for {stall} s"
                 log.warning("ACP connection %s: %s", connection_id, reason)
@@ -899,15 +916,26 @@ class AcpApp:
                 raise trio.BrokenResourceError(reason)
 
         async def pump() -> None:
-            nonlocal disconnected
-            async with out_receive:
-                async for text in out_receive:
+            nonlocal disconnected, queued, ended
+            try:
+                while True:
+                    while not backlog:
+                        if ended:
+                            return
+                        await pump_lot.park()
+                    text = backlog.popleft()
+                    queued -= len(text)
+                    if sender_lot and queued <= _WS_BACKLOG_CHARS:
+                        sender_lot.unpark_all()
                     try:
                         await send({"type": "websocket.send", "text": text})
                     except Exception as exc:  # the server lost the socket
                         log.debug("ACP connection %s: send failed: %r", connection_id, exc)
                         disconnected = True
                         return
+            finally:
+                ended = True
+                sender_lot.unpark_all()
 
         async with trio.open_nursery() as nursery:
             nursery.start_soon(pump)
@@ -916,7 +944,8 @@ class AcpApp:
                 await self._serve(connection_id, to_client, from_client, "ws")
             finally:
                 # the pump writes what it holds, then ends (a stalled client keeps it until it reads or leaves)
-                out_send.close()
+                ended = True
+                pump_lot.unpark_all()
         if not disconnected:
             code, reason = close[0] if close else (CLOSE_NORMAL, "")
             try:
