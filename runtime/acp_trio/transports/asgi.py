@@ -872,6 +872,7 @@ class AcpApp:
         backlog: deque[str] = deque()
         queued = 0
         ended = False  # no more output: the connection is done, or the pump stopped
+        taken_at = trio.current_time()  # when the client last took a message (the pump's send returned)
         pump_lot, sender_lot = trio.lowlevel.ParkingLot(), trio.lowlevel.ParkingLot()
 
         async def next_text() -> str | None:
@@ -906,17 +907,22 @@ class AcpApp:
                 pump_lot.unpark()
             if queued <= _WS_BACKLOG_CHARS:
                 return
-            with trio.move_on_after(stall) as scope:
-                while queued > _WS_BACKLOG_CHARS and not ended:
+            # wait until the pump has sent half of the backlog (one wake-up per half, not per message);
+            # the client must take something every `stall` seconds meanwhile
+            waiting_since = trio.current_time()
+            while queued > _WS_BACKLOG_CHARS // 2 and not ended:
+                deadline = max(waiting_since, taken_at) + stall
+                with trio.move_on_at(deadline):
                     await sender_lot.park()
-            if scope.cancelled_caught:
+                if trio.current_time() < max(waiting_since, taken_at) + stall or ended:
+                    continue
                 reason = f"output stalled: the client took nothing for {stall} s"
                 log.warning("ACP connection %s: %s", connection_id, reason)
                 close.append((CLOSE_POLICY_VIOLATION, reason))
                 raise trio.BrokenResourceError(reason)
 
         async def pump() -> None:
-            nonlocal disconnected, queued, ended
+            nonlocal disconnected, queued, ended, taken_at
             try:
                 while True:
                     while not backlog:
@@ -925,7 +931,7 @@ class AcpApp:
                         await pump_lot.park()
                     text = backlog.popleft()
                     queued -= len(text)
-                    if sender_lot and queued <= _WS_BACKLOG_CHARS:
+                    if sender_lot and queued <= _WS_BACKLOG_CHARS // 2:
                         sender_lot.unpark_all()
                     try:
                         await send({"type": "websocket.send", "text": text})
@@ -933,6 +939,7 @@ class AcpApp:
                         log.debug("ACP connection %s: send failed: %r", connection_id, exc)
                         disconnected = True
                         return
+                    taken_at = trio.current_time()
             finally:
                 ended = True
                 sender_lot.unpark_all()
