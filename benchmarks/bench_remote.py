@@ -18,7 +18,9 @@ Scenarios (issue 12's bars):
    updates, timed by the client from sending the prompt to its response (all updates counted).
    WebSocket: acp-trio's pair (``AcpApp`` on hypercorn serving the bench agent;
    ``connect_websocket``) vs the TypeScript SDK's pair (``AcpServer`` with its Node adapter and
-   ``ws``; ``createWebSocketStream``); the crossed pairs are shown too (no bar).  Streamable HTTP:
+   ``ws``; ``createWebSocketStream``); the crossed pairs are shown too (no bar), and the floor
+   under ours: a bare ASGI app on hypercorn sending the same 20,000 frames, precomputed, to a bare
+   trio-websocket client (``remote/raw_ws_*.py``), no ACP on either side.  Streamable HTTP:
    our ``connect_http`` and the SDK's ``createHttpStream``, both against the SDK's ``AcpServer``,
    and our server when it serves Streamable HTTP (probed: a ``POST`` ``initialize``; while it
    answers ``501`` the row says "not measured: not implemented").  Bars: our rate ≥ theirs.
@@ -212,7 +214,7 @@ class Pairing:
 
 
 def stream_pairings(
-    py: str, ours: Server, bridge: Server, ts: Server | None, ts_note: str, ours_http: bool
+    py: str, ours: Server, bridge: Server, floor: Server, ts: Server | None, ts_note: str, ours_http: bool
 ) -> list[Pairing]:
     trio_client = [py, str(_REMOTE / "trio_client.py")]
     ts_client = ["node", str(_REMOTE / "ts_client.mjs")]
@@ -254,6 +256,13 @@ def stream_pairings(
             bridge.pid,
         ),
         Pairing("direct", "stdio: spawn_agent → agent", [py, str(_RUNTIME / "trio_client.py")]),
+        Pairing(
+            "ws-floor",
+            "WS floor, no ACP: trio-websocket → bare ASGI app on hypercorn",
+            [py, str(_REMOTE / "raw_ws_client.py"), floor.url("ws")],
+            "",
+            floor.pid,
+        ),
     ]
     return pairings
 
@@ -379,22 +388,53 @@ def component(filename: str) -> str:
 
 
 def profile_breakdown(path: Path) -> list[tuple[str, float, float]]:
-    """(component, seconds of own time, share) for one process's cProfile file, largest first;
-    time spent waiting in epoll (trio's idle) is its own component."""
+    """(component, seconds of own time, share) for one process's cProfile file, largest first.
+
+    Time waiting in epoll (trio's idle) is its own component; C calls and the standard library
+    (``contextlib`` under trio's cancel scopes, ...) are charged to their caller's component when
+    all their callers are in one."""
     stats: Any = pstats.Stats(str(path)).stats
     totals: dict[str, float] = {}
-    for (filename, _line, name), (_cc, _nc, tottime, _ct, _callers) in stats.items():
+    for (filename, _line, name), (_cc, _nc, tottime, _ct, callers) in stats.items():
+        label = component(filename)
         if filename == "~" and "poll" in name:
             label = "idle: waiting for I/O (epoll)"
-        elif filename == "~":
-            # C calls are charged to their caller's component when it is a single one
-            callers = {component(c[0]) for c in _callers} if _callers else set()
-            label = f"C calls from {next(iter(callers))}" if len(callers) == 1 else "builtins and C calls (shared)"
-        else:
-            label = component(filename)
+        elif filename == "~" or label.startswith("other Python"):
+            owners = {component(c[0]) for c in callers} if callers else set()
+            what = "C calls" if filename == "~" else "stdlib"
+            label = f"{what} from {next(iter(owners))}" if len(owners) == 1 else f"{what}, shared"
         totals[label] = totals.get(label, 0.0) + tottime
     whole = sum(totals.values()) or 1.0
     return sorted(((k, v, v / whole) for k, v in totals.items()), key=lambda x: -x[1])
+
+
+ENTRY_POINTS: Final = {
+    "server": (
+        ("benchmarks/runtime/trio_agent.py", "_stream", "the agent's loop: build, encode, queue each update"),
+        ("acp_trio/_connection.py", "_writer", "the connection's writer, incl. MessageSendStream and send_text"),
+        ("acp_trio/transports/asgi.py", "pump", "our pump, incl. hypercorn's send path"),
+        ("hypercorn/protocol/ws_stream.py", "app_send", "hypercorn's send path: wsproto frame, lock, trio socket"),
+        ("trio/_highlevel_socket.py", "send_all", "trio's send_all, incl. the send() syscall"),
+    ),
+    "client": (
+        ("trio_websocket/_impl.py", "_reader_task", "trio-websocket's reader: recv, wsproto parse, hand-off"),
+        ("acp_trio/_connection.py", "_reader", "the connection's reader, incl. MessageReceiveStream"),
+        ("acp_trio/transports/websocket.py", "receive_some", "MessageReceiveStream.receive_some, incl. get_message"),
+        ("acp_trio/_connection.py", "_on_notification", "decoding and dispatching each update"),
+    ),
+}
+
+
+def inclusive_times(path: Path, side: str) -> list[tuple[str, float, float]]:
+    """(what, seconds including callees, share of the process's busy time) for the ``ENTRY_POINTS``."""
+    stats: Any = pstats.Stats(str(path)).stats
+    idle = sum(v[2] for (f, _l, n), v in stats.items() if f == "~" and "poll" in n)
+    busy = (sum(v[2] for v in stats.values()) - idle) or 1.0
+    rows = []
+    for needle, function, label in ENTRY_POINTS[side]:
+        seconds = sum(v[3] for (f, _l, n), v in stats.items() if needle in f and n == function)
+        rows.append((label, seconds, seconds / busy))
+    return rows
 
 
 def run_profile(py: str, env: dict[str, str], out: Path, log: IO[bytes]) -> None:
@@ -412,6 +452,9 @@ def run_profile(py: str, env: dict[str, str], out: Path, log: IO[bytes]) -> None
     ):
         print(f"  {title}:")
         for label, seconds, share in profile_breakdown(path)[:14]:
+            print(f"    {share * 100:5.1f}%  {seconds:6.2f} s  {label}")
+        print("    including what they call, share of the busy (not idle) time:")
+        for label, seconds, share in inclusive_times(path, "server" if path == server_stats else "client"):
             print(f"    {share * 100:5.1f}%  {seconds:6.2f} s  {label}")
 
 
@@ -472,6 +515,8 @@ def build_rows(
         versus("WS stream 20k, ms/turn: our pair | TS pair", "ws-ours", "ws-ts", None, per_turn=True),
         cpu_row("WS server CPU µs/update: AcpApp | AcpServer", "ws-ours", "ws-ts", "server"),
         cpu_row("WS client CPU µs/update: connect_websocket | TS client", "ws-ours", "ws-ts", "client"),
+        versus("WS msg/s: our pair | floor (hypercorn, trio-websocket)", "ws-ours", "ws-floor", None),
+        cpu_row("WS server CPU µs/update: AcpApp | floor", "ws-ours", "ws-floor", "server"),
         versus("WS msg/s: our client | TS client → TS server", "ws-ours-ts", "ws-ts", None),
         versus("WS msg/s: TS client → our server | TS pair", "ws-ts-ours", "ws-ts", None),
         versus("HTTP stream 20k, msg/s: our client | TS client → TS server", "http-ours-ts", "http-ts", 1),
@@ -592,12 +637,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                 with (
                     server("acp-trio", [py, str(_REMOTE / "trio_server.py")], env, log) as ours,
                     server("bridge", [py, str(_REMOTE / "trio_server.py"), "--bridge"], env, log) as bridge,
+                    server("floor", [py, str(_REMOTE / "raw_ws_server.py")], env, log) as floor,
                 ):
                     ours_http = serves_streamable_http(ours.url("http"))
                     with (
                         server("TypeScript", ["node", str(_REMOTE / "ts_server.mjs")], env, log) if npm_dir else _none()
                     ) as ts:
-                        pairings = stream_pairings(py, ours, bridge, ts, ts_note, ours_http)
+                        pairings = stream_pairings(py, ours, bridge, floor, ts, ts_note, ours_http)
                         samples, cpu = run_streams(pairings, env, rounds, repeats)
                 many = run_many(py, env, args.connections, log)
                 if args.profile:
