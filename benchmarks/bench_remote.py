@@ -25,7 +25,8 @@ Scenarios (issue 12's bars):
    and our server when it serves Streamable HTTP (probed: a ``POST`` ``initialize``; while it
    answers ``501`` the row says "not measured: not implemented").  Bars: our rate ≥ theirs.
 2. ``many``: one fresh acp-trio server process, C (100) WebSocket connections opened at once, each
-   streaming a 2,000-update turn; every connection checks its updates arrive in order.  The
+   streaming a 2,000-update turn; every connection checks its updates arrive in order.  Then a
+   second wave the same (its RSS after shows whether memory kept after the first is reused).  The
    server's RSS is read from ``/proc/<pid>/status`` (``VmRSS`` sampled every 20 ms, ``VmHWM``):
    after start-up and one warm-up connection ("start"), at the peak, and once all connections
    closed and the RSS settled ("after").  Bars: all delivered in order, no error; after ≤ 1.1 x
@@ -355,7 +356,19 @@ def run_many(py: str, env: dict[str, str], connections: int, log: IO[bytes]) -> 
             sampler.join()
         peak = max(peak, rss_kib(srv.pid, "VmHWM"))
         after = settled_rss(srv.pid)
-    result.update(rss_cold_kib=cold, rss_start_kib=start, rss_peak_kib=peak, rss_after_kib=after)
+        # a second wave: an RSS that stays where the first left it is memory kept for reuse, one that grows is a leak
+        again = run_json(argv, env, f"{connections} connections, second wave")
+        if again["ok"] != connections:
+            result["ok"] = min(result["ok"], again["ok"])
+            result["errors"] = [*result["errors"], *again["errors"]][:5]
+        after_second = settled_rss(srv.pid)
+    result.update(
+        rss_cold_kib=cold,
+        rss_start_kib=start,
+        rss_peak_kib=peak,
+        rss_after_kib=after,
+        rss_after_second_kib=after_second,
+    )
     return dict(result)
 
 
@@ -579,6 +592,7 @@ def print_many(many: dict[str, Any]) -> None:
                 ("start (after a warm-up connection)", "rss_start_kib"),
                 ("peak", "rss_peak_kib"),
                 ("after all closed", "rss_after_kib"),
+                ("after a second wave", "rss_after_second_kib"),
             )
         )
     )
