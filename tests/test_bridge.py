@@ -224,3 +224,21 @@ async def test_an_editor_spawns_the_connect_bridge_as_its_agent() -> None:
         listen.terminate()
         with trio.move_on_after(10):
             await listen.wait()
+
+
+async def test_connect_survives_a_line_that_is_not_utf8() -> None:
+    from acp_trio.bridge import connect_bridge, serve_bridge
+
+    to_bridge_send, to_bridge_receive = trio.testing.memory_stream_one_way_pair()
+    from_bridge_send, from_bridge_receive = trio.testing.memory_stream_one_way_pair()
+    with trio.fail_after(20):
+        async with trio.open_nursery() as nursery:
+            urls = await nursery.start(serve_bridge, ["cat"], "127.0.0.1", 0)
+            url = urls[0].replace("http", "ws", 1) + "/acp"
+            nursery.start_soon(functools.partial(connect_bridge, url, stdin=to_bridge_receive, stdout=from_bridge_send))
+            await to_bridge_send.send_all(b'{"bad": "\xff"}\n{"good": 1}\n')
+            received = b""
+            while received.count(b"\n") < 2:
+                received += await from_bridge_receive.receive_some(1 << 16)
+            nursery.cancel_scope.cancel()
+    assert received == '{"bad": "\ufffd"}\n{"good": 1}\n'.encode()  # carried on, the bad byte replaced

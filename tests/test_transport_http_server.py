@@ -355,6 +355,22 @@ async def test_a_bearer_token_guards_post_get_and_delete() -> None:
             assert ok.status == 200
 
 
+async def test_a_foreign_origin_is_refused_403_on_every_route_against_dns_rebinding() -> None:
+    app = AcpApp(serve_streams=Script().serve, allowed_origins=["https://editor.example"])
+    with trio.fail_after(DEADLINE):
+        async with running(app) as http:
+            init = json.dumps({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {}}).encode()
+            rebound = {"origin": "http://evil.example:8765", "host": "evil.example:8765"}
+            for method in ("POST", "GET", "DELETE"):
+                reply = await http.request(method, {**JSON, "accept": "text/event-stream", **rebound}, init)
+                assert reply.status == 403, method
+            assert app.active_connections == 0
+            for origin in ("http://localhost:3000", "https://editor.example", None):
+                headers = {**JSON} if origin is None else {**JSON, "origin": origin}
+                ok = await http.request("POST", headers, init)
+                assert ok.status == 200, origin
+
+
 # -- routing and buffering -----------------------------------------------------------------------------
 async def test_output_goes_to_its_stream_and_waits_there_until_the_stream_is_opened() -> None:
     script = Script()

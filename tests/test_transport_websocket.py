@@ -218,6 +218,19 @@ async def test_an_upgrade_from_a_foreign_origin_is_refused_403_and_loopback_or_l
     assert app.active_connections == 0
 
 
+async def test_an_offered_subprotocol_is_echoed_so_browsers_and_node_ws_clients_connect() -> None:
+    from trio_websocket import open_websocket_url
+
+    with trio.fail_after(DEADLINE):
+        async with served(AcpApp(Agent)) as url:
+            async with open_websocket_url(url, subprotocols=["acp.v1", "other"]) as ws:
+                assert ws.subprotocol == "acp.v1"
+                await ws.send_message('{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":1}}')
+                assert '"protocolVersion":1' in str(await ws.get_message())
+            async with open_websocket_url(url) as ws:  # none offered: none chosen
+                assert ws.subprotocol is None
+
+
 async def test_a_missing_or_wrong_bearer_token_is_refused_401_on_every_route() -> None:
     app = AcpApp(Agent, token="s3cret")
     with trio.fail_after(DEADLINE):

@@ -163,7 +163,8 @@ async def connect_bridge(
                         if isinstance(line, OversizedMessage):
                             log.warning("bridge: dropped a line of %d bytes from stdin", line.size)
                         else:
-                            await ws.send_message(line.decode("utf-8", "surrogateescape"))
+                            # a text frame must be UTF-8: bytes that are not become U+FFFD
+                            await ws.send_message(line.decode("utf-8", "replace"))
                     if not data:
                         await ws.aclose()  # end of input: a normal close
                         return

@@ -41,11 +41,13 @@ connection enforces holds unchanged.
 Nothing is shared between connections but the application object: each has its own agent.
 
 Security defaults: :func:`serve` binds ``127.0.0.1``.  An optional bearer ``token`` guards every
-route (``401`` without ``Authorization: Bearer <token>``).  A WebSocket upgrade carrying an
-``Origin`` header (a browser's) is refused ``403`` unless that origin is a loopback one
+route (``401`` without ``Authorization: Bearer <token>``).  A request carrying an ``Origin``
+header (a browser's: a WebSocket upgrade, or a POST, GET or DELETE a page sends) is refused
+``403`` unless that origin is a loopback one
 (``localhost``, ``127.0.0.1``, ``[::1]``, any port) or listed in ``allowed_origins``: checking
 against the request's own ``Host`` would not stop DNS rebinding, where the attacker's name is in
-both.  A request without ``Origin`` (not a browser) is let through.
+both.  A request without ``Origin`` (not a browser) is let through.  A WebSocket upgrade that
+offers subprotocols gets the first one echoed (browsers and Node's ``ws`` abort otherwise).
 
 Limits (close codes as the TypeScript SDK's server and RFC 6455): a message over
 ``max_message_bytes`` closes the WebSocket with ``1009``; a client that takes nothing for
@@ -474,7 +476,7 @@ class AcpApp:
     too).  Pass a factory, not an agent object: an object would be shared by every connection.
     ``path``: the endpoint (default ``/acp``).  ``token``: when set, every request must carry
     ``Authorization: Bearer <token>`` (else ``401``).  ``allowed_origins``: browser origins
-    allowed to open a WebSocket besides the loopback ones (exact ``scheme://host[:port]`` strings;
+    allowed besides the loopback ones, on every route (exact ``scheme://host[:port]`` strings;
     ``"*"`` allows any).  ``max_message_bytes``: the largest message a client may send (default
     16 MiB; larger closes the WebSocket with ``1009``; a larger POST body is ``413``).
     ``output_stall_timeout``: seconds (default 60).
@@ -582,7 +584,7 @@ class AcpApp:
         return hmac.compare_digest(given, b"Bearer " + self.token.encode())
 
     def origin_allowed(self, origin: str | None) -> bool:
-        """Whether a WebSocket upgrade with this ``Origin`` header is accepted (see the module docstring)."""
+        """Whether a request with this ``Origin`` header is accepted (see the module docstring)."""
         if origin is None:
             return True
         normalized = origin.rstrip("/").lower()
@@ -599,6 +601,11 @@ class AcpApp:
             return 404, f"Not found: ACP is served on {self.path}\n", []
         if not self._authorized(scope):
             return 401, "Unauthorized: send Authorization: Bearer <token>\n", [(b"www-authenticate", b"Bearer")]
+        # every route, not only the WebSocket upgrade: a rebound page's POST is same-origin to the browser
+        origin = _header(scope, b"origin")
+        if not self.origin_allowed(None if origin is None else origin.decode("latin-1")):
+            shown = origin.decode("latin-1", "replace") if origin else ""
+            return 403, f"Forbidden: Origin {shown!r} is not allowed\n", []
         return None
 
     # -- Streamable HTTP -------------------------------------------------------------------------------
@@ -825,18 +832,18 @@ class AcpApp:
         if first["type"] != "websocket.connect":
             return
         refusal = self._refusal(scope)
-        if refusal is None:
-            origin = _header(scope, b"origin")
-            if not self.origin_allowed(None if origin is None else origin.decode("latin-1")):
-                shown = origin.decode("latin-1", "replace") if origin else ""
-                refusal = 403, f"Forbidden: Origin {shown!r} is not allowed\n", []
         if refusal is not None:
             await self._reject(scope, send, *refusal)
             return
         connection_id = secrets.token_urlsafe(24)
-        await send(
-            {"type": "websocket.accept", "headers": [(HEADER_CONNECTION_ID.lower().encode(), connection_id.encode())]}
-        )
+        accept: Message = {
+            "type": "websocket.accept",
+            "headers": [(HEADER_CONNECTION_ID.lower().encode(), connection_id.encode())],
+        }
+        offered = scope.get("subprotocols") or []
+        if offered:  # a client that offers subprotocols (browsers, Node's ws) aborts when none is echoed
+            accept["subprotocol"] = offered[0]
+        await send(accept)
         self.connection_ids.add(connection_id)
         try:
             await self._run(connection_id, receive, send)
