@@ -479,3 +479,24 @@ async def test_an_agent_factory_that_fails_closes_that_connection_1011_and_the_s
                 await initialize(conn)
                 assert await new_session(conn) == "s1"
     assert "no agent today" in caplog.text
+
+
+async def test_wss_with_a_private_certificate_verified_through_ssl_context(tmp_path: Path) -> None:
+    import ssl
+
+    pytest.importorskip("cryptography")
+    from test_transport_http import self_signed_certificate
+
+    cert, key = self_signed_certificate(tmp_path)
+    with trio.fail_after(DEADLINE):
+        async with trio.open_nursery() as nursery:
+            [bound] = await nursery.start(
+                lambda task_status: serve(
+                    AcpApp(Agent), "127.0.0.1", 0, certfile=str(cert), keyfile=str(key), task_status=task_status
+                )
+            )
+            url = bound.replace("http://", "wss://").replace("https://", "wss://") + "/acp"
+            trusted = ssl.create_default_context(cafile=str(cert))
+            async with connect_websocket(url, Client, ssl_context=trusted) as conn:
+                assert (await initialize(conn)).protocol_version == 1
+            nursery.cancel_scope.cancel()

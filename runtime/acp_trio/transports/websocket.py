@@ -24,6 +24,7 @@ Needs the ``remote`` extra (``pip install acp-trio[remote]``).
 from __future__ import annotations
 
 import logging
+import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from typing import Any
@@ -162,6 +163,7 @@ async def connect_websocket(
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
     close_timeout: float = 2.0,
     cookies: CookieStore | None = None,
+    ssl_context: ssl.SSLContext | None = None,
     **options: Any,
 ) -> AsyncIterator[ClientSideConnection]:
     """Open a WebSocket to an ACP server and yield the :class:`ClientSideConnection` (``async with``).
@@ -176,7 +178,10 @@ async def connect_websocket(
     close handshake when leaving.  ``cookies``: a :class:`~acp_trio.transports.cookies.CookieStore`
     whose cookies go with the upgrade and which keeps those the server sets on its 101 answer (the
     RFD's cookie support, for load-balancer affinity); pass the same store when reconnecting
-    (default: a fresh store, discarded with the connection).  ``options``: for the connection (``tap``, ``variant``,
+    (default: a fresh store, discarded with the connection).  ``ssl_context``: for ``wss://``, the
+    ``ssl.SSLContext`` that verifies the server (default: the system's trusted certificates; pass
+    ``ssl.create_default_context(cafile=...)`` for a private CA, as ``connect_http``'s ``verify``).
+    ``options``: for the connection (``tap``, ``variant``,
     ``eof_grace``, ...).  ``conn.connection_id`` is the server's ``Acp-Connection-Id`` (or ``None``);
     ``conn.websocket`` is the ``trio_websocket.WebSocketConnection``.
 
@@ -197,7 +202,7 @@ async def connect_websocket(
             try:
                 with trio.fail_after(connect_timeout):
                     ws = await trio_websocket.connect_websocket_url(
-                        nursery, url, extra_headers=extra, max_message_size=max_message_bytes
+                        nursery, url, ssl_context, extra_headers=extra, max_message_size=max_message_bytes
                     )
             except (OSError, trio.TooSlowError, trio_websocket.HandshakeError, ValueError) as exc:
                 raise _connect_error(url, exc, connect_timeout) from exc
