@@ -272,9 +272,10 @@ async def test_the_bodys_exception_comes_out_as_itself(ts_sdk: Path) -> None:  #
 class ScriptedServer:
     """A Streamable HTTP server in process: answers like the TypeScript server, statuses on demand.
 
-    ``post_status``: method → HTTP status to answer a POST of that method with (instead of 202);
+    ``post_status``: method (``"response"``: our answer to an agent's request) → HTTP status to
+    answer a POST of that method with (instead of 202);
     ``get_status``: session id (``None``: the connection's stream) → status for its GET.
-    ``session/new`` answers ``s1``, ``s2``...; ``session/prompt`` answers ``end_turn`` after one chunk
+    ``session/new`` answers ``<session_prefix>1``, ``<session_prefix>2``... (``s1``, ``s2``... by default); ``session/prompt`` answers ``end_turn`` after one chunk
     unless its text is ``"hang"``; ``session/load`` answers ``{}``.
     """
 
@@ -287,6 +288,7 @@ class ScriptedServer:
         self.queues: dict[str | None, list[bytes]] = {}
         self.channels: dict[str | None, trio.MemorySendChannel[bytes]] = {}
         self.sessions = 0
+        self.session_prefix = "s"
         self.http_versions: list[str] = []  # of each request, as the ASGI server saw it
         self.events: dict[str, trio.Event] = {}  # "POST session/prompt", "GET None", ...: set when it arrives
         self.init_headers: dict[str, str] = {"Acp-Connection-Id": "conn-1", "Set-Cookie": "lb=backend-7; Path=/"}
@@ -372,12 +374,13 @@ class ScriptedServer:
             result = {"protocolVersion": 1, "agentCapabilities": {"loadSession": True}, "authMethods": []}
             answer = json.dumps({"jsonrpc": "2.0", "id": message["id"], "result": result}).encode()
             return 200, {**self.init_headers, "Content-Type": "application/json"}, answer
-        status = self.post_status.get(rpc_method, 202)
+        status = self.post_status.get(rpc_method or "response", 202)
         if status != 202:
-            return status, {"Content-Type": "text/plain"}, f"no {rpc_method} today".encode()
+            return status, {"Content-Type": "text/plain"}, f"no {rpc_method or 'response'} today".encode()
         if rpc_method == "session/new":
             self.sessions += 1
-            self.send(None, {"jsonrpc": "2.0", "id": message["id"], "result": {"sessionId": f"s{self.sessions}"}})
+            session_id = f"{self.session_prefix}{self.sessions}"
+            self.send(None, {"jsonrpc": "2.0", "id": message["id"], "result": {"sessionId": session_id}})
         elif rpc_method == "session/load":
             self.send(None, {"jsonrpc": "2.0", "id": message["id"], "result": {}})
         elif rpc_method == "session/prompt":
@@ -441,6 +444,100 @@ async def test_another_http_error_fails_only_its_request(autojump_clock: Any) ->
             assert failed.value.data == {"status": 503, "body": "no session/prompt today"}
             del server.post_status["session/prompt"]
             assert (await conn.agent.session_prompt(prompt(session_id, "x"))).stop_reason == "end_turn"
+
+
+async def failing_turn(conn: ClientSideConnection, session_id: str, failures: list[BaseException]) -> None:
+    """A turn that hangs on the server: keeps what it fails with."""
+    try:
+        await conn.agent.session_prompt(prompt(session_id, "hang"))
+    except ConnectionClosed as exc:
+        failures.append(exc)
+
+
+async def test_a_refused_answer_to_an_agent_request_closes_the_transport(autojump_clock: Any) -> None:
+    # as the TS client does: else the agent waits for the answer, and the turn for the agent, forever
+    server = ScriptedServer()
+    client = Recorder()
+    failures: list[BaseException] = []
+    with trio.fail_after(30):
+        async with scripted(server, client) as conn:
+            await conn.agent.initialize(INIT)
+            session_id = await new_session(conn)
+            server.post_status["response"] = 413
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(failing_turn, conn, session_id, failures)
+                await server.arrived("POST session/prompt").wait()
+                tool_call = {"toolCallId": "t1", "title": "read"}
+                options = [{"optionId": "allow", "name": "Allow", "kind": "allow_once"}]
+                params = {"sessionId": session_id, "toolCall": tool_call, "options": options}
+                server.send(session_id, {"jsonrpc": "2.0", "id": 7, "method": "session/request_permission", "params": params})  # fmt: skip
+            assert client.permissions == ["t1"]
+            [closed] = failures
+            assert isinstance(closed, HttpTransportClosed)
+            assert closed.status == 413 and closed.url == server.URL
+            expected = f"the ACP server answered HTTP 413 (no response today) to POST (a response); the message was not delivered ({server.URL})"  # fmt: skip
+            assert str(closed) == expected
+            with pytest.raises(HttpTransportClosed):  # and it stays closed
+                await new_session(conn)
+
+
+async def test_a_refused_notification_closes_the_transport(autojump_clock: Any) -> None:
+    server = ScriptedServer()
+    failures: list[BaseException] = []
+    with trio.fail_after(30):
+        async with scripted(server) as conn:
+            await conn.agent.initialize(INIT)
+            session_id = await new_session(conn)
+            server.post_status["session/cancel"] = 500
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(failing_turn, conn, session_id, failures)
+                await server.arrived("POST session/prompt").wait()
+                await conn.agent.session_cancel(v1.CancelNotification(session_id=session_id))
+            [closed] = failures
+            assert isinstance(closed, HttpTransportClosed)
+            assert closed.status == 500 and "HTTP 500 (no session/cancel today) to POST session/cancel" in str(closed)
+
+
+async def test_a_session_id_outside_iso_8859_1_fails_only_that_session(autojump_clock: Any) -> None:
+    # ACP allows any string; Acp-Session-Id carries ISO-8859-1 bytes (as Node's fetch sends them)
+    server = ScriptedServer()
+    client = Recorder()
+    with trio.fail_after(30):
+        async with scripted(server, client) as conn:
+            await conn.agent.initialize(INIT)
+            server.session_prefix = "会话-"
+            unsendable = await new_session(conn)
+            server.session_prefix = "séance-"
+            latin = await new_session(conn)
+            with pytest.raises(RequestError, match=f"ACP session {unsendable} failed: its id cannot be sent in the Acp-Session-Id header") as failed:  # fmt: skip
+                await conn.agent.session_prompt(prompt(unsendable, "x"))
+            assert failed.value.code == -32603 and failed.value.data == {"sessionId": unsendable}
+            assert "reattach" not in str(failed.value)  # session/load would fail the same way
+            await conn.agent.session_cancel(v1.CancelNotification(session_id=unsendable))  # dropped with a warning
+            assert (await conn.agent.session_prompt(prompt(latin, "x"))).stop_reason == "end_turn"
+            assert client.texts == {latin: ["hi"]}
+            assert {headers.get("acp-session-id") for _, headers, _ in server.requests} == {None, latin}
+
+
+@pytest.mark.parametrize(
+    ("headers", "named"),
+    [
+        ({"X-Team": "équipe ☃"}, "the 'X-Team' header cannot be sent: the character '☃'"),
+        (
+            {"Authorization": "Bearer a\r\nX-Evil: 1"},
+            "the 'Authorization' header cannot be sent: the control character",
+        ),
+        ({"Bad Name": "v"}, "the header name 'Bad Name' is not an HTTP token"),
+    ],
+)
+async def test_caller_headers_that_cannot_be_sent_raise_value_error_naming_the_header(
+    headers: dict[str, str], named: str
+) -> None:
+    server = ScriptedServer()
+    with pytest.raises(ValueError, match=named):
+        async with scripted(server, headers=headers):
+            pass
+    assert server.requests == []
 
 
 async def test_a_409_on_a_post_fails_that_session_until_it_is_reattached(autojump_clock: Any) -> None:

@@ -37,7 +37,15 @@ concerns one request, and into the connection's end where it concerns the transp
   :class:`HttpTransportClosed` (a :class:`~acp_trio.ConnectionClosed`) naming the status and URL.
 - any other non-2xx answer to a request: only that request fails, with ``-32603`` and
   ``data = {"status": ..., "body": ...}`` (the body parsed as JSON when it is, at most 8 KiB);
-  to a notification or response: a warning is logged.
+  to a notification (``session/cancel``) or our response to an agent's request: the transport
+  closes (:class:`HttpTransportClosed` with that status), since the message is lost and nothing
+  else would tell the agent or the caller (the turn waiting for it would hang); as the
+  TypeScript client does.
+- a session id that cannot be sent in the ``Acp-Session-Id`` header (a character outside
+  ISO-8859-1, or a control character; ACP allows any string): only that session fails, as for a
+  409 (its requests fail with ``-32603`` naming the session id, its notifications are dropped with
+  a warning); other sessions go on.  Header values are sent as ISO-8859-1 bytes, as Node's
+  ``fetch`` sends them, so ``séance-1`` works with both servers.
 - a session's stream ending: only that session's pending requests fail (``-32603``); the next
   message for the session opens the stream again.
 
@@ -59,6 +67,7 @@ Needs the ``remote`` extra (``pip install acp-trio[remote]``).
 from __future__ import annotations
 
 import logging
+import re
 from collections import deque
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
@@ -93,6 +102,43 @@ REATTACH_METHODS = frozenset({"session/load", "session/resume"})
 INTERNAL_ERROR = -32603
 _RESERVED = frozenset({HEADER_CONNECTION_ID.lower(), HEADER_SESSION_ID.lower()})  # never the caller's
 _ERROR_BODY_BYTES = 8192
+_TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")  # RFC 9110 §5.1: a field name
+
+
+def field_value_problem(value: str) -> str | None:
+    """Why ``value`` cannot be sent as an HTTP field value, or ``None`` when it can.
+
+    RFC 9110 §5.5: visible characters of ISO-8859-1 (sent as those bytes, as Node's ``fetch``
+    sends them), with spaces and tabs inside but not at either end; no control characters.
+    """
+    for index, char in enumerate(value):
+        code = ord(char)
+        if code > 0xFF:
+            return f"the character {char!r} at index {index} is not in ISO-8859-1"
+        if (code < 0x20 and char != "\t") or code == 0x7F:
+            return f"the control character {char!r} at index {index} is not allowed"
+    if value != value.strip(" \t"):
+        return "it starts or ends with whitespace (which HTTP strips)"
+    return None
+
+
+def _wire(headers: Mapping[str, str]) -> list[tuple[bytes, bytes]]:
+    """The headers as bytes (ISO-8859-1); ``ValueError`` naming the header whose value is not."""
+    try:
+        return [(name.encode("ascii"), value.encode("latin-1")) for name, value in headers.items()]
+    except UnicodeEncodeError:
+        _check_headers(headers)
+        raise
+
+
+def _check_headers(headers: Mapping[str, str]) -> None:
+    """``ValueError`` naming the first header that cannot be sent (its name or its value)."""
+    for name, value in headers.items():
+        if not isinstance(name, str) or not _TOKEN.fullmatch(name):
+            raise ValueError(f"the header name {name!r} is not an HTTP token (RFC 9110 §5.1)")
+        problem = field_value_problem(value) if isinstance(value, str) else "it is not a str"
+        if problem is not None:
+            raise ValueError(f"the {name!r} header cannot be sent: {problem}")
 
 
 class HttpTransportClosed(ConnectionClosed):
@@ -336,12 +382,14 @@ class _Exchange:
         self._posts.add(scope)
         try:
             with scope:
-                async with self.http.stream(method, self.url, headers=headers, content=content) as response:
+                async with self.http.stream(method, self.url, headers=_wire(headers), content=content) as response:
                     self.cookies.store(response.headers.multi_items())
                     body = await self._read(response, max(limit, _ERROR_BODY_BYTES))
                     return response.status_code, response.headers, body
         except httpx2.HTTPError as exc:
             self.fail(f"{what} failed: {exc!r}")
+        except ValueError as exc:  # a header the server gave us (a connection id, a cookie) that cannot go back
+            self.fail(f"{what} failed: {exc}")
         finally:
             self._posts.discard(scope)
         assert self.fatal is not None or self.closing
@@ -378,19 +426,23 @@ class _Exchange:
             if session_id in self.failed_sessions and not (is_request and method in REATTACH_METHODS):
                 why = self.failed_sessions[session_id]
                 if is_request:
+                    # no reattaching a session whose id cannot be sent: it would fail again
+                    hint = (
+                        "" if field_value_problem(session_id) else "; reattach it with session/load or session/resume"
+                    )
                     self.answer_error(
-                        request_id,
-                        f"ACP session {session_id} failed: {why}; reattach it with session/load or session/resume",
-                        {"sessionId": session_id},
+                        request_id, f"ACP session {session_id} failed: {why}{hint}", {"sessionId": session_id}
                     )
                 else:
                     log.warning("dropped a message for the failed ACP session %s: %s", session_id, line[:200])
                 return
             self.failed_sessions.pop(session_id, None)
             if not await self.open_stream(session_id):
+                why = self.failed_sessions.get(session_id, "its SSE stream could not be opened")
                 if is_request:
-                    why = self.failed_sessions.get(session_id, "its SSE stream could not be opened")
                     self.answer_error(request_id, f"ACP session {session_id} failed: {why}", {"sessionId": session_id})
+                elif self.fatal is None and not self.closing:
+                    log.warning("dropped a message for the failed ACP session %s (%s): %s", session_id, why, line[:200])
                 return
         if is_request:
             self.pending[_id_key(request_id)] = (request_id, session_id)
@@ -408,8 +460,10 @@ class _Exchange:
             self.answer_error(
                 request_id, f"HTTP {status} from the ACP server ({self.url})", {"status": status, "body": _body(text)}
             )
-        else:
-            log.warning("the ACP server at %s answered HTTP %d to %s: %s", self.url, status, what, text[:200])
+        else:  # a notification or our answer to the agent: nothing else can report it (as the TS client)
+            detail = f" ({text[:200]})" if text else ""
+            self.fail(f"the ACP server answered HTTP {status}{detail} to {what}; the message was not delivered", status)
+            raise trio.BrokenResourceError(self.fatal.reason if self.fatal else what)
 
     async def _initialize(self, line: bytes, request_id: Any) -> None:
         status, headers, body = await self._request(
@@ -459,6 +513,11 @@ class _Exchange:
         if stream is None:
             if self.fatal is not None or self.closing:
                 return False
+            problem = None if session_id is None else field_value_problem(session_id)
+            if session_id is not None and problem is not None:
+                # only this session is unusable over HTTP (other sessions go on): as a 409 does
+                self.fail_session(session_id, f"its id cannot be sent in the {HEADER_SESSION_ID} header: {problem}")
+                return False
             stream = self.streams[session_id] = _Stream()
             self.nursery.start_soon(self._run_stream, session_id, stream)
         await stream.ready.wait()
@@ -473,7 +532,7 @@ class _Exchange:
         ended = "ended"
         try:
             with stream.scope:
-                async with self.http.stream("GET", self.url, headers=headers) as response:
+                async with self.http.stream("GET", self.url, headers=_wire(headers)) as response:
                     self.cookies.store(response.headers.multi_items())
                     status = response.status_code
                     if not 200 <= status < 300:
@@ -496,6 +555,8 @@ class _Exchange:
             ended = f"failed: {exc}"
             if session_id is None or isinstance(exc, httpx2.SSEError):
                 self.fail(f"{name} {ended}")
+        except ValueError as exc:  # a header the server gave us (a connection id, a cookie) that cannot go back
+            self.fail(f"{what} failed: {exc}")
         finally:
             stream.ok = False
             stream.ready.set()
@@ -532,11 +593,11 @@ class _Exchange:
             return
         with trio.move_on_after(timeout):
             try:
-                response = await self.http.request("DELETE", self.url, headers=self._headers())
+                response = await self.http.request("DELETE", self.url, headers=_wire(self._headers()))
                 self.cookies.store(response.headers.multi_items())
                 if not 200 <= response.status_code < 300 and response.status_code != 404:
                     log.debug("DELETE %s answered HTTP %d", self.url, response.status_code)
-            except httpx2.HTTPError as exc:
+            except (httpx2.HTTPError, ValueError) as exc:
                 log.debug("DELETE %s failed: %r", self.url, exc)
 
 
@@ -599,12 +660,20 @@ async def connect_http(
     :class:`HttpTransportClosed` (a :class:`~acp_trio.ConnectionClosed`) with ``status`` and
     ``url``.  A 409 fails one session's requests (``RequestError`` ``-32603``) until
     ``session/load``/``session/resume`` reattaches it; another HTTP error fails only its request
-    (``-32603``, ``data = {"status": ..., "body": ...}``).  An exception raised in the body comes
-    out as itself.  Leaving the block closes the connection, then sends ``DELETE`` for it.
+    (``-32603``, ``data = {"status": ..., "body": ...}``); a non-2xx answer to a notification or to
+    our response to an agent's request closes the transport (:class:`HttpTransportClosed` with that
+    status).  A session whose id cannot be sent in the ``Acp-Session-Id`` header (see
+    :func:`field_value_problem`) fails alone, with ``-32603`` naming it.  Raises ``ValueError``
+    naming the header, before connecting, when one of ``headers`` cannot be sent (a name that is
+    not an HTTP token, a value outside ISO-8859-1 or with control characters, see
+    :func:`field_value_problem`).  An exception raised in the body comes out as itself.  Leaving
+    the block closes the connection, then sends ``DELETE`` for it.
     """
     import http.cookiejar
 
     import httpx2
+
+    _check_headers(headers or {})
 
     # the cookies live in `cookies` (the same store as the WebSocket transport's), not in httpx2's jar
     no_jar = http.cookiejar.CookieJar(policy=http.cookiejar.DefaultCookiePolicy(allowed_domains=[]))
