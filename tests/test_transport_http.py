@@ -48,6 +48,7 @@ class Recorder:
         self.texts: dict[str, list[str]] = {}
         self.permissions: list[str] = []
         self.waiting = trio.Event()
+        self._changed = trio.Event()
 
     async def session_update(self, params: v1.SessionNotification) -> None:
         update = params.update
@@ -56,6 +57,13 @@ class Recorder:
         self.texts.setdefault(params.session_id, []).append(update.content.text)
         if update.content.text == "waiting":
             self.waiting.set()
+        self._changed.set()
+        self._changed = trio.Event()
+
+    async def wait_texts(self, session_id: str, count: int) -> None:
+        """Wait until ``count`` chunks of ``session_id`` arrived (bound it with fail_after)."""
+        while len(self.texts.get(session_id, [])) < count:
+            await self._changed.wait()
 
     async def session_request_permission(self, params: v1.RequestPermissionRequest) -> v1.RequestPermissionResponse:
         self.permissions.append(params.tool_call.tool_call_id)
@@ -746,7 +754,9 @@ async def test_a_small_receive_buffer_slows_the_streams_and_loses_nothing(autoju
 
 async def test_a_reconnect_loads_the_session_with_the_same_cookies(ts_sdk: Path) -> None:  # noqa: F811
     """The RFD's recipe after a lost transport: a new connection (same headers and cookie store),
-    initialize, session/load; its replay arrives on the session's stream before its response."""
+    initialize, session/load.  Its replay comes on the session's stream and its response on the
+    connection's: two streams read independently, so the response may overtake the last replayed
+    updates (the TypeScript client has the same race), and the test waits for them."""
     cookies = CookieStore()
     with trio.fail_after(TIME_LIMIT):
         async with ts_http_server(ts_sdk) as server:
@@ -764,6 +774,7 @@ async def test_a_reconnect_loads_the_session_with_the_same_cookies(ts_sdk: Path)
                 assert init.agent_capabilities is not None and init.agent_capabilities.load_session
                 assert conn.connection_id != old_id  # type: ignore[attr-defined]
                 await conn.agent.session_load(v1.LoadSessionRequest(session_id=session_id, cwd="/", mcp_servers=[]))
+                await again.wait_texts(session_id, 50)
                 assert again.texts == {session_id: [str(i) for i in range(50)]}
     # the first connection's DELETE, then the new connection's initialize with the stored cookie
     deleted = [entry[0] for entry in server.log].index("DELETE")
