@@ -84,6 +84,7 @@ import orjson
 import trio
 
 from .._roles import AgentSideConnection
+from ._lines import LineSendStream
 from .websocket import (
     CLOSE_INTERNAL_ERROR,
     CLOSE_MESSAGE_TOO_BIG,
@@ -212,31 +213,6 @@ def _params_session_id(message: dict[str, Any]) -> str | None:
 
 def _utf16_length(text: str) -> int:
     return len(text) + sum(1 for char in text if ord(char) > 0xFFFF) if not text.isascii() else len(text)
-
-
-class _LineSendStream(trio.abc.SendStream):
-    """A ``trio.abc.SendStream`` of NDJSON handing each complete line (bytes, without ``\\n``) to ``send_line``."""
-
-    def __init__(self, send_line: Callable[[bytes], Awaitable[None]]) -> None:
-        self._send_line = send_line
-        self._partial = b""
-        self._closed = False
-
-    async def send_all(self, data: bytes | bytearray | memoryview) -> None:
-        if self._closed:
-            raise trio.ClosedResourceError("the Streamable HTTP send stream is closed")
-        *lines, self._partial = (self._partial + bytes(data)).split(b"\n")
-        for line in lines:
-            if line.strip():
-                await self._send_line(line)
-        await trio.lowlevel.checkpoint()
-
-    async def wait_send_all_might_not_block(self) -> None:
-        await trio.lowlevel.checkpoint()
-
-    async def aclose(self) -> None:
-        self._closed = True
-        await trio.lowlevel.checkpoint()
 
 
 class _HttpConnection:
@@ -773,7 +749,12 @@ class AcpApp:
 
     async def _run_http(self, conn: _HttpConnection) -> None:
         try:
-            await self._serve(conn.id, _LineSendStream(conn.send_line), MessageReceiveStream(conn.next_text), "http")
+            await self._serve(
+                conn.id,
+                LineSendStream(conn.send_line, "the Streamable HTTP send stream"),
+                MessageReceiveStream(conn.next_text),
+                "http",
+            )
         except Exception:  # the agent factory or the runtime failed: this connection ends, the server goes on
             log.exception("ACP connection %s failed", conn.id)
             conn.close()

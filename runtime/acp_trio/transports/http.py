@@ -79,6 +79,7 @@ import trio
 from .._connection import ConnectionClosed
 from .._nursery import owned_nursery
 from .._roles import ClientSideConnection
+from ._lines import LineSendStream
 from .cookies import CookieStore
 from .websocket import text_to_line
 
@@ -224,31 +225,6 @@ class _Inbox(trio.abc.ReceiveStream):
         self.end()
         self._chunks.clear()
         self._size = 0
-        await trio.lowlevel.checkpoint()
-
-
-class _Outbox(trio.abc.SendStream):
-    """The connection's output: each complete line is POSTed (one at a time, in order) by the exchange."""
-
-    def __init__(self, exchange: _Exchange) -> None:
-        self._exchange = exchange
-        self._partial = b""
-        self._closed = False
-
-    async def send_all(self, data: bytes | bytearray | memoryview) -> None:
-        if self._closed:
-            raise trio.ClosedResourceError("the Streamable HTTP send stream is closed")
-        *lines, self._partial = (self._partial + bytes(data)).split(b"\n")
-        for line in lines:
-            if line.strip():
-                await self._exchange.post(line)
-        await trio.lowlevel.checkpoint()
-
-    async def wait_send_all_might_not_block(self) -> None:
-        await trio.lowlevel.checkpoint()
-
-    async def aclose(self) -> None:
-        self._closed = True
         await trio.lowlevel.checkpoint()
 
 
@@ -696,7 +672,9 @@ async def connect_http(
             max_message_bytes=max_message_bytes,
             max_buffered_bytes=max_buffered_bytes,
         )
-        conn = ClientSideConnection(client, _Outbox(exchange), exchange.inbox, **options)
+        conn = ClientSideConnection(
+            client, LineSendStream(exchange.post, "the Streamable HTTP send stream"), exchange.inbox, **options
+        )
         conn.connection.closing_error = exchange.closing_error
         conn.connection_id = None  # type: ignore[attr-defined]
 

@@ -35,6 +35,7 @@ import trio
 from .._connection import ConnectionClosed
 from .._nursery import owned_nursery
 from .._roles import ClientSideConnection
+from ._lines import LineSendStream
 from .cookies import CookieStore
 
 log = logging.getLogger("acp_trio.websocket")
@@ -118,7 +119,7 @@ class MessageReceiveStream(trio.abc.ReceiveStream):
         await trio.lowlevel.checkpoint()
 
 
-class MessageSendStream(trio.abc.SendStream):
+class MessageSendStream(LineSendStream):
     """A ``trio.abc.SendStream`` of NDJSON that sends each line as one text message.
 
     ``send_text``: ``async (str) -> None``, sends one message; a partial line waits for its end.
@@ -126,25 +127,10 @@ class MessageSendStream(trio.abc.SendStream):
     """
 
     def __init__(self, send_text: Callable[[str], Awaitable[None]]) -> None:
-        self._send_text = send_text
-        self._partial = b""
-        self._closed = False
+        async def send_line(line: bytes) -> None:
+            await send_text(line.decode("utf-8", "replace"))
 
-    async def send_all(self, data: bytes | bytearray | memoryview) -> None:
-        if self._closed:
-            raise trio.ClosedResourceError("the WebSocket send stream is closed")
-        *lines, self._partial = (self._partial + bytes(data)).split(b"\n")
-        for line in lines:
-            if line:
-                await self._send_text(line.decode("utf-8", "replace"))
-        await trio.lowlevel.checkpoint()
-
-    async def wait_send_all_might_not_block(self) -> None:
-        await trio.lowlevel.checkpoint()
-
-    async def aclose(self) -> None:
-        self._closed = True
-        await trio.lowlevel.checkpoint()
+        super().__init__(send_line, "the WebSocket send stream")
 
 
 def _reason_text(code: int | None, reason: str | None) -> str:

@@ -1,0 +1,42 @@
+"""One outgoing NDJSON byte stream cut into messages: what every message-based transport needs.
+
+Contract: a connection writes newline-delimited JSON-RPC to a ``trio.abc.SendStream``; a transport
+whose unit is a message (a WebSocket frame, a POST body, an SSE event) gets each complete line by
+itself.  Knows nothing of JSON or ACP.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+
+import trio
+
+
+class LineSendStream(trio.abc.SendStream):
+    """A ``trio.abc.SendStream`` of NDJSON that hands each complete, non-blank line to ``send_line``.
+
+    ``send_line``: ``async (bytes) -> None`` (the line without its ``\\n``); a partial line waits
+    for its end.  ``what``: names the stream in the error raised once it is closed.
+    """
+
+    def __init__(self, send_line: Callable[[bytes], Awaitable[None]], what: str = "the send stream") -> None:
+        self._send_line = send_line
+        self._what = what
+        self._partial = b""
+        self._closed = False
+
+    async def send_all(self, data: bytes | bytearray | memoryview) -> None:
+        if self._closed:
+            raise trio.ClosedResourceError(f"{self._what} is closed")
+        *lines, self._partial = (self._partial + bytes(data)).split(b"\n")
+        for line in lines:
+            if line.strip():
+                await self._send_line(line)
+        await trio.lowlevel.checkpoint()
+
+    async def wait_send_all_might_not_block(self) -> None:
+        await trio.lowlevel.checkpoint()
+
+    async def aclose(self) -> None:
+        self._closed = True
+        await trio.lowlevel.checkpoint()
