@@ -20,8 +20,8 @@ import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
-from contextlib import AbstractAsyncContextManager, contextmanager
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -290,23 +290,54 @@ async def drive_foreign_agent(
 # -- a foreign client, driving acp-trio's agent ------------------------------------------------
 
 
+async def run_summary(command: list[str], env: dict[str, str] | None = None) -> dict[str, Any]:
+    """Run a script (``command``, with ``env`` added to the environment) that must exit 0 and print
+    a JSON summary as its last line; return that summary.  Bound the wait with ``trio.fail_after``."""
+    proc = await trio.run_process(
+        command, capture_stdout=True, capture_stderr=True, check=False, env={**os.environ, **(env or {})}
+    )
+    name = Path(next((part for part in command if part.endswith((".mjs", ".py"))), command[0])).name
+    stderr = proc.stderr.decode("utf-8", "replace")
+    assert proc.returncode == 0, f"{name} exited {proc.returncode}:\n{stderr}"
+    lines = proc.stdout.decode("utf-8").splitlines()
+    assert lines, f"{name} printed no summary:\n{stderr}"
+    summary: dict[str, Any] = json.loads(lines[-1])
+    return summary
+
+
+@asynccontextmanager
+async def node_server(script: str, args: list[str], npm_dir: Path) -> AsyncIterator[tuple[trio.Process, bytes]]:
+    """Run ``node tests/interop/SCRIPT ARGS`` (a server that prints one line once listening, its port
+    in it); yields the process (stdout and stderr piped) and that line; kills it on exit."""
+    from acp_trio._nursery import owned_nursery
+
+    async with owned_nursery() as nursery:
+        process = await nursery.start(
+            lambda task_status: trio.run_process(
+                ["node", str(INTEROP / script), *args],
+                stdout=-1,  # subprocess.PIPE
+                stderr=-1,
+                env={**os.environ, "ACP_INTEROP_NPM_DIR": str(npm_dir)},
+                check=False,
+                task_status=task_status,
+            )
+        )
+        try:
+            line = b""
+            while not line.endswith(b"\n"):
+                data = await process.stdout.receive_some()
+                assert data, f"{script} exited ({process.returncode}) before printing its port"
+                line += data
+            yield process, line
+        finally:
+            process.kill()
+
+
 async def run_foreign_client(command: list[str], env: dict[str, str], cwd: Path) -> dict[str, Any]:
     """Run a foreign client script against acp-trio's agent; return the JSON summary it prints."""
     (cwd / "input.txt").write_text(INPUT_TEXT, encoding="utf-8")
     with trio.fail_after(TIME_LIMIT):
-        proc = await trio.run_process(
-            [*command, str(cwd), *TRIO_AGENT],
-            capture_stdout=True,
-            capture_stderr=True,
-            check=False,
-            env={**os.environ, **env},
-        )
-    stderr = proc.stderr.decode("utf-8", "replace")
-    assert proc.returncode == 0, f"{command[-1]} exited {proc.returncode}:\n{stderr}"
-    lines = proc.stdout.decode("utf-8").splitlines()
-    assert lines, f"{command[-1]} printed no summary:\n{stderr}"
-    summary: dict[str, Any] = json.loads(lines[-1])
-    return summary
+        return await run_summary([*command, str(cwd), *TRIO_AGENT], env)
 
 
 def check_foreign_client_summary(summary: dict[str, Any], cwd: Path) -> None:

@@ -16,7 +16,6 @@ the tests skip only when ``node``/``npm`` are missing.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import sys
 from collections.abc import AsyncIterator
@@ -33,7 +32,6 @@ pytest.importorskip("hypercorn")
 pytest.importorskip("trio_websocket")
 
 from acp_trio import ClientSideConnection
-from acp_trio._nursery import owned_nursery
 from acp_trio.transports.asgi import AcpApp, serve
 from acp_trio.transports.websocket import connect_websocket
 
@@ -60,25 +58,8 @@ def ts_ws_sdk() -> Path:
 @asynccontextmanager
 async def ts_server(npm_dir: Path) -> AsyncIterator[str]:
     """Run ``ts_ws_server.mjs``; yields its ``ws://127.0.0.1:PORT/acp`` URL, kills it on exit."""
-    async with owned_nursery() as nursery:
-        process = await nursery.start(
-            lambda task_status: trio.run_process(
-                ["node", str(INTEROP / "ts_ws_server.mjs")],
-                stdout=-1,  # subprocess.PIPE
-                env={**os.environ, "ACP_INTEROP_NPM_DIR": str(npm_dir)},
-                check=False,
-                task_status=task_status,
-            )
-        )
-        try:
-            line = b""
-            while not line.endswith(b"\n"):
-                data = await process.stdout.receive_some()
-                assert data, f"ts_ws_server.mjs exited ({process.returncode}) before printing its port"
-                line += data
-            yield f"ws://127.0.0.1:{json.loads(line)['port']}/acp"
-        finally:
-            process.kill()
+    async with test_interop.node_server("ts_ws_server.mjs", [], npm_dir) as (_process, line):
+        yield f"ws://127.0.0.1:{json.loads(line)['port']}/acp"
 
 
 async def test_our_websocket_client_drives_the_typescript_sdks_acp_server(ts_ws_sdk: Path, tmp_path: Path) -> None:
@@ -111,18 +92,11 @@ async def test_the_typescript_sdks_websocket_client_drives_our_acp_app(ts_ws_sdk
         async with trio.open_nursery() as nursery:
             [bound] = await nursery.start(serve, app, "127.0.0.1", 0)
             url = bound.replace("http://", "ws://") + "/acp"
-            proc = await trio.run_process(
-                ["node", str(INTEROP / "ts_client.mjs"), str(tmp_path), url],
-                capture_stdout=True,
-                capture_stderr=True,
-                check=False,
-                env={**os.environ, "ACP_INTEROP_NPM_DIR": str(ts_ws_sdk)},
+            summary = await test_interop.run_summary(
+                ["node", str(INTEROP / "ts_client.mjs"), str(tmp_path), url], {"ACP_INTEROP_NPM_DIR": str(ts_ws_sdk)}
             )
-            stderr = proc.stderr.decode("utf-8", "replace")
-            assert proc.returncode == 0, f"ts_client.mjs exited {proc.returncode}:\n{stderr}"
             await app.wait_idle()  # the client closed its WebSocket: our side's connection and agent ended
             nursery.cancel_scope.cancel()
-    summary: dict[str, Any] = json.loads(proc.stdout.decode("utf-8").splitlines()[-1])
     assert summary["agentExit"] is None  # no agent process: the agent is remote
     summary["agentExit"] = {"code": 0}  # what the shared check expects of a spawned agent
     test_interop.check_foreign_client_summary(summary, tmp_path)
@@ -163,16 +137,8 @@ async def test_the_typescript_websocket_client_drives_a_typescript_stdio_agent_t
         async with trio.open_nursery() as nursery:
             [bound] = await nursery.start(serve_bridge, ["node", str(INTEROP / "ts_agent.mjs")], "127.0.0.1", 0)
             url = bound.replace("http://", "ws://") + "/acp"
-            proc = await trio.run_process(
-                ["node", str(INTEROP / "ts_client.mjs"), str(tmp_path), url],
-                capture_stdout=True,
-                capture_stderr=True,
-                check=False,
-            )
+            summary = await test_interop.run_summary(["node", str(INTEROP / "ts_client.mjs"), str(tmp_path), url])
             nursery.cancel_scope.cancel()
-    stderr = proc.stderr.decode("utf-8", "replace")
-    assert proc.returncode == 0, f"ts_client.mjs exited {proc.returncode}:\n{stderr}"
-    summary: dict[str, Any] = json.loads(proc.stdout.decode("utf-8").splitlines()[-1])
     # the TypeScript pair's own script, end to end through the bridge's two transports
     assert summary["initialize"]["agentInfo"]["name"] == "ts-sdk-interop-agent"
     assert summary["prompt"] == {"stopReason": "end_turn"}

@@ -15,7 +15,6 @@ official TypeScript SDK 2.4.0 speaks it.  Two kinds of peer:
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -94,41 +93,27 @@ class TsServer:
 @asynccontextmanager
 async def ts_http_server(npm_dir: Path, *args: str) -> AsyncIterator[TsServer]:
     """Run ``ts_acp_http_server.mjs``; yields its URL and the requests it logged; kills it on exit."""
-    async with owned_nursery() as nursery:
-        process = await nursery.start(
-            lambda task_status: trio.run_process(
-                ["node", str(INTEROP / "ts_acp_http_server.mjs"), *args],
-                stdout=-1,  # subprocess.PIPE
-                stderr=-1,
-                env={**os.environ, "ACP_INTEROP_NPM_DIR": str(npm_dir)},
-                check=False,
-                task_status=task_status,
-            )
-        )
-        try:
-            line = b""
-            while not line.endswith(b"\n"):
-                data = await process.stdout.receive_some()
-                assert data, f"ts_acp_http_server.mjs exited ({process.returncode}) before printing its port"
-                line += data
-            server = TsServer(f"http://127.0.0.1:{int(line.split()[1])}/acp")
+    async with (
+        test_interop.node_server("ts_acp_http_server.mjs", list(args), npm_dir) as (process, line),
+        owned_nursery() as nursery,
+    ):
+        server = TsServer(f"http://127.0.0.1:{int(line.split()[1])}/acp")
 
-            async def read_log() -> None:
-                buffer = b""
-                async for data in process.stderr:
-                    buffer += data
-                    *lines, buffer = buffer.split(b"\n")
-                    for text in lines:
-                        if text.startswith(b"REQ\t"):
-                            server.log.append(text.decode().split("\t")[1:])
-                        elif text.startswith(b"CLOSED\t"):
-                            server.closed.append(text.decode().split("\t")[1:])
-                            server._changed.set()
+        async def read_log() -> None:
+            buffer = b""
+            async for data in process.stderr:
+                buffer += data
+                *lines, buffer = buffer.split(b"\n")
+                for text in lines:
+                    if text.startswith(b"REQ\t"):
+                        server.log.append(text.decode().split("\t")[1:])
+                    elif text.startswith(b"CLOSED\t"):
+                        server.closed.append(text.decode().split("\t")[1:])
+                        server._changed.set()
 
-            nursery.start_soon(read_log)
-            yield server
-        finally:
-            process.kill()
+        nursery.start_soon(read_log)
+        yield server
+        nursery.cancel_scope.cancel()
 
 
 async def test_the_interop_script_over_streamable_http_against_the_typescript_acp_server(

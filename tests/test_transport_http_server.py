@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import functools
 import json
-import os
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -643,17 +642,10 @@ async def test_the_typescript_sdks_http_client_drives_our_acp_app(ts_sdk: Path, 
     (tmp_path / "input.txt").write_text(test_interop.INPUT_TEXT, encoding="utf-8")
     with trio.fail_after(TIME_LIMIT):
         async with served(app) as url:
-            proc = await trio.run_process(
-                ["node", str(INTEROP / "ts_client.mjs"), str(tmp_path), url],
-                capture_stdout=True,
-                capture_stderr=True,
-                check=False,
-                env={**os.environ, "ACP_INTEROP_NPM_DIR": str(ts_sdk)},
+            summary = await test_interop.run_summary(
+                ["node", str(INTEROP / "ts_client.mjs"), str(tmp_path), url], {"ACP_INTEROP_NPM_DIR": str(ts_sdk)}
             )
-            stderr = proc.stderr.decode("utf-8", "replace")
-            assert proc.returncode == 0, f"ts_client.mjs exited {proc.returncode}:\n{stderr}"
             await app.wait_idle()  # the client sent DELETE: our side's connection and agent ended
-    summary: dict[str, Any] = json.loads(proc.stdout.decode("utf-8").splitlines()[-1])
     assert summary["agentExit"] is None  # no agent process: the agent is remote
     summary["agentExit"] = {"code": 0}  # what the shared check expects of a spawned agent
     test_interop.check_foreign_client_summary(summary, tmp_path)
@@ -707,18 +699,11 @@ async def test_the_typescript_http_client_meets_a_409_and_reattaches_with_sessio
         with trio.fail_after(TIME_LIMIT):
             [bound] = await nursery.start(serve, app, "127.0.0.1", 0)
             url = bound + "/acp"
-            proc = await trio.run_process(
-                ["node", str(INTEROP / "ts_http_reattach.mjs"), url],
-                capture_stdout=True,
-                capture_stderr=True,
-                check=False,
-                env={**os.environ, "ACP_INTEROP_NPM_DIR": str(ts_sdk)},
+            summary = await test_interop.run_summary(
+                ["node", str(INTEROP / "ts_http_reattach.mjs"), url], {"ACP_INTEROP_NPM_DIR": str(ts_sdk)}
             )
-            stderr = proc.stderr.decode("utf-8", "replace")
-            assert proc.returncode == 0, f"ts_http_reattach.mjs exited {proc.returncode}:\n{stderr}"
             await app.wait_idle()
         nursery.cancel_scope.cancel()
-    summary = json.loads(proc.stdout.decode().splitlines()[-1])
     assert summary["failed"]["error"]["code"] == -32603  # the 409 failed the session, sticky
     assert summary["loaded"] == {} and summary["prompt"] == {"stopReason": "end_turn"}
     assert summary["updates"] == ["hello"]  # once reattached, the session's stream delivers
@@ -732,16 +717,10 @@ async def test_the_bridge_serves_a_stdio_agent_to_the_typescript_http_client(ts_
     with trio.fail_after(TIME_LIMIT):
         async with trio.open_nursery() as nursery:
             [bound] = await nursery.start(functools.partial(serve_bridge, agent, "127.0.0.1", 0))
-            proc = await trio.run_process(
+            summary = await test_interop.run_summary(
                 ["node", str(INTEROP / "ts_client.mjs"), str(tmp_path), bound + "/acp"],
-                capture_stdout=True,
-                capture_stderr=True,
-                check=False,
-                env={**os.environ, "ACP_INTEROP_NPM_DIR": str(ts_sdk)},
+                {"ACP_INTEROP_NPM_DIR": str(ts_sdk)},
             )
-            stderr = proc.stderr.decode("utf-8", "replace")
-            assert proc.returncode == 0, f"ts_client.mjs exited {proc.returncode}:\n{stderr}"
             nursery.cancel_scope.cancel()
-    summary: dict[str, Any] = json.loads(proc.stdout.decode("utf-8").splitlines()[-1])
     summary["agentExit"] = {"code": 0}  # the agent process is the bridge's
     test_interop.check_foreign_client_summary(summary, tmp_path)
