@@ -27,7 +27,7 @@ import trio
 from acp_schema import v1
 from acp_trio import ClientSideConnection, SessionState, StandardClient, ask
 from acp_trio.elicitation import ElicitationAnswer, PendingElicitation, ask_user
-from acp_trio.permissions import ALLOW_KINDS, REJECT_KINDS, choose_option
+from acp_trio.permissions import ALLOW_KINDS, REJECT_KINDS, choose_option, permission_title
 
 CLIENT_INFO = v1.Implementation(name="acp-trio-demo-client", title="acp-trio demo client", version="1")
 
@@ -300,14 +300,13 @@ def agent_name_of(conn: ClientSideConnection) -> str:
     return str(name) if name else "the agent"
 
 
-class DemoClient(StandardClient):
-    """The demo client; construct it with the connection (``spawn_agent(..., client=demo_client_factory())``).
-
-    ``out``: where the transcript goes (default ``sys.stdout``).  ``allow``: answer permission
-    requests with an "allow" option (else with a "reject" one).  ``ask_in`` / ``ask_out`` /
-    ``interactive``: where elicitation forms are asked (see :class:`TerminalForm`).  Other options
-    as for :class:`~acp_trio.StandardClient`.
-    """
+class TranscriptClient(StandardClient):
+    """What the demo clients of both protocol versions share: a transcript printed on ``out``
+    (default ``sys.stdout``), permission requests answered with an "allow" option (``allow``, else
+    a "reject" one) and printed, elicitation forms asked on the terminal (``ask_in`` / ``ask_out``
+    / ``interactive``: see :class:`TerminalForm`).  Other options as for
+    :class:`~acp_trio.StandardClient`.  Subclasses print the updates (``on_update``) and say how a
+    permission request is shown (:meth:`_permission_label`)."""
 
     def __init__(
         self,
@@ -322,22 +321,53 @@ class DemoClient(StandardClient):
     ):
         self.out = out if out is not None else sys.stdout
         self.allow = allow
-        self._line_open = False
         self.form = TerminalForm(
             self.say, lambda: agent_name_of(conn), ask_in=ask_in, ask_out=ask_out, interactive=interactive
         )
         options.setdefault("elicitation", ask_user(self.form))
-        options.setdefault("on_write", self._wrote)
         super().__init__(conn, policy=ask(self._decide), **options)
 
-    # -- transcript ------------------------------------------------------------------------------
+    def _end_line(self) -> None:
+        """Close a transcript line still being printed (streamed message chunks), if any."""
+
     def say(self, text: str) -> None:
         """Print one transcript line."""
+        self._end_line()
+        self.out.write(text + "\n")
+        self.out.flush()
+
+    def _permission_label(self, request: Any) -> str:
+        """How a permission request is named in the transcript."""
+        return permission_title(request)
+
+    async def _decide(self, request: Any) -> str | None:
+        """The permission broker's policy: print the question, pick the first allow (or reject) option."""
+        label = self._permission_label(request)
+        option_id = choose_option(request.options, ALLOW_KINDS if self.allow else REJECT_KINDS)
+        chosen = next((o for o in request.options if o.option_id == option_id), None)
+        if chosen is None:
+            self.say(f"  [permission] {label}: no suitable option offered; cancelling")
+            return None
+        self.say(f"  [permission] {label}: choosing {chosen.name!r} ({chosen.kind})")
+        return str(chosen.option_id)
+
+
+class DemoClient(TranscriptClient):
+    """The demo client; construct it with the connection (``spawn_agent(..., client=demo_client_factory())``).
+
+    Options as for :class:`TranscriptClient`.
+    """
+
+    def __init__(self, conn: ClientSideConnection, out: TextIO | None = None, **options: Any):
+        self._line_open = False
+        options.setdefault("on_write", self._wrote)
+        super().__init__(conn, out, **options)
+
+    # -- transcript ------------------------------------------------------------------------------
+    def _end_line(self) -> None:
         if self._line_open:
             self.out.write("\n")
             self._line_open = False
-        self.out.write(text + "\n")
-        self.out.flush()
 
     def on_update(self, state: SessionState, update: Any) -> None:
         u = update
@@ -371,16 +401,6 @@ class DemoClient(StandardClient):
             self.say(f"  [{getattr(u, 'session_update', type(u).__name__)}]")
 
     # -- the batteries, with a line of transcript each -------------------------------------------
-    async def _decide(self, request: v1.RequestPermissionRequest) -> str | None:
-        title = request.tool_call.title or request.tool_call.tool_call_id
-        option_id = choose_option(request.options, ALLOW_KINDS if self.allow else REJECT_KINDS)
-        chosen = next((o for o in request.options if o.option_id == option_id), None)
-        if chosen is None:
-            self.say(f"  [permission] {title}: no suitable option offered; cancelling")
-            return None
-        self.say(f"  [permission] {title}: choosing {chosen.name!r} ({chosen.kind})")
-        return chosen.option_id
-
     def _wrote(self, path: Path, old: str | None, new: str) -> None:
         self.say(f"  [fs] wrote {path} ({len(new.encode())} bytes{', new file' if old is None else ''})")
 

@@ -19,62 +19,37 @@ waits, bounded, for the ``idle`` state that ends the turn (the battery's
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable
 from typing import Any, TextIO
 
 import trio
 
 from acp_schema import v2
-from acp_trio import UNSET, ClientSideConnection, SessionState, StandardClient, ask
-from acp_trio.elicitation import ask_user
-from acp_trio.permissions import ALLOW_KINDS, REJECT_KINDS, choose_option
+from acp_trio import UNSET, ClientSideConnection, SessionState
 
-from .client import TerminalForm, agent_name_of
+from .client import TranscriptClient
 
 CLIENT_INFO = v2.Implementation(name="acp-trio-demo-client", title="acp-trio demo client", version="1")
 
 
-class DemoClientV2(StandardClient):
+class DemoClientV2(TranscriptClient):
     """The v2 demo client; construct it with the connection (``client={v2: demo_client_v2_factory()}``).
 
-    ``out``: where the transcript goes (default ``sys.stdout``).  ``allow``: answer permission
-    requests with an "allow" option (else with a "reject" one).  ``ask_in`` / ``ask_out`` /
-    ``interactive``: where elicitation forms are asked (see :class:`~acp_trio.demo.client.TerminalForm`).
-    Other options as for :class:`~acp_trio.StandardClient`.
+    Options as for :class:`~acp_trio.demo.client.TranscriptClient`.
     """
 
-    def __init__(
-        self,
-        conn: ClientSideConnection,
-        out: TextIO | None = None,
-        *,
-        allow: bool = True,
-        ask_in: TextIO | None = None,
-        ask_out: TextIO | None = None,
-        interactive: bool | None = None,
-        **options: Any,
-    ) -> None:
-        self.out = out if out is not None else sys.stdout
-        self.allow = allow
+    def __init__(self, conn: ClientSideConnection, out: TextIO | None = None, **options: Any) -> None:
         self._open_message: str | None = None  # the messageId of the agent message line being printed
         self._tools: set[tuple[str, str]] = set()
         self._printed: dict[tuple[str, str], bytes] = {}  # per display terminal: the output printed so far
-        self.form = TerminalForm(
-            self.say, lambda: agent_name_of(conn), ask_in=ask_in, ask_out=ask_out, interactive=interactive
-        )
-        options.setdefault("elicitation", ask_user(self.form))
         options.setdefault("terminals", False)  # no client terminals in v2
-        super().__init__(conn, policy=ask(self._decide), **options)
+        super().__init__(conn, out, **options)
 
     # -- transcript ------------------------------------------------------------------------------
-    def say(self, text: str) -> None:
-        """Print one transcript line."""
+    def _end_line(self) -> None:
         if self._open_message is not None:
             self.out.write("\n")
             self._open_message = None
-        self.out.write(text + "\n")
-        self.out.flush()
 
     def on_update(self, state: SessionState, update: Any) -> None:
         """Print ``update`` (already folded into ``state``) as a transcript line."""
@@ -184,21 +159,11 @@ class DemoClientV2(StandardClient):
         self._printed[key] = data[: len(data) - len(rest)]
 
     # -- permission ------------------------------------------------------------------------------
-    async def _decide(self, request: v2.RequestPermissionRequest) -> str | None:
-        """The permission broker's policy: print the question, pick the first allow (or reject) option."""
+    def _permission_label(self, request: v2.RequestPermissionRequest) -> str:
         subject = request.subject
-        about = (
-            f" (tool {subject.tool_call.tool_call_id})"
-            if isinstance(subject, v2.ToolCallRequestPermissionSubject)
-            else ""
-        )
-        option_id = choose_option(request.options, ALLOW_KINDS if self.allow else REJECT_KINDS)
-        chosen = next((o for o in request.options if o.option_id == option_id), None)
-        if chosen is None:
-            self.say(f"  [permission] {request.title}{about}: no suitable option offered; cancelling")
-            return None
-        self.say(f"  [permission] {request.title}{about}: choosing {chosen.name!r} ({chosen.kind})")
-        return chosen.option_id
+        if isinstance(subject, v2.ToolCallRequestPermissionSubject):
+            return f"{request.title} (tool {subject.tool_call.tool_call_id})"
+        return str(request.title)
 
     # -- a prompt turn ---------------------------------------------------------------------------
     async def run_turn(self, session_id: str, text: str, *, timeout: float) -> str | None:
