@@ -7,6 +7,7 @@ Unified Endpoint Routing).  Everything runs in this process over real sockets on
 
 from __future__ import annotations
 
+import functools
 import re
 import subprocess
 import sys
@@ -17,6 +18,7 @@ from typing import Any, ClassVar
 
 import pytest
 import trio
+import trio.testing
 
 import acp_trio
 from acp_schema import v1
@@ -499,4 +501,110 @@ async def test_wss_with_a_private_certificate_verified_through_ssl_context(tmp_p
             trusted = ssl.create_default_context(cafile=str(cert))
             async with connect_websocket(url, Client, ssl_context=trusted) as conn:
                 assert (await initialize(conn)).protocol_version == 1
+            nursery.cancel_scope.cancel()
+
+
+async def test_a_client_that_never_reads_again_loses_its_tcp_connection_after_twice_the_stall(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import trio_websocket
+
+    from acp_trio.transports import _hypercorn
+
+    lost = trio.Event()
+    original = _hypercorn.CoalescingTCPServer._lost
+
+    async def record(self: Any) -> None:
+        lost.set()
+        await original(self)
+
+    monkeypatch.setattr(_hypercorn.CoalescingTCPServer, "_lost", record)
+    Agent.instances.clear()
+    app = AcpApp(Agent, output_stall_timeout=0.3)
+    with trio.fail_after(DEADLINE):
+        async with served(app) as url, trio_websocket.open_websocket_url(url) as ws:
+            await ws.send_message('{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":1}}')
+            assert '"id":1' in str(await ws.get_message())
+            await ws.send_message(
+                '{"jsonrpc":"2.0","id":2,"method":"session/new","params":{"cwd":"/","mcpServers":[]}}'
+            )
+            assert '"s1"' in str(await ws.get_message())
+            await ws.send_message(
+                '{"jsonrpc":"2.0","id":3,"method":"session/prompt","params":'
+                '{"sessionId":"s1","prompt":[{"type":"text","text":"flood"}]}}'
+            )
+            await app.wait_idle()  # the ACP connection is given up on first (the stall)...
+            await lost.wait()  # ...then, the client still taking nothing, its TCP connection is dropped
+            # what reached the client's socket before is still readable; then the end, with no close frame
+            with pytest.raises(trio_websocket.ConnectionClosed) as info:
+                while True:
+                    await ws.get_message()
+            assert info.value.reason is not None and info.value.reason.code == 1006
+        assert app.active_connections == 0
+
+
+def test_the_fast_paths_find_the_library_hooks_they_rely_on() -> None:
+    """trio-websocket's reader hook and hypercorn's TCPServer methods exist in the installed versions."""
+    from hypercorn.trio.tcp_server import TCPServer
+
+    from acp_trio.transports import websocket
+
+    assert websocket._batching_class() is not None
+    for name in ("run", "protocol_send", "_close", "_read_data"):
+        assert callable(getattr(TCPServer, name))
+
+
+async def test_the_client_reader_queues_a_bounded_number_of_bytes_and_keeps_order_and_the_size_limit(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A raw wsproto server sends fragmented and whole messages; the client's batching reader
+    stops reading at its byte budget, hands every message over whole and in order, and still
+    closes 1009 on one over ``max_message_bytes``."""
+    from wsproto import ConnectionType, WSConnection
+    from wsproto.events import AcceptConnection, Request, TextMessage
+
+    from acp_trio.transports import websocket
+
+    monkeypatch.setattr(websocket, "_QUEUED_BYTES", 64 * 1024)
+    sent = [f"{i:04d}" + "x" * 8000 for i in range(100)]
+
+    async def handler(stream: trio.SocketStream) -> None:
+        proto = WSConnection(ConnectionType.SERVER)
+        while True:
+            proto.receive_data(await stream.receive_some(65536))
+            if any(isinstance(event, Request) for event in proto.events()):
+                break
+        out = proto.send(AcceptConnection())
+        out += proto.send(TextMessage(data="frag", message_finished=False))
+        out += proto.send(TextMessage(data="mented", message_finished=True))
+        for text in sent:
+            out += proto.send(TextMessage(data=text))
+        out += proto.send(TextMessage(data="y" * 200_000))  # over the client's limit
+        await stream.send_all(out)
+        with trio.move_on_after(DEADLINE):
+            while await stream.receive_some(65536):
+                pass
+
+    with trio.fail_after(DEADLINE):
+        async with trio.open_nursery() as nursery:
+            listeners = await nursery.start(functools.partial(trio.serve_tcp, handler, 0, host="127.0.0.1"))
+            port = listeners[0].socket.getsockname()[1]
+            async with trio.open_nursery() as client_nursery:
+                ws = await websocket._open_websocket(client_nursery, f"ws://127.0.0.1:{port}/acp", None, [], 100_000)
+                assert await ws.get_message() == "fragmented"
+                ws.taken(len("fragmented"))
+                await trio.testing.wait_all_tasks_blocked()
+                while ws.room.is_set():  # the reader has filled its budget and parked
+                    await trio.testing.wait_all_tasks_blocked()
+                assert 64 * 1024 < ws.queued_bytes <= 64 * 1024 + 8004
+                got: list[str] = []
+                while len(got) < len(sent):
+                    got.append(await ws.get_message())
+                    ws.taken(len(got[-1]))
+                    got.extend(ws.more_messages(65536))
+                assert got == sent
+                with pytest.raises(Exception) as info:
+                    await ws.get_message()
+                assert "1009" in repr(info.value) or ws.closed.code == 1009
+                client_nursery.cancel_scope.cancel()
             nursery.cancel_scope.cancel()

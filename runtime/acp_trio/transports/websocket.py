@@ -24,7 +24,9 @@ Needs the ``remote`` extra (``pip install acp-trio[remote]``).
 from __future__ import annotations
 
 import logging
+import math
 import ssl
+import urllib.parse
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from typing import Any
@@ -49,6 +51,10 @@ CLOSE_POLICY_VIOLATION = 1008
 """Close code for a broken limit other than the message size (an output stall), as the TypeScript server uses."""
 CLOSE_MESSAGE_TOO_BIG = 1009
 CLOSE_INTERNAL_ERROR = 1011
+_BATCH_BYTES = 64 * 1024
+"""At most this many bytes of waiting messages are handed to the connection in one read."""
+_QUEUED_BYTES = 1024 * 1024
+"""The client's reader stops reading the socket while this many bytes of messages wait for the connection."""
 
 
 class WebSocketConnectError(ConnectionError):
@@ -91,10 +97,18 @@ class MessageReceiveStream(trio.abc.ReceiveStream):
 
     ``next_text``: ``async () -> str | None``, the next text message, ``None`` at the end (the
     WebSocket closed).  Each message comes out as one line (:func:`text_to_line` plus ``\\n``).
+    ``more_texts``: optional ``() -> list[str]``, the messages already received that can be taken
+    without waiting (``[]`` if none): each ``receive_some`` then hands the connection every message
+    waiting, up to ``max_bytes``, instead of one, so a fast stream costs one wake-up per batch.
     """
 
-    def __init__(self, next_text: Callable[[], Awaitable[str | None]]) -> None:
+    def __init__(
+        self,
+        next_text: Callable[[], Awaitable[str | None]],
+        more_texts: Callable[[int], list[str]] | None = None,
+    ) -> None:
         self._next_text = next_text
+        self._more_texts = more_texts
         self._buffer = bytearray()
         self._eof = False
 
@@ -108,6 +122,10 @@ class MessageReceiveStream(trio.abc.ReceiveStream):
                 return b""
             self._buffer += text_to_line(text)
             self._buffer += b"\n"
+            if self._more_texts is not None:
+                for more in self._more_texts(_BATCH_BYTES if max_bytes is None else max_bytes):
+                    self._buffer += text_to_line(more)
+                    self._buffer += b"\n"
         size = len(self._buffer) if max_bytes is None else max_bytes
         chunk = bytes(self._buffer[:size])
         del self._buffer[:size]
@@ -137,6 +155,136 @@ def _reason_text(code: int | None, reason: str | None) -> str:
     if code is None:
         return "the WebSocket closed"
     return f"the WebSocket closed with code {code}" + (f" ({reason})" if reason else "")
+
+
+_batching: Any = None
+
+
+def _batching_class() -> Any:
+    """trio-websocket's ``WebSocketConnection`` with a reader that queues messages without a wake-up each.
+
+    The library hands every message to its queue with ``await send``, a scheduler round trip per
+    message (about 9 µs here: half the time a stream of small updates takes).  This subclass puts a
+    complete message in the queue with ``send_nowait`` while fewer than ``_QUEUED_BYTES`` wait, and
+    otherwise waits until the consumer has taken enough (backpressure in bytes, not messages).
+    Fragmented messages, the size limit (close 1009) and everything else stay the library's.
+    ``None`` if this trio-websocket lacks the hooks (then the library's own reader is used).
+    """
+    global _batching
+    if _batching is not None:
+        return _batching or None
+    import trio_websocket
+
+    base: Any = trio_websocket.WebSocketConnection
+    hooks = ("_handle_message_event", "_reader_task", "_open_handshake", "_send_channel", "_recv_channel")
+    probe = base.__init__.__code__.co_names
+    if not all(hasattr(base, name) or name in probe for name in hooks):
+        _batching = False
+        return None
+
+    class BatchingWebSocketConnection(base):  # type: ignore[misc]
+        _message_size: int
+        _message_parts: list[Any]
+        _max_message_size: int
+        _send_channel: Any
+        _recv_channel: Any
+
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            self.queued_bytes = 0
+            self.room = trio.Event()
+            self.room.set()
+
+        async def _handle_message_event(self, event: Any) -> None:
+            size = self._message_size + len(event.data)
+            if not event.message_finished or size > self._max_message_size:
+                await super()._handle_message_event(event)
+                return
+            message = event.data
+            if self._message_parts:
+                message = message[:0].join([*self._message_parts, message])
+            self._message_size = 0
+            self._message_parts = []
+            try:
+                self._send_channel.send_nowait(message)
+            except trio.WouldBlock:
+                await self._send_channel.send(message)
+            except (trio.ClosedResourceError, trio.BrokenResourceError):
+                return  # the consumer closed the queue (the connection is closing)
+            self.queued_bytes += len(message)
+            if self.queued_bytes > _QUEUED_BYTES:
+                self.room = trio.Event()
+                await self.room.wait()
+
+        def taken(self, size: int) -> None:
+            self.queued_bytes -= size
+            if self.queued_bytes <= _QUEUED_BYTES:
+                self.room.set()
+
+        def more_messages(self, max_bytes: int) -> list[str | bytes]:
+            """The messages waiting in the queue, up to ``max_bytes`` (at least one if any), without waiting."""
+            out: list[str | bytes] = []
+            total = 0
+            while total < max_bytes:
+                try:
+                    message = self._recv_channel.receive_nowait()
+                except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
+                    break
+                out.append(message)
+                total += len(message)
+            self.taken(total)
+            return out
+
+    _batching = BatchingWebSocketConnection
+    return _batching
+
+
+async def _open_websocket(
+    nursery: trio.Nursery,
+    url: str,
+    ssl_context: ssl.SSLContext | None,
+    extra: list[tuple[bytes, bytes]],
+    max_bytes: int,
+) -> Any:
+    """Connect as ``trio_websocket.connect_websocket_url`` does, with :func:`_batching_class`'s reader."""
+    import trio_websocket
+    from wsproto import ConnectionType, WSConnection
+
+    cls = _batching_class()
+    if cls is None:
+        return await trio_websocket.connect_websocket_url(
+            nursery, url, ssl_context, extra_headers=extra, max_message_size=max_bytes
+        )
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme not in ("ws", "wss"):
+        raise ValueError(f"a WebSocket URL starts with ws:// or wss://, not {url!r}")
+    if parts.hostname is None:
+        raise ValueError(f"the WebSocket URL {url!r} names no host")
+    secure = parts.scheme == "wss"
+    if ssl_context is not None and not secure:
+        raise ValueError(f"ssl_context= is for wss:// URLs, not {url!r}")
+    port = parts.port or (443 if secure else 80)
+    target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    stream: trio.abc.Stream
+    if secure:
+        context = ssl_context or ssl.create_default_context()
+        stream = await trio.open_ssl_over_tcp_stream(parts.hostname, port, ssl_context=context, https_compatible=True)
+    else:
+        stream = await trio.open_tcp_stream(parts.hostname, port)
+    host = parts.hostname if ":" not in parts.hostname else f"[{parts.hostname}]"
+    ws = cls(
+        stream,
+        WSConnection(ConnectionType.CLIENT),
+        host=host if port in (80, 443) else f"{host}:{port}",
+        path=target,
+        client_extra_headers=extra,
+        message_queue_size=math.inf,
+        max_message_size=max_bytes,
+        receive_buffer_size=_BATCH_BYTES,
+    )
+    nursery.start_soon(ws._reader_task)
+    await ws._open_handshake.wait()
+    return ws
 
 
 @asynccontextmanager
@@ -187,9 +335,7 @@ async def connect_websocket(
         async with owned_nursery() as nursery:
             try:
                 with trio.fail_after(connect_timeout):
-                    ws = await trio_websocket.connect_websocket_url(
-                        nursery, url, ssl_context, extra_headers=extra, max_message_size=max_message_bytes
-                    )
+                    ws = await _open_websocket(nursery, url, ssl_context, extra, max_message_bytes)
             except (OSError, trio.TooSlowError, trio_websocket.HandshakeError, ValueError) as exc:
                 raise _connect_error(url, exc, connect_timeout) from exc
             opened = True
@@ -241,6 +387,9 @@ async def _connected(
             except trio_websocket.ConnectionClosed as exc:
                 closed.append((exc.reason.code, exc.reason.reason) if exc.reason else (None, None))
                 return None
+            taken = getattr(ws, "taken", None)
+            if taken is not None:
+                taken(len(message))
             if isinstance(message, str):
                 return message
             log.debug("ignoring a binary WebSocket frame from %s (%d bytes)", url, len(message))
@@ -255,7 +404,12 @@ async def _connected(
         code, text = closed[0] if closed else (ws.closed.code, ws.closed.reason) if ws.closed else (None, None)
         return ConnectionClosed(f"{reason}; {_reason_text(code, text)} ({url})")
 
-    conn = ClientSideConnection(client, MessageSendStream(send_text), MessageReceiveStream(next_text), **options)
+    def more_texts(max_bytes: int) -> list[str]:
+        return [text for text in ws.more_messages(max_bytes) if isinstance(text, str)]
+
+    batching = hasattr(ws, "more_messages")
+    receive = MessageReceiveStream(next_text, more_texts if batching else None)
+    conn = ClientSideConnection(client, MessageSendStream(send_text), receive, **options)
     conn.connection.closing_error = closing_error
     connection_id = None
     for name, value in ws.handshake_headers:
