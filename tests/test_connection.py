@@ -854,6 +854,41 @@ async def test_answers_to_a_burst_of_requests_are_coalesced(autojump_clock: Mock
         assert len(out.writes) < count
 
 
+async def test_lines_waiting_for_the_writer_cost_their_length_not_a_4_kib_buffer_each(
+    autojump_clock: MockClock,
+) -> None:
+    """orjson's bytes keep a 4 KiB buffer each: 300 queued small notifications must not hold 1.2 MiB."""
+    import tracemalloc
+
+    class GatedSendStream(RecordingSendStream):
+        def __init__(self) -> None:
+            super().__init__()
+            self.gate = trio.Event()
+
+        async def send_all(self, data: bytes | bytearray | memoryview) -> None:
+            await self.gate.wait()
+            await super().send_all(data)
+
+    out = GatedSendStream()
+    _peer_send, our_receive = trio.testing.memory_stream_one_way_pair()
+    count = 300
+    async with Connection(out, our_receive, {}) as conn:
+        await conn.notify("note", {"i": -1})  # the writer takes this one and waits at the gate
+        await trio.testing.wait_all_tasks_blocked()
+        tracemalloc.start()
+        try:
+            before = tracemalloc.get_traced_memory()[0]
+            for i in range(count):
+                await conn.notify("note", {"i": i, "text": "y" * 100})
+            held = tracemalloc.get_traced_memory()[0] - before
+        finally:
+            tracemalloc.stop()
+        assert held < count * 600, f"{count} queued lines of ~150 bytes hold {held} bytes"
+        out.gate.set()
+        await trio.testing.wait_all_tasks_blocked()
+        assert [m["params"]["i"] for m in out.lines()] == list(range(-1, count))
+
+
 # -- ordering ------------------------------------------------------------------------------------
 
 

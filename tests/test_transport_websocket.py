@@ -608,3 +608,30 @@ async def test_the_client_reader_queues_a_bounded_number_of_bytes_and_keeps_orde
                 assert "1009" in repr(info.value) or ws.closed.code == 1009
                 client_nursery.cancel_scope.cancel()
             nursery.cancel_scope.cancel()
+
+
+async def test_the_server_gives_memory_back_once_no_client_has_been_connected_for_a_while(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from acp_trio.transports import _hypercorn
+
+    trims: list[int] = []
+    released = trio.Event()
+
+    def fake_trim(pad: int) -> int:
+        trims.append(pad)  # called in a worker thread
+        trio.from_thread.run_sync(released.set)
+        return 1
+
+    monkeypatch.setattr(_hypercorn, "_malloc_trim", lambda: fake_trim)
+    app = AcpApp(Agent)
+    with trio.fail_after(DEADLINE):
+        async with trio.open_nursery() as nursery:
+            binds = await nursery.start(functools.partial(serve, app, "127.0.0.1", 0, release_memory_when_idle=0.05))
+            url = binds[0].replace("http://", "ws://") + "/acp"
+            async with connect_websocket(url, Client) as conn:
+                await initialize(conn)
+                assert trims == []  # not while a client is connected
+            await released.wait()
+            assert trims == [0]
+            nursery.cancel_scope.cancel()

@@ -65,6 +65,8 @@ class Instrumentation(Protocol):
 # Bytes queued before a sender waits for the writer.  About one pipe buffer: a sender that produces
 # faster than the writer drains lets the writer start early (the peer starts reading sooner).
 _HIGH_WATER = 1 << 16
+_PACK_LINES = 32
+"""Lines queued for the writer are joined into one bytes object every this many (see ``_enqueue``)."""
 _READ_SIZE = 1 << 16
 _HANDOFF = 64  # messages the reader decodes before letting their handlers run
 DEFAULT_EOF_GRACE = 0.25
@@ -345,6 +347,7 @@ class Connection:
         self._queues: dict[Hashable, _SerialQueue] = {}
         self._serial_lot = trio.lowlevel.ParkingLot()
         self._outbox: list[bytes] = []
+        self._packed = 0  # outbox items already joined into one (see _enqueue)
         self._outbox_bytes = 0
         self._writing = False  # the writer is inside a send
         self._wake_writer = trio.Event()
@@ -536,10 +539,18 @@ class Connection:
                 if sent == len(line):
                     return
                 line = line[sent:]
-        self._outbox.append(line)
+        outbox = self._outbox
+        outbox.append(line)
         self._outbox_bytes += len(line)
-        if len(self._outbox) == 1:  # the writer sleeps only on an empty outbox
+        if len(outbox) == 1:  # the writer sleeps only on an empty outbox
             self._wake_writer.set()
+        elif len(outbox) - self._packed >= _PACK_LINES:
+            # orjson's bytes keep a 4 KiB buffer whatever their length: lines waiting for the writer
+            # are joined every _PACK_LINES so a backlog costs its length, not 4 KiB a line
+            packed = b"".join(outbox[self._packed :])
+            del outbox[self._packed :]
+            outbox.append(packed)
+            self._packed = len(outbox)
 
     async def _backpressure(self) -> None:
         # Queue first, wait after: a message once queued is sent even if its sender is cancelled.
@@ -557,7 +568,7 @@ class Connection:
                 self._wake_writer = trio.Event()
                 while self._outbox:
                     batch, self._outbox = self._outbox, []
-                    self._outbox_bytes = 0
+                    self._outbox_bytes = self._packed = 0
                     self._drained.set()
                     self._writing = True
                     data = batch[0] if len(batch) == 1 else b"".join(batch)
@@ -569,6 +580,7 @@ class Connection:
                     except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
                         log.debug("%s: write failed: %r", self.name, exc)
                         self._outbox.clear()
+                        self._packed = 0
                         if self._closed is None:
                             self._mark_closed(await self._closing_error(f"write failed: {exc!r}"))
                         return

@@ -20,7 +20,11 @@ listeners, which is all :func:`acp_trio.transports.asgi.serve` binds.  It relies
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import functools
+import gc
+import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -32,12 +36,69 @@ from hypercorn.trio.tcp_server import TCPServer
 from hypercorn.trio.worker_context import WorkerContext
 from hypercorn.utils import repr_socket_addr, wrap_app
 
-HIGH_WATER = 256 * 1024
+log = logging.getLogger("acp_trio.serve")
+
+HIGH_WATER = 64 * 1024
 """Bytes buffered for one TCP connection at which a sender waits for the socket to take them."""
-SLICE = 256 * 1024
+SLICE = 64 * 1024
 """The writer hands the socket at most this many bytes at a time (its progress is seen per slice)."""
 FLUSH_TIMEOUT = 5.0
 """Seconds a closing connection gives its buffered output to reach the socket before it is dropped."""
+
+
+IDLE_RELEASE_DELAY = 1.0
+"""Seconds without a TCP connection after which :func:`serve_hypercorn` gives freed memory back."""
+
+
+_trim: Any = None
+
+
+def _malloc_trim() -> Any:
+    global _trim
+    if _trim is None:
+        _trim = False
+        name = ctypes.util.find_library("c")
+        if name is not None:
+            try:
+                _trim = ctypes.CDLL(name).malloc_trim
+            except (OSError, AttributeError):  # not glibc
+                pass
+    return _trim or None
+
+
+class _Idle:
+    """Counts open TCP connections; once none has been open for ``delay`` seconds, releases memory once.
+
+    Releasing: collect garbage cycles, then ``malloc_trim(0)`` (glibc's; elsewhere only the
+    collection) so the C allocator returns its free pages to the OS.  Otherwise a server that has
+    served many connections at once keeps the heap of its peak, freed but fragmented: measured,
+    100 WebSocket connections streaming at once left the process at 2.4x its starting RSS.
+    """
+
+    def __init__(self, nursery: trio.Nursery, delay: float | None) -> None:
+        self.nursery = nursery
+        self.delay = delay
+        self.open = 0
+        self.generation = 0
+
+    def opened(self) -> None:
+        self.open += 1
+        self.generation += 1
+
+    def closed(self) -> None:
+        self.open -= 1
+        if self.open == 0 and self.delay is not None:
+            self.nursery.start_soon(self._release, self.generation)
+
+    async def _release(self, generation: int) -> None:
+        await trio.sleep(self.delay or 0)
+        if self.open or generation != self.generation:
+            return  # a connection came meanwhile: its own close will try again
+        gc.collect()
+        trim = _malloc_trim()
+        if trim is not None:
+            await trio.to_thread.run_sync(trim, 0)
+        log.debug("no connection for %s s: memory released", self.delay)
 
 
 class CoalescingTCPServer(TCPServer):
@@ -50,8 +111,18 @@ class CoalescingTCPServer(TCPServer):
 
     high_water = HIGH_WATER
     write_timeout: float | None = None
+    idle: _Idle | None = None
 
     async def run(self) -> None:
+        if self.idle is not None:
+            self.idle.opened()
+        try:
+            await self._run_coalescing()
+        finally:
+            if self.idle is not None:
+                self.idle.closed()
+
+    async def _run_coalescing(self) -> None:
         self._pending = bytearray()
         self._ready = trio.Event()
         self._room = trio.Event()
@@ -133,6 +204,7 @@ async def serve_hypercorn(
     *,
     shutdown_trigger: Callable[[], Awaitable[None]] | None = None,
     write_timeout: float | None = None,
+    release_memory_when_idle: float | None = IDLE_RELEASE_DELAY,
     task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve ``app`` on ``config``'s TCP binds with :class:`CoalescingTCPServer` until cancelled or shut down.
@@ -143,6 +215,8 @@ async def serve_hypercorn(
     ``config.graceful_timeout`` seconds before the lifespan shutdown.  ``write_timeout``: seconds
     a connection's output may wait on a peer that takes nothing before the TCP connection is
     dropped (``None``: wait as long as the peer keeps the connection open).
+    ``release_memory_when_idle``: seconds with no TCP connection open after which freed memory
+    is given back to the OS (``gc.collect()`` and glibc's ``malloc_trim``); ``None`` never.
     """
     wrapped = wrap_app(app, config.wsgi_max_body_size, "asgi")
     state: dict[str, Any] = {}
@@ -167,7 +241,9 @@ async def serve_hypercorn(
                     urls.append(
                         f"{'https' if secure else 'http'}://{repr_socket_addr(sock.family, sock.getsockname())}"
                     )
-            server_class = type("CoalescingTCPServer", (CoalescingTCPServer,), {"write_timeout": write_timeout})
+            idle = _Idle(lifespan_nursery, release_memory_when_idle)
+            attributes = {"write_timeout": write_timeout, "idle": idle}
+            server_class = type("CoalescingTCPServer", (CoalescingTCPServer,), attributes)
             handler = functools.partial(server_class, wrapped, config, context, state.copy())
             try:
                 async with trio.open_nursery() as accepting:

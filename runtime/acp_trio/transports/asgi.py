@@ -132,7 +132,7 @@ SESSION_SCOPED_METHODS = frozenset(
     }
 )
 """Client messages that need ``Acp-Session-Id`` even without ``params.sessionId`` (as the TypeScript server)."""
-_WS_BACKLOG_CHARS = 1 << 16
+_WS_BACKLOG_CHARS = 1 << 14
 """Characters of outgoing WebSocket messages queued for the pump before the connection's writer waits."""
 LOOPBACK_HOSTS = frozenset({"localhost", "127.0.0.1", "::1"})
 TEXT_PLAIN = b"text/plain; charset=utf-8"
@@ -995,6 +995,7 @@ async def serve(
     certfile: str | None = None,
     keyfile: str | None = None,
     shutdown_trigger: Callable[[], Awaitable[None]] | None = None,
+    release_memory_when_idle: float | None = 1.0,
     task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve an ASGI ``app`` (an :class:`AcpApp`) with hypercorn on trio until cancelled.
@@ -1009,6 +1010,11 @@ async def serve(
     ``shutdown_trigger``: ``async () -> None`` whose return shuts the server down gracefully.
     ``task_status``: ``started`` with the bound URLs (``["http://127.0.0.1:41234"]``), for
     ``nursery.start``.  An :class:`AcpApp`'s ``max_message_bytes`` also caps hypercorn's buffer.
+    ``release_memory_when_idle``: seconds with no client connected after which the process gives
+    freed memory back to the OS (``gc.collect()``, then glibc's ``malloc_trim``), so a burst of
+    connections does not leave it at its peak size; ``None`` never.
+    A client that takes nothing for twice an :class:`AcpApp`'s ``output_stall_timeout`` loses its
+    TCP connection.
     """
     from hypercorn.config import Config
 
@@ -1027,7 +1033,12 @@ async def serve(
         # frame; a client still taking nothing after as long again loses its TCP connection
         write_timeout = 2 * app.output_stall_timeout
     await serve_hypercorn(
-        app, config, shutdown_trigger=shutdown_trigger, write_timeout=write_timeout, task_status=task_status
+        app,
+        config,
+        shutdown_trigger=shutdown_trigger,
+        write_timeout=write_timeout,
+        release_memory_when_idle=release_memory_when_idle,
+        task_status=task_status,
     )
 
 
