@@ -277,6 +277,7 @@ class ScriptedServer:
     def __init__(self) -> None:
         self.post_status: dict[str, int] = {}
         self.get_status: dict[str | None, int] = {}
+        self.stream_content_type = "text/event-stream"
         self.requests: list[tuple[str, dict[str, str], Any]] = []
         self.queues: dict[str | None, list[bytes]] = {}
         self.channels: dict[str | None, trio.MemorySendChannel[bytes]] = {}
@@ -359,7 +360,7 @@ class ScriptedServer:
                     async for data in receive:
                         yield data
 
-            return 200, {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}, events()
+            return 200, {"Content-Type": self.stream_content_type, "Cache-Control": "no-cache"}, events()
         if method == "DELETE":
             return 202, {}, b""
         rpc_method = message.get("method")
@@ -597,6 +598,18 @@ async def test_an_oversized_event_closes_the_transport(autojump_clock: Any) -> N
             await conn.wait_closed()
             error = conn.connection.close_error
             assert isinstance(error, HttpTransportClosed) and "1000 byte limit" in str(error)
+
+
+async def test_a_stream_answered_with_another_content_type_closes_the_transport(autojump_clock: Any) -> None:
+    server = ScriptedServer()
+    server.stream_content_type = "application/json"
+    with trio.fail_after(30):
+        async with scripted(server) as conn:
+            await conn.agent.initialize(INIT)
+            await conn.wait_closed()
+            error = conn.connection.close_error
+            assert isinstance(error, HttpTransportClosed) and "text/event-stream" in str(error)
+            assert "'application/json'" in str(error)
 
 
 async def test_headers_and_cookies_on_every_request_and_across_a_reconnect(autojump_clock: Any) -> None:

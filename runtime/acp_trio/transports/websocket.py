@@ -82,7 +82,11 @@ def text_to_line(text: str) -> bytes:
     fails to parse, so the connection answers it ``-32700`` once, as a whole, instead of once per
     line.
     """
-    data = text.encode("utf-8", "surrogatepass")
+    return bytes_to_line(text.encode("utf-8", "surrogatepass"))
+
+
+def bytes_to_line(data: bytes) -> bytes:
+    """:func:`text_to_line` for a message already in UTF-8 bytes (an SSE event's data)."""
     if b"\n" not in data and b"\r" not in data:
         return data
     try:
