@@ -32,8 +32,9 @@ Scenarios (issue 12's bars):
    closed and the RSS settled ("after").  Bars: all delivered in order, no error; after ≤ 1.1 x
    start.
 3. ``bridge``: the bench agent as a stdio process behind ``serve_bridge`` (what ``python -m
-   acp_trio.bridge --listen`` runs), driven by ``connect_websocket``, vs the same agent spawned
-   directly over stdio (``spawn_agent``, ``runtime/trio_client.py``).  Bar: bridge ≥ 0.5 x direct.
+   acp_trio.bridge --listen`` runs), driven by ``connect_websocket`` and by ``connect_http``, vs
+   the same agent spawned directly over stdio (``spawn_agent``, ``runtime/trio_client.py``).
+   Bar: bridge ≥ 0.5 x direct, shown for each transport.
 
 ``--profile DIR``: afterwards, one more acp-trio WebSocket stream (20,000 updates, 3 turns) with
 its server and client under cProfile; the statistics go to DIR and a breakdown of each process's
@@ -253,6 +254,13 @@ def stream_pairings(
             "bridge",
             "bridge: connect_websocket → serve_bridge → stdio agent",
             ours_to(bridge.url("ws")),
+            "",
+            bridge.pid,
+        ),
+        Pairing(
+            "bridge-http",
+            "bridge: connect_http → serve_bridge → stdio agent",
+            ours_to(bridge.url("http")),
             "",
             bridge.pid,
         ),
@@ -539,6 +547,7 @@ def build_rows(
         versus("HTTP stream 20k, msg/s: our pair | TS pair", "http-ours", "http-ts", 1),
         versus("HTTP msg/s: TS client → our server | TS pair", "http-ts-ours", "http-ts", None),
         versus("bridge, msg/s: WS → bridge → stdio | stdio direct", "bridge", "direct", 0.5),
+        versus("bridge, msg/s: HTTP → bridge → stdio | stdio direct", "bridge-http", "direct", 0.5),
     ]
     if many is not None:
         n, ok = many["connections"], many["ok"]

@@ -311,6 +311,8 @@ async def test_an_unreachable_server_raises_a_clear_error_naming_the_url() -> No
         async with connect_websocket(url, Client):
             raise AssertionError("connected")
     assert info.value.status is None and url in str(info.value)
+    # one base for every transport's failure: except acp_trio.ConnectionClosed catches it
+    assert isinstance(info.value, acp_trio.ConnectionClosed) and isinstance(info.value, ConnectionError)
 
 
 async def test_a_client_that_stops_reading_is_dropped_after_the_output_stall_timeout() -> None:
@@ -635,3 +637,40 @@ async def test_the_server_gives_memory_back_once_no_client_has_been_connected_fo
             await released.wait()
             assert trims == [0]
             nursery.cancel_scope.cancel()
+
+
+@pytest.mark.parametrize(
+    ("first", "reason"),
+    [
+        ('{"jsonrpc":"2.0","id":1,"method":"session/new","params":{"cwd":"/","mcpServers":[]}}', "must be initialize"),
+        ('{"jsonrpc":"2.0","method":"initialize","params":{"protocolVersion":1}}', "must include an ID"),
+        ('{"jsonrpc":"2.0","method":"session/cancel","params":{"sessionId":"s1"}}', "must be initialize"),
+    ],
+)
+async def test_a_first_message_other_than_an_initialize_request_closes_the_websocket_1002(
+    first: str, reason: str
+) -> None:
+    import trio_websocket
+
+    app = AcpApp(Agent)
+    with trio.fail_after(DEADLINE):
+        async with served(app) as url, trio_websocket.open_websocket_url(url) as ws:
+            await ws.send_message(first)
+            with pytest.raises(trio_websocket.ConnectionClosed) as info:
+                await ws.get_message()
+            assert info.value.reason is not None and info.value.reason.code == 1002
+            assert reason in (info.value.reason.reason or "")
+        await app.wait_idle()
+
+
+async def test_garbage_before_initialize_is_answered_and_the_websocket_stays_open() -> None:
+    import json
+
+    import trio_websocket
+
+    with trio.fail_after(DEADLINE):
+        async with served(AcpApp(Agent)) as url, trio_websocket.open_websocket_url(url) as ws:
+            await ws.send_message("{not json")
+            assert json.loads(await ws.get_message())["error"]["code"] == -32700
+            await ws.send_message('{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":1}}')
+            assert json.loads(await ws.get_message())["result"]["protocolVersion"] == 1

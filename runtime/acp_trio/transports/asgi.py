@@ -49,6 +49,11 @@ against the request's own ``Host`` would not stop DNS rebinding, where the attac
 both.  A request without ``Origin`` (not a browser) is let through.  A WebSocket upgrade that
 offers subprotocols gets the first one echoed (browsers and Node's ``ws`` abort otherwise).
 
+On a WebSocket the first request or notification must be ``initialize`` with an id (the RFD:
+"the client must still send initialize as the first JSON-RPC message"), else the WebSocket is
+closed with ``1002``; JSON that does not parse before it is answered ``-32700`` as usual.  With
+``serve_streams`` (the bridge) every message goes through untouched, and the agent behind it rules.
+
 Limits (close codes as the TypeScript SDK's server and RFC 6455): a message over
 ``max_message_bytes`` closes the WebSocket with ``1009``; a client that takes nothing for
 ``output_stall_timeout`` seconds while the agent has output for it is given up on: its ACP
@@ -90,6 +95,7 @@ from .websocket import (
     CLOSE_MESSAGE_TOO_BIG,
     CLOSE_NORMAL,
     CLOSE_POLICY_VIOLATION,
+    CLOSE_PROTOCOL_ERROR,
     DEFAULT_MAX_MESSAGE_BYTES,
     HEADER_CONNECTION_ID,
     MessageReceiveStream,
@@ -852,6 +858,8 @@ class AcpApp:
 
     async def _run(self, connection_id: str, receive: Receive, send: Send) -> None:
         close: list[tuple[int, str]] = []  # why this side closes, first reason wins
+        # the first request or notification was initialize (the RFD); the bridge stays transparent
+        initialized: list[bool] = [True] if self.serve_streams is not None else []
         disconnected = False
         limit = self.max_message_bytes
         stall = self.output_stall_timeout
@@ -883,6 +891,14 @@ class AcpApp:
                     log.warning("ACP connection %s: %s", connection_id, reason)
                     close.append((CLOSE_MESSAGE_TOO_BIG, reason))
                     return None
+                if not initialized:
+                    refused = _not_initialize_first(text)
+                    if refused is None:
+                        initialized.append(True)
+                    elif refused:
+                        log.info("ACP connection %s: %s", connection_id, refused)
+                        close.append((CLOSE_PROTOCOL_ERROR, refused))
+                        return None
                 return str(text)
 
         async def send_text(text: str) -> None:
@@ -947,6 +963,27 @@ class AcpApp:
                 await send({"type": "websocket.close", "code": code, "reason": reason[:120]})
             except Exception as exc:  # pragma: no cover - the socket went away meanwhile
                 log.debug("ACP connection %s: close failed: %r", connection_id, exc)
+
+
+def _not_initialize_first(text: str) -> str | None:
+    """Why a WebSocket's first message breaks the RFD's "initialize first" rule (``None``: it is an
+    initialize request; ``""``: it is no request or notification, so the rule is still to come).
+
+    As the TypeScript server: a request or notification other than ``initialize``, or an
+    ``initialize`` without an id, closes the WebSocket with 1002; JSON that does not parse, a
+    batch or a response is answered or ignored by the connection as usual.
+    """
+    try:
+        message = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return ""
+    if not isinstance(message, dict) or "method" not in message:
+        return ""
+    if message["method"] != "initialize":
+        return "First message must be initialize"
+    if message.get("id") is None:
+        return "Initialize request must include an ID"
+    return None
 
 
 async def _text_response(send: Send, status: int, body: str, headers: list[tuple[bytes, bytes]] | None = None) -> None:

@@ -47,6 +47,8 @@ HEADER_CONNECTION_ID = "Acp-Connection-Id"
 DEFAULT_MAX_MESSAGE_BYTES = 16 * 1024 * 1024
 """Largest WebSocket message accepted by default, in bytes (16 MiB, the TypeScript SDK's request-body limit)."""
 CLOSE_NORMAL = 1000
+CLOSE_PROTOCOL_ERROR = 1002
+"""Close code when the first message is not ``initialize`` (the RFD's rule; as the TypeScript server)."""
 CLOSE_POLICY_VIOLATION = 1008
 """Close code for a broken limit other than the message size (an output stall), as the TypeScript server uses."""
 CLOSE_MESSAGE_TOO_BIG = 1009
@@ -57,9 +59,12 @@ _QUEUED_BYTES = 1024 * 1024
 """The client's reader stops reading the socket while this many bytes of messages wait for the connection."""
 
 
-class WebSocketConnectError(ConnectionError):
+class WebSocketConnectError(ConnectionClosed, ConnectionError):
     """The WebSocket to an ACP server could not be opened.
 
+    A :class:`~acp_trio.ConnectionClosed` (so ``except acp_trio.ConnectionClosed`` catches every
+    transport's failure alike: :class:`~acp_trio.transports.http.HttpTransportClosed` for
+    Streamable HTTP, where the first exchange is ``initialize``) and a ``ConnectionError``.
     ``url``: the URL tried.  ``status``: the HTTP status the server refused the upgrade with
     (``401`` without the right bearer token, ``403`` for an Origin not allowed, ``404`` for
     another path, ...), or ``None`` when no HTTP answer came (refused TCP connection, DNS
