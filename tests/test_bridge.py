@@ -188,6 +188,39 @@ async def test_connect_carries_stdio_to_a_remote_agent_verbatim() -> None:
     assert received == b"".join(lines)  # stdio → WebSocket → stdio agent → back, byte for byte
 
 
+async def test_connect_over_streamable_http_carries_stdio_to_a_remote_agent() -> None:
+    import json
+
+    pytest.importorskip("httpx2")
+    from acp_trio.bridge import connect_bridge, serve_bridge
+
+    to_bridge_send, to_bridge_receive = trio.testing.memory_stream_one_way_pair()
+    from_bridge_send, from_bridge_receive = trio.testing.memory_stream_one_way_pair()
+    lines = [
+        b'{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":1,"clientCapabilities":{}}}\n',
+        b'{"jsonrpc":"2.0","id":"x-1","method":"_vendor/unknown","params":{"keep":[1,2.50]}}\n',
+        b'{"jsonrpc":"2.0","id":2,"method":"session/new","params":{"cwd":"/","mcpServers":[]}}\n',
+    ]
+    with trio.fail_after(30):
+        async with trio.open_nursery() as nursery:
+            agent = [sys.executable, str(AGENTS / "echo_agent.py")]
+            urls = await nursery.start(serve_bridge, agent, "127.0.0.1", 0)
+            url = urls[0] + "/acp"
+            nursery.start_soon(functools.partial(connect_bridge, url, stdin=to_bridge_receive, stdout=from_bridge_send))
+            for line in lines:
+                await to_bridge_send.send_all(line)
+            received = b""
+            while received.count(b"\n") < len(lines):
+                received += await from_bridge_receive.receive_some(1 << 16)
+            answers = {json.dumps(m["id"]): m for m in map(json.loads, received.splitlines())}
+            assert answers["0"]["result"]["protocolVersion"] == 1
+            assert answers['"x-1"']["error"]["code"] == -32601  # the remote agent's own answer, id kept
+            assert isinstance(answers["2"]["result"]["sessionId"], str)
+            await to_bridge_send.aclose()  # end of stdin: DELETE, and stdout is closed
+            assert await from_bridge_receive.receive_some(1 << 16) == b""
+            nursery.cancel_scope.cancel()
+
+
 async def test_an_editor_spawns_the_connect_bridge_as_its_agent() -> None:
     """Real processes end to end: spawn_agent(bridge --connect) → WebSocket → bridge --listen → echo agent."""
     listen = await trio.lowlevel.open_process(

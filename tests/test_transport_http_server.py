@@ -469,6 +469,35 @@ async def test_delete_ends_the_agents_input_and_every_stream() -> None:
             assert (await http.stream(cid)).status == 404
 
 
+async def test_a_connection_with_no_request_and_no_open_stream_for_idle_timeout_is_closed(
+    autojump_clock: Any,
+) -> None:
+    script = Script()
+    app = AcpApp(serve_streams=script.serve, idle_timeout=60)
+    async with running(app) as http:
+        cid = await http.initialize()
+        stream = await http.stream(cid)
+        await trio.sleep(600)  # an open stream keeps it, however long
+        assert app.connection_ids == {cid}
+        stream.leave()
+        await stream.returned.wait()
+        await trio.sleep(50)
+        assert (await http.post({"jsonrpc": "2.0", "method": "_x"}, cid)).status == 202  # a request renews it
+        await trio.sleep(50)
+        assert app.connection_ids == {cid}
+        start = trio.current_time()
+        await script.ended.wait()  # then 60 s of nothing: the agent's input ends, the connection goes
+        assert 10 - 1e-6 <= trio.current_time() - start <= 10 + 1e-6
+        await app.wait_idle()
+        assert (await http.stream(cid)).status == 404
+
+
+def test_idle_timeout_must_be_positive_or_none() -> None:
+    with pytest.raises(ValueError, match="idle_timeout"):
+        AcpApp(serve_streams=Script().serve, idle_timeout=0)
+    assert AcpApp(serve_streams=Script().serve, idle_timeout=None).idle_timeout is None
+
+
 # -- limits ----------------------------------------------------------------------------------------------
 async def test_unread_output_at_max_buffered_bytes_holds_requests_then_the_stall_closes_the_connection(
     autojump_clock: Any,

@@ -14,7 +14,7 @@ methods.
 - :func:`serve_bridge` (``--listen HOST:PORT -- AGENT_CMD...``): an :class:`~acp_trio.transports.asgi.AcpApp`
   whose every ACP connection, over WebSocket or Streamable HTTP on ``/acp``, gets its own agent
   process (one process per ACP connection).
-- :func:`connect_bridge` (``--connect ws://host:port/acp``): this process's stdin/stdout carried
+- :func:`connect_bridge` (``--connect ws://host:port/acp`` or ``http://...``): this process's stdin/stdout carried
   to a remote ACP server, so an editor can spawn it as if it were a local agent.
 
 Command line (needs ``pip install 'acp-trio[remote]'``)::
@@ -22,7 +22,7 @@ Command line (needs ``pip install 'acp-trio[remote]'``)::
     python -m acp_trio.bridge --listen 127.0.0.1:8765 [--token T] [--allow-origin O] -- AGENT_CMD [ARG ...]
     python -m acp_trio.bridge --connect ws://127.0.0.1:8765/acp [--header 'Authorization: Bearer T']
 
-``--listen`` serves both remote transports; ``--connect`` speaks WebSocket.
+``--listen`` serves both remote transports; ``--connect`` speaks either (``ws://``, ``http://``).
 """
 
 from __future__ import annotations
@@ -103,13 +103,16 @@ async def serve_bridge(
     token: str | None = None,
     allowed_origins: Sequence[str] = (),
     shutdown_timeout: float = 2.0,
+    idle_timeout: float | None = 300.0,
     task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve the stdio agent ``command`` (program and arguments) on ``host:port/acp`` (WebSocket and
     Streamable HTTP) until cancelled: each ACP connection gets its own agent process, its messages
     passed verbatim.
 
-    ``token``/``allowed_origins``: as for :class:`~acp_trio.transports.asgi.AcpApp`.  ``task_status``:
+    ``token``/``allowed_origins``/``idle_timeout``: as for :class:`~acp_trio.transports.asgi.AcpApp`
+    (``idle_timeout``: seconds after which an abandoned Streamable HTTP connection, and so its
+    agent process, is shut down).  ``task_status``:
     started with the bound URLs.  Raises ``OSError`` naming the command at once when it cannot run.
     """
     from .transports.asgi import AcpApp, serve
@@ -124,7 +127,7 @@ async def serve_bridge(
         log.info("bridge: connection %s…", connection_id[:8])
         await pump_agent_process(program, args, from_client, to_client, shutdown_timeout=shutdown_timeout)
 
-    app = AcpApp(serve_streams=one_connection, token=token, allowed_origins=allowed_origins)
+    app = AcpApp(serve_streams=one_connection, token=token, allowed_origins=allowed_origins, idle_timeout=idle_timeout)
     await serve(app, host, port, task_status=task_status)
 
 
@@ -136,13 +139,21 @@ async def connect_bridge(
     stdout: trio.abc.SendStream | None = None,
 ) -> None:
     """Carry ACP messages between this process's stdin/stdout (or the given streams) and the remote
-    ACP server at ``url`` (``ws://`` or ``wss://``), verbatim, until either side ends.
+    ACP server at ``url``, verbatim, until either side ends.
 
-    Each stdin line is sent as one text message; each message received is written as one line.
-    The end of stdin closes the WebSocket normally; the end of the WebSocket closes stdout.
-    ``headers``: extra HTTP headers for the upgrade (``Authorization``).  Raises
-    :class:`~acp_trio.transports.websocket.WebSocketConnectError` naming the URL when it cannot connect.
+    ``ws://`` or ``wss://``: each stdin line is sent as one text message; each message received is
+    written as one line.  The end of stdin closes the WebSocket normally; the end of the WebSocket
+    closes stdout.  ``http://`` or ``https://`` (Streamable HTTP): each stdin line is POSTed
+    (:func:`acp_trio.transports.http.open_exchange`), each SSE event is written as one line; HTTP
+    failures that concern one request come back as its JSON-RPC error, those that end the
+    transport close stdout (the reason is logged); the end of stdin sends ``DELETE``.
+    ``headers``: extra HTTP headers (``Authorization``).  Raises
+    :class:`~acp_trio.transports.websocket.WebSocketConnectError` naming the URL when a WebSocket
+    cannot be opened.
     """
+    if url.startswith(("http://", "https://")):
+        await _connect_http_bridge(url, headers, stdin, stdout)
+        return
     from trio_websocket import ConnectionClosed as WebSocketClosed
     from trio_websocket import HandshakeError, open_websocket_url
 
@@ -194,6 +205,47 @@ async def connect_bridge(
         raise WebSocketConnectError(url, f"cannot connect to {url}: {exc}") from exc
 
 
+async def _connect_http_bridge(
+    url: str,
+    headers: Mapping[str, str] | None,
+    stdin: trio.abc.ReceiveStream | None,
+    stdout: trio.abc.SendStream | None,
+) -> None:
+    from ._core import LineFramer, OversizedMessage
+    from .transports.http import DEFAULT_MAX_MESSAGE_BYTES, open_exchange
+
+    source = stdin if stdin is not None else trio.lowlevel.FdStream(os.dup(0))
+    sink = stdout if stdout is not None else trio.lowlevel.FdStream(os.dup(1))
+    async with open_exchange(url, headers=headers) as exchange, owned_nursery() as nursery:
+
+        async def upstream() -> None:
+            framer = LineFramer(DEFAULT_MAX_MESSAGE_BYTES)
+            while True:
+                data = await source.receive_some(1 << 16)
+                for line in framer.feed(data) if data else framer.close():
+                    if isinstance(line, OversizedMessage):
+                        log.warning("bridge: dropped a line of %d bytes from stdin", line.size)
+                    elif line.strip():
+                        try:
+                            await exchange.post(line)
+                        except trio.BrokenResourceError:
+                            return  # the transport closed: downstream ends too
+                if not data:
+                    nursery.cancel_scope.cancel()  # end of input: DELETE (leaving open_exchange)
+                    return
+
+        async def downstream() -> None:
+            try:
+                while data := await exchange.inbox.receive_some(1 << 16):
+                    await sink.send_all(data)
+            finally:
+                await trio.aclose_forcefully(sink)
+            nursery.cancel_scope.cancel()  # the remote is gone: nothing more to carry
+
+        nursery.start_soon(upstream)
+        nursery.start_soon(downstream)
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     """``python -m acp_trio.bridge``: see the module docstring."""
     parser = argparse.ArgumentParser(
@@ -202,9 +254,18 @@ def main(argv: Sequence[str] | None = None) -> None:
     )
     mode = parser.add_mutually_exclusive_group(required=True)
     mode.add_argument("--listen", metavar="HOST:PORT", help="serve AGENT_CMD on HOST:PORT/acp (WebSocket, HTTP)")
-    mode.add_argument("--connect", metavar="URL", help="carry stdin/stdout to the ACP server at URL (ws://...)")
+    mode.add_argument(
+        "--connect", metavar="URL", help="carry stdin/stdout to the ACP server at URL (ws://... or http://...)"
+    )
     parser.add_argument("--token", help="--listen: require Authorization: Bearer TOKEN")
     parser.add_argument("--allow-origin", action="append", default=[], help="--listen: a browser origin to allow")
+    parser.add_argument(
+        "--idle-timeout",
+        type=float,
+        default=300.0,
+        metavar="SECONDS",
+        help="--listen: shut down an HTTP connection (and its agent) idle this long (default 300)",
+    )
     parser.add_argument("--header", action="append", default=[], help="--connect: an extra header, 'Name: value'")
     parser.add_argument("command", nargs=argparse.REMAINDER, help="-- AGENT_CMD [ARG ...] (with --listen)")
     options = parser.parse_args(argv)
@@ -225,6 +286,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                         int(port),
                         token=options.token,
                         allowed_origins=options.allow_origin,
+                        idle_timeout=options.idle_timeout,
                     )
                 )
                 print(f"bridge: serving {' '.join(command)} on {urls[0].replace('http', 'ws', 1)}/acp", file=sys.stderr)

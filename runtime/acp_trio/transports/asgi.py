@@ -66,7 +66,8 @@ Over Streamable HTTP, as the TypeScript server: a ``POST`` body over ``max_messa
 ``202``, and if no stream takes anything for ``output_stall_timeout`` seconds the connection is
 closed (held requests get ``404``); more than ``max_buffered_session_streams`` session streams
 holding output with no reader closes it too.  A client that vanishes without ``DELETE`` keeps its
-connection until its agent ends or a limit closes it (no idle timeout, as the TypeScript server).
+connection until ``idle_timeout`` (300 s) passes with no request and no open stream, its agent
+ends, or a limit closes it (the TypeScript server has no idle timeout).
 Streamable HTTP connections outlive the ``initialize`` request: they run in the nursery of the
 ASGI lifespan (hypercorn runs it), else in that request's task.
 
@@ -138,6 +139,8 @@ SESSION_SCOPED_METHODS = frozenset(
     }
 )
 """Client messages that need ``Acp-Session-Id`` even without ``params.sessionId`` (as the TypeScript server)."""
+DEFAULT_IDLE_TIMEOUT = 300.0
+"""Seconds without a request or an open stream after which a Streamable HTTP connection is closed."""
 _WS_BACKLOG_CHARS = 1 << 14
 """Characters of outgoing WebSocket messages queued for the pump before the connection's writer waits."""
 LOOPBACK_HOSTS = frozenset({"localhost", "127.0.0.1", "::1"})
@@ -243,6 +246,24 @@ class _HttpConnection:
         self.initial: bytes | None = None
         self.initial_error = ""
         self.initial_ready = trio.Event()
+        self.receivers = 0  # SSE streams being read now
+        self.active_at = trio.current_time()  # the last request, or the last stream's end
+        self.attachment = trio.lowlevel.ParkingLot()  # a stream opened or closed
+
+    def touch(self) -> None:
+        """A request for this connection arrived: it is not abandoned."""
+        self.active_at = trio.current_time()
+
+    async def reap_when_abandoned(self, idle: float) -> None:
+        """Close the connection once it has had no request and no open stream for ``idle`` seconds."""
+        while not self.closed and not self.routing_done:
+            if self.receivers:
+                await self.attachment.park()
+                continue
+            with trio.move_on_at(self.active_at + idle):
+                await self.attachment.park()
+            if not self.receivers and trio.current_time() >= self.active_at + idle and not self.closed:
+                self.close(f"abandoned: no request and no open stream for {idle} s (idle_timeout)")
 
     # -- input (POST bodies) -----------------------------------------------------------------------
     async def next_text(self) -> str | None:
@@ -465,6 +486,9 @@ class AcpApp:
     ``max_buffered_bytes`` (default 64 MiB), ``max_buffered_session_streams`` (default 1024),
     ``max_id_length`` (default 1024 UTF-16 units), ``sse_keepalive`` (seconds, default 15): the
     Streamable HTTP limits (see the module docstring; the TypeScript SDK's defaults).
+    ``idle_timeout``: seconds (default 300) a Streamable HTTP connection may go with no request and
+    no SSE stream open before it is closed as abandoned (its agent ends; behind the bridge, its
+    process); ``None`` keeps it until ``DELETE`` or a limit, as the TypeScript server does.
     ``connection_options``: for each connection (``tap``, ``eof_grace``, ``variant``, ...).
     ``serve_streams``: instead of ``agent``, ``async (connection_id, to_client, from_client)``
     serving each connection's NDJSON byte streams itself, returning when it is done (the bridge,
@@ -488,6 +512,7 @@ class AcpApp:
         max_buffered_session_streams: int = DEFAULT_MAX_BUFFERED_SESSION_STREAMS,
         max_id_length: int = DEFAULT_MAX_ID_LENGTH,
         sse_keepalive: float = DEFAULT_SSE_KEEPALIVE,
+        idle_timeout: float | None = DEFAULT_IDLE_TIMEOUT,
         **connection_options: Any,
     ) -> None:
         if max_message_bytes <= 0:
@@ -515,6 +540,9 @@ class AcpApp:
         self.max_buffered_session_streams = max_buffered_session_streams
         self.max_id_length = max_id_length
         self.sse_keepalive = sse_keepalive
+        if idle_timeout is not None and idle_timeout <= 0:
+            raise ValueError(f"idle_timeout must be positive seconds or None, got {idle_timeout}")
+        self.idle_timeout = idle_timeout
         connection_options.setdefault("max_message_size", max_message_bytes + 1)
         self.connection_options = connection_options
         self.connection_ids: set[str] = set()
@@ -619,6 +647,7 @@ class AcpApp:
         conn = self._http_connections.get(raw.decode("latin-1"))
         if conn is None or conn.closed or conn.routing_done:
             raise _ConnectionGone
+        conn.touch()
         return conn
 
     async def _read_body(self, scope: Scope, receive: Receive, send: Send) -> bytes | None:
@@ -755,12 +784,16 @@ class AcpApp:
 
     async def _run_http(self, conn: _HttpConnection) -> None:
         try:
-            await self._serve(
-                conn.id,
-                LineSendStream(conn.send_line, "the Streamable HTTP send stream"),
-                MessageReceiveStream(conn.next_text),
-                "http",
-            )
+            async with trio.open_nursery() as nursery:
+                if self.idle_timeout is not None:
+                    nursery.start_soon(conn.reap_when_abandoned, self.idle_timeout)
+                await self._serve(
+                    conn.id,
+                    LineSendStream(conn.send_line, "the Streamable HTTP send stream"),
+                    MessageReceiveStream(conn.next_text),
+                    "http",
+                )
+                nursery.cancel_scope.cancel()
         except Exception:  # the agent factory or the runtime failed: this connection ends, the server goes on
             log.exception("ACP connection %s failed", conn.id)
             conn.close()
@@ -778,6 +811,8 @@ class AcpApp:
         mailbox = conn.acquire(raw_session.decode("latin-1") if raw_session else None)
         if mailbox is None:
             raise _HttpRefusal(409, "Outbound stream already has an active receiver")
+        conn.receivers += 1
+        conn.attachment.unpark_all()
         try:
             headers = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")]
             if scope.get("http_version") in ("1.0", "1.1"):
@@ -796,6 +831,9 @@ class AcpApp:
             log.debug("ACP connection %s: SSE stream failed: %r", conn.id, exc)
         finally:
             conn.release(mailbox)
+            conn.receivers -= 1
+            conn.touch()
+            conn.attachment.unpark_all()
 
     async def _http_delete(self, scope: Scope, send: Send) -> None:
         conn = self._connection(scope)
@@ -1080,6 +1118,7 @@ async def serve(
 
 
 __all__ = [
+    "DEFAULT_IDLE_TIMEOUT",
     "DEFAULT_MAX_BUFFERED_BYTES",
     "DEFAULT_MAX_BUFFERED_SESSION_STREAMS",
     "DEFAULT_MAX_ID_LENGTH",

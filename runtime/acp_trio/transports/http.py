@@ -657,6 +657,59 @@ async def connect_http(
     :func:`field_value_problem`).  An exception raised in the body comes out as itself.  Leaving
     the block closes the connection, then sends ``DELETE`` for it.
     """
+    async with open_exchange(
+        url,
+        headers=headers,
+        cookies=cookies,
+        http2=http2,
+        connect_timeout=connect_timeout,
+        max_message_bytes=max_message_bytes,
+        max_buffered_bytes=max_buffered_bytes,
+        close_timeout=close_timeout,
+        transport=transport,
+        verify=verify,
+    ) as exchange:
+        conn = ClientSideConnection(
+            client, LineSendStream(exchange.post, "the Streamable HTTP send stream"), exchange.inbox, **options
+        )
+        conn.connection.closing_error = exchange.closing_error
+        conn.connection_id = None  # type: ignore[attr-defined]
+
+        def named(connection_id: str) -> None:
+            conn.connection_id = connection_id  # type: ignore[attr-defined]
+
+        exchange.on_connection_id = named
+        try:
+            async with conn:
+                yield conn
+        finally:
+            with trio.CancelScope(shield=True):
+                await conn.aclose()
+
+
+@asynccontextmanager
+async def open_exchange(
+    url: str,
+    *,
+    headers: Mapping[str, str] | None = None,
+    cookies: CookieStore | None = None,
+    http2: bool = False,
+    connect_timeout: float = 30.0,
+    max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+    max_buffered_bytes: int = DEFAULT_MAX_BUFFERED_BYTES,
+    close_timeout: float = 2.0,
+    transport: httpx2.AsyncBaseTransport | None = None,
+    verify: Any = True,
+) -> AsyncIterator[_Exchange]:
+    """The Streamable HTTP exchange under :func:`connect_http`, at the level of NDJSON lines.
+
+    Yields the exchange: ``await exchange.post(line)`` sends one message (a line without its
+    ``\\n``; raises ``trio.BrokenResourceError`` once the transport is closed), and
+    ``exchange.inbox`` is a ``trio.abc.ReceiveStream`` of the NDJSON lines received (the end of
+    stream once the transport closed; ``exchange.fatal`` then says why).  The arguments are
+    :func:`connect_http`'s.  Leaving the block sends ``DELETE`` (unless the transport failed).
+    The bridge's ``--connect http://`` uses it to pass messages through verbatim.
+    """
     import http.cookiejar
 
     import httpx2
@@ -684,24 +737,12 @@ async def connect_http(
             max_message_bytes=max_message_bytes,
             max_buffered_bytes=max_buffered_bytes,
         )
-        conn = ClientSideConnection(
-            client, LineSendStream(exchange.post, "the Streamable HTTP send stream"), exchange.inbox, **options
-        )
-        conn.connection.closing_error = exchange.closing_error
-        conn.connection_id = None  # type: ignore[attr-defined]
-
-        def named(connection_id: str) -> None:
-            conn.connection_id = connection_id  # type: ignore[attr-defined]
-
-        exchange.on_connection_id = named
         try:
-            async with conn:
-                yield conn
+            yield exchange
         finally:
             with trio.CancelScope(shield=True):
-                await conn.aclose()
                 exchange.closing = True
-                if exchange.fatal is None:
+                if exchange.fatal is None and exchange.connection_id is not None:
                     await exchange.delete(close_timeout)
                 nursery.cancel_scope.cancel()
 
@@ -714,4 +755,5 @@ __all__ = [
     "HEADER_SESSION_ID",
     "HttpTransportClosed",
     "connect_http",
+    "open_exchange",
 ]
