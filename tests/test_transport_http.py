@@ -735,6 +735,32 @@ async def test_https_with_a_server_that_offers_http2_too(tmp_path: Path) -> None
     assert server.requests[-1][0] == "DELETE"
 
 
+async def test_session_load_returns_after_a_replay_that_comes_later_on_the_session_stream(
+    autojump_clock: Any,
+) -> None:
+    """The load answer arrives first (connection stream), the replay 30 ms later (session stream):
+    session/load still returns with every replayed update delivered."""
+    server = ScriptedServer()
+    client = Recorder()
+    with trio.fail_after(30):
+        async with scripted(server, client) as conn:
+            await conn.agent.initialize(INIT)
+            session_id = await new_session(conn)
+            async with trio.open_nursery() as nursery:
+
+                async def replay_late() -> None:
+                    await server.arrived("POST session/load").wait()
+                    await trio.sleep(0.03)
+                    for i in range(20):
+                        chunk = {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": str(i)}}
+                        params = {"sessionId": session_id, "update": chunk}
+                        server.send(session_id, {"jsonrpc": "2.0", "method": "session/update", "params": params})
+
+                nursery.start_soon(replay_late)
+                await conn.agent.session_load(v1.LoadSessionRequest(session_id=session_id, cwd="/", mcp_servers=[]))
+                assert client.texts == {session_id: [str(i) for i in range(20)]}
+
+
 async def test_a_small_receive_buffer_slows_the_streams_and_loses_nothing(autojump_clock: Any) -> None:
     server = ScriptedServer()
     client = Recorder()
@@ -753,8 +779,9 @@ async def test_a_small_receive_buffer_slows_the_streams_and_loses_nothing(autoju
 async def test_a_reconnect_loads_the_session_with_the_same_cookies(ts_sdk: Path) -> None:  # noqa: F811
     """The RFD's recipe after a lost transport: a new connection (same headers and cookie store),
     initialize, session/load.  Its replay comes on the session's stream and its response on the
-    connection's: two streams read independently, so the response may overtake the last replayed
-    updates (the TypeScript client has the same race), and the test waits for them."""
+    connection's, two streams read independently: the client holds the response until the
+    session's stream has gone quiet, so session/load returns after the replayed updates (the
+    TypeScript client lets the response overtake them)."""
     cookies = CookieStore()
     with trio.fail_after(TIME_LIMIT):
         async with ts_http_server(ts_sdk) as server:
@@ -772,8 +799,7 @@ async def test_a_reconnect_loads_the_session_with_the_same_cookies(ts_sdk: Path)
                 assert init.agent_capabilities is not None and init.agent_capabilities.load_session
                 assert conn.connection_id != old_id  # type: ignore[attr-defined]
                 await conn.agent.session_load(v1.LoadSessionRequest(session_id=session_id, cwd="/", mcp_servers=[]))
-                await again.wait_texts(session_id, 50)
-                assert again.texts == {session_id: [str(i) for i in range(50)]}
+                assert again.texts == {session_id: [str(i) for i in range(50)]}  # all replayed by then
     # the first connection's DELETE, then the new connection's initialize with the stored cookie
     deleted = [entry[0] for entry in server.log].index("DELETE")
     assert server.log[deleted + 1][:3] == ["POST", "-", affinity]

@@ -16,7 +16,11 @@ disagree, what the SDK does, since that is what servers speak today:
 - ``DELETE`` with ``Acp-Connection-Id`` when the connection closes.
 
 Each SSE event's ``data`` is one JSON-RPC message; the client does not resume streams
-(``Last-Event-ID`` is deferred to a later version of the RFD).
+(``Last-Event-ID`` is deferred to a later version of the RFD).  The answer to ``session/load`` or
+``session/resume`` comes on the connection's stream (the TypeScript server's choice) while the
+replayed updates come on the session's, and nothing orders two streams: the client holds such an
+answer until the session's stream has delivered nothing for 50 ms (at most 2 s), so the request
+returns after its replay, as over stdio (``StandardClient.states.load`` relies on it).
 
 Contract: like every transport (:mod:`acp_trio.transports`), this one only bridges the HTTP
 exchange to a pair of trio byte streams of newline-delimited JSON and hands them to
@@ -68,6 +72,7 @@ Needs the ``remote`` extra (``pip install acp-trio[remote]``).
 from __future__ import annotations
 
 import logging
+import math
 import re
 from collections import deque
 from collections.abc import AsyncIterator, Mapping
@@ -188,7 +193,7 @@ class _Inbox(trio.abc.ReceiveStream):
         self.put_nowait(line)
 
     def put_nowait(self, line: bytes) -> None:
-        if self._eof:
+        if self._eof or not line:  # an empty chunk would read as the end of stream
             return
         self._chunks.append(line)
         self._size += len(line)
@@ -232,14 +237,16 @@ class _Inbox(trio.abc.ReceiveStream):
 
 
 class _Stream:
-    """One SSE ``GET`` stream (the connection's, or a session's): ``ready`` is set once it answered."""
+    """One SSE ``GET`` stream (the connection's, or a session's): ``ready`` is set once it answered;
+    ``event_at``: when it last delivered events (trio time)."""
 
-    __slots__ = ("ok", "ready", "scope")
+    __slots__ = ("event_at", "ok", "ready", "scope")
 
     def __init__(self) -> None:
         self.ready = trio.Event()
         self.ok = False
         self.scope = trio.CancelScope()
+        self.event_at = -math.inf
 
 
 class _Exchange:
@@ -274,6 +281,8 @@ class _Exchange:
         self.streams: dict[str | None, _Stream] = {}
         self.failed_sessions: dict[str, str] = {}  # session id → why (409)
         self._posts: set[trio.CancelScope] = set()
+        # session/load and session/resume requests: id key → the session whose replay precedes the answer
+        self.replaying: dict[bytes, str] = {}
 
     # -- closing -----------------------------------------------------------------------------------
     def fail(self, reason: str, status: int | None = None) -> None:
@@ -425,6 +434,8 @@ class _Exchange:
                 return
         if is_request:
             self.pending[_id_key(request_id)] = (request_id, session_id)
+            if method in _REPLAYING_METHODS and session_id is not None:
+                self.replaying[_id_key(request_id)] = session_id
         headers = self._headers(session_id, **{"Content-Type": "application/json"})
         status, _, body = await self._request("POST", what, headers, line)
         if 200 <= status < 300:
@@ -533,6 +544,7 @@ class _Exchange:
                     async for chunk in response.aiter_bytes():
                         events = parser.feed(chunk)
                         if events:
+                            stream.event_at = trio.current_time()
                             await self._deliver(events, session_id)
         except (httpx2.HTTPError, SseStreamError) as exc:  # network errors, an oversized event, not an event stream
             ended = f"failed: {exc}"
@@ -565,13 +577,33 @@ class _Exchange:
                         self.inbound_routes[key] = session_id
                     elif "result" in message or "error" in message:
                         self.pending.pop(key, None)
+                        replayed = self.replaying.pop(key, None)
+                        if replayed is not None and session_id is None and replayed in self.streams:
+                            # the answer to session/load came on the connection stream, its replay on
+                            # the session's: hand it over once that stream has gone quiet
+                            self.nursery.start_soon(self._deliver_after_replay, line, replayed)
+                            continue
                         result = message.get("result")
                         new_session = result.get("sessionId") if isinstance(result, dict) else None
                         if isinstance(new_session, str) and new_session not in self.streams:
                             self.nursery.start_soon(self.open_stream, new_session)
             lines.append(line)
-        lines.append(b"")
-        await self.inbox.put(b"\n".join(lines))
+        if lines:
+            lines.append(b"")
+            await self.inbox.put(b"\n".join(lines))
+
+    async def _deliver_after_replay(self, line: bytes, session_id: str) -> None:
+        """Queue a ``session/load``/``session/resume`` answer once the session's stream has delivered
+        nothing for ``_REPLAY_SETTLE`` seconds since the answer came or since its last events (at
+        most ``_REPLAY_WAIT`` seconds)."""
+        arrived = trio.current_time()
+        give_up = arrived + _REPLAY_WAIT
+        while (stream := self.streams.get(session_id)) is not None and stream.ok:
+            quiet_at = max(stream.event_at, arrived) + _REPLAY_SETTLE
+            if quiet_at <= trio.current_time() or trio.current_time() >= give_up:
+                break
+            await trio.sleep_until(min(quiet_at, give_up))
+        await self.inbox.put(line + b"\n")
 
     async def delete(self, timeout: float) -> None:
         """``DELETE`` the connection (bounded by ``timeout`` seconds; errors are logged)."""
@@ -587,6 +619,13 @@ class _Exchange:
                     log.debug("DELETE %s answered HTTP %d", self.url, response.status_code)
             except (httpx2.HTTPError, ValueError) as exc:
                 log.debug("DELETE %s failed: %r", self.url, exc)
+
+
+_REPLAYING_METHODS = frozenset({"session/load", "session/resume"})
+_REPLAY_SETTLE = 0.05
+"""Seconds a session stream must deliver nothing before a held ``session/load`` answer goes to the connection."""
+_REPLAY_WAIT = 2.0
+"""Seconds at most a ``session/load`` answer is held while its session stream keeps delivering."""
 
 
 def _json_object(data: bytes | str) -> dict[str, Any] | None:
