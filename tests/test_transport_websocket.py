@@ -503,6 +503,12 @@ async def test_wss_with_a_private_certificate_verified_through_ssl_context(tmp_p
             trusted = ssl.create_default_context(cafile=str(cert))
             async with connect_websocket(url, Client, ssl_context=trusted) as conn:
                 assert (await initialize(conn)).protocol_version == 1
+            # without it the certificate is not trusted: said at once, not after connect_timeout
+            with trio.fail_after(5), pytest.raises(WebSocketConnectError) as info:
+                async with connect_websocket(url, Client, connect_timeout=60):
+                    raise AssertionError("connected")
+            assert "CERTIFICATE_VERIFY_FAILED" in str(info.value) and url in str(info.value)
+            assert info.value.status is None
             nursery.cancel_scope.cancel()
 
 

@@ -277,7 +277,14 @@ async def _open_websocket(
     stream: trio.abc.Stream
     if secure:
         context = ssl_context or ssl.create_default_context()
-        stream = await trio.open_ssl_over_tcp_stream(parts.hostname, port, ssl_context=context, https_compatible=True)
+        tls = await trio.open_ssl_over_tcp_stream(parts.hostname, port, ssl_context=context, https_compatible=True)
+        try:
+            await tls.do_handshake()  # here, so a certificate problem is raised now and named
+        except trio.BrokenResourceError as exc:
+            await trio.aclose_forcefully(tls)
+            cause = exc.__cause__ or exc
+            raise ConnectionError(f"TLS handshake failed: {cause}") from cause
+        stream = tls
     else:
         stream = await trio.open_tcp_stream(parts.hostname, port)
     host = parts.hostname if ":" not in parts.hostname else f"[{parts.hostname}]"
