@@ -492,6 +492,20 @@ async def test_a_connection_with_no_request_and_no_open_stream_for_idle_timeout_
         assert (await http.stream(cid)).status == 404
 
 
+async def test_an_initialize_over_max_connections_is_refused_503() -> None:
+    app = AcpApp(serve_streams=Script().serve, max_connections=1)
+    with trio.fail_after(DEADLINE):
+        async with running(app) as http:
+            cid = await http.initialize()
+            body = b'{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":1}}'
+            refused = await http.post(body)
+            assert (refused.status, await refused.text()) == (503, "Too many ACP connections (max_connections 1)")
+            assert app.connection_ids == {cid}
+            await http.request("DELETE", {"acp-connection-id": cid})
+            await app.wait_idle()
+            assert (await http.post(body)).status == 200
+
+
 def test_idle_timeout_must_be_positive_or_none() -> None:
     with pytest.raises(ValueError, match="idle_timeout"):
         AcpApp(serve_streams=Script().serve, idle_timeout=0)

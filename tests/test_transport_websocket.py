@@ -680,3 +680,50 @@ async def test_garbage_before_initialize_is_answered_and_the_websocket_stays_ope
             assert json.loads(await ws.get_message())["error"]["code"] == -32700
             await ws.send_message('{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":1}}')
             assert json.loads(await ws.get_message())["result"]["protocolVersion"] == 1
+
+
+async def test_a_connection_over_max_connections_is_refused_503_until_one_ends() -> None:
+    app = AcpApp(Agent, max_connections=1)
+    with trio.fail_after(DEADLINE):
+        async with served(app) as url:
+            async with connect_websocket(url, Client) as first:
+                await initialize(first)
+                with pytest.raises(WebSocketConnectError) as info:
+                    async with connect_websocket(url, Client):
+                        raise AssertionError("connected")
+                assert info.value.status == 503 and "max_connections 1" in info.value.body
+            await app.wait_idle()
+            async with connect_websocket(url, Client) as again:  # the first has ended: room again
+                assert (await initialize(again)).protocol_version == 1
+    with pytest.raises(ValueError, match="max_connections"):
+        AcpApp(Agent, max_connections=0)
+
+
+async def test_cancelling_the_server_with_a_client_connected_ends_at_once() -> None:
+    """The coalescing writer is cancelled with the server; the close frame written after it goes
+    out directly instead of waiting for a writer that is gone (5 s of FLUSH_TIMEOUT before)."""
+    import trio_websocket
+
+    with trio.fail_after(DEADLINE):
+        async with trio.open_nursery() as outer:
+            server_scope = trio.CancelScope()
+            stopped = trio.Event()
+            bound: list[str] = []
+            started = trio.Event()
+
+            async def run_server() -> None:
+                with server_scope:
+                    async with trio.open_nursery() as nursery:
+                        bound.extend(await nursery.start(serve, AcpApp(Agent), "127.0.0.1", 0))
+                        started.set()
+                stopped.set()
+
+            outer.start_soon(run_server)
+            await started.wait()
+            url = bound[0].replace("http://", "ws://") + "/acp"
+            async with trio_websocket.open_websocket_url(url) as ws:
+                await ws.send_message('{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":1}}')
+                await ws.get_message()
+                server_scope.cancel()
+                with trio.fail_after(2):
+                    await stopped.wait()

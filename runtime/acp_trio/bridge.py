@@ -104,15 +104,17 @@ async def serve_bridge(
     allowed_origins: Sequence[str] = (),
     shutdown_timeout: float = 2.0,
     idle_timeout: float | None = 300.0,
+    max_connections: int | None = None,
     task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve the stdio agent ``command`` (program and arguments) on ``host:port/acp`` (WebSocket and
     Streamable HTTP) until cancelled: each ACP connection gets its own agent process, its messages
     passed verbatim.
 
-    ``token``/``allowed_origins``/``idle_timeout``: as for :class:`~acp_trio.transports.asgi.AcpApp`
+    ``token``/``allowed_origins``/``idle_timeout``/``max_connections``: as for :class:`~acp_trio.transports.asgi.AcpApp`
     (``idle_timeout``: seconds after which an abandoned Streamable HTTP connection, and so its
-    agent process, is shut down).  ``task_status``:
+    agent process, is shut down; ``max_connections``: agent processes at once, one more
+    connection is refused ``503``).  ``task_status``:
     started with the bound URLs.  Raises ``OSError`` naming the command at once when it cannot run.
     """
     from .transports.asgi import AcpApp, serve
@@ -266,6 +268,12 @@ def main(argv: Sequence[str] | None = None) -> None:
         metavar="SECONDS",
         help="--listen: shut down an HTTP connection (and its agent) idle this long (default 300)",
     )
+    parser.add_argument(
+        "--max-connections",
+        type=int,
+        metavar="N",
+        help="--listen: at most N connections (agent processes) at once; more are refused 503",
+    )
     parser.add_argument("--header", action="append", default=[], help="--connect: an extra header, 'Name: value'")
     parser.add_argument("command", nargs=argparse.REMAINDER, help="-- AGENT_CMD [ARG ...] (with --listen)")
     options = parser.parse_args(argv)
@@ -287,6 +295,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                         token=options.token,
                         allowed_origins=options.allow_origin,
                         idle_timeout=options.idle_timeout,
+                        max_connections=options.max_connections,
                     )
                 )
                 print(f"bridge: serving {' '.join(command)} on {urls[0].replace('http', 'ws', 1)}/acp", file=sys.stderr)

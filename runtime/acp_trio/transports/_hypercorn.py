@@ -130,6 +130,7 @@ class CoalescingTCPServer(TCPServer):
         self._flushed = trio.Event()
         self._flushed.set()
         self._broken = False
+        self._writer_done = False
         self._progress_at = trio.current_time()
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._write_buffered)
@@ -139,6 +140,13 @@ class CoalescingTCPServer(TCPServer):
                 nursery.cancel_scope.cancel()
 
     async def _write_buffered(self) -> None:
+        try:
+            await self._write_loop()
+        finally:  # cancelled (the server is going away): later output is written directly
+            self._writer_done = True
+            self._flushed.set()
+
+    async def _write_loop(self) -> None:
         pending = self._pending
         while True:
             await self._ready.wait()
@@ -183,6 +191,11 @@ class CoalescingTCPServer(TCPServer):
         if self._broken:
             await trio.lowlevel.checkpoint()
             return
+        if self._writer_done:  # shutting down (a close frame): hypercorn's own shielded write
+            data = bytes(self._pending) + event.data
+            self._pending.clear()
+            await super().protocol_send(RawData(data=data))
+            return
         if not self._pending:
             self._progress_at = trio.current_time()  # the wait for the socket starts now
         self._pending += event.data
@@ -191,7 +204,7 @@ class CoalescingTCPServer(TCPServer):
         self._ready.set()
 
     async def _close(self) -> None:
-        if not self._broken:
+        if not self._broken and not self._writer_done:
             with trio.move_on_after(FLUSH_TIMEOUT) as scope:
                 scope.shield = True
                 await self._flushed.wait()

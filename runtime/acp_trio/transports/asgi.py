@@ -489,6 +489,9 @@ class AcpApp:
     ``idle_timeout``: seconds (default 300) a Streamable HTTP connection may go with no request and
     no SSE stream open before it is closed as abandoned (its agent ends; behind the bridge, its
     process); ``None`` keeps it until ``DELETE`` or a limit, as the TypeScript server does.
+    ``max_connections``: ACP connections served at once (WebSocket and Streamable HTTP together);
+    one more is refused ``503`` (the upgrade, or the ``initialize`` POST); default ``None``, no
+    limit, as the TypeScript server.
     ``connection_options``: for each connection (``tap``, ``eof_grace``, ``variant``, ...).
     ``serve_streams``: instead of ``agent``, ``async (connection_id, to_client, from_client)``
     serving each connection's NDJSON byte streams itself, returning when it is done (the bridge,
@@ -513,6 +516,7 @@ class AcpApp:
         max_id_length: int = DEFAULT_MAX_ID_LENGTH,
         sse_keepalive: float = DEFAULT_SSE_KEEPALIVE,
         idle_timeout: float | None = DEFAULT_IDLE_TIMEOUT,
+        max_connections: int | None = None,
         **connection_options: Any,
     ) -> None:
         if max_message_bytes <= 0:
@@ -543,12 +547,18 @@ class AcpApp:
         if idle_timeout is not None and idle_timeout <= 0:
             raise ValueError(f"idle_timeout must be positive seconds or None, got {idle_timeout}")
         self.idle_timeout = idle_timeout
+        if max_connections is not None and max_connections <= 0:
+            raise ValueError(f"max_connections must be positive or None, got {max_connections}")
+        self.max_connections = max_connections
         connection_options.setdefault("max_message_size", max_message_bytes + 1)
         self.connection_options = connection_options
         self.connection_ids: set[str] = set()
         self._ended = trio.lowlevel.ParkingLot()
         self._http_connections: dict[str, _HttpConnection] = {}
         self._nursery: trio.Nursery | None = None  # the lifespan's: Streamable HTTP connections run there
+
+    def _full(self) -> bool:
+        return self.max_connections is not None and len(self.connection_ids) >= self.max_connections
 
     @property
     def active_connections(self) -> int:
@@ -710,6 +720,8 @@ class AcpApp:
                 raise _HttpRefusal(400, "Initialize request must include an ID")
             if _id_key(message["id"]) is None:  # an object or array: no answer could match it
                 raise _HttpRefusal(400, "Initialize request ID must be a string or a number")
+            if self._full():
+                raise _HttpRefusal(503, f"Too many ACP connections (max_connections {self.max_connections})")
             if self._nursery is not None:
                 await self._http_initialize(self._nursery, message, text, receive, send)
             else:  # no lifespan (a server without it): the connection lives in this request's task
@@ -857,6 +869,8 @@ class AcpApp:
         if first["type"] != "websocket.connect":
             return
         refusal = self._refusal(scope)
+        if refusal is None and self._full():
+            refusal = (503, f"Too many ACP connections (max_connections {self.max_connections})", [])
         if refusal is not None:
             await self._reject(scope, send, *refusal)
             return
