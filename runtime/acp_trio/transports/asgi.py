@@ -57,8 +57,9 @@ closed with ``1002``; JSON that does not parse before it is answered ``-32700`` 
 Limits (close codes as the TypeScript SDK's server and RFC 6455): a message over
 ``max_message_bytes`` closes the WebSocket with ``1009``; a client that takes nothing for
 ``output_stall_timeout`` seconds while the agent has output for it is given up on: its ACP
-connection (and agent) is closed at once, and the WebSocket is closed with ``1008`` as soon as the
-server can write again (hypercorn does not let an application abort a write in progress).  An
+connection (and agent) is closed at once, and the close frame ``1008`` queued behind what the
+client has not read; a client that still takes nothing after as long again loses its TCP
+connection (under :func:`serve`; that applies to Streamable HTTP streams too).  An
 agent factory (or the runtime) that fails ends that connection only, closed with ``1011``.
 Over Streamable HTTP, as the TypeScript server: a ``POST`` body over ``max_message_bytes`` is
 ``413``; output queued for a connection's SSE streams (read or not) counts against
