@@ -727,3 +727,27 @@ async def test_cancelling_the_server_with_a_client_connected_ends_at_once() -> N
                 server_scope.cancel()
                 with trio.fail_after(2):
                     await stopped.wait()
+
+
+@pytest.mark.parametrize("compression", [False, True])
+async def test_permessage_deflate_is_declined_unless_asked_for(compression: bool) -> None:
+    """Node's clients and browsers offer permessage-deflate; hypercorn would accept it on its own."""
+    from wsproto import ConnectionType, WSConnection
+    from wsproto.events import AcceptConnection, Request
+    from wsproto.extensions import PerMessageDeflate
+
+    with trio.fail_after(DEADLINE):
+        async with served(AcpApp(Agent, websocket_compression=compression)) as url:
+            host, port = url.split("/")[2].split(":")
+            stream = await trio.open_tcp_stream(host, int(port))
+            proto = WSConnection(ConnectionType.CLIENT)
+            await stream.send_all(
+                proto.send(Request(host=f"{host}:{port}", target="/acp", extensions=[PerMessageDeflate()]))
+            )
+            accepted = None
+            while accepted is None:
+                proto.receive_data(await stream.receive_some(65536))
+                accepted = next((e for e in proto.events() if isinstance(e, AcceptConnection)), None)
+            names = [extension.name for extension in accepted.extensions]
+            assert names == (["permessage-deflate"] if compression else [])
+            await stream.aclose()
