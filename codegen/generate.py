@@ -16,7 +16,7 @@ import tempfile
 from pathlib import Path
 
 from .dcg import annotate
-from .pins import ROOT, STABLE_OF, VARIANT_FILES, load_pins, verified_schema
+from .pins import ROOT, SCHEMA_DIR, STABLE_OF, VARIANT_FILES, load_pins, verified_schema
 from .preprocess import preprocess
 from .render import REBUILD, render_variant
 
@@ -68,6 +68,8 @@ def _generate_into(pkg: Path) -> None:
         vdir.mkdir()
         for name, source in render_variant(model, pins.package, pins.version).items():
             (vdir / name).write_text(source, encoding="utf-8")
+        # the pinned schema itself, byte for byte: what acp_trio.check validates the wire against
+        shutil.copyfile(SCHEMA_DIR / VARIANT_FILES[variant], vdir / "schema.json")
     # formatting must not depend on where the output lands (check() writes to a temporary directory)
     ruff = [sys.executable, "-m", "ruff"]
     cfg = [
