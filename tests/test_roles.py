@@ -927,6 +927,51 @@ async def test_session_cancel_ends_the_prompt_turn_with_stop_reason_cancelled_af
     assert not any("error" in m for m in wire.sent())
 
 
+async def test_a_session_cancel_read_with_its_prompt_in_one_read_still_cancels_the_turn(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    """The prompt's task has not started when the cancel is read: the turn must still be cancelled
+    (found by acp_trio.check: a client that writes both at once got end_turn after the whole turn)."""
+    client_stream, agent_stream = trio.testing.memory_stream_pair()
+
+    class Agent(SessionAgent):
+        async def session_prompt(self, params: v1.PromptRequest) -> v1.PromptResponse:
+            await trio.sleep(60)
+            return v1.PromptResponse(stop_reason="end_turn")
+
+    async def read_until(buffer: bytearray, request_id: int) -> dict[str, Any]:
+        while True:
+            for line in bytes(buffer).split(b"\n")[:-1]:
+                message = orjson.loads(line)
+                if message.get("id") == request_id:
+                    return dict(message)
+            buffer += await client_stream.receive_some()
+
+    with trio.fail_after(30):
+        async with acp_trio.AgentSideConnection(Agent(), agent_stream, agent_stream):
+            received = bytearray()
+            init = {"protocolVersion": 1, "clientCapabilities": {}}
+            await client_stream.send_all(
+                orjson.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": init}) + b"\n"
+            )
+            await read_until(received, 1)
+            new = {"cwd": "/work", "mcpServers": []}
+            await client_stream.send_all(
+                orjson.dumps({"jsonrpc": "2.0", "id": 2, "method": "session/new", "params": new}) + b"\n"
+            )
+            session_id = (await read_until(received, 2))["result"]["sessionId"]
+            prompt_params = {"sessionId": session_id, "prompt": [{"type": "text", "text": "hi"}]}
+            both = orjson.dumps({"jsonrpc": "2.0", "id": 3, "method": "session/prompt", "params": prompt_params})
+            both += b"\n" + orjson.dumps(
+                {"jsonrpc": "2.0", "method": "session/cancel", "params": {"sessionId": session_id}}
+            )
+            await client_stream.send_all(both + b"\n")  # one write: one read on the agent's side
+            start = trio.current_time()
+            answer = await read_until(received, 3)
+            assert answer["result"] == {"stopReason": "cancelled"}
+            assert trio.current_time() - start < 1
+
+
 async def test_session_cancel_also_reaches_the_agents_own_handler_for_that_session_only(
     autojump_clock: trio.abc.Clock,
 ) -> None:

@@ -167,9 +167,11 @@ class Route:
     schema asks).  ``input_ended_result``: for requests, ``() -> result`` to answer instead when the
     handler is cancelled because the input ended (``eof_grace``; a v1 prompt turn answers stop
     reason ``cancelled``); default ``cancelled_result``.
-    ``on_receive``: for notifications, ``(params) -> None`` called synchronously by the reader as
-    the notification arrives, before anything read after it is handled (e.g. to cancel a scope
-    before a response that follows it on the wire wakes anyone); it must not block.
+    ``on_receive``: ``(params) -> None`` called synchronously by the reader as the notification or
+    request arrives (a request: once accepted, before its handler's task starts), before anything
+    read after it is handled (e.g. to cancel a scope before a response that follows it on the wire
+    wakes anyone, or to register a prompt turn before a ``session/cancel`` read with it); it must
+    not block.
     """
 
     __slots__ = (
@@ -868,6 +870,11 @@ class Connection:
             params = self._decode(route, msg.params)
         except Exception as exc:
             return _core.encode_error(msg.id, RequestError.invalid_params(_decode_error_data(exc)))
+        if route.on_receive is not None:
+            try:
+                route.on_receive(params)
+            except Exception:
+                log.exception("%s: on_receive hook for %r raised", self.name, msg.method)
         if self.instrumentation is not None:
             route = self._traced_route(route, "request", msg.params)
         inbound = self._inbound[msg.id] = trio.CancelScope()

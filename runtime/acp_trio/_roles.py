@@ -19,6 +19,7 @@ from __future__ import annotations
 import functools
 import inspect
 import logging
+from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
 from types import ModuleType
 from typing import Any, Literal
@@ -392,6 +393,8 @@ class AgentSideConnection(_Side):
         self._turns: dict[Any, set[trio.CancelScope]] = {}
         self._prompting: dict[Any, int] = {}  # v2: session/prompt handlers running, per session
         self._cancel_requested: set[Any] = set()  # v2: session/cancel read while such a handler ran
+        # v1: the scopes of prompt turns read but whose task has not started yet, per session
+        self._received_turns: dict[Any, deque[trio.CancelScope]] = {}
         self._session_store: Any = None  # session store hook: set by acp_trio.session_store.enable()
         super().__init__(agent, send_stream, receive_stream, **options)
 
@@ -425,10 +428,11 @@ class AgentSideConnection(_Side):
             self.connection.routes[spec.method] = Route(
                 spec.method,
                 "request",
-                self._gate(spec.method, self._prompt_turn(fn, spec)),
+                self._prompt_turn(self._gate(spec.method, fn), spec),
                 params_type=spec.params_type,
                 result_type=spec.result_type,
                 input_ended_result=lambda: structure({"stopReason": "cancelled"}),
+                on_receive=self._turn_received,
             )
             return
         if spec.method == "session/prompt":
@@ -634,13 +638,25 @@ class AgentSideConnection(_Side):
         structure_result = self.connection.converter.structure_fn(spec.result_type)
 
         async def turn(params: Any) -> Any:
-            done, result = await _in_session_scope(self._turns, params.session_id, fn(params))
+            received = self._received_turns.get(params.session_id)
+            scope = received.popleft() if received else None
+            if received is not None and not received:
+                del self._received_turns[params.session_id]
+            done, result = await _in_session_scope(self._turns, params.session_id, fn(params), scope)
             if done:
                 return result
             log.debug("prompt turn of session %r cancelled by session/cancel", params.session_id)
             return structure_result({"stopReason": "cancelled"})
 
         return turn
+
+    def _turn_received(self, params: Any) -> None:
+        """A v1 ``session/prompt`` was read: its turn's scope is registered now, so a
+        ``session/cancel`` read right after it (even in the same read, before the turn's task
+        runs) cancels it."""
+        scope = trio.CancelScope()
+        self._turns.setdefault(params.session_id, set()).add(scope)
+        self._received_turns.setdefault(params.session_id, deque()).append(scope)
 
     def _cancel_turns(self, params: Any) -> None:
         for scope in list(self._turns.get(params.session_id, ())):
