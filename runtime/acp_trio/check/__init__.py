@@ -1,0 +1,183 @@
+"""``acp_trio.check``: a conformance checker for ACP agents, in any language.
+
+``python -m acp_trio.check [--protocol 1|2] [--only NAME] [--skip NAME] [--json FILE] -- AGENT_CMD...``
+spawns the agent once per check (a crash in one does not spoil the others), drives it over stdio as
+a scripted client, and prints one line per check: ``PASS`` / ``FAIL`` / ``WARN`` / ``SKIP``, what
+was observed, and the spec source of the rule.  The exit status is 1 on any FAIL, 0 otherwise
+(2 for a usage error).  Three checks are about the whole run, over every message every agent
+process sent: each stdout line is one JSON-RPC message (``transports.mdx`` § stdio), each message
+validates against the pinned schema of the protocol variant (``acp_schema.v1/schema.json``), and
+no ``fs/*`` or ``terminal/*`` request reaches a client that did not advertise it
+(``initialization.mdx`` § Client Capabilities; the checker's client advertises neither).
+
+In code: ``await run_checks(command, protocol=1)`` returns a :class:`Report`.  The checks and
+their sources are :data:`CHECKS` (``acp_trio.check._checks``).  Every check has a timeout: a
+silent agent is a FAIL, never a hang.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import trio
+
+from ._checks import CHECKS, CLIENT_CAPABILITIES, Check, Context, Result, Status, default_cwd
+from ._schema import WireSchema
+from ._wire import Observations, WirePeer, run_with_peer
+
+WHOLE_RUN: tuple[tuple[str, str, str], ...] = (
+    ("stdout.jsonrpc", "every stdout line is one JSON-RPC message", "docs/protocol/v1/transports.mdx § stdio"),
+    ("schema.valid", "every message validates against the pinned schema", "schema/{variant}/schema.json"),
+    (
+        "capabilities.client",
+        "no fs/* or terminal/* request to a client without the capability",
+        "docs/protocol/v1/initialization.mdx § Client Capabilities",
+    ),
+)
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One line of the report."""
+
+    name: str
+    title: str
+    status: Status
+    observed: str
+    source: str
+    seconds: float
+
+
+@dataclass
+class Report:
+    """The findings, in order; ``failed``: whether any is a FAIL."""
+
+    command: list[str]
+    protocol: int
+    findings: list[Finding] = field(default_factory=list)
+
+    @property
+    def failed(self) -> bool:
+        return any(f.status is Status.FAIL for f in self.findings)
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "command": self.command,
+            "protocol": self.protocol,
+            "findings": [
+                {
+                    "name": f.name,
+                    "title": f.title,
+                    "status": f.status.value,
+                    "observed": f.observed,
+                    "source": f.source,
+                    "seconds": round(f.seconds, 3),
+                }
+                for f in self.findings
+            ],
+        }
+
+    def text(self) -> str:
+        width = max((len(f.name) for f in self.findings), default=10)
+        lines = [f"acp-trio check: {' '.join(self.command)} (protocol {self.protocol})"]
+        for f in self.findings:
+            lines.append(f"{f.status.value:4}  {f.name:{width}}  {f.observed}")
+            lines.append(f"{'':4}  {'':{width}}  ({f.title}; {f.source})")
+        counts = {s: sum(f.status is s for f in self.findings) for s in Status}
+        lines.append(", ".join(f"{n} {s.value}" for s, n in counts.items() if n))
+        return "\n".join(lines)
+
+
+def _selected(name: str, only: Sequence[str], skip: Sequence[str]) -> bool:
+    def matches(patterns: Sequence[str]) -> bool:
+        return any(name == p or name.startswith(p.rstrip(".") + ".") for p in patterns)
+
+    return (not only or matches(only)) and not matches(skip)
+
+
+async def run_checks(
+    command: Sequence[str],
+    *,
+    protocol: int = 1,
+    only: Sequence[str] = (),
+    skip: Sequence[str] = (),
+    turn_timeout: float = 60.0,
+    prompt: str = "Say hello in one short sentence.",
+    cwd: str | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> Report:
+    """Run the checks against the agent ``command`` (program and arguments); see the module docstring.
+
+    ``only``/``skip``: check names or prefixes (``"jsonrpc"``, ``"session.cancel"``).
+    ``turn_timeout``: seconds a prompt turn may take.  ``prompt``: the text sent as a prompt.
+    ``cwd``: the ``cwd`` of the sessions (default: the temporary directory).  ``progress``: called
+    with each check's name as it starts.  Raises ``OSError`` naming the command when it cannot run.
+    """
+    if protocol not in (1, 2):
+        raise ValueError(f"protocol must be 1 or 2, got {protocol}")
+    variant = f"v{protocol}"
+    schema = WireSchema(variant)
+    seen = Observations()
+    report = Report(list(command), protocol)
+
+    async def with_peer(body: Callable[[WirePeer], Any]) -> Any:
+        return await run_with_peer(command, schema, seen, CLIENT_CAPABILITIES, body, shutdown_timeout=1.0)
+
+    ctx = Context(protocol, with_peer, cwd or default_cwd(), turn_timeout, prompt)
+    for check in CHECKS:
+        if not _selected(check.name, only, skip):
+            continue
+        if protocol not in check.protocols:
+            why = f"not checked yet in protocol {protocol} (its prompt turns end with a state update)"
+            report.findings.append(Finding(check.name, check.title, Status.SKIP, why, check.source, 0.0))
+            continue
+        if progress is not None:
+            progress(check.name)
+        report.findings.append(await _run_one(check, ctx, turn_timeout))
+    whole = {
+        "stdout.jsonrpc": (seen.not_jsonrpc, f"{seen.messages} messages, every line JSON-RPC"),
+        "schema.valid": (seen.invalid, f"{seen.messages} messages valid against {variant}"),
+        "capabilities.client": (seen.uncapable, "no fs/* or terminal/* request"),
+    }
+    for name, title, source in WHOLE_RUN:
+        if not _selected(name, only, skip):
+            continue
+        problems, fine = whole[name]
+        if not seen.messages and not problems:
+            status, observed = Status.SKIP, "no message was received"
+        elif problems:
+            distinct = list(dict.fromkeys(problems))
+            times = f" (seen {len(problems)} times)" if len(problems) > 1 and len(distinct) == 1 else ""
+            more = f" (and {len(distinct) - 1} other problems)" if len(distinct) > 1 else ""
+            status, observed = Status.FAIL, f"{distinct[0]}{times}{more}"
+        else:
+            status, observed = Status.PASS, fine
+        report.findings.append(Finding(name, title, status, observed, source.format(variant=variant), 0.0))
+    return report
+
+
+async def _run_one(check: Check, ctx: Context, turn_timeout: float) -> Finding:
+    start = trio.current_time()
+    result: Result
+    try:
+        with trio.fail_after(turn_timeout + 60):
+            result = await check.run(ctx)
+    except trio.TooSlowError:
+        result = Result(Status.FAIL, f"no verdict within {turn_timeout + 60:.0f} s")
+    except OSError:
+        raise
+    except Exception as exc:  # the check's own error (an agent that broke its pipe, ...)
+        result = Result(Status.FAIL, f"the check could not finish: {exc!r}"[:300])
+    return Finding(check.name, check.title, result.status, result.observed, check.source, trio.current_time() - start)
+
+
+def run(command: Sequence[str], **options: Any) -> Report:
+    """:func:`run_checks` in a new trio run (for scripts)."""
+    result: Report = trio.run(functools.partial(run_checks, command, **options))
+    return result
+
+
+__all__ = ["CHECKS", "WHOLE_RUN", "Check", "Finding", "Report", "Result", "Status", "run", "run_checks"]

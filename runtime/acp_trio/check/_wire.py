@@ -1,0 +1,221 @@
+"""The checker's side of the wire: a scripted ACP client that speaks raw NDJSON to an agent process.
+
+It writes exactly the bytes a check asks for (malformed JSON included), reads every line the agent
+writes, and records what the rules are checked against: lines that are not one JSON-RPC message,
+messages that do not validate against the pinned schema, and requests the agent sends for
+capabilities the checker's client did not advertise.  Requests from the agent are answered as a
+plain client would: ``session/request_permission`` with the first ``allow`` option (else
+cancelled), ``fs/*`` and ``terminal/*`` with ``-32601`` unless advertised (then from an empty
+in-memory sandbox), anything else with ``-32601``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+import trio
+
+from .._core import LineFramer, OversizedMessage
+from ..transports.stdio import open_agent_process
+from ._schema import WireSchema
+
+MAX_LINE = 64 * 1024 * 1024
+
+
+@dataclass
+class Observations:
+    """What every agent process of one run did wrong on the wire (shared by all checks)."""
+
+    not_jsonrpc: list[str] = field(default_factory=list)  # lines on stdout that are not one message
+    invalid: list[str] = field(default_factory=list)  # schema violations, each "what: why"
+    uncapable: list[str] = field(default_factory=list)  # fs/terminal requests without the capability
+    messages: int = 0
+
+
+class AgentGone(Exception):
+    """The agent process ended, or closed its stdout, while a check waited for it."""
+
+
+class WirePeer:
+    """One agent process, driven line by line (see :func:`run_with_peer`)."""
+
+    def __init__(self, process: Any, schema: WireSchema, seen: Observations, capabilities: dict[str, Any]) -> None:
+        self.process = process
+        self.schema = schema
+        self.seen = seen
+        self.capabilities = capabilities
+        self.received: list[dict[str, Any]] = []  # every message, in order
+        self.raw: list[bytes] = []  # every line, in order
+        self._sent_methods: dict[str, str] = {}  # our request id (as JSON text) → method
+        self._changed = trio.lowlevel.ParkingLot()
+        self.ended = False
+        self._next_id = 1
+
+    # -- writing -----------------------------------------------------------------------------------
+    async def send_raw(self, data: bytes) -> None:
+        await self.process.stdin.send_all(data)
+
+    async def send(self, message: dict[str, Any]) -> None:
+        if "method" in message and "id" in message:
+            self._sent_methods[orjson.dumps(message["id"]).decode()] = message["method"]
+        await self.send_raw(orjson.dumps(message) + b"\n")
+
+    def new_id(self) -> int:
+        self._next_id += 1
+        return self._next_id
+
+    async def request(
+        self, method: str, params: Any = None, *, id: Any = None, timeout: float = 10.0
+    ) -> dict[str, Any]:
+        """Send a request and wait (at most ``timeout`` seconds) for the response with its id."""
+        request_id = self.new_id() if id is None else id
+        message: dict[str, Any] = {"jsonrpc": "2.0", "id": request_id, "method": method}
+        if params is not None:
+            message["params"] = params
+        await self.send(message)
+        return await self.response(request_id, timeout)
+
+    async def notify(self, method: str, params: Any = None) -> None:
+        message: dict[str, Any] = {"jsonrpc": "2.0", "method": method}
+        if params is not None:
+            message["params"] = params
+        await self.send(message)
+
+    # -- reading -----------------------------------------------------------------------------------
+    async def response(self, request_id: Any, timeout: float) -> dict[str, Any]:
+        """The response whose id equals ``request_id`` (raises ``trio.TooSlowError`` or :class:`AgentGone`)."""
+        with trio.fail_after(timeout):
+            while True:
+                for message in self.received:
+                    if "method" not in message and message.get("id", math.nan) == request_id:
+                        if type(message.get("id")) is type(request_id):
+                            return message
+                if self.ended:
+                    raise AgentGone("the agent closed its stdout")
+                await self._changed.park()
+
+    async def wait_for(self, predicate: Any, timeout: float) -> dict[str, Any]:
+        with trio.fail_after(timeout):
+            while True:
+                for message in self.received:
+                    if predicate(message):
+                        return message
+                if self.ended:
+                    raise AgentGone("the agent closed its stdout")
+                await self._changed.park()
+
+    async def read_forever(self) -> None:
+        framer = LineFramer(MAX_LINE)
+        try:
+            while True:
+                try:
+                    data = await self.process.stdout.receive_some(1 << 16)
+                except (trio.BrokenResourceError, trio.ClosedResourceError):
+                    data = b""
+                for line in framer.feed(data) if data else framer.close():
+                    if isinstance(line, OversizedMessage):
+                        self.seen.not_jsonrpc.append(f"a line of {line.size} bytes (over {MAX_LINE})")
+                        continue
+                    await self._on_line(line)
+                if not data:
+                    return
+        finally:
+            self.ended = True
+            self._changed.unpark_all()
+
+    async def _on_line(self, line: bytes) -> None:
+        self.raw.append(line)
+        if not line.strip():
+            return
+        try:
+            message = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            self.seen.not_jsonrpc.append(_show(line))
+            return
+        if not isinstance(message, dict) or message.get("jsonrpc") != "2.0":
+            self.seen.not_jsonrpc.append(_show(line))
+            return
+        self.seen.messages += 1
+        self.received.append(message)
+        self._changed.unpark_all()
+        method = message.get("method")
+        if isinstance(method, str):
+            problem = self.schema.check_from_agent(method, message.get("params"), "id" in message)
+        else:
+            sent = self._sent_methods.get(orjson.dumps(message.get("id")).decode())
+            problem = self.schema.check_response(sent, message)
+        if problem:
+            self.seen.invalid.append(problem)
+        if isinstance(method, str) and "id" in message:
+            await self._answer(message)
+
+    async def _answer(self, message: dict[str, Any]) -> None:
+        method = message["method"]
+        raw_params = message.get("params")
+        params: dict[str, Any] = raw_params if isinstance(raw_params, dict) else {}
+        result: Any = None
+        error: dict[str, Any] | None = None
+        fs = self.capabilities.get("fs") or {}
+        if method == "session/request_permission":
+            options = params.get("options") or []
+            allow = next(
+                (o for o in options if isinstance(o, dict) and str(o.get("kind", "")).startswith("allow")), None
+            )
+            if allow is not None:
+                result = {"outcome": {"outcome": "selected", "optionId": allow.get("optionId")}}
+            else:
+                result = {"outcome": {"outcome": "cancelled"}}
+        elif method == "fs/read_text_file" and fs.get("readTextFile"):
+            error = {"code": -32002, "message": "Resource not found", "data": {"path": params.get("path")}}
+        elif method == "fs/write_text_file" and fs.get("writeTextFile"):
+            result = {}
+        elif method.startswith(("fs/", "terminal/")):
+            if method.startswith("fs/") or not self.capabilities.get("terminal"):
+                self.seen.uncapable.append(f"{method} (the client advertised {_caps_text(self.capabilities)})")
+            error = {"code": -32601, "message": f"Method not found: {method}"}
+        else:
+            error = {"code": -32601, "message": f"Method not found: {method}"}
+        answer: dict[str, Any] = {"jsonrpc": "2.0", "id": message["id"]}
+        if error is not None:
+            answer["error"] = error
+        else:
+            answer["result"] = result
+        try:
+            await self.send(answer)
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            pass
+
+
+def _caps_text(capabilities: dict[str, Any]) -> str:
+    return orjson.dumps(capabilities).decode()
+
+
+def _show(line: bytes) -> str:
+    text = line.decode("utf-8", "replace")
+    return text if len(text) <= 120 else text[:117] + "..."
+
+
+async def run_with_peer(
+    command: Sequence[str],
+    schema: WireSchema,
+    seen: Observations,
+    capabilities: dict[str, Any],
+    body: Any,
+    *,
+    shutdown_timeout: float = 2.0,
+) -> Any:
+    """Start ``command``, run ``await body(peer)``, then shut the process down; returns ``body``'s result."""
+    async with (
+        open_agent_process(command[0], list(command[1:]), shutdown_timeout=shutdown_timeout) as process,
+        trio.open_nursery() as nursery,
+    ):
+        peer = WirePeer(process, schema, seen, capabilities)
+        nursery.start_soon(peer.read_forever)
+        try:
+            return await body(peer)
+        finally:
+            nursery.cancel_scope.cancel()

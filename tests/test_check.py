@@ -1,0 +1,113 @@
+"""``acp_trio.check``, the conformance checker: on agents built with exactly one defect each
+(``tests/agents/check_target_agent.py``), it reports that defect and nothing else.
+
+Each run spawns real agent processes (one per check), bounded with ``trio.fail_after``.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import trio
+
+from acp_trio.check import CHECKS, WHOLE_RUN, Status, run_checks
+from acp_trio.check._schema import WireSchema
+
+AGENT = Path(__file__).parent / "agents" / "check_target_agent.py"
+ALL_NAMES = [c.name for c in CHECKS] + [name for name, _t, _s in WHOLE_RUN]
+
+
+def target(defect: str) -> list[str]:
+    return [sys.executable, str(AGENT), defect]
+
+
+@pytest.mark.parametrize(
+    ("defect", "expected"),
+    [
+        ("good", {}),
+        ("stdout", {"stdout.jsonrpc": Status.FAIL}),
+        ("answers-notifications", {"jsonrpc.notifications": Status.FAIL}),
+        ("invalid-update", {"schema.valid": Status.FAIL}),
+        ("fs-without-capability", {"capabilities.client": Status.FAIL}),
+        ("ignores-cancel", {"session.cancel": Status.FAIL}),
+        ("never-exits", {"lifecycle.eof": Status.WARN}),
+    ],
+)
+async def test_the_checker_finds_exactly_the_one_defect_of_each_agent(defect: str, expected: dict[str, Status]) -> None:
+    with trio.fail_after(120):
+        report = await run_checks(target(defect), turn_timeout=20)
+    assert [f.name for f in report.findings] == ALL_NAMES
+    found = {f.name: f.status for f in report.findings if f.status is not Status.PASS}
+    assert found == expected, [f"{f.status.value} {f.name}: {f.observed}" for f in report.findings]
+    assert report.failed == (Status.FAIL in expected.values())
+    assert all(f.source for f in report.findings)
+
+
+def test_the_command_line_prints_a_line_per_check_writes_json_and_exits_1_on_a_fail(tmp_path: Path) -> None:
+    out = tmp_path / "report.json"
+    only = ["--only", "jsonrpc.notifications", "--only", "initialize", "--skip", "initialize.info"]
+    command = [
+        sys.executable,
+        "-m",
+        "acp_trio.check",
+        *only,
+        "--json",
+        str(out),
+        "--",
+        *target("answers-notifications"),
+    ]
+    proc = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1, proc.stderr
+    lines = [line for line in proc.stdout.splitlines() if line[:4] in ("PASS", "FAIL", "WARN", "SKIP")]
+    assert [line.split()[:2] for line in lines] == [
+        ["PASS", "initialize.version"],
+        ["PASS", "initialize.newer-version"],
+        ["FAIL", "jsonrpc.notifications"],
+    ]
+    data = json.loads(out.read_text())
+    assert [f["name"] for f in data["findings"]] == [
+        "initialize.version",
+        "initialize.newer-version",
+        "jsonrpc.notifications",
+    ]
+    assert data["findings"][2]["status"] == "FAIL" and "JSON-RPC 2.0" in data["findings"][2]["source"]
+    ok = subprocess.run(
+        [*command[:3], "--only", "initialize.version", "--", *target("good")], capture_output=True, timeout=120
+    )
+    assert ok.returncode == 0
+
+
+def test_a_missing_agent_or_command_is_a_usage_error() -> None:
+    missing = subprocess.run(
+        [sys.executable, "-m", "acp_trio.check", "--", "no-such-agent-acp-check"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert missing.returncode == 2 and "no-such-agent-acp-check" in missing.stderr
+    empty = subprocess.run([sys.executable, "-m", "acp_trio.check"], capture_output=True, text=True, timeout=60)
+    assert empty.returncode == 2 and "agent command" in empty.stderr
+
+
+@pytest.mark.parametrize("variant", ["v1", "v1_unstable", "v2", "v2_unstable"])
+def test_every_variant_carries_its_pinned_schema_and_validates_by_method(variant: str) -> None:
+    schema = WireSchema(variant)
+    assert schema.check_response("session/new", {"jsonrpc": "2.0", "id": 1, "result": {"sessionId": "s"}}) is None
+    problem = schema.check_response("session/new", {"jsonrpc": "2.0", "id": 1, "result": {"sessionId": 5}})
+    assert problem is not None and "sessionId" in problem and "NewSessionResponse" in problem
+    assert schema.check_from_agent("_vendor/anything", {"x": 1}, True) is None
+    assert "no such method" in (schema.check_from_agent("session/prompt", {}, True) or "")
+
+
+@pytest.mark.parametrize("protocol", [1, 2])
+async def test_the_demo_agent_passes_every_check_that_applies(protocol: int) -> None:
+    with trio.fail_after(120):
+        report = await run_checks([sys.executable, "-m", "acp_trio.demo", "--serve-agent"], protocol=protocol)
+    statuses = {f.name: f.status for f in report.findings}
+    skipped = {"session.prompt", "session.cancel"} if protocol == 2 else set()
+    assert {name for name, status in statuses.items() if status is Status.SKIP} == skipped
+    assert all(status is Status.PASS for name, status in statuses.items() if name not in skipped), report.text()
