@@ -10,6 +10,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 import trio
@@ -111,3 +112,27 @@ async def test_the_demo_agent_passes_every_check_that_applies(protocol: int) -> 
     skipped = {"session.prompt", "session.cancel"} if protocol == 2 else set()
     assert {name for name, status in statuses.items() if status is Status.SKIP} == skipped
     assert all(status is Status.PASS for name, status in statuses.items() if name not in skipped), report.text()
+
+
+async def test_the_pytest_plugin_checks_an_agent_object_in_memory(acp_conformance: Any) -> None:
+    """``acp_trio.testing`` (loaded by pytest through its ``pytest11`` entry point): the demo agent
+    passes; an agent that answers a notification fails with the report in the assertion."""
+    from acp_trio.demo.agent import DemoAgent
+    from acp_trio.testing import assert_conformant
+
+    assert acp_conformance is assert_conformant
+    with trio.fail_after(60):
+        report = await acp_conformance(DemoAgent)
+        assert {f.status for f in report.findings} == {Status.PASS}
+        assert "exited" in next(f.observed for f in report.findings if f.name == "lifecycle.eof")
+
+        class Chatty(DemoAgent):  # type: ignore[misc]
+            def __init__(self, conn: Any) -> None:
+                super().__init__(conn)
+                conn.on_ext_notification("_acp_check/note", self.note)
+
+            async def note(self, params: Any) -> None:
+                self.conn.connection._enqueue(b'{"jsonrpc":"2.0","id":null,"result":null}\n')
+
+        with pytest.raises(AssertionError, match=r"FAIL  jsonrpc.notifications"):
+            await acp_conformance(Chatty, only=["jsonrpc"])

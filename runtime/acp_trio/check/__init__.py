@@ -26,7 +26,7 @@ import trio
 
 from ._checks import CHECKS, CLIENT_CAPABILITIES, Check, Context, Result, Status, default_cwd
 from ._schema import WireSchema
-from ._wire import Observations, WirePeer, run_with_peer
+from ._wire import Observations, WirePeer, memory_target, process_target, run_with_peer
 
 WHOLE_RUN: tuple[tuple[str, str, str], ...] = (
     ("stdout.jsonrpc", "every stdout line is one JSON-RPC message", "docs/protocol/v1/transports.mdx § stdio"),
@@ -116,15 +116,70 @@ async def run_checks(
     ``cwd``: the ``cwd`` of the sessions (default: the temporary directory).  ``progress``: called
     with each check's name as it starts.  Raises ``OSError`` naming the command when it cannot run.
     """
+    return await _run(
+        process_target(command, 1.0),
+        list(command),
+        protocol=protocol,
+        only=only,
+        skip=skip,
+        turn_timeout=turn_timeout,
+        prompt=prompt,
+        cwd=cwd,
+        progress=progress,
+    )
+
+
+async def run_checks_in_memory(
+    agent: Any,
+    *,
+    protocol: int = 1,
+    only: Sequence[str] = (),
+    skip: Sequence[str] = (),
+    turn_timeout: float = 60.0,
+    prompt: str = "Say hello in one short sentence.",
+    cwd: str | None = None,
+    **options: Any,
+) -> Report:
+    """:func:`run_checks` against an agent written with acp-trio, served in this process.
+
+    ``agent``: the agent object or factory, as for :class:`~acp_trio.AgentSideConnection`; each
+    check gets a fresh connection (``options``: for it, ``eof_grace``, ...).  "Exits once its
+    stdin closes" becomes "its connection closes once its input ends".
+    """
+    return await _run(
+        memory_target(agent, options),
+        [f"<in memory: {getattr(agent, '__qualname__', type(agent).__qualname__)}>"],
+        protocol=protocol,
+        only=only,
+        skip=skip,
+        turn_timeout=turn_timeout,
+        prompt=prompt,
+        cwd=cwd,
+        progress=None,
+    )
+
+
+async def _run(
+    open_target: Any,
+    label: list[str],
+    *,
+    protocol: int,
+    only: Sequence[str],
+    skip: Sequence[str],
+    turn_timeout: float,
+    prompt: str,
+    cwd: str | None,
+    progress: Callable[[str], None] | None,
+) -> Report:
     if protocol not in (1, 2):
         raise ValueError(f"protocol must be 1 or 2, got {protocol}")
     variant = f"v{protocol}"
     schema = WireSchema(variant)
     seen = Observations()
-    report = Report(list(command), protocol)
+    report = Report(label, protocol)
 
     async def with_peer(body: Callable[[WirePeer], Any]) -> Any:
-        return await run_with_peer(command, schema, seen, CLIENT_CAPABILITIES, body, shutdown_timeout=1.0)
+        return await run_with_peer(open_target, schema, seen, CLIENT_CAPABILITIES, body)
 
     ctx = Context(protocol, with_peer, cwd or default_cwd(), turn_timeout, prompt)
     for check in CHECKS:
@@ -180,4 +235,15 @@ def run(command: Sequence[str], **options: Any) -> Report:
     return result
 
 
-__all__ = ["CHECKS", "WHOLE_RUN", "Check", "Finding", "Report", "Result", "Status", "run", "run_checks"]
+__all__ = [
+    "CHECKS",
+    "WHOLE_RUN",
+    "Check",
+    "Finding",
+    "Report",
+    "Result",
+    "Status",
+    "run",
+    "run_checks",
+    "run_checks_in_memory",
+]

@@ -288,14 +288,12 @@ async def check_cancel(ctx: Context) -> Result:
 async def check_eof_exit(ctx: Context) -> Result:
     async def body(peer: WirePeer) -> Result:
         await initialize(peer, ctx.protocol)
-        await peer.process.stdin.aclose()
+        await peer.target.stdin.aclose()
         start = time.monotonic()
         with trio.move_on_after(5):
-            await peer.process.process.wait()
+            how = await peer.target.wait_exit()
             took = time.monotonic() - start
-            return passed(
-                f"exited {took * 1000:.0f} ms after its stdin closed (code {peer.process.process.returncode})"
-            )
+            return passed(f"exited {took * 1000:.0f} ms after its stdin closed ({how})")
         return Result(Status.WARN, "still running 5 s after its stdin closed")
 
     return await _expect(ctx, body, "initialize got no answer")

@@ -12,7 +12,8 @@ in-memory sandbox), anything else with ``-32601``.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -43,8 +44,8 @@ class AgentGone(Exception):
 class WirePeer:
     """One agent process, driven line by line (see :func:`run_with_peer`)."""
 
-    def __init__(self, process: Any, schema: WireSchema, seen: Observations, capabilities: dict[str, Any]) -> None:
-        self.process = process
+    def __init__(self, target: Any, schema: WireSchema, seen: Observations, capabilities: dict[str, Any]) -> None:
+        self.target = target
         self.schema = schema
         self.seen = seen
         self.capabilities = capabilities
@@ -57,7 +58,7 @@ class WirePeer:
 
     # -- writing -----------------------------------------------------------------------------------
     async def send_raw(self, data: bytes) -> None:
-        await self.process.stdin.send_all(data)
+        await self.target.stdin.send_all(data)
 
     async def send(self, message: dict[str, Any]) -> None:
         if "method" in message and "id" in message:
@@ -113,7 +114,7 @@ class WirePeer:
         try:
             while True:
                 try:
-                    data = await self.process.stdout.receive_some(1 << 16)
+                    data = await self.target.stdout.receive_some(1 << 16)
                 except (trio.BrokenResourceError, trio.ClosedResourceError):
                     data = b""
                 for line in framer.feed(data) if data else framer.close():
@@ -199,21 +200,87 @@ def _show(line: bytes) -> str:
     return text if len(text) <= 120 else text[:117] + "..."
 
 
+class ProcessTarget:
+    """An agent process as the checker sees it: ``stdin``, ``stdout``, and its exit."""
+
+    def __init__(self, agent: Any) -> None:
+        self.stdin: trio.abc.SendStream = agent.stdin
+        self.stdout: trio.abc.ReceiveStream = agent.stdout
+        self._process = agent.process
+
+    async def wait_exit(self) -> str:
+        """Wait until it exits; say how (``"code 0"``)."""
+        await self._process.wait()
+        return f"code {self._process.returncode}"
+
+
+class MemoryTarget:
+    """An agent object served by an :class:`~acp_trio.AgentSideConnection` in this process."""
+
+    def __init__(self, stdin: trio.abc.SendStream, stdout: trio.abc.ReceiveStream, ended: trio.Event) -> None:
+        self.stdin = stdin
+        self.stdout = stdout
+        self._ended = ended
+
+    async def wait_exit(self) -> str:
+        await self._ended.wait()
+        return "its connection closed"
+
+
+def process_target(command: Sequence[str], shutdown_timeout: float) -> Any:
+    @asynccontextmanager
+    async def open_target() -> AsyncIterator[ProcessTarget]:
+        async with open_agent_process(command[0], list(command[1:]), shutdown_timeout=shutdown_timeout) as agent:
+            yield ProcessTarget(agent)
+
+    return open_target
+
+
+def memory_target(agent: Any, options: dict[str, Any]) -> Any:
+    """Serve ``agent`` (an object or a factory, as for ``AgentSideConnection``) in memory per check."""
+
+    @asynccontextmanager
+    async def open_target() -> AsyncIterator[MemoryTarget]:
+        from trio.testing import memory_stream_one_way_pair
+
+        from .._roles import AgentSideConnection
+
+        to_agent, agent_input = memory_stream_one_way_pair()
+        agent_output, from_agent = memory_stream_one_way_pair()
+        ended = trio.Event()
+
+        async def serve() -> None:
+            try:
+                async with AgentSideConnection(agent, agent_output, agent_input, **options) as conn:
+                    await conn.wait_closed()
+            finally:
+                with trio.CancelScope(shield=True):
+                    await trio.aclose_forcefully(agent_output)
+                ended.set()
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(serve)
+            try:
+                yield MemoryTarget(to_agent, from_agent, ended)
+            finally:
+                await trio.aclose_forcefully(to_agent)
+                with trio.move_on_after(2):
+                    await ended.wait()
+                nursery.cancel_scope.cancel()
+
+    return open_target
+
+
 async def run_with_peer(
-    command: Sequence[str],
+    open_target: Any,
     schema: WireSchema,
     seen: Observations,
     capabilities: dict[str, Any],
     body: Any,
-    *,
-    shutdown_timeout: float = 2.0,
 ) -> Any:
-    """Start ``command``, run ``await body(peer)``, then shut the process down; returns ``body``'s result."""
-    async with (
-        open_agent_process(command[0], list(command[1:]), shutdown_timeout=shutdown_timeout) as process,
-        trio.open_nursery() as nursery,
-    ):
-        peer = WirePeer(process, schema, seen, capabilities)
+    """Open a fresh target, run ``await body(peer)``, then shut it down; returns ``body``'s result."""
+    async with open_target() as target, trio.open_nursery() as nursery:
+        peer = WirePeer(target, schema, seen, capabilities)
         nursery.start_soon(peer.read_forever)
         try:
             return await body(peer)
