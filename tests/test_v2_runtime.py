@@ -1038,3 +1038,52 @@ async def test_unstable_methods_are_refused_on_a_stable_v2_connection() -> None:
             )
         assert (info.value.method, info.value.capability) == ("session/fork", "protocol version 2")
         assert wire.since(mark) == [] and agent_conn.handler.methods() == ["initialize"]
+
+
+async def test_a_session_cancel_read_with_its_prompt_in_one_read_still_cancels_the_turn(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    """The prompt's handler has not started when the cancel is read: the turn it starts must still
+    end idle/cancelled (found by acp_trio.check: the turn ran on to ask permission)."""
+
+    async def long_turn(agent: Agent, params: Any) -> Any:
+        await trio.sleep(60)
+        return "end_turn"
+
+    client_stream, agent_stream = trio.testing.memory_stream_pair()
+    received = bytearray()
+
+    async def until(predicate: Callable[[Message], bool]) -> Message:
+        while True:
+            for line in bytes(received).split(b"\n")[:-1]:
+                message = orjson.loads(line)
+                if predicate(message):
+                    return dict(message)
+            received.extend(await client_stream.receive_some())
+
+    def line(message: Message) -> bytes:
+        return orjson.dumps(message) + b"\n"
+
+    with trio.fail_after(30):
+        agent = {v2: lambda conn: Agent(conn, long_turn)}
+        async with acp_trio.AgentSideConnection(agent, agent_stream, agent_stream):
+            init = {"protocolVersion": 2, "info": CLIENT_INFO}
+            await client_stream.send_all(line({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": init}))
+            await until(lambda m: m.get("id") == 1)
+            new = {"cwd": "/work"}
+            await client_stream.send_all(line({"jsonrpc": "2.0", "id": 2, "method": "session/new", "params": new}))
+            await until(lambda m: m.get("id") == 2)
+            prompt = {"sessionId": "sess-1", "prompt": [{"type": "text", "text": "hi"}]}
+            cancel = {"sessionId": "sess-1"}
+            both = line({"jsonrpc": "2.0", "id": 3, "method": "session/prompt", "params": prompt})
+            both += line({"jsonrpc": "2.0", "method": "session/cancel", "params": cancel})
+            await client_stream.send_all(both)  # one write: one read on the agent's side
+            start = trio.current_time()
+
+            def idle(m: Message) -> bool:
+                update = (m.get("params") or {}).get("update") or {}
+                return update.get("sessionUpdate") == "state_update" and update.get("state") == "idle"
+
+            update = (await until(idle))["params"]["update"]
+            assert update["stopReason"] == "cancelled"
+            assert trio.current_time() - start < 1

@@ -436,8 +436,17 @@ class AgentSideConnection(_Side):
             )
             return
         if spec.method == "session/prompt":
-            fn = self._accepting(fn)
-        elif spec.method in SESSION_METHODS and spec.kind == "request":
+            # counted from the moment the request is read, so a session/cancel read with it reaches the turn
+            self.connection.routes[spec.method] = Route(
+                spec.method,
+                "request",
+                self._accepting(self._gate(spec.method, fn)),
+                params_type=spec.params_type,
+                result_type=spec.result_type,
+                on_receive=self._prompt_received,
+            )
+            return
+        if spec.method in SESSION_METHODS and spec.kind == "request":
             fn = self._tracking(fn, spec.method)
         if spec.kind == "request":
             fn = self._gate(spec.method, fn)
@@ -587,8 +596,7 @@ class AgentSideConnection(_Side):
         ``session/cancel`` read meanwhile cancels the turn the handler then starts."""
 
         async def accept(params: Any) -> Any:
-            session_id = params.session_id
-            self._prompting[session_id] = self._prompting.get(session_id, 0) + 1
+            session_id = params.session_id  # counted in _prompt_received, when the request was read
             try:
                 return await fn(params)
             finally:
@@ -600,6 +608,9 @@ class AgentSideConnection(_Side):
                     self._cancel_requested.discard(session_id)
 
         return accept
+
+    def _prompt_received(self, params: Any) -> None:
+        self._prompting[params.session_id] = self._prompting.get(params.session_id, 0) + 1
 
     async def _run_turn(self, session_id: str, turn: Callable[[], Awaitable[Any]], scope: trio.CancelScope) -> None:
         spec = self.variant.NOTIFICATIONS["session/update"]
