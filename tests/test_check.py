@@ -36,6 +36,7 @@ def target(defect: str) -> list[str]:
         ("fs-without-capability", {"capabilities.client": Status.FAIL}),
         ("ignores-cancel", {"session.cancel": Status.FAIL}),
         ("never-exits", {"lifecycle.eof": Status.WARN}),
+        ("unknown-tool-call", {"session.tool-call-ids": Status.FAIL}),
     ],
 )
 async def test_the_checker_finds_exactly_the_one_defect_of_each_agent(defect: str, expected: dict[str, Status]) -> None:
@@ -109,7 +110,7 @@ async def test_the_demo_agent_passes_every_check_that_applies(protocol: int) -> 
     with trio.fail_after(120):
         report = await run_checks([sys.executable, "-m", "acp_trio.demo", "--serve-agent"], protocol=protocol)
     statuses = {f.name: f.status for f in report.findings}
-    skipped = {"session.prompt", "session.cancel"} if protocol == 2 else set()
+    skipped = {"session.prompt", "session.cancel", "session.tool-call-ids"} if protocol == 2 else set()
     assert {name for name, status in statuses.items() if status is Status.SKIP} == skipped
     assert all(status is Status.PASS for name, status in statuses.items() if name not in skipped), report.text()
 

@@ -7,7 +7,8 @@ wrong in exactly one, named by ``argv[1]``:
 - ``invalid-update``: sends a ``session/update`` whose chunk has no ``content``;
 - ``fs-without-capability``: reads a file from a client that did not advertise ``fs``;
 - ``ignores-cancel``: keeps streaming after ``session/cancel`` and ends the turn ``end_turn``;
-- ``never-exits``: does not exit when its stdin closes (it does on SIGTERM).
+- ``never-exits``: does not exit when its stdin closes (it does on SIGTERM);
+- ``unknown-tool-call``: sends a ``tool_call_update`` for a tool call it never reported.
 """
 
 from __future__ import annotations
@@ -56,6 +57,14 @@ class Agent:
                 await self.conn.connection.request("fs/read_text_file", {"sessionId": sid, "path": "/etc/hostname"})
             except Exception:
                 pass
+        call = "call-1" if DEFECT != "unknown-tool-call" else "call-never-reported"
+        await self.conn.client.session_update(
+            v1.SessionNotification(
+                session_id=sid, update=v1.ToolCallSessionUpdate(tool_call_id="call-1", title="Think")
+            )
+        )
+        update_call = v1.ToolCallUpdateSessionUpdate(tool_call_id=call, status="completed")
+        await self.conn.client.session_update(v1.SessionNotification(session_id=sid, update=update_call))
         with trio.CancelScope(shield=DEFECT == "ignores-cancel"):
             for i in range(20):
                 update = v1.AgentMessageChunkSessionUpdate(content=v1.TextContentBlock(text=f"word{i} "))

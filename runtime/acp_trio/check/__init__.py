@@ -32,6 +32,11 @@ WHOLE_RUN: tuple[tuple[str, str, str], ...] = (
     ("stdout.jsonrpc", "every stdout line is one JSON-RPC message", "docs/protocol/v1/transports.mdx § stdio"),
     ("schema.valid", "every message validates against the pinned schema", "schema/{variant}/schema.json"),
     (
+        "session.tool-call-ids",
+        "every tool_call_update names a tool call reported before",
+        "docs/protocol/v1/tool-calls.mdx § Updating",
+    ),
+    (
         "capabilities.client",
         "no fs/* or terminal/* request to a client without the capability",
         "docs/protocol/v1/initialization.mdx § Client Capabilities",
@@ -195,12 +200,17 @@ async def _run(
     whole = {
         "stdout.jsonrpc": (seen.not_jsonrpc, f"{seen.messages} messages, every line JSON-RPC"),
         "schema.valid": (seen.invalid, f"{seen.messages} messages valid against {variant}"),
+        "session.tool-call-ids": (seen.tool_calls, "every tool_call_update matched its tool_call"),
         "capabilities.client": (seen.uncapable, "no fs/* or terminal/* request"),
     }
     for name, title, source in WHOLE_RUN:
         if not _selected(name, only, skip):
             continue
         problems, fine = whole[name]
+        if name == "session.tool-call-ids" and protocol >= 2:
+            why = "protocol 2: tool_call_update is an upsert keyed by toolCallId (docs/protocol/v2/tool-calls.mdx)"
+            report.findings.append(Finding(name, title, Status.SKIP, why, source.format(variant=variant), 0.0))
+            continue
         if not seen.messages and not problems:
             status, observed = Status.SKIP, "no message was received"
         elif problems:

@@ -291,6 +291,27 @@ async def check_cancel(ctx: Context) -> Result:
     return await _expect(ctx, body, "no answer within the bound")
 
 
+async def check_cancel_request(ctx: Context) -> Result:
+    async def body(peer: WirePeer) -> Result:
+        await initialize(peer, ctx.protocol)
+        session_id = await new_session(peer, ctx)
+        request_id = peer.new_id()
+        prompt = {"sessionId": session_id, "prompt": [{"type": "text", "text": ctx.prompt}]}
+        await peer.send({"jsonrpc": "2.0", "id": request_id, "method": "session/prompt", "params": prompt})
+        await peer.notify("$/cancel_request", {"requestId": request_id})
+        try:
+            answer = await peer.response(request_id, ctx.turn_timeout)
+        except trio.TooSlowError:
+            return failed(f"the request named in $/cancel_request got no response within {ctx.turn_timeout} s")
+        if _error_code(answer) == -32800:
+            return passed("-32800 (request cancelled)")
+        if "error" in answer:
+            return passed(f"an error response ({_error_code(answer)}): a response, as required")
+        return passed("a result: a response, as required")
+
+    return await _expect(ctx, body, "no answer within the bound")
+
+
 # -- lifecycle ---------------------------------------------------------------------------------------
 async def check_eof_exit(ctx: Context) -> Result:
     async def body(peer: WirePeer) -> Result:
@@ -360,6 +381,12 @@ CHECKS: tuple[Check, ...] = (
         f"{PROMPT} § Cancellation",
         check_cancel,
         (1,),
+    ),
+    Check(
+        "jsonrpc.cancel-request",
+        "a request named by $/cancel_request still gets a response",
+        "docs/protocol/v1/cancellation.mdx § $/cancel_request Notification",
+        check_cancel_request,
     ),
     Check(
         "lifecycle.eof",

@@ -34,6 +34,7 @@ class Observations:
     not_jsonrpc: list[str] = field(default_factory=list)  # lines on stdout that are not one message
     invalid: list[str] = field(default_factory=list)  # schema violations, each "what: why"
     uncapable: list[str] = field(default_factory=list)  # fs/terminal requests without the capability
+    tool_calls: list[str] = field(default_factory=list)  # tool_call_update for a tool call never reported
     messages: int = 0
 
 
@@ -55,6 +56,7 @@ class WirePeer:
         self._changed = trio.lowlevel.ParkingLot()
         self.ended = False
         self._next_id = 1
+        self._tool_calls: set[tuple[Any, Any]] = set()  # (session id, tool call id) reported by tool_call
 
     # -- writing -----------------------------------------------------------------------------------
     async def send_raw(self, data: bytes) -> None:
@@ -151,8 +153,22 @@ class WirePeer:
             problem = self.schema.check_response(sent, message)
         if problem:
             self.seen.invalid.append(problem)
+        if method == "session/update":
+            self._track_tool_calls(message.get("params"))
         if isinstance(method, str) and "id" in message:
             await self._answer(message)
+
+    def _track_tool_calls(self, params: Any) -> None:
+        """tool-calls.mdx: a ``tool_call_update`` updates a tool call the agent reported with ``tool_call``."""
+        if not isinstance(params, dict) or not isinstance(params.get("update"), dict):
+            return
+        update = params["update"]
+        key = (params.get("sessionId"), update.get("toolCallId"))
+        kind = update.get("sessionUpdate")
+        if kind == "tool_call":
+            self._tool_calls.add(key)
+        elif kind == "tool_call_update" and key not in self._tool_calls:
+            self.seen.tool_calls.append(f"tool_call_update for {key[1]!r} in session {key[0]!r}, never reported")
 
     async def _answer(self, message: dict[str, Any]) -> None:
         method = message["method"]
