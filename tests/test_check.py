@@ -137,3 +137,29 @@ async def test_the_pytest_plugin_checks_an_agent_object_in_memory(acp_conformanc
 
         with pytest.raises(AssertionError, match=r"FAIL  jsonrpc.notifications"):
             await acp_conformance(Chatty, only=["jsonrpc"])
+
+
+@pytest.mark.parametrize("scheme", ["ws", "http"])
+async def test_the_checker_reaches_a_remote_agent_over_websocket_and_streamable_http(scheme: str) -> None:
+    pytest.importorskip("hypercorn")
+    import functools
+
+    from acp_trio.check import run_checks_remote
+    from acp_trio.demo.agent import DemoAgent
+    from acp_trio.transports.asgi import AcpApp, serve
+
+    with trio.fail_after(120):
+        async with trio.open_nursery() as nursery:
+            [bound] = await nursery.start(functools.partial(serve, AcpApp(DemoAgent), "127.0.0.1", 0))
+            url = bound.replace("http://", f"{scheme}://") + "/acp"
+            report = await run_checks_remote(url)
+            nursery.cancel_scope.cancel()
+    statuses = {f.name: f.status for f in report.findings}
+    assert statuses["lifecycle.eof"] is Status.SKIP
+    assert not report.failed, report.text()
+    if scheme == "ws":
+        assert {name for name, status in statuses.items() if status is not Status.PASS} == {"lifecycle.eof"}
+    else:  # HTTP answers malformed input with a status; the cancel may come after the turn (POSTs go in order)
+        skipped = {name for name, status in statuses.items() if status is Status.SKIP}
+        assert skipped == {"lifecycle.eof", "jsonrpc.parse-error", "jsonrpc.invalid-request"}
+    assert statuses["schema.valid"] is Status.PASS and statuses["session.prompt"] is Status.PASS

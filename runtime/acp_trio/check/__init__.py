@@ -1,6 +1,7 @@
 """``acp_trio.check``: a conformance checker for ACP agents, in any language.
 
 ``python -m acp_trio.check [--protocol 1|2] [--only NAME] [--skip NAME] [--json FILE] -- AGENT_CMD...``
+(or ``--url ws://HOST:PORT/acp`` / ``http://...`` [``--header 'Name: value'``] for an agent served remotely)
 spawns the agent once per check (a crash in one does not spoil the others), drives it over stdio as
 a scripted client, and prints one line per check: ``PASS`` / ``FAIL`` / ``WARN`` / ``SKIP``, what
 was observed, and the spec source of the rule.  The exit status is 1 on any FAIL, 0 otherwise
@@ -26,7 +27,7 @@ import trio
 
 from ._checks import CHECKS, CLIENT_CAPABILITIES, Check, Context, Result, Status, default_cwd
 from ._schema import WireSchema
-from ._wire import Observations, WirePeer, memory_target, process_target, run_with_peer
+from ._wire import Observations, WirePeer, memory_target, process_target, remote_target, run_with_peer
 
 WHOLE_RUN: tuple[tuple[str, str, str], ...] = (
     ("stdout.jsonrpc", "every stdout line is one JSON-RPC message", "docs/protocol/v1/transports.mdx § stdio"),
@@ -164,6 +165,39 @@ async def run_checks_in_memory(
     )
 
 
+async def run_checks_remote(
+    url: str,
+    *,
+    headers: dict[str, str] | None = None,
+    protocol: int = 1,
+    only: Sequence[str] = (),
+    skip: Sequence[str] = (),
+    turn_timeout: float = 60.0,
+    prompt: str = "Say hello in one short sentence.",
+    cwd: str | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> Report:
+    """:func:`run_checks` against an agent served remotely: ``ws://``/``wss://`` (each message one
+    text frame) or ``http://``/``https://`` (Streamable HTTP), a new ACP connection per check.
+    ``headers``: extra headers (``Authorization``).  Over Streamable HTTP the server answers
+    malformed input with an HTTP status, so ``jsonrpc.parse-error`` and ``.invalid-request`` are
+    skipped; ``lifecycle.eof`` is skipped on both (no process)."""
+    if not url.startswith(("ws://", "wss://", "http://", "https://")):
+        raise ValueError(f"--url takes ws://, wss://, http:// or https://, not {url!r}")
+    return await _run(
+        remote_target(url, dict(headers or {})),
+        [url],
+        protocol=protocol,
+        only=only,
+        skip=skip,
+        turn_timeout=turn_timeout,
+        prompt=prompt,
+        cwd=cwd,
+        progress=progress,
+        http=url.startswith(("http://", "https://")),
+    )
+
+
 async def _run(
     open_target: Any,
     label: list[str],
@@ -175,6 +209,7 @@ async def _run(
     prompt: str,
     cwd: str | None,
     progress: Callable[[str], None] | None,
+    http: bool = False,
 ) -> Report:
     if protocol not in (1, 2):
         raise ValueError(f"protocol must be 1 or 2, got {protocol}")
@@ -186,7 +221,7 @@ async def _run(
     async def with_peer(body: Callable[[WirePeer], Any]) -> Any:
         return await run_with_peer(open_target, schema, seen, CLIENT_CAPABILITIES, body)
 
-    ctx = Context(protocol, with_peer, cwd or default_cwd(), turn_timeout, prompt)
+    ctx = Context(protocol, with_peer, cwd or default_cwd(), turn_timeout, prompt, http)
     for check in CHECKS:
         if not _selected(check.name, only, skip):
             continue
@@ -256,4 +291,5 @@ __all__ = [
     "run",
     "run_checks",
     "run_checks_in_memory",
+    "run_checks_remote",
 ]

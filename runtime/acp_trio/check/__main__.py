@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import sys
 from collections.abc import Sequence
 
-from . import run
+import trio
+
+from . import run, run_checks_remote
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -21,27 +24,40 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--json", metavar="FILE", help="also write the report as JSON")
     parser.add_argument("--turn-timeout", type=float, default=60.0, metavar="SECONDS", help="per prompt turn")
     parser.add_argument("--prompt", default="Say hello in one short sentence.", help="the prompt text sent")
+    parser.add_argument("--url", help="check an agent served at ws://... or http://... instead of spawning one")
+    parser.add_argument("--header", action="append", default=[], help="--url: an extra header, 'Name: value'")
     parser.add_argument("command", nargs=argparse.REMAINDER, help="-- AGENT_CMD [ARG ...]")
     options = parser.parse_args(argv)
     command = options.command[1:] if options.command[:1] == ["--"] else options.command
-    if not command:
-        parser.error("give the agent command after --")
+    if not command and not options.url:
+        parser.error("give the agent command after --, or --url")
+    if command and options.url:
+        parser.error("give an agent command or --url, not both")
+    headers = {}
+    for header in options.header:
+        name, sep, value = header.partition(":")
+        if not sep:
+            parser.error(f"--header {header!r}: expected 'Name: value'")
+        headers[name.strip()] = value.strip()
 
     def progress(name: str) -> None:
         if sys.stderr.isatty():
             print(f"\r\x1b[K... {name}", end="", file=sys.stderr, flush=True)
 
+    settings = {
+        "protocol": options.protocol,
+        "only": options.only,
+        "skip": options.skip,
+        "turn_timeout": options.turn_timeout,
+        "prompt": options.prompt,
+        "progress": progress,
+    }
     try:
-        report = run(
-            command,
-            protocol=options.protocol,
-            only=options.only,
-            skip=options.skip,
-            turn_timeout=options.turn_timeout,
-            prompt=options.prompt,
-            progress=progress,
-        )
-    except OSError as exc:
+        if options.url:
+            report = trio.run(functools.partial(run_checks_remote, options.url, headers=headers, **settings))
+        else:
+            report = run(command, **settings)
+    except (OSError, ValueError) as exc:
         print(f"acp-trio check: {exc}", file=sys.stderr)
         return 2
     if sys.stderr.isatty():

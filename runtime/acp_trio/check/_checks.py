@@ -55,6 +55,7 @@ class Context:
     cwd: str
     turn_timeout: float
     prompt: str
+    http: bool = False
 
 
 def passed(observed: str) -> Result:
@@ -143,6 +144,8 @@ async def check_info(ctx: Context) -> Result:
 # -- JSON-RPC hygiene --------------------------------------------------------------------------------
 async def check_parse_error(ctx: Context) -> Result:
     async def body(peer: WirePeer) -> Result:
+        if ctx.http:
+            return Result(Status.SKIP, "over Streamable HTTP the server answers malformed input with an HTTP status")
         await initialize(peer, ctx.protocol)
         await peer.send_raw(b'{"jsonrpc": "2.0", "id": 1, "method": \n')
         answer = await peer.wait_for(lambda m: "method" not in m and m.get("id") is None, 5)
@@ -155,6 +158,8 @@ async def check_parse_error(ctx: Context) -> Result:
 
 async def check_invalid_request(ctx: Context) -> Result:
     async def body(peer: WirePeer) -> Result:
+        if ctx.http:
+            return Result(Status.SKIP, "over Streamable HTTP the server answers malformed input with an HTTP status")
         await initialize(peer, ctx.protocol)
         await peer.send_raw(b'{"jsonrpc":"2.0","id":"bad-1","method":42}\n')
         answer = await peer.response("bad-1", 5)
@@ -315,6 +320,8 @@ async def check_cancel_request(ctx: Context) -> Result:
 # -- lifecycle ---------------------------------------------------------------------------------------
 async def check_eof_exit(ctx: Context) -> Result:
     async def body(peer: WirePeer) -> Result:
+        if getattr(peer.target, "remote", False):
+            return Result(Status.SKIP, "a remote agent: there is no stdin to close")
         await initialize(peer, ctx.protocol)
         await peer.target.stdin.aclose()
         start = time.monotonic()

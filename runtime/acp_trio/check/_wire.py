@@ -287,6 +287,58 @@ def memory_target(agent: Any, options: dict[str, Any]) -> Any:
     return open_target
 
 
+class RemoteTarget:
+    """An ACP server reached over WebSocket or Streamable HTTP: one new ACP connection per check."""
+
+    def __init__(self, stdin: trio.abc.SendStream, stdout: trio.abc.ReceiveStream) -> None:
+        self.stdin = stdin
+        self.stdout = stdout
+        self.remote = True
+
+    async def wait_exit(self) -> str:
+        raise NotImplementedError("a remote agent has no process to wait for")
+
+
+def remote_target(url: str, headers: dict[str, str]) -> Any:
+    """``ws://``/``wss://``: each line is one text frame; ``http://``/``https://``: each line is POSTed
+    and each SSE event read back as a line (:func:`acp_trio.transports.http.open_exchange`)."""
+
+    @asynccontextmanager
+    async def open_target() -> AsyncIterator[RemoteTarget]:
+        if url.startswith(("ws://", "wss://")):
+            from ..transports.websocket import MessageReceiveStream, MessageSendStream, _open_websocket
+
+            async with trio.open_nursery() as nursery:
+                extra = [(name.encode("latin-1"), value.encode("latin-1")) for name, value in headers.items()]
+                ws = await _open_websocket(nursery, url, None, extra, MAX_LINE)
+
+                async def next_text() -> str | None:
+                    import trio_websocket
+
+                    try:
+                        message = await ws.get_message()
+                    except trio_websocket.ConnectionClosed:
+                        return None
+                    ws.taken(len(message))
+                    return message if isinstance(message, str) else message.decode("utf-8", "replace")
+
+                try:
+                    yield RemoteTarget(MessageSendStream(ws.send_message), MessageReceiveStream(next_text))
+                finally:
+                    with trio.move_on_after(2) as scope:
+                        scope.shield = True
+                        await ws.aclose()
+                    nursery.cancel_scope.cancel()
+            return
+        from ..transports._lines import LineSendStream
+        from ..transports.http import open_exchange
+
+        async with open_exchange(url, headers=headers) as exchange:
+            yield RemoteTarget(LineSendStream(exchange.post, "the Streamable HTTP send stream"), exchange.inbox)
+
+    return open_target
+
+
 async def run_with_peer(
     open_target: Any,
     schema: WireSchema,
