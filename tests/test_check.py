@@ -37,6 +37,7 @@ def target(defect: str) -> list[str]:
         ("ignores-cancel", {"session.cancel": Status.FAIL}),
         ("never-exits", {"lifecycle.eof": Status.WARN}),
         ("unknown-tool-call", {"session.tool-call-ids": Status.FAIL}),
+        ("load-answers-first", {"session.load": Status.FAIL}),
     ],
 )
 async def test_the_checker_finds_exactly_the_one_defect_of_each_agent(defect: str, expected: dict[str, Status]) -> None:
@@ -110,7 +111,9 @@ async def test_the_demo_agent_passes_every_check_that_applies(protocol: int) -> 
     with trio.fail_after(120):
         report = await run_checks([sys.executable, "-m", "acp_trio.demo", "--serve-agent"], protocol=protocol)
     statuses = {f.name: f.status for f in report.findings}
-    skipped = {"session.prompt", "session.cancel", "session.tool-call-ids"} if protocol == 2 else set()
+    # the demo agent advertises loadSession only with --store
+    skipped = {"session.prompt", "session.cancel", "session.load", "session.tool-call-ids"} if protocol == 2 else set()
+    skipped.add("session.load")
     assert {name for name, status in statuses.items() if status is Status.SKIP} == skipped
     assert all(status is Status.PASS for name, status in statuses.items() if name not in skipped), report.text()
 
@@ -124,7 +127,8 @@ async def test_the_pytest_plugin_checks_an_agent_object_in_memory(acp_conformanc
     assert acp_conformance is assert_conformant
     with trio.fail_after(60):
         report = await acp_conformance(DemoAgent)
-        assert {f.status for f in report.findings} == {Status.PASS}
+        not_passed = {f.name: f.status for f in report.findings if f.status is not Status.PASS}
+        assert not_passed == {"session.load": Status.SKIP}  # the demo agent keeps no sessions without a store
         assert "exited" in next(f.observed for f in report.findings if f.name == "lifecycle.eof")
 
         class Chatty(DemoAgent):  # type: ignore[misc]
@@ -158,8 +162,18 @@ async def test_the_checker_reaches_a_remote_agent_over_websocket_and_streamable_
     assert statuses["lifecycle.eof"] is Status.SKIP
     assert not report.failed, report.text()
     if scheme == "ws":
-        assert {name for name, status in statuses.items() if status is not Status.PASS} == {"lifecycle.eof"}
+        not_passed = {name for name, status in statuses.items() if status is not Status.PASS}
+        assert not_passed == {"lifecycle.eof", "session.load"}
     else:  # HTTP answers malformed input with a status; the cancel may come after the turn (POSTs go in order)
         skipped = {name for name, status in statuses.items() if status is Status.SKIP}
-        assert skipped == {"lifecycle.eof", "jsonrpc.parse-error", "jsonrpc.invalid-request"}
+        assert skipped == {"lifecycle.eof", "jsonrpc.parse-error", "jsonrpc.invalid-request", "session.load"}
     assert statuses["schema.valid"] is Status.PASS and statuses["session.prompt"] is Status.PASS
+
+
+async def test_session_load_passes_on_the_demo_agent_with_a_session_store(tmp_path: Path) -> None:
+    command = [sys.executable, "-m", "acp_trio.demo", "--serve-agent", "--store", str(tmp_path / "sessions.db")]
+    with trio.fail_after(120):
+        report = await run_checks(command, only=["session.load"])
+    [finding] = report.findings[:1]
+    assert (finding.name, finding.status) == ("session.load", Status.PASS), report.text()
+    assert "replayed, then the answer" in finding.observed

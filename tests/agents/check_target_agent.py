@@ -8,7 +8,8 @@ wrong in exactly one, named by ``argv[1]``:
 - ``fs-without-capability``: reads a file from a client that did not advertise ``fs``;
 - ``ignores-cancel``: keeps streaming after ``session/cancel`` and ends the turn ``end_turn``;
 - ``never-exits``: does not exit when its stdin closes (it does on SIGTERM);
-- ``unknown-tool-call``: sends a ``tool_call_update`` for a tool call it never reported.
+- ``unknown-tool-call``: sends a ``tool_call_update`` for a tool call it never reported;
+- ``load-answers-first``: answers ``session/load`` before replaying the conversation.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ class Agent:
     def __init__(self, conn: Any) -> None:
         self.conn = conn
         self.sessions = 0
+        self.history: dict[str, list[Any]] = {}
         if DEFECT == "answers-notifications":
             conn.on_ext_notification("_acp_check/note", self.note)
 
@@ -38,7 +40,7 @@ class Agent:
     async def initialize(self, params: v1.InitializeRequest) -> v1.InitializeResponse:
         return v1.InitializeResponse(
             protocol_version=1,
-            agent_capabilities=v1.AgentCapabilities(),
+            agent_capabilities=v1.AgentCapabilities(load_session=True),
             agent_info=v1.Implementation(name="check-target", version="1.0"),
         )
 
@@ -46,8 +48,26 @@ class Agent:
         self.sessions += 1
         return v1.NewSessionResponse(session_id=f"s{self.sessions}")
 
+    async def session_load(self, params: v1.LoadSessionRequest) -> v1.LoadSessionResponse:
+        async def replay() -> None:
+            if DEFECT == "load-answers-first":
+                await trio.sleep(0.1)
+            for update in self.history.get(params.session_id, []):
+                await self.conn.client.session_update(
+                    v1.SessionNotification(session_id=params.session_id, update=update)
+                )
+
+        if DEFECT == "load-answers-first":
+            self.conn.connection.start_soon(replay, name="late replay")
+        else:
+            await replay()
+        return v1.LoadSessionResponse()
+
     async def session_prompt(self, params: v1.PromptRequest) -> v1.PromptResponse:
         sid = params.session_id
+        self.history.setdefault(sid, []).append(
+            v1.UserMessageChunkSessionUpdate(content=v1.TextContentBlock(text="(the prompt)"))
+        )
         if DEFECT == "invalid-update":
             await self.conn.connection.notify(
                 "session/update", {"sessionId": sid, "update": {"sessionUpdate": "agent_message_chunk"}}

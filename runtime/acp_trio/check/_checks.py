@@ -296,6 +296,45 @@ async def check_cancel(ctx: Context) -> Result:
     return await _expect(ctx, body, "no answer within the bound")
 
 
+async def check_load(ctx: Context) -> Result:
+    async def body(peer: WirePeer) -> Result:
+        result = (await initialize(peer, ctx.protocol)).get("result") or {}
+        capabilities = result.get("agentCapabilities") or {}
+        if not capabilities.get("loadSession"):
+            return Result(Status.SKIP, "the agent does not advertise loadSession")
+        session_id = await new_session(peer, ctx)
+        prompt = {"sessionId": session_id, "prompt": [{"type": "text", "text": ctx.prompt}]}
+        await peer.request("session/prompt", prompt, timeout=ctx.turn_timeout)
+        before = len(peer.received)
+        request_id = peer.new_id()
+        params = {"sessionId": session_id, "cwd": ctx.cwd, "mcpServers": []}
+        await peer.send({"jsonrpc": "2.0", "id": request_id, "method": "session/load", "params": params})
+        answer = await peer.response(request_id, ctx.turn_timeout)
+        if "error" in answer:
+            return failed(f"session/load of a session it just made answered {orjson.dumps(answer).decode()[:200]}")
+        cut = peer.received.index(answer)
+        replayed = [
+            m
+            for m in peer.received[before:cut]
+            if m.get("method") == "session/update" and (m.get("params") or {}).get("sessionId") == session_id
+        ]
+        with trio.move_on_after(0.5):  # anything replayed after the answer is late
+            late = await peer.wait_for(
+                lambda m: (
+                    peer.received.index(m) > cut
+                    and m.get("method") == "session/update"
+                    and (m.get("params") or {}).get("sessionId") == session_id
+                ),
+                0.5,
+            )
+            return failed(f"a replayed update came after the session/load answer: {orjson.dumps(late).decode()[:160]}")
+        if not replayed:
+            return failed("session/load answered without replaying the conversation (no session/update before it)")
+        return passed(f"{len(replayed)} updates replayed, then the answer")
+
+    return await _expect(ctx, body, "no answer within the bound")
+
+
 async def check_cancel_request(ctx: Context) -> Result:
     async def body(peer: WirePeer) -> Result:
         await initialize(peer, ctx.protocol)
@@ -387,6 +426,13 @@ CHECKS: tuple[Check, ...] = (
         "session/cancel ends the turn with cancelled",
         f"{PROMPT} § Cancellation",
         check_cancel,
+        (1,),
+    ),
+    Check(
+        "session.load",
+        "session/load replays the conversation, then answers (when advertised)",
+        "docs/protocol/v1/session-setup.mdx § Loading a Session",
+        check_load,
         (1,),
     ),
     Check(
