@@ -38,6 +38,7 @@ def target(defect: str) -> list[str]:
         ("never-exits", {"lifecycle.eof": Status.WARN}),
         ("unknown-tool-call", {"session.tool-call-ids": Status.FAIL}),
         ("load-answers-first", {"session.load": Status.FAIL}),
+        ("rejects-resource-link", {"session.content-types": Status.FAIL}),
     ],
 )
 async def test_the_checker_finds_exactly_the_one_defect_of_each_agent(defect: str, expected: dict[str, Status]) -> None:
@@ -112,7 +113,8 @@ async def test_the_demo_agent_passes_every_check_that_applies(protocol: int) -> 
         report = await run_checks([sys.executable, "-m", "acp_trio.demo", "--serve-agent"], protocol=protocol)
     statuses = {f.name: f.status for f in report.findings}
     # the demo agent advertises loadSession only with --store
-    skipped = {"session.prompt", "session.cancel", "session.load", "session.tool-call-ids"} if protocol == 2 else set()
+    v1_only = {"session.prompt", "session.cancel", "session.content-types", "session.load", "session.tool-call-ids"}
+    skipped = v1_only if protocol == 2 else set()
     skipped.add("session.load")
     assert {name for name, status in statuses.items() if status is Status.SKIP} == skipped
     assert all(status is Status.PASS for name, status in statuses.items() if name not in skipped), report.text()

@@ -9,7 +9,8 @@ wrong in exactly one, named by ``argv[1]``:
 - ``ignores-cancel``: keeps streaming after ``session/cancel`` and ends the turn ``end_turn``;
 - ``never-exits``: does not exit when its stdin closes (it does on SIGTERM);
 - ``unknown-tool-call``: sends a ``tool_call_update`` for a tool call it never reported;
-- ``load-answers-first``: answers ``session/load`` before replaying the conversation.
+- ``load-answers-first``: answers ``session/load`` before replaying the conversation;
+- ``rejects-resource-link``: refuses a prompt holding a ``resource_link`` block (every agent must take one).
 """
 
 from __future__ import annotations
@@ -65,6 +66,10 @@ class Agent:
 
     async def session_prompt(self, params: v1.PromptRequest) -> v1.PromptResponse:
         sid = params.session_id
+        if DEFECT == "rejects-resource-link" and any(
+            isinstance(block, v1.ResourceLinkContentBlock) for block in params.prompt
+        ):
+            raise acp_trio.RequestError(-32602, "Invalid params", {"detail": "resource_link is not supported"})
         self.history.setdefault(sid, []).append(
             v1.UserMessageChunkSessionUpdate(content=v1.TextContentBlock(text="(the prompt)"))
         )

@@ -296,6 +296,44 @@ async def check_cancel(ctx: Context) -> Result:
     return await _expect(ctx, body, "no answer within the bound")
 
 
+# 1x1 transparent PNG and a tiny WAV, for the image and audio blocks
+_PNG = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAQAAAC1HAwCAAAAC0lEQVR42mNkYAAAAAYAAjCB0C8AAAAASUVORK5CYII="
+_WAV = "UklGRiQAAABXQVZFZm10IBAAAAABAAEAQB8AAIA+AAACABAAZGF0YQAAAAA="
+
+
+async def check_content_types(ctx: Context) -> Result:
+    async def body(peer: WirePeer) -> Result:
+        result = (await initialize(peer, ctx.protocol)).get("result") or {}
+        prompt_caps = (result.get("agentCapabilities") or {}).get("promptCapabilities") or {}
+        path = os.path.join(ctx.cwd, "acp-check-notes.txt")
+        uri = "file://" + path
+        blocks: dict[str, dict[str, Any]] = {
+            "resource_link": {"type": "resource_link", "uri": uri, "name": "acp-check-notes.txt"},
+        }
+        if prompt_caps.get("image"):
+            blocks["image"] = {"type": "image", "data": _PNG, "mimeType": "image/png"}
+        if prompt_caps.get("audio"):
+            blocks["audio"] = {"type": "audio", "data": _WAV, "mimeType": "audio/wav"}
+        if prompt_caps.get("embeddedContext"):
+            resource = {"uri": uri, "text": "buy milk", "mimeType": "text/plain"}
+            blocks["resource"] = {"type": "resource", "resource": resource}
+        session_id = await new_session(peer, ctx)
+        refused = []
+        for kind, block in blocks.items():
+            prompt = [{"type": "text", "text": ctx.prompt}, block]
+            answer = await peer.request(
+                "session/prompt", {"sessionId": session_id, "prompt": prompt}, timeout=ctx.turn_timeout
+            )
+            stop = (answer.get("result") or {}).get("stopReason")
+            if stop not in STOP_REASONS:
+                refused.append(f"{kind}: {orjson.dumps(answer.get('error') or answer).decode()[:120]}")
+        if refused:
+            return failed("a prompt with a content block it must accept failed: " + "; ".join(refused))
+        return passed("text with " + ", ".join(blocks) + " accepted")
+
+    return await _expect(ctx, body, f"a prompt got no answer within {ctx.turn_timeout} s")
+
+
 async def check_load(ctx: Context) -> Result:
     async def body(peer: WirePeer) -> Result:
         result = (await initialize(peer, ctx.protocol)).get("result") or {}
@@ -426,6 +464,13 @@ CHECKS: tuple[Check, ...] = (
         "session/cancel ends the turn with cancelled",
         f"{PROMPT} § Cancellation",
         check_cancel,
+        (1,),
+    ),
+    Check(
+        "session.content-types",
+        "prompts with resource_link (baseline) and each advertised content type are accepted",
+        f"{INIT} § Prompt capabilities",
+        check_content_types,
         (1,),
     ),
     Check(
