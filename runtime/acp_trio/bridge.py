@@ -32,7 +32,7 @@ import functools
 import logging
 import os
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
 import trio
@@ -159,28 +159,18 @@ async def connect_bridge(
     from trio_websocket import ConnectionClosed as WebSocketClosed
     from trio_websocket import HandshakeError, open_websocket_url
 
-    from ._core import LineFramer, OversizedMessage
     from .transports.websocket import DEFAULT_MAX_MESSAGE_BYTES, WebSocketConnectError, text_to_line
 
-    source = stdin if stdin is not None else trio.lowlevel.FdStream(os.dup(0))
-    sink = stdout if stdout is not None else trio.lowlevel.FdStream(os.dup(1))
+    source, sink = _stdio(stdin, stdout)
     extra = [(name.encode(), value.encode()) for name, value in (headers or {}).items()]
     try:
         async with open_websocket_url(url, extra_headers=extra, max_message_size=DEFAULT_MAX_MESSAGE_BYTES) as ws:
 
             async def upstream() -> None:
-                framer = LineFramer(DEFAULT_MAX_MESSAGE_BYTES)
-                while True:
-                    data = await source.receive_some(1 << 16)
-                    for line in framer.feed(data) if data else framer.close():
-                        if isinstance(line, OversizedMessage):
-                            log.warning("bridge: dropped a line of %d bytes from stdin", line.size)
-                        else:
-                            # a text frame must be UTF-8: bytes that are not become U+FFFD
-                            await ws.send_message(line.decode("utf-8", "replace"))
-                    if not data:
-                        await ws.aclose()  # end of input: a normal close
-                        return
+                async for line in _lines_of(source, DEFAULT_MAX_MESSAGE_BYTES):
+                    # a text frame must be UTF-8: bytes that are not become U+FFFD
+                    await ws.send_message(line.decode("utf-8", "replace"))
+                await ws.aclose()  # end of input: a normal close
 
             async def downstream() -> None:
                 try:
@@ -213,39 +203,51 @@ async def _connect_http_bridge(
     stdin: trio.abc.ReceiveStream | None,
     stdout: trio.abc.SendStream | None,
 ) -> None:
-    from ._core import LineFramer, OversizedMessage
     from .transports.http import DEFAULT_MAX_MESSAGE_BYTES, open_exchange
 
-    source = stdin if stdin is not None else trio.lowlevel.FdStream(os.dup(0))
-    sink = stdout if stdout is not None else trio.lowlevel.FdStream(os.dup(1))
+    source, sink = _stdio(stdin, stdout)
     async with open_exchange(url, headers=headers) as exchange, owned_nursery() as nursery:
 
         async def upstream() -> None:
-            framer = LineFramer(DEFAULT_MAX_MESSAGE_BYTES)
-            while True:
-                data = await source.receive_some(1 << 16)
-                for line in framer.feed(data) if data else framer.close():
-                    if isinstance(line, OversizedMessage):
-                        log.warning("bridge: dropped a line of %d bytes from stdin", line.size)
-                    elif line.strip():
-                        try:
-                            await exchange.post(line)
-                        except trio.BrokenResourceError:
-                            return  # the transport closed: downstream ends too
-                if not data:
-                    nursery.cancel_scope.cancel()  # end of input: DELETE (leaving open_exchange)
-                    return
+            try:
+                async for line in _lines_of(source, DEFAULT_MAX_MESSAGE_BYTES):
+                    if line.strip():
+                        await exchange.post(line)
+            except trio.BrokenResourceError:
+                return  # the transport closed: downstream ends too
+            nursery.cancel_scope.cancel()  # end of input: DELETE (leaving open_exchange)
 
         async def downstream() -> None:
-            try:
-                while data := await exchange.inbox.receive_some(1 << 16):
-                    await sink.send_all(data)
-            finally:
-                await trio.aclose_forcefully(sink)
+            await _copy(exchange.inbox, sink)
             nursery.cancel_scope.cancel()  # the remote is gone: nothing more to carry
 
         nursery.start_soon(upstream)
         nursery.start_soon(downstream)
+
+
+def _stdio(
+    stdin: trio.abc.ReceiveStream | None, stdout: trio.abc.SendStream | None
+) -> tuple[trio.abc.ReceiveStream, trio.abc.SendStream]:
+    """The given streams, or duplicates of this process's stdin and stdout."""
+    source = stdin if stdin is not None else trio.lowlevel.FdStream(os.dup(0))
+    sink = stdout if stdout is not None else trio.lowlevel.FdStream(os.dup(1))
+    return source, sink
+
+
+async def _lines_of(source: trio.abc.ReceiveStream, max_bytes: int) -> AsyncIterator[bytes]:
+    """The NDJSON lines read from ``source`` until it ends; a line over ``max_bytes`` is dropped with a warning."""
+    from ._core import LineFramer, OversizedMessage
+
+    framer = LineFramer(max_bytes)
+    while True:
+        data = await source.receive_some(_READ)
+        for line in framer.feed(data) if data else framer.close():
+            if isinstance(line, OversizedMessage):
+                log.warning("bridge: dropped a line of %d bytes from stdin", line.size)
+            else:
+                yield line
+        if not data:
+            return
 
 
 def main(argv: Sequence[str] | None = None) -> None:
