@@ -315,6 +315,18 @@ async def test_an_unreachable_server_raises_a_clear_error_naming_the_url() -> No
     assert isinstance(info.value, acp_trio.ConnectionClosed) and isinstance(info.value, ConnectionError)
 
 
+async def start_a_flood_it_never_reads(ws: Any) -> None:
+    """As a raw trio-websocket client: initialize, session/new, then a prompt whose updates it does not read."""
+    await ws.send_message('{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":1}}')
+    assert '"id":1' in str(await ws.get_message())
+    await ws.send_message('{"jsonrpc":"2.0","id":2,"method":"session/new","params":{"cwd":"/","mcpServers":[]}}')
+    assert '"s1"' in str(await ws.get_message())
+    await ws.send_message(
+        '{"jsonrpc":"2.0","id":3,"method":"session/prompt","params":'
+        '{"sessionId":"s1","prompt":[{"type":"text","text":"flood"}]}}'
+    )
+
+
 async def test_a_client_that_stops_reading_is_dropped_after_the_output_stall_timeout() -> None:
     import trio_websocket
 
@@ -322,17 +334,7 @@ async def test_a_client_that_stops_reading_is_dropped_after_the_output_stall_tim
     app = AcpApp(Agent, output_stall_timeout=0.5)
     with trio.fail_after(DEADLINE):
         async with served(app) as url, trio_websocket.open_websocket_url(url) as ws:
-            # a raw client: initialize, session/new, then a prompt whose updates it never reads
-            await ws.send_message('{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":1}}')
-            assert '"id":1' in str(await ws.get_message())
-            await ws.send_message(
-                '{"jsonrpc":"2.0","id":2,"method":"session/new","params":{"cwd":"/","mcpServers":[]}}'
-            )
-            assert '"s1"' in str(await ws.get_message())
-            await ws.send_message(
-                '{"jsonrpc":"2.0","id":3,"method":"session/prompt","params":'
-                '{"sessionId":"s1","prompt":[{"type":"text","text":"flood"}]}}'
-            )
+            await start_a_flood_it_never_reads(ws)
             agent_conn = Agent.instances[-1].conn
             await agent_conn.connection.wait_closed()  # given up on while the client still holds the socket
             assert "stalled" in str(agent_conn.connection.close_error)
@@ -531,16 +533,7 @@ async def test_a_client_that_never_reads_again_loses_its_tcp_connection_after_tw
     app = AcpApp(Agent, output_stall_timeout=0.3)
     with trio.fail_after(DEADLINE):
         async with served(app) as url, trio_websocket.open_websocket_url(url) as ws:
-            await ws.send_message('{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":1}}')
-            assert '"id":1' in str(await ws.get_message())
-            await ws.send_message(
-                '{"jsonrpc":"2.0","id":2,"method":"session/new","params":{"cwd":"/","mcpServers":[]}}'
-            )
-            assert '"s1"' in str(await ws.get_message())
-            await ws.send_message(
-                '{"jsonrpc":"2.0","id":3,"method":"session/prompt","params":'
-                '{"sessionId":"s1","prompt":[{"type":"text","text":"flood"}]}}'
-            )
+            await start_a_flood_it_never_reads(ws)
             await app.wait_idle()  # the ACP connection is given up on first (the stall)...
             await lost.wait()  # ...then, the client still taking nothing, its TCP connection is dropped
             # what reached the client's socket before is still readable; then the end, with no close frame

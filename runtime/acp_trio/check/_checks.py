@@ -107,8 +107,7 @@ async def check_version(ctx: Context) -> Result:
             return failed(f"asked protocolVersion {ctx.protocol}, it answered {version!r}")
         return passed(f"protocolVersion {version}")
 
-    result: Result = await ctx.with_peer(body)
-    return result
+    return await _expect(ctx, body, "initialize got no answer within 10 s")
 
 
 async def check_newer_version(ctx: Context) -> Result:
@@ -124,8 +123,7 @@ async def check_newer_version(ctx: Context) -> Result:
             )
         return passed(f"asked 999, it answered its own latest, {version}")
 
-    result: Result = await ctx.with_peer(body)
-    return result
+    return await _expect(ctx, body, "initialize got no answer within 10 s")
 
 
 async def check_info(ctx: Context) -> Result:
@@ -137,8 +135,7 @@ async def check_info(ctx: Context) -> Result:
             return Result(Status.WARN, f"no {field}.name in the initialize result")
         return passed(f"agentInfo {info.get('name')} {info.get('version', '')}".rstrip())
 
-    result: Result = await ctx.with_peer(body)
-    return result
+    return await _expect(ctx, body, "initialize got no answer within 10 s")
 
 
 # -- JSON-RPC hygiene --------------------------------------------------------------------------------
