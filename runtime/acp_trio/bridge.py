@@ -306,13 +306,19 @@ def main(argv: Sequence[str] | None = None) -> None:
         return
     if command:
         parser.error("--connect takes no agent command")
+    headers = header_options(parser, options.header)
+    trio.run(functools.partial(connect_bridge, options.connect, headers=headers))
+
+
+def header_options(parser: argparse.ArgumentParser, values: Sequence[str]) -> dict[str, str]:
+    """``--header 'Name: value'`` options as a dict; a value without a colon is a usage error."""
     headers = {}
-    for header in options.header:
+    for header in values:
         name, sep, value = header.partition(":")
         if not sep:
             parser.error(f"--header {header!r}: expected 'Name: value'")
         headers[name.strip()] = value.strip()
-    trio.run(functools.partial(connect_bridge, options.connect, headers=headers))
+    return headers
 
 
 __all__ = ["connect_bridge", "main", "pump_agent_process", "serve_bridge"]

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 
 import trio
 
+from ..bridge import header_options
 from . import run, run_checks_remote
 
 
@@ -33,12 +34,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error("give the agent command after --, or --url")
     if command and options.url:
         parser.error("give an agent command or --url, not both")
-    headers = {}
-    for header in options.header:
-        name, sep, value = header.partition(":")
-        if not sep:
-            parser.error(f"--header {header!r}: expected 'Name: value'")
-        headers[name.strip()] = value.strip()
+    headers = header_options(parser, options.header)
 
     def progress(name: str) -> None:
         if sys.stderr.isatty():
