@@ -19,14 +19,17 @@ silent agent is a FAIL, never a hang.
 from __future__ import annotations
 
 import functools
+import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import trio
 
-from ._checks import CHECKS, CLIENT_CAPABILITIES, Check, Context, Result, Status, default_cwd
+from ._checks import CHECKS, Check, Context, Result, Status, default_cwd
 from ._schema import WireSchema
+from ._script import BEHAVIOURS, Script, ScriptedPrompt, ScriptError
+from ._session_checks import NOTES_TEXT
 from ._wire import Observations, WirePeer, memory_target, process_target, remote_target, run_with_peer
 
 WHOLE_RUN: tuple[tuple[str, str, str], ...] = (
@@ -41,6 +44,11 @@ WHOLE_RUN: tuple[tuple[str, str, str], ...] = (
         "capabilities.client",
         "no fs/* or terminal/* request to a client without the capability",
         "docs/protocol/v1/initialization.mdx § Client Capabilities",
+    ),
+    (
+        "lifecycle.stderr",
+        "stderr carries logs only: UTF-8 text, no JSON-RPC (a WARN, not a FAIL)",
+        "docs/protocol/v1/transports.mdx § stdio (the agent MAY write UTF-8 strings to stderr for logging)",
     ),
 )
 
@@ -97,6 +105,15 @@ class Report:
         return "\n".join(lines)
 
 
+def _script(script: Script | str | os.PathLike[str] | None, prompt: str | None) -> Script:
+    if script is None:
+        return Script.default() if prompt is None else Script.default(prompt)
+    found = script if isinstance(script, Script) else Script.load(script)
+    if prompt is not None:
+        found = Script({**found.prompts, "text": ScriptedPrompt("text", prompt)})
+    return found
+
+
 def _selected(name: str, only: Sequence[str], skip: Sequence[str]) -> bool:
     def matches(patterns: Sequence[str]) -> bool:
         return any(name == p or name.startswith(p.rstrip(".") + ".") for p in patterns)
@@ -111,25 +128,31 @@ async def run_checks(
     only: Sequence[str] = (),
     skip: Sequence[str] = (),
     turn_timeout: float = 60.0,
-    prompt: str = "Say hello in one short sentence.",
+    prompt: str | None = None,
+    script: Script | str | os.PathLike[str] | None = None,
     cwd: str | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> Report:
     """Run the checks against the agent ``command`` (program and arguments); see the module docstring.
 
     ``only``/``skip``: check names or prefixes (``"jsonrpc"``, ``"session.cancel"``).
-    ``turn_timeout``: seconds a prompt turn may take.  ``prompt``: the text sent as a prompt.
-    ``cwd``: the ``cwd`` of the sessions (default: the temporary directory).  ``progress``: called
+    ``turn_timeout``: seconds a prompt turn may take.  ``prompt``: the text of the plain prompt
+    turn (default "Say hello in one short sentence.").  ``script``: a :class:`Script`, or the path of
+    a TOML/JSON script file (:mod:`acp_trio.check._script`: named prompts and the behaviours they
+    must show; raises :class:`ScriptError`).  ``cwd``: the ``cwd`` of the sessions (default: the
+    temporary directory); the checker's client serves ``acp-check-notes.txt`` there
+    (:data:`NOTES_TEXT`) to agents that read it, without touching the disk.  ``progress``: called
     with each check's name as it starts.  Raises ``OSError`` naming the command when it cannot run.
     """
     return await _run(
         process_target(command, 1.0),
         list(command),
+        process=True,
         protocol=protocol,
         only=only,
         skip=skip,
         turn_timeout=turn_timeout,
-        prompt=prompt,
+        script=_script(script, prompt),
         cwd=cwd,
         progress=progress,
     )
@@ -142,7 +165,8 @@ async def run_checks_in_memory(
     only: Sequence[str] = (),
     skip: Sequence[str] = (),
     turn_timeout: float = 60.0,
-    prompt: str = "Say hello in one short sentence.",
+    prompt: str | None = None,
+    script: Script | str | os.PathLike[str] | None = None,
     cwd: str | None = None,
     **options: Any,
 ) -> Report:
@@ -159,7 +183,7 @@ async def run_checks_in_memory(
         only=only,
         skip=skip,
         turn_timeout=turn_timeout,
-        prompt=prompt,
+        script=_script(script, prompt),
         cwd=cwd,
         progress=None,
     )
@@ -173,7 +197,8 @@ async def run_checks_remote(
     only: Sequence[str] = (),
     skip: Sequence[str] = (),
     turn_timeout: float = 60.0,
-    prompt: str = "Say hello in one short sentence.",
+    prompt: str | None = None,
+    script: Script | str | os.PathLike[str] | None = None,
     cwd: str | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> Report:
@@ -191,7 +216,7 @@ async def run_checks_remote(
         only=only,
         skip=skip,
         turn_timeout=turn_timeout,
-        prompt=prompt,
+        script=_script(script, prompt),
         cwd=cwd,
         progress=progress,
         http=url.startswith(("http://", "https://")),
@@ -206,10 +231,11 @@ async def _run(
     only: Sequence[str],
     skip: Sequence[str],
     turn_timeout: float,
-    prompt: str,
+    script: Script,
     cwd: str | None,
     progress: Callable[[str], None] | None,
     http: bool = False,
+    process: bool = False,
 ) -> Report:
     if protocol not in (1, 2):
         raise ValueError(f"protocol must be 1 or 2, got {protocol}")
@@ -219,14 +245,18 @@ async def _run(
     report = Report(label, protocol)
 
     async def with_peer(body: Callable[[WirePeer], Any]) -> Any:
-        return await run_with_peer(open_target, schema, seen, CLIENT_CAPABILITIES, body)
+        async def prepared(peer: WirePeer) -> Any:
+            peer.files[ctx.notes_path] = NOTES_TEXT
+            return await body(peer)
 
-    ctx = Context(protocol, with_peer, cwd or default_cwd(), turn_timeout, prompt, http)
+        return await run_with_peer(open_target, schema, seen, prepared)
+
+    ctx = Context(protocol, with_peer, cwd or default_cwd(), turn_timeout, script, http)
     for check in CHECKS:
         if not _selected(check.name, only, skip):
             continue
         if protocol not in check.protocols:
-            why = f"not checked yet in protocol {protocol} (its prompt turns end with a state update)"
+            why = f"protocol {protocol} has no such rule (its client capabilities and methods differ)"
             report.findings.append(Finding(check.name, check.title, Status.SKIP, why, check.source, 0.0))
             continue
         if progress is not None:
@@ -236,7 +266,8 @@ async def _run(
         "stdout.jsonrpc": (seen.not_jsonrpc, f"{seen.messages} messages, every line JSON-RPC"),
         "schema.valid": (seen.invalid, f"{seen.messages} messages valid against {variant}"),
         "session.tool-call-ids": (seen.tool_calls, "every tool_call_update matched its tool_call"),
-        "capabilities.client": (seen.uncapable, "no fs/* or terminal/* request"),
+        "capabilities.client": (seen.uncapable, "no fs/* or terminal/* request beyond the advertised capabilities"),
+        "lifecycle.stderr": (seen.stderr, f"{seen.stderr_lines} stderr lines, all text logs"),
     }
     for name, title, source in WHOLE_RUN:
         if not _selected(name, only, skip):
@@ -246,8 +277,14 @@ async def _run(
             why = "protocol 2: tool_call_update is an upsert keyed by toolCallId (docs/protocol/v2/tool-calls.mdx)"
             report.findings.append(Finding(name, title, Status.SKIP, why, source.format(variant=variant), 0.0))
             continue
+        if name == "lifecycle.stderr" and not process:
+            why = "no agent process: nothing to read on stderr"
+            report.findings.append(Finding(name, title, Status.SKIP, why, source, 0.0))
+            continue
         if not seen.messages and not problems:
             status, observed = Status.SKIP, "no message was received"
+        elif problems and name == "lifecycle.stderr":
+            status, observed = Status.WARN, f"{problems[0]} ({len(problems)} such lines)"
         elif problems:
             distinct = list(dict.fromkeys(problems))
             times = f" (seen {len(problems)} times)" if len(problems) > 1 and len(distinct) == 1 else ""
@@ -263,10 +300,10 @@ async def _run_one(check: Check, ctx: Context, turn_timeout: float) -> Finding:
     start = trio.current_time()
     result: Result
     try:
-        with trio.fail_after(turn_timeout + 60):
+        with trio.fail_after(turn_timeout * check.turns + 60):
             result = await check.run(ctx)
     except trio.TooSlowError:
-        result = Result(Status.FAIL, f"no verdict within {turn_timeout + 60:.0f} s")
+        result = Result(Status.FAIL, f"no verdict within {turn_timeout * check.turns + 60:.0f} s")
     except OSError:
         raise
     except Exception as exc:  # the check's own error (an agent that broke its pipe, ...)
@@ -281,12 +318,17 @@ def run(command: Sequence[str], **options: Any) -> Report:
 
 
 __all__ = [
+    "BEHAVIOURS",
     "CHECKS",
+    "NOTES_TEXT",
     "WHOLE_RUN",
     "Check",
     "Finding",
     "Report",
     "Result",
+    "Script",
+    "ScriptError",
+    "ScriptedPrompt",
     "Status",
     "run",
     "run_checks",

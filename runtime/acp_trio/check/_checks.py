@@ -1,98 +1,55 @@
 """The checks: each drives a fresh agent process and returns a :class:`Result`.
 
-Every rule comes from the spec pages (``docs/protocol/v1/*.mdx`` of agentclientprotocol/
-agent-client-protocol), the pinned schema, or JSON-RPC 2.0, named in ``Check.source``.
+Every rule comes from the spec pages (``docs/protocol/v1/*.mdx`` and ``docs/protocol/v2/*.mdx`` of
+agentclientprotocol/agent-client-protocol), the pinned schema, or JSON-RPC 2.0, named in
+``Check.source``.  The session-method checks are in :mod:`._session_checks`.
 """
 
 from __future__ import annotations
 
-import enum
-import os
-import tempfile
 import time
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import Any
 
 import orjson
 import trio
 
-from ._wire import AgentGone, WirePeer
+from . import _session_checks as sc
+from ._base import (
+    CANCEL_BOUND,
+    INIT,
+    JSONRPC,
+    NO_CAPABILITIES,
+    PROMPT,
+    SETUP,
+    STOP_REASONS,
+    Check,
+    Context,
+    Failed,
+    Result,
+    Status,
+    agent_capabilities,
+    agent_info,
+    default_cwd,
+    error_code,
+    expect,
+    failed,
+    finish_turn,
+    initialize,
+    initialize_params,
+    new_session,
+    passed,
+    prompt_capabilities,
+    run_turn,
+    session_updates,
+    show,
+    start_turn,
+    text_prompt,
+    turn_failure,
+)
+from ._wire import WirePeer
 
-JSONRPC = "JSON-RPC 2.0 specification"
-
-
-class Status(enum.Enum):
-    PASS = "PASS"
-    FAIL = "FAIL"
-    WARN = "WARN"
-    SKIP = "SKIP"
-
-
-@dataclass(frozen=True)
-class Result:
-    status: Status
-    observed: str
-
-
-@dataclass(frozen=True)
-class Check:
-    """One rule: ``name`` (dotted, for ``--only``/``--skip``), what it checks, its ``source``."""
-
-    name: str
-    title: str
-    source: str
-    run: Callable[[Context], Awaitable[Result]]
-    protocols: tuple[int, ...] = (1, 2)
-
-
-@dataclass
-class Context:
-    """What a check gets: a way to run a body against a fresh agent, and the run's settings."""
-
-    protocol: int
-    with_peer: Callable[[Callable[[WirePeer], Awaitable[Any]]], Awaitable[Any]]
-    cwd: str
-    turn_timeout: float
-    prompt: str
-    http: bool = False
-
-
-def passed(observed: str) -> Result:
-    return Result(Status.PASS, observed)
-
-
-def failed(observed: str) -> Result:
-    return Result(Status.FAIL, observed)
-
-
-CLIENT_CAPABILITIES: dict[str, Any] = {"fs": {"readTextFile": False, "writeTextFile": False}, "terminal": False}
-
-
-def initialize_params(version: int, protocol: int) -> dict[str, Any]:
-    """The checker's ``initialize`` params in ``protocol``'s shape (v2: ``info``, ``capabilities``)."""
-    if protocol >= 2:
-        return {"protocolVersion": version, "info": _CLIENT_INFO, "capabilities": {}}
-    return {"protocolVersion": version, "clientCapabilities": CLIENT_CAPABILITIES, "clientInfo": _CLIENT_INFO}
-
-
-async def initialize(
-    peer: WirePeer, version: int, timeout: float = 10.0, id: Any = None, protocol: int | None = None
-) -> dict[str, Any]:
-    params = initialize_params(version, version if protocol is None else protocol)
-    return await peer.request("initialize", params, id=id, timeout=timeout)
-
-
-def _agent_info(result: dict[str, Any]) -> Any:
-    return result.get("agentInfo") if "agentInfo" in result else result.get("info")
-
-
-_CLIENT_INFO = {"name": "acp-trio-check", "version": "1"}
-
-
-def _error_code(message: dict[str, Any]) -> Any:
-    error = message.get("error")
-    return error.get("code") if isinstance(error, dict) else None
+CLIENT_CAPABILITIES = NO_CAPABILITIES
+"""The client capabilities most checks advertise (protocol 1): no fs, no terminal."""
 
 
 # -- initialize --------------------------------------------------------------------------------------
@@ -107,7 +64,7 @@ async def check_version(ctx: Context) -> Result:
             return failed(f"asked protocolVersion {ctx.protocol}, it answered {version!r}")
         return passed(f"protocolVersion {version}")
 
-    return await _expect(ctx, body, "initialize got no answer within 10 s")
+    return await expect(ctx, body, "initialize got no answer within 10 s")
 
 
 async def check_newer_version(ctx: Context) -> Result:
@@ -123,19 +80,19 @@ async def check_newer_version(ctx: Context) -> Result:
             )
         return passed(f"asked 999, it answered its own latest, {version}")
 
-    return await _expect(ctx, body, "initialize got no answer within 10 s")
+    return await expect(ctx, body, "initialize got no answer within 10 s")
 
 
 async def check_info(ctx: Context) -> Result:
     async def body(peer: WirePeer) -> Result:
         result = (await initialize(peer, ctx.protocol)).get("result") or {}
-        info = _agent_info(result)
+        info = agent_info(result)
         if not isinstance(info, dict) or not info.get("name"):
             field = "info" if ctx.protocol >= 2 else "agentInfo"
             return Result(Status.WARN, f"no {field}.name in the initialize result")
         return passed(f"agentInfo {info.get('name')} {info.get('version', '')}".rstrip())
 
-    return await _expect(ctx, body, "initialize got no answer within 10 s")
+    return await expect(ctx, body, "initialize got no answer within 10 s")
 
 
 # -- JSON-RPC hygiene --------------------------------------------------------------------------------
@@ -146,11 +103,11 @@ async def check_parse_error(ctx: Context) -> Result:
         await initialize(peer, ctx.protocol)
         await peer.send_raw(b'{"jsonrpc": "2.0", "id": 1, "method": \n')
         answer = await peer.wait_for(lambda m: "method" not in m and m.get("id") is None, 5)
-        if _error_code(answer) != -32700 or answer.get("id") is not None:
+        if error_code(answer) != -32700 or answer.get("id") is not None:
             return failed(f"malformed JSON answered {orjson.dumps(answer).decode()[:200]}")
         return passed("-32700 with id null")
 
-    return await _expect(ctx, body, "malformed JSON got no answer within 5 s (expected -32700)")
+    return await expect(ctx, body, "malformed JSON got no answer within 5 s (expected -32700)")
 
 
 async def check_invalid_request(ctx: Context) -> Result:
@@ -160,22 +117,22 @@ async def check_invalid_request(ctx: Context) -> Result:
         await initialize(peer, ctx.protocol)
         await peer.send_raw(b'{"jsonrpc":"2.0","id":"bad-1","method":42}\n')
         answer = await peer.response("bad-1", 5)
-        if _error_code(answer) != -32600:
+        if error_code(answer) != -32600:
             return failed(f"a request whose method is a number answered {orjson.dumps(answer).decode()[:200]}")
         return passed("-32600")
 
-    return await _expect(ctx, body, "an invalid request got no answer within 5 s (expected -32600)")
+    return await expect(ctx, body, "an invalid request got no answer within 5 s (expected -32600)")
 
 
 async def check_unknown_method(ctx: Context) -> Result:
     async def body(peer: WirePeer) -> Result:
         await initialize(peer, ctx.protocol)
         answer = await peer.request("_acp_check/no_such_method", {}, timeout=5)
-        if _error_code(answer) != -32601:
+        if error_code(answer) != -32601:
             return failed(f"an unknown method answered {orjson.dumps(answer).decode()[:200]}")
         return passed("-32601")
 
-    return await _expect(ctx, body, "an unknown method got no answer within 5 s (expected -32601)")
+    return await expect(ctx, body, "an unknown method got no answer within 5 s (expected -32601)")
 
 
 async def check_notifications_unanswered(ctx: Context) -> Result:
@@ -184,12 +141,16 @@ async def check_notifications_unanswered(ctx: Context) -> Result:
         await peer.notify("_acp_check/note", {"hello": 1})
         await peer.notify("session/cancel", {"sessionId": "sess_acp_check_none"})
         await peer.request("_acp_check/after", {}, timeout=5)  # answered: the notifications were read
-        stray = [m for m in peer.received if "method" not in m and m.get("id") is None]
-        if stray:
-            return failed(f"answered a notification: {orjson.dumps(stray[0]).decode()[:200]}")
+
+        def stray(message: dict[str, Any]) -> bool:
+            return "method" not in message and message.get("id") is None
+
+        with trio.move_on_after(0.5):  # a handler may answer a little after the request that followed
+            answered = await peer.wait_for(stray, 0.5)
+            return failed(f"answered a notification: {show(answered)}")
         return passed("an unknown notification and a session/cancel got no answer")
 
-    return await _expect(ctx, body, "the request after two notifications got no answer within 5 s")
+    return await expect(ctx, body, "the request after two notifications got no answer within 5 s")
 
 
 async def check_ids_echoed(ctx: Context) -> Result:
@@ -214,83 +175,144 @@ async def check_ids_echoed(ctx: Context) -> Result:
             return failed("the id 9007199254740993 (2**53+1) got no answer with the same id within 5 s")
         return passed('string id "id é \\"q\\"" and integer id 2**53+1 echoed exactly')
 
-    return await _expect(ctx, body, "no answer within the bound")
+    return await expect(ctx, body, "no answer within the bound")
+
+
+async def check_before_initialize(ctx: Context) -> Result:
+    """initialization.mdx: clients MUST initialize first; JSON-RPC: every request gets a response."""
+
+    async def body(peer: WirePeer) -> Result:
+        if getattr(peer.target, "remote", False):
+            return Result(Status.SKIP, "a remote transport opens its ACP connection with initialize, its first message")
+        early = await peer.request("session/new", {"cwd": ctx.cwd, "mcpServers": []}, timeout=5)
+        answer = await initialize(peer, ctx.protocol)
+        if not isinstance(answer.get("result"), dict):
+            return failed(f"after a request before initialize, initialize answered {show(answer)}")
+        if "error" in early:
+            return passed(f"session/new before initialize answered error {error_code(early)}; initialize then worked")
+        return Result(
+            Status.WARN,
+            "session/new before initialize got a session (a result): a client that skipped negotiation "
+            "was served without knowing its version or capabilities",
+        )
+
+    return await expect(ctx, body, "session/new sent before initialize got no answer within 5 s")
+
+
+async def check_capabilities_well_formed(ctx: Context) -> Result:
+    async def body(peer: WirePeer) -> Result:
+        answer = await initialize(peer, ctx.protocol)
+        result = answer.get("result")
+        if not isinstance(result, dict):
+            return failed(f"initialize answered {show(answer)}")
+        methods = result.get("authMethods") or []
+        ids = [m.get("id") for m in methods if isinstance(m, dict)]
+        repeated = sorted({i for i in ids if ids.count(i) > 1}, key=str)
+        if repeated:
+            return failed(f"authMethods repeat the id {repeated[0]!r}")
+        caps = result.get("agentCapabilities") if ctx.protocol < 2 else result.get("capabilities")
+        if caps is None:
+            caps = {}
+        if not isinstance(caps, dict):
+            return failed(f"the agent's capabilities are not an object: {show(caps)}")
+        advertised = sorted(_true_paths(caps))
+        return passed(
+            "capabilities: "
+            + (", ".join(advertised) if advertised else "none beyond the baseline")
+            + f"; authMethods: {', '.join(map(str, ids)) if ids else 'none'} (shapes: see schema.valid)"
+        )
+
+    return await expect(ctx, body, "initialize got no answer within 10 s")
+
+
+def _true_paths(node: Any, prefix: str = "") -> list[str]:
+    """The dotted paths of the capabilities an agent advertises (true, or a non-null object)."""
+    found: list[str] = []
+    if not isinstance(node, dict):
+        return found
+    for key, value in node.items():
+        if key == "_meta":
+            continue
+        path = f"{prefix}{key}"
+        if isinstance(value, dict):
+            deeper = _true_paths(value, path + ".")
+            found.extend(deeper or [path])
+        elif value is True:
+            found.append(path)
+    return found
 
 
 # -- sessions ----------------------------------------------------------------------------------------
-async def new_session(peer: WirePeer, ctx: Context) -> str:
-    answer = await peer.request("session/new", {"cwd": ctx.cwd, "mcpServers": []}, timeout=30)
-    session_id = (answer.get("result") or {}).get("sessionId")
-    if not isinstance(session_id, str):
-        raise _Failed(f"session/new answered {orjson.dumps(answer).decode()[:200]}")
-    return session_id
-
-
-class _Failed(Exception):
-    pass
-
-
 async def check_session_new(ctx: Context) -> Result:
     async def body(peer: WirePeer) -> Result:
         await initialize(peer, ctx.protocol)
         return passed(f"sessionId {await new_session(peer, ctx)!r}")
 
-    return await _expect(ctx, body, "session/new got no answer within 30 s")
-
-
-CANCEL_BOUND = 2.0
-"""Seconds an agent may take to end a turn after ``session/cancel`` ("as soon as possible")."""
-STOP_REASONS = {"end_turn", "max_tokens", "max_turn_requests", "refusal", "cancelled"}
+    return await expect(ctx, body, "session/new got no answer within 30 s")
 
 
 async def check_prompt(ctx: Context) -> Result:
     async def body(peer: WirePeer) -> Result:
         await initialize(peer, ctx.protocol)
         session_id = await new_session(peer, ctx)
-        prompt = [{"type": "text", "text": ctx.prompt}]
-        answer = await peer.request(
-            "session/prompt", {"sessionId": session_id, "prompt": prompt}, timeout=ctx.turn_timeout
-        )
-        stop = (answer.get("result") or {}).get("stopReason")
-        updates = [m for m in peer.received if m.get("method") == "session/update"]
-        if stop not in STOP_REASONS:
-            return failed(f"session/prompt answered {orjson.dumps(answer).decode()[:200]}")
-        wrong = [u for u in updates if (u.get("params") or {}).get("sessionId") != session_id]
-        if wrong:
-            return failed(f"a session/update for another session: {orjson.dumps(wrong[0]).decode()[:200]}")
-        return passed(f"stopReason {stop}, {len(updates)} session/update notifications")
+        turn = await start_turn(peer, session_id, text_prompt(ctx.prompt))
+        end = await finish_turn(peer, ctx, turn)
+        problem = turn_failure(end)
+        if problem:
+            return failed(problem)
+        stray = [
+            m
+            for m in peer.received[turn.start :]
+            if m.get("method") == "session/update" and (m.get("params") or {}).get("sessionId") != session_id
+        ]
+        if stray:
+            return failed(f"a session/update for another session: {show(stray[0])}")
+        if ctx.protocol >= 2:
+            kinds = [u.get("sessionUpdate") for u in end.updates]
+            if "user_message" not in kinds and "user_message_chunk" not in kinds:
+                return failed(
+                    "no user_message (or user_message_chunk) update reported the prompt "
+                    "(docs/protocol/v2/prompt-lifecycle.mdx § Prompt Accepted: MUST)"
+                )
+            states = [u.get("state") for u in end.updates if u.get("sessionUpdate") == "state_update"]
+            if "running" not in states and "requires_action" not in states:
+                return failed(
+                    "the turn went idle without a state_update running first "
+                    "(docs/protocol/v2/prompt-lifecycle.mdx § Agent Reports Output: MUST)"
+                )
+            return passed(f"accepted, {len(end.updates)} session/update notifications, idle with {end.stop}")
+        return passed(f"stopReason {end.stop}, {len(end.updates)} session/update notifications")
 
-    return await _expect(ctx, body, f"session/prompt got no answer within {ctx.turn_timeout} s")
+    return await expect(ctx, body, f"the prompt turn did not end within {ctx.turn_timeout} s")
+
+
+def judge_cancelled(end: Any, waited: float, what: str) -> Result:
+    """prompt-turn.mdx § Cancellation: the turn ends with ``cancelled``, "as soon as possible"."""
+    if end.stop is None:
+        return failed(f"the turn ended with an error after {what}: {show(end.answer.get('error'))}")
+    if end.stop == "cancelled" and waited <= CANCEL_BOUND:
+        return passed(f"stopReason cancelled {waited * 1000:.0f} ms after {what}")
+    if end.stop == "cancelled":
+        return failed(f"stopReason cancelled, but {waited:.1f} s after {what} (bound {CANCEL_BOUND} s)")
+    if waited < 0.5:
+        return Result(Status.WARN, f"stopReason {end.stop!r}: the turn may have ended before {what} was read")
+    return failed(f"stopReason {end.stop!r} {waited:.1f} s after {what} (must be cancelled)")
 
 
 async def check_cancel(ctx: Context) -> Result:
     async def body(peer: WirePeer) -> Result:
         await initialize(peer, ctx.protocol)
         session_id = await new_session(peer, ctx)
-        request_id = peer.new_id()
-        prompt = {"sessionId": session_id, "prompt": [{"type": "text", "text": ctx.prompt}]}
-        request = {"jsonrpc": "2.0", "id": request_id, "method": "session/prompt", "params": prompt}
-        cancel = {"jsonrpc": "2.0", "method": "session/cancel", "params": {"sessionId": session_id}}
-        await peer.send(request)
-        await peer.send(cancel)
+        turn = await start_turn(peer, session_id, text_prompt(ctx.script.long))
+        await peer.notify("session/cancel", {"sessionId": session_id})
         sent = time.monotonic()
         try:
-            answer = await peer.response(request_id, 10)
+            end = await finish_turn(peer, ctx, turn, 10)
         except trio.TooSlowError:
-            return failed("the turn was not answered within 10 s of session/cancel")
-        waited = time.monotonic() - sent
-        if "error" in answer:
-            return failed(f"the cancelled turn answered an error: {orjson.dumps(answer['error']).decode()[:200]}")
-        stop = (answer.get("result") or {}).get("stopReason")
-        if stop == "cancelled" and waited <= CANCEL_BOUND:
-            return passed(f"stopReason cancelled {waited * 1000:.0f} ms after session/cancel")
-        if stop == "cancelled":
-            return failed(f"stopReason cancelled, but {waited:.1f} s after session/cancel (bound {CANCEL_BOUND} s)")
-        if waited < 0.5:
-            return Result(Status.WARN, f"stopReason {stop!r}: the turn may have ended before the cancel was read")
-        return failed(f"stopReason {stop!r} {waited:.1f} s after session/cancel (must be cancelled)")
+            return failed("the turn did not end within 10 s of session/cancel")
+        return judge_cancelled(end, end.ended - sent, "session/cancel")
 
-    return await _expect(ctx, body, "no answer within the bound")
+    return await expect(ctx, body, "no answer within the bound")
 
 
 # 1x1 transparent PNG and a tiny WAV, for the image and audio blocks
@@ -300,10 +322,8 @@ _WAV = "UklGRiQAAABXQVZFZm10IBAAAAABAAEAQB8AAIA+AAACABAAZGF0YQAAAAA="
 
 async def check_content_types(ctx: Context) -> Result:
     async def body(peer: WirePeer) -> Result:
-        result = (await initialize(peer, ctx.protocol)).get("result") or {}
-        prompt_caps = (result.get("agentCapabilities") or {}).get("promptCapabilities") or {}
-        path = os.path.join(ctx.cwd, "acp-check-notes.txt")
-        uri = "file://" + path
+        prompt_caps = prompt_capabilities(ctx, await agent_capabilities(peer, ctx))
+        uri = "file://" + ctx.notes_path
         blocks: dict[str, dict[str, Any]] = {
             "resource_link": {"type": "resource_link", "uri": uri, "name": "acp-check-notes.txt"},
         }
@@ -317,57 +337,63 @@ async def check_content_types(ctx: Context) -> Result:
         session_id = await new_session(peer, ctx)
         refused = []
         for kind, block in blocks.items():
-            prompt = [{"type": "text", "text": ctx.prompt}, block]
-            answer = await peer.request(
-                "session/prompt", {"sessionId": session_id, "prompt": prompt}, timeout=ctx.turn_timeout
-            )
-            stop = (answer.get("result") or {}).get("stopReason")
-            if stop not in STOP_REASONS:
-                refused.append(f"{kind}: {orjson.dumps(answer.get('error') or answer).decode()[:120]}")
+            end = await run_turn(peer, ctx, session_id, [*text_prompt(ctx.prompt), block])
+            if end.stop not in STOP_REASONS:
+                refused.append(f"{kind}: {show(end.answer.get('error') or end.answer, 120)}")
         if refused:
             return failed("a prompt with a content block it must accept failed: " + "; ".join(refused))
         return passed("text with " + ", ".join(blocks) + " accepted")
 
-    return await _expect(ctx, body, f"a prompt got no answer within {ctx.turn_timeout} s")
+    return await expect(ctx, body, f"a prompt got no answer within {ctx.turn_timeout} s")
+
+
+REPLAY_KINDS = ("user_message", "agent_message", "agent_thought", "tool_call")
+"""The update kinds that carry the conversation (a replay), by prefix."""
 
 
 async def check_load(ctx: Context) -> Result:
+    """v1 ``session/load`` (when ``loadSession``); v2 ``session/resume`` with ``replayFrom: start``."""
+
     async def body(peer: WirePeer) -> Result:
-        result = (await initialize(peer, ctx.protocol)).get("result") or {}
-        capabilities = result.get("agentCapabilities") or {}
-        if not capabilities.get("loadSession"):
+        capabilities = await agent_capabilities(peer, ctx)
+        v2 = ctx.protocol >= 2
+        if not v2 and not capabilities.get("loadSession"):
             return Result(Status.SKIP, "the agent does not advertise loadSession")
+        if v2 and not isinstance(capabilities.get("session"), dict):
+            return Result(Status.SKIP, "the agent does not advertise the session methods (session)")
         session_id = await new_session(peer, ctx)
-        prompt = {"sessionId": session_id, "prompt": [{"type": "text", "text": ctx.prompt}]}
-        await peer.request("session/prompt", prompt, timeout=ctx.turn_timeout)
+        await run_turn(peer, ctx, session_id, text_prompt(ctx.prompt))
         before = len(peer.received)
         request_id = peer.new_id()
-        params = {"sessionId": session_id, "cwd": ctx.cwd, "mcpServers": []}
-        await peer.send({"jsonrpc": "2.0", "id": request_id, "method": "session/load", "params": params})
+        params: dict[str, Any] = {"sessionId": session_id, "cwd": ctx.cwd, "mcpServers": []}
+        method = "session/resume" if v2 else "session/load"
+        if v2:
+            params["replayFrom"] = {"type": "start"}
+        await peer.send({"jsonrpc": "2.0", "id": request_id, "method": method, "params": params})
         answer = await peer.response(request_id, ctx.turn_timeout)
         if "error" in answer:
-            return failed(f"session/load of a session it just made answered {orjson.dumps(answer).decode()[:200]}")
+            return failed(f"{method} of a session it just made answered {show(answer)}")
         cut = peer.received.index(answer)
-        replayed = [
-            m
-            for m in peer.received[before:cut]
-            if m.get("method") == "session/update" and (m.get("params") or {}).get("sessionId") == session_id
-        ]
-        with trio.move_on_after(0.5):  # anything replayed after the answer is late
-            late = await peer.wait_for(
-                lambda m: (
-                    peer.received.index(m) > cut
-                    and m.get("method") == "session/update"
-                    and (m.get("params") or {}).get("sessionId") == session_id
-                ),
-                0.5,
+        replayed = session_updates(peer, session_id, before, cut)
+
+        def replay_after_answer(message: dict[str, Any]) -> bool:
+            params = message.get("params") or {}
+            update = params.get("update") if isinstance(params, dict) else None
+            return (
+                message.get("method") == "session/update"
+                and params.get("sessionId") == session_id
+                and isinstance(update, dict)
+                and str(update.get("sessionUpdate", "")).startswith(REPLAY_KINDS)
             )
-            return failed(f"a replayed update came after the session/load answer: {orjson.dumps(late).decode()[:160]}")
+
+        with trio.move_on_after(0.5):  # conversation replayed after the answer is late
+            late = await peer.wait_for(replay_after_answer, 0.5, start=cut + 1)
+            return failed(f"a replayed update came after the {method} answer: {show(late, 160)}")
         if not replayed:
-            return failed("session/load answered without replaying the conversation (no session/update before it)")
+            return failed(f"{method} answered without replaying the conversation (no session/update before it)")
         return passed(f"{len(replayed)} updates replayed, then the answer")
 
-    return await _expect(ctx, body, "no answer within the bound")
+    return await expect(ctx, body, "no answer within the bound")
 
 
 async def check_cancel_request(ctx: Context) -> Result:
@@ -382,13 +408,13 @@ async def check_cancel_request(ctx: Context) -> Result:
             answer = await peer.response(request_id, ctx.turn_timeout)
         except trio.TooSlowError:
             return failed(f"the request named in $/cancel_request got no response within {ctx.turn_timeout} s")
-        if _error_code(answer) == -32800:
+        if error_code(answer) == -32800:
             return passed("-32800 (request cancelled)")
         if "error" in answer:
-            return passed(f"an error response ({_error_code(answer)}): a response, as required")
+            return passed(f"an error response ({error_code(answer)}): a response, as required")
         return passed("a result: a response, as required")
 
-    return await _expect(ctx, body, "no answer within the bound")
+    return await expect(ctx, body, "no answer within the bound")
 
 
 # -- lifecycle ---------------------------------------------------------------------------------------
@@ -405,26 +431,10 @@ async def check_eof_exit(ctx: Context) -> Result:
             return passed(f"exited {took * 1000:.0f} ms after its stdin closed ({how})")
         return Result(Status.WARN, "still running 5 s after its stdin closed")
 
-    return await _expect(ctx, body, "initialize got no answer")
+    return await expect(ctx, body, "initialize got no answer")
 
 
-async def _expect(ctx: Context, body: Callable[[WirePeer], Awaitable[Result]], timeout_text: str) -> Result:
-    async def guarded(peer: WirePeer) -> Result:
-        try:
-            return await body(peer)
-        except trio.TooSlowError:
-            return failed(timeout_text)
-        except _Failed as exc:
-            return failed(str(exc))
-        except AgentGone as exc:
-            return failed(f"{exc} (the process ended?)")
-
-    result: Result = await ctx.with_peer(guarded)
-    return result
-
-
-INIT = "docs/protocol/v1/initialization.mdx"
-PROMPT = "docs/protocol/v1/prompt-turn.mdx"
+V2 = "docs/protocol/v2"
 CHECKS: tuple[Check, ...] = (
     Check("initialize.version", "answers the protocol version asked", f"{INIT} § Version Negotiation", check_version),
     Check(
@@ -434,6 +444,18 @@ CHECKS: tuple[Check, ...] = (
         check_newer_version,
     ),
     Check("initialize.info", "names itself (agentInfo)", f"{INIT} § Implementation Information", check_info),
+    Check(
+        "initialize.capabilities",
+        "capabilities and authMethods well-formed (ids unique)",
+        f"{INIT} § Agent Capabilities; docs/protocol/v1/authentication.mdx",
+        check_capabilities_well_formed,
+    ),
+    Check(
+        "initialize.before",
+        "a request before initialize is answered, and initialize still works",
+        f"{INIT} (clients MUST initialize first); {JSONRPC} § 4 (every request is answered)",
+        check_before_initialize,
+    ),
     Check("jsonrpc.parse-error", "malformed JSON gets -32700", f"{JSONRPC} § 5.1", check_parse_error),
     Check("jsonrpc.invalid-request", "an invalid request gets -32600", f"{JSONRPC} § 5.1", check_invalid_request),
     Check(
@@ -449,33 +471,85 @@ CHECKS: tuple[Check, ...] = (
         check_notifications_unanswered,
     ),
     Check("jsonrpc.ids", "string and large integer ids echoed exactly", f"{JSONRPC} § 5", check_ids_echoed),
+    Check("session.new", "session/new answers a session id", f"{SETUP} § Creating a Session", check_session_new),
     Check(
-        "session.new",
-        "session/new answers a session id",
-        "docs/protocol/v1/session-setup.mdx § Creating a Session",
-        check_session_new,
+        "session.prompt",
+        "a text prompt ends with a stop reason (v2: accepted, user_message, running, idle)",
+        f"{PROMPT} § Stop Reasons; {V2}/prompt-lifecycle.mdx",
+        check_prompt,
     ),
-    Check("session.prompt", "a text prompt ends with a stop reason", f"{PROMPT} § Stop Reasons", check_prompt, (1,)),
     Check(
         "session.cancel",
         "session/cancel ends the turn with cancelled",
-        f"{PROMPT} § Cancellation",
+        f"{PROMPT} § Cancellation; {V2}/prompt-lifecycle.mdx",
         check_cancel,
-        (1,),
+    ),
+    Check(
+        "session.cancel-permission",
+        "session/cancel with a permission request pending: answered cancelled, the turn ends cancelled",
+        f"{PROMPT} § Cancellation",
+        sc.check_cancel_permission,
     ),
     Check(
         "session.content-types",
         "prompts with resource_link (baseline) and each advertised content type are accepted",
         f"{INIT} § Prompt capabilities",
         check_content_types,
-        (1,),
     ),
     Check(
         "session.load",
-        "session/load replays the conversation, then answers (when advertised)",
-        "docs/protocol/v1/session-setup.mdx § Loading a Session",
+        "session/load (v2: resume with replayFrom start) replays the conversation, then answers",
+        f"{SETUP} § Loading a Session; {V2}/session-setup.mdx § Resuming Sessions",
         check_load,
+    ),
+    Check(
+        "session.list", "session/list lists, the cwd filter holds", "docs/protocol/v1/session-list.mdx", sc.check_list
+    ),
+    Check(
+        "session.resume",
+        "session/resume answers without replaying",
+        f"{SETUP} § Resuming Sessions",
+        sc.check_resume,
+    ),
+    Check(
+        "session.close",
+        "session/close cancels the running turn",
+        f"{SETUP} § Closing Sessions",
+        sc.check_close,
+    ),
+    Check(
+        "session.delete",
+        "session/delete deletes, and a missing session silently",
+        "docs/protocol/v1/session-delete.mdx",
+        sc.check_delete,
+    ),
+    Check(
+        "session.set-mode",
+        "session/set_mode to a listed mode is answered",
+        "docs/protocol/v1/session-modes.mdx",
+        sc.check_set_mode,
         (1,),
+    ),
+    Check(
+        "session.set-config-option",
+        "session/set_config_option answers every option with the new value; unknown ids rejected",
+        "docs/protocol/v1/session-config-options.mdx § Setting a Config Option",
+        sc.check_set_config_option,
+    ),
+    Check(
+        "capabilities.variations",
+        "a turn under each client capability set (none, fs read, fs write, terminal, all)",
+        f"{INIT} § Client Capabilities",
+        sc.check_capability_variations,
+        (1,),
+        len(sc.VARIATIONS) + 1,
+    ),
+    Check(
+        "script.expectations",
+        "each scripted prompt shows the behaviours it expects",
+        "--script (tool-calls.mdx, prompt-turn.mdx, file-system.mdx, terminals.mdx)",
+        sc.check_script,
+        turns=10,
     ),
     Check(
         "jsonrpc.cancel-request",
@@ -491,6 +565,14 @@ CHECKS: tuple[Check, ...] = (
     ),
 )
 
-
-def default_cwd() -> str:
-    return os.path.realpath(tempfile.gettempdir())
+__all__ = [
+    "CHECKS",
+    "CLIENT_CAPABILITIES",
+    "Check",
+    "Context",
+    "Failed",
+    "Result",
+    "Status",
+    "default_cwd",
+    "initialize_params",
+]

@@ -2,15 +2,20 @@
 
 It writes exactly the bytes a check asks for (malformed JSON included), reads every line the agent
 writes, and records what the rules are checked against: lines that are not one JSON-RPC message,
-messages that do not validate against the pinned schema, and requests the agent sends for
-capabilities the checker's client did not advertise.  Requests from the agent are answered as a
-plain client would: ``session/request_permission`` with the first ``allow`` option (else
-cancelled), ``fs/*`` and ``terminal/*`` with ``-32601`` unless advertised (then from an empty
-in-memory sandbox), anything else with ``-32601``.
+messages that do not validate against the pinned schema, requests the agent sends for
+capabilities the checker's client did not advertise (the capabilities of the ``initialize`` it
+sent on that connection), and what the agent wrote on stderr.  Requests from the agent are
+answered as a plain client would: ``session/request_permission`` with the first ``allow`` option
+(else cancelled) unless a check holds it back, ``fs/*`` and ``terminal/*`` with ``-32601`` unless
+advertised (then ``fs/read_text_file`` from the files of :attr:`WirePeer.files`, ``-32002`` for
+others, ``fs/write_text_file`` into that dict, and terminals that run nothing and exit 0),
+anything else with ``-32601``.
 """
 
 from __future__ import annotations
 
+import itertools
+import logging
 import math
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
@@ -35,7 +40,23 @@ class Observations:
     invalid: list[str] = field(default_factory=list)  # schema violations, each "what: why"
     uncapable: list[str] = field(default_factory=list)  # fs/terminal requests without the capability
     tool_calls: list[str] = field(default_factory=list)  # tool_call_update for a tool call never reported
+    stderr: list[str] = field(default_factory=list)  # stderr lines that are not logs (JSON-RPC, not UTF-8)
+    stderr_lines: int = 0
     messages: int = 0
+
+    def note_stderr(self, lines: Sequence[str]) -> None:
+        """transports.mdx § stdio: the agent MAY write UTF-8 strings to stderr for logging."""
+        self.stderr_lines += len(lines)
+        for line in lines:
+            if "\ufffd" in line:
+                self.stderr.append(f"a stderr line that is not UTF-8: {_show(line.encode())}")
+                continue
+            try:
+                message = orjson.loads(line)
+            except orjson.JSONDecodeError:
+                continue
+            if isinstance(message, dict) and message.get("jsonrpc") == "2.0":
+                self.stderr.append(f"a JSON-RPC message on stderr (protocol goes on stdout): {_show(line.encode())}")
 
 
 class AgentGone(Exception):
@@ -45,11 +66,16 @@ class AgentGone(Exception):
 class WirePeer:
     """One agent process, driven line by line (see :func:`run_with_peer`)."""
 
-    def __init__(self, target: Any, schema: WireSchema, seen: Observations, capabilities: dict[str, Any]) -> None:
+    def __init__(self, target: Any, schema: WireSchema, seen: Observations) -> None:
         self.target = target
         self.schema = schema
         self.seen = seen
-        self.capabilities = capabilities
+        self.capabilities: dict[str, Any] = {}  # the client capabilities of the initialize sent, wire JSON
+        self.files: dict[str, str] = {}  # absolute path → text: what fs/read_text_file serves, and writes
+        self.hold_permissions = False  # leave session/request_permission unanswered (see ``pending``)
+        self.pending: list[dict[str, Any]] = []  # the permission requests held back
+        self.agent_requests: list[str] = []  # the method of every request the agent sent, in order
+        self._terminals = 0
         self.received: list[dict[str, Any]] = []  # every message, in order
         self.raw: list[bytes] = []  # every line, in order
         self._sent_methods: dict[str, str] = {}  # our request id (as JSON text) → method
@@ -65,6 +91,9 @@ class WirePeer:
     async def send(self, message: dict[str, Any]) -> None:
         if "method" in message and "id" in message:
             self._sent_methods[orjson.dumps(message["id"]).decode()] = message["method"]
+            if message["method"] == "initialize" and isinstance(message.get("params"), dict):
+                # v1 advertises fs and terminal in clientCapabilities; v2 has neither method
+                self.capabilities = dict(message["params"].get("clientCapabilities") or {})
         await self.send_raw(orjson.dumps(message) + b"\n")
 
     def new_id(self) -> int:
@@ -101,10 +130,12 @@ class WirePeer:
                     raise AgentGone("the agent closed its stdout")
                 await self._changed.park()
 
-    async def wait_for(self, predicate: Any, timeout: float) -> dict[str, Any]:
+    async def wait_for(self, predicate: Any, timeout: float, start: int = 0) -> dict[str, Any]:
+        """The first message from ``received[start]`` on that satisfies ``predicate`` (waits at most
+        ``timeout`` seconds: ``trio.TooSlowError``; :class:`AgentGone` if the agent went away first)."""
         with trio.fail_after(timeout):
             while True:
-                for message in self.received:
+                for message in self.received[start:]:
                     if predicate(message):
                         return message
                 if self.ended:
@@ -156,6 +187,10 @@ class WirePeer:
         if method == "session/update":
             self._track_tool_calls(message.get("params"))
         if isinstance(method, str) and "id" in message:
+            self.agent_requests.append(method)
+            if method == "session/request_permission" and self.hold_permissions:
+                self.pending.append(message)
+                return
             await self._answer(message)
 
     def _track_tool_calls(self, params: Any) -> None:
@@ -170,12 +205,22 @@ class WirePeer:
         elif kind == "tool_call_update" and key not in self._tool_calls:
             self.seen.tool_calls.append(f"tool_call_update for {key[1]!r} in session {key[0]!r}, never reported")
 
+    async def answer(self, request: dict[str, Any], *, result: Any = None, error: Any = None) -> None:
+        """Send the response to ``request`` (a request the agent sent): ``error`` if given, else ``result``."""
+        reply: dict[str, Any] = {"jsonrpc": "2.0", "id": request["id"]}
+        if error is not None:
+            reply["error"] = error
+        else:
+            reply["result"] = result
+        try:
+            await self.send(reply)
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            pass
+
     async def _answer(self, message: dict[str, Any]) -> None:
         method = message["method"]
         raw_params = message.get("params")
         params: dict[str, Any] = raw_params if isinstance(raw_params, dict) else {}
-        result: Any = None
-        error: dict[str, Any] | None = None
         fs = self.capabilities.get("fs") or {}
         if method == "session/request_permission":
             options = params.get("options") or []
@@ -183,28 +228,41 @@ class WirePeer:
                 (o for o in options if isinstance(o, dict) and str(o.get("kind", "")).startswith("allow")), None
             )
             if allow is not None:
-                result = {"outcome": {"outcome": "selected", "optionId": allow.get("optionId")}}
+                await self.answer(
+                    message, result={"outcome": {"outcome": "selected", "optionId": allow.get("optionId")}}
+                )
             else:
-                result = {"outcome": {"outcome": "cancelled"}}
+                await self.answer(message, result={"outcome": {"outcome": "cancelled"}})
         elif method == "fs/read_text_file" and fs.get("readTextFile"):
-            error = {"code": -32002, "message": "Resource not found", "data": {"path": params.get("path")}}
+            path = params.get("path")
+            if isinstance(path, str) and path in self.files:
+                await self.answer(message, result={"content": self.files[path]})
+            else:
+                await self.answer(
+                    message, error={"code": -32002, "message": "Resource not found", "data": {"path": path}}
+                )
         elif method == "fs/write_text_file" and fs.get("writeTextFile"):
-            result = {}
+            if isinstance(params.get("path"), str) and isinstance(params.get("content"), str):
+                self.files[params["path"]] = params["content"]
+            await self.answer(message, result={})
+        elif method.startswith("terminal/") and self.capabilities.get("terminal"):
+            await self.answer(message, result=self._terminal(method))
         elif method.startswith(("fs/", "terminal/")):
-            if method.startswith("fs/") or not self.capabilities.get("terminal"):
-                self.seen.uncapable.append(f"{method} (the client advertised {_caps_text(self.capabilities)})")
-            error = {"code": -32601, "message": f"Method not found: {method}"}
+            self.seen.uncapable.append(f"{method} (the client advertised {_caps_text(self.capabilities)})")
+            await self.answer(message, error={"code": -32601, "message": f"Method not found: {method}"})
         else:
-            error = {"code": -32601, "message": f"Method not found: {method}"}
-        answer: dict[str, Any] = {"jsonrpc": "2.0", "id": message["id"]}
-        if error is not None:
-            answer["error"] = error
-        else:
-            answer["result"] = result
-        try:
-            await self.send(answer)
-        except (trio.BrokenResourceError, trio.ClosedResourceError):
-            pass
+            await self.answer(message, error={"code": -32601, "message": f"Method not found: {method}"})
+
+    def _terminal(self, method: str) -> Any:
+        """terminals.mdx: a terminal that runs nothing and has exited 0."""
+        if method == "terminal/create":
+            self._terminals += 1
+            return {"terminalId": f"term_acp_check_{self._terminals}"}
+        if method == "terminal/output":
+            return {"output": "", "truncated": False, "exitStatus": {"exitCode": 0}}
+        if method == "terminal/wait_for_exit":
+            return {"exitCode": 0}
+        return {}
 
 
 def _caps_text(capabilities: dict[str, Any]) -> str:
@@ -216,13 +274,26 @@ def _show(line: bytes) -> str:
     return text if len(text) <= 120 else text[:117] + "..."
 
 
-class ProcessTarget:
-    """An agent process as the checker sees it: ``stdin``, ``stdout``, and its exit."""
+class _StderrLines(logging.Handler):
+    """Keeps the lines of one agent's stderr (``open_agent_process`` logs each at INFO)."""
 
-    def __init__(self, agent: Any) -> None:
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if len(self.lines) < 10_000:
+            self.lines.append(record.getMessage())
+
+
+class ProcessTarget:
+    """An agent process as the checker sees it: ``stdin``, ``stdout``, its exit, its stderr lines."""
+
+    def __init__(self, agent: Any, stderr_lines: list[str]) -> None:
         self.stdin: trio.abc.SendStream = agent.stdin
         self.stdout: trio.abc.ReceiveStream = agent.stdout
         self._process = agent.process
+        self.stderr_lines = stderr_lines
 
     async def wait_exit(self) -> str:
         """Wait until it exits; say how (``"code 0"``)."""
@@ -243,11 +314,25 @@ class MemoryTarget:
         return "its connection closed"
 
 
+_loggers = itertools.count()  # one logger name per agent process, unique in this interpreter
+
+
 def process_target(command: Sequence[str], shutdown_timeout: float) -> Any:
     @asynccontextmanager
     async def open_target() -> AsyncIterator[ProcessTarget]:
-        async with open_agent_process(command[0], list(command[1:]), shutdown_timeout=shutdown_timeout) as agent:
-            yield ProcessTarget(agent)
+        logger = logging.getLogger(f"acp_trio.check.stderr.{next(_loggers)}")
+        logger.propagate = False
+        logger.setLevel(logging.INFO)
+        handler = _StderrLines()
+        logger.addHandler(handler)
+        try:
+            async with open_agent_process(
+                command[0], list(command[1:]), shutdown_timeout=shutdown_timeout, stderr_logger=logger
+            ) as agent:
+                yield ProcessTarget(agent, handler.lines)
+        finally:
+            logger.removeHandler(handler)
+            logging.Logger.manager.loggerDict.pop(logger.name, None)
 
     return open_target
 
@@ -343,14 +428,17 @@ async def run_with_peer(
     open_target: Any,
     schema: WireSchema,
     seen: Observations,
-    capabilities: dict[str, Any],
     body: Any,
 ) -> Any:
-    """Open a fresh target, run ``await body(peer)``, then shut it down; returns ``body``'s result."""
-    async with open_target() as target, trio.open_nursery() as nursery:
-        peer = WirePeer(target, schema, seen, capabilities)
-        nursery.start_soon(peer.read_forever)
-        try:
-            return await body(peer)
-        finally:
-            nursery.cancel_scope.cancel()
+    """Open a fresh target, run ``await body(peer)``, then shut it down; returns ``body``'s result.
+    The target's stderr lines (a process's) go to ``seen`` once it has exited."""
+    async with open_target() as target:
+        async with trio.open_nursery() as nursery:
+            peer = WirePeer(target, schema, seen)
+            nursery.start_soon(peer.read_forever)
+            try:
+                result = await body(peer)
+            finally:
+                nursery.cancel_scope.cancel()
+    seen.note_stderr(getattr(target, "stderr_lines", ()))
+    return result

@@ -106,6 +106,8 @@ class DemoAgentV2:
         self._terminals = 0
         self._busy: dict[str, trio.CancelScope | None] = {}
         """Sessions with a turn in progress, with the scope ``session/close`` cancels (once it runs)."""
+        self._history: dict[str, list[v2.SessionUpdate]] = {}
+        """Every update each session sent, replayed by ``session/resume`` with ``replayFrom: start``."""
 
     # -- initialization and sessions -------------------------------------------------------------
     async def initialize(self, params: v2.InitializeRequest) -> v2.InitializeResponse:
@@ -132,9 +134,15 @@ class DemoAgentV2:
         return v2.ListSessionsResponse(sessions=sessions)
 
     async def session_resume(self, params: v2.ResumeSessionRequest) -> v2.ResumeSessionResponse:
-        # sessions live as long as this connection and keep no history: nothing to replay
+        # sessions live as long as this connection; replayFrom start replays them before answering
+        # (docs/protocol/v2/session-setup.mdx § Resuming Sessions)
         if params.session_id not in self.conn.sessions:
             raise RequestError.resource_not_found(params.session_id)
+        if isinstance(params.replay_from, v2.StartReplayFrom):
+            for update in list(self._history.get(params.session_id, ())):
+                await self.client.session_update(
+                    v2.UpdateSessionNotification(session_id=params.session_id, update=update)
+                )
         return v2.ResumeSessionResponse()
 
     async def session_close(self, params: v2.CloseSessionRequest) -> v2.CloseSessionResponse:
@@ -177,6 +185,7 @@ class DemoAgentV2:
             self._busy.pop(session_id, None)
 
     async def _send(self, session_id: str, update: v2.SessionUpdate) -> None:
+        self._history.setdefault(session_id, []).append(update)
         await self.client.session_update(v2.UpdateSessionNotification(session_id=session_id, update=update))
 
     async def _say(self, session_id: str, text: str) -> None:
