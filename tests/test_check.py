@@ -7,6 +7,7 @@ Each run spawns real agent processes (one per check), bounded with ``trio.fail_a
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -44,6 +45,7 @@ DEFECTS: dict[str, dict[str, Status]] = {
     "config-unchanged": {"session.set-config-option": Status.FAIL},
     "permission-outlives-cancel": {"session.cancel-permission": Status.FAIL},
     "unlisted": {"session.list": Status.WARN},
+    "rejects-mcp": {"session.mcp": Status.FAIL},
 }
 
 
@@ -142,7 +144,7 @@ DEMO_SCRIPT = Path(__file__).parent / "agents" / "demo_script.toml"
 # no config options, no session/delete
 DEMO_SKIPS = {
     1: {"session.load", "session.list", "session.resume", "session.close", "session.delete", "session.set-mode"},
-    2: {"session.delete", "session.set-mode", "capabilities.variations", "session.tool-call-ids"},
+    2: {"session.delete", "session.set-mode", "capabilities.variations", "session.tool-call-ids", "session.mcp"},
 }
 
 
@@ -222,3 +224,68 @@ async def test_session_load_passes_on_the_demo_agent_with_a_session_store(tmp_pa
     [finding] = report.findings[:1]
     assert (finding.name, finding.status) == ("session.load", Status.PASS), report.text()
     assert "replayed, then the answer" in finding.observed
+
+
+async def test_session_mcp_offers_every_advertised_transport_and_sees_the_agent_connect() -> None:
+    """``session.mcp``: stdio, http and sse servers of the checker's own, reached by an agent that
+    advertises http and sse and connects with ``acp_trio.mcp.open_mcp_servers``."""
+    pytest.importorskip("mcp")
+    from acp_schema import v1
+    from acp_trio.check import run_checks_in_memory
+    from acp_trio.mcp import open_mcp_servers
+
+    class McpAgent:
+        def __init__(self, conn: Any) -> None:
+            self.conn = conn
+
+        async def initialize(self, params: v1.InitializeRequest) -> v1.InitializeResponse:
+            caps = v1.AgentCapabilities(mcp_capabilities=v1.McpCapabilities(http=True, sse=True))
+            return v1.InitializeResponse(protocol_version=1, agent_capabilities=caps)
+
+        async def session_new(self, params: v1.NewSessionRequest) -> v1.NewSessionResponse:
+            servers = await open_mcp_servers(self.conn, "s1", params.mcp_servers, cwd=params.cwd)
+            for name, connected in servers.items():
+                assert connected.session is not None, (name, connected.error)
+                await connected.session.call_tool("acp_check_ping", {})
+            return v1.NewSessionResponse(session_id="s1")
+
+    with trio.fail_after(120):
+        report = await run_checks_in_memory(McpAgent, only=["session.mcp"])
+    [finding] = report.findings
+    assert finding.status is Status.PASS, report.text()
+    assert "stdio: contacted; http: contacted; sse: contacted" in finding.observed
+
+
+def test_a_script_names_its_prompts_and_a_wrong_one_is_a_usage_error_naming_the_field(tmp_path: Path) -> None:
+    from acp_trio.check import Script, ScriptError
+
+    script = Script.load(SCRIPT)
+    assert script.text == "Say hello." and script.long == "Say hello."
+    assert script.expecting("permission") is not None and script.expecting("terminal") is None
+    assert Script.from_data({"prompts": {"long": "Count to 100."}}).long == "Count to 100."
+    for data, field in [
+        ({}, "prompts"),
+        ({"prompts": {"a": {"text": ""}}}, "prompts.a.text"),
+        ({"prompts": {"a": {"text": "x", "expect": "tool_call"}}}, "prompts.a.expect"),
+        ({"prompts": {"a": {"text": "x", "expect": ["flying"]}}}, "'flying'"),
+        ({"prompts": {"a": {"text": "x", "wait": 3}}}, "'wait'"),
+    ]:
+        with pytest.raises(ScriptError, match=re.escape(field)):
+            Script.from_data(data)
+    broken = tmp_path / "broken.toml"
+    broken.write_text("[prompts.a\n")
+    proc = subprocess.run(
+        [sys.executable, "-m", "acp_trio.check", "--script", str(broken), "--", *target("good")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 2 and "broken.toml: not valid TOML" in proc.stderr
+    ran = subprocess.run(
+        [sys.executable, "-m", "acp_trio.check", "--script", str(SCRIPT), "--only", "script", "--", *target("good")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert ran.returncode == 0, ran.stdout
+    assert "PASS  script.expectations  permission: permission, tool_call; read: fs_read, message" in ran.stdout

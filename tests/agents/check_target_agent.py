@@ -17,7 +17,8 @@ wrong in exactly one, named by ``argv[1]``:
 - ``config-unchanged``: answers ``session/set_config_option`` with the old value;
 - ``permission-outlives-cancel``: with a permission request pending, ``session/cancel`` does not end
   the turn: it waits for the answer, then goes on working for 3 s;
-- ``unlisted``: ``session/list`` leaves out the sessions of this connection.
+- ``unlisted``: ``session/list`` leaves out the sessions of this connection;
+- ``rejects-mcp``: refuses ``session/new`` with a stdio MCP server (every agent must take one).
 
 It offers ``loadSession``, ``session/list``, ``resume``, ``close``, ``delete``, two modes and a
 ``select`` config option.  A prompt whose text holds "permission" asks
@@ -80,6 +81,8 @@ class Agent:
         )
 
     async def session_new(self, params: v1.NewSessionRequest) -> v1.NewSessionResponse:
+        if DEFECT == "rejects-mcp" and params.mcp_servers:
+            raise acp_trio.RequestError.invalid_params({"detail": "MCP servers are not supported"})
         self.sessions += 1
         sid = f"s{self.sessions}"
         self.effort[sid] = "fast"

@@ -24,7 +24,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--skip", action="append", default=[], metavar="NAME", help="skip these checks")
     parser.add_argument("--json", metavar="FILE", help="also write the report as JSON")
     parser.add_argument("--turn-timeout", type=float, default=60.0, metavar="SECONDS", help="per prompt turn")
-    parser.add_argument("--prompt", default="Say hello in one short sentence.", help="the prompt text sent")
+    parser.add_argument("--prompt", help="the plain prompt's text (default: 'Say hello in one short sentence.')")
+    parser.add_argument(
+        "--script", metavar="FILE", help="a TOML or JSON file of prompts and the behaviours they must show"
+    )
     parser.add_argument("--url", help="check an agent served at ws://... or http://... instead of spawning one")
     parser.add_argument("--header", action="append", default=[], help="--url: an extra header, 'Name: value'")
     parser.add_argument("command", nargs=argparse.REMAINDER, help="-- AGENT_CMD [ARG ...]")
@@ -46,6 +49,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "skip": options.skip,
         "turn_timeout": options.turn_timeout,
         "prompt": options.prompt,
+        "script": options.script,
         "progress": progress,
     }
     try:

@@ -277,15 +277,28 @@ async def expect(ctx: Context, body: Callable[[WirePeer], Awaitable[Result]], ti
     async def guarded(peer: WirePeer) -> Result:
         try:
             return await body(peer)
-        except trio.TooSlowError:
+        except BaseExceptionGroup as group:  # a body's own nursery: one verdict inside is still a verdict
+            leaves = _leaves(group)
+            if len(leaves) != 1 or not isinstance(leaves[0], (trio.TooSlowError, Failed, AgentGone)):
+                raise
+            problem: BaseException = leaves[0]
+        except (trio.TooSlowError, Failed, AgentGone) as exc:
+            problem = exc
+        if isinstance(problem, trio.TooSlowError):
             return failed(timeout_text)
-        except Failed as exc:
-            return failed(str(exc))
-        except AgentGone as exc:
-            return failed(f"{exc} (the process ended?)")
+        if isinstance(problem, AgentGone):
+            return failed(f"{problem} (the process ended?)")
+        return failed(str(problem))
 
     result: Result = await ctx.with_peer(guarded)
     return result
+
+
+def _leaves(group: BaseExceptionGroup[BaseException]) -> list[BaseException]:
+    found: list[BaseException] = []
+    for exc in group.exceptions:
+        found.extend(_leaves(exc) if isinstance(exc, BaseExceptionGroup) else [exc])
+    return found
 
 
 def default_cwd() -> str:

@@ -503,7 +503,13 @@ CHECKS: tuple[Check, ...] = (
         check_load,
     ),
     Check(
-        "session.list", "session/list lists, the cwd filter holds", "docs/protocol/v1/session-list.mdx", sc.check_list
+        "session.mcp",
+        "session/new with an MCP server of each supported transport (stdio; http, sse when advertised)",
+        f"{SETUP} § MCP Servers",
+        sc.check_mcp,
+    ),
+    Check(
+        "session.list", "session/list lists; the cwd filter holds", "docs/protocol/v1/session-list.mdx", sc.check_list
     ),
     Check(
         "session.resume",

@@ -3,7 +3,14 @@ behaviours and cancellation with a permission request pending."""
 
 from __future__ import annotations
 
+import importlib.util
+import os
+import socket
+import subprocess
+import sys
+import tempfile
 import time
+from functools import partial
 from typing import Any
 
 import trio
@@ -328,3 +335,89 @@ async def check_script(ctx: Context) -> Result:
         if result.status is not Status.PASS:
             return result
     return passed("; ".join(shown))
+
+
+MCP_CONNECT_WAIT = 3.0
+"""Seconds the checker waits, after ``session/new``, for the agent to contact its MCP servers."""
+
+
+def _mcp_transports(ctx: Context, caps: dict[str, Any]) -> list[str]:
+    """stdio (v1: every agent; v2: ``session.mcp.stdio``), then http and sse as advertised."""
+    if ctx.protocol >= 2:
+        mcp = (caps.get("session") or {}).get("mcp") or {}
+        return [t for t in ("stdio", "http") if isinstance(mcp, dict) and mcp.get(t) is not None]
+    mcp = caps.get("mcpCapabilities") or {}
+    return ["stdio"] + [t for t in ("http", "sse") if isinstance(mcp, dict) and mcp.get(t)]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+async def _serve_mcp(nursery: trio.Nursery, record: str, transport: str) -> str:
+    """Start the checker's MCP server over ``transport`` (http or sse); its URL once it accepts."""
+    port = _free_port()
+    command = [sys.executable, "-m", "acp_trio.check._mcp_server", record, transport, str(port)]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+    nursery.start_soon(
+        partial(trio.run_process, command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    )
+    with trio.fail_after(20):
+        while True:
+            try:
+                stream = await trio.open_tcp_stream("127.0.0.1", port)
+            except OSError:
+                await trio.sleep(0.05)
+                continue
+            await stream.aclose()
+            break
+    return f"http://127.0.0.1:{port}/{'mcp' if transport == 'http' else 'sse'}"
+
+
+async def check_mcp(ctx: Context) -> Result:
+    """session-setup.mdx § MCP Servers: ``session/new`` with an MCP server of each transport the
+    agent supports (stdio always in protocol 1) is answered with a session."""
+    if importlib.util.find_spec("mcp") is None:
+        return _skip("the checker's MCP server needs the official MCP SDK: pip install 'acp-trio[mcp]'")
+
+    async def body(peer: WirePeer) -> Result:
+        caps = await agent_capabilities(peer, ctx)
+        transports = _mcp_transports(ctx, caps)
+        if not transports:
+            return _skip("the agent advertises no MCP transport")
+        with tempfile.TemporaryDirectory(prefix="acp-check-mcp-") as tmp:
+            record = os.path.join(tmp, "record.txt")
+            open(record, "w").close()
+            async with trio.open_nursery() as nursery:
+                servers: list[dict[str, Any]] = []
+                for transport in transports:
+                    name = f"acp-check-{transport}"
+                    if transport == "stdio":
+                        server: dict[str, Any] = {
+                            "name": name,
+                            "command": sys.executable,
+                            "args": ["-m", "acp_trio.check._mcp_server", record, "stdio"],
+                            "env": [{"name": "PYTHONPATH", "value": os.pathsep.join(p for p in sys.path if p)}],
+                        }
+                        if ctx.protocol >= 2:
+                            server["type"] = "stdio"
+                    else:
+                        url = await _serve_mcp(nursery, record, transport)
+                        server = {"type": transport, "name": name, "url": url, "headers": []}
+                    servers.append(server)
+                result = await new_session_result(peer, ctx, mcpServers=servers)
+                contacted: set[str] = set()
+                with trio.move_on_after(MCP_CONNECT_WAIT):
+                    while contacted != set(transports):
+                        with open(record, encoding="utf-8") as f:
+                            contacted = {line.split()[0] for line in f if line.strip()} & set(transports)
+                        await trio.sleep(0.05)
+                nursery.cancel_scope.cancel()
+        late = f"not contacted within {MCP_CONNECT_WAIT:.0f} s (it may connect on first use)"
+        seen = [f"{t}: {'contacted' if t in contacted else late}" for t in transports]
+        return passed(f"session {result['sessionId']!r} with " + "; ".join(seen))
+
+    return await expect(ctx, body, "session/new with MCP servers got no answer within 30 s")
