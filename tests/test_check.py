@@ -289,3 +289,112 @@ def test_a_script_names_its_prompts_and_a_wrong_one_is_a_usage_error_naming_the_
     )
     assert ran.returncode == 0, ran.stdout
     assert "PASS  script.expectations  permission: permission, tool_call; read: fs_read, message" in ran.stdout
+
+
+class _V2Agent:
+    """A protocol-2 agent for the checker's v2 prompt rules: right, or wrong in one way (``defect``)."""
+
+    defect = "good"
+
+    def __init__(self, conn: Any) -> None:
+        from acp_schema import v2
+
+        self.v2 = v2
+        self.conn = conn
+        self.client = v2.ClientPeer(conn)
+        self.count = 0
+
+    async def initialize(self, params: Any) -> Any:
+        v2 = self.v2
+        caps = v2.AgentCapabilities(session=v2.SessionCapabilities())
+        return v2.InitializeResponse(
+            protocol_version=2, capabilities=caps, info=v2.Implementation(name="v2", version="1")
+        )
+
+    async def session_new(self, params: Any) -> Any:
+        self.count += 1
+        return self.v2.NewSessionResponse(session_id=f"s{self.count}")
+
+    async def session_prompt(self, params: Any) -> Any:
+        v2, sid = self.v2, params.session_id
+
+        async def send(update: Any) -> None:
+            await self.client.session_update(v2.UpdateSessionNotification(session_id=sid, update=update))
+
+        if self.defect != "no-user-message":
+            await send(v2.UserMessageSessionUpdate(message_id=f"u{self.count}", content=list(params.prompt)))
+
+        async def turn() -> str | None:
+            for i in range(10):
+                await send(v2.AgentMessageChunkSessionUpdate(message_id="a", content=v2.TextContentBlock(text=f"{i} ")))
+                await trio.sleep(0.02)
+            return "_checked" if self.defect == "custom-stop" else None
+
+        def state(**update: Any) -> dict[str, Any]:  # raw: the runtime's start_turn owns state updates
+            return {"sessionId": sid, "update": {"sessionUpdate": "state_update", **update}}
+
+        notify = self.conn.connection.notify
+        if self.defect == "no-running":  # idle, with no running before it
+            self.conn.connection.start_soon(notify, "session/update", state(state="idle", stopReason="end_turn"))
+        elif self.defect == "no-stop-reason":
+            self.conn.connection.start_soon(notify, "session/update", state(state="running"))
+            self.conn.connection.start_soon(notify, "session/update", state(state="idle"))
+        else:
+            self.conn.start_turn(sid, turn)
+        return v2.PromptResponse(message_id=f"u{self.count}")
+
+
+@pytest.mark.parametrize(
+    ("defect", "expected"),
+    [
+        ("good", Status.PASS),
+        ("custom-stop", Status.PASS),  # v2 stop reasons may be _custom
+        ("no-user-message", Status.FAIL),
+        ("no-running", Status.FAIL),
+        ("no-stop-reason", Status.WARN),
+    ],
+)
+async def test_protocol_2_prompt_turns_are_accepted_reported_running_and_idle(defect: str, expected: Status) -> None:
+    from acp_schema import v2
+    from acp_trio.check import run_checks_in_memory
+
+    agent = type(f"V2{defect}", (_V2Agent,), {"defect": defect})
+    with trio.fail_after(60):
+        report = await run_checks_in_memory(
+            {v2: agent}, protocol=2, only=["session.prompt", "session.cancel"], turn_timeout=10
+        )
+    found = {f.name: f.status for f in report.findings}
+    assert found["session.prompt"] is expected, report.text()
+    if defect in ("good", "custom-stop"):
+        assert found["session.cancel"] is Status.PASS, report.text()
+
+
+RAW = Path(__file__).parent / "agents" / "raw_agent.py"
+
+
+@pytest.mark.parametrize(
+    ("mode", "only", "protocol"),
+    [
+        ("null-id", ["jsonrpc.invalid-request"], 1),  # JSON-RPC § 5: id null when it was not detected
+        ("v2-newer", ["initialize.newer-version", "schema.valid"], 1),  # validated as the version it negotiates
+        ("load-commands", ["session.load"], 1),  # state updates after the answer are not a late replay
+    ],
+)
+async def test_what_the_spec_allows_is_not_a_finding(mode: str, only: list[str], protocol: int) -> None:
+    with trio.fail_after(60):
+        report = await run_checks([sys.executable, str(RAW), mode], protocol=protocol, only=only)
+    assert [f.name for f in report.findings] == only
+    assert all(f.status is Status.PASS for f in report.findings), report.text()
+
+
+async def test_an_agent_that_does_not_speak_the_version_asked_is_told_once_not_failed_everywhere() -> None:
+    """migration.mdx: a v1-only agent answers protocolVersion 1 to a v2 client; nothing else applies."""
+    with trio.fail_after(60):
+        report = await run_checks([sys.executable, str(RAW), "plain"], protocol=2)
+    first, *rest = report.findings
+    assert (first.name, first.status) == ("initialize.version", Status.SKIP)
+    assert "it does not speak protocol 2 (run --protocol 1)" in first.observed
+    per_check = [f for f in rest if f.name not in {name for name, _t, _s in WHOLE_RUN}]
+    assert per_check and all(f.status is Status.SKIP for f in per_check)
+    assert sum(f.observed == "not checked: see initialize.version" for f in per_check) == len(per_check) - 2
+    assert not report.failed, report.text()

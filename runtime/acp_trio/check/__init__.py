@@ -27,7 +27,7 @@ from typing import Any
 import trio
 
 from ._checks import CHECKS, Check, Context, Result, Status, default_cwd
-from ._schema import WireSchema
+from ._schema import wire_schema
 from ._script import BEHAVIOURS, Script, ScriptedPrompt, ScriptError
 from ._session_checks import NOTES_TEXT
 from ._wire import Observations, WirePeer, memory_target, process_target, remote_target, run_with_peer
@@ -240,7 +240,7 @@ async def _run(
     if protocol not in (1, 2):
         raise ValueError(f"protocol must be 1 or 2, got {protocol}")
     variant = f"v{protocol}"
-    schema = WireSchema(variant)
+    schema = wire_schema(variant)
     seen = Observations()
     report = Report(label, protocol)
 
@@ -252,6 +252,7 @@ async def _run(
         return await run_with_peer(open_target, schema, seen, prepared)
 
     ctx = Context(protocol, with_peer, cwd or default_cwd(), turn_timeout, script, http)
+    gate: str | None = None
     for check in CHECKS:
         if not _selected(check.name, only, skip):
             continue
@@ -259,13 +260,23 @@ async def _run(
             why = f"protocol {protocol} has no such rule (its client capabilities and methods differ)"
             report.findings.append(Finding(check.name, check.title, Status.SKIP, why, check.source, 0.0))
             continue
+        if gate is not None:
+            report.findings.append(Finding(check.name, check.title, Status.SKIP, gate, check.source, 0.0))
+            continue
         if progress is not None:
             progress(check.name)
-        report.findings.append(await _run_one(check, ctx, turn_timeout))
+        finding = await _run_one(check, ctx, turn_timeout)
+        report.findings.append(finding)
+        if check.name == "initialize.version" and finding.status is not Status.PASS:
+            # the rest would only repeat it: a refused initialize, or a connection in another version
+            gate = "not checked: see initialize.version"
     whole = {
         "stdout.jsonrpc": (seen.not_jsonrpc, f"{seen.messages} messages, every line JSON-RPC"),
         "schema.valid": (seen.invalid, f"{seen.messages} messages valid against {variant}"),
-        "session.tool-call-ids": (seen.tool_calls, "every tool_call_update matched its tool_call"),
+        "session.tool-call-ids": (
+            seen.tool_calls,
+            f"{seen.tool_call_count} tool calls reported; every tool_call_update matched its tool_call",
+        ),
         "capabilities.client": (seen.uncapable, "no fs/* or terminal/* request beyond the advertised capabilities"),
         "lifecycle.stderr": (seen.stderr, f"{seen.stderr_lines} stderr lines, all text logs"),
     }
@@ -273,8 +284,12 @@ async def _run(
         if not _selected(name, only, skip):
             continue
         problems, fine = whole[name]
-        if name == "session.tool-call-ids" and protocol >= 2:
-            why = "protocol 2: tool_call_update is an upsert keyed by toolCallId (docs/protocol/v2/tool-calls.mdx)"
+        if name == "session.tool-call-ids" and (protocol >= 2 or not seen.tool_call_count) and not problems:
+            why = (
+                "protocol 2: tool_call_update is an upsert keyed by toolCallId (docs/protocol/v2/tool-calls.mdx)"
+                if protocol >= 2
+                else "no tool call was reported (a --script prompt expecting tool_call makes one)"
+            )
             report.findings.append(Finding(name, title, Status.SKIP, why, source.format(variant=variant), 0.0))
             continue
         if name == "lifecycle.stderr" and not process:

@@ -21,7 +21,6 @@ from ._base import (
     NO_CAPABILITIES,
     PROMPT,
     SETUP,
-    STOP_REASONS,
     Check,
     Context,
     Failed,
@@ -58,10 +57,16 @@ async def check_version(ctx: Context) -> Result:
         answer = await initialize(peer, ctx.protocol)
         result = answer.get("result")
         if not isinstance(result, dict):
-            return failed(f"initialize answered {orjson.dumps(answer).decode()[:200]}")
+            return failed(f"initialize answered {show(answer)} (it MUST answer a version it supports)")
         version = result.get("protocolVersion")
+        if type(version) is not int or version < 1:
+            return failed(f"asked protocolVersion {ctx.protocol}, it answered {version!r}: not a version")
         if version != ctx.protocol:
-            return failed(f"asked protocolVersion {ctx.protocol}, it answered {version!r}")
+            return Result(
+                Status.SKIP,
+                f"asked protocolVersion {ctx.protocol}, it answered {version}: it does not speak "
+                f"protocol {ctx.protocol} (run --protocol {version})",
+            )
         return passed(f"protocolVersion {version}")
 
     return await expect(ctx, body, "initialize got no answer within 10 s")
@@ -116,10 +121,14 @@ async def check_invalid_request(ctx: Context) -> Result:
             return Result(Status.SKIP, "over Streamable HTTP the server answers malformed input with an HTTP status")
         await initialize(peer, ctx.protocol)
         await peer.send_raw(b'{"jsonrpc":"2.0","id":"bad-1","method":42}\n')
-        answer = await peer.response("bad-1", 5)
+
+        def answer_to_it(message: dict[str, Any]) -> bool:  # JSON-RPC § 5: id null when not detected
+            return "method" not in message and (message.get("id") == "bad-1" or message.get("id", 0) is None)
+
+        answer = await peer.wait_for(answer_to_it, 5)
         if error_code(answer) != -32600:
             return failed(f"a request whose method is a number answered {orjson.dumps(answer).decode()[:200]}")
-        return passed("-32600")
+        return passed(f"-32600 with id {show(answer.get('id'))}")
 
     return await expect(ctx, body, "an invalid request got no answer within 5 s (expected -32600)")
 
@@ -171,7 +180,11 @@ async def check_ids_echoed(ctx: Context) -> Result:
         except trio.TooSlowError:
             rounded = any(m.get("id") == big - 1 and "method" not in m for m in peer.received)
             if rounded:
-                return failed("the id 9007199254740993 (2**53+1) came back as 9007199254740992: parsed as a double")
+                return Result(
+                    Status.WARN,
+                    "the id 9007199254740993 (2**53+1) came back as 9007199254740992: parsed as a double "
+                    "(JSON-RPC: the same value; RFC 8259 § 6 promises exact integers only up to 2**53-1)",
+                )
             return failed("the id 9007199254740993 (2**53+1) got no answer with the same id within 5 s")
         return passed('string id "id é \\"q\\"" and integer id 2**53+1 echoed exactly')
 
@@ -280,6 +293,12 @@ async def check_prompt(ctx: Context) -> Result:
                     "the turn went idle without a state_update running first "
                     "(docs/protocol/v2/prompt-lifecycle.mdx § Agent Reports Output: MUST)"
                 )
+            if not end.stop:
+                return Result(
+                    Status.WARN,
+                    "the turn's idle state_update has no stopReason "
+                    "(docs/protocol/v2/prompt-lifecycle.mdx: agents SHOULD include one)",
+                )
             return passed(f"accepted, {len(end.updates)} session/update notifications, idle with {end.stop}")
         return passed(f"stopReason {end.stop}, {len(end.updates)} session/update notifications")
 
@@ -338,7 +357,7 @@ async def check_content_types(ctx: Context) -> Result:
         refused = []
         for kind, block in blocks.items():
             end = await run_turn(peer, ctx, session_id, [*text_prompt(ctx.prompt), block])
-            if end.stop not in STOP_REASONS:
+            if turn_failure(end):
                 refused.append(f"{kind}: {show(end.answer.get('error') or end.answer, 120)}")
         if refused:
             return failed("a prompt with a content block it must accept failed: " + "; ".join(refused))

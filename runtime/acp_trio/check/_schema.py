@@ -10,6 +10,7 @@ asked; an error against ``$defs/Error``.  Extension methods (``_``-prefixed) are
 
 from __future__ import annotations
 
+import functools
 import importlib.resources
 from typing import Any
 
@@ -74,3 +75,9 @@ class WireSchema:
         if method is None or method.startswith("_") or method not in self.results:
             return None
         return self.problem(message["result"], self.results[method], f"{method} result")
+
+
+@functools.cache
+def wire_schema(variant: str) -> WireSchema:
+    """The :class:`WireSchema` of ``variant``, made once per process (``ModuleNotFoundError`` if unknown)."""
+    return WireSchema(variant)

@@ -27,7 +27,7 @@ import trio
 
 from .._core import LineFramer, OversizedMessage
 from ..transports.stdio import open_agent_process
-from ._schema import WireSchema
+from ._schema import WireSchema, wire_schema
 
 MAX_LINE = 64 * 1024 * 1024
 
@@ -42,6 +42,7 @@ class Observations:
     tool_calls: list[str] = field(default_factory=list)  # tool_call_update for a tool call never reported
     stderr: list[str] = field(default_factory=list)  # stderr lines that are not logs (JSON-RPC, not UTF-8)
     stderr_lines: int = 0
+    tool_call_count: int = 0  # tool_call updates seen
     messages: int = 0
 
     def note_stderr(self, lines: Sequence[str]) -> None:
@@ -181,7 +182,7 @@ class WirePeer:
             problem = self.schema.check_from_agent(method, message.get("params"), "id" in message)
         else:
             sent = self._sent_methods.get(orjson.dumps(message.get("id")).decode())
-            problem = self.schema.check_response(sent, message)
+            problem = self._schema_of_answer(sent, message).check_response(sent, message)
         if problem:
             self.seen.invalid.append(problem)
         if method == "session/update":
@@ -193,6 +194,19 @@ class WirePeer:
                 return
             await self._answer(message)
 
+    def _schema_of_answer(self, method: str | None, message: dict[str, Any]) -> WireSchema:
+        """initialization.mdx § Version Negotiation: an ``initialize`` answer is in the shape of the
+        version it negotiates (an agent asked for 999 answers its own latest)."""
+        result = message.get("result")
+        if method == "initialize" and isinstance(result, dict):
+            version = result.get("protocolVersion")
+            if type(version) is int and f"v{version}" != self.schema.variant:
+                try:
+                    return wire_schema(f"v{version}")
+                except ModuleNotFoundError:  # a version this acp-trio does not know: keep ours
+                    pass
+        return self.schema
+
     def _track_tool_calls(self, params: Any) -> None:
         """tool-calls.mdx: a ``tool_call_update`` updates a tool call the agent reported with ``tool_call``."""
         if not isinstance(params, dict) or not isinstance(params.get("update"), dict):
@@ -202,6 +216,7 @@ class WirePeer:
         kind = update.get("sessionUpdate")
         if kind == "tool_call":
             self._tool_calls.add(key)
+            self.seen.tool_call_count += 1
         elif kind == "tool_call_update" and key not in self._tool_calls:
             self.seen.tool_calls.append(f"tool_call_update for {key[1]!r} in session {key[0]!r}, never reported")
 
