@@ -423,6 +423,45 @@ async def test_a_divergent_replay_names_the_first_different_message_with_a_diff(
         await assert_replays(transcript, ShoutingNotesAgent)
 
 
+async def test_a_divergent_v2_replay_shows_the_changed_message_with_its_ids_bound() -> None:
+    class Changed(V2Agent):
+        reply = "goodbye from v2"
+
+    with trio.fail_after(DEADLINE):
+        async with pair(V2Agent, protocol=2) as p:
+            sid = await p.client.new_session("/w")
+            await p.client.prompt(sid, "look")
+        first = await replay(p.transcript, Changed)
+        assert first.divergence is not None and first.divergence.index == 1  # the default initialize answer
+        assert '-      "name": "V2Agent",\n+      "name": "Changed",' in first.divergence.diff  # names the class
+
+        def without_info(message: Any) -> Any:
+            if isinstance(message.get("result"), dict):
+                message["result"].pop("info", None)
+            return message
+
+        result = await replay(p.transcript, Changed, normalize=without_info)
+    assert result.divergence is not None
+    expected = result.divergence.expected
+    assert expected is not None and expected.label() == "agent->client notification session/update (agent_message)"
+    recorded_message_id = expected.message["params"]["update"]["messageId"]
+    # the random ids were bound: the diff shows the recorded ones and only the text differs
+    changed = [line for line in result.divergence.diff.splitlines()[2:] if line[:1] in "+-"]
+    assert changed == ['-          "text": "hello from v2",', '+          "text": "goodbye from v2",']
+    assert result.divergence.actual["params"]["update"]["messageId"] == recorded_message_id
+
+
+def test_replay_arguments_are_checked() -> None:
+    with pytest.raises(ValueError, match="timeout must be a positive number of seconds"):
+        FakeAgent(Transcript(), timeout=0)
+    with pytest.raises(TypeError, match="a Transcript or the path of a transcript file"):
+        FakeAgent(42)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="direction must be"):
+        Transcript().add("up", b"{}")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="side must be 'client' or 'agent'"):
+        Transcript().tap("server")  # type: ignore[arg-type]
+
+
 async def test_normalize_hides_what_legitimately_varies() -> None:
     def lower_text(message: Any) -> Any:
         update = message.get("params", {}).get("update", {})

@@ -103,8 +103,10 @@ async def pair(
     ``{variant: agent}`` mapping, or a :class:`~acp_trio.testing.FakeAgent` (which then plays its
     transcript to the client).  ``client``: a :class:`~acp_trio.testing.FakeClient` (default: a new
     one), any client object or factory, or a ``{variant: client}`` mapping.  ``protocol``: ``1``
-    (default), ``2`` or a variant module (``acp_schema.v2_unstable``): both ends speak only it
-    (ignored for mappings; a FakeAgent's default is the version its transcript answered).
+    (default), ``2`` or a variant module (``acp_schema.v2_unstable``): an agent or client that is
+    not a mapping speaks only it (so a mapping agent with a plain client negotiates ``protocol``,
+    and a mapping client negotiates the highest version both have); a FakeAgent's default is the
+    version its transcript's ``initialize`` answered.
     ``initialize``: send ``initialize`` first (offering each version the client speaks, with the
     client's capabilities when it has ``initialize_requests()`` or ``capabilities_for(variant)``,
     as :class:`~acp_trio.StandardClient` and FakeClient do; else none).  ``timeout``: seconds for
@@ -114,7 +116,10 @@ async def pair(
     Yields a :class:`Pair`.  Leaving the block closes both connections.  An exception raised in the
     block comes out as itself; with a FakeAgent that diverged from its transcript,
     ``AssertionError`` with the divergence report is raised instead (also when the block ended
-    cleanly).  No processes or threads: runs under trio's autojump clock.
+    cleanly).  No processes or threads: runs under trio's autojump clock.  Raises ``ValueError`` /
+    ``TypeError`` for a bad ``protocol``, ``RuntimeError`` for a FakeAgent that already played or a
+    FakeClient bound to another connection, ``TimeoutError`` when ``initialize`` takes longer than
+    ``timeout``, and what ``initialize`` raises (``ProtocolVersionError``, ``RequestError``).
     """
     from trio.testing import memory_stream_pair
 

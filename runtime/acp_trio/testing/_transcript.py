@@ -616,7 +616,9 @@ async def replay(
     when it has none).  Each recorded client message is sent once every message recorded before it
     was received; each recorded agent message is compared with the next one the agent sends, after
     ``normalize`` (see :data:`Normalizer`) and id binding (``bind``: see :data:`DEFAULT_BIND`).
-    After the last message the agent's input is closed and it must send nothing more.
+    After the last message the agent's input is closed and it must send nothing more.  The
+    transcript must start where the connection did (with ``initialize``: a new connection refuses
+    anything before it), as :func:`~acp_trio.testing.pair` and ``tap=`` record them.
     ``timeout``: seconds to wait for each agent message.  Returns a :class:`ReplayResult`; never
     raises for a divergence (see :func:`assert_replays`).  Raises ``TypeError``/``ValueError`` for
     bad arguments and what ``Transcript.load`` raises.
