@@ -566,22 +566,20 @@ test_the_notes_agent_conforms = conformance_tests(NotesAgent, only=["initialize"
 
 
 def test_conformance_tests_make_one_test_per_check_and_fail_with_the_finding() -> None:
-    class Chatty(NotesAgent):  # answers a notification: a FAIL of jsonrpc.notifications
-        def __init__(self, conn: acp_trio.AgentSideConnection) -> None:
-            super().__init__(conn)
-            conn.on_ext_notification("_acp_check/note", self.note)
+    class Sessionless(NotesAgent):  # session/new fails: a FAIL of session.new
+        async def session_new(self, params: v1.NewSessionRequest) -> v1.NewSessionResponse:
+            raise acp_trio.RequestError.internal_error("no sessions today")
 
-        async def note(self, params: Any) -> None:
-            self.conn.connection._enqueue(b'{"jsonrpc":"2.0","id":null,"result":null}\n')
-
-    tests = conformance_tests(Chatty, only=["jsonrpc.notifications", "jsonrpc.ids"])
+    tests = conformance_tests(Sessionless, only=["session.new", "jsonrpc.ids"])
     [mark] = tests.pytestmark  # type: ignore[attr-defined]
-    assert mark.args == ("check", ["jsonrpc.notifications", "jsonrpc.ids"])
+    assert mark.args == ("check", ["jsonrpc.ids", "session.new"])
     tests("jsonrpc.ids")  # passes
     with pytest.raises(pytest.fail.Exception) as failure:
-        tests("jsonrpc.notifications")
-    assert str(failure.value).startswith("FAIL jsonrpc.notifications: ")
-    assert "(notifications are never answered; JSON-RPC 2.0 specification § 4.1" in str(failure.value)
+        tests("session.new")
+    assert str(failure.value).startswith("FAIL session.new: ")
+    assert "(session/new answers a session id; docs/protocol/v1/session-setup.mdx § Creating a Session)" in str(
+        failure.value
+    )
     assert "acp-trio check: <in memory: " in str(failure.value)  # the whole report follows
     with pytest.raises(ValueError, match="protocol must be 1 or 2"):
-        conformance_tests(Chatty, protocol=3)
+        conformance_tests(Sessionless, protocol=3)
