@@ -1,13 +1,14 @@
 """``acp_trio.testing``: the test kit (pair, FakeClient, FakeAgent, transcripts, replay, conformance tests).
 
-Every test runs in memory under trio's autojump clock where it waits (the kit uses no processes or
-threads), v1 and v2.  The agents here make up their session and tool call ids (``uuid4``), so the
+Every test runs in memory (the kit uses no processes or threads), v1 and v2, except one that
+records an agent process's wire to replay it in memory (about 1.5 s).  The agents here make up their session and tool call ids (``uuid4``), so the
 replays exercise id binding.
 """
 
 from __future__ import annotations
 
 import json
+import sys
 import uuid
 from pathlib import Path
 from typing import Any
@@ -403,6 +404,25 @@ async def test_a_v2_transcript_replays_from_a_file(tmp_path: Path) -> None:
         result = await assert_replays(tmp_path / "v2.ndjson", V2Agent)
     assert result.matched == len(p.transcript)
     assert "session/request_permission" in p.transcript.methods("agent->client")
+
+
+async def test_the_wire_of_an_agent_process_replays_against_the_agent_object_in_memory() -> None:
+    """``transcript.tap("client")`` records a real stdio session (``spawn_agent``); it then replays in memory."""
+    serve = (
+        f"import sys; sys.path.insert(0, {str(Path(__file__).parent)!r}); import acp_trio; "
+        "from test_testing_kit import NotesAgent; acp_trio.run_agent_stdio(NotesAgent)"
+    )
+    transcript = Transcript()
+    client = FakeClient(files={NOTES: "buy milk\n"})
+    with trio.fail_after(60):
+        async with acp_trio.spawn_agent(
+            sys.executable, ["-c", serve], client=client.bind, tap=transcript.tap("client")
+        ):
+            await client.initialize()
+            sid = await client.new_session("/w")
+            assert await client.prompt(sid, "summarize my notes") == "end_turn"
+        assert transcript.methods("agent->client")[-1] == "session/update" and len(transcript) == 15
+        await assert_replays(transcript, NotesAgent)
 
 
 async def test_a_divergent_replay_names_the_first_different_message_with_a_diff() -> None:
