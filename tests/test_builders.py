@@ -23,6 +23,7 @@ import acp_trio
 from acp_schema import v1
 from acp_trio import builders as b
 from acp_trio import converter
+from acp_trio.testing import FakeClient, pair
 
 SCHEMA = Path(__file__).resolve().parents[1] / "schema" / "v1" / "schema.json"
 SID = "sess_abc123def456"
@@ -795,16 +796,9 @@ async def test_reporter_misuse_raises() -> None:
 
 
 async def test_reporter_over_a_real_connection() -> None:
-    """``ToolCallReporter`` with ``v1.ClientPeer`` and the runtime, in memory: the client receives the calls."""
-    received: list[Any] = []
-
-    class Client:
-        async def session_update(self, params: v1.SessionNotification) -> None:
-            received.append(converter.unstructure(params.update))
-
-        async def session_request_permission(self, params: v1.RequestPermissionRequest) -> v1.RequestPermissionResponse:
-            received.append(converter.unstructure(params.tool_call))
-            return v1.RequestPermissionResponse(outcome=v1.SelectedRequestPermissionOutcome(option_id="reject-once"))
+    """``ToolCallReporter`` with ``v1.ClientPeer`` and the runtime, in memory: the client (the test kit's
+    ``FakeClient``, which rejects) receives the calls."""
+    client = FakeClient(permission="reject")
 
     class Agent:
         def __init__(self, conn: acp_trio.AgentSideConnection) -> None:
@@ -820,11 +814,12 @@ async def test_reporter_over_a_real_connection() -> None:
             return v1.PromptResponse(stop_reason="end_turn")
 
     with trio.fail_after(10):
-        async with acp_trio.open_memory_pair(Agent, Client()) as (_agent_conn, client_conn):
-            agent = v1.AgentPeer(client_conn)
-            await agent.initialize(v1.InitializeRequest(protocol_version=1))
-            result = await agent.session_prompt(v1.PromptRequest(session_id="s1", prompt=[b.text_block("rm a")]))
-    assert result.stop_reason == "end_turn"
+        async with pair(Agent, client):
+            assert await client.prompt("s1", "rm a") == "end_turn"
+    assert client.permission_answers == ["reject-once"]
+    [asked] = client.permission_requests
+    received = [converter.unstructure(update) for _, update in client.updates]
+    received.insert(1, converter.unstructure(asked.tool_call))
     assert received == [
         {
             "sessionUpdate": "tool_call",

@@ -25,6 +25,7 @@ import trio.lowlevel
 import trio.testing
 
 import acp_trio
+import acp_trio.testing as testing
 from acp_schema import v1, v2
 from acp_trio import StandardClient, converter
 from acp_trio.elicitation import (
@@ -154,14 +155,10 @@ async def pair(
         return agent
 
     client_factory = functools.partial(StandardClient, **client_options)
-    async with acp_trio.open_memory_pair({variant: make_agent}, {variant: client_factory}, tap=tap) as (
-        agent_conn,
-        client_conn,
-    ):
-        client: StandardClient = client_conn.handler
-        await client.initialize()
+    async with testing.pair(make_agent, client_factory, protocol=variant, tap=tap) as p:  # initialized
+        client: StandardClient = p.client
         assert await client.new_session("/tmp") == "s"
-        yield agent_conn.handler, client_conn, client
+        yield p.agent, p.client_conn, client
 
 
 def results(lines: list[Any]) -> list[Any]:

@@ -30,3 +30,22 @@ def test_readme_client_example_drives_the_readme_agent_example(tmp_path: Path) -
         "agent: notes.txt starts with: buy milk",
         "stop reason: end_turn",
     ]
+
+
+def test_readme_test_kit_example_passes_under_pytest(tmp_path: Path) -> None:
+    """The "Test your agent or client" example, run by pytest (pytest-trio, ``trio_mode``) in a process."""
+    (tmp_path / "my_agent.py").write_text(python_block("Write an agent"), encoding="utf-8")
+    (tmp_path / "test_my_agent.py").write_text(python_block("Test your agent or client"), encoding="utf-8")
+    (tmp_path / "pytest.ini").write_text("[pytest]\ntrio_mode = true\n", encoding="utf-8")
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", "test_my_agent.py"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    # 17 conformance checks (session.load skipped: NotesAgent does not advertise it) and two tests
+    assert "18 passed, 1 skipped" in result.stdout, result.stdout
+    assert "session.load: the agent does not advertise loadSession" in result.stdout

@@ -1,6 +1,6 @@
 """The session store (acp_trio.session_store): recording, session/load replay, list, resume, close, delete.
 
-In-memory pairs (``open_memory_pair``) cover the protocol; ``tests/store_agents/store_agent.py``
+In-memory pairs (``acp_trio.testing.pair``, ``open_memory_pair``) cover the protocol; ``tests/store_agents/store_agent.py``
 runs as a real process for the restart, SIGKILL and concurrent-process tests (real clock, every
 wait bounded by ``trio.fail_after``).
 """
@@ -24,6 +24,7 @@ import pytest
 import trio
 
 import acp_trio
+import acp_trio.testing as testing
 from acp_schema import v1, v2
 from acp_trio import (
     AgentSideConnection,
@@ -72,10 +73,10 @@ async def pair(store: session_store.SessionStore, agent: Any = None) -> AsyncIte
     """An initialized (agent connection, client connection) pair over ``store``."""
     holder: list[Any] = []
     factory = agent or functools.partial(StoreAgent, store=store)
-    async with open_memory_pair(factory, Recorder, tap=_tap(holder)) as (agent_conn, client_conn):
-        holder.append(client_conn.handler)
-        await client_conn.agent.initialize(v1.InitializeRequest(protocol_version=1))
-        yield agent_conn, client_conn
+    async with testing.pair(factory, Recorder, tap=_tap(holder)) as p:  # initialized
+        holder.append(p.client)
+        assert p.agent_conn is not None
+        yield p.agent_conn, p.client_conn
 
 
 async def new_session(client_conn: Any, cwd: str = "/work", **extra: Any) -> str:
@@ -1097,11 +1098,10 @@ class V2Client:
 @asynccontextmanager
 async def v2_pair(agent: Any) -> AsyncIterator[tuple[Any, Any]]:
     holder: list[Any] = []
-    async with open_memory_pair({v2: agent}, {v2: V2Client}, tap=_tap(holder)) as (agent_conn, client_conn):
-        holder.append(client_conn.handler)
-        info = v2.Implementation(name="test", version="1")
-        await client_conn.initialize(v2.InitializeRequest(protocol_version=2, info=info))
-        yield agent_conn, client_conn
+    async with testing.pair(agent, V2Client, protocol=2, tap=_tap(holder)) as p:  # initialized
+        holder.append(p.client)
+        assert p.agent_conn is not None
+        yield p.agent_conn, p.client_conn
 
 
 async def v2_prompt(client_conn: Any, sid: str, text: str) -> None:

@@ -1,7 +1,7 @@
 """``acp_trio.StandardClient``: the client batteries (fs, terminals, permissions, session state) composed.
 
 Every test runs an agent and a :class:`~acp_trio.StandardClient` in memory
-(``open_memory_pair(Agent, functools.partial(StandardClient, ...))``); the agents talk through the
+(``acp_trio.testing.pair(Agent, functools.partial(StandardClient, ...))``); the agents talk through the
 typed client proxy and the builders, terminals run real ``sys.executable -c`` processes.  Waits
 use the real clock bounded by ``trio.fail_after``; readiness comes from events, never sleeps.
 Sources: ``docs/protocol/v1/file-system.mdx``, ``terminals.mdx``, ``tool-calls.mdx``,
@@ -22,6 +22,7 @@ import pytest
 import trio
 
 import acp_trio
+import acp_trio.testing as testing
 from acp_schema import v1
 from acp_trio import builders as b
 from acp_trio.agent_terminal import open_terminal
@@ -77,13 +78,11 @@ async def pair(
     client: Callable[..., acp_trio.StandardClient] = acp_trio.StandardClient,
     **options: Any,
 ) -> AsyncIterator[tuple[acp_trio.AgentSideConnection, acp_trio.ClientSideConnection, acp_trio.StandardClient]]:
-    """An initialized pair whose client is ``client(conn, **options)``, advertising ``client.capabilities``."""
-    async with acp_trio.open_memory_pair(agent, functools.partial(client, **options)) as (agent_conn, client_conn):
-        handler: acp_trio.StandardClient = client_conn.handler
-        await client_conn.agent.initialize(
-            v1.InitializeRequest(protocol_version=1, client_capabilities=handler.capabilities)
-        )
-        yield agent_conn, client_conn, handler
+    """An initialized pair whose client is ``client(conn, **options)``, advertising ``client.capabilities``
+    (the test kit's pair: it initializes with the StandardClient's own requests)."""
+    async with testing.pair(agent, functools.partial(client, **options)) as p:
+        assert p.agent_conn is not None
+        yield p.agent_conn, p.client_conn, p.client
 
 
 async def new_session(client_conn: acp_trio.ClientSideConnection, cwd: Path, *extra: Path) -> str:
