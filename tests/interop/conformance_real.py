@@ -17,7 +17,10 @@ saw), ``state/`` (each run's ``HOME``, agent logs), and ``conformance.md``: one 
 checks, columns agent x protocol, cells ``PASS``/``FAIL``/``WARN``/``SKIP`` (``-`` not run there,
 ``n/a`` agent unavailable, ``ERR`` checker error), then each run's time and the versions.
 
-``--quick``: only ``initialize``, ``session.new`` and ``session.prompt`` checks.  An agent that
+``--quick``: only ``initialize``, ``session.new`` and ``session.prompt`` checks.  ``--tool-prompt``:
+the prompt names a file after the model server's tool marker, so the real agents' turns make a
+tool call (Claude Code's ``Read``, Codex's ``exec_command`` ``cat``): ``tool_call`` /
+``tool_call_update`` and, where the agent asks, ``session/request_permission`` are exercised.  An agent that
 cannot be installed (no ``node``/``npm``, a failed install) is reported ``n/a`` with the reason,
 not an error.  Exit status: 1 when the demo agent has any FAIL or WARN (it must be all PASS/SKIP),
 or a checker run could not complete; 0 otherwise: the other agents' FAILs are findings.
@@ -36,7 +39,7 @@ from pathlib import Path
 import trio
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from model_server import ModelServer, serve_models
+from model_server import TOOL_MARKER, ModelServer, serve_models
 from real_agents import AGENTS, ROOT, Agent, Unavailable, agent_environment, versions
 
 QUICK = ("initialize", "session.new", "session.prompt")
@@ -68,11 +71,19 @@ def checker_env(extra: dict[str, str]) -> dict[str, str]:
 
 
 async def run_one(
-    agent: Agent, protocol: int, out: Path, model_url: str, only: tuple[str, ...] = (), turn_timeout: float = 60.0
+    agent: Agent,
+    protocol: int,
+    out: Path,
+    model_url: str,
+    only: tuple[str, ...] = (),
+    turn_timeout: float = 60.0,
+    tool_prompt: bool = False,
 ) -> Run:
     """Run the checker against ``agent`` in ``protocol``; the reports go to ``out/<agent>-p<N>.txt/.json``.
 
     Installs the agent first (an :class:`~real_agents.Unavailable` becomes ``Run.unavailable``).
+    ``tool_prompt``: the prompt names a notes file in the session's ``cwd`` after
+    :data:`~model_server.TOOL_MARKER`, so a real agent's turns make a tool call that reads it.
     """
     run = Run(agent.name, protocol)
     try:
@@ -85,6 +96,10 @@ async def run_one(
     env = checker_env({**agent_environment(state, model_url), **extra})
     args = [sys.executable, "-m", "acp_trio.check", "--protocol", str(protocol), "--json", f"{stem}.json"]
     args += ["--turn-timeout", str(turn_timeout)]
+    if tool_prompt:
+        notes = Path(os.path.realpath(state / "cwd")) / "acp-real-notes.txt"
+        notes.write_text("buy milk\n")
+        args += ["--prompt", f"Read my notes file and say what it says: {TOOL_MARKER}{notes}"]
     for name in only:
         args += ["--only", name]
     start = time.monotonic()
@@ -126,9 +141,10 @@ def table(runs: list[Run]) -> str:
     return "\n".join(lines)
 
 
-def markdown(runs: list[Run], quick: bool, total: float) -> str:
+def markdown(runs: list[Run], quick: bool, tool_prompt: bool, total: float) -> str:
+    notes = (["quick"] if quick else []) + (["prompts that make the real agents call a tool"] if tool_prompt else [])
     parts = [
-        "# Conformance of ACP agents (acp_trio.check)" + (" (quick)" if quick else ""),
+        "# Conformance of ACP agents (acp_trio.check)" + (f" ({', '.join(notes)})" if notes else ""),
         "",
         table(runs),
         "",
@@ -139,12 +155,13 @@ def markdown(runs: list[Run], quick: bool, total: float) -> str:
         summary = r.unavailable or r.error or (r.text.strip().splitlines() or [""])[-1]
         parts.append(f"| {r.agent} p{r.protocol} | {r.seconds:.1f} | {summary} |")
     parts += ["", f"Total: {total:.0f} s.", "", "Versions:", ""]
-    parts += [f"- {name}: {version}" for name, version in versions().items()]
+    ran = {r.agent for r in runs}
+    parts += [f"- {name}: {version}" for name, version in versions().items() if name in ran]
     return "\n".join(parts) + "\n"
 
 
 async def conformance(
-    out: Path, agents: list[Agent], protocols: list[int], quick: bool, delay: float = 0.05
+    out: Path, agents: list[Agent], protocols: list[int], quick: bool, tool_prompt: bool = False, delay: float = 0.05
 ) -> list[Run]:
     """Run every agent in every protocol, one after another, against one model server; write the reports."""
     out.mkdir(parents=True, exist_ok=True)
@@ -155,7 +172,7 @@ async def conformance(
         for agent in agents:
             for protocol in protocols:
                 print(f"... {agent.name} protocol {protocol}", file=sys.stderr, flush=True)
-                run = await run_one(agent, protocol, out, model_url, QUICK if quick else ())
+                run = await run_one(agent, protocol, out, model_url, QUICK if quick else (), tool_prompt=tool_prompt)
                 note = run.unavailable or run.error or (run.text.strip().splitlines() or [""])[-1]
                 print(f"    {run.seconds:.1f} s: {note}", file=sys.stderr, flush=True)
                 runs.append(run)
@@ -170,12 +187,15 @@ def main(argv: list[str] | None = None) -> int:
     names = [a.name for a in AGENTS]
     parser.add_argument("--agent", action="append", choices=names, help="only this agent (repeatable)")
     parser.add_argument("--protocol", action="append", type=int, choices=(1, 2), help="only this protocol")
+    parser.add_argument(
+        "--tool-prompt", action="store_true", help="prompt so that the real agents make a tool call (reading a file)"
+    )
     options = parser.parse_args(argv)
     agents = [a for a in AGENTS if not options.agent or a.name in options.agent]
     protocols = options.protocol or [1, 2]
     start = time.monotonic()
-    runs = trio.run(conformance, options.out, agents, protocols, options.quick)
-    text = markdown(runs, options.quick, time.monotonic() - start)
+    runs = trio.run(conformance, options.out, agents, protocols, options.quick, options.tool_prompt)
+    text = markdown(runs, options.quick, options.tool_prompt, time.monotonic() - start)
     (options.out / "conformance.md").write_text(text)
     print(text)
     demo_bad = any(r.agent == "demo" and {"FAIL", "WARN"} & set(r.statuses.values()) for r in runs)

@@ -17,14 +17,16 @@ answers both on one port, with a plain ASGI callable served by hypercorn's trio 
 
 Every answer is the text :data:`ANSWER`, cut into ``deltas`` pieces sent ``delay`` seconds apart
 (defaults: 24 pieces, 0.05 s: a turn of about 1.2 s, so a ``session/cancel`` sent right after the
-prompt lands mid-turn).  A last user message containing :data:`TOOL_MARKER` followed by a path
-(``acp-tool-read:/tmp/x.txt``) is answered with a tool call that reads that file instead (the
-Messages API's ``Read`` tool; for the Responses API whichever shell tool the request offers runs
-``cat``); the follow-up request carrying the tool result gets the text answer.
+prompt lands mid-turn).  A user message containing :data:`TOOL_MARKER` followed by a path
+(``acp-tool-read:/tmp/x.txt``), with no tool result after it, is answered with a tool call that
+reads that file instead: the Messages API's ``Read`` tool when the request offers it; for the
+Responses API whichever shell tool the request offers (``shell_command``, ``exec_command`` or
+``shell``) runs ``cat``.  The follow-up request carrying the tool result gets the text answer.
 
-Every request is logged as one JSON line (time, method, path, a few headers, the model, whether it
-streams, the body size) to ``log`` (a file path, or stderr when ``None``): that is how one learns
-which endpoints an agent really calls.
+Every request is logged as one JSON line (time, method, path, query, user agent, the model, whether
+it streams, the body size, how many tools it offers, whether it got a ``text`` or ``tool`` answer)
+to ``log`` (a file path, or stderr when ``None``): that is how one learns which endpoints an agent
+really calls.
 
 Run alone: ``python tests/interop/model_server.py [--port 0] [--log FILE] [--deltas N] [--delay S]``
 prints ``http://127.0.0.1:PORT`` on stdout once it listens.  In a trio program:
@@ -85,6 +87,47 @@ def _text_of(content: Any) -> str:
     return ""
 
 
+def _tool_path(messages: Any, answered: Callable[[Any], bool]) -> str | None:
+    """The path to read when the newest user message naming :data:`TOOL_MARKER` has no tool result after it.
+
+    Scans ``messages`` (Messages API ``messages`` or Responses API ``input`` items) newest first:
+    a tool result (``answered``) first means the tool call was made already.  Other messages
+    (Claude Code appends a ``system`` one) are passed over.
+    """
+    if not isinstance(messages, list):
+        return None
+    for message in reversed(messages):
+        if not isinstance(message, dict):
+            continue
+        if answered(message):
+            return None
+        if message.get("role") == "user":
+            found = re.search(re.escape(TOOL_MARKER) + r"(\S+)", _text_of(message.get("content")))
+            if found:
+                return found.group(1)
+    return None
+
+
+def _has_tool_result(message: Any) -> bool:
+    """A Messages API message carrying a ``tool_result`` block."""
+    content = message.get("content")
+    return isinstance(content, list) and any(isinstance(b, dict) and b.get("type") == "tool_result" for b in content)
+
+
+def _is_tool_output(item: Any) -> bool:
+    """A Responses API input item carrying a function call's output."""
+    return item.get("type") == "function_call_output"
+
+
+def _tool_names(request: dict[str, Any]) -> set[Any]:
+    """The names of the tools a request offers the model."""
+    tools = request.get("tools")
+    return {t.get("name") for t in tools if isinstance(t, dict)} if isinstance(tools, list) else set()
+
+
+SHELL_TOOLS = ("shell_command", "exec_command", "shell")
+
+
 @dataclass
 class ModelServer:
     """The ASGI application.  ``deltas``: pieces per answer; ``delay``: seconds between pieces;
@@ -130,6 +173,12 @@ class ModelServer:
             request = {}
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
         path = scope["path"]
+        route = path.removeprefix("/v1")
+        tool_path = None
+        if route == "/messages" and "Read" in _tool_names(request):
+            tool_path = _tool_path(request.get("messages"), _has_tool_result)
+        elif route == "/responses" and self._shell_tools(request):
+            tool_path = _tool_path(request.get("input"), _is_tool_output)
         self._record(
             {
                 "time": round(time.time(), 3),
@@ -141,15 +190,15 @@ class ModelServer:
                 "stream": request.get("stream"),
                 "bytes": len(body),
                 "tools": len(request.get("tools") or []),
+                "answer": "tool" if tool_path is not None else "text",
             }
         )
-        route = path.removeprefix("/v1")
         if scope["method"] == "POST" and route == "/messages":
-            await self._messages(request, send)
+            await self._messages(request, tool_path, send)
         elif scope["method"] == "POST" and route == "/messages/count_tokens":
             await _json(send, 200, {"input_tokens": max(1, len(body) // 4)})
         elif scope["method"] == "POST" and route == "/responses":
-            await self._responses(request, send)
+            await self._responses(request, tool_path, send)
         elif scope["method"] == "GET" and route == "/models":
             entry = {"id": MODEL, "object": "model", "type": "model", "display_name": MODEL, "created_at": 0}
             await _json(send, 200, {"object": "list", "data": [entry], "models": [], "has_more": False})
@@ -157,27 +206,9 @@ class ModelServer:
             await _json(send, 404, {"type": "error", "error": {"type": "not_found_error", "message": f"no {path}"}})
 
     # -- the Anthropic Messages API -------------------------------------------------------------------
-    def _tool_path(self, messages: Any, answered: Callable[[Any], bool]) -> str | None:
-        """The path to read when the last message is the user's and names :data:`TOOL_MARKER`."""
-        if not isinstance(messages, list) or not messages:
-            return None
-        last = messages[-1]
-        if not isinstance(last, dict) or last.get("role") != "user" or answered(last):
-            return None
-        found = re.search(re.escape(TOOL_MARKER) + r"(\S+)", _text_of(last.get("content")))
-        return found.group(1) if found else None
-
-    async def _messages(self, request: dict[str, Any], send: Send) -> None:
+    async def _messages(self, request: dict[str, Any], tool_path: str | None, send: Send) -> None:
         number = next(self._ids)
         model = request.get("model") or MODEL
-
-        def has_tool_result(message: Any) -> bool:
-            content = message.get("content")
-            return isinstance(content, list) and any(
-                isinstance(b, dict) and b.get("type") == "tool_result" for b in content
-            )
-
-        tool_path = self._tool_path(request.get("messages"), has_tool_result)
         usage = {"input_tokens": 10, "output_tokens": 1, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}
         if tool_path is not None:
             tool_input = {"file_path": tool_path}
@@ -228,25 +259,22 @@ class ModelServer:
         await send({"type": "http.response.body", "body": b"", "more_body": False})
 
     # -- the OpenAI Responses API ---------------------------------------------------------------------
-    async def _responses(self, request: dict[str, Any], send: Send) -> None:
+    @staticmethod
+    def _shell_tools(request: dict[str, Any]) -> list[str]:
+        """The shell tools a Responses API request offers, in :data:`SHELL_TOOLS` order."""
+        names = _tool_names(request)
+        return [name for name in SHELL_TOOLS if name in names]
+
+    async def _responses(self, request: dict[str, Any], tool_path: str | None, send: Send) -> None:
         number = next(self._ids)
         response_id = f"resp_loopback_{number}"
-        items = request.get("input")
-
-        def is_tool_output(item: Any) -> bool:
-            return isinstance(item, dict) and item.get("type") == "function_call_output"
-
-        messages = [i for i in items if isinstance(i, dict)] if isinstance(items, list) else []
-        # the marker counts only in the newest input item when that is the user's message
-        last = messages[-1:] if messages and messages[-1].get("role") == "user" else []
-        tool_path = self._tool_path(last, is_tool_output)
-        tools = {t.get("name") for t in request.get("tools") or [] if isinstance(t, dict)}
         base = {"id": response_id, "object": "response", "created_at": int(time.time()), "model": request.get("model")}
         await _start_sse(send)
         await _chunk(
             send, _sse("response.created", {"type": "response.created", "response": {**base, "status": "in_progress"}})
         )
-        if tool_path is not None and tools & {"shell_command", "exec_command", "shell"}:
+        if tool_path is not None:
+            tools = self._shell_tools(request)
             if "shell_command" in tools:
                 name, arguments = "shell_command", {"command": f"cat {tool_path}"}
             elif "exec_command" in tools:

@@ -62,10 +62,17 @@ def _locked(directory: Path) -> Iterator[None]:
         yield
 
 
-def _installed(target: Path, what: str, check: Path, steps: list[list[str]], prepare: dict[str, str]) -> Path:
+def _installed(
+    target: Path,
+    what: str,
+    check: Path,
+    steps: list[list[str]],
+    prepare: dict[str, str],
+    timeout: float = INSTALL_TIMEOUT,
+) -> Path:
     """Install into ``target`` unless its marker says ``what`` is there already; return ``target``.
 
-    Raises :class:`Unavailable` when a step fails or times out (``INSTALL_TIMEOUT`` seconds each).
+    Raises :class:`Unavailable` when a step fails or takes over ``timeout`` seconds.
     """
     marker = target / ".acp-trio-installed"
 
@@ -83,7 +90,7 @@ def _installed(target: Path, what: str, check: Path, steps: list[list[str]], pre
             (target / name).write_text(text)
         for command in steps:
             try:
-                proc = subprocess.run(command, cwd=target, capture_output=True, text=True, timeout=INSTALL_TIMEOUT)
+                proc = subprocess.run(command, cwd=target, capture_output=True, text=True, timeout=timeout)
             except (OSError, subprocess.TimeoutExpired) as exc:
                 raise Unavailable(f"installing into {target}: {' '.join(command)} failed: {exc}") from exc
             if proc.returncode != 0:
@@ -146,8 +153,11 @@ REAL_PACKAGES = (
 )
 
 
-def install_real_agents() -> Path:
-    """The npm directory holding claude-agent-acp and codex-acp (and their platform binaries)."""
+def install_real_agents(timeout: float = INSTALL_TIMEOUT) -> Path:
+    """The npm directory holding claude-agent-acp and codex-acp (and their platform binaries).
+
+    ``timeout``: seconds the ``npm install`` may take (about 15 s from a near registry).
+    """
     npm = _npm()
     target = cache_dir() / f"npm-real-claude-agent-acp-{CLAUDE_ACP_VERSION}-codex-acp-{CODEX_ACP_VERSION}"
     modules = target / "node_modules"
@@ -157,6 +167,7 @@ def install_real_agents() -> Path:
         modules / "@agentclientprotocol" / "codex-acp" / "dist" / "index.js",
         [[npm, "install", "--no-audit", "--no-fund", "--no-save", *REAL_PACKAGES]],
         {"package.json": _PACKAGE_JSON},
+        timeout,
     )
 
 
