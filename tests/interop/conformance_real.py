@@ -1,0 +1,206 @@
+"""Run the conformance checker against third-party ACP agents, offline, and tabulate the findings.
+
+``python tests/interop/conformance_real.py [--quick] [--out DIR] [--agent NAME ...] [--protocol N ...]``
+
+Installs what is missing (``tests/interop/real_agents.py``: the SDKs and the npm agents, cached
+under ``~/.cache/acp-trio/interop/``), starts the loopback model server
+(``tests/interop/model_server.py``) in this process, and runs
+``python -m acp_trio.check --protocol N --json ... -- AGENT_CMD`` once per agent and protocol
+(1 and 2), each with a fresh throwaway ``HOME`` and the real agents' model APIs pointed at the
+model server: no network, no key.  The agents: ``demo`` (``python -m acp_trio.demo
+--serve-agent``), ``ts-sdk`` / ``ts-sdk-v2`` (``tests/interop/ts_agent.mjs`` / ``ts_v2_agent.mjs``),
+``py-sdk`` (``tests/interop/py_agent.py``), ``claude-agent-acp`` and ``codex-acp``.
+
+Writes into ``--out`` (default ``conformance-real/``): ``<agent>-p<N>.txt`` (the checker's text
+report) and ``.json`` (its ``--json``), ``model-requests.jsonl`` (every request the model server
+saw), ``state/`` (each run's ``HOME``, agent logs), and ``conformance.md``: one table, rows the
+checks, columns agent x protocol, cells ``PASS``/``FAIL``/``WARN``/``SKIP`` (``-`` not run there,
+``n/a`` agent unavailable, ``ERR`` checker error), then each run's time and the versions.
+
+``--quick``: only ``initialize``, ``session.new`` and ``session.prompt`` checks.  ``--tool-prompt``:
+the prompt names a file after the model server's tool marker, so the real agents' turns make a
+tool call (Claude Code's ``Read``, Codex's ``exec_command`` ``cat``): ``tool_call`` /
+``tool_call_update`` and, where the agent asks, ``session/request_permission`` are exercised.  An agent that
+cannot be installed (no ``node``/``npm``, a failed install) is reported ``n/a`` with the reason,
+not an error.  Exit status: 1 when the demo agent has any FAIL or WARN (it must be all PASS/SKIP),
+or a checker run could not complete; 0 otherwise: the other agents' FAILs are findings.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import trio
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from model_server import TOOL_MARKER, ModelServer, serve_models
+from real_agents import AGENTS, ROOT, Agent, Unavailable, agent_environment, versions
+
+QUICK = ("initialize", "session.new", "session.prompt")
+RUN_TIMEOUT = 900.0
+"""Seconds one checker run (one agent, one protocol) may take before it is stopped."""
+
+
+@dataclass
+class Run:
+    """One checker run: its findings (``name -> status``), its time in seconds, or why it did not run."""
+
+    agent: str
+    protocol: int
+    statuses: dict[str, str] = field(default_factory=dict)
+    seconds: float = 0.0
+    unavailable: str | None = None
+    error: str | None = None
+    text: str = ""
+
+
+def checker_env(extra: dict[str, str]) -> dict[str, str]:
+    """``os.environ`` plus ``extra``, with this tree's ``runtime/`` and ``generated/`` on ``PYTHONPATH``."""
+    env = {**os.environ, **extra}
+    paths = [str(ROOT / "runtime"), str(ROOT / "generated")]
+    if os.environ.get("PYTHONPATH"):
+        paths.append(os.environ["PYTHONPATH"])
+    env["PYTHONPATH"] = os.pathsep.join(paths)
+    return env
+
+
+async def run_one(
+    agent: Agent,
+    protocol: int,
+    out: Path,
+    model_url: str,
+    only: tuple[str, ...] = (),
+    turn_timeout: float = 60.0,
+    tool_prompt: bool = False,
+) -> Run:
+    """Run the checker against ``agent`` in ``protocol``; the reports go to ``out/<agent>-p<N>.txt/.json``.
+
+    Installs the agent first (an :class:`~real_agents.Unavailable` becomes ``Run.unavailable``).
+    ``tool_prompt``: the prompt names a notes file in the session's ``cwd`` after
+    :data:`~model_server.TOOL_MARKER`, so a real agent's turns make a tool call that reads it.
+    """
+    run = Run(agent.name, protocol)
+    try:
+        command, extra = await trio.to_thread.run_sync(agent.command)
+    except Unavailable as exc:
+        run.unavailable = str(exc).splitlines()[0]
+        return run
+    stem = out / f"{agent.name}-p{protocol}"
+    state = out / "state" / f"{agent.name}-p{protocol}"
+    env = checker_env({**agent_environment(state, model_url), **extra})
+    args = [sys.executable, "-m", "acp_trio.check", "--protocol", str(protocol), "--json", f"{stem}.json"]
+    args += ["--turn-timeout", str(turn_timeout)]
+    if tool_prompt:
+        notes = Path(os.path.realpath(state / "cwd")) / "acp-real-notes.txt"
+        notes.write_text("buy milk\n")
+        args += ["--prompt", f"Read my notes file and say what it says: {TOOL_MARKER}{notes}"]
+    for name in only:
+        args += ["--only", name]
+    start = time.monotonic()
+    with trio.move_on_after(RUN_TIMEOUT) as scope:
+        proc = await trio.run_process(
+            [*args, "--", *command], env=env, cwd=str(ROOT), capture_stdout=True, capture_stderr=True, check=False
+        )
+    run.seconds = time.monotonic() - start
+    if scope.cancelled_caught:
+        run.error = f"the checker run took over {RUN_TIMEOUT:.0f} s"
+        return run
+    run.text = proc.stdout.decode(errors="replace")
+    stem.with_suffix(".txt").write_text(run.text)
+    if proc.returncode not in (0, 1):
+        run.error = f"the checker exited {proc.returncode}: {proc.stderr.decode(errors='replace')[-500:]}"
+        return run
+    report = json.loads(stem.with_suffix(".json").read_text())
+    run.statuses = {f["name"]: f["status"] for f in report["findings"]}
+    return run
+
+
+def table(runs: list[Run]) -> str:
+    """The markdown table: rows the checks (in report order), columns agent x protocol."""
+    names: list[str] = []
+    for run in runs:
+        names += [n for n in run.statuses if n not in names]
+    header = "| check | " + " | ".join(f"{r.agent} p{r.protocol}" for r in runs) + " |"
+    lines = [header, "|---" * (len(runs) + 1) + "|"]
+
+    def cell(run: Run, name: str) -> str:
+        if run.unavailable:
+            return "n/a"
+        if run.error:
+            return "ERR"
+        return run.statuses.get(name, "-")
+
+    for name in names:
+        lines.append(f"| {name} | " + " | ".join(cell(r, name) for r in runs) + " |")
+    return "\n".join(lines)
+
+
+def markdown(runs: list[Run], quick: bool, tool_prompt: bool, total: float) -> str:
+    notes = (["quick"] if quick else []) + (["prompts that make the real agents call a tool"] if tool_prompt else [])
+    parts = [
+        "# Conformance of ACP agents (acp_trio.check)" + (f" ({', '.join(notes)})" if notes else ""),
+        "",
+        table(runs),
+        "",
+        "| run | seconds | result |",
+        "|---|---|---|",
+    ]
+    for r in runs:
+        summary = r.unavailable or r.error or (r.text.strip().splitlines() or [""])[-1]
+        parts.append(f"| {r.agent} p{r.protocol} | {r.seconds:.1f} | {summary} |")
+    parts += ["", f"Total: {total:.0f} s.", "", "Versions:", ""]
+    ran = {r.agent for r in runs}
+    parts += [f"- {name}: {version}" for name, version in versions().items() if name in ran]
+    return "\n".join(parts) + "\n"
+
+
+async def conformance(
+    out: Path, agents: list[Agent], protocols: list[int], quick: bool, tool_prompt: bool = False, delay: float = 0.05
+) -> list[Run]:
+    """Run every agent in every protocol, one after another, against one model server; write the reports."""
+    out.mkdir(parents=True, exist_ok=True)
+    app = ModelServer(delay=delay, log=str(out / "model-requests.jsonl"))
+    runs = []
+    async with trio.open_nursery() as nursery:
+        model_url = await nursery.start(serve_models, app)
+        for agent in agents:
+            for protocol in protocols:
+                print(f"... {agent.name} protocol {protocol}", file=sys.stderr, flush=True)
+                run = await run_one(agent, protocol, out, model_url, QUICK if quick else (), tool_prompt=tool_prompt)
+                note = run.unavailable or run.error or (run.text.strip().splitlines() or [""])[-1]
+                print(f"    {run.seconds:.1f} s: {note}", file=sys.stderr, flush=True)
+                runs.append(run)
+        nursery.cancel_scope.cancel()
+    return runs
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="only the initialize/session.new/session.prompt checks")
+    parser.add_argument("--out", type=Path, default=Path("conformance-real"), help="the report directory")
+    names = [a.name for a in AGENTS]
+    parser.add_argument("--agent", action="append", choices=names, help="only this agent (repeatable)")
+    parser.add_argument("--protocol", action="append", type=int, choices=(1, 2), help="only this protocol")
+    parser.add_argument(
+        "--tool-prompt", action="store_true", help="prompt so that the real agents make a tool call (reading a file)"
+    )
+    options = parser.parse_args(argv)
+    agents = [a for a in AGENTS if not options.agent or a.name in options.agent]
+    protocols = options.protocol or [1, 2]
+    start = time.monotonic()
+    runs = trio.run(conformance, options.out, agents, protocols, options.quick, options.tool_prompt)
+    text = markdown(runs, options.quick, options.tool_prompt, time.monotonic() - start)
+    (options.out / "conformance.md").write_text(text)
+    print(text)
+    demo_bad = any(r.agent == "demo" and {"FAIL", "WARN"} & set(r.statuses.values()) for r in runs)
+    return 1 if demo_bad or any(r.error for r in runs) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

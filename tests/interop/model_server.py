@@ -1,0 +1,392 @@
+"""A loopback stand-in for the model APIs that real ACP agents call, so they run with no network or key.
+
+``claude-agent-acp`` runs Claude Code, which calls the Anthropic Messages API at
+``ANTHROPIC_BASE_URL``; ``codex-acp`` runs the Codex CLI core, which calls the OpenAI Responses API
+at the ``base_url`` of its model provider (``config.toml`` under ``CODEX_HOME``).  This server
+answers both on one port, with a plain ASGI callable served by hypercorn's trio worker:
+
+- ``POST /v1/messages``: a Messages API answer, streamed as server-sent events when the request
+  asks ``"stream": true`` (``message_start``, ``content_block_*``, ``message_delta``,
+  ``message_stop``), else one JSON message;
+- ``POST /v1/messages/count_tokens``: ``{"input_tokens": N}`` (N: a rough count of the request);
+- ``POST /v1/responses``: a Responses API answer streamed as server-sent events
+  (``response.created``, ``response.output_item.added``, ``response.output_text.delta``...,
+  ``response.output_item.done``, ``response.completed``);
+- ``GET /v1/models``: a one-model list in both APIs' shapes;
+- anything else: 404 with a JSON error body.
+
+Every answer is the text :data:`ANSWER`, cut into ``deltas`` pieces sent ``delay`` seconds apart
+(defaults: 24 pieces, 0.05 s: a turn of about 1.2 s, so a ``session/cancel`` sent right after the
+prompt lands mid-turn).  A user message containing :data:`TOOL_MARKER` followed by a path
+(``acp-tool-read:/tmp/x.txt``), with no tool result after it, is answered with a tool call that
+reads that file instead: the Messages API's ``Read`` tool when the request offers it; for the
+Responses API whichever shell tool the request offers (``shell_command``, ``exec_command`` or
+``shell``) runs ``cat``.  The follow-up request carrying the tool result gets the text answer.
+
+Every request is logged as one JSON line (time, method, path, query, user agent, the model, whether
+it streams, the body size, how many tools it offers, whether it got a ``text`` or ``tool`` answer)
+to ``log`` (a file path, or stderr when ``None``): that is how one learns which endpoints an agent
+really calls.
+
+Run alone: ``python tests/interop/model_server.py [--port 0] [--log FILE] [--deltas N] [--delay S]``
+prints ``http://127.0.0.1:PORT`` on stdout once it listens.  In a trio program:
+``url = await nursery.start(serve_models, ModelServer(...))``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import re
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import trio
+from hypercorn.config import Config
+from hypercorn.trio import serve
+
+ANSWER = "Hello! This is the loopback model server answering in one short sentence, slowly, piece by piece."
+TOOL_MARKER = "acp-tool-read:"
+MODEL = "loopback-model"
+
+Scope = dict[str, Any]
+Receive = Callable[[], Awaitable[dict[str, Any]]]
+Send = Callable[[dict[str, Any]], Awaitable[None]]
+
+
+def _pieces(text: str, count: int) -> list[str]:
+    """``text`` cut into ``count`` (at least 1) consecutive non-empty pieces, joined back exactly."""
+    count = max(1, min(count, len(text)))
+    size, extra = divmod(len(text), count)
+    out, start = [], 0
+    for i in range(count):
+        end = start + size + (1 if i < extra else 0)
+        out.append(text[start:end])
+        start = end
+    return out
+
+
+def _sse(event: str, data: dict[str, Any]) -> bytes:
+    return f"event: {event}\ndata: {json.dumps(data, separators=(',', ':'))}\n\n".encode()
+
+
+def _text_of(content: Any) -> str:
+    """The text of a message's ``content`` (a string or a list of blocks/parts), tool results excluded."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "\n".join(
+            str(part.get("text", ""))
+            for part in content
+            if isinstance(part, dict) and part.get("type") in ("text", "input_text")
+        )
+    return ""
+
+
+def _tool_path(messages: Any, answered: Callable[[Any], bool]) -> str | None:
+    """The path to read when the newest user message naming :data:`TOOL_MARKER` has no tool result after it.
+
+    Scans ``messages`` (Messages API ``messages`` or Responses API ``input`` items) newest first:
+    a tool result (``answered``) first means the tool call was made already.  Other messages
+    (Claude Code appends a ``system`` one) are passed over.
+    """
+    if not isinstance(messages, list):
+        return None
+    for message in reversed(messages):
+        if not isinstance(message, dict):
+            continue
+        if answered(message):
+            return None
+        if message.get("role") == "user":
+            found = re.search(re.escape(TOOL_MARKER) + r"(\S+)", _text_of(message.get("content")))
+            if found:
+                return found.group(1)
+    return None
+
+
+def _has_tool_result(message: Any) -> bool:
+    """A Messages API message carrying a ``tool_result`` block."""
+    content = message.get("content")
+    return isinstance(content, list) and any(isinstance(b, dict) and b.get("type") == "tool_result" for b in content)
+
+
+def _is_tool_output(item: Any) -> bool:
+    """A Responses API input item carrying a function call's output."""
+    return item.get("type") == "function_call_output"
+
+
+def _tool_names(request: dict[str, Any]) -> set[Any]:
+    """The names of the tools a request offers the model."""
+    tools = request.get("tools")
+    return {t.get("name") for t in tools if isinstance(t, dict)} if isinstance(tools, list) else set()
+
+
+SHELL_TOOLS = ("shell_command", "exec_command", "shell")
+
+
+@dataclass
+class ModelServer:
+    """The ASGI application.  ``deltas``: pieces per answer; ``delay``: seconds between pieces;
+    ``log``: a file path for the request log (JSON lines), or ``None`` for stderr."""
+
+    deltas: int = 24
+    delay: float = 0.05
+    log: str | None = None
+    requests: list[dict[str, Any]] = field(default_factory=list)
+    _ids: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
+
+    def _record(self, entry: dict[str, Any]) -> None:
+        self.requests.append(entry)
+        line = json.dumps(entry, sort_keys=True)
+        if self.log is None:
+            print(f"model-server: {line}", file=sys.stderr, flush=True)
+        else:
+            with open(self.log, "a", encoding="utf-8") as f:
+                f.write(line + "\n")
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            while True:
+                message = await receive()
+                if message["type"] == "lifespan.startup":
+                    await send({"type": "lifespan.startup.complete"})
+                elif message["type"] == "lifespan.shutdown":
+                    await send({"type": "lifespan.shutdown.complete"})
+                    return
+        if scope["type"] != "http":
+            return
+        body = bytearray()
+        while True:
+            message = await receive()
+            body += message.get("body", b"")
+            if not message.get("more_body"):
+                break
+        try:
+            request = json.loads(body) if body else {}
+        except ValueError:
+            request = {}
+        if not isinstance(request, dict):
+            request = {}
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+        path = scope["path"]
+        route = path.removeprefix("/v1")
+        tool_path = None
+        if route == "/messages" and "Read" in _tool_names(request):
+            tool_path = _tool_path(request.get("messages"), _has_tool_result)
+        elif route == "/responses" and self._shell_tools(request):
+            tool_path = _tool_path(request.get("input"), _is_tool_output)
+        self._record(
+            {
+                "time": round(time.time(), 3),
+                "method": scope["method"],
+                "path": path,
+                "query": scope.get("query_string", b"").decode("latin-1"),
+                "user_agent": headers.get("user-agent", ""),
+                "model": request.get("model"),
+                "stream": request.get("stream"),
+                "bytes": len(body),
+                "tools": len(request.get("tools") or []),
+                "answer": "tool" if tool_path is not None else "text",
+            }
+        )
+        if scope["method"] == "POST" and route == "/messages":
+            await self._messages(request, tool_path, send)
+        elif scope["method"] == "POST" and route == "/messages/count_tokens":
+            await _json(send, 200, {"input_tokens": max(1, len(body) // 4)})
+        elif scope["method"] == "POST" and route == "/responses":
+            await self._responses(request, tool_path, send)
+        elif scope["method"] == "GET" and route == "/models":
+            entry = {"id": MODEL, "object": "model", "type": "model", "display_name": MODEL, "created_at": 0}
+            await _json(send, 200, {"object": "list", "data": [entry], "models": [], "has_more": False})
+        else:
+            await _json(send, 404, {"type": "error", "error": {"type": "not_found_error", "message": f"no {path}"}})
+
+    # -- the Anthropic Messages API -------------------------------------------------------------------
+    async def _messages(self, request: dict[str, Any], tool_path: str | None, send: Send) -> None:
+        number = next(self._ids)
+        model = request.get("model") or MODEL
+        usage = {"input_tokens": 10, "output_tokens": 1, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}
+        if tool_path is not None:
+            tool_input = {"file_path": tool_path}
+            block: dict[str, Any] = {"type": "tool_use", "id": f"toolu_loopback_{number}", "name": "Read", "input": {}}
+            stop_reason = "tool_use"
+        else:
+            block = {"type": "text", "text": ""}
+            stop_reason = "end_turn"
+        message = {
+            "id": f"msg_loopback_{number}",
+            "type": "message",
+            "role": "assistant",
+            "model": model,
+            "content": [],
+            "stop_reason": None,
+            "stop_sequence": None,
+            "usage": usage,
+        }
+        if not request.get("stream"):
+            if tool_path is not None:
+                content = [{**block, "input": tool_input}]
+            else:
+                content = [{"type": "text", "text": ANSWER}]
+            done = {**message, "content": content, "stop_reason": stop_reason, "usage": {**usage, "output_tokens": 20}}
+            await _json(send, 200, done)
+            return
+        await _start_sse(send)
+        await _chunk(send, _sse("message_start", {"type": "message_start", "message": message}))
+        await _chunk(
+            send, _sse("content_block_start", {"type": "content_block_start", "index": 0, "content_block": block})
+        )
+        if tool_path is not None:
+            delta = {"type": "input_json_delta", "partial_json": json.dumps(tool_input)}
+            await _chunk(send, _sse("content_block_delta", {"type": "content_block_delta", "index": 0, "delta": delta}))
+        else:
+            for piece in _pieces(ANSWER, self.deltas):
+                await trio.sleep(self.delay)
+                delta = {"type": "text_delta", "text": piece}
+                await _chunk(
+                    send, _sse("content_block_delta", {"type": "content_block_delta", "index": 0, "delta": delta})
+                )
+        await _chunk(send, _sse("content_block_stop", {"type": "content_block_stop", "index": 0}))
+        end = {"stop_reason": stop_reason, "stop_sequence": None}
+        await _chunk(
+            send, _sse("message_delta", {"type": "message_delta", "delta": end, "usage": {"output_tokens": 20}})
+        )
+        await _chunk(send, _sse("message_stop", {"type": "message_stop"}))
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+    # -- the OpenAI Responses API ---------------------------------------------------------------------
+    @staticmethod
+    def _shell_tools(request: dict[str, Any]) -> list[str]:
+        """The shell tools a Responses API request offers, in :data:`SHELL_TOOLS` order."""
+        names = _tool_names(request)
+        return [name for name in SHELL_TOOLS if name in names]
+
+    async def _responses(self, request: dict[str, Any], tool_path: str | None, send: Send) -> None:
+        number = next(self._ids)
+        response_id = f"resp_loopback_{number}"
+        base = {"id": response_id, "object": "response", "created_at": int(time.time()), "model": request.get("model")}
+        await _start_sse(send)
+        await _chunk(
+            send, _sse("response.created", {"type": "response.created", "response": {**base, "status": "in_progress"}})
+        )
+        if tool_path is not None:
+            tools = self._shell_tools(request)
+            if "shell_command" in tools:
+                name, arguments = "shell_command", {"command": f"cat {tool_path}"}
+            elif "exec_command" in tools:
+                name, arguments = "exec_command", {"cmd": f"cat {tool_path}"}
+            else:
+                name, arguments = "shell", {"command": ["cat", tool_path]}
+            item: dict[str, Any] = {
+                "type": "function_call",
+                "id": f"fc_loopback_{number}",
+                "call_id": f"call_loopback_{number}",
+                "name": name,
+                "arguments": json.dumps(arguments),
+                "status": "completed",
+            }
+            added = {"type": "response.output_item.added", "output_index": 0, "item": item}
+            await _chunk(send, _sse("response.output_item.added", added))
+        else:
+            item_id = f"msg_loopback_{number}"
+            opened = {"type": "message", "id": item_id, "role": "assistant", "status": "in_progress", "content": []}
+            added = {"type": "response.output_item.added", "output_index": 0, "item": opened}
+            await _chunk(send, _sse("response.output_item.added", added))
+            part = {"type": "output_text", "text": "", "annotations": []}
+            part_added = {
+                "type": "response.content_part.added",
+                "item_id": item_id,
+                "output_index": 0,
+                "content_index": 0,
+                "part": part,
+            }
+            await _chunk(send, _sse("response.content_part.added", part_added))
+            for piece in _pieces(ANSWER, self.deltas):
+                await trio.sleep(self.delay)
+                delta = {
+                    "type": "response.output_text.delta",
+                    "item_id": item_id,
+                    "output_index": 0,
+                    "content_index": 0,
+                    "delta": piece,
+                }
+                await _chunk(send, _sse("response.output_text.delta", delta))
+            item = {
+                "type": "message",
+                "id": item_id,
+                "role": "assistant",
+                "status": "completed",
+                "content": [{"type": "output_text", "text": ANSWER, "annotations": []}],
+            }
+        done = {"type": "response.output_item.done", "output_index": 0, "item": item}
+        await _chunk(send, _sse("response.output_item.done", done))
+        usage = {
+            "input_tokens": 10,
+            "input_tokens_details": {"cached_tokens": 0},
+            "output_tokens": 20,
+            "output_tokens_details": {"reasoning_tokens": 0},
+            "total_tokens": 30,
+        }
+        completed = {**base, "status": "completed", "output": [item], "usage": usage}
+        await _chunk(send, _sse("response.completed", {"type": "response.completed", "response": completed}))
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+
+async def _json(send: Send, status: int, body: dict[str, Any]) -> None:
+    data = json.dumps(body).encode()
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(data)).encode())]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": data, "more_body": False})
+
+
+async def _start_sse(send: Send) -> None:
+    headers = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")]
+    await send({"type": "http.response.start", "status": 200, "headers": headers})
+
+
+async def _chunk(send: Send, data: bytes) -> None:
+    await send({"type": "http.response.body", "body": data, "more_body": True})
+
+
+async def serve_models(
+    app: ModelServer, port: int = 0, *, task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED
+) -> None:
+    """Serve ``app`` on ``127.0.0.1:port`` (0: any free port) until cancelled; ``nursery.start`` gets
+    its base URL, ``http://127.0.0.1:PORT`` (no ``/v1``)."""
+    config = Config()
+    config.bind = [f"127.0.0.1:{port}"]
+    config.accesslog = None
+    config.errorlog = None
+    config.graceful_timeout = 0.5
+
+    class _Status:
+        def started(self, binds: list[str] | None = None) -> None:
+            bound = (binds or [""])[0]
+            task_status.started(bound.rstrip("/"))
+
+    await serve(app, config, task_status=_Status())  # type: ignore[arg-type]
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description="A loopback stand-in for the Anthropic and OpenAI model APIs.")
+    parser.add_argument("--port", type=int, default=0, help="the port on 127.0.0.1 (default: any free one)")
+    parser.add_argument("--log", help="log each request as a JSON line to this file (default: stderr)")
+    parser.add_argument("--deltas", type=int, default=24, help="pieces per streamed answer (default 24)")
+    parser.add_argument("--delay", type=float, default=0.05, help="seconds between pieces (default 0.05)")
+    options = parser.parse_args(argv)
+    app = ModelServer(deltas=options.deltas, delay=options.delay, log=options.log)
+
+    async def run() -> None:
+        async with trio.open_nursery() as nursery:
+            url = await nursery.start(serve_models, app, options.port)
+            print(url, flush=True)
+
+    trio.run(run)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,201 @@
+"""The conformance checker against real third-party agents, offline (``tests/interop/conformance_real.py``).
+
+Two parts:
+
+- the loopback model server (``tests/interop/model_server.py``), in process: the Anthropic
+  Messages API and the OpenAI Responses API answers it streams, and the tool call it answers a
+  marked prompt with;
+- ``@agentclientprotocol/claude-agent-acp`` and ``@agentclientprotocol/codex-acp`` from npm (pinned
+  in ``tests/interop/real_agents.py``) through the fast checks (``initialize``, ``session.new``,
+  ``session.prompt``) in protocols 1 and 2, their model API pointed at the model server: no
+  network, no key.  The four take about 40 s once installed (the install: about 840 MB into
+  ``~/.cache/acp-trio/interop/``, about 15 s from a near registry); ``ACP_REAL_AGENTS=0`` skips
+  them.  They skip, saying why, without ``node``/``npm`` or when the install fails.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+
+INTEROP = Path(__file__).parent / "interop"
+sys.path.insert(0, str(INTEROP))  # the scripts there import each other as top-level modules
+
+import conformance_real  # noqa: E402
+import model_server  # noqa: E402
+import real_agents  # noqa: E402
+
+pytest.importorskip("httpx2")
+import httpx2  # noqa: E402
+
+TIME_LIMIT = 30  # seconds for the in-process server tests
+INSTALL_TIMEOUT = 240  # seconds: under the suite's pytest-timeout (300 s), so a slow registry skips with a message
+AGENT_TIME_LIMIT = 240  # seconds per real agent and protocol (their first start unpacks caches)
+
+
+async def _events(response: Any) -> list[tuple[str, dict[str, Any]]]:
+    """The server-sent events of a streamed response, as (event name, data)."""
+    events: list[tuple[str, dict[str, Any]]] = []
+    name = ""
+    async for line in response.aiter_lines():
+        if line.startswith("event: "):
+            name = line.removeprefix("event: ")
+        elif line.startswith("data: "):
+            events.append((name, json.loads(line.removeprefix("data: "))))
+    return events
+
+
+async def _with_server(app: model_server.ModelServer, body: Any) -> Any:
+    with trio.fail_after(TIME_LIMIT):
+        async with trio.open_nursery() as nursery:
+            url = await nursery.start(model_server.serve_models, app)
+            async with httpx2.AsyncClient(base_url=url) as client:
+                result = await body(client)
+            nursery.cancel_scope.cancel()
+    return result
+
+
+async def test_the_model_server_streams_a_messages_api_answer_in_pieces(tmp_path: Path) -> None:
+    app = model_server.ModelServer(deltas=7, delay=0, log=str(tmp_path / "requests.jsonl"))
+    request = {"model": "claude-x", "stream": True, "messages": [{"role": "user", "content": "hi"}]}
+
+    async def body(client: httpx2.AsyncClient) -> list[tuple[str, dict[str, Any]]]:
+        async with client.stream("POST", "/v1/messages?beta=true", json=request) as response:
+            assert response.headers["content-type"].startswith("text/event-stream")
+            return await _events(response)
+
+    events = await _with_server(app, body)
+    names = [name for name, _data in events]
+    assert names[:2] == ["message_start", "content_block_start"]
+    assert names[-3:] == ["content_block_stop", "message_delta", "message_stop"]
+    deltas = [data["delta"]["text"] for name, data in events if name == "content_block_delta"]
+    assert len(deltas) == 7 and "".join(deltas) == model_server.ANSWER
+    assert events[-2][1]["delta"]["stop_reason"] == "end_turn"
+    logged = [json.loads(line) for line in (tmp_path / "requests.jsonl").read_text().splitlines()]
+    assert [(e["method"], e["path"], e["query"], e["model"]) for e in logged] == [
+        ("POST", "/v1/messages", "beta=true", "claude-x")
+    ]
+
+
+async def test_the_model_server_answers_a_marked_messages_prompt_with_a_read_tool_call() -> None:
+    app = model_server.ModelServer(delay=0, log=os.devnull)
+    marked = [{"role": "user", "content": [{"type": "text", "text": "look: acp-tool-read:/tmp/notes.txt"}]}]
+    answered = [
+        *marked,
+        {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "Read", "input": {}}]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "x"}]},
+    ]
+
+    async def body(client: httpx2.AsyncClient) -> list[dict[str, Any]]:
+        out = []
+        for messages in (marked, answered):
+            request = {"model": "m", "messages": messages, "tools": [{"name": "Read", "input_schema": {}}]}
+            response = await client.post("/v1/messages", json=request)
+            out.append(response.json())
+        count = await client.post("/v1/messages/count_tokens", json={"model": "m", "messages": marked})
+        out.append(count.json())
+        return out
+
+    tool, text, count = await _with_server(app, body)
+    assert tool["stop_reason"] == "tool_use"
+    assert tool["content"][0]["name"] == "Read" and tool["content"][0]["input"] == {"file_path": "/tmp/notes.txt"}
+    assert text["stop_reason"] == "end_turn" and text["content"] == [{"type": "text", "text": model_server.ANSWER}]
+    assert count["input_tokens"] >= 1
+
+
+async def test_the_model_server_streams_a_responses_api_answer_and_a_shell_tool_call() -> None:
+    app = model_server.ModelServer(deltas=5, delay=0, log=os.devnull)
+    user = {"role": "user", "content": [{"type": "input_text", "text": "hello"}]}
+    marked = {"role": "user", "content": [{"type": "input_text", "text": "acp-tool-read:/tmp/n.txt"}]}
+    tools = [{"type": "function", "name": "shell_command"}]
+
+    async def body(client: httpx2.AsyncClient) -> list[list[tuple[str, dict[str, Any]]]]:
+        out = []
+        for request in ({"model": "m", "input": [user]}, {"model": "m", "input": [marked], "tools": tools}):
+            async with client.stream("POST", "/v1/responses", json={**request, "stream": True}) as response:
+                out.append(await _events(response))
+        return out
+
+    text, tool = await _with_server(app, body)
+    assert [n for n, _d in text][:2] == ["response.created", "response.output_item.added"]
+    assert "".join(d["delta"] for n, d in text if n == "response.output_text.delta") == model_server.ANSWER
+    assert text[-1][0] == "response.completed" and text[-1][1]["response"]["status"] == "completed"
+    call = next(d["item"] for n, d in tool if n == "response.output_item.done")
+    assert call["type"] == "function_call" and call["name"] == "shell_command"
+    assert json.loads(call["arguments"]) == {"command": "cat /tmp/n.txt"}
+
+
+async def test_the_model_server_answers_an_unknown_path_with_404_and_logs_it(tmp_path: Path) -> None:
+    app = model_server.ModelServer(delay=0, log=str(tmp_path / "requests.jsonl"))
+
+    async def body(client: httpx2.AsyncClient) -> int:
+        return (await client.get("/api/hello")).status_code
+
+    assert await _with_server(app, body) == 404
+    assert json.loads((tmp_path / "requests.jsonl").read_text())["path"] == "/api/hello"
+
+
+def test_the_table_has_a_row_per_check_and_a_column_per_agent_and_protocol() -> None:
+    runs = [
+        conformance_real.Run("a", 1, {"initialize.version": "PASS", "jsonrpc.ids": "FAIL"}),
+        conformance_real.Run("a", 2, {"initialize.version": "PASS"}),
+        conformance_real.Run("b", 1, unavailable="node and npm are not on PATH"),
+        conformance_real.Run("c", 1, error="the checker exited 2"),
+    ]
+    assert conformance_real.table(runs).splitlines() == [
+        "| check | a p1 | a p2 | b p1 | c p1 |",
+        "|---|---|---|---|---|",
+        "| initialize.version | PASS | PASS | n/a | ERR |",
+        "| jsonrpc.ids | FAIL | - | n/a | ERR |",
+    ]
+
+
+# -- the real agents ----------------------------------------------------------------------------
+
+real = pytest.mark.skipif(
+    os.environ.get("ACP_REAL_AGENTS") == "0",
+    reason="ACP_REAL_AGENTS=0: claude-agent-acp and codex-acp are not checked",
+)
+
+
+@pytest.fixture(scope="session")
+def real_agents_installed() -> Path:
+    try:
+        return real_agents.install_real_agents(timeout=INSTALL_TIMEOUT)
+    except real_agents.Unavailable as exc:
+        pytest.skip(f"the real agents are unavailable: {exc}")
+
+
+# What each real agent must do in the quick checks; both negotiate protocol 2 (session.prompt is v1-only).
+EXPECTED = {
+    1: {"initialize.version": "PASS", "initialize.info": "PASS", "session.new": "PASS", "session.prompt": "PASS"},
+    2: {"initialize.version": "PASS", "initialize.info": "PASS", "session.new": "PASS"},
+}
+MODEL_PATH = {"claude-agent-acp": "/v1/messages", "codex-acp": "/v1/responses"}
+
+
+@real
+@pytest.mark.parametrize("protocol", [1, 2])
+@pytest.mark.parametrize("name", ["claude-agent-acp", "codex-acp"])
+async def test_a_real_agent_passes_the_quick_checks_against_the_loopback_model(
+    name: str, protocol: int, real_agents_installed: Path, tmp_path: Path
+) -> None:
+    agent = next(a for a in real_agents.AGENTS if a.name == name)
+    app = model_server.ModelServer(delay=0.01, log=str(tmp_path / "requests.jsonl"))
+    with trio.fail_after(AGENT_TIME_LIMIT):
+        async with trio.open_nursery() as nursery:
+            url = await nursery.start(model_server.serve_models, app)
+            run = await conformance_real.run_one(agent, protocol, tmp_path, url, conformance_real.QUICK, 60.0)
+            nursery.cancel_scope.cancel()
+    assert run.unavailable is None and run.error is None, run.unavailable or run.error
+    got = {check: run.statuses.get(check) for check in EXPECTED[protocol]}
+    assert got == EXPECTED[protocol], run.text
+    assert not {"FAIL", "WARN"} & set(run.statuses.values()), run.text
+    if protocol == 1:  # the turn really went through the model server
+        assert MODEL_PATH[name] in {r["path"] for r in app.requests}
