@@ -1,7 +1,7 @@
 """Developer and CI tasks.  `nox -s check_generated lint tests` is what CI runs.
 
 Sessions: tests, lint, regenerate, check_generated, update_schema -- VERSION, bench, build,
-properties_full, demo.
+properties_full, conformance, demo.
 """
 
 from __future__ import annotations
@@ -114,6 +114,20 @@ def build(session: nox.Session) -> None:
             "print('wheel OK')\n"
         )
         session.run(py, "-c", check, external=True, env={"PYTHONPATH": ""})
+
+
+@nox.session(python=PY)
+def conformance(session: nox.Session) -> None:
+    """The conformance checker against real agents, offline: the demo agent, agents written with the
+    official TypeScript and Python SDKs, @agentclientprotocol/claude-agent-acp and codex-acp (from
+    npm, about 840 MB cached under ~/.cache/acp-trio/interop; their model APIs played by a loopback
+    server), in protocols 1 and 2.  Needs node and npm.  Writes conformance-real/ (a report per
+    agent and protocol, and conformance.md, the table); options go to tests/interop/conformance_real.py
+    (``nox -s conformance -- --quick``)."""
+    session.install("-e", ".[mcp,remote]", *group("test"))
+    env = {"ACP_REAL_AGENTS": "1"}
+    session.run("python", "-m", "pytest", "tests/test_conformance_real.py", env=env)
+    session.run("python", "tests/interop/conformance_real.py", "--tool-prompt", *session.posargs, env=env)
 
 
 @nox.session(python=PY)

@@ -337,8 +337,12 @@ class _V2Agent:
         if self.defect == "no-running":  # idle, with no running before it
             self.conn.connection.start_soon(notify, "session/update", state(state="idle", stopReason="end_turn"))
         elif self.defect == "no-stop-reason":
-            self.conn.connection.start_soon(notify, "session/update", state(state="running"))
-            self.conn.connection.start_soon(notify, "session/update", state(state="idle"))
+
+            async def running_then_idle() -> None:
+                await notify("session/update", state(state="running"))
+                await notify("session/update", state(state="idle"))
+
+            self.conn.connection.start_soon(running_then_idle)
         else:
             self.conn.start_turn(sid, turn)
         return v2.PromptResponse(message_id=f"u{self.count}")

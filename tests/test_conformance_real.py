@@ -9,8 +9,8 @@ Two parts:
   in ``tests/interop/real_agents.py``) through the fast checks (``initialize``, ``session.new``,
   ``session.prompt``) in protocols 1 and 2, their model API pointed at the model server: no
   network, no key.  The four take about 40 s once installed (the install: about 840 MB into
-  ``~/.cache/acp-trio/interop/``, about 15 s from a near registry); ``ACP_REAL_AGENTS=0`` skips
-  them.  They skip, saying why, without ``node``/``npm`` or when the install fails.
+  ``~/.cache/acp-trio/interop/``, about 15 s from a near registry), so they run only with ``ACP_REAL_AGENTS=1``
+  (``nox -s conformance`` sets it).  They skip, saying why, without ``node``/``npm`` or when the install fails.
 """
 
 from __future__ import annotations
@@ -159,8 +159,8 @@ def test_the_table_has_a_row_per_check_and_a_column_per_agent_and_protocol() -> 
 # -- the real agents ----------------------------------------------------------------------------
 
 real = pytest.mark.skipif(
-    os.environ.get("ACP_REAL_AGENTS") == "0",
-    reason="ACP_REAL_AGENTS=0: claude-agent-acp and codex-acp are not checked",
+    os.environ.get("ACP_REAL_AGENTS") != "1",
+    reason="claude-agent-acp and codex-acp (840 MB from npm) run with ACP_REAL_AGENTS=1: nox -s conformance",
 )
 
 

@@ -96,10 +96,22 @@ async def run_one(
     env = checker_env({**agent_environment(state, model_url), **extra})
     args = [sys.executable, "-m", "acp_trio.check", "--protocol", str(protocol), "--json", f"{stem}.json"]
     args += ["--turn-timeout", str(turn_timeout)]
-    if tool_prompt:
+    if agent.name == "demo":  # its turn asks permission, then reads: the permission checks run too
+        args += ["--script", str(ROOT / "tests" / "agents" / "demo_script.toml")]
+    elif tool_prompt and agent.name in ("claude-agent-acp", "codex-acp"):
         notes = Path(os.path.realpath(state / "cwd")) / "acp-real-notes.txt"
         notes.write_text("buy milk\n")
-        args += ["--prompt", f"Read my notes file and say what it says: {TOOL_MARKER}{notes}"]
+        script = {
+            "prompts": {
+                "text": {"text": "Say hello in one short sentence."},
+                "tool": {
+                    "text": f"Read my notes file and say what it says: {TOOL_MARKER}{notes}",
+                    "expect": ["tool_call"],
+                },
+            }
+        }
+        (state / "script.json").write_text(json.dumps(script))
+        args += ["--script", str(state / "script.json")]
     for name in only:
         args += ["--only", name]
     start = time.monotonic()

@@ -284,7 +284,7 @@ async def _run(
         if not _selected(name, only, skip):
             continue
         problems, fine = whole[name]
-        if name == "session.tool-call-ids" and (protocol >= 2 or not seen.tool_call_count) and not problems:
+        if name == "session.tool-call-ids" and (protocol >= 2 or not (seen.tool_call_count or problems)):
             why = (
                 "protocol 2: tool_call_update is an upsert keyed by toolCallId (docs/protocol/v2/tool-calls.mdx)"
                 if protocol >= 2

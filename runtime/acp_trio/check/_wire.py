@@ -185,7 +185,7 @@ class WirePeer:
             problem = self._schema_of_answer(sent, message).check_response(sent, message)
         if problem:
             self.seen.invalid.append(problem)
-        if method == "session/update":
+        if method == "session/update" and self.schema.variant.startswith("v1"):  # v2: upserts
             self._track_tool_calls(message.get("params"))
         if isinstance(method, str) and "id" in message:
             self.agent_requests.append(method)
