@@ -14,14 +14,12 @@ runs).  The TypeScript tests skip only when ``node``/``npm`` are missing; a fail
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import shutil
-import subprocess
 import sys
-from collections.abc import AsyncIterator, Callable, Iterator
-from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +43,9 @@ TS_SDK_VERSION = "2.4.0"
 PY_SDK = "agent-client-protocol"
 PY_SDK_VERSION = "0.12.1"
 INTEROP = Path(__file__).parent / "interop"
+sys.path.insert(0, str(INTEROP))
+import real_agents  # noqa: E402  (tests/interop/real_agents.py: the installer, shared with the real-agent runs)
+
 TRIO_AGENT = [sys.executable, str(INTEROP / "trio_agent.py")]
 INPUT_TEXT = "héllo wörld ✓\nsecond line\n"
 TIME_LIMIT = 20  # seconds of real time per test: processes, so no autojump clock
@@ -55,53 +56,16 @@ INSTALL_TIMEOUT = 240  # per step; under the suite's pytest-timeout (300 s), so 
 
 
 def _cache_dir() -> Path:
-    root = os.environ.get("ACP_TRIO_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "acp-trio")
-    return Path(root) / "interop"
-
-
-@contextmanager
-def _locked(directory: Path) -> Iterator[None]:
-    directory.mkdir(parents=True, exist_ok=True)
-    with open(directory / ".lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
-        yield
-
-
-def _run_install_step(command: list[str], cwd: Path) -> None:
-    try:
-        proc = subprocess.run(command, cwd=cwd, capture_output=True, text=True, timeout=INSTALL_TIMEOUT)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        pytest.fail(f"installing the interop SDKs: {' '.join(command)} failed: {exc}", pytrace=False)
-    if proc.returncode != 0:
-        pytest.fail(
-            f"installing the interop SDKs: {' '.join(command)} exited {proc.returncode}\n"
-            f"--- stdout ---\n{proc.stdout[-4000:]}\n--- stderr ---\n{proc.stderr[-4000:]}",
-            pytrace=False,
-        )
+    return real_agents.cache_dir()
 
 
 def _installed(target: Path, what: str, check: Path, steps: list[list[str]], prepare: dict[str, str]) -> Path:
-    """Install into ``target`` unless a marker says ``what`` is there already; return ``target``."""
-    marker = target / ".acp-trio-installed"
-
-    def ready() -> bool:
-        return marker.is_file() and marker.read_text() == what and check.exists()
-
-    if ready():
-        return target
-    with _locked(target.parent):
-        if ready():  # another run installed it while we waited for the lock
-            return target
-        shutil.rmtree(target, ignore_errors=True)
-        target.mkdir(parents=True)
-        for name, text in prepare.items():
-            (target / name).write_text(text)
-        for command in steps:
-            _run_install_step(command, target)
-        if not check.exists():
-            pytest.fail(f"installing the interop SDKs: {check} is missing after the install", pytrace=False)
-        marker.write_text(what)
-    return target
+    """Install into ``target`` unless a marker says ``what`` is there already; return ``target``
+    (``tests/interop/real_agents.py``'s installer; a failed step fails the test with its output)."""
+    try:
+        return real_agents.installed(target, what, check, steps, prepare, timeout=INSTALL_TIMEOUT)
+    except real_agents.Unavailable as exc:
+        pytest.fail(f"installing the interop SDKs: {exc}", pytrace=False)
 
 
 @pytest.fixture(scope="session")

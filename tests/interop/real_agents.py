@@ -62,7 +62,7 @@ def _locked(directory: Path) -> Iterator[None]:
         yield
 
 
-def _installed(
+def installed(
     target: Path,
     what: str,
     check: Path,
@@ -70,7 +70,8 @@ def _installed(
     prepare: dict[str, str],
     timeout: float = INSTALL_TIMEOUT,
 ) -> Path:
-    """Install into ``target`` unless its marker says ``what`` is there already; return ``target``.
+    """Install into ``target`` unless its marker says ``what`` is there already; return ``target``
+    (the one installer of the interop tests: ``tests/test_interop*.py`` use it too).
 
     Raises :class:`Unavailable` when a step fails or takes over ``timeout`` seconds.
     """
@@ -119,7 +120,7 @@ def install_ts_sdk() -> Path:
     npm = _npm()
     target = cache_dir() / f"npm-{TS_SDK_VERSION}"
     package = f"@agentclientprotocol/sdk@{TS_SDK_VERSION}"
-    return _installed(
+    return installed(
         target,
         package + "\n",  # the marker tests/test_interop.py writes
         target / "node_modules" / "@agentclientprotocol" / "sdk" / "package.json",
@@ -133,7 +134,7 @@ def install_py_sdk() -> Path:
     target = cache_dir() / f"py-acp-{PY_SDK_VERSION}"
     python = target / "bin" / "python"
     spec = f"agent-client-protocol=={PY_SDK_VERSION}"
-    _installed(
+    installed(
         target,
         spec + "\n",
         python,
@@ -161,7 +162,7 @@ def install_real_agents(timeout: float = INSTALL_TIMEOUT) -> Path:
     npm = _npm()
     target = cache_dir() / f"npm-real-claude-agent-acp-{CLAUDE_ACP_VERSION}-codex-acp-{CODEX_ACP_VERSION}"
     modules = target / "node_modules"
-    return _installed(
+    return installed(
         target,
         "".join(p + "\n" for p in REAL_PACKAGES),
         modules / "@agentclientprotocol" / "codex-acp" / "dist" / "index.js",

@@ -91,14 +91,20 @@ async def check_capability_variations(ctx: Context) -> Result:
     return passed("; ".join(seen))
 
 
+async def _session_if_advertised(peer: WirePeer, ctx: Context, method: str) -> str | None:
+    """``initialize``; then, if the agent advertises ``session/<method>``, a new session's id."""
+    if not session_capability(ctx, await agent_capabilities(peer, ctx), method):
+        return None
+    return await new_session(peer, ctx)
+
+
 async def check_list(ctx: Context) -> Result:
     """session-list.mdx: ``session/list`` answers ``sessions``; a ``cwd`` filter keeps to that directory."""
 
     async def body(peer: WirePeer) -> Result:
-        caps = await agent_capabilities(peer, ctx)
-        if not session_capability(ctx, caps, "list"):
+        session_id = await _session_if_advertised(peer, ctx, "list")
+        if session_id is None:
             return _skip("the agent does not advertise session/list")
-        session_id = await new_session(peer, ctx)
         await run_turn(peer, ctx, session_id, text_prompt(ctx.prompt))
         everything = await peer.request("session/list", {}, timeout=30)
         filtered = await peer.request("session/list", {"cwd": ctx.cwd}, timeout=30)
@@ -122,10 +128,9 @@ async def check_resume(ctx: Context) -> Result:
     """session-setup.mdx § Resuming Sessions: answers without replaying the conversation."""
 
     async def body(peer: WirePeer) -> Result:
-        caps = await agent_capabilities(peer, ctx)
-        if not session_capability(ctx, caps, "resume"):
+        session_id = await _session_if_advertised(peer, ctx, "resume")
+        if session_id is None:
             return _skip("the agent does not advertise session/resume")
-        session_id = await new_session(peer, ctx)
         await run_turn(peer, ctx, session_id, text_prompt(ctx.prompt))
         before = len(peer.received)
         answer = await peer.request(
@@ -154,10 +159,9 @@ async def check_close(ctx: Context) -> Result:
     """session-setup.mdx § Closing Sessions: cancels the running turn as ``session/cancel`` would."""
 
     async def body(peer: WirePeer) -> Result:
-        caps = await agent_capabilities(peer, ctx)
-        if not session_capability(ctx, caps, "close"):
+        session_id = await _session_if_advertised(peer, ctx, "close")
+        if session_id is None:
             return _skip("the agent does not advertise session/close")
-        session_id = await new_session(peer, ctx)
         turn = await start_turn(peer, session_id, text_prompt(ctx.script.long))
         sent = time.monotonic()
         answer = await peer.request("session/close", {"sessionId": session_id}, timeout=10)
@@ -186,10 +190,9 @@ async def check_delete(ctx: Context) -> Result:
     """session-delete.mdx: deletes; a session that never existed SHOULD succeed silently."""
 
     async def body(peer: WirePeer) -> Result:
-        caps = await agent_capabilities(peer, ctx)
-        if not session_capability(ctx, caps, "delete"):
+        session_id = await _session_if_advertised(peer, ctx, "delete")
+        if session_id is None:
             return _skip("the agent does not advertise session/delete")
-        session_id = await new_session(peer, ctx)
         answer = await peer.request("session/delete", {"sessionId": session_id}, timeout=10)
         if not isinstance(answer.get("result"), dict):
             return failed(f"session/delete of a session it just made answered {show(answer)}")
