@@ -26,6 +26,7 @@ from typing import Any
 import trio
 
 from ._checks import CHECKS, CLIENT_CAPABILITIES, Check, Context, Result, Status, default_cwd
+from ._client_mode import CLIENT_CHECKS, ClientCheck, run_client_checks
 from ._schema import WireSchema
 from ._wire import Observations, WirePeer, memory_target, process_target, remote_target, run_with_peer
 
@@ -282,8 +283,10 @@ def run(command: Sequence[str], **options: Any) -> Report:
 
 __all__ = [
     "CHECKS",
+    "CLIENT_CHECKS",
     "WHOLE_RUN",
     "Check",
+    "ClientCheck",
     "Finding",
     "Report",
     "Result",
@@ -292,4 +295,5 @@ __all__ = [
     "run_checks",
     "run_checks_in_memory",
     "run_checks_remote",
+    "run_client_checks",
 ]
