@@ -37,6 +37,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="--client: how long a turn is held open for the client to cancel (0: never)",
     )
     parser.add_argument(
+        "--start-timeout",
+        type=float,
+        default=30.0,
+        metavar="SECONDS",
+        help="--client: how long the client may take to start the agent",
+    )
+    parser.add_argument(
         "--shutdown-timeout",
         type=float,
         default=10.0,
@@ -88,6 +95,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     answer_timeout=options.answer_timeout,
                     cancel_wait=options.cancel_wait,
                     shutdown_timeout=options.shutdown_timeout,
+                    start_timeout=options.start_timeout,
                     progress=progress,
                 )
             )

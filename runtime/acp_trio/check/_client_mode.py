@@ -45,10 +45,10 @@ import signal
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 import trio
@@ -58,6 +58,9 @@ from . import _scripted_agent
 from ._checks import JSONRPC, Result, Status
 from ._schema import WireSchema
 from ._scripted_agent import FrameReader, frame
+
+if TYPE_CHECKING:
+    from . import Report
 
 AGENT_PLACEHOLDER = "{AGENT}"
 V1 = "docs/protocol/v1"
@@ -166,6 +169,19 @@ CLIENT_CHECKS: tuple[ClientCheck, ...] = (
     ClientCheck("schema.valid", "every message validates against the pinned schema", "schema/v1/schema.json"),
 )
 
+_PROBES = (
+    "jsonrpc.unknown-method",
+    "permission.answer",
+    "fs.capability",
+    "fs.read",
+    "fs.write",
+    "fs.roots",
+    "terminal.capability",
+    "updates.unknown-fields",
+    "updates.unknown-variant",
+)
+"""The checks made in the probe turn (SKIP when the client cancels that turn first)."""
+
 _PERMISSION_OPTIONS = [
     {"optionId": "acp-check-allow", "name": "Allow", "kind": "allow_once"},
     {"optionId": "acp-check-reject", "name": "Reject", "kind": "reject_once"},
@@ -235,6 +251,8 @@ class AgentEnd:
         self._sent: dict[str, str] = {}  # our request id (JSON text) → method
         self._next_id = 0
         self._send_lock = trio.Lock()
+        self.own_problems: list[str] = []  # schema problems of what the stand-in sent
+        self._asked: dict[str, str] = {}  # the client's request id (JSON text) → method
         self.cancels: list[tuple[float, Any, int]] = []  # (time, params, index in received) of each session/cancel
 
     def touch(self) -> None:
@@ -243,12 +261,24 @@ class AgentEnd:
     async def send(self, message: dict[str, Any]) -> None:
         if "method" in message and "id" in message:
             self._sent[orjson.dumps(message["id"]).decode()] = message["method"]
+        self._check_own(message)
         self.touch()
         async with self._send_lock:
             try:
                 await self.stream.send_all(frame(b"D", orjson.dumps(message) + b"\n"))
             except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
                 raise ClientGone("the agent's connection is closed") from exc
+
+    def _check_own(self, message: dict[str, Any]) -> None:
+        """What the stand-in itself sends, against the schema (the tests hold it to the deliberate probes)."""
+        method = message.get("method")
+        if isinstance(method, str):
+            problem = self.schema.wire.check_from_agent(method, message.get("params"), "id" in message)
+        else:
+            asked = self._asked.get(orjson.dumps(message.get("id")).decode())
+            problem = self.schema.wire.check_response(asked, message)
+        if problem:
+            self.own_problems.append(problem)
 
     async def notify(self, method: str, params: Any) -> None:
         await self.send({"jsonrpc": "2.0", "method": method, "params": params})
@@ -331,13 +361,21 @@ class AgentEnd:
         self._changed.unpark_all()
         method = message.get("method")
         if isinstance(method, str):
-            problem = self.schema.check_from_client(method, message.get("params"), "id" in message)
+            schema = self.schema
+            asked = (
+                message.get("params", {}).get("protocolVersion") if isinstance(message.get("params"), dict) else None
+            )
+            if method == "initialize" and asked in (1, 2) and f"v{asked}" != schema.wire.variant:
+                schema = ClientSchema(f"v{asked}")  # the request is in the version it asks for
+            problem = schema.check_from_client(method, message.get("params"), "id" in message)
         else:
             problem = self.schema.check_answer(self._sent.get(orjson.dumps(message.get("id")).decode()), message)
         if problem:
             self.invalid.append(problem)
         if method == "session/cancel":
             self.cancels.append((time.monotonic(), message.get("params"), len(self.received) - 1))
+        if isinstance(method, str) and "id" in message:
+            self._asked[orjson.dumps(message["id"]).decode()] = method
         if isinstance(method, str) and "id" in message and self.on_request is not None:
             self.nursery.start_soon(self.on_request, message)
 
@@ -377,6 +415,7 @@ class Settings:
     shutdown_timeout: float
     selected: Callable[[str], bool]
     progress: Callable[[str], None] | None
+    start_timeout: float = 30.0
 
 
 @dataclass
@@ -437,12 +476,14 @@ class Script:
         self.results: dict[str, Result] = {}
         self.capabilities: dict[str, Any] = {}
         self.initialized = False
+        self.session_requested = False
         self.first_request: str | None = None
         self.sessions: dict[str, Files] = {}
         self.turns = 0
         self.turn_running = False
         self.probe_answer_at: float | None = None  # when the probe turn's answer was sent
         self.held = False
+        self.probe_cancelled = False
         self.errors: list[str] = []
         end.on_request = self.on_request
 
@@ -471,6 +512,10 @@ class Script:
                 await self._session_new(message, params)
             elif method == "session/prompt":
                 await self._prompt(message, params)
+            elif self.v2 and method == "session/list":  # v2 baseline methods of the session surface
+                await self.end.answer(message, {"sessions": []})
+            elif self.v2 and method == "session/close":
+                await self.end.answer(message, {})
             else:
                 error = {"code": -32601, "message": f"Method not found: {method} (the acp-trio checker's agent)"}
                 await self.end.answer(message, error=error)
@@ -483,7 +528,14 @@ class Script:
         key = "capabilities" if self.v2 else "clientCapabilities"
         capabilities = params.get(key)
         self.capabilities = capabilities if isinstance(capabilities, dict) else {}
-        if self.first_request == "initialize":
+        if self.first_request == "initialize" and isinstance(asked, int) and asked < self.s.protocol:
+            self.note(
+                "client.initialize",
+                Status.WARN,
+                f"it asked protocolVersion {asked}; the checker's agent speaks {self.s.protocol} only"
+                f" (run the checker with --protocol {asked})",
+            )
+        elif self.first_request == "initialize":
             caps = _dump(self.capabilities, 120)
             self.note("client.initialize", Status.PASS, f"first request; protocolVersion {asked!r}, {key} {caps}")
         else:
@@ -506,6 +558,7 @@ class Script:
         await self.end.answer(message, result)
 
     async def _session_new(self, message: dict[str, Any], params: dict[str, Any]) -> None:
+        self.session_requested = True
         cwd = params.get("cwd")
         session_id = f"sess_acp_check_{self.run}_{len(self.sessions) + 1}"
         if not isinstance(cwd, str) or not os.path.isabs(cwd):
@@ -532,7 +585,10 @@ class Script:
                 await self.end.update(session_id, {"sessionUpdate": "state_update", "state": "running"})
             stop = "end_turn"
             if self.run == 1 and turn == 1:
+                cancels = len(self.end.cancels)
                 await self._probe_turn(session_id, message_id)
+                if len(self.end.cancels) > cancels:  # cancelled while probing: end it as asked
+                    stop = "cancelled"
             elif (self.run == 1 and turn == 2) or (self.hold_first and turn == 1):
                 stop = await self._hold_turn(session_id, message_id)
             await self.end.update(session_id, self._chunk(message_id, "acp-check: done"))
@@ -587,35 +643,46 @@ class Script:
 
     # -- turn 1 of run 1: the probes ---------------------------------------------------------------
     async def _probe_turn(self, session_id: str, message_id: str) -> None:
+        """The probes, one after the other; a ``session/cancel`` stops them (the rest are SKIP)."""
         files = self.sessions.get(session_id)
+        cancels = len(self.end.cancels)
         await self.end.update(session_id, self._chunk(message_id, "acp-check: probing the client. "))
-        if self.s.selected("jsonrpc.unknown-method"):
-            self._progress("jsonrpc.unknown-method")
-            answer = await self._ask("_acp_check/no_such_method", {"sessionId": session_id})
-            if answer is None:
-                self.note("jsonrpc.unknown-method", Status.FAIL, f"no answer within {self.s.answer_timeout:g} s")
-            elif _error_code(answer) == -32601:
-                self.note("jsonrpc.unknown-method", Status.PASS, "-32601")
-            else:
-                self.note("jsonrpc.unknown-method", Status.FAIL, f"answered {_dump(answer)}")
-        if self.s.selected("permission.answer"):
-            self._progress("permission.answer")
-            await self._permission_probe(session_id)
-        if files is None:
-            why = "session/new gave no absolute cwd"
-        else:
-            why = files.make() or ""
+        why = "session/new gave no absolute cwd" if files is None else files.make() or ""
+        steps: list[Callable[[str], Awaitable[None]]] = [
+            self._unknown_method_probe,
+            self._permission_probe,
+            lambda sid: self._fs_probes(sid, files, why),
+            lambda sid: self._terminal_probe(sid, files),
+            lambda sid: self._unknown_probes(sid, message_id),
+        ]
         try:
-            await self._fs_probes(session_id, files, why)
-            if self.s.selected("terminal.capability"):
-                self._progress("terminal.capability")
-                await self._terminal_probe(session_id, files)
+            for step in steps:
+                if len(self.end.cancels) > cancels:
+                    self.probe_cancelled = True
+                    for name in _PROBES:
+                        self.note(name, Status.SKIP, "the client cancelled the probe turn (session/cancel) before this")
+                    return
+                await step(session_id)
         finally:
             if files is not None:
                 files.remove()
-        await self._unknown_probes(session_id, message_id)
+
+    async def _unknown_method_probe(self, session_id: str) -> None:
+        if not self.s.selected("jsonrpc.unknown-method"):
+            return
+        self._progress("jsonrpc.unknown-method")
+        answer = await self._ask("_acp_check/no_such_method", {"sessionId": session_id})
+        if answer is None:
+            self.note("jsonrpc.unknown-method", Status.FAIL, f"no answer within {self.s.answer_timeout:g} s")
+        elif _error_code(answer) == -32601:
+            self.note("jsonrpc.unknown-method", Status.PASS, "-32601")
+        else:
+            self.note("jsonrpc.unknown-method", Status.FAIL, f"answered {_dump(answer)}")
 
     async def _permission_probe(self, session_id: str) -> None:
+        if not self.s.selected("permission.answer"):
+            return
+        self._progress("permission.answer")
         call = "acp_check_permission"
         await self.end.update(session_id, self._tool_call(call, "acp-check: a permission probe", "pending", first=True))
         answer = await self._ask("session/request_permission", self._permission_params(session_id, call, "acp-check"))
@@ -752,7 +819,7 @@ class Script:
             else:
                 refused += 1  # resolved against cwd: inside
         if can_write:
-            for label, path in escapes[:2]:
+            for label, path in escapes:
                 target = Path(path)
                 params = {"sessionId": session_id, "path": path, "content": f"escaped {files.token}\n"}
                 answer = await self._ask("fs/write_text_file", params)
@@ -772,6 +839,9 @@ class Script:
             self.note("fs.roots", Status.PASS, f"{refused} escapes refused (absolute, .., symlink, relative)")
 
     async def _terminal_probe(self, session_id: str, files: Files | None) -> None:
+        if not self.s.selected("terminal.capability"):
+            return
+        self._progress("terminal.capability")
         advertised = not self.v2 and self.capabilities.get("terminal") is True
         marker = self.outside / f"terminal-ran-{secrets.token_hex(4)}"
         script = "import sys; open(sys.argv[1], 'w').write('ran'); print('acp-check-terminal-output')"
@@ -789,7 +859,7 @@ class Script:
             return
         if not advertised:
             what = "protocol 2 has no client terminal" if self.v2 else "terminal not advertised"
-            with trio.move_on_after(1):  # a process it started anyway may take a moment
+            with trio.move_on_after(0.5):  # a process it started anyway may take a moment
                 while not marker.exists():
                     await trio.sleep(0.05)
             if "error" not in answer or marker.exists():
@@ -1016,8 +1086,8 @@ async def _one_run(
     stderr = bytearray()
     outcome = RunOutcome(None, None, None, "", False)
     try:
+        process = await _spawn(argv)
         async with trio.open_nursery() as nursery:
-            process = await _spawn(argv)
             nursery.start_soon(_drain, process.stdout, bytearray())
             nursery.start_soon(_drain, process.stderr, stderr)
             try:
@@ -1074,7 +1144,7 @@ async def _play(
         async def exited_first() -> None:
             await process.wait()
 
-        with trio.move_on_after(max(30.0, settings.answer_timeout)) as waiting:
+        with trio.move_on_after(settings.start_timeout):
             async with trio.open_nursery() as race:
 
                 async def accept() -> None:
@@ -1092,7 +1162,7 @@ async def _play(
             outcome.note = (
                 f"the client exited (code {process.returncode}) without starting the agent"
                 if process.returncode is not None
-                else f"the client did not start the agent within {waiting.deadline - trio.current_time() + 30:.0f} s"
+                else f"the client did not start the agent within {settings.start_timeout:g} s"
             )
             return
         outcome.started = True
@@ -1121,7 +1191,7 @@ async def _watch(
 async def _wait_shutdown(
     process: trio.Process, end: AgentEnd, script: Script, settings: Settings, linger: bool, outcome: RunOutcome
 ) -> None:
-    idle = max(settings.answer_timeout, 5.0)
+    idle = settings.answer_timeout + 5.0  # a turn's probes each wait at most answer_timeout
     # until the client is done with the agent: its stdin closed, a signal, the socket gone, or idle
     while end.gone is None and end.stdin_closed is None and not end.signals:
         if process.returncode is not None:
@@ -1129,7 +1199,7 @@ async def _wait_shutdown(
                 while end.stdin_closed is None and end.gone is None:
                     await end.wait_change()
             break
-        if time.monotonic() - end.last_activity > idle and not script.turn_running:
+        if time.monotonic() - end.last_activity > idle:
             outcome.note = f"the client sent nothing for {idle:g} s and did not close the agent's stdin"
             return
         with trio.move_on_after(0.2):
@@ -1193,6 +1263,8 @@ def _prompt_response(first: RunOutcome) -> Result:
     script, end = first.script, first.end
     if script is None or end is None or script.probe_answer_at is None:
         return Result(Status.SKIP, "the probe turn never ended (see the checks before)")
+    if script.probe_cancelled:
+        return Result(Status.SKIP, "the client cancelled the probe turn (its answer then says cancelled)")
     after = [m for m in end.received if m.get("method")]
     what = "its answer" if script.v2 else "the session/prompt answer"
     later = any(True for _ in after) and script.turns > 1
@@ -1213,8 +1285,9 @@ async def run_client_checks(
     answer_timeout: float = 10.0,
     cancel_wait: float = 5.0,
     shutdown_timeout: float = 10.0,
+    start_timeout: float = 30.0,
     progress: Callable[[str], None] | None = None,
-) -> Any:
+) -> Report:
     """Check the ACP client ``command`` (program and arguments, one of them ``{AGENT}``); a
     :class:`~acp_trio.check.Report` (``kind`` ``"client"``), one finding per :data:`CLIENT_CHECKS`
     entry selected.
@@ -1223,6 +1296,7 @@ async def run_client_checks(
     or prefixes.  ``answer_timeout``: seconds the client may take to answer each request of the
     stand-in.  ``cancel_wait``: seconds a turn is held open for the client to cancel (0: never).
     ``shutdown_timeout``: seconds for each shutdown step (closing stdin, then each signal).
+    ``start_timeout``: seconds the client may take to start the agent.
     ``progress``: called with each check's name as it starts.  The client is started twice (a
     second time with an agent that lingers).  Raises ``ValueError`` when no argument is
     ``{AGENT}`` or the protocol is not 1 or 2, ``OSError`` when the client cannot be started.
@@ -1238,7 +1312,7 @@ async def run_client_checks(
     def selected(name: str) -> bool:
         return _selected(name, only, skip)
 
-    settings = Settings(protocol, answer_timeout, cancel_wait, shutdown_timeout, selected, progress)
+    settings = Settings(protocol, answer_timeout, cancel_wait, shutdown_timeout, selected, progress, start_timeout)
     schema = ClientSchema(f"v{protocol}")
     report = Report(list(command), protocol)
     outside = Path(tempfile.mkdtemp(prefix="acp-check-outside-"))
@@ -1308,7 +1382,12 @@ async def run_client_checks(
             result = found
         else:
             reason = gone_note or "the client's script never reached this probe"
-            if first.started and first.script is not None and first.script.turns == 0:
+            script = first.script
+            if script is not None and not script.initialized:
+                reason = "the client never sent initialize"
+            elif script is not None and not script.session_requested:
+                reason = "the client never sent session/new"
+            elif script is not None and script.turns == 0:
                 reason = "the client never sent session/prompt"
             result = Result(Status.SKIP, reason)
         source = check.source_for(protocol).replace("schema/v1/", f"schema/v{protocol}/")
