@@ -8,6 +8,7 @@ Every run spawns real processes (the client, and the stand-in agent it starts), 
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import subprocess
@@ -157,17 +158,32 @@ def test_client_mode_usage_errors_exit_2() -> None:
 async def test_a_silent_client_is_a_fail_not_a_hang(tmp_path: Path) -> None:
     """A client that starts the agent and then says nothing; one that never starts it at all."""
     script = "import subprocess, sys, time; subprocess.Popen(sys.argv[1:], stdin=subprocess.PIPE); time.sleep(120)"
+    reports: dict[str, Report] = {}
+
+    async def check(name: str, command: list[str], **options: Any) -> None:
+        reports[name] = await run_client_checks(command, **{**FAST, **options})
+
     with trio.fail_after(90):
-        silent = await run_client_checks(
-            [sys.executable, "-c", script, "{AGENT}"],
-            only=["client", "lifecycle.stdin"],
-            **{**FAST, "answer_timeout": 1.0},
-        )
-        absent = await run_client_checks(
-            [sys.executable, "-c", "import time; time.sleep(120)", "{AGENT}"],
-            only=["client.initialize"],
-            **{**FAST, "start_timeout": 2.0},
-        )
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(
+                functools.partial(
+                    check,
+                    "silent",
+                    [sys.executable, "-c", script, "{AGENT}"],
+                    only=["client", "lifecycle.stdin"],
+                    answer_timeout=1.0,
+                )
+            )
+            nursery.start_soon(
+                functools.partial(
+                    check,
+                    "absent",
+                    [sys.executable, "-c", "import time; time.sleep(120)", "{AGENT}"],
+                    only=["client.initialize"],
+                    start_timeout=2.0,
+                )
+            )
+    silent, absent = reports["silent"], reports["absent"]
     statuses = {f.name: (f.status, f.observed) for f in silent.findings}
     assert statuses["client.initialize"][0] is Status.FAIL and "no initialize" in statuses["client.initialize"][1]
     assert statuses["lifecycle.stdin"][0] is Status.FAIL and "sent nothing" in statuses["lifecycle.stdin"][1]

@@ -354,9 +354,15 @@ class AgentEnd:
         except orjson.JSONDecodeError:
             self.not_jsonrpc.append(_show(line))
             return
-        if not isinstance(message, dict) or message.get("jsonrpc") != "2.0":
-            self.not_jsonrpc.append(_show(line))
-            return
+        batch = isinstance(message, list) and bool(message) and self.schema.wire.variant.startswith("v2")
+        for entry in message if batch else [message]:  # v2 allows JSON-RPC batches (migration.mdx § Transports)
+            if not isinstance(entry, dict) or entry.get("jsonrpc") != "2.0":
+                self.not_jsonrpc.append(_show(line))
+                return
+        for entry in message if batch else [message]:
+            await self._on_message(entry)
+
+    async def _on_message(self, message: dict[str, Any]) -> None:
         self.received.append(message)
         self._changed.unpark_all()
         method = message.get("method")
@@ -446,6 +452,9 @@ class Files:
     def make(self) -> str | None:
         """Create them; ``None``, or why not."""
         try:
+            for stale in (self.inside_file, self.written_file, self.link):  # left by a checker that was killed
+                if stale.is_symlink() or stale.exists():
+                    stale.unlink()
             self.outside_file.write_text(f"outside {self.token}\n", encoding="utf-8")
             self.inside_file.write_text(f"inside {self.token}\n", encoding="utf-8")
             self.made.append(self.inside_file)
@@ -484,7 +493,6 @@ class Script:
         self.probe_answer_at: float | None = None  # when the probe turn's answer was sent
         self.held = False
         self.probe_cancelled = False
-        self.errors: list[str] = []
         end.on_request = self.on_request
 
     @property
