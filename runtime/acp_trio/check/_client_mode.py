@@ -1154,10 +1154,6 @@ async def _play(
 ) -> None:
     async with trio.open_nursery() as nursery:
         stream: trio.SocketStream | None = None
-
-        async def exited_first() -> None:
-            await process.wait()
-
         with trio.move_on_after(settings.start_timeout):
             async with trio.open_nursery() as race:
 
@@ -1168,6 +1164,7 @@ async def _play(
 
                 async def exits() -> None:
                     await process.wait()
+                    await trio.sleep(0.5)  # an agent it started just before exiting may still be connecting
                     race.cancel_scope.cancel()
 
                 race.start_soon(accept)
