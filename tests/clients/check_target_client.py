@@ -4,7 +4,7 @@ in exactly one, named by ``argv[1]``.  Usage: ``check_target_client.py DEFECT PR
 It speaks raw NDJSON (so each defect is exactly one), spawns the agent, sends ``initialize``
 (v1: advertising fs read/write and terminal), ``session/new`` in a new temporary directory, and
 two prompts; in the second it cancels the turn when the agent asks permission (answering that
-request ``cancelled``).  Then it closes the agent's stdin, waits 1 s, sends SIGTERM, waits 1 s,
+request ``cancelled``; in v2 the ``session/cancel`` goes in a JSON-RPC batch with a notification).  Then it closes the agent's stdin, waits 1 s, sends SIGTERM, waits 1 s,
 sends SIGKILL.  It answers fs/* inside the session directory only (symlinks resolved, relative
 paths refused), runs terminals, allows permission requests with the first allow option.
 
@@ -65,7 +65,7 @@ class Client:
         self.terminals: dict[str, tuple[int, str]] = {}
         self.pending_permissions: list[dict[str, Any]] = []
 
-    async def send(self, message: dict[str, Any]) -> None:
+    async def send(self, message: dict[str, Any] | list[dict[str, Any]]) -> None:
         assert self.process.stdin is not None
         await self.process.stdin.send_all(orjson.dumps(message) + b"\n")
 
@@ -154,7 +154,11 @@ class Client:
 
     async def permission(self, message: dict[str, Any], params: dict[str, Any]) -> None:
         if self.turn == 2:  # cancel the turn, then answer the request
-            await self.send({"jsonrpc": "2.0", "method": "session/cancel", "params": {"sessionId": self.session_id}})
+            cancel = {"jsonrpc": "2.0", "method": "session/cancel", "params": {"sessionId": self.session_id}}
+            if PROTOCOL >= 2:  # a JSON-RPC batch (v2 transports.mdx § JSON-RPC Batch Messages)
+                await self.send([cancel, {"jsonrpc": "2.0", "method": "_check_target/note", "params": {}}])
+            else:
+                await self.send(cancel)
             if DEFECT == "cancel-allows":
                 await self.answer(
                     message, {"outcome": {"outcome": "selected", "optionId": params["options"][0]["optionId"]}}

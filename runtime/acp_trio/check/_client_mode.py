@@ -91,8 +91,8 @@ CLIENT_CHECKS: tuple[ClientCheck, ...] = (
     ClientCheck(
         "client.initialize",
         "initialize is the client's first request",
-        f"{V1}/initialization.mdx § Initialization",
-        f"{V2}/initialization.mdx § Initialization",
+        f"{V1}/initialization.mdx (Clients MUST initialize the connection before a session)",
+        f"{V2}/initialization.mdx (Clients MUST initialize the connection before a session)",
     ),
     ClientCheck(
         "client.session-new",
@@ -113,16 +113,23 @@ CLIENT_CHECKS: tuple[ClientCheck, ...] = (
         f"{V1}/file-system.mdx § Checking Support; {V1}/initialization.mdx § Client Capabilities",
         f"{V2}/migration.mdx § Client file system and terminal execution removed",
     ),
-    ClientCheck("fs.read", "fs/read_text_file inside cwd returns the file", f"{V1}/file-system.mdx § Reading Files"),
+    ClientCheck(
+        "fs.read",
+        "fs/read_text_file inside cwd returns the file",
+        f"{V1}/file-system.mdx § Reading Files",
+        f"{V2}/migration.mdx § Client file system and terminal execution removed",
+    ),
     ClientCheck(
         "fs.write",
         "fs/write_text_file inside cwd creates the file",
         f"{V1}/file-system.mdx § Writing Files",
+        f"{V2}/migration.mdx § Client file system and terminal execution removed",
     ),
     ClientCheck(
         "fs.roots",
         "fs/* outside the session's roots is refused (absolute, .., symlink, relative)",
         f"{V1}/session-setup.mdx § Working Directory (the session's root set SHOULD bound file system operations)",
+        f"{V2}/migration.mdx § Client file system and terminal execution removed",
     ),
     ClientCheck(
         "terminal.capability",
@@ -361,7 +368,7 @@ class AgentEnd:
             self.not_jsonrpc.append(_show(line))
             return
         batch = isinstance(message, list) and bool(message) and self.schema.wire.variant.startswith("v2")
-        for entry in message if batch else [message]:  # v2 allows JSON-RPC batches (migration.mdx § Transports)
+        for entry in message if batch else [message]:  # v2: transports.mdx § JSON-RPC Batch Messages
             if not isinstance(entry, dict) or entry.get("jsonrpc") != "2.0":
                 self.not_jsonrpc.append(_show(line))
                 return
