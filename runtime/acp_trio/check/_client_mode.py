@@ -504,6 +504,7 @@ class Script:
         self.turns = 0
         self.turn_running = False
         self.probe_answer_at: float | None = None  # when the probe turn's answer was sent
+        self.probe_answer_index = 0  # how many messages had come by then
         self.held = False
         self.probe_cancelled = False
         end.on_request = self.on_request
@@ -625,6 +626,7 @@ class Script:
                 await self.end.answer(message, result)
             if self.run == 1 and turn == 1:
                 self.probe_answer_at = time.monotonic()
+                self.probe_answer_index = len(self.end.received)
         finally:
             self.turn_running = False
 
@@ -815,6 +817,7 @@ class Script:
         ]
         leaks: list[str] = []
         refused = 0
+        relative_how = ""
         if can_read:
             for label, path in escapes:
                 answer = await self._ask("fs/read_text_file", {"sessionId": session_id, "path": path})
@@ -832,13 +835,13 @@ class Script:
             if answer is None:
                 leaks.append(f"read of the relative path {relative!r} got no answer")
             elif "error" in answer:
-                refused += 1
+                relative_how = "refused"
             elif text != f"inside {files.token}\n":
                 leaks.append(
                     f"read of the relative path {relative!r} was not resolved against cwd: {_dump(content, 80)}"
                 )
-            else:
-                refused += 1  # resolved against cwd: inside
+            else:  # inside: cwd is the base for relative paths (session-setup.mdx § Working Directory)
+                relative_how = "resolved against cwd"
         if can_write:
             for label, path in escapes:
                 target = Path(path)
@@ -857,7 +860,8 @@ class Script:
         if leaks:
             self.note("fs.roots", Status.WARN, f"{len(leaks)} not refused: " + "; ".join(leaks))
         else:
-            self.note("fs.roots", Status.PASS, f"{refused} escapes refused (absolute, .., symlink, relative)")
+            relative = f"; the relative path {relative_how}" if relative_how else ""
+            self.note("fs.roots", Status.PASS, f"{refused} escapes refused (absolute, .., symlink){relative}")
 
     async def _terminal_probe(self, session_id: str, files: Files | None) -> None:
         if not self.s.selected("terminal.capability"):
@@ -1079,6 +1083,7 @@ class RunOutcome:
     started: bool
     note: str = ""
     shutdown: Shutdown | None = None
+    stopped: bool = False  # the checker had to end the client
 
 
 async def _drain(stream: trio.abc.ReceiveStream | None, keep: bytearray) -> None:
@@ -1115,7 +1120,7 @@ async def _one_run(
                 await _play(process, listener, settings, schema, outside, run, hold_first, linger, outcome)
             finally:
                 with trio.CancelScope(shield=True):
-                    await _stop(process, settings)
+                    await _stop(process, outcome)
                     outcome.exit_code = process.returncode
                 nursery.cancel_scope.cancel()
     finally:
@@ -1133,11 +1138,12 @@ async def _spawn(argv: list[str]) -> trio.Process:
     )
 
 
-async def _stop(process: trio.Process, settings: Settings) -> None:
+async def _stop(process: trio.Process, outcome: RunOutcome) -> None:
     """Let the client exit by itself (a few seconds), else end its process group (ours: we started it)."""
     with trio.move_on_after(2):
         await process.wait()
         return
+    outcome.stopped = True
     for signum, wait in ((signal.SIGTERM, 2.0), (signal.SIGKILL, 5.0)):
         try:
             os.killpg(process.pid, signum)
@@ -1278,20 +1284,23 @@ def _lifecycle_terminate(second: RunOutcome) -> Result:
 
 
 def _prompt_response(first: RunOutcome) -> Result:
-    script, end = first.script, first.end
+    script, end, seen = first.script, first.end, first.shutdown
     if script is None or end is None or script.probe_answer_at is None:
         return Result(Status.SKIP, "the probe turn never ended (see the checks before)")
     if script.probe_cancelled:
         return Result(Status.SKIP, "the client cancelled the probe turn (its answer then says cancelled)")
-    after = [m for m in end.received if m.get("method")]
-    what = "its answer" if script.v2 else "the session/prompt answer"
-    later = any(True for _ in after) and script.turns > 1
-    if later or (end.stdin_closed is not None and (first.exit_code in (0, None))):
-        step = "sent its next prompt" if later else "closed the agent's stdin"
-        return Result(Status.PASS, f"after {what} with an unknown field, the client {step}")
+    what = f"after {'its answer' if script.v2 else 'the session/prompt answer'} with an unknown field, the client"
+    later = [m["method"] for m in end.received[script.probe_answer_index :] if isinstance(m.get("method"), str)]
+    if later:
+        return Result(Status.PASS, f"{what} sent {later[0]}")
+    closed = seen is not None and seen.stdin_closed is not None and seen.stdin_closed >= script.probe_answer_at
+    if first.stopped:
+        return Result(Status.SKIP, f"{what} did nothing more and was stopped by the checker (see lifecycle.stdin)")
     if first.exit_code not in (0, None):
-        return Result(Status.FAIL, f"after {what} with an unknown field, the client exited with code {first.exit_code}")
-    return Result(Status.FAIL, f"after {what} with an unknown field, the client did nothing more")
+        return Result(Status.FAIL, f"{what} exited with code {first.exit_code}")
+    if closed:
+        return Result(Status.PASS, f"{what} closed the agent's stdin")
+    return Result(Status.FAIL, f"{what} did nothing more")
 
 
 async def run_client_checks(
