@@ -65,6 +65,21 @@ DEFECTS: list[tuple[str, int, dict[str, Status]]] = [
     ("never-kills", 1, {"lifecycle.terminate": Status.WARN}),
     ("invalid-message", 1, {"schema.valid": Status.FAIL}),
     ("cancel-allows", 1, {"session.cancel": Status.FAIL}),
+    # the crash ends the client's script: the probes after it and its second turn never come
+    (
+        "crashes-on-unknown-field",
+        1,
+        {
+            "updates.unknown-fields": Status.FAIL,
+            "updates.unknown-variant": Status.SKIP,
+            "session.prompt-response": Status.SKIP,
+            "session.cancel": Status.SKIP,
+        },
+    ),
+    ("crashes-on-prompt-answer-field", 1, {"session.prompt-response": Status.FAIL, "session.cancel": Status.SKIP}),
+    ("ignores-unknown-requests", 1, {"jsonrpc.unknown-method": Status.FAIL}),
+    ("garbage-line", 1, {"stdin.jsonrpc": Status.FAIL}),
+    ("reads-wrong", 1, {"fs.read": Status.FAIL}),
 ]
 
 

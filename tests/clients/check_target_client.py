@@ -16,7 +16,12 @@ paths refused), runs terminals, allows permission requests with the first allow 
 - ``never-closes-stdin``: ends the agent with signals only, its stdin left open;
 - ``never-kills``: closes the agent's stdin, then waits for it forever;
 - ``invalid-message``: its ``initialize`` has a ``clientInfo`` without ``name``;
-- ``cancel-allows``: after ``session/cancel``, answers the pending permission request "allow".
+- ``cancel-allows``: after ``session/cancel``, answers the pending permission request "allow";
+- ``crashes-on-unknown-field``: exits on an ``agent_message_chunk`` with a field it does not know;
+- ``crashes-on-prompt-answer-field``: exits on a ``session/prompt`` answer with a field it does not know;
+- ``ignores-unknown-requests``: never answers a request for a method it does not know;
+- ``garbage-line``: writes a line that is not JSON to the agent's stdin;
+- ``reads-wrong``: answers ``fs/read_text_file`` with an empty text.
 """
 
 from __future__ import annotations
@@ -63,7 +68,7 @@ class Client:
         self.session_id = ""
         self.idle = trio.Event()
         self.terminals: dict[str, tuple[int, str]] = {}
-        self.pending_permissions: list[dict[str, Any]] = []
+        self.prompt_ids: set[int] = set()
 
     async def send(self, message: dict[str, Any] | list[dict[str, Any]]) -> None:
         assert self.process.stdin is not None
@@ -93,6 +98,10 @@ class Client:
                 line, buffer = buffer.split(b"\n", 1)
                 message = orjson.loads(line)
                 if "method" not in message:
+                    result = message.get("result")
+                    if DEFECT == "crashes-on-prompt-answer-field" and message["id"] in self.prompt_ids:
+                        if set(result or {}) - {"stopReason", "messageId", "_meta", "usage"}:
+                            os._exit(1)
                     self.waiting.pop(message["id"]).send_nowait(message)
                 elif "id" in message:
                     nursery.start_soon(self.handle, message)
@@ -100,6 +109,10 @@ class Client:
                     update = message["params"]["update"]
                     if DEFECT == "crashes-on-unknown-update" and update.get("sessionUpdate") not in KNOWN_UPDATES:
                         os._exit(1)
+                    chunk_fields = {"sessionUpdate", "content", "messageId", "_meta"}
+                    if DEFECT == "crashes-on-unknown-field" and update.get("sessionUpdate") == "agent_message_chunk":
+                        if set(update) - chunk_fields:
+                            os._exit(1)
                     if update.get("sessionUpdate") == "state_update" and update.get("state") == "idle":
                         self.idle.set()
 
@@ -118,7 +131,8 @@ class Client:
             if method == "session/request_permission":
                 await self.permission(message, params)
             elif v1 and method == "fs/read_text_file":
-                await self.answer(message, {"content": self.inside(params["path"]).read_text(encoding="utf-8")})
+                content = self.inside(params["path"]).read_text(encoding="utf-8")
+                await self.answer(message, {"content": "" if DEFECT == "reads-wrong" else content})
             elif v1 and method == "fs/write_text_file":
                 target = Path(params["path"])
                 if not target.is_absolute() or target.is_symlink():
@@ -147,7 +161,7 @@ class Client:
             elif v1 and method == "terminal/release":
                 self.terminals.pop(params["terminalId"])
                 await self.answer(message, {})
-            else:
+            elif DEFECT != "ignores-unknown-requests":
                 await self.answer(message, error={"code": -32601, "message": f"Method not found: {method}"})
         except (OSError, ValueError, KeyError) as exc:
             await self.answer(message, error={"code": -32602, "message": "Invalid params", "data": str(exc)})
@@ -175,6 +189,7 @@ class Client:
         self.turn += 1
         self.idle = trio.Event()
         params = {"sessionId": self.session_id, "prompt": [{"type": "text", "text": text}]}
+        self.prompt_ids.add(self.next_id + 1)
         await self.request("session/prompt", params)
         if PROTOCOL >= 2:
             await self.idle.wait()
@@ -200,6 +215,9 @@ async def main() -> None:
             }
             init = {"protocolVersion": 1, "clientCapabilities": capabilities, "clientInfo": info}
         await client.request("initialize", init)
+        if DEFECT == "garbage-line":
+            assert process.stdin is not None
+            await process.stdin.send_all(b"hello agent\n")
         new: dict[str, Any] = {"cwd": str(cwd)} if PROTOCOL >= 2 else {"cwd": str(cwd), "mcpServers": []}
         client.session_id = (await client.request("session/new", new))["result"]["sessionId"]
         await client.prompt("hello")

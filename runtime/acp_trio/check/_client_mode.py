@@ -435,6 +435,7 @@ class Settings:
     selected: Callable[[str], bool]
     progress: Callable[[str], None] | None
     start_timeout: float = 30.0
+    answers_unknown: bool = True  # learned in run 1: it answers unknown extension requests (else pings ask permission)
 
 
 @dataclass
@@ -685,6 +686,10 @@ class Script:
                     for name in _PROBES:
                         self.note(name, Status.SKIP, "the client cancelled the probe turn (session/cancel) before this")
                     return
+                if self.end.gone is not None:
+                    for name in _PROBES:
+                        self.note(name, Status.SKIP, "the client had closed the connection before this probe")
+                    return
                 await step(session_id)
         finally:
             if files is not None:
@@ -695,6 +700,7 @@ class Script:
             return
         self._progress("jsonrpc.unknown-method")
         answer = await self._ask("_acp_check/no_such_method", {"sessionId": session_id})
+        self.s.answers_unknown = answer is not None
         if answer is None:
             self.note("jsonrpc.unknown-method", Status.FAIL, f"no answer within {self.s.answer_timeout:g} s")
         elif _error_code(answer) == -32601:
@@ -934,7 +940,7 @@ class Script:
     async def _survives(self, name: str, session_id: str, update: dict[str, Any], what: str, strict: bool) -> None:
         try:
             await self.end.update(session_id, update)
-            answer = await self._ask("_acp_check/ping", {"after": what})
+            answer = await self._ping(session_id, what)
         except ClientGone:
             answer = None
         if answer is not None:
@@ -943,6 +949,17 @@ class Script:
         gone = "the connection closed" if self.end.gone is not None else f"no answer within {self.s.answer_timeout:g} s"
         status = Status.FAIL if strict else Status.WARN
         self.note(name, status, f"after {what}, the next request got no answer ({gone})")
+
+    async def _ping(self, session_id: str, after: str) -> dict[str, Any] | None:
+        """A request the client must answer: an unknown extension method, or (for a client that leaves
+        those unanswered, already reported by jsonrpc.unknown-method) a permission request."""
+        if self.s.answers_unknown:
+            return await self._ask("_acp_check/ping", {"after": after})
+        call = f"acp_check_ping_{len(self.end.received)}"
+        await self.end.update(session_id, self._tool_call(call, f"acp-check: after {after}", "pending", first=True))
+        answer = await self._ask("session/request_permission", self._permission_params(session_id, call, "acp-check"))
+        await self.end.update(session_id, self._tool_call(call, "", "completed", first=False))
+        return answer
 
     # -- a turn held open for a cancel ------------------------------------------------------------
     async def _hold_turn(self, session_id: str, message_id: str) -> str:
@@ -1007,7 +1024,7 @@ class Script:
         try:
             await self.end.update(session_id, self._tool_call(call, "", "failed", first=False))
             await self.end.update(session_id, self._chunk(message_id, "acp-check: stopped. "))
-            ping = await self._ask("_acp_check/ping", {"after": "session/cancel"})
+            ping = await self._ping(session_id, "session/cancel")
         except ClientGone:
             ping = None
         if ping is None:
