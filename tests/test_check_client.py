@@ -80,6 +80,12 @@ DEFECTS: list[tuple[str, int, dict[str, Status]]] = [
     ("ignores-unknown-requests", 1, {"jsonrpc.unknown-method": Status.FAIL}),
     ("garbage-line", 1, {"stdin.jsonrpc": Status.FAIL}),
     ("reads-wrong", 1, {"fs.read": Status.FAIL}),
+    (
+        "fs-unadvertised",
+        1,
+        {"fs.capability": Status.FAIL, "fs.read": Status.SKIP, "fs.write": Status.SKIP, "fs.roots": Status.SKIP},
+    ),
+    ("sigterm-only", 1, {"lifecycle.terminate": Status.WARN}),
 ]
 
 

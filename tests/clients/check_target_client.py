@@ -21,7 +21,9 @@ paths refused), runs terminals, allows permission requests with the first allow 
 - ``crashes-on-prompt-answer-field``: exits on a ``session/prompt`` answer with a field it does not know;
 - ``ignores-unknown-requests``: never answers a request for a method it does not know;
 - ``garbage-line``: writes a line that is not JSON to the agent's stdin;
-- ``reads-wrong``: answers ``fs/read_text_file`` with an empty text.
+- ``reads-wrong``: answers ``fs/read_text_file`` with an empty text;
+- ``fs-unadvertised``: does not advertise ``fs``, but answers ``fs/*``;
+- ``sigterm-only``: closes the agent's stdin, sends SIGTERM, then waits for it forever.
 """
 
 from __future__ import annotations
@@ -209,8 +211,9 @@ async def main() -> None:
         if PROTOCOL >= 2:
             init = {"protocolVersion": 2, "info": info, "capabilities": {}}
         else:
+            advertised = DEFECT != "fs-unadvertised"
             capabilities = {
-                "fs": {"readTextFile": True, "writeTextFile": True},
+                "fs": {"readTextFile": advertised, "writeTextFile": advertised},
                 "terminal": DEFECT != "terminal-unadvertised",
             }
             init = {"protocolVersion": 1, "clientCapabilities": capabilities, "clientInfo": info}
@@ -226,6 +229,12 @@ async def main() -> None:
         if DEFECT != "never-closes-stdin":
             await process.stdin.aclose()
         if DEFECT == "never-kills":
+            await process.wait()
+        if DEFECT == "sigterm-only":
+            with trio.move_on_after(1):
+                await process.wait()
+            if process.returncode is None:
+                os.killpg(process.pid, signal.SIGTERM)
             await process.wait()
         for signum in (signal.SIGTERM, signal.SIGKILL):
             with trio.move_on_after(1):
