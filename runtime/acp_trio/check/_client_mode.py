@@ -27,6 +27,10 @@ so the checks happen inside the turns it starts:
   end it with signals (SIGTERM, then SIGKILL).  When run 1 had a single turn, run 2's first turn
   is the held-open one.
 
+"The next request must still be answered" uses an unknown extension request, or, for a client
+that leaves those unanswered (reported once, by ``jsonrpc.unknown-method``), a permission request.
+A probe that the client's own exit, or its cancelling of the probe turn, cuts short is SKIP.
+
 Verdicts: FAIL where the client breaks a MUST, its own advertised capabilities, or mishandles a
 message that is valid against the pinned schema (unknown fields everywhere; unknown update kinds in
 v2, whose unions are open); WARN where the rule is a SHOULD or only drawn in the spec's diagrams
@@ -218,6 +222,7 @@ class ClientSchema:
                 self.results[str(definition["x-method"])] = name
 
     def check_from_client(self, method: str, params: Any, is_request: bool) -> str | None:
+        """A request or notification from the client: ``None``, or "what: why" (extensions unchecked)."""
         if method.startswith("_"):
             return None
         name = self.wire.params.get(("agent", method)) or self.wire.params.get(("protocol", method))
@@ -227,6 +232,7 @@ class ClientSchema:
         return self.wire.problem(params, name, f"{method} params")
 
     def check_answer(self, method: str | None, message: dict[str, Any]) -> str | None:
+        """The client's answer to the stand-in's ``method`` request (``None``: an id never sent)."""
         if "error" in message:
             if "result" in message:
                 return f"an answer with both result and error (id {message.get('id')!r})"
@@ -428,6 +434,8 @@ def _error_code(message: dict[str, Any]) -> Any:
 # -- the script -------------------------------------------------------------------------------------
 @dataclass
 class Settings:
+    """One checker run's settings (seconds for the timeouts; see :func:`run_client_checks`)."""
+
     protocol: int
     answer_timeout: float
     cancel_wait: float
