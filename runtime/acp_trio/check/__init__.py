@@ -27,6 +27,7 @@ from typing import Any
 import trio
 
 from ._checks import CHECKS, Check, Context, Result, Status, default_cwd
+from ._client_mode import CLIENT_CHECKS, ClientCheck, run_client_checks
 from ._schema import wire_schema
 from ._script import BEHAVIOURS, Script, ScriptedPrompt, ScriptError
 from ._session_checks import NOTES_TEXT
@@ -335,9 +336,11 @@ def run(command: Sequence[str], **options: Any) -> Report:
 __all__ = [
     "BEHAVIOURS",
     "CHECKS",
+    "CLIENT_CHECKS",
     "NOTES_TEXT",
     "WHOLE_RUN",
     "Check",
+    "ClientCheck",
     "Finding",
     "Report",
     "Result",
@@ -349,4 +352,5 @@ __all__ = [
     "run_checks",
     "run_checks_in_memory",
     "run_checks_remote",
+    "run_client_checks",
 ]

@@ -1,4 +1,5 @@
-"""``python -m acp_trio.check -- AGENT_CMD...``: see :mod:`acp_trio.check`."""
+"""``python -m acp_trio.check -- AGENT_CMD...`` (see :mod:`acp_trio.check`), and
+``python -m acp_trio.check --client -- CLIENT_CMD... {AGENT}`` (see :mod:`acp_trio.check._client_mode`)."""
 
 from __future__ import annotations
 
@@ -11,13 +12,43 @@ from collections.abc import Sequence
 import trio
 
 from ..bridge import header_options
-from . import run, run_checks_remote
+from . import run, run_checks_remote, run_client_checks
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m acp_trio.check",
-        description="Check an ACP agent against the protocol: one line per check, exit 1 on any FAIL.",
+        description="Check an ACP agent (or, with --client, an ACP client) against the protocol: "
+        "one line per check, exit 1 on any FAIL.",
+    )
+    parser.add_argument(
+        "--client",
+        action="store_true",
+        help="check the client CLIENT_CMD (one argument of it {AGENT}: replaced by a scripted agent)",
+    )
+    parser.add_argument(
+        "--answer-timeout", type=float, default=10.0, metavar="SECONDS", help="--client: per request to the client"
+    )
+    parser.add_argument(
+        "--cancel-wait",
+        type=float,
+        default=5.0,
+        metavar="SECONDS",
+        help="--client: how long a turn is held open for the client to cancel (0: never)",
+    )
+    parser.add_argument(
+        "--start-timeout",
+        type=float,
+        default=30.0,
+        metavar="SECONDS",
+        help="--client: how long the client may take to start the agent",
+    )
+    parser.add_argument(
+        "--shutdown-timeout",
+        type=float,
+        default=10.0,
+        metavar="SECONDS",
+        help="--client: per shutdown step (stdin closed, SIGTERM, SIGKILL)",
     )
     parser.add_argument("--protocol", type=int, choices=(1, 2), default=1, help="the protocol version (default 1)")
     parser.add_argument("--only", action="append", default=[], metavar="NAME", help="run only these checks")
@@ -30,9 +61,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--url", help="check an agent served at ws://... or http://... instead of spawning one")
     parser.add_argument("--header", action="append", default=[], help="--url: an extra header, 'Name: value'")
-    parser.add_argument("command", nargs=argparse.REMAINDER, help="-- AGENT_CMD [ARG ...]")
+    parser.add_argument(
+        "command", nargs=argparse.REMAINDER, help="-- AGENT_CMD [ARG ...] (--client: -- CLIENT_CMD ...)"
+    )
     options = parser.parse_args(argv)
     command = options.command[1:] if options.command[:1] == ["--"] else options.command
+    if options.client and (options.url or not command):
+        parser.error("--client takes the client command after --, with {AGENT} where the agent command goes")
     if not command and not options.url:
         parser.error("give the agent command after --, or --url")
     if command and options.url:
@@ -53,7 +88,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         "progress": progress,
     }
     try:
-        if options.url:
+        if options.client:
+            report = trio.run(
+                functools.partial(
+                    run_client_checks,
+                    command,
+                    protocol=options.protocol,
+                    only=options.only,
+                    skip=options.skip,
+                    answer_timeout=options.answer_timeout,
+                    cancel_wait=options.cancel_wait,
+                    shutdown_timeout=options.shutdown_timeout,
+                    start_timeout=options.start_timeout,
+                    progress=progress,
+                )
+            )
+        elif options.url:
             report = trio.run(functools.partial(run_checks_remote, options.url, headers=headers, **settings))
         else:
             report = run(command, **settings)
