@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 import trio
 
+from acp_trio import RequestError
 from acp_trio.check import CHECKS, WHOLE_RUN, Report, Status, run_checks
 from acp_trio.check._schema import WireSchema
 
@@ -311,9 +312,24 @@ class _V2Agent:
             protocol_version=2, capabilities=caps, info=v2.Implementation(name="v2", version="1")
         )
 
+    def _options(self, value: str) -> list[Any]:
+        v2 = self.v2
+        choices = [v2.SessionConfigSelectOption(value=v, name=v) for v in ("fast", "deep")]
+        option = v2.SelectSessionConfigOption(
+            type="select", config_id="effort", name="Effort", current_value=value, options=choices
+        )
+        return [option]
+
     async def session_new(self, params: Any) -> Any:
         self.count += 1
-        return self.v2.NewSessionResponse(session_id=f"s{self.count}")
+        return self.v2.NewSessionResponse(session_id=f"s{self.count}", config_options=self._options("fast"))
+
+    async def session_set_config_option(self, params: Any) -> Any:
+        import acp_trio
+
+        if not isinstance(params, self.v2.IdSetSessionConfigOptionRequest) or params.config_id != "effort":
+            raise acp_trio.RequestError.invalid_params({"configId": getattr(params, "config_id", None)})
+        return self.v2.SetSessionConfigOptionResponse(config_options=self._options(params.value))
 
     async def session_prompt(self, params: Any) -> Any:
         v2, sid = self.v2, params.session_id
@@ -321,6 +337,9 @@ class _V2Agent:
         async def send(update: Any) -> None:
             await self.client.session_update(v2.UpdateSessionNotification(session_id=sid, update=update))
 
+        if self.defect == "refuses-prompts":  # as an agent that refuses a prompt cancelled before it accepted it
+            await trio.sleep(0.2)
+            raise RequestError(-32800, "Request cancelled")
         if self.defect != "no-user-message":
             await send(v2.UserMessageSessionUpdate(message_id=f"u{self.count}", content=list(params.prompt)))
 
@@ -371,6 +390,8 @@ async def test_protocol_2_prompt_turns_are_accepted_reported_running_and_idle(de
     assert found["session.prompt"] is expected, report.text()
     if defect in ("good", "custom-stop"):
         assert found["session.cancel"] is Status.PASS, report.text()
+        options = await run_checks_in_memory({v2: agent}, protocol=2, only=["session.set-config-option"])
+        assert options.findings[0].status is Status.PASS, options.text()  # the value tagged type "id"
 
 
 RAW = Path(__file__).parent / "agents" / "raw_agent.py"
@@ -402,3 +423,14 @@ async def test_an_agent_that_does_not_speak_the_version_asked_is_told_once_not_f
     assert per_check and all(f.status is Status.SKIP for f in per_check)
     assert sum(f.observed == "not checked: see initialize.version" for f in per_check) == len(per_check) - 2
     assert not report.failed, report.text()
+
+
+async def test_a_v2_prompt_refused_with_minus_32800_on_cancel_is_a_warning_not_a_cancelled_turn() -> None:
+    from acp_schema import v2
+    from acp_trio.check import run_checks_in_memory
+
+    agent = type("V2refuses", (_V2Agent,), {"defect": "refuses-prompts"})
+    with trio.fail_after(60):
+        report = await run_checks_in_memory({v2: agent}, protocol=2, only=["session.cancel"], turn_timeout=10)
+    [finding] = report.findings
+    assert finding.status is Status.WARN and "refused with -32800" in finding.observed, report.text()

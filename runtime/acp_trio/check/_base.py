@@ -204,6 +204,7 @@ class TurnEnd:
     updates: list[dict[str, Any]]  # every session/update ``update`` of the session during the turn
     ended: float  # time.monotonic() when the end was seen
     v2: bool = False  # ended by a state_update (protocol 2)
+    protocol: int = 1  # the run's protocol version
 
 
 async def start_turn(peer: WirePeer, session_id: str, prompt: list[dict[str, Any]]) -> Turn:
@@ -250,12 +251,14 @@ async def finish_turn(peer: WirePeer, ctx: Context, turn: Turn, timeout: float |
         if ctx.protocol < 2 or "result" not in answer:
             result = answer.get("result")
             stop = result.get("stopReason") if isinstance(result, dict) else None
-            return TurnEnd(stop, answer, session_updates(peer, turn.session_id, turn.start), time.monotonic())
+            updates = session_updates(peer, turn.session_id, turn.start)
+            return TurnEnd(stop, answer, updates, time.monotonic(), protocol=ctx.protocol)
         idle = _is_idle(turn.session_id)
         end = await peer.wait_for(idle, math.inf, start=turn.start)
         updates = session_updates(peer, turn.session_id, turn.start, peer.received.index(end) + 1)
         stop = end["params"]["update"].get("stopReason")
-        return TurnEnd(stop if isinstance(stop, str) else "", answer, updates, time.monotonic(), v2=True)
+        reason = stop if isinstance(stop, str) else ""
+        return TurnEnd(reason, answer, updates, time.monotonic(), v2=True, protocol=ctx.protocol)
 
 
 async def run_turn(peer: WirePeer, ctx: Context, session_id: str, prompt: list[dict[str, Any]]) -> TurnEnd:

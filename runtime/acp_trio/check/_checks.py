@@ -306,7 +306,16 @@ async def check_prompt(ctx: Context) -> Result:
 
 
 def judge_cancelled(end: Any, waited: float, what: str) -> Result:
-    """prompt-turn.mdx § Cancellation: the turn ends with ``cancelled``, "as soon as possible"."""
+    """prompt-turn.mdx § Cancellation: the turn ends with ``cancelled``, "as soon as possible"; in
+    protocol 2 a prompt refused with -32800 before it was accepted started no work to cancel (a WARN:
+    the spec's signal is an idle ``state_update`` with ``cancelled``)."""
+    if end.stop is None and error_code(end.answer) == -32800 and end.protocol >= 2:
+        return Result(
+            Status.WARN,
+            f"the prompt was refused with -32800 {waited * 1000:.0f} ms after {what}, before it was accepted "
+            "(docs/protocol/v2/prompt-lifecycle.mdx § Cancellation reports cancellation as state_update idle, "
+            "stopReason cancelled)",
+        )
     if end.stop is None:
         return failed(f"the turn ended with an error after {what}: {show(end.answer.get('error'))}")
     if end.stop == "cancelled" and waited <= CANCEL_BOUND:

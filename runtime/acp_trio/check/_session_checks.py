@@ -255,6 +255,8 @@ async def check_set_config_option(ctx: Context) -> Result:
         config_id = choice.get(key)
         value = next(v for v in _select_values(choice) if v != choice.get("currentValue"))
         params = {"sessionId": result["sessionId"], "configId": config_id, "value": value}
+        if ctx.protocol >= 2:  # v2 tags the value's type ($defs/SetSessionConfigOptionRequest)
+            params["type"] = "id"
         answer = await peer.request("session/set_config_option", params, timeout=10)
         got = answer.get("result")
         if not isinstance(got, dict) or not isinstance(got.get("configOptions"), list):
