@@ -505,6 +505,7 @@ class Script:
         self.run = run
         self.hold_first = hold_first  # run 2: hold turn 1 open for a cancel
         self.results: dict[str, Result] = {}
+        self.in_flight: dict[str, Result] = {}  # a probe's verdict should the client go away during it
         self.capabilities: dict[str, Any] = {}
         self.initialized = False
         self.session_requested = False
@@ -937,7 +938,12 @@ class Script:
             chunk = self._chunk(message_id, "acp-check: a chunk with fields from the future. ")
             chunk["acpCheckFutureField"] = {"nested": True}
             chunk["content"]["acpCheckFutureField"] = 1
-            await self._survives("updates.unknown-fields", session_id, chunk, "a chunk with unknown fields", True)
+            what = "a chunk with unknown fields"
+            if not await self._survives("updates.unknown-fields", session_id, chunk, what, True):
+                if self.s.selected("updates.unknown-variant"):  # it may not have seen the client go yet
+                    why = "the client stopped answering after updates.unknown-fields"
+                    self.note("updates.unknown-variant", Status.SKIP, why)
+                return
         if self.s.selected("updates.unknown-variant"):
             self._progress("updates.unknown-variant")
             update = {"sessionUpdate": "acp_check_future_kind", "acpCheckData": {"n": 1}}
@@ -945,7 +951,11 @@ class Script:
                 "updates.unknown-variant", session_id, update, "sessionUpdate acp_check_future_kind", self.v2
             )
 
-    async def _survives(self, name: str, session_id: str, update: dict[str, Any], what: str, strict: bool) -> None:
+    async def _survives(self, name: str, session_id: str, update: dict[str, Any], what: str, strict: bool) -> bool:
+        """Send ``update``, then a request the client must answer; note ``name``; whether it answered."""
+        status = Status.FAIL if strict else Status.WARN
+        # if the client's exit ends this run before the ping fails, that exit is still the verdict
+        self.in_flight[name] = Result(status, f"after {what}, the client went away")
         try:
             await self.end.update(session_id, update)
             answer = await self._ping(session_id, what)
@@ -953,10 +963,10 @@ class Script:
             answer = None
         if answer is not None:
             self.note(name, Status.PASS, f"after {what}, the next request was answered")
-            return
+            return True
         gone = "the connection closed" if self.end.gone is not None else f"no answer within {self.s.answer_timeout:g} s"
-        status = Status.FAIL if strict else Status.WARN
         self.note(name, status, f"after {what}, the next request got no answer ({gone})")
+        return False
 
     async def _ping(self, session_id: str, after: str) -> dict[str, Any] | None:
         """A request the client must answer: an unknown extension method, or (for a client that leaves
@@ -1387,6 +1397,8 @@ async def run_client_checks(
     for outcome in (first, second):
         if outcome.script is not None:
             for name, result in outcome.script.results.items():
+                results.setdefault(name, result)
+            for name, result in outcome.script.in_flight.items():
                 results.setdefault(name, result)
     gone_note = first.note or (
         f"the client exited (code {first.exit_code}) before this probe" if first.exit_code is not None else ""
