@@ -1,8 +1,9 @@
 """Third-party ACP agents for the conformance runs: pinned versions, cached installs, offline environments.
 
 The agents (see :data:`AGENTS`): acp-trio's demo agent, the TypeScript SDK agents
-(``ts_agent.mjs``, ``ts_v2_agent.mjs``, ``@agentclientprotocol/sdk`` :data:`TS_SDK_VERSION`), the
-Python SDK agent (``py_agent.py``, ``agent-client-protocol`` :data:`PY_SDK_VERSION`), and two real
+(``ts_echo_agent.mjs`` and the interop tests' ``ts_v2_agent.mjs``, ``@agentclientprotocol/sdk``
+:data:`TS_SDK_VERSION`), the Python SDK agent (``py_echo_agent.py``, ``agent-client-protocol``
+:data:`PY_SDK_VERSION`), and two real
 agents from npm, ``@agentclientprotocol/claude-agent-acp`` :data:`CLAUDE_ACP_VERSION` (Claude Code
 through the Claude Agent SDK) and ``@agentclientprotocol/codex-acp`` :data:`CODEX_ACP_VERSION`
 (the Codex app server, ``@openai/codex`` :data:`CODEX_VERSION`, a platform binary).
@@ -263,11 +264,11 @@ class Agent:
         """The command line and extra environment; installs what is missing (raises :class:`Unavailable`)."""
         if self.name == "demo":
             return [sys.executable, "-m", "acp_trio.demo", "--serve-agent"], {}
-        if self.name in ("ts-sdk", "ts-sdk-v2"):
-            script = "ts_agent.mjs" if self.name == "ts-sdk" else "ts_v2_agent.mjs"
+        if self.name in ("ts-sdk", "ts-sdk-v2"):  # ts-sdk: an echo agent as the SDK's README teaches
+            script = "ts_echo_agent.mjs" if self.name == "ts-sdk" else "ts_v2_agent.mjs"
             return ["node", str(INTEROP / script)], {"ACP_INTEROP_NPM_DIR": str(install_ts_sdk())}
-        if self.name == "py-sdk":
-            return [str(install_py_sdk()), str(INTEROP / "py_agent.py")], {}
+        if self.name == "py-sdk":  # an echo agent as the SDK's README teaches
+            return [str(install_py_sdk()), str(INTEROP / "py_echo_agent.py")], {}
         modules = install_real_agents() / "node_modules" / "@agentclientprotocol"
         if self.name == "claude-agent-acp":
             return ["node", str(modules / "claude-agent-acp" / "dist" / "index.js")], {}
