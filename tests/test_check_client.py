@@ -259,3 +259,16 @@ async def test_a_client_written_with_the_typescript_sdk(
     assert {name: status for name, (status, _observed) in found.items()} == expected, lines(report)
     assert '"optionId":"allow"' in found["permission.answer"][1]
     assert not [name for name in os.listdir(tmp_path) if name.startswith(".acp-check")]  # the probe files are removed
+
+
+async def test_a_plain_client_written_with_the_typescript_sdk_passes(
+    ts_sdk: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """tests/interop/ts_plain_client.mjs, written as the SDK's README teaches and as an editor
+    behaves (fs inside the real cwd, the first "allow" offered, stdin closed, then SIGTERM and
+    SIGKILL): everything applies but the cancel, which a one-prompt client never sends."""
+    monkeypatch.setenv("ACP_INTEROP_NPM_DIR", str(ts_sdk))
+    with trio.fail_after(90):
+        report = await run_client_checks(_ts_command(ts_sdk, "ts_plain_client.mjs", tmp_path), protocol=1, **FAST)
+    found = {f.name: f.status for f in report.findings if f.status is not Status.PASS}
+    assert found == {"session.cancel": Status.SKIP}, lines(report)

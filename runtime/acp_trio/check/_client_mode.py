@@ -1175,7 +1175,7 @@ async def _spawn(argv: list[str]) -> trio.Process:
 
 async def _stop(process: trio.Process, outcome: RunOutcome) -> None:
     """Let the client exit by itself (a few seconds), else end its process group (ours: we started it)."""
-    with trio.move_on_after(2):
+    with trio.move_on_after(5):
         await process.wait()
         return
     outcome.stopped = True
