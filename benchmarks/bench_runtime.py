@@ -279,7 +279,20 @@ class Startup:
     agents: dict[str, str]  # key → what ran
 
 
+def readme_agent_note() -> str:
+    """Empty if ``runtime/readme_agent.py`` is README.md's "Write an agent" example as written, else a warning."""
+    readme = (_REPO / "README.md").read_text(encoding="utf-8")
+    section = readme.split("## Write an agent", 1)[-1]
+    block = section.split("```python\n", 1)[-1].split("```", 1)[0]
+    script = (_SCRIPTS / "readme_agent.py").read_text(encoding="utf-8")
+    if script.split('"""\n', 2)[-1].strip() == block.strip():
+        return ""
+    return "  (runtime/readme_agent.py differs from README.md's 'Write an agent' example: copy it again)"
+
+
 def run_startup(env: dict[str, str], runs: int, with_ts: bool) -> Startup:
+    if note := readme_agent_note():
+        print(note)
     demo_cmd, demo_label = demo_agent_command(env)
     py = sys.executable
     commands = {
