@@ -45,7 +45,11 @@ Statistics: each client process runs one warm-up prompt, then ``--repeats`` time
 scenario; ``--rounds`` client processes per pair, alternating the order.  Every figure is the
 **median** over all timed prompts (rates: the command's count ÷ the median time); start-up: the
 median of ``--startup-runs`` runs.  "× raw" is the cost relative to raw (time, CPU or memory ÷
-raw's; for rates raw's rate ÷ the side's): 1.0 is raw, 2.0 twice raw's cost.
+raw's; for rates raw's rate ÷ the side's): 1.0 is raw, 2.0 twice raw's cost.  The raw pair's
+round trips are bimodal on a small machine: two processes blocked in ``read`` on a pipe take about
+10 µs a round trip when the kernel keeps them on one CPU and about 50 µs when each wakes the other
+across CPUs, so raw's sequential rates (and the ratios to them) can move by 5 x from run to run;
+the per-pair details print the best beside the median.
 
 Bars: issue 14's (acp-trio vs the TypeScript SDK and raw) and issue 3's (vs the official Python SDK),
 printed as PASS/FAIL lines (SKIP when the TypeScript SDK is not measured).
