@@ -48,8 +48,9 @@ median of ``--startup-runs`` runs.  "× raw" is the cost relative to raw (time, 
 raw's; for rates raw's rate ÷ the side's): 1.0 is raw, 2.0 twice raw's cost.  The raw pair's
 round trips are bimodal on a small machine: two processes blocked in ``read`` on a pipe take about
 10 µs a round trip when the kernel keeps them on one CPU and about 50 µs when each wakes the other
-across CPUs, so raw's sequential rates (and the ratios to them) can move by 5 x from run to run;
-the per-pair details print the best beside the median.
+across CPUs, so raw's sequential rates (and the ratios to them) can move by 5 x from run to run,
+and its streaming time by 2 x (about 25 or 50 ms); the per-pair details print the best beside the
+median.
 
 Bars: issue 14's (acp-trio vs the TypeScript SDK and raw) and issue 3's (vs the official Python SDK),
 printed as PASS/FAIL lines (SKIP when the TypeScript SDK is not measured).
