@@ -74,10 +74,10 @@ def update_schema(session: nox.Session) -> None:
 
 @nox.session(python=PY)
 def bench(session: nox.Session) -> None:
-    """Codec (decode+encode, import time), then runtime over stdio (streaming, fs round trips, start-up),
-    side by side with the official Python SDK, the session store, then the remote transports (WebSocket,
-    Streamable HTTP, the bridge) side by side with the TypeScript SDK (needs node/npm for that side).
-    Options (`--quick`, `--json PATH`, `--strict`) go to all."""
+    """Codec (decode+encode, import time), then runtime over stdio (streaming, request round trips,
+    start-up, RSS) side by side with the TypeScript and Python SDKs and raw orjson (node/npm for the
+    TypeScript side), the session store, then the remote transports (WebSocket, Streamable HTTP, the
+    bridge) side by side with the TypeScript SDK.  Options (`--quick`, `--json PATH`, `--strict`) go to all."""
     session.install(".[remote]", *group("bench"), "jsonschema")
     session.run("python", "benchmarks/bench.py", *session.posargs)
     session.run("python", "benchmarks/bench_runtime.py", *session.posargs)

@@ -1,7 +1,9 @@
 """The acp-trio bench client: spawns ``trio_agent.py``, initializes, opens a session, times prompts.
 
-Usage: ``python trio_client.py [--warmup W] [--repeats R] COMMAND...`` (commands: see ``common.py``).
-Prints ``{"<command>": [seconds, ...]}``: for each command, W unmeasured prompts, then R measured.
+Usage: ``python trio_client.py [--agent SCRIPT] [--warmup W] [--repeats R] COMMAND...`` (commands:
+see ``common.py``; ``--agent raw_agent.py`` drives the raw baseline's agent).  Prints
+``{"<command>": [seconds, ...], "cpu": ..., "agent_hwm_kib": ...}``: for each command, W
+unmeasured prompts, then R measured.
 """
 
 from __future__ import annotations
@@ -18,12 +20,14 @@ from acp_schema import v1
 from acp_trio import spawn_agent
 
 HERE = Path(__file__).resolve().parent
+ALLOW = v1.RequestPermissionResponse(outcome=v1.SelectedRequestPermissionOutcome(option_id="allow"))
 
 
 class BenchClient:
     def __init__(self, conn: Any) -> None:
         self.updates = 0
         self.reads = 0
+        self.permissions = 0
 
     async def session_update(self, params: v1.SessionNotification) -> None:
         self.updates += 1
@@ -32,9 +36,13 @@ class BenchClient:
         self.reads += 1
         return v1.ReadTextFileResponse(content=FILE_CONTENT)
 
+    async def session_request_permission(self, params: v1.RequestPermissionRequest) -> v1.RequestPermissionResponse:
+        self.permissions += 1
+        return ALLOW
 
-async def run(commands: list[str], warmup: int, repeats: int) -> dict[str, list[float]]:
-    async with spawn_agent(sys.executable, [str(HERE / "trio_agent.py")], client=BenchClient) as conn:
+
+async def run(agent_script: str, commands: list[str], warmup: int, repeats: int) -> dict[str, Any]:
+    async with spawn_agent(sys.executable, [str(HERE / agent_script)], client=BenchClient) as conn:
         client: BenchClient = conn.handler
         agent = v1.AgentPeer(conn)
         caps = v1.ClientCapabilities(fs=v1.FileSystemCapabilities(read_text_file=True))
@@ -46,12 +54,12 @@ async def run(commands: list[str], warmup: int, repeats: int) -> dict[str, list[
             response = await agent.session_prompt(v1.PromptRequest(session_id=session.session_id, prompt=text))
             return response.stop_reason
 
-        return await time_prompts(commands, warmup, repeats, client, prompt)
+        return await time_prompts(commands, warmup, repeats, client, prompt, conn.process.pid)
 
 
 def main() -> None:
-    args = client_args()
-    print(json.dumps(trio.run(run, args.commands, args.warmup, args.repeats)))
+    args = client_args("trio_agent.py")
+    print(json.dumps(trio.run(run, args.agent, args.commands, args.warmup, args.repeats)))
 
 
 if __name__ == "__main__":
