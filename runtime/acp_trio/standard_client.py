@@ -238,21 +238,10 @@ class StandardClient:
         """One ``InitializeRequest`` per protocol version the connection speaks, highest first, each
         with :meth:`capabilities_for` its variant and the client's ``name``/``version``/``title``
         (``Implementation``), for :meth:`acp_trio.ClientSideConnection.initialize`."""
-        from ._converter import converter
-
-        requests: list[Any] = []
-        for protocol_version in sorted(self.conn.supported_versions, reverse=True):
-            variant = self.conn.variants[protocol_version]
-            info: dict[str, Any] = {"name": name, "version": version}
-            if title is not None:
-                info["title"] = title
-            caps = converter.unstructure(self.capabilities_for(variant))
-            if protocol_version < 2:
-                wire = {"protocolVersion": protocol_version, "clientCapabilities": caps, "clientInfo": info}
-            else:
-                wire = {"protocolVersion": protocol_version, "capabilities": caps, "info": info}
-            requests.append(converter.structure(wire, variant.InitializeRequest))
-        return requests
+        info: dict[str, Any] = {"name": name, "version": version}
+        if title is not None:
+            info["title"] = title
+        return initialize_requests(self.conn, self.capabilities_for, info)
 
     async def initialize(
         self,
@@ -274,15 +263,7 @@ class StandardClient:
         no MCP servers, and return the session id; the response's modes, config options and
         commands go into ``states``.  For more params, send ``conn.agent.session_new(...)`` yourself.
         Raises what the request raises."""
-        wire: dict[str, Any] = {"cwd": str(cwd)}
-        if self.conn.protocol_version < 2:
-            wire["mcpServers"] = []
-        spec = self.conn.variant.REQUESTS["session/new"]
-        params = self.conn.connection.converter.structure(wire, spec.params_type)
-        response = await self.conn.send_request(spec, params, timeout=timeout)
-        session_id: str = response.session_id
-        self.states.state(session_id).apply_setup(response)
-        return session_id
+        return await new_session(self.conn, self.states, str(cwd), timeout=timeout)
 
     # -- rendering hook --------------------------------------------------------------------------
     def on_update(self, state: SessionState, update: Any) -> None:
@@ -357,37 +338,7 @@ class StandardClient:
         the session), :class:`SessionEnded` when the session's state is discarded first.  Does not
         time out: bound it with ``trio.fail_after``.  Spec: ``docs/protocol/v2/prompt-lifecycle.mdx``.
         """
-        info = self.conn.sessions.get(session_id)  # its end_reason says why, once it ended
-        ended: list[tuple[str, str | None]] = []
-        # the tasks raise nothing: what ends the wait is recorded, so errors come out as themselves
-        async with trio.open_nursery() as nursery:
-
-            async def idle() -> None:
-                try:
-                    if after is not None and session_id not in self.states:
-                        raise KeyError(session_id)  # discarded since the mark was taken
-                    ended.append(("idle", await self.states.wait_idle(session_id, after=after)))
-                except KeyError:  # the state was discarded
-                    ended.append(("discarded", None))
-                nursery.cancel_scope.cancel()
-
-            async def closed() -> None:
-                await self.conn.wait_closed()
-                ended.append(("closed", None))
-                nursery.cancel_scope.cancel()
-
-            nursery.start_soon(idle)
-            nursery.start_soon(closed)
-        how, stop_reason = ended[0]
-        if how == "idle":
-            return stop_reason
-        error = self.conn.connection.close_error
-        if error is not None:  # also when the states were discarded because the connection closed
-            raised = error.clone()
-            raised.add_note(f"while waiting for the turn of session {session_id!r} to end")
-            raise raised
-        reason = info.end_reason if info is not None and info.end_reason is not None else "discarded"
-        raise SessionEnded(session_id, reason)
+        return await wait_turn_end(self.conn, self.states, session_id, after=after)
 
     async def cancel(self, session_id: str) -> None:
         """Send ``session/cancel`` for ``session_id`` (either version): the runtime then answers that
@@ -493,3 +444,78 @@ class StandardClient:
 
 
 __all__ = ["SessionEnded", "StandardClient", "TurnResult"]
+
+
+# -- the moves of a client, shared with acp_trio.testing.FakeClient --------------------------------
+def initialize_requests(
+    conn: ClientSideConnection, capabilities_for: Callable[[ModuleType], Any] | None, info: dict[str, Any]
+) -> list[Any]:
+    """One ``InitializeRequest`` per protocol version ``conn`` speaks, highest first: each with
+    ``capabilities_for(variant)`` (``ClientCapabilities``; ``None``: none) and ``info`` (the wire
+    ``Implementation``: ``name``, ``version``, ``title``), for :meth:`ClientSideConnection.initialize`."""
+    from ._converter import converter
+
+    requests: list[Any] = []
+    for protocol_version in sorted(conn.supported_versions, reverse=True):
+        variant = conn.variants[protocol_version]
+        caps = converter.unstructure(capabilities_for(variant)) if capabilities_for is not None else {}
+        if protocol_version < 2:
+            wire = {"protocolVersion": protocol_version, "clientCapabilities": caps, "clientInfo": info}
+        else:
+            wire = {"protocolVersion": protocol_version, "capabilities": caps, "info": info}
+        requests.append(converter.structure(wire, variant.InitializeRequest))
+    return requests
+
+
+async def new_session(
+    conn: ClientSideConnection, states: SessionStates, cwd: str, *, timeout: float | None = None, **fields: Any
+) -> str:
+    """Send ``session/new`` for ``cwd`` in the negotiated version (v1: no MCP servers unless
+    ``fields`` names them; ``fields``: more wire fields) and return the session id; the response's
+    modes, config options and commands go into ``states``.  Raises what the request raises."""
+    wire: dict[str, Any] = {"cwd": cwd, **fields}
+    if conn.protocol_version < 2:
+        wire.setdefault("mcpServers", [])
+    spec = conn.variant.REQUESTS["session/new"]
+    params = conn.connection.converter.structure(wire, spec.params_type)
+    response = await conn.send_request(spec, params, timeout=timeout)
+    session_id: str = response.session_id
+    states.state(session_id).apply_setup(response)
+    return session_id
+
+
+async def wait_turn_end(
+    conn: ClientSideConnection, states: SessionStates, session_id: str, *, after: int | None = None
+) -> str | None:
+    """:meth:`StandardClient.wait_turn_end` for any client that folds ``conn``'s updates into ``states``."""
+    info = conn.sessions.get(session_id)  # its end_reason says why, once it ended
+    ended: list[tuple[str, str | None]] = []
+    # the tasks raise nothing: what ends the wait is recorded, so errors come out as themselves
+    async with trio.open_nursery() as nursery:
+
+        async def idle() -> None:
+            try:
+                if after is not None and session_id not in states:
+                    raise KeyError(session_id)  # discarded since the mark was taken
+                ended.append(("idle", await states.wait_idle(session_id, after=after)))
+            except KeyError:  # the state was discarded
+                ended.append(("discarded", None))
+            nursery.cancel_scope.cancel()
+
+        async def closed() -> None:
+            await conn.wait_closed()
+            ended.append(("closed", None))
+            nursery.cancel_scope.cancel()
+
+        nursery.start_soon(idle)
+        nursery.start_soon(closed)
+    how, stop_reason = ended[0]
+    if how == "idle":
+        return stop_reason
+    error = conn.connection.close_error
+    if error is not None:  # also when the states were discarded because the connection closed
+        raised = error.clone()
+        raised.add_note(f"while waiting for the turn of session {session_id!r} to end")
+        raise raised
+    reason = info.end_reason if info is not None and info.end_reason is not None else "discarded"
+    raise SessionEnded(session_id, reason)

@@ -13,6 +13,7 @@ import trio
 from .._core import RequestError
 from ..permissions import PermissionBroker, allow_all, deny_all
 from ..session_state import SessionState, SessionStates
+from ..standard_client import initialize_requests, new_session, wait_turn_end
 
 if TYPE_CHECKING:
     from acp_schema import v1
@@ -154,18 +155,7 @@ class FakeClient:
 
     def initialize_requests(self) -> list[Any]:
         """One ``InitializeRequest`` per protocol version the connection speaks (highest first)."""
-        from .._converter import converter
-
-        requests: list[Any] = []
-        for version in sorted(self.conn.supported_versions, reverse=True):
-            variant = self.conn.variants[version]
-            caps = converter.unstructure(self.capabilities_for(variant))
-            if version < 2:
-                wire = {"protocolVersion": version, "clientCapabilities": caps, "clientInfo": self.info}
-            else:
-                wire = {"protocolVersion": version, "capabilities": caps, "info": self.info}
-            requests.append(converter.structure(wire, variant.InitializeRequest))
-        return requests
+        return initialize_requests(self.conn, self.capabilities_for, self.info)
 
     # -- driving the agent -----------------------------------------------------------------------
     async def initialize(self, *, timeout: float | None = None) -> Any:
@@ -178,15 +168,7 @@ class FakeClient:
         """Send ``session/new`` (``cwd``: an absolute path; v1 with no MCP servers; ``fields``: more
         wire fields, e.g. ``additionalDirectories=[...]``) and return the session id; the response's
         modes, config options and commands go into :attr:`states`."""
-        wire: dict[str, Any] = {"cwd": cwd, **fields}
-        if self.conn.protocol_version < 2:
-            wire.setdefault("mcpServers", [])
-        spec = self.conn.variant.REQUESTS["session/new"]
-        params = self.conn.connection.converter.structure(wire, spec.params_type)
-        response = await self.conn.send_request(spec, params, timeout=timeout)
-        session_id: str = response.session_id
-        self.states.state(session_id).apply_setup(response)
-        return session_id
+        return await new_session(self.conn, self.states, cwd, timeout=timeout, **fields)
 
     async def prompt(self, session_id: str, content: str | Sequence[Any], *, timeout: float | None = None) -> Any:
         """Send ``session/prompt`` (``content``: text, or content blocks of the negotiated variant)
@@ -195,8 +177,9 @@ class FakeClient:
         v1: the response's ``stopReason`` (the prompt is added to the session's state as a user
         message first); v2: the ``stopReason`` of the ``idle`` state update that ends the turn
         (``None`` when it carried none).  ``timeout``: seconds for the whole turn (``TimeoutError``).
-        Raises what the request raises, and the connection's ``ConnectionClosed`` when it closes
-        before a v2 turn ends.
+        Raises what the request raises; before a v2 turn ends, the connection's ``ConnectionClosed``
+        when it closes, :class:`~acp_trio.standard_client.SessionEnded` when the session's state is
+        discarded (:func:`acp_trio.standard_client.wait_turn_end`).
         """
         variant = self.conn.variant
         blocks: list[Any] = [variant.TextContentBlock(text=content)] if isinstance(content, str) else list(content)
@@ -209,28 +192,7 @@ class FakeClient:
                 return response.stop_reason
             mark = state.idle_count
             await self.conn.agent.session_prompt(request)
-            return await self._wait_idle(session_id, mark)
-
-    async def _wait_idle(self, session_id: str, mark: int) -> str | None:
-        stop: list[str | None] = []
-        async with trio.open_nursery() as nursery:
-
-            async def idle() -> None:
-                stop.append(await self.states.wait_idle(session_id, after=mark))
-                nursery.cancel_scope.cancel()
-
-            async def closed() -> None:
-                await self.conn.wait_closed()
-                nursery.cancel_scope.cancel()
-
-            nursery.start_soon(idle)
-            nursery.start_soon(closed)
-        if stop:
-            return stop[0]
-        error = self.conn.connection.close_error
-        if error is not None:
-            raise error.clone()
-        raise RuntimeError(f"the connection closed before the turn of session {session_id!r} ended")
+            return await wait_turn_end(self.conn, self.states, session_id, after=mark)
 
     async def cancel(self, session_id: str) -> None:
         """Send ``session/cancel`` for ``session_id``."""

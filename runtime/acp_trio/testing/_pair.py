@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from .._nursery import owned_nursery
+from ..standard_client import initialize_requests
 from ._fake_client import CLIENT_INFO, FakeClient
 from ._transcript import FakeAgent, Transcript
 
@@ -67,24 +68,13 @@ def _client_handler(client: Any) -> Any:
 
 def _default_initialize(client_conn: ClientSideConnection) -> list[Any]:
     """One InitializeRequest per version, with the handler's capabilities when it can say them."""
-    from .._converter import converter
-
     handler = client_conn.handler
     own = getattr(handler, "initialize_requests", None)
     if callable(own):
         requests: list[Any] = own()
         return requests
-    requests = []
-    for version in sorted(client_conn.supported_versions, reverse=True):
-        variant = client_conn.variants[version]
-        capabilities = getattr(handler, "capabilities_for", None)
-        caps = converter.unstructure(capabilities(variant)) if callable(capabilities) else {}
-        if version < 2:
-            wire = {"protocolVersion": version, "clientCapabilities": caps, "clientInfo": CLIENT_INFO}
-        else:
-            wire = {"protocolVersion": version, "capabilities": caps, "info": CLIENT_INFO}
-        requests.append(converter.structure(wire, variant.InitializeRequest))
-    return requests
+    capabilities = getattr(handler, "capabilities_for", None)
+    return initialize_requests(client_conn, capabilities if callable(capabilities) else None, CLIENT_INFO)
 
 
 @asynccontextmanager
