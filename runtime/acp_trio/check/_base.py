@@ -12,11 +12,12 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import orjson
 import trio
 
 from ._script import Script
 from ._wire import AgentGone, WirePeer
+from ._wire import error_code as error_code
+from ._wire import show as show
 
 JSONRPC = "JSON-RPC 2.0 specification"
 INIT = "docs/protocol/v1/initialization.mdx"
@@ -84,12 +85,6 @@ def failed(observed: str) -> Result:
     return Result(Status.FAIL, observed)
 
 
-def show(message: Any, limit: int = 200) -> str:
-    """A message as compact JSON, cut at ``limit`` characters."""
-    text = orjson.dumps(message).decode()
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
 class Failed(Exception):
     """A check body's verdict: FAIL with this text (raised from shared moves like :func:`new_session`)."""
 
@@ -153,11 +148,6 @@ def prompt_capabilities(ctx: Context, caps: dict[str, Any]) -> dict[str, Any]:
 
 def agent_info(result: dict[str, Any]) -> Any:
     return result.get("agentInfo") if "agentInfo" in result else result.get("info")
-
-
-def error_code(message: dict[str, Any]) -> Any:
-    error = message.get("error")
-    return error.get("code") if isinstance(error, dict) else None
 
 
 async def new_session_result(peer: WirePeer, ctx: Context, **extra: Any) -> dict[str, Any]:

@@ -68,6 +68,7 @@ from . import _scripted_agent
 from ._base import JSONRPC, Result, Status
 from ._schema import WireSchema
 from ._scripted_agent import FrameReader, frame
+from ._wire import error_code, show, show_line
 
 if TYPE_CHECKING:
     from . import Report
@@ -371,12 +372,12 @@ class AgentEnd:
         try:
             message = orjson.loads(line)
         except orjson.JSONDecodeError:
-            self.not_jsonrpc.append(_show(line))
+            self.not_jsonrpc.append(show_line(line))
             return
         batch = isinstance(message, list) and bool(message) and self.schema.wire.variant.startswith("v2")
         for entry in message if batch else [message]:  # v2: transports.mdx § JSON-RPC Batch Messages
             if not isinstance(entry, dict) or entry.get("jsonrpc") != "2.0":
-                self.not_jsonrpc.append(_show(line))
+                self.not_jsonrpc.append(show_line(line))
                 return
         for entry in message if batch else [message]:
             await self._on_message(entry)
@@ -414,21 +415,6 @@ class AgentEnd:
             await self.send(reply)
         except ClientGone:
             pass
-
-
-def _show(line: bytes) -> str:
-    text = line.decode("utf-8", "replace")
-    return text if len(text) <= 120 else text[:117] + "..."
-
-
-def _dump(value: Any, limit: int = 160) -> str:
-    text = orjson.dumps(value).decode()
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-def _error_code(message: dict[str, Any]) -> Any:
-    error = message.get("error")
-    return error.get("code") if isinstance(error, dict) else None
 
 
 # -- the script -------------------------------------------------------------------------------------
@@ -568,7 +554,7 @@ class Script:
                 f" (run the checker with --protocol {asked})",
             )
         elif self.first_request == "initialize":
-            caps = _dump(self.capabilities, 120)
+            caps = show(self.capabilities, 120)
             self.note("client.initialize", Status.PASS, f"first request; protocolVersion {asked!r}, {key} {caps}")
         else:
             self.note("client.initialize", Status.FAIL, f"its first request was {self.first_request}, not initialize")
@@ -712,10 +698,10 @@ class Script:
         self.s.answers_unknown = answer is not None
         if answer is None:
             self.note("jsonrpc.unknown-method", Status.FAIL, f"no answer within {self.s.answer_timeout:g} s")
-        elif _error_code(answer) == -32601:
+        elif error_code(answer) == -32601:
             self.note("jsonrpc.unknown-method", Status.PASS, "-32601")
         else:
-            self.note("jsonrpc.unknown-method", Status.FAIL, f"answered {_dump(answer)}")
+            self.note("jsonrpc.unknown-method", Status.FAIL, f"answered {show(answer, 160)}")
 
     async def _permission_probe(self, session_id: str) -> None:
         if not self.s.selected("permission.answer"):
@@ -730,13 +716,13 @@ class Script:
             outcome = (answer.get("result") or {}).get("outcome") if isinstance(answer.get("result"), dict) else None
             offered = {o["optionId"] for o in _PERMISSION_OPTIONS}
             if not isinstance(outcome, dict):
-                self.note("permission.answer", Status.FAIL, f"answered {_dump(answer)}")
+                self.note("permission.answer", Status.FAIL, f"answered {show(answer, 160)}")
             elif outcome.get("outcome") == "selected" and outcome.get("optionId") in offered:
                 self.note("permission.answer", Status.PASS, f"selected {outcome.get('optionId')}")
             elif outcome.get("outcome") == "cancelled":
                 self.note("permission.answer", Status.PASS, "cancelled")
             else:
-                self.note("permission.answer", Status.FAIL, f"answered an outcome not offered: {_dump(outcome)}")
+                self.note("permission.answer", Status.FAIL, f"answered an outcome not offered: {show(outcome, 160)}")
         await self.end.update(session_id, self._tool_call(call, "", "completed", first=False))
 
     async def _fs_probes(self, session_id: str, files: Files | None, why: str) -> None:
@@ -767,12 +753,12 @@ class Script:
             if answer is None:
                 problems.append(f"{method} got no answer within {self.s.answer_timeout:g} s")
             elif "error" not in answer:
-                problems.append(f"{method} answered {_dump(answer.get('result'), 80)} without advertising it")
+                problems.append(f"{method} answered {show(answer.get('result'), 80)} without advertising it")
             else:
-                refused_ok.append(f"{method} refused ({_error_code(answer)})")
+                refused_ok.append(f"{method} refused ({error_code(answer)})")
         if not can_write and write_path.exists():
             problems.append(f"{write_path} was written though writeTextFile is not advertised")
-        what = "protocol 2 has no client file system" if self.v2 else f"fs {_dump(fs, 80)}"
+        what = "protocol 2 has no client file system" if self.v2 else f"fs {show(fs, 80)}"
         if problems:
             self.note("fs.capability", Status.FAIL, "; ".join(problems))
         elif refused_ok:
@@ -799,7 +785,7 @@ class Script:
             elif content == expected:
                 self.note("fs.read", Status.PASS, f"{files.inside_file.name} read back exactly")
             else:
-                self.note("fs.read", Status.FAIL, f"reading {files.inside_file} answered {_dump(answer)}")
+                self.note("fs.read", Status.FAIL, f"reading {files.inside_file} answered {show(answer, 160)}")
         if not can_write:
             self.note("fs.write", Status.SKIP, "the client does not advertise fs.writeTextFile")
         else:
@@ -811,7 +797,7 @@ class Script:
             if answer is None:
                 self.note("fs.write", Status.FAIL, f"no answer within {self.s.answer_timeout:g} s")
             elif "error" in answer:
-                self.note("fs.write", Status.FAIL, f"writing a new file in cwd answered {_dump(answer['error'])}")
+                self.note("fs.write", Status.FAIL, f"writing a new file in cwd answered {show(answer['error'], 160)}")
             elif on_disk != write["content"]:
                 self.note("fs.write", Status.FAIL, f"answered success, but the file holds {on_disk!r}")
             else:
@@ -839,7 +825,7 @@ class Script:
                 if answer is None:
                     leaks.append(f"read of {label} ({path}) got no answer within {self.s.answer_timeout:g} s")
                 elif "error" not in answer:
-                    leaks.append(f"read of {label} ({path}) answered {_dump(answer.get('result'), 80)}")
+                    leaks.append(f"read of {label} ({path}) answered {show(answer.get('result'), 80)}")
                 else:
                     refused += 1
             # relative: refused, or resolved against cwd (session-setup.mdx: cwd is the base)
@@ -853,7 +839,7 @@ class Script:
                 relative_how = "refused"
             elif text != f"inside {files.token}\n":
                 leaks.append(
-                    f"read of the relative path {relative!r} was not resolved against cwd: {_dump(content, 80)}"
+                    f"read of the relative path {relative!r} was not resolved against cwd: {show(content, 80)}"
                 )
             else:  # inside: cwd is the base for relative paths (session-setup.mdx § Working Directory)
                 relative_how = "resolved against cwd"
@@ -904,15 +890,15 @@ class Script:
                     await trio.sleep(0.05)
             if "error" not in answer or marker.exists():
                 ran = "and the command ran" if marker.exists() else "(the command did not run)"
-                got = _dump(answer.get("result", answer.get("error")), 100)
+                got = show(answer.get("result", answer.get("error")), 100)
                 self.note(name, Status.FAIL, f"{what}, yet terminal/create answered {got} {ran}")
             else:
-                self.note(name, Status.PASS, f"{what}: terminal/create refused ({_error_code(answer)}), nothing ran")
+                self.note(name, Status.PASS, f"{what}: terminal/create refused ({error_code(answer)}), nothing ran")
             return
         result = answer.get("result") if isinstance(answer.get("result"), dict) else None
         terminal_id = result.get("terminalId") if result else None
         if not isinstance(terminal_id, str):
-            self.note(name, Status.FAIL, f"terminal advertised, but terminal/create answered {_dump(answer)}")
+            self.note(name, Status.FAIL, f"terminal advertised, but terminal/create answered {show(answer, 160)}")
             return
         ids = {"sessionId": session_id, "terminalId": terminal_id}
         exited = await self._ask("terminal/wait_for_exit", ids)
@@ -922,11 +908,11 @@ class Script:
         text = ((output or {}).get("result") or {}).get("output") if output else None
         problems = []
         if exit_code != 0:
-            problems.append(f"terminal/wait_for_exit answered {_dump(exited) if exited else 'nothing'}")
+            problems.append(f"terminal/wait_for_exit answered {show(exited, 160) if exited else 'nothing'}")
         if not isinstance(text, str) or "acp-check-terminal-output" not in text:
-            problems.append(f"terminal/output answered {_dump(output) if output else 'nothing'}")
+            problems.append(f"terminal/output answered {show(output, 160) if output else 'nothing'}")
         if released is None or "error" in released:
-            problems.append(f"terminal/release answered {_dump(released) if released else 'nothing'}")
+            problems.append(f"terminal/release answered {show(released, 160) if released else 'nothing'}")
         if problems:
             self.note(name, Status.FAIL, "terminal advertised: " + "; ".join(problems))
         else:
@@ -1036,7 +1022,7 @@ class Script:
             elif not isinstance(outcome, dict) or outcome.get("outcome") != "cancelled":
                 problems.append(
                     "the pending permission request was answered "
-                    f"{_dump(answer.get('result') or answer, 100)}, not cancelled"
+                    f"{show(answer.get('result') or answer, 100)}, not cancelled"
                 )
         # updates after the cancel, then a request: still taken
         try:

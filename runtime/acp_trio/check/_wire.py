@@ -50,14 +50,15 @@ class Observations:
         self.stderr_lines += len(lines)
         for line in lines:
             if "\ufffd" in line:
-                self.stderr.append(f"a stderr line that is not UTF-8: {_show(line.encode())}")
+                self.stderr.append(f"a stderr line that is not UTF-8: {show_line(line.encode())}")
                 continue
             try:
                 message = orjson.loads(line)
             except orjson.JSONDecodeError:
                 continue
             if isinstance(message, dict) and message.get("jsonrpc") == "2.0":
-                self.stderr.append(f"a JSON-RPC message on stderr (protocol goes on stdout): {_show(line.encode())}")
+                shown = show_line(line.encode())
+                self.stderr.append(f"a JSON-RPC message on stderr (protocol goes on stdout): {shown}")
 
 
 class AgentGone(Exception):
@@ -169,10 +170,10 @@ class WirePeer:
         try:
             message = orjson.loads(line)
         except orjson.JSONDecodeError:
-            self.seen.not_jsonrpc.append(_show(line))
+            self.seen.not_jsonrpc.append(show_line(line))
             return
         if not isinstance(message, dict) or message.get("jsonrpc") != "2.0":
-            self.seen.not_jsonrpc.append(_show(line))
+            self.seen.not_jsonrpc.append(show_line(line))
             return
         self.seen.messages += 1
         self.received.append(message)
@@ -284,9 +285,22 @@ def _caps_text(capabilities: dict[str, Any]) -> str:
     return orjson.dumps(capabilities).decode()
 
 
-def _show(line: bytes) -> str:
+def show_line(line: bytes) -> str:
+    """A raw line for a report: decoded (invalid UTF-8 replaced), cut at 120 characters."""
     text = line.decode("utf-8", "replace")
     return text if len(text) <= 120 else text[:117] + "..."
+
+
+def show(message: Any, limit: int = 200) -> str:
+    """A message as compact JSON for a report, cut at ``limit`` characters."""
+    text = orjson.dumps(message).decode()
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def error_code(message: dict[str, Any]) -> Any:
+    """The ``error.code`` of a response, or ``None``."""
+    error = message.get("error")
+    return error.get("code") if isinstance(error, dict) else None
 
 
 class _StderrLines(logging.Handler):
