@@ -66,7 +66,7 @@ import trio
 from .._core import LineFramer, OversizedMessage
 from . import _scripted_agent
 from ._base import JSONRPC, Result, Status
-from ._schema import WireSchema
+from ._schema import wire_schema
 from ._scripted_agent import FrameReader, frame
 from ._wire import error_code, show, show_line
 
@@ -216,11 +216,8 @@ class ClientSchema:
     handles (``x-side`` ``agent``), its answers against the results of client-side methods."""
 
     def __init__(self, variant: str) -> None:
-        self.wire = WireSchema(variant)
-        self.results: dict[str, str] = {}
-        for name, definition in self.wire.defs.items():
-            if name.endswith("Response") and definition.get("x-side") == "client":
-                self.results[str(definition["x-method"])] = name
+        self.wire = wire_schema(variant)
+        self.results = self.wire.client_results
 
     def check_from_client(self, method: str, params: Any, is_request: bool) -> str | None:
         """A request or notification from the client: ``None``, or "what: why" (extensions unchecked)."""

@@ -28,6 +28,7 @@ class WireSchema:
         self.defs: dict[str, Any] = self.schema["$defs"]
         self.params: dict[tuple[str, str], str] = {}  # (side, method) → params $def
         self.results: dict[str, str] = {}  # method → result $def (handled by the agent)
+        self.client_results: dict[str, str] = {}  # method → result $def (handled by the client)
         for name, definition in self.defs.items():
             method, side = definition.get("x-method"), definition.get("x-side")
             if not isinstance(method, str):
@@ -35,6 +36,8 @@ class WireSchema:
             if name.endswith("Response"):
                 if side in ("agent", "protocol"):
                     self.results[method] = name
+                elif side == "client":
+                    self.client_results[method] = name
             else:
                 self.params[(side, method)] = name
         self._validators: dict[str, jsonschema.protocols.Validator] = {}
