@@ -1,15 +1,19 @@
 """``acp_trio.check``: a conformance checker for ACP agents, in any language.
 
-``python -m acp_trio.check [--protocol 1|2] [--only NAME] [--skip NAME] [--json FILE] -- AGENT_CMD...``
+``python -m acp_trio.check [--protocol 1|2] [--only NAME] [--skip NAME] [--json FILE] [--script FILE] -- AGENT_CMD...``
 (or ``--url ws://HOST:PORT/acp`` / ``http://...`` [``--header 'Name: value'``] for an agent served remotely)
 spawns the agent once per check (a crash in one does not spoil the others), drives it over stdio as
 a scripted client, and prints one line per check: ``PASS`` / ``FAIL`` / ``WARN`` / ``SKIP``, what
 was observed, and the spec source of the rule.  The exit status is 1 on any FAIL, 0 otherwise
-(2 for a usage error).  Three checks are about the whole run, over every message every agent
-process sent: each stdout line is one JSON-RPC message (``transports.mdx`` § stdio), each message
-validates against the pinned schema of the protocol variant (``acp_schema.v1/schema.json``), and
-no ``fs/*`` or ``terminal/*`` request reaches a client that did not advertise it
-(``initialization.mdx`` § Client Capabilities; the checker's client advertises neither).
+(2 for a usage error).  Five checks are about the whole run, over every message every agent
+process sent (:data:`WHOLE_RUN`): each stdout line is one JSON-RPC message (``transports.mdx`` §
+stdio), each message validates against the pinned schema of the variant it negotiates
+(``acp_schema.v1/schema.json``), no ``fs/*`` or ``terminal/*`` request reaches a client that did
+not advertise it (``initialization.mdx`` § Client Capabilities; each connection is judged by the
+capabilities its ``initialize`` advertised, none unless a check offers some), every v1
+``tool_call_update`` names a reported tool call, and stderr carries text logs only.
+``--script FILE`` names the prompts sent and the behaviours they must show
+(:mod:`acp_trio.check._script`); ``--client`` checks a client instead (:func:`run_client_checks`).
 
 In code: ``await run_checks(command, protocol=1)`` returns a :class:`Report`.  The checks and
 their sources are :data:`CHECKS` (``acp_trio.check._checks``).  Every check has a timeout: a

@@ -193,7 +193,6 @@ class TurnEnd:
     answer: dict[str, Any]
     updates: list[dict[str, Any]]  # every session/update ``update`` of the session during the turn
     ended: float  # time.monotonic() when the end was seen
-    v2: bool = False  # ended by a state_update (protocol 2)
     protocol: int = 1  # the run's protocol version
 
 
@@ -248,7 +247,7 @@ async def finish_turn(peer: WirePeer, ctx: Context, turn: Turn, timeout: float |
         updates = session_updates(peer, turn.session_id, turn.start, peer.received.index(end) + 1)
         stop = end["params"]["update"].get("stopReason")
         reason = stop if isinstance(stop, str) else ""
-        return TurnEnd(reason, answer, updates, time.monotonic(), v2=True, protocol=ctx.protocol)
+        return TurnEnd(reason, answer, updates, time.monotonic(), protocol=ctx.protocol)
 
 
 async def run_turn(peer: WirePeer, ctx: Context, session_id: str, prompt: list[dict[str, Any]]) -> TurnEnd:
@@ -263,7 +262,7 @@ def turn_failure(end: TurnEnd) -> str | None:
         return f"session/prompt answered {show(end.answer)}"
     if end.stop == "" or end.stop in STOP_REASONS:
         return None
-    if end.v2 and (end.stop == "error" or end.stop.startswith("_")):
+    if end.protocol >= 2 and (end.stop == "error" or end.stop.startswith("_")):
         return None
     return f"the turn ended with stopReason {end.stop!r}, not one the schema knows"
 

@@ -18,7 +18,6 @@ from ._base import (
     CANCEL_BOUND,
     INIT,
     JSONRPC,
-    NO_CAPABILITIES,
     PROMPT,
     SETUP,
     Check,
@@ -46,9 +45,6 @@ from ._base import (
     turn_failure,
 )
 from ._wire import WirePeer
-
-CLIENT_CAPABILITIES = NO_CAPABILITIES
-"""The client capabilities most checks advertise (protocol 1): no fs, no terminal."""
 
 
 # -- initialize --------------------------------------------------------------------------------------
@@ -428,9 +424,7 @@ async def check_cancel_request(ctx: Context) -> Result:
     async def body(peer: WirePeer) -> Result:
         await initialize(peer, ctx.protocol)
         session_id = await new_session(peer, ctx)
-        request_id = peer.new_id()
-        prompt = {"sessionId": session_id, "prompt": [{"type": "text", "text": ctx.prompt}]}
-        await peer.send({"jsonrpc": "2.0", "id": request_id, "method": "session/prompt", "params": prompt})
+        request_id = (await start_turn(peer, session_id, text_prompt(ctx.prompt))).request_id
         await peer.notify("$/cancel_request", {"requestId": request_id})
         try:
             answer = await peer.response(request_id, ctx.turn_timeout)
@@ -601,7 +595,6 @@ CHECKS: tuple[Check, ...] = (
 
 __all__ = [
     "CHECKS",
-    "CLIENT_CAPABILITIES",
     "Check",
     "Context",
     "Failed",

@@ -18,6 +18,7 @@ import trio
 from ._base import (
     ALL_CAPABILITIES,
     CANCEL_BOUND,
+    NO_CAPABILITIES,
     Context,
     Failed,
     Result,
@@ -44,7 +45,7 @@ NOTES_TEXT = "buy milk\ncall the plumber\n"
 """What the checker's client serves as ``acp-check-notes.txt`` in the session directory."""
 
 VARIATIONS: tuple[tuple[str, dict[str, Any]], ...] = (
-    ("none", {"fs": {"readTextFile": False, "writeTextFile": False}, "terminal": False}),
+    ("none", NO_CAPABILITIES),
     ("fs.readTextFile", {"fs": {"readTextFile": True, "writeTextFile": False}, "terminal": False}),
     ("fs.writeTextFile", {"fs": {"readTextFile": False, "writeTextFile": True}, "terminal": False}),
     ("terminal", {"fs": {"readTextFile": False, "writeTextFile": False}, "terminal": True}),
