@@ -98,7 +98,7 @@ async def run_one(
     args += ["--turn-timeout", str(turn_timeout)]
     if agent.name == "demo":  # its turn asks permission, then reads: the permission checks run too
         args += ["--script", str(ROOT / "tests" / "agents" / "demo_script.toml")]
-    elif tool_prompt and agent.name in ("claude-agent-acp", "codex-acp"):
+    elif tool_prompt and agent.real:  # the model server answers its marker with a tool call
         notes = Path(os.path.realpath(state / "cwd")) / "acp-real-notes.txt"
         notes.write_text("buy milk\n")
         script = {
