@@ -15,6 +15,7 @@ method tables.
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import signal as _signal
@@ -314,6 +315,9 @@ class Connection:
         self._send_stream = send_stream
         self._fd_stream: Any = send_stream if _FdStream is not None and isinstance(send_stream, _FdStream) else None
         self._receive_stream = receive_stream
+        self._fd_receive: Any = (
+            receive_stream if _FdStream is not None and isinstance(receive_stream, _FdStream) else None
+        )
         self.routes: dict[str, Route] = dict(routes or {})
         self.converter = converter
         self._framer = _core.LineFramer(max_message_size)
@@ -603,10 +607,16 @@ class Connection:
     # -- reading ---------------------------------------------------------------------------------
     async def _reader(self) -> None:
         reason = "end of stream"
+        fd_stream = self._fd_receive
+        full = False  # the last read filled the buffer: more input is probably waiting
         try:
             while True:
                 try:
-                    data = await self._receive_stream.receive_some(_READ_SIZE)
+                    if fd_stream is not None:
+                        data = await _read_pipe(fd_stream, full)
+                        full = len(data) == _READ_SIZE
+                    else:
+                        data = await self._receive_stream.receive_some(_READ_SIZE)
                 except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
                     reason = f"read failed: {exc!r}"
                     break
@@ -1117,6 +1127,34 @@ class Connection:
     async def send_notification(self, spec: MethodSpec, params: Any) -> None:
         """Typed :meth:`notify`: encode ``params`` as ``spec.params_type``."""
         await self.notify(spec.method, self.converter.unstructure_fn(spec.params_type)(params))
+
+
+async def _read_pipe(stream: Any, full: bool) -> bytes:
+    """One read (at most ``_READ_SIZE`` bytes) from a ``trio.lowlevel.FdStream``, like its ``receive_some``
+    with one yield instead of two: when the last read drained the pipe (``full`` false), wait until
+    it is readable and read, instead of checkpointing, trying a read that would fail, then waiting;
+    after a full read, checkpoint (so the handlers it woke run) and read.  Raises
+    ``trio.ClosedResourceError`` once the stream was closed, ``trio.BrokenResourceError`` on a read error."""
+    if full:
+        await trio.lowlevel.checkpoint()
+    else:
+        await _wait_fd(stream)
+    while True:
+        try:
+            return os.read(stream.fileno(), _READ_SIZE)
+        except BlockingIOError:
+            await _wait_fd(stream)
+        except OSError as exc:
+            if exc.errno == errno.EBADF:
+                raise trio.ClosedResourceError("the stream was closed") from None
+            raise trio.BrokenResourceError from exc
+
+
+async def _wait_fd(stream: Any) -> None:
+    fd = stream.fileno()
+    if fd < 0:
+        raise trio.ClosedResourceError("the stream was closed")
+    await trio.lowlevel.wait_readable(fd)
 
 
 def _decode_error_data(exc: Exception) -> Any:
