@@ -3,6 +3,7 @@ ordering and the tap, driven from the raw other end of an in-memory stream."""
 
 from __future__ import annotations
 
+import contextvars
 import logging
 from collections import deque
 from collections.abc import AsyncIterator
@@ -493,6 +494,88 @@ async def test_a_cancel_for_an_unknown_id_or_with_bad_params_is_ignored(autojump
         await peer.notify("$/cancel_request")
         await peer.notify("$/cancel_request", {"requestId": True})
         await peer.notify("$/cancel_request", [1])
+        await peer.ping()
+
+
+# -- the request pool: inbound requests run in reused tasks ---------------------------------------
+
+REQUEST_VAR: contextvars.ContextVar[str] = contextvars.ContextVar("REQUEST_VAR", default="unset")
+
+
+async def test_a_context_variable_a_handler_sets_does_not_reach_the_next_request(autojump_clock: MockClock) -> None:
+    async def remember(params: Any) -> str:
+        seen = REQUEST_VAR.get()
+        REQUEST_VAR.set(params["value"])
+        await trio.sleep(0)  # the rest of the handler runs in the same context
+        assert REQUEST_VAR.get() == params["value"]
+        return seen
+
+    async with connected(Route("remember", "request", remember)) as (_conn, peer):
+        for i in range(3):
+            await peer.request(i, "remember", {"value": f"request {i}"})
+            assert await peer.recv() == {"jsonrpc": "2.0", "id": i, "result": "unset"}
+        # and when several arrive in one read
+        await peer.send(*({"jsonrpc": "2.0", "id": i, "method": "remember", "params": {"value": "x"}} for i in (7, 8)))
+        assert [m["result"] for m in (await peer.recv(), await peer.recv())] == ["unset", "unset"]
+
+
+async def test_after_a_handler_ignores_its_cancellation_the_next_requests_are_not_cancelled(
+    autojump_clock: MockClock,
+) -> None:
+    started = trio.Event()
+
+    async def stubborn(params: Any) -> str:
+        started.set()
+        try:
+            await trio.sleep_forever()
+        except trio.Cancelled:
+            pass  # a handler that swallows its cancellation keeps its result
+        return "kept"
+
+    async def nap(params: Any) -> str:
+        await trio.sleep(1)
+        return "rested"
+
+    async with connected(Route("stubborn", "request", stubborn), Route("nap", "request", nap)) as (_conn, peer):
+        await peer.request(1, "stubborn")
+        with trio.fail_after(5):
+            await started.wait()
+        await peer.cancel(1)
+        assert await peer.recv() == {"jsonrpc": "2.0", "id": 1, "result": "kept"}
+        for i in range(2, 5):
+            await peer.request(i, "nap")
+            assert await peer.recv() == {"jsonrpc": "2.0", "id": i, "result": "rested"}
+
+
+async def test_requests_read_together_run_concurrently(autojump_clock: MockClock) -> None:
+    events = {name: trio.Event() for name in ("a", "b", "c")}
+
+    async def meet(params: Any) -> str:
+        events[params["me"]].set()
+        for event in events.values():  # each waits for all the others: only concurrent handlers finish
+            await event.wait()
+        return str(params["me"])
+
+    async with connected(Route("meet", "request", meet)) as (_conn, peer):
+        await peer.send(*({"jsonrpc": "2.0", "id": n, "method": "meet", "params": {"me": n}} for n in events))
+        answers = {(m := await peer.recv())["id"]: m["result"] for _ in events}
+        assert answers == {"a": "a", "b": "b", "c": "c"}
+        await peer.ping()
+
+
+async def test_a_cancel_read_with_its_request_cancels_it_once_it_runs(autojump_clock: MockClock) -> None:
+    async def forever(params: Any) -> Any:
+        await trio.sleep_forever()
+
+    async with connected(Route("forever", "request", forever)) as (_conn, peer):
+        await peer.send(
+            {"jsonrpc": "2.0", "id": "f1", "method": "forever"},
+            {"jsonrpc": "2.0", "id": "f2", "method": "forever"},
+            {"jsonrpc": "2.0", "method": "$/cancel_request", "params": {"requestId": "f2"}},
+            {"jsonrpc": "2.0", "method": "$/cancel_request", "params": {"requestId": "f1"}},
+        )
+        errors = {(m := await peer.recv())["id"]: m["error"]["code"] for _ in range(2)}
+        assert errors == {"f1": -32800, "f2": -32800}
         await peer.ping()
 
 
