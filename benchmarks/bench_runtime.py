@@ -2,7 +2,8 @@
 
 Usage::
 
-    python benchmarks/bench_runtime.py [--quick] [--rounds R] [--repeats K] [--startup-runs S] [--json PATH] [--strict]
+    python benchmarks/bench_runtime.py [--quick] [--rounds R] [--repeats K] [--startup-runs S] [--json PATH]
+                                       [--strict] [--no-pin]
 
 ``acp_trio`` / ``acp_schema`` and the official Python SDK (``agent-client-protocol`` 0.12.1, import
 package ``acp``) must be importable by this interpreter (the repository's ``generated/`` and
@@ -52,6 +53,13 @@ across CPUs, so raw's sequential rates (and the ratios to them) can move by 5 x 
 and its streaming time by 2 x (about 25 or 50 ms); the per-pair details print the best beside the
 median.
 
+Placement: by default (``--pin``, on a machine with 2 or more CPUs) each pair's client runs on one
+CPU and its agent on another (the harness pins the client when it starts it and moves every thread
+of the agent as soon as the client has spawned it; the warm-up prompt absorbs the move), so every
+pair, raw included, is measured in the same placement: two processes on two CPUs, each waking the
+other across them, which is what the bimodality above comes from.  ``--no-pin`` lets the kernel
+place them.  The start-up scenario is not pinned.
+
 Bars: issue 14's (acp-trio vs the TypeScript SDK and raw) and issue 3's (vs the official Python SDK),
 printed as PASS/FAIL lines (SKIP when the TypeScript SDK is not measured).
 
@@ -69,6 +77,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -205,13 +214,60 @@ class Samples:
     hwm_kib: dict[str, list[int]]
 
 
+PIN: tuple[int, int] | None = None
+"""CPUs for the client and its agent (``--pin``), or ``None`` to let the kernel place them."""
+
+
 def run_client(pair: Pair, env: dict[str, str], warmup: int, repeats: int) -> dict[str, Any]:
     argv = [*pair.argv, "--warmup", str(warmup), "--repeats", str(repeats), *pair.commands]
-    proc = subprocess.run(argv, env=env, cwd=_SCRIPTS, capture_output=True, text=True, timeout=600)
+    pin = PIN
+    proc = subprocess.Popen(
+        argv,
+        env=env,
+        cwd=_SCRIPTS,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=(lambda: os.sched_setaffinity(0, {pin[0]})) if pin is not None else None,
+    )
+    done = threading.Event()
+    watcher = threading.Thread(target=pin_children, args=(proc.pid, pin[1], done), daemon=True) if pin else None
+    if watcher is not None:
+        watcher.start()
+    try:
+        stdout, stderr = proc.communicate(timeout=600)
+    finally:
+        done.set()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    if watcher is not None:
+        watcher.join()
     if proc.returncode != 0:
-        raise RuntimeError(f"{pair.label} failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
-    result: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
+        raise RuntimeError(f"{pair.label} failed (exit {proc.returncode}):\n{stderr[-3000:]}")
+    result: dict[str, Any] = json.loads(stdout.strip().splitlines()[-1])
     return result
+
+
+def pin_children(pid: int, cpu: int, done: threading.Event) -> None:
+    """Until ``done``: move every thread of ``pid``'s child processes (the agent) to ``cpu`` (polls each 2 ms)."""
+    pinned: set[int] = set()
+    while not done.wait(0.002):
+        try:
+            children = Path(f"/proc/{pid}/task/{pid}/children").read_text(encoding="ascii").split()
+        except OSError:
+            return
+        for child in children:
+            try:
+                threads = {int(t) for t in os.listdir(f"/proc/{child}/task")}
+            except OSError:
+                continue
+            for tid in threads - pinned:
+                try:
+                    os.sched_setaffinity(tid, {cpu})
+                    pinned.add(tid)
+                except OSError:
+                    pass
 
 
 def run_scenarios(run: list[Pair], env: dict[str, str], rounds: int, repeats: int) -> Samples:
@@ -556,7 +612,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="also write the results as JSON (to PATH with '.runtime' before its suffix)",
     )
     parser.add_argument("--strict", action="store_true", help="exit 3 when a bar is missed")
+    parser.add_argument(
+        "--pin",
+        action=argparse.BooleanOptionalAction,
+        default=len(os.sched_getaffinity(0)) >= 2,
+        help="run each pair's client on one CPU and its agent on another (default: on, with 2 or more CPUs)",
+    )
     args = parser.parse_args(argv)
+    global PIN
+    if args.pin:
+        first, second, *_ = sorted(os.sched_getaffinity(0))
+        PIN = (first, second)
     rounds = args.rounds or (2 if args.quick else 5)
     repeats = args.repeats or (2 if args.quick else 3)
     startup_runs = args.startup_runs or (5 if args.quick else 11)
@@ -570,6 +636,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     print(f"{rounds} client processes per pair x (1 warm-up + {repeats} timed prompts) per scenario;", end=" ")
     print(f"{startup_runs} start-ups per agent")
+    if PIN is not None:
+        print(
+            f"each pair's client runs on CPU {PIN[0]} and its agent on CPU {PIN[1]} (--no-pin: the kernel places them)"
+        )
     started, load_before = time.perf_counter(), cpu_times()
     run = pairs(sys.executable, npm_dir is not None)
     with tempfile.TemporaryDirectory(prefix="acp-bench-pycache-") as pycache:

@@ -20,6 +20,7 @@ import errno
 import logging
 import os
 import signal as _signal
+import types
 from collections import deque
 from collections.abc import Awaitable, Callable, Hashable, Mapping
 from contextlib import AbstractContextManager, asynccontextmanager
@@ -269,6 +270,7 @@ class _Job:
     __slots__ = (
         "batch",
         "cancel_requested",
+        "coro",
         "finished",
         "handed",
         "index",
@@ -278,6 +280,7 @@ class _Job:
         "route",
         "scope",
         "seq",
+        "yielded",
     )
 
     def __init__(self, request_id: RequestId | None, route: Route, params: Any, seq: int) -> None:
@@ -292,6 +295,8 @@ class _Job:
         self.cancel_requested = False  # cancelled before a pool task took it
         self.finished = False
         self.handed = False  # given to a pool task that has not started it
+        self.coro: Any = None  # its handler's coroutine, when the reader ran its first step
+        self.yielded: Any = None  # what that step yielded to trio
 
     def cancel(self) -> None:
         if self.finished:
@@ -415,6 +420,7 @@ class Connection:
         self._new_jobs: list[_Job] = []  # requests read since the reader last handed them out
         self._idle: list[_PoolTask] = []  # request pool tasks waiting for work
         self._handed = 0  # requests handed to pool tasks that have not started them yet
+        self._holding = False  # the reader runs request handlers: their output waits for _flush
         self._backlog: list[bytes | _core.OversizedMessage] = []  # framed lines the reader has not handled yet
         self._read_full = False  # the last read filled the buffer: more input is probably waiting
         self._read_reason = "end of stream"
@@ -618,7 +624,7 @@ class Connection:
         outbox = self._outbox
         outbox.append(line)
         self._outbox_bytes += len(line)
-        if len(outbox) == 1:  # the writer sleeps only on an empty outbox
+        if len(outbox) == 1 and not self._holding:  # the writer sleeps only on an empty outbox
             self._wake_writer.set()
         elif len(outbox) - self._packed >= _PACK_LINES:
             # orjson's bytes keep a 4 KiB buffer whatever their length: lines waiting for the writer
@@ -627,6 +633,36 @@ class Connection:
             del outbox[self._packed :]
             outbox.append(packed)
             self._packed = len(outbox)
+
+    def _flush(self) -> None:
+        """The reader is done with what it read: send what its request handlers queued (held while
+        they ran, so one write takes all their answers), before the reader waits for input."""
+        self._holding = False
+        outbox = self._outbox
+        if not outbox:
+            return
+        if self._writing or self._rec_records or self._fd_stream is None or self._closed is not None:
+            self._wake_writer.set()
+            return
+        data = outbox[0] if len(outbox) == 1 else b"".join(outbox)
+        fd = self._fd_stream.fileno()
+        try:
+            sent = os.write(fd, data) if fd >= 0 else 0
+        except OSError:  # would block, or broken: the writer retries and reports
+            sent = 0
+        if sent == len(data):
+            outbox.clear()
+            self._outbox_bytes = self._packed = 0
+            self._taken += 1
+            self._written += 1
+            self._drained.set()
+            if self._written_lot:
+                self._written_lot.unpark_all()
+            return
+        self._outbox = [data[sent:]]
+        self._outbox_bytes = len(data) - sent
+        self._packed = 0
+        self._wake_writer.set()
 
     async def _backpressure(self) -> None:
         # Queue first, wait after: a message once queued is sent even if its sender is cancelled.
@@ -674,15 +710,16 @@ class Connection:
             self._writer_done.set()
             self._written_lot.unpark_all()
 
-    # -- reading ---------------------------------------------------------------------------------
-    # -- the request pool: tasks that take turns reading and run inbound requests ----------------
-    # A task per request costs its spawn and a cancel scope (about 10 us here).  Instead, a pool of
-    # tasks serves the connection: one of them holds the reader role; when a read brings requests,
-    # the reader hands the role to an idle task of the pool (or a new one) and runs the first request
-    # itself, at once (its answer is written before anything else is scheduled), the others going
-    # to idle tasks.  A task runs its requests inside one cancel scope, renewed only after a
-    # request was cancelled; between requests it goes back to a fresh copy of the connection's
-    # context, so context variables a handler sets do not reach the next request.
+    # -- reading: the request pool ---------------------------------------------------------------
+    # A task per request costs its spawn and a cancel scope (about 10 us here), and a scheduler pass
+    # before it answers.  Instead, a pool of tasks serves the connection.  One of them holds the
+    # reader role; it runs the requests a read brings itself, at once: a handler that finishes
+    # without waiting (most answers a client gives) is answered before the reader reads again, with
+    # no task started or woken, and the answers of one read go out in one write.  When a handler
+    # has to wait, the reader hands its role to an idle task of the pool (or a new one) and the
+    # remaining requests of that read to others, and goes on with its request.  A task runs inside
+    # one cancel scope, renewed only after a request it ran was cancelled; every request starts in a
+    # fresh copy of the connection's context, so context variables a handler sets reach no other.
 
     async def _pool_task(self, item: _Job | _ReadRole) -> None:
         me = _PoolTask(trio.lowlevel.current_task())
@@ -694,7 +731,7 @@ class Connection:
                 with scope:
                     while True:
                         if work is _READ:
-                            work = await self._read_loop()
+                            work = await self._read_loop(scope, me)
                             if work is None:
                                 return
                         assert isinstance(work, _Job)
@@ -703,9 +740,12 @@ class Connection:
                             job.handed = False
                             self._handed -= 1
                         job.scope = scope
-                        if job.cancel_requested:
-                            scope.cancel()
-                        await self._run_job(job)
+                        if job.coro is not None:  # started by the reader, which was this task
+                            await _resume(job.coro, job.yielded)
+                        else:
+                            if job.cancel_requested:
+                                scope.cancel()
+                            await self._run_job(job)
                         self._finish_job(job)
                         job = None
                         if scope.cancel_called:  # a handler that ignored its cancellation: renew the scope
@@ -730,6 +770,10 @@ class Connection:
 
     def _give(self, work: _Job | _ReadRole) -> None:
         """Hand a request or the reader role to an idle pool task, or to a new one."""
+        if work is not _READ:
+            assert isinstance(work, _Job)
+            self._handed += 1
+            work.handed = True
         idle = self._idle
         while idle:
             me = idle.pop()
@@ -741,22 +785,39 @@ class Connection:
         assert self._nursery is not None
         self._nursery.start_soon(self._pool_task, work, name=f"{self.name}: requests")
 
-    def _give_job(self, job: _Job) -> None:
-        self._handed += 1
-        job.handed = True
-        self._give(job)
+    def _run_read_requests(self, scope: trio.CancelScope, me: _PoolTask) -> _Job | None:
+        """Run the requests the reader read, in order, each until it finishes or has to wait.
 
-    def _hand_off(self) -> _Job:
-        """The reader read requests: give the reader role and all but the first request away; return the first."""
+        Returns ``None`` when all finished (the reader reads on), else the request that waits: the
+        reader role and the requests after it were handed to other pool tasks, and the caller (the
+        pool task that was the reader) goes on with it.
+        """
         jobs, self._new_jobs = self._new_jobs, []
-        for job in jobs[1:]:
-            self._give_job(job)
-        self._give(_READ)
-        return jobs[0]
+        for i, job in enumerate(jobs):
+            if job.cancel_requested:  # cancelled as it was read: it runs in its own scope, elsewhere
+                self._give(job)
+                continue
+            job.scope = scope
+            coro = self._run_job(job)
+            context = self._job_context.copy() if self._job_context is not None else contextvars.copy_context()
+            try:
+                yielded = context.run(coro.send, None)
+            except StopIteration:
+                self._finish_job(job, eager=False)
+                continue
+            job.coro, job.yielded = coro, yielded
+            me.task.context = context  # the rest of the handler runs where its first step did
+            for other in jobs[i + 1 :]:
+                self._give(other)
+            self._give(_READ)
+            self._flush()
+            return job
+        return None
 
-    async def _read_loop(self) -> _Job | None:
-        """The reader role: read, frame and handle messages until a read brings requests (returns the
-        first, after :meth:`_hand_off`) or the input ends (returns ``None`` after the end-of-input steps)."""
+    async def _read_loop(self, scope: trio.CancelScope, me: _PoolTask) -> _Job | None:
+        """The reader role: read, frame and handle messages until a request has to wait (returns it,
+        after :meth:`_run_read_requests` gave the role away) or the input ends (returns ``None`` after
+        the end-of-input steps)."""
         fd_stream = self._fd_receive
         ended = True
         try:
@@ -768,11 +829,15 @@ class Connection:
                     # collector's generations) behind the reader.
                     items = backlog[:_HANDOFF]
                     del backlog[:_HANDOFF]
+                    self._holding = True
                     for item in items:
                         self._on_line(item)
                     if self._new_jobs:
-                        ended = False
-                        return self._hand_off()
+                        waiting = self._run_read_requests(scope, me)
+                        if waiting is not None:
+                            ended = False
+                            return waiting
+                    self._flush()
                     if backlog:
                         await trio.lowlevel.cancel_shielded_checkpoint()
                     continue
@@ -785,12 +850,14 @@ class Connection:
                 except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
                     self._read_reason = f"read failed: {exc!r}"
                     break
+                self._holding = True
                 if not data:
                     for item in self._framer.close():
                         self._on_line(item)
                     jobs, self._new_jobs = self._new_jobs, []
                     for job in jobs:
-                        self._give_job(job)
+                        self._give(job)
+                    self._flush()
                     break
                 items = self._framer.feed(data)
                 if len(items) > _HANDOFF:
@@ -799,11 +866,15 @@ class Connection:
                 for item in items:
                     self._on_line(item)
                 if self._new_jobs:
-                    ended = False
-                    return self._hand_off()
+                    waiting = self._run_read_requests(scope, me)
+                    if waiting is not None:
+                        ended = False
+                        return waiting
+                self._flush()
                 if self._backlog:
                     await trio.lowlevel.cancel_shielded_checkpoint()
         finally:
+            self._holding = False
             if ended:
                 if self._closed is None:
                     await self._input_ended(self._read_reason)
@@ -1086,10 +1157,11 @@ class Connection:
             log.exception("%s: handler for %r (request id %r) raised", self.name, route.method, job.request_id)
             job.line = _core.encode_error(job.request_id, RequestError.internal_error())
 
-    def _finish_job(self, job: _Job) -> None:
+    def _finish_job(self, job: _Job, eager: bool = True) -> None:
         """Answer a request whose handler ended (with ``job.line``) or was cancelled (no line yet)."""
         job.finished = True
         job.scope = None
+        job.coro = job.yielded = None
         request_id = job.request_id
         line = job.line
         if line is None:
@@ -1116,7 +1188,7 @@ class Connection:
             self._serial_lot.unpark_all()  # wake _answer_batch, which waits for every placeholder
         else:
             # at once, unless other requests handed out with it are about to answer: then one write takes them all
-            self._enqueue(line, eager=not self._handed)
+            self._enqueue(line, eager=eager and not self._handed)
         self._task_done()
 
     # -- inbound responses -----------------------------------------------------------------------
@@ -1302,6 +1374,29 @@ class Connection:
     async def send_notification(self, spec: MethodSpec, params: Any) -> None:
         """Typed :meth:`notify`: encode ``params`` as ``spec.params_type``."""
         await self.notify(spec.method, self.converter.unstructure_fn(spec.params_type)(params))
+
+
+@types.coroutine
+def _resume(coro: Any, yielded: Any) -> Any:
+    """Go on with a coroutine whose first step ran by hand (``coro.send(None)`` returned ``yielded``):
+    pass what it yields to trio and what trio sends or throws back, until it returns; as ``await``
+    would have, in the same task."""
+    while True:
+        try:
+            sent = yield yielded
+        except GeneratorExit:
+            coro.close()
+            raise
+        except BaseException as exc:
+            try:
+                yielded = coro.throw(exc)
+            except StopIteration as stop:
+                return stop.value
+        else:
+            try:
+                yielded = coro.send(sent)
+            except StopIteration as stop:
+                return stop.value
 
 
 async def _read_pipe(stream: Any, full: bool) -> bytes:
