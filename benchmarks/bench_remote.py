@@ -12,7 +12,7 @@ tests use).  Without node the TypeScript rows say "not measured".  Every server 
 own process; the scripts are in ``benchmarks/remote/`` and the agent and prompt commands are
 those of ``benchmarks/runtime/`` (``common.py``).
 
-Scenarios (issue 12's bars):
+Scenarios (1 to 3: issue 12's bars; 4: issue 14's side-by-side report, no bars):
 
 1. ``stream``: one ``session/prompt`` during which the agent sends 20,000 ``agent_message_chunk``
    updates, timed by the client from sending the prompt to its response (all updates counted).
@@ -35,6 +35,21 @@ Scenarios (issue 12's bars):
    acp_trio.bridge --listen`` runs), driven by ``connect_websocket`` and by ``connect_http``, vs
    the same agent spawned directly over stdio (``spawn_agent``, ``runtime/trio_client.py``).
    Bar: bridge ≥ 0.5 x direct, shown for each transport.
+4. ``WebSocket, the runtime benchmark's scenarios``: the commands of ``bench_runtime.py`` (defined in
+   ``runtime/common.py``) over WebSocket on the four pairings of scenario 1 (our pair, the TS pair,
+   and the crossed pairs), in one table: ``stream 20000`` (scenario 1's figures, not run again),
+   ``mixed 20000`` (the same chunks with a ``tool_call`` and a ``tool_call_update`` after every 10:
+   24,000 updates), ``read 2000 1`` (2,000 ``fs/read_text_file`` requests from the agent to the
+   client, one at a time), ``permission 2000`` (2,000 ``session/request_permission``, one at a
+   time, the client selecting ``allow``) and ``read 2000 64`` (64 reads in flight).  Both servers'
+   agents serve every command (ours is ``runtime/trio_agent.py``'s; ``remote/ts_server.mjs`` does what
+   ``runtime/ts_agent.mjs`` does); both clients advertise ``fs.readTextFile``, answer the requests
+   (content ``common.FILE_CONTENT``; option ``allow``) and fail unless every prompt ends its turn
+   having handled exactly what its command asks (``common.expected``: updates for stream and mixed,
+   answered requests for read and permission).  Per scenario and pairing: the median rate (updates/s
+   or round trips/s), × the TS pair's, and the median ms per prompt.  Each pairing and command is
+   its own client process (``--rounds`` of them); one that fails is reported in the table and the
+   others go on.
 
 ``--profile DIR``: afterwards, one more acp-trio WebSocket stream (20,000 updates, 3 turns) with
 its server and client under cProfile; the statistics go to DIR and a breakdown of each process's
@@ -43,7 +58,8 @@ codec, ...) is printed.
 
 Statistics: ``--rounds`` client processes per pairing (sides alternating), each with one warm-up
 prompt and ``--repeats`` timed prompts; verdicts use the **median** of all timed prompts.
-Exit status: 0; 1 if a scenario failed to run; 3 with ``--strict`` if a bar is missed.
+Exit status: 0; 1 if a scenario failed to run (scenario 4: after the report); 3 with ``--strict`` if a
+bar is missed.
 """
 
 from __future__ import annotations
@@ -76,7 +92,10 @@ _RUNTIME: Final = _HERE / "runtime"
 _REPO: Final = _HERE.parent
 
 from _shared import dist_version, subprocess_env  # noqa: E402
-from bench_runtime import cpu_times, describe_load  # noqa: E402
+from bench_runtime import COMMANDS, MIXED, PERMISSION_SEQ, READ_PAR, READ_SEQ, cpu_times, describe_load  # noqa: E402
+
+sys.path.append(str(_RUNTIME))
+from common import expected, parse_command  # noqa: E402  (the prompt commands, from benchmarks/runtime)
 
 try:
     import acp_schema
@@ -89,6 +108,12 @@ except ImportError:  # not installed: use the source tree
 STREAM_N: Final = 20_000
 MANY_N: Final = 2_000
 STREAM: Final = f"stream {STREAM_N}"
+assert COMMANDS[0] == STREAM
+WS_COMMANDS: Final = (MIXED, READ_SEQ, PERMISSION_SEQ, READ_PAR)
+"""The runtime benchmark's scenarios besides ``stream``, run over WebSocket by :func:`run_ws_scenarios`."""
+WS_PAIRS: Final = ("ws-ours", "ws-ts", "ws-ours-ts", "ws-ts-ours")
+"""The WebSocket pairings they run on (the first two are ours and the TS SDK's pair)."""
+SCENARIO_TIMEOUT: Final = 300.0
 TS_SDK: Final = "@agentclientprotocol/sdk@2.4.0"
 TS_PACKAGES: Final = (TS_SDK, "zod@^3.25.76", "ws@8.18.3")
 NOT_IMPLEMENTED: Final = "not measured: not implemented"
@@ -276,6 +301,13 @@ def stream_pairings(
     return pairings
 
 
+def client_argv(argv: list[str], repeats: int, *commands: str) -> list[str]:
+    """A bench client's command line: one warm-up and ``repeats`` timed prompts of each command."""
+    if argv[0] == "node":
+        return [*argv, "1", str(repeats), *commands]
+    return [*argv, "--warmup", "1", "--repeats", str(repeats), *commands]
+
+
 def process_cpu(pid: int) -> float:
     """Seconds of CPU used by process ``pid`` and its waited-for children (``/proc/<pid>/stat``)."""
     with open(f"/proc/{pid}/stat", encoding="ascii") as f:
@@ -300,10 +332,7 @@ def run_streams(
     for i in range(rounds):
         for pairing in order if i % 2 == 0 else order[::-1]:
             assert pairing.argv is not None
-            if pairing.argv[0] == "node":
-                argv = [*pairing.argv, "1", str(repeats), STREAM]
-            else:
-                argv = [*pairing.argv, "--warmup", "1", "--repeats", str(repeats), STREAM]
+            argv = client_argv(pairing.argv, repeats, STREAM)
             server_before = process_cpu(pairing.server_pid) if pairing.server_pid else 0.0
             client_before = children_cpu()
             samples[pairing.key].extend(run_json(argv, env, pairing.label)[STREAM])
@@ -312,6 +341,42 @@ def run_streams(
                 cpu[pairing.key]["server"] += process_cpu(pairing.server_pid) - server_before
     updates = rounds * (1 + repeats) * STREAM_N
     return samples, {k: {side: t / updates for side, t in v.items()} for k, v in cpu.items()}
+
+
+def run_ws_scenarios(
+    pairings: list[Pairing], env: dict[str, str], rounds: int, repeats: int
+) -> tuple[dict[str, dict[str, list[float]]], dict[str, dict[str, str]]]:
+    """Seconds per prompt of each :data:`WS_COMMANDS` command on each WebSocket pairing, and why not where
+    one failed (``{key: {command: note}}``).  ``rounds`` client processes per pairing and command, each
+    with one warm-up and ``repeats`` timed prompts, the pairings' order alternating; the client checks
+    that every prompt ends its turn having handled the updates or answered the requests its command
+    asks (``common.expected``).  A failed run is noted and the others go on."""
+    order = [p for p in pairings if p.key in WS_PAIRS and p.argv]
+    samples: dict[str, dict[str, list[float]]] = {p.key: {c: [] for c in WS_COMMANDS} for p in order}
+    failed: dict[str, dict[str, str]] = {p.key: {} for p in order}
+    for i in range(rounds):
+        for pairing in order if i % 2 == 0 else order[::-1]:
+            assert pairing.argv is not None
+            for command in WS_COMMANDS:
+                if command in failed[pairing.key]:
+                    continue
+                argv = client_argv(pairing.argv, repeats, command)
+                try:
+                    result = run_json(argv, env, f"{pairing.label}, {command}", timeout=SCENARIO_TIMEOUT)
+                    samples[pairing.key][command].extend(result[command])
+                except (RuntimeError, subprocess.TimeoutExpired, json.JSONDecodeError, KeyError) as exc:
+                    failed[pairing.key][command] = failure_note(exc)
+                    print(f"  {pairing.label}, {command}: {str(exc)[-1500:]}")
+    return samples, failed
+
+
+def failure_note(exc: Exception) -> str:
+    """One line saying why a client run failed: the last error line of its stderr, if any."""
+    if isinstance(exc, subprocess.TimeoutExpired):
+        return f"failed: timed out after {exc.timeout:g} s"
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    errors = [line for line in lines if "Error" in line or "error" in line]
+    return "failed: " + ((errors or lines or ["?"])[-1])[:160]
 
 
 # -- scenario 2: many connections -------------------------------------------------------------------
@@ -584,6 +649,82 @@ def print_details(pairings: list[Pairing], samples: dict[str, list[float]], cpu:
             print(f"  {p.label:<58} {p.note}")
 
 
+WS_COLUMNS: Final = (
+    ("ws-ours", "our pair"),
+    ("ws-ts", "TS pair"),
+    ("ws-ours-ts", "ours → TS server"),
+    ("ws-ts-ours", "TS → our server"),
+)
+"""The side-by-side table's columns: pairing key, heading (client → server for the crossed pairs)."""
+
+
+def scenario_unit(command: str) -> tuple[int, str]:
+    """What one prompt of ``command`` carries: (updates or round trips, their unit)."""
+    kind, n, _ = parse_command(command)
+    return expected(kind, n), "updates/s" if kind in ("stream", "mixed") else "round trips/s"
+
+
+def ws_scenario_table(
+    pairings: list[Pairing],
+    stream_samples: dict[str, list[float]],
+    samples: dict[str, dict[str, list[float]]],
+    failed: dict[str, dict[str, str]],
+) -> dict[str, dict[str, Any]]:
+    """``{command: {key: {"seconds": [...], "median_s", "per_second", "vs_ts_pair"} or {"note": why}}}``
+    for every scenario of the runtime benchmark (``stream`` from :func:`run_streams`) and WebSocket pairing."""
+    by_key = {p.key: p for p in pairings}
+    table: dict[str, dict[str, Any]] = {}
+    for command in COMMANDS:
+        count, _unit = scenario_unit(command)
+        cells: dict[str, Any] = {}
+        for key, _heading in WS_COLUMNS:
+            xs = stream_samples.get(key) if command == STREAM else samples.get(key, {}).get(command)
+            if xs:
+                median = statistics.median(xs)
+                cells[key] = {"seconds": xs, "median_s": median, "per_second": count / median}
+            else:
+                note = failed.get(key, {}).get(command) or by_key[key].note or "not measured"
+                cells[key] = {"note": note}
+        ts_rate = cells["ws-ts"].get("per_second")
+        for cell in cells.values():
+            if "per_second" in cell:
+                cell["vs_ts_pair"] = cell["per_second"] / ts_rate if ts_rate else None
+        table[command] = cells
+    return table
+
+
+def print_ws_scenarios(table: dict[str, dict[str, Any]]) -> None:
+    print(
+        "\nWebSocket, the runtime benchmark's scenarios side by side (benchmarks/runtime/common.py; no bars):"
+        "\nper prompt, median rate (updates/s or round trips/s) and × the TS pair's rate (> 1: faster);"
+        "\nthen median ms per prompt (n timed prompts).  Crossed pairs: client → server"
+    )
+    print(f"  {'scenario':<17} {'unit':<14}" + "".join(f"{h:>24}" for _k, h in WS_COLUMNS))
+    for command, cells in table.items():
+        _count, unit = scenario_unit(command)
+        rates, times = [], []
+        for key, _heading in WS_COLUMNS:
+            cell = cells[key]
+            if "per_second" in cell:
+                x = cell.get("vs_ts_pair")
+                rates.append(f"{cell['per_second']:,.0f} {'-' if x is None else f'{x:.2f}'}×")
+                times.append(f"{cell['median_s'] * 1e3:,.1f} ms ({len(cell['seconds'])})")
+            else:
+                rates.append(cell["note"] if len(cell["note"]) <= 22 else "(see below)")
+                times.append("")
+        print(f"  {command:<17} {unit:<14}" + "".join(f"{c:>24}" for c in rates))
+        print((f"  {'':<17} {'ms/prompt':<14}" + "".join(f"{c:>24}" for c in times)).rstrip())
+    notes: dict[tuple[str, str], list[str]] = {}  # (column, note) -> the scenarios it is about
+    for command, cells in table.items():
+        for key, heading in WS_COLUMNS:
+            note = cells[key].get("note", "")
+            if len(note) > 22:
+                notes.setdefault((heading, note), []).append(command)
+    for (heading, note), commands in notes.items():
+        which = "every scenario" if len(commands) == len(table) else ", ".join(commands)
+        print(f"  {heading} ({which}): {note}")
+
+
 def print_many(many: dict[str, Any]) -> None:
     n, seconds = many["connections"], many["seconds"]
     rate = n * MANY_N / seconds if seconds else 0.0
@@ -670,6 +811,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     ) as ts:
                         pairings = stream_pairings(py, ours, bridge, floor, ts, ts_note, ours_http)
                         samples, cpu = run_streams(pairings, env, rounds, repeats)
+                        ws_samples, ws_failed = run_ws_scenarios(pairings, env, rounds, repeats)
                 many = run_many(py, env, args.connections, log)
                 if args.profile:
                     run_profile(py, env, args.profile, log)
@@ -678,13 +820,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(log_path.read_text(errors="replace")[-3000:] if log_path.exists() else "")
             return 1
     rows = build_rows(pairings, samples, cpu, many)
+    ws_table = ws_scenario_table(pairings, samples, ws_samples, ws_failed)
     print_details(pairings, samples, cpu)
+    print_ws_scenarios(ws_table)
     print_many(many)
     print_table(rows)
     print(f"\n(remote benchmark took {time.perf_counter() - started:.0f} s; {describe_load(load_before, cpu_times())})")
 
     if args.json:
         path = args.json.with_name(f"{args.json.stem}.remote{args.json.suffix or '.json'}")
+        by_key = {p.key: p for p in pairings}
         report: dict[str, Any] = {
             "python": platform.python_version(),
             "node": node_version(),
@@ -693,6 +838,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             "updates_per_prompt": STREAM_N,
             "seconds_per_prompt": {p.label: samples.get(p.key) or p.note for p in pairings},
             "cpu_seconds_per_update": {p.label: cpu[p.key] for p in pairings if p.key in cpu},
+            "ws_scenarios": {
+                command: {
+                    "unit": scenario_unit(command)[1],
+                    "per_prompt": scenario_unit(command)[0],
+                    "pairings": {by_key[key].label: cell for key, cell in cells.items()},
+                }
+                for command, cells in ws_table.items()
+            },
             "many": many,
             "bars": [
                 {
@@ -709,6 +862,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         }
         path.write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
         print(f"wrote {path}")
+    if any(ws_failed.values()):
+        return 1
     if args.strict and any(r.ok is False for r in rows):
         return 3
     return 0

@@ -3,8 +3,12 @@
 Usage: ``python trio_client.py URL [--warmup W] [--repeats R] [--profile PATH] COMMAND...``
 (commands as in ``../runtime/common.py``).  ``ws://`` URLs connect with
 :func:`~acp_trio.transports.websocket.connect_websocket`, ``http://`` ones with
-:func:`~acp_trio.transports.http.connect_http`; then ``initialize``, ``session/new`` and the timed
-prompts.  Prints ``{"<command>": [seconds, ...]}``.  ``--profile PATH``: write cProfile statistics.
+:func:`~acp_trio.transports.http.connect_http`; then ``initialize`` (advertising
+``fs.readTextFile``), ``session/new`` and the timed prompts.  The client is the stdio bench's
+(``../runtime/trio_client.py``: it counts updates and answers ``fs/read_text_file`` and
+``session/request_permission``), timed and checked by ``common.time_prompts`` (every prompt must
+end the turn having handled what its command asks).  Prints ``{"<command>": [seconds, ...]}``.
+``--profile PATH``: write cProfile statistics.
 """
 
 from __future__ import annotations
@@ -25,6 +29,8 @@ from trio_client import BenchClient
 from acp_schema import v1
 from acp_trio import ClientSideConnection
 
+CAPABILITIES = v1.ClientCapabilities(fs=v1.FileSystemCapabilities(read_text_file=True))
+
 
 def connect(url: str) -> AbstractAsyncContextManager[ClientSideConnection]:
     if url.startswith(("ws://", "wss://")):
@@ -40,7 +46,7 @@ async def run(url: str, commands: list[str], warmup: int, repeats: int) -> dict[
     async with connect(url) as conn:
         client: BenchClient = conn.handler
         agent = v1.AgentPeer(conn)
-        await agent.initialize(v1.InitializeRequest(protocol_version=1, client_capabilities=v1.ClientCapabilities()))
+        await agent.initialize(v1.InitializeRequest(protocol_version=1, client_capabilities=CAPABILITIES))
         session = await agent.session_new(v1.NewSessionRequest(cwd=str(Path.cwd()), mcp_servers=[]))
 
         async def prompt(command: str) -> str:
