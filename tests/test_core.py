@@ -215,6 +215,17 @@ def test_bool_float_object_and_array_request_ids_are_rejected(request_id: Any) -
     assert_invalid(parse_obj({"jsonrpc": "2.0", "id": request_id, "method": "m"}), INVALID_REQUEST)
 
 
+@pytest.mark.parametrize("request_id", [True, False, 1.5, 1.0, {"a": 1}, [1]])
+def test_bad_request_ids_are_rejected_with_object_params_too(request_id: Any) -> None:
+    msg = parse_obj({"jsonrpc": "2.0", "id": request_id, "method": "m", "params": {"a": 1}})
+    assert_invalid(msg, INVALID_REQUEST)
+
+
+@pytest.mark.parametrize("response_id", [True, 1.5, None, [1]])
+def test_a_success_response_with_a_bad_id_is_invalid(response_id: Any) -> None:
+    assert_invalid(parse_obj({"jsonrpc": "2.0", "id": response_id, "result": {"a": 1}}), INVALID_REQUEST)
+
+
 def test_a_message_without_id_is_a_notification_and_with_id_a_request() -> None:
     note = parse_obj({"jsonrpc": "2.0", "method": "m", "params": [1, 2]})
     assert isinstance(note, Notification)

@@ -1,11 +1,16 @@
 """The trio shell around the sans-IO core: one JSON-RPC connection over a byte stream.
 
 Contract: a :class:`Connection` reads newline-delimited JSON-RPC from a receive stream and writes
-to a send stream.  One reader task frames and dispatches; one writer task sends whatever is queued
-in a single write; every inbound request runs in its own task under its own cancel scope; inbound
-notifications that share an ordering key (a :class:`Route`'s ``serial_key``) run one after another
-in arrival order, others run at once.  A response is handed to its caller only after every ordered
-notification that arrived before it has been handled.
+to a send stream.  A pool of tasks serves inbound requests, one of them reading at a time: the
+reader frames and dispatches, and runs each request it read until the handler finishes or has to
+wait (then it hands the reading to another task of the pool and goes on with that request), so a
+handler that answers without waiting costs no task and no wake-up, and the answers to one read
+leave in one write; each request can still be cancelled alone (``$/cancel_request``, the end of
+input, closing).  One writer task sends whatever else is queued in a single write; on a pipe, a
+request or an answer is written at once when nothing is queued.  Inbound notifications that share
+an ordering key (a :class:`Route`'s ``serial_key``) run one after another in arrival order, others
+run at once.  A response is handed to its caller only after every ordered notification that arrived
+before it has been handled.
 
 It knows JSON-RPC and ``$/cancel_request`` (the cancel method name is a parameter), and nothing of
 ACP's methods: which methods exist, their params and result types and their ordering keys come in

@@ -191,12 +191,22 @@ def parse(line: bytes) -> Message | Batch:
     except orjson.JSONDecodeError as exc:
         return Invalid(None, RequestError(PARSE_ERROR, "Parse error", {"detail": str(exc)}))
     if type(obj) is dict:
-        # the common case inline (streamed updates): a well-formed notification with object params
-        if "id" not in obj and obj.get("jsonrpc") == "2.0":
+        # the common cases inline: a well-formed notification (streamed updates) or request with
+        # object params, a success response with an integer or string id; anything else is classified
+        if obj.get("jsonrpc") == "2.0":
             method = obj.get("method")
-            params = obj.get("params")
-            if type(method) is str and type(params) is dict:
-                return Notification(method, params)
+            if type(method) is str:
+                params = obj.get("params")
+                if type(params) is dict:
+                    if "id" not in obj:
+                        return Notification(method, params)
+                    raw_id = obj["id"]
+                    if type(raw_id) is int or type(raw_id) is str:
+                        return Request(raw_id, method, params)
+            elif method is None and len(obj) == 3 and "result" in obj:
+                raw_id = obj.get("id")
+                if type(raw_id) is int or type(raw_id) is str:
+                    return Response(raw_id, obj["result"])
         return classify(obj)
     if type(obj) is list:
         if not obj:
