@@ -3,7 +3,7 @@
 Usage::
 
     python benchmarks/bench_runtime.py [--quick] [--rounds R] [--repeats K] [--startup-runs S] [--json PATH]
-                                       [--strict] [--no-pin]
+                                       [--strict] [--placement kernel|same|split]
 
 ``acp_trio`` / ``acp_schema`` and the official Python SDK (``agent-client-protocol`` 0.12.1, import
 package ``acp``) must be importable by this interpreter (the repository's ``generated/`` and
@@ -53,12 +53,13 @@ across CPUs, so raw's sequential rates (and the ratios to them) can move by 5 x 
 and its streaming time by 2 x (about 25 or 50 ms); the per-pair details print the best beside the
 median.
 
-Placement: by default (``--pin``, on a machine with 2 or more CPUs) each pair's client runs on one
-CPU and its agent on another (the harness pins the client when it starts it and moves every thread
-of the agent as soon as the client has spawned it; the warm-up prompt absorbs the move), so every
-pair, raw included, is measured in the same placement: two processes on two CPUs, each waking the
-other across them, which is what the bimodality above comes from.  ``--no-pin`` lets the kernel
-place them.  The start-up scenario is not pinned.
+Placement (``--placement``): by default the kernel places each pair's two processes, as it would a
+user's, and the bimodality above is its choice of one CPU or two.  ``same`` runs both on one CPU
+(round trips cost no cross-CPU wake-up; a stream is as slow as both sides' CPU added up); ``split``
+runs the client on one CPU and moves every thread of its agent to another as soon as the client
+has spawned it (the warm-up prompt absorbs the move): streams overlap, every round trip pays two
+cross-CPU wake-ups.  Every pair, raw included, runs in the same placement.  The start-up scenario
+is never pinned.
 
 Bars: issue 14's (acp-trio vs the TypeScript SDK and raw) and issue 3's (vs the official Python SDK),
 printed as PASS/FAIL lines (SKIP when the TypeScript SDK is not measured).
@@ -215,7 +216,7 @@ class Samples:
 
 
 PIN: tuple[int, int] | None = None
-"""CPUs for the client and its agent (``--pin``), or ``None`` to let the kernel place them."""
+"""CPUs for the client and its agent (``--placement same`` or ``split``), or ``None`` to let the kernel place them."""
 
 
 def run_client(pair: Pair, env: dict[str, str], warmup: int, repeats: int) -> dict[str, Any]:
@@ -231,7 +232,8 @@ def run_client(pair: Pair, env: dict[str, str], warmup: int, repeats: int) -> di
         preexec_fn=(lambda: os.sched_setaffinity(0, {pin[0]})) if pin is not None else None,
     )
     done = threading.Event()
-    watcher = threading.Thread(target=pin_children, args=(proc.pid, pin[1], done), daemon=True) if pin else None
+    split = pin is not None and pin[0] != pin[1]  # the agent inherits the client's CPU; move it
+    watcher = threading.Thread(target=pin_children, args=(proc.pid, pin[1], done), daemon=True) if split else None
     if watcher is not None:
         watcher.start()
     try:
@@ -253,8 +255,13 @@ def pin_children(pid: int, cpu: int, done: threading.Event) -> None:
     """Until ``done``: move every thread of ``pid``'s child processes (the agent) to ``cpu`` (polls each 2 ms)."""
     pinned: set[int] = set()
     while not done.wait(0.002):
-        try:
-            children = Path(f"/proc/{pid}/task/{pid}/children").read_text(encoding="ascii").split()
+        children: list[str] = []
+        try:  # every thread's children: trio starts processes from a worker thread
+            for task in os.listdir(f"/proc/{pid}/task"):
+                try:
+                    children += Path(f"/proc/{pid}/task/{task}/children").read_text(encoding="ascii").split()
+                except OSError:
+                    continue
         except OSError:
             return
         for child in children:
@@ -613,16 +620,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--strict", action="store_true", help="exit 3 when a bar is missed")
     parser.add_argument(
-        "--pin",
-        action=argparse.BooleanOptionalAction,
-        default=len(os.sched_getaffinity(0)) >= 2,
-        help="run each pair's client on one CPU and its agent on another (default: on, with 2 or more CPUs)",
+        "--placement",
+        choices=("kernel", "same", "split"),
+        default="kernel",
+        help="where each pair's client and agent run: where the kernel puts them (default), both on one CPU, "
+        "or each on its own CPU",
     )
     args = parser.parse_args(argv)
     global PIN
-    if args.pin:
-        first, second, *_ = sorted(os.sched_getaffinity(0))
-        PIN = (first, second)
+    cpus = sorted(os.sched_getaffinity(0))
+    if args.placement == "same":
+        PIN = (cpus[0], cpus[0])
+    elif args.placement == "split":
+        if len(cpus) < 2:
+            parser.error("--placement split needs 2 CPUs")
+        PIN = (cpus[0], cpus[1])
     rounds = args.rounds or (2 if args.quick else 5)
     repeats = args.repeats or (2 if args.quick else 3)
     startup_runs = args.startup_runs or (5 if args.quick else 11)
@@ -636,10 +648,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     print(f"{rounds} client processes per pair x (1 warm-up + {repeats} timed prompts) per scenario;", end=" ")
     print(f"{startup_runs} start-ups per agent")
-    if PIN is not None:
-        print(
-            f"each pair's client runs on CPU {PIN[0]} and its agent on CPU {PIN[1]} (--no-pin: the kernel places them)"
-        )
+    if PIN is None:
+        print("each pair's client and agent run where the kernel puts them (--placement same|split to choose)")
+    elif PIN[0] == PIN[1]:
+        print(f"each pair's client and agent both run on CPU {PIN[0]} (--placement same)")
+    else:
+        print(f"each pair's client runs on CPU {PIN[0]} and its agent on CPU {PIN[1]} (--placement split)")
     started, load_before = time.perf_counter(), cpu_times()
     run = pairs(sys.executable, npm_dir is not None)
     with tempfile.TemporaryDirectory(prefix="acp-bench-pycache-") as pycache:
