@@ -84,6 +84,8 @@ A quarter of a second lets a handler that is about to answer (a result already c
 write) answer normally, and keeps an agent whose client closed its stdin well inside the first
 step of a client's shutdown ladder (1 s): the official SDKs exit 21-215 ms after end of input."""
 _FdStream: Any = getattr(trio.lowlevel, "FdStream", None)  # POSIX only
+_parse = _core.parse
+_Notification = _core.Notification
 
 
 class ConnectionClosed(Exception):
@@ -919,15 +921,14 @@ class Connection:
         self._mark_closed(error)
 
     def _on_line(self, item: bytes | _core.OversizedMessage) -> None:
-        if type(item) is _core.OversizedMessage:
-            self._on_oversized(item)
+        if type(item) is not bytes:
+            self._on_oversized(cast(_core.OversizedMessage, item))
             return
-        assert isinstance(item, bytes)
         if self.tap is not None:
             self.tap("in", item)
-        msg = _core.parse(item)
+        msg = _parse(item)
         self._seq += 1
-        if type(msg) is _core.Notification:  # the common case (streamed updates): skip _dispatch
+        if type(msg) is _Notification:  # the common case (streamed updates): skip _dispatch
             self._on_notification(msg)
         elif type(msg) is _core.Batch:
             self._on_batch(msg)
@@ -1022,8 +1023,11 @@ class Connection:
         if route is None or route.kind != "notification":
             log.debug("%s: ignoring notification %r: no handler", self.name, method)
             return
+        decode = route.decode
+        if decode is None:
+            decode = route.decode = self.converter.structure_fn(route.params_type)
         try:
-            params = self._decode(route, msg.params)
+            params = decode({} if msg.params is None else msg.params)
         except Exception as exc:
             log.warning("%s: dropping notification %r with invalid params: %s", self.name, method, exc)
             return
@@ -1033,11 +1037,11 @@ class Connection:
             except Exception:
                 log.exception("%s: on_receive hook for %r raised", self.name, method)
         key = route.serial_key(params) if route.serial_key is not None else None
-        assert self._notify_nursery is not None
         if self.instrumentation is not None:
             route = self._traced_route(route, "notification", msg.params)
         if key is None:
             self._busy += 1
+            assert self._notify_nursery is not None
             self._notify_nursery.start_soon(self._run_notification, route, params, True, name=method)
             return
         queue = self._queues.get(key)
@@ -1045,6 +1049,7 @@ class Connection:
             queue = self._queues[key] = _SerialQueue()
         queue.items.append((self._seq, route, params))
         if not queue.running:
+            assert self._notify_nursery is not None
             queue.running = True
             self._busy += 1
             self._notify_nursery.start_soon(self._drain_queue, key, queue, name=method)
