@@ -12,6 +12,7 @@ import json
 import logging
 import os
 import signal
+import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -160,6 +161,31 @@ async def test_well_behaved_agent_serves_a_prompt_turn_and_exits_by_itself_when_
             assert process.returncode is None
         assert process.returncode == 0  # exited on its own: a signal would give a negative status
     assert stdio_log(caplog) == []  # no SIGTERM/SIGKILL step was logged
+
+
+@pytest.mark.parametrize("stdin", ["file", "pipe"])
+def test_an_agent_answers_what_its_stdin_holds_whether_a_file_or_a_pipe(tmp_path: Path, stdin: str) -> None:
+    lines = [
+        {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {"protocolVersion": 1, "clientCapabilities": {}}},
+        {"jsonrpc": "2.0", "id": 1, "method": "session/new", "params": {"cwd": str(tmp_path), "mcpServers": []}},
+    ]
+    data = b"".join(json.dumps(line).encode() + b"\n" for line in lines)
+    path = tmp_path / "input.jsonl"
+    path.write_bytes(data)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    if stdin == "file":  # a regular file cannot be waited on with epoll; its reads never block
+        with path.open("rb") as source:
+            proc = subprocess.run(
+                [sys.executable, agent("echo_agent")], stdin=source, capture_output=True, env=env, timeout=30
+            )
+    else:
+        proc = subprocess.run(
+            [sys.executable, agent("echo_agent")], input=data, capture_output=True, env=env, timeout=30
+        )
+    answers = [json.loads(line) for line in proc.stdout.splitlines()]
+    assert [a.get("id") for a in answers] == [0, 1], proc.stderr.decode()[-2000:]
+    assert answers[0]["result"]["protocolVersion"] == 1 and "sessionId" in answers[1]["result"]
+    assert proc.returncode == 0
 
 
 async def test_spawn_agent_raises_oserror_when_the_program_does_not_exist(tmp_path: Path) -> None:

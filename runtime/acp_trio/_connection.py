@@ -25,6 +25,7 @@ import errno
 import logging
 import os
 import signal as _signal
+import stat
 import types
 from collections import deque
 from collections.abc import Awaitable, Callable, Hashable, Mapping
@@ -389,9 +390,7 @@ class Connection:
         self._send_stream = send_stream
         self._fd_stream: Any = send_stream if _FdStream is not None and isinstance(send_stream, _FdStream) else None
         self._receive_stream = receive_stream
-        self._fd_receive: Any = (
-            receive_stream if _FdStream is not None and isinstance(receive_stream, _FdStream) else None
-        )
+        self._fd_receive: Any = receive_stream if _pollable_pipe(receive_stream) else None
         self.routes: dict[str, Route] = dict(routes or {})
         self.converter = converter
         self._framer = _core.LineFramer(max_message_size)
@@ -1407,6 +1406,19 @@ def _resume(coro: Any, yielded: Any) -> Any:
                 yielded = coro.send(sent)
             except StopIteration as stop:
                 return stop.value
+
+
+def _pollable_pipe(stream: Any) -> bool:
+    """Whether ``stream`` is a ``trio.lowlevel.FdStream`` on a pipe or a socket (what :func:`_read_pipe`
+    reads); a regular file or a device (stdin redirected from a file, ``/dev/null``) cannot be
+    waited on with epoll, and its reads never block: those keep the stream's ``receive_some``."""
+    if _FdStream is None or not isinstance(stream, _FdStream):
+        return False
+    try:
+        mode = os.fstat(stream.fileno()).st_mode
+    except OSError:
+        return False
+    return stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode)
 
 
 async def _read_pipe(stream: Any, full: bool) -> bytes:
