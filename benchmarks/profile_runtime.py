@@ -35,6 +35,7 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -45,14 +46,17 @@ _SCRIPTS: Final = _HERE / "runtime"
 _REPO: Final = _HERE.parent
 sys.path.insert(0, str(_SCRIPTS))
 try:
-    import acp_trio  # noqa: F401
+    import acp_trio
 except ImportError:  # the repository's tree when not installed
     sys.path[1:1] = [str(_REPO / "runtime"), str(_REPO / "generated")]
+    import acp_trio
 
 import orjson  # noqa: E402
 import trio  # noqa: E402
+from _shared import subprocess_env  # noqa: E402
 from common import FILE_CONTENT, PERMISSION_OPTIONS, SESSION_ID, chunk_text, file_path, tool_call_id, tool_title  # noqa: E402
 
+import acp_schema  # noqa: E402
 from acp_schema import v1  # noqa: E402
 from acp_trio import _core  # noqa: E402
 from acp_trio._converter import converter  # noqa: E402
@@ -112,10 +116,10 @@ def parse_steps(line: bytes) -> tuple[float, float]:
 
 
 def write_step(data: bytes) -> float:
-    """Microseconds of one ``os.write`` of ``data`` to a pipe (drained every 16 writes, the drain not counted)."""
+    """Microseconds of one ``os.write`` of ``data`` to a pipe (drained before it fills, the drain not counted)."""
     read_fd, write_fd = os.pipe()
     os.set_blocking(read_fd, False)
-    batch = 16
+    batch = max(1, min(16, (32 * 1024) // len(data)))  # never more than half of a 64 KiB pipe buffer
 
     def writes() -> None:
         for _ in range(batch):
@@ -305,10 +309,10 @@ def trio_primitives() -> dict[str, float]:
 
 def totals(repeats: int) -> dict[str, dict[str, float]]:
     """CPU microseconds per unit of each side, from a normal run of the pair."""
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path[:3] if p) + os.pathsep + env.get("PYTHONPATH", "")
     argv = [sys.executable, str(_SCRIPTS / "trio_client.py"), "--warmup", "1", "--repeats", str(repeats), *SCENARIOS]
-    proc = subprocess.run(argv, cwd=_SCRIPTS, env=env, capture_output=True, text=True, check=False)
+    with tempfile.TemporaryDirectory(prefix="acp-profile-pycache-") as pycache:
+        env = subprocess_env(pycache, acp_schema, acp_trio)
+        proc = subprocess.run(argv, cwd=_SCRIPTS, env=env, capture_output=True, text=True, timeout=600, check=False)
     if proc.returncode != 0:
         raise RuntimeError(f"the bench pair failed: {proc.stderr[-2000:]}")
     report = json.loads(proc.stdout)
@@ -327,7 +331,7 @@ def main() -> int:
     args = parser.parse_args()
     try:
         total = totals(args.repeats)
-    except (RuntimeError, OSError, ValueError) as exc:
+    except (RuntimeError, OSError, ValueError, subprocess.TimeoutExpired) as exc:
         print(exc, file=sys.stderr)
         return 1
     steps = all_steps()

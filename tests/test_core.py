@@ -95,6 +95,23 @@ def test_crlf_line_endings_are_stripped_whole_and_in_pieces() -> None:
     assert framer.feed(b"a\rb\n") == [b"a\rb"]
 
 
+@pytest.mark.parametrize(
+    ("data", "lines"),
+    [
+        (b"{}\n", [b"{}"]),
+        (b"{}\r\n", [b"{}"]),
+        (b"a\rb\n", [b"a\rb"]),
+        (b"\n", []),
+        (b"\r\n", []),
+        (b" \t \n", []),
+        (b"x\r\r\n", [b"x\r"]),
+    ],
+)
+def test_a_read_of_exactly_one_line_frames_like_any_other(data: bytes, lines: list[bytes]) -> None:
+    assert LineFramer().feed(data) == lines
+    assert feed_all(LineFramer(), [data[:1], data[1:]]) == lines  # the same line in two reads
+
+
 def test_blank_and_whitespace_only_lines_are_skipped() -> None:
     framer = LineFramer()
     assert framer.feed(b"\n\r\n   \n\t \r\n{}\n \n") == [b"{}"]

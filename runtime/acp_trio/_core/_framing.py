@@ -61,6 +61,11 @@ class LineFramer:
         if not data:
             return out
         limit = self.max_message_size
+        if type(data) is bytes and not self._buf and not self._discarding and data.find(b"\n") == len(data) - 1:
+            # the common read of a request or a response: exactly one whole line
+            line = data[:-2] if data.endswith(b"\r\n") else data[:-1]
+            if len(line) <= limit:
+                return [line] if line and not line.isspace() else out
         start = 0
         if self._discarding:
             nl = data.find(b"\n")
