@@ -170,9 +170,15 @@ def test_define_refuses_what_the_generator_never_writes() -> None:
     @spec.define(kw_only=True, init=False, repr=False, eq=False)
     class Fine:
         KIND: ClassVar[str] = "kept"
+        NOTHING_HERE: ClassVar[None] = None
         x: int = spec.field(default=1, metadata={"m": True})
 
         def __init__(self, *, x: int = 1) -> None:
             self.x = x
 
-    assert Fine.KIND == "kept" and attrs.fields(Fine).x.metadata["m"] is True and Fine().x == 1
+    assert (
+        Fine.KIND == "kept"
+        and "NOTHING_HERE" in vars(Fine)
+        and attrs.fields(Fine).x.metadata["m"] is True
+        and Fine().x == 1
+    )

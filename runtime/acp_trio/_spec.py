@@ -156,6 +156,7 @@ class _FieldDef:
 
 
 def _field(*, default: Any = attrs.NOTHING, factory: Callable[[], Any] | None = None, metadata: dict[str, Any]) -> Any:
+    """``attrs.field`` as the generator writes it: ``default`` or ``factory``, and ``metadata``."""
     return _FieldDef(default if factory is None else attrs.Factory(factory), metadata)
 
 
@@ -180,7 +181,8 @@ _NAME, _DEFAULT, _METADATA, _TYPE, _ALIAS = (
 )
 _CLASS_EXTRAS: Final = {
     k: _Template.__dict__[k]
-    for k in ("__attrs_props__", "__attrs_own_setattr__", "__match_args__")
+    # __replace__ (attrs.evolve) on Python 3.13 and later; the rest depends on the attrs version
+    for k in ("__attrs_props__", "__attrs_own_setattr__", "__match_args__", "__replace__")
     if k in _Template.__dict__
 }
 _OBJECT_SETATTR: Final = object.__setattr__
@@ -223,22 +225,21 @@ def _fields_class(cls_name: str, names: tuple[str, ...]) -> type[tuple[Any, ...]
 
 
 def _build(cls: type) -> type:
+    """A slotted copy of ``cls`` with attrs' class-level data, as ``attrs.define`` would return it."""
     if cls.__bases__ != (object,):
         raise TypeError(f"acp_trio._spec.define: {cls.__name__} must not have base classes")
     ns = dict(cls.__dict__)
     names: list[str] = []
     attributes: list[attrs.Attribute[Any]] = []
     for name, annotation in ns.get("__annotations__", {}).items():
-        value = ns.pop(name, None)
+        value = ns.get(name)
         if type(value) is _FieldDef:
             if name.startswith("_"):  # attrs would strip the underscore from the __init__ parameter
                 raise TypeError(f"acp_trio._spec.define: field {cls.__name__}.{name} starts with '_'")
+            del ns[name]  # its slot takes its place
             names.append(name)
             attributes.append(_attribute(name, value, annotation))
-        elif isinstance(annotation, str) and annotation.startswith("ClassVar["):
-            if value is not None:
-                ns[name] = value
-        else:
+        elif not (isinstance(annotation, str) and annotation.startswith("ClassVar[")):
             raise TypeError(f"acp_trio._spec.define: {cls.__name__}.{name} is not a field(...)")
     field_names = tuple(names)
     ns.pop("__dict__", None)
@@ -246,13 +247,16 @@ def _build(cls: type) -> type:
     ns["__attrs_attrs__"] = _fields_class(cls.__name__, field_names)(attributes)
     ns.update(_CLASS_EXTRAS)
     ns["__getstate__"], ns["__setstate__"] = _pickling(field_names)
-    ns["__attrs_init__"] = ns["__init__"]  # the generated __init__ assigns exactly what attrs' would
+    # the generated __init__ takes the same keywords and assigns what attrs' would (but for an explicit
+    # extra_fields=None, which it turns into {}), so it serves as the __attrs_init__ attrs always adds
+    ns["__attrs_init__"] = ns["__init__"]
     ns["__slots__"] = (*field_names, "__weakref__")
     ns["__qualname__"] = cls.__qualname__
     return type(cls)(cls.__name__, cls.__bases__, ns)
 
 
 def _define(**kwargs: Any) -> Callable[[type], type]:
+    """``attrs.define(kw_only=True, init=False, repr=False, eq=False)``, the only arguments the generator writes."""
     if kwargs != _ARGS:
         raise TypeError(f"acp_trio._spec.define takes exactly {_ARGS}, not {kwargs}")
     return _build
