@@ -85,12 +85,12 @@ def field_line(p: Prop) -> str:
     if p.is_tag:
         if p.tag_optional:
             return (
-                f"    {p.attr}: {p.type_expr} | UnsetType = attrs.field(default={p.tag_value!r}, "
+                f"    {p.attr}: {p.type_expr} | UnsetType = field(default={p.tag_value!r}, "
                 f'metadata=tag("{p.wire}", optional=True))\n'
             )
         if p.tag_value is not NO_DEFAULT:
-            return f'    {p.attr}: {p.type_expr} = attrs.field(default={p.tag_value!r}, metadata=tag("{p.wire}"))\n'
-        return f'    {p.attr}: {p.type_expr} = attrs.field(metadata=tag("{p.wire}"))\n'
+            return f'    {p.attr}: {p.type_expr} = field(default={p.tag_value!r}, metadata=tag("{p.wire}"))\n'
+        return f'    {p.attr}: {p.type_expr} = field(metadata=tag("{p.wire}"))\n'
     ann = p.type_expr
     kwargs = []
     if p.nullable:
@@ -106,8 +106,8 @@ def field_line(p: Prop) -> str:
     md = f'f("{p.wire}"' + "".join(", " + k for k in kwargs) + ")"
     none = " | None" if p.nullable else ""
     if p.required:
-        return f"    {p.attr}: {ann}{none} = attrs.field(metadata={md})\n"
-    return f"    {p.attr}: {ann} | UnsetType{none} = attrs.field(default=UNSET, metadata={md})\n"
+        return f"    {p.attr}: {ann}{none} = field(metadata={md})\n"
+    return f"    {p.attr}: {ann} | UnsetType{none} = field(default=UNSET, metadata={md})\n"
 
 
 def field_doc(p: Prop) -> str:
@@ -143,9 +143,11 @@ def render_struct(st: Struct, schema_file: str) -> str:
         " (a branch of that union, flattened)" if "[" in st.source else ""
     )
     # attrs writes __init__/__repr__/__eq__ by compiling source at class creation, which dominated import
-    # time; we write the same methods here instead, so they come precompiled from the .pyc
+    # time; we write the same methods here instead, so they come precompiled from the .pyc.  `define` and
+    # `field` are attrs.define / attrs.field for type checkers; at run time `define` builds the same
+    # slotted attrs class without the code attrs would still compile (acp_trio._spec)
     out = [
-        "@attrs.define(kw_only=True, init=False, repr=False, eq=False)\n",
+        "@define(kw_only=True, init=False, repr=False, eq=False)\n",
         f"class {st.name}:\n",
         doc(desc, "    "),
         "\n",
@@ -159,7 +161,7 @@ def render_struct(st: Struct, schema_file: str) -> str:
     for p in st.props:
         out.append(field_line(p))
         out.append(field_doc(p))
-    out.append("    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)\n")
+    out.append("    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)\n")
     out.append(doc("Wire fields the schema does not define, kept verbatim and re-encoded.", "    "))
     params = []
     for p in st.props:
@@ -203,8 +205,7 @@ def render_types(model: Model, pins_version: str) -> str:
         ),
         "\nfrom __future__ import annotations\n\n",
         "from typing import Any, ClassVar, Literal, TypeAlias, Union\n\n",
-        "import attrs\n\n",
-        "from acp_trio._spec import EXTRA, UNSET, UnsetType, f, tag\n\n",
+        "from acp_trio._spec import EXTRA, UNSET, UnsetType, define, f, field, tag\n\n",
     ]
     for name in model.order:
         if name in model.structs:

@@ -8,7 +8,7 @@ import orjson
 import pytest
 
 from acp_schema import v1, v2, v2_unstable
-from acp_trio import UNSET, DecodeError, converter, dumps, loads, value_or_default
+from acp_trio import UNSET, AcpConverter, DecodeError, converter, dumps, loads, value_or_default
 
 
 def round_trip(value: Any, t: Any) -> Any:
@@ -250,3 +250,65 @@ def test_top_level_scalars_and_lists_are_checked_not_coerced() -> None:
     with pytest.raises(DecodeError) as info:
         converter.structure([{"type": "text", "text": "a"}, 3], list[v1.ContentBlock])
     assert info.value.json_path == "$[1]"
+
+
+# messages whose nested classes, union branches and list items a fresh converter meets for the first time,
+# some of them invalid right there
+FIRST_MEETINGS: list[tuple[Any, dict[str, Any]]] = [
+    (v1.PromptRequest, {"sessionId": "s", "prompt": [{"type": "text", "text": 5}]}),
+    (v1.PromptRequest, {"sessionId": "s", "prompt": [{"type": "text", "text": "a"}, {"type": "image", "data": "x"}]}),
+    (
+        v1.PromptRequest,
+        {
+            "sessionId": "s",
+            "prompt": [{"type": "text", "text": "a"}, {"type": "image", "data": "x", "mimeType": "i/p"}],
+        },
+    ),
+    (
+        v1.SessionNotification,
+        {
+            "sessionId": "s",
+            "update": {
+                "sessionUpdate": "tool_call",
+                "toolCallId": "c",
+                "title": "t",
+                "content": [{"type": "content", "content": {"type": "text", "text": "x"}}],
+                "locations": [{"path": 3}],
+            },
+        },
+    ),
+    (
+        v1.SessionNotification,
+        {
+            "sessionId": "s",
+            "update": {"sessionUpdate": "tool_call", "toolCallId": "c", "title": "t", "locations": [{"path": "/p"}]},
+        },
+    ),
+    (v1.InitializeRequest, {"protocolVersion": 1, "clientCapabilities": {"fs": {"readTextFile": "yes"}}}),
+    (v1.InitializeRequest, {"protocolVersion": 1, "clientCapabilities": {"fs": {"readTextFile": True}}}),
+    (v1.NewSessionRequest, {"cwd": "/", "mcpServers": [{"name": "n", "command": "c", "args": [], "env": [{}]}]}),
+    (v1.NewSessionRequest, {"cwd": "/", "mcpServers": [{"name": "n", "command": "c", "args": [], "env": []}]}),
+]
+
+
+def test_a_fresh_converter_decodes_and_encodes_nested_values_alike_on_first_and_later_meetings() -> None:
+    def outcome(conv: AcpConverter, t: Any, value: dict[str, Any]) -> tuple[Any, ...]:
+        try:
+            decoded = conv.structure(value, t)
+        except DecodeError as exc:
+            return ("error", exc.json_path, exc.expected)
+        return ("ok", conv.unstructure(decoded))
+
+    fresh = AcpConverter()
+    first = [outcome(fresh, t, value) for t, value in FIRST_MEETINGS]
+    again = [outcome(fresh, t, value) for t, value in FIRST_MEETINGS]
+    assert first == again == [outcome(converter, t, value) for t, value in FIRST_MEETINGS]
+    assert [o[0] for o in first] == ["error", "error", "ok", "ok", "ok", "ok", "ok", "error", "ok"]
+    assert [o[1] for o in first if o[0] == "error"] == [
+        "$.prompt[0].text",
+        "$.prompt[1].mimeType",
+        "$.mcpServers[0].env[0].name",
+    ]
+    assert first[2][1] == FIRST_MEETINGS[2][1]
+    assert first[3][1]["update"]["locations"] == []  # skip-invalid-items, met first on an invalid item
+    assert first[5][1] == FIRST_MEETINGS[5][1]  # default-on-error keeps the raw value, met first on it

@@ -17,12 +17,15 @@ unstructures them back, exactly:
 * any other failure raises one ``DecodeError`` naming the JSON path and the expected type.
 
 It knows no ACP type by name: everything per type comes from generated metadata.  Hooks are
-compiled lazily, per type, on first use.
+compiled lazily, per type, on first use; a class's hook compiles the hooks of the classes it
+contains only when a value of theirs first comes by (an ``initialize`` at start-up compiles the
+few classes its message carries, not the 50 it could).
 """
 
 from __future__ import annotations
 
 import copy
+import functools
 import itertools
 import linecache
 import types
@@ -216,6 +219,34 @@ class AcpConverter(cattrs.Converter):
             self._u[t] = fn
         return fn
 
+    def _structure_later(self, t: Any, install: Callable[[Callable[..., Any]], None]) -> Callable[..., Any]:
+        """``structure_fn(t)``, but an ACP class whose hook is not compiled yet is compiled on its first
+        value: a stand-in takes its place until then and ``install``s the real hook where the caller
+        keeps it (a compiled hook's globals, a tag table), so later values pay nothing extra."""
+        fn = self._s.get(t)
+        if fn is not None or not is_acp_class(t):
+            return fn if fn is not None else self.structure_fn(t)
+
+        def first_value(v: Any, _t: Any = None) -> Any:
+            real = self.structure_fn(t)
+            install(real)
+            return real(v)
+
+        return first_value
+
+    def _unstructure_later(self, t: Any, install: Callable[[Callable[[Any], Any]], None]) -> Callable[[Any], Any]:
+        """``unstructure_fn(t)``, compiled on the first value for an ACP class (see ``_structure_later``)."""
+        fn = self._u.get(t)
+        if fn is not None or not is_acp_class(t):
+            return fn if fn is not None else self.unstructure_fn(t)
+
+        def first_value(v: Any) -> Any:
+            real = self.unstructure_fn(t)
+            install(real)
+            return real(v)
+
+        return first_value
+
     # -- structure -------------------------------------------------------------------------------
     def _build_structure(self, t: Any) -> Callable[..., Any]:
         if is_acp_class(t):
@@ -259,7 +290,13 @@ class AcpConverter(cattrs.Converter):
             return self._list_structure(item_t, skip_invalid=False)
         if origin is dict:
             _, val_t = get_args(t)
-            val_fn = self.structure_fn(val_t)
+            val_fn: Callable[..., Any]
+
+            def set_val_fn(fn: Callable[..., Any]) -> None:
+                nonlocal val_fn
+                val_fn = fn
+
+            val_fn = self._structure_later(val_t, set_val_fn)
 
             def mapping(v: Any, _t: Any = None) -> Any:
                 if v.__class__ is not dict:
@@ -297,7 +334,13 @@ class AcpConverter(cattrs.Converter):
                 return v
 
             return any_list
-        item_fn = self.structure_fn(item_t)
+        item_fn: Callable[..., Any]
+
+        def set_item_fn(fn: Callable[..., Any]) -> None:
+            nonlocal item_fn
+            item_fn = fn
+
+        item_fn = self._structure_later(item_t, set_item_fn)
 
         def lst(v: Any, _t: Any = None) -> Any:
             if v.__class__ is not list:
@@ -346,11 +389,20 @@ class AcpConverter(cattrs.Converter):
                 node["leaf"] = c
 
         def compile_node(node: dict[str, Any]) -> Callable[[Any], Any]:
-            if "leaf" in node:
-                return self.structure_fn(node["leaf"])
             key = node["key"]
-            table = {v: compile_node(child) for v, child in node["values"].items()}
-            other = self.structure_fn(node["other"]) if node["other"] is not None else None
+            table: dict[Any, Callable[[Any], Any]] = {}
+            for v, child in node["values"].items():
+                if "leaf" in child:
+                    table[v] = self._structure_later(child["leaf"], functools.partial(table.__setitem__, v))
+                else:
+                    table[v] = compile_node(child)
+            other: Callable[..., Any] | None
+
+            def set_other(fn: Callable[..., Any]) -> None:
+                nonlocal other
+                other = fn
+
+            other = self._structure_later(node["other"], set_other) if node["other"] is not None else None
             missing = self._trial_structure(node["missing"], expected) if node["missing"] else None
             known = " | ".join(repr(v) for v in node["values"])
 
@@ -381,7 +433,6 @@ class AcpConverter(cattrs.Converter):
 
     def _trial_structure(self, leaves: list[Any], expected: str) -> Callable[..., Any]:
         """Untagged unions: try the members that fit the JSON kind, best candidate first."""
-        fns = [(x, self.structure_fn(x)) for x in leaves]
         required = {
             x: {a.metadata["acp"].wire for a in attrs.fields(x) if "acp" in a.metadata and a.default is attrs.NOTHING}
             for x in leaves
@@ -411,8 +462,11 @@ class AcpConverter(cattrs.Converter):
             return lambda v: True
 
         # most specific first: members with more required fields are tried before looser ones
-        ordered = sorted(fns, key=lambda p: -len(required.get(p[0], ())))
-        table = [(fits_fn(x), fn) for x, fn in ordered]
+        table: list[list[Callable[[Any], Any]]] = []  # [fits, hook] per member
+        for x in sorted(leaves, key=lambda x: -len(required.get(x, ()))):
+            entry = [fits_fn(x)]
+            entry.append(self._structure_later(x, functools.partial(entry.__setitem__, 1)))
+            table.append(entry)
 
         def trial(v: Any, _t: Any = None) -> Any:
             first_error: DecodeError | None = None
@@ -519,11 +573,12 @@ class AcpConverter(cattrs.Converter):
                     lines.append(f"{vind}    raise _bad({exp!r}, v).at({w!r})")
                     lines.append(f"{vind}f{i} = v")
                 continue
+            install = functools.partial(ns.__setitem__, f"_s{i}")  # the hook replaces its stand-in here
             if get_origin(core) is list and spec.skip_invalid_items:
                 ns[f"_s{i}"] = self._list_structure(get_args(core)[0], skip_invalid=True)
             elif get_origin(core) is list and _scalar_kind(get_args(core)[0]) is None:
                 # lists of structured items: a comprehension in the compiled code; find the bad index on failure
-                ns[f"_s{i}"] = self.structure_fn(get_args(core)[0])
+                ns[f"_s{i}"] = self._structure_later(get_args(core)[0], install)
                 ns["_locate"] = _locate
                 lines.append(f"{vind}if v.__class__ is not list:")
                 lines.append(f"{vind}    raise _bad('array', v).at({w!r})")
@@ -533,7 +588,7 @@ class AcpConverter(cattrs.Converter):
                 lines += on_failure(f"_locate(_s{i}, v)")
                 continue
             else:
-                ns[f"_s{i}"] = self.structure_fn(core)
+                ns[f"_s{i}"] = self._structure_later(core, install)
             tag_table = getattr(ns[f"_s{i}"], "acp_tag_table", None)
             lines.append(f"{vind}try:")
             if tag_table is not None:
@@ -610,13 +665,25 @@ class AcpConverter(cattrs.Converter):
             (item_t,) = get_args(t)
             if self._is_identity(item_t):
                 return _identity
-            item_fn = self.unstructure_fn(item_t)
+            item_fn: Callable[[Any], Any]
+
+            def set_item_fn(fn: Callable[[Any], Any]) -> None:
+                nonlocal item_fn
+                item_fn = fn
+
+            item_fn = self._unstructure_later(item_t, set_item_fn)
             return lambda v: [item_fn(x) for x in v]
         if origin is dict:
             _, val_t = get_args(t)
             if self._is_identity(val_t):
                 return _identity
-            val_fn = self.unstructure_fn(val_t)
+            val_fn: Callable[[Any], Any]
+
+            def set_val_fn(fn: Callable[[Any], Any]) -> None:
+                nonlocal val_fn
+                val_fn = fn
+
+            val_fn = self._unstructure_later(val_t, set_val_fn)
             return lambda v: {k: val_fn(x) for k, x in v.items()}
         if _is_union(t):
             if all(self._is_identity(x) for x in _leaves(t)):
@@ -655,7 +722,7 @@ class AcpConverter(cattrs.Converter):
             ident = self._is_identity(core)
             conv = "v"
             if not ident:
-                ns[f"_u{i}"] = fn = self.unstructure_fn(core)
+                ns[f"_u{i}"] = fn = self._unstructure_later(core, functools.partial(ns.__setitem__, f"_u{i}"))
                 by_class = getattr(fn, "acp_by_class", None)
                 if by_class is not None:  # a union: the member's function straight from its cache
                     ns[f"_bc{i}"] = by_class

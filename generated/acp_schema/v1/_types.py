@@ -7,12 +7,10 @@ from __future__ import annotations
 
 from typing import Any, ClassVar, Literal, TypeAlias
 
-import attrs
-
-from acp_trio._spec import EXTRA, UNSET, UnsetType, f, tag
+from acp_trio._spec import EXTRA, UNSET, UnsetType, define, f, field, tag
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class ContentToolCallContent:
     """Standard content block (text, images, resources).
 
@@ -21,16 +19,14 @@ class ContentToolCallContent:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("type", "content"),)
 
-    type: Literal["content"] = attrs.field(default="content", metadata=tag("type"))
+    type: Literal["content"] = field(default="content", metadata=tag("type"))
     """Tag: always ``'content'`` (wire ``type``)."""
-    content: ContentBlock = attrs.field(metadata=f("content"))
+    content: ContentBlock = field(metadata=f("content"))
     """The actual content block.
 
     (wire ``content``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -39,7 +35,7 @@ class ContentToolCallContent:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -70,7 +66,7 @@ class ContentToolCallContent:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class DiffToolCallContent:
     """File modification shown as a diff.
 
@@ -79,26 +75,24 @@ class DiffToolCallContent:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("type", "diff"),)
 
-    type: Literal["diff"] = attrs.field(default="diff", metadata=tag("type"))
+    type: Literal["diff"] = field(default="diff", metadata=tag("type"))
     """Tag: always ``'diff'`` (wire ``type``)."""
-    path: str = attrs.field(metadata=f("path"))
+    path: str = field(metadata=f("path"))
     """The absolute file path being modified.
 
     (wire ``path``; required)
     """
-    old_text: str | UnsetType | None = attrs.field(default=UNSET, metadata=f("oldText", nullable=True, on_error=True))
+    old_text: str | UnsetType | None = field(default=UNSET, metadata=f("oldText", nullable=True, on_error=True))
     """The original content (omitted or `null` for new files).
 
     (wire ``oldText``; optional (``UNSET`` when absent))
     """
-    new_text: str = attrs.field(metadata=f("newText"))
+    new_text: str = field(metadata=f("newText"))
     """The new content after modification.
 
     (wire ``newText``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -107,7 +101,7 @@ class DiffToolCallContent:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -144,7 +138,7 @@ class DiffToolCallContent:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class TerminalToolCallContent:
     """Embed a terminal created with `terminal/create` by its id.
 
@@ -157,16 +151,14 @@ class TerminalToolCallContent:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("type", "terminal"),)
 
-    type: Literal["terminal"] = attrs.field(default="terminal", metadata=tag("type"))
+    type: Literal["terminal"] = field(default="terminal", metadata=tag("type"))
     """Tag: always ``'terminal'`` (wire ``type``)."""
-    terminal_id: TerminalId = attrs.field(metadata=f("terminalId"))
+    terminal_id: TerminalId = field(metadata=f("terminalId"))
     """Identifier of the terminal instance to embed in the content stream.
 
     (wire ``terminalId``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -175,7 +167,7 @@ class TerminalToolCallContent:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -206,7 +198,7 @@ class TerminalToolCallContent:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class ToolCallContentOther:
     """A `ToolCallContent` variant this version of the schema does not define (kept verbatim).
 
@@ -219,12 +211,12 @@ class ToolCallContentOther:
 
     __acp_catchall__: ClassVar[str] = "type"
 
-    type: str = attrs.field(metadata=tag("type"))
+    type: str = field(metadata=tag("type"))
     """The tag of a variant this schema does not know.
 
     Tag of a variant this schema does not know (wire ``type``).
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(self, *, type: str, extra_fields: dict[str, Any] | None = None) -> None:
@@ -241,7 +233,7 @@ class ToolCallContentOther:
         return self.type == o.type and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class TextContentBlock:
     """Text content. May be plain text or formatted with Markdown.
 
@@ -253,23 +245,21 @@ class TextContentBlock:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("type", "text"),)
 
-    type: Literal["text"] = attrs.field(default="text", metadata=tag("type"))
+    type: Literal["text"] = field(default="text", metadata=tag("type"))
     """Tag: always ``'text'`` (wire ``type``)."""
-    annotations: Annotations | UnsetType | None = attrs.field(
+    annotations: Annotations | UnsetType | None = field(
         default=UNSET, metadata=f("annotations", nullable=True, on_error=True)
     )
     """Optional annotations that help clients decide how to display or route this content.
 
     (wire ``annotations``; optional (``UNSET`` when absent))
     """
-    text: str = attrs.field(metadata=f("text"))
+    text: str = field(metadata=f("text"))
     """Text payload carried by this content block.
 
     (wire ``text``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -278,7 +268,7 @@ class TextContentBlock:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -312,7 +302,7 @@ class TextContentBlock:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class ImageContentBlock:
     """Images for visual context or analysis.
 
@@ -323,33 +313,31 @@ class ImageContentBlock:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("type", "image"),)
 
-    type: Literal["image"] = attrs.field(default="image", metadata=tag("type"))
+    type: Literal["image"] = field(default="image", metadata=tag("type"))
     """Tag: always ``'image'`` (wire ``type``)."""
-    annotations: Annotations | UnsetType | None = attrs.field(
+    annotations: Annotations | UnsetType | None = field(
         default=UNSET, metadata=f("annotations", nullable=True, on_error=True)
     )
     """Optional annotations that help clients decide how to display or route this content.
 
     (wire ``annotations``; optional (``UNSET`` when absent))
     """
-    data: str = attrs.field(metadata=f("data"))
+    data: str = field(metadata=f("data"))
     """Base64-encoded media payload.
 
     (wire ``data``; required)
     """
-    mime_type: str = attrs.field(metadata=f("mimeType"))
+    mime_type: str = field(metadata=f("mimeType"))
     """MIME type describing the encoded media payload.
 
     (wire ``mimeType``; required)
     """
-    uri: str | UnsetType | None = attrs.field(default=UNSET, metadata=f("uri", nullable=True, on_error=True))
+    uri: str | UnsetType | None = field(default=UNSET, metadata=f("uri", nullable=True, on_error=True))
     """URI associated with this resource or media payload.
 
     (wire ``uri``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -358,7 +346,7 @@ class ImageContentBlock:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -398,7 +386,7 @@ class ImageContentBlock:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class AudioContentBlock:
     """Audio data for transcription or analysis.
 
@@ -409,28 +397,26 @@ class AudioContentBlock:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("type", "audio"),)
 
-    type: Literal["audio"] = attrs.field(default="audio", metadata=tag("type"))
+    type: Literal["audio"] = field(default="audio", metadata=tag("type"))
     """Tag: always ``'audio'`` (wire ``type``)."""
-    annotations: Annotations | UnsetType | None = attrs.field(
+    annotations: Annotations | UnsetType | None = field(
         default=UNSET, metadata=f("annotations", nullable=True, on_error=True)
     )
     """Optional annotations that help clients decide how to display or route this content.
 
     (wire ``annotations``; optional (``UNSET`` when absent))
     """
-    data: str = attrs.field(metadata=f("data"))
+    data: str = field(metadata=f("data"))
     """Base64-encoded media payload.
 
     (wire ``data``; required)
     """
-    mime_type: str = attrs.field(metadata=f("mimeType"))
+    mime_type: str = field(metadata=f("mimeType"))
     """MIME type describing the encoded media payload.
 
     (wire ``mimeType``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -439,7 +425,7 @@ class AudioContentBlock:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -476,7 +462,7 @@ class AudioContentBlock:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class ResourceLinkContentBlock:
     """References to resources that the agent can access.
 
@@ -487,50 +473,46 @@ class ResourceLinkContentBlock:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("type", "resource_link"),)
 
-    type: Literal["resource_link"] = attrs.field(default="resource_link", metadata=tag("type"))
+    type: Literal["resource_link"] = field(default="resource_link", metadata=tag("type"))
     """Tag: always ``'resource_link'`` (wire ``type``)."""
-    annotations: Annotations | UnsetType | None = attrs.field(
+    annotations: Annotations | UnsetType | None = field(
         default=UNSET, metadata=f("annotations", nullable=True, on_error=True)
     )
     """Optional annotations that help clients decide how to display or route this content.
 
     (wire ``annotations``; optional (``UNSET`` when absent))
     """
-    description: str | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("description", nullable=True, on_error=True)
-    )
+    description: str | UnsetType | None = field(default=UNSET, metadata=f("description", nullable=True, on_error=True))
     """Optional human-readable details shown with this protocol object.
 
     (wire ``description``; optional (``UNSET`` when absent))
     """
-    mime_type: str | UnsetType | None = attrs.field(default=UNSET, metadata=f("mimeType", nullable=True, on_error=True))
+    mime_type: str | UnsetType | None = field(default=UNSET, metadata=f("mimeType", nullable=True, on_error=True))
     """MIME type describing the encoded media payload.
 
     (wire ``mimeType``; optional (``UNSET`` when absent))
     """
-    name: str = attrs.field(metadata=f("name"))
+    name: str = field(metadata=f("name"))
     """Human-readable name shown for this protocol object.
 
     (wire ``name``; required)
     """
-    size: int | UnsetType | None = attrs.field(default=UNSET, metadata=f("size", nullable=True, on_error=True))
+    size: int | UnsetType | None = field(default=UNSET, metadata=f("size", nullable=True, on_error=True))
     """Optional size of the linked resource in bytes, if known.
 
     (wire ``size``; optional (``UNSET`` when absent))
     """
-    title: str | UnsetType | None = attrs.field(default=UNSET, metadata=f("title", nullable=True, on_error=True))
+    title: str | UnsetType | None = field(default=UNSET, metadata=f("title", nullable=True, on_error=True))
     """Optional display title for end-user UI.
 
     (wire ``title``; optional (``UNSET`` when absent))
     """
-    uri: str = attrs.field(metadata=f("uri"))
+    uri: str = field(metadata=f("uri"))
     """URI associated with this resource or media payload.
 
     (wire ``uri``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -539,7 +521,7 @@ class ResourceLinkContentBlock:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -588,7 +570,7 @@ class ResourceLinkContentBlock:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class ResourceContentBlock:
     """Complete resource contents embedded directly in the message.
 
@@ -601,23 +583,21 @@ class ResourceContentBlock:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("type", "resource"),)
 
-    type: Literal["resource"] = attrs.field(default="resource", metadata=tag("type"))
+    type: Literal["resource"] = field(default="resource", metadata=tag("type"))
     """Tag: always ``'resource'`` (wire ``type``)."""
-    annotations: Annotations | UnsetType | None = attrs.field(
+    annotations: Annotations | UnsetType | None = field(
         default=UNSET, metadata=f("annotations", nullable=True, on_error=True)
     )
     """Optional annotations that help clients decide how to display or route this content.
 
     (wire ``annotations``; optional (``UNSET`` when absent))
     """
-    resource: EmbeddedResourceResource = attrs.field(metadata=f("resource"))
+    resource: EmbeddedResourceResource = field(metadata=f("resource"))
     """Embedded resource payload, either text or binary data.
 
     (wire ``resource``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -626,7 +606,7 @@ class ResourceContentBlock:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -660,7 +640,7 @@ class ResourceContentBlock:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class ContentBlockOther:
     """A `ContentBlock` variant this version of the schema does not define (kept verbatim).
 
@@ -673,12 +653,12 @@ class ContentBlockOther:
 
     __acp_catchall__: ClassVar[str] = "type"
 
-    type: str = attrs.field(metadata=tag("type"))
+    type: str = field(metadata=tag("type"))
     """The tag of a variant this schema does not know.
 
     Tag of a variant this schema does not know (wire ``type``).
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(self, *, type: str, extra_fields: dict[str, Any] | None = None) -> None:
@@ -695,7 +675,7 @@ class ContentBlockOther:
         return self.type == o.type and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class FormCreateElicitationRequest:
     """Form-based elicitation where the client renders a form from the provided schema.
 
@@ -704,24 +684,24 @@ class FormCreateElicitationRequest:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("mode", "form"),)
 
-    mode: Literal["form"] = attrs.field(default="form", metadata=tag("mode"))
+    mode: Literal["form"] = field(default="form", metadata=tag("mode"))
     """Tag: always ``'form'`` (wire ``mode``)."""
-    message: str = attrs.field(metadata=f("message"))
+    message: str = field(metadata=f("message"))
     """A human-readable message describing what input is needed.
 
     (wire ``message``; required)
     """
-    requested_schema: ElicitationSchema = attrs.field(metadata=f("requestedSchema"))
+    requested_schema: ElicitationSchema = field(metadata=f("requestedSchema"))
     """A JSON Schema describing the form fields to present to the user.
 
     (wire ``requestedSchema``; required)
     """
-    session_id: SessionId | UnsetType = attrs.field(default=UNSET, metadata=f("sessionId"))
+    session_id: SessionId | UnsetType = field(default=UNSET, metadata=f("sessionId"))
     """The session this elicitation is tied to.
 
     (wire ``sessionId``; optional (``UNSET`` when absent))
     """
-    tool_call_id: ToolCallId | UnsetType | None = attrs.field(
+    tool_call_id: ToolCallId | UnsetType | None = field(
         default=UNSET, metadata=f("toolCallId", nullable=True, on_error=True)
     )
     """Optional tool call within the session.
@@ -731,14 +711,12 @@ class FormCreateElicitationRequest:
 
     (wire ``toolCallId``; optional (``UNSET`` when absent))
     """
-    request_id: RequestId | UnsetType = attrs.field(default=UNSET, metadata=f("requestId"))
+    request_id: RequestId | UnsetType = field(default=UNSET, metadata=f("requestId"))
     """The request this elicitation is tied to.
 
     (wire ``requestId``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -749,7 +727,7 @@ class FormCreateElicitationRequest:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -792,7 +770,7 @@ class FormCreateElicitationRequest:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class UrlCreateElicitationRequest:
     """URL-based elicitation where the client directs the user to a URL.
 
@@ -801,29 +779,29 @@ class UrlCreateElicitationRequest:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("mode", "url"),)
 
-    mode: Literal["url"] = attrs.field(default="url", metadata=tag("mode"))
+    mode: Literal["url"] = field(default="url", metadata=tag("mode"))
     """Tag: always ``'url'`` (wire ``mode``)."""
-    message: str = attrs.field(metadata=f("message"))
+    message: str = field(metadata=f("message"))
     """A human-readable message describing what input is needed.
 
     (wire ``message``; required)
     """
-    elicitation_id: ElicitationId = attrs.field(metadata=f("elicitationId"))
+    elicitation_id: ElicitationId = field(metadata=f("elicitationId"))
     """The unique identifier for this elicitation.
 
     (wire ``elicitationId``; required)
     """
-    url: str = attrs.field(metadata=f("url"))
+    url: str = field(metadata=f("url"))
     """The URL to direct the user to.
 
     (wire ``url``; required)
     """
-    session_id: SessionId | UnsetType = attrs.field(default=UNSET, metadata=f("sessionId"))
+    session_id: SessionId | UnsetType = field(default=UNSET, metadata=f("sessionId"))
     """The session this elicitation is tied to.
 
     (wire ``sessionId``; optional (``UNSET`` when absent))
     """
-    tool_call_id: ToolCallId | UnsetType | None = attrs.field(
+    tool_call_id: ToolCallId | UnsetType | None = field(
         default=UNSET, metadata=f("toolCallId", nullable=True, on_error=True)
     )
     """Optional tool call within the session.
@@ -833,14 +811,12 @@ class UrlCreateElicitationRequest:
 
     (wire ``toolCallId``; optional (``UNSET`` when absent))
     """
-    request_id: RequestId | UnsetType = attrs.field(default=UNSET, metadata=f("requestId"))
+    request_id: RequestId | UnsetType = field(default=UNSET, metadata=f("requestId"))
     """The request this elicitation is tied to.
 
     (wire ``requestId``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -851,7 +827,7 @@ class UrlCreateElicitationRequest:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -897,7 +873,7 @@ class UrlCreateElicitationRequest:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class CreateElicitationRequestOther:
     """Custom or future elicitation mode.
 
@@ -916,7 +892,7 @@ class CreateElicitationRequestOther:
 
     __acp_catchall__: ClassVar[str] = "mode"
 
-    mode: str = attrs.field(metadata=tag("mode"))
+    mode: str = field(metadata=tag("mode"))
     """Custom or future elicitation mode.
 
     Values beginning with `_` are reserved for implementation-specific
@@ -925,17 +901,17 @@ class CreateElicitationRequestOther:
 
     Tag of a variant this schema does not know (wire ``mode``).
     """
-    message: str = attrs.field(metadata=f("message"))
+    message: str = field(metadata=f("message"))
     """A human-readable message describing what input is needed.
 
     (wire ``message``; required)
     """
-    session_id: SessionId | UnsetType = attrs.field(default=UNSET, metadata=f("sessionId"))
+    session_id: SessionId | UnsetType = field(default=UNSET, metadata=f("sessionId"))
     """The session this elicitation is tied to.
 
     (wire ``sessionId``; optional (``UNSET`` when absent))
     """
-    tool_call_id: ToolCallId | UnsetType | None = attrs.field(
+    tool_call_id: ToolCallId | UnsetType | None = field(
         default=UNSET, metadata=f("toolCallId", nullable=True, on_error=True)
     )
     """Optional tool call within the session.
@@ -945,14 +921,12 @@ class CreateElicitationRequestOther:
 
     (wire ``toolCallId``; optional (``UNSET`` when absent))
     """
-    request_id: RequestId | UnsetType = attrs.field(default=UNSET, metadata=f("requestId"))
+    request_id: RequestId | UnsetType = field(default=UNSET, metadata=f("requestId"))
     """The request this elicitation is tied to.
 
     (wire ``requestId``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -963,7 +937,7 @@ class CreateElicitationRequestOther:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -1003,7 +977,7 @@ class CreateElicitationRequestOther:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class StringElicitationPropertySchema:
     """String property (or single-select enum when `enum`/`oneOf` is set).
 
@@ -1012,76 +986,72 @@ class StringElicitationPropertySchema:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("type", "string"),)
 
-    type: Literal["string"] = attrs.field(default="string", metadata=tag("type"))
+    type: Literal["string"] = field(default="string", metadata=tag("type"))
     """Tag: always ``'string'`` (wire ``type``)."""
-    title: str | UnsetType | None = attrs.field(default=UNSET, metadata=f("title", nullable=True, on_error=True))
+    title: str | UnsetType | None = field(default=UNSET, metadata=f("title", nullable=True, on_error=True))
     """Optional title for the property.
 
     Optional. Omitted and `null` are equivalent and mean no title is provided.
 
     (wire ``title``; optional (``UNSET`` when absent))
     """
-    description: str | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("description", nullable=True, on_error=True)
-    )
+    description: str | UnsetType | None = field(default=UNSET, metadata=f("description", nullable=True, on_error=True))
     """Human-readable description.
 
     Optional. Omitted and `null` are equivalent and mean no description is provided.
 
     (wire ``description``; optional (``UNSET`` when absent))
     """
-    min_length: int | UnsetType | None = attrs.field(default=UNSET, metadata=f("minLength", nullable=True))
+    min_length: int | UnsetType | None = field(default=UNSET, metadata=f("minLength", nullable=True))
     """Minimum string length.
 
     Optional. Omitted and `null` are equivalent and mean there is no minimum length constraint.
 
     (wire ``minLength``; optional (``UNSET`` when absent))
     """
-    max_length: int | UnsetType | None = attrs.field(default=UNSET, metadata=f("maxLength", nullable=True))
+    max_length: int | UnsetType | None = field(default=UNSET, metadata=f("maxLength", nullable=True))
     """Maximum string length.
 
     Optional. Omitted and `null` are equivalent and mean there is no maximum length constraint.
 
     (wire ``maxLength``; optional (``UNSET`` when absent))
     """
-    pattern: str | UnsetType | None = attrs.field(default=UNSET, metadata=f("pattern", nullable=True))
+    pattern: str | UnsetType | None = field(default=UNSET, metadata=f("pattern", nullable=True))
     """Pattern the string must match.
 
     Optional. Omitted and `null` are equivalent and mean there is no pattern constraint.
 
     (wire ``pattern``; optional (``UNSET`` when absent))
     """
-    format: StringFormat | UnsetType | None = attrs.field(default=UNSET, metadata=f("format", nullable=True))
+    format: StringFormat | UnsetType | None = field(default=UNSET, metadata=f("format", nullable=True))
     """String format.
 
     Optional. Omitted and `null` are equivalent and mean there is no format constraint.
 
     (wire ``format``; optional (``UNSET`` when absent))
     """
-    default: str | UnsetType | None = attrs.field(default=UNSET, metadata=f("default", nullable=True, on_error=True))
+    default: str | UnsetType | None = field(default=UNSET, metadata=f("default", nullable=True, on_error=True))
     """Default value.
 
     Optional. Omitted and `null` are equivalent and mean no default value is provided.
 
     (wire ``default``; optional (``UNSET`` when absent))
     """
-    enum: list[str] | UnsetType | None = attrs.field(default=UNSET, metadata=f("enum", nullable=True))
+    enum: list[str] | UnsetType | None = field(default=UNSET, metadata=f("enum", nullable=True))
     """Enum values for untitled single-select enums.
     Optional. Omitted and `null` are equivalent and mean no untitled single-select choices are
     declared by `enum`.
 
     (wire ``enum``; optional (``UNSET`` when absent))
     """
-    one_of: list[EnumOption] | UnsetType | None = attrs.field(default=UNSET, metadata=f("oneOf", nullable=True))
+    one_of: list[EnumOption] | UnsetType | None = field(default=UNSET, metadata=f("oneOf", nullable=True))
     """Titled enum options for titled single-select enums.
     Optional. Omitted and `null` are equivalent and mean no titled single-select choices are
     declared by `oneOf`.
 
     (wire ``oneOf``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -1092,7 +1062,7 @@ class StringElicitationPropertySchema:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -1147,7 +1117,7 @@ class StringElicitationPropertySchema:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class NumberElicitationPropertySchema:
     """Number (floating-point) property.
 
@@ -1156,48 +1126,44 @@ class NumberElicitationPropertySchema:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("type", "number"),)
 
-    type: Literal["number"] = attrs.field(default="number", metadata=tag("type"))
+    type: Literal["number"] = field(default="number", metadata=tag("type"))
     """Tag: always ``'number'`` (wire ``type``)."""
-    title: str | UnsetType | None = attrs.field(default=UNSET, metadata=f("title", nullable=True, on_error=True))
+    title: str | UnsetType | None = field(default=UNSET, metadata=f("title", nullable=True, on_error=True))
     """Optional title for the property.
 
     Optional. Omitted and `null` are equivalent and mean no title is provided.
 
     (wire ``title``; optional (``UNSET`` when absent))
     """
-    description: str | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("description", nullable=True, on_error=True)
-    )
+    description: str | UnsetType | None = field(default=UNSET, metadata=f("description", nullable=True, on_error=True))
     """Human-readable description.
 
     Optional. Omitted and `null` are equivalent and mean no description is provided.
 
     (wire ``description``; optional (``UNSET`` when absent))
     """
-    minimum: float | UnsetType | None = attrs.field(default=UNSET, metadata=f("minimum", nullable=True))
+    minimum: float | UnsetType | None = field(default=UNSET, metadata=f("minimum", nullable=True))
     """Minimum value (inclusive).
 
     Optional. Omitted and `null` are equivalent and mean there is no inclusive lower bound.
 
     (wire ``minimum``; optional (``UNSET`` when absent))
     """
-    maximum: float | UnsetType | None = attrs.field(default=UNSET, metadata=f("maximum", nullable=True))
+    maximum: float | UnsetType | None = field(default=UNSET, metadata=f("maximum", nullable=True))
     """Maximum value (inclusive).
 
     Optional. Omitted and `null` are equivalent and mean there is no inclusive upper bound.
 
     (wire ``maximum``; optional (``UNSET`` when absent))
     """
-    default: float | UnsetType | None = attrs.field(default=UNSET, metadata=f("default", nullable=True, on_error=True))
+    default: float | UnsetType | None = field(default=UNSET, metadata=f("default", nullable=True, on_error=True))
     """Default value.
 
     Optional. Omitted and `null` are equivalent and mean no default value is provided.
 
     (wire ``default``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -1208,7 +1174,7 @@ class NumberElicitationPropertySchema:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -1251,7 +1217,7 @@ class NumberElicitationPropertySchema:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class IntegerElicitationPropertySchema:
     """Integer property.
 
@@ -1260,48 +1226,44 @@ class IntegerElicitationPropertySchema:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("type", "integer"),)
 
-    type: Literal["integer"] = attrs.field(default="integer", metadata=tag("type"))
+    type: Literal["integer"] = field(default="integer", metadata=tag("type"))
     """Tag: always ``'integer'`` (wire ``type``)."""
-    title: str | UnsetType | None = attrs.field(default=UNSET, metadata=f("title", nullable=True, on_error=True))
+    title: str | UnsetType | None = field(default=UNSET, metadata=f("title", nullable=True, on_error=True))
     """Optional title for the property.
 
     Optional. Omitted and `null` are equivalent and mean no title is provided.
 
     (wire ``title``; optional (``UNSET`` when absent))
     """
-    description: str | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("description", nullable=True, on_error=True)
-    )
+    description: str | UnsetType | None = field(default=UNSET, metadata=f("description", nullable=True, on_error=True))
     """Human-readable description.
 
     Optional. Omitted and `null` are equivalent and mean no description is provided.
 
     (wire ``description``; optional (``UNSET`` when absent))
     """
-    minimum: int | UnsetType | None = attrs.field(default=UNSET, metadata=f("minimum", nullable=True))
+    minimum: int | UnsetType | None = field(default=UNSET, metadata=f("minimum", nullable=True))
     """Minimum value (inclusive).
 
     Optional. Omitted and `null` are equivalent and mean there is no inclusive lower bound.
 
     (wire ``minimum``; optional (``UNSET`` when absent))
     """
-    maximum: int | UnsetType | None = attrs.field(default=UNSET, metadata=f("maximum", nullable=True))
+    maximum: int | UnsetType | None = field(default=UNSET, metadata=f("maximum", nullable=True))
     """Maximum value (inclusive).
 
     Optional. Omitted and `null` are equivalent and mean there is no inclusive upper bound.
 
     (wire ``maximum``; optional (``UNSET`` when absent))
     """
-    default: int | UnsetType | None = attrs.field(default=UNSET, metadata=f("default", nullable=True, on_error=True))
+    default: int | UnsetType | None = field(default=UNSET, metadata=f("default", nullable=True, on_error=True))
     """Default value.
 
     Optional. Omitted and `null` are equivalent and mean no default value is provided.
 
     (wire ``default``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -1312,7 +1274,7 @@ class IntegerElicitationPropertySchema:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -1355,7 +1317,7 @@ class IntegerElicitationPropertySchema:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class BooleanElicitationPropertySchema:
     """Boolean property.
 
@@ -1364,34 +1326,30 @@ class BooleanElicitationPropertySchema:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("type", "boolean"),)
 
-    type: Literal["boolean"] = attrs.field(default="boolean", metadata=tag("type"))
+    type: Literal["boolean"] = field(default="boolean", metadata=tag("type"))
     """Tag: always ``'boolean'`` (wire ``type``)."""
-    title: str | UnsetType | None = attrs.field(default=UNSET, metadata=f("title", nullable=True, on_error=True))
+    title: str | UnsetType | None = field(default=UNSET, metadata=f("title", nullable=True, on_error=True))
     """Optional title for the property.
 
     Optional. Omitted and `null` are equivalent and mean no title is provided.
 
     (wire ``title``; optional (``UNSET`` when absent))
     """
-    description: str | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("description", nullable=True, on_error=True)
-    )
+    description: str | UnsetType | None = field(default=UNSET, metadata=f("description", nullable=True, on_error=True))
     """Human-readable description.
 
     Optional. Omitted and `null` are equivalent and mean no description is provided.
 
     (wire ``description``; optional (``UNSET`` when absent))
     """
-    default: bool | UnsetType | None = attrs.field(default=UNSET, metadata=f("default", nullable=True, on_error=True))
+    default: bool | UnsetType | None = field(default=UNSET, metadata=f("default", nullable=True, on_error=True))
     """Default value.
 
     Optional. Omitted and `null` are equivalent and mean no default value is provided.
 
     (wire ``default``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -1402,7 +1360,7 @@ class BooleanElicitationPropertySchema:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -1439,7 +1397,7 @@ class BooleanElicitationPropertySchema:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class ArrayElicitationPropertySchema:
     """Multi-select array property.
 
@@ -1448,44 +1406,42 @@ class ArrayElicitationPropertySchema:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("type", "array"),)
 
-    type: Literal["array"] = attrs.field(default="array", metadata=tag("type"))
+    type: Literal["array"] = field(default="array", metadata=tag("type"))
     """Tag: always ``'array'`` (wire ``type``)."""
-    title: str | UnsetType | None = attrs.field(default=UNSET, metadata=f("title", nullable=True, on_error=True))
+    title: str | UnsetType | None = field(default=UNSET, metadata=f("title", nullable=True, on_error=True))
     """Optional title for the property.
 
     Optional. Omitted and `null` are equivalent and mean no title is provided.
 
     (wire ``title``; optional (``UNSET`` when absent))
     """
-    description: str | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("description", nullable=True, on_error=True)
-    )
+    description: str | UnsetType | None = field(default=UNSET, metadata=f("description", nullable=True, on_error=True))
     """Human-readable description.
 
     Optional. Omitted and `null` are equivalent and mean no description is provided.
 
     (wire ``description``; optional (``UNSET`` when absent))
     """
-    min_items: int | UnsetType | None = attrs.field(default=UNSET, metadata=f("minItems", nullable=True))
+    min_items: int | UnsetType | None = field(default=UNSET, metadata=f("minItems", nullable=True))
     """Minimum number of items to select.
 
     Optional. Omitted and `null` are equivalent and mean there is no minimum selection count.
 
     (wire ``minItems``; optional (``UNSET`` when absent))
     """
-    max_items: int | UnsetType | None = attrs.field(default=UNSET, metadata=f("maxItems", nullable=True))
+    max_items: int | UnsetType | None = field(default=UNSET, metadata=f("maxItems", nullable=True))
     """Maximum number of items to select.
 
     Optional. Omitted and `null` are equivalent and mean there is no maximum selection count.
 
     (wire ``maxItems``; optional (``UNSET`` when absent))
     """
-    items: MultiSelectItems = attrs.field(metadata=f("items"))
+    items: MultiSelectItems = field(metadata=f("items"))
     """The items definition describing allowed values.
 
     (wire ``items``; required)
     """
-    default: list[str] | UnsetType | None = attrs.field(
+    default: list[str] | UnsetType | None = field(
         default=UNSET, metadata=f("default", nullable=True, on_error=True, skip_invalid=True)
     )
     """Default selected values.
@@ -1494,9 +1450,7 @@ class ArrayElicitationPropertySchema:
 
     (wire ``default``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -1507,7 +1461,7 @@ class ArrayElicitationPropertySchema:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -1553,7 +1507,7 @@ class ArrayElicitationPropertySchema:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class ElicitationPropertySchemaOther:
     """Custom or future elicitation property schema.
 
@@ -1572,7 +1526,7 @@ class ElicitationPropertySchemaOther:
 
     __acp_catchall__: ClassVar[str] = "type"
 
-    type: str = attrs.field(metadata=tag("type"))
+    type: str = field(metadata=tag("type"))
     """Custom or future elicitation property schema type.
 
     Values beginning with `_` are reserved for implementation-specific
@@ -1581,7 +1535,7 @@ class ElicitationPropertySchemaOther:
 
     Tag of a variant this schema does not know (wire ``type``).
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(self, *, type: str, extra_fields: dict[str, Any] | None = None) -> None:
@@ -1598,7 +1552,7 @@ class ElicitationPropertySchemaOther:
         return self.type == o.type and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class StringMultiSelectItems:
     """Multi-select string items with plain string values.
 
@@ -1607,16 +1561,14 @@ class StringMultiSelectItems:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("type", "string"),)
 
-    type: Literal["string"] | UnsetType = attrs.field(default="string", metadata=tag("type", optional=True))
+    type: Literal["string"] | UnsetType = field(default="string", metadata=tag("type", optional=True))
     """Tag ``'string'`` (wire ``type``): set by the constructor and present when this type is decoded as a union variant; ``UNSET`` when decoded on its own, where the schema has no tag."""
-    enum: list[str] = attrs.field(metadata=f("enum"))
+    enum: list[str] = field(metadata=f("enum"))
     """Allowed enum values.
 
     (wire ``enum``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -1627,7 +1579,7 @@ class StringMultiSelectItems:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -1655,7 +1607,7 @@ class StringMultiSelectItems:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class MultiSelectItemsOther:
     """Custom or future typed multi-select items.
 
@@ -1666,7 +1618,7 @@ class MultiSelectItemsOther:
 
     __acp_catchall__: ClassVar[str] = "type"
 
-    type: str = attrs.field(metadata=tag("type"))
+    type: str = field(metadata=tag("type"))
     """Custom or future multi-select item type.
 
     Values beginning with `_` are reserved for implementation-specific
@@ -1675,7 +1627,7 @@ class MultiSelectItemsOther:
 
     Tag of a variant this schema does not know (wire ``type``).
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(self, *, type: str, extra_fields: dict[str, Any] | None = None) -> None:
@@ -1692,21 +1644,19 @@ class MultiSelectItemsOther:
         return self.type == o.type and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class TitledMultiSelectItems:
     """Items definition for titled multi-select enum properties.
 
     Schema: ``schema/v1/schema.json``, ``$defs/TitledMultiSelectItems``
     """
 
-    any_of: list[EnumOption] = attrs.field(metadata=f("anyOf"))
+    any_of: list[EnumOption] = field(metadata=f("anyOf"))
     """Titled enum options.
 
     (wire ``anyOf``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -1717,7 +1667,7 @@ class TitledMultiSelectItems:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -1741,7 +1691,7 @@ class TitledMultiSelectItems:
         return self.any_of == o.any_of and self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class TerminalAuthMethod:
     """Client runs the configured agent program as a separate interactive
     process, without passing this method to `authenticate`.
@@ -1751,39 +1701,35 @@ class TerminalAuthMethod:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("type", "terminal"),)
 
-    type: Literal["terminal"] = attrs.field(default="terminal", metadata=tag("type"))
+    type: Literal["terminal"] = field(default="terminal", metadata=tag("type"))
     """Tag: always ``'terminal'`` (wire ``type``)."""
-    id: AuthMethodId = attrs.field(metadata=f("id"))
+    id: AuthMethodId = field(metadata=f("id"))
     """Unique identifier for this authentication method.
 
     (wire ``id``; required)
     """
-    name: str = attrs.field(metadata=f("name"))
+    name: str = field(metadata=f("name"))
     """Human-readable name of the authentication method.
 
     (wire ``name``; required)
     """
-    description: str | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("description", nullable=True, on_error=True)
-    )
+    description: str | UnsetType | None = field(default=UNSET, metadata=f("description", nullable=True, on_error=True))
     """Optional human-readable description of this authentication method.
 
     (wire ``description``; optional (``UNSET`` when absent))
     """
-    args: list[str] | UnsetType = attrs.field(default=UNSET, metadata=f("args", on_null=True))
+    args: list[str] | UnsetType = field(default=UNSET, metadata=f("args", on_null=True))
     """Additional arguments to append to the configured agent invocation for terminal auth.
 
     (wire ``args``; optional (``UNSET`` when absent))
     """
-    env: dict[str, str] | UnsetType = attrs.field(default=UNSET, metadata=f("env", on_null=True))
+    env: dict[str, str] | UnsetType = field(default=UNSET, metadata=f("env", on_null=True))
     """Additional environment variables to set on the configured agent invocation for terminal auth.
     These values override same-named variables in the base launch configuration.
 
     (wire ``env``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -1792,7 +1738,7 @@ class TerminalAuthMethod:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -1835,7 +1781,7 @@ class TerminalAuthMethod:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class AuthMethodAgent:
     """Agent handles authentication itself through `authenticate`.
 
@@ -1844,26 +1790,22 @@ class AuthMethodAgent:
     Schema: ``schema/v1/schema.json``, ``$defs/AuthMethodAgent``
     """
 
-    id: AuthMethodId = attrs.field(metadata=f("id"))
+    id: AuthMethodId = field(metadata=f("id"))
     """Unique identifier for this authentication method.
 
     (wire ``id``; required)
     """
-    name: str = attrs.field(metadata=f("name"))
+    name: str = field(metadata=f("name"))
     """Human-readable name of the authentication method.
 
     (wire ``name``; required)
     """
-    description: str | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("description", nullable=True, on_error=True)
-    )
+    description: str | UnsetType | None = field(default=UNSET, metadata=f("description", nullable=True, on_error=True))
     """Optional human-readable description of this authentication method.
 
     (wire ``description``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -1872,7 +1814,7 @@ class AuthMethodAgent:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -1906,7 +1848,7 @@ class AuthMethodAgent:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class AuthMethodOther:
     """A `AuthMethod` variant this version of the schema does not define (kept verbatim).
 
@@ -1919,12 +1861,12 @@ class AuthMethodOther:
 
     __acp_catchall__: ClassVar[str] = "type"
 
-    type: str = attrs.field(metadata=tag("type"))
+    type: str = field(metadata=tag("type"))
     """The tag of a variant this schema does not know.
 
     Tag of a variant this schema does not know (wire ``type``).
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(self, *, type: str, extra_fields: dict[str, Any] | None = None) -> None:
@@ -1941,7 +1883,7 @@ class AuthMethodOther:
         return self.type == o.type and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class SelectSessionConfigOption:
     """Single-value selector (dropdown).
 
@@ -1950,45 +1892,41 @@ class SelectSessionConfigOption:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("type", "select"),)
 
-    type: Literal["select"] = attrs.field(default="select", metadata=tag("type"))
+    type: Literal["select"] = field(default="select", metadata=tag("type"))
     """Tag: always ``'select'`` (wire ``type``)."""
-    id: SessionConfigId = attrs.field(metadata=f("id"))
+    id: SessionConfigId = field(metadata=f("id"))
     """Unique identifier for the configuration option.
 
     (wire ``id``; required)
     """
-    name: str = attrs.field(metadata=f("name"))
+    name: str = field(metadata=f("name"))
     """Human-readable label for the option.
 
     (wire ``name``; required)
     """
-    description: str | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("description", nullable=True, on_error=True)
-    )
+    description: str | UnsetType | None = field(default=UNSET, metadata=f("description", nullable=True, on_error=True))
     """Optional description for the Client to display to the user.
 
     (wire ``description``; optional (``UNSET`` when absent))
     """
-    category: SessionConfigOptionCategory | UnsetType | None = attrs.field(
+    category: SessionConfigOptionCategory | UnsetType | None = field(
         default=UNSET, metadata=f("category", nullable=True, on_error=True)
     )
     """Optional semantic category for this option (UX only).
 
     (wire ``category``; optional (``UNSET`` when absent))
     """
-    current_value: SessionConfigValueId = attrs.field(metadata=f("currentValue"))
+    current_value: SessionConfigValueId = field(metadata=f("currentValue"))
     """The currently selected value.
 
     (wire ``currentValue``; required)
     """
-    options: SessionConfigSelectOptions = attrs.field(metadata=f("options"))
+    options: SessionConfigSelectOptions = field(metadata=f("options"))
     """The set of selectable options.
 
     (wire ``options``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -1997,7 +1935,7 @@ class SelectSessionConfigOption:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -2043,7 +1981,7 @@ class SelectSessionConfigOption:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class BooleanSessionConfigOption:
     """Boolean on/off toggle.
 
@@ -2052,40 +1990,36 @@ class BooleanSessionConfigOption:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("type", "boolean"),)
 
-    type: Literal["boolean"] = attrs.field(default="boolean", metadata=tag("type"))
+    type: Literal["boolean"] = field(default="boolean", metadata=tag("type"))
     """Tag: always ``'boolean'`` (wire ``type``)."""
-    id: SessionConfigId = attrs.field(metadata=f("id"))
+    id: SessionConfigId = field(metadata=f("id"))
     """Unique identifier for the configuration option.
 
     (wire ``id``; required)
     """
-    name: str = attrs.field(metadata=f("name"))
+    name: str = field(metadata=f("name"))
     """Human-readable label for the option.
 
     (wire ``name``; required)
     """
-    description: str | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("description", nullable=True, on_error=True)
-    )
+    description: str | UnsetType | None = field(default=UNSET, metadata=f("description", nullable=True, on_error=True))
     """Optional description for the Client to display to the user.
 
     (wire ``description``; optional (``UNSET`` when absent))
     """
-    category: SessionConfigOptionCategory | UnsetType | None = attrs.field(
+    category: SessionConfigOptionCategory | UnsetType | None = field(
         default=UNSET, metadata=f("category", nullable=True, on_error=True)
     )
     """Optional semantic category for this option (UX only).
 
     (wire ``category``; optional (``UNSET`` when absent))
     """
-    current_value: bool = attrs.field(metadata=f("currentValue"))
+    current_value: bool = field(metadata=f("currentValue"))
     """The current value of the boolean option.
 
     (wire ``currentValue``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -2094,7 +2028,7 @@ class BooleanSessionConfigOption:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -2137,7 +2071,7 @@ class BooleanSessionConfigOption:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class SessionConfigOptionOther:
     """A `SessionConfigOption` variant this version of the schema does not define (kept verbatim).
 
@@ -2150,38 +2084,34 @@ class SessionConfigOptionOther:
 
     __acp_catchall__: ClassVar[str] = "type"
 
-    type: str = attrs.field(metadata=tag("type"))
+    type: str = field(metadata=tag("type"))
     """The tag of a variant this schema does not know.
 
     Tag of a variant this schema does not know (wire ``type``).
     """
-    id: SessionConfigId = attrs.field(metadata=f("id"))
+    id: SessionConfigId = field(metadata=f("id"))
     """Unique identifier for the configuration option.
 
     (wire ``id``; required)
     """
-    name: str = attrs.field(metadata=f("name"))
+    name: str = field(metadata=f("name"))
     """Human-readable label for the option.
 
     (wire ``name``; required)
     """
-    description: str | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("description", nullable=True, on_error=True)
-    )
+    description: str | UnsetType | None = field(default=UNSET, metadata=f("description", nullable=True, on_error=True))
     """Optional description for the Client to display to the user.
 
     (wire ``description``; optional (``UNSET`` when absent))
     """
-    category: SessionConfigOptionCategory | UnsetType | None = attrs.field(
+    category: SessionConfigOptionCategory | UnsetType | None = field(
         default=UNSET, metadata=f("category", nullable=True, on_error=True)
     )
     """Optional semantic category for this option (UX only).
 
     (wire ``category``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -2190,7 +2120,7 @@ class SessionConfigOptionOther:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -2230,7 +2160,7 @@ class SessionConfigOptionOther:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class UserMessageChunkSessionUpdate:
     """A chunk of the user's message being streamed.
 
@@ -2239,16 +2169,14 @@ class UserMessageChunkSessionUpdate:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("sessionUpdate", "user_message_chunk"),)
 
-    session_update: Literal["user_message_chunk"] = attrs.field(
-        default="user_message_chunk", metadata=tag("sessionUpdate")
-    )
+    session_update: Literal["user_message_chunk"] = field(default="user_message_chunk", metadata=tag("sessionUpdate"))
     """Tag: always ``'user_message_chunk'`` (wire ``sessionUpdate``)."""
-    content: ContentBlock = attrs.field(metadata=f("content"))
+    content: ContentBlock = field(metadata=f("content"))
     """A single item of content
 
     (wire ``content``; required)
     """
-    message_id: MessageId | UnsetType | None = attrs.field(
+    message_id: MessageId | UnsetType | None = field(
         default=UNSET, metadata=f("messageId", nullable=True, on_error=True)
     )
     """A unique identifier for the message this chunk belongs to.
@@ -2258,9 +2186,7 @@ class UserMessageChunkSessionUpdate:
 
     (wire ``messageId``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -2269,7 +2195,7 @@ class UserMessageChunkSessionUpdate:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -2303,7 +2229,7 @@ class UserMessageChunkSessionUpdate:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class AgentMessageChunkSessionUpdate:
     """A chunk of the agent's response being streamed.
 
@@ -2312,16 +2238,14 @@ class AgentMessageChunkSessionUpdate:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("sessionUpdate", "agent_message_chunk"),)
 
-    session_update: Literal["agent_message_chunk"] = attrs.field(
-        default="agent_message_chunk", metadata=tag("sessionUpdate")
-    )
+    session_update: Literal["agent_message_chunk"] = field(default="agent_message_chunk", metadata=tag("sessionUpdate"))
     """Tag: always ``'agent_message_chunk'`` (wire ``sessionUpdate``)."""
-    content: ContentBlock = attrs.field(metadata=f("content"))
+    content: ContentBlock = field(metadata=f("content"))
     """A single item of content
 
     (wire ``content``; required)
     """
-    message_id: MessageId | UnsetType | None = attrs.field(
+    message_id: MessageId | UnsetType | None = field(
         default=UNSET, metadata=f("messageId", nullable=True, on_error=True)
     )
     """A unique identifier for the message this chunk belongs to.
@@ -2331,9 +2255,7 @@ class AgentMessageChunkSessionUpdate:
 
     (wire ``messageId``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -2342,7 +2264,7 @@ class AgentMessageChunkSessionUpdate:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -2376,7 +2298,7 @@ class AgentMessageChunkSessionUpdate:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class AgentThoughtChunkSessionUpdate:
     """A chunk of the agent's internal reasoning being streamed.
 
@@ -2385,16 +2307,14 @@ class AgentThoughtChunkSessionUpdate:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("sessionUpdate", "agent_thought_chunk"),)
 
-    session_update: Literal["agent_thought_chunk"] = attrs.field(
-        default="agent_thought_chunk", metadata=tag("sessionUpdate")
-    )
+    session_update: Literal["agent_thought_chunk"] = field(default="agent_thought_chunk", metadata=tag("sessionUpdate"))
     """Tag: always ``'agent_thought_chunk'`` (wire ``sessionUpdate``)."""
-    content: ContentBlock = attrs.field(metadata=f("content"))
+    content: ContentBlock = field(metadata=f("content"))
     """A single item of content
 
     (wire ``content``; required)
     """
-    message_id: MessageId | UnsetType | None = attrs.field(
+    message_id: MessageId | UnsetType | None = field(
         default=UNSET, metadata=f("messageId", nullable=True, on_error=True)
     )
     """A unique identifier for the message this chunk belongs to.
@@ -2404,9 +2324,7 @@ class AgentThoughtChunkSessionUpdate:
 
     (wire ``messageId``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -2415,7 +2333,7 @@ class AgentThoughtChunkSessionUpdate:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -2449,7 +2367,7 @@ class AgentThoughtChunkSessionUpdate:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class ToolCallSessionUpdate:
     """Notification that a new tool call has been initiated.
 
@@ -2458,19 +2376,19 @@ class ToolCallSessionUpdate:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("sessionUpdate", "tool_call"),)
 
-    session_update: Literal["tool_call"] = attrs.field(default="tool_call", metadata=tag("sessionUpdate"))
+    session_update: Literal["tool_call"] = field(default="tool_call", metadata=tag("sessionUpdate"))
     """Tag: always ``'tool_call'`` (wire ``sessionUpdate``)."""
-    tool_call_id: ToolCallId = attrs.field(metadata=f("toolCallId"))
+    tool_call_id: ToolCallId = field(metadata=f("toolCallId"))
     """Unique identifier for this tool call within the session.
 
     (wire ``toolCallId``; required)
     """
-    title: str = attrs.field(metadata=f("title"))
+    title: str = field(metadata=f("title"))
     """Human-readable title describing what the tool is doing.
 
     (wire ``title``; required)
     """
-    name: str | UnsetType | None = attrs.field(default=UNSET, metadata=f("name", nullable=True, on_error=True))
+    name: str | UnsetType | None = field(default=UNSET, metadata=f("name", nullable=True, on_error=True))
     """Programmatic name of the tool being invoked.
 
     This field is optional. Omitting it or sending `null` both mean that no
@@ -2478,25 +2396,25 @@ class ToolCallSessionUpdate:
 
     (wire ``name``; optional (``UNSET`` when absent))
     """
-    kind: ToolKind | UnsetType = attrs.field(default=UNSET, metadata=f("kind", on_error=True))
+    kind: ToolKind | UnsetType = field(default=UNSET, metadata=f("kind", on_error=True))
     """The category of tool being invoked.
     Helps clients choose appropriate icons and UI treatment.
 
     (wire ``kind``; optional (``UNSET`` when absent))
     """
-    status: ToolCallStatus | UnsetType = attrs.field(default=UNSET, metadata=f("status", on_error=True))
+    status: ToolCallStatus | UnsetType = field(default=UNSET, metadata=f("status", on_error=True))
     """Current execution status of the tool call.
 
     (wire ``status``; optional (``UNSET`` when absent))
     """
-    content: list[ToolCallContent] | UnsetType = attrs.field(
+    content: list[ToolCallContent] | UnsetType = field(
         default=UNSET, metadata=f("content", on_error=True, skip_invalid=True)
     )
     """Content produced by the tool call.
 
     (wire ``content``; optional (``UNSET`` when absent))
     """
-    locations: list[ToolCallLocation] | UnsetType = attrs.field(
+    locations: list[ToolCallLocation] | UnsetType = field(
         default=UNSET, metadata=f("locations", on_error=True, skip_invalid=True)
     )
     """File locations affected by this tool call.
@@ -2504,19 +2422,17 @@ class ToolCallSessionUpdate:
 
     (wire ``locations``; optional (``UNSET`` when absent))
     """
-    raw_input: Any | UnsetType = attrs.field(default=UNSET, metadata=f("rawInput", on_error=True))
+    raw_input: Any | UnsetType = field(default=UNSET, metadata=f("rawInput", on_error=True))
     """Raw input parameters sent to the tool.
 
     (wire ``rawInput``; optional (``UNSET`` when absent))
     """
-    raw_output: Any | UnsetType = attrs.field(default=UNSET, metadata=f("rawOutput", on_error=True))
+    raw_output: Any | UnsetType = field(default=UNSET, metadata=f("rawOutput", on_error=True))
     """Raw output returned by the tool.
 
     (wire ``rawOutput``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -2525,7 +2441,7 @@ class ToolCallSessionUpdate:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -2580,7 +2496,7 @@ class ToolCallSessionUpdate:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class ToolCallUpdateSessionUpdate:
     """Update on the status or results of a tool call.
 
@@ -2589,31 +2505,29 @@ class ToolCallUpdateSessionUpdate:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("sessionUpdate", "tool_call_update"),)
 
-    session_update: Literal["tool_call_update"] = attrs.field(default="tool_call_update", metadata=tag("sessionUpdate"))
+    session_update: Literal["tool_call_update"] = field(default="tool_call_update", metadata=tag("sessionUpdate"))
     """Tag: always ``'tool_call_update'`` (wire ``sessionUpdate``)."""
-    tool_call_id: ToolCallId = attrs.field(metadata=f("toolCallId"))
+    tool_call_id: ToolCallId = field(metadata=f("toolCallId"))
     """The ID of the tool call being updated.
 
     (wire ``toolCallId``; required)
     """
-    kind: ToolKind | UnsetType | None = attrs.field(default=UNSET, metadata=f("kind", nullable=True, on_error=True))
+    kind: ToolKind | UnsetType | None = field(default=UNSET, metadata=f("kind", nullable=True, on_error=True))
     """Update the tool kind.
 
     (wire ``kind``; optional (``UNSET`` when absent))
     """
-    status: ToolCallStatus | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("status", nullable=True, on_error=True)
-    )
+    status: ToolCallStatus | UnsetType | None = field(default=UNSET, metadata=f("status", nullable=True, on_error=True))
     """Update the execution status.
 
     (wire ``status``; optional (``UNSET`` when absent))
     """
-    title: str | UnsetType | None = attrs.field(default=UNSET, metadata=f("title", nullable=True, on_error=True))
+    title: str | UnsetType | None = field(default=UNSET, metadata=f("title", nullable=True, on_error=True))
     """Update the human-readable title.
 
     (wire ``title``; optional (``UNSET`` when absent))
     """
-    name: str | UnsetType | None = attrs.field(default=UNSET, metadata=f("name", nullable=True, on_error=True))
+    name: str | UnsetType | None = field(default=UNSET, metadata=f("name", nullable=True, on_error=True))
     """Update the programmatic name of the tool being invoked.
 
     This field is optional. Omitting it or sending `null` both mean that
@@ -2621,33 +2535,31 @@ class ToolCallUpdateSessionUpdate:
 
     (wire ``name``; optional (``UNSET`` when absent))
     """
-    content: list[ToolCallContent] | UnsetType | None = attrs.field(
+    content: list[ToolCallContent] | UnsetType | None = field(
         default=UNSET, metadata=f("content", nullable=True, on_error=True, skip_invalid=True)
     )
     """Replace the content collection.
 
     (wire ``content``; optional (``UNSET`` when absent))
     """
-    locations: list[ToolCallLocation] | UnsetType | None = attrs.field(
+    locations: list[ToolCallLocation] | UnsetType | None = field(
         default=UNSET, metadata=f("locations", nullable=True, on_error=True, skip_invalid=True)
     )
     """Replace the locations collection.
 
     (wire ``locations``; optional (``UNSET`` when absent))
     """
-    raw_input: Any | UnsetType = attrs.field(default=UNSET, metadata=f("rawInput", on_error=True))
+    raw_input: Any | UnsetType = field(default=UNSET, metadata=f("rawInput", on_error=True))
     """Update the raw input.
 
     (wire ``rawInput``; optional (``UNSET`` when absent))
     """
-    raw_output: Any | UnsetType = attrs.field(default=UNSET, metadata=f("rawOutput", on_error=True))
+    raw_output: Any | UnsetType = field(default=UNSET, metadata=f("rawOutput", on_error=True))
     """Update the raw output.
 
     (wire ``rawOutput``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -2656,7 +2568,7 @@ class ToolCallUpdateSessionUpdate:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -2711,7 +2623,7 @@ class ToolCallUpdateSessionUpdate:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class PlanSessionUpdate:
     """The agent's execution plan for complex tasks.
     See protocol docs: [Agent Plan](https://agentclientprotocol.com/protocol/v1/agent-plan)
@@ -2721,9 +2633,9 @@ class PlanSessionUpdate:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("sessionUpdate", "plan"),)
 
-    session_update: Literal["plan"] = attrs.field(default="plan", metadata=tag("sessionUpdate"))
+    session_update: Literal["plan"] = field(default="plan", metadata=tag("sessionUpdate"))
     """Tag: always ``'plan'`` (wire ``sessionUpdate``)."""
-    entries: list[PlanEntry] = attrs.field(metadata=f("entries", on_error=True, skip_invalid=True))
+    entries: list[PlanEntry] = field(metadata=f("entries", on_error=True, skip_invalid=True))
     """The list of tasks to be accomplished.
 
     When updating a plan, the agent must send a complete list of all entries
@@ -2731,9 +2643,7 @@ class PlanSessionUpdate:
 
     (wire ``entries``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -2742,7 +2652,7 @@ class PlanSessionUpdate:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -2773,7 +2683,7 @@ class PlanSessionUpdate:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class AvailableCommandsUpdateSessionUpdate:
     """Available commands are ready or have changed
 
@@ -2782,20 +2692,18 @@ class AvailableCommandsUpdateSessionUpdate:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("sessionUpdate", "available_commands_update"),)
 
-    session_update: Literal["available_commands_update"] = attrs.field(
+    session_update: Literal["available_commands_update"] = field(
         default="available_commands_update", metadata=tag("sessionUpdate")
     )
     """Tag: always ``'available_commands_update'`` (wire ``sessionUpdate``)."""
-    available_commands: list[AvailableCommand] = attrs.field(
+    available_commands: list[AvailableCommand] = field(
         metadata=f("availableCommands", on_error=True, skip_invalid=True)
     )
     """Commands the agent can execute
 
     (wire ``availableCommands``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -2804,7 +2712,7 @@ class AvailableCommandsUpdateSessionUpdate:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -2835,7 +2743,7 @@ class AvailableCommandsUpdateSessionUpdate:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class CurrentModeUpdateSessionUpdate:
     """The current mode of the session has changed
 
@@ -2846,18 +2754,14 @@ class CurrentModeUpdateSessionUpdate:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("sessionUpdate", "current_mode_update"),)
 
-    session_update: Literal["current_mode_update"] = attrs.field(
-        default="current_mode_update", metadata=tag("sessionUpdate")
-    )
+    session_update: Literal["current_mode_update"] = field(default="current_mode_update", metadata=tag("sessionUpdate"))
     """Tag: always ``'current_mode_update'`` (wire ``sessionUpdate``)."""
-    current_mode_id: SessionModeId = attrs.field(metadata=f("currentModeId"))
+    current_mode_id: SessionModeId = field(metadata=f("currentModeId"))
     """The ID of the current mode
 
     (wire ``currentModeId``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -2866,7 +2770,7 @@ class CurrentModeUpdateSessionUpdate:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -2897,7 +2801,7 @@ class CurrentModeUpdateSessionUpdate:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class ConfigOptionUpdateSessionUpdate:
     """Session configuration options have been updated.
 
@@ -2906,20 +2810,16 @@ class ConfigOptionUpdateSessionUpdate:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("sessionUpdate", "config_option_update"),)
 
-    session_update: Literal["config_option_update"] = attrs.field(
+    session_update: Literal["config_option_update"] = field(
         default="config_option_update", metadata=tag("sessionUpdate")
     )
     """Tag: always ``'config_option_update'`` (wire ``sessionUpdate``)."""
-    config_options: list[SessionConfigOption] = attrs.field(
-        metadata=f("configOptions", on_error=True, skip_invalid=True)
-    )
+    config_options: list[SessionConfigOption] = field(metadata=f("configOptions", on_error=True, skip_invalid=True))
     """The full set of configuration options and their current values.
 
     (wire ``configOptions``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -2928,7 +2828,7 @@ class ConfigOptionUpdateSessionUpdate:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -2959,7 +2859,7 @@ class ConfigOptionUpdateSessionUpdate:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class SessionInfoUpdateSessionUpdate:
     """Session metadata has been updated (title, timestamps, custom metadata)
 
@@ -2968,25 +2868,19 @@ class SessionInfoUpdateSessionUpdate:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("sessionUpdate", "session_info_update"),)
 
-    session_update: Literal["session_info_update"] = attrs.field(
-        default="session_info_update", metadata=tag("sessionUpdate")
-    )
+    session_update: Literal["session_info_update"] = field(default="session_info_update", metadata=tag("sessionUpdate"))
     """Tag: always ``'session_info_update'`` (wire ``sessionUpdate``)."""
-    title: str | UnsetType | None = attrs.field(default=UNSET, metadata=f("title", nullable=True, on_error=True))
+    title: str | UnsetType | None = field(default=UNSET, metadata=f("title", nullable=True, on_error=True))
     """Human-readable title for the session. Set to null to clear.
 
     (wire ``title``; optional (``UNSET`` when absent))
     """
-    updated_at: str | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("updatedAt", nullable=True, on_error=True)
-    )
+    updated_at: str | UnsetType | None = field(default=UNSET, metadata=f("updatedAt", nullable=True, on_error=True))
     """ISO 8601 timestamp of last activity. Set to null to clear.
 
     (wire ``updatedAt``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -2995,7 +2889,7 @@ class SessionInfoUpdateSessionUpdate:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -3029,7 +2923,7 @@ class SessionInfoUpdateSessionUpdate:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class UsageUpdateSessionUpdate:
     """Context window and cost update for the session.
 
@@ -3038,26 +2932,24 @@ class UsageUpdateSessionUpdate:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("sessionUpdate", "usage_update"),)
 
-    session_update: Literal["usage_update"] = attrs.field(default="usage_update", metadata=tag("sessionUpdate"))
+    session_update: Literal["usage_update"] = field(default="usage_update", metadata=tag("sessionUpdate"))
     """Tag: always ``'usage_update'`` (wire ``sessionUpdate``)."""
-    used: int = attrs.field(metadata=f("used"))
+    used: int = field(metadata=f("used"))
     """Tokens currently in context.
 
     (wire ``used``; required)
     """
-    size: int = attrs.field(metadata=f("size"))
+    size: int = field(metadata=f("size"))
     """Total context window size in tokens.
 
     (wire ``size``; required)
     """
-    cost: Cost | UnsetType | None = attrs.field(default=UNSET, metadata=f("cost", nullable=True, on_error=True))
+    cost: Cost | UnsetType | None = field(default=UNSET, metadata=f("cost", nullable=True, on_error=True))
     """Cumulative session cost (optional).
 
     (wire ``cost``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -3066,7 +2958,7 @@ class UsageUpdateSessionUpdate:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -3103,7 +2995,7 @@ class UsageUpdateSessionUpdate:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class NoticeSessionUpdate:
     """Information for the user that is not part of session history.
 
@@ -3115,37 +3007,33 @@ class NoticeSessionUpdate:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("sessionUpdate", "notice"),)
 
-    session_update: Literal["notice"] = attrs.field(default="notice", metadata=tag("sessionUpdate"))
+    session_update: Literal["notice"] = field(default="notice", metadata=tag("sessionUpdate"))
     """Tag: always ``'notice'`` (wire ``sessionUpdate``)."""
-    severity: NoticeSeverity = attrs.field(metadata=f("severity"))
+    severity: NoticeSeverity = field(metadata=f("severity"))
     """Presentation severity hint.
 
     (wire ``severity``; required)
     """
-    title: str = attrs.field(metadata=f("title"))
+    title: str = field(metadata=f("title"))
     """Required non-empty plain-text title that can stand alone.
 
     (wire ``title``; required)
     """
-    description: str | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("description", nullable=True, on_error=True)
-    )
+    description: str | UnsetType | None = field(default=UNSET, metadata=f("description", nullable=True, on_error=True))
     """Optional plain-text detail or guidance.
 
     Omitted and `null` are equivalent and mean no description was supplied.
 
     (wire ``description``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """Metadata scoped to this notice.
 
     Omitted and `null` are equivalent and mean no metadata was supplied.
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -3182,7 +3070,7 @@ class NoticeSessionUpdate:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class CompactionUpdateSessionUpdate:
     """A context compaction has been created or updated.
 
@@ -3194,40 +3082,36 @@ class CompactionUpdateSessionUpdate:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("sessionUpdate", "compaction_update"),)
 
-    session_update: Literal["compaction_update"] = attrs.field(
-        default="compaction_update", metadata=tag("sessionUpdate")
-    )
+    session_update: Literal["compaction_update"] = field(default="compaction_update", metadata=tag("sessionUpdate"))
     """Tag: always ``'compaction_update'`` (wire ``sessionUpdate``)."""
-    compaction_id: CompactionId = attrs.field(metadata=f("compactionId"))
+    compaction_id: CompactionId = field(metadata=f("compactionId"))
     """The Agent-owned ID of this compaction, unique within the session.
 
     (wire ``compactionId``; required)
     """
-    status: CompactionStatus = attrs.field(metadata=f("status"))
+    status: CompactionStatus = field(metadata=f("status"))
     """Current lifecycle status.
 
     (wire ``status``; required)
     """
-    summary: list[ContentBlock] | UnsetType | None = attrs.field(
+    summary: list[ContentBlock] | UnsetType | None = field(
         default=UNSET, metadata=f("summary", nullable=True, on_error=True, skip_invalid=True)
     )
     """Complete replacement user-displayable summary content for the compaction.
 
     (wire ``summary``; optional (``UNSET`` when absent))
     """
-    error: str | UnsetType | None = attrs.field(default=UNSET, metadata=f("error", nullable=True, on_error=True))
+    error: str | UnsetType | None = field(default=UNSET, metadata=f("error", nullable=True, on_error=True))
     """Human-readable error details for the compaction.
 
     (wire ``error``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """Extensible metadata patch for this compaction.
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -3267,7 +3151,7 @@ class CompactionUpdateSessionUpdate:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class CompactionSummaryChunkSessionUpdate:
     """A content block appended to a context compaction's retained summary.
 
@@ -3279,28 +3163,26 @@ class CompactionSummaryChunkSessionUpdate:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("sessionUpdate", "compaction_summary_chunk"),)
 
-    session_update: Literal["compaction_summary_chunk"] = attrs.field(
+    session_update: Literal["compaction_summary_chunk"] = field(
         default="compaction_summary_chunk", metadata=tag("sessionUpdate")
     )
     """Tag: always ``'compaction_summary_chunk'`` (wire ``sessionUpdate``)."""
-    compaction_id: CompactionId = attrs.field(metadata=f("compactionId"))
+    compaction_id: CompactionId = field(metadata=f("compactionId"))
     """ID of the compaction whose summary receives this content.
 
     (wire ``compactionId``; required)
     """
-    content: ContentBlock = attrs.field(metadata=f("content"))
+    content: ContentBlock = field(metadata=f("content"))
     """One content block to append.
 
     (wire ``content``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """Metadata scoped to this chunk. Omission and `null` both mean absent.
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -3334,7 +3216,7 @@ class CompactionSummaryChunkSessionUpdate:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class SessionUpdateOther:
     """A `SessionUpdate` variant this version of the schema does not define (kept verbatim).
 
@@ -3347,12 +3229,12 @@ class SessionUpdateOther:
 
     __acp_catchall__: ClassVar[str] = "sessionUpdate"
 
-    session_update: str = attrs.field(metadata=tag("sessionUpdate"))
+    session_update: str = field(metadata=tag("sessionUpdate"))
     """The tag of a variant this schema does not know.
 
     Tag of a variant this schema does not know (wire ``sessionUpdate``).
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(self, *, session_update: str, extra_fields: dict[str, Any] | None = None) -> None:
@@ -3369,7 +3251,7 @@ class SessionUpdateOther:
         return self.session_update == o.session_update and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class HttpMcpServer:
     """HTTP transport configuration
 
@@ -3380,26 +3262,24 @@ class HttpMcpServer:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("type", "http"),)
 
-    type: Literal["http"] = attrs.field(default="http", metadata=tag("type"))
+    type: Literal["http"] = field(default="http", metadata=tag("type"))
     """Tag: always ``'http'`` (wire ``type``)."""
-    name: str = attrs.field(metadata=f("name"))
+    name: str = field(metadata=f("name"))
     """Human-readable name identifying this MCP server.
 
     (wire ``name``; required)
     """
-    url: str = attrs.field(metadata=f("url"))
+    url: str = field(metadata=f("url"))
     """URL to the MCP server.
 
     (wire ``url``; required)
     """
-    headers: list[HttpHeader] = attrs.field(metadata=f("headers", on_null=True))
+    headers: list[HttpHeader] = field(metadata=f("headers", on_null=True))
     """HTTP headers to set when making requests to the MCP server.
 
     (wire ``headers``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -3408,7 +3288,7 @@ class HttpMcpServer:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -3445,7 +3325,7 @@ class HttpMcpServer:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class SseMcpServer:
     """SSE transport configuration
 
@@ -3456,26 +3336,24 @@ class SseMcpServer:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("type", "sse"),)
 
-    type: Literal["sse"] = attrs.field(default="sse", metadata=tag("type"))
+    type: Literal["sse"] = field(default="sse", metadata=tag("type"))
     """Tag: always ``'sse'`` (wire ``type``)."""
-    name: str = attrs.field(metadata=f("name"))
+    name: str = field(metadata=f("name"))
     """Human-readable name identifying this MCP server.
 
     (wire ``name``; required)
     """
-    url: str = attrs.field(metadata=f("url"))
+    url: str = field(metadata=f("url"))
     """URL to the MCP server.
 
     (wire ``url``; required)
     """
-    headers: list[HttpHeader] = attrs.field(metadata=f("headers", on_null=True))
+    headers: list[HttpHeader] = field(metadata=f("headers", on_null=True))
     """HTTP headers to set when making requests to the MCP server.
 
     (wire ``headers``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -3484,7 +3362,7 @@ class SseMcpServer:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -3521,36 +3399,34 @@ class SseMcpServer:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class McpServerStdio:
     """Stdio transport configuration for MCP.
 
     Schema: ``schema/v1/schema.json``, ``$defs/McpServerStdio``
     """
 
-    name: str = attrs.field(metadata=f("name"))
+    name: str = field(metadata=f("name"))
     """Human-readable name identifying this MCP server.
 
     (wire ``name``; required)
     """
-    command: str = attrs.field(metadata=f("command"))
+    command: str = field(metadata=f("command"))
     """Absolute path to the MCP server executable.
 
     (wire ``command``; required)
     """
-    args: list[str] = attrs.field(metadata=f("args", on_null=True))
+    args: list[str] = field(metadata=f("args", on_null=True))
     """Command-line arguments to pass to the MCP server.
 
     (wire ``args``; required)
     """
-    env: list[EnvVariable] = attrs.field(metadata=f("env", on_null=True))
+    env: list[EnvVariable] = field(metadata=f("env", on_null=True))
     """Environment variables to set when launching the MCP server.
 
     (wire ``env``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -3559,7 +3435,7 @@ class McpServerStdio:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -3596,7 +3472,7 @@ class McpServerStdio:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class McpServerOther:
     """A `McpServer` variant this version of the schema does not define (kept verbatim).
 
@@ -3609,12 +3485,12 @@ class McpServerOther:
 
     __acp_catchall__: ClassVar[str] = "type"
 
-    type: str = attrs.field(metadata=tag("type"))
+    type: str = field(metadata=tag("type"))
     """The tag of a variant this schema does not know.
 
     Tag of a variant this schema does not know (wire ``type``).
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(self, *, type: str, extra_fields: dict[str, Any] | None = None) -> None:
@@ -3631,7 +3507,7 @@ class McpServerOther:
         return self.type == o.type and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class BooleanSetSessionConfigOptionRequest:
     """A boolean value (`type: "boolean"`).
 
@@ -3640,26 +3516,24 @@ class BooleanSetSessionConfigOptionRequest:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("type", "boolean"),)
 
-    type: Literal["boolean"] = attrs.field(default="boolean", metadata=tag("type"))
+    type: Literal["boolean"] = field(default="boolean", metadata=tag("type"))
     """Tag: always ``'boolean'`` (wire ``type``)."""
-    session_id: SessionId = attrs.field(metadata=f("sessionId"))
+    session_id: SessionId = field(metadata=f("sessionId"))
     """The ID of the session to set the configuration option for.
 
     (wire ``sessionId``; required)
     """
-    config_id: SessionConfigId = attrs.field(metadata=f("configId"))
+    config_id: SessionConfigId = field(metadata=f("configId"))
     """The ID of the configuration option to set.
 
     (wire ``configId``; required)
     """
-    value: bool = attrs.field(metadata=f("value"))
+    value: bool = field(metadata=f("value"))
     """The boolean value.
 
     (wire ``value``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -3668,7 +3542,7 @@ class BooleanSetSessionConfigOptionRequest:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -3705,7 +3579,7 @@ class BooleanSetSessionConfigOptionRequest:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class ValueIdSetSessionConfigOptionRequest:
     """A `SessionConfigValueId` string value.
 
@@ -3716,24 +3590,22 @@ class ValueIdSetSessionConfigOptionRequest:
     Schema: ``schema/v1/schema.json``, ``$defs/SetSessionConfigOptionRequest[value_id]`` (a branch of that union, flattened)
     """
 
-    session_id: SessionId = attrs.field(metadata=f("sessionId"))
+    session_id: SessionId = field(metadata=f("sessionId"))
     """The ID of the session to set the configuration option for.
 
     (wire ``sessionId``; required)
     """
-    config_id: SessionConfigId = attrs.field(metadata=f("configId"))
+    config_id: SessionConfigId = field(metadata=f("configId"))
     """The ID of the configuration option to set.
 
     (wire ``configId``; required)
     """
-    value: SessionConfigValueId = attrs.field(metadata=f("value"))
+    value: SessionConfigValueId = field(metadata=f("value"))
     """The value ID.
 
     (wire ``value``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -3742,7 +3614,7 @@ class ValueIdSetSessionConfigOptionRequest:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -3776,7 +3648,7 @@ class ValueIdSetSessionConfigOptionRequest:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class SetSessionConfigOptionRequestOther:
     """A `SetSessionConfigOptionRequest` variant this version of the schema does not define (kept verbatim).
 
@@ -3789,24 +3661,22 @@ class SetSessionConfigOptionRequestOther:
 
     __acp_catchall__: ClassVar[str] = "type"
 
-    type: str = attrs.field(metadata=tag("type"))
+    type: str = field(metadata=tag("type"))
     """The tag of a variant this schema does not know.
 
     Tag of a variant this schema does not know (wire ``type``).
     """
-    session_id: SessionId = attrs.field(metadata=f("sessionId"))
+    session_id: SessionId = field(metadata=f("sessionId"))
     """The ID of the session to set the configuration option for.
 
     (wire ``sessionId``; required)
     """
-    config_id: SessionConfigId = attrs.field(metadata=f("configId"))
+    config_id: SessionConfigId = field(metadata=f("configId"))
     """The ID of the configuration option to set.
 
     (wire ``configId``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -3815,7 +3685,7 @@ class SetSessionConfigOptionRequestOther:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -3849,7 +3719,7 @@ class SetSessionConfigOptionRequestOther:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class CancelledRequestPermissionOutcome:
     """The prompt turn was cancelled before the user responded.
 
@@ -3864,9 +3734,9 @@ class CancelledRequestPermissionOutcome:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("outcome", "cancelled"),)
 
-    outcome: Literal["cancelled"] = attrs.field(default="cancelled", metadata=tag("outcome"))
+    outcome: Literal["cancelled"] = field(default="cancelled", metadata=tag("outcome"))
     """Tag: always ``'cancelled'`` (wire ``outcome``)."""
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -3885,7 +3755,7 @@ class CancelledRequestPermissionOutcome:
         return self.outcome == o.outcome and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class SelectedRequestPermissionOutcome:
     """The user selected one of the provided options.
 
@@ -3894,16 +3764,14 @@ class SelectedRequestPermissionOutcome:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("outcome", "selected"),)
 
-    outcome: Literal["selected"] = attrs.field(default="selected", metadata=tag("outcome"))
+    outcome: Literal["selected"] = field(default="selected", metadata=tag("outcome"))
     """Tag: always ``'selected'`` (wire ``outcome``)."""
-    option_id: PermissionOptionId = attrs.field(metadata=f("optionId"))
+    option_id: PermissionOptionId = field(metadata=f("optionId"))
     """The ID of the option the user selected.
 
     (wire ``optionId``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -3912,7 +3780,7 @@ class SelectedRequestPermissionOutcome:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -3943,7 +3811,7 @@ class SelectedRequestPermissionOutcome:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class RequestPermissionOutcomeOther:
     """A `RequestPermissionOutcome` variant this version of the schema does not define (kept verbatim).
 
@@ -3956,12 +3824,12 @@ class RequestPermissionOutcomeOther:
 
     __acp_catchall__: ClassVar[str] = "outcome"
 
-    outcome: str = attrs.field(metadata=tag("outcome"))
+    outcome: str = field(metadata=tag("outcome"))
     """The tag of a variant this schema does not know.
 
     Tag of a variant this schema does not know (wire ``outcome``).
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(self, *, outcome: str, extra_fields: dict[str, Any] | None = None) -> None:
@@ -3978,7 +3846,7 @@ class RequestPermissionOutcomeOther:
         return self.outcome == o.outcome and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class AcceptCreateElicitationResponse:
     """The user accepted and provided content.
 
@@ -3987,18 +3855,16 @@ class AcceptCreateElicitationResponse:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("action", "accept"),)
 
-    action: Literal["accept"] = attrs.field(default="accept", metadata=tag("action"))
+    action: Literal["accept"] = field(default="accept", metadata=tag("action"))
     """Tag: always ``'accept'`` (wire ``action``)."""
-    content: dict[str, ElicitationContentValue] | UnsetType | None = attrs.field(
+    content: dict[str, ElicitationContentValue] | UnsetType | None = field(
         default=UNSET, metadata=f("content", nullable=True)
     )
     """The user-provided content, if any, as an object matching the requested schema.
 
     (wire ``content``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -4009,7 +3875,7 @@ class AcceptCreateElicitationResponse:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -4040,7 +3906,7 @@ class AcceptCreateElicitationResponse:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class DeclineCreateElicitationResponse:
     """The user declined the elicitation.
 
@@ -4049,11 +3915,9 @@ class DeclineCreateElicitationResponse:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("action", "decline"),)
 
-    action: Literal["decline"] = attrs.field(default="decline", metadata=tag("action"))
+    action: Literal["decline"] = field(default="decline", metadata=tag("action"))
     """Tag: always ``'decline'`` (wire ``action``)."""
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -4064,7 +3928,7 @@ class DeclineCreateElicitationResponse:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -4088,7 +3952,7 @@ class DeclineCreateElicitationResponse:
         return self.action == o.action and self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class CancelCreateElicitationResponse:
     """The elicitation was cancelled.
 
@@ -4097,11 +3961,9 @@ class CancelCreateElicitationResponse:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("action", "cancel"),)
 
-    action: Literal["cancel"] = attrs.field(default="cancel", metadata=tag("action"))
+    action: Literal["cancel"] = field(default="cancel", metadata=tag("action"))
     """Tag: always ``'cancel'`` (wire ``action``)."""
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -4112,7 +3974,7 @@ class CancelCreateElicitationResponse:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -4136,7 +3998,7 @@ class CancelCreateElicitationResponse:
         return self.action == o.action and self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class CreateElicitationResponseOther:
     """Custom or future elicitation action.
 
@@ -4155,7 +4017,7 @@ class CreateElicitationResponseOther:
 
     __acp_catchall__: ClassVar[str] = "action"
 
-    action: str = attrs.field(metadata=tag("action"))
+    action: str = field(metadata=tag("action"))
     """Custom or future elicitation action.
 
     Values beginning with `_` are reserved for implementation-specific
@@ -4164,9 +4026,7 @@ class CreateElicitationResponseOther:
 
     Tag of a variant this schema does not know (wire ``action``).
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -4177,7 +4037,7 @@ class CreateElicitationResponseOther:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -4201,7 +4061,7 @@ class CreateElicitationResponseOther:
         return self.action == o.action and self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class WriteTextFileRequest:
     """Request to write content to a text file.
 
@@ -4210,24 +4070,22 @@ class WriteTextFileRequest:
     Schema: ``schema/v1/schema.json``, ``$defs/WriteTextFileRequest``
     """
 
-    session_id: SessionId = attrs.field(metadata=f("sessionId"))
+    session_id: SessionId = field(metadata=f("sessionId"))
     """The session ID for this request.
 
     (wire ``sessionId``; required)
     """
-    path: str = attrs.field(metadata=f("path"))
+    path: str = field(metadata=f("path"))
     """Absolute path to the file to write.
 
     (wire ``path``; required)
     """
-    content: str = attrs.field(metadata=f("content"))
+    content: str = field(metadata=f("content"))
     """The text content to write to the file.
 
     (wire ``content``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -4236,7 +4094,7 @@ class WriteTextFileRequest:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -4270,7 +4128,7 @@ class WriteTextFileRequest:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class ReadTextFileRequest:
     """Request to read content from a text file.
 
@@ -4279,29 +4137,27 @@ class ReadTextFileRequest:
     Schema: ``schema/v1/schema.json``, ``$defs/ReadTextFileRequest``
     """
 
-    session_id: SessionId = attrs.field(metadata=f("sessionId"))
+    session_id: SessionId = field(metadata=f("sessionId"))
     """The session ID for this request.
 
     (wire ``sessionId``; required)
     """
-    path: str = attrs.field(metadata=f("path"))
+    path: str = field(metadata=f("path"))
     """Absolute path to the file to read.
 
     (wire ``path``; required)
     """
-    line: int | UnsetType | None = attrs.field(default=UNSET, metadata=f("line", nullable=True))
+    line: int | UnsetType | None = field(default=UNSET, metadata=f("line", nullable=True))
     """Line number to start reading from (1-based).
 
     (wire ``line``; optional (``UNSET`` when absent))
     """
-    limit: int | UnsetType | None = attrs.field(default=UNSET, metadata=f("limit", nullable=True))
+    limit: int | UnsetType | None = field(default=UNSET, metadata=f("limit", nullable=True))
     """Maximum number of lines to read.
 
     (wire ``limit``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -4310,7 +4166,7 @@ class ReadTextFileRequest:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -4347,7 +4203,7 @@ class ReadTextFileRequest:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class RequestPermissionRequest:
     """Request for user permission to execute a tool call.
 
@@ -4358,24 +4214,22 @@ class RequestPermissionRequest:
     Schema: ``schema/v1/schema.json``, ``$defs/RequestPermissionRequest``
     """
 
-    session_id: SessionId = attrs.field(metadata=f("sessionId"))
+    session_id: SessionId = field(metadata=f("sessionId"))
     """The session ID for this request.
 
     (wire ``sessionId``; required)
     """
-    tool_call: ToolCallUpdate = attrs.field(metadata=f("toolCall"))
+    tool_call: ToolCallUpdate = field(metadata=f("toolCall"))
     """Details about the tool call requiring permission.
 
     (wire ``toolCall``; required)
     """
-    options: list[PermissionOption] = attrs.field(metadata=f("options"))
+    options: list[PermissionOption] = field(metadata=f("options"))
     """Available permission options for the user to choose from.
 
     (wire ``options``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -4384,7 +4238,7 @@ class RequestPermissionRequest:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -4418,7 +4272,7 @@ class RequestPermissionRequest:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class ToolCallUpdate:
     """An update to an existing tool call.
 
@@ -4430,29 +4284,27 @@ class ToolCallUpdate:
     Schema: ``schema/v1/schema.json``, ``$defs/ToolCallUpdate``
     """
 
-    tool_call_id: ToolCallId = attrs.field(metadata=f("toolCallId"))
+    tool_call_id: ToolCallId = field(metadata=f("toolCallId"))
     """The ID of the tool call being updated.
 
     (wire ``toolCallId``; required)
     """
-    kind: ToolKind | UnsetType | None = attrs.field(default=UNSET, metadata=f("kind", nullable=True, on_error=True))
+    kind: ToolKind | UnsetType | None = field(default=UNSET, metadata=f("kind", nullable=True, on_error=True))
     """Update the tool kind.
 
     (wire ``kind``; optional (``UNSET`` when absent))
     """
-    status: ToolCallStatus | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("status", nullable=True, on_error=True)
-    )
+    status: ToolCallStatus | UnsetType | None = field(default=UNSET, metadata=f("status", nullable=True, on_error=True))
     """Update the execution status.
 
     (wire ``status``; optional (``UNSET`` when absent))
     """
-    title: str | UnsetType | None = attrs.field(default=UNSET, metadata=f("title", nullable=True, on_error=True))
+    title: str | UnsetType | None = field(default=UNSET, metadata=f("title", nullable=True, on_error=True))
     """Update the human-readable title.
 
     (wire ``title``; optional (``UNSET`` when absent))
     """
-    name: str | UnsetType | None = attrs.field(default=UNSET, metadata=f("name", nullable=True, on_error=True))
+    name: str | UnsetType | None = field(default=UNSET, metadata=f("name", nullable=True, on_error=True))
     """Update the programmatic name of the tool being invoked.
 
     This field is optional. Omitting it or sending `null` both mean that
@@ -4460,33 +4312,31 @@ class ToolCallUpdate:
 
     (wire ``name``; optional (``UNSET`` when absent))
     """
-    content: list[ToolCallContent] | UnsetType | None = attrs.field(
+    content: list[ToolCallContent] | UnsetType | None = field(
         default=UNSET, metadata=f("content", nullable=True, on_error=True, skip_invalid=True)
     )
     """Replace the content collection.
 
     (wire ``content``; optional (``UNSET`` when absent))
     """
-    locations: list[ToolCallLocation] | UnsetType | None = attrs.field(
+    locations: list[ToolCallLocation] | UnsetType | None = field(
         default=UNSET, metadata=f("locations", nullable=True, on_error=True, skip_invalid=True)
     )
     """Replace the locations collection.
 
     (wire ``locations``; optional (``UNSET`` when absent))
     """
-    raw_input: Any | UnsetType = attrs.field(default=UNSET, metadata=f("rawInput", on_error=True))
+    raw_input: Any | UnsetType = field(default=UNSET, metadata=f("rawInput", on_error=True))
     """Update the raw input.
 
     (wire ``rawInput``; optional (``UNSET`` when absent))
     """
-    raw_output: Any | UnsetType = attrs.field(default=UNSET, metadata=f("rawOutput", on_error=True))
+    raw_output: Any | UnsetType = field(default=UNSET, metadata=f("rawOutput", on_error=True))
     """Update the raw output.
 
     (wire ``rawOutput``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -4495,7 +4345,7 @@ class ToolCallUpdate:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -4547,37 +4397,33 @@ class ToolCallUpdate:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class Annotations:
     """Optional annotations for the client. The client can use annotations to inform how objects are used or displayed
 
     Schema: ``schema/v1/schema.json``, ``$defs/Annotations``
     """
 
-    audience: list[Role] | UnsetType | None = attrs.field(
+    audience: list[Role] | UnsetType | None = field(
         default=UNSET, metadata=f("audience", nullable=True, on_error=True, skip_invalid=True)
     )
     """Intended recipients for this content, such as the user or assistant.
 
     (wire ``audience``; optional (``UNSET`` when absent))
     """
-    last_modified: str | UnsetType | None = attrs.field(
+    last_modified: str | UnsetType | None = field(
         default=UNSET, metadata=f("lastModified", nullable=True, on_error=True)
     )
     """Timestamp indicating when the underlying resource was last modified.
 
     (wire ``lastModified``; optional (``UNSET`` when absent))
     """
-    priority: float | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("priority", nullable=True, on_error=True)
-    )
+    priority: float | UnsetType | None = field(default=UNSET, metadata=f("priority", nullable=True, on_error=True))
     """Relative importance of this content when clients choose what to surface.
 
     (wire ``priority``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -4586,7 +4432,7 @@ class Annotations:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -4620,28 +4466,26 @@ class Annotations:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class TextContent:
     """Text provided to or from an LLM.
 
     Schema: ``schema/v1/schema.json``, ``$defs/TextContent``
     """
 
-    annotations: Annotations | UnsetType | None = attrs.field(
+    annotations: Annotations | UnsetType | None = field(
         default=UNSET, metadata=f("annotations", nullable=True, on_error=True)
     )
     """Optional annotations that help clients decide how to display or route this content.
 
     (wire ``annotations``; optional (``UNSET`` when absent))
     """
-    text: str = attrs.field(metadata=f("text"))
+    text: str = field(metadata=f("text"))
     """Text payload carried by this content block.
 
     (wire ``text``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -4650,7 +4494,7 @@ class TextContent:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -4681,38 +4525,36 @@ class TextContent:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class ImageContent:
     """An image provided to or from an LLM.
 
     Schema: ``schema/v1/schema.json``, ``$defs/ImageContent``
     """
 
-    annotations: Annotations | UnsetType | None = attrs.field(
+    annotations: Annotations | UnsetType | None = field(
         default=UNSET, metadata=f("annotations", nullable=True, on_error=True)
     )
     """Optional annotations that help clients decide how to display or route this content.
 
     (wire ``annotations``; optional (``UNSET`` when absent))
     """
-    data: str = attrs.field(metadata=f("data"))
+    data: str = field(metadata=f("data"))
     """Base64-encoded media payload.
 
     (wire ``data``; required)
     """
-    mime_type: str = attrs.field(metadata=f("mimeType"))
+    mime_type: str = field(metadata=f("mimeType"))
     """MIME type describing the encoded media payload.
 
     (wire ``mimeType``; required)
     """
-    uri: str | UnsetType | None = attrs.field(default=UNSET, metadata=f("uri", nullable=True, on_error=True))
+    uri: str | UnsetType | None = field(default=UNSET, metadata=f("uri", nullable=True, on_error=True))
     """URI associated with this resource or media payload.
 
     (wire ``uri``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -4721,7 +4563,7 @@ class ImageContent:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -4758,33 +4600,31 @@ class ImageContent:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class AudioContent:
     """Audio provided to or from an LLM.
 
     Schema: ``schema/v1/schema.json``, ``$defs/AudioContent``
     """
 
-    annotations: Annotations | UnsetType | None = attrs.field(
+    annotations: Annotations | UnsetType | None = field(
         default=UNSET, metadata=f("annotations", nullable=True, on_error=True)
     )
     """Optional annotations that help clients decide how to display or route this content.
 
     (wire ``annotations``; optional (``UNSET`` when absent))
     """
-    data: str = attrs.field(metadata=f("data"))
+    data: str = field(metadata=f("data"))
     """Base64-encoded media payload.
 
     (wire ``data``; required)
     """
-    mime_type: str = attrs.field(metadata=f("mimeType"))
+    mime_type: str = field(metadata=f("mimeType"))
     """MIME type describing the encoded media payload.
 
     (wire ``mimeType``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -4793,7 +4633,7 @@ class AudioContent:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -4827,55 +4667,51 @@ class AudioContent:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class ResourceLink:
     """A resource that the server is capable of reading, included in a prompt or tool call result.
 
     Schema: ``schema/v1/schema.json``, ``$defs/ResourceLink``
     """
 
-    annotations: Annotations | UnsetType | None = attrs.field(
+    annotations: Annotations | UnsetType | None = field(
         default=UNSET, metadata=f("annotations", nullable=True, on_error=True)
     )
     """Optional annotations that help clients decide how to display or route this content.
 
     (wire ``annotations``; optional (``UNSET`` when absent))
     """
-    description: str | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("description", nullable=True, on_error=True)
-    )
+    description: str | UnsetType | None = field(default=UNSET, metadata=f("description", nullable=True, on_error=True))
     """Optional human-readable details shown with this protocol object.
 
     (wire ``description``; optional (``UNSET`` when absent))
     """
-    mime_type: str | UnsetType | None = attrs.field(default=UNSET, metadata=f("mimeType", nullable=True, on_error=True))
+    mime_type: str | UnsetType | None = field(default=UNSET, metadata=f("mimeType", nullable=True, on_error=True))
     """MIME type describing the encoded media payload.
 
     (wire ``mimeType``; optional (``UNSET`` when absent))
     """
-    name: str = attrs.field(metadata=f("name"))
+    name: str = field(metadata=f("name"))
     """Human-readable name shown for this protocol object.
 
     (wire ``name``; required)
     """
-    size: int | UnsetType | None = attrs.field(default=UNSET, metadata=f("size", nullable=True, on_error=True))
+    size: int | UnsetType | None = field(default=UNSET, metadata=f("size", nullable=True, on_error=True))
     """Optional size of the linked resource in bytes, if known.
 
     (wire ``size``; optional (``UNSET`` when absent))
     """
-    title: str | UnsetType | None = attrs.field(default=UNSET, metadata=f("title", nullable=True, on_error=True))
+    title: str | UnsetType | None = field(default=UNSET, metadata=f("title", nullable=True, on_error=True))
     """Optional display title for end-user UI.
 
     (wire ``title``; optional (``UNSET`` when absent))
     """
-    uri: str = attrs.field(metadata=f("uri"))
+    uri: str = field(metadata=f("uri"))
     """URI associated with this resource or media payload.
 
     (wire ``uri``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -4884,7 +4720,7 @@ class ResourceLink:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -4930,31 +4766,29 @@ class ResourceLink:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class TextResourceContents:
     """Text-based resource contents.
 
     Schema: ``schema/v1/schema.json``, ``$defs/TextResourceContents``
     """
 
-    mime_type: str | UnsetType | None = attrs.field(default=UNSET, metadata=f("mimeType", nullable=True, on_error=True))
+    mime_type: str | UnsetType | None = field(default=UNSET, metadata=f("mimeType", nullable=True, on_error=True))
     """MIME type describing the encoded media payload.
 
     (wire ``mimeType``; optional (``UNSET`` when absent))
     """
-    text: str = attrs.field(metadata=f("text"))
+    text: str = field(metadata=f("text"))
     """Text payload carried by this content block.
 
     (wire ``text``; required)
     """
-    uri: str = attrs.field(metadata=f("uri"))
+    uri: str = field(metadata=f("uri"))
     """URI associated with this resource or media payload.
 
     (wire ``uri``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -4963,7 +4797,7 @@ class TextResourceContents:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -4997,31 +4831,29 @@ class TextResourceContents:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class BlobResourceContents:
     """Binary resource contents.
 
     Schema: ``schema/v1/schema.json``, ``$defs/BlobResourceContents``
     """
 
-    blob: str = attrs.field(metadata=f("blob"))
+    blob: str = field(metadata=f("blob"))
     """Base64-encoded bytes for a binary resource payload.
 
     (wire ``blob``; required)
     """
-    mime_type: str | UnsetType | None = attrs.field(default=UNSET, metadata=f("mimeType", nullable=True, on_error=True))
+    mime_type: str | UnsetType | None = field(default=UNSET, metadata=f("mimeType", nullable=True, on_error=True))
     """MIME type describing the encoded media payload.
 
     (wire ``mimeType``; optional (``UNSET`` when absent))
     """
-    uri: str = attrs.field(metadata=f("uri"))
+    uri: str = field(metadata=f("uri"))
     """URI associated with this resource or media payload.
 
     (wire ``uri``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -5030,7 +4862,7 @@ class BlobResourceContents:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -5064,28 +4896,26 @@ class BlobResourceContents:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class EmbeddedResource:
     """The contents of a resource, embedded into a prompt or tool call result.
 
     Schema: ``schema/v1/schema.json``, ``$defs/EmbeddedResource``
     """
 
-    annotations: Annotations | UnsetType | None = attrs.field(
+    annotations: Annotations | UnsetType | None = field(
         default=UNSET, metadata=f("annotations", nullable=True, on_error=True)
     )
     """Optional annotations that help clients decide how to display or route this content.
 
     (wire ``annotations``; optional (``UNSET`` when absent))
     """
-    resource: EmbeddedResourceResource = attrs.field(metadata=f("resource"))
+    resource: EmbeddedResourceResource = field(metadata=f("resource"))
     """Embedded resource payload, either text or binary data.
 
     (wire ``resource``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -5094,7 +4924,7 @@ class EmbeddedResource:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -5125,21 +4955,19 @@ class EmbeddedResource:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class Content:
     """Standard content block (text, images, resources).
 
     Schema: ``schema/v1/schema.json``, ``$defs/Content``
     """
 
-    content: ContentBlock = attrs.field(metadata=f("content"))
+    content: ContentBlock = field(metadata=f("content"))
     """The actual content block.
 
     (wire ``content``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -5148,7 +4976,7 @@ class Content:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -5172,7 +5000,7 @@ class Content:
         return self.content == o.content and self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class Diff:
     """A diff representing file modifications.
 
@@ -5183,24 +5011,22 @@ class Diff:
     Schema: ``schema/v1/schema.json``, ``$defs/Diff``
     """
 
-    path: str = attrs.field(metadata=f("path"))
+    path: str = field(metadata=f("path"))
     """The absolute file path being modified.
 
     (wire ``path``; required)
     """
-    old_text: str | UnsetType | None = attrs.field(default=UNSET, metadata=f("oldText", nullable=True, on_error=True))
+    old_text: str | UnsetType | None = field(default=UNSET, metadata=f("oldText", nullable=True, on_error=True))
     """The original content (omitted or `null` for new files).
 
     (wire ``oldText``; optional (``UNSET`` when absent))
     """
-    new_text: str = attrs.field(metadata=f("newText"))
+    new_text: str = field(metadata=f("newText"))
     """The new content after modification.
 
     (wire ``newText``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -5209,7 +5035,7 @@ class Diff:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -5243,7 +5069,7 @@ class Diff:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class Terminal:
     """Embed a terminal created with `terminal/create` by its id.
 
@@ -5254,14 +5080,12 @@ class Terminal:
     Schema: ``schema/v1/schema.json``, ``$defs/Terminal``
     """
 
-    terminal_id: TerminalId = attrs.field(metadata=f("terminalId"))
+    terminal_id: TerminalId = field(metadata=f("terminalId"))
     """Identifier of the terminal instance to embed in the content stream.
 
     (wire ``terminalId``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -5270,7 +5094,7 @@ class Terminal:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -5294,7 +5118,7 @@ class Terminal:
         return self.terminal_id == o.terminal_id and self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class ToolCallLocation:
     """A file location being accessed or modified by a tool.
 
@@ -5306,19 +5130,17 @@ class ToolCallLocation:
     Schema: ``schema/v1/schema.json``, ``$defs/ToolCallLocation``
     """
 
-    path: str = attrs.field(metadata=f("path"))
+    path: str = field(metadata=f("path"))
     """The absolute file path being accessed or modified.
 
     (wire ``path``; required)
     """
-    line: int | UnsetType | None = attrs.field(default=UNSET, metadata=f("line", nullable=True, on_error=True))
+    line: int | UnsetType | None = field(default=UNSET, metadata=f("line", nullable=True, on_error=True))
     """Optional 1-based line number within the file.
 
     (wire ``line``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -5327,7 +5149,7 @@ class ToolCallLocation:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -5355,31 +5177,29 @@ class ToolCallLocation:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class PermissionOption:
     """An option presented to the user when requesting permission.
 
     Schema: ``schema/v1/schema.json``, ``$defs/PermissionOption``
     """
 
-    option_id: PermissionOptionId = attrs.field(metadata=f("optionId"))
+    option_id: PermissionOptionId = field(metadata=f("optionId"))
     """Unique identifier for this permission option.
 
     (wire ``optionId``; required)
     """
-    name: str = attrs.field(metadata=f("name"))
+    name: str = field(metadata=f("name"))
     """Human-readable label to display to the user.
 
     (wire ``name``; required)
     """
-    kind: PermissionOptionKind = attrs.field(metadata=f("kind"))
+    kind: PermissionOptionKind = field(metadata=f("kind"))
     """Hint about the nature of this permission option.
 
     (wire ``kind``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -5388,7 +5208,7 @@ class PermissionOption:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -5422,39 +5242,39 @@ class PermissionOption:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class CreateTerminalRequest:
     """Request to create a new terminal and execute a command.
 
     Schema: ``schema/v1/schema.json``, ``$defs/CreateTerminalRequest``
     """
 
-    session_id: SessionId = attrs.field(metadata=f("sessionId"))
+    session_id: SessionId = field(metadata=f("sessionId"))
     """The session ID for this request.
 
     (wire ``sessionId``; required)
     """
-    command: str = attrs.field(metadata=f("command"))
+    command: str = field(metadata=f("command"))
     """The command to execute.
 
     (wire ``command``; required)
     """
-    args: list[str] | UnsetType = attrs.field(default=UNSET, metadata=f("args", on_null=True))
+    args: list[str] | UnsetType = field(default=UNSET, metadata=f("args", on_null=True))
     """Array of command arguments.
 
     (wire ``args``; optional (``UNSET`` when absent))
     """
-    env: list[EnvVariable] | UnsetType = attrs.field(default=UNSET, metadata=f("env", on_null=True))
+    env: list[EnvVariable] | UnsetType = field(default=UNSET, metadata=f("env", on_null=True))
     """Environment variables for the command.
 
     (wire ``env``; optional (``UNSET`` when absent))
     """
-    cwd: str | UnsetType | None = attrs.field(default=UNSET, metadata=f("cwd", nullable=True))
+    cwd: str | UnsetType | None = field(default=UNSET, metadata=f("cwd", nullable=True))
     """Working directory for the command. Must be an absolute path.
 
     (wire ``cwd``; optional (``UNSET`` when absent))
     """
-    output_byte_limit: int | UnsetType | None = attrs.field(default=UNSET, metadata=f("outputByteLimit", nullable=True))
+    output_byte_limit: int | UnsetType | None = field(default=UNSET, metadata=f("outputByteLimit", nullable=True))
     """Maximum number of output bytes to retain.
 
     When the limit is exceeded, the Client truncates from the beginning of the output
@@ -5466,9 +5286,7 @@ class CreateTerminalRequest:
 
     (wire ``outputByteLimit``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -5477,7 +5295,7 @@ class CreateTerminalRequest:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -5520,26 +5338,24 @@ class CreateTerminalRequest:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class EnvVariable:
     """An environment variable to set when launching an MCP server.
 
     Schema: ``schema/v1/schema.json``, ``$defs/EnvVariable``
     """
 
-    name: str = attrs.field(metadata=f("name"))
+    name: str = field(metadata=f("name"))
     """The name of the environment variable.
 
     (wire ``name``; required)
     """
-    value: str = attrs.field(metadata=f("value"))
+    value: str = field(metadata=f("value"))
     """The value to set for the environment variable.
 
     (wire ``value``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -5548,7 +5364,7 @@ class EnvVariable:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -5579,26 +5395,24 @@ class EnvVariable:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class TerminalOutputRequest:
     """Request to get the current output and status of a terminal.
 
     Schema: ``schema/v1/schema.json``, ``$defs/TerminalOutputRequest``
     """
 
-    session_id: SessionId = attrs.field(metadata=f("sessionId"))
+    session_id: SessionId = field(metadata=f("sessionId"))
     """The session ID for this request.
 
     (wire ``sessionId``; required)
     """
-    terminal_id: TerminalId = attrs.field(metadata=f("terminalId"))
+    terminal_id: TerminalId = field(metadata=f("terminalId"))
     """The ID of the terminal to get output from.
 
     (wire ``terminalId``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -5607,7 +5421,7 @@ class TerminalOutputRequest:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -5638,26 +5452,24 @@ class TerminalOutputRequest:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class ReleaseTerminalRequest:
     """Request to release a terminal and free its resources.
 
     Schema: ``schema/v1/schema.json``, ``$defs/ReleaseTerminalRequest``
     """
 
-    session_id: SessionId = attrs.field(metadata=f("sessionId"))
+    session_id: SessionId = field(metadata=f("sessionId"))
     """The session ID for this request.
 
     (wire ``sessionId``; required)
     """
-    terminal_id: TerminalId = attrs.field(metadata=f("terminalId"))
+    terminal_id: TerminalId = field(metadata=f("terminalId"))
     """The ID of the terminal to release.
 
     (wire ``terminalId``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -5666,7 +5478,7 @@ class ReleaseTerminalRequest:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -5697,26 +5509,24 @@ class ReleaseTerminalRequest:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class WaitForTerminalExitRequest:
     """Request to wait for a terminal command to exit.
 
     Schema: ``schema/v1/schema.json``, ``$defs/WaitForTerminalExitRequest``
     """
 
-    session_id: SessionId = attrs.field(metadata=f("sessionId"))
+    session_id: SessionId = field(metadata=f("sessionId"))
     """The session ID for this request.
 
     (wire ``sessionId``; required)
     """
-    terminal_id: TerminalId = attrs.field(metadata=f("terminalId"))
+    terminal_id: TerminalId = field(metadata=f("terminalId"))
     """The ID of the terminal to wait for.
 
     (wire ``terminalId``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -5725,7 +5535,7 @@ class WaitForTerminalExitRequest:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -5756,26 +5566,24 @@ class WaitForTerminalExitRequest:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class KillTerminalRequest:
     """Request to kill a terminal without releasing it.
 
     Schema: ``schema/v1/schema.json``, ``$defs/KillTerminalRequest``
     """
 
-    session_id: SessionId = attrs.field(metadata=f("sessionId"))
+    session_id: SessionId = field(metadata=f("sessionId"))
     """The session ID for this request.
 
     (wire ``sessionId``; required)
     """
-    terminal_id: TerminalId = attrs.field(metadata=f("terminalId"))
+    terminal_id: TerminalId = field(metadata=f("terminalId"))
     """The ID of the terminal to kill.
 
     (wire ``terminalId``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -5784,7 +5592,7 @@ class KillTerminalRequest:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -5815,7 +5623,7 @@ class KillTerminalRequest:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class ElicitationSessionScope:
     """Session-scoped elicitation, optionally tied to a specific tool call.
 
@@ -5826,12 +5634,12 @@ class ElicitationSessionScope:
     Schema: ``schema/v1/schema.json``, ``$defs/ElicitationSessionScope``
     """
 
-    session_id: SessionId = attrs.field(metadata=f("sessionId"))
+    session_id: SessionId = field(metadata=f("sessionId"))
     """The session this elicitation is tied to.
 
     (wire ``sessionId``; required)
     """
-    tool_call_id: ToolCallId | UnsetType | None = attrs.field(
+    tool_call_id: ToolCallId | UnsetType | None = field(
         default=UNSET, metadata=f("toolCallId", nullable=True, on_error=True)
     )
     """Optional tool call within the session.
@@ -5841,7 +5649,7 @@ class ElicitationSessionScope:
 
     (wire ``toolCallId``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -5869,7 +5677,7 @@ class ElicitationSessionScope:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class ElicitationRequestScope:
     """Request-scoped elicitation, tied to a specific JSON-RPC request outside of a session
     (e.g., during auth/configuration phases before any session is started).
@@ -5877,12 +5685,12 @@ class ElicitationRequestScope:
     Schema: ``schema/v1/schema.json``, ``$defs/ElicitationRequestScope``
     """
 
-    request_id: RequestId = attrs.field(metadata=f("requestId"))
+    request_id: RequestId = field(metadata=f("requestId"))
     """The request this elicitation is tied to.
 
     (wire ``requestId``; required)
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(self, *, request_id: RequestId, extra_fields: dict[str, Any] | None = None) -> None:
@@ -5899,7 +5707,7 @@ class ElicitationRequestScope:
         return self.request_id == o.request_id and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class ElicitationSchema:
     """Type-safe elicitation schema for requesting structured user input.
 
@@ -5909,46 +5717,40 @@ class ElicitationSchema:
     Schema: ``schema/v1/schema.json``, ``$defs/ElicitationSchema``
     """
 
-    type: ElicitationSchemaType | UnsetType = attrs.field(
-        default=UNSET, metadata=f("type", on_error=True, default="object")
-    )
+    type: ElicitationSchemaType | UnsetType = field(default=UNSET, metadata=f("type", on_error=True, default="object"))
     """Type discriminator. Always `"object"`.
 
     (wire ``type``; optional (``UNSET`` when absent); schema default ``'object'``)
     """
-    title: str | UnsetType | None = attrs.field(default=UNSET, metadata=f("title", nullable=True, on_error=True))
+    title: str | UnsetType | None = field(default=UNSET, metadata=f("title", nullable=True, on_error=True))
     """Optional title for the schema.
 
     Optional. Omitted and `null` are equivalent and mean no title is provided.
 
     (wire ``title``; optional (``UNSET`` when absent))
     """
-    properties: dict[str, ElicitationPropertySchema] | UnsetType = attrs.field(
+    properties: dict[str, ElicitationPropertySchema] | UnsetType = field(
         default=UNSET, metadata=f("properties", default={})
     )
     """Property definitions (must be primitive types).
 
     (wire ``properties``; optional (``UNSET`` when absent); schema default ``{}``)
     """
-    required: list[str] | UnsetType | None = attrs.field(default=UNSET, metadata=f("required", nullable=True))
+    required: list[str] | UnsetType | None = field(default=UNSET, metadata=f("required", nullable=True))
     """List of required property names.
 
     Optional. Omitted and `null` are equivalent and mean no property names are required.
 
     (wire ``required``; optional (``UNSET`` when absent))
     """
-    description: str | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("description", nullable=True, on_error=True)
-    )
+    description: str | UnsetType | None = field(default=UNSET, metadata=f("description", nullable=True, on_error=True))
     """Optional description of what this schema represents.
 
     Optional. Omitted and `null` are equivalent and mean no schema description is provided.
 
     (wire ``description``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -5959,7 +5761,7 @@ class ElicitationSchema:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -5999,35 +5801,31 @@ class ElicitationSchema:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class EnumOption:
     """A titled enum option with a const value, human-readable title, and optional description.
 
     Schema: ``schema/v1/schema.json``, ``$defs/EnumOption``
     """
 
-    const: str = attrs.field(metadata=f("const"))
+    const: str = field(metadata=f("const"))
     """The constant value for this option.
 
     (wire ``const``; required)
     """
-    title: str = attrs.field(metadata=f("title"))
+    title: str = field(metadata=f("title"))
     """Human-readable title for this option.
 
     (wire ``title``; required)
     """
-    description: str | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("description", nullable=True, on_error=True)
-    )
+    description: str | UnsetType | None = field(default=UNSET, metadata=f("description", nullable=True, on_error=True))
     """Human-readable description.
 
     Optional. Omitted and `null` are equivalent and mean no description is provided.
 
     (wire ``description``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -6038,7 +5836,7 @@ class EnumOption:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -6072,7 +5870,7 @@ class EnumOption:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class StringPropertySchema:
     """Schema for string properties in an elicitation form.
 
@@ -6082,74 +5880,70 @@ class StringPropertySchema:
     Schema: ``schema/v1/schema.json``, ``$defs/StringPropertySchema``
     """
 
-    title: str | UnsetType | None = attrs.field(default=UNSET, metadata=f("title", nullable=True, on_error=True))
+    title: str | UnsetType | None = field(default=UNSET, metadata=f("title", nullable=True, on_error=True))
     """Optional title for the property.
 
     Optional. Omitted and `null` are equivalent and mean no title is provided.
 
     (wire ``title``; optional (``UNSET`` when absent))
     """
-    description: str | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("description", nullable=True, on_error=True)
-    )
+    description: str | UnsetType | None = field(default=UNSET, metadata=f("description", nullable=True, on_error=True))
     """Human-readable description.
 
     Optional. Omitted and `null` are equivalent and mean no description is provided.
 
     (wire ``description``; optional (``UNSET`` when absent))
     """
-    min_length: int | UnsetType | None = attrs.field(default=UNSET, metadata=f("minLength", nullable=True))
+    min_length: int | UnsetType | None = field(default=UNSET, metadata=f("minLength", nullable=True))
     """Minimum string length.
 
     Optional. Omitted and `null` are equivalent and mean there is no minimum length constraint.
 
     (wire ``minLength``; optional (``UNSET`` when absent))
     """
-    max_length: int | UnsetType | None = attrs.field(default=UNSET, metadata=f("maxLength", nullable=True))
+    max_length: int | UnsetType | None = field(default=UNSET, metadata=f("maxLength", nullable=True))
     """Maximum string length.
 
     Optional. Omitted and `null` are equivalent and mean there is no maximum length constraint.
 
     (wire ``maxLength``; optional (``UNSET`` when absent))
     """
-    pattern: str | UnsetType | None = attrs.field(default=UNSET, metadata=f("pattern", nullable=True))
+    pattern: str | UnsetType | None = field(default=UNSET, metadata=f("pattern", nullable=True))
     """Pattern the string must match.
 
     Optional. Omitted and `null` are equivalent and mean there is no pattern constraint.
 
     (wire ``pattern``; optional (``UNSET`` when absent))
     """
-    format: StringFormat | UnsetType | None = attrs.field(default=UNSET, metadata=f("format", nullable=True))
+    format: StringFormat | UnsetType | None = field(default=UNSET, metadata=f("format", nullable=True))
     """String format.
 
     Optional. Omitted and `null` are equivalent and mean there is no format constraint.
 
     (wire ``format``; optional (``UNSET`` when absent))
     """
-    default: str | UnsetType | None = attrs.field(default=UNSET, metadata=f("default", nullable=True, on_error=True))
+    default: str | UnsetType | None = field(default=UNSET, metadata=f("default", nullable=True, on_error=True))
     """Default value.
 
     Optional. Omitted and `null` are equivalent and mean no default value is provided.
 
     (wire ``default``; optional (``UNSET`` when absent))
     """
-    enum: list[str] | UnsetType | None = attrs.field(default=UNSET, metadata=f("enum", nullable=True))
+    enum: list[str] | UnsetType | None = field(default=UNSET, metadata=f("enum", nullable=True))
     """Enum values for untitled single-select enums.
     Optional. Omitted and `null` are equivalent and mean no untitled single-select choices are
     declared by `enum`.
 
     (wire ``enum``; optional (``UNSET`` when absent))
     """
-    one_of: list[EnumOption] | UnsetType | None = attrs.field(default=UNSET, metadata=f("oneOf", nullable=True))
+    one_of: list[EnumOption] | UnsetType | None = field(default=UNSET, metadata=f("oneOf", nullable=True))
     """Titled enum options for titled single-select enums.
     Optional. Omitted and `null` are equivalent and mean no titled single-select choices are
     declared by `oneOf`.
 
     (wire ``oneOf``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -6160,7 +5954,7 @@ class StringPropertySchema:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -6212,53 +6006,49 @@ class StringPropertySchema:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class NumberPropertySchema:
     """Schema for number (floating-point) properties in an elicitation form.
 
     Schema: ``schema/v1/schema.json``, ``$defs/NumberPropertySchema``
     """
 
-    title: str | UnsetType | None = attrs.field(default=UNSET, metadata=f("title", nullable=True, on_error=True))
+    title: str | UnsetType | None = field(default=UNSET, metadata=f("title", nullable=True, on_error=True))
     """Optional title for the property.
 
     Optional. Omitted and `null` are equivalent and mean no title is provided.
 
     (wire ``title``; optional (``UNSET`` when absent))
     """
-    description: str | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("description", nullable=True, on_error=True)
-    )
+    description: str | UnsetType | None = field(default=UNSET, metadata=f("description", nullable=True, on_error=True))
     """Human-readable description.
 
     Optional. Omitted and `null` are equivalent and mean no description is provided.
 
     (wire ``description``; optional (``UNSET`` when absent))
     """
-    minimum: float | UnsetType | None = attrs.field(default=UNSET, metadata=f("minimum", nullable=True))
+    minimum: float | UnsetType | None = field(default=UNSET, metadata=f("minimum", nullable=True))
     """Minimum value (inclusive).
 
     Optional. Omitted and `null` are equivalent and mean there is no inclusive lower bound.
 
     (wire ``minimum``; optional (``UNSET`` when absent))
     """
-    maximum: float | UnsetType | None = attrs.field(default=UNSET, metadata=f("maximum", nullable=True))
+    maximum: float | UnsetType | None = field(default=UNSET, metadata=f("maximum", nullable=True))
     """Maximum value (inclusive).
 
     Optional. Omitted and `null` are equivalent and mean there is no inclusive upper bound.
 
     (wire ``maximum``; optional (``UNSET`` when absent))
     """
-    default: float | UnsetType | None = attrs.field(default=UNSET, metadata=f("default", nullable=True, on_error=True))
+    default: float | UnsetType | None = field(default=UNSET, metadata=f("default", nullable=True, on_error=True))
     """Default value.
 
     Optional. Omitted and `null` are equivalent and mean no default value is provided.
 
     (wire ``default``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -6269,7 +6059,7 @@ class NumberPropertySchema:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -6309,53 +6099,49 @@ class NumberPropertySchema:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class IntegerPropertySchema:
     """Schema for integer properties in an elicitation form.
 
     Schema: ``schema/v1/schema.json``, ``$defs/IntegerPropertySchema``
     """
 
-    title: str | UnsetType | None = attrs.field(default=UNSET, metadata=f("title", nullable=True, on_error=True))
+    title: str | UnsetType | None = field(default=UNSET, metadata=f("title", nullable=True, on_error=True))
     """Optional title for the property.
 
     Optional. Omitted and `null` are equivalent and mean no title is provided.
 
     (wire ``title``; optional (``UNSET`` when absent))
     """
-    description: str | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("description", nullable=True, on_error=True)
-    )
+    description: str | UnsetType | None = field(default=UNSET, metadata=f("description", nullable=True, on_error=True))
     """Human-readable description.
 
     Optional. Omitted and `null` are equivalent and mean no description is provided.
 
     (wire ``description``; optional (``UNSET`` when absent))
     """
-    minimum: int | UnsetType | None = attrs.field(default=UNSET, metadata=f("minimum", nullable=True))
+    minimum: int | UnsetType | None = field(default=UNSET, metadata=f("minimum", nullable=True))
     """Minimum value (inclusive).
 
     Optional. Omitted and `null` are equivalent and mean there is no inclusive lower bound.
 
     (wire ``minimum``; optional (``UNSET`` when absent))
     """
-    maximum: int | UnsetType | None = attrs.field(default=UNSET, metadata=f("maximum", nullable=True))
+    maximum: int | UnsetType | None = field(default=UNSET, metadata=f("maximum", nullable=True))
     """Maximum value (inclusive).
 
     Optional. Omitted and `null` are equivalent and mean there is no inclusive upper bound.
 
     (wire ``maximum``; optional (``UNSET`` when absent))
     """
-    default: int | UnsetType | None = attrs.field(default=UNSET, metadata=f("default", nullable=True, on_error=True))
+    default: int | UnsetType | None = field(default=UNSET, metadata=f("default", nullable=True, on_error=True))
     """Default value.
 
     Optional. Omitted and `null` are equivalent and mean no default value is provided.
 
     (wire ``default``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -6366,7 +6152,7 @@ class IntegerPropertySchema:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -6406,39 +6192,35 @@ class IntegerPropertySchema:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class BooleanPropertySchema:
     """Schema for boolean properties in an elicitation form.
 
     Schema: ``schema/v1/schema.json``, ``$defs/BooleanPropertySchema``
     """
 
-    title: str | UnsetType | None = attrs.field(default=UNSET, metadata=f("title", nullable=True, on_error=True))
+    title: str | UnsetType | None = field(default=UNSET, metadata=f("title", nullable=True, on_error=True))
     """Optional title for the property.
 
     Optional. Omitted and `null` are equivalent and mean no title is provided.
 
     (wire ``title``; optional (``UNSET`` when absent))
     """
-    description: str | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("description", nullable=True, on_error=True)
-    )
+    description: str | UnsetType | None = field(default=UNSET, metadata=f("description", nullable=True, on_error=True))
     """Human-readable description.
 
     Optional. Omitted and `null` are equivalent and mean no description is provided.
 
     (wire ``description``; optional (``UNSET`` when absent))
     """
-    default: bool | UnsetType | None = attrs.field(default=UNSET, metadata=f("default", nullable=True, on_error=True))
+    default: bool | UnsetType | None = field(default=UNSET, metadata=f("default", nullable=True, on_error=True))
     """Default value.
 
     Optional. Omitted and `null` are equivalent and mean no default value is provided.
 
     (wire ``default``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -6449,7 +6231,7 @@ class BooleanPropertySchema:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -6483,49 +6265,47 @@ class BooleanPropertySchema:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class MultiSelectPropertySchema:
     """Schema for multi-select (array) properties in an elicitation form.
 
     Schema: ``schema/v1/schema.json``, ``$defs/MultiSelectPropertySchema``
     """
 
-    title: str | UnsetType | None = attrs.field(default=UNSET, metadata=f("title", nullable=True, on_error=True))
+    title: str | UnsetType | None = field(default=UNSET, metadata=f("title", nullable=True, on_error=True))
     """Optional title for the property.
 
     Optional. Omitted and `null` are equivalent and mean no title is provided.
 
     (wire ``title``; optional (``UNSET`` when absent))
     """
-    description: str | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("description", nullable=True, on_error=True)
-    )
+    description: str | UnsetType | None = field(default=UNSET, metadata=f("description", nullable=True, on_error=True))
     """Human-readable description.
 
     Optional. Omitted and `null` are equivalent and mean no description is provided.
 
     (wire ``description``; optional (``UNSET`` when absent))
     """
-    min_items: int | UnsetType | None = attrs.field(default=UNSET, metadata=f("minItems", nullable=True))
+    min_items: int | UnsetType | None = field(default=UNSET, metadata=f("minItems", nullable=True))
     """Minimum number of items to select.
 
     Optional. Omitted and `null` are equivalent and mean there is no minimum selection count.
 
     (wire ``minItems``; optional (``UNSET`` when absent))
     """
-    max_items: int | UnsetType | None = attrs.field(default=UNSET, metadata=f("maxItems", nullable=True))
+    max_items: int | UnsetType | None = field(default=UNSET, metadata=f("maxItems", nullable=True))
     """Maximum number of items to select.
 
     Optional. Omitted and `null` are equivalent and mean there is no maximum selection count.
 
     (wire ``maxItems``; optional (``UNSET`` when absent))
     """
-    items: MultiSelectItems = attrs.field(metadata=f("items"))
+    items: MultiSelectItems = field(metadata=f("items"))
     """The items definition describing allowed values.
 
     (wire ``items``; required)
     """
-    default: list[str] | UnsetType | None = attrs.field(
+    default: list[str] | UnsetType | None = field(
         default=UNSET, metadata=f("default", nullable=True, on_error=True, skip_invalid=True)
     )
     """Default selected values.
@@ -6534,9 +6314,7 @@ class MultiSelectPropertySchema:
 
     (wire ``default``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -6547,7 +6325,7 @@ class MultiSelectPropertySchema:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -6590,24 +6368,24 @@ class MultiSelectPropertySchema:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class ElicitationFormMode:
     """Form-based elicitation mode where the client renders a form from the provided schema.
 
     Schema: ``schema/v1/schema.json``, ``$defs/ElicitationFormMode``
     """
 
-    requested_schema: ElicitationSchema = attrs.field(metadata=f("requestedSchema"))
+    requested_schema: ElicitationSchema = field(metadata=f("requestedSchema"))
     """A JSON Schema describing the form fields to present to the user.
 
     (wire ``requestedSchema``; required)
     """
-    session_id: SessionId | UnsetType = attrs.field(default=UNSET, metadata=f("sessionId"))
+    session_id: SessionId | UnsetType = field(default=UNSET, metadata=f("sessionId"))
     """The session this elicitation is tied to.
 
     (wire ``sessionId``; optional (``UNSET`` when absent))
     """
-    tool_call_id: ToolCallId | UnsetType | None = attrs.field(
+    tool_call_id: ToolCallId | UnsetType | None = field(
         default=UNSET, metadata=f("toolCallId", nullable=True, on_error=True)
     )
     """Optional tool call within the session.
@@ -6617,12 +6395,12 @@ class ElicitationFormMode:
 
     (wire ``toolCallId``; optional (``UNSET`` when absent))
     """
-    request_id: RequestId | UnsetType = attrs.field(default=UNSET, metadata=f("requestId"))
+    request_id: RequestId | UnsetType = field(default=UNSET, metadata=f("requestId"))
     """The request this elicitation is tied to.
 
     (wire ``requestId``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -6656,29 +6434,29 @@ class ElicitationFormMode:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class ElicitationUrlMode:
     """URL-based elicitation mode where the client directs the user to a URL.
 
     Schema: ``schema/v1/schema.json``, ``$defs/ElicitationUrlMode``
     """
 
-    elicitation_id: ElicitationId = attrs.field(metadata=f("elicitationId"))
+    elicitation_id: ElicitationId = field(metadata=f("elicitationId"))
     """The unique identifier for this elicitation.
 
     (wire ``elicitationId``; required)
     """
-    url: str = attrs.field(metadata=f("url"))
+    url: str = field(metadata=f("url"))
     """The URL to direct the user to.
 
     (wire ``url``; required)
     """
-    session_id: SessionId | UnsetType = attrs.field(default=UNSET, metadata=f("sessionId"))
+    session_id: SessionId | UnsetType = field(default=UNSET, metadata=f("sessionId"))
     """The session this elicitation is tied to.
 
     (wire ``sessionId``; optional (``UNSET`` when absent))
     """
-    tool_call_id: ToolCallId | UnsetType | None = attrs.field(
+    tool_call_id: ToolCallId | UnsetType | None = field(
         default=UNSET, metadata=f("toolCallId", nullable=True, on_error=True)
     )
     """Optional tool call within the session.
@@ -6688,12 +6466,12 @@ class ElicitationUrlMode:
 
     (wire ``toolCallId``; optional (``UNSET`` when absent))
     """
-    request_id: RequestId | UnsetType = attrs.field(default=UNSET, metadata=f("requestId"))
+    request_id: RequestId | UnsetType = field(default=UNSET, metadata=f("requestId"))
     """The request this elicitation is tied to.
 
     (wire ``requestId``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -6730,7 +6508,7 @@ class ElicitationUrlMode:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class InitializeResponse:
     """Response to the `initialize` method.
 
@@ -6741,7 +6519,7 @@ class InitializeResponse:
     Schema: ``schema/v1/schema.json``, ``$defs/InitializeResponse``
     """
 
-    protocol_version: ProtocolVersion = attrs.field(metadata=f("protocolVersion"))
+    protocol_version: ProtocolVersion = field(metadata=f("protocolVersion"))
     """The protocol version the client specified if supported by the agent,
     or the latest protocol version supported by the agent.
 
@@ -6749,7 +6527,7 @@ class InitializeResponse:
 
     (wire ``protocolVersion``; required)
     """
-    agent_capabilities: AgentCapabilities | UnsetType = attrs.field(
+    agent_capabilities: AgentCapabilities | UnsetType = field(
         default=UNSET,
         metadata=f(
             "agentCapabilities",
@@ -6767,14 +6545,14 @@ class InitializeResponse:
 
     (wire ``agentCapabilities``; optional (``UNSET`` when absent); schema default ``{'loadSession': False, 'promptCapabilities': {'image': False, 'audio': False, 'embeddedContext': False}, 'mcpCapabilities': {'http': False, 'sse': False}, 'sessionCapabilities': {}, 'auth': {}}``)
     """
-    auth_methods: list[AuthMethod] | UnsetType = attrs.field(
+    auth_methods: list[AuthMethod] | UnsetType = field(
         default=UNSET, metadata=f("authMethods", on_error=True, skip_invalid=True, default=[])
     )
     """Authentication methods supported by the agent.
 
     (wire ``authMethods``; optional (``UNSET`` when absent); schema default ``[]``)
     """
-    agent_info: Implementation | UnsetType | None = attrs.field(
+    agent_info: Implementation | UnsetType | None = field(
         default=UNSET, metadata=f("agentInfo", nullable=True, on_error=True)
     )
     """Information about the Agent name and version sent to the Client.
@@ -6783,9 +6561,7 @@ class InitializeResponse:
 
     (wire ``agentInfo``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -6794,7 +6570,7 @@ class InitializeResponse:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -6831,7 +6607,7 @@ class InitializeResponse:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class AgentCapabilities:
     """Capabilities supported by the agent.
 
@@ -6843,12 +6619,12 @@ class AgentCapabilities:
     Schema: ``schema/v1/schema.json``, ``$defs/AgentCapabilities``
     """
 
-    load_session: bool | UnsetType = attrs.field(default=UNSET, metadata=f("loadSession", on_error=True, default=False))
+    load_session: bool | UnsetType = field(default=UNSET, metadata=f("loadSession", on_error=True, default=False))
     """Whether the agent supports `session/load`.
 
     (wire ``loadSession``; optional (``UNSET`` when absent); schema default ``False``)
     """
-    prompt_capabilities: PromptCapabilities | UnsetType = attrs.field(
+    prompt_capabilities: PromptCapabilities | UnsetType = field(
         default=UNSET,
         metadata=f(
             "promptCapabilities", on_error=True, default={"image": False, "audio": False, "embeddedContext": False}
@@ -6858,28 +6634,26 @@ class AgentCapabilities:
 
     (wire ``promptCapabilities``; optional (``UNSET`` when absent); schema default ``{'image': False, 'audio': False, 'embeddedContext': False}``)
     """
-    mcp_capabilities: McpCapabilities | UnsetType = attrs.field(
+    mcp_capabilities: McpCapabilities | UnsetType = field(
         default=UNSET, metadata=f("mcpCapabilities", on_error=True, default={"http": False, "sse": False})
     )
     """MCP capabilities supported by the agent.
 
     (wire ``mcpCapabilities``; optional (``UNSET`` when absent); schema default ``{'http': False, 'sse': False}``)
     """
-    session_capabilities: SessionCapabilities | UnsetType = attrs.field(
+    session_capabilities: SessionCapabilities | UnsetType = field(
         default=UNSET, metadata=f("sessionCapabilities", on_error=True, default={})
     )
     """Session lifecycle and prompt capabilities advertised by the agent.
 
     (wire ``sessionCapabilities``; optional (``UNSET`` when absent); schema default ``{}``)
     """
-    auth: AgentAuthCapabilities | UnsetType = attrs.field(default=UNSET, metadata=f("auth", on_error=True, default={}))
+    auth: AgentAuthCapabilities | UnsetType = field(default=UNSET, metadata=f("auth", on_error=True, default={}))
     """Authentication-related capabilities supported by the agent.
 
     (wire ``auth``; optional (``UNSET`` when absent); schema default ``{}``)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -6888,7 +6662,7 @@ class AgentCapabilities:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -6928,7 +6702,7 @@ class AgentCapabilities:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class PromptCapabilities:
     """Prompt capabilities supported by the agent in `session/prompt` requests.
 
@@ -6946,17 +6720,17 @@ class PromptCapabilities:
     Schema: ``schema/v1/schema.json``, ``$defs/PromptCapabilities``
     """
 
-    image: bool | UnsetType = attrs.field(default=UNSET, metadata=f("image", on_error=True, default=False))
+    image: bool | UnsetType = field(default=UNSET, metadata=f("image", on_error=True, default=False))
     """Agent supports `image` content blocks.
 
     (wire ``image``; optional (``UNSET`` when absent); schema default ``False``)
     """
-    audio: bool | UnsetType = attrs.field(default=UNSET, metadata=f("audio", on_error=True, default=False))
+    audio: bool | UnsetType = field(default=UNSET, metadata=f("audio", on_error=True, default=False))
     """Agent supports `audio` content blocks.
 
     (wire ``audio``; optional (``UNSET`` when absent); schema default ``False``)
     """
-    embedded_context: bool | UnsetType = attrs.field(
+    embedded_context: bool | UnsetType = field(
         default=UNSET, metadata=f("embeddedContext", on_error=True, default=False)
     )
     """Agent supports embedded context in `session/prompt` requests.
@@ -6966,9 +6740,7 @@ class PromptCapabilities:
 
     (wire ``embeddedContext``; optional (``UNSET`` when absent); schema default ``False``)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -6977,7 +6749,7 @@ class PromptCapabilities:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -7011,26 +6783,24 @@ class PromptCapabilities:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class McpCapabilities:
     """MCP capabilities supported by the agent
 
     Schema: ``schema/v1/schema.json``, ``$defs/McpCapabilities``
     """
 
-    http: bool | UnsetType = attrs.field(default=UNSET, metadata=f("http", on_error=True, default=False))
+    http: bool | UnsetType = field(default=UNSET, metadata=f("http", on_error=True, default=False))
     """Agent supports `http` MCP servers.
 
     (wire ``http``; optional (``UNSET`` when absent); schema default ``False``)
     """
-    sse: bool | UnsetType = attrs.field(default=UNSET, metadata=f("sse", on_error=True, default=False))
+    sse: bool | UnsetType = field(default=UNSET, metadata=f("sse", on_error=True, default=False))
     """Agent supports `sse` MCP servers.
 
     (wire ``sse``; optional (``UNSET`` when absent); schema default ``False``)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -7039,7 +6809,7 @@ class McpCapabilities:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -7065,7 +6835,7 @@ class McpCapabilities:
         return self.http == o.http and self.sse == o.sse and self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class SessionCapabilities:
     """Session capabilities supported by the agent.
 
@@ -7080,7 +6850,7 @@ class SessionCapabilities:
     Schema: ``schema/v1/schema.json``, ``$defs/SessionCapabilities``
     """
 
-    list: SessionListCapabilities | UnsetType | None = attrs.field(
+    list: SessionListCapabilities | UnsetType | None = field(
         default=UNSET, metadata=f("list", nullable=True, on_error=True)
     )
     """Whether the agent supports `session/list`.
@@ -7090,7 +6860,7 @@ class SessionCapabilities:
 
     (wire ``list``; optional (``UNSET`` when absent))
     """
-    delete: SessionDeleteCapabilities | UnsetType | None = attrs.field(
+    delete: SessionDeleteCapabilities | UnsetType | None = field(
         default=UNSET, metadata=f("delete", nullable=True, on_error=True)
     )
     """Whether the agent supports `session/delete`.
@@ -7100,7 +6870,7 @@ class SessionCapabilities:
 
     (wire ``delete``; optional (``UNSET`` when absent))
     """
-    additional_directories: SessionAdditionalDirectoriesCapabilities | UnsetType | None = attrs.field(
+    additional_directories: SessionAdditionalDirectoriesCapabilities | UnsetType | None = field(
         default=UNSET, metadata=f("additionalDirectories", nullable=True, on_error=True)
     )
     """Whether the agent supports `additionalDirectories` on supported session lifecycle requests.
@@ -7115,7 +6885,7 @@ class SessionCapabilities:
 
     (wire ``additionalDirectories``; optional (``UNSET`` when absent))
     """
-    resume: SessionResumeCapabilities | UnsetType | None = attrs.field(
+    resume: SessionResumeCapabilities | UnsetType | None = field(
         default=UNSET, metadata=f("resume", nullable=True, on_error=True)
     )
     """Whether the agent supports `session/resume`.
@@ -7125,7 +6895,7 @@ class SessionCapabilities:
 
     (wire ``resume``; optional (``UNSET`` when absent))
     """
-    close: SessionCloseCapabilities | UnsetType | None = attrs.field(
+    close: SessionCloseCapabilities | UnsetType | None = field(
         default=UNSET, metadata=f("close", nullable=True, on_error=True)
     )
     """Whether the agent supports `session/close`.
@@ -7135,9 +6905,7 @@ class SessionCapabilities:
 
     (wire ``close``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -7146,7 +6914,7 @@ class SessionCapabilities:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -7186,7 +6954,7 @@ class SessionCapabilities:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class SessionListCapabilities:
     """Capabilities for the `session/list` method.
 
@@ -7195,9 +6963,7 @@ class SessionListCapabilities:
     Schema: ``schema/v1/schema.json``, ``$defs/SessionListCapabilities``
     """
 
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -7206,7 +6972,7 @@ class SessionListCapabilities:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -7225,7 +6991,7 @@ class SessionListCapabilities:
         return self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class SessionDeleteCapabilities:
     """Capabilities for the `session/delete` method.
 
@@ -7234,9 +7000,7 @@ class SessionDeleteCapabilities:
     Schema: ``schema/v1/schema.json``, ``$defs/SessionDeleteCapabilities``
     """
 
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -7245,7 +7009,7 @@ class SessionDeleteCapabilities:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -7264,7 +7028,7 @@ class SessionDeleteCapabilities:
         return self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class SessionAdditionalDirectoriesCapabilities:
     """Capabilities for additional session directories support.
 
@@ -7276,9 +7040,7 @@ class SessionAdditionalDirectoriesCapabilities:
     Schema: ``schema/v1/schema.json``, ``$defs/SessionAdditionalDirectoriesCapabilities``
     """
 
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -7287,7 +7049,7 @@ class SessionAdditionalDirectoriesCapabilities:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -7306,7 +7068,7 @@ class SessionAdditionalDirectoriesCapabilities:
         return self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class SessionResumeCapabilities:
     """Capabilities for the `session/resume` method.
 
@@ -7315,9 +7077,7 @@ class SessionResumeCapabilities:
     Schema: ``schema/v1/schema.json``, ``$defs/SessionResumeCapabilities``
     """
 
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -7326,7 +7086,7 @@ class SessionResumeCapabilities:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -7345,7 +7105,7 @@ class SessionResumeCapabilities:
         return self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class SessionCloseCapabilities:
     """Capabilities for the `session/close` method.
 
@@ -7354,9 +7114,7 @@ class SessionCloseCapabilities:
     Schema: ``schema/v1/schema.json``, ``$defs/SessionCloseCapabilities``
     """
 
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -7365,7 +7123,7 @@ class SessionCloseCapabilities:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -7384,14 +7142,14 @@ class SessionCloseCapabilities:
         return self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class AgentAuthCapabilities:
     """Authentication-related capabilities supported by the agent.
 
     Schema: ``schema/v1/schema.json``, ``$defs/AgentAuthCapabilities``
     """
 
-    logout: LogoutCapabilities | UnsetType | None = attrs.field(
+    logout: LogoutCapabilities | UnsetType | None = field(
         default=UNSET, metadata=f("logout", nullable=True, on_error=True)
     )
     """Whether the agent supports the logout method.
@@ -7401,9 +7159,7 @@ class AgentAuthCapabilities:
 
     (wire ``logout``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -7412,7 +7168,7 @@ class AgentAuthCapabilities:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -7436,7 +7192,7 @@ class AgentAuthCapabilities:
         return self.logout == o.logout and self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class LogoutCapabilities:
     """Logout capabilities supported by the agent.
 
@@ -7445,9 +7201,7 @@ class LogoutCapabilities:
     Schema: ``schema/v1/schema.json``, ``$defs/LogoutCapabilities``
     """
 
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -7456,7 +7210,7 @@ class LogoutCapabilities:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -7475,7 +7229,7 @@ class LogoutCapabilities:
         return self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class AuthMethodTerminal:
     """Terminal-based authentication method.
 
@@ -7488,37 +7242,33 @@ class AuthMethodTerminal:
     Schema: ``schema/v1/schema.json``, ``$defs/AuthMethodTerminal``
     """
 
-    id: AuthMethodId = attrs.field(metadata=f("id"))
+    id: AuthMethodId = field(metadata=f("id"))
     """Unique identifier for this authentication method.
 
     (wire ``id``; required)
     """
-    name: str = attrs.field(metadata=f("name"))
+    name: str = field(metadata=f("name"))
     """Human-readable name of the authentication method.
 
     (wire ``name``; required)
     """
-    description: str | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("description", nullable=True, on_error=True)
-    )
+    description: str | UnsetType | None = field(default=UNSET, metadata=f("description", nullable=True, on_error=True))
     """Optional human-readable description of this authentication method.
 
     (wire ``description``; optional (``UNSET`` when absent))
     """
-    args: list[str] | UnsetType = attrs.field(default=UNSET, metadata=f("args", on_null=True))
+    args: list[str] | UnsetType = field(default=UNSET, metadata=f("args", on_null=True))
     """Additional arguments to append to the configured agent invocation for terminal auth.
 
     (wire ``args``; optional (``UNSET`` when absent))
     """
-    env: dict[str, str] | UnsetType = attrs.field(default=UNSET, metadata=f("env", on_null=True))
+    env: dict[str, str] | UnsetType = field(default=UNSET, metadata=f("env", on_null=True))
     """Additional environment variables to set on the configured agent invocation for terminal auth.
     These values override same-named variables in the base launch configuration.
 
     (wire ``env``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -7527,7 +7277,7 @@ class AuthMethodTerminal:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -7567,7 +7317,7 @@ class AuthMethodTerminal:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class Implementation:
     """Metadata about the implementation of the client or agent.
     Describes the name and version of an ACP implementation, with an optional
@@ -7576,13 +7326,13 @@ class Implementation:
     Schema: ``schema/v1/schema.json``, ``$defs/Implementation``
     """
 
-    name: str = attrs.field(metadata=f("name"))
+    name: str = field(metadata=f("name"))
     """Intended for programmatic or logical use, but can be used as a display
     name fallback if title isn't present.
 
     (wire ``name``; required)
     """
-    title: str | UnsetType | None = attrs.field(default=UNSET, metadata=f("title", nullable=True, on_error=True))
+    title: str | UnsetType | None = field(default=UNSET, metadata=f("title", nullable=True, on_error=True))
     """Intended for UI and end-user contexts and optimized to be human-readable
     and easily understood.
 
@@ -7590,15 +7340,13 @@ class Implementation:
 
     (wire ``title``; optional (``UNSET`` when absent))
     """
-    version: str = attrs.field(metadata=f("version"))
+    version: str = field(metadata=f("version"))
     """Version of the implementation. Can be displayed to the user or used
     for debugging or metrics purposes. (e.g. "1.0.0").
 
     (wire ``version``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -7607,7 +7355,7 @@ class Implementation:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -7641,16 +7389,14 @@ class Implementation:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class AuthenticateResponse:
     """Response to the `authenticate` method.
 
     Schema: ``schema/v1/schema.json``, ``$defs/AuthenticateResponse``
     """
 
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -7659,7 +7405,7 @@ class AuthenticateResponse:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -7678,16 +7424,14 @@ class AuthenticateResponse:
         return self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class LogoutResponse:
     """Response to the `logout` method.
 
     Schema: ``schema/v1/schema.json``, ``$defs/LogoutResponse``
     """
 
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -7696,7 +7440,7 @@ class LogoutResponse:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -7715,7 +7459,7 @@ class LogoutResponse:
         return self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class NewSessionResponse:
     """Response from creating a new session.
 
@@ -7724,32 +7468,28 @@ class NewSessionResponse:
     Schema: ``schema/v1/schema.json``, ``$defs/NewSessionResponse``
     """
 
-    session_id: SessionId = attrs.field(metadata=f("sessionId"))
+    session_id: SessionId = field(metadata=f("sessionId"))
     """Unique identifier for the created session.
 
     Used in all subsequent requests for this conversation.
 
     (wire ``sessionId``; required)
     """
-    modes: SessionModeState | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("modes", nullable=True, on_error=True)
-    )
+    modes: SessionModeState | UnsetType | None = field(default=UNSET, metadata=f("modes", nullable=True, on_error=True))
     """Initial mode state if supported by the Agent
 
     See protocol docs: [Session Modes](https://agentclientprotocol.com/protocol/v1/session-modes)
 
     (wire ``modes``; optional (``UNSET`` when absent))
     """
-    config_options: list[SessionConfigOption] | UnsetType | None = attrs.field(
+    config_options: list[SessionConfigOption] | UnsetType | None = field(
         default=UNSET, metadata=f("configOptions", nullable=True, on_error=True, skip_invalid=True)
     )
     """Initial session configuration options if supported by the Agent.
 
     (wire ``configOptions``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -7758,7 +7498,7 @@ class NewSessionResponse:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -7792,26 +7532,24 @@ class NewSessionResponse:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class SessionModeState:
     """The set of modes and the one currently active.
 
     Schema: ``schema/v1/schema.json``, ``$defs/SessionModeState``
     """
 
-    current_mode_id: SessionModeId = attrs.field(metadata=f("currentModeId"))
+    current_mode_id: SessionModeId = field(metadata=f("currentModeId"))
     """The current mode the Agent is in.
 
     (wire ``currentModeId``; required)
     """
-    available_modes: list[SessionMode] = attrs.field(metadata=f("availableModes", on_error=True, skip_invalid=True))
+    available_modes: list[SessionMode] = field(metadata=f("availableModes", on_error=True, skip_invalid=True))
     """The set of modes that the Agent can operate in
 
     (wire ``availableModes``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -7820,7 +7558,7 @@ class SessionModeState:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -7851,7 +7589,7 @@ class SessionModeState:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class SessionMode:
     """A mode the agent can operate in.
 
@@ -7860,26 +7598,22 @@ class SessionMode:
     Schema: ``schema/v1/schema.json``, ``$defs/SessionMode``
     """
 
-    id: SessionModeId = attrs.field(metadata=f("id"))
+    id: SessionModeId = field(metadata=f("id"))
     """Stable identifier used to refer to this protocol object in later messages.
 
     (wire ``id``; required)
     """
-    name: str = attrs.field(metadata=f("name"))
+    name: str = field(metadata=f("name"))
     """Human-readable name shown for this protocol object.
 
     (wire ``name``; required)
     """
-    description: str | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("description", nullable=True, on_error=True)
-    )
+    description: str | UnsetType | None = field(default=UNSET, metadata=f("description", nullable=True, on_error=True))
     """Optional human-readable details shown with this protocol object.
 
     (wire ``description``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -7888,7 +7622,7 @@ class SessionMode:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -7922,33 +7656,29 @@ class SessionMode:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class SessionConfigSelectOption:
     """A possible value for a session configuration option.
 
     Schema: ``schema/v1/schema.json``, ``$defs/SessionConfigSelectOption``
     """
 
-    value: SessionConfigValueId = attrs.field(metadata=f("value"))
+    value: SessionConfigValueId = field(metadata=f("value"))
     """Unique identifier for this option value.
 
     (wire ``value``; required)
     """
-    name: str = attrs.field(metadata=f("name"))
+    name: str = field(metadata=f("name"))
     """Human-readable label for this option value.
 
     (wire ``name``; required)
     """
-    description: str | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("description", nullable=True, on_error=True)
-    )
+    description: str | UnsetType | None = field(default=UNSET, metadata=f("description", nullable=True, on_error=True))
     """Optional description for this option value.
 
     (wire ``description``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -7957,7 +7687,7 @@ class SessionConfigSelectOption:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -7991,31 +7721,29 @@ class SessionConfigSelectOption:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class SessionConfigSelectGroup:
     """A group of possible values for a session configuration option.
 
     Schema: ``schema/v1/schema.json``, ``$defs/SessionConfigSelectGroup``
     """
 
-    group: SessionConfigGroupId = attrs.field(metadata=f("group"))
+    group: SessionConfigGroupId = field(metadata=f("group"))
     """Unique identifier for this group.
 
     (wire ``group``; required)
     """
-    name: str = attrs.field(metadata=f("name"))
+    name: str = field(metadata=f("name"))
     """Human-readable label for this group.
 
     (wire ``name``; required)
     """
-    options: list[SessionConfigSelectOption] = attrs.field(metadata=f("options", on_error=True, skip_invalid=True))
+    options: list[SessionConfigSelectOption] = field(metadata=f("options", on_error=True, skip_invalid=True))
     """The set of option values in this group.
 
     (wire ``options``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -8024,7 +7752,7 @@ class SessionConfigSelectGroup:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -8058,24 +7786,24 @@ class SessionConfigSelectGroup:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class SessionConfigSelect:
     """A single-value selector (dropdown) session configuration option payload.
 
     Schema: ``schema/v1/schema.json``, ``$defs/SessionConfigSelect``
     """
 
-    current_value: SessionConfigValueId = attrs.field(metadata=f("currentValue"))
+    current_value: SessionConfigValueId = field(metadata=f("currentValue"))
     """The currently selected value.
 
     (wire ``currentValue``; required)
     """
-    options: SessionConfigSelectOptions = attrs.field(metadata=f("options"))
+    options: SessionConfigSelectOptions = field(metadata=f("options"))
     """The set of selectable options.
 
     (wire ``options``; required)
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -8101,19 +7829,19 @@ class SessionConfigSelect:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class SessionConfigBoolean:
     """A boolean on/off toggle session configuration option payload.
 
     Schema: ``schema/v1/schema.json``, ``$defs/SessionConfigBoolean``
     """
 
-    current_value: bool = attrs.field(metadata=f("currentValue"))
+    current_value: bool = field(metadata=f("currentValue"))
     """The current value of the boolean option.
 
     (wire ``currentValue``; required)
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(self, *, current_value: bool, extra_fields: dict[str, Any] | None = None) -> None:
@@ -8130,32 +7858,28 @@ class SessionConfigBoolean:
         return self.current_value == o.current_value and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class LoadSessionResponse:
     """Response from loading an existing session.
 
     Schema: ``schema/v1/schema.json``, ``$defs/LoadSessionResponse``
     """
 
-    modes: SessionModeState | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("modes", nullable=True, on_error=True)
-    )
+    modes: SessionModeState | UnsetType | None = field(default=UNSET, metadata=f("modes", nullable=True, on_error=True))
     """Initial mode state if supported by the Agent
 
     See protocol docs: [Session Modes](https://agentclientprotocol.com/protocol/v1/session-modes)
 
     (wire ``modes``; optional (``UNSET`` when absent))
     """
-    config_options: list[SessionConfigOption] | UnsetType | None = attrs.field(
+    config_options: list[SessionConfigOption] | UnsetType | None = field(
         default=UNSET, metadata=f("configOptions", nullable=True, on_error=True, skip_invalid=True)
     )
     """Initial session configuration options if supported by the Agent.
 
     (wire ``configOptions``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -8164,7 +7888,7 @@ class LoadSessionResponse:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -8195,29 +7919,25 @@ class LoadSessionResponse:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class ListSessionsResponse:
     """Response from listing sessions.
 
     Schema: ``schema/v1/schema.json``, ``$defs/ListSessionsResponse``
     """
 
-    sessions: list[SessionInfo] = attrs.field(metadata=f("sessions", on_error=True, skip_invalid=True))
+    sessions: list[SessionInfo] = field(metadata=f("sessions", on_error=True, skip_invalid=True))
     """Array of session information objects
 
     (wire ``sessions``; required)
     """
-    next_cursor: str | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("nextCursor", nullable=True, on_error=True)
-    )
+    next_cursor: str | UnsetType | None = field(default=UNSET, metadata=f("nextCursor", nullable=True, on_error=True))
     """Opaque cursor token. If present, pass this in the next request's cursor parameter
     to fetch the next page. If absent, there are no more results.
 
     (wire ``nextCursor``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -8226,7 +7946,7 @@ class ListSessionsResponse:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -8257,24 +7977,24 @@ class ListSessionsResponse:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class SessionInfo:
     """Information about a session returned by session/list
 
     Schema: ``schema/v1/schema.json``, ``$defs/SessionInfo``
     """
 
-    session_id: SessionId = attrs.field(metadata=f("sessionId"))
+    session_id: SessionId = field(metadata=f("sessionId"))
     """Unique identifier for the session
 
     (wire ``sessionId``; required)
     """
-    cwd: str = attrs.field(metadata=f("cwd"))
+    cwd: str = field(metadata=f("cwd"))
     """The working directory for this session. Must be an absolute path.
 
     (wire ``cwd``; required)
     """
-    additional_directories: list[str] | UnsetType = attrs.field(
+    additional_directories: list[str] | UnsetType = field(
         default=UNSET, metadata=f("additionalDirectories", on_error=True, skip_invalid=True)
     )
     """Additional workspace roots reported for this session. Each path must be absolute.
@@ -8285,21 +8005,17 @@ class SessionInfo:
 
     (wire ``additionalDirectories``; optional (``UNSET`` when absent))
     """
-    title: str | UnsetType | None = attrs.field(default=UNSET, metadata=f("title", nullable=True, on_error=True))
+    title: str | UnsetType | None = field(default=UNSET, metadata=f("title", nullable=True, on_error=True))
     """Human-readable title for the session
 
     (wire ``title``; optional (``UNSET`` when absent))
     """
-    updated_at: str | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("updatedAt", nullable=True, on_error=True)
-    )
+    updated_at: str | UnsetType | None = field(default=UNSET, metadata=f("updatedAt", nullable=True, on_error=True))
     """ISO 8601 timestamp of last activity
 
     (wire ``updatedAt``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -8308,7 +8024,7 @@ class SessionInfo:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -8348,16 +8064,14 @@ class SessionInfo:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class DeleteSessionResponse:
     """Response from deleting a session.
 
     Schema: ``schema/v1/schema.json``, ``$defs/DeleteSessionResponse``
     """
 
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -8366,7 +8080,7 @@ class DeleteSessionResponse:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -8385,32 +8099,28 @@ class DeleteSessionResponse:
         return self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class ResumeSessionResponse:
     """Response from resuming an existing session.
 
     Schema: ``schema/v1/schema.json``, ``$defs/ResumeSessionResponse``
     """
 
-    modes: SessionModeState | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("modes", nullable=True, on_error=True)
-    )
+    modes: SessionModeState | UnsetType | None = field(default=UNSET, metadata=f("modes", nullable=True, on_error=True))
     """Initial mode state if supported by the Agent
 
     See protocol docs: [Session Modes](https://agentclientprotocol.com/protocol/v1/session-modes)
 
     (wire ``modes``; optional (``UNSET`` when absent))
     """
-    config_options: list[SessionConfigOption] | UnsetType | None = attrs.field(
+    config_options: list[SessionConfigOption] | UnsetType | None = field(
         default=UNSET, metadata=f("configOptions", nullable=True, on_error=True, skip_invalid=True)
     )
     """Initial session configuration options if supported by the Agent.
 
     (wire ``configOptions``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -8419,7 +8129,7 @@ class ResumeSessionResponse:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -8450,16 +8160,14 @@ class ResumeSessionResponse:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class CloseSessionResponse:
     """Response from closing a session.
 
     Schema: ``schema/v1/schema.json``, ``$defs/CloseSessionResponse``
     """
 
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -8468,7 +8176,7 @@ class CloseSessionResponse:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -8487,16 +8195,14 @@ class CloseSessionResponse:
         return self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class SetSessionModeResponse:
     """Response to `session/set_mode` method.
 
     Schema: ``schema/v1/schema.json``, ``$defs/SetSessionModeResponse``
     """
 
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -8505,7 +8211,7 @@ class SetSessionModeResponse:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -8524,23 +8230,19 @@ class SetSessionModeResponse:
         return self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class SetSessionConfigOptionResponse:
     """Response to `session/set_config_option` method.
 
     Schema: ``schema/v1/schema.json``, ``$defs/SetSessionConfigOptionResponse``
     """
 
-    config_options: list[SessionConfigOption] = attrs.field(
-        metadata=f("configOptions", on_error=True, skip_invalid=True)
-    )
+    config_options: list[SessionConfigOption] = field(metadata=f("configOptions", on_error=True, skip_invalid=True))
     """The full set of configuration options and their current values.
 
     (wire ``configOptions``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -8549,7 +8251,7 @@ class SetSessionConfigOptionResponse:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -8573,7 +8275,7 @@ class SetSessionConfigOptionResponse:
         return self.config_options == o.config_options and self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class PromptResponse:
     """Response from processing a user prompt.
 
@@ -8582,14 +8284,12 @@ class PromptResponse:
     Schema: ``schema/v1/schema.json``, ``$defs/PromptResponse``
     """
 
-    stop_reason: StopReason = attrs.field(metadata=f("stopReason"))
+    stop_reason: StopReason = field(metadata=f("stopReason"))
     """Indicates why the agent stopped processing the turn.
 
     (wire ``stopReason``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -8598,7 +8298,7 @@ class PromptResponse:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -8624,7 +8324,7 @@ class PromptResponse:
         return self.stop_reason == o.stop_reason and self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class Error:
     """JSON-RPC error object.
 
@@ -8636,25 +8336,25 @@ class Error:
     Schema: ``schema/v1/schema.json``, ``$defs/Error``
     """
 
-    code: ErrorCode = attrs.field(metadata=f("code"))
+    code: ErrorCode = field(metadata=f("code"))
     """A number indicating the error type that occurred.
     This must be an integer as defined in the JSON-RPC specification.
 
     (wire ``code``; required)
     """
-    message: str = attrs.field(metadata=f("message"))
+    message: str = field(metadata=f("message"))
     """A string providing a short description of the error.
     The message should be limited to a concise single sentence.
 
     (wire ``message``; required)
     """
-    data: Any | UnsetType = attrs.field(default=UNSET, metadata=f("data", on_error=True))
+    data: Any | UnsetType = field(default=UNSET, metadata=f("data", on_error=True))
     """Optional primitive or structured value that contains additional information about the error.
     This may include debugging information or context-specific details.
 
     (wire ``data``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -8685,7 +8385,7 @@ class Error:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class SessionNotification:
     """Notification containing a session update from the agent.
 
@@ -8696,19 +8396,17 @@ class SessionNotification:
     Schema: ``schema/v1/schema.json``, ``$defs/SessionNotification``
     """
 
-    session_id: SessionId = attrs.field(metadata=f("sessionId"))
+    session_id: SessionId = field(metadata=f("sessionId"))
     """The ID of the session this update pertains to.
 
     (wire ``sessionId``; required)
     """
-    update: SessionUpdate = attrs.field(metadata=f("update"))
+    update: SessionUpdate = field(metadata=f("update"))
     """The actual update content.
 
     (wire ``update``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -8717,7 +8415,7 @@ class SessionNotification:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -8748,19 +8446,19 @@ class SessionNotification:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class ContentChunk:
     """A streamed item of content
 
     Schema: ``schema/v1/schema.json``, ``$defs/ContentChunk``
     """
 
-    content: ContentBlock = attrs.field(metadata=f("content"))
+    content: ContentBlock = field(metadata=f("content"))
     """A single item of content
 
     (wire ``content``; required)
     """
-    message_id: MessageId | UnsetType | None = attrs.field(
+    message_id: MessageId | UnsetType | None = field(
         default=UNSET, metadata=f("messageId", nullable=True, on_error=True)
     )
     """A unique identifier for the message this chunk belongs to.
@@ -8770,9 +8468,7 @@ class ContentChunk:
 
     (wire ``messageId``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -8781,7 +8477,7 @@ class ContentChunk:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -8812,7 +8508,7 @@ class ContentChunk:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class ToolCall:
     """Represents a tool call that the language model has requested.
 
@@ -8824,17 +8520,17 @@ class ToolCall:
     Schema: ``schema/v1/schema.json``, ``$defs/ToolCall``
     """
 
-    tool_call_id: ToolCallId = attrs.field(metadata=f("toolCallId"))
+    tool_call_id: ToolCallId = field(metadata=f("toolCallId"))
     """Unique identifier for this tool call within the session.
 
     (wire ``toolCallId``; required)
     """
-    title: str = attrs.field(metadata=f("title"))
+    title: str = field(metadata=f("title"))
     """Human-readable title describing what the tool is doing.
 
     (wire ``title``; required)
     """
-    name: str | UnsetType | None = attrs.field(default=UNSET, metadata=f("name", nullable=True, on_error=True))
+    name: str | UnsetType | None = field(default=UNSET, metadata=f("name", nullable=True, on_error=True))
     """Programmatic name of the tool being invoked.
 
     This field is optional. Omitting it or sending `null` both mean that no
@@ -8842,25 +8538,25 @@ class ToolCall:
 
     (wire ``name``; optional (``UNSET`` when absent))
     """
-    kind: ToolKind | UnsetType = attrs.field(default=UNSET, metadata=f("kind", on_error=True))
+    kind: ToolKind | UnsetType = field(default=UNSET, metadata=f("kind", on_error=True))
     """The category of tool being invoked.
     Helps clients choose appropriate icons and UI treatment.
 
     (wire ``kind``; optional (``UNSET`` when absent))
     """
-    status: ToolCallStatus | UnsetType = attrs.field(default=UNSET, metadata=f("status", on_error=True))
+    status: ToolCallStatus | UnsetType = field(default=UNSET, metadata=f("status", on_error=True))
     """Current execution status of the tool call.
 
     (wire ``status``; optional (``UNSET`` when absent))
     """
-    content: list[ToolCallContent] | UnsetType = attrs.field(
+    content: list[ToolCallContent] | UnsetType = field(
         default=UNSET, metadata=f("content", on_error=True, skip_invalid=True)
     )
     """Content produced by the tool call.
 
     (wire ``content``; optional (``UNSET`` when absent))
     """
-    locations: list[ToolCallLocation] | UnsetType = attrs.field(
+    locations: list[ToolCallLocation] | UnsetType = field(
         default=UNSET, metadata=f("locations", on_error=True, skip_invalid=True)
     )
     """File locations affected by this tool call.
@@ -8868,19 +8564,17 @@ class ToolCall:
 
     (wire ``locations``; optional (``UNSET`` when absent))
     """
-    raw_input: Any | UnsetType = attrs.field(default=UNSET, metadata=f("rawInput", on_error=True))
+    raw_input: Any | UnsetType = field(default=UNSET, metadata=f("rawInput", on_error=True))
     """Raw input parameters sent to the tool.
 
     (wire ``rawInput``; optional (``UNSET`` when absent))
     """
-    raw_output: Any | UnsetType = attrs.field(default=UNSET, metadata=f("rawOutput", on_error=True))
+    raw_output: Any | UnsetType = field(default=UNSET, metadata=f("rawOutput", on_error=True))
     """Raw output returned by the tool.
 
     (wire ``rawOutput``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -8889,7 +8583,7 @@ class ToolCall:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -8941,7 +8635,7 @@ class ToolCall:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class PlanEntry:
     """A single entry in the execution plan.
 
@@ -8952,25 +8646,23 @@ class PlanEntry:
     Schema: ``schema/v1/schema.json``, ``$defs/PlanEntry``
     """
 
-    content: str = attrs.field(metadata=f("content"))
+    content: str = field(metadata=f("content"))
     """Human-readable description of what this task aims to accomplish.
 
     (wire ``content``; required)
     """
-    priority: PlanEntryPriority = attrs.field(metadata=f("priority"))
+    priority: PlanEntryPriority = field(metadata=f("priority"))
     """The relative importance of this task.
     Used to indicate which tasks are most critical to the overall goal.
 
     (wire ``priority``; required)
     """
-    status: PlanEntryStatus = attrs.field(metadata=f("status"))
+    status: PlanEntryStatus = field(metadata=f("status"))
     """Current execution status of this task.
 
     (wire ``status``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -8979,7 +8671,7 @@ class PlanEntry:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -9013,7 +8705,7 @@ class PlanEntry:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class Plan:
     """An execution plan for accomplishing complex tasks.
 
@@ -9026,7 +8718,7 @@ class Plan:
     Schema: ``schema/v1/schema.json``, ``$defs/Plan``
     """
 
-    entries: list[PlanEntry] = attrs.field(metadata=f("entries", on_error=True, skip_invalid=True))
+    entries: list[PlanEntry] = field(metadata=f("entries", on_error=True, skip_invalid=True))
     """The list of tasks to be accomplished.
 
     When updating a plan, the agent must send a complete list of all entries
@@ -9034,9 +8726,7 @@ class Plan:
 
     (wire ``entries``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -9045,7 +8735,7 @@ class Plan:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -9069,33 +8759,31 @@ class Plan:
         return self.entries == o.entries and self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class AvailableCommand:
     """Information about a command.
 
     Schema: ``schema/v1/schema.json``, ``$defs/AvailableCommand``
     """
 
-    name: str = attrs.field(metadata=f("name"))
+    name: str = field(metadata=f("name"))
     """Command name (e.g., `create_plan`, `research_codebase`).
 
     (wire ``name``; required)
     """
-    description: str = attrs.field(metadata=f("description"))
+    description: str = field(metadata=f("description"))
     """Human-readable description of what the command does.
 
     (wire ``description``; required)
     """
-    input: AvailableCommandInput | UnsetType | None = attrs.field(
+    input: AvailableCommandInput | UnsetType | None = field(
         default=UNSET, metadata=f("input", nullable=True, on_error=True)
     )
     """Input for the command if required
 
     (wire ``input``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -9104,7 +8792,7 @@ class AvailableCommand:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -9138,21 +8826,19 @@ class AvailableCommand:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class UnstructuredCommandInput:
     """All text that was typed after the command name is provided as input.
 
     Schema: ``schema/v1/schema.json``, ``$defs/UnstructuredCommandInput``
     """
 
-    hint: str = attrs.field(metadata=f("hint"))
+    hint: str = field(metadata=f("hint"))
     """A hint to display when the input hasn't been provided yet
 
     (wire ``hint``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -9161,7 +8847,7 @@ class UnstructuredCommandInput:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -9181,23 +8867,21 @@ class UnstructuredCommandInput:
         return self.hint == o.hint and self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class AvailableCommandsUpdate:
     """Available commands are ready or have changed
 
     Schema: ``schema/v1/schema.json``, ``$defs/AvailableCommandsUpdate``
     """
 
-    available_commands: list[AvailableCommand] = attrs.field(
+    available_commands: list[AvailableCommand] = field(
         metadata=f("availableCommands", on_error=True, skip_invalid=True)
     )
     """Commands the agent can execute
 
     (wire ``availableCommands``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -9206,7 +8890,7 @@ class AvailableCommandsUpdate:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -9234,7 +8918,7 @@ class AvailableCommandsUpdate:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class CurrentModeUpdate:
     """The current mode of the session has changed
 
@@ -9243,14 +8927,12 @@ class CurrentModeUpdate:
     Schema: ``schema/v1/schema.json``, ``$defs/CurrentModeUpdate``
     """
 
-    current_mode_id: SessionModeId = attrs.field(metadata=f("currentModeId"))
+    current_mode_id: SessionModeId = field(metadata=f("currentModeId"))
     """The ID of the current mode
 
     (wire ``currentModeId``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -9259,7 +8941,7 @@ class CurrentModeUpdate:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -9283,23 +8965,19 @@ class CurrentModeUpdate:
         return self.current_mode_id == o.current_mode_id and self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class ConfigOptionUpdate:
     """Session configuration options have been updated.
 
     Schema: ``schema/v1/schema.json``, ``$defs/ConfigOptionUpdate``
     """
 
-    config_options: list[SessionConfigOption] = attrs.field(
-        metadata=f("configOptions", on_error=True, skip_invalid=True)
-    )
+    config_options: list[SessionConfigOption] = field(metadata=f("configOptions", on_error=True, skip_invalid=True))
     """The full set of configuration options and their current values.
 
     (wire ``configOptions``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -9308,7 +8986,7 @@ class ConfigOptionUpdate:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -9332,7 +9010,7 @@ class ConfigOptionUpdate:
         return self.config_options == o.config_options and self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class SessionInfoUpdate:
     """Update to session metadata. All fields are optional to support partial updates.
 
@@ -9342,21 +9020,17 @@ class SessionInfoUpdate:
     Schema: ``schema/v1/schema.json``, ``$defs/SessionInfoUpdate``
     """
 
-    title: str | UnsetType | None = attrs.field(default=UNSET, metadata=f("title", nullable=True, on_error=True))
+    title: str | UnsetType | None = field(default=UNSET, metadata=f("title", nullable=True, on_error=True))
     """Human-readable title for the session. Set to null to clear.
 
     (wire ``title``; optional (``UNSET`` when absent))
     """
-    updated_at: str | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("updatedAt", nullable=True, on_error=True)
-    )
+    updated_at: str | UnsetType | None = field(default=UNSET, metadata=f("updatedAt", nullable=True, on_error=True))
     """ISO 8601 timestamp of last activity. Set to null to clear.
 
     (wire ``updatedAt``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -9365,7 +9039,7 @@ class SessionInfoUpdate:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -9396,27 +9070,25 @@ class SessionInfoUpdate:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class Cost:
     """Cost information for a session.
 
     Schema: ``schema/v1/schema.json``, ``$defs/Cost``
     """
 
-    amount: float = attrs.field(metadata=f("amount"))
+    amount: float = field(metadata=f("amount"))
     """Total cumulative cost for session.
 
     (wire ``amount``; required)
     """
-    currency: str = attrs.field(metadata=f("currency"))
+    currency: str = field(metadata=f("currency"))
     """Unit of `amount`: an ISO 4217 currency code (e.g., "USD", "EUR") for money, or another
     unit such as "credits".
 
     (wire ``currency``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -9425,7 +9097,7 @@ class Cost:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -9456,31 +9128,29 @@ class Cost:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class UsageUpdate:
     """Context window and cost update for a session.
 
     Schema: ``schema/v1/schema.json``, ``$defs/UsageUpdate``
     """
 
-    used: int = attrs.field(metadata=f("used"))
+    used: int = field(metadata=f("used"))
     """Tokens currently in context.
 
     (wire ``used``; required)
     """
-    size: int = attrs.field(metadata=f("size"))
+    size: int = field(metadata=f("size"))
     """Total context window size in tokens.
 
     (wire ``size``; required)
     """
-    cost: Cost | UnsetType | None = attrs.field(default=UNSET, metadata=f("cost", nullable=True, on_error=True))
+    cost: Cost | UnsetType | None = field(default=UNSET, metadata=f("cost", nullable=True, on_error=True))
     """Cumulative session cost (optional).
 
     (wire ``cost``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -9489,7 +9159,7 @@ class UsageUpdate:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -9523,7 +9193,7 @@ class UsageUpdate:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class Notice:
     """Fire-and-forget information for the user.
 
@@ -9538,35 +9208,31 @@ class Notice:
     Schema: ``schema/v1/schema.json``, ``$defs/Notice``
     """
 
-    severity: NoticeSeverity = attrs.field(metadata=f("severity"))
+    severity: NoticeSeverity = field(metadata=f("severity"))
     """Presentation severity hint.
 
     (wire ``severity``; required)
     """
-    title: str = attrs.field(metadata=f("title"))
+    title: str = field(metadata=f("title"))
     """Required non-empty plain-text title that can stand alone.
 
     (wire ``title``; required)
     """
-    description: str | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("description", nullable=True, on_error=True)
-    )
+    description: str | UnsetType | None = field(default=UNSET, metadata=f("description", nullable=True, on_error=True))
     """Optional plain-text detail or guidance.
 
     Omitted and `null` are equivalent and mean no description was supplied.
 
     (wire ``description``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """Metadata scoped to this notice.
 
     Omitted and `null` are equivalent and mean no metadata was supplied.
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -9600,7 +9266,7 @@ class Notice:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class CompactionUpdate:
     """A context compaction upsert. The first notification fixes the compaction's
     timeline position. Later updates with the same ID patch that entity in place.
@@ -9614,36 +9280,34 @@ class CompactionUpdate:
     Schema: ``schema/v1/schema.json``, ``$defs/CompactionUpdate``
     """
 
-    compaction_id: CompactionId = attrs.field(metadata=f("compactionId"))
+    compaction_id: CompactionId = field(metadata=f("compactionId"))
     """The Agent-owned ID of this compaction, unique within the session.
 
     (wire ``compactionId``; required)
     """
-    status: CompactionStatus = attrs.field(metadata=f("status"))
+    status: CompactionStatus = field(metadata=f("status"))
     """Current lifecycle status.
 
     (wire ``status``; required)
     """
-    summary: list[ContentBlock] | UnsetType | None = attrs.field(
+    summary: list[ContentBlock] | UnsetType | None = field(
         default=UNSET, metadata=f("summary", nullable=True, on_error=True, skip_invalid=True)
     )
     """Complete replacement user-displayable summary content for the compaction.
 
     (wire ``summary``; optional (``UNSET`` when absent))
     """
-    error: str | UnsetType | None = attrs.field(default=UNSET, metadata=f("error", nullable=True, on_error=True))
+    error: str | UnsetType | None = field(default=UNSET, metadata=f("error", nullable=True, on_error=True))
     """Human-readable error details for the compaction.
 
     (wire ``error``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """Extensible metadata patch for this compaction.
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -9680,7 +9344,7 @@ class CompactionUpdate:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class CompactionSummaryChunk:
     """A content block appended to a compaction's summary. A first-seen ID creates
     an in-progress compaction. Chunks append in receive order.
@@ -9690,24 +9354,22 @@ class CompactionSummaryChunk:
     Schema: ``schema/v1/schema.json``, ``$defs/CompactionSummaryChunk``
     """
 
-    compaction_id: CompactionId = attrs.field(metadata=f("compactionId"))
+    compaction_id: CompactionId = field(metadata=f("compactionId"))
     """ID of the compaction whose summary receives this content.
 
     (wire ``compactionId``; required)
     """
-    content: ContentBlock = attrs.field(metadata=f("content"))
+    content: ContentBlock = field(metadata=f("content"))
     """One content block to append.
 
     (wire ``content``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """Metadata scoped to this chunk. Omission and `null` both mean absent.
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -9738,21 +9400,19 @@ class CompactionSummaryChunk:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class CompleteElicitationNotification:
     """Notification sent by the agent when a URL-based elicitation is complete.
 
     Schema: ``schema/v1/schema.json``, ``$defs/CompleteElicitationNotification``
     """
 
-    elicitation_id: ElicitationId = attrs.field(metadata=f("elicitationId"))
+    elicitation_id: ElicitationId = field(metadata=f("elicitationId"))
     """The ID of the elicitation that completed.
 
     (wire ``elicitationId``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -9763,7 +9423,7 @@ class CompleteElicitationNotification:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -9787,7 +9447,7 @@ class CompleteElicitationNotification:
         return self.elicitation_id == o.elicitation_id and self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class InitializeRequest:
     """Request parameters for the initialize method.
 
@@ -9798,12 +9458,12 @@ class InitializeRequest:
     Schema: ``schema/v1/schema.json``, ``$defs/InitializeRequest``
     """
 
-    protocol_version: ProtocolVersion = attrs.field(metadata=f("protocolVersion"))
+    protocol_version: ProtocolVersion = field(metadata=f("protocolVersion"))
     """The latest protocol version supported by the client.
 
     (wire ``protocolVersion``; required)
     """
-    client_capabilities: ClientCapabilities | UnsetType = attrs.field(
+    client_capabilities: ClientCapabilities | UnsetType = field(
         default=UNSET,
         metadata=f(
             "clientCapabilities",
@@ -9819,7 +9479,7 @@ class InitializeRequest:
 
     (wire ``clientCapabilities``; optional (``UNSET`` when absent); schema default ``{'fs': {'readTextFile': False, 'writeTextFile': False}, 'terminal': False, 'auth': {'terminal': False}}``)
     """
-    client_info: Implementation | UnsetType | None = attrs.field(
+    client_info: Implementation | UnsetType | None = field(
         default=UNSET, metadata=f("clientInfo", nullable=True, on_error=True)
     )
     """Information about the Client name and version sent to the Agent.
@@ -9828,9 +9488,7 @@ class InitializeRequest:
 
     (wire ``clientInfo``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -9839,7 +9497,7 @@ class InitializeRequest:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -9873,7 +9531,7 @@ class InitializeRequest:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class ClientCapabilities:
     """Capabilities supported by the client.
 
@@ -9885,7 +9543,7 @@ class ClientCapabilities:
     Schema: ``schema/v1/schema.json``, ``$defs/ClientCapabilities``
     """
 
-    fs: FileSystemCapabilities | UnsetType = attrs.field(
+    fs: FileSystemCapabilities | UnsetType = field(
         default=UNSET, metadata=f("fs", on_error=True, default={"readTextFile": False, "writeTextFile": False})
     )
     """File system capabilities supported by the client.
@@ -9893,12 +9551,12 @@ class ClientCapabilities:
 
     (wire ``fs``; optional (``UNSET`` when absent); schema default ``{'readTextFile': False, 'writeTextFile': False}``)
     """
-    terminal: bool | UnsetType = attrs.field(default=UNSET, metadata=f("terminal", on_error=True, default=False))
+    terminal: bool | UnsetType = field(default=UNSET, metadata=f("terminal", on_error=True, default=False))
     """Whether the Client support all `terminal/*` methods.
 
     (wire ``terminal``; optional (``UNSET`` when absent); schema default ``False``)
     """
-    session: ClientSessionCapabilities | UnsetType | None = attrs.field(
+    session: ClientSessionCapabilities | UnsetType | None = field(
         default=UNSET, metadata=f("session", nullable=True, on_error=True)
     )
     """Session-related capabilities supported by the client.
@@ -9908,7 +9566,7 @@ class ClientCapabilities:
 
     (wire ``session``; optional (``UNSET`` when absent))
     """
-    auth: AuthCapabilities | UnsetType = attrs.field(
+    auth: AuthCapabilities | UnsetType = field(
         default=UNSET, metadata=f("auth", on_error=True, default={"terminal": False})
     )
     """Authentication capabilities supported by the client.
@@ -9917,7 +9575,7 @@ class ClientCapabilities:
 
     (wire ``auth``; optional (``UNSET`` when absent); schema default ``{'terminal': False}``)
     """
-    elicitation: ElicitationCapabilities | UnsetType | None = attrs.field(
+    elicitation: ElicitationCapabilities | UnsetType | None = field(
         default=UNSET, metadata=f("elicitation", nullable=True, on_error=True)
     )
     """Elicitation capabilities supported by the client.
@@ -9928,9 +9586,7 @@ class ClientCapabilities:
 
     (wire ``elicitation``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -9939,7 +9595,7 @@ class ClientCapabilities:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -9979,7 +9635,7 @@ class ClientCapabilities:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class FileSystemCapabilities:
     """File system capabilities that a client may support.
 
@@ -9988,23 +9644,17 @@ class FileSystemCapabilities:
     Schema: ``schema/v1/schema.json``, ``$defs/FileSystemCapabilities``
     """
 
-    read_text_file: bool | UnsetType = attrs.field(
-        default=UNSET, metadata=f("readTextFile", on_error=True, default=False)
-    )
+    read_text_file: bool | UnsetType = field(default=UNSET, metadata=f("readTextFile", on_error=True, default=False))
     """Whether the Client supports `fs/read_text_file` requests.
 
     (wire ``readTextFile``; optional (``UNSET`` when absent); schema default ``False``)
     """
-    write_text_file: bool | UnsetType = attrs.field(
-        default=UNSET, metadata=f("writeTextFile", on_error=True, default=False)
-    )
+    write_text_file: bool | UnsetType = field(default=UNSET, metadata=f("writeTextFile", on_error=True, default=False))
     """Whether the Client supports `fs/write_text_file` requests.
 
     (wire ``writeTextFile``; optional (``UNSET`` when absent); schema default ``False``)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -10013,7 +9663,7 @@ class FileSystemCapabilities:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -10044,14 +9694,14 @@ class FileSystemCapabilities:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class ClientSessionCapabilities:
     """Session-related capabilities supported by the client.
 
     Schema: ``schema/v1/schema.json``, ``$defs/ClientSessionCapabilities``
     """
 
-    compaction: CompactionCapabilities | UnsetType | None = attrs.field(
+    compaction: CompactionCapabilities | UnsetType | None = field(
         default=UNSET, metadata=f("compaction", nullable=True, on_error=True)
     )
     """Support for ID-addressed context compaction updates. Omitted or `null`
@@ -10059,7 +9709,7 @@ class ClientSessionCapabilities:
 
     (wire ``compaction``; optional (``UNSET`` when absent))
     """
-    config_options: SessionConfigOptionsCapabilities | UnsetType | None = attrs.field(
+    config_options: SessionConfigOptionsCapabilities | UnsetType | None = field(
         default=UNSET, metadata=f("configOptions", nullable=True, on_error=True)
     )
     """Config option capabilities supported by the client.
@@ -10069,7 +9719,7 @@ class ClientSessionCapabilities:
 
     (wire ``configOptions``; optional (``UNSET`` when absent))
     """
-    notices: NoticeCapabilities | UnsetType | None = attrs.field(
+    notices: NoticeCapabilities | UnsetType | None = field(
         default=UNSET, metadata=f("notices", nullable=True, on_error=True)
     )
     """Support for live user-facing `notice` session updates.
@@ -10079,9 +9729,7 @@ class ClientSessionCapabilities:
 
     (wire ``notices``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -10090,7 +9738,7 @@ class ClientSessionCapabilities:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -10124,14 +9772,14 @@ class ClientSessionCapabilities:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class CompactionCapabilities:
     """Client support for ID-addressed context compaction updates.
 
     Schema: ``schema/v1/schema.json``, ``$defs/CompactionCapabilities``
     """
 
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(self, *, extra_fields: dict[str, Any] | None = None) -> None:
@@ -10147,14 +9795,14 @@ class CompactionCapabilities:
         return self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class SessionConfigOptionsCapabilities:
     """Session configuration option capabilities supported by the client.
 
     Schema: ``schema/v1/schema.json``, ``$defs/SessionConfigOptionsCapabilities``
     """
 
-    boolean: BooleanConfigOptionCapabilities | UnsetType | None = attrs.field(
+    boolean: BooleanConfigOptionCapabilities | UnsetType | None = field(
         default=UNSET, metadata=f("boolean", nullable=True, on_error=True)
     )
     """Whether the client supports boolean session configuration options.
@@ -10166,9 +9814,7 @@ class SessionConfigOptionsCapabilities:
 
     (wire ``boolean``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -10177,7 +9823,7 @@ class SessionConfigOptionsCapabilities:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -10201,7 +9847,7 @@ class SessionConfigOptionsCapabilities:
         return self.boolean == o.boolean and self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class BooleanConfigOptionCapabilities:
     """Capabilities for boolean session configuration options.
 
@@ -10210,9 +9856,7 @@ class BooleanConfigOptionCapabilities:
     Schema: ``schema/v1/schema.json``, ``$defs/BooleanConfigOptionCapabilities``
     """
 
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -10221,7 +9865,7 @@ class BooleanConfigOptionCapabilities:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -10240,14 +9884,14 @@ class BooleanConfigOptionCapabilities:
         return self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class NoticeCapabilities:
     """Client support for presenting live notices to the user.
 
     Schema: ``schema/v1/schema.json``, ``$defs/NoticeCapabilities``
     """
 
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(self, *, extra_fields: dict[str, Any] | None = None) -> None:
@@ -10263,7 +9907,7 @@ class NoticeCapabilities:
         return self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class AuthCapabilities:
     """Authentication capabilities supported by the client.
 
@@ -10274,7 +9918,7 @@ class AuthCapabilities:
     Schema: ``schema/v1/schema.json``, ``$defs/AuthCapabilities``
     """
 
-    terminal: bool | UnsetType = attrs.field(default=UNSET, metadata=f("terminal", on_error=True, default=False))
+    terminal: bool | UnsetType = field(default=UNSET, metadata=f("terminal", on_error=True, default=False))
     """Whether the client supports `terminal` authentication methods.
 
     The client should set this to `true` only when it can reproduce the
@@ -10283,9 +9927,7 @@ class AuthCapabilities:
 
     (wire ``terminal``; optional (``UNSET`` when absent); schema default ``False``)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -10294,7 +9936,7 @@ class AuthCapabilities:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -10318,14 +9960,14 @@ class AuthCapabilities:
         return self.terminal == o.terminal and self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class ElicitationCapabilities:
     """Elicitation capabilities supported by the client.
 
     Schema: ``schema/v1/schema.json``, ``$defs/ElicitationCapabilities``
     """
 
-    form: ElicitationFormCapabilities | UnsetType | None = attrs.field(
+    form: ElicitationFormCapabilities | UnsetType | None = field(
         default=UNSET, metadata=f("form", nullable=True, on_error=True)
     )
     """Whether the client supports form-based elicitation.
@@ -10335,7 +9977,7 @@ class ElicitationCapabilities:
 
     (wire ``form``; optional (``UNSET`` when absent))
     """
-    url: ElicitationUrlCapabilities | UnsetType | None = attrs.field(
+    url: ElicitationUrlCapabilities | UnsetType | None = field(
         default=UNSET, metadata=f("url", nullable=True, on_error=True)
     )
     """Whether the client supports URL-based elicitation.
@@ -10345,9 +9987,7 @@ class ElicitationCapabilities:
 
     (wire ``url``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -10358,7 +9998,7 @@ class ElicitationCapabilities:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -10384,7 +10024,7 @@ class ElicitationCapabilities:
         return self.form == o.form and self.url == o.url and self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class ElicitationFormCapabilities:
     """Form-based elicitation capabilities.
 
@@ -10393,9 +10033,7 @@ class ElicitationFormCapabilities:
     Schema: ``schema/v1/schema.json``, ``$defs/ElicitationFormCapabilities``
     """
 
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -10406,7 +10044,7 @@ class ElicitationFormCapabilities:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -10425,7 +10063,7 @@ class ElicitationFormCapabilities:
         return self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class ElicitationUrlCapabilities:
     """URL-based elicitation capabilities.
 
@@ -10434,9 +10072,7 @@ class ElicitationUrlCapabilities:
     Schema: ``schema/v1/schema.json``, ``$defs/ElicitationUrlCapabilities``
     """
 
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -10447,7 +10083,7 @@ class ElicitationUrlCapabilities:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -10466,7 +10102,7 @@ class ElicitationUrlCapabilities:
         return self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class AuthenticateRequest:
     """Request parameters for the authenticate method.
 
@@ -10475,15 +10111,13 @@ class AuthenticateRequest:
     Schema: ``schema/v1/schema.json``, ``$defs/AuthenticateRequest``
     """
 
-    method_id: AuthMethodId = attrs.field(metadata=f("methodId"))
+    method_id: AuthMethodId = field(metadata=f("methodId"))
     """The ID of the authentication method to use.
     Must be one of the methods advertised in the initialize response.
 
     (wire ``methodId``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -10492,7 +10126,7 @@ class AuthenticateRequest:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -10518,7 +10152,7 @@ class AuthenticateRequest:
         return self.method_id == o.method_id and self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class LogoutRequest:
     """Request parameters for the logout method.
 
@@ -10527,9 +10161,7 @@ class LogoutRequest:
     Schema: ``schema/v1/schema.json``, ``$defs/LogoutRequest``
     """
 
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -10538,7 +10170,7 @@ class LogoutRequest:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -10557,7 +10189,7 @@ class LogoutRequest:
         return self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class NewSessionRequest:
     """Request parameters for creating a new session.
 
@@ -10566,12 +10198,12 @@ class NewSessionRequest:
     Schema: ``schema/v1/schema.json``, ``$defs/NewSessionRequest``
     """
 
-    cwd: str = attrs.field(metadata=f("cwd"))
+    cwd: str = field(metadata=f("cwd"))
     """The working directory for this session. Must be an absolute path.
 
     (wire ``cwd``; required)
     """
-    additional_directories: list[str] | UnsetType = attrs.field(
+    additional_directories: list[str] | UnsetType = field(
         default=UNSET, metadata=f("additionalDirectories", on_null=True)
     )
     """Additional workspace roots for this session. Each path must be absolute.
@@ -10582,14 +10214,12 @@ class NewSessionRequest:
 
     (wire ``additionalDirectories``; optional (``UNSET`` when absent))
     """
-    mcp_servers: list[McpServer] = attrs.field(metadata=f("mcpServers", on_null=True))
+    mcp_servers: list[McpServer] = field(metadata=f("mcpServers", on_null=True))
     """List of MCP (Model Context Protocol) servers the agent should connect to.
 
     (wire ``mcpServers``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -10598,7 +10228,7 @@ class NewSessionRequest:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -10632,26 +10262,24 @@ class NewSessionRequest:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class HttpHeader:
     """An HTTP header to set when making requests to the MCP server.
 
     Schema: ``schema/v1/schema.json``, ``$defs/HttpHeader``
     """
 
-    name: str = attrs.field(metadata=f("name"))
+    name: str = field(metadata=f("name"))
     """The name of the HTTP header.
 
     (wire ``name``; required)
     """
-    value: str = attrs.field(metadata=f("value"))
+    value: str = field(metadata=f("value"))
     """The value to set for the HTTP header.
 
     (wire ``value``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -10660,7 +10288,7 @@ class HttpHeader:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -10691,31 +10319,29 @@ class HttpHeader:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class McpServerHttp:
     """HTTP transport configuration for MCP.
 
     Schema: ``schema/v1/schema.json``, ``$defs/McpServerHttp``
     """
 
-    name: str = attrs.field(metadata=f("name"))
+    name: str = field(metadata=f("name"))
     """Human-readable name identifying this MCP server.
 
     (wire ``name``; required)
     """
-    url: str = attrs.field(metadata=f("url"))
+    url: str = field(metadata=f("url"))
     """URL to the MCP server.
 
     (wire ``url``; required)
     """
-    headers: list[HttpHeader] = attrs.field(metadata=f("headers", on_null=True))
+    headers: list[HttpHeader] = field(metadata=f("headers", on_null=True))
     """HTTP headers to set when making requests to the MCP server.
 
     (wire ``headers``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -10724,7 +10350,7 @@ class McpServerHttp:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -10758,31 +10384,29 @@ class McpServerHttp:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class McpServerSse:
     """SSE transport configuration for MCP.
 
     Schema: ``schema/v1/schema.json``, ``$defs/McpServerSse``
     """
 
-    name: str = attrs.field(metadata=f("name"))
+    name: str = field(metadata=f("name"))
     """Human-readable name identifying this MCP server.
 
     (wire ``name``; required)
     """
-    url: str = attrs.field(metadata=f("url"))
+    url: str = field(metadata=f("url"))
     """URL to the MCP server.
 
     (wire ``url``; required)
     """
-    headers: list[HttpHeader] = attrs.field(metadata=f("headers", on_null=True))
+    headers: list[HttpHeader] = field(metadata=f("headers", on_null=True))
     """HTTP headers to set when making requests to the MCP server.
 
     (wire ``headers``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -10791,7 +10415,7 @@ class McpServerSse:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -10825,7 +10449,7 @@ class McpServerSse:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class LoadSessionRequest:
     """Request parameters for loading an existing session.
 
@@ -10836,17 +10460,17 @@ class LoadSessionRequest:
     Schema: ``schema/v1/schema.json``, ``$defs/LoadSessionRequest``
     """
 
-    mcp_servers: list[McpServer] = attrs.field(metadata=f("mcpServers", on_null=True))
+    mcp_servers: list[McpServer] = field(metadata=f("mcpServers", on_null=True))
     """List of MCP servers to connect to for this session.
 
     (wire ``mcpServers``; required)
     """
-    cwd: str = attrs.field(metadata=f("cwd"))
+    cwd: str = field(metadata=f("cwd"))
     """The working directory for this session. Must be an absolute path.
 
     (wire ``cwd``; required)
     """
-    additional_directories: list[str] | UnsetType = attrs.field(
+    additional_directories: list[str] | UnsetType = field(
         default=UNSET, metadata=f("additionalDirectories", on_null=True)
     )
     """Additional workspace roots to activate for this session. Each path must be absolute.
@@ -10858,14 +10482,12 @@ class LoadSessionRequest:
 
     (wire ``additionalDirectories``; optional (``UNSET`` when absent))
     """
-    session_id: SessionId = attrs.field(metadata=f("sessionId"))
+    session_id: SessionId = field(metadata=f("sessionId"))
     """The ID of the session to load.
 
     (wire ``sessionId``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -10874,7 +10496,7 @@ class LoadSessionRequest:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -10911,7 +10533,7 @@ class LoadSessionRequest:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class ListSessionsRequest:
     """Request parameters for listing existing sessions.
 
@@ -10920,19 +10542,17 @@ class ListSessionsRequest:
     Schema: ``schema/v1/schema.json``, ``$defs/ListSessionsRequest``
     """
 
-    cwd: str | UnsetType | None = attrs.field(default=UNSET, metadata=f("cwd", nullable=True))
+    cwd: str | UnsetType | None = field(default=UNSET, metadata=f("cwd", nullable=True))
     """Filter sessions by working directory. Must be an absolute path.
 
     (wire ``cwd``; optional (``UNSET`` when absent))
     """
-    cursor: str | UnsetType | None = attrs.field(default=UNSET, metadata=f("cursor", nullable=True))
+    cursor: str | UnsetType | None = field(default=UNSET, metadata=f("cursor", nullable=True))
     """Opaque cursor token from a previous response's nextCursor field for cursor-based pagination
 
     (wire ``cursor``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -10941,7 +10561,7 @@ class ListSessionsRequest:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -10972,7 +10592,7 @@ class ListSessionsRequest:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class DeleteSessionRequest:
     """Request parameters for deleting an existing session from `session/list`.
 
@@ -10981,14 +10601,12 @@ class DeleteSessionRequest:
     Schema: ``schema/v1/schema.json``, ``$defs/DeleteSessionRequest``
     """
 
-    session_id: SessionId = attrs.field(metadata=f("sessionId"))
+    session_id: SessionId = field(metadata=f("sessionId"))
     """The ID of the session to delete.
 
     (wire ``sessionId``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -10997,7 +10615,7 @@ class DeleteSessionRequest:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -11021,7 +10639,7 @@ class DeleteSessionRequest:
         return self.session_id == o.session_id and self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class ResumeSessionRequest:
     """Request parameters for resuming an existing session.
 
@@ -11033,17 +10651,17 @@ class ResumeSessionRequest:
     Schema: ``schema/v1/schema.json``, ``$defs/ResumeSessionRequest``
     """
 
-    session_id: SessionId = attrs.field(metadata=f("sessionId"))
+    session_id: SessionId = field(metadata=f("sessionId"))
     """The ID of the session to resume.
 
     (wire ``sessionId``; required)
     """
-    cwd: str = attrs.field(metadata=f("cwd"))
+    cwd: str = field(metadata=f("cwd"))
     """The working directory for this session. Must be an absolute path.
 
     (wire ``cwd``; required)
     """
-    additional_directories: list[str] | UnsetType = attrs.field(
+    additional_directories: list[str] | UnsetType = field(
         default=UNSET, metadata=f("additionalDirectories", on_null=True)
     )
     """Additional workspace roots to activate for this session. Each path must be absolute.
@@ -11055,14 +10673,12 @@ class ResumeSessionRequest:
 
     (wire ``additionalDirectories``; optional (``UNSET`` when absent))
     """
-    mcp_servers: list[McpServer] | UnsetType = attrs.field(default=UNSET, metadata=f("mcpServers", on_null=True))
+    mcp_servers: list[McpServer] | UnsetType = field(default=UNSET, metadata=f("mcpServers", on_null=True))
     """List of MCP servers to connect to for this session.
 
     (wire ``mcpServers``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -11071,7 +10687,7 @@ class ResumeSessionRequest:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -11108,7 +10724,7 @@ class ResumeSessionRequest:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class CloseSessionRequest:
     """Request parameters for closing an active session.
 
@@ -11121,14 +10737,12 @@ class CloseSessionRequest:
     Schema: ``schema/v1/schema.json``, ``$defs/CloseSessionRequest``
     """
 
-    session_id: SessionId = attrs.field(metadata=f("sessionId"))
+    session_id: SessionId = field(metadata=f("sessionId"))
     """The ID of the session to close.
 
     (wire ``sessionId``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -11137,7 +10751,7 @@ class CloseSessionRequest:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -11161,26 +10775,24 @@ class CloseSessionRequest:
         return self.session_id == o.session_id and self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class SetSessionModeRequest:
     """Request parameters for setting a session mode.
 
     Schema: ``schema/v1/schema.json``, ``$defs/SetSessionModeRequest``
     """
 
-    session_id: SessionId = attrs.field(metadata=f("sessionId"))
+    session_id: SessionId = field(metadata=f("sessionId"))
     """The ID of the session to set the mode for.
 
     (wire ``sessionId``; required)
     """
-    mode_id: SessionModeId = attrs.field(metadata=f("modeId"))
+    mode_id: SessionModeId = field(metadata=f("modeId"))
     """The ID of the mode to set.
 
     (wire ``modeId``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -11189,7 +10801,7 @@ class SetSessionModeRequest:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -11220,7 +10832,7 @@ class SetSessionModeRequest:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class PromptRequest:
     """Request parameters for sending a user prompt to the agent.
 
@@ -11231,12 +10843,12 @@ class PromptRequest:
     Schema: ``schema/v1/schema.json``, ``$defs/PromptRequest``
     """
 
-    session_id: SessionId = attrs.field(metadata=f("sessionId"))
+    session_id: SessionId = field(metadata=f("sessionId"))
     """The ID of the session to send this user message to
 
     (wire ``sessionId``; required)
     """
-    prompt: list[ContentBlock] = attrs.field(metadata=f("prompt"))
+    prompt: list[ContentBlock] = field(metadata=f("prompt"))
     """The blocks of content that compose the user's message.
 
     As a baseline, the Agent MUST support `text` and `resource_link` content blocks,
@@ -11253,9 +10865,7 @@ class PromptRequest:
 
     (wire ``prompt``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -11264,7 +10874,7 @@ class PromptRequest:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -11295,16 +10905,14 @@ class PromptRequest:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class WriteTextFileResponse:
     """Response to `fs/write_text_file`
 
     Schema: ``schema/v1/schema.json``, ``$defs/WriteTextFileResponse``
     """
 
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -11313,7 +10921,7 @@ class WriteTextFileResponse:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -11332,21 +10940,19 @@ class WriteTextFileResponse:
         return self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class ReadTextFileResponse:
     """Response containing the contents of a text file.
 
     Schema: ``schema/v1/schema.json``, ``$defs/ReadTextFileResponse``
     """
 
-    content: str = attrs.field(metadata=f("content"))
+    content: str = field(metadata=f("content"))
     """Content payload returned by this response.
 
     (wire ``content``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -11355,7 +10961,7 @@ class ReadTextFileResponse:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -11379,21 +10985,19 @@ class ReadTextFileResponse:
         return self.content == o.content and self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class RequestPermissionResponse:
     """Response to a permission request.
 
     Schema: ``schema/v1/schema.json``, ``$defs/RequestPermissionResponse``
     """
 
-    outcome: RequestPermissionOutcome = attrs.field(metadata=f("outcome"))
+    outcome: RequestPermissionOutcome = field(metadata=f("outcome"))
     """The user's decision on the permission request.
 
     (wire ``outcome``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -11402,7 +11006,7 @@ class RequestPermissionResponse:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -11426,21 +11030,19 @@ class RequestPermissionResponse:
         return self.outcome == o.outcome and self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class SelectedPermissionOutcome:
     """The user selected one of the provided options.
 
     Schema: ``schema/v1/schema.json``, ``$defs/SelectedPermissionOutcome``
     """
 
-    option_id: PermissionOptionId = attrs.field(metadata=f("optionId"))
+    option_id: PermissionOptionId = field(metadata=f("optionId"))
     """The ID of the option the user selected.
 
     (wire ``optionId``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -11449,7 +11051,7 @@ class SelectedPermissionOutcome:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -11473,21 +11075,19 @@ class SelectedPermissionOutcome:
         return self.option_id == o.option_id and self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class CreateTerminalResponse:
     """Response containing the ID of the created terminal.
 
     Schema: ``schema/v1/schema.json``, ``$defs/CreateTerminalResponse``
     """
 
-    terminal_id: TerminalId = attrs.field(metadata=f("terminalId"))
+    terminal_id: TerminalId = field(metadata=f("terminalId"))
     """The unique identifier for the created terminal.
 
     (wire ``terminalId``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -11496,7 +11096,7 @@ class CreateTerminalResponse:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -11520,33 +11120,31 @@ class CreateTerminalResponse:
         return self.terminal_id == o.terminal_id and self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class TerminalOutputResponse:
     """Response containing the terminal output and exit status.
 
     Schema: ``schema/v1/schema.json``, ``$defs/TerminalOutputResponse``
     """
 
-    output: str = attrs.field(metadata=f("output"))
+    output: str = field(metadata=f("output"))
     """The terminal output captured so far.
 
     (wire ``output``; required)
     """
-    truncated: bool = attrs.field(metadata=f("truncated"))
+    truncated: bool = field(metadata=f("truncated"))
     """Whether the output was truncated due to byte limits.
 
     (wire ``truncated``; required)
     """
-    exit_status: TerminalExitStatus | UnsetType | None = attrs.field(
+    exit_status: TerminalExitStatus | UnsetType | None = field(
         default=UNSET, metadata=f("exitStatus", nullable=True, on_error=True)
     )
     """Exit status if the command has completed.
 
     (wire ``exitStatus``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -11555,7 +11153,7 @@ class TerminalOutputResponse:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -11589,26 +11187,24 @@ class TerminalOutputResponse:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class TerminalExitStatus:
     """Exit status of a terminal command.
 
     Schema: ``schema/v1/schema.json``, ``$defs/TerminalExitStatus``
     """
 
-    exit_code: int | UnsetType | None = attrs.field(default=UNSET, metadata=f("exitCode", nullable=True, on_error=True))
+    exit_code: int | UnsetType | None = field(default=UNSET, metadata=f("exitCode", nullable=True, on_error=True))
     """The process exit code (may be null if terminated by signal).
 
     (wire ``exitCode``; optional (``UNSET`` when absent))
     """
-    signal: str | UnsetType | None = attrs.field(default=UNSET, metadata=f("signal", nullable=True, on_error=True))
+    signal: str | UnsetType | None = field(default=UNSET, metadata=f("signal", nullable=True, on_error=True))
     """The signal that terminated the process (may be null if exited normally).
 
     (wire ``signal``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -11617,7 +11213,7 @@ class TerminalExitStatus:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -11648,16 +11244,14 @@ class TerminalExitStatus:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class ReleaseTerminalResponse:
     """Response to terminal/release method
 
     Schema: ``schema/v1/schema.json``, ``$defs/ReleaseTerminalResponse``
     """
 
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -11666,7 +11260,7 @@ class ReleaseTerminalResponse:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -11685,26 +11279,24 @@ class ReleaseTerminalResponse:
         return self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class WaitForTerminalExitResponse:
     """Response containing the exit status of a terminal command.
 
     Schema: ``schema/v1/schema.json``, ``$defs/WaitForTerminalExitResponse``
     """
 
-    exit_code: int | UnsetType | None = attrs.field(default=UNSET, metadata=f("exitCode", nullable=True, on_error=True))
+    exit_code: int | UnsetType | None = field(default=UNSET, metadata=f("exitCode", nullable=True, on_error=True))
     """The process exit code (may be null if terminated by signal).
 
     (wire ``exitCode``; optional (``UNSET`` when absent))
     """
-    signal: str | UnsetType | None = attrs.field(default=UNSET, metadata=f("signal", nullable=True, on_error=True))
+    signal: str | UnsetType | None = field(default=UNSET, metadata=f("signal", nullable=True, on_error=True))
     """The signal that terminated the process (may be null if exited normally).
 
     (wire ``signal``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -11713,7 +11305,7 @@ class WaitForTerminalExitResponse:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -11744,16 +11336,14 @@ class WaitForTerminalExitResponse:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class KillTerminalResponse:
     """Response to `terminal/kill` method
 
     Schema: ``schema/v1/schema.json``, ``$defs/KillTerminalResponse``
     """
 
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -11762,7 +11352,7 @@ class KillTerminalResponse:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -11781,21 +11371,21 @@ class KillTerminalResponse:
         return self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class ElicitationAcceptAction:
     """The user accepted the elicitation and provided content.
 
     Schema: ``schema/v1/schema.json``, ``$defs/ElicitationAcceptAction``
     """
 
-    content: dict[str, ElicitationContentValue] | UnsetType | None = attrs.field(
+    content: dict[str, ElicitationContentValue] | UnsetType | None = field(
         default=UNSET, metadata=f("content", nullable=True)
     )
     """The user-provided content, if any, as an object matching the requested schema.
 
     (wire ``content``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -11817,7 +11407,7 @@ class ElicitationAcceptAction:
         return self.content == o.content and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class CancelNotification:
     """Notification to cancel ongoing operations for a session.
 
@@ -11826,14 +11416,12 @@ class CancelNotification:
     Schema: ``schema/v1/schema.json``, ``$defs/CancelNotification``
     """
 
-    session_id: SessionId = attrs.field(metadata=f("sessionId"))
+    session_id: SessionId = field(metadata=f("sessionId"))
     """The ID of the session to cancel operations for.
 
     (wire ``sessionId``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -11842,7 +11430,7 @@ class CancelNotification:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -11866,7 +11454,7 @@ class CancelNotification:
         return self.session_id == o.session_id and self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class CancelRequestNotification:
     """Notification to cancel an ongoing request.
 
@@ -11875,14 +11463,12 @@ class CancelRequestNotification:
     Schema: ``schema/v1/schema.json``, ``$defs/CancelRequestNotification``
     """
 
-    request_id: RequestId = attrs.field(metadata=f("requestId"))
+    request_id: RequestId = field(metadata=f("requestId"))
     """The ID of the request to cancel.
 
     (wire ``requestId``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -11891,7 +11477,7 @@ class CancelRequestNotification:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(

@@ -7,12 +7,10 @@ from __future__ import annotations
 
 from typing import Any, ClassVar, Literal, TypeAlias
 
-import attrs
-
-from acp_trio._spec import EXTRA, UNSET, UnsetType, f, tag
+from acp_trio._spec import EXTRA, UNSET, UnsetType, define, f, field, tag
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class ContentToolCallContent:
     """Standard content block (text, images, resources).
 
@@ -23,16 +21,14 @@ class ContentToolCallContent:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("type", "content"),)
 
-    type: Literal["content"] = attrs.field(default="content", metadata=tag("type"))
+    type: Literal["content"] = field(default="content", metadata=tag("type"))
     """Tag: always ``'content'`` (wire ``type``)."""
-    content: ContentBlock = attrs.field(metadata=f("content"))
+    content: ContentBlock = field(metadata=f("content"))
     """The actual content block.
 
     (wire ``content``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -41,7 +37,7 @@ class ContentToolCallContent:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -72,7 +68,7 @@ class ContentToolCallContent:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class DiffToolCallContent:
     """File modification shown as a diff.
 
@@ -83,26 +79,24 @@ class DiffToolCallContent:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("type", "diff"),)
 
-    type: Literal["diff"] = attrs.field(default="diff", metadata=tag("type"))
+    type: Literal["diff"] = field(default="diff", metadata=tag("type"))
     """Tag: always ``'diff'`` (wire ``type``)."""
-    path: str = attrs.field(metadata=f("path"))
+    path: str = field(metadata=f("path"))
     """The absolute file path being modified.
 
     (wire ``path``; required)
     """
-    old_text: str | UnsetType | None = attrs.field(default=UNSET, metadata=f("oldText", nullable=True, on_error=True))
+    old_text: str | UnsetType | None = field(default=UNSET, metadata=f("oldText", nullable=True, on_error=True))
     """The original content (omitted or `null` for new files).
 
     (wire ``oldText``; optional (``UNSET`` when absent))
     """
-    new_text: str = attrs.field(metadata=f("newText"))
+    new_text: str = field(metadata=f("newText"))
     """The new content after modification.
 
     (wire ``newText``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -111,7 +105,7 @@ class DiffToolCallContent:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -148,7 +142,7 @@ class DiffToolCallContent:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class TerminalToolCallContent:
     """Embed a terminal created with `terminal/create` by its id.
 
@@ -163,16 +157,14 @@ class TerminalToolCallContent:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("type", "terminal"),)
 
-    type: Literal["terminal"] = attrs.field(default="terminal", metadata=tag("type"))
+    type: Literal["terminal"] = field(default="terminal", metadata=tag("type"))
     """Tag: always ``'terminal'`` (wire ``type``)."""
-    terminal_id: TerminalId = attrs.field(metadata=f("terminalId"))
+    terminal_id: TerminalId = field(metadata=f("terminalId"))
     """Identifier of the terminal instance to embed in the content stream.
 
     (wire ``terminalId``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -181,7 +173,7 @@ class TerminalToolCallContent:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -212,7 +204,7 @@ class TerminalToolCallContent:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class ToolCallContentOther:
     """A `ToolCallContent` variant this version of the schema does not define (kept verbatim).
 
@@ -225,12 +217,12 @@ class ToolCallContentOther:
 
     __acp_catchall__: ClassVar[str] = "type"
 
-    type: str = attrs.field(metadata=tag("type"))
+    type: str = field(metadata=tag("type"))
     """The tag of a variant this schema does not know.
 
     Tag of a variant this schema does not know (wire ``type``).
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(self, *, type: str, extra_fields: dict[str, Any] | None = None) -> None:
@@ -247,7 +239,7 @@ class ToolCallContentOther:
         return self.type == o.type and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class TextContentBlock:
     """Text content. May be plain text or formatted with Markdown.
 
@@ -261,23 +253,21 @@ class TextContentBlock:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("type", "text"),)
 
-    type: Literal["text"] = attrs.field(default="text", metadata=tag("type"))
+    type: Literal["text"] = field(default="text", metadata=tag("type"))
     """Tag: always ``'text'`` (wire ``type``)."""
-    annotations: Annotations | UnsetType | None = attrs.field(
+    annotations: Annotations | UnsetType | None = field(
         default=UNSET, metadata=f("annotations", nullable=True, on_error=True)
     )
     """Optional annotations that help clients decide how to display or route this content.
 
     (wire ``annotations``; optional (``UNSET`` when absent))
     """
-    text: str = attrs.field(metadata=f("text"))
+    text: str = field(metadata=f("text"))
     """Text payload carried by this content block.
 
     (wire ``text``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -286,7 +276,7 @@ class TextContentBlock:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -320,7 +310,7 @@ class TextContentBlock:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class ImageContentBlock:
     """Images for visual context or analysis.
 
@@ -333,33 +323,31 @@ class ImageContentBlock:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("type", "image"),)
 
-    type: Literal["image"] = attrs.field(default="image", metadata=tag("type"))
+    type: Literal["image"] = field(default="image", metadata=tag("type"))
     """Tag: always ``'image'`` (wire ``type``)."""
-    annotations: Annotations | UnsetType | None = attrs.field(
+    annotations: Annotations | UnsetType | None = field(
         default=UNSET, metadata=f("annotations", nullable=True, on_error=True)
     )
     """Optional annotations that help clients decide how to display or route this content.
 
     (wire ``annotations``; optional (``UNSET`` when absent))
     """
-    data: str = attrs.field(metadata=f("data"))
+    data: str = field(metadata=f("data"))
     """Base64-encoded media payload.
 
     (wire ``data``; required)
     """
-    mime_type: str = attrs.field(metadata=f("mimeType"))
+    mime_type: str = field(metadata=f("mimeType"))
     """MIME type describing the encoded media payload.
 
     (wire ``mimeType``; required)
     """
-    uri: str | UnsetType | None = attrs.field(default=UNSET, metadata=f("uri", nullable=True, on_error=True))
+    uri: str | UnsetType | None = field(default=UNSET, metadata=f("uri", nullable=True, on_error=True))
     """URI associated with this resource or media payload.
 
     (wire ``uri``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -368,7 +356,7 @@ class ImageContentBlock:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -408,7 +396,7 @@ class ImageContentBlock:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class AudioContentBlock:
     """Audio data for transcription or analysis.
 
@@ -421,28 +409,26 @@ class AudioContentBlock:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("type", "audio"),)
 
-    type: Literal["audio"] = attrs.field(default="audio", metadata=tag("type"))
+    type: Literal["audio"] = field(default="audio", metadata=tag("type"))
     """Tag: always ``'audio'`` (wire ``type``)."""
-    annotations: Annotations | UnsetType | None = attrs.field(
+    annotations: Annotations | UnsetType | None = field(
         default=UNSET, metadata=f("annotations", nullable=True, on_error=True)
     )
     """Optional annotations that help clients decide how to display or route this content.
 
     (wire ``annotations``; optional (``UNSET`` when absent))
     """
-    data: str = attrs.field(metadata=f("data"))
+    data: str = field(metadata=f("data"))
     """Base64-encoded media payload.
 
     (wire ``data``; required)
     """
-    mime_type: str = attrs.field(metadata=f("mimeType"))
+    mime_type: str = field(metadata=f("mimeType"))
     """MIME type describing the encoded media payload.
 
     (wire ``mimeType``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -451,7 +437,7 @@ class AudioContentBlock:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -488,7 +474,7 @@ class AudioContentBlock:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class ResourceLinkContentBlock:
     """References to resources that the agent can access.
 
@@ -501,50 +487,46 @@ class ResourceLinkContentBlock:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("type", "resource_link"),)
 
-    type: Literal["resource_link"] = attrs.field(default="resource_link", metadata=tag("type"))
+    type: Literal["resource_link"] = field(default="resource_link", metadata=tag("type"))
     """Tag: always ``'resource_link'`` (wire ``type``)."""
-    annotations: Annotations | UnsetType | None = attrs.field(
+    annotations: Annotations | UnsetType | None = field(
         default=UNSET, metadata=f("annotations", nullable=True, on_error=True)
     )
     """Optional annotations that help clients decide how to display or route this content.
 
     (wire ``annotations``; optional (``UNSET`` when absent))
     """
-    description: str | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("description", nullable=True, on_error=True)
-    )
+    description: str | UnsetType | None = field(default=UNSET, metadata=f("description", nullable=True, on_error=True))
     """Optional human-readable details shown with this protocol object.
 
     (wire ``description``; optional (``UNSET`` when absent))
     """
-    mime_type: str | UnsetType | None = attrs.field(default=UNSET, metadata=f("mimeType", nullable=True, on_error=True))
+    mime_type: str | UnsetType | None = field(default=UNSET, metadata=f("mimeType", nullable=True, on_error=True))
     """MIME type describing the encoded media payload.
 
     (wire ``mimeType``; optional (``UNSET`` when absent))
     """
-    name: str = attrs.field(metadata=f("name"))
+    name: str = field(metadata=f("name"))
     """Human-readable name shown for this protocol object.
 
     (wire ``name``; required)
     """
-    size: int | UnsetType | None = attrs.field(default=UNSET, metadata=f("size", nullable=True, on_error=True))
+    size: int | UnsetType | None = field(default=UNSET, metadata=f("size", nullable=True, on_error=True))
     """Optional size of the linked resource in bytes, if known.
 
     (wire ``size``; optional (``UNSET`` when absent))
     """
-    title: str | UnsetType | None = attrs.field(default=UNSET, metadata=f("title", nullable=True, on_error=True))
+    title: str | UnsetType | None = field(default=UNSET, metadata=f("title", nullable=True, on_error=True))
     """Optional display title for end-user UI.
 
     (wire ``title``; optional (``UNSET`` when absent))
     """
-    uri: str = attrs.field(metadata=f("uri"))
+    uri: str = field(metadata=f("uri"))
     """URI associated with this resource or media payload.
 
     (wire ``uri``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -553,7 +535,7 @@ class ResourceLinkContentBlock:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -602,7 +584,7 @@ class ResourceLinkContentBlock:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class ResourceContentBlock:
     """Complete resource contents embedded directly in the message.
 
@@ -617,23 +599,21 @@ class ResourceContentBlock:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("type", "resource"),)
 
-    type: Literal["resource"] = attrs.field(default="resource", metadata=tag("type"))
+    type: Literal["resource"] = field(default="resource", metadata=tag("type"))
     """Tag: always ``'resource'`` (wire ``type``)."""
-    annotations: Annotations | UnsetType | None = attrs.field(
+    annotations: Annotations | UnsetType | None = field(
         default=UNSET, metadata=f("annotations", nullable=True, on_error=True)
     )
     """Optional annotations that help clients decide how to display or route this content.
 
     (wire ``annotations``; optional (``UNSET`` when absent))
     """
-    resource: EmbeddedResourceResource = attrs.field(metadata=f("resource"))
+    resource: EmbeddedResourceResource = field(metadata=f("resource"))
     """Embedded resource payload, either text or binary data.
 
     (wire ``resource``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -642,7 +622,7 @@ class ResourceContentBlock:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -676,7 +656,7 @@ class ResourceContentBlock:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class ContentBlockOther:
     """A `ContentBlock` variant this version of the schema does not define (kept verbatim).
 
@@ -689,12 +669,12 @@ class ContentBlockOther:
 
     __acp_catchall__: ClassVar[str] = "type"
 
-    type: str = attrs.field(metadata=tag("type"))
+    type: str = field(metadata=tag("type"))
     """The tag of a variant this schema does not know.
 
     Tag of a variant this schema does not know (wire ``type``).
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(self, *, type: str, extra_fields: dict[str, Any] | None = None) -> None:
@@ -711,7 +691,7 @@ class ContentBlockOther:
         return self.type == o.type and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class FormCreateElicitationRequest:
     """Form-based elicitation where the client renders a form from the provided schema.
 
@@ -722,24 +702,24 @@ class FormCreateElicitationRequest:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("mode", "form"),)
 
-    mode: Literal["form"] = attrs.field(default="form", metadata=tag("mode"))
+    mode: Literal["form"] = field(default="form", metadata=tag("mode"))
     """Tag: always ``'form'`` (wire ``mode``)."""
-    message: str = attrs.field(metadata=f("message"))
+    message: str = field(metadata=f("message"))
     """A human-readable message describing what input is needed.
 
     (wire ``message``; required)
     """
-    requested_schema: ElicitationSchema = attrs.field(metadata=f("requestedSchema"))
+    requested_schema: ElicitationSchema = field(metadata=f("requestedSchema"))
     """A JSON Schema describing the form fields to present to the user.
 
     (wire ``requestedSchema``; required)
     """
-    session_id: SessionId | UnsetType = attrs.field(default=UNSET, metadata=f("sessionId"))
+    session_id: SessionId | UnsetType = field(default=UNSET, metadata=f("sessionId"))
     """The session this elicitation is tied to.
 
     (wire ``sessionId``; optional (``UNSET`` when absent))
     """
-    tool_call_id: ToolCallId | UnsetType | None = attrs.field(
+    tool_call_id: ToolCallId | UnsetType | None = field(
         default=UNSET, metadata=f("toolCallId", nullable=True, on_error=True)
     )
     """Optional tool call within the session.
@@ -749,14 +729,12 @@ class FormCreateElicitationRequest:
 
     (wire ``toolCallId``; optional (``UNSET`` when absent))
     """
-    request_id: RequestId | UnsetType = attrs.field(default=UNSET, metadata=f("requestId"))
+    request_id: RequestId | UnsetType = field(default=UNSET, metadata=f("requestId"))
     """The request this elicitation is tied to.
 
     (wire ``requestId``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -767,7 +745,7 @@ class FormCreateElicitationRequest:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -810,7 +788,7 @@ class FormCreateElicitationRequest:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class UrlCreateElicitationRequest:
     """URL-based elicitation where the client directs the user to a URL.
 
@@ -821,29 +799,29 @@ class UrlCreateElicitationRequest:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("mode", "url"),)
 
-    mode: Literal["url"] = attrs.field(default="url", metadata=tag("mode"))
+    mode: Literal["url"] = field(default="url", metadata=tag("mode"))
     """Tag: always ``'url'`` (wire ``mode``)."""
-    message: str = attrs.field(metadata=f("message"))
+    message: str = field(metadata=f("message"))
     """A human-readable message describing what input is needed.
 
     (wire ``message``; required)
     """
-    elicitation_id: ElicitationId = attrs.field(metadata=f("elicitationId"))
+    elicitation_id: ElicitationId = field(metadata=f("elicitationId"))
     """The unique identifier for this elicitation.
 
     (wire ``elicitationId``; required)
     """
-    url: str = attrs.field(metadata=f("url"))
+    url: str = field(metadata=f("url"))
     """The URL to direct the user to.
 
     (wire ``url``; required)
     """
-    session_id: SessionId | UnsetType = attrs.field(default=UNSET, metadata=f("sessionId"))
+    session_id: SessionId | UnsetType = field(default=UNSET, metadata=f("sessionId"))
     """The session this elicitation is tied to.
 
     (wire ``sessionId``; optional (``UNSET`` when absent))
     """
-    tool_call_id: ToolCallId | UnsetType | None = attrs.field(
+    tool_call_id: ToolCallId | UnsetType | None = field(
         default=UNSET, metadata=f("toolCallId", nullable=True, on_error=True)
     )
     """Optional tool call within the session.
@@ -853,14 +831,12 @@ class UrlCreateElicitationRequest:
 
     (wire ``toolCallId``; optional (``UNSET`` when absent))
     """
-    request_id: RequestId | UnsetType = attrs.field(default=UNSET, metadata=f("requestId"))
+    request_id: RequestId | UnsetType = field(default=UNSET, metadata=f("requestId"))
     """The request this elicitation is tied to.
 
     (wire ``requestId``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -871,7 +847,7 @@ class UrlCreateElicitationRequest:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -917,7 +893,7 @@ class UrlCreateElicitationRequest:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class CreateElicitationRequestOther:
     """Custom or future elicitation mode.
 
@@ -938,7 +914,7 @@ class CreateElicitationRequestOther:
 
     __acp_catchall__: ClassVar[str] = "mode"
 
-    mode: str = attrs.field(metadata=tag("mode"))
+    mode: str = field(metadata=tag("mode"))
     """Custom or future elicitation mode.
 
     Values beginning with `_` are reserved for implementation-specific
@@ -947,17 +923,17 @@ class CreateElicitationRequestOther:
 
     Tag of a variant this schema does not know (wire ``mode``).
     """
-    message: str = attrs.field(metadata=f("message"))
+    message: str = field(metadata=f("message"))
     """A human-readable message describing what input is needed.
 
     (wire ``message``; required)
     """
-    session_id: SessionId | UnsetType = attrs.field(default=UNSET, metadata=f("sessionId"))
+    session_id: SessionId | UnsetType = field(default=UNSET, metadata=f("sessionId"))
     """The session this elicitation is tied to.
 
     (wire ``sessionId``; optional (``UNSET`` when absent))
     """
-    tool_call_id: ToolCallId | UnsetType | None = attrs.field(
+    tool_call_id: ToolCallId | UnsetType | None = field(
         default=UNSET, metadata=f("toolCallId", nullable=True, on_error=True)
     )
     """Optional tool call within the session.
@@ -967,14 +943,12 @@ class CreateElicitationRequestOther:
 
     (wire ``toolCallId``; optional (``UNSET`` when absent))
     """
-    request_id: RequestId | UnsetType = attrs.field(default=UNSET, metadata=f("requestId"))
+    request_id: RequestId | UnsetType = field(default=UNSET, metadata=f("requestId"))
     """The request this elicitation is tied to.
 
     (wire ``requestId``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -985,7 +959,7 @@ class CreateElicitationRequestOther:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -1025,7 +999,7 @@ class CreateElicitationRequestOther:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class StringElicitationPropertySchema:
     """String property (or single-select enum when `enum`/`oneOf` is set).
 
@@ -1036,76 +1010,72 @@ class StringElicitationPropertySchema:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("type", "string"),)
 
-    type: Literal["string"] = attrs.field(default="string", metadata=tag("type"))
+    type: Literal["string"] = field(default="string", metadata=tag("type"))
     """Tag: always ``'string'`` (wire ``type``)."""
-    title: str | UnsetType | None = attrs.field(default=UNSET, metadata=f("title", nullable=True, on_error=True))
+    title: str | UnsetType | None = field(default=UNSET, metadata=f("title", nullable=True, on_error=True))
     """Optional title for the property.
 
     Optional. Omitted and `null` are equivalent and mean no title is provided.
 
     (wire ``title``; optional (``UNSET`` when absent))
     """
-    description: str | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("description", nullable=True, on_error=True)
-    )
+    description: str | UnsetType | None = field(default=UNSET, metadata=f("description", nullable=True, on_error=True))
     """Human-readable description.
 
     Optional. Omitted and `null` are equivalent and mean no description is provided.
 
     (wire ``description``; optional (``UNSET`` when absent))
     """
-    min_length: int | UnsetType | None = attrs.field(default=UNSET, metadata=f("minLength", nullable=True))
+    min_length: int | UnsetType | None = field(default=UNSET, metadata=f("minLength", nullable=True))
     """Minimum string length.
 
     Optional. Omitted and `null` are equivalent and mean there is no minimum length constraint.
 
     (wire ``minLength``; optional (``UNSET`` when absent))
     """
-    max_length: int | UnsetType | None = attrs.field(default=UNSET, metadata=f("maxLength", nullable=True))
+    max_length: int | UnsetType | None = field(default=UNSET, metadata=f("maxLength", nullable=True))
     """Maximum string length.
 
     Optional. Omitted and `null` are equivalent and mean there is no maximum length constraint.
 
     (wire ``maxLength``; optional (``UNSET`` when absent))
     """
-    pattern: str | UnsetType | None = attrs.field(default=UNSET, metadata=f("pattern", nullable=True))
+    pattern: str | UnsetType | None = field(default=UNSET, metadata=f("pattern", nullable=True))
     """Pattern the string must match.
 
     Optional. Omitted and `null` are equivalent and mean there is no pattern constraint.
 
     (wire ``pattern``; optional (``UNSET`` when absent))
     """
-    format: StringFormat | UnsetType | None = attrs.field(default=UNSET, metadata=f("format", nullable=True))
+    format: StringFormat | UnsetType | None = field(default=UNSET, metadata=f("format", nullable=True))
     """String format.
 
     Optional. Omitted and `null` are equivalent and mean there is no format constraint.
 
     (wire ``format``; optional (``UNSET`` when absent))
     """
-    default: str | UnsetType | None = attrs.field(default=UNSET, metadata=f("default", nullable=True, on_error=True))
+    default: str | UnsetType | None = field(default=UNSET, metadata=f("default", nullable=True, on_error=True))
     """Default value.
 
     Optional. Omitted and `null` are equivalent and mean no default value is provided.
 
     (wire ``default``; optional (``UNSET`` when absent))
     """
-    enum: list[str] | UnsetType | None = attrs.field(default=UNSET, metadata=f("enum", nullable=True))
+    enum: list[str] | UnsetType | None = field(default=UNSET, metadata=f("enum", nullable=True))
     """Enum values for untitled single-select enums.
     Optional. Omitted and `null` are equivalent and mean no untitled single-select choices are
     declared by `enum`.
 
     (wire ``enum``; optional (``UNSET`` when absent))
     """
-    one_of: list[EnumOption] | UnsetType | None = attrs.field(default=UNSET, metadata=f("oneOf", nullable=True))
+    one_of: list[EnumOption] | UnsetType | None = field(default=UNSET, metadata=f("oneOf", nullable=True))
     """Titled enum options for titled single-select enums.
     Optional. Omitted and `null` are equivalent and mean no titled single-select choices are
     declared by `oneOf`.
 
     (wire ``oneOf``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -1116,7 +1086,7 @@ class StringElicitationPropertySchema:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -1171,7 +1141,7 @@ class StringElicitationPropertySchema:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class NumberElicitationPropertySchema:
     """Number (floating-point) property.
 
@@ -1182,48 +1152,44 @@ class NumberElicitationPropertySchema:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("type", "number"),)
 
-    type: Literal["number"] = attrs.field(default="number", metadata=tag("type"))
+    type: Literal["number"] = field(default="number", metadata=tag("type"))
     """Tag: always ``'number'`` (wire ``type``)."""
-    title: str | UnsetType | None = attrs.field(default=UNSET, metadata=f("title", nullable=True, on_error=True))
+    title: str | UnsetType | None = field(default=UNSET, metadata=f("title", nullable=True, on_error=True))
     """Optional title for the property.
 
     Optional. Omitted and `null` are equivalent and mean no title is provided.
 
     (wire ``title``; optional (``UNSET`` when absent))
     """
-    description: str | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("description", nullable=True, on_error=True)
-    )
+    description: str | UnsetType | None = field(default=UNSET, metadata=f("description", nullable=True, on_error=True))
     """Human-readable description.
 
     Optional. Omitted and `null` are equivalent and mean no description is provided.
 
     (wire ``description``; optional (``UNSET`` when absent))
     """
-    minimum: float | UnsetType | None = attrs.field(default=UNSET, metadata=f("minimum", nullable=True))
+    minimum: float | UnsetType | None = field(default=UNSET, metadata=f("minimum", nullable=True))
     """Minimum value (inclusive).
 
     Optional. Omitted and `null` are equivalent and mean there is no inclusive lower bound.
 
     (wire ``minimum``; optional (``UNSET`` when absent))
     """
-    maximum: float | UnsetType | None = attrs.field(default=UNSET, metadata=f("maximum", nullable=True))
+    maximum: float | UnsetType | None = field(default=UNSET, metadata=f("maximum", nullable=True))
     """Maximum value (inclusive).
 
     Optional. Omitted and `null` are equivalent and mean there is no inclusive upper bound.
 
     (wire ``maximum``; optional (``UNSET`` when absent))
     """
-    default: float | UnsetType | None = attrs.field(default=UNSET, metadata=f("default", nullable=True, on_error=True))
+    default: float | UnsetType | None = field(default=UNSET, metadata=f("default", nullable=True, on_error=True))
     """Default value.
 
     Optional. Omitted and `null` are equivalent and mean no default value is provided.
 
     (wire ``default``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -1234,7 +1200,7 @@ class NumberElicitationPropertySchema:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -1277,7 +1243,7 @@ class NumberElicitationPropertySchema:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class IntegerElicitationPropertySchema:
     """Integer property.
 
@@ -1288,48 +1254,44 @@ class IntegerElicitationPropertySchema:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("type", "integer"),)
 
-    type: Literal["integer"] = attrs.field(default="integer", metadata=tag("type"))
+    type: Literal["integer"] = field(default="integer", metadata=tag("type"))
     """Tag: always ``'integer'`` (wire ``type``)."""
-    title: str | UnsetType | None = attrs.field(default=UNSET, metadata=f("title", nullable=True, on_error=True))
+    title: str | UnsetType | None = field(default=UNSET, metadata=f("title", nullable=True, on_error=True))
     """Optional title for the property.
 
     Optional. Omitted and `null` are equivalent and mean no title is provided.
 
     (wire ``title``; optional (``UNSET`` when absent))
     """
-    description: str | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("description", nullable=True, on_error=True)
-    )
+    description: str | UnsetType | None = field(default=UNSET, metadata=f("description", nullable=True, on_error=True))
     """Human-readable description.
 
     Optional. Omitted and `null` are equivalent and mean no description is provided.
 
     (wire ``description``; optional (``UNSET`` when absent))
     """
-    minimum: int | UnsetType | None = attrs.field(default=UNSET, metadata=f("minimum", nullable=True))
+    minimum: int | UnsetType | None = field(default=UNSET, metadata=f("minimum", nullable=True))
     """Minimum value (inclusive).
 
     Optional. Omitted and `null` are equivalent and mean there is no inclusive lower bound.
 
     (wire ``minimum``; optional (``UNSET`` when absent))
     """
-    maximum: int | UnsetType | None = attrs.field(default=UNSET, metadata=f("maximum", nullable=True))
+    maximum: int | UnsetType | None = field(default=UNSET, metadata=f("maximum", nullable=True))
     """Maximum value (inclusive).
 
     Optional. Omitted and `null` are equivalent and mean there is no inclusive upper bound.
 
     (wire ``maximum``; optional (``UNSET`` when absent))
     """
-    default: int | UnsetType | None = attrs.field(default=UNSET, metadata=f("default", nullable=True, on_error=True))
+    default: int | UnsetType | None = field(default=UNSET, metadata=f("default", nullable=True, on_error=True))
     """Default value.
 
     Optional. Omitted and `null` are equivalent and mean no default value is provided.
 
     (wire ``default``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -1340,7 +1302,7 @@ class IntegerElicitationPropertySchema:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -1383,7 +1345,7 @@ class IntegerElicitationPropertySchema:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class BooleanElicitationPropertySchema:
     """Boolean property.
 
@@ -1394,34 +1356,30 @@ class BooleanElicitationPropertySchema:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("type", "boolean"),)
 
-    type: Literal["boolean"] = attrs.field(default="boolean", metadata=tag("type"))
+    type: Literal["boolean"] = field(default="boolean", metadata=tag("type"))
     """Tag: always ``'boolean'`` (wire ``type``)."""
-    title: str | UnsetType | None = attrs.field(default=UNSET, metadata=f("title", nullable=True, on_error=True))
+    title: str | UnsetType | None = field(default=UNSET, metadata=f("title", nullable=True, on_error=True))
     """Optional title for the property.
 
     Optional. Omitted and `null` are equivalent and mean no title is provided.
 
     (wire ``title``; optional (``UNSET`` when absent))
     """
-    description: str | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("description", nullable=True, on_error=True)
-    )
+    description: str | UnsetType | None = field(default=UNSET, metadata=f("description", nullable=True, on_error=True))
     """Human-readable description.
 
     Optional. Omitted and `null` are equivalent and mean no description is provided.
 
     (wire ``description``; optional (``UNSET`` when absent))
     """
-    default: bool | UnsetType | None = attrs.field(default=UNSET, metadata=f("default", nullable=True, on_error=True))
+    default: bool | UnsetType | None = field(default=UNSET, metadata=f("default", nullable=True, on_error=True))
     """Default value.
 
     Optional. Omitted and `null` are equivalent and mean no default value is provided.
 
     (wire ``default``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -1432,7 +1390,7 @@ class BooleanElicitationPropertySchema:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -1469,7 +1427,7 @@ class BooleanElicitationPropertySchema:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class ArrayElicitationPropertySchema:
     """Multi-select array property.
 
@@ -1480,44 +1438,42 @@ class ArrayElicitationPropertySchema:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("type", "array"),)
 
-    type: Literal["array"] = attrs.field(default="array", metadata=tag("type"))
+    type: Literal["array"] = field(default="array", metadata=tag("type"))
     """Tag: always ``'array'`` (wire ``type``)."""
-    title: str | UnsetType | None = attrs.field(default=UNSET, metadata=f("title", nullable=True, on_error=True))
+    title: str | UnsetType | None = field(default=UNSET, metadata=f("title", nullable=True, on_error=True))
     """Optional title for the property.
 
     Optional. Omitted and `null` are equivalent and mean no title is provided.
 
     (wire ``title``; optional (``UNSET`` when absent))
     """
-    description: str | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("description", nullable=True, on_error=True)
-    )
+    description: str | UnsetType | None = field(default=UNSET, metadata=f("description", nullable=True, on_error=True))
     """Human-readable description.
 
     Optional. Omitted and `null` are equivalent and mean no description is provided.
 
     (wire ``description``; optional (``UNSET`` when absent))
     """
-    min_items: int | UnsetType | None = attrs.field(default=UNSET, metadata=f("minItems", nullable=True))
+    min_items: int | UnsetType | None = field(default=UNSET, metadata=f("minItems", nullable=True))
     """Minimum number of items to select.
 
     Optional. Omitted and `null` are equivalent and mean there is no minimum selection count.
 
     (wire ``minItems``; optional (``UNSET`` when absent))
     """
-    max_items: int | UnsetType | None = attrs.field(default=UNSET, metadata=f("maxItems", nullable=True))
+    max_items: int | UnsetType | None = field(default=UNSET, metadata=f("maxItems", nullable=True))
     """Maximum number of items to select.
 
     Optional. Omitted and `null` are equivalent and mean there is no maximum selection count.
 
     (wire ``maxItems``; optional (``UNSET`` when absent))
     """
-    items: MultiSelectItems = attrs.field(metadata=f("items"))
+    items: MultiSelectItems = field(metadata=f("items"))
     """The items definition describing allowed values.
 
     (wire ``items``; required)
     """
-    default: list[str] | UnsetType | None = attrs.field(
+    default: list[str] | UnsetType | None = field(
         default=UNSET, metadata=f("default", nullable=True, on_error=True, skip_invalid=True)
     )
     """Default selected values.
@@ -1526,9 +1482,7 @@ class ArrayElicitationPropertySchema:
 
     (wire ``default``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -1539,7 +1493,7 @@ class ArrayElicitationPropertySchema:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -1585,7 +1539,7 @@ class ArrayElicitationPropertySchema:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class ElicitationPropertySchemaOther:
     """Custom or future elicitation property schema.
 
@@ -1606,7 +1560,7 @@ class ElicitationPropertySchemaOther:
 
     __acp_catchall__: ClassVar[str] = "type"
 
-    type: str = attrs.field(metadata=tag("type"))
+    type: str = field(metadata=tag("type"))
     """Custom or future elicitation property schema type.
 
     Values beginning with `_` are reserved for implementation-specific
@@ -1615,7 +1569,7 @@ class ElicitationPropertySchemaOther:
 
     Tag of a variant this schema does not know (wire ``type``).
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(self, *, type: str, extra_fields: dict[str, Any] | None = None) -> None:
@@ -1632,7 +1586,7 @@ class ElicitationPropertySchemaOther:
         return self.type == o.type and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class StringMultiSelectItems:
     """Multi-select string items with plain string values.
 
@@ -1641,16 +1595,14 @@ class StringMultiSelectItems:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("type", "string"),)
 
-    type: Literal["string"] | UnsetType = attrs.field(default="string", metadata=tag("type", optional=True))
+    type: Literal["string"] | UnsetType = field(default="string", metadata=tag("type", optional=True))
     """Tag ``'string'`` (wire ``type``): set by the constructor and present when this type is decoded as a union variant; ``UNSET`` when decoded on its own, where the schema has no tag."""
-    enum: list[str] = attrs.field(metadata=f("enum"))
+    enum: list[str] = field(metadata=f("enum"))
     """Allowed enum values.
 
     (wire ``enum``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -1661,7 +1613,7 @@ class StringMultiSelectItems:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -1689,7 +1641,7 @@ class StringMultiSelectItems:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class MultiSelectItemsOther:
     """Custom or future typed multi-select items.
 
@@ -1702,7 +1654,7 @@ class MultiSelectItemsOther:
 
     __acp_catchall__: ClassVar[str] = "type"
 
-    type: str = attrs.field(metadata=tag("type"))
+    type: str = field(metadata=tag("type"))
     """Custom or future multi-select item type.
 
     Values beginning with `_` are reserved for implementation-specific
@@ -1711,7 +1663,7 @@ class MultiSelectItemsOther:
 
     Tag of a variant this schema does not know (wire ``type``).
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(self, *, type: str, extra_fields: dict[str, Any] | None = None) -> None:
@@ -1728,21 +1680,19 @@ class MultiSelectItemsOther:
         return self.type == o.type and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class TitledMultiSelectItems:
     """Items definition for titled multi-select enum properties.
 
     Schema: ``schema/v1/schema.unstable.json``, ``$defs/TitledMultiSelectItems``
     """
 
-    any_of: list[EnumOption] = attrs.field(metadata=f("anyOf"))
+    any_of: list[EnumOption] = field(metadata=f("anyOf"))
     """Titled enum options.
 
     (wire ``anyOf``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -1753,7 +1703,7 @@ class TitledMultiSelectItems:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -1777,7 +1727,7 @@ class TitledMultiSelectItems:
         return self.any_of == o.any_of and self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class TerminalAuthMethod:
     """Client runs the configured agent program as a separate interactive
     process, without passing this method to `authenticate`.
@@ -1789,39 +1739,35 @@ class TerminalAuthMethod:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("type", "terminal"),)
 
-    type: Literal["terminal"] = attrs.field(default="terminal", metadata=tag("type"))
+    type: Literal["terminal"] = field(default="terminal", metadata=tag("type"))
     """Tag: always ``'terminal'`` (wire ``type``)."""
-    id: AuthMethodId = attrs.field(metadata=f("id"))
+    id: AuthMethodId = field(metadata=f("id"))
     """Unique identifier for this authentication method.
 
     (wire ``id``; required)
     """
-    name: str = attrs.field(metadata=f("name"))
+    name: str = field(metadata=f("name"))
     """Human-readable name of the authentication method.
 
     (wire ``name``; required)
     """
-    description: str | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("description", nullable=True, on_error=True)
-    )
+    description: str | UnsetType | None = field(default=UNSET, metadata=f("description", nullable=True, on_error=True))
     """Optional human-readable description of this authentication method.
 
     (wire ``description``; optional (``UNSET`` when absent))
     """
-    args: list[str] | UnsetType = attrs.field(default=UNSET, metadata=f("args", on_null=True))
+    args: list[str] | UnsetType = field(default=UNSET, metadata=f("args", on_null=True))
     """Additional arguments to append to the configured agent invocation for terminal auth.
 
     (wire ``args``; optional (``UNSET`` when absent))
     """
-    env: dict[str, str] | UnsetType = attrs.field(default=UNSET, metadata=f("env", on_null=True))
+    env: dict[str, str] | UnsetType = field(default=UNSET, metadata=f("env", on_null=True))
     """Additional environment variables to set on the configured agent invocation for terminal auth.
     These values override same-named variables in the base launch configuration.
 
     (wire ``env``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -1830,7 +1776,7 @@ class TerminalAuthMethod:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -1873,7 +1819,7 @@ class TerminalAuthMethod:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class AuthMethodAgent:
     """Agent handles authentication itself through `authenticate`.
 
@@ -1882,26 +1828,22 @@ class AuthMethodAgent:
     Schema: ``schema/v1/schema.unstable.json``, ``$defs/AuthMethodAgent``
     """
 
-    id: AuthMethodId = attrs.field(metadata=f("id"))
+    id: AuthMethodId = field(metadata=f("id"))
     """Unique identifier for this authentication method.
 
     (wire ``id``; required)
     """
-    name: str = attrs.field(metadata=f("name"))
+    name: str = field(metadata=f("name"))
     """Human-readable name of the authentication method.
 
     (wire ``name``; required)
     """
-    description: str | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("description", nullable=True, on_error=True)
-    )
+    description: str | UnsetType | None = field(default=UNSET, metadata=f("description", nullable=True, on_error=True))
     """Optional human-readable description of this authentication method.
 
     (wire ``description``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -1910,7 +1852,7 @@ class AuthMethodAgent:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -1944,7 +1886,7 @@ class AuthMethodAgent:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class AuthMethodOther:
     """A `AuthMethod` variant this version of the schema does not define (kept verbatim).
 
@@ -1957,12 +1899,12 @@ class AuthMethodOther:
 
     __acp_catchall__: ClassVar[str] = "type"
 
-    type: str = attrs.field(metadata=tag("type"))
+    type: str = field(metadata=tag("type"))
     """The tag of a variant this schema does not know.
 
     Tag of a variant this schema does not know (wire ``type``).
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(self, *, type: str, extra_fields: dict[str, Any] | None = None) -> None:
@@ -1979,7 +1921,7 @@ class AuthMethodOther:
         return self.type == o.type and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class SelectSessionConfigOption:
     """Single-value selector (dropdown).
 
@@ -1990,45 +1932,41 @@ class SelectSessionConfigOption:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("type", "select"),)
 
-    type: Literal["select"] = attrs.field(default="select", metadata=tag("type"))
+    type: Literal["select"] = field(default="select", metadata=tag("type"))
     """Tag: always ``'select'`` (wire ``type``)."""
-    id: SessionConfigId = attrs.field(metadata=f("id"))
+    id: SessionConfigId = field(metadata=f("id"))
     """Unique identifier for the configuration option.
 
     (wire ``id``; required)
     """
-    name: str = attrs.field(metadata=f("name"))
+    name: str = field(metadata=f("name"))
     """Human-readable label for the option.
 
     (wire ``name``; required)
     """
-    description: str | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("description", nullable=True, on_error=True)
-    )
+    description: str | UnsetType | None = field(default=UNSET, metadata=f("description", nullable=True, on_error=True))
     """Optional description for the Client to display to the user.
 
     (wire ``description``; optional (``UNSET`` when absent))
     """
-    category: SessionConfigOptionCategory | UnsetType | None = attrs.field(
+    category: SessionConfigOptionCategory | UnsetType | None = field(
         default=UNSET, metadata=f("category", nullable=True, on_error=True)
     )
     """Optional semantic category for this option (UX only).
 
     (wire ``category``; optional (``UNSET`` when absent))
     """
-    current_value: SessionConfigValueId = attrs.field(metadata=f("currentValue"))
+    current_value: SessionConfigValueId = field(metadata=f("currentValue"))
     """The currently selected value.
 
     (wire ``currentValue``; required)
     """
-    options: SessionConfigSelectOptions = attrs.field(metadata=f("options"))
+    options: SessionConfigSelectOptions = field(metadata=f("options"))
     """The set of selectable options.
 
     (wire ``options``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -2037,7 +1975,7 @@ class SelectSessionConfigOption:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -2083,7 +2021,7 @@ class SelectSessionConfigOption:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class BooleanSessionConfigOption:
     """Boolean on/off toggle.
 
@@ -2094,40 +2032,36 @@ class BooleanSessionConfigOption:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("type", "boolean"),)
 
-    type: Literal["boolean"] = attrs.field(default="boolean", metadata=tag("type"))
+    type: Literal["boolean"] = field(default="boolean", metadata=tag("type"))
     """Tag: always ``'boolean'`` (wire ``type``)."""
-    id: SessionConfigId = attrs.field(metadata=f("id"))
+    id: SessionConfigId = field(metadata=f("id"))
     """Unique identifier for the configuration option.
 
     (wire ``id``; required)
     """
-    name: str = attrs.field(metadata=f("name"))
+    name: str = field(metadata=f("name"))
     """Human-readable label for the option.
 
     (wire ``name``; required)
     """
-    description: str | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("description", nullable=True, on_error=True)
-    )
+    description: str | UnsetType | None = field(default=UNSET, metadata=f("description", nullable=True, on_error=True))
     """Optional description for the Client to display to the user.
 
     (wire ``description``; optional (``UNSET`` when absent))
     """
-    category: SessionConfigOptionCategory | UnsetType | None = attrs.field(
+    category: SessionConfigOptionCategory | UnsetType | None = field(
         default=UNSET, metadata=f("category", nullable=True, on_error=True)
     )
     """Optional semantic category for this option (UX only).
 
     (wire ``category``; optional (``UNSET`` when absent))
     """
-    current_value: bool = attrs.field(metadata=f("currentValue"))
+    current_value: bool = field(metadata=f("currentValue"))
     """The current value of the boolean option.
 
     (wire ``currentValue``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -2136,7 +2070,7 @@ class BooleanSessionConfigOption:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -2179,7 +2113,7 @@ class BooleanSessionConfigOption:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class SessionConfigOptionOther:
     """A `SessionConfigOption` variant this version of the schema does not define (kept verbatim).
 
@@ -2192,38 +2126,34 @@ class SessionConfigOptionOther:
 
     __acp_catchall__: ClassVar[str] = "type"
 
-    type: str = attrs.field(metadata=tag("type"))
+    type: str = field(metadata=tag("type"))
     """The tag of a variant this schema does not know.
 
     Tag of a variant this schema does not know (wire ``type``).
     """
-    id: SessionConfigId = attrs.field(metadata=f("id"))
+    id: SessionConfigId = field(metadata=f("id"))
     """Unique identifier for the configuration option.
 
     (wire ``id``; required)
     """
-    name: str = attrs.field(metadata=f("name"))
+    name: str = field(metadata=f("name"))
     """Human-readable label for the option.
 
     (wire ``name``; required)
     """
-    description: str | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("description", nullable=True, on_error=True)
-    )
+    description: str | UnsetType | None = field(default=UNSET, metadata=f("description", nullable=True, on_error=True))
     """Optional description for the Client to display to the user.
 
     (wire ``description``; optional (``UNSET`` when absent))
     """
-    category: SessionConfigOptionCategory | UnsetType | None = attrs.field(
+    category: SessionConfigOptionCategory | UnsetType | None = field(
         default=UNSET, metadata=f("category", nullable=True, on_error=True)
     )
     """Optional semantic category for this option (UX only).
 
     (wire ``category``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -2232,7 +2162,7 @@ class SessionConfigOptionOther:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -2272,7 +2202,7 @@ class SessionConfigOptionOther:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class UserMessageChunkSessionUpdate:
     """A chunk of the user's message being streamed.
 
@@ -2283,16 +2213,14 @@ class UserMessageChunkSessionUpdate:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("sessionUpdate", "user_message_chunk"),)
 
-    session_update: Literal["user_message_chunk"] = attrs.field(
-        default="user_message_chunk", metadata=tag("sessionUpdate")
-    )
+    session_update: Literal["user_message_chunk"] = field(default="user_message_chunk", metadata=tag("sessionUpdate"))
     """Tag: always ``'user_message_chunk'`` (wire ``sessionUpdate``)."""
-    content: ContentBlock = attrs.field(metadata=f("content"))
+    content: ContentBlock = field(metadata=f("content"))
     """A single item of content
 
     (wire ``content``; required)
     """
-    message_id: MessageId | UnsetType | None = attrs.field(
+    message_id: MessageId | UnsetType | None = field(
         default=UNSET, metadata=f("messageId", nullable=True, on_error=True)
     )
     """A unique identifier for the message this chunk belongs to.
@@ -2302,9 +2230,7 @@ class UserMessageChunkSessionUpdate:
 
     (wire ``messageId``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -2313,7 +2239,7 @@ class UserMessageChunkSessionUpdate:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -2347,7 +2273,7 @@ class UserMessageChunkSessionUpdate:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class AgentMessageChunkSessionUpdate:
     """A chunk of the agent's response being streamed.
 
@@ -2358,16 +2284,14 @@ class AgentMessageChunkSessionUpdate:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("sessionUpdate", "agent_message_chunk"),)
 
-    session_update: Literal["agent_message_chunk"] = attrs.field(
-        default="agent_message_chunk", metadata=tag("sessionUpdate")
-    )
+    session_update: Literal["agent_message_chunk"] = field(default="agent_message_chunk", metadata=tag("sessionUpdate"))
     """Tag: always ``'agent_message_chunk'`` (wire ``sessionUpdate``)."""
-    content: ContentBlock = attrs.field(metadata=f("content"))
+    content: ContentBlock = field(metadata=f("content"))
     """A single item of content
 
     (wire ``content``; required)
     """
-    message_id: MessageId | UnsetType | None = attrs.field(
+    message_id: MessageId | UnsetType | None = field(
         default=UNSET, metadata=f("messageId", nullable=True, on_error=True)
     )
     """A unique identifier for the message this chunk belongs to.
@@ -2377,9 +2301,7 @@ class AgentMessageChunkSessionUpdate:
 
     (wire ``messageId``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -2388,7 +2310,7 @@ class AgentMessageChunkSessionUpdate:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -2422,7 +2344,7 @@ class AgentMessageChunkSessionUpdate:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class AgentThoughtChunkSessionUpdate:
     """A chunk of the agent's internal reasoning being streamed.
 
@@ -2433,16 +2355,14 @@ class AgentThoughtChunkSessionUpdate:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("sessionUpdate", "agent_thought_chunk"),)
 
-    session_update: Literal["agent_thought_chunk"] = attrs.field(
-        default="agent_thought_chunk", metadata=tag("sessionUpdate")
-    )
+    session_update: Literal["agent_thought_chunk"] = field(default="agent_thought_chunk", metadata=tag("sessionUpdate"))
     """Tag: always ``'agent_thought_chunk'`` (wire ``sessionUpdate``)."""
-    content: ContentBlock = attrs.field(metadata=f("content"))
+    content: ContentBlock = field(metadata=f("content"))
     """A single item of content
 
     (wire ``content``; required)
     """
-    message_id: MessageId | UnsetType | None = attrs.field(
+    message_id: MessageId | UnsetType | None = field(
         default=UNSET, metadata=f("messageId", nullable=True, on_error=True)
     )
     """A unique identifier for the message this chunk belongs to.
@@ -2452,9 +2372,7 @@ class AgentThoughtChunkSessionUpdate:
 
     (wire ``messageId``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -2463,7 +2381,7 @@ class AgentThoughtChunkSessionUpdate:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -2497,7 +2415,7 @@ class AgentThoughtChunkSessionUpdate:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class ToolCallSessionUpdate:
     """Notification that a new tool call has been initiated.
 
@@ -2508,19 +2426,19 @@ class ToolCallSessionUpdate:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("sessionUpdate", "tool_call"),)
 
-    session_update: Literal["tool_call"] = attrs.field(default="tool_call", metadata=tag("sessionUpdate"))
+    session_update: Literal["tool_call"] = field(default="tool_call", metadata=tag("sessionUpdate"))
     """Tag: always ``'tool_call'`` (wire ``sessionUpdate``)."""
-    tool_call_id: ToolCallId = attrs.field(metadata=f("toolCallId"))
+    tool_call_id: ToolCallId = field(metadata=f("toolCallId"))
     """Unique identifier for this tool call within the session.
 
     (wire ``toolCallId``; required)
     """
-    title: str = attrs.field(metadata=f("title"))
+    title: str = field(metadata=f("title"))
     """Human-readable title describing what the tool is doing.
 
     (wire ``title``; required)
     """
-    name: str | UnsetType | None = attrs.field(default=UNSET, metadata=f("name", nullable=True, on_error=True))
+    name: str | UnsetType | None = field(default=UNSET, metadata=f("name", nullable=True, on_error=True))
     """Programmatic name of the tool being invoked.
 
     This field is optional. Omitting it or sending `null` both mean that no
@@ -2528,25 +2446,25 @@ class ToolCallSessionUpdate:
 
     (wire ``name``; optional (``UNSET`` when absent))
     """
-    kind: ToolKind | UnsetType = attrs.field(default=UNSET, metadata=f("kind", on_error=True))
+    kind: ToolKind | UnsetType = field(default=UNSET, metadata=f("kind", on_error=True))
     """The category of tool being invoked.
     Helps clients choose appropriate icons and UI treatment.
 
     (wire ``kind``; optional (``UNSET`` when absent))
     """
-    status: ToolCallStatus | UnsetType = attrs.field(default=UNSET, metadata=f("status", on_error=True))
+    status: ToolCallStatus | UnsetType = field(default=UNSET, metadata=f("status", on_error=True))
     """Current execution status of the tool call.
 
     (wire ``status``; optional (``UNSET`` when absent))
     """
-    content: list[ToolCallContent] | UnsetType = attrs.field(
+    content: list[ToolCallContent] | UnsetType = field(
         default=UNSET, metadata=f("content", on_error=True, skip_invalid=True)
     )
     """Content produced by the tool call.
 
     (wire ``content``; optional (``UNSET`` when absent))
     """
-    locations: list[ToolCallLocation] | UnsetType = attrs.field(
+    locations: list[ToolCallLocation] | UnsetType = field(
         default=UNSET, metadata=f("locations", on_error=True, skip_invalid=True)
     )
     """File locations affected by this tool call.
@@ -2554,19 +2472,17 @@ class ToolCallSessionUpdate:
 
     (wire ``locations``; optional (``UNSET`` when absent))
     """
-    raw_input: Any | UnsetType = attrs.field(default=UNSET, metadata=f("rawInput", on_error=True))
+    raw_input: Any | UnsetType = field(default=UNSET, metadata=f("rawInput", on_error=True))
     """Raw input parameters sent to the tool.
 
     (wire ``rawInput``; optional (``UNSET`` when absent))
     """
-    raw_output: Any | UnsetType = attrs.field(default=UNSET, metadata=f("rawOutput", on_error=True))
+    raw_output: Any | UnsetType = field(default=UNSET, metadata=f("rawOutput", on_error=True))
     """Raw output returned by the tool.
 
     (wire ``rawOutput``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -2575,7 +2491,7 @@ class ToolCallSessionUpdate:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -2630,7 +2546,7 @@ class ToolCallSessionUpdate:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class ToolCallUpdateSessionUpdate:
     """Update on the status or results of a tool call.
 
@@ -2641,31 +2557,29 @@ class ToolCallUpdateSessionUpdate:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("sessionUpdate", "tool_call_update"),)
 
-    session_update: Literal["tool_call_update"] = attrs.field(default="tool_call_update", metadata=tag("sessionUpdate"))
+    session_update: Literal["tool_call_update"] = field(default="tool_call_update", metadata=tag("sessionUpdate"))
     """Tag: always ``'tool_call_update'`` (wire ``sessionUpdate``)."""
-    tool_call_id: ToolCallId = attrs.field(metadata=f("toolCallId"))
+    tool_call_id: ToolCallId = field(metadata=f("toolCallId"))
     """The ID of the tool call being updated.
 
     (wire ``toolCallId``; required)
     """
-    kind: ToolKind | UnsetType | None = attrs.field(default=UNSET, metadata=f("kind", nullable=True, on_error=True))
+    kind: ToolKind | UnsetType | None = field(default=UNSET, metadata=f("kind", nullable=True, on_error=True))
     """Update the tool kind.
 
     (wire ``kind``; optional (``UNSET`` when absent))
     """
-    status: ToolCallStatus | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("status", nullable=True, on_error=True)
-    )
+    status: ToolCallStatus | UnsetType | None = field(default=UNSET, metadata=f("status", nullable=True, on_error=True))
     """Update the execution status.
 
     (wire ``status``; optional (``UNSET`` when absent))
     """
-    title: str | UnsetType | None = attrs.field(default=UNSET, metadata=f("title", nullable=True, on_error=True))
+    title: str | UnsetType | None = field(default=UNSET, metadata=f("title", nullable=True, on_error=True))
     """Update the human-readable title.
 
     (wire ``title``; optional (``UNSET`` when absent))
     """
-    name: str | UnsetType | None = attrs.field(default=UNSET, metadata=f("name", nullable=True, on_error=True))
+    name: str | UnsetType | None = field(default=UNSET, metadata=f("name", nullable=True, on_error=True))
     """Update the programmatic name of the tool being invoked.
 
     This field is optional. Omitting it or sending `null` both mean that
@@ -2673,33 +2587,31 @@ class ToolCallUpdateSessionUpdate:
 
     (wire ``name``; optional (``UNSET`` when absent))
     """
-    content: list[ToolCallContent] | UnsetType | None = attrs.field(
+    content: list[ToolCallContent] | UnsetType | None = field(
         default=UNSET, metadata=f("content", nullable=True, on_error=True, skip_invalid=True)
     )
     """Replace the content collection.
 
     (wire ``content``; optional (``UNSET`` when absent))
     """
-    locations: list[ToolCallLocation] | UnsetType | None = attrs.field(
+    locations: list[ToolCallLocation] | UnsetType | None = field(
         default=UNSET, metadata=f("locations", nullable=True, on_error=True, skip_invalid=True)
     )
     """Replace the locations collection.
 
     (wire ``locations``; optional (``UNSET`` when absent))
     """
-    raw_input: Any | UnsetType = attrs.field(default=UNSET, metadata=f("rawInput", on_error=True))
+    raw_input: Any | UnsetType = field(default=UNSET, metadata=f("rawInput", on_error=True))
     """Update the raw input.
 
     (wire ``rawInput``; optional (``UNSET`` when absent))
     """
-    raw_output: Any | UnsetType = attrs.field(default=UNSET, metadata=f("rawOutput", on_error=True))
+    raw_output: Any | UnsetType = field(default=UNSET, metadata=f("rawOutput", on_error=True))
     """Update the raw output.
 
     (wire ``rawOutput``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -2708,7 +2620,7 @@ class ToolCallUpdateSessionUpdate:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -2763,7 +2675,7 @@ class ToolCallUpdateSessionUpdate:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class PlanSessionUpdate:
     """The agent's execution plan for complex tasks.
     See protocol docs: [Agent Plan](https://agentclientprotocol.com/protocol/v1/draft/agent-plan)
@@ -2775,9 +2687,9 @@ class PlanSessionUpdate:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("sessionUpdate", "plan"),)
 
-    session_update: Literal["plan"] = attrs.field(default="plan", metadata=tag("sessionUpdate"))
+    session_update: Literal["plan"] = field(default="plan", metadata=tag("sessionUpdate"))
     """Tag: always ``'plan'`` (wire ``sessionUpdate``)."""
-    entries: list[PlanEntry] = attrs.field(metadata=f("entries", on_error=True, skip_invalid=True))
+    entries: list[PlanEntry] = field(metadata=f("entries", on_error=True, skip_invalid=True))
     """The list of tasks to be accomplished.
 
     When updating a plan, the agent must send a complete list of all entries
@@ -2785,9 +2697,7 @@ class PlanSessionUpdate:
 
     (wire ``entries``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -2796,7 +2706,7 @@ class PlanSessionUpdate:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -2827,7 +2737,7 @@ class PlanSessionUpdate:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class PlanUpdateSessionUpdate:
     """**UNSTABLE**
 
@@ -2842,16 +2752,14 @@ class PlanUpdateSessionUpdate:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("sessionUpdate", "plan_update"),)
 
-    session_update: Literal["plan_update"] = attrs.field(default="plan_update", metadata=tag("sessionUpdate"))
+    session_update: Literal["plan_update"] = field(default="plan_update", metadata=tag("sessionUpdate"))
     """Tag: always ``'plan_update'`` (wire ``sessionUpdate``)."""
-    plan: PlanUpdateContent = attrs.field(metadata=f("plan"))
+    plan: PlanUpdateContent = field(metadata=f("plan"))
     """The updated plan content.
 
     (wire ``plan``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -2860,7 +2768,7 @@ class PlanUpdateSessionUpdate:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -2891,7 +2799,7 @@ class PlanUpdateSessionUpdate:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class PlanRemovedSessionUpdate:
     """**UNSTABLE**
 
@@ -2906,16 +2814,14 @@ class PlanRemovedSessionUpdate:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("sessionUpdate", "plan_removed"),)
 
-    session_update: Literal["plan_removed"] = attrs.field(default="plan_removed", metadata=tag("sessionUpdate"))
+    session_update: Literal["plan_removed"] = field(default="plan_removed", metadata=tag("sessionUpdate"))
     """Tag: always ``'plan_removed'`` (wire ``sessionUpdate``)."""
-    plan_id: PlanId = attrs.field(metadata=f("planId"))
+    plan_id: PlanId = field(metadata=f("planId"))
     """The plan ID to remove.
 
     (wire ``planId``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -2924,7 +2830,7 @@ class PlanRemovedSessionUpdate:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -2955,7 +2861,7 @@ class PlanRemovedSessionUpdate:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class AvailableCommandsUpdateSessionUpdate:
     """Available commands are ready or have changed
 
@@ -2966,20 +2872,18 @@ class AvailableCommandsUpdateSessionUpdate:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("sessionUpdate", "available_commands_update"),)
 
-    session_update: Literal["available_commands_update"] = attrs.field(
+    session_update: Literal["available_commands_update"] = field(
         default="available_commands_update", metadata=tag("sessionUpdate")
     )
     """Tag: always ``'available_commands_update'`` (wire ``sessionUpdate``)."""
-    available_commands: list[AvailableCommand] = attrs.field(
+    available_commands: list[AvailableCommand] = field(
         metadata=f("availableCommands", on_error=True, skip_invalid=True)
     )
     """Commands the agent can execute
 
     (wire ``availableCommands``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -2988,7 +2892,7 @@ class AvailableCommandsUpdateSessionUpdate:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -3019,7 +2923,7 @@ class AvailableCommandsUpdateSessionUpdate:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class CurrentModeUpdateSessionUpdate:
     """The current mode of the session has changed
 
@@ -3032,18 +2936,14 @@ class CurrentModeUpdateSessionUpdate:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("sessionUpdate", "current_mode_update"),)
 
-    session_update: Literal["current_mode_update"] = attrs.field(
-        default="current_mode_update", metadata=tag("sessionUpdate")
-    )
+    session_update: Literal["current_mode_update"] = field(default="current_mode_update", metadata=tag("sessionUpdate"))
     """Tag: always ``'current_mode_update'`` (wire ``sessionUpdate``)."""
-    current_mode_id: SessionModeId = attrs.field(metadata=f("currentModeId"))
+    current_mode_id: SessionModeId = field(metadata=f("currentModeId"))
     """The ID of the current mode
 
     (wire ``currentModeId``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -3052,7 +2952,7 @@ class CurrentModeUpdateSessionUpdate:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -3083,7 +2983,7 @@ class CurrentModeUpdateSessionUpdate:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class ConfigOptionUpdateSessionUpdate:
     """Session configuration options have been updated.
 
@@ -3094,20 +2994,16 @@ class ConfigOptionUpdateSessionUpdate:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("sessionUpdate", "config_option_update"),)
 
-    session_update: Literal["config_option_update"] = attrs.field(
+    session_update: Literal["config_option_update"] = field(
         default="config_option_update", metadata=tag("sessionUpdate")
     )
     """Tag: always ``'config_option_update'`` (wire ``sessionUpdate``)."""
-    config_options: list[SessionConfigOption] = attrs.field(
-        metadata=f("configOptions", on_error=True, skip_invalid=True)
-    )
+    config_options: list[SessionConfigOption] = field(metadata=f("configOptions", on_error=True, skip_invalid=True))
     """The full set of configuration options and their current values.
 
     (wire ``configOptions``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -3116,7 +3012,7 @@ class ConfigOptionUpdateSessionUpdate:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -3147,7 +3043,7 @@ class ConfigOptionUpdateSessionUpdate:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class SessionInfoUpdateSessionUpdate:
     """Session metadata has been updated (title, timestamps, custom metadata)
 
@@ -3158,25 +3054,19 @@ class SessionInfoUpdateSessionUpdate:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("sessionUpdate", "session_info_update"),)
 
-    session_update: Literal["session_info_update"] = attrs.field(
-        default="session_info_update", metadata=tag("sessionUpdate")
-    )
+    session_update: Literal["session_info_update"] = field(default="session_info_update", metadata=tag("sessionUpdate"))
     """Tag: always ``'session_info_update'`` (wire ``sessionUpdate``)."""
-    title: str | UnsetType | None = attrs.field(default=UNSET, metadata=f("title", nullable=True, on_error=True))
+    title: str | UnsetType | None = field(default=UNSET, metadata=f("title", nullable=True, on_error=True))
     """Human-readable title for the session. Set to null to clear.
 
     (wire ``title``; optional (``UNSET`` when absent))
     """
-    updated_at: str | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("updatedAt", nullable=True, on_error=True)
-    )
+    updated_at: str | UnsetType | None = field(default=UNSET, metadata=f("updatedAt", nullable=True, on_error=True))
     """ISO 8601 timestamp of last activity. Set to null to clear.
 
     (wire ``updatedAt``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -3185,7 +3075,7 @@ class SessionInfoUpdateSessionUpdate:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -3219,7 +3109,7 @@ class SessionInfoUpdateSessionUpdate:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class UsageUpdateSessionUpdate:
     """Context window and cost update for the session.
 
@@ -3230,26 +3120,24 @@ class UsageUpdateSessionUpdate:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("sessionUpdate", "usage_update"),)
 
-    session_update: Literal["usage_update"] = attrs.field(default="usage_update", metadata=tag("sessionUpdate"))
+    session_update: Literal["usage_update"] = field(default="usage_update", metadata=tag("sessionUpdate"))
     """Tag: always ``'usage_update'`` (wire ``sessionUpdate``)."""
-    used: int = attrs.field(metadata=f("used"))
+    used: int = field(metadata=f("used"))
     """Tokens currently in context.
 
     (wire ``used``; required)
     """
-    size: int = attrs.field(metadata=f("size"))
+    size: int = field(metadata=f("size"))
     """Total context window size in tokens.
 
     (wire ``size``; required)
     """
-    cost: Cost | UnsetType | None = attrs.field(default=UNSET, metadata=f("cost", nullable=True, on_error=True))
+    cost: Cost | UnsetType | None = field(default=UNSET, metadata=f("cost", nullable=True, on_error=True))
     """Cumulative session cost (optional).
 
     (wire ``cost``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -3258,7 +3146,7 @@ class UsageUpdateSessionUpdate:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -3295,7 +3183,7 @@ class UsageUpdateSessionUpdate:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class NoticeSessionUpdate:
     """Information for the user that is not part of session history.
 
@@ -3309,37 +3197,33 @@ class NoticeSessionUpdate:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("sessionUpdate", "notice"),)
 
-    session_update: Literal["notice"] = attrs.field(default="notice", metadata=tag("sessionUpdate"))
+    session_update: Literal["notice"] = field(default="notice", metadata=tag("sessionUpdate"))
     """Tag: always ``'notice'`` (wire ``sessionUpdate``)."""
-    severity: NoticeSeverity = attrs.field(metadata=f("severity"))
+    severity: NoticeSeverity = field(metadata=f("severity"))
     """Presentation severity hint.
 
     (wire ``severity``; required)
     """
-    title: str = attrs.field(metadata=f("title"))
+    title: str = field(metadata=f("title"))
     """Required non-empty plain-text title that can stand alone.
 
     (wire ``title``; required)
     """
-    description: str | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("description", nullable=True, on_error=True)
-    )
+    description: str | UnsetType | None = field(default=UNSET, metadata=f("description", nullable=True, on_error=True))
     """Optional plain-text detail or guidance.
 
     Omitted and `null` are equivalent and mean no description was supplied.
 
     (wire ``description``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """Metadata scoped to this notice.
 
     Omitted and `null` are equivalent and mean no metadata was supplied.
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -3376,7 +3260,7 @@ class NoticeSessionUpdate:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class CompactionUpdateSessionUpdate:
     """A context compaction has been created or updated.
 
@@ -3390,40 +3274,36 @@ class CompactionUpdateSessionUpdate:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("sessionUpdate", "compaction_update"),)
 
-    session_update: Literal["compaction_update"] = attrs.field(
-        default="compaction_update", metadata=tag("sessionUpdate")
-    )
+    session_update: Literal["compaction_update"] = field(default="compaction_update", metadata=tag("sessionUpdate"))
     """Tag: always ``'compaction_update'`` (wire ``sessionUpdate``)."""
-    compaction_id: CompactionId = attrs.field(metadata=f("compactionId"))
+    compaction_id: CompactionId = field(metadata=f("compactionId"))
     """The Agent-owned ID of this compaction, unique within the session.
 
     (wire ``compactionId``; required)
     """
-    status: CompactionStatus = attrs.field(metadata=f("status"))
+    status: CompactionStatus = field(metadata=f("status"))
     """Current lifecycle status.
 
     (wire ``status``; required)
     """
-    summary: list[ContentBlock] | UnsetType | None = attrs.field(
+    summary: list[ContentBlock] | UnsetType | None = field(
         default=UNSET, metadata=f("summary", nullable=True, on_error=True, skip_invalid=True)
     )
     """Complete replacement user-displayable summary content for the compaction.
 
     (wire ``summary``; optional (``UNSET`` when absent))
     """
-    error: str | UnsetType | None = attrs.field(default=UNSET, metadata=f("error", nullable=True, on_error=True))
+    error: str | UnsetType | None = field(default=UNSET, metadata=f("error", nullable=True, on_error=True))
     """Human-readable error details for the compaction.
 
     (wire ``error``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """Extensible metadata patch for this compaction.
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -3463,7 +3343,7 @@ class CompactionUpdateSessionUpdate:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class CompactionSummaryChunkSessionUpdate:
     """A content block appended to a context compaction's retained summary.
 
@@ -3477,28 +3357,26 @@ class CompactionSummaryChunkSessionUpdate:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("sessionUpdate", "compaction_summary_chunk"),)
 
-    session_update: Literal["compaction_summary_chunk"] = attrs.field(
+    session_update: Literal["compaction_summary_chunk"] = field(
         default="compaction_summary_chunk", metadata=tag("sessionUpdate")
     )
     """Tag: always ``'compaction_summary_chunk'`` (wire ``sessionUpdate``)."""
-    compaction_id: CompactionId = attrs.field(metadata=f("compactionId"))
+    compaction_id: CompactionId = field(metadata=f("compactionId"))
     """ID of the compaction whose summary receives this content.
 
     (wire ``compactionId``; required)
     """
-    content: ContentBlock = attrs.field(metadata=f("content"))
+    content: ContentBlock = field(metadata=f("content"))
     """One content block to append.
 
     (wire ``content``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """Metadata scoped to this chunk. Omission and `null` both mean absent.
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -3532,7 +3410,7 @@ class CompactionSummaryChunkSessionUpdate:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class SubagentUpdateSessionUpdate:
     """**UNSTABLE**
 
@@ -3548,14 +3426,14 @@ class SubagentUpdateSessionUpdate:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("sessionUpdate", "subagent_update"),)
 
-    session_update: Literal["subagent_update"] = attrs.field(default="subagent_update", metadata=tag("sessionUpdate"))
+    session_update: Literal["subagent_update"] = field(default="subagent_update", metadata=tag("sessionUpdate"))
     """Tag: always ``'subagent_update'`` (wire ``sessionUpdate``)."""
-    session_id: SessionId = attrs.field(metadata=f("sessionId"))
+    session_id: SessionId = field(metadata=f("sessionId"))
     """The opaque session ID identifying the child in all ACP messages.
 
     (wire ``sessionId``; required)
     """
-    title: str | UnsetType | None = attrs.field(default=UNSET, metadata=f("title", nullable=True, on_error=True))
+    title: str | UnsetType | None = field(default=UNSET, metadata=f("title", nullable=True, on_error=True))
     """The parent's human-readable display title for this child. It need not be unique.
 
     Omitted means unchanged. `null` clears it. If unset, the Client chooses
@@ -3563,9 +3441,7 @@ class SubagentUpdateSessionUpdate:
 
     (wire ``title``; optional (``UNSET`` when absent))
     """
-    description: str | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("description", nullable=True, on_error=True)
-    )
+    description: str | UnsetType | None = field(default=UNSET, metadata=f("description", nullable=True, on_error=True))
     """The parent's human-readable description of the child's role or purpose.
 
     Omitted means unchanged. `null` clears it. If unset, the Client chooses
@@ -3574,7 +3450,7 @@ class SubagentUpdateSessionUpdate:
 
     (wire ``description``; optional (``UNSET`` when absent))
     """
-    capabilities: SubagentSessionCapabilities | UnsetType | None = attrs.field(
+    capabilities: SubagentSessionCapabilities | UnsetType | None = field(
         default=UNSET, metadata=f("capabilities", nullable=True, on_error=True)
     )
     """Client-initiated session mutations permitted for this subagent session.
@@ -3586,9 +3462,7 @@ class SubagentUpdateSessionUpdate:
 
     (wire ``capabilities``; optional (``UNSET`` when absent))
     """
-    state: StateUpdate | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("state", nullable=True, on_error=True)
-    )
+    state: StateUpdate | UnsetType | None = field(default=UNSET, metadata=f("state", nullable=True, on_error=True))
     """Current state snapshot for the child session.
 
     Omitted means unchanged. `null` clears the current activity without
@@ -3598,7 +3472,7 @@ class SubagentUpdateSessionUpdate:
 
     (wire ``state``; optional (``UNSET`` when absent))
     """
-    cwd: str | UnsetType | None = attrs.field(default=UNSET, metadata=f("cwd", nullable=True))
+    cwd: str | UnsetType | None = field(default=UNSET, metadata=f("cwd", nullable=True))
     """The child's working directory. Must be an absolute path.
 
     Optional and nullable. Omitted means unchanged. `null` clears the
@@ -3608,7 +3482,7 @@ class SubagentUpdateSessionUpdate:
 
     (wire ``cwd``; optional (``UNSET`` when absent))
     """
-    additional_directories: list[str] | UnsetType | None = attrs.field(
+    additional_directories: list[str] | UnsetType | None = field(
         default=UNSET, metadata=f("additionalDirectories", nullable=True)
     )
     """Additional workspace roots for the child. Each path must be absolute.
@@ -3621,9 +3495,7 @@ class SubagentUpdateSessionUpdate:
 
     (wire ``additionalDirectories``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -3633,7 +3505,7 @@ class SubagentUpdateSessionUpdate:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -3682,7 +3554,7 @@ class SubagentUpdateSessionUpdate:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class SessionMessageSessionUpdate:
     """**UNSTABLE**
 
@@ -3698,14 +3570,14 @@ class SessionMessageSessionUpdate:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("sessionUpdate", "session_message"),)
 
-    session_update: Literal["session_message"] = attrs.field(default="session_message", metadata=tag("sessionUpdate"))
+    session_update: Literal["session_message"] = field(default="session_message", metadata=tag("sessionUpdate"))
     """Tag: always ``'session_message'`` (wire ``sessionUpdate``)."""
-    message_id: MessageId = attrs.field(metadata=f("messageId"))
+    message_id: MessageId = field(metadata=f("messageId"))
     """Identifier of this message within the enclosing session's transcript.
 
     (wire ``messageId``; required)
     """
-    sender_session_id: SessionId | UnsetType | None = attrs.field(
+    sender_session_id: SessionId | UnsetType | None = field(
         default=UNSET, metadata=f("senderSessionId", nullable=True, on_error=True)
     )
     """The sending session.
@@ -3714,7 +3586,7 @@ class SessionMessageSessionUpdate:
 
     (wire ``senderSessionId``; optional (``UNSET`` when absent))
     """
-    recipient_session_id: SessionId | UnsetType | None = attrs.field(
+    recipient_session_id: SessionId | UnsetType | None = field(
         default=UNSET, metadata=f("recipientSessionId", nullable=True, on_error=True)
     )
     """The receiving session.
@@ -3723,7 +3595,7 @@ class SessionMessageSessionUpdate:
 
     (wire ``recipientSessionId``; optional (``UNSET`` when absent))
     """
-    sender_message_id: MessageId | UnsetType | None = attrs.field(
+    sender_message_id: MessageId | UnsetType | None = field(
         default=UNSET, metadata=f("senderMessageId", nullable=True, on_error=True)
     )
     """On an incoming view, the `messageId` of the same message's outgoing view in the
@@ -3734,7 +3606,7 @@ class SessionMessageSessionUpdate:
 
     (wire ``senderMessageId``; optional (``UNSET`` when absent))
     """
-    recipient_message_id: MessageId | UnsetType | None = attrs.field(
+    recipient_message_id: MessageId | UnsetType | None = field(
         default=UNSET, metadata=f("recipientMessageId", nullable=True, on_error=True)
     )
     """On an outgoing view, the `messageId` of the same message's incoming view in the
@@ -3745,7 +3617,7 @@ class SessionMessageSessionUpdate:
 
     (wire ``recipientMessageId``; optional (``UNSET`` when absent))
     """
-    content: list[ContentBlock] | UnsetType | None = attrs.field(
+    content: list[ContentBlock] | UnsetType | None = field(
         default=UNSET, metadata=f("content", nullable=True, on_error=True, skip_invalid=True)
     )
     """Omitted leaves content unchanged. `null` or `[]` clears it.
@@ -3753,16 +3625,14 @@ class SessionMessageSessionUpdate:
 
     (wire ``content``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """Omitted leaves metadata unchanged. `null` removes it.
 
     Implementations MUST NOT make assumptions about values in `_meta`.
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -3808,7 +3678,7 @@ class SessionMessageSessionUpdate:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class SessionMessageChunkSessionUpdate:
     """**UNSTABLE**
 
@@ -3823,30 +3693,28 @@ class SessionMessageChunkSessionUpdate:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("sessionUpdate", "session_message_chunk"),)
 
-    session_update: Literal["session_message_chunk"] = attrs.field(
+    session_update: Literal["session_message_chunk"] = field(
         default="session_message_chunk", metadata=tag("sessionUpdate")
     )
     """Tag: always ``'session_message_chunk'`` (wire ``sessionUpdate``)."""
-    message_id: MessageId = attrs.field(metadata=f("messageId"))
+    message_id: MessageId = field(metadata=f("messageId"))
     """Identifier of this message within the enclosing session's transcript.
 
     (wire ``messageId``; required)
     """
-    content: ContentBlock = attrs.field(metadata=f("content"))
+    content: ContentBlock = field(metadata=f("content"))
     """A single content block appended to the message.
 
     (wire ``content``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """Optional and nullable chunk-scoped metadata. Omitted or `null` means none.
 
     Implementations MUST NOT make assumptions about values in `_meta`.
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -3880,7 +3748,7 @@ class SessionMessageChunkSessionUpdate:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class SessionUpdateOther:
     """A `SessionUpdate` variant this version of the schema does not define (kept verbatim).
 
@@ -3893,12 +3761,12 @@ class SessionUpdateOther:
 
     __acp_catchall__: ClassVar[str] = "sessionUpdate"
 
-    session_update: str = attrs.field(metadata=tag("sessionUpdate"))
+    session_update: str = field(metadata=tag("sessionUpdate"))
     """The tag of a variant this schema does not know.
 
     Tag of a variant this schema does not know (wire ``sessionUpdate``).
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(self, *, session_update: str, extra_fields: dict[str, Any] | None = None) -> None:
@@ -3915,7 +3783,7 @@ class SessionUpdateOther:
         return self.session_update == o.session_update and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class ItemsPlanUpdateContent:
     """Structured plan entries.
 
@@ -3926,14 +3794,14 @@ class ItemsPlanUpdateContent:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("type", "items"),)
 
-    type: Literal["items"] = attrs.field(default="items", metadata=tag("type"))
+    type: Literal["items"] = field(default="items", metadata=tag("type"))
     """Tag: always ``'items'`` (wire ``type``)."""
-    plan_id: PlanId = attrs.field(metadata=f("planId"))
+    plan_id: PlanId = field(metadata=f("planId"))
     """The plan ID to update.
 
     (wire ``planId``; required)
     """
-    entries: list[PlanEntry] = attrs.field(metadata=f("entries", on_error=True, skip_invalid=True))
+    entries: list[PlanEntry] = field(metadata=f("entries", on_error=True, skip_invalid=True))
     """The list of tasks to be accomplished.
 
     When updating an item-based plan, the agent must send a complete list of all entries
@@ -3941,9 +3809,7 @@ class ItemsPlanUpdateContent:
 
     (wire ``entries``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -3952,7 +3818,7 @@ class ItemsPlanUpdateContent:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -3986,7 +3852,7 @@ class ItemsPlanUpdateContent:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class FilePlanUpdateContent:
     """A URI pointing to a file containing the plan.
 
@@ -3997,21 +3863,19 @@ class FilePlanUpdateContent:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("type", "file"),)
 
-    type: Literal["file"] = attrs.field(default="file", metadata=tag("type"))
+    type: Literal["file"] = field(default="file", metadata=tag("type"))
     """Tag: always ``'file'`` (wire ``type``)."""
-    plan_id: PlanId = attrs.field(metadata=f("planId"))
+    plan_id: PlanId = field(metadata=f("planId"))
     """The plan ID to update.
 
     (wire ``planId``; required)
     """
-    uri: str = attrs.field(metadata=f("uri"))
+    uri: str = field(metadata=f("uri"))
     """The URI of the file containing the plan.
 
     (wire ``uri``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -4020,7 +3884,7 @@ class FilePlanUpdateContent:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -4054,7 +3918,7 @@ class FilePlanUpdateContent:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class MarkdownPlanUpdateContent:
     """Raw markdown content for the plan.
 
@@ -4065,21 +3929,19 @@ class MarkdownPlanUpdateContent:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("type", "markdown"),)
 
-    type: Literal["markdown"] = attrs.field(default="markdown", metadata=tag("type"))
+    type: Literal["markdown"] = field(default="markdown", metadata=tag("type"))
     """Tag: always ``'markdown'`` (wire ``type``)."""
-    plan_id: PlanId = attrs.field(metadata=f("planId"))
+    plan_id: PlanId = field(metadata=f("planId"))
     """The plan ID to update.
 
     (wire ``planId``; required)
     """
-    content: str = attrs.field(metadata=f("content"))
+    content: str = field(metadata=f("content"))
     """Markdown content for the plan.
 
     (wire ``content``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -4088,7 +3950,7 @@ class MarkdownPlanUpdateContent:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -4122,7 +3984,7 @@ class MarkdownPlanUpdateContent:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class PlanUpdateContentOther:
     """A `PlanUpdateContent` variant this version of the schema does not define (kept verbatim).
 
@@ -4137,12 +3999,12 @@ class PlanUpdateContentOther:
 
     __acp_catchall__: ClassVar[str] = "type"
 
-    type: str = attrs.field(metadata=tag("type"))
+    type: str = field(metadata=tag("type"))
     """The tag of a variant this schema does not know.
 
     Tag of a variant this schema does not know (wire ``type``).
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(self, *, type: str, extra_fields: dict[str, Any] | None = None) -> None:
@@ -4159,7 +4021,7 @@ class PlanUpdateContentOther:
         return self.type == o.type and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class RunningStateUpdate:
     """Foreground work is in progress.
 
@@ -4170,18 +4032,16 @@ class RunningStateUpdate:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("state", "running"),)
 
-    state: Literal["running"] | UnsetType = attrs.field(default="running", metadata=tag("state", optional=True))
+    state: Literal["running"] | UnsetType = field(default="running", metadata=tag("state", optional=True))
     """Tag ``'running'`` (wire ``state``): set by the constructor and present when this type is decoded as a union variant; ``UNSET`` when decoded on its own, where the schema has no tag."""
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP for additional metadata.
     Implementations MUST NOT make assumptions about values at these keys.
     Optional. Omitted and `null` mean no metadata for this state snapshot.
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -4205,7 +4065,7 @@ class RunningStateUpdate:
         return self.state == o.state and self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class IdleStateUpdate:
     """The child is ready to process another prompt.
 
@@ -4216,9 +4076,9 @@ class IdleStateUpdate:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("state", "idle"),)
 
-    state: Literal["idle"] | UnsetType = attrs.field(default="idle", metadata=tag("state", optional=True))
+    state: Literal["idle"] | UnsetType = field(default="idle", metadata=tag("state", optional=True))
     """Tag ``'idle'`` (wire ``state``): set by the constructor and present when this type is decoded as a union variant; ``UNSET`` when decoded on its own, where the schema has no tag."""
-    usage: Usage | UnsetType | None = attrs.field(default=UNSET, metadata=f("usage", nullable=True, on_error=True))
+    usage: Usage | UnsetType | None = field(default=UNSET, metadata=f("usage", nullable=True, on_error=True))
     """**UNSTABLE** Token usage for completed foreground work.
 
     Optional. Omitted or `null` means not reported.
@@ -4227,7 +4087,7 @@ class IdleStateUpdate:
     """
     stop_reason: (
         Literal["end_turn", "max_tokens", "max_turn_requests", "refusal", "cancelled", "error"] | str | UnsetType | None
-    ) = attrs.field(default=UNSET, metadata=f("stopReason", nullable=True, on_error=True))
+    ) = field(default=UNSET, metadata=f("stopReason", nullable=True, on_error=True))
     """Why foreground work stopped. The value selects one of this type's variants, which may add fields of their own.
 
     Optional. Omitted or `null` both mean the agent is not reporting a stop reason; a malformed value is treated the same way.
@@ -4236,7 +4096,7 @@ class IdleStateUpdate:
 
     (wire ``stopReason``; optional (``UNSET`` when absent))
     """
-    error: Error | UnsetType | None = attrs.field(default=UNSET, metadata=f("error", nullable=True, on_error=True))
+    error: Error | UnsetType | None = field(default=UNSET, metadata=f("error", nullable=True, on_error=True))
     """The failure, as a JSON-RPC error object.
 
     Optional. Omitted or `null` both mean the agent is not reporting failure details.
@@ -4244,16 +4104,14 @@ class IdleStateUpdate:
 
     (wire ``error``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP for additional metadata.
     Implementations MUST NOT make assumptions about values at these keys.
     Optional. Omitted and `null` mean no metadata for this state snapshot.
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -4293,7 +4151,7 @@ class IdleStateUpdate:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class RequiresActionStateUpdate:
     """Foreground work is blocked on user action.
 
@@ -4304,20 +4162,18 @@ class RequiresActionStateUpdate:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("state", "requires_action"),)
 
-    state: Literal["requires_action"] | UnsetType = attrs.field(
+    state: Literal["requires_action"] | UnsetType = field(
         default="requires_action", metadata=tag("state", optional=True)
     )
     """Tag ``'requires_action'`` (wire ``state``): set by the constructor and present when this type is decoded as a union variant; ``UNSET`` when decoded on its own, where the schema has no tag."""
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP for additional metadata.
     Implementations MUST NOT make assumptions about values at these keys.
     Optional. Omitted and `null` mean no metadata for this state snapshot.
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -4343,7 +4199,7 @@ class RequiresActionStateUpdate:
         return self.state == o.state and self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class UnknownStateUpdate:
     """The Agent cannot currently determine foreground activity.
 
@@ -4356,18 +4212,16 @@ class UnknownStateUpdate:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("state", "unknown"),)
 
-    state: Literal["unknown"] | UnsetType = attrs.field(default="unknown", metadata=tag("state", optional=True))
+    state: Literal["unknown"] | UnsetType = field(default="unknown", metadata=tag("state", optional=True))
     """Tag ``'unknown'`` (wire ``state``): set by the constructor and present when this type is decoded as a union variant; ``UNSET`` when decoded on its own, where the schema has no tag."""
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP for additional metadata.
     Implementations MUST NOT make assumptions about values at these keys.
     Optional. Omitted and `null` mean no metadata for this state snapshot.
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -4391,7 +4245,7 @@ class UnknownStateUpdate:
         return self.state == o.state and self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class StateUpdateOther:
     """Custom or future state.
 
@@ -4407,12 +4261,12 @@ class StateUpdateOther:
 
     __acp_catchall__: ClassVar[str] = "state"
 
-    state: str = attrs.field(metadata=tag("state"))
+    state: str = field(metadata=tag("state"))
     """Unrecognized state discriminator.
 
     Tag of a variant this schema does not know (wire ``state``).
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(self, *, state: str, extra_fields: dict[str, Any] | None = None) -> None:
@@ -4429,7 +4283,7 @@ class StateUpdateOther:
         return self.state == o.state and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class HttpMcpServer:
     """HTTP transport configuration
 
@@ -4442,26 +4296,24 @@ class HttpMcpServer:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("type", "http"),)
 
-    type: Literal["http"] = attrs.field(default="http", metadata=tag("type"))
+    type: Literal["http"] = field(default="http", metadata=tag("type"))
     """Tag: always ``'http'`` (wire ``type``)."""
-    name: str = attrs.field(metadata=f("name"))
+    name: str = field(metadata=f("name"))
     """Human-readable name identifying this MCP server.
 
     (wire ``name``; required)
     """
-    url: str = attrs.field(metadata=f("url"))
+    url: str = field(metadata=f("url"))
     """URL to the MCP server.
 
     (wire ``url``; required)
     """
-    headers: list[HttpHeader] = attrs.field(metadata=f("headers", on_null=True))
+    headers: list[HttpHeader] = field(metadata=f("headers", on_null=True))
     """HTTP headers to set when making requests to the MCP server.
 
     (wire ``headers``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -4470,7 +4322,7 @@ class HttpMcpServer:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -4507,7 +4359,7 @@ class HttpMcpServer:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class SseMcpServer:
     """SSE transport configuration
 
@@ -4520,26 +4372,24 @@ class SseMcpServer:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("type", "sse"),)
 
-    type: Literal["sse"] = attrs.field(default="sse", metadata=tag("type"))
+    type: Literal["sse"] = field(default="sse", metadata=tag("type"))
     """Tag: always ``'sse'`` (wire ``type``)."""
-    name: str = attrs.field(metadata=f("name"))
+    name: str = field(metadata=f("name"))
     """Human-readable name identifying this MCP server.
 
     (wire ``name``; required)
     """
-    url: str = attrs.field(metadata=f("url"))
+    url: str = field(metadata=f("url"))
     """URL to the MCP server.
 
     (wire ``url``; required)
     """
-    headers: list[HttpHeader] = attrs.field(metadata=f("headers", on_null=True))
+    headers: list[HttpHeader] = field(metadata=f("headers", on_null=True))
     """HTTP headers to set when making requests to the MCP server.
 
     (wire ``headers``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -4548,7 +4398,7 @@ class SseMcpServer:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -4585,7 +4435,7 @@ class SseMcpServer:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class AcpMcpServer:
     """**UNSTABLE**
 
@@ -4603,14 +4453,14 @@ class AcpMcpServer:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("type", "acp"),)
 
-    type: Literal["acp"] = attrs.field(default="acp", metadata=tag("type"))
+    type: Literal["acp"] = field(default="acp", metadata=tag("type"))
     """Tag: always ``'acp'`` (wire ``type``)."""
-    name: str = attrs.field(metadata=f("name"))
+    name: str = field(metadata=f("name"))
     """Human-readable name identifying this MCP server.
 
     (wire ``name``; required)
     """
-    server_id: McpServerAcpId = attrs.field(metadata=f("serverId"))
+    server_id: McpServerAcpId = field(metadata=f("serverId"))
     """Unique identifier for this MCP server, generated by the component providing it.
 
     Providers MUST NOT reuse an ID for multiple ACP-transport MCP servers that are visible
@@ -4618,9 +4468,7 @@ class AcpMcpServer:
 
     (wire ``serverId``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -4629,7 +4477,7 @@ class AcpMcpServer:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -4663,36 +4511,34 @@ class AcpMcpServer:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class McpServerStdio:
     """Stdio transport configuration for MCP.
 
     Schema: ``schema/v1/schema.unstable.json``, ``$defs/McpServerStdio``
     """
 
-    name: str = attrs.field(metadata=f("name"))
+    name: str = field(metadata=f("name"))
     """Human-readable name identifying this MCP server.
 
     (wire ``name``; required)
     """
-    command: str = attrs.field(metadata=f("command"))
+    command: str = field(metadata=f("command"))
     """Absolute path to the MCP server executable.
 
     (wire ``command``; required)
     """
-    args: list[str] = attrs.field(metadata=f("args", on_null=True))
+    args: list[str] = field(metadata=f("args", on_null=True))
     """Command-line arguments to pass to the MCP server.
 
     (wire ``args``; required)
     """
-    env: list[EnvVariable] = attrs.field(metadata=f("env", on_null=True))
+    env: list[EnvVariable] = field(metadata=f("env", on_null=True))
     """Environment variables to set when launching the MCP server.
 
     (wire ``env``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -4701,7 +4547,7 @@ class McpServerStdio:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -4738,7 +4584,7 @@ class McpServerStdio:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class McpServerOther:
     """A `McpServer` variant this version of the schema does not define (kept verbatim).
 
@@ -4751,12 +4597,12 @@ class McpServerOther:
 
     __acp_catchall__: ClassVar[str] = "type"
 
-    type: str = attrs.field(metadata=tag("type"))
+    type: str = field(metadata=tag("type"))
     """The tag of a variant this schema does not know.
 
     Tag of a variant this schema does not know (wire ``type``).
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(self, *, type: str, extra_fields: dict[str, Any] | None = None) -> None:
@@ -4773,7 +4619,7 @@ class McpServerOther:
         return self.type == o.type and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class BooleanSetSessionConfigOptionRequest:
     """A boolean value (`type: "boolean"`).
 
@@ -4784,26 +4630,24 @@ class BooleanSetSessionConfigOptionRequest:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("type", "boolean"),)
 
-    type: Literal["boolean"] = attrs.field(default="boolean", metadata=tag("type"))
+    type: Literal["boolean"] = field(default="boolean", metadata=tag("type"))
     """Tag: always ``'boolean'`` (wire ``type``)."""
-    session_id: SessionId = attrs.field(metadata=f("sessionId"))
+    session_id: SessionId = field(metadata=f("sessionId"))
     """The ID of the session to set the configuration option for.
 
     (wire ``sessionId``; required)
     """
-    config_id: SessionConfigId = attrs.field(metadata=f("configId"))
+    config_id: SessionConfigId = field(metadata=f("configId"))
     """The ID of the configuration option to set.
 
     (wire ``configId``; required)
     """
-    value: bool = attrs.field(metadata=f("value"))
+    value: bool = field(metadata=f("value"))
     """The boolean value.
 
     (wire ``value``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -4812,7 +4656,7 @@ class BooleanSetSessionConfigOptionRequest:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -4849,7 +4693,7 @@ class BooleanSetSessionConfigOptionRequest:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class ValueIdSetSessionConfigOptionRequest:
     """A `SessionConfigValueId` string value.
 
@@ -4862,24 +4706,22 @@ class ValueIdSetSessionConfigOptionRequest:
     Schema: ``schema/v1/schema.unstable.json``, ``$defs/SetSessionConfigOptionRequest[value_id]`` (a branch of that union, flattened)
     """
 
-    session_id: SessionId = attrs.field(metadata=f("sessionId"))
+    session_id: SessionId = field(metadata=f("sessionId"))
     """The ID of the session to set the configuration option for.
 
     (wire ``sessionId``; required)
     """
-    config_id: SessionConfigId = attrs.field(metadata=f("configId"))
+    config_id: SessionConfigId = field(metadata=f("configId"))
     """The ID of the configuration option to set.
 
     (wire ``configId``; required)
     """
-    value: SessionConfigValueId = attrs.field(metadata=f("value"))
+    value: SessionConfigValueId = field(metadata=f("value"))
     """The value ID.
 
     (wire ``value``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -4888,7 +4730,7 @@ class ValueIdSetSessionConfigOptionRequest:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -4922,7 +4764,7 @@ class ValueIdSetSessionConfigOptionRequest:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class SetSessionConfigOptionRequestOther:
     """A `SetSessionConfigOptionRequest` variant this version of the schema does not define (kept verbatim).
 
@@ -4935,24 +4777,22 @@ class SetSessionConfigOptionRequestOther:
 
     __acp_catchall__: ClassVar[str] = "type"
 
-    type: str = attrs.field(metadata=tag("type"))
+    type: str = field(metadata=tag("type"))
     """The tag of a variant this schema does not know.
 
     Tag of a variant this schema does not know (wire ``type``).
     """
-    session_id: SessionId = attrs.field(metadata=f("sessionId"))
+    session_id: SessionId = field(metadata=f("sessionId"))
     """The ID of the session to set the configuration option for.
 
     (wire ``sessionId``; required)
     """
-    config_id: SessionConfigId = attrs.field(metadata=f("configId"))
+    config_id: SessionConfigId = field(metadata=f("configId"))
     """The ID of the configuration option to set.
 
     (wire ``configId``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -4961,7 +4801,7 @@ class SetSessionConfigOptionRequestOther:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -4995,7 +4835,7 @@ class SetSessionConfigOptionRequestOther:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class CancelledRequestPermissionOutcome:
     """The prompt turn was cancelled before the user responded.
 
@@ -5012,9 +4852,9 @@ class CancelledRequestPermissionOutcome:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("outcome", "cancelled"),)
 
-    outcome: Literal["cancelled"] = attrs.field(default="cancelled", metadata=tag("outcome"))
+    outcome: Literal["cancelled"] = field(default="cancelled", metadata=tag("outcome"))
     """Tag: always ``'cancelled'`` (wire ``outcome``)."""
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -5033,7 +4873,7 @@ class CancelledRequestPermissionOutcome:
         return self.outcome == o.outcome and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class SelectedRequestPermissionOutcome:
     """The user selected one of the provided options.
 
@@ -5044,16 +4884,14 @@ class SelectedRequestPermissionOutcome:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("outcome", "selected"),)
 
-    outcome: Literal["selected"] = attrs.field(default="selected", metadata=tag("outcome"))
+    outcome: Literal["selected"] = field(default="selected", metadata=tag("outcome"))
     """Tag: always ``'selected'`` (wire ``outcome``)."""
-    option_id: PermissionOptionId = attrs.field(metadata=f("optionId"))
+    option_id: PermissionOptionId = field(metadata=f("optionId"))
     """The ID of the option the user selected.
 
     (wire ``optionId``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -5062,7 +4900,7 @@ class SelectedRequestPermissionOutcome:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -5093,7 +4931,7 @@ class SelectedRequestPermissionOutcome:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class RequestPermissionOutcomeOther:
     """A `RequestPermissionOutcome` variant this version of the schema does not define (kept verbatim).
 
@@ -5106,12 +4944,12 @@ class RequestPermissionOutcomeOther:
 
     __acp_catchall__: ClassVar[str] = "outcome"
 
-    outcome: str = attrs.field(metadata=tag("outcome"))
+    outcome: str = field(metadata=tag("outcome"))
     """The tag of a variant this schema does not know.
 
     Tag of a variant this schema does not know (wire ``outcome``).
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(self, *, outcome: str, extra_fields: dict[str, Any] | None = None) -> None:
@@ -5128,7 +4966,7 @@ class RequestPermissionOutcomeOther:
         return self.outcome == o.outcome and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class AcceptCreateElicitationResponse:
     """The user accepted and provided content.
 
@@ -5139,18 +4977,16 @@ class AcceptCreateElicitationResponse:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("action", "accept"),)
 
-    action: Literal["accept"] = attrs.field(default="accept", metadata=tag("action"))
+    action: Literal["accept"] = field(default="accept", metadata=tag("action"))
     """Tag: always ``'accept'`` (wire ``action``)."""
-    content: dict[str, ElicitationContentValue] | UnsetType | None = attrs.field(
+    content: dict[str, ElicitationContentValue] | UnsetType | None = field(
         default=UNSET, metadata=f("content", nullable=True)
     )
     """The user-provided content, if any, as an object matching the requested schema.
 
     (wire ``content``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -5161,7 +4997,7 @@ class AcceptCreateElicitationResponse:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -5192,7 +5028,7 @@ class AcceptCreateElicitationResponse:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class DeclineCreateElicitationResponse:
     """The user declined the elicitation.
 
@@ -5203,11 +5039,9 @@ class DeclineCreateElicitationResponse:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("action", "decline"),)
 
-    action: Literal["decline"] = attrs.field(default="decline", metadata=tag("action"))
+    action: Literal["decline"] = field(default="decline", metadata=tag("action"))
     """Tag: always ``'decline'`` (wire ``action``)."""
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -5218,7 +5052,7 @@ class DeclineCreateElicitationResponse:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -5242,7 +5076,7 @@ class DeclineCreateElicitationResponse:
         return self.action == o.action and self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class CancelCreateElicitationResponse:
     """The elicitation was cancelled.
 
@@ -5253,11 +5087,9 @@ class CancelCreateElicitationResponse:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("action", "cancel"),)
 
-    action: Literal["cancel"] = attrs.field(default="cancel", metadata=tag("action"))
+    action: Literal["cancel"] = field(default="cancel", metadata=tag("action"))
     """Tag: always ``'cancel'`` (wire ``action``)."""
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -5268,7 +5100,7 @@ class CancelCreateElicitationResponse:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -5292,7 +5124,7 @@ class CancelCreateElicitationResponse:
         return self.action == o.action and self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class CreateElicitationResponseOther:
     """Custom or future elicitation action.
 
@@ -5313,7 +5145,7 @@ class CreateElicitationResponseOther:
 
     __acp_catchall__: ClassVar[str] = "action"
 
-    action: str = attrs.field(metadata=tag("action"))
+    action: str = field(metadata=tag("action"))
     """Custom or future elicitation action.
 
     Values beginning with `_` are reserved for implementation-specific
@@ -5322,9 +5154,7 @@ class CreateElicitationResponseOther:
 
     Tag of a variant this schema does not know (wire ``action``).
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -5335,7 +5165,7 @@ class CreateElicitationResponseOther:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -5359,7 +5189,7 @@ class CreateElicitationResponseOther:
         return self.action == o.action and self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class ResultMessageMcpResponse:
     """An opaque inner MCP result.
 
@@ -5368,19 +5198,17 @@ class ResultMessageMcpResponse:
     Schema: ``schema/v1/schema.unstable.json``, ``$defs/MessageMcpResponse[Result]`` (a branch of that union, flattened)
     """
 
-    result: Any = attrs.field(metadata=f("result"))
+    result: Any = field(metadata=f("result"))
     """Required, even if JSON null.
 
     (wire ``result``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """Optional ACP carrier metadata.
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -5406,7 +5234,7 @@ class ResultMessageMcpResponse:
         return self.result == o.result and self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class ErrorMessageMcpResponse:
     """A structured inner MCP error.
 
@@ -5415,19 +5243,17 @@ class ErrorMessageMcpResponse:
     Schema: ``schema/v1/schema.unstable.json``, ``$defs/MessageMcpResponse[Error]`` (a branch of that union, flattened)
     """
 
-    error: McpError = attrs.field(metadata=f("error"))
+    error: McpError = field(metadata=f("error"))
     """Required, non-null MCP error object.
 
     (wire ``error``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """Optional ACP carrier metadata.
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -5451,7 +5277,7 @@ class ErrorMessageMcpResponse:
         return self.error == o.error and self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class WriteTextFileRequest:
     """Request to write content to a text file.
 
@@ -5460,24 +5286,22 @@ class WriteTextFileRequest:
     Schema: ``schema/v1/schema.unstable.json``, ``$defs/WriteTextFileRequest``
     """
 
-    session_id: SessionId = attrs.field(metadata=f("sessionId"))
+    session_id: SessionId = field(metadata=f("sessionId"))
     """The session ID for this request.
 
     (wire ``sessionId``; required)
     """
-    path: str = attrs.field(metadata=f("path"))
+    path: str = field(metadata=f("path"))
     """Absolute path to the file to write.
 
     (wire ``path``; required)
     """
-    content: str = attrs.field(metadata=f("content"))
+    content: str = field(metadata=f("content"))
     """The text content to write to the file.
 
     (wire ``content``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -5486,7 +5310,7 @@ class WriteTextFileRequest:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -5520,7 +5344,7 @@ class WriteTextFileRequest:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class ReadTextFileRequest:
     """Request to read content from a text file.
 
@@ -5529,29 +5353,27 @@ class ReadTextFileRequest:
     Schema: ``schema/v1/schema.unstable.json``, ``$defs/ReadTextFileRequest``
     """
 
-    session_id: SessionId = attrs.field(metadata=f("sessionId"))
+    session_id: SessionId = field(metadata=f("sessionId"))
     """The session ID for this request.
 
     (wire ``sessionId``; required)
     """
-    path: str = attrs.field(metadata=f("path"))
+    path: str = field(metadata=f("path"))
     """Absolute path to the file to read.
 
     (wire ``path``; required)
     """
-    line: int | UnsetType | None = attrs.field(default=UNSET, metadata=f("line", nullable=True))
+    line: int | UnsetType | None = field(default=UNSET, metadata=f("line", nullable=True))
     """Line number to start reading from (1-based).
 
     (wire ``line``; optional (``UNSET`` when absent))
     """
-    limit: int | UnsetType | None = attrs.field(default=UNSET, metadata=f("limit", nullable=True))
+    limit: int | UnsetType | None = field(default=UNSET, metadata=f("limit", nullable=True))
     """Maximum number of lines to read.
 
     (wire ``limit``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -5560,7 +5382,7 @@ class ReadTextFileRequest:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -5597,7 +5419,7 @@ class ReadTextFileRequest:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class RequestPermissionRequest:
     """Request for user permission to execute a tool call.
 
@@ -5608,24 +5430,22 @@ class RequestPermissionRequest:
     Schema: ``schema/v1/schema.unstable.json``, ``$defs/RequestPermissionRequest``
     """
 
-    session_id: SessionId = attrs.field(metadata=f("sessionId"))
+    session_id: SessionId = field(metadata=f("sessionId"))
     """The session ID for this request.
 
     (wire ``sessionId``; required)
     """
-    tool_call: ToolCallUpdate = attrs.field(metadata=f("toolCall"))
+    tool_call: ToolCallUpdate = field(metadata=f("toolCall"))
     """Details about the tool call requiring permission.
 
     (wire ``toolCall``; required)
     """
-    options: list[PermissionOption] = attrs.field(metadata=f("options"))
+    options: list[PermissionOption] = field(metadata=f("options"))
     """Available permission options for the user to choose from.
 
     (wire ``options``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -5634,7 +5454,7 @@ class RequestPermissionRequest:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -5668,7 +5488,7 @@ class RequestPermissionRequest:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class ToolCallUpdate:
     """An update to an existing tool call.
 
@@ -5680,29 +5500,27 @@ class ToolCallUpdate:
     Schema: ``schema/v1/schema.unstable.json``, ``$defs/ToolCallUpdate``
     """
 
-    tool_call_id: ToolCallId = attrs.field(metadata=f("toolCallId"))
+    tool_call_id: ToolCallId = field(metadata=f("toolCallId"))
     """The ID of the tool call being updated.
 
     (wire ``toolCallId``; required)
     """
-    kind: ToolKind | UnsetType | None = attrs.field(default=UNSET, metadata=f("kind", nullable=True, on_error=True))
+    kind: ToolKind | UnsetType | None = field(default=UNSET, metadata=f("kind", nullable=True, on_error=True))
     """Update the tool kind.
 
     (wire ``kind``; optional (``UNSET`` when absent))
     """
-    status: ToolCallStatus | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("status", nullable=True, on_error=True)
-    )
+    status: ToolCallStatus | UnsetType | None = field(default=UNSET, metadata=f("status", nullable=True, on_error=True))
     """Update the execution status.
 
     (wire ``status``; optional (``UNSET`` when absent))
     """
-    title: str | UnsetType | None = attrs.field(default=UNSET, metadata=f("title", nullable=True, on_error=True))
+    title: str | UnsetType | None = field(default=UNSET, metadata=f("title", nullable=True, on_error=True))
     """Update the human-readable title.
 
     (wire ``title``; optional (``UNSET`` when absent))
     """
-    name: str | UnsetType | None = attrs.field(default=UNSET, metadata=f("name", nullable=True, on_error=True))
+    name: str | UnsetType | None = field(default=UNSET, metadata=f("name", nullable=True, on_error=True))
     """Update the programmatic name of the tool being invoked.
 
     This field is optional. Omitting it or sending `null` both mean that
@@ -5710,33 +5528,31 @@ class ToolCallUpdate:
 
     (wire ``name``; optional (``UNSET`` when absent))
     """
-    content: list[ToolCallContent] | UnsetType | None = attrs.field(
+    content: list[ToolCallContent] | UnsetType | None = field(
         default=UNSET, metadata=f("content", nullable=True, on_error=True, skip_invalid=True)
     )
     """Replace the content collection.
 
     (wire ``content``; optional (``UNSET`` when absent))
     """
-    locations: list[ToolCallLocation] | UnsetType | None = attrs.field(
+    locations: list[ToolCallLocation] | UnsetType | None = field(
         default=UNSET, metadata=f("locations", nullable=True, on_error=True, skip_invalid=True)
     )
     """Replace the locations collection.
 
     (wire ``locations``; optional (``UNSET`` when absent))
     """
-    raw_input: Any | UnsetType = attrs.field(default=UNSET, metadata=f("rawInput", on_error=True))
+    raw_input: Any | UnsetType = field(default=UNSET, metadata=f("rawInput", on_error=True))
     """Update the raw input.
 
     (wire ``rawInput``; optional (``UNSET`` when absent))
     """
-    raw_output: Any | UnsetType = attrs.field(default=UNSET, metadata=f("rawOutput", on_error=True))
+    raw_output: Any | UnsetType = field(default=UNSET, metadata=f("rawOutput", on_error=True))
     """Update the raw output.
 
     (wire ``rawOutput``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -5745,7 +5561,7 @@ class ToolCallUpdate:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -5797,37 +5613,33 @@ class ToolCallUpdate:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class Annotations:
     """Optional annotations for the client. The client can use annotations to inform how objects are used or displayed
 
     Schema: ``schema/v1/schema.unstable.json``, ``$defs/Annotations``
     """
 
-    audience: list[Role] | UnsetType | None = attrs.field(
+    audience: list[Role] | UnsetType | None = field(
         default=UNSET, metadata=f("audience", nullable=True, on_error=True, skip_invalid=True)
     )
     """Intended recipients for this content, such as the user or assistant.
 
     (wire ``audience``; optional (``UNSET`` when absent))
     """
-    last_modified: str | UnsetType | None = attrs.field(
+    last_modified: str | UnsetType | None = field(
         default=UNSET, metadata=f("lastModified", nullable=True, on_error=True)
     )
     """Timestamp indicating when the underlying resource was last modified.
 
     (wire ``lastModified``; optional (``UNSET`` when absent))
     """
-    priority: float | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("priority", nullable=True, on_error=True)
-    )
+    priority: float | UnsetType | None = field(default=UNSET, metadata=f("priority", nullable=True, on_error=True))
     """Relative importance of this content when clients choose what to surface.
 
     (wire ``priority``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -5836,7 +5648,7 @@ class Annotations:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -5870,28 +5682,26 @@ class Annotations:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class TextContent:
     """Text provided to or from an LLM.
 
     Schema: ``schema/v1/schema.unstable.json``, ``$defs/TextContent``
     """
 
-    annotations: Annotations | UnsetType | None = attrs.field(
+    annotations: Annotations | UnsetType | None = field(
         default=UNSET, metadata=f("annotations", nullable=True, on_error=True)
     )
     """Optional annotations that help clients decide how to display or route this content.
 
     (wire ``annotations``; optional (``UNSET`` when absent))
     """
-    text: str = attrs.field(metadata=f("text"))
+    text: str = field(metadata=f("text"))
     """Text payload carried by this content block.
 
     (wire ``text``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -5900,7 +5710,7 @@ class TextContent:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -5931,38 +5741,36 @@ class TextContent:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class ImageContent:
     """An image provided to or from an LLM.
 
     Schema: ``schema/v1/schema.unstable.json``, ``$defs/ImageContent``
     """
 
-    annotations: Annotations | UnsetType | None = attrs.field(
+    annotations: Annotations | UnsetType | None = field(
         default=UNSET, metadata=f("annotations", nullable=True, on_error=True)
     )
     """Optional annotations that help clients decide how to display or route this content.
 
     (wire ``annotations``; optional (``UNSET`` when absent))
     """
-    data: str = attrs.field(metadata=f("data"))
+    data: str = field(metadata=f("data"))
     """Base64-encoded media payload.
 
     (wire ``data``; required)
     """
-    mime_type: str = attrs.field(metadata=f("mimeType"))
+    mime_type: str = field(metadata=f("mimeType"))
     """MIME type describing the encoded media payload.
 
     (wire ``mimeType``; required)
     """
-    uri: str | UnsetType | None = attrs.field(default=UNSET, metadata=f("uri", nullable=True, on_error=True))
+    uri: str | UnsetType | None = field(default=UNSET, metadata=f("uri", nullable=True, on_error=True))
     """URI associated with this resource or media payload.
 
     (wire ``uri``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -5971,7 +5779,7 @@ class ImageContent:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -6008,33 +5816,31 @@ class ImageContent:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class AudioContent:
     """Audio provided to or from an LLM.
 
     Schema: ``schema/v1/schema.unstable.json``, ``$defs/AudioContent``
     """
 
-    annotations: Annotations | UnsetType | None = attrs.field(
+    annotations: Annotations | UnsetType | None = field(
         default=UNSET, metadata=f("annotations", nullable=True, on_error=True)
     )
     """Optional annotations that help clients decide how to display or route this content.
 
     (wire ``annotations``; optional (``UNSET`` when absent))
     """
-    data: str = attrs.field(metadata=f("data"))
+    data: str = field(metadata=f("data"))
     """Base64-encoded media payload.
 
     (wire ``data``; required)
     """
-    mime_type: str = attrs.field(metadata=f("mimeType"))
+    mime_type: str = field(metadata=f("mimeType"))
     """MIME type describing the encoded media payload.
 
     (wire ``mimeType``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -6043,7 +5849,7 @@ class AudioContent:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -6077,55 +5883,51 @@ class AudioContent:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class ResourceLink:
     """A resource that the server is capable of reading, included in a prompt or tool call result.
 
     Schema: ``schema/v1/schema.unstable.json``, ``$defs/ResourceLink``
     """
 
-    annotations: Annotations | UnsetType | None = attrs.field(
+    annotations: Annotations | UnsetType | None = field(
         default=UNSET, metadata=f("annotations", nullable=True, on_error=True)
     )
     """Optional annotations that help clients decide how to display or route this content.
 
     (wire ``annotations``; optional (``UNSET`` when absent))
     """
-    description: str | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("description", nullable=True, on_error=True)
-    )
+    description: str | UnsetType | None = field(default=UNSET, metadata=f("description", nullable=True, on_error=True))
     """Optional human-readable details shown with this protocol object.
 
     (wire ``description``; optional (``UNSET`` when absent))
     """
-    mime_type: str | UnsetType | None = attrs.field(default=UNSET, metadata=f("mimeType", nullable=True, on_error=True))
+    mime_type: str | UnsetType | None = field(default=UNSET, metadata=f("mimeType", nullable=True, on_error=True))
     """MIME type describing the encoded media payload.
 
     (wire ``mimeType``; optional (``UNSET`` when absent))
     """
-    name: str = attrs.field(metadata=f("name"))
+    name: str = field(metadata=f("name"))
     """Human-readable name shown for this protocol object.
 
     (wire ``name``; required)
     """
-    size: int | UnsetType | None = attrs.field(default=UNSET, metadata=f("size", nullable=True, on_error=True))
+    size: int | UnsetType | None = field(default=UNSET, metadata=f("size", nullable=True, on_error=True))
     """Optional size of the linked resource in bytes, if known.
 
     (wire ``size``; optional (``UNSET`` when absent))
     """
-    title: str | UnsetType | None = attrs.field(default=UNSET, metadata=f("title", nullable=True, on_error=True))
+    title: str | UnsetType | None = field(default=UNSET, metadata=f("title", nullable=True, on_error=True))
     """Optional display title for end-user UI.
 
     (wire ``title``; optional (``UNSET`` when absent))
     """
-    uri: str = attrs.field(metadata=f("uri"))
+    uri: str = field(metadata=f("uri"))
     """URI associated with this resource or media payload.
 
     (wire ``uri``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -6134,7 +5936,7 @@ class ResourceLink:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -6180,31 +5982,29 @@ class ResourceLink:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class TextResourceContents:
     """Text-based resource contents.
 
     Schema: ``schema/v1/schema.unstable.json``, ``$defs/TextResourceContents``
     """
 
-    mime_type: str | UnsetType | None = attrs.field(default=UNSET, metadata=f("mimeType", nullable=True, on_error=True))
+    mime_type: str | UnsetType | None = field(default=UNSET, metadata=f("mimeType", nullable=True, on_error=True))
     """MIME type describing the encoded media payload.
 
     (wire ``mimeType``; optional (``UNSET`` when absent))
     """
-    text: str = attrs.field(metadata=f("text"))
+    text: str = field(metadata=f("text"))
     """Text payload carried by this content block.
 
     (wire ``text``; required)
     """
-    uri: str = attrs.field(metadata=f("uri"))
+    uri: str = field(metadata=f("uri"))
     """URI associated with this resource or media payload.
 
     (wire ``uri``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -6213,7 +6013,7 @@ class TextResourceContents:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -6247,31 +6047,29 @@ class TextResourceContents:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class BlobResourceContents:
     """Binary resource contents.
 
     Schema: ``schema/v1/schema.unstable.json``, ``$defs/BlobResourceContents``
     """
 
-    blob: str = attrs.field(metadata=f("blob"))
+    blob: str = field(metadata=f("blob"))
     """Base64-encoded bytes for a binary resource payload.
 
     (wire ``blob``; required)
     """
-    mime_type: str | UnsetType | None = attrs.field(default=UNSET, metadata=f("mimeType", nullable=True, on_error=True))
+    mime_type: str | UnsetType | None = field(default=UNSET, metadata=f("mimeType", nullable=True, on_error=True))
     """MIME type describing the encoded media payload.
 
     (wire ``mimeType``; optional (``UNSET`` when absent))
     """
-    uri: str = attrs.field(metadata=f("uri"))
+    uri: str = field(metadata=f("uri"))
     """URI associated with this resource or media payload.
 
     (wire ``uri``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -6280,7 +6078,7 @@ class BlobResourceContents:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -6314,28 +6112,26 @@ class BlobResourceContents:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class EmbeddedResource:
     """The contents of a resource, embedded into a prompt or tool call result.
 
     Schema: ``schema/v1/schema.unstable.json``, ``$defs/EmbeddedResource``
     """
 
-    annotations: Annotations | UnsetType | None = attrs.field(
+    annotations: Annotations | UnsetType | None = field(
         default=UNSET, metadata=f("annotations", nullable=True, on_error=True)
     )
     """Optional annotations that help clients decide how to display or route this content.
 
     (wire ``annotations``; optional (``UNSET`` when absent))
     """
-    resource: EmbeddedResourceResource = attrs.field(metadata=f("resource"))
+    resource: EmbeddedResourceResource = field(metadata=f("resource"))
     """Embedded resource payload, either text or binary data.
 
     (wire ``resource``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -6344,7 +6140,7 @@ class EmbeddedResource:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -6375,21 +6171,19 @@ class EmbeddedResource:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class Content:
     """Standard content block (text, images, resources).
 
     Schema: ``schema/v1/schema.unstable.json``, ``$defs/Content``
     """
 
-    content: ContentBlock = attrs.field(metadata=f("content"))
+    content: ContentBlock = field(metadata=f("content"))
     """The actual content block.
 
     (wire ``content``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -6398,7 +6192,7 @@ class Content:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -6422,7 +6216,7 @@ class Content:
         return self.content == o.content and self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class Diff:
     """A diff representing file modifications.
 
@@ -6433,24 +6227,22 @@ class Diff:
     Schema: ``schema/v1/schema.unstable.json``, ``$defs/Diff``
     """
 
-    path: str = attrs.field(metadata=f("path"))
+    path: str = field(metadata=f("path"))
     """The absolute file path being modified.
 
     (wire ``path``; required)
     """
-    old_text: str | UnsetType | None = attrs.field(default=UNSET, metadata=f("oldText", nullable=True, on_error=True))
+    old_text: str | UnsetType | None = field(default=UNSET, metadata=f("oldText", nullable=True, on_error=True))
     """The original content (omitted or `null` for new files).
 
     (wire ``oldText``; optional (``UNSET`` when absent))
     """
-    new_text: str = attrs.field(metadata=f("newText"))
+    new_text: str = field(metadata=f("newText"))
     """The new content after modification.
 
     (wire ``newText``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -6459,7 +6251,7 @@ class Diff:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -6493,7 +6285,7 @@ class Diff:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class Terminal:
     """Embed a terminal created with `terminal/create` by its id.
 
@@ -6504,14 +6296,12 @@ class Terminal:
     Schema: ``schema/v1/schema.unstable.json``, ``$defs/Terminal``
     """
 
-    terminal_id: TerminalId = attrs.field(metadata=f("terminalId"))
+    terminal_id: TerminalId = field(metadata=f("terminalId"))
     """Identifier of the terminal instance to embed in the content stream.
 
     (wire ``terminalId``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -6520,7 +6310,7 @@ class Terminal:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -6544,7 +6334,7 @@ class Terminal:
         return self.terminal_id == o.terminal_id and self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class ToolCallLocation:
     """A file location being accessed or modified by a tool.
 
@@ -6556,19 +6346,17 @@ class ToolCallLocation:
     Schema: ``schema/v1/schema.unstable.json``, ``$defs/ToolCallLocation``
     """
 
-    path: str = attrs.field(metadata=f("path"))
+    path: str = field(metadata=f("path"))
     """The absolute file path being accessed or modified.
 
     (wire ``path``; required)
     """
-    line: int | UnsetType | None = attrs.field(default=UNSET, metadata=f("line", nullable=True, on_error=True))
+    line: int | UnsetType | None = field(default=UNSET, metadata=f("line", nullable=True, on_error=True))
     """Optional 1-based line number within the file.
 
     (wire ``line``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -6577,7 +6365,7 @@ class ToolCallLocation:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -6605,31 +6393,29 @@ class ToolCallLocation:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class PermissionOption:
     """An option presented to the user when requesting permission.
 
     Schema: ``schema/v1/schema.unstable.json``, ``$defs/PermissionOption``
     """
 
-    option_id: PermissionOptionId = attrs.field(metadata=f("optionId"))
+    option_id: PermissionOptionId = field(metadata=f("optionId"))
     """Unique identifier for this permission option.
 
     (wire ``optionId``; required)
     """
-    name: str = attrs.field(metadata=f("name"))
+    name: str = field(metadata=f("name"))
     """Human-readable label to display to the user.
 
     (wire ``name``; required)
     """
-    kind: PermissionOptionKind = attrs.field(metadata=f("kind"))
+    kind: PermissionOptionKind = field(metadata=f("kind"))
     """Hint about the nature of this permission option.
 
     (wire ``kind``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -6638,7 +6424,7 @@ class PermissionOption:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -6672,39 +6458,39 @@ class PermissionOption:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class CreateTerminalRequest:
     """Request to create a new terminal and execute a command.
 
     Schema: ``schema/v1/schema.unstable.json``, ``$defs/CreateTerminalRequest``
     """
 
-    session_id: SessionId = attrs.field(metadata=f("sessionId"))
+    session_id: SessionId = field(metadata=f("sessionId"))
     """The session ID for this request.
 
     (wire ``sessionId``; required)
     """
-    command: str = attrs.field(metadata=f("command"))
+    command: str = field(metadata=f("command"))
     """The command to execute.
 
     (wire ``command``; required)
     """
-    args: list[str] | UnsetType = attrs.field(default=UNSET, metadata=f("args", on_null=True))
+    args: list[str] | UnsetType = field(default=UNSET, metadata=f("args", on_null=True))
     """Array of command arguments.
 
     (wire ``args``; optional (``UNSET`` when absent))
     """
-    env: list[EnvVariable] | UnsetType = attrs.field(default=UNSET, metadata=f("env", on_null=True))
+    env: list[EnvVariable] | UnsetType = field(default=UNSET, metadata=f("env", on_null=True))
     """Environment variables for the command.
 
     (wire ``env``; optional (``UNSET`` when absent))
     """
-    cwd: str | UnsetType | None = attrs.field(default=UNSET, metadata=f("cwd", nullable=True))
+    cwd: str | UnsetType | None = field(default=UNSET, metadata=f("cwd", nullable=True))
     """Working directory for the command. Must be an absolute path.
 
     (wire ``cwd``; optional (``UNSET`` when absent))
     """
-    output_byte_limit: int | UnsetType | None = attrs.field(default=UNSET, metadata=f("outputByteLimit", nullable=True))
+    output_byte_limit: int | UnsetType | None = field(default=UNSET, metadata=f("outputByteLimit", nullable=True))
     """Maximum number of output bytes to retain.
 
     When the limit is exceeded, the Client truncates from the beginning of the output
@@ -6716,9 +6502,7 @@ class CreateTerminalRequest:
 
     (wire ``outputByteLimit``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -6727,7 +6511,7 @@ class CreateTerminalRequest:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -6770,26 +6554,24 @@ class CreateTerminalRequest:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class EnvVariable:
     """An environment variable to set when launching an MCP server.
 
     Schema: ``schema/v1/schema.unstable.json``, ``$defs/EnvVariable``
     """
 
-    name: str = attrs.field(metadata=f("name"))
+    name: str = field(metadata=f("name"))
     """The name of the environment variable.
 
     (wire ``name``; required)
     """
-    value: str = attrs.field(metadata=f("value"))
+    value: str = field(metadata=f("value"))
     """The value to set for the environment variable.
 
     (wire ``value``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -6798,7 +6580,7 @@ class EnvVariable:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -6829,26 +6611,24 @@ class EnvVariable:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class TerminalOutputRequest:
     """Request to get the current output and status of a terminal.
 
     Schema: ``schema/v1/schema.unstable.json``, ``$defs/TerminalOutputRequest``
     """
 
-    session_id: SessionId = attrs.field(metadata=f("sessionId"))
+    session_id: SessionId = field(metadata=f("sessionId"))
     """The session ID for this request.
 
     (wire ``sessionId``; required)
     """
-    terminal_id: TerminalId = attrs.field(metadata=f("terminalId"))
+    terminal_id: TerminalId = field(metadata=f("terminalId"))
     """The ID of the terminal to get output from.
 
     (wire ``terminalId``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -6857,7 +6637,7 @@ class TerminalOutputRequest:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -6888,26 +6668,24 @@ class TerminalOutputRequest:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class ReleaseTerminalRequest:
     """Request to release a terminal and free its resources.
 
     Schema: ``schema/v1/schema.unstable.json``, ``$defs/ReleaseTerminalRequest``
     """
 
-    session_id: SessionId = attrs.field(metadata=f("sessionId"))
+    session_id: SessionId = field(metadata=f("sessionId"))
     """The session ID for this request.
 
     (wire ``sessionId``; required)
     """
-    terminal_id: TerminalId = attrs.field(metadata=f("terminalId"))
+    terminal_id: TerminalId = field(metadata=f("terminalId"))
     """The ID of the terminal to release.
 
     (wire ``terminalId``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -6916,7 +6694,7 @@ class ReleaseTerminalRequest:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -6947,26 +6725,24 @@ class ReleaseTerminalRequest:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class WaitForTerminalExitRequest:
     """Request to wait for a terminal command to exit.
 
     Schema: ``schema/v1/schema.unstable.json``, ``$defs/WaitForTerminalExitRequest``
     """
 
-    session_id: SessionId = attrs.field(metadata=f("sessionId"))
+    session_id: SessionId = field(metadata=f("sessionId"))
     """The session ID for this request.
 
     (wire ``sessionId``; required)
     """
-    terminal_id: TerminalId = attrs.field(metadata=f("terminalId"))
+    terminal_id: TerminalId = field(metadata=f("terminalId"))
     """The ID of the terminal to wait for.
 
     (wire ``terminalId``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -6975,7 +6751,7 @@ class WaitForTerminalExitRequest:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -7006,26 +6782,24 @@ class WaitForTerminalExitRequest:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class KillTerminalRequest:
     """Request to kill a terminal without releasing it.
 
     Schema: ``schema/v1/schema.unstable.json``, ``$defs/KillTerminalRequest``
     """
 
-    session_id: SessionId = attrs.field(metadata=f("sessionId"))
+    session_id: SessionId = field(metadata=f("sessionId"))
     """The session ID for this request.
 
     (wire ``sessionId``; required)
     """
-    terminal_id: TerminalId = attrs.field(metadata=f("terminalId"))
+    terminal_id: TerminalId = field(metadata=f("terminalId"))
     """The ID of the terminal to kill.
 
     (wire ``terminalId``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -7034,7 +6808,7 @@ class KillTerminalRequest:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -7065,7 +6839,7 @@ class KillTerminalRequest:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class ElicitationSessionScope:
     """Session-scoped elicitation, optionally tied to a specific tool call.
 
@@ -7076,12 +6850,12 @@ class ElicitationSessionScope:
     Schema: ``schema/v1/schema.unstable.json``, ``$defs/ElicitationSessionScope``
     """
 
-    session_id: SessionId = attrs.field(metadata=f("sessionId"))
+    session_id: SessionId = field(metadata=f("sessionId"))
     """The session this elicitation is tied to.
 
     (wire ``sessionId``; required)
     """
-    tool_call_id: ToolCallId | UnsetType | None = attrs.field(
+    tool_call_id: ToolCallId | UnsetType | None = field(
         default=UNSET, metadata=f("toolCallId", nullable=True, on_error=True)
     )
     """Optional tool call within the session.
@@ -7091,7 +6865,7 @@ class ElicitationSessionScope:
 
     (wire ``toolCallId``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -7119,7 +6893,7 @@ class ElicitationSessionScope:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class ElicitationRequestScope:
     """Request-scoped elicitation, tied to a specific JSON-RPC request outside of a session
     (e.g., during auth/configuration phases before any session is started).
@@ -7127,12 +6901,12 @@ class ElicitationRequestScope:
     Schema: ``schema/v1/schema.unstable.json``, ``$defs/ElicitationRequestScope``
     """
 
-    request_id: RequestId = attrs.field(metadata=f("requestId"))
+    request_id: RequestId = field(metadata=f("requestId"))
     """The request this elicitation is tied to.
 
     (wire ``requestId``; required)
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(self, *, request_id: RequestId, extra_fields: dict[str, Any] | None = None) -> None:
@@ -7149,7 +6923,7 @@ class ElicitationRequestScope:
         return self.request_id == o.request_id and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class ElicitationSchema:
     """Type-safe elicitation schema for requesting structured user input.
 
@@ -7159,46 +6933,40 @@ class ElicitationSchema:
     Schema: ``schema/v1/schema.unstable.json``, ``$defs/ElicitationSchema``
     """
 
-    type: ElicitationSchemaType | UnsetType = attrs.field(
-        default=UNSET, metadata=f("type", on_error=True, default="object")
-    )
+    type: ElicitationSchemaType | UnsetType = field(default=UNSET, metadata=f("type", on_error=True, default="object"))
     """Type discriminator. Always `"object"`.
 
     (wire ``type``; optional (``UNSET`` when absent); schema default ``'object'``)
     """
-    title: str | UnsetType | None = attrs.field(default=UNSET, metadata=f("title", nullable=True, on_error=True))
+    title: str | UnsetType | None = field(default=UNSET, metadata=f("title", nullable=True, on_error=True))
     """Optional title for the schema.
 
     Optional. Omitted and `null` are equivalent and mean no title is provided.
 
     (wire ``title``; optional (``UNSET`` when absent))
     """
-    properties: dict[str, ElicitationPropertySchema] | UnsetType = attrs.field(
+    properties: dict[str, ElicitationPropertySchema] | UnsetType = field(
         default=UNSET, metadata=f("properties", default={})
     )
     """Property definitions (must be primitive types).
 
     (wire ``properties``; optional (``UNSET`` when absent); schema default ``{}``)
     """
-    required: list[str] | UnsetType | None = attrs.field(default=UNSET, metadata=f("required", nullable=True))
+    required: list[str] | UnsetType | None = field(default=UNSET, metadata=f("required", nullable=True))
     """List of required property names.
 
     Optional. Omitted and `null` are equivalent and mean no property names are required.
 
     (wire ``required``; optional (``UNSET`` when absent))
     """
-    description: str | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("description", nullable=True, on_error=True)
-    )
+    description: str | UnsetType | None = field(default=UNSET, metadata=f("description", nullable=True, on_error=True))
     """Optional description of what this schema represents.
 
     Optional. Omitted and `null` are equivalent and mean no schema description is provided.
 
     (wire ``description``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -7209,7 +6977,7 @@ class ElicitationSchema:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -7249,35 +7017,31 @@ class ElicitationSchema:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class EnumOption:
     """A titled enum option with a const value, human-readable title, and optional description.
 
     Schema: ``schema/v1/schema.unstable.json``, ``$defs/EnumOption``
     """
 
-    const: str = attrs.field(metadata=f("const"))
+    const: str = field(metadata=f("const"))
     """The constant value for this option.
 
     (wire ``const``; required)
     """
-    title: str = attrs.field(metadata=f("title"))
+    title: str = field(metadata=f("title"))
     """Human-readable title for this option.
 
     (wire ``title``; required)
     """
-    description: str | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("description", nullable=True, on_error=True)
-    )
+    description: str | UnsetType | None = field(default=UNSET, metadata=f("description", nullable=True, on_error=True))
     """Human-readable description.
 
     Optional. Omitted and `null` are equivalent and mean no description is provided.
 
     (wire ``description``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -7288,7 +7052,7 @@ class EnumOption:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -7322,7 +7086,7 @@ class EnumOption:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class StringPropertySchema:
     """Schema for string properties in an elicitation form.
 
@@ -7332,74 +7096,70 @@ class StringPropertySchema:
     Schema: ``schema/v1/schema.unstable.json``, ``$defs/StringPropertySchema``
     """
 
-    title: str | UnsetType | None = attrs.field(default=UNSET, metadata=f("title", nullable=True, on_error=True))
+    title: str | UnsetType | None = field(default=UNSET, metadata=f("title", nullable=True, on_error=True))
     """Optional title for the property.
 
     Optional. Omitted and `null` are equivalent and mean no title is provided.
 
     (wire ``title``; optional (``UNSET`` when absent))
     """
-    description: str | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("description", nullable=True, on_error=True)
-    )
+    description: str | UnsetType | None = field(default=UNSET, metadata=f("description", nullable=True, on_error=True))
     """Human-readable description.
 
     Optional. Omitted and `null` are equivalent and mean no description is provided.
 
     (wire ``description``; optional (``UNSET`` when absent))
     """
-    min_length: int | UnsetType | None = attrs.field(default=UNSET, metadata=f("minLength", nullable=True))
+    min_length: int | UnsetType | None = field(default=UNSET, metadata=f("minLength", nullable=True))
     """Minimum string length.
 
     Optional. Omitted and `null` are equivalent and mean there is no minimum length constraint.
 
     (wire ``minLength``; optional (``UNSET`` when absent))
     """
-    max_length: int | UnsetType | None = attrs.field(default=UNSET, metadata=f("maxLength", nullable=True))
+    max_length: int | UnsetType | None = field(default=UNSET, metadata=f("maxLength", nullable=True))
     """Maximum string length.
 
     Optional. Omitted and `null` are equivalent and mean there is no maximum length constraint.
 
     (wire ``maxLength``; optional (``UNSET`` when absent))
     """
-    pattern: str | UnsetType | None = attrs.field(default=UNSET, metadata=f("pattern", nullable=True))
+    pattern: str | UnsetType | None = field(default=UNSET, metadata=f("pattern", nullable=True))
     """Pattern the string must match.
 
     Optional. Omitted and `null` are equivalent and mean there is no pattern constraint.
 
     (wire ``pattern``; optional (``UNSET`` when absent))
     """
-    format: StringFormat | UnsetType | None = attrs.field(default=UNSET, metadata=f("format", nullable=True))
+    format: StringFormat | UnsetType | None = field(default=UNSET, metadata=f("format", nullable=True))
     """String format.
 
     Optional. Omitted and `null` are equivalent and mean there is no format constraint.
 
     (wire ``format``; optional (``UNSET`` when absent))
     """
-    default: str | UnsetType | None = attrs.field(default=UNSET, metadata=f("default", nullable=True, on_error=True))
+    default: str | UnsetType | None = field(default=UNSET, metadata=f("default", nullable=True, on_error=True))
     """Default value.
 
     Optional. Omitted and `null` are equivalent and mean no default value is provided.
 
     (wire ``default``; optional (``UNSET`` when absent))
     """
-    enum: list[str] | UnsetType | None = attrs.field(default=UNSET, metadata=f("enum", nullable=True))
+    enum: list[str] | UnsetType | None = field(default=UNSET, metadata=f("enum", nullable=True))
     """Enum values for untitled single-select enums.
     Optional. Omitted and `null` are equivalent and mean no untitled single-select choices are
     declared by `enum`.
 
     (wire ``enum``; optional (``UNSET`` when absent))
     """
-    one_of: list[EnumOption] | UnsetType | None = attrs.field(default=UNSET, metadata=f("oneOf", nullable=True))
+    one_of: list[EnumOption] | UnsetType | None = field(default=UNSET, metadata=f("oneOf", nullable=True))
     """Titled enum options for titled single-select enums.
     Optional. Omitted and `null` are equivalent and mean no titled single-select choices are
     declared by `oneOf`.
 
     (wire ``oneOf``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -7410,7 +7170,7 @@ class StringPropertySchema:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -7462,53 +7222,49 @@ class StringPropertySchema:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class NumberPropertySchema:
     """Schema for number (floating-point) properties in an elicitation form.
 
     Schema: ``schema/v1/schema.unstable.json``, ``$defs/NumberPropertySchema``
     """
 
-    title: str | UnsetType | None = attrs.field(default=UNSET, metadata=f("title", nullable=True, on_error=True))
+    title: str | UnsetType | None = field(default=UNSET, metadata=f("title", nullable=True, on_error=True))
     """Optional title for the property.
 
     Optional. Omitted and `null` are equivalent and mean no title is provided.
 
     (wire ``title``; optional (``UNSET`` when absent))
     """
-    description: str | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("description", nullable=True, on_error=True)
-    )
+    description: str | UnsetType | None = field(default=UNSET, metadata=f("description", nullable=True, on_error=True))
     """Human-readable description.
 
     Optional. Omitted and `null` are equivalent and mean no description is provided.
 
     (wire ``description``; optional (``UNSET`` when absent))
     """
-    minimum: float | UnsetType | None = attrs.field(default=UNSET, metadata=f("minimum", nullable=True))
+    minimum: float | UnsetType | None = field(default=UNSET, metadata=f("minimum", nullable=True))
     """Minimum value (inclusive).
 
     Optional. Omitted and `null` are equivalent and mean there is no inclusive lower bound.
 
     (wire ``minimum``; optional (``UNSET`` when absent))
     """
-    maximum: float | UnsetType | None = attrs.field(default=UNSET, metadata=f("maximum", nullable=True))
+    maximum: float | UnsetType | None = field(default=UNSET, metadata=f("maximum", nullable=True))
     """Maximum value (inclusive).
 
     Optional. Omitted and `null` are equivalent and mean there is no inclusive upper bound.
 
     (wire ``maximum``; optional (``UNSET`` when absent))
     """
-    default: float | UnsetType | None = attrs.field(default=UNSET, metadata=f("default", nullable=True, on_error=True))
+    default: float | UnsetType | None = field(default=UNSET, metadata=f("default", nullable=True, on_error=True))
     """Default value.
 
     Optional. Omitted and `null` are equivalent and mean no default value is provided.
 
     (wire ``default``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -7519,7 +7275,7 @@ class NumberPropertySchema:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -7559,53 +7315,49 @@ class NumberPropertySchema:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class IntegerPropertySchema:
     """Schema for integer properties in an elicitation form.
 
     Schema: ``schema/v1/schema.unstable.json``, ``$defs/IntegerPropertySchema``
     """
 
-    title: str | UnsetType | None = attrs.field(default=UNSET, metadata=f("title", nullable=True, on_error=True))
+    title: str | UnsetType | None = field(default=UNSET, metadata=f("title", nullable=True, on_error=True))
     """Optional title for the property.
 
     Optional. Omitted and `null` are equivalent and mean no title is provided.
 
     (wire ``title``; optional (``UNSET`` when absent))
     """
-    description: str | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("description", nullable=True, on_error=True)
-    )
+    description: str | UnsetType | None = field(default=UNSET, metadata=f("description", nullable=True, on_error=True))
     """Human-readable description.
 
     Optional. Omitted and `null` are equivalent and mean no description is provided.
 
     (wire ``description``; optional (``UNSET`` when absent))
     """
-    minimum: int | UnsetType | None = attrs.field(default=UNSET, metadata=f("minimum", nullable=True))
+    minimum: int | UnsetType | None = field(default=UNSET, metadata=f("minimum", nullable=True))
     """Minimum value (inclusive).
 
     Optional. Omitted and `null` are equivalent and mean there is no inclusive lower bound.
 
     (wire ``minimum``; optional (``UNSET`` when absent))
     """
-    maximum: int | UnsetType | None = attrs.field(default=UNSET, metadata=f("maximum", nullable=True))
+    maximum: int | UnsetType | None = field(default=UNSET, metadata=f("maximum", nullable=True))
     """Maximum value (inclusive).
 
     Optional. Omitted and `null` are equivalent and mean there is no inclusive upper bound.
 
     (wire ``maximum``; optional (``UNSET`` when absent))
     """
-    default: int | UnsetType | None = attrs.field(default=UNSET, metadata=f("default", nullable=True, on_error=True))
+    default: int | UnsetType | None = field(default=UNSET, metadata=f("default", nullable=True, on_error=True))
     """Default value.
 
     Optional. Omitted and `null` are equivalent and mean no default value is provided.
 
     (wire ``default``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -7616,7 +7368,7 @@ class IntegerPropertySchema:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -7656,39 +7408,35 @@ class IntegerPropertySchema:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class BooleanPropertySchema:
     """Schema for boolean properties in an elicitation form.
 
     Schema: ``schema/v1/schema.unstable.json``, ``$defs/BooleanPropertySchema``
     """
 
-    title: str | UnsetType | None = attrs.field(default=UNSET, metadata=f("title", nullable=True, on_error=True))
+    title: str | UnsetType | None = field(default=UNSET, metadata=f("title", nullable=True, on_error=True))
     """Optional title for the property.
 
     Optional. Omitted and `null` are equivalent and mean no title is provided.
 
     (wire ``title``; optional (``UNSET`` when absent))
     """
-    description: str | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("description", nullable=True, on_error=True)
-    )
+    description: str | UnsetType | None = field(default=UNSET, metadata=f("description", nullable=True, on_error=True))
     """Human-readable description.
 
     Optional. Omitted and `null` are equivalent and mean no description is provided.
 
     (wire ``description``; optional (``UNSET`` when absent))
     """
-    default: bool | UnsetType | None = attrs.field(default=UNSET, metadata=f("default", nullable=True, on_error=True))
+    default: bool | UnsetType | None = field(default=UNSET, metadata=f("default", nullable=True, on_error=True))
     """Default value.
 
     Optional. Omitted and `null` are equivalent and mean no default value is provided.
 
     (wire ``default``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -7699,7 +7447,7 @@ class BooleanPropertySchema:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -7733,49 +7481,47 @@ class BooleanPropertySchema:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class MultiSelectPropertySchema:
     """Schema for multi-select (array) properties in an elicitation form.
 
     Schema: ``schema/v1/schema.unstable.json``, ``$defs/MultiSelectPropertySchema``
     """
 
-    title: str | UnsetType | None = attrs.field(default=UNSET, metadata=f("title", nullable=True, on_error=True))
+    title: str | UnsetType | None = field(default=UNSET, metadata=f("title", nullable=True, on_error=True))
     """Optional title for the property.
 
     Optional. Omitted and `null` are equivalent and mean no title is provided.
 
     (wire ``title``; optional (``UNSET`` when absent))
     """
-    description: str | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("description", nullable=True, on_error=True)
-    )
+    description: str | UnsetType | None = field(default=UNSET, metadata=f("description", nullable=True, on_error=True))
     """Human-readable description.
 
     Optional. Omitted and `null` are equivalent and mean no description is provided.
 
     (wire ``description``; optional (``UNSET`` when absent))
     """
-    min_items: int | UnsetType | None = attrs.field(default=UNSET, metadata=f("minItems", nullable=True))
+    min_items: int | UnsetType | None = field(default=UNSET, metadata=f("minItems", nullable=True))
     """Minimum number of items to select.
 
     Optional. Omitted and `null` are equivalent and mean there is no minimum selection count.
 
     (wire ``minItems``; optional (``UNSET`` when absent))
     """
-    max_items: int | UnsetType | None = attrs.field(default=UNSET, metadata=f("maxItems", nullable=True))
+    max_items: int | UnsetType | None = field(default=UNSET, metadata=f("maxItems", nullable=True))
     """Maximum number of items to select.
 
     Optional. Omitted and `null` are equivalent and mean there is no maximum selection count.
 
     (wire ``maxItems``; optional (``UNSET`` when absent))
     """
-    items: MultiSelectItems = attrs.field(metadata=f("items"))
+    items: MultiSelectItems = field(metadata=f("items"))
     """The items definition describing allowed values.
 
     (wire ``items``; required)
     """
-    default: list[str] | UnsetType | None = attrs.field(
+    default: list[str] | UnsetType | None = field(
         default=UNSET, metadata=f("default", nullable=True, on_error=True, skip_invalid=True)
     )
     """Default selected values.
@@ -7784,9 +7530,7 @@ class MultiSelectPropertySchema:
 
     (wire ``default``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -7797,7 +7541,7 @@ class MultiSelectPropertySchema:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -7840,24 +7584,24 @@ class MultiSelectPropertySchema:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class ElicitationFormMode:
     """Form-based elicitation mode where the client renders a form from the provided schema.
 
     Schema: ``schema/v1/schema.unstable.json``, ``$defs/ElicitationFormMode``
     """
 
-    requested_schema: ElicitationSchema = attrs.field(metadata=f("requestedSchema"))
+    requested_schema: ElicitationSchema = field(metadata=f("requestedSchema"))
     """A JSON Schema describing the form fields to present to the user.
 
     (wire ``requestedSchema``; required)
     """
-    session_id: SessionId | UnsetType = attrs.field(default=UNSET, metadata=f("sessionId"))
+    session_id: SessionId | UnsetType = field(default=UNSET, metadata=f("sessionId"))
     """The session this elicitation is tied to.
 
     (wire ``sessionId``; optional (``UNSET`` when absent))
     """
-    tool_call_id: ToolCallId | UnsetType | None = attrs.field(
+    tool_call_id: ToolCallId | UnsetType | None = field(
         default=UNSET, metadata=f("toolCallId", nullable=True, on_error=True)
     )
     """Optional tool call within the session.
@@ -7867,12 +7611,12 @@ class ElicitationFormMode:
 
     (wire ``toolCallId``; optional (``UNSET`` when absent))
     """
-    request_id: RequestId | UnsetType = attrs.field(default=UNSET, metadata=f("requestId"))
+    request_id: RequestId | UnsetType = field(default=UNSET, metadata=f("requestId"))
     """The request this elicitation is tied to.
 
     (wire ``requestId``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -7906,29 +7650,29 @@ class ElicitationFormMode:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class ElicitationUrlMode:
     """URL-based elicitation mode where the client directs the user to a URL.
 
     Schema: ``schema/v1/schema.unstable.json``, ``$defs/ElicitationUrlMode``
     """
 
-    elicitation_id: ElicitationId = attrs.field(metadata=f("elicitationId"))
+    elicitation_id: ElicitationId = field(metadata=f("elicitationId"))
     """The unique identifier for this elicitation.
 
     (wire ``elicitationId``; required)
     """
-    url: str = attrs.field(metadata=f("url"))
+    url: str = field(metadata=f("url"))
     """The URL to direct the user to.
 
     (wire ``url``; required)
     """
-    session_id: SessionId | UnsetType = attrs.field(default=UNSET, metadata=f("sessionId"))
+    session_id: SessionId | UnsetType = field(default=UNSET, metadata=f("sessionId"))
     """The session this elicitation is tied to.
 
     (wire ``sessionId``; optional (``UNSET`` when absent))
     """
-    tool_call_id: ToolCallId | UnsetType | None = attrs.field(
+    tool_call_id: ToolCallId | UnsetType | None = field(
         default=UNSET, metadata=f("toolCallId", nullable=True, on_error=True)
     )
     """Optional tool call within the session.
@@ -7938,12 +7682,12 @@ class ElicitationUrlMode:
 
     (wire ``toolCallId``; optional (``UNSET`` when absent))
     """
-    request_id: RequestId | UnsetType = attrs.field(default=UNSET, metadata=f("requestId"))
+    request_id: RequestId | UnsetType = field(default=UNSET, metadata=f("requestId"))
     """The request this elicitation is tied to.
 
     (wire ``requestId``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -7980,7 +7724,7 @@ class ElicitationUrlMode:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class MessageMcpRequest:
     """**UNSTABLE**
 
@@ -7993,31 +7737,29 @@ class MessageMcpRequest:
     Schema: ``schema/v1/schema.unstable.json``, ``$defs/MessageMcpRequest``
     """
 
-    server_id: McpServerAcpId = attrs.field(metadata=f("serverId"))
+    server_id: McpServerAcpId = field(metadata=f("serverId"))
     """The declared ACP MCP server receiving this request.
 
     (wire ``serverId``; required)
     """
-    request_id: McpRequestId = attrs.field(metadata=f("requestId"))
+    request_id: McpRequestId = field(metadata=f("requestId"))
     """The caller-generated identifier for the inner MCP request.
 
     (wire ``requestId``; required)
     """
-    method: str = attrs.field(metadata=f("method"))
+    method: str = field(metadata=f("method"))
     """The inner MCP method name.
 
     (wire ``method``; required)
     """
-    params: dict[str, Any] | UnsetType | None = attrs.field(default=UNSET, metadata=f("params", nullable=True))
+    params: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("params", nullable=True))
     """Optional inner MCP params.
 
     If omitted or set to `null`, the inner MCP message has no params.
 
     (wire ``params``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -8026,7 +7768,7 @@ class MessageMcpRequest:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -8063,7 +7805,7 @@ class MessageMcpRequest:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class InitializeResponse:
     """Response to the `initialize` method.
 
@@ -8074,7 +7816,7 @@ class InitializeResponse:
     Schema: ``schema/v1/schema.unstable.json``, ``$defs/InitializeResponse``
     """
 
-    protocol_version: ProtocolVersion = attrs.field(metadata=f("protocolVersion"))
+    protocol_version: ProtocolVersion = field(metadata=f("protocolVersion"))
     """The protocol version the client specified if supported by the agent,
     or the latest protocol version supported by the agent.
 
@@ -8082,7 +7824,7 @@ class InitializeResponse:
 
     (wire ``protocolVersion``; required)
     """
-    agent_capabilities: AgentCapabilities | UnsetType = attrs.field(
+    agent_capabilities: AgentCapabilities | UnsetType = field(
         default=UNSET,
         metadata=f(
             "agentCapabilities",
@@ -8100,14 +7842,14 @@ class InitializeResponse:
 
     (wire ``agentCapabilities``; optional (``UNSET`` when absent); schema default ``{'loadSession': False, 'promptCapabilities': {'image': False, 'audio': False, 'embeddedContext': False}, 'mcpCapabilities': {'http': False, 'sse': False, 'acp': False}, 'sessionCapabilities': {}, 'auth': {}}``)
     """
-    auth_methods: list[AuthMethod] | UnsetType = attrs.field(
+    auth_methods: list[AuthMethod] | UnsetType = field(
         default=UNSET, metadata=f("authMethods", on_error=True, skip_invalid=True, default=[])
     )
     """Authentication methods supported by the agent.
 
     (wire ``authMethods``; optional (``UNSET`` when absent); schema default ``[]``)
     """
-    agent_info: Implementation | UnsetType | None = attrs.field(
+    agent_info: Implementation | UnsetType | None = field(
         default=UNSET, metadata=f("agentInfo", nullable=True, on_error=True)
     )
     """Information about the Agent name and version sent to the Client.
@@ -8116,9 +7858,7 @@ class InitializeResponse:
 
     (wire ``agentInfo``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -8127,7 +7867,7 @@ class InitializeResponse:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -8164,7 +7904,7 @@ class InitializeResponse:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class AgentCapabilities:
     """Capabilities supported by the agent.
 
@@ -8176,12 +7916,12 @@ class AgentCapabilities:
     Schema: ``schema/v1/schema.unstable.json``, ``$defs/AgentCapabilities``
     """
 
-    load_session: bool | UnsetType = attrs.field(default=UNSET, metadata=f("loadSession", on_error=True, default=False))
+    load_session: bool | UnsetType = field(default=UNSET, metadata=f("loadSession", on_error=True, default=False))
     """Whether the agent supports `session/load`.
 
     (wire ``loadSession``; optional (``UNSET`` when absent); schema default ``False``)
     """
-    prompt_capabilities: PromptCapabilities | UnsetType = attrs.field(
+    prompt_capabilities: PromptCapabilities | UnsetType = field(
         default=UNSET,
         metadata=f(
             "promptCapabilities", on_error=True, default={"image": False, "audio": False, "embeddedContext": False}
@@ -8191,26 +7931,26 @@ class AgentCapabilities:
 
     (wire ``promptCapabilities``; optional (``UNSET`` when absent); schema default ``{'image': False, 'audio': False, 'embeddedContext': False}``)
     """
-    mcp_capabilities: McpCapabilities | UnsetType = attrs.field(
+    mcp_capabilities: McpCapabilities | UnsetType = field(
         default=UNSET, metadata=f("mcpCapabilities", on_error=True, default={"http": False, "sse": False, "acp": False})
     )
     """MCP capabilities supported by the agent.
 
     (wire ``mcpCapabilities``; optional (``UNSET`` when absent); schema default ``{'http': False, 'sse': False, 'acp': False}``)
     """
-    session_capabilities: SessionCapabilities | UnsetType = attrs.field(
+    session_capabilities: SessionCapabilities | UnsetType = field(
         default=UNSET, metadata=f("sessionCapabilities", on_error=True, default={})
     )
     """Session lifecycle and prompt capabilities advertised by the agent.
 
     (wire ``sessionCapabilities``; optional (``UNSET`` when absent); schema default ``{}``)
     """
-    auth: AgentAuthCapabilities | UnsetType = attrs.field(default=UNSET, metadata=f("auth", on_error=True, default={}))
+    auth: AgentAuthCapabilities | UnsetType = field(default=UNSET, metadata=f("auth", on_error=True, default={}))
     """Authentication-related capabilities supported by the agent.
 
     (wire ``auth``; optional (``UNSET`` when absent); schema default ``{}``)
     """
-    providers: ProvidersCapabilities | UnsetType | None = attrs.field(
+    providers: ProvidersCapabilities | UnsetType | None = field(
         default=UNSET, metadata=f("providers", nullable=True, on_error=True)
     )
     """**UNSTABLE**
@@ -8224,9 +7964,7 @@ class AgentCapabilities:
 
     (wire ``providers``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -8235,7 +7973,7 @@ class AgentCapabilities:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -8278,7 +8016,7 @@ class AgentCapabilities:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class PromptCapabilities:
     """Prompt capabilities supported by the agent in `session/prompt` requests.
 
@@ -8296,17 +8034,17 @@ class PromptCapabilities:
     Schema: ``schema/v1/schema.unstable.json``, ``$defs/PromptCapabilities``
     """
 
-    image: bool | UnsetType = attrs.field(default=UNSET, metadata=f("image", on_error=True, default=False))
+    image: bool | UnsetType = field(default=UNSET, metadata=f("image", on_error=True, default=False))
     """Agent supports `image` content blocks.
 
     (wire ``image``; optional (``UNSET`` when absent); schema default ``False``)
     """
-    audio: bool | UnsetType = attrs.field(default=UNSET, metadata=f("audio", on_error=True, default=False))
+    audio: bool | UnsetType = field(default=UNSET, metadata=f("audio", on_error=True, default=False))
     """Agent supports `audio` content blocks.
 
     (wire ``audio``; optional (``UNSET`` when absent); schema default ``False``)
     """
-    embedded_context: bool | UnsetType = attrs.field(
+    embedded_context: bool | UnsetType = field(
         default=UNSET, metadata=f("embeddedContext", on_error=True, default=False)
     )
     """Agent supports embedded context in `session/prompt` requests.
@@ -8316,9 +8054,7 @@ class PromptCapabilities:
 
     (wire ``embeddedContext``; optional (``UNSET`` when absent); schema default ``False``)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -8327,7 +8063,7 @@ class PromptCapabilities:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -8361,24 +8097,24 @@ class PromptCapabilities:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class McpCapabilities:
     """MCP capabilities supported by the agent
 
     Schema: ``schema/v1/schema.unstable.json``, ``$defs/McpCapabilities``
     """
 
-    http: bool | UnsetType = attrs.field(default=UNSET, metadata=f("http", on_error=True, default=False))
+    http: bool | UnsetType = field(default=UNSET, metadata=f("http", on_error=True, default=False))
     """Agent supports `http` MCP servers.
 
     (wire ``http``; optional (``UNSET`` when absent); schema default ``False``)
     """
-    sse: bool | UnsetType = attrs.field(default=UNSET, metadata=f("sse", on_error=True, default=False))
+    sse: bool | UnsetType = field(default=UNSET, metadata=f("sse", on_error=True, default=False))
     """Agent supports `sse` MCP servers.
 
     (wire ``sse``; optional (``UNSET`` when absent); schema default ``False``)
     """
-    acp: bool | UnsetType = attrs.field(default=UNSET, metadata=f("acp", on_error=True, default=False))
+    acp: bool | UnsetType = field(default=UNSET, metadata=f("acp", on_error=True, default=False))
     """**UNSTABLE**
 
     This capability is not part of the spec yet, and may be removed or changed at any point.
@@ -8387,9 +8123,7 @@ class McpCapabilities:
 
     (wire ``acp``; optional (``UNSET`` when absent); schema default ``False``)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -8398,7 +8132,7 @@ class McpCapabilities:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -8432,7 +8166,7 @@ class McpCapabilities:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class SessionCapabilities:
     """Session capabilities supported by the agent.
 
@@ -8447,7 +8181,7 @@ class SessionCapabilities:
     Schema: ``schema/v1/schema.unstable.json``, ``$defs/SessionCapabilities``
     """
 
-    list: SessionListCapabilities | UnsetType | None = attrs.field(
+    list: SessionListCapabilities | UnsetType | None = field(
         default=UNSET, metadata=f("list", nullable=True, on_error=True)
     )
     """Whether the agent supports `session/list`.
@@ -8457,7 +8191,7 @@ class SessionCapabilities:
 
     (wire ``list``; optional (``UNSET`` when absent))
     """
-    delete: SessionDeleteCapabilities | UnsetType | None = attrs.field(
+    delete: SessionDeleteCapabilities | UnsetType | None = field(
         default=UNSET, metadata=f("delete", nullable=True, on_error=True)
     )
     """Whether the agent supports `session/delete`.
@@ -8467,7 +8201,7 @@ class SessionCapabilities:
 
     (wire ``delete``; optional (``UNSET`` when absent))
     """
-    additional_directories: SessionAdditionalDirectoriesCapabilities | UnsetType | None = attrs.field(
+    additional_directories: SessionAdditionalDirectoriesCapabilities | UnsetType | None = field(
         default=UNSET, metadata=f("additionalDirectories", nullable=True, on_error=True)
     )
     """Whether the agent supports `additionalDirectories` on supported session lifecycle requests.
@@ -8482,7 +8216,7 @@ class SessionCapabilities:
 
     (wire ``additionalDirectories``; optional (``UNSET`` when absent))
     """
-    system_prompt: SessionSystemPromptCapabilities | UnsetType | None = attrs.field(
+    system_prompt: SessionSystemPromptCapabilities | UnsetType | None = field(
         default=UNSET, metadata=f("systemPrompt", nullable=True, on_error=True)
     )
     """**UNSTABLE**
@@ -8496,7 +8230,7 @@ class SessionCapabilities:
 
     (wire ``systemPrompt``; optional (``UNSET`` when absent))
     """
-    fork: SessionForkCapabilities | UnsetType | None = attrs.field(
+    fork: SessionForkCapabilities | UnsetType | None = field(
         default=UNSET, metadata=f("fork", nullable=True, on_error=True)
     )
     """**UNSTABLE**
@@ -8510,7 +8244,7 @@ class SessionCapabilities:
 
     (wire ``fork``; optional (``UNSET`` when absent))
     """
-    archive: SessionArchiveCapabilities | UnsetType | None = attrs.field(
+    archive: SessionArchiveCapabilities | UnsetType | None = field(
         default=UNSET, metadata=f("archive", nullable=True, on_error=True)
     )
     """**UNSTABLE**
@@ -8525,7 +8259,7 @@ class SessionCapabilities:
 
     (wire ``archive``; optional (``UNSET`` when absent))
     """
-    status: SessionStatusCapabilities | UnsetType | None = attrs.field(
+    status: SessionStatusCapabilities | UnsetType | None = field(
         default=UNSET, metadata=f("status", nullable=True, on_error=True)
     )
     """**UNSTABLE**
@@ -8539,7 +8273,7 @@ class SessionCapabilities:
 
     (wire ``status``; optional (``UNSET`` when absent))
     """
-    title: SessionTitleCapabilities | UnsetType | None = attrs.field(
+    title: SessionTitleCapabilities | UnsetType | None = field(
         default=UNSET, metadata=f("title", nullable=True, on_error=True)
     )
     """**UNSTABLE**
@@ -8556,7 +8290,7 @@ class SessionCapabilities:
 
     (wire ``title``; optional (``UNSET`` when absent))
     """
-    resume: SessionResumeCapabilities | UnsetType | None = attrs.field(
+    resume: SessionResumeCapabilities | UnsetType | None = field(
         default=UNSET, metadata=f("resume", nullable=True, on_error=True)
     )
     """Whether the agent supports `session/resume`.
@@ -8566,7 +8300,7 @@ class SessionCapabilities:
 
     (wire ``resume``; optional (``UNSET`` when absent))
     """
-    close: SessionCloseCapabilities | UnsetType | None = attrs.field(
+    close: SessionCloseCapabilities | UnsetType | None = field(
         default=UNSET, metadata=f("close", nullable=True, on_error=True)
     )
     """Whether the agent supports `session/close`.
@@ -8576,9 +8310,7 @@ class SessionCapabilities:
 
     (wire ``close``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -8587,7 +8319,7 @@ class SessionCapabilities:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -8642,7 +8374,7 @@ class SessionCapabilities:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class SessionListCapabilities:
     """Capabilities for the `session/list` method.
 
@@ -8651,9 +8383,7 @@ class SessionListCapabilities:
     Schema: ``schema/v1/schema.unstable.json``, ``$defs/SessionListCapabilities``
     """
 
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -8662,7 +8392,7 @@ class SessionListCapabilities:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -8681,7 +8411,7 @@ class SessionListCapabilities:
         return self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class SessionDeleteCapabilities:
     """Capabilities for the `session/delete` method.
 
@@ -8690,9 +8420,7 @@ class SessionDeleteCapabilities:
     Schema: ``schema/v1/schema.unstable.json``, ``$defs/SessionDeleteCapabilities``
     """
 
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -8701,7 +8429,7 @@ class SessionDeleteCapabilities:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -8720,7 +8448,7 @@ class SessionDeleteCapabilities:
         return self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class SessionAdditionalDirectoriesCapabilities:
     """Capabilities for additional session directories support.
 
@@ -8732,9 +8460,7 @@ class SessionAdditionalDirectoriesCapabilities:
     Schema: ``schema/v1/schema.unstable.json``, ``$defs/SessionAdditionalDirectoriesCapabilities``
     """
 
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -8743,7 +8469,7 @@ class SessionAdditionalDirectoriesCapabilities:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -8762,7 +8488,7 @@ class SessionAdditionalDirectoriesCapabilities:
         return self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class SessionSystemPromptCapabilities:
     """**UNSTABLE**
 
@@ -8778,7 +8504,7 @@ class SessionSystemPromptCapabilities:
     Schema: ``schema/v1/schema.unstable.json``, ``$defs/SessionSystemPromptCapabilities``
     """
 
-    mode: SessionSystemPromptModeCapabilities | UnsetType | None = attrs.field(
+    mode: SessionSystemPromptModeCapabilities | UnsetType | None = field(
         default=UNSET, metadata=f("mode", nullable=True, on_error=True)
     )
     """Delivery modes the agent supports in addition to `append`.
@@ -8787,9 +8513,7 @@ class SessionSystemPromptCapabilities:
 
     (wire ``mode``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -8798,7 +8522,7 @@ class SessionSystemPromptCapabilities:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -8822,7 +8546,7 @@ class SessionSystemPromptCapabilities:
         return self.mode == o.mode and self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class SessionSystemPromptModeCapabilities:
     """**UNSTABLE**
 
@@ -8838,7 +8562,7 @@ class SessionSystemPromptModeCapabilities:
     Schema: ``schema/v1/schema.unstable.json``, ``$defs/SessionSystemPromptModeCapabilities``
     """
 
-    override: SessionSystemPromptOverrideCapabilities | UnsetType | None = attrs.field(
+    override: SessionSystemPromptOverrideCapabilities | UnsetType | None = field(
         default=UNSET, metadata=f("override", nullable=True, on_error=True)
     )
     """Whether the agent supports `override` mode.
@@ -8849,9 +8573,7 @@ class SessionSystemPromptModeCapabilities:
 
     (wire ``override``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -8860,7 +8582,7 @@ class SessionSystemPromptModeCapabilities:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -8884,7 +8606,7 @@ class SessionSystemPromptModeCapabilities:
         return self.override == o.override and self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class SessionSystemPromptOverrideCapabilities:
     """**UNSTABLE**
 
@@ -8900,9 +8622,7 @@ class SessionSystemPromptOverrideCapabilities:
     Schema: ``schema/v1/schema.unstable.json``, ``$defs/SessionSystemPromptOverrideCapabilities``
     """
 
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -8911,7 +8631,7 @@ class SessionSystemPromptOverrideCapabilities:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -8930,7 +8650,7 @@ class SessionSystemPromptOverrideCapabilities:
         return self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class SessionForkCapabilities:
     """**UNSTABLE**
 
@@ -8945,9 +8665,7 @@ class SessionForkCapabilities:
     Schema: ``schema/v1/schema.unstable.json``, ``$defs/SessionForkCapabilities``
     """
 
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -8956,7 +8674,7 @@ class SessionForkCapabilities:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -8975,7 +8693,7 @@ class SessionForkCapabilities:
         return self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class SessionArchiveCapabilities:
     """**UNSTABLE**
 
@@ -8991,9 +8709,7 @@ class SessionArchiveCapabilities:
     Schema: ``schema/v1/schema.unstable.json``, ``$defs/SessionArchiveCapabilities``
     """
 
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -9002,7 +8718,7 @@ class SessionArchiveCapabilities:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -9021,7 +8737,7 @@ class SessionArchiveCapabilities:
         return self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class SessionStatusCapabilities:
     """**UNSTABLE**
 
@@ -9036,9 +8752,7 @@ class SessionStatusCapabilities:
     Schema: ``schema/v1/schema.unstable.json``, ``$defs/SessionStatusCapabilities``
     """
 
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -9047,7 +8761,7 @@ class SessionStatusCapabilities:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -9066,7 +8780,7 @@ class SessionStatusCapabilities:
         return self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class SessionTitleCapabilities:
     """**UNSTABLE**
 
@@ -9082,9 +8796,7 @@ class SessionTitleCapabilities:
     Schema: ``schema/v1/schema.unstable.json``, ``$defs/SessionTitleCapabilities``
     """
 
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -9093,7 +8805,7 @@ class SessionTitleCapabilities:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -9112,7 +8824,7 @@ class SessionTitleCapabilities:
         return self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class SessionResumeCapabilities:
     """Capabilities for the `session/resume` method.
 
@@ -9121,9 +8833,7 @@ class SessionResumeCapabilities:
     Schema: ``schema/v1/schema.unstable.json``, ``$defs/SessionResumeCapabilities``
     """
 
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -9132,7 +8842,7 @@ class SessionResumeCapabilities:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -9151,7 +8861,7 @@ class SessionResumeCapabilities:
         return self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class SessionCloseCapabilities:
     """Capabilities for the `session/close` method.
 
@@ -9160,9 +8870,7 @@ class SessionCloseCapabilities:
     Schema: ``schema/v1/schema.unstable.json``, ``$defs/SessionCloseCapabilities``
     """
 
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -9171,7 +8879,7 @@ class SessionCloseCapabilities:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -9190,14 +8898,14 @@ class SessionCloseCapabilities:
         return self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class AgentAuthCapabilities:
     """Authentication-related capabilities supported by the agent.
 
     Schema: ``schema/v1/schema.unstable.json``, ``$defs/AgentAuthCapabilities``
     """
 
-    status: AuthStatusCapabilities | UnsetType | None = attrs.field(
+    status: AuthStatusCapabilities | UnsetType | None = field(
         default=UNSET, metadata=f("status", nullable=True, on_error=True)
     )
     """**UNSTABLE**
@@ -9211,7 +8919,7 @@ class AgentAuthCapabilities:
 
     (wire ``status``; optional (``UNSET`` when absent))
     """
-    logout: LogoutCapabilities | UnsetType | None = attrs.field(
+    logout: LogoutCapabilities | UnsetType | None = field(
         default=UNSET, metadata=f("logout", nullable=True, on_error=True)
     )
     """Whether the agent supports the logout method.
@@ -9221,9 +8929,7 @@ class AgentAuthCapabilities:
 
     (wire ``logout``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -9232,7 +8938,7 @@ class AgentAuthCapabilities:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -9263,7 +8969,7 @@ class AgentAuthCapabilities:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class AuthStatusCapabilities:
     """**UNSTABLE**
 
@@ -9278,9 +8984,7 @@ class AuthStatusCapabilities:
     Schema: ``schema/v1/schema.unstable.json``, ``$defs/AuthStatusCapabilities``
     """
 
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -9289,7 +8993,7 @@ class AuthStatusCapabilities:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -9308,7 +9012,7 @@ class AuthStatusCapabilities:
         return self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class LogoutCapabilities:
     """Logout capabilities supported by the agent.
 
@@ -9317,9 +9021,7 @@ class LogoutCapabilities:
     Schema: ``schema/v1/schema.unstable.json``, ``$defs/LogoutCapabilities``
     """
 
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -9328,7 +9030,7 @@ class LogoutCapabilities:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -9347,7 +9049,7 @@ class LogoutCapabilities:
         return self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class ProvidersCapabilities:
     """**UNSTABLE**
 
@@ -9362,9 +9064,7 @@ class ProvidersCapabilities:
     Schema: ``schema/v1/schema.unstable.json``, ``$defs/ProvidersCapabilities``
     """
 
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -9373,7 +9073,7 @@ class ProvidersCapabilities:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -9392,7 +9092,7 @@ class ProvidersCapabilities:
         return self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class AuthMethodTerminal:
     """Terminal-based authentication method.
 
@@ -9405,37 +9105,33 @@ class AuthMethodTerminal:
     Schema: ``schema/v1/schema.unstable.json``, ``$defs/AuthMethodTerminal``
     """
 
-    id: AuthMethodId = attrs.field(metadata=f("id"))
+    id: AuthMethodId = field(metadata=f("id"))
     """Unique identifier for this authentication method.
 
     (wire ``id``; required)
     """
-    name: str = attrs.field(metadata=f("name"))
+    name: str = field(metadata=f("name"))
     """Human-readable name of the authentication method.
 
     (wire ``name``; required)
     """
-    description: str | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("description", nullable=True, on_error=True)
-    )
+    description: str | UnsetType | None = field(default=UNSET, metadata=f("description", nullable=True, on_error=True))
     """Optional human-readable description of this authentication method.
 
     (wire ``description``; optional (``UNSET`` when absent))
     """
-    args: list[str] | UnsetType = attrs.field(default=UNSET, metadata=f("args", on_null=True))
+    args: list[str] | UnsetType = field(default=UNSET, metadata=f("args", on_null=True))
     """Additional arguments to append to the configured agent invocation for terminal auth.
 
     (wire ``args``; optional (``UNSET`` when absent))
     """
-    env: dict[str, str] | UnsetType = attrs.field(default=UNSET, metadata=f("env", on_null=True))
+    env: dict[str, str] | UnsetType = field(default=UNSET, metadata=f("env", on_null=True))
     """Additional environment variables to set on the configured agent invocation for terminal auth.
     These values override same-named variables in the base launch configuration.
 
     (wire ``env``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -9444,7 +9140,7 @@ class AuthMethodTerminal:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -9484,7 +9180,7 @@ class AuthMethodTerminal:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class Implementation:
     """Metadata about the implementation of the client or agent.
     Describes the name and version of an ACP implementation, with an optional
@@ -9493,13 +9189,13 @@ class Implementation:
     Schema: ``schema/v1/schema.unstable.json``, ``$defs/Implementation``
     """
 
-    name: str = attrs.field(metadata=f("name"))
+    name: str = field(metadata=f("name"))
     """Intended for programmatic or logical use, but can be used as a display
     name fallback if title isn't present.
 
     (wire ``name``; required)
     """
-    title: str | UnsetType | None = attrs.field(default=UNSET, metadata=f("title", nullable=True, on_error=True))
+    title: str | UnsetType | None = field(default=UNSET, metadata=f("title", nullable=True, on_error=True))
     """Intended for UI and end-user contexts and optimized to be human-readable
     and easily understood.
 
@@ -9507,15 +9203,13 @@ class Implementation:
 
     (wire ``title``; optional (``UNSET`` when absent))
     """
-    version: str = attrs.field(metadata=f("version"))
+    version: str = field(metadata=f("version"))
     """Version of the implementation. Can be displayed to the user or used
     for debugging or metrics purposes. (e.g. "1.0.0").
 
     (wire ``version``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -9524,7 +9218,7 @@ class Implementation:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -9558,16 +9252,14 @@ class Implementation:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class AuthenticateResponse:
     """Response to the `authenticate` method.
 
     Schema: ``schema/v1/schema.unstable.json``, ``$defs/AuthenticateResponse``
     """
 
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -9576,7 +9268,7 @@ class AuthenticateResponse:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -9595,7 +9287,7 @@ class AuthenticateResponse:
         return self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class ListProvidersResponse:
     """**UNSTABLE**
 
@@ -9608,14 +9300,12 @@ class ListProvidersResponse:
     Schema: ``schema/v1/schema.unstable.json``, ``$defs/ListProvidersResponse``
     """
 
-    providers: list[ProviderInfo] = attrs.field(metadata=f("providers"))
+    providers: list[ProviderInfo] = field(metadata=f("providers"))
     """Configurable providers with current routing info suitable for UI display.
 
     (wire ``providers``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -9624,7 +9314,7 @@ class ListProvidersResponse:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -9648,7 +9338,7 @@ class ListProvidersResponse:
         return self.providers == o.providers and self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class ProviderInfo:
     """**UNSTABLE**
 
@@ -9661,31 +9351,29 @@ class ProviderInfo:
     Schema: ``schema/v1/schema.unstable.json``, ``$defs/ProviderInfo``
     """
 
-    provider_id: ProviderId = attrs.field(metadata=f("providerId"))
+    provider_id: ProviderId = field(metadata=f("providerId"))
     """Provider identifier, for example "main" or "openai".
 
     (wire ``providerId``; required)
     """
-    supported: list[LlmProtocol] = attrs.field(metadata=f("supported", on_error=True, skip_invalid=True))
+    supported: list[LlmProtocol] = field(metadata=f("supported", on_error=True, skip_invalid=True))
     """Supported protocol types for this provider.
 
     (wire ``supported``; required)
     """
-    required: bool = attrs.field(metadata=f("required"))
+    required: bool = field(metadata=f("required"))
     """Whether this provider is mandatory and cannot be disabled via `providers/disable`.
     If true, clients must not call `providers/disable` for this provider ID.
 
     (wire ``required``; required)
     """
-    current: ProviderCurrentConfig | UnsetType | None = attrs.field(default=UNSET, metadata=f("current", nullable=True))
+    current: ProviderCurrentConfig | UnsetType | None = field(default=UNSET, metadata=f("current", nullable=True))
     """Current effective non-secret routing config.
     Null or omitted means provider is disabled.
 
     (wire ``current``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -9694,7 +9382,7 @@ class ProviderInfo:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -9731,7 +9419,7 @@ class ProviderInfo:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class ProviderCurrentConfig:
     """**UNSTABLE**
 
@@ -9744,19 +9432,17 @@ class ProviderCurrentConfig:
     Schema: ``schema/v1/schema.unstable.json``, ``$defs/ProviderCurrentConfig``
     """
 
-    api_type: LlmProtocol = attrs.field(metadata=f("apiType"))
+    api_type: LlmProtocol = field(metadata=f("apiType"))
     """Protocol currently used by this provider.
 
     (wire ``apiType``; required)
     """
-    base_url: str = attrs.field(metadata=f("baseUrl"))
+    base_url: str = field(metadata=f("baseUrl"))
     """Base URL currently used by this provider.
 
     (wire ``baseUrl``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -9765,7 +9451,7 @@ class ProviderCurrentConfig:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -9796,7 +9482,7 @@ class ProviderCurrentConfig:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class SetProviderResponse:
     """**UNSTABLE**
 
@@ -9809,9 +9495,7 @@ class SetProviderResponse:
     Schema: ``schema/v1/schema.unstable.json``, ``$defs/SetProviderResponse``
     """
 
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -9820,7 +9504,7 @@ class SetProviderResponse:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -9839,7 +9523,7 @@ class SetProviderResponse:
         return self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class DisableProviderResponse:
     """**UNSTABLE**
 
@@ -9852,9 +9536,7 @@ class DisableProviderResponse:
     Schema: ``schema/v1/schema.unstable.json``, ``$defs/DisableProviderResponse``
     """
 
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -9863,7 +9545,7 @@ class DisableProviderResponse:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -9882,16 +9564,14 @@ class DisableProviderResponse:
         return self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class LogoutResponse:
     """Response to the `logout` method.
 
     Schema: ``schema/v1/schema.unstable.json``, ``$defs/LogoutResponse``
     """
 
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -9900,7 +9580,7 @@ class LogoutResponse:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -9919,7 +9599,7 @@ class LogoutResponse:
         return self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class AuthStatusResponse:
     """**UNSTABLE**
 
@@ -9932,7 +9612,7 @@ class AuthStatusResponse:
     Schema: ``schema/v1/schema.unstable.json``, ``$defs/AuthStatusResponse``
     """
 
-    state: AuthState = attrs.field(metadata=f("state"))
+    state: AuthState = field(metadata=f("state"))
     """Whether the agent can start sessions without the user signing in first.
 
     This is the only field clients should act on. Clients MUST treat values they
@@ -9940,7 +9620,7 @@ class AuthStatusResponse:
 
     (wire ``state``; required)
     """
-    accounts: list[AuthAccount] | UnsetType = attrs.field(
+    accounts: list[AuthAccount] | UnsetType = field(
         default=UNSET, metadata=f("accounts", on_error=True, skip_invalid=True)
     )
     """The accounts the agent has configured, for display.
@@ -9951,9 +9631,7 @@ class AuthStatusResponse:
 
     (wire ``accounts``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -9962,7 +9640,7 @@ class AuthStatusResponse:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -9993,7 +9671,7 @@ class AuthStatusResponse:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class AuthAccount:
     """**UNSTABLE**
 
@@ -10011,13 +9689,13 @@ class AuthAccount:
     Schema: ``schema/v1/schema.unstable.json``, ``$defs/AuthAccount``
     """
 
-    label: str = attrs.field(metadata=f("label"))
+    label: str = field(metadata=f("label"))
     """Human-readable name for the account, suitable for display on its own,
     for example `Claude Max`, `OpenAI API key`, or `Vertex AI`.
 
     (wire ``label``; required)
     """
-    active: bool | UnsetType | None = attrs.field(default=UNSET, metadata=f("active", nullable=True, on_error=True))
+    active: bool | UnsetType | None = field(default=UNSET, metadata=f("active", nullable=True, on_error=True))
     """Whether the agent currently uses this account by default.
 
     Several accounts MAY be active, for example one per provider.
@@ -10026,21 +9704,21 @@ class AuthAccount:
 
     (wire ``active``; optional (``UNSET`` when absent))
     """
-    name: str | UnsetType | None = attrs.field(default=UNSET, metadata=f("name", nullable=True, on_error=True))
+    name: str | UnsetType | None = field(default=UNSET, metadata=f("name", nullable=True, on_error=True))
     """Display name of the user, such as a username or full name.
 
     Optional. Omitted and `null` are equivalent and mean no name is reported.
 
     (wire ``name``; optional (``UNSET`` when absent))
     """
-    email: str | UnsetType | None = attrs.field(default=UNSET, metadata=f("email", nullable=True, on_error=True))
+    email: str | UnsetType | None = field(default=UNSET, metadata=f("email", nullable=True, on_error=True))
     """Email address of the user.
 
     Optional. Omitted and `null` are equivalent and mean no email is reported.
 
     (wire ``email``; optional (``UNSET`` when absent))
     """
-    organization: str | UnsetType | None = attrs.field(
+    organization: str | UnsetType | None = field(
         default=UNSET, metadata=f("organization", nullable=True, on_error=True)
     )
     """Display name of the organization, team, or workspace the account is using.
@@ -10049,9 +9727,7 @@ class AuthAccount:
 
     (wire ``organization``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -10060,7 +9736,7 @@ class AuthAccount:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -10100,7 +9776,7 @@ class AuthAccount:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class NewSessionResponse:
     """Response from creating a new session.
 
@@ -10109,32 +9785,28 @@ class NewSessionResponse:
     Schema: ``schema/v1/schema.unstable.json``, ``$defs/NewSessionResponse``
     """
 
-    session_id: SessionId = attrs.field(metadata=f("sessionId"))
+    session_id: SessionId = field(metadata=f("sessionId"))
     """Unique identifier for the created session.
 
     Used in all subsequent requests for this conversation.
 
     (wire ``sessionId``; required)
     """
-    modes: SessionModeState | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("modes", nullable=True, on_error=True)
-    )
+    modes: SessionModeState | UnsetType | None = field(default=UNSET, metadata=f("modes", nullable=True, on_error=True))
     """Initial mode state if supported by the Agent
 
     See protocol docs: [Session Modes](https://agentclientprotocol.com/protocol/v1/draft/session-modes)
 
     (wire ``modes``; optional (``UNSET`` when absent))
     """
-    config_options: list[SessionConfigOption] | UnsetType | None = attrs.field(
+    config_options: list[SessionConfigOption] | UnsetType | None = field(
         default=UNSET, metadata=f("configOptions", nullable=True, on_error=True, skip_invalid=True)
     )
     """Initial session configuration options if supported by the Agent.
 
     (wire ``configOptions``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -10143,7 +9815,7 @@ class NewSessionResponse:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -10177,26 +9849,24 @@ class NewSessionResponse:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class SessionModeState:
     """The set of modes and the one currently active.
 
     Schema: ``schema/v1/schema.unstable.json``, ``$defs/SessionModeState``
     """
 
-    current_mode_id: SessionModeId = attrs.field(metadata=f("currentModeId"))
+    current_mode_id: SessionModeId = field(metadata=f("currentModeId"))
     """The current mode the Agent is in.
 
     (wire ``currentModeId``; required)
     """
-    available_modes: list[SessionMode] = attrs.field(metadata=f("availableModes", on_error=True, skip_invalid=True))
+    available_modes: list[SessionMode] = field(metadata=f("availableModes", on_error=True, skip_invalid=True))
     """The set of modes that the Agent can operate in
 
     (wire ``availableModes``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -10205,7 +9875,7 @@ class SessionModeState:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -10236,7 +9906,7 @@ class SessionModeState:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class SessionMode:
     """A mode the agent can operate in.
 
@@ -10245,26 +9915,22 @@ class SessionMode:
     Schema: ``schema/v1/schema.unstable.json``, ``$defs/SessionMode``
     """
 
-    id: SessionModeId = attrs.field(metadata=f("id"))
+    id: SessionModeId = field(metadata=f("id"))
     """Stable identifier used to refer to this protocol object in later messages.
 
     (wire ``id``; required)
     """
-    name: str = attrs.field(metadata=f("name"))
+    name: str = field(metadata=f("name"))
     """Human-readable name shown for this protocol object.
 
     (wire ``name``; required)
     """
-    description: str | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("description", nullable=True, on_error=True)
-    )
+    description: str | UnsetType | None = field(default=UNSET, metadata=f("description", nullable=True, on_error=True))
     """Optional human-readable details shown with this protocol object.
 
     (wire ``description``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -10273,7 +9939,7 @@ class SessionMode:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -10307,33 +9973,29 @@ class SessionMode:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class SessionConfigSelectOption:
     """A possible value for a session configuration option.
 
     Schema: ``schema/v1/schema.unstable.json``, ``$defs/SessionConfigSelectOption``
     """
 
-    value: SessionConfigValueId = attrs.field(metadata=f("value"))
+    value: SessionConfigValueId = field(metadata=f("value"))
     """Unique identifier for this option value.
 
     (wire ``value``; required)
     """
-    name: str = attrs.field(metadata=f("name"))
+    name: str = field(metadata=f("name"))
     """Human-readable label for this option value.
 
     (wire ``name``; required)
     """
-    description: str | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("description", nullable=True, on_error=True)
-    )
+    description: str | UnsetType | None = field(default=UNSET, metadata=f("description", nullable=True, on_error=True))
     """Optional description for this option value.
 
     (wire ``description``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -10342,7 +10004,7 @@ class SessionConfigSelectOption:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -10376,31 +10038,29 @@ class SessionConfigSelectOption:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class SessionConfigSelectGroup:
     """A group of possible values for a session configuration option.
 
     Schema: ``schema/v1/schema.unstable.json``, ``$defs/SessionConfigSelectGroup``
     """
 
-    group: SessionConfigGroupId = attrs.field(metadata=f("group"))
+    group: SessionConfigGroupId = field(metadata=f("group"))
     """Unique identifier for this group.
 
     (wire ``group``; required)
     """
-    name: str = attrs.field(metadata=f("name"))
+    name: str = field(metadata=f("name"))
     """Human-readable label for this group.
 
     (wire ``name``; required)
     """
-    options: list[SessionConfigSelectOption] = attrs.field(metadata=f("options", on_error=True, skip_invalid=True))
+    options: list[SessionConfigSelectOption] = field(metadata=f("options", on_error=True, skip_invalid=True))
     """The set of option values in this group.
 
     (wire ``options``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -10409,7 +10069,7 @@ class SessionConfigSelectGroup:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -10443,24 +10103,24 @@ class SessionConfigSelectGroup:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class SessionConfigSelect:
     """A single-value selector (dropdown) session configuration option payload.
 
     Schema: ``schema/v1/schema.unstable.json``, ``$defs/SessionConfigSelect``
     """
 
-    current_value: SessionConfigValueId = attrs.field(metadata=f("currentValue"))
+    current_value: SessionConfigValueId = field(metadata=f("currentValue"))
     """The currently selected value.
 
     (wire ``currentValue``; required)
     """
-    options: SessionConfigSelectOptions = attrs.field(metadata=f("options"))
+    options: SessionConfigSelectOptions = field(metadata=f("options"))
     """The set of selectable options.
 
     (wire ``options``; required)
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -10486,19 +10146,19 @@ class SessionConfigSelect:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class SessionConfigBoolean:
     """A boolean on/off toggle session configuration option payload.
 
     Schema: ``schema/v1/schema.unstable.json``, ``$defs/SessionConfigBoolean``
     """
 
-    current_value: bool = attrs.field(metadata=f("currentValue"))
+    current_value: bool = field(metadata=f("currentValue"))
     """The current value of the boolean option.
 
     (wire ``currentValue``; required)
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(self, *, current_value: bool, extra_fields: dict[str, Any] | None = None) -> None:
@@ -10515,32 +10175,28 @@ class SessionConfigBoolean:
         return self.current_value == o.current_value and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class LoadSessionResponse:
     """Response from loading an existing session.
 
     Schema: ``schema/v1/schema.unstable.json``, ``$defs/LoadSessionResponse``
     """
 
-    modes: SessionModeState | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("modes", nullable=True, on_error=True)
-    )
+    modes: SessionModeState | UnsetType | None = field(default=UNSET, metadata=f("modes", nullable=True, on_error=True))
     """Initial mode state if supported by the Agent
 
     See protocol docs: [Session Modes](https://agentclientprotocol.com/protocol/v1/draft/session-modes)
 
     (wire ``modes``; optional (``UNSET`` when absent))
     """
-    config_options: list[SessionConfigOption] | UnsetType | None = attrs.field(
+    config_options: list[SessionConfigOption] | UnsetType | None = field(
         default=UNSET, metadata=f("configOptions", nullable=True, on_error=True, skip_invalid=True)
     )
     """Initial session configuration options if supported by the Agent.
 
     (wire ``configOptions``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -10549,7 +10205,7 @@ class LoadSessionResponse:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -10580,29 +10236,25 @@ class LoadSessionResponse:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class ListSessionsResponse:
     """Response from listing sessions.
 
     Schema: ``schema/v1/schema.unstable.json``, ``$defs/ListSessionsResponse``
     """
 
-    sessions: list[SessionInfo] = attrs.field(metadata=f("sessions", on_error=True, skip_invalid=True))
+    sessions: list[SessionInfo] = field(metadata=f("sessions", on_error=True, skip_invalid=True))
     """Array of session information objects
 
     (wire ``sessions``; required)
     """
-    next_cursor: str | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("nextCursor", nullable=True, on_error=True)
-    )
+    next_cursor: str | UnsetType | None = field(default=UNSET, metadata=f("nextCursor", nullable=True, on_error=True))
     """Opaque cursor token. If present, pass this in the next request's cursor parameter
     to fetch the next page. If absent, there are no more results.
 
     (wire ``nextCursor``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -10611,7 +10263,7 @@ class ListSessionsResponse:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -10642,24 +10294,24 @@ class ListSessionsResponse:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class SessionInfo:
     """Information about a session returned by session/list
 
     Schema: ``schema/v1/schema.unstable.json``, ``$defs/SessionInfo``
     """
 
-    session_id: SessionId = attrs.field(metadata=f("sessionId"))
+    session_id: SessionId = field(metadata=f("sessionId"))
     """Unique identifier for the session
 
     (wire ``sessionId``; required)
     """
-    cwd: str = attrs.field(metadata=f("cwd"))
+    cwd: str = field(metadata=f("cwd"))
     """The working directory for this session. Must be an absolute path.
 
     (wire ``cwd``; required)
     """
-    additional_directories: list[str] | UnsetType = attrs.field(
+    additional_directories: list[str] | UnsetType = field(
         default=UNSET, metadata=f("additionalDirectories", on_error=True, skip_invalid=True)
     )
     """Additional workspace roots reported for this session. Each path must be absolute.
@@ -10670,19 +10322,17 @@ class SessionInfo:
 
     (wire ``additionalDirectories``; optional (``UNSET`` when absent))
     """
-    title: str | UnsetType | None = attrs.field(default=UNSET, metadata=f("title", nullable=True, on_error=True))
+    title: str | UnsetType | None = field(default=UNSET, metadata=f("title", nullable=True, on_error=True))
     """Human-readable title for the session
 
     (wire ``title``; optional (``UNSET`` when absent))
     """
-    updated_at: str | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("updatedAt", nullable=True, on_error=True)
-    )
+    updated_at: str | UnsetType | None = field(default=UNSET, metadata=f("updatedAt", nullable=True, on_error=True))
     """ISO 8601 timestamp of last activity
 
     (wire ``updatedAt``; optional (``UNSET`` when absent))
     """
-    archived: bool | UnsetType | None = attrs.field(default=UNSET, metadata=f("archived", nullable=True, on_error=True))
+    archived: bool | UnsetType | None = field(default=UNSET, metadata=f("archived", nullable=True, on_error=True))
     """**UNSTABLE**
 
     This capability is not part of the spec yet, and may be removed or changed at any point.
@@ -10694,9 +10344,7 @@ class SessionInfo:
 
     (wire ``archived``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -10705,7 +10353,7 @@ class SessionInfo:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -10748,16 +10396,14 @@ class SessionInfo:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class DeleteSessionResponse:
     """Response from deleting a session.
 
     Schema: ``schema/v1/schema.unstable.json``, ``$defs/DeleteSessionResponse``
     """
 
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -10766,7 +10412,7 @@ class DeleteSessionResponse:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -10785,7 +10431,7 @@ class DeleteSessionResponse:
         return self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class ForkSessionResponse:
     """**UNSTABLE**
 
@@ -10798,30 +10444,26 @@ class ForkSessionResponse:
     Schema: ``schema/v1/schema.unstable.json``, ``$defs/ForkSessionResponse``
     """
 
-    session_id: SessionId = attrs.field(metadata=f("sessionId"))
+    session_id: SessionId = field(metadata=f("sessionId"))
     """Unique identifier for the newly created forked session.
 
     (wire ``sessionId``; required)
     """
-    modes: SessionModeState | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("modes", nullable=True, on_error=True)
-    )
+    modes: SessionModeState | UnsetType | None = field(default=UNSET, metadata=f("modes", nullable=True, on_error=True))
     """Initial mode state if supported by the Agent
 
     See protocol docs: [Session Modes](https://agentclientprotocol.com/protocol/v1/draft/session-modes)
 
     (wire ``modes``; optional (``UNSET`` when absent))
     """
-    config_options: list[SessionConfigOption] | UnsetType | None = attrs.field(
+    config_options: list[SessionConfigOption] | UnsetType | None = field(
         default=UNSET, metadata=f("configOptions", nullable=True, on_error=True, skip_invalid=True)
     )
     """Initial session configuration options if supported by the Agent.
 
     (wire ``configOptions``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -10830,7 +10472,7 @@ class ForkSessionResponse:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -10864,7 +10506,7 @@ class ForkSessionResponse:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class ArchiveSessionResponse:
     """**UNSTABLE**
 
@@ -10877,9 +10519,7 @@ class ArchiveSessionResponse:
     Schema: ``schema/v1/schema.unstable.json``, ``$defs/ArchiveSessionResponse``
     """
 
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -10888,7 +10528,7 @@ class ArchiveSessionResponse:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -10907,7 +10547,7 @@ class ArchiveSessionResponse:
         return self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class UnarchiveSessionResponse:
     """**UNSTABLE**
 
@@ -10920,9 +10560,7 @@ class UnarchiveSessionResponse:
     Schema: ``schema/v1/schema.unstable.json``, ``$defs/UnarchiveSessionResponse``
     """
 
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -10931,7 +10569,7 @@ class UnarchiveSessionResponse:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -10950,7 +10588,7 @@ class UnarchiveSessionResponse:
         return self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class SessionStatusResponse:
     """**UNSTABLE**
 
@@ -10966,16 +10604,14 @@ class SessionStatusResponse:
     Schema: ``schema/v1/schema.unstable.json``, ``$defs/SessionStatusResponse``
     """
 
-    status: SessionStatus = attrs.field(metadata=f("status"))
+    status: SessionStatus = field(metadata=f("status"))
     """Whether the Agent has the session in memory.
 
     Required. Clients MUST treat a value they do not recognize as `saved`.
 
     (wire ``status``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -10984,7 +10620,7 @@ class SessionStatusResponse:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -11008,7 +10644,7 @@ class SessionStatusResponse:
         return self.status == o.status and self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class SetSessionTitleResponse:
     """**UNSTABLE**
 
@@ -11021,7 +10657,7 @@ class SetSessionTitleResponse:
     Schema: ``schema/v1/schema.unstable.json``, ``$defs/SetSessionTitleResponse``
     """
 
-    title: str = attrs.field(metadata=f("title"))
+    title: str = field(metadata=f("title"))
     """The title the Agent stored.
 
     This differs from the requested title if the Agent normalized it. Clients SHOULD
@@ -11029,9 +10665,7 @@ class SetSessionTitleResponse:
 
     (wire ``title``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -11040,7 +10674,7 @@ class SetSessionTitleResponse:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -11060,32 +10694,28 @@ class SetSessionTitleResponse:
         return self.title == o.title and self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class ResumeSessionResponse:
     """Response from resuming an existing session.
 
     Schema: ``schema/v1/schema.unstable.json``, ``$defs/ResumeSessionResponse``
     """
 
-    modes: SessionModeState | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("modes", nullable=True, on_error=True)
-    )
+    modes: SessionModeState | UnsetType | None = field(default=UNSET, metadata=f("modes", nullable=True, on_error=True))
     """Initial mode state if supported by the Agent
 
     See protocol docs: [Session Modes](https://agentclientprotocol.com/protocol/v1/draft/session-modes)
 
     (wire ``modes``; optional (``UNSET`` when absent))
     """
-    config_options: list[SessionConfigOption] | UnsetType | None = attrs.field(
+    config_options: list[SessionConfigOption] | UnsetType | None = field(
         default=UNSET, metadata=f("configOptions", nullable=True, on_error=True, skip_invalid=True)
     )
     """Initial session configuration options if supported by the Agent.
 
     (wire ``configOptions``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -11094,7 +10724,7 @@ class ResumeSessionResponse:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -11125,16 +10755,14 @@ class ResumeSessionResponse:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class CloseSessionResponse:
     """Response from closing a session.
 
     Schema: ``schema/v1/schema.unstable.json``, ``$defs/CloseSessionResponse``
     """
 
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -11143,7 +10771,7 @@ class CloseSessionResponse:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -11162,16 +10790,14 @@ class CloseSessionResponse:
         return self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class SetSessionModeResponse:
     """Response to `session/set_mode` method.
 
     Schema: ``schema/v1/schema.unstable.json``, ``$defs/SetSessionModeResponse``
     """
 
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -11180,7 +10806,7 @@ class SetSessionModeResponse:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -11199,23 +10825,19 @@ class SetSessionModeResponse:
         return self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class SetSessionConfigOptionResponse:
     """Response to `session/set_config_option` method.
 
     Schema: ``schema/v1/schema.unstable.json``, ``$defs/SetSessionConfigOptionResponse``
     """
 
-    config_options: list[SessionConfigOption] = attrs.field(
-        metadata=f("configOptions", on_error=True, skip_invalid=True)
-    )
+    config_options: list[SessionConfigOption] = field(metadata=f("configOptions", on_error=True, skip_invalid=True))
     """The full set of configuration options and their current values.
 
     (wire ``configOptions``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -11224,7 +10846,7 @@ class SetSessionConfigOptionResponse:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -11248,7 +10870,7 @@ class SetSessionConfigOptionResponse:
         return self.config_options == o.config_options and self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class PromptResponse:
     """Response from processing a user prompt.
 
@@ -11257,12 +10879,12 @@ class PromptResponse:
     Schema: ``schema/v1/schema.unstable.json``, ``$defs/PromptResponse``
     """
 
-    stop_reason: StopReason = attrs.field(metadata=f("stopReason"))
+    stop_reason: StopReason = field(metadata=f("stopReason"))
     """Indicates why the agent stopped processing the turn.
 
     (wire ``stopReason``; required)
     """
-    usage: Usage | UnsetType | None = attrs.field(default=UNSET, metadata=f("usage", nullable=True, on_error=True))
+    usage: Usage | UnsetType | None = field(default=UNSET, metadata=f("usage", nullable=True, on_error=True))
     """**UNSTABLE**
 
     This capability is not part of the spec yet, and may be removed or changed at any point.
@@ -11271,9 +10893,7 @@ class PromptResponse:
 
     (wire ``usage``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -11282,7 +10902,7 @@ class PromptResponse:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -11313,7 +10933,7 @@ class PromptResponse:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class Usage:
     """**UNSTABLE**
 
@@ -11326,45 +10946,43 @@ class Usage:
     Schema: ``schema/v1/schema.unstable.json``, ``$defs/Usage``
     """
 
-    total_tokens: int = attrs.field(metadata=f("totalTokens"))
+    total_tokens: int = field(metadata=f("totalTokens"))
     """Sum of all token types across session.
 
     (wire ``totalTokens``; required)
     """
-    input_tokens: int = attrs.field(metadata=f("inputTokens"))
+    input_tokens: int = field(metadata=f("inputTokens"))
     """Total input tokens across all turns.
 
     (wire ``inputTokens``; required)
     """
-    output_tokens: int = attrs.field(metadata=f("outputTokens"))
+    output_tokens: int = field(metadata=f("outputTokens"))
     """Total output tokens across all turns.
 
     (wire ``outputTokens``; required)
     """
-    thought_tokens: int | UnsetType | None = attrs.field(
+    thought_tokens: int | UnsetType | None = field(
         default=UNSET, metadata=f("thoughtTokens", nullable=True, on_error=True)
     )
     """Total thought/reasoning tokens
 
     (wire ``thoughtTokens``; optional (``UNSET`` when absent))
     """
-    cached_read_tokens: int | UnsetType | None = attrs.field(
+    cached_read_tokens: int | UnsetType | None = field(
         default=UNSET, metadata=f("cachedReadTokens", nullable=True, on_error=True)
     )
     """Total cache read tokens.
 
     (wire ``cachedReadTokens``; optional (``UNSET`` when absent))
     """
-    cached_write_tokens: int | UnsetType | None = attrs.field(
+    cached_write_tokens: int | UnsetType | None = field(
         default=UNSET, metadata=f("cachedWriteTokens", nullable=True, on_error=True)
     )
     """Total cache write tokens.
 
     (wire ``cachedWriteTokens``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -11373,7 +10991,7 @@ class Usage:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -11416,7 +11034,7 @@ class Usage:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class Error:
     """JSON-RPC error object.
 
@@ -11428,25 +11046,25 @@ class Error:
     Schema: ``schema/v1/schema.unstable.json``, ``$defs/Error``
     """
 
-    code: ErrorCode = attrs.field(metadata=f("code"))
+    code: ErrorCode = field(metadata=f("code"))
     """A number indicating the error type that occurred.
     This must be an integer as defined in the JSON-RPC specification.
 
     (wire ``code``; required)
     """
-    message: str = attrs.field(metadata=f("message"))
+    message: str = field(metadata=f("message"))
     """A string providing a short description of the error.
     The message should be limited to a concise single sentence.
 
     (wire ``message``; required)
     """
-    data: Any | UnsetType = attrs.field(default=UNSET, metadata=f("data", on_error=True))
+    data: Any | UnsetType = field(default=UNSET, metadata=f("data", on_error=True))
     """Optional primitive or structured value that contains additional information about the error.
     This may include debugging information or context-specific details.
 
     (wire ``data``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -11477,7 +11095,7 @@ class Error:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class SessionNotification:
     """Notification containing a session update from the agent.
 
@@ -11488,19 +11106,17 @@ class SessionNotification:
     Schema: ``schema/v1/schema.unstable.json``, ``$defs/SessionNotification``
     """
 
-    session_id: SessionId = attrs.field(metadata=f("sessionId"))
+    session_id: SessionId = field(metadata=f("sessionId"))
     """The ID of the session this update pertains to.
 
     (wire ``sessionId``; required)
     """
-    update: SessionUpdate = attrs.field(metadata=f("update"))
+    update: SessionUpdate = field(metadata=f("update"))
     """The actual update content.
 
     (wire ``update``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -11509,7 +11125,7 @@ class SessionNotification:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -11540,19 +11156,19 @@ class SessionNotification:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class ContentChunk:
     """A streamed item of content
 
     Schema: ``schema/v1/schema.unstable.json``, ``$defs/ContentChunk``
     """
 
-    content: ContentBlock = attrs.field(metadata=f("content"))
+    content: ContentBlock = field(metadata=f("content"))
     """A single item of content
 
     (wire ``content``; required)
     """
-    message_id: MessageId | UnsetType | None = attrs.field(
+    message_id: MessageId | UnsetType | None = field(
         default=UNSET, metadata=f("messageId", nullable=True, on_error=True)
     )
     """A unique identifier for the message this chunk belongs to.
@@ -11562,9 +11178,7 @@ class ContentChunk:
 
     (wire ``messageId``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -11573,7 +11187,7 @@ class ContentChunk:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -11604,7 +11218,7 @@ class ContentChunk:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class ToolCall:
     """Represents a tool call that the language model has requested.
 
@@ -11616,17 +11230,17 @@ class ToolCall:
     Schema: ``schema/v1/schema.unstable.json``, ``$defs/ToolCall``
     """
 
-    tool_call_id: ToolCallId = attrs.field(metadata=f("toolCallId"))
+    tool_call_id: ToolCallId = field(metadata=f("toolCallId"))
     """Unique identifier for this tool call within the session.
 
     (wire ``toolCallId``; required)
     """
-    title: str = attrs.field(metadata=f("title"))
+    title: str = field(metadata=f("title"))
     """Human-readable title describing what the tool is doing.
 
     (wire ``title``; required)
     """
-    name: str | UnsetType | None = attrs.field(default=UNSET, metadata=f("name", nullable=True, on_error=True))
+    name: str | UnsetType | None = field(default=UNSET, metadata=f("name", nullable=True, on_error=True))
     """Programmatic name of the tool being invoked.
 
     This field is optional. Omitting it or sending `null` both mean that no
@@ -11634,25 +11248,25 @@ class ToolCall:
 
     (wire ``name``; optional (``UNSET`` when absent))
     """
-    kind: ToolKind | UnsetType = attrs.field(default=UNSET, metadata=f("kind", on_error=True))
+    kind: ToolKind | UnsetType = field(default=UNSET, metadata=f("kind", on_error=True))
     """The category of tool being invoked.
     Helps clients choose appropriate icons and UI treatment.
 
     (wire ``kind``; optional (``UNSET`` when absent))
     """
-    status: ToolCallStatus | UnsetType = attrs.field(default=UNSET, metadata=f("status", on_error=True))
+    status: ToolCallStatus | UnsetType = field(default=UNSET, metadata=f("status", on_error=True))
     """Current execution status of the tool call.
 
     (wire ``status``; optional (``UNSET`` when absent))
     """
-    content: list[ToolCallContent] | UnsetType = attrs.field(
+    content: list[ToolCallContent] | UnsetType = field(
         default=UNSET, metadata=f("content", on_error=True, skip_invalid=True)
     )
     """Content produced by the tool call.
 
     (wire ``content``; optional (``UNSET`` when absent))
     """
-    locations: list[ToolCallLocation] | UnsetType = attrs.field(
+    locations: list[ToolCallLocation] | UnsetType = field(
         default=UNSET, metadata=f("locations", on_error=True, skip_invalid=True)
     )
     """File locations affected by this tool call.
@@ -11660,19 +11274,17 @@ class ToolCall:
 
     (wire ``locations``; optional (``UNSET`` when absent))
     """
-    raw_input: Any | UnsetType = attrs.field(default=UNSET, metadata=f("rawInput", on_error=True))
+    raw_input: Any | UnsetType = field(default=UNSET, metadata=f("rawInput", on_error=True))
     """Raw input parameters sent to the tool.
 
     (wire ``rawInput``; optional (``UNSET`` when absent))
     """
-    raw_output: Any | UnsetType = attrs.field(default=UNSET, metadata=f("rawOutput", on_error=True))
+    raw_output: Any | UnsetType = field(default=UNSET, metadata=f("rawOutput", on_error=True))
     """Raw output returned by the tool.
 
     (wire ``rawOutput``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -11681,7 +11293,7 @@ class ToolCall:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -11733,7 +11345,7 @@ class ToolCall:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class PlanEntry:
     """A single entry in the execution plan.
 
@@ -11744,25 +11356,23 @@ class PlanEntry:
     Schema: ``schema/v1/schema.unstable.json``, ``$defs/PlanEntry``
     """
 
-    content: str = attrs.field(metadata=f("content"))
+    content: str = field(metadata=f("content"))
     """Human-readable description of what this task aims to accomplish.
 
     (wire ``content``; required)
     """
-    priority: PlanEntryPriority = attrs.field(metadata=f("priority"))
+    priority: PlanEntryPriority = field(metadata=f("priority"))
     """The relative importance of this task.
     Used to indicate which tasks are most critical to the overall goal.
 
     (wire ``priority``; required)
     """
-    status: PlanEntryStatus = attrs.field(metadata=f("status"))
+    status: PlanEntryStatus = field(metadata=f("status"))
     """Current execution status of this task.
 
     (wire ``status``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -11771,7 +11381,7 @@ class PlanEntry:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -11805,7 +11415,7 @@ class PlanEntry:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class Plan:
     """An execution plan for accomplishing complex tasks.
 
@@ -11818,7 +11428,7 @@ class Plan:
     Schema: ``schema/v1/schema.unstable.json``, ``$defs/Plan``
     """
 
-    entries: list[PlanEntry] = attrs.field(metadata=f("entries", on_error=True, skip_invalid=True))
+    entries: list[PlanEntry] = field(metadata=f("entries", on_error=True, skip_invalid=True))
     """The list of tasks to be accomplished.
 
     When updating a plan, the agent must send a complete list of all entries
@@ -11826,9 +11436,7 @@ class Plan:
 
     (wire ``entries``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -11837,7 +11445,7 @@ class Plan:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -11861,7 +11469,7 @@ class Plan:
         return self.entries == o.entries and self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class PlanItems:
     """**UNSTABLE**
 
@@ -11874,12 +11482,12 @@ class PlanItems:
     Schema: ``schema/v1/schema.unstable.json``, ``$defs/PlanItems``
     """
 
-    plan_id: PlanId = attrs.field(metadata=f("planId"))
+    plan_id: PlanId = field(metadata=f("planId"))
     """The plan ID to update.
 
     (wire ``planId``; required)
     """
-    entries: list[PlanEntry] = attrs.field(metadata=f("entries", on_error=True, skip_invalid=True))
+    entries: list[PlanEntry] = field(metadata=f("entries", on_error=True, skip_invalid=True))
     """The list of tasks to be accomplished.
 
     When updating an item-based plan, the agent must send a complete list of all entries
@@ -11887,9 +11495,7 @@ class PlanItems:
 
     (wire ``entries``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -11898,7 +11504,7 @@ class PlanItems:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -11929,7 +11535,7 @@ class PlanItems:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class PlanFile:
     """**UNSTABLE**
 
@@ -11942,19 +11548,17 @@ class PlanFile:
     Schema: ``schema/v1/schema.unstable.json``, ``$defs/PlanFile``
     """
 
-    plan_id: PlanId = attrs.field(metadata=f("planId"))
+    plan_id: PlanId = field(metadata=f("planId"))
     """The plan ID to update.
 
     (wire ``planId``; required)
     """
-    uri: str = attrs.field(metadata=f("uri"))
+    uri: str = field(metadata=f("uri"))
     """The URI of the file containing the plan.
 
     (wire ``uri``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -11963,7 +11567,7 @@ class PlanFile:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -11994,7 +11598,7 @@ class PlanFile:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class PlanMarkdown:
     """**UNSTABLE**
 
@@ -12007,19 +11611,17 @@ class PlanMarkdown:
     Schema: ``schema/v1/schema.unstable.json``, ``$defs/PlanMarkdown``
     """
 
-    plan_id: PlanId = attrs.field(metadata=f("planId"))
+    plan_id: PlanId = field(metadata=f("planId"))
     """The plan ID to update.
 
     (wire ``planId``; required)
     """
-    content: str = attrs.field(metadata=f("content"))
+    content: str = field(metadata=f("content"))
     """Markdown content for the plan.
 
     (wire ``content``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -12028,7 +11630,7 @@ class PlanMarkdown:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -12059,7 +11661,7 @@ class PlanMarkdown:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class PlanUpdate:
     """**UNSTABLE**
 
@@ -12072,14 +11674,12 @@ class PlanUpdate:
     Schema: ``schema/v1/schema.unstable.json``, ``$defs/PlanUpdate``
     """
 
-    plan: PlanUpdateContent = attrs.field(metadata=f("plan"))
+    plan: PlanUpdateContent = field(metadata=f("plan"))
     """The updated plan content.
 
     (wire ``plan``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -12088,7 +11688,7 @@ class PlanUpdate:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -12112,7 +11712,7 @@ class PlanUpdate:
         return self.plan == o.plan and self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class PlanRemoved:
     """**UNSTABLE**
 
@@ -12125,14 +11725,12 @@ class PlanRemoved:
     Schema: ``schema/v1/schema.unstable.json``, ``$defs/PlanRemoved``
     """
 
-    plan_id: PlanId = attrs.field(metadata=f("planId"))
+    plan_id: PlanId = field(metadata=f("planId"))
     """The plan ID to remove.
 
     (wire ``planId``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -12141,7 +11739,7 @@ class PlanRemoved:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -12165,33 +11763,31 @@ class PlanRemoved:
         return self.plan_id == o.plan_id and self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class AvailableCommand:
     """Information about a command.
 
     Schema: ``schema/v1/schema.unstable.json``, ``$defs/AvailableCommand``
     """
 
-    name: str = attrs.field(metadata=f("name"))
+    name: str = field(metadata=f("name"))
     """Command name (e.g., `create_plan`, `research_codebase`).
 
     (wire ``name``; required)
     """
-    description: str = attrs.field(metadata=f("description"))
+    description: str = field(metadata=f("description"))
     """Human-readable description of what the command does.
 
     (wire ``description``; required)
     """
-    input: AvailableCommandInput | UnsetType | None = attrs.field(
+    input: AvailableCommandInput | UnsetType | None = field(
         default=UNSET, metadata=f("input", nullable=True, on_error=True)
     )
     """Input for the command if required
 
     (wire ``input``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -12200,7 +11796,7 @@ class AvailableCommand:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -12234,21 +11830,19 @@ class AvailableCommand:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class UnstructuredCommandInput:
     """All text that was typed after the command name is provided as input.
 
     Schema: ``schema/v1/schema.unstable.json``, ``$defs/UnstructuredCommandInput``
     """
 
-    hint: str = attrs.field(metadata=f("hint"))
+    hint: str = field(metadata=f("hint"))
     """A hint to display when the input hasn't been provided yet
 
     (wire ``hint``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -12257,7 +11851,7 @@ class UnstructuredCommandInput:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -12277,23 +11871,21 @@ class UnstructuredCommandInput:
         return self.hint == o.hint and self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class AvailableCommandsUpdate:
     """Available commands are ready or have changed
 
     Schema: ``schema/v1/schema.unstable.json``, ``$defs/AvailableCommandsUpdate``
     """
 
-    available_commands: list[AvailableCommand] = attrs.field(
+    available_commands: list[AvailableCommand] = field(
         metadata=f("availableCommands", on_error=True, skip_invalid=True)
     )
     """Commands the agent can execute
 
     (wire ``availableCommands``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -12302,7 +11894,7 @@ class AvailableCommandsUpdate:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -12330,7 +11922,7 @@ class AvailableCommandsUpdate:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class CurrentModeUpdate:
     """The current mode of the session has changed
 
@@ -12339,14 +11931,12 @@ class CurrentModeUpdate:
     Schema: ``schema/v1/schema.unstable.json``, ``$defs/CurrentModeUpdate``
     """
 
-    current_mode_id: SessionModeId = attrs.field(metadata=f("currentModeId"))
+    current_mode_id: SessionModeId = field(metadata=f("currentModeId"))
     """The ID of the current mode
 
     (wire ``currentModeId``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -12355,7 +11945,7 @@ class CurrentModeUpdate:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -12379,23 +11969,19 @@ class CurrentModeUpdate:
         return self.current_mode_id == o.current_mode_id and self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class ConfigOptionUpdate:
     """Session configuration options have been updated.
 
     Schema: ``schema/v1/schema.unstable.json``, ``$defs/ConfigOptionUpdate``
     """
 
-    config_options: list[SessionConfigOption] = attrs.field(
-        metadata=f("configOptions", on_error=True, skip_invalid=True)
-    )
+    config_options: list[SessionConfigOption] = field(metadata=f("configOptions", on_error=True, skip_invalid=True))
     """The full set of configuration options and their current values.
 
     (wire ``configOptions``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -12404,7 +11990,7 @@ class ConfigOptionUpdate:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -12428,7 +12014,7 @@ class ConfigOptionUpdate:
         return self.config_options == o.config_options and self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class SessionInfoUpdate:
     """Update to session metadata. All fields are optional to support partial updates.
 
@@ -12438,21 +12024,17 @@ class SessionInfoUpdate:
     Schema: ``schema/v1/schema.unstable.json``, ``$defs/SessionInfoUpdate``
     """
 
-    title: str | UnsetType | None = attrs.field(default=UNSET, metadata=f("title", nullable=True, on_error=True))
+    title: str | UnsetType | None = field(default=UNSET, metadata=f("title", nullable=True, on_error=True))
     """Human-readable title for the session. Set to null to clear.
 
     (wire ``title``; optional (``UNSET`` when absent))
     """
-    updated_at: str | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("updatedAt", nullable=True, on_error=True)
-    )
+    updated_at: str | UnsetType | None = field(default=UNSET, metadata=f("updatedAt", nullable=True, on_error=True))
     """ISO 8601 timestamp of last activity. Set to null to clear.
 
     (wire ``updatedAt``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -12461,7 +12043,7 @@ class SessionInfoUpdate:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -12492,27 +12074,25 @@ class SessionInfoUpdate:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class Cost:
     """Cost information for a session.
 
     Schema: ``schema/v1/schema.unstable.json``, ``$defs/Cost``
     """
 
-    amount: float = attrs.field(metadata=f("amount"))
+    amount: float = field(metadata=f("amount"))
     """Total cumulative cost for session.
 
     (wire ``amount``; required)
     """
-    currency: str = attrs.field(metadata=f("currency"))
+    currency: str = field(metadata=f("currency"))
     """Unit of `amount`: an ISO 4217 currency code (e.g., "USD", "EUR") for money, or another
     unit such as "credits".
 
     (wire ``currency``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -12521,7 +12101,7 @@ class Cost:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -12552,31 +12132,29 @@ class Cost:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class UsageUpdate:
     """Context window and cost update for a session.
 
     Schema: ``schema/v1/schema.unstable.json``, ``$defs/UsageUpdate``
     """
 
-    used: int = attrs.field(metadata=f("used"))
+    used: int = field(metadata=f("used"))
     """Tokens currently in context.
 
     (wire ``used``; required)
     """
-    size: int = attrs.field(metadata=f("size"))
+    size: int = field(metadata=f("size"))
     """Total context window size in tokens.
 
     (wire ``size``; required)
     """
-    cost: Cost | UnsetType | None = attrs.field(default=UNSET, metadata=f("cost", nullable=True, on_error=True))
+    cost: Cost | UnsetType | None = field(default=UNSET, metadata=f("cost", nullable=True, on_error=True))
     """Cumulative session cost (optional).
 
     (wire ``cost``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -12585,7 +12163,7 @@ class UsageUpdate:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -12619,7 +12197,7 @@ class UsageUpdate:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class Notice:
     """Fire-and-forget information for the user.
 
@@ -12634,35 +12212,31 @@ class Notice:
     Schema: ``schema/v1/schema.unstable.json``, ``$defs/Notice``
     """
 
-    severity: NoticeSeverity = attrs.field(metadata=f("severity"))
+    severity: NoticeSeverity = field(metadata=f("severity"))
     """Presentation severity hint.
 
     (wire ``severity``; required)
     """
-    title: str = attrs.field(metadata=f("title"))
+    title: str = field(metadata=f("title"))
     """Required non-empty plain-text title that can stand alone.
 
     (wire ``title``; required)
     """
-    description: str | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("description", nullable=True, on_error=True)
-    )
+    description: str | UnsetType | None = field(default=UNSET, metadata=f("description", nullable=True, on_error=True))
     """Optional plain-text detail or guidance.
 
     Omitted and `null` are equivalent and mean no description was supplied.
 
     (wire ``description``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """Metadata scoped to this notice.
 
     Omitted and `null` are equivalent and mean no metadata was supplied.
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -12696,7 +12270,7 @@ class Notice:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class CompactionUpdate:
     """A context compaction upsert. The first notification fixes the compaction's
     timeline position. Later updates with the same ID patch that entity in place.
@@ -12710,36 +12284,34 @@ class CompactionUpdate:
     Schema: ``schema/v1/schema.unstable.json``, ``$defs/CompactionUpdate``
     """
 
-    compaction_id: CompactionId = attrs.field(metadata=f("compactionId"))
+    compaction_id: CompactionId = field(metadata=f("compactionId"))
     """The Agent-owned ID of this compaction, unique within the session.
 
     (wire ``compactionId``; required)
     """
-    status: CompactionStatus = attrs.field(metadata=f("status"))
+    status: CompactionStatus = field(metadata=f("status"))
     """Current lifecycle status.
 
     (wire ``status``; required)
     """
-    summary: list[ContentBlock] | UnsetType | None = attrs.field(
+    summary: list[ContentBlock] | UnsetType | None = field(
         default=UNSET, metadata=f("summary", nullable=True, on_error=True, skip_invalid=True)
     )
     """Complete replacement user-displayable summary content for the compaction.
 
     (wire ``summary``; optional (``UNSET`` when absent))
     """
-    error: str | UnsetType | None = attrs.field(default=UNSET, metadata=f("error", nullable=True, on_error=True))
+    error: str | UnsetType | None = field(default=UNSET, metadata=f("error", nullable=True, on_error=True))
     """Human-readable error details for the compaction.
 
     (wire ``error``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """Extensible metadata patch for this compaction.
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -12776,7 +12348,7 @@ class CompactionUpdate:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class CompactionSummaryChunk:
     """A content block appended to a compaction's summary. A first-seen ID creates
     an in-progress compaction. Chunks append in receive order.
@@ -12786,24 +12358,22 @@ class CompactionSummaryChunk:
     Schema: ``schema/v1/schema.unstable.json``, ``$defs/CompactionSummaryChunk``
     """
 
-    compaction_id: CompactionId = attrs.field(metadata=f("compactionId"))
+    compaction_id: CompactionId = field(metadata=f("compactionId"))
     """ID of the compaction whose summary receives this content.
 
     (wire ``compactionId``; required)
     """
-    content: ContentBlock = attrs.field(metadata=f("content"))
+    content: ContentBlock = field(metadata=f("content"))
     """One content block to append.
 
     (wire ``content``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """Metadata scoped to this chunk. Omission and `null` both mean absent.
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -12834,7 +12404,7 @@ class CompactionSummaryChunk:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class SubagentSessionCapabilities:
     """**UNSTABLE**
 
@@ -12850,7 +12420,7 @@ class SubagentSessionCapabilities:
     Schema: ``schema/v1/schema.unstable.json``, ``$defs/SubagentSessionCapabilities``
     """
 
-    cancel: SessionCancelCapabilities | UnsetType | None = attrs.field(
+    cancel: SessionCancelCapabilities | UnsetType | None = field(
         default=UNSET, metadata=f("cancel", nullable=True, on_error=True)
     )
     """Permits the client to cancel this child's current work without ending
@@ -12859,16 +12429,14 @@ class SubagentSessionCapabilities:
 
     (wire ``cancel``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -12892,7 +12460,7 @@ class SubagentSessionCapabilities:
         return self.cancel == o.cancel and self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class SessionCancelCapabilities:
     """**UNSTABLE**
 
@@ -12907,9 +12475,7 @@ class SessionCancelCapabilities:
     Schema: ``schema/v1/schema.unstable.json``, ``$defs/SessionCancelCapabilities``
     """
 
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -12918,7 +12484,7 @@ class SessionCancelCapabilities:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -12937,7 +12503,7 @@ class SessionCancelCapabilities:
         return self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class ErrorStopReason:
     """**UNSTABLE**
 
@@ -12950,7 +12516,7 @@ class ErrorStopReason:
     Schema: ``schema/v1/schema.unstable.json``, ``$defs/ErrorStopReason``
     """
 
-    error: Error | UnsetType | None = attrs.field(default=UNSET, metadata=f("error", nullable=True, on_error=True))
+    error: Error | UnsetType | None = field(default=UNSET, metadata=f("error", nullable=True, on_error=True))
     """The failure, as a JSON-RPC error object.
 
     Optional. Omitted or `null` both mean the agent is not reporting failure details.
@@ -12958,7 +12524,7 @@ class ErrorStopReason:
 
     (wire ``error``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(self, *, error: Error | UnsetType | None = UNSET, extra_fields: dict[str, Any] | None = None) -> None:
@@ -12975,7 +12541,7 @@ class ErrorStopReason:
         return self.error == o.error and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class SubagentUpdate:
     """**UNSTABLE**
 
@@ -13008,12 +12574,12 @@ class SubagentUpdate:
     Schema: ``schema/v1/schema.unstable.json``, ``$defs/SubagentUpdate``
     """
 
-    session_id: SessionId = attrs.field(metadata=f("sessionId"))
+    session_id: SessionId = field(metadata=f("sessionId"))
     """The opaque session ID identifying the child in all ACP messages.
 
     (wire ``sessionId``; required)
     """
-    title: str | UnsetType | None = attrs.field(default=UNSET, metadata=f("title", nullable=True, on_error=True))
+    title: str | UnsetType | None = field(default=UNSET, metadata=f("title", nullable=True, on_error=True))
     """The parent's human-readable display title for this child. It need not be unique.
 
     Omitted means unchanged. `null` clears it. If unset, the Client chooses
@@ -13021,9 +12587,7 @@ class SubagentUpdate:
 
     (wire ``title``; optional (``UNSET`` when absent))
     """
-    description: str | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("description", nullable=True, on_error=True)
-    )
+    description: str | UnsetType | None = field(default=UNSET, metadata=f("description", nullable=True, on_error=True))
     """The parent's human-readable description of the child's role or purpose.
 
     Omitted means unchanged. `null` clears it. If unset, the Client chooses
@@ -13032,7 +12596,7 @@ class SubagentUpdate:
 
     (wire ``description``; optional (``UNSET`` when absent))
     """
-    capabilities: SubagentSessionCapabilities | UnsetType | None = attrs.field(
+    capabilities: SubagentSessionCapabilities | UnsetType | None = field(
         default=UNSET, metadata=f("capabilities", nullable=True, on_error=True)
     )
     """Client-initiated session mutations permitted for this subagent session.
@@ -13044,9 +12608,7 @@ class SubagentUpdate:
 
     (wire ``capabilities``; optional (``UNSET`` when absent))
     """
-    state: StateUpdate | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("state", nullable=True, on_error=True)
-    )
+    state: StateUpdate | UnsetType | None = field(default=UNSET, metadata=f("state", nullable=True, on_error=True))
     """Current state snapshot for the child session.
 
     Omitted means unchanged. `null` clears the current activity without
@@ -13056,7 +12618,7 @@ class SubagentUpdate:
 
     (wire ``state``; optional (``UNSET`` when absent))
     """
-    cwd: str | UnsetType | None = attrs.field(default=UNSET, metadata=f("cwd", nullable=True))
+    cwd: str | UnsetType | None = field(default=UNSET, metadata=f("cwd", nullable=True))
     """The child's working directory. Must be an absolute path.
 
     Optional and nullable. Omitted means unchanged. `null` clears the
@@ -13066,7 +12628,7 @@ class SubagentUpdate:
 
     (wire ``cwd``; optional (``UNSET`` when absent))
     """
-    additional_directories: list[str] | UnsetType | None = attrs.field(
+    additional_directories: list[str] | UnsetType | None = field(
         default=UNSET, metadata=f("additionalDirectories", nullable=True)
     )
     """Additional workspace roots for the child. Each path must be absolute.
@@ -13079,9 +12641,7 @@ class SubagentUpdate:
 
     (wire ``additionalDirectories``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -13091,7 +12651,7 @@ class SubagentUpdate:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -13137,7 +12697,7 @@ class SubagentUpdate:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class SessionMessage:
     """**UNSTABLE**
 
@@ -13150,12 +12710,12 @@ class SessionMessage:
     Schema: ``schema/v1/schema.unstable.json``, ``$defs/SessionMessage``
     """
 
-    message_id: MessageId = attrs.field(metadata=f("messageId"))
+    message_id: MessageId = field(metadata=f("messageId"))
     """Identifier of this message within the enclosing session's transcript.
 
     (wire ``messageId``; required)
     """
-    sender_session_id: SessionId | UnsetType | None = attrs.field(
+    sender_session_id: SessionId | UnsetType | None = field(
         default=UNSET, metadata=f("senderSessionId", nullable=True, on_error=True)
     )
     """The sending session.
@@ -13164,7 +12724,7 @@ class SessionMessage:
 
     (wire ``senderSessionId``; optional (``UNSET`` when absent))
     """
-    recipient_session_id: SessionId | UnsetType | None = attrs.field(
+    recipient_session_id: SessionId | UnsetType | None = field(
         default=UNSET, metadata=f("recipientSessionId", nullable=True, on_error=True)
     )
     """The receiving session.
@@ -13173,7 +12733,7 @@ class SessionMessage:
 
     (wire ``recipientSessionId``; optional (``UNSET`` when absent))
     """
-    sender_message_id: MessageId | UnsetType | None = attrs.field(
+    sender_message_id: MessageId | UnsetType | None = field(
         default=UNSET, metadata=f("senderMessageId", nullable=True, on_error=True)
     )
     """On an incoming view, the `messageId` of the same message's outgoing view in the
@@ -13184,7 +12744,7 @@ class SessionMessage:
 
     (wire ``senderMessageId``; optional (``UNSET`` when absent))
     """
-    recipient_message_id: MessageId | UnsetType | None = attrs.field(
+    recipient_message_id: MessageId | UnsetType | None = field(
         default=UNSET, metadata=f("recipientMessageId", nullable=True, on_error=True)
     )
     """On an outgoing view, the `messageId` of the same message's incoming view in the
@@ -13195,7 +12755,7 @@ class SessionMessage:
 
     (wire ``recipientMessageId``; optional (``UNSET`` when absent))
     """
-    content: list[ContentBlock] | UnsetType | None = attrs.field(
+    content: list[ContentBlock] | UnsetType | None = field(
         default=UNSET, metadata=f("content", nullable=True, on_error=True, skip_invalid=True)
     )
     """Omitted leaves content unchanged. `null` or `[]` clears it.
@@ -13203,16 +12763,14 @@ class SessionMessage:
 
     (wire ``content``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """Omitted leaves metadata unchanged. `null` removes it.
 
     Implementations MUST NOT make assumptions about values in `_meta`.
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -13255,7 +12813,7 @@ class SessionMessage:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class SessionMessageChunk:
     """**UNSTABLE**
 
@@ -13271,26 +12829,24 @@ class SessionMessageChunk:
     Schema: ``schema/v1/schema.unstable.json``, ``$defs/SessionMessageChunk``
     """
 
-    message_id: MessageId = attrs.field(metadata=f("messageId"))
+    message_id: MessageId = field(metadata=f("messageId"))
     """Identifier of this message within the enclosing session's transcript.
 
     (wire ``messageId``; required)
     """
-    content: ContentBlock = attrs.field(metadata=f("content"))
+    content: ContentBlock = field(metadata=f("content"))
     """A single content block appended to the message.
 
     (wire ``content``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """Optional and nullable chunk-scoped metadata. Omitted or `null` means none.
 
     Implementations MUST NOT make assumptions about values in `_meta`.
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -13321,21 +12877,19 @@ class SessionMessageChunk:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class CompleteElicitationNotification:
     """Notification sent by the agent when a URL-based elicitation is complete.
 
     Schema: ``schema/v1/schema.unstable.json``, ``$defs/CompleteElicitationNotification``
     """
 
-    elicitation_id: ElicitationId = attrs.field(metadata=f("elicitationId"))
+    elicitation_id: ElicitationId = field(metadata=f("elicitationId"))
     """The ID of the elicitation that completed.
 
     (wire ``elicitationId``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -13346,7 +12900,7 @@ class CompleteElicitationNotification:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -13370,7 +12924,7 @@ class CompleteElicitationNotification:
         return self.elicitation_id == o.elicitation_id and self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class AuthStatusUpdateNotification:
     """**UNSTABLE**
 
@@ -13387,7 +12941,7 @@ class AuthStatusUpdateNotification:
     Schema: ``schema/v1/schema.unstable.json``, ``$defs/AuthStatusUpdateNotification``
     """
 
-    state: AuthState = attrs.field(metadata=f("state"))
+    state: AuthState = field(metadata=f("state"))
     """Whether the agent can start sessions without the user signing in first.
 
     This is the only field clients should act on. Clients MUST treat values they
@@ -13395,7 +12949,7 @@ class AuthStatusUpdateNotification:
 
     (wire ``state``; required)
     """
-    accounts: list[AuthAccount] | UnsetType = attrs.field(
+    accounts: list[AuthAccount] | UnsetType = field(
         default=UNSET, metadata=f("accounts", on_error=True, skip_invalid=True)
     )
     """The accounts the agent has configured, for display.
@@ -13406,9 +12960,7 @@ class AuthStatusUpdateNotification:
 
     (wire ``accounts``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -13417,7 +12969,7 @@ class AuthStatusUpdateNotification:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -13448,7 +13000,7 @@ class AuthStatusUpdateNotification:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class InitializeRequest:
     """Request parameters for the initialize method.
 
@@ -13459,12 +13011,12 @@ class InitializeRequest:
     Schema: ``schema/v1/schema.unstable.json``, ``$defs/InitializeRequest``
     """
 
-    protocol_version: ProtocolVersion = attrs.field(metadata=f("protocolVersion"))
+    protocol_version: ProtocolVersion = field(metadata=f("protocolVersion"))
     """The latest protocol version supported by the client.
 
     (wire ``protocolVersion``; required)
     """
-    client_capabilities: ClientCapabilities | UnsetType = attrs.field(
+    client_capabilities: ClientCapabilities | UnsetType = field(
         default=UNSET,
         metadata=f(
             "clientCapabilities",
@@ -13480,7 +13032,7 @@ class InitializeRequest:
 
     (wire ``clientCapabilities``; optional (``UNSET`` when absent); schema default ``{'fs': {'readTextFile': False, 'writeTextFile': False}, 'terminal': False, 'auth': {'terminal': False}}``)
     """
-    client_info: Implementation | UnsetType | None = attrs.field(
+    client_info: Implementation | UnsetType | None = field(
         default=UNSET, metadata=f("clientInfo", nullable=True, on_error=True)
     )
     """Information about the Client name and version sent to the Agent.
@@ -13489,9 +13041,7 @@ class InitializeRequest:
 
     (wire ``clientInfo``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -13500,7 +13050,7 @@ class InitializeRequest:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -13534,7 +13084,7 @@ class InitializeRequest:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class ClientCapabilities:
     """Capabilities supported by the client.
 
@@ -13546,7 +13096,7 @@ class ClientCapabilities:
     Schema: ``schema/v1/schema.unstable.json``, ``$defs/ClientCapabilities``
     """
 
-    fs: FileSystemCapabilities | UnsetType = attrs.field(
+    fs: FileSystemCapabilities | UnsetType = field(
         default=UNSET, metadata=f("fs", on_error=True, default={"readTextFile": False, "writeTextFile": False})
     )
     """File system capabilities supported by the client.
@@ -13554,12 +13104,12 @@ class ClientCapabilities:
 
     (wire ``fs``; optional (``UNSET`` when absent); schema default ``{'readTextFile': False, 'writeTextFile': False}``)
     """
-    terminal: bool | UnsetType = attrs.field(default=UNSET, metadata=f("terminal", on_error=True, default=False))
+    terminal: bool | UnsetType = field(default=UNSET, metadata=f("terminal", on_error=True, default=False))
     """Whether the Client support all `terminal/*` methods.
 
     (wire ``terminal``; optional (``UNSET`` when absent); schema default ``False``)
     """
-    session: ClientSessionCapabilities | UnsetType | None = attrs.field(
+    session: ClientSessionCapabilities | UnsetType | None = field(
         default=UNSET, metadata=f("session", nullable=True, on_error=True)
     )
     """Session-related capabilities supported by the client.
@@ -13569,7 +13119,7 @@ class ClientCapabilities:
 
     (wire ``session``; optional (``UNSET`` when absent))
     """
-    subagents: SubagentCapabilities | UnsetType | None = attrs.field(
+    subagents: SubagentCapabilities | UnsetType | None = field(
         default=UNSET, metadata=f("subagents", nullable=True, on_error=True)
     )
     """**UNSTABLE**
@@ -13585,9 +13135,7 @@ class ClientCapabilities:
 
     (wire ``subagents``; optional (``UNSET`` when absent))
     """
-    plan: PlanCapabilities | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("plan", nullable=True, on_error=True)
-    )
+    plan: PlanCapabilities | UnsetType | None = field(default=UNSET, metadata=f("plan", nullable=True, on_error=True))
     """**UNSTABLE**
 
     This capability is not part of the spec yet, and may be removed or changed at any point.
@@ -13599,7 +13147,7 @@ class ClientCapabilities:
 
     (wire ``plan``; optional (``UNSET`` when absent))
     """
-    auth: AuthCapabilities | UnsetType = attrs.field(
+    auth: AuthCapabilities | UnsetType = field(
         default=UNSET, metadata=f("auth", on_error=True, default={"terminal": False})
     )
     """Authentication capabilities supported by the client.
@@ -13608,7 +13156,7 @@ class ClientCapabilities:
 
     (wire ``auth``; optional (``UNSET`` when absent); schema default ``{'terminal': False}``)
     """
-    elicitation: ElicitationCapabilities | UnsetType | None = attrs.field(
+    elicitation: ElicitationCapabilities | UnsetType | None = field(
         default=UNSET, metadata=f("elicitation", nullable=True, on_error=True)
     )
     """Elicitation capabilities supported by the client.
@@ -13619,9 +13167,7 @@ class ClientCapabilities:
 
     (wire ``elicitation``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -13630,7 +13176,7 @@ class ClientCapabilities:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -13676,7 +13222,7 @@ class ClientCapabilities:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class FileSystemCapabilities:
     """File system capabilities that a client may support.
 
@@ -13685,23 +13231,17 @@ class FileSystemCapabilities:
     Schema: ``schema/v1/schema.unstable.json``, ``$defs/FileSystemCapabilities``
     """
 
-    read_text_file: bool | UnsetType = attrs.field(
-        default=UNSET, metadata=f("readTextFile", on_error=True, default=False)
-    )
+    read_text_file: bool | UnsetType = field(default=UNSET, metadata=f("readTextFile", on_error=True, default=False))
     """Whether the Client supports `fs/read_text_file` requests.
 
     (wire ``readTextFile``; optional (``UNSET`` when absent); schema default ``False``)
     """
-    write_text_file: bool | UnsetType = attrs.field(
-        default=UNSET, metadata=f("writeTextFile", on_error=True, default=False)
-    )
+    write_text_file: bool | UnsetType = field(default=UNSET, metadata=f("writeTextFile", on_error=True, default=False))
     """Whether the Client supports `fs/write_text_file` requests.
 
     (wire ``writeTextFile``; optional (``UNSET`` when absent); schema default ``False``)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -13710,7 +13250,7 @@ class FileSystemCapabilities:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -13741,14 +13281,14 @@ class FileSystemCapabilities:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class ClientSessionCapabilities:
     """Session-related capabilities supported by the client.
 
     Schema: ``schema/v1/schema.unstable.json``, ``$defs/ClientSessionCapabilities``
     """
 
-    compaction: CompactionCapabilities | UnsetType | None = attrs.field(
+    compaction: CompactionCapabilities | UnsetType | None = field(
         default=UNSET, metadata=f("compaction", nullable=True, on_error=True)
     )
     """Support for ID-addressed context compaction updates. Omitted or `null`
@@ -13756,7 +13296,7 @@ class ClientSessionCapabilities:
 
     (wire ``compaction``; optional (``UNSET`` when absent))
     """
-    config_options: SessionConfigOptionsCapabilities | UnsetType | None = attrs.field(
+    config_options: SessionConfigOptionsCapabilities | UnsetType | None = field(
         default=UNSET, metadata=f("configOptions", nullable=True, on_error=True)
     )
     """Config option capabilities supported by the client.
@@ -13766,7 +13306,7 @@ class ClientSessionCapabilities:
 
     (wire ``configOptions``; optional (``UNSET`` when absent))
     """
-    notices: NoticeCapabilities | UnsetType | None = attrs.field(
+    notices: NoticeCapabilities | UnsetType | None = field(
         default=UNSET, metadata=f("notices", nullable=True, on_error=True)
     )
     """Support for live user-facing `notice` session updates.
@@ -13776,9 +13316,7 @@ class ClientSessionCapabilities:
 
     (wire ``notices``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -13787,7 +13325,7 @@ class ClientSessionCapabilities:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -13821,14 +13359,14 @@ class ClientSessionCapabilities:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class CompactionCapabilities:
     """Client support for ID-addressed context compaction updates.
 
     Schema: ``schema/v1/schema.unstable.json``, ``$defs/CompactionCapabilities``
     """
 
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(self, *, extra_fields: dict[str, Any] | None = None) -> None:
@@ -13844,14 +13382,14 @@ class CompactionCapabilities:
         return self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class SessionConfigOptionsCapabilities:
     """Session configuration option capabilities supported by the client.
 
     Schema: ``schema/v1/schema.unstable.json``, ``$defs/SessionConfigOptionsCapabilities``
     """
 
-    boolean: BooleanConfigOptionCapabilities | UnsetType | None = attrs.field(
+    boolean: BooleanConfigOptionCapabilities | UnsetType | None = field(
         default=UNSET, metadata=f("boolean", nullable=True, on_error=True)
     )
     """Whether the client supports boolean session configuration options.
@@ -13863,9 +13401,7 @@ class SessionConfigOptionsCapabilities:
 
     (wire ``boolean``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -13874,7 +13410,7 @@ class SessionConfigOptionsCapabilities:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -13898,7 +13434,7 @@ class SessionConfigOptionsCapabilities:
         return self.boolean == o.boolean and self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class BooleanConfigOptionCapabilities:
     """Capabilities for boolean session configuration options.
 
@@ -13907,9 +13443,7 @@ class BooleanConfigOptionCapabilities:
     Schema: ``schema/v1/schema.unstable.json``, ``$defs/BooleanConfigOptionCapabilities``
     """
 
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -13918,7 +13452,7 @@ class BooleanConfigOptionCapabilities:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -13937,14 +13471,14 @@ class BooleanConfigOptionCapabilities:
         return self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class NoticeCapabilities:
     """Client support for presenting live notices to the user.
 
     Schema: ``schema/v1/schema.unstable.json``, ``$defs/NoticeCapabilities``
     """
 
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(self, *, extra_fields: dict[str, Any] | None = None) -> None:
@@ -13960,7 +13494,7 @@ class NoticeCapabilities:
         return self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class SubagentCapabilities:
     """**UNSTABLE**
 
@@ -13978,16 +13512,14 @@ class SubagentCapabilities:
     Schema: ``schema/v1/schema.unstable.json``, ``$defs/SubagentCapabilities``
     """
 
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -14006,7 +13538,7 @@ class SubagentCapabilities:
         return self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class PlanCapabilities:
     """**UNSTABLE**
 
@@ -14019,9 +13551,7 @@ class PlanCapabilities:
     Schema: ``schema/v1/schema.unstable.json``, ``$defs/PlanCapabilities``
     """
 
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -14030,7 +13560,7 @@ class PlanCapabilities:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -14049,7 +13579,7 @@ class PlanCapabilities:
         return self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class AuthCapabilities:
     """Authentication capabilities supported by the client.
 
@@ -14060,7 +13590,7 @@ class AuthCapabilities:
     Schema: ``schema/v1/schema.unstable.json``, ``$defs/AuthCapabilities``
     """
 
-    terminal: bool | UnsetType = attrs.field(default=UNSET, metadata=f("terminal", on_error=True, default=False))
+    terminal: bool | UnsetType = field(default=UNSET, metadata=f("terminal", on_error=True, default=False))
     """Whether the client supports `terminal` authentication methods.
 
     The client should set this to `true` only when it can reproduce the
@@ -14069,9 +13599,7 @@ class AuthCapabilities:
 
     (wire ``terminal``; optional (``UNSET`` when absent); schema default ``False``)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -14080,7 +13608,7 @@ class AuthCapabilities:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -14104,14 +13632,14 @@ class AuthCapabilities:
         return self.terminal == o.terminal and self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class ElicitationCapabilities:
     """Elicitation capabilities supported by the client.
 
     Schema: ``schema/v1/schema.unstable.json``, ``$defs/ElicitationCapabilities``
     """
 
-    form: ElicitationFormCapabilities | UnsetType | None = attrs.field(
+    form: ElicitationFormCapabilities | UnsetType | None = field(
         default=UNSET, metadata=f("form", nullable=True, on_error=True)
     )
     """Whether the client supports form-based elicitation.
@@ -14121,7 +13649,7 @@ class ElicitationCapabilities:
 
     (wire ``form``; optional (``UNSET`` when absent))
     """
-    url: ElicitationUrlCapabilities | UnsetType | None = attrs.field(
+    url: ElicitationUrlCapabilities | UnsetType | None = field(
         default=UNSET, metadata=f("url", nullable=True, on_error=True)
     )
     """Whether the client supports URL-based elicitation.
@@ -14131,9 +13659,7 @@ class ElicitationCapabilities:
 
     (wire ``url``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -14144,7 +13670,7 @@ class ElicitationCapabilities:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -14170,7 +13696,7 @@ class ElicitationCapabilities:
         return self.form == o.form and self.url == o.url and self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class ElicitationFormCapabilities:
     """Form-based elicitation capabilities.
 
@@ -14179,9 +13705,7 @@ class ElicitationFormCapabilities:
     Schema: ``schema/v1/schema.unstable.json``, ``$defs/ElicitationFormCapabilities``
     """
 
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -14192,7 +13716,7 @@ class ElicitationFormCapabilities:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -14211,7 +13735,7 @@ class ElicitationFormCapabilities:
         return self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class ElicitationUrlCapabilities:
     """URL-based elicitation capabilities.
 
@@ -14220,9 +13744,7 @@ class ElicitationUrlCapabilities:
     Schema: ``schema/v1/schema.unstable.json``, ``$defs/ElicitationUrlCapabilities``
     """
 
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -14233,7 +13755,7 @@ class ElicitationUrlCapabilities:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -14252,7 +13774,7 @@ class ElicitationUrlCapabilities:
         return self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class AuthenticateRequest:
     """Request parameters for the authenticate method.
 
@@ -14261,15 +13783,13 @@ class AuthenticateRequest:
     Schema: ``schema/v1/schema.unstable.json``, ``$defs/AuthenticateRequest``
     """
 
-    method_id: AuthMethodId = attrs.field(metadata=f("methodId"))
+    method_id: AuthMethodId = field(metadata=f("methodId"))
     """The ID of the authentication method to use.
     Must be one of the methods advertised in the initialize response.
 
     (wire ``methodId``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -14278,7 +13798,7 @@ class AuthenticateRequest:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -14304,7 +13824,7 @@ class AuthenticateRequest:
         return self.method_id == o.method_id and self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class ListProvidersRequest:
     """**UNSTABLE**
 
@@ -14317,9 +13837,7 @@ class ListProvidersRequest:
     Schema: ``schema/v1/schema.unstable.json``, ``$defs/ListProvidersRequest``
     """
 
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -14328,7 +13846,7 @@ class ListProvidersRequest:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -14347,7 +13865,7 @@ class ListProvidersRequest:
         return self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class SetProviderRequest:
     """**UNSTABLE**
 
@@ -14362,30 +13880,28 @@ class SetProviderRequest:
     Schema: ``schema/v1/schema.unstable.json``, ``$defs/SetProviderRequest``
     """
 
-    provider_id: ProviderId = attrs.field(metadata=f("providerId"))
+    provider_id: ProviderId = field(metadata=f("providerId"))
     """Provider ID to configure.
 
     (wire ``providerId``; required)
     """
-    api_type: LlmProtocol = attrs.field(metadata=f("apiType"))
+    api_type: LlmProtocol = field(metadata=f("apiType"))
     """Protocol type for this provider.
 
     (wire ``apiType``; required)
     """
-    base_url: str = attrs.field(metadata=f("baseUrl"))
+    base_url: str = field(metadata=f("baseUrl"))
     """Base URL for requests sent through this provider.
 
     (wire ``baseUrl``; required)
     """
-    headers: dict[str, str] | UnsetType = attrs.field(default=UNSET, metadata=f("headers"))
+    headers: dict[str, str] | UnsetType = field(default=UNSET, metadata=f("headers"))
     """Full headers map for this provider.
     May include authorization, routing, or other integration-specific headers.
 
     (wire ``headers``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -14394,7 +13910,7 @@ class SetProviderRequest:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -14431,7 +13947,7 @@ class SetProviderRequest:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class DisableProviderRequest:
     """**UNSTABLE**
 
@@ -14444,14 +13960,12 @@ class DisableProviderRequest:
     Schema: ``schema/v1/schema.unstable.json``, ``$defs/DisableProviderRequest``
     """
 
-    provider_id: ProviderId = attrs.field(metadata=f("providerId"))
+    provider_id: ProviderId = field(metadata=f("providerId"))
     """Provider ID to disable.
 
     (wire ``providerId``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -14460,7 +13974,7 @@ class DisableProviderRequest:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -14484,7 +13998,7 @@ class DisableProviderRequest:
         return self.provider_id == o.provider_id and self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class LogoutRequest:
     """Request parameters for the logout method.
 
@@ -14493,9 +14007,7 @@ class LogoutRequest:
     Schema: ``schema/v1/schema.unstable.json``, ``$defs/LogoutRequest``
     """
 
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -14504,7 +14016,7 @@ class LogoutRequest:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -14523,7 +14035,7 @@ class LogoutRequest:
         return self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class AuthStatusRequest:
     """**UNSTABLE**
 
@@ -14541,9 +14053,7 @@ class AuthStatusRequest:
     Schema: ``schema/v1/schema.unstable.json``, ``$defs/AuthStatusRequest``
     """
 
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -14552,7 +14062,7 @@ class AuthStatusRequest:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -14571,7 +14081,7 @@ class AuthStatusRequest:
         return self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class NewSessionRequest:
     """Request parameters for creating a new session.
 
@@ -14580,12 +14090,12 @@ class NewSessionRequest:
     Schema: ``schema/v1/schema.unstable.json``, ``$defs/NewSessionRequest``
     """
 
-    cwd: str = attrs.field(metadata=f("cwd"))
+    cwd: str = field(metadata=f("cwd"))
     """The working directory for this session. Must be an absolute path.
 
     (wire ``cwd``; required)
     """
-    additional_directories: list[str] | UnsetType = attrs.field(
+    additional_directories: list[str] | UnsetType = field(
         default=UNSET, metadata=f("additionalDirectories", on_null=True)
     )
     """Additional workspace roots for this session. Each path must be absolute.
@@ -14596,14 +14106,12 @@ class NewSessionRequest:
 
     (wire ``additionalDirectories``; optional (``UNSET`` when absent))
     """
-    mcp_servers: list[McpServer] = attrs.field(metadata=f("mcpServers", on_null=True))
+    mcp_servers: list[McpServer] = field(metadata=f("mcpServers", on_null=True))
     """List of MCP (Model Context Protocol) servers the agent should connect to.
 
     (wire ``mcpServers``; required)
     """
-    system_prompt: SystemPrompt | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("systemPrompt", nullable=True)
-    )
+    system_prompt: SystemPrompt | UnsetType | None = field(default=UNSET, metadata=f("systemPrompt", nullable=True))
     """**UNSTABLE**
 
     This capability is not part of the spec yet, and may be removed or changed at any point.
@@ -14616,9 +14124,7 @@ class NewSessionRequest:
 
     (wire ``systemPrompt``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -14627,7 +14133,7 @@ class NewSessionRequest:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -14664,26 +14170,24 @@ class NewSessionRequest:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class HttpHeader:
     """An HTTP header to set when making requests to the MCP server.
 
     Schema: ``schema/v1/schema.unstable.json``, ``$defs/HttpHeader``
     """
 
-    name: str = attrs.field(metadata=f("name"))
+    name: str = field(metadata=f("name"))
     """The name of the HTTP header.
 
     (wire ``name``; required)
     """
-    value: str = attrs.field(metadata=f("value"))
+    value: str = field(metadata=f("value"))
     """The value to set for the HTTP header.
 
     (wire ``value``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -14692,7 +14196,7 @@ class HttpHeader:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -14723,31 +14227,29 @@ class HttpHeader:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class McpServerHttp:
     """HTTP transport configuration for MCP.
 
     Schema: ``schema/v1/schema.unstable.json``, ``$defs/McpServerHttp``
     """
 
-    name: str = attrs.field(metadata=f("name"))
+    name: str = field(metadata=f("name"))
     """Human-readable name identifying this MCP server.
 
     (wire ``name``; required)
     """
-    url: str = attrs.field(metadata=f("url"))
+    url: str = field(metadata=f("url"))
     """URL to the MCP server.
 
     (wire ``url``; required)
     """
-    headers: list[HttpHeader] = attrs.field(metadata=f("headers", on_null=True))
+    headers: list[HttpHeader] = field(metadata=f("headers", on_null=True))
     """HTTP headers to set when making requests to the MCP server.
 
     (wire ``headers``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -14756,7 +14258,7 @@ class McpServerHttp:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -14790,31 +14292,29 @@ class McpServerHttp:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class McpServerSse:
     """SSE transport configuration for MCP.
 
     Schema: ``schema/v1/schema.unstable.json``, ``$defs/McpServerSse``
     """
 
-    name: str = attrs.field(metadata=f("name"))
+    name: str = field(metadata=f("name"))
     """Human-readable name identifying this MCP server.
 
     (wire ``name``; required)
     """
-    url: str = attrs.field(metadata=f("url"))
+    url: str = field(metadata=f("url"))
     """URL to the MCP server.
 
     (wire ``url``; required)
     """
-    headers: list[HttpHeader] = attrs.field(metadata=f("headers", on_null=True))
+    headers: list[HttpHeader] = field(metadata=f("headers", on_null=True))
     """HTTP headers to set when making requests to the MCP server.
 
     (wire ``headers``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -14823,7 +14323,7 @@ class McpServerSse:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -14857,7 +14357,7 @@ class McpServerSse:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class McpServerAcp:
     """**UNSTABLE**
 
@@ -14873,12 +14373,12 @@ class McpServerAcp:
     Schema: ``schema/v1/schema.unstable.json``, ``$defs/McpServerAcp``
     """
 
-    name: str = attrs.field(metadata=f("name"))
+    name: str = field(metadata=f("name"))
     """Human-readable name identifying this MCP server.
 
     (wire ``name``; required)
     """
-    server_id: McpServerAcpId = attrs.field(metadata=f("serverId"))
+    server_id: McpServerAcpId = field(metadata=f("serverId"))
     """Unique identifier for this MCP server, generated by the component providing it.
 
     Providers MUST NOT reuse an ID for multiple ACP-transport MCP servers that are visible
@@ -14886,9 +14386,7 @@ class McpServerAcp:
 
     (wire ``serverId``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -14897,7 +14395,7 @@ class McpServerAcp:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -14928,7 +14426,7 @@ class McpServerAcp:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class SystemPrompt:
     """**UNSTABLE**
 
@@ -14947,7 +14445,7 @@ class SystemPrompt:
     Schema: ``schema/v1/schema.unstable.json``, ``$defs/SystemPrompt``
     """
 
-    mode: SystemPromptMode = attrs.field(metadata=f("mode"))
+    mode: SystemPromptMode = field(metadata=f("mode"))
     """How the Agent combines `content` with its own instructions.
 
     Required. Agents MUST return an error for a mode they do not support rather than
@@ -14955,7 +14453,7 @@ class SystemPrompt:
 
     (wire ``mode``; required)
     """
-    content: list[ContentBlock] = attrs.field(metadata=f("content"))
+    content: list[ContentBlock] = field(metadata=f("content"))
     """The system prompt content.
 
     Agents advertising the capability MUST accept `text` content blocks.
@@ -14968,9 +14466,7 @@ class SystemPrompt:
 
     (wire ``content``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -14979,7 +14475,7 @@ class SystemPrompt:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -15010,7 +14506,7 @@ class SystemPrompt:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class LoadSessionRequest:
     """Request parameters for loading an existing session.
 
@@ -15021,17 +14517,17 @@ class LoadSessionRequest:
     Schema: ``schema/v1/schema.unstable.json``, ``$defs/LoadSessionRequest``
     """
 
-    mcp_servers: list[McpServer] = attrs.field(metadata=f("mcpServers", on_null=True))
+    mcp_servers: list[McpServer] = field(metadata=f("mcpServers", on_null=True))
     """List of MCP servers to connect to for this session.
 
     (wire ``mcpServers``; required)
     """
-    cwd: str = attrs.field(metadata=f("cwd"))
+    cwd: str = field(metadata=f("cwd"))
     """The working directory for this session. Must be an absolute path.
 
     (wire ``cwd``; required)
     """
-    additional_directories: list[str] | UnsetType = attrs.field(
+    additional_directories: list[str] | UnsetType = field(
         default=UNSET, metadata=f("additionalDirectories", on_null=True)
     )
     """Additional workspace roots to activate for this session. Each path must be absolute.
@@ -15043,14 +14539,12 @@ class LoadSessionRequest:
 
     (wire ``additionalDirectories``; optional (``UNSET`` when absent))
     """
-    session_id: SessionId = attrs.field(metadata=f("sessionId"))
+    session_id: SessionId = field(metadata=f("sessionId"))
     """The ID of the session to load.
 
     (wire ``sessionId``; required)
     """
-    system_prompt: SystemPrompt | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("systemPrompt", nullable=True)
-    )
+    system_prompt: SystemPrompt | UnsetType | None = field(default=UNSET, metadata=f("systemPrompt", nullable=True))
     """**UNSTABLE**
 
     This capability is not part of the spec yet, and may be removed or changed at any point.
@@ -15065,9 +14559,7 @@ class LoadSessionRequest:
 
     (wire ``systemPrompt``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -15076,7 +14568,7 @@ class LoadSessionRequest:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -15116,7 +14608,7 @@ class LoadSessionRequest:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class ListSessionsRequest:
     """Request parameters for listing existing sessions.
 
@@ -15125,19 +14617,17 @@ class ListSessionsRequest:
     Schema: ``schema/v1/schema.unstable.json``, ``$defs/ListSessionsRequest``
     """
 
-    cwd: str | UnsetType | None = attrs.field(default=UNSET, metadata=f("cwd", nullable=True))
+    cwd: str | UnsetType | None = field(default=UNSET, metadata=f("cwd", nullable=True))
     """Filter sessions by working directory. Must be an absolute path.
 
     (wire ``cwd``; optional (``UNSET`` when absent))
     """
-    cursor: str | UnsetType | None = attrs.field(default=UNSET, metadata=f("cursor", nullable=True))
+    cursor: str | UnsetType | None = field(default=UNSET, metadata=f("cursor", nullable=True))
     """Opaque cursor token from a previous response's nextCursor field for cursor-based pagination
 
     (wire ``cursor``; optional (``UNSET`` when absent))
     """
-    archived: SessionArchiveFilter | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("archived", nullable=True)
-    )
+    archived: SessionArchiveFilter | UnsetType | None = field(default=UNSET, metadata=f("archived", nullable=True))
     """**UNSTABLE**
 
     This capability is not part of the spec yet, and may be removed or changed at any point.
@@ -15150,9 +14640,7 @@ class ListSessionsRequest:
 
     (wire ``archived``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -15161,7 +14649,7 @@ class ListSessionsRequest:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -15195,7 +14683,7 @@ class ListSessionsRequest:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class DeleteSessionRequest:
     """Request parameters for deleting an existing session from `session/list`.
 
@@ -15204,14 +14692,12 @@ class DeleteSessionRequest:
     Schema: ``schema/v1/schema.unstable.json``, ``$defs/DeleteSessionRequest``
     """
 
-    session_id: SessionId = attrs.field(metadata=f("sessionId"))
+    session_id: SessionId = field(metadata=f("sessionId"))
     """The ID of the session to delete.
 
     (wire ``sessionId``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -15220,7 +14706,7 @@ class DeleteSessionRequest:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -15244,7 +14730,7 @@ class DeleteSessionRequest:
         return self.session_id == o.session_id and self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class ForkSessionRequest:
     """**UNSTABLE**
 
@@ -15262,17 +14748,17 @@ class ForkSessionRequest:
     Schema: ``schema/v1/schema.unstable.json``, ``$defs/ForkSessionRequest``
     """
 
-    session_id: SessionId = attrs.field(metadata=f("sessionId"))
+    session_id: SessionId = field(metadata=f("sessionId"))
     """The ID of the session to fork.
 
     (wire ``sessionId``; required)
     """
-    cwd: str = attrs.field(metadata=f("cwd"))
+    cwd: str = field(metadata=f("cwd"))
     """The working directory for this session. Must be an absolute path.
 
     (wire ``cwd``; required)
     """
-    additional_directories: list[str] | UnsetType = attrs.field(
+    additional_directories: list[str] | UnsetType = field(
         default=UNSET, metadata=f("additionalDirectories", on_null=True)
     )
     """Additional workspace roots to activate for this session. Each path must be absolute.
@@ -15283,14 +14769,12 @@ class ForkSessionRequest:
 
     (wire ``additionalDirectories``; optional (``UNSET`` when absent))
     """
-    mcp_servers: list[McpServer] | UnsetType = attrs.field(default=UNSET, metadata=f("mcpServers", on_null=True))
+    mcp_servers: list[McpServer] | UnsetType = field(default=UNSET, metadata=f("mcpServers", on_null=True))
     """List of MCP servers to connect to for this session.
 
     (wire ``mcpServers``; optional (``UNSET`` when absent))
     """
-    system_prompt: SystemPrompt | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("systemPrompt", nullable=True)
-    )
+    system_prompt: SystemPrompt | UnsetType | None = field(default=UNSET, metadata=f("systemPrompt", nullable=True))
     """**UNSTABLE**
 
     This capability is not part of the spec yet, and may be removed or changed at any point.
@@ -15305,9 +14789,7 @@ class ForkSessionRequest:
 
     (wire ``systemPrompt``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -15316,7 +14798,7 @@ class ForkSessionRequest:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -15356,7 +14838,7 @@ class ForkSessionRequest:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class ArchiveSessionRequest:
     """**UNSTABLE**
 
@@ -15376,14 +14858,12 @@ class ArchiveSessionRequest:
     Schema: ``schema/v1/schema.unstable.json``, ``$defs/ArchiveSessionRequest``
     """
 
-    session_id: SessionId = attrs.field(metadata=f("sessionId"))
+    session_id: SessionId = field(metadata=f("sessionId"))
     """The ID of the session to archive.
 
     (wire ``sessionId``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -15392,7 +14872,7 @@ class ArchiveSessionRequest:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -15416,7 +14896,7 @@ class ArchiveSessionRequest:
         return self.session_id == o.session_id and self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class UnarchiveSessionRequest:
     """**UNSTABLE**
 
@@ -15437,14 +14917,12 @@ class UnarchiveSessionRequest:
     Schema: ``schema/v1/schema.unstable.json``, ``$defs/UnarchiveSessionRequest``
     """
 
-    session_id: SessionId = attrs.field(metadata=f("sessionId"))
+    session_id: SessionId = field(metadata=f("sessionId"))
     """The ID of the session to unarchive.
 
     (wire ``sessionId``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -15453,7 +14931,7 @@ class UnarchiveSessionRequest:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -15477,7 +14955,7 @@ class UnarchiveSessionRequest:
         return self.session_id == o.session_id and self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class SessionStatusRequest:
     """**UNSTABLE**
 
@@ -15496,14 +14974,12 @@ class SessionStatusRequest:
     Schema: ``schema/v1/schema.unstable.json``, ``$defs/SessionStatusRequest``
     """
 
-    session_id: SessionId = attrs.field(metadata=f("sessionId"))
+    session_id: SessionId = field(metadata=f("sessionId"))
     """The ID of the session to check.
 
     (wire ``sessionId``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -15512,7 +14988,7 @@ class SessionStatusRequest:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -15536,7 +15012,7 @@ class SessionStatusRequest:
         return self.session_id == o.session_id and self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class SetSessionTitleRequest:
     """**UNSTABLE**
 
@@ -15557,12 +15033,12 @@ class SetSessionTitleRequest:
     Schema: ``schema/v1/schema.unstable.json``, ``$defs/SetSessionTitleRequest``
     """
 
-    session_id: SessionId = attrs.field(metadata=f("sessionId"))
+    session_id: SessionId = field(metadata=f("sessionId"))
     """The ID of the session to retitle.
 
     (wire ``sessionId``; required)
     """
-    title: str = attrs.field(metadata=f("title"))
+    title: str = field(metadata=f("title"))
     """The new title for the session.
 
     Required and non-null. Omission and explicit `null` are both invalid. The Agent MAY
@@ -15572,9 +15048,7 @@ class SetSessionTitleRequest:
 
     (wire ``title``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -15583,7 +15057,7 @@ class SetSessionTitleRequest:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -15614,7 +15088,7 @@ class SetSessionTitleRequest:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class ResumeSessionRequest:
     """Request parameters for resuming an existing session.
 
@@ -15626,17 +15100,17 @@ class ResumeSessionRequest:
     Schema: ``schema/v1/schema.unstable.json``, ``$defs/ResumeSessionRequest``
     """
 
-    session_id: SessionId = attrs.field(metadata=f("sessionId"))
+    session_id: SessionId = field(metadata=f("sessionId"))
     """The ID of the session to resume.
 
     (wire ``sessionId``; required)
     """
-    cwd: str = attrs.field(metadata=f("cwd"))
+    cwd: str = field(metadata=f("cwd"))
     """The working directory for this session. Must be an absolute path.
 
     (wire ``cwd``; required)
     """
-    additional_directories: list[str] | UnsetType = attrs.field(
+    additional_directories: list[str] | UnsetType = field(
         default=UNSET, metadata=f("additionalDirectories", on_null=True)
     )
     """Additional workspace roots to activate for this session. Each path must be absolute.
@@ -15648,14 +15122,12 @@ class ResumeSessionRequest:
 
     (wire ``additionalDirectories``; optional (``UNSET`` when absent))
     """
-    mcp_servers: list[McpServer] | UnsetType = attrs.field(default=UNSET, metadata=f("mcpServers", on_null=True))
+    mcp_servers: list[McpServer] | UnsetType = field(default=UNSET, metadata=f("mcpServers", on_null=True))
     """List of MCP servers to connect to for this session.
 
     (wire ``mcpServers``; optional (``UNSET`` when absent))
     """
-    system_prompt: SystemPrompt | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("systemPrompt", nullable=True)
-    )
+    system_prompt: SystemPrompt | UnsetType | None = field(default=UNSET, metadata=f("systemPrompt", nullable=True))
     """**UNSTABLE**
 
     This capability is not part of the spec yet, and may be removed or changed at any point.
@@ -15670,9 +15142,7 @@ class ResumeSessionRequest:
 
     (wire ``systemPrompt``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -15681,7 +15151,7 @@ class ResumeSessionRequest:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -15721,7 +15191,7 @@ class ResumeSessionRequest:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class CloseSessionRequest:
     """Request parameters for closing an active session.
 
@@ -15734,14 +15204,12 @@ class CloseSessionRequest:
     Schema: ``schema/v1/schema.unstable.json``, ``$defs/CloseSessionRequest``
     """
 
-    session_id: SessionId = attrs.field(metadata=f("sessionId"))
+    session_id: SessionId = field(metadata=f("sessionId"))
     """The ID of the session to close.
 
     (wire ``sessionId``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -15750,7 +15218,7 @@ class CloseSessionRequest:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -15774,26 +15242,24 @@ class CloseSessionRequest:
         return self.session_id == o.session_id and self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class SetSessionModeRequest:
     """Request parameters for setting a session mode.
 
     Schema: ``schema/v1/schema.unstable.json``, ``$defs/SetSessionModeRequest``
     """
 
-    session_id: SessionId = attrs.field(metadata=f("sessionId"))
+    session_id: SessionId = field(metadata=f("sessionId"))
     """The ID of the session to set the mode for.
 
     (wire ``sessionId``; required)
     """
-    mode_id: SessionModeId = attrs.field(metadata=f("modeId"))
+    mode_id: SessionModeId = field(metadata=f("modeId"))
     """The ID of the mode to set.
 
     (wire ``modeId``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -15802,7 +15268,7 @@ class SetSessionModeRequest:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -15833,7 +15299,7 @@ class SetSessionModeRequest:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class PromptRequest:
     """Request parameters for sending a user prompt to the agent.
 
@@ -15844,12 +15310,12 @@ class PromptRequest:
     Schema: ``schema/v1/schema.unstable.json``, ``$defs/PromptRequest``
     """
 
-    session_id: SessionId = attrs.field(metadata=f("sessionId"))
+    session_id: SessionId = field(metadata=f("sessionId"))
     """The ID of the session to send this user message to
 
     (wire ``sessionId``; required)
     """
-    prompt: list[ContentBlock] = attrs.field(metadata=f("prompt"))
+    prompt: list[ContentBlock] = field(metadata=f("prompt"))
     """The blocks of content that compose the user's message.
 
     As a baseline, the Agent MUST support `text` and `resource_link` content blocks,
@@ -15866,9 +15332,7 @@ class PromptRequest:
 
     (wire ``prompt``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -15877,7 +15341,7 @@ class PromptRequest:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -15908,16 +15372,14 @@ class PromptRequest:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class WriteTextFileResponse:
     """Response to `fs/write_text_file`
 
     Schema: ``schema/v1/schema.unstable.json``, ``$defs/WriteTextFileResponse``
     """
 
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -15926,7 +15388,7 @@ class WriteTextFileResponse:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -15945,21 +15407,19 @@ class WriteTextFileResponse:
         return self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class ReadTextFileResponse:
     """Response containing the contents of a text file.
 
     Schema: ``schema/v1/schema.unstable.json``, ``$defs/ReadTextFileResponse``
     """
 
-    content: str = attrs.field(metadata=f("content"))
+    content: str = field(metadata=f("content"))
     """Content payload returned by this response.
 
     (wire ``content``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -15968,7 +15428,7 @@ class ReadTextFileResponse:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -15992,21 +15452,19 @@ class ReadTextFileResponse:
         return self.content == o.content and self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class RequestPermissionResponse:
     """Response to a permission request.
 
     Schema: ``schema/v1/schema.unstable.json``, ``$defs/RequestPermissionResponse``
     """
 
-    outcome: RequestPermissionOutcome = attrs.field(metadata=f("outcome"))
+    outcome: RequestPermissionOutcome = field(metadata=f("outcome"))
     """The user's decision on the permission request.
 
     (wire ``outcome``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -16015,7 +15473,7 @@ class RequestPermissionResponse:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -16039,21 +15497,19 @@ class RequestPermissionResponse:
         return self.outcome == o.outcome and self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class SelectedPermissionOutcome:
     """The user selected one of the provided options.
 
     Schema: ``schema/v1/schema.unstable.json``, ``$defs/SelectedPermissionOutcome``
     """
 
-    option_id: PermissionOptionId = attrs.field(metadata=f("optionId"))
+    option_id: PermissionOptionId = field(metadata=f("optionId"))
     """The ID of the option the user selected.
 
     (wire ``optionId``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -16062,7 +15518,7 @@ class SelectedPermissionOutcome:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -16086,21 +15542,19 @@ class SelectedPermissionOutcome:
         return self.option_id == o.option_id and self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class CreateTerminalResponse:
     """Response containing the ID of the created terminal.
 
     Schema: ``schema/v1/schema.unstable.json``, ``$defs/CreateTerminalResponse``
     """
 
-    terminal_id: TerminalId = attrs.field(metadata=f("terminalId"))
+    terminal_id: TerminalId = field(metadata=f("terminalId"))
     """The unique identifier for the created terminal.
 
     (wire ``terminalId``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -16109,7 +15563,7 @@ class CreateTerminalResponse:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -16133,33 +15587,31 @@ class CreateTerminalResponse:
         return self.terminal_id == o.terminal_id and self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class TerminalOutputResponse:
     """Response containing the terminal output and exit status.
 
     Schema: ``schema/v1/schema.unstable.json``, ``$defs/TerminalOutputResponse``
     """
 
-    output: str = attrs.field(metadata=f("output"))
+    output: str = field(metadata=f("output"))
     """The terminal output captured so far.
 
     (wire ``output``; required)
     """
-    truncated: bool = attrs.field(metadata=f("truncated"))
+    truncated: bool = field(metadata=f("truncated"))
     """Whether the output was truncated due to byte limits.
 
     (wire ``truncated``; required)
     """
-    exit_status: TerminalExitStatus | UnsetType | None = attrs.field(
+    exit_status: TerminalExitStatus | UnsetType | None = field(
         default=UNSET, metadata=f("exitStatus", nullable=True, on_error=True)
     )
     """Exit status if the command has completed.
 
     (wire ``exitStatus``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -16168,7 +15620,7 @@ class TerminalOutputResponse:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -16202,26 +15654,24 @@ class TerminalOutputResponse:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class TerminalExitStatus:
     """Exit status of a terminal command.
 
     Schema: ``schema/v1/schema.unstable.json``, ``$defs/TerminalExitStatus``
     """
 
-    exit_code: int | UnsetType | None = attrs.field(default=UNSET, metadata=f("exitCode", nullable=True, on_error=True))
+    exit_code: int | UnsetType | None = field(default=UNSET, metadata=f("exitCode", nullable=True, on_error=True))
     """The process exit code (may be null if terminated by signal).
 
     (wire ``exitCode``; optional (``UNSET`` when absent))
     """
-    signal: str | UnsetType | None = attrs.field(default=UNSET, metadata=f("signal", nullable=True, on_error=True))
+    signal: str | UnsetType | None = field(default=UNSET, metadata=f("signal", nullable=True, on_error=True))
     """The signal that terminated the process (may be null if exited normally).
 
     (wire ``signal``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -16230,7 +15680,7 @@ class TerminalExitStatus:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -16261,16 +15711,14 @@ class TerminalExitStatus:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class ReleaseTerminalResponse:
     """Response to terminal/release method
 
     Schema: ``schema/v1/schema.unstable.json``, ``$defs/ReleaseTerminalResponse``
     """
 
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -16279,7 +15727,7 @@ class ReleaseTerminalResponse:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -16298,26 +15746,24 @@ class ReleaseTerminalResponse:
         return self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class WaitForTerminalExitResponse:
     """Response containing the exit status of a terminal command.
 
     Schema: ``schema/v1/schema.unstable.json``, ``$defs/WaitForTerminalExitResponse``
     """
 
-    exit_code: int | UnsetType | None = attrs.field(default=UNSET, metadata=f("exitCode", nullable=True, on_error=True))
+    exit_code: int | UnsetType | None = field(default=UNSET, metadata=f("exitCode", nullable=True, on_error=True))
     """The process exit code (may be null if terminated by signal).
 
     (wire ``exitCode``; optional (``UNSET`` when absent))
     """
-    signal: str | UnsetType | None = attrs.field(default=UNSET, metadata=f("signal", nullable=True, on_error=True))
+    signal: str | UnsetType | None = field(default=UNSET, metadata=f("signal", nullable=True, on_error=True))
     """The signal that terminated the process (may be null if exited normally).
 
     (wire ``signal``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -16326,7 +15772,7 @@ class WaitForTerminalExitResponse:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -16357,16 +15803,14 @@ class WaitForTerminalExitResponse:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class KillTerminalResponse:
     """Response to `terminal/kill` method
 
     Schema: ``schema/v1/schema.unstable.json``, ``$defs/KillTerminalResponse``
     """
 
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -16375,7 +15819,7 @@ class KillTerminalResponse:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -16394,21 +15838,21 @@ class KillTerminalResponse:
         return self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class ElicitationAcceptAction:
     """The user accepted the elicitation and provided content.
 
     Schema: ``schema/v1/schema.unstable.json``, ``$defs/ElicitationAcceptAction``
     """
 
-    content: dict[str, ElicitationContentValue] | UnsetType | None = attrs.field(
+    content: dict[str, ElicitationContentValue] | UnsetType | None = field(
         default=UNSET, metadata=f("content", nullable=True)
     )
     """The user-provided content, if any, as an object matching the requested schema.
 
     (wire ``content``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -16430,7 +15874,7 @@ class ElicitationAcceptAction:
         return self.content == o.content and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class McpError:
     """**UNSTABLE**
 
@@ -16444,22 +15888,22 @@ class McpError:
     Schema: ``schema/v1/schema.unstable.json``, ``$defs/McpError``
     """
 
-    code: int = attrs.field(metadata=f("code"))
+    code: int = field(metadata=f("code"))
     """Inner MCP error code. Never an ACP error code.
 
     (wire ``code``; required)
     """
-    message: str = attrs.field(metadata=f("message"))
+    message: str = field(metadata=f("message"))
     """Inner MCP error message.
 
     (wire ``message``; required)
     """
-    data: Any | UnsetType = attrs.field(default=UNSET, metadata=f("data"))
+    data: Any | UnsetType = field(default=UNSET, metadata=f("data"))
     """Optional error data. Explicit null is retained.
 
     (wire ``data``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -16485,7 +15929,7 @@ class McpError:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class CancelNotification:
     """Notification to cancel ongoing operations for a session.
 
@@ -16494,14 +15938,12 @@ class CancelNotification:
     Schema: ``schema/v1/schema.unstable.json``, ``$defs/CancelNotification``
     """
 
-    session_id: SessionId = attrs.field(metadata=f("sessionId"))
+    session_id: SessionId = field(metadata=f("sessionId"))
     """The ID of the session to cancel operations for.
 
     (wire ``sessionId``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -16510,7 +15952,7 @@ class CancelNotification:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -16534,7 +15976,7 @@ class CancelNotification:
         return self.session_id == o.session_id and self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class MessageMcpNotification:
     """**UNSTABLE**
 
@@ -16550,31 +15992,29 @@ class MessageMcpNotification:
     Schema: ``schema/v1/schema.unstable.json``, ``$defs/MessageMcpNotification``
     """
 
-    server_id: McpServerAcpId = attrs.field(metadata=f("serverId"))
+    server_id: McpServerAcpId = field(metadata=f("serverId"))
     """The declared ACP MCP server handling the associated request.
 
     (wire ``serverId``; required)
     """
-    request_id: McpRequestId = attrs.field(metadata=f("requestId"))
+    request_id: McpRequestId = field(metadata=f("requestId"))
     """The identifier of the active inner MCP request.
 
     (wire ``requestId``; required)
     """
-    method: str = attrs.field(metadata=f("method"))
+    method: str = field(metadata=f("method"))
     """The inner MCP method name.
 
     (wire ``method``; required)
     """
-    params: dict[str, Any] | UnsetType | None = attrs.field(default=UNSET, metadata=f("params", nullable=True))
+    params: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("params", nullable=True))
     """Optional inner MCP params.
 
     If omitted or set to `null`, the inner MCP message has no params.
 
     (wire ``params``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -16583,7 +16023,7 @@ class MessageMcpNotification:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -16620,7 +16060,7 @@ class MessageMcpNotification:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class CancelRequestNotification:
     """Notification to cancel an ongoing request.
 
@@ -16629,14 +16069,12 @@ class CancelRequestNotification:
     Schema: ``schema/v1/schema.unstable.json``, ``$defs/CancelRequestNotification``
     """
 
-    request_id: RequestId = attrs.field(metadata=f("requestId"))
+    request_id: RequestId = field(metadata=f("requestId"))
     """The ID of the request to cancel.
 
     (wire ``requestId``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Implementations MUST NOT make assumptions about values at
     these keys.
@@ -16645,7 +16083,7 @@ class CancelRequestNotification:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -16669,7 +16107,7 @@ class CancelRequestNotification:
         return self.request_id == o.request_id and self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class ProxySuccessorRequest:
     """**UNSTABLE**
 
@@ -16695,12 +16133,12 @@ class ProxySuccessorRequest:
     Schema: ``schema/v1/schema.unstable.json``, ``$defs/ProxySuccessorRequest``
     """
 
-    method: str = attrs.field(metadata=f("method"))
+    method: str = field(metadata=f("method"))
     """Method name of the wrapped request.
 
     (wire ``method``; required)
     """
-    params: Any | UnsetType = attrs.field(default=UNSET, metadata=f("params"))
+    params: Any | UnsetType = field(default=UNSET, metadata=f("params"))
     """Params of the wrapped request, forwarded unchanged.
 
     Optional. Omitted and `null` are equivalent and mean the wrapped request has no params.
@@ -16709,9 +16147,7 @@ class ProxySuccessorRequest:
 
     (wire ``params``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """Metadata for the `proxy/successor` envelope itself, separate from the wrapped
     message's `_meta`. It is hop-local: the conductor does not copy it into the message
     it unwraps.
@@ -16724,7 +16160,7 @@ class ProxySuccessorRequest:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -16755,7 +16191,7 @@ class ProxySuccessorRequest:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class ProxySuccessorNotification:
     """**UNSTABLE**
 
@@ -16774,12 +16210,12 @@ class ProxySuccessorNotification:
     Schema: ``schema/v1/schema.unstable.json``, ``$defs/ProxySuccessorNotification``
     """
 
-    method: str = attrs.field(metadata=f("method"))
+    method: str = field(metadata=f("method"))
     """Method name of the wrapped notification.
 
     (wire ``method``; required)
     """
-    params: Any | UnsetType = attrs.field(default=UNSET, metadata=f("params"))
+    params: Any | UnsetType = field(default=UNSET, metadata=f("params"))
     """Params of the wrapped notification, forwarded unchanged.
 
     Optional. Omitted and `null` are equivalent and mean the wrapped notification has no params.
@@ -16788,9 +16224,7 @@ class ProxySuccessorNotification:
 
     (wire ``params``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """Metadata for the `proxy/successor` envelope itself, separate from the wrapped
     message's `_meta`. It is hop-local: the conductor does not copy it into the message
     it unwraps.
@@ -16803,7 +16237,7 @@ class ProxySuccessorNotification:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(

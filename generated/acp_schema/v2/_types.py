@@ -7,12 +7,10 @@ from __future__ import annotations
 
 from typing import Any, ClassVar, Literal, TypeAlias
 
-import attrs
-
-from acp_trio._spec import EXTRA, UNSET, UnsetType, f, tag
+from acp_trio._spec import EXTRA, UNSET, UnsetType, define, f, field, tag
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class ToolCallRequestPermissionSubject:
     """Permission is requested before executing a tool call.
 
@@ -21,9 +19,9 @@ class ToolCallRequestPermissionSubject:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("type", "tool_call"),)
 
-    type: Literal["tool_call"] = attrs.field(default="tool_call", metadata=tag("type"))
+    type: Literal["tool_call"] = field(default="tool_call", metadata=tag("type"))
     """Tag: always ``'tool_call'`` (wire ``type``)."""
-    tool_call: ToolCallUpdate = attrs.field(metadata=f("toolCall"))
+    tool_call: ToolCallUpdate = field(metadata=f("toolCall"))
     """Details about the tool call requiring permission.
 
     Clients apply this to their stored tool call exactly like a `tool_call_update`
@@ -32,9 +30,7 @@ class ToolCallRequestPermissionSubject:
 
     (wire ``toolCall``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -43,7 +39,7 @@ class ToolCallRequestPermissionSubject:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -74,7 +70,7 @@ class ToolCallRequestPermissionSubject:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class CommandRequestPermissionSubject:
     """Permission is requested before running a command.
 
@@ -83,35 +79,33 @@ class CommandRequestPermissionSubject:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("type", "command"),)
 
-    type: Literal["command"] = attrs.field(default="command", metadata=tag("type"))
+    type: Literal["command"] = field(default="command", metadata=tag("type"))
     """Tag: always ``'command'`` (wire ``type``)."""
-    command: str = attrs.field(metadata=f("command"))
+    command: str = field(metadata=f("command"))
     """The command that would be run if permission is granted.
 
     (wire ``command``; required)
     """
-    cwd: AbsolutePath = attrs.field(metadata=f("cwd"))
+    cwd: AbsolutePath = field(metadata=f("cwd"))
     """The absolute working directory for the command.
 
     (wire ``cwd``; required)
     """
-    tool_call_id: ToolCallId | UnsetType | None = attrs.field(
+    tool_call_id: ToolCallId | UnsetType | None = field(
         default=UNSET, metadata=f("toolCallId", nullable=True, on_error=True)
     )
     """The associated tool call, when known. Omitted and `null` are equivalent.
 
     (wire ``toolCallId``; optional (``UNSET`` when absent))
     """
-    terminal_id: TerminalId | UnsetType | None = attrs.field(
+    terminal_id: TerminalId | UnsetType | None = field(
         default=UNSET, metadata=f("terminalId", nullable=True, on_error=True)
     )
     """The associated terminal, when already known. Omitted and `null` are equivalent.
 
     (wire ``terminalId``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -120,7 +114,7 @@ class CommandRequestPermissionSubject:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -160,7 +154,7 @@ class CommandRequestPermissionSubject:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class RequestPermissionSubjectOther:
     """Custom or future permission subject.
 
@@ -180,7 +174,7 @@ class RequestPermissionSubjectOther:
 
     __acp_catchall__: ClassVar[str] = "type"
 
-    type: str = attrs.field(metadata=tag("type"))
+    type: str = field(metadata=tag("type"))
     """Custom or future permission subject type.
 
     Values beginning with `_` are reserved for implementation-specific
@@ -189,7 +183,7 @@ class RequestPermissionSubjectOther:
 
     Tag of a variant this schema does not know (wire ``type``).
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(self, *, type: str, extra_fields: dict[str, Any] | None = None) -> None:
@@ -206,7 +200,7 @@ class RequestPermissionSubjectOther:
         return self.type == o.type and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class ContentToolCallContent:
     """Standard content block (text, images, resources).
 
@@ -215,16 +209,14 @@ class ContentToolCallContent:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("type", "content"),)
 
-    type: Literal["content"] = attrs.field(default="content", metadata=tag("type"))
+    type: Literal["content"] = field(default="content", metadata=tag("type"))
     """Tag: always ``'content'`` (wire ``type``)."""
-    content: ContentBlock = attrs.field(metadata=f("content"))
+    content: ContentBlock = field(metadata=f("content"))
     """The actual content block.
 
     (wire ``content``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -233,7 +225,7 @@ class ContentToolCallContent:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -264,7 +256,7 @@ class ContentToolCallContent:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class DiffToolCallContent:
     """File modification shown as a diff.
 
@@ -273,16 +265,16 @@ class DiffToolCallContent:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("type", "diff"),)
 
-    type: Literal["diff"] = attrs.field(default="diff", metadata=tag("type"))
+    type: Literal["diff"] = field(default="diff", metadata=tag("type"))
     """Tag: always ``'diff'`` (wire ``type``)."""
-    changes: list[DiffChange] = attrs.field(metadata=f("changes", skip_invalid=True))
+    changes: list[DiffChange] = field(metadata=f("changes", skip_invalid=True))
     """Structured file changes described by this diff.
 
     Clients can use this field without parsing patch text to determine affected paths.
 
     (wire ``changes``; required)
     """
-    patch: DiffPatch | UnsetType | None = attrs.field(default=UNSET, metadata=f("patch", nullable=True, on_error=True))
+    patch: DiffPatch | UnsetType | None = field(default=UNSET, metadata=f("patch", nullable=True, on_error=True))
     """Renderable patch text for some or all of the structured changes.
 
     Agents SHOULD provide patch text whenever feasible. Omitted and `null` are
@@ -290,9 +282,7 @@ class DiffToolCallContent:
 
     (wire ``patch``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -301,7 +291,7 @@ class DiffToolCallContent:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -335,7 +325,7 @@ class DiffToolCallContent:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class TerminalToolCallContent:
     """A display-only reference to an agent-owned terminal.
 
@@ -344,16 +334,14 @@ class TerminalToolCallContent:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("type", "terminal"),)
 
-    type: Literal["terminal"] = attrs.field(default="terminal", metadata=tag("type"))
+    type: Literal["terminal"] = field(default="terminal", metadata=tag("type"))
     """Tag: always ``'terminal'`` (wire ``type``)."""
-    terminal_id: TerminalId = attrs.field(metadata=f("terminalId"))
+    terminal_id: TerminalId = field(metadata=f("terminalId"))
     """The ID of the terminal to display.
 
     (wire ``terminalId``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -362,7 +350,7 @@ class TerminalToolCallContent:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -393,7 +381,7 @@ class TerminalToolCallContent:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class ToolCallContentOther:
     """Custom or future tool call content.
 
@@ -412,7 +400,7 @@ class ToolCallContentOther:
 
     __acp_catchall__: ClassVar[str] = "type"
 
-    type: str = attrs.field(metadata=tag("type"))
+    type: str = field(metadata=tag("type"))
     """Custom or future tool call content type.
 
     Values beginning with `_` are reserved for implementation-specific
@@ -421,7 +409,7 @@ class ToolCallContentOther:
 
     Tag of a variant this schema does not know (wire ``type``).
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(self, *, type: str, extra_fields: dict[str, Any] | None = None) -> None:
@@ -438,7 +426,7 @@ class ToolCallContentOther:
         return self.type == o.type and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class TextContentBlock:
     """Text content. May be plain text or formatted with Markdown.
 
@@ -451,14 +439,14 @@ class TextContentBlock:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("type", "text"),)
 
-    type: Literal["text"] = attrs.field(default="text", metadata=tag("type"))
+    type: Literal["text"] = field(default="text", metadata=tag("type"))
     """Tag: always ``'text'`` (wire ``type``)."""
-    text: str = attrs.field(metadata=f("text"))
+    text: str = field(metadata=f("text"))
     """Text payload carried by this content block.
 
     (wire ``text``; required)
     """
-    annotations: Annotations | UnsetType | None = attrs.field(
+    annotations: Annotations | UnsetType | None = field(
         default=UNSET, metadata=f("annotations", nullable=True, on_error=True)
     )
     """Optional annotations that help clients decide how to display or route this content.
@@ -467,9 +455,7 @@ class TextContentBlock:
 
     (wire ``annotations``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -478,7 +464,7 @@ class TextContentBlock:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -512,7 +498,7 @@ class TextContentBlock:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class ImageContentBlock:
     """Images for visual context or analysis.
 
@@ -523,26 +509,26 @@ class ImageContentBlock:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("type", "image"),)
 
-    type: Literal["image"] = attrs.field(default="image", metadata=tag("type"))
+    type: Literal["image"] = field(default="image", metadata=tag("type"))
     """Tag: always ``'image'`` (wire ``type``)."""
-    data: str = attrs.field(metadata=f("data"))
+    data: str = field(metadata=f("data"))
     """Base64-encoded media payload.
 
     (wire ``data``; required)
     """
-    mime_type: MediaType = attrs.field(metadata=f("mimeType"))
+    mime_type: MediaType = field(metadata=f("mimeType"))
     """MIME type describing the encoded media payload.
 
     (wire ``mimeType``; required)
     """
-    uri: str | UnsetType | None = attrs.field(default=UNSET, metadata=f("uri", nullable=True, on_error=True))
+    uri: str | UnsetType | None = field(default=UNSET, metadata=f("uri", nullable=True, on_error=True))
     """URI associated with this resource or media payload.
 
     Omitted and `null` are equivalent and mean no URI is associated with the image.
 
     (wire ``uri``; optional (``UNSET`` when absent))
     """
-    annotations: Annotations | UnsetType | None = attrs.field(
+    annotations: Annotations | UnsetType | None = field(
         default=UNSET, metadata=f("annotations", nullable=True, on_error=True)
     )
     """Optional annotations that help clients decide how to display or route this content.
@@ -551,9 +537,7 @@ class ImageContentBlock:
 
     (wire ``annotations``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -562,7 +546,7 @@ class ImageContentBlock:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -602,7 +586,7 @@ class ImageContentBlock:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class AudioContentBlock:
     """Audio data for transcription or analysis.
 
@@ -613,19 +597,19 @@ class AudioContentBlock:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("type", "audio"),)
 
-    type: Literal["audio"] = attrs.field(default="audio", metadata=tag("type"))
+    type: Literal["audio"] = field(default="audio", metadata=tag("type"))
     """Tag: always ``'audio'`` (wire ``type``)."""
-    data: str = attrs.field(metadata=f("data"))
+    data: str = field(metadata=f("data"))
     """Base64-encoded media payload.
 
     (wire ``data``; required)
     """
-    mime_type: MediaType = attrs.field(metadata=f("mimeType"))
+    mime_type: MediaType = field(metadata=f("mimeType"))
     """MIME type describing the encoded media payload.
 
     (wire ``mimeType``; required)
     """
-    annotations: Annotations | UnsetType | None = attrs.field(
+    annotations: Annotations | UnsetType | None = field(
         default=UNSET, metadata=f("annotations", nullable=True, on_error=True)
     )
     """Optional annotations that help clients decide how to display or route this content.
@@ -634,9 +618,7 @@ class AudioContentBlock:
 
     (wire ``annotations``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -645,7 +627,7 @@ class AudioContentBlock:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -682,7 +664,7 @@ class AudioContentBlock:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class ResourceLinkContentBlock:
     """References to resources that the receiver may be able to read.
 
@@ -693,35 +675,33 @@ class ResourceLinkContentBlock:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("type", "resource_link"),)
 
-    type: Literal["resource_link"] = attrs.field(default="resource_link", metadata=tag("type"))
+    type: Literal["resource_link"] = field(default="resource_link", metadata=tag("type"))
     """Tag: always ``'resource_link'`` (wire ``type``)."""
-    name: str = attrs.field(metadata=f("name"))
+    name: str = field(metadata=f("name"))
     """Human-readable name shown for this protocol object.
 
     (wire ``name``; required)
     """
-    uri: str = attrs.field(metadata=f("uri"))
+    uri: str = field(metadata=f("uri"))
     """URI associated with this resource or media payload.
 
     (wire ``uri``; required)
     """
-    title: str | UnsetType | None = attrs.field(default=UNSET, metadata=f("title", nullable=True, on_error=True))
+    title: str | UnsetType | None = field(default=UNSET, metadata=f("title", nullable=True, on_error=True))
     """Optional display title for end-user UI.
 
     Omitted and `null` are equivalent and mean no title is provided.
 
     (wire ``title``; optional (``UNSET`` when absent))
     """
-    description: str | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("description", nullable=True, on_error=True)
-    )
+    description: str | UnsetType | None = field(default=UNSET, metadata=f("description", nullable=True, on_error=True))
     """Optional human-readable details shown with this protocol object.
 
     Omitted and `null` are equivalent and mean no description is provided.
 
     (wire ``description``; optional (``UNSET`` when absent))
     """
-    icons: list[Icon] | UnsetType | None = attrs.field(
+    icons: list[Icon] | UnsetType | None = field(
         default=UNSET, metadata=f("icons", nullable=True, on_error=True, skip_invalid=True)
     )
     """Optional set of sized icons that the client can display in a user interface.
@@ -730,23 +710,21 @@ class ResourceLinkContentBlock:
 
     (wire ``icons``; optional (``UNSET`` when absent))
     """
-    mime_type: MediaType | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("mimeType", nullable=True, on_error=True)
-    )
+    mime_type: MediaType | UnsetType | None = field(default=UNSET, metadata=f("mimeType", nullable=True, on_error=True))
     """MIME type describing the encoded media payload.
 
     Omitted and `null` are equivalent and mean the MIME type is not specified.
 
     (wire ``mimeType``; optional (``UNSET`` when absent))
     """
-    size: int | UnsetType | None = attrs.field(default=UNSET, metadata=f("size", nullable=True, on_error=True))
+    size: int | UnsetType | None = field(default=UNSET, metadata=f("size", nullable=True, on_error=True))
     """Optional size of the linked resource in bytes, if known.
 
     Omitted and `null` are equivalent and mean the size is not known.
 
     (wire ``size``; optional (``UNSET`` when absent))
     """
-    annotations: Annotations | UnsetType | None = attrs.field(
+    annotations: Annotations | UnsetType | None = field(
         default=UNSET, metadata=f("annotations", nullable=True, on_error=True)
     )
     """Optional annotations that help clients decide how to display or route this content.
@@ -755,9 +733,7 @@ class ResourceLinkContentBlock:
 
     (wire ``annotations``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -766,7 +742,7 @@ class ResourceLinkContentBlock:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -818,7 +794,7 @@ class ResourceLinkContentBlock:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class ResourceContentBlock:
     """Complete resource contents embedded directly in the message.
 
@@ -831,14 +807,14 @@ class ResourceContentBlock:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("type", "resource"),)
 
-    type: Literal["resource"] = attrs.field(default="resource", metadata=tag("type"))
+    type: Literal["resource"] = field(default="resource", metadata=tag("type"))
     """Tag: always ``'resource'`` (wire ``type``)."""
-    resource: EmbeddedResourceResource = attrs.field(metadata=f("resource"))
+    resource: EmbeddedResourceResource = field(metadata=f("resource"))
     """Embedded resource payload, either text or binary data.
 
     (wire ``resource``; required)
     """
-    annotations: Annotations | UnsetType | None = attrs.field(
+    annotations: Annotations | UnsetType | None = field(
         default=UNSET, metadata=f("annotations", nullable=True, on_error=True)
     )
     """Optional annotations that help clients decide how to display or route this content.
@@ -847,9 +823,7 @@ class ResourceContentBlock:
 
     (wire ``annotations``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -858,7 +832,7 @@ class ResourceContentBlock:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -892,7 +866,7 @@ class ResourceContentBlock:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class ContentBlockOther:
     """Custom or future content block.
 
@@ -913,7 +887,7 @@ class ContentBlockOther:
 
     __acp_catchall__: ClassVar[str] = "type"
 
-    type: str = attrs.field(metadata=tag("type"))
+    type: str = field(metadata=tag("type"))
     """Custom or future content block type.
 
     Values beginning with `_` are reserved for implementation-specific
@@ -922,7 +896,7 @@ class ContentBlockOther:
 
     Tag of a variant this schema does not know (wire ``type``).
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(self, *, type: str, extra_fields: dict[str, Any] | None = None) -> None:
@@ -939,7 +913,7 @@ class ContentBlockOther:
         return self.type == o.type and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class AddDiffChange:
     """A file was added.
 
@@ -948,9 +922,9 @@ class AddDiffChange:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("operation", "add"),)
 
-    operation: Literal["add"] = attrs.field(default="add", metadata=tag("operation"))
+    operation: Literal["add"] = field(default="add", metadata=tag("operation"))
     """Tag: always ``'add'`` (wire ``operation``)."""
-    file_type: DiffFileType | UnsetType | None = attrs.field(
+    file_type: DiffFileType | UnsetType | None = field(
         default=UNSET, metadata=f("fileType", nullable=True, on_error=True)
     )
     """File content kind after the operation (for `delete`, of the deleted file).
@@ -959,23 +933,19 @@ class AddDiffChange:
 
     (wire ``fileType``; optional (``UNSET`` when absent))
     """
-    mime_type: MediaType | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("mimeType", nullable=True, on_error=True)
-    )
+    mime_type: MediaType | UnsetType | None = field(default=UNSET, metadata=f("mimeType", nullable=True, on_error=True))
     """MIME type of the file contents after the operation (for `delete`, of the deleted file).
 
     Omitted and `null` are equivalent and mean the MIME type is unknown.
 
     (wire ``mimeType``; optional (``UNSET`` when absent))
     """
-    path: AbsolutePath = attrs.field(metadata=f("path"))
+    path: AbsolutePath = field(metadata=f("path"))
     """Absolute path for the operation.
 
     (wire ``path``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -984,7 +954,7 @@ class AddDiffChange:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -1021,7 +991,7 @@ class AddDiffChange:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class DeleteDiffChange:
     """A file was deleted.
 
@@ -1030,9 +1000,9 @@ class DeleteDiffChange:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("operation", "delete"),)
 
-    operation: Literal["delete"] = attrs.field(default="delete", metadata=tag("operation"))
+    operation: Literal["delete"] = field(default="delete", metadata=tag("operation"))
     """Tag: always ``'delete'`` (wire ``operation``)."""
-    file_type: DiffFileType | UnsetType | None = attrs.field(
+    file_type: DiffFileType | UnsetType | None = field(
         default=UNSET, metadata=f("fileType", nullable=True, on_error=True)
     )
     """File content kind after the operation (for `delete`, of the deleted file).
@@ -1041,23 +1011,19 @@ class DeleteDiffChange:
 
     (wire ``fileType``; optional (``UNSET`` when absent))
     """
-    mime_type: MediaType | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("mimeType", nullable=True, on_error=True)
-    )
+    mime_type: MediaType | UnsetType | None = field(default=UNSET, metadata=f("mimeType", nullable=True, on_error=True))
     """MIME type of the file contents after the operation (for `delete`, of the deleted file).
 
     Omitted and `null` are equivalent and mean the MIME type is unknown.
 
     (wire ``mimeType``; optional (``UNSET`` when absent))
     """
-    path: AbsolutePath = attrs.field(metadata=f("path"))
+    path: AbsolutePath = field(metadata=f("path"))
     """Absolute path for the operation.
 
     (wire ``path``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -1066,7 +1032,7 @@ class DeleteDiffChange:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -1103,7 +1069,7 @@ class DeleteDiffChange:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class ModifyDiffChange:
     """A file was modified in place.
 
@@ -1112,9 +1078,9 @@ class ModifyDiffChange:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("operation", "modify"),)
 
-    operation: Literal["modify"] = attrs.field(default="modify", metadata=tag("operation"))
+    operation: Literal["modify"] = field(default="modify", metadata=tag("operation"))
     """Tag: always ``'modify'`` (wire ``operation``)."""
-    file_type: DiffFileType | UnsetType | None = attrs.field(
+    file_type: DiffFileType | UnsetType | None = field(
         default=UNSET, metadata=f("fileType", nullable=True, on_error=True)
     )
     """File content kind after the operation (for `delete`, of the deleted file).
@@ -1123,23 +1089,19 @@ class ModifyDiffChange:
 
     (wire ``fileType``; optional (``UNSET`` when absent))
     """
-    mime_type: MediaType | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("mimeType", nullable=True, on_error=True)
-    )
+    mime_type: MediaType | UnsetType | None = field(default=UNSET, metadata=f("mimeType", nullable=True, on_error=True))
     """MIME type of the file contents after the operation (for `delete`, of the deleted file).
 
     Omitted and `null` are equivalent and mean the MIME type is unknown.
 
     (wire ``mimeType``; optional (``UNSET`` when absent))
     """
-    path: AbsolutePath = attrs.field(metadata=f("path"))
+    path: AbsolutePath = field(metadata=f("path"))
     """Absolute path for the operation.
 
     (wire ``path``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -1148,7 +1110,7 @@ class ModifyDiffChange:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -1185,7 +1147,7 @@ class ModifyDiffChange:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class MoveDiffChange:
     """A file was moved or renamed.
 
@@ -1194,9 +1156,9 @@ class MoveDiffChange:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("operation", "move"),)
 
-    operation: Literal["move"] = attrs.field(default="move", metadata=tag("operation"))
+    operation: Literal["move"] = field(default="move", metadata=tag("operation"))
     """Tag: always ``'move'`` (wire ``operation``)."""
-    file_type: DiffFileType | UnsetType | None = attrs.field(
+    file_type: DiffFileType | UnsetType | None = field(
         default=UNSET, metadata=f("fileType", nullable=True, on_error=True)
     )
     """File content kind after the operation (for `delete`, of the deleted file).
@@ -1205,28 +1167,24 @@ class MoveDiffChange:
 
     (wire ``fileType``; optional (``UNSET`` when absent))
     """
-    mime_type: MediaType | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("mimeType", nullable=True, on_error=True)
-    )
+    mime_type: MediaType | UnsetType | None = field(default=UNSET, metadata=f("mimeType", nullable=True, on_error=True))
     """MIME type of the file contents after the operation (for `delete`, of the deleted file).
 
     Omitted and `null` are equivalent and mean the MIME type is unknown.
 
     (wire ``mimeType``; optional (``UNSET`` when absent))
     """
-    old_path: AbsolutePath = attrs.field(metadata=f("oldPath"))
+    old_path: AbsolutePath = field(metadata=f("oldPath"))
     """Absolute path before the operation.
 
     (wire ``oldPath``; required)
     """
-    path: AbsolutePath = attrs.field(metadata=f("path"))
+    path: AbsolutePath = field(metadata=f("path"))
     """Absolute path after the operation.
 
     (wire ``path``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -1235,7 +1193,7 @@ class MoveDiffChange:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -1275,7 +1233,7 @@ class MoveDiffChange:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class CopyDiffChange:
     """A file was copied.
 
@@ -1284,9 +1242,9 @@ class CopyDiffChange:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("operation", "copy"),)
 
-    operation: Literal["copy"] = attrs.field(default="copy", metadata=tag("operation"))
+    operation: Literal["copy"] = field(default="copy", metadata=tag("operation"))
     """Tag: always ``'copy'`` (wire ``operation``)."""
-    file_type: DiffFileType | UnsetType | None = attrs.field(
+    file_type: DiffFileType | UnsetType | None = field(
         default=UNSET, metadata=f("fileType", nullable=True, on_error=True)
     )
     """File content kind after the operation (for `delete`, of the deleted file).
@@ -1295,28 +1253,24 @@ class CopyDiffChange:
 
     (wire ``fileType``; optional (``UNSET`` when absent))
     """
-    mime_type: MediaType | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("mimeType", nullable=True, on_error=True)
-    )
+    mime_type: MediaType | UnsetType | None = field(default=UNSET, metadata=f("mimeType", nullable=True, on_error=True))
     """MIME type of the file contents after the operation (for `delete`, of the deleted file).
 
     Omitted and `null` are equivalent and mean the MIME type is unknown.
 
     (wire ``mimeType``; optional (``UNSET`` when absent))
     """
-    old_path: AbsolutePath = attrs.field(metadata=f("oldPath"))
+    old_path: AbsolutePath = field(metadata=f("oldPath"))
     """Absolute path before the operation.
 
     (wire ``oldPath``; required)
     """
-    path: AbsolutePath = attrs.field(metadata=f("path"))
+    path: AbsolutePath = field(metadata=f("path"))
     """Absolute path after the operation.
 
     (wire ``path``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -1325,7 +1279,7 @@ class CopyDiffChange:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -1365,7 +1319,7 @@ class CopyDiffChange:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class DiffChangeOther:
     """Custom or future file operation.
 
@@ -1380,7 +1334,7 @@ class DiffChangeOther:
 
     __acp_catchall__: ClassVar[str] = "operation"
 
-    operation: str = attrs.field(metadata=tag("operation"))
+    operation: str = field(metadata=tag("operation"))
     """Custom or future file operation.
 
     Values beginning with `_` are reserved for implementation-specific
@@ -1389,7 +1343,7 @@ class DiffChangeOther:
 
     Tag of a variant this schema does not know (wire ``operation``).
     """
-    file_type: DiffFileType | UnsetType | None = attrs.field(
+    file_type: DiffFileType | UnsetType | None = field(
         default=UNSET, metadata=f("fileType", nullable=True, on_error=True)
     )
     """File content kind after the operation (for `delete`, of the deleted file).
@@ -1398,18 +1352,14 @@ class DiffChangeOther:
 
     (wire ``fileType``; optional (``UNSET`` when absent))
     """
-    mime_type: MediaType | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("mimeType", nullable=True, on_error=True)
-    )
+    mime_type: MediaType | UnsetType | None = field(default=UNSET, metadata=f("mimeType", nullable=True, on_error=True))
     """MIME type of the file contents after the operation (for `delete`, of the deleted file).
 
     Omitted and `null` are equivalent and mean the MIME type is unknown.
 
     (wire ``mimeType``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -1418,7 +1368,7 @@ class DiffChangeOther:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -1452,7 +1402,7 @@ class DiffChangeOther:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class FormCreateElicitationRequest:
     """Form-based elicitation where the client renders a form from the provided schema.
 
@@ -1461,24 +1411,24 @@ class FormCreateElicitationRequest:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("mode", "form"),)
 
-    mode: Literal["form"] = attrs.field(default="form", metadata=tag("mode"))
+    mode: Literal["form"] = field(default="form", metadata=tag("mode"))
     """Tag: always ``'form'`` (wire ``mode``)."""
-    message: str = attrs.field(metadata=f("message"))
+    message: str = field(metadata=f("message"))
     """A human-readable message describing what input is needed.
 
     (wire ``message``; required)
     """
-    requested_schema: ElicitationSchema = attrs.field(metadata=f("requestedSchema"))
+    requested_schema: ElicitationSchema = field(metadata=f("requestedSchema"))
     """A JSON Schema describing the form fields to present to the user.
 
     (wire ``requestedSchema``; required)
     """
-    session_id: SessionId | UnsetType = attrs.field(default=UNSET, metadata=f("sessionId"))
+    session_id: SessionId | UnsetType = field(default=UNSET, metadata=f("sessionId"))
     """The session this elicitation is tied to.
 
     (wire ``sessionId``; optional (``UNSET`` when absent))
     """
-    tool_call_id: ToolCallId | UnsetType | None = attrs.field(
+    tool_call_id: ToolCallId | UnsetType | None = field(
         default=UNSET, metadata=f("toolCallId", nullable=True, on_error=True)
     )
     """Optional tool call within the session.
@@ -1488,14 +1438,12 @@ class FormCreateElicitationRequest:
 
     (wire ``toolCallId``; optional (``UNSET`` when absent))
     """
-    request_id: RequestId | UnsetType = attrs.field(default=UNSET, metadata=f("requestId"))
+    request_id: RequestId | UnsetType = field(default=UNSET, metadata=f("requestId"))
     """The pending Client-to-Agent request this elicitation is tied to.
 
     (wire ``requestId``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -1504,7 +1452,7 @@ class FormCreateElicitationRequest:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -1547,7 +1495,7 @@ class FormCreateElicitationRequest:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class UrlCreateElicitationRequest:
     """URL-based elicitation where the client directs the user to a URL.
 
@@ -1556,29 +1504,29 @@ class UrlCreateElicitationRequest:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("mode", "url"),)
 
-    mode: Literal["url"] = attrs.field(default="url", metadata=tag("mode"))
+    mode: Literal["url"] = field(default="url", metadata=tag("mode"))
     """Tag: always ``'url'`` (wire ``mode``)."""
-    message: str = attrs.field(metadata=f("message"))
+    message: str = field(metadata=f("message"))
     """A human-readable message describing what input is needed.
 
     (wire ``message``; required)
     """
-    elicitation_id: ElicitationId = attrs.field(metadata=f("elicitationId"))
+    elicitation_id: ElicitationId = field(metadata=f("elicitationId"))
     """The unique identifier for this elicitation.
 
     (wire ``elicitationId``; required)
     """
-    url: str = attrs.field(metadata=f("url"))
+    url: str = field(metadata=f("url"))
     """The URL to direct the user to.
 
     (wire ``url``; required)
     """
-    session_id: SessionId | UnsetType = attrs.field(default=UNSET, metadata=f("sessionId"))
+    session_id: SessionId | UnsetType = field(default=UNSET, metadata=f("sessionId"))
     """The session this elicitation is tied to.
 
     (wire ``sessionId``; optional (``UNSET`` when absent))
     """
-    tool_call_id: ToolCallId | UnsetType | None = attrs.field(
+    tool_call_id: ToolCallId | UnsetType | None = field(
         default=UNSET, metadata=f("toolCallId", nullable=True, on_error=True)
     )
     """Optional tool call within the session.
@@ -1588,14 +1536,12 @@ class UrlCreateElicitationRequest:
 
     (wire ``toolCallId``; optional (``UNSET`` when absent))
     """
-    request_id: RequestId | UnsetType = attrs.field(default=UNSET, metadata=f("requestId"))
+    request_id: RequestId | UnsetType = field(default=UNSET, metadata=f("requestId"))
     """The pending Client-to-Agent request this elicitation is tied to.
 
     (wire ``requestId``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -1604,7 +1550,7 @@ class UrlCreateElicitationRequest:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -1650,7 +1596,7 @@ class UrlCreateElicitationRequest:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class CreateElicitationRequestOther:
     """Custom or future elicitation mode.
 
@@ -1669,7 +1615,7 @@ class CreateElicitationRequestOther:
 
     __acp_catchall__: ClassVar[str] = "mode"
 
-    mode: str = attrs.field(metadata=tag("mode"))
+    mode: str = field(metadata=tag("mode"))
     """Custom or future elicitation mode.
 
     Values beginning with `_` are reserved for implementation-specific
@@ -1678,17 +1624,17 @@ class CreateElicitationRequestOther:
 
     Tag of a variant this schema does not know (wire ``mode``).
     """
-    message: str = attrs.field(metadata=f("message"))
+    message: str = field(metadata=f("message"))
     """A human-readable message describing what input is needed.
 
     (wire ``message``; required)
     """
-    session_id: SessionId | UnsetType = attrs.field(default=UNSET, metadata=f("sessionId"))
+    session_id: SessionId | UnsetType = field(default=UNSET, metadata=f("sessionId"))
     """The session this elicitation is tied to.
 
     (wire ``sessionId``; optional (``UNSET`` when absent))
     """
-    tool_call_id: ToolCallId | UnsetType | None = attrs.field(
+    tool_call_id: ToolCallId | UnsetType | None = field(
         default=UNSET, metadata=f("toolCallId", nullable=True, on_error=True)
     )
     """Optional tool call within the session.
@@ -1698,14 +1644,12 @@ class CreateElicitationRequestOther:
 
     (wire ``toolCallId``; optional (``UNSET`` when absent))
     """
-    request_id: RequestId | UnsetType = attrs.field(default=UNSET, metadata=f("requestId"))
+    request_id: RequestId | UnsetType = field(default=UNSET, metadata=f("requestId"))
     """The pending Client-to-Agent request this elicitation is tied to.
 
     (wire ``requestId``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -1714,7 +1658,7 @@ class CreateElicitationRequestOther:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -1754,7 +1698,7 @@ class CreateElicitationRequestOther:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class StringElicitationPropertySchema:
     """String property (or single-select enum when `enum`/`oneOf` is set).
 
@@ -1763,60 +1707,58 @@ class StringElicitationPropertySchema:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("type", "string"),)
 
-    type: Literal["string"] = attrs.field(default="string", metadata=tag("type"))
+    type: Literal["string"] = field(default="string", metadata=tag("type"))
     """Tag: always ``'string'`` (wire ``type``)."""
-    title: str | UnsetType | None = attrs.field(default=UNSET, metadata=f("title", nullable=True, on_error=True))
+    title: str | UnsetType | None = field(default=UNSET, metadata=f("title", nullable=True, on_error=True))
     """Optional title for the property.
 
     Optional. Omitted and `null` are equivalent and mean no title is provided.
 
     (wire ``title``; optional (``UNSET`` when absent))
     """
-    description: str | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("description", nullable=True, on_error=True)
-    )
+    description: str | UnsetType | None = field(default=UNSET, metadata=f("description", nullable=True, on_error=True))
     """Human-readable description.
 
     Optional. Omitted and `null` are equivalent and mean no description is provided.
 
     (wire ``description``; optional (``UNSET`` when absent))
     """
-    min_length: int | UnsetType | None = attrs.field(default=UNSET, metadata=f("minLength", nullable=True))
+    min_length: int | UnsetType | None = field(default=UNSET, metadata=f("minLength", nullable=True))
     """Minimum string length.
 
     Optional. Omitted and `null` are equivalent and mean there is no minimum length constraint.
 
     (wire ``minLength``; optional (``UNSET`` when absent))
     """
-    max_length: int | UnsetType | None = attrs.field(default=UNSET, metadata=f("maxLength", nullable=True))
+    max_length: int | UnsetType | None = field(default=UNSET, metadata=f("maxLength", nullable=True))
     """Maximum string length.
 
     Optional. Omitted and `null` are equivalent and mean there is no maximum length constraint.
 
     (wire ``maxLength``; optional (``UNSET`` when absent))
     """
-    pattern: str | UnsetType | None = attrs.field(default=UNSET, metadata=f("pattern", nullable=True))
+    pattern: str | UnsetType | None = field(default=UNSET, metadata=f("pattern", nullable=True))
     """Pattern the string must match, in ECMA-262 regular expression syntax.
 
     Optional. Omitted and `null` are equivalent and mean there is no pattern constraint.
 
     (wire ``pattern``; optional (``UNSET`` when absent))
     """
-    format: StringFormat | UnsetType | None = attrs.field(default=UNSET, metadata=f("format", nullable=True))
+    format: StringFormat | UnsetType | None = field(default=UNSET, metadata=f("format", nullable=True))
     """String format.
 
     Optional. Omitted and `null` are equivalent and mean there is no format constraint.
 
     (wire ``format``; optional (``UNSET`` when absent))
     """
-    default: str | UnsetType | None = attrs.field(default=UNSET, metadata=f("default", nullable=True, on_error=True))
+    default: str | UnsetType | None = field(default=UNSET, metadata=f("default", nullable=True, on_error=True))
     """Default value.
 
     Optional. Omitted and `null` are equivalent and mean no default value is provided.
 
     (wire ``default``; optional (``UNSET`` when absent))
     """
-    enum: list[str] | UnsetType | None = attrs.field(default=UNSET, metadata=f("enum", nullable=True))
+    enum: list[str] | UnsetType | None = field(default=UNSET, metadata=f("enum", nullable=True))
     """Enum values for untitled single-select enums.
     Must contain at least one value when present.
     Optional. Omitted and `null` are equivalent and mean no untitled single-select choices are
@@ -1824,7 +1766,7 @@ class StringElicitationPropertySchema:
 
     (wire ``enum``; optional (``UNSET`` when absent))
     """
-    one_of: list[EnumOption] | UnsetType | None = attrs.field(default=UNSET, metadata=f("oneOf", nullable=True))
+    one_of: list[EnumOption] | UnsetType | None = field(default=UNSET, metadata=f("oneOf", nullable=True))
     """Titled enum options for titled single-select enums.
     Must contain at least one option when present.
     Optional. Omitted and `null` are equivalent and mean no titled single-select choices are
@@ -1832,9 +1774,7 @@ class StringElicitationPropertySchema:
 
     (wire ``oneOf``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -1843,7 +1783,7 @@ class StringElicitationPropertySchema:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -1898,7 +1838,7 @@ class StringElicitationPropertySchema:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class NumberElicitationPropertySchema:
     """Number (floating-point) property.
 
@@ -1907,48 +1847,44 @@ class NumberElicitationPropertySchema:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("type", "number"),)
 
-    type: Literal["number"] = attrs.field(default="number", metadata=tag("type"))
+    type: Literal["number"] = field(default="number", metadata=tag("type"))
     """Tag: always ``'number'`` (wire ``type``)."""
-    title: str | UnsetType | None = attrs.field(default=UNSET, metadata=f("title", nullable=True, on_error=True))
+    title: str | UnsetType | None = field(default=UNSET, metadata=f("title", nullable=True, on_error=True))
     """Optional title for the property.
 
     Optional. Omitted and `null` are equivalent and mean no title is provided.
 
     (wire ``title``; optional (``UNSET`` when absent))
     """
-    description: str | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("description", nullable=True, on_error=True)
-    )
+    description: str | UnsetType | None = field(default=UNSET, metadata=f("description", nullable=True, on_error=True))
     """Human-readable description.
 
     Optional. Omitted and `null` are equivalent and mean no description is provided.
 
     (wire ``description``; optional (``UNSET`` when absent))
     """
-    minimum: float | UnsetType | None = attrs.field(default=UNSET, metadata=f("minimum", nullable=True))
+    minimum: float | UnsetType | None = field(default=UNSET, metadata=f("minimum", nullable=True))
     """Minimum value (inclusive).
 
     Optional. Omitted and `null` are equivalent and mean there is no inclusive lower bound.
 
     (wire ``minimum``; optional (``UNSET`` when absent))
     """
-    maximum: float | UnsetType | None = attrs.field(default=UNSET, metadata=f("maximum", nullable=True))
+    maximum: float | UnsetType | None = field(default=UNSET, metadata=f("maximum", nullable=True))
     """Maximum value (inclusive).
 
     Optional. Omitted and `null` are equivalent and mean there is no inclusive upper bound.
 
     (wire ``maximum``; optional (``UNSET`` when absent))
     """
-    default: float | UnsetType | None = attrs.field(default=UNSET, metadata=f("default", nullable=True, on_error=True))
+    default: float | UnsetType | None = field(default=UNSET, metadata=f("default", nullable=True, on_error=True))
     """Default value.
 
     Optional. Omitted and `null` are equivalent and mean no default value is provided.
 
     (wire ``default``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -1957,7 +1893,7 @@ class NumberElicitationPropertySchema:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -2000,7 +1936,7 @@ class NumberElicitationPropertySchema:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class IntegerElicitationPropertySchema:
     """Integer property.
 
@@ -2009,48 +1945,44 @@ class IntegerElicitationPropertySchema:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("type", "integer"),)
 
-    type: Literal["integer"] = attrs.field(default="integer", metadata=tag("type"))
+    type: Literal["integer"] = field(default="integer", metadata=tag("type"))
     """Tag: always ``'integer'`` (wire ``type``)."""
-    title: str | UnsetType | None = attrs.field(default=UNSET, metadata=f("title", nullable=True, on_error=True))
+    title: str | UnsetType | None = field(default=UNSET, metadata=f("title", nullable=True, on_error=True))
     """Optional title for the property.
 
     Optional. Omitted and `null` are equivalent and mean no title is provided.
 
     (wire ``title``; optional (``UNSET`` when absent))
     """
-    description: str | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("description", nullable=True, on_error=True)
-    )
+    description: str | UnsetType | None = field(default=UNSET, metadata=f("description", nullable=True, on_error=True))
     """Human-readable description.
 
     Optional. Omitted and `null` are equivalent and mean no description is provided.
 
     (wire ``description``; optional (``UNSET`` when absent))
     """
-    minimum: int | UnsetType | None = attrs.field(default=UNSET, metadata=f("minimum", nullable=True))
+    minimum: int | UnsetType | None = field(default=UNSET, metadata=f("minimum", nullable=True))
     """Minimum value (inclusive).
 
     Optional. Omitted and `null` are equivalent and mean there is no inclusive lower bound.
 
     (wire ``minimum``; optional (``UNSET`` when absent))
     """
-    maximum: int | UnsetType | None = attrs.field(default=UNSET, metadata=f("maximum", nullable=True))
+    maximum: int | UnsetType | None = field(default=UNSET, metadata=f("maximum", nullable=True))
     """Maximum value (inclusive).
 
     Optional. Omitted and `null` are equivalent and mean there is no inclusive upper bound.
 
     (wire ``maximum``; optional (``UNSET`` when absent))
     """
-    default: int | UnsetType | None = attrs.field(default=UNSET, metadata=f("default", nullable=True, on_error=True))
+    default: int | UnsetType | None = field(default=UNSET, metadata=f("default", nullable=True, on_error=True))
     """Default value.
 
     Optional. Omitted and `null` are equivalent and mean no default value is provided.
 
     (wire ``default``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -2059,7 +1991,7 @@ class IntegerElicitationPropertySchema:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -2102,7 +2034,7 @@ class IntegerElicitationPropertySchema:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class BooleanElicitationPropertySchema:
     """Boolean property.
 
@@ -2111,34 +2043,30 @@ class BooleanElicitationPropertySchema:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("type", "boolean"),)
 
-    type: Literal["boolean"] = attrs.field(default="boolean", metadata=tag("type"))
+    type: Literal["boolean"] = field(default="boolean", metadata=tag("type"))
     """Tag: always ``'boolean'`` (wire ``type``)."""
-    title: str | UnsetType | None = attrs.field(default=UNSET, metadata=f("title", nullable=True, on_error=True))
+    title: str | UnsetType | None = field(default=UNSET, metadata=f("title", nullable=True, on_error=True))
     """Optional title for the property.
 
     Optional. Omitted and `null` are equivalent and mean no title is provided.
 
     (wire ``title``; optional (``UNSET`` when absent))
     """
-    description: str | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("description", nullable=True, on_error=True)
-    )
+    description: str | UnsetType | None = field(default=UNSET, metadata=f("description", nullable=True, on_error=True))
     """Human-readable description.
 
     Optional. Omitted and `null` are equivalent and mean no description is provided.
 
     (wire ``description``; optional (``UNSET`` when absent))
     """
-    default: bool | UnsetType | None = attrs.field(default=UNSET, metadata=f("default", nullable=True, on_error=True))
+    default: bool | UnsetType | None = field(default=UNSET, metadata=f("default", nullable=True, on_error=True))
     """Default value.
 
     Optional. Omitted and `null` are equivalent and mean no default value is provided.
 
     (wire ``default``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -2147,7 +2075,7 @@ class BooleanElicitationPropertySchema:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -2184,7 +2112,7 @@ class BooleanElicitationPropertySchema:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class ArrayElicitationPropertySchema:
     """Multi-select array property.
 
@@ -2193,44 +2121,42 @@ class ArrayElicitationPropertySchema:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("type", "array"),)
 
-    type: Literal["array"] = attrs.field(default="array", metadata=tag("type"))
+    type: Literal["array"] = field(default="array", metadata=tag("type"))
     """Tag: always ``'array'`` (wire ``type``)."""
-    title: str | UnsetType | None = attrs.field(default=UNSET, metadata=f("title", nullable=True, on_error=True))
+    title: str | UnsetType | None = field(default=UNSET, metadata=f("title", nullable=True, on_error=True))
     """Optional title for the property.
 
     Optional. Omitted and `null` are equivalent and mean no title is provided.
 
     (wire ``title``; optional (``UNSET`` when absent))
     """
-    description: str | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("description", nullable=True, on_error=True)
-    )
+    description: str | UnsetType | None = field(default=UNSET, metadata=f("description", nullable=True, on_error=True))
     """Human-readable description.
 
     Optional. Omitted and `null` are equivalent and mean no description is provided.
 
     (wire ``description``; optional (``UNSET`` when absent))
     """
-    min_items: int | UnsetType | None = attrs.field(default=UNSET, metadata=f("minItems", nullable=True))
+    min_items: int | UnsetType | None = field(default=UNSET, metadata=f("minItems", nullable=True))
     """Minimum number of items to select.
 
     Optional. Omitted and `null` are equivalent and mean there is no minimum selection count.
 
     (wire ``minItems``; optional (``UNSET`` when absent))
     """
-    max_items: int | UnsetType | None = attrs.field(default=UNSET, metadata=f("maxItems", nullable=True))
+    max_items: int | UnsetType | None = field(default=UNSET, metadata=f("maxItems", nullable=True))
     """Maximum number of items to select.
 
     Optional. Omitted and `null` are equivalent and mean there is no maximum selection count.
 
     (wire ``maxItems``; optional (``UNSET`` when absent))
     """
-    items: MultiSelectItems = attrs.field(metadata=f("items"))
+    items: MultiSelectItems = field(metadata=f("items"))
     """The items definition describing allowed values.
 
     (wire ``items``; required)
     """
-    default: list[str] | UnsetType | None = attrs.field(
+    default: list[str] | UnsetType | None = field(
         default=UNSET, metadata=f("default", nullable=True, on_error=True, skip_invalid=True)
     )
     """Default selected values.
@@ -2239,9 +2165,7 @@ class ArrayElicitationPropertySchema:
 
     (wire ``default``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -2250,7 +2174,7 @@ class ArrayElicitationPropertySchema:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -2296,7 +2220,7 @@ class ArrayElicitationPropertySchema:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class ElicitationPropertySchemaOther:
     """Custom or future elicitation property schema.
 
@@ -2315,7 +2239,7 @@ class ElicitationPropertySchemaOther:
 
     __acp_catchall__: ClassVar[str] = "type"
 
-    type: str = attrs.field(metadata=tag("type"))
+    type: str = field(metadata=tag("type"))
     """Custom or future elicitation property schema type.
 
     Values beginning with `_` are reserved for implementation-specific
@@ -2324,7 +2248,7 @@ class ElicitationPropertySchemaOther:
 
     Tag of a variant this schema does not know (wire ``type``).
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(self, *, type: str, extra_fields: dict[str, Any] | None = None) -> None:
@@ -2341,7 +2265,7 @@ class ElicitationPropertySchemaOther:
         return self.type == o.type and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class StringMultiSelectItems:
     """Multi-select string items with plain string values.
 
@@ -2350,16 +2274,14 @@ class StringMultiSelectItems:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("type", "string"),)
 
-    type: Literal["string"] | UnsetType = attrs.field(default="string", metadata=tag("type", optional=True))
+    type: Literal["string"] | UnsetType = field(default="string", metadata=tag("type", optional=True))
     """Tag ``'string'`` (wire ``type``): set by the constructor and present when this type is decoded as a union variant; ``UNSET`` when decoded on its own, where the schema has no tag."""
-    enum: list[str] = attrs.field(metadata=f("enum"))
+    enum: list[str] = field(metadata=f("enum"))
     """Allowed enum values. Must contain at least one value.
 
     (wire ``enum``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -2368,7 +2290,7 @@ class StringMultiSelectItems:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -2396,7 +2318,7 @@ class StringMultiSelectItems:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class MultiSelectItemsOther:
     """Custom or future typed multi-select items.
 
@@ -2407,7 +2329,7 @@ class MultiSelectItemsOther:
 
     __acp_catchall__: ClassVar[str] = "type"
 
-    type: str = attrs.field(metadata=tag("type"))
+    type: str = field(metadata=tag("type"))
     """Custom or future multi-select item type.
 
     Values beginning with `_` are reserved for implementation-specific
@@ -2416,7 +2338,7 @@ class MultiSelectItemsOther:
 
     Tag of a variant this schema does not know (wire ``type``).
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(self, *, type: str, extra_fields: dict[str, Any] | None = None) -> None:
@@ -2433,21 +2355,19 @@ class MultiSelectItemsOther:
         return self.type == o.type and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class TitledMultiSelectItems:
     """Items definition for titled multi-select enum properties.
 
     Schema: ``schema/v2/schema.json``, ``$defs/TitledMultiSelectItems``
     """
 
-    any_of: list[EnumOption] = attrs.field(metadata=f("anyOf"))
+    any_of: list[EnumOption] = field(metadata=f("anyOf"))
     """Titled enum options. Must contain at least one option.
 
     (wire ``anyOf``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -2456,7 +2376,7 @@ class TitledMultiSelectItems:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -2480,7 +2400,7 @@ class TitledMultiSelectItems:
         return self.any_of == o.any_of and self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class TerminalAuthMethod:
     """Client runs the configured agent program as a separate interactive
     process, without passing this method to `auth/login`.
@@ -2490,42 +2410,38 @@ class TerminalAuthMethod:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("type", "terminal"),)
 
-    type: Literal["terminal"] = attrs.field(default="terminal", metadata=tag("type"))
+    type: Literal["terminal"] = field(default="terminal", metadata=tag("type"))
     """Tag: always ``'terminal'`` (wire ``type``)."""
-    method_id: AuthMethodId = attrs.field(metadata=f("methodId"))
+    method_id: AuthMethodId = field(metadata=f("methodId"))
     """Unique identifier for this authentication method.
 
     (wire ``methodId``; required)
     """
-    name: str = attrs.field(metadata=f("name"))
+    name: str = field(metadata=f("name"))
     """Human-readable name of the authentication method.
 
     (wire ``name``; required)
     """
-    description: str | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("description", nullable=True, on_error=True)
-    )
+    description: str | UnsetType | None = field(default=UNSET, metadata=f("description", nullable=True, on_error=True))
     """Optional human-readable description of this authentication method.
 
     Omitted and `null` are equivalent and mean no description is provided.
 
     (wire ``description``; optional (``UNSET`` when absent))
     """
-    args: list[str] | UnsetType = attrs.field(default=UNSET, metadata=f("args", on_null=True))
+    args: list[str] | UnsetType = field(default=UNSET, metadata=f("args", on_null=True))
     """Additional arguments to append to the configured agent invocation for terminal auth.
 
     (wire ``args``; optional (``UNSET`` when absent))
     """
-    env: list[EnvVariable] | UnsetType = attrs.field(default=UNSET, metadata=f("env", on_null=True))
+    env: list[EnvVariable] | UnsetType = field(default=UNSET, metadata=f("env", on_null=True))
     """Additional environment variables to set on the configured agent invocation for terminal auth.
     Names MUST be unique. These values override same-named variables in the
     base launch configuration.
 
     (wire ``env``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -2534,7 +2450,7 @@ class TerminalAuthMethod:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -2577,7 +2493,7 @@ class TerminalAuthMethod:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class AgentAuthMethod:
     """Agent handles authentication itself through `auth/login`.
 
@@ -2588,30 +2504,26 @@ class AgentAuthMethod:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("type", "agent"),)
 
-    type: Literal["agent"] = attrs.field(default="agent", metadata=tag("type"))
+    type: Literal["agent"] = field(default="agent", metadata=tag("type"))
     """Tag: always ``'agent'`` (wire ``type``)."""
-    method_id: AuthMethodId = attrs.field(metadata=f("methodId"))
+    method_id: AuthMethodId = field(metadata=f("methodId"))
     """Unique identifier for this authentication method.
 
     (wire ``methodId``; required)
     """
-    name: str = attrs.field(metadata=f("name"))
+    name: str = field(metadata=f("name"))
     """Human-readable name of the authentication method.
 
     (wire ``name``; required)
     """
-    description: str | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("description", nullable=True, on_error=True)
-    )
+    description: str | UnsetType | None = field(default=UNSET, metadata=f("description", nullable=True, on_error=True))
     """Optional human-readable description of this authentication method.
 
     Omitted and `null` are equivalent and mean no description is provided.
 
     (wire ``description``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -2620,7 +2532,7 @@ class AgentAuthMethod:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -2657,7 +2569,7 @@ class AgentAuthMethod:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class AuthMethodOther:
     """Custom or future authentication method.
 
@@ -2676,7 +2588,7 @@ class AuthMethodOther:
 
     __acp_catchall__: ClassVar[str] = "type"
 
-    type: str = attrs.field(metadata=tag("type"))
+    type: str = field(metadata=tag("type"))
     """Custom or future authentication method type.
 
     Values beginning with `_` are reserved for implementation-specific
@@ -2685,17 +2597,17 @@ class AuthMethodOther:
 
     Tag of a variant this schema does not know (wire ``type``).
     """
-    method_id: AuthMethodId = attrs.field(metadata=f("methodId"))
+    method_id: AuthMethodId = field(metadata=f("methodId"))
     """Unique identifier for this authentication method.
 
     (wire ``methodId``; required)
     """
-    name: str = attrs.field(metadata=f("name"))
+    name: str = field(metadata=f("name"))
     """Human-readable name of the authentication method.
 
     (wire ``name``; required)
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -2721,7 +2633,7 @@ class AuthMethodOther:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class SelectSessionConfigOption:
     """Single-value selector (dropdown).
 
@@ -2730,28 +2642,26 @@ class SelectSessionConfigOption:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("type", "select"),)
 
-    type: Literal["select"] = attrs.field(default="select", metadata=tag("type"))
+    type: Literal["select"] = field(default="select", metadata=tag("type"))
     """Tag: always ``'select'`` (wire ``type``)."""
-    config_id: SessionConfigId = attrs.field(metadata=f("configId"))
+    config_id: SessionConfigId = field(metadata=f("configId"))
     """Unique identifier for the configuration option.
 
     (wire ``configId``; required)
     """
-    name: str = attrs.field(metadata=f("name"))
+    name: str = field(metadata=f("name"))
     """Human-readable label for the option.
 
     (wire ``name``; required)
     """
-    description: str | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("description", nullable=True, on_error=True)
-    )
+    description: str | UnsetType | None = field(default=UNSET, metadata=f("description", nullable=True, on_error=True))
     """Optional description for the Client to display to the user.
 
     Omitted and `null` are equivalent and mean no description is provided.
 
     (wire ``description``; optional (``UNSET`` when absent))
     """
-    category: SessionConfigOptionCategory | UnsetType | None = attrs.field(
+    category: SessionConfigOptionCategory | UnsetType | None = field(
         default=UNSET, metadata=f("category", nullable=True, on_error=True)
     )
     """Optional semantic category for this option (UX only).
@@ -2760,20 +2670,18 @@ class SelectSessionConfigOption:
 
     (wire ``category``; optional (``UNSET`` when absent))
     """
-    current_value: SessionConfigValueId = attrs.field(metadata=f("currentValue"))
+    current_value: SessionConfigValueId = field(metadata=f("currentValue"))
     """The currently selected value. MUST be one of the `value`s in `options`.
 
     (wire ``currentValue``; required)
     """
-    options: SessionConfigSelectOptions = attrs.field(metadata=f("options"))
+    options: SessionConfigSelectOptions = field(metadata=f("options"))
     """The set of selectable options. MUST contain at least one value, and each `value` MUST be
     unique within the option, including across groups.
 
     (wire ``options``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -2782,7 +2690,7 @@ class SelectSessionConfigOption:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -2828,7 +2736,7 @@ class SelectSessionConfigOption:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class BooleanSessionConfigOption:
     """Boolean on/off toggle.
 
@@ -2837,28 +2745,26 @@ class BooleanSessionConfigOption:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("type", "boolean"),)
 
-    type: Literal["boolean"] = attrs.field(default="boolean", metadata=tag("type"))
+    type: Literal["boolean"] = field(default="boolean", metadata=tag("type"))
     """Tag: always ``'boolean'`` (wire ``type``)."""
-    config_id: SessionConfigId = attrs.field(metadata=f("configId"))
+    config_id: SessionConfigId = field(metadata=f("configId"))
     """Unique identifier for the configuration option.
 
     (wire ``configId``; required)
     """
-    name: str = attrs.field(metadata=f("name"))
+    name: str = field(metadata=f("name"))
     """Human-readable label for the option.
 
     (wire ``name``; required)
     """
-    description: str | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("description", nullable=True, on_error=True)
-    )
+    description: str | UnsetType | None = field(default=UNSET, metadata=f("description", nullable=True, on_error=True))
     """Optional description for the Client to display to the user.
 
     Omitted and `null` are equivalent and mean no description is provided.
 
     (wire ``description``; optional (``UNSET`` when absent))
     """
-    category: SessionConfigOptionCategory | UnsetType | None = attrs.field(
+    category: SessionConfigOptionCategory | UnsetType | None = field(
         default=UNSET, metadata=f("category", nullable=True, on_error=True)
     )
     """Optional semantic category for this option (UX only).
@@ -2867,14 +2773,12 @@ class BooleanSessionConfigOption:
 
     (wire ``category``; optional (``UNSET`` when absent))
     """
-    current_value: bool = attrs.field(metadata=f("currentValue"))
+    current_value: bool = field(metadata=f("currentValue"))
     """The current value of the boolean option.
 
     (wire ``currentValue``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -2883,7 +2787,7 @@ class BooleanSessionConfigOption:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -2926,7 +2830,7 @@ class BooleanSessionConfigOption:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class SessionConfigOptionOther:
     """Custom or future session configuration option payload.
 
@@ -2945,7 +2849,7 @@ class SessionConfigOptionOther:
 
     __acp_catchall__: ClassVar[str] = "type"
 
-    type: str = attrs.field(metadata=tag("type"))
+    type: str = field(metadata=tag("type"))
     """Custom or future session configuration option type.
 
     Values beginning with `_` are reserved for implementation-specific
@@ -2954,26 +2858,24 @@ class SessionConfigOptionOther:
 
     Tag of a variant this schema does not know (wire ``type``).
     """
-    config_id: SessionConfigId = attrs.field(metadata=f("configId"))
+    config_id: SessionConfigId = field(metadata=f("configId"))
     """Unique identifier for the configuration option.
 
     (wire ``configId``; required)
     """
-    name: str = attrs.field(metadata=f("name"))
+    name: str = field(metadata=f("name"))
     """Human-readable label for the option.
 
     (wire ``name``; required)
     """
-    description: str | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("description", nullable=True, on_error=True)
-    )
+    description: str | UnsetType | None = field(default=UNSET, metadata=f("description", nullable=True, on_error=True))
     """Optional description for the Client to display to the user.
 
     Omitted and `null` are equivalent and mean no description is provided.
 
     (wire ``description``; optional (``UNSET`` when absent))
     """
-    category: SessionConfigOptionCategory | UnsetType | None = attrs.field(
+    category: SessionConfigOptionCategory | UnsetType | None = field(
         default=UNSET, metadata=f("category", nullable=True, on_error=True)
     )
     """Optional semantic category for this option (UX only).
@@ -2982,9 +2884,7 @@ class SessionConfigOptionOther:
 
     (wire ``category``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -2993,7 +2893,7 @@ class SessionConfigOptionOther:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -3033,7 +2933,7 @@ class SessionConfigOptionOther:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class CommandAvailableCommand:
     """A slash command the user can invoke by including it in a prompt.
 
@@ -3042,21 +2942,21 @@ class CommandAvailableCommand:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("type", "command"),)
 
-    type: Literal["command"] = attrs.field(default="command", metadata=tag("type"))
+    type: Literal["command"] = field(default="command", metadata=tag("type"))
     """Tag: always ``'command'`` (wire ``type``)."""
-    name: str = attrs.field(metadata=f("name"))
+    name: str = field(metadata=f("name"))
     """Command name without the leading `/` (e.g., `create_plan`, `research_codebase`).
 
     MUST NOT contain whitespace and MUST be unique within the command list.
 
     (wire ``name``; required)
     """
-    description: str = attrs.field(metadata=f("description"))
+    description: str = field(metadata=f("description"))
     """Human-readable description of what the command does.
 
     (wire ``description``; required)
     """
-    input: AvailableCommandInput | UnsetType | None = attrs.field(
+    input: AvailableCommandInput | UnsetType | None = field(
         default=UNSET, metadata=f("input", nullable=True, on_error=True)
     )
     """Input for the command if required
@@ -3065,9 +2965,7 @@ class CommandAvailableCommand:
 
     (wire ``input``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -3076,7 +2974,7 @@ class CommandAvailableCommand:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -3113,7 +3011,7 @@ class CommandAvailableCommand:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class AvailableCommandOther:
     """Custom or future command kind.
 
@@ -3133,7 +3031,7 @@ class AvailableCommandOther:
 
     __acp_catchall__: ClassVar[str] = "type"
 
-    type: str = attrs.field(metadata=tag("type"))
+    type: str = field(metadata=tag("type"))
     """Custom or future command type.
 
     Values beginning with `_` are reserved for implementation-specific
@@ -3142,18 +3040,18 @@ class AvailableCommandOther:
 
     Tag of a variant this schema does not know (wire ``type``).
     """
-    name: str = attrs.field(metadata=f("name"))
+    name: str = field(metadata=f("name"))
     """Command name without the leading `/`. MUST NOT contain whitespace and MUST be unique
     within the command list.
 
     (wire ``name``; required)
     """
-    description: str = attrs.field(metadata=f("description"))
+    description: str = field(metadata=f("description"))
     """Human-readable description of what the command does.
 
     (wire ``description``; required)
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(self, *, type: str, name: str, description: str, extra_fields: dict[str, Any] | None = None) -> None:
@@ -3177,7 +3075,7 @@ class AvailableCommandOther:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class TextAvailableCommandInput:
     """All text after the command name and the whitespace following it is provided as input.
 
@@ -3186,16 +3084,14 @@ class TextAvailableCommandInput:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("type", "text"),)
 
-    type: Literal["text"] = attrs.field(default="text", metadata=tag("type"))
+    type: Literal["text"] = field(default="text", metadata=tag("type"))
     """Tag: always ``'text'`` (wire ``type``)."""
-    hint: str = attrs.field(metadata=f("hint"))
+    hint: str = field(metadata=f("hint"))
     """A hint to display when the input hasn't been provided yet
 
     (wire ``hint``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -3204,7 +3100,7 @@ class TextAvailableCommandInput:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -3232,7 +3128,7 @@ class TextAvailableCommandInput:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class AvailableCommandInputOther:
     """Custom or future command input specification.
 
@@ -3252,7 +3148,7 @@ class AvailableCommandInputOther:
 
     __acp_catchall__: ClassVar[str] = "type"
 
-    type: str = attrs.field(metadata=tag("type"))
+    type: str = field(metadata=tag("type"))
     """Custom or future command input type.
 
     Values beginning with `_` are reserved for implementation-specific
@@ -3261,7 +3157,7 @@ class AvailableCommandInputOther:
 
     Tag of a variant this schema does not know (wire ``type``).
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(self, *, type: str, extra_fields: dict[str, Any] | None = None) -> None:
@@ -3278,7 +3174,7 @@ class AvailableCommandInputOther:
         return self.type == o.type and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class UserMessageChunkSessionUpdate:
     """A chunk of the user's message being streamed.
 
@@ -3287,11 +3183,9 @@ class UserMessageChunkSessionUpdate:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("sessionUpdate", "user_message_chunk"),)
 
-    session_update: Literal["user_message_chunk"] = attrs.field(
-        default="user_message_chunk", metadata=tag("sessionUpdate")
-    )
+    session_update: Literal["user_message_chunk"] = field(default="user_message_chunk", metadata=tag("sessionUpdate"))
     """Tag: always ``'user_message_chunk'`` (wire ``sessionUpdate``)."""
-    message_id: MessageId = attrs.field(metadata=f("messageId"))
+    message_id: MessageId = field(metadata=f("messageId"))
     """A unique identifier for the message this chunk belongs to.
 
     All chunks belonging to the same message share the same `messageId`.
@@ -3299,14 +3193,12 @@ class UserMessageChunkSessionUpdate:
 
     (wire ``messageId``; required)
     """
-    content: ContentBlock = attrs.field(metadata=f("content"))
+    content: ContentBlock = field(metadata=f("content"))
     """A single item of content
 
     (wire ``content``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -3316,7 +3208,7 @@ class UserMessageChunkSessionUpdate:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -3350,7 +3242,7 @@ class UserMessageChunkSessionUpdate:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class UserMessageSessionUpdate:
     """A user message has been created or updated.
 
@@ -3363,23 +3255,21 @@ class UserMessageSessionUpdate:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("sessionUpdate", "user_message"),)
 
-    session_update: Literal["user_message"] = attrs.field(default="user_message", metadata=tag("sessionUpdate"))
+    session_update: Literal["user_message"] = field(default="user_message", metadata=tag("sessionUpdate"))
     """Tag: always ``'user_message'`` (wire ``sessionUpdate``)."""
-    message_id: MessageId = attrs.field(metadata=f("messageId"))
+    message_id: MessageId = field(metadata=f("messageId"))
     """A unique identifier for the message.
 
     (wire ``messageId``; required)
     """
-    content: list[ContentBlock] | UnsetType | None = attrs.field(
+    content: list[ContentBlock] | UnsetType | None = field(
         default=UNSET, metadata=f("content", nullable=True, on_error=True, skip_invalid=True)
     )
     """Complete replacement content for this message.
 
     (wire ``content``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted leaves the stored metadata unchanged. `null`
     clears it. An object patches the stored metadata by top-level key: keys it omits are
@@ -3391,7 +3281,7 @@ class UserMessageSessionUpdate:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -3425,7 +3315,7 @@ class UserMessageSessionUpdate:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class AgentMessageChunkSessionUpdate:
     """A chunk of the agent's response being streamed.
 
@@ -3434,11 +3324,9 @@ class AgentMessageChunkSessionUpdate:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("sessionUpdate", "agent_message_chunk"),)
 
-    session_update: Literal["agent_message_chunk"] = attrs.field(
-        default="agent_message_chunk", metadata=tag("sessionUpdate")
-    )
+    session_update: Literal["agent_message_chunk"] = field(default="agent_message_chunk", metadata=tag("sessionUpdate"))
     """Tag: always ``'agent_message_chunk'`` (wire ``sessionUpdate``)."""
-    message_id: MessageId = attrs.field(metadata=f("messageId"))
+    message_id: MessageId = field(metadata=f("messageId"))
     """A unique identifier for the message this chunk belongs to.
 
     All chunks belonging to the same message share the same `messageId`.
@@ -3446,14 +3334,12 @@ class AgentMessageChunkSessionUpdate:
 
     (wire ``messageId``; required)
     """
-    content: ContentBlock = attrs.field(metadata=f("content"))
+    content: ContentBlock = field(metadata=f("content"))
     """A single item of content
 
     (wire ``content``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -3463,7 +3349,7 @@ class AgentMessageChunkSessionUpdate:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -3497,7 +3383,7 @@ class AgentMessageChunkSessionUpdate:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class AgentMessageSessionUpdate:
     """An agent message has been created or updated.
 
@@ -3510,23 +3396,21 @@ class AgentMessageSessionUpdate:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("sessionUpdate", "agent_message"),)
 
-    session_update: Literal["agent_message"] = attrs.field(default="agent_message", metadata=tag("sessionUpdate"))
+    session_update: Literal["agent_message"] = field(default="agent_message", metadata=tag("sessionUpdate"))
     """Tag: always ``'agent_message'`` (wire ``sessionUpdate``)."""
-    message_id: MessageId = attrs.field(metadata=f("messageId"))
+    message_id: MessageId = field(metadata=f("messageId"))
     """A unique identifier for the message.
 
     (wire ``messageId``; required)
     """
-    content: list[ContentBlock] | UnsetType | None = attrs.field(
+    content: list[ContentBlock] | UnsetType | None = field(
         default=UNSET, metadata=f("content", nullable=True, on_error=True, skip_invalid=True)
     )
     """Complete replacement content for this message.
 
     (wire ``content``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted leaves the stored metadata unchanged. `null`
     clears it. An object patches the stored metadata by top-level key: keys it omits are
@@ -3538,7 +3422,7 @@ class AgentMessageSessionUpdate:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -3572,7 +3456,7 @@ class AgentMessageSessionUpdate:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class AgentThoughtChunkSessionUpdate:
     """A chunk of the agent's internal reasoning being streamed.
 
@@ -3581,11 +3465,9 @@ class AgentThoughtChunkSessionUpdate:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("sessionUpdate", "agent_thought_chunk"),)
 
-    session_update: Literal["agent_thought_chunk"] = attrs.field(
-        default="agent_thought_chunk", metadata=tag("sessionUpdate")
-    )
+    session_update: Literal["agent_thought_chunk"] = field(default="agent_thought_chunk", metadata=tag("sessionUpdate"))
     """Tag: always ``'agent_thought_chunk'`` (wire ``sessionUpdate``)."""
-    message_id: MessageId = attrs.field(metadata=f("messageId"))
+    message_id: MessageId = field(metadata=f("messageId"))
     """A unique identifier for the message this chunk belongs to.
 
     All chunks belonging to the same message share the same `messageId`.
@@ -3593,14 +3475,12 @@ class AgentThoughtChunkSessionUpdate:
 
     (wire ``messageId``; required)
     """
-    content: ContentBlock = attrs.field(metadata=f("content"))
+    content: ContentBlock = field(metadata=f("content"))
     """A single item of content
 
     (wire ``content``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -3610,7 +3490,7 @@ class AgentThoughtChunkSessionUpdate:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -3644,7 +3524,7 @@ class AgentThoughtChunkSessionUpdate:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class AgentThoughtSessionUpdate:
     """An agent thought or reasoning message has been created or updated.
 
@@ -3657,23 +3537,21 @@ class AgentThoughtSessionUpdate:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("sessionUpdate", "agent_thought"),)
 
-    session_update: Literal["agent_thought"] = attrs.field(default="agent_thought", metadata=tag("sessionUpdate"))
+    session_update: Literal["agent_thought"] = field(default="agent_thought", metadata=tag("sessionUpdate"))
     """Tag: always ``'agent_thought'`` (wire ``sessionUpdate``)."""
-    message_id: MessageId = attrs.field(metadata=f("messageId"))
+    message_id: MessageId = field(metadata=f("messageId"))
     """A unique identifier for the thought message.
 
     (wire ``messageId``; required)
     """
-    content: list[ContentBlock] | UnsetType | None = attrs.field(
+    content: list[ContentBlock] | UnsetType | None = field(
         default=UNSET, metadata=f("content", nullable=True, on_error=True, skip_invalid=True)
     )
     """Complete replacement content for this thought message.
 
     (wire ``content``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted leaves the stored metadata unchanged. `null`
     clears it. An object patches the stored metadata by top-level key: keys it omits are
@@ -3685,7 +3563,7 @@ class AgentThoughtSessionUpdate:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -3719,7 +3597,7 @@ class AgentThoughtSessionUpdate:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class RunningStateUpdateSessionUpdate:
     """Foreground work is in progress.
 
@@ -3728,11 +3606,11 @@ class RunningStateUpdateSessionUpdate:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("sessionUpdate", "state_update"), ("state", "running"))
 
-    session_update: Literal["state_update"] = attrs.field(default="state_update", metadata=tag("sessionUpdate"))
+    session_update: Literal["state_update"] = field(default="state_update", metadata=tag("sessionUpdate"))
     """Tag: always ``'state_update'`` (wire ``sessionUpdate``)."""
-    state: Literal["running"] = attrs.field(default="running", metadata=tag("state"))
+    state: Literal["running"] = field(default="running", metadata=tag("state"))
     """Tag: always ``'running'`` (wire ``state``)."""
-    background: list[BackgroundWork] | UnsetType | None = attrs.field(
+    background: list[BackgroundWork] | UnsetType | None = field(
         default=UNSET, metadata=f("background", nullable=True, on_error=True)
     )
     """Work running independently of foreground work, as a complete snapshot.
@@ -3746,9 +3624,7 @@ class RunningStateUpdateSessionUpdate:
 
     (wire ``background``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -3757,7 +3633,7 @@ class RunningStateUpdateSessionUpdate:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -3791,7 +3667,7 @@ class RunningStateUpdateSessionUpdate:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class IdleStateUpdateSessionUpdate:
     """No foreground work is active. Background activity may continue.
 
@@ -3800,11 +3676,11 @@ class IdleStateUpdateSessionUpdate:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("sessionUpdate", "state_update"), ("state", "idle"))
 
-    session_update: Literal["state_update"] = attrs.field(default="state_update", metadata=tag("sessionUpdate"))
+    session_update: Literal["state_update"] = field(default="state_update", metadata=tag("sessionUpdate"))
     """Tag: always ``'state_update'`` (wire ``sessionUpdate``)."""
-    state: Literal["idle"] = attrs.field(default="idle", metadata=tag("state"))
+    state: Literal["idle"] = field(default="idle", metadata=tag("state"))
     """Tag: always ``'idle'`` (wire ``state``)."""
-    background: list[BackgroundWork] | UnsetType | None = attrs.field(
+    background: list[BackgroundWork] | UnsetType | None = field(
         default=UNSET, metadata=f("background", nullable=True, on_error=True)
     )
     """Work running independently of foreground work, as a complete snapshot.
@@ -3820,7 +3696,7 @@ class IdleStateUpdateSessionUpdate:
     """
     stop_reason: (
         Literal["end_turn", "max_tokens", "max_turn_requests", "refusal", "cancelled", "error"] | str | UnsetType | None
-    ) = attrs.field(default=UNSET, metadata=f("stopReason", nullable=True, on_error=True))
+    ) = field(default=UNSET, metadata=f("stopReason", nullable=True, on_error=True))
     """Why foreground work stopped. The value selects one of this type's variants, which may add fields of their own.
 
     Optional. Omitted and `null` are equivalent and mean the agent is not reporting a stop reason; a malformed value is treated the same way.
@@ -3829,7 +3705,7 @@ class IdleStateUpdateSessionUpdate:
 
     (wire ``stopReason``; optional (``UNSET`` when absent))
     """
-    error: Error | UnsetType | None = attrs.field(default=UNSET, metadata=f("error", nullable=True, on_error=True))
+    error: Error | UnsetType | None = field(default=UNSET, metadata=f("error", nullable=True, on_error=True))
     """The failure, as a JSON-RPC error object.
 
     Optional. Omitted and `null` are equivalent and mean the agent is not reporting failure details.
@@ -3837,9 +3713,7 @@ class IdleStateUpdateSessionUpdate:
 
     (wire ``error``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -3848,7 +3722,7 @@ class IdleStateUpdateSessionUpdate:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -3891,7 +3765,7 @@ class IdleStateUpdateSessionUpdate:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class RequiresActionStateUpdateSessionUpdate:
     """Foreground work is blocked on user action.
 
@@ -3903,11 +3777,11 @@ class RequiresActionStateUpdateSessionUpdate:
         ("state", "requires_action"),
     )
 
-    session_update: Literal["state_update"] = attrs.field(default="state_update", metadata=tag("sessionUpdate"))
+    session_update: Literal["state_update"] = field(default="state_update", metadata=tag("sessionUpdate"))
     """Tag: always ``'state_update'`` (wire ``sessionUpdate``)."""
-    state: Literal["requires_action"] = attrs.field(default="requires_action", metadata=tag("state"))
+    state: Literal["requires_action"] = field(default="requires_action", metadata=tag("state"))
     """Tag: always ``'requires_action'`` (wire ``state``)."""
-    background: list[BackgroundWork] | UnsetType | None = attrs.field(
+    background: list[BackgroundWork] | UnsetType | None = field(
         default=UNSET, metadata=f("background", nullable=True, on_error=True)
     )
     """Work running independently of foreground work, as a complete snapshot.
@@ -3921,9 +3795,7 @@ class RequiresActionStateUpdateSessionUpdate:
 
     (wire ``background``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -3932,7 +3804,7 @@ class RequiresActionStateUpdateSessionUpdate:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -3966,7 +3838,7 @@ class RequiresActionStateUpdateSessionUpdate:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class StateUpdateSessionUpdateOther:
     """Custom or future session state.
 
@@ -3988,9 +3860,9 @@ class StateUpdateSessionUpdateOther:
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("sessionUpdate", "state_update"),)
     __acp_catchall__: ClassVar[str] = "state"
 
-    session_update: Literal["state_update"] = attrs.field(default="state_update", metadata=tag("sessionUpdate"))
+    session_update: Literal["state_update"] = field(default="state_update", metadata=tag("sessionUpdate"))
     """Tag: always ``'state_update'`` (wire ``sessionUpdate``)."""
-    state: str = attrs.field(metadata=tag("state"))
+    state: str = field(metadata=tag("state"))
     """Custom or future session state.
 
     Values beginning with `_` are reserved for implementation-specific
@@ -3999,7 +3871,7 @@ class StateUpdateSessionUpdateOther:
 
     Tag of a variant this schema does not know (wire ``state``).
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -4023,7 +3895,7 @@ class StateUpdateSessionUpdateOther:
         return self.session_update == o.session_update and self.state == o.state and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class ToolCallContentChunkSessionUpdate:
     """A chunk of tool-call content being streamed.
 
@@ -4032,23 +3904,21 @@ class ToolCallContentChunkSessionUpdate:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("sessionUpdate", "tool_call_content_chunk"),)
 
-    session_update: Literal["tool_call_content_chunk"] = attrs.field(
+    session_update: Literal["tool_call_content_chunk"] = field(
         default="tool_call_content_chunk", metadata=tag("sessionUpdate")
     )
     """Tag: always ``'tool_call_content_chunk'`` (wire ``sessionUpdate``)."""
-    tool_call_id: ToolCallId = attrs.field(metadata=f("toolCallId"))
+    tool_call_id: ToolCallId = field(metadata=f("toolCallId"))
     """The ID of the tool call this content belongs to.
 
     (wire ``toolCallId``; required)
     """
-    content: ToolCallContent = attrs.field(metadata=f("content"))
+    content: ToolCallContent = field(metadata=f("content"))
     """A single item of content produced by the tool call.
 
     (wire ``content``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -4058,7 +3928,7 @@ class ToolCallContentChunkSessionUpdate:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -4092,7 +3962,7 @@ class ToolCallContentChunkSessionUpdate:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class ToolCallUpdateSessionUpdate:
     """A tool call has been created or updated.
 
@@ -4101,14 +3971,14 @@ class ToolCallUpdateSessionUpdate:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("sessionUpdate", "tool_call_update"),)
 
-    session_update: Literal["tool_call_update"] = attrs.field(default="tool_call_update", metadata=tag("sessionUpdate"))
+    session_update: Literal["tool_call_update"] = field(default="tool_call_update", metadata=tag("sessionUpdate"))
     """Tag: always ``'tool_call_update'`` (wire ``sessionUpdate``)."""
-    tool_call_id: ToolCallId = attrs.field(metadata=f("toolCallId"))
+    tool_call_id: ToolCallId = field(metadata=f("toolCallId"))
     """Unique identifier for this tool call within the session.
 
     (wire ``toolCallId``; required)
     """
-    name: str | UnsetType | None = attrs.field(default=UNSET, metadata=f("name", nullable=True, on_error=True))
+    name: str | UnsetType | None = field(default=UNSET, metadata=f("name", nullable=True, on_error=True))
     """Programmatic name of the tool being invoked.
 
     This field is optional and has patch semantics. Omission means no
@@ -4118,7 +3988,7 @@ class ToolCallUpdateSessionUpdate:
 
     (wire ``name``; optional (``UNSET`` when absent))
     """
-    title: str | UnsetType | None = attrs.field(default=UNSET, metadata=f("title", nullable=True, on_error=True))
+    title: str | UnsetType | None = field(default=UNSET, metadata=f("title", nullable=True, on_error=True))
     """Human-readable title describing what the tool is doing.
 
     Omission leaves the title unchanged, `null` unsets it, and a string replaces it.
@@ -4126,7 +3996,7 @@ class ToolCallUpdateSessionUpdate:
 
     (wire ``title``; optional (``UNSET`` when absent))
     """
-    kind: ToolKind | UnsetType | None = attrs.field(default=UNSET, metadata=f("kind", nullable=True, on_error=True))
+    kind: ToolKind | UnsetType | None = field(default=UNSET, metadata=f("kind", nullable=True, on_error=True))
     """The category of tool being invoked.
     Helps clients choose appropriate icons and UI treatment.
 
@@ -4135,9 +4005,7 @@ class ToolCallUpdateSessionUpdate:
 
     (wire ``kind``; optional (``UNSET`` when absent))
     """
-    status: ToolCallStatus | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("status", nullable=True, on_error=True)
-    )
+    status: ToolCallStatus | UnsetType | None = field(default=UNSET, metadata=f("status", nullable=True, on_error=True))
     """Current execution status of the tool call.
 
     Omission leaves the status unchanged, `null` resets it to `pending`, and a value
@@ -4145,14 +4013,14 @@ class ToolCallUpdateSessionUpdate:
 
     (wire ``status``; optional (``UNSET`` when absent))
     """
-    content: list[ToolCallContent] | UnsetType | None = attrs.field(
+    content: list[ToolCallContent] | UnsetType | None = field(
         default=UNSET, metadata=f("content", nullable=True, on_error=True, skip_invalid=True)
     )
     """Content produced by the tool call.
 
     (wire ``content``; optional (``UNSET`` when absent))
     """
-    locations: list[ToolCallLocation] | UnsetType | None = attrs.field(
+    locations: list[ToolCallLocation] | UnsetType | None = field(
         default=UNSET, metadata=f("locations", nullable=True, on_error=True, skip_invalid=True)
     )
     """File locations affected by this tool call.
@@ -4160,17 +4028,17 @@ class ToolCallUpdateSessionUpdate:
 
     (wire ``locations``; optional (``UNSET`` when absent))
     """
-    raw_input: Any | UnsetType = attrs.field(default=UNSET, metadata=f("rawInput", on_error=True))
+    raw_input: Any | UnsetType = field(default=UNSET, metadata=f("rawInput", on_error=True))
     """Raw input parameters sent to the tool.
 
     (wire ``rawInput``; optional (``UNSET`` when absent))
     """
-    raw_output: Any | UnsetType = attrs.field(default=UNSET, metadata=f("rawOutput", on_error=True))
+    raw_output: Any | UnsetType = field(default=UNSET, metadata=f("rawOutput", on_error=True))
     """Raw output returned by the tool.
 
     (wire ``rawOutput``; optional (``UNSET`` when absent))
     """
-    capabilities: ToolCallCapabilities | UnsetType | None = attrs.field(
+    capabilities: ToolCallCapabilities | UnsetType | None = field(
         default=UNSET, metadata=f("capabilities", nullable=True, on_error=True)
     )
     """Client-initiated controls this tool call currently supports, such as cancellation.
@@ -4180,9 +4048,7 @@ class ToolCallUpdateSessionUpdate:
 
     (wire ``capabilities``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted leaves the stored metadata unchanged. `null`
     clears it. An object patches the stored metadata by top-level key: keys it omits are
@@ -4194,7 +4060,7 @@ class ToolCallUpdateSessionUpdate:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -4252,7 +4118,7 @@ class ToolCallUpdateSessionUpdate:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class TerminalUpdateSessionUpdate:
     """An agent-owned terminal has been created or updated.
 
@@ -4261,38 +4127,36 @@ class TerminalUpdateSessionUpdate:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("sessionUpdate", "terminal_update"),)
 
-    session_update: Literal["terminal_update"] = attrs.field(default="terminal_update", metadata=tag("sessionUpdate"))
+    session_update: Literal["terminal_update"] = field(default="terminal_update", metadata=tag("sessionUpdate"))
     """Tag: always ``'terminal_update'`` (wire ``sessionUpdate``)."""
-    terminal_id: TerminalId = attrs.field(metadata=f("terminalId"))
+    terminal_id: TerminalId = field(metadata=f("terminalId"))
     """Unique identifier for this terminal within the session.
 
     (wire ``terminalId``; required)
     """
-    command: str | UnsetType | None = attrs.field(default=UNSET, metadata=f("command", nullable=True, on_error=True))
+    command: str | UnsetType | None = field(default=UNSET, metadata=f("command", nullable=True, on_error=True))
     """The command being run.
 
     (wire ``command``; optional (``UNSET`` when absent))
     """
-    cwd: AbsolutePath | UnsetType | None = attrs.field(default=UNSET, metadata=f("cwd", nullable=True, on_error=True))
+    cwd: AbsolutePath | UnsetType | None = field(default=UNSET, metadata=f("cwd", nullable=True, on_error=True))
     """The absolute working directory of the command.
 
     (wire ``cwd``; optional (``UNSET`` when absent))
     """
-    output: TerminalOutput | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("output", nullable=True, on_error=True)
-    )
+    output: TerminalOutput | UnsetType | None = field(default=UNSET, metadata=f("output", nullable=True, on_error=True))
     """An authoritative replacement snapshot of terminal output bytes.
 
     (wire ``output``; optional (``UNSET`` when absent))
     """
-    exit_status: TerminalExitStatus | UnsetType | None = attrs.field(
+    exit_status: TerminalExitStatus | UnsetType | None = field(
         default=UNSET, metadata=f("exitStatus", nullable=True, on_error=True)
     )
     """Exit information. A concrete object marks the terminal as exited.
 
     (wire ``exitStatus``; optional (``UNSET`` when absent))
     """
-    size: TerminalSize | UnsetType | None = attrs.field(default=UNSET, metadata=f("size", nullable=True, on_error=True))
+    size: TerminalSize | UnsetType | None = field(default=UNSET, metadata=f("size", nullable=True, on_error=True))
     """The terminal size the command runs with, when known.
 
     Clients can render output at this size so that column layouts, progress bars,
@@ -4300,7 +4164,7 @@ class TerminalUpdateSessionUpdate:
 
     (wire ``size``; optional (``UNSET`` when absent))
     """
-    capabilities: TerminalCapabilities | UnsetType | None = attrs.field(
+    capabilities: TerminalCapabilities | UnsetType | None = field(
         default=UNSET, metadata=f("capabilities", nullable=True, on_error=True)
     )
     """Client-initiated controls this terminal currently supports, such as cancellation.
@@ -4310,9 +4174,7 @@ class TerminalUpdateSessionUpdate:
 
     (wire ``capabilities``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted leaves the stored metadata unchanged. `null`
     clears it. An object patches the stored metadata by top-level key: keys it omits are
@@ -4324,7 +4186,7 @@ class TerminalUpdateSessionUpdate:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -4373,7 +4235,7 @@ class TerminalUpdateSessionUpdate:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class TerminalOutputChunkSessionUpdate:
     """A chunk of bytes appended to an agent-owned terminal's output.
 
@@ -4382,23 +4244,21 @@ class TerminalOutputChunkSessionUpdate:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("sessionUpdate", "terminal_output_chunk"),)
 
-    session_update: Literal["terminal_output_chunk"] = attrs.field(
+    session_update: Literal["terminal_output_chunk"] = field(
         default="terminal_output_chunk", metadata=tag("sessionUpdate")
     )
     """Tag: always ``'terminal_output_chunk'`` (wire ``sessionUpdate``)."""
-    terminal_id: TerminalId = attrs.field(metadata=f("terminalId"))
+    terminal_id: TerminalId = field(metadata=f("terminalId"))
     """The terminal receiving these bytes.
 
     (wire ``terminalId``; required)
     """
-    data: str = attrs.field(metadata=f("data"))
+    data: str = field(metadata=f("data"))
     """Independently base64-encoded terminal output bytes.
 
     (wire ``data``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -4408,7 +4268,7 @@ class TerminalOutputChunkSessionUpdate:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -4442,7 +4302,7 @@ class TerminalOutputChunkSessionUpdate:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class PlanUpdateSessionUpdate:
     """A content update for a plan identified by ID.
     See protocol docs: [Agent Plan](https://agentclientprotocol.com/protocol/v2/agent-plan)
@@ -4452,16 +4312,14 @@ class PlanUpdateSessionUpdate:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("sessionUpdate", "plan_update"),)
 
-    session_update: Literal["plan_update"] = attrs.field(default="plan_update", metadata=tag("sessionUpdate"))
+    session_update: Literal["plan_update"] = field(default="plan_update", metadata=tag("sessionUpdate"))
     """Tag: always ``'plan_update'`` (wire ``sessionUpdate``)."""
-    plan: PlanUpdateContent = attrs.field(metadata=f("plan"))
+    plan: PlanUpdateContent = field(metadata=f("plan"))
     """The updated plan content.
 
     (wire ``plan``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -4470,7 +4328,7 @@ class PlanUpdateSessionUpdate:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -4501,7 +4359,7 @@ class PlanUpdateSessionUpdate:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class AvailableCommandsUpdateSessionUpdate:
     """Available commands are ready or have changed
 
@@ -4510,18 +4368,16 @@ class AvailableCommandsUpdateSessionUpdate:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("sessionUpdate", "available_commands_update"),)
 
-    session_update: Literal["available_commands_update"] = attrs.field(
+    session_update: Literal["available_commands_update"] = field(
         default="available_commands_update", metadata=tag("sessionUpdate")
     )
     """Tag: always ``'available_commands_update'`` (wire ``sessionUpdate``)."""
-    available_commands: list[AvailableCommand] = attrs.field(metadata=f("availableCommands", skip_invalid=True))
+    available_commands: list[AvailableCommand] = field(metadata=f("availableCommands", skip_invalid=True))
     """Commands the agent can execute.
 
     (wire ``availableCommands``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -4530,7 +4386,7 @@ class AvailableCommandsUpdateSessionUpdate:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -4561,7 +4417,7 @@ class AvailableCommandsUpdateSessionUpdate:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class ConfigOptionUpdateSessionUpdate:
     """Session configuration options have been updated.
 
@@ -4570,18 +4426,16 @@ class ConfigOptionUpdateSessionUpdate:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("sessionUpdate", "config_option_update"),)
 
-    session_update: Literal["config_option_update"] = attrs.field(
+    session_update: Literal["config_option_update"] = field(
         default="config_option_update", metadata=tag("sessionUpdate")
     )
     """Tag: always ``'config_option_update'`` (wire ``sessionUpdate``)."""
-    config_options: list[SessionConfigOption] = attrs.field(metadata=f("configOptions", skip_invalid=True))
+    config_options: list[SessionConfigOption] = field(metadata=f("configOptions", skip_invalid=True))
     """The full set of configuration options and their current values.
 
     (wire ``configOptions``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -4590,7 +4444,7 @@ class ConfigOptionUpdateSessionUpdate:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -4621,7 +4475,7 @@ class ConfigOptionUpdateSessionUpdate:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class SessionInfoUpdateSessionUpdate:
     """Session metadata has been updated (title, timestamps, custom metadata)
 
@@ -4630,25 +4484,19 @@ class SessionInfoUpdateSessionUpdate:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("sessionUpdate", "session_info_update"),)
 
-    session_update: Literal["session_info_update"] = attrs.field(
-        default="session_info_update", metadata=tag("sessionUpdate")
-    )
+    session_update: Literal["session_info_update"] = field(default="session_info_update", metadata=tag("sessionUpdate"))
     """Tag: always ``'session_info_update'`` (wire ``sessionUpdate``)."""
-    title: str | UnsetType | None = attrs.field(default=UNSET, metadata=f("title", nullable=True, on_error=True))
+    title: str | UnsetType | None = field(default=UNSET, metadata=f("title", nullable=True, on_error=True))
     """Human-readable title for the session. Set to null to clear.
 
     (wire ``title``; optional (``UNSET`` when absent))
     """
-    updated_at: str | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("updatedAt", nullable=True, on_error=True)
-    )
+    updated_at: str | UnsetType | None = field(default=UNSET, metadata=f("updatedAt", nullable=True, on_error=True))
     """RFC 3339 timestamp of last activity. Set to null to clear.
 
     (wire ``updatedAt``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted leaves the stored metadata unchanged. `null`
     clears it. An object patches the stored metadata by top-level key: keys it omits are
@@ -4660,7 +4508,7 @@ class SessionInfoUpdateSessionUpdate:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -4694,7 +4542,7 @@ class SessionInfoUpdateSessionUpdate:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class UsageUpdateSessionUpdate:
     """Context window and cost update for the session.
 
@@ -4703,28 +4551,26 @@ class UsageUpdateSessionUpdate:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("sessionUpdate", "usage_update"),)
 
-    session_update: Literal["usage_update"] = attrs.field(default="usage_update", metadata=tag("sessionUpdate"))
+    session_update: Literal["usage_update"] = field(default="usage_update", metadata=tag("sessionUpdate"))
     """Tag: always ``'usage_update'`` (wire ``sessionUpdate``)."""
-    used: int = attrs.field(metadata=f("used"))
+    used: int = field(metadata=f("used"))
     """Tokens currently in context.
 
     (wire ``used``; required)
     """
-    size: int = attrs.field(metadata=f("size"))
+    size: int = field(metadata=f("size"))
     """Total context window size in tokens.
 
     (wire ``size``; required)
     """
-    cost: Cost | UnsetType | None = attrs.field(default=UNSET, metadata=f("cost", nullable=True, on_error=True))
+    cost: Cost | UnsetType | None = field(default=UNSET, metadata=f("cost", nullable=True, on_error=True))
     """Cumulative session cost.
 
     Omitted leaves the last reported cost unchanged. `null` clears it. A value replaces it.
 
     (wire ``cost``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -4733,7 +4579,7 @@ class UsageUpdateSessionUpdate:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -4770,7 +4616,7 @@ class UsageUpdateSessionUpdate:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class NoticeSessionUpdate:
     """Information for the user that is not part of session history.
 
@@ -4782,30 +4628,26 @@ class NoticeSessionUpdate:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("sessionUpdate", "notice"),)
 
-    session_update: Literal["notice"] = attrs.field(default="notice", metadata=tag("sessionUpdate"))
+    session_update: Literal["notice"] = field(default="notice", metadata=tag("sessionUpdate"))
     """Tag: always ``'notice'`` (wire ``sessionUpdate``)."""
-    severity: NoticeSeverity = attrs.field(metadata=f("severity"))
+    severity: NoticeSeverity = field(metadata=f("severity"))
     """Presentation severity hint.
 
     (wire ``severity``; required)
     """
-    title: str = attrs.field(metadata=f("title"))
+    title: str = field(metadata=f("title"))
     """Required non-empty plain-text title that can stand alone.
 
     (wire ``title``; required)
     """
-    description: str | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("description", nullable=True, on_error=True)
-    )
+    description: str | UnsetType | None = field(default=UNSET, metadata=f("description", nullable=True, on_error=True))
     """Optional plain-text detail or guidance.
 
     Omitted and `null` are equivalent and mean no description was supplied.
 
     (wire ``description``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -4814,7 +4656,7 @@ class NoticeSessionUpdate:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -4851,7 +4693,7 @@ class NoticeSessionUpdate:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class CompactionUpdateSessionUpdate:
     """A context compaction has been created or updated.
 
@@ -4860,35 +4702,31 @@ class CompactionUpdateSessionUpdate:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("sessionUpdate", "compaction_update"),)
 
-    session_update: Literal["compaction_update"] = attrs.field(
-        default="compaction_update", metadata=tag("sessionUpdate")
-    )
+    session_update: Literal["compaction_update"] = field(default="compaction_update", metadata=tag("sessionUpdate"))
     """Tag: always ``'compaction_update'`` (wire ``sessionUpdate``)."""
-    compaction_id: CompactionId = attrs.field(metadata=f("compactionId"))
+    compaction_id: CompactionId = field(metadata=f("compactionId"))
     """The Agent-owned ID of this compaction, unique within the session.
 
     (wire ``compactionId``; required)
     """
-    status: CompactionStatus = attrs.field(metadata=f("status"))
+    status: CompactionStatus = field(metadata=f("status"))
     """Current lifecycle status.
 
     (wire ``status``; required)
     """
-    summary: list[ContentBlock] | UnsetType | None = attrs.field(
+    summary: list[ContentBlock] | UnsetType | None = field(
         default=UNSET, metadata=f("summary", nullable=True, on_error=True, skip_invalid=True)
     )
     """Complete replacement user-displayable summary content for the compaction.
 
     (wire ``summary``; optional (``UNSET`` when absent))
     """
-    error: str | UnsetType | None = attrs.field(default=UNSET, metadata=f("error", nullable=True, on_error=True))
+    error: str | UnsetType | None = field(default=UNSET, metadata=f("error", nullable=True, on_error=True))
     """Human-readable error details for the compaction.
 
     (wire ``error``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted leaves the stored metadata unchanged. `null`
     clears it. An object patches the stored metadata by top-level key: keys it omits are
@@ -4900,7 +4738,7 @@ class CompactionUpdateSessionUpdate:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -4940,7 +4778,7 @@ class CompactionUpdateSessionUpdate:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class CompactionSummaryChunkSessionUpdate:
     """A content block appended to a context compaction's retained summary.
 
@@ -4949,23 +4787,21 @@ class CompactionSummaryChunkSessionUpdate:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("sessionUpdate", "compaction_summary_chunk"),)
 
-    session_update: Literal["compaction_summary_chunk"] = attrs.field(
+    session_update: Literal["compaction_summary_chunk"] = field(
         default="compaction_summary_chunk", metadata=tag("sessionUpdate")
     )
     """Tag: always ``'compaction_summary_chunk'`` (wire ``sessionUpdate``)."""
-    compaction_id: CompactionId = attrs.field(metadata=f("compactionId"))
+    compaction_id: CompactionId = field(metadata=f("compactionId"))
     """ID of the compaction whose summary receives this content.
 
     (wire ``compactionId``; required)
     """
-    content: ContentBlock = attrs.field(metadata=f("content"))
+    content: ContentBlock = field(metadata=f("content"))
     """One content block to append.
 
     (wire ``content``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -4975,7 +4811,7 @@ class CompactionSummaryChunkSessionUpdate:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -5009,7 +4845,7 @@ class CompactionSummaryChunkSessionUpdate:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class SessionUpdateOther:
     """Custom or future session update.
 
@@ -5028,7 +4864,7 @@ class SessionUpdateOther:
 
     __acp_catchall__: ClassVar[str] = "sessionUpdate"
 
-    session_update: str = attrs.field(metadata=tag("sessionUpdate"))
+    session_update: str = field(metadata=tag("sessionUpdate"))
     """Custom or future session update type.
 
     Values beginning with `_` are reserved for implementation-specific
@@ -5037,7 +4873,7 @@ class SessionUpdateOther:
 
     Tag of a variant this schema does not know (wire ``sessionUpdate``).
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(self, *, session_update: str, extra_fields: dict[str, Any] | None = None) -> None:
@@ -5054,7 +4890,7 @@ class SessionUpdateOther:
         return self.session_update == o.session_update and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class TerminalBackgroundWork:
     """A process that keeps running after its tool call returned control to the model.
     Live until its `terminal_update` reports `exitStatus`.
@@ -5064,16 +4900,14 @@ class TerminalBackgroundWork:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("type", "terminal"),)
 
-    type: Literal["terminal"] = attrs.field(default="terminal", metadata=tag("type"))
+    type: Literal["terminal"] = field(default="terminal", metadata=tag("type"))
     """Tag: always ``'terminal'`` (wire ``type``)."""
-    terminal_id: TerminalId = attrs.field(metadata=f("terminalId"))
+    terminal_id: TerminalId = field(metadata=f("terminalId"))
     """The ID of the listed terminal.
 
     (wire ``terminalId``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -5082,7 +4916,7 @@ class TerminalBackgroundWork:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -5113,7 +4947,7 @@ class TerminalBackgroundWork:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class ToolCallBackgroundWork:
     """Work started by a tool call that continues without a process of its own, such as
     a watcher, a workflow, or a scheduled wakeup. `pending` and `paused` tool calls
@@ -5124,16 +4958,14 @@ class ToolCallBackgroundWork:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("type", "tool_call"),)
 
-    type: Literal["tool_call"] = attrs.field(default="tool_call", metadata=tag("type"))
+    type: Literal["tool_call"] = field(default="tool_call", metadata=tag("type"))
     """Tag: always ``'tool_call'`` (wire ``type``)."""
-    tool_call_id: ToolCallId = attrs.field(metadata=f("toolCallId"))
+    tool_call_id: ToolCallId = field(metadata=f("toolCallId"))
     """The ID of the listed tool call.
 
     (wire ``toolCallId``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -5142,7 +4974,7 @@ class ToolCallBackgroundWork:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -5173,7 +5005,7 @@ class ToolCallBackgroundWork:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class BackgroundWorkOther:
     """Custom or future background work.
 
@@ -5191,7 +5023,7 @@ class BackgroundWorkOther:
 
     __acp_catchall__: ClassVar[str] = "type"
 
-    type: str = attrs.field(metadata=tag("type"))
+    type: str = field(metadata=tag("type"))
     """Custom or future background work type.
 
     Values beginning with `_` are reserved for implementation-specific
@@ -5200,7 +5032,7 @@ class BackgroundWorkOther:
 
     Tag of a variant this schema does not know (wire ``type``).
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(self, *, type: str, extra_fields: dict[str, Any] | None = None) -> None:
@@ -5217,7 +5049,7 @@ class BackgroundWorkOther:
         return self.type == o.type and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class RunningStateUpdate:
     """Foreground work is in progress.
 
@@ -5226,9 +5058,9 @@ class RunningStateUpdate:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("state", "running"),)
 
-    state: Literal["running"] | UnsetType = attrs.field(default="running", metadata=tag("state", optional=True))
+    state: Literal["running"] | UnsetType = field(default="running", metadata=tag("state", optional=True))
     """Tag ``'running'`` (wire ``state``): set by the constructor and present when this type is decoded as a union variant; ``UNSET`` when decoded on its own, where the schema has no tag."""
-    background: list[BackgroundWork] | UnsetType | None = attrs.field(
+    background: list[BackgroundWork] | UnsetType | None = field(
         default=UNSET, metadata=f("background", nullable=True, on_error=True)
     )
     """Work running independently of foreground work, as a complete snapshot.
@@ -5242,9 +5074,7 @@ class RunningStateUpdate:
 
     (wire ``background``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -5253,7 +5083,7 @@ class RunningStateUpdate:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -5284,7 +5114,7 @@ class RunningStateUpdate:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class IdleStateUpdate:
     """No foreground work is active. Background activity may continue.
 
@@ -5293,9 +5123,9 @@ class IdleStateUpdate:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("state", "idle"),)
 
-    state: Literal["idle"] | UnsetType = attrs.field(default="idle", metadata=tag("state", optional=True))
+    state: Literal["idle"] | UnsetType = field(default="idle", metadata=tag("state", optional=True))
     """Tag ``'idle'`` (wire ``state``): set by the constructor and present when this type is decoded as a union variant; ``UNSET`` when decoded on its own, where the schema has no tag."""
-    background: list[BackgroundWork] | UnsetType | None = attrs.field(
+    background: list[BackgroundWork] | UnsetType | None = field(
         default=UNSET, metadata=f("background", nullable=True, on_error=True)
     )
     """Work running independently of foreground work, as a complete snapshot.
@@ -5311,7 +5141,7 @@ class IdleStateUpdate:
     """
     stop_reason: (
         Literal["end_turn", "max_tokens", "max_turn_requests", "refusal", "cancelled", "error"] | str | UnsetType | None
-    ) = attrs.field(default=UNSET, metadata=f("stopReason", nullable=True, on_error=True))
+    ) = field(default=UNSET, metadata=f("stopReason", nullable=True, on_error=True))
     """Why foreground work stopped. The value selects one of this type's variants, which may add fields of their own.
 
     Optional. Omitted and `null` are equivalent and mean the agent is not reporting a stop reason; a malformed value is treated the same way.
@@ -5320,7 +5150,7 @@ class IdleStateUpdate:
 
     (wire ``stopReason``; optional (``UNSET`` when absent))
     """
-    error: Error | UnsetType | None = attrs.field(default=UNSET, metadata=f("error", nullable=True, on_error=True))
+    error: Error | UnsetType | None = field(default=UNSET, metadata=f("error", nullable=True, on_error=True))
     """The failure, as a JSON-RPC error object.
 
     Optional. Omitted and `null` are equivalent and mean the agent is not reporting failure details.
@@ -5328,9 +5158,7 @@ class IdleStateUpdate:
 
     (wire ``error``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -5339,7 +5167,7 @@ class IdleStateUpdate:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -5379,7 +5207,7 @@ class IdleStateUpdate:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class RequiresActionStateUpdate:
     """Foreground work is blocked on user action.
 
@@ -5388,11 +5216,11 @@ class RequiresActionStateUpdate:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("state", "requires_action"),)
 
-    state: Literal["requires_action"] | UnsetType = attrs.field(
+    state: Literal["requires_action"] | UnsetType = field(
         default="requires_action", metadata=tag("state", optional=True)
     )
     """Tag ``'requires_action'`` (wire ``state``): set by the constructor and present when this type is decoded as a union variant; ``UNSET`` when decoded on its own, where the schema has no tag."""
-    background: list[BackgroundWork] | UnsetType | None = attrs.field(
+    background: list[BackgroundWork] | UnsetType | None = field(
         default=UNSET, metadata=f("background", nullable=True, on_error=True)
     )
     """Work running independently of foreground work, as a complete snapshot.
@@ -5406,9 +5234,7 @@ class RequiresActionStateUpdate:
 
     (wire ``background``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -5417,7 +5243,7 @@ class RequiresActionStateUpdate:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -5448,7 +5274,7 @@ class RequiresActionStateUpdate:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class StateUpdateOther:
     """Custom or future session state.
 
@@ -5469,7 +5295,7 @@ class StateUpdateOther:
 
     __acp_catchall__: ClassVar[str] = "state"
 
-    state: str = attrs.field(metadata=tag("state"))
+    state: str = field(metadata=tag("state"))
     """Custom or future session state.
 
     Values beginning with `_` are reserved for implementation-specific
@@ -5478,7 +5304,7 @@ class StateUpdateOther:
 
     Tag of a variant this schema does not know (wire ``state``).
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(self, *, state: str, extra_fields: dict[str, Any] | None = None) -> None:
@@ -5495,7 +5321,7 @@ class StateUpdateOther:
         return self.state == o.state and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class ItemsPlanUpdateContent:
     """Structured plan entries.
 
@@ -5504,14 +5330,14 @@ class ItemsPlanUpdateContent:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("type", "items"),)
 
-    type: Literal["items"] = attrs.field(default="items", metadata=tag("type"))
+    type: Literal["items"] = field(default="items", metadata=tag("type"))
     """Tag: always ``'items'`` (wire ``type``)."""
-    plan_id: PlanId = attrs.field(metadata=f("planId"))
+    plan_id: PlanId = field(metadata=f("planId"))
     """The plan ID to update.
 
     (wire ``planId``; required)
     """
-    entries: list[PlanEntry] = attrs.field(metadata=f("entries", skip_invalid=True))
+    entries: list[PlanEntry] = field(metadata=f("entries", skip_invalid=True))
     """The list of tasks to be accomplished.
 
     When updating an item-based plan, the agent must send a complete list of all entries
@@ -5519,9 +5345,7 @@ class ItemsPlanUpdateContent:
 
     (wire ``entries``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -5530,7 +5354,7 @@ class ItemsPlanUpdateContent:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -5564,7 +5388,7 @@ class ItemsPlanUpdateContent:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class PlanUpdateContentOther:
     """Custom or future plan update content.
 
@@ -5584,7 +5408,7 @@ class PlanUpdateContentOther:
 
     __acp_catchall__: ClassVar[str] = "type"
 
-    type: str = attrs.field(metadata=tag("type"))
+    type: str = field(metadata=tag("type"))
     """Custom or future plan update content type.
 
     Values beginning with `_` are reserved for implementation-specific
@@ -5593,12 +5417,12 @@ class PlanUpdateContentOther:
 
     Tag of a variant this schema does not know (wire ``type``).
     """
-    plan_id: PlanId = attrs.field(metadata=f("planId"))
+    plan_id: PlanId = field(metadata=f("planId"))
     """The plan ID to update.
 
     (wire ``planId``; required)
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(self, *, type: str, plan_id: PlanId, extra_fields: dict[str, Any] | None = None) -> None:
@@ -5618,7 +5442,7 @@ class PlanUpdateContentOther:
         return self.type == o.type and self.plan_id == o.plan_id and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class HttpMcpServer:
     """HTTP transport configuration
 
@@ -5629,27 +5453,25 @@ class HttpMcpServer:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("type", "http"),)
 
-    type: Literal["http"] = attrs.field(default="http", metadata=tag("type"))
+    type: Literal["http"] = field(default="http", metadata=tag("type"))
     """Tag: always ``'http'`` (wire ``type``)."""
-    name: str = attrs.field(metadata=f("name"))
+    name: str = field(metadata=f("name"))
     """Human-readable name identifying this MCP server.
 
     (wire ``name``; required)
     """
-    url: str = attrs.field(metadata=f("url"))
+    url: str = field(metadata=f("url"))
     """URL to the MCP server.
 
     (wire ``url``; required)
     """
-    headers: list[HttpHeader] | UnsetType = attrs.field(default=UNSET, metadata=f("headers", on_null=True))
+    headers: list[HttpHeader] | UnsetType = field(default=UNSET, metadata=f("headers", on_null=True))
     """HTTP headers to set when making requests to the MCP server. Headers the MCP transport
     defines are owned by the transport, and Agents use the transport's values for them.
 
     (wire ``headers``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -5658,7 +5480,7 @@ class HttpMcpServer:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -5695,7 +5517,7 @@ class HttpMcpServer:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class StdioMcpServer:
     """Stdio transport configuration
 
@@ -5706,32 +5528,30 @@ class StdioMcpServer:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("type", "stdio"),)
 
-    type: Literal["stdio"] = attrs.field(default="stdio", metadata=tag("type"))
+    type: Literal["stdio"] = field(default="stdio", metadata=tag("type"))
     """Tag: always ``'stdio'`` (wire ``type``)."""
-    name: str = attrs.field(metadata=f("name"))
+    name: str = field(metadata=f("name"))
     """Human-readable name identifying this MCP server.
 
     (wire ``name``; required)
     """
-    command: AbsolutePath = attrs.field(metadata=f("command"))
+    command: AbsolutePath = field(metadata=f("command"))
     """Absolute path to the MCP server executable.
 
     (wire ``command``; required)
     """
-    args: list[str] | UnsetType = attrs.field(default=UNSET, metadata=f("args", on_null=True))
+    args: list[str] | UnsetType = field(default=UNSET, metadata=f("args", on_null=True))
     """Command-line arguments to pass to the MCP server.
 
     (wire ``args``; optional (``UNSET`` when absent))
     """
-    env: list[EnvVariable] | UnsetType = attrs.field(default=UNSET, metadata=f("env", on_null=True))
+    env: list[EnvVariable] | UnsetType = field(default=UNSET, metadata=f("env", on_null=True))
     """Environment variables to set when launching the MCP server. Names SHOULD be unique.
     Agents MAY reject duplicates with `-32602`, and otherwise the last entry wins.
 
     (wire ``env``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -5740,7 +5560,7 @@ class StdioMcpServer:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -5780,7 +5600,7 @@ class StdioMcpServer:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class McpServerOther:
     """Custom or future MCP server transport configuration.
 
@@ -5800,7 +5620,7 @@ class McpServerOther:
 
     __acp_catchall__: ClassVar[str] = "type"
 
-    type: str = attrs.field(metadata=tag("type"))
+    type: str = field(metadata=tag("type"))
     """Custom or future MCP server transport type.
 
     Values beginning with `_` are reserved for implementation-specific
@@ -5809,7 +5629,7 @@ class McpServerOther:
 
     Tag of a variant this schema does not know (wire ``type``).
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(self, *, type: str, extra_fields: dict[str, Any] | None = None) -> None:
@@ -5826,7 +5646,7 @@ class McpServerOther:
         return self.type == o.type and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class StartReplayFrom:
     """Replay all retained conversation history from its first replayable entry.
 
@@ -5835,11 +5655,9 @@ class StartReplayFrom:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("type", "start"),)
 
-    type: Literal["start"] = attrs.field(default="start", metadata=tag("type"))
+    type: Literal["start"] = field(default="start", metadata=tag("type"))
     """Tag: always ``'start'`` (wire ``type``)."""
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -5848,7 +5666,7 @@ class StartReplayFrom:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -5872,7 +5690,7 @@ class StartReplayFrom:
         return self.type == o.type and self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class ReplayFromOther:
     """Custom or future replay cursor.
 
@@ -5892,7 +5710,7 @@ class ReplayFromOther:
 
     __acp_catchall__: ClassVar[str] = "type"
 
-    type: str = attrs.field(metadata=tag("type"))
+    type: str = field(metadata=tag("type"))
     """Custom or future replay cursor type.
 
     Values beginning with `_` are reserved for implementation-specific
@@ -5901,7 +5719,7 @@ class ReplayFromOther:
 
     Tag of a variant this schema does not know (wire ``type``).
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(self, *, type: str, extra_fields: dict[str, Any] | None = None) -> None:
@@ -5918,7 +5736,7 @@ class ReplayFromOther:
         return self.type == o.type and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class IdSetSessionConfigOptionRequest:
     """A `SessionConfigValueId` string value (`type: "id"`).
 
@@ -5927,26 +5745,24 @@ class IdSetSessionConfigOptionRequest:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("type", "id"),)
 
-    type: Literal["id"] = attrs.field(default="id", metadata=tag("type"))
+    type: Literal["id"] = field(default="id", metadata=tag("type"))
     """Tag: always ``'id'`` (wire ``type``)."""
-    session_id: SessionId = attrs.field(metadata=f("sessionId"))
+    session_id: SessionId = field(metadata=f("sessionId"))
     """The ID of the session to set the configuration option for.
 
     (wire ``sessionId``; required)
     """
-    config_id: SessionConfigId = attrs.field(metadata=f("configId"))
+    config_id: SessionConfigId = field(metadata=f("configId"))
     """The ID of the configuration option to set.
 
     (wire ``configId``; required)
     """
-    value: SessionConfigValueId = attrs.field(metadata=f("value"))
+    value: SessionConfigValueId = field(metadata=f("value"))
     """The value ID.
 
     (wire ``value``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -5955,7 +5771,7 @@ class IdSetSessionConfigOptionRequest:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -5992,7 +5808,7 @@ class IdSetSessionConfigOptionRequest:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class BooleanSetSessionConfigOptionRequest:
     """A boolean value (`type: "boolean"`).
 
@@ -6001,26 +5817,24 @@ class BooleanSetSessionConfigOptionRequest:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("type", "boolean"),)
 
-    type: Literal["boolean"] = attrs.field(default="boolean", metadata=tag("type"))
+    type: Literal["boolean"] = field(default="boolean", metadata=tag("type"))
     """Tag: always ``'boolean'`` (wire ``type``)."""
-    session_id: SessionId = attrs.field(metadata=f("sessionId"))
+    session_id: SessionId = field(metadata=f("sessionId"))
     """The ID of the session to set the configuration option for.
 
     (wire ``sessionId``; required)
     """
-    config_id: SessionConfigId = attrs.field(metadata=f("configId"))
+    config_id: SessionConfigId = field(metadata=f("configId"))
     """The ID of the configuration option to set.
 
     (wire ``configId``; required)
     """
-    value: bool = attrs.field(metadata=f("value"))
+    value: bool = field(metadata=f("value"))
     """The boolean value.
 
     (wire ``value``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -6029,7 +5843,7 @@ class BooleanSetSessionConfigOptionRequest:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -6066,7 +5880,7 @@ class BooleanSetSessionConfigOptionRequest:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class SetSessionConfigOptionRequestOther:
     """Custom or future session configuration option value payload.
 
@@ -6084,7 +5898,7 @@ class SetSessionConfigOptionRequestOther:
 
     __acp_catchall__: ClassVar[str] = "type"
 
-    type: str = attrs.field(metadata=tag("type"))
+    type: str = field(metadata=tag("type"))
     """Custom or future session configuration option value type.
 
     Values beginning with `_` are reserved for implementation-specific
@@ -6093,24 +5907,22 @@ class SetSessionConfigOptionRequestOther:
 
     Tag of a variant this schema does not know (wire ``type``).
     """
-    session_id: SessionId = attrs.field(metadata=f("sessionId"))
+    session_id: SessionId = field(metadata=f("sessionId"))
     """The ID of the session to set the configuration option for.
 
     (wire ``sessionId``; required)
     """
-    config_id: SessionConfigId = attrs.field(metadata=f("configId"))
+    config_id: SessionConfigId = field(metadata=f("configId"))
     """The ID of the configuration option to set.
 
     (wire ``configId``; required)
     """
-    value: Any = attrs.field(metadata=f("value"))
+    value: Any = field(metadata=f("value"))
     """Raw value payload for the custom or future value type.
 
     (wire ``value``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -6119,7 +5931,7 @@ class SetSessionConfigOptionRequestOther:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -6156,7 +5968,7 @@ class SetSessionConfigOptionRequestOther:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class CancelledRequestPermissionOutcome:
     """The request was not approved and no option was selected: the session's work was
     cancelled, the user dismissed the prompt, or the client declined it by policy.
@@ -6174,11 +5986,9 @@ class CancelledRequestPermissionOutcome:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("outcome", "cancelled"),)
 
-    outcome: Literal["cancelled"] = attrs.field(default="cancelled", metadata=tag("outcome"))
+    outcome: Literal["cancelled"] = field(default="cancelled", metadata=tag("outcome"))
     """Tag: always ``'cancelled'`` (wire ``outcome``)."""
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -6187,7 +5997,7 @@ class CancelledRequestPermissionOutcome:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -6211,7 +6021,7 @@ class CancelledRequestPermissionOutcome:
         return self.outcome == o.outcome and self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class SelectedRequestPermissionOutcome:
     """The user selected one of the provided options.
 
@@ -6223,16 +6033,14 @@ class SelectedRequestPermissionOutcome:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("outcome", "selected"),)
 
-    outcome: Literal["selected"] = attrs.field(default="selected", metadata=tag("outcome"))
+    outcome: Literal["selected"] = field(default="selected", metadata=tag("outcome"))
     """Tag: always ``'selected'`` (wire ``outcome``)."""
-    option_id: PermissionOptionId = attrs.field(metadata=f("optionId"))
+    option_id: PermissionOptionId = field(metadata=f("optionId"))
     """The ID of the option the user selected.
 
     (wire ``optionId``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -6241,7 +6049,7 @@ class SelectedRequestPermissionOutcome:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -6272,7 +6080,7 @@ class SelectedRequestPermissionOutcome:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class RequestPermissionOutcomeOther:
     """Custom or future permission outcome.
 
@@ -6292,7 +6100,7 @@ class RequestPermissionOutcomeOther:
 
     __acp_catchall__: ClassVar[str] = "outcome"
 
-    outcome: str = attrs.field(metadata=tag("outcome"))
+    outcome: str = field(metadata=tag("outcome"))
     """Custom or future permission outcome.
 
     Values beginning with `_` are reserved for implementation-specific
@@ -6301,7 +6109,7 @@ class RequestPermissionOutcomeOther:
 
     Tag of a variant this schema does not know (wire ``outcome``).
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(self, *, outcome: str, extra_fields: dict[str, Any] | None = None) -> None:
@@ -6318,7 +6126,7 @@ class RequestPermissionOutcomeOther:
         return self.outcome == o.outcome and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class AcceptCreateElicitationResponse:
     """The user accepted and provided content.
 
@@ -6327,9 +6135,9 @@ class AcceptCreateElicitationResponse:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("action", "accept"),)
 
-    action: Literal["accept"] = attrs.field(default="accept", metadata=tag("action"))
+    action: Literal["accept"] = field(default="accept", metadata=tag("action"))
     """Tag: always ``'accept'`` (wire ``action``)."""
-    content: dict[str, ElicitationContentValue] | UnsetType | None = attrs.field(
+    content: dict[str, ElicitationContentValue] | UnsetType | None = field(
         default=UNSET, metadata=f("content", nullable=True)
     )
     """The user-provided content, if any, as an object matching the requested schema.
@@ -6338,9 +6146,7 @@ class AcceptCreateElicitationResponse:
 
     (wire ``content``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -6349,7 +6155,7 @@ class AcceptCreateElicitationResponse:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -6380,7 +6186,7 @@ class AcceptCreateElicitationResponse:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class DeclineCreateElicitationResponse:
     """The user declined the elicitation.
 
@@ -6389,11 +6195,9 @@ class DeclineCreateElicitationResponse:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("action", "decline"),)
 
-    action: Literal["decline"] = attrs.field(default="decline", metadata=tag("action"))
+    action: Literal["decline"] = field(default="decline", metadata=tag("action"))
     """Tag: always ``'decline'`` (wire ``action``)."""
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -6402,7 +6206,7 @@ class DeclineCreateElicitationResponse:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -6426,7 +6230,7 @@ class DeclineCreateElicitationResponse:
         return self.action == o.action and self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class CancelCreateElicitationResponse:
     """The elicitation was cancelled.
 
@@ -6435,11 +6239,9 @@ class CancelCreateElicitationResponse:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("action", "cancel"),)
 
-    action: Literal["cancel"] = attrs.field(default="cancel", metadata=tag("action"))
+    action: Literal["cancel"] = field(default="cancel", metadata=tag("action"))
     """Tag: always ``'cancel'`` (wire ``action``)."""
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -6448,7 +6250,7 @@ class CancelCreateElicitationResponse:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -6472,7 +6274,7 @@ class CancelCreateElicitationResponse:
         return self.action == o.action and self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class CreateElicitationResponseOther:
     """Custom or future elicitation action.
 
@@ -6491,7 +6293,7 @@ class CreateElicitationResponseOther:
 
     __acp_catchall__: ClassVar[str] = "action"
 
-    action: str = attrs.field(metadata=tag("action"))
+    action: str = field(metadata=tag("action"))
     """Custom or future elicitation action.
 
     Values beginning with `_` are reserved for implementation-specific
@@ -6500,9 +6302,7 @@ class CreateElicitationResponseOther:
 
     Tag of a variant this schema does not know (wire ``action``).
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -6511,7 +6311,7 @@ class CreateElicitationResponseOther:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -6535,7 +6335,7 @@ class CreateElicitationResponseOther:
         return self.action == o.action and self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class RequestPermissionRequest:
     """Request for user permission to proceed with an operation.
 
@@ -6546,12 +6346,12 @@ class RequestPermissionRequest:
     Schema: ``schema/v2/schema.json``, ``$defs/RequestPermissionRequest``
     """
 
-    session_id: SessionId = attrs.field(metadata=f("sessionId"))
+    session_id: SessionId = field(metadata=f("sessionId"))
     """The session ID for this request.
 
     (wire ``sessionId``; required)
     """
-    title: str = attrs.field(metadata=f("title"))
+    title: str = field(metadata=f("title"))
     """Human-readable title for the permission prompt.
 
     This title is specific to the permission prompt and does not update any
@@ -6559,9 +6359,7 @@ class RequestPermissionRequest:
 
     (wire ``title``; required)
     """
-    description: str | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("description", nullable=True, on_error=True)
-    )
+    description: str | UnsetType | None = field(default=UNSET, metadata=f("description", nullable=True, on_error=True))
     """Optional human-readable explanation of why permission is needed.
 
     This text is specific to the permission prompt and does not update any
@@ -6570,24 +6368,20 @@ class RequestPermissionRequest:
 
     (wire ``description``; optional (``UNSET`` when absent))
     """
-    subject: RequestPermissionSubject | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("subject", nullable=True)
-    )
+    subject: RequestPermissionSubject | UnsetType | None = field(default=UNSET, metadata=f("subject", nullable=True))
     """Optional structured context about the operation requiring permission.
 
     Omitted and `null` are equivalent and mean no structured subject was provided.
 
     (wire ``subject``; optional (``UNSET`` when absent))
     """
-    options: list[PermissionOption] = attrs.field(metadata=f("options"))
+    options: list[PermissionOption] = field(metadata=f("options"))
     """Available permission options for the user to choose from.
     Must contain at least one option.
 
     (wire ``options``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -6596,7 +6390,7 @@ class RequestPermissionRequest:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -6636,7 +6430,7 @@ class RequestPermissionRequest:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class ToolCallUpdate:
     """Represents an upsert for a tool call that the language model has requested.
 
@@ -6656,12 +6450,12 @@ class ToolCallUpdate:
     Schema: ``schema/v2/schema.json``, ``$defs/ToolCallUpdate``
     """
 
-    tool_call_id: ToolCallId = attrs.field(metadata=f("toolCallId"))
+    tool_call_id: ToolCallId = field(metadata=f("toolCallId"))
     """Unique identifier for this tool call within the session.
 
     (wire ``toolCallId``; required)
     """
-    name: str | UnsetType | None = attrs.field(default=UNSET, metadata=f("name", nullable=True, on_error=True))
+    name: str | UnsetType | None = field(default=UNSET, metadata=f("name", nullable=True, on_error=True))
     """Programmatic name of the tool being invoked.
 
     This field is optional and has patch semantics. Omission means no
@@ -6671,7 +6465,7 @@ class ToolCallUpdate:
 
     (wire ``name``; optional (``UNSET`` when absent))
     """
-    title: str | UnsetType | None = attrs.field(default=UNSET, metadata=f("title", nullable=True, on_error=True))
+    title: str | UnsetType | None = field(default=UNSET, metadata=f("title", nullable=True, on_error=True))
     """Human-readable title describing what the tool is doing.
 
     Omission leaves the title unchanged, `null` unsets it, and a string replaces it.
@@ -6679,7 +6473,7 @@ class ToolCallUpdate:
 
     (wire ``title``; optional (``UNSET`` when absent))
     """
-    kind: ToolKind | UnsetType | None = attrs.field(default=UNSET, metadata=f("kind", nullable=True, on_error=True))
+    kind: ToolKind | UnsetType | None = field(default=UNSET, metadata=f("kind", nullable=True, on_error=True))
     """The category of tool being invoked.
     Helps clients choose appropriate icons and UI treatment.
 
@@ -6688,9 +6482,7 @@ class ToolCallUpdate:
 
     (wire ``kind``; optional (``UNSET`` when absent))
     """
-    status: ToolCallStatus | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("status", nullable=True, on_error=True)
-    )
+    status: ToolCallStatus | UnsetType | None = field(default=UNSET, metadata=f("status", nullable=True, on_error=True))
     """Current execution status of the tool call.
 
     Omission leaves the status unchanged, `null` resets it to `pending`, and a value
@@ -6698,14 +6490,14 @@ class ToolCallUpdate:
 
     (wire ``status``; optional (``UNSET`` when absent))
     """
-    content: list[ToolCallContent] | UnsetType | None = attrs.field(
+    content: list[ToolCallContent] | UnsetType | None = field(
         default=UNSET, metadata=f("content", nullable=True, on_error=True, skip_invalid=True)
     )
     """Content produced by the tool call.
 
     (wire ``content``; optional (``UNSET`` when absent))
     """
-    locations: list[ToolCallLocation] | UnsetType | None = attrs.field(
+    locations: list[ToolCallLocation] | UnsetType | None = field(
         default=UNSET, metadata=f("locations", nullable=True, on_error=True, skip_invalid=True)
     )
     """File locations affected by this tool call.
@@ -6713,17 +6505,17 @@ class ToolCallUpdate:
 
     (wire ``locations``; optional (``UNSET`` when absent))
     """
-    raw_input: Any | UnsetType = attrs.field(default=UNSET, metadata=f("rawInput", on_error=True))
+    raw_input: Any | UnsetType = field(default=UNSET, metadata=f("rawInput", on_error=True))
     """Raw input parameters sent to the tool.
 
     (wire ``rawInput``; optional (``UNSET`` when absent))
     """
-    raw_output: Any | UnsetType = attrs.field(default=UNSET, metadata=f("rawOutput", on_error=True))
+    raw_output: Any | UnsetType = field(default=UNSET, metadata=f("rawOutput", on_error=True))
     """Raw output returned by the tool.
 
     (wire ``rawOutput``; optional (``UNSET`` when absent))
     """
-    capabilities: ToolCallCapabilities | UnsetType | None = attrs.field(
+    capabilities: ToolCallCapabilities | UnsetType | None = field(
         default=UNSET, metadata=f("capabilities", nullable=True, on_error=True)
     )
     """Client-initiated controls this tool call currently supports, such as cancellation.
@@ -6733,9 +6525,7 @@ class ToolCallUpdate:
 
     (wire ``capabilities``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted leaves the stored metadata unchanged. `null`
     clears it. An object patches the stored metadata by top-level key: keys it omits are
@@ -6747,7 +6537,7 @@ class ToolCallUpdate:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -6802,14 +6592,14 @@ class ToolCallUpdate:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class Annotations:
     """Optional annotations for the client. The client can use annotations to inform how objects are used or displayed
 
     Schema: ``schema/v2/schema.json``, ``$defs/Annotations``
     """
 
-    audience: list[Role] | UnsetType | None = attrs.field(
+    audience: list[Role] | UnsetType | None = field(
         default=UNSET, metadata=f("audience", nullable=True, on_error=True, skip_invalid=True)
     )
     """Intended recipients for this content, such as the user or assistant.
@@ -6818,7 +6608,7 @@ class Annotations:
 
     (wire ``audience``; optional (``UNSET`` when absent))
     """
-    last_modified: str | UnsetType | None = attrs.field(
+    last_modified: str | UnsetType | None = field(
         default=UNSET, metadata=f("lastModified", nullable=True, on_error=True)
     )
     """Timestamp indicating when the underlying resource was last modified.
@@ -6829,9 +6619,7 @@ class Annotations:
 
     (wire ``lastModified``; optional (``UNSET`` when absent))
     """
-    priority: float | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("priority", nullable=True, on_error=True)
-    )
+    priority: float | UnsetType | None = field(default=UNSET, metadata=f("priority", nullable=True, on_error=True))
     """Relative importance of this content when clients choose what to surface, from 0 (least
     important) to 1 (most important).
 
@@ -6839,9 +6627,7 @@ class Annotations:
 
     (wire ``priority``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -6850,7 +6636,7 @@ class Annotations:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -6884,19 +6670,19 @@ class Annotations:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class TextContent:
     """Text provided to or from an LLM.
 
     Schema: ``schema/v2/schema.json``, ``$defs/TextContent``
     """
 
-    text: str = attrs.field(metadata=f("text"))
+    text: str = field(metadata=f("text"))
     """Text payload carried by this content block.
 
     (wire ``text``; required)
     """
-    annotations: Annotations | UnsetType | None = attrs.field(
+    annotations: Annotations | UnsetType | None = field(
         default=UNSET, metadata=f("annotations", nullable=True, on_error=True)
     )
     """Optional annotations that help clients decide how to display or route this content.
@@ -6905,9 +6691,7 @@ class TextContent:
 
     (wire ``annotations``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -6916,7 +6700,7 @@ class TextContent:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -6947,31 +6731,31 @@ class TextContent:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class ImageContent:
     """An image provided to or from an LLM.
 
     Schema: ``schema/v2/schema.json``, ``$defs/ImageContent``
     """
 
-    data: str = attrs.field(metadata=f("data"))
+    data: str = field(metadata=f("data"))
     """Base64-encoded media payload.
 
     (wire ``data``; required)
     """
-    mime_type: MediaType = attrs.field(metadata=f("mimeType"))
+    mime_type: MediaType = field(metadata=f("mimeType"))
     """MIME type describing the encoded media payload.
 
     (wire ``mimeType``; required)
     """
-    uri: str | UnsetType | None = attrs.field(default=UNSET, metadata=f("uri", nullable=True, on_error=True))
+    uri: str | UnsetType | None = field(default=UNSET, metadata=f("uri", nullable=True, on_error=True))
     """URI associated with this resource or media payload.
 
     Omitted and `null` are equivalent and mean no URI is associated with the image.
 
     (wire ``uri``; optional (``UNSET`` when absent))
     """
-    annotations: Annotations | UnsetType | None = attrs.field(
+    annotations: Annotations | UnsetType | None = field(
         default=UNSET, metadata=f("annotations", nullable=True, on_error=True)
     )
     """Optional annotations that help clients decide how to display or route this content.
@@ -6980,9 +6764,7 @@ class ImageContent:
 
     (wire ``annotations``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -6991,7 +6773,7 @@ class ImageContent:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -7028,24 +6810,24 @@ class ImageContent:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class AudioContent:
     """Audio provided to or from an LLM.
 
     Schema: ``schema/v2/schema.json``, ``$defs/AudioContent``
     """
 
-    data: str = attrs.field(metadata=f("data"))
+    data: str = field(metadata=f("data"))
     """Base64-encoded media payload.
 
     (wire ``data``; required)
     """
-    mime_type: MediaType = attrs.field(metadata=f("mimeType"))
+    mime_type: MediaType = field(metadata=f("mimeType"))
     """MIME type describing the encoded media payload.
 
     (wire ``mimeType``; required)
     """
-    annotations: Annotations | UnsetType | None = attrs.field(
+    annotations: Annotations | UnsetType | None = field(
         default=UNSET, metadata=f("annotations", nullable=True, on_error=True)
     )
     """Optional annotations that help clients decide how to display or route this content.
@@ -7054,9 +6836,7 @@ class AudioContent:
 
     (wire ``annotations``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -7065,7 +6845,7 @@ class AudioContent:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -7099,30 +6879,28 @@ class AudioContent:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class Icon:
     """An optionally-sized icon that can be displayed in a user interface.
 
     Schema: ``schema/v2/schema.json``, ``$defs/Icon``
     """
 
-    src: str = attrs.field(metadata=f("src"))
+    src: str = field(metadata=f("src"))
     """A standard URI pointing to an icon resource. MUST be an `https:` or `data:` URI.
     Clients reject other schemes, fetch without credentials, and do not follow
     scheme- or origin-changing redirects.
 
     (wire ``src``; required)
     """
-    mime_type: MediaType | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("mimeType", nullable=True, on_error=True)
-    )
+    mime_type: MediaType | UnsetType | None = field(default=UNSET, metadata=f("mimeType", nullable=True, on_error=True))
     """Optional MIME type override if the source MIME type is missing or generic.
 
     Omitted and `null` are equivalent and mean the source MIME type is used.
 
     (wire ``mimeType``; optional (``UNSET`` when absent))
     """
-    sizes: list[str] | UnsetType | None = attrs.field(
+    sizes: list[str] | UnsetType | None = field(
         default=UNSET, metadata=f("sizes", nullable=True, on_error=True, skip_invalid=True)
     )
     """Optional array of strings that specify sizes at which the icon can be used.
@@ -7135,16 +6913,14 @@ class Icon:
 
     (wire ``sizes``; optional (``UNSET`` when absent))
     """
-    theme: IconTheme | UnsetType | None = attrs.field(default=UNSET, metadata=f("theme", nullable=True, on_error=True))
+    theme: IconTheme | UnsetType | None = field(default=UNSET, metadata=f("theme", nullable=True, on_error=True))
     """Optional theme this icon is designed for.
 
     Omitted and `null` are equivalent and mean the icon is not theme-specific.
 
     (wire ``theme``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -7153,7 +6929,7 @@ class Icon:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -7190,40 +6966,38 @@ class Icon:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class ResourceLink:
     """A link to a resource that the receiver may be able to read, included in a prompt or tool call result.
 
     Schema: ``schema/v2/schema.json``, ``$defs/ResourceLink``
     """
 
-    name: str = attrs.field(metadata=f("name"))
+    name: str = field(metadata=f("name"))
     """Human-readable name shown for this protocol object.
 
     (wire ``name``; required)
     """
-    uri: str = attrs.field(metadata=f("uri"))
+    uri: str = field(metadata=f("uri"))
     """URI associated with this resource or media payload.
 
     (wire ``uri``; required)
     """
-    title: str | UnsetType | None = attrs.field(default=UNSET, metadata=f("title", nullable=True, on_error=True))
+    title: str | UnsetType | None = field(default=UNSET, metadata=f("title", nullable=True, on_error=True))
     """Optional display title for end-user UI.
 
     Omitted and `null` are equivalent and mean no title is provided.
 
     (wire ``title``; optional (``UNSET`` when absent))
     """
-    description: str | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("description", nullable=True, on_error=True)
-    )
+    description: str | UnsetType | None = field(default=UNSET, metadata=f("description", nullable=True, on_error=True))
     """Optional human-readable details shown with this protocol object.
 
     Omitted and `null` are equivalent and mean no description is provided.
 
     (wire ``description``; optional (``UNSET`` when absent))
     """
-    icons: list[Icon] | UnsetType | None = attrs.field(
+    icons: list[Icon] | UnsetType | None = field(
         default=UNSET, metadata=f("icons", nullable=True, on_error=True, skip_invalid=True)
     )
     """Optional set of sized icons that the client can display in a user interface.
@@ -7232,23 +7006,21 @@ class ResourceLink:
 
     (wire ``icons``; optional (``UNSET`` when absent))
     """
-    mime_type: MediaType | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("mimeType", nullable=True, on_error=True)
-    )
+    mime_type: MediaType | UnsetType | None = field(default=UNSET, metadata=f("mimeType", nullable=True, on_error=True))
     """MIME type describing the encoded media payload.
 
     Omitted and `null` are equivalent and mean the MIME type is not specified.
 
     (wire ``mimeType``; optional (``UNSET`` when absent))
     """
-    size: int | UnsetType | None = attrs.field(default=UNSET, metadata=f("size", nullable=True, on_error=True))
+    size: int | UnsetType | None = field(default=UNSET, metadata=f("size", nullable=True, on_error=True))
     """Optional size of the linked resource in bytes, if known.
 
     Omitted and `null` are equivalent and mean the size is not known.
 
     (wire ``size``; optional (``UNSET`` when absent))
     """
-    annotations: Annotations | UnsetType | None = attrs.field(
+    annotations: Annotations | UnsetType | None = field(
         default=UNSET, metadata=f("annotations", nullable=True, on_error=True)
     )
     """Optional annotations that help clients decide how to display or route this content.
@@ -7257,9 +7029,7 @@ class ResourceLink:
 
     (wire ``annotations``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -7268,7 +7038,7 @@ class ResourceLink:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -7317,35 +7087,31 @@ class ResourceLink:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class TextResourceContents:
     """Text-based resource contents.
 
     Schema: ``schema/v2/schema.json``, ``$defs/TextResourceContents``
     """
 
-    text: str = attrs.field(metadata=f("text"))
+    text: str = field(metadata=f("text"))
     """Text payload carried by this content block.
 
     (wire ``text``; required)
     """
-    uri: str = attrs.field(metadata=f("uri"))
+    uri: str = field(metadata=f("uri"))
     """URI associated with this resource or media payload.
 
     (wire ``uri``; required)
     """
-    mime_type: MediaType | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("mimeType", nullable=True, on_error=True)
-    )
+    mime_type: MediaType | UnsetType | None = field(default=UNSET, metadata=f("mimeType", nullable=True, on_error=True))
     """MIME type describing the encoded media payload.
 
     Omitted and `null` are equivalent and mean the MIME type is not specified.
 
     (wire ``mimeType``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -7354,7 +7120,7 @@ class TextResourceContents:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -7388,35 +7154,31 @@ class TextResourceContents:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class BlobResourceContents:
     """Binary resource contents.
 
     Schema: ``schema/v2/schema.json``, ``$defs/BlobResourceContents``
     """
 
-    blob: str = attrs.field(metadata=f("blob"))
+    blob: str = field(metadata=f("blob"))
     """Base64-encoded bytes for a binary resource payload.
 
     (wire ``blob``; required)
     """
-    uri: str = attrs.field(metadata=f("uri"))
+    uri: str = field(metadata=f("uri"))
     """URI associated with this resource or media payload.
 
     (wire ``uri``; required)
     """
-    mime_type: MediaType | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("mimeType", nullable=True, on_error=True)
-    )
+    mime_type: MediaType | UnsetType | None = field(default=UNSET, metadata=f("mimeType", nullable=True, on_error=True))
     """MIME type describing the encoded media payload.
 
     Omitted and `null` are equivalent and mean the MIME type is not specified.
 
     (wire ``mimeType``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -7425,7 +7187,7 @@ class BlobResourceContents:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -7459,19 +7221,19 @@ class BlobResourceContents:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class EmbeddedResource:
     """The contents of a resource, embedded into a prompt or tool call result.
 
     Schema: ``schema/v2/schema.json``, ``$defs/EmbeddedResource``
     """
 
-    resource: EmbeddedResourceResource = attrs.field(metadata=f("resource"))
+    resource: EmbeddedResourceResource = field(metadata=f("resource"))
     """Embedded resource payload, either text or binary data.
 
     (wire ``resource``; required)
     """
-    annotations: Annotations | UnsetType | None = attrs.field(
+    annotations: Annotations | UnsetType | None = field(
         default=UNSET, metadata=f("annotations", nullable=True, on_error=True)
     )
     """Optional annotations that help clients decide how to display or route this content.
@@ -7480,9 +7242,7 @@ class EmbeddedResource:
 
     (wire ``annotations``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -7491,7 +7251,7 @@ class EmbeddedResource:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -7522,21 +7282,19 @@ class EmbeddedResource:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class Content:
     """Standard content block (text, images, resources).
 
     Schema: ``schema/v2/schema.json``, ``$defs/Content``
     """
 
-    content: ContentBlock = attrs.field(metadata=f("content"))
+    content: ContentBlock = field(metadata=f("content"))
     """The actual content block.
 
     (wire ``content``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -7545,7 +7303,7 @@ class Content:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -7569,19 +7327,19 @@ class Content:
         return self.content == o.content and self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class DiffPathChange:
     """Operation metadata for add, delete, and modify changes.
 
     Schema: ``schema/v2/schema.json``, ``$defs/DiffPathChange``
     """
 
-    path: AbsolutePath = attrs.field(metadata=f("path"))
+    path: AbsolutePath = field(metadata=f("path"))
     """Absolute path for the operation.
 
     (wire ``path``; required)
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(self, *, path: AbsolutePath, extra_fields: dict[str, Any] | None = None) -> None:
@@ -7598,24 +7356,24 @@ class DiffPathChange:
         return self.path == o.path and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class DiffPathPairChange:
     """Operation metadata for move and copy changes.
 
     Schema: ``schema/v2/schema.json``, ``$defs/DiffPathPairChange``
     """
 
-    old_path: AbsolutePath = attrs.field(metadata=f("oldPath"))
+    old_path: AbsolutePath = field(metadata=f("oldPath"))
     """Absolute path before the operation.
 
     (wire ``oldPath``; required)
     """
-    path: AbsolutePath = attrs.field(metadata=f("path"))
+    path: AbsolutePath = field(metadata=f("path"))
     """Absolute path after the operation.
 
     (wire ``path``; required)
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -7635,26 +7393,24 @@ class DiffPathPairChange:
         return self.old_path == o.old_path and self.path == o.path and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class DiffPatch:
     """Renderable patch text and its format.
 
     Schema: ``schema/v2/schema.json``, ``$defs/DiffPatch``
     """
 
-    format: DiffPatchFormat = attrs.field(metadata=f("format"))
+    format: DiffPatchFormat = field(metadata=f("format"))
     """Patch format. The only ACP-defined value is `git_patch`.
 
     (wire ``format``; required)
     """
-    text: str = attrs.field(metadata=f("text"))
+    text: str = field(metadata=f("text"))
     """Patch text in the format named by `format`.
 
     (wire ``text``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -7663,7 +7419,7 @@ class DiffPatch:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -7694,7 +7450,7 @@ class DiffPatch:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class Diff:
     """File changes produced by a tool call.
 
@@ -7708,14 +7464,14 @@ class Diff:
     Schema: ``schema/v2/schema.json``, ``$defs/Diff``
     """
 
-    changes: list[DiffChange] = attrs.field(metadata=f("changes", skip_invalid=True))
+    changes: list[DiffChange] = field(metadata=f("changes", skip_invalid=True))
     """Structured file changes described by this diff.
 
     Clients can use this field without parsing patch text to determine affected paths.
 
     (wire ``changes``; required)
     """
-    patch: DiffPatch | UnsetType | None = attrs.field(default=UNSET, metadata=f("patch", nullable=True, on_error=True))
+    patch: DiffPatch | UnsetType | None = field(default=UNSET, metadata=f("patch", nullable=True, on_error=True))
     """Renderable patch text for some or all of the structured changes.
 
     Agents SHOULD provide patch text whenever feasible. Omitted and `null` are
@@ -7723,9 +7479,7 @@ class Diff:
 
     (wire ``patch``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -7734,7 +7488,7 @@ class Diff:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -7765,7 +7519,7 @@ class Diff:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class Terminal:
     """A display-only reference to an agent-owned terminal.
 
@@ -7775,14 +7529,12 @@ class Terminal:
     Schema: ``schema/v2/schema.json``, ``$defs/Terminal``
     """
 
-    terminal_id: TerminalId = attrs.field(metadata=f("terminalId"))
+    terminal_id: TerminalId = field(metadata=f("terminalId"))
     """The ID of the terminal to display.
 
     (wire ``terminalId``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -7791,7 +7543,7 @@ class Terminal:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -7815,7 +7567,7 @@ class Terminal:
         return self.terminal_id == o.terminal_id and self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class ToolCallLocation:
     """A file location being accessed or modified by a tool.
 
@@ -7827,20 +7579,18 @@ class ToolCallLocation:
     Schema: ``schema/v2/schema.json``, ``$defs/ToolCallLocation``
     """
 
-    path: AbsolutePath = attrs.field(metadata=f("path"))
+    path: AbsolutePath = field(metadata=f("path"))
     """The absolute file path being accessed or modified.
 
     (wire ``path``; required)
     """
-    line: int | UnsetType | None = attrs.field(default=UNSET, metadata=f("line", nullable=True, on_error=True))
+    line: int | UnsetType | None = field(default=UNSET, metadata=f("line", nullable=True, on_error=True))
     """Optional 1-based line number within the file. Omitted and `null` are equivalent and
     mean no specific line. `0` is invalid.
 
     (wire ``line``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -7849,7 +7599,7 @@ class ToolCallLocation:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -7877,7 +7627,7 @@ class ToolCallLocation:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class ToolCallCapabilities:
     """Client-initiated controls a tool call currently supports.
 
@@ -7889,7 +7639,7 @@ class ToolCallCapabilities:
     Schema: ``schema/v2/schema.json``, ``$defs/ToolCallCapabilities``
     """
 
-    cancel: ToolCallCancelCapabilities | UnsetType | None = attrs.field(
+    cancel: ToolCallCancelCapabilities | UnsetType | None = field(
         default=UNSET, metadata=f("cancel", nullable=True, on_error=True)
     )
     """Permits the Client to cancel this tool call with `tool_call/cancel`.
@@ -7899,9 +7649,7 @@ class ToolCallCapabilities:
 
     (wire ``cancel``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -7910,7 +7658,7 @@ class ToolCallCapabilities:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -7934,7 +7682,7 @@ class ToolCallCapabilities:
         return self.cancel == o.cancel and self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class ToolCallCancelCapabilities:
     """Capability to cancel a tool call with `tool_call/cancel`.
 
@@ -7943,9 +7691,7 @@ class ToolCallCancelCapabilities:
     Schema: ``schema/v2/schema.json``, ``$defs/ToolCallCancelCapabilities``
     """
 
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -7954,7 +7700,7 @@ class ToolCallCancelCapabilities:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -7973,14 +7719,14 @@ class ToolCallCancelCapabilities:
         return self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class ToolCallPermissionSubject:
     """Permission request details for a tool call.
 
     Schema: ``schema/v2/schema.json``, ``$defs/ToolCallPermissionSubject``
     """
 
-    tool_call: ToolCallUpdate = attrs.field(metadata=f("toolCall"))
+    tool_call: ToolCallUpdate = field(metadata=f("toolCall"))
     """Details about the tool call requiring permission.
 
     Clients apply this to their stored tool call exactly like a `tool_call_update`
@@ -7989,9 +7735,7 @@ class ToolCallPermissionSubject:
 
     (wire ``toolCall``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -8000,7 +7744,7 @@ class ToolCallPermissionSubject:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -8024,40 +7768,38 @@ class ToolCallPermissionSubject:
         return self.tool_call == o.tool_call and self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class CommandPermissionSubject:
     """Permission request details for a command.
 
     Schema: ``schema/v2/schema.json``, ``$defs/CommandPermissionSubject``
     """
 
-    command: str = attrs.field(metadata=f("command"))
+    command: str = field(metadata=f("command"))
     """The command that would be run if permission is granted.
 
     (wire ``command``; required)
     """
-    cwd: AbsolutePath = attrs.field(metadata=f("cwd"))
+    cwd: AbsolutePath = field(metadata=f("cwd"))
     """The absolute working directory for the command.
 
     (wire ``cwd``; required)
     """
-    tool_call_id: ToolCallId | UnsetType | None = attrs.field(
+    tool_call_id: ToolCallId | UnsetType | None = field(
         default=UNSET, metadata=f("toolCallId", nullable=True, on_error=True)
     )
     """The associated tool call, when known. Omitted and `null` are equivalent.
 
     (wire ``toolCallId``; optional (``UNSET`` when absent))
     """
-    terminal_id: TerminalId | UnsetType | None = attrs.field(
+    terminal_id: TerminalId | UnsetType | None = field(
         default=UNSET, metadata=f("terminalId", nullable=True, on_error=True)
     )
     """The associated terminal, when already known. Omitted and `null` are equivalent.
 
     (wire ``terminalId``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -8066,7 +7808,7 @@ class CommandPermissionSubject:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -8103,31 +7845,29 @@ class CommandPermissionSubject:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class PermissionOption:
     """An option presented to the user when requesting permission.
 
     Schema: ``schema/v2/schema.json``, ``$defs/PermissionOption``
     """
 
-    option_id: PermissionOptionId = attrs.field(metadata=f("optionId"))
+    option_id: PermissionOptionId = field(metadata=f("optionId"))
     """Identifier for this permission option. MUST be unique within the request.
 
     (wire ``optionId``; required)
     """
-    name: str = attrs.field(metadata=f("name"))
+    name: str = field(metadata=f("name"))
     """Human-readable label to display to the user.
 
     (wire ``name``; required)
     """
-    kind: PermissionOptionKind = attrs.field(metadata=f("kind"))
+    kind: PermissionOptionKind = field(metadata=f("kind"))
     """Hint about the nature of this permission option.
 
     (wire ``kind``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -8136,7 +7876,7 @@ class PermissionOption:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -8170,7 +7910,7 @@ class PermissionOption:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class ElicitationSessionScope:
     """Session-scoped elicitation, optionally tied to a specific tool call.
 
@@ -8181,12 +7921,12 @@ class ElicitationSessionScope:
     Schema: ``schema/v2/schema.json``, ``$defs/ElicitationSessionScope``
     """
 
-    session_id: SessionId = attrs.field(metadata=f("sessionId"))
+    session_id: SessionId = field(metadata=f("sessionId"))
     """The session this elicitation is tied to.
 
     (wire ``sessionId``; required)
     """
-    tool_call_id: ToolCallId | UnsetType | None = attrs.field(
+    tool_call_id: ToolCallId | UnsetType | None = field(
         default=UNSET, metadata=f("toolCallId", nullable=True, on_error=True)
     )
     """Optional tool call within the session.
@@ -8196,7 +7936,7 @@ class ElicitationSessionScope:
 
     (wire ``toolCallId``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -8224,7 +7964,7 @@ class ElicitationSessionScope:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class ElicitationRequestScope:
     """Request-scoped elicitation, tied to a specific JSON-RPC request outside of a session
     (e.g., during auth/configuration phases before any session is started).
@@ -8232,12 +7972,12 @@ class ElicitationRequestScope:
     Schema: ``schema/v2/schema.json``, ``$defs/ElicitationRequestScope``
     """
 
-    request_id: RequestId = attrs.field(metadata=f("requestId"))
+    request_id: RequestId = field(metadata=f("requestId"))
     """The pending Client-to-Agent request this elicitation is tied to.
 
     (wire ``requestId``; required)
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(self, *, request_id: RequestId, extra_fields: dict[str, Any] | None = None) -> None:
@@ -8254,7 +7994,7 @@ class ElicitationRequestScope:
         return self.request_id == o.request_id and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class ElicitationSchema:
     """Type-safe elicitation schema for requesting structured user input.
 
@@ -8264,42 +8004,38 @@ class ElicitationSchema:
     Schema: ``schema/v2/schema.json``, ``$defs/ElicitationSchema``
     """
 
-    type: ElicitationSchemaType = attrs.field(metadata=f("type"))
+    type: ElicitationSchemaType = field(metadata=f("type"))
     """Type discriminator. Always `"object"`. Any other value is rejected.
 
     (wire ``type``; required)
     """
-    title: str | UnsetType | None = attrs.field(default=UNSET, metadata=f("title", nullable=True, on_error=True))
+    title: str | UnsetType | None = field(default=UNSET, metadata=f("title", nullable=True, on_error=True))
     """Optional title for the schema.
 
     Optional. Omitted and `null` are equivalent and mean no title is provided.
 
     (wire ``title``; optional (``UNSET`` when absent))
     """
-    properties: dict[str, ElicitationPropertySchema] = attrs.field(metadata=f("properties"))
+    properties: dict[str, ElicitationPropertySchema] = field(metadata=f("properties"))
     """Property definitions (must be primitive types).
 
     (wire ``properties``; required)
     """
-    required: list[str] | UnsetType | None = attrs.field(default=UNSET, metadata=f("required", nullable=True))
+    required: list[str] | UnsetType | None = field(default=UNSET, metadata=f("required", nullable=True))
     """List of required property names.
 
     Optional. Omitted and `null` are equivalent and mean no property names are required.
 
     (wire ``required``; optional (``UNSET`` when absent))
     """
-    description: str | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("description", nullable=True, on_error=True)
-    )
+    description: str | UnsetType | None = field(default=UNSET, metadata=f("description", nullable=True, on_error=True))
     """Optional description of what this schema represents.
 
     Optional. Omitted and `null` are equivalent and mean no schema description is provided.
 
     (wire ``description``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -8308,7 +8044,7 @@ class ElicitationSchema:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -8348,35 +8084,31 @@ class ElicitationSchema:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class EnumOption:
     """A titled enum option with a const value, human-readable title, and optional description.
 
     Schema: ``schema/v2/schema.json``, ``$defs/EnumOption``
     """
 
-    const: str = attrs.field(metadata=f("const"))
+    const: str = field(metadata=f("const"))
     """The constant value for this option.
 
     (wire ``const``; required)
     """
-    title: str = attrs.field(metadata=f("title"))
+    title: str = field(metadata=f("title"))
     """Human-readable title for this option.
 
     (wire ``title``; required)
     """
-    description: str | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("description", nullable=True, on_error=True)
-    )
+    description: str | UnsetType | None = field(default=UNSET, metadata=f("description", nullable=True, on_error=True))
     """Human-readable description.
 
     Optional. Omitted and `null` are equivalent and mean no description is provided.
 
     (wire ``description``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -8385,7 +8117,7 @@ class EnumOption:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -8419,7 +8151,7 @@ class EnumOption:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class StringPropertySchema:
     """Schema for string properties in an elicitation form.
 
@@ -8429,58 +8161,56 @@ class StringPropertySchema:
     Schema: ``schema/v2/schema.json``, ``$defs/StringPropertySchema``
     """
 
-    title: str | UnsetType | None = attrs.field(default=UNSET, metadata=f("title", nullable=True, on_error=True))
+    title: str | UnsetType | None = field(default=UNSET, metadata=f("title", nullable=True, on_error=True))
     """Optional title for the property.
 
     Optional. Omitted and `null` are equivalent and mean no title is provided.
 
     (wire ``title``; optional (``UNSET`` when absent))
     """
-    description: str | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("description", nullable=True, on_error=True)
-    )
+    description: str | UnsetType | None = field(default=UNSET, metadata=f("description", nullable=True, on_error=True))
     """Human-readable description.
 
     Optional. Omitted and `null` are equivalent and mean no description is provided.
 
     (wire ``description``; optional (``UNSET`` when absent))
     """
-    min_length: int | UnsetType | None = attrs.field(default=UNSET, metadata=f("minLength", nullable=True))
+    min_length: int | UnsetType | None = field(default=UNSET, metadata=f("minLength", nullable=True))
     """Minimum string length.
 
     Optional. Omitted and `null` are equivalent and mean there is no minimum length constraint.
 
     (wire ``minLength``; optional (``UNSET`` when absent))
     """
-    max_length: int | UnsetType | None = attrs.field(default=UNSET, metadata=f("maxLength", nullable=True))
+    max_length: int | UnsetType | None = field(default=UNSET, metadata=f("maxLength", nullable=True))
     """Maximum string length.
 
     Optional. Omitted and `null` are equivalent and mean there is no maximum length constraint.
 
     (wire ``maxLength``; optional (``UNSET`` when absent))
     """
-    pattern: str | UnsetType | None = attrs.field(default=UNSET, metadata=f("pattern", nullable=True))
+    pattern: str | UnsetType | None = field(default=UNSET, metadata=f("pattern", nullable=True))
     """Pattern the string must match, in ECMA-262 regular expression syntax.
 
     Optional. Omitted and `null` are equivalent and mean there is no pattern constraint.
 
     (wire ``pattern``; optional (``UNSET`` when absent))
     """
-    format: StringFormat | UnsetType | None = attrs.field(default=UNSET, metadata=f("format", nullable=True))
+    format: StringFormat | UnsetType | None = field(default=UNSET, metadata=f("format", nullable=True))
     """String format.
 
     Optional. Omitted and `null` are equivalent and mean there is no format constraint.
 
     (wire ``format``; optional (``UNSET`` when absent))
     """
-    default: str | UnsetType | None = attrs.field(default=UNSET, metadata=f("default", nullable=True, on_error=True))
+    default: str | UnsetType | None = field(default=UNSET, metadata=f("default", nullable=True, on_error=True))
     """Default value.
 
     Optional. Omitted and `null` are equivalent and mean no default value is provided.
 
     (wire ``default``; optional (``UNSET`` when absent))
     """
-    enum: list[str] | UnsetType | None = attrs.field(default=UNSET, metadata=f("enum", nullable=True))
+    enum: list[str] | UnsetType | None = field(default=UNSET, metadata=f("enum", nullable=True))
     """Enum values for untitled single-select enums.
     Must contain at least one value when present.
     Optional. Omitted and `null` are equivalent and mean no untitled single-select choices are
@@ -8488,7 +8218,7 @@ class StringPropertySchema:
 
     (wire ``enum``; optional (``UNSET`` when absent))
     """
-    one_of: list[EnumOption] | UnsetType | None = attrs.field(default=UNSET, metadata=f("oneOf", nullable=True))
+    one_of: list[EnumOption] | UnsetType | None = field(default=UNSET, metadata=f("oneOf", nullable=True))
     """Titled enum options for titled single-select enums.
     Must contain at least one option when present.
     Optional. Omitted and `null` are equivalent and mean no titled single-select choices are
@@ -8496,9 +8226,7 @@ class StringPropertySchema:
 
     (wire ``oneOf``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -8507,7 +8235,7 @@ class StringPropertySchema:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -8559,53 +8287,49 @@ class StringPropertySchema:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class NumberPropertySchema:
     """Schema for number (floating-point) properties in an elicitation form.
 
     Schema: ``schema/v2/schema.json``, ``$defs/NumberPropertySchema``
     """
 
-    title: str | UnsetType | None = attrs.field(default=UNSET, metadata=f("title", nullable=True, on_error=True))
+    title: str | UnsetType | None = field(default=UNSET, metadata=f("title", nullable=True, on_error=True))
     """Optional title for the property.
 
     Optional. Omitted and `null` are equivalent and mean no title is provided.
 
     (wire ``title``; optional (``UNSET`` when absent))
     """
-    description: str | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("description", nullable=True, on_error=True)
-    )
+    description: str | UnsetType | None = field(default=UNSET, metadata=f("description", nullable=True, on_error=True))
     """Human-readable description.
 
     Optional. Omitted and `null` are equivalent and mean no description is provided.
 
     (wire ``description``; optional (``UNSET`` when absent))
     """
-    minimum: float | UnsetType | None = attrs.field(default=UNSET, metadata=f("minimum", nullable=True))
+    minimum: float | UnsetType | None = field(default=UNSET, metadata=f("minimum", nullable=True))
     """Minimum value (inclusive).
 
     Optional. Omitted and `null` are equivalent and mean there is no inclusive lower bound.
 
     (wire ``minimum``; optional (``UNSET`` when absent))
     """
-    maximum: float | UnsetType | None = attrs.field(default=UNSET, metadata=f("maximum", nullable=True))
+    maximum: float | UnsetType | None = field(default=UNSET, metadata=f("maximum", nullable=True))
     """Maximum value (inclusive).
 
     Optional. Omitted and `null` are equivalent and mean there is no inclusive upper bound.
 
     (wire ``maximum``; optional (``UNSET`` when absent))
     """
-    default: float | UnsetType | None = attrs.field(default=UNSET, metadata=f("default", nullable=True, on_error=True))
+    default: float | UnsetType | None = field(default=UNSET, metadata=f("default", nullable=True, on_error=True))
     """Default value.
 
     Optional. Omitted and `null` are equivalent and mean no default value is provided.
 
     (wire ``default``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -8614,7 +8338,7 @@ class NumberPropertySchema:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -8654,53 +8378,49 @@ class NumberPropertySchema:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class IntegerPropertySchema:
     """Schema for integer properties in an elicitation form.
 
     Schema: ``schema/v2/schema.json``, ``$defs/IntegerPropertySchema``
     """
 
-    title: str | UnsetType | None = attrs.field(default=UNSET, metadata=f("title", nullable=True, on_error=True))
+    title: str | UnsetType | None = field(default=UNSET, metadata=f("title", nullable=True, on_error=True))
     """Optional title for the property.
 
     Optional. Omitted and `null` are equivalent and mean no title is provided.
 
     (wire ``title``; optional (``UNSET`` when absent))
     """
-    description: str | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("description", nullable=True, on_error=True)
-    )
+    description: str | UnsetType | None = field(default=UNSET, metadata=f("description", nullable=True, on_error=True))
     """Human-readable description.
 
     Optional. Omitted and `null` are equivalent and mean no description is provided.
 
     (wire ``description``; optional (``UNSET`` when absent))
     """
-    minimum: int | UnsetType | None = attrs.field(default=UNSET, metadata=f("minimum", nullable=True))
+    minimum: int | UnsetType | None = field(default=UNSET, metadata=f("minimum", nullable=True))
     """Minimum value (inclusive).
 
     Optional. Omitted and `null` are equivalent and mean there is no inclusive lower bound.
 
     (wire ``minimum``; optional (``UNSET`` when absent))
     """
-    maximum: int | UnsetType | None = attrs.field(default=UNSET, metadata=f("maximum", nullable=True))
+    maximum: int | UnsetType | None = field(default=UNSET, metadata=f("maximum", nullable=True))
     """Maximum value (inclusive).
 
     Optional. Omitted and `null` are equivalent and mean there is no inclusive upper bound.
 
     (wire ``maximum``; optional (``UNSET`` when absent))
     """
-    default: int | UnsetType | None = attrs.field(default=UNSET, metadata=f("default", nullable=True, on_error=True))
+    default: int | UnsetType | None = field(default=UNSET, metadata=f("default", nullable=True, on_error=True))
     """Default value.
 
     Optional. Omitted and `null` are equivalent and mean no default value is provided.
 
     (wire ``default``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -8709,7 +8429,7 @@ class IntegerPropertySchema:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -8749,39 +8469,35 @@ class IntegerPropertySchema:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class BooleanPropertySchema:
     """Schema for boolean properties in an elicitation form.
 
     Schema: ``schema/v2/schema.json``, ``$defs/BooleanPropertySchema``
     """
 
-    title: str | UnsetType | None = attrs.field(default=UNSET, metadata=f("title", nullable=True, on_error=True))
+    title: str | UnsetType | None = field(default=UNSET, metadata=f("title", nullable=True, on_error=True))
     """Optional title for the property.
 
     Optional. Omitted and `null` are equivalent and mean no title is provided.
 
     (wire ``title``; optional (``UNSET`` when absent))
     """
-    description: str | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("description", nullable=True, on_error=True)
-    )
+    description: str | UnsetType | None = field(default=UNSET, metadata=f("description", nullable=True, on_error=True))
     """Human-readable description.
 
     Optional. Omitted and `null` are equivalent and mean no description is provided.
 
     (wire ``description``; optional (``UNSET`` when absent))
     """
-    default: bool | UnsetType | None = attrs.field(default=UNSET, metadata=f("default", nullable=True, on_error=True))
+    default: bool | UnsetType | None = field(default=UNSET, metadata=f("default", nullable=True, on_error=True))
     """Default value.
 
     Optional. Omitted and `null` are equivalent and mean no default value is provided.
 
     (wire ``default``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -8790,7 +8506,7 @@ class BooleanPropertySchema:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -8824,49 +8540,47 @@ class BooleanPropertySchema:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class MultiSelectPropertySchema:
     """Schema for multi-select (array) properties in an elicitation form.
 
     Schema: ``schema/v2/schema.json``, ``$defs/MultiSelectPropertySchema``
     """
 
-    title: str | UnsetType | None = attrs.field(default=UNSET, metadata=f("title", nullable=True, on_error=True))
+    title: str | UnsetType | None = field(default=UNSET, metadata=f("title", nullable=True, on_error=True))
     """Optional title for the property.
 
     Optional. Omitted and `null` are equivalent and mean no title is provided.
 
     (wire ``title``; optional (``UNSET`` when absent))
     """
-    description: str | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("description", nullable=True, on_error=True)
-    )
+    description: str | UnsetType | None = field(default=UNSET, metadata=f("description", nullable=True, on_error=True))
     """Human-readable description.
 
     Optional. Omitted and `null` are equivalent and mean no description is provided.
 
     (wire ``description``; optional (``UNSET`` when absent))
     """
-    min_items: int | UnsetType | None = attrs.field(default=UNSET, metadata=f("minItems", nullable=True))
+    min_items: int | UnsetType | None = field(default=UNSET, metadata=f("minItems", nullable=True))
     """Minimum number of items to select.
 
     Optional. Omitted and `null` are equivalent and mean there is no minimum selection count.
 
     (wire ``minItems``; optional (``UNSET`` when absent))
     """
-    max_items: int | UnsetType | None = attrs.field(default=UNSET, metadata=f("maxItems", nullable=True))
+    max_items: int | UnsetType | None = field(default=UNSET, metadata=f("maxItems", nullable=True))
     """Maximum number of items to select.
 
     Optional. Omitted and `null` are equivalent and mean there is no maximum selection count.
 
     (wire ``maxItems``; optional (``UNSET`` when absent))
     """
-    items: MultiSelectItems = attrs.field(metadata=f("items"))
+    items: MultiSelectItems = field(metadata=f("items"))
     """The items definition describing allowed values.
 
     (wire ``items``; required)
     """
-    default: list[str] | UnsetType | None = attrs.field(
+    default: list[str] | UnsetType | None = field(
         default=UNSET, metadata=f("default", nullable=True, on_error=True, skip_invalid=True)
     )
     """Default selected values.
@@ -8875,9 +8589,7 @@ class MultiSelectPropertySchema:
 
     (wire ``default``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -8886,7 +8598,7 @@ class MultiSelectPropertySchema:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -8929,24 +8641,24 @@ class MultiSelectPropertySchema:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class ElicitationFormMode:
     """Form-based elicitation mode where the client renders a form from the provided schema.
 
     Schema: ``schema/v2/schema.json``, ``$defs/ElicitationFormMode``
     """
 
-    requested_schema: ElicitationSchema = attrs.field(metadata=f("requestedSchema"))
+    requested_schema: ElicitationSchema = field(metadata=f("requestedSchema"))
     """A JSON Schema describing the form fields to present to the user.
 
     (wire ``requestedSchema``; required)
     """
-    session_id: SessionId | UnsetType = attrs.field(default=UNSET, metadata=f("sessionId"))
+    session_id: SessionId | UnsetType = field(default=UNSET, metadata=f("sessionId"))
     """The session this elicitation is tied to.
 
     (wire ``sessionId``; optional (``UNSET`` when absent))
     """
-    tool_call_id: ToolCallId | UnsetType | None = attrs.field(
+    tool_call_id: ToolCallId | UnsetType | None = field(
         default=UNSET, metadata=f("toolCallId", nullable=True, on_error=True)
     )
     """Optional tool call within the session.
@@ -8956,12 +8668,12 @@ class ElicitationFormMode:
 
     (wire ``toolCallId``; optional (``UNSET`` when absent))
     """
-    request_id: RequestId | UnsetType = attrs.field(default=UNSET, metadata=f("requestId"))
+    request_id: RequestId | UnsetType = field(default=UNSET, metadata=f("requestId"))
     """The pending Client-to-Agent request this elicitation is tied to.
 
     (wire ``requestId``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -8995,29 +8707,29 @@ class ElicitationFormMode:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class ElicitationUrlMode:
     """URL-based elicitation mode where the client directs the user to a URL.
 
     Schema: ``schema/v2/schema.json``, ``$defs/ElicitationUrlMode``
     """
 
-    elicitation_id: ElicitationId = attrs.field(metadata=f("elicitationId"))
+    elicitation_id: ElicitationId = field(metadata=f("elicitationId"))
     """The unique identifier for this elicitation.
 
     (wire ``elicitationId``; required)
     """
-    url: str = attrs.field(metadata=f("url"))
+    url: str = field(metadata=f("url"))
     """The URL to direct the user to.
 
     (wire ``url``; required)
     """
-    session_id: SessionId | UnsetType = attrs.field(default=UNSET, metadata=f("sessionId"))
+    session_id: SessionId | UnsetType = field(default=UNSET, metadata=f("sessionId"))
     """The session this elicitation is tied to.
 
     (wire ``sessionId``; optional (``UNSET`` when absent))
     """
-    tool_call_id: ToolCallId | UnsetType | None = attrs.field(
+    tool_call_id: ToolCallId | UnsetType | None = field(
         default=UNSET, metadata=f("toolCallId", nullable=True, on_error=True)
     )
     """Optional tool call within the session.
@@ -9027,12 +8739,12 @@ class ElicitationUrlMode:
 
     (wire ``toolCallId``; optional (``UNSET`` when absent))
     """
-    request_id: RequestId | UnsetType = attrs.field(default=UNSET, metadata=f("requestId"))
+    request_id: RequestId | UnsetType = field(default=UNSET, metadata=f("requestId"))
     """The pending Client-to-Agent request this elicitation is tied to.
 
     (wire ``requestId``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -9069,7 +8781,7 @@ class ElicitationUrlMode:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class InitializeResponse:
     """Response to the `initialize` method.
 
@@ -9080,7 +8792,7 @@ class InitializeResponse:
     Schema: ``schema/v2/schema.json``, ``$defs/InitializeResponse``
     """
 
-    protocol_version: ProtocolVersion = attrs.field(metadata=f("protocolVersion"))
+    protocol_version: ProtocolVersion = field(metadata=f("protocolVersion"))
     """The highest protocol version supported by the agent that is at or below
     the version requested by the client. If no such version exists,
     initialization fails with error code -32022.
@@ -9090,19 +8802,19 @@ class InitializeResponse:
 
     (wire ``protocolVersion``; required)
     """
-    info: Implementation = attrs.field(metadata=f("info"))
+    info: Implementation = field(metadata=f("info"))
     """Information about the implementation sending this initialize response.
 
     (wire ``info``; required)
     """
-    capabilities: AgentCapabilities | UnsetType = attrs.field(
+    capabilities: AgentCapabilities | UnsetType = field(
         default=UNSET, metadata=f("capabilities", on_error=True, default={})
     )
     """Capabilities supported by the agent.
 
     (wire ``capabilities``; optional (``UNSET`` when absent); schema default ``{}``)
     """
-    auth_methods: list[AuthMethod] | UnsetType = attrs.field(
+    auth_methods: list[AuthMethod] | UnsetType = field(
         default=UNSET, metadata=f("authMethods", on_error=True, skip_invalid=True)
     )
     """Authentication methods supported by the agent.
@@ -9113,9 +8825,7 @@ class InitializeResponse:
 
     (wire ``authMethods``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -9124,7 +8834,7 @@ class InitializeResponse:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -9161,7 +8871,7 @@ class InitializeResponse:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class Implementation:
     """Metadata about the implementation of the client or agent.
     Describes the name and version of an ACP implementation, with an optional
@@ -9170,13 +8880,13 @@ class Implementation:
     Schema: ``schema/v2/schema.json``, ``$defs/Implementation``
     """
 
-    name: str = attrs.field(metadata=f("name"))
+    name: str = field(metadata=f("name"))
     """Intended for programmatic or logical use, but can be used as a display
     name fallback if title isn't present.
 
     (wire ``name``; required)
     """
-    title: str | UnsetType | None = attrs.field(default=UNSET, metadata=f("title", nullable=True, on_error=True))
+    title: str | UnsetType | None = field(default=UNSET, metadata=f("title", nullable=True, on_error=True))
     """Intended for UI and end-user contexts and optimized to be human-readable
     and easily understood.
 
@@ -9186,15 +8896,13 @@ class Implementation:
 
     (wire ``title``; optional (``UNSET`` when absent))
     """
-    version: str = attrs.field(metadata=f("version"))
+    version: str = field(metadata=f("version"))
     """Version of the implementation. Can be displayed to the user or used
     for debugging or metrics purposes. (e.g. "1.0.0").
 
     (wire ``version``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -9203,7 +8911,7 @@ class Implementation:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -9237,7 +8945,7 @@ class Implementation:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class AgentCapabilities:
     """Capabilities supported by the agent.
 
@@ -9249,7 +8957,7 @@ class AgentCapabilities:
     Schema: ``schema/v2/schema.json``, ``$defs/AgentCapabilities``
     """
 
-    session: SessionCapabilities | UnsetType | None = attrs.field(
+    session: SessionCapabilities | UnsetType | None = field(
         default=UNSET, metadata=f("session", nullable=True, on_error=True)
     )
     """Session capabilities supported by the agent.
@@ -9262,7 +8970,7 @@ class AgentCapabilities:
 
     (wire ``session``; optional (``UNSET`` when absent))
     """
-    auth: AgentAuthCapabilities | UnsetType | None = attrs.field(
+    auth: AgentAuthCapabilities | UnsetType | None = field(
         default=UNSET, metadata=f("auth", nullable=True, on_error=True)
     )
     """Authentication-related extension capabilities supported by the agent.
@@ -9274,9 +8982,7 @@ class AgentCapabilities:
 
     (wire ``auth``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -9285,7 +8991,7 @@ class AgentCapabilities:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -9316,7 +9022,7 @@ class AgentCapabilities:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class SessionCapabilities:
     """Session capabilities supported by the agent.
 
@@ -9333,7 +9039,7 @@ class SessionCapabilities:
     Schema: ``schema/v2/schema.json``, ``$defs/SessionCapabilities``
     """
 
-    prompt: PromptCapabilities | UnsetType | None = attrs.field(
+    prompt: PromptCapabilities | UnsetType | None = field(
         default=UNSET, metadata=f("prompt", nullable=True, on_error=True)
     )
     """Prompt capabilities supported by the agent in `session/prompt` requests.
@@ -9344,9 +9050,7 @@ class SessionCapabilities:
 
     (wire ``prompt``; optional (``UNSET`` when absent))
     """
-    mcp: McpCapabilities | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("mcp", nullable=True, on_error=True)
-    )
+    mcp: McpCapabilities | UnsetType | None = field(default=UNSET, metadata=f("mcp", nullable=True, on_error=True))
     """MCP capabilities supported by the agent for session lifecycle requests.
 
     Optional. Omitted and `null` are equivalent and mean the agent does not advertise MCP
@@ -9354,7 +9058,7 @@ class SessionCapabilities:
 
     (wire ``mcp``; optional (``UNSET`` when absent))
     """
-    delete: SessionDeleteCapabilities | UnsetType | None = attrs.field(
+    delete: SessionDeleteCapabilities | UnsetType | None = field(
         default=UNSET, metadata=f("delete", nullable=True, on_error=True)
     )
     """Whether the agent supports `session/delete`.
@@ -9364,7 +9068,7 @@ class SessionCapabilities:
 
     (wire ``delete``; optional (``UNSET`` when absent))
     """
-    additional_directories: SessionAdditionalDirectoriesCapabilities | UnsetType | None = attrs.field(
+    additional_directories: SessionAdditionalDirectoriesCapabilities | UnsetType | None = field(
         default=UNSET, metadata=f("additionalDirectories", nullable=True, on_error=True)
     )
     """Whether the agent supports `additionalDirectories` on supported session lifecycle requests.
@@ -9378,9 +9082,7 @@ class SessionCapabilities:
 
     (wire ``additionalDirectories``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -9389,7 +9091,7 @@ class SessionCapabilities:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -9426,7 +9128,7 @@ class SessionCapabilities:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class PromptCapabilities:
     """Prompt capabilities supported by the agent in `session/prompt` requests.
 
@@ -9444,7 +9146,7 @@ class PromptCapabilities:
     Schema: ``schema/v2/schema.json``, ``$defs/PromptCapabilities``
     """
 
-    image: PromptImageCapabilities | UnsetType | None = attrs.field(
+    image: PromptImageCapabilities | UnsetType | None = field(
         default=UNSET, metadata=f("image", nullable=True, on_error=True)
     )
     """Agent supports `image` content blocks.
@@ -9454,7 +9156,7 @@ class PromptCapabilities:
 
     (wire ``image``; optional (``UNSET`` when absent))
     """
-    audio: PromptAudioCapabilities | UnsetType | None = attrs.field(
+    audio: PromptAudioCapabilities | UnsetType | None = field(
         default=UNSET, metadata=f("audio", nullable=True, on_error=True)
     )
     """Agent supports `audio` content blocks.
@@ -9464,7 +9166,7 @@ class PromptCapabilities:
 
     (wire ``audio``; optional (``UNSET`` when absent))
     """
-    embedded_context: PromptEmbeddedContextCapabilities | UnsetType | None = attrs.field(
+    embedded_context: PromptEmbeddedContextCapabilities | UnsetType | None = field(
         default=UNSET, metadata=f("embeddedContext", nullable=True, on_error=True)
     )
     """Agent supports embedded context in `session/prompt` requests.
@@ -9477,9 +9179,7 @@ class PromptCapabilities:
 
     (wire ``embeddedContext``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -9488,7 +9188,7 @@ class PromptCapabilities:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -9522,7 +9222,7 @@ class PromptCapabilities:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class PromptImageCapabilities:
     """Capabilities for image content in prompt requests.
 
@@ -9531,9 +9231,7 @@ class PromptImageCapabilities:
     Schema: ``schema/v2/schema.json``, ``$defs/PromptImageCapabilities``
     """
 
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -9542,7 +9240,7 @@ class PromptImageCapabilities:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -9561,7 +9259,7 @@ class PromptImageCapabilities:
         return self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class PromptAudioCapabilities:
     """Capabilities for audio content in prompt requests.
 
@@ -9570,9 +9268,7 @@ class PromptAudioCapabilities:
     Schema: ``schema/v2/schema.json``, ``$defs/PromptAudioCapabilities``
     """
 
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -9581,7 +9277,7 @@ class PromptAudioCapabilities:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -9600,7 +9296,7 @@ class PromptAudioCapabilities:
         return self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class PromptEmbeddedContextCapabilities:
     """Capabilities for embedded context in prompt requests.
 
@@ -9609,9 +9305,7 @@ class PromptEmbeddedContextCapabilities:
     Schema: ``schema/v2/schema.json``, ``$defs/PromptEmbeddedContextCapabilities``
     """
 
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -9620,7 +9314,7 @@ class PromptEmbeddedContextCapabilities:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -9639,14 +9333,14 @@ class PromptEmbeddedContextCapabilities:
         return self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class McpCapabilities:
     """MCP capabilities supported by the agent for session lifecycle requests.
 
     Schema: ``schema/v2/schema.json``, ``$defs/McpCapabilities``
     """
 
-    stdio: McpStdioCapabilities | UnsetType | None = attrs.field(
+    stdio: McpStdioCapabilities | UnsetType | None = field(
         default=UNSET, metadata=f("stdio", nullable=True, on_error=True)
     )
     """Agent supports `stdio` MCP servers.
@@ -9656,7 +9350,7 @@ class McpCapabilities:
 
     (wire ``stdio``; optional (``UNSET`` when absent))
     """
-    http: McpHttpCapabilities | UnsetType | None = attrs.field(
+    http: McpHttpCapabilities | UnsetType | None = field(
         default=UNSET, metadata=f("http", nullable=True, on_error=True)
     )
     """Agent supports `http` MCP servers.
@@ -9666,9 +9360,7 @@ class McpCapabilities:
 
     (wire ``http``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -9677,7 +9369,7 @@ class McpCapabilities:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -9708,7 +9400,7 @@ class McpCapabilities:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class McpStdioCapabilities:
     """Capabilities for stdio MCP server transports.
 
@@ -9717,9 +9409,7 @@ class McpStdioCapabilities:
     Schema: ``schema/v2/schema.json``, ``$defs/McpStdioCapabilities``
     """
 
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -9728,7 +9418,7 @@ class McpStdioCapabilities:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -9747,7 +9437,7 @@ class McpStdioCapabilities:
         return self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class McpHttpCapabilities:
     """Capabilities for HTTP MCP server transports.
 
@@ -9756,9 +9446,7 @@ class McpHttpCapabilities:
     Schema: ``schema/v2/schema.json``, ``$defs/McpHttpCapabilities``
     """
 
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -9767,7 +9455,7 @@ class McpHttpCapabilities:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -9786,7 +9474,7 @@ class McpHttpCapabilities:
         return self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class SessionDeleteCapabilities:
     """Capabilities for the `session/delete` method.
 
@@ -9795,9 +9483,7 @@ class SessionDeleteCapabilities:
     Schema: ``schema/v2/schema.json``, ``$defs/SessionDeleteCapabilities``
     """
 
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -9806,7 +9492,7 @@ class SessionDeleteCapabilities:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -9825,7 +9511,7 @@ class SessionDeleteCapabilities:
         return self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class SessionAdditionalDirectoriesCapabilities:
     """Capabilities for additional session directories support.
 
@@ -9837,9 +9523,7 @@ class SessionAdditionalDirectoriesCapabilities:
     Schema: ``schema/v2/schema.json``, ``$defs/SessionAdditionalDirectoriesCapabilities``
     """
 
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -9848,7 +9532,7 @@ class SessionAdditionalDirectoriesCapabilities:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -9867,7 +9551,7 @@ class SessionAdditionalDirectoriesCapabilities:
         return self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class AgentAuthCapabilities:
     """Authentication-related extension capabilities supported by the agent.
 
@@ -9878,9 +9562,7 @@ class AgentAuthCapabilities:
     Schema: ``schema/v2/schema.json``, ``$defs/AgentAuthCapabilities``
     """
 
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -9889,7 +9571,7 @@ class AgentAuthCapabilities:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -9908,26 +9590,24 @@ class AgentAuthCapabilities:
         return self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class EnvVariable:
     """An environment variable to set when launching a process.
 
     Schema: ``schema/v2/schema.json``, ``$defs/EnvVariable``
     """
 
-    name: str = attrs.field(metadata=f("name"))
+    name: str = field(metadata=f("name"))
     """The name of the environment variable.
 
     (wire ``name``; required)
     """
-    value: str = attrs.field(metadata=f("value"))
+    value: str = field(metadata=f("value"))
     """The value to set for the environment variable.
 
     (wire ``value``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -9936,7 +9616,7 @@ class EnvVariable:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -9967,7 +9647,7 @@ class EnvVariable:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class AuthMethodTerminal:
     """Terminal-based authentication method.
 
@@ -9980,40 +9660,36 @@ class AuthMethodTerminal:
     Schema: ``schema/v2/schema.json``, ``$defs/AuthMethodTerminal``
     """
 
-    method_id: AuthMethodId = attrs.field(metadata=f("methodId"))
+    method_id: AuthMethodId = field(metadata=f("methodId"))
     """Unique identifier for this authentication method.
 
     (wire ``methodId``; required)
     """
-    name: str = attrs.field(metadata=f("name"))
+    name: str = field(metadata=f("name"))
     """Human-readable name of the authentication method.
 
     (wire ``name``; required)
     """
-    description: str | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("description", nullable=True, on_error=True)
-    )
+    description: str | UnsetType | None = field(default=UNSET, metadata=f("description", nullable=True, on_error=True))
     """Optional human-readable description of this authentication method.
 
     Omitted and `null` are equivalent and mean no description is provided.
 
     (wire ``description``; optional (``UNSET`` when absent))
     """
-    args: list[str] | UnsetType = attrs.field(default=UNSET, metadata=f("args", on_null=True))
+    args: list[str] | UnsetType = field(default=UNSET, metadata=f("args", on_null=True))
     """Additional arguments to append to the configured agent invocation for terminal auth.
 
     (wire ``args``; optional (``UNSET`` when absent))
     """
-    env: list[EnvVariable] | UnsetType = attrs.field(default=UNSET, metadata=f("env", on_null=True))
+    env: list[EnvVariable] | UnsetType = field(default=UNSET, metadata=f("env", on_null=True))
     """Additional environment variables to set on the configured agent invocation for terminal auth.
     Names MUST be unique. These values override same-named variables in the
     base launch configuration.
 
     (wire ``env``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -10022,7 +9698,7 @@ class AuthMethodTerminal:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -10062,7 +9738,7 @@ class AuthMethodTerminal:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class AuthMethodAgent:
     """Agent handles authentication itself through `auth/login`.
 
@@ -10071,28 +9747,24 @@ class AuthMethodAgent:
     Schema: ``schema/v2/schema.json``, ``$defs/AuthMethodAgent``
     """
 
-    method_id: AuthMethodId = attrs.field(metadata=f("methodId"))
+    method_id: AuthMethodId = field(metadata=f("methodId"))
     """Unique identifier for this authentication method.
 
     (wire ``methodId``; required)
     """
-    name: str = attrs.field(metadata=f("name"))
+    name: str = field(metadata=f("name"))
     """Human-readable name of the authentication method.
 
     (wire ``name``; required)
     """
-    description: str | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("description", nullable=True, on_error=True)
-    )
+    description: str | UnsetType | None = field(default=UNSET, metadata=f("description", nullable=True, on_error=True))
     """Optional human-readable description of this authentication method.
 
     Omitted and `null` are equivalent and mean no description is provided.
 
     (wire ``description``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -10101,7 +9773,7 @@ class AuthMethodAgent:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -10135,16 +9807,14 @@ class AuthMethodAgent:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class LoginAuthResponse:
     """Response to the `auth/login` method.
 
     Schema: ``schema/v2/schema.json``, ``$defs/LoginAuthResponse``
     """
 
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -10153,7 +9823,7 @@ class LoginAuthResponse:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -10172,16 +9842,14 @@ class LoginAuthResponse:
         return self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class LogoutAuthResponse:
     """Response to the `auth/logout` method.
 
     Schema: ``schema/v2/schema.json``, ``$defs/LogoutAuthResponse``
     """
 
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -10190,7 +9858,7 @@ class LogoutAuthResponse:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -10209,7 +9877,7 @@ class LogoutAuthResponse:
         return self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class NewSessionResponse:
     """Response from creating a new session.
 
@@ -10222,14 +9890,14 @@ class NewSessionResponse:
     Schema: ``schema/v2/schema.json``, ``$defs/NewSessionResponse``
     """
 
-    session_id: SessionId = attrs.field(metadata=f("sessionId"))
+    session_id: SessionId = field(metadata=f("sessionId"))
     """Unique identifier for the created session.
 
     Used in all subsequent requests for this conversation.
 
     (wire ``sessionId``; required)
     """
-    config_options: list[SessionConfigOption] | UnsetType = attrs.field(
+    config_options: list[SessionConfigOption] | UnsetType = field(
         default=UNSET, metadata=f("configOptions", on_error=True, skip_invalid=True)
     )
     """Initial session configuration options.
@@ -10240,7 +9908,7 @@ class NewSessionResponse:
 
     (wire ``configOptions``; optional (``UNSET`` when absent))
     """
-    available_commands: list[AvailableCommand] | UnsetType = attrs.field(
+    available_commands: list[AvailableCommand] | UnsetType = field(
         default=UNSET, metadata=f("availableCommands", on_error=True, skip_invalid=True)
     )
     """Initial commands the agent can execute in this session.
@@ -10251,9 +9919,7 @@ class NewSessionResponse:
 
     (wire ``availableCommands``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -10262,7 +9928,7 @@ class NewSessionResponse:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -10296,35 +9962,31 @@ class NewSessionResponse:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class SessionConfigSelectOption:
     """A possible value for a session configuration option.
 
     Schema: ``schema/v2/schema.json``, ``$defs/SessionConfigSelectOption``
     """
 
-    value: SessionConfigValueId = attrs.field(metadata=f("value"))
+    value: SessionConfigValueId = field(metadata=f("value"))
     """Unique identifier for this option value.
 
     (wire ``value``; required)
     """
-    name: str = attrs.field(metadata=f("name"))
+    name: str = field(metadata=f("name"))
     """Human-readable label for this option value.
 
     (wire ``name``; required)
     """
-    description: str | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("description", nullable=True, on_error=True)
-    )
+    description: str | UnsetType | None = field(default=UNSET, metadata=f("description", nullable=True, on_error=True))
     """Optional description for this option value.
 
     Omitted and `null` are equivalent and mean no description is provided.
 
     (wire ``description``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -10333,7 +9995,7 @@ class SessionConfigSelectOption:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -10367,31 +10029,29 @@ class SessionConfigSelectOption:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class SessionConfigSelectGroup:
     """A group of possible values for a session configuration option.
 
     Schema: ``schema/v2/schema.json``, ``$defs/SessionConfigSelectGroup``
     """
 
-    group_id: SessionConfigGroupId = attrs.field(metadata=f("groupId"))
+    group_id: SessionConfigGroupId = field(metadata=f("groupId"))
     """Unique identifier for this group.
 
     (wire ``groupId``; required)
     """
-    name: str = attrs.field(metadata=f("name"))
+    name: str = field(metadata=f("name"))
     """Human-readable label for this group.
 
     (wire ``name``; required)
     """
-    options: list[SessionConfigSelectOption] = attrs.field(metadata=f("options", on_error=True, skip_invalid=True))
+    options: list[SessionConfigSelectOption] = field(metadata=f("options", on_error=True, skip_invalid=True))
     """The set of option values in this group. MUST contain at least one value.
 
     (wire ``options``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -10400,7 +10060,7 @@ class SessionConfigSelectGroup:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -10434,25 +10094,25 @@ class SessionConfigSelectGroup:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class SessionConfigSelect:
     """A single-value selector (dropdown) session configuration option payload.
 
     Schema: ``schema/v2/schema.json``, ``$defs/SessionConfigSelect``
     """
 
-    current_value: SessionConfigValueId = attrs.field(metadata=f("currentValue"))
+    current_value: SessionConfigValueId = field(metadata=f("currentValue"))
     """The currently selected value. MUST be one of the `value`s in `options`.
 
     (wire ``currentValue``; required)
     """
-    options: SessionConfigSelectOptions = attrs.field(metadata=f("options"))
+    options: SessionConfigSelectOptions = field(metadata=f("options"))
     """The set of selectable options. MUST contain at least one value, and each `value` MUST be
     unique within the option, including across groups.
 
     (wire ``options``; required)
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -10478,19 +10138,19 @@ class SessionConfigSelect:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class SessionConfigBoolean:
     """A boolean on/off toggle session configuration option payload.
 
     Schema: ``schema/v2/schema.json``, ``$defs/SessionConfigBoolean``
     """
 
-    current_value: bool = attrs.field(metadata=f("currentValue"))
+    current_value: bool = field(metadata=f("currentValue"))
     """The current value of the boolean option.
 
     (wire ``currentValue``; required)
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(self, *, current_value: bool, extra_fields: dict[str, Any] | None = None) -> None:
@@ -10507,21 +10167,19 @@ class SessionConfigBoolean:
         return self.current_value == o.current_value and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class TextCommandInput:
     """All text that was typed after the command name is provided as input.
 
     Schema: ``schema/v2/schema.json``, ``$defs/TextCommandInput``
     """
 
-    hint: str = attrs.field(metadata=f("hint"))
+    hint: str = field(metadata=f("hint"))
     """A hint to display when the input hasn't been provided yet
 
     (wire ``hint``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -10530,7 +10188,7 @@ class TextCommandInput:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -10550,7 +10208,7 @@ class TextCommandInput:
         return self.hint == o.hint and self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class Command:
     """A slash command the user can invoke by including it in a prompt.
 
@@ -10559,19 +10217,19 @@ class Command:
     Schema: ``schema/v2/schema.json``, ``$defs/Command``
     """
 
-    name: str = attrs.field(metadata=f("name"))
+    name: str = field(metadata=f("name"))
     """Command name without the leading `/` (e.g., `create_plan`, `research_codebase`).
 
     MUST NOT contain whitespace and MUST be unique within the command list.
 
     (wire ``name``; required)
     """
-    description: str = attrs.field(metadata=f("description"))
+    description: str = field(metadata=f("description"))
     """Human-readable description of what the command does.
 
     (wire ``description``; required)
     """
-    input: AvailableCommandInput | UnsetType | None = attrs.field(
+    input: AvailableCommandInput | UnsetType | None = field(
         default=UNSET, metadata=f("input", nullable=True, on_error=True)
     )
     """Input for the command if required
@@ -10580,9 +10238,7 @@ class Command:
 
     (wire ``input``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -10591,7 +10247,7 @@ class Command:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -10625,30 +10281,26 @@ class Command:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class ListSessionsResponse:
     """Response from listing sessions.
 
     Schema: ``schema/v2/schema.json``, ``$defs/ListSessionsResponse``
     """
 
-    sessions: list[SessionInfo] = attrs.field(metadata=f("sessions", on_error=True, skip_invalid=True))
+    sessions: list[SessionInfo] = field(metadata=f("sessions", on_error=True, skip_invalid=True))
     """Array of session information objects.
 
     (wire ``sessions``; required)
     """
-    next_cursor: SessionListCursor | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("nextCursor", nullable=True)
-    )
+    next_cursor: SessionListCursor | UnsetType | None = field(default=UNSET, metadata=f("nextCursor", nullable=True))
     """Opaque cursor token. If present, pass this in the next request's cursor parameter
     to fetch the next page. Omitted and `null` are equivalent and mean there are no more
     results. An empty string is a valid cursor, not the end of results.
 
     (wire ``nextCursor``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -10657,7 +10309,7 @@ class ListSessionsResponse:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -10688,24 +10340,24 @@ class ListSessionsResponse:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class SessionInfo:
     """Information about a session returned by session/list
 
     Schema: ``schema/v2/schema.json``, ``$defs/SessionInfo``
     """
 
-    session_id: SessionId = attrs.field(metadata=f("sessionId"))
+    session_id: SessionId = field(metadata=f("sessionId"))
     """Unique identifier for the session
 
     (wire ``sessionId``; required)
     """
-    cwd: AbsolutePath = attrs.field(metadata=f("cwd"))
+    cwd: AbsolutePath = field(metadata=f("cwd"))
     """The working directory for this session. Must be an absolute path.
 
     (wire ``cwd``; required)
     """
-    additional_directories: list[AbsolutePath] | UnsetType = attrs.field(
+    additional_directories: list[AbsolutePath] | UnsetType = field(
         default=UNSET, metadata=f("additionalDirectories", on_null=True)
     )
     """Additional workspace roots reported for this session. Each path must be absolute.
@@ -10716,25 +10368,21 @@ class SessionInfo:
 
     (wire ``additionalDirectories``; optional (``UNSET`` when absent))
     """
-    title: str | UnsetType | None = attrs.field(default=UNSET, metadata=f("title", nullable=True, on_error=True))
+    title: str | UnsetType | None = field(default=UNSET, metadata=f("title", nullable=True, on_error=True))
     """Human-readable title for the session
 
     Omitted and `null` are equivalent and mean no title is provided.
 
     (wire ``title``; optional (``UNSET`` when absent))
     """
-    updated_at: str | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("updatedAt", nullable=True, on_error=True)
-    )
+    updated_at: str | UnsetType | None = field(default=UNSET, metadata=f("updatedAt", nullable=True, on_error=True))
     """RFC 3339 timestamp of last activity.
 
     Omitted and `null` are equivalent and mean the last activity time is not reported.
 
     (wire ``updatedAt``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -10743,7 +10391,7 @@ class SessionInfo:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -10783,16 +10431,14 @@ class SessionInfo:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class DeleteSessionResponse:
     """Response from deleting a session.
 
     Schema: ``schema/v2/schema.json``, ``$defs/DeleteSessionResponse``
     """
 
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -10801,7 +10447,7 @@ class DeleteSessionResponse:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -10820,7 +10466,7 @@ class DeleteSessionResponse:
         return self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class ResumeSessionResponse:
     """Response from resuming an existing session.
 
@@ -10833,7 +10479,7 @@ class ResumeSessionResponse:
     Schema: ``schema/v2/schema.json``, ``$defs/ResumeSessionResponse``
     """
 
-    config_options: list[SessionConfigOption] | UnsetType = attrs.field(
+    config_options: list[SessionConfigOption] | UnsetType = field(
         default=UNSET, metadata=f("configOptions", on_error=True, skip_invalid=True)
     )
     """Initial session configuration options.
@@ -10844,7 +10490,7 @@ class ResumeSessionResponse:
 
     (wire ``configOptions``; optional (``UNSET`` when absent))
     """
-    available_commands: list[AvailableCommand] | UnsetType = attrs.field(
+    available_commands: list[AvailableCommand] | UnsetType = field(
         default=UNSET, metadata=f("availableCommands", on_error=True, skip_invalid=True)
     )
     """Initial commands the agent can execute in this session.
@@ -10855,9 +10501,7 @@ class ResumeSessionResponse:
 
     (wire ``availableCommands``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -10866,7 +10510,7 @@ class ResumeSessionResponse:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -10897,16 +10541,14 @@ class ResumeSessionResponse:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class CloseSessionResponse:
     """Response from closing a session.
 
     Schema: ``schema/v2/schema.json``, ``$defs/CloseSessionResponse``
     """
 
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -10915,7 +10557,7 @@ class CloseSessionResponse:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -10934,16 +10576,14 @@ class CloseSessionResponse:
         return self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class CancelToolCallResponse:
     """Response from cancelling a tool call.
 
     Schema: ``schema/v2/schema.json``, ``$defs/CancelToolCallResponse``
     """
 
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -10952,7 +10592,7 @@ class CancelToolCallResponse:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -10971,16 +10611,14 @@ class CancelToolCallResponse:
         return self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class CancelTerminalResponse:
     """Response from cancelling a terminal.
 
     Schema: ``schema/v2/schema.json``, ``$defs/CancelTerminalResponse``
     """
 
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -10989,7 +10627,7 @@ class CancelTerminalResponse:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -11008,21 +10646,19 @@ class CancelTerminalResponse:
         return self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class SetSessionConfigOptionResponse:
     """Response to `session/set_config_option` method.
 
     Schema: ``schema/v2/schema.json``, ``$defs/SetSessionConfigOptionResponse``
     """
 
-    config_options: list[SessionConfigOption] = attrs.field(metadata=f("configOptions", skip_invalid=True))
+    config_options: list[SessionConfigOption] = field(metadata=f("configOptions", skip_invalid=True))
     """The full set of configuration options and their current values.
 
     (wire ``configOptions``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -11031,7 +10667,7 @@ class SetSessionConfigOptionResponse:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -11055,7 +10691,7 @@ class SetSessionConfigOptionResponse:
         return self.config_options == o.config_options and self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class PromptResponse:
     """Response acknowledging that a user prompt was inserted into the ACP conversation.
 
@@ -11071,7 +10707,7 @@ class PromptResponse:
     Schema: ``schema/v2/schema.json``, ``$defs/PromptResponse``
     """
 
-    message_id: MessageId = attrs.field(metadata=f("messageId"))
+    message_id: MessageId = field(metadata=f("messageId"))
     """Identifies the user message inserted into the ACP conversation.
 
     Required and non-null. Omission and explicit `null` are both invalid.
@@ -11082,9 +10718,7 @@ class PromptResponse:
 
     (wire ``messageId``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -11093,7 +10727,7 @@ class PromptResponse:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -11117,7 +10751,7 @@ class PromptResponse:
         return self.message_id == o.message_id and self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class Error:
     """JSON-RPC error object.
 
@@ -11129,19 +10763,19 @@ class Error:
     Schema: ``schema/v2/schema.json``, ``$defs/Error``
     """
 
-    code: ErrorCode = attrs.field(metadata=f("code"))
+    code: ErrorCode = field(metadata=f("code"))
     """A number indicating the error type that occurred.
     This must be an integer as defined in the JSON-RPC specification.
 
     (wire ``code``; required)
     """
-    message: str = attrs.field(metadata=f("message"))
+    message: str = field(metadata=f("message"))
     """A string providing a short description of the error.
     The message should be limited to a concise single sentence.
 
     (wire ``message``; required)
     """
-    data: ErrorData | UnsetType | None = attrs.field(default=UNSET, metadata=f("data", nullable=True, on_error=True))
+    data: ErrorData | UnsetType | None = field(default=UNSET, metadata=f("data", nullable=True, on_error=True))
     """Optional primitive or structured value that contains additional information about the error.
     This may include debugging information or context-specific details.
 
@@ -11151,7 +10785,7 @@ class Error:
 
     (wire ``data``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -11182,7 +10816,7 @@ class Error:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class UnsupportedProtocolVersionErrorData:
     """Data for the `-32022` (Unsupported protocol version) error.
 
@@ -11191,19 +10825,17 @@ class UnsupportedProtocolVersionErrorData:
     Schema: ``schema/v2/schema.json``, ``$defs/UnsupportedProtocolVersionErrorData``
     """
 
-    requested: ProtocolVersion = attrs.field(metadata=f("requested"))
+    requested: ProtocolVersion = field(metadata=f("requested"))
     """The protocol version the Client requested.
 
     (wire ``requested``; required)
     """
-    supported: list[ProtocolVersion] = attrs.field(metadata=f("supported"))
+    supported: list[ProtocolVersion] = field(metadata=f("supported"))
     """The protocol versions the Agent supports.
 
     (wire ``supported``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -11212,7 +10844,7 @@ class UnsupportedProtocolVersionErrorData:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -11243,7 +10875,7 @@ class UnsupportedProtocolVersionErrorData:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class SessionNotFoundErrorData:
     """Data for the `-32002` (Resource not found) error when a session-scoped request names a
     session that does not exist or is not active.
@@ -11253,14 +10885,12 @@ class SessionNotFoundErrorData:
     Schema: ``schema/v2/schema.json``, ``$defs/SessionNotFoundErrorData``
     """
 
-    session_id: SessionId = attrs.field(metadata=f("sessionId"))
+    session_id: SessionId = field(metadata=f("sessionId"))
     """The session ID from the request.
 
     (wire ``sessionId``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -11269,7 +10899,7 @@ class SessionNotFoundErrorData:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -11293,7 +10923,7 @@ class SessionNotFoundErrorData:
         return self.session_id == o.session_id and self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class UpdateSessionNotification:
     """Notification containing a session update from the agent.
 
@@ -11304,19 +10934,17 @@ class UpdateSessionNotification:
     Schema: ``schema/v2/schema.json``, ``$defs/UpdateSessionNotification``
     """
 
-    session_id: SessionId = attrs.field(metadata=f("sessionId"))
+    session_id: SessionId = field(metadata=f("sessionId"))
     """The ID of the session this update pertains to.
 
     (wire ``sessionId``; required)
     """
-    update: SessionUpdate = attrs.field(metadata=f("update"))
+    update: SessionUpdate = field(metadata=f("update"))
     """The actual update content.
 
     (wire ``update``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -11325,7 +10953,7 @@ class UpdateSessionNotification:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -11356,14 +10984,14 @@ class UpdateSessionNotification:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class ContentChunk:
     """A streamed item of message content.
 
     Schema: ``schema/v2/schema.json``, ``$defs/ContentChunk``
     """
 
-    message_id: MessageId = attrs.field(metadata=f("messageId"))
+    message_id: MessageId = field(metadata=f("messageId"))
     """A unique identifier for the message this chunk belongs to.
 
     All chunks belonging to the same message share the same `messageId`.
@@ -11371,14 +10999,12 @@ class ContentChunk:
 
     (wire ``messageId``; required)
     """
-    content: ContentBlock = attrs.field(metadata=f("content"))
+    content: ContentBlock = field(metadata=f("content"))
     """A single item of content
 
     (wire ``content``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -11388,7 +11014,7 @@ class ContentChunk:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -11419,7 +11045,7 @@ class ContentChunk:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class UserMessage:
     """A user message upsert.
 
@@ -11438,21 +11064,19 @@ class UserMessage:
     Schema: ``schema/v2/schema.json``, ``$defs/UserMessage``
     """
 
-    message_id: MessageId = attrs.field(metadata=f("messageId"))
+    message_id: MessageId = field(metadata=f("messageId"))
     """A unique identifier for the message.
 
     (wire ``messageId``; required)
     """
-    content: list[ContentBlock] | UnsetType | None = attrs.field(
+    content: list[ContentBlock] | UnsetType | None = field(
         default=UNSET, metadata=f("content", nullable=True, on_error=True, skip_invalid=True)
     )
     """Complete replacement content for this message.
 
     (wire ``content``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted leaves the stored metadata unchanged. `null`
     clears it. An object patches the stored metadata by top-level key: keys it omits are
@@ -11464,7 +11088,7 @@ class UserMessage:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -11495,7 +11119,7 @@ class UserMessage:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class AgentMessage:
     """An agent message upsert.
 
@@ -11514,21 +11138,19 @@ class AgentMessage:
     Schema: ``schema/v2/schema.json``, ``$defs/AgentMessage``
     """
 
-    message_id: MessageId = attrs.field(metadata=f("messageId"))
+    message_id: MessageId = field(metadata=f("messageId"))
     """A unique identifier for the message.
 
     (wire ``messageId``; required)
     """
-    content: list[ContentBlock] | UnsetType | None = attrs.field(
+    content: list[ContentBlock] | UnsetType | None = field(
         default=UNSET, metadata=f("content", nullable=True, on_error=True, skip_invalid=True)
     )
     """Complete replacement content for this message.
 
     (wire ``content``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted leaves the stored metadata unchanged. `null`
     clears it. An object patches the stored metadata by top-level key: keys it omits are
@@ -11540,7 +11162,7 @@ class AgentMessage:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -11571,7 +11193,7 @@ class AgentMessage:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class AgentThought:
     """An agent thought or reasoning message upsert.
 
@@ -11590,21 +11212,19 @@ class AgentThought:
     Schema: ``schema/v2/schema.json``, ``$defs/AgentThought``
     """
 
-    message_id: MessageId = attrs.field(metadata=f("messageId"))
+    message_id: MessageId = field(metadata=f("messageId"))
     """A unique identifier for the thought message.
 
     (wire ``messageId``; required)
     """
-    content: list[ContentBlock] | UnsetType | None = attrs.field(
+    content: list[ContentBlock] | UnsetType | None = field(
         default=UNSET, metadata=f("content", nullable=True, on_error=True, skip_invalid=True)
     )
     """Complete replacement content for this thought message.
 
     (wire ``content``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted leaves the stored metadata unchanged. `null`
     clears it. An object patches the stored metadata by top-level key: keys it omits are
@@ -11616,7 +11236,7 @@ class AgentThought:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -11647,21 +11267,19 @@ class AgentThought:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class BackgroundTerminal:
     """A listed terminal running in the background.
 
     Schema: ``schema/v2/schema.json``, ``$defs/BackgroundTerminal``
     """
 
-    terminal_id: TerminalId = attrs.field(metadata=f("terminalId"))
+    terminal_id: TerminalId = field(metadata=f("terminalId"))
     """The ID of the listed terminal.
 
     (wire ``terminalId``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -11670,7 +11288,7 @@ class BackgroundTerminal:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -11694,21 +11312,19 @@ class BackgroundTerminal:
         return self.terminal_id == o.terminal_id and self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class BackgroundToolCall:
     """A listed tool call whose work continues in the background.
 
     Schema: ``schema/v2/schema.json``, ``$defs/BackgroundToolCall``
     """
 
-    tool_call_id: ToolCallId = attrs.field(metadata=f("toolCallId"))
+    tool_call_id: ToolCallId = field(metadata=f("toolCallId"))
     """The ID of the listed tool call.
 
     (wire ``toolCallId``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -11717,7 +11333,7 @@ class BackgroundToolCall:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -11741,14 +11357,14 @@ class BackgroundToolCall:
         return self.tool_call_id == o.tool_call_id and self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class ErrorStopReason:
     """Details of a failure that ended active work.
 
     Schema: ``schema/v2/schema.json``, ``$defs/ErrorStopReason``
     """
 
-    error: Error | UnsetType | None = attrs.field(default=UNSET, metadata=f("error", nullable=True, on_error=True))
+    error: Error | UnsetType | None = field(default=UNSET, metadata=f("error", nullable=True, on_error=True))
     """The failure, as a JSON-RPC error object.
 
     Optional. Omitted and `null` are equivalent and mean the agent is not reporting failure details.
@@ -11756,7 +11372,7 @@ class ErrorStopReason:
 
     (wire ``error``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(self, *, error: Error | UnsetType | None = UNSET, extra_fields: dict[str, Any] | None = None) -> None:
@@ -11773,7 +11389,7 @@ class ErrorStopReason:
         return self.error == o.error and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class ToolCallContentChunk:
     """A streamed item of tool-call content.
 
@@ -11785,19 +11401,17 @@ class ToolCallContentChunk:
     Schema: ``schema/v2/schema.json``, ``$defs/ToolCallContentChunk``
     """
 
-    tool_call_id: ToolCallId = attrs.field(metadata=f("toolCallId"))
+    tool_call_id: ToolCallId = field(metadata=f("toolCallId"))
     """The ID of the tool call this content belongs to.
 
     (wire ``toolCallId``; required)
     """
-    content: ToolCallContent = attrs.field(metadata=f("content"))
+    content: ToolCallContent = field(metadata=f("content"))
     """A single item of content produced by the tool call.
 
     (wire ``content``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -11807,7 +11421,7 @@ class ToolCallContentChunk:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -11838,21 +11452,19 @@ class ToolCallContentChunk:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class TerminalOutput:
     """An authoritative replacement snapshot of terminal output bytes.
 
     Schema: ``schema/v2/schema.json``, ``$defs/TerminalOutput``
     """
 
-    data: str = attrs.field(metadata=f("data"))
+    data: str = field(metadata=f("data"))
     """Base64-encoded replacement terminal output bytes.
 
     (wire ``data``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -11861,7 +11473,7 @@ class TerminalOutput:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -11881,7 +11493,7 @@ class TerminalOutput:
         return self.data == o.data and self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class TerminalExitStatus:
     """Exit information for an agent-owned terminal.
 
@@ -11891,13 +11503,13 @@ class TerminalExitStatus:
     Schema: ``schema/v2/schema.json``, ``$defs/TerminalExitStatus``
     """
 
-    exit_code: int | UnsetType | None = attrs.field(default=UNSET, metadata=f("exitCode", nullable=True, on_error=True))
+    exit_code: int | UnsetType | None = field(default=UNSET, metadata=f("exitCode", nullable=True, on_error=True))
     """Process exit code as the platform reports it, when known. Negative values are
     allowed, for example signed Windows exit codes. Omitted and `null` are equivalent.
 
     (wire ``exitCode``; optional (``UNSET`` when absent))
     """
-    signal: str | UnsetType | None = attrs.field(default=UNSET, metadata=f("signal", nullable=True, on_error=True))
+    signal: str | UnsetType | None = field(default=UNSET, metadata=f("signal", nullable=True, on_error=True))
     """Signal that terminated the process, when known.
 
     Agents should use the conventional platform signal name. POSIX examples
@@ -11906,9 +11518,7 @@ class TerminalExitStatus:
 
     (wire ``signal``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -11917,7 +11527,7 @@ class TerminalExitStatus:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -11948,26 +11558,24 @@ class TerminalExitStatus:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class TerminalSize:
     """The size of an agent-owned terminal in character cells.
 
     Schema: ``schema/v2/schema.json``, ``$defs/TerminalSize``
     """
 
-    cols: int = attrs.field(metadata=f("cols"))
+    cols: int = field(metadata=f("cols"))
     """Number of columns.
 
     (wire ``cols``; required)
     """
-    rows: int = attrs.field(metadata=f("rows"))
+    rows: int = field(metadata=f("rows"))
     """Number of rows.
 
     (wire ``rows``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -11976,7 +11584,7 @@ class TerminalSize:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -12004,7 +11612,7 @@ class TerminalSize:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class TerminalCapabilities:
     """Client-initiated controls a terminal currently supports.
 
@@ -12016,7 +11624,7 @@ class TerminalCapabilities:
     Schema: ``schema/v2/schema.json``, ``$defs/TerminalCapabilities``
     """
 
-    cancel: TerminalCancelCapabilities | UnsetType | None = attrs.field(
+    cancel: TerminalCancelCapabilities | UnsetType | None = field(
         default=UNSET, metadata=f("cancel", nullable=True, on_error=True)
     )
     """Permits the Client to cancel this terminal with `terminal/cancel`.
@@ -12026,9 +11634,7 @@ class TerminalCapabilities:
 
     (wire ``cancel``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -12037,7 +11643,7 @@ class TerminalCapabilities:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -12061,7 +11667,7 @@ class TerminalCapabilities:
         return self.cancel == o.cancel and self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class TerminalCancelCapabilities:
     """Capability to cancel a terminal with `terminal/cancel`.
 
@@ -12070,9 +11676,7 @@ class TerminalCancelCapabilities:
     Schema: ``schema/v2/schema.json``, ``$defs/TerminalCancelCapabilities``
     """
 
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -12081,7 +11685,7 @@ class TerminalCancelCapabilities:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -12100,7 +11704,7 @@ class TerminalCancelCapabilities:
         return self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class TerminalUpdate:
     """An upsert for the stored state of an agent-owned terminal.
 
@@ -12113,36 +11717,34 @@ class TerminalUpdate:
     Schema: ``schema/v2/schema.json``, ``$defs/TerminalUpdate``
     """
 
-    terminal_id: TerminalId = attrs.field(metadata=f("terminalId"))
+    terminal_id: TerminalId = field(metadata=f("terminalId"))
     """Unique identifier for this terminal within the session.
 
     (wire ``terminalId``; required)
     """
-    command: str | UnsetType | None = attrs.field(default=UNSET, metadata=f("command", nullable=True, on_error=True))
+    command: str | UnsetType | None = field(default=UNSET, metadata=f("command", nullable=True, on_error=True))
     """The command being run.
 
     (wire ``command``; optional (``UNSET`` when absent))
     """
-    cwd: AbsolutePath | UnsetType | None = attrs.field(default=UNSET, metadata=f("cwd", nullable=True, on_error=True))
+    cwd: AbsolutePath | UnsetType | None = field(default=UNSET, metadata=f("cwd", nullable=True, on_error=True))
     """The absolute working directory of the command.
 
     (wire ``cwd``; optional (``UNSET`` when absent))
     """
-    output: TerminalOutput | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("output", nullable=True, on_error=True)
-    )
+    output: TerminalOutput | UnsetType | None = field(default=UNSET, metadata=f("output", nullable=True, on_error=True))
     """An authoritative replacement snapshot of terminal output bytes.
 
     (wire ``output``; optional (``UNSET`` when absent))
     """
-    exit_status: TerminalExitStatus | UnsetType | None = attrs.field(
+    exit_status: TerminalExitStatus | UnsetType | None = field(
         default=UNSET, metadata=f("exitStatus", nullable=True, on_error=True)
     )
     """Exit information. A concrete object marks the terminal as exited.
 
     (wire ``exitStatus``; optional (``UNSET`` when absent))
     """
-    size: TerminalSize | UnsetType | None = attrs.field(default=UNSET, metadata=f("size", nullable=True, on_error=True))
+    size: TerminalSize | UnsetType | None = field(default=UNSET, metadata=f("size", nullable=True, on_error=True))
     """The terminal size the command runs with, when known.
 
     Clients can render output at this size so that column layouts, progress bars,
@@ -12150,7 +11752,7 @@ class TerminalUpdate:
 
     (wire ``size``; optional (``UNSET`` when absent))
     """
-    capabilities: TerminalCapabilities | UnsetType | None = attrs.field(
+    capabilities: TerminalCapabilities | UnsetType | None = field(
         default=UNSET, metadata=f("capabilities", nullable=True, on_error=True)
     )
     """Client-initiated controls this terminal currently supports, such as cancellation.
@@ -12160,9 +11762,7 @@ class TerminalUpdate:
 
     (wire ``capabilities``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted leaves the stored metadata unchanged. `null`
     clears it. An object patches the stored metadata by top-level key: keys it omits are
@@ -12174,7 +11774,7 @@ class TerminalUpdate:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -12220,26 +11820,24 @@ class TerminalUpdate:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class TerminalOutputChunk:
     """A chunk of bytes appended to an agent-owned terminal's output.
 
     Schema: ``schema/v2/schema.json``, ``$defs/TerminalOutputChunk``
     """
 
-    terminal_id: TerminalId = attrs.field(metadata=f("terminalId"))
+    terminal_id: TerminalId = field(metadata=f("terminalId"))
     """The terminal receiving these bytes.
 
     (wire ``terminalId``; required)
     """
-    data: str = attrs.field(metadata=f("data"))
+    data: str = field(metadata=f("data"))
     """Independently base64-encoded terminal output bytes.
 
     (wire ``data``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -12249,7 +11847,7 @@ class TerminalOutputChunk:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -12280,7 +11878,7 @@ class TerminalOutputChunk:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class PlanEntry:
     """A single entry in the execution plan.
 
@@ -12291,25 +11889,23 @@ class PlanEntry:
     Schema: ``schema/v2/schema.json``, ``$defs/PlanEntry``
     """
 
-    content: str = attrs.field(metadata=f("content"))
+    content: str = field(metadata=f("content"))
     """Human-readable description of what this task aims to accomplish.
 
     (wire ``content``; required)
     """
-    priority: PlanEntryPriority = attrs.field(metadata=f("priority"))
+    priority: PlanEntryPriority = field(metadata=f("priority"))
     """The relative importance of this task.
     Used to indicate which tasks are most critical to the overall goal.
 
     (wire ``priority``; required)
     """
-    status: PlanEntryStatus = attrs.field(metadata=f("status"))
+    status: PlanEntryStatus = field(metadata=f("status"))
     """Current execution status of this task.
 
     (wire ``status``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -12318,7 +11914,7 @@ class PlanEntry:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -12352,19 +11948,19 @@ class PlanEntry:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class PlanItems:
     """A plan represented as structured entries.
 
     Schema: ``schema/v2/schema.json``, ``$defs/PlanItems``
     """
 
-    plan_id: PlanId = attrs.field(metadata=f("planId"))
+    plan_id: PlanId = field(metadata=f("planId"))
     """The plan ID to update.
 
     (wire ``planId``; required)
     """
-    entries: list[PlanEntry] = attrs.field(metadata=f("entries", skip_invalid=True))
+    entries: list[PlanEntry] = field(metadata=f("entries", skip_invalid=True))
     """The list of tasks to be accomplished.
 
     When updating an item-based plan, the agent must send a complete list of all entries
@@ -12372,9 +11968,7 @@ class PlanItems:
 
     (wire ``entries``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -12383,7 +11977,7 @@ class PlanItems:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -12414,21 +12008,19 @@ class PlanItems:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class PlanUpdate:
     """A content update for a plan identified by ID.
 
     Schema: ``schema/v2/schema.json``, ``$defs/PlanUpdate``
     """
 
-    plan: PlanUpdateContent = attrs.field(metadata=f("plan"))
+    plan: PlanUpdateContent = field(metadata=f("plan"))
     """The updated plan content.
 
     (wire ``plan``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -12437,7 +12029,7 @@ class PlanUpdate:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -12461,21 +12053,19 @@ class PlanUpdate:
         return self.plan == o.plan and self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class AvailableCommandsUpdate:
     """Available commands are ready or have changed
 
     Schema: ``schema/v2/schema.json``, ``$defs/AvailableCommandsUpdate``
     """
 
-    available_commands: list[AvailableCommand] = attrs.field(metadata=f("availableCommands", skip_invalid=True))
+    available_commands: list[AvailableCommand] = field(metadata=f("availableCommands", skip_invalid=True))
     """Commands the agent can execute.
 
     (wire ``availableCommands``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -12484,7 +12074,7 @@ class AvailableCommandsUpdate:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -12512,21 +12102,19 @@ class AvailableCommandsUpdate:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class ConfigOptionUpdate:
     """Session configuration options have been updated.
 
     Schema: ``schema/v2/schema.json``, ``$defs/ConfigOptionUpdate``
     """
 
-    config_options: list[SessionConfigOption] = attrs.field(metadata=f("configOptions", skip_invalid=True))
+    config_options: list[SessionConfigOption] = field(metadata=f("configOptions", skip_invalid=True))
     """The full set of configuration options and their current values.
 
     (wire ``configOptions``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -12535,7 +12123,7 @@ class ConfigOptionUpdate:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -12559,7 +12147,7 @@ class ConfigOptionUpdate:
         return self.config_options == o.config_options and self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class SessionInfoUpdate:
     """Update to session metadata. All fields are optional to support partial updates.
 
@@ -12573,21 +12161,17 @@ class SessionInfoUpdate:
     Schema: ``schema/v2/schema.json``, ``$defs/SessionInfoUpdate``
     """
 
-    title: str | UnsetType | None = attrs.field(default=UNSET, metadata=f("title", nullable=True, on_error=True))
+    title: str | UnsetType | None = field(default=UNSET, metadata=f("title", nullable=True, on_error=True))
     """Human-readable title for the session. Set to null to clear.
 
     (wire ``title``; optional (``UNSET`` when absent))
     """
-    updated_at: str | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("updatedAt", nullable=True, on_error=True)
-    )
+    updated_at: str | UnsetType | None = field(default=UNSET, metadata=f("updatedAt", nullable=True, on_error=True))
     """RFC 3339 timestamp of last activity. Set to null to clear.
 
     (wire ``updatedAt``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted leaves the stored metadata unchanged. `null`
     clears it. An object patches the stored metadata by top-level key: keys it omits are
@@ -12599,7 +12183,7 @@ class SessionInfoUpdate:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -12630,27 +12214,25 @@ class SessionInfoUpdate:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class Cost:
     """Cost information for a session.
 
     Schema: ``schema/v2/schema.json``, ``$defs/Cost``
     """
 
-    amount: float = attrs.field(metadata=f("amount"))
+    amount: float = field(metadata=f("amount"))
     """Total cumulative cost for session.
 
     (wire ``amount``; required)
     """
-    currency: str = attrs.field(metadata=f("currency"))
+    currency: str = field(metadata=f("currency"))
     """Unit of `amount`: an ISO 4217 currency code (e.g., "USD", "EUR") for money, or another
     unit such as "credits".
 
     (wire ``currency``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -12659,7 +12241,7 @@ class Cost:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -12690,33 +12272,31 @@ class Cost:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class UsageUpdate:
     """Context window and cost update for a session.
 
     Schema: ``schema/v2/schema.json``, ``$defs/UsageUpdate``
     """
 
-    used: int = attrs.field(metadata=f("used"))
+    used: int = field(metadata=f("used"))
     """Tokens currently in context.
 
     (wire ``used``; required)
     """
-    size: int = attrs.field(metadata=f("size"))
+    size: int = field(metadata=f("size"))
     """Total context window size in tokens.
 
     (wire ``size``; required)
     """
-    cost: Cost | UnsetType | None = attrs.field(default=UNSET, metadata=f("cost", nullable=True, on_error=True))
+    cost: Cost | UnsetType | None = field(default=UNSET, metadata=f("cost", nullable=True, on_error=True))
     """Cumulative session cost.
 
     Omitted leaves the last reported cost unchanged. `null` clears it. A value replaces it.
 
     (wire ``cost``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -12725,7 +12305,7 @@ class UsageUpdate:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -12759,7 +12339,7 @@ class UsageUpdate:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class Notice:
     """Fire-and-forget information for the user.
 
@@ -12772,28 +12352,24 @@ class Notice:
     Schema: ``schema/v2/schema.json``, ``$defs/Notice``
     """
 
-    severity: NoticeSeverity = attrs.field(metadata=f("severity"))
+    severity: NoticeSeverity = field(metadata=f("severity"))
     """Presentation severity hint.
 
     (wire ``severity``; required)
     """
-    title: str = attrs.field(metadata=f("title"))
+    title: str = field(metadata=f("title"))
     """Required non-empty plain-text title that can stand alone.
 
     (wire ``title``; required)
     """
-    description: str | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("description", nullable=True, on_error=True)
-    )
+    description: str | UnsetType | None = field(default=UNSET, metadata=f("description", nullable=True, on_error=True))
     """Optional plain-text detail or guidance.
 
     Omitted and `null` are equivalent and mean no description was supplied.
 
     (wire ``description``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -12802,7 +12378,7 @@ class Notice:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -12836,7 +12412,7 @@ class Notice:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class CompactionUpdate:
     """A context compaction upsert. The first notification fixes the compaction's
     timeline position. Later updates with the same ID patch that entity in place.
@@ -12849,31 +12425,29 @@ class CompactionUpdate:
     Schema: ``schema/v2/schema.json``, ``$defs/CompactionUpdate``
     """
 
-    compaction_id: CompactionId = attrs.field(metadata=f("compactionId"))
+    compaction_id: CompactionId = field(metadata=f("compactionId"))
     """The Agent-owned ID of this compaction, unique within the session.
 
     (wire ``compactionId``; required)
     """
-    status: CompactionStatus = attrs.field(metadata=f("status"))
+    status: CompactionStatus = field(metadata=f("status"))
     """Current lifecycle status.
 
     (wire ``status``; required)
     """
-    summary: list[ContentBlock] | UnsetType | None = attrs.field(
+    summary: list[ContentBlock] | UnsetType | None = field(
         default=UNSET, metadata=f("summary", nullable=True, on_error=True, skip_invalid=True)
     )
     """Complete replacement user-displayable summary content for the compaction.
 
     (wire ``summary``; optional (``UNSET`` when absent))
     """
-    error: str | UnsetType | None = attrs.field(default=UNSET, metadata=f("error", nullable=True, on_error=True))
+    error: str | UnsetType | None = field(default=UNSET, metadata=f("error", nullable=True, on_error=True))
     """Human-readable error details for the compaction.
 
     (wire ``error``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted leaves the stored metadata unchanged. `null`
     clears it. An object patches the stored metadata by top-level key: keys it omits are
@@ -12885,7 +12459,7 @@ class CompactionUpdate:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -12922,7 +12496,7 @@ class CompactionUpdate:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class CompactionSummaryChunk:
     """A content block appended to a compaction's summary. A first-seen ID creates
     an in-progress compaction. Chunks append in receive order.
@@ -12930,19 +12504,17 @@ class CompactionSummaryChunk:
     Schema: ``schema/v2/schema.json``, ``$defs/CompactionSummaryChunk``
     """
 
-    compaction_id: CompactionId = attrs.field(metadata=f("compactionId"))
+    compaction_id: CompactionId = field(metadata=f("compactionId"))
     """ID of the compaction whose summary receives this content.
 
     (wire ``compactionId``; required)
     """
-    content: ContentBlock = attrs.field(metadata=f("content"))
+    content: ContentBlock = field(metadata=f("content"))
     """One content block to append.
 
     (wire ``content``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -12952,7 +12524,7 @@ class CompactionSummaryChunk:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -12983,7 +12555,7 @@ class CompactionSummaryChunk:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class CompleteElicitationNotification:
     """Notification sent by the agent when a URL-based elicitation is complete.
 
@@ -12992,14 +12564,12 @@ class CompleteElicitationNotification:
     Schema: ``schema/v2/schema.json``, ``$defs/CompleteElicitationNotification``
     """
 
-    elicitation_id: ElicitationId = attrs.field(metadata=f("elicitationId"))
+    elicitation_id: ElicitationId = field(metadata=f("elicitationId"))
     """The ID of the elicitation that completed.
 
     (wire ``elicitationId``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -13008,7 +12578,7 @@ class CompleteElicitationNotification:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -13032,7 +12602,7 @@ class CompleteElicitationNotification:
         return self.elicitation_id == o.elicitation_id and self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class InitializeRequest:
     """Request parameters for the initialize method.
 
@@ -13043,26 +12613,24 @@ class InitializeRequest:
     Schema: ``schema/v2/schema.json``, ``$defs/InitializeRequest``
     """
 
-    protocol_version: ProtocolVersion = attrs.field(metadata=f("protocolVersion"))
+    protocol_version: ProtocolVersion = field(metadata=f("protocolVersion"))
     """The latest protocol version supported by the client.
 
     (wire ``protocolVersion``; required)
     """
-    info: Implementation = attrs.field(metadata=f("info"))
+    info: Implementation = field(metadata=f("info"))
     """Information about the implementation sending this initialize request.
 
     (wire ``info``; required)
     """
-    capabilities: ClientCapabilities | UnsetType = attrs.field(
+    capabilities: ClientCapabilities | UnsetType = field(
         default=UNSET, metadata=f("capabilities", on_error=True, default={})
     )
     """Capabilities supported by the client.
 
     (wire ``capabilities``; optional (``UNSET`` when absent); schema default ``{}``)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -13071,7 +12639,7 @@ class InitializeRequest:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -13105,7 +12673,7 @@ class InitializeRequest:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class ClientCapabilities:
     """Capabilities supported by the client.
 
@@ -13117,7 +12685,7 @@ class ClientCapabilities:
     Schema: ``schema/v2/schema.json``, ``$defs/ClientCapabilities``
     """
 
-    auth: ClientAuthCapabilities | UnsetType | None = attrs.field(
+    auth: ClientAuthCapabilities | UnsetType | None = field(
         default=UNSET, metadata=f("auth", nullable=True, on_error=True)
     )
     """Authentication capabilities supported by the client.
@@ -13129,7 +12697,7 @@ class ClientCapabilities:
 
     (wire ``auth``; optional (``UNSET`` when absent))
     """
-    elicitation: ElicitationCapabilities | UnsetType | None = attrs.field(
+    elicitation: ElicitationCapabilities | UnsetType | None = field(
         default=UNSET, metadata=f("elicitation", nullable=True, on_error=True)
     )
     """Elicitation capabilities supported by the client.
@@ -13140,9 +12708,7 @@ class ClientCapabilities:
 
     (wire ``elicitation``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -13151,7 +12717,7 @@ class ClientCapabilities:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -13182,7 +12748,7 @@ class ClientCapabilities:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class ClientAuthCapabilities:
     """Authentication capabilities supported by the client.
 
@@ -13193,7 +12759,7 @@ class ClientAuthCapabilities:
     Schema: ``schema/v2/schema.json``, ``$defs/ClientAuthCapabilities``
     """
 
-    terminal: TerminalAuthCapabilities | UnsetType | None = attrs.field(
+    terminal: TerminalAuthCapabilities | UnsetType | None = field(
         default=UNSET, metadata=f("terminal", nullable=True, on_error=True)
     )
     """Whether the client supports `terminal` authentication methods.
@@ -13205,9 +12771,7 @@ class ClientAuthCapabilities:
 
     (wire ``terminal``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -13216,7 +12780,7 @@ class ClientAuthCapabilities:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -13240,7 +12804,7 @@ class ClientAuthCapabilities:
         return self.terminal == o.terminal and self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class TerminalAuthCapabilities:
     """Capabilities for terminal authentication methods.
 
@@ -13251,9 +12815,7 @@ class TerminalAuthCapabilities:
     Schema: ``schema/v2/schema.json``, ``$defs/TerminalAuthCapabilities``
     """
 
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -13262,7 +12824,7 @@ class TerminalAuthCapabilities:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -13281,14 +12843,14 @@ class TerminalAuthCapabilities:
         return self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class ElicitationCapabilities:
     """Elicitation capabilities supported by the client.
 
     Schema: ``schema/v2/schema.json``, ``$defs/ElicitationCapabilities``
     """
 
-    form: ElicitationFormCapabilities | UnsetType | None = attrs.field(
+    form: ElicitationFormCapabilities | UnsetType | None = field(
         default=UNSET, metadata=f("form", nullable=True, on_error=True)
     )
     """Whether the client supports form-based elicitation.
@@ -13298,7 +12860,7 @@ class ElicitationCapabilities:
 
     (wire ``form``; optional (``UNSET`` when absent))
     """
-    url: ElicitationUrlCapabilities | UnsetType | None = attrs.field(
+    url: ElicitationUrlCapabilities | UnsetType | None = field(
         default=UNSET, metadata=f("url", nullable=True, on_error=True)
     )
     """Whether the client supports URL-based elicitation.
@@ -13308,9 +12870,7 @@ class ElicitationCapabilities:
 
     (wire ``url``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -13319,7 +12879,7 @@ class ElicitationCapabilities:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -13345,7 +12905,7 @@ class ElicitationCapabilities:
         return self.form == o.form and self.url == o.url and self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class ElicitationFormCapabilities:
     """Form-based elicitation capabilities.
 
@@ -13354,9 +12914,7 @@ class ElicitationFormCapabilities:
     Schema: ``schema/v2/schema.json``, ``$defs/ElicitationFormCapabilities``
     """
 
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -13365,7 +12923,7 @@ class ElicitationFormCapabilities:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -13384,7 +12942,7 @@ class ElicitationFormCapabilities:
         return self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class ElicitationUrlCapabilities:
     """URL-based elicitation capabilities.
 
@@ -13393,9 +12951,7 @@ class ElicitationUrlCapabilities:
     Schema: ``schema/v2/schema.json``, ``$defs/ElicitationUrlCapabilities``
     """
 
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -13404,7 +12960,7 @@ class ElicitationUrlCapabilities:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -13423,7 +12979,7 @@ class ElicitationUrlCapabilities:
         return self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class LoginAuthRequest:
     """Request parameters for the `auth/login` method.
 
@@ -13436,15 +12992,13 @@ class LoginAuthRequest:
     Schema: ``schema/v2/schema.json``, ``$defs/LoginAuthRequest``
     """
 
-    method_id: AuthMethodId = attrs.field(metadata=f("methodId"))
+    method_id: AuthMethodId = field(metadata=f("methodId"))
     """The ID of the authentication method to use.
     Must be one of the methods advertised in the initialize response.
 
     (wire ``methodId``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -13453,7 +13007,7 @@ class LoginAuthRequest:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -13477,7 +13031,7 @@ class LoginAuthRequest:
         return self.method_id == o.method_id and self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class LogoutAuthRequest:
     """Request parameters for the `auth/logout` method.
 
@@ -13490,9 +13044,7 @@ class LogoutAuthRequest:
     Schema: ``schema/v2/schema.json``, ``$defs/LogoutAuthRequest``
     """
 
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -13501,7 +13053,7 @@ class LogoutAuthRequest:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -13520,7 +13072,7 @@ class LogoutAuthRequest:
         return self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class NewSessionRequest:
     """Request parameters for creating a new session.
 
@@ -13529,12 +13081,12 @@ class NewSessionRequest:
     Schema: ``schema/v2/schema.json``, ``$defs/NewSessionRequest``
     """
 
-    cwd: AbsolutePath = attrs.field(metadata=f("cwd"))
+    cwd: AbsolutePath = field(metadata=f("cwd"))
     """The working directory for this session. Must be an absolute path.
 
     (wire ``cwd``; required)
     """
-    additional_directories: list[AbsolutePath] | UnsetType = attrs.field(
+    additional_directories: list[AbsolutePath] | UnsetType = field(
         default=UNSET, metadata=f("additionalDirectories", on_null=True)
     )
     """Additional workspace roots for this session. Each path must be absolute.
@@ -13545,14 +13097,12 @@ class NewSessionRequest:
 
     (wire ``additionalDirectories``; optional (``UNSET`` when absent))
     """
-    mcp_servers: list[McpServer] | UnsetType = attrs.field(default=UNSET, metadata=f("mcpServers", on_null=True))
+    mcp_servers: list[McpServer] | UnsetType = field(default=UNSET, metadata=f("mcpServers", on_null=True))
     """List of MCP (Model Context Protocol) servers the agent should connect to.
 
     (wire ``mcpServers``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -13561,7 +13111,7 @@ class NewSessionRequest:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -13595,26 +13145,24 @@ class NewSessionRequest:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class HttpHeader:
     """An HTTP header to set when making requests to the MCP server.
 
     Schema: ``schema/v2/schema.json``, ``$defs/HttpHeader``
     """
 
-    name: str = attrs.field(metadata=f("name"))
+    name: str = field(metadata=f("name"))
     """The name of the HTTP header.
 
     (wire ``name``; required)
     """
-    value: str = attrs.field(metadata=f("value"))
+    value: str = field(metadata=f("value"))
     """The value to set for the HTTP header.
 
     (wire ``value``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -13623,7 +13171,7 @@ class HttpHeader:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -13654,32 +13202,30 @@ class HttpHeader:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class McpServerHttp:
     """HTTP transport configuration for MCP.
 
     Schema: ``schema/v2/schema.json``, ``$defs/McpServerHttp``
     """
 
-    name: str = attrs.field(metadata=f("name"))
+    name: str = field(metadata=f("name"))
     """Human-readable name identifying this MCP server.
 
     (wire ``name``; required)
     """
-    url: str = attrs.field(metadata=f("url"))
+    url: str = field(metadata=f("url"))
     """URL to the MCP server.
 
     (wire ``url``; required)
     """
-    headers: list[HttpHeader] | UnsetType = attrs.field(default=UNSET, metadata=f("headers", on_null=True))
+    headers: list[HttpHeader] | UnsetType = field(default=UNSET, metadata=f("headers", on_null=True))
     """HTTP headers to set when making requests to the MCP server. Headers the MCP transport
     defines are owned by the transport, and Agents use the transport's values for them.
 
     (wire ``headers``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -13688,7 +13234,7 @@ class McpServerHttp:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -13722,37 +13268,35 @@ class McpServerHttp:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class McpServerStdio:
     """Stdio transport configuration for MCP.
 
     Schema: ``schema/v2/schema.json``, ``$defs/McpServerStdio``
     """
 
-    name: str = attrs.field(metadata=f("name"))
+    name: str = field(metadata=f("name"))
     """Human-readable name identifying this MCP server.
 
     (wire ``name``; required)
     """
-    command: AbsolutePath = attrs.field(metadata=f("command"))
+    command: AbsolutePath = field(metadata=f("command"))
     """Absolute path to the MCP server executable.
 
     (wire ``command``; required)
     """
-    args: list[str] | UnsetType = attrs.field(default=UNSET, metadata=f("args", on_null=True))
+    args: list[str] | UnsetType = field(default=UNSET, metadata=f("args", on_null=True))
     """Command-line arguments to pass to the MCP server.
 
     (wire ``args``; optional (``UNSET`` when absent))
     """
-    env: list[EnvVariable] | UnsetType = attrs.field(default=UNSET, metadata=f("env", on_null=True))
+    env: list[EnvVariable] | UnsetType = field(default=UNSET, metadata=f("env", on_null=True))
     """Environment variables to set when launching the MCP server. Names SHOULD be unique.
     Agents MAY reject duplicates with `-32602`, and otherwise the last entry wins.
 
     (wire ``env``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -13761,7 +13305,7 @@ class McpServerStdio:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -13798,14 +13342,14 @@ class McpServerStdio:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class ListSessionsRequest:
     """Request parameters for listing existing sessions.
 
     Schema: ``schema/v2/schema.json``, ``$defs/ListSessionsRequest``
     """
 
-    cwd: AbsolutePath | UnsetType | None = attrs.field(default=UNSET, metadata=f("cwd", nullable=True))
+    cwd: AbsolutePath | UnsetType | None = field(default=UNSET, metadata=f("cwd", nullable=True))
     """Filter sessions by working directory. Must be an absolute path.
 
     Only sessions whose `cwd` is this same directory match. Subdirectories and
@@ -13815,16 +13359,14 @@ class ListSessionsRequest:
 
     (wire ``cwd``; optional (``UNSET`` when absent))
     """
-    cursor: SessionListCursor | UnsetType | None = attrs.field(default=UNSET, metadata=f("cursor", nullable=True))
+    cursor: SessionListCursor | UnsetType | None = field(default=UNSET, metadata=f("cursor", nullable=True))
     """Opaque cursor token from a previous response's nextCursor field for cursor-based pagination
 
     Omitted and `null` are equivalent and mean the first page is requested.
 
     (wire ``cursor``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -13833,7 +13375,7 @@ class ListSessionsRequest:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -13864,7 +13406,7 @@ class ListSessionsRequest:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class DeleteSessionRequest:
     """Request parameters for deleting an existing session from `session/list`.
 
@@ -13873,14 +13415,12 @@ class DeleteSessionRequest:
     Schema: ``schema/v2/schema.json``, ``$defs/DeleteSessionRequest``
     """
 
-    session_id: SessionId = attrs.field(metadata=f("sessionId"))
+    session_id: SessionId = field(metadata=f("sessionId"))
     """The ID of the session to delete.
 
     (wire ``sessionId``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -13889,7 +13429,7 @@ class DeleteSessionRequest:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -13913,7 +13453,7 @@ class DeleteSessionRequest:
         return self.session_id == o.session_id and self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class ResumeSessionRequest:
     """Request parameters for resuming an existing session.
 
@@ -13923,12 +13463,12 @@ class ResumeSessionRequest:
     Schema: ``schema/v2/schema.json``, ``$defs/ResumeSessionRequest``
     """
 
-    session_id: SessionId = attrs.field(metadata=f("sessionId"))
+    session_id: SessionId = field(metadata=f("sessionId"))
     """The ID of the session to resume.
 
     (wire ``sessionId``; required)
     """
-    cwd: AbsolutePath = attrs.field(metadata=f("cwd"))
+    cwd: AbsolutePath = field(metadata=f("cwd"))
     """The working directory for this session. Must be an absolute path.
 
     Clients MUST send the session's working directory. Agents MAY reject a different directory
@@ -13936,7 +13476,7 @@ class ResumeSessionRequest:
 
     (wire ``cwd``; required)
     """
-    additional_directories: list[AbsolutePath] | UnsetType = attrs.field(
+    additional_directories: list[AbsolutePath] | UnsetType = field(
         default=UNSET, metadata=f("additionalDirectories", on_null=True)
     )
     """Additional workspace roots to activate for this session. Each path must be absolute.
@@ -13948,7 +13488,7 @@ class ResumeSessionRequest:
 
     (wire ``additionalDirectories``; optional (``UNSET`` when absent))
     """
-    mcp_servers: list[McpServer] | UnsetType = attrs.field(default=UNSET, metadata=f("mcpServers", on_null=True))
+    mcp_servers: list[McpServer] | UnsetType = field(default=UNSET, metadata=f("mcpServers", on_null=True))
     """List of MCP servers to connect to for this session.
 
     The complete set of Client-provided servers. Omitted and `[]` mean none. Agents SHOULD
@@ -13956,7 +13496,7 @@ class ResumeSessionRequest:
 
     (wire ``mcpServers``; optional (``UNSET`` when absent))
     """
-    replay_from: ReplayFrom | UnsetType | None = attrs.field(default=UNSET, metadata=f("replayFrom", nullable=True))
+    replay_from: ReplayFrom | UnsetType | None = field(default=UNSET, metadata=f("replayFrom", nullable=True))
     """Inclusive cursor describing where conversation replay should begin.
 
     Optional. Omitted and `null` are equivalent and mean the Agent should resume without
@@ -13971,9 +13511,7 @@ class ResumeSessionRequest:
 
     (wire ``replayFrom``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -13982,7 +13520,7 @@ class ResumeSessionRequest:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -14022,16 +13560,14 @@ class ResumeSessionRequest:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class ReplayFromStart:
     """Inclusive replay cursor requesting replay from the start of retained conversation history.
 
     Schema: ``schema/v2/schema.json``, ``$defs/ReplayFromStart``
     """
 
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -14040,7 +13576,7 @@ class ReplayFromStart:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -14059,7 +13595,7 @@ class ReplayFromStart:
         return self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class CloseSessionRequest:
     """Request parameters for closing an active session.
 
@@ -14085,14 +13621,12 @@ class CloseSessionRequest:
     Schema: ``schema/v2/schema.json``, ``$defs/CloseSessionRequest``
     """
 
-    session_id: SessionId = attrs.field(metadata=f("sessionId"))
+    session_id: SessionId = field(metadata=f("sessionId"))
     """The ID of the session to close.
 
     (wire ``sessionId``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -14101,7 +13635,7 @@ class CloseSessionRequest:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -14125,7 +13659,7 @@ class CloseSessionRequest:
         return self.session_id == o.session_id and self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class CancelToolCallRequest:
     """Request parameters for cancelling one tool call.
 
@@ -14143,19 +13677,17 @@ class CancelToolCallRequest:
     Schema: ``schema/v2/schema.json``, ``$defs/CancelToolCallRequest``
     """
 
-    session_id: SessionId = attrs.field(metadata=f("sessionId"))
+    session_id: SessionId = field(metadata=f("sessionId"))
     """The ID of the session that owns the tool call.
 
     (wire ``sessionId``; required)
     """
-    tool_call_id: ToolCallId = attrs.field(metadata=f("toolCallId"))
+    tool_call_id: ToolCallId = field(metadata=f("toolCallId"))
     """The ID of the tool call to cancel.
 
     (wire ``toolCallId``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -14164,7 +13696,7 @@ class CancelToolCallRequest:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -14195,7 +13727,7 @@ class CancelToolCallRequest:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class CancelTerminalRequest:
     """Request parameters for cancelling one terminal.
 
@@ -14214,19 +13746,17 @@ class CancelTerminalRequest:
     Schema: ``schema/v2/schema.json``, ``$defs/CancelTerminalRequest``
     """
 
-    session_id: SessionId = attrs.field(metadata=f("sessionId"))
+    session_id: SessionId = field(metadata=f("sessionId"))
     """The ID of the session that owns the terminal.
 
     (wire ``sessionId``; required)
     """
-    terminal_id: TerminalId = attrs.field(metadata=f("terminalId"))
+    terminal_id: TerminalId = field(metadata=f("terminalId"))
     """The ID of the terminal to cancel.
 
     (wire ``terminalId``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -14235,7 +13765,7 @@ class CancelTerminalRequest:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -14266,7 +13796,7 @@ class CancelTerminalRequest:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class PromptRequest:
     """Request parameters for sending a user prompt to the agent.
 
@@ -14277,12 +13807,12 @@ class PromptRequest:
     Schema: ``schema/v2/schema.json``, ``$defs/PromptRequest``
     """
 
-    session_id: SessionId = attrs.field(metadata=f("sessionId"))
+    session_id: SessionId = field(metadata=f("sessionId"))
     """The ID of the session to send this user message to
 
     (wire ``sessionId``; required)
     """
-    prompt: list[ContentBlock] = attrs.field(metadata=f("prompt"))
+    prompt: list[ContentBlock] = field(metadata=f("prompt"))
     """The blocks of content that compose the user's message.
 
     As a baseline, the Agent MUST support `text` and `resource_link` content blocks,
@@ -14302,9 +13832,7 @@ class PromptRequest:
 
     (wire ``prompt``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -14313,7 +13841,7 @@ class PromptRequest:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -14344,21 +13872,19 @@ class PromptRequest:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class RequestPermissionResponse:
     """Response to a permission request.
 
     Schema: ``schema/v2/schema.json``, ``$defs/RequestPermissionResponse``
     """
 
-    outcome: RequestPermissionOutcome = attrs.field(metadata=f("outcome"))
+    outcome: RequestPermissionOutcome = field(metadata=f("outcome"))
     """The user's decision on the permission request.
 
     (wire ``outcome``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -14367,7 +13893,7 @@ class RequestPermissionResponse:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -14391,16 +13917,14 @@ class RequestPermissionResponse:
         return self.outcome == o.outcome and self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class CancelledPermissionOutcome:
     """The request was not approved and no option was selected.
 
     Schema: ``schema/v2/schema.json``, ``$defs/CancelledPermissionOutcome``
     """
 
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -14409,7 +13933,7 @@ class CancelledPermissionOutcome:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -14428,21 +13952,19 @@ class CancelledPermissionOutcome:
         return self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class SelectedPermissionOutcome:
     """The user selected one of the provided options.
 
     Schema: ``schema/v2/schema.json``, ``$defs/SelectedPermissionOutcome``
     """
 
-    option_id: PermissionOptionId = attrs.field(metadata=f("optionId"))
+    option_id: PermissionOptionId = field(metadata=f("optionId"))
     """The ID of the option the user selected.
 
     (wire ``optionId``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -14451,7 +13973,7 @@ class SelectedPermissionOutcome:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -14475,14 +13997,14 @@ class SelectedPermissionOutcome:
         return self.option_id == o.option_id and self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class ElicitationAcceptAction:
     """The user accepted the elicitation and provided content.
 
     Schema: ``schema/v2/schema.json``, ``$defs/ElicitationAcceptAction``
     """
 
-    content: dict[str, ElicitationContentValue] | UnsetType | None = attrs.field(
+    content: dict[str, ElicitationContentValue] | UnsetType | None = field(
         default=UNSET, metadata=f("content", nullable=True)
     )
     """The user-provided content, if any, as an object matching the requested schema.
@@ -14491,7 +14013,7 @@ class ElicitationAcceptAction:
 
     (wire ``content``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -14513,7 +14035,7 @@ class ElicitationAcceptAction:
         return self.content == o.content and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class CancelSessionNotification:
     """Notification to cancel a session's foreground work and its prompts not yet inserted.
 
@@ -14522,14 +14044,12 @@ class CancelSessionNotification:
     Schema: ``schema/v2/schema.json``, ``$defs/CancelSessionNotification``
     """
 
-    session_id: SessionId = attrs.field(metadata=f("sessionId"))
+    session_id: SessionId = field(metadata=f("sessionId"))
     """The ID of the session to cancel operations for.
 
     (wire ``sessionId``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -14538,7 +14058,7 @@ class CancelSessionNotification:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -14562,7 +14082,7 @@ class CancelSessionNotification:
         return self.session_id == o.session_id and self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class CancelRequestNotification:
     """Notification to cancel an ongoing request.
 
@@ -14571,15 +14091,13 @@ class CancelRequestNotification:
     Schema: ``schema/v2/schema.json``, ``$defs/CancelRequestNotification``
     """
 
-    request_id: RequestId = attrs.field(metadata=f("requestId"))
+    request_id: RequestId = field(metadata=f("requestId"))
     """The ID of the request to cancel: a request that the sender of this notification issued.
     Receivers match it only against requests they received from that sender.
 
     (wire ``requestId``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -14588,7 +14106,7 @@ class CancelRequestNotification:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(

@@ -7,12 +7,10 @@ from __future__ import annotations
 
 from typing import Any, ClassVar, Literal, TypeAlias
 
-import attrs
-
-from acp_trio._spec import EXTRA, UNSET, UnsetType, f, tag
+from acp_trio._spec import EXTRA, UNSET, UnsetType, define, f, field, tag
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class ToolCallRequestPermissionSubject:
     """Permission is requested before executing a tool call.
 
@@ -23,9 +21,9 @@ class ToolCallRequestPermissionSubject:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("type", "tool_call"),)
 
-    type: Literal["tool_call"] = attrs.field(default="tool_call", metadata=tag("type"))
+    type: Literal["tool_call"] = field(default="tool_call", metadata=tag("type"))
     """Tag: always ``'tool_call'`` (wire ``type``)."""
-    tool_call: ToolCallUpdate = attrs.field(metadata=f("toolCall"))
+    tool_call: ToolCallUpdate = field(metadata=f("toolCall"))
     """Details about the tool call requiring permission.
 
     Clients apply this to their stored tool call exactly like a `tool_call_update`
@@ -34,9 +32,7 @@ class ToolCallRequestPermissionSubject:
 
     (wire ``toolCall``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -45,7 +41,7 @@ class ToolCallRequestPermissionSubject:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -76,7 +72,7 @@ class ToolCallRequestPermissionSubject:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class CommandRequestPermissionSubject:
     """Permission is requested before running a command.
 
@@ -87,35 +83,33 @@ class CommandRequestPermissionSubject:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("type", "command"),)
 
-    type: Literal["command"] = attrs.field(default="command", metadata=tag("type"))
+    type: Literal["command"] = field(default="command", metadata=tag("type"))
     """Tag: always ``'command'`` (wire ``type``)."""
-    command: str = attrs.field(metadata=f("command"))
+    command: str = field(metadata=f("command"))
     """The command that would be run if permission is granted.
 
     (wire ``command``; required)
     """
-    cwd: AbsolutePath = attrs.field(metadata=f("cwd"))
+    cwd: AbsolutePath = field(metadata=f("cwd"))
     """The absolute working directory for the command.
 
     (wire ``cwd``; required)
     """
-    tool_call_id: ToolCallId | UnsetType | None = attrs.field(
+    tool_call_id: ToolCallId | UnsetType | None = field(
         default=UNSET, metadata=f("toolCallId", nullable=True, on_error=True)
     )
     """The associated tool call, when known. Omitted and `null` are equivalent.
 
     (wire ``toolCallId``; optional (``UNSET`` when absent))
     """
-    terminal_id: TerminalId | UnsetType | None = attrs.field(
+    terminal_id: TerminalId | UnsetType | None = field(
         default=UNSET, metadata=f("terminalId", nullable=True, on_error=True)
     )
     """The associated terminal, when already known. Omitted and `null` are equivalent.
 
     (wire ``terminalId``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -124,7 +118,7 @@ class CommandRequestPermissionSubject:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -164,7 +158,7 @@ class CommandRequestPermissionSubject:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class RequestPermissionSubjectOther:
     """Custom or future permission subject.
 
@@ -186,7 +180,7 @@ class RequestPermissionSubjectOther:
 
     __acp_catchall__: ClassVar[str] = "type"
 
-    type: str = attrs.field(metadata=tag("type"))
+    type: str = field(metadata=tag("type"))
     """Custom or future permission subject type.
 
     Values beginning with `_` are reserved for implementation-specific
@@ -195,7 +189,7 @@ class RequestPermissionSubjectOther:
 
     Tag of a variant this schema does not know (wire ``type``).
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(self, *, type: str, extra_fields: dict[str, Any] | None = None) -> None:
@@ -212,7 +206,7 @@ class RequestPermissionSubjectOther:
         return self.type == o.type and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class ContentToolCallContent:
     """Standard content block (text, images, resources).
 
@@ -223,16 +217,14 @@ class ContentToolCallContent:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("type", "content"),)
 
-    type: Literal["content"] = attrs.field(default="content", metadata=tag("type"))
+    type: Literal["content"] = field(default="content", metadata=tag("type"))
     """Tag: always ``'content'`` (wire ``type``)."""
-    content: ContentBlock = attrs.field(metadata=f("content"))
+    content: ContentBlock = field(metadata=f("content"))
     """The actual content block.
 
     (wire ``content``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -241,7 +233,7 @@ class ContentToolCallContent:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -272,7 +264,7 @@ class ContentToolCallContent:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class DiffToolCallContent:
     """File modification shown as a diff.
 
@@ -283,16 +275,16 @@ class DiffToolCallContent:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("type", "diff"),)
 
-    type: Literal["diff"] = attrs.field(default="diff", metadata=tag("type"))
+    type: Literal["diff"] = field(default="diff", metadata=tag("type"))
     """Tag: always ``'diff'`` (wire ``type``)."""
-    changes: list[DiffChange] = attrs.field(metadata=f("changes", skip_invalid=True))
+    changes: list[DiffChange] = field(metadata=f("changes", skip_invalid=True))
     """Structured file changes described by this diff.
 
     Clients can use this field without parsing patch text to determine affected paths.
 
     (wire ``changes``; required)
     """
-    patch: DiffPatch | UnsetType | None = attrs.field(default=UNSET, metadata=f("patch", nullable=True, on_error=True))
+    patch: DiffPatch | UnsetType | None = field(default=UNSET, metadata=f("patch", nullable=True, on_error=True))
     """Renderable patch text for some or all of the structured changes.
 
     Agents SHOULD provide patch text whenever feasible. Omitted and `null` are
@@ -300,9 +292,7 @@ class DiffToolCallContent:
 
     (wire ``patch``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -311,7 +301,7 @@ class DiffToolCallContent:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -345,7 +335,7 @@ class DiffToolCallContent:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class TerminalToolCallContent:
     """A display-only reference to an agent-owned terminal.
 
@@ -356,16 +346,14 @@ class TerminalToolCallContent:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("type", "terminal"),)
 
-    type: Literal["terminal"] = attrs.field(default="terminal", metadata=tag("type"))
+    type: Literal["terminal"] = field(default="terminal", metadata=tag("type"))
     """Tag: always ``'terminal'`` (wire ``type``)."""
-    terminal_id: TerminalId = attrs.field(metadata=f("terminalId"))
+    terminal_id: TerminalId = field(metadata=f("terminalId"))
     """The ID of the terminal to display.
 
     (wire ``terminalId``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -374,7 +362,7 @@ class TerminalToolCallContent:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -405,7 +393,7 @@ class TerminalToolCallContent:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class ToolCallContentOther:
     """Custom or future tool call content.
 
@@ -426,7 +414,7 @@ class ToolCallContentOther:
 
     __acp_catchall__: ClassVar[str] = "type"
 
-    type: str = attrs.field(metadata=tag("type"))
+    type: str = field(metadata=tag("type"))
     """Custom or future tool call content type.
 
     Values beginning with `_` are reserved for implementation-specific
@@ -435,7 +423,7 @@ class ToolCallContentOther:
 
     Tag of a variant this schema does not know (wire ``type``).
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(self, *, type: str, extra_fields: dict[str, Any] | None = None) -> None:
@@ -452,7 +440,7 @@ class ToolCallContentOther:
         return self.type == o.type and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class TextContentBlock:
     """Text content. May be plain text or formatted with Markdown.
 
@@ -467,14 +455,14 @@ class TextContentBlock:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("type", "text"),)
 
-    type: Literal["text"] = attrs.field(default="text", metadata=tag("type"))
+    type: Literal["text"] = field(default="text", metadata=tag("type"))
     """Tag: always ``'text'`` (wire ``type``)."""
-    text: str = attrs.field(metadata=f("text"))
+    text: str = field(metadata=f("text"))
     """Text payload carried by this content block.
 
     (wire ``text``; required)
     """
-    annotations: Annotations | UnsetType | None = attrs.field(
+    annotations: Annotations | UnsetType | None = field(
         default=UNSET, metadata=f("annotations", nullable=True, on_error=True)
     )
     """Optional annotations that help clients decide how to display or route this content.
@@ -483,9 +471,7 @@ class TextContentBlock:
 
     (wire ``annotations``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -494,7 +480,7 @@ class TextContentBlock:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -528,7 +514,7 @@ class TextContentBlock:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class ImageContentBlock:
     """Images for visual context or analysis.
 
@@ -541,26 +527,26 @@ class ImageContentBlock:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("type", "image"),)
 
-    type: Literal["image"] = attrs.field(default="image", metadata=tag("type"))
+    type: Literal["image"] = field(default="image", metadata=tag("type"))
     """Tag: always ``'image'`` (wire ``type``)."""
-    data: str = attrs.field(metadata=f("data"))
+    data: str = field(metadata=f("data"))
     """Base64-encoded media payload.
 
     (wire ``data``; required)
     """
-    mime_type: MediaType = attrs.field(metadata=f("mimeType"))
+    mime_type: MediaType = field(metadata=f("mimeType"))
     """MIME type describing the encoded media payload.
 
     (wire ``mimeType``; required)
     """
-    uri: str | UnsetType | None = attrs.field(default=UNSET, metadata=f("uri", nullable=True, on_error=True))
+    uri: str | UnsetType | None = field(default=UNSET, metadata=f("uri", nullable=True, on_error=True))
     """URI associated with this resource or media payload.
 
     Omitted and `null` are equivalent and mean no URI is associated with the image.
 
     (wire ``uri``; optional (``UNSET`` when absent))
     """
-    annotations: Annotations | UnsetType | None = attrs.field(
+    annotations: Annotations | UnsetType | None = field(
         default=UNSET, metadata=f("annotations", nullable=True, on_error=True)
     )
     """Optional annotations that help clients decide how to display or route this content.
@@ -569,9 +555,7 @@ class ImageContentBlock:
 
     (wire ``annotations``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -580,7 +564,7 @@ class ImageContentBlock:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -620,7 +604,7 @@ class ImageContentBlock:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class AudioContentBlock:
     """Audio data for transcription or analysis.
 
@@ -633,19 +617,19 @@ class AudioContentBlock:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("type", "audio"),)
 
-    type: Literal["audio"] = attrs.field(default="audio", metadata=tag("type"))
+    type: Literal["audio"] = field(default="audio", metadata=tag("type"))
     """Tag: always ``'audio'`` (wire ``type``)."""
-    data: str = attrs.field(metadata=f("data"))
+    data: str = field(metadata=f("data"))
     """Base64-encoded media payload.
 
     (wire ``data``; required)
     """
-    mime_type: MediaType = attrs.field(metadata=f("mimeType"))
+    mime_type: MediaType = field(metadata=f("mimeType"))
     """MIME type describing the encoded media payload.
 
     (wire ``mimeType``; required)
     """
-    annotations: Annotations | UnsetType | None = attrs.field(
+    annotations: Annotations | UnsetType | None = field(
         default=UNSET, metadata=f("annotations", nullable=True, on_error=True)
     )
     """Optional annotations that help clients decide how to display or route this content.
@@ -654,9 +638,7 @@ class AudioContentBlock:
 
     (wire ``annotations``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -665,7 +647,7 @@ class AudioContentBlock:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -702,7 +684,7 @@ class AudioContentBlock:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class ResourceLinkContentBlock:
     """References to resources that the receiver may be able to read.
 
@@ -715,35 +697,33 @@ class ResourceLinkContentBlock:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("type", "resource_link"),)
 
-    type: Literal["resource_link"] = attrs.field(default="resource_link", metadata=tag("type"))
+    type: Literal["resource_link"] = field(default="resource_link", metadata=tag("type"))
     """Tag: always ``'resource_link'`` (wire ``type``)."""
-    name: str = attrs.field(metadata=f("name"))
+    name: str = field(metadata=f("name"))
     """Human-readable name shown for this protocol object.
 
     (wire ``name``; required)
     """
-    uri: str = attrs.field(metadata=f("uri"))
+    uri: str = field(metadata=f("uri"))
     """URI associated with this resource or media payload.
 
     (wire ``uri``; required)
     """
-    title: str | UnsetType | None = attrs.field(default=UNSET, metadata=f("title", nullable=True, on_error=True))
+    title: str | UnsetType | None = field(default=UNSET, metadata=f("title", nullable=True, on_error=True))
     """Optional display title for end-user UI.
 
     Omitted and `null` are equivalent and mean no title is provided.
 
     (wire ``title``; optional (``UNSET`` when absent))
     """
-    description: str | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("description", nullable=True, on_error=True)
-    )
+    description: str | UnsetType | None = field(default=UNSET, metadata=f("description", nullable=True, on_error=True))
     """Optional human-readable details shown with this protocol object.
 
     Omitted and `null` are equivalent and mean no description is provided.
 
     (wire ``description``; optional (``UNSET`` when absent))
     """
-    icons: list[Icon] | UnsetType | None = attrs.field(
+    icons: list[Icon] | UnsetType | None = field(
         default=UNSET, metadata=f("icons", nullable=True, on_error=True, skip_invalid=True)
     )
     """Optional set of sized icons that the client can display in a user interface.
@@ -752,23 +732,21 @@ class ResourceLinkContentBlock:
 
     (wire ``icons``; optional (``UNSET`` when absent))
     """
-    mime_type: MediaType | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("mimeType", nullable=True, on_error=True)
-    )
+    mime_type: MediaType | UnsetType | None = field(default=UNSET, metadata=f("mimeType", nullable=True, on_error=True))
     """MIME type describing the encoded media payload.
 
     Omitted and `null` are equivalent and mean the MIME type is not specified.
 
     (wire ``mimeType``; optional (``UNSET`` when absent))
     """
-    size: int | UnsetType | None = attrs.field(default=UNSET, metadata=f("size", nullable=True, on_error=True))
+    size: int | UnsetType | None = field(default=UNSET, metadata=f("size", nullable=True, on_error=True))
     """Optional size of the linked resource in bytes, if known.
 
     Omitted and `null` are equivalent and mean the size is not known.
 
     (wire ``size``; optional (``UNSET`` when absent))
     """
-    annotations: Annotations | UnsetType | None = attrs.field(
+    annotations: Annotations | UnsetType | None = field(
         default=UNSET, metadata=f("annotations", nullable=True, on_error=True)
     )
     """Optional annotations that help clients decide how to display or route this content.
@@ -777,9 +755,7 @@ class ResourceLinkContentBlock:
 
     (wire ``annotations``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -788,7 +764,7 @@ class ResourceLinkContentBlock:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -840,7 +816,7 @@ class ResourceLinkContentBlock:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class ResourceContentBlock:
     """Complete resource contents embedded directly in the message.
 
@@ -855,14 +831,14 @@ class ResourceContentBlock:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("type", "resource"),)
 
-    type: Literal["resource"] = attrs.field(default="resource", metadata=tag("type"))
+    type: Literal["resource"] = field(default="resource", metadata=tag("type"))
     """Tag: always ``'resource'`` (wire ``type``)."""
-    resource: EmbeddedResourceResource = attrs.field(metadata=f("resource"))
+    resource: EmbeddedResourceResource = field(metadata=f("resource"))
     """Embedded resource payload, either text or binary data.
 
     (wire ``resource``; required)
     """
-    annotations: Annotations | UnsetType | None = attrs.field(
+    annotations: Annotations | UnsetType | None = field(
         default=UNSET, metadata=f("annotations", nullable=True, on_error=True)
     )
     """Optional annotations that help clients decide how to display or route this content.
@@ -871,9 +847,7 @@ class ResourceContentBlock:
 
     (wire ``annotations``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -882,7 +856,7 @@ class ResourceContentBlock:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -916,7 +890,7 @@ class ResourceContentBlock:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class ContentBlockOther:
     """Custom or future content block.
 
@@ -939,7 +913,7 @@ class ContentBlockOther:
 
     __acp_catchall__: ClassVar[str] = "type"
 
-    type: str = attrs.field(metadata=tag("type"))
+    type: str = field(metadata=tag("type"))
     """Custom or future content block type.
 
     Values beginning with `_` are reserved for implementation-specific
@@ -948,7 +922,7 @@ class ContentBlockOther:
 
     Tag of a variant this schema does not know (wire ``type``).
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(self, *, type: str, extra_fields: dict[str, Any] | None = None) -> None:
@@ -965,7 +939,7 @@ class ContentBlockOther:
         return self.type == o.type and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class AddDiffChange:
     """A file was added.
 
@@ -976,9 +950,9 @@ class AddDiffChange:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("operation", "add"),)
 
-    operation: Literal["add"] = attrs.field(default="add", metadata=tag("operation"))
+    operation: Literal["add"] = field(default="add", metadata=tag("operation"))
     """Tag: always ``'add'`` (wire ``operation``)."""
-    file_type: DiffFileType | UnsetType | None = attrs.field(
+    file_type: DiffFileType | UnsetType | None = field(
         default=UNSET, metadata=f("fileType", nullable=True, on_error=True)
     )
     """File content kind after the operation (for `delete`, of the deleted file).
@@ -987,23 +961,19 @@ class AddDiffChange:
 
     (wire ``fileType``; optional (``UNSET`` when absent))
     """
-    mime_type: MediaType | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("mimeType", nullable=True, on_error=True)
-    )
+    mime_type: MediaType | UnsetType | None = field(default=UNSET, metadata=f("mimeType", nullable=True, on_error=True))
     """MIME type of the file contents after the operation (for `delete`, of the deleted file).
 
     Omitted and `null` are equivalent and mean the MIME type is unknown.
 
     (wire ``mimeType``; optional (``UNSET`` when absent))
     """
-    path: AbsolutePath = attrs.field(metadata=f("path"))
+    path: AbsolutePath = field(metadata=f("path"))
     """Absolute path for the operation.
 
     (wire ``path``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -1012,7 +982,7 @@ class AddDiffChange:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -1049,7 +1019,7 @@ class AddDiffChange:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class DeleteDiffChange:
     """A file was deleted.
 
@@ -1060,9 +1030,9 @@ class DeleteDiffChange:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("operation", "delete"),)
 
-    operation: Literal["delete"] = attrs.field(default="delete", metadata=tag("operation"))
+    operation: Literal["delete"] = field(default="delete", metadata=tag("operation"))
     """Tag: always ``'delete'`` (wire ``operation``)."""
-    file_type: DiffFileType | UnsetType | None = attrs.field(
+    file_type: DiffFileType | UnsetType | None = field(
         default=UNSET, metadata=f("fileType", nullable=True, on_error=True)
     )
     """File content kind after the operation (for `delete`, of the deleted file).
@@ -1071,23 +1041,19 @@ class DeleteDiffChange:
 
     (wire ``fileType``; optional (``UNSET`` when absent))
     """
-    mime_type: MediaType | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("mimeType", nullable=True, on_error=True)
-    )
+    mime_type: MediaType | UnsetType | None = field(default=UNSET, metadata=f("mimeType", nullable=True, on_error=True))
     """MIME type of the file contents after the operation (for `delete`, of the deleted file).
 
     Omitted and `null` are equivalent and mean the MIME type is unknown.
 
     (wire ``mimeType``; optional (``UNSET`` when absent))
     """
-    path: AbsolutePath = attrs.field(metadata=f("path"))
+    path: AbsolutePath = field(metadata=f("path"))
     """Absolute path for the operation.
 
     (wire ``path``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -1096,7 +1062,7 @@ class DeleteDiffChange:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -1133,7 +1099,7 @@ class DeleteDiffChange:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class ModifyDiffChange:
     """A file was modified in place.
 
@@ -1144,9 +1110,9 @@ class ModifyDiffChange:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("operation", "modify"),)
 
-    operation: Literal["modify"] = attrs.field(default="modify", metadata=tag("operation"))
+    operation: Literal["modify"] = field(default="modify", metadata=tag("operation"))
     """Tag: always ``'modify'`` (wire ``operation``)."""
-    file_type: DiffFileType | UnsetType | None = attrs.field(
+    file_type: DiffFileType | UnsetType | None = field(
         default=UNSET, metadata=f("fileType", nullable=True, on_error=True)
     )
     """File content kind after the operation (for `delete`, of the deleted file).
@@ -1155,23 +1121,19 @@ class ModifyDiffChange:
 
     (wire ``fileType``; optional (``UNSET`` when absent))
     """
-    mime_type: MediaType | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("mimeType", nullable=True, on_error=True)
-    )
+    mime_type: MediaType | UnsetType | None = field(default=UNSET, metadata=f("mimeType", nullable=True, on_error=True))
     """MIME type of the file contents after the operation (for `delete`, of the deleted file).
 
     Omitted and `null` are equivalent and mean the MIME type is unknown.
 
     (wire ``mimeType``; optional (``UNSET`` when absent))
     """
-    path: AbsolutePath = attrs.field(metadata=f("path"))
+    path: AbsolutePath = field(metadata=f("path"))
     """Absolute path for the operation.
 
     (wire ``path``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -1180,7 +1142,7 @@ class ModifyDiffChange:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -1217,7 +1179,7 @@ class ModifyDiffChange:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class MoveDiffChange:
     """A file was moved or renamed.
 
@@ -1228,9 +1190,9 @@ class MoveDiffChange:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("operation", "move"),)
 
-    operation: Literal["move"] = attrs.field(default="move", metadata=tag("operation"))
+    operation: Literal["move"] = field(default="move", metadata=tag("operation"))
     """Tag: always ``'move'`` (wire ``operation``)."""
-    file_type: DiffFileType | UnsetType | None = attrs.field(
+    file_type: DiffFileType | UnsetType | None = field(
         default=UNSET, metadata=f("fileType", nullable=True, on_error=True)
     )
     """File content kind after the operation (for `delete`, of the deleted file).
@@ -1239,28 +1201,24 @@ class MoveDiffChange:
 
     (wire ``fileType``; optional (``UNSET`` when absent))
     """
-    mime_type: MediaType | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("mimeType", nullable=True, on_error=True)
-    )
+    mime_type: MediaType | UnsetType | None = field(default=UNSET, metadata=f("mimeType", nullable=True, on_error=True))
     """MIME type of the file contents after the operation (for `delete`, of the deleted file).
 
     Omitted and `null` are equivalent and mean the MIME type is unknown.
 
     (wire ``mimeType``; optional (``UNSET`` when absent))
     """
-    old_path: AbsolutePath = attrs.field(metadata=f("oldPath"))
+    old_path: AbsolutePath = field(metadata=f("oldPath"))
     """Absolute path before the operation.
 
     (wire ``oldPath``; required)
     """
-    path: AbsolutePath = attrs.field(metadata=f("path"))
+    path: AbsolutePath = field(metadata=f("path"))
     """Absolute path after the operation.
 
     (wire ``path``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -1269,7 +1227,7 @@ class MoveDiffChange:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -1309,7 +1267,7 @@ class MoveDiffChange:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class CopyDiffChange:
     """A file was copied.
 
@@ -1320,9 +1278,9 @@ class CopyDiffChange:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("operation", "copy"),)
 
-    operation: Literal["copy"] = attrs.field(default="copy", metadata=tag("operation"))
+    operation: Literal["copy"] = field(default="copy", metadata=tag("operation"))
     """Tag: always ``'copy'`` (wire ``operation``)."""
-    file_type: DiffFileType | UnsetType | None = attrs.field(
+    file_type: DiffFileType | UnsetType | None = field(
         default=UNSET, metadata=f("fileType", nullable=True, on_error=True)
     )
     """File content kind after the operation (for `delete`, of the deleted file).
@@ -1331,28 +1289,24 @@ class CopyDiffChange:
 
     (wire ``fileType``; optional (``UNSET`` when absent))
     """
-    mime_type: MediaType | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("mimeType", nullable=True, on_error=True)
-    )
+    mime_type: MediaType | UnsetType | None = field(default=UNSET, metadata=f("mimeType", nullable=True, on_error=True))
     """MIME type of the file contents after the operation (for `delete`, of the deleted file).
 
     Omitted and `null` are equivalent and mean the MIME type is unknown.
 
     (wire ``mimeType``; optional (``UNSET`` when absent))
     """
-    old_path: AbsolutePath = attrs.field(metadata=f("oldPath"))
+    old_path: AbsolutePath = field(metadata=f("oldPath"))
     """Absolute path before the operation.
 
     (wire ``oldPath``; required)
     """
-    path: AbsolutePath = attrs.field(metadata=f("path"))
+    path: AbsolutePath = field(metadata=f("path"))
     """Absolute path after the operation.
 
     (wire ``path``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -1361,7 +1315,7 @@ class CopyDiffChange:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -1401,7 +1355,7 @@ class CopyDiffChange:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class DiffChangeOther:
     """Custom or future file operation.
 
@@ -1418,7 +1372,7 @@ class DiffChangeOther:
 
     __acp_catchall__: ClassVar[str] = "operation"
 
-    operation: str = attrs.field(metadata=tag("operation"))
+    operation: str = field(metadata=tag("operation"))
     """Custom or future file operation.
 
     Values beginning with `_` are reserved for implementation-specific
@@ -1427,7 +1381,7 @@ class DiffChangeOther:
 
     Tag of a variant this schema does not know (wire ``operation``).
     """
-    file_type: DiffFileType | UnsetType | None = attrs.field(
+    file_type: DiffFileType | UnsetType | None = field(
         default=UNSET, metadata=f("fileType", nullable=True, on_error=True)
     )
     """File content kind after the operation (for `delete`, of the deleted file).
@@ -1436,18 +1390,14 @@ class DiffChangeOther:
 
     (wire ``fileType``; optional (``UNSET`` when absent))
     """
-    mime_type: MediaType | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("mimeType", nullable=True, on_error=True)
-    )
+    mime_type: MediaType | UnsetType | None = field(default=UNSET, metadata=f("mimeType", nullable=True, on_error=True))
     """MIME type of the file contents after the operation (for `delete`, of the deleted file).
 
     Omitted and `null` are equivalent and mean the MIME type is unknown.
 
     (wire ``mimeType``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -1456,7 +1406,7 @@ class DiffChangeOther:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -1490,7 +1440,7 @@ class DiffChangeOther:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class FormCreateElicitationRequest:
     """Form-based elicitation where the client renders a form from the provided schema.
 
@@ -1501,24 +1451,24 @@ class FormCreateElicitationRequest:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("mode", "form"),)
 
-    mode: Literal["form"] = attrs.field(default="form", metadata=tag("mode"))
+    mode: Literal["form"] = field(default="form", metadata=tag("mode"))
     """Tag: always ``'form'`` (wire ``mode``)."""
-    message: str = attrs.field(metadata=f("message"))
+    message: str = field(metadata=f("message"))
     """A human-readable message describing what input is needed.
 
     (wire ``message``; required)
     """
-    requested_schema: ElicitationSchema = attrs.field(metadata=f("requestedSchema"))
+    requested_schema: ElicitationSchema = field(metadata=f("requestedSchema"))
     """A JSON Schema describing the form fields to present to the user.
 
     (wire ``requestedSchema``; required)
     """
-    session_id: SessionId | UnsetType = attrs.field(default=UNSET, metadata=f("sessionId"))
+    session_id: SessionId | UnsetType = field(default=UNSET, metadata=f("sessionId"))
     """The session this elicitation is tied to.
 
     (wire ``sessionId``; optional (``UNSET`` when absent))
     """
-    tool_call_id: ToolCallId | UnsetType | None = attrs.field(
+    tool_call_id: ToolCallId | UnsetType | None = field(
         default=UNSET, metadata=f("toolCallId", nullable=True, on_error=True)
     )
     """Optional tool call within the session.
@@ -1528,14 +1478,12 @@ class FormCreateElicitationRequest:
 
     (wire ``toolCallId``; optional (``UNSET`` when absent))
     """
-    request_id: RequestId | UnsetType = attrs.field(default=UNSET, metadata=f("requestId"))
+    request_id: RequestId | UnsetType = field(default=UNSET, metadata=f("requestId"))
     """The pending Client-to-Agent request this elicitation is tied to.
 
     (wire ``requestId``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -1544,7 +1492,7 @@ class FormCreateElicitationRequest:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -1587,7 +1535,7 @@ class FormCreateElicitationRequest:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class UrlCreateElicitationRequest:
     """URL-based elicitation where the client directs the user to a URL.
 
@@ -1598,29 +1546,29 @@ class UrlCreateElicitationRequest:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("mode", "url"),)
 
-    mode: Literal["url"] = attrs.field(default="url", metadata=tag("mode"))
+    mode: Literal["url"] = field(default="url", metadata=tag("mode"))
     """Tag: always ``'url'`` (wire ``mode``)."""
-    message: str = attrs.field(metadata=f("message"))
+    message: str = field(metadata=f("message"))
     """A human-readable message describing what input is needed.
 
     (wire ``message``; required)
     """
-    elicitation_id: ElicitationId = attrs.field(metadata=f("elicitationId"))
+    elicitation_id: ElicitationId = field(metadata=f("elicitationId"))
     """The unique identifier for this elicitation.
 
     (wire ``elicitationId``; required)
     """
-    url: str = attrs.field(metadata=f("url"))
+    url: str = field(metadata=f("url"))
     """The URL to direct the user to.
 
     (wire ``url``; required)
     """
-    session_id: SessionId | UnsetType = attrs.field(default=UNSET, metadata=f("sessionId"))
+    session_id: SessionId | UnsetType = field(default=UNSET, metadata=f("sessionId"))
     """The session this elicitation is tied to.
 
     (wire ``sessionId``; optional (``UNSET`` when absent))
     """
-    tool_call_id: ToolCallId | UnsetType | None = attrs.field(
+    tool_call_id: ToolCallId | UnsetType | None = field(
         default=UNSET, metadata=f("toolCallId", nullable=True, on_error=True)
     )
     """Optional tool call within the session.
@@ -1630,14 +1578,12 @@ class UrlCreateElicitationRequest:
 
     (wire ``toolCallId``; optional (``UNSET`` when absent))
     """
-    request_id: RequestId | UnsetType = attrs.field(default=UNSET, metadata=f("requestId"))
+    request_id: RequestId | UnsetType = field(default=UNSET, metadata=f("requestId"))
     """The pending Client-to-Agent request this elicitation is tied to.
 
     (wire ``requestId``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -1646,7 +1592,7 @@ class UrlCreateElicitationRequest:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -1692,7 +1638,7 @@ class UrlCreateElicitationRequest:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class CreateElicitationRequestOther:
     """Custom or future elicitation mode.
 
@@ -1713,7 +1659,7 @@ class CreateElicitationRequestOther:
 
     __acp_catchall__: ClassVar[str] = "mode"
 
-    mode: str = attrs.field(metadata=tag("mode"))
+    mode: str = field(metadata=tag("mode"))
     """Custom or future elicitation mode.
 
     Values beginning with `_` are reserved for implementation-specific
@@ -1722,17 +1668,17 @@ class CreateElicitationRequestOther:
 
     Tag of a variant this schema does not know (wire ``mode``).
     """
-    message: str = attrs.field(metadata=f("message"))
+    message: str = field(metadata=f("message"))
     """A human-readable message describing what input is needed.
 
     (wire ``message``; required)
     """
-    session_id: SessionId | UnsetType = attrs.field(default=UNSET, metadata=f("sessionId"))
+    session_id: SessionId | UnsetType = field(default=UNSET, metadata=f("sessionId"))
     """The session this elicitation is tied to.
 
     (wire ``sessionId``; optional (``UNSET`` when absent))
     """
-    tool_call_id: ToolCallId | UnsetType | None = attrs.field(
+    tool_call_id: ToolCallId | UnsetType | None = field(
         default=UNSET, metadata=f("toolCallId", nullable=True, on_error=True)
     )
     """Optional tool call within the session.
@@ -1742,14 +1688,12 @@ class CreateElicitationRequestOther:
 
     (wire ``toolCallId``; optional (``UNSET`` when absent))
     """
-    request_id: RequestId | UnsetType = attrs.field(default=UNSET, metadata=f("requestId"))
+    request_id: RequestId | UnsetType = field(default=UNSET, metadata=f("requestId"))
     """The pending Client-to-Agent request this elicitation is tied to.
 
     (wire ``requestId``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -1758,7 +1702,7 @@ class CreateElicitationRequestOther:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -1798,7 +1742,7 @@ class CreateElicitationRequestOther:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class StringElicitationPropertySchema:
     """String property (or single-select enum when `enum`/`oneOf` is set).
 
@@ -1809,60 +1753,58 @@ class StringElicitationPropertySchema:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("type", "string"),)
 
-    type: Literal["string"] = attrs.field(default="string", metadata=tag("type"))
+    type: Literal["string"] = field(default="string", metadata=tag("type"))
     """Tag: always ``'string'`` (wire ``type``)."""
-    title: str | UnsetType | None = attrs.field(default=UNSET, metadata=f("title", nullable=True, on_error=True))
+    title: str | UnsetType | None = field(default=UNSET, metadata=f("title", nullable=True, on_error=True))
     """Optional title for the property.
 
     Optional. Omitted and `null` are equivalent and mean no title is provided.
 
     (wire ``title``; optional (``UNSET`` when absent))
     """
-    description: str | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("description", nullable=True, on_error=True)
-    )
+    description: str | UnsetType | None = field(default=UNSET, metadata=f("description", nullable=True, on_error=True))
     """Human-readable description.
 
     Optional. Omitted and `null` are equivalent and mean no description is provided.
 
     (wire ``description``; optional (``UNSET`` when absent))
     """
-    min_length: int | UnsetType | None = attrs.field(default=UNSET, metadata=f("minLength", nullable=True))
+    min_length: int | UnsetType | None = field(default=UNSET, metadata=f("minLength", nullable=True))
     """Minimum string length.
 
     Optional. Omitted and `null` are equivalent and mean there is no minimum length constraint.
 
     (wire ``minLength``; optional (``UNSET`` when absent))
     """
-    max_length: int | UnsetType | None = attrs.field(default=UNSET, metadata=f("maxLength", nullable=True))
+    max_length: int | UnsetType | None = field(default=UNSET, metadata=f("maxLength", nullable=True))
     """Maximum string length.
 
     Optional. Omitted and `null` are equivalent and mean there is no maximum length constraint.
 
     (wire ``maxLength``; optional (``UNSET`` when absent))
     """
-    pattern: str | UnsetType | None = attrs.field(default=UNSET, metadata=f("pattern", nullable=True))
+    pattern: str | UnsetType | None = field(default=UNSET, metadata=f("pattern", nullable=True))
     """Pattern the string must match, in ECMA-262 regular expression syntax.
 
     Optional. Omitted and `null` are equivalent and mean there is no pattern constraint.
 
     (wire ``pattern``; optional (``UNSET`` when absent))
     """
-    format: StringFormat | UnsetType | None = attrs.field(default=UNSET, metadata=f("format", nullable=True))
+    format: StringFormat | UnsetType | None = field(default=UNSET, metadata=f("format", nullable=True))
     """String format.
 
     Optional. Omitted and `null` are equivalent and mean there is no format constraint.
 
     (wire ``format``; optional (``UNSET`` when absent))
     """
-    default: str | UnsetType | None = attrs.field(default=UNSET, metadata=f("default", nullable=True, on_error=True))
+    default: str | UnsetType | None = field(default=UNSET, metadata=f("default", nullable=True, on_error=True))
     """Default value.
 
     Optional. Omitted and `null` are equivalent and mean no default value is provided.
 
     (wire ``default``; optional (``UNSET`` when absent))
     """
-    enum: list[str] | UnsetType | None = attrs.field(default=UNSET, metadata=f("enum", nullable=True))
+    enum: list[str] | UnsetType | None = field(default=UNSET, metadata=f("enum", nullable=True))
     """Enum values for untitled single-select enums.
     Must contain at least one value when present.
     Optional. Omitted and `null` are equivalent and mean no untitled single-select choices are
@@ -1870,7 +1812,7 @@ class StringElicitationPropertySchema:
 
     (wire ``enum``; optional (``UNSET`` when absent))
     """
-    one_of: list[EnumOption] | UnsetType | None = attrs.field(default=UNSET, metadata=f("oneOf", nullable=True))
+    one_of: list[EnumOption] | UnsetType | None = field(default=UNSET, metadata=f("oneOf", nullable=True))
     """Titled enum options for titled single-select enums.
     Must contain at least one option when present.
     Optional. Omitted and `null` are equivalent and mean no titled single-select choices are
@@ -1878,9 +1820,7 @@ class StringElicitationPropertySchema:
 
     (wire ``oneOf``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -1889,7 +1829,7 @@ class StringElicitationPropertySchema:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -1944,7 +1884,7 @@ class StringElicitationPropertySchema:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class NumberElicitationPropertySchema:
     """Number (floating-point) property.
 
@@ -1955,48 +1895,44 @@ class NumberElicitationPropertySchema:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("type", "number"),)
 
-    type: Literal["number"] = attrs.field(default="number", metadata=tag("type"))
+    type: Literal["number"] = field(default="number", metadata=tag("type"))
     """Tag: always ``'number'`` (wire ``type``)."""
-    title: str | UnsetType | None = attrs.field(default=UNSET, metadata=f("title", nullable=True, on_error=True))
+    title: str | UnsetType | None = field(default=UNSET, metadata=f("title", nullable=True, on_error=True))
     """Optional title for the property.
 
     Optional. Omitted and `null` are equivalent and mean no title is provided.
 
     (wire ``title``; optional (``UNSET`` when absent))
     """
-    description: str | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("description", nullable=True, on_error=True)
-    )
+    description: str | UnsetType | None = field(default=UNSET, metadata=f("description", nullable=True, on_error=True))
     """Human-readable description.
 
     Optional. Omitted and `null` are equivalent and mean no description is provided.
 
     (wire ``description``; optional (``UNSET`` when absent))
     """
-    minimum: float | UnsetType | None = attrs.field(default=UNSET, metadata=f("minimum", nullable=True))
+    minimum: float | UnsetType | None = field(default=UNSET, metadata=f("minimum", nullable=True))
     """Minimum value (inclusive).
 
     Optional. Omitted and `null` are equivalent and mean there is no inclusive lower bound.
 
     (wire ``minimum``; optional (``UNSET`` when absent))
     """
-    maximum: float | UnsetType | None = attrs.field(default=UNSET, metadata=f("maximum", nullable=True))
+    maximum: float | UnsetType | None = field(default=UNSET, metadata=f("maximum", nullable=True))
     """Maximum value (inclusive).
 
     Optional. Omitted and `null` are equivalent and mean there is no inclusive upper bound.
 
     (wire ``maximum``; optional (``UNSET`` when absent))
     """
-    default: float | UnsetType | None = attrs.field(default=UNSET, metadata=f("default", nullable=True, on_error=True))
+    default: float | UnsetType | None = field(default=UNSET, metadata=f("default", nullable=True, on_error=True))
     """Default value.
 
     Optional. Omitted and `null` are equivalent and mean no default value is provided.
 
     (wire ``default``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -2005,7 +1941,7 @@ class NumberElicitationPropertySchema:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -2048,7 +1984,7 @@ class NumberElicitationPropertySchema:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class IntegerElicitationPropertySchema:
     """Integer property.
 
@@ -2059,48 +1995,44 @@ class IntegerElicitationPropertySchema:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("type", "integer"),)
 
-    type: Literal["integer"] = attrs.field(default="integer", metadata=tag("type"))
+    type: Literal["integer"] = field(default="integer", metadata=tag("type"))
     """Tag: always ``'integer'`` (wire ``type``)."""
-    title: str | UnsetType | None = attrs.field(default=UNSET, metadata=f("title", nullable=True, on_error=True))
+    title: str | UnsetType | None = field(default=UNSET, metadata=f("title", nullable=True, on_error=True))
     """Optional title for the property.
 
     Optional. Omitted and `null` are equivalent and mean no title is provided.
 
     (wire ``title``; optional (``UNSET`` when absent))
     """
-    description: str | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("description", nullable=True, on_error=True)
-    )
+    description: str | UnsetType | None = field(default=UNSET, metadata=f("description", nullable=True, on_error=True))
     """Human-readable description.
 
     Optional. Omitted and `null` are equivalent and mean no description is provided.
 
     (wire ``description``; optional (``UNSET`` when absent))
     """
-    minimum: int | UnsetType | None = attrs.field(default=UNSET, metadata=f("minimum", nullable=True))
+    minimum: int | UnsetType | None = field(default=UNSET, metadata=f("minimum", nullable=True))
     """Minimum value (inclusive).
 
     Optional. Omitted and `null` are equivalent and mean there is no inclusive lower bound.
 
     (wire ``minimum``; optional (``UNSET`` when absent))
     """
-    maximum: int | UnsetType | None = attrs.field(default=UNSET, metadata=f("maximum", nullable=True))
+    maximum: int | UnsetType | None = field(default=UNSET, metadata=f("maximum", nullable=True))
     """Maximum value (inclusive).
 
     Optional. Omitted and `null` are equivalent and mean there is no inclusive upper bound.
 
     (wire ``maximum``; optional (``UNSET`` when absent))
     """
-    default: int | UnsetType | None = attrs.field(default=UNSET, metadata=f("default", nullable=True, on_error=True))
+    default: int | UnsetType | None = field(default=UNSET, metadata=f("default", nullable=True, on_error=True))
     """Default value.
 
     Optional. Omitted and `null` are equivalent and mean no default value is provided.
 
     (wire ``default``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -2109,7 +2041,7 @@ class IntegerElicitationPropertySchema:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -2152,7 +2084,7 @@ class IntegerElicitationPropertySchema:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class BooleanElicitationPropertySchema:
     """Boolean property.
 
@@ -2163,34 +2095,30 @@ class BooleanElicitationPropertySchema:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("type", "boolean"),)
 
-    type: Literal["boolean"] = attrs.field(default="boolean", metadata=tag("type"))
+    type: Literal["boolean"] = field(default="boolean", metadata=tag("type"))
     """Tag: always ``'boolean'`` (wire ``type``)."""
-    title: str | UnsetType | None = attrs.field(default=UNSET, metadata=f("title", nullable=True, on_error=True))
+    title: str | UnsetType | None = field(default=UNSET, metadata=f("title", nullable=True, on_error=True))
     """Optional title for the property.
 
     Optional. Omitted and `null` are equivalent and mean no title is provided.
 
     (wire ``title``; optional (``UNSET`` when absent))
     """
-    description: str | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("description", nullable=True, on_error=True)
-    )
+    description: str | UnsetType | None = field(default=UNSET, metadata=f("description", nullable=True, on_error=True))
     """Human-readable description.
 
     Optional. Omitted and `null` are equivalent and mean no description is provided.
 
     (wire ``description``; optional (``UNSET`` when absent))
     """
-    default: bool | UnsetType | None = attrs.field(default=UNSET, metadata=f("default", nullable=True, on_error=True))
+    default: bool | UnsetType | None = field(default=UNSET, metadata=f("default", nullable=True, on_error=True))
     """Default value.
 
     Optional. Omitted and `null` are equivalent and mean no default value is provided.
 
     (wire ``default``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -2199,7 +2127,7 @@ class BooleanElicitationPropertySchema:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -2236,7 +2164,7 @@ class BooleanElicitationPropertySchema:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class ArrayElicitationPropertySchema:
     """Multi-select array property.
 
@@ -2247,44 +2175,42 @@ class ArrayElicitationPropertySchema:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("type", "array"),)
 
-    type: Literal["array"] = attrs.field(default="array", metadata=tag("type"))
+    type: Literal["array"] = field(default="array", metadata=tag("type"))
     """Tag: always ``'array'`` (wire ``type``)."""
-    title: str | UnsetType | None = attrs.field(default=UNSET, metadata=f("title", nullable=True, on_error=True))
+    title: str | UnsetType | None = field(default=UNSET, metadata=f("title", nullable=True, on_error=True))
     """Optional title for the property.
 
     Optional. Omitted and `null` are equivalent and mean no title is provided.
 
     (wire ``title``; optional (``UNSET`` when absent))
     """
-    description: str | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("description", nullable=True, on_error=True)
-    )
+    description: str | UnsetType | None = field(default=UNSET, metadata=f("description", nullable=True, on_error=True))
     """Human-readable description.
 
     Optional. Omitted and `null` are equivalent and mean no description is provided.
 
     (wire ``description``; optional (``UNSET`` when absent))
     """
-    min_items: int | UnsetType | None = attrs.field(default=UNSET, metadata=f("minItems", nullable=True))
+    min_items: int | UnsetType | None = field(default=UNSET, metadata=f("minItems", nullable=True))
     """Minimum number of items to select.
 
     Optional. Omitted and `null` are equivalent and mean there is no minimum selection count.
 
     (wire ``minItems``; optional (``UNSET`` when absent))
     """
-    max_items: int | UnsetType | None = attrs.field(default=UNSET, metadata=f("maxItems", nullable=True))
+    max_items: int | UnsetType | None = field(default=UNSET, metadata=f("maxItems", nullable=True))
     """Maximum number of items to select.
 
     Optional. Omitted and `null` are equivalent and mean there is no maximum selection count.
 
     (wire ``maxItems``; optional (``UNSET`` when absent))
     """
-    items: MultiSelectItems = attrs.field(metadata=f("items"))
+    items: MultiSelectItems = field(metadata=f("items"))
     """The items definition describing allowed values.
 
     (wire ``items``; required)
     """
-    default: list[str] | UnsetType | None = attrs.field(
+    default: list[str] | UnsetType | None = field(
         default=UNSET, metadata=f("default", nullable=True, on_error=True, skip_invalid=True)
     )
     """Default selected values.
@@ -2293,9 +2219,7 @@ class ArrayElicitationPropertySchema:
 
     (wire ``default``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -2304,7 +2228,7 @@ class ArrayElicitationPropertySchema:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -2350,7 +2274,7 @@ class ArrayElicitationPropertySchema:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class ElicitationPropertySchemaOther:
     """Custom or future elicitation property schema.
 
@@ -2371,7 +2295,7 @@ class ElicitationPropertySchemaOther:
 
     __acp_catchall__: ClassVar[str] = "type"
 
-    type: str = attrs.field(metadata=tag("type"))
+    type: str = field(metadata=tag("type"))
     """Custom or future elicitation property schema type.
 
     Values beginning with `_` are reserved for implementation-specific
@@ -2380,7 +2304,7 @@ class ElicitationPropertySchemaOther:
 
     Tag of a variant this schema does not know (wire ``type``).
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(self, *, type: str, extra_fields: dict[str, Any] | None = None) -> None:
@@ -2397,7 +2321,7 @@ class ElicitationPropertySchemaOther:
         return self.type == o.type and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class StringMultiSelectItems:
     """Multi-select string items with plain string values.
 
@@ -2406,16 +2330,14 @@ class StringMultiSelectItems:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("type", "string"),)
 
-    type: Literal["string"] | UnsetType = attrs.field(default="string", metadata=tag("type", optional=True))
+    type: Literal["string"] | UnsetType = field(default="string", metadata=tag("type", optional=True))
     """Tag ``'string'`` (wire ``type``): set by the constructor and present when this type is decoded as a union variant; ``UNSET`` when decoded on its own, where the schema has no tag."""
-    enum: list[str] = attrs.field(metadata=f("enum"))
+    enum: list[str] = field(metadata=f("enum"))
     """Allowed enum values. Must contain at least one value.
 
     (wire ``enum``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -2424,7 +2346,7 @@ class StringMultiSelectItems:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -2452,7 +2374,7 @@ class StringMultiSelectItems:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class MultiSelectItemsOther:
     """Custom or future typed multi-select items.
 
@@ -2465,7 +2387,7 @@ class MultiSelectItemsOther:
 
     __acp_catchall__: ClassVar[str] = "type"
 
-    type: str = attrs.field(metadata=tag("type"))
+    type: str = field(metadata=tag("type"))
     """Custom or future multi-select item type.
 
     Values beginning with `_` are reserved for implementation-specific
@@ -2474,7 +2396,7 @@ class MultiSelectItemsOther:
 
     Tag of a variant this schema does not know (wire ``type``).
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(self, *, type: str, extra_fields: dict[str, Any] | None = None) -> None:
@@ -2491,21 +2413,19 @@ class MultiSelectItemsOther:
         return self.type == o.type and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class TitledMultiSelectItems:
     """Items definition for titled multi-select enum properties.
 
     Schema: ``schema/v2/schema.unstable.json``, ``$defs/TitledMultiSelectItems``
     """
 
-    any_of: list[EnumOption] = attrs.field(metadata=f("anyOf"))
+    any_of: list[EnumOption] = field(metadata=f("anyOf"))
     """Titled enum options. Must contain at least one option.
 
     (wire ``anyOf``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -2514,7 +2434,7 @@ class TitledMultiSelectItems:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -2538,7 +2458,7 @@ class TitledMultiSelectItems:
         return self.any_of == o.any_of and self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class TerminalAuthMethod:
     """Client runs the configured agent program as a separate interactive
     process, without passing this method to `auth/login`.
@@ -2550,42 +2470,38 @@ class TerminalAuthMethod:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("type", "terminal"),)
 
-    type: Literal["terminal"] = attrs.field(default="terminal", metadata=tag("type"))
+    type: Literal["terminal"] = field(default="terminal", metadata=tag("type"))
     """Tag: always ``'terminal'`` (wire ``type``)."""
-    method_id: AuthMethodId = attrs.field(metadata=f("methodId"))
+    method_id: AuthMethodId = field(metadata=f("methodId"))
     """Unique identifier for this authentication method.
 
     (wire ``methodId``; required)
     """
-    name: str = attrs.field(metadata=f("name"))
+    name: str = field(metadata=f("name"))
     """Human-readable name of the authentication method.
 
     (wire ``name``; required)
     """
-    description: str | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("description", nullable=True, on_error=True)
-    )
+    description: str | UnsetType | None = field(default=UNSET, metadata=f("description", nullable=True, on_error=True))
     """Optional human-readable description of this authentication method.
 
     Omitted and `null` are equivalent and mean no description is provided.
 
     (wire ``description``; optional (``UNSET`` when absent))
     """
-    args: list[str] | UnsetType = attrs.field(default=UNSET, metadata=f("args", on_null=True))
+    args: list[str] | UnsetType = field(default=UNSET, metadata=f("args", on_null=True))
     """Additional arguments to append to the configured agent invocation for terminal auth.
 
     (wire ``args``; optional (``UNSET`` when absent))
     """
-    env: list[EnvVariable] | UnsetType = attrs.field(default=UNSET, metadata=f("env", on_null=True))
+    env: list[EnvVariable] | UnsetType = field(default=UNSET, metadata=f("env", on_null=True))
     """Additional environment variables to set on the configured agent invocation for terminal auth.
     Names MUST be unique. These values override same-named variables in the
     base launch configuration.
 
     (wire ``env``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -2594,7 +2510,7 @@ class TerminalAuthMethod:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -2637,7 +2553,7 @@ class TerminalAuthMethod:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class AgentAuthMethod:
     """Agent handles authentication itself through `auth/login`.
 
@@ -2650,30 +2566,26 @@ class AgentAuthMethod:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("type", "agent"),)
 
-    type: Literal["agent"] = attrs.field(default="agent", metadata=tag("type"))
+    type: Literal["agent"] = field(default="agent", metadata=tag("type"))
     """Tag: always ``'agent'`` (wire ``type``)."""
-    method_id: AuthMethodId = attrs.field(metadata=f("methodId"))
+    method_id: AuthMethodId = field(metadata=f("methodId"))
     """Unique identifier for this authentication method.
 
     (wire ``methodId``; required)
     """
-    name: str = attrs.field(metadata=f("name"))
+    name: str = field(metadata=f("name"))
     """Human-readable name of the authentication method.
 
     (wire ``name``; required)
     """
-    description: str | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("description", nullable=True, on_error=True)
-    )
+    description: str | UnsetType | None = field(default=UNSET, metadata=f("description", nullable=True, on_error=True))
     """Optional human-readable description of this authentication method.
 
     Omitted and `null` are equivalent and mean no description is provided.
 
     (wire ``description``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -2682,7 +2594,7 @@ class AgentAuthMethod:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -2719,7 +2631,7 @@ class AgentAuthMethod:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class AuthMethodOther:
     """Custom or future authentication method.
 
@@ -2740,7 +2652,7 @@ class AuthMethodOther:
 
     __acp_catchall__: ClassVar[str] = "type"
 
-    type: str = attrs.field(metadata=tag("type"))
+    type: str = field(metadata=tag("type"))
     """Custom or future authentication method type.
 
     Values beginning with `_` are reserved for implementation-specific
@@ -2749,17 +2661,17 @@ class AuthMethodOther:
 
     Tag of a variant this schema does not know (wire ``type``).
     """
-    method_id: AuthMethodId = attrs.field(metadata=f("methodId"))
+    method_id: AuthMethodId = field(metadata=f("methodId"))
     """Unique identifier for this authentication method.
 
     (wire ``methodId``; required)
     """
-    name: str = attrs.field(metadata=f("name"))
+    name: str = field(metadata=f("name"))
     """Human-readable name of the authentication method.
 
     (wire ``name``; required)
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -2785,7 +2697,7 @@ class AuthMethodOther:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class SelectSessionConfigOption:
     """Single-value selector (dropdown).
 
@@ -2796,28 +2708,26 @@ class SelectSessionConfigOption:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("type", "select"),)
 
-    type: Literal["select"] = attrs.field(default="select", metadata=tag("type"))
+    type: Literal["select"] = field(default="select", metadata=tag("type"))
     """Tag: always ``'select'`` (wire ``type``)."""
-    config_id: SessionConfigId = attrs.field(metadata=f("configId"))
+    config_id: SessionConfigId = field(metadata=f("configId"))
     """Unique identifier for the configuration option.
 
     (wire ``configId``; required)
     """
-    name: str = attrs.field(metadata=f("name"))
+    name: str = field(metadata=f("name"))
     """Human-readable label for the option.
 
     (wire ``name``; required)
     """
-    description: str | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("description", nullable=True, on_error=True)
-    )
+    description: str | UnsetType | None = field(default=UNSET, metadata=f("description", nullable=True, on_error=True))
     """Optional description for the Client to display to the user.
 
     Omitted and `null` are equivalent and mean no description is provided.
 
     (wire ``description``; optional (``UNSET`` when absent))
     """
-    category: SessionConfigOptionCategory | UnsetType | None = attrs.field(
+    category: SessionConfigOptionCategory | UnsetType | None = field(
         default=UNSET, metadata=f("category", nullable=True, on_error=True)
     )
     """Optional semantic category for this option (UX only).
@@ -2826,20 +2736,18 @@ class SelectSessionConfigOption:
 
     (wire ``category``; optional (``UNSET`` when absent))
     """
-    current_value: SessionConfigValueId = attrs.field(metadata=f("currentValue"))
+    current_value: SessionConfigValueId = field(metadata=f("currentValue"))
     """The currently selected value. MUST be one of the `value`s in `options`.
 
     (wire ``currentValue``; required)
     """
-    options: SessionConfigSelectOptions = attrs.field(metadata=f("options"))
+    options: SessionConfigSelectOptions = field(metadata=f("options"))
     """The set of selectable options. MUST contain at least one value, and each `value` MUST be
     unique within the option, including across groups.
 
     (wire ``options``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -2848,7 +2756,7 @@ class SelectSessionConfigOption:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -2894,7 +2802,7 @@ class SelectSessionConfigOption:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class BooleanSessionConfigOption:
     """Boolean on/off toggle.
 
@@ -2905,28 +2813,26 @@ class BooleanSessionConfigOption:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("type", "boolean"),)
 
-    type: Literal["boolean"] = attrs.field(default="boolean", metadata=tag("type"))
+    type: Literal["boolean"] = field(default="boolean", metadata=tag("type"))
     """Tag: always ``'boolean'`` (wire ``type``)."""
-    config_id: SessionConfigId = attrs.field(metadata=f("configId"))
+    config_id: SessionConfigId = field(metadata=f("configId"))
     """Unique identifier for the configuration option.
 
     (wire ``configId``; required)
     """
-    name: str = attrs.field(metadata=f("name"))
+    name: str = field(metadata=f("name"))
     """Human-readable label for the option.
 
     (wire ``name``; required)
     """
-    description: str | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("description", nullable=True, on_error=True)
-    )
+    description: str | UnsetType | None = field(default=UNSET, metadata=f("description", nullable=True, on_error=True))
     """Optional description for the Client to display to the user.
 
     Omitted and `null` are equivalent and mean no description is provided.
 
     (wire ``description``; optional (``UNSET`` when absent))
     """
-    category: SessionConfigOptionCategory | UnsetType | None = attrs.field(
+    category: SessionConfigOptionCategory | UnsetType | None = field(
         default=UNSET, metadata=f("category", nullable=True, on_error=True)
     )
     """Optional semantic category for this option (UX only).
@@ -2935,14 +2841,12 @@ class BooleanSessionConfigOption:
 
     (wire ``category``; optional (``UNSET`` when absent))
     """
-    current_value: bool = attrs.field(metadata=f("currentValue"))
+    current_value: bool = field(metadata=f("currentValue"))
     """The current value of the boolean option.
 
     (wire ``currentValue``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -2951,7 +2855,7 @@ class BooleanSessionConfigOption:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -2994,7 +2898,7 @@ class BooleanSessionConfigOption:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class SessionConfigOptionOther:
     """Custom or future session configuration option payload.
 
@@ -3015,7 +2919,7 @@ class SessionConfigOptionOther:
 
     __acp_catchall__: ClassVar[str] = "type"
 
-    type: str = attrs.field(metadata=tag("type"))
+    type: str = field(metadata=tag("type"))
     """Custom or future session configuration option type.
 
     Values beginning with `_` are reserved for implementation-specific
@@ -3024,26 +2928,24 @@ class SessionConfigOptionOther:
 
     Tag of a variant this schema does not know (wire ``type``).
     """
-    config_id: SessionConfigId = attrs.field(metadata=f("configId"))
+    config_id: SessionConfigId = field(metadata=f("configId"))
     """Unique identifier for the configuration option.
 
     (wire ``configId``; required)
     """
-    name: str = attrs.field(metadata=f("name"))
+    name: str = field(metadata=f("name"))
     """Human-readable label for the option.
 
     (wire ``name``; required)
     """
-    description: str | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("description", nullable=True, on_error=True)
-    )
+    description: str | UnsetType | None = field(default=UNSET, metadata=f("description", nullable=True, on_error=True))
     """Optional description for the Client to display to the user.
 
     Omitted and `null` are equivalent and mean no description is provided.
 
     (wire ``description``; optional (``UNSET`` when absent))
     """
-    category: SessionConfigOptionCategory | UnsetType | None = attrs.field(
+    category: SessionConfigOptionCategory | UnsetType | None = field(
         default=UNSET, metadata=f("category", nullable=True, on_error=True)
     )
     """Optional semantic category for this option (UX only).
@@ -3052,9 +2954,7 @@ class SessionConfigOptionOther:
 
     (wire ``category``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -3063,7 +2963,7 @@ class SessionConfigOptionOther:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -3103,7 +3003,7 @@ class SessionConfigOptionOther:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class CommandAvailableCommand:
     """A slash command the user can invoke by including it in a prompt.
 
@@ -3114,21 +3014,21 @@ class CommandAvailableCommand:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("type", "command"),)
 
-    type: Literal["command"] = attrs.field(default="command", metadata=tag("type"))
+    type: Literal["command"] = field(default="command", metadata=tag("type"))
     """Tag: always ``'command'`` (wire ``type``)."""
-    name: str = attrs.field(metadata=f("name"))
+    name: str = field(metadata=f("name"))
     """Command name without the leading `/` (e.g., `create_plan`, `research_codebase`).
 
     MUST NOT contain whitespace and MUST be unique within the command list.
 
     (wire ``name``; required)
     """
-    description: str = attrs.field(metadata=f("description"))
+    description: str = field(metadata=f("description"))
     """Human-readable description of what the command does.
 
     (wire ``description``; required)
     """
-    input: AvailableCommandInput | UnsetType | None = attrs.field(
+    input: AvailableCommandInput | UnsetType | None = field(
         default=UNSET, metadata=f("input", nullable=True, on_error=True)
     )
     """Input for the command if required
@@ -3137,9 +3037,7 @@ class CommandAvailableCommand:
 
     (wire ``input``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -3148,7 +3046,7 @@ class CommandAvailableCommand:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -3185,7 +3083,7 @@ class CommandAvailableCommand:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class AvailableCommandOther:
     """Custom or future command kind.
 
@@ -3207,7 +3105,7 @@ class AvailableCommandOther:
 
     __acp_catchall__: ClassVar[str] = "type"
 
-    type: str = attrs.field(metadata=tag("type"))
+    type: str = field(metadata=tag("type"))
     """Custom or future command type.
 
     Values beginning with `_` are reserved for implementation-specific
@@ -3216,18 +3114,18 @@ class AvailableCommandOther:
 
     Tag of a variant this schema does not know (wire ``type``).
     """
-    name: str = attrs.field(metadata=f("name"))
+    name: str = field(metadata=f("name"))
     """Command name without the leading `/`. MUST NOT contain whitespace and MUST be unique
     within the command list.
 
     (wire ``name``; required)
     """
-    description: str = attrs.field(metadata=f("description"))
+    description: str = field(metadata=f("description"))
     """Human-readable description of what the command does.
 
     (wire ``description``; required)
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(self, *, type: str, name: str, description: str, extra_fields: dict[str, Any] | None = None) -> None:
@@ -3251,7 +3149,7 @@ class AvailableCommandOther:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class TextAvailableCommandInput:
     """All text after the command name and the whitespace following it is provided as input.
 
@@ -3262,16 +3160,14 @@ class TextAvailableCommandInput:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("type", "text"),)
 
-    type: Literal["text"] = attrs.field(default="text", metadata=tag("type"))
+    type: Literal["text"] = field(default="text", metadata=tag("type"))
     """Tag: always ``'text'`` (wire ``type``)."""
-    hint: str = attrs.field(metadata=f("hint"))
+    hint: str = field(metadata=f("hint"))
     """A hint to display when the input hasn't been provided yet
 
     (wire ``hint``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -3280,7 +3176,7 @@ class TextAvailableCommandInput:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -3308,7 +3204,7 @@ class TextAvailableCommandInput:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class AvailableCommandInputOther:
     """Custom or future command input specification.
 
@@ -3330,7 +3226,7 @@ class AvailableCommandInputOther:
 
     __acp_catchall__: ClassVar[str] = "type"
 
-    type: str = attrs.field(metadata=tag("type"))
+    type: str = field(metadata=tag("type"))
     """Custom or future command input type.
 
     Values beginning with `_` are reserved for implementation-specific
@@ -3339,7 +3235,7 @@ class AvailableCommandInputOther:
 
     Tag of a variant this schema does not know (wire ``type``).
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(self, *, type: str, extra_fields: dict[str, Any] | None = None) -> None:
@@ -3356,7 +3252,7 @@ class AvailableCommandInputOther:
         return self.type == o.type and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class RunningStateUpdate:
     """Foreground work is in progress.
 
@@ -3365,9 +3261,9 @@ class RunningStateUpdate:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("state", "running"),)
 
-    state: Literal["running"] | UnsetType = attrs.field(default="running", metadata=tag("state", optional=True))
+    state: Literal["running"] | UnsetType = field(default="running", metadata=tag("state", optional=True))
     """Tag ``'running'`` (wire ``state``): set by the constructor and present when this type is decoded as a union variant; ``UNSET`` when decoded on its own, where the schema has no tag."""
-    background: list[BackgroundWork] | UnsetType | None = attrs.field(
+    background: list[BackgroundWork] | UnsetType | None = field(
         default=UNSET, metadata=f("background", nullable=True, on_error=True)
     )
     """Work running independently of foreground work, as a complete snapshot.
@@ -3381,9 +3277,7 @@ class RunningStateUpdate:
 
     (wire ``background``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -3392,7 +3286,7 @@ class RunningStateUpdate:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -3423,7 +3317,7 @@ class RunningStateUpdate:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class IdleStateUpdate:
     """No foreground work is active. Background activity may continue.
 
@@ -3432,9 +3326,9 @@ class IdleStateUpdate:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("state", "idle"),)
 
-    state: Literal["idle"] | UnsetType = attrs.field(default="idle", metadata=tag("state", optional=True))
+    state: Literal["idle"] | UnsetType = field(default="idle", metadata=tag("state", optional=True))
     """Tag ``'idle'`` (wire ``state``): set by the constructor and present when this type is decoded as a union variant; ``UNSET`` when decoded on its own, where the schema has no tag."""
-    usage: Usage | UnsetType | None = attrs.field(default=UNSET, metadata=f("usage", nullable=True, on_error=True))
+    usage: Usage | UnsetType | None = field(default=UNSET, metadata=f("usage", nullable=True, on_error=True))
     """**UNSTABLE**
 
     This capability is not part of the spec yet, and may be removed or changed at any point.
@@ -3446,7 +3340,7 @@ class IdleStateUpdate:
 
     (wire ``usage``; optional (``UNSET`` when absent))
     """
-    background: list[BackgroundWork] | UnsetType | None = attrs.field(
+    background: list[BackgroundWork] | UnsetType | None = field(
         default=UNSET, metadata=f("background", nullable=True, on_error=True)
     )
     """Work running independently of foreground work, as a complete snapshot.
@@ -3462,7 +3356,7 @@ class IdleStateUpdate:
     """
     stop_reason: (
         Literal["end_turn", "max_tokens", "max_turn_requests", "refusal", "cancelled", "error"] | str | UnsetType | None
-    ) = attrs.field(default=UNSET, metadata=f("stopReason", nullable=True, on_error=True))
+    ) = field(default=UNSET, metadata=f("stopReason", nullable=True, on_error=True))
     """Why foreground work stopped. The value selects one of this type's variants, which may add fields of their own.
 
     Optional. Omitted and `null` are equivalent and mean the agent is not reporting a stop reason; a malformed value is treated the same way.
@@ -3471,7 +3365,7 @@ class IdleStateUpdate:
 
     (wire ``stopReason``; optional (``UNSET`` when absent))
     """
-    error: Error | UnsetType | None = attrs.field(default=UNSET, metadata=f("error", nullable=True, on_error=True))
+    error: Error | UnsetType | None = field(default=UNSET, metadata=f("error", nullable=True, on_error=True))
     """The failure, as a JSON-RPC error object.
 
     Optional. Omitted and `null` are equivalent and mean the agent is not reporting failure details.
@@ -3479,9 +3373,7 @@ class IdleStateUpdate:
 
     (wire ``error``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -3490,7 +3382,7 @@ class IdleStateUpdate:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -3533,7 +3425,7 @@ class IdleStateUpdate:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class RequiresActionStateUpdate:
     """Foreground work is blocked on user action.
 
@@ -3542,11 +3434,11 @@ class RequiresActionStateUpdate:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("state", "requires_action"),)
 
-    state: Literal["requires_action"] | UnsetType = attrs.field(
+    state: Literal["requires_action"] | UnsetType = field(
         default="requires_action", metadata=tag("state", optional=True)
     )
     """Tag ``'requires_action'`` (wire ``state``): set by the constructor and present when this type is decoded as a union variant; ``UNSET`` when decoded on its own, where the schema has no tag."""
-    background: list[BackgroundWork] | UnsetType | None = attrs.field(
+    background: list[BackgroundWork] | UnsetType | None = field(
         default=UNSET, metadata=f("background", nullable=True, on_error=True)
     )
     """Work running independently of foreground work, as a complete snapshot.
@@ -3560,9 +3452,7 @@ class RequiresActionStateUpdate:
 
     (wire ``background``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -3571,7 +3461,7 @@ class RequiresActionStateUpdate:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -3602,7 +3492,7 @@ class RequiresActionStateUpdate:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class UnknownStateUpdate:
     """**UNSTABLE**
 
@@ -3618,9 +3508,9 @@ class UnknownStateUpdate:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("state", "unknown"),)
 
-    state: Literal["unknown"] | UnsetType = attrs.field(default="unknown", metadata=tag("state", optional=True))
+    state: Literal["unknown"] | UnsetType = field(default="unknown", metadata=tag("state", optional=True))
     """Tag ``'unknown'`` (wire ``state``): set by the constructor and present when this type is decoded as a union variant; ``UNSET`` when decoded on its own, where the schema has no tag."""
-    background: list[BackgroundWork] | UnsetType | None = attrs.field(
+    background: list[BackgroundWork] | UnsetType | None = field(
         default=UNSET, metadata=f("background", nullable=True, on_error=True)
     )
     """Work running independently of foreground work, as a complete snapshot.
@@ -3634,9 +3524,7 @@ class UnknownStateUpdate:
 
     (wire ``background``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -3645,7 +3533,7 @@ class UnknownStateUpdate:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -3676,7 +3564,7 @@ class UnknownStateUpdate:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class StateUpdateOther:
     """Custom or future session state.
 
@@ -3699,7 +3587,7 @@ class StateUpdateOther:
 
     __acp_catchall__: ClassVar[str] = "state"
 
-    state: str = attrs.field(metadata=tag("state"))
+    state: str = field(metadata=tag("state"))
     """Custom or future session state.
 
     Values beginning with `_` are reserved for implementation-specific
@@ -3708,7 +3596,7 @@ class StateUpdateOther:
 
     Tag of a variant this schema does not know (wire ``state``).
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(self, *, state: str, extra_fields: dict[str, Any] | None = None) -> None:
@@ -3725,7 +3613,7 @@ class StateUpdateOther:
         return self.state == o.state and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class TerminalBackgroundWork:
     """A process that keeps running after its tool call returned control to the model.
     Live until its `terminal_update` reports `exitStatus`.
@@ -3737,16 +3625,14 @@ class TerminalBackgroundWork:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("type", "terminal"),)
 
-    type: Literal["terminal"] = attrs.field(default="terminal", metadata=tag("type"))
+    type: Literal["terminal"] = field(default="terminal", metadata=tag("type"))
     """Tag: always ``'terminal'`` (wire ``type``)."""
-    terminal_id: TerminalId = attrs.field(metadata=f("terminalId"))
+    terminal_id: TerminalId = field(metadata=f("terminalId"))
     """The ID of the listed terminal.
 
     (wire ``terminalId``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -3755,7 +3641,7 @@ class TerminalBackgroundWork:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -3786,7 +3672,7 @@ class TerminalBackgroundWork:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class ToolCallBackgroundWork:
     """Work started by a tool call that continues without a process of its own, such as
     a watcher, a workflow, or a scheduled wakeup. `pending` and `paused` tool calls
@@ -3799,16 +3685,14 @@ class ToolCallBackgroundWork:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("type", "tool_call"),)
 
-    type: Literal["tool_call"] = attrs.field(default="tool_call", metadata=tag("type"))
+    type: Literal["tool_call"] = field(default="tool_call", metadata=tag("type"))
     """Tag: always ``'tool_call'`` (wire ``type``)."""
-    tool_call_id: ToolCallId = attrs.field(metadata=f("toolCallId"))
+    tool_call_id: ToolCallId = field(metadata=f("toolCallId"))
     """The ID of the listed tool call.
 
     (wire ``toolCallId``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -3817,7 +3701,7 @@ class ToolCallBackgroundWork:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -3848,7 +3732,7 @@ class ToolCallBackgroundWork:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class SubagentBackgroundWork:
     """**UNSTABLE**
 
@@ -3864,16 +3748,14 @@ class SubagentBackgroundWork:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("type", "subagent"),)
 
-    type: Literal["subagent"] = attrs.field(default="subagent", metadata=tag("type"))
+    type: Literal["subagent"] = field(default="subagent", metadata=tag("type"))
     """Tag: always ``'subagent'`` (wire ``type``)."""
-    session_id: SessionId = attrs.field(metadata=f("sessionId"))
+    session_id: SessionId = field(metadata=f("sessionId"))
     """The ID of the listed session.
 
     (wire ``sessionId``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -3882,7 +3764,7 @@ class SubagentBackgroundWork:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -3913,7 +3795,7 @@ class SubagentBackgroundWork:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class BackgroundWorkOther:
     """Custom or future background work.
 
@@ -3933,7 +3815,7 @@ class BackgroundWorkOther:
 
     __acp_catchall__: ClassVar[str] = "type"
 
-    type: str = attrs.field(metadata=tag("type"))
+    type: str = field(metadata=tag("type"))
     """Custom or future background work type.
 
     Values beginning with `_` are reserved for implementation-specific
@@ -3942,7 +3824,7 @@ class BackgroundWorkOther:
 
     Tag of a variant this schema does not know (wire ``type``).
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(self, *, type: str, extra_fields: dict[str, Any] | None = None) -> None:
@@ -3959,7 +3841,7 @@ class BackgroundWorkOther:
         return self.type == o.type and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class UserMessageChunkSessionUpdate:
     """A chunk of the user's message being streamed.
 
@@ -3970,11 +3852,9 @@ class UserMessageChunkSessionUpdate:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("sessionUpdate", "user_message_chunk"),)
 
-    session_update: Literal["user_message_chunk"] = attrs.field(
-        default="user_message_chunk", metadata=tag("sessionUpdate")
-    )
+    session_update: Literal["user_message_chunk"] = field(default="user_message_chunk", metadata=tag("sessionUpdate"))
     """Tag: always ``'user_message_chunk'`` (wire ``sessionUpdate``)."""
-    message_id: MessageId = attrs.field(metadata=f("messageId"))
+    message_id: MessageId = field(metadata=f("messageId"))
     """A unique identifier for the message this chunk belongs to.
 
     All chunks belonging to the same message share the same `messageId`.
@@ -3982,14 +3862,12 @@ class UserMessageChunkSessionUpdate:
 
     (wire ``messageId``; required)
     """
-    content: ContentBlock = attrs.field(metadata=f("content"))
+    content: ContentBlock = field(metadata=f("content"))
     """A single item of content
 
     (wire ``content``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -3999,7 +3877,7 @@ class UserMessageChunkSessionUpdate:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -4033,7 +3911,7 @@ class UserMessageChunkSessionUpdate:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class UserMessageSessionUpdate:
     """A user message has been created or updated.
 
@@ -4048,23 +3926,21 @@ class UserMessageSessionUpdate:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("sessionUpdate", "user_message"),)
 
-    session_update: Literal["user_message"] = attrs.field(default="user_message", metadata=tag("sessionUpdate"))
+    session_update: Literal["user_message"] = field(default="user_message", metadata=tag("sessionUpdate"))
     """Tag: always ``'user_message'`` (wire ``sessionUpdate``)."""
-    message_id: MessageId = attrs.field(metadata=f("messageId"))
+    message_id: MessageId = field(metadata=f("messageId"))
     """A unique identifier for the message.
 
     (wire ``messageId``; required)
     """
-    content: list[ContentBlock] | UnsetType | None = attrs.field(
+    content: list[ContentBlock] | UnsetType | None = field(
         default=UNSET, metadata=f("content", nullable=True, on_error=True, skip_invalid=True)
     )
     """Complete replacement content for this message.
 
     (wire ``content``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted leaves the stored metadata unchanged. `null`
     clears it. An object patches the stored metadata by top-level key: keys it omits are
@@ -4076,7 +3952,7 @@ class UserMessageSessionUpdate:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -4110,7 +3986,7 @@ class UserMessageSessionUpdate:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class AgentMessageChunkSessionUpdate:
     """A chunk of the agent's response being streamed.
 
@@ -4121,11 +3997,9 @@ class AgentMessageChunkSessionUpdate:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("sessionUpdate", "agent_message_chunk"),)
 
-    session_update: Literal["agent_message_chunk"] = attrs.field(
-        default="agent_message_chunk", metadata=tag("sessionUpdate")
-    )
+    session_update: Literal["agent_message_chunk"] = field(default="agent_message_chunk", metadata=tag("sessionUpdate"))
     """Tag: always ``'agent_message_chunk'`` (wire ``sessionUpdate``)."""
-    message_id: MessageId = attrs.field(metadata=f("messageId"))
+    message_id: MessageId = field(metadata=f("messageId"))
     """A unique identifier for the message this chunk belongs to.
 
     All chunks belonging to the same message share the same `messageId`.
@@ -4133,14 +4007,12 @@ class AgentMessageChunkSessionUpdate:
 
     (wire ``messageId``; required)
     """
-    content: ContentBlock = attrs.field(metadata=f("content"))
+    content: ContentBlock = field(metadata=f("content"))
     """A single item of content
 
     (wire ``content``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -4150,7 +4022,7 @@ class AgentMessageChunkSessionUpdate:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -4184,7 +4056,7 @@ class AgentMessageChunkSessionUpdate:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class AgentMessageSessionUpdate:
     """An agent message has been created or updated.
 
@@ -4199,23 +4071,21 @@ class AgentMessageSessionUpdate:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("sessionUpdate", "agent_message"),)
 
-    session_update: Literal["agent_message"] = attrs.field(default="agent_message", metadata=tag("sessionUpdate"))
+    session_update: Literal["agent_message"] = field(default="agent_message", metadata=tag("sessionUpdate"))
     """Tag: always ``'agent_message'`` (wire ``sessionUpdate``)."""
-    message_id: MessageId = attrs.field(metadata=f("messageId"))
+    message_id: MessageId = field(metadata=f("messageId"))
     """A unique identifier for the message.
 
     (wire ``messageId``; required)
     """
-    content: list[ContentBlock] | UnsetType | None = attrs.field(
+    content: list[ContentBlock] | UnsetType | None = field(
         default=UNSET, metadata=f("content", nullable=True, on_error=True, skip_invalid=True)
     )
     """Complete replacement content for this message.
 
     (wire ``content``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted leaves the stored metadata unchanged. `null`
     clears it. An object patches the stored metadata by top-level key: keys it omits are
@@ -4227,7 +4097,7 @@ class AgentMessageSessionUpdate:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -4261,7 +4131,7 @@ class AgentMessageSessionUpdate:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class AgentThoughtChunkSessionUpdate:
     """A chunk of the agent's internal reasoning being streamed.
 
@@ -4272,11 +4142,9 @@ class AgentThoughtChunkSessionUpdate:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("sessionUpdate", "agent_thought_chunk"),)
 
-    session_update: Literal["agent_thought_chunk"] = attrs.field(
-        default="agent_thought_chunk", metadata=tag("sessionUpdate")
-    )
+    session_update: Literal["agent_thought_chunk"] = field(default="agent_thought_chunk", metadata=tag("sessionUpdate"))
     """Tag: always ``'agent_thought_chunk'`` (wire ``sessionUpdate``)."""
-    message_id: MessageId = attrs.field(metadata=f("messageId"))
+    message_id: MessageId = field(metadata=f("messageId"))
     """A unique identifier for the message this chunk belongs to.
 
     All chunks belonging to the same message share the same `messageId`.
@@ -4284,14 +4152,12 @@ class AgentThoughtChunkSessionUpdate:
 
     (wire ``messageId``; required)
     """
-    content: ContentBlock = attrs.field(metadata=f("content"))
+    content: ContentBlock = field(metadata=f("content"))
     """A single item of content
 
     (wire ``content``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -4301,7 +4167,7 @@ class AgentThoughtChunkSessionUpdate:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -4335,7 +4201,7 @@ class AgentThoughtChunkSessionUpdate:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class AgentThoughtSessionUpdate:
     """An agent thought or reasoning message has been created or updated.
 
@@ -4350,23 +4216,21 @@ class AgentThoughtSessionUpdate:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("sessionUpdate", "agent_thought"),)
 
-    session_update: Literal["agent_thought"] = attrs.field(default="agent_thought", metadata=tag("sessionUpdate"))
+    session_update: Literal["agent_thought"] = field(default="agent_thought", metadata=tag("sessionUpdate"))
     """Tag: always ``'agent_thought'`` (wire ``sessionUpdate``)."""
-    message_id: MessageId = attrs.field(metadata=f("messageId"))
+    message_id: MessageId = field(metadata=f("messageId"))
     """A unique identifier for the thought message.
 
     (wire ``messageId``; required)
     """
-    content: list[ContentBlock] | UnsetType | None = attrs.field(
+    content: list[ContentBlock] | UnsetType | None = field(
         default=UNSET, metadata=f("content", nullable=True, on_error=True, skip_invalid=True)
     )
     """Complete replacement content for this thought message.
 
     (wire ``content``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted leaves the stored metadata unchanged. `null`
     clears it. An object patches the stored metadata by top-level key: keys it omits are
@@ -4378,7 +4242,7 @@ class AgentThoughtSessionUpdate:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -4412,7 +4276,7 @@ class AgentThoughtSessionUpdate:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class RunningStateUpdateSessionUpdate:
     """Foreground work is in progress.
 
@@ -4423,11 +4287,11 @@ class RunningStateUpdateSessionUpdate:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("sessionUpdate", "state_update"), ("state", "running"))
 
-    session_update: Literal["state_update"] = attrs.field(default="state_update", metadata=tag("sessionUpdate"))
+    session_update: Literal["state_update"] = field(default="state_update", metadata=tag("sessionUpdate"))
     """Tag: always ``'state_update'`` (wire ``sessionUpdate``)."""
-    state: Literal["running"] = attrs.field(default="running", metadata=tag("state"))
+    state: Literal["running"] = field(default="running", metadata=tag("state"))
     """Tag: always ``'running'`` (wire ``state``)."""
-    background: list[BackgroundWork] | UnsetType | None = attrs.field(
+    background: list[BackgroundWork] | UnsetType | None = field(
         default=UNSET, metadata=f("background", nullable=True, on_error=True)
     )
     """Work running independently of foreground work, as a complete snapshot.
@@ -4441,9 +4305,7 @@ class RunningStateUpdateSessionUpdate:
 
     (wire ``background``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -4452,7 +4314,7 @@ class RunningStateUpdateSessionUpdate:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -4486,7 +4348,7 @@ class RunningStateUpdateSessionUpdate:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class IdleStateUpdateSessionUpdate:
     """No foreground work is active. Background activity may continue.
 
@@ -4497,11 +4359,11 @@ class IdleStateUpdateSessionUpdate:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("sessionUpdate", "state_update"), ("state", "idle"))
 
-    session_update: Literal["state_update"] = attrs.field(default="state_update", metadata=tag("sessionUpdate"))
+    session_update: Literal["state_update"] = field(default="state_update", metadata=tag("sessionUpdate"))
     """Tag: always ``'state_update'`` (wire ``sessionUpdate``)."""
-    state: Literal["idle"] = attrs.field(default="idle", metadata=tag("state"))
+    state: Literal["idle"] = field(default="idle", metadata=tag("state"))
     """Tag: always ``'idle'`` (wire ``state``)."""
-    usage: Usage | UnsetType | None = attrs.field(default=UNSET, metadata=f("usage", nullable=True, on_error=True))
+    usage: Usage | UnsetType | None = field(default=UNSET, metadata=f("usage", nullable=True, on_error=True))
     """**UNSTABLE**
 
     This capability is not part of the spec yet, and may be removed or changed at any point.
@@ -4513,7 +4375,7 @@ class IdleStateUpdateSessionUpdate:
 
     (wire ``usage``; optional (``UNSET`` when absent))
     """
-    background: list[BackgroundWork] | UnsetType | None = attrs.field(
+    background: list[BackgroundWork] | UnsetType | None = field(
         default=UNSET, metadata=f("background", nullable=True, on_error=True)
     )
     """Work running independently of foreground work, as a complete snapshot.
@@ -4529,7 +4391,7 @@ class IdleStateUpdateSessionUpdate:
     """
     stop_reason: (
         Literal["end_turn", "max_tokens", "max_turn_requests", "refusal", "cancelled", "error"] | str | UnsetType | None
-    ) = attrs.field(default=UNSET, metadata=f("stopReason", nullable=True, on_error=True))
+    ) = field(default=UNSET, metadata=f("stopReason", nullable=True, on_error=True))
     """Why foreground work stopped. The value selects one of this type's variants, which may add fields of their own.
 
     Optional. Omitted and `null` are equivalent and mean the agent is not reporting a stop reason; a malformed value is treated the same way.
@@ -4538,7 +4400,7 @@ class IdleStateUpdateSessionUpdate:
 
     (wire ``stopReason``; optional (``UNSET`` when absent))
     """
-    error: Error | UnsetType | None = attrs.field(default=UNSET, metadata=f("error", nullable=True, on_error=True))
+    error: Error | UnsetType | None = field(default=UNSET, metadata=f("error", nullable=True, on_error=True))
     """The failure, as a JSON-RPC error object.
 
     Optional. Omitted and `null` are equivalent and mean the agent is not reporting failure details.
@@ -4546,9 +4408,7 @@ class IdleStateUpdateSessionUpdate:
 
     (wire ``error``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -4557,7 +4417,7 @@ class IdleStateUpdateSessionUpdate:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -4603,7 +4463,7 @@ class IdleStateUpdateSessionUpdate:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class RequiresActionStateUpdateSessionUpdate:
     """Foreground work is blocked on user action.
 
@@ -4617,11 +4477,11 @@ class RequiresActionStateUpdateSessionUpdate:
         ("state", "requires_action"),
     )
 
-    session_update: Literal["state_update"] = attrs.field(default="state_update", metadata=tag("sessionUpdate"))
+    session_update: Literal["state_update"] = field(default="state_update", metadata=tag("sessionUpdate"))
     """Tag: always ``'state_update'`` (wire ``sessionUpdate``)."""
-    state: Literal["requires_action"] = attrs.field(default="requires_action", metadata=tag("state"))
+    state: Literal["requires_action"] = field(default="requires_action", metadata=tag("state"))
     """Tag: always ``'requires_action'`` (wire ``state``)."""
-    background: list[BackgroundWork] | UnsetType | None = attrs.field(
+    background: list[BackgroundWork] | UnsetType | None = field(
         default=UNSET, metadata=f("background", nullable=True, on_error=True)
     )
     """Work running independently of foreground work, as a complete snapshot.
@@ -4635,9 +4495,7 @@ class RequiresActionStateUpdateSessionUpdate:
 
     (wire ``background``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -4646,7 +4504,7 @@ class RequiresActionStateUpdateSessionUpdate:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -4680,7 +4538,7 @@ class RequiresActionStateUpdateSessionUpdate:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class UnknownStateUpdateSessionUpdate:
     """**UNSTABLE**
 
@@ -4696,11 +4554,11 @@ class UnknownStateUpdateSessionUpdate:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("sessionUpdate", "state_update"), ("state", "unknown"))
 
-    session_update: Literal["state_update"] = attrs.field(default="state_update", metadata=tag("sessionUpdate"))
+    session_update: Literal["state_update"] = field(default="state_update", metadata=tag("sessionUpdate"))
     """Tag: always ``'state_update'`` (wire ``sessionUpdate``)."""
-    state: Literal["unknown"] = attrs.field(default="unknown", metadata=tag("state"))
+    state: Literal["unknown"] = field(default="unknown", metadata=tag("state"))
     """Tag: always ``'unknown'`` (wire ``state``)."""
-    background: list[BackgroundWork] | UnsetType | None = attrs.field(
+    background: list[BackgroundWork] | UnsetType | None = field(
         default=UNSET, metadata=f("background", nullable=True, on_error=True)
     )
     """Work running independently of foreground work, as a complete snapshot.
@@ -4714,9 +4572,7 @@ class UnknownStateUpdateSessionUpdate:
 
     (wire ``background``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -4725,7 +4581,7 @@ class UnknownStateUpdateSessionUpdate:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -4759,7 +4615,7 @@ class UnknownStateUpdateSessionUpdate:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class StateUpdateSessionUpdateOther:
     """Custom or future session state.
 
@@ -4783,9 +4639,9 @@ class StateUpdateSessionUpdateOther:
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("sessionUpdate", "state_update"),)
     __acp_catchall__: ClassVar[str] = "state"
 
-    session_update: Literal["state_update"] = attrs.field(default="state_update", metadata=tag("sessionUpdate"))
+    session_update: Literal["state_update"] = field(default="state_update", metadata=tag("sessionUpdate"))
     """Tag: always ``'state_update'`` (wire ``sessionUpdate``)."""
-    state: str = attrs.field(metadata=tag("state"))
+    state: str = field(metadata=tag("state"))
     """Custom or future session state.
 
     Values beginning with `_` are reserved for implementation-specific
@@ -4794,7 +4650,7 @@ class StateUpdateSessionUpdateOther:
 
     Tag of a variant this schema does not know (wire ``state``).
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -4818,7 +4674,7 @@ class StateUpdateSessionUpdateOther:
         return self.session_update == o.session_update and self.state == o.state and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class ToolCallContentChunkSessionUpdate:
     """A chunk of tool-call content being streamed.
 
@@ -4829,23 +4685,21 @@ class ToolCallContentChunkSessionUpdate:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("sessionUpdate", "tool_call_content_chunk"),)
 
-    session_update: Literal["tool_call_content_chunk"] = attrs.field(
+    session_update: Literal["tool_call_content_chunk"] = field(
         default="tool_call_content_chunk", metadata=tag("sessionUpdate")
     )
     """Tag: always ``'tool_call_content_chunk'`` (wire ``sessionUpdate``)."""
-    tool_call_id: ToolCallId = attrs.field(metadata=f("toolCallId"))
+    tool_call_id: ToolCallId = field(metadata=f("toolCallId"))
     """The ID of the tool call this content belongs to.
 
     (wire ``toolCallId``; required)
     """
-    content: ToolCallContent = attrs.field(metadata=f("content"))
+    content: ToolCallContent = field(metadata=f("content"))
     """A single item of content produced by the tool call.
 
     (wire ``content``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -4855,7 +4709,7 @@ class ToolCallContentChunkSessionUpdate:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -4889,7 +4743,7 @@ class ToolCallContentChunkSessionUpdate:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class ToolCallUpdateSessionUpdate:
     """A tool call has been created or updated.
 
@@ -4900,14 +4754,14 @@ class ToolCallUpdateSessionUpdate:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("sessionUpdate", "tool_call_update"),)
 
-    session_update: Literal["tool_call_update"] = attrs.field(default="tool_call_update", metadata=tag("sessionUpdate"))
+    session_update: Literal["tool_call_update"] = field(default="tool_call_update", metadata=tag("sessionUpdate"))
     """Tag: always ``'tool_call_update'`` (wire ``sessionUpdate``)."""
-    tool_call_id: ToolCallId = attrs.field(metadata=f("toolCallId"))
+    tool_call_id: ToolCallId = field(metadata=f("toolCallId"))
     """Unique identifier for this tool call within the session.
 
     (wire ``toolCallId``; required)
     """
-    name: str | UnsetType | None = attrs.field(default=UNSET, metadata=f("name", nullable=True, on_error=True))
+    name: str | UnsetType | None = field(default=UNSET, metadata=f("name", nullable=True, on_error=True))
     """Programmatic name of the tool being invoked.
 
     This field is optional and has patch semantics. Omission means no
@@ -4917,7 +4771,7 @@ class ToolCallUpdateSessionUpdate:
 
     (wire ``name``; optional (``UNSET`` when absent))
     """
-    title: str | UnsetType | None = attrs.field(default=UNSET, metadata=f("title", nullable=True, on_error=True))
+    title: str | UnsetType | None = field(default=UNSET, metadata=f("title", nullable=True, on_error=True))
     """Human-readable title describing what the tool is doing.
 
     Omission leaves the title unchanged, `null` unsets it, and a string replaces it.
@@ -4925,7 +4779,7 @@ class ToolCallUpdateSessionUpdate:
 
     (wire ``title``; optional (``UNSET`` when absent))
     """
-    kind: ToolKind | UnsetType | None = attrs.field(default=UNSET, metadata=f("kind", nullable=True, on_error=True))
+    kind: ToolKind | UnsetType | None = field(default=UNSET, metadata=f("kind", nullable=True, on_error=True))
     """The category of tool being invoked.
     Helps clients choose appropriate icons and UI treatment.
 
@@ -4934,9 +4788,7 @@ class ToolCallUpdateSessionUpdate:
 
     (wire ``kind``; optional (``UNSET`` when absent))
     """
-    status: ToolCallStatus | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("status", nullable=True, on_error=True)
-    )
+    status: ToolCallStatus | UnsetType | None = field(default=UNSET, metadata=f("status", nullable=True, on_error=True))
     """Current execution status of the tool call.
 
     Omission leaves the status unchanged, `null` resets it to `pending`, and a value
@@ -4944,14 +4796,14 @@ class ToolCallUpdateSessionUpdate:
 
     (wire ``status``; optional (``UNSET`` when absent))
     """
-    content: list[ToolCallContent] | UnsetType | None = attrs.field(
+    content: list[ToolCallContent] | UnsetType | None = field(
         default=UNSET, metadata=f("content", nullable=True, on_error=True, skip_invalid=True)
     )
     """Content produced by the tool call.
 
     (wire ``content``; optional (``UNSET`` when absent))
     """
-    locations: list[ToolCallLocation] | UnsetType | None = attrs.field(
+    locations: list[ToolCallLocation] | UnsetType | None = field(
         default=UNSET, metadata=f("locations", nullable=True, on_error=True, skip_invalid=True)
     )
     """File locations affected by this tool call.
@@ -4959,17 +4811,17 @@ class ToolCallUpdateSessionUpdate:
 
     (wire ``locations``; optional (``UNSET`` when absent))
     """
-    raw_input: Any | UnsetType = attrs.field(default=UNSET, metadata=f("rawInput", on_error=True))
+    raw_input: Any | UnsetType = field(default=UNSET, metadata=f("rawInput", on_error=True))
     """Raw input parameters sent to the tool.
 
     (wire ``rawInput``; optional (``UNSET`` when absent))
     """
-    raw_output: Any | UnsetType = attrs.field(default=UNSET, metadata=f("rawOutput", on_error=True))
+    raw_output: Any | UnsetType = field(default=UNSET, metadata=f("rawOutput", on_error=True))
     """Raw output returned by the tool.
 
     (wire ``rawOutput``; optional (``UNSET`` when absent))
     """
-    capabilities: ToolCallCapabilities | UnsetType | None = attrs.field(
+    capabilities: ToolCallCapabilities | UnsetType | None = field(
         default=UNSET, metadata=f("capabilities", nullable=True, on_error=True)
     )
     """Client-initiated controls this tool call currently supports, such as cancellation.
@@ -4979,9 +4831,7 @@ class ToolCallUpdateSessionUpdate:
 
     (wire ``capabilities``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted leaves the stored metadata unchanged. `null`
     clears it. An object patches the stored metadata by top-level key: keys it omits are
@@ -4993,7 +4843,7 @@ class ToolCallUpdateSessionUpdate:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -5051,7 +4901,7 @@ class ToolCallUpdateSessionUpdate:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class TerminalUpdateSessionUpdate:
     """An agent-owned terminal has been created or updated.
 
@@ -5062,38 +4912,36 @@ class TerminalUpdateSessionUpdate:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("sessionUpdate", "terminal_update"),)
 
-    session_update: Literal["terminal_update"] = attrs.field(default="terminal_update", metadata=tag("sessionUpdate"))
+    session_update: Literal["terminal_update"] = field(default="terminal_update", metadata=tag("sessionUpdate"))
     """Tag: always ``'terminal_update'`` (wire ``sessionUpdate``)."""
-    terminal_id: TerminalId = attrs.field(metadata=f("terminalId"))
+    terminal_id: TerminalId = field(metadata=f("terminalId"))
     """Unique identifier for this terminal within the session.
 
     (wire ``terminalId``; required)
     """
-    command: str | UnsetType | None = attrs.field(default=UNSET, metadata=f("command", nullable=True, on_error=True))
+    command: str | UnsetType | None = field(default=UNSET, metadata=f("command", nullable=True, on_error=True))
     """The command being run.
 
     (wire ``command``; optional (``UNSET`` when absent))
     """
-    cwd: AbsolutePath | UnsetType | None = attrs.field(default=UNSET, metadata=f("cwd", nullable=True, on_error=True))
+    cwd: AbsolutePath | UnsetType | None = field(default=UNSET, metadata=f("cwd", nullable=True, on_error=True))
     """The absolute working directory of the command.
 
     (wire ``cwd``; optional (``UNSET`` when absent))
     """
-    output: TerminalOutput | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("output", nullable=True, on_error=True)
-    )
+    output: TerminalOutput | UnsetType | None = field(default=UNSET, metadata=f("output", nullable=True, on_error=True))
     """An authoritative replacement snapshot of terminal output bytes.
 
     (wire ``output``; optional (``UNSET`` when absent))
     """
-    exit_status: TerminalExitStatus | UnsetType | None = attrs.field(
+    exit_status: TerminalExitStatus | UnsetType | None = field(
         default=UNSET, metadata=f("exitStatus", nullable=True, on_error=True)
     )
     """Exit information. A concrete object marks the terminal as exited.
 
     (wire ``exitStatus``; optional (``UNSET`` when absent))
     """
-    size: TerminalSize | UnsetType | None = attrs.field(default=UNSET, metadata=f("size", nullable=True, on_error=True))
+    size: TerminalSize | UnsetType | None = field(default=UNSET, metadata=f("size", nullable=True, on_error=True))
     """The terminal size the command runs with, when known.
 
     Clients can render output at this size so that column layouts, progress bars,
@@ -5101,7 +4949,7 @@ class TerminalUpdateSessionUpdate:
 
     (wire ``size``; optional (``UNSET`` when absent))
     """
-    capabilities: TerminalCapabilities | UnsetType | None = attrs.field(
+    capabilities: TerminalCapabilities | UnsetType | None = field(
         default=UNSET, metadata=f("capabilities", nullable=True, on_error=True)
     )
     """Client-initiated controls this terminal currently supports, such as cancellation.
@@ -5111,9 +4959,7 @@ class TerminalUpdateSessionUpdate:
 
     (wire ``capabilities``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted leaves the stored metadata unchanged. `null`
     clears it. An object patches the stored metadata by top-level key: keys it omits are
@@ -5125,7 +4971,7 @@ class TerminalUpdateSessionUpdate:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -5174,7 +5020,7 @@ class TerminalUpdateSessionUpdate:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class TerminalOutputChunkSessionUpdate:
     """A chunk of bytes appended to an agent-owned terminal's output.
 
@@ -5185,23 +5031,21 @@ class TerminalOutputChunkSessionUpdate:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("sessionUpdate", "terminal_output_chunk"),)
 
-    session_update: Literal["terminal_output_chunk"] = attrs.field(
+    session_update: Literal["terminal_output_chunk"] = field(
         default="terminal_output_chunk", metadata=tag("sessionUpdate")
     )
     """Tag: always ``'terminal_output_chunk'`` (wire ``sessionUpdate``)."""
-    terminal_id: TerminalId = attrs.field(metadata=f("terminalId"))
+    terminal_id: TerminalId = field(metadata=f("terminalId"))
     """The terminal receiving these bytes.
 
     (wire ``terminalId``; required)
     """
-    data: str = attrs.field(metadata=f("data"))
+    data: str = field(metadata=f("data"))
     """Independently base64-encoded terminal output bytes.
 
     (wire ``data``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -5211,7 +5055,7 @@ class TerminalOutputChunkSessionUpdate:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -5245,7 +5089,7 @@ class TerminalOutputChunkSessionUpdate:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class PlanUpdateSessionUpdate:
     """A content update for a plan identified by ID.
     See protocol docs: [Agent Plan](https://agentclientprotocol.com/protocol/v2/draft/agent-plan)
@@ -5257,16 +5101,14 @@ class PlanUpdateSessionUpdate:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("sessionUpdate", "plan_update"),)
 
-    session_update: Literal["plan_update"] = attrs.field(default="plan_update", metadata=tag("sessionUpdate"))
+    session_update: Literal["plan_update"] = field(default="plan_update", metadata=tag("sessionUpdate"))
     """Tag: always ``'plan_update'`` (wire ``sessionUpdate``)."""
-    plan: PlanUpdateContent = attrs.field(metadata=f("plan"))
+    plan: PlanUpdateContent = field(metadata=f("plan"))
     """The updated plan content.
 
     (wire ``plan``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -5275,7 +5117,7 @@ class PlanUpdateSessionUpdate:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -5306,7 +5148,7 @@ class PlanUpdateSessionUpdate:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class PlanRemovedSessionUpdate:
     """**UNSTABLE**
 
@@ -5321,16 +5163,14 @@ class PlanRemovedSessionUpdate:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("sessionUpdate", "plan_removed"),)
 
-    session_update: Literal["plan_removed"] = attrs.field(default="plan_removed", metadata=tag("sessionUpdate"))
+    session_update: Literal["plan_removed"] = field(default="plan_removed", metadata=tag("sessionUpdate"))
     """Tag: always ``'plan_removed'`` (wire ``sessionUpdate``)."""
-    plan_id: PlanId = attrs.field(metadata=f("planId"))
+    plan_id: PlanId = field(metadata=f("planId"))
     """The plan ID to remove.
 
     (wire ``planId``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -5339,7 +5179,7 @@ class PlanRemovedSessionUpdate:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -5370,7 +5210,7 @@ class PlanRemovedSessionUpdate:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class AvailableCommandsUpdateSessionUpdate:
     """Available commands are ready or have changed
 
@@ -5381,18 +5221,16 @@ class AvailableCommandsUpdateSessionUpdate:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("sessionUpdate", "available_commands_update"),)
 
-    session_update: Literal["available_commands_update"] = attrs.field(
+    session_update: Literal["available_commands_update"] = field(
         default="available_commands_update", metadata=tag("sessionUpdate")
     )
     """Tag: always ``'available_commands_update'`` (wire ``sessionUpdate``)."""
-    available_commands: list[AvailableCommand] = attrs.field(metadata=f("availableCommands", skip_invalid=True))
+    available_commands: list[AvailableCommand] = field(metadata=f("availableCommands", skip_invalid=True))
     """Commands the agent can execute.
 
     (wire ``availableCommands``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -5401,7 +5239,7 @@ class AvailableCommandsUpdateSessionUpdate:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -5432,7 +5270,7 @@ class AvailableCommandsUpdateSessionUpdate:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class ConfigOptionUpdateSessionUpdate:
     """Session configuration options have been updated.
 
@@ -5443,18 +5281,16 @@ class ConfigOptionUpdateSessionUpdate:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("sessionUpdate", "config_option_update"),)
 
-    session_update: Literal["config_option_update"] = attrs.field(
+    session_update: Literal["config_option_update"] = field(
         default="config_option_update", metadata=tag("sessionUpdate")
     )
     """Tag: always ``'config_option_update'`` (wire ``sessionUpdate``)."""
-    config_options: list[SessionConfigOption] = attrs.field(metadata=f("configOptions", skip_invalid=True))
+    config_options: list[SessionConfigOption] = field(metadata=f("configOptions", skip_invalid=True))
     """The full set of configuration options and their current values.
 
     (wire ``configOptions``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -5463,7 +5299,7 @@ class ConfigOptionUpdateSessionUpdate:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -5494,7 +5330,7 @@ class ConfigOptionUpdateSessionUpdate:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class SessionInfoUpdateSessionUpdate:
     """Session metadata has been updated (title, timestamps, custom metadata)
 
@@ -5505,25 +5341,19 @@ class SessionInfoUpdateSessionUpdate:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("sessionUpdate", "session_info_update"),)
 
-    session_update: Literal["session_info_update"] = attrs.field(
-        default="session_info_update", metadata=tag("sessionUpdate")
-    )
+    session_update: Literal["session_info_update"] = field(default="session_info_update", metadata=tag("sessionUpdate"))
     """Tag: always ``'session_info_update'`` (wire ``sessionUpdate``)."""
-    title: str | UnsetType | None = attrs.field(default=UNSET, metadata=f("title", nullable=True, on_error=True))
+    title: str | UnsetType | None = field(default=UNSET, metadata=f("title", nullable=True, on_error=True))
     """Human-readable title for the session. Set to null to clear.
 
     (wire ``title``; optional (``UNSET`` when absent))
     """
-    updated_at: str | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("updatedAt", nullable=True, on_error=True)
-    )
+    updated_at: str | UnsetType | None = field(default=UNSET, metadata=f("updatedAt", nullable=True, on_error=True))
     """RFC 3339 timestamp of last activity. Set to null to clear.
 
     (wire ``updatedAt``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted leaves the stored metadata unchanged. `null`
     clears it. An object patches the stored metadata by top-level key: keys it omits are
@@ -5535,7 +5365,7 @@ class SessionInfoUpdateSessionUpdate:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -5569,7 +5399,7 @@ class SessionInfoUpdateSessionUpdate:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class UsageUpdateSessionUpdate:
     """Context window and cost update for the session.
 
@@ -5580,28 +5410,26 @@ class UsageUpdateSessionUpdate:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("sessionUpdate", "usage_update"),)
 
-    session_update: Literal["usage_update"] = attrs.field(default="usage_update", metadata=tag("sessionUpdate"))
+    session_update: Literal["usage_update"] = field(default="usage_update", metadata=tag("sessionUpdate"))
     """Tag: always ``'usage_update'`` (wire ``sessionUpdate``)."""
-    used: int = attrs.field(metadata=f("used"))
+    used: int = field(metadata=f("used"))
     """Tokens currently in context.
 
     (wire ``used``; required)
     """
-    size: int = attrs.field(metadata=f("size"))
+    size: int = field(metadata=f("size"))
     """Total context window size in tokens.
 
     (wire ``size``; required)
     """
-    cost: Cost | UnsetType | None = attrs.field(default=UNSET, metadata=f("cost", nullable=True, on_error=True))
+    cost: Cost | UnsetType | None = field(default=UNSET, metadata=f("cost", nullable=True, on_error=True))
     """Cumulative session cost.
 
     Omitted leaves the last reported cost unchanged. `null` clears it. A value replaces it.
 
     (wire ``cost``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -5610,7 +5438,7 @@ class UsageUpdateSessionUpdate:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -5647,7 +5475,7 @@ class UsageUpdateSessionUpdate:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class NoticeSessionUpdate:
     """Information for the user that is not part of session history.
 
@@ -5661,30 +5489,26 @@ class NoticeSessionUpdate:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("sessionUpdate", "notice"),)
 
-    session_update: Literal["notice"] = attrs.field(default="notice", metadata=tag("sessionUpdate"))
+    session_update: Literal["notice"] = field(default="notice", metadata=tag("sessionUpdate"))
     """Tag: always ``'notice'`` (wire ``sessionUpdate``)."""
-    severity: NoticeSeverity = attrs.field(metadata=f("severity"))
+    severity: NoticeSeverity = field(metadata=f("severity"))
     """Presentation severity hint.
 
     (wire ``severity``; required)
     """
-    title: str = attrs.field(metadata=f("title"))
+    title: str = field(metadata=f("title"))
     """Required non-empty plain-text title that can stand alone.
 
     (wire ``title``; required)
     """
-    description: str | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("description", nullable=True, on_error=True)
-    )
+    description: str | UnsetType | None = field(default=UNSET, metadata=f("description", nullable=True, on_error=True))
     """Optional plain-text detail or guidance.
 
     Omitted and `null` are equivalent and mean no description was supplied.
 
     (wire ``description``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -5693,7 +5517,7 @@ class NoticeSessionUpdate:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -5730,7 +5554,7 @@ class NoticeSessionUpdate:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class CompactionUpdateSessionUpdate:
     """A context compaction has been created or updated.
 
@@ -5741,35 +5565,31 @@ class CompactionUpdateSessionUpdate:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("sessionUpdate", "compaction_update"),)
 
-    session_update: Literal["compaction_update"] = attrs.field(
-        default="compaction_update", metadata=tag("sessionUpdate")
-    )
+    session_update: Literal["compaction_update"] = field(default="compaction_update", metadata=tag("sessionUpdate"))
     """Tag: always ``'compaction_update'`` (wire ``sessionUpdate``)."""
-    compaction_id: CompactionId = attrs.field(metadata=f("compactionId"))
+    compaction_id: CompactionId = field(metadata=f("compactionId"))
     """The Agent-owned ID of this compaction, unique within the session.
 
     (wire ``compactionId``; required)
     """
-    status: CompactionStatus = attrs.field(metadata=f("status"))
+    status: CompactionStatus = field(metadata=f("status"))
     """Current lifecycle status.
 
     (wire ``status``; required)
     """
-    summary: list[ContentBlock] | UnsetType | None = attrs.field(
+    summary: list[ContentBlock] | UnsetType | None = field(
         default=UNSET, metadata=f("summary", nullable=True, on_error=True, skip_invalid=True)
     )
     """Complete replacement user-displayable summary content for the compaction.
 
     (wire ``summary``; optional (``UNSET`` when absent))
     """
-    error: str | UnsetType | None = attrs.field(default=UNSET, metadata=f("error", nullable=True, on_error=True))
+    error: str | UnsetType | None = field(default=UNSET, metadata=f("error", nullable=True, on_error=True))
     """Human-readable error details for the compaction.
 
     (wire ``error``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted leaves the stored metadata unchanged. `null`
     clears it. An object patches the stored metadata by top-level key: keys it omits are
@@ -5781,7 +5601,7 @@ class CompactionUpdateSessionUpdate:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -5821,7 +5641,7 @@ class CompactionUpdateSessionUpdate:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class CompactionSummaryChunkSessionUpdate:
     """A content block appended to a context compaction's retained summary.
 
@@ -5832,23 +5652,21 @@ class CompactionSummaryChunkSessionUpdate:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("sessionUpdate", "compaction_summary_chunk"),)
 
-    session_update: Literal["compaction_summary_chunk"] = attrs.field(
+    session_update: Literal["compaction_summary_chunk"] = field(
         default="compaction_summary_chunk", metadata=tag("sessionUpdate")
     )
     """Tag: always ``'compaction_summary_chunk'`` (wire ``sessionUpdate``)."""
-    compaction_id: CompactionId = attrs.field(metadata=f("compactionId"))
+    compaction_id: CompactionId = field(metadata=f("compactionId"))
     """ID of the compaction whose summary receives this content.
 
     (wire ``compactionId``; required)
     """
-    content: ContentBlock = attrs.field(metadata=f("content"))
+    content: ContentBlock = field(metadata=f("content"))
     """One content block to append.
 
     (wire ``content``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -5858,7 +5676,7 @@ class CompactionSummaryChunkSessionUpdate:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -5892,7 +5710,7 @@ class CompactionSummaryChunkSessionUpdate:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class SubagentUpdateSessionUpdate:
     """**UNSTABLE**
 
@@ -5908,14 +5726,14 @@ class SubagentUpdateSessionUpdate:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("sessionUpdate", "subagent_update"),)
 
-    session_update: Literal["subagent_update"] = attrs.field(default="subagent_update", metadata=tag("sessionUpdate"))
+    session_update: Literal["subagent_update"] = field(default="subagent_update", metadata=tag("sessionUpdate"))
     """Tag: always ``'subagent_update'`` (wire ``sessionUpdate``)."""
-    session_id: SessionId = attrs.field(metadata=f("sessionId"))
+    session_id: SessionId = field(metadata=f("sessionId"))
     """The opaque session ID identifying the child in all ACP messages.
 
     (wire ``sessionId``; required)
     """
-    title: str | UnsetType | None = attrs.field(default=UNSET, metadata=f("title", nullable=True, on_error=True))
+    title: str | UnsetType | None = field(default=UNSET, metadata=f("title", nullable=True, on_error=True))
     """The parent's human-readable display title for this child. It need not be unique.
 
     Optional and nullable. Omitted means unchanged. `null` clears it. If no
@@ -5923,9 +5741,7 @@ class SubagentUpdateSessionUpdate:
 
     (wire ``title``; optional (``UNSET`` when absent))
     """
-    description: str | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("description", nullable=True, on_error=True)
-    )
+    description: str | UnsetType | None = field(default=UNSET, metadata=f("description", nullable=True, on_error=True))
     """The parent's human-readable description of the child's role or purpose.
 
     Optional and nullable. Omitted means unchanged. `null` clears it. This is
@@ -5933,7 +5749,7 @@ class SubagentUpdateSessionUpdate:
 
     (wire ``description``; optional (``UNSET`` when absent))
     """
-    capabilities: SubagentSessionCapabilities | UnsetType | None = attrs.field(
+    capabilities: SubagentSessionCapabilities | UnsetType | None = field(
         default=UNSET, metadata=f("capabilities", nullable=True, on_error=True)
     )
     """Client-initiated session mutations permitted for this subagent session.
@@ -5943,9 +5759,7 @@ class SubagentUpdateSessionUpdate:
 
     (wire ``capabilities``; optional (``UNSET`` when absent))
     """
-    state: StateUpdate | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("state", nullable=True, on_error=True)
-    )
+    state: StateUpdate | UnsetType | None = field(default=UNSET, metadata=f("state", nullable=True, on_error=True))
     """The child's current foreground state, mirrored onto its parent association.
 
     Optional and nullable. Omitted means unchanged. `null` removes the
@@ -5954,7 +5768,7 @@ class SubagentUpdateSessionUpdate:
 
     (wire ``state``; optional (``UNSET`` when absent))
     """
-    cwd: AbsolutePath | UnsetType | None = attrs.field(default=UNSET, metadata=f("cwd", nullable=True))
+    cwd: AbsolutePath | UnsetType | None = field(default=UNSET, metadata=f("cwd", nullable=True))
     """The child's working directory. Must be an absolute path.
 
     Optional and nullable. Omitted means unchanged. `null` clears the
@@ -5963,7 +5777,7 @@ class SubagentUpdateSessionUpdate:
 
     (wire ``cwd``; optional (``UNSET`` when absent))
     """
-    additional_directories: list[AbsolutePath] | UnsetType | None = attrs.field(
+    additional_directories: list[AbsolutePath] | UnsetType | None = field(
         default=UNSET, metadata=f("additionalDirectories", nullable=True)
     )
     """Additional workspace roots for the child. Each path must be absolute.
@@ -5975,9 +5789,7 @@ class SubagentUpdateSessionUpdate:
 
     (wire ``additionalDirectories``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted leaves the stored metadata unchanged. `null`
     clears it. An object patches the stored metadata by top-level key: keys it omits are
@@ -5989,7 +5801,7 @@ class SubagentUpdateSessionUpdate:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -6038,7 +5850,7 @@ class SubagentUpdateSessionUpdate:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class SessionMessageSessionUpdate:
     """**UNSTABLE**
 
@@ -6054,14 +5866,14 @@ class SessionMessageSessionUpdate:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("sessionUpdate", "session_message"),)
 
-    session_update: Literal["session_message"] = attrs.field(default="session_message", metadata=tag("sessionUpdate"))
+    session_update: Literal["session_message"] = field(default="session_message", metadata=tag("sessionUpdate"))
     """Tag: always ``'session_message'`` (wire ``sessionUpdate``)."""
-    message_id: MessageId = attrs.field(metadata=f("messageId"))
+    message_id: MessageId = field(metadata=f("messageId"))
     """Identifier of this message within the enclosing session's transcript.
 
     (wire ``messageId``; required)
     """
-    sender_session_id: SessionId | UnsetType | None = attrs.field(
+    sender_session_id: SessionId | UnsetType | None = field(
         default=UNSET, metadata=f("senderSessionId", nullable=True, on_error=True)
     )
     """The sending session.
@@ -6070,7 +5882,7 @@ class SessionMessageSessionUpdate:
 
     (wire ``senderSessionId``; optional (``UNSET`` when absent))
     """
-    recipient_session_id: SessionId | UnsetType | None = attrs.field(
+    recipient_session_id: SessionId | UnsetType | None = field(
         default=UNSET, metadata=f("recipientSessionId", nullable=True, on_error=True)
     )
     """The receiving session.
@@ -6079,7 +5891,7 @@ class SessionMessageSessionUpdate:
 
     (wire ``recipientSessionId``; optional (``UNSET`` when absent))
     """
-    sender_message_id: MessageId | UnsetType | None = attrs.field(
+    sender_message_id: MessageId | UnsetType | None = field(
         default=UNSET, metadata=f("senderMessageId", nullable=True, on_error=True)
     )
     """On an incoming view, the `messageId` of the same message's outgoing view in the
@@ -6090,7 +5902,7 @@ class SessionMessageSessionUpdate:
 
     (wire ``senderMessageId``; optional (``UNSET`` when absent))
     """
-    recipient_message_id: MessageId | UnsetType | None = attrs.field(
+    recipient_message_id: MessageId | UnsetType | None = field(
         default=UNSET, metadata=f("recipientMessageId", nullable=True, on_error=True)
     )
     """On an outgoing view, the `messageId` of the same message's incoming view in the
@@ -6101,7 +5913,7 @@ class SessionMessageSessionUpdate:
 
     (wire ``recipientMessageId``; optional (``UNSET`` when absent))
     """
-    content: list[ContentBlock] | UnsetType | None = attrs.field(
+    content: list[ContentBlock] | UnsetType | None = field(
         default=UNSET, metadata=f("content", nullable=True, on_error=True, skip_invalid=True)
     )
     """Omitted leaves content unchanged. `null` clears it. A concrete array
@@ -6109,9 +5921,7 @@ class SessionMessageSessionUpdate:
 
     (wire ``content``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted leaves the stored metadata unchanged. `null`
     clears it. An object patches the stored metadata by top-level key: keys it omits are
@@ -6123,7 +5933,7 @@ class SessionMessageSessionUpdate:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -6169,7 +5979,7 @@ class SessionMessageSessionUpdate:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class SessionMessageChunkSessionUpdate:
     """**UNSTABLE**
 
@@ -6184,23 +5994,21 @@ class SessionMessageChunkSessionUpdate:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("sessionUpdate", "session_message_chunk"),)
 
-    session_update: Literal["session_message_chunk"] = attrs.field(
+    session_update: Literal["session_message_chunk"] = field(
         default="session_message_chunk", metadata=tag("sessionUpdate")
     )
     """Tag: always ``'session_message_chunk'`` (wire ``sessionUpdate``)."""
-    message_id: MessageId = attrs.field(metadata=f("messageId"))
+    message_id: MessageId = field(metadata=f("messageId"))
     """Identifier of this message within the enclosing session's transcript.
 
     (wire ``messageId``; required)
     """
-    content: ContentBlock = attrs.field(metadata=f("content"))
+    content: ContentBlock = field(metadata=f("content"))
     """A single content block appended to the message.
 
     (wire ``content``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -6210,7 +6018,7 @@ class SessionMessageChunkSessionUpdate:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -6244,7 +6052,7 @@ class SessionMessageChunkSessionUpdate:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class SessionUpdateOther:
     """Custom or future session update.
 
@@ -6265,7 +6073,7 @@ class SessionUpdateOther:
 
     __acp_catchall__: ClassVar[str] = "sessionUpdate"
 
-    session_update: str = attrs.field(metadata=tag("sessionUpdate"))
+    session_update: str = field(metadata=tag("sessionUpdate"))
     """Custom or future session update type.
 
     Values beginning with `_` are reserved for implementation-specific
@@ -6274,7 +6082,7 @@ class SessionUpdateOther:
 
     Tag of a variant this schema does not know (wire ``sessionUpdate``).
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(self, *, session_update: str, extra_fields: dict[str, Any] | None = None) -> None:
@@ -6291,7 +6099,7 @@ class SessionUpdateOther:
         return self.session_update == o.session_update and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class ItemsPlanUpdateContent:
     """Structured plan entries.
 
@@ -6302,14 +6110,14 @@ class ItemsPlanUpdateContent:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("type", "items"),)
 
-    type: Literal["items"] = attrs.field(default="items", metadata=tag("type"))
+    type: Literal["items"] = field(default="items", metadata=tag("type"))
     """Tag: always ``'items'`` (wire ``type``)."""
-    plan_id: PlanId = attrs.field(metadata=f("planId"))
+    plan_id: PlanId = field(metadata=f("planId"))
     """The plan ID to update.
 
     (wire ``planId``; required)
     """
-    entries: list[PlanEntry] = attrs.field(metadata=f("entries", skip_invalid=True))
+    entries: list[PlanEntry] = field(metadata=f("entries", skip_invalid=True))
     """The list of tasks to be accomplished.
 
     When updating an item-based plan, the agent must send a complete list of all entries
@@ -6317,9 +6125,7 @@ class ItemsPlanUpdateContent:
 
     (wire ``entries``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -6328,7 +6134,7 @@ class ItemsPlanUpdateContent:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -6362,7 +6168,7 @@ class ItemsPlanUpdateContent:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class FilePlanUpdateContent:
     """**UNSTABLE**
 
@@ -6377,21 +6183,19 @@ class FilePlanUpdateContent:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("type", "file"),)
 
-    type: Literal["file"] = attrs.field(default="file", metadata=tag("type"))
+    type: Literal["file"] = field(default="file", metadata=tag("type"))
     """Tag: always ``'file'`` (wire ``type``)."""
-    plan_id: PlanId = attrs.field(metadata=f("planId"))
+    plan_id: PlanId = field(metadata=f("planId"))
     """The plan ID to update.
 
     (wire ``planId``; required)
     """
-    uri: str = attrs.field(metadata=f("uri"))
+    uri: str = field(metadata=f("uri"))
     """The URI of the file containing the plan.
 
     (wire ``uri``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -6400,7 +6204,7 @@ class FilePlanUpdateContent:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -6434,7 +6238,7 @@ class FilePlanUpdateContent:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class MarkdownPlanUpdateContent:
     """**UNSTABLE**
 
@@ -6449,21 +6253,19 @@ class MarkdownPlanUpdateContent:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("type", "markdown"),)
 
-    type: Literal["markdown"] = attrs.field(default="markdown", metadata=tag("type"))
+    type: Literal["markdown"] = field(default="markdown", metadata=tag("type"))
     """Tag: always ``'markdown'`` (wire ``type``)."""
-    plan_id: PlanId = attrs.field(metadata=f("planId"))
+    plan_id: PlanId = field(metadata=f("planId"))
     """The plan ID to update.
 
     (wire ``planId``; required)
     """
-    content: str = attrs.field(metadata=f("content"))
+    content: str = field(metadata=f("content"))
     """Markdown content for the plan.
 
     (wire ``content``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -6472,7 +6274,7 @@ class MarkdownPlanUpdateContent:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -6506,7 +6308,7 @@ class MarkdownPlanUpdateContent:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class PlanUpdateContentOther:
     """Custom or future plan update content.
 
@@ -6528,7 +6330,7 @@ class PlanUpdateContentOther:
 
     __acp_catchall__: ClassVar[str] = "type"
 
-    type: str = attrs.field(metadata=tag("type"))
+    type: str = field(metadata=tag("type"))
     """Custom or future plan update content type.
 
     Values beginning with `_` are reserved for implementation-specific
@@ -6537,12 +6339,12 @@ class PlanUpdateContentOther:
 
     Tag of a variant this schema does not know (wire ``type``).
     """
-    plan_id: PlanId = attrs.field(metadata=f("planId"))
+    plan_id: PlanId = field(metadata=f("planId"))
     """The plan ID to update.
 
     (wire ``planId``; required)
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(self, *, type: str, plan_id: PlanId, extra_fields: dict[str, Any] | None = None) -> None:
@@ -6562,7 +6364,7 @@ class PlanUpdateContentOther:
         return self.type == o.type and self.plan_id == o.plan_id and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class HttpMcpServer:
     """HTTP transport configuration
 
@@ -6575,27 +6377,25 @@ class HttpMcpServer:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("type", "http"),)
 
-    type: Literal["http"] = attrs.field(default="http", metadata=tag("type"))
+    type: Literal["http"] = field(default="http", metadata=tag("type"))
     """Tag: always ``'http'`` (wire ``type``)."""
-    name: str = attrs.field(metadata=f("name"))
+    name: str = field(metadata=f("name"))
     """Human-readable name identifying this MCP server.
 
     (wire ``name``; required)
     """
-    url: str = attrs.field(metadata=f("url"))
+    url: str = field(metadata=f("url"))
     """URL to the MCP server.
 
     (wire ``url``; required)
     """
-    headers: list[HttpHeader] | UnsetType = attrs.field(default=UNSET, metadata=f("headers", on_null=True))
+    headers: list[HttpHeader] | UnsetType = field(default=UNSET, metadata=f("headers", on_null=True))
     """HTTP headers to set when making requests to the MCP server. Headers the MCP transport
     defines are owned by the transport, and Agents use the transport's values for them.
 
     (wire ``headers``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -6604,7 +6404,7 @@ class HttpMcpServer:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -6641,7 +6441,7 @@ class HttpMcpServer:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class AcpMcpServer:
     """**UNSTABLE**
 
@@ -6659,14 +6459,14 @@ class AcpMcpServer:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("type", "acp"),)
 
-    type: Literal["acp"] = attrs.field(default="acp", metadata=tag("type"))
+    type: Literal["acp"] = field(default="acp", metadata=tag("type"))
     """Tag: always ``'acp'`` (wire ``type``)."""
-    name: str = attrs.field(metadata=f("name"))
+    name: str = field(metadata=f("name"))
     """Human-readable name identifying this MCP server.
 
     (wire ``name``; required)
     """
-    server_id: McpServerAcpId = attrs.field(metadata=f("serverId"))
+    server_id: McpServerAcpId = field(metadata=f("serverId"))
     """Unique identifier for this MCP server, generated by the component providing it.
 
     Providers MUST NOT reuse an ID for multiple ACP-transport MCP servers that are visible
@@ -6674,9 +6474,7 @@ class AcpMcpServer:
 
     (wire ``serverId``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -6685,7 +6483,7 @@ class AcpMcpServer:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -6719,7 +6517,7 @@ class AcpMcpServer:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class StdioMcpServer:
     """Stdio transport configuration
 
@@ -6732,32 +6530,30 @@ class StdioMcpServer:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("type", "stdio"),)
 
-    type: Literal["stdio"] = attrs.field(default="stdio", metadata=tag("type"))
+    type: Literal["stdio"] = field(default="stdio", metadata=tag("type"))
     """Tag: always ``'stdio'`` (wire ``type``)."""
-    name: str = attrs.field(metadata=f("name"))
+    name: str = field(metadata=f("name"))
     """Human-readable name identifying this MCP server.
 
     (wire ``name``; required)
     """
-    command: AbsolutePath = attrs.field(metadata=f("command"))
+    command: AbsolutePath = field(metadata=f("command"))
     """Absolute path to the MCP server executable.
 
     (wire ``command``; required)
     """
-    args: list[str] | UnsetType = attrs.field(default=UNSET, metadata=f("args", on_null=True))
+    args: list[str] | UnsetType = field(default=UNSET, metadata=f("args", on_null=True))
     """Command-line arguments to pass to the MCP server.
 
     (wire ``args``; optional (``UNSET`` when absent))
     """
-    env: list[EnvVariable] | UnsetType = attrs.field(default=UNSET, metadata=f("env", on_null=True))
+    env: list[EnvVariable] | UnsetType = field(default=UNSET, metadata=f("env", on_null=True))
     """Environment variables to set when launching the MCP server. Names SHOULD be unique.
     Agents MAY reject duplicates with `-32602`, and otherwise the last entry wins.
 
     (wire ``env``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -6766,7 +6562,7 @@ class StdioMcpServer:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -6806,7 +6602,7 @@ class StdioMcpServer:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class McpServerOther:
     """Custom or future MCP server transport configuration.
 
@@ -6828,7 +6624,7 @@ class McpServerOther:
 
     __acp_catchall__: ClassVar[str] = "type"
 
-    type: str = attrs.field(metadata=tag("type"))
+    type: str = field(metadata=tag("type"))
     """Custom or future MCP server transport type.
 
     Values beginning with `_` are reserved for implementation-specific
@@ -6837,7 +6633,7 @@ class McpServerOther:
 
     Tag of a variant this schema does not know (wire ``type``).
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(self, *, type: str, extra_fields: dict[str, Any] | None = None) -> None:
@@ -6854,7 +6650,7 @@ class McpServerOther:
         return self.type == o.type and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class StartReplayFrom:
     """Replay all retained conversation history from its first replayable entry.
 
@@ -6865,11 +6661,9 @@ class StartReplayFrom:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("type", "start"),)
 
-    type: Literal["start"] = attrs.field(default="start", metadata=tag("type"))
+    type: Literal["start"] = field(default="start", metadata=tag("type"))
     """Tag: always ``'start'`` (wire ``type``)."""
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -6878,7 +6672,7 @@ class StartReplayFrom:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -6902,7 +6696,7 @@ class StartReplayFrom:
         return self.type == o.type and self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class ReplayFromOther:
     """Custom or future replay cursor.
 
@@ -6924,7 +6718,7 @@ class ReplayFromOther:
 
     __acp_catchall__: ClassVar[str] = "type"
 
-    type: str = attrs.field(metadata=tag("type"))
+    type: str = field(metadata=tag("type"))
     """Custom or future replay cursor type.
 
     Values beginning with `_` are reserved for implementation-specific
@@ -6933,7 +6727,7 @@ class ReplayFromOther:
 
     Tag of a variant this schema does not know (wire ``type``).
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(self, *, type: str, extra_fields: dict[str, Any] | None = None) -> None:
@@ -6950,7 +6744,7 @@ class ReplayFromOther:
         return self.type == o.type and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class IdSetSessionConfigOptionRequest:
     """A `SessionConfigValueId` string value (`type: "id"`).
 
@@ -6961,26 +6755,24 @@ class IdSetSessionConfigOptionRequest:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("type", "id"),)
 
-    type: Literal["id"] = attrs.field(default="id", metadata=tag("type"))
+    type: Literal["id"] = field(default="id", metadata=tag("type"))
     """Tag: always ``'id'`` (wire ``type``)."""
-    session_id: SessionId = attrs.field(metadata=f("sessionId"))
+    session_id: SessionId = field(metadata=f("sessionId"))
     """The ID of the session to set the configuration option for.
 
     (wire ``sessionId``; required)
     """
-    config_id: SessionConfigId = attrs.field(metadata=f("configId"))
+    config_id: SessionConfigId = field(metadata=f("configId"))
     """The ID of the configuration option to set.
 
     (wire ``configId``; required)
     """
-    value: SessionConfigValueId = attrs.field(metadata=f("value"))
+    value: SessionConfigValueId = field(metadata=f("value"))
     """The value ID.
 
     (wire ``value``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -6989,7 +6781,7 @@ class IdSetSessionConfigOptionRequest:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -7026,7 +6818,7 @@ class IdSetSessionConfigOptionRequest:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class BooleanSetSessionConfigOptionRequest:
     """A boolean value (`type: "boolean"`).
 
@@ -7037,26 +6829,24 @@ class BooleanSetSessionConfigOptionRequest:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("type", "boolean"),)
 
-    type: Literal["boolean"] = attrs.field(default="boolean", metadata=tag("type"))
+    type: Literal["boolean"] = field(default="boolean", metadata=tag("type"))
     """Tag: always ``'boolean'`` (wire ``type``)."""
-    session_id: SessionId = attrs.field(metadata=f("sessionId"))
+    session_id: SessionId = field(metadata=f("sessionId"))
     """The ID of the session to set the configuration option for.
 
     (wire ``sessionId``; required)
     """
-    config_id: SessionConfigId = attrs.field(metadata=f("configId"))
+    config_id: SessionConfigId = field(metadata=f("configId"))
     """The ID of the configuration option to set.
 
     (wire ``configId``; required)
     """
-    value: bool = attrs.field(metadata=f("value"))
+    value: bool = field(metadata=f("value"))
     """The boolean value.
 
     (wire ``value``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -7065,7 +6855,7 @@ class BooleanSetSessionConfigOptionRequest:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -7102,7 +6892,7 @@ class BooleanSetSessionConfigOptionRequest:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class SetSessionConfigOptionRequestOther:
     """Custom or future session configuration option value payload.
 
@@ -7122,7 +6912,7 @@ class SetSessionConfigOptionRequestOther:
 
     __acp_catchall__: ClassVar[str] = "type"
 
-    type: str = attrs.field(metadata=tag("type"))
+    type: str = field(metadata=tag("type"))
     """Custom or future session configuration option value type.
 
     Values beginning with `_` are reserved for implementation-specific
@@ -7131,24 +6921,22 @@ class SetSessionConfigOptionRequestOther:
 
     Tag of a variant this schema does not know (wire ``type``).
     """
-    session_id: SessionId = attrs.field(metadata=f("sessionId"))
+    session_id: SessionId = field(metadata=f("sessionId"))
     """The ID of the session to set the configuration option for.
 
     (wire ``sessionId``; required)
     """
-    config_id: SessionConfigId = attrs.field(metadata=f("configId"))
+    config_id: SessionConfigId = field(metadata=f("configId"))
     """The ID of the configuration option to set.
 
     (wire ``configId``; required)
     """
-    value: Any = attrs.field(metadata=f("value"))
+    value: Any = field(metadata=f("value"))
     """Raw value payload for the custom or future value type.
 
     (wire ``value``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -7157,7 +6945,7 @@ class SetSessionConfigOptionRequestOther:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -7194,7 +6982,7 @@ class SetSessionConfigOptionRequestOther:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class CancelledRequestPermissionOutcome:
     """The request was not approved and no option was selected: the session's work was
     cancelled, the user dismissed the prompt, or the client declined it by policy.
@@ -7214,11 +7002,9 @@ class CancelledRequestPermissionOutcome:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("outcome", "cancelled"),)
 
-    outcome: Literal["cancelled"] = attrs.field(default="cancelled", metadata=tag("outcome"))
+    outcome: Literal["cancelled"] = field(default="cancelled", metadata=tag("outcome"))
     """Tag: always ``'cancelled'`` (wire ``outcome``)."""
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -7227,7 +7013,7 @@ class CancelledRequestPermissionOutcome:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -7251,7 +7037,7 @@ class CancelledRequestPermissionOutcome:
         return self.outcome == o.outcome and self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class SelectedRequestPermissionOutcome:
     """The user selected one of the provided options.
 
@@ -7265,16 +7051,14 @@ class SelectedRequestPermissionOutcome:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("outcome", "selected"),)
 
-    outcome: Literal["selected"] = attrs.field(default="selected", metadata=tag("outcome"))
+    outcome: Literal["selected"] = field(default="selected", metadata=tag("outcome"))
     """Tag: always ``'selected'`` (wire ``outcome``)."""
-    option_id: PermissionOptionId = attrs.field(metadata=f("optionId"))
+    option_id: PermissionOptionId = field(metadata=f("optionId"))
     """The ID of the option the user selected.
 
     (wire ``optionId``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -7283,7 +7067,7 @@ class SelectedRequestPermissionOutcome:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -7314,7 +7098,7 @@ class SelectedRequestPermissionOutcome:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class RequestPermissionOutcomeOther:
     """Custom or future permission outcome.
 
@@ -7336,7 +7120,7 @@ class RequestPermissionOutcomeOther:
 
     __acp_catchall__: ClassVar[str] = "outcome"
 
-    outcome: str = attrs.field(metadata=tag("outcome"))
+    outcome: str = field(metadata=tag("outcome"))
     """Custom or future permission outcome.
 
     Values beginning with `_` are reserved for implementation-specific
@@ -7345,7 +7129,7 @@ class RequestPermissionOutcomeOther:
 
     Tag of a variant this schema does not know (wire ``outcome``).
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(self, *, outcome: str, extra_fields: dict[str, Any] | None = None) -> None:
@@ -7362,7 +7146,7 @@ class RequestPermissionOutcomeOther:
         return self.outcome == o.outcome and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class AcceptCreateElicitationResponse:
     """The user accepted and provided content.
 
@@ -7373,9 +7157,9 @@ class AcceptCreateElicitationResponse:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("action", "accept"),)
 
-    action: Literal["accept"] = attrs.field(default="accept", metadata=tag("action"))
+    action: Literal["accept"] = field(default="accept", metadata=tag("action"))
     """Tag: always ``'accept'`` (wire ``action``)."""
-    content: dict[str, ElicitationContentValue] | UnsetType | None = attrs.field(
+    content: dict[str, ElicitationContentValue] | UnsetType | None = field(
         default=UNSET, metadata=f("content", nullable=True)
     )
     """The user-provided content, if any, as an object matching the requested schema.
@@ -7384,9 +7168,7 @@ class AcceptCreateElicitationResponse:
 
     (wire ``content``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -7395,7 +7177,7 @@ class AcceptCreateElicitationResponse:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -7426,7 +7208,7 @@ class AcceptCreateElicitationResponse:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class DeclineCreateElicitationResponse:
     """The user declined the elicitation.
 
@@ -7437,11 +7219,9 @@ class DeclineCreateElicitationResponse:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("action", "decline"),)
 
-    action: Literal["decline"] = attrs.field(default="decline", metadata=tag("action"))
+    action: Literal["decline"] = field(default="decline", metadata=tag("action"))
     """Tag: always ``'decline'`` (wire ``action``)."""
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -7450,7 +7230,7 @@ class DeclineCreateElicitationResponse:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -7474,7 +7254,7 @@ class DeclineCreateElicitationResponse:
         return self.action == o.action and self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class CancelCreateElicitationResponse:
     """The elicitation was cancelled.
 
@@ -7485,11 +7265,9 @@ class CancelCreateElicitationResponse:
 
     __acp_tags__: ClassVar[tuple[tuple[str, Any], ...]] = (("action", "cancel"),)
 
-    action: Literal["cancel"] = attrs.field(default="cancel", metadata=tag("action"))
+    action: Literal["cancel"] = field(default="cancel", metadata=tag("action"))
     """Tag: always ``'cancel'`` (wire ``action``)."""
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -7498,7 +7276,7 @@ class CancelCreateElicitationResponse:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -7522,7 +7300,7 @@ class CancelCreateElicitationResponse:
         return self.action == o.action and self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class CreateElicitationResponseOther:
     """Custom or future elicitation action.
 
@@ -7543,7 +7321,7 @@ class CreateElicitationResponseOther:
 
     __acp_catchall__: ClassVar[str] = "action"
 
-    action: str = attrs.field(metadata=tag("action"))
+    action: str = field(metadata=tag("action"))
     """Custom or future elicitation action.
 
     Values beginning with `_` are reserved for implementation-specific
@@ -7552,9 +7330,7 @@ class CreateElicitationResponseOther:
 
     Tag of a variant this schema does not know (wire ``action``).
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -7563,7 +7339,7 @@ class CreateElicitationResponseOther:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -7587,7 +7363,7 @@ class CreateElicitationResponseOther:
         return self.action == o.action and self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class ResultMessageMcpResponse:
     """An opaque inner MCP result.
 
@@ -7596,14 +7372,12 @@ class ResultMessageMcpResponse:
     Schema: ``schema/v2/schema.unstable.json``, ``$defs/MessageMcpResponse[Result]`` (a branch of that union, flattened)
     """
 
-    result: Any = attrs.field(metadata=f("result"))
+    result: Any = field(metadata=f("result"))
     """Required, even if JSON null.
 
     (wire ``result``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -7613,7 +7387,7 @@ class ResultMessageMcpResponse:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -7639,7 +7413,7 @@ class ResultMessageMcpResponse:
         return self.result == o.result and self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class ErrorMessageMcpResponse:
     """A structured inner MCP error.
 
@@ -7648,14 +7422,12 @@ class ErrorMessageMcpResponse:
     Schema: ``schema/v2/schema.unstable.json``, ``$defs/MessageMcpResponse[Error]`` (a branch of that union, flattened)
     """
 
-    error: McpError = attrs.field(metadata=f("error"))
+    error: McpError = field(metadata=f("error"))
     """Required, non-null MCP error object.
 
     (wire ``error``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -7665,7 +7437,7 @@ class ErrorMessageMcpResponse:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -7689,7 +7461,7 @@ class ErrorMessageMcpResponse:
         return self.error == o.error and self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class RequestPermissionRequest:
     """Request for user permission to proceed with an operation.
 
@@ -7700,12 +7472,12 @@ class RequestPermissionRequest:
     Schema: ``schema/v2/schema.unstable.json``, ``$defs/RequestPermissionRequest``
     """
 
-    session_id: SessionId = attrs.field(metadata=f("sessionId"))
+    session_id: SessionId = field(metadata=f("sessionId"))
     """The session ID for this request.
 
     (wire ``sessionId``; required)
     """
-    title: str = attrs.field(metadata=f("title"))
+    title: str = field(metadata=f("title"))
     """Human-readable title for the permission prompt.
 
     This title is specific to the permission prompt and does not update any
@@ -7713,9 +7485,7 @@ class RequestPermissionRequest:
 
     (wire ``title``; required)
     """
-    description: str | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("description", nullable=True, on_error=True)
-    )
+    description: str | UnsetType | None = field(default=UNSET, metadata=f("description", nullable=True, on_error=True))
     """Optional human-readable explanation of why permission is needed.
 
     This text is specific to the permission prompt and does not update any
@@ -7724,24 +7494,20 @@ class RequestPermissionRequest:
 
     (wire ``description``; optional (``UNSET`` when absent))
     """
-    subject: RequestPermissionSubject | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("subject", nullable=True)
-    )
+    subject: RequestPermissionSubject | UnsetType | None = field(default=UNSET, metadata=f("subject", nullable=True))
     """Optional structured context about the operation requiring permission.
 
     Omitted and `null` are equivalent and mean no structured subject was provided.
 
     (wire ``subject``; optional (``UNSET`` when absent))
     """
-    options: list[PermissionOption] = attrs.field(metadata=f("options"))
+    options: list[PermissionOption] = field(metadata=f("options"))
     """Available permission options for the user to choose from.
     Must contain at least one option.
 
     (wire ``options``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -7750,7 +7516,7 @@ class RequestPermissionRequest:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -7790,7 +7556,7 @@ class RequestPermissionRequest:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class ToolCallUpdate:
     """Represents an upsert for a tool call that the language model has requested.
 
@@ -7810,12 +7576,12 @@ class ToolCallUpdate:
     Schema: ``schema/v2/schema.unstable.json``, ``$defs/ToolCallUpdate``
     """
 
-    tool_call_id: ToolCallId = attrs.field(metadata=f("toolCallId"))
+    tool_call_id: ToolCallId = field(metadata=f("toolCallId"))
     """Unique identifier for this tool call within the session.
 
     (wire ``toolCallId``; required)
     """
-    name: str | UnsetType | None = attrs.field(default=UNSET, metadata=f("name", nullable=True, on_error=True))
+    name: str | UnsetType | None = field(default=UNSET, metadata=f("name", nullable=True, on_error=True))
     """Programmatic name of the tool being invoked.
 
     This field is optional and has patch semantics. Omission means no
@@ -7825,7 +7591,7 @@ class ToolCallUpdate:
 
     (wire ``name``; optional (``UNSET`` when absent))
     """
-    title: str | UnsetType | None = attrs.field(default=UNSET, metadata=f("title", nullable=True, on_error=True))
+    title: str | UnsetType | None = field(default=UNSET, metadata=f("title", nullable=True, on_error=True))
     """Human-readable title describing what the tool is doing.
 
     Omission leaves the title unchanged, `null` unsets it, and a string replaces it.
@@ -7833,7 +7599,7 @@ class ToolCallUpdate:
 
     (wire ``title``; optional (``UNSET`` when absent))
     """
-    kind: ToolKind | UnsetType | None = attrs.field(default=UNSET, metadata=f("kind", nullable=True, on_error=True))
+    kind: ToolKind | UnsetType | None = field(default=UNSET, metadata=f("kind", nullable=True, on_error=True))
     """The category of tool being invoked.
     Helps clients choose appropriate icons and UI treatment.
 
@@ -7842,9 +7608,7 @@ class ToolCallUpdate:
 
     (wire ``kind``; optional (``UNSET`` when absent))
     """
-    status: ToolCallStatus | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("status", nullable=True, on_error=True)
-    )
+    status: ToolCallStatus | UnsetType | None = field(default=UNSET, metadata=f("status", nullable=True, on_error=True))
     """Current execution status of the tool call.
 
     Omission leaves the status unchanged, `null` resets it to `pending`, and a value
@@ -7852,14 +7616,14 @@ class ToolCallUpdate:
 
     (wire ``status``; optional (``UNSET`` when absent))
     """
-    content: list[ToolCallContent] | UnsetType | None = attrs.field(
+    content: list[ToolCallContent] | UnsetType | None = field(
         default=UNSET, metadata=f("content", nullable=True, on_error=True, skip_invalid=True)
     )
     """Content produced by the tool call.
 
     (wire ``content``; optional (``UNSET`` when absent))
     """
-    locations: list[ToolCallLocation] | UnsetType | None = attrs.field(
+    locations: list[ToolCallLocation] | UnsetType | None = field(
         default=UNSET, metadata=f("locations", nullable=True, on_error=True, skip_invalid=True)
     )
     """File locations affected by this tool call.
@@ -7867,17 +7631,17 @@ class ToolCallUpdate:
 
     (wire ``locations``; optional (``UNSET`` when absent))
     """
-    raw_input: Any | UnsetType = attrs.field(default=UNSET, metadata=f("rawInput", on_error=True))
+    raw_input: Any | UnsetType = field(default=UNSET, metadata=f("rawInput", on_error=True))
     """Raw input parameters sent to the tool.
 
     (wire ``rawInput``; optional (``UNSET`` when absent))
     """
-    raw_output: Any | UnsetType = attrs.field(default=UNSET, metadata=f("rawOutput", on_error=True))
+    raw_output: Any | UnsetType = field(default=UNSET, metadata=f("rawOutput", on_error=True))
     """Raw output returned by the tool.
 
     (wire ``rawOutput``; optional (``UNSET`` when absent))
     """
-    capabilities: ToolCallCapabilities | UnsetType | None = attrs.field(
+    capabilities: ToolCallCapabilities | UnsetType | None = field(
         default=UNSET, metadata=f("capabilities", nullable=True, on_error=True)
     )
     """Client-initiated controls this tool call currently supports, such as cancellation.
@@ -7887,9 +7651,7 @@ class ToolCallUpdate:
 
     (wire ``capabilities``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted leaves the stored metadata unchanged. `null`
     clears it. An object patches the stored metadata by top-level key: keys it omits are
@@ -7901,7 +7663,7 @@ class ToolCallUpdate:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -7956,14 +7718,14 @@ class ToolCallUpdate:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class Annotations:
     """Optional annotations for the client. The client can use annotations to inform how objects are used or displayed
 
     Schema: ``schema/v2/schema.unstable.json``, ``$defs/Annotations``
     """
 
-    audience: list[Role] | UnsetType | None = attrs.field(
+    audience: list[Role] | UnsetType | None = field(
         default=UNSET, metadata=f("audience", nullable=True, on_error=True, skip_invalid=True)
     )
     """Intended recipients for this content, such as the user or assistant.
@@ -7972,7 +7734,7 @@ class Annotations:
 
     (wire ``audience``; optional (``UNSET`` when absent))
     """
-    last_modified: str | UnsetType | None = attrs.field(
+    last_modified: str | UnsetType | None = field(
         default=UNSET, metadata=f("lastModified", nullable=True, on_error=True)
     )
     """Timestamp indicating when the underlying resource was last modified.
@@ -7983,9 +7745,7 @@ class Annotations:
 
     (wire ``lastModified``; optional (``UNSET`` when absent))
     """
-    priority: float | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("priority", nullable=True, on_error=True)
-    )
+    priority: float | UnsetType | None = field(default=UNSET, metadata=f("priority", nullable=True, on_error=True))
     """Relative importance of this content when clients choose what to surface, from 0 (least
     important) to 1 (most important).
 
@@ -7993,9 +7753,7 @@ class Annotations:
 
     (wire ``priority``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -8004,7 +7762,7 @@ class Annotations:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -8038,19 +7796,19 @@ class Annotations:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class TextContent:
     """Text provided to or from an LLM.
 
     Schema: ``schema/v2/schema.unstable.json``, ``$defs/TextContent``
     """
 
-    text: str = attrs.field(metadata=f("text"))
+    text: str = field(metadata=f("text"))
     """Text payload carried by this content block.
 
     (wire ``text``; required)
     """
-    annotations: Annotations | UnsetType | None = attrs.field(
+    annotations: Annotations | UnsetType | None = field(
         default=UNSET, metadata=f("annotations", nullable=True, on_error=True)
     )
     """Optional annotations that help clients decide how to display or route this content.
@@ -8059,9 +7817,7 @@ class TextContent:
 
     (wire ``annotations``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -8070,7 +7826,7 @@ class TextContent:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -8101,31 +7857,31 @@ class TextContent:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class ImageContent:
     """An image provided to or from an LLM.
 
     Schema: ``schema/v2/schema.unstable.json``, ``$defs/ImageContent``
     """
 
-    data: str = attrs.field(metadata=f("data"))
+    data: str = field(metadata=f("data"))
     """Base64-encoded media payload.
 
     (wire ``data``; required)
     """
-    mime_type: MediaType = attrs.field(metadata=f("mimeType"))
+    mime_type: MediaType = field(metadata=f("mimeType"))
     """MIME type describing the encoded media payload.
 
     (wire ``mimeType``; required)
     """
-    uri: str | UnsetType | None = attrs.field(default=UNSET, metadata=f("uri", nullable=True, on_error=True))
+    uri: str | UnsetType | None = field(default=UNSET, metadata=f("uri", nullable=True, on_error=True))
     """URI associated with this resource or media payload.
 
     Omitted and `null` are equivalent and mean no URI is associated with the image.
 
     (wire ``uri``; optional (``UNSET`` when absent))
     """
-    annotations: Annotations | UnsetType | None = attrs.field(
+    annotations: Annotations | UnsetType | None = field(
         default=UNSET, metadata=f("annotations", nullable=True, on_error=True)
     )
     """Optional annotations that help clients decide how to display or route this content.
@@ -8134,9 +7890,7 @@ class ImageContent:
 
     (wire ``annotations``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -8145,7 +7899,7 @@ class ImageContent:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -8182,24 +7936,24 @@ class ImageContent:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class AudioContent:
     """Audio provided to or from an LLM.
 
     Schema: ``schema/v2/schema.unstable.json``, ``$defs/AudioContent``
     """
 
-    data: str = attrs.field(metadata=f("data"))
+    data: str = field(metadata=f("data"))
     """Base64-encoded media payload.
 
     (wire ``data``; required)
     """
-    mime_type: MediaType = attrs.field(metadata=f("mimeType"))
+    mime_type: MediaType = field(metadata=f("mimeType"))
     """MIME type describing the encoded media payload.
 
     (wire ``mimeType``; required)
     """
-    annotations: Annotations | UnsetType | None = attrs.field(
+    annotations: Annotations | UnsetType | None = field(
         default=UNSET, metadata=f("annotations", nullable=True, on_error=True)
     )
     """Optional annotations that help clients decide how to display or route this content.
@@ -8208,9 +7962,7 @@ class AudioContent:
 
     (wire ``annotations``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -8219,7 +7971,7 @@ class AudioContent:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -8253,30 +8005,28 @@ class AudioContent:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class Icon:
     """An optionally-sized icon that can be displayed in a user interface.
 
     Schema: ``schema/v2/schema.unstable.json``, ``$defs/Icon``
     """
 
-    src: str = attrs.field(metadata=f("src"))
+    src: str = field(metadata=f("src"))
     """A standard URI pointing to an icon resource. MUST be an `https:` or `data:` URI.
     Clients reject other schemes, fetch without credentials, and do not follow
     scheme- or origin-changing redirects.
 
     (wire ``src``; required)
     """
-    mime_type: MediaType | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("mimeType", nullable=True, on_error=True)
-    )
+    mime_type: MediaType | UnsetType | None = field(default=UNSET, metadata=f("mimeType", nullable=True, on_error=True))
     """Optional MIME type override if the source MIME type is missing or generic.
 
     Omitted and `null` are equivalent and mean the source MIME type is used.
 
     (wire ``mimeType``; optional (``UNSET`` when absent))
     """
-    sizes: list[str] | UnsetType | None = attrs.field(
+    sizes: list[str] | UnsetType | None = field(
         default=UNSET, metadata=f("sizes", nullable=True, on_error=True, skip_invalid=True)
     )
     """Optional array of strings that specify sizes at which the icon can be used.
@@ -8289,16 +8039,14 @@ class Icon:
 
     (wire ``sizes``; optional (``UNSET`` when absent))
     """
-    theme: IconTheme | UnsetType | None = attrs.field(default=UNSET, metadata=f("theme", nullable=True, on_error=True))
+    theme: IconTheme | UnsetType | None = field(default=UNSET, metadata=f("theme", nullable=True, on_error=True))
     """Optional theme this icon is designed for.
 
     Omitted and `null` are equivalent and mean the icon is not theme-specific.
 
     (wire ``theme``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -8307,7 +8055,7 @@ class Icon:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -8344,40 +8092,38 @@ class Icon:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class ResourceLink:
     """A link to a resource that the receiver may be able to read, included in a prompt or tool call result.
 
     Schema: ``schema/v2/schema.unstable.json``, ``$defs/ResourceLink``
     """
 
-    name: str = attrs.field(metadata=f("name"))
+    name: str = field(metadata=f("name"))
     """Human-readable name shown for this protocol object.
 
     (wire ``name``; required)
     """
-    uri: str = attrs.field(metadata=f("uri"))
+    uri: str = field(metadata=f("uri"))
     """URI associated with this resource or media payload.
 
     (wire ``uri``; required)
     """
-    title: str | UnsetType | None = attrs.field(default=UNSET, metadata=f("title", nullable=True, on_error=True))
+    title: str | UnsetType | None = field(default=UNSET, metadata=f("title", nullable=True, on_error=True))
     """Optional display title for end-user UI.
 
     Omitted and `null` are equivalent and mean no title is provided.
 
     (wire ``title``; optional (``UNSET`` when absent))
     """
-    description: str | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("description", nullable=True, on_error=True)
-    )
+    description: str | UnsetType | None = field(default=UNSET, metadata=f("description", nullable=True, on_error=True))
     """Optional human-readable details shown with this protocol object.
 
     Omitted and `null` are equivalent and mean no description is provided.
 
     (wire ``description``; optional (``UNSET`` when absent))
     """
-    icons: list[Icon] | UnsetType | None = attrs.field(
+    icons: list[Icon] | UnsetType | None = field(
         default=UNSET, metadata=f("icons", nullable=True, on_error=True, skip_invalid=True)
     )
     """Optional set of sized icons that the client can display in a user interface.
@@ -8386,23 +8132,21 @@ class ResourceLink:
 
     (wire ``icons``; optional (``UNSET`` when absent))
     """
-    mime_type: MediaType | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("mimeType", nullable=True, on_error=True)
-    )
+    mime_type: MediaType | UnsetType | None = field(default=UNSET, metadata=f("mimeType", nullable=True, on_error=True))
     """MIME type describing the encoded media payload.
 
     Omitted and `null` are equivalent and mean the MIME type is not specified.
 
     (wire ``mimeType``; optional (``UNSET`` when absent))
     """
-    size: int | UnsetType | None = attrs.field(default=UNSET, metadata=f("size", nullable=True, on_error=True))
+    size: int | UnsetType | None = field(default=UNSET, metadata=f("size", nullable=True, on_error=True))
     """Optional size of the linked resource in bytes, if known.
 
     Omitted and `null` are equivalent and mean the size is not known.
 
     (wire ``size``; optional (``UNSET`` when absent))
     """
-    annotations: Annotations | UnsetType | None = attrs.field(
+    annotations: Annotations | UnsetType | None = field(
         default=UNSET, metadata=f("annotations", nullable=True, on_error=True)
     )
     """Optional annotations that help clients decide how to display or route this content.
@@ -8411,9 +8155,7 @@ class ResourceLink:
 
     (wire ``annotations``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -8422,7 +8164,7 @@ class ResourceLink:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -8471,35 +8213,31 @@ class ResourceLink:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class TextResourceContents:
     """Text-based resource contents.
 
     Schema: ``schema/v2/schema.unstable.json``, ``$defs/TextResourceContents``
     """
 
-    text: str = attrs.field(metadata=f("text"))
+    text: str = field(metadata=f("text"))
     """Text payload carried by this content block.
 
     (wire ``text``; required)
     """
-    uri: str = attrs.field(metadata=f("uri"))
+    uri: str = field(metadata=f("uri"))
     """URI associated with this resource or media payload.
 
     (wire ``uri``; required)
     """
-    mime_type: MediaType | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("mimeType", nullable=True, on_error=True)
-    )
+    mime_type: MediaType | UnsetType | None = field(default=UNSET, metadata=f("mimeType", nullable=True, on_error=True))
     """MIME type describing the encoded media payload.
 
     Omitted and `null` are equivalent and mean the MIME type is not specified.
 
     (wire ``mimeType``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -8508,7 +8246,7 @@ class TextResourceContents:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -8542,35 +8280,31 @@ class TextResourceContents:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class BlobResourceContents:
     """Binary resource contents.
 
     Schema: ``schema/v2/schema.unstable.json``, ``$defs/BlobResourceContents``
     """
 
-    blob: str = attrs.field(metadata=f("blob"))
+    blob: str = field(metadata=f("blob"))
     """Base64-encoded bytes for a binary resource payload.
 
     (wire ``blob``; required)
     """
-    uri: str = attrs.field(metadata=f("uri"))
+    uri: str = field(metadata=f("uri"))
     """URI associated with this resource or media payload.
 
     (wire ``uri``; required)
     """
-    mime_type: MediaType | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("mimeType", nullable=True, on_error=True)
-    )
+    mime_type: MediaType | UnsetType | None = field(default=UNSET, metadata=f("mimeType", nullable=True, on_error=True))
     """MIME type describing the encoded media payload.
 
     Omitted and `null` are equivalent and mean the MIME type is not specified.
 
     (wire ``mimeType``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -8579,7 +8313,7 @@ class BlobResourceContents:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -8613,19 +8347,19 @@ class BlobResourceContents:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class EmbeddedResource:
     """The contents of a resource, embedded into a prompt or tool call result.
 
     Schema: ``schema/v2/schema.unstable.json``, ``$defs/EmbeddedResource``
     """
 
-    resource: EmbeddedResourceResource = attrs.field(metadata=f("resource"))
+    resource: EmbeddedResourceResource = field(metadata=f("resource"))
     """Embedded resource payload, either text or binary data.
 
     (wire ``resource``; required)
     """
-    annotations: Annotations | UnsetType | None = attrs.field(
+    annotations: Annotations | UnsetType | None = field(
         default=UNSET, metadata=f("annotations", nullable=True, on_error=True)
     )
     """Optional annotations that help clients decide how to display or route this content.
@@ -8634,9 +8368,7 @@ class EmbeddedResource:
 
     (wire ``annotations``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -8645,7 +8377,7 @@ class EmbeddedResource:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -8676,21 +8408,19 @@ class EmbeddedResource:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class Content:
     """Standard content block (text, images, resources).
 
     Schema: ``schema/v2/schema.unstable.json``, ``$defs/Content``
     """
 
-    content: ContentBlock = attrs.field(metadata=f("content"))
+    content: ContentBlock = field(metadata=f("content"))
     """The actual content block.
 
     (wire ``content``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -8699,7 +8429,7 @@ class Content:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -8723,19 +8453,19 @@ class Content:
         return self.content == o.content and self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class DiffPathChange:
     """Operation metadata for add, delete, and modify changes.
 
     Schema: ``schema/v2/schema.unstable.json``, ``$defs/DiffPathChange``
     """
 
-    path: AbsolutePath = attrs.field(metadata=f("path"))
+    path: AbsolutePath = field(metadata=f("path"))
     """Absolute path for the operation.
 
     (wire ``path``; required)
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(self, *, path: AbsolutePath, extra_fields: dict[str, Any] | None = None) -> None:
@@ -8752,24 +8482,24 @@ class DiffPathChange:
         return self.path == o.path and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class DiffPathPairChange:
     """Operation metadata for move and copy changes.
 
     Schema: ``schema/v2/schema.unstable.json``, ``$defs/DiffPathPairChange``
     """
 
-    old_path: AbsolutePath = attrs.field(metadata=f("oldPath"))
+    old_path: AbsolutePath = field(metadata=f("oldPath"))
     """Absolute path before the operation.
 
     (wire ``oldPath``; required)
     """
-    path: AbsolutePath = attrs.field(metadata=f("path"))
+    path: AbsolutePath = field(metadata=f("path"))
     """Absolute path after the operation.
 
     (wire ``path``; required)
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -8789,26 +8519,24 @@ class DiffPathPairChange:
         return self.old_path == o.old_path and self.path == o.path and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class DiffPatch:
     """Renderable patch text and its format.
 
     Schema: ``schema/v2/schema.unstable.json``, ``$defs/DiffPatch``
     """
 
-    format: DiffPatchFormat = attrs.field(metadata=f("format"))
+    format: DiffPatchFormat = field(metadata=f("format"))
     """Patch format. The only ACP-defined value is `git_patch`.
 
     (wire ``format``; required)
     """
-    text: str = attrs.field(metadata=f("text"))
+    text: str = field(metadata=f("text"))
     """Patch text in the format named by `format`.
 
     (wire ``text``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -8817,7 +8545,7 @@ class DiffPatch:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -8848,7 +8576,7 @@ class DiffPatch:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class Diff:
     """File changes produced by a tool call.
 
@@ -8862,14 +8590,14 @@ class Diff:
     Schema: ``schema/v2/schema.unstable.json``, ``$defs/Diff``
     """
 
-    changes: list[DiffChange] = attrs.field(metadata=f("changes", skip_invalid=True))
+    changes: list[DiffChange] = field(metadata=f("changes", skip_invalid=True))
     """Structured file changes described by this diff.
 
     Clients can use this field without parsing patch text to determine affected paths.
 
     (wire ``changes``; required)
     """
-    patch: DiffPatch | UnsetType | None = attrs.field(default=UNSET, metadata=f("patch", nullable=True, on_error=True))
+    patch: DiffPatch | UnsetType | None = field(default=UNSET, metadata=f("patch", nullable=True, on_error=True))
     """Renderable patch text for some or all of the structured changes.
 
     Agents SHOULD provide patch text whenever feasible. Omitted and `null` are
@@ -8877,9 +8605,7 @@ class Diff:
 
     (wire ``patch``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -8888,7 +8614,7 @@ class Diff:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -8919,7 +8645,7 @@ class Diff:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class Terminal:
     """A display-only reference to an agent-owned terminal.
 
@@ -8929,14 +8655,12 @@ class Terminal:
     Schema: ``schema/v2/schema.unstable.json``, ``$defs/Terminal``
     """
 
-    terminal_id: TerminalId = attrs.field(metadata=f("terminalId"))
+    terminal_id: TerminalId = field(metadata=f("terminalId"))
     """The ID of the terminal to display.
 
     (wire ``terminalId``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -8945,7 +8669,7 @@ class Terminal:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -8969,7 +8693,7 @@ class Terminal:
         return self.terminal_id == o.terminal_id and self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class ToolCallLocation:
     """A file location being accessed or modified by a tool.
 
@@ -8981,20 +8705,18 @@ class ToolCallLocation:
     Schema: ``schema/v2/schema.unstable.json``, ``$defs/ToolCallLocation``
     """
 
-    path: AbsolutePath = attrs.field(metadata=f("path"))
+    path: AbsolutePath = field(metadata=f("path"))
     """The absolute file path being accessed or modified.
 
     (wire ``path``; required)
     """
-    line: int | UnsetType | None = attrs.field(default=UNSET, metadata=f("line", nullable=True, on_error=True))
+    line: int | UnsetType | None = field(default=UNSET, metadata=f("line", nullable=True, on_error=True))
     """Optional 1-based line number within the file. Omitted and `null` are equivalent and
     mean no specific line. `0` is invalid.
 
     (wire ``line``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -9003,7 +8725,7 @@ class ToolCallLocation:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -9031,7 +8753,7 @@ class ToolCallLocation:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class ToolCallCapabilities:
     """Client-initiated controls a tool call currently supports.
 
@@ -9043,7 +8765,7 @@ class ToolCallCapabilities:
     Schema: ``schema/v2/schema.unstable.json``, ``$defs/ToolCallCapabilities``
     """
 
-    cancel: ToolCallCancelCapabilities | UnsetType | None = attrs.field(
+    cancel: ToolCallCancelCapabilities | UnsetType | None = field(
         default=UNSET, metadata=f("cancel", nullable=True, on_error=True)
     )
     """Permits the Client to cancel this tool call with `tool_call/cancel`.
@@ -9053,9 +8775,7 @@ class ToolCallCapabilities:
 
     (wire ``cancel``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -9064,7 +8784,7 @@ class ToolCallCapabilities:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -9088,7 +8808,7 @@ class ToolCallCapabilities:
         return self.cancel == o.cancel and self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class ToolCallCancelCapabilities:
     """Capability to cancel a tool call with `tool_call/cancel`.
 
@@ -9097,9 +8817,7 @@ class ToolCallCancelCapabilities:
     Schema: ``schema/v2/schema.unstable.json``, ``$defs/ToolCallCancelCapabilities``
     """
 
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -9108,7 +8826,7 @@ class ToolCallCancelCapabilities:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -9127,14 +8845,14 @@ class ToolCallCancelCapabilities:
         return self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class ToolCallPermissionSubject:
     """Permission request details for a tool call.
 
     Schema: ``schema/v2/schema.unstable.json``, ``$defs/ToolCallPermissionSubject``
     """
 
-    tool_call: ToolCallUpdate = attrs.field(metadata=f("toolCall"))
+    tool_call: ToolCallUpdate = field(metadata=f("toolCall"))
     """Details about the tool call requiring permission.
 
     Clients apply this to their stored tool call exactly like a `tool_call_update`
@@ -9143,9 +8861,7 @@ class ToolCallPermissionSubject:
 
     (wire ``toolCall``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -9154,7 +8870,7 @@ class ToolCallPermissionSubject:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -9178,40 +8894,38 @@ class ToolCallPermissionSubject:
         return self.tool_call == o.tool_call and self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class CommandPermissionSubject:
     """Permission request details for a command.
 
     Schema: ``schema/v2/schema.unstable.json``, ``$defs/CommandPermissionSubject``
     """
 
-    command: str = attrs.field(metadata=f("command"))
+    command: str = field(metadata=f("command"))
     """The command that would be run if permission is granted.
 
     (wire ``command``; required)
     """
-    cwd: AbsolutePath = attrs.field(metadata=f("cwd"))
+    cwd: AbsolutePath = field(metadata=f("cwd"))
     """The absolute working directory for the command.
 
     (wire ``cwd``; required)
     """
-    tool_call_id: ToolCallId | UnsetType | None = attrs.field(
+    tool_call_id: ToolCallId | UnsetType | None = field(
         default=UNSET, metadata=f("toolCallId", nullable=True, on_error=True)
     )
     """The associated tool call, when known. Omitted and `null` are equivalent.
 
     (wire ``toolCallId``; optional (``UNSET`` when absent))
     """
-    terminal_id: TerminalId | UnsetType | None = attrs.field(
+    terminal_id: TerminalId | UnsetType | None = field(
         default=UNSET, metadata=f("terminalId", nullable=True, on_error=True)
     )
     """The associated terminal, when already known. Omitted and `null` are equivalent.
 
     (wire ``terminalId``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -9220,7 +8934,7 @@ class CommandPermissionSubject:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -9257,31 +8971,29 @@ class CommandPermissionSubject:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class PermissionOption:
     """An option presented to the user when requesting permission.
 
     Schema: ``schema/v2/schema.unstable.json``, ``$defs/PermissionOption``
     """
 
-    option_id: PermissionOptionId = attrs.field(metadata=f("optionId"))
+    option_id: PermissionOptionId = field(metadata=f("optionId"))
     """Identifier for this permission option. MUST be unique within the request.
 
     (wire ``optionId``; required)
     """
-    name: str = attrs.field(metadata=f("name"))
+    name: str = field(metadata=f("name"))
     """Human-readable label to display to the user.
 
     (wire ``name``; required)
     """
-    kind: PermissionOptionKind = attrs.field(metadata=f("kind"))
+    kind: PermissionOptionKind = field(metadata=f("kind"))
     """Hint about the nature of this permission option.
 
     (wire ``kind``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -9290,7 +9002,7 @@ class PermissionOption:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -9324,7 +9036,7 @@ class PermissionOption:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class ElicitationSessionScope:
     """Session-scoped elicitation, optionally tied to a specific tool call.
 
@@ -9335,12 +9047,12 @@ class ElicitationSessionScope:
     Schema: ``schema/v2/schema.unstable.json``, ``$defs/ElicitationSessionScope``
     """
 
-    session_id: SessionId = attrs.field(metadata=f("sessionId"))
+    session_id: SessionId = field(metadata=f("sessionId"))
     """The session this elicitation is tied to.
 
     (wire ``sessionId``; required)
     """
-    tool_call_id: ToolCallId | UnsetType | None = attrs.field(
+    tool_call_id: ToolCallId | UnsetType | None = field(
         default=UNSET, metadata=f("toolCallId", nullable=True, on_error=True)
     )
     """Optional tool call within the session.
@@ -9350,7 +9062,7 @@ class ElicitationSessionScope:
 
     (wire ``toolCallId``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -9378,7 +9090,7 @@ class ElicitationSessionScope:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class ElicitationRequestScope:
     """Request-scoped elicitation, tied to a specific JSON-RPC request outside of a session
     (e.g., during auth/configuration phases before any session is started).
@@ -9386,12 +9098,12 @@ class ElicitationRequestScope:
     Schema: ``schema/v2/schema.unstable.json``, ``$defs/ElicitationRequestScope``
     """
 
-    request_id: RequestId = attrs.field(metadata=f("requestId"))
+    request_id: RequestId = field(metadata=f("requestId"))
     """The pending Client-to-Agent request this elicitation is tied to.
 
     (wire ``requestId``; required)
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(self, *, request_id: RequestId, extra_fields: dict[str, Any] | None = None) -> None:
@@ -9408,7 +9120,7 @@ class ElicitationRequestScope:
         return self.request_id == o.request_id and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class ElicitationSchema:
     """Type-safe elicitation schema for requesting structured user input.
 
@@ -9418,42 +9130,38 @@ class ElicitationSchema:
     Schema: ``schema/v2/schema.unstable.json``, ``$defs/ElicitationSchema``
     """
 
-    type: ElicitationSchemaType = attrs.field(metadata=f("type"))
+    type: ElicitationSchemaType = field(metadata=f("type"))
     """Type discriminator. Always `"object"`. Any other value is rejected.
 
     (wire ``type``; required)
     """
-    title: str | UnsetType | None = attrs.field(default=UNSET, metadata=f("title", nullable=True, on_error=True))
+    title: str | UnsetType | None = field(default=UNSET, metadata=f("title", nullable=True, on_error=True))
     """Optional title for the schema.
 
     Optional. Omitted and `null` are equivalent and mean no title is provided.
 
     (wire ``title``; optional (``UNSET`` when absent))
     """
-    properties: dict[str, ElicitationPropertySchema] = attrs.field(metadata=f("properties"))
+    properties: dict[str, ElicitationPropertySchema] = field(metadata=f("properties"))
     """Property definitions (must be primitive types).
 
     (wire ``properties``; required)
     """
-    required: list[str] | UnsetType | None = attrs.field(default=UNSET, metadata=f("required", nullable=True))
+    required: list[str] | UnsetType | None = field(default=UNSET, metadata=f("required", nullable=True))
     """List of required property names.
 
     Optional. Omitted and `null` are equivalent and mean no property names are required.
 
     (wire ``required``; optional (``UNSET`` when absent))
     """
-    description: str | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("description", nullable=True, on_error=True)
-    )
+    description: str | UnsetType | None = field(default=UNSET, metadata=f("description", nullable=True, on_error=True))
     """Optional description of what this schema represents.
 
     Optional. Omitted and `null` are equivalent and mean no schema description is provided.
 
     (wire ``description``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -9462,7 +9170,7 @@ class ElicitationSchema:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -9502,35 +9210,31 @@ class ElicitationSchema:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class EnumOption:
     """A titled enum option with a const value, human-readable title, and optional description.
 
     Schema: ``schema/v2/schema.unstable.json``, ``$defs/EnumOption``
     """
 
-    const: str = attrs.field(metadata=f("const"))
+    const: str = field(metadata=f("const"))
     """The constant value for this option.
 
     (wire ``const``; required)
     """
-    title: str = attrs.field(metadata=f("title"))
+    title: str = field(metadata=f("title"))
     """Human-readable title for this option.
 
     (wire ``title``; required)
     """
-    description: str | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("description", nullable=True, on_error=True)
-    )
+    description: str | UnsetType | None = field(default=UNSET, metadata=f("description", nullable=True, on_error=True))
     """Human-readable description.
 
     Optional. Omitted and `null` are equivalent and mean no description is provided.
 
     (wire ``description``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -9539,7 +9243,7 @@ class EnumOption:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -9573,7 +9277,7 @@ class EnumOption:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class StringPropertySchema:
     """Schema for string properties in an elicitation form.
 
@@ -9583,58 +9287,56 @@ class StringPropertySchema:
     Schema: ``schema/v2/schema.unstable.json``, ``$defs/StringPropertySchema``
     """
 
-    title: str | UnsetType | None = attrs.field(default=UNSET, metadata=f("title", nullable=True, on_error=True))
+    title: str | UnsetType | None = field(default=UNSET, metadata=f("title", nullable=True, on_error=True))
     """Optional title for the property.
 
     Optional. Omitted and `null` are equivalent and mean no title is provided.
 
     (wire ``title``; optional (``UNSET`` when absent))
     """
-    description: str | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("description", nullable=True, on_error=True)
-    )
+    description: str | UnsetType | None = field(default=UNSET, metadata=f("description", nullable=True, on_error=True))
     """Human-readable description.
 
     Optional. Omitted and `null` are equivalent and mean no description is provided.
 
     (wire ``description``; optional (``UNSET`` when absent))
     """
-    min_length: int | UnsetType | None = attrs.field(default=UNSET, metadata=f("minLength", nullable=True))
+    min_length: int | UnsetType | None = field(default=UNSET, metadata=f("minLength", nullable=True))
     """Minimum string length.
 
     Optional. Omitted and `null` are equivalent and mean there is no minimum length constraint.
 
     (wire ``minLength``; optional (``UNSET`` when absent))
     """
-    max_length: int | UnsetType | None = attrs.field(default=UNSET, metadata=f("maxLength", nullable=True))
+    max_length: int | UnsetType | None = field(default=UNSET, metadata=f("maxLength", nullable=True))
     """Maximum string length.
 
     Optional. Omitted and `null` are equivalent and mean there is no maximum length constraint.
 
     (wire ``maxLength``; optional (``UNSET`` when absent))
     """
-    pattern: str | UnsetType | None = attrs.field(default=UNSET, metadata=f("pattern", nullable=True))
+    pattern: str | UnsetType | None = field(default=UNSET, metadata=f("pattern", nullable=True))
     """Pattern the string must match, in ECMA-262 regular expression syntax.
 
     Optional. Omitted and `null` are equivalent and mean there is no pattern constraint.
 
     (wire ``pattern``; optional (``UNSET`` when absent))
     """
-    format: StringFormat | UnsetType | None = attrs.field(default=UNSET, metadata=f("format", nullable=True))
+    format: StringFormat | UnsetType | None = field(default=UNSET, metadata=f("format", nullable=True))
     """String format.
 
     Optional. Omitted and `null` are equivalent and mean there is no format constraint.
 
     (wire ``format``; optional (``UNSET`` when absent))
     """
-    default: str | UnsetType | None = attrs.field(default=UNSET, metadata=f("default", nullable=True, on_error=True))
+    default: str | UnsetType | None = field(default=UNSET, metadata=f("default", nullable=True, on_error=True))
     """Default value.
 
     Optional. Omitted and `null` are equivalent and mean no default value is provided.
 
     (wire ``default``; optional (``UNSET`` when absent))
     """
-    enum: list[str] | UnsetType | None = attrs.field(default=UNSET, metadata=f("enum", nullable=True))
+    enum: list[str] | UnsetType | None = field(default=UNSET, metadata=f("enum", nullable=True))
     """Enum values for untitled single-select enums.
     Must contain at least one value when present.
     Optional. Omitted and `null` are equivalent and mean no untitled single-select choices are
@@ -9642,7 +9344,7 @@ class StringPropertySchema:
 
     (wire ``enum``; optional (``UNSET`` when absent))
     """
-    one_of: list[EnumOption] | UnsetType | None = attrs.field(default=UNSET, metadata=f("oneOf", nullable=True))
+    one_of: list[EnumOption] | UnsetType | None = field(default=UNSET, metadata=f("oneOf", nullable=True))
     """Titled enum options for titled single-select enums.
     Must contain at least one option when present.
     Optional. Omitted and `null` are equivalent and mean no titled single-select choices are
@@ -9650,9 +9352,7 @@ class StringPropertySchema:
 
     (wire ``oneOf``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -9661,7 +9361,7 @@ class StringPropertySchema:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -9713,53 +9413,49 @@ class StringPropertySchema:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class NumberPropertySchema:
     """Schema for number (floating-point) properties in an elicitation form.
 
     Schema: ``schema/v2/schema.unstable.json``, ``$defs/NumberPropertySchema``
     """
 
-    title: str | UnsetType | None = attrs.field(default=UNSET, metadata=f("title", nullable=True, on_error=True))
+    title: str | UnsetType | None = field(default=UNSET, metadata=f("title", nullable=True, on_error=True))
     """Optional title for the property.
 
     Optional. Omitted and `null` are equivalent and mean no title is provided.
 
     (wire ``title``; optional (``UNSET`` when absent))
     """
-    description: str | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("description", nullable=True, on_error=True)
-    )
+    description: str | UnsetType | None = field(default=UNSET, metadata=f("description", nullable=True, on_error=True))
     """Human-readable description.
 
     Optional. Omitted and `null` are equivalent and mean no description is provided.
 
     (wire ``description``; optional (``UNSET`` when absent))
     """
-    minimum: float | UnsetType | None = attrs.field(default=UNSET, metadata=f("minimum", nullable=True))
+    minimum: float | UnsetType | None = field(default=UNSET, metadata=f("minimum", nullable=True))
     """Minimum value (inclusive).
 
     Optional. Omitted and `null` are equivalent and mean there is no inclusive lower bound.
 
     (wire ``minimum``; optional (``UNSET`` when absent))
     """
-    maximum: float | UnsetType | None = attrs.field(default=UNSET, metadata=f("maximum", nullable=True))
+    maximum: float | UnsetType | None = field(default=UNSET, metadata=f("maximum", nullable=True))
     """Maximum value (inclusive).
 
     Optional. Omitted and `null` are equivalent and mean there is no inclusive upper bound.
 
     (wire ``maximum``; optional (``UNSET`` when absent))
     """
-    default: float | UnsetType | None = attrs.field(default=UNSET, metadata=f("default", nullable=True, on_error=True))
+    default: float | UnsetType | None = field(default=UNSET, metadata=f("default", nullable=True, on_error=True))
     """Default value.
 
     Optional. Omitted and `null` are equivalent and mean no default value is provided.
 
     (wire ``default``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -9768,7 +9464,7 @@ class NumberPropertySchema:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -9808,53 +9504,49 @@ class NumberPropertySchema:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class IntegerPropertySchema:
     """Schema for integer properties in an elicitation form.
 
     Schema: ``schema/v2/schema.unstable.json``, ``$defs/IntegerPropertySchema``
     """
 
-    title: str | UnsetType | None = attrs.field(default=UNSET, metadata=f("title", nullable=True, on_error=True))
+    title: str | UnsetType | None = field(default=UNSET, metadata=f("title", nullable=True, on_error=True))
     """Optional title for the property.
 
     Optional. Omitted and `null` are equivalent and mean no title is provided.
 
     (wire ``title``; optional (``UNSET`` when absent))
     """
-    description: str | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("description", nullable=True, on_error=True)
-    )
+    description: str | UnsetType | None = field(default=UNSET, metadata=f("description", nullable=True, on_error=True))
     """Human-readable description.
 
     Optional. Omitted and `null` are equivalent and mean no description is provided.
 
     (wire ``description``; optional (``UNSET`` when absent))
     """
-    minimum: int | UnsetType | None = attrs.field(default=UNSET, metadata=f("minimum", nullable=True))
+    minimum: int | UnsetType | None = field(default=UNSET, metadata=f("minimum", nullable=True))
     """Minimum value (inclusive).
 
     Optional. Omitted and `null` are equivalent and mean there is no inclusive lower bound.
 
     (wire ``minimum``; optional (``UNSET`` when absent))
     """
-    maximum: int | UnsetType | None = attrs.field(default=UNSET, metadata=f("maximum", nullable=True))
+    maximum: int | UnsetType | None = field(default=UNSET, metadata=f("maximum", nullable=True))
     """Maximum value (inclusive).
 
     Optional. Omitted and `null` are equivalent and mean there is no inclusive upper bound.
 
     (wire ``maximum``; optional (``UNSET`` when absent))
     """
-    default: int | UnsetType | None = attrs.field(default=UNSET, metadata=f("default", nullable=True, on_error=True))
+    default: int | UnsetType | None = field(default=UNSET, metadata=f("default", nullable=True, on_error=True))
     """Default value.
 
     Optional. Omitted and `null` are equivalent and mean no default value is provided.
 
     (wire ``default``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -9863,7 +9555,7 @@ class IntegerPropertySchema:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -9903,39 +9595,35 @@ class IntegerPropertySchema:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class BooleanPropertySchema:
     """Schema for boolean properties in an elicitation form.
 
     Schema: ``schema/v2/schema.unstable.json``, ``$defs/BooleanPropertySchema``
     """
 
-    title: str | UnsetType | None = attrs.field(default=UNSET, metadata=f("title", nullable=True, on_error=True))
+    title: str | UnsetType | None = field(default=UNSET, metadata=f("title", nullable=True, on_error=True))
     """Optional title for the property.
 
     Optional. Omitted and `null` are equivalent and mean no title is provided.
 
     (wire ``title``; optional (``UNSET`` when absent))
     """
-    description: str | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("description", nullable=True, on_error=True)
-    )
+    description: str | UnsetType | None = field(default=UNSET, metadata=f("description", nullable=True, on_error=True))
     """Human-readable description.
 
     Optional. Omitted and `null` are equivalent and mean no description is provided.
 
     (wire ``description``; optional (``UNSET`` when absent))
     """
-    default: bool | UnsetType | None = attrs.field(default=UNSET, metadata=f("default", nullable=True, on_error=True))
+    default: bool | UnsetType | None = field(default=UNSET, metadata=f("default", nullable=True, on_error=True))
     """Default value.
 
     Optional. Omitted and `null` are equivalent and mean no default value is provided.
 
     (wire ``default``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -9944,7 +9632,7 @@ class BooleanPropertySchema:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -9978,49 +9666,47 @@ class BooleanPropertySchema:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class MultiSelectPropertySchema:
     """Schema for multi-select (array) properties in an elicitation form.
 
     Schema: ``schema/v2/schema.unstable.json``, ``$defs/MultiSelectPropertySchema``
     """
 
-    title: str | UnsetType | None = attrs.field(default=UNSET, metadata=f("title", nullable=True, on_error=True))
+    title: str | UnsetType | None = field(default=UNSET, metadata=f("title", nullable=True, on_error=True))
     """Optional title for the property.
 
     Optional. Omitted and `null` are equivalent and mean no title is provided.
 
     (wire ``title``; optional (``UNSET`` when absent))
     """
-    description: str | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("description", nullable=True, on_error=True)
-    )
+    description: str | UnsetType | None = field(default=UNSET, metadata=f("description", nullable=True, on_error=True))
     """Human-readable description.
 
     Optional. Omitted and `null` are equivalent and mean no description is provided.
 
     (wire ``description``; optional (``UNSET`` when absent))
     """
-    min_items: int | UnsetType | None = attrs.field(default=UNSET, metadata=f("minItems", nullable=True))
+    min_items: int | UnsetType | None = field(default=UNSET, metadata=f("minItems", nullable=True))
     """Minimum number of items to select.
 
     Optional. Omitted and `null` are equivalent and mean there is no minimum selection count.
 
     (wire ``minItems``; optional (``UNSET`` when absent))
     """
-    max_items: int | UnsetType | None = attrs.field(default=UNSET, metadata=f("maxItems", nullable=True))
+    max_items: int | UnsetType | None = field(default=UNSET, metadata=f("maxItems", nullable=True))
     """Maximum number of items to select.
 
     Optional. Omitted and `null` are equivalent and mean there is no maximum selection count.
 
     (wire ``maxItems``; optional (``UNSET`` when absent))
     """
-    items: MultiSelectItems = attrs.field(metadata=f("items"))
+    items: MultiSelectItems = field(metadata=f("items"))
     """The items definition describing allowed values.
 
     (wire ``items``; required)
     """
-    default: list[str] | UnsetType | None = attrs.field(
+    default: list[str] | UnsetType | None = field(
         default=UNSET, metadata=f("default", nullable=True, on_error=True, skip_invalid=True)
     )
     """Default selected values.
@@ -10029,9 +9715,7 @@ class MultiSelectPropertySchema:
 
     (wire ``default``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -10040,7 +9724,7 @@ class MultiSelectPropertySchema:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -10083,24 +9767,24 @@ class MultiSelectPropertySchema:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class ElicitationFormMode:
     """Form-based elicitation mode where the client renders a form from the provided schema.
 
     Schema: ``schema/v2/schema.unstable.json``, ``$defs/ElicitationFormMode``
     """
 
-    requested_schema: ElicitationSchema = attrs.field(metadata=f("requestedSchema"))
+    requested_schema: ElicitationSchema = field(metadata=f("requestedSchema"))
     """A JSON Schema describing the form fields to present to the user.
 
     (wire ``requestedSchema``; required)
     """
-    session_id: SessionId | UnsetType = attrs.field(default=UNSET, metadata=f("sessionId"))
+    session_id: SessionId | UnsetType = field(default=UNSET, metadata=f("sessionId"))
     """The session this elicitation is tied to.
 
     (wire ``sessionId``; optional (``UNSET`` when absent))
     """
-    tool_call_id: ToolCallId | UnsetType | None = attrs.field(
+    tool_call_id: ToolCallId | UnsetType | None = field(
         default=UNSET, metadata=f("toolCallId", nullable=True, on_error=True)
     )
     """Optional tool call within the session.
@@ -10110,12 +9794,12 @@ class ElicitationFormMode:
 
     (wire ``toolCallId``; optional (``UNSET`` when absent))
     """
-    request_id: RequestId | UnsetType = attrs.field(default=UNSET, metadata=f("requestId"))
+    request_id: RequestId | UnsetType = field(default=UNSET, metadata=f("requestId"))
     """The pending Client-to-Agent request this elicitation is tied to.
 
     (wire ``requestId``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -10149,29 +9833,29 @@ class ElicitationFormMode:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class ElicitationUrlMode:
     """URL-based elicitation mode where the client directs the user to a URL.
 
     Schema: ``schema/v2/schema.unstable.json``, ``$defs/ElicitationUrlMode``
     """
 
-    elicitation_id: ElicitationId = attrs.field(metadata=f("elicitationId"))
+    elicitation_id: ElicitationId = field(metadata=f("elicitationId"))
     """The unique identifier for this elicitation.
 
     (wire ``elicitationId``; required)
     """
-    url: str = attrs.field(metadata=f("url"))
+    url: str = field(metadata=f("url"))
     """The URL to direct the user to.
 
     (wire ``url``; required)
     """
-    session_id: SessionId | UnsetType = attrs.field(default=UNSET, metadata=f("sessionId"))
+    session_id: SessionId | UnsetType = field(default=UNSET, metadata=f("sessionId"))
     """The session this elicitation is tied to.
 
     (wire ``sessionId``; optional (``UNSET`` when absent))
     """
-    tool_call_id: ToolCallId | UnsetType | None = attrs.field(
+    tool_call_id: ToolCallId | UnsetType | None = field(
         default=UNSET, metadata=f("toolCallId", nullable=True, on_error=True)
     )
     """Optional tool call within the session.
@@ -10181,12 +9865,12 @@ class ElicitationUrlMode:
 
     (wire ``toolCallId``; optional (``UNSET`` when absent))
     """
-    request_id: RequestId | UnsetType = attrs.field(default=UNSET, metadata=f("requestId"))
+    request_id: RequestId | UnsetType = field(default=UNSET, metadata=f("requestId"))
     """The pending Client-to-Agent request this elicitation is tied to.
 
     (wire ``requestId``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -10223,7 +9907,7 @@ class ElicitationUrlMode:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class MessageMcpRequest:
     """**UNSTABLE**
 
@@ -10234,29 +9918,27 @@ class MessageMcpRequest:
     Schema: ``schema/v2/schema.unstable.json``, ``$defs/MessageMcpRequest``
     """
 
-    server_id: McpServerAcpId = attrs.field(metadata=f("serverId"))
+    server_id: McpServerAcpId = field(metadata=f("serverId"))
     """The declared ACP MCP server receiving this request.
 
     (wire ``serverId``; required)
     """
-    request_id: McpRequestId = attrs.field(metadata=f("requestId"))
+    request_id: McpRequestId = field(metadata=f("requestId"))
     """The caller-generated identifier for the inner MCP request.
 
     (wire ``requestId``; required)
     """
-    method: str = attrs.field(metadata=f("method"))
+    method: str = field(metadata=f("method"))
     """The inner MCP method name.
 
     (wire ``method``; required)
     """
-    params: dict[str, Any] | UnsetType | None = attrs.field(default=UNSET, metadata=f("params", nullable=True))
+    params: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("params", nullable=True))
     """Optional inner MCP params. Null is equivalent to omission.
 
     (wire ``params``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -10266,7 +9948,7 @@ class MessageMcpRequest:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -10303,7 +9985,7 @@ class MessageMcpRequest:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class InitializeResponse:
     """Response to the `initialize` method.
 
@@ -10314,7 +9996,7 @@ class InitializeResponse:
     Schema: ``schema/v2/schema.unstable.json``, ``$defs/InitializeResponse``
     """
 
-    protocol_version: ProtocolVersion = attrs.field(metadata=f("protocolVersion"))
+    protocol_version: ProtocolVersion = field(metadata=f("protocolVersion"))
     """The highest protocol version supported by the agent that is at or below
     the version requested by the client. If no such version exists,
     initialization fails with error code -32022.
@@ -10324,19 +10006,19 @@ class InitializeResponse:
 
     (wire ``protocolVersion``; required)
     """
-    info: Implementation = attrs.field(metadata=f("info"))
+    info: Implementation = field(metadata=f("info"))
     """Information about the implementation sending this initialize response.
 
     (wire ``info``; required)
     """
-    capabilities: AgentCapabilities | UnsetType = attrs.field(
+    capabilities: AgentCapabilities | UnsetType = field(
         default=UNSET, metadata=f("capabilities", on_error=True, default={})
     )
     """Capabilities supported by the agent.
 
     (wire ``capabilities``; optional (``UNSET`` when absent); schema default ``{}``)
     """
-    auth_methods: list[AuthMethod] | UnsetType = attrs.field(
+    auth_methods: list[AuthMethod] | UnsetType = field(
         default=UNSET, metadata=f("authMethods", on_error=True, skip_invalid=True)
     )
     """Authentication methods supported by the agent.
@@ -10347,9 +10029,7 @@ class InitializeResponse:
 
     (wire ``authMethods``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -10358,7 +10038,7 @@ class InitializeResponse:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -10395,7 +10075,7 @@ class InitializeResponse:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class Implementation:
     """Metadata about the implementation of the client or agent.
     Describes the name and version of an ACP implementation, with an optional
@@ -10404,13 +10084,13 @@ class Implementation:
     Schema: ``schema/v2/schema.unstable.json``, ``$defs/Implementation``
     """
 
-    name: str = attrs.field(metadata=f("name"))
+    name: str = field(metadata=f("name"))
     """Intended for programmatic or logical use, but can be used as a display
     name fallback if title isn't present.
 
     (wire ``name``; required)
     """
-    title: str | UnsetType | None = attrs.field(default=UNSET, metadata=f("title", nullable=True, on_error=True))
+    title: str | UnsetType | None = field(default=UNSET, metadata=f("title", nullable=True, on_error=True))
     """Intended for UI and end-user contexts and optimized to be human-readable
     and easily understood.
 
@@ -10420,15 +10100,13 @@ class Implementation:
 
     (wire ``title``; optional (``UNSET`` when absent))
     """
-    version: str = attrs.field(metadata=f("version"))
+    version: str = field(metadata=f("version"))
     """Version of the implementation. Can be displayed to the user or used
     for debugging or metrics purposes. (e.g. "1.0.0").
 
     (wire ``version``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -10437,7 +10115,7 @@ class Implementation:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -10471,7 +10149,7 @@ class Implementation:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class AgentCapabilities:
     """Capabilities supported by the agent.
 
@@ -10483,7 +10161,7 @@ class AgentCapabilities:
     Schema: ``schema/v2/schema.unstable.json``, ``$defs/AgentCapabilities``
     """
 
-    session: SessionCapabilities | UnsetType | None = attrs.field(
+    session: SessionCapabilities | UnsetType | None = field(
         default=UNSET, metadata=f("session", nullable=True, on_error=True)
     )
     """Session capabilities supported by the agent.
@@ -10496,7 +10174,7 @@ class AgentCapabilities:
 
     (wire ``session``; optional (``UNSET`` when absent))
     """
-    auth: AgentAuthCapabilities | UnsetType | None = attrs.field(
+    auth: AgentAuthCapabilities | UnsetType | None = field(
         default=UNSET, metadata=f("auth", nullable=True, on_error=True)
     )
     """Authentication-related extension capabilities supported by the agent.
@@ -10508,7 +10186,7 @@ class AgentCapabilities:
 
     (wire ``auth``; optional (``UNSET`` when absent))
     """
-    providers: ProvidersCapabilities | UnsetType | None = attrs.field(
+    providers: ProvidersCapabilities | UnsetType | None = field(
         default=UNSET, metadata=f("providers", nullable=True, on_error=True)
     )
     """**UNSTABLE**
@@ -10522,9 +10200,7 @@ class AgentCapabilities:
 
     (wire ``providers``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -10533,7 +10209,7 @@ class AgentCapabilities:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -10567,7 +10243,7 @@ class AgentCapabilities:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class SessionCapabilities:
     """Session capabilities supported by the agent.
 
@@ -10584,7 +10260,7 @@ class SessionCapabilities:
     Schema: ``schema/v2/schema.unstable.json``, ``$defs/SessionCapabilities``
     """
 
-    prompt: PromptCapabilities | UnsetType | None = attrs.field(
+    prompt: PromptCapabilities | UnsetType | None = field(
         default=UNSET, metadata=f("prompt", nullable=True, on_error=True)
     )
     """Prompt capabilities supported by the agent in `session/prompt` requests.
@@ -10595,9 +10271,7 @@ class SessionCapabilities:
 
     (wire ``prompt``; optional (``UNSET`` when absent))
     """
-    mcp: McpCapabilities | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("mcp", nullable=True, on_error=True)
-    )
+    mcp: McpCapabilities | UnsetType | None = field(default=UNSET, metadata=f("mcp", nullable=True, on_error=True))
     """MCP capabilities supported by the agent for session lifecycle requests.
 
     Optional. Omitted and `null` are equivalent and mean the agent does not advertise MCP
@@ -10605,7 +10279,7 @@ class SessionCapabilities:
 
     (wire ``mcp``; optional (``UNSET`` when absent))
     """
-    delete: SessionDeleteCapabilities | UnsetType | None = attrs.field(
+    delete: SessionDeleteCapabilities | UnsetType | None = field(
         default=UNSET, metadata=f("delete", nullable=True, on_error=True)
     )
     """Whether the agent supports `session/delete`.
@@ -10615,7 +10289,7 @@ class SessionCapabilities:
 
     (wire ``delete``; optional (``UNSET`` when absent))
     """
-    additional_directories: SessionAdditionalDirectoriesCapabilities | UnsetType | None = attrs.field(
+    additional_directories: SessionAdditionalDirectoriesCapabilities | UnsetType | None = field(
         default=UNSET, metadata=f("additionalDirectories", nullable=True, on_error=True)
     )
     """Whether the agent supports `additionalDirectories` on supported session lifecycle requests.
@@ -10629,7 +10303,7 @@ class SessionCapabilities:
 
     (wire ``additionalDirectories``; optional (``UNSET`` when absent))
     """
-    system_prompt: SessionSystemPromptCapabilities | UnsetType | None = attrs.field(
+    system_prompt: SessionSystemPromptCapabilities | UnsetType | None = field(
         default=UNSET, metadata=f("systemPrompt", nullable=True, on_error=True)
     )
     """**UNSTABLE**
@@ -10643,7 +10317,7 @@ class SessionCapabilities:
 
     (wire ``systemPrompt``; optional (``UNSET`` when absent))
     """
-    fork: SessionForkCapabilities | UnsetType | None = attrs.field(
+    fork: SessionForkCapabilities | UnsetType | None = field(
         default=UNSET, metadata=f("fork", nullable=True, on_error=True)
     )
     """**UNSTABLE**
@@ -10657,7 +10331,7 @@ class SessionCapabilities:
 
     (wire ``fork``; optional (``UNSET`` when absent))
     """
-    archive: SessionArchiveCapabilities | UnsetType | None = attrs.field(
+    archive: SessionArchiveCapabilities | UnsetType | None = field(
         default=UNSET, metadata=f("archive", nullable=True, on_error=True)
     )
     """**UNSTABLE**
@@ -10672,7 +10346,7 @@ class SessionCapabilities:
 
     (wire ``archive``; optional (``UNSET`` when absent))
     """
-    status: SessionStatusCapabilities | UnsetType | None = attrs.field(
+    status: SessionStatusCapabilities | UnsetType | None = field(
         default=UNSET, metadata=f("status", nullable=True, on_error=True)
     )
     """**UNSTABLE**
@@ -10686,7 +10360,7 @@ class SessionCapabilities:
 
     (wire ``status``; optional (``UNSET`` when absent))
     """
-    title: SessionTitleCapabilities | UnsetType | None = attrs.field(
+    title: SessionTitleCapabilities | UnsetType | None = field(
         default=UNSET, metadata=f("title", nullable=True, on_error=True)
     )
     """**UNSTABLE**
@@ -10703,9 +10377,7 @@ class SessionCapabilities:
 
     (wire ``title``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -10714,7 +10386,7 @@ class SessionCapabilities:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -10766,7 +10438,7 @@ class SessionCapabilities:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class PromptCapabilities:
     """Prompt capabilities supported by the agent in `session/prompt` requests.
 
@@ -10784,7 +10456,7 @@ class PromptCapabilities:
     Schema: ``schema/v2/schema.unstable.json``, ``$defs/PromptCapabilities``
     """
 
-    image: PromptImageCapabilities | UnsetType | None = attrs.field(
+    image: PromptImageCapabilities | UnsetType | None = field(
         default=UNSET, metadata=f("image", nullable=True, on_error=True)
     )
     """Agent supports `image` content blocks.
@@ -10794,7 +10466,7 @@ class PromptCapabilities:
 
     (wire ``image``; optional (``UNSET`` when absent))
     """
-    audio: PromptAudioCapabilities | UnsetType | None = attrs.field(
+    audio: PromptAudioCapabilities | UnsetType | None = field(
         default=UNSET, metadata=f("audio", nullable=True, on_error=True)
     )
     """Agent supports `audio` content blocks.
@@ -10804,7 +10476,7 @@ class PromptCapabilities:
 
     (wire ``audio``; optional (``UNSET`` when absent))
     """
-    embedded_context: PromptEmbeddedContextCapabilities | UnsetType | None = attrs.field(
+    embedded_context: PromptEmbeddedContextCapabilities | UnsetType | None = field(
         default=UNSET, metadata=f("embeddedContext", nullable=True, on_error=True)
     )
     """Agent supports embedded context in `session/prompt` requests.
@@ -10817,9 +10489,7 @@ class PromptCapabilities:
 
     (wire ``embeddedContext``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -10828,7 +10498,7 @@ class PromptCapabilities:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -10862,7 +10532,7 @@ class PromptCapabilities:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class PromptImageCapabilities:
     """Capabilities for image content in prompt requests.
 
@@ -10871,9 +10541,7 @@ class PromptImageCapabilities:
     Schema: ``schema/v2/schema.unstable.json``, ``$defs/PromptImageCapabilities``
     """
 
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -10882,7 +10550,7 @@ class PromptImageCapabilities:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -10901,7 +10569,7 @@ class PromptImageCapabilities:
         return self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class PromptAudioCapabilities:
     """Capabilities for audio content in prompt requests.
 
@@ -10910,9 +10578,7 @@ class PromptAudioCapabilities:
     Schema: ``schema/v2/schema.unstable.json``, ``$defs/PromptAudioCapabilities``
     """
 
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -10921,7 +10587,7 @@ class PromptAudioCapabilities:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -10940,7 +10606,7 @@ class PromptAudioCapabilities:
         return self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class PromptEmbeddedContextCapabilities:
     """Capabilities for embedded context in prompt requests.
 
@@ -10949,9 +10615,7 @@ class PromptEmbeddedContextCapabilities:
     Schema: ``schema/v2/schema.unstable.json``, ``$defs/PromptEmbeddedContextCapabilities``
     """
 
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -10960,7 +10624,7 @@ class PromptEmbeddedContextCapabilities:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -10979,14 +10643,14 @@ class PromptEmbeddedContextCapabilities:
         return self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class McpCapabilities:
     """MCP capabilities supported by the agent for session lifecycle requests.
 
     Schema: ``schema/v2/schema.unstable.json``, ``$defs/McpCapabilities``
     """
 
-    stdio: McpStdioCapabilities | UnsetType | None = attrs.field(
+    stdio: McpStdioCapabilities | UnsetType | None = field(
         default=UNSET, metadata=f("stdio", nullable=True, on_error=True)
     )
     """Agent supports `stdio` MCP servers.
@@ -10996,7 +10660,7 @@ class McpCapabilities:
 
     (wire ``stdio``; optional (``UNSET`` when absent))
     """
-    http: McpHttpCapabilities | UnsetType | None = attrs.field(
+    http: McpHttpCapabilities | UnsetType | None = field(
         default=UNSET, metadata=f("http", nullable=True, on_error=True)
     )
     """Agent supports `http` MCP servers.
@@ -11006,9 +10670,7 @@ class McpCapabilities:
 
     (wire ``http``; optional (``UNSET`` when absent))
     """
-    acp: McpAcpCapabilities | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("acp", nullable=True, on_error=True)
-    )
+    acp: McpAcpCapabilities | UnsetType | None = field(default=UNSET, metadata=f("acp", nullable=True, on_error=True))
     """**UNSTABLE**
 
     This capability is not part of the spec yet, and may be removed or changed at any point.
@@ -11020,9 +10682,7 @@ class McpCapabilities:
 
     (wire ``acp``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -11031,7 +10691,7 @@ class McpCapabilities:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -11065,7 +10725,7 @@ class McpCapabilities:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class McpStdioCapabilities:
     """Capabilities for stdio MCP server transports.
 
@@ -11074,9 +10734,7 @@ class McpStdioCapabilities:
     Schema: ``schema/v2/schema.unstable.json``, ``$defs/McpStdioCapabilities``
     """
 
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -11085,7 +10743,7 @@ class McpStdioCapabilities:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -11104,7 +10762,7 @@ class McpStdioCapabilities:
         return self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class McpHttpCapabilities:
     """Capabilities for HTTP MCP server transports.
 
@@ -11113,9 +10771,7 @@ class McpHttpCapabilities:
     Schema: ``schema/v2/schema.unstable.json``, ``$defs/McpHttpCapabilities``
     """
 
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -11124,7 +10780,7 @@ class McpHttpCapabilities:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -11143,7 +10799,7 @@ class McpHttpCapabilities:
         return self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class McpAcpCapabilities:
     """**UNSTABLE**
 
@@ -11158,9 +10814,7 @@ class McpAcpCapabilities:
     Schema: ``schema/v2/schema.unstable.json``, ``$defs/McpAcpCapabilities``
     """
 
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -11169,7 +10823,7 @@ class McpAcpCapabilities:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -11188,7 +10842,7 @@ class McpAcpCapabilities:
         return self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class SessionDeleteCapabilities:
     """Capabilities for the `session/delete` method.
 
@@ -11197,9 +10851,7 @@ class SessionDeleteCapabilities:
     Schema: ``schema/v2/schema.unstable.json``, ``$defs/SessionDeleteCapabilities``
     """
 
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -11208,7 +10860,7 @@ class SessionDeleteCapabilities:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -11227,7 +10879,7 @@ class SessionDeleteCapabilities:
         return self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class SessionAdditionalDirectoriesCapabilities:
     """Capabilities for additional session directories support.
 
@@ -11239,9 +10891,7 @@ class SessionAdditionalDirectoriesCapabilities:
     Schema: ``schema/v2/schema.unstable.json``, ``$defs/SessionAdditionalDirectoriesCapabilities``
     """
 
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -11250,7 +10900,7 @@ class SessionAdditionalDirectoriesCapabilities:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -11269,7 +10919,7 @@ class SessionAdditionalDirectoriesCapabilities:
         return self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class SessionSystemPromptCapabilities:
     """**UNSTABLE**
 
@@ -11285,7 +10935,7 @@ class SessionSystemPromptCapabilities:
     Schema: ``schema/v2/schema.unstable.json``, ``$defs/SessionSystemPromptCapabilities``
     """
 
-    mode: SessionSystemPromptModeCapabilities | UnsetType | None = attrs.field(
+    mode: SessionSystemPromptModeCapabilities | UnsetType | None = field(
         default=UNSET, metadata=f("mode", nullable=True, on_error=True)
     )
     """Delivery modes the agent supports in addition to `append`.
@@ -11294,9 +10944,7 @@ class SessionSystemPromptCapabilities:
 
     (wire ``mode``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -11305,7 +10953,7 @@ class SessionSystemPromptCapabilities:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -11329,7 +10977,7 @@ class SessionSystemPromptCapabilities:
         return self.mode == o.mode and self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class SessionSystemPromptModeCapabilities:
     """**UNSTABLE**
 
@@ -11345,7 +10993,7 @@ class SessionSystemPromptModeCapabilities:
     Schema: ``schema/v2/schema.unstable.json``, ``$defs/SessionSystemPromptModeCapabilities``
     """
 
-    override: SessionSystemPromptOverrideCapabilities | UnsetType | None = attrs.field(
+    override: SessionSystemPromptOverrideCapabilities | UnsetType | None = field(
         default=UNSET, metadata=f("override", nullable=True, on_error=True)
     )
     """Whether the agent supports `override` mode.
@@ -11356,9 +11004,7 @@ class SessionSystemPromptModeCapabilities:
 
     (wire ``override``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -11367,7 +11013,7 @@ class SessionSystemPromptModeCapabilities:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -11391,7 +11037,7 @@ class SessionSystemPromptModeCapabilities:
         return self.override == o.override and self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class SessionSystemPromptOverrideCapabilities:
     """**UNSTABLE**
 
@@ -11407,9 +11053,7 @@ class SessionSystemPromptOverrideCapabilities:
     Schema: ``schema/v2/schema.unstable.json``, ``$defs/SessionSystemPromptOverrideCapabilities``
     """
 
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -11418,7 +11062,7 @@ class SessionSystemPromptOverrideCapabilities:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -11437,7 +11081,7 @@ class SessionSystemPromptOverrideCapabilities:
         return self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class SessionForkCapabilities:
     """**UNSTABLE**
 
@@ -11452,9 +11096,7 @@ class SessionForkCapabilities:
     Schema: ``schema/v2/schema.unstable.json``, ``$defs/SessionForkCapabilities``
     """
 
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -11463,7 +11105,7 @@ class SessionForkCapabilities:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -11482,7 +11124,7 @@ class SessionForkCapabilities:
         return self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class SessionArchiveCapabilities:
     """**UNSTABLE**
 
@@ -11498,9 +11140,7 @@ class SessionArchiveCapabilities:
     Schema: ``schema/v2/schema.unstable.json``, ``$defs/SessionArchiveCapabilities``
     """
 
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -11509,7 +11149,7 @@ class SessionArchiveCapabilities:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -11528,7 +11168,7 @@ class SessionArchiveCapabilities:
         return self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class SessionStatusCapabilities:
     """**UNSTABLE**
 
@@ -11543,9 +11183,7 @@ class SessionStatusCapabilities:
     Schema: ``schema/v2/schema.unstable.json``, ``$defs/SessionStatusCapabilities``
     """
 
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -11554,7 +11192,7 @@ class SessionStatusCapabilities:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -11573,7 +11211,7 @@ class SessionStatusCapabilities:
         return self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class SessionTitleCapabilities:
     """**UNSTABLE**
 
@@ -11589,9 +11227,7 @@ class SessionTitleCapabilities:
     Schema: ``schema/v2/schema.unstable.json``, ``$defs/SessionTitleCapabilities``
     """
 
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -11600,7 +11236,7 @@ class SessionTitleCapabilities:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -11619,7 +11255,7 @@ class SessionTitleCapabilities:
         return self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class AgentAuthCapabilities:
     """Authentication-related extension capabilities supported by the agent.
 
@@ -11630,7 +11266,7 @@ class AgentAuthCapabilities:
     Schema: ``schema/v2/schema.unstable.json``, ``$defs/AgentAuthCapabilities``
     """
 
-    status: AuthStatusCapabilities | UnsetType | None = attrs.field(
+    status: AuthStatusCapabilities | UnsetType | None = field(
         default=UNSET, metadata=f("status", nullable=True, on_error=True)
     )
     """**UNSTABLE**
@@ -11644,9 +11280,7 @@ class AgentAuthCapabilities:
 
     (wire ``status``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -11655,7 +11289,7 @@ class AgentAuthCapabilities:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -11679,7 +11313,7 @@ class AgentAuthCapabilities:
         return self.status == o.status and self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class AuthStatusCapabilities:
     """**UNSTABLE**
 
@@ -11694,9 +11328,7 @@ class AuthStatusCapabilities:
     Schema: ``schema/v2/schema.unstable.json``, ``$defs/AuthStatusCapabilities``
     """
 
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -11705,7 +11337,7 @@ class AuthStatusCapabilities:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -11724,7 +11356,7 @@ class AuthStatusCapabilities:
         return self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class ProvidersCapabilities:
     """**UNSTABLE**
 
@@ -11739,9 +11371,7 @@ class ProvidersCapabilities:
     Schema: ``schema/v2/schema.unstable.json``, ``$defs/ProvidersCapabilities``
     """
 
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -11750,7 +11380,7 @@ class ProvidersCapabilities:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -11769,26 +11399,24 @@ class ProvidersCapabilities:
         return self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class EnvVariable:
     """An environment variable to set when launching a process.
 
     Schema: ``schema/v2/schema.unstable.json``, ``$defs/EnvVariable``
     """
 
-    name: str = attrs.field(metadata=f("name"))
+    name: str = field(metadata=f("name"))
     """The name of the environment variable.
 
     (wire ``name``; required)
     """
-    value: str = attrs.field(metadata=f("value"))
+    value: str = field(metadata=f("value"))
     """The value to set for the environment variable.
 
     (wire ``value``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -11797,7 +11425,7 @@ class EnvVariable:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -11828,7 +11456,7 @@ class EnvVariable:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class AuthMethodTerminal:
     """Terminal-based authentication method.
 
@@ -11841,40 +11469,36 @@ class AuthMethodTerminal:
     Schema: ``schema/v2/schema.unstable.json``, ``$defs/AuthMethodTerminal``
     """
 
-    method_id: AuthMethodId = attrs.field(metadata=f("methodId"))
+    method_id: AuthMethodId = field(metadata=f("methodId"))
     """Unique identifier for this authentication method.
 
     (wire ``methodId``; required)
     """
-    name: str = attrs.field(metadata=f("name"))
+    name: str = field(metadata=f("name"))
     """Human-readable name of the authentication method.
 
     (wire ``name``; required)
     """
-    description: str | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("description", nullable=True, on_error=True)
-    )
+    description: str | UnsetType | None = field(default=UNSET, metadata=f("description", nullable=True, on_error=True))
     """Optional human-readable description of this authentication method.
 
     Omitted and `null` are equivalent and mean no description is provided.
 
     (wire ``description``; optional (``UNSET`` when absent))
     """
-    args: list[str] | UnsetType = attrs.field(default=UNSET, metadata=f("args", on_null=True))
+    args: list[str] | UnsetType = field(default=UNSET, metadata=f("args", on_null=True))
     """Additional arguments to append to the configured agent invocation for terminal auth.
 
     (wire ``args``; optional (``UNSET`` when absent))
     """
-    env: list[EnvVariable] | UnsetType = attrs.field(default=UNSET, metadata=f("env", on_null=True))
+    env: list[EnvVariable] | UnsetType = field(default=UNSET, metadata=f("env", on_null=True))
     """Additional environment variables to set on the configured agent invocation for terminal auth.
     Names MUST be unique. These values override same-named variables in the
     base launch configuration.
 
     (wire ``env``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -11883,7 +11507,7 @@ class AuthMethodTerminal:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -11923,7 +11547,7 @@ class AuthMethodTerminal:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class AuthMethodAgent:
     """Agent handles authentication itself through `auth/login`.
 
@@ -11932,28 +11556,24 @@ class AuthMethodAgent:
     Schema: ``schema/v2/schema.unstable.json``, ``$defs/AuthMethodAgent``
     """
 
-    method_id: AuthMethodId = attrs.field(metadata=f("methodId"))
+    method_id: AuthMethodId = field(metadata=f("methodId"))
     """Unique identifier for this authentication method.
 
     (wire ``methodId``; required)
     """
-    name: str = attrs.field(metadata=f("name"))
+    name: str = field(metadata=f("name"))
     """Human-readable name of the authentication method.
 
     (wire ``name``; required)
     """
-    description: str | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("description", nullable=True, on_error=True)
-    )
+    description: str | UnsetType | None = field(default=UNSET, metadata=f("description", nullable=True, on_error=True))
     """Optional human-readable description of this authentication method.
 
     Omitted and `null` are equivalent and mean no description is provided.
 
     (wire ``description``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -11962,7 +11582,7 @@ class AuthMethodAgent:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -11996,16 +11616,14 @@ class AuthMethodAgent:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class LoginAuthResponse:
     """Response to the `auth/login` method.
 
     Schema: ``schema/v2/schema.unstable.json``, ``$defs/LoginAuthResponse``
     """
 
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -12014,7 +11632,7 @@ class LoginAuthResponse:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -12033,7 +11651,7 @@ class LoginAuthResponse:
         return self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class ListProvidersResponse:
     """**UNSTABLE**
 
@@ -12046,14 +11664,12 @@ class ListProvidersResponse:
     Schema: ``schema/v2/schema.unstable.json``, ``$defs/ListProvidersResponse``
     """
 
-    providers: list[ProviderInfo] = attrs.field(metadata=f("providers"))
+    providers: list[ProviderInfo] = field(metadata=f("providers"))
     """Configurable providers with current routing info suitable for UI display.
 
     (wire ``providers``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -12062,7 +11678,7 @@ class ListProvidersResponse:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -12086,7 +11702,7 @@ class ListProvidersResponse:
         return self.providers == o.providers and self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class ProviderInfo:
     """**UNSTABLE**
 
@@ -12099,31 +11715,29 @@ class ProviderInfo:
     Schema: ``schema/v2/schema.unstable.json``, ``$defs/ProviderInfo``
     """
 
-    provider_id: ProviderId = attrs.field(metadata=f("providerId"))
+    provider_id: ProviderId = field(metadata=f("providerId"))
     """Provider identifier, for example "main" or "openai".
 
     (wire ``providerId``; required)
     """
-    supported: list[LlmProtocol] = attrs.field(metadata=f("supported", on_error=True, skip_invalid=True))
+    supported: list[LlmProtocol] = field(metadata=f("supported", on_error=True, skip_invalid=True))
     """Supported protocol types for this provider.
 
     (wire ``supported``; required)
     """
-    required: bool = attrs.field(metadata=f("required"))
+    required: bool = field(metadata=f("required"))
     """Whether this provider is mandatory and cannot be disabled via `providers/disable`.
     If true, clients must not call `providers/disable` for this provider ID.
 
     (wire ``required``; required)
     """
-    current: ProviderCurrentConfig | UnsetType | None = attrs.field(default=UNSET, metadata=f("current", nullable=True))
+    current: ProviderCurrentConfig | UnsetType | None = field(default=UNSET, metadata=f("current", nullable=True))
     """Current effective non-secret routing config.
     Null or omitted means provider is disabled.
 
     (wire ``current``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -12132,7 +11746,7 @@ class ProviderInfo:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -12169,7 +11783,7 @@ class ProviderInfo:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class ProviderCurrentConfig:
     """**UNSTABLE**
 
@@ -12182,19 +11796,17 @@ class ProviderCurrentConfig:
     Schema: ``schema/v2/schema.unstable.json``, ``$defs/ProviderCurrentConfig``
     """
 
-    api_type: LlmProtocol = attrs.field(metadata=f("apiType"))
+    api_type: LlmProtocol = field(metadata=f("apiType"))
     """Protocol currently used by this provider.
 
     (wire ``apiType``; required)
     """
-    base_url: str = attrs.field(metadata=f("baseUrl"))
+    base_url: str = field(metadata=f("baseUrl"))
     """Base URL currently used by this provider.
 
     (wire ``baseUrl``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -12203,7 +11815,7 @@ class ProviderCurrentConfig:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -12234,7 +11846,7 @@ class ProviderCurrentConfig:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class SetProviderResponse:
     """**UNSTABLE**
 
@@ -12247,9 +11859,7 @@ class SetProviderResponse:
     Schema: ``schema/v2/schema.unstable.json``, ``$defs/SetProviderResponse``
     """
 
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -12258,7 +11868,7 @@ class SetProviderResponse:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -12277,7 +11887,7 @@ class SetProviderResponse:
         return self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class DisableProviderResponse:
     """**UNSTABLE**
 
@@ -12290,9 +11900,7 @@ class DisableProviderResponse:
     Schema: ``schema/v2/schema.unstable.json``, ``$defs/DisableProviderResponse``
     """
 
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -12301,7 +11909,7 @@ class DisableProviderResponse:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -12320,16 +11928,14 @@ class DisableProviderResponse:
         return self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class LogoutAuthResponse:
     """Response to the `auth/logout` method.
 
     Schema: ``schema/v2/schema.unstable.json``, ``$defs/LogoutAuthResponse``
     """
 
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -12338,7 +11944,7 @@ class LogoutAuthResponse:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -12357,7 +11963,7 @@ class LogoutAuthResponse:
         return self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class AuthStatusResponse:
     """**UNSTABLE**
 
@@ -12370,7 +11976,7 @@ class AuthStatusResponse:
     Schema: ``schema/v2/schema.unstable.json``, ``$defs/AuthStatusResponse``
     """
 
-    state: AuthState = attrs.field(metadata=f("state"))
+    state: AuthState = field(metadata=f("state"))
     """Whether the agent can start sessions without the user signing in first.
 
     This is the only field clients should act on. Clients MUST treat values they
@@ -12378,7 +11984,7 @@ class AuthStatusResponse:
 
     (wire ``state``; required)
     """
-    accounts: list[AuthAccount] | UnsetType = attrs.field(
+    accounts: list[AuthAccount] | UnsetType = field(
         default=UNSET, metadata=f("accounts", on_error=True, skip_invalid=True)
     )
     """The accounts the agent has configured, for display.
@@ -12389,9 +11995,7 @@ class AuthStatusResponse:
 
     (wire ``accounts``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -12400,7 +12004,7 @@ class AuthStatusResponse:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -12431,7 +12035,7 @@ class AuthStatusResponse:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class AuthAccount:
     """**UNSTABLE**
 
@@ -12449,13 +12053,13 @@ class AuthAccount:
     Schema: ``schema/v2/schema.unstable.json``, ``$defs/AuthAccount``
     """
 
-    label: str = attrs.field(metadata=f("label"))
+    label: str = field(metadata=f("label"))
     """Human-readable name for the account, suitable for display on its own,
     for example `Claude Max`, `OpenAI API key`, or `Vertex AI`.
 
     (wire ``label``; required)
     """
-    active: bool | UnsetType | None = attrs.field(default=UNSET, metadata=f("active", nullable=True, on_error=True))
+    active: bool | UnsetType | None = field(default=UNSET, metadata=f("active", nullable=True, on_error=True))
     """Whether the agent currently uses this account by default.
 
     Several accounts MAY be active, for example one per provider.
@@ -12464,21 +12068,21 @@ class AuthAccount:
 
     (wire ``active``; optional (``UNSET`` when absent))
     """
-    name: str | UnsetType | None = attrs.field(default=UNSET, metadata=f("name", nullable=True, on_error=True))
+    name: str | UnsetType | None = field(default=UNSET, metadata=f("name", nullable=True, on_error=True))
     """Display name of the user, such as a username or full name.
 
     Optional. Omitted and `null` are equivalent and mean no name is reported.
 
     (wire ``name``; optional (``UNSET`` when absent))
     """
-    email: str | UnsetType | None = attrs.field(default=UNSET, metadata=f("email", nullable=True, on_error=True))
+    email: str | UnsetType | None = field(default=UNSET, metadata=f("email", nullable=True, on_error=True))
     """Email address of the user.
 
     Optional. Omitted and `null` are equivalent and mean no email is reported.
 
     (wire ``email``; optional (``UNSET`` when absent))
     """
-    organization: str | UnsetType | None = attrs.field(
+    organization: str | UnsetType | None = field(
         default=UNSET, metadata=f("organization", nullable=True, on_error=True)
     )
     """Display name of the organization, team, or workspace the account is using.
@@ -12487,9 +12091,7 @@ class AuthAccount:
 
     (wire ``organization``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -12498,7 +12100,7 @@ class AuthAccount:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -12538,7 +12140,7 @@ class AuthAccount:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class NewSessionResponse:
     """Response from creating a new session.
 
@@ -12551,14 +12153,14 @@ class NewSessionResponse:
     Schema: ``schema/v2/schema.unstable.json``, ``$defs/NewSessionResponse``
     """
 
-    session_id: SessionId = attrs.field(metadata=f("sessionId"))
+    session_id: SessionId = field(metadata=f("sessionId"))
     """Unique identifier for the created session.
 
     Used in all subsequent requests for this conversation.
 
     (wire ``sessionId``; required)
     """
-    config_options: list[SessionConfigOption] | UnsetType = attrs.field(
+    config_options: list[SessionConfigOption] | UnsetType = field(
         default=UNSET, metadata=f("configOptions", on_error=True, skip_invalid=True)
     )
     """Initial session configuration options.
@@ -12569,7 +12171,7 @@ class NewSessionResponse:
 
     (wire ``configOptions``; optional (``UNSET`` when absent))
     """
-    available_commands: list[AvailableCommand] | UnsetType = attrs.field(
+    available_commands: list[AvailableCommand] | UnsetType = field(
         default=UNSET, metadata=f("availableCommands", on_error=True, skip_invalid=True)
     )
     """Initial commands the agent can execute in this session.
@@ -12580,9 +12182,7 @@ class NewSessionResponse:
 
     (wire ``availableCommands``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -12591,7 +12191,7 @@ class NewSessionResponse:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -12625,35 +12225,31 @@ class NewSessionResponse:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class SessionConfigSelectOption:
     """A possible value for a session configuration option.
 
     Schema: ``schema/v2/schema.unstable.json``, ``$defs/SessionConfigSelectOption``
     """
 
-    value: SessionConfigValueId = attrs.field(metadata=f("value"))
+    value: SessionConfigValueId = field(metadata=f("value"))
     """Unique identifier for this option value.
 
     (wire ``value``; required)
     """
-    name: str = attrs.field(metadata=f("name"))
+    name: str = field(metadata=f("name"))
     """Human-readable label for this option value.
 
     (wire ``name``; required)
     """
-    description: str | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("description", nullable=True, on_error=True)
-    )
+    description: str | UnsetType | None = field(default=UNSET, metadata=f("description", nullable=True, on_error=True))
     """Optional description for this option value.
 
     Omitted and `null` are equivalent and mean no description is provided.
 
     (wire ``description``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -12662,7 +12258,7 @@ class SessionConfigSelectOption:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -12696,31 +12292,29 @@ class SessionConfigSelectOption:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class SessionConfigSelectGroup:
     """A group of possible values for a session configuration option.
 
     Schema: ``schema/v2/schema.unstable.json``, ``$defs/SessionConfigSelectGroup``
     """
 
-    group_id: SessionConfigGroupId = attrs.field(metadata=f("groupId"))
+    group_id: SessionConfigGroupId = field(metadata=f("groupId"))
     """Unique identifier for this group.
 
     (wire ``groupId``; required)
     """
-    name: str = attrs.field(metadata=f("name"))
+    name: str = field(metadata=f("name"))
     """Human-readable label for this group.
 
     (wire ``name``; required)
     """
-    options: list[SessionConfigSelectOption] = attrs.field(metadata=f("options", on_error=True, skip_invalid=True))
+    options: list[SessionConfigSelectOption] = field(metadata=f("options", on_error=True, skip_invalid=True))
     """The set of option values in this group. MUST contain at least one value.
 
     (wire ``options``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -12729,7 +12323,7 @@ class SessionConfigSelectGroup:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -12763,25 +12357,25 @@ class SessionConfigSelectGroup:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class SessionConfigSelect:
     """A single-value selector (dropdown) session configuration option payload.
 
     Schema: ``schema/v2/schema.unstable.json``, ``$defs/SessionConfigSelect``
     """
 
-    current_value: SessionConfigValueId = attrs.field(metadata=f("currentValue"))
+    current_value: SessionConfigValueId = field(metadata=f("currentValue"))
     """The currently selected value. MUST be one of the `value`s in `options`.
 
     (wire ``currentValue``; required)
     """
-    options: SessionConfigSelectOptions = attrs.field(metadata=f("options"))
+    options: SessionConfigSelectOptions = field(metadata=f("options"))
     """The set of selectable options. MUST contain at least one value, and each `value` MUST be
     unique within the option, including across groups.
 
     (wire ``options``; required)
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -12807,19 +12401,19 @@ class SessionConfigSelect:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class SessionConfigBoolean:
     """A boolean on/off toggle session configuration option payload.
 
     Schema: ``schema/v2/schema.unstable.json``, ``$defs/SessionConfigBoolean``
     """
 
-    current_value: bool = attrs.field(metadata=f("currentValue"))
+    current_value: bool = field(metadata=f("currentValue"))
     """The current value of the boolean option.
 
     (wire ``currentValue``; required)
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(self, *, current_value: bool, extra_fields: dict[str, Any] | None = None) -> None:
@@ -12836,21 +12430,19 @@ class SessionConfigBoolean:
         return self.current_value == o.current_value and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class TextCommandInput:
     """All text that was typed after the command name is provided as input.
 
     Schema: ``schema/v2/schema.unstable.json``, ``$defs/TextCommandInput``
     """
 
-    hint: str = attrs.field(metadata=f("hint"))
+    hint: str = field(metadata=f("hint"))
     """A hint to display when the input hasn't been provided yet
 
     (wire ``hint``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -12859,7 +12451,7 @@ class TextCommandInput:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -12879,7 +12471,7 @@ class TextCommandInput:
         return self.hint == o.hint and self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class Command:
     """A slash command the user can invoke by including it in a prompt.
 
@@ -12888,19 +12480,19 @@ class Command:
     Schema: ``schema/v2/schema.unstable.json``, ``$defs/Command``
     """
 
-    name: str = attrs.field(metadata=f("name"))
+    name: str = field(metadata=f("name"))
     """Command name without the leading `/` (e.g., `create_plan`, `research_codebase`).
 
     MUST NOT contain whitespace and MUST be unique within the command list.
 
     (wire ``name``; required)
     """
-    description: str = attrs.field(metadata=f("description"))
+    description: str = field(metadata=f("description"))
     """Human-readable description of what the command does.
 
     (wire ``description``; required)
     """
-    input: AvailableCommandInput | UnsetType | None = attrs.field(
+    input: AvailableCommandInput | UnsetType | None = field(
         default=UNSET, metadata=f("input", nullable=True, on_error=True)
     )
     """Input for the command if required
@@ -12909,9 +12501,7 @@ class Command:
 
     (wire ``input``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -12920,7 +12510,7 @@ class Command:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -12954,30 +12544,26 @@ class Command:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class ListSessionsResponse:
     """Response from listing sessions.
 
     Schema: ``schema/v2/schema.unstable.json``, ``$defs/ListSessionsResponse``
     """
 
-    sessions: list[SessionInfo] = attrs.field(metadata=f("sessions", on_error=True, skip_invalid=True))
+    sessions: list[SessionInfo] = field(metadata=f("sessions", on_error=True, skip_invalid=True))
     """Array of session information objects.
 
     (wire ``sessions``; required)
     """
-    next_cursor: SessionListCursor | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("nextCursor", nullable=True)
-    )
+    next_cursor: SessionListCursor | UnsetType | None = field(default=UNSET, metadata=f("nextCursor", nullable=True))
     """Opaque cursor token. If present, pass this in the next request's cursor parameter
     to fetch the next page. Omitted and `null` are equivalent and mean there are no more
     results. An empty string is a valid cursor, not the end of results.
 
     (wire ``nextCursor``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -12986,7 +12572,7 @@ class ListSessionsResponse:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -13017,24 +12603,24 @@ class ListSessionsResponse:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class SessionInfo:
     """Information about a session returned by session/list
 
     Schema: ``schema/v2/schema.unstable.json``, ``$defs/SessionInfo``
     """
 
-    session_id: SessionId = attrs.field(metadata=f("sessionId"))
+    session_id: SessionId = field(metadata=f("sessionId"))
     """Unique identifier for the session
 
     (wire ``sessionId``; required)
     """
-    cwd: AbsolutePath = attrs.field(metadata=f("cwd"))
+    cwd: AbsolutePath = field(metadata=f("cwd"))
     """The working directory for this session. Must be an absolute path.
 
     (wire ``cwd``; required)
     """
-    additional_directories: list[AbsolutePath] | UnsetType = attrs.field(
+    additional_directories: list[AbsolutePath] | UnsetType = field(
         default=UNSET, metadata=f("additionalDirectories", on_null=True)
     )
     """Additional workspace roots reported for this session. Each path must be absolute.
@@ -13045,23 +12631,21 @@ class SessionInfo:
 
     (wire ``additionalDirectories``; optional (``UNSET`` when absent))
     """
-    title: str | UnsetType | None = attrs.field(default=UNSET, metadata=f("title", nullable=True, on_error=True))
+    title: str | UnsetType | None = field(default=UNSET, metadata=f("title", nullable=True, on_error=True))
     """Human-readable title for the session
 
     Omitted and `null` are equivalent and mean no title is provided.
 
     (wire ``title``; optional (``UNSET`` when absent))
     """
-    updated_at: str | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("updatedAt", nullable=True, on_error=True)
-    )
+    updated_at: str | UnsetType | None = field(default=UNSET, metadata=f("updatedAt", nullable=True, on_error=True))
     """RFC 3339 timestamp of last activity.
 
     Omitted and `null` are equivalent and mean the last activity time is not reported.
 
     (wire ``updatedAt``; optional (``UNSET`` when absent))
     """
-    archived: bool | UnsetType | None = attrs.field(default=UNSET, metadata=f("archived", nullable=True, on_error=True))
+    archived: bool | UnsetType | None = field(default=UNSET, metadata=f("archived", nullable=True, on_error=True))
     """**UNSTABLE**
 
     This capability is not part of the spec yet, and may be removed or changed at any point.
@@ -13073,9 +12657,7 @@ class SessionInfo:
 
     (wire ``archived``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -13084,7 +12666,7 @@ class SessionInfo:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -13127,16 +12709,14 @@ class SessionInfo:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class DeleteSessionResponse:
     """Response from deleting a session.
 
     Schema: ``schema/v2/schema.unstable.json``, ``$defs/DeleteSessionResponse``
     """
 
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -13145,7 +12725,7 @@ class DeleteSessionResponse:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -13164,7 +12744,7 @@ class DeleteSessionResponse:
         return self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class ForkSessionResponse:
     """**UNSTABLE**
 
@@ -13177,12 +12757,12 @@ class ForkSessionResponse:
     Schema: ``schema/v2/schema.unstable.json``, ``$defs/ForkSessionResponse``
     """
 
-    session_id: SessionId = attrs.field(metadata=f("sessionId"))
+    session_id: SessionId = field(metadata=f("sessionId"))
     """Unique identifier for the newly created forked session.
 
     (wire ``sessionId``; required)
     """
-    config_options: list[SessionConfigOption] | UnsetType = attrs.field(
+    config_options: list[SessionConfigOption] | UnsetType = field(
         default=UNSET, metadata=f("configOptions", on_error=True, skip_invalid=True)
     )
     """Initial session configuration options.
@@ -13193,7 +12773,7 @@ class ForkSessionResponse:
 
     (wire ``configOptions``; optional (``UNSET`` when absent))
     """
-    available_commands: list[AvailableCommand] | UnsetType = attrs.field(
+    available_commands: list[AvailableCommand] | UnsetType = field(
         default=UNSET, metadata=f("availableCommands", on_error=True, skip_invalid=True)
     )
     """Initial commands the agent can execute in this session.
@@ -13204,9 +12784,7 @@ class ForkSessionResponse:
 
     (wire ``availableCommands``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -13215,7 +12793,7 @@ class ForkSessionResponse:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -13249,7 +12827,7 @@ class ForkSessionResponse:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class ArchiveSessionResponse:
     """**UNSTABLE**
 
@@ -13262,9 +12840,7 @@ class ArchiveSessionResponse:
     Schema: ``schema/v2/schema.unstable.json``, ``$defs/ArchiveSessionResponse``
     """
 
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -13273,7 +12849,7 @@ class ArchiveSessionResponse:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -13292,7 +12868,7 @@ class ArchiveSessionResponse:
         return self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class UnarchiveSessionResponse:
     """**UNSTABLE**
 
@@ -13305,9 +12881,7 @@ class UnarchiveSessionResponse:
     Schema: ``schema/v2/schema.unstable.json``, ``$defs/UnarchiveSessionResponse``
     """
 
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -13316,7 +12890,7 @@ class UnarchiveSessionResponse:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -13335,7 +12909,7 @@ class UnarchiveSessionResponse:
         return self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class SessionStatusResponse:
     """**UNSTABLE**
 
@@ -13351,16 +12925,14 @@ class SessionStatusResponse:
     Schema: ``schema/v2/schema.unstable.json``, ``$defs/SessionStatusResponse``
     """
 
-    status: SessionStatus = attrs.field(metadata=f("status"))
+    status: SessionStatus = field(metadata=f("status"))
     """Whether the Agent has the session in memory.
 
     Required. Clients MUST treat a value they do not recognize as `saved`.
 
     (wire ``status``; required)
     """
-    state: StateUpdate | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("state", nullable=True, on_error=True)
-    )
+    state: StateUpdate | UnsetType | None = field(default=UNSET, metadata=f("state", nullable=True, on_error=True))
     """The session's current foreground state, as the same snapshot the Agent sends in
     `state_update` notifications.
 
@@ -13371,9 +12943,7 @@ class SessionStatusResponse:
 
     (wire ``state``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -13382,7 +12952,7 @@ class SessionStatusResponse:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -13413,21 +12983,19 @@ class SessionStatusResponse:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class BackgroundTerminal:
     """A listed terminal running in the background.
 
     Schema: ``schema/v2/schema.unstable.json``, ``$defs/BackgroundTerminal``
     """
 
-    terminal_id: TerminalId = attrs.field(metadata=f("terminalId"))
+    terminal_id: TerminalId = field(metadata=f("terminalId"))
     """The ID of the listed terminal.
 
     (wire ``terminalId``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -13436,7 +13004,7 @@ class BackgroundTerminal:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -13460,21 +13028,19 @@ class BackgroundTerminal:
         return self.terminal_id == o.terminal_id and self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class BackgroundToolCall:
     """A listed tool call whose work continues in the background.
 
     Schema: ``schema/v2/schema.unstable.json``, ``$defs/BackgroundToolCall``
     """
 
-    tool_call_id: ToolCallId = attrs.field(metadata=f("toolCallId"))
+    tool_call_id: ToolCallId = field(metadata=f("toolCallId"))
     """The ID of the listed tool call.
 
     (wire ``toolCallId``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -13483,7 +13049,7 @@ class BackgroundToolCall:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -13507,7 +13073,7 @@ class BackgroundToolCall:
         return self.tool_call_id == o.tool_call_id and self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class BackgroundSubagent:
     """**UNSTABLE**
 
@@ -13520,14 +13086,12 @@ class BackgroundSubagent:
     Schema: ``schema/v2/schema.unstable.json``, ``$defs/BackgroundSubagent``
     """
 
-    session_id: SessionId = attrs.field(metadata=f("sessionId"))
+    session_id: SessionId = field(metadata=f("sessionId"))
     """The ID of the listed session.
 
     (wire ``sessionId``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -13536,7 +13100,7 @@ class BackgroundSubagent:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -13560,7 +13124,7 @@ class BackgroundSubagent:
         return self.session_id == o.session_id and self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class Error:
     """JSON-RPC error object.
 
@@ -13572,19 +13136,19 @@ class Error:
     Schema: ``schema/v2/schema.unstable.json``, ``$defs/Error``
     """
 
-    code: ErrorCode = attrs.field(metadata=f("code"))
+    code: ErrorCode = field(metadata=f("code"))
     """A number indicating the error type that occurred.
     This must be an integer as defined in the JSON-RPC specification.
 
     (wire ``code``; required)
     """
-    message: str = attrs.field(metadata=f("message"))
+    message: str = field(metadata=f("message"))
     """A string providing a short description of the error.
     The message should be limited to a concise single sentence.
 
     (wire ``message``; required)
     """
-    data: ErrorData | UnsetType | None = attrs.field(default=UNSET, metadata=f("data", nullable=True, on_error=True))
+    data: ErrorData | UnsetType | None = field(default=UNSET, metadata=f("data", nullable=True, on_error=True))
     """Optional primitive or structured value that contains additional information about the error.
     This may include debugging information or context-specific details.
 
@@ -13594,7 +13158,7 @@ class Error:
 
     (wire ``data``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -13625,7 +13189,7 @@ class Error:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class UnsupportedProtocolVersionErrorData:
     """Data for the `-32022` (Unsupported protocol version) error.
 
@@ -13634,19 +13198,17 @@ class UnsupportedProtocolVersionErrorData:
     Schema: ``schema/v2/schema.unstable.json``, ``$defs/UnsupportedProtocolVersionErrorData``
     """
 
-    requested: ProtocolVersion = attrs.field(metadata=f("requested"))
+    requested: ProtocolVersion = field(metadata=f("requested"))
     """The protocol version the Client requested.
 
     (wire ``requested``; required)
     """
-    supported: list[ProtocolVersion] = attrs.field(metadata=f("supported"))
+    supported: list[ProtocolVersion] = field(metadata=f("supported"))
     """The protocol versions the Agent supports.
 
     (wire ``supported``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -13655,7 +13217,7 @@ class UnsupportedProtocolVersionErrorData:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -13686,7 +13248,7 @@ class UnsupportedProtocolVersionErrorData:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class SessionNotFoundErrorData:
     """Data for the `-32002` (Resource not found) error when a session-scoped request names a
     session that does not exist or is not active.
@@ -13696,14 +13258,12 @@ class SessionNotFoundErrorData:
     Schema: ``schema/v2/schema.unstable.json``, ``$defs/SessionNotFoundErrorData``
     """
 
-    session_id: SessionId = attrs.field(metadata=f("sessionId"))
+    session_id: SessionId = field(metadata=f("sessionId"))
     """The session ID from the request.
 
     (wire ``sessionId``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -13712,7 +13272,7 @@ class SessionNotFoundErrorData:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -13736,14 +13296,14 @@ class SessionNotFoundErrorData:
         return self.session_id == o.session_id and self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class ErrorStopReason:
     """Details of a failure that ended active work.
 
     Schema: ``schema/v2/schema.unstable.json``, ``$defs/ErrorStopReason``
     """
 
-    error: Error | UnsetType | None = attrs.field(default=UNSET, metadata=f("error", nullable=True, on_error=True))
+    error: Error | UnsetType | None = field(default=UNSET, metadata=f("error", nullable=True, on_error=True))
     """The failure, as a JSON-RPC error object.
 
     Optional. Omitted and `null` are equivalent and mean the agent is not reporting failure details.
@@ -13751,7 +13311,7 @@ class ErrorStopReason:
 
     (wire ``error``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(self, *, error: Error | UnsetType | None = UNSET, extra_fields: dict[str, Any] | None = None) -> None:
@@ -13768,7 +13328,7 @@ class ErrorStopReason:
         return self.error == o.error and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class Usage:
     """**UNSTABLE**
 
@@ -13781,22 +13341,22 @@ class Usage:
     Schema: ``schema/v2/schema.unstable.json``, ``$defs/Usage``
     """
 
-    total_tokens: int = attrs.field(metadata=f("totalTokens"))
+    total_tokens: int = field(metadata=f("totalTokens"))
     """Sum of all token types for the completed work.
 
     (wire ``totalTokens``; required)
     """
-    input_tokens: int = attrs.field(metadata=f("inputTokens"))
+    input_tokens: int = field(metadata=f("inputTokens"))
     """Input tokens for the completed work.
 
     (wire ``inputTokens``; required)
     """
-    output_tokens: int = attrs.field(metadata=f("outputTokens"))
+    output_tokens: int = field(metadata=f("outputTokens"))
     """Output tokens for the completed work.
 
     (wire ``outputTokens``; required)
     """
-    thought_tokens: int | UnsetType | None = attrs.field(
+    thought_tokens: int | UnsetType | None = field(
         default=UNSET, metadata=f("thoughtTokens", nullable=True, on_error=True)
     )
     """Thought/reasoning tokens for the completed work.
@@ -13805,7 +13365,7 @@ class Usage:
 
     (wire ``thoughtTokens``; optional (``UNSET`` when absent))
     """
-    cached_read_tokens: int | UnsetType | None = attrs.field(
+    cached_read_tokens: int | UnsetType | None = field(
         default=UNSET, metadata=f("cachedReadTokens", nullable=True, on_error=True)
     )
     """Cache read tokens for the completed work.
@@ -13814,7 +13374,7 @@ class Usage:
 
     (wire ``cachedReadTokens``; optional (``UNSET`` when absent))
     """
-    cached_write_tokens: int | UnsetType | None = attrs.field(
+    cached_write_tokens: int | UnsetType | None = field(
         default=UNSET, metadata=f("cachedWriteTokens", nullable=True, on_error=True)
     )
     """Cache write tokens for the completed work.
@@ -13823,9 +13383,7 @@ class Usage:
 
     (wire ``cachedWriteTokens``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -13834,7 +13392,7 @@ class Usage:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -13877,7 +13435,7 @@ class Usage:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class SetSessionTitleResponse:
     """**UNSTABLE**
 
@@ -13890,7 +13448,7 @@ class SetSessionTitleResponse:
     Schema: ``schema/v2/schema.unstable.json``, ``$defs/SetSessionTitleResponse``
     """
 
-    title: str = attrs.field(metadata=f("title"))
+    title: str = field(metadata=f("title"))
     """The title the Agent stored.
 
     This differs from the requested title if the Agent normalized it. Clients SHOULD
@@ -13898,9 +13456,7 @@ class SetSessionTitleResponse:
 
     (wire ``title``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -13909,7 +13465,7 @@ class SetSessionTitleResponse:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -13929,7 +13485,7 @@ class SetSessionTitleResponse:
         return self.title == o.title and self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class ResumeSessionResponse:
     """Response from resuming an existing session.
 
@@ -13942,7 +13498,7 @@ class ResumeSessionResponse:
     Schema: ``schema/v2/schema.unstable.json``, ``$defs/ResumeSessionResponse``
     """
 
-    config_options: list[SessionConfigOption] | UnsetType = attrs.field(
+    config_options: list[SessionConfigOption] | UnsetType = field(
         default=UNSET, metadata=f("configOptions", on_error=True, skip_invalid=True)
     )
     """Initial session configuration options.
@@ -13953,7 +13509,7 @@ class ResumeSessionResponse:
 
     (wire ``configOptions``; optional (``UNSET`` when absent))
     """
-    available_commands: list[AvailableCommand] | UnsetType = attrs.field(
+    available_commands: list[AvailableCommand] | UnsetType = field(
         default=UNSET, metadata=f("availableCommands", on_error=True, skip_invalid=True)
     )
     """Initial commands the agent can execute in this session.
@@ -13964,9 +13520,7 @@ class ResumeSessionResponse:
 
     (wire ``availableCommands``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -13975,7 +13529,7 @@ class ResumeSessionResponse:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -14006,16 +13560,14 @@ class ResumeSessionResponse:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class CloseSessionResponse:
     """Response from closing a session.
 
     Schema: ``schema/v2/schema.unstable.json``, ``$defs/CloseSessionResponse``
     """
 
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -14024,7 +13576,7 @@ class CloseSessionResponse:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -14043,16 +13595,14 @@ class CloseSessionResponse:
         return self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class CancelToolCallResponse:
     """Response from cancelling a tool call.
 
     Schema: ``schema/v2/schema.unstable.json``, ``$defs/CancelToolCallResponse``
     """
 
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -14061,7 +13611,7 @@ class CancelToolCallResponse:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -14080,16 +13630,14 @@ class CancelToolCallResponse:
         return self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class CancelTerminalResponse:
     """Response from cancelling a terminal.
 
     Schema: ``schema/v2/schema.unstable.json``, ``$defs/CancelTerminalResponse``
     """
 
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -14098,7 +13646,7 @@ class CancelTerminalResponse:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -14117,21 +13665,19 @@ class CancelTerminalResponse:
         return self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class SetSessionConfigOptionResponse:
     """Response to `session/set_config_option` method.
 
     Schema: ``schema/v2/schema.unstable.json``, ``$defs/SetSessionConfigOptionResponse``
     """
 
-    config_options: list[SessionConfigOption] = attrs.field(metadata=f("configOptions", skip_invalid=True))
+    config_options: list[SessionConfigOption] = field(metadata=f("configOptions", skip_invalid=True))
     """The full set of configuration options and their current values.
 
     (wire ``configOptions``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -14140,7 +13686,7 @@ class SetSessionConfigOptionResponse:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -14164,7 +13710,7 @@ class SetSessionConfigOptionResponse:
         return self.config_options == o.config_options and self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class PromptResponse:
     """Response acknowledging that a user prompt was inserted into the ACP conversation.
 
@@ -14180,7 +13726,7 @@ class PromptResponse:
     Schema: ``schema/v2/schema.unstable.json``, ``$defs/PromptResponse``
     """
 
-    message_id: MessageId = attrs.field(metadata=f("messageId"))
+    message_id: MessageId = field(metadata=f("messageId"))
     """Identifies the user message inserted into the ACP conversation.
 
     Required and non-null. Omission and explicit `null` are both invalid.
@@ -14191,9 +13737,7 @@ class PromptResponse:
 
     (wire ``messageId``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -14202,7 +13746,7 @@ class PromptResponse:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -14226,7 +13770,7 @@ class PromptResponse:
         return self.message_id == o.message_id and self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class UpdateSessionNotification:
     """Notification containing a session update from the agent.
 
@@ -14237,19 +13781,17 @@ class UpdateSessionNotification:
     Schema: ``schema/v2/schema.unstable.json``, ``$defs/UpdateSessionNotification``
     """
 
-    session_id: SessionId = attrs.field(metadata=f("sessionId"))
+    session_id: SessionId = field(metadata=f("sessionId"))
     """The ID of the session this update pertains to.
 
     (wire ``sessionId``; required)
     """
-    update: SessionUpdate = attrs.field(metadata=f("update"))
+    update: SessionUpdate = field(metadata=f("update"))
     """The actual update content.
 
     (wire ``update``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -14258,7 +13800,7 @@ class UpdateSessionNotification:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -14289,14 +13831,14 @@ class UpdateSessionNotification:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class ContentChunk:
     """A streamed item of message content.
 
     Schema: ``schema/v2/schema.unstable.json``, ``$defs/ContentChunk``
     """
 
-    message_id: MessageId = attrs.field(metadata=f("messageId"))
+    message_id: MessageId = field(metadata=f("messageId"))
     """A unique identifier for the message this chunk belongs to.
 
     All chunks belonging to the same message share the same `messageId`.
@@ -14304,14 +13846,12 @@ class ContentChunk:
 
     (wire ``messageId``; required)
     """
-    content: ContentBlock = attrs.field(metadata=f("content"))
+    content: ContentBlock = field(metadata=f("content"))
     """A single item of content
 
     (wire ``content``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -14321,7 +13861,7 @@ class ContentChunk:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -14352,7 +13892,7 @@ class ContentChunk:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class UserMessage:
     """A user message upsert.
 
@@ -14371,21 +13911,19 @@ class UserMessage:
     Schema: ``schema/v2/schema.unstable.json``, ``$defs/UserMessage``
     """
 
-    message_id: MessageId = attrs.field(metadata=f("messageId"))
+    message_id: MessageId = field(metadata=f("messageId"))
     """A unique identifier for the message.
 
     (wire ``messageId``; required)
     """
-    content: list[ContentBlock] | UnsetType | None = attrs.field(
+    content: list[ContentBlock] | UnsetType | None = field(
         default=UNSET, metadata=f("content", nullable=True, on_error=True, skip_invalid=True)
     )
     """Complete replacement content for this message.
 
     (wire ``content``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted leaves the stored metadata unchanged. `null`
     clears it. An object patches the stored metadata by top-level key: keys it omits are
@@ -14397,7 +13935,7 @@ class UserMessage:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -14428,7 +13966,7 @@ class UserMessage:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class AgentMessage:
     """An agent message upsert.
 
@@ -14447,21 +13985,19 @@ class AgentMessage:
     Schema: ``schema/v2/schema.unstable.json``, ``$defs/AgentMessage``
     """
 
-    message_id: MessageId = attrs.field(metadata=f("messageId"))
+    message_id: MessageId = field(metadata=f("messageId"))
     """A unique identifier for the message.
 
     (wire ``messageId``; required)
     """
-    content: list[ContentBlock] | UnsetType | None = attrs.field(
+    content: list[ContentBlock] | UnsetType | None = field(
         default=UNSET, metadata=f("content", nullable=True, on_error=True, skip_invalid=True)
     )
     """Complete replacement content for this message.
 
     (wire ``content``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted leaves the stored metadata unchanged. `null`
     clears it. An object patches the stored metadata by top-level key: keys it omits are
@@ -14473,7 +14009,7 @@ class AgentMessage:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -14504,7 +14040,7 @@ class AgentMessage:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class AgentThought:
     """An agent thought or reasoning message upsert.
 
@@ -14523,21 +14059,19 @@ class AgentThought:
     Schema: ``schema/v2/schema.unstable.json``, ``$defs/AgentThought``
     """
 
-    message_id: MessageId = attrs.field(metadata=f("messageId"))
+    message_id: MessageId = field(metadata=f("messageId"))
     """A unique identifier for the thought message.
 
     (wire ``messageId``; required)
     """
-    content: list[ContentBlock] | UnsetType | None = attrs.field(
+    content: list[ContentBlock] | UnsetType | None = field(
         default=UNSET, metadata=f("content", nullable=True, on_error=True, skip_invalid=True)
     )
     """Complete replacement content for this thought message.
 
     (wire ``content``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted leaves the stored metadata unchanged. `null`
     clears it. An object patches the stored metadata by top-level key: keys it omits are
@@ -14549,7 +14083,7 @@ class AgentThought:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -14580,7 +14114,7 @@ class AgentThought:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class ToolCallContentChunk:
     """A streamed item of tool-call content.
 
@@ -14592,19 +14126,17 @@ class ToolCallContentChunk:
     Schema: ``schema/v2/schema.unstable.json``, ``$defs/ToolCallContentChunk``
     """
 
-    tool_call_id: ToolCallId = attrs.field(metadata=f("toolCallId"))
+    tool_call_id: ToolCallId = field(metadata=f("toolCallId"))
     """The ID of the tool call this content belongs to.
 
     (wire ``toolCallId``; required)
     """
-    content: ToolCallContent = attrs.field(metadata=f("content"))
+    content: ToolCallContent = field(metadata=f("content"))
     """A single item of content produced by the tool call.
 
     (wire ``content``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -14614,7 +14146,7 @@ class ToolCallContentChunk:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -14645,21 +14177,19 @@ class ToolCallContentChunk:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class TerminalOutput:
     """An authoritative replacement snapshot of terminal output bytes.
 
     Schema: ``schema/v2/schema.unstable.json``, ``$defs/TerminalOutput``
     """
 
-    data: str = attrs.field(metadata=f("data"))
+    data: str = field(metadata=f("data"))
     """Base64-encoded replacement terminal output bytes.
 
     (wire ``data``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -14668,7 +14198,7 @@ class TerminalOutput:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -14688,7 +14218,7 @@ class TerminalOutput:
         return self.data == o.data and self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class TerminalExitStatus:
     """Exit information for an agent-owned terminal.
 
@@ -14698,13 +14228,13 @@ class TerminalExitStatus:
     Schema: ``schema/v2/schema.unstable.json``, ``$defs/TerminalExitStatus``
     """
 
-    exit_code: int | UnsetType | None = attrs.field(default=UNSET, metadata=f("exitCode", nullable=True, on_error=True))
+    exit_code: int | UnsetType | None = field(default=UNSET, metadata=f("exitCode", nullable=True, on_error=True))
     """Process exit code as the platform reports it, when known. Negative values are
     allowed, for example signed Windows exit codes. Omitted and `null` are equivalent.
 
     (wire ``exitCode``; optional (``UNSET`` when absent))
     """
-    signal: str | UnsetType | None = attrs.field(default=UNSET, metadata=f("signal", nullable=True, on_error=True))
+    signal: str | UnsetType | None = field(default=UNSET, metadata=f("signal", nullable=True, on_error=True))
     """Signal that terminated the process, when known.
 
     Agents should use the conventional platform signal name. POSIX examples
@@ -14713,9 +14243,7 @@ class TerminalExitStatus:
 
     (wire ``signal``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -14724,7 +14252,7 @@ class TerminalExitStatus:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -14755,26 +14283,24 @@ class TerminalExitStatus:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class TerminalSize:
     """The size of an agent-owned terminal in character cells.
 
     Schema: ``schema/v2/schema.unstable.json``, ``$defs/TerminalSize``
     """
 
-    cols: int = attrs.field(metadata=f("cols"))
+    cols: int = field(metadata=f("cols"))
     """Number of columns.
 
     (wire ``cols``; required)
     """
-    rows: int = attrs.field(metadata=f("rows"))
+    rows: int = field(metadata=f("rows"))
     """Number of rows.
 
     (wire ``rows``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -14783,7 +14309,7 @@ class TerminalSize:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -14811,7 +14337,7 @@ class TerminalSize:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class TerminalCapabilities:
     """Client-initiated controls a terminal currently supports.
 
@@ -14823,7 +14349,7 @@ class TerminalCapabilities:
     Schema: ``schema/v2/schema.unstable.json``, ``$defs/TerminalCapabilities``
     """
 
-    cancel: TerminalCancelCapabilities | UnsetType | None = attrs.field(
+    cancel: TerminalCancelCapabilities | UnsetType | None = field(
         default=UNSET, metadata=f("cancel", nullable=True, on_error=True)
     )
     """Permits the Client to cancel this terminal with `terminal/cancel`.
@@ -14833,9 +14359,7 @@ class TerminalCapabilities:
 
     (wire ``cancel``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -14844,7 +14368,7 @@ class TerminalCapabilities:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -14868,7 +14392,7 @@ class TerminalCapabilities:
         return self.cancel == o.cancel and self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class TerminalCancelCapabilities:
     """Capability to cancel a terminal with `terminal/cancel`.
 
@@ -14877,9 +14401,7 @@ class TerminalCancelCapabilities:
     Schema: ``schema/v2/schema.unstable.json``, ``$defs/TerminalCancelCapabilities``
     """
 
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -14888,7 +14410,7 @@ class TerminalCancelCapabilities:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -14907,7 +14429,7 @@ class TerminalCancelCapabilities:
         return self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class TerminalUpdate:
     """An upsert for the stored state of an agent-owned terminal.
 
@@ -14920,36 +14442,34 @@ class TerminalUpdate:
     Schema: ``schema/v2/schema.unstable.json``, ``$defs/TerminalUpdate``
     """
 
-    terminal_id: TerminalId = attrs.field(metadata=f("terminalId"))
+    terminal_id: TerminalId = field(metadata=f("terminalId"))
     """Unique identifier for this terminal within the session.
 
     (wire ``terminalId``; required)
     """
-    command: str | UnsetType | None = attrs.field(default=UNSET, metadata=f("command", nullable=True, on_error=True))
+    command: str | UnsetType | None = field(default=UNSET, metadata=f("command", nullable=True, on_error=True))
     """The command being run.
 
     (wire ``command``; optional (``UNSET`` when absent))
     """
-    cwd: AbsolutePath | UnsetType | None = attrs.field(default=UNSET, metadata=f("cwd", nullable=True, on_error=True))
+    cwd: AbsolutePath | UnsetType | None = field(default=UNSET, metadata=f("cwd", nullable=True, on_error=True))
     """The absolute working directory of the command.
 
     (wire ``cwd``; optional (``UNSET`` when absent))
     """
-    output: TerminalOutput | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("output", nullable=True, on_error=True)
-    )
+    output: TerminalOutput | UnsetType | None = field(default=UNSET, metadata=f("output", nullable=True, on_error=True))
     """An authoritative replacement snapshot of terminal output bytes.
 
     (wire ``output``; optional (``UNSET`` when absent))
     """
-    exit_status: TerminalExitStatus | UnsetType | None = attrs.field(
+    exit_status: TerminalExitStatus | UnsetType | None = field(
         default=UNSET, metadata=f("exitStatus", nullable=True, on_error=True)
     )
     """Exit information. A concrete object marks the terminal as exited.
 
     (wire ``exitStatus``; optional (``UNSET`` when absent))
     """
-    size: TerminalSize | UnsetType | None = attrs.field(default=UNSET, metadata=f("size", nullable=True, on_error=True))
+    size: TerminalSize | UnsetType | None = field(default=UNSET, metadata=f("size", nullable=True, on_error=True))
     """The terminal size the command runs with, when known.
 
     Clients can render output at this size so that column layouts, progress bars,
@@ -14957,7 +14477,7 @@ class TerminalUpdate:
 
     (wire ``size``; optional (``UNSET`` when absent))
     """
-    capabilities: TerminalCapabilities | UnsetType | None = attrs.field(
+    capabilities: TerminalCapabilities | UnsetType | None = field(
         default=UNSET, metadata=f("capabilities", nullable=True, on_error=True)
     )
     """Client-initiated controls this terminal currently supports, such as cancellation.
@@ -14967,9 +14487,7 @@ class TerminalUpdate:
 
     (wire ``capabilities``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted leaves the stored metadata unchanged. `null`
     clears it. An object patches the stored metadata by top-level key: keys it omits are
@@ -14981,7 +14499,7 @@ class TerminalUpdate:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -15027,26 +14545,24 @@ class TerminalUpdate:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class TerminalOutputChunk:
     """A chunk of bytes appended to an agent-owned terminal's output.
 
     Schema: ``schema/v2/schema.unstable.json``, ``$defs/TerminalOutputChunk``
     """
 
-    terminal_id: TerminalId = attrs.field(metadata=f("terminalId"))
+    terminal_id: TerminalId = field(metadata=f("terminalId"))
     """The terminal receiving these bytes.
 
     (wire ``terminalId``; required)
     """
-    data: str = attrs.field(metadata=f("data"))
+    data: str = field(metadata=f("data"))
     """Independently base64-encoded terminal output bytes.
 
     (wire ``data``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -15056,7 +14572,7 @@ class TerminalOutputChunk:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -15087,7 +14603,7 @@ class TerminalOutputChunk:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class PlanEntry:
     """A single entry in the execution plan.
 
@@ -15098,25 +14614,23 @@ class PlanEntry:
     Schema: ``schema/v2/schema.unstable.json``, ``$defs/PlanEntry``
     """
 
-    content: str = attrs.field(metadata=f("content"))
+    content: str = field(metadata=f("content"))
     """Human-readable description of what this task aims to accomplish.
 
     (wire ``content``; required)
     """
-    priority: PlanEntryPriority = attrs.field(metadata=f("priority"))
+    priority: PlanEntryPriority = field(metadata=f("priority"))
     """The relative importance of this task.
     Used to indicate which tasks are most critical to the overall goal.
 
     (wire ``priority``; required)
     """
-    status: PlanEntryStatus = attrs.field(metadata=f("status"))
+    status: PlanEntryStatus = field(metadata=f("status"))
     """Current execution status of this task.
 
     (wire ``status``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -15125,7 +14639,7 @@ class PlanEntry:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -15159,19 +14673,19 @@ class PlanEntry:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class PlanItems:
     """A plan represented as structured entries.
 
     Schema: ``schema/v2/schema.unstable.json``, ``$defs/PlanItems``
     """
 
-    plan_id: PlanId = attrs.field(metadata=f("planId"))
+    plan_id: PlanId = field(metadata=f("planId"))
     """The plan ID to update.
 
     (wire ``planId``; required)
     """
-    entries: list[PlanEntry] = attrs.field(metadata=f("entries", skip_invalid=True))
+    entries: list[PlanEntry] = field(metadata=f("entries", skip_invalid=True))
     """The list of tasks to be accomplished.
 
     When updating an item-based plan, the agent must send a complete list of all entries
@@ -15179,9 +14693,7 @@ class PlanItems:
 
     (wire ``entries``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -15190,7 +14702,7 @@ class PlanItems:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -15221,7 +14733,7 @@ class PlanItems:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class PlanFile:
     """**UNSTABLE**
 
@@ -15234,19 +14746,17 @@ class PlanFile:
     Schema: ``schema/v2/schema.unstable.json``, ``$defs/PlanFile``
     """
 
-    plan_id: PlanId = attrs.field(metadata=f("planId"))
+    plan_id: PlanId = field(metadata=f("planId"))
     """The plan ID to update.
 
     (wire ``planId``; required)
     """
-    uri: str = attrs.field(metadata=f("uri"))
+    uri: str = field(metadata=f("uri"))
     """The URI of the file containing the plan.
 
     (wire ``uri``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -15255,7 +14765,7 @@ class PlanFile:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -15286,7 +14796,7 @@ class PlanFile:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class PlanMarkdown:
     """**UNSTABLE**
 
@@ -15299,19 +14809,17 @@ class PlanMarkdown:
     Schema: ``schema/v2/schema.unstable.json``, ``$defs/PlanMarkdown``
     """
 
-    plan_id: PlanId = attrs.field(metadata=f("planId"))
+    plan_id: PlanId = field(metadata=f("planId"))
     """The plan ID to update.
 
     (wire ``planId``; required)
     """
-    content: str = attrs.field(metadata=f("content"))
+    content: str = field(metadata=f("content"))
     """Markdown content for the plan.
 
     (wire ``content``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -15320,7 +14828,7 @@ class PlanMarkdown:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -15351,21 +14859,19 @@ class PlanMarkdown:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class PlanUpdate:
     """A content update for a plan identified by ID.
 
     Schema: ``schema/v2/schema.unstable.json``, ``$defs/PlanUpdate``
     """
 
-    plan: PlanUpdateContent = attrs.field(metadata=f("plan"))
+    plan: PlanUpdateContent = field(metadata=f("plan"))
     """The updated plan content.
 
     (wire ``plan``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -15374,7 +14880,7 @@ class PlanUpdate:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -15398,7 +14904,7 @@ class PlanUpdate:
         return self.plan == o.plan and self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class PlanRemoved:
     """**UNSTABLE**
 
@@ -15411,14 +14917,12 @@ class PlanRemoved:
     Schema: ``schema/v2/schema.unstable.json``, ``$defs/PlanRemoved``
     """
 
-    plan_id: PlanId = attrs.field(metadata=f("planId"))
+    plan_id: PlanId = field(metadata=f("planId"))
     """The plan ID to remove.
 
     (wire ``planId``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -15427,7 +14931,7 @@ class PlanRemoved:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -15451,21 +14955,19 @@ class PlanRemoved:
         return self.plan_id == o.plan_id and self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class AvailableCommandsUpdate:
     """Available commands are ready or have changed
 
     Schema: ``schema/v2/schema.unstable.json``, ``$defs/AvailableCommandsUpdate``
     """
 
-    available_commands: list[AvailableCommand] = attrs.field(metadata=f("availableCommands", skip_invalid=True))
+    available_commands: list[AvailableCommand] = field(metadata=f("availableCommands", skip_invalid=True))
     """Commands the agent can execute.
 
     (wire ``availableCommands``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -15474,7 +14976,7 @@ class AvailableCommandsUpdate:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -15502,21 +15004,19 @@ class AvailableCommandsUpdate:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class ConfigOptionUpdate:
     """Session configuration options have been updated.
 
     Schema: ``schema/v2/schema.unstable.json``, ``$defs/ConfigOptionUpdate``
     """
 
-    config_options: list[SessionConfigOption] = attrs.field(metadata=f("configOptions", skip_invalid=True))
+    config_options: list[SessionConfigOption] = field(metadata=f("configOptions", skip_invalid=True))
     """The full set of configuration options and their current values.
 
     (wire ``configOptions``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -15525,7 +15025,7 @@ class ConfigOptionUpdate:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -15549,7 +15049,7 @@ class ConfigOptionUpdate:
         return self.config_options == o.config_options and self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class SessionInfoUpdate:
     """Update to session metadata. All fields are optional to support partial updates.
 
@@ -15563,21 +15063,17 @@ class SessionInfoUpdate:
     Schema: ``schema/v2/schema.unstable.json``, ``$defs/SessionInfoUpdate``
     """
 
-    title: str | UnsetType | None = attrs.field(default=UNSET, metadata=f("title", nullable=True, on_error=True))
+    title: str | UnsetType | None = field(default=UNSET, metadata=f("title", nullable=True, on_error=True))
     """Human-readable title for the session. Set to null to clear.
 
     (wire ``title``; optional (``UNSET`` when absent))
     """
-    updated_at: str | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("updatedAt", nullable=True, on_error=True)
-    )
+    updated_at: str | UnsetType | None = field(default=UNSET, metadata=f("updatedAt", nullable=True, on_error=True))
     """RFC 3339 timestamp of last activity. Set to null to clear.
 
     (wire ``updatedAt``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted leaves the stored metadata unchanged. `null`
     clears it. An object patches the stored metadata by top-level key: keys it omits are
@@ -15589,7 +15085,7 @@ class SessionInfoUpdate:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -15620,27 +15116,25 @@ class SessionInfoUpdate:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class Cost:
     """Cost information for a session.
 
     Schema: ``schema/v2/schema.unstable.json``, ``$defs/Cost``
     """
 
-    amount: float = attrs.field(metadata=f("amount"))
+    amount: float = field(metadata=f("amount"))
     """Total cumulative cost for session.
 
     (wire ``amount``; required)
     """
-    currency: str = attrs.field(metadata=f("currency"))
+    currency: str = field(metadata=f("currency"))
     """Unit of `amount`: an ISO 4217 currency code (e.g., "USD", "EUR") for money, or another
     unit such as "credits".
 
     (wire ``currency``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -15649,7 +15143,7 @@ class Cost:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -15680,33 +15174,31 @@ class Cost:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class UsageUpdate:
     """Context window and cost update for a session.
 
     Schema: ``schema/v2/schema.unstable.json``, ``$defs/UsageUpdate``
     """
 
-    used: int = attrs.field(metadata=f("used"))
+    used: int = field(metadata=f("used"))
     """Tokens currently in context.
 
     (wire ``used``; required)
     """
-    size: int = attrs.field(metadata=f("size"))
+    size: int = field(metadata=f("size"))
     """Total context window size in tokens.
 
     (wire ``size``; required)
     """
-    cost: Cost | UnsetType | None = attrs.field(default=UNSET, metadata=f("cost", nullable=True, on_error=True))
+    cost: Cost | UnsetType | None = field(default=UNSET, metadata=f("cost", nullable=True, on_error=True))
     """Cumulative session cost.
 
     Omitted leaves the last reported cost unchanged. `null` clears it. A value replaces it.
 
     (wire ``cost``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -15715,7 +15207,7 @@ class UsageUpdate:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -15749,7 +15241,7 @@ class UsageUpdate:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class Notice:
     """Fire-and-forget information for the user.
 
@@ -15762,28 +15254,24 @@ class Notice:
     Schema: ``schema/v2/schema.unstable.json``, ``$defs/Notice``
     """
 
-    severity: NoticeSeverity = attrs.field(metadata=f("severity"))
+    severity: NoticeSeverity = field(metadata=f("severity"))
     """Presentation severity hint.
 
     (wire ``severity``; required)
     """
-    title: str = attrs.field(metadata=f("title"))
+    title: str = field(metadata=f("title"))
     """Required non-empty plain-text title that can stand alone.
 
     (wire ``title``; required)
     """
-    description: str | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("description", nullable=True, on_error=True)
-    )
+    description: str | UnsetType | None = field(default=UNSET, metadata=f("description", nullable=True, on_error=True))
     """Optional plain-text detail or guidance.
 
     Omitted and `null` are equivalent and mean no description was supplied.
 
     (wire ``description``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -15792,7 +15280,7 @@ class Notice:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -15826,7 +15314,7 @@ class Notice:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class CompactionUpdate:
     """A context compaction upsert. The first notification fixes the compaction's
     timeline position. Later updates with the same ID patch that entity in place.
@@ -15839,31 +15327,29 @@ class CompactionUpdate:
     Schema: ``schema/v2/schema.unstable.json``, ``$defs/CompactionUpdate``
     """
 
-    compaction_id: CompactionId = attrs.field(metadata=f("compactionId"))
+    compaction_id: CompactionId = field(metadata=f("compactionId"))
     """The Agent-owned ID of this compaction, unique within the session.
 
     (wire ``compactionId``; required)
     """
-    status: CompactionStatus = attrs.field(metadata=f("status"))
+    status: CompactionStatus = field(metadata=f("status"))
     """Current lifecycle status.
 
     (wire ``status``; required)
     """
-    summary: list[ContentBlock] | UnsetType | None = attrs.field(
+    summary: list[ContentBlock] | UnsetType | None = field(
         default=UNSET, metadata=f("summary", nullable=True, on_error=True, skip_invalid=True)
     )
     """Complete replacement user-displayable summary content for the compaction.
 
     (wire ``summary``; optional (``UNSET`` when absent))
     """
-    error: str | UnsetType | None = attrs.field(default=UNSET, metadata=f("error", nullable=True, on_error=True))
+    error: str | UnsetType | None = field(default=UNSET, metadata=f("error", nullable=True, on_error=True))
     """Human-readable error details for the compaction.
 
     (wire ``error``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted leaves the stored metadata unchanged. `null`
     clears it. An object patches the stored metadata by top-level key: keys it omits are
@@ -15875,7 +15361,7 @@ class CompactionUpdate:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -15912,7 +15398,7 @@ class CompactionUpdate:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class CompactionSummaryChunk:
     """A content block appended to a compaction's summary. A first-seen ID creates
     an in-progress compaction. Chunks append in receive order.
@@ -15920,19 +15406,17 @@ class CompactionSummaryChunk:
     Schema: ``schema/v2/schema.unstable.json``, ``$defs/CompactionSummaryChunk``
     """
 
-    compaction_id: CompactionId = attrs.field(metadata=f("compactionId"))
+    compaction_id: CompactionId = field(metadata=f("compactionId"))
     """ID of the compaction whose summary receives this content.
 
     (wire ``compactionId``; required)
     """
-    content: ContentBlock = attrs.field(metadata=f("content"))
+    content: ContentBlock = field(metadata=f("content"))
     """One content block to append.
 
     (wire ``content``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -15942,7 +15426,7 @@ class CompactionSummaryChunk:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -15973,7 +15457,7 @@ class CompactionSummaryChunk:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class SubagentSessionCapabilities:
     """**UNSTABLE**
 
@@ -15989,7 +15473,7 @@ class SubagentSessionCapabilities:
     Schema: ``schema/v2/schema.unstable.json``, ``$defs/SubagentSessionCapabilities``
     """
 
-    cancel: SessionCancelCapabilities | UnsetType | None = attrs.field(
+    cancel: SessionCancelCapabilities | UnsetType | None = field(
         default=UNSET, metadata=f("cancel", nullable=True, on_error=True)
     )
     """Permits the client to cancel this child's current work without ending
@@ -15998,9 +15482,7 @@ class SubagentSessionCapabilities:
 
     (wire ``cancel``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -16009,7 +15491,7 @@ class SubagentSessionCapabilities:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -16033,7 +15515,7 @@ class SubagentSessionCapabilities:
         return self.cancel == o.cancel and self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class SessionCancelCapabilities:
     """**UNSTABLE**
 
@@ -16048,9 +15530,7 @@ class SessionCancelCapabilities:
     Schema: ``schema/v2/schema.unstable.json``, ``$defs/SessionCancelCapabilities``
     """
 
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -16059,7 +15539,7 @@ class SessionCancelCapabilities:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -16078,7 +15558,7 @@ class SessionCancelCapabilities:
         return self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class SubagentUpdate:
     """**UNSTABLE**
 
@@ -16122,12 +15602,12 @@ class SubagentUpdate:
     Schema: ``schema/v2/schema.unstable.json``, ``$defs/SubagentUpdate``
     """
 
-    session_id: SessionId = attrs.field(metadata=f("sessionId"))
+    session_id: SessionId = field(metadata=f("sessionId"))
     """The opaque session ID identifying the child in all ACP messages.
 
     (wire ``sessionId``; required)
     """
-    title: str | UnsetType | None = attrs.field(default=UNSET, metadata=f("title", nullable=True, on_error=True))
+    title: str | UnsetType | None = field(default=UNSET, metadata=f("title", nullable=True, on_error=True))
     """The parent's human-readable display title for this child. It need not be unique.
 
     Optional and nullable. Omitted means unchanged. `null` clears it. If no
@@ -16135,9 +15615,7 @@ class SubagentUpdate:
 
     (wire ``title``; optional (``UNSET`` when absent))
     """
-    description: str | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("description", nullable=True, on_error=True)
-    )
+    description: str | UnsetType | None = field(default=UNSET, metadata=f("description", nullable=True, on_error=True))
     """The parent's human-readable description of the child's role or purpose.
 
     Optional and nullable. Omitted means unchanged. `null` clears it. This is
@@ -16145,7 +15623,7 @@ class SubagentUpdate:
 
     (wire ``description``; optional (``UNSET`` when absent))
     """
-    capabilities: SubagentSessionCapabilities | UnsetType | None = attrs.field(
+    capabilities: SubagentSessionCapabilities | UnsetType | None = field(
         default=UNSET, metadata=f("capabilities", nullable=True, on_error=True)
     )
     """Client-initiated session mutations permitted for this subagent session.
@@ -16155,9 +15633,7 @@ class SubagentUpdate:
 
     (wire ``capabilities``; optional (``UNSET`` when absent))
     """
-    state: StateUpdate | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("state", nullable=True, on_error=True)
-    )
+    state: StateUpdate | UnsetType | None = field(default=UNSET, metadata=f("state", nullable=True, on_error=True))
     """The child's current foreground state, mirrored onto its parent association.
 
     Optional and nullable. Omitted means unchanged. `null` removes the
@@ -16166,7 +15642,7 @@ class SubagentUpdate:
 
     (wire ``state``; optional (``UNSET`` when absent))
     """
-    cwd: AbsolutePath | UnsetType | None = attrs.field(default=UNSET, metadata=f("cwd", nullable=True))
+    cwd: AbsolutePath | UnsetType | None = field(default=UNSET, metadata=f("cwd", nullable=True))
     """The child's working directory. Must be an absolute path.
 
     Optional and nullable. Omitted means unchanged. `null` clears the
@@ -16175,7 +15651,7 @@ class SubagentUpdate:
 
     (wire ``cwd``; optional (``UNSET`` when absent))
     """
-    additional_directories: list[AbsolutePath] | UnsetType | None = attrs.field(
+    additional_directories: list[AbsolutePath] | UnsetType | None = field(
         default=UNSET, metadata=f("additionalDirectories", nullable=True)
     )
     """Additional workspace roots for the child. Each path must be absolute.
@@ -16187,9 +15663,7 @@ class SubagentUpdate:
 
     (wire ``additionalDirectories``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted leaves the stored metadata unchanged. `null`
     clears it. An object patches the stored metadata by top-level key: keys it omits are
@@ -16201,7 +15675,7 @@ class SubagentUpdate:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -16247,7 +15721,7 @@ class SubagentUpdate:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class SessionMessage:
     """**UNSTABLE**
 
@@ -16260,12 +15734,12 @@ class SessionMessage:
     Schema: ``schema/v2/schema.unstable.json``, ``$defs/SessionMessage``
     """
 
-    message_id: MessageId = attrs.field(metadata=f("messageId"))
+    message_id: MessageId = field(metadata=f("messageId"))
     """Identifier of this message within the enclosing session's transcript.
 
     (wire ``messageId``; required)
     """
-    sender_session_id: SessionId | UnsetType | None = attrs.field(
+    sender_session_id: SessionId | UnsetType | None = field(
         default=UNSET, metadata=f("senderSessionId", nullable=True, on_error=True)
     )
     """The sending session.
@@ -16274,7 +15748,7 @@ class SessionMessage:
 
     (wire ``senderSessionId``; optional (``UNSET`` when absent))
     """
-    recipient_session_id: SessionId | UnsetType | None = attrs.field(
+    recipient_session_id: SessionId | UnsetType | None = field(
         default=UNSET, metadata=f("recipientSessionId", nullable=True, on_error=True)
     )
     """The receiving session.
@@ -16283,7 +15757,7 @@ class SessionMessage:
 
     (wire ``recipientSessionId``; optional (``UNSET`` when absent))
     """
-    sender_message_id: MessageId | UnsetType | None = attrs.field(
+    sender_message_id: MessageId | UnsetType | None = field(
         default=UNSET, metadata=f("senderMessageId", nullable=True, on_error=True)
     )
     """On an incoming view, the `messageId` of the same message's outgoing view in the
@@ -16294,7 +15768,7 @@ class SessionMessage:
 
     (wire ``senderMessageId``; optional (``UNSET`` when absent))
     """
-    recipient_message_id: MessageId | UnsetType | None = attrs.field(
+    recipient_message_id: MessageId | UnsetType | None = field(
         default=UNSET, metadata=f("recipientMessageId", nullable=True, on_error=True)
     )
     """On an outgoing view, the `messageId` of the same message's incoming view in the
@@ -16305,7 +15779,7 @@ class SessionMessage:
 
     (wire ``recipientMessageId``; optional (``UNSET`` when absent))
     """
-    content: list[ContentBlock] | UnsetType | None = attrs.field(
+    content: list[ContentBlock] | UnsetType | None = field(
         default=UNSET, metadata=f("content", nullable=True, on_error=True, skip_invalid=True)
     )
     """Omitted leaves content unchanged. `null` clears it. A concrete array
@@ -16313,9 +15787,7 @@ class SessionMessage:
 
     (wire ``content``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted leaves the stored metadata unchanged. `null`
     clears it. An object patches the stored metadata by top-level key: keys it omits are
@@ -16327,7 +15799,7 @@ class SessionMessage:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -16370,7 +15842,7 @@ class SessionMessage:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class SessionMessageChunk:
     """**UNSTABLE**
 
@@ -16386,19 +15858,17 @@ class SessionMessageChunk:
     Schema: ``schema/v2/schema.unstable.json``, ``$defs/SessionMessageChunk``
     """
 
-    message_id: MessageId = attrs.field(metadata=f("messageId"))
+    message_id: MessageId = field(metadata=f("messageId"))
     """Identifier of this message within the enclosing session's transcript.
 
     (wire ``messageId``; required)
     """
-    content: ContentBlock = attrs.field(metadata=f("content"))
+    content: ContentBlock = field(metadata=f("content"))
     """A single content block appended to the message.
 
     (wire ``content``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -16408,7 +15878,7 @@ class SessionMessageChunk:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -16439,7 +15909,7 @@ class SessionMessageChunk:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class CompleteElicitationNotification:
     """Notification sent by the agent when a URL-based elicitation is complete.
 
@@ -16448,14 +15918,12 @@ class CompleteElicitationNotification:
     Schema: ``schema/v2/schema.unstable.json``, ``$defs/CompleteElicitationNotification``
     """
 
-    elicitation_id: ElicitationId = attrs.field(metadata=f("elicitationId"))
+    elicitation_id: ElicitationId = field(metadata=f("elicitationId"))
     """The ID of the elicitation that completed.
 
     (wire ``elicitationId``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -16464,7 +15932,7 @@ class CompleteElicitationNotification:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -16488,7 +15956,7 @@ class CompleteElicitationNotification:
         return self.elicitation_id == o.elicitation_id and self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class AuthStatusUpdateNotification:
     """**UNSTABLE**
 
@@ -16505,7 +15973,7 @@ class AuthStatusUpdateNotification:
     Schema: ``schema/v2/schema.unstable.json``, ``$defs/AuthStatusUpdateNotification``
     """
 
-    state: AuthState = attrs.field(metadata=f("state"))
+    state: AuthState = field(metadata=f("state"))
     """Whether the agent can start sessions without the user signing in first.
 
     This is the only field clients should act on. Clients MUST treat values they
@@ -16513,7 +15981,7 @@ class AuthStatusUpdateNotification:
 
     (wire ``state``; required)
     """
-    accounts: list[AuthAccount] | UnsetType = attrs.field(
+    accounts: list[AuthAccount] | UnsetType = field(
         default=UNSET, metadata=f("accounts", on_error=True, skip_invalid=True)
     )
     """The accounts the agent has configured, for display.
@@ -16524,9 +15992,7 @@ class AuthStatusUpdateNotification:
 
     (wire ``accounts``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -16535,7 +16001,7 @@ class AuthStatusUpdateNotification:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -16566,7 +16032,7 @@ class AuthStatusUpdateNotification:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class InitializeRequest:
     """Request parameters for the initialize method.
 
@@ -16577,26 +16043,24 @@ class InitializeRequest:
     Schema: ``schema/v2/schema.unstable.json``, ``$defs/InitializeRequest``
     """
 
-    protocol_version: ProtocolVersion = attrs.field(metadata=f("protocolVersion"))
+    protocol_version: ProtocolVersion = field(metadata=f("protocolVersion"))
     """The latest protocol version supported by the client.
 
     (wire ``protocolVersion``; required)
     """
-    info: Implementation = attrs.field(metadata=f("info"))
+    info: Implementation = field(metadata=f("info"))
     """Information about the implementation sending this initialize request.
 
     (wire ``info``; required)
     """
-    capabilities: ClientCapabilities | UnsetType = attrs.field(
+    capabilities: ClientCapabilities | UnsetType = field(
         default=UNSET, metadata=f("capabilities", on_error=True, default={})
     )
     """Capabilities supported by the client.
 
     (wire ``capabilities``; optional (``UNSET`` when absent); schema default ``{}``)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -16605,7 +16069,7 @@ class InitializeRequest:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -16639,7 +16103,7 @@ class InitializeRequest:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class ClientCapabilities:
     """Capabilities supported by the client.
 
@@ -16651,7 +16115,7 @@ class ClientCapabilities:
     Schema: ``schema/v2/schema.unstable.json``, ``$defs/ClientCapabilities``
     """
 
-    auth: ClientAuthCapabilities | UnsetType | None = attrs.field(
+    auth: ClientAuthCapabilities | UnsetType | None = field(
         default=UNSET, metadata=f("auth", nullable=True, on_error=True)
     )
     """Authentication capabilities supported by the client.
@@ -16663,7 +16127,7 @@ class ClientCapabilities:
 
     (wire ``auth``; optional (``UNSET`` when absent))
     """
-    elicitation: ElicitationCapabilities | UnsetType | None = attrs.field(
+    elicitation: ElicitationCapabilities | UnsetType | None = field(
         default=UNSET, metadata=f("elicitation", nullable=True, on_error=True)
     )
     """Elicitation capabilities supported by the client.
@@ -16674,9 +16138,7 @@ class ClientCapabilities:
 
     (wire ``elicitation``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -16685,7 +16147,7 @@ class ClientCapabilities:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -16716,7 +16178,7 @@ class ClientCapabilities:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class ClientAuthCapabilities:
     """Authentication capabilities supported by the client.
 
@@ -16727,7 +16189,7 @@ class ClientAuthCapabilities:
     Schema: ``schema/v2/schema.unstable.json``, ``$defs/ClientAuthCapabilities``
     """
 
-    terminal: TerminalAuthCapabilities | UnsetType | None = attrs.field(
+    terminal: TerminalAuthCapabilities | UnsetType | None = field(
         default=UNSET, metadata=f("terminal", nullable=True, on_error=True)
     )
     """Whether the client supports `terminal` authentication methods.
@@ -16739,9 +16201,7 @@ class ClientAuthCapabilities:
 
     (wire ``terminal``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -16750,7 +16210,7 @@ class ClientAuthCapabilities:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -16774,7 +16234,7 @@ class ClientAuthCapabilities:
         return self.terminal == o.terminal and self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class TerminalAuthCapabilities:
     """Capabilities for terminal authentication methods.
 
@@ -16785,9 +16245,7 @@ class TerminalAuthCapabilities:
     Schema: ``schema/v2/schema.unstable.json``, ``$defs/TerminalAuthCapabilities``
     """
 
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -16796,7 +16254,7 @@ class TerminalAuthCapabilities:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -16815,14 +16273,14 @@ class TerminalAuthCapabilities:
         return self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class ElicitationCapabilities:
     """Elicitation capabilities supported by the client.
 
     Schema: ``schema/v2/schema.unstable.json``, ``$defs/ElicitationCapabilities``
     """
 
-    form: ElicitationFormCapabilities | UnsetType | None = attrs.field(
+    form: ElicitationFormCapabilities | UnsetType | None = field(
         default=UNSET, metadata=f("form", nullable=True, on_error=True)
     )
     """Whether the client supports form-based elicitation.
@@ -16832,7 +16290,7 @@ class ElicitationCapabilities:
 
     (wire ``form``; optional (``UNSET`` when absent))
     """
-    url: ElicitationUrlCapabilities | UnsetType | None = attrs.field(
+    url: ElicitationUrlCapabilities | UnsetType | None = field(
         default=UNSET, metadata=f("url", nullable=True, on_error=True)
     )
     """Whether the client supports URL-based elicitation.
@@ -16842,9 +16300,7 @@ class ElicitationCapabilities:
 
     (wire ``url``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -16853,7 +16309,7 @@ class ElicitationCapabilities:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -16879,7 +16335,7 @@ class ElicitationCapabilities:
         return self.form == o.form and self.url == o.url and self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class ElicitationFormCapabilities:
     """Form-based elicitation capabilities.
 
@@ -16888,9 +16344,7 @@ class ElicitationFormCapabilities:
     Schema: ``schema/v2/schema.unstable.json``, ``$defs/ElicitationFormCapabilities``
     """
 
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -16899,7 +16353,7 @@ class ElicitationFormCapabilities:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -16918,7 +16372,7 @@ class ElicitationFormCapabilities:
         return self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class ElicitationUrlCapabilities:
     """URL-based elicitation capabilities.
 
@@ -16927,9 +16381,7 @@ class ElicitationUrlCapabilities:
     Schema: ``schema/v2/schema.unstable.json``, ``$defs/ElicitationUrlCapabilities``
     """
 
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -16938,7 +16390,7 @@ class ElicitationUrlCapabilities:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -16957,7 +16409,7 @@ class ElicitationUrlCapabilities:
         return self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class LoginAuthRequest:
     """Request parameters for the `auth/login` method.
 
@@ -16970,15 +16422,13 @@ class LoginAuthRequest:
     Schema: ``schema/v2/schema.unstable.json``, ``$defs/LoginAuthRequest``
     """
 
-    method_id: AuthMethodId = attrs.field(metadata=f("methodId"))
+    method_id: AuthMethodId = field(metadata=f("methodId"))
     """The ID of the authentication method to use.
     Must be one of the methods advertised in the initialize response.
 
     (wire ``methodId``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -16987,7 +16437,7 @@ class LoginAuthRequest:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -17011,7 +16461,7 @@ class LoginAuthRequest:
         return self.method_id == o.method_id and self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class ListProvidersRequest:
     """**UNSTABLE**
 
@@ -17024,9 +16474,7 @@ class ListProvidersRequest:
     Schema: ``schema/v2/schema.unstable.json``, ``$defs/ListProvidersRequest``
     """
 
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -17035,7 +16483,7 @@ class ListProvidersRequest:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -17054,7 +16502,7 @@ class ListProvidersRequest:
         return self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class SetProviderRequest:
     """**UNSTABLE**
 
@@ -17069,30 +16517,28 @@ class SetProviderRequest:
     Schema: ``schema/v2/schema.unstable.json``, ``$defs/SetProviderRequest``
     """
 
-    provider_id: ProviderId = attrs.field(metadata=f("providerId"))
+    provider_id: ProviderId = field(metadata=f("providerId"))
     """Provider ID to configure.
 
     (wire ``providerId``; required)
     """
-    api_type: LlmProtocol = attrs.field(metadata=f("apiType"))
+    api_type: LlmProtocol = field(metadata=f("apiType"))
     """Protocol type for this provider.
 
     (wire ``apiType``; required)
     """
-    base_url: str = attrs.field(metadata=f("baseUrl"))
+    base_url: str = field(metadata=f("baseUrl"))
     """Base URL for requests sent through this provider.
 
     (wire ``baseUrl``; required)
     """
-    headers: dict[str, str] | UnsetType = attrs.field(default=UNSET, metadata=f("headers"))
+    headers: dict[str, str] | UnsetType = field(default=UNSET, metadata=f("headers"))
     """Full headers map for this provider.
     May include authorization, routing, or other integration-specific headers.
 
     (wire ``headers``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -17101,7 +16547,7 @@ class SetProviderRequest:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -17138,7 +16584,7 @@ class SetProviderRequest:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class DisableProviderRequest:
     """**UNSTABLE**
 
@@ -17151,14 +16597,12 @@ class DisableProviderRequest:
     Schema: ``schema/v2/schema.unstable.json``, ``$defs/DisableProviderRequest``
     """
 
-    provider_id: ProviderId = attrs.field(metadata=f("providerId"))
+    provider_id: ProviderId = field(metadata=f("providerId"))
     """Provider ID to disable.
 
     (wire ``providerId``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -17167,7 +16611,7 @@ class DisableProviderRequest:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -17191,7 +16635,7 @@ class DisableProviderRequest:
         return self.provider_id == o.provider_id and self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class LogoutAuthRequest:
     """Request parameters for the `auth/logout` method.
 
@@ -17204,9 +16648,7 @@ class LogoutAuthRequest:
     Schema: ``schema/v2/schema.unstable.json``, ``$defs/LogoutAuthRequest``
     """
 
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -17215,7 +16657,7 @@ class LogoutAuthRequest:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -17234,7 +16676,7 @@ class LogoutAuthRequest:
         return self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class AuthStatusRequest:
     """**UNSTABLE**
 
@@ -17252,9 +16694,7 @@ class AuthStatusRequest:
     Schema: ``schema/v2/schema.unstable.json``, ``$defs/AuthStatusRequest``
     """
 
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -17263,7 +16703,7 @@ class AuthStatusRequest:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -17282,7 +16722,7 @@ class AuthStatusRequest:
         return self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class NewSessionRequest:
     """Request parameters for creating a new session.
 
@@ -17291,12 +16731,12 @@ class NewSessionRequest:
     Schema: ``schema/v2/schema.unstable.json``, ``$defs/NewSessionRequest``
     """
 
-    cwd: AbsolutePath = attrs.field(metadata=f("cwd"))
+    cwd: AbsolutePath = field(metadata=f("cwd"))
     """The working directory for this session. Must be an absolute path.
 
     (wire ``cwd``; required)
     """
-    additional_directories: list[AbsolutePath] | UnsetType = attrs.field(
+    additional_directories: list[AbsolutePath] | UnsetType = field(
         default=UNSET, metadata=f("additionalDirectories", on_null=True)
     )
     """Additional workspace roots for this session. Each path must be absolute.
@@ -17307,14 +16747,12 @@ class NewSessionRequest:
 
     (wire ``additionalDirectories``; optional (``UNSET`` when absent))
     """
-    mcp_servers: list[McpServer] | UnsetType = attrs.field(default=UNSET, metadata=f("mcpServers", on_null=True))
+    mcp_servers: list[McpServer] | UnsetType = field(default=UNSET, metadata=f("mcpServers", on_null=True))
     """List of MCP (Model Context Protocol) servers the agent should connect to.
 
     (wire ``mcpServers``; optional (``UNSET`` when absent))
     """
-    system_prompt: SystemPrompt | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("systemPrompt", nullable=True)
-    )
+    system_prompt: SystemPrompt | UnsetType | None = field(default=UNSET, metadata=f("systemPrompt", nullable=True))
     """**UNSTABLE**
 
     This capability is not part of the spec yet, and may be removed or changed at any point.
@@ -17327,9 +16765,7 @@ class NewSessionRequest:
 
     (wire ``systemPrompt``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -17338,7 +16774,7 @@ class NewSessionRequest:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -17375,26 +16811,24 @@ class NewSessionRequest:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class HttpHeader:
     """An HTTP header to set when making requests to the MCP server.
 
     Schema: ``schema/v2/schema.unstable.json``, ``$defs/HttpHeader``
     """
 
-    name: str = attrs.field(metadata=f("name"))
+    name: str = field(metadata=f("name"))
     """The name of the HTTP header.
 
     (wire ``name``; required)
     """
-    value: str = attrs.field(metadata=f("value"))
+    value: str = field(metadata=f("value"))
     """The value to set for the HTTP header.
 
     (wire ``value``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -17403,7 +16837,7 @@ class HttpHeader:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -17434,32 +16868,30 @@ class HttpHeader:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class McpServerHttp:
     """HTTP transport configuration for MCP.
 
     Schema: ``schema/v2/schema.unstable.json``, ``$defs/McpServerHttp``
     """
 
-    name: str = attrs.field(metadata=f("name"))
+    name: str = field(metadata=f("name"))
     """Human-readable name identifying this MCP server.
 
     (wire ``name``; required)
     """
-    url: str = attrs.field(metadata=f("url"))
+    url: str = field(metadata=f("url"))
     """URL to the MCP server.
 
     (wire ``url``; required)
     """
-    headers: list[HttpHeader] | UnsetType = attrs.field(default=UNSET, metadata=f("headers", on_null=True))
+    headers: list[HttpHeader] | UnsetType = field(default=UNSET, metadata=f("headers", on_null=True))
     """HTTP headers to set when making requests to the MCP server. Headers the MCP transport
     defines are owned by the transport, and Agents use the transport's values for them.
 
     (wire ``headers``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -17468,7 +16900,7 @@ class McpServerHttp:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -17502,7 +16934,7 @@ class McpServerHttp:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class McpServerAcp:
     """**UNSTABLE**
 
@@ -17518,12 +16950,12 @@ class McpServerAcp:
     Schema: ``schema/v2/schema.unstable.json``, ``$defs/McpServerAcp``
     """
 
-    name: str = attrs.field(metadata=f("name"))
+    name: str = field(metadata=f("name"))
     """Human-readable name identifying this MCP server.
 
     (wire ``name``; required)
     """
-    server_id: McpServerAcpId = attrs.field(metadata=f("serverId"))
+    server_id: McpServerAcpId = field(metadata=f("serverId"))
     """Unique identifier for this MCP server, generated by the component providing it.
 
     Providers MUST NOT reuse an ID for multiple ACP-transport MCP servers that are visible
@@ -17531,9 +16963,7 @@ class McpServerAcp:
 
     (wire ``serverId``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -17542,7 +16972,7 @@ class McpServerAcp:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -17573,37 +17003,35 @@ class McpServerAcp:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class McpServerStdio:
     """Stdio transport configuration for MCP.
 
     Schema: ``schema/v2/schema.unstable.json``, ``$defs/McpServerStdio``
     """
 
-    name: str = attrs.field(metadata=f("name"))
+    name: str = field(metadata=f("name"))
     """Human-readable name identifying this MCP server.
 
     (wire ``name``; required)
     """
-    command: AbsolutePath = attrs.field(metadata=f("command"))
+    command: AbsolutePath = field(metadata=f("command"))
     """Absolute path to the MCP server executable.
 
     (wire ``command``; required)
     """
-    args: list[str] | UnsetType = attrs.field(default=UNSET, metadata=f("args", on_null=True))
+    args: list[str] | UnsetType = field(default=UNSET, metadata=f("args", on_null=True))
     """Command-line arguments to pass to the MCP server.
 
     (wire ``args``; optional (``UNSET`` when absent))
     """
-    env: list[EnvVariable] | UnsetType = attrs.field(default=UNSET, metadata=f("env", on_null=True))
+    env: list[EnvVariable] | UnsetType = field(default=UNSET, metadata=f("env", on_null=True))
     """Environment variables to set when launching the MCP server. Names SHOULD be unique.
     Agents MAY reject duplicates with `-32602`, and otherwise the last entry wins.
 
     (wire ``env``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -17612,7 +17040,7 @@ class McpServerStdio:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -17649,7 +17077,7 @@ class McpServerStdio:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class SystemPrompt:
     """**UNSTABLE**
 
@@ -17667,7 +17095,7 @@ class SystemPrompt:
     Schema: ``schema/v2/schema.unstable.json``, ``$defs/SystemPrompt``
     """
 
-    mode: SystemPromptMode = attrs.field(metadata=f("mode"))
+    mode: SystemPromptMode = field(metadata=f("mode"))
     """How the Agent combines `content` with its own instructions.
 
     Required. Agents MUST return an error for a mode they do not support rather than
@@ -17675,7 +17103,7 @@ class SystemPrompt:
 
     (wire ``mode``; required)
     """
-    content: list[ContentBlock] = attrs.field(metadata=f("content"))
+    content: list[ContentBlock] = field(metadata=f("content"))
     """The system prompt content.
 
     Agents advertising the capability MUST accept `text` content blocks.
@@ -17688,9 +17116,7 @@ class SystemPrompt:
 
     (wire ``content``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -17699,7 +17125,7 @@ class SystemPrompt:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -17730,14 +17156,14 @@ class SystemPrompt:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class ListSessionsRequest:
     """Request parameters for listing existing sessions.
 
     Schema: ``schema/v2/schema.unstable.json``, ``$defs/ListSessionsRequest``
     """
 
-    cwd: AbsolutePath | UnsetType | None = attrs.field(default=UNSET, metadata=f("cwd", nullable=True))
+    cwd: AbsolutePath | UnsetType | None = field(default=UNSET, metadata=f("cwd", nullable=True))
     """Filter sessions by working directory. Must be an absolute path.
 
     Only sessions whose `cwd` is this same directory match. Subdirectories and
@@ -17747,16 +17173,14 @@ class ListSessionsRequest:
 
     (wire ``cwd``; optional (``UNSET`` when absent))
     """
-    cursor: SessionListCursor | UnsetType | None = attrs.field(default=UNSET, metadata=f("cursor", nullable=True))
+    cursor: SessionListCursor | UnsetType | None = field(default=UNSET, metadata=f("cursor", nullable=True))
     """Opaque cursor token from a previous response's nextCursor field for cursor-based pagination
 
     Omitted and `null` are equivalent and mean the first page is requested.
 
     (wire ``cursor``; optional (``UNSET`` when absent))
     """
-    archived: SessionArchiveFilter | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("archived", nullable=True)
-    )
+    archived: SessionArchiveFilter | UnsetType | None = field(default=UNSET, metadata=f("archived", nullable=True))
     """**UNSTABLE**
 
     This capability is not part of the spec yet, and may be removed or changed at any point.
@@ -17769,9 +17193,7 @@ class ListSessionsRequest:
 
     (wire ``archived``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -17780,7 +17202,7 @@ class ListSessionsRequest:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -17814,7 +17236,7 @@ class ListSessionsRequest:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class DeleteSessionRequest:
     """Request parameters for deleting an existing session from `session/list`.
 
@@ -17823,14 +17245,12 @@ class DeleteSessionRequest:
     Schema: ``schema/v2/schema.unstable.json``, ``$defs/DeleteSessionRequest``
     """
 
-    session_id: SessionId = attrs.field(metadata=f("sessionId"))
+    session_id: SessionId = field(metadata=f("sessionId"))
     """The ID of the session to delete.
 
     (wire ``sessionId``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -17839,7 +17259,7 @@ class DeleteSessionRequest:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -17863,7 +17283,7 @@ class DeleteSessionRequest:
         return self.session_id == o.session_id and self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class ForkSessionRequest:
     """**UNSTABLE**
 
@@ -17881,17 +17301,17 @@ class ForkSessionRequest:
     Schema: ``schema/v2/schema.unstable.json``, ``$defs/ForkSessionRequest``
     """
 
-    session_id: SessionId = attrs.field(metadata=f("sessionId"))
+    session_id: SessionId = field(metadata=f("sessionId"))
     """The ID of the session to fork.
 
     (wire ``sessionId``; required)
     """
-    cwd: AbsolutePath = attrs.field(metadata=f("cwd"))
+    cwd: AbsolutePath = field(metadata=f("cwd"))
     """The working directory for this session. Must be an absolute path.
 
     (wire ``cwd``; required)
     """
-    additional_directories: list[AbsolutePath] | UnsetType = attrs.field(
+    additional_directories: list[AbsolutePath] | UnsetType = field(
         default=UNSET, metadata=f("additionalDirectories", on_null=True)
     )
     """Additional workspace roots to activate for this session. Each path must be absolute.
@@ -17902,14 +17322,12 @@ class ForkSessionRequest:
 
     (wire ``additionalDirectories``; optional (``UNSET`` when absent))
     """
-    mcp_servers: list[McpServer] | UnsetType = attrs.field(default=UNSET, metadata=f("mcpServers", on_null=True))
+    mcp_servers: list[McpServer] | UnsetType = field(default=UNSET, metadata=f("mcpServers", on_null=True))
     """List of MCP servers to connect to for this session.
 
     (wire ``mcpServers``; optional (``UNSET`` when absent))
     """
-    system_prompt: SystemPrompt | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("systemPrompt", nullable=True)
-    )
+    system_prompt: SystemPrompt | UnsetType | None = field(default=UNSET, metadata=f("systemPrompt", nullable=True))
     """**UNSTABLE**
 
     This capability is not part of the spec yet, and may be removed or changed at any point.
@@ -17924,9 +17342,7 @@ class ForkSessionRequest:
 
     (wire ``systemPrompt``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -17935,7 +17351,7 @@ class ForkSessionRequest:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -17975,7 +17391,7 @@ class ForkSessionRequest:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class ArchiveSessionRequest:
     """**UNSTABLE**
 
@@ -17995,14 +17411,12 @@ class ArchiveSessionRequest:
     Schema: ``schema/v2/schema.unstable.json``, ``$defs/ArchiveSessionRequest``
     """
 
-    session_id: SessionId = attrs.field(metadata=f("sessionId"))
+    session_id: SessionId = field(metadata=f("sessionId"))
     """The ID of the session to archive.
 
     (wire ``sessionId``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -18011,7 +17425,7 @@ class ArchiveSessionRequest:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -18035,7 +17449,7 @@ class ArchiveSessionRequest:
         return self.session_id == o.session_id and self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class UnarchiveSessionRequest:
     """**UNSTABLE**
 
@@ -18056,14 +17470,12 @@ class UnarchiveSessionRequest:
     Schema: ``schema/v2/schema.unstable.json``, ``$defs/UnarchiveSessionRequest``
     """
 
-    session_id: SessionId = attrs.field(metadata=f("sessionId"))
+    session_id: SessionId = field(metadata=f("sessionId"))
     """The ID of the session to unarchive.
 
     (wire ``sessionId``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -18072,7 +17484,7 @@ class UnarchiveSessionRequest:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -18096,7 +17508,7 @@ class UnarchiveSessionRequest:
         return self.session_id == o.session_id and self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class SessionStatusRequest:
     """**UNSTABLE**
 
@@ -18115,14 +17527,12 @@ class SessionStatusRequest:
     Schema: ``schema/v2/schema.unstable.json``, ``$defs/SessionStatusRequest``
     """
 
-    session_id: SessionId = attrs.field(metadata=f("sessionId"))
+    session_id: SessionId = field(metadata=f("sessionId"))
     """The ID of the session to check.
 
     (wire ``sessionId``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -18131,7 +17541,7 @@ class SessionStatusRequest:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -18155,7 +17565,7 @@ class SessionStatusRequest:
         return self.session_id == o.session_id and self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class SetSessionTitleRequest:
     """**UNSTABLE**
 
@@ -18176,12 +17586,12 @@ class SetSessionTitleRequest:
     Schema: ``schema/v2/schema.unstable.json``, ``$defs/SetSessionTitleRequest``
     """
 
-    session_id: SessionId = attrs.field(metadata=f("sessionId"))
+    session_id: SessionId = field(metadata=f("sessionId"))
     """The ID of the session to retitle.
 
     (wire ``sessionId``; required)
     """
-    title: str = attrs.field(metadata=f("title"))
+    title: str = field(metadata=f("title"))
     """The new title for the session.
 
     Required and non-null. Omission and explicit `null` are both invalid. The Agent MAY
@@ -18191,9 +17601,7 @@ class SetSessionTitleRequest:
 
     (wire ``title``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -18202,7 +17610,7 @@ class SetSessionTitleRequest:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -18233,7 +17641,7 @@ class SetSessionTitleRequest:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class ResumeSessionRequest:
     """Request parameters for resuming an existing session.
 
@@ -18243,12 +17651,12 @@ class ResumeSessionRequest:
     Schema: ``schema/v2/schema.unstable.json``, ``$defs/ResumeSessionRequest``
     """
 
-    session_id: SessionId = attrs.field(metadata=f("sessionId"))
+    session_id: SessionId = field(metadata=f("sessionId"))
     """The ID of the session to resume.
 
     (wire ``sessionId``; required)
     """
-    cwd: AbsolutePath = attrs.field(metadata=f("cwd"))
+    cwd: AbsolutePath = field(metadata=f("cwd"))
     """The working directory for this session. Must be an absolute path.
 
     Clients MUST send the session's working directory. Agents MAY reject a different directory
@@ -18256,7 +17664,7 @@ class ResumeSessionRequest:
 
     (wire ``cwd``; required)
     """
-    additional_directories: list[AbsolutePath] | UnsetType = attrs.field(
+    additional_directories: list[AbsolutePath] | UnsetType = field(
         default=UNSET, metadata=f("additionalDirectories", on_null=True)
     )
     """Additional workspace roots to activate for this session. Each path must be absolute.
@@ -18268,7 +17676,7 @@ class ResumeSessionRequest:
 
     (wire ``additionalDirectories``; optional (``UNSET`` when absent))
     """
-    mcp_servers: list[McpServer] | UnsetType = attrs.field(default=UNSET, metadata=f("mcpServers", on_null=True))
+    mcp_servers: list[McpServer] | UnsetType = field(default=UNSET, metadata=f("mcpServers", on_null=True))
     """List of MCP servers to connect to for this session.
 
     The complete set of Client-provided servers. Omitted and `[]` mean none. Agents SHOULD
@@ -18276,7 +17684,7 @@ class ResumeSessionRequest:
 
     (wire ``mcpServers``; optional (``UNSET`` when absent))
     """
-    replay_from: ReplayFrom | UnsetType | None = attrs.field(default=UNSET, metadata=f("replayFrom", nullable=True))
+    replay_from: ReplayFrom | UnsetType | None = field(default=UNSET, metadata=f("replayFrom", nullable=True))
     """Inclusive cursor describing where conversation replay should begin.
 
     Optional. Omitted and `null` are equivalent and mean the Agent should resume without
@@ -18291,9 +17699,7 @@ class ResumeSessionRequest:
 
     (wire ``replayFrom``; optional (``UNSET`` when absent))
     """
-    system_prompt: SystemPrompt | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("systemPrompt", nullable=True)
-    )
+    system_prompt: SystemPrompt | UnsetType | None = field(default=UNSET, metadata=f("systemPrompt", nullable=True))
     """**UNSTABLE**
 
     This capability is not part of the spec yet, and may be removed or changed at any point.
@@ -18308,9 +17714,7 @@ class ResumeSessionRequest:
 
     (wire ``systemPrompt``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -18319,7 +17723,7 @@ class ResumeSessionRequest:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -18362,16 +17766,14 @@ class ResumeSessionRequest:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class ReplayFromStart:
     """Inclusive replay cursor requesting replay from the start of retained conversation history.
 
     Schema: ``schema/v2/schema.unstable.json``, ``$defs/ReplayFromStart``
     """
 
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -18380,7 +17782,7 @@ class ReplayFromStart:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -18399,7 +17801,7 @@ class ReplayFromStart:
         return self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class CloseSessionRequest:
     """Request parameters for closing an active session.
 
@@ -18425,14 +17827,12 @@ class CloseSessionRequest:
     Schema: ``schema/v2/schema.unstable.json``, ``$defs/CloseSessionRequest``
     """
 
-    session_id: SessionId = attrs.field(metadata=f("sessionId"))
+    session_id: SessionId = field(metadata=f("sessionId"))
     """The ID of the session to close.
 
     (wire ``sessionId``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -18441,7 +17841,7 @@ class CloseSessionRequest:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -18465,7 +17865,7 @@ class CloseSessionRequest:
         return self.session_id == o.session_id and self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class CancelToolCallRequest:
     """Request parameters for cancelling one tool call.
 
@@ -18483,19 +17883,17 @@ class CancelToolCallRequest:
     Schema: ``schema/v2/schema.unstable.json``, ``$defs/CancelToolCallRequest``
     """
 
-    session_id: SessionId = attrs.field(metadata=f("sessionId"))
+    session_id: SessionId = field(metadata=f("sessionId"))
     """The ID of the session that owns the tool call.
 
     (wire ``sessionId``; required)
     """
-    tool_call_id: ToolCallId = attrs.field(metadata=f("toolCallId"))
+    tool_call_id: ToolCallId = field(metadata=f("toolCallId"))
     """The ID of the tool call to cancel.
 
     (wire ``toolCallId``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -18504,7 +17902,7 @@ class CancelToolCallRequest:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -18535,7 +17933,7 @@ class CancelToolCallRequest:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class CancelTerminalRequest:
     """Request parameters for cancelling one terminal.
 
@@ -18554,19 +17952,17 @@ class CancelTerminalRequest:
     Schema: ``schema/v2/schema.unstable.json``, ``$defs/CancelTerminalRequest``
     """
 
-    session_id: SessionId = attrs.field(metadata=f("sessionId"))
+    session_id: SessionId = field(metadata=f("sessionId"))
     """The ID of the session that owns the terminal.
 
     (wire ``sessionId``; required)
     """
-    terminal_id: TerminalId = attrs.field(metadata=f("terminalId"))
+    terminal_id: TerminalId = field(metadata=f("terminalId"))
     """The ID of the terminal to cancel.
 
     (wire ``terminalId``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -18575,7 +17971,7 @@ class CancelTerminalRequest:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -18606,7 +18002,7 @@ class CancelTerminalRequest:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class PromptRequest:
     """Request parameters for sending a user prompt to the agent.
 
@@ -18617,12 +18013,12 @@ class PromptRequest:
     Schema: ``schema/v2/schema.unstable.json``, ``$defs/PromptRequest``
     """
 
-    session_id: SessionId = attrs.field(metadata=f("sessionId"))
+    session_id: SessionId = field(metadata=f("sessionId"))
     """The ID of the session to send this user message to
 
     (wire ``sessionId``; required)
     """
-    prompt: list[ContentBlock] = attrs.field(metadata=f("prompt"))
+    prompt: list[ContentBlock] = field(metadata=f("prompt"))
     """The blocks of content that compose the user's message.
 
     As a baseline, the Agent MUST support `text` and `resource_link` content blocks,
@@ -18642,9 +18038,7 @@ class PromptRequest:
 
     (wire ``prompt``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -18653,7 +18047,7 @@ class PromptRequest:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -18684,21 +18078,19 @@ class PromptRequest:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class RequestPermissionResponse:
     """Response to a permission request.
 
     Schema: ``schema/v2/schema.unstable.json``, ``$defs/RequestPermissionResponse``
     """
 
-    outcome: RequestPermissionOutcome = attrs.field(metadata=f("outcome"))
+    outcome: RequestPermissionOutcome = field(metadata=f("outcome"))
     """The user's decision on the permission request.
 
     (wire ``outcome``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -18707,7 +18099,7 @@ class RequestPermissionResponse:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -18731,16 +18123,14 @@ class RequestPermissionResponse:
         return self.outcome == o.outcome and self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class CancelledPermissionOutcome:
     """The request was not approved and no option was selected.
 
     Schema: ``schema/v2/schema.unstable.json``, ``$defs/CancelledPermissionOutcome``
     """
 
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -18749,7 +18139,7 @@ class CancelledPermissionOutcome:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -18768,21 +18158,19 @@ class CancelledPermissionOutcome:
         return self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class SelectedPermissionOutcome:
     """The user selected one of the provided options.
 
     Schema: ``schema/v2/schema.unstable.json``, ``$defs/SelectedPermissionOutcome``
     """
 
-    option_id: PermissionOptionId = attrs.field(metadata=f("optionId"))
+    option_id: PermissionOptionId = field(metadata=f("optionId"))
     """The ID of the option the user selected.
 
     (wire ``optionId``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -18791,7 +18179,7 @@ class SelectedPermissionOutcome:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -18815,14 +18203,14 @@ class SelectedPermissionOutcome:
         return self.option_id == o.option_id and self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class ElicitationAcceptAction:
     """The user accepted the elicitation and provided content.
 
     Schema: ``schema/v2/schema.unstable.json``, ``$defs/ElicitationAcceptAction``
     """
 
-    content: dict[str, ElicitationContentValue] | UnsetType | None = attrs.field(
+    content: dict[str, ElicitationContentValue] | UnsetType | None = field(
         default=UNSET, metadata=f("content", nullable=True)
     )
     """The user-provided content, if any, as an object matching the requested schema.
@@ -18831,7 +18219,7 @@ class ElicitationAcceptAction:
 
     (wire ``content``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -18853,7 +18241,7 @@ class ElicitationAcceptAction:
         return self.content == o.content and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class McpError:
     """**UNSTABLE**
 
@@ -18867,22 +18255,22 @@ class McpError:
     Schema: ``schema/v2/schema.unstable.json``, ``$defs/McpError``
     """
 
-    code: int = attrs.field(metadata=f("code"))
+    code: int = field(metadata=f("code"))
     """Inner MCP error code. Never an ACP error code.
 
     (wire ``code``; required)
     """
-    message: str = attrs.field(metadata=f("message"))
+    message: str = field(metadata=f("message"))
     """Inner MCP error message.
 
     (wire ``message``; required)
     """
-    data: Any | UnsetType = attrs.field(default=UNSET, metadata=f("data"))
+    data: Any | UnsetType = field(default=UNSET, metadata=f("data"))
     """Optional error data. Explicit null is retained.
 
     (wire ``data``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -18908,7 +18296,7 @@ class McpError:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class CancelSessionNotification:
     """Notification to cancel a session's foreground work and its prompts not yet inserted.
 
@@ -18917,14 +18305,12 @@ class CancelSessionNotification:
     Schema: ``schema/v2/schema.unstable.json``, ``$defs/CancelSessionNotification``
     """
 
-    session_id: SessionId = attrs.field(metadata=f("sessionId"))
+    session_id: SessionId = field(metadata=f("sessionId"))
     """The ID of the session to cancel operations for.
 
     (wire ``sessionId``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -18933,7 +18319,7 @@ class CancelSessionNotification:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -18957,7 +18343,7 @@ class CancelSessionNotification:
         return self.session_id == o.session_id and self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class MessageMcpNotification:
     """**UNSTABLE**
 
@@ -18969,29 +18355,27 @@ class MessageMcpNotification:
     Schema: ``schema/v2/schema.unstable.json``, ``$defs/MessageMcpNotification``
     """
 
-    server_id: McpServerAcpId = attrs.field(metadata=f("serverId"))
+    server_id: McpServerAcpId = field(metadata=f("serverId"))
     """The declared ACP MCP server handling the associated request.
 
     (wire ``serverId``; required)
     """
-    request_id: McpRequestId = attrs.field(metadata=f("requestId"))
+    request_id: McpRequestId = field(metadata=f("requestId"))
     """The identifier of the active inner MCP request.
 
     (wire ``requestId``; required)
     """
-    method: str = attrs.field(metadata=f("method"))
+    method: str = field(metadata=f("method"))
     """The inner MCP method name.
 
     (wire ``method``; required)
     """
-    params: dict[str, Any] | UnsetType | None = attrs.field(default=UNSET, metadata=f("params", nullable=True))
+    params: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("params", nullable=True))
     """Optional inner MCP params. Null is equivalent to omission.
 
     (wire ``params``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -19001,7 +18385,7 @@ class MessageMcpNotification:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -19038,7 +18422,7 @@ class MessageMcpNotification:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class CancelRequestNotification:
     """Notification to cancel an ongoing request.
 
@@ -19047,15 +18431,13 @@ class CancelRequestNotification:
     Schema: ``schema/v2/schema.unstable.json``, ``$defs/CancelRequestNotification``
     """
 
-    request_id: RequestId = attrs.field(metadata=f("requestId"))
+    request_id: RequestId = field(metadata=f("requestId"))
     """The ID of the request to cancel: a request that the sender of this notification issued.
     Receivers match it only against requests they received from that sender.
 
     (wire ``requestId``; required)
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """The _meta property is reserved by ACP to allow clients and agents to attach additional
     metadata to their interactions. Omitted and `null` are equivalent and mean no metadata.
     Implementations MUST NOT assign meaning to keys they do not recognize.
@@ -19064,7 +18446,7 @@ class CancelRequestNotification:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -19088,7 +18470,7 @@ class CancelRequestNotification:
         return self.request_id == o.request_id and self.meta == o.meta and self.extra_fields == o.extra_fields
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class ProxySuccessorRequest:
     """**UNSTABLE**
 
@@ -19114,12 +18496,12 @@ class ProxySuccessorRequest:
     Schema: ``schema/v2/schema.unstable.json``, ``$defs/ProxySuccessorRequest``
     """
 
-    method: str = attrs.field(metadata=f("method"))
+    method: str = field(metadata=f("method"))
     """Method name of the wrapped request.
 
     (wire ``method``; required)
     """
-    params: Any | UnsetType = attrs.field(default=UNSET, metadata=f("params"))
+    params: Any | UnsetType = field(default=UNSET, metadata=f("params"))
     """Params of the wrapped request, forwarded unchanged.
 
     Optional. Omitted and `null` are equivalent and mean the wrapped request has no params.
@@ -19128,9 +18510,7 @@ class ProxySuccessorRequest:
 
     (wire ``params``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """Metadata for the `proxy/successor` envelope itself, separate from the wrapped
     message's `_meta`. It is hop-local: the conductor does not copy it into the message
     it unwraps.
@@ -19143,7 +18523,7 @@ class ProxySuccessorRequest:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
@@ -19174,7 +18554,7 @@ class ProxySuccessorRequest:
         )
 
 
-@attrs.define(kw_only=True, init=False, repr=False, eq=False)
+@define(kw_only=True, init=False, repr=False, eq=False)
 class ProxySuccessorNotification:
     """**UNSTABLE**
 
@@ -19193,12 +18573,12 @@ class ProxySuccessorNotification:
     Schema: ``schema/v2/schema.unstable.json``, ``$defs/ProxySuccessorNotification``
     """
 
-    method: str = attrs.field(metadata=f("method"))
+    method: str = field(metadata=f("method"))
     """Method name of the wrapped notification.
 
     (wire ``method``; required)
     """
-    params: Any | UnsetType = attrs.field(default=UNSET, metadata=f("params"))
+    params: Any | UnsetType = field(default=UNSET, metadata=f("params"))
     """Params of the wrapped notification, forwarded unchanged.
 
     Optional. Omitted and `null` are equivalent and mean the wrapped notification has no params.
@@ -19207,9 +18587,7 @@ class ProxySuccessorNotification:
 
     (wire ``params``; optional (``UNSET`` when absent))
     """
-    meta: dict[str, Any] | UnsetType | None = attrs.field(
-        default=UNSET, metadata=f("_meta", nullable=True, on_error=True)
-    )
+    meta: dict[str, Any] | UnsetType | None = field(default=UNSET, metadata=f("_meta", nullable=True, on_error=True))
     """Metadata for the `proxy/successor` envelope itself, separate from the wrapped
     message's `_meta`. It is hop-local: the conductor does not copy it into the message
     it unwraps.
@@ -19222,7 +18600,7 @@ class ProxySuccessorNotification:
 
     (wire ``_meta``; optional (``UNSET`` when absent))
     """
-    extra_fields: dict[str, Any] = attrs.field(factory=dict, metadata=EXTRA)
+    extra_fields: dict[str, Any] = field(factory=dict, metadata=EXTRA)
     """Wire fields the schema does not define, kept verbatim and re-encoded."""
 
     def __init__(
