@@ -14,15 +14,20 @@ tests' installer (``tests/interop/real_agents.install_ts_sdk``, into
 "-" and its bars are skipped.  Every scenario runs between two processes over pipes; the scripts are
 in ``benchmarks/runtime/`` (``common.py`` describes the prompt commands):
 
-* ``trio_*.py``: acp-trio as README.md teaches (``run_agent_stdio``, ``spawn_agent``, typed peers);
+* ``trio_agent.py`` / ``trio_client.py``: acp-trio as README.md teaches (``run_agent_stdio``,
+  ``spawn_agent``, typed peers);
+* ``trio_floor_agent.py``: the floor under any trio agent: trio and orjson only (no typed objects,
+  no JSON-RPC layer), a task per request in flight as the bench agent has, a raw wake-up per response;
 * ``ts_*.mjs``: the TypeScript SDK as its README teaches (``agent()`` / ``client()`` builders,
   ``ndJsonStream`` over process stdio);
 * ``official_*.py``: the official Python SDK (``run_agent``, ``spawn_agent_process``);
 * ``raw_*.py``: no framework (blocking stdio, one ``orjson.dumps`` line per message, ``orjson.loads``
   per line read; requests answered at once, one write and flush each).
 
-Pairs: each SDK's client with its own agent; and for streaming two cross pairs, acp-trio's agent →
-the raw client and the raw agent → acp-trio's client, to show each side's share.
+Pairs: each SDK's client with its own agent; for streaming two cross pairs, acp-trio's agent →
+the raw client and the raw agent → acp-trio's client, to show each side's share; and the bare trio
+agent → the raw client (streaming, and reads one at a time and 64 in flight), the "floor" rows: what
+trio itself leaves of raw's speed for an agent shaped like the bench's.
 
 Scenarios (each one ``session/prompt``, timed by the client from sending it to accepting its response):
 
@@ -150,6 +155,12 @@ def pairs(python: str, with_ts: bool) -> list[Pair]:
             "acp-trio client ↔ raw agent",
             [python, script("trio_client.py"), "--agent", "raw_agent.py"],
             (STREAM,),
+        ),
+        Pair(
+            "trio-floor",
+            "raw client ↔ bare trio agent (floor)",
+            [python, script("raw_client.py"), "--agent", "trio_floor_agent.py"],
+            (STREAM, READ_SEQ, READ_PAR),
         ),
     ]
     return [p for p in found if with_ts or p.key != "ts"]
@@ -369,6 +380,10 @@ def run_startup(env: dict[str, str], runs: int, with_ts: bool) -> Startup:
         "ts": (["node", str(_SCRIPTS / "ts_agent.mjs")], "node runtime/ts_agent.mjs"),
         "official": ([py, str(_SCRIPTS / "official_agent.py")], "runtime/official_agent.py"),
         "raw": ([py, str(_SCRIPTS / "raw_agent.py")], "runtime/raw_agent.py"),
+        "trio floor": (
+            [py, str(_SCRIPTS / "trio_floor_agent.py")],
+            "runtime/trio_floor_agent.py (trio and orjson only)",
+        ),
     }
     if not with_ts:
         del commands["ts"]
@@ -442,17 +457,28 @@ def build_rows(samples: Samples, startup: Startup) -> list[Row]:
     raw_stream = secs("raw", STREAM)
     raw_ms = raw_stream * 1e3 if raw_stream is not None else None
     cross_agent, cross_client = secs("trio-agent→raw", STREAM), secs("raw-agent→trio", STREAM)
+
+    def floor(command: str, n: int | None = None) -> dict[str, float | None]:
+        """The bare trio agent with the raw client, in the acp-trio column, beside the raw pair."""
+        value, base = secs("trio-floor", command), secs("raw", command)
+        if n is None:
+            return {"acp-trio": value and value * 1e3, "raw": base and base * 1e3}
+        return {"acp-trio": value and n / value, "raw": base and n / base}
+
     return [
         Row("stream 20k agent_message_chunk, pair", "ms", per_side(ms(STREAM))),
         Row("  acp-trio agent → raw client", "ms", {"acp-trio": cross_agent and cross_agent * 1e3, "raw": raw_ms}),
         Row("  raw agent → acp-trio client", "ms", {"acp-trio": cross_client and cross_client * 1e3, "raw": raw_ms}),
+        Row("  floor: bare trio agent → raw client", "ms", floor(STREAM)),
         Row("stream 20k, pair", "msg/s", per_side(rate(STREAM, STREAM_N)), higher_is_better=True),
         Row("mixed 20k chunks + 4k tool call updates, pair", "ms", per_side(ms(MIXED))),
         Row("CPU per streamed update, agent", "µs", per_side(cpu_us("agent"))),
         Row("CPU per streamed update, client", "µs", per_side(cpu_us("client"))),
         Row("fs/read_text_file one at a time, pair", "req/s", per_side(rate(READ_SEQ, READ_N)), True),
+        Row("  floor: bare trio agent → raw client", "req/s", floor(READ_SEQ, READ_N), True),
         Row("session/request_permission one at a time", "req/s", per_side(rate(PERMISSION_SEQ, PERMISSION_N)), True),
         Row(f"fs/read_text_file {WIDTH} in flight, pair", "req/s", per_side(rate(READ_PAR, READ_N)), True),
+        Row("  floor: bare trio agent → raw client", "req/s", floor(READ_PAR, READ_N), True),
         Row(
             "spawn → initialize answered (cold start)",
             "ms",
@@ -462,6 +488,11 @@ def build_rows(samples: Samples, startup: Startup) -> list[Row]:
             "  acp-trio example agent (demo)",
             "ms",
             {"acp-trio": _median(startup.seconds["acp-trio demo"]) * 1e3, "raw": _median(startup.seconds["raw"]) * 1e3},
+        ),
+        Row(
+            "  floor: bare trio agent",
+            "ms",
+            {"acp-trio": _median(startup.seconds["trio floor"]) * 1e3, "raw": _median(startup.seconds["raw"]) * 1e3},
         ),
         Row("agent peak RSS (VmHWM, all of 1-4)", "MB", per_side(lambda side: mb(samples.hwm_kib.get(side)))),
         Row("agent RSS right after initialize", "MB", per_side(lambda side: mb(startup.rss_kib.get(side)))),
