@@ -12,12 +12,12 @@
 // to its response; each must end the turn having handled every update or request the command asks.
 import { performance } from "node:perf_hooks";
 import { loadEsm } from "../../tests/interop/load_esm.mjs";
+import { createBenchClient } from "../runtime/ts_bench.mjs";
 
 const acp = await loadEsm("@agentclientprotocol/sdk");
 const [url, warmupText, repeatsText, ...commands] = process.argv.slice(2);
 const warmup = Number(warmupText);
 const repeats = Number(repeatsText);
-const FILE_CONTENT = "def hello():\n    return 'world'\n";
 const TOOL_EVERY = 10;
 
 let stream;
@@ -31,19 +31,7 @@ if (url.startsWith("ws")) {
 }
 
 const counts = { updates: 0, reads: 0, permissions: 0 };
-const app = acp
-  .client({ name: "bench-ts-client" })
-  .onNotification(acp.methods.client.session.update, () => {
-    counts.updates += 1;
-  })
-  .onRequest(acp.methods.client.fs.readTextFile, () => {
-    counts.reads += 1;
-    return { content: FILE_CONTENT };
-  })
-  .onRequest(acp.methods.client.session.requestPermission, () => {
-    counts.permissions += 1;
-    return { outcome: { outcome: "selected", optionId: "allow" } };
-  });
+const app = createBenchClient(acp, counts);
 const results = {};
 await app.connectWith(stream, async (ctx) => {
   await ctx.request(acp.methods.agent.initialize, {

@@ -13,10 +13,10 @@ import { performance } from "node:perf_hooks";
 import { Readable, Writable } from "node:stream";
 import { fileURLToPath } from "node:url";
 import { loadEsm } from "../../tests/interop/load_esm.mjs";
+import { createBenchClient } from "./ts_bench.mjs";
 
 const acp = await loadEsm("@agentclientprotocol/sdk");
 const HERE = dirname(fileURLToPath(import.meta.url));
-const FILE_CONTENT = "def hello():\n    return 'world'\n";
 const TOOL_EVERY = 10;
 
 const argv = process.argv.slice(2);
@@ -48,19 +48,7 @@ function statusKib(pid, field) {
 }
 
 const counts = { updates: 0, reads: 0, permissions: 0 };
-const app = acp
-  .client({ name: "bench-ts-client" })
-  .onNotification(acp.methods.client.session.update, () => {
-    counts.updates += 1;
-  })
-  .onRequest(acp.methods.client.fs.readTextFile, () => {
-    counts.reads += 1;
-    return { content: FILE_CONTENT };
-  })
-  .onRequest(acp.methods.client.session.requestPermission, () => {
-    counts.permissions += 1;
-    return { outcome: { outcome: "selected", optionId: "allow" } };
-  });
+const app = createBenchClient(acp, counts);
 
 const script = join(HERE, options.agent);
 const child = spawn(process.execPath, [script], { stdio: ["pipe", "pipe", "inherit"] });

@@ -828,47 +828,36 @@ class Connection:
         ended = True
         try:
             while True:
+                if not self._backlog:
+                    try:
+                        if fd_stream is not None:
+                            data = await _read_pipe(fd_stream, self._read_full)
+                            self._read_full = len(data) == _READ_SIZE
+                        else:
+                            data = bytes(await self._receive_stream.receive_some(_READ_SIZE))
+                    except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
+                        self._read_reason = f"read failed: {exc!r}"
+                        break
+                    if not data:
+                        self._holding = True
+                        for item in self._framer.close():
+                            self._on_line(item)
+                        jobs, self._new_jobs = self._new_jobs, []
+                        for job in jobs:
+                            self._give(job)
+                        self._flush()
+                        break
+                    self._backlog = self._framer.feed(data)
+                # A large read holds hundreds of messages: they are handled in slices, so decoded
+                # messages die young instead of piling up (and through the garbage collector's
+                # generations) behind the reader, and the handlers they woke run in between.
                 backlog = self._backlog
-                if backlog:
-                    # A large read holds hundreds of messages: hand them to their handlers in slices,
-                    # so decoded messages die young instead of piling up (and through the garbage
-                    # collector's generations) behind the reader.
+                if len(backlog) > _HANDOFF:
                     items = backlog[:_HANDOFF]
                     del backlog[:_HANDOFF]
-                    self._holding = True
-                    for item in items:
-                        self._on_line(item)
-                    if self._new_jobs:
-                        waiting = self._run_read_requests(scope, me)
-                        if waiting is not None:
-                            ended = False
-                            return waiting
-                    self._flush()
-                    if backlog:
-                        await trio.lowlevel.cancel_shielded_checkpoint()
-                    continue
-                try:
-                    if fd_stream is not None:
-                        data = await _read_pipe(fd_stream, self._read_full)
-                        self._read_full = len(data) == _READ_SIZE
-                    else:
-                        data = bytes(await self._receive_stream.receive_some(_READ_SIZE))
-                except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
-                    self._read_reason = f"read failed: {exc!r}"
-                    break
+                else:
+                    items, self._backlog = backlog, []
                 self._holding = True
-                if not data:
-                    for item in self._framer.close():
-                        self._on_line(item)
-                    jobs, self._new_jobs = self._new_jobs, []
-                    for job in jobs:
-                        self._give(job)
-                    self._flush()
-                    break
-                items = self._framer.feed(data)
-                if len(items) > _HANDOFF:
-                    self._backlog = items[_HANDOFF:]
-                    items = items[:_HANDOFF]
                 for item in items:
                     self._on_line(item)
                 if self._new_jobs:
