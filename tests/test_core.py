@@ -36,6 +36,7 @@ from acp_trio._core import (
     encode_request,
     encode_result,
     head_fields,
+    notification_encoder,
     parse,
 )
 
@@ -241,6 +242,17 @@ def test_bad_request_ids_are_rejected_with_object_params_too(request_id: Any) ->
 @pytest.mark.parametrize("response_id", [True, 1.5, None, [1]])
 def test_a_success_response_with_a_bad_id_is_invalid(response_id: Any) -> None:
     assert_invalid(parse_obj({"jsonrpc": "2.0", "id": response_id, "result": {"a": 1}}), INVALID_REQUEST)
+
+
+@pytest.mark.parametrize(
+    "params",
+    [None, {}, {"sessionId": "s", "update": {"text": 'é \n "q"', "n": [1, 2.5, None, True]}}, [1, "x"]],
+)
+@pytest.mark.parametrize("method", ["session/update", '_ext/"odd" método'])
+def test_a_notification_encoder_writes_the_bytes_encode_notification_writes(method: str, params: Any) -> None:
+    encode = notification_encoder(method)
+    assert encode(params) == encode_notification(method, params)
+    assert encode(params) == encode_notification(method, params)  # and again, from the same encoder
 
 
 def test_a_message_without_id_is_a_notification_and_with_id_a_request() -> None:

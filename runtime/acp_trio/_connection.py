@@ -434,6 +434,7 @@ class Connection:
         self._queues: dict[Hashable, _SerialQueue] = {}
         self._serial_lot = trio.lowlevel.ParkingLot()
         self._outbox: list[bytes] = []
+        self._encoders: dict[str, Callable[[Any], bytes]] = {}  # method → its notification lines' encoder
         self._packed = 0  # outbox items already joined into one (see _enqueue)
         self._outbox_bytes = 0
         self._writing = False  # the writer is inside a send
@@ -1259,7 +1260,24 @@ class Connection:
             raise self._closed.clone()
         if self.instrumentation is not None:
             params = self.instrumentation.outbound("notification", method, params)
-        self._enqueue(_core.encode_notification(method, params))
+        encode = self._encoders.get(method)  # streamed updates come through here: one encoder per method
+        if encode is None:
+            encode = self._encoders[method] = _core.notification_encoder(method)
+        line = encode(params)
+        if self.tap is not None:
+            self.tap("out", line)
+        # _enqueue, inlined: the writer coalesces notifications
+        outbox = self._outbox
+        outbox.append(line)
+        self._outbox_bytes += len(line)
+        if len(outbox) == 1:
+            if not self._holding:
+                self._wake_writer.set()
+        elif len(outbox) - self._packed >= _PACK_LINES:
+            packed = b"".join(outbox[self._packed :])
+            del outbox[self._packed :]
+            outbox.append(packed)
+            self._packed = len(outbox)
         return self._outbox_bytes > _HIGH_WATER
 
     # -- session store hooks (acp_trio.session_store): the exact lines, recorded and replayed ------

@@ -33,6 +33,7 @@ from ._jsonrpc import (
     encode_result,
     head_fields,
     is_request_id,
+    notification_encoder,
     parse,
 )
 
@@ -65,5 +66,6 @@ __all__ = [
     "encode_result",
     "head_fields",
     "is_request_id",
+    "notification_encoder",
     "parse",
 ]

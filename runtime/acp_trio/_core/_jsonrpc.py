@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from typing import Any, Final, Generic, TypeAlias, TypeVar
 
 import orjson
@@ -319,6 +320,21 @@ def encode_notification(method: str, params: Any) -> bytes:
     if params is None:
         return orjson.dumps({"jsonrpc": "2.0", "method": method}, option=_OPT)
     return orjson.dumps({"jsonrpc": "2.0", "method": method, "params": params}, option=_OPT)
+
+
+def notification_encoder(method: str) -> Callable[[Any], bytes]:
+    """A function ``(params) -> line``, the same bytes as :func:`encode_notification` for ``method``,
+    faster for a method sent many times (streamed updates): the envelope up to the params is encoded
+    once.  ``params`` ``None`` is omitted, as there."""
+    prefix = orjson.dumps({"jsonrpc": "2.0", "method": method, "params": 0})[: -len(b"0}")]
+    dumps = orjson.dumps
+
+    def encode(params: Any) -> bytes:
+        if params is None:
+            return encode_notification(method, None)
+        return prefix + dumps(params) + b"}\n"
+
+    return encode
 
 
 def encode_result(id: RequestId | None, result: Any) -> bytes:
