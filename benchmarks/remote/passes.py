@@ -79,6 +79,7 @@ async def drive(
                 before = counter.snapshot()
                 before["cpu"] = time.process_time()
                 before["sys"] = resource.getrusage(resource.RUSAGE_SELF).ru_stime
+                before["wall"] = time.perf_counter()
                 before["server cpu"] = process_cpu(server_pid) if server_pid is not None else 0.0
             client.updates = client.reads = client.permissions = 0
             response = await agent.session_prompt(v1.PromptRequest(session_id=session.session_id, prompt=text))
@@ -87,6 +88,7 @@ async def drive(
         after = counter.snapshot()
         after["cpu"] = time.process_time()
         after["sys"] = resource.getrusage(resource.RUSAGE_SELF).ru_stime
+        after["wall"] = time.perf_counter()
         after["server cpu"] = process_cpu(server_pid) if server_pid is not None else 0.0
     return {key: after[key] - before[key] for key in after}
 
