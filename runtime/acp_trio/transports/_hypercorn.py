@@ -33,6 +33,7 @@ from __future__ import annotations
 import contextvars
 import ctypes
 import ctypes.util
+import errno
 import functools
 import gc
 import logging
@@ -335,6 +336,8 @@ class CoalescingTCPServer(TCPServer):
             except BlockingIOError:
                 await self._wait_readable()
             except OSError as exc:
+                if exc.errno == errno.EBADF:
+                    raise trio.ClosedResourceError("the stream was closed") from None
                 raise trio.BrokenResourceError(exc) from exc
 
     async def _wait_readable(self) -> None:
