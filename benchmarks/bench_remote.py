@@ -500,9 +500,11 @@ ENTRY_POINTS: Final = {
     "server": (
         ("benchmarks/runtime/trio_agent.py", "_stream", "the agent's loop: build, encode, queue each update"),
         ("acp_trio/_connection.py", "_writer", "the connection's writer, incl. MessageSendStream and send_text"),
-        ("acp_trio/transports/asgi.py", "pump", "our pump, incl. hypercorn's send path"),
+        ("acp_trio/transports/asgi.py", "send_texts", "our eager sends, incl. hypercorn's send path"),
+        ("acp_trio/transports/asgi.py", "pump", "our pump (output the socket could not take at once)"),
+        ("acp_trio/transports/_hypercorn.py", "release", "the eager socket send, incl. the send() syscall"),
         ("hypercorn/protocol/ws_stream.py", "app_send", "hypercorn's send path: wsproto frame, lock, trio socket"),
-        ("trio/_highlevel_socket.py", "send_all", "trio's send_all, incl. the send() syscall"),
+        ("trio/_highlevel_socket.py", "send_all", "trio's send_all (the TCP writer), incl. send()"),
     ),
     "client": (
         ("trio_websocket/_impl.py", "_reader_task", "trio-websocket's reader: recv, wsproto parse, hand-off"),

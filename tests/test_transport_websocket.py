@@ -88,6 +88,9 @@ class Agent:
         elif word == "flood":  # large updates until the client stops taking them
             while True:
                 await self.conn.client.session_update(chunk(sid, "x" * 65536))
+        elif word == "big":  # numbered 8 KiB updates
+            for i in range(int(count)):
+                await self.conn.client.session_update(chunk(sid, f"{i:06d}" + "y" * 8192))
         return v1.PromptResponse(stop_reason="end_turn")
 
 
@@ -744,3 +747,365 @@ async def test_permessage_deflate_is_declined_unless_asked_for(compression: bool
             names = [extension.name for extension in accepted.extensions]
             assert names == (["permessage-deflate"] if compression else [])
             await stream.aclose()
+
+
+# -- the fast paths: eager sends, one yield a read, batches of messages -----------------------------
+
+
+async def tcp_pair(receive_buffer: int | None = None) -> tuple[trio.SocketStream, trio.SocketStream]:
+    """A connected TCP pair on 127.0.0.1: (the accepted side, the connecting side, whose receive
+    buffer is set to ``receive_buffer`` bytes before it connects, so a writer fills it soon)."""
+    import socket
+
+    listener = (await trio.open_tcp_listeners(0, host="127.0.0.1"))[0]
+    sock = trio.socket.socket()
+    if receive_buffer is not None:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, receive_buffer)
+    await sock.connect(listener.socket.getsockname())
+    accepted = await listener.accept()
+    await listener.aclose()
+    if receive_buffer is not None:
+        accepted.socket.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, receive_buffer)
+    return accepted, trio.SocketStream(sock)
+
+
+class Protocol:
+    """Stands for hypercorn's protocol under a bare CoalescingTCPServer: records the events it is given."""
+
+    def __init__(self) -> None:
+        self.events: list[Any] = []
+        self.closed = trio.Event()
+
+    async def handle(self, event: Any) -> None:
+        from hypercorn.events import Closed
+
+        self.events.append(event)
+        if isinstance(event, Closed):
+            self.closed.set()
+        await trio.lowlevel.checkpoint()
+
+
+def bare_output(stream: trio.SocketStream) -> Any:
+    """A CoalescingTCPServer over ``stream`` with its output state set up and no task running."""
+    from hypercorn.config import Config
+    from hypercorn.trio.worker_context import WorkerContext
+
+    from acp_trio.transports._hypercorn import CoalescingTCPServer
+
+    server = CoalescingTCPServer(None, Config(), WorkerContext(None), {}, stream)  # type: ignore[arg-type]
+    server.protocol = Protocol()  # type: ignore[assignment]
+    server._start_output()
+    return server
+
+
+async def send_held(server: Any, *frames: bytes) -> None:
+    from hypercorn.events import RawData
+
+    server.hold()
+    try:
+        for frame in frames:
+            await server.protocol_send(RawData(data=frame))
+    finally:
+        server.release()
+
+
+async def read_exactly(stream: trio.SocketStream, size: int) -> bytes:
+    data = bytearray()
+    while len(data) < size:
+        more = await stream.receive_some(65536)
+        assert more, "the peer closed early"
+        data += more
+    return bytes(data)
+
+
+async def test_held_frames_reach_the_socket_at_release_without_the_writer_task_and_in_order() -> None:
+    """The eager path: with no writer task at all, what was held goes out at ``release`` (one send);
+    once the socket would block, the rest waits for the writer, which sends it after, in order."""
+    with trio.fail_after(DEADLINE):
+        ours, peer = await tcp_pair(receive_buffer=4096)
+        server = bare_output(ours)
+        await send_held(server, b"one,", b"two,")
+        assert await read_exactly(peer, 8) == b"one,two,"  # no writer task exists: release sent them
+        sent = bytearray()
+        frame = 0
+        while not server._pending:  # until the socket takes no more: the remainder stays buffered
+            assert server.can_send_now()
+            data = f"[{frame:05d}]".encode() * 200
+            await send_held(server, data)
+            sent += data
+            frame += 1
+        assert frame > 1  # some went out eagerly before the socket filled up
+        assert server._ready.is_set() and not server._flushed.is_set()  # the writer is called for the rest
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(server._write_buffered)
+            received = bytearray()
+
+            async def read_all() -> None:
+                while not received.endswith(b"END"):
+                    received.extend(await peer.receive_some(65536))
+
+            nursery.start_soon(read_all)
+            from hypercorn.events import RawData
+
+            for more in range(40):  # eager and buffered sends, and unheld ones, while the writer works
+                data = f"<{more:03d}>".encode() * 300
+                if more % 3:
+                    await send_held(server, data)
+                else:
+                    await server.protocol_send(RawData(data=data))
+                sent += data
+            await send_held(server, b"END")
+            sent += b"END"
+            await server._flushed.wait()
+            assert not server._pending
+            nursery.cancel_scope.cancel()
+        while not received.endswith(b"END"):
+            received += await peer.receive_some(65536)
+        assert bytes(received) == bytes(sent)
+        await ours.aclose()
+        await peer.aclose()
+
+
+async def test_a_send_error_at_release_is_left_to_the_writer_which_reports_the_lost_connection() -> None:
+    import socket
+    import struct
+
+    with trio.fail_after(DEADLINE):
+        ours, peer = await tcp_pair()
+        server = bare_output(ours)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(server._write_buffered)
+            peer.socket.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            await peer.aclose()  # a reset: the next sends fail
+            while not server.protocol.closed.is_set():
+                await send_held(server, b"x" * 1000)
+                await trio.testing.wait_all_tasks_blocked()
+            assert not server.can_send_now()  # broken: nothing is taken eagerly any more
+            nursery.cancel_scope.cancel()
+        await ours.aclose()
+
+
+async def test_a_message_of_several_full_reads_reaches_the_agent_whole() -> None:
+    with trio.fail_after(DEADLINE):
+        async with served(AcpApp(Agent)) as url, connect_websocket(url, Client) as conn:
+            await initialize(conn)
+            request = v1.NewSessionRequest(cwd="/" + "z" * 300_000, mcp_servers=[])  # over four 64 KiB reads
+            assert (await conn.agent.session_new(request)).session_id == "s1"
+            assert await new_session(conn) == "s2"
+
+
+async def test_the_server_reader_hands_hypercorn_every_byte_then_the_end_of_input() -> None:
+    """Reads of 64 KiB (full: checkpoint, then read) and smaller ones (wait, then read), then EOF."""
+    from hypercorn.events import Closed, RawData
+
+    with trio.fail_after(DEADLINE):
+        ours, peer = await tcp_pair()
+        server = bare_output(ours)
+        sent = bytes(range(256)) * 1000  # 256,000 bytes: several full reads
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(server._read_data)
+            await peer.send_all(sent)
+            await trio.testing.wait_all_tasks_blocked()
+            await peer.send_all(b"and a little more")
+            await peer.aclose()
+        events = server.protocol.events
+        assert all(isinstance(event, RawData) for event in events[:-1]) and isinstance(events[-1], Closed)
+        assert b"".join(event.data for event in events[:-1]) == sent + b"and a little more"
+        assert events[-2].data == b""  # the end of input, as hypercorn's own reader hands it
+        await ours.aclose()
+
+
+async def test_the_server_reader_honours_hypercorns_read_timeout(autojump_clock: trio.abc.Clock) -> None:
+    from hypercorn.events import Closed
+
+    ours, peer = await tcp_pair()
+    server = bare_output(ours)
+    server.config.read_timeout = 30
+    with trio.fail_after(60):
+        await server._read_data()  # the peer says nothing: the reader gives up after read_timeout
+    assert [type(event) for event in server.protocol.events] == [Closed]
+    await ours.aclose()
+    await peer.aclose()
+
+
+async def test_messages_received_together_are_handed_over_in_order_then_the_limit_closes_1009() -> None:
+    """The server takes every message already received in one go; one over the limit among them
+    ends the input after those before it (answered), and the WebSocket closes 1009."""
+    to_app, from_client = trio.open_memory_channel[dict[str, Any]](10)
+    sent: list[dict[str, Any]] = []
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+        await trio.lowlevel.checkpoint()
+
+    for message in (
+        {"type": "websocket.connect"},
+        {
+            "type": "websocket.receive",
+            "text": '{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":1}}',
+        },
+        {"type": "websocket.receive", "bytes": b"ignored", "text": None},
+        {
+            "type": "websocket.receive",
+            "text": '{"jsonrpc":"2.0","id":2,"method":"session/new","params":{"cwd":"/","mcpServers":[]}}',
+        },
+        {"type": "websocket.receive", "text": "x" * 5000},
+        {
+            "type": "websocket.receive",
+            "text": '{"jsonrpc":"2.0","id":3,"method":"session/new","params":{"cwd":"/","mcpServers":[]}}',
+        },
+    ):
+        to_app.send_nowait(message)
+    app = AcpApp(Agent, max_message_bytes=4096)
+    scope = {"type": "websocket", "path": "/acp", "headers": [], "subprotocols": [], "http_version": "1.1"}
+    with trio.fail_after(DEADLINE):
+        await app(scope, from_client.receive, send)
+    texts = [m["text"] for m in sent if m["type"] == "websocket.send"]
+    assert ['"id":1' in texts[0], '"id":2' in texts[1], len(texts)] == [True, True, 2]
+    assert sent[0]["type"] == "websocket.accept"
+    assert sent[-1]["type"] == "websocket.close" and sent[-1]["code"] == 1009
+
+
+async def test_a_client_that_reads_late_gets_every_update_in_order_through_eager_and_queued_sends() -> None:
+    """The server sends eagerly while the socket takes its output, queues (the pump) once it does
+    not, and sends eagerly again after: the client, reading only once everything is blocked, gets
+    every update once and in order, then the turn's answer."""
+    import json
+
+    import trio_websocket
+
+    count = 600  # about 5 MB: more than the sockets hold
+    with trio.fail_after(DEADLINE):
+        async with served(AcpApp(Agent)) as url, trio_websocket.open_websocket_url(url) as ws:
+            await ws.send_message('{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":1}}')
+            await ws.get_message()
+            await ws.send_message(
+                '{"jsonrpc":"2.0","id":2,"method":"session/new","params":{"cwd":"/","mcpServers":[]}}'
+            )
+            await ws.get_message()
+            await ws.send_message(
+                '{"jsonrpc":"2.0","id":3,"method":"session/prompt","params":'
+                f'{{"sessionId":"s1","prompt":[{{"type":"text","text":"big {count}"}}]}}}}'
+            )
+            await trio.testing.wait_all_tasks_blocked()  # the server waits on the client's full socket
+            seen: list[int] = []
+            while True:
+                message = json.loads(await ws.get_message())
+                if "id" in message:
+                    assert message["result"]["stopReason"] == "end_turn"
+                    break
+                seen.append(int(message["params"]["update"]["content"]["text"][:6]))
+            assert seen == list(range(count))
+
+
+async def test_the_client_sends_a_batch_at_once_and_through_the_stream_when_the_socket_is_full() -> None:
+    """``send_texts``: frames a batch with the library's wsproto connection; what the socket does not
+    take, or a batch sent while another sender holds the lock, goes through ``send_all`` (False);
+    the server gets every message once, in order."""
+    import socket
+
+    from wsproto import ConnectionType, WSConnection
+    from wsproto.events import AcceptConnection, Request, TextMessage
+
+    from acp_trio.transports import websocket
+
+    got: list[str] = []
+    done = trio.Event()
+    reading = trio.Event()
+
+    async def handler(stream: trio.SocketStream) -> None:
+        stream.socket.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)
+        proto = WSConnection(ConnectionType.SERVER)
+        while True:
+            proto.receive_data(await stream.receive_some(65536))
+            if any(isinstance(event, Request) for event in proto.events()):
+                break
+        await stream.send_all(proto.send(AcceptConnection()))
+        await reading.wait()  # the client fills its socket first
+        parts: list[str] = []
+        while not done.is_set():
+            proto.receive_data(await stream.receive_some(65536))
+            for event in proto.events():
+                if isinstance(event, TextMessage):  # a message may come in parts
+                    parts.append(event.data)
+                    if event.message_finished:
+                        got.append("".join(parts))
+                        parts.clear()
+                        if got[-1] == "END":
+                            done.set()
+
+    with trio.fail_after(DEADLINE):
+        async with trio.open_nursery() as nursery:
+            listeners = await nursery.start(functools.partial(trio.serve_tcp, handler, 0, host="127.0.0.1"))
+            port = listeners[0].socket.getsockname()[1]
+            async with trio.open_nursery() as client_nursery:
+                ws = await websocket._open_websocket(client_nursery, f"ws://127.0.0.1:{port}/acp", None, [], 1 << 20)
+                ws._stream.socket.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 65536)
+                assert await ws.send_texts(["a", "b"]) is True  # an empty socket takes them at once
+                expected = ["a", "b"]
+                results: list[bool] = []
+
+                async def flood() -> None:
+                    for i in range(100):
+                        batch = [f"{i:04d}-{j}" + "w" * 4000 for j in range(5)]
+                        results.append(await ws.send_texts(batch))
+                        expected.extend(batch)
+
+                async with trio.open_nursery() as flooding:
+                    flooding.start_soon(flood)
+                    await trio.testing.wait_all_tasks_blocked()  # the socket is full: flood waits in send_all
+                    reading.set()
+                assert False in results  # some waited in send_all for the socket
+                outcome: list[bool] = []
+
+                async def held_batch() -> None:
+                    outcome.append(await ws.send_texts(["held"]))
+
+                async with trio.open_nursery() as waiting:
+                    await ws._stream_lock.acquire()  # another sender (a pong, the close) is sending
+                    waiting.start_soon(held_batch)
+                    await trio.testing.wait_all_tasks_blocked()
+                    assert outcome == []  # the batch waits for the lock
+                    ws._stream_lock.release()
+                assert outcome == [False]
+                expected.append("held")
+                await ws.send_texts(["END"])
+                expected.append("END")
+                await done.wait()
+                assert got == expected
+                client_nursery.cancel_scope.cancel()
+            nursery.cancel_scope.cancel()
+
+
+async def test_a_line_stream_whose_batch_went_out_at_once_does_not_yield_but_is_still_cancellable() -> None:
+    from acp_trio.transports._lines import LineSendStream
+
+    batches: list[list[bytes]] = []
+    at_once = True
+
+    async def send_lines(lines: list[bytes]) -> bool:
+        batches.append(lines)
+        return at_once
+
+    async def send_line(line: bytes) -> None:
+        raise AssertionError("send_lines is used")
+
+    stream = LineSendStream(send_line, send_lines=send_lines)
+    ran: list[str] = []
+
+    async def other() -> None:
+        ran.append("other")
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(other)
+        await stream.send_all(b'{"a":1}\n\n{"b":2}\n{"c"')  # all at once: no schedule point
+        assert ran == [] and batches == [[b'{"a":1}', b'{"b":2}']]
+        at_once = False
+        with trio.testing.assert_checkpoints():  # waited: a checkpoint, as trio streams have
+            await stream.send_all(b":3}\n")
+        assert batches[-1] == [b'{"c":3}']
+    at_once = True
+    with trio.CancelScope() as scope:
+        scope.cancel()
+        await stream.send_all(b'{"d":4}\n')
+    assert scope.cancelled_caught and batches[-1] == [b'{"d":4}']  # sent, then the cancellation

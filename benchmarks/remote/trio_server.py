@@ -9,6 +9,8 @@ free port, prints ``{"port": N, "pid": P}`` on stdout, and shuts down when its s
   process per connection (what ``python -m acp_trio.bridge --listen`` runs).
 
 ``--profile PATH``: run under cProfile and write the statistics to PATH at shutdown.
+``--count PATH``: count scheduler passes, task steps and wake-ups (``passes.py``'s instrument) and
+write them to PATH as JSON at shutdown.
 """
 
 from __future__ import annotations
@@ -53,8 +55,15 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser()
     parser.add_argument("--bridge", action="store_true")
     parser.add_argument("--profile", type=Path)
+    parser.add_argument("--count", type=Path)
     args = parser.parse_args()
-    if args.profile is None:
+    if args.count is not None:
+        from passes import Counter
+
+        counter = Counter()
+        trio.run(main, args.bridge, instruments=[counter])
+        args.count.write_text(json.dumps(counter.snapshot()))
+    elif args.profile is None:
         trio.run(main, args.bridge)
     else:
         import cProfile

@@ -11,6 +11,16 @@ same bytes on the wire).  A sender waits only when more than ``high_water`` byte
 that wait, unlike hypercorn's shielded write, can be cancelled: so an application can give up on a
 client that stopped reading (the ACP server's output stall timeout).
 
+Fewer scheduler passes per message, where the socket is a plain TCP socket (not TLS; not on
+Windows): the reader reads with one yield a read (after a read that drained the socket it waits
+until the socket is readable, then reads, instead of trio's checkpoint, a read that fails and the
+wait), and an application may send eagerly: between :meth:`CoalescingTCPServer.hold` and
+:meth:`~CoalescingTCPServer.release` its frames are buffered without waking the writer, and
+``release`` hands the buffer to the socket at once, without a task switch, when the writer is
+idle (the same bytes in the same order; what the socket does not take, or a send error, goes to
+the writer as before).  :func:`current_tcp_server` gives an ASGI application task the
+connection's server (:mod:`acp_trio.transports.asgi` uses it for WebSocket messages).
+
 :func:`serve_hypercorn` runs hypercorn's HTTP/1.1, HTTP/2 and WebSocket protocol stack and its
 ASGI lifespan with that server class; it replaces ``hypercorn.trio.serve`` for TCP (plain or TLS)
 listeners, which is all :func:`acp_trio.transports.asgi.serve` binds.  It relies on hypercorn's
@@ -20,11 +30,15 @@ listeners, which is all :func:`acp_trio.transports.asgi.serve` binds.  It relies
 
 from __future__ import annotations
 
+import contextvars
 import ctypes
 import ctypes.util
+import errno
 import functools
 import gc
 import logging
+import os
+import sys
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -32,7 +46,7 @@ import trio
 from hypercorn.config import Config
 from hypercorn.events import Closed, Event, RawData
 from hypercorn.trio.lifespan import Lifespan
-from hypercorn.trio.tcp_server import TCPServer
+from hypercorn.trio.tcp_server import MAX_RECV, TCPServer
 from hypercorn.trio.worker_context import WorkerContext
 from hypercorn.utils import repr_socket_addr, wrap_app
 
@@ -44,6 +58,20 @@ SLICE = 64 * 1024
 """The writer hands the socket at most this many bytes at a time (its progress is seen per slice)."""
 FLUSH_TIMEOUT = 5.0
 """Seconds a closing connection gives its buffered output to reach the socket before it is dropped."""
+
+
+_current_server: contextvars.ContextVar[CoalescingTCPServer | None] = contextvars.ContextVar(
+    "acp_trio_tcp_server", default=None
+)
+
+
+def current_tcp_server() -> CoalescingTCPServer | None:
+    """The :class:`CoalescingTCPServer` of the TCP connection the calling task serves, else ``None``.
+
+    Set for the connection's task, so the ASGI application tasks hypercorn starts for it (which
+    inherit its context) see it; ``None`` under any other server.
+    """
+    return _current_server.get()
 
 
 IDLE_RELEASE_DELAY = 1.0
@@ -116,6 +144,7 @@ class CoalescingTCPServer(TCPServer):
     async def run(self) -> None:
         if self.idle is not None:
             self.idle.opened()
+        _current_server.set(self)  # this task's context: the application tasks started for it inherit it
         try:
             await self._run_coalescing()
         finally:
@@ -123,6 +152,16 @@ class CoalescingTCPServer(TCPServer):
                 self.idle.closed()
 
     async def _run_coalescing(self) -> None:
+        self._start_output()
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._write_buffered)
+            try:
+                await super().run()
+            finally:
+                nursery.cancel_scope.cancel()
+
+    def _start_output(self) -> None:
+        """The output's state: an empty buffer and an idle writer (whose task ``_write_buffered`` runs)."""
         self._pending = bytearray()
         self._ready = trio.Event()
         self._room = trio.Event()
@@ -131,13 +170,13 @@ class CoalescingTCPServer(TCPServer):
         self._flushed.set()
         self._broken = False
         self._writer_done = False
+        self._sending = False  # the writer is inside send_all (a chunk is on its way)
+        self._holding = False  # between hold() and release(): frames wait for release, not the writer
         self._progress_at = trio.current_time()
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(self._write_buffered)
-            try:
-                await super().run()
-            finally:
-                nursery.cancel_scope.cancel()
+        # a plain TCP socket is read and written directly (not TLS, whose stream does its own I/O)
+        self._socket: Any = (
+            self.stream.socket if isinstance(self.stream, trio.SocketStream) and sys.platform != "win32" else None
+        )
 
     async def _write_buffered(self) -> None:
         try:
@@ -156,11 +195,14 @@ class CoalescingTCPServer(TCPServer):
                 del pending[:SLICE]
                 if len(pending) < self.high_water:
                     self._room.set()
+                self._sending = True
                 try:
                     await self.stream.send_all(chunk)
                 except (trio.BrokenResourceError, trio.ClosedResourceError, trio.BusyResourceError):
                     await self._lost()
                     return
+                finally:
+                    self._sending = False
                 self._progress_at = trio.current_time()
             self._flushed.set()
 
@@ -176,6 +218,7 @@ class CoalescingTCPServer(TCPServer):
             await super().protocol_send(event)
             return
         while len(self._pending) >= self.high_water and not self._broken:
+            self._wake_writer()  # held frames too: the writer drains what this sender waits on
             if self._room.is_set():
                 self._room = trio.Event()
             if self.write_timeout is None:
@@ -199,9 +242,109 @@ class CoalescingTCPServer(TCPServer):
         if not self._pending:
             self._progress_at = trio.current_time()  # the wait for the socket starts now
         self._pending += event.data
+        if not self._holding:
+            self._wake_writer()
+
+    def _wake_writer(self) -> None:
         if self._flushed.is_set():
             self._flushed = trio.Event()
         self._ready.set()
+
+    def can_send_now(self) -> bool:
+        """Whether output sent now is taken without waiting (no buffer over ``high_water``, not closing)."""
+        return len(self._pending) < self.high_water and not self._broken and not self._writer_done
+
+    def hold(self) -> None:
+        """Buffer the output sent from now on without waking the writer, until :meth:`release`.
+
+        For a sender about to send several frames at once (a batch of messages) that has checked
+        :meth:`can_send_now`: ``release`` then gives them all to the socket in one system call.
+        A sender that has to wait for room meanwhile wakes the writer first, as usual.
+        """
+        self._holding = True
+
+    def release(self) -> None:
+        """End :meth:`hold`: send what is buffered at once if the writer is idle, else leave it to the writer.
+
+        The eager send is one non-blocking ``send()`` of the whole buffer on a plain TCP socket,
+        made only while the writer is not sending (so the bytes keep their order); what the socket
+        does not take (it would block), or everything after a send error, is the writer's, which
+        waits for the socket and reports errors as usual.
+        """
+        self._holding = False
+        pending = self._pending
+        if not pending or self._broken:
+            return
+        if self._socket is not None and not self._sending and not self._writer_done:
+            fd = self._socket.fileno()  # -1 once the stream was closed
+            try:
+                sent = os.write(fd, pending) if fd >= 0 else 0
+            except OSError:  # would block, or broken: the writer retries and reports
+                sent = 0
+            if sent:
+                del pending[:sent]
+                self._progress_at = trio.current_time()
+                if not pending:
+                    return
+                if len(pending) < self.high_water:
+                    self._room.set()
+        self._wake_writer()
+
+    async def _read_data(self) -> None:
+        """hypercorn's reader, with one yield a read on a plain TCP socket (see :meth:`_receive`)."""
+        if self._socket is None:
+            await super()._read_data()
+            return
+        timeout = self.config.read_timeout
+        full = True  # the last read filled the buffer (at first: read as trio would)
+        while True:
+            try:
+                if timeout is None:
+                    data = await self._receive(full)
+                else:
+                    with trio.fail_after(timeout):
+                        data = await self._receive(full)
+            except (trio.ClosedResourceError, trio.BrokenResourceError, trio.TooSlowError):
+                break
+            await self.protocol.handle(RawData(data))
+            if not data:
+                break
+            full = len(data) == MAX_RECV
+        await self.protocol.handle(Closed())
+
+    async def _receive(self, full: bool) -> bytes:
+        """Read at most ``MAX_RECV`` bytes (``b""`` at the end of input).
+
+        After a read that drained the socket (``full`` false), wait until it is readable, then
+        read; after a full one, checkpoint (so what it woke runs) and read.  trio's
+        ``receive_some`` instead checkpoints after every successful read and, when the socket is
+        drained, first tries a read that fails: two yields and a wasted system call per message
+        on a connection that takes turns.  Raises ``trio.ClosedResourceError`` once the stream was
+        closed, ``trio.BrokenResourceError`` on a read error.
+        """
+        socket = self._socket
+        if full:
+            await trio.lowlevel.checkpoint()
+        else:
+            await self._wait_readable()
+        while True:
+            fd = socket.fileno()
+            if fd < 0:
+                raise trio.ClosedResourceError("the stream was closed")
+            try:
+                return os.read(fd, MAX_RECV)
+            except BlockingIOError:
+                await self._wait_readable()
+            except OSError as exc:
+                if exc.errno == errno.EBADF:
+                    raise trio.ClosedResourceError("the stream was closed") from None
+                raise trio.BrokenResourceError(exc) from exc
+
+    async def _wait_readable(self) -> None:
+        fd = self._socket.fileno()
+        if fd < 0:
+            raise trio.ClosedResourceError("the stream was closed")
+        await trio.lowlevel.wait_readable(fd)
 
     async def _close(self) -> None:
         if not self._broken and not self._writer_done:

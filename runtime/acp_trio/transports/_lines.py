@@ -17,10 +17,22 @@ class LineSendStream(trio.abc.SendStream):
 
     ``send_line``: ``async (bytes) -> None`` (the line without its ``\\n``); a partial line waits
     for its end.  ``what``: names the stream in the error raised once it is closed.
+    ``send_lines``: optional ``async (list[bytes]) -> bool``, used instead of ``send_line``: gets
+    all the complete lines of one ``send_all`` at once (so a transport can send them together) and
+    returns ``True`` when it sent them without waiting for anything (no schedule point): then
+    ``send_all`` returns without one too, only raising ``trio.Cancelled`` if the task is cancelled.
+    Otherwise ``send_all`` ends with a checkpoint, as every trio stream's does.
     """
 
-    def __init__(self, send_line: Callable[[bytes], Awaitable[None]], what: str = "the send stream") -> None:
+    def __init__(
+        self,
+        send_line: Callable[[bytes], Awaitable[None]],
+        what: str = "the send stream",
+        *,
+        send_lines: Callable[[list[bytes]], Awaitable[bool]] | None = None,
+    ) -> None:
         self._send_line = send_line
+        self._send_lines = send_lines
         self._what = what
         self._partial = b""
         self._closed = False
@@ -29,9 +41,16 @@ class LineSendStream(trio.abc.SendStream):
         if self._closed:
             raise trio.ClosedResourceError(f"{self._what} is closed")
         *lines, self._partial = (self._partial + bytes(data)).split(b"\n")
-        for line in lines:
-            if line.strip():
-                await self._send_line(line)
+        if self._send_lines is not None:
+            lines = [line for line in lines if line.strip()]
+            if lines and await self._send_lines(lines):
+                # sent at once (a writer waiting for its next batch yields there): no second pass
+                await trio.lowlevel.checkpoint_if_cancelled()
+                return
+        else:
+            for line in lines:
+                if line.strip():
+                    await self._send_line(line)
         await trio.lowlevel.checkpoint()
 
     async def wait_send_all_might_not_block(self) -> None:

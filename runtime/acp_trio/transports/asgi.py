@@ -82,6 +82,7 @@ import contextlib
 import hmac
 import logging
 import secrets
+import sys
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, MutableMapping
 from typing import Any, cast
@@ -892,7 +893,7 @@ class AcpApp:
         await send(accept)
         self.connection_ids.add(connection_id)
         try:
-            await self._run(connection_id, receive, send)
+            await self._run(connection_id, receive, send, _tcp_server(scope))
         except Exception:  # the agent factory or the runtime failed: this connection ends, the server goes on
             log.exception("ACP connection %s failed", connection_id)
             with contextlib.suppress(Exception):
@@ -915,11 +916,14 @@ class AcpApp:
         async with conn:
             await conn.wait_closed()
 
-    async def _run(self, connection_id: str, receive: Receive, send: Send) -> None:
+    async def _run(self, connection_id: str, receive: Receive, send: Send, tcp: Any = None) -> None:
+        """One WebSocket's ACP connection.  ``tcp``: the :class:`~acp_trio.transports._hypercorn.CoalescingTCPServer`
+        that every frame of this WebSocket goes through (under :func:`serve`, HTTP/1.1), else ``None``."""
         close: list[tuple[int, str]] = []  # why this side closes, first reason wins
         # the first request or notification was initialize (the RFD); the bridge stays transparent
         initialized: list[bool] = [True] if self.serve_streams is not None else []
         disconnected = False
+        finished = False  # the input ended (a disconnect, a broken limit) while messages were taken ahead
         limit = self.max_message_bytes
         stall = self.output_stall_timeout
         # what send_text hands the pump: queued without a task switch per message, up to
@@ -927,38 +931,67 @@ class AcpApp:
         backlog: deque[str] = deque()
         queued = 0
         ended = False  # no more output: the connection is done, or the pump stopped
+        pumping = False  # the pump is inside send (a message taken from the backlog is on its way)
         taken_at = trio.current_time()  # when the client last took a message (the pump's send returned)
         pump_lot, sender_lot = trio.lowlevel.ParkingLot(), trio.lowlevel.ParkingLot()
+        # the server's queue of received messages (hypercorn's memory channel), to take several at once
+        receive_nowait = getattr(getattr(receive, "__self__", None), "receive_nowait", None)
+
+        def accept(message: Message) -> str | bool | None:
+            """One received ASGI message: its text, ``None`` for the end of input, ``False`` to skip it."""
+            nonlocal disconnected
+            kind = message["type"]
+            if kind == "websocket.disconnect":
+                disconnected = True
+                return None
+            if kind != "websocket.receive":
+                return False
+            text = message.get("text")
+            if text is None:
+                log.debug("ACP connection %s: ignoring a binary frame", connection_id)
+                return False
+            nbytes = len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
+            if nbytes > limit:
+                reason = f"message of {nbytes} bytes exceeds the limit of {limit} bytes"
+                log.warning("ACP connection %s: %s", connection_id, reason)
+                close.append((CLOSE_MESSAGE_TOO_BIG, reason))
+                return None
+            if not initialized:
+                refused = _not_initialize_first(text)
+                if refused is None:
+                    initialized.append(True)
+                elif refused:
+                    log.info("ACP connection %s: %s", connection_id, refused)
+                    close.append((CLOSE_PROTOCOL_ERROR, refused))
+                    return None
+            return str(text)
 
         async def next_text() -> str | None:
-            nonlocal disconnected
+            if finished:
+                return None
             while True:
-                message = await receive()
-                kind = message["type"]
-                if kind == "websocket.disconnect":
-                    disconnected = True
-                    return None
-                if kind != "websocket.receive":
-                    continue
-                text = message.get("text")
+                text = accept(await receive())
+                if text is None or isinstance(text, str):
+                    return text
+
+        def more_texts(max_bytes: int) -> list[str]:
+            """The messages already received, up to ``max_bytes``, without waiting (one wake-up a batch)."""
+            nonlocal finished
+            assert receive_nowait is not None
+            texts: list[str] = []
+            total = 0
+            while total < max_bytes and not finished:
+                try:
+                    message = receive_nowait()
+                except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
+                    break
+                text = accept(message)
                 if text is None:
-                    log.debug("ACP connection %s: ignoring a binary frame", connection_id)
-                    continue
-                nbytes = len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
-                if nbytes > limit:
-                    reason = f"message of {nbytes} bytes exceeds the limit of {limit} bytes"
-                    log.warning("ACP connection %s: %s", connection_id, reason)
-                    close.append((CLOSE_MESSAGE_TOO_BIG, reason))
-                    return None
-                if not initialized:
-                    refused = _not_initialize_first(text)
-                    if refused is None:
-                        initialized.append(True)
-                    elif refused:
-                        log.info("ACP connection %s: %s", connection_id, refused)
-                        close.append((CLOSE_PROTOCOL_ERROR, refused))
-                        return None
-                return str(text)
+                    finished = True  # handed over after the texts before it
+                elif isinstance(text, str):
+                    texts.append(text)
+                    total += len(text)
+            return texts
 
         async def send_text(text: str) -> None:
             nonlocal queued
@@ -984,8 +1017,44 @@ class AcpApp:
                 close.append((CLOSE_POLICY_VIOLATION, reason))
                 raise trio.BrokenResourceError(reason)
 
+        async def send_texts(texts: list[str]) -> bool:
+            """Send one write's messages; ``True`` when they all went out at once, without waiting.
+
+            Under :func:`serve`, while the pump holds nothing and the TCP connection's buffer has
+            room, the messages are sent here, in the connection's writer task, and handed to the
+            socket together (no task switch to the pump nor to the TCP writer); from the first one
+            that would have to wait for room on, they go through the backlog and the pump as
+            ``send_text``'s do (with the output stall limit).
+            """
+            nonlocal disconnected, ended
+            if tcp is None or backlog or pumping or ended:
+                for text in texts:
+                    await send_text(text)
+                return False
+            sent = 0
+            tcp.hold()
+            try:
+                for text in texts:
+                    if not tcp.can_send_now():
+                        break
+                    await send({"type": "websocket.send", "text": text})  # buffered: no wait
+                    sent += 1
+            except Exception as exc:  # the server lost the socket
+                log.debug("ACP connection %s: send failed: %r", connection_id, exc)
+                disconnected = ended = True
+                pump_lot.unpark_all()
+                raise trio.BrokenResourceError("the WebSocket is closed") from exc
+            finally:
+                tcp.release()
+            # (taken_at needs no update: a later stall wait starts after this anyway)
+            if sent == len(texts):
+                return True
+            for text in texts[sent:]:
+                await send_text(text)
+            return False
+
         async def pump() -> None:
-            nonlocal disconnected, queued, ended, taken_at
+            nonlocal disconnected, queued, ended, taken_at, pumping
             try:
                 while True:
                     while not backlog:
@@ -996,12 +1065,15 @@ class AcpApp:
                     queued -= len(text)
                     if sender_lot and queued <= _WS_BACKLOG_CHARS // 2:
                         sender_lot.unpark_all()
+                    pumping = True
                     try:
                         await send({"type": "websocket.send", "text": text})
                     except Exception as exc:  # the server lost the socket
                         log.debug("ACP connection %s: send failed: %r", connection_id, exc)
                         disconnected = True
                         return
+                    finally:
+                        pumping = False
                     taken_at = trio.current_time()
             finally:
                 ended = True
@@ -1009,7 +1081,8 @@ class AcpApp:
 
         async with trio.open_nursery() as nursery:
             nursery.start_soon(pump)
-            to_client, from_client = MessageSendStream(send_text), MessageReceiveStream(next_text)
+            to_client = MessageSendStream(send_text, send_texts=send_texts)
+            from_client = MessageReceiveStream(next_text, more_texts if receive_nowait is not None else None)
             try:
                 await self._serve(connection_id, to_client, from_client, "ws")
             finally:
@@ -1022,6 +1095,15 @@ class AcpApp:
                 await send({"type": "websocket.close", "code": code, "reason": reason[:120]})
             except Exception as exc:  # pragma: no cover - the socket went away meanwhile
                 log.debug("ACP connection %s: close failed: %r", connection_id, exc)
+
+
+def _tcp_server(scope: Scope) -> Any:
+    """The coalescing TCP server (:mod:`acp_trio.transports._hypercorn`) every frame of this WebSocket
+    goes through, or ``None``: under another server, or over HTTP/2 (whose streams have flow control)."""
+    module = sys.modules.get(f"{__package__}._hypercorn")  # imported by serve(); not needed otherwise
+    if module is None or scope.get("http_version") != "1.1":
+        return None
+    return module.current_tcp_server()
 
 
 def _decline_compression(send: Send) -> None:

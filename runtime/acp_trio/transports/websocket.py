@@ -25,7 +25,9 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import ssl
+import sys
 import urllib.parse
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
@@ -150,14 +152,25 @@ class MessageSendStream(LineSendStream):
     """A ``trio.abc.SendStream`` of NDJSON that sends each line as one text message.
 
     ``send_text``: ``async (str) -> None``, sends one message; a partial line waits for its end.
+    ``send_texts``: optional ``async (list[str]) -> bool``, sends the messages of one ``send_all``
+    together instead, and says whether it did so without waiting (see :class:`LineSendStream`).
     Errors from ``send_text`` come out as ``trio.BrokenResourceError`` (the connection then closes).
     """
 
-    def __init__(self, send_text: Callable[[str], Awaitable[None]]) -> None:
+    def __init__(
+        self,
+        send_text: Callable[[str], Awaitable[None]],
+        *,
+        send_texts: Callable[[list[str]], Awaitable[bool]] | None = None,
+    ) -> None:
         async def send_line(line: bytes) -> None:
             await send_text(line.decode("utf-8", "replace"))
 
-        super().__init__(send_line, "the WebSocket send stream")
+        async def send_lines(lines: list[bytes]) -> bool:
+            assert send_texts is not None
+            return await send_texts([line.decode("utf-8", "replace") for line in lines])
+
+        super().__init__(send_line, "the WebSocket send stream", send_lines=None if send_texts is None else send_lines)
 
 
 def _reason_text(code: int | None, reason: str | None) -> str:
@@ -170,22 +183,42 @@ _batching: Any = None
 
 
 def _batching_class() -> Any:
-    """trio-websocket's ``WebSocketConnection`` with a reader that queues messages without a wake-up each.
+    """trio-websocket's ``WebSocketConnection`` with a reader that queues messages without a wake-up each,
+    and a writer that sends a batch of messages in one go, without a task switch when it can.
 
     The library hands every message to its queue with ``await send``, a scheduler round trip per
     message (about 9 µs here: half the time a stream of small updates takes).  This subclass puts a
     complete message in the queue with ``send_nowait`` while fewer than ``_QUEUED_BYTES`` wait, and
     otherwise waits until the consumer has taken enough (backpressure in bytes, not messages).
     Fragmented messages, the size limit (close 1009) and everything else stay the library's.
+
+    The library's ``send_message`` takes its send lock (a yield, even when free), then sends one
+    message with the stream's ``send_all`` (another yield): two scheduler passes a message.
+    ``send_texts`` frames a batch of messages with the library's wsproto connection, takes the
+    lock without waiting when it is free, and hands the frames to a plain TCP socket with one
+    non-blocking ``send()``; only what the socket does not take goes through ``send_all`` (errors
+    too, which the library's way then reports: ``ConnectionClosed``).
     ``None`` if this trio-websocket lacks the hooks (then the library's own reader is used).
     """
     global _batching
     if _batching is not None:
         return _batching or None
     import trio_websocket
+    from wsproto.events import TextMessage
 
     base: Any = trio_websocket.WebSocketConnection
-    hooks = ("_handle_message_event", "_reader_task", "_open_handshake", "_send_channel", "_recv_channel")
+    hooks = (
+        "_handle_message_event",
+        "_reader_task",
+        "_open_handshake",
+        "_send_channel",
+        "_recv_channel",
+        "_stream",
+        "_stream_lock",
+        "_wsproto",
+        "_close_reason",
+        "_abort_web_socket",
+    )
     probe = base.__init__.__code__.co_names
     if not all(hasattr(base, name) or name in probe for name in hooks):
         _batching = False
@@ -229,6 +262,46 @@ def _batching_class() -> Any:
             self.queued_bytes -= size
             if self.queued_bytes <= _QUEUED_BYTES:
                 self.room.set()
+
+        async def send_texts(self, texts: list[str]) -> bool:
+            """Send ``texts`` as text messages, in order; ``True`` when done without waiting (no yield).
+
+            Raises ``trio_websocket.ConnectionClosed`` as ``send_message`` does.
+            """
+            if self._close_reason:
+                raise trio_websocket.ConnectionClosed(self._close_reason)
+            wsproto = self._wsproto
+            data = b"".join([wsproto.send(TextMessage(data=text)) for text in texts])
+            lock = self._stream_lock
+            try:
+                lock.acquire_nowait()
+            except trio.WouldBlock:  # another sender (a pong, the close) is sending: wait for it
+                async with lock:
+                    await self._send_frames(data)
+                return False
+            try:
+                stream = self._stream
+                if isinstance(stream, trio.SocketStream) and sys.platform != "win32":
+                    fd = stream.socket.fileno()  # -1 once closed
+                    try:
+                        sent = os.write(fd, data) if fd >= 0 else 0
+                    except OSError:  # would block, or broken: send_all waits, or reports
+                        sent = 0
+                    if sent == len(data):
+                        return True
+                    data = data[sent:]
+                await self._send_frames(data)
+                return False
+            finally:
+                lock.release()
+
+        async def _send_frames(self, data: bytes) -> None:
+            """Send framed bytes, holding the send lock; a broken stream aborts the WebSocket (``ConnectionClosed``)."""
+            try:
+                await self._stream.send_all(data)
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                await self._abort_web_socket()
+                raise trio_websocket.ConnectionClosed(self._close_reason) from None
 
         def more_messages(self, max_bytes: int) -> list[str | bytes]:
             """The messages waiting in the queue, up to ``max_bytes`` (at least one if any), without waiting."""
@@ -416,6 +489,13 @@ async def _connected(
         except trio_websocket.ConnectionClosed as exc:
             raise trio.BrokenResourceError(f"the WebSocket to {url} is closed") from exc
 
+    async def send_texts(texts: list[str]) -> bool:
+        try:
+            done: bool = await ws.send_texts(texts)
+        except trio_websocket.ConnectionClosed as exc:
+            raise trio.BrokenResourceError(f"the WebSocket to {url} is closed") from exc
+        return done
+
     async def closing_error(reason: str) -> ConnectionClosed:
         code, text = closed[0] if closed else (ws.closed.code, ws.closed.reason) if ws.closed else (None, None)
         return ConnectionClosed(f"{reason}; {_reason_text(code, text)} ({url})")
@@ -425,7 +505,8 @@ async def _connected(
 
     batching = hasattr(ws, "more_messages")
     receive = MessageReceiveStream(next_text, more_texts if batching else None)
-    conn = ClientSideConnection(client, MessageSendStream(send_text), receive, **options)
+    send = MessageSendStream(send_text, send_texts=send_texts if batching else None)
+    conn = ClientSideConnection(client, send, receive, **options)
     conn.connection.closing_error = closing_error
     connection_id = None
     for name, value in ws.handshake_headers:
