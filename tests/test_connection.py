@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextvars
 import logging
+import random
 from collections import deque
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -560,6 +561,59 @@ async def test_requests_read_together_run_concurrently(autojump_clock: MockClock
         await peer.send(*({"jsonrpc": "2.0", "id": n, "method": "meet", "params": {"me": n}} for n in events))
         answers = {(m := await peer.recv())["id"]: m["result"] for _ in events}
         assert answers == {"a": "a", "b": "b", "c": "c"}
+        await peer.ping()
+
+
+@pytest.mark.parametrize("seed", range(6))
+async def test_every_request_gets_exactly_one_answer_whatever_its_handler_does(
+    autojump_clock: MockClock, seed: int
+) -> None:
+    """Bursts of requests whose handlers answer at once, wait, raise, ignore their cancellation or
+    are cancelled, in reads of every size: each id is answered once, with what its handler did."""
+    rng = random.Random(seed)
+
+    async def act(params: Any) -> Any:
+        kind = params["kind"]
+        if kind == "raise":
+            raise RequestError(-32001, "refused", params["n"])
+        if kind in ("wait", "cancelled"):
+            await trio.sleep(params["delay"])
+        elif kind == "stubborn":
+            with trio.CancelScope(shield=True):
+                await trio.sleep(params["delay"])
+        return params["n"]
+
+    async with connected(Route("act", "request", act)) as (_conn, peer):
+        expected: dict[int, set[Any]] = {}
+        n = 0
+        for _burst in range(8):
+            messages: list[Any] = []
+            for _ in range(rng.randint(1, 40)):
+                n += 1
+                kind = rng.choice(["now", "now", "wait", "raise", "cancelled", "stubborn"])
+                delay = rng.choice([0, 0.5, 2])
+                messages.append(
+                    {"jsonrpc": "2.0", "id": n, "method": "act", "params": {"kind": kind, "n": n, "delay": delay}}
+                )
+                if kind in ("cancelled", "stubborn"):
+                    messages.append({"jsonrpc": "2.0", "method": "$/cancel_request", "params": {"requestId": n}})
+                # a cancelled handler still waiting answers -32800 (one that waits 0 s may finish first and
+                # keep its result); a stubborn one keeps its result, an error is answered as raised
+                if kind == "cancelled":
+                    expected[n] = {-32800} if delay else {-32800, n}
+                else:
+                    expected[n] = {-32001} if kind == "raise" else {n}
+            cut = rng.randint(0, len(messages))  # two reads: a burst can be split anywhere
+            await peer.send(*messages[:cut])
+            await peer.send(*messages[cut:])
+        answers: dict[int, Any] = {}
+        while len(answers) < len(expected):
+            msg = await peer.recv()
+            assert msg["id"] not in answers, f"request {msg['id']} answered twice"
+            answers[msg["id"]] = msg["result"] if "result" in msg else msg["error"]["code"]
+        assert answers.keys() == expected.keys()
+        wrong = {k: v for k, v in answers.items() if v not in expected[k]}
+        assert not wrong, wrong
         await peer.ping()
 
 
