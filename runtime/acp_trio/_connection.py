@@ -628,11 +628,16 @@ class Connection:
                 if sent == len(line):
                     return
                 line = line[sent:]
+        self._append(line)
+
+    def _append(self, line: bytes) -> None:
+        """Queue ``line`` for the writer, waking it if the outbox was empty (unless the reader holds output)."""
         outbox = self._outbox
         outbox.append(line)
         self._outbox_bytes += len(line)
-        if len(outbox) == 1 and not self._holding:  # the writer sleeps only on an empty outbox
-            self._wake_writer.set()
+        if len(outbox) == 1:  # the writer sleeps only on an empty outbox
+            if not self._holding:
+                self._wake_writer.set()
         elif len(outbox) - self._packed >= _PACK_LINES:
             # orjson's bytes keep a 4 KiB buffer whatever their length: lines waiting for the writer
             # are joined every _PACK_LINES so a backlog costs its length, not 4 KiB a line
@@ -1258,26 +1263,14 @@ class Connection:
         (``await conn.wait_writable()``).  For hot loops that stream; raises :class:`ConnectionClosed`."""
         if self._closed is not None:
             raise self._closed.clone()
-        if self.instrumentation is not None:
-            params = self.instrumentation.outbound("notification", method, params)
-        encode = self._encoders.get(method)  # streamed updates come through here: one encoder per method
-        if encode is None:
-            encode = self._encoders[method] = _core.notification_encoder(method)
-        line = encode(params)
+        encode = self._encoders.get(method)
+        if encode is None or self.instrumentation is not None:
+            line = self.encode_notification(method, params)  # fills _encoders
+        else:  # the streaming hot path: no call to encode_notification
+            line = encode(params)
         if self.tap is not None:
             self.tap("out", line)
-        # _enqueue, inlined: the writer coalesces notifications
-        outbox = self._outbox
-        outbox.append(line)
-        self._outbox_bytes += len(line)
-        if len(outbox) == 1:
-            if not self._holding:
-                self._wake_writer.set()
-        elif len(outbox) - self._packed >= _PACK_LINES:
-            packed = b"".join(outbox[self._packed :])
-            del outbox[self._packed :]
-            outbox.append(packed)
-            self._packed = len(outbox)
+        self._append(line)  # never eager: the writer coalesces notifications
         return self._outbox_bytes > _HIGH_WATER
 
     # -- session store hooks (acp_trio.session_store): the exact lines, recorded and replayed ------
@@ -1285,7 +1278,10 @@ class Connection:
         """The line :meth:`queue_notification` would send for ``method`` and JSON ``params`` (ends in ``\\n``)."""
         if self.instrumentation is not None:
             params = self.instrumentation.outbound("notification", method, params)
-        return _core.encode_notification(method, params)
+        encode = self._encoders.get(method)  # streamed updates come through here: one encoder per method
+        if encode is None:
+            encode = self._encoders[method] = _core.notification_encoder(method)
+        return encode(params)
 
     def queue_line_into(self, line: bytes, record: bytes, sink: Callable[[bytes], object]) -> bool:
         """Queue the encoded message ``line`` (ends in ``\\n``); once the writer has written it, hand ``record``

@@ -223,27 +223,27 @@ class AcpConverter(cattrs.Converter):
         """``structure_fn(t)``, but an ACP class whose hook is not compiled yet is compiled on its first
         value: a stand-in takes its place until then and ``install``s the real hook where the caller
         keeps it (a compiled hook's globals, a tag table), so later values pay nothing extra."""
-        fn = self._s.get(t)
-        if fn is not None or not is_acp_class(t):
-            return fn if fn is not None else self.structure_fn(t)
-
-        def first_value(v: Any, _t: Any = None) -> Any:
-            real = self.structure_fn(t)
-            install(real)
-            return real(v)
-
-        return first_value
+        return self._later(self._s, self.structure_fn, t, install)
 
     def _unstructure_later(self, t: Any, install: Callable[[Callable[[Any], Any]], None]) -> Callable[[Any], Any]:
         """``unstructure_fn(t)``, compiled on the first value for an ACP class (see ``_structure_later``)."""
-        fn = self._u.get(t)
-        if fn is not None or not is_acp_class(t):
-            return fn if fn is not None else self.unstructure_fn(t)
+        return self._later(self._u, self.unstructure_fn, t, install)
 
-        def first_value(v: Any) -> Any:
-            real = self.unstructure_fn(t)
+    @staticmethod
+    def _later(
+        cache: dict[Any, Callable[..., Any]],
+        build: Callable[[Any], Callable[..., Any]],
+        t: Any,
+        install: Callable[[Callable[..., Any]], None],
+    ) -> Callable[..., Any]:
+        fn = cache.get(t)
+        if fn is not None or not is_acp_class(t):
+            return fn if fn is not None else build(t)
+
+        def first_value(v: Any, *rest: Any) -> Any:
+            real = build(t)
             install(real)
-            return real(v)
+            return real(v, *rest)
 
         return first_value
 
