@@ -434,3 +434,29 @@ async def test_a_v2_prompt_refused_with_minus_32800_on_cancel_is_a_warning_not_a
         report = await run_checks_in_memory({v2: agent}, protocol=2, only=["session.cancel"], turn_timeout=10)
     [finding] = report.findings
     assert finding.status is Status.WARN and "refused with -32800" in finding.observed, report.text()
+
+
+async def test_the_wire_peer_writes_one_message_at_a_time_when_the_reader_answers_during_a_check() -> None:
+    """The reading task answers the agent's requests (``fs/*`` without the capability: -32601)
+    while a check sends its own: two writers on the agent's stdin at once must queue, not raise
+    ``BusyResourceError`` (which ended a ``session.close`` check in CI)."""
+    import functools
+    from types import SimpleNamespace
+
+    import trio.testing
+
+    from acp_trio.check._wire import Observations, WirePeer
+
+    stdin, agent_end = trio.testing.lockstep_stream_pair()  # every send waits for the reader
+    peer = WirePeer(SimpleNamespace(stdin=stdin), WireSchema("v1"), Observations())
+    got = bytearray()
+    with trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+            request = {"id": 7, "method": "fs/read_text_file"}
+            nursery.start_soon(functools.partial(peer.answer, request, error={"code": -32601, "message": "no"}))
+            nursery.start_soon(peer.notify, "session/cancel", {"sessionId": "s"})
+            await trio.testing.wait_all_tasks_blocked()
+            while got.count(b"\n") < 2:
+                got += await agent_end.receive_some()
+    lines = [json.loads(line) for line in got.splitlines()]
+    assert sorted(str(line.get("id", line.get("method"))) for line in lines) == ["7", "session/cancel"]

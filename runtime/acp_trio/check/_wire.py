@@ -85,10 +85,14 @@ class WirePeer:
         self.ended = False
         self._next_id = 1
         self._tool_calls: set[tuple[Any, Any]] = set()  # (session id, tool call id) reported by tool_call
+        # the reading task answers the agent's requests while a check sends its own: one writer at a time
+        self._send_lock = trio.StrictFIFOLock()
 
     # -- writing -----------------------------------------------------------------------------------
     async def send_raw(self, data: bytes) -> None:
-        await self.target.stdin.send_all(data)
+        """Write ``data`` to the agent's stdin, whole, after any write already under way."""
+        async with self._send_lock:
+            await self.target.stdin.send_all(data)
 
     async def send(self, message: dict[str, Any]) -> None:
         if "method" in message and "id" in message:
