@@ -46,7 +46,7 @@ def lint(session: nox.Session) -> None:
     session.install("-e", ".[mcp,otel,remote]", *group("lint"), *group("docs"))
     session.run("ruff", "check", ".")
     session.run("ruff", "format", "--check", ".")
-    session.run("mypy", "--strict", "runtime/acp_trio", "generated/acp_schema", "docs/hooks.py")
+    session.run("mypy", "--strict", "runtime/acp_trio", "generated/acp_schema", "docs/hooks.py", "docs/griffe_sphinx_roles.py")
 
 
 @nox.session(python=PY)
