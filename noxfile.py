@@ -42,11 +42,13 @@ def properties_full(session: nox.Session) -> None:
 
 @nox.session(python=PY)
 def lint(session: nox.Session) -> None:
-    """ruff check, ruff format --check, mypy --strict on runtime/ and generated/."""
+    """ruff check, ruff format --check, mypy --strict on runtime/, generated/ and the docs hooks."""
     session.install("-e", ".[mcp,otel,remote]", *group("lint"), *group("docs"))
     session.run("ruff", "check", ".")
     session.run("ruff", "format", "--check", ".")
-    session.run("mypy", "--strict", "runtime/acp_trio", "generated/acp_schema", "docs/hooks.py", "docs/griffe_sphinx_roles.py")
+    session.run(
+        "mypy", "--strict", "runtime/acp_trio", "generated/acp_schema", "docs/hooks.py", "docs/griffe_sphinx_roles.py"
+    )
 
 
 @nox.session(python=PY)
