@@ -1,6 +1,6 @@
-"""Developer and CI tasks.  `nox -s check_generated lint tests` is what CI runs.
+"""Developer and CI tasks.  `nox -s check_generated lint tests` is what CI runs (and `docs`).
 
-Sessions: tests, lint, regenerate, check_generated, update_schema -- VERSION, bench, build,
+Sessions: tests, lint, docs, regenerate, check_generated, update_schema -- VERSION, bench, build,
 properties_full, conformance, demo.
 """
 
@@ -27,7 +27,7 @@ def group(name: str) -> list[str]:
 @nox.session(python=PY)
 def tests(session: nox.Session) -> None:
     """Run the test suite (property tests in their bounded CI profile)."""
-    session.install("-e", ".[codegen,mcp,otel,remote]", *group("test"), *group("lint"))
+    session.install("-e", ".[codegen,mcp,otel,remote]", *group("test"), *group("lint"), *group("docs"))
     session.run("python", "-m", "pytest", *session.posargs)
 
 
@@ -42,11 +42,25 @@ def properties_full(session: nox.Session) -> None:
 
 @nox.session(python=PY)
 def lint(session: nox.Session) -> None:
-    """ruff check, ruff format --check, mypy --strict on runtime/ and generated/."""
-    session.install("-e", ".[mcp,otel,remote]", *group("lint"))
+    """ruff check, ruff format --check, mypy --strict on runtime/, generated/ and the docs hooks."""
+    session.install("-e", ".[mcp,otel,remote]", *group("lint"), *group("docs"))
     session.run("ruff", "check", ".")
     session.run("ruff", "format", "--check", ".")
-    session.run("mypy", "--strict", "runtime/acp_trio", "generated/acp_schema")
+    session.run(
+        "mypy", "--strict", "runtime/acp_trio", "generated/acp_schema", "docs/hooks.py", "docs/griffe_sphinx_roles.py"
+    )
+
+
+@nox.session(python=PY)
+def docs(session: nox.Session) -> None:
+    """Build the documentation site with `mkdocs build --strict` into site/ (`-- --site-dir DIR` for
+    another place): a broken cross-reference, or a public name without a docstring or missing from
+    the API reference (docs/hooks.py), fails the build.  `nox -s docs -- serve` previews it."""
+    session.install("-e", ".[mcp,otel,remote]", *group("docs"))
+    if session.posargs[:1] == ["serve"]:
+        session.run("mkdocs", "serve", *session.posargs[1:], env={"NO_MKDOCS_2_WARNING": "1"})
+        return
+    session.run("mkdocs", "build", "--strict", *session.posargs, env={"NO_MKDOCS_2_WARNING": "1"})
 
 
 @nox.session(python=PY)

@@ -64,6 +64,8 @@ if TYPE_CHECKING:
     from .transports.stdio import run_agent_stdio, serve_agent_stdio, spawn_agent, terminate_process_group
 
     converter: AcpConverter
+    """The shared converter (:class:`AcpConverter`): ``converter.structure(data, PromptRequest)`` decodes
+    wire JSON into the generated classes, ``converter.unstructure(obj)`` encodes them back."""
 
 __all__ = [
     "AUTH_REQUIRED",

@@ -73,6 +73,8 @@ class DecodeError(ValueError):
         return out
 
     def at(self, seg: str | int) -> DecodeError:
+        """Prefix the path with ``seg`` (a field's wire name or a list index) and return the error:
+        how a decoder names where in the message the failure is, as the error travels up."""
         self._path.insert(0, seg)
         return self
 

@@ -516,6 +516,8 @@ class SessionRecorder:
 
     # -- runtime hooks (AgentSideConnection calls these) -------------------------------------------
     def notification_hook(self, method: str) -> Callable[[str, Any], Any] | None:
+        """Called by the connection for each outgoing notification method: the recorder for
+        ``session/update`` (it stores each update once written), ``None`` for any other."""
         if method != "session/update":
             return None
         version = self.conn.protocol_version

@@ -72,30 +72,37 @@ class RequestError(Exception):
 
     @classmethod
     def method_not_found(cls, method: str) -> RequestError:
+        """The error -32601 "Method not found", with ``data: {"method": method}``."""
         return cls(METHOD_NOT_FOUND, "Method not found", {"method": method})
 
     @classmethod
     def invalid_params(cls, data: Any = None) -> RequestError:
+        """The error -32602 "Invalid params", with ``data`` (say which param and why)."""
         return cls(INVALID_PARAMS, "Invalid params", data)
 
     @classmethod
     def invalid_request(cls, data: Any = None) -> RequestError:
+        """The error -32600 "Invalid request", with ``data``."""
         return cls(INVALID_REQUEST, "Invalid request", data)
 
     @classmethod
     def internal_error(cls, data: Any = None) -> RequestError:
+        """The error -32603 "Internal error", with ``data``."""
         return cls(INTERNAL_ERROR, "Internal error", data)
 
     @classmethod
     def request_cancelled(cls, data: Any = None) -> RequestError:
+        """The error -32800 "Request cancelled", with ``data``."""
         return cls(REQUEST_CANCELLED, "Request cancelled", data)
 
     @classmethod
     def auth_required(cls, data: Any = None) -> RequestError:
+        """The error -32000 "Authentication required", with ``data``."""
         return cls(AUTH_REQUIRED, "Authentication required", data)
 
     @classmethod
     def resource_not_found(cls, uri: str | None = None) -> RequestError:
+        """The error -32002 "Resource not found", with ``data: {"uri": uri}`` when ``uri`` is given."""
         return cls(RESOURCE_NOT_FOUND, "Resource not found", None if uri is None else {"uri": uri})
 
 

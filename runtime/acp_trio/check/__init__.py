@@ -56,6 +56,8 @@ WHOLE_RUN: tuple[tuple[str, str, str], ...] = (
         "docs/protocol/v1/transports.mdx § stdio (the agent MAY write UTF-8 strings to stderr for logging)",
     ),
 )
+"""The checks made over every message of a run rather than by one scripted exchange: ``(name, title,
+source)`` each."""
 
 
 @dataclass(frozen=True)
@@ -83,6 +85,8 @@ class Report:
         return any(f.status is Status.FAIL for f in self.findings)
 
     def as_json(self) -> dict[str, Any]:
+        """The report as JSON-ready data (what ``--json PATH`` writes): the command, the protocol and
+        each finding's name, title, status, observation, source and duration."""
         return {
             "command": self.command,
             "protocol": self.protocol,
@@ -100,6 +104,7 @@ class Report:
         }
 
     def text(self) -> str:
+        """The report as the command line prints it: two lines per finding, then the counts."""
         width = max((len(f.name) for f in self.findings), default=10)
         lines = [f"acp-trio check: {' '.join(self.command)} (protocol {self.protocol})"]
         for f in self.findings:

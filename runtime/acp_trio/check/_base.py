@@ -32,6 +32,9 @@ custom ones (``$defs/IdleStateUpdate``)."""
 
 
 class Status(enum.Enum):
+    """A finding's verdict: ``PASS``, ``FAIL`` (a broken rule: exit status 1), ``WARN`` (a SHOULD, or
+    something suspicious) or ``SKIP`` (not applicable, with the reason)."""
+
     PASS = "PASS"
     FAIL = "FAIL"
     WARN = "WARN"
@@ -40,6 +43,8 @@ class Status(enum.Enum):
 
 @dataclass(frozen=True)
 class Result:
+    """What one check concluded: its ``status`` and what it ``observed``."""
+
     status: Status
     observed: str
 

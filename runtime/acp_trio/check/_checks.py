@@ -592,6 +592,7 @@ CHECKS: tuple[Check, ...] = (
         check_eof_exit,
     ),
 )
+"""The agent checks of ``python -m acp_trio.check``, in the order they run."""
 
 __all__ = [
     "CHECKS",

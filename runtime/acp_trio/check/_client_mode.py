@@ -89,6 +89,7 @@ class ClientCheck:
     source_v2: str = ""
 
     def source_for(self, protocol: int) -> str:
+        """The rule's spec source for that protocol version."""
         return (self.source_v2 or self.source) if protocol >= 2 else self.source
 
 
@@ -186,6 +187,7 @@ CLIENT_CHECKS: tuple[ClientCheck, ...] = (
     ),
     ClientCheck("schema.valid", "every message validates against the pinned schema", "schema/v1/schema.json"),
 )
+"""The client checks of ``python -m acp_trio.check --client``, in the order they run."""
 
 _PROBES = (
     "jsonrpc.unknown-method",

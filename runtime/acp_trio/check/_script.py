@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 BEHAVIOURS = ("tool_call", "permission", "plan", "message", "thought", "fs_read", "fs_write", "terminal")
+"""What a script prompt may ``expect`` the agent to do in its turn."""
 DEFAULT_TEXT = "Say hello in one short sentence."
 
 

@@ -42,7 +42,9 @@ for that recorded value (and only it); values the player sends are translated th
 JSON-RPC ``id`` s of the peer's requests are bound the same way."""
 
 CLIENT_TO_AGENT: Direction = "client->agent"
+"""The ``dir`` of a message the client sent."""
 AGENT_TO_CLIENT: Direction = "agent->client"
+"""The ``dir`` of a message the agent sent."""
 _DIRECTIONS: tuple[Direction, ...] = (CLIENT_TO_AGENT, AGENT_TO_CLIENT)
 
 

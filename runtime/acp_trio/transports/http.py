@@ -163,6 +163,7 @@ class HttpTransportClosed(ConnectionClosed):
         super().__init__(reason, **details)
 
     def clone(self) -> HttpTransportClosed:
+        """A new exception with the same reason, URL and status (each raise gets its own traceback)."""
         return type(self)(self.reason, url=self.url, status=self.status)
 
 

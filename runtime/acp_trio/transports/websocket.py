@@ -124,6 +124,8 @@ class MessageReceiveStream(trio.abc.ReceiveStream):
         self._eof = False
 
     async def receive_some(self, max_bytes: int | None = None) -> bytes:
+        """The next bytes of NDJSON (at most ``max_bytes``), waiting for a message when none is
+        buffered; ``b""`` once the source has ended."""
         while not self._buffer:
             if self._eof:
                 return b""
@@ -143,6 +145,7 @@ class MessageReceiveStream(trio.abc.ReceiveStream):
         return chunk
 
     async def aclose(self) -> None:
+        """Drop what is buffered; ``receive_some`` answers ``b""`` from then on."""
         self._eof = True
         self._buffer.clear()
         await trio.lowlevel.checkpoint()
