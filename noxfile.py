@@ -27,7 +27,7 @@ def group(name: str) -> list[str]:
 @nox.session(python=PY)
 def tests(session: nox.Session) -> None:
     """Run the test suite (property tests in their bounded CI profile)."""
-    session.install("-e", ".[codegen,mcp,otel,remote]", *group("test"), *group("lint"))
+    session.install("-e", ".[codegen,mcp,otel,remote,llm]", *group("test"), *group("lint"))
     session.run("python", "-m", "pytest", *session.posargs)
 
 
