@@ -23,10 +23,7 @@ from typing import Any
 import httpx2
 import pytest
 import trio
-
-from acp_schema import v1
-from acp_trio import ClientSideConnection, RequestError, StandardClient, allow_all, ask, open_memory_pair, spawn_agent
-from acp_trio.session_store import MemorySessionStore
+import trio.testing
 from llm_loopback import (
     Hang,
     HttpError,
@@ -41,17 +38,51 @@ from llm_loopback import (
     serve,
 )
 
+from acp_schema import v1
+from acp_trio import (
+    AUTH_REQUIRED,
+    INTERNAL_ERROR,
+    ClientSideConnection,
+    RequestError,
+    StandardClient,
+    allow_all,
+    ask,
+    deny_all,
+    open_memory_pair,
+    spawn_agent,
+)
+from acp_trio.session_store import MemorySessionStore
+
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="the stdio transport and /bin/sh are POSIX-only")
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from examples.llm_agent.agent import DENIED_RESULT, LlmAgent  # noqa: E402
+from examples.llm_agent.providers import Settings  # noqa: E402
+
 TOOLS_SERVER = Path(__file__).parent / "mcp_servers" / "tools_server.py"
 PROVIDERS = ("openai", "anthropic")
 PATHS = {"openai": "/v1/responses", "anthropic": "/v1/messages"}
 KEYS = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY"}
 TIMEOUT = 30
+
+
+class WatchingClient(StandardClient):
+    """A ``StandardClient`` that can wait until a session's last message reads some text."""
+
+    def __init__(self, conn: ClientSideConnection, **options: Any) -> None:
+        super().__init__(conn, **options)
+        self._changed = trio.Event()
+
+    def on_update(self, state: Any, update: Any) -> None:
+        self._changed.set()
+        self._changed = trio.Event()
+
+    async def wait_text(self, session_id: str, text: str) -> None:
+        while not (self.states[session_id].messages and self.states[session_id].messages[-1].text == text):
+            await self._changed.wait()
 
 
 @asynccontextmanager
@@ -80,7 +111,7 @@ def agent_args(provider: str, url: str, store: Path | None = None) -> list[str]:
 async def agent(
     provider: str, url: str, *, store: Path | None = None, policy: Any = None, env: dict[str, str] | None = None
 ) -> AsyncIterator[ClientSideConnection]:
-    make_client = functools.partial(StandardClient, policy=policy if policy is not None else allow_all())
+    make_client = functools.partial(WatchingClient, policy=policy if policy is not None else allow_all())
     agent_env = {KEYS[provider]: "test-key", "PYTHONPATH": os.pathsep.join([str(ROOT), *sys.path])}
     agent_env.update(env or {})
     for name in ("OPENAI_BASE_URL", "ANTHROPIC_BASE_URL", "ACP_LLM_AGENT_STORE"):
@@ -183,7 +214,12 @@ async def test_a_full_turn_then_session_load_in_a_new_process(provider: str, tmp
                     "call_read": ("read", "completed"),
                     "call_add": ("other", "completed"),
                 }
-                assert asked == [("call_write", "edit"), ("call_run", "execute"), ("call_read", "read"), ("call_add", "other")]
+                assert asked == [
+                    ("call_write", "edit"),
+                    ("call_run", "execute"),
+                    ("call_read", "read"),
+                    ("call_add", "other"),
+                ]
                 assert (work / "hello.txt").read_text(encoding="utf-8") == "hello from the model\n"
                 diff = calls["call_write"].content[0]
                 assert isinstance(diff, v1.DiffToolCallContent) and diff.new_text == "hello from the model\n"
@@ -228,9 +264,7 @@ async def test_a_full_turn_then_session_load_in_a_new_process(provider: str, tmp
                 await conn.agent.session_load(load, timeout=TIMEOUT)
                 replayed = client.states[sid]
                 assert [m.text for m in replayed.messages if m.role == "agent"] == agent_text
-                assert {cid: c.status for cid, c in replayed.tool_calls.items()} == {
-                    cid: "completed" for cid in calls
-                }
+                assert {cid: c.status for cid, c in replayed.tool_calls.items()} == {cid: "completed" for cid in calls}
                 result = await client.prompt(sid, "What did I ask?")
                 assert isinstance(result, v1.PromptResponse) and result.stop_reason == "end_turn"
             last = requests_to(app, PATHS[provider])[-1].body
@@ -240,3 +274,150 @@ async def test_a_full_turn_then_session_load_in_a_new_process(provider: str, tmp
             ]
             assert tool_outputs(provider, last) == outputs
             assert "mcp__tools__add" not in tool_names(provider, last)  # no MCP servers given to session/load
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+async def test_a_denied_permission_and_provider_errors(provider: str, tmp_path: Path) -> None:
+    script = [
+        [Text("Writing it."), ToolCall("write_file", {"path": "x.txt", "content": "no\n"}, "call_x")],
+        [Text("OK, I won't.")],
+        HttpError(429, "slow down, please"),
+        [Text("Half an answer"), StreamError("the model fell over")],
+        [Text("Still here.")],
+    ]
+    with trio.fail_after(TIMEOUT):
+        async with loopback(script) as (app, url), agent(provider, url, policy=deny_all()) as conn:
+            client: StandardClient = conn.handler
+            sid = await client.new_session(tmp_path)
+            result = await client.prompt(sid, "Write x.txt.")
+            assert isinstance(result, v1.PromptResponse) and result.stop_reason == "end_turn"
+            call = client.states[sid].tool_calls["call_x"]
+            assert (call.kind, call.status) == ("edit", "failed")
+            assert not (tmp_path / "x.txt").exists()
+            denied = tool_outputs(provider, requests_to(app, PATHS[provider])[1].body)
+            assert denied == {"call_x": DENIED_RESULT}
+
+            # an HTTP error status: a JSON-RPC error with code, message and data, and the agent lives on
+            with pytest.raises(RequestError) as http_error:
+                await client.prompt(sid, "Again.")
+            assert http_error.value.code == INTERNAL_ERROR
+            assert f"{provider} HTTP 429: slow down, please" in http_error.value.message
+            assert "rate limited" in http_error.value.message
+            assert http_error.value.data["status"] == 429 and http_error.value.data["provider"] == provider
+
+            # an error event in the middle of the stream
+            with pytest.raises(RequestError) as stream_error:
+                await client.prompt(sid, "Once more.")
+            assert stream_error.value.code == INTERNAL_ERROR
+            assert "the model fell over" in stream_error.value.message
+            assert stream_error.value.data["status"] is None
+
+            result = await client.prompt(sid, "Are you there?")
+            assert isinstance(result, v1.PromptResponse) and result.stop_reason == "end_turn"
+            assert client.states[sid].messages[-1].text == "Still here."
+            # the history kept going: every prompt so far reached the model
+            assert user_texts(provider, requests_to(app, PATHS[provider])[-1].body) == [
+                "Write x.txt.",
+                "Again.",
+                "Once more.",
+                "Are you there?",
+            ]
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+async def test_session_cancel_closes_the_http_stream_at_once(provider: str, tmp_path: Path) -> None:
+    script = [[Text("Let me think about this for a long time"), Hang()], [Text("Fresh start.")]]
+    with trio.fail_after(TIMEOUT):
+        async with loopback(script) as (app, url), agent(provider, url) as conn:
+            client: WatchingClient = conn.handler
+            sid = await client.new_session(tmp_path)
+            results: list[Any] = []
+            async with trio.open_nursery() as nursery:
+
+                async def turn() -> None:
+                    results.append(await client.prompt(sid, "Think hard."))
+
+                nursery.start_soon(turn)
+                await app.hanging.wait()  # the server sent the text, then keeps the stream open
+                await client.wait_text(sid, "Let me think about this for a long time")  # the user saw it
+                sent = trio.current_time()
+                await client.cancel(sid)
+                await app.disconnected.wait()
+            assert app.disconnected_at is not None
+            latency = app.disconnected_at - sent
+            assert latency < 0.1, f"the HTTP stream closed {latency * 1000:.1f} ms after session/cancel"
+            assert [r.stop_reason for r in results] == ["cancelled"]
+            assert client.states[sid].messages[-1].text == "Let me think about this for a long time"
+            # the next turn works, and the cancelled turn's partial answer is in the history
+            result = await client.prompt(sid, "Never mind.")
+            assert isinstance(result, v1.PromptResponse) and result.stop_reason == "end_turn"
+            body = requests_to(app, PATHS[provider])[-1].body
+            assert "Let me think about this for a long time" in json.dumps(body)
+
+
+@asynccontextmanager
+async def memory_agent(
+    provider: str, app: Loopback, nursery: trio.Nursery, *, policy: Any = None
+) -> AsyncIterator[WatchingClient]:
+    """The agent in process (``open_memory_pair``), its SDK client on an in-process streaming transport."""
+    http = httpx2.AsyncClient(transport=StreamingAsgiTransport(app, nursery))
+    base = "http://loopback/v1" if provider == "openai" else "http://loopback"
+    settings = Settings(provider=provider, model="loop-model", base_url=base, max_retries=0, http_client=http)  # type: ignore[arg-type]
+    make_agent = functools.partial(LlmAgent, settings=settings, store=MemorySessionStore())
+    make_client = functools.partial(WatchingClient, policy=policy if policy is not None else allow_all())
+    async with open_memory_pair(make_agent, make_client) as (_, client_conn):
+        client: WatchingClient = client_conn.handler
+        await client.initialize()
+        yield client
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+async def test_cancel_latency_on_trio_clock(
+    provider: str, tmp_path: Path, mock_clock: trio.testing.MockClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """In memory on trio's mock clock: the stream is closed within 100 ms of session/cancel on that
+    clock (in fact at the same instant: nothing on the way sleeps), and the turn answers cancelled.
+
+    The clock jumps ahead whenever every task has waited 0.2 s of real time, not at once: the SDKs
+    look up the platform once per client in a worker thread (``asyncify(get_platform)``), which an
+    autojump threshold of 0 would take for idleness and jump over to the next deadline."""
+    mock_clock.autojump_threshold = 0.2
+    monkeypatch.setenv(KEYS[provider], "test-key")
+    app = Loopback([[Text("Slowly"), Hang()]])
+    with trio.fail_after(60):
+        async with trio.open_nursery() as nursery, memory_agent(provider, app, nursery) as client:
+            sid = await client.new_session(tmp_path)
+            results: list[Any] = []
+
+            async def turn() -> None:
+                results.append(await client.prompt(sid, "Go."))
+
+            nursery.start_soon(turn)
+            await app.hanging.wait()
+            await client.wait_text(sid, "Slowly")
+            await trio.sleep(5)  # on the mock clock: the stream stays open, nothing times out
+            assert not app.disconnected.is_set() and not results
+            sent = trio.current_time()
+            await client.cancel(sid)
+            await app.disconnected.wait()
+            assert app.disconnected_at is not None and app.disconnected_at - sent < 0.1
+            while not results:
+                await trio.sleep(0.001)
+            assert results[0].stop_reason == "cancelled"
+            assert trio.current_time() - sent < 0.1
+
+
+async def test_a_missing_key_is_a_clear_error_naming_the_variable(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for provider, variable in (("openai", "OPENAI_API_KEY"), ("anthropic", "ANTHROPIC_API_KEY")):
+        monkeypatch.delenv(variable, raising=False)
+        monkeypatch.delenv("ANTHROPIC_AUTH_TOKEN", raising=False)
+        app = Loopback([])
+        async with trio.open_nursery() as nursery, memory_agent(provider, app, nursery) as client:
+            sid = await client.new_session(tmp_path)
+            with pytest.raises(RequestError) as error:
+                await client.prompt(sid, "Hello?")
+            assert error.value.code == AUTH_REQUIRED
+            assert variable in error.value.message and "no API key" in error.value.message
+            assert app.requests == []
