@@ -1,7 +1,7 @@
 """Developer and CI tasks.  `nox -s check_generated lint tests` is what CI runs.
 
 Sessions: tests, lint, regenerate, check_generated, update_schema -- VERSION, bench, build,
-properties_full, conformance, demo.
+properties_full, conformance, demo, llm_demo.
 """
 
 from __future__ import annotations
@@ -42,11 +42,11 @@ def properties_full(session: nox.Session) -> None:
 
 @nox.session(python=PY)
 def lint(session: nox.Session) -> None:
-    """ruff check, ruff format --check, mypy --strict on runtime/ and generated/."""
-    session.install("-e", ".[mcp,otel,remote]", *group("lint"))
+    """ruff check, ruff format --check, mypy --strict on runtime/, generated/ and examples/."""
+    session.install("-e", ".[mcp,otel,remote,llm]", *group("lint"))
     session.run("ruff", "check", ".")
     session.run("ruff", "format", "--check", ".")
-    session.run("mypy", "--strict", "runtime/acp_trio", "generated/acp_schema")
+    session.run("mypy", "--strict", "runtime/acp_trio", "generated/acp_schema", "examples")
 
 
 @nox.session(python=PY)
@@ -135,3 +135,11 @@ def demo(session: nox.Session) -> None:
     """The main job: run the demo."""
     session.install(".")
     session.run("python", "-m", "acp_trio.demo", *session.posargs)
+
+
+@nox.session(python=PY)
+def llm_demo(session: nox.Session) -> None:
+    """The example LLM agent (examples/llm_agent) against the tests' loopback model server, one turn per
+    provider, printed: no network, no key (`nox -s llm_demo -- --provider openai` for one)."""
+    session.install("-e", ".[mcp,remote,llm]")
+    session.run("python", "tests/llm_demo.py", *session.posargs)
