@@ -113,9 +113,8 @@ async def agent(
 ) -> AsyncIterator[ClientSideConnection]:
     make_client = functools.partial(WatchingClient, policy=policy if policy is not None else allow_all())
     agent_env = {KEYS[provider]: "test-key", "PYTHONPATH": os.pathsep.join([str(ROOT), *sys.path])}
+    agent_env["ACP_LLM_AGENT_STORE"] = ""  # --store only when a test gives one (--base-url beats *_BASE_URL)
     agent_env.update(env or {})
-    for name in ("OPENAI_BASE_URL", "ANTHROPIC_BASE_URL", "ACP_LLM_AGENT_STORE"):
-        os.environ.pop(name, None)
     async with spawn_agent(
         sys.executable, agent_args(provider, url, store), client=make_client, env=agent_env, cwd=ROOT
     ) as conn:

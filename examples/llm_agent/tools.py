@@ -1,20 +1,15 @@
 """The tools the agent offers the model, and their ACP tool kinds.
 
-Built in (each offered only when the client advertised what it needs, ``initialization.mdx``):
+Built in, each offered only when the client advertised what it needs (``initialization.mdx``):
 
-========================  ==========  ======================================  ==========================
-tool                      ACP kind    runs as                                 needs
-========================  ==========  ======================================  ==========================
-``read_file``             ``read``    ``fs/read_text_file``                   ``fs.readTextFile``
-``write_file``            ``edit``    ``fs/write_text_file`` (diff shown)     ``fs.writeTextFile``
-``run_command``           ``execute`` ``/bin/sh -c COMMAND`` in a client      ``terminal``
-                                      terminal (``terminal/*``)
-``mcp__SERVER__TOOL``     ``read`` if a session MCP server's tool             the server in
-                          the tool is ``tools/call``                           ``session/new``
-                          read-only,
-                          else
-                          ``other``
-========================  ==========  ======================================  ==========================
+- ``read_file {path, line?, limit?}``: ACP kind ``read``, runs ``fs/read_text_file``; needs ``fs.readTextFile``;
+- ``write_file {path, content}``: kind ``edit``, shows the diff, runs ``fs/write_text_file``; needs
+  ``fs.writeTextFile``;
+- ``run_command {command, cwd?}``: kind ``execute``, runs ``/bin/sh -c COMMAND`` in a client terminal
+  (``terminal/*``, shown live in the tool call); needs ``terminal``;
+
+and each tool of the session's MCP servers as ``mcp__SERVER__TOOL``: kind ``read`` when the tool says
+it is read-only (``annotations.readOnlyHint``), else ``other``; runs ``tools/call`` on that server.
 
 Every call is reported as an ACP tool call and gated by ``session/request_permission``
 (``docs/protocol/v1/tool-calls.mdx``).  Tool names match ``^[a-zA-Z0-9_-]{1,64}$`` (both APIs).
