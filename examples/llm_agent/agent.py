@@ -29,14 +29,13 @@ import os
 import uuid
 from contextlib import aclosing
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import trio
 
 from acp_schema import v1
 from acp_trio import AUTH_REQUIRED, INTERNAL_ERROR, AgentSideConnection, RequestError, open_terminal, session_store
 from acp_trio import builders as b
-from acp_trio.mcp import McpServers, open_mcp_servers
 
 from .history import (
     CANCELLED_RESULT,
@@ -63,6 +62,9 @@ from .providers import (
     make_provider,
 )
 from .tools import BUILTIN_TOOLS, READ_FILE, RUN_COMMAND, WRITE_FILE, Tool, mcp_tool
+
+if TYPE_CHECKING:
+    from acp_trio.mcp import McpServers
 
 __all__ = ["AGENT_INFO", "DENIED_RESULT", "LlmAgent", "default_system_prompt"]
 
@@ -190,6 +192,11 @@ class LlmAgent:
             raise RequestError.invalid_params({"path": "$.cwd", "detail": "cwd must be an absolute path"})
         self._start_closer()
         session = Session(cwd=cwd)
+        if not servers:  # the MCP SDK is imported only for sessions that have servers (it takes a while)
+            self.sessions[session_id] = session
+            return session
+        from acp_trio.mcp import open_mcp_servers
+
         session.mcp = await open_mcp_servers(self.conn, session_id, servers, cwd=cwd)
         for name, error in session.mcp.errors.items():
             log.warning("session %s: MCP server %r unavailable: %s", session_id, name, error)
