@@ -1,7 +1,7 @@
 """Developer and CI tasks.  `nox -s check_generated lint tests` is what CI runs (and `docs`).
 
 Sessions: tests, lint, docs, regenerate, check_generated, update_schema -- VERSION, bench, build,
-properties_full, conformance, demo.
+properties_full, conformance, demo, llm_demo.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ def group(name: str) -> list[str]:
 @nox.session(python=PY)
 def tests(session: nox.Session) -> None:
     """Run the test suite (property tests in their bounded CI profile)."""
-    session.install("-e", ".[codegen,mcp,otel,remote]", *group("test"), *group("lint"), *group("docs"))
+    session.install("-e", ".[codegen,mcp,otel,remote,llm]", *group("test"), *group("lint"), *group("docs"))
     session.run("python", "-m", "pytest", *session.posargs)
 
 
@@ -42,12 +42,18 @@ def properties_full(session: nox.Session) -> None:
 
 @nox.session(python=PY)
 def lint(session: nox.Session) -> None:
-    """ruff check, ruff format --check, mypy --strict on runtime/, generated/ and the docs hooks."""
-    session.install("-e", ".[mcp,otel,remote]", *group("lint"), *group("docs"))
+    """ruff check, ruff format --check, mypy --strict on runtime/, generated/, examples/ and the docs hooks."""
+    session.install("-e", ".[mcp,otel,remote,llm]", *group("lint"), *group("docs"))
     session.run("ruff", "check", ".")
     session.run("ruff", "format", "--check", ".")
     session.run(
-        "mypy", "--strict", "runtime/acp_trio", "generated/acp_schema", "docs/hooks.py", "docs/griffe_sphinx_roles.py"
+        "mypy",
+        "--strict",
+        "runtime/acp_trio",
+        "generated/acp_schema",
+        "examples",
+        "docs/hooks.py",
+        "docs/griffe_sphinx_roles.py",
     )
 
 
@@ -149,3 +155,11 @@ def demo(session: nox.Session) -> None:
     """The main job: run the demo."""
     session.install(".")
     session.run("python", "-m", "acp_trio.demo", *session.posargs)
+
+
+@nox.session(python=PY)
+def llm_demo(session: nox.Session) -> None:
+    """The example LLM agent (examples/llm_agent) against the tests' loopback model server, one turn per
+    provider, printed: no network, no key (`nox -s llm_demo -- --provider openai` for one)."""
+    session.install("-e", ".[mcp,remote,llm]")
+    session.run("python", "tests/llm_demo.py", *session.posargs)
