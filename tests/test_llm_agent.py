@@ -339,12 +339,11 @@ async def test_session_cancel_closes_the_http_stream_at_once(provider: str, tmp_
                 nursery.start_soon(turn)
                 await app.hanging.wait()  # the server sent the text, then keeps the stream open
                 await client.wait_text(sid, "Let me think about this for a long time")  # the user saw it
-                sent = trio.current_time()
                 await client.cancel(sid)
                 await app.disconnected.wait()
+            # the server saw the stream closed (the hang never ends on its own); the bound in time,
+            # 100 ms, is asserted on trio's clock in test_cancel_latency_on_trio_clock
             assert app.disconnected_at is not None
-            latency = app.disconnected_at - sent
-            assert latency < 0.1, f"the HTTP stream closed {latency * 1000:.1f} ms after session/cancel"
             assert [r.stop_reason for r in results] == ["cancelled"]
             assert client.states[sid].messages[-1].text == "Let me think about this for a long time"
             # the next turn works, and the cancelled turn's partial answer is in the history
@@ -388,8 +387,11 @@ async def test_cancel_latency_on_trio_clock(
             sid = await client.new_session(tmp_path)
             results: list[Any] = []
 
+            answered = trio.Event()
+
             async def turn() -> None:
                 results.append(await client.prompt(sid, "Go."))
+                answered.set()
 
             nursery.start_soon(turn)
             await app.hanging.wait()
@@ -400,8 +402,7 @@ async def test_cancel_latency_on_trio_clock(
             await client.cancel(sid)
             await app.disconnected.wait()
             assert app.disconnected_at is not None and app.disconnected_at - sent < 0.1
-            while not results:
-                await trio.sleep(0.001)
+            await answered.wait()
             assert results[0].stop_reason == "cancelled"
             assert trio.current_time() - sent < 0.1
 
