@@ -1230,3 +1230,44 @@ async def test_typed_requests_refuse_a_null_result_where_fields_are_required(aut
 
             nursery.start_soon(call)
             await answer_next_request(peer, None)
+
+
+# The reader takes well-formed notifications with object params straight to their route, without
+# _core.parse; every other line goes through parse.  Both must behave as parse classifies the line.
+NOTIFICATION_SHAPES = [
+    b'{"jsonrpc":"2.0","method":"a/note","params":{"n":1}}',  # the fast path
+    b'{"method":"a/note","params":{"n":1},"jsonrpc":"2.0"}',  # members in another order
+    b'{"jsonrpc":"2.0","method":"a/note"}',  # no params: {} for the handler
+    b'{"jsonrpc":"2.0","method":"a/note","params":null}',  # null params: as absent
+    b'{"jsonrpc":"2.0","method":"a/note","params":[1,2]}',  # array params: decoded as the route says
+    b'{"jsonrpc":"2.0","method":"a/note","params":"x"}',  # invalid params: -32600, id null
+    b'{"jsonrpc":"1.0","method":"a/note","params":{"n":1}}',  # wrong version: -32600, id null
+    b'{"method":"a/note","params":{"n":1}}',  # no version: -32600, id null
+    b'{"jsonrpc":"2.0","method":7,"params":{"n":1}}',  # method not a string: -32600, id null
+    b'{"jsonrpc":"2.0","method":"a/note","params":{"n":1}',  # cut short: -32700, id null
+    b'{"jsonrpc":"2.0","method":"a/note","params":{"n":1},"id":null}',  # an id (null): a request
+]
+
+
+@pytest.mark.parametrize("line", NOTIFICATION_SHAPES)
+async def test_a_notification_line_is_handled_as_parse_classifies_it(line: bytes, autojump_clock: MockClock) -> None:
+    from acp_trio import _core
+
+    got: list[Any] = []
+
+    async def on_note(params: Any) -> None:
+        got.append(params)
+
+    expected = _core.parse(line)
+    async with connected(Route("a/note", "notification", on_note)) as (_conn, peer):
+        await peer.send_raw(line + b"\n")
+        if isinstance(expected, _core.Notification):
+            await peer.ping()  # nothing was answered
+            assert got == [{} if expected.params is None else expected.params]
+        elif isinstance(expected, _core.Invalid):
+            error_of(await peer.recv(), None, expected.error.code)
+            assert got == []
+        else:  # a request with a null id, to a notification route: method not found
+            assert isinstance(expected, _core.Request)
+            error_of(await peer.recv(), None, -32601)
+            assert got == []

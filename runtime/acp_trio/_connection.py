@@ -32,6 +32,7 @@ from collections.abc import Awaitable, Callable, Hashable, Mapping
 from contextlib import AbstractContextManager, asynccontextmanager
 from typing import Any, Final, Literal, Protocol, TypeAlias, cast
 
+import orjson
 import trio
 
 from . import _core
@@ -85,8 +86,9 @@ A quarter of a second lets a handler that is about to answer (a result already c
 write) answer normally, and keeps an agent whose client closed its stdin well inside the first
 step of a client's shutdown ladder (1 s): the official SDKs exit 21-215 ms after end of input."""
 _FdStream: Any = getattr(trio.lowlevel, "FdStream", None)  # POSIX only
-_parse = _core.parse
-_Notification = _core.Notification
+_parse_value = _core.parse_value
+_loads = orjson.loads
+_JSONDecodeError = orjson.JSONDecodeError
 
 
 class ConnectionClosed(Exception):
@@ -433,6 +435,7 @@ class Connection:
         self._job_context: contextvars.Context | None = None  # what every request handler starts from
         self._queues: dict[Hashable, _SerialQueue] = {}
         self._serial_lot = trio.lowlevel.ParkingLot()
+        self._serial_waiting = 0  # tasks parked in _serial_lot (a counter: the lot's own __bool__ is a call)
         self._outbox: list[bytes] = []
         self._encoders: dict[str, Callable[[Any], bytes]] = {}  # method → its notification lines' encoder
         self._packed = 0  # outbox items already joined into one (see _enqueue)
@@ -895,11 +898,11 @@ class Connection:
         self._fail_pending(error)
         if self.eof_grace is None:
             while (self._busy or self._background_scopes) and self._closed is None:
-                await self._serial_lot.park()
+                await self._park_serial()
         elif self._busy or self._background_scopes:
             with trio.move_on_after(self.eof_grace):
                 while (self._busy or self._background_scopes) and self._closed is None:
-                    await self._serial_lot.park()
+                    await self._park_serial()
             if (self._busy or self._background_scopes) and self._closed is None:
                 log.debug("%s: cancelling what still runs %g s after the end of input", self.name, self.eof_grace)
                 self._input_cancelled = True
@@ -911,7 +914,7 @@ class Connection:
                     self._notify_nursery.cancel_scope.cancel()
                 with trio.move_on_after(self.close_timeout):  # what they answer to the cancellation goes out
                     while (self._busy or self._background_scopes) and self._closed is None:
-                        await self._serial_lot.park()
+                        await self._park_serial()
         self._mark_closed(error)
 
     def _on_line(self, item: bytes | _core.OversizedMessage) -> None:
@@ -920,11 +923,22 @@ class Connection:
             return
         if self.tap is not None:
             self.tap("in", item)
-        msg = _parse(item)
         self._seq += 1
-        if type(msg) is _Notification:  # the common case (streamed updates): skip _dispatch
-            self._on_notification(msg)
-        elif type(msg) is _core.Batch:
+        try:
+            obj = _loads(item)
+        except _JSONDecodeError as exc:
+            msg: Any = _core.parse_error(exc)
+        else:
+            # the common case (streamed updates): a well-formed notification with object params goes
+            # straight to its route, as _core.parse_value would classify it, without a message object
+            if type(obj) is dict and "id" not in obj and obj.get("jsonrpc") == "2.0":
+                method = obj.get("method")
+                params = obj.get("params")
+                if type(method) is str and type(params) is dict:
+                    self._on_notification(method, params)
+                    return
+            msg = _parse_value(obj)
+        if type(msg) is _core.Batch:
             self._on_batch(msg)
         else:
             if self.request_line_hooks and type(msg) is _core.Request:  # session store hook: raw request lines
@@ -957,7 +971,7 @@ class Connection:
         """Handle one message; returns a line to send now, if any.  In a batch, request answers go to ``batch``."""
         kind = type(msg)
         if kind is _core.Notification:
-            self._on_notification(msg)
+            self._on_notification(msg.method, msg.params)
         elif kind is _core.Request:
             return self._on_request(msg, batch)
         elif kind is _core.Response or kind is _core.ErrorResponse:
@@ -993,7 +1007,7 @@ class Connection:
         # request tasks fill their placeholder (None) when done; wait for all, then send one array
         try:
             while any(a is None for a in answers) and self._closed is None:
-                await self._serial_lot.park()
+                await self._park_serial()
             parts = [a.rstrip(b"\n") for a in answers if a]
             if parts:
                 self._enqueue(b"[" + b",".join(parts) + b"]\n")
@@ -1008,10 +1022,10 @@ class Connection:
         return decode({} if params is None else params)
 
     # -- inbound notifications -------------------------------------------------------------------
-    def _on_notification(self, msg: _core.Notification) -> None:
-        method = msg.method
+    def _on_notification(self, method: str, raw: Any) -> None:
+        """A notification read: ``method`` and its JSON params (``raw``: ``None`` when absent)."""
         if method == self.cancel_method and self.cancel_method is not None:
-            self._on_cancel_request(msg.params)
+            self._on_cancel_request(raw)
             return
         route = self.routes.get(method)
         if route is None or route.kind != "notification":
@@ -1021,7 +1035,7 @@ class Connection:
         if decode is None:
             decode = route.decode = self.converter.structure_fn(route.params_type)
         try:
-            params = decode({} if msg.params is None else msg.params)
+            params = decode({} if raw is None else raw)
         except Exception as exc:
             log.warning("%s: dropping notification %r with invalid params: %s", self.name, method, exc)
             return
@@ -1032,7 +1046,7 @@ class Connection:
                 log.exception("%s: on_receive hook for %r raised", self.name, method)
         key = route.serial_key(params) if route.serial_key is not None else None
         if self.instrumentation is not None:
-            route = self._traced_route(route, "notification", msg.params)
+            route = self._traced_route(route, "notification", raw)
         if key is None:
             self._busy += 1
             assert self._notify_nursery is not None
@@ -1079,13 +1093,21 @@ class Connection:
                 except Exception:
                     log.exception("%s: notification handler for %r raised", self.name, route.method)
                 items.popleft()
-                if self._serial_lot:  # someone waits for the queues (a response, a batch, the reader)
+                if self._serial_waiting:  # someone waits for the queues (a response, a batch, the reader)
                     self._serial_lot.unpark_all()
         finally:
             queue.running = False
             if not queue.items and self._queues.get(key) is queue:
                 del self._queues[key]
             self._task_done()
+
+    async def _park_serial(self) -> None:
+        """Wait until the serial queues, the running requests or the background tasks change."""
+        self._serial_waiting += 1
+        try:
+            await self._serial_lot.park()
+        finally:
+            self._serial_waiting -= 1
 
     def _serial_blocked(self, seq: int) -> bool:
         for queue in self._queues.values():
@@ -1098,11 +1120,11 @@ class Connection:
             queue = self._queues.get(key)
             if queue is None or not queue.items or queue.items[0][0] >= seq or self._closed is not None:
                 return
-            await self._serial_lot.park()
+            await self._park_serial()
 
     async def _wait_serial_before(self, seq: int) -> None:
         while self._queues and self._closed is None and self._serial_blocked(seq):
-            await self._serial_lot.park()
+            await self._park_serial()
 
     def _on_cancel_request(self, params: Any) -> None:
         request_id = params.get("requestId") if type(params) is dict else None

@@ -19,6 +19,7 @@ from __future__ import annotations
 import functools
 import inspect
 import logging
+import operator
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
 from types import ModuleType
@@ -984,8 +985,8 @@ def _question_key(params: Any) -> Any:
     return session_id if type(session_id) is str else None
 
 
-def _session_key(params: Any) -> Any:
-    return params.session_id
+_session_key = operator.attrgetter("session_id")
+"""The ordering key of ``session/update``: the notification's session id."""
 
 
 __all__ = ["AgentSideConnection", "ClientSideConnection", "ConnectionClosed", "ProtocolVersionError"]

@@ -35,6 +35,8 @@ from ._jsonrpc import (
     is_request_id,
     notification_encoder,
     parse,
+    parse_error,
+    parse_value,
 )
 
 __all__ = [
@@ -68,4 +70,6 @@ __all__ = [
     "is_request_id",
     "notification_encoder",
     "parse",
+    "parse_error",
+    "parse_value",
 ]

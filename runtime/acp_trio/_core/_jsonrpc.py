@@ -197,7 +197,17 @@ def parse(line: bytes) -> Message | Batch:
     try:
         obj = _loads(line)
     except orjson.JSONDecodeError as exc:
-        return Invalid(None, RequestError(PARSE_ERROR, "Parse error", {"detail": str(exc)}))
+        return parse_error(exc)
+    return parse_value(obj)
+
+
+def parse_error(exc: orjson.JSONDecodeError) -> Invalid:
+    """The :class:`Invalid` message (-32700, id ``None``) for a line that is not JSON."""
+    return Invalid(None, RequestError(PARSE_ERROR, "Parse error", {"detail": str(exc)}))
+
+
+def parse_value(obj: Any) -> Message | Batch:
+    """:func:`parse` after ``orjson.loads``: one decoded JSON value as a message or a batch."""
     if type(obj) is dict:
         # the common cases inline: a well-formed notification (streamed updates) or request with
         # object params, a success response with an integer or string id; anything else is classified
