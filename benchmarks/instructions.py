@@ -1,0 +1,122 @@
+"""Instructions per streamed update (or per round trip), on each side of the acp-trio pair, counted by callgrind.
+
+Usage::
+
+    python benchmarks/instructions.py [--runs N] [SCENARIO ...]
+
+Wall-clock and CPU-time figures on a shared machine swing by 10-30% from one run to the next; an
+instruction count does not depend on what else the machine is doing, so it shows what a change to
+the runtime's hot paths is worth (a few percent) where the timed benchmarks cannot.  For each side
+and scenario (default ``stream 20000`` and ``mixed 20000``; any command of
+``benchmarks/runtime/common.py``) this runs the bench pair twice with that side under ``valgrind
+--tool=callgrind`` (user-space instructions only: the kernel's part of a read or write is not
+counted), once with 1 timed prompt and once with 3 (each after 1 warm-up), and divides the
+difference by the updates (or requests) of 2 prompts: start-up and warm-up cancel out.
+
+- the **client** side: ``trio_client.py`` (written as README.md teaches) under callgrind, driving
+  ``trio_agent.py``;
+- the **agent** side: ``trio_agent.py`` under callgrind (``runtime/under_callgrind.py``), driven by
+  the raw orjson client, so the figure is the agent's alone.
+
+Both processes get ``PYTHONHASHSEED=0`` and a private byte-code cache, filled by a run of each
+client before the first count.  What remains of the spread
+(about +-3% from run to run: how many lines each read brings depends on the two processes' relative
+speed) is why ``--runs`` (default 3) repeats every measurement; the table shows the median and the
+range.  Needs ``valgrind`` (Debian's package).  Exit status 0, 1 if a run failed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Final
+
+_HERE: Final = Path(__file__).resolve().parent
+_SCRIPTS: Final = _HERE / "runtime"
+sys.path.insert(0, str(_SCRIPTS))
+try:
+    import acp_trio
+except ImportError:  # the repository's tree when not installed
+    sys.path[1:1] = [str(_HERE.parent / "runtime"), str(_HERE.parent / "generated")]
+    import acp_trio
+
+from _shared import subprocess_env  # noqa: E402
+from common import expected, parse_command  # noqa: E402
+
+import acp_schema  # noqa: E402
+
+_COLLECTED: Final = re.compile(rb"Collected : (\d+)")
+_SIDES: Final = ("agent", "client")
+
+
+def count(side: str, command: str, repeats: int, env: dict[str, str], work: Path) -> int:
+    """Instructions the ``side`` process executed over a whole bench run of ``command`` with
+    ``repeats`` timed prompts (after 1 warm-up)."""
+    out = work / f"callgrind.{side}.{repeats}.out"
+    args = ["--warmup", "1", "--repeats", str(repeats), command]
+    if side == "client":
+        cmd = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", sys.executable]
+        cmd += [str(_SCRIPTS / "trio_client.py"), *args]
+        run_env = env
+    else:
+        cmd = [sys.executable, str(_SCRIPTS / "raw_client.py"), "--agent", "under_callgrind.py", *args]
+        run_env = dict(env, ACP_CALLGRIND_AGENT="trio_agent.py", ACP_CALLGRIND_OUT=str(out))
+    proc = subprocess.run(cmd, cwd=_SCRIPTS, env=run_env, capture_output=True, timeout=1800)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{side} {command!r}: exit {proc.returncode}: {proc.stderr.decode()[-2000:]}")
+    found = _COLLECTED.findall(proc.stderr)
+    if not found:
+        raise RuntimeError(f"{side} {command!r}: callgrind printed no count: {proc.stderr.decode()[-2000:]}")
+    return int(found[-1])
+
+
+def per_unit(side: str, command: str, env: dict[str, str], work: Path) -> float:
+    """Instructions per update (or request) of ``command`` on ``side``: (3 prompts - 1 prompt) / 2 prompts."""
+    kind, n, _ = parse_command(command)
+    one = count(side, command, 1, env, work)
+    three = count(side, command, 3, env, work)
+    return (three - one) / (2 * expected(kind, n))
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--runs", type=int, default=3, help="measurements per side and scenario (default 3)")
+    parser.add_argument("scenarios", nargs="*", default=["stream 20000", "mixed 20000"])
+    args = parser.parse_args()
+    if shutil.which("valgrind") is None:
+        print("valgrind is not installed (Debian: apt-get install valgrind)")
+        return 1
+    print(f"acp-trio [{Path(acp_trio.__file__ or '').parent}], Python {sys.version.split()[0]}")
+    print(f"instructions per update (or request), callgrind, median of {args.runs} (range)")
+    with tempfile.TemporaryDirectory(prefix="acp-instructions-") as tmp:
+        work = Path(tmp)
+        env = subprocess_env(str(work / "pycache"), acp_schema, acp_trio)
+        env["PYTHONHASHSEED"] = "0"
+        for client in ("trio_client.py", "raw_client.py"):  # fill the byte-code cache: no run below compiles
+            prime = [sys.executable, str(_SCRIPTS / client), "--agent", "trio_agent.py", "--warmup", "0"]
+            prime += ["--repeats", "1", "stream 10"]
+            subprocess.run(prime, cwd=_SCRIPTS, env=env, check=True, timeout=120, capture_output=True)
+        for command in args.scenarios:
+            cells = []
+            for side in _SIDES:
+                try:
+                    xs = [per_unit(side, command, env, work) for _ in range(args.runs)]
+                except (RuntimeError, subprocess.TimeoutExpired) as exc:
+                    print(f"failed: {exc}")
+                    return 1
+                cells.append(f"{side} {statistics.median(xs):>8,.0f} ({min(xs):,.0f}-{max(xs):,.0f})")
+            print(f"  {command:<16} " + "   ".join(cells))
+            sys.stdout.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+    raise SystemExit(main())
