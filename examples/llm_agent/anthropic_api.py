@@ -11,12 +11,10 @@ from collections.abc import AsyncGenerator, Sequence
 from typing import Any, Literal
 
 import anthropic
-import trio
 from anthropic import types as anthropic_types
 
 from .history import AssistantText, Item, Thinking, ToolResult, ToolUse, UserText
 from .providers import (
-    CLOSE_TIMEOUT,
     Finished,
     ModelEvent,
     ProviderError,
@@ -104,10 +102,9 @@ class AnthropicProvider:
         return self._client
 
     async def aclose(self) -> None:
-        if self._client is not None:
-            client, self._client = self._client, None
-            with trio.CancelScope(shield=True), trio.move_on_after(CLOSE_TIMEOUT):
-                await client.close()
+        client, self._client = self._client, None
+        if client is not None:
+            await close_quietly(client)
 
     async def stream(
         self, system: str, items: Sequence[Item], tools: Sequence[ToolSpec]

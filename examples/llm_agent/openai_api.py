@@ -12,12 +12,10 @@ from collections.abc import AsyncGenerator, Sequence
 from typing import Any
 
 import openai
-import trio
 from openai.types import responses as openai_types
 
 from .history import AssistantText, Item, ToolResult, ToolUse, UserText
 from .providers import (
-    CLOSE_TIMEOUT,
     Finished,
     ModelEvent,
     ProviderError,
@@ -88,10 +86,9 @@ class OpenAIProvider:
         return self._client
 
     async def aclose(self) -> None:
-        if self._client is not None:
-            client, self._client = self._client, None
-            with trio.CancelScope(shield=True), trio.move_on_after(CLOSE_TIMEOUT):
-                await client.close()
+        client, self._client = self._client, None
+        if client is not None:
+            await close_quietly(client)
 
     async def stream(
         self, system: str, items: Sequence[Item], tools: Sequence[ToolSpec]

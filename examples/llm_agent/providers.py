@@ -202,7 +202,8 @@ def decode_arguments(text: str) -> tuple[dict[str, Any], str | None]:
 
 
 async def close_quietly(stream: Any) -> None:
-    """Close an SDK stream (its HTTP response), shielded from cancellation and bounded."""
+    """Close an SDK stream (its HTTP response) or client (its connection pool), shielded from
+    cancellation, bounded by ``CLOSE_TIMEOUT`` seconds; an error while closing is ignored."""
     with trio.CancelScope(shield=True), trio.move_on_after(CLOSE_TIMEOUT):
         try:
             await stream.close()
