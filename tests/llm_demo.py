@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Any
 
 import trio
-from llm_loopback import Loopback, Reasoning, Text, ToolCall, Usage, requests_to, serve
+from interop.model_server import serve_models
+from llm_loopback import Loopback, Reasoning, Text, ToolCall, Usage, requests_to
 
 from acp_schema import v1
 from acp_trio import ClientSideConnection, SessionState, StandardClient, allow_all, ask, spawn_agent
@@ -78,7 +79,7 @@ async def run(provider: str) -> None:
     app = Loopback([list(reply) for reply in SCRIPT])
     work = Path(tempfile.mkdtemp(prefix="llm-demo-"))
     async with trio.open_nursery() as nursery:
-        url = await nursery.start(serve, app)
+        url = await nursery.start(serve_models, app)
         base = url + "/v1" if provider == "openai" else url
         print(f"== {provider}: loopback model API at {base}, project directory {work}")
         args = ["-m", "examples.llm_agent", "--provider", provider, "--model", "loopback-model", "--base-url", base]

@@ -15,15 +15,15 @@ event mid-stream), :class:`Hang` (the stream stays open until the client goes aw
 :class:`HttpError` reply (a status and a JSON error body, no stream).
 
 It records every request (``requests``: path and JSON body) and when a client went away in the middle
-of a stream (``disconnected``, ``disconnected_at`` on trio's clock).  :func:`serve` runs it with
-hypercorn's trio worker on 127.0.0.1 (port 0); :class:`StreamingAsgiTransport` runs it in process for an
+of a stream (``disconnected``, ``disconnected_at`` on trio's clock).   ``serve_models`` of
+``tests/interop/model_server.py`` (the interop tests' model server, whose SSE and ASGI helpers this
+one shares) runs it with hypercorn's trio worker on 127.0.0.1 (port 0); :class:`StreamingAsgiTransport` runs it in process for an
 ``httpx2.AsyncClient`` (unlike ``httpx2.ASGITransport`` it streams, and closing the response tells the
 app ``http.disconnect``), so tests can use trio's autojump clock.
 """
 
 from __future__ import annotations
 
-import functools
 import json
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
@@ -31,6 +31,7 @@ from typing import Any
 
 import httpx2
 import trio
+from interop.model_server import lifespan, pieces, send_chunk, send_json, sse, start_sse
 
 
 @dataclass
@@ -101,15 +102,6 @@ class Request:
     headers: dict[str, str]
 
 
-def _split(text: str, pieces: int) -> list[str]:
-    size = max(1, -(-len(text) // max(1, pieces)))
-    return [text[i : i + size] for i in range(0, len(text), size)] or [""]
-
-
-def _sse(event: str, data: dict[str, Any]) -> bytes:
-    return f"event: {event}\ndata: {json.dumps(data)}\n\n".encode()
-
-
 @dataclass
 class Loopback:
     """The ASGI app; ``replies`` are served in order, one per request (a request past the end gets a 500)."""
@@ -123,13 +115,8 @@ class Loopback:
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] == "lifespan":
-            while True:
-                message = await receive()
-                if message["type"] == "lifespan.startup":
-                    await send({"type": "lifespan.startup.complete"})
-                elif message["type"] == "lifespan.shutdown":
-                    await send({"type": "lifespan.shutdown.complete"})
-                    return
+            await lifespan(receive, send)
+            return
         assert scope["type"] == "http"
         body = b""
         while True:
@@ -143,7 +130,7 @@ class Loopback:
         headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
         self.requests.append(Request(path, json.loads(body or b"{}"), headers))
         if path not in ("/v1/responses", "/v1/messages"):
-            await self._json(send, 404, {"error": {"message": f"no route {path}"}})
+            await send_json(send, 404, {"error": {"message": f"no route {path}"}})
             return
         reply: Reply = (
             self.replies.pop(0) if self.replies else HttpError(500, "the loopback script has no more replies")
@@ -151,7 +138,7 @@ class Loopback:
         if isinstance(reply, HttpError):
             await self._error(send, path, reply)
             return
-        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/event-stream")]})
+        await start_sse(send)
         render = _openai_events if path == "/v1/responses" else _anthropic_events
         for chunk in render(reply, self.requests[-1].body.get("model", "loopback")):
             if chunk is None:  # Hang
@@ -162,15 +149,9 @@ class Loopback:
                 self.disconnected_at = trio.current_time()
                 self.disconnected.set()
                 return
-            await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            await send_chunk(send, chunk)
             await trio.lowlevel.checkpoint()
         await send({"type": "http.response.body", "body": b"", "more_body": False})
-
-    async def _json(self, send: Any, status: int, payload: dict[str, Any]) -> None:
-        await send(
-            {"type": "http.response.start", "status": status, "headers": [(b"content-type", b"application/json")]}
-        )
-        await send({"type": "http.response.body", "body": json.dumps(payload).encode()})
 
     async def _error(self, send: Any, path: str, reply: HttpError) -> None:
         if path == "/v1/responses":
@@ -179,7 +160,7 @@ class Loopback:
             }
         else:
             payload = {"type": "error", "error": {"type": "api_error", "message": reply.message}}
-        await self._json(send, reply.status, payload)
+        await send_json(send, reply.status, payload)
 
 
 # -- OpenAI Responses (openai/types/responses/response_stream_event.py) ------------------------------
@@ -191,7 +172,7 @@ def _openai_events(reply: list[Part], model: str) -> list[bytes | None]:
 
     def event(kind: str, **data: Any) -> None:
         nonlocal seq
-        out.append(_sse(kind, {"type": kind, "sequence_number": seq, **data}))
+        out.append(sse(kind, {"type": kind, "sequence_number": seq, **data}))
         seq += 1
 
     def response(status: str, output: list[Any], usage: Any = None) -> dict[str, Any]:
@@ -225,7 +206,7 @@ def _openai_events(reply: list[Part], model: str) -> list[bytes | None]:
             event("response.output_item.added", output_index=index, item=item)
             empty = {"type": "output_text", "text": "", "annotations": []}
             event("response.content_part.added", item_id=item_id, output_index=index, content_index=0, part=empty)
-            for piece in _split(part.text, part.pieces):
+            for piece in pieces(part.text, part.pieces):
                 event(
                     "response.output_text.delta",
                     item_id=item_id,
@@ -256,7 +237,7 @@ def _openai_events(reply: list[Part], model: str) -> list[bytes | None]:
                 summary_index=0,
                 part={"type": "summary_text", "text": ""},
             )
-            for piece in _split(part.text, part.pieces):
+            for piece in pieces(part.text, part.pieces):
                 event(
                     "response.reasoning_summary_text.delta",
                     item_id=item_id,
@@ -286,7 +267,7 @@ def _openai_events(reply: list[Part], model: str) -> list[bytes | None]:
                 "status": "in_progress",
             }
             event("response.output_item.added", output_index=index, item=item)
-            for piece in _split(arguments, part.pieces):
+            for piece in pieces(arguments, part.pieces):
                 event("response.function_call_arguments.delta", item_id=item_id, output_index=index, delta=piece)
             event("response.function_call_arguments.done", item_id=item_id, output_index=index, arguments=arguments)
             done = {**item, "arguments": arguments, "status": "completed"}
@@ -317,7 +298,7 @@ def _anthropic_events(reply: list[Part], model: str) -> list[bytes | None]:
     out: list[bytes | None] = []
 
     def event(kind: str, **data: Any) -> None:
-        out.append(_sse(kind, {"type": kind, **data}))
+        out.append(sse(kind, {"type": kind, **data}))
 
     usage = next((part for part in reply if isinstance(part, Usage)), None)
     start_usage = {
@@ -343,7 +324,7 @@ def _anthropic_events(reply: list[Part], model: str) -> list[bytes | None]:
     for part in reply:
         if isinstance(part, Text):
             event("content_block_start", index=index, content_block={"type": "text", "text": ""})
-            for piece in _split(part.text, part.pieces):
+            for piece in pieces(part.text, part.pieces):
                 event("content_block_delta", index=index, delta={"type": "text_delta", "text": piece})
             event("content_block_stop", index=index)
             index += 1
@@ -351,7 +332,7 @@ def _anthropic_events(reply: list[Part], model: str) -> list[bytes | None]:
             event(
                 "content_block_start", index=index, content_block={"type": "thinking", "thinking": "", "signature": ""}
             )
-            for piece in _split(part.text, part.pieces):
+            for piece in pieces(part.text, part.pieces):
                 event("content_block_delta", index=index, delta={"type": "thinking_delta", "thinking": piece})
             event("content_block_delta", index=index, delta={"type": "signature_delta", "signature": f"sig-{index}"})
             event("content_block_stop", index=index)
@@ -359,13 +340,13 @@ def _anthropic_events(reply: list[Part], model: str) -> list[bytes | None]:
         elif isinstance(part, ToolCall):
             block = {"type": "tool_use", "id": part.call_id, "name": part.name, "input": {}}
             event("content_block_start", index=index, content_block=block)
-            for piece in _split(json.dumps(part.arguments), part.pieces):
+            for piece in pieces(json.dumps(part.arguments), part.pieces):
                 event("content_block_delta", index=index, delta={"type": "input_json_delta", "partial_json": piece})
             event("content_block_stop", index=index)
             index += 1
             stop_reason = "tool_use"
         elif isinstance(part, StreamError):
-            out.append(_sse("error", {"type": "error", "error": {"type": "overloaded_error", "message": part.message}}))
+            out.append(sse("error", {"type": "error", "error": {"type": "overloaded_error", "message": part.message}}))
             return out
         elif isinstance(part, Hang):
             out.append(None)
@@ -376,22 +357,7 @@ def _anthropic_events(reply: list[Part], model: str) -> list[bytes | None]:
     return out
 
 
-# -- serving ----------------------------------------------------------------------------------------
-
-
-async def serve(app: Loopback, *, task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED) -> None:
-    """Serve ``app`` with hypercorn's trio worker on 127.0.0.1, a free port; ``started`` with the base
-    URL (``http://127.0.0.1:PORT``).  Runs until cancelled."""
-    from hypercorn.config import Config
-    from hypercorn.trio import serve as hypercorn_serve
-
-    config = Config()
-    config.bind = ["127.0.0.1:0"]
-    config.accesslog = None
-    config.errorlog = None
-    async with trio.open_nursery() as nursery:
-        urls: list[str] = await nursery.start(functools.partial(hypercorn_serve, app, config, mode="asgi"))
-        task_status.started(urls[0])
+# -- in process -------------------------------------------------------------------------------------
 
 
 class _Body(httpx2.AsyncByteStream):

@@ -24,6 +24,7 @@ import httpx2
 import pytest
 import trio
 import trio.testing
+from interop.model_server import serve_models
 from llm_loopback import (
     Hang,
     HttpError,
@@ -35,7 +36,6 @@ from llm_loopback import (
     ToolCall,
     Usage,
     requests_to,
-    serve,
 )
 
 from acp_schema import v1
@@ -89,7 +89,7 @@ class WatchingClient(StandardClient):
 async def loopback(replies: list[Any]) -> AsyncIterator[tuple[Loopback, str]]:
     app = Loopback(list(replies))
     async with trio.open_nursery() as nursery:
-        url = await nursery.start(serve, app)
+        url = await nursery.start(serve_models, app)
         yield app, url
         nursery.cancel_scope.cancel()
 

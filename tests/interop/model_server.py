@@ -58,7 +58,7 @@ Receive = Callable[[], Awaitable[dict[str, Any]]]
 Send = Callable[[dict[str, Any]], Awaitable[None]]
 
 
-def _pieces(text: str, count: int) -> list[str]:
+def pieces(text: str, count: int) -> list[str]:
     """``text`` cut into ``count`` (at least 1) consecutive non-empty pieces, joined back exactly."""
     count = max(1, min(count, len(text)))
     size, extra = divmod(len(text), count)
@@ -70,7 +70,8 @@ def _pieces(text: str, count: int) -> list[str]:
     return out
 
 
-def _sse(event: str, data: dict[str, Any]) -> bytes:
+def sse(event: str, data: dict[str, Any]) -> bytes:
+    """One server-sent event: ``event: EVENT``, ``data: <data as compact JSON>``, a blank line."""
     return f"event: {event}\ndata: {json.dumps(data, separators=(',', ':'))}\n\n".encode()
 
 
@@ -150,13 +151,8 @@ class ModelServer:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
-            while True:
-                message = await receive()
-                if message["type"] == "lifespan.startup":
-                    await send({"type": "lifespan.startup.complete"})
-                elif message["type"] == "lifespan.shutdown":
-                    await send({"type": "lifespan.shutdown.complete"})
-                    return
+            await lifespan(receive, send)
+            return
         if scope["type"] != "http":
             return
         body = bytearray()
@@ -196,14 +192,14 @@ class ModelServer:
         if scope["method"] == "POST" and route == "/messages":
             await self._messages(request, tool_path, send)
         elif scope["method"] == "POST" and route == "/messages/count_tokens":
-            await _json(send, 200, {"input_tokens": max(1, len(body) // 4)})
+            await send_json(send, 200, {"input_tokens": max(1, len(body) // 4)})
         elif scope["method"] == "POST" and route == "/responses":
             await self._responses(request, tool_path, send)
         elif scope["method"] == "GET" and route == "/models":
             entry = {"id": MODEL, "object": "model", "type": "model", "display_name": MODEL, "created_at": 0}
-            await _json(send, 200, {"object": "list", "data": [entry], "models": [], "has_more": False})
+            await send_json(send, 200, {"object": "list", "data": [entry], "models": [], "has_more": False})
         else:
-            await _json(send, 404, {"type": "error", "error": {"type": "not_found_error", "message": f"no {path}"}})
+            await send_json(send, 404, {"type": "error", "error": {"type": "not_found_error", "message": f"no {path}"}})
 
     # -- the Anthropic Messages API -------------------------------------------------------------------
     async def _messages(self, request: dict[str, Any], tool_path: str | None, send: Send) -> None:
@@ -233,29 +229,31 @@ class ModelServer:
             else:
                 content = [{"type": "text", "text": ANSWER}]
             done = {**message, "content": content, "stop_reason": stop_reason, "usage": {**usage, "output_tokens": 20}}
-            await _json(send, 200, done)
+            await send_json(send, 200, done)
             return
-        await _start_sse(send)
-        await _chunk(send, _sse("message_start", {"type": "message_start", "message": message}))
-        await _chunk(
-            send, _sse("content_block_start", {"type": "content_block_start", "index": 0, "content_block": block})
+        await start_sse(send)
+        await send_chunk(send, sse("message_start", {"type": "message_start", "message": message}))
+        await send_chunk(
+            send, sse("content_block_start", {"type": "content_block_start", "index": 0, "content_block": block})
         )
         if tool_path is not None:
             delta = {"type": "input_json_delta", "partial_json": json.dumps(tool_input)}
-            await _chunk(send, _sse("content_block_delta", {"type": "content_block_delta", "index": 0, "delta": delta}))
+            await send_chunk(
+                send, sse("content_block_delta", {"type": "content_block_delta", "index": 0, "delta": delta})
+            )
         else:
-            for piece in _pieces(ANSWER, self.deltas):
+            for piece in pieces(ANSWER, self.deltas):
                 await trio.sleep(self.delay)
                 delta = {"type": "text_delta", "text": piece}
-                await _chunk(
-                    send, _sse("content_block_delta", {"type": "content_block_delta", "index": 0, "delta": delta})
+                await send_chunk(
+                    send, sse("content_block_delta", {"type": "content_block_delta", "index": 0, "delta": delta})
                 )
-        await _chunk(send, _sse("content_block_stop", {"type": "content_block_stop", "index": 0}))
+        await send_chunk(send, sse("content_block_stop", {"type": "content_block_stop", "index": 0}))
         end = {"stop_reason": stop_reason, "stop_sequence": None}
-        await _chunk(
-            send, _sse("message_delta", {"type": "message_delta", "delta": end, "usage": {"output_tokens": 20}})
+        await send_chunk(
+            send, sse("message_delta", {"type": "message_delta", "delta": end, "usage": {"output_tokens": 20}})
         )
-        await _chunk(send, _sse("message_stop", {"type": "message_stop"}))
+        await send_chunk(send, sse("message_stop", {"type": "message_stop"}))
         await send({"type": "http.response.body", "body": b"", "more_body": False})
 
     # -- the OpenAI Responses API ---------------------------------------------------------------------
@@ -269,9 +267,9 @@ class ModelServer:
         number = next(self._ids)
         response_id = f"resp_loopback_{number}"
         base = {"id": response_id, "object": "response", "created_at": int(time.time()), "model": request.get("model")}
-        await _start_sse(send)
-        await _chunk(
-            send, _sse("response.created", {"type": "response.created", "response": {**base, "status": "in_progress"}})
+        await start_sse(send)
+        await send_chunk(
+            send, sse("response.created", {"type": "response.created", "response": {**base, "status": "in_progress"}})
         )
         if tool_path is not None:
             tools = self._shell_tools(request)
@@ -290,12 +288,12 @@ class ModelServer:
                 "status": "completed",
             }
             added = {"type": "response.output_item.added", "output_index": 0, "item": item}
-            await _chunk(send, _sse("response.output_item.added", added))
+            await send_chunk(send, sse("response.output_item.added", added))
         else:
             item_id = f"msg_loopback_{number}"
             opened = {"type": "message", "id": item_id, "role": "assistant", "status": "in_progress", "content": []}
             added = {"type": "response.output_item.added", "output_index": 0, "item": opened}
-            await _chunk(send, _sse("response.output_item.added", added))
+            await send_chunk(send, sse("response.output_item.added", added))
             part = {"type": "output_text", "text": "", "annotations": []}
             part_added = {
                 "type": "response.content_part.added",
@@ -304,8 +302,8 @@ class ModelServer:
                 "content_index": 0,
                 "part": part,
             }
-            await _chunk(send, _sse("response.content_part.added", part_added))
-            for piece in _pieces(ANSWER, self.deltas):
+            await send_chunk(send, sse("response.content_part.added", part_added))
+            for piece in pieces(ANSWER, self.deltas):
                 await trio.sleep(self.delay)
                 delta = {
                     "type": "response.output_text.delta",
@@ -314,7 +312,7 @@ class ModelServer:
                     "content_index": 0,
                     "delta": piece,
                 }
-                await _chunk(send, _sse("response.output_text.delta", delta))
+                await send_chunk(send, sse("response.output_text.delta", delta))
             item = {
                 "type": "message",
                 "id": item_id,
@@ -323,7 +321,7 @@ class ModelServer:
                 "content": [{"type": "output_text", "text": ANSWER, "annotations": []}],
             }
         done = {"type": "response.output_item.done", "output_index": 0, "item": item}
-        await _chunk(send, _sse("response.output_item.done", done))
+        await send_chunk(send, sse("response.output_item.done", done))
         usage = {
             "input_tokens": 10,
             "input_tokens_details": {"cached_tokens": 0},
@@ -332,28 +330,45 @@ class ModelServer:
             "total_tokens": 30,
         }
         completed = {**base, "status": "completed", "output": [item], "usage": usage}
-        await _chunk(send, _sse("response.completed", {"type": "response.completed", "response": completed}))
+        await send_chunk(send, sse("response.completed", {"type": "response.completed", "response": completed}))
         await send({"type": "http.response.body", "body": b"", "more_body": False})
 
 
-async def _json(send: Send, status: int, body: dict[str, Any]) -> None:
+async def lifespan(receive: Receive, send: Send) -> None:
+    """Answer an ASGI ``lifespan`` scope (hypercorn starts one): nothing to set up or tear down."""
+    while True:
+        message = await receive()
+        if message["type"] == "lifespan.startup":
+            await send({"type": "lifespan.startup.complete"})
+        elif message["type"] == "lifespan.shutdown":
+            await send({"type": "lifespan.shutdown.complete"})
+            return
+
+
+async def send_json(send: Send, status: int, body: dict[str, Any]) -> None:
+    """A whole JSON response: ``status``, ``content-type: application/json``, ``body``."""
     data = json.dumps(body).encode()
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(data)).encode())]
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": data, "more_body": False})
 
 
-async def _start_sse(send: Send) -> None:
+async def start_sse(send: Send) -> None:
+    """The start of a 200 ``text/event-stream`` response (events follow with :func:`send_chunk`)."""
     headers = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")]
     await send({"type": "http.response.start", "status": 200, "headers": headers})
 
 
-async def _chunk(send: Send, data: bytes) -> None:
+async def send_chunk(send: Send, data: bytes) -> None:
+    """One more piece of the response body (more follows)."""
     await send({"type": "http.response.body", "body": data, "more_body": True})
 
 
 async def serve_models(
-    app: ModelServer, port: int = 0, *, task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED
+    app: Callable[[Scope, Receive, Send], Awaitable[None]],
+    port: int = 0,
+    *,
+    task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve ``app`` on ``127.0.0.1:port`` (0: any free port) until cancelled; ``nursery.start`` gets
     its base URL, ``http://127.0.0.1:PORT`` (no ``/v1``)."""
