@@ -14,11 +14,10 @@ from acp_trio import run_agent_stdio
 from acp_trio.session_store import MemorySessionStore, SessionStore, SqliteSessionStore
 
 from .agent import LlmAgent
-from .providers import Settings
+from .providers import KEY_VARIABLES, Settings
 
 CONTEXT_WINDOWS = {"openai": 128_000, "anthropic": 200_000}
 """``--context-window`` when not given: a common size for each provider's models (``usage_update.size``)."""
-KEY_VARIABLES = {"openai": ("OPENAI_API_KEY",), "anthropic": ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN")}
 STORE_VARIABLE = "ACP_LLM_AGENT_STORE"
 
 

@@ -15,6 +15,7 @@ from anthropic import types as anthropic_types
 
 from .history import AssistantText, Item, Thinking, ToolResult, ToolUse, UserText
 from .providers import (
+    KEY_VARIABLES,
     Finished,
     ModelEvent,
     ProviderError,
@@ -84,7 +85,7 @@ class AnthropicProvider:
     """The Anthropic Messages API (``client.messages.create(..., stream=True)``: the raw stream events)."""
 
     name = "anthropic"
-    key_variables: tuple[str, ...] = ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN")
+    key_variables = KEY_VARIABLES["anthropic"]
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings

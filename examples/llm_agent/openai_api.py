@@ -16,6 +16,7 @@ from openai.types import responses as openai_types
 
 from .history import AssistantText, Item, ToolResult, ToolUse, UserText
 from .providers import (
+    KEY_VARIABLES,
     Finished,
     ModelEvent,
     ProviderError,
@@ -66,7 +67,7 @@ class OpenAIProvider:
     (``store: false``; the whole conversation goes with each request)."""
 
     name = "openai"
-    key_variables: tuple[str, ...] = ("OPENAI_API_KEY",)
+    key_variables = KEY_VARIABLES["openai"]
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
@@ -74,7 +75,7 @@ class OpenAIProvider:
 
     def _get_client(self) -> openai.AsyncOpenAI:
         if self._client is None:
-            key = os.environ.get("OPENAI_API_KEY")
+            key = os.environ.get(self.key_variables[0])
             if not key:
                 raise missing_key(self.name, self.key_variables)
             self._client = openai.AsyncOpenAI(

@@ -32,6 +32,8 @@ import trio
 from .history import Item
 
 __all__ = [
+    "CLOSE_TIMEOUT",
+    "KEY_VARIABLES",
     "Finished",
     "ModelEvent",
     "Provider",
@@ -50,6 +52,11 @@ __all__ = [
     "missing_key",
 ]
 
+KEY_VARIABLES: dict[str, tuple[str, ...]] = {
+    "openai": ("OPENAI_API_KEY",),
+    "anthropic": ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN"),
+}
+"""The environment variables each provider's SDK reads its key from, the usual one first."""
 CLOSE_TIMEOUT = 1.0
 """Seconds the agent waits at most for an HTTP response to close when a stream is abandoned."""
 
@@ -225,7 +232,7 @@ def api_error(provider: str, exc: Exception, *, connection_failed: bool = False)
             message = str(inner.get("message") or message)
             raw_code = inner.get("code") or inner.get("type")
             code = str(raw_code) if raw_code is not None else None
-    variable = "OPENAI_API_KEY" if provider == "openai" else "ANTHROPIC_API_KEY"
+    variable = KEY_VARIABLES[provider][0]
     if status in (401, 403):
         hint = f"the API refused the key: check {variable}"
     elif status == 429:
