@@ -3,8 +3,9 @@
 After the build it loads the documented packages with griffe, as mkdocstrings does, and logs a
 warning (an error under `--strict`) for
 
-- a public name of `acp_trio` or of one of its public modules (each module's `__all__`) without a
-  docstring, and a public method, property or nested class of such a name without one;
+- a public name of `acp_trio` or of one of its public modules (every submodule without `_` in its
+  path but the demo programs; each module's `__all__`) without a docstring, and a public method,
+  property or nested class of such a name without one;
 - a public name of those modules, of `acp_schema` or of `acp_schema.v1` that no page of the
   reference renders (under any path: `acp_trio.StandardClient` covers
   `acp_trio.standard_client.StandardClient`).
@@ -25,35 +26,10 @@ import griffe
 
 log = logging.getLogger("mkdocs.hooks.api_coverage")
 
-# The modules whose public names must have docstrings and be rendered.
-DOCSTRING_MODULES = (
-    "acp_trio",
-    "acp_trio.agent_terminal",
-    "acp_trio.bridge",
-    "acp_trio.builders",
-    "acp_trio.check",
-    "acp_trio.elicitation",
-    "acp_trio.fs",
-    "acp_trio.mcp",
-    "acp_trio.mcp_over_acp",
-    "acp_trio.otel",
-    "acp_trio.permissions",
-    "acp_trio.session_state",
-    "acp_trio.session_store",
-    "acp_trio.standard_client",
-    "acp_trio.terminals",
-    "acp_trio.testing",
-    "acp_trio.transports",
-    "acp_trio.transports.asgi",
-    "acp_trio.transports.cookies",
-    "acp_trio.transports.http",
-    "acp_trio.transports.memory",
-    "acp_trio.transports.stdio",
-    "acp_trio.transports.websocket",
-    "acp_trio.upsert",
-)
-# The modules whose public names must be rendered (generated code: docstrings as the schema has them).
-RENDERED_MODULES = (*DOCSTRING_MODULES, "acp_schema", "acp_schema.v1")
+# What is not API: the demo programs, run with `python -m acp_trio.demo`, never imported by users.
+NOT_API = frozenset({"acp_trio.demo"})
+# Generated code, rendered with the docstrings the schema gives it (the other variants: prose only).
+GENERATED_MODULES = ("acp_schema", "acp_schema.v1")
 SEARCH_PATHS = ("runtime", "generated")
 
 _ANCHOR = re.compile(r'\bid="((?:acp_trio|acp_schema)(?:\.\w+)*)"')
@@ -122,17 +98,30 @@ def unrendered(module: griffe.Module, rendered: Iterable[str]) -> list[str]:
     return missing
 
 
+def public_modules(module: griffe.Module) -> list[str]:
+    """``module`` and, depth first, every submodule whose dotted path has no part starting with ``_``,
+    except :data:`NOT_API`: the modules whose public names need docstrings and a place in the reference."""
+    if module.path in NOT_API:
+        return []
+    found = [module.path]
+    for name, member in sorted(module.members.items()):
+        if not name.startswith("_") and isinstance(member, griffe.Module):
+            found += public_modules(member)
+    return found
+
+
 def check(collection: griffe.ModulesCollection, rendered: Iterable[str]) -> Iterator[str]:
     """Every problem, as a sentence: undocumented names, then names the reference does not render."""
     rendered = set(rendered)
+    documented = public_modules(collection["acp_trio"])
     reported: set[str] = set()  # a name re-exported elsewhere is reported once
-    for path in DOCSTRING_MODULES:
+    for path in documented:
         for name in missing_docstrings(collection[path]):
             canonical = canonical_path(collection, name) or name
             if canonical not in reported:
                 reported.add(canonical)
                 yield f"public name without a docstring: {name}"
-    for path in RENDERED_MODULES:
+    for path in (*documented, *GENERATED_MODULES):
         for name in unrendered(collection[path], rendered):
             yield f"public name not rendered in the API reference: {name}"
 

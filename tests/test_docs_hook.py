@@ -104,3 +104,10 @@ def test_the_real_packages_are_documented_and_a_missing_page_is_caught(hooks: Mo
     assert "public name not rendered in the API reference: acp_trio.standard_client.StandardClient" not in set(
         hooks.check(collection, rendered)
     )
+
+
+def test_the_checked_modules_are_every_public_module_of_acp_trio_but_the_demo(hooks: ModuleType) -> None:
+    modules = hooks.public_modules(hooks.load(ROOT)["acp_trio"])
+    assert modules[0] == "acp_trio"
+    assert {"acp_trio.standard_client", "acp_trio.check", "acp_trio.transports.websocket"} <= set(modules)
+    assert not [m for m in modules if m.startswith("acp_trio.demo") or "._" in m], modules
