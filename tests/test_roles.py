@@ -404,6 +404,20 @@ async def test_agent_calls_to_unadvertised_client_methods_fail_locally_without_s
 
 
 @pytest.mark.parametrize(("method", "capability", "call"), CLIENT_CALLS, ids=[c[0] for c in CLIENT_CALLS])
+async def test_client_supports_says_beforehand_what_a_call_would_do(
+    method: str, capability: str, call: Callable[[Any], Awaitable[Any]]
+) -> None:
+    async with connect(SessionAgent(), FileClient()) as (agent_conn, client_conn, _wire):
+        assert not agent_conn.client_supports(method)  # before initialize: no capabilities
+        await initialize(client_conn, caps=without(FULL_CLIENT_CAPS, capability))
+        assert not agent_conn.client_supports(method)
+        assert agent_conn.client_supports("session/request_permission")  # no capability needed
+    async with connect(SessionAgent(), FileClient()) as (agent_conn, client_conn, _wire):
+        await initialize(client_conn)
+        assert agent_conn.client_supports(method)
+
+
+@pytest.mark.parametrize(("method", "capability", "call"), CLIENT_CALLS, ids=[c[0] for c in CLIENT_CALLS])
 async def test_agent_calls_to_advertised_client_methods_are_sent(
     method: str, capability: str, call: Callable[[Any], Awaitable[Any]]
 ) -> None:

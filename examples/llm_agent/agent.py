@@ -281,20 +281,14 @@ class LlmAgent:
         return "max_turn_requests"
 
     # -- tools -------------------------------------------------------------------------------------
-    def _offers(self, *path: str) -> bool:
-        node: object = self.conn.client_capabilities
-        for key in path:
-            node = node.get(key) if isinstance(node, dict) else None
-        return bool(node)
-
     async def _tools(self, session_id: str, session: Session) -> dict[str, Tool]:
         """The tools of this session (built once, at its first turn): the built-in ones the client's
         capabilities allow, then each connected MCP server's."""
         if session.tools is not None:
             return session.tools
         tools: dict[str, Tool] = {}
-        for name, (spec, kind, needs) in BUILTIN_TOOLS.items():
-            if self._offers(*needs):
+        for name, (spec, kind, method) in BUILTIN_TOOLS.items():
+            if self.conn.client_supports(method):
                 tools[name] = Tool(spec, kind)
         if session.mcp is not None:
             for server, mcp_session in session.mcp.sessions.items():
@@ -394,7 +388,7 @@ class LlmAgent:
             except ToolFailure:
                 return None
             old: str | None = None
-            if self._offers("fs", "readTextFile"):
+            if self.conn.client_supports("fs/read_text_file"):
                 try:
                     old = (
                         await self.client.fs_read_text_file(v1.ReadTextFileRequest(session_id=session_id, path=path))

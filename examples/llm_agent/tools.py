@@ -1,12 +1,12 @@
 """The tools the agent offers the model, and their ACP tool kinds.
 
-Built in, each offered only when the client advertised what it needs (``initialization.mdx``):
+Built in, each offered only when the client advertised what the method it runs needs
+(``initialization.mdx``; ``AgentSideConnection.client_supports``):
 
-- ``read_file {path, line?, limit?}``: ACP kind ``read``, runs ``fs/read_text_file``; needs ``fs.readTextFile``;
-- ``write_file {path, content}``: kind ``edit``, shows the diff, runs ``fs/write_text_file``; needs
-  ``fs.writeTextFile``;
+- ``read_file {path, line?, limit?}``: ACP kind ``read``, runs ``fs/read_text_file``;
+- ``write_file {path, content}``: kind ``edit``, shows the diff, runs ``fs/write_text_file``;
 - ``run_command {command, cwd?}``: kind ``execute``, runs ``/bin/sh -c COMMAND`` in a client terminal
-  (``terminal/*``, shown live in the tool call); needs ``terminal``;
+  (``terminal/create`` and the rest of ``terminal/*``, shown live in the tool call);
 
 and each tool of the session's MCP servers as ``mcp__SERVER__TOOL``: kind ``read`` when the tool says
 it is read-only (``annotations.readOnlyHint``), else ``other``; runs ``tools/call`` on that server.
@@ -44,7 +44,7 @@ class Tool:
     mcp_name: str | None = None
 
 
-BUILTIN_TOOLS: dict[str, tuple[ToolSpec, v1.ToolKind, tuple[str, ...]]] = {
+BUILTIN_TOOLS: dict[str, tuple[ToolSpec, v1.ToolKind, str]] = {
     READ_FILE: (
         ToolSpec(
             READ_FILE,
@@ -60,7 +60,7 @@ BUILTIN_TOOLS: dict[str, tuple[ToolSpec, v1.ToolKind, tuple[str, ...]]] = {
             },
         ),
         "read",
-        ("fs", "readTextFile"),
+        "fs/read_text_file",
     ),
     WRITE_FILE: (
         ToolSpec(
@@ -77,7 +77,7 @@ BUILTIN_TOOLS: dict[str, tuple[ToolSpec, v1.ToolKind, tuple[str, ...]]] = {
             },
         ),
         "edit",
-        ("fs", "writeTextFile"),
+        "fs/write_text_file",
     ),
     RUN_COMMAND: (
         ToolSpec(
@@ -94,10 +94,10 @@ BUILTIN_TOOLS: dict[str, tuple[ToolSpec, v1.ToolKind, tuple[str, ...]]] = {
             },
         ),
         "execute",
-        ("terminal",),
+        "terminal/create",
     ),
 }
-"""name -> (spec, ACP kind, the client capability path it needs)."""
+"""name -> (spec, ACP kind, the client method it runs first: offered when the client supports it)."""
 
 _UNSAFE = re.compile(r"[^a-zA-Z0-9_-]+")
 

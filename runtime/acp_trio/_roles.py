@@ -368,7 +368,8 @@ class AgentSideConnection(_Side):
     - the protocol version is negotiated (the requested one when supported, else the latest) and
       written into the ``initialize`` response; ``conn.protocol_version`` holds it;
     - ``conn.client_capabilities`` holds the client's capabilities (wire JSON); calling a client
-      method they do not cover raises :class:`CapabilityError` without sending anything;
+      method they do not cover raises :class:`CapabilityError` without sending anything, and
+      ``conn.client_supports(method)`` asks beforehand;
     - each ``session/prompt`` runs in a cancel scope that ``session/cancel`` for its session
       cancels: the turn then answers ``{"stopReason": "cancelled"}``; the agent's own
       ``session_cancel`` handler, if any, is called too.  Requests the turn was awaiting (a
@@ -680,6 +681,21 @@ class AgentSideConnection(_Side):
         user = getattr(self.handler, "session_cancel", None)
         if callable(user):
             await user(params)
+
+    def client_supports(self, method: str, params: Any = None) -> bool:
+        """Whether the client advertised what calling ``method`` needs (``initialization.mdx``,
+        client capabilities): the rule this connection applies to every call, which raises
+        :class:`CapabilityError` and sends nothing when it fails.  ``params``: the call's wire JSON,
+        for the methods whose rule depends on them (``elicitation/create`` and its ``mode``).
+        ``True`` for a method without a rule; before ``initialize``, judged on no capabilities."""
+        try:
+            if self.protocol_version >= 2:
+                _capabilities.check_client_call_v2(method, params, self.client_capabilities)
+            else:
+                _capabilities.check_client_call(method, params, self.client_capabilities)
+        except _capabilities.CapabilityError:
+            return False
+        return True
 
     def _check_call(self, spec: MethodSpec, wire: Any) -> None:
         if self.protocol_version >= 2:
