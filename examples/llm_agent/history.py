@@ -21,6 +21,10 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from acp_schema import v1
+from acp_trio import SessionState, converter
+from acp_trio.session_state import MessageEntry, ToolCallEntry
+
 __all__ = [
     "AssistantText",
     "Item",
@@ -81,30 +85,19 @@ class ToolResult:
 Item = UserText | AssistantText | Thinking | ToolUse | ToolResult
 
 
-def prompt_text(blocks: Iterable[Any]) -> str:
-    """The text of a ``session/prompt``'s content blocks (wire JSON objects or ``acp_schema.v1`` blocks):
-    text blocks as they are, resource links as ``[name](uri)``, embedded text resources with their URI."""
+def prompt_text(blocks: Iterable[object]) -> str:
+    """The text of a prompt's content blocks (``acp_schema.v1`` classes): text blocks as they are,
+    resource links as ``[name](uri)``, embedded text resources with their URI (images and audio are
+    not sent: the agent advertises neither capability)."""
     parts: list[str] = []
     for block in blocks:
-        wire = block if isinstance(block, dict) else _wire(block)
-        kind = wire.get("type")
-        if kind == "text":
-            parts.append(str(wire.get("text", "")))
-        elif kind == "resource_link":
-            parts.append(f"[{wire.get('name', '')}]({wire.get('uri', '')})")
-        elif kind == "resource":
-            resource = wire.get("resource") or {}
-            if isinstance(resource, dict) and "text" in resource:
-                parts.append(f"<resource uri={resource.get('uri', '')!r}>\n{resource['text']}\n</resource>")
-        # images and audio are not sent: the agent advertises neither capability
+        if isinstance(block, v1.TextContentBlock):
+            parts.append(block.text)
+        elif isinstance(block, v1.ResourceLinkContentBlock):
+            parts.append(f"[{block.name}]({block.uri})")
+        elif isinstance(block, v1.ResourceContentBlock) and isinstance(block.resource, v1.TextResourceContents):
+            parts.append(f"<resource uri={block.resource.uri!r}>\n{block.resource.text}\n</resource>")
     return "\n".join(parts)
-
-
-def _wire(block: Any) -> dict[str, Any]:
-    from acp_trio import converter
-
-    wire = converter.unstructure(block)
-    return wire if isinstance(wire, dict) else {}
 
 
 def close_dangling(items: list[Item]) -> None:
@@ -128,43 +121,30 @@ def close_dangling(items: list[Item]) -> None:
 
 def from_stored(events: Sequence[tuple[str, Any]]) -> list[Item]:
     """Rebuild the conversation from a stored session's messages (``StoredConversation.messages()``:
-    ``("prompt", request)`` and ``("update", notification)`` pairs of wire JSON, in order)."""
-    items: list[Item] = []
-    uses: dict[str, ToolUse] = {}
-    results: dict[str, ToolResult] = {}
+    ``("prompt", request)`` and ``("update", notification)`` pairs of wire JSON, in order), folded by
+    :class:`acp_trio.SessionState` into its transcript: prompts and agent messages become text items,
+    each tool call whose ``rawInput`` names a tool becomes a :class:`ToolUse`, followed by its
+    :class:`ToolResult` when its last ``rawOutput`` carries one."""
+    state = SessionState()
     for kind, message in events:
         params = message.get("params") or {}
         if kind == "prompt":
-            items.append(UserText(prompt_text(params.get("prompt") or ())))
-            continue
-        update = params.get("update") or {}
-        tag = update.get("sessionUpdate")
-        if tag == "agent_message_chunk":
-            content = update.get("content") or {}
-            text = content.get("text") if isinstance(content, dict) else None
-            if not isinstance(text, str):
+            state.add_user_message(converter.structure(params, v1.PromptRequest).prompt)
+        else:
+            state.apply(converter.structure(params, v1.SessionNotification))
+    items: list[Item] = []
+    for entry in state.transcript:
+        if isinstance(entry, MessageEntry) and entry.role == "user":
+            items.append(UserText(prompt_text(entry.content)))
+        elif isinstance(entry, MessageEntry) and entry.role == "agent":
+            items.append(AssistantText(entry.text))
+        elif isinstance(entry, ToolCallEntry):
+            raw, out = entry.raw_input, entry.raw_output
+            if not (isinstance(raw, dict) and isinstance(raw.get("tool"), str)):
                 continue
-            if items and isinstance(items[-1], AssistantText):
-                items[-1].text += text
-            else:
-                items.append(AssistantText(text))
-        elif tag == "tool_call":
-            raw = update.get("rawInput")
-            call_id = update.get("toolCallId")
-            if isinstance(raw, dict) and isinstance(raw.get("tool"), str) and isinstance(call_id, str):
-                arguments = raw.get("arguments")
-                use = ToolUse(call_id, raw["tool"], arguments if isinstance(arguments, dict) else {})
-                uses[call_id] = use
-                items.append(use)
-        elif tag == "tool_call_update":
-            raw = update.get("rawOutput")
-            call_id = update.get("toolCallId")
-            if call_id in uses and isinstance(raw, dict) and isinstance(raw.get("output"), str):
-                result = ToolResult(call_id, raw["output"], bool(raw.get("isError")))
-                if call_id in results:
-                    results[call_id].output, results[call_id].is_error = result.output, result.is_error
-                else:
-                    results[call_id] = result
-                    items.append(result)
+            arguments = raw.get("arguments")
+            items.append(ToolUse(entry.tool_call_id, raw["tool"], arguments if isinstance(arguments, dict) else {}))
+            if isinstance(out, dict) and isinstance(out.get("output"), str):
+                items.append(ToolResult(entry.tool_call_id, out["output"], bool(out.get("isError"))))
     close_dangling(items)
     return items
