@@ -1271,3 +1271,110 @@ async def test_a_notification_line_is_handled_as_parse_classifies_it(line: bytes
             assert isinstance(expected, _core.Request)
             error_of(await peer.recv(), None, -32601)
             assert got == []
+
+
+# Likewise success responses: one with an integer or string id and no other member goes straight to
+# the caller waiting on it; every other response line goes through parse.  Each line below answers
+# request 0 (or tries to); the caller must see what parse's classification means.
+RESPONSE_SHAPES = [
+    b'{"jsonrpc":"2.0","id":0,"result":{"n":1}}',  # the fast path
+    b'{"result":{"n":1},"id":0,"jsonrpc":"2.0"}',  # members in another order
+    b'{"jsonrpc":"2.0","id":0,"result":null}',  # a null result
+    b'{"jsonrpc":"2.0","id":0,"result":{"n":1},"x":2}',  # another member: still a response
+    b'{"jsonrpc":"2.0","id":"0","result":{"n":1}}',  # a string id we never sent: dropped
+    b'{"jsonrpc":"2.0","id":0,"error":{"code":-1,"message":"no"}}',  # an error response
+    b'{"jsonrpc":"2.0","id":0,"result":1,"error":{"code":-1,"message":"no"}}',  # both: -32600
+    b'{"jsonrpc":"1.0","id":0,"result":{"n":1}}',  # wrong version: -32600
+    b'{"id":0,"result":{"n":1},"x":1}',  # no version: -32600
+    b'{"jsonrpc":"2.0","id":null,"result":{"n":1}}',  # a null id: -32600
+    b'{"jsonrpc":"2.0","id":true,"result":{"n":1}}',  # a boolean id: -32600
+    b'{"jsonrpc":"2.0","id":0.5,"result":{"n":1}}',  # a fractional id: -32600
+    b'{"jsonrpc":"2.0","method":"a/b","result":{"n":1},"id":0}',  # a method: a request, not a response
+]
+
+
+@pytest.mark.parametrize("line", RESPONSE_SHAPES)
+async def test_a_response_line_is_handled_as_parse_classifies_it(line: bytes, autojump_clock: MockClock) -> None:
+    from acp_trio import _core
+
+    expected = _core.parse(line)
+    outcome: list[Any] = []
+    done = trio.Event()
+    async with connected() as (conn, peer):
+        async with trio.open_nursery() as nursery:
+
+            async def call() -> None:
+                try:
+                    outcome.append(("result", await conn.request("a/ask", {})))
+                except RequestError as exc:
+                    outcome.append(("error", exc.code))
+                done.set()
+
+            nursery.start_soon(call)
+            request = await peer.recv()
+            assert request["id"] == 0
+            await peer.send_raw(line + b"\n")
+            if type(expected) is _core.Response and expected.id == 0:
+                with trio.fail_after(5):
+                    await done.wait()
+                assert outcome == [("result", expected.result)]
+            elif type(expected) is _core.ErrorResponse:
+                with trio.fail_after(5):
+                    await done.wait()
+                assert outcome == [("error", expected.error.code)]
+            else:
+                if isinstance(expected, _core.Invalid):
+                    error_of(await peer.recv(), expected.id, expected.error.code)
+                elif isinstance(expected, _core.Request):  # no route here: method not found
+                    error_of(await peer.recv(), 0, -32601)
+                await peer.ping()
+                assert outcome == []  # still waiting: the real answer finishes it
+                await peer.send({"jsonrpc": "2.0", "id": 0, "result": "late"})
+                with trio.fail_after(5):
+                    await done.wait()
+                assert outcome == [("result", "late")]
+
+
+async def test_cancel_group_answers_the_group_requests_running_or_just_finished_and_leaves_the_others(
+    autojump_clock: MockClock,
+) -> None:
+    release = trio.Event()
+    started: list[Any] = []
+    all_started = trio.Event()
+
+    async def ask(params: Any) -> Any:
+        started.append(params["n"])
+        if len(started) == 4:
+            all_started.set()
+        if params["n"] == 3:  # returns as its group is cancelled: answers the group's result anyway
+            await release.wait()
+            return "late"
+        await release.wait() if params["group"] == "h" else await trio.sleep_forever()
+        return "released"
+
+    def group_of(params: Any) -> Any:
+        return params["group"]
+
+    routes = (
+        Route("ask", "request", ask, cancel_group=group_of, group_cancelled_result=lambda: "withdrawn"),
+        Route("plain", "request", ask, cancel_group=group_of),  # no group result: -32800
+    )
+    async with connected(*routes) as (conn, peer):
+        await peer.request(1, "ask", {"n": 1, "group": "g"})
+        await peer.request(2, "plain", {"n": 2, "group": "g"})
+        await peer.request(3, "ask", {"n": 3, "group": "g"})
+        await peer.request(4, "ask", {"n": 4, "group": "h"})
+        with trio.fail_after(5):
+            await all_started.wait()
+        release.set()  # request 3 is woken: it ends in the same step as the cancellation below
+        conn.cancel_group("g")
+        answers = {}
+        for _ in range(4):
+            message = await peer.recv()
+            answers[message["id"]] = message
+        conn.cancel_group("g")  # nothing left in it: nothing happens
+        await peer.ping()
+    assert answers[1] == {"jsonrpc": "2.0", "id": 1, "result": "withdrawn"}
+    error_of(answers[2], 2, -32800)
+    assert answers[3] == {"jsonrpc": "2.0", "id": 3, "result": "withdrawn"}
+    assert answers[4] == {"jsonrpc": "2.0", "id": 4, "result": "released"}  # another group

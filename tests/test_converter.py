@@ -138,6 +138,17 @@ def test_default_on_error_leaves_the_field_unset_and_keeps_the_raw_value_for_rel
     assert converter.unstructure(block) == value
 
 
+@pytest.mark.parametrize("bad", [None, "all", 3, {"entry": 1}])
+def test_default_on_error_gives_a_required_field_its_default(bad: Any) -> None:
+    # Plan.entries is required, default-on-error and skip-invalid-items: a value that is not an
+    # array decodes as no entries (it used to crash the decoder with UnboundLocalError)
+    value = {"sessionId": "s", "update": {"sessionUpdate": "plan", "entries": bad}}
+    note = converter.structure(value, v1.SessionNotification)
+    assert note.update.entries == []
+    assert note.update.extra_fields == {"entries": bad}  # the raw value, as for an optional field
+    assert converter.unstructure(note)["update"] == {"sessionUpdate": "plan", "entries": []}
+
+
 def test_skip_invalid_items_drops_invalid_list_items() -> None:
     value = {
         "sessionId": "s",

@@ -1085,6 +1085,47 @@ async def test_permission_requests_of_a_cancelled_session_are_answered_cancelled
     ]
 
 
+async def test_a_permission_handler_that_cancels_its_own_turn_is_answered_cancelled_and_the_connection_goes_on(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    # The client's handler sends session/cancel before its first await, so the cancellation reaches
+    # its request while the reader is running it: the request answers "cancelled", and the reader
+    # (whose task ran that step) goes on reading: the next turn works.
+    outcomes: list[Any] = []
+
+    class Agent(SessionAgent):
+        def __init__(self, conn: acp_trio.AgentSideConnection) -> None:
+            super().__init__()
+            self.conn = conn
+
+        async def session_prompt(self, params: v1.PromptRequest) -> v1.PromptResponse:
+            with trio.CancelScope(shield=True):
+                answer = await self.conn.client.session_request_permission(permission(params.session_id))
+            outcomes.append(answer.outcome)
+            return v1.PromptResponse(stop_reason="end_turn")
+
+    class Client:
+        def __init__(self) -> None:
+            self.conn: Any = None
+            self.cancel_first = True
+
+        async def session_request_permission(self, params: v1.RequestPermissionRequest) -> v1.RequestPermissionResponse:
+            if self.cancel_first:
+                self.cancel_first = False
+                await self.conn.agent.session_cancel(v1.CancelNotification(session_id=params.session_id))
+            return v1.RequestPermissionResponse(outcome=v1.SelectedRequestPermissionOutcome(option_id="allow"))
+
+    client = Client()
+    async with connect(Agent, client) as (_agent_conn, client_conn, _wire):
+        client.conn = client_conn
+        await initialize(client_conn)
+        with trio.fail_after(10):
+            first = await client_conn.agent.session_prompt(prompt("s1"))
+            second = await client_conn.agent.session_prompt(prompt("s1"))
+    assert outcomes == [v1.CancelledRequestPermissionOutcome(), v1.SelectedRequestPermissionOutcome(option_id="allow")]
+    assert (first.stop_reason, second.stop_reason) == ("cancelled", "end_turn")  # the client cancelled the first
+
+
 async def test_request_timeout_raises_and_cancels_the_peers_handler(autojump_clock: trio.abc.Clock) -> None:
     observed: list[str] = []
 

@@ -180,6 +180,10 @@ class Route:
     schema asks).  ``input_ended_result``: for requests, ``() -> result`` to answer instead when the
     handler is cancelled because the input ended (``eof_grace``; a v1 prompt turn answers stop
     reason ``cancelled``); default ``cancelled_result``.
+    ``cancel_group``: for requests, ``(params) -> key`` (``None``: in no group): the group
+    :meth:`Connection.cancel_group` cancels (a client's questions of one session, when it cancels
+    the session's turn), with ``group_cancelled_result``: ``() -> result``, what those requests
+    answer then (default: as any cancelled request), even a handler that returned in the meantime.
     ``on_receive``: ``(params) -> None`` called synchronously by the reader as the notification or
     request arrives (a request: once accepted, before its handler's task starts), before anything
     read after it is handled (e.g. to cancel a scope before a response that follows it on the wire
@@ -188,9 +192,11 @@ class Route:
     """
 
     __slots__ = (
+        "cancel_group",
         "cancelled_result",
         "decode",
         "encode",
+        "group_cancelled_result",
         "handler",
         "input_ended_result",
         "kind",
@@ -213,6 +219,8 @@ class Route:
         on_receive: Callable[[Any], None] | None = None,
         cancelled_result: Callable[[], Any] | None = None,
         input_ended_result: Callable[[], Any] | None = None,
+        cancel_group: Callable[[Any], Hashable | None] | None = None,
+        group_cancelled_result: Callable[[], Any] | None = None,
     ) -> None:
         self.method = method
         self.kind = kind
@@ -223,6 +231,8 @@ class Route:
         self.on_receive = on_receive
         self.cancelled_result = cancelled_result
         self.input_ended_result = input_ended_result or cancelled_result
+        self.cancel_group = cancel_group
+        self.group_cancelled_result = group_cancelled_result or cancelled_result
         # the converter's functions for params_type / result_type, filled on first use
         self.decode: Callable[[Any], Any] | None = None
         self.encode: Callable[[Any], Any] | None = None
@@ -239,6 +249,8 @@ class Route:
             on_receive=self.on_receive,
             cancelled_result=self.cancelled_result,
             input_ended_result=self.input_ended_result,
+            cancel_group=self.cancel_group,
+            group_cancelled_result=self.group_cancelled_result,
         )
         route.decode, route.encode = self.decode, self.encode
         return route
@@ -282,6 +294,8 @@ class _Job:
         "cancel_requested",
         "coro",
         "finished",
+        "group",
+        "group_cancelled",
         "handed",
         "index",
         "line",
@@ -307,6 +321,8 @@ class _Job:
         self.handed = False  # given to a pool task that has not started it
         self.coro: Any = None  # its handler's coroutine, when the reader ran its first step
         self.yielded: Any = None  # what that step yielded to trio
+        self.group: Hashable | None = None  # its route's cancel group, if any
+        self.group_cancelled = False  # cancelled with its group: answers the route's group_cancelled_result
 
     def cancel(self) -> None:
         if self.finished:
@@ -425,6 +441,7 @@ class Connection:
         self._written_lot = trio.lowlevel.ParkingLot()
         self._pending: _core.PendingRequests[_Slot] = _core.PendingRequests()
         self._inbound: dict[RequestId | None, _Job] = {}  # running inbound requests
+        self._groups: dict[Hashable, set[_Job]] = {}  # running inbound requests by cancel group
         self._new_jobs: list[_Job] = []  # requests read since the reader last handed them out
         self._idle: list[_PoolTask] = []  # request pool tasks waiting for work
         self._handed = 0  # requests handed to pool tasks that have not started them yet
@@ -812,14 +829,18 @@ class Connection:
             if job.cancel_requested:  # cancelled as it was read: it runs in its own scope, elsewhere
                 self._give(job)
                 continue
-            job.scope = scope
             coro = self._run_job(job)
             context = self._job_context.copy() if self._job_context is not None else contextvars.copy_context()
             try:
+                # without job.scope: a cancellation during this step (the handler cancelling its
+                # own group) marks the job, and must not cancel the reader's scope
                 yielded = context.run(coro.send, None)
             except StopIteration:
                 self._finish_job(job, eager=False)
                 continue
+            job.scope = scope  # this task goes on with the job
+            if job.cancel_requested:
+                scope.cancel()
             job.coro, job.yielded = coro, yielded
             me.task.context = context  # the rest of the handler runs where its first step did
             for other in jobs[i + 1 :]:
@@ -931,12 +952,20 @@ class Connection:
         else:
             # the common case (streamed updates): a well-formed notification with object params goes
             # straight to its route, as _core.parse_value would classify it, without a message object
-            if type(obj) is dict and "id" not in obj and obj.get("jsonrpc") == "2.0":
-                method = obj.get("method")
-                params = obj.get("params")
-                if type(method) is str and type(params) is dict:
-                    self._on_notification(method, params)
-                    return
+            if type(obj) is dict:
+                if "id" not in obj:
+                    if obj.get("jsonrpc") == "2.0":
+                        method = obj.get("method")
+                        params = obj.get("params")
+                        if type(method) is str and type(params) is dict:
+                            self._on_notification(method, params)
+                            return
+                # and a success response to one of our requests (an integer or string id, no other member)
+                elif len(obj) == 3 and "result" in obj and obj.get("jsonrpc") == "2.0":
+                    request_id = obj["id"]
+                    if type(request_id) is int or type(request_id) is str:
+                        self._on_result(request_id, obj["result"])
+                        return
             msg = _parse_value(obj)
         if type(msg) is _core.Batch:
             self._on_batch(msg)
@@ -1156,6 +1185,8 @@ class Connection:
         if self.instrumentation is not None:
             route = self._traced_route(route, "request", msg.params)
         job = self._inbound[msg.id] = _Job(msg.id, route, params, self._seq)
+        if route.cancel_group is not None:
+            self._join_group(job, route.cancel_group, params)
         if batch is not None:
             job.batch = batch
             job.index = len(batch)
@@ -1163,6 +1194,24 @@ class Connection:
         self._busy += 1
         self._new_jobs.append(job)
         return None
+
+    def _join_group(self, job: _Job, cancel_group: Callable[[Any], Hashable | None], params: Any) -> None:
+        try:
+            key = cancel_group(params)
+        except Exception:
+            log.exception("%s: the cancel group of %r raised", self.name, job.route.method)
+            return
+        if key is not None:
+            job.group = key
+            self._groups.setdefault(key, set()).add(job)
+
+    def cancel_group(self, key: Hashable) -> None:
+        """Cancel every running inbound request of the cancel group ``key`` (see :class:`Route`):
+        each answers its route's ``group_cancelled_result``, at once or when its handler ends."""
+        for job in list(self._groups.get(key, ())):
+            if not job.finished:
+                job.group_cancelled = True
+                job.cancel()
 
     async def _run_job(self, job: _Job) -> None:
         """Run a request's handler (inside its pool task's scope); a cancellation propagates."""
@@ -1190,9 +1239,22 @@ class Connection:
         job.coro = job.yielded = None
         request_id = job.request_id
         line = job.line
+        if job.group is not None:
+            group = self._groups.get(job.group)
+            if group is not None:
+                group.discard(job)
+                if not group:
+                    del self._groups[job.group]
+            if job.group_cancelled:
+                line = None
         if line is None:
             route = job.route
-            answer = route.input_ended_result if self._input_cancelled else route.cancelled_result
+            if job.group_cancelled:
+                answer = route.group_cancelled_result
+            elif self._input_cancelled:
+                answer = route.input_ended_result
+            else:
+                answer = route.cancelled_result
             try:
                 if answer is None:
                     line = _core.encode_error(request_id, RequestError.request_cancelled())
@@ -1219,15 +1281,25 @@ class Connection:
 
     # -- inbound responses -----------------------------------------------------------------------
     def _on_response(self, msg: _core.Response | _core.ErrorResponse) -> None:
+        if type(msg) is _core.Response:
+            self._on_result(msg.id, msg.result)
+            return
+        assert isinstance(msg, _core.ErrorResponse)
         slot = self._pending.pop(msg.id)
         if slot is None:
             log.debug("%s: dropping a response for unknown request id %r", self.name, msg.id)
             return
-        if type(msg) is _core.Response:
-            slot.result = msg.result
-        else:
-            assert isinstance(msg, _core.ErrorResponse)
-            slot.error = msg.error
+        slot.error = msg.error
+        slot.seq = self._seq
+        slot.finish()
+
+    def _on_result(self, request_id: RequestId, result: Any) -> None:
+        """A success response: wake the caller waiting on ``request_id`` with ``result``."""
+        slot = self._pending.pop(request_id)
+        if slot is None:
+            log.debug("%s: dropping a response for unknown request id %r", self.name, request_id)
+            return
+        slot.result = result
         slot.seq = self._seq
         slot.finish()
 

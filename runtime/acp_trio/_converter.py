@@ -183,8 +183,12 @@ class AcpConverter(cattrs.Converter):
     for bytes.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, *, fast_paths: bool = True) -> None:
+        """``fast_paths``: give each compiled class hook its fast path for the common shape (see
+        ``_fast_structure`` / ``_fast_unstructure``); off, only the full paths (for tests that
+        check the two agree)."""
         super().__init__()
+        self._fast_paths = fast_paths
         self._s: dict[Any, Callable[..., Any]] = {}
         self._u: dict[Any, Callable[[Any], Any]] = {}
         self.register_structure_hook_factory(is_acp_class, lambda t: self.structure_fn(t))
@@ -495,8 +499,7 @@ class AcpConverter(cattrs.Converter):
             "_copy": copy.deepcopy,
             "UNSET": UNSET,
         }
-        lines = [f"def structure_{cls.__name__}(d, _t=None):"]
-        lines.append("    if d.__class__ is not dict:")
+        lines = ["    if d.__class__ is not dict:"]
         lines.append(f"        raise _bad('object ({cls.__name__})', d)")
         lines.append("    n = 0")
         names: list[tuple[int, str]] = []
@@ -539,6 +542,8 @@ class AcpConverter(cattrs.Converter):
                 elif spec.default_on_error:
                     lines.append(f"{body_ind}    raw = raw or {{}}")
                     lines.append(f"{body_ind}    raw[{w!r}] = v")
+                    if required:
+                        lines.append(f"{body_ind}    f{i} = _copy(_dflt{i})")
                 else:
                     lines.append(f"{body_ind}    raise _bad({_type_name(core)!r}, v).at({w!r})")
                 lines.append(f"{body_ind}else:")
@@ -547,10 +552,19 @@ class AcpConverter(cattrs.Converter):
                 vind = body_ind
             # value conversion
 
-            def on_failure(error: str, vind: str = vind, w: str = w, spec: FieldSpec = spec) -> list[str]:
-                """Code for a failed conversion: keep the raw value (default-on-error) or re-raise at `w`."""
+            if spec.default_on_error and required:
+                # a required field has no "absent": it takes its default (every such field of the
+                # schemas is an array: an empty one), as serde's default-on-error does
+                ns[f"_dflt{i}"] = self._default_of(core, spec)
+
+            def on_failure(
+                error: str, vind: str = vind, w: str = w, spec: FieldSpec = spec, i: int = i, required: bool = required
+            ) -> list[str]:
+                """Code for a failed conversion: keep the raw value (default-on-error: in the extra
+                fields; a required field takes its default) or re-raise at `w`."""
                 if spec.default_on_error:
-                    return [f"{vind}    raw = raw or {{}}", f"{vind}    raw[{w!r}] = v"]
+                    fallback = [f"{vind}    f{i} = _copy(_dflt{i})"] if required else []
+                    return [f"{vind}    raw = raw or {{}}", f"{vind}    raw[{w!r}] = v", *fallback]
                 return [f"{vind}    raise {error}.at({w!r}) from None"]
 
             if spec.tag and a.default is not attrs.NOTHING:
@@ -605,6 +619,7 @@ class AcpConverter(cattrs.Converter):
             lines.append(f"{vind}except DecodeError as e:")
             lines += on_failure("e")
         ns["_known"] = frozenset(known)
+        fast_path = self._fast_structure(cls, ns) if self._fast_paths else []
         # Required fields first; optional ones are looked up only when the object has more keys
         # than the required fields (the common message carries few of its optional fields).
         bounds = [start for _, _, start in segments] + [len(lines)]
@@ -637,7 +652,66 @@ class AcpConverter(cattrs.Converter):
             lines.append(f"    o.{name} = f{i}")
         lines.append("    o.extra_fields = x")
         lines.append("    return o")
+        lines = [f"def structure_{cls.__name__}(d, _t=None):", *fast_path, *lines]
         return self._compile("\n".join(lines) + "\n", ns, f"structure_{cls.__name__}")
+
+    def _fast_structure(self, cls: type, ns: dict[str, Any]) -> list[str]:
+        """The compiled hook's fast path: an object with its required keys and no other (what most
+        messages are), each value of the right kind, is built without the checks and the bookkeeping
+        of optional and unknown keys.  Anything else (a key missing, another key, a value of another
+        kind, a nested value that does not fit) falls through to the full path after it, which then
+        decodes or rejects it exactly as it would have.  Uses the names the full path put in ``ns``."""
+        required: list[tuple[int, str, FieldSpec, Any]] = []
+        stores: list[str] = []  # in field order, as the full path assigns them
+        for i, a in enumerate(attrs.fields(cls)):
+            if EXTRA.keys() & a.metadata.keys():
+                continue
+            spec: FieldSpec = a.metadata["acp"]
+            if a.default is attrs.NOTHING or (spec.tag and not spec.tag_optional):
+                required.append((i, a.name, spec, _core(a.type)))
+                stores.append(f"o.{a.name} = f{i}")
+            else:
+                stores.append(f"o.{a.name} = UNSET")
+        fetch: list[str] = []
+        checks: list[str] = []
+        convert: list[str] = []
+        for i, _, spec, core in required:
+            fetch.append(f"            f{i} = d[{spec.wire!r}]")
+            if spec.tag and f"_tag{i}" in ns:
+                checks.append(f"f{i} != _tag{i} or f{i}.__class__ is not str")
+                continue
+            kind = _scalar_kind(core)
+            if kind == _ANY:
+                continue
+            if kind is not None:
+                checks.append(_CHECK[kind][0].replace("v.", f"f{i}."))
+            elif f"_tb{i}" in ns:  # a tagged union: the branch straight from the tag
+                convert.append(f"            f{i} = _tb{i}[f{i}[_k{i}]](f{i})")
+            elif get_origin(core) is list and not spec.skip_invalid_items and _scalar_kind(get_args(core)[0]) is None:
+                # as the full path: ``_s{i}`` structures one item
+                checks.append(f"f{i}.__class__ is not list")
+                convert.append(f"            f{i} = [_s{i}(x) for x in f{i}]")
+            else:
+                convert.append(f"            f{i} = _s{i}(f{i})")
+        lines = [f"    if d.__class__ is dict and len(d) == {len(required)}:"]
+        if required:
+            lines += ["        try:", *fetch]
+            if checks:
+                lines.append(f"            if {' or '.join(checks)}:")
+                lines.append("                raise _FastMiss")
+            lines += convert
+            lines.append("        except (KeyError, TypeError, DecodeError, _FastMiss):")
+            lines.append("            pass")
+            lines.append("        else:")
+            ind = "            "
+            ns["_FastMiss"] = _FastMiss
+        else:
+            ind = "        "
+        lines.append(f"{ind}o = _new(_cls)")
+        lines += [ind + store for store in stores]
+        lines.append(f"{ind}o.extra_fields = {{}}")
+        lines.append(f"{ind}return o")
+        return lines
 
     def _default_of(self, core: Any, spec: FieldSpec) -> Any:
         if spec.default is not NO_DEFAULT:
@@ -716,28 +790,37 @@ class AcpConverter(cattrs.Converter):
         attrs.resolve_types(cls)
         ns: dict[str, Any] = {"UNSET": UNSET}
         lines = [f"def unstructure_{cls.__name__}(o):", "    d = {}"]
+        # the fast path: when no optional field is set and there are no extra fields, one dict
+        # display of the required fields (the same keys in the same order as the full path's)
+        absent = ["not o.extra_fields"]
+        display: list[str] = []
         for i, a in enumerate(attrs.fields(cls)):
             if EXTRA.keys() & a.metadata.keys():
                 continue
             spec: FieldSpec = a.metadata["acp"]
             core = _core(a.type)
             ident = self._is_identity(core)
-            conv = "v"
+            conv = fast_conv = "v"
             if not ident:
                 ns[f"_u{i}"] = fn = self._unstructure_later(core, functools.partial(ns.__setitem__, f"_u{i}"))
                 by_class = getattr(fn, "acp_by_class", None)
                 if by_class is not None:  # a union: the member's function straight from its cache
                     ns[f"_bc{i}"] = by_class
-                    conv = f"(_bc{i}.get(v.__class__) or _u{i})(v)"
+                    conv, fast_conv = (f"(_bc{i}.get({x}.__class__) or _u{i})({x})" for x in ("v", f"v{i}"))
                 else:
-                    conv = f"_u{i}(v)"
+                    conv, fast_conv = f"_u{i}(v)", f"_u{i}(v{i})"
             lines.append(f"    v = o.{a.name}")
             if a.default is attrs.NOTHING or (spec.tag and not spec.tag_optional):
+                if ident:
+                    display.append(f"{spec.wire!r}: o.{a.name}")
+                else:
+                    display.append(f"{spec.wire!r}: None if (v{i} := o.{a.name}) is None else {fast_conv}")
                 if ident:
                     lines.append(f"    d[{spec.wire!r}] = v")
                 else:
                     lines.append(f"    d[{spec.wire!r}] = None if v is None else {conv}")
             else:
+                absent.insert(-1, f"o.{a.name} is UNSET")
                 lines.append("    if v is not UNSET:")
                 if ident:
                     lines.append(f"        d[{spec.wire!r}] = v")
@@ -749,7 +832,13 @@ class AcpConverter(cattrs.Converter):
         lines.append("            if k not in d:")
         lines.append("                d[k] = v")
         lines.append("    return d")
+        if self._fast_paths:
+            lines[1:1] = [f"    if {' and '.join(absent)}:", f"        return {{{', '.join(display)}}}"]
         return self._compile("\n".join(lines) + "\n", ns, f"unstructure_{cls.__name__}")
+
+
+class _FastMiss(Exception):
+    """A compiled structure hook's fast path does not apply: the full path decodes the value."""
 
 
 def _locate(fn: Callable[[Any], Any], items: list[Any]) -> DecodeError:

@@ -772,7 +772,6 @@ class ClientSideConnection(_Side):
         self.agent_capabilities: dict[str, Any] = {}
         self.agent_auth_methods: list[Any] = []
         self.initialize_response: Any = None
-        self._permission_scopes: dict[Any, set[trio.CancelScope]] = {}
         self._cancelling: dict[Any, int] = {}
         self._prompts: dict[Any, int] = {}
         super().__init__(client, send_stream, receive_stream, **options)
@@ -821,6 +820,9 @@ class ClientSideConnection(_Side):
                 # $/cancel_request is answered with the "cancelled" outcome, not -32800
                 cancelled_result=cancelled if self.protocol_version >= 2 and on_cancel_request else None,
                 input_ended_result=cancelled,
+                # cancelling its session's turn answers it "cancelled" (_cancel_permissions)
+                cancel_group=_question_group,
+                group_cancelled_result=cancelled,
             )
             return
         super()._add_route(spec, fn)
@@ -828,19 +830,16 @@ class ClientSideConnection(_Side):
     def _permission(
         self, fn: Callable[[Any], Awaitable[Any]], spec: MethodSpec, answer: Any
     ) -> Callable[[Any], Awaitable[Any]]:
-        """``fn`` for a question of :data:`_TURN_QUESTIONS`, answered ``answer`` when its session's
-        turn is (being) cancelled; one without a session (a request-scoped elicitation) goes to ``fn``."""
+        """``fn`` for a question of :data:`_TURN_QUESTIONS`, answered ``answer`` at once when its
+        session's turn is being cancelled.  One that comes earlier is in its session's cancel group
+        (:func:`_question_group`): :meth:`_cancel_permissions` answers it ``answer`` then."""
         structure_result = self.connection.converter.structure_fn(spec.result_type)
 
         async def ask(params: Any) -> Any:
             session_id = getattr(params, "session_id", None)
-            if type(session_id) is not str:
-                return await fn(params)
-            if session_id not in self._cancelling:
-                done, result = await _in_session_scope(self._permission_scopes, session_id, fn(params))
-                if done:
-                    return result
-            return structure_result(answer)
+            if type(session_id) is str and session_id in self._cancelling:
+                return structure_result(answer)
+            return await fn(params)
 
         return ask
 
@@ -950,8 +949,7 @@ class ClientSideConnection(_Side):
     def _cancel_permissions(self, session_id: Any) -> None:
         """Answer the session's pending ``session/request_permission`` requests ``cancelled`` (and its
         ``elicitation/create`` requests ``cancel``: every question of :data:`_TURN_QUESTIONS`)."""
-        for scope in list(self._permission_scopes.get(session_id, ())):
-            scope.cancel()
+        self.connection.cancel_group(("questions", session_id))
 
 
 async def _in_session_scope(
@@ -993,6 +991,13 @@ _TURN_QUESTIONS: dict[str, tuple[dict[str, Any], bool]] = {
 def _elicitation_key(params: Any) -> Any:
     """The ordering key of ``elicitation/complete`` (no session: one queue for all of them)."""
     return "elicitation/complete"
+
+
+def _question_group(params: Any) -> Any:
+    """The cancel group of a question of :data:`_TURN_QUESTIONS` (see :class:`Route`): its session's
+    questions, cancelled together with the session's turn; none without a session."""
+    session_id = getattr(params, "session_id", None)
+    return ("questions", session_id) if type(session_id) is str else None
 
 
 def _question_key(params: Any) -> Any:
