@@ -1378,3 +1378,43 @@ async def test_cancel_group_answers_the_group_requests_running_or_just_finished_
     error_of(answers[2], 2, -32800)
     assert answers[3] == {"jsonrpc": "2.0", "id": 3, "result": "withdrawn"}
     assert answers[4] == {"jsonrpc": "2.0", "id": 4, "result": "released"}  # another group
+
+
+# And requests: one with object params and an integer or string id goes from orjson straight to its
+# route; every other request line goes through parse.  The route answers what it was given.
+REQUEST_SHAPES = [
+    b'{"jsonrpc":"2.0","id":1,"method":"a/ask","params":{"n":1}}',  # the fast path
+    b'{"params":{"n":1},"method":"a/ask","id":1,"jsonrpc":"2.0"}',  # members in another order
+    b'{"jsonrpc":"2.0","id":"r1","method":"a/ask","params":{"n":1}}',  # a string id
+    b'{"jsonrpc":"2.0","id":1,"method":"a/ask"}',  # no params: {} for the handler
+    b'{"jsonrpc":"2.0","id":1,"method":"a/ask","params":null}',  # null params: as absent
+    b'{"jsonrpc":"2.0","id":1,"method":"a/ask","params":[1,2]}',  # array params
+    b'{"jsonrpc":"2.0","id":1,"method":"a/ask","params":{"n":1},"result":2}',  # a stray member
+    b'{"jsonrpc":"2.0","id":null,"method":"a/ask","params":{"n":1}}',  # a null id: answered with null
+    b'{"jsonrpc":"2.0","id":true,"method":"a/ask","params":{"n":1}}',  # a boolean id: -32600
+    b'{"jsonrpc":"2.0","id":1.5,"method":"a/ask","params":{"n":1}}',  # a fractional id: -32600
+    b'{"jsonrpc":"2.0","id":1,"method":7,"params":{"n":1}}',  # method not a string: -32600
+    b'{"jsonrpc":"2.0","id":1,"method":"a/ask","params":"x"}',  # invalid params: -32600
+    b'{"jsonrpc":"1.0","id":1,"method":"a/ask","params":{"n":1}}',  # wrong version: -32600
+    b'{"jsonrpc":"2.0","id":1,"method":"a/other","params":{"n":1}}',  # no such method: -32601
+]
+
+
+@pytest.mark.parametrize("line", REQUEST_SHAPES)
+async def test_a_request_line_is_handled_as_parse_classifies_it(line: bytes, autojump_clock: MockClock) -> None:
+    from acp_trio import _core
+
+    async def ask(params: Any) -> Any:
+        return {"got": params}
+
+    expected = _core.parse(line)
+    async with connected(Route("a/ask", "request", ask)) as (_conn, peer):
+        await peer.send_raw(line + b"\n")
+        answer = await peer.recv()
+        if isinstance(expected, _core.Invalid):
+            error_of(answer, expected.id, expected.error.code)
+        elif expected.method != "a/ask":
+            error_of(answer, expected.id, -32601)
+        else:
+            params = {} if expected.params is None else expected.params
+            assert answer == {"jsonrpc": "2.0", "id": expected.id, "result": {"got": params}}

@@ -439,6 +439,7 @@ class Connection:
         self._taken = 0  # batches the writer took from the outbox (wait_written)
         self._written = 0  # batches it wrote
         self._written_lot = trio.lowlevel.ParkingLot()
+        self._written_waiters = 0  # tasks parked in _written_lot (a count: cheaper to test than the lot)
         self._pending: _core.PendingRequests[_Slot] = _core.PendingRequests()
         self._inbound: dict[RequestId | None, _Job] = {}  # running inbound requests
         self._groups: dict[Hashable, set[_Job]] = {}  # running inbound requests by cancel group
@@ -460,6 +461,7 @@ class Connection:
         self._writing = False  # the writer is inside a send
         self._wake_writer = trio.Event()
         self._drained = trio.Event()
+        self._drain_wanted = False  # a sender waits on _drained (set it when the writer takes the outbox)
         self._seq = 0
         self._closed: ConnectionClosed | None = None
         self._closed_event = trio.Event()
@@ -687,8 +689,10 @@ class Connection:
             self._outbox_bytes = self._packed = 0
             self._taken += 1
             self._written += 1
-            self._drained.set()
-            if self._written_lot:
+            if self._drain_wanted:
+                self._drain_wanted = False
+                self._drained.set()
+            if self._written_waiters:
                 self._written_lot.unpark_all()
             return
         self._outbox = [data[sent:]]
@@ -699,8 +703,9 @@ class Connection:
     async def _backpressure(self) -> None:
         # Queue first, wait after: a message once queued is sent even if its sender is cancelled.
         if self._outbox_bytes > _HIGH_WATER:
-            if self._drained.is_set():
+            if not self._drain_wanted:
                 self._drained = trio.Event()
+                self._drain_wanted = True
             await self._drained.wait()
             self._check_open()
 
@@ -713,7 +718,9 @@ class Connection:
                 while self._outbox:
                     batch, self._outbox = self._outbox, []
                     self._outbox_bytes = self._packed = 0
-                    self._drained.set()
+                    if self._drain_wanted:
+                        self._drain_wanted = False
+                        self._drained.set()
                     self._writing = True
                     data = batch[0] if len(batch) == 1 else b"".join(batch)
                     self._taken += 1
@@ -733,7 +740,7 @@ class Connection:
                     if records is not None:
                         self._deliver_records(records)
                     self._written += 1
-                    if self._written_lot:
+                    if self._written_waiters:
                         self._written_lot.unpark_all()
                 if self._closed is not None:
                     return
@@ -952,26 +959,41 @@ class Connection:
         else:
             # the common case (streamed updates): a well-formed notification with object params goes
             # straight to its route, as _core.parse_value would classify it, without a message object
-            if type(obj) is dict:
+            # likewise a success response to one of our requests (an integer or string id, no other
+            # member), and a request with object params and an integer or string id
+            if type(obj) is dict and obj.get("jsonrpc") == "2.0":
                 if "id" not in obj:
-                    if obj.get("jsonrpc") == "2.0":
-                        method = obj.get("method")
-                        params = obj.get("params")
-                        if type(method) is str and type(params) is dict:
-                            self._on_notification(method, params)
-                            return
-                # and a success response to one of our requests (an integer or string id, no other member)
-                elif len(obj) == 3 and "result" in obj and obj.get("jsonrpc") == "2.0":
+                    method = obj.get("method")
+                    params = obj.get("params")
+                    if type(method) is str and type(params) is dict:
+                        self._on_notification(method, params)
+                        return
+                elif len(obj) == 3 and "result" in obj:
                     request_id = obj["id"]
                     if type(request_id) is int or type(request_id) is str:
                         self._on_result(request_id, obj["result"])
+                        return
+                else:
+                    method = obj.get("method")
+                    params = obj.get("params")
+                    request_id = obj["id"]
+                    if (
+                        type(method) is str
+                        and type(params) is dict
+                        and (type(request_id) is int or type(request_id) is str)
+                    ):
+                        if self.request_line_hooks:  # session store hook: raw request lines
+                            self._request_line_hook(item, method, params)
+                        line = self._on_request(request_id, method, params, None)
+                        if line is not None:
+                            self._enqueue(line)
                         return
             msg = _parse_value(obj)
         if type(msg) is _core.Batch:
             self._on_batch(msg)
         else:
             if self.request_line_hooks and type(msg) is _core.Request:  # session store hook: raw request lines
-                self._request_line_hook(item, msg)
+                self._request_line_hook(item, msg.method, msg.params)
             line = self._dispatch(msg, None)
             if line is not None:
                 self._enqueue(line)
@@ -1002,7 +1024,7 @@ class Connection:
         if kind is _core.Notification:
             self._on_notification(msg.method, msg.params)
         elif kind is _core.Request:
-            return self._on_request(msg, batch)
+            return self._on_request(msg.id, msg.method, msg.params, batch)
         elif kind is _core.Response or kind is _core.ErrorResponse:
             self._on_response(msg)
         else:  # Invalid
@@ -1010,20 +1032,21 @@ class Connection:
             return _core.encode_error(msg.id, msg.error)
         return None
 
-    def _request_line_hook(self, line: bytes, msg: _core.Request) -> None:
-        hook = self.request_line_hooks.get(msg.method)
+    def _request_line_hook(self, line: bytes, method: str, params: Any) -> None:
+        hook = self.request_line_hooks.get(method)
         if hook is not None:
             try:
-                hook(line, msg.params)
+                hook(line, params)
             except Exception:
-                log.exception("%s: request line hook for %r raised", self.name, msg.method)
+                log.exception("%s: request line hook for %r raised", self.name, method)
 
     def _on_batch(self, batch: _core.Batch) -> None:
         answers: list[bytes | None] = []
         for msg in batch.items:
             if self.request_line_hooks and type(msg) is _core.Request and msg.id is not None:
                 # session store hook: a batch's request, re-encoded on its own (the array's bytes are not kept)
-                self._request_line_hook(_core.encode_request(msg.id, msg.method, msg.params).rstrip(b"\n"), msg)
+                raw = _core.encode_request(msg.id, msg.method, msg.params).rstrip(b"\n")
+                self._request_line_hook(raw, msg.method, msg.params)
             line = self._dispatch(msg, answers)
             if line is not None:
                 answers.append(line)
@@ -1164,27 +1187,29 @@ class Connection:
         inbound.cancel()
 
     # -- inbound requests ------------------------------------------------------------------------
-    def _on_request(self, msg: _core.Request, batch: list[bytes | None] | None) -> bytes | None:
-        route = self.routes.get(msg.method)
+    def _on_request(
+        self, request_id: RequestId, method: str, raw_params: Any, batch: list[bytes | None] | None
+    ) -> bytes | None:
+        route = self.routes.get(method)
         if route is None or route.kind != "request":
-            log.debug("%s: method not found: %r", self.name, msg.method)
-            return _core.encode_error(msg.id, RequestError.method_not_found(msg.method))
-        if msg.id in self._inbound:
+            log.debug("%s: method not found: %r", self.name, method)
+            return _core.encode_error(request_id, RequestError.method_not_found(method))
+        if request_id in self._inbound:
             return _core.encode_error(
-                msg.id, RequestError.invalid_request({"detail": "a request with this id is already running"})
+                request_id, RequestError.invalid_request({"detail": "a request with this id is already running"})
             )
         try:
-            params = self._decode(route, msg.params)
+            params = self._decode(route, raw_params)
         except Exception as exc:
-            return _core.encode_error(msg.id, RequestError.invalid_params(_decode_error_data(exc)))
+            return _core.encode_error(request_id, RequestError.invalid_params(_decode_error_data(exc)))
         if route.on_receive is not None:
             try:
                 route.on_receive(params)
             except Exception:
-                log.exception("%s: on_receive hook for %r raised", self.name, msg.method)
+                log.exception("%s: on_receive hook for %r raised", self.name, method)
         if self.instrumentation is not None:
-            route = self._traced_route(route, "request", msg.params)
-        job = self._inbound[msg.id] = _Job(msg.id, route, params, self._seq)
+            route = self._traced_route(route, "request", raw_params)
+        job = self._inbound[request_id] = _Job(request_id, route, params, self._seq)
         if route.cancel_group is not None:
             self._join_group(job, route.cancel_group, params)
         if batch is not None:
@@ -1437,7 +1462,11 @@ class Connection:
             await trio.lowlevel.checkpoint()
             return
         while self._written < target and not self._writer_done.is_set():
-            await self._written_lot.park()
+            self._written_waiters += 1
+            try:
+                await self._written_lot.park()
+            finally:
+                self._written_waiters -= 1
 
     def queue_lines(self, data: bytes) -> bool:
         """Queue already-encoded messages (``data``: one or more lines, each ending in ``\\n``) as they are;

@@ -520,15 +520,16 @@ class AcpConverter(cattrs.Converter):
             # (`RequestId`), or where the field is unconstrained (`{}` schema -> Any)
             accepts_null = spec.nullable or _NoneType in _leaves(a.type) or _scalar_kind(core) == _ANY
             ind = "    "
-            lines.append(f"    v = d.get({w!r}, _M)")
             if required:
                 exp = repr(_type_name(core))
+                lines.append(f"    v = d.get({w!r}, _M)")
                 lines.append("    if v is _M:")
                 lines.append(f"        raise _missing({w!r}, {exp})")
                 body_ind = ind
-            else:
+            else:  # most optional fields are absent: a membership test is their whole cost
                 lines.append(f"    f{i} = UNSET")
-                lines.append("    if v is not _M:")
+                lines.append(f"    if {w!r} in d:")
+                lines.append(f"        v = d[{w!r}]")
                 body_ind = ind * 2
             lines.append(f"{body_ind}n += 1")
             # null handling
@@ -607,7 +608,12 @@ class AcpConverter(cattrs.Converter):
                 ns[f"_s{i}"] = self._structure_later(core, install)
             tag_table = getattr(ns[f"_s{i}"], "acp_tag_table", None)
             lines.append(f"{vind}try:")
-            if tag_table is not None:
+            strings = _string_literals(core)
+            if strings is not None:
+                # a closed set of strings (a v1 enum): the member test here, the hook for its error
+                ns[f"_lit{i}"] = strings
+                lines.append(f"{vind}    f{i} = v if v.__class__ is str and v in _lit{i} else _s{i}(v)")
+            elif tag_table is not None:
                 # a tagged union: look the branch up here (string tags), the dispatcher does the rest
                 ns[f"_k{i}"] = ns[f"_s{i}"].acp_tag_key
                 ns[f"_tb{i}"] = tag_table
@@ -685,6 +691,8 @@ class AcpConverter(cattrs.Converter):
                 continue
             if kind is not None:
                 checks.append(_CHECK[kind][0].replace("v.", f"f{i}."))
+            elif f"_lit{i}" in ns:
+                checks.append(f"f{i}.__class__ is not str or f{i} not in _lit{i}")
             elif f"_tb{i}" in ns:  # a tagged union: the branch straight from the tag
                 convert.append(f"            f{i} = _tb{i}[f{i}[_k{i}]](f{i})")
             elif get_origin(core) is list and not spec.skip_invalid_items and _scalar_kind(get_args(core)[0]) is None:
@@ -839,6 +847,14 @@ class AcpConverter(cattrs.Converter):
 
 class _FastMiss(Exception):
     """A compiled structure hook's fast path does not apply: the full path decodes the value."""
+
+
+def _string_literals(t: Any) -> frozenset[str] | None:
+    """The values of ``Literal[...]`` when they are all strings, else ``None``."""
+    if get_origin(t) is not Literal:
+        return None
+    values = get_args(t)
+    return frozenset(values) if all(type(x) is str for x in values) else None
 
 
 def _locate(fn: Callable[[Any], Any], items: list[Any]) -> DecodeError:
