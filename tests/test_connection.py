@@ -1418,3 +1418,25 @@ async def test_a_request_line_is_handled_as_parse_classifies_it(line: bytes, aut
         else:
             params = {} if expected.params is None else expected.params
             assert answer == {"jsonrpc": "2.0", "id": expected.id, "result": {"got": params}}
+
+
+async def test_notification_queue_sends_what_queue_notification_sends(autojump_clock: MockClock) -> None:
+    taps: list[bytes] = []
+    async with connected() as (conn, peer):
+        queue = conn.notification_queue("a/note")
+        assert queue({"n": 1}) is False  # nothing to wait for: far below the high-water mark
+        assert queue(None) is False
+        conn.tap = lambda direction, line: taps.append(line)
+        queue({"n": 2})  # with a tap: through queue_notification, which shows it the line
+        conn.queue_notification("a/note", {"n": 3})
+        got = [await peer.recv() for _ in range(4)]
+        await conn.aclose()
+        with pytest.raises(ConnectionClosed):
+            queue({"n": 4})
+    assert got == [
+        {"jsonrpc": "2.0", "method": "a/note", "params": {"n": 1}},
+        {"jsonrpc": "2.0", "method": "a/note"},
+        {"jsonrpc": "2.0", "method": "a/note", "params": {"n": 2}},
+        {"jsonrpc": "2.0", "method": "a/note", "params": {"n": 3}},
+    ]
+    assert taps == [encode_notification("a/note", {"n": 2}), encode_notification("a/note", {"n": 3})]

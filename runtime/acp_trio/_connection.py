@@ -88,6 +88,7 @@ step of a client's shutdown ladder (1 s): the official SDKs exit 21-215 ms after
 _FdStream: Any = getattr(trio.lowlevel, "FdStream", None)  # POSIX only
 _parse_value = _core.parse_value
 _loads = orjson.loads
+_dumps = orjson.dumps
 _JSONDecodeError = orjson.JSONDecodeError
 
 
@@ -877,8 +878,7 @@ class Connection:
                         break
                     if not data:
                         self._holding = True
-                        for item in self._framer.close():
-                            self._on_line(item)
+                        self._on_lines(self._framer.close())
                         jobs, self._new_jobs = self._new_jobs, []
                         for job in jobs:
                             self._give(job)
@@ -895,8 +895,7 @@ class Connection:
                 else:
                     items, self._backlog = backlog, []
                 self._holding = True
-                for item in items:
-                    self._on_line(item)
+                self._on_lines(items)
                 if self._new_jobs:
                     waiting = self._run_read_requests(scope, me)
                     if waiting is not None:
@@ -945,34 +944,38 @@ class Connection:
                         await self._park_serial()
         self._mark_closed(error)
 
-    def _on_line(self, item: bytes | _core.OversizedMessage) -> None:
-        if type(item) is not bytes:
-            self._on_oversized(cast(_core.OversizedMessage, item))
-            return
-        if self.tap is not None:
-            self.tap("in", item)
-        self._seq += 1
-        try:
-            obj = _loads(item)
-        except _JSONDecodeError as exc:
-            msg: Any = _core.parse_error(exc)
-        else:
-            # the common case (streamed updates): a well-formed notification with object params goes
-            # straight to its route, as _core.parse_value would classify it, without a message object
-            # likewise a success response to one of our requests (an integer or string id, no other
-            # member), and a request with object params and an integer or string id
+    def _on_lines(self, items: list[bytes | _core.OversizedMessage]) -> None:
+        """Handle the lines of one read (or a slice of them), in order: one call for all of them,
+        not one per line, since a streamed update costs little more than that call."""
+        loads = _loads
+        for item in items:
+            if type(item) is not bytes:
+                self._on_oversized(cast(_core.OversizedMessage, item))
+                continue
+            if self.tap is not None:
+                self.tap("in", item)
+            self._seq += 1
+            try:
+                obj = loads(item)
+            except _JSONDecodeError as exc:
+                self._on_message(item, _core.parse_error(exc))
+                continue
+            # The common cases go straight to their route, as _core.parse_value would classify them,
+            # without a message object: a well-formed notification with object params (streamed
+            # updates), a success response to one of our requests (an integer or string id, no other
+            # member), and a request with object params and an integer or string id.
             if type(obj) is dict and obj.get("jsonrpc") == "2.0":
                 if "id" not in obj:
                     method = obj.get("method")
                     params = obj.get("params")
                     if type(method) is str and type(params) is dict:
                         self._on_notification(method, params)
-                        return
+                        continue
                 elif len(obj) == 3 and "result" in obj:
                     request_id = obj["id"]
                     if type(request_id) is int or type(request_id) is str:
                         self._on_result(request_id, obj["result"])
-                        return
+                        continue
                 else:
                     method = obj.get("method")
                     params = obj.get("params")
@@ -987,8 +990,11 @@ class Connection:
                         line = self._on_request(request_id, method, params, None)
                         if line is not None:
                             self._enqueue(line)
-                        return
-            msg = _parse_value(obj)
+                        continue
+            self._on_message(item, _parse_value(obj))
+
+    def _on_message(self, item: bytes, msg: Any) -> None:
+        """Handle one line read, as :func:`_core.parse` classified it (``msg``)."""
         if type(msg) is _core.Batch:
             self._on_batch(msg)
         else:
@@ -1391,6 +1397,20 @@ class Connection:
             self.tap("out", line)
         self._append(line)  # never eager: the writer coalesces notifications
         return self._outbox_bytes > _HIGH_WATER
+
+    def notification_queue(self, method: str) -> Callable[[Any], bool]:
+        """:meth:`queue_notification` for one ``method``, as a function ``(params) -> bool``: the same,
+        with the method's envelope encoded once, for a sender that streams one method."""
+        prefix = _core.notification_prefix(method)
+        dumps = _dumps
+
+        def queue(params: Any) -> bool:
+            if params is None or self._closed is not None or self.instrumentation is not None or self.tap is not None:
+                return self.queue_notification(method, params)
+            self._append(prefix + dumps(params) + b"}\n")
+            return self._outbox_bytes > _HIGH_WATER
+
+        return queue
 
     # -- session store hooks (acp_trio.session_store): the exact lines, recorded and replayed ------
     def encode_notification(self, method: str, params: Any = None) -> bytes:

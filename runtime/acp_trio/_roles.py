@@ -147,7 +147,7 @@ class _Side:
         ``cwd`` and roots; they end on ``session/close``/``session/delete`` or when the connection closes."""
         self.connection.add_close_callback(self.sessions.close)
         # per method: (encoder, True when sending has rules / a hook callable that sends it instead)
-        self._notify_plans: dict[str, tuple[Callable[[Any], Any], Any]] = {}
+        self._notify_plans: dict[str, tuple[Callable[[Any], Any], Any, Callable[[Any], bool]]] = {}
         self.handlers: dict[int, Any] = {}
         """The handler object of each protocol version used so far: the latest one's is built with the
         connection (its routes serve until ``initialize``), another one's when negotiation picks it."""
@@ -253,6 +253,7 @@ class _Side:
             plan = self._notify_plans[spec.method] = (
                 self.connection.converter.unstructure_fn(spec.params_type),
                 self._notification_hook(spec.method) or self._has_notification_rules(spec.method),
+                self.connection.notification_queue(spec.method),
             )
         wire = plan[0](params)
         if plan[1]:
@@ -267,7 +268,7 @@ class _Side:
             else:
                 self._check_call(spec, wire)
                 self._before_notification(spec, wire)
-        if self.connection.queue_notification(spec.method, wire):
+        if plan[2](wire):  # connection.queue_notification(spec.method, wire)
             await self.connection.wait_writable()
 
     def _notification_hook(self, method: str) -> Callable[[str, Any], Any] | None:

@@ -339,11 +339,17 @@ def encode_notification(method: str, params: Any) -> bytes:
     return orjson.dumps({"jsonrpc": "2.0", "method": method, "params": params}, option=_OPT)
 
 
+def notification_prefix(method: str) -> bytes:
+    """The bytes of a ``method`` notification up to its params: the params' JSON and ``}\\n`` complete
+    the line (:func:`encode_notification`'s bytes)."""
+    return orjson.dumps({"jsonrpc": "2.0", "method": method, "params": 0})[: -len(b"0}")]
+
+
 def notification_encoder(method: str) -> Callable[[Any], bytes]:
     """A function ``(params) -> line``, the same bytes as :func:`encode_notification` for ``method``,
     faster for a method sent many times (streamed updates): the envelope up to the params is encoded
     once.  ``params`` ``None`` is omitted, as there."""
-    prefix = orjson.dumps({"jsonrpc": "2.0", "method": method, "params": 0})[: -len(b"0}")]
+    prefix = notification_prefix(method)
     dumps = orjson.dumps
 
     def encode(params: Any) -> bytes:
