@@ -57,15 +57,15 @@ class LineFramer:
         self._dropped = 0
 
     def feed(self, data: bytes | bytearray) -> list[bytes | OversizedMessage]:
-        out: list[bytes | OversizedMessage] = []
-        if not data:
-            return out
         limit = self.max_message_size
-        if type(data) is bytes and not self._buf and not self._discarding and data.find(b"\n") == len(data) - 1:
+        if type(data) is bytes and data.find(b"\n") == len(data) - 1 and not self._buf and not self._discarding:
             # the common read of a request or a response: exactly one whole line
             line = data[:-2] if data.endswith(b"\r\n") else data[:-1]
             if len(line) <= limit:
-                return [line] if line and not line.isspace() else out
+                return [line] if line and not line.isspace() else []
+        out: list[bytes | OversizedMessage] = []
+        if not data:
+            return out
         start = 0
         if self._discarding:
             nl = data.find(b"\n")
