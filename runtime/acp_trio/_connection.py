@@ -662,10 +662,11 @@ class Connection:
         outbox = self._outbox
         outbox.append(line)
         self._outbox_bytes += len(line)
-        if len(outbox) == 1:  # the writer sleeps only on an empty outbox
+        queued = len(outbox)
+        if queued == 1:  # the writer sleeps only on an empty outbox
             if not self._holding:
                 self._wake_writer.set()
-        elif len(outbox) - self._packed >= _PACK_LINES:
+        elif queued - self._packed >= _PACK_LINES:
             # orjson's bytes keep a 4 KiB buffer whatever their length: lines waiting for the writer
             # are joined every _PACK_LINES so a backlog costs its length, not 4 KiB a line
             packed = b"".join(outbox[self._packed :])

@@ -148,6 +148,8 @@ class _Side:
         self.connection.add_close_callback(self.sessions.close)
         # per method: (encoder, True when sending has rules / a hook callable that sends it instead)
         self._notify_plans: dict[str, tuple[Callable[[Any], Any], Any, Callable[[Any], bool]]] = {}
+        # per method: (its spec, params encoder, result decoder, whether it goes through _request)
+        self._request_plans: dict[str, tuple[MethodSpec, Callable[[Any], Any], Callable[[Any], Any], bool]] = {}
         self.handlers: dict[int, Any] = {}
         """The handler object of each protocol version used so far: the latest one's is built with the
         connection (its routes serve until ``initialize``), another one's when negotiation picks it."""
@@ -171,6 +173,7 @@ class _Side:
         for method in [m for m in routes if not m.startswith("_")]:  # extension routes stay
             del routes[method]
         self._notify_plans.clear()
+        self._request_plans.clear()
         for table in (self.variant.REQUESTS, self.variant.NOTIFICATIONS):
             for spec in table.values():
                 if spec.side != self.side:
@@ -225,14 +228,24 @@ class _Side:
         the method, :class:`acp_trio.RequestError`, :class:`acp_trio.RequestTimeout`,
         :class:`acp_trio.ConnectionClosed`, :class:`acp_trio.DecodeError` (a result that does not fit).
         """
-        conv = self.connection.converter
-        wire = conv.unstructure_fn(spec.params_type)(params)
+        plan = self._request_plans.get(spec.method)  # a str key: hashing a MethodSpec costs more
+        if plan is None or plan[0] is not spec:
+            conv = self.connection.converter
+            plan = self._request_plans[spec.method] = (
+                spec,
+                conv.unstructure_fn(spec.params_type),
+                conv.structure_fn(spec.result_type),
+                spec.method in self._intercepted,
+            )
+        wire = plan[1](params)
         self._check_call(spec, wire)
-        if spec.method in self._intercepted:
+        if plan[3]:
             return await self._request(spec, params, wire, timeout)
         # one coroutine frame less on the common path
         result = await self.connection.request(spec.method, wire, timeout=timeout)
-        return self.connection.decode_result(spec, result)
+        if result is None:  # null for an empty result: decode_result's rule
+            return self.connection.decode_result(spec, result)
+        return plan[2](result)
 
     async def _request(self, spec: MethodSpec, params: Any, wire: Any, timeout: float | None) -> Any:
         """Send an intercepted request; returns the decoded result."""
