@@ -27,7 +27,6 @@ from acp_trio._core import (
     LineFramer,
     Notification,
     OversizedMessage,
-    PendingRequests,
     Request,
     RequestError,
     Response,
@@ -394,38 +393,6 @@ def test_an_encoded_message_parses_back_to_the_same_message() -> None:
         "auth",
         {"d": 1},
     )
-
-
-# -- pending requests ----------------------------------------------------------------------------
-
-
-def test_pending_requests_allocate_increasing_integer_ids() -> None:
-    table: PendingRequests[str] = PendingRequests()
-    ids = [table.add(f"slot{i}") for i in range(3)]
-    assert ids == [0, 1, 2]
-    assert all(type(i) is int for i in ids)
-    assert len(table) == 3 and 1 in table and 3 not in table
-
-
-def test_popping_a_known_id_returns_its_slot_once_and_an_unknown_id_returns_none() -> None:
-    table: PendingRequests[str] = PendingRequests()
-    first = table.add("a")
-    assert table.pop(first) == "a"
-    assert table.pop(first) is None
-    assert table.pop(99) is None
-    assert table.pop("0") is None
-    assert table.pop(None) is None
-    # ids are never reused
-    assert table.add("b") == 1
-
-
-def test_drain_returns_every_slot_and_empties_the_table() -> None:
-    table: PendingRequests[str] = PendingRequests()
-    for name in "abc":
-        table.add(name)
-    assert sorted(table.drain()) == ["a", "b", "c"]
-    assert len(table) == 0 and table.drain() == []
-    assert table.pop(0) is None
 
 
 # -- the architecture rule -----------------------------------------------------------------------

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable
-from typing import Any, Final, Generic, TypeAlias, TypeVar
+from typing import Any, Final, TypeAlias
 
 import orjson
 
@@ -368,43 +368,3 @@ def encode_result(id: RequestId | None, result: Any) -> bytes:
 def encode_error(id: RequestId | None, error: RequestError) -> bytes:
     """One error-response line."""
     return orjson.dumps({"jsonrpc": "2.0", "id": id, "error": error.to_wire()}, option=_OPT)
-
-
-T = TypeVar("T")
-
-
-class PendingRequests(Generic[T]):
-    """Outbound requests awaiting a response: id → the caller's slot.
-
-    Ids are allocated as increasing integers from 0.  ``pop`` removes and returns a slot (``None``
-    when the id is unknown: a late or duplicate response); ``drain`` empties the table, for failing
-    every caller at once when the connection closes.
-    """
-
-    __slots__ = ("_next", "_slots")
-
-    def __init__(self) -> None:
-        self._next = 0
-        self._slots: dict[RequestId, T] = {}
-
-    def add(self, slot: T) -> int:
-        request_id = self._next
-        self._next += 1
-        self._slots[request_id] = slot
-        return request_id
-
-    def pop(self, request_id: RequestId | None) -> T | None:
-        if request_id is None:
-            return None
-        return self._slots.pop(request_id, None)
-
-    def drain(self) -> list[T]:
-        slots = list(self._slots.values())
-        self._slots.clear()
-        return slots
-
-    def __len__(self) -> int:
-        return len(self._slots)
-
-    def __contains__(self, request_id: object) -> bool:
-        return request_id in self._slots
