@@ -3,9 +3,20 @@
 from __future__ import annotations
 
 import importlib.metadata
+import importlib.util
 import os
+import sys
 from pathlib import Path
 from types import ModuleType
+
+_REPO = Path(__file__).resolve().parent.parent
+
+
+def use_source_tree() -> None:
+    """Import ``acp_trio`` and ``acp_schema`` from the repository's ``runtime/`` and ``generated/``
+    when they are not installed (call before importing them)."""
+    if importlib.util.find_spec("acp_trio") is None:
+        sys.path[:0] = [str(_REPO / "generated"), str(_REPO / "runtime")]
 
 
 def subprocess_env(pycache: str, *modules: ModuleType) -> dict[str, str]:

@@ -50,24 +50,18 @@ from pathlib import Path
 from typing import Any, Final, cast
 
 import acp.schema as official_schema
-from _shared import dist_version, subprocess_env
+from _shared import dist_version, subprocess_env, use_source_tree
 from acp.utils import serialize_params
 from corpus import CORPUS, DEF_NAMES, SCHEMA_PATH, Part, label, validate_corpus
 from pydantic import BaseModel
 
 _REPO: Final = Path(__file__).resolve().parent.parent
 
-try:
-    import acp_schema
-    import acp_schema.v1 as v1
-    import acp_trio
-    from acp_trio import converter
-except ImportError:  # not installed: use the source tree
-    sys.path[:0] = [str(_REPO / "generated"), str(_REPO / "runtime")]
-    import acp_schema
-    import acp_schema.v1 as v1
-    import acp_trio
-    from acp_trio import converter
+use_source_tree()
+import acp_schema  # noqa: E402
+import acp_schema.v1 as v1  # noqa: E402
+import acp_trio  # noqa: E402
+from acp_trio import converter  # noqa: E402
 
 CODEC_BAR: Final = 0.5
 IMPORT_BAR: Final = 1 / 3

@@ -91,19 +91,15 @@ _REMOTE: Final = _HERE / "remote"
 _RUNTIME: Final = _HERE / "runtime"
 _REPO: Final = _HERE.parent
 
-from _shared import dist_version, subprocess_env  # noqa: E402
+from _shared import dist_version, subprocess_env, use_source_tree  # noqa: E402
 from bench_runtime import COMMANDS, MIXED, PERMISSION_SEQ, READ_PAR, READ_SEQ, cpu_times, describe_load  # noqa: E402
 
 sys.path.append(str(_RUNTIME))
 from common import expected, parse_command  # noqa: E402  (the prompt commands, from benchmarks/runtime)
 
-try:
-    import acp_schema
-    import acp_trio
-except ImportError:  # not installed: use the source tree
-    sys.path[:0] = [str(_REPO / "generated"), str(_REPO / "runtime")]
-    import acp_schema
-    import acp_trio
+use_source_tree()
+import acp_schema  # noqa: E402
+import acp_trio  # noqa: E402
 
 STREAM_N: Final = 20_000
 MANY_N: Final = 2_000

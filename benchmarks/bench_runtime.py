@@ -94,15 +94,11 @@ _HERE: Final = Path(__file__).resolve().parent
 _SCRIPTS: Final = _HERE / "runtime"
 _REPO: Final = _HERE.parent
 
-from _shared import dist_version, subprocess_env  # noqa: E402  (after the constants it does not need)
+from _shared import dist_version, subprocess_env, use_source_tree  # noqa: E402  (after the constants it does not need)
 
-try:
-    import acp_schema
-    import acp_trio
-except ImportError:  # not installed: use the source tree
-    sys.path[:0] = [str(_REPO / "generated"), str(_REPO / "runtime")]
-    import acp_schema
-    import acp_trio
+use_source_tree()
+import acp_schema  # noqa: E402
+import acp_trio  # noqa: E402
 
 STREAM_N: Final = 20_000
 READ_N: Final = 2_000

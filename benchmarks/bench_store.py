@@ -45,19 +45,14 @@ _HERE: Final = Path(__file__).resolve().parent
 _REPO: Final = _HERE.parent
 sys.path.insert(0, str(_HERE / "runtime"))
 
-from _shared import dist_version, subprocess_env  # noqa: E402
+from _shared import dist_version, subprocess_env, use_source_tree  # noqa: E402
 from common import chunk_text  # noqa: E402
 
-try:
-    import acp_schema
-    import acp_trio
-except ImportError:  # not installed: use the source tree
-    sys.path[:0] = [str(_REPO / "generated"), str(_REPO / "runtime")]
-    import acp_schema
-    import acp_trio
-
+use_source_tree()
 import trio  # noqa: E402
 
+import acp_schema  # noqa: E402
+import acp_trio  # noqa: E402
 from acp_schema import v1  # noqa: E402
 from acp_trio import session_store, spawn_agent  # noqa: E402
 

@@ -29,16 +29,13 @@ from typing import Final
 _HERE: Final = Path(__file__).resolve().parent
 _SCRIPTS: Final = _HERE / "runtime"
 sys.path.insert(0, str(_SCRIPTS))
-try:
-    import acp_trio
-except ImportError:  # the repository's tree when not installed
-    sys.path[1:1] = [str(_HERE.parent / "runtime"), str(_HERE.parent / "generated")]
-    import acp_trio
+from _shared import subprocess_env, use_source_tree  # noqa: E402
 
-from _shared import subprocess_env  # noqa: E402
+use_source_tree()
 from common import expected, parse_command  # noqa: E402
 
 import acp_schema  # noqa: E402
+import acp_trio  # noqa: E402
 
 # Loaded by every Python process started with the directory on PYTHONPATH; counts only in the
 # process whose script is ACP_OPCODES_SCRIPT, and writes "count<TAB>function" lines at exit.

@@ -45,18 +45,15 @@ _HERE: Final = Path(__file__).resolve().parent
 _SCRIPTS: Final = _HERE / "runtime"
 _REPO: Final = _HERE.parent
 sys.path.insert(0, str(_SCRIPTS))
-try:
-    import acp_trio
-except ImportError:  # the repository's tree when not installed
-    sys.path[1:1] = [str(_REPO / "runtime"), str(_REPO / "generated")]
-    import acp_trio
+from _shared import subprocess_env, use_source_tree  # noqa: E402
 
+use_source_tree()
 import orjson  # noqa: E402
 import trio  # noqa: E402
-from _shared import subprocess_env  # noqa: E402
 from common import FILE_CONTENT, PERMISSION_OPTIONS, SESSION_ID, chunk_text, file_path, tool_call_id, tool_title  # noqa: E402
 
 import acp_schema  # noqa: E402
+import acp_trio  # noqa: E402
 from acp_schema import v1  # noqa: E402
 from acp_trio import _core  # noqa: E402
 from acp_trio._converter import converter  # noqa: E402
