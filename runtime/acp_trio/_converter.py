@@ -185,8 +185,8 @@ class AcpConverter(cattrs.Converter):
 
     def __init__(self, *, fast_paths: bool = True) -> None:
         """``fast_paths``: give each compiled class hook its fast path for the common shape (see
-        ``_fast_structure`` / ``_fast_unstructure``); off, only the full paths (for tests that
-        check the two agree)."""
+        ``_fast_structure`` and the dict display in ``_struct_unstructure``); off, only the full
+        paths (for tests that check the two agree)."""
         super().__init__()
         self._fast_paths = fast_paths
         self._s: dict[Any, Callable[..., Any]] = {}
@@ -514,7 +514,7 @@ class AcpConverter(cattrs.Converter):
             known.append(w)
             names.append((i, a.name))
             core = _core(a.type)
-            required = a.default is attrs.NOTHING or (spec.tag and not spec.tag_optional)
+            required = _required(a, spec)
             segments.append((i, bool(required), len(lines)))
             # null is a value where the schema says so, where the field's type alias admits it
             # (`RequestId`), or where the field is unconstrained (`{}` schema -> Any)
@@ -673,7 +673,7 @@ class AcpConverter(cattrs.Converter):
             if EXTRA.keys() & a.metadata.keys():
                 continue
             spec: FieldSpec = a.metadata["acp"]
-            if a.default is attrs.NOTHING or (spec.tag and not spec.tag_optional):
+            if _required(a, spec):
                 required.append((i, a.name, spec, _core(a.type)))
                 stores.append(f"o.{a.name} = f{i}")
             else:
@@ -818,14 +818,12 @@ class AcpConverter(cattrs.Converter):
                 else:
                     conv, fast_conv = f"_u{i}(v)", f"_u{i}(v{i})"
             lines.append(f"    v = o.{a.name}")
-            if a.default is attrs.NOTHING or (spec.tag and not spec.tag_optional):
+            if _required(a, spec):
                 if ident:
                     display.append(f"{spec.wire!r}: o.{a.name}")
-                else:
-                    display.append(f"{spec.wire!r}: None if (v{i} := o.{a.name}) is None else {fast_conv}")
-                if ident:
                     lines.append(f"    d[{spec.wire!r}] = v")
                 else:
+                    display.append(f"{spec.wire!r}: None if (v{i} := o.{a.name}) is None else {fast_conv}")
                     lines.append(f"    d[{spec.wire!r}] = None if v is None else {conv}")
             else:
                 absent.insert(-1, f"o.{a.name} is UNSET")
@@ -843,6 +841,11 @@ class AcpConverter(cattrs.Converter):
         if self._fast_paths:
             lines[1:1] = [f"    if {' and '.join(absent)}:", f"        return {{{', '.join(display)}}}"]
         return self._compile("\n".join(lines) + "\n", ns, f"unstructure_{cls.__name__}")
+
+
+def _required(a: Any, spec: FieldSpec) -> bool:
+    """Whether the wire object must carry field ``a``: no default, or a union tag that is not optional."""
+    return a.default is attrs.NOTHING or (spec.tag and not spec.tag_optional)
 
 
 class _FastMiss(Exception):

@@ -963,7 +963,7 @@ class ClientSideConnection(_Side):
     def _cancel_permissions(self, session_id: Any) -> None:
         """Answer the session's pending ``session/request_permission`` requests ``cancelled`` (and its
         ``elicitation/create`` requests ``cancel``: every question of :data:`_TURN_QUESTIONS`)."""
-        self.connection.cancel_group(("questions", session_id))
+        self.connection.cancel_group(_questions(session_id))
 
 
 async def _in_session_scope(
@@ -1007,11 +1007,16 @@ def _elicitation_key(params: Any) -> Any:
     return "elicitation/complete"
 
 
+def _questions(session_id: Any) -> Any:
+    """The cancel group (see :class:`Route`) of the questions of a session's turn."""
+    return ("questions", session_id)
+
+
 def _question_group(params: Any) -> Any:
-    """The cancel group of a question of :data:`_TURN_QUESTIONS` (see :class:`Route`): its session's
-    questions, cancelled together with the session's turn; none without a session."""
-    session_id = getattr(params, "session_id", None)
-    return ("questions", session_id) if type(session_id) is str else None
+    """The cancel group of a question of :data:`_TURN_QUESTIONS`: its session's (:func:`_question_key`),
+    cancelled together with the session's turn; none without a session."""
+    session_id = _question_key(params)
+    return None if session_id is None else _questions(session_id)
 
 
 def _question_key(params: Any) -> Any:
