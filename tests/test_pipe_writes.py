@@ -97,3 +97,49 @@ async def test_a_request_to_a_peer_whose_pipe_is_closed_fails_with_connection_cl
         with trio.fail_after(10), pytest.raises(ConnectionClosed):
             await caller.request(ECHO, {})
         await b_out.aclose()
+
+
+async def test_a_request_with_others_in_flight_is_in_the_pipe_when_its_caller_parks() -> None:
+    """Each request goes out in its caller's own step when nothing is queued before it, even with
+    other requests waiting for answers: the peer can start on it while this side wakes the next
+    caller, instead of the writer's task sending the callers' requests as one batch later."""
+    a_in, b_out = pipe()
+    b_in, a_out = pipe()
+    os.set_blocking(b_in.fileno(), False)
+    caller = Connection(a_out, a_in, name="caller")
+    found: dict[int, bytes] = {}
+
+    class AfterStep(trio.abc.Instrument):
+        def __init__(self) -> None:
+            self.watch: dict[trio.lowlevel.Task, int] = {}
+
+        def after_task_step(self, task: trio.lowlevel.Task) -> None:
+            i = self.watch.pop(task, None)
+            if i is not None:  # the caller's step that sent request i ended: what is in the pipe now?
+                try:
+                    found[i] = os.read(b_in.fileno(), 1 << 16)
+                except BlockingIOError:
+                    found[i] = b""
+
+    instrument = AfterStep()
+    trio.lowlevel.add_instrument(instrument)
+    try:
+        async with caller:
+            async with trio.open_nursery() as nursery:
+
+                async def call(i: int) -> None:
+                    instrument.watch[trio.lowlevel.current_task()] = i
+                    await caller.request(ECHO, {"i": i})
+
+                for i in range(3):  # nobody answers: all three stay in flight
+                    nursery.start_soon(call, i)
+                with trio.fail_after(10):
+                    while len(found) < 3:
+                        await trio.testing.wait_all_tasks_blocked()
+                nursery.cancel_scope.cancel()
+    finally:
+        trio.lowlevel.remove_instrument(instrument)
+        await b_in.aclose()
+        await b_out.aclose()
+    for i in range(3):
+        assert [orjson.loads(line)["params"] for line in found[i].splitlines()] == [{"i": i}]
