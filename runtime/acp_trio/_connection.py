@@ -75,8 +75,6 @@ class Instrumentation(Protocol):
 # Bytes queued before a sender waits for the writer.  About one pipe buffer: a sender that produces
 # faster than the writer drains lets the writer start early (the peer starts reading sooner).
 _HIGH_WATER = 1 << 16
-_PACK_LINES = 32
-"""Lines queued for the writer are joined into one bytes object every this many (see ``_enqueue``)."""
 _READ_SIZE = 1 << 16
 _HANDOFF = 64  # messages the reader decodes before letting their handlers run
 DEFAULT_EOF_GRACE = 0.25
@@ -457,10 +455,10 @@ class Connection:
         self._queues: dict[Hashable, _SerialQueue] = {}
         self._serial_lot = trio.lowlevel.ParkingLot()
         self._serial_waiting = 0  # tasks parked in _serial_lot (a counter: the lot's own __bool__ is a call)
-        self._outbox: list[bytes] = []
+        # the lines queued for the writer, in order: one buffer, so queueing a line is one copy, and a
+        # backlog costs its length (orjson's bytes each keep a 4 KiB allocation while they live)
+        self._outbox = bytearray()
         self._encoders: dict[str, Callable[[Any], bytes]] = {}  # method → its notification lines' encoder
-        self._packed = 0  # outbox items already joined into one (see _enqueue)
-        self._outbox_bytes = 0
         self._writing = False  # the writer is inside a send
         self._wake_writer = trio.Event()
         self._drained = trio.Event()
@@ -660,19 +658,9 @@ class Connection:
     def _append(self, line: bytes) -> None:
         """Queue ``line`` for the writer, waking it if the outbox was empty (unless the reader holds output)."""
         outbox = self._outbox
-        outbox.append(line)
-        self._outbox_bytes += len(line)
-        queued = len(outbox)
-        if queued == 1:  # the writer sleeps only on an empty outbox
-            if not self._holding:
-                self._wake_writer.set()
-        elif queued - self._packed >= _PACK_LINES:
-            # orjson's bytes keep a 4 KiB buffer whatever their length: lines waiting for the writer
-            # are joined every _PACK_LINES so a backlog costs its length, not 4 KiB a line
-            packed = b"".join(outbox[self._packed :])
-            del outbox[self._packed :]
-            outbox.append(packed)
-            self._packed = len(outbox)
+        if not outbox and not self._holding:  # the writer sleeps only on an empty outbox
+            self._wake_writer.set()
+        outbox += line
 
     def _flush(self) -> None:
         """The reader is done with what it read: send what its request handlers queued (held while
@@ -684,15 +672,13 @@ class Connection:
         if self._writing or self._rec_records or self._fd_stream is None or self._closed is not None:
             self._wake_writer.set()
             return
-        data = outbox[0] if len(outbox) == 1 else b"".join(outbox)
         fd = self._fd_stream.fileno()
         try:
-            sent = os.write(fd, data) if fd >= 0 else 0
+            sent = os.write(fd, outbox) if fd >= 0 else 0
         except OSError:  # would block, or broken: the writer retries and reports
             sent = 0
-        if sent == len(data):
+        if sent == len(outbox):
             outbox.clear()
-            self._outbox_bytes = self._packed = 0
             self._taken += 1
             self._written += 1
             if self._drain_wanted:
@@ -701,14 +687,12 @@ class Connection:
             if self._written_waiters:
                 self._written_lot.unpark_all()
             return
-        self._outbox = [data[sent:]]
-        self._outbox_bytes = len(data) - sent
-        self._packed = 0
+        del outbox[:sent]
         self._wake_writer.set()
 
     async def _backpressure(self) -> None:
         # Queue first, wait after: a message once queued is sent even if its sender is cancelled.
-        if self._outbox_bytes > _HIGH_WATER:
+        if len(self._outbox) > _HIGH_WATER:
             if not self._drain_wanted:
                 self._drained = trio.Event()
                 self._drain_wanted = True
@@ -722,13 +706,11 @@ class Connection:
                 await self._wake_writer.wait()
                 self._wake_writer = trio.Event()
                 while self._outbox:
-                    batch, self._outbox = self._outbox, []
-                    self._outbox_bytes = self._packed = 0
+                    data, self._outbox = self._outbox, bytearray()  # a new buffer: data is not resized while sent
                     if self._drain_wanted:
                         self._drain_wanted = False
                         self._drained.set()
                     self._writing = True
-                    data = batch[0] if len(batch) == 1 else b"".join(batch)
                     self._taken += 1
                     # session store hook: the batch's records go to their sinks once it is written
                     records = self._take_records() if self._rec_records else None
@@ -737,7 +719,6 @@ class Connection:
                     except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
                         log.debug("%s: write failed: %r", self.name, exc)
                         self._outbox.clear()
-                        self._packed = 0
                         if self._closed is None:
                             self._mark_closed(await self._closing_error(f"write failed: {exc!r}"))
                         return
@@ -1363,7 +1344,7 @@ class Connection:
         # turns with batches (64 reads in flight: 45 -> 27 ms a pair, the same CPU)
         self._enqueue(_core.encode_request(request_id, method, params), eager=True)
         try:
-            if self._outbox_bytes > _HIGH_WATER:
+            if len(self._outbox) > _HIGH_WATER:
                 await self._backpressure()
             if timeout is None:
                 if slot.done:
@@ -1409,7 +1390,7 @@ class Connection:
         if self.tap is not None:
             self.tap("out", line)
         self._append(line)  # never eager: the writer coalesces notifications
-        return self._outbox_bytes > _HIGH_WATER
+        return len(self._outbox) > _HIGH_WATER
 
     def notification_queue(self, method: str) -> Callable[[Any], bool]:
         """:meth:`queue_notification` for one ``method``, as a function ``(params) -> bool``: the same,
@@ -1420,8 +1401,13 @@ class Connection:
         def queue(params: Any) -> bool:
             if params is None or self._closed is not None or self.instrumentation is not None or self.tap is not None:
                 return self.queue_notification(method, params)
-            self._append(prefix + dumps(params) + b"}\n")
-            return self._outbox_bytes > _HIGH_WATER
+            outbox = self._outbox  # _append, inlined, taking the line in its three parts
+            if not outbox and not self._holding:
+                self._wake_writer.set()
+            outbox += prefix
+            outbox += dumps(params)
+            outbox += b"}\n"
+            return len(outbox) > _HIGH_WATER
 
         return queue
 
@@ -1455,7 +1441,7 @@ class Connection:
         if self._rec_sinks is not None:
             self._rec_sinks.append(sink)
         records.append(record)
-        return self._outbox_bytes > _HIGH_WATER
+        return len(self._outbox) > _HIGH_WATER
 
     @property
     def records_pending(self) -> bool:
@@ -1511,11 +1497,11 @@ class Connection:
                 self._enqueue(line)
         else:
             self._enqueue(data)
-        return self._outbox_bytes > _HIGH_WATER
+        return len(self._outbox) > _HIGH_WATER
 
     async def wait_writable(self) -> None:
         """Wait until the writer has taken what is queued beyond the high-water mark (64 KiB)."""
-        if self._outbox_bytes > _HIGH_WATER:
+        if len(self._outbox) > _HIGH_WATER:
             await self._backpressure()
 
     async def send_request(self, spec: MethodSpec, params: Any, *, timeout: float | None = None) -> Any:
