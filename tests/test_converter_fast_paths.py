@@ -1,8 +1,9 @@
 """The compiled hooks' fast paths decide exactly as the full paths do.
 
-Each compiled class hook has a fast path for the common shape (structure: the required keys and no
-other, values of the right kind; unstructure: no optional field set, no extra fields) and falls
-through to its full path for anything else.  Here a converter with the fast paths and one without
+Each compiled class hook has fast paths for the common shapes (structure: the required keys and no
+other, or a function specialized to the object's keys when it carries optional fields, values of
+the right kind; unstructure: no optional field set, no extra fields) and falls through to its full
+path for anything else.  Here a converter with the fast paths and one without
 (``AcpConverter(fast_paths=False)``) decode the same inputs: every JSON-RPC example of the spec
 pages (``tests/golden``), and each of them mutated one place at a time (a key removed, a value
 replaced by another JSON kind, an unknown key added, at every depth).  They must return equal
@@ -125,3 +126,66 @@ def test_the_fast_paths_are_taken() -> None:
     assert out == wire
     # both returned from their fast path, which is the first lines of the function
     assert len(lines) == 2 and all(line < 20 for line in lines), lines
+
+
+def _returned_from(fn: Any, value: Any) -> tuple[Any, list[str]]:
+    """``fn(value)`` and the names of the generated functions that returned during the call."""
+    import sys
+
+    names: list[str] = []
+
+    def trace(frame: Any, event: str, arg: Any) -> Any:
+        if event == "return" and frame.f_code.co_name.startswith("structure_"):
+            names.append(frame.f_code.co_name)
+        return trace
+
+    sys.settrace(trace)
+    try:
+        out = fn(value)
+    finally:
+        sys.settrace(None)
+    return out, names
+
+
+def test_an_object_with_optional_fields_is_built_by_the_function_of_its_shape() -> None:
+    from acp_schema import v1
+
+    fast, full = AcpConverter(), AcpConverter(fast_paths=False)
+    structure = fast.structure_fn(v1.ToolCallUpdate)
+    wire = {"toolCallId": "t1", "title": "Edit x", "kind": "edit"}
+    for _ in range(2):  # learned on the first value, looked up on the second
+        obj, names = _returned_from(structure, wire)
+        assert obj == full.structure(wire, v1.ToolCallUpdate)
+        assert names == ["structure_ToolCallUpdate_shape0", "structure_ToolCallUpdate"]
+    # the same keys with a value the shape's checks reject: the full path decides, as it would alone
+    for bad in ({"toolCallId": "t1", "title": None, "kind": "edit"}, {"toolCallId": "t1", "title": "x", "kind": "?"}):
+        got, want = _outcome(fast, bad, v1.ToolCallUpdate), _outcome(full, bad, v1.ToolCallUpdate)
+        assert got == want
+    # keys in another order are another shape; an unknown key is never specialized
+    _, names = _returned_from(structure, {"kind": "edit", "toolCallId": "t1", "title": "Edit x"})
+    assert names[0] == "structure_ToolCallUpdate_shape1"
+    odd = {"toolCallId": "t1", "title": "x", "zzUnknown": 1}
+    obj, names = _returned_from(structure, odd)
+    assert names == ["structure_ToolCallUpdate"] and obj.extra_fields == {"zzUnknown": 1}
+
+
+def test_shapes_beyond_the_limit_decode_by_the_full_path() -> None:
+    import itertools
+
+    from acp_schema import v1
+
+    fast, full = AcpConverter(), AcpConverter(fast_paths=False)
+    structure = fast.structure_fn(v1.ToolCallUpdate)
+    optional = {"title": "t", "kind": "read", "status": "pending", "rawInput": {"a": 1}, "locations": [{"path": "/p"}]}
+    learned: set[str] = set()
+    shapes = 0
+    for k in range(1, len(optional) + 1):
+        for keys in itertools.permutations(optional, k):
+            wire = {"toolCallId": "t1", **{key: optional[key] for key in keys}}
+            obj, names = _returned_from(structure, wire)
+            assert obj == full.structure(wire, v1.ToolCallUpdate)
+            assert orjson.dumps(fast.unstructure(obj)) == orjson.dumps(full.unstructure(obj))
+            learned.update(name for name in names if "_shape" in name)
+            shapes += 1
+    assert shapes > 300
+    assert len(learned) == 16  # _MAX_SHAPES: the rest took the full path

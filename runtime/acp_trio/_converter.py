@@ -44,6 +44,8 @@ T = TypeVar("T")
 _MISSING: Any = object()
 _NoneType = type(None)
 _counter = itertools.count()
+_MAX_SHAPES = 16
+"""Shapes (key tuples) a class's compiled structure hook specializes at most (see ``_shape_dispatch``)."""
 
 
 class DecodeError(ValueError):
@@ -184,9 +186,9 @@ class AcpConverter(cattrs.Converter):
     """
 
     def __init__(self, *, fast_paths: bool = True) -> None:
-        """``fast_paths``: give each compiled class hook its fast path for the common shape (see
-        ``_fast_structure`` and the dict display in ``_struct_unstructure``); off, only the full
-        paths (for tests that check the two agree)."""
+        """``fast_paths``: give each compiled class hook its fast paths for the common shapes (see
+        ``_fast_structure``, ``_shape_dispatch`` and the dict display in ``_struct_unstructure``);
+        off, only the full paths (for tests that check the two agree)."""
         super().__init__()
         self._fast_paths = fast_paths
         self._s: dict[Any, Callable[..., Any]] = {}
@@ -626,6 +628,8 @@ class AcpConverter(cattrs.Converter):
             lines += on_failure("e")
         ns["_known"] = frozenset(known)
         fast_path = self._fast_structure(cls, ns) if self._fast_paths else []
+        if self._fast_paths and any(not is_required for _, is_required, _ in segments):
+            fast_path += self._shape_dispatch(cls, ns)
         # Required fields first; optional ones are looked up only when the object has more keys
         # than the required fields (the common message carries few of its optional fields).
         bounds = [start for _, _, start in segments] + [len(lines)]
@@ -665,24 +669,83 @@ class AcpConverter(cattrs.Converter):
         """The compiled hook's fast path: an object with its required keys and no other (what most
         messages are), each value of the right kind, is built without the checks and the bookkeeping
         of optional and unknown keys.  Anything else (a key missing, another key, a value of another
-        kind, a nested value that does not fit) falls through to the full path after it, which then
-        decodes or rejects it exactly as it would have.  Uses the names the full path put in ``ns``."""
-        required: list[tuple[int, str, FieldSpec, Any]] = []
-        stores: list[str] = []  # in field order, as the full path assigns them
-        for i, a in enumerate(attrs.fields(cls)):
-            if EXTRA.keys() & a.metadata.keys():
-                continue
-            spec: FieldSpec = a.metadata["acp"]
-            if _required(a, spec):
-                required.append((i, a.name, spec, _core(a.type)))
-                stores.append(f"o.{a.name} = f{i}")
-            else:
-                stores.append(f"o.{a.name} = UNSET")
+        kind, a nested value that does not fit) falls through to the paths after it, which then
+        decode or reject it exactly as the full path would have.  Uses the names the full path put in ``ns``."""
+        fields = [(i, a) for i, a in enumerate(attrs.fields(cls)) if not EXTRA.keys() & a.metadata.keys()]
+        present = {i for i, a in fields if _required(a, a.metadata["acp"])}
+        body, stores = self._fast_lines(fields, present, ns, "            ")
+        lines = [f"    if d.__class__ is dict and len(d) == {len(present)}:"]
+        if body:
+            lines += ["        try:", *body]
+            lines.append("        except (KeyError, TypeError, DecodeError, _FastMiss):")
+            lines.append("            pass")
+            lines.append("        else:")
+            ind = "            "
+        else:
+            ind = "        "
+        lines += [ind + store for store in stores]
+        return lines
+
+    def _shape_dispatch(self, cls: type, ns: dict[str, Any]) -> list[str]:
+        """The compiled hook's second fast path, for objects that carry optional fields too (a tool
+        call with its title, kind and status): a function specialized to the object's keys, in their
+        wire order, compiled the first time that shape comes (up to ``_MAX_SHAPES`` per class) and
+        looked up by ``tuple(d)`` after that.  It fetches exactly those keys and makes the fast
+        path's checks; it answers ``None`` when anything does not fit (and the full path decodes or
+        rejects the value).  A shape with a key the class does not define, or without a required
+        key, is not specialized."""
+        fields = [(i, a) for i, a in enumerate(attrs.fields(cls)) if not EXTRA.keys() & a.metadata.keys()]
+        by_wire = {a.metadata["acp"].wire: i for i, a in fields}
+        required = frozenset(i for i, a in fields if _required(a, a.metadata["acp"]))
+        shapes: dict[tuple[str, ...], Callable[[Any], Any] | bool] = {}
+
+        def learn(d: dict[str, Any]) -> Callable[[Any], Any] | bool:
+            if len(shapes) >= _MAX_SHAPES:
+                return False
+            key = tuple(d)
+            present = {by_wire.get(k, -1) for k in key}
+            fn: Callable[[Any], Any] | bool = False
+            if -1 not in present and required <= present and len(present) > len(required):
+                body, stores = self._fast_lines(fields, present, ns, "        ")
+                name = f"structure_{cls.__name__}_shape{len(shapes)}"
+                lines = [f"def {name}(d):", "    try:", *body]
+                lines += ["    except (KeyError, TypeError, DecodeError, _FastMiss):", "        return None"]
+                lines += ["    " + store for store in stores]
+                fn = self._compile("\n".join(lines) + "\n", ns, name)
+            shapes[key] = fn
+            return fn
+
+        ns["_shapes"], ns["_learn"], ns["_tuple"] = shapes, learn, tuple
+        return [
+            "    if d.__class__ is dict:",
+            "        s = _shapes.get(_tuple(d))",
+            "        if s is None:",
+            "            s = _learn(d)",
+            "        if s:",
+            "            o = s(d)",
+            "            if o is not None:",
+            "                return o",
+        ]
+
+    def _fast_lines(
+        self, fields: list[tuple[int, Any]], present: set[int], ns: dict[str, Any], ind: str
+    ) -> tuple[list[str], list[str]]:
+        """The fast paths' code for an object whose keys are the wire names of the fields ``present``
+        (indexes into ``fields``): the lines that fetch, check (raising ``_FastMiss``) and convert
+        each value, indented by ``ind`` (none when there is nothing to fetch), and the lines that
+        build the object (unindented, ending in ``return o``)."""
         fetch: list[str] = []
         checks: list[str] = []
         convert: list[str] = []
-        for i, _, spec, core in required:
-            fetch.append(f"            f{i} = d[{spec.wire!r}]")
+        stores = ["o = _new(_cls)"]  # every field, in field order, as the full path assigns them
+        for i, a in fields:
+            if i not in present:
+                stores.append(f"o.{a.name} = UNSET")
+                continue
+            stores.append(f"o.{a.name} = f{i}")
+            spec: FieldSpec = a.metadata["acp"]
+            core = _core(a.type)
+            fetch.append(f"{ind}f{i} = d[{spec.wire!r}]")
             if spec.tag and f"_tag{i}" in ns:
                 checks.append(f"f{i} != _tag{i} or f{i}.__class__ is not str")
                 continue
@@ -694,32 +757,22 @@ class AcpConverter(cattrs.Converter):
             elif f"_lit{i}" in ns:
                 checks.append(f"f{i}.__class__ is not str or f{i} not in _lit{i}")
             elif f"_tb{i}" in ns:  # a tagged union: the branch straight from the tag
-                convert.append(f"            f{i} = _tb{i}[f{i}[_k{i}]](f{i})")
+                convert.append(f"{ind}f{i} = _tb{i}[f{i}[_k{i}]](f{i})")
             elif get_origin(core) is list and not spec.skip_invalid_items and _scalar_kind(get_args(core)[0]) is None:
                 # as the full path: ``_s{i}`` structures one item
                 checks.append(f"f{i}.__class__ is not list")
-                convert.append(f"            f{i} = [_s{i}(x) for x in f{i}]")
+                convert.append(f"{ind}f{i} = [_s{i}(x) for x in f{i}]")
             else:
-                convert.append(f"            f{i} = _s{i}(f{i})")
-        lines = [f"    if d.__class__ is dict and len(d) == {len(required)}:"]
-        if required:
-            lines += ["        try:", *fetch]
-            if checks:
-                lines.append(f"            if {' or '.join(checks)}:")
-                lines.append("                raise _FastMiss")
-            lines += convert
-            lines.append("        except (KeyError, TypeError, DecodeError, _FastMiss):")
-            lines.append("            pass")
-            lines.append("        else:")
-            ind = "            "
-            ns["_FastMiss"] = _FastMiss
-        else:
-            ind = "        "
-        lines.append(f"{ind}o = _new(_cls)")
-        lines += [ind + store for store in stores]
-        lines.append(f"{ind}o.extra_fields = {{}}")
-        lines.append(f"{ind}return o")
-        return lines
+                if not _required(a, spec):  # null in an optional field: the full path's rules
+                    checks.append(f"f{i} is None")
+                convert.append(f"{ind}f{i} = _s{i}(f{i})")
+        stores += ["o.extra_fields = {}", "return o"]
+        ns["_FastMiss"], ns["_new"] = _FastMiss, object.__new__
+        body = list(fetch)
+        if checks:
+            body.append(f"{ind}if {' or '.join(checks)}:")
+            body.append(f"{ind}    raise _FastMiss")
+        return body + convert, stores
 
     def _default_of(self, core: Any, spec: FieldSpec) -> Any:
         if spec.default is not NO_DEFAULT:
