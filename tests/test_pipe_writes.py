@@ -143,3 +143,45 @@ async def test_a_request_with_others_in_flight_is_in_the_pipe_when_its_caller_pa
         await b_out.aclose()
     for i in range(3):
         assert [orjson.loads(line)["params"] for line in found[i].splitlines()] == [{"i": i}]
+
+
+async def test_answers_to_requests_read_at_once_go_out_in_one_write(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The reader holds the answers of one read for one write (the last one too: it joins the
+    others); a request read alone is answered in one write as well."""
+    a_in, b_out = pipe()
+    b_in, a_out = pipe()
+    server = Connection(b_out, b_in, {ECHO: Route(ECHO, "request", echo)}, name="server")
+    writes: list[bytes] = []
+    real_write = os.write
+
+    def write(fd: int, data: Any) -> int:
+        if fd == b_out.fileno():
+            writes.append(bytes(data))
+        return real_write(fd, data)
+
+    monkeypatch.setattr(os, "write", write)
+
+    async def answers(n: int) -> list[Any]:
+        got: list[Any] = []
+        buf = b""
+        while len(got) < n:
+            buf += await a_in.receive_some(1 << 16)
+            *lines, buf = buf.split(b"\n")
+            got += [orjson.loads(line) for line in lines]
+        return got
+
+    def requests(ids: range) -> bytes:
+        return b"".join(
+            orjson.dumps({"jsonrpc": "2.0", "id": i, "method": ECHO, "params": {"i": i}}) + b"\n" for i in ids
+        )
+
+    async with server:
+        with trio.fail_after(10):
+            await a_out.send_all(requests(range(30)))
+            assert [m["id"] for m in await answers(30)] == list(range(30))
+            assert len(writes) == 1
+            await a_out.send_all(requests(range(30, 31)))
+            assert [m["result"] for m in await answers(1)] == [{"i": 30}]
+            assert len(writes) == 2
+    for stream in (a_in, a_out):
+        await stream.aclose()

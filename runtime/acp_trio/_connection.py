@@ -819,6 +819,7 @@ class Connection:
         pool task that was the reader) goes on with it.
         """
         jobs, self._new_jobs = self._new_jobs, []
+        last = len(jobs) - 1
         for i, job in enumerate(jobs):
             if job.cancel_requested:  # cancelled as it was read: it runs in its own scope, elsewhere
                 self._give(job)
@@ -830,7 +831,9 @@ class Connection:
                 # own group) marks the job, and must not cancel the reader's scope
                 yielded = context.run(coro.send, None)
             except StopIteration:
-                self._finish_job(job, eager=False)
+                # held for the one write after the read, unless nothing can join it: the last
+                # request of the read, and nothing queued before its answer (one after another)
+                self._finish_job(job, eager=i == last and not self._backlog)
                 continue
             job.scope = scope  # this task goes on with the job
             if job.cancel_requested:
