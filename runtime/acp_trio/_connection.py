@@ -88,6 +88,10 @@ _parse_value = _core.parse_value
 _loads = orjson.loads
 _dumps = orjson.dumps
 _JSONDecodeError = orjson.JSONDecodeError
+_encode_request = _core.encode_request
+_current_task = trio.lowlevel.current_task
+_wait_task_rescheduled = trio.lowlevel.wait_task_rescheduled
+_reschedule = trio.lowlevel.reschedule
 
 
 class ConnectionClosed(Exception):
@@ -271,7 +275,7 @@ class _Slot:
         self.done = True
         task, self.task = self.task, None
         if task is not None:
-            trio.lowlevel.reschedule(task)
+            _reschedule(task)
 
     def abort(self, _raise_cancel: Any) -> trio.lowlevel.Abort:
         self.task = None
@@ -789,7 +793,7 @@ class Connection:
             me.task.context = self._job_context.copy()
         me.waiting = True
         self._idle.append(me)
-        await trio.lowlevel.wait_task_rescheduled(me.abort)
+        await _wait_task_rescheduled(me.abort)
         work, me.work = me.work, None
         assert work is not None
         return work
@@ -806,7 +810,7 @@ class Connection:
             if me.waiting:
                 me.work = work
                 me.waiting = False
-                trio.lowlevel.reschedule(me.task)
+                _reschedule(me.task)
                 return
         assert self._nursery is not None
         self._nursery.start_soon(self._pool_task, work, name=f"{self.name}: requests")
@@ -1345,7 +1349,7 @@ class Connection:
         # at once when nothing is queued before it, even with others in flight: the peer starts on
         # each request while this side wakes the next caller, instead of the two sides taking
         # turns with batches (64 reads in flight: 45 -> 27 ms a pair, the same CPU)
-        self._enqueue(_core.encode_request(request_id, method, params), eager=True)
+        self._enqueue(_encode_request(request_id, method, params), eager=True)
         try:
             if len(self._outbox) > _HIGH_WATER:
                 await self._backpressure()
@@ -1353,8 +1357,8 @@ class Connection:
                 if slot.done:
                     await trio.lowlevel.checkpoint()
                 else:  # slot.wait(), inlined: one frame less per request
-                    slot.task = trio.lowlevel.current_task()
-                    await trio.lowlevel.wait_task_rescheduled(slot.abort)
+                    slot.task = _current_task()
+                    await _wait_task_rescheduled(slot.abort)
             else:
                 with trio.move_on_after(timeout):
                     await slot.wait()

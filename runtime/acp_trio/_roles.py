@@ -712,24 +712,18 @@ class AgentSideConnection(_Side):
         return True
 
     def _check_call(self, spec: MethodSpec, wire: Any) -> None:
+        method = spec.method
+        if self._allowed.get(method):  # allowed before, and its verdict depends on the method only
+            return
         if self.protocol_version >= 2:
-            _capabilities.check_method_in_version(spec.method, self.variant.METHODS, self.protocol_version)
-            _capabilities.check_client_call_v2(spec.method, wire, self.client_capabilities)
-            return
-        if spec.method in _capabilities.CLIENT_PARAM_RULE_METHODS:  # the verdict depends on the params too
-            _capabilities.check_client_call(spec.method, wire, self.client_capabilities)
-            return
-        # other v1 client rules depend on the method only, so the verdict is cached until capabilities change
-        allowed = self._allowed.get(spec.method)
-        if allowed is None:
-            try:
-                _capabilities.check_client_call(spec.method, wire, self.client_capabilities)
-                allowed = True
-            except _capabilities.CapabilityError:
-                allowed = False
-            self._allowed[spec.method] = allowed
-        if not allowed:
-            _capabilities.check_client_call(spec.method, wire, self.client_capabilities)
+            _capabilities.check_method_in_version(method, self.variant.METHODS, self.protocol_version)
+            _capabilities.check_client_call_v2(method, wire, self.client_capabilities)
+        else:
+            _capabilities.check_client_call(method, wire, self.client_capabilities)
+        # the verdict holds until initialize (the version and the client's capabilities) changes it,
+        # except where it depends on the params too
+        if method not in _capabilities.CLIENT_PARAM_RULE_METHODS:
+            self._allowed[method] = True
 
     def _has_notification_rules(self, method: str) -> bool:
         if self.protocol_version >= 2:
