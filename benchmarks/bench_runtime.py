@@ -24,8 +24,9 @@ in ``benchmarks/runtime/`` (``common.py`` describes the prompt commands):
 * ``raw_*.py``: no framework (blocking stdio, one ``orjson.dumps`` line per message, ``orjson.loads``
   per line read; requests answered at once, one write and flush each).
 
-Pairs: each SDK's client with its own agent; for streaming two cross pairs, acp-trio's agent →
-the raw client and the raw agent → acp-trio's client, to show each side's share; and the bare trio
+Pairs: each SDK's client with its own agent; for streaming and mixed updates two cross pairs,
+acp-trio's agent → the raw client and the raw agent → acp-trio's client, to show each side's share
+(and for issue 14's agent-side bars); and the bare trio
 agent → the raw client (streaming, and reads one at a time and 64 in flight), the "floor" rows: what
 trio itself leaves of raw's speed for an agent shaped like the bench's.
 
@@ -133,7 +134,7 @@ class Pair:
 
 
 def pairs(python: str, with_ts: bool) -> list[Pair]:
-    """The client processes to run: each SDK's pair, and the two cross pairs (streaming only)."""
+    """The client processes to run: each SDK's pair, the two cross pairs (streaming and mixed), the floor."""
     script = lambda name: str(_SCRIPTS / name)  # noqa: E731
     found = [
         Pair("acp-trio", "acp-trio client ↔ acp-trio agent", [python, script("trio_client.py")], COMMANDS),
@@ -144,13 +145,13 @@ def pairs(python: str, with_ts: bool) -> list[Pair]:
             "trio-agent→raw",
             "raw client ↔ acp-trio agent",
             [python, script("raw_client.py"), "--agent", "trio_agent.py"],
-            (STREAM,),
+            (STREAM, MIXED),
         ),
         Pair(
             "raw-agent→trio",
             "acp-trio client ↔ raw agent",
             [python, script("trio_client.py"), "--agent", "raw_agent.py"],
-            (STREAM,),
+            (STREAM, MIXED),
         ),
         Pair(
             "trio-floor",
@@ -450,9 +451,10 @@ def build_rows(samples: Samples, startup: Startup) -> list[Row]:
     def mb(xs: Sequence[int] | None) -> float | None:
         return _median(xs) * 1024 / 1e6 if xs else None
 
-    raw_stream = secs("raw", STREAM)
-    raw_ms = raw_stream * 1e3 if raw_stream is not None else None
-    cross_agent, cross_client = secs("trio-agent→raw", STREAM), secs("raw-agent→trio", STREAM)
+    def cross(command: str, pair: str) -> dict[str, float | None]:
+        """A cross pair (one side acp-trio's, the other raw's), in the acp-trio column, beside the raw pair."""
+        value, base = secs(pair, command), secs("raw", command)
+        return {"acp-trio": value and value * 1e3, "raw": base and base * 1e3}
 
     def floor(command: str, n: int | None = None) -> dict[str, float | None]:
         """The bare trio agent with the raw client, in the acp-trio column, beside the raw pair."""
@@ -463,11 +465,13 @@ def build_rows(samples: Samples, startup: Startup) -> list[Row]:
 
     return [
         Row("stream 20k agent_message_chunk, pair", "ms", per_side(ms(STREAM))),
-        Row("  acp-trio agent → raw client", "ms", {"acp-trio": cross_agent and cross_agent * 1e3, "raw": raw_ms}),
-        Row("  raw agent → acp-trio client", "ms", {"acp-trio": cross_client and cross_client * 1e3, "raw": raw_ms}),
+        Row("  acp-trio agent → raw client", "ms", cross(STREAM, "trio-agent→raw")),
+        Row("  raw agent → acp-trio client", "ms", cross(STREAM, "raw-agent→trio")),
         Row("  floor: bare trio agent → raw client", "ms", floor(STREAM)),
         Row("stream 20k, pair", "msg/s", per_side(rate(STREAM, STREAM_N)), higher_is_better=True),
         Row("mixed 20k chunks + 4k tool call updates, pair", "ms", per_side(ms(MIXED))),
+        Row("  acp-trio agent → raw client", "ms", cross(MIXED, "trio-agent→raw")),
+        Row("  raw agent → acp-trio client", "ms", cross(MIXED, "raw-agent→trio")),
         Row("CPU per streamed update, agent", "µs", per_side(cpu_us("agent"))),
         Row("CPU per streamed update, client", "µs", per_side(cpu_us("client"))),
         Row("fs/read_text_file one at a time, pair", "req/s", per_side(rate(READ_SEQ, READ_N)), True),
@@ -532,11 +536,24 @@ def build_bars(rows: list[Row]) -> list[Bar]:
     )
     x = by["stream 20k agent_message_chunk, pair"].times_raw("acp-trio")
     bars.append(Bar(14, "stream 20k pair: within 2.5 x raw", f"{x:.2f} x raw", None if x is None else x <= 2.5))
-    x = by["acp-trio agent → raw client"].times_raw("acp-trio")
+    x = rows[rows.index(by["stream 20k agent_message_chunk, pair"]) + 1].times_raw("acp-trio")
     bars.append(
         Bar(
             14,
             "stream 20k agent side (acp-trio agent → raw client): within 2 x the raw pair",
+            f"{x:.2f} x raw",
+            None if x is None else x <= 2,
+        )
+    )
+    # "mixed updates (tool calls among text) likewise"
+    mixed = rows.index(by["mixed 20k chunks + 4k tool call updates, pair"])
+    x = rows[mixed].times_raw("acp-trio")
+    bars.append(Bar(14, "mixed 20k pair: within 2.5 x raw", f"{x:.2f} x raw", None if x is None else x <= 2.5))
+    x = rows[mixed + 1].times_raw("acp-trio")
+    bars.append(
+        Bar(
+            14,
+            "mixed 20k agent side (acp-trio agent → raw client): within 2 x the raw pair",
             f"{x:.2f} x raw",
             None if x is None else x <= 2,
         )
