@@ -17,7 +17,7 @@ in ``benchmarks/runtime/`` (``common.py`` describes the prompt commands):
 * ``trio_agent.py`` / ``trio_client.py``: acp-trio as README.md teaches (``run_agent_stdio``,
   ``spawn_agent``, typed peers);
 * ``trio_floor_agent.py``: the floor under any trio agent: trio and orjson only (no typed objects,
-  no JSON-RPC layer), a task per request in flight as the bench agent has, a raw wake-up per response;
+  no JSON-RPC layer), a task per request in flight, a raw wake-up per response;
 * ``ts_*.mjs``: the TypeScript SDK as its README teaches (``agent()`` / ``client()`` builders,
   ``ndJsonStream`` over process stdio);
 * ``official_*.py``: the official Python SDK (``run_agent``, ``spawn_agent_process``);
@@ -38,7 +38,9 @@ Scenarios (each one ``session/prompt``, timed by the client from sending it to a
    every 10 (24,000 updates).
 3. ``read 2000 1`` / ``permission 2000``: 2,000 ``fs/read_text_file`` / ``session/request_permission``
    round trips from the agent to the client, one at a time.
-4. ``read 2000 64``: 2,000 ``fs/read_text_file`` with 64 in flight.
+4. ``read 2000 64``: 2,000 ``fs/read_text_file`` with 64 in flight (acp-trio's agent as README.md
+   teaches: ``send_requests``; and, on its own row, with a task per request in flight, as the floor
+   agent has).
 5. start-up: wall time from spawning an agent to reading its ``initialize`` response, measured by a
    neutral client (``subprocess`` and a blocking read), and the agent's RSS (``VmRSS``) right then:
    acp-trio's agent of README.md "Write an agent" (``runtime/readme_agent.py``), acp-trio's example
@@ -111,6 +113,7 @@ MIXED_UPDATES: Final = STREAM_N + 2 * (STREAM_N // 10)  # common.expected("mixed
 READ_SEQ: Final = f"read {READ_N} 1"
 PERMISSION_SEQ: Final = f"permission {PERMISSION_N}"
 READ_PAR: Final = f"read {READ_N} {WIDTH}"
+READ_PAR_TASKS: Final = f"{READ_PAR} tasks"  # acp-trio's agent with a task per request in flight
 COMMANDS: Final = (STREAM, MIXED, READ_SEQ, PERMISSION_SEQ, READ_PAR)
 TS_SDK: Final = "@agentclientprotocol/sdk 2.4.0"
 RSS_BAR_MB: Final = 35.0
@@ -137,7 +140,12 @@ def pairs(python: str, with_ts: bool) -> list[Pair]:
     """The client processes to run: each SDK's pair, the two cross pairs (streaming and mixed), the floor."""
     script = lambda name: str(_SCRIPTS / name)  # noqa: E731
     found = [
-        Pair("acp-trio", "acp-trio client ↔ acp-trio agent", [python, script("trio_client.py")], COMMANDS),
+        Pair(
+            "acp-trio",
+            "acp-trio client ↔ acp-trio agent",
+            [python, script("trio_client.py")],
+            (*COMMANDS, READ_PAR_TASKS),
+        ),
         Pair("ts", "TS SDK client ↔ TS SDK agent", ["node", script("ts_client.mjs")], COMMANDS),
         Pair("official", "official client ↔ official agent", [python, script("official_client.py")], COMMANDS),
         Pair("raw", "raw client ↔ raw agent", [python, script("raw_client.py")], COMMANDS),
@@ -478,6 +486,12 @@ def build_rows(samples: Samples, startup: Startup) -> list[Row]:
         Row("  floor: bare trio agent → raw client", "req/s", floor(READ_SEQ, READ_N), True),
         Row("session/request_permission one at a time", "req/s", per_side(rate(PERMISSION_SEQ, PERMISSION_N)), True),
         Row(f"fs/read_text_file {WIDTH} in flight, pair", "req/s", per_side(rate(READ_PAR, READ_N)), True),
+        Row(
+            "  acp-trio agent with a task per request",
+            "req/s",
+            {"acp-trio": rate(READ_PAR_TASKS, READ_N)("acp-trio"), "raw": rate(READ_PAR, READ_N)("raw")},
+            True,
+        ),
         Row("  floor: bare trio agent → raw client", "req/s", floor(READ_PAR, READ_N), True),
         Row(
             "spawn → initialize answered (cold start)",

@@ -7,7 +7,8 @@ understand:
 * ``mixed N``: the same N chunks, and after every :data:`TOOL_EVERY` of them a ``tool_call``
   (status pending) and a ``tool_call_update`` (status completed) for it: N + 2 x (N // 10) updates;
 * ``read N C``: issue N ``fs/read_text_file`` requests to the client with C of them in flight
-  (C = 1: one after another), check every answer, then end the turn;
+  (C = 1: one after another), check every answer, then end the turn (``read N C tasks``: acp-trio's
+  agent with a task per request in flight instead of ``send_requests``; the same for the others);
 * ``permission N``: issue N ``session/request_permission`` requests, one after another (options
   :data:`PERMISSION_OPTIONS`, the client selects ``allow``), check every answer, then end the turn.
 
@@ -61,7 +62,9 @@ def tool_title(i: int) -> str:
 
 def parse_command(text: str) -> tuple[str, int, int]:
     """``"stream 20000"`` → ``("stream", 20000, 0)``; ``"read 2000 64"`` → ``("read", 2000, 64)``;
-    ``"mixed 20000"`` → ``("mixed", 20000, 0)``; ``"permission 2000"`` → ``("permission", 2000, 1)``."""
+    ``"mixed 20000"`` → ``("mixed", 20000, 0)``; ``"permission 2000"`` → ``("permission", 2000, 1)``.
+    ``"read 2000 64 tasks"`` is ``"read 2000 64"`` for every side but acp-trio's agent, which then
+    runs a task per request in flight (a nursery of workers) instead of ``send_requests``."""
     words = text.split()
     if words[0] in ("stream", "mixed"):
         return words[0], int(words[1]), 0

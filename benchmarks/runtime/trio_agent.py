@@ -25,6 +25,7 @@ OPTIONS = [v1.PermissionOption(option_id=o["optionId"], name=o["name"], kind=o["
 
 class BenchAgent:
     def __init__(self, conn: Any) -> None:
+        self.conn = conn
         self.client = v1.ClientPeer(conn)
 
     async def session_new(self, params: v1.NewSessionRequest) -> v1.NewSessionResponse:
@@ -34,12 +35,13 @@ class BenchAgent:
         block = params.prompt[0]
         assert isinstance(block, v1.TextContentBlock)
         kind, n, width = parse_command(block.text)
+        tasks = block.text.split()[3:] == ["tasks"]
         if kind in ("stream", "mixed"):
             await self._stream(params.session_id, n, kind == "mixed")
         elif kind == "permission":
             await self._permission(params.session_id, n)
         else:
-            await self._read(params.session_id, n, width)
+            await self._read(params.session_id, n, width, tasks)
         return v1.PromptResponse(stop_reason="end_turn")
 
     async def _stream(self, session_id: str, n: int, mixed: bool) -> None:
@@ -65,7 +67,13 @@ class BenchAgent:
             if not isinstance(outcome, v1.SelectedRequestPermissionOutcome) or outcome.option_id != "allow":
                 raise AssertionError(f"permission {i}: unexpected outcome {outcome!r}")
 
-    async def _read(self, session_id: str, n: int, width: int) -> None:
+    async def _read(self, session_id: str, n: int, width: int, tasks: bool) -> None:
+        if width > 1 and not tasks:  # many in flight, as README.md teaches: send_requests
+            requests = [v1.ReadTextFileRequest(session_id=session_id, path=file_path(i)) for i in range(n)]
+            for i, response in enumerate(await self.conn.send_requests("fs/read_text_file", requests, limit=width)):
+                if response.content != FILE_CONTENT:
+                    raise AssertionError(f"read {i}: unexpected content {response.content!r}")
+            return
         read = self.client.fs_read_text_file
 
         async def worker(indices: Any) -> None:

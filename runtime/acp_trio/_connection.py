@@ -23,12 +23,13 @@ from __future__ import annotations
 import contextvars
 import errno
 import logging
+import math
 import os
 import signal as _signal
 import stat
 import types
 from collections import deque
-from collections.abc import Awaitable, Callable, Hashable, Mapping
+from collections.abc import Awaitable, Callable, Hashable, Iterable, Mapping
 from contextlib import AbstractContextManager, asynccontextmanager
 from typing import Any, Final, Literal, Protocol, TypeAlias, cast
 
@@ -287,6 +288,41 @@ class _Slot:
             return
         self.task = trio.lowlevel.current_task()
         await trio.lowlevel.wait_task_rescheduled(self.abort)
+
+
+class _FanSlot(_Slot):
+    """One request of :meth:`Connection.request_many`: finishing it hands it to the call's :class:`_Fan`."""
+
+    __slots__ = ("fan", "index", "request_id")
+
+    def __init__(self, fan: _Fan, index: int, request_id: int) -> None:
+        super().__init__()
+        self.fan = fan
+        self.index = index  # its place in the call's params
+        self.request_id = request_id
+
+    def finish(self) -> None:
+        self.done = True
+        fan = self.fan
+        fan.done.append(self)
+        task, fan.task = fan.task, None
+        if task is not None:  # woken once for all the responses of one read
+            _reschedule(task)
+
+
+class _Fan:
+    """The wait of one :meth:`Connection.request_many` call: the requests answered since it last
+    looked, and its task while it waits for more."""
+
+    __slots__ = ("done", "task")
+
+    def __init__(self) -> None:
+        self.done: list[_FanSlot] = []
+        self.task: trio.lowlevel.Task | None = None
+
+    def abort(self, _raise_cancel: Any) -> trio.lowlevel.Abort:
+        self.task = None
+        return trio.lowlevel.Abort.SUCCEEDED
 
 
 class _Job:
@@ -1373,6 +1409,71 @@ class Connection:
         if slot.error is not None:
             raise slot.error
         return slot.result
+
+    async def request_many(
+        self, method: str, params: Iterable[Any], *, limit: int = 64, timeout: float | None = None
+    ) -> list[Any]:
+        """Send a request ``method`` for each JSON params of ``params``, at most ``limit`` in flight;
+        return their JSON results, in the order of ``params``.
+
+        What a task per request (each awaiting :meth:`request`) does, in one task: it is woken once
+        for all the responses one read brings, not once per response, and sends the next requests
+        then.  ``timeout``: seconds for the whole call (``None``: no limit).  When a request fails,
+        ``$/cancel_request`` is sent for every one still in flight and nothing more is sent: raises
+        :class:`RequestError` (the first error response to arrive), :class:`RequestTimeout` (naming
+        the oldest request in flight), :class:`ConnectionClosed`; a cancellation of the calling
+        task propagates the same way.  ``ValueError`` if ``limit`` is less than 1.  Like
+        :meth:`request`, it returns once the notifications read before the last response were handled.
+        """
+        if limit < 1:
+            raise ValueError(f"limit must be at least 1, got {limit!r}")
+        todo = list(params)
+        results: list[Any] = [None] * len(todo)
+        if self.instrumentation is not None:
+            todo = [self.instrumentation.outbound("request", method, p) for p in todo]
+        fan = _Fan()
+        in_flight: dict[int, _FanSlot] = {}
+        sent = answered = seq = 0
+        waited = False
+        deadline = trio.current_time() + timeout if timeout is not None else math.inf
+        try:
+            with trio.CancelScope(deadline=deadline) as scope:
+                while answered < len(todo):
+                    if self._closed is not None:
+                        raise self._closed.clone()
+                    if self._read_closed is not None:
+                        raise self._read_closed.clone()
+                    while sent < len(todo) and len(in_flight) < limit:
+                        request_id = self._next_request_id
+                        self._next_request_id = request_id + 1
+                        slot = _FanSlot(fan, sent, request_id)
+                        self._pending[request_id] = in_flight[request_id] = slot
+                        self._enqueue(_encode_request(request_id, method, todo[sent]), eager=True)
+                        sent += 1
+                    if len(self._outbox) > _HIGH_WATER:
+                        await self._backpressure()
+                    if not fan.done:  # (answered at once only when the connection failed meanwhile)
+                        waited = True
+                        fan.task = _current_task()
+                        await _wait_task_rescheduled(fan.abort)
+                    done, fan.done = fan.done, []
+                    for slot in done:
+                        del in_flight[slot.request_id]
+                        if slot.error is not None:
+                            raise slot.error
+                        results[slot.index] = slot.result
+                        seq = max(seq, slot.seq)
+                    answered += len(done)
+            if scope.cancelled_caught:
+                raise RequestTimeout(method, cast(float, timeout), min(in_flight))
+            if not waited:
+                await trio.lowlevel.checkpoint()
+        finally:
+            for request_id in in_flight:
+                self._cancel_outbound(request_id)
+        if self._queues:
+            await self._wait_serial_before(seq)
+        return results
 
     def _cancel_outbound(self, request_id: int) -> None:
         if self._pending.pop(request_id, None) is not None and self.cancel_method is not None:

@@ -21,7 +21,7 @@ import inspect
 import logging
 import operator
 from collections import deque
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from types import ModuleType
 from typing import Any, Literal
 
@@ -230,13 +230,7 @@ class _Side:
         """
         plan = self._request_plans.get(spec.method)  # a str key: hashing a MethodSpec costs more
         if plan is None or plan[0] is not spec:
-            conv = self.connection.converter
-            plan = self._request_plans[spec.method] = (
-                spec,
-                conv.unstructure_fn(spec.params_type),
-                conv.structure_fn(spec.result_type),
-                spec.method in self._intercepted,
-            )
+            plan = self._request_plan(spec)
         wire = plan[1](params)
         self._check_call(spec, wire)
         if plan[3]:
@@ -246,6 +240,58 @@ class _Side:
         if result is None:  # null for an empty result: decode_result's rule
             return self.connection.decode_result(spec, result)
         return plan[2](result)
+
+    async def send_requests(
+        self, spec: MethodSpec | str, params: Iterable[Any], *, limit: int = 64, timeout: float | None = None
+    ) -> list[Any]:
+        """Send one typed request per item of ``params``, at most ``limit`` in flight, and return
+        their typed results in the order of ``params``: what a nursery with a task per
+        :meth:`send_request` does, at a fraction of its cost (one task, woken once per read).
+
+        ``spec``: the method, as its ``MethodSpec`` (``v1.REQUESTS["fs/read_text_file"]``) or its
+        wire name, looked up in the negotiated variant.  ``timeout``: seconds for the whole call.
+        Every request's capability is checked before the first is sent (:class:`acp_trio.CapabilityError`,
+        nothing sent).  When one fails, ``$/cancel_request`` goes out for those still in flight and
+        nothing more is sent; raises :class:`acp_trio.RequestError` (the first error response),
+        :class:`acp_trio.RequestTimeout`, :class:`acp_trio.ConnectionClosed`,
+        :class:`acp_trio.DecodeError` (a result that does not fit).  ``ValueError`` for an unknown
+        method, ``limit`` below 1, and for ``initialize`` and the methods that open, load or end a
+        session or start a prompt turn (they change the connection's state: send them one at a time).
+        See :meth:`Connection.request_many`.
+        """
+        if isinstance(spec, str):
+            found: MethodSpec | None = self.variant.REQUESTS.get(spec)
+            if found is None or found.side == self.side:
+                version = self.protocol_version
+                raise ValueError(f"{spec!r} is not a request this side sends in protocol version {version}")
+            method_spec = found
+        else:
+            method_spec = spec
+        plan = self._request_plans.get(method_spec.method)
+        if plan is None or plan[0] is not method_spec:
+            plan = self._request_plan(method_spec)
+        if plan[3]:
+            raise ValueError(
+                f"{method_spec.method} changes the connection's state: send it with send_request, one at a time"
+            )
+        wires = [plan[1](p) for p in params]
+        for wire in wires:
+            self._check_call(method_spec, wire)
+        results = await self.connection.request_many(method_spec.method, wires, limit=limit, timeout=timeout)
+        decode = plan[2]
+        return [decode(r) if r is not None else self.connection.decode_result(method_spec, r) for r in results]
+
+    def _request_plan(self, spec: MethodSpec) -> tuple[MethodSpec, Callable[[Any], Any], Callable[[Any], Any], bool]:
+        """How typed requests of ``spec`` are sent (kept per method until the version changes): the
+        spec, its params' encoder, its result's decoder, and whether it goes through :meth:`_request`."""
+        conv = self.connection.converter
+        plan = self._request_plans[spec.method] = (
+            spec,
+            conv.unstructure_fn(spec.params_type),
+            conv.structure_fn(spec.result_type),
+            spec.method in self._intercepted,
+        )
+        return plan
 
     async def _request(self, spec: MethodSpec, params: Any, wire: Any, timeout: float | None) -> Any:
         """Send an intercepted request; returns the decoded result."""
