@@ -609,7 +609,7 @@ class Connection:
             log.exception("%s: background task %r raised", self.name, async_fn)
         finally:
             self._background_scopes.discard(scope)
-            if not self._background_scopes and self._serial_lot:
+            if not self._background_scopes and self._serial_waiting:
                 self._serial_lot.unpark_all()
 
     def add_close_callback(self, callback: Callable[[str], object]) -> None:
@@ -669,7 +669,7 @@ class Connection:
 
     def _task_done(self) -> None:
         self._busy -= 1
-        if not self._busy and self._serial_lot:
+        if not self._busy and self._serial_waiting:
             self._serial_lot.unpark_all()
 
     # -- writing ---------------------------------------------------------------------------------
@@ -859,13 +859,15 @@ class Connection:
         pool task that was the reader) goes on with it.
         """
         jobs, self._new_jobs = self._new_jobs, []
-        last = len(jobs) - 1
+        last = len(jobs) - 1 if not self._backlog else -1  # the last request of a read with no more lines
+        base = self._job_context
+        new_context = base.copy if base is not None else contextvars.copy_context
         for i, job in enumerate(jobs):
             if job.cancel_requested:  # cancelled as it was read: it runs in its own scope, elsewhere
                 self._give(job)
                 continue
             coro = self._run_job(job)
-            context = self._job_context.copy() if self._job_context is not None else contextvars.copy_context()
+            context = new_context()
             try:
                 # without job.scope: a cancellation during this step (the handler cancelling its
                 # own group) marks the job, and must not cancel the reader's scope
@@ -873,7 +875,7 @@ class Connection:
             except StopIteration:
                 # held for the one write after the read, unless nothing can join it: the last
                 # request of the read, and nothing queued before its answer (one after another)
-                self._finish_job(job, eager=i == last and not self._backlog)
+                self._finish_job(job, eager=i == last)
                 continue
             job.scope = scope  # this task goes on with the job
             if job.cancel_requested:
@@ -1101,13 +1103,6 @@ class Connection:
         finally:
             self._task_done()
 
-    def _decode(self, route: Route, params: Any) -> Any:
-        """Params as ``route.params_type`` (absent params decode as ``{}``); raises the converter's error."""
-        decode = route.decode
-        if decode is None:
-            decode = route.decode = self.converter.structure_fn(route.params_type)
-        return decode({} if params is None else params)
-
     # -- inbound notifications -------------------------------------------------------------------
     def _on_notification(self, method: str, raw: Any) -> None:
         """A notification read: ``method`` and its JSON params (``raw``: ``None`` when absent)."""
@@ -1233,8 +1228,11 @@ class Connection:
             return _core.encode_error(
                 request_id, RequestError.invalid_request({"detail": "a request with this id is already running"})
             )
+        decode = route.decode  # _decode, inlined: this runs for every request
+        if decode is None:
+            decode = route.decode = self.converter.structure_fn(route.params_type)
         try:
-            params = self._decode(route, raw_params)
+            params = decode({} if raw_params is None else raw_params)
         except Exception as exc:
             return _core.encode_error(request_id, RequestError.invalid_params(_decode_error_data(exc)))
         if route.on_receive is not None:
