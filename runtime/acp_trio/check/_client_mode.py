@@ -609,6 +609,9 @@ class Script:
             elif (self.run == 1 and turn == 2) or (self.hold_first and turn == 1):
                 stop = await self._hold_turn(session_id, message_id)
             await self.end.update(session_id, self._chunk(message_id, "acp-check: done"))
+            # taken before the answer goes out: a client can read it, and close the agent's stdin,
+            # before this task runs again (the close would then seem to come first)
+            answered_at = time.monotonic()
             if self.v2:
                 idle: dict[str, Any] = {"sessionUpdate": "state_update", "state": "idle", "stopReason": stop}
                 if self.run == 1 and turn == 1:
@@ -620,7 +623,7 @@ class Script:
                     result["acpCheckFutureField"] = {"nested": [1, 2]}
                 await self.end.answer(message, result)
             if self.run == 1 and turn == 1:
-                self.probe_answer_at = time.monotonic()
+                self.probe_answer_at = answered_at
                 self.probe_answer_index = len(self.end.received)
         finally:
             self.turn_running = False
