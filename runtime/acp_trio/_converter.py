@@ -627,9 +627,13 @@ class AcpConverter(cattrs.Converter):
             lines.append(f"{vind}except DecodeError as e:")
             lines += on_failure("e")
         ns["_known"] = frozenset(known)
-        fast_path = self._fast_structure(cls, ns) if self._fast_paths else []
-        if self._fast_paths and any(not is_required for _, is_required, _ in segments):
-            fast_path += self._shape_dispatch(cls, ns)
+        fast_path: list[str] = []
+        if self._fast_paths:
+            fields = [(i, a) for i, a in enumerate(attrs.fields(cls)) if not EXTRA.keys() & a.metadata.keys()]
+            must = frozenset(i for i, is_required, _ in segments if is_required)
+            fast_path = self._fast_structure(fields, must, ns)
+            if len(must) < len(fields):  # objects may carry optional fields: specialize their shapes
+                fast_path += self._shape_dispatch(cls, fields, must, ns)
         # Required fields first; optional ones are looked up only when the object has more keys
         # than the required fields (the common message carries few of its optional fields).
         bounds = [start for _, _, start in segments] + [len(lines)]
@@ -665,16 +669,14 @@ class AcpConverter(cattrs.Converter):
         lines = [f"def structure_{cls.__name__}(d, _t=None):", *fast_path, *lines]
         return self._compile("\n".join(lines) + "\n", ns, f"structure_{cls.__name__}")
 
-    def _fast_structure(self, cls: type, ns: dict[str, Any]) -> list[str]:
+    def _fast_structure(self, fields: list[tuple[int, Any]], required: frozenset[int], ns: dict[str, Any]) -> list[str]:
         """The compiled hook's fast path: an object with its required keys and no other (what most
         messages are), each value of the right kind, is built without the checks and the bookkeeping
         of optional and unknown keys.  Anything else (a key missing, another key, a value of another
         kind, a nested value that does not fit) falls through to the paths after it, which then
         decode or reject it exactly as the full path would have.  Uses the names the full path put in ``ns``."""
-        fields = [(i, a) for i, a in enumerate(attrs.fields(cls)) if not EXTRA.keys() & a.metadata.keys()]
-        present = {i for i, a in fields if _required(a, a.metadata["acp"])}
-        body, stores = self._fast_lines(fields, present, ns, "            ")
-        lines = [f"    if d.__class__ is dict and len(d) == {len(present)}:"]
+        body, stores = self._fast_lines(fields, required, ns, "            ")
+        lines = [f"    if d.__class__ is dict and len(d) == {len(required)}:"]
         if body:
             lines += ["        try:", *body]
             lines.append("        except (KeyError, TypeError, DecodeError, _FastMiss):")
@@ -686,7 +688,9 @@ class AcpConverter(cattrs.Converter):
         lines += [ind + store for store in stores]
         return lines
 
-    def _shape_dispatch(self, cls: type, ns: dict[str, Any]) -> list[str]:
+    def _shape_dispatch(
+        self, cls: type, fields: list[tuple[int, Any]], required: frozenset[int], ns: dict[str, Any]
+    ) -> list[str]:
         """The compiled hook's second fast path, for objects that carry optional fields too (a tool
         call with its title, kind and status): a function specialized to the object's keys, in their
         wire order, compiled the first time that shape comes (up to ``_MAX_SHAPES`` per class) and
@@ -694,9 +698,7 @@ class AcpConverter(cattrs.Converter):
         path's checks; it answers ``None`` when anything does not fit (and the full path decodes or
         rejects the value).  A shape with a key the class does not define, or without a required
         key, is not specialized."""
-        fields = [(i, a) for i, a in enumerate(attrs.fields(cls)) if not EXTRA.keys() & a.metadata.keys()]
         by_wire = {a.metadata["acp"].wire: i for i, a in fields}
-        required = frozenset(i for i, a in fields if _required(a, a.metadata["acp"]))
         shapes: dict[tuple[str, ...], Callable[[Any], Any] | bool] = {}
 
         def learn(d: dict[str, Any]) -> Callable[[Any], Any] | bool:
@@ -728,7 +730,7 @@ class AcpConverter(cattrs.Converter):
         ]
 
     def _fast_lines(
-        self, fields: list[tuple[int, Any]], present: set[int], ns: dict[str, Any], ind: str
+        self, fields: list[tuple[int, Any]], present: frozenset[int] | set[int], ns: dict[str, Any], ind: str
     ) -> tuple[list[str], list[str]]:
         """The fast paths' code for an object whose keys are the wire names of the fields ``present``
         (indexes into ``fields``): the lines that fetch, check (raising ``_FastMiss``) and convert

@@ -449,7 +449,7 @@ class AgentSideConnection(_Side):
         **options: Any,
     ) -> None:
         self.client_capabilities: dict[str, Any] = {}
-        self._allowed: dict[str, bool] = {}
+        self._allowed: set[str] = set()  # methods whose calls passed the capability rules (see _check_call)
         self.client_info: dict[str, Any] | None = None
         self.initialized = False
         self._initialize_answer: Any = None  # the wire answer, given again to a repeated initialize
@@ -581,7 +581,7 @@ class AgentSideConnection(_Side):
         caps_obj = params.client_capabilities if version < 2 else params.capabilities
         caps = conv.unstructure(caps_obj) if caps_obj else {}
         self.client_capabilities = caps if type(caps) is dict else {}
-        self._allowed = {}
+        self._allowed = set()
         info = params.client_info if version < 2 else params.info
         self.client_info = conv.unstructure(info) if info else None
         user = getattr(self.handler, "initialize", None)
@@ -760,7 +760,7 @@ class AgentSideConnection(_Side):
 
     def _check_call(self, spec: MethodSpec, wire: Any) -> None:
         method = spec.method
-        if self._allowed.get(method):  # allowed before, and its verdict depends on the method only
+        if method in self._allowed:  # allowed before, and its verdict depends on the method only
             return
         if self.protocol_version >= 2:
             _capabilities.check_method_in_version(method, self.variant.METHODS, self.protocol_version)
@@ -770,7 +770,7 @@ class AgentSideConnection(_Side):
         # the verdict holds until initialize (the version and the client's capabilities) changes it,
         # except where it depends on the params too
         if method not in _capabilities.CLIENT_PARAM_RULE_METHODS:
-            self._allowed[method] = True
+            self._allowed.add(method)
 
     def _has_notification_rules(self, method: str) -> bool:
         if self.protocol_version >= 2:
