@@ -564,6 +564,80 @@ async def test_requests_read_together_run_concurrently(autojump_clock: MockClock
         await peer.ping()
 
 
+async def test_the_lines_after_a_request_that_waits_are_handled_in_order_by_the_next_reader(
+    autojump_clock: MockClock,
+) -> None:
+    """The reader runs each request as it reads it; when one has to wait, the reader goes on with it
+    and the lines after it in the same read go to the task that takes the reader role."""
+    opened = trio.Event()
+    order: list[str] = []
+
+    async def gate(params: Any) -> str:
+        order.append("gate")
+        await opened.wait()
+        return "passed"
+
+    async def opener(params: Any) -> str:
+        order.append("open")
+        opened.set()
+        return "opened"
+
+    async def note(params: Any) -> None:
+        order.append(params["n"])
+
+    async with connected(
+        Route("gate", "request", gate), Route("open", "request", opener), Route("note", "notification", note)
+    ) as (_conn, peer):
+        await peer.send(
+            {"jsonrpc": "2.0", "id": 1, "method": "gate"},
+            {"jsonrpc": "2.0", "method": "note", "params": {"n": "after the gate"}},
+            {"jsonrpc": "2.0", "id": 2, "method": "open"},
+            {"jsonrpc": "2.0", "id": 3, "method": PING},
+        )
+        answers = [await peer.recv() for _ in range(3)]
+        assert [m["id"] for m in answers] == [2, 3, 1]
+        assert [m["result"] for m in answers] == ["opened", "pong", "passed"]
+        assert order[:2] == ["gate", "open"] and "after the gate" in order
+
+
+class Ready:
+    """An awaitable that is not a coroutine: ready at once with ``value``."""
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+    def __await__(self) -> Any:
+        return self.value
+        yield  # a generator: its return value is the await's
+
+
+async def test_handlers_that_are_plain_functions_are_answered_like_coroutine_functions(
+    autojump_clock: MockClock,
+) -> None:
+    def ready(params: Any) -> Any:
+        return Ready({"ready": params["n"]})
+
+    def refuses(params: Any) -> Any:
+        raise RequestError(-32001, "refused", params)
+
+    def breaks(params: Any) -> Any:
+        raise ValueError("broken before returning an awaitable")
+
+    routes = [
+        Route("ready", "request", ready),
+        Route("refuses", "request", refuses),
+        Route("breaks", "request", breaks),
+    ]
+    async with connected(*routes) as (_conn, peer):
+        await peer.request(1, "ready", {"n": 1})
+        assert await peer.recv() == {"jsonrpc": "2.0", "id": 1, "result": {"ready": 1}}
+        await peer.request(2, "refuses", {"n": 2})
+        assert error_of(await peer.recv(), 2, -32001)["data"] == {"n": 2}
+        await peer.request(3, "breaks", {})
+        error_of(await peer.recv(), 3, -32603)
+        await peer.ping()
+
+
 @pytest.mark.parametrize("seed", range(6))
 async def test_every_request_gets_exactly_one_answer_whatever_its_handler_does(
     autojump_clock: MockClock, seed: int

@@ -77,6 +77,7 @@ class Instrumentation(Protocol):
 # faster than the writer drains lets the writer start early (the peer starts reading sooner).
 _HIGH_WATER = 1 << 16
 _READ_SIZE = 1 << 16
+_CoroutineType: Final = types.CoroutineType
 _HANDOFF = 64  # messages the reader decodes before letting their handlers run
 DEFAULT_EOF_GRACE = 0.25
 """Seconds a connection lets its handlers finish after its input ended, before cancelling them.
@@ -329,6 +330,7 @@ class _Job:
     """One inbound request: what its pool task runs, and what cancels it."""
 
     __slots__ = (
+        "bare",
         "batch",
         "cancel_requested",
         "coro",
@@ -358,7 +360,8 @@ class _Job:
         self.cancel_requested = False  # cancelled before a pool task took it
         self.finished = False
         self.handed = False  # given to a pool task that has not started it
-        self.coro: Any = None  # its handler's coroutine, when the reader ran its first step
+        self.coro: Any = None  # its coroutine, when the reader ran its first step
+        self.bare = False  # coro is the handler's own (answered by _go_on_bare), not _run_job's
         self.yielded: Any = None  # what that step yielded to trio
         self.group: Hashable | None = None  # its route's cancel group, if any
         self.group_cancelled = False  # cancelled with its group: answers the route's group_cancelled_result
@@ -484,7 +487,10 @@ class Connection:
         self._next_request_id = 0
         self._inbound: dict[RequestId | None, _Job] = {}  # running inbound requests
         self._groups: dict[Hashable, set[_Job]] = {}  # running inbound requests by cancel group
-        self._new_jobs: list[_Job] = []  # requests read since the reader last handed them out
+        self._new_jobs: list[_Job] = []  # requests read to be handed out (batches, the end of input)
+        self._inline = True  # the reader runs each request it reads at once (not at the end of input)
+        self._waiting: _Job | None = None  # the request the reader ran that has to wait (it goes on with it)
+        self._waiting_context: contextvars.Context | None = None  # the context its first step ran in
         self._idle: list[_PoolTask] = []  # request pool tasks waiting for work
         self._handed = 0  # requests handed to pool tasks that have not started them yet
         self._holding = False  # the reader runs request handlers: their output waits for _flush
@@ -779,11 +785,12 @@ class Connection:
     # -- reading: the request pool ---------------------------------------------------------------
     # A task per request costs its spawn and a cancel scope (about 10 us here), and a scheduler pass
     # before it answers.  Instead, a pool of tasks serves the connection.  One of them holds the
-    # reader role; it runs the requests a read brings itself, at once: a handler that finishes
-    # without waiting (most answers a client gives) is answered before the reader reads again, with
-    # no task started or woken, and the answers of one read go out in one write.  When a handler
-    # has to wait, the reader hands its role to an idle task of the pool (or a new one) and the
-    # remaining requests of that read to others, and goes on with its request.  A task runs inside
+    # reader role; it runs each request it reads itself, at once: a handler that finishes without
+    # waiting (most answers a client gives) is answered before the reader reads on, with no task
+    # started or woken and, when nothing can reach the request before that (no cancel group, no
+    # earlier notification of its serial key still queued), no job either; the answers of one read
+    # go out in one write.  When a handler has to wait, the reader hands its role (and the lines of
+    # the read after that request) to an idle task of the pool, or a new one, and goes on with it.  A task runs inside
     # one cancel scope, renewed only after a request it ran was cancelled; every request starts in a
     # fresh copy of the connection's context, so context variables a handler sets reach no other.
 
@@ -807,7 +814,10 @@ class Connection:
                             self._handed -= 1
                         job.scope = scope
                         if job.coro is not None:  # started by the reader, which was this task
-                            await _resume(job.coro, job.yielded)
+                            if job.bare:
+                                await self._go_on_bare(job)
+                            else:
+                                await _resume(job.coro, job.yielded)
                         else:
                             if job.cancel_requested:
                                 scope.cancel()
@@ -851,15 +861,11 @@ class Connection:
         assert self._nursery is not None
         self._nursery.start_soon(self._pool_task, work, name=f"{self.name}: requests")
 
-    def _run_read_requests(self, scope: trio.CancelScope, me: _PoolTask) -> _Job | None:
-        """Run the requests the reader read, in order, each until it finishes or has to wait.
-
-        Returns ``None`` when all finished (the reader reads on), else the request that waits: the
-        reader role and the requests after it were handed to other pool tasks, and the caller (the
-        pool task that was the reader) goes on with it.
-        """
+    def _run_new_jobs(self) -> None:
+        """Run the requests of a batch the reader read, in order, each until it finishes or has to
+        wait.  The first that waits becomes :attr:`_waiting` (the reader goes on with it, see
+        :meth:`_read_loop`), and the requests after it are handed to other pool tasks."""
         jobs, self._new_jobs = self._new_jobs, []
-        last = len(jobs) - 1 if not self._backlog else -1  # the last request of a read with no more lines
         base = self._job_context
         new_context = base.copy if base is not None else contextvars.copy_context
         for i, job in enumerate(jobs):
@@ -873,25 +879,17 @@ class Connection:
                 # own group) marks the job, and must not cancel the reader's scope
                 yielded = context.run(coro.send, None)
             except StopIteration:
-                # held for the one write after the read, unless nothing can join it: the last
-                # request of the read, and nothing queued before its answer (one after another)
-                self._finish_job(job, eager=i == last)
+                self._finish_job(job, eager=False)  # a batch: its answers go out in one array
                 continue
-            job.scope = scope  # this task goes on with the job
-            if job.cancel_requested:
-                scope.cancel()
             job.coro, job.yielded = coro, yielded
-            me.task.context = context  # the rest of the handler runs where its first step did
+            self._waiting, self._waiting_context = job, context
             for other in jobs[i + 1 :]:
                 self._give(other)
-            self._give(_READ)
-            self._flush()
-            return job
-        return None
+            return
 
     async def _read_loop(self, scope: trio.CancelScope, me: _PoolTask) -> _Job | None:
         """The reader role: read, frame and handle messages until a request has to wait (returns it,
-        after :meth:`_run_read_requests` gave the role away) or the input ends (returns ``None`` after
+        after handing the reader role to another pool task) or the input ends (returns ``None`` after
         the end-of-input steps)."""
         fd_stream = self._fd_receive
         ended = True
@@ -909,6 +907,7 @@ class Connection:
                         break
                     if not data:
                         self._holding = True
+                        self._inline = False  # the reader is ending: requests go to pool tasks
                         self._on_lines(self._framer.close())
                         jobs, self._new_jobs = self._new_jobs, []
                         for job in jobs:
@@ -927,11 +926,19 @@ class Connection:
                     items, self._backlog = backlog, []
                 self._holding = True
                 self._on_lines(items)
-                if self._new_jobs:
-                    waiting = self._run_read_requests(scope, me)
-                    if waiting is not None:
-                        ended = False
-                        return waiting
+                waiting = self._waiting
+                if waiting is not None:  # a request that has to wait: this task goes on with it
+                    self._waiting = None
+                    waiting.scope = scope
+                    if waiting.cancel_requested:
+                        scope.cancel()
+                    context, self._waiting_context = self._waiting_context, None
+                    assert context is not None
+                    me.task.context = context  # the rest runs where its first step did
+                    self._give(_READ)  # and another task reads on (the lines after it are in _backlog)
+                    self._flush()
+                    ended = False
+                    return waiting
                 self._flush()
                 if self._backlog:
                     await trio.lowlevel.cancel_shielded_checkpoint()
@@ -979,7 +986,8 @@ class Connection:
         """Handle the lines of one read (or a slice of them), in order: one call for all of them,
         not one per line, since a streamed update costs little more than that call."""
         loads = _loads
-        for item in items:
+        lines = iter(items)
+        for item in lines:
             if type(item) is not bytes:
                 self._on_oversized(cast(_core.OversizedMessage, item))
                 continue
@@ -1018,11 +1026,28 @@ class Connection:
                     ):
                         if self.request_line_hooks:  # session store hook: raw request lines
                             self._request_line_hook(item, method, params)
-                        line = self._on_request(request_id, method, params, None)
+                        # its answer goes out at once if it is the read's last line (one after another)
+                        line = self._on_request(
+                            request_id, method, params, None, item is items[-1] and not self._backlog
+                        )
                         if line is not None:
                             self._enqueue(line)
+                        elif self._waiting is not None:
+                            break
                         continue
             self._on_message(item, _parse_value(obj))
+            if self._new_jobs and self._inline:  # a batch's requests
+                self._run_new_jobs()
+            if self._waiting is not None:
+                break
+        else:
+            return
+        # A request that has to wait: the reader goes on with it, and the lines after it are left
+        # for the task that takes the reader role.
+        rest = list(lines)
+        if rest:
+            rest += self._backlog
+            self._backlog = rest
 
     def _on_message(self, item: bytes, msg: Any) -> None:
         """Handle one line read, as :func:`_core.parse` classified it (``msg``)."""
@@ -1218,8 +1243,17 @@ class Connection:
 
     # -- inbound requests ------------------------------------------------------------------------
     def _on_request(
-        self, request_id: RequestId, method: str, raw_params: Any, batch: list[bytes | None] | None
+        self,
+        request_id: RequestId,
+        method: str,
+        raw_params: Any,
+        batch: list[bytes | None] | None,
+        eager: bool = False,
     ) -> bytes | None:
+        """An inbound request: returns an error line to send for one that cannot run.  Else it runs
+        at once, in the reader (its answer queued, ``eager``: written at once if nothing is queued
+        before it), or becomes :attr:`_waiting` if it has to wait; in a batch or at the end of
+        input it joins :attr:`_new_jobs`."""
         route = self.routes.get(method)
         if route is None or route.kind != "request":
             log.debug("%s: method not found: %r", self.name, method)
@@ -1242,15 +1276,61 @@ class Connection:
                 log.exception("%s: on_receive hook for %r raised", self.name, method)
         if self.instrumentation is not None:
             route = self._traced_route(route, "request", raw_params)
+        inline = batch is None and self._inline
+        if inline and route.cancel_group is None and (route.serial_key is None or not self._queues):
+            # Nothing can reach it before its first step ends (no cancel group, no wait for earlier
+            # notifications): run its handler now, with no job; most answers need nothing more.
+            base = self._job_context
+            context = base.copy() if base is not None else contextvars.copy_context()
+            try:
+                coro = context.run(route.handler, params)
+                if type(coro) is not _CoroutineType:  # an awaitable of another kind
+                    coro = _awaited(coro)
+                try:
+                    yielded = context.run(coro.send, None)
+                except StopIteration as stop:
+                    result = stop.value
+                else:  # it has to wait: a job from now on, which the reader goes on with
+                    job = self._inbound[request_id] = _Job(request_id, route, params, self._seq)
+                    self._busy += 1
+                    job.coro, job.yielded, job.bare = coro, yielded, True
+                    self._waiting, self._waiting_context = job, context
+                    return None
+                encode = route.encode
+                if encode is None:
+                    encode = route.encode = self.converter.unstructure_fn(route.result_type)
+                line = _core.encode_result(request_id, encode(result))
+            except RequestError as exc:
+                line = _core.encode_error(request_id, exc)
+            except Exception:
+                log.exception("%s: handler for %r (request id %r) raised", self.name, method, request_id)
+                line = _core.encode_error(request_id, RequestError.internal_error())
+            # held for the one write after the read, unless nothing can join it
+            self._enqueue(line, eager=eager and not self._handed)
+            return None
         job = self._inbound[request_id] = _Job(request_id, route, params, self._seq)
         if route.cancel_group is not None:
             self._join_group(job, route.cancel_group, params)
+        self._busy += 1
         if batch is not None:
             job.batch = batch
             job.index = len(batch)
             batch.append(None)
-        self._busy += 1
-        self._new_jobs.append(job)
+        if not inline:
+            self._new_jobs.append(job)
+            return None
+        coro = self._run_job(job)
+        base = self._job_context
+        context = base.copy() if base is not None else contextvars.copy_context()
+        try:
+            # without job.scope: a cancellation during this step (the handler cancelling its own
+            # group) marks the job, and must not cancel the reader's scope
+            yielded = context.run(coro.send, None)
+        except StopIteration:
+            self._finish_job(job, eager=eager)
+            return None
+        job.coro, job.yielded = coro, yielded
+        self._waiting, self._waiting_context = job, context
         return None
 
     def _join_group(self, job: _Job, cancel_group: Callable[[Any], Hashable | None], params: Any) -> None:
@@ -1280,6 +1360,22 @@ class Connection:
                 if key is not None:
                     await self._wait_key_before(key, job.seq)
             result = await route.handler(job.params)
+            encode = route.encode
+            if encode is None:
+                encode = route.encode = self.converter.unstructure_fn(route.result_type)
+            job.line = _core.encode_result(job.request_id, encode(result))
+        except RequestError as exc:
+            job.line = _core.encode_error(job.request_id, exc)
+        except Exception:
+            log.exception("%s: handler for %r (request id %r) raised", self.name, route.method, job.request_id)
+            job.line = _core.encode_error(job.request_id, RequestError.internal_error())
+
+    async def _go_on_bare(self, job: _Job) -> None:
+        """Go on with a request whose handler's first step the reader ran with no job (see
+        :meth:`_on_request`), as :meth:`_run_job` would have; a cancellation propagates."""
+        route = job.route
+        try:
+            result = await _resume(job.coro, job.yielded)
             encode = route.encode
             if encode is None:
                 encode = route.encode = self.converter.unstructure_fn(route.result_type)
@@ -1634,6 +1730,10 @@ class Connection:
     async def send_notification(self, spec: MethodSpec, params: Any) -> None:
         """Typed :meth:`notify`: encode ``params`` as ``spec.params_type``."""
         await self.notify(spec.method, self.converter.unstructure_fn(spec.params_type)(params))
+
+
+async def _awaited(awaitable: Awaitable[Any]) -> Any:
+    return await awaitable
 
 
 @types.coroutine
