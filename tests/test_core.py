@@ -105,6 +105,10 @@ def test_crlf_line_endings_are_stripped_whole_and_in_pieces() -> None:
         (b"\r\n", []),
         (b" \t \n", []),
         (b"x\r\r\n", [b"x\r"]),
+        (b'[{"a":1}]\n', [b'[{"a":1}]']),
+        (b'{"a":"\\r"}\r\n', [b'{"a":"\\r"}']),
+        (b"{\r\r\n", [b"{\r"]),
+        (b"{\n", [b"{"]),
     ],
 )
 def test_a_read_of_exactly_one_line_frames_like_any_other(data: bytes, lines: list[bytes]) -> None:
@@ -123,6 +127,12 @@ def test_an_oversized_line_arriving_whole_yields_one_marker_and_the_next_line_st
     out = framer.feed(b"x" * 25 + b"\n" + b"0123456789\n")
     assert kinds(out) == [("oversized", 25), b"0123456789"]
     assert out[0].limit == 10  # type: ignore[union-attr]
+
+
+def test_one_whole_json_line_over_the_limit_in_one_read_is_a_marker() -> None:
+    framer = LineFramer(max_message_size=10)
+    assert kinds(framer.feed(b'{"a":"' + b"x" * 20 + b'"}\n')) == [("oversized", 28)]
+    assert framer.feed(b'{"a":"xy"}\n') == [b'{"a":"xy"}']  # exactly the limit
 
 
 def test_an_oversized_line_arriving_in_pieces_yields_one_marker_and_the_next_line_still_frames() -> None:

@@ -17,6 +17,8 @@ DEFAULT_MAX_MESSAGE_SIZE: Final = 32 * 1024 * 1024
 OVERSIZED_HEAD: Final = 4096
 """Bytes kept of the start of an oversized line (:attr:`OversizedMessage.head`), for its request id."""
 
+_OPENERS: Final = frozenset((b"{", b"["))  # how a JSON-RPC message or batch starts
+
 
 class OversizedMessage:
     """A line longer than the framer's cap; its bytes were discarded.
@@ -58,6 +60,11 @@ class LineFramer:
 
     def feed(self, data: bytes | bytearray) -> list[bytes | OversizedMessage]:
         limit = self.max_message_size
+        if type(data) is bytes and not self._buf and not self._discarding:
+            end = len(data) - 1
+            # the common read of a request or a response: exactly one whole JSON line, no CR
+            if data.find(b"\n") == end and data[:1] in _OPENERS and data[end - 1] != 13 and end <= limit:
+                return [data[:end]]
         if type(data) is bytes and data.find(b"\n") == len(data) - 1 and not self._buf and not self._discarding:
             # the common read of a request or a response: exactly one whole line
             line = data[:-2] if data.endswith(b"\r\n") else data[:-1]
