@@ -328,7 +328,7 @@ def render_stubs(model: Model) -> str:
             "(`AgentPeer`, `ClientPeer`), generated from the method tables.",
         ),
         "\nfrom __future__ import annotations\n\n",
-        "from typing import Protocol, cast\n\n",
+        "from typing import Protocol\n\n",
         "from acp_trio._spec import Sender\n\n",
         "from . import _methods, _types as t\n",
     ]
@@ -373,8 +373,10 @@ def render_stubs(model: Model) -> str:
                     )
                 )
                 out.append(
-                    f'        result = await self._sender.send_request(_methods.{table}["{m.method}"], params, timeout=timeout)\n'
-                    f"        return cast(t.{m.result}, result)\n"
+                    f"        result: t.{m.result} = await self._sender.send_request(\n"
+                    f'            _methods.{table}["{m.method}"], params, timeout=timeout\n'
+                    "        )\n"
+                    "        return result\n"
                 )
             else:
                 out.append(f"\n    async def {name}(self, params: t.{m.params}) -> None:\n")

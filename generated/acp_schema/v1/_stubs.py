@@ -5,7 +5,7 @@
 
 from __future__ import annotations
 
-from typing import Protocol, cast
+from typing import Protocol
 
 from acp_trio._spec import Sender
 
@@ -127,8 +127,10 @@ class AgentPeer:
 
         `timeout`: seconds to wait for the response (None: no limit).
         """
-        result = await self._sender.send_request(_methods.REQUESTS["authenticate"], params, timeout=timeout)
-        return cast(t.AuthenticateResponse, result)
+        result: t.AuthenticateResponse = await self._sender.send_request(
+            _methods.REQUESTS["authenticate"], params, timeout=timeout
+        )
+        return result
 
     async def initialize(self, params: t.InitializeRequest, *, timeout: float | None = None) -> t.InitializeResponse:
         """`initialize` (request).
@@ -137,8 +139,10 @@ class AgentPeer:
 
         `timeout`: seconds to wait for the response (None: no limit).
         """
-        result = await self._sender.send_request(_methods.REQUESTS["initialize"], params, timeout=timeout)
-        return cast(t.InitializeResponse, result)
+        result: t.InitializeResponse = await self._sender.send_request(
+            _methods.REQUESTS["initialize"], params, timeout=timeout
+        )
+        return result
 
     async def logout(self, params: t.LogoutRequest, *, timeout: float | None = None) -> t.LogoutResponse:
         """`logout` (request).
@@ -147,8 +151,8 @@ class AgentPeer:
 
         `timeout`: seconds to wait for the response (None: no limit).
         """
-        result = await self._sender.send_request(_methods.REQUESTS["logout"], params, timeout=timeout)
-        return cast(t.LogoutResponse, result)
+        result: t.LogoutResponse = await self._sender.send_request(_methods.REQUESTS["logout"], params, timeout=timeout)
+        return result
 
     async def session_cancel(self, params: t.CancelNotification) -> None:
         """`session/cancel` (notification).
@@ -166,8 +170,10 @@ class AgentPeer:
 
         `timeout`: seconds to wait for the response (None: no limit).
         """
-        result = await self._sender.send_request(_methods.REQUESTS["session/close"], params, timeout=timeout)
-        return cast(t.CloseSessionResponse, result)
+        result: t.CloseSessionResponse = await self._sender.send_request(
+            _methods.REQUESTS["session/close"], params, timeout=timeout
+        )
+        return result
 
     async def session_delete(
         self, params: t.DeleteSessionRequest, *, timeout: float | None = None
@@ -178,8 +184,10 @@ class AgentPeer:
 
         `timeout`: seconds to wait for the response (None: no limit).
         """
-        result = await self._sender.send_request(_methods.REQUESTS["session/delete"], params, timeout=timeout)
-        return cast(t.DeleteSessionResponse, result)
+        result: t.DeleteSessionResponse = await self._sender.send_request(
+            _methods.REQUESTS["session/delete"], params, timeout=timeout
+        )
+        return result
 
     async def session_list(
         self, params: t.ListSessionsRequest, *, timeout: float | None = None
@@ -190,8 +198,10 @@ class AgentPeer:
 
         `timeout`: seconds to wait for the response (None: no limit).
         """
-        result = await self._sender.send_request(_methods.REQUESTS["session/list"], params, timeout=timeout)
-        return cast(t.ListSessionsResponse, result)
+        result: t.ListSessionsResponse = await self._sender.send_request(
+            _methods.REQUESTS["session/list"], params, timeout=timeout
+        )
+        return result
 
     async def session_load(
         self, params: t.LoadSessionRequest, *, timeout: float | None = None
@@ -202,8 +212,10 @@ class AgentPeer:
 
         `timeout`: seconds to wait for the response (None: no limit).
         """
-        result = await self._sender.send_request(_methods.REQUESTS["session/load"], params, timeout=timeout)
-        return cast(t.LoadSessionResponse, result)
+        result: t.LoadSessionResponse = await self._sender.send_request(
+            _methods.REQUESTS["session/load"], params, timeout=timeout
+        )
+        return result
 
     async def session_new(self, params: t.NewSessionRequest, *, timeout: float | None = None) -> t.NewSessionResponse:
         """`session/new` (request).
@@ -212,8 +224,10 @@ class AgentPeer:
 
         `timeout`: seconds to wait for the response (None: no limit).
         """
-        result = await self._sender.send_request(_methods.REQUESTS["session/new"], params, timeout=timeout)
-        return cast(t.NewSessionResponse, result)
+        result: t.NewSessionResponse = await self._sender.send_request(
+            _methods.REQUESTS["session/new"], params, timeout=timeout
+        )
+        return result
 
     async def session_prompt(self, params: t.PromptRequest, *, timeout: float | None = None) -> t.PromptResponse:
         """`session/prompt` (request).
@@ -222,8 +236,10 @@ class AgentPeer:
 
         `timeout`: seconds to wait for the response (None: no limit).
         """
-        result = await self._sender.send_request(_methods.REQUESTS["session/prompt"], params, timeout=timeout)
-        return cast(t.PromptResponse, result)
+        result: t.PromptResponse = await self._sender.send_request(
+            _methods.REQUESTS["session/prompt"], params, timeout=timeout
+        )
+        return result
 
     async def session_resume(
         self, params: t.ResumeSessionRequest, *, timeout: float | None = None
@@ -234,8 +250,10 @@ class AgentPeer:
 
         `timeout`: seconds to wait for the response (None: no limit).
         """
-        result = await self._sender.send_request(_methods.REQUESTS["session/resume"], params, timeout=timeout)
-        return cast(t.ResumeSessionResponse, result)
+        result: t.ResumeSessionResponse = await self._sender.send_request(
+            _methods.REQUESTS["session/resume"], params, timeout=timeout
+        )
+        return result
 
     async def session_set_config_option(
         self, params: t.SetSessionConfigOptionRequest, *, timeout: float | None = None
@@ -246,10 +264,10 @@ class AgentPeer:
 
         `timeout`: seconds to wait for the response (None: no limit).
         """
-        result = await self._sender.send_request(
+        result: t.SetSessionConfigOptionResponse = await self._sender.send_request(
             _methods.REQUESTS["session/set_config_option"], params, timeout=timeout
         )
-        return cast(t.SetSessionConfigOptionResponse, result)
+        return result
 
     async def session_set_mode(
         self, params: t.SetSessionModeRequest, *, timeout: float | None = None
@@ -260,8 +278,10 @@ class AgentPeer:
 
         `timeout`: seconds to wait for the response (None: no limit).
         """
-        result = await self._sender.send_request(_methods.REQUESTS["session/set_mode"], params, timeout=timeout)
-        return cast(t.SetSessionModeResponse, result)
+        result: t.SetSessionModeResponse = await self._sender.send_request(
+            _methods.REQUESTS["session/set_mode"], params, timeout=timeout
+        )
+        return result
 
 
 class Client(Protocol):
@@ -369,8 +389,10 @@ class ClientPeer:
 
         `timeout`: seconds to wait for the response (None: no limit).
         """
-        result = await self._sender.send_request(_methods.REQUESTS["elicitation/create"], params, timeout=timeout)
-        return cast(t.CreateElicitationResponse, result)
+        result: t.CreateElicitationResponse = await self._sender.send_request(
+            _methods.REQUESTS["elicitation/create"], params, timeout=timeout
+        )
+        return result
 
     async def fs_read_text_file(
         self, params: t.ReadTextFileRequest, *, timeout: float | None = None
@@ -381,8 +403,10 @@ class ClientPeer:
 
         `timeout`: seconds to wait for the response (None: no limit).
         """
-        result = await self._sender.send_request(_methods.REQUESTS["fs/read_text_file"], params, timeout=timeout)
-        return cast(t.ReadTextFileResponse, result)
+        result: t.ReadTextFileResponse = await self._sender.send_request(
+            _methods.REQUESTS["fs/read_text_file"], params, timeout=timeout
+        )
+        return result
 
     async def fs_write_text_file(
         self, params: t.WriteTextFileRequest, *, timeout: float | None = None
@@ -393,8 +417,10 @@ class ClientPeer:
 
         `timeout`: seconds to wait for the response (None: no limit).
         """
-        result = await self._sender.send_request(_methods.REQUESTS["fs/write_text_file"], params, timeout=timeout)
-        return cast(t.WriteTextFileResponse, result)
+        result: t.WriteTextFileResponse = await self._sender.send_request(
+            _methods.REQUESTS["fs/write_text_file"], params, timeout=timeout
+        )
+        return result
 
     async def session_request_permission(
         self, params: t.RequestPermissionRequest, *, timeout: float | None = None
@@ -405,10 +431,10 @@ class ClientPeer:
 
         `timeout`: seconds to wait for the response (None: no limit).
         """
-        result = await self._sender.send_request(
+        result: t.RequestPermissionResponse = await self._sender.send_request(
             _methods.REQUESTS["session/request_permission"], params, timeout=timeout
         )
-        return cast(t.RequestPermissionResponse, result)
+        return result
 
     async def session_update(self, params: t.SessionNotification) -> None:
         """`session/update` (notification).
@@ -426,8 +452,10 @@ class ClientPeer:
 
         `timeout`: seconds to wait for the response (None: no limit).
         """
-        result = await self._sender.send_request(_methods.REQUESTS["terminal/create"], params, timeout=timeout)
-        return cast(t.CreateTerminalResponse, result)
+        result: t.CreateTerminalResponse = await self._sender.send_request(
+            _methods.REQUESTS["terminal/create"], params, timeout=timeout
+        )
+        return result
 
     async def terminal_kill(
         self, params: t.KillTerminalRequest, *, timeout: float | None = None
@@ -438,8 +466,10 @@ class ClientPeer:
 
         `timeout`: seconds to wait for the response (None: no limit).
         """
-        result = await self._sender.send_request(_methods.REQUESTS["terminal/kill"], params, timeout=timeout)
-        return cast(t.KillTerminalResponse, result)
+        result: t.KillTerminalResponse = await self._sender.send_request(
+            _methods.REQUESTS["terminal/kill"], params, timeout=timeout
+        )
+        return result
 
     async def terminal_output(
         self, params: t.TerminalOutputRequest, *, timeout: float | None = None
@@ -450,8 +480,10 @@ class ClientPeer:
 
         `timeout`: seconds to wait for the response (None: no limit).
         """
-        result = await self._sender.send_request(_methods.REQUESTS["terminal/output"], params, timeout=timeout)
-        return cast(t.TerminalOutputResponse, result)
+        result: t.TerminalOutputResponse = await self._sender.send_request(
+            _methods.REQUESTS["terminal/output"], params, timeout=timeout
+        )
+        return result
 
     async def terminal_release(
         self, params: t.ReleaseTerminalRequest, *, timeout: float | None = None
@@ -462,8 +494,10 @@ class ClientPeer:
 
         `timeout`: seconds to wait for the response (None: no limit).
         """
-        result = await self._sender.send_request(_methods.REQUESTS["terminal/release"], params, timeout=timeout)
-        return cast(t.ReleaseTerminalResponse, result)
+        result: t.ReleaseTerminalResponse = await self._sender.send_request(
+            _methods.REQUESTS["terminal/release"], params, timeout=timeout
+        )
+        return result
 
     async def terminal_wait_for_exit(
         self, params: t.WaitForTerminalExitRequest, *, timeout: float | None = None
@@ -474,5 +508,7 @@ class ClientPeer:
 
         `timeout`: seconds to wait for the response (None: no limit).
         """
-        result = await self._sender.send_request(_methods.REQUESTS["terminal/wait_for_exit"], params, timeout=timeout)
-        return cast(t.WaitForTerminalExitResponse, result)
+        result: t.WaitForTerminalExitResponse = await self._sender.send_request(
+            _methods.REQUESTS["terminal/wait_for_exit"], params, timeout=timeout
+        )
+        return result

@@ -5,7 +5,7 @@
 
 from __future__ import annotations
 
-from typing import Protocol, cast
+from typing import Protocol
 
 from acp_trio._spec import Sender
 
@@ -195,8 +195,10 @@ class AgentPeer:
 
         `timeout`: seconds to wait for the response (None: no limit).
         """
-        result = await self._sender.send_request(_methods.REQUESTS["auth/status"], params, timeout=timeout)
-        return cast(t.AuthStatusResponse, result)
+        result: t.AuthStatusResponse = await self._sender.send_request(
+            _methods.REQUESTS["auth/status"], params, timeout=timeout
+        )
+        return result
 
     async def authenticate(
         self, params: t.AuthenticateRequest, *, timeout: float | None = None
@@ -207,8 +209,10 @@ class AgentPeer:
 
         `timeout`: seconds to wait for the response (None: no limit).
         """
-        result = await self._sender.send_request(_methods.REQUESTS["authenticate"], params, timeout=timeout)
-        return cast(t.AuthenticateResponse, result)
+        result: t.AuthenticateResponse = await self._sender.send_request(
+            _methods.REQUESTS["authenticate"], params, timeout=timeout
+        )
+        return result
 
     async def initialize(self, params: t.InitializeRequest, *, timeout: float | None = None) -> t.InitializeResponse:
         """`initialize` (request).
@@ -217,8 +221,10 @@ class AgentPeer:
 
         `timeout`: seconds to wait for the response (None: no limit).
         """
-        result = await self._sender.send_request(_methods.REQUESTS["initialize"], params, timeout=timeout)
-        return cast(t.InitializeResponse, result)
+        result: t.InitializeResponse = await self._sender.send_request(
+            _methods.REQUESTS["initialize"], params, timeout=timeout
+        )
+        return result
 
     async def logout(self, params: t.LogoutRequest, *, timeout: float | None = None) -> t.LogoutResponse:
         """`logout` (request).
@@ -227,8 +233,8 @@ class AgentPeer:
 
         `timeout`: seconds to wait for the response (None: no limit).
         """
-        result = await self._sender.send_request(_methods.REQUESTS["logout"], params, timeout=timeout)
-        return cast(t.LogoutResponse, result)
+        result: t.LogoutResponse = await self._sender.send_request(_methods.REQUESTS["logout"], params, timeout=timeout)
+        return result
 
     async def mcp_message(self, params: t.MessageMcpNotification) -> None:
         """`mcp/message` (notification). Unstable.
@@ -246,8 +252,10 @@ class AgentPeer:
 
         `timeout`: seconds to wait for the response (None: no limit).
         """
-        result = await self._sender.send_request(_methods.REQUESTS["providers/disable"], params, timeout=timeout)
-        return cast(t.DisableProviderResponse, result)
+        result: t.DisableProviderResponse = await self._sender.send_request(
+            _methods.REQUESTS["providers/disable"], params, timeout=timeout
+        )
+        return result
 
     async def providers_list(
         self, params: t.ListProvidersRequest, *, timeout: float | None = None
@@ -258,8 +266,10 @@ class AgentPeer:
 
         `timeout`: seconds to wait for the response (None: no limit).
         """
-        result = await self._sender.send_request(_methods.REQUESTS["providers/list"], params, timeout=timeout)
-        return cast(t.ListProvidersResponse, result)
+        result: t.ListProvidersResponse = await self._sender.send_request(
+            _methods.REQUESTS["providers/list"], params, timeout=timeout
+        )
+        return result
 
     async def providers_set(
         self, params: t.SetProviderRequest, *, timeout: float | None = None
@@ -270,8 +280,10 @@ class AgentPeer:
 
         `timeout`: seconds to wait for the response (None: no limit).
         """
-        result = await self._sender.send_request(_methods.REQUESTS["providers/set"], params, timeout=timeout)
-        return cast(t.SetProviderResponse, result)
+        result: t.SetProviderResponse = await self._sender.send_request(
+            _methods.REQUESTS["providers/set"], params, timeout=timeout
+        )
+        return result
 
     async def session_archive(
         self, params: t.ArchiveSessionRequest, *, timeout: float | None = None
@@ -282,8 +294,10 @@ class AgentPeer:
 
         `timeout`: seconds to wait for the response (None: no limit).
         """
-        result = await self._sender.send_request(_methods.REQUESTS["session/archive"], params, timeout=timeout)
-        return cast(t.ArchiveSessionResponse, result)
+        result: t.ArchiveSessionResponse = await self._sender.send_request(
+            _methods.REQUESTS["session/archive"], params, timeout=timeout
+        )
+        return result
 
     async def session_cancel(self, params: t.CancelNotification) -> None:
         """`session/cancel` (notification).
@@ -301,8 +315,10 @@ class AgentPeer:
 
         `timeout`: seconds to wait for the response (None: no limit).
         """
-        result = await self._sender.send_request(_methods.REQUESTS["session/close"], params, timeout=timeout)
-        return cast(t.CloseSessionResponse, result)
+        result: t.CloseSessionResponse = await self._sender.send_request(
+            _methods.REQUESTS["session/close"], params, timeout=timeout
+        )
+        return result
 
     async def session_delete(
         self, params: t.DeleteSessionRequest, *, timeout: float | None = None
@@ -313,8 +329,10 @@ class AgentPeer:
 
         `timeout`: seconds to wait for the response (None: no limit).
         """
-        result = await self._sender.send_request(_methods.REQUESTS["session/delete"], params, timeout=timeout)
-        return cast(t.DeleteSessionResponse, result)
+        result: t.DeleteSessionResponse = await self._sender.send_request(
+            _methods.REQUESTS["session/delete"], params, timeout=timeout
+        )
+        return result
 
     async def session_fork(
         self, params: t.ForkSessionRequest, *, timeout: float | None = None
@@ -325,8 +343,10 @@ class AgentPeer:
 
         `timeout`: seconds to wait for the response (None: no limit).
         """
-        result = await self._sender.send_request(_methods.REQUESTS["session/fork"], params, timeout=timeout)
-        return cast(t.ForkSessionResponse, result)
+        result: t.ForkSessionResponse = await self._sender.send_request(
+            _methods.REQUESTS["session/fork"], params, timeout=timeout
+        )
+        return result
 
     async def session_list(
         self, params: t.ListSessionsRequest, *, timeout: float | None = None
@@ -337,8 +357,10 @@ class AgentPeer:
 
         `timeout`: seconds to wait for the response (None: no limit).
         """
-        result = await self._sender.send_request(_methods.REQUESTS["session/list"], params, timeout=timeout)
-        return cast(t.ListSessionsResponse, result)
+        result: t.ListSessionsResponse = await self._sender.send_request(
+            _methods.REQUESTS["session/list"], params, timeout=timeout
+        )
+        return result
 
     async def session_load(
         self, params: t.LoadSessionRequest, *, timeout: float | None = None
@@ -349,8 +371,10 @@ class AgentPeer:
 
         `timeout`: seconds to wait for the response (None: no limit).
         """
-        result = await self._sender.send_request(_methods.REQUESTS["session/load"], params, timeout=timeout)
-        return cast(t.LoadSessionResponse, result)
+        result: t.LoadSessionResponse = await self._sender.send_request(
+            _methods.REQUESTS["session/load"], params, timeout=timeout
+        )
+        return result
 
     async def session_new(self, params: t.NewSessionRequest, *, timeout: float | None = None) -> t.NewSessionResponse:
         """`session/new` (request).
@@ -359,8 +383,10 @@ class AgentPeer:
 
         `timeout`: seconds to wait for the response (None: no limit).
         """
-        result = await self._sender.send_request(_methods.REQUESTS["session/new"], params, timeout=timeout)
-        return cast(t.NewSessionResponse, result)
+        result: t.NewSessionResponse = await self._sender.send_request(
+            _methods.REQUESTS["session/new"], params, timeout=timeout
+        )
+        return result
 
     async def session_prompt(self, params: t.PromptRequest, *, timeout: float | None = None) -> t.PromptResponse:
         """`session/prompt` (request).
@@ -369,8 +395,10 @@ class AgentPeer:
 
         `timeout`: seconds to wait for the response (None: no limit).
         """
-        result = await self._sender.send_request(_methods.REQUESTS["session/prompt"], params, timeout=timeout)
-        return cast(t.PromptResponse, result)
+        result: t.PromptResponse = await self._sender.send_request(
+            _methods.REQUESTS["session/prompt"], params, timeout=timeout
+        )
+        return result
 
     async def session_resume(
         self, params: t.ResumeSessionRequest, *, timeout: float | None = None
@@ -381,8 +409,10 @@ class AgentPeer:
 
         `timeout`: seconds to wait for the response (None: no limit).
         """
-        result = await self._sender.send_request(_methods.REQUESTS["session/resume"], params, timeout=timeout)
-        return cast(t.ResumeSessionResponse, result)
+        result: t.ResumeSessionResponse = await self._sender.send_request(
+            _methods.REQUESTS["session/resume"], params, timeout=timeout
+        )
+        return result
 
     async def session_set_config_option(
         self, params: t.SetSessionConfigOptionRequest, *, timeout: float | None = None
@@ -393,10 +423,10 @@ class AgentPeer:
 
         `timeout`: seconds to wait for the response (None: no limit).
         """
-        result = await self._sender.send_request(
+        result: t.SetSessionConfigOptionResponse = await self._sender.send_request(
             _methods.REQUESTS["session/set_config_option"], params, timeout=timeout
         )
-        return cast(t.SetSessionConfigOptionResponse, result)
+        return result
 
     async def session_set_mode(
         self, params: t.SetSessionModeRequest, *, timeout: float | None = None
@@ -407,8 +437,10 @@ class AgentPeer:
 
         `timeout`: seconds to wait for the response (None: no limit).
         """
-        result = await self._sender.send_request(_methods.REQUESTS["session/set_mode"], params, timeout=timeout)
-        return cast(t.SetSessionModeResponse, result)
+        result: t.SetSessionModeResponse = await self._sender.send_request(
+            _methods.REQUESTS["session/set_mode"], params, timeout=timeout
+        )
+        return result
 
     async def session_set_title(
         self, params: t.SetSessionTitleRequest, *, timeout: float | None = None
@@ -419,8 +451,10 @@ class AgentPeer:
 
         `timeout`: seconds to wait for the response (None: no limit).
         """
-        result = await self._sender.send_request(_methods.REQUESTS["session/set_title"], params, timeout=timeout)
-        return cast(t.SetSessionTitleResponse, result)
+        result: t.SetSessionTitleResponse = await self._sender.send_request(
+            _methods.REQUESTS["session/set_title"], params, timeout=timeout
+        )
+        return result
 
     async def session_status(
         self, params: t.SessionStatusRequest, *, timeout: float | None = None
@@ -431,8 +465,10 @@ class AgentPeer:
 
         `timeout`: seconds to wait for the response (None: no limit).
         """
-        result = await self._sender.send_request(_methods.REQUESTS["session/status"], params, timeout=timeout)
-        return cast(t.SessionStatusResponse, result)
+        result: t.SessionStatusResponse = await self._sender.send_request(
+            _methods.REQUESTS["session/status"], params, timeout=timeout
+        )
+        return result
 
     async def session_unarchive(
         self, params: t.UnarchiveSessionRequest, *, timeout: float | None = None
@@ -443,8 +479,10 @@ class AgentPeer:
 
         `timeout`: seconds to wait for the response (None: no limit).
         """
-        result = await self._sender.send_request(_methods.REQUESTS["session/unarchive"], params, timeout=timeout)
-        return cast(t.UnarchiveSessionResponse, result)
+        result: t.UnarchiveSessionResponse = await self._sender.send_request(
+            _methods.REQUESTS["session/unarchive"], params, timeout=timeout
+        )
+        return result
 
 
 class Client(Protocol):
@@ -573,8 +611,10 @@ class ClientPeer:
 
         `timeout`: seconds to wait for the response (None: no limit).
         """
-        result = await self._sender.send_request(_methods.REQUESTS["elicitation/create"], params, timeout=timeout)
-        return cast(t.CreateElicitationResponse, result)
+        result: t.CreateElicitationResponse = await self._sender.send_request(
+            _methods.REQUESTS["elicitation/create"], params, timeout=timeout
+        )
+        return result
 
     async def fs_read_text_file(
         self, params: t.ReadTextFileRequest, *, timeout: float | None = None
@@ -585,8 +625,10 @@ class ClientPeer:
 
         `timeout`: seconds to wait for the response (None: no limit).
         """
-        result = await self._sender.send_request(_methods.REQUESTS["fs/read_text_file"], params, timeout=timeout)
-        return cast(t.ReadTextFileResponse, result)
+        result: t.ReadTextFileResponse = await self._sender.send_request(
+            _methods.REQUESTS["fs/read_text_file"], params, timeout=timeout
+        )
+        return result
 
     async def fs_write_text_file(
         self, params: t.WriteTextFileRequest, *, timeout: float | None = None
@@ -597,8 +639,10 @@ class ClientPeer:
 
         `timeout`: seconds to wait for the response (None: no limit).
         """
-        result = await self._sender.send_request(_methods.REQUESTS["fs/write_text_file"], params, timeout=timeout)
-        return cast(t.WriteTextFileResponse, result)
+        result: t.WriteTextFileResponse = await self._sender.send_request(
+            _methods.REQUESTS["fs/write_text_file"], params, timeout=timeout
+        )
+        return result
 
     async def mcp_message(self, params: t.MessageMcpRequest, *, timeout: float | None = None) -> t.MessageMcpResponse:
         """`mcp/message` (request). Unstable.
@@ -607,8 +651,10 @@ class ClientPeer:
 
         `timeout`: seconds to wait for the response (None: no limit).
         """
-        result = await self._sender.send_request(_methods.REQUESTS["mcp/message"], params, timeout=timeout)
-        return cast(t.MessageMcpResponse, result)
+        result: t.MessageMcpResponse = await self._sender.send_request(
+            _methods.REQUESTS["mcp/message"], params, timeout=timeout
+        )
+        return result
 
     async def session_request_permission(
         self, params: t.RequestPermissionRequest, *, timeout: float | None = None
@@ -619,10 +665,10 @@ class ClientPeer:
 
         `timeout`: seconds to wait for the response (None: no limit).
         """
-        result = await self._sender.send_request(
+        result: t.RequestPermissionResponse = await self._sender.send_request(
             _methods.REQUESTS["session/request_permission"], params, timeout=timeout
         )
-        return cast(t.RequestPermissionResponse, result)
+        return result
 
     async def session_update(self, params: t.SessionNotification) -> None:
         """`session/update` (notification).
@@ -640,8 +686,10 @@ class ClientPeer:
 
         `timeout`: seconds to wait for the response (None: no limit).
         """
-        result = await self._sender.send_request(_methods.REQUESTS["terminal/create"], params, timeout=timeout)
-        return cast(t.CreateTerminalResponse, result)
+        result: t.CreateTerminalResponse = await self._sender.send_request(
+            _methods.REQUESTS["terminal/create"], params, timeout=timeout
+        )
+        return result
 
     async def terminal_kill(
         self, params: t.KillTerminalRequest, *, timeout: float | None = None
@@ -652,8 +700,10 @@ class ClientPeer:
 
         `timeout`: seconds to wait for the response (None: no limit).
         """
-        result = await self._sender.send_request(_methods.REQUESTS["terminal/kill"], params, timeout=timeout)
-        return cast(t.KillTerminalResponse, result)
+        result: t.KillTerminalResponse = await self._sender.send_request(
+            _methods.REQUESTS["terminal/kill"], params, timeout=timeout
+        )
+        return result
 
     async def terminal_output(
         self, params: t.TerminalOutputRequest, *, timeout: float | None = None
@@ -664,8 +714,10 @@ class ClientPeer:
 
         `timeout`: seconds to wait for the response (None: no limit).
         """
-        result = await self._sender.send_request(_methods.REQUESTS["terminal/output"], params, timeout=timeout)
-        return cast(t.TerminalOutputResponse, result)
+        result: t.TerminalOutputResponse = await self._sender.send_request(
+            _methods.REQUESTS["terminal/output"], params, timeout=timeout
+        )
+        return result
 
     async def terminal_release(
         self, params: t.ReleaseTerminalRequest, *, timeout: float | None = None
@@ -676,8 +728,10 @@ class ClientPeer:
 
         `timeout`: seconds to wait for the response (None: no limit).
         """
-        result = await self._sender.send_request(_methods.REQUESTS["terminal/release"], params, timeout=timeout)
-        return cast(t.ReleaseTerminalResponse, result)
+        result: t.ReleaseTerminalResponse = await self._sender.send_request(
+            _methods.REQUESTS["terminal/release"], params, timeout=timeout
+        )
+        return result
 
     async def terminal_wait_for_exit(
         self, params: t.WaitForTerminalExitRequest, *, timeout: float | None = None
@@ -688,5 +742,7 @@ class ClientPeer:
 
         `timeout`: seconds to wait for the response (None: no limit).
         """
-        result = await self._sender.send_request(_methods.REQUESTS["terminal/wait_for_exit"], params, timeout=timeout)
-        return cast(t.WaitForTerminalExitResponse, result)
+        result: t.WaitForTerminalExitResponse = await self._sender.send_request(
+            _methods.REQUESTS["terminal/wait_for_exit"], params, timeout=timeout
+        )
+        return result

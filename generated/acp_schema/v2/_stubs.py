@@ -5,7 +5,7 @@
 
 from __future__ import annotations
 
-from typing import Protocol, cast
+from typing import Protocol
 
 from acp_trio._spec import Sender
 
@@ -125,8 +125,10 @@ class AgentPeer:
 
         `timeout`: seconds to wait for the response (None: no limit).
         """
-        result = await self._sender.send_request(_methods.REQUESTS["auth/login"], params, timeout=timeout)
-        return cast(t.LoginAuthResponse, result)
+        result: t.LoginAuthResponse = await self._sender.send_request(
+            _methods.REQUESTS["auth/login"], params, timeout=timeout
+        )
+        return result
 
     async def auth_logout(self, params: t.LogoutAuthRequest, *, timeout: float | None = None) -> t.LogoutAuthResponse:
         """`auth/logout` (request).
@@ -135,8 +137,10 @@ class AgentPeer:
 
         `timeout`: seconds to wait for the response (None: no limit).
         """
-        result = await self._sender.send_request(_methods.REQUESTS["auth/logout"], params, timeout=timeout)
-        return cast(t.LogoutAuthResponse, result)
+        result: t.LogoutAuthResponse = await self._sender.send_request(
+            _methods.REQUESTS["auth/logout"], params, timeout=timeout
+        )
+        return result
 
     async def initialize(self, params: t.InitializeRequest, *, timeout: float | None = None) -> t.InitializeResponse:
         """`initialize` (request).
@@ -145,8 +149,10 @@ class AgentPeer:
 
         `timeout`: seconds to wait for the response (None: no limit).
         """
-        result = await self._sender.send_request(_methods.REQUESTS["initialize"], params, timeout=timeout)
-        return cast(t.InitializeResponse, result)
+        result: t.InitializeResponse = await self._sender.send_request(
+            _methods.REQUESTS["initialize"], params, timeout=timeout
+        )
+        return result
 
     async def session_cancel(self, params: t.CancelSessionNotification) -> None:
         """`session/cancel` (notification).
@@ -164,8 +170,10 @@ class AgentPeer:
 
         `timeout`: seconds to wait for the response (None: no limit).
         """
-        result = await self._sender.send_request(_methods.REQUESTS["session/close"], params, timeout=timeout)
-        return cast(t.CloseSessionResponse, result)
+        result: t.CloseSessionResponse = await self._sender.send_request(
+            _methods.REQUESTS["session/close"], params, timeout=timeout
+        )
+        return result
 
     async def session_delete(
         self, params: t.DeleteSessionRequest, *, timeout: float | None = None
@@ -176,8 +184,10 @@ class AgentPeer:
 
         `timeout`: seconds to wait for the response (None: no limit).
         """
-        result = await self._sender.send_request(_methods.REQUESTS["session/delete"], params, timeout=timeout)
-        return cast(t.DeleteSessionResponse, result)
+        result: t.DeleteSessionResponse = await self._sender.send_request(
+            _methods.REQUESTS["session/delete"], params, timeout=timeout
+        )
+        return result
 
     async def session_list(
         self, params: t.ListSessionsRequest, *, timeout: float | None = None
@@ -188,8 +198,10 @@ class AgentPeer:
 
         `timeout`: seconds to wait for the response (None: no limit).
         """
-        result = await self._sender.send_request(_methods.REQUESTS["session/list"], params, timeout=timeout)
-        return cast(t.ListSessionsResponse, result)
+        result: t.ListSessionsResponse = await self._sender.send_request(
+            _methods.REQUESTS["session/list"], params, timeout=timeout
+        )
+        return result
 
     async def session_new(self, params: t.NewSessionRequest, *, timeout: float | None = None) -> t.NewSessionResponse:
         """`session/new` (request).
@@ -198,8 +210,10 @@ class AgentPeer:
 
         `timeout`: seconds to wait for the response (None: no limit).
         """
-        result = await self._sender.send_request(_methods.REQUESTS["session/new"], params, timeout=timeout)
-        return cast(t.NewSessionResponse, result)
+        result: t.NewSessionResponse = await self._sender.send_request(
+            _methods.REQUESTS["session/new"], params, timeout=timeout
+        )
+        return result
 
     async def session_prompt(self, params: t.PromptRequest, *, timeout: float | None = None) -> t.PromptResponse:
         """`session/prompt` (request).
@@ -208,8 +222,10 @@ class AgentPeer:
 
         `timeout`: seconds to wait for the response (None: no limit).
         """
-        result = await self._sender.send_request(_methods.REQUESTS["session/prompt"], params, timeout=timeout)
-        return cast(t.PromptResponse, result)
+        result: t.PromptResponse = await self._sender.send_request(
+            _methods.REQUESTS["session/prompt"], params, timeout=timeout
+        )
+        return result
 
     async def session_resume(
         self, params: t.ResumeSessionRequest, *, timeout: float | None = None
@@ -220,8 +236,10 @@ class AgentPeer:
 
         `timeout`: seconds to wait for the response (None: no limit).
         """
-        result = await self._sender.send_request(_methods.REQUESTS["session/resume"], params, timeout=timeout)
-        return cast(t.ResumeSessionResponse, result)
+        result: t.ResumeSessionResponse = await self._sender.send_request(
+            _methods.REQUESTS["session/resume"], params, timeout=timeout
+        )
+        return result
 
     async def session_set_config_option(
         self, params: t.SetSessionConfigOptionRequest, *, timeout: float | None = None
@@ -232,10 +250,10 @@ class AgentPeer:
 
         `timeout`: seconds to wait for the response (None: no limit).
         """
-        result = await self._sender.send_request(
+        result: t.SetSessionConfigOptionResponse = await self._sender.send_request(
             _methods.REQUESTS["session/set_config_option"], params, timeout=timeout
         )
-        return cast(t.SetSessionConfigOptionResponse, result)
+        return result
 
     async def terminal_cancel(
         self, params: t.CancelTerminalRequest, *, timeout: float | None = None
@@ -246,8 +264,10 @@ class AgentPeer:
 
         `timeout`: seconds to wait for the response (None: no limit).
         """
-        result = await self._sender.send_request(_methods.REQUESTS["terminal/cancel"], params, timeout=timeout)
-        return cast(t.CancelTerminalResponse, result)
+        result: t.CancelTerminalResponse = await self._sender.send_request(
+            _methods.REQUESTS["terminal/cancel"], params, timeout=timeout
+        )
+        return result
 
     async def tool_call_cancel(
         self, params: t.CancelToolCallRequest, *, timeout: float | None = None
@@ -258,8 +278,10 @@ class AgentPeer:
 
         `timeout`: seconds to wait for the response (None: no limit).
         """
-        result = await self._sender.send_request(_methods.REQUESTS["tool_call/cancel"], params, timeout=timeout)
-        return cast(t.CancelToolCallResponse, result)
+        result: t.CancelToolCallResponse = await self._sender.send_request(
+            _methods.REQUESTS["tool_call/cancel"], params, timeout=timeout
+        )
+        return result
 
 
 class Client(Protocol):
@@ -318,8 +340,10 @@ class ClientPeer:
 
         `timeout`: seconds to wait for the response (None: no limit).
         """
-        result = await self._sender.send_request(_methods.REQUESTS["elicitation/create"], params, timeout=timeout)
-        return cast(t.CreateElicitationResponse, result)
+        result: t.CreateElicitationResponse = await self._sender.send_request(
+            _methods.REQUESTS["elicitation/create"], params, timeout=timeout
+        )
+        return result
 
     async def session_request_permission(
         self, params: t.RequestPermissionRequest, *, timeout: float | None = None
@@ -330,10 +354,10 @@ class ClientPeer:
 
         `timeout`: seconds to wait for the response (None: no limit).
         """
-        result = await self._sender.send_request(
+        result: t.RequestPermissionResponse = await self._sender.send_request(
             _methods.REQUESTS["session/request_permission"], params, timeout=timeout
         )
-        return cast(t.RequestPermissionResponse, result)
+        return result
 
     async def session_update(self, params: t.UpdateSessionNotification) -> None:
         """`session/update` (notification).

@@ -5,7 +5,7 @@
 
 from __future__ import annotations
 
-from typing import Protocol, cast
+from typing import Protocol
 
 from acp_trio._spec import Sender
 
@@ -195,8 +195,10 @@ class AgentPeer:
 
         `timeout`: seconds to wait for the response (None: no limit).
         """
-        result = await self._sender.send_request(_methods.REQUESTS["auth/login"], params, timeout=timeout)
-        return cast(t.LoginAuthResponse, result)
+        result: t.LoginAuthResponse = await self._sender.send_request(
+            _methods.REQUESTS["auth/login"], params, timeout=timeout
+        )
+        return result
 
     async def auth_logout(self, params: t.LogoutAuthRequest, *, timeout: float | None = None) -> t.LogoutAuthResponse:
         """`auth/logout` (request).
@@ -205,8 +207,10 @@ class AgentPeer:
 
         `timeout`: seconds to wait for the response (None: no limit).
         """
-        result = await self._sender.send_request(_methods.REQUESTS["auth/logout"], params, timeout=timeout)
-        return cast(t.LogoutAuthResponse, result)
+        result: t.LogoutAuthResponse = await self._sender.send_request(
+            _methods.REQUESTS["auth/logout"], params, timeout=timeout
+        )
+        return result
 
     async def auth_status(self, params: t.AuthStatusRequest, *, timeout: float | None = None) -> t.AuthStatusResponse:
         """`auth/status` (request). Unstable.
@@ -215,8 +219,10 @@ class AgentPeer:
 
         `timeout`: seconds to wait for the response (None: no limit).
         """
-        result = await self._sender.send_request(_methods.REQUESTS["auth/status"], params, timeout=timeout)
-        return cast(t.AuthStatusResponse, result)
+        result: t.AuthStatusResponse = await self._sender.send_request(
+            _methods.REQUESTS["auth/status"], params, timeout=timeout
+        )
+        return result
 
     async def initialize(self, params: t.InitializeRequest, *, timeout: float | None = None) -> t.InitializeResponse:
         """`initialize` (request).
@@ -225,8 +231,10 @@ class AgentPeer:
 
         `timeout`: seconds to wait for the response (None: no limit).
         """
-        result = await self._sender.send_request(_methods.REQUESTS["initialize"], params, timeout=timeout)
-        return cast(t.InitializeResponse, result)
+        result: t.InitializeResponse = await self._sender.send_request(
+            _methods.REQUESTS["initialize"], params, timeout=timeout
+        )
+        return result
 
     async def mcp_message(self, params: t.MessageMcpNotification) -> None:
         """`mcp/message` (notification). Unstable.
@@ -244,8 +252,10 @@ class AgentPeer:
 
         `timeout`: seconds to wait for the response (None: no limit).
         """
-        result = await self._sender.send_request(_methods.REQUESTS["providers/disable"], params, timeout=timeout)
-        return cast(t.DisableProviderResponse, result)
+        result: t.DisableProviderResponse = await self._sender.send_request(
+            _methods.REQUESTS["providers/disable"], params, timeout=timeout
+        )
+        return result
 
     async def providers_list(
         self, params: t.ListProvidersRequest, *, timeout: float | None = None
@@ -256,8 +266,10 @@ class AgentPeer:
 
         `timeout`: seconds to wait for the response (None: no limit).
         """
-        result = await self._sender.send_request(_methods.REQUESTS["providers/list"], params, timeout=timeout)
-        return cast(t.ListProvidersResponse, result)
+        result: t.ListProvidersResponse = await self._sender.send_request(
+            _methods.REQUESTS["providers/list"], params, timeout=timeout
+        )
+        return result
 
     async def providers_set(
         self, params: t.SetProviderRequest, *, timeout: float | None = None
@@ -268,8 +280,10 @@ class AgentPeer:
 
         `timeout`: seconds to wait for the response (None: no limit).
         """
-        result = await self._sender.send_request(_methods.REQUESTS["providers/set"], params, timeout=timeout)
-        return cast(t.SetProviderResponse, result)
+        result: t.SetProviderResponse = await self._sender.send_request(
+            _methods.REQUESTS["providers/set"], params, timeout=timeout
+        )
+        return result
 
     async def session_archive(
         self, params: t.ArchiveSessionRequest, *, timeout: float | None = None
@@ -280,8 +294,10 @@ class AgentPeer:
 
         `timeout`: seconds to wait for the response (None: no limit).
         """
-        result = await self._sender.send_request(_methods.REQUESTS["session/archive"], params, timeout=timeout)
-        return cast(t.ArchiveSessionResponse, result)
+        result: t.ArchiveSessionResponse = await self._sender.send_request(
+            _methods.REQUESTS["session/archive"], params, timeout=timeout
+        )
+        return result
 
     async def session_cancel(self, params: t.CancelSessionNotification) -> None:
         """`session/cancel` (notification).
@@ -299,8 +315,10 @@ class AgentPeer:
 
         `timeout`: seconds to wait for the response (None: no limit).
         """
-        result = await self._sender.send_request(_methods.REQUESTS["session/close"], params, timeout=timeout)
-        return cast(t.CloseSessionResponse, result)
+        result: t.CloseSessionResponse = await self._sender.send_request(
+            _methods.REQUESTS["session/close"], params, timeout=timeout
+        )
+        return result
 
     async def session_delete(
         self, params: t.DeleteSessionRequest, *, timeout: float | None = None
@@ -311,8 +329,10 @@ class AgentPeer:
 
         `timeout`: seconds to wait for the response (None: no limit).
         """
-        result = await self._sender.send_request(_methods.REQUESTS["session/delete"], params, timeout=timeout)
-        return cast(t.DeleteSessionResponse, result)
+        result: t.DeleteSessionResponse = await self._sender.send_request(
+            _methods.REQUESTS["session/delete"], params, timeout=timeout
+        )
+        return result
 
     async def session_fork(
         self, params: t.ForkSessionRequest, *, timeout: float | None = None
@@ -323,8 +343,10 @@ class AgentPeer:
 
         `timeout`: seconds to wait for the response (None: no limit).
         """
-        result = await self._sender.send_request(_methods.REQUESTS["session/fork"], params, timeout=timeout)
-        return cast(t.ForkSessionResponse, result)
+        result: t.ForkSessionResponse = await self._sender.send_request(
+            _methods.REQUESTS["session/fork"], params, timeout=timeout
+        )
+        return result
 
     async def session_list(
         self, params: t.ListSessionsRequest, *, timeout: float | None = None
@@ -335,8 +357,10 @@ class AgentPeer:
 
         `timeout`: seconds to wait for the response (None: no limit).
         """
-        result = await self._sender.send_request(_methods.REQUESTS["session/list"], params, timeout=timeout)
-        return cast(t.ListSessionsResponse, result)
+        result: t.ListSessionsResponse = await self._sender.send_request(
+            _methods.REQUESTS["session/list"], params, timeout=timeout
+        )
+        return result
 
     async def session_new(self, params: t.NewSessionRequest, *, timeout: float | None = None) -> t.NewSessionResponse:
         """`session/new` (request).
@@ -345,8 +369,10 @@ class AgentPeer:
 
         `timeout`: seconds to wait for the response (None: no limit).
         """
-        result = await self._sender.send_request(_methods.REQUESTS["session/new"], params, timeout=timeout)
-        return cast(t.NewSessionResponse, result)
+        result: t.NewSessionResponse = await self._sender.send_request(
+            _methods.REQUESTS["session/new"], params, timeout=timeout
+        )
+        return result
 
     async def session_prompt(self, params: t.PromptRequest, *, timeout: float | None = None) -> t.PromptResponse:
         """`session/prompt` (request).
@@ -355,8 +381,10 @@ class AgentPeer:
 
         `timeout`: seconds to wait for the response (None: no limit).
         """
-        result = await self._sender.send_request(_methods.REQUESTS["session/prompt"], params, timeout=timeout)
-        return cast(t.PromptResponse, result)
+        result: t.PromptResponse = await self._sender.send_request(
+            _methods.REQUESTS["session/prompt"], params, timeout=timeout
+        )
+        return result
 
     async def session_resume(
         self, params: t.ResumeSessionRequest, *, timeout: float | None = None
@@ -367,8 +395,10 @@ class AgentPeer:
 
         `timeout`: seconds to wait for the response (None: no limit).
         """
-        result = await self._sender.send_request(_methods.REQUESTS["session/resume"], params, timeout=timeout)
-        return cast(t.ResumeSessionResponse, result)
+        result: t.ResumeSessionResponse = await self._sender.send_request(
+            _methods.REQUESTS["session/resume"], params, timeout=timeout
+        )
+        return result
 
     async def session_set_config_option(
         self, params: t.SetSessionConfigOptionRequest, *, timeout: float | None = None
@@ -379,10 +409,10 @@ class AgentPeer:
 
         `timeout`: seconds to wait for the response (None: no limit).
         """
-        result = await self._sender.send_request(
+        result: t.SetSessionConfigOptionResponse = await self._sender.send_request(
             _methods.REQUESTS["session/set_config_option"], params, timeout=timeout
         )
-        return cast(t.SetSessionConfigOptionResponse, result)
+        return result
 
     async def session_set_title(
         self, params: t.SetSessionTitleRequest, *, timeout: float | None = None
@@ -393,8 +423,10 @@ class AgentPeer:
 
         `timeout`: seconds to wait for the response (None: no limit).
         """
-        result = await self._sender.send_request(_methods.REQUESTS["session/set_title"], params, timeout=timeout)
-        return cast(t.SetSessionTitleResponse, result)
+        result: t.SetSessionTitleResponse = await self._sender.send_request(
+            _methods.REQUESTS["session/set_title"], params, timeout=timeout
+        )
+        return result
 
     async def session_status(
         self, params: t.SessionStatusRequest, *, timeout: float | None = None
@@ -405,8 +437,10 @@ class AgentPeer:
 
         `timeout`: seconds to wait for the response (None: no limit).
         """
-        result = await self._sender.send_request(_methods.REQUESTS["session/status"], params, timeout=timeout)
-        return cast(t.SessionStatusResponse, result)
+        result: t.SessionStatusResponse = await self._sender.send_request(
+            _methods.REQUESTS["session/status"], params, timeout=timeout
+        )
+        return result
 
     async def session_unarchive(
         self, params: t.UnarchiveSessionRequest, *, timeout: float | None = None
@@ -417,8 +451,10 @@ class AgentPeer:
 
         `timeout`: seconds to wait for the response (None: no limit).
         """
-        result = await self._sender.send_request(_methods.REQUESTS["session/unarchive"], params, timeout=timeout)
-        return cast(t.UnarchiveSessionResponse, result)
+        result: t.UnarchiveSessionResponse = await self._sender.send_request(
+            _methods.REQUESTS["session/unarchive"], params, timeout=timeout
+        )
+        return result
 
     async def terminal_cancel(
         self, params: t.CancelTerminalRequest, *, timeout: float | None = None
@@ -429,8 +465,10 @@ class AgentPeer:
 
         `timeout`: seconds to wait for the response (None: no limit).
         """
-        result = await self._sender.send_request(_methods.REQUESTS["terminal/cancel"], params, timeout=timeout)
-        return cast(t.CancelTerminalResponse, result)
+        result: t.CancelTerminalResponse = await self._sender.send_request(
+            _methods.REQUESTS["terminal/cancel"], params, timeout=timeout
+        )
+        return result
 
     async def tool_call_cancel(
         self, params: t.CancelToolCallRequest, *, timeout: float | None = None
@@ -441,8 +479,10 @@ class AgentPeer:
 
         `timeout`: seconds to wait for the response (None: no limit).
         """
-        result = await self._sender.send_request(_methods.REQUESTS["tool_call/cancel"], params, timeout=timeout)
-        return cast(t.CancelToolCallResponse, result)
+        result: t.CancelToolCallResponse = await self._sender.send_request(
+            _methods.REQUESTS["tool_call/cancel"], params, timeout=timeout
+        )
+        return result
 
 
 class Client(Protocol):
@@ -522,8 +562,10 @@ class ClientPeer:
 
         `timeout`: seconds to wait for the response (None: no limit).
         """
-        result = await self._sender.send_request(_methods.REQUESTS["elicitation/create"], params, timeout=timeout)
-        return cast(t.CreateElicitationResponse, result)
+        result: t.CreateElicitationResponse = await self._sender.send_request(
+            _methods.REQUESTS["elicitation/create"], params, timeout=timeout
+        )
+        return result
 
     async def mcp_message(self, params: t.MessageMcpRequest, *, timeout: float | None = None) -> t.MessageMcpResponse:
         """`mcp/message` (request). Unstable.
@@ -532,8 +574,10 @@ class ClientPeer:
 
         `timeout`: seconds to wait for the response (None: no limit).
         """
-        result = await self._sender.send_request(_methods.REQUESTS["mcp/message"], params, timeout=timeout)
-        return cast(t.MessageMcpResponse, result)
+        result: t.MessageMcpResponse = await self._sender.send_request(
+            _methods.REQUESTS["mcp/message"], params, timeout=timeout
+        )
+        return result
 
     async def session_request_permission(
         self, params: t.RequestPermissionRequest, *, timeout: float | None = None
@@ -544,10 +588,10 @@ class ClientPeer:
 
         `timeout`: seconds to wait for the response (None: no limit).
         """
-        result = await self._sender.send_request(
+        result: t.RequestPermissionResponse = await self._sender.send_request(
             _methods.REQUESTS["session/request_permission"], params, timeout=timeout
         )
-        return cast(t.RequestPermissionResponse, result)
+        return result
 
     async def session_update(self, params: t.UpdateSessionNotification) -> None:
         """`session/update` (notification).
