@@ -1454,6 +1454,32 @@ async def test_cancel_group_answers_the_group_requests_running_or_just_finished_
     assert answers[4] == {"jsonrpc": "2.0", "id": 4, "result": "released"}  # another group
 
 
+async def test_a_handler_that_cancels_its_own_group_in_its_first_step_answers_the_group_result(
+    autojump_clock: MockClock,
+) -> None:
+    """The reader runs a request's first step itself: one in a cancel group is in its group during
+    that step, so cancelling the group there answers the group's result, whether the handler then
+    returns at once or waits."""
+    conns: list[Connection] = []
+
+    async def withdraw(params: Any) -> Any:
+        conns[0].cancel_group(params["group"])
+        if params["then"] == "wait":
+            await trio.sleep_forever()
+        return "answered anyway"
+
+    route = Route(
+        "withdraw", "request", withdraw, cancel_group=lambda p: p["group"], group_cancelled_result=lambda: "withdrawn"
+    )
+    async with connected(route) as (conn, peer):
+        conns.append(conn)
+        await peer.request(1, "withdraw", {"group": "g", "then": "return"})
+        assert await peer.recv() == {"jsonrpc": "2.0", "id": 1, "result": "withdrawn"}
+        await peer.request(2, "withdraw", {"group": "g", "then": "wait"})
+        assert await peer.recv() == {"jsonrpc": "2.0", "id": 2, "result": "withdrawn"}
+        await peer.ping()
+
+
 # And requests: one with object params and an integer or string id goes from orjson straight to its
 # route; every other request line goes through parse.  The route answers what it was given.
 REQUEST_SHAPES = [

@@ -1286,9 +1286,15 @@ class Connection:
         if self.instrumentation is not None:
             route = self._traced_route(route, "request", raw_params)
         inline = batch is None and self._inline
-        if inline and route.cancel_group is None and (route.serial_key is None or not self._queues):
-            # Nothing can reach it before its first step ends (no cancel group, no wait for earlier
-            # notifications): run its handler now, with no job; most answers need nothing more.
+        if inline and (route.serial_key is None or not self._queues):
+            # No wait for earlier notifications: run its handler now.  Only a request in a cancel
+            # group (which its own handler may cancel) needs its job before; others get one only if
+            # they have to wait, and most answers need nothing more.
+            job: _Job | None = None
+            if route.cancel_group is not None:
+                job = self._inbound[request_id] = _Job(request_id, route, params, self._seq)
+                self._join_group(job, route.cancel_group, params)
+                self._busy += 1
             base = self._job_context
             context = base.copy() if base is not None else contextvars.copy_context()
             try:
@@ -1296,12 +1302,15 @@ class Connection:
                 if type(coro) is not _CoroutineType:  # an awaitable of another kind
                     coro = _awaited(coro)
                 try:
+                    # without job.scope: a cancellation during this step (the handler cancelling its
+                    # own group) marks the job, and must not cancel the reader's scope
                     yielded = context.run(coro.send, None)
                 except StopIteration as stop:
                     result = stop.value
-                else:  # it has to wait: a job from now on, which the reader goes on with
-                    job = self._inbound[request_id] = _Job(request_id, route, params, self._seq)
-                    self._busy += 1
+                else:  # it has to wait: the reader goes on with it
+                    if job is None:
+                        job = self._inbound[request_id] = _Job(request_id, route, params, self._seq)
+                        self._busy += 1
                     job.coro, job.yielded, job.bare = coro, yielded, True
                     self._waiting, self._waiting_context = job, context
                     return None
@@ -1315,7 +1324,11 @@ class Connection:
                 log.exception("%s: handler for %r (request id %r) raised", self.name, method, request_id)
                 line = _core.encode_error(request_id, RequestError.internal_error())
             # held for the one write after the read, unless nothing can join it
-            self._enqueue(line, eager=eager and not self._handed)
+            if job is None:
+                self._enqueue(line, eager=eager and not self._handed)
+            else:
+                job.line = line
+                self._finish_job(job, eager=eager)
             return None
         job = self._inbound[request_id] = _Job(request_id, route, params, self._seq)
         if route.cancel_group is not None:
