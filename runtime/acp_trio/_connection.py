@@ -362,7 +362,7 @@ class _Job:
         self.finished = False
         self.handed = False  # given to a pool task that has not started it
         self.coro: Any = None  # its coroutine, when the reader ran its first step
-        self.bare = False  # coro is the handler's own (answered by _go_on_bare), not _run_job's
+        self.bare = False  # coro is the handler's own (_run_job goes on with it), not _run_job's
         self.yielded: Any = None  # what that step yielded to trio
         self.group: Hashable | None = None  # its route's cancel group, if any
         self.group_cancelled = False  # cancelled with its group: answers the route's group_cancelled_result
@@ -791,9 +791,10 @@ class Connection:
     # started or woken and, when nothing can reach the request before that (no cancel group, no
     # earlier notification of its serial key still queued), no job either; the answers of one read
     # go out in one write.  When a handler has to wait, the reader hands its role (and the lines of
-    # the read after that request) to an idle task of the pool, or a new one, and goes on with it.  A task runs inside
-    # one cancel scope, renewed only after a request it ran was cancelled; every request starts in a
-    # fresh copy of the connection's context, so context variables a handler sets reach no other.
+    # the read after that request) to an idle task of the pool, or a new one, and goes on with it.
+    # A task runs inside one cancel scope, renewed only after a request it ran was cancelled; every
+    # request starts in a fresh copy of the connection's context, so context variables a handler
+    # sets reach no other.
 
     async def _pool_task(self, item: _Job | _ReadRole) -> None:
         me = _PoolTask(trio.lowlevel.current_task())
@@ -814,11 +815,8 @@ class Connection:
                             job.handed = False
                             self._handed -= 1
                         job.scope = scope
-                        if job.coro is not None:  # started by the reader, which was this task
-                            if job.bare:
-                                await self._go_on_bare(job)
-                            else:
-                                await _resume(job.coro, job.yielded)
+                        if job.coro is not None and not job.bare:  # _run_job started by the reader (this task)
+                            await _resume(job.coro, job.yielded)
                         else:
                             if job.cancel_requested:
                                 scope.cancel()
@@ -1374,30 +1372,18 @@ class Connection:
                 job.cancel()
 
     async def _run_job(self, job: _Job) -> None:
-        """Run a request's handler (inside its pool task's scope); a cancellation propagates."""
+        """Run a request's handler (inside its pool task's scope), or go on with one whose first step
+        the reader ran with no job (``job.bare``, see :meth:`_on_request`); a cancellation propagates."""
         route = job.route
         try:
-            if route.serial_key is not None and self._queues:
-                key = route.serial_key(job.params)
-                if key is not None:
-                    await self._wait_key_before(key, job.seq)
-            result = await route.handler(job.params)
-            encode = route.encode
-            if encode is None:
-                encode = route.encode = self.converter.unstructure_fn(route.result_type)
-            job.line = _core.encode_result(job.request_id, encode(result))
-        except RequestError as exc:
-            job.line = _core.encode_error(job.request_id, exc)
-        except Exception:
-            log.exception("%s: handler for %r (request id %r) raised", self.name, route.method, job.request_id)
-            job.line = _core.encode_error(job.request_id, RequestError.internal_error())
-
-    async def _go_on_bare(self, job: _Job) -> None:
-        """Go on with a request whose handler's first step the reader ran with no job (see
-        :meth:`_on_request`), as :meth:`_run_job` would have; a cancellation propagates."""
-        route = job.route
-        try:
-            result = await _resume(job.coro, job.yielded)
+            if job.bare:
+                result = await _resume(job.coro, job.yielded)
+            else:
+                if route.serial_key is not None and self._queues:
+                    key = route.serial_key(job.params)
+                    if key is not None:
+                        await self._wait_key_before(key, job.seq)
+                result = await route.handler(job.params)
             encode = route.encode
             if encode is None:
                 encode = route.encode = self.converter.unstructure_fn(route.result_type)
