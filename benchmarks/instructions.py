@@ -2,7 +2,7 @@
 
 Usage::
 
-    python benchmarks/instructions.py [--runs N] [SCENARIO ...]
+    python benchmarks/instructions.py [--runs N] [--raw] [SCENARIO ...]
 
 Wall-clock and CPU-time figures on a shared machine swing by 10-30% from one run to the next; an
 instruction count does not depend on what else the machine is doing, so it shows what a change to
@@ -17,6 +17,11 @@ difference by the updates (or requests) of 2 prompts: start-up and warm-up cance
   ``trio_agent.py``;
 - the **agent** side: ``trio_agent.py`` under callgrind (``runtime/under_callgrind.py``), driven by
   the raw orjson client, so the figure is the agent's alone.
+
+``--raw`` counts the raw orjson pair's sides the same way (``raw_agent.py`` driven by the raw client,
+and ``raw_client.py`` driving ``raw_agent.py``) and prints acp-trio's count as a multiple of raw's:
+the timed benchmark's "× raw" in instructions, which do not depend on where the kernel places the
+two processes or how fast the host runs at the time (the timed ratios do, by up to 1.7x between runs).
 
 Both processes get ``PYTHONHASHSEED=0`` and a private byte-code cache, filled by a run of each
 client before the first count.  What remains of the spread
@@ -53,18 +58,21 @@ _COLLECTED: Final = re.compile(rb"Collected : (\d+)")
 _SIDES: Final = ("agent", "client")
 
 
-def count(side: str, command: str, repeats: int, env: dict[str, str], work: Path) -> int:
+def count(side: str, command: str, repeats: int, env: dict[str, str], work: Path, pair: str = "trio") -> int:
     """Instructions the ``side`` process executed over a whole bench run of ``command`` with
-    ``repeats`` timed prompts (after 1 warm-up)."""
-    out = work / f"callgrind.{side}.{repeats}.out"
+    ``repeats`` timed prompts (after 1 warm-up).  ``pair``: ``"trio"`` (acp-trio's side, driven by
+    or driving what the module docstring says) or ``"raw"`` (the raw orjson side, likewise)."""
+    out = work / f"callgrind.{pair}.{side}.{repeats}.out"
     args = ["--warmup", "1", "--repeats", str(repeats), command]
     if side == "client":
+        client, agent = ("trio_client.py", "trio_agent.py") if pair == "trio" else ("raw_client.py", "raw_agent.py")
         cmd = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", sys.executable]
-        cmd += [str(_SCRIPTS / "trio_client.py"), *args]
+        cmd += [str(_SCRIPTS / client), "--agent", agent, *args]
         run_env = env
     else:
         cmd = [sys.executable, str(_SCRIPTS / "raw_client.py"), "--agent", "under_callgrind.py", *args]
-        run_env = dict(env, ACP_CALLGRIND_AGENT="trio_agent.py", ACP_CALLGRIND_OUT=str(out))
+        agent = "trio_agent.py" if pair == "trio" else "raw_agent.py"
+        run_env = dict(env, ACP_CALLGRIND_AGENT=agent, ACP_CALLGRIND_OUT=str(out))
     proc = subprocess.run(cmd, cwd=_SCRIPTS, env=run_env, capture_output=True, timeout=1800)
     if proc.returncode != 0:
         raise RuntimeError(f"{side} {command!r}: exit {proc.returncode}: {proc.stderr.decode()[-2000:]}")
@@ -74,17 +82,22 @@ def count(side: str, command: str, repeats: int, env: dict[str, str], work: Path
     return int(found[-1])
 
 
-def per_unit(side: str, command: str, env: dict[str, str], work: Path) -> float:
+def per_unit(side: str, command: str, env: dict[str, str], work: Path, pair: str = "trio") -> float:
     """Instructions per update (or request) of ``command`` on ``side``: (3 prompts - 1 prompt) / 2 prompts."""
     kind, n, _ = parse_command(command)
-    one = count(side, command, 1, env, work)
-    three = count(side, command, 3, env, work)
+    one = count(side, command, 1, env, work, pair)
+    three = count(side, command, 3, env, work, pair)
     return (three - one) / (2 * expected(kind, n))
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--runs", type=int, default=3, help="measurements per side and scenario (default 3)")
+    parser.add_argument(
+        "--raw",
+        action="store_true",
+        help="also count the raw orjson agent and client, and print acp-trio's count as a multiple of raw's",
+    )
     parser.add_argument("scenarios", nargs="*", default=["stream 20000", "mixed 20000"])
     args = parser.parse_args()
     if shutil.which("valgrind") is None:
@@ -101,16 +114,23 @@ def main() -> int:
             prime += ["--repeats", "1", "stream 10"]
             subprocess.run(prime, cwd=_SCRIPTS, env=env, check=True, timeout=120, capture_output=True)
         for command in args.scenarios:
-            cells = []
-            for side in _SIDES:
-                try:
-                    xs = [per_unit(side, command, env, work) for _ in range(args.runs)]
-                except (RuntimeError, subprocess.TimeoutExpired) as exc:
-                    print(f"failed: {exc}")
-                    return 1
-                cells.append(f"{side} {statistics.median(xs):>8,.0f} ({min(xs):,.0f}-{max(xs):,.0f})")
-            print(f"  {command:<16} " + "   ".join(cells))
-            sys.stdout.flush()
+            medians: dict[str, dict[str, float]] = {}
+            for pair in ("trio", "raw") if args.raw else ("trio",):
+                cells = []
+                for side in _SIDES:
+                    try:
+                        xs = [per_unit(side, command, env, work, pair) for _ in range(args.runs)]
+                    except (RuntimeError, subprocess.TimeoutExpired) as exc:
+                        print(f"failed: {exc}")
+                        return 1
+                    medians.setdefault(pair, {})[side] = statistics.median(xs)
+                    cells.append(f"{side} {statistics.median(xs):>8,.0f} ({min(xs):,.0f}-{max(xs):,.0f})")
+                label = command if pair == "trio" else "  raw"
+                print(f"  {label:<16} " + "   ".join(cells))
+                sys.stdout.flush()
+            if args.raw:
+                ratios = "   ".join(f"{side} {medians['trio'][side] / medians['raw'][side]:>8.2f}x" for side in _SIDES)
+                print(f"  {'  acp-trio/raw':<16} {ratios}")
     return 0
 
 
