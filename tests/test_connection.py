@@ -343,6 +343,33 @@ async def test_a_batch_of_two_requests_gets_one_array_with_both_answers(autojump
         await peer.ping()
 
 
+async def test_a_line_read_after_a_batch_whose_request_waits_is_handled_while_it_waits(
+    autojump_clock: MockClock,
+) -> None:
+    opened = trio.Event()
+
+    async def gate(params: Any) -> str:
+        await opened.wait()
+        return "passed"
+
+    async def opener(params: Any) -> str:
+        opened.set()
+        return "opened"
+
+    async with connected(Route("gate", "request", gate), Route("open", "request", opener)) as (_conn, peer):
+        batch = [{"jsonrpc": "2.0", "id": 1, "method": "gate"}, {"jsonrpc": "2.0", "id": 2, "method": PING}]
+        await peer.send_raw(
+            orjson.dumps(batch) + b"\n" + orjson.dumps({"jsonrpc": "2.0", "id": 3, "method": "open"}) + b"\n"
+        )
+        assert await peer.recv() == {"jsonrpc": "2.0", "id": 3, "result": "opened"}
+        answer = await peer.recv()
+        assert sorted(answer, key=lambda a: a["id"]) == [
+            {"jsonrpc": "2.0", "id": 1, "result": "passed"},
+            {"jsonrpc": "2.0", "id": 2, "result": "pong"},
+        ]
+        await peer.ping()
+
+
 async def test_a_batch_of_notifications_only_gets_no_response(autojump_clock: MockClock) -> None:
     seen: list[Any] = []
 

@@ -77,7 +77,6 @@ class Instrumentation(Protocol):
 # faster than the writer drains lets the writer start early (the peer starts reading sooner).
 _HIGH_WATER = 1 << 16
 _READ_SIZE = 1 << 16
-_CoroutineType: Final = types.CoroutineType
 _HANDOFF = 64  # messages the reader decodes before letting their handlers run
 DEFAULT_EOF_GRACE = 0.25
 """Seconds a connection lets its handlers finish after its input ended, before cancelling them.
@@ -95,6 +94,7 @@ _current_task = trio.lowlevel.current_task
 _wait_task_rescheduled = trio.lowlevel.wait_task_rescheduled
 _reschedule = trio.lowlevel.reschedule
 _wait_readable = trio.lowlevel.wait_readable
+_CoroutineType: Final = types.CoroutineType
 
 
 class ConnectionClosed(Exception):
@@ -490,8 +490,8 @@ class Connection:
         self._groups: dict[Hashable, set[_Job]] = {}  # running inbound requests by cancel group
         self._new_jobs: list[_Job] = []  # requests read to be handed out (batches, the end of input)
         self._inline = True  # the reader runs each request it reads at once (not at the end of input)
-        self._waiting: _Job | None = None  # the request the reader ran that has to wait (it goes on with it)
-        self._waiting_context: contextvars.Context | None = None  # the context its first step ran in
+        # the request the reader ran that has to wait (it goes on with it), and the context its first step ran in
+        self._waiting: tuple[_Job, contextvars.Context] | None = None
         self._idle: list[_PoolTask] = []  # request pool tasks waiting for work
         self._handed = 0  # requests handed to pool tasks that have not started them yet
         self._holding = False  # the reader runs request handlers: their output waits for _flush
@@ -865,26 +865,31 @@ class Connection:
         wait.  The first that waits becomes :attr:`_waiting` (the reader goes on with it, see
         :meth:`_read_loop`), and the requests after it are handed to other pool tasks."""
         jobs, self._new_jobs = self._new_jobs, []
-        base = self._job_context
-        new_context = base.copy if base is not None else contextvars.copy_context
         for i, job in enumerate(jobs):
             if job.cancel_requested:  # cancelled as it was read: it runs in its own scope, elsewhere
                 self._give(job)
                 continue
-            coro = self._run_job(job)
-            context = new_context()
-            try:
-                # without job.scope: a cancellation during this step (the handler cancelling its
-                # own group) marks the job, and must not cancel the reader's scope
-                yielded = context.run(coro.send, None)
-            except StopIteration:
-                self._finish_job(job, eager=False)  # a batch: its answers go out in one array
-                continue
-            job.coro, job.yielded = coro, yielded
-            self._waiting, self._waiting_context = job, context
-            for other in jobs[i + 1 :]:
-                self._give(other)
-            return
+            if self._first_step(job, eager=False):  # a batch: its answers go out in one array
+                for other in jobs[i + 1 :]:
+                    self._give(other)
+                return
+
+    def _first_step(self, job: _Job, eager: bool) -> bool:
+        """Run ``job``'s :meth:`_run_job` in the reader until it finishes (answered; ``eager`` as
+        for :meth:`_finish_job`) or has to wait (it becomes :attr:`_waiting`, returns True)."""
+        coro = self._run_job(job)
+        base = self._job_context
+        context = base.copy() if base is not None else contextvars.copy_context()
+        try:
+            # without job.scope: a cancellation during this step (the handler cancelling its own
+            # group) marks the job, and must not cancel the reader's scope
+            yielded = context.run(coro.send, None)
+        except StopIteration:
+            self._finish_job(job, eager=eager)
+            return False
+        job.coro, job.yielded = coro, yielded
+        self._waiting = job, context
+        return True
 
     async def _read_loop(self, scope: trio.CancelScope, me: _PoolTask) -> _Job | None:
         """The reader role: read, frame and handle messages until a request has to wait (returns it,
@@ -933,15 +938,12 @@ class Connection:
                     items, self._backlog = backlog, []
                 self._holding = True
                 self._on_lines(items)
-                waiting = self._waiting
-                if waiting is not None:  # a request that has to wait: this task goes on with it
+                if self._waiting is not None:  # a request that has to wait: this task goes on with it
+                    waiting, me.task.context = self._waiting  # the rest runs where its first step did
                     self._waiting = None
                     waiting.scope = scope
                     if waiting.cancel_requested:
                         scope.cancel()
-                    context, self._waiting_context = self._waiting_context, None
-                    assert context is not None
-                    me.task.context = context  # the rest runs where its first step did
                     self._give(_READ)  # and another task reads on (the lines after it are in _backlog)
                     self._flush()
                     ended = False
@@ -1043,8 +1045,6 @@ class Connection:
                             break
                         continue
             self._on_message(item, _parse_value(obj))
-            if self._new_jobs and self._inline:  # a batch's requests
-                self._run_new_jobs()
             if self._waiting is not None:
                 break
         else:
@@ -1119,6 +1119,8 @@ class Connection:
             line = self._dispatch(msg, answers)
             if line is not None:
                 answers.append(line)
+        if self._new_jobs and self._inline:  # its requests run now, as the reader's own do
+            self._run_new_jobs()
         if answers:
             assert self._nursery is not None
             self._busy += 1
@@ -1310,7 +1312,7 @@ class Connection:
                         job = self._inbound[request_id] = _Job(request_id, route, params, self._seq)
                         self._busy += 1
                     job.coro, job.yielded, job.bare = coro, yielded, True
-                    self._waiting, self._waiting_context = job, context
+                    self._waiting = job, context
                     return None
                 encode = route.encode
                 if encode is None:
@@ -1336,21 +1338,10 @@ class Connection:
             job.batch = batch
             job.index = len(batch)
             batch.append(None)
-        if not inline:
+        if inline:  # it waits for earlier notifications of its serial key
+            self._first_step(job, eager)
+        else:
             self._new_jobs.append(job)
-            return None
-        coro = self._run_job(job)
-        base = self._job_context
-        context = base.copy() if base is not None else contextvars.copy_context()
-        try:
-            # without job.scope: a cancellation during this step (the handler cancelling its own
-            # group) marks the job, and must not cancel the reader's scope
-            yielded = context.run(coro.send, None)
-        except StopIteration:
-            self._finish_job(job, eager=eager)
-            return None
-        job.coro, job.yielded = coro, yielded
-        self._waiting, self._waiting_context = job, context
         return None
 
     def _join_group(self, job: _Job, cancel_group: Callable[[Any], Hashable | None], params: Any) -> None:

@@ -268,9 +268,7 @@ class _Side:
             method_spec = found
         else:
             method_spec = spec
-        plan = self._request_plans.get(method_spec.method)
-        if plan is None or plan[0] is not method_spec:
-            plan = self._request_plan(method_spec)
+        plan = self._request_plan(method_spec)
         if plan[3]:
             raise ValueError(
                 f"{method_spec.method} changes the connection's state: send it with send_request, one at a time"
@@ -284,7 +282,11 @@ class _Side:
 
     def _request_plan(self, spec: MethodSpec) -> tuple[MethodSpec, Callable[[Any], Any], Callable[[Any], Any], bool]:
         """How typed requests of ``spec`` are sent (kept per method until the version changes): the
-        spec, its params' encoder, its result's decoder, and whether it goes through :meth:`_request`."""
+        spec, its params' encoder, its result's decoder, and whether it goes through :meth:`_request`.
+        (:meth:`send_request` looks it up itself first: one call less per request.)"""
+        plan = self._request_plans.get(spec.method)  # a str key: hashing a MethodSpec costs more
+        if plan is not None and plan[0] is spec:
+            return plan
         conv = self.connection.converter
         plan = self._request_plans[spec.method] = (
             spec,

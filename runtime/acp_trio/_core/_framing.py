@@ -62,14 +62,12 @@ class LineFramer:
         limit = self.max_message_size
         if type(data) is bytes and not self._buf and not self._discarding:
             end = len(data) - 1
-            # the common read of a request or a response: exactly one whole JSON line, no CR
-            if data.find(b"\n") == end and data[:1] in _OPENERS and data[end - 1] != 13 and end <= limit:
-                return [data[:end]]
-        if type(data) is bytes and data.find(b"\n") == len(data) - 1 and not self._buf and not self._discarding:
-            # the common read of a request or a response: exactly one whole line
-            line = data[:-2] if data.endswith(b"\r\n") else data[:-1]
-            if len(line) <= limit:
-                return [line] if line and not line.isspace() else []
+            if data.find(b"\n") == end:  # exactly one whole line: the common read of a request or a response
+                if data[:1] in _OPENERS and data[end - 1] != 13 and end <= limit:
+                    return [data[:end]]  # a JSON message, no CR
+                line = data[:-2] if data.endswith(b"\r\n") else data[:-1]
+                if len(line) <= limit:
+                    return [line] if line and not line.isspace() else []
         out: list[bytes | OversizedMessage] = []
         if not data:
             return out
