@@ -19,6 +19,7 @@ from trio.testing import MockClock
 
 from acp_schema import v1
 from acp_trio import Connection, ConnectionClosed, DecodeError, RequestError, RequestTimeout, Route
+from acp_trio._connection import _HANDOFF
 from acp_trio._core import LineFramer, OversizedMessage, encode_notification
 
 PING = "test/ping"
@@ -1195,6 +1196,35 @@ async def test_a_response_after_serial_notifications_waits_for_their_handlers(au
             log.append(("returned", trio.current_time()))
     assert [name for name, _ in log] == ["start u1", "end u1", "start u2", "end u2", "returned"]
     assert log[-1][1] - start == pytest.approx(5)
+
+
+async def test_a_long_read_of_notifications_is_handled_a_slice_at_a_time(autojump_clock: MockClock) -> None:
+    # The reader decodes at most _HANDOFF messages before the handlers of the ones it queued run, so
+    # a large read never holds more decoded updates than that (they would pile up, and pass through
+    # the garbage collector's generations, behind the reader).  trio runs the tasks of one batch in
+    # either order: without the reader's second turn, about half the slices would pile on the last.
+    received: list[int] = []
+    handled: list[int] = []
+    most = 0
+    done = trio.Event()
+    count = 40 * _HANDOFF
+
+    async def handle(params: Any) -> None:
+        nonlocal most
+        handled.append(params["i"])
+        most = max(most, len(received) - len(handled) + 1)
+        if len(handled) == count:
+            done.set()
+
+    route = Route(
+        "update", "notification", handle, serial_key=lambda p: "s", on_receive=lambda p: received.append(p["i"])
+    )
+    async with connected(route) as (_conn, peer):
+        await peer.send(*({"jsonrpc": "2.0", "method": "update", "params": {"i": i}} for i in range(count)))
+        with trio.fail_after(10):
+            await done.wait()
+    assert handled == list(range(count))
+    assert most <= _HANDOFF
 
 
 async def test_a_response_is_not_held_back_by_notifications_that_arrive_after_it(autojump_clock: MockClock) -> None:
