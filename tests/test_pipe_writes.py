@@ -13,6 +13,7 @@ import pytest
 import trio
 
 from acp_trio import Connection, ConnectionClosed, Route
+from acp_trio._connection import _HANDOFF
 
 pytestmark = pytest.mark.skipif(not hasattr(trio.lowlevel, "FdStream"), reason="POSIX pipes only")
 
@@ -185,3 +186,30 @@ async def test_answers_to_requests_read_at_once_go_out_in_one_write(monkeypatch:
             assert len(writes) == 2
     for stream in (a_in, a_out):
         await stream.aclose()
+
+
+async def test_a_stream_of_notifications_many_reads_long_is_handled_a_slice_at_a_time() -> None:
+    """Full reads of streamed updates: the reader decodes at most one slice (``_HANDOFF``
+    messages) before the handlers of the updates it queued run, also where one read ends and the
+    next begins, so decoded updates never pile up behind the reader."""
+    received: list[int] = []
+    handled: list[int] = []
+    most = 0
+    count = 3_000  # about 100 bytes a line: several full 64 KiB reads, each ending inside a slice
+    done = trio.Event()
+
+    async def seen(params: Any) -> None:
+        nonlocal most
+        handled.append(params["i"])
+        most = max(most, len(received) - len(handled) + 1)
+        if len(handled) == count:
+            done.set()
+
+    route = Route(SEEN, "notification", seen, serial_key=lambda p: "one", on_receive=lambda p: received.append(p["i"]))
+    async with connected({SEEN: route}) as (caller, _):
+        for i in range(count):
+            caller.queue_notification(SEEN, {"i": i, "pad": "x" * 50})
+        with trio.fail_after(20):
+            await done.wait()
+    assert handled == list(range(count))
+    assert most <= _HANDOFF

@@ -914,6 +914,7 @@ class Connection:
                             self._read_full = len(data) == _READ_SIZE
                         else:
                             data = bytes(await self._receive_stream.receive_some(_READ_SIZE))
+                            self._read_full = len(data) == _READ_SIZE
                     except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
                         self._read_reason = f"read failed: {exc!r}"
                         break
@@ -949,11 +950,14 @@ class Connection:
                     ended = False
                     return waiting
                 self._flush()
-                if self._backlog:
+                if self._backlog or (self._queues and self._read_full):
+                    # More to decode (the rest of this read, or the next read at once: this one
+                    # filled the buffer): the handlers of this slice go first.  trio runs the
+                    # tasks of one batch in either order, so when this task ran before the
+                    # handlers it queued, it lets them go first once more (else two slices pile
+                    # up, and the garbage collector has to walk them: a tenth of a streaming
+                    # client's time).
                     await trio.lowlevel.cancel_shielded_checkpoint()
-                    # trio runs the tasks of one batch in either order: when this task ran before
-                    # the handlers it queued, it lets them go first (else two slices pile up, and
-                    # the garbage collector has to walk them: a tenth of a streaming client's time)
                     if self._queues:
                         await trio.lowlevel.cancel_shielded_checkpoint()
         finally:
