@@ -15,6 +15,7 @@ import orjson
 import pytest
 import trio
 import trio.testing
+from _slices import SliceWatch
 from trio.testing import MockClock
 
 from acp_schema import v1
@@ -1203,28 +1204,13 @@ async def test_a_long_read_of_notifications_is_handled_a_slice_at_a_time(autojum
     # a large read never holds more decoded updates than that (they would pile up, and pass through
     # the garbage collector's generations, behind the reader).  trio runs the tasks of one batch in
     # either order: without the reader's second turn, about half the slices would pile on the last.
-    received: list[int] = []
-    handled: list[int] = []
-    most = 0
-    done = trio.Event()
-    count = 40 * _HANDOFF
-
-    async def handle(params: Any) -> None:
-        nonlocal most
-        handled.append(params["i"])
-        most = max(most, len(received) - len(handled) + 1)
-        if len(handled) == count:
-            done.set()
-
-    route = Route(
-        "update", "notification", handle, serial_key=lambda p: "s", on_receive=lambda p: received.append(p["i"])
-    )
-    async with connected(route) as (_conn, peer):
-        await peer.send(*({"jsonrpc": "2.0", "method": "update", "params": {"i": i}} for i in range(count)))
+    watch = SliceWatch("update", 40 * _HANDOFF)
+    async with connected(watch.route) as (_conn, peer):
+        await peer.send(*({"jsonrpc": "2.0", "method": "update", "params": {"i": i}} for i in range(watch.count)))
         with trio.fail_after(10):
-            await done.wait()
-    assert handled == list(range(count))
-    assert most <= _HANDOFF
+            await watch.done.wait()
+    assert watch.handled == list(range(watch.count))
+    assert watch.most <= _HANDOFF
 
 
 async def test_a_response_is_not_held_back_by_notifications_that_arrive_after_it(autojump_clock: MockClock) -> None:

@@ -11,6 +11,7 @@ from typing import Any
 import orjson
 import pytest
 import trio
+from _slices import SliceWatch
 
 from acp_trio import Connection, ConnectionClosed, Route
 from acp_trio._connection import _HANDOFF
@@ -192,24 +193,11 @@ async def test_a_stream_of_notifications_many_reads_long_is_handled_a_slice_at_a
     """Full reads of streamed updates: the reader decodes at most one slice (``_HANDOFF``
     messages) before the handlers of the updates it queued run, also where one read ends and the
     next begins, so decoded updates never pile up behind the reader."""
-    received: list[int] = []
-    handled: list[int] = []
-    most = 0
-    count = 3_000  # about 100 bytes a line: several full 64 KiB reads, each ending inside a slice
-    done = trio.Event()
-
-    async def seen(params: Any) -> None:
-        nonlocal most
-        handled.append(params["i"])
-        most = max(most, len(received) - len(handled) + 1)
-        if len(handled) == count:
-            done.set()
-
-    route = Route(SEEN, "notification", seen, serial_key=lambda p: "one", on_receive=lambda p: received.append(p["i"]))
-    async with connected({SEEN: route}) as (caller, _):
-        for i in range(count):
+    watch = SliceWatch(SEEN, 3_000)  # about 100 bytes a line: several full 64 KiB reads, each ending inside a slice
+    async with connected({SEEN: watch.route}) as (caller, _):
+        for i in range(watch.count):
             caller.queue_notification(SEEN, {"i": i, "pad": "x" * 50})
         with trio.fail_after(20):
-            await done.wait()
-    assert handled == list(range(count))
-    assert most <= _HANDOFF
+            await watch.done.wait()
+    assert watch.handled == list(range(watch.count))
+    assert watch.most <= _HANDOFF
