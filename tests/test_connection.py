@@ -1500,13 +1500,15 @@ async def test_cancel_group_answers_the_group_requests_running_or_just_finished_
 async def test_a_handler_that_cancels_its_own_group_in_its_first_step_answers_the_group_result(
     autojump_clock: MockClock,
 ) -> None:
-    """The reader runs a request's first step itself: one in a cancel group is in its group during
-    that step, so cancelling the group there answers the group's result, whether the handler then
-    returns at once or waits."""
+    """The reader runs a request's first step itself, and one in a cancel group joins its group
+    only if it has to wait: cancelling the group during that step still answers the group's result,
+    whether the handler then returns at once or waits.  Cancelling another group, or the same group
+    in an earlier request's step, does not."""
     conns: list[Connection] = []
 
     async def withdraw(params: Any) -> Any:
-        conns[0].cancel_group(params["group"])
+        if params["cancel"] is not None:
+            conns[0].cancel_group(params["cancel"])
         if params["then"] == "wait":
             await trio.sleep_forever()
         return "answered anyway"
@@ -1516,10 +1518,18 @@ async def test_a_handler_that_cancels_its_own_group_in_its_first_step_answers_th
     )
     async with connected(route) as (conn, peer):
         conns.append(conn)
-        await peer.request(1, "withdraw", {"group": "g", "then": "return"})
+        await peer.request(1, "withdraw", {"group": "g", "cancel": "g", "then": "return"})
         assert await peer.recv() == {"jsonrpc": "2.0", "id": 1, "result": "withdrawn"}
-        await peer.request(2, "withdraw", {"group": "g", "then": "wait"})
+        await peer.request(2, "withdraw", {"group": "g", "cancel": "g", "then": "wait"})
         assert await peer.recv() == {"jsonrpc": "2.0", "id": 2, "result": "withdrawn"}
+        await peer.request(3, "withdraw", {"group": "g", "cancel": "h", "then": "return"})
+        assert await peer.recv() == {"jsonrpc": "2.0", "id": 3, "result": "answered anyway"}
+        await peer.request(4, "withdraw", {"group": "g", "cancel": None, "then": "return"})
+        assert await peer.recv() == {"jsonrpc": "2.0", "id": 4, "result": "answered anyway"}
+        await peer.request(5, "withdraw", {"group": "g", "cancel": None, "then": "wait"})
+        await trio.testing.wait_all_tasks_blocked()
+        conn.cancel_group("g")  # the one that waits joined its group: it is withdrawn
+        assert await peer.recv() == {"jsonrpc": "2.0", "id": 5, "result": "withdrawn"}
         await peer.ping()
 
 

@@ -492,6 +492,10 @@ class Connection:
         self._inline = True  # the reader runs each request it reads at once (not at the end of input)
         # the request the reader ran that has to wait (it goes on with it), and the context its first step ran in
         self._waiting: tuple[_Job, contextvars.Context] | None = None
+        # the cancel group of the request whose first step the reader runs with no job yet, and
+        # whether its handler cancelled that group meanwhile (see cancel_group)
+        self._first_group: Hashable | None = None
+        self._first_group_cancelled = False
         self._idle: list[_PoolTask] = []  # request pool tasks waiting for work
         self._handed = 0  # requests handed to pool tasks that have not started them yet
         self._holding = False  # the reader runs request handlers: their output waits for _flush
@@ -788,8 +792,8 @@ class Connection:
     # before it answers.  Instead, a pool of tasks serves the connection.  One of them holds the
     # reader role; it runs each request it reads itself, at once: a handler that finishes without
     # waiting (most answers a client gives) is answered before the reader reads on, with no task
-    # started or woken and, when nothing can reach the request before that (no cancel group, no
-    # earlier notification of its serial key still queued), no job either; the answers of one read
+    # started or woken and, when nothing can reach the request before that (no earlier
+    # notification of its serial key still queued), no job either; the answers of one read
     # go out in one write.  When a handler has to wait, the reader hands its role (and the lines of
     # the read after that request) to an idle task of the pool, or a new one, and goes on with it.
     # A task runs inside one cancel scope, renewed only after a request it ran was cancelled; every
@@ -1296,14 +1300,15 @@ class Connection:
             route = self._traced_route(route, "request", raw_params)
         inline = batch is None and self._inline
         if inline and (route.serial_key is None or not self._queues):
-            # No wait for earlier notifications: run its handler now.  Only a request in a cancel
-            # group (which its own handler may cancel) needs its job before; others get one only if
-            # they have to wait, and most answers need nothing more.
-            job: _Job | None = None
+            # No wait for earlier notifications: run its handler now.  It gets a job only if it
+            # has to wait, and most answers need nothing more.  A request in a cancel group joins
+            # it then too: during this step only its own handler can cancel the group, and
+            # cancel_group notes that for it (_first_group).
+            group: Hashable | None = None
             if route.cancel_group is not None:
-                job = self._inbound[request_id] = _Job(request_id, route, params, self._seq)
-                self._join_group(job, route.cancel_group, params)
-                self._busy += 1
+                group = self._group_of(route.cancel_group, route.method, params)
+                if group is not None:
+                    self._first_group, self._first_group_cancelled = group, False
             base = self._job_context
             context = base.copy() if base is not None else contextvars.copy_context()
             try:
@@ -1317,9 +1322,15 @@ class Connection:
                 except StopIteration as stop:
                     result = stop.value
                 else:  # it has to wait: the reader goes on with it
-                    if job is None:
-                        job = self._inbound[request_id] = _Job(request_id, route, params, self._seq)
-                        self._busy += 1
+                    job = self._inbound[request_id] = _Job(request_id, route, params, self._seq)
+                    self._busy += 1
+                    if group is not None:
+                        self._first_group = None
+                        job.group = group
+                        self._groups.setdefault(group, set()).add(job)
+                        if self._first_group_cancelled:
+                            job.group_cancelled = True
+                            job.cancel()
                     job.coro, job.yielded, job.bare = coro, yielded, True
                     self._waiting = job, context
                     return None
@@ -1332,12 +1343,12 @@ class Connection:
             except Exception:
                 log.exception("%s: handler for %r (request id %r) raised", self.name, method, request_id)
                 line = _core.encode_error(request_id, RequestError.internal_error())
+            if group is not None:
+                self._first_group = None
+                if self._first_group_cancelled:
+                    line = self._cancelled_line(route, request_id, group_cancelled=True)
             # held for the one write after the read, unless nothing can join it
-            if job is None:
-                self._enqueue(line, eager=eager and not self._handed)
-            else:
-                job.line = line
-                self._finish_job(job, eager=eager)
+            self._enqueue(line, eager=eager and not self._handed)
             return None
         job = self._inbound[request_id] = _Job(request_id, route, params, self._seq)
         if route.cancel_group is not None:
@@ -1354,18 +1365,23 @@ class Connection:
         return None
 
     def _join_group(self, job: _Job, cancel_group: Callable[[Any], Hashable | None], params: Any) -> None:
-        try:
-            key = cancel_group(params)
-        except Exception:
-            log.exception("%s: the cancel group of %r raised", self.name, job.route.method)
-            return
+        key = self._group_of(cancel_group, job.route.method, params)
         if key is not None:
             job.group = key
             self._groups.setdefault(key, set()).add(job)
 
+    def _group_of(self, cancel_group: Callable[[Any], Hashable | None], method: str, params: Any) -> Hashable | None:
+        try:
+            return cancel_group(params)
+        except Exception:
+            log.exception("%s: the cancel group of %r raised", self.name, method)
+            return None
+
     def cancel_group(self, key: Hashable) -> None:
         """Cancel every running inbound request of the cancel group ``key`` (see :class:`Route`):
         each answers its route's ``group_cancelled_result``, at once or when its handler ends."""
+        if self._first_group is not None and self._first_group == key:
+            self._first_group_cancelled = True
         for job in list(self._groups.get(key, ())):
             if not job.finished:
                 job.group_cancelled = True
@@ -1410,26 +1426,7 @@ class Connection:
             if job.group_cancelled:
                 line = None
         if line is None:
-            route = job.route
-            if job.group_cancelled:
-                answer = route.group_cancelled_result
-            elif self._input_cancelled:
-                answer = route.input_ended_result
-            else:
-                answer = route.cancelled_result
-            try:
-                if answer is None:
-                    line = _core.encode_error(request_id, RequestError.request_cancelled())
-                else:
-                    encode = route.encode
-                    if encode is None:
-                        encode = route.encode = self.converter.unstructure_fn(route.result_type)
-                    line = _core.encode_result(request_id, encode(answer()))
-            except Exception:
-                log.exception(
-                    "%s: answering the cancelled request %r (id %r) failed", self.name, route.method, request_id
-                )
-                line = _core.encode_error(request_id, RequestError.internal_error())
+            line = self._cancelled_line(job.route, request_id, job.group_cancelled)
         if self._inbound.get(request_id) is job:
             del self._inbound[request_id]
         batch = job.batch
@@ -1440,6 +1437,25 @@ class Connection:
             # at once, unless other requests handed out with it are about to answer: then one write takes them all
             self._enqueue(line, eager=eager and not self._handed)
         self._task_done()
+
+    def _cancelled_line(self, route: Route, request_id: RequestId | None, group_cancelled: bool) -> bytes:
+        """The answer of a request that was cancelled: with its group, at the end of input, or alone."""
+        if group_cancelled:
+            answer = route.group_cancelled_result
+        elif self._input_cancelled:
+            answer = route.input_ended_result
+        else:
+            answer = route.cancelled_result
+        try:
+            if answer is None:
+                return _core.encode_error(request_id, RequestError.request_cancelled())
+            encode = route.encode
+            if encode is None:
+                encode = route.encode = self.converter.unstructure_fn(route.result_type)
+            return _core.encode_result(request_id, encode(answer()))
+        except Exception:
+            log.exception("%s: answering the cancelled request %r (id %r) failed", self.name, route.method, request_id)
+            return _core.encode_error(request_id, RequestError.internal_error())
 
     # -- inbound responses -----------------------------------------------------------------------
     def _on_response(self, msg: _core.Response | _core.ErrorResponse) -> None:
