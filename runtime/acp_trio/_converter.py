@@ -852,11 +852,13 @@ class AcpConverter(cattrs.Converter):
     def _struct_unstructure(self, cls: type) -> Callable[[Any], Any]:
         attrs.resolve_types(cls)
         ns: dict[str, Any] = {"UNSET": UNSET}
-        lines = [f"def unstructure_{cls.__name__}(o):", "    d = {}"]
+        lines = [f"def unstructure_{cls.__name__}(o):"]
         # the fast path: when no optional field is set and there are no extra fields, one dict
         # display of the required fields (the same keys in the same order as the full path's)
         absent = ["not o.extra_fields"]
         display: list[str] = []
+        # the full path starts from a display of the required fields before the first optional one
+        leading: list[str] | None = []
         for i, a in enumerate(attrs.fields(cls)):
             if EXTRA.keys() & a.metadata.keys():
                 continue
@@ -872,21 +874,33 @@ class AcpConverter(cattrs.Converter):
                     conv, fast_conv = (f"(_bc{i}.get({x}.__class__) or _u{i})({x})" for x in ("v", f"v{i}"))
                 else:
                     conv, fast_conv = f"_u{i}(v)", f"_u{i}(v{i})"
-            lines.append(f"    v = o.{a.name}")
             if _required(a, spec):
                 if ident:
-                    display.append(f"{spec.wire!r}: o.{a.name}")
-                    lines.append(f"    d[{spec.wire!r}] = v")
+                    item = f"{spec.wire!r}: o.{a.name}"
                 else:
-                    display.append(f"{spec.wire!r}: None if (v{i} := o.{a.name}) is None else {fast_conv}")
+                    item = f"{spec.wire!r}: None if (v{i} := o.{a.name}) is None else {fast_conv}"
+                display.append(item)
+                if leading is not None:
+                    leading.append(item)
+                elif ident:
+                    lines.append(f"    d[{spec.wire!r}] = o.{a.name}")
+                else:
+                    lines.append(f"    v = o.{a.name}")
                     lines.append(f"    d[{spec.wire!r}] = None if v is None else {conv}")
+                continue
+            if leading is not None:
+                lines.append(f"    d = {{{', '.join(leading)}}}")
+                leading = None
+            absent.insert(-1, f"o.{a.name} is UNSET")
+            if ident:  # no local: an unset field (the common case) costs one attribute load and a test
+                lines.append(f"    if o.{a.name} is not UNSET:")
+                lines.append(f"        d[{spec.wire!r}] = o.{a.name}")
             else:
-                absent.insert(-1, f"o.{a.name} is UNSET")
+                lines.append(f"    v = o.{a.name}")
                 lines.append("    if v is not UNSET:")
-                if ident:
-                    lines.append(f"        d[{spec.wire!r}] = v")
-                else:
-                    lines.append(f"        d[{spec.wire!r}] = None if v is None else {conv}")
+                lines.append(f"        d[{spec.wire!r}] = None if v is None else {conv}")
+        if leading is not None:
+            lines.append(f"    d = {{{', '.join(leading)}}}")
         lines.append("    x = o.extra_fields")
         lines.append("    if x:")
         lines.append("        for k, v in x.items():")
