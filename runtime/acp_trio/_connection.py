@@ -1306,7 +1306,7 @@ class Connection:
             # cancel_group notes that for it (_first_group).
             group: Hashable | None = None
             if route.cancel_group is not None:
-                group = self._group_of(route.cancel_group, route.method, params)
+                group = self._group_of(route, params)
                 if group is not None:
                     self._first_group, self._first_group_cancelled = group, False
             base = self._job_context
@@ -1326,8 +1326,7 @@ class Connection:
                     self._busy += 1
                     if group is not None:
                         self._first_group = None
-                        job.group = group
-                        self._groups.setdefault(group, set()).add(job)
+                        self._join_group(job, group)
                         if self._first_group_cancelled:
                             job.group_cancelled = True
                             job.cancel()
@@ -1352,7 +1351,9 @@ class Connection:
             return None
         job = self._inbound[request_id] = _Job(request_id, route, params, self._seq)
         if route.cancel_group is not None:
-            self._join_group(job, route.cancel_group, params)
+            key = self._group_of(route, params)
+            if key is not None:
+                self._join_group(job, key)
         self._busy += 1
         if batch is not None:
             job.batch = batch
@@ -1364,17 +1365,17 @@ class Connection:
             self._new_jobs.append(job)
         return None
 
-    def _join_group(self, job: _Job, cancel_group: Callable[[Any], Hashable | None], params: Any) -> None:
-        key = self._group_of(cancel_group, job.route.method, params)
-        if key is not None:
-            job.group = key
-            self._groups.setdefault(key, set()).add(job)
+    def _join_group(self, job: _Job, key: Hashable) -> None:
+        job.group = key
+        self._groups.setdefault(key, set()).add(job)
 
-    def _group_of(self, cancel_group: Callable[[Any], Hashable | None], method: str, params: Any) -> Hashable | None:
+    def _group_of(self, route: Route, params: Any) -> Hashable | None:
+        """The cancel group of a request of ``route`` (which has one) with ``params``; ``None`` if it raises."""
+        assert route.cancel_group is not None
         try:
-            return cancel_group(params)
+            return route.cancel_group(params)
         except Exception:
-            log.exception("%s: the cancel group of %r raised", self.name, method)
+            log.exception("%s: the cancel group of %r raised", self.name, route.method)
             return None
 
     def cancel_group(self, key: Hashable) -> None:

@@ -857,8 +857,10 @@ class AcpConverter(cattrs.Converter):
         # display of the required fields (the same keys in the same order as the full path's)
         absent = ["not o.extra_fields"]
         display: list[str] = []
-        # the full path starts from a display of the required fields before the first optional one
-        leading: list[str] | None = []
+        # the full path: a display of the required fields before the first optional one (leading),
+        # then a statement or two per field (body)
+        leading: list[str] = []
+        body: list[str] = []
         for i, a in enumerate(attrs.fields(cls)):
             if EXTRA.keys() & a.metadata.keys():
                 continue
@@ -880,27 +882,24 @@ class AcpConverter(cattrs.Converter):
                 else:
                     item = f"{spec.wire!r}: None if (v{i} := o.{a.name}) is None else {fast_conv}"
                 display.append(item)
-                if leading is not None:
+                if not body:  # no optional field yet
                     leading.append(item)
                 elif ident:
-                    lines.append(f"    d[{spec.wire!r}] = o.{a.name}")
+                    body.append(f"    d[{spec.wire!r}] = o.{a.name}")
                 else:
-                    lines.append(f"    v = o.{a.name}")
-                    lines.append(f"    d[{spec.wire!r}] = None if v is None else {conv}")
+                    body.append(f"    v = o.{a.name}")
+                    body.append(f"    d[{spec.wire!r}] = None if v is None else {conv}")
                 continue
-            if leading is not None:
-                lines.append(f"    d = {{{', '.join(leading)}}}")
-                leading = None
             absent.insert(-1, f"o.{a.name} is UNSET")
             if ident:  # no local: an unset field (the common case) costs one attribute load and a test
-                lines.append(f"    if o.{a.name} is not UNSET:")
-                lines.append(f"        d[{spec.wire!r}] = o.{a.name}")
+                body.append(f"    if o.{a.name} is not UNSET:")
+                body.append(f"        d[{spec.wire!r}] = o.{a.name}")
             else:
-                lines.append(f"    v = o.{a.name}")
-                lines.append("    if v is not UNSET:")
-                lines.append(f"        d[{spec.wire!r}] = None if v is None else {conv}")
-        if leading is not None:
-            lines.append(f"    d = {{{', '.join(leading)}}}")
+                body.append(f"    v = o.{a.name}")
+                body.append("    if v is not UNSET:")
+                body.append(f"        d[{spec.wire!r}] = None if v is None else {conv}")
+        lines.append(f"    d = {{{', '.join(leading)}}}")
+        lines += body
         lines.append("    x = o.extra_fields")
         lines.append("    if x:")
         lines.append("        for k, v in x.items():")
