@@ -328,7 +328,8 @@ def render_stubs(model: Model) -> str:
             "(`AgentPeer`, `ClientPeer`), generated from the method tables.",
         ),
         "\nfrom __future__ import annotations\n\n",
-        "from typing import Protocol\n\n",
+        "from collections.abc import Coroutine\n",
+        "from typing import Any, Protocol\n\n",
         "from acp_trio._spec import Sender\n\n",
         "from . import _methods, _types as t\n",
     ]
@@ -353,8 +354,10 @@ def render_stubs(model: Model) -> str:
         out.append(f"\n\nclass {peer}:\n")
         out.append(
             doc(
-                f"Typed calls from the {other} to the {side}: one coroutine per method the {side} handles, "
-                "sent through a `Sender` (an `acp_trio` connection).",
+                f"Typed calls from the {other} to the {side}, one for each method the {side} handles, sent "
+                "through a `Sender` (an `acp_trio` connection).  Each returns the sender's own coroutine, "
+                "with no wrapper coroutine around it (one frame less per call): `await peer.x(params)`, "
+                "or pass `peer.x` to `nursery.start_soon`.",
                 "    ",
             )
         )
@@ -365,23 +368,26 @@ def render_stubs(model: Model) -> str:
             table = "REQUESTS" if m.kind == "request" else "NOTIFICATIONS"
             if m.kind == "request":
                 out.append(
-                    f"\n    async def {name}(self, params: t.{m.params}, *, timeout: float | None = None) -> t.{m.result}:\n"
+                    f"\n    def {name}(\n"
+                    f"        self, params: t.{m.params}, *, timeout: float | None = None\n"
+                    f"    ) -> Coroutine[Any, Any, t.{m.result}]:\n"
                 )
                 out.append(
                     doc(
-                        _method_doc(m) + "\n\n`timeout`: seconds to wait for the response (None: no limit).", "        "
+                        _method_doc(m) + "\n\n`timeout`: seconds to wait for the response (None: no limit).\n\n"
+                        f"Returns a coroutine that sends the request and gives the `{m.result}`: await it.",
+                        "        ",
                     )
                 )
                 out.append(
-                    f"        result: t.{m.result} = await self._sender.send_request(\n"
-                    f'            _methods.{table}["{m.method}"], params, timeout=timeout\n'
-                    "        )\n"
-                    "        return result\n"
+                    f'        return self._sender.send_request(_methods.{table}["{m.method}"], params, timeout=timeout)\n'
                 )
             else:
-                out.append(f"\n    async def {name}(self, params: t.{m.params}) -> None:\n")
-                out.append(doc(_method_doc(m), "        "))
-                out.append(f'        await self._sender.send_notification(_methods.{table}["{m.method}"], params)\n')
+                out.append(f"\n    def {name}(self, params: t.{m.params}) -> Coroutine[Any, Any, None]:\n")
+                out.append(
+                    doc(_method_doc(m) + "\n\nReturns a coroutine that sends the notification: await it.", "        ")
+                )
+                out.append(f'        return self._sender.send_notification(_methods.{table}["{m.method}"], params)\n')
     return "".join(out)
 
 

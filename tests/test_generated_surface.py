@@ -7,6 +7,7 @@ import inspect
 import json
 import re
 from pathlib import Path
+from typing import Any
 
 import attrs
 import pytest
@@ -110,9 +111,42 @@ def test_stubs_have_one_coroutine_per_method_of_each_side() -> None:
 
     agent_methods = {s.attr for s in v1.METHODS.values() if s.side == "agent"}
     client_methods = {s.attr for s in v1.METHODS.values() if s.side == "client"}
-    for cls, expected in ((v1.Agent, agent_methods), (v1.AgentPeer, agent_methods)):
+    for cls, expected in ((v1.Agent, agent_methods), (v1.Client, client_methods)):
         names = {n for n, v in vars(cls).items() if inspect.iscoroutinefunction(v)}
         assert names == expected, cls
-    for cls, expected in ((v1.Client, client_methods), (v1.ClientPeer, client_methods)):
-        names = {n for n, v in vars(cls).items() if inspect.iscoroutinefunction(v)}
-        assert names == expected, cls
+
+
+def test_peer_methods_return_the_senders_coroutine() -> None:
+    """A peer proxy's method returns the sender's coroutine itself (no wrapper coroutine), for
+    every method of its side: awaiting it sends; it is a coroutine for ``nursery.start_soon``."""
+    from acp_schema import v1
+
+    calls: list[tuple[str, str, object, dict[str, object]]] = []
+
+    class RecordingSender:
+        async def send_request(self, spec: Any, params: Any, *, timeout: float | None = None) -> Any:
+            calls.append(("request", spec.method, params, {"timeout": timeout}))
+            return "result"
+
+        async def send_notification(self, spec: Any, params: Any) -> None:
+            calls.append(("notification", spec.method, params, {}))
+
+    for cls, side in ((v1.AgentPeer, "agent"), (v1.ClientPeer, "client")):
+        peer = cls(RecordingSender())
+        methods = [s for s in v1.METHODS.values() if s.side == side]
+        assert {n for n, v in vars(cls).items() if callable(v) and not n.startswith("_")} == {s.attr for s in methods}
+        for spec in methods:
+            calls.clear()
+            params = object()
+            extra: dict[str, Any] = {"timeout": 2.5} if spec.kind == "request" else {}
+            coro = getattr(peer, spec.attr)(params, **extra)
+            assert inspect.iscoroutine(coro), spec.method
+            assert coro.cr_code.co_name == f"send_{spec.kind}", spec.method  # the sender's, not a wrapper
+            assert calls == []  # nothing is sent before it is awaited
+            try:
+                coro.send(None)
+            except StopIteration as done:
+                assert done.value == ("result" if spec.kind == "request" else None), spec.method
+            else:
+                raise AssertionError(f"{spec.method}: the coroutine did not finish")
+            assert calls == [(spec.kind, spec.method, params, extra)], spec.method

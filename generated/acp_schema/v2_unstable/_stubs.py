@@ -5,7 +5,8 @@
 
 from __future__ import annotations
 
-from typing import Protocol
+from collections.abc import Coroutine
+from typing import Any, Protocol
 
 from acp_trio._spec import Sender
 
@@ -181,308 +182,303 @@ class Agent(Protocol):
 
 
 class AgentPeer:
-    """Typed calls from the client to the agent: one coroutine per method the agent handles, sent through a `Sender` (an `acp_trio` connection)."""
+    """Typed calls from the client to the agent, one for each method the agent handles, sent through a `Sender` (an `acp_trio` connection).  Each returns the sender's own coroutine, with no wrapper coroutine around it (one frame less per call): `await peer.x(params)`, or pass `peer.x` to `nursery.start_soon`."""
 
     __slots__ = ("_sender",)
 
     def __init__(self, sender: Sender) -> None:
         self._sender = sender
 
-    async def auth_login(self, params: t.LoginAuthRequest, *, timeout: float | None = None) -> t.LoginAuthResponse:
+    def auth_login(
+        self, params: t.LoginAuthRequest, *, timeout: float | None = None
+    ) -> Coroutine[Any, Any, t.LoginAuthResponse]:
         """`auth/login` (request).
 
         Request parameters for the `auth/login` method.
 
         `timeout`: seconds to wait for the response (None: no limit).
-        """
-        result: t.LoginAuthResponse = await self._sender.send_request(
-            _methods.REQUESTS["auth/login"], params, timeout=timeout
-        )
-        return result
 
-    async def auth_logout(self, params: t.LogoutAuthRequest, *, timeout: float | None = None) -> t.LogoutAuthResponse:
+        Returns a coroutine that sends the request and gives the `LoginAuthResponse`: await it.
+        """
+        return self._sender.send_request(_methods.REQUESTS["auth/login"], params, timeout=timeout)
+
+    def auth_logout(
+        self, params: t.LogoutAuthRequest, *, timeout: float | None = None
+    ) -> Coroutine[Any, Any, t.LogoutAuthResponse]:
         """`auth/logout` (request).
 
         Request parameters for the `auth/logout` method.
 
         `timeout`: seconds to wait for the response (None: no limit).
-        """
-        result: t.LogoutAuthResponse = await self._sender.send_request(
-            _methods.REQUESTS["auth/logout"], params, timeout=timeout
-        )
-        return result
 
-    async def auth_status(self, params: t.AuthStatusRequest, *, timeout: float | None = None) -> t.AuthStatusResponse:
+        Returns a coroutine that sends the request and gives the `LogoutAuthResponse`: await it.
+        """
+        return self._sender.send_request(_methods.REQUESTS["auth/logout"], params, timeout=timeout)
+
+    def auth_status(
+        self, params: t.AuthStatusRequest, *, timeout: float | None = None
+    ) -> Coroutine[Any, Any, t.AuthStatusResponse]:
         """`auth/status` (request). Unstable.
 
         **UNSTABLE**
 
         `timeout`: seconds to wait for the response (None: no limit).
-        """
-        result: t.AuthStatusResponse = await self._sender.send_request(
-            _methods.REQUESTS["auth/status"], params, timeout=timeout
-        )
-        return result
 
-    async def initialize(self, params: t.InitializeRequest, *, timeout: float | None = None) -> t.InitializeResponse:
+        Returns a coroutine that sends the request and gives the `AuthStatusResponse`: await it.
+        """
+        return self._sender.send_request(_methods.REQUESTS["auth/status"], params, timeout=timeout)
+
+    def initialize(
+        self, params: t.InitializeRequest, *, timeout: float | None = None
+    ) -> Coroutine[Any, Any, t.InitializeResponse]:
         """`initialize` (request).
 
         Request parameters for the initialize method.
 
         `timeout`: seconds to wait for the response (None: no limit).
-        """
-        result: t.InitializeResponse = await self._sender.send_request(
-            _methods.REQUESTS["initialize"], params, timeout=timeout
-        )
-        return result
 
-    async def mcp_message(self, params: t.MessageMcpNotification) -> None:
+        Returns a coroutine that sends the request and gives the `InitializeResponse`: await it.
+        """
+        return self._sender.send_request(_methods.REQUESTS["initialize"], params, timeout=timeout)
+
+    def mcp_message(self, params: t.MessageMcpNotification) -> Coroutine[Any, Any, None]:
         """`mcp/message` (notification). Unstable.
 
         **UNSTABLE**
-        """
-        await self._sender.send_notification(_methods.NOTIFICATIONS["mcp/message"], params)
 
-    async def providers_disable(
+        Returns a coroutine that sends the notification: await it.
+        """
+        return self._sender.send_notification(_methods.NOTIFICATIONS["mcp/message"], params)
+
+    def providers_disable(
         self, params: t.DisableProviderRequest, *, timeout: float | None = None
-    ) -> t.DisableProviderResponse:
+    ) -> Coroutine[Any, Any, t.DisableProviderResponse]:
         """`providers/disable` (request). Unstable.
 
         **UNSTABLE**
 
         `timeout`: seconds to wait for the response (None: no limit).
-        """
-        result: t.DisableProviderResponse = await self._sender.send_request(
-            _methods.REQUESTS["providers/disable"], params, timeout=timeout
-        )
-        return result
 
-    async def providers_list(
+        Returns a coroutine that sends the request and gives the `DisableProviderResponse`: await it.
+        """
+        return self._sender.send_request(_methods.REQUESTS["providers/disable"], params, timeout=timeout)
+
+    def providers_list(
         self, params: t.ListProvidersRequest, *, timeout: float | None = None
-    ) -> t.ListProvidersResponse:
+    ) -> Coroutine[Any, Any, t.ListProvidersResponse]:
         """`providers/list` (request). Unstable.
 
         **UNSTABLE**
 
         `timeout`: seconds to wait for the response (None: no limit).
-        """
-        result: t.ListProvidersResponse = await self._sender.send_request(
-            _methods.REQUESTS["providers/list"], params, timeout=timeout
-        )
-        return result
 
-    async def providers_set(
+        Returns a coroutine that sends the request and gives the `ListProvidersResponse`: await it.
+        """
+        return self._sender.send_request(_methods.REQUESTS["providers/list"], params, timeout=timeout)
+
+    def providers_set(
         self, params: t.SetProviderRequest, *, timeout: float | None = None
-    ) -> t.SetProviderResponse:
+    ) -> Coroutine[Any, Any, t.SetProviderResponse]:
         """`providers/set` (request). Unstable.
 
         **UNSTABLE**
 
         `timeout`: seconds to wait for the response (None: no limit).
-        """
-        result: t.SetProviderResponse = await self._sender.send_request(
-            _methods.REQUESTS["providers/set"], params, timeout=timeout
-        )
-        return result
 
-    async def session_archive(
+        Returns a coroutine that sends the request and gives the `SetProviderResponse`: await it.
+        """
+        return self._sender.send_request(_methods.REQUESTS["providers/set"], params, timeout=timeout)
+
+    def session_archive(
         self, params: t.ArchiveSessionRequest, *, timeout: float | None = None
-    ) -> t.ArchiveSessionResponse:
+    ) -> Coroutine[Any, Any, t.ArchiveSessionResponse]:
         """`session/archive` (request). Unstable.
 
         **UNSTABLE**
 
         `timeout`: seconds to wait for the response (None: no limit).
-        """
-        result: t.ArchiveSessionResponse = await self._sender.send_request(
-            _methods.REQUESTS["session/archive"], params, timeout=timeout
-        )
-        return result
 
-    async def session_cancel(self, params: t.CancelSessionNotification) -> None:
+        Returns a coroutine that sends the request and gives the `ArchiveSessionResponse`: await it.
+        """
+        return self._sender.send_request(_methods.REQUESTS["session/archive"], params, timeout=timeout)
+
+    def session_cancel(self, params: t.CancelSessionNotification) -> Coroutine[Any, Any, None]:
         """`session/cancel` (notification).
 
         Notification to cancel a session's foreground work and its prompts not yet inserted.
-        """
-        await self._sender.send_notification(_methods.NOTIFICATIONS["session/cancel"], params)
 
-    async def session_close(
+        Returns a coroutine that sends the notification: await it.
+        """
+        return self._sender.send_notification(_methods.NOTIFICATIONS["session/cancel"], params)
+
+    def session_close(
         self, params: t.CloseSessionRequest, *, timeout: float | None = None
-    ) -> t.CloseSessionResponse:
+    ) -> Coroutine[Any, Any, t.CloseSessionResponse]:
         """`session/close` (request).
 
         Request parameters for closing an active session.
 
         `timeout`: seconds to wait for the response (None: no limit).
-        """
-        result: t.CloseSessionResponse = await self._sender.send_request(
-            _methods.REQUESTS["session/close"], params, timeout=timeout
-        )
-        return result
 
-    async def session_delete(
+        Returns a coroutine that sends the request and gives the `CloseSessionResponse`: await it.
+        """
+        return self._sender.send_request(_methods.REQUESTS["session/close"], params, timeout=timeout)
+
+    def session_delete(
         self, params: t.DeleteSessionRequest, *, timeout: float | None = None
-    ) -> t.DeleteSessionResponse:
+    ) -> Coroutine[Any, Any, t.DeleteSessionResponse]:
         """`session/delete` (request).
 
         Request parameters for deleting an existing session from `session/list`.
 
         `timeout`: seconds to wait for the response (None: no limit).
-        """
-        result: t.DeleteSessionResponse = await self._sender.send_request(
-            _methods.REQUESTS["session/delete"], params, timeout=timeout
-        )
-        return result
 
-    async def session_fork(
+        Returns a coroutine that sends the request and gives the `DeleteSessionResponse`: await it.
+        """
+        return self._sender.send_request(_methods.REQUESTS["session/delete"], params, timeout=timeout)
+
+    def session_fork(
         self, params: t.ForkSessionRequest, *, timeout: float | None = None
-    ) -> t.ForkSessionResponse:
+    ) -> Coroutine[Any, Any, t.ForkSessionResponse]:
         """`session/fork` (request). Unstable.
 
         **UNSTABLE**
 
         `timeout`: seconds to wait for the response (None: no limit).
-        """
-        result: t.ForkSessionResponse = await self._sender.send_request(
-            _methods.REQUESTS["session/fork"], params, timeout=timeout
-        )
-        return result
 
-    async def session_list(
+        Returns a coroutine that sends the request and gives the `ForkSessionResponse`: await it.
+        """
+        return self._sender.send_request(_methods.REQUESTS["session/fork"], params, timeout=timeout)
+
+    def session_list(
         self, params: t.ListSessionsRequest, *, timeout: float | None = None
-    ) -> t.ListSessionsResponse:
+    ) -> Coroutine[Any, Any, t.ListSessionsResponse]:
         """`session/list` (request).
 
         Request parameters for listing existing sessions.
 
         `timeout`: seconds to wait for the response (None: no limit).
-        """
-        result: t.ListSessionsResponse = await self._sender.send_request(
-            _methods.REQUESTS["session/list"], params, timeout=timeout
-        )
-        return result
 
-    async def session_new(self, params: t.NewSessionRequest, *, timeout: float | None = None) -> t.NewSessionResponse:
+        Returns a coroutine that sends the request and gives the `ListSessionsResponse`: await it.
+        """
+        return self._sender.send_request(_methods.REQUESTS["session/list"], params, timeout=timeout)
+
+    def session_new(
+        self, params: t.NewSessionRequest, *, timeout: float | None = None
+    ) -> Coroutine[Any, Any, t.NewSessionResponse]:
         """`session/new` (request).
 
         Request parameters for creating a new session.
 
         `timeout`: seconds to wait for the response (None: no limit).
-        """
-        result: t.NewSessionResponse = await self._sender.send_request(
-            _methods.REQUESTS["session/new"], params, timeout=timeout
-        )
-        return result
 
-    async def session_prompt(self, params: t.PromptRequest, *, timeout: float | None = None) -> t.PromptResponse:
+        Returns a coroutine that sends the request and gives the `NewSessionResponse`: await it.
+        """
+        return self._sender.send_request(_methods.REQUESTS["session/new"], params, timeout=timeout)
+
+    def session_prompt(
+        self, params: t.PromptRequest, *, timeout: float | None = None
+    ) -> Coroutine[Any, Any, t.PromptResponse]:
         """`session/prompt` (request).
 
         Request parameters for sending a user prompt to the agent.
 
         `timeout`: seconds to wait for the response (None: no limit).
-        """
-        result: t.PromptResponse = await self._sender.send_request(
-            _methods.REQUESTS["session/prompt"], params, timeout=timeout
-        )
-        return result
 
-    async def session_resume(
+        Returns a coroutine that sends the request and gives the `PromptResponse`: await it.
+        """
+        return self._sender.send_request(_methods.REQUESTS["session/prompt"], params, timeout=timeout)
+
+    def session_resume(
         self, params: t.ResumeSessionRequest, *, timeout: float | None = None
-    ) -> t.ResumeSessionResponse:
+    ) -> Coroutine[Any, Any, t.ResumeSessionResponse]:
         """`session/resume` (request).
 
         Request parameters for resuming an existing session.
 
         `timeout`: seconds to wait for the response (None: no limit).
-        """
-        result: t.ResumeSessionResponse = await self._sender.send_request(
-            _methods.REQUESTS["session/resume"], params, timeout=timeout
-        )
-        return result
 
-    async def session_set_config_option(
+        Returns a coroutine that sends the request and gives the `ResumeSessionResponse`: await it.
+        """
+        return self._sender.send_request(_methods.REQUESTS["session/resume"], params, timeout=timeout)
+
+    def session_set_config_option(
         self, params: t.SetSessionConfigOptionRequest, *, timeout: float | None = None
-    ) -> t.SetSessionConfigOptionResponse:
+    ) -> Coroutine[Any, Any, t.SetSessionConfigOptionResponse]:
         """`session/set_config_option` (request).
 
         Request parameters for setting a session configuration option.
 
         `timeout`: seconds to wait for the response (None: no limit).
-        """
-        result: t.SetSessionConfigOptionResponse = await self._sender.send_request(
-            _methods.REQUESTS["session/set_config_option"], params, timeout=timeout
-        )
-        return result
 
-    async def session_set_title(
+        Returns a coroutine that sends the request and gives the `SetSessionConfigOptionResponse`: await it.
+        """
+        return self._sender.send_request(_methods.REQUESTS["session/set_config_option"], params, timeout=timeout)
+
+    def session_set_title(
         self, params: t.SetSessionTitleRequest, *, timeout: float | None = None
-    ) -> t.SetSessionTitleResponse:
+    ) -> Coroutine[Any, Any, t.SetSessionTitleResponse]:
         """`session/set_title` (request). Unstable.
 
         **UNSTABLE**
 
         `timeout`: seconds to wait for the response (None: no limit).
-        """
-        result: t.SetSessionTitleResponse = await self._sender.send_request(
-            _methods.REQUESTS["session/set_title"], params, timeout=timeout
-        )
-        return result
 
-    async def session_status(
+        Returns a coroutine that sends the request and gives the `SetSessionTitleResponse`: await it.
+        """
+        return self._sender.send_request(_methods.REQUESTS["session/set_title"], params, timeout=timeout)
+
+    def session_status(
         self, params: t.SessionStatusRequest, *, timeout: float | None = None
-    ) -> t.SessionStatusResponse:
+    ) -> Coroutine[Any, Any, t.SessionStatusResponse]:
         """`session/status` (request). Unstable.
 
         **UNSTABLE**
 
         `timeout`: seconds to wait for the response (None: no limit).
-        """
-        result: t.SessionStatusResponse = await self._sender.send_request(
-            _methods.REQUESTS["session/status"], params, timeout=timeout
-        )
-        return result
 
-    async def session_unarchive(
+        Returns a coroutine that sends the request and gives the `SessionStatusResponse`: await it.
+        """
+        return self._sender.send_request(_methods.REQUESTS["session/status"], params, timeout=timeout)
+
+    def session_unarchive(
         self, params: t.UnarchiveSessionRequest, *, timeout: float | None = None
-    ) -> t.UnarchiveSessionResponse:
+    ) -> Coroutine[Any, Any, t.UnarchiveSessionResponse]:
         """`session/unarchive` (request). Unstable.
 
         **UNSTABLE**
 
         `timeout`: seconds to wait for the response (None: no limit).
-        """
-        result: t.UnarchiveSessionResponse = await self._sender.send_request(
-            _methods.REQUESTS["session/unarchive"], params, timeout=timeout
-        )
-        return result
 
-    async def terminal_cancel(
+        Returns a coroutine that sends the request and gives the `UnarchiveSessionResponse`: await it.
+        """
+        return self._sender.send_request(_methods.REQUESTS["session/unarchive"], params, timeout=timeout)
+
+    def terminal_cancel(
         self, params: t.CancelTerminalRequest, *, timeout: float | None = None
-    ) -> t.CancelTerminalResponse:
+    ) -> Coroutine[Any, Any, t.CancelTerminalResponse]:
         """`terminal/cancel` (request).
 
         Request parameters for cancelling one terminal.
 
         `timeout`: seconds to wait for the response (None: no limit).
-        """
-        result: t.CancelTerminalResponse = await self._sender.send_request(
-            _methods.REQUESTS["terminal/cancel"], params, timeout=timeout
-        )
-        return result
 
-    async def tool_call_cancel(
+        Returns a coroutine that sends the request and gives the `CancelTerminalResponse`: await it.
+        """
+        return self._sender.send_request(_methods.REQUESTS["terminal/cancel"], params, timeout=timeout)
+
+    def tool_call_cancel(
         self, params: t.CancelToolCallRequest, *, timeout: float | None = None
-    ) -> t.CancelToolCallResponse:
+    ) -> Coroutine[Any, Any, t.CancelToolCallResponse]:
         """`tool_call/cancel` (request).
 
         Request parameters for cancelling one tool call.
 
         `timeout`: seconds to wait for the response (None: no limit).
+
+        Returns a coroutine that sends the request and gives the `CancelToolCallResponse`: await it.
         """
-        result: t.CancelToolCallResponse = await self._sender.send_request(
-            _methods.REQUESTS["tool_call/cancel"], params, timeout=timeout
-        )
-        return result
+        return self._sender.send_request(_methods.REQUESTS["tool_call/cancel"], params, timeout=timeout)
 
 
 class Client(Protocol):
@@ -532,70 +528,75 @@ class Client(Protocol):
 
 
 class ClientPeer:
-    """Typed calls from the agent to the client: one coroutine per method the client handles, sent through a `Sender` (an `acp_trio` connection)."""
+    """Typed calls from the agent to the client, one for each method the client handles, sent through a `Sender` (an `acp_trio` connection).  Each returns the sender's own coroutine, with no wrapper coroutine around it (one frame less per call): `await peer.x(params)`, or pass `peer.x` to `nursery.start_soon`."""
 
     __slots__ = ("_sender",)
 
     def __init__(self, sender: Sender) -> None:
         self._sender = sender
 
-    async def auth_status_update(self, params: t.AuthStatusUpdateNotification) -> None:
+    def auth_status_update(self, params: t.AuthStatusUpdateNotification) -> Coroutine[Any, Any, None]:
         """`auth/status_update` (notification). Unstable.
 
         **UNSTABLE**
-        """
-        await self._sender.send_notification(_methods.NOTIFICATIONS["auth/status_update"], params)
 
-    async def elicitation_complete(self, params: t.CompleteElicitationNotification) -> None:
+        Returns a coroutine that sends the notification: await it.
+        """
+        return self._sender.send_notification(_methods.NOTIFICATIONS["auth/status_update"], params)
+
+    def elicitation_complete(self, params: t.CompleteElicitationNotification) -> Coroutine[Any, Any, None]:
         """`elicitation/complete` (notification).
 
         Notification sent by the agent when a URL-based elicitation is complete.
-        """
-        await self._sender.send_notification(_methods.NOTIFICATIONS["elicitation/complete"], params)
 
-    async def elicitation_create(
+        Returns a coroutine that sends the notification: await it.
+        """
+        return self._sender.send_notification(_methods.NOTIFICATIONS["elicitation/complete"], params)
+
+    def elicitation_create(
         self, params: t.CreateElicitationRequest, *, timeout: float | None = None
-    ) -> t.CreateElicitationResponse:
+    ) -> Coroutine[Any, Any, t.CreateElicitationResponse]:
         """`elicitation/create` (request).
 
         Request from the agent to elicit structured user input.
 
         `timeout`: seconds to wait for the response (None: no limit).
-        """
-        result: t.CreateElicitationResponse = await self._sender.send_request(
-            _methods.REQUESTS["elicitation/create"], params, timeout=timeout
-        )
-        return result
 
-    async def mcp_message(self, params: t.MessageMcpRequest, *, timeout: float | None = None) -> t.MessageMcpResponse:
+        Returns a coroutine that sends the request and gives the `CreateElicitationResponse`: await it.
+        """
+        return self._sender.send_request(_methods.REQUESTS["elicitation/create"], params, timeout=timeout)
+
+    def mcp_message(
+        self, params: t.MessageMcpRequest, *, timeout: float | None = None
+    ) -> Coroutine[Any, Any, t.MessageMcpResponse]:
         """`mcp/message` (request). Unstable.
 
         **UNSTABLE**
 
         `timeout`: seconds to wait for the response (None: no limit).
-        """
-        result: t.MessageMcpResponse = await self._sender.send_request(
-            _methods.REQUESTS["mcp/message"], params, timeout=timeout
-        )
-        return result
 
-    async def session_request_permission(
+        Returns a coroutine that sends the request and gives the `MessageMcpResponse`: await it.
+        """
+        return self._sender.send_request(_methods.REQUESTS["mcp/message"], params, timeout=timeout)
+
+    def session_request_permission(
         self, params: t.RequestPermissionRequest, *, timeout: float | None = None
-    ) -> t.RequestPermissionResponse:
+    ) -> Coroutine[Any, Any, t.RequestPermissionResponse]:
         """`session/request_permission` (request).
 
         Request for user permission to proceed with an operation.
 
         `timeout`: seconds to wait for the response (None: no limit).
-        """
-        result: t.RequestPermissionResponse = await self._sender.send_request(
-            _methods.REQUESTS["session/request_permission"], params, timeout=timeout
-        )
-        return result
 
-    async def session_update(self, params: t.UpdateSessionNotification) -> None:
+        Returns a coroutine that sends the request and gives the `RequestPermissionResponse`: await it.
+        """
+        return self._sender.send_request(_methods.REQUESTS["session/request_permission"], params, timeout=timeout)
+
+    def session_update(self, params: t.UpdateSessionNotification) -> Coroutine[Any, Any, None]:
         """`session/update` (notification).
 
         Notification containing a session update from the agent.
+
+        Returns a coroutine that sends the notification: await it.
         """
-        await self._sender.send_notification(_methods.NOTIFICATIONS["session/update"], params)
+        return self._sender.send_notification(_methods.NOTIFICATIONS["session/update"], params)
