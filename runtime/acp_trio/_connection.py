@@ -706,14 +706,6 @@ class Connection:
                 line = line[sent:]
         self._append(line)
 
-    def _enqueue_lines(self, lines: list[bytes]) -> None:
-        """:meth:`_enqueue` ``lines`` (eager), in one write when nothing is queued before them."""
-        if self.tap is None:
-            self._enqueue(b"".join(lines), eager=True)
-        else:
-            for line in lines:  # a tap sees each line
-                self._enqueue(line, eager=True)
-
     def _append(self, line: bytes) -> None:
         """Queue ``line`` for the writer, waking it if the outbox was empty (unless the reader holds output)."""
         outbox = self._outbox
@@ -1570,20 +1562,13 @@ class Connection:
                         raise self._closed.clone()
                     if self._read_closed is not None:
                         raise self._read_closed.clone()
-                    lines: list[bytes] = []  # the requests of this round go out in one write, not one each
-                    try:
-                        while sent < len(todo) and len(in_flight) < limit:
-                            request_id = self._next_request_id
-                            self._next_request_id = request_id + 1
-                            slot = _FanSlot(fan, sent, request_id)
-                            self._pending[request_id] = in_flight[request_id] = slot
-                            lines.append(_encode_request(request_id, method, todo[sent]))
-                            sent += 1
-                    finally:  # (those encoded before one that fails to encode are sent too)
-                        if len(lines) == 1:
-                            self._enqueue(lines[0], eager=True)
-                        elif lines:
-                            self._enqueue_lines(lines)
+                    while sent < len(todo) and len(in_flight) < limit:
+                        request_id = self._next_request_id
+                        self._next_request_id = request_id + 1
+                        slot = _FanSlot(fan, sent, request_id)
+                        self._pending[request_id] = in_flight[request_id] = slot
+                        self._enqueue(_encode_request(request_id, method, todo[sent]), eager=True)
+                        sent += 1
                     if len(self._outbox) > _HIGH_WATER:
                         await self._backpressure()
                     if not fan.done:  # (answered at once only when the connection failed meanwhile)
