@@ -189,6 +189,65 @@ async def test_answers_to_requests_read_at_once_go_out_in_one_write(monkeypatch:
         await stream.aclose()
 
 
+@pytest.mark.parametrize("tapped", [False, True])
+async def test_request_many_writes_each_request_as_it_is_made(monkeypatch: pytest.MonkeyPatch, tapped: bool) -> None:
+    """request_many writes each request of a round (the first ``limit``, then one for each answer
+    of a read) on its own, when nothing is queued before it, so the peer starts on it while this
+    side makes the next.  (One write per round costs 5% fewer instructions per request, but with
+    64 reads in flight the pair's rate fell from 113-121k to 76k req/s: the peer waited for the
+    whole round.)  A tap sees every line on its own."""
+    a_in, b_out = pipe()
+    b_in, a_out = pipe()
+    taps: list[bytes] = []
+    caller = Connection(a_out, a_in, name="caller", tap=(lambda way, line: taps.append(line)) if tapped else None)
+    writes: list[bytes] = []
+    real_write = os.write
+
+    def write(fd: int, data: Any) -> int:
+        if fd == a_out.fileno():
+            writes.append(bytes(data))
+        return real_write(fd, data)
+
+    monkeypatch.setattr(os, "write", write)
+    buf = b""
+
+    async def requests(n: int) -> list[Any]:
+        nonlocal buf
+        got: list[Any] = []
+        while len(got) < n:
+            buf += await b_in.receive_some(1 << 16)
+            *lines, buf = buf.split(b"\n")
+            got += [orjson.loads(line) for line in lines]
+        assert len(got) == n
+        return got
+
+    async def answer(batch: list[Any]) -> None:
+        await b_out.send_all(
+            b"".join(orjson.dumps({"jsonrpc": "2.0", "id": m["id"], "result": m["params"]}) + b"\n" for m in batch)
+        )
+
+    results: list[Any] = []
+    async with caller:
+        with trio.fail_after(10):
+            async with trio.open_nursery() as nursery:
+
+                async def run() -> None:
+                    results.extend(await caller.request_many(ECHO, [{"i": i} for i in range(11)], limit=8))
+
+                nursery.start_soon(run)
+                first = await requests(8)
+                await answer(first[:3])  # one read of 3 answers: 3 more requests, in one write
+                second = await requests(3)
+                await answer(first[3:] + second)
+    for stream in (a_in, a_out, b_in, b_out):
+        await stream.aclose()
+    assert results == [{"i": i} for i in range(11)]
+    assert [m["params"] for m in first + second] == [{"i": i} for i in range(11)]
+    assert [len(w.splitlines()) for w in writes] == [1] * 11
+    if tapped:
+        assert [orjson.loads(line)["params"] for line in taps if b'"method"' in line] == results
+
+
 async def test_a_stream_of_notifications_many_reads_long_is_handled_a_slice_at_a_time() -> None:
     """Full reads of streamed updates: the reader decodes at most one slice (``_HANDOFF``
     messages) before the handlers of the updates it queued run, also where one read ends and the
