@@ -8,6 +8,7 @@ of a process that is not our child).
 
 from __future__ import annotations
 
+import fcntl
 import json
 import logging
 import os
@@ -23,6 +24,7 @@ import trio
 
 import acp_trio
 from acp_schema import v1
+from acp_trio.transports.stdio import PIPE_SIZE, grow_pipe
 
 pytestmark = pytest.mark.skipif(os.name != "posix", reason="process groups and signals are POSIX-only")
 
@@ -421,3 +423,53 @@ async def test_spawn_agent_without_inherit_env_passes_only_the_given_env(tmp_pat
     assert answer["var"] == "alone"
     # Python itself may add LC_CTYPE (PEP 538 locale coercion); nothing else may appear
     assert set(answer["names"]) - {"LC_CTYPE"} == {"ACP_TRIO_TEST_VAR"}
+
+
+# -- the pipe of the agent's output ----------------------------------------------------------------
+
+_PIPE_MAX = Path("/proc/sys/fs/pipe-max-size")
+needs_pipe_sizes = pytest.mark.skipif(
+    not hasattr(fcntl, "F_GETPIPE_SZ") or not _PIPE_MAX.exists() or int(_PIPE_MAX.read_text()) < PIPE_SIZE,
+    reason="Linux pipes that can hold PIPE_SIZE bytes",
+)
+
+
+@needs_pipe_sizes
+def test_grow_pipe_grows_a_pipe_and_never_shrinks_it(tmp_path: Path) -> None:
+    r, w = os.pipe()
+    try:
+        before = fcntl.fcntl(r, fcntl.F_GETPIPE_SZ)
+        assert grow_pipe(w, None) is None
+        assert fcntl.fcntl(r, fcntl.F_GETPIPE_SZ) == before
+        assert grow_pipe(w, 4 * before) == 4 * before
+        assert fcntl.fcntl(r, fcntl.F_GETPIPE_SZ) == 4 * before  # one pipe: either end sees it
+        assert grow_pipe(r, before) == 4 * before  # already bigger: left as it is
+        assert fcntl.fcntl(w, fcntl.F_GETPIPE_SZ) == 4 * before
+    finally:
+        os.close(r)
+        os.close(w)
+    with open(tmp_path / "file", "wb") as f:
+        assert grow_pipe(f.fileno()) is None  # not a pipe: nothing, and no error
+
+
+@needs_pipe_sizes
+@pytest.mark.parametrize(
+    ("client_size", "agent_size", "grown"),
+    [(PIPE_SIZE, PIPE_SIZE, True), (None, PIPE_SIZE, True), (PIPE_SIZE, None, True), (None, None, False)],
+)
+async def test_the_pipe_of_the_agents_output_is_grown_by_either_side(
+    client_size: int | None, agent_size: int | None, grown: bool
+) -> None:
+    """spawn_agent grows the pipe it reads the agent from, and serve_agent_stdio the pipe of its
+    stdout, to PIPE_SIZE bytes unless told ``pipe_size=None``."""
+    script = (
+        f"import sys; sys.path.insert(0, {str(AGENTS)!r}); import acp_trio; from _common import EchoAgent; "
+        f"acp_trio.run_agent_stdio(EchoAgent, pipe_size={agent_size!r})"
+    )
+    with trio.fail_after(8):
+        async with acp_trio.spawn_agent(
+            sys.executable, ["-c", script], client=Client(), pipe_size=client_size, shutdown_timeout=PATIENT
+        ) as conn:
+            await conn.agent.initialize(initialize_request())  # answered: the agent is serving
+            size = fcntl.fcntl(conn.process.stdout.fileno(), fcntl.F_GETPIPE_SZ)
+    assert (size == PIPE_SIZE) if grown else (size < PIPE_SIZE)
