@@ -43,6 +43,20 @@ async def connected(routes: dict[str, Route], **options: Any) -> AsyncIterator[t
         yield caller, server
 
 
+def record_writes(monkeypatch: pytest.MonkeyPatch, stream: trio.lowlevel.FdStream) -> list[bytes]:
+    """The bytes of every ``os.write`` to ``stream``'s fd from now on, one item per write."""
+    writes: list[bytes] = []
+    real_write = os.write
+
+    def write(fd: int, data: Any) -> int:
+        if fd == stream.fileno():
+            writes.append(bytes(data))
+        return real_write(fd, data)
+
+    monkeypatch.setattr(os, "write", write)
+    return writes
+
+
 async def test_many_concurrent_requests_bigger_than_the_pipe_all_get_their_own_answer() -> None:
     routes = {ECHO: Route(ECHO, "request", echo)}
     results: dict[int, Any] = {}
@@ -153,15 +167,7 @@ async def test_answers_to_requests_read_at_once_go_out_in_one_write(monkeypatch:
     a_in, b_out = pipe()
     b_in, a_out = pipe()
     server = Connection(b_out, b_in, {ECHO: Route(ECHO, "request", echo)}, name="server")
-    writes: list[bytes] = []
-    real_write = os.write
-
-    def write(fd: int, data: Any) -> int:
-        if fd == b_out.fileno():
-            writes.append(bytes(data))
-        return real_write(fd, data)
-
-    monkeypatch.setattr(os, "write", write)
+    writes = record_writes(monkeypatch, b_out)
 
     async def answers(n: int) -> list[Any]:
         got: list[Any] = []
@@ -200,15 +206,7 @@ async def test_request_many_writes_each_request_as_it_is_made(monkeypatch: pytes
     b_in, a_out = pipe()
     taps: list[bytes] = []
     caller = Connection(a_out, a_in, name="caller", tap=(lambda way, line: taps.append(line)) if tapped else None)
-    writes: list[bytes] = []
-    real_write = os.write
-
-    def write(fd: int, data: Any) -> int:
-        if fd == a_out.fileno():
-            writes.append(bytes(data))
-        return real_write(fd, data)
-
-    monkeypatch.setattr(os, "write", write)
+    writes = record_writes(monkeypatch, a_out)
     buf = b""
 
     async def requests(n: int) -> list[Any]:
