@@ -57,6 +57,24 @@ def record_writes(monkeypatch: pytest.MonkeyPatch, stream: trio.lowlevel.FdStrea
     return writes
 
 
+class Messages:
+    """The JSON messages read from ``stream``, line by line, a partial line kept for the next call."""
+
+    def __init__(self, stream: trio.lowlevel.FdStream) -> None:
+        self.stream = stream
+        self.buf = b""
+
+    async def take(self, n: int) -> list[Any]:
+        """The next ``n`` messages; fails if a read brings more than those."""
+        got: list[Any] = []
+        while len(got) < n:
+            self.buf += await self.stream.receive_some(1 << 16)
+            *lines, self.buf = self.buf.split(b"\n")
+            got += [orjson.loads(line) for line in lines]
+        assert len(got) == n
+        return got
+
+
 async def test_many_concurrent_requests_bigger_than_the_pipe_all_get_their_own_answer() -> None:
     routes = {ECHO: Route(ECHO, "request", echo)}
     results: dict[int, Any] = {}
@@ -168,15 +186,7 @@ async def test_answers_to_requests_read_at_once_go_out_in_one_write(monkeypatch:
     b_in, a_out = pipe()
     server = Connection(b_out, b_in, {ECHO: Route(ECHO, "request", echo)}, name="server")
     writes = record_writes(monkeypatch, b_out)
-
-    async def answers(n: int) -> list[Any]:
-        got: list[Any] = []
-        buf = b""
-        while len(got) < n:
-            buf += await a_in.receive_some(1 << 16)
-            *lines, buf = buf.split(b"\n")
-            got += [orjson.loads(line) for line in lines]
-        return got
+    answers = Messages(a_in).take
 
     def requests(ids: range) -> bytes:
         return b"".join(
@@ -207,17 +217,7 @@ async def test_request_many_writes_each_request_as_it_is_made(monkeypatch: pytes
     taps: list[bytes] = []
     caller = Connection(a_out, a_in, name="caller", tap=(lambda way, line: taps.append(line)) if tapped else None)
     writes = record_writes(monkeypatch, a_out)
-    buf = b""
-
-    async def requests(n: int) -> list[Any]:
-        nonlocal buf
-        got: list[Any] = []
-        while len(got) < n:
-            buf += await b_in.receive_some(1 << 16)
-            *lines, buf = buf.split(b"\n")
-            got += [orjson.loads(line) for line in lines]
-        assert len(got) == n
-        return got
+    requests = Messages(b_in).take
 
     async def answer(batch: list[Any]) -> None:
         await b_out.send_all(
