@@ -5,9 +5,12 @@ to a send stream.  A pool of tasks serves inbound requests, one of them reading 
 reader frames and dispatches, and runs each request it read until the handler finishes or has to
 wait (then it hands the reading to another task of the pool and goes on with that request), so a
 handler that answers without waiting costs no task and no wake-up, and the answers to one read
-leave in one write; each request can still be cancelled alone (``$/cancel_request``, the end of
-input, closing).  One writer task sends whatever else is queued in a single write; on a pipe, a
-request or an answer is written at once when nothing is queued.  Inbound notifications that share
+leave in one write.  A handler that waits for the responses to its own requests, one after another,
+reads them itself while it waits (the reading leaves the pool for its task until it waits for
+anything else), so each round trip wakes one task, not two.  Each request can still be cancelled
+alone (``$/cancel_request``, the end of input, closing).  One writer task sends whatever else is
+queued in a single write; on a pipe, a request or an answer is written at once when nothing is
+queued.  Inbound notifications that share
 an ordering key (a :class:`Route`'s ``serial_key``) run one after another in arrival order, others
 run at once.  A response is handed to its caller only after every ordered notification that arrived
 before it has been handled.
@@ -381,6 +384,7 @@ class _ReadRole:
 
 
 _READ: Final = _ReadRole()
+_HANDED: Final = _ReadRole()  # what _read_loop returns once it gave the role to a handler's task
 
 
 class _PoolTask:
@@ -497,6 +501,14 @@ class Connection:
         self._first_group: Hashable | None = None
         self._first_group_cancelled = False
         self._idle: list[_PoolTask] = []  # request pool tasks waiting for work
+        # The reader role out of the pool (see _read_for): the task of a request handler that reads
+        # while it waits for its own response; the task the pool's reader woke last that may take
+        # the role next; whether the holder waits for input; the pool tasks that can hold it (those
+        # going on with a handler through _resume, which sees every one of its yields).
+        self._role_holder: trio.lowlevel.Task | None = None
+        self._role_offer: trio.lowlevel.Task | None = None
+        self._role_waiting = False
+        self._resumers: set[trio.lowlevel.Task] = set()
         self._handed = 0  # requests handed to pool tasks that have not started them yet
         self._holding = False  # the reader runs request handlers: their output waits for _flush
         self._backlog: list[bytes | _core.OversizedMessage] = []  # framed lines the reader has not handled yet
@@ -658,6 +670,10 @@ class Connection:
         self._closed_event.set()
 
     def _fail_pending(self, error: ConnectionClosed) -> None:
+        if self._role_waiting:  # a handler reads for its response: wake it (ClosedResourceError) to take the error
+            fd = self._fd_receive.fileno()
+            if fd >= 0:
+                trio.lowlevel.notify_closing(fd)
         slots = list(self._pending.values())
         self._pending.clear()
         for slot in slots:
@@ -813,6 +829,9 @@ class Connection:
                             work = await self._read_loop(scope, me)
                             if work is None:
                                 return
+                            if work is _HANDED:  # a handler's task reads now: wait for work
+                                work = await self._park(me)
+                                continue
                         assert isinstance(work, _Job)
                         job, work = work, None
                         if job.handed:
@@ -820,7 +839,7 @@ class Connection:
                             self._handed -= 1
                         job.scope = scope
                         if job.coro is not None and not job.bare:  # _run_job started by the reader (this task)
-                            await _resume(job.coro, job.yielded)
+                            await _resume(job.coro, job.yielded, self)
                         else:
                             if job.cancel_requested:
                                 scope.cancel()
@@ -895,10 +914,11 @@ class Connection:
         self._waiting = job, context
         return True
 
-    async def _read_loop(self, scope: trio.CancelScope, me: _PoolTask) -> _Job | None:
+    async def _read_loop(self, scope: trio.CancelScope, me: _PoolTask) -> _Job | _ReadRole | None:
         """The reader role: read, frame and handle messages until a request has to wait (returns it,
-        after handing the reader role to another pool task) or the input ends (returns ``None`` after
-        the end-of-input steps)."""
+        after handing the reader role to another pool task), a handler's task takes the role
+        (returns ``_HANDED``, see :meth:`_read_for`) or the input ends (returns ``None`` after the
+        end-of-input steps)."""
         fd_stream = self._fd_receive
         ended = True
         try:
@@ -942,6 +962,7 @@ class Connection:
                 else:
                     items, self._backlog = backlog, []
                 self._holding = True
+                self._role_offer = None
                 self._on_lines(items)
                 if self._waiting is not None:  # a request that has to wait: this task goes on with it
                     waiting, me.task.context = self._waiting  # the rest runs where its first step did
@@ -954,6 +975,14 @@ class Connection:
                     ended = False
                     return waiting
                 self._flush()
+                if self._role_offer is not None:
+                    # The handler whose response this read brought reads from now on, while it waits
+                    # for its next one: a round trip of a handler then wakes one task, not two.
+                    offer, self._role_offer = self._role_offer, None
+                    if fd_stream is not None and not self._backlog and not self._read_full and self._closed is None:
+                        self._role_holder = offer
+                        ended = False
+                        return _HANDED
                 if self._backlog or (self._queues and self._read_full):
                     # More to decode (the rest of this read, or the next read at once: this one
                     # filled the buffer): the handlers of this slice go first.  trio runs the
@@ -1394,7 +1423,7 @@ class Connection:
         route = job.route
         try:
             if job.bare:
-                result = await _resume(job.coro, job.yielded)
+                result = await _resume(job.coro, job.yielded, self)
             else:
                 if route.serial_key is not None and self._queues:
                     key = route.serial_key(job.params)
@@ -1478,6 +1507,9 @@ class Connection:
         if slot is None:
             log.debug("%s: dropping a response for unknown request id %r", self.name, request_id)
             return
+        task = slot.task
+        if task is not None and task in self._resumers and self._role_holder is None:
+            self._role_offer = task  # see _read_loop
         slot.result = result
         slot.seq = self._seq
         slot.finish()
@@ -1511,9 +1543,13 @@ class Connection:
             if timeout is None:
                 if slot.done:
                     await trio.lowlevel.checkpoint()
-                else:  # slot.wait(), inlined: one frame less per request
-                    slot.task = _current_task()
-                    await _wait_task_rescheduled(slot.abort)
+                else:
+                    task = _current_task()
+                    if self._role_holder is task:
+                        await self._read_for(slot, task)
+                    else:  # slot.wait(), inlined: one frame less per request
+                        slot.task = task
+                        await _wait_task_rescheduled(slot.abort)
             else:
                 with trio.move_on_after(timeout):
                     await slot.wait()
@@ -1528,6 +1564,81 @@ class Connection:
         if slot.error is not None:
             raise slot.error
         return slot.result
+
+    # -- the reader role, held by a handler's task ------------------------------------------------
+    # A request handler that sends requests one after another (an agent reading files or asking for
+    # permissions during a prompt turn) would wake two tasks per round trip: the reader, which reads
+    # the response, then the handler's.  Instead, when the pool's reader wakes a handler run by a
+    # pool task (through _resume) with the response it read, it gives that task the reader role with
+    # it (_read_loop), and parks.  While the handler waits for its next response it reads and handles
+    # the input itself (_read_for); as soon as it yields to trio for anything else, or ends, _resume
+    # hands the role back to the pool (_release_role).  Requests it reads go to pool tasks, not run
+    # in it.  Input ended, a read error, a large read and a closed connection go back to the pool's
+    # reader too, which handles them as it always does.
+
+    async def _read_for(self, slot: _Slot, task: trio.lowlevel.Task) -> None:
+        """Hold the reader role in ``task`` (the caller of :meth:`request`) until ``slot`` is answered;
+        hand it back to the pool and wait on ``slot`` when the input needs the pool's reader."""
+        fd_stream = self._fd_receive
+        try:
+            while True:
+                fd = fd_stream.fileno()
+                if fd < 0:
+                    break
+                self._role_waiting = True
+                try:
+                    await _wait_readable(fd)
+                except trio.ClosedResourceError:  # closed (see _fail_pending)
+                    break
+                finally:
+                    self._role_waiting = False
+                try:
+                    data = os.read(fd, _READ_SIZE)
+                except BlockingIOError:
+                    continue
+                except OSError:  # the pool's reader meets it again, and reports it
+                    break
+                if not data:  # the end of input: the pool's reader ends the connection
+                    break
+                self._read_full = full = len(data) == _READ_SIZE
+                items = self._framer.feed(data)
+                if len(items) > _HANDOFF:
+                    self._backlog = items[_HANDOFF:]
+                    del items[_HANDOFF:]
+                # requests go to pool tasks: a first step run here would tie them to this task
+                inline, self._inline = self._inline, False
+                self._holding = True
+                try:
+                    self._on_lines(items)
+                finally:
+                    self._inline = inline
+                jobs = self._new_jobs
+                if jobs:
+                    self._new_jobs = []
+                    for job in jobs:
+                        self._give(job)
+                self._flush()
+                if self._backlog or full or self._closed is not None:
+                    break
+                if slot.done:
+                    return  # with the role: _resume hands it back if the handler does not read again
+        except BaseException:
+            if self._role_holder is task:
+                self._release_role()
+            raise
+        if self._role_holder is task:
+            self._release_role()
+        if not slot.done:
+            slot.task = task
+            await _wait_task_rescheduled(slot.abort)
+
+    def _release_role(self) -> None:
+        """The handler's task stops reading: a pool task takes the reader role back."""
+        self._role_holder = None
+        try:
+            self._give(_READ)
+        except RuntimeError:  # the service's nursery is closed: nothing reads any more
+            log.debug("%s: no pool task to take the reader role back", self.name)
 
     async def request_many(
         self, method: str, params: Iterable[Any], *, limit: int = 64, timeout: float | None = None
@@ -1762,26 +1873,38 @@ async def _awaited(awaitable: Awaitable[Any]) -> Any:
 
 
 @types.coroutine
-def _resume(coro: Any, yielded: Any) -> Any:
+def _resume(coro: Any, yielded: Any, conn: Connection) -> Any:
     """Go on with a coroutine whose first step ran by hand (``coro.send(None)`` returned ``yielded``):
     pass what it yields to trio and what trio sends or throws back, until it returns; as ``await``
-    would have, in the same task."""
-    while True:
-        try:
-            sent = yield yielded
-        except GeneratorExit:
-            coro.close()
-            raise
-        except BaseException as exc:
+    would have, in the same task.  The task may hold ``conn``'s reader role meanwhile (see
+    :meth:`Connection._read_for`): it is handed back when the coroutine yields for anything but
+    waiting for input in :meth:`Connection._read_for`, and when it ends."""
+    task = _current_task()
+    resumers = conn._resumers
+    resumers.add(task)
+    try:
+        while True:
+            if conn._role_holder is task and not conn._role_waiting:
+                conn._release_role()
             try:
-                yielded = coro.throw(exc)
-            except StopIteration as stop:
-                return stop.value
-        else:
-            try:
-                yielded = coro.send(sent)
-            except StopIteration as stop:
-                return stop.value
+                sent = yield yielded
+            except GeneratorExit:
+                coro.close()
+                raise
+            except BaseException as exc:
+                try:
+                    yielded = coro.throw(exc)
+                except StopIteration as stop:
+                    return stop.value
+            else:
+                try:
+                    yielded = coro.send(sent)
+                except StopIteration as stop:
+                    return stop.value
+    finally:
+        resumers.discard(task)
+        if conn._role_holder is task:
+            conn._release_role()
 
 
 def _pollable_pipe(stream: Any) -> bool:

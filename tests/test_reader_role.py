@@ -1,0 +1,368 @@
+"""A request handler that waits for its own responses over a pipe reads them itself (the reader
+role leaves the request pool for its task), and hands the reading back whenever it waits for
+anything else, ends, is cancelled, or the input needs the pool's reader (end of input, a large
+read, the connection closing).  Everything a handler can observe stays as it was: these tests
+drive each of those hand-backs and check what the handler and its peer see."""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+import orjson
+import pytest
+import trio
+
+from acp_trio import Connection, ConnectionClosed, RequestError, Route
+from acp_trio._connection import _HANDOFF
+
+pytestmark = pytest.mark.skipif(not hasattr(trio.lowlevel, "FdStream"), reason="POSIX pipes only")
+
+RUN = "test/run"  # the agent's handler under test
+ECHO = "test/echo"  # what it asks its peer
+NOTE = "test/note"
+
+
+def pipe() -> tuple[trio.lowlevel.FdStream, trio.lowlevel.FdStream]:
+    """(read end, write end) of a new OS pipe."""
+    r, w = os.pipe()
+    return trio.lowlevel.FdStream(r), trio.lowlevel.FdStream(w)
+
+
+async def echo(params: Any) -> Any:
+    return params
+
+
+@asynccontextmanager
+async def pair(
+    run: Callable[[Connection, Any], Awaitable[Any]],
+    client_routes: dict[str, Route] | None = None,
+    agent_routes: dict[str, Route] | None = None,
+) -> AsyncIterator[tuple[Connection, Connection]]:
+    """An agent whose ``test/run`` handler is ``run(agent, params)`` and a client answering
+    ``test/echo`` (plus ``client_routes``), connected by two OS pipes."""
+    agent_in, client_out = pipe()
+    client_in, agent_out = pipe()
+    routes = {ECHO: Route(ECHO, "request", echo), **(client_routes or {})}
+    client = Connection(client_out, client_in, routes, name="client")
+    agent = Connection(agent_out, agent_in, agent_routes, name="agent")
+
+    async def handler(params: Any) -> Any:
+        return await run(agent, params)
+
+    agent.routes[RUN] = Route(RUN, "request", handler)
+    async with agent, client:
+        yield agent, client
+
+
+@asynccontextmanager
+async def raw_peer(
+    run: Callable[[Connection, Any], Awaitable[Any]], agent_routes: dict[str, Route] | None = None
+) -> AsyncIterator[tuple[Connection, trio.lowlevel.FdStream, Lines]]:
+    """An agent as in :func:`pair`, and the test as its peer: the agent's input pipe's write end,
+    and its output read line by line."""
+    agent_in, to_agent = pipe()
+    from_agent, agent_out = pipe()
+    agent = Connection(agent_out, agent_in, agent_routes, name="agent")
+
+    async def handler(params: Any) -> Any:
+        return await run(agent, params)
+
+    agent.routes[RUN] = Route(RUN, "request", handler)
+    async with agent:
+        yield agent, to_agent, Lines(from_agent)
+        await to_agent.aclose()
+
+
+class Lines:
+    """The JSON messages read from a stream, one at a time."""
+
+    def __init__(self, stream: trio.lowlevel.FdStream) -> None:
+        self.stream = stream
+        self.buf = b""
+        self.ready: list[Any] = []
+
+    async def next(self) -> Any:
+        while not self.ready:
+            data = await self.stream.receive_some(1 << 16)
+            assert data, "the agent closed its output"
+            *lines, self.buf = (self.buf + data).split(b"\n")
+            self.ready += [orjson.loads(line) for line in lines]
+        return self.ready.pop(0)
+
+
+def line(message: dict[str, Any]) -> bytes:
+    return orjson.dumps({"jsonrpc": "2.0", **message}) + b"\n"
+
+
+class Steps(trio.abc.Instrument):
+    """Task steps, by the name of the connection whose task took them (``agent: ...``)."""
+
+    def __init__(self) -> None:
+        self.by_side: Counter[str] = Counter()
+
+    def before_task_step(self, task: trio.lowlevel.Task) -> None:
+        self.by_side[task.name.split(":", 1)[0]] += 1
+
+
+async def test_a_handler_asking_one_question_after_another_takes_one_task_step_per_round_trip() -> None:
+    """The response wakes the handler's task alone: no reader task reads it first and wakes it."""
+    n = 200
+
+    async def run(agent: Connection, params: Any) -> Any:
+        steps = Steps()
+        trio.lowlevel.add_instrument(steps)
+        try:
+            results = [await agent.request(ECHO, {"i": i}) for i in range(n)]
+        finally:
+            trio.lowlevel.remove_instrument(steps)
+        return {"results": results, "agent_steps": steps.by_side["agent"]}
+
+    async with pair(run) as (_, client):
+        with trio.fail_after(20):
+            answer = await client.request(RUN, {})
+    assert answer["results"] == [{"i": i} for i in range(n)]
+    # one step per round trip, and a few to hand the reader role over at the start (two per round trip without it)
+    assert answer["agent_steps"] <= n + 5
+
+
+async def test_the_handler_hands_the_reading_back_when_it_waits_for_anything_else() -> None:
+    """After a response, the handler waits for a notification its peer sends later: the pool reads it."""
+    noted = trio.Event()
+    ready = trio.Event()
+
+    async def on_note(params: Any) -> None:
+        noted.set()
+
+    async def run(agent: Connection, params: Any) -> Any:
+        first = await agent.request(ECHO, {"i": 1})
+        assert agent._role_holder is trio.lowlevel.current_task()  # it holds the reader role now
+        await agent.notify("test/ready", {})
+        await noted.wait()  # only the pool's reader can read the note
+        return first
+
+    async def on_ready(params: Any) -> None:
+        ready.set()
+
+    client_routes = {"test/ready": Route("test/ready", "notification", on_ready)}
+    async with pair(run, client_routes, {NOTE: Route(NOTE, "notification", on_note)}) as (agent, client):
+        with trio.fail_after(20):
+            async with trio.open_nursery() as nursery:
+                answers: list[Any] = []
+
+                async def call() -> None:
+                    answers.append(await client.request(RUN, {}))
+
+                nursery.start_soon(call)
+                await ready.wait()
+                await client.notify(NOTE, {})
+    assert answers == [{"i": 1}]
+    assert agent._role_holder is None
+
+
+async def test_a_handler_that_ends_holding_the_reader_role_hands_it_back() -> None:
+    async def run(agent: Connection, params: Any) -> Any:
+        return await agent.request(ECHO, params)  # returns with the reader role
+
+    async with pair(run, agent_routes={ECHO: Route(ECHO, "request", echo)}) as (agent, client):
+        with trio.fail_after(20):
+            for i in range(5):  # each is read by the pool again
+                assert await client.request(RUN, {"i": i}) == {"i": i}
+                assert await client.request(ECHO, {"j": i}) == {"j": i}  # answered by the pool's reader
+        assert agent._role_holder is None
+
+
+async def test_requests_read_by_the_handler_run_in_pool_tasks_and_can_ask_questions_too() -> None:
+    """While the handler waits for its response, its peer asks the agent something first; that
+    request (which itself asks the client a question) runs in a task of its own."""
+    ping_tasks: list[trio.lowlevel.Task] = []
+    run_tasks: list[trio.lowlevel.Task] = []
+
+    async def run(agent: Connection, params: Any) -> Any:
+        run_tasks.append(trio.lowlevel.current_task())
+        results = []
+        for i in range(3):
+            results.append(await agent.request(ECHO, {"i": i}))
+        return results
+
+    client_conn: list[Connection] = []
+
+    async def asks_back(params: Any) -> Any:  # the client's answer to the agent's test/echo
+        pong = await client_conn[0].request("test/ping", params)
+        return {"pong": pong}
+
+    agent_side: list[Connection] = []
+
+    async def ping(params: Any) -> Any:
+        ping_tasks.append(trio.lowlevel.current_task())
+        return await agent_side[0].request("test/plain", params)  # a question of its own
+
+    client_routes = {
+        ECHO: Route(ECHO, "request", asks_back),
+        "test/plain": Route("test/plain", "request", echo),
+    }
+    async with pair(run, client_routes, {"test/ping": Route("test/ping", "request", ping)}) as (agent, client):
+        client_conn.append(client)
+        agent_side.append(agent)
+        with trio.fail_after(20):
+            assert await client.request(RUN, {}) == [{"pong": {"i": i}} for i in range(3)]
+    assert len(ping_tasks) == 3
+    assert all(task is not run_tasks[0] for task in ping_tasks)
+
+
+async def test_a_handler_cancelled_while_it_reads_hands_the_reading_back() -> None:
+    started = trio.Event()
+    outcome: list[BaseException] = []
+
+    async def stuck(params: Any) -> Any:  # the client never answers the second question
+        if params["i"] == 1:
+            started.set()
+            await trio.sleep_forever()
+        return params
+
+    async def run(agent: Connection, params: Any) -> Any:
+        try:
+            for i in range(3):
+                await agent.request(ECHO, {"i": i})
+        except BaseException as exc:
+            outcome.append(exc)
+            raise
+        return "unreachable"
+
+    echo_route = {ECHO: Route(ECHO, "request", echo)}
+    async with pair(run, {ECHO: Route(ECHO, "request", stuck)}, echo_route) as (agent, client):
+        with trio.fail_after(20):
+            async with trio.open_nursery() as nursery:
+                errors: list[RequestError] = []
+
+                async def call() -> None:
+                    try:
+                        await client.request(RUN, {}, timeout=None)
+                    except RequestError as exc:
+                        errors.append(exc)
+
+                nursery.start_soon(call)
+                await started.wait()
+                assert agent._role_waiting  # the handler reads, waiting for its answer
+                # the client gives up on test/run: $/cancel_request, which the handler reads itself
+                await client.notify("$/cancel_request", {"requestId": 0})
+            assert [e.code for e in errors] == [-32800]
+            assert isinstance(outcome[0], trio.Cancelled)
+            assert agent._role_holder is None
+            # the pool reads again: a new request is answered
+            assert await client.request(ECHO, {"after": True}) == {"after": True}
+
+
+async def test_closing_the_connection_while_the_handler_reads_fails_its_request_with_connection_closed() -> None:
+    asked = trio.Event()
+    outcome: list[BaseException] = []
+
+    async def run(agent: Connection, params: Any) -> Any:
+        await agent.request(ECHO, {"i": 0})
+        try:
+            await agent.request(ECHO, {"i": 1})
+        except BaseException as exc:
+            outcome.append(exc)
+            raise
+        return None
+
+    async with raw_peer(run) as (agent, to_agent, lines):
+        with trio.fail_after(20):
+            await to_agent.send_all(line({"id": 7, "method": RUN, "params": {}}))
+            first = await lines.next()
+            await to_agent.send_all(line({"id": first["id"], "result": first["params"]}))
+            second = await lines.next()
+            assert second["params"] == {"i": 1}
+            asked.set()
+            assert agent._role_waiting
+            await agent.aclose("closed by the test")
+    assert type(outcome[0]) is ConnectionClosed
+    assert "closed by the test" in str(outcome[0])
+
+
+async def test_the_end_of_input_while_the_handler_reads_fails_its_request_as_before() -> None:
+    outcome: list[BaseException] = []
+
+    async def run(agent: Connection, params: Any) -> Any:
+        await agent.request(ECHO, {"i": 0})
+        try:
+            await agent.request(ECHO, {"i": 1})
+        except BaseException as exc:
+            outcome.append(exc)
+            raise
+        return None
+
+    async with raw_peer(run) as (agent, to_agent, lines):
+        with trio.fail_after(20):
+            await to_agent.send_all(line({"id": 7, "method": RUN, "params": {}}))
+            first = await lines.next()
+            await to_agent.send_all(line({"id": first["id"], "result": first["params"]}))
+            await lines.next()
+            assert agent._role_waiting
+            await to_agent.aclose()  # the end of the agent's input
+            await agent.wait_closed()
+    assert type(outcome[0]) is ConnectionClosed
+    assert "end of stream" in str(outcome[0])
+    assert agent.close_error is not None and "end of stream" in agent.close_error.reason
+
+
+@pytest.mark.parametrize("notes", [3, _HANDOFF * 4])
+async def test_ordered_notifications_read_with_the_response_are_handled_before_it_returns(notes: int) -> None:
+    """A few (handled by the handler's task) or more than one slice (handed back to the pool's reader)."""
+    seen: list[int] = []
+
+    async def on_note(params: Any) -> None:
+        seen.append(params["k"])
+        await trio.lowlevel.checkpoint()
+
+    async def run(agent: Connection, params: Any) -> Any:
+        await agent.request(ECHO, {"i": 0})
+        await agent.request(ECHO, {"i": 1})  # read with the notes before it
+        return list(seen)
+
+    routes = {NOTE: Route(NOTE, "notification", on_note, serial_key=lambda p: "session")}
+    async with raw_peer(run, routes) as (agent, to_agent, lines):
+        with trio.fail_after(20):
+            await to_agent.send_all(line({"id": 7, "method": RUN, "params": {}}))
+            first = await lines.next()
+            await to_agent.send_all(line({"id": first["id"], "result": first["params"]}))
+            second = await lines.next()
+            assert agent._role_waiting
+            burst = b"".join(line({"method": NOTE, "params": {"k": k}}) for k in range(notes))
+            await to_agent.send_all(burst + line({"id": second["id"], "result": second["params"]}))
+            answer = await lines.next()
+    assert answer == {"jsonrpc": "2.0", "id": 7, "result": list(range(notes))}
+
+
+async def test_a_request_with_a_timeout_from_the_role_holder_waits_as_any_other() -> None:
+    async def run(agent: Connection, params: Any) -> Any:
+        first = await agent.request(ECHO, {"i": 0})
+        second = await agent.request(ECHO, {"i": 1}, timeout=10)
+        third = await agent.request(ECHO, {"i": 2})
+        return [first, second, third]
+
+    async with pair(run) as (_, client):
+        with trio.fail_after(20):
+            assert await client.request(RUN, {}) == [{"i": 0}, {"i": 1}, {"i": 2}]
+
+
+async def test_an_error_response_read_by_the_handler_is_raised_to_it() -> None:
+    async def failing(params: Any) -> Any:
+        if params["i"] == 1:
+            raise RequestError(-32001, "no such file", {"i": 1})
+        return params
+
+    async def run(agent: Connection, params: Any) -> Any:
+        await agent.request(ECHO, {"i": 0})
+        try:
+            await agent.request(ECHO, {"i": 1})
+        except RequestError as exc:
+            return {"code": exc.code, "message": exc.message, "after": await agent.request(ECHO, {"i": 2})}
+        return None
+
+    async with pair(run, {ECHO: Route(ECHO, "request", failing)}) as (_, client):
+        with trio.fail_after(20):
+            assert await client.request(RUN, {}) == {"code": -32001, "message": "no such file", "after": {"i": 2}}
