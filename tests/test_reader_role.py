@@ -15,8 +15,9 @@ from typing import Any
 import orjson
 import pytest
 import trio
+from trio.testing import MockClock
 
-from acp_trio import Connection, ConnectionClosed, RequestError, Route
+from acp_trio import Connection, ConnectionClosed, RequestError, RequestTimeout, Route
 from acp_trio._connection import _HANDOFF
 
 pytestmark = pytest.mark.skipif(not hasattr(trio.lowlevel, "FdStream"), reason="POSIX pipes only")
@@ -366,3 +367,47 @@ async def test_an_error_response_read_by_the_handler_is_raised_to_it() -> None:
     async with pair(run, {ECHO: Route(ECHO, "request", failing)}) as (_, client):
         with trio.fail_after(20):
             assert await client.request(RUN, {}) == {"code": -32001, "message": "no such file", "after": {"i": 2}}
+
+
+async def test_request_many_from_the_role_holder_reads_its_responses_itself() -> None:
+    n = 300
+
+    async def run(agent: Connection, params: Any) -> Any:
+        await agent.request(ECHO, {"first": True})  # brings the reader role
+        steps = Steps()
+        trio.lowlevel.add_instrument(steps)
+        try:
+            results = await agent.request_many(ECHO, [{"i": i} for i in range(n)], limit=8)
+        finally:
+            trio.lowlevel.remove_instrument(steps)
+        return {"results": results, "agent_steps": steps.by_side["agent"], "holder": agent._role_holder is not None}
+
+    async with pair(run) as (_, client):
+        with trio.fail_after(20):
+            answer = await client.request(RUN, {})
+    assert answer["results"] == [{"i": i} for i in range(n)]
+    assert answer["holder"]  # still reading when request_many returned
+    # one step per read of responses at most (two without the reader role: the reader's, then the caller's)
+    assert answer["agent_steps"] <= n + 5
+
+
+async def test_request_many_timing_out_while_its_caller_reads_hands_the_reading_back(autojump_clock: MockClock) -> None:
+    async def silent(params: Any) -> Any:
+        if params.get("i") == 3:
+            await trio.sleep_forever()
+        return params
+
+    async def run(agent: Connection, params: Any) -> Any:
+        await agent.request(ECHO, {"first": True})
+        try:
+            await agent.request_many(ECHO, [{"i": i} for i in range(6)], limit=2, timeout=5)
+        except RequestTimeout as exc:
+            return {"timed_out": exc.request_id, "holder": agent._role_holder}
+        return None
+
+    echo_route = {ECHO: Route(ECHO, "request", echo)}
+    async with pair(run, {ECHO: Route(ECHO, "request", silent)}, echo_route) as (_, client):
+        with trio.fail_after(20):
+            answer = await client.request(RUN, {})
+            assert answer == {"timed_out": 4, "holder": None}  # ids 0 (first), 1-3, 4 = {"i": 3}
+            assert await client.request(ECHO, {"after": True}) == {"after": True}

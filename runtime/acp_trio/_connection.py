@@ -1508,6 +1508,8 @@ class Connection:
             log.debug("%s: dropping a response for unknown request id %r", self.name, request_id)
             return
         task = slot.task
+        if task is None and type(slot) is _FanSlot:
+            task = slot.fan.task
         if task is not None and task in self._resumers and self._role_holder is None:
             self._role_offer = task  # see _read_loop
         slot.result = result
@@ -1576,9 +1578,10 @@ class Connection:
     # in it.  Input ended, a read error, a large read and a closed connection go back to the pool's
     # reader too, which handles them as it always does.
 
-    async def _read_for(self, slot: _Slot, task: trio.lowlevel.Task) -> None:
-        """Hold the reader role in ``task`` (the caller of :meth:`request`) until ``slot`` is answered;
-        hand it back to the pool and wait on ``slot`` when the input needs the pool's reader."""
+    async def _read_for(self, slot: _Slot | _Fan, task: trio.lowlevel.Task) -> None:
+        """Hold the reader role in ``task`` (the caller of :meth:`request`, or of :meth:`request_many`:
+        ``slot`` is then its :class:`_Fan`) until ``slot`` is answered (``slot.done``); hand it back
+        to the pool and wait on ``slot`` when the input needs the pool's reader."""
         fd_stream = self._fd_receive
         try:
             while True:
@@ -1684,8 +1687,12 @@ class Connection:
                         await self._backpressure()
                     if not fan.done:  # (answered at once only when the connection failed meanwhile)
                         waited = True
-                        fan.task = _current_task()
-                        await _wait_task_rescheduled(fan.abort)
+                        task = _current_task()
+                        if self._role_holder is task:
+                            await self._read_for(fan, task)
+                        else:
+                            fan.task = task
+                            await _wait_task_rescheduled(fan.abort)
                     done, fan.done = fan.done, []
                     for slot in done:
                         del in_flight[slot.request_id]
