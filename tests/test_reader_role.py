@@ -257,8 +257,11 @@ async def test_a_handler_cancelled_while_it_reads_hands_the_reading_back() -> No
             assert await client.request(ECHO, {"after": True}) == {"after": True}
 
 
-async def test_closing_the_connection_while_the_handler_reads_fails_its_request_with_connection_closed() -> None:
-    asked = trio.Event()
+@pytest.mark.parametrize(("end", "reason"), [("close", "closed by the test"), ("input", "end of stream")])
+async def test_the_connection_ending_while_the_handler_reads_fails_its_request_with_connection_closed(
+    end: str, reason: str
+) -> None:
+    """Closed by this side (``aclose``) or by the peer (the end of the agent's input)."""
     outcome: list[BaseException] = []
 
     async def run(agent: Connection, params: Any) -> Any:
@@ -275,39 +278,16 @@ async def test_closing_the_connection_while_the_handler_reads_fails_its_request_
             await to_agent.send_all(line({"id": 7, "method": RUN, "params": {}}))
             first = await lines.next()
             await to_agent.send_all(line({"id": first["id"], "result": first["params"]}))
-            second = await lines.next()
-            assert second["params"] == {"i": 1}
-            asked.set()
-            assert agent._role_waiting
-            await agent.aclose("closed by the test")
+            assert (await lines.next())["params"] == {"i": 1}
+            assert agent._role_waiting  # the handler reads, waiting for that answer
+            if end == "close":
+                await agent.aclose(reason)
+            else:
+                await to_agent.aclose()
+                await agent.wait_closed()
     assert type(outcome[0]) is ConnectionClosed
-    assert "closed by the test" in str(outcome[0])
-
-
-async def test_the_end_of_input_while_the_handler_reads_fails_its_request_as_before() -> None:
-    outcome: list[BaseException] = []
-
-    async def run(agent: Connection, params: Any) -> Any:
-        await agent.request(ECHO, {"i": 0})
-        try:
-            await agent.request(ECHO, {"i": 1})
-        except BaseException as exc:
-            outcome.append(exc)
-            raise
-        return None
-
-    async with raw_peer(run) as (agent, to_agent, lines):
-        with trio.fail_after(20):
-            await to_agent.send_all(line({"id": 7, "method": RUN, "params": {}}))
-            first = await lines.next()
-            await to_agent.send_all(line({"id": first["id"], "result": first["params"]}))
-            await lines.next()
-            assert agent._role_waiting
-            await to_agent.aclose()  # the end of the agent's input
-            await agent.wait_closed()
-    assert type(outcome[0]) is ConnectionClosed
-    assert "end of stream" in str(outcome[0])
-    assert agent.close_error is not None and "end of stream" in agent.close_error.reason
+    assert reason in str(outcome[0])
+    assert agent.close_error is not None and reason in agent.close_error.reason
 
 
 @pytest.mark.parametrize("notes", [3, _HANDOFF * 4])

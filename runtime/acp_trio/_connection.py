@@ -10,10 +10,9 @@ reads them itself while it waits (the reading leaves the pool for its task until
 anything else), so each round trip wakes one task, not two.  Each request can still be cancelled
 alone (``$/cancel_request``, the end of input, closing).  One writer task sends whatever else is
 queued in a single write; on a pipe, a request or an answer is written at once when nothing is
-queued.  Inbound notifications that share
-an ordering key (a :class:`Route`'s ``serial_key``) run one after another in arrival order, others
-run at once.  A response is handed to its caller only after every ordered notification that arrived
-before it has been handled.
+queued.  Inbound notifications that share an ordering key (a :class:`Route`'s ``serial_key``) run
+one after another in arrival order, others run at once.  A response is handed to its caller only
+after every ordered notification that arrived before it has been handled.
 
 It knows JSON-RPC and ``$/cancel_request`` (the cancel method name is a parameter), and nothing of
 ACP's methods: which methods exist, their params and result types and their ordering keys come in
