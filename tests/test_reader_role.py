@@ -391,3 +391,79 @@ async def test_request_many_timing_out_while_its_caller_reads_hands_the_reading_
             answer = await client.request(RUN, {})
             assert answer == {"timed_out": 4, "holder": None}  # ids 0 (first), 1-3, 4 = {"i": 3}
             assert await client.request(ECHO, {"after": True}) == {"after": True}
+
+
+async def test_session_cancel_read_by_a_prompt_turn_reading_files_ends_it_cancelled() -> None:
+    """ACP over pipes, typed as users write it: the prompt turn reads files one after another, and
+    the client's session/cancel arrives while the turn waits for a read (read by the turn itself)."""
+    from acp_schema import v1
+    from acp_trio import AgentSideConnection, ClientSideConnection
+
+    stuck = trio.Event()
+    agent_conns: list[AgentSideConnection] = []
+    reads: list[str] = []
+
+    class Agent:
+        def __init__(self, conn: AgentSideConnection) -> None:
+            self.client = v1.ClientPeer(conn)
+            agent_conns.append(conn)
+
+        async def initialize(self, params: v1.InitializeRequest) -> v1.InitializeResponse:
+            return v1.InitializeResponse(protocol_version=1)
+
+        async def session_new(self, params: v1.NewSessionRequest) -> v1.NewSessionResponse:
+            return v1.NewSessionResponse(session_id="s1")
+
+        async def session_prompt(self, params: v1.PromptRequest) -> v1.PromptResponse:
+            block = params.prompt[0]
+            assert isinstance(block, v1.TextContentBlock)
+            for i in range(int(block.text)):
+                request = v1.ReadTextFileRequest(session_id=params.session_id, path=f"/f{i}")
+                response = await self.client.fs_read_text_file(request)
+                reads.append(response.content)
+            return v1.PromptResponse(stop_reason="end_turn")
+
+        async def session_cancel(self, params: v1.CancelNotification) -> None:
+            pass
+
+    class Client:
+        def __init__(self, conn: ClientSideConnection) -> None:
+            pass
+
+        async def session_update(self, params: v1.SessionNotification) -> None:
+            pass
+
+        async def fs_read_text_file(self, params: v1.ReadTextFileRequest) -> v1.ReadTextFileResponse:
+            if params.path == "/f2" and not stuck.is_set():
+                stuck.set()
+                await trio.sleep_forever()  # until the agent cancels this read
+            return v1.ReadTextFileResponse(content=params.path)
+
+    agent_in, client_out = pipe()
+    client_in, agent_out = pipe()
+    agent_conn = AgentSideConnection(Agent, agent_out, agent_in)
+    client_conn = ClientSideConnection(Client, client_out, client_in)
+    async with agent_conn, client_conn:
+        agent = v1.AgentPeer(client_conn)
+        with trio.fail_after(20):
+            caps = v1.ClientCapabilities(fs=v1.FileSystemCapabilities(read_text_file=True))
+            await agent.initialize(v1.InitializeRequest(protocol_version=1, client_capabilities=caps))
+            await agent.session_new(v1.NewSessionRequest(cwd="/", mcp_servers=[]))
+            responses: list[v1.PromptResponse] = []
+            async with trio.open_nursery() as nursery:
+
+                async def turn() -> None:
+                    text = [v1.TextContentBlock(text="5")]
+                    responses.append(await agent.session_prompt(v1.PromptRequest(session_id="s1", prompt=text)))
+
+                nursery.start_soon(turn)
+                await stuck.wait()
+                assert agent_conns[0].connection._role_waiting  # the turn reads, waiting for /f2
+                await agent.session_cancel(v1.CancelNotification(session_id="s1"))
+            assert [r.stop_reason for r in responses] == ["cancelled"]
+            assert reads == ["/f0", "/f1"]
+            # the connection goes on: the next turn reads all its files
+            text = [v1.TextContentBlock(text="3")]
+            again = await agent.session_prompt(v1.PromptRequest(session_id="s1", prompt=text))
+    assert again.stop_reason == "end_turn"
+    assert reads == ["/f0", "/f1", "/f0", "/f1", "/f2"]
