@@ -467,3 +467,33 @@ async def test_session_cancel_read_by_a_prompt_turn_reading_files_ends_it_cancel
             again = await agent.session_prompt(v1.PromptRequest(session_id="s1", prompt=text))
     assert again.stop_reason == "end_turn"
     assert reads == ["/f0", "/f1", "/f0", "/f1", "/f2"]
+
+
+async def test_one_socket_descriptor_for_both_ways_keeps_the_reading_in_the_pool() -> None:
+    """Waking a handler that reads would wake a writer waiting on the same descriptor too, so the
+    reading is not lent there; requests one after another still work."""
+    import socket
+
+    agent_sock, client_sock = socket.socketpair()
+    agent_stream = trio.lowlevel.FdStream(agent_sock.detach())
+    client_stream = trio.lowlevel.FdStream(client_sock.detach())
+    holders: list[Any] = []
+
+    async def run(agent: Connection, params: Any) -> Any:
+        results = []
+        for i in range(5):
+            results.append(await agent.request(ECHO, {"i": i}))
+            holders.append(agent._role_holder)
+        return results
+
+    agent = Connection(agent_stream, agent_stream, name="agent")
+
+    async def handler(params: Any) -> Any:
+        return await run(agent, params)
+
+    agent.routes[RUN] = Route(RUN, "request", handler)
+    client = Connection(client_stream, client_stream, {ECHO: Route(ECHO, "request", echo)}, name="client")
+    async with agent, client:
+        with trio.fail_after(20):
+            assert await client.request(RUN, {}) == [{"i": i} for i in range(5)]
+    assert holders == [None] * 5

@@ -508,6 +508,11 @@ class Connection:
         self._role_offer: trio.lowlevel.Task | None = None
         self._role_waiting = False
         self._resumers: set[trio.lowlevel.Task] = set()
+        # lent only where waking the holder (trio.lowlevel.notify_closing, see _fail_pending) wakes
+        # no writer too: a pipe read by its own descriptor, not one socket descriptor for both ways
+        self._can_lend = self._fd_receive is not None and (
+            self._fd_stream is None or self._fd_stream.fileno() != self._fd_receive.fileno()
+        )
         self._handed = 0  # requests handed to pool tasks that have not started them yet
         self._holding = False  # the reader runs request handlers: their output waits for _flush
         self._backlog: list[bytes | _core.OversizedMessage] = []  # framed lines the reader has not handled yet
@@ -978,7 +983,7 @@ class Connection:
                     # The handler whose response this read brought reads from now on, while it waits
                     # for its next one: a round trip of a handler then wakes one task, not two.
                     offer, self._role_offer = self._role_offer, None
-                    if fd_stream is not None and not self._backlog and not self._read_full and self._closed is None:
+                    if self._can_lend and not self._backlog and not self._read_full and self._closed is None:
                         self._role_holder = offer
                         ended = False
                         return _HANDED
