@@ -510,9 +510,9 @@ class Connection:
         self._resumers: set[trio.lowlevel.Task] = set()
         # lent only where waking the holder (trio.lowlevel.notify_closing, see _fail_pending) wakes
         # no writer too: a pipe read by its own descriptor, not one socket descriptor for both ways
-        self._can_lend = self._fd_receive is not None and (
-            self._fd_stream is None or self._fd_stream.fileno() != self._fd_receive.fileno()
-        )
+        fd_in: Any = self._fd_receive
+        fd_out: Any = self._fd_stream
+        self._can_lend = fd_in is not None and (fd_out is None or fd_out.fileno() != fd_in.fileno())
         self._handed = 0  # requests handed to pool tasks that have not started them yet
         self._holding = False  # the reader runs request handlers: their output waits for _flush
         self._backlog: list[bytes | _core.OversizedMessage] = []  # framed lines the reader has not handled yet
