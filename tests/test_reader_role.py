@@ -497,3 +497,39 @@ async def test_one_socket_descriptor_for_both_ways_keeps_the_reading_in_the_pool
         with trio.fail_after(20):
             assert await client.request(RUN, {}) == [{"i": i} for i in range(5)]
     assert holders == [None] * 5
+
+
+async def test_what_the_handler_reads_runs_in_the_connections_context_not_the_handlers() -> None:
+    """A context variable the reading handler set reaches neither the notification handler nor the
+    request handler started from what it read (each request starts from the connection's context)."""
+    import contextvars
+
+    who: contextvars.ContextVar[str] = contextvars.ContextVar("who", default="unset")
+    seen: dict[str, str] = {}
+
+    async def on_note(params: Any) -> None:
+        seen["notification"] = who.get()
+
+    async def ask(params: Any) -> Any:
+        seen["request"] = who.get()
+        return "ok"
+
+    async def run(agent: Connection, params: Any) -> Any:
+        who.set("the handler")
+        await agent.request(ECHO, {"i": 0})
+        await agent.request(ECHO, {"i": 1})
+        return who.get()
+
+    routes = {NOTE: Route(NOTE, "notification", on_note), "test/ask": Route("test/ask", "request", ask)}
+    async with raw_peer(run, routes) as (agent, to_agent, lines):
+        with trio.fail_after(20):
+            await to_agent.send_all(line({"id": 7, "method": RUN, "params": {}}))
+            first = await lines.next()
+            await to_agent.send_all(line({"id": first["id"], "result": first["params"]}))
+            second = await lines.next()
+            assert agent._role_waiting
+            await to_agent.send_all(line({"method": NOTE, "params": {}}) + line({"id": 8, "method": "test/ask"}))
+            assert await lines.next() == {"jsonrpc": "2.0", "id": 8, "result": "ok"}
+            await to_agent.send_all(line({"id": second["id"], "result": second["params"]}))
+            assert await lines.next() == {"jsonrpc": "2.0", "id": 7, "result": "the handler"}
+    assert seen == {"notification": "unset", "request": "unset"}

@@ -1612,18 +1612,10 @@ class Connection:
                 if len(items) > _HANDOFF:
                     self._backlog = items[_HANDOFF:]
                     del items[_HANDOFF:]
-                # requests go to pool tasks: a first step run here would tie them to this task
-                inline, self._inline = self._inline, False
-                self._holding = True
-                try:
-                    self._on_lines(items)
-                finally:
-                    self._inline = inline
-                jobs = self._new_jobs
-                if jobs:
-                    self._new_jobs = []
-                    for job in jobs:
-                        self._give(job)
+                # in the connection's context, not the handler's: what this read starts (notification
+                # handlers, pool tasks) and the hooks it runs see none of the handler's variables
+                base = self._job_context
+                (base.copy() if base is not None else contextvars.copy_context()).run(self._on_lines_lent, items)
                 self._flush()
                 if self._backlog or full or self._closed is not None:
                     break
@@ -1639,11 +1631,28 @@ class Connection:
             slot.task = task
             await _wait_task_rescheduled(slot.abort)
 
-    def _release_role(self) -> None:
-        """The handler's task stops reading: a pool task takes the reader role back."""
-        self._role_holder = None
+    def _on_lines_lent(self, items: list[bytes | _core.OversizedMessage]) -> None:
+        """:meth:`_on_lines` for the handler's task that holds the reader role (see :meth:`_read_for`):
+        the requests it reads go to pool tasks, since a first step run there would tie them to it."""
+        inline, self._inline = self._inline, False
+        self._holding = True
         try:
-            self._give(_READ)
+            self._on_lines(items)
+        finally:
+            self._inline = inline
+        jobs = self._new_jobs
+        if jobs:
+            self._new_jobs = []
+            for job in jobs:
+                self._give(job)
+
+    def _release_role(self) -> None:
+        """The handler's task stops reading: a pool task takes the reader role back (started, if
+        none is idle, from the connection's context, not the handler's)."""
+        self._role_holder = None
+        base = self._job_context
+        try:
+            (base.copy() if base is not None else contextvars.copy_context()).run(self._give, _READ)
         except RuntimeError:  # the service's nursery is closed: nothing reads any more
             log.debug("%s: no pool task to take the reader role back", self.name)
 
