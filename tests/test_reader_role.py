@@ -99,6 +99,17 @@ def line(message: dict[str, Any]) -> bytes:
     return orjson.dumps({"jsonrpc": "2.0", **message}) + b"\n"
 
 
+async def until_the_handler_reads(agent: Connection, to_agent: trio.lowlevel.FdStream, lines: Lines) -> Any:
+    """Send ``test/run`` (id 7), answer its handler's first question, and return its second one,
+    whose answer the handler now waits for, reading the input itself."""
+    await to_agent.send_all(line({"id": 7, "method": RUN, "params": {}}))
+    first = await lines.next()
+    await to_agent.send_all(line({"id": first["id"], "result": first["params"]}))
+    second = await lines.next()
+    assert agent._role_waiting
+    return second
+
+
 class Steps(trio.abc.Instrument):
     """Task steps, by the name of the connection whose task took them (``agent: ...``)."""
 
@@ -275,11 +286,7 @@ async def test_the_connection_ending_while_the_handler_reads_fails_its_request_w
 
     async with raw_peer(run) as (agent, to_agent, lines):
         with trio.fail_after(20):
-            await to_agent.send_all(line({"id": 7, "method": RUN, "params": {}}))
-            first = await lines.next()
-            await to_agent.send_all(line({"id": first["id"], "result": first["params"]}))
-            assert (await lines.next())["params"] == {"i": 1}
-            assert agent._role_waiting  # the handler reads, waiting for that answer
+            assert (await until_the_handler_reads(agent, to_agent, lines))["params"] == {"i": 1}
             if end == "close":
                 await agent.aclose(reason)
             else:
@@ -307,11 +314,7 @@ async def test_ordered_notifications_read_with_the_response_are_handled_before_i
     routes = {NOTE: Route(NOTE, "notification", on_note, serial_key=lambda p: "session")}
     async with raw_peer(run, routes) as (agent, to_agent, lines):
         with trio.fail_after(20):
-            await to_agent.send_all(line({"id": 7, "method": RUN, "params": {}}))
-            first = await lines.next()
-            await to_agent.send_all(line({"id": first["id"], "result": first["params"]}))
-            second = await lines.next()
-            assert agent._role_waiting
+            second = await until_the_handler_reads(agent, to_agent, lines)
             burst = b"".join(line({"method": NOTE, "params": {"k": k}}) for k in range(notes))
             await to_agent.send_all(burst + line({"id": second["id"], "result": second["params"]}))
             answer = await lines.next()
@@ -523,11 +526,7 @@ async def test_what_the_handler_reads_runs_in_the_connections_context_not_the_ha
     routes = {NOTE: Route(NOTE, "notification", on_note), "test/ask": Route("test/ask", "request", ask)}
     async with raw_peer(run, routes) as (agent, to_agent, lines):
         with trio.fail_after(20):
-            await to_agent.send_all(line({"id": 7, "method": RUN, "params": {}}))
-            first = await lines.next()
-            await to_agent.send_all(line({"id": first["id"], "result": first["params"]}))
-            second = await lines.next()
-            assert agent._role_waiting
+            second = await until_the_handler_reads(agent, to_agent, lines)
             await to_agent.send_all(line({"method": NOTE, "params": {}}) + line({"id": 8, "method": "test/ask"}))
             assert await lines.next() == {"jsonrpc": "2.0", "id": 8, "result": "ok"}
             await to_agent.send_all(line({"id": second["id"], "result": second["params"]}))
