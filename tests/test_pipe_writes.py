@@ -11,6 +11,7 @@ from typing import Any
 import orjson
 import pytest
 import trio
+from _pipes import Messages, echo, pipe
 from _slices import SliceWatch
 
 from acp_trio import Connection, ConnectionClosed, Route
@@ -20,16 +21,6 @@ pytestmark = pytest.mark.skipif(not hasattr(trio.lowlevel, "FdStream"), reason="
 
 ECHO = "test/echo"
 SEEN = "test/seen"
-
-
-async def echo(params: Any) -> Any:
-    return params
-
-
-def pipe() -> tuple[trio.lowlevel.FdStream, trio.lowlevel.FdStream]:
-    """(read end, write end) of a new OS pipe."""
-    r, w = os.pipe()
-    return trio.lowlevel.FdStream(r), trio.lowlevel.FdStream(w)
 
 
 @asynccontextmanager
@@ -55,24 +46,6 @@ def record_writes(monkeypatch: pytest.MonkeyPatch, stream: trio.lowlevel.FdStrea
 
     monkeypatch.setattr(os, "write", write)
     return writes
-
-
-class Messages:
-    """The JSON messages read from ``stream``, line by line, a partial line kept for the next call."""
-
-    def __init__(self, stream: trio.lowlevel.FdStream) -> None:
-        self.stream = stream
-        self.buf = b""
-
-    async def take(self, n: int) -> list[Any]:
-        """The next ``n`` messages; fails if a read brings more than those."""
-        got: list[Any] = []
-        while len(got) < n:
-            self.buf += await self.stream.receive_some(1 << 16)
-            *lines, self.buf = self.buf.split(b"\n")
-            got += [orjson.loads(line) for line in lines]
-        assert len(got) == n
-        return got
 
 
 async def test_many_concurrent_requests_bigger_than_the_pipe_all_get_their_own_answer() -> None:

@@ -6,7 +6,6 @@ drive each of those hand-backs and check what the handler and its peer see."""
 
 from __future__ import annotations
 
-import os
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -15,6 +14,7 @@ from typing import Any
 import orjson
 import pytest
 import trio
+from _pipes import Messages, echo, pipe
 from trio.testing import MockClock
 
 from acp_trio import Connection, ConnectionClosed, RequestError, RequestTimeout, Route
@@ -27,14 +27,13 @@ ECHO = "test/echo"  # what it asks its peer
 NOTE = "test/note"
 
 
-def pipe() -> tuple[trio.lowlevel.FdStream, trio.lowlevel.FdStream]:
-    """(read end, write end) of a new OS pipe."""
-    r, w = os.pipe()
-    return trio.lowlevel.FdStream(r), trio.lowlevel.FdStream(w)
+def serve_run(agent: Connection, run: Callable[[Connection, Any], Awaitable[Any]]) -> None:
+    """Route ``test/run`` on ``agent`` to ``run(agent, params)``."""
 
+    async def handler(params: Any) -> Any:
+        return await run(agent, params)
 
-async def echo(params: Any) -> Any:
-    return params
+    agent.routes[RUN] = Route(RUN, "request", handler)
 
 
 @asynccontextmanager
@@ -50,11 +49,7 @@ async def pair(
     routes = {ECHO: Route(ECHO, "request", echo), **(client_routes or {})}
     client = Connection(client_out, client_in, routes, name="client")
     agent = Connection(agent_out, agent_in, agent_routes, name="agent")
-
-    async def handler(params: Any) -> Any:
-        return await run(agent, params)
-
-    agent.routes[RUN] = Route(RUN, "request", handler)
+    serve_run(agent, run)
     async with agent, client:
         yield agent, client
 
@@ -62,44 +57,23 @@ async def pair(
 @asynccontextmanager
 async def raw_peer(
     run: Callable[[Connection, Any], Awaitable[Any]], agent_routes: dict[str, Route] | None = None
-) -> AsyncIterator[tuple[Connection, trio.lowlevel.FdStream, Lines]]:
+) -> AsyncIterator[tuple[Connection, trio.lowlevel.FdStream, Messages]]:
     """An agent as in :func:`pair`, and the test as its peer: the agent's input pipe's write end,
     and its output read line by line."""
     agent_in, to_agent = pipe()
     from_agent, agent_out = pipe()
     agent = Connection(agent_out, agent_in, agent_routes, name="agent")
-
-    async def handler(params: Any) -> Any:
-        return await run(agent, params)
-
-    agent.routes[RUN] = Route(RUN, "request", handler)
+    serve_run(agent, run)
     async with agent:
-        yield agent, to_agent, Lines(from_agent)
+        yield agent, to_agent, Messages(from_agent)
         await to_agent.aclose()
-
-
-class Lines:
-    """The JSON messages read from a stream, one at a time."""
-
-    def __init__(self, stream: trio.lowlevel.FdStream) -> None:
-        self.stream = stream
-        self.buf = b""
-        self.ready: list[Any] = []
-
-    async def next(self) -> Any:
-        while not self.ready:
-            data = await self.stream.receive_some(1 << 16)
-            assert data, "the agent closed its output"
-            *lines, self.buf = (self.buf + data).split(b"\n")
-            self.ready += [orjson.loads(line) for line in lines]
-        return self.ready.pop(0)
 
 
 def line(message: dict[str, Any]) -> bytes:
     return orjson.dumps({"jsonrpc": "2.0", **message}) + b"\n"
 
 
-async def until_the_handler_reads(agent: Connection, to_agent: trio.lowlevel.FdStream, lines: Lines) -> Any:
+async def until_the_handler_reads(agent: Connection, to_agent: trio.lowlevel.FdStream, lines: Messages) -> Any:
     """Send ``test/run`` (id 7), answer its handler's first question, and return its second one,
     whose answer the handler now waits for, reading the input itself."""
     await to_agent.send_all(line({"id": 7, "method": RUN, "params": {}}))
@@ -490,11 +464,7 @@ async def test_one_socket_descriptor_for_both_ways_keeps_the_reading_in_the_pool
         return results
 
     agent = Connection(agent_stream, agent_stream, name="agent")
-
-    async def handler(params: Any) -> Any:
-        return await run(agent, params)
-
-    agent.routes[RUN] = Route(RUN, "request", handler)
+    serve_run(agent, run)
     client = Connection(client_stream, client_stream, {ECHO: Route(ECHO, "request", echo)}, name="client")
     async with agent, client:
         with trio.fail_after(20):

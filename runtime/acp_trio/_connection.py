@@ -905,8 +905,7 @@ class Connection:
         """Run ``job``'s :meth:`_run_job` in the reader until it finishes (answered; ``eager`` as
         for :meth:`_finish_job`) or has to wait (it becomes :attr:`_waiting`, returns True)."""
         coro = self._run_job(job)
-        base = self._job_context
-        context = base.copy() if base is not None else contextvars.copy_context()
+        context = self._new_context()
         try:
             # without job.scope: a cancellation during this step (the handler cancelling its own
             # group) marks the job, and must not cancel the reader's scope
@@ -947,12 +946,8 @@ class Connection:
                         self._read_reason = f"read failed: {exc!r}"
                         break
                     if not data:
-                        self._holding = True
                         self._inline = False  # the reader is ending: requests go to pool tasks
-                        self._on_lines(self._framer.close())
-                        jobs, self._new_jobs = self._new_jobs, []
-                        for job in jobs:
-                            self._give(job)
+                        self._on_lines_to_pool(self._framer.close())
                         self._flush()
                         break
                     self._backlog = self._framer.feed(data)
@@ -1007,6 +1002,11 @@ class Connection:
                     await self._writer_done.wait()
                 self._service_scope.cancel()
         return None
+
+    def _new_context(self) -> contextvars.Context:
+        """A fresh copy of the connection's context: where each request and what starts it run."""
+        base = self._job_context
+        return base.copy() if base is not None else contextvars.copy_context()
 
     async def _input_ended(self, reason: str) -> None:
         """Nothing more can be read, so no response can come: fail what waits for one now; give
@@ -1342,7 +1342,7 @@ class Connection:
                 group = self._group_of(route, params)
                 if group is not None:
                     self._first_group, self._first_group_cancelled = group, False
-            base = self._job_context
+            base = self._job_context  # _new_context, inlined: this runs for every request
             context = base.copy() if base is not None else contextvars.copy_context()
             try:
                 coro = context.run(route.handler, params)
@@ -1587,6 +1587,7 @@ class Connection:
         ``slot`` is then its :class:`_Fan`) until ``slot`` is answered (``slot.done``); hand it back
         to the pool and wait on ``slot`` when the input needs the pool's reader."""
         fd_stream = self._fd_receive
+        keep = False  # slot answered: the role stays with the task (_resume hands it back)
         try:
             while True:
                 fd = fd_stream.fileno()
@@ -1607,33 +1608,33 @@ class Connection:
                     break
                 if not data:  # the end of input: the pool's reader ends the connection
                     break
-                self._read_full = full = len(data) == _READ_SIZE
                 items = self._framer.feed(data)
-                if len(items) > _HANDOFF:
-                    self._backlog = items[_HANDOFF:]
-                    del items[_HANDOFF:]
+                full = len(data) == _READ_SIZE  # (_read_full is false while the role is lent)
+                if full or len(items) > _HANDOFF:
+                    # a large read (and more may wait): the pool's reader handles it, a slice at a time
+                    self._backlog, self._read_full = items, full
+                    break
                 # in the connection's context, not the handler's: what this read starts (notification
                 # handlers, pool tasks) and the hooks it runs see none of the handler's variables
-                base = self._job_context
-                (base.copy() if base is not None else contextvars.copy_context()).run(self._on_lines_lent, items)
+                base = self._job_context  # _new_context, inlined: this runs for every read
+                (base.copy() if base is not None else contextvars.copy_context()).run(self._on_lines_to_pool, items)
                 self._flush()
-                if self._backlog or full or self._closed is not None:
+                if self._closed is not None:
                     break
                 if slot.done:
-                    return  # with the role: _resume hands it back if the handler does not read again
-        except BaseException:
-            if self._role_holder is task:
+                    keep = True
+                    return
+        finally:
+            if not keep and self._role_holder is task:
                 self._release_role()
-            raise
-        if self._role_holder is task:
-            self._release_role()
         if not slot.done:
             slot.task = task
             await _wait_task_rescheduled(slot.abort)
 
-    def _on_lines_lent(self, items: list[bytes | _core.OversizedMessage]) -> None:
-        """:meth:`_on_lines` for the handler's task that holds the reader role (see :meth:`_read_for`):
-        the requests it reads go to pool tasks, since a first step run there would tie them to it."""
+    def _on_lines_to_pool(self, items: list[bytes | _core.OversizedMessage]) -> None:
+        """:meth:`_on_lines` with every request read handed to a pool task, none run here: in a
+        handler's task that holds the reader role (a first step run there would tie the request to
+        it, see :meth:`_read_for`), and at the end of input."""
         inline, self._inline = self._inline, False
         self._holding = True
         try:
@@ -1650,9 +1651,8 @@ class Connection:
         """The handler's task stops reading: a pool task takes the reader role back (started, if
         none is idle, from the connection's context, not the handler's)."""
         self._role_holder = None
-        base = self._job_context
         try:
-            (base.copy() if base is not None else contextvars.copy_context()).run(self._give, _READ)
+            self._new_context().run(self._give, _READ)
         except RuntimeError:  # the service's nursery is closed: nothing reads any more
             log.debug("%s: no pool task to take the reader role back", self.name)
 
