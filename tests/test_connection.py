@@ -1262,6 +1262,28 @@ async def test_the_tap_sees_every_raw_message_in_both_directions_in_order(autoju
     assert all(not line.endswith(b"\n") for line in inbound)
 
 
+async def test_blank_lines_and_crlf_endings_are_no_messages_and_the_tap_sees_each_message_bare(
+    autojump_clock: MockClock,
+) -> None:
+    inbound: list[bytes] = []
+
+    def tap(direction: str, line: bytes) -> None:
+        if direction == "in":
+            inbound.append(line)
+
+    def ping(request_id: int) -> bytes:
+        return orjson.dumps({"jsonrpc": "2.0", "id": request_id, "method": PING})
+
+    async with connected(tap=tap) as (_conn, peer):
+        # one read: blank and whitespace-only lines around two requests, one ending in CRLF
+        await peer.send_raw(b"\n \r\n" + ping(1) + b"\r\n\t\n" + ping(2) + b"\n\r\n")
+        await peer.request(3, PING)  # the blank lines drew no answer: the next ones are the pings'
+        answers = [await peer.recv() for _ in range(3)]
+        await peer.ping()
+    assert answers == [{"jsonrpc": "2.0", "id": i, "result": "pong"} for i in (1, 2, 3)]
+    assert inbound[:3] == [ping(1), ping(2), ping(3)]
+
+
 # -- streaming -----------------------------------------------------------------------------------
 async def test_queue_notification_asks_the_sender_to_wait_past_the_high_water_mark(autojump_clock: MockClock) -> None:
     async with recorded() as (conn, out, _peer):

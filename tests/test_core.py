@@ -6,6 +6,7 @@ from __future__ import annotations
 import ast
 import functools
 import importlib
+import itertools
 import subprocess
 import sys
 from pathlib import Path
@@ -13,6 +14,8 @@ from typing import Any
 
 import orjson
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from acp_trio import _core
 from acp_trio._core import (
@@ -178,6 +181,61 @@ def test_close_after_an_unterminated_oversized_line_returns_nothing_and_framing_
     assert kinds(framer.feed(b"toolongline")) == [("oversized", 11)]
     assert framer.close() == []
     assert framer.feed(b"ok\n") == [b"ok"]
+
+
+def test_feed_raw_gives_each_line_as_it_came_blank_ones_and_their_cr_included() -> None:
+    framer = LineFramer()
+    assert framer.feed_raw(b'{"a":1}\n\n {"b":2}\r\n \r\n{"c"') == [b'{"a":1}\n', b"\n", b' {"b":2}\r\n', b" \r\n"]
+    assert framer.feed_raw(b":3}") == []
+    assert framer.feed_raw(b"\n") == [b'{"c":3}\n']
+    assert framer.feed_raw(b'{"d":4}\n') == [b'{"d":4}\n']  # a read of one line is the read itself
+    assert framer.feed_raw(b"") == []
+
+
+def test_feed_raw_caps_a_line_without_its_newline_and_the_cr_before_it() -> None:
+    framer = LineFramer(max_message_size=4)
+    assert kinds(framer.feed_raw(b"abcd\r\nabcde\r\nab\n")) == [b"abcd\r\n", ("oversized", 5), b"ab\n"]
+    assert kinds(framer.feed_raw(b"abcde\n")) == [("oversized", 5)]
+    assert framer.feed_raw(b"abcd\r\n") == [b"abcd\r\n"]
+
+
+def _framed_model(stream: bytes, limit: int) -> tuple[list[Any], list[Any]]:
+    """What ``feed`` and ``feed_raw`` give for ``stream``, however it is split into reads, by the
+    framing rules: (lines of ``feed``, lines of ``feed_raw``), an oversized line as "oversized"."""
+    *complete, tail = stream.split(b"\n")
+    cooked: list[Any] = []
+    raw: list[Any] = []
+    for line in complete:
+        body = line[:-1] if line.endswith(b"\r") else line
+        if len(body) > limit:
+            cooked.append("oversized")
+            raw.append("oversized")
+            continue
+        raw.append(line + b"\n")
+        if body and not body.isspace():
+            cooked.append(body)
+    if len(tail) > limit and not (len(tail) == limit + 1 and tail.endswith(b"\r")):
+        cooked.append("oversized")  # refused before its newline comes
+        raw.append("oversized")
+    return cooked, raw
+
+
+@given(
+    st.lists(st.sampled_from([b"{", b"a", b"\r", b"\n", b" "]), max_size=60).map(b"".join),
+    st.lists(st.integers(min_value=0, max_value=60), max_size=6),
+    st.integers(min_value=1, max_value=8),
+)
+def test_feed_and_feed_raw_frame_any_stream_split_anywhere_by_the_rules(
+    stream: bytes, cuts: list[int], limit: int
+) -> None:
+    bounds = [0, *sorted(c for c in cuts if c <= len(stream)), len(stream)]
+    reads = [stream[a:b] for a, b in itertools.pairwise(bounds)]
+    cooked, raw = LineFramer(max_message_size=limit), LineFramer(max_message_size=limit)
+    got_cooked = [x for read in reads for x in cooked.feed(read)]
+    got_raw = [x for read in reads for x in raw.feed_raw(read)]
+    plain = [("oversized" if isinstance(x, OversizedMessage) else x) for x in got_cooked]
+    plain_raw = [("oversized" if isinstance(x, OversizedMessage) else x) for x in got_raw]
+    assert (plain, plain_raw) == _framed_model(stream, limit)
 
 
 @pytest.mark.parametrize("bad", [0, -1])

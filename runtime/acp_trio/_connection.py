@@ -950,7 +950,7 @@ class Connection:
                         self._on_lines_to_pool(self._framer.close())
                         self._flush()
                         break
-                    self._backlog = self._framer.feed(data)
+                    self._backlog = self._framer.feed_raw(data)
                 # A large read holds hundreds of messages: they are handled in slices, so decoded
                 # messages die young instead of piling up (and through the garbage collector's
                 # generations) behind the reader, and the handlers they woke run in between.
@@ -1038,21 +1038,23 @@ class Connection:
         self._mark_closed(error)
 
     def _on_lines(self, items: list[bytes | _core.OversizedMessage]) -> None:
-        """Handle the lines of one read (or a slice of them), in order: one call for all of them,
-        not one per line, since a streamed update costs little more than that call."""
+        """Handle the lines of one read (or a slice of them, as ``LineFramer.feed_raw`` gives them:
+        each with its newline, blank ones included), in order: one call for all of them, not one
+        per line, since a streamed update costs little more than that call."""
         loads = _loads
         lines = iter(items)
         for item in lines:
             if type(item) is not bytes:
                 self._on_oversized(cast(_core.OversizedMessage, item))
                 continue
-            if self.tap is not None:
-                self.tap("in", item)
+            if self.tap is not None and not item.isspace():  # (a blank line is no message)
+                self.tap("in", _without_eol(item))
             self._seq += 1
             try:
                 obj = loads(item)
             except _JSONDecodeError as exc:
-                self._on_message(item, _core.parse_error(exc))
+                if not item.isspace():  # (a blank line: the framer keeps them, see feed_raw)
+                    self._on_message(item, _core.parse_error(exc))
                 continue
             # The common cases go straight to their route, as _core.parse_value would classify them,
             # without a message object: a well-formed notification with object params (streamed
@@ -1151,7 +1153,7 @@ class Connection:
         hook = self.request_line_hooks.get(method)
         if hook is not None:
             try:
-                hook(line, params)
+                hook(_without_eol(line), params)
             except Exception:
                 log.exception("%s: request line hook for %r raised", self.name, method)
 
@@ -1608,7 +1610,7 @@ class Connection:
                     break
                 if not data:  # the end of input: the pool's reader ends the connection
                     break
-                items = self._framer.feed(data)
+                items = self._framer.feed_raw(data)
                 full = len(data) == _READ_SIZE  # (_read_full is false while the role is lent)
                 if full or len(items) > _HANDOFF:
                     # a large read (and more may wait): the pool's reader handles it, a slice at a time
@@ -1886,6 +1888,13 @@ class Connection:
     async def send_notification(self, spec: MethodSpec, params: Any) -> None:
         """Typed :meth:`notify`: encode ``params`` as ``spec.params_type``."""
         await self.notify(spec.method, self.converter.unstructure_fn(spec.params_type)(params))
+
+
+def _without_eol(line: bytes) -> bytes:
+    """A framed line (see ``LineFramer.feed_raw``) without its newline and a CR before it."""
+    if line[-1:] == b"\n":
+        return line[:-2] if line[-2:] == b"\r\n" else line[:-1]
+    return line  # the unterminated last line of the input
 
 
 async def _awaited(awaitable: Awaitable[Any]) -> Any:

@@ -9,6 +9,7 @@ and the lines after it are framed as usual.
 
 from __future__ import annotations
 
+from io import BytesIO as _BytesIO
 from typing import Final
 
 DEFAULT_MAX_MESSAGE_SIZE: Final = 32 * 1024 * 1024
@@ -43,7 +44,9 @@ class LineFramer:
     """Split a byte stream into message lines.
 
     ``feed(data)`` returns the complete lines (``bytes``, without the newline) and
-    :class:`OversizedMessage` markers found so far, in stream order.  ``close()`` returns the
+    :class:`OversizedMessage` markers found so far, in stream order; ``feed_raw(data)`` the same
+    lines as they came (each ending in its newline, blank ones included), for a reader that parses
+    them at once.  ``close()`` returns the
     unterminated tail, if any, as a last line (a peer that exits without a final newline still gets
     its last message read).
     """
@@ -59,15 +62,26 @@ class LineFramer:
         self._dropped = 0
 
     def feed(self, data: bytes | bytearray) -> list[bytes | OversizedMessage]:
+        """The complete lines ``data`` ends (``bytes``, without the newline or a CR before it; blank
+        lines dropped) and :class:`OversizedMessage` markers, in stream order."""
+        return [
+            (item[:-2] if item[-2:] == b"\r\n" else item[:-1]) if type(item) is bytes else item
+            for item in self.feed_raw(data)
+            if type(item) is not bytes or not item.isspace()
+        ]
+
+    def feed_raw(self, data: bytes | bytearray) -> list[bytes | OversizedMessage]:
+        """:meth:`feed` without its per-line work, for a reader that parses each line at once: every
+        line as it came, ending in its newline (a CR before it kept), blank lines included.  JSON
+        parsers take the trailing whitespace; the reader skips a line that is only whitespace.
+
+        The size cap counts a line without its newline and without a CR before it."""
         limit = self.max_message_size
         if type(data) is bytes and not self._buf and not self._discarding:
             end = len(data) - 1
-            if data.find(b"\n") == end:  # exactly one whole line: the common read of a request or a response
-                if data[:1] in _OPENERS and data[end - 1] != 13 and end <= limit:
-                    return [data[:end]]  # a JSON message, no CR
-                line = data[:-2] if data.endswith(b"\r\n") else data[:-1]
-                if len(line) <= limit:
-                    return [line] if line and not line.isspace() else []
+            # exactly one whole line: the common read of a request or a response
+            if end >= 0 and data.find(b"\n") == end and (end <= limit or (end == limit + 1 and data[end - 1] == 13)):
+                return [data]
         out: list[bytes | OversizedMessage] = []
         if not data:
             return out
@@ -93,20 +107,15 @@ class LineFramer:
             buf += data
         tail: bytes | bytearray = buf
         if view is not None:
-            # split() and a comprehension instead of a find() per line: this runs for every message
-            if b"\r" in view:
-                view = view.replace(b"\r\n", b"\n")  # a CR before the newline is not part of the line
-            parts = view.split(b"\n")
-            tail = parts.pop()
-            # (no line of a read within the limit can be over it: max() with key=len costs ~100 ns a line)
-            if len(view) > limit and parts and len(max(parts, key=len)) > limit:
-                for part in parts:
-                    if len(part) > limit:
-                        out.append(OversizedMessage(len(part), limit, part[:OVERSIZED_HEAD]))
-                    elif part and not part.isspace():
-                        out.append(part)
+            # BytesIO.readlines finds each newline with memchr (3x faster than bytes.split, which
+            # tests every byte), and shares ``view`` rather than copying it
+            lines = _BytesIO(view).readlines()
+            tail = lines.pop() if lines[-1][-1] != 10 else b""
+            # (no line of a read within the limit can be over it: the search costs ~100 ns a line)
+            if len(view) > limit and lines and len(max(lines, key=len)) > limit + 1:
+                out = [self._capped(line, limit) for line in lines]
             else:
-                out = [part for part in parts if part and not part.isspace()]
+                out = lines  # type: ignore[assignment]  # (list is invariant: no copy for the wider type)
         rest = len(tail)
         # one byte of grace for a trailing CR: it may be the first half of the line's CRLF
         if rest > limit and not (rest == limit + 1 and tail[-1] == 13):
@@ -117,6 +126,12 @@ class LineFramer:
         elif tail is not buf:
             buf[:] = tail
         return out
+
+    @staticmethod
+    def _capped(line: bytes, limit: int) -> bytes | OversizedMessage:
+        """``line`` (ending in its newline), or its :class:`OversizedMessage` when it is over ``limit``."""
+        size = len(line) - (2 if line[-2:] == b"\r\n" else 1)
+        return OversizedMessage(size, limit, line[:OVERSIZED_HEAD]) if size > limit else line
 
     def close(self) -> list[bytes | OversizedMessage]:
         """End of stream: return the unterminated tail (if it is not blank) and reset."""
