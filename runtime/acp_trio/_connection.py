@@ -1042,20 +1042,22 @@ class Connection:
         each with its newline, blank ones included), in order: one call for all of them, not one
         per line, since a streamed update costs little more than that call."""
         loads = _loads
-        lines = iter(items)
+        tap = self.tap
+        # (typed as lines: an oversized line's marker, the one other item, fails to parse and goes its way)
+        lines = iter(cast("list[bytes]", items))
         for item in lines:
-            if type(item) is not bytes:
-                self._on_oversized(cast(_core.OversizedMessage, item))
-                continue
-            if self.tap is not None and not item.isspace():  # (a blank line is no message)
-                self.tap("in", _without_eol(item))
-            self._seq += 1
+            if tap is not None and type(item) is bytes and not item.isspace():  # (a blank line is no message)
+                tap("in", _without_eol(item))
             try:
-                obj = loads(item)
+                obj = loads(item)  # (an oversized line's marker is no str or bytes: it fails here, no test before)
             except _JSONDecodeError as exc:
-                if not item.isspace():  # (a blank line: the framer keeps them, see feed_raw)
+                if type(item) is not bytes:
+                    self._on_oversized(cast(_core.OversizedMessage, item))
+                elif not item.isspace():  # (a blank line: the framer keeps them, see feed_raw)
+                    self._seq += 1
                     self._on_message(item, _core.parse_error(exc))
                 continue
+            self._seq += 1
             # The common cases go straight to their route, as _core.parse_value would classify them,
             # without a message object: a well-formed notification with object params (streamed
             # updates), a success response to one of our requests (an integer or string id, no other
@@ -1099,7 +1101,7 @@ class Connection:
             return
         # A request that has to wait: the reader goes on with it, and the lines after it are left
         # for the task that takes the reader role.
-        rest = list(lines)
+        rest: list[bytes | _core.OversizedMessage] = list(lines)
         if rest:
             rest += self._backlog
             self._backlog = rest
