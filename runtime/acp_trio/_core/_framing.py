@@ -18,8 +18,6 @@ DEFAULT_MAX_MESSAGE_SIZE: Final = 32 * 1024 * 1024
 OVERSIZED_HEAD: Final = 4096
 """Bytes kept of the start of an oversized line (:attr:`OversizedMessage.head`), for its request id."""
 
-_OPENERS: Final = frozenset((b"{", b"["))  # how a JSON-RPC message or batch starts
-
 
 class OversizedMessage:
     """A line longer than the framer's cap; its bytes were discarded.
@@ -46,9 +44,8 @@ class LineFramer:
     ``feed(data)`` returns the complete lines (``bytes``, without the newline) and
     :class:`OversizedMessage` markers found so far, in stream order; ``feed_raw(data)`` the same
     lines as they came (each ending in its newline, blank ones included), for a reader that parses
-    them at once.  ``close()`` returns the
-    unterminated tail, if any, as a last line (a peer that exits without a final newline still gets
-    its last message read).
+    them at once.  ``close()`` returns the unterminated tail, if any, as a last line (a peer that
+    exits without a final newline still gets its last message read).
     """
 
     __slots__ = ("_buf", "_discarding", "_dropped", "max_message_size")
