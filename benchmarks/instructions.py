@@ -18,6 +18,12 @@ difference by the updates (or requests) of 2 prompts: start-up and warm-up cance
 - the **agent** side: ``trio_agent.py`` under callgrind (``runtime/under_callgrind.py``), driven by
   the raw orjson client, so the figure is the agent's alone.
 
+``--cache`` runs valgrind's cachegrind instead, with a simulated cache like one CPU of this machine
+(L1 instruction and data caches of 32 KiB, and 1 MiB of L2 as the last level), and adds each side's
+L1 misses per update, instructions (I1) and data (D1, reads and writes): a side that misses L1 more
+often per update loses more to anything that slows refills (another guest on the same core, a
+move to a cold core), which the instruction count does not show.
+
 ``--raw`` counts the raw orjson pair's sides the same way (``raw_agent.py`` driven by the raw client,
 and ``raw_client.py`` driving ``raw_agent.py``) and prints acp-trio's count as a multiple of raw's:
 the timed benchmark's "× raw" in instructions, which do not depend on where the kernel places the
@@ -56,38 +62,54 @@ import acp_trio  # noqa: E402
 
 _COLLECTED: Final = re.compile(rb"Collected : (\d+)")
 _SIDES: Final = ("agent", "client")
+CACHE_ARGS: Final = ("--cache-sim=yes", "--I1=32768,8,64", "--D1=32768,8,64", "--LL=1048576,16,64")
+"""cachegrind's simulated cache for ``--cache``: one CPU of this machine (``lscpu``), its L2 as the last level."""
 
 
-def count(side: str, command: str, repeats: int, env: dict[str, str], work: Path, pair: str = "trio") -> int:
-    """Instructions the ``side`` process executed over a whole bench run of ``command`` with
-    ``repeats`` timed prompts (after 1 warm-up).  ``pair``: ``"trio"`` (acp-trio's side, driven by
-    or driving what the module docstring says) or ``"raw"`` (the raw orjson side, likewise)."""
-    out = work / f"callgrind.{pair}.{side}.{repeats}.out"
+def count(
+    side: str, command: str, repeats: int, env: dict[str, str], work: Path, pair: str = "trio", cache: bool = False
+) -> tuple[int, ...]:
+    """What the ``side`` process executed over a whole bench run of ``command`` with ``repeats``
+    timed prompts (after 1 warm-up): (instructions,), or with ``cache`` (instructions, L1
+    instruction misses, L1 data misses).  ``pair``: ``"trio"`` (acp-trio's side, driven by or
+    driving what the module docstring says) or ``"raw"`` (the raw orjson side, likewise)."""
+    out = work / f"valgrind.{pair}.{side}.{repeats}.out"
+    tool = ["--tool=cachegrind", *CACHE_ARGS, f"--cachegrind-out-file={out}"] if cache else None
     args = ["--warmup", "1", "--repeats", str(repeats), command]
     if side == "client":
         client, agent = ("trio_client.py", "trio_agent.py") if pair == "trio" else ("raw_client.py", "raw_agent.py")
-        cmd = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", sys.executable]
+        cmd = ["valgrind", *(tool or ["--tool=callgrind", f"--callgrind-out-file={out}"]), sys.executable]
         cmd += [str(_SCRIPTS / client), "--agent", agent, *args]
         run_env = env
     else:
         cmd = [sys.executable, str(_SCRIPTS / "raw_client.py"), "--agent", "under_callgrind.py", *args]
         agent = "trio_agent.py" if pair == "trio" else "raw_agent.py"
         run_env = dict(env, ACP_CALLGRIND_AGENT=agent, ACP_CALLGRIND_OUT=str(out))
+        if tool is not None:
+            run_env["ACP_VALGRIND_TOOL"] = " ".join(tool)
     proc = subprocess.run(cmd, cwd=_SCRIPTS, env=run_env, capture_output=True, timeout=1800)
     if proc.returncode != 0:
         raise RuntimeError(f"{side} {command!r}: exit {proc.returncode}: {proc.stderr.decode()[-2000:]}")
+    if cache:  # the summary line: Ir I1mr ILmr Dr D1mr DLmr Dw D1mw DLmw
+        summary = [line for line in out.read_text().splitlines() if line.startswith("summary:")]
+        if not summary:
+            raise RuntimeError(f"{side} {command!r}: cachegrind wrote no summary")
+        ir, i1, _, _, d1r, _, _, d1w, _ = (int(x) for x in summary[-1].split()[1:])
+        return ir, i1, d1r + d1w
     found = _COLLECTED.findall(proc.stderr)
     if not found:
         raise RuntimeError(f"{side} {command!r}: callgrind printed no count: {proc.stderr.decode()[-2000:]}")
-    return int(found[-1])
+    return (int(found[-1]),)
 
 
-def per_unit(side: str, command: str, env: dict[str, str], work: Path, pair: str = "trio") -> float:
-    """Instructions per update (or request) of ``command`` on ``side``: (3 prompts - 1 prompt) / 2 prompts."""
+def per_unit(
+    side: str, command: str, env: dict[str, str], work: Path, pair: str = "trio", cache: bool = False
+) -> tuple[float, ...]:
+    """:func:`count`'s figures per update (or request) of ``command`` on ``side``: (3 prompts - 1) / 2 prompts."""
     kind, n, _ = parse_command(command)
-    one = count(side, command, 1, env, work, pair)
-    three = count(side, command, 3, env, work, pair)
-    return (three - one) / (2 * expected(kind, n))
+    one = count(side, command, 1, env, work, pair, cache)
+    three = count(side, command, 3, env, work, pair, cache)
+    return tuple((b - a) / (2 * expected(kind, n)) for a, b in zip(one, three, strict=True))
 
 
 def main() -> int:
@@ -98,13 +120,19 @@ def main() -> int:
         action="store_true",
         help="also count the raw orjson agent and client, and print acp-trio's count as a multiple of raw's",
     )
+    parser.add_argument(
+        "--cache",
+        action="store_true",
+        help="simulate one CPU's caches (cachegrind) and add L1 instruction and data misses per update",
+    )
     parser.add_argument("scenarios", nargs="*", default=["stream 20000", "mixed 20000"])
     args = parser.parse_args()
     if shutil.which("valgrind") is None:
         print("valgrind is not installed (Debian: apt-get install valgrind)")
         return 1
     print(f"acp-trio [{Path(acp_trio.__file__ or '').parent}], Python {sys.version.split()[0]}")
-    print(f"instructions per update (or request), callgrind, median of {args.runs} (range)")
+    what = "cachegrind: instructions, L1 instruction misses (I1), L1 data misses (D1)" if args.cache else "callgrind"
+    print(f"instructions per update (or request), {what}, median of {args.runs} (range)")
     with tempfile.TemporaryDirectory(prefix="acp-instructions-") as tmp:
         work = Path(tmp)
         env = subprocess_env(str(work / "pycache"), acp_schema, acp_trio)
@@ -114,23 +142,33 @@ def main() -> int:
             prime += ["--repeats", "1", "stream 10"]
             subprocess.run(prime, cwd=_SCRIPTS, env=env, check=True, timeout=120, capture_output=True)
         for command in args.scenarios:
-            medians: dict[str, dict[str, float]] = {}
+            medians: dict[str, dict[str, list[float]]] = {}
             for pair in ("trio", "raw") if args.raw else ("trio",):
                 cells = []
                 for side in _SIDES:
                     try:
-                        xs = [per_unit(side, command, env, work, pair) for _ in range(args.runs)]
+                        runs = [per_unit(side, command, env, work, pair, args.cache) for _ in range(args.runs)]
                     except (RuntimeError, subprocess.TimeoutExpired) as exc:
                         print(f"failed: {exc}")
                         return 1
-                    medians.setdefault(pair, {})[side] = statistics.median(xs)
-                    cells.append(f"{side} {statistics.median(xs):>8,.0f} ({min(xs):,.0f}-{max(xs):,.0f})")
+                    mid = medians.setdefault(pair, {})[side] = [statistics.median(x) for x in zip(*runs, strict=True)]
+                    xs = [r[0] for r in runs]
+                    cell = f"{side} {mid[0]:>8,.0f} ({min(xs):,.0f}-{max(xs):,.0f})"
+                    if args.cache:
+                        cell += f" I1 {mid[1]:,.0f} D1 {mid[2]:,.0f}"
+                    cells.append(cell)
                 label = command if pair == "trio" else "  raw"
                 print(f"  {label:<16} " + "   ".join(cells))
                 sys.stdout.flush()
             if args.raw:
-                ratios = "   ".join(f"{side} {medians['trio'][side] / medians['raw'][side]:>8.2f}x" for side in _SIDES)
-                print(f"  {'  acp-trio/raw':<16} {ratios}")
+                cells = []
+                for side in _SIDES:
+                    trio, raw = medians["trio"][side], medians["raw"][side]
+                    cell = f"{side} {trio[0] / raw[0]:>8.2f}x"
+                    if args.cache:
+                        cell += f" I1 {trio[1] / raw[1]:.1f}x D1 {trio[2] / raw[2]:.1f}x"
+                    cells.append(cell)
+                print(f"  {'  acp-trio/raw':<16} " + "   ".join(cells))
     return 0
 
 
