@@ -74,19 +74,19 @@ def count(
     instruction misses, L1 data misses).  ``pair``: ``"trio"`` (acp-trio's side, driven by or
     driving what the module docstring says) or ``"raw"`` (the raw orjson side, likewise)."""
     out = work / f"valgrind.{pair}.{side}.{repeats}.out"
-    tool = ["--tool=cachegrind", *CACHE_ARGS, f"--cachegrind-out-file={out}"] if cache else None
+    if cache:
+        options = ["--tool=cachegrind", *CACHE_ARGS, f"--cachegrind-out-file={out}"]
+    else:
+        options = ["--tool=callgrind", f"--callgrind-out-file={out}"]
     args = ["--warmup", "1", "--repeats", str(repeats), command]
     if side == "client":
         client, agent = ("trio_client.py", "trio_agent.py") if pair == "trio" else ("raw_client.py", "raw_agent.py")
-        cmd = ["valgrind", *(tool or ["--tool=callgrind", f"--callgrind-out-file={out}"]), sys.executable]
-        cmd += [str(_SCRIPTS / client), "--agent", agent, *args]
+        cmd = ["valgrind", *options, sys.executable, str(_SCRIPTS / client), "--agent", agent, *args]
         run_env = env
     else:
         cmd = [sys.executable, str(_SCRIPTS / "raw_client.py"), "--agent", "under_callgrind.py", *args]
         agent = "trio_agent.py" if pair == "trio" else "raw_agent.py"
-        run_env = dict(env, ACP_CALLGRIND_AGENT=agent, ACP_CALLGRIND_OUT=str(out))
-        if tool is not None:
-            run_env["ACP_VALGRIND_TOOL"] = " ".join(tool)
+        run_env = dict(env, ACP_CALLGRIND_AGENT=agent, ACP_VALGRIND_OPTIONS=" ".join(options))
     proc = subprocess.run(cmd, cwd=_SCRIPTS, env=run_env, capture_output=True, timeout=1800)
     if proc.returncode != 0:
         raise RuntimeError(f"{side} {command!r}: exit {proc.returncode}: {proc.stderr.decode()[-2000:]}")

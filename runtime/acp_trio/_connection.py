@@ -1047,7 +1047,7 @@ class Connection:
         lines = iter(cast("list[bytes]", items))
         for item in lines:
             if tap is not None and type(item) is bytes and not item.isspace():  # (a blank line is no message)
-                tap("in", _without_eol(item))
+                tap("in", _core.without_eol(item))
             try:
                 obj = loads(item)  # (an oversized line's marker is no str or bytes: it fails here, no test before)
             except _JSONDecodeError as exc:
@@ -1155,7 +1155,7 @@ class Connection:
         hook = self.request_line_hooks.get(method)
         if hook is not None:
             try:
-                hook(_without_eol(line), params)
+                hook(_core.without_eol(line), params)
             except Exception:
                 log.exception("%s: request line hook for %r raised", self.name, method)
 
@@ -1890,13 +1890,6 @@ class Connection:
     async def send_notification(self, spec: MethodSpec, params: Any) -> None:
         """Typed :meth:`notify`: encode ``params`` as ``spec.params_type``."""
         await self.notify(spec.method, self.converter.unstructure_fn(spec.params_type)(params))
-
-
-def _without_eol(line: bytes) -> bytes:
-    """A framed line (see ``LineFramer.feed_raw``) without its newline and a CR before it."""
-    if line[-1:] == b"\n":
-        return line[:-2] if line[-2:] == b"\r\n" else line[:-1]
-    return line  # the unterminated last line of the input
 
 
 async def _awaited(awaitable: Awaitable[Any]) -> Any:

@@ -7,7 +7,7 @@ test, or by anything else.  The trio shell lives in :mod:`acp_trio._connection`.
 
 from __future__ import annotations
 
-from ._framing import DEFAULT_MAX_MESSAGE_SIZE, OVERSIZED_HEAD, LineFramer, OversizedMessage
+from ._framing import DEFAULT_MAX_MESSAGE_SIZE, OVERSIZED_HEAD, LineFramer, OversizedMessage, without_eol
 from ._jsonrpc import (
     AUTH_REQUIRED,
     INTERNAL_ERROR,
@@ -72,4 +72,5 @@ __all__ = [
     "parse",
     "parse_error",
     "parse_value",
+    "without_eol",
 ]

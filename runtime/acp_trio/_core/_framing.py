@@ -19,6 +19,14 @@ OVERSIZED_HEAD: Final = 4096
 """Bytes kept of the start of an oversized line (:attr:`OversizedMessage.head`), for its request id."""
 
 
+def without_eol(line: bytes) -> bytes:
+    """A line as :meth:`LineFramer.feed_raw` gives it, without its newline and a CR before it (the
+    line :meth:`LineFramer.feed` gives); an unterminated line (``close()``'s) is returned as it is."""
+    if line[-1:] == b"\n":
+        return line[:-2] if line[-2:] == b"\r\n" else line[:-1]
+    return line
+
+
 class OversizedMessage:
     """A line longer than the framer's cap; its bytes were discarded.
 
@@ -62,7 +70,7 @@ class LineFramer:
         """The complete lines ``data`` ends (``bytes``, without the newline or a CR before it; blank
         lines dropped) and :class:`OversizedMessage` markers, in stream order."""
         return [
-            (item[:-2] if item[-2:] == b"\r\n" else item[:-1]) if type(item) is bytes else item
+            without_eol(item) if type(item) is bytes else item
             for item in self.feed_raw(data)
             if type(item) is not bytes or not item.isspace()
         ]
@@ -127,7 +135,7 @@ class LineFramer:
     @staticmethod
     def _capped(line: bytes, limit: int) -> bytes | OversizedMessage:
         """``line`` (ending in its newline), or its :class:`OversizedMessage` when it is over ``limit``."""
-        size = len(line) - (2 if line[-2:] == b"\r\n" else 1)
+        size = len(without_eol(line))
         return OversizedMessage(size, limit, line[:OVERSIZED_HEAD]) if size > limit else line
 
     def close(self) -> list[bytes | OversizedMessage]:
