@@ -189,3 +189,163 @@ def test_shapes_beyond_the_limit_decode_by_the_full_path() -> None:
             shapes += 1
     assert shapes > 300
     assert len(learned) == 16  # _MAX_SHAPES: the rest took the full path
+
+
+# --- tagged unions inlined in a parent's fast path --------------------------------------------------
+
+_CHUNK = {
+    "sessionId": "s",
+    "update": {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": "hi"}},
+}
+
+
+def _learnt(conv: AcpConverter, t: Any, *values: Any) -> None:
+    """Decode and re-encode ``values`` twice over: each union level learns its member on its first value."""
+    for _ in range(3):
+        for value in values:
+            conv.unstructure(conv.structure(value, t))
+
+
+def test_learnt_union_members_are_decoded_and_encoded_inline() -> None:
+    """Once a member has come, a parent's fast path decodes (and encodes) it with no call to the
+    member's hook: a streamed update is one generated function each way, not three."""
+    import sys
+
+    from acp_schema import v1
+
+    conv = AcpConverter()
+    _learnt(conv, v1.SessionNotification, _CHUNK)
+    structure, unstructure = conv.structure_fn(v1.SessionNotification), conv.unstructure_fn(v1.SessionNotification)
+    called: list[str] = []
+
+    def trace(frame: Any, event: str, arg: Any) -> Any:
+        if event == "call":
+            called.append(frame.f_code.co_name)
+        return None
+
+    sys.settrace(trace)
+    try:
+        obj = structure(_CHUNK)
+        out = unstructure(obj)
+    finally:
+        sys.settrace(None)
+    assert called == ["structure_SessionNotification", "unstructure_SessionNotification"]
+    assert obj == AcpConverter(fast_paths=False).structure(_CHUNK, v1.SessionNotification)
+    assert type(obj.update) is v1.AgentMessageChunkSessionUpdate and type(obj.update.content) is v1.TextContentBlock
+    assert orjson.dumps(out) == orjson.dumps(_CHUNK)
+
+
+class _Tag(str):
+    """A tag that compares equal to a known one but is not a ``str`` (the full path rejects it)."""
+
+
+def _chunk(update: Any) -> dict[str, Any]:
+    return {"sessionId": "s", "update": update}
+
+
+NEAR_MISSES: tuple[Any, ...] = (
+    # an inlined member's key count with other keys: a required key missing, an unknown one
+    _chunk({"sessionUpdate": "agent_message_chunk", "messageId": "m"}),
+    _chunk({"sessionUpdate": "agent_message_chunk", "zz": {"type": "text", "text": "x"}}),
+    _chunk({"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "zz": "x"}}),
+    # its optional keys, its values of another kind, a null
+    _chunk({"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": "x"}, "messageId": "m"}),
+    _chunk({"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": 5}}),
+    _chunk({"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": None}}),
+    _chunk({"sessionUpdate": "agent_message_chunk", "content": None}),
+    _chunk({"sessionUpdate": "agent_message_chunk", "content": "text"}),
+    _chunk({"sessionUpdate": "agent_message_chunk", "content": {"type": "image", "data": "AA", "mimeType": "i/p"}}),
+    _chunk({"sessionUpdate": "agent_message_chunk", "content": {"type": "zz", "text": "x"}}),
+    _chunk({"sessionUpdate": "agent_message_chunk", "content": {"type": ["text"], "text": "x"}}),
+    # a tag equal to the member's that is not a str, at either level
+    _chunk({"sessionUpdate": _Tag("agent_message_chunk"), "content": {"type": "text", "text": "x"}}),
+    _chunk({"sessionUpdate": "agent_message_chunk", "content": {"type": _Tag("text"), "text": "x"}}),
+    # other members, an unknown tag, no tag, not an object
+    _chunk({"sessionUpdate": "agent_thought_chunk", "content": {"type": "text", "text": "x"}}),
+    _chunk({"sessionUpdate": "zz_unknown", "content": {"type": "text", "text": "x"}}),
+    _chunk({"content": {"type": "text", "text": "x"}}),
+    _chunk(["agent_message_chunk"]),
+    _chunk(None),
+)
+
+
+@pytest.mark.parametrize("value", NEAR_MISSES, ids=range(len(NEAR_MISSES)))
+def test_inlined_members_decide_exactly_as_the_full_path(value: Any) -> None:
+    from acp_schema import v1
+
+    fast, full = AcpConverter(), AcpConverter(fast_paths=False)
+    _learnt(fast, v1.SessionNotification, _CHUNK)
+    for _ in range(2):  # (the second time, whatever the value taught is inlined too)
+        got, want = _outcome(fast, value, v1.SessionNotification), _outcome(full, value, v1.SessionNotification)
+        assert got == want
+        if got[0] == "value":
+            encoded = orjson.dumps(fast.unstructure(got[1]))
+            assert encoded == orjson.dumps(full.unstructure(got[1]))
+
+
+def test_a_learnt_message_and_all_its_mutations_decide_as_the_full_path() -> None:
+    from acp_schema import v1
+
+    fast, full = AcpConverter(), AcpConverter(fast_paths=False)
+    tool_call = _chunk({"sessionUpdate": "tool_call", "toolCallId": "t1", "title": "Read", "kind": "read"})
+    _learnt(fast, v1.SessionNotification, _CHUNK, tool_call)
+    for example in (_CHUNK, tool_call):
+        for value in (example, *_mutations(example)):
+            got, want = _outcome(fast, value, v1.SessionNotification), _outcome(full, value, v1.SessionNotification)
+            assert got == want, value
+            if got[0] == "value":
+                assert orjson.dumps(fast.unstructure(got[1])) == orjson.dumps(full.unstructure(got[1])), value
+
+
+def test_an_inlined_class_with_optional_fields_or_extra_fields_encodes_as_the_full_path() -> None:
+    from acp_schema import v1
+
+    fast, full = AcpConverter(), AcpConverter(fast_paths=False)
+    _learnt(fast, v1.SessionNotification, _CHUNK)
+    text = v1.TextContentBlock(text="x")
+    for obj in (
+        v1.SessionNotification(session_id="s", update=v1.AgentMessageChunkSessionUpdate(content=text, message_id="m")),
+        v1.SessionNotification(
+            session_id="s",
+            update=v1.AgentMessageChunkSessionUpdate(content=text, extra_fields={"zz": 1}),
+        ),
+        v1.SessionNotification(
+            session_id="s",
+            update=v1.AgentMessageChunkSessionUpdate(
+                content=v1.TextContentBlock(text="x", annotations=v1.Annotations(priority=0.5))
+            ),
+        ),
+        v1.SessionNotification(
+            session_id="s",
+            update=v1.AgentMessageChunkSessionUpdate(content=v1.ImageContentBlock(data="AA", mime_type="i/p")),
+        ),
+        v1.SessionNotification(session_id="s", update=v1.AgentThoughtChunkSessionUpdate(content=text)),
+    ):
+        for _ in range(2):
+            assert orjson.dumps(fast.unstructure(obj)) == orjson.dumps(full.unstructure(obj))
+
+
+def test_a_site_inlines_a_bounded_number_of_members() -> None:
+    """Past ``_MAX_INLINE`` members of one union field, the others keep their own hooks (and decode
+    the same); the hook's code stays bounded however many members come."""
+    from acp_schema import v1
+    from acp_trio._converter import _MAX_INLINE
+
+    fast, full = AcpConverter(), AcpConverter(fast_paths=False)
+    text = {"type": "text", "text": "x"}
+    updates = [
+        {"sessionUpdate": "user_message_chunk", "content": text},
+        {"sessionUpdate": "agent_message_chunk", "content": text},
+        {"sessionUpdate": "agent_thought_chunk", "content": text},
+        {"sessionUpdate": "current_mode_update", "currentModeId": "m"},
+        {"sessionUpdate": "plan", "entries": []},
+        {"sessionUpdate": "available_commands_update", "availableCommands": []},
+    ]
+    assert len(updates) > _MAX_INLINE
+    structure = fast.structure_fn(v1.SessionNotification)
+    _learnt(fast, v1.SessionNotification, *map(_chunk, updates))
+    for k, update in enumerate(updates):
+        obj, names = _returned_from(structure, _chunk(update))
+        assert obj == full.structure(_chunk(update), v1.SessionNotification)
+        inlined = names == ["structure_SessionNotification"]
+        assert inlined == (k < _MAX_INLINE), (k, names)

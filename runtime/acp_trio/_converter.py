@@ -20,6 +20,14 @@ It knows no ACP type by name: everything per type comes from generated metadata.
 compiled lazily, per type, on first use; a class's hook compiles the hooks of the classes it
 contains only when a value of theirs first comes by (an ``initialize`` at start-up compiles the
 few classes its message carries, not the 50 it could).
+
+A class's hook has fast paths for the common shapes, and they learn from the values that come: the
+members of a tagged union field (``SessionNotification.update``, and that update's ``content``)
+are decoded and encoded inline, in the parent's own compiled code, once one has come (up to
+``_MAX_INLINE`` members per field, ``_MAX_DEPTH`` levels).  A streamed ``agent_message_chunk`` is
+then one generated function each way instead of three.  Learning a member recompiles the
+parent's hook (about 1 ms, a few times per hook); the fast paths decide exactly as the full path
+does (``tests/test_converter_fast_paths.py``), anything they do not cover goes to it.
 """
 
 from __future__ import annotations
@@ -28,6 +36,7 @@ import copy
 import functools
 import itertools
 import linecache
+import re
 import types
 from collections.abc import Callable
 from typing import Any, Literal, TypeVar, Union, get_args, get_origin
@@ -46,6 +55,16 @@ _NoneType = type(None)
 _counter = itertools.count()
 _MAX_SHAPES = 16
 """Shapes (key tuples) a class's compiled structure hook specializes at most (see ``_shape_dispatch``)."""
+_MAX_INLINE = 4
+"""Members of a tagged union a compiled structure hook's fast path inlines at most, per field (see ``_site``)."""
+_MAX_INLINED = 12
+"""Members a compiled structure hook's fast path inlines at most, in all its fields and levels."""
+_MAX_DEPTH = 3
+"""Levels of tagged unions a compiled structure hook's fast path inlines at most."""
+_MEMBER_NAMES = re.compile(r"_cls|_(?:tag|lit|tb|k|s)(\d+)")
+"""The names of a compiled structure hook's globals its fast path uses (see ``_member_ns``)."""
+_UNSTRUCTURE_NAMES = re.compile(r"_(?:u|bc)\d+")
+"""The names of a compiled unstructure hook's globals its fast path uses (see ``_unstructure_site``)."""
 
 
 class DecodeError(ValueError):
@@ -253,6 +272,7 @@ class AcpConverter(cattrs.Converter):
             install(real)
             return real(v, *rest)
 
+        first_value.acp_build = functools.partial(build, t)  # type: ignore[attr-defined]  # see _resolved
         return first_value
 
     # -- structure -------------------------------------------------------------------------------
@@ -432,9 +452,12 @@ class AcpConverter(cattrs.Converter):
                     return other(d)
                 raise DecodeError(known, tag, (key,), problem=f"unknown tag {tag!r}")
 
-            # what a compiled parent needs to pick the branch inline (see _struct_structure)
+            # what a compiled parent needs to pick the branch inline (see _struct_structure, _site)
             dispatch.acp_tag_key = key  # type: ignore[attr-defined]
             dispatch.acp_tag_table = table  # type: ignore[attr-defined]
+            dispatch.acp_tag_classes = {  # type: ignore[attr-defined]
+                v: child["leaf"] for v, child in node["values"].items() if "leaf" in child
+            }
             return dispatch
 
         return compile_node(root)
@@ -628,12 +651,15 @@ class AcpConverter(cattrs.Converter):
             lines += on_failure("e")
         ns["_known"] = frozenset(known)
         fast_path: list[str] = []
+        shape_path: list[str] = []
+        inliner: _Inliner | None = None
         if self._fast_paths:
             fields = [(i, a) for i, a in enumerate(attrs.fields(cls)) if not EXTRA.keys() & a.metadata.keys()]
             must = frozenset(i for i, is_required, _ in segments if is_required)
-            fast_path = self._fast_structure(fields, must, ns)
+            inliner = _Inliner()
+            fast_path = self._fast_structure(fields, must, ns, inliner)
             if len(must) < len(fields):  # objects may carry optional fields: specialize their shapes
-                fast_path += self._shape_dispatch(cls, fields, must, ns)
+                shape_path = self._shape_dispatch(cls, fields, must, ns)
         # Required fields first; optional ones are looked up only when the object has more keys
         # than the required fields (the common message carries few of its optional fields).
         bounds = [start for _, _, start in segments] + [len(lines)]
@@ -666,16 +692,35 @@ class AcpConverter(cattrs.Converter):
             lines.append(f"    o.{name} = f{i}")
         lines.append("    o.extra_fields = x")
         lines.append("    return o")
-        lines = [f"def structure_{cls.__name__}(d, _t=None):", *fast_path, *lines]
-        return self._compile("\n".join(lines) + "\n", ns, f"structure_{cls.__name__}")
+        name = f"structure_{cls.__name__}"
+        full_path = lines
 
-    def _fast_structure(self, fields: list[tuple[int, Any]], required: frozenset[int], ns: dict[str, Any]) -> list[str]:
+        def source(fast: list[str]) -> str:
+            return "\n".join([f"def {name}(d, _t=None):", *fast, *shape_path, *full_path]) + "\n"
+
+        hook = self._compile(source(fast_path), ns, name)
+        if inliner is not None:
+
+            def relearn() -> None:
+                # the fast path again, with the members learnt so far inlined; the hook keeps its
+                # identity (parents, tag tables and caches hold it), its code is swapped
+                hook.__code__ = self._compile(
+                    source(self._fast_structure(fields, must, ns, inliner)), ns, name
+                ).__code__
+
+            inliner.relearn = relearn
+        return hook
+
+    def _fast_structure(
+        self, fields: list[tuple[int, Any]], required: frozenset[int], ns: dict[str, Any], inliner: _Inliner
+    ) -> list[str]:
         """The compiled hook's fast path: an object with its required keys and no other (what most
         messages are), each value of the right kind, is built without the checks and the bookkeeping
         of optional and unknown keys.  Anything else (a key missing, another key, a value of another
         kind, a nested value that does not fit) falls through to the paths after it, which then
-        decode or reject it exactly as the full path would have.  Uses the names the full path put in ``ns``."""
-        body, stores = self._fast_lines(fields, required, ns, "            ")
+        decode or reject it exactly as the full path would have.  Uses the names the full path put in
+        ``ns``.  A tagged union's members are inlined as ``inliner`` learnt them (see ``_site``)."""
+        body, stores = self._fast_lines(fields, required, ns, "            ", inliner=inliner)
         lines = [f"    if d.__class__ is dict and len(d) == {len(required)}:"]
         if body:
             lines += ["        try:", *body]
@@ -685,7 +730,7 @@ class AcpConverter(cattrs.Converter):
             ind = "            "
         else:
             ind = "        "
-        lines += [ind + store for store in stores]
+        lines += [ind + store for store in [*stores, "return o"]]
         return lines
 
     def _shape_dispatch(
@@ -712,7 +757,7 @@ class AcpConverter(cattrs.Converter):
                 name = f"structure_{cls.__name__}_shape{len(shapes)}"
                 lines = [f"def {name}(d):", "    try:", *body]
                 lines += ["    except (KeyError, TypeError, DecodeError, _FastMiss):", "        return None"]
-                lines += ["    " + store for store in stores]
+                lines += ["    " + store for store in [*stores, "return o"]]
                 fn = self._compile("\n".join(lines) + "\n", ns, name)
             shapes[key] = fn
             return fn
@@ -730,51 +775,116 @@ class AcpConverter(cattrs.Converter):
         ]
 
     def _fast_lines(
-        self, fields: list[tuple[int, Any]], present: frozenset[int] | set[int], ns: dict[str, Any], ind: str
+        self,
+        fields: list[tuple[int, Any]],
+        present: frozenset[int] | set[int],
+        ns: dict[str, Any],
+        ind: str,
+        *,
+        p: str = "",
+        src: str = "d",
+        inliner: _Inliner | None = None,
+        depth: int = 0,
+        tag_checked: str | None = None,
     ) -> tuple[list[str], list[str]]:
-        """The fast paths' code for an object whose keys are the wire names of the fields ``present``
-        (indexes into ``fields``): the lines that fetch, check (raising ``_FastMiss``) and convert
-        each value, indented by ``ind`` (none when there is nothing to fetch), and the lines that
-        build the object (unindented, ending in ``return o``)."""
+        """The fast paths' code for an object (in local ``src``) whose keys are the wire names of the
+        fields ``present`` (indexes into ``fields``): the lines that fetch, check (raising
+        ``_FastMiss``) and convert each value, indented by ``ind`` (none when there is nothing to
+        fetch), and the lines that build the object in local ``{p}o`` (unindented).  ``p`` prefixes
+        the locals and the ``ns`` names the code uses (an inlined member's are its site's, see
+        ``_site``); ``tag_checked``: the wire name of the tag the site has fetched (in local
+        ``{src}t``) and compared."""
         fetch: list[str] = []
         checks: list[str] = []
         convert: list[str] = []
-        stores = ["o = _new(_cls)"]  # every field, in field order, as the full path assigns them
+        stores = [f"{p}o = _new({p}_cls)"]  # every field, in field order, as the full path assigns them
         for i, a in fields:
             if i not in present:
-                stores.append(f"o.{a.name} = UNSET")
+                stores.append(f"{p}o.{a.name} = UNSET")
                 continue
-            stores.append(f"o.{a.name} = f{i}")
+            f = f"{p}f{i}"
+            stores.append(f"{p}o.{a.name} = {f}")
             spec: FieldSpec = a.metadata["acp"]
             core = _core(a.type)
-            fetch.append(f"{ind}f{i} = d[{spec.wire!r}]")
-            if spec.tag and f"_tag{i}" in ns:
-                checks.append(f"f{i} != _tag{i} or f{i}.__class__ is not str")
+            if spec.tag and spec.wire == tag_checked:  # the site has fetched and compared it
+                fetch.append(f"{ind}{f} = {src}t")
+                checks.append(f"{f}.__class__ is not str")
+                continue
+            fetch.append(f"{ind}{f} = {src}[{spec.wire!r}]")
+            if spec.tag and f"{p}_tag{i}" in ns:
+                checks.append(f"{f} != {p}_tag{i} or {f}.__class__ is not str")
                 continue
             kind = _scalar_kind(core)
             if kind == _ANY:
                 continue
             if kind is not None:
-                checks.append(_CHECK[kind][0].replace("v.", f"f{i}."))
-            elif f"_lit{i}" in ns:
-                checks.append(f"f{i}.__class__ is not str or f{i} not in _lit{i}")
-            elif f"_tb{i}" in ns:  # a tagged union: the branch straight from the tag
-                convert.append(f"{ind}f{i} = _tb{i}[f{i}[_k{i}]](f{i})")
+                checks.append(_CHECK[kind][0].replace("v.", f"{f}."))
+            elif f"{p}_lit{i}" in ns:
+                checks.append(f"{f}.__class__ is not str or {f} not in {p}_lit{i}")
+            elif f"{p}_tb{i}" in ns:  # a tagged union: the branch straight from the tag
+                if inliner is None or depth >= _MAX_DEPTH:
+                    convert.append(f"{ind}{f} = {p}_tb{i}[{f}[{p}_k{i}]]({f})")
+                else:
+                    convert += self._site(f, f"{p}_s{i}", f"{p}_k{i}", ns, ind, inliner, depth)
             elif get_origin(core) is list and not spec.skip_invalid_items and _scalar_kind(get_args(core)[0]) is None:
                 # as the full path: ``_s{i}`` structures one item
-                checks.append(f"f{i}.__class__ is not list")
-                convert.append(f"{ind}f{i} = [_s{i}(x) for x in f{i}]")
+                checks.append(f"{f}.__class__ is not list")
+                convert.append(f"{ind}{f} = [{p}_s{i}(x) for x in {f}]")
             else:
                 if not _required(a, spec):  # null in an optional field: the full path's rules
-                    checks.append(f"f{i} is None")
-                convert.append(f"{ind}f{i} = _s{i}(f{i})")
-        stores += ["o.extra_fields = {}", "return o"]
+                    checks.append(f"{f} is None")
+                convert.append(f"{ind}{f} = {p}_s{i}({f})")
+        stores.append(f"{p}o.extra_fields = {{}}")
         ns["_FastMiss"], ns["_new"] = _FastMiss, object.__new__
         body = list(fetch)
         if checks:
             body.append(f"{ind}if {' or '.join(checks)}:")
             body.append(f"{ind}    raise _FastMiss")
         return body + convert, stores
+
+    def _site(
+        self, f: str, dispatch: str, k: str, ns: dict[str, Any], ind: str, inliner: _Inliner, depth: int
+    ) -> list[str]:
+        """A tagged union's field in a fast path (a site; local ``f``, the union's hook
+        ``ns[dispatch]``, its tag key ``ns[k]``), as lines that leave the decoded member in ``f``.
+        The members ``inliner`` learnt there, each with the keys its first value carried, are
+        decoded inline: one ``if`` on the tag and the key count, the member's fast path under it, no
+        call.  Any other value goes through the site's table (``_lt_{f}``), whose entries learn the
+        member on its first value (see ``_Inliner``) and are the member's hook after that.  An
+        inlined member's object with other keys of the same count fails the fast path (a missing
+        key), and the paths after it decode it as before."""
+        lt = f"_lt_{f}"
+        if lt not in ns:
+            union = ns[dispatch]
+            ns[lt] = inliner.learners(f, union.acp_tag_table, union.acp_tag_classes)
+        lines = [f"{ind}{f}t = {f}[{k}]"]
+        learnt = inliner.plan.get(f, {})
+        for j, (tag, (member, present)) in enumerate(learnt.items()):
+            q = f"{f}_{j}_"
+            mfields = self._member_ns(member, present, q, ns)
+            body, stores = self._fast_lines(
+                mfields, present, ns, ind + "    ", p=q, src=f, inliner=inliner, depth=depth + 1, tag_checked=ns[k]
+            )
+            lines.append(f"{ind}{'el' if j else ''}if {f}t == {tag!r} and len({f}) == {len(present)}:")
+            lines += body
+            lines += [f"{ind}    {store}" for store in stores]
+            lines.append(f"{ind}    {f} = {q}o")
+        if learnt:
+            lines.append(f"{ind}else:")
+        lines.append(f"{ind}{'    ' if learnt else ''}{f} = {lt}[{f}t]({f})")
+        return lines
+
+    def _member_ns(self, cls: type, present: frozenset[int], q: str, ns: dict[str, Any]) -> list[tuple[int, Any]]:
+        """Put in ``ns``, prefixed by ``q``, the names the fast path of ``cls``'s hook uses for the
+        fields ``present`` (its class, tags, literal sets, tag tables and field hooks, taken from
+        that hook's globals, a stand-in replaced by the hook it stands for); return its fields as
+        ``_fast_lines`` takes them."""
+        if f"{q}_cls" not in ns:
+            for key, value in self.structure_fn(cls).__globals__.items():
+                m = _MEMBER_NAMES.fullmatch(key)
+                if m is not None and (m[1] is None or int(m[1]) in present):
+                    ns[q + key] = _resolved(value) if key[:2] == "_s" else value
+        return [(i, a) for i, a in enumerate(attrs.fields(cls)) if not EXTRA.keys() & a.metadata.keys()]
 
     def _default_of(self, core: Any, spec: FieldSpec) -> Any:
         if spec.default is not NO_DEFAULT:
@@ -852,11 +962,7 @@ class AcpConverter(cattrs.Converter):
     def _struct_unstructure(self, cls: type) -> Callable[[Any], Any]:
         attrs.resolve_types(cls)
         ns: dict[str, Any] = {"UNSET": UNSET}
-        lines = [f"def unstructure_{cls.__name__}(o):"]
-        # the fast path: when no optional field is set and there are no extra fields, one dict
-        # display of the required fields (the same keys in the same order as the full path's)
-        absent = ["not o.extra_fields"]
-        display: list[str] = []
+        name = f"unstructure_{cls.__name__}"
         # the full path: a display of the required fields before the first optional one (leading),
         # then a statement or two per field (body)
         leading: list[str] = []
@@ -867,30 +973,28 @@ class AcpConverter(cattrs.Converter):
             spec: FieldSpec = a.metadata["acp"]
             core = _core(a.type)
             ident = self._is_identity(core)
-            conv = fast_conv = "v"
+            conv = "v"
             if not ident:
                 ns[f"_u{i}"] = fn = self._unstructure_later(core, functools.partial(ns.__setitem__, f"_u{i}"))
                 by_class = getattr(fn, "acp_by_class", None)
                 if by_class is not None:  # a union: the member's function straight from its cache
                     ns[f"_bc{i}"] = by_class
-                    conv, fast_conv = (f"(_bc{i}.get({x}.__class__) or _u{i})({x})" for x in ("v", f"v{i}"))
+                    conv = f"(_bc{i}.get(v.__class__) or _u{i})(v)"
                 else:
-                    conv, fast_conv = f"_u{i}(v)", f"_u{i}(v{i})"
+                    conv = f"_u{i}(v)"
             if _required(a, spec):
-                if ident:
-                    item = f"{spec.wire!r}: o.{a.name}"
-                else:
-                    item = f"{spec.wire!r}: None if (v{i} := o.{a.name}) is None else {fast_conv}"
-                display.append(item)
                 if not body:  # no optional field yet
-                    leading.append(item)
+                    leading.append(
+                        f"{spec.wire!r}: o.{a.name}"
+                        if ident
+                        else f"{spec.wire!r}: None if (v := o.{a.name}) is None else {conv}"
+                    )
                 elif ident:
                     body.append(f"    d[{spec.wire!r}] = o.{a.name}")
                 else:
                     body.append(f"    v = o.{a.name}")
                     body.append(f"    d[{spec.wire!r}] = None if v is None else {conv}")
                 continue
-            absent.insert(-1, f"o.{a.name} is UNSET")
             if ident:  # no local: an unset field (the common case) costs one attribute load and a test
                 body.append(f"    if o.{a.name} is not UNSET:")
                 body.append(f"        d[{spec.wire!r}] = o.{a.name}")
@@ -898,22 +1002,176 @@ class AcpConverter(cattrs.Converter):
                 body.append(f"    v = o.{a.name}")
                 body.append("    if v is not UNSET:")
                 body.append(f"        d[{spec.wire!r}] = None if v is None else {conv}")
-        lines.append(f"    d = {{{', '.join(leading)}}}")
-        lines += body
-        lines.append("    x = o.extra_fields")
-        lines.append("    if x:")
-        lines.append("        for k, v in x.items():")
-        lines.append("            if k not in d:")
-        lines.append("                d[k] = v")
-        lines.append("    return d")
-        if self._fast_paths:
-            lines[1:1] = [f"    if {' and '.join(absent)}:", f"        return {{{', '.join(display)}}}"]
-        return self._compile("\n".join(lines) + "\n", ns, f"unstructure_{cls.__name__}")
+        full_path = [f"    d = {{{', '.join(leading)}}}", *body]
+        full_path.append("    x = o.extra_fields")
+        full_path.append("    if x:")
+        full_path.append("        for k, v in x.items():")
+        full_path.append("            if k not in d:")
+        full_path.append("                d[k] = v")
+        full_path.append("    return d")
+        if not self._fast_paths:
+            return self._compile("\n".join([f"def {name}(o):", *full_path]) + "\n", ns, name)
+        inliner = _Inliner()
+
+        def source() -> str:
+            # the fast path: when no optional field is set and there are no extra fields, one dict
+            # display of the required fields (the same keys in the same order as the full path's),
+            # with the union members learnt so far inlined
+            absent, pre, display = self._unstructure_fast(cls, "o", "", ns, "        ", inliner, 0)
+            fast = [f"    if {' and '.join(absent)}:", *pre, f"        return {{{', '.join(display)}}}"]
+            return "\n".join([f"def {name}(o):", *fast, *full_path]) + "\n"
+
+        hook = self._compile(source(), ns, name)
+
+        def relearn() -> None:  # the hook keeps its identity, its code is swapped
+            hook.__code__ = self._compile(source(), ns, name).__code__
+
+        inliner.relearn = relearn
+        return hook
+
+    def _unstructure_fast(
+        self, cls: type, o: str, p: str, ns: dict[str, Any], ind: str, inliner: _Inliner, depth: int
+    ) -> tuple[list[str], list[str], list[str]]:
+        """An unstructure hook's fast path for an object of ``cls`` in local ``o``: the conditions
+        under which it applies (no optional field set, no extra fields), the lines to run first
+        (indented by ``ind``: the union fields whose members are inlined, see ``_unstructure_site``)
+        and the items of the dict display.  ``p`` prefixes the locals and the ``ns`` names used (an
+        inlined member's are its site's)."""
+        absent: list[str] = []
+        pre: list[str] = []
+        display: list[str] = []
+        for i, a in enumerate(attrs.fields(cls)):
+            if EXTRA.keys() & a.metadata.keys():
+                continue
+            spec: FieldSpec = a.metadata["acp"]
+            if not _required(a, spec):
+                absent.append(f"{o}.{a.name} is UNSET")
+            elif f"{p}_u{i}" not in ns:  # a scalar, a literal, a list or dict of them: as it is
+                display.append(f"{spec.wire!r}: {o}.{a.name}")
+            elif f"{p}_bc{i}" not in ns:
+                display.append(f"{spec.wire!r}: None if ({p}v{i} := {o}.{a.name}) is None else {p}_u{i}({p}v{i})")
+            elif depth >= _MAX_DEPTH:
+                call = f"({p}_bc{i}.get({p}v{i}.__class__) or {p}_u{i})({p}v{i})"
+                display.append(f"{spec.wire!r}: None if ({p}v{i} := {o}.{a.name}) is None else {call}")
+            else:
+                pre += self._unstructure_site(f"{p}v{i}", f"{o}.{a.name}", f"{p}_u{i}", ns, ind, inliner, depth)
+                display.append(f"{spec.wire!r}: {p}v{i}")
+        absent.append(f"not {o}.extra_fields")
+        return absent, pre, display
+
+    def _unstructure_site(
+        self, v: str, value: str, union: str, ns: dict[str, Any], ind: str, inliner: _Inliner, depth: int
+    ) -> list[str]:
+        """A union's field in an unstructure fast path (a site: ``value`` goes into local ``v``, the
+        union's function is ``ns[union]``), as lines that leave the field's JSON value in ``v``: the
+        classes ``inliner`` learnt there are encoded inline (their own fast path, or their hook
+        when it does not apply); any other value goes through the site's table (``_lb_{v}``, the
+        union's per-class functions), whose misses learn the class (``_lu_{v}``)."""
+        lb, lu = f"_lb_{v}", f"_lu_{v}"
+        if lb not in ns:
+            ns[lb], ns[lu] = inliner.class_learner(v, ns[union])
+        lines = [f"{ind}{v} = {value}", f"{ind}{v}c = {v}.__class__"]
+        for j, member in enumerate(inliner.plan.get(v, {})):
+            q = f"{v}_{j}_"
+            if f"{q}_cls" not in ns:
+                hook = self.unstructure_fn(member)
+                ns[f"{q}_cls"], ns[f"{q}_hook"] = member, hook
+                for key, fn in hook.__globals__.items():
+                    if _UNSTRUCTURE_NAMES.fullmatch(key):
+                        ns[q + key] = _resolved(fn) if key[:2] == "_u" else fn
+            absent, pre, display = self._unstructure_fast(member, v, q, ns, ind + "        ", inliner, depth + 1)
+            lines.append(f"{ind}{'el' if j else ''}if {v}c is {q}_cls:")
+            lines.append(f"{ind}    if {' and '.join(absent)}:")
+            lines += pre
+            lines.append(f"{ind}        {v} = {{{', '.join(display)}}}")
+            lines.append(f"{ind}    else:")
+            lines.append(f"{ind}        {v} = {q}_hook({v})")
+        lines.append(f"{ind}{'el' if len(lines) > 2 else ''}if {v} is not None:")
+        lines.append(f"{ind}    {v} = ({lb}.get({v}c) or {lu})({v})")
+        return lines
 
 
 def _required(a: Any, spec: FieldSpec) -> bool:
     """Whether the wire object must carry field ``a``: no default, or a union tag that is not optional."""
     return a.default is attrs.NOTHING or (spec.tag and not spec.tag_optional)
+
+
+class _Inliner:
+    """What one compiled structure hook's fast path inlines of the tagged unions in it (see
+    ``AcpConverter._site``), learnt from the values that come.
+
+    ``plan``: per site (the local a union's field is decoded in), the members inlined there, by tag,
+    in the order they first came, each with its class and the field indexes its first value
+    carried.  At most ``_MAX_INLINE`` members a site and ``_MAX_INLINED`` in all; sites are at most
+    ``_MAX_DEPTH`` levels deep.  ``relearn``: recompiles the hook's fast path from the plan.
+    """
+
+    def __init__(self) -> None:
+        self.plan: dict[str, dict[Any, tuple[type, frozenset[int]]]] = {}
+        self.relearn: Callable[[], None] = lambda: None
+        self.inlined = 0
+
+    def learners(self, site: str, table: dict[Any, Callable[[Any], Any]], classes: dict[Any, type]) -> dict[Any, Any]:
+        """The site's dispatch table: per tag of ``table``, a function that decodes the tag's first
+        value with the union's own hook, takes the hook's place, and has the member inlined (when
+        it is a class, the value had no unknown key and the budget allows)."""
+        learners: dict[Any, Callable[[Any], Any]] = {}
+
+        def learner(tag: Any) -> Callable[[Any], Any]:
+            def first_value(v: Any) -> Any:
+                out = table[tag](v)
+                learners[tag] = table[tag]  # (the member's hook by now, no longer a stand-in)
+                member = classes.get(tag)
+                if member is not None and not out.extra_fields:
+                    self._learn(site, tag, member, v)
+                return out
+
+            return first_value
+
+        for tag in table:
+            learners[tag] = learner(tag)
+        return learners
+
+    def class_learner(
+        self, site: str, union: Callable[[Any], Any]
+    ) -> tuple[dict[type, Callable[[Any], Any]], Callable[[Any], Any]]:
+        """An unstructure site's table (per class, the union's function for it) and the function
+        for a class not in it yet: it encodes the value with the union's function, adds the class
+        to the table, and has the class inlined (an ACP class, while the budget allows)."""
+        table: dict[type, Callable[[Any], Any]] = {}
+        by_class: dict[type, Callable[[Any], Any]] = union.acp_by_class  # type: ignore[attr-defined]
+
+        def first_value(v: Any) -> Any:
+            out = union(v)
+            cls = v.__class__
+            table[cls] = by_class[cls]
+            learnt = self.plan.setdefault(site, {})
+            if is_acp_class(cls) and len(learnt) < _MAX_INLINE and self.inlined < _MAX_INLINED:
+                learnt[cls] = (cls, frozenset())
+                self.inlined += 1
+                self.relearn()
+            return out
+
+        return table, first_value
+
+    def _learn(self, site: str, tag: Any, member: type, v: dict[str, Any]) -> None:
+        learnt = self.plan.setdefault(site, {})
+        if tag in learnt or len(learnt) >= _MAX_INLINE or self.inlined >= _MAX_INLINED:
+            return
+        fields = [(i, a) for i, a in enumerate(attrs.fields(member)) if not EXTRA.keys() & a.metadata.keys()]
+        by_wire = {a.metadata["acp"].wire: i for i, a in fields}
+        present = frozenset(by_wire.get(k, -1) for k in v)
+        if -1 in present or not {i for i, a in fields if _required(a, a.metadata["acp"])} <= present:
+            return
+        learnt[tag] = (member, present)
+        self.inlined += 1
+        self.relearn()
+
+
+def _resolved(fn: Any) -> Any:
+    """``fn``, or the hook it stands for when it is ``_later``'s stand-in (compiled now)."""
+    build = getattr(fn, "acp_build", None)
+    return build() if build is not None else fn
 
 
 class _FastMiss(Exception):
