@@ -349,3 +349,36 @@ def test_a_site_inlines_a_bounded_number_of_members() -> None:
         assert obj == full.structure(_chunk(update), v1.SessionNotification)
         inlined = names == ["structure_SessionNotification"]
         assert inlined == (k < _MAX_INLINE), (k, names)
+
+
+def test_another_shape_of_an_inlined_member_goes_to_its_hook_not_to_the_full_path() -> None:
+    """A tool call update with its content instead of its status has the key count of the learnt
+    one: the inlined fetch misses a key and hands the value to the member's hook, and the parent
+    still returns from its fast path (the full path, which counts keys in ``n``, never runs)."""
+    import sys
+
+    from acp_schema import v1
+
+    fast, full = AcpConverter(), AcpConverter(fast_paths=False)
+    status = _chunk({"sessionUpdate": "tool_call_update", "toolCallId": "t1", "status": "completed"})
+    content = _chunk({"sessionUpdate": "tool_call_update", "toolCallId": "t1", "title": "Read x"})
+    _learnt(fast, v1.SessionNotification, status)
+    structure = fast.structure_fn(v1.SessionNotification)
+    returns: list[tuple[str, bool]] = []  # (function, whether its full path ran)
+
+    def trace(frame: Any, event: str, arg: Any) -> Any:
+        if event == "return" and frame.f_code.co_name.startswith("structure_"):
+            returns.append((frame.f_code.co_name, "n" in frame.f_locals))
+        return trace
+
+    for value in (content, status, content):
+        returns.clear()
+        sys.settrace(trace)
+        try:
+            obj = structure(value)
+        finally:
+            sys.settrace(None)
+        assert obj == full.structure(value, v1.SessionNotification)
+        assert returns[-1] == ("structure_SessionNotification", False), returns
+        through_hook = ("structure_ToolCallUpdateSessionUpdate", False) in returns
+        assert len(returns) == 1 if value is status else through_hook, returns

@@ -720,7 +720,8 @@ class AcpConverter(cattrs.Converter):
         kind, a nested value that does not fit) falls through to the paths after it, which then
         decode or reject it exactly as the full path would have.  Uses the names the full path put in
         ``ns``.  A tagged union's members are inlined as ``inliner`` learnt them (see ``_site``)."""
-        body, stores = self._fast_lines(fields, required, ns, "            ", inliner=inliner)
+        fetch, rest, stores = self._fast_lines(fields, required, ns, "            ", inliner=inliner)
+        body = fetch + rest
         lines = [f"    if d.__class__ is dict and len(d) == {len(required)}:"]
         if body:
             lines += ["        try:", *body]
@@ -753,7 +754,8 @@ class AcpConverter(cattrs.Converter):
             present = {by_wire.get(k, -1) for k in key}
             fn: Callable[[Any], Any] | bool = False
             if -1 not in present and required <= present and len(present) > len(required):
-                body, stores = self._fast_lines(fields, present, ns, "        ")
+                fetch, rest, stores = self._fast_lines(fields, present, ns, "        ")
+                body = fetch + rest
                 name = f"structure_{cls.__name__}_shape{len(shapes)}"
                 lines = [f"def {name}(d):", "    try:", *body]
                 lines += ["    except (KeyError, TypeError, DecodeError, _FastMiss):", "        return None"]
@@ -786,11 +788,12 @@ class AcpConverter(cattrs.Converter):
         inliner: _Inliner | None = None,
         depth: int = 0,
         tag_checked: str | None = None,
-    ) -> tuple[list[str], list[str]]:
+    ) -> tuple[list[str], list[str], list[str]]:
         """The fast paths' code for an object (in local ``src``) whose keys are the wire names of the
-        fields ``present`` (indexes into ``fields``): the lines that fetch, check (raising
-        ``_FastMiss``) and convert each value, indented by ``ind`` (none when there is nothing to
-        fetch), and the lines that build the object in local ``{p}o`` (unindented).  ``p`` prefixes
+        fields ``present`` (indexes into ``fields``): the lines that fetch each value (raising
+        ``KeyError`` for a missing key), those that check (raising ``_FastMiss``) and convert them,
+        indented by ``ind`` (none when there is nothing to fetch), and the lines that build the
+        object in local ``{p}o`` (unindented).  ``p`` prefixes
         the locals and the ``ns`` names the code uses (an inlined member's are its site's, see
         ``_site``); ``tag_checked``: the wire name of the tag the site has fetched (in local
         ``{src}t``) and compared."""
@@ -836,11 +839,8 @@ class AcpConverter(cattrs.Converter):
                 convert.append(f"{ind}{f} = {p}_s{i}({f})")
         stores.append(f"{p}o.extra_fields = {{}}")
         ns["_FastMiss"], ns["_new"] = _FastMiss, object.__new__
-        body = list(fetch)
-        if checks:
-            body.append(f"{ind}if {' or '.join(checks)}:")
-            body.append(f"{ind}    raise _FastMiss")
-        return body + convert, stores
+        rest = [f"{ind}if {' or '.join(checks)}:", f"{ind}    raise _FastMiss"] if checks else []
+        return fetch, rest + convert, stores
 
     def _site(
         self, f: str, dispatch: str, k: str, ns: dict[str, Any], ind: str, inliner: _Inliner, depth: int
@@ -850,9 +850,9 @@ class AcpConverter(cattrs.Converter):
         The members ``inliner`` learnt there, each with the keys its first value carried, are
         decoded inline: one ``if`` on the tag and the key count, the member's fast path under it, no
         call.  Any other value goes through the site's table (``_lt_{f}``), whose entries learn the
-        member on its first value (see ``_Inliner``) and are the member's hook after that.  An
-        inlined member's object with other keys of the same count fails the fast path (a missing
-        key), and the paths after it decode it as before."""
+        member on its first value (see ``_Inliner``) and are the member's hook after that, and so
+        does an inlined member's object with other keys of the same count (a tool call update with
+        its content instead of its status): the ``KeyError`` of its fetch sends it there."""
         lt = f"_lt_{f}"
         if lt not in ns:
             union = ns[dispatch]
@@ -862,13 +862,14 @@ class AcpConverter(cattrs.Converter):
         for j, (tag, (member, present)) in enumerate(learnt.items()):
             q = f"{f}_{j}_"
             mfields = self._member_ns(member, present, q, ns)
-            body, stores = self._fast_lines(
-                mfields, present, ns, ind + "    ", p=q, src=f, inliner=inliner, depth=depth + 1, tag_checked=ns[k]
+            fetch, rest, stores = self._fast_lines(
+                mfields, present, ns, ind + "        ", p=q, src=f, inliner=inliner, depth=depth + 1, tag_checked=ns[k]
             )
             lines.append(f"{ind}{'el' if j else ''}if {f}t == {tag!r} and len({f}) == {len(present)}:")
-            lines += body
-            lines += [f"{ind}    {store}" for store in stores]
-            lines.append(f"{ind}    {f} = {q}o")
+            lines += [f"{ind}    try:", *fetch, f"{ind}    except KeyError:", f"{ind}        {f} = {lt}[{f}t]({f})"]
+            lines += [f"{ind}    else:", *rest]
+            lines += [f"{ind}        {store}" for store in stores]
+            lines.append(f"{ind}        {f} = {q}o")
         if learnt:
             lines.append(f"{ind}else:")
         lines.append(f"{ind}{'    ' if learnt else ''}{f} = {lt}[{f}t]({f})")
