@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import importlib
 import json
-from collections.abc import Iterator
+import sys
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -107,44 +108,37 @@ def test_the_fast_paths_are_taken() -> None:
     }
     structure = conv.structure_fn(v1.SessionNotification)
     unstructure = conv.unstructure_fn(v1.SessionNotification)
-    lines: list[int] = []
+    out, seen = _traced("return", lambda: unstructure(structure(wire)))
+    assert out == wire
+    # both returned from their fast path, which is the first lines of the function
+    lines = [line for name, line, _ in seen if name.endswith("_SessionNotification")]
+    assert len(lines) == 2 and all(line < 20 for line in lines), lines
 
-    def trace(frame: Any, event: str, arg: Any) -> Any:
-        if frame.f_code.co_name in ("structure_SessionNotification", "unstructure_SessionNotification"):
-            if event == "return":
-                lines.append(frame.f_lineno)
+
+def _traced(event: str, call: Callable[[], Any]) -> tuple[Any, list[tuple[str, int, bool]]]:
+    """``call()`` and, for each ``event`` ("call" or "return") of a generated function during it,
+    in order: the function's name, its line then, and whether its full path ran (it counts the
+    keys it has read in ``n``)."""
+    seen: list[tuple[str, int, bool]] = []
+
+    def trace(frame: Any, what: str, arg: Any) -> Any:
+        name = frame.f_code.co_name
+        if what == event and name.startswith(("structure_", "unstructure_")):
+            seen.append((name, frame.f_lineno, "n" in frame.f_locals))
         return trace
-
-    import sys
 
     sys.settrace(trace)
     try:
-        obj = structure(wire)
-        out = unstructure(obj)
+        out = call()
     finally:
         sys.settrace(None)
-    assert out == wire
-    # both returned from their fast path, which is the first lines of the function
-    assert len(lines) == 2 and all(line < 20 for line in lines), lines
+    return out, seen
 
 
 def _returned_from(fn: Any, value: Any) -> tuple[Any, list[str]]:
     """``fn(value)`` and the names of the generated functions that returned during the call."""
-    import sys
-
-    names: list[str] = []
-
-    def trace(frame: Any, event: str, arg: Any) -> Any:
-        if event == "return" and frame.f_code.co_name.startswith("structure_"):
-            names.append(frame.f_code.co_name)
-        return trace
-
-    sys.settrace(trace)
-    try:
-        out = fn(value)
-    finally:
-        sys.settrace(None)
-    return out, names
+    out, seen = _traced("return", lambda: fn(value))
+    return out, [name for name, _, _ in seen]
 
 
 def test_an_object_with_optional_fields_is_built_by_the_function_of_its_shape() -> None:
@@ -209,27 +203,13 @@ def _learnt(conv: AcpConverter, t: Any, *values: Any) -> None:
 def test_learnt_union_members_are_decoded_and_encoded_inline() -> None:
     """Once a member has come, a parent's fast path decodes (and encodes) it with no call to the
     member's hook: a streamed update is one generated function each way, not three."""
-    import sys
-
     from acp_schema import v1
 
     conv = AcpConverter()
     _learnt(conv, v1.SessionNotification, _CHUNK)
     structure, unstructure = conv.structure_fn(v1.SessionNotification), conv.unstructure_fn(v1.SessionNotification)
-    called: list[str] = []
-
-    def trace(frame: Any, event: str, arg: Any) -> Any:
-        if event == "call":
-            called.append(frame.f_code.co_name)
-        return None
-
-    sys.settrace(trace)
-    try:
-        obj = structure(_CHUNK)
-        out = unstructure(obj)
-    finally:
-        sys.settrace(None)
-    assert called == ["structure_SessionNotification", "unstructure_SessionNotification"]
+    (obj, out), seen = _traced("call", lambda: (obj := structure(_CHUNK), unstructure(obj)))
+    assert [name for name, _, _ in seen] == ["structure_SessionNotification", "unstructure_SessionNotification"]
     assert obj == AcpConverter(fast_paths=False).structure(_CHUNK, v1.SessionNotification)
     assert type(obj.update) is v1.AgentMessageChunkSessionUpdate and type(obj.update.content) is v1.TextContentBlock
     assert orjson.dumps(out) == orjson.dumps(_CHUNK)
@@ -355,8 +335,6 @@ def test_another_shape_of_an_inlined_member_goes_to_its_hook_not_to_the_full_pat
     """A tool call update with its content instead of its status has the key count of the learnt
     one: the inlined fetch misses a key and hands the value to the member's hook, and the parent
     still returns from its fast path (the full path, which counts keys in ``n``, never runs)."""
-    import sys
-
     from acp_schema import v1
 
     fast, full = AcpConverter(), AcpConverter(fast_paths=False)
@@ -364,20 +342,9 @@ def test_another_shape_of_an_inlined_member_goes_to_its_hook_not_to_the_full_pat
     content = _chunk({"sessionUpdate": "tool_call_update", "toolCallId": "t1", "title": "Read x"})
     _learnt(fast, v1.SessionNotification, status)
     structure = fast.structure_fn(v1.SessionNotification)
-    returns: list[tuple[str, bool]] = []  # (function, whether its full path ran)
-
-    def trace(frame: Any, event: str, arg: Any) -> Any:
-        if event == "return" and frame.f_code.co_name.startswith("structure_"):
-            returns.append((frame.f_code.co_name, "n" in frame.f_locals))
-        return trace
-
     for value in (content, status, content):
-        returns.clear()
-        sys.settrace(trace)
-        try:
-            obj = structure(value)
-        finally:
-            sys.settrace(None)
+        obj, seen = _traced("return", lambda value=value: structure(value))
+        returns = [(name, full_path_ran) for name, _, full_path_ran in seen]
         assert obj == full.structure(value, v1.SessionNotification)
         assert returns[-1] == ("structure_SessionNotification", False), returns
         through_hook = ("structure_ToolCallUpdateSessionUpdate", False) in returns

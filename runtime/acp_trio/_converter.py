@@ -654,7 +654,7 @@ class AcpConverter(cattrs.Converter):
         shape_path: list[str] = []
         inliner: _Inliner | None = None
         if self._fast_paths:
-            fields = [(i, a) for i, a in enumerate(attrs.fields(cls)) if not EXTRA.keys() & a.metadata.keys()]
+            fields = _wire_fields(cls)
             must = frozenset(i for i, is_required, _ in segments if is_required)
             inliner = _Inliner()
             fast_path = self._fast_structure(fields, must, ns, inliner)
@@ -885,7 +885,7 @@ class AcpConverter(cattrs.Converter):
                 m = _MEMBER_NAMES.fullmatch(key)
                 if m is not None and (m[1] is None or int(m[1]) in present):
                     ns[q + key] = _resolved(value) if key[:2] == "_s" else value
-        return [(i, a) for i, a in enumerate(attrs.fields(cls)) if not EXTRA.keys() & a.metadata.keys()]
+        return _wire_fields(cls)
 
     def _default_of(self, core: Any, spec: FieldSpec) -> Any:
         if spec.default is not NO_DEFAULT:
@@ -1092,6 +1092,12 @@ class AcpConverter(cattrs.Converter):
         return lines
 
 
+def _wire_fields(cls: type) -> list[tuple[int, Any]]:
+    """The fields of ACP class ``cls`` that are on the wire (all but ``extra_fields``), with their
+    indexes among its attrs fields (what the compiled hooks name their locals and globals by)."""
+    return [(i, a) for i, a in enumerate(attrs.fields(cls)) if not EXTRA.keys() & a.metadata.keys()]
+
+
 def _required(a: Any, spec: FieldSpec) -> bool:
     """Whether the wire object must carry field ``a``: no default, or a union tag that is not optional."""
     return a.default is attrs.NOTHING or (spec.tag and not spec.tag_optional)
@@ -1159,7 +1165,7 @@ class _Inliner:
         learnt = self.plan.setdefault(site, {})
         if tag in learnt or len(learnt) >= _MAX_INLINE or self.inlined >= _MAX_INLINED:
             return
-        fields = [(i, a) for i, a in enumerate(attrs.fields(member)) if not EXTRA.keys() & a.metadata.keys()]
+        fields = _wire_fields(member)
         by_wire = {a.metadata["acp"].wire: i for i, a in fields}
         present = frozenset(by_wire.get(k, -1) for k in v)
         if -1 in present or not {i for i, a in fields if _required(a, a.metadata["acp"])} <= present:
