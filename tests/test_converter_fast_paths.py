@@ -349,3 +349,33 @@ def test_another_shape_of_an_inlined_member_goes_to_its_hook_not_to_the_full_pat
         assert returns[-1] == ("structure_SessionNotification", False), returns
         through_hook = ("structure_ToolCallUpdateSessionUpdate", False) in returns
         assert len(returns) == 1 if value is status else through_hook, returns
+
+
+@pytest.mark.parametrize("variant", ["v1", "v2"])
+def test_learning_from_any_updates_in_any_order_decides_as_the_full_path(variant: str) -> None:
+    """Schema-valid ``session/update`` params (hypothesis-jsonschema, from the pinned schema) and a
+    sample of their one-place mutations, in drawn order, twice over, through a fresh converter that
+    learns from them: every outcome is the full path's (the same object, or the same error)."""
+    from _schema_strategies import strategy_for
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    t = importlib.import_module(f"acp_schema.{variant}").NOTIFICATIONS["session/update"].params_type
+
+    @settings(
+        max_examples=15,
+        deadline=None,
+        database=None,
+        suppress_health_check=list(HealthCheck),
+    )
+    @given(values=st.lists(strategy_for(variant, t.__name__), min_size=1, max_size=6), data=st.data())
+    def learn(values: list[Any], data: st.DataObject) -> None:
+        mutated = [data.draw(st.sampled_from(list(_mutations(value)))) for value in values for _ in range(3)]
+        fast, full = AcpConverter(), AcpConverter(fast_paths=False)
+        for value in [*values, *mutated, *values, *mutated]:
+            got, want = _outcome(fast, value, t), _outcome(full, value, t)
+            assert got == want, value
+            if got[0] == "value":  # (json, not orjson: the schema's integers may exceed 64 bits)
+                assert json.dumps(fast.unstructure(got[1])) == json.dumps(full.unstructure(got[1])), value
+
+    learn()
