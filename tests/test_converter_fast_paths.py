@@ -24,7 +24,7 @@ import orjson
 import pytest
 
 from acp_trio import DecodeError
-from acp_trio._converter import AcpConverter
+from acp_trio._converter import _LEARN_AFTER, _MAX_DEPTH, AcpConverter
 
 GOLDEN = Path(__file__).parent / "golden"
 VARIANTS = ("v1", "v1_unstable", "v2", "v2_unstable")
@@ -194,8 +194,9 @@ _CHUNK = {
 
 
 def _learnt(conv: AcpConverter, t: Any, *values: Any) -> None:
-    """Decode and re-encode ``values`` twice over: each union level learns its member on its first value."""
-    for _ in range(3):
+    """Decode and re-encode ``values`` enough times for each union level to learn its members
+    (``_LEARN_AFTER`` values each, one level after the other)."""
+    for _ in range(_MAX_DEPTH * _LEARN_AFTER):
         for value in values:
             conv.unstructure(conv.structure(value, t))
 
@@ -255,7 +256,7 @@ def test_inlined_members_decide_exactly_as_the_full_path(value: Any) -> None:
 
     fast, full = AcpConverter(), AcpConverter(fast_paths=False)
     _learnt(fast, v1.SessionNotification, _CHUNK)
-    for _ in range(2):  # (the second time, whatever the value taught is inlined too)
+    for _ in range(_LEARN_AFTER + 1):  # (at the end, whatever the value taught is inlined too)
         got, want = _outcome(fast, value, v1.SessionNotification), _outcome(full, value, v1.SessionNotification)
         assert got == want
         if got[0] == "value":
@@ -301,7 +302,7 @@ def test_an_inlined_class_with_optional_fields_or_extra_fields_encodes_as_the_fu
         ),
         v1.SessionNotification(session_id="s", update=v1.AgentThoughtChunkSessionUpdate(content=text)),
     ):
-        for _ in range(2):
+        for _ in range(_LEARN_AFTER + 1):
             assert orjson.dumps(fast.unstructure(obj)) == orjson.dumps(full.unstructure(obj))
 
 
@@ -354,8 +355,8 @@ def test_another_shape_of_an_inlined_member_goes_to_its_hook_not_to_the_full_pat
 @pytest.mark.parametrize("variant", ["v1", "v2"])
 def test_learning_from_any_updates_in_any_order_decides_as_the_full_path(variant: str) -> None:
     """Schema-valid ``session/update`` params (hypothesis-jsonschema, from the pinned schema) and a
-    sample of their one-place mutations, in drawn order, twice over, through a fresh converter that
-    learns from them: every outcome is the full path's (the same object, or the same error)."""
+    sample of their one-place mutations, in drawn order, ``_LEARN_AFTER`` times over, through a fresh
+    converter that learns from them: every outcome is the full path's (the same object, or the same error)."""
     from _schema_strategies import strategy_for
     from hypothesis import HealthCheck, given, settings
     from hypothesis import strategies as st
@@ -372,10 +373,37 @@ def test_learning_from_any_updates_in_any_order_decides_as_the_full_path(variant
     def learn(values: list[Any], data: st.DataObject) -> None:
         mutated = [data.draw(st.sampled_from(list(_mutations(value)))) for value in values for _ in range(3)]
         fast, full = AcpConverter(), AcpConverter(fast_paths=False)
-        for value in [*values, *mutated, *values, *mutated]:
+        for value in [*values, *mutated] * _LEARN_AFTER:
             got, want = _outcome(fast, value, t), _outcome(full, value, t)
             assert got == want, value
             if got[0] == "value":  # (json, not orjson: the schema's integers may exceed 64 bits)
                 assert json.dumps(fast.unstructure(got[1])) == json.dumps(full.unstructure(got[1])), value
 
     learn()
+
+
+def test_a_member_that_comes_a_few_times_takes_no_place_from_those_that_stream() -> None:
+    """A session's available commands come once; the four updates that stream after them are the
+    ones inlined (a member is learnt at its ``_LEARN_AFTER``-th value, not its first)."""
+    from acp_schema import v1
+    from acp_trio._converter import _MAX_INLINE
+
+    fast = AcpConverter()
+    text = {"type": "text", "text": "x"}
+    once = _chunk({"sessionUpdate": "available_commands_update", "availableCommands": []})
+    streamed = [
+        _chunk({"sessionUpdate": "agent_message_chunk", "content": text}),
+        _chunk({"sessionUpdate": "agent_thought_chunk", "content": text}),
+        _chunk({"sessionUpdate": "tool_call", "toolCallId": "t", "title": "Read", "kind": "read"}),
+        _chunk({"sessionUpdate": "tool_call_update", "toolCallId": "t", "status": "completed"}),
+    ]
+    assert len(streamed) == _MAX_INLINE
+    structure = fast.structure_fn(v1.SessionNotification)
+    for _ in range(_LEARN_AFTER - 1):
+        structure(once)
+    _learnt(fast, v1.SessionNotification, *streamed)
+    for value in streamed:
+        _, names = _returned_from(structure, value)
+        assert names == ["structure_SessionNotification"], (value, names)
+    _, names = _returned_from(structure, once)
+    assert names == ["structure_AvailableCommandsUpdateSessionUpdate", "structure_SessionNotification"], names

@@ -23,11 +23,12 @@ few classes its message carries, not the 50 it could).
 
 A class's hook has fast paths for the common shapes, and they learn from the values that come: the
 members of a tagged union field (``SessionNotification.update``, and that update's ``content``)
-are decoded and encoded inline, in the parent's own compiled code, once one has come (up to
-``_MAX_INLINE`` members per field, ``_MAX_DEPTH`` levels).  A streamed ``agent_message_chunk`` is
-then one generated function each way instead of three.  Learning a member recompiles the
-parent's hook (about 1 ms, a few times per hook); the fast paths decide exactly as the full path
-does (``tests/test_converter_fast_paths.py``), anything they do not cover goes to it.
+are decoded and encoded inline, in the parent's own compiled code, once ``_LEARN_AFTER`` (8) of
+its values have come (up to ``_MAX_INLINE`` members per field, ``_MAX_DEPTH`` levels).  A
+streamed ``agent_message_chunk`` is then one generated function each way instead of three.
+Learning a member recompiles the parent's hook (about 1 ms, a few times per hook); the fast paths
+decide exactly as the full path does (``tests/test_converter_fast_paths.py``), anything they do
+not cover goes to it.
 """
 
 from __future__ import annotations
@@ -61,6 +62,8 @@ _MAX_INLINED = 12
 """Members a compiled structure hook's fast path inlines at most, in all its fields and levels."""
 _MAX_DEPTH = 3
 """Levels of tagged unions a compiled structure hook's fast path inlines at most."""
+_LEARN_AFTER = 8
+"""Values of a union member a field must see before its parent's fast path inlines the member."""
 _MEMBER_NAMES = re.compile(r"_cls|_(?:tag|lit|tb|k|s)(\d+)")
 """The names of a compiled structure hook's globals its fast path uses (see ``_member_ns``)."""
 _UNSTRUCTURE_NAMES = re.compile(r"_(?:u|bc)\d+")
@@ -847,12 +850,12 @@ class AcpConverter(cattrs.Converter):
     ) -> list[str]:
         """A tagged union's field in a fast path (a site; local ``f``, the union's hook
         ``ns[dispatch]``, its tag key ``ns[k]``), as lines that leave the decoded member in ``f``.
-        The members ``inliner`` learnt there, each with the keys its first value carried, are
-        decoded inline: one ``if`` on the tag and the key count, the member's fast path under it, no
-        call.  Any other value goes through the site's table (``_lt_{f}``), whose entries learn the
-        member on its first value (see ``_Inliner``) and are the member's hook after that, and so
-        does an inlined member's object with other keys of the same count (a tool call update with
-        its content instead of its status): the ``KeyError`` of its fetch sends it there."""
+        The members ``inliner`` learnt there, each with the keys of the value it was learnt from,
+        are decoded inline: one ``if`` on the tag and the key count, the member's fast path under
+        it, no call.  Any other value goes through the site's table (``_lt_{f}``), whose entries
+        learn the member from its values (see ``_Inliner.learners``) and are the member's hook after
+        that, and so does an inlined member's object with other keys of the same count (a tool call
+        update with its content instead of its status): the ``KeyError`` of its fetch sends it there."""
         lt = f"_lt_{f}"
         if lt not in ns:
             union = ns[dispatch]
@@ -1104,13 +1107,14 @@ def _required(a: Any, spec: FieldSpec) -> bool:
 
 
 class _Inliner:
-    """What one compiled structure hook's fast path inlines of the tagged unions in it (see
-    ``AcpConverter._site``), learnt from the values that come.
+    """What one compiled hook's fast path inlines of the tagged unions in it (see
+    ``AcpConverter._site`` and ``_unstructure_site``), learnt from the values that come.
 
-    ``plan``: per site (the local a union's field is decoded in), the members inlined there, by tag,
-    in the order they first came, each with its class and the field indexes its first value
-    carried.  At most ``_MAX_INLINE`` members a site and ``_MAX_INLINED`` in all; sites are at most
-    ``_MAX_DEPTH`` levels deep.  ``relearn``: recompiles the hook's fast path from the plan.
+    ``plan``: per site (the local a union's field is decoded or encoded in), the members inlined
+    there, by tag (by class for an encode), in the order they reached ``_LEARN_AFTER`` values, each
+    with its class and the field indexes that last value carried.  At most ``_MAX_INLINE`` members
+    a site and ``_MAX_INLINED`` in all; sites are at most ``_MAX_DEPTH`` levels deep.
+    ``relearn``: recompiles the hook's fast path from the plan.
     """
 
     def __init__(self) -> None:
@@ -1119,21 +1123,28 @@ class _Inliner:
         self.inlined = 0
 
     def learners(self, site: str, table: dict[Any, Callable[[Any], Any]], classes: dict[Any, type]) -> dict[Any, Any]:
-        """The site's dispatch table: per tag of ``table``, a function that decodes the tag's first
-        value with the union's own hook, takes the hook's place, and has the member inlined (when
-        it is a class, the value had no unknown key and the budget allows)."""
+        """The site's dispatch table: per tag of ``table``, a function that decodes the tag's values
+        with the union's own hook and counts them; at the ``_LEARN_AFTER``-th it takes the hook's
+        place, and has the member inlined with that value's keys (when it is a class, the value had
+        no unknown key and the budget allows).  A tag that comes once (a session's available
+        commands) takes no place from one that streams."""
         learners: dict[Any, Callable[[Any], Any]] = {}
 
         def learner(tag: Any) -> Callable[[Any], Any]:
-            def first_value(v: Any) -> Any:
+            seen = 0
+
+            def early_value(v: Any) -> Any:
+                nonlocal seen
                 out = table[tag](v)
-                learners[tag] = table[tag]  # (the member's hook by now, no longer a stand-in)
-                member = classes.get(tag)
-                if member is not None and not out.extra_fields:
-                    self._learn(site, tag, member, v)
+                seen += 1
+                if seen >= _LEARN_AFTER:
+                    learners[tag] = table[tag]  # (the member's hook by now, no longer a stand-in)
+                    member = classes.get(tag)
+                    if member is not None and not out.extra_fields:
+                        self._learn(site, tag, member, v)
                 return out
 
-            return first_value
+            return early_value
 
         for tag in table:
             learners[tag] = learner(tag)
@@ -1143,23 +1154,27 @@ class _Inliner:
         self, site: str, union: Callable[[Any], Any]
     ) -> tuple[dict[type, Callable[[Any], Any]], Callable[[Any], Any]]:
         """An unstructure site's table (per class, the union's function for it) and the function
-        for a class not in it yet: it encodes the value with the union's function, adds the class
-        to the table, and has the class inlined (an ACP class, while the budget allows)."""
+        for a class not in it yet: it encodes the value with the union's function and counts the
+        class's values; at the ``_LEARN_AFTER``-th it adds the class to the table and has it
+        inlined (an ACP class, while the budget allows)."""
         table: dict[type, Callable[[Any], Any]] = {}
         by_class: dict[type, Callable[[Any], Any]] = union.acp_by_class  # type: ignore[attr-defined]
+        seen: dict[type, int] = {}
 
-        def first_value(v: Any) -> Any:
+        def early_value(v: Any) -> Any:
             out = union(v)
             cls = v.__class__
-            table[cls] = by_class[cls]
-            learnt = self.plan.setdefault(site, {})
-            if is_acp_class(cls) and len(learnt) < _MAX_INLINE and self.inlined < _MAX_INLINED:
-                learnt[cls] = (cls, frozenset())
-                self.inlined += 1
-                self.relearn()
+            seen[cls] = count = seen.get(cls, 0) + 1
+            if count >= _LEARN_AFTER:
+                table[cls] = by_class[cls]
+                learnt = self.plan.setdefault(site, {})
+                if is_acp_class(cls) and len(learnt) < _MAX_INLINE and self.inlined < _MAX_INLINED:
+                    learnt[cls] = (cls, frozenset())
+                    self.inlined += 1
+                    self.relearn()
             return out
 
-        return table, first_value
+        return table, early_value
 
     def _learn(self, site: str, tag: Any, member: type, v: dict[str, Any]) -> None:
         learnt = self.plan.setdefault(site, {})
