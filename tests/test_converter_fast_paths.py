@@ -407,3 +407,22 @@ def test_a_member_that_comes_a_few_times_takes_no_place_from_those_that_stream()
         assert names == ["structure_SessionNotification"], (value, names)
     _, names = _returned_from(structure, once)
     assert names == ["structure_AvailableCommandsUpdateSessionUpdate", "structure_SessionNotification"], names
+
+
+def test_an_inlined_class_with_an_optional_field_set_is_encoded_inline_too() -> None:
+    """A v1 agent that sets ``messageId`` on every chunk: the chunk's class is inlined in the
+    notification's encode, its optional fields and all (the chunk's own function is not called)."""
+    from acp_schema import v1
+
+    fast, full = AcpConverter(), AcpConverter(fast_paths=False)
+    obj = v1.SessionNotification(
+        session_id="s",
+        update=v1.AgentMessageChunkSessionUpdate(content=v1.TextContentBlock(text="x"), message_id="m"),
+    )
+    unstructure = fast.unstructure_fn(v1.SessionNotification)
+    for _ in range(_MAX_DEPTH * _LEARN_AFTER):
+        unstructure(obj)
+    out, seen = _traced("call", lambda: unstructure(obj))
+    assert [name for name, _, _ in seen] == ["unstructure_SessionNotification", "unstructure_TextContentBlock"]
+    assert orjson.dumps(out) == orjson.dumps(full.unstructure(obj))
+    assert out["update"]["messageId"] == "m"

@@ -967,52 +967,16 @@ class AcpConverter(cattrs.Converter):
         attrs.resolve_types(cls)
         ns: dict[str, Any] = {"UNSET": UNSET}
         name = f"unstructure_{cls.__name__}"
-        # the full path: a display of the required fields before the first optional one (leading),
-        # then a statement or two per field (body)
-        leading: list[str] = []
-        body: list[str] = []
         for i, a in enumerate(attrs.fields(cls)):
             if EXTRA.keys() & a.metadata.keys():
                 continue
-            spec: FieldSpec = a.metadata["acp"]
             core = _core(a.type)
-            ident = self._is_identity(core)
-            conv = "v"
-            if not ident:
+            if not self._is_identity(core):
                 ns[f"_u{i}"] = fn = self._unstructure_later(core, functools.partial(ns.__setitem__, f"_u{i}"))
                 by_class = getattr(fn, "acp_by_class", None)
                 if by_class is not None:  # a union: the member's function straight from its cache
                     ns[f"_bc{i}"] = by_class
-                    conv = f"(_bc{i}.get(v.__class__) or _u{i})(v)"
-                else:
-                    conv = f"_u{i}(v)"
-            if _required(a, spec):
-                if not body:  # no optional field yet
-                    leading.append(
-                        f"{spec.wire!r}: o.{a.name}"
-                        if ident
-                        else f"{spec.wire!r}: None if (v := o.{a.name}) is None else {conv}"
-                    )
-                elif ident:
-                    body.append(f"    d[{spec.wire!r}] = o.{a.name}")
-                else:
-                    body.append(f"    v = o.{a.name}")
-                    body.append(f"    d[{spec.wire!r}] = None if v is None else {conv}")
-                continue
-            if ident:  # no local: an unset field (the common case) costs one attribute load and a test
-                body.append(f"    if o.{a.name} is not UNSET:")
-                body.append(f"        d[{spec.wire!r}] = o.{a.name}")
-            else:
-                body.append(f"    v = o.{a.name}")
-                body.append("    if v is not UNSET:")
-                body.append(f"        d[{spec.wire!r}] = None if v is None else {conv}")
-        full_path = [f"    d = {{{', '.join(leading)}}}", *body]
-        full_path.append("    x = o.extra_fields")
-        full_path.append("    if x:")
-        full_path.append("        for k, v in x.items():")
-        full_path.append("            if k not in d:")
-        full_path.append("                d[k] = v")
-        full_path.append("    return d")
+        full_path = [*self._unstructure_full(cls, "o", "", ns, "    "), "    return d"]
         if not self._fast_paths:
             return self._compile("\n".join([f"def {name}(o):", *full_path]) + "\n", ns, name)
         inliner = _Inliner()
@@ -1032,6 +996,55 @@ class AcpConverter(cattrs.Converter):
 
         inliner.relearn = relearn
         return hook
+
+    def _unstructure_full(self, cls: type, o: str, p: str, ns: dict[str, Any], ind: str) -> list[str]:
+        """An unstructure hook's full path for an object of ``cls`` in local ``o``, as lines
+        (indented by ``ind``) that leave its JSON object in local ``{p}d``: a display of the
+        required fields before the first optional one, then a statement or two per field, then the
+        extra fields.  ``p`` prefixes the locals and the ``ns`` names used (``_u{i}``: a field's
+        function, ``_bc{i}``: a union field's functions by class)."""
+        d, v = f"{p}d", f"{p}v"
+        leading: list[str] = []
+        body: list[str] = []
+        for i, a in enumerate(attrs.fields(cls)):
+            if EXTRA.keys() & a.metadata.keys():
+                continue
+            spec: FieldSpec = a.metadata["acp"]
+            ident = f"{p}_u{i}" not in ns  # a scalar, a literal, a list or dict of them: as it is
+            if f"{p}_bc{i}" in ns:  # a union: the member's function straight from its cache
+                conv = f"({p}_bc{i}.get({v}.__class__) or {p}_u{i})({v})"
+            else:
+                conv = f"{p}_u{i}({v})"
+            if _required(a, spec):
+                if not body:  # no optional field yet
+                    leading.append(
+                        f"{spec.wire!r}: {o}.{a.name}"
+                        if ident
+                        else f"{spec.wire!r}: None if ({v} := {o}.{a.name}) is None else {conv}"
+                    )
+                elif ident:
+                    body.append(f"{ind}{d}[{spec.wire!r}] = {o}.{a.name}")
+                else:
+                    body.append(f"{ind}{v} = {o}.{a.name}")
+                    body.append(f"{ind}{d}[{spec.wire!r}] = None if {v} is None else {conv}")
+                continue
+            if ident:  # no local: an unset field (the common case) costs one attribute load and a test
+                body.append(f"{ind}if {o}.{a.name} is not UNSET:")
+                body.append(f"{ind}    {d}[{spec.wire!r}] = {o}.{a.name}")
+            else:
+                body.append(f"{ind}{v} = {o}.{a.name}")
+                body.append(f"{ind}if {v} is not UNSET:")
+                body.append(f"{ind}    {d}[{spec.wire!r}] = None if {v} is None else {conv}")
+        x, k = f"{p}x", f"{p}k"
+        return [
+            f"{ind}{d} = {{{', '.join(leading)}}}",
+            *body,
+            f"{ind}{x} = {o}.extra_fields",
+            f"{ind}if {x}:",
+            f"{ind}    for {k}, {v} in {x}.items():",
+            f"{ind}        if {k} not in {d}:",
+            f"{ind}            {d}[{k}] = {v}",
+        ]
 
     def _unstructure_fast(
         self, cls: type, o: str, p: str, ns: dict[str, Any], ind: str, inliner: _Inliner, depth: int
@@ -1068,7 +1081,7 @@ class AcpConverter(cattrs.Converter):
     ) -> list[str]:
         """A union's field in an unstructure fast path (a site: ``value`` goes into local ``v``, the
         union's function is ``ns[union]``), as lines that leave the field's JSON value in ``v``: the
-        classes ``inliner`` learnt there are encoded inline (their own fast path, or their hook
+        classes ``inliner`` learnt there are encoded inline (their own fast path, or their full path
         when it does not apply); any other value goes through the site's table (``_lb_{v}``, the
         union's per-class functions), whose misses learn the class (``_lu_{v}``)."""
         lb, lu = f"_lb_{v}", f"_lu_{v}"
@@ -1078,9 +1091,8 @@ class AcpConverter(cattrs.Converter):
         for j, member in enumerate(inliner.plan.get(v, {})):
             q = f"{v}_{j}_"
             if f"{q}_cls" not in ns:
-                hook = self.unstructure_fn(member)
-                ns[f"{q}_cls"], ns[f"{q}_hook"] = member, hook
-                for key, fn in hook.__globals__.items():
+                ns[f"{q}_cls"] = member
+                for key, fn in self.unstructure_fn(member).__globals__.items():
                     if _UNSTRUCTURE_NAMES.fullmatch(key):
                         ns[q + key] = _resolved(fn) if key[:2] == "_u" else fn
             absent, pre, display = self._unstructure_fast(member, v, q, ns, ind + "        ", inliner, depth + 1)
@@ -1089,7 +1101,8 @@ class AcpConverter(cattrs.Converter):
             lines += pre
             lines.append(f"{ind}        {v} = {{{', '.join(display)}}}")
             lines.append(f"{ind}    else:")
-            lines.append(f"{ind}        {v} = {q}_hook({v})")
+            lines += self._unstructure_full(member, v, q, ns, ind + "        ")
+            lines.append(f"{ind}        {v} = {q}d")
         lines.append(f"{ind}{'el' if len(lines) > 2 else ''}if {v} is not None:")
         lines.append(f"{ind}    {v} = ({lb}.get({v}c) or {lu})({v})")
         return lines
