@@ -57,11 +57,11 @@ _counter = itertools.count()
 _MAX_SHAPES = 16
 """Shapes (key tuples) a class's compiled structure hook specializes at most (see ``_shape_dispatch``)."""
 _MAX_INLINE = 4
-"""Members of a tagged union a compiled structure hook's fast path inlines at most, per field (see ``_site``)."""
+"""Members of a tagged union a compiled hook's fast path inlines at most, per field (see ``_site``)."""
 _MAX_INLINED = 12
-"""Members a compiled structure hook's fast path inlines at most, in all its fields and levels."""
+"""Members a compiled hook's fast path inlines at most, in all its fields and levels."""
 _MAX_DEPTH = 3
-"""Levels of tagged unions a compiled structure hook's fast path inlines at most."""
+"""Levels of tagged unions a compiled hook's fast path inlines at most."""
 _LEARN_AFTER = 8
 """Values of a union member a field must see before its parent's fast path inlines the member."""
 _MEMBER_NAMES = re.compile(r"_cls|_(?:tag|lit|tb|k|s)(\d+)")
