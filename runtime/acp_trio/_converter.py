@@ -66,7 +66,7 @@ _LEARN_AFTER = 8
 """Values of a union member a field must see before its parent's fast path inlines the member."""
 _MEMBER_NAMES = re.compile(r"_cls|_(?:tag|lit|tb|k|s)(\d+)")
 """The names of a compiled structure hook's globals its fast path uses (see ``_member_ns``)."""
-_UNSTRUCTURE_NAMES = re.compile(r"_(?:u|bc)\d+")
+_UNSTRUCTURE_NAMES = re.compile(r"_(?:u|bc)(\d+)")
 """The names of a compiled unstructure hook's globals its fast path uses (see ``_unstructure_site``)."""
 
 
@@ -534,9 +534,7 @@ class AcpConverter(cattrs.Converter):
         lines.append("    raw = None")
         known: list[str] = []
         segments: list[tuple[int, bool, int]] = []  # (field index, required, first line) per field
-        for i, a in enumerate(attrs.fields(cls)):
-            if EXTRA.keys() & a.metadata.keys():
-                continue
+        for i, a in _wire_fields(cls):
             spec: FieldSpec = a.metadata["acp"]
             w = spec.wire
             known.append(w)
@@ -884,10 +882,7 @@ class AcpConverter(cattrs.Converter):
         that hook's globals, a stand-in replaced by the hook it stands for); return its fields as
         ``_fast_lines`` takes them."""
         if f"{q}_cls" not in ns:
-            for key, value in self.structure_fn(cls).__globals__.items():
-                m = _MEMBER_NAMES.fullmatch(key)
-                if m is not None and (m[1] is None or int(m[1]) in present):
-                    ns[q + key] = _resolved(value) if key[:2] == "_s" else value
+            _copy_names(self.structure_fn(cls), _MEMBER_NAMES, q, ns, present)
         return _wire_fields(cls)
 
     def _default_of(self, core: Any, spec: FieldSpec) -> Any:
@@ -967,9 +962,7 @@ class AcpConverter(cattrs.Converter):
         attrs.resolve_types(cls)
         ns: dict[str, Any] = {"UNSET": UNSET}
         name = f"unstructure_{cls.__name__}"
-        for i, a in enumerate(attrs.fields(cls)):
-            if EXTRA.keys() & a.metadata.keys():
-                continue
+        for i, a in _wire_fields(cls):
             core = _core(a.type)
             if not self._is_identity(core):
                 ns[f"_u{i}"] = fn = self._unstructure_later(core, functools.partial(ns.__setitem__, f"_u{i}"))
@@ -1006,9 +999,7 @@ class AcpConverter(cattrs.Converter):
         d, v = f"{p}d", f"{p}v"
         leading: list[str] = []
         body: list[str] = []
-        for i, a in enumerate(attrs.fields(cls)):
-            if EXTRA.keys() & a.metadata.keys():
-                continue
+        for i, a in _wire_fields(cls):
             spec: FieldSpec = a.metadata["acp"]
             ident = f"{p}_u{i}" not in ns  # a scalar, a literal, a list or dict of them: as it is
             if f"{p}_bc{i}" in ns:  # a union: the member's function straight from its cache
@@ -1057,9 +1048,7 @@ class AcpConverter(cattrs.Converter):
         absent: list[str] = []
         pre: list[str] = []
         display: list[str] = []
-        for i, a in enumerate(attrs.fields(cls)):
-            if EXTRA.keys() & a.metadata.keys():
-                continue
+        for i, a in _wire_fields(cls):
             spec: FieldSpec = a.metadata["acp"]
             if not _required(a, spec):
                 absent.append(f"{o}.{a.name} is UNSET")
@@ -1092,9 +1081,7 @@ class AcpConverter(cattrs.Converter):
             q = f"{v}_{j}_"
             if f"{q}_cls" not in ns:
                 ns[f"{q}_cls"] = member
-                for key, fn in self.unstructure_fn(member).__globals__.items():
-                    if _UNSTRUCTURE_NAMES.fullmatch(key):
-                        ns[q + key] = _resolved(fn) if key[:2] == "_u" else fn
+                _copy_names(self.unstructure_fn(member), _UNSTRUCTURE_NAMES, q, ns)
             absent, pre, display = self._unstructure_fast(member, v, q, ns, ind + "        ", inliner, depth + 1)
             lines.append(f"{ind}{'el' if j else ''}if {v}c is {q}_cls:")
             lines.append(f"{ind}    if {' and '.join(absent)}:")
@@ -1180,27 +1167,42 @@ class _Inliner:
             seen[cls] = count = seen.get(cls, 0) + 1
             if count >= _LEARN_AFTER:
                 table[cls] = by_class[cls]
-                learnt = self.plan.setdefault(site, {})
-                if is_acp_class(cls) and len(learnt) < _MAX_INLINE and self.inlined < _MAX_INLINED:
-                    learnt[cls] = (cls, frozenset())
-                    self.inlined += 1
-                    self.relearn()
+                if is_acp_class(cls):
+                    self._add(site, cls, cls, frozenset())  # (an encode inlines a class whatever its keys)
             return out
 
         return table, early_value
 
     def _learn(self, site: str, tag: Any, member: type, v: dict[str, Any]) -> None:
-        learnt = self.plan.setdefault(site, {})
-        if tag in learnt or len(learnt) >= _MAX_INLINE or self.inlined >= _MAX_INLINED:
-            return
+        """Inline ``member`` at ``site`` for ``v``'s keys, if they are all its wire names and
+        include its required ones."""
         fields = _wire_fields(member)
         by_wire = {a.metadata["acp"].wire: i for i, a in fields}
         present = frozenset(by_wire.get(k, -1) for k in v)
-        if -1 in present or not {i for i, a in fields if _required(a, a.metadata["acp"])} <= present:
+        if -1 not in present and {i for i, a in fields if _required(a, a.metadata["acp"])} <= present:
+            self._add(site, tag, member, present)
+
+    def _add(self, site: str, key: Any, member: type, present: frozenset[int]) -> None:
+        """Add ``member`` to the plan at ``site`` under ``key`` (its tag, or its class for an encode)
+        and recompile, unless it is there or the budget (``_MAX_INLINE``, ``_MAX_INLINED``) is spent."""
+        learnt = self.plan.setdefault(site, {})
+        if key in learnt or len(learnt) >= _MAX_INLINE or self.inlined >= _MAX_INLINED:
             return
-        learnt[tag] = (member, present)
+        learnt[key] = (member, present)
         self.inlined += 1
         self.relearn()
+
+
+def _copy_names(
+    hook: Callable[..., Any], names: re.Pattern[str], q: str, ns: dict[str, Any], present: frozenset[int] | None = None
+) -> None:
+    """Put in ``ns``, prefixed by ``q``, the globals of compiled ``hook`` that ``names`` matches
+    (its group 1: the field index a name is for, if any), only those of the fields ``present``
+    when given; a stand-in is replaced by the hook it stands for (see ``_resolved``)."""
+    for key, value in hook.__globals__.items():
+        m = names.fullmatch(key)
+        if m is not None and (present is None or m[1] is None or int(m[1]) in present):
+            ns[q + key] = _resolved(value)
 
 
 def _resolved(fn: Any) -> Any:

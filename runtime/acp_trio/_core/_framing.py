@@ -19,12 +19,18 @@ OVERSIZED_HEAD: Final = 4096
 """Bytes kept of the start of an oversized line (:attr:`OversizedMessage.head`), for its request id."""
 
 
+def _eol_size(line: bytes) -> int:
+    """How many bytes end ``line``: its newline and a CR before it (2, 1, or 0 for an unterminated line)."""
+    if line[-1:] == b"\n":
+        return 2 if line[-2:] == b"\r\n" else 1
+    return 0
+
+
 def without_eol(line: bytes) -> bytes:
     """A line as :meth:`LineFramer.feed_raw` gives it, without its newline and a CR before it (the
     line :meth:`LineFramer.feed` gives); an unterminated line (``close()``'s) is returned as it is."""
-    if line[-1:] == b"\n":
-        return line[:-2] if line[-2:] == b"\r\n" else line[:-1]
-    return line
+    n = _eol_size(line)
+    return line[:-n] if n else line
 
 
 class OversizedMessage:
@@ -135,7 +141,7 @@ class LineFramer:
     @staticmethod
     def _capped(line: bytes, limit: int) -> bytes | OversizedMessage:
         """``line`` (ending in its newline), or its :class:`OversizedMessage` when it is over ``limit``."""
-        size = len(without_eol(line))
+        size = len(line) - _eol_size(line)  # (no copy: the line may be megabytes)
         return OversizedMessage(size, limit, line[:OVERSIZED_HEAD]) if size > limit else line
 
     def close(self) -> list[bytes | OversizedMessage]:
