@@ -18,6 +18,9 @@ nox.options.reuse_existing_virtualenvs = True
 ROOT = Path(__file__).parent
 PYPROJECT = nox.project.load_toml("pyproject.toml")
 PY = "3.11"
+# The benchmarks run on the oldest CPython acp-trio supports and on the newest one at hand here: the
+# runtime is Python, raw orjson mostly C, so the interpreter moves the ratios (README "Other tasks").
+BENCH_PYTHONS = ["3.11", "3.13"]
 
 
 def group(name: str) -> list[str]:
@@ -92,17 +95,24 @@ def update_schema(session: nox.Session) -> None:
     session.run("python", "-m", "codegen.update_schema", session.posargs[0])
 
 
-@nox.session(python=PY)
+@nox.session(python=BENCH_PYTHONS)
 def bench(session: nox.Session) -> None:
     """Codec (decode+encode, import time), then runtime over stdio (streaming, request round trips,
     start-up, RSS) side by side with the TypeScript and Python SDKs and raw orjson (node/npm for the
     TypeScript side), the session store, then the remote transports (WebSocket, Streamable HTTP, the
-    bridge) side by side with the TypeScript SDK.  Options (`--quick`, `--json PATH`, `--strict`) go to all."""
+    bridge) side by side with the TypeScript SDK.  Once per interpreter of BENCH_PYTHONS (`bench-3.13`:
+    one of them; one nox cannot find is skipped).  Options (`--quick`, `--json PATH`, `--strict`) go to
+    all; `--json PATH` becomes PATH with the interpreter's version before its suffix (`out-3.13.json`)."""
     session.install(".[remote]", *group("bench"), "jsonschema")
-    session.run("python", "benchmarks/bench.py", *session.posargs)
-    session.run("python", "benchmarks/bench_runtime.py", *session.posargs)
-    session.run("python", "benchmarks/bench_store.py", *session.posargs)
-    session.run("python", "benchmarks/bench_remote.py", *session.posargs)
+    args = list(session.posargs)
+    if "--json" in args[:-1]:
+        at = args.index("--json") + 1
+        path = Path(args[at])
+        args[at] = str(path.with_name(f"{path.stem}-{session.python}{path.suffix}"))
+    session.run("python", "benchmarks/bench.py", *args)
+    session.run("python", "benchmarks/bench_runtime.py", *args)
+    session.run("python", "benchmarks/bench_store.py", *args)
+    session.run("python", "benchmarks/bench_remote.py", *args)
 
 
 @nox.session(python=PY)

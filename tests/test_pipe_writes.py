@@ -219,6 +219,30 @@ async def test_request_many_writes_each_request_as_it_is_made(monkeypatch: pytes
         assert [orjson.loads(line)["params"] for line in taps if b'"method"' in line] == results
 
 
+@pytest.mark.parametrize("tapped", [False, True])
+async def test_request_many_sends_what_it_encoded_before_params_that_do_not_encode(tapped: bool) -> None:
+    """Params that are not JSON (orjson's ``TypeError``) end request_many with that error: the
+    requests encoded before them were sent, each its own line, and are cancelled; the one that
+    did not encode is neither sent nor cancelled."""
+    a_in, b_out = pipe()
+    b_in, a_out = pipe()
+    caller = Connection(a_out, a_in, name="caller", tap=(lambda way, line: None) if tapped else None)
+    received = Messages(b_in).take
+    async with caller:
+        with trio.fail_after(10):
+            with pytest.raises(TypeError):
+                await caller.request_many(ECHO, [{"i": 0}, {"i": 1}, {"i": object()}, {"i": 3}], limit=8)
+            got = await received(4)
+    for stream in (a_in, a_out, b_in, b_out):
+        await stream.aclose()
+    requests, cancels = got[:2], got[2:]
+    assert [(m["method"], m["params"]) for m in requests] == [(ECHO, {"i": 0}), (ECHO, {"i": 1})]
+    assert [(m["method"], m["params"]["requestId"]) for m in cancels] == [
+        ("$/cancel_request", requests[0]["id"]),
+        ("$/cancel_request", requests[1]["id"]),
+    ]
+
+
 async def test_a_stream_of_notifications_many_reads_long_is_handled_a_slice_at_a_time() -> None:
     """Full reads of streamed updates: the reader decodes at most one slice (``_HANDOFF``
     messages) before the handlers of the updates it queued run, also where one read ends and the

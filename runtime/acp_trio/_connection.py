@@ -300,7 +300,12 @@ class _FanSlot(_Slot):
     __slots__ = ("fan", "index", "request_id")
 
     def __init__(self, fan: _Fan, index: int, request_id: int) -> None:
-        super().__init__()
+        # _Slot.__init__'s fields set here: one frame less for each request request_many sends
+        self.done = False
+        self.task = None
+        self.result = None
+        self.error = None
+        self.seq = 0
         self.fan = fan
         self.index = index  # its place in the call's params
         self.request_id = request_id
@@ -725,6 +730,28 @@ class Connection:
                     return
                 line = line[sent:]
         self._append(line)
+
+    def _enqueue_each(self, lines: list[bytes]) -> None:
+        """``_enqueue(line, eager=True)`` for each of ``lines`` in order, a write each as there, with
+        the checks that nothing between two of them can change made once (a burst of requests of
+        :meth:`request_many`: 64 in flight, 3% of the sender's instructions)."""
+        fd_stream = self._fd_stream
+        if self.tap is not None or fd_stream is None or self._closed is not None:
+            for line in lines:
+                self._enqueue(line, eager=True)
+            return
+        fd = -1 if self._writing else fd_stream.fileno()  # (-1 once the stream is closed)
+        outbox = self._outbox  # (the writer swaps it for a new one only while this side awaits)
+        for line in lines:
+            if fd >= 0 and not outbox:
+                try:
+                    sent = os.write(fd, line)
+                except OSError:  # would block, or broken: the writer retries and reports
+                    sent = 0
+                if sent == len(line):
+                    continue
+                line = line[sent:]
+            self._append(line)
 
     def _append(self, line: bytes) -> None:
         """Queue ``line`` for the writer, waking it if the outbox was empty (unless the reader holds output)."""
@@ -1693,13 +1720,17 @@ class Connection:
                         raise self._closed.clone()
                     if self._read_closed is not None:
                         raise self._read_closed.clone()
-                    while sent < len(todo) and len(in_flight) < limit:
-                        request_id = self._next_request_id
-                        self._next_request_id = request_id + 1
-                        slot = _FanSlot(fan, sent, request_id)
-                        self._pending[request_id] = in_flight[request_id] = slot
-                        self._enqueue(_encode_request(request_id, method, todo[sent]), eager=True)
-                        sent += 1
+                    burst: list[bytes] = []
+                    try:
+                        while sent < len(todo) and len(in_flight) < limit:
+                            request_id = self._next_request_id
+                            self._next_request_id = request_id + 1
+                            burst.append(_encode_request(request_id, method, todo[sent]))
+                            slot = _FanSlot(fan, sent, request_id)
+                            self._pending[request_id] = in_flight[request_id] = slot
+                            sent += 1
+                    finally:  # what was encoded goes out even if a later request's params do not encode
+                        self._enqueue_each(burst)
                     if len(self._outbox) > _HIGH_WATER:
                         await self._backpressure()
                     if not fan.done:  # (answered at once only when the connection failed meanwhile)
