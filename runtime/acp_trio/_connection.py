@@ -723,13 +723,9 @@ class Connection:
             # not inside send_all) so order is kept, and fileno() is -1 once the stream is closed.
             fd = self._fd_stream.fileno()
             if fd >= 0:
-                try:
-                    sent = os.write(fd, line)
-                except OSError:  # would block, or broken: the writer retries and reports
-                    sent = 0
-                if sent == len(line):
+                line = _write_at_once(fd, line)
+                if not line:
                     return
-                line = line[sent:]
         self._append(line)
 
     def _eager_sender(self) -> Callable[[bytes], None]:
@@ -742,17 +738,13 @@ class Connection:
             return partial(self._enqueue, eager=True)
         fd = fd_stream.fileno()  # (-1 once the stream is closed)
         outbox = self._outbox  # (the writer swaps it for a new one only while this side awaits)
-        write, append = os.write, self._append
+        append = self._append
 
         def send(line: bytes) -> None:
             if fd >= 0 and not outbox:
-                try:
-                    sent = write(fd, line)
-                except OSError:  # would block, or broken: the writer retries and reports
-                    sent = 0
-                if sent == len(line):
+                line = _write_at_once(fd, line)
+                if not line:
                     return
-                line = line[sent:]
             append(line)
 
         return send
@@ -1923,6 +1915,17 @@ class Connection:
     async def send_notification(self, spec: MethodSpec, params: Any) -> None:
         """Typed :meth:`notify`: encode ``params`` as ``spec.params_type``."""
         await self.notify(spec.method, self.converter.unstructure_fn(spec.params_type)(params))
+
+
+def _write_at_once(fd: int, line: bytes) -> bytes:
+    """Write ``line`` to the non-blocking ``fd`` now; return what was not written (``b""``: all of
+    it), for the writer task to send.  A write that would block or fails writes nothing here: the
+    writer retries it and reports a broken pipe."""
+    try:
+        sent = os.write(fd, line)
+    except OSError:
+        return line
+    return line[sent:] if sent < len(line) else b""
 
 
 async def _awaited(awaitable: Awaitable[Any]) -> Any:

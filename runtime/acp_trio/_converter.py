@@ -1077,7 +1077,8 @@ class AcpConverter(cattrs.Converter):
         if lb not in ns:
             ns[lb], ns[lu] = inliner.class_learner(v, ns[union])
         lines = [f"{ind}{v} = {value}", f"{ind}{v}c = {v}.__class__"]
-        for j, member in enumerate(inliner.plan.get(v, {})):
+        learnt = inliner.plan.get(v, {})
+        for j, member in enumerate(learnt):
             q = f"{v}_{j}_"
             if f"{q}_cls" not in ns:
                 ns[f"{q}_cls"] = member
@@ -1090,7 +1091,7 @@ class AcpConverter(cattrs.Converter):
             lines.append(f"{ind}    else:")
             lines += self._unstructure_full(member, v, q, ns, ind + "        ")
             lines.append(f"{ind}        {v} = {q}d")
-        lines.append(f"{ind}{'el' if len(lines) > 2 else ''}if {v} is not None:")
+        lines.append(f"{ind}{'el' if learnt else ''}if {v} is not None:")
         lines.append(f"{ind}    {v} = ({lb}.get({v}c) or {lu})({v})")
         return lines
 
