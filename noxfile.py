@@ -6,6 +6,7 @@ properties_full, conformance, demo, llm_demo.
 
 from __future__ import annotations
 
+import os
 import tempfile
 from pathlib import Path
 
@@ -27,11 +28,64 @@ def group(name: str) -> list[str]:
     return list(nox.project.dependency_groups(PYPROJECT, name))
 
 
+# What `tests` leaves out when it runs the suite once more on the pure-Python source (what an
+# editable install runs, and a wheel built where mypyc could not compile, hatch_build.py): the tests
+# that spawn processes or peers (interop, processes, transports, the checker), and the generator's,
+# the schemas' and the typing tests, which the compiled modules do not change.  The rest: about 1 min.
+PURE_SKIPS = [
+    "tests/test_bridge.py",
+    "tests/test_check.py",
+    "tests/test_check_client.py",
+    "tests/test_codegen.py",
+    "tests/test_conformance_real.py",
+    "tests/test_docs_examples.py",
+    "tests/test_generated_classes.py",
+    "tests/test_golden.py",
+    "tests/test_interop.py",
+    "tests/test_interop_mcp.py",
+    "tests/test_interop_v2.py",
+    "tests/test_interop_websocket.py",
+    "tests/test_llm_agent.py",
+    "tests/test_mcp.py",
+    "tests/test_mcp_over_acp.py",
+    "tests/test_processes.py",
+    "tests/test_processes_demo.py",
+    "tests/test_processes_demo_store.py",
+    "tests/test_processes_demo_v2.py",
+    "tests/test_processes_readme.py",
+    "tests/test_processes_shutdown.py",
+    "tests/test_properties.py",
+    "tests/test_remote_reconnect.py",
+    "tests/test_testing_kit.py",
+    "tests/test_transport_http.py",
+    "tests/test_transport_http_server.py",
+    "tests/test_transport_websocket.py",
+    "tests/test_transports_suite.py",
+    "tests/test_typing.py",
+]
+COMPILED_CHECK = (
+    "import sys, acp_trio._connection as c, acp_trio._core._framing as f, acp_trio._core._jsonrpc as j\n"
+    "pure = [m.__name__ for m in (c, f, j) if not m.__file__.endswith(('.so', '.pyd'))]\n"
+    "sys.exit(f'not compiled: {pure}' if pure else 0)\n"
+)
+"""Fails unless the modules hatch_build.py compiles were imported from their extensions."""
+
+
 @nox.session(python=PY)
 def tests(session: nox.Session) -> None:
-    """Run the test suite (property tests in their bounded CI profile)."""
-    session.install("-e", ".[codegen,mcp,otel,remote,llm]", *group("test"), *group("lint"), *group("docs"))
+    """Run the test suite (property tests in their bounded CI profile) on the wheel as it ships, the
+    runtime's hot modules compiled by mypyc (hatch_build.py), then once more on the pure-Python
+    source (all but PURE_SKIPS).  `nox -s tests -- ARGS` runs `pytest ARGS` on the compiled wheel only."""
+    extras = ".[codegen,mcp,otel,remote,llm]"
+    session.install(extras, *group("test"), *group("lint"), *group("docs"), env={"ACP_TRIO_COMPILE": "1"})
+    session.run("python", "-c", COMPILED_CHECK)
     session.run("python", "-m", "pytest", *session.posargs)
+    if not session.posargs:
+        source = os.pathsep.join([str(ROOT / "runtime"), str(ROOT / "generated")])
+        pure = "import sys, acp_trio._connection as c; sys.exit(0 if c.__file__.endswith('.py') else c.__file__)"
+        session.run("python", "-c", pure, env={"PYTHONPATH": source})
+        skips = [f"--ignore={path}" for path in PURE_SKIPS]
+        session.run("python", "-m", "pytest", *skips, env={"PYTHONPATH": source})
 
 
 @nox.session(python=PY)
@@ -82,7 +136,7 @@ def regenerate(session: nox.Session) -> None:
 @nox.session(python=PY)
 def check_generated(session: nox.Session) -> None:
     """Regenerate into a temporary directory and fail when generated/ differs."""
-    session.install(".[codegen]")
+    session.install(".[codegen]", env={"ACP_TRIO_COMPILE": "0"})  # (the generator needs no compiled runtime)
     session.run("python", "-m", "codegen", "--check")
 
 
@@ -103,7 +157,8 @@ def bench(session: nox.Session) -> None:
     bridge) side by side with the TypeScript SDK.  Once per interpreter of BENCH_PYTHONS (`bench-3.13`:
     one of them; one nox cannot find is skipped).  Options (`--quick`, `--json PATH`, `--strict`) go to
     all; `--json PATH` becomes PATH with the interpreter's version before its suffix (`out-3.13.json`)."""
-    session.install(".[remote]", *group("bench"), "jsonschema")
+    session.install(".[remote]", *group("bench"), "jsonschema", env={"ACP_TRIO_COMPILE": "1"})
+    session.run("python", "-c", COMPILED_CHECK)  # the benchmarks measure the wheel as it ships
     args = list(session.posargs)
     if "--json" in args[:-1]:
         at = args.index("--json") + 1
@@ -117,12 +172,13 @@ def bench(session: nox.Session) -> None:
 
 @nox.session(python=PY)
 def build(session: nox.Session) -> None:
-    """Build sdist and wheel, install the wheel into a fresh venv and import every variant."""
+    """Build sdist and wheel (the wheel compiled, hatch_build.py), install the wheel into a fresh venv,
+    import every variant and check the compiled modules load."""
     session.install("build")
     dist = ROOT / "dist"
     for old in dist.glob("acp_trio-*"):
         old.unlink()
-    session.run("python", "-m", "build", "--outdir", str(dist))
+    session.run("python", "-m", "build", "--outdir", str(dist), env={"ACP_TRIO_COMPILE": "1"})
     wheels = sorted(dist.glob("acp_trio-*.whl"))
     if len(wheels) != 1 or not sorted(dist.glob("acp_trio-*.tar.gz")):
         session.error(f"expected one wheel and one sdist in {dist}")
@@ -144,6 +200,7 @@ def build(session: nox.Session) -> None:
             "print('wheel OK')\n"
         )
         session.run(py, "-c", check, external=True, env={"PYTHONPATH": ""})
+        session.run(py, "-c", COMPILED_CHECK, external=True, env={"PYTHONPATH": ""})
 
 
 @nox.session(python=PY)

@@ -274,7 +274,7 @@ async def test_a_request_error_marks_the_span(tmp_path: Any) -> None:
     assert attributes["rpc.response.status_code"] == attributes["error.type"] == str(acp_trio.RESOURCE_NOT_FOUND)
     assert attributes["acp.session.id"] == "missing"
     assert [e.name for e in not_found.events] == ["exception"]
-    assert (not_found.events[0].attributes or {})["exception.type"] == "acp_trio._core._jsonrpc.RequestError"
+    assert (not_found.events[0].attributes or {})["exception.type"] == "acp_trio._core._errors.RequestError"
     # another exception is answered with -32603, and recorded so
     assert crashed.status.status_code is StatusCode.ERROR
     assert (crashed.attributes or {})["rpc.jsonrpc.error_code"] == acp_trio.INTERNAL_ERROR

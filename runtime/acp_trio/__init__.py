@@ -39,7 +39,7 @@ from ._spec import UNSET, MethodSpec, UnsetType
 
 if TYPE_CHECKING:
     from ._capabilities import CapabilityError
-    from ._connection import Connection, ConnectionClosed, Instrumentation, RequestTimeout, Route, Tap
+    from ._connection import Connection, Instrumentation, Route, Tap
     from ._converter import AcpConverter, DecodeError, dumps, loads, value_or_default
     from ._core import (
         AUTH_REQUIRED,
@@ -52,6 +52,7 @@ if TYPE_CHECKING:
         RESOURCE_NOT_FOUND,
         RequestError,
     )
+    from ._errors import ConnectionClosed, RequestTimeout
     from ._roles import AgentSideConnection, ClientSideConnection, ProtocolVersionError
     from ._sessions import SessionInfo, SessionRegistry
     from .agent_terminal import TerminalHandle, open_terminal
@@ -131,7 +132,8 @@ _LAZY = {
         "RequestError",
     ),
     "_capabilities": ("CapabilityError",),
-    "_connection": ("Connection", "ConnectionClosed", "Instrumentation", "RequestTimeout", "Route", "Tap"),
+    "_connection": ("Connection", "Instrumentation", "Route", "Tap"),
+    "_errors": ("ConnectionClosed", "RequestTimeout"),
     "_sessions": ("SessionInfo", "SessionRegistry"),
     "agent_terminal": ("TerminalHandle", "open_terminal"),
     "fs": ("SessionFileSystem",),

@@ -27,12 +27,11 @@ import errno
 import logging
 import math
 import os
-import signal as _signal
 import stat
 import types
 from collections import deque
-from collections.abc import Awaitable, Callable, Hashable, Iterable, Mapping
-from contextlib import AbstractContextManager, asynccontextmanager
+from collections.abc import Awaitable, Callable, Hashable, Iterable, Iterator, Mapping
+from contextlib import AbstractContextManager
 from functools import partial
 from typing import Any, Final, Literal, Protocol, TypeAlias, cast
 
@@ -42,7 +41,8 @@ import trio
 from . import _core
 from ._converter import DecodeError
 from ._core import RequestError, RequestId
-from ._nursery import owned_nursery
+from ._errors import ConnectionClosed, RequestTimeout
+from ._nursery import serving
 from ._spec import MethodSpec
 
 log = logging.getLogger("acp_trio.connection")
@@ -98,79 +98,6 @@ _wait_task_rescheduled = trio.lowlevel.wait_task_rescheduled
 _reschedule = trio.lowlevel.reschedule
 _wait_readable = trio.lowlevel.wait_readable
 _CoroutineType: Final = types.CoroutineType
-
-
-class ConnectionClosed(Exception):
-    """The connection closed (closed locally, end of stream, or a broken pipe) before the operation finished.
-
-    ``reason``: a short human-readable cause.  When the peer is a process this side spawned
-    (:func:`acp_trio.spawn_agent`), how it ended: ``pid``, ``exit_code`` (its exit status, or
-    ``None``), ``signal`` (the number of the signal that killed it, or ``None``; both ``None``
-    while it still runs) and ``stderr_tail`` (its last stderr lines, at most 20 lines / 4 KiB).
-    ``str(exc)`` says all of it, so printing the exception tells the user why.
-    """
-
-    def __init__(
-        self,
-        reason: str = "connection closed",
-        *,
-        pid: int | None = None,
-        exit_code: int | None = None,
-        signal: int | None = None,
-        stderr_tail: tuple[str, ...] = (),
-    ) -> None:
-        self.reason = reason
-        self.pid = pid
-        self.exit_code = exit_code
-        self.signal = signal
-        self.stderr_tail = stderr_tail
-        super().__init__(self._describe())
-
-    def _describe(self) -> str:
-        text = self.reason
-        if self.pid is not None:
-            if self.signal is not None:
-                try:
-                    name = _signal.Signals(self.signal).name
-                except ValueError:
-                    name = f"signal {self.signal}"
-                text += f"; the agent process (pid {self.pid}) was killed by {name}"
-            elif self.exit_code is not None:
-                text += f"; the agent process (pid {self.pid}) exited with code {self.exit_code}"
-            else:
-                text += f"; the agent process (pid {self.pid}) closed its output but is still running"
-            if self.stderr_tail:
-                text += "; its last stderr lines:\n" + "\n".join("    " + line for line in self.stderr_tail)
-            elif self.signal is not None or self.exit_code:
-                text += " and wrote nothing to stderr (run the command by hand to see why)"
-        return text
-
-    def __reduce__(self) -> Any:
-        details = {"pid": self.pid, "exit_code": self.exit_code, "signal": self.signal, "stderr_tail": self.stderr_tail}
-        return (_rebuild_closed, (self.reason, details))
-
-    def clone(self) -> ConnectionClosed:
-        """A new exception with the same reason and details (each raise gets its own traceback)."""
-        return type(self)(
-            self.reason, pid=self.pid, exit_code=self.exit_code, signal=self.signal, stderr_tail=self.stderr_tail
-        )
-
-
-def _rebuild_closed(reason: str, details: dict[str, Any]) -> ConnectionClosed:
-    return ConnectionClosed(reason, **details)
-
-
-class RequestTimeout(TimeoutError):
-    """An outbound request got no response within its timeout; ``$/cancel_request`` was sent for it.
-
-    ``method``: the request's method.  ``timeout``: the limit, in seconds.  ``request_id``: its id.
-    """
-
-    def __init__(self, method: str, timeout: float, request_id: RequestId) -> None:
-        super().__init__(f"{method} (request id {request_id!r}) got no response within {timeout:g} s")
-        self.method = method
-        self.timeout = timeout
-        self.request_id = request_id
 
 
 class Route:
@@ -498,7 +425,7 @@ class Connection:
         self._inbound: dict[RequestId | None, _Job] = {}  # running inbound requests
         self._groups: dict[Hashable, set[_Job]] = {}  # running inbound requests by cancel group
         self._new_jobs: list[_Job] = []  # requests read to be handed out (batches, the end of input)
-        self._inline = True  # the reader runs each request it reads at once (not at the end of input)
+        self._inline_requests = True  # the reader runs each request it reads at once (not at the end of input)
         # the request the reader ran that has to wait (it goes on with it), and the context its first step ran in
         self._waiting: tuple[_Job, contextvars.Context] | None = None
         # the cancel group of the request whose first step the reader runs with no job yet, and
@@ -563,7 +490,8 @@ class Connection:
         await self._closed_event.wait()
 
     async def __aenter__(self) -> Connection:
-        self._cm = self._running()
+        # the body's exception (a ConnectionClosed from a request, say) comes out as itself
+        self._cm = serving(self._service, self.aclose)
         await self._cm.__aenter__()
         return self
 
@@ -571,16 +499,6 @@ class Connection:
         cm, self._cm = self._cm, None
         result: bool | None = await cm.__aexit__(*exc)
         return result
-
-    @asynccontextmanager
-    async def _running(self) -> Any:
-        # the body's exception (a ConnectionClosed from a request, say) comes out as itself
-        async with owned_nursery() as nursery:
-            await nursery.start(self._service)
-            try:
-                yield self
-            finally:
-                await self.aclose()
 
     async def _service(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         with self._service_scope:
@@ -969,7 +887,7 @@ class Connection:
                         self._read_reason = f"read failed: {exc!r}"
                         break
                     if not data:
-                        self._inline = False  # the reader is ending: requests go to pool tasks
+                        self._inline_requests = False  # the reader is ending: requests go to pool tasks
                         self._on_lines_to_pool(self._framer.close())
                         self._flush()
                         break
@@ -984,7 +902,7 @@ class Connection:
                 else:
                     items, self._backlog = backlog, []
                 self._holding = True
-                self._role_offer = None
+                self._forget_role_offer()
                 self._on_lines(items)
                 if self._waiting is not None:  # a request that has to wait: this task goes on with it
                     waiting, me.task.context = self._waiting  # the rest runs where its first step did
@@ -1060,14 +978,21 @@ class Connection:
                         await self._park_serial()
         self._mark_closed(error)
 
+    def _forget_role_offer(self) -> None:
+        """Drop an offer of the reader role that a read left (see :meth:`_read_loop`).  A method, not
+        an assignment there: mypy would take the attribute for ``None`` until the offer is read back,
+        after :meth:`_on_lines` set it, and mypyc compiles what mypy infers."""
+        self._role_offer = None
+
     def _on_lines(self, items: list[bytes | _core.OversizedMessage]) -> None:
         """Handle the lines of one read (or a slice of them, as ``LineFramer.feed_raw`` gives them:
         each with its newline, blank ones included), in order: one call for all of them, not one
         per line, since a streamed update costs little more than that call."""
         loads = _loads
         tap = self.tap
-        # (typed as lines: an oversized line's marker, the one other item, fails to parse and goes its way)
-        lines = iter(cast("list[bytes]", items))
+        # (Any, not bytes: an oversized line's marker, the one other item, fails to parse and goes its
+        # way; a compiled module checks what it is told)
+        lines: Iterator[Any] = iter(items)
         for item in lines:
             if tap is not None and type(item) is bytes and not item.isspace():  # (a blank line is no message)
                 tap("in", _core.without_eol(item))
@@ -1192,7 +1117,7 @@ class Connection:
             line = self._dispatch(msg, answers)
             if line is not None:
                 answers.append(line)
-        if self._new_jobs and self._inline:  # its requests run now, as the reader's own do
+        if self._new_jobs and self._inline_requests:  # its requests run now, as the reader's own do
             self._run_new_jobs()
         if answers:
             assert self._nursery is not None
@@ -1326,7 +1251,7 @@ class Connection:
     # -- inbound requests ------------------------------------------------------------------------
     def _on_request(
         self,
-        request_id: RequestId,
+        request_id: RequestId | None,
         method: str,
         raw_params: Any,
         batch: list[bytes | None] | None,
@@ -1358,7 +1283,7 @@ class Connection:
                 log.exception("%s: on_receive hook for %r raised", self.name, method)
         if self.instrumentation is not None:
             route = self._traced_route(route, "request", raw_params)
-        inline = batch is None and self._inline
+        inline = batch is None and self._inline_requests
         if inline and (route.serial_key is None or not self._queues):
             # No wait for earlier notifications: run its handler now.  It gets a job only if it
             # has to wait, and most answers need nothing more.  A request in a cancel group joins
@@ -1613,61 +1538,65 @@ class Connection:
         """Hold the reader role in ``task`` (the caller of :meth:`request`, or of :meth:`request_many`:
         ``slot`` is then its :class:`_Fan`) until ``slot`` is answered (``slot.done``); hand it back
         to the pool and wait on ``slot`` when the input needs the pool's reader."""
-        fd_stream = self._fd_receive
-        keep = False  # slot answered: the role stays with the task (_resume hands it back)
+        answered = False  # slot answered: the role stays with the task (_resume hands it back)
         try:
-            while True:
-                fd = fd_stream.fileno()
-                if fd < 0:
-                    break
-                self._role_waiting = True
-                try:
-                    await _wait_readable(fd)
-                except trio.ClosedResourceError:  # closed (see _fail_pending)
-                    break
-                finally:
-                    self._role_waiting = False
-                try:
-                    data = os.read(fd, _READ_SIZE)
-                except BlockingIOError:
-                    continue
-                except OSError:  # the pool's reader meets it again, and reports it
-                    break
-                if not data:  # the end of input: the pool's reader ends the connection
-                    break
-                items = self._framer.feed_raw(data)
-                full = len(data) == _READ_SIZE  # (_read_full is false while the role is lent)
-                if full or len(items) > _HANDOFF:
-                    # a large read (and more may wait): the pool's reader handles it, a slice at a time
-                    self._backlog, self._read_full = items, full
-                    break
-                # in the connection's context, not the handler's: what this read starts (notification
-                # handlers, pool tasks) and the hooks it runs see none of the handler's variables
-                base = self._job_context  # _new_context, inlined: this runs for every read
-                (base.copy() if base is not None else contextvars.copy_context()).run(self._on_lines_to_pool, items)
-                self._flush()
-                if self._closed is not None:
-                    break
-                if slot.done:
-                    keep = True
-                    return
+            answered = await self._read_until_answered(slot)
         finally:
-            if not keep and self._role_holder is task:
+            if not answered and self._role_holder is task:
                 self._release_role()
-        if not slot.done:
+        if not answered and not slot.done:
             slot.task = task
             await _wait_task_rescheduled(slot.abort)
+
+    async def _read_until_answered(self, slot: _Slot | _Fan) -> bool:
+        """:meth:`_read_for`'s reads: True once ``slot`` is answered, False when the input needs the
+        pool's reader (closed, ended, failed, or a large read)."""
+        fd_stream = self._fd_receive
+        while True:
+            fd = fd_stream.fileno()
+            if fd < 0:
+                return False
+            self._role_waiting = True
+            try:
+                await _wait_readable(fd)
+            except trio.ClosedResourceError:  # closed (see _fail_pending)
+                return False
+            finally:
+                self._role_waiting = False
+            try:
+                data = os.read(fd, _READ_SIZE)
+            except BlockingIOError:
+                continue
+            except OSError:  # the pool's reader meets it again, and reports it
+                return False
+            if not data:  # the end of input: the pool's reader ends the connection
+                return False
+            items = self._framer.feed_raw(data)
+            full = len(data) == _READ_SIZE  # (_read_full is false while the role is lent)
+            if full or len(items) > _HANDOFF:
+                # a large read (and more may wait): the pool's reader handles it, a slice at a time
+                self._backlog, self._read_full = items, full
+                return False
+            # in the connection's context, not the handler's: what this read starts (notification
+            # handlers, pool tasks) and the hooks it runs see none of the handler's variables
+            base = self._job_context  # _new_context, inlined: this runs for every read
+            (base.copy() if base is not None else contextvars.copy_context()).run(self._on_lines_to_pool, items)
+            self._flush()
+            if self._closed is not None:
+                return False
+            if slot.done:
+                return True
 
     def _on_lines_to_pool(self, items: list[bytes | _core.OversizedMessage]) -> None:
         """:meth:`_on_lines` with every request read handed to a pool task, none run here: in a
         handler's task that holds the reader role (a first step run there would tie the request to
         it, see :meth:`_read_for`), and at the end of input."""
-        inline, self._inline = self._inline, False
+        inline, self._inline_requests = self._inline_requests, False
         self._holding = True
         try:
             self._on_lines(items)
         finally:
-            self._inline = inline
+            self._inline_requests = inline
         jobs = self._new_jobs
         if jobs:
             self._new_jobs = []

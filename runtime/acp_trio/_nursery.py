@@ -14,7 +14,7 @@ way where exactly one error is the user's own.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 
 import trio
@@ -56,3 +56,16 @@ async def owned_nursery() -> AsyncIterator[trio.Nursery]:
         finally:
             body.__cause__, body.__context__, body.__suppress_context__ = cause, context, suppress
             del body, group
+
+
+@asynccontextmanager
+async def serving(service: Callable[..., Awaitable[None]], close: Callable[[], Awaitable[None]]) -> AsyncIterator[None]:
+    """Start ``service`` in an :func:`owned_nursery` (``nursery.start(service)``: it calls
+    ``task_status.started()`` once it serves), run the body, then ``await close()`` however the
+    body ended (a connection's ``async with``)."""
+    async with owned_nursery() as nursery:
+        await nursery.start(service)
+        try:
+            yield
+        finally:
+            await close()

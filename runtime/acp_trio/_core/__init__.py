@@ -7,8 +7,7 @@ test, or by anything else.  The trio shell lives in :mod:`acp_trio._connection`.
 
 from __future__ import annotations
 
-from ._framing import DEFAULT_MAX_MESSAGE_SIZE, OVERSIZED_HEAD, LineFramer, OversizedMessage, without_eol
-from ._jsonrpc import (
+from ._errors import (
     AUTH_REQUIRED,
     INTERNAL_ERROR,
     INVALID_PARAMS,
@@ -17,13 +16,16 @@ from ._jsonrpc import (
     PARSE_ERROR,
     REQUEST_CANCELLED,
     RESOURCE_NOT_FOUND,
+    RequestError,
+)
+from ._framing import DEFAULT_MAX_MESSAGE_SIZE, OVERSIZED_HEAD, LineFramer, OversizedMessage, without_eol
+from ._jsonrpc import (
     Batch,
     ErrorResponse,
     Invalid,
     Message,
     Notification,
     Request,
-    RequestError,
     RequestId,
     Response,
     encode_error,
