@@ -12,8 +12,8 @@ first.  An editable install (``pip install -e .``) stays pure Python, so an edit
 - ``1``: compile, and fail the build when that fails (CI, the benchmarks);
 - ``0``: build a pure-Python wheel.
 
-The compiled modules are type-checked by mypy as mypyc compiles them, against the runtime
-dependencies installed beside the hook (see ``[tool.hatch.build.targets.wheel.hooks.custom]``).
+mypy reads the compiled modules as mypyc compiles them (:data:`MYPY_OPTIONS`); ``pyproject.toml``
+pins both, as ``[tool.hatch.build.targets.wheel.hooks.custom]``'s dependencies.
 """
 
 from __future__ import annotations
@@ -38,6 +38,12 @@ framer and JSON-RPC's envelopes.  Everything else (the converter's generated hoo
 Python."""
 
 ENV = "ACP_TRIO_COMPILE"
+
+MYPY_OPTIONS = ("--no-site-packages", "--ignore-missing-imports", "--follow-imports=silent")
+"""How mypy reads the code as mypyc compiles it: none of the installed packages (a third-party
+type is ``Any`` to it, so what is installed where the wheel is built does not change the compiled
+code), and only the compiled modules' own errors count.  Our own types (``runtime/``,
+``generated/``) and the standard library's (typeshed, in mypy) it knows."""
 
 _SETUP = """\
 import sys
@@ -95,7 +101,7 @@ class MypycBuildHook(BuildHookInterface):
         root = Path(self.root)
         work = self._work = Path(tempfile.mkdtemp(prefix="acp-trio-mypyc-"))
         out = work / "lib"
-        sources = [str(root / path) for path in COMPILED]
+        sources = [*MYPY_OPTIONS, *(str(root / path) for path in COMPILED)]
         setup = work / "setup.py"
         setup.write_text(_SETUP.format(n=len(sources) + 1, target=str(work / "c")))
         env = dict(os.environ)
