@@ -39,3 +39,12 @@ def dist_version(dist: str) -> str:
         return importlib.metadata.version(dist)
     except importlib.metadata.PackageNotFoundError:
         return "not installed (source tree)"
+
+
+def runtime_build() -> str:
+    """Whether the imported acp_trio runs its hot modules compiled (a wheel built by mypyc,
+    ``hatch_build.py``) or as Python (an editable install, the source tree, a pure wheel)."""
+    import acp_trio._connection
+
+    compiled = (acp_trio._connection.__file__ or "").endswith((".so", ".pyd"))
+    return "compiled (mypyc)" if compiled else "pure Python"

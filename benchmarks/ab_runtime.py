@@ -5,7 +5,10 @@ Usage::
     python benchmarks/ab_runtime.py [--rounds N] [--placement kernel|same|split] BASE [COMMAND ...]
 
 ``BASE`` is a git revision of this repository (checked out into a temporary worktree) or a directory
-holding another checkout; the other version is this checkout.  Each round runs one client process
+holding another checkout, run from its source (pure Python); the other version ("this") is the
+acp-trio this interpreter imports: this checkout's source, or the installed wheel (compiled by mypyc
+where ``nox -s bench`` installed it; the header says which), so ``ab_runtime.py HEAD`` there shows
+what compiling is worth.  Each round runs one client process
 per pair (``benchmarks/runtime/trio_client.py`` driving ``trio_agent.py`` from BASE, then from this
 checkout, then the raw pair; the order reverses every other round), each with 1 warm-up and 3 timed
 prompts of every ``COMMAND`` (default: ``read 2000 1``, ``permission 2000``, ``read 2000 64``).
@@ -34,7 +37,7 @@ _HERE: Final = Path(__file__).resolve().parent
 _REPO: Final = _HERE.parent
 sys.path.insert(0, str(_HERE))
 import bench_runtime as bench  # noqa: E402
-from _shared import subprocess_env, use_source_tree  # noqa: E402
+from _shared import runtime_build, subprocess_env, use_source_tree  # noqa: E402
 
 use_source_tree()
 import acp_schema  # noqa: E402
@@ -59,7 +62,7 @@ def measure(base_tree: Path, rounds: int, commands: tuple[str, ...]) -> dict[tup
         # separate byte-code caches: the two trees' sources differ under the same module names
         envs = {
             "base": version_env(subprocess_env(pycache_base, acp_schema, acp_trio), base_tree),
-            "this": version_env(subprocess_env(pycache_this, acp_schema, acp_trio), _REPO),
+            "this": subprocess_env(pycache_this, acp_schema, acp_trio),  # what this interpreter imports
             "raw": subprocess_env(pycache_this, acp_schema, acp_trio),
         }
         for i in range(rounds):
@@ -76,7 +79,8 @@ def measure(base_tree: Path, rounds: int, commands: tuple[str, ...]) -> dict[tup
 
 def report(results: dict[tuple[str, str], dict[str, list[float]]], commands: tuple[str, ...], base: str) -> None:
     med = statistics.median
-    print(f"medians, ms per prompt; base = {base}, this = {_REPO}")
+    this = Path(acp_trio.__file__ or "").parent
+    print(f"medians, ms per prompt; base = {base} (pure Python), this = {this} ({runtime_build()})")
     for command in commands:
         raw = med(results[("raw", command)]["wall"])
         for version in ("base", "this", "raw"):

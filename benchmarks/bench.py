@@ -50,7 +50,7 @@ from pathlib import Path
 from typing import Any, Final, cast
 
 import acp.schema as official_schema
-from _shared import dist_version, subprocess_env, use_source_tree
+from _shared import dist_version, runtime_build, subprocess_env, use_source_tree
 from acp.utils import serialize_params
 from corpus import CORPUS, DEF_NAMES, SCHEMA_PATH, Part, label, validate_corpus
 from pydantic import BaseModel
@@ -287,7 +287,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     print(f"Python {platform.python_version()} ({sys.executable})")
     print(
-        f"acp-trio {dist_version('acp-trio')} [{Path(acp_trio.__file__ or '').parent}], "
+        f"acp-trio {dist_version('acp-trio')} [{Path(acp_trio.__file__ or '').parent}, {runtime_build()}], "
         f"cattrs {dist_version('cattrs')}; "
         f"agent-client-protocol {dist_version('agent-client-protocol')}, pydantic {dist_version('pydantic')}"
     )

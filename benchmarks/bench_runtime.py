@@ -97,7 +97,7 @@ _HERE: Final = Path(__file__).resolve().parent
 _SCRIPTS: Final = _HERE / "runtime"
 _REPO: Final = _HERE.parent
 
-from _shared import dist_version, subprocess_env, use_source_tree  # noqa: E402  (after the constants it does not need)
+from _shared import dist_version, runtime_build, subprocess_env, use_source_tree  # noqa: E402  (after the constants it does not need)
 
 use_source_tree()
 import acp_schema  # noqa: E402
@@ -694,7 +694,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     npm_dir, ts_note = ts_sdk_dir()
     print(f"\nRuntime benchmark: Python {platform.python_version()} ({sys.executable}); node {node_version()}")
     print(
-        f"acp-trio {dist_version('acp-trio')} [{Path(acp_trio.__file__ or '').parent}], trio {dist_version('trio')}; "
+        f"acp-trio {dist_version('acp-trio')} [{Path(acp_trio.__file__ or '').parent}, {runtime_build()}], "
+        f"trio {dist_version('trio')}; "
         f"agent-client-protocol {dist_version('agent-client-protocol')}; orjson {dist_version('orjson')}; "
         + (f"{TS_SDK} [{npm_dir}]" if npm_dir else f"TypeScript SDK {ts_note}")
     )
@@ -733,6 +734,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "python": platform.python_version(),
             "node": node_version(),
             "versions": {d: dist_version(d) for d in ("acp-trio", "trio", "agent-client-protocol", "orjson")},
+            "acp_trio_build": runtime_build(),
             "ts_sdk": TS_SDK if npm_dir else ts_note,
             "statistic": "median",
             "pairs": {p.key: p.label for p in run},

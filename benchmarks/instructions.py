@@ -52,7 +52,7 @@ from typing import Final
 _HERE: Final = Path(__file__).resolve().parent
 _SCRIPTS: Final = _HERE / "runtime"
 sys.path.insert(0, str(_SCRIPTS))
-from _shared import subprocess_env, use_source_tree  # noqa: E402
+from _shared import runtime_build, subprocess_env, use_source_tree  # noqa: E402
 
 use_source_tree()
 from common import expected, parse_command  # noqa: E402
@@ -130,7 +130,7 @@ def main() -> int:
     if shutil.which("valgrind") is None:
         print("valgrind is not installed (Debian: apt-get install valgrind)")
         return 1
-    print(f"acp-trio [{Path(acp_trio.__file__ or '').parent}], Python {sys.version.split()[0]}")
+    print(f"acp-trio [{Path(acp_trio.__file__ or '').parent}, {runtime_build()}], Python {sys.version.split()[0]}")
     what = "cachegrind: instructions, L1 instruction misses (I1), L1 data misses (D1)" if args.cache else "callgrind"
     print(f"instructions per update (or request), {what}, median of {args.runs} (range)")
     with tempfile.TemporaryDirectory(prefix="acp-instructions-") as tmp:
