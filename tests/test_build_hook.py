@@ -1,0 +1,78 @@
+"""The compiled runtime's build hook (hatch_build.py) agrees with what checks and relies on it.
+
+Three places name the modules mypyc compiles: the hook's ``COMPILED``, the mypy override that turns
+on ``warn_unreachable`` for them (pyproject.toml) and nox's ``COMPILED_CHECK``.  A module added to
+one and not the others would be compiled unchecked, or checked and not compiled.  And a compiled
+module must define no exception class: code elsewhere subclasses them (``FsError``,
+``WebSocketConnectError``), which a class compiled by mypyc does not allow.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import inspect
+import tomllib
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _assigned(path: Path, name: str) -> object:
+    """The literal value assigned to ``name`` at the top level of ``path`` (read, not imported:
+    hatch_build.py imports hatchling, which the test environment need not have)."""
+    for node in ast.parse(path.read_text(encoding="utf-8")).body:
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name for t in node.targets):
+            return ast.literal_eval(node.value)
+    raise AssertionError(f"{path.name} assigns no {name}")
+
+
+def _compiled_modules() -> list[str]:
+    paths = _assigned(ROOT / "hatch_build.py", "COMPILED")
+    assert isinstance(paths, tuple)
+    modules = []
+    for path in paths:
+        assert path.startswith("runtime/") and path.endswith(".py"), path
+        assert (ROOT / path).is_file(), path
+        modules.append(path.removeprefix("runtime/").removesuffix(".py").replace("/", "."))
+    return modules
+
+
+def test_the_compiled_modules_are_the_ones_mypy_checks_for_mypyc() -> None:
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    overrides = [o for o in config["tool"]["mypy"]["overrides"] if o.get("warn_unreachable")]
+    assert len(overrides) == 1
+    assert sorted(overrides[0]["module"]) == sorted(_compiled_modules())
+
+
+def test_nox_checks_that_every_compiled_module_loads_compiled() -> None:
+    check = _assigned(ROOT / "noxfile.py", "COMPILED_CHECK")
+    assert isinstance(check, str)
+    imported = ast.parse(check).body[0]
+    assert isinstance(imported, ast.Import)
+    named = {alias.name for alias in imported.names} - {"sys"}
+    assert named == set(_compiled_modules())
+
+
+@pytest.mark.parametrize("module", _compiled_modules())
+def test_a_compiled_module_defines_no_exception_class(module: str) -> None:
+    mod = importlib.import_module(module)
+    defined = [
+        name
+        for name, obj in vars(mod).items()
+        if inspect.isclass(obj) and obj.__module__ == module and issubclass(obj, BaseException)
+    ]
+    assert defined == [], f"{module} defines {defined}: move them to a module mypyc does not compile"
+
+
+def test_the_public_exceptions_can_be_subclassed_with_another_base() -> None:
+    import acp_trio
+
+    for exc in (acp_trio.ConnectionClosed, acp_trio.RequestTimeout, acp_trio.RequestError):
+
+        class Both(exc, ConnectionError):  # type: ignore[misc,valid-type]
+            pass
+
+        assert issubclass(Both, exc)
