@@ -63,12 +63,19 @@ PURE_SKIPS = [
     "tests/test_transports_suite.py",
     "tests/test_typing.py",
 ]
-COMPILED_CHECK = (
-    "import sys, acp_trio._connection as c, acp_trio._core._framing as f, acp_trio._core._jsonrpc as j\n"
-    "pure = [m.__name__ for m in (c, f, j) if not m.__file__.endswith(('.so', '.pyd'))]\n"
-    "sys.exit(f'not compiled: {pure}' if pure else 0)\n"
-)
-"""Fails unless the modules hatch_build.py compiles were imported from their extensions."""
+COMPILED_MODULES = ["acp_trio._connection", "acp_trio._core._framing", "acp_trio._core._jsonrpc"]
+"""The modules hatch_build.py compiles (tests/test_build_hook.py keeps the two lists equal)."""
+
+
+def build_check(compiled: bool) -> str:
+    """A script that fails unless every module of COMPILED_MODULES was imported from its extension
+    (``compiled``) or from its ``.py`` source."""
+    return (
+        f"import importlib, sys\n"
+        f"files = [importlib.import_module(m).__file__ for m in {COMPILED_MODULES!r}]\n"
+        f"wrong = [f for f in files if f.endswith(('.so', '.pyd')) != {compiled!r}]\n"
+        f"sys.exit(f'expected {'compiled' if compiled else 'pure Python'} modules, got {{wrong}}' if wrong else 0)\n"
+    )
 
 
 @nox.session(python=PY)
@@ -78,12 +85,11 @@ def tests(session: nox.Session) -> None:
     source (all but PURE_SKIPS).  `nox -s tests -- ARGS` runs `pytest ARGS` on the compiled wheel only."""
     extras = ".[codegen,mcp,otel,remote,llm]"
     session.install(extras, *group("test"), *group("lint"), *group("docs"), env={"ACP_TRIO_COMPILE": "1"})
-    session.run("python", "-c", COMPILED_CHECK)
+    session.run("python", "-c", build_check(compiled=True))
     session.run("python", "-m", "pytest", *session.posargs)
     if not session.posargs:
         source = os.pathsep.join([str(ROOT / "runtime"), str(ROOT / "generated")])
-        pure = "import sys, acp_trio._connection as c; sys.exit(0 if c.__file__.endswith('.py') else c.__file__)"
-        session.run("python", "-c", pure, env={"PYTHONPATH": source})
+        session.run("python", "-c", build_check(compiled=False), env={"PYTHONPATH": source})
         skips = [f"--ignore={path}" for path in PURE_SKIPS]
         session.run("python", "-m", "pytest", *skips, env={"PYTHONPATH": source})
 
@@ -158,7 +164,7 @@ def bench(session: nox.Session) -> None:
     one of them; one nox cannot find is skipped).  Options (`--quick`, `--json PATH`, `--strict`) go to
     all; `--json PATH` becomes PATH with the interpreter's version before its suffix (`out-3.13.json`)."""
     session.install(".[remote]", *group("bench"), "jsonschema", env={"ACP_TRIO_COMPILE": "1"})
-    session.run("python", "-c", COMPILED_CHECK)  # the benchmarks measure the wheel as it ships
+    session.run("python", "-c", build_check(compiled=True))  # the benchmarks measure the wheel as it ships
     args = list(session.posargs)
     if "--json" in args[:-1]:
         at = args.index("--json") + 1
@@ -200,7 +206,7 @@ def build(session: nox.Session) -> None:
             "print('wheel OK')\n"
         )
         session.run(py, "-c", check, external=True, env={"PYTHONPATH": ""})
-        session.run(py, "-c", COMPILED_CHECK, external=True, env={"PYTHONPATH": ""})
+        session.run(py, "-c", build_check(compiled=True), external=True, env={"PYTHONPATH": ""})
 
 
 @nox.session(python=PY)

@@ -228,12 +228,7 @@ class _FanSlot(_Slot):
     __slots__ = ("fan", "index", "request_id")
 
     def __init__(self, fan: _Fan, index: int, request_id: int) -> None:
-        # _Slot.__init__'s fields set here: one frame less for each request request_many sends
-        self.done = False
-        self.task = None
-        self.result = None
-        self.error = None
-        self.seq = 0
+        super().__init__()
         self.fan = fan
         self.index = index  # its place in the call's params
         self.request_id = request_id
@@ -1000,7 +995,7 @@ class Connection:
                 obj = loads(item)  # (an oversized line's marker is no str or bytes: it fails here, no test before)
             except _JSONDecodeError as exc:
                 if type(item) is not bytes:
-                    self._on_oversized(cast(_core.OversizedMessage, item))
+                    self._on_oversized(item)
                 elif not item.isspace():  # (a blank line: the framer keeps them, see feed_raw)
                     self._seq += 1
                     self._on_message(item, _core.parse_error(exc))
