@@ -69,6 +69,20 @@ def set_project_version(version: str) -> None:
     if n != 1:
         raise SystemExit("pyproject.toml has no `version = ...` line")
     pyproject.write_text(new, encoding="utf-8")
+    add_changelog_entry(f"{version}.0", version)
+
+
+def add_changelog_entry(release: str, schema_version: str, changelog: Path | None = None) -> None:
+    """Open CHANGELOG.md's entry for ``release`` above the others (tests/test_versioning.py wants the
+    newest entry to be the project's version); an entry for it already there is left as it is."""
+    path = changelog or ROOT / "CHANGELOG.md"
+    text = path.read_text(encoding="utf-8")
+    if re.search(rf"(?m)^## {re.escape(release)}\b", text):
+        return
+    entry = f"## {release} (unreleased)\n\nRegenerated from `{PACKAGE}` {schema_version}.\n\n"
+    first = re.search(r"(?m)^## ", text)
+    at = first.start() if first else len(text)
+    path.write_text(text[:at] + entry + text[at:], encoding="utf-8")
 
 
 def main(argv: list[str] | None = None) -> int:
