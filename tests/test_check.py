@@ -412,17 +412,74 @@ async def test_what_the_spec_allows_is_not_a_finding(mode: str, only: list[str],
     assert all(f.status is Status.PASS for f in report.findings), report.text()
 
 
-async def test_an_agent_that_does_not_speak_the_version_asked_is_told_once_not_failed_everywhere() -> None:
-    """migration.mdx: a v1-only agent answers protocolVersion 1 to a v2 client; nothing else applies."""
+V1_ONLY = Path(__file__).parent / "agents" / "v1_only_agent.py"
+NOT_V2 = (
+    "the agent answered protocolVersion 1 to an initialize asking 2: it does not speak protocol version 2; "
+    "drop --protocol 2 to check it in version 1"
+)
+
+
+async def test_an_agent_that_does_not_speak_the_version_asked_fails_the_run_once_not_everywhere() -> None:
+    """migration.mdx: a v1-only agent answers protocolVersion 1 to a v2 client.  Asked to check
+    protocol 2, the run fails: one FAIL saying so and what to run, the checks it stopped one line."""
     with trio.fail_after(60):
-        report = await run_checks([sys.executable, str(RAW), "plain"], protocol=2)
+        report = await run_checks([sys.executable, str(V1_ONLY)], protocol=2)
     first, *rest = report.findings
-    assert (first.name, first.status) == ("initialize.version", Status.SKIP)
-    assert "it does not speak protocol 2 (run --protocol 1)" in first.observed
-    per_check = [f for f in rest if f.name not in {name for name, _t, _s in WHOLE_RUN}]
-    assert per_check and all(f.status is Status.SKIP for f in per_check)
-    assert sum(f.observed == "not checked: see initialize.version" for f in per_check) == len(per_check) - 2
-    assert not report.failed, report.text()
+    assert (first.name, first.status, first.observed) == ("initialize.version", Status.FAIL, NOT_V2)
+    assert report.failed
+    assert [f.name for f in report.findings] == ALL_NAMES  # every check is still in the report (and --json)
+    assert all(f.status is Status.SKIP for f in rest), report.text()
+    assert sum(f.observed == "not checked: see initialize.version" for f in rest) == len(rest) - 2
+    lines = report.text().splitlines()
+    assert lines[1:] == [
+        f"FAIL  initialize.version  {NOT_V2}",
+        f"{'':26}(answers the protocol version asked; docs/protocol/v1/initialization.mdx § Version Negotiation)",
+        f"SKIP  {f'{len(rest)} other checks':18}  not run: see initialize.version",
+        f"1 FAIL, {len(rest)} SKIP",
+    ]
+
+
+def test_the_command_line_says_once_that_the_agent_does_not_speak_the_version_and_exits_1() -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "acp_trio.check", "--protocol", "2", "--", sys.executable, str(V1_ONLY)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert (proc.stdout + proc.stderr).count("does not speak") == 1, proc.stdout + proc.stderr
+    assert f"FAIL  initialize.version  {NOT_V2}\n" in proc.stdout
+    assert proc.stderr == "" and len(proc.stdout.splitlines()) == 5, proc.stdout
+    fine = subprocess.run(
+        [sys.executable, "-m", "acp_trio.check", "--only", "initialize.version", "--", sys.executable, str(V1_ONLY)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert fine.returncode == 0 and "PASS  initialize.version" in fine.stdout, fine.stdout + fine.stderr
+
+
+def test_the_pytest_helpers_fail_on_an_agent_that_does_not_speak_the_version_asked() -> None:
+    from acp_schema import v1
+    from acp_trio.testing import assert_conformant, conformance_tests
+
+    class NotesAgent:
+        def __init__(self, conn: Any) -> None:
+            self.conn = conn
+
+        async def session_new(self, params: v1.NewSessionRequest) -> v1.NewSessionResponse:
+            return v1.NewSessionResponse(session_id="s1")
+
+    with pytest.raises(AssertionError, match=re.escape(NOT_V2)):
+        trio.run(lambda: assert_conformant(NotesAgent, protocol=2))
+    test_conformance = conformance_tests(NotesAgent, protocol=2)
+    with pytest.raises(pytest.fail.Exception, match=re.escape(f"FAIL initialize.version: {NOT_V2}")):
+        test_conformance("initialize.version")
+    with pytest.raises(pytest.skip.Exception, match=r"not checked: see initialize\.version"):
+        test_conformance("session.new")
+    assert trio.run(lambda: assert_conformant(NotesAgent, only=["initialize.version"])).findings[0].status is (
+        Status.PASS
+    )
 
 
 async def test_a_v2_prompt_refused_with_minus_32800_on_cancel_is_a_warning_not_a_cancelled_turn() -> None:

@@ -5,8 +5,14 @@
 spawns the agent once per check (a crash in one does not spoil the others), drives it over stdio as
 a scripted client, and prints one line per check: ``PASS`` / ``FAIL`` / ``WARN`` / ``SKIP``, what
 was observed, and the spec source of the rule.  The exit status is 1 on any FAIL, 0 otherwise
-(2 for a usage error).  Five checks are about the whole run, over every message every agent
-process sent (:data:`WHOLE_RUN`): each stdout line is one JSON-RPC message (``transports.mdx`` §
+(2 for a usage error).  An agent that does not speak the protocol version asked (``--protocol``,
+default 1) answers ``initialize`` with another version: that is a FAIL of ``initialize.version``
+saying so and what to run instead (``the agent answered protocolVersion 1 to an initialize asking
+2: it does not speak protocol version 2; drop --protocol 2 to check it in version 1``), the other
+checks are not run, and the report shows them as one ``SKIP`` line; exit status 1.
+
+Five checks are about the whole run, over every message every agent process sent
+(:data:`WHOLE_RUN`): each stdout line is one JSON-RPC message (``transports.mdx`` §
 stdio), each message validates against the pinned schema of the variant it negotiates
 (``acp_schema.v1/schema.json``), no ``fs/*`` or ``terminal/*`` request reaches a client that did
 not advertise it (``initialization.mdx`` § Client Capabilities; each connection is judged by the
@@ -60,6 +66,11 @@ WHOLE_RUN: tuple[tuple[str, str, str], ...] = (
 source)`` each."""
 
 
+GATE = "initialize.version"
+"""The check the others wait for: when it fails, they are ``SKIP`` with :data:`GATED`."""
+GATED = f"not checked: see {GATE}"
+
+
 @dataclass(frozen=True)
 class Finding:
     """One line of the report."""
@@ -104,12 +115,27 @@ class Report:
         }
 
     def text(self) -> str:
-        """The report as the command line prints it: two lines per finding, then the counts."""
-        width = max((len(f.name) for f in self.findings), default=10)
+        """The report as the command line prints it: two lines per finding, then the counts.
+
+        Once ``initialize.version`` failed (the agent refused ``initialize``, went away, or does not
+        speak the protocol version asked), the checks it stopped (every ``SKIP`` after it) are one
+        line, ``SKIP  31 other checks  not run: see initialize.version``; :attr:`findings` and
+        :meth:`as_json` still hold each."""
+        gate = next((i for i, f in enumerate(self.findings) if f.name == GATE and f.status is not Status.PASS), None)
+        if gate is None:
+            shown, stopped = self.findings, 0
+        else:
+            after = self.findings[gate + 1 :]
+            shown = [*self.findings[: gate + 1], *(f for f in after if f.status is not Status.SKIP)]
+            stopped = len(self.findings) - len(shown)
+        label = f"{stopped} other check{'s' if stopped > 1 else ''}"
+        width = max([len(f.name) for f in shown] + ([len(label)] if stopped else []), default=10)
         lines = [f"acp-trio check: {' '.join(self.command)} (protocol {self.protocol})"]
-        for f in self.findings:
+        for i, f in enumerate(shown):
             lines.append(f"{f.status.value:4}  {f.name:{width}}  {f.observed}")
             lines.append(f"{'':4}  {'':{width}}  ({f.title}; {f.source})")
+            if i == gate and stopped:
+                lines.append(f"{Status.SKIP.value:4}  {label:{width}}  not run: see {GATE}")
         counts = {s: sum(f.status is s for f in self.findings) for s in Status}
         lines.append(", ".join(f"{n} {s.value}" for s, n in counts.items() if n))
         return "\n".join(lines)
@@ -277,9 +303,9 @@ async def _run(
             progress(check.name)
         finding = await _run_one(check, ctx, turn_timeout)
         report.findings.append(finding)
-        if check.name == "initialize.version" and finding.status is not Status.PASS:
+        if check.name == GATE and finding.status is not Status.PASS:
             # the rest would only repeat it: a refused initialize, or a connection in another version
-            gate = "not checked: see initialize.version"
+            gate = GATED
     whole = {
         "stdout.jsonrpc": (seen.not_jsonrpc, f"{seen.messages} messages, every line JSON-RPC"),
         "schema.valid": (seen.invalid, f"{seen.messages} messages valid against {variant}"),
@@ -294,6 +320,9 @@ async def _run(
         if not _selected(name, only, skip):
             continue
         problems, fine = whole[name]
+        if gate is not None and not problems:  # the few messages of a stopped run pass nothing
+            report.findings.append(Finding(name, title, Status.SKIP, gate, source.format(variant=variant), 0.0))
+            continue
         if name == "session.tool-call-ids" and (protocol >= 2 or not (seen.tool_call_count or problems)):
             why = (
                 "protocol 2: tool_call_update is an upsert keyed by toolCallId (docs/protocol/v2/tool-calls.mdx)"

@@ -19,7 +19,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m acp_trio.check",
         description="Check an ACP agent (or, with --client, an ACP client) against the protocol: "
-        "one line per check, exit 1 on any FAIL.",
+        "one line per check, exit 1 on any FAIL (an agent that does not speak the --protocol version "
+        "is one: initialize.version says which version to check instead), 2 when the checks cannot run.",
     )
     parser.add_argument(
         "--client",

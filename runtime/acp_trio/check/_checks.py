@@ -48,6 +48,19 @@ from ._wire import WirePeer
 
 
 # -- initialize --------------------------------------------------------------------------------------
+def unspoken_version(asked: int, answered: int) -> str:
+    """What ``initialize.version`` says when the agent answered another protocol version than the
+    one asked (it does not speak it: ``initialization.mdx`` § Version Negotiation), and what to run."""
+    said = f"the agent answered protocolVersion {answered} to an initialize asking {asked}: it does not speak "
+    if answered == 1:
+        hint = f"drop --protocol {asked} to check it in version 1"
+    elif answered == 2:
+        hint = "pass --protocol 2 to check it in version 2"
+    else:
+        hint = "this checker knows protocol versions 1 and 2 only"
+    return f"{said}protocol version {asked}; {hint}"
+
+
 async def check_version(ctx: Context) -> Result:
     async def body(peer: WirePeer) -> Result:
         answer = await initialize(peer, ctx.protocol)
@@ -58,11 +71,7 @@ async def check_version(ctx: Context) -> Result:
         if type(version) is not int or version < 1:
             return failed(f"asked protocolVersion {ctx.protocol}, it answered {version!r}: not a version")
         if version != ctx.protocol:
-            return Result(
-                Status.SKIP,
-                f"asked protocolVersion {ctx.protocol}, it answered {version}: it does not speak "
-                f"protocol {ctx.protocol} (run --protocol {version})",
-            )
+            return failed(unspoken_version(ctx.protocol, version))
         return passed(f"protocolVersion {version}")
 
     return await expect(ctx, body, "initialize got no answer within 10 s")
