@@ -33,10 +33,10 @@ def test_readme_client_example_drives_the_readme_agent_example(tmp_path: Path) -
 
 
 def test_readme_test_kit_example_passes_under_pytest(tmp_path: Path) -> None:
-    """The "Test your agent or client" example, run by pytest (pytest-trio, ``trio_mode``) in a process."""
+    """The "Test your agent or client" example, run by pytest in a process as a user runs it: no
+    ``pytest.ini`` (acp_trio.testing has pytest-trio run its async tests without ``trio_mode``)."""
     (tmp_path / "my_agent.py").write_text(python_block("Write an agent"), encoding="utf-8")
-    (tmp_path / "test_my_agent.py").write_text(python_block("Test your agent or client"), encoding="utf-8")
-    (tmp_path / "pytest.ini").write_text("[pytest]\ntrio_mode = true\n", encoding="utf-8")
+    (tmp_path / "test_my_agent.py").write_text(python_block("Run it, check it, test it"), encoding="utf-8")
     result = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", "test_my_agent.py"],
         capture_output=True,

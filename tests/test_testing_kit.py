@@ -603,3 +603,205 @@ def test_conformance_tests_make_one_test_per_check_and_fail_with_the_finding() -
     assert "acp-trio check: <in memory: " in str(failure.value)  # the whole report follows
     with pytest.raises(ValueError, match="protocol must be 1 or 2"):
         conformance_tests(Sessionless, protocol=3)
+
+
+# -- the plugin runs async tests under trio with no configuration ----------------------------------
+
+# A project's test file, as a user writes it: async tests and the acp_pair fixture, no marker.
+PLAIN_TESTS = """
+import pytest
+import trio
+
+from acp_schema import v1
+
+
+class Agent:
+    def __init__(self, conn):
+        self.conn = conn
+
+    async def session_new(self, params):
+        return v1.NewSessionResponse(session_id="s1")
+
+    async def session_prompt(self, params):
+        return v1.PromptResponse(stop_reason="end_turn")
+
+
+@pytest.fixture
+def acp_agent():
+    return Agent
+
+
+async def test_an_async_test_runs_under_trio():
+    trio.lowlevel.current_task()  # RuntimeError outside trio
+    await trio.lowlevel.checkpoint()
+
+
+@pytest.mark.parametrize("acp_protocol", [1])
+async def test_the_acp_pair_fixture_works(acp_pair):
+    with trio.fail_after(10):
+        sid = await acp_pair.client.new_session("/w")
+        assert await acp_pair.client.prompt(sid, "hi") == "end_turn"
+
+
+class TestInAClass:
+    async def test_a_method(self):
+        trio.lowlevel.current_task()
+
+
+def test_a_sync_test_is_left_alone():
+    with pytest.raises(RuntimeError):
+        trio.lowlevel.current_task()
+"""
+
+# Which event loop runs the calling test: "asyncio", "trio" (or RuntimeError: none).
+RUNNING = """
+import asyncio
+
+import trio
+
+
+def running():
+    try:
+        asyncio.get_running_loop()
+        return "asyncio"
+    except RuntimeError:
+        trio.lowlevel.current_task()
+        return "trio"
+"""
+
+# Tests another async plugin claims next to one it does not (anyio's plugin is installed with anyio).
+ANYIO_TESTS = (
+    RUNNING
+    + """
+import pytest
+
+
+@pytest.fixture
+def anyio_backend():
+    return "asyncio"
+
+
+@pytest.mark.anyio
+async def test_marked_anyio_runs_under_anyio():
+    assert running() == "asyncio"
+
+
+async def test_using_anyio_backend_runs_under_anyio(anyio_backend):
+    assert running() == "asyncio"
+
+
+async def test_unmarked_runs_under_trio():
+    assert running() == "trio"
+"""
+)
+
+# A module whose tests anyio claims by its module-level marker.
+ANYIO_MODULE = (
+    RUNNING
+    + """
+import pytest
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def anyio_backend():
+    return "asyncio"
+
+
+async def test_a_module_marked_anyio_runs_under_anyio():
+    assert running() == "asyncio"
+"""
+)
+
+# A stand-in for pytest-asyncio (not installed here): its `asyncio_mode` ini value and `asyncio`
+# marker, and a pyfunc_call that runs a marked test (every async test in auto mode) in asyncio.run.
+FAKE_PYTEST_ASYNCIO = """
+import asyncio
+import inspect
+
+import pytest
+
+
+def pytest_addoption(parser):
+    parser.addini("asyncio_mode", "strict or auto", default="strict")
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "asyncio: run the test in asyncio")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_pyfunc_call(pyfuncitem):
+    auto = pyfuncitem.config.getini("asyncio_mode") == "auto"
+    if inspect.iscoroutinefunction(pyfuncitem.obj) and (auto or pyfuncitem.get_closest_marker("asyncio")):
+        arguments = {name: pyfuncitem.funcargs[name] for name in pyfuncitem._fixtureinfo.argnames}
+        asyncio.run(pyfuncitem.obj(**arguments))
+        return True
+    return None
+"""
+
+
+def run_pytest(directory: Path, *args: str) -> str:
+    """pytest in a process in ``directory`` (no pytest.ini there); its output and ``-rA`` summary."""
+    import subprocess
+
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-rA", "-p", "no:cacheprovider", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=directory,
+        check=False,
+    )
+    return result.stdout + result.stderr
+
+
+def test_async_tests_and_the_acp_pair_fixture_run_under_trio_with_no_configuration(tmp_path: Path) -> None:
+    (tmp_path / "test_plain.py").write_text(PLAIN_TESTS, encoding="utf-8")
+    output = run_pytest(tmp_path)
+    assert "4 passed" in output and "failed" not in output and "error" not in output, output
+
+
+def test_a_project_that_sets_trio_mode_sees_no_change(tmp_path: Path) -> None:
+    (tmp_path / "pytest.ini").write_text("[pytest]\ntrio_mode = true\n", encoding="utf-8")
+    (tmp_path / "test_plain.py").write_text(PLAIN_TESTS, encoding="utf-8")
+    output = run_pytest(tmp_path)
+    assert "4 passed" in output and "failed" not in output and "error" not in output, output
+
+
+def test_tests_anyio_claims_are_left_to_anyio(tmp_path: Path) -> None:
+    pytest.importorskip("anyio")
+    (tmp_path / "test_anyio.py").write_text(ANYIO_TESTS, encoding="utf-8")
+    (tmp_path / "test_anyio_module.py").write_text(ANYIO_MODULE, encoding="utf-8")
+    output = run_pytest(tmp_path)
+    assert "4 passed" in output and "failed" not in output, output
+    # in anyio's auto mode anyio runs every async test, once per backend
+    auto = "\n\nasync def test_auto(request):\n    assert running() == request.node.callspec.params['anyio_backend']\n"
+    (tmp_path / "test_auto.py").write_text(RUNNING + auto, encoding="utf-8")
+    output = run_pytest(tmp_path, "-o", "anyio_mode=auto", "test_auto.py")
+    assert "PASSED test_auto.py::test_auto[asyncio]" in output and "failed" not in output, output
+
+
+def test_tests_pytest_asyncio_claims_are_left_to_it(tmp_path: Path) -> None:
+    (tmp_path / "conftest.py").write_text(FAKE_PYTEST_ASYNCIO, encoding="utf-8")
+    marked = "\nimport pytest\n\n\n@pytest.mark.asyncio\nasync def test_marked():\n    assert running() == 'asyncio'\n"
+    unmarked = "\n\nasync def test_unmarked():\n    assert running() == {!r}\n"
+    (tmp_path / "test_strict.py").write_text(RUNNING + marked + unmarked.format("trio"), encoding="utf-8")
+    output = run_pytest(tmp_path, "test_strict.py")
+    assert "2 passed" in output and "failed" not in output, output
+    (tmp_path / "test_auto.py").write_text(RUNNING + marked + unmarked.format("asyncio"), encoding="utf-8")
+    output = run_pytest(tmp_path, "-o", "asyncio_mode=auto", "test_auto.py")
+    assert "2 passed" in output and "failed" not in output, output
+
+
+def test_without_pytest_trio_an_async_test_fails_naming_what_to_install(tmp_path: Path) -> None:
+    (tmp_path / "test_plain.py").write_text(PLAIN_TESTS, encoding="utf-8")
+    output = run_pytest(tmp_path, "-p", "no:trio")  # as if pytest-trio were not installed
+    assert "1 passed, 3 errors" in output, output
+    assert (
+        "test_an_async_test_runs_under_trio is an async test and nothing runs it: acp_trio.testing runs async "
+        "tests under trio with pytest-trio, which is not installed (or is disabled by -p no:trio). "
+        "Install it: pip install 'acp-trio[testing]'"
+    ) in output, output
+    assert "not natively supported" not in output, output

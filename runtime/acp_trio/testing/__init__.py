@@ -36,7 +36,15 @@ compared, and ``normalize=`` removes whatever else legitimately varies.
 agent object in memory, :func:`assert_conformant` fails on a FAIL, and
 ``test_conformance = conformance_tests(MyAgent)`` in a test module makes one pytest test per check.
 
-**Fixtures** (``async`` ones need pytest-trio or another trio runner): ``acp_pair`` (an
+**Async tests with no configuration.**  With pytest-trio installed (``pip install
+'acp-trio[testing]'``), every ``async def`` test that no other async plugin claims (no
+``asyncio`` or ``anyio`` marker, no ``anyio_backend`` fixture, pytest-asyncio and anyio not in
+auto mode, ``trio_mode`` off) is marked ``pytest.mark.trio`` and runs under trio, with its
+``async`` fixtures: no ``pytest.ini`` needed.  A project that sets ``trio_mode``, or runs its
+tests with pytest-asyncio or anyio, sees no change.  Without pytest-trio such a test fails at
+setup, naming ``pip install 'acp-trio[testing]'``.  See :mod:`acp_trio.testing._plugin`.
+
+**Fixtures** (``async`` ones run under pytest-trio, as above): ``acp_pair`` (an
 initialized :class:`Pair` of the ``acp_agent`` fixture, which you define, with the ``acp_client``
 fixture, default a new :class:`FakeClient`, in protocol ``acp_protocol``, default 1: parametrize it
 as ``@pytest.mark.parametrize("acp_protocol", [1, 2])``), ``fake_client`` (a new
@@ -49,6 +57,9 @@ from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
 import pytest
+
+# pytest's hooks (pytest finds them on this module, the plugin the entry point names)
+from ._plugin import pytest_collection_modifyitems, pytest_runtest_setup  # noqa: F401
 
 if TYPE_CHECKING:
     from ._conformance import assert_conformant, conformance, conformance_tests
@@ -153,7 +164,7 @@ def acp_protocol() -> int:
 @pytest.fixture
 async def acp_pair(acp_agent: Any, acp_client: Any, acp_protocol: Any) -> AsyncIterator[Any]:
     """An initialized :class:`Pair` of ``acp_agent`` and ``acp_client`` in protocol ``acp_protocol``
-    (needs pytest-trio; closed after the test)."""
+    (for an ``async def`` test, run under pytest-trio without configuration; closed after the test)."""
     from ._pair import pair
 
     async with pair(acp_agent, acp_client, protocol=acp_protocol) as connected:
