@@ -218,6 +218,83 @@ async def test_the_checker_reaches_a_remote_agent_over_websocket_and_streamable_
     assert statuses["schema.valid"] is Status.PASS and statuses["session.prompt"] is Status.PASS
 
 
+async def _check_url(url: str, *args: str) -> tuple[int, str, str]:
+    """``python -m acp_trio.check --only initialize.version --url URL ARGS...``: exit status, stdout, stderr."""
+    proc = await trio.run_process(
+        [sys.executable, "-m", "acp_trio.check", "--only", "initialize.version", "--url", url, *args],
+        capture_stdout=True,
+        capture_stderr=True,
+        check=False,
+    )
+    return proc.returncode, proc.stdout.decode(), proc.stderr.decode()
+
+
+@pytest.mark.parametrize("scheme", ["ws", "http"])
+async def test_a_remote_agent_that_refuses_the_checker_is_one_line_saying_what_to_pass_and_exit_2(scheme: str) -> None:
+    """401 (no or a wrong bearer token) and 403 (an Origin not allowed): the checks cannot run, so
+    the command line prints one line saying what happened and what to pass (exit 2, as for an agent
+    command that cannot run); ``run_checks_remote`` raises :class:`AgentUnreachable` saying it."""
+    pytest.importorskip("hypercorn")
+    import functools
+
+    from acp_trio.check import AgentUnreachable, run_checks_remote
+    from acp_trio.demo.agent import DemoAgent
+    from acp_trio.transports.asgi import AcpApp, serve
+
+    with trio.fail_after(120):
+        async with trio.open_nursery() as nursery:
+            [bound] = await nursery.start(functools.partial(serve, AcpApp(DemoAgent, token="s3cret"), "127.0.0.1", 0))
+            url = bound.replace("http://", f"{scheme}://") + "/acp"
+            refused = f"acp-trio check: the server at {url} refused the connection with HTTP"
+            assert await _check_url(url) == (
+                2,
+                "",
+                f"{refused} 401 (not authorized): pass its bearer token with --header 'Authorization: Bearer TOKEN'\n",
+            )
+            assert await _check_url(url, "--header", "Authorization: Bearer wrong") == (
+                2,
+                "",
+                f"{refused} 401 (not authorized): it did not accept the token of --header 'Authorization: ...'; "
+                "pass the one it was started with\n",
+            )
+            origin = ["--header", "Authorization: Bearer s3cret", "--header", "Origin: http://evil.example"]
+            assert await _check_url(url, *origin) == (
+                2,
+                "",
+                f"{refused} 403 (forbidden): it does not allow the Origin 'http://evil.example' sent with --header; "
+                "drop that header, or allow the origin on the server (AcpApp(allowed_origins=[...]))\n",
+            )
+            with pytest.raises(AgentUnreachable) as info:
+                await run_checks_remote(url, protocol=2)
+            assert (info.value.url, info.value.status) == (url, 401)
+            assert str(info.value).startswith(f"the server at {url} refused the connection with HTTP 401")
+            status, out, err = await _check_url(url, "--header", "Authorization: Bearer s3cret")
+            assert (status, err) == (0, ""), out + err
+            assert "PASS  initialize.version" in out
+            nursery.cancel_scope.cancel()
+
+
+@pytest.mark.parametrize("scheme", ["ws", "http"])
+async def test_nothing_listening_at_the_url_is_one_line_and_exit_2(scheme: str) -> None:
+    pytest.importorskip("hypercorn")
+    from acp_trio.check import AgentUnreachable, run_checks_remote
+
+    with trio.socket.socket() as sock:  # bound, not listening: a connection to it is refused
+        await sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+        url = f"{scheme}://127.0.0.1:{port}/acp"
+        with trio.fail_after(60):
+            assert await _check_url(url) == (
+                2,
+                "",
+                f"acp-trio check: nothing is listening at 127.0.0.1:{port} (connection refused): "
+                "start the agent's server, or fix the host and port of --url\n",
+            )
+            with pytest.raises(AgentUnreachable) as info:
+                await run_checks_remote(url)
+    assert (info.value.url, info.value.status) == (url, None)
+
+
 async def test_session_load_passes_on_the_demo_agent_with_a_session_store(tmp_path: Path) -> None:
     command = [sys.executable, "-m", "acp_trio.demo", "--serve-agent", "--store", str(tmp_path / "sessions.db")]
     with trio.fail_after(120):

@@ -4,12 +4,20 @@
 (or ``--url ws://HOST:PORT/acp`` / ``http://...`` [``--header 'Name: value'``] for an agent served remotely)
 spawns the agent once per check (a crash in one does not spoil the others), drives it over stdio as
 a scripted client, and prints one line per check: ``PASS`` / ``FAIL`` / ``WARN`` / ``SKIP``, what
-was observed, and the spec source of the rule.  The exit status is 1 on any FAIL, 0 otherwise
-(2 for a usage error).  An agent that does not speak the protocol version asked (``--protocol``,
-default 1) answers ``initialize`` with another version: that is a FAIL of ``initialize.version``
-saying so and what to run instead (``the agent answered protocolVersion 1 to an initialize asking
-2: it does not speak protocol version 2; drop --protocol 2 to check it in version 1``), the other
-checks are not run, and the report shows them as one ``SKIP`` line; exit status 1.
+was observed, and the spec source of the rule.
+
+Exit status: 1 on any FAIL, 0 otherwise.  An agent that does not speak the protocol version asked
+(``--protocol``, default 1) answers ``initialize`` with another version: that is a FAIL of
+``initialize.version`` saying so and what to run instead (``the agent answered protocolVersion 1
+to an initialize asking 2: it does not speak protocol version 2; drop --protocol 2 to check it in
+version 1``); the other checks are not run, and the report shows them as one ``SKIP`` line.  2
+when the checks cannot run, with one line on stderr saying why and what to do: a usage error, an
+agent command that cannot be started, or (``--url``) a server that refuses the connection (``the
+server at ws://127.0.0.1:8765/acp refused the connection with HTTP 401 (not authorized): pass its
+bearer token with --header 'Authorization: Bearer TOKEN'``; for HTTP 403, the ``Origin`` it does
+not allow) or where nothing listens (``nothing is listening at 127.0.0.1:8765 (connection
+refused): start the agent's server, or fix the host and port of --url``); in code,
+:class:`AgentUnreachable`, an ``OSError``.
 
 Five checks are about the whole run, over every message every agent process sent
 (:data:`WHOLE_RUN`): each stdout line is one JSON-RPC message (``transports.mdx`` §
@@ -41,7 +49,16 @@ from ._client_mode import CLIENT_CHECKS, ClientCheck, run_client_checks
 from ._schema import wire_schema
 from ._script import BEHAVIOURS, Script, ScriptedPrompt, ScriptError
 from ._session_checks import NOTES_TEXT
-from ._wire import Observations, WirePeer, memory_target, process_target, remote_target, run_with_peer
+from ._wire import (
+    AgentUnreachable,
+    Observations,
+    WirePeer,
+    memory_target,
+    process_target,
+    reach,
+    remote_target,
+    run_with_peer,
+)
 
 WHOLE_RUN: tuple[tuple[str, str, str], ...] = (
     ("stdout.jsonrpc", "every stdout line is one JSON-RPC message", "docs/protocol/v1/transports.mdx § stdio"),
@@ -242,9 +259,16 @@ async def run_checks_remote(
     text frame) or ``http://``/``https://`` (Streamable HTTP), a new ACP connection per check.
     ``headers``: extra headers (``Authorization``).  Over Streamable HTTP the server answers
     malformed input with an HTTP status, so ``jsonrpc.parse-error`` and ``.invalid-request`` are
-    skipped; ``lifecycle.eof`` is skipped on both (no process)."""
+    skipped; ``lifecycle.eof`` is skipped on both (no process).
+
+    Raises ``ValueError`` for another scheme or a malformed port, and :class:`AgentUnreachable`
+    (an ``OSError``; ``url``, ``status``) when the checks cannot run: nothing listens at the URL's
+    host and port, or the server refuses the connection (the WebSocket upgrade or the
+    ``initialize`` POST) with an HTTP status, 401 without the right ``Authorization`` header, 403
+    for an ``Origin`` not allowed; its text is one line saying which and what to pass instead."""
     if not url.startswith(("ws://", "wss://", "http://", "https://")):
         raise ValueError(f"--url takes ws://, wss://, http:// or https://, not {url!r}")
+    await reach(url)
     return await _run(
         remote_target(url, dict(headers or {})),
         [url],
@@ -361,6 +385,12 @@ async def _run_one(check: Check, ctx: Context, turn_timeout: float) -> Finding:
     except OSError:
         raise
     except Exception as exc:  # the check's own error (an agent that broke its pipe, ...)
+        unreachable = exc.subgroup(AgentUnreachable) if isinstance(exc, ExceptionGroup) else None
+        if unreachable is not None:  # a server that refused a check's connection from its own nursery
+            first: BaseException = unreachable
+            while isinstance(first, BaseExceptionGroup):
+                first = first.exceptions[0]
+            raise first from None
         result = Result(Status.FAIL, f"the check could not finish: {exc!r}"[:300])
     return Finding(check.name, check.title, result.status, result.observed, check.source, trio.current_time() - start)
 
@@ -377,6 +407,7 @@ __all__ = [
     "CLIENT_CHECKS",
     "NOTES_TEXT",
     "WHOLE_RUN",
+    "AgentUnreachable",
     "Check",
     "ClientCheck",
     "Finding",

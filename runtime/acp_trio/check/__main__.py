@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import functools
 import json
+import logging
 import sys
 from collections.abc import Sequence
 
@@ -20,7 +21,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         prog="python -m acp_trio.check",
         description="Check an ACP agent (or, with --client, an ACP client) against the protocol: "
         "one line per check, exit 1 on any FAIL (an agent that does not speak the --protocol version "
-        "is one: initialize.version says which version to check instead), 2 when the checks cannot run.",
+        "is one: initialize.version says which version to check instead), 2 when the checks cannot run "
+        "(a usage error, an agent command that cannot start, a --url server that refuses the connection "
+        "or is not there: one line on stderr says which).",
     )
     parser.add_argument(
         "--client",
@@ -74,6 +77,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if command and options.url:
         parser.error("give an agent command or --url, not both")
     headers = header_options(parser, options.header)
+    # the report says what the transports would log (a refused connection is the one error line below)
+    logging.getLogger("acp_trio").addHandler(logging.NullHandler())
 
     def progress(name: str) -> None:
         if sys.stderr.isatty():

@@ -17,6 +17,7 @@ from __future__ import annotations
 import itertools
 import logging
 import math
+import socket
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -405,6 +406,78 @@ def memory_target(agent: Any, options: dict[str, Any]) -> Any:
     return open_target
 
 
+class AgentUnreachable(ConnectionError):
+    """The checks cannot run: the agent's server at ``url`` refused the connection (``status``: the
+    HTTP status, 401 without the right bearer token, 403 for an Origin not allowed, ...) or nothing
+    answered there (``status`` ``None``).  ``str(exc)`` is one line saying which and what to pass
+    or do instead.  An ``OSError``, as an agent command that cannot be started."""
+
+    def __init__(self, url: str, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.url = url
+        self.status = status
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+_MEANINGS = {401: "not authorized", 403: "forbidden", 404: "not found"}
+
+
+def refusal(url: str, headers: dict[str, str], status: int, body: str = "") -> AgentUnreachable:
+    """The :class:`AgentUnreachable` for a server that answered the connection (the WebSocket
+    upgrade, or the ``initialize`` POST) with the HTTP ``status`` (``body``: its text, if known)."""
+    sent = {name.lower(): value for name, value in headers.items()}
+    said = f"the server at {url} refused the connection with HTTP {status}"
+    if status == 401 and "authorization" in sent:
+        hint = "it did not accept the token of --header 'Authorization: ...'; pass the one it was started with"
+    elif status == 401:
+        hint = "pass its bearer token with --header 'Authorization: Bearer TOKEN'"
+    elif status == 403 and "origin" in sent:
+        hint = (
+            f"it does not allow the Origin {sent['origin']!r} sent with --header; drop that header, "
+            "or allow the origin on the server (AcpApp(allowed_origins=[...]))"
+        )
+    elif status == 403:
+        hint = "it does not let this client in: see what it requires (--header 'Name: value' sends a header)"
+    elif status == 404:
+        hint = "check the path of --url (acp-trio's servers answer on /acp)"
+    else:
+        hint = "the checks need a server that accepts an ACP connection there"
+    meaning = _MEANINGS.get(status) or " ".join(body.split())[:200]
+    return AgentUnreachable(url, f"{said}{f' ({meaning})' if meaning else ''}: {hint}", status)
+
+
+async def reach(url: str, timeout: float = 10.0) -> None:
+    """Open (and close) a TCP connection to the host and port of ``url``; raises
+    :class:`AgentUnreachable` saying why when none opens within ``timeout`` seconds, ``ValueError``
+    for a port that is not one."""
+    import urllib.parse
+
+    parts = urllib.parse.urlsplit(url)
+    host = parts.hostname or ""
+    try:
+        port = parts.port or (443 if parts.scheme in ("wss", "https") else 80)
+    except ValueError as exc:
+        raise ValueError(f"--url {url!r}: {exc}") from None
+    where = f"{host}:{port}" if ":" not in host else f"[{host}]:{port}"
+    fix = "start the agent's server, or fix the host and port of --url"
+    try:
+        with trio.fail_after(timeout):
+            stream = await trio.open_tcp_stream(host, port)
+    except trio.TooSlowError:
+        raise AgentUnreachable(url, f"nothing answered at {where} within {timeout:g} s: {fix}") from None
+    except OSError as exc:
+        causes = exc.__cause__.exceptions if isinstance(exc.__cause__, BaseExceptionGroup) else (exc,)
+        if causes and all(isinstance(cause, ConnectionRefusedError) for cause in causes):
+            raise AgentUnreachable(url, f"nothing is listening at {where} (connection refused): {fix}") from None
+        why = exc.strerror or str(exc)
+        if isinstance(exc, socket.gaierror):
+            raise AgentUnreachable(url, f"cannot find the host {host!r} ({why}): fix the host of --url") from None
+        raise AgentUnreachable(url, f"cannot connect to {where} ({why}): {fix}") from None
+    await trio.aclose_forcefully(stream)
+
+
 class RemoteTarget:
     """An ACP server reached over WebSocket or Streamable HTTP: one new ACP connection per check."""
 
@@ -424,37 +497,82 @@ def remote_target(url: str, headers: dict[str, str]) -> Any:
     @asynccontextmanager
     async def open_target() -> AsyncIterator[RemoteTarget]:
         if url.startswith(("ws://", "wss://")):
-            from ..transports.websocket import MessageReceiveStream, MessageSendStream, _open_websocket
-
-            async with trio.open_nursery() as nursery:
-                extra = [(name.encode("latin-1"), value.encode("latin-1")) for name, value in headers.items()]
-                ws = await _open_websocket(nursery, url, None, extra, MAX_LINE)
-
-                async def next_text() -> str | None:
-                    import trio_websocket
-
-                    try:
-                        message = await ws.get_message()
-                    except trio_websocket.ConnectionClosed:
-                        return None
-                    ws.taken(len(message))
-                    return message if isinstance(message, str) else message.decode("utf-8", "replace")
-
-                try:
-                    yield RemoteTarget(MessageSendStream(ws.send_message), MessageReceiveStream(next_text))
-                finally:
-                    with trio.move_on_after(2) as scope:
-                        scope.shield = True
-                        await ws.aclose()
-                    nursery.cancel_scope.cancel()
+            async with _websocket(url, headers) as target:
+                yield target
             return
         from ..transports._lines import LineSendStream
         from ..transports.http import open_exchange
 
         async with open_exchange(url, headers=headers) as exchange:
-            yield RemoteTarget(LineSendStream(exchange.post, "the Streamable HTTP send stream"), exchange.inbox)
+            try:
+                yield RemoteTarget(LineSendStream(exchange.post, "the Streamable HTTP send stream"), exchange.inbox)
+            except Exception:
+                _raise_refusal(url, headers, exchange)
+                raise
+            _raise_refusal(url, headers, exchange)
 
     return open_target
+
+
+def _raise_refusal(url: str, headers: dict[str, str], exchange: Any) -> None:
+    """Streamable HTTP: a server that answered the ``initialize`` POST 401, 403, 404 or 410 closed
+    the exchange before it began (``exchange.fatal``); raise that as :class:`AgentUnreachable`."""
+    fatal = exchange.fatal
+    if fatal is not None and exchange.connection_id is None:
+        if fatal.status is not None:
+            raise refusal(url, headers, fatal.status) from None
+        raise AgentUnreachable(url, f"the server at {url} did not answer initialize: {fatal.reason}") from None
+
+
+@asynccontextmanager
+async def _websocket(url: str, headers: dict[str, str]) -> AsyncIterator[RemoteTarget]:
+    """One WebSocket to ``url`` as a :class:`RemoteTarget`; a refused upgrade (or no server) raises
+    :class:`AgentUnreachable`."""
+    import trio_websocket
+
+    from ..transports.websocket import MessageReceiveStream, MessageSendStream, _open_websocket
+
+    opened = False
+    try:
+        async with trio.open_nursery() as nursery:
+            extra = [(name.encode("latin-1"), value.encode("latin-1")) for name, value in headers.items()]
+            ws = await _open_websocket(nursery, url, None, extra, MAX_LINE)
+            opened = True
+
+            async def next_text() -> str | None:
+                try:
+                    message = await ws.get_message()
+                except trio_websocket.ConnectionClosed:
+                    return None
+                ws.taken(len(message))
+                return message if isinstance(message, str) else message.decode("utf-8", "replace")
+
+            try:
+                yield RemoteTarget(MessageSendStream(ws.send_message), MessageReceiveStream(next_text))
+            finally:
+                with trio.move_on_after(2) as scope:
+                    scope.shield = True
+                    await ws.aclose()
+                nursery.cancel_scope.cancel()
+    except BaseExceptionGroup as group:
+        # a refused upgrade fails trio-websocket's reader task, so it comes out of the nursery
+        failure = (OSError, trio_websocket.HandshakeError)
+        refused = None if opened else group.subgroup(lambda exc: isinstance(exc, failure))
+        if refused is None:
+            raise
+        first: BaseException = refused
+        while isinstance(first, BaseExceptionGroup):
+            first = first.exceptions[0]
+        raise _ws_refusal(url, headers, first) from None
+
+
+def _ws_refusal(url: str, headers: dict[str, str], exc: BaseException) -> AgentUnreachable:
+    import trio_websocket
+
+    if isinstance(exc, trio_websocket.ConnectionRejected):
+        body = (exc.body or b"")[:1024].decode("utf-8", "replace").strip()
+        return refusal(url, headers, exc.status_code, body)
+    return AgentUnreachable(url, f"cannot open the WebSocket {url}: {exc}")
 
 
 async def run_with_peer(
