@@ -400,16 +400,18 @@ async def test_many_connections_opened_and_closed_leave_nothing_behind() -> None
     assert app.active_connections == 0
 
 
-def test_the_readme_remote_example_runs_as_written(tmp_path: Path) -> None:
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+def test_the_remote_guides_websocket_example_runs_as_written(tmp_path: Path) -> None:
+    root = Path(__file__).resolve().parents[1]
 
-    def python_block(section: str) -> str:
-        match = re.compile(r"```python\n(.*?)```", re.S).search(readme, readme.index(f"## {section}\n"))
+    def python_block(path: Path, section: str) -> str:
+        text = path.read_text(encoding="utf-8")
+        match = re.compile(r"```python\n(.*?)```", re.S).search(text, text.index(f"## {section}\n"))
         assert match is not None
         return match.group(1)
 
-    (tmp_path / "my_agent.py").write_text(python_block("Write an agent"), encoding="utf-8")
-    (tmp_path / "my_remote.py").write_text(python_block("Remote (WebSocket)"), encoding="utf-8")
+    (tmp_path / "my_agent.py").write_text(python_block(root / "README.md", "Write an agent"), encoding="utf-8")
+    remote = python_block(root / "docs" / "site" / "guides" / "remote.md", "WebSocket")
+    (tmp_path / "my_remote.py").write_text(remote, encoding="utf-8")
     result = subprocess.run(
         [sys.executable, "my_remote.py"], capture_output=True, text=True, timeout=60, cwd=tmp_path, check=False
     )

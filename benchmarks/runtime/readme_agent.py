@@ -11,6 +11,8 @@ from acp_trio import builders as b
 
 
 class NotesAgent:
+    agent_info = v1.Implementation(name="notes-agent", title="Notes", version="0.1.0")  # what clients show
+
     def __init__(self, conn: AgentSideConnection) -> None:
         self.conn = conn
         self.client = v1.ClientPeer(conn)  # typed calls to the client
