@@ -113,7 +113,17 @@ def test_a_client_refuses_an_agent_serving_only_the_other_version(tmp_path: Path
     args = ["--protocol", client, "--cwd", str(tmp_path), "--agent", "--", *DEMO, "--serve-agent", "--protocol", agent]
     result = run(args, tmp_path)
     assert result.returncode == 1, result.stderr
-    assert f"error: the agent chose protocol version {agent} (we asked for {client})" in result.stdout
+    hint = (
+        "drop --protocol 2 to talk to it in version 1"
+        if agent == "1"
+        else "pass --protocol 2 to talk to it in version 2"
+    )
+    refusal = (
+        f"error: the agent chose protocol version {agent} (we asked for {client}): "
+        f"it does not speak protocol version {client}; {hint}\n"
+    )
+    assert result.stdout.endswith(refusal), result.stdout
+    assert (result.stdout + result.stderr).count(f"(we asked for {client})") == 1, result.stdout + result.stderr
     assert "Traceback" not in result.stderr
     assert not (tmp_path / "summary.txt").exists()
 

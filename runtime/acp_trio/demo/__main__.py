@@ -114,7 +114,10 @@ async def run_demo(
             client.say(f"you: {prompt}")
             result = await client.prompt(session_id, prompt)
             client.say(f"[turn ended: {result.stop_reason}]")
-        except (ProtocolVersionError, RequestError, CapabilityError, ConnectionClosed, TimeoutError) as exc:
+        except ProtocolVersionError as exc:
+            client.say(f"error: {version_refusal(exc)}")
+            return 1
+        except (RequestError, CapabilityError, ConnectionClosed, TimeoutError) as exc:
             client.say(f"error: {exc}")
             return 1
     _print_summary(workdir, out)
@@ -190,11 +193,35 @@ async def run_demo_v2(
                 await agent.session_cancel(v2.CancelSessionNotification(session_id=session.session_id))
                 await client.wait_idle(session.session_id, 5.0)
                 return 1
-        except (ProtocolVersionError, RequestError, CapabilityError, ConnectionClosed, TimeoutError) as exc:
+        except ProtocolVersionError as exc:
+            client.say(f"error: {version_refusal(exc)}")
+            return 1
+        except (RequestError, CapabilityError, ConnectionClosed, TimeoutError) as exc:
             client.say(f"error: {exc}")
             return 1
     _print_summary(workdir, out)
     return 0
+
+
+def version_refusal(exc: ProtocolVersionError) -> str:
+    """The demo's one line for an agent that answered ``initialize`` with another protocol version
+    than the ``--protocol`` asked: what it chose, and which ``--protocol`` talks to it."""
+    said = f"the agent chose protocol version {exc.answered!r} (we asked for {exc.requested!r})"
+    if exc.answered == 1:
+        hint = "drop --protocol 2 to talk to it in version 1"
+    elif exc.answered == 2:
+        hint = "pass --protocol 2 to talk to it in version 2"
+    else:
+        return f"{said}: this demo speaks protocol versions 1 and 2"
+    return f"{said}: it does not speak protocol version {exc.requested}; {hint}"
+
+
+class _RefusalPrinted(logging.Filter):
+    """Drops the runtime's log record of a :class:`ProtocolVersionError`: the demo prints it
+    itself, once, saying which ``--protocol`` to use (:func:`version_refusal`)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not any(isinstance(arg, ProtocolVersionError) for arg in (record.args or ()))
 
 
 def _print_summary(workdir: Path, out: TextIO) -> None:
@@ -259,6 +286,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     if not args.verbose:
         logging.getLogger("acp_trio.agent.stderr").setLevel(logging.WARNING)
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(_RefusalPrinted())
     command: list[str] | Connect = (
         args.command if args.agent else [sys.executable, "-m", "acp_trio.demo", "--serve-agent"]
     )
