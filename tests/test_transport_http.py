@@ -803,3 +803,111 @@ async def test_a_reconnect_loads_the_session_with_the_same_cookies(ts_sdk: Path)
     # the first connection's DELETE, then the new connection's initialize with the stored cookie
     deleted = [entry[0] for entry in server.log].index("DELETE")
     assert server.log[deleted + 1][:3] == ["POST", "-", affinity]
+
+
+# -- failing to connect, with acp-trio's own server: one typed exception saying what to do ----------
+
+
+class SessionAgent:
+    """Numbers its sessions from s1 (served by AcpApp, one per connection)."""
+
+    def __init__(self, conn: Any) -> None:
+        self.sessions = 0
+
+    async def session_new(self, params: v1.NewSessionRequest) -> v1.NewSessionResponse:
+        self.sessions += 1
+        return v1.NewSessionResponse(session_id=f"s{self.sessions}")
+
+
+@asynccontextmanager
+async def acp_app_served(app: Any) -> AsyncIterator[str]:
+    """Serve ``app`` (an ``AcpApp``) on a free loopback port; yields its ``http://127.0.0.1:PORT/acp``."""
+    pytest.importorskip("hypercorn")
+    from acp_trio.transports.asgi import serve
+
+    async with owned_nursery() as nursery:
+        [bound] = await nursery.start(serve, app, "127.0.0.1", 0)
+        try:
+            yield bound + "/acp"
+        finally:
+            nursery.cancel_scope.cancel()
+
+
+async def test_connecting_where_nothing_listens_raises_one_http_transport_closed_saying_so() -> None:
+    listener = (await trio.open_tcp_listeners(0, host="127.0.0.1"))[0]
+    port = listener.socket.getsockname()[1]
+    await listener.aclose()  # nothing listens there now
+    url = f"http://127.0.0.1:{port}/acp"
+    with trio.fail_after(TIME_LIMIT):
+        with pytest.raises(HttpTransportClosed) as closed:  # itself: an exception group would not match
+            async with connect_http(url, Recorder()) as conn:
+                await conn.agent.initialize(INIT)
+        assert closed.value.status is None and closed.value.url == url
+        assert str(closed.value) == (
+            f"POST initialize failed: nothing listens on 127.0.0.1:{port} (connection refused): "
+            f"start the ACP server there, or fix the host and port in the URL ({url})"
+        )
+        # and the body's own exception, raised after that failure, comes out as itself
+        mine = KeyError("mine")
+        with pytest.raises(KeyError) as raised:
+            async with connect_http(url, Recorder()) as conn:
+                with pytest.raises(HttpTransportClosed):
+                    await conn.agent.initialize(INIT)
+                raise mine
+        assert raised.value is mine
+
+
+async def test_a_401_from_acp_app_raises_one_http_transport_closed_saying_to_send_the_token() -> None:
+    from acp_trio.transports.asgi import AcpApp
+
+    with trio.fail_after(TIME_LIMIT):
+        async with acp_app_served(AcpApp(SessionAgent, token="s3cret")) as url:
+            with pytest.raises(HttpTransportClosed) as closed:
+                async with connect_http(url, Recorder()) as conn:
+                    await conn.agent.initialize(INIT)
+            assert closed.value.status == 401 and closed.value.url == url
+            assert str(closed.value) == (
+                "the ACP server answered HTTP 401 (Unauthorized: send Authorization: Bearer <token>) to POST "
+                "initialize; not authorized: send the token the server was started with: "
+                f"connect_http(..., headers={{'Authorization': 'Bearer <token>'}}) ({url})"
+            )
+            with pytest.raises(HttpTransportClosed, match="did not accept the Authorization header") as closed:
+                async with connect_http(url, Recorder(), headers={"Authorization": "Bearer wrong"}) as conn:
+                    await conn.agent.initialize(INIT)
+            assert closed.value.status == 401
+            async with connect_http(url, Recorder(), headers={"Authorization": "Bearer s3cret"}) as conn:
+                await conn.agent.initialize(INIT)
+                assert await new_session(conn) == "s1"
+
+
+async def test_a_404_to_initialize_says_to_check_the_path() -> None:
+    from acp_trio.transports.asgi import AcpApp
+
+    with trio.fail_after(TIME_LIMIT):
+        async with acp_app_served(AcpApp(SessionAgent)) as url:
+            other = url.replace("/acp", "/other")
+            with pytest.raises(HttpTransportClosed) as closed:
+                async with connect_http(other, Recorder()) as conn:
+                    await conn.agent.initialize(INIT)
+    assert closed.value.status == 404 and closed.value.url == other
+    assert str(closed.value) == (
+        "the ACP server answered HTTP 404 (Not found: ACP is served on /acp) to POST initialize; "
+        f"no ACP endpoint at this URL: check its path (acp-trio's AcpApp serves /acp) ({other})"
+    )
+
+
+async def test_an_exception_raised_in_the_body_comes_out_as_itself_from_acp_app() -> None:
+    from acp_trio.transports.asgi import AcpApp
+
+    app = AcpApp(SessionAgent)
+    mine = KeyError("mine")
+    with trio.fail_after(TIME_LIMIT):
+        async with acp_app_served(app) as url:
+            with pytest.raises(KeyError) as raised:
+                async with connect_http(url, Recorder()) as conn:
+                    await conn.agent.initialize(INIT)
+                    assert await new_session(conn) == "s1"
+                    raise mine
+            assert raised.value is mine
+            await app.wait_idle()  # and the connection was closed (DELETE) all the same
+            assert app.active_connections == 0

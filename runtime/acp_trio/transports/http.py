@@ -153,8 +153,12 @@ class HttpTransportClosed(ConnectionClosed):
     """The Streamable HTTP transport closed: ``status`` (the HTTP status that closed it, or ``None``
     for a network error, a stream that ended, an oversized event) and ``url`` (the endpoint).
 
-    ``str(exc)`` says both, e.g. ``the ACP server answered HTTP 404 (Unknown Acp-Connection-Id) to
-    POST session/prompt; the connection is gone (http://127.0.0.1:8765/acp)``.
+    ``str(exc)`` says both, what happened and what to do, e.g. ``the ACP server answered HTTP 404
+    (Unknown Acp-Connection-Id) to POST session/prompt; the connection is gone (the server closed it
+    or restarted): connect again (http://127.0.0.1:8765/acp)``, or, when no server listens at the
+    URL, ``POST initialize failed: nothing listens on 127.0.0.1:8765 (connection refused): start
+    the ACP server there, or fix the host and port in the URL (http://127.0.0.1:8765/acp)``.  It
+    comes out of ``async with connect_http(...)`` as itself, never inside an exception group.
     """
 
     def __init__(self, reason: str, *, url: str, status: int | None = None, **details: Any) -> None:
@@ -263,8 +267,10 @@ class _Exchange:
         cookies: CookieStore,
         max_message_bytes: int,
         max_buffered_bytes: int,
+        connect_timeout: float = 30.0,
     ) -> None:
         self.url = url
+        self.connect_timeout = connect_timeout
         self.http = http
         self.base_headers = dict(headers)
         self.cookies = cookies
@@ -304,13 +310,26 @@ class _Exchange:
         return HttpTransportClosed(f"{reason} ({self.url})", url=self.url)
 
     def _fatal_status(self, status: int, body: str, what: str) -> None:
-        detail = f" ({body[:200]})" if body else ""
-        meaning = {
-            401: "not authorized",
-            403: "forbidden",
-            404: "the connection is gone",
-            410: "the connection is gone",
-        }[status]
+        shown = " ".join(body.split())[:200]  # one line
+        detail = f" ({shown})" if shown else ""
+        sent = {name.lower() for name in self.base_headers}
+        if status == 401:
+            meaning = "not authorized: " + (
+                "the server did not accept the Authorization header; send the token it was started with"
+                if "authorization" in sent
+                else "send the token the server was started with: "
+                "connect_http(..., headers={'Authorization': 'Bearer <token>'})"
+            )
+        elif status == 403:
+            meaning = "forbidden: the server does not let this client in" + (
+                " (an Origin it does not allow? drop the header, or allow it: AcpApp(allowed_origins=[...]))"
+                if "origin" in sent
+                else ""
+            )
+        elif self.connection_id is None:  # 404/410 before a connection exists: the wrong URL
+            meaning = "no ACP endpoint at this URL: check its path (acp-trio's AcpApp serves /acp)"
+        else:
+            meaning = "the connection is gone (the server closed it or restarted): connect again"
         self.fail(f"the ACP server answered HTTP {status}{detail} to {what}; {meaning}", status)
 
     # -- answers made up here --------------------------------------------------------------------
@@ -376,7 +395,7 @@ class _Exchange:
                     body = await self._read(response, max(limit, _ERROR_BODY_BYTES))
                     return response.status_code, response.headers, body
         except httpx2.HTTPError as exc:
-            self.fail(f"{what} failed: {exc!r}")
+            self.fail(f"{what} failed: {_network_problem(exc, self.url, self.connect_timeout)}")
         except ValueError as exc:  # a header the server gave us (a connection id, a cookie) that cannot go back
             self.fail(f"{what} failed: {exc}")
         finally:
@@ -629,6 +648,63 @@ _REPLAY_WAIT = 2.0
 """Seconds at most a ``session/load`` answer is held while its session stream keeps delivering."""
 
 
+def _network_problem(exc: BaseException, url: str, connect_timeout: float) -> str:
+    """What a network error (an ``httpx2.HTTPError``) reaching ``url`` means, and what to do.
+
+    ``nothing listens on 127.0.0.1:8765 (connection refused): start the ACP server there, or fix
+    the host and port in the URL`` when every address was refused; the host not found; no answer
+    within ``connect_timeout`` seconds; else ``repr(exc)``.
+    """
+    import socket
+    import urllib.parse
+
+    import httpx2
+
+    parts = urllib.parse.urlsplit(url)
+    host = parts.hostname or ""
+    try:
+        port: int | None = parts.port or (443 if parts.scheme == "https" else 80)
+    except ValueError:
+        port = None
+    where = host if port is None else f"{host}:{port}" if ":" not in host else f"[{host}]:{port}"
+    causes = _root_causes(exc)
+    if causes and all(isinstance(cause, ConnectionRefusedError) for cause in causes):
+        fix = "start the ACP server there, or fix the host and port in the URL"
+        return f"nothing listens on {where} (connection refused): {fix}"
+    for cause in causes:
+        if isinstance(cause, socket.gaierror):
+            return f"cannot find the host {host!r} ({cause.strerror or cause}): fix the host in the URL"
+    if isinstance(exc, httpx2.ConnectTimeout):
+        return (
+            f"nothing answered at {where} within {connect_timeout:g} s (connect_timeout): "
+            "check that the server runs and that this host can reach it"
+        )
+    return repr(exc)
+
+
+def _root_causes(exc: BaseException) -> list[BaseException]:
+    """The last exception of ``exc``'s chain of causes, or the leaves of that exception group."""
+    seen: set[int] = set()
+    last = exc
+    while id(last) not in seen and not isinstance(last, BaseExceptionGroup):
+        seen.add(id(last))
+        following = last.__cause__ or last.__context__
+        if following is None:
+            break
+        last = following
+    if not isinstance(last, BaseExceptionGroup):
+        return [last]
+    leaves: list[BaseException] = []
+    groups = [last]
+    while groups:
+        for inner in groups.pop().exceptions:
+            if isinstance(inner, BaseExceptionGroup):
+                groups.append(inner)
+            else:
+                leaves.append(inner)
+    return leaves
+
+
 def _json_object(data: bytes | str) -> dict[str, Any] | None:
     try:
         value = orjson.loads(data)
@@ -686,8 +762,11 @@ async def connect_http(
     Errors (see the module docstring): a 401/403/404/410 answer, a network error or the end of
     the connection's stream close the transport: pending and later requests raise
     :class:`HttpTransportClosed` (a :class:`~acp_trio.ConnectionClosed`) with ``status`` and
-    ``url``.  A 409 fails one session's requests (``RequestError`` ``-32603``) until
-    ``session/load``/``session/resume`` reattaches it; another HTTP error fails only its request
+    ``url``, saying what to do (no server at the URL: ``nothing listens on HOST:PORT (connection
+    refused)``, ``status`` ``None``; ``401``: send the token; ``404`` to ``initialize``: check the
+    path); the first request, ``initialize``, is the one that connects.  A 409 fails one
+    session's requests (``RequestError`` ``-32603``) until ``session/load``/``session/resume``
+    reattaches it; another HTTP error fails only its request
     (``-32603``, ``data = {"status": ..., "body": ...}``); a non-2xx answer to a notification or to
     our response to an agent's request closes the transport (:class:`HttpTransportClosed` with that
     status).  A session whose id cannot be sent in the ``Acp-Session-Id`` header (see
@@ -776,6 +855,7 @@ async def open_exchange(
             cookies=cookies if cookies is not None else CookieStore(),
             max_message_bytes=max_message_bytes,
             max_buffered_bytes=max_buffered_bytes,
+            connect_timeout=connect_timeout,
         )
         try:
             yield exchange
