@@ -308,7 +308,12 @@ async def test_an_agent_without_initialize_gets_a_default_answer(has_session_loa
         assert response.protocol_version == 1
         assert (response.agent_capabilities.load_session is True) is has_session_load
         expected_caps = {"loadSession": True} if has_session_load else {}
-        assert wire.sent("agent")[0]["result"] == {"protocolVersion": 1, "agentCapabilities": expected_caps}
+        name = "LoadingAgent" if has_session_load else "Agent"  # named after its class (no agent_info)
+        assert wire.sent("agent")[0]["result"] == {
+            "protocolVersion": 1,
+            "agentCapabilities": expected_caps,
+            "agentInfo": {"name": name, "version": "0"},
+        }
         assert client_conn.agent_capabilities == expected_caps
 
 

@@ -41,6 +41,7 @@ class NotesAgent:
     """v1: asks permission to read ``/w/notes.txt``; when allowed reads it, writes ``/w/summary.txt``
     and says the first line.  Session ids and tool call ids are random."""
 
+    agent_info = v1.Implementation(name="notes-agent", version="1")  # the subclass below answers initialize alike
     greeting = "notes start with"
 
     def __init__(self, conn: acp_trio.AgentSideConnection) -> None:

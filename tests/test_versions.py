@@ -361,3 +361,87 @@ async def test_v2_agent_advertising_auth_methods_without_auth_handlers_is_warned
             await client_conn.initialize(*init_requests((2,)))
     warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
     assert any("authMethods" in w and "auth_logout" in w and "auth_login" not in w for w in warnings), warnings
+
+
+# -- naming the agent in the default initialize answer (initialization.mdx "Implementation Information")
+
+NOTES_INFO = {"name": "notes-agent", "title": "Notes", "version": "0.1.0"}
+AGENT_INFOS: dict[str, Any] = {
+    "v1-class": v1.Implementation(name="notes-agent", title="Notes", version="0.1.0"),
+    "v2-class": v2.Implementation(name="notes-agent", title="Notes", version="0.1.0"),
+    "wire-json": dict(NOTES_INFO),
+}
+
+
+def named_agents(info: Any) -> tuple[type, type]:
+    """A v1 and a v2 agent without ``initialize``, named by ``agent_info = info`` (none when ``info`` is None)."""
+
+    class NotesV1(V1Agent):
+        pass
+
+    class NotesV2(V2Agent):
+        pass
+
+    if info is not None:
+        NotesV1.agent_info = NotesV2.agent_info = info  # type: ignore[attr-defined]
+    return NotesV1, NotesV2
+
+
+def agent_as(given: str, v1_agent: type, v2_agent: type, version: int) -> Any:
+    """The agent of protocol ``version`` given as a class, a factory function, or a ``{variant: agent}`` mapping."""
+    one = v1_agent if version == 1 else v2_agent
+    if given == "class":
+        return one if version == 1 else {v2: one}
+    if given == "factory":
+        factory = lambda conn: one(conn)  # noqa: E731
+        return factory if version == 1 else {v2: factory}
+    return {v1: v1_agent, v2: v2_agent}
+
+
+@pytest.mark.parametrize("version", [1, 2])
+@pytest.mark.parametrize("given", ["class", "factory", "mapping"])
+@pytest.mark.parametrize("info", [*AGENT_INFOS, None])
+async def test_the_default_initialize_answer_names_the_agent_from_agent_info_or_its_class(
+    version: int, given: str, info: str | None
+) -> None:
+    v1_agent, v2_agent = named_agents(None if info is None else AGENT_INFOS[info])
+    expected = NOTES_INFO if info is not None else {"name": f"NotesV{version}", "version": "0"}
+    with trio.fail_after(DEADLINE):
+        async with acp_trio.open_memory_pair(agent_as(given, v1_agent, v2_agent, version), client_handlers((1, 2))) as (
+            _agent_conn,
+            client_conn,
+        ):
+            response = await client_conn.initialize(*init_requests((version,)))
+    assert response.protocol_version == version
+    wire = client_conn.initialize_response
+    if version == 1:
+        assert wire["agentInfo"] == expected and "info" not in wire
+        assert response.agent_info == v1.Implementation(**expected)
+    else:
+        assert wire["info"] == expected and "agentInfo" not in wire
+        assert response.info == v2.Implementation(**expected)
+
+
+@pytest.mark.parametrize(
+    "info", [{"name": "notes-agent"}, "notes-agent", v1.AgentCapabilities(), {"name": 1, "version": "1"}]
+)
+async def test_a_malformed_agent_info_fails_when_the_agent_is_built_saying_what_to_give(info: Any) -> None:
+    v1_agent, _ = named_agents(info)
+    with pytest.raises(TypeError) as raised:
+        async with acp_trio.open_memory_pair(v1_agent, Client):
+            pass
+    message = str(raised.value)
+    assert "NotesV1.agent_info" in message and "Implementation" in message and repr(info) in message
+
+
+async def test_an_agent_with_its_own_initialize_answers_as_it_says_even_with_agent_info() -> None:
+    class OwnAnswer(V1Agent):
+        agent_info = "not used"  # only the default answer reads it
+
+        async def initialize(self, params: v1.InitializeRequest) -> v1.InitializeResponse:
+            return v1.InitializeResponse(protocol_version=1)
+
+    with trio.fail_after(DEADLINE):
+        async with acp_trio.open_memory_pair(OwnAnswer, Client) as (_agent_conn, client_conn):
+            await client_conn.initialize(*init_requests((1,)))
+    assert client_conn.initialize_response == {"protocolVersion": 1}

@@ -37,7 +37,7 @@ from ._connection import (
     Tap,
     _decode_error_data,
 )
-from ._converter import DecodeError
+from ._converter import DecodeError, is_acp_class
 from ._core import INTERNAL_ERROR, INVALID_REQUEST, RequestError
 from ._sessions import (
     ENDED_BY_REQUEST,
@@ -427,7 +427,17 @@ class AgentSideConnection(_Side):
     What the runtime does for the agent:
 
     - requests before ``initialize`` are answered -32600; a missing ``initialize`` method gets a
-      default answer (the negotiated version, ``loadSession`` when ``session_load`` exists);
+      default answer: the negotiated version, ``loadSession`` when ``session_load`` exists (v1;
+      v2: ``capabilities.session`` when ``session_new`` exists), and the agent's name (v1
+      ``agentInfo``, v2 ``info``; schema ``$defs/Implementation``, initialization.mdx
+      "Implementation Information") from its ``agent_info`` attribute, one line in the class::
+
+          agent_info = v1.Implementation(name="notes-agent", title="Notes", version="0.1.0")
+
+      an ``Implementation`` of either variant or its wire JSON (``{"name": ..., "version": ...,
+      "title": ...}``), sent as ``agentInfo`` or ``info`` whichever version is negotiated; without
+      it the agent is named after its class, version ``"0"``.  A malformed ``agent_info`` raises
+      ``TypeError`` when the agent is built (an agent with its own ``initialize`` names itself there);
     - the protocol version is negotiated (the requested one when supported, else the latest) and
       written into the ``initialize`` response; ``conn.protocol_version`` holds it;
     - ``conn.client_capabilities`` holds the client's capabilities (wire JSON); calling a client
@@ -619,13 +629,38 @@ class AgentSideConnection(_Side):
 
         if version < 2:
             caps: dict[str, Any] = {"loadSession": True} if has("session_load") else {}
-            return {"protocolVersion": version, "agentCapabilities": caps}
-        name = type(self.handler).__name__
+            return {"protocolVersion": version, "agentCapabilities": caps, "agentInfo": self._agent_info()}
         return {
             "protocolVersion": version,
-            "info": {"name": name, "version": "0"},
+            "info": self._agent_info(),
             "capabilities": {"session": {}} if has("session_new") else {},
         }
+
+    def _install(self, version: int) -> None:
+        super()._install(version)
+        if not callable(getattr(self.handler, "initialize", None)):
+            self._agent_info()  # a malformed agent_info fails here, when the agent is built, not at initialize
+
+    def _agent_info(self) -> dict[str, Any]:
+        """The ``Implementation`` (wire JSON) of the default ``initialize`` answer: the agent's
+        ``agent_info`` attribute, else its class name with version ``"0"``.  Raises ``TypeError``
+        when ``agent_info`` is not an ``Implementation`` or its wire JSON."""
+        handler = self.handler
+        info = getattr(handler, "agent_info", None)
+        if info is None:
+            return {"name": type(handler).__name__, "version": "0"}
+        wire: Any = None
+        if isinstance(info, Mapping):
+            wire = dict(info)
+        elif is_acp_class(type(info)):
+            wire = self.connection.converter.unstructure(info)
+        if not (isinstance(wire, dict) and isinstance(wire.get("name"), str) and isinstance(wire.get("version"), str)):
+            raise TypeError(
+                f"{type(handler).__name__}.agent_info names the agent in the default initialize answer: give an "
+                "Implementation (acp_schema.v1 or v2) or its wire JSON with string 'name' and 'version', e.g. "
+                f"agent_info = v1.Implementation(name='my-agent', version='0.1.0'); got {info!r}"
+            )
+        return wire
 
     # -- v2 prompt lifecycle ---------------------------------------------------------------------
     def start_turn(self, session_id: str, turn: Callable[[], Awaitable[Any]]) -> None:

@@ -97,7 +97,12 @@ async def serve_agent_stdio(agent: Any, *, pipe_size: int | None = PIPE_SIZE, **
 
 
 def run_agent_stdio(agent: Any, **options: Any) -> None:
-    """Synchronous entry point: ``trio.run(serve_agent_stdio, agent, **options)`` (for ``__main__``)."""
+    """Synchronous entry point: ``trio.run(serve_agent_stdio, agent, **options)`` (for ``__main__``).
+
+    ``agent``: as for :class:`AgentSideConnection`, e.g. the agent class; without an ``initialize``
+    method it is named in the runtime's ``initialize`` answer by its class attribute ``agent_info``
+    (``agent_info = v1.Implementation(name="notes-agent", version="0.1.0")``), else by its class name.
+    """
     trio.run(lambda: serve_agent_stdio(agent, **options))
 
 
