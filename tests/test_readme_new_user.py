@@ -1,0 +1,117 @@
+"""A new user who follows only the README: installs acp-trio into a fresh venv of their own, saves its
+agent, runs it with the demo client, checks it, tests it with pytest and runs its client, each command
+as the README prints it (its "Install" and "Run it, check it, test it" sections).
+
+The install is the README's first line (``pip install ./acp-trio``, here the checkout's path) with the
+``testing`` extra, as pure Python (``ACP_TRIO_COMPILE=0``: what compiling changes is tested by the
+rest of the suite, which runs on the compiled wheel, and by ``nox -s build``).  pip takes the runtime's
+dependencies from the index (or its cache), as a user's would.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+README = (ROOT / "README.md").read_text(encoding="utf-8")
+BLOCK = re.compile(r"```(\w+)\n(.*?)```", re.S)
+
+
+def blocks(section: str, lang: str) -> list[str]:
+    start = README.index(f"## {section}\n")
+    end = README.find("\n## ", start + 1)
+    return [code for kind, code in BLOCK.findall(README[start : end if end > 0 else None]) if kind == lang]
+
+
+def commands(section: str) -> list[str]:
+    """The command lines of a section's sh blocks, their comments cut."""
+    lines = [line.split("  #", 1)[0].strip() for code in blocks(section, "sh") for line in code.splitlines()]
+    return [line for line in lines if line]
+
+
+@pytest.fixture(scope="module")
+def user(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, str]]:
+    """A fresh venv with acp-trio installed as the README's Install says, and the directory the user
+    works in (``my_agent.py`` saved there), with the environment whose PATH finds the venv first."""
+    home = tmp_path_factory.mktemp("new-user")
+    venv = home / ".venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME")}
+    env["PATH"] = os.pathsep.join([str(venv / "bin"), env.get("PATH", "")])
+    env["ACP_TRIO_COMPILE"] = "0"
+    [from_a_clone] = [line for line in commands("Install") if line.startswith("pip install ./acp-trio")]
+    assert from_a_clone == "pip install ./acp-trio"
+    (home / "acp-trio").symlink_to(ROOT)  # the clone, where the README's line expects it
+    install = subprocess.run(
+        "pip install --quiet './acp-trio[testing]'",
+        shell=True,
+        cwd=home,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert install.returncode == 0, install.stdout + install.stderr
+    (home / "my_agent.py").write_text(blocks("Write an agent", "python")[0], encoding="utf-8")
+    return home, env
+
+
+def run(line: str, user: tuple[Path, dict[str, str]], timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    home, env = user
+    return subprocess.run(
+        line, shell=True, cwd=home, env=env, capture_output=True, text=True, timeout=timeout, check=False
+    )
+
+
+def test_the_install_is_the_users_own_and_not_this_checkouts(user: tuple[Path, dict[str, str]]) -> None:
+    where = run("python -c 'import acp_trio, pytest_trio; print(acp_trio.__file__)'", user)
+    assert where.returncode == 0, where.stderr
+    assert where.stdout.startswith(str(user[0] / ".venv")), where.stdout
+
+
+def test_the_demo_client_runs_the_readme_agent(user: tuple[Path, dict[str, str]]) -> None:
+    [demo] = [line for line in commands("Run it, check it, test it") if "acp_trio.demo" in line]
+    assert demo == "python -m acp_trio.demo --agent -- python my_agent.py"
+    result = run(demo, user)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.startswith("connected to Notes"), result.stdout
+    assert "agent: notes.txt starts with: " in result.stdout
+    assert "[turn ended: end_turn]" in result.stdout
+
+
+def test_the_checker_passes_the_readme_agent(user: tuple[Path, dict[str, str]]) -> None:
+    [check] = [line for line in commands("Run it, check it, test it") if "acp_trio.check" in line]
+    assert check == "python -m acp_trio.check -- python my_agent.py"
+    result = run(check, user)
+    assert result.returncode == 0, result.stdout + result.stderr
+    lines = [line for line in result.stdout.splitlines() if line[:4] in ("PASS", "FAIL", "WARN", "SKIP")]
+    assert not [line for line in lines if line.startswith("FAIL")], result.stdout
+    assert any(line.startswith("PASS  initialize.info") and "notes-agent" in line for line in lines), result.stdout
+
+
+def test_pytest_runs_the_readme_test_file_with_no_configuration(user: tuple[Path, dict[str, str]]) -> None:
+    home, _ = user
+    (home / "test_my_agent.py").write_text(blocks("Run it, check it, test it", "python")[0], encoding="utf-8")
+    assert not (home / "pytest.ini").exists() and not (home / "pyproject.toml").exists()
+    result = run("pytest -q -p no:cacheprovider test_my_agent.py", user)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert re.search(r"\b\d+ passed\b", result.stdout) and " failed" not in result.stdout, result.stdout
+
+
+def test_the_readme_client_runs_the_readme_agent(user: tuple[Path, dict[str, str]]) -> None:
+    home, _ = user
+    (home / "my_client.py").write_text(blocks("Write a client", "python")[0], encoding="utf-8")
+    result = run("python my_client.py", user)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.splitlines() == [
+        "tool Read notes.txt: completed",
+        "agent: notes.txt starts with: buy milk",
+        "stop reason: end_turn",
+    ]
