@@ -15,6 +15,7 @@ official TypeScript SDK 2.4.0 speaks it.  Two kinds of peer:
 from __future__ import annotations
 
 import json
+import socket
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -911,3 +912,30 @@ async def test_an_exception_raised_in_the_body_comes_out_as_itself_from_acp_app(
             assert raised.value is mine
             await app.wait_idle()  # and the connection was closed (DELETE) all the same
             assert app.active_connections == 0
+
+
+@pytest.mark.parametrize(
+    ("error", "said"),
+    [
+        (
+            socket.gaierror(-2, "Name or service not known"),
+            "cannot find the host 'acp.test' (Name or service not known)",
+        ),
+        (None, "nothing answered at acp.test:80 within 7 s (connect_timeout)"),
+    ],
+)
+async def test_an_unknown_host_or_a_connect_timeout_says_so(autojump_clock: Any, error: Any, said: str) -> None:
+    async def fail(request: Any) -> Any:
+        if error is None:
+            raise httpx2.ConnectTimeout("timed out", request=request)
+        raise httpx2.ConnectError(str(error), request=request) from error
+
+    with trio.fail_after(30):
+        with pytest.raises(HttpTransportClosed) as closed:
+            async with connect_http(
+                ScriptedServer.URL, Recorder(), transport=httpx2.MockTransport(fail), connect_timeout=7
+            ) as conn:
+                await conn.agent.initialize(INIT)
+    assert closed.value.status is None
+    assert str(closed.value).startswith(f"POST initialize failed: {said}"), str(closed.value)
+    assert str(closed.value).endswith(f"({ScriptedServer.URL})")
