@@ -939,3 +939,27 @@ async def test_an_unknown_host_or_a_connect_timeout_says_so(autojump_clock: Any,
     assert closed.value.status is None
     assert str(closed.value).startswith(f"POST initialize failed: {said}"), str(closed.value)
     assert str(closed.value).endswith(f"({ScriptedServer.URL})")
+
+
+async def test_served_lets_the_clients_failure_out_as_itself_and_stops_serving_after_the_block() -> None:
+    """``asgi.served``: the README-style example's own nursery no longer wraps a client's failure (a
+    401 here, the user's case with a wrong port) in an ExceptionGroup; the port is free afterwards."""
+    from acp_trio.transports.asgi import AcpApp, served
+
+    with trio.fail_after(TIME_LIMIT):
+        with pytest.raises(HttpTransportClosed) as closed:  # itself: a group would not match
+            async with served(AcpApp(SessionAgent, token="s3cret"), "127.0.0.1", 0) as [bound]:
+                async with connect_http(bound + "/acp", Recorder()) as conn:
+                    await conn.agent.initialize(INIT)
+        assert closed.value.status == 401
+        port = int(bound.rsplit(":", 1)[1])
+        with pytest.raises(OSError):  # nothing listens there once the block ended
+            await trio.open_tcp_stream("127.0.0.1", port)
+        mine = KeyError("mine")
+        with pytest.raises(KeyError) as raised:
+            async with served(AcpApp(SessionAgent), "127.0.0.1", 0) as [bound]:
+                async with connect_http(bound + "/acp", Recorder()) as conn:
+                    await conn.agent.initialize(INIT)
+                    assert await new_session(conn) == "s1"
+                raise mine
+        assert raised.value is mine

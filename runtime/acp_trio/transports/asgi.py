@@ -84,13 +84,14 @@ import logging
 import secrets
 import sys
 from collections import deque
-from collections.abc import Awaitable, Callable, Iterable, MutableMapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, MutableMapping
 from typing import Any, cast
 from urllib.parse import urlsplit
 
 import orjson
 import trio
 
+from .._nursery import owned_nursery
 from .._roles import AgentSideConnection
 from ._lines import LineSendStream
 from .websocket import (
@@ -1235,6 +1236,29 @@ async def serve(
     )
 
 
+@contextlib.asynccontextmanager
+async def served(app: Any, host: str = "127.0.0.1", port: int = 8765, **options: Any) -> AsyncIterator[list[str]]:
+    """Serve ``app`` (an :class:`AcpApp`) for the duration of an ``async with`` block; yields the bound
+    URLs (``["http://127.0.0.1:41234"]``).
+
+    ``async with served(app, "127.0.0.1", 0) as [url]:`` is :func:`serve` started in a nursery that
+    is cancelled when the block ends, with one difference: an exception raised in the block comes
+    out as itself, not wrapped in an ``ExceptionGroup`` (``except acp_trio.ConnectionClosed`` around
+    the block works, e.g. for a client's :class:`~acp_trio.transports.http.HttpTransportClosed`); a
+    failure of the server's own tasks stays grouped beside it.  ``host``, ``port`` (``0``: a free
+    port) and ``options`` (``certfile``, ``keyfile``, ``release_memory_when_idle``, ...) are
+    :func:`serve`'s.  Raises ``OSError`` when the address cannot be bound (the port is taken).
+    """
+    async with owned_nursery() as nursery:
+        urls: list[str] = await nursery.start(
+            lambda task_status: serve(app, host, port, task_status=task_status, **options)
+        )
+        try:
+            yield urls
+        finally:
+            nursery.cancel_scope.cancel()
+
+
 __all__ = [
     "DEFAULT_IDLE_TIMEOUT",
     "DEFAULT_MAX_BUFFERED_BYTES",
@@ -1246,4 +1270,5 @@ __all__ = [
     "SESSION_SCOPED_METHODS",
     "AcpApp",
     "serve",
+    "served",
 ]
