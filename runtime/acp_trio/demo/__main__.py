@@ -36,10 +36,10 @@ from typing import TYPE_CHECKING, Any, TextIO
 import trio
 
 from acp_schema import v1, v2
-from acp_trio import CapabilityError, ConnectionClosed, ProtocolVersionError, RequestError, spawn_agent
+from acp_trio import UNSET, CapabilityError, ConnectionClosed, ProtocolVersionError, RequestError, spawn_agent
 
 if TYPE_CHECKING:  # the clients are imported where they run: serving the agent loads none of them
-    from .client import DemoClient
+    from .client import AgentStderr, DemoClient, TranscriptClient
     from .client_v2 import DemoClientV2
 
 NOTES = """\
@@ -54,9 +54,21 @@ Connect = Callable[[Any], AbstractAsyncContextManager[Any]]
 """``connect(client_factory)``: an async context manager yielding a ``ClientSideConnection``."""
 
 
-def spawning(command: list[str]) -> Connect:
-    """Connect by spawning ``command`` as the agent (stdio)."""
-    return lambda client: spawn_agent(command[0], command[1:], client=client)
+def spawning(command: list[str], stderr: logging.Logger | None = None) -> Connect:
+    """Connect by spawning ``command`` as the agent (stdio); ``stderr``: the logger of its stderr
+    lines (default ``acp_trio.agent.stderr``)."""
+    return lambda client: spawn_agent(command[0], command[1:], client=client, stderr_logger=stderr)
+
+
+def _connecting(command: list[str] | Connect) -> tuple[Connect, AgentStderr | None]:
+    """How to reach the agent of ``command``, and what keeps a spawned agent's last stderr lines
+    (``None`` for a :data:`Connect`)."""
+    from .client import AgentStderr
+
+    if not isinstance(command, list):
+        return command, None
+    stderr = AgentStderr()
+    return spawning(command, stderr.logger), stderr
 
 
 def remote(url: str, token: str | None = None) -> Connect:
@@ -88,11 +100,12 @@ async def run_demo(
     ``allow``: answer permission requests with an "allow" option (else a "reject" one).  ``resume``:
     continue the most recent session the agent lists (``session/list``, then ``session/load``,
     which prints the stored conversation), if it has one.  Returns a process exit status: 0 when
-    the turn ended, 1 on a protocol or connection error.
+    the turn ended, 1 on a protocol or connection error (an agent's -32603 comes with the end of its
+    stderr: :func:`acp_trio.demo.client.error_lines`).
     """
     from .client import CLIENT_INFO, demo_client_factory
 
-    connect = spawning(command) if isinstance(command, list) else command
+    connect, stderr = _connecting(command)
     async with connect(demo_client_factory(out, allow=allow)) as conn:
         client: DemoClient = conn.handler
         agent = v1.AgentPeer(conn)
@@ -118,8 +131,7 @@ async def run_demo(
             client.say(f"error: {version_refusal(exc)}")
             return 1
         except (RequestError, CapabilityError, ConnectionClosed, TimeoutError) as exc:
-            client.say(f"error: {exc}")
-            return 1
+            return _failed(client, exc, stderr)
     _print_summary(workdir, out)
     return 0
 
@@ -167,13 +179,14 @@ async def run_demo_v2(
     """:func:`run_demo` in protocol version 2: the ``session/prompt`` response is only a receipt,
     so this waits (at most ``turn_timeout`` seconds) for the ``idle`` state that ends the turn.
 
-    Returns 0 when the turn ended, 1 on a protocol or connection error or when the turn did not
-    end in time (it is then cancelled with ``session/cancel``).
+    Returns 0 when the turn ended, 1 on a protocol or connection error, when the turn ended with
+    stop reason ``error``, or when the turn did not end in time (it is then cancelled with
+    ``session/cancel``).
     """
     from .client_v2 import CLIENT_INFO as CLIENT_INFO_V2
     from .client_v2 import demo_client_v2_factory
 
-    connect = spawning(command) if isinstance(command, list) else command
+    connect, stderr = _connecting(command)
     async with connect({v2: demo_client_v2_factory(out, allow=allow)}) as conn:
         client: DemoClientV2 = conn.handler
         try:
@@ -193,14 +206,29 @@ async def run_demo_v2(
                 await agent.session_cancel(v2.CancelSessionNotification(session_id=session.session_id))
                 await client.wait_idle(session.session_id, 5.0)
                 return 1
+            error = client.states.state(session.session_id).stop_error
+            if stop_reason == "error" and isinstance(error, v2.Error):  # printed: "[turn ended: error: ...]"
+                data = None if error.data is UNSET else error.data
+                return _failed(client, RequestError(error.code, error.message, data), stderr, said=True)
         except ProtocolVersionError as exc:
             client.say(f"error: {version_refusal(exc)}")
             return 1
         except (RequestError, CapabilityError, ConnectionClosed, TimeoutError) as exc:
-            client.say(f"error: {exc}")
-            return 1
+            return _failed(client, exc, stderr)
     _print_summary(workdir, out)
     return 0
+
+
+def _failed(client: TranscriptClient, exc: Exception, stderr: AgentStderr | None, *, said: bool = False) -> int:
+    """Print ``exc`` (unless ``said``) and, for an agent's -32603, the end of its stderr and how to
+    see the rest (:func:`acp_trio.demo.client.error_lines`); the exit status, 1."""
+    from .client import error_lines, error_text
+
+    if not said:
+        client.say(f"error: {error_text(exc)}")
+    for line in error_lines(exc, None if stderr is None else stderr.lines, shown=stderr is not None and stderr.shown):
+        client.say(line)
+    return 1
 
 
 def version_refusal(exc: ProtocolVersionError) -> str:

@@ -16,16 +16,19 @@ defaults when they fit, and anything else is declined.  Every ``session/update``
 
 from __future__ import annotations
 
+import json
+import logging
 import sys
 import urllib.parse
-from collections.abc import Callable
+from collections import deque
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
 import trio
 
 from acp_schema import v1
-from acp_trio import ClientSideConnection, SessionState, StandardClient, ask
+from acp_trio import INTERNAL_ERROR, ClientSideConnection, RequestError, SessionState, StandardClient, ask
 from acp_trio.elicitation import ElicitationAnswer, PendingElicitation, ask_user
 from acp_trio.permissions import ALLOW_KINDS, REJECT_KINDS, choose_option, permission_title
 
@@ -298,6 +301,90 @@ def agent_name_of(conn: ClientSideConnection) -> str:
     info = answer.get("info") or answer.get("agentInfo") or {}
     name = info.get("title") or info.get("name") if isinstance(info, dict) else None
     return str(name) if name else "the agent"
+
+
+class AgentStderr(logging.Handler):
+    """The last lines a spawned agent wrote to stderr, kept to show with an error it answered
+    without details (:func:`error_lines`).
+
+    Give :attr:`logger` to ``spawn_agent(stderr_logger=...)``: every line is kept (the last
+    ``keep``, in :attr:`lines`) and passed on to the ``acp_trio.agent.stderr`` logger when that
+    logger shows it (the demo's ``-v``), as ``spawn_agent`` does by default.
+    """
+
+    def __init__(self, keep: int = 20) -> None:
+        super().__init__()
+        self.lines: deque[str] = deque(maxlen=keep)
+        self.logger = logging.Logger("acp_trio.agent.stderr")  # in no hierarchy: its records come only here
+        self.logger.addHandler(self)
+
+    @property
+    def shown(self) -> bool:
+        """Whether the ``acp_trio.agent.stderr`` logger prints the lines as they come (``-v``)."""
+        return logging.getLogger("acp_trio.agent.stderr").isEnabledFor(logging.INFO)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(record.getMessage())
+        shown = logging.getLogger("acp_trio.agent.stderr")
+        if shown.isEnabledFor(record.levelno):
+            shown.handle(record)
+
+
+def error_text(exc: BaseException) -> str:
+    """``exc`` as one line; a :class:`~acp_trio.RequestError`'s ``data`` (the agent's details) is
+    shown as text when it is a string or ``{"details": text}`` / ``{"message": text}`` (what the ACP
+    SDKs send), else as JSON; what the agent wrote has its control characters escaped."""
+    if not isinstance(exc, RequestError):
+        return str(exc)
+    text = f"{exc.message} (JSON-RPC error {exc.code})"
+    data = exc.data
+    if isinstance(data, dict) and len(data) == 1 and isinstance(data.get("details", data.get("message")), str):
+        data = next(iter(data.values()))
+    if data is None:
+        return printable(text)
+    return printable(f"{text}: {data if isinstance(data, str) else json.dumps(data, ensure_ascii=False)}")
+
+
+def error_lines(exc: BaseException, stderr: Sequence[str] | None, *, shown: bool = False) -> list[str]:
+    """What the demo prints after ``error: {error_text(exc)}`` when the agent answered -32603
+    (Internal error): a bug in the agent.  ``stderr``: the agent's last stderr lines
+    (:class:`AgentStderr`), ``None`` for a remote agent; ``shown``: they were printed already
+    (``-v``).  acp-trio agents send no ``data`` with it (the exception and its traceback stay in
+    the agent's log, its stderr), so this shows the end of that traceback and says how to see the
+    rest (``-v``).  Empty for other errors.
+    """
+    if not isinstance(exc, RequestError) or exc.code != INTERNAL_ERROR:
+        return []
+    failed = "the agent failed (a bug or an unexpected condition on its side)"
+    said = "said what failed" if exc.data is not None else "sent no details"
+    if stderr is None:
+        return [f"{failed} and {said}: its server's log says more"]
+    if shown:
+        return [f"{failed} and {said}: its stderr above says more"]
+    more = "run again with -v to see all of the agent's stderr (its traceback) and the runtime's log"
+    if exc.data is not None:
+        return [more]
+    tail = _traceback_end(list(stderr))
+    if not tail:
+        return [f"{failed} and sent no details (and wrote nothing to stderr)", more]
+    return [f"{failed} and sent no details; the end of its stderr:", *(f"  | {printable(line)}" for line in tail), more]
+
+
+def _traceback_end(tail: list[str]) -> list[str]:
+    """Of an agent's last stderr lines: the line before its last traceback (the runtime's log
+    message, naming the method), then the traceback's last frame and the exception (8 lines at
+    most); without a traceback, the last 6 lines."""
+    frames = [i for i, line in enumerate(tail) if line.startswith('  File "')]
+    if not frames:
+        return tail[-6:]
+    last = frames[-1]
+    starts = [i for i in range(last) if tail[i].startswith("Traceback (most recent call last)")]
+    head: list[str] = []
+    if starts and starts[-1] > 0:
+        head.append(tail[starts[-1] - 1])
+    if not starts or starts[-1] < last - 1:
+        head.append("...")
+    return head + tail[last : last + 8]
 
 
 class TranscriptClient(StandardClient):
