@@ -32,7 +32,9 @@ async def conformance(
 
 async def assert_conformant(agent: Any, *, allow_warnings: bool = True, **kwargs: Any) -> Report:
     """:func:`conformance`, then ``AssertionError`` with the whole report when a check failed (or
-    warned, with ``allow_warnings=False``); returns the report otherwise."""
+    warned, with ``allow_warnings=False``); returns the report otherwise.  An agent that does not
+    speak ``protocol`` (a v1-only agent checked with ``protocol=2``) fails ``initialize.version``,
+    which says so; the other checks are not run."""
     from ..check import Status
 
     report = await conformance(agent, **kwargs)
@@ -59,8 +61,10 @@ def conformance_tests(
     against ``agent`` (object or factory) in memory (:func:`conformance`, same arguments) in its
     own ``trio.run``; each test then passes, fails with the check's observation, spec source and
     the report (``FAIL``, and ``WARN`` with ``allow_warnings=False``), or is skipped (``SKIP``,
-    with the checker's reason).  The tests are plain functions: they work with or without
-    pytest-trio.  Raises ``ValueError`` for a ``protocol`` other than 1 or 2.
+    with the checker's reason).  An agent that does not speak ``protocol`` fails
+    ``test_conformance[initialize.version]``, saying which version it answered; the others skip.
+    The tests are plain functions: they work with or without pytest-trio.  Raises ``ValueError``
+    for a ``protocol`` other than 1 or 2.
     """
     import pytest
     import trio
