@@ -156,7 +156,7 @@ PURE_SKIPS = [
     "tests/test_transports_suite.py",
     "tests/test_typing.py",
 ]
-DOCS_TESTS = ["tests/test_docs_hook.py"]
+DOCS_TESTS = ["tests/test_docs_hook.py", "tests/test_docs_site.py"]
 """The documentation tooling's tests: they need the docs group (mkdocs, griffe), so the `docs` session
 runs them, and `tests` leaves them out."""
 COMPILED_MODULES = ["acp_trio._connection", "acp_trio._core._framing", "acp_trio._core._jsonrpc"]
