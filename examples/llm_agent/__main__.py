@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import importlib
 import logging
 import os
 import sys
@@ -12,9 +13,6 @@ from collections.abc import Sequence
 
 from acp_trio import run_agent_stdio
 from acp_trio.session_store import MemorySessionStore, SessionStore, SqliteSessionStore
-
-from .agent import LlmAgent
-from .providers import KEY_VARIABLES, Settings
 
 CONTEXT_WINDOWS = {"openai": 128_000, "anthropic": 200_000}
 """``--context-window`` when not given: a common size for each provider's models (``usage_update.size``)."""
@@ -61,8 +59,39 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+INSTALL_LLM = "pip install -e '.[llm]' from the repository root"
+"""How to install the ``llm`` extra (acp-trio is not on PyPI yet; the example runs from a clone)."""
+
+
+def missing_sdk(provider: str) -> str | None:
+    """The one line to print when ``provider``'s SDK (``openai`` or ``anthropic``: the ``llm`` extra)
+    or a module it needs cannot be imported: which, and the command that installs it; ``None``
+    when the provider's module imports.  A module of the example itself that is missing is a bug:
+    its ``ModuleNotFoundError`` is raised."""
+    try:
+        importlib.import_module(f"{__package__}.{provider}_api")
+    except ModuleNotFoundError as exc:
+        missing = (exc.name or "").partition(".")[0]
+        if not missing or missing == (__package__ or "").partition(".")[0]:
+            raise
+        needs = f"the official {provider} SDK"
+        if missing != provider:
+            needs += f" and its dependencies (no module named {missing!r})"
+        return f"the {provider} provider needs {needs}, the llm extra: {INSTALL_LLM}, or pip install {provider}"
+    return None
+
+
 def main(argv: Sequence[str] | None = None) -> None:
+    """Serve the agent on stdio; exits with status 2 (one line on stderr) when the provider's SDK
+    is not installed (:func:`missing_sdk`)."""
     args = parse_args(argv)
+    problem = missing_sdk(args.provider)
+    if problem is not None:
+        print(f"error: {problem}", file=sys.stderr)
+        raise SystemExit(2)
+    from .agent import LlmAgent  # the example's modules import httpx2, which the SDKs bring
+    from .providers import KEY_VARIABLES, Settings
+
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO,
         stream=sys.stderr,

@@ -71,6 +71,11 @@ __all__ = ["AGENT_INFO", "DENIED_RESULT", "LlmAgent", "default_system_prompt"]
 log = logging.getLogger("examples.llm_agent")
 
 AGENT_INFO = v1.Implementation(name="acp-trio-llm-agent", title="acp-trio LLM agent (example)", version="1")
+MCP_MISSING = (
+    "they need the official mcp SDK, the mcp extra: "
+    "pip install -e '.[mcp]' from the repository root, or pip install mcp"
+)
+"""Logged when a session comes with MCP servers and ``acp_trio.mcp`` cannot import ``mcp``."""
 DENIED_RESULT = "The user denied permission for this tool call. Do not retry it; ask the user how to proceed."
 """The tool result the model gets for a call the user refused."""
 MAX_OUTPUT_CHARS = 60_000
@@ -195,8 +200,14 @@ class LlmAgent:
         if not servers:  # the MCP SDK is imported only for sessions that have servers (it takes a while)
             self.sessions[session_id] = session
             return session
-        from acp_trio.mcp import open_mcp_servers
-
+        try:
+            from acp_trio.mcp import open_mcp_servers
+        except ModuleNotFoundError as exc:  # the mcp extra is not installed: a session without its servers
+            if (exc.name or "").partition(".")[0] != "mcp":
+                raise
+            log.warning("session %s: its %d MCP server(s) are not used: %s", session_id, len(servers), MCP_MISSING)
+            self.sessions[session_id] = session
+            return session
         session.mcp = await open_mcp_servers(self.conn, session_id, servers, cwd=cwd)
         for name, error in session.mcp.errors.items():
             log.warning("session %s: MCP server %r unavailable: %s", session_id, name, error)
