@@ -636,10 +636,11 @@ PROGRAMS, PROGRAMS_OF, PROGRAM_ERRORS = all_programs()
 
 
 @pytest.fixture(scope="module")
-def workdir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[[], Path]]:
-    counter = iter(range(1_000))
-    root = tmp_path_factory.mktemp("docs-snippets")
-    yield lambda: Path(root / f"run{next(counter)}").resolve()
+def workdir(tmp_path_factory: pytest.TempPathFactory) -> Callable[[], Path]:
+    """A fresh directory per run, all under one temporary directory of the module."""
+    root = tmp_path_factory.mktemp("docs-snippets").resolve()
+    counter = iter(range(1_000_000))
+    return lambda: root / f"run{next(counter)}"
 
 
 @pytest.mark.parametrize("program", list(PROGRAMS), ids=[" = ".join(where) for where in PROGRAMS.values()])
@@ -710,14 +711,14 @@ RUN: dict[str, tuple[str, ...]] = {
 }
 """The local commands cheap enough to run here, as printed."""
 
-NETWORK = "serves or connects over the network (a fixed port): tests/test_bridge.py, test_processes_demo_v2.py"
+NETWORK = "a fixed port on the network: tests/test_processes_demo.py and tests/test_bridge.py run it on a free one"
 PARSE_ONLY: dict[str, str] = {
     "python -m acp_trio.demo --agent -- CMD ARGS...": "CMD ARGS... is the reader's agent",
     "python -m acp_trio.demo --store PATH": "PATH is the reader's (run twice): tests/test_processes_demo_store.py",
     "python -m acp_trio.demo --agent -- npx @agentclientprotocol/claude-agent-acp": "npx, from npm",
     "python -m acp_trio.check -- npx @agentclientprotocol/claude-agent-acp": "npx, from npm",
-    "python -m acp_trio.check --protocol 2 --json report.json -- python my_agent.py": (
-        "the reader's agent, checked in protocol 2: a full run of the checker, tests/test_check.py"
+    "python -m acp_trio.check --protocol 2 --json report.json -- python -m acp_trio.demo --serve-agent": (
+        "32 checks, an agent process each (~20 s): tests/test_check.py runs the demo agent's in both versions"
     ),
     "python -m acp_trio.check --url ws://127.0.0.1:8765/acp --header 'Authorization: Bearer T'": NETWORK,
     "python -m acp_trio.check --client -- python -m acp_trio.demo --agent -- {AGENT}": (
