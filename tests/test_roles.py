@@ -11,7 +11,7 @@ import copy
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, Protocol
 
 import attrs
 import orjson
@@ -1292,3 +1292,128 @@ async def test_typed_peers_and_connection_properties_talk_to_the_other_side() ->
                 await trio.testing.wait_all_tasks_blocked()
         assert agent_conn.client_capabilities == FULL_CLIENT_CAPS
     assert client.calls == ["fs/read_text_file", "fs/read_text_file", "session/update"]
+
+
+# -- handler factories ---------------------------------------------------------------------------
+
+
+class NoInitAgent:
+    """A first agent as a new user writes it: no ``__init__``, so the runtime builds it without arguments."""
+
+    async def session_new(self, params: v1.NewSessionRequest) -> v1.NewSessionResponse:
+        return v1.NewSessionResponse(session_id="s1")
+
+    async def session_prompt(self, params: v1.PromptRequest) -> v1.PromptResponse:
+        return v1.PromptResponse(stop_reason="end_turn")
+
+
+class Prompting(Protocol):
+    async def session_prompt(self, params: v1.PromptRequest) -> v1.PromptResponse: ...
+
+
+class NoInitProtocolAgent(NoInitAgent, Prompting):
+    """The same, declared to follow a protocol: typing gives it an ``__init__(*args, **kwargs)``
+    that inspect sees, but that refuses any argument."""
+
+
+class NoInitV2Agent:
+    async def session_new(self, params: Any) -> Any:
+        from acp_schema import v2
+
+        return v2.NewSessionResponse(session_id="s2")
+
+    async def session_prompt(self, params: Any) -> Any:
+        from acp_schema import v2
+
+        return v2.PromptResponse(message_id="m1")
+
+
+async def prompt_turn(client_conn: acp_trio.ClientSideConnection) -> v1.PromptResponse:
+    session = await client_conn.agent.session_new(v1.NewSessionRequest(cwd="/work", mcp_servers=[]))
+    response: v1.PromptResponse = await client_conn.agent.session_prompt(
+        v1.PromptRequest(session_id=session.session_id, prompt=[v1.TextContentBlock(text="hi")])
+    )
+    return response
+
+
+@pytest.mark.parametrize("agent_class", [NoInitAgent, NoInitProtocolAgent])
+async def test_an_agent_class_without_init_is_built_without_arguments_and_serves_a_prompt_turn(
+    agent_class: type[NoInitAgent],
+) -> None:
+    with trio.fail_after(DEADLINE):
+        async with acp_trio.open_memory_pair(agent_class, object()) as (agent_conn, client_conn):
+            await initialize(client_conn)
+            response = await prompt_turn(client_conn)
+    assert response.stop_reason == "end_turn"
+    assert type(agent_conn.handler) is agent_class
+
+
+@pytest.mark.parametrize("version", [1, 2])
+async def test_a_version_mapping_of_agent_classes_without_init_serves_the_negotiated_one(version: int) -> None:
+    from acp_schema import v2
+
+    with trio.fail_after(DEADLINE):
+        async with acp_trio.open_memory_pair({v1: NoInitAgent, v2: NoInitV2Agent}, {v1: object(), v2: object()}) as (
+            agent_conn,
+            client_conn,
+        ):
+            if version == 1:
+                await client_conn.initialize(v1.InitializeRequest(protocol_version=1))
+                assert (await prompt_turn(client_conn)).stop_reason == "end_turn"
+            else:
+                await client_conn.initialize(
+                    v2.InitializeRequest(protocol_version=2, info=v2.Implementation(name="t", version="1"))
+                )
+                session = await client_conn.agent.session_new(v2.NewSessionRequest(cwd="/work"))
+                receipt = await client_conn.agent.session_prompt(
+                    v2.PromptRequest(session_id=session.session_id, prompt=[v2.TextContentBlock(text="hi")])
+                )
+                assert (session.session_id, receipt.message_id) == ("s2", "m1")
+    assert agent_conn.protocol_version == version
+    assert type(agent_conn.handler) is (NoInitAgent if version == 1 else NoInitV2Agent)
+
+
+async def test_a_class_taking_the_connection_gets_it_and_a_client_class_without_init_gets_none() -> None:
+    received: list[v1.SessionNotification] = []
+
+    class Agent:
+        def __init__(self, conn: acp_trio.AgentSideConnection) -> None:
+            self.conn = conn
+
+        async def session_new(self, params: v1.NewSessionRequest) -> v1.NewSessionResponse:
+            return v1.NewSessionResponse(session_id="s1")
+
+        async def session_prompt(self, params: v1.PromptRequest) -> v1.PromptResponse:
+            await self.conn.client.session_update(chunk(params.session_id, "hello"))
+            return v1.PromptResponse(stop_reason="end_turn")
+
+    class Client:
+        async def session_update(self, params: v1.SessionNotification) -> None:
+            received.append(params)
+
+    with trio.fail_after(DEADLINE):
+        async with acp_trio.open_memory_pair(Agent, Client) as (agent_conn, client_conn):
+            await initialize(client_conn)
+            assert (await prompt_turn(client_conn)).stop_reason == "end_turn"
+    assert agent_conn.handler.conn is agent_conn
+    assert type(client_conn.handler) is Client
+    assert [update.update.content.text for update in received] == ["hello"]
+
+
+async def test_a_factory_taking_more_than_the_connection_fails_at_once_saying_what_to_write() -> None:
+    from acp_schema import v2
+
+    class Agent:
+        def __init__(self, conn: Any, model: str) -> None:
+            self.model = model
+
+    stream, _other = trio.testing.memory_stream_pair()
+    for agent in (Agent, {v1: Agent, v2: NoInitV2Agent}):
+        with pytest.raises(TypeError) as info:
+            acp_trio.AgentSideConnection(agent, stream, stream)
+        assert str(info.value) == (
+            "cannot build the agent from Agent(conn: 'Any', model: 'str'): the runtime calls an agent factory "
+            "with the connection (one positional argument), or with no argument when it takes none; give it "
+            "__init__(self, conn) (or no required argument), bind the others with functools.partial(Agent, ...), "
+            "or pass an agent object"
+        )

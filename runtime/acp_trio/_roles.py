@@ -96,12 +96,85 @@ def _versions_of(handler: Any, variant: ModuleType | None) -> dict[int, tuple[Mo
     return {module.PROTOCOL_VERSION: (module, handler)}
 
 
+_Build = Literal["object", "with connection", "without arguments"]
+
+
+def _is_factory(handler: Any) -> bool:
+    """Whether ``handler`` is a factory to call (a class, function, method or ``functools.partial``)
+    rather than the handler object itself."""
+    return isinstance(handler, (type, functools.partial)) or inspect.isfunction(handler) or inspect.ismethod(handler)
+
+
+def _signature(factory: Any) -> inspect.Signature | None:
+    """The signature ``factory`` is called with, or ``None`` when Python cannot tell (a builtin)."""
+    if isinstance(factory, type):
+        init = getattr(factory, "__init__", None)
+        if getattr(init, "__name__", "") == "_no_init_or_replace_init":
+            # a subclass of a Protocol (``class MyAgent(v1.Agent)``) without an __init__ of its own:
+            # typing calls the first real __init__ of its MRO, which inspect does not see
+            real = next(
+                (
+                    base.__dict__["__init__"]
+                    for base in factory.__mro__
+                    if getattr(base.__dict__.get("__init__", init), "__name__", "") != "_no_init_or_replace_init"
+                ),
+                object.__init__,
+            )
+            new: Any = factory.__new__
+            if real is object.__init__ and new is object.__new__:
+                return inspect.Signature()
+            target = new if real is object.__init__ else real
+            try:
+                found = inspect.signature(target)
+            except (TypeError, ValueError):
+                return None
+            params = list(found.parameters.values())
+            if params and params[0].kind in (params[0].POSITIONAL_ONLY, params[0].POSITIONAL_OR_KEYWORD):
+                params = params[1:]  # self (cls for __new__)
+            return found.replace(parameters=params)
+    try:
+        return inspect.signature(factory)
+    except (TypeError, ValueError):
+        return None
+
+
+def _how_to_build(handler: Any, side: str) -> _Build:
+    """How the connection gets its handler object from ``handler`` (see :class:`AgentSideConnection`):
+    it is the object; or a factory called with the connection (its signature takes one positional
+    argument, or Python cannot tell); or one called without arguments (its signature takes none).
+    Raises ``TypeError`` saying what to write when the signature takes neither."""
+    if not _is_factory(handler):
+        return "object"
+    signature = _signature(handler)
+    if signature is None:
+        return "with connection"
+    try:
+        signature.bind(None)
+        return "with connection"
+    except TypeError:
+        pass
+    try:
+        signature.bind()
+        return "without arguments"
+    except TypeError:
+        pass
+    name = getattr(handler, "__name__", None) or repr(handler)
+    signature = signature.replace(return_annotation=inspect.Signature.empty)
+    a = "an" if side == "agent" else "a"
+    raise TypeError(
+        f"cannot build the {side} from {name}{signature}: the runtime calls {a} {side} factory with the "
+        f"connection (one positional argument), or with no argument when it takes none; give it "
+        f"__init__(self, conn) (or no required argument), bind the others with functools.partial({name}, ...), "
+        f"or pass {a} {side} object"
+    )
+
+
 def _instantiate(factory: Any, conn: Any) -> Any:
-    if isinstance(factory, type) or inspect.isfunction(factory) or inspect.ismethod(factory):
-        return factory(conn)
-    if isinstance(factory, functools.partial):
-        return factory(conn)
-    return factory
+    """The handler object of ``factory`` for the connection ``conn`` (see :func:`_how_to_build`)."""
+    how = _how_to_build(factory, conn.side)
+    if how == "object":
+        return factory
+    return factory(conn) if how == "with connection" else factory()
 
 
 class _Side:
@@ -125,6 +198,8 @@ class _Side:
         eof_grace: float | None = DEFAULT_EOF_GRACE,
     ) -> None:
         self._versions = _versions_of(handler, variant)
+        for _, one in self._versions.values():  # a factory that cannot be called raises now, not at initialize
+            _how_to_build(one, self.side)
         self.supported_versions: tuple[int, ...] = tuple(sorted(self._versions))
         """The protocol versions this side speaks (one per variant it was given), ascending."""
         latest = self.supported_versions[-1]
@@ -411,9 +486,15 @@ class _Side:
 class AgentSideConnection(_Side):
     """The agent's end of an ACP connection.
 
-    ``agent``: the agent object, or a factory called with this connection that returns it (a
-    class whose ``__init__`` takes the connection works); or a mapping ``{variant: agent}``
-    (``{v1: V1Agent, v2: V2Agent}``) to serve several protocol versions side by side: ``initialize``
+    ``agent``: the agent object, or a factory that returns it: a class, function, method or
+    ``functools.partial``, called with this connection when its signature takes a positional
+    argument (``def __init__(self, conn)``: keep ``conn`` to talk to the client) or when Python
+    cannot tell (a builtin), and with no argument when it takes none (a class without ``__init__``:
+    it answers requests but cannot send ``session/update``).  A first positional parameter with a
+    default (``conn=None``, a dataclass field) still gets the connection.  A factory whose
+    signature takes neither raises ``TypeError`` here, saying what to write instead.  Or a mapping
+    ``{variant: agent}`` (``{v1: V1Agent, v2: V2Agent}``, classes or objects) to serve several
+    protocol versions side by side: ``initialize``
     picks the requested version when one of them speaks it, else the latest, and the connection
     then routes only that variant's methods to that agent (``conn.handler``).  It implements any subset of the
     variant's ``Agent`` protocol (``acp_schema.v1.Agent``): ``async def session_prompt(self,
@@ -824,8 +905,10 @@ class AgentSideConnection(_Side):
 class ClientSideConnection(_Side):
     """The client's end of an ACP connection.
 
-    ``client``: the client object, or a factory called with this connection that returns it; or a
-    mapping ``{variant: client}`` for several protocol versions (send ``initialize`` with
+    ``client``: the client object, or a factory that returns it, called with this connection or,
+    when its signature takes no positional argument, with none (as the agent factory of
+    :class:`AgentSideConnection`; ``TypeError`` when it takes neither); or a mapping
+    ``{variant: client}`` for several protocol versions (send ``initialize`` with
     :meth:`initialize`: the connection continues in whichever of them the agent answers).  It
     implements any subset of the variant's ``Client`` protocol (``acp_schema.v1.Client``):
     ``session_update``, ``session_request_permission``, ``fs_read_text_file`` and so on.  Other

@@ -60,7 +60,8 @@ def grow_pipe(fd: int, size: int | None = PIPE_SIZE) -> int | None:
 async def serve_agent_stdio(agent: Any, *, pipe_size: int | None = PIPE_SIZE, **options: Any) -> None:
     """Serve ``agent`` on this process's stdin/stdout until the client closes stdin.
 
-    ``agent``: as for :class:`AgentSideConnection` (an object or a factory taking the connection);
+    ``agent``: as for :class:`AgentSideConnection` (an object, or a factory: a class built with
+    the connection when its ``__init__`` takes it, else with no argument);
     ``options``: its keyword options (``variant``, ``tap``, ``max_message_size``, ``eof_grace``, ...).
     ``pipe_size``: bytes of kernel buffer asked for stdout when it is a pipe (:func:`grow_pipe`;
     default :data:`PIPE_SIZE`, 1 MiB; ``None`` leaves it as it is).
@@ -99,7 +100,8 @@ async def serve_agent_stdio(agent: Any, *, pipe_size: int | None = PIPE_SIZE, **
 def run_agent_stdio(agent: Any, **options: Any) -> None:
     """Synchronous entry point: ``trio.run(serve_agent_stdio, agent, **options)`` (for ``__main__``).
 
-    ``agent``: as for :class:`AgentSideConnection`, e.g. the agent class; without an ``initialize``
+    ``agent``: as for :class:`AgentSideConnection`, e.g. the agent class (built with the connection
+    when its ``__init__(self, conn)`` takes it, else with no argument); without an ``initialize``
     method it is named in the runtime's ``initialize`` answer by its class attribute ``agent_info``
     (``agent_info = v1.Implementation(name="notes-agent", version="0.1.0")``), else by its class name.
     """
