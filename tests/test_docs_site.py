@@ -3,7 +3,8 @@
 Pages are ``guides/agent.html`` files (``use_directory_urls: false``): a directory URL opened from
 disk shows a directory listing.  Search works with no server and no network: the offline plugin
 writes the index into ``search/search_index.js`` (a page on file:// may not fetch() the JSON), and
-the Worker stand-in it needs on file:// is a local copy (docs/site/javascripts/), not unpkg.com.
+the Worker stand-in it needs on file:// (Chromium starts no Worker from a file) is our own
+docs/site/javascripts/iframe-worker-stand-in.js, not a third party's, nor unpkg.com's.
 Code blocks wrap their long lines (docs/site/stylesheets/extra.css, javascripts/code-wrap.js).
 
 The site is built once for the module from mkdocs.yml, but for mkdocstrings (and docs/hooks.py, which
@@ -33,6 +34,8 @@ from mkdocs.utils.yaml import yaml_load
 
 ROOT = Path(__file__).resolve().parents[1]
 MKDOCS_YML = ROOT / "mkdocs.yml"
+# The first line of our Worker stand-in: a shim copied from elsewhere does not start so
+OUR_WORKER_STAND_IN = "// acp-trio's own Worker stand-in, for the site opened from disk (file://)."
 CHROMIUM = next(filter(None, map(shutil.which, ("chromium", "chromium-browser", "google-chrome"))), None)
 
 
@@ -146,6 +149,12 @@ def test_no_page_needs_the_network_for_search(site: Path) -> None:
         shims = [url for tag, _cls, url in _links(path) if tag == "script" and "iframe-worker" in url]
         assert len(shims) == 1, page
         assert _local(shims[0]) and _target(path, shims[0]).is_file(), page
+        # ours, not a vendored third-party file
+        assert _target(path, shims[0]).read_text(encoding="utf-8").startswith(OUR_WORKER_STAND_IN + "\n"), page
+        # and the page loads no other script but Material's bundle and those mkdocs.yml lists
+        scripts = {_target(path, url) for tag, _cls, url in _links(path) if tag == "script" and _local(url)}
+        listed = {site.resolve() / name for name in [*RAW["extra"]["polyfills"], *RAW["extra_javascript"]]}
+        assert {s for s in scripts if not s.match("assets/javascripts/bundle.*.min.js")} == listed, page
 
 
 # Injected into a copy of a guide: reports, once the page has loaded, each code block's widths, its
