@@ -594,3 +594,66 @@ async def test_the_wire_peer_writes_one_message_at_a_time_when_the_reader_answer
                 got += await agent_end.receive_some()
     lines = [json.loads(line) for line in got.splitlines()]
     assert sorted(str(line.get("id", line.get("method"))) for line in lines) == ["7", "session/cancel"]
+
+
+START_CRASH = Path(__file__).parent / "agents" / "start_crash_agent.py"
+CRASHING = Path(__file__).parent / "agents" / "crashing_agent.py"
+CRASH_LINE = "RuntimeError: NOTES_API_KEY is not set: export it before starting the agent"
+
+
+def test_an_agent_that_dies_before_answering_initialize_is_one_error_with_its_exit_status_and_stderr() -> None:
+    """Not 32 FAILs saying the agent closed its stdout: the run stops at once (exit 2, as for a
+    command that cannot start) with how the process ended and its last stderr lines, the traceback."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "acp_trio.check", "--", sys.executable, str(START_CRASH)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert proc.stdout == ""
+    first, *tail = proc.stderr.splitlines()
+    assert first == "acp-trio check: the agent exited with code 1 before answering initialize; its last stderr lines:"
+    assert tail[0] == "  notes agent starting" and tail[1] == "  Traceback (most recent call last):"
+    assert tail[-1] == f"  {CRASH_LINE}"
+
+
+@pytest.mark.parametrize("only", [[], ["session.prompt"]])
+async def test_run_checks_raises_agent_exited_when_the_agent_cannot_answer_initialize(only: list[str]) -> None:
+    from acp_trio.check import AgentExited
+
+    command = [sys.executable, str(START_CRASH)]
+    with trio.fail_after(60), pytest.raises(AgentExited) as info:
+        await run_checks(command, only=only)
+    exited = info.value
+    assert isinstance(exited, OSError)
+    assert (exited.command, exited.exit_code, exited.signal, exited.stdout) == (command, 1, None, [])
+    assert exited.stderr_tail[0] == "notes agent starting" and exited.stderr_tail[-1] == CRASH_LINE
+
+
+async def test_an_agent_that_exits_at_once_without_a_word_on_stderr_says_what_to_run() -> None:
+    from acp_trio.check import AgentExited
+
+    command = [sys.executable, str(START_CRASH), "usage"]
+    with trio.fail_after(60), pytest.raises(AgentExited) as info:
+        await run_checks(command)
+    assert str(info.value) == (
+        "the agent exited with code 0 before answering initialize; its stdout, where only JSON-RPC "
+        "belongs, said: usage: notes-agent --model NAME; it wrote nothing to stderr: run "
+        f"{sys.executable} {START_CRASH} usage by hand to see why (an ACP agent serves the requests on "
+        "its stdin until stdin closes: is this its command?)"
+    )
+
+
+@pytest.mark.parametrize(("how", "ended"), [("exit3", "exited with code 3"), ("kill", "was killed by SIGKILL")])
+async def test_an_agent_that_dies_during_a_check_fails_it_saying_how_and_its_last_stderr_line(
+    how: str, ended: str
+) -> None:
+    with trio.fail_after(60):
+        report = await run_checks([sys.executable, str(CRASHING), how], only=["session.prompt"], turn_timeout=20)
+    [finding] = report.findings
+    assert (finding.status, finding.observed) == (
+        Status.FAIL,
+        f"the agent {ended} while the checker waited for its answer to session/prompt; "
+        "its last stderr line: fatal: the model endpoint refused the key",
+    )

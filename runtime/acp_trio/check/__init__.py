@@ -12,12 +12,14 @@ Exit status: 1 on any FAIL, 0 otherwise.  An agent that does not speak the proto
 to an initialize asking 2: it does not speak protocol version 2; drop --protocol 2 to check it in
 version 1``); the other checks are not run, and the report shows them as one ``SKIP`` line.  2
 when the checks cannot run, with one line on stderr saying why and what to do: a usage error, an
-agent command that cannot be started, or (``--url``) a server that refuses the connection (``the
-server at ws://127.0.0.1:8765/acp refused the connection with HTTP 401 (not authorized): pass its
-bearer token with --header 'Authorization: Bearer TOKEN'``; for HTTP 403, the ``Origin`` it does
-not allow) or where nothing listens (``nothing is listening at 127.0.0.1:8765 (connection
-refused): start the agent's server, or fix the host and port of --url``); in code,
-:class:`AgentUnreachable`, an ``OSError``.
+agent command that cannot be started, an agent process that exits before answering ``initialize``
+(``the agent exited with code 1 before answering initialize; its last stderr lines:`` and those
+lines indented below, its traceback; in code, :class:`AgentExited`), or (``--url``) a server that
+refuses the connection (``the server at ws://127.0.0.1:8765/acp refused the connection with HTTP
+401 (not authorized): pass its bearer token with --header 'Authorization: Bearer TOKEN'``; for
+HTTP 403, the ``Origin`` it does not allow) or where nothing listens (``nothing is listening at
+127.0.0.1:8765 (connection refused): start the agent's server, or fix the host and port of
+--url``); in code, :class:`AgentUnreachable`, an ``OSError``.
 
 Five checks are about the whole run, over every message every agent process sent
 (:data:`WHOLE_RUN`): each stdout line is one JSON-RPC message (``transports.mdx`` §
@@ -31,7 +33,10 @@ capabilities its ``initialize`` advertised, none unless a check offers some), ev
 
 In code: ``await run_checks(command, protocol=1)`` returns a :class:`Report`.  The checks and
 their sources are :data:`CHECKS` (``acp_trio.check._checks``).  Every check has a timeout: a
-silent agent is a FAIL, never a hang.
+silent agent is a FAIL, never a hang.  An agent process that ends during a check (after the run's
+first ``initialize`` was answered) fails that check, saying how it ended and its last stderr line
+(``the agent exited with code 3 while the checker waited for its answer to session/prompt; its
+last stderr line: fatal: ...``).
 """
 
 from __future__ import annotations
@@ -50,6 +55,7 @@ from ._schema import wire_schema
 from ._script import BEHAVIOURS, Script, ScriptedPrompt, ScriptError
 from ._session_checks import NOTES_TEXT
 from ._wire import (
+    AgentExited,
     AgentUnreachable,
     Observations,
     WirePeer,
@@ -195,7 +201,9 @@ async def run_checks(
     must show; raises :class:`ScriptError`).  ``cwd``: the ``cwd`` of the sessions (default: the
     temporary directory); the checker's client serves ``acp-check-notes.txt`` there
     (:data:`NOTES_TEXT`) to agents that read it, without touching the disk.  ``progress``: called
-    with each check's name as it starts.  Raises ``OSError`` naming the command when it cannot run.
+    with each check's name as it starts.  Raises ``OSError`` naming the command when it cannot run,
+    and :class:`AgentExited` (an ``OSError``: ``exit_code``, ``signal``, ``stderr_tail``) when its
+    process ends before answering the first ``initialize``.
     """
     return await _run(
         process_target(command, 1.0),
@@ -385,8 +393,9 @@ async def _run_one(check: Check, ctx: Context, turn_timeout: float) -> Finding:
     except OSError:
         raise
     except Exception as exc:  # the check's own error (an agent that broke its pipe, ...)
-        unreachable = exc.subgroup(AgentUnreachable) if isinstance(exc, ExceptionGroup) else None
-        if unreachable is not None:  # a server that refused a check's connection from its own nursery
+        stopping = (AgentUnreachable, AgentExited)
+        unreachable = exc.subgroup(stopping) if isinstance(exc, ExceptionGroup) else None
+        if unreachable is not None:  # a server that refused a check's connection, an agent that died, in a nursery
             first: BaseException = unreachable
             while isinstance(first, BaseExceptionGroup):
                 first = first.exceptions[0]
@@ -407,6 +416,7 @@ __all__ = [
     "CLIENT_CHECKS",
     "NOTES_TEXT",
     "WHOLE_RUN",
+    "AgentExited",
     "AgentUnreachable",
     "Check",
     "ClientCheck",

@@ -22,8 +22,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         description="Check an ACP agent (or, with --client, an ACP client) against the protocol: "
         "one line per check, exit 1 on any FAIL (an agent that does not speak the --protocol version "
         "is one: initialize.version says which version to check instead), 2 when the checks cannot run "
-        "(a usage error, an agent command that cannot start, a --url server that refuses the connection "
-        "or is not there: one line on stderr says which).",
+        "(a usage error, an agent command that cannot start, an agent that exits before answering initialize, "
+        "a --url server that refuses the connection or is not there: one line on stderr says which; "
+        "for an agent that exited, its exit status and last stderr lines follow).",
     )
     parser.add_argument(
         "--client",

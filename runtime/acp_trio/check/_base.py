@@ -15,7 +15,7 @@ from typing import Any
 import trio
 
 from ._script import Script
-from ._wire import AgentGone, WirePeer
+from ._wire import AgentExited, AgentGone, WirePeer
 from ._wire import error_code as error_code
 from ._wire import show as show
 
@@ -273,7 +273,9 @@ def turn_failure(end: TurnEnd) -> str | None:
 
 
 async def expect(ctx: Context, body: Callable[[WirePeer], Awaitable[Result]], timeout_text: str) -> Result:
-    """Run ``body`` against a fresh agent; a timeout, a :class:`Failed` or a vanished agent is a FAIL."""
+    """Run ``body`` against a fresh agent; a timeout, a :class:`Failed` or a vanished agent is a FAIL
+    (saying how its process ended and its last stderr line).  An agent process that ended before
+    answering the run's first ``initialize`` raises :class:`AgentExited` instead: the run stops."""
 
     async def guarded(peer: WirePeer) -> Result:
         try:
@@ -287,12 +289,19 @@ async def expect(ctx: Context, body: Callable[[WirePeer], Awaitable[Result]], ti
             problem = exc
         if isinstance(problem, trio.TooSlowError):
             return failed(timeout_text)
-        if isinstance(problem, AgentGone):
-            return failed(f"{problem} (the process ended?)")
+        if isinstance(problem, AgentGone) and problem.ended is not None and _never_answered(problem, peer):
+            # it cannot even answer initialize: the other checks would all fail the same way
+            raise AgentExited(getattr(peer.target, "command", ()), problem.ended, peer.raw)
         return failed(str(problem))
 
     result: Result = await ctx.with_peer(guarded)
     return result
+
+
+def _never_answered(problem: AgentGone, peer: WirePeer) -> bool:
+    """Whether the agent's process ended before answering the first ``initialize`` of the run,
+    having written no JSON-RPC message in it (:class:`AgentExited`)."""
+    return problem.exited and problem.waiting_for == "initialize" and not peer.seen.messages
 
 
 def _leaves(group: BaseExceptionGroup[BaseException]) -> list[BaseException]:

@@ -17,6 +17,8 @@ from __future__ import annotations
 import itertools
 import logging
 import math
+import shlex
+import signal
 import socket
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
@@ -27,7 +29,8 @@ import orjson
 import trio
 
 from .._core import LineFramer, OversizedMessage
-from ..transports.stdio import open_agent_process
+from .._errors import ConnectionClosed
+from ..transports.stdio import AgentProcess, open_agent_process
 from ._schema import WireSchema, wire_schema
 
 MAX_LINE = 64 * 1024 * 1024
@@ -63,7 +66,78 @@ class Observations:
 
 
 class AgentGone(Exception):
-    """The agent process ended, or closed its stdout, while a check waited for it."""
+    """The agent process ended, or closed its stdout, while a check waited for it (or wrote to it).
+
+    ``waiting_for``: the method of the request the check was sending or awaiting the answer to
+    (``None`` while it waited for a notification); ``ended``: how the agent's process ended, a
+    :class:`~acp_trio.ConnectionClosed` with ``exit_code``, ``signal`` and ``stderr_tail`` (``None``
+    when the agent is not a process: in memory, or remote).  ``str(exc)`` is one line for the report.
+    """
+
+    def __init__(self, waiting_for: str | None = None, ended: ConnectionClosed | None = None) -> None:
+        self.waiting_for = waiting_for
+        self.ended = ended
+        super().__init__(self._describe())
+
+    @property
+    def exited(self) -> bool:
+        """Whether the agent's process is known to have ended (an exit code or a signal)."""
+        return self.ended is not None and (self.ended.exit_code is not None or self.ended.signal is not None)
+
+    def _describe(self) -> str:
+        if self.ended is None:
+            return "the agent closed its stdout (the process ended?)"
+        when = f" while the checker waited for its answer to {self.waiting_for}" if self.waiting_for else ""
+        if not self.exited:
+            return f"the agent closed its stdout{when}; its process is still running"
+        lines = [line for line in self.ended.stderr_tail if line.strip()]
+        said = f"; its last stderr line: {lines[-1].strip()[:300]}" if lines else "; it wrote nothing to stderr"
+        return f"{exit_text(self.ended)}{when}{said}"
+
+
+def exit_text(ended: ConnectionClosed) -> str:
+    """How an agent process ended, from :meth:`AgentProcess.describe_exit`: ``the agent exited with
+    code 1``, ``the agent was killed by SIGKILL``, or ``the agent closed its stdout but is still running``."""
+    if ended.signal is not None:
+        try:
+            name = signal.Signals(ended.signal).name
+        except ValueError:
+            name = f"signal {ended.signal}"
+        return f"the agent was killed by {name}"
+    if ended.exit_code is not None:
+        return f"the agent exited with code {ended.exit_code}"
+    return "the agent closed its stdout but is still running"
+
+
+class AgentExited(OSError):
+    """The checks cannot run: the agent process exited (or was killed) before answering the first
+    ``initialize`` of the run, having written no JSON-RPC message.  ``command``: the agent command;
+    ``exit_code`` / ``signal``: how it ended (one of them ``None``); ``stderr_tail``: its last stderr
+    lines (at most 20 lines / 4 KiB); ``stdout``: the first lines it wrote on stdout, none of them
+    JSON-RPC.  ``str(exc)`` says all of it: one line, then the stderr lines indented (``the agent
+    exited with code 1 before answering initialize; its last stderr lines:`` then the traceback), or
+    what to run to see why when it wrote nothing.  An ``OSError``, as an agent command that cannot
+    be started."""
+
+    def __init__(self, command: Sequence[str], ended: ConnectionClosed, stdout: Sequence[bytes] = ()) -> None:
+        self.command = list(command)
+        self.exit_code = ended.exit_code
+        self.signal = ended.signal
+        self.stderr_tail = ended.stderr_tail
+        self.stdout = [show_line(line) for line in stdout if line.strip()][:3]
+        text = f"{exit_text(ended)} before answering initialize"
+        if self.stdout:
+            text += "; its stdout, where only JSON-RPC belongs, said: " + " | ".join(self.stdout)
+        if self.stderr_tail:
+            text += "; its last stderr lines:\n" + "\n".join("  " + line for line in self.stderr_tail)
+        else:
+            text += f"; it wrote nothing to stderr: run {shlex.join(self.command)} by hand to see why"
+            if self.exit_code == 0:
+                text += " (an ACP agent serves the requests on its stdin until stdin closes: is this its command?)"
+        super().__init__(text)
+
+    def __str__(self) -> str:
+        return str(self.args[0])
 
 
 class WirePeer:
@@ -90,18 +164,35 @@ class WirePeer:
         self._send_lock = trio.StrictFIFOLock()
 
     # -- writing -----------------------------------------------------------------------------------
-    async def send_raw(self, data: bytes) -> None:
-        """Write ``data`` to the agent's stdin, whole, after any write already under way."""
+    async def send_raw(self, data: bytes, *, method: str | None = None) -> None:
+        """Write ``data`` to the agent's stdin, whole, after any write already under way.  Raises
+        :class:`AgentGone` (``waiting_for``: ``method``) when the agent closed its stdin (it ended)."""
+        try:
+            await self._write(data)
+        except trio.BrokenResourceError:
+            raise await self.gone(method) from None
+
+    async def _write(self, data: bytes) -> None:
         async with self._send_lock:
             await self.target.stdin.send_all(data)
 
     async def send(self, message: dict[str, Any]) -> None:
+        method = None
         if "method" in message and "id" in message:
-            self._sent_methods[orjson.dumps(message["id"]).decode()] = message["method"]
-            if message["method"] == "initialize" and isinstance(message.get("params"), dict):
+            method = message["method"]
+            self._sent_methods[orjson.dumps(message["id"]).decode()] = method
+            if method == "initialize" and isinstance(message.get("params"), dict):
                 # v1 advertises fs and terminal in clientCapabilities; v2 has neither method
                 self.capabilities = dict(message["params"].get("clientCapabilities") or {})
-        await self.send_raw(orjson.dumps(message) + b"\n")
+        await self.send_raw(orjson.dumps(message) + b"\n", method=method if isinstance(method, str) else None)
+
+    async def gone(self, waiting_for: str | None) -> AgentGone:
+        """The :class:`AgentGone` for an agent whose stdout ended (or stdin broke) while a check was
+        sending or awaiting ``waiting_for``: for a process, how it ended and its last stderr lines
+        (waits at most 0.7 s for them)."""
+        describe = getattr(self.target, "describe_end", None)
+        ended = await describe() if describe is not None else None
+        return AgentGone(waiting_for, ended)
 
     def new_id(self) -> int:
         self._next_id += 1
@@ -134,8 +225,9 @@ class WirePeer:
                         if type(message.get("id")) is type(request_id):
                             return message
                 if self.ended:
-                    raise AgentGone("the agent closed its stdout")
+                    break
                 await self._changed.park()
+        raise await self.gone(self._sent_methods.get(orjson.dumps(request_id).decode()))
 
     async def wait_for(self, predicate: Any, timeout: float, start: int = 0) -> dict[str, Any]:
         """The first message from ``received[start]`` on that satisfies ``predicate`` (waits at most
@@ -146,8 +238,9 @@ class WirePeer:
                     if predicate(message):
                         return message
                 if self.ended:
-                    raise AgentGone("the agent closed its stdout")
+                    break
                 await self._changed.park()
+        raise await self.gone(None)
 
     async def read_forever(self) -> None:
         framer = LineFramer(MAX_LINE)
@@ -234,7 +327,7 @@ class WirePeer:
         else:
             reply["result"] = result
         try:
-            await self.send(reply)
+            await self._write(orjson.dumps(reply) + b"\n")
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             pass
 
@@ -323,16 +416,23 @@ class _StderrLines(logging.Handler):
 class ProcessTarget:
     """An agent process as the checker sees it: ``stdin``, ``stdout``, its exit, its stderr lines."""
 
-    def __init__(self, agent: Any, stderr_lines: list[str]) -> None:
+    def __init__(self, agent: AgentProcess, stderr_lines: list[str], command: Sequence[str] = ()) -> None:
         self.stdin: trio.abc.SendStream = agent.stdin
         self.stdout: trio.abc.ReceiveStream = agent.stdout
+        self._agent = agent
         self._process = agent.process
         self.stderr_lines = stderr_lines
+        self.command = list(command)
 
     async def wait_exit(self) -> str:
         """Wait until it exits; say how (``"code 0"``)."""
         await self._process.wait()
         return f"code {self._process.returncode}"
+
+    async def describe_end(self) -> ConnectionClosed:
+        """How the process ended, once its stdout did: exit code or signal (``None`` both while it
+        still runs) and its last stderr lines; waits at most 0.7 s for them."""
+        return await self._agent.describe_exit("the agent closed its stdout")
 
 
 class MemoryTarget:
@@ -363,7 +463,7 @@ def process_target(command: Sequence[str], shutdown_timeout: float) -> Any:
             async with open_agent_process(
                 command[0], list(command[1:]), shutdown_timeout=shutdown_timeout, stderr_logger=logger
             ) as agent:
-                yield ProcessTarget(agent, handler.lines)
+                yield ProcessTarget(agent, handler.lines, command)
         finally:
             logger.removeHandler(handler)
             logging.Logger.manager.loggerDict.pop(logger.name, None)
