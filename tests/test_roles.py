@@ -1417,3 +1417,26 @@ async def test_a_factory_taking_more_than_the_connection_fails_at_once_saying_wh
             "__init__(self, conn) (or no required argument), bind the others with functools.partial(Agent, ...), "
             "or pass an agent object"
         )
+
+
+async def test_an_agent_subclassing_the_agent_protocol_serves_only_what_it_implements() -> None:
+    """``class MyAgent(v1.Agent)`` inherits a stub (returning ``None``) for every method of the
+    protocol: those count as not implemented, so ``initialize`` gets the runtime's default answer
+    (no ``loadSession``) and an unimplemented method -32601, not -32603."""
+
+    class MyAgent(v1.Agent):
+        async def session_new(self, params: v1.NewSessionRequest) -> v1.NewSessionResponse:
+            return v1.NewSessionResponse(session_id="s1")
+
+        async def session_prompt(self, params: v1.PromptRequest) -> v1.PromptResponse:
+            return v1.PromptResponse(stop_reason="end_turn")
+
+    with trio.fail_after(DEADLINE):
+        async with acp_trio.open_memory_pair(MyAgent, object()) as (_agent_conn, client_conn):
+            init = await initialize(client_conn)
+            assert (await prompt_turn(client_conn)).stop_reason == "end_turn"
+            with pytest.raises(acp_trio.RequestError) as info:
+                await client_conn.connection.request("session/set_mode", {"sessionId": "s1", "modeId": "m"})
+    assert init.agent_info is not None and init.agent_info.name == "MyAgent"
+    assert converter.unstructure(init.agent_capabilities) == {}
+    assert info.value.code == -32601

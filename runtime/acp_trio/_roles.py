@@ -169,6 +169,20 @@ def _how_to_build(handler: Any, side: str) -> _Build:
     )
 
 
+def _method(handler: Any, attr: str) -> Any:
+    """``handler``'s method ``attr``, or ``None`` when it has none or only the stub of a protocol
+    class it subclasses: ``class MyAgent(v1.Agent)`` inherits an ``async def`` for every method of
+    ``v1.Agent``, each returning ``None``; those count as not implemented (-32601, or the runtime's
+    default answer)."""
+    fn = getattr(handler, attr, None)
+    if not callable(fn) or attr in getattr(handler, "__dict__", ()):
+        return fn if callable(fn) else None
+    for klass in type(handler).__mro__:
+        if attr in klass.__dict__:
+            return None if klass.__dict__.get("_is_protocol", False) is True else fn
+    return fn
+
+
 def _instantiate(factory: Any, conn: Any) -> Any:
     """The handler object of ``factory`` for the connection ``conn`` (see :func:`_how_to_build`)."""
     how = _how_to_build(factory, conn.side)
@@ -253,8 +267,8 @@ class _Side:
             for spec in table.values():
                 if spec.side != self.side:
                     continue
-                fn = getattr(self.handler, spec.attr, None)
-                if callable(fn):
+                fn = _method(self.handler, spec.attr)
+                if fn is not None:
                     self._add_route(spec, fn)
         self._add_own_routes()
 
@@ -494,12 +508,13 @@ class AgentSideConnection(_Side):
     default (``conn=None``, a dataclass field) still gets the connection.  A factory whose
     signature takes neither raises ``TypeError`` here, saying what to write instead.  Or a mapping
     ``{variant: agent}`` (``{v1: V1Agent, v2: V2Agent}``, classes or objects) to serve several
-    protocol versions side by side: ``initialize``
-    picks the requested version when one of them speaks it, else the latest, and the connection
-    then routes only that variant's methods to that agent (``conn.handler``).  It implements any subset of the
-    variant's ``Agent`` protocol (``acp_schema.v1.Agent``): ``async def session_prompt(self,
-    params: v1.PromptRequest) -> v1.PromptResponse`` and so on.  ``send_stream`` /
-    ``receive_stream``: the byte streams to the client.  ``variant``: the generated variant module
+    protocol versions side by side: ``initialize`` picks the requested version when one of them
+    speaks it, else the latest, and the connection then routes only that variant's methods to that
+    agent (``conn.handler``).  It implements any subset of the variant's ``Agent`` protocol
+    (``acp_schema.v1.Agent``): ``async def session_prompt(self, params: v1.PromptRequest) ->
+    v1.PromptResponse`` and so on; subclassing the protocol (``class MyAgent(v1.Agent)``) is fine,
+    the stubs it inherits count as not implemented.  ``send_stream`` / ``receive_stream``: the byte
+    streams to the client.  ``variant``: the generated variant module
     (default ``acp_schema.v1``).  ``tap``, ``max_message_size`` (bytes), ``close_timeout``
     (seconds): see :class:`Connection`.
 
@@ -677,13 +692,13 @@ class AgentSideConnection(_Side):
         self._allowed = set()
         info = params.client_info if version < 2 else params.info
         self.client_info = conv.unstructure(info) if info else None
-        user = getattr(self.handler, "initialize", None)
-        if callable(user):
+        user = _method(self.handler, "initialize")
+        if user is not None:
             response = await user(params)
         else:
             response = conv.structure_fn(spec.result_type)(self._default_initialize_response(version))
         if version >= 2 and getattr(response, "auth_methods", None):
-            missing = [m for m in ("auth_login", "auth_logout") if not callable(getattr(self.handler, m, None))]
+            missing = [m for m in ("auth_login", "auth_logout") if _method(self.handler, m) is None]
             if missing:  # authentication.mdx: an agent with authMethods MUST implement both
                 log.warning(
                     "the initialize response lists authMethods but the agent has no %s: clients get -32601",
@@ -706,7 +721,7 @@ class AgentSideConnection(_Side):
         """What ``initialize`` answers when the agent has no ``initialize`` method (wire JSON)."""
 
         def has(attr: str) -> bool:
-            return callable(getattr(self.handler, attr, None))
+            return _method(self.handler, attr) is not None
 
         if version < 2:
             caps: dict[str, Any] = {"loadSession": True} if has("session_load") else {}
@@ -719,7 +734,7 @@ class AgentSideConnection(_Side):
 
     def _install(self, version: int) -> None:
         super()._install(version)
-        if not callable(getattr(self.handler, "initialize", None)):
+        if _method(self.handler, "initialize") is None:
             self._agent_info()  # a malformed agent_info fails here, when the agent is built, not at initialize
 
     def _agent_info(self) -> dict[str, Any]:
@@ -857,8 +872,8 @@ class AgentSideConnection(_Side):
             self._cancel_requested.add(params.session_id)
 
     async def _session_cancel(self, params: Any) -> None:
-        user = getattr(self.handler, "session_cancel", None)
-        if callable(user):
+        user = _method(self.handler, "session_cancel")
+        if user is not None:
             await user(params)
 
     def client_supports(self, method: str, params: Any = None) -> bool:
@@ -911,8 +926,9 @@ class ClientSideConnection(_Side):
     ``{variant: client}`` for several protocol versions (send ``initialize`` with
     :meth:`initialize`: the connection continues in whichever of them the agent answers).  It
     implements any subset of the variant's ``Client`` protocol (``acp_schema.v1.Client``):
-    ``session_update``, ``session_request_permission``, ``fs_read_text_file`` and so on.  Other
-    arguments as for :class:`AgentSideConnection`.
+    ``session_update``, ``session_request_permission``, ``fs_read_text_file`` and so on
+    (subclassing it is fine: the stubs it inherits count as not implemented).  Other arguments as
+    for :class:`AgentSideConnection`.
 
     Talk to the agent with ``v1.AgentPeer(conn)`` (or ``conn.agent``).  What the runtime does:
 
