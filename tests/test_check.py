@@ -71,6 +71,7 @@ def defect_reports() -> dict[str, Report]:
     return trio.run(check_all)
 
 
+@pytest.mark.one_interpreter  # the checker's verdicts: 16 agents x 35 processes, a third of the suite's CPU
 @pytest.mark.parametrize(("defect", "expected"), list(DEFECTS.items()))
 def test_the_checker_finds_exactly_the_one_defect_of_each_agent(
     defect_reports: dict[str, Report], defect: str, expected: dict[str, Status]

@@ -89,6 +89,7 @@ DEFECTS: list[tuple[str, int, dict[str, Status]]] = [
 ]
 
 
+@pytest.mark.one_interpreter  # the checker's verdicts over a matrix of defective clients
 async def test_the_checker_finds_exactly_the_one_defect_of_each_client() -> None:
     reports: dict[tuple[str, int], Report] = {}
 

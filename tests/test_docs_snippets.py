@@ -51,6 +51,8 @@ ROOT = Path(__file__).resolve().parents[1]
 SITE = ROOT / "docs" / "site"
 LANGUAGES = ("python", "sh", "toml", "json", "text")
 
+pytestmark = pytest.mark.one_interpreter  # the docs as printed, not the interpreter's behaviour
+
 
 # -- the blocks ------------------------------------------------------------------------------------
 

@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.one_interpreter  # a user's install and commands, not the interpreter's behaviour
+
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text(encoding="utf-8")
 BLOCK = re.compile(r"```(\w+)\n(.*?)```", re.S)
