@@ -174,9 +174,9 @@ COMPILED_MODULES = ["acp_trio._connection", "acp_trio._core._framing", "acp_trio
 """The modules hatch_build.py compiles (tests/test_build_hook.py keeps the two lists equal)."""
 TEST_EXTRAS = "codegen,mcp,otel,remote,llm,testing"
 PARALLEL = ["-n", "auto"]
-"""pytest-xdist: one worker per CPU.  Most of the suite's time is processes it spawns and waits for
-(agents, peers, the checker's runs), so two workers on two CPUs took the compiled pass from 13 to 8
-minutes; every test bounds its waits for a loaded machine."""
+"""pytest-xdist: one worker per CPU.  The suite's time is mostly CPU in the processes it spawns (agents,
+peers, the checker's runs): two workers on two CPUs ran the compiled pass in 8 min, for 13 min of CPU;
+every test bounds its waits for a loaded machine."""
 
 
 def build_check(compiled: bool) -> str:
