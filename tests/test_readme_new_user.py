@@ -10,10 +10,12 @@ dependencies from the index (or its cache), as a user's would.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -117,3 +119,19 @@ def test_the_readme_client_runs_the_readme_agent(user: tuple[Path, dict[str, str
         "agent: notes.txt starts with: buy milk",
         "stop reason: end_turn",
     ]
+
+
+def test_the_git_url_form_of_the_install_resolves_to_this_release(user: tuple[Path, dict[str, str]]) -> None:
+    """The Install section's second line, with this repository's path as the ``file://`` URL: pip clones
+    it and reads the release it would install (``--dry-run``: the rest is the first line's install)."""
+    [line] = [line for line in commands("Install") if line.startswith("pip install 'git+")]
+    assert line == "pip install 'git+file:///home/you/acp-trio'"
+    ours = line.replace("file:///home/you/acp-trio", ROOT.as_uri())
+    result = run(
+        ours.replace("pip install", "pip install --dry-run --ignore-installed --no-deps --quiet --report -", 1), user
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    report = json.loads(result.stdout)
+    [item] = report["install"]
+    assert item["metadata"]["name"] == "acp-trio"
+    assert item["metadata"]["version"] == tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
