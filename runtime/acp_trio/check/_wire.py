@@ -19,7 +19,6 @@ import logging
 import math
 import shlex
 import signal
-import socket
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -552,29 +551,25 @@ async def reach(url: str, timeout: float = 10.0) -> None:
     """Open (and close) a TCP connection to the host and port of ``url``; raises
     :class:`AgentUnreachable` saying why when none opens within ``timeout`` seconds, ``ValueError``
     for a port that is not one."""
-    import urllib.parse
+    from ..transports._address import connect_failure, where
 
-    parts = urllib.parse.urlsplit(url)
-    host = parts.hostname or ""
     try:
-        port = parts.port or (443 if parts.scheme in ("wss", "https") else 80)
+        host, at = where(url, strict=True)
     except ValueError as exc:
         raise ValueError(f"--url {url!r}: {exc}") from None
-    where = f"{host}:{port}" if ":" not in host else f"[{host}]:{port}"
     fix = "start the agent's server, or fix the host and port of --url"
     try:
         with trio.fail_after(timeout):
-            stream = await trio.open_tcp_stream(host, port)
+            stream = await trio.open_tcp_stream(host, int(at.rsplit(":", 1)[1]))
     except trio.TooSlowError:
-        raise AgentUnreachable(url, f"nothing answered at {where} within {timeout:g} s: {fix}") from None
+        raise AgentUnreachable(url, f"nothing answered at {at} within {timeout:g} s: {fix}") from None
     except OSError as exc:
-        causes = exc.__cause__.exceptions if isinstance(exc.__cause__, BaseExceptionGroup) else (exc,)
-        if causes and all(isinstance(cause, ConnectionRefusedError) for cause in causes):
-            raise AgentUnreachable(url, f"nothing is listening at {where} (connection refused): {fix}") from None
-        why = exc.strerror or str(exc)
-        if isinstance(exc, socket.gaierror):
+        kind, why = connect_failure(exc)
+        if kind == "refused":
+            raise AgentUnreachable(url, f"nothing is listening at {at} (connection refused): {fix}") from None
+        if kind == "unknown-host":
             raise AgentUnreachable(url, f"cannot find the host {host!r} ({why}): fix the host of --url") from None
-        raise AgentUnreachable(url, f"cannot connect to {where} ({why}): {fix}") from None
+        raise AgentUnreachable(url, f"cannot connect to {at} ({exc.strerror or exc}): {fix}") from None
     await trio.aclose_forcefully(stream)
 
 

@@ -655,54 +655,23 @@ def _network_problem(exc: BaseException, url: str, connect_timeout: float) -> st
     the host and port in the URL`` when every address was refused; the host not found; no answer
     within ``connect_timeout`` seconds; else ``repr(exc)``.
     """
-    import socket
-    import urllib.parse
-
     import httpx2
 
-    parts = urllib.parse.urlsplit(url)
-    host = parts.hostname or ""
-    try:
-        port: int | None = parts.port or (443 if parts.scheme == "https" else 80)
-    except ValueError:
-        port = None
-    where = host if port is None else f"{host}:{port}" if ":" not in host else f"[{host}]:{port}"
-    causes = _root_causes(exc)
-    if causes and all(isinstance(cause, ConnectionRefusedError) for cause in causes):
+    from ._address import connect_failure, where
+
+    host, at = where(url)
+    kind, why = connect_failure(exc)
+    if kind == "refused":
         fix = "start the ACP server there, or fix the host and port in the URL"
-        return f"nothing listens on {where} (connection refused): {fix}"
-    for cause in causes:
-        if isinstance(cause, socket.gaierror):
-            return f"cannot find the host {host!r} ({cause.strerror or cause}): fix the host in the URL"
+        return f"nothing listens on {at} (connection refused): {fix}"
+    if kind == "unknown-host":
+        return f"cannot find the host {host!r} ({why}): fix the host in the URL"
     if isinstance(exc, httpx2.ConnectTimeout):
         return (
-            f"nothing answered at {where} within {connect_timeout:g} s (connect_timeout): "
+            f"nothing answered at {at} within {connect_timeout:g} s (connect_timeout): "
             "check that the server runs and that this host can reach it"
         )
     return repr(exc)
-
-
-def _root_causes(exc: BaseException) -> list[BaseException]:
-    """The last exception of ``exc``'s chain of causes, or the leaves of that exception group."""
-    seen: set[int] = set()
-    last = exc
-    while id(last) not in seen and not isinstance(last, BaseExceptionGroup):
-        seen.add(id(last))
-        following = last.__cause__ or last.__context__
-        if following is None:
-            break
-        last = following
-    if not isinstance(last, BaseExceptionGroup):
-        return [last]
-    leaves: list[BaseException] = []
-    groups = [last]
-    while groups:
-        for inner in groups.pop().exceptions:
-            if isinstance(inner, BaseExceptionGroup):
-                groups.append(inner)
-            else:
-                leaves.append(inner)
-    return leaves
 
 
 def _json_object(data: bytes | str) -> dict[str, Any] | None:
