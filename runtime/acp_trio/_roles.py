@@ -1116,7 +1116,7 @@ class ClientSideConnection(_Side):
         if answered not in self.supported_versions:
             requested = wire.get("protocolVersion") if type(wire) is dict else None
             error = ProtocolVersionError(requested, answered, self.supported_versions)
-            log.error("%s", error)
+            log.debug("%s", error)  # raised to the caller, who reports it: logged louder, it said it twice
             await self.connection.aclose(str(error))
             raise error
         assert type(result) is dict

@@ -244,14 +244,6 @@ def version_refusal(exc: ProtocolVersionError) -> str:
     return f"{said}: it does not speak protocol version {exc.requested}; {hint}"
 
 
-class _RefusalPrinted(logging.Filter):
-    """Drops the runtime's log record of a :class:`ProtocolVersionError`: the demo prints it
-    itself, once, saying which ``--protocol`` to use (:func:`version_refusal`)."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return not any(isinstance(arg, ProtocolVersionError) for arg in (record.args or ()))
-
-
 def _print_summary(workdir: Path, out: TextIO) -> None:
     """After a turn: what the agent wrote into ``summary.txt``, if anything."""
     summary = workdir / "summary.txt"
@@ -314,8 +306,6 @@ def main(argv: list[str] | None = None) -> int:
     )
     if not args.verbose:
         logging.getLogger("acp_trio.agent.stderr").setLevel(logging.WARNING)
-    for handler in logging.getLogger().handlers:
-        handler.addFilter(_RefusalPrinted())
     command: list[str] | Connect = (
         args.command if args.agent else [sys.executable, "-m", "acp_trio.demo", "--serve-agent"]
     )
