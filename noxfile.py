@@ -102,11 +102,10 @@ def install_once(session: nox.Session, key: str, install: Callable[[], None]) ->
     stamp.write_text(key)
 
 
-def compiled_wheel(session: nox.Session) -> Path:
+def compiled_wheel(session: nox.Session, key: str) -> Path:
     """The wheel of this checkout compiled by mypyc for the session's interpreter: built once, then
-    reused from ``.nox/_wheels`` while :data:`WHEEL_SOURCES` are unchanged."""
-    key = _digest(WHEEL_SOURCES)[:16]
-    cache = ROOT / ".nox" / "_wheels" / f"{session.python}-{key}"
+    reused from ``.nox/_wheels`` while :data:`WHEEL_SOURCES` are unchanged (``key``: their digest)."""
+    cache = ROOT / ".nox" / "_wheels" / f"{session.python}-{key[:16]}"
     wheels = sorted(cache.glob("acp_trio-*.whl"))
     if wheels:
         session.log(f"reusing the compiled wheel {wheels[0].name} (sources unchanged)")
@@ -200,13 +199,14 @@ def tests(session: nox.Session) -> None:
     no attribute a class does not declare).  The wheel is built once and reused while its sources are
     unchanged.  `nox -s tests -- ARGS` runs `pytest ARGS` on the compiled wheel only."""
     requirements = group("test", "lint")
+    sources = _digest(WHEEL_SOURCES)  # read once: the wheel's cache key and part of the venv's stamp
 
     def install() -> None:
-        wheel = compiled_wheel(session)
+        wheel = compiled_wheel(session, sources)
         session.install(f"{wheel}[{TEST_EXTRAS}]", *requirements)
         session.install("--force-reinstall", "--no-deps", str(wheel))  # this build, even at the same version
 
-    install_once(session, _digest(WHEEL_SOURCES, TEST_EXTRAS, *requirements), install)
+    install_once(session, f"{sources} {TEST_EXTRAS} {' '.join(requirements)}", install)
     session.run("python", "-c", build_check(compiled=True))
     skips = [f"--ignore={path}" for path in DOCS_TESTS]
     # on the other interpreters, all but the tests marked one_interpreter (pyproject.toml's markers)
