@@ -336,7 +336,9 @@ async def test_missing_file_directory_and_fifo(tree: Tree) -> None:
     async with harness(tree) as h:
         err = await h.refused(h.read(tree.project / "missing.txt"))
         assert err.code == acp_trio.RESOURCE_NOT_FOUND
-        assert err.data["filePath"] == str(tree.project / "missing.txt")
+        # the reference TypeScript SDK's text and data key: clients (gemini-cli) tell a missing file by them
+        assert err.message == "Resource not found"
+        assert err.data["filePath"] == err.data["uri"] == str(tree.project / "missing.txt")
         err = await h.refused(h.read(tree.project / "dir"))
         assert err.code == acp_trio.INVALID_PARAMS and "is a directory" in err.data["detail"]
         err = await h.refused(h.read(tree.project))  # the root itself

@@ -71,7 +71,7 @@ def test_demo_reports_a_missing_file_through_the_tool_call_not_a_crash(tmp_path:
     result = run(["--cwd", str(tmp_path)], tmp_path)
     assert result.returncode == 0, result.stderr
     assert "[tool call_read] failed" in result.stdout
-    assert "I could not read notes.txt: File not found." in result.stdout
+    assert "I could not read notes.txt: Resource not found." in result.stdout
     assert not (tmp_path / "summary.txt").exists()
 
 

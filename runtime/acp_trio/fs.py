@@ -48,7 +48,7 @@ case                                            code    class, extra ``data``
 unknown ``sessionId``                           -32002  :class:`FsError`, ``sessionId``
 relative, NUL, ends in ``/``, ``/.``, ``/..``   -32602  :class:`InvalidPath`
 outside the session's roots                     -32602  :class:`PathOutsideRoots`, ``resolved``, ``roots``
-file missing (read)                             -32002  :class:`FsNotFound`
+file missing (read)                             -32002  :class:`FsNotFound`, ``uri`` ("Resource not found")
 a directory, FIFO, device (read or write)       -32602  :class:`InvalidPath`
 parent path component is a file (write)         -32602  :class:`InvalidPath`
 ``line`` < 1, ``limit`` < 0                     -32602  :class:`FsError`
@@ -128,11 +128,18 @@ class PathOutsideRoots(FsError):
 
 
 class FsNotFound(FsError):
-    """-32002 (``RESOURCE_NOT_FOUND``): nothing exists at the (resolved, allowed) path."""
+    """-32002 (``RESOURCE_NOT_FOUND``): nothing exists at the (resolved, allowed) path.
+
+    The message is ``"Resource not found"``, the reference TypeScript SDK's
+    (``RequestError.resourceNotFound``), which clients match to tell a missing file from other
+    failures (gemini-cli's ``write_file`` of a new file reads it first); ``data.uri`` is the path
+    as sent, the key that SDK uses, beside this module's ``path``, ``filePath``, ``resolved`` and
+    ``detail``."""
 
     def __init__(self, file_path: str, resolved: str, *, field: str = "$.path") -> None:
-        data = {"path": field, "filePath": file_path, "resolved": resolved, "detail": f"{file_path} does not exist"}
-        super().__init__(RESOURCE_NOT_FOUND, "File not found", data)
+        detail = f"{file_path} does not exist"
+        data = {"path": field, "filePath": file_path, "resolved": resolved, "uri": file_path, "detail": detail}
+        super().__init__(RESOURCE_NOT_FOUND, "Resource not found", data)
 
 
 # -- paths -----------------------------------------------------------------------------------------
