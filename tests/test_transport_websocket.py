@@ -250,15 +250,19 @@ async def test_a_missing_or_wrong_bearer_token_is_refused_401_on_every_route() -
                 await initialize(conn)
 
 
-async def http_request(url: str, method: str, path: str, headers: dict[str, str] | None = None) -> tuple[int, str]:
-    """One HTTP/1.1 request to the server of ``url``; returns (status, body)."""
+async def http_request(
+    url: str, method: str, path: str, headers: dict[str, str] | None = None, body: bytes = b""
+) -> tuple[int, str]:
+    """One HTTP/1.1 request to the server of ``url``, written as given (a ``Host`` in ``headers``
+    replaces the URL's); returns (status, body)."""
     host_port = url.split("//", 1)[1].split("/", 1)[0]
     host, port = host_port.rsplit(":", 1)
-    stream = await trio.open_tcp_stream(host, int(port))
-    lines = [f"{method} {path} HTTP/1.1", f"Host: {host_port}", "Connection: close", "Content-Length: 0"]
-    lines += [f"{k}: {v}" for k, v in (headers or {}).items()]
+    stream = await trio.open_tcp_stream(host.strip("[]"), int(port))
+    headers = dict(headers or {})
+    lines = [f"{method} {path} HTTP/1.1", f"Host: {headers.pop('Host', host_port)}", "Connection: close"]
+    lines += [f"Content-Length: {len(body)}", *(f"{k}: {v}" for k, v in headers.items())]
     async with stream:
-        await stream.send_all(("\r\n".join(lines) + "\r\n\r\n").encode())
+        await stream.send_all(("\r\n".join(lines) + "\r\n\r\n").encode() + body)
         data = b""
         while chunk := await stream.receive_some():
             data += chunk

@@ -19,7 +19,8 @@ methods.
 
 Command line (needs ``pip install 'acp-trio[remote]'``)::
 
-    python -m acp_trio.bridge --listen 127.0.0.1:8765 [--token T] [--allow-origin O] -- AGENT_CMD [ARG ...]
+    python -m acp_trio.bridge --listen 127.0.0.1:8765 [--token T] [--allow-origin O] [--allow-host H]
+                              [--idle-timeout S] [--max-connections N] -- AGENT_CMD [ARG ...]
     python -m acp_trio.bridge --connect ws://127.0.0.1:8765/acp [--header 'Authorization: Bearer T']
 
 ``--listen`` serves both remote transports; ``--connect`` speaks either (``ws://``, ``http://``).
@@ -102,6 +103,7 @@ async def serve_bridge(
     *,
     token: str | None = None,
     allowed_origins: Sequence[str] = (),
+    allowed_hosts: Sequence[str] = (),
     shutdown_timeout: float = 2.0,
     idle_timeout: float | None = 300.0,
     max_connections: int | None = None,
@@ -111,10 +113,10 @@ async def serve_bridge(
     Streamable HTTP) until cancelled: each ACP connection gets its own agent process, its messages
     passed verbatim.
 
-    ``token``/``allowed_origins``/``idle_timeout``/``max_connections``: as for :class:`~acp_trio.transports.asgi.AcpApp`
-    (``idle_timeout``: seconds after which an abandoned Streamable HTTP connection, and so its
-    agent process, is shut down; ``max_connections``: agent processes at once, one more
-    connection is refused ``503``).  ``task_status``:
+    ``token``/``allowed_origins``/``allowed_hosts``/``idle_timeout``/``max_connections``: as for
+    :class:`~acp_trio.transports.asgi.AcpApp` (``idle_timeout``: seconds after which an abandoned
+    Streamable HTTP connection, and so its agent process, is shut down; ``max_connections``: agent
+    processes at once, one more connection is refused ``503`` before any process starts).  ``task_status``:
     started with the bound URLs.  Raises ``OSError`` naming the command at once when it cannot run.
     """
     from .transports.asgi import AcpApp, serve
@@ -129,7 +131,14 @@ async def serve_bridge(
         log.info("bridge: connection %s…", connection_id[:8])
         await pump_agent_process(program, args, from_client, to_client, shutdown_timeout=shutdown_timeout)
 
-    app = AcpApp(serve_streams=one_connection, token=token, allowed_origins=allowed_origins, idle_timeout=idle_timeout)
+    app = AcpApp(
+        serve_streams=one_connection,
+        token=token,
+        allowed_origins=allowed_origins,
+        allowed_hosts=allowed_hosts,
+        idle_timeout=idle_timeout,
+        max_connections=max_connections,
+    )
     await serve(app, host, port, task_status=task_status)
 
 
@@ -264,6 +273,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--token", help="--listen: require Authorization: Bearer TOKEN")
     parser.add_argument("--allow-origin", action="append", default=[], help="--listen: a browser origin to allow")
     parser.add_argument(
+        "--allow-host",
+        action="append",
+        default=[],
+        help="--listen without --token on loopback: a Host name to accept besides localhost and IP addresses",
+    )
+    parser.add_argument(
         "--idle-timeout",
         type=float,
         default=300.0,
@@ -296,6 +311,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                         int(port),
                         token=options.token,
                         allowed_origins=options.allow_origin,
+                        allowed_hosts=options.allow_host,
                         idle_timeout=options.idle_timeout,
                         max_connections=options.max_connections,
                     )

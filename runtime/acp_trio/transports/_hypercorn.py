@@ -45,10 +45,16 @@ from typing import Any
 import trio
 from hypercorn.config import Config
 from hypercorn.events import Closed, Event, RawData
+from hypercorn.protocol import h2 as hypercorn_h2
+from hypercorn.protocol import h11 as hypercorn_h11
+from hypercorn.protocol.events import Data, StreamClosed
+from hypercorn.protocol.ws_stream import WSStream
 from hypercorn.trio.lifespan import Lifespan
 from hypercorn.trio.tcp_server import MAX_RECV, TCPServer
 from hypercorn.trio.worker_context import WorkerContext
 from hypercorn.utils import repr_socket_addr, wrap_app
+from wsproto.connection import ConnectionState
+from wsproto.events import CloseConnection
 
 log = logging.getLogger("acp_trio.serve")
 
@@ -354,6 +360,53 @@ class CoalescingTCPServer(TCPServer):
         await super()._close()
 
 
+class ClosingWSStream(WSStream):
+    """hypercorn's WebSocket stream, with the close frame RFC 6455 asks for when a client breaks the protocol.
+
+    wsproto reports a frame that breaks RFC 6455 (a text message that is not UTF-8: ``1007``; a
+    malformed frame: ``1002``) as a ``CloseConnection`` the client never sent, its own side still
+    open; hypercorn 0.18 then closes the TCP connection without a close frame.  Here that verdict
+    is answered first with a close frame of its code and reason (RFC 6455 § 7.1.7 and § 8.1: fail
+    the connection, sending the close frame first), then the stream closes as before.  The only
+    change; :func:`serve_hypercorn` makes hypercorn's HTTP/1.1 and HTTP/2 protocols use it.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._close_frame = b""  # the answer to a broken frame, sent before the stream closes
+        forward = self.send
+
+        async def send(event: Any) -> None:
+            if isinstance(event, StreamClosed) and self._close_frame:
+                frame, self._close_frame = self._close_frame, b""
+                await forward(Data(stream_id=self.stream_id, data=frame))
+            await forward(event)
+
+        self.send = send
+
+    async def _handle_events(self) -> None:
+        connection = self.connection
+        if "events" not in vars(connection):  # once per WebSocket: watch wsproto's events
+            parse = connection.events
+
+            def events() -> Any:
+                for event in parse():
+                    if isinstance(event, CloseConnection) and connection.state is ConnectionState.OPEN:
+                        # wsproto's verdict on a broken frame (a close from the client leaves OPEN first)
+                        answer = CloseConnection(code=event.code, reason=(event.reason or "")[:120])
+                        self._close_frame = connection.send(answer)
+                    yield event
+
+            connection.events = events  # type: ignore[method-assign]
+        await super()._handle_events()
+
+
+def _use_closing_ws_stream() -> None:
+    """Make hypercorn's HTTP/1.1 and HTTP/2 protocols create :class:`ClosingWSStream` (process-wide)."""
+    hypercorn_h11.WSStream = ClosingWSStream  # type: ignore[attr-defined]
+    hypercorn_h2.WSStream = ClosingWSStream  # type: ignore[attr-defined]
+
+
 async def serve_hypercorn(
     app: Any,
     config: Config,
@@ -374,6 +427,7 @@ async def serve_hypercorn(
     ``release_memory_when_idle``: seconds with no TCP connection open after which freed memory
     is given back to the OS (``gc.collect()`` and glibc's ``malloc_trim``); ``None`` never.
     """
+    _use_closing_ws_stream()
     wrapped = wrap_app(app, config.wsgi_max_body_size, "asgi")
     state: dict[str, Any] = {}
     lifespan = Lifespan(wrapped, config, state)

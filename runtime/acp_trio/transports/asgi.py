@@ -79,7 +79,9 @@ Serve it with :func:`serve` (hypercorn's trio worker) or any ASGI server running
 from __future__ import annotations
 
 import contextlib
+import functools
 import hmac
+import ipaddress
 import logging
 import secrets
 import sys
@@ -250,22 +252,40 @@ class _HttpConnection:
         self.initial_error = ""
         self.initial_ready = trio.Event()
         self.receivers = 0  # SSE streams being read now
-        self.active_at = trio.current_time()  # the last request, or the last stream's end
-        self.attachment = trio.lowlevel.ParkingLot()  # a stream opened or closed
+        self.requests = 0  # POSTs in progress: the initialize POST until its answer, a request held or being handled
+        self.active_at = trio.current_time()  # the last request's start or end, or the last stream's end
+        self.attachment = trio.lowlevel.ParkingLot()  # a stream or a request began or ended
 
     def touch(self) -> None:
         """A request for this connection arrived: it is not abandoned."""
         self.active_at = trio.current_time()
 
+    def request_began(self) -> None:
+        """A POST for this connection is in progress: activity until :meth:`request_ended` (idle_timeout)."""
+        self.requests += 1
+        self.touch()
+
+    def request_ended(self) -> None:
+        """A POST ended: the idle clock starts now if nothing else is in progress."""
+        self.requests -= 1
+        self.touch()
+        self.attachment.unpark_all()
+
     async def reap_when_abandoned(self, idle: float) -> None:
-        """Close the connection once it has had no request and no open stream for ``idle`` seconds."""
+        """Close the connection once it has had no request in progress, none arriving and no open
+        stream for ``idle`` seconds (counted from the end of the last one)."""
         while not self.closed and not self.routing_done:
-            if self.receivers:
+            if self.receivers or self.requests:
                 await self.attachment.park()
                 continue
             with trio.move_on_at(self.active_at + idle):
                 await self.attachment.park()
-            if not self.receivers and trio.current_time() >= self.active_at + idle and not self.closed:
+            if (
+                not self.receivers
+                and not self.requests
+                and trio.current_time() >= self.active_at + idle
+                and not self.closed
+            ):
                 self.close(f"abandoned: no request and no open stream for {idle} s (idle_timeout)")
 
     # -- input (POST bodies) -----------------------------------------------------------------------
@@ -483,7 +503,10 @@ class AcpApp:
     ``path``: the endpoint (default ``/acp``).  ``token``: when set, every request must carry
     ``Authorization: Bearer <token>`` (else ``401``).  ``allowed_origins``: browser origins
     allowed besides the loopback ones, on every route (exact ``scheme://host[:port]`` strings;
-    ``"*"`` allows any).  ``max_message_bytes``: the largest message a client may send (default
+    ``"*"`` allows any).  ``allowed_hosts``: ``Host`` names (without port) answered besides
+    ``localhost`` and IP addresses when there is no ``token`` and the server listens on loopback
+    (a reverse proxy's or a tunnel's name; ``"*"``: any; else ``403``, against DNS rebinding).
+    ``max_message_bytes``: the largest message a client may send (default
     16 MiB; larger closes the WebSocket with ``1009``; a larger POST body is ``413``).
     ``output_stall_timeout``: seconds (default 60).
     ``max_buffered_bytes`` (default 64 MiB), ``max_buffered_session_streams`` (default 1024),
@@ -514,6 +537,7 @@ class AcpApp:
         path: str = "/acp",
         token: str | None = None,
         allowed_origins: Iterable[str] = (),
+        allowed_hosts: Iterable[str] = (),
         max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
         output_stall_timeout: float = DEFAULT_OUTPUT_STALL_TIMEOUT,
         max_buffered_bytes: int = DEFAULT_MAX_BUFFERED_BYTES,
@@ -543,7 +567,9 @@ class AcpApp:
         self.serve_streams = serve_streams
         self.path = path
         self.token = token
+        self._token = None if token is None else token.encode()
         self.allowed_origins = frozenset(origin.rstrip("/").lower() for origin in allowed_origins)
+        self.allowed_hosts = frozenset(host.lower() for host in allowed_hosts)
         self.max_message_bytes = max_message_bytes
         self.output_stall_timeout = output_stall_timeout
         self.max_buffered_bytes = max_buffered_bytes
@@ -605,10 +631,28 @@ class AcpApp:
 
     # -- checks ------------------------------------------------------------------------------------
     def _authorized(self, scope: Scope) -> bool:
-        if self.token is None:
+        """``Authorization: Bearer <token>``: the scheme in any case, then one or more spaces (RFC 7235
+        § 2.1, RFC 6750 § 2.1), then the token, compared in constant time (as for its length, not)."""
+        if self._token is None:
             return True
-        given = _header(scope, b"authorization") or b""
-        return hmac.compare_digest(given, b"Bearer " + self.token.encode())
+        scheme, _, credentials = (_header(scope, b"authorization") or b"").partition(b" ")
+        return scheme.lower() == b"bearer" and hmac.compare_digest(credentials.lstrip(b" "), self._token)
+
+    def host_allowed(self, scope: Scope) -> bool:
+        """Whether the request's ``Host`` is one this server answers (see the module docstring).
+
+        Checked only without a token on a loopback socket (``scope["server"]``): ``localhost``, an IP
+        address, a name in ``allowed_hosts`` (any port); a malformed ``Host`` is refused.
+        """
+        if self._token is not None or not _loopback_socket(scope):
+            return True
+        raw = _header(scope, b"host")
+        if raw is None:  # HTTP/1.0 (HTTP/1.1 and HTTP/2 servers demand it): no browser request
+            return True
+        name = _host_name(raw)
+        if name is None:
+            return False
+        return name == "localhost" or name in self.allowed_hosts or "*" in self.allowed_hosts or _ip_literal(name)
 
     def origin_allowed(self, origin: str | None) -> bool:
         """Whether a request with this ``Origin`` header is accepted (see the module docstring)."""
@@ -633,6 +677,15 @@ class AcpApp:
         if not self.origin_allowed(None if origin is None else origin.decode("latin-1")):
             shown = origin.decode("latin-1", "replace") if origin else ""
             return 403, f"Forbidden: Origin {shown!r} is not allowed\n", []
+        if not self.host_allowed(scope):
+            shown = (_header(scope, b"host") or b"").decode("latin-1", "replace")
+            return (
+                403,
+                f"Forbidden: Host {shown!r} is not allowed: without a token, a server on loopback answers only"
+                " localhost and IP addresses (against DNS rebinding); list the name in allowed_hosts"
+                " (the bridge's --allow-host) or require a token\n",
+                [],
+            )
         return None
 
     # -- Streamable HTTP -------------------------------------------------------------------------------
@@ -713,8 +766,7 @@ class AcpApp:
             await _json_response(send, 400, {"jsonrpc": "2.0", "id": None, "error": error})
             return
         if isinstance(message, list):
-            error = {"code": -32600, "message": "Invalid request: JSON-RPC batches are not supported"}
-            await _json_response(send, 400, {"jsonrpc": "2.0", "id": None, "error": error})
+            await _response(send, 400, _BATCH_REFUSAL.encode(), [(b"content-type", b"application/json")])
             return
         if not isinstance(message, dict):
             raise _HttpRefusal(400, "Invalid JSON-RPC message")
@@ -736,6 +788,18 @@ class AcpApp:
                     await self._http_initialize(nursery, message, text, receive, send)
             return
         conn = self._connection(scope)
+        conn.request_began()
+        try:
+            await self._http_post_to(conn, scope, receive, send, message, text)
+        finally:
+            conn.request_ended()
+
+    async def _http_post_to(
+        self, conn: _HttpConnection, scope: Scope, receive: Receive, send: Send, message: dict[str, Any], text: str
+    ) -> None:
+        """A POST of ``message`` (its body: ``text``) other than ``initialize`` for ``conn``: ``202`` (held first
+        while the connection's output is at ``max_buffered_bytes``), or a refusal."""
+        method = message.get("method")
         raw_session = _header(scope, HEADER_SESSION_ID_LOWER)
         header_session = raw_session.decode("latin-1") if raw_session else None
         if _is_response(message):
@@ -749,7 +813,6 @@ class AcpApp:
                 del conn.client_response_routes[key]
         else:
             params_session = _params_session_id(message)
-            method = message.get("method")
             if (method in SESSION_SCOPED_METHODS or params_session is not None) and header_session is None:
                 raise _HttpRefusal(400, "Missing Acp-Session-Id")
             if header_session is not None and params_session is not None and header_session != params_session:
@@ -778,9 +841,20 @@ class AcpApp:
     ) -> None:
         conn = _HttpConnection(self, secrets.token_urlsafe(24))
         conn.initial_key = _id_key(message["id"])
+        conn.request_began()  # however long the agent takes to answer, the idle clock waits for the answer
         self._http_connections[conn.id] = conn
         self.connection_ids.add(conn.id)
         nursery.start_soon(self._run_http, conn)
+        try:
+            await self._http_initialize_answer(conn, message, text, receive, send)
+        finally:
+            conn.request_ended()
+
+    async def _http_initialize_answer(
+        self, conn: _HttpConnection, message: dict[str, Any], text: str, receive: Receive, send: Send
+    ) -> None:
+        """Hand ``initialize`` to the new connection's agent and answer the POST with the agent's answer
+        (``200``), else ``500`` (the agent ended or said something else) or ``499`` (the client left)."""
 
         async def initialize() -> None:
             try:
@@ -957,6 +1031,13 @@ class AcpApp:
                 log.warning("ACP connection %s: %s", connection_id, reason)
                 close.append((CLOSE_MESSAGE_TOO_BIG, reason))
                 return None
+            if (text[:1] == "[" or text[:1].isspace()) and _is_batch(text):  # refused as over HTTP, never handed on
+                nonlocal queued
+                if not ended:
+                    backlog.append(_BATCH_REFUSAL)
+                    queued += len(_BATCH_REFUSAL)
+                    pump_lot.unpark()
+                return False
             if not initialized:
                 refused = _not_initialize_first(text)
                 if refused is None:
@@ -1122,6 +1203,27 @@ def _decline_compression(send: Send) -> None:
         handshake.extensions = None
 
 
+_BATCH_REFUSAL = orjson.dumps(
+    {
+        "jsonrpc": "2.0",
+        "id": None,
+        "error": {"code": -32600, "message": "Invalid request: JSON-RPC batches are not supported"},
+    }
+).decode()
+"""The answer to a JSON-RPC batch on either transport (the TypeScript SDK's words; see the module docstring)."""
+
+
+def _is_batch(text: str) -> bool:
+    """Whether a message is a JSON array (a JSON-RPC batch, or an empty one); text that does not
+    parse is not: the connection answers it ``-32700`` as usual."""
+    if text.lstrip()[:1] != "[":
+        return False
+    try:
+        return isinstance(orjson.loads(text), list)
+    except orjson.JSONDecodeError:
+        return False
+
+
 def _not_initialize_first(text: str) -> str | None:
     """Why a WebSocket's first message breaks the RFD's "initialize first" rule (``None``: it is an
     initialize request; ``""``: it is no request or notification, so the rule is still to come).
@@ -1172,6 +1274,46 @@ async def _unless_disconnected(receive: Receive, work: Callable[[], Awaitable[No
         done = True
         nursery.cancel_scope.cancel()
     return done
+
+
+@functools.lru_cache(maxsize=64)
+def _loopback_address(address: str) -> bool:
+    try:
+        ip = ipaddress.ip_address(address.split("%", 1)[0])
+    except ValueError:  # a Unix socket's path
+        return False
+    mapped = getattr(ip, "ipv4_mapped", None)
+    return bool(ip.is_loopback or (mapped is not None and mapped.is_loopback))
+
+
+def _loopback_socket(scope: Scope) -> bool:
+    """Whether the request came in on a loopback socket (the ASGI scope's ``server`` address)."""
+    server = scope.get("server")
+    return isinstance(server, (tuple, list)) and isinstance(server[0], str) and _loopback_address(server[0])
+
+
+def _ip_literal(name: str) -> bool:
+    try:
+        ipaddress.ip_address(name)
+    except ValueError:
+        return False
+    return True
+
+
+def _host_name(raw: bytes) -> str | None:
+    """The name of a ``Host`` header (RFC 9110 § 7.2: ``host [ ":" port ]``), lowercased, IPv6 without
+    brackets; ``None`` when it is not of that form."""
+    text = raw.decode("latin-1").strip().lower()
+    if text.startswith("["):
+        name, bracket, rest = text[1:].partition("]")
+        if not bracket:
+            return None
+    else:
+        name, colon, port = text.partition(":")
+        rest = colon + port
+    if rest and not (rest[0] == ":" and rest[1:].isdigit()):
+        return None
+    return name or None
 
 
 def _header(scope: Scope, name: bytes) -> bytes | None:
