@@ -554,14 +554,21 @@ async def test_a_client_that_never_reads_again_loses_its_tcp_connection_after_tw
 
 
 def test_the_fast_paths_find_the_library_hooks_they_rely_on() -> None:
-    """trio-websocket's reader hook and hypercorn's TCPServer methods exist in the installed versions."""
+    """trio-websocket's reader hook, hypercorn's TCPServer methods and the WebSocket stream hooks of
+    ClosingWSStream (close 1007) exist in the installed versions."""
+    from hypercorn.protocol import h2, h11
+    from hypercorn.protocol.ws_stream import WSStream
     from hypercorn.trio.tcp_server import TCPServer
+    from wsproto.connection import Connection
 
-    from acp_trio.transports import websocket
+    from acp_trio.transports import _hypercorn, websocket
 
     assert websocket._batching_class() is not None
     for name in ("run", "protocol_send", "_close", "_read_data"):
         assert callable(getattr(TCPServer, name))
+    assert callable(WSStream._handle_events) and callable(Connection.events)
+    _hypercorn._use_closing_ws_stream()
+    assert h11.WSStream is h2.WSStream is _hypercorn.ClosingWSStream  # type: ignore[attr-defined]
 
 
 async def test_the_client_reader_queues_a_bounded_number_of_bytes_and_keeps_order_and_the_size_limit(

@@ -26,6 +26,13 @@ ASGI lifespan with that server class; it replaces ``hypercorn.trio.serve`` for T
 listeners, which is all :func:`acp_trio.transports.asgi.serve` binds.  It relies on hypercorn's
 ``trio.tcp_server.TCPServer`` (its ``protocol_send``, ``_close`` and ``stream``) and ``Lifespan``,
 ``WorkerContext``: the ``remote`` extra pins hypercorn below 0.19, and the tests check them.
+
+One fix to hypercorn's WebSocket handling, process-wide once :func:`serve_hypercorn` runs
+(:class:`ClosingWSStream`, relying on ``protocol.ws_stream.WSStream``'s ``send``, ``connection``
+and ``_handle_events`` and on the ``h11`` and ``h2`` protocol modules' ``WSStream`` name): a
+frame that breaks RFC 6455 (a text message that is not UTF-8) is answered with the close frame
+of wsproto's verdict (``1007``) before the TCP connection is closed, where hypercorn 0.18 closed
+it without one.
 """
 
 from __future__ import annotations

@@ -41,18 +41,41 @@ connection enforces holds unchanged.
 Nothing is shared between connections but the application object: each has its own agent.
 
 Security defaults: :func:`serve` binds ``127.0.0.1``.  An optional bearer ``token`` guards every
-route (``401`` without ``Authorization: Bearer <token>``).  A request carrying an ``Origin``
-header (a browser's: a WebSocket upgrade, or a POST, GET or DELETE a page sends) is refused
-``403`` unless that origin is a loopback one
-(``localhost``, ``127.0.0.1``, ``[::1]``, any port) or listed in ``allowed_origins``: checking
-against the request's own ``Host`` would not stop DNS rebinding, where the attacker's name is in
-both.  A request without ``Origin`` (not a browser) is let through.  A WebSocket upgrade that
-offers subprotocols gets the first one echoed (browsers and Node's ``ws`` abort otherwise).
+route (``401`` without ``Authorization: Bearer <token>``): the scheme in any case, then one or
+more spaces (RFC 7235 § 2.1, RFC 6750 § 2.1: ``bearer  T`` is accepted, ``Bearer<TAB>T`` is
+not), then the token, case-sensitive, compared with ``hmac.compare_digest``.  A request carrying
+an ``Origin`` header (a browser's: a WebSocket upgrade, or a POST, GET or DELETE a page sends) is
+refused ``403`` unless that origin is a loopback one (``localhost``, ``127.0.0.1``, ``[::1]``,
+any port) or listed in ``allowed_origins``: checking it against the request's own ``Host`` would
+not stop DNS rebinding, where the attacker's name is in both.  A request without ``Origin`` (not
+a browser, or a browser's same-origin ``GET``) is let through that check.  DNS rebinding (a page
+of ``evil.example`` whose name is made to resolve to 127.0.0.1, so that the browser sends its
+requests here as same-origin ones): browsers always send ``Origin`` on a WebSocket upgrade and on
+any request whose method is not ``GET`` or ``HEAD`` (Fetch, "append a request Origin header";
+``null`` under a no-referrer policy, refused too), so such a page can neither upgrade nor POST
+(``text/plain`` or not) nor DELETE; but its same-origin ``GET`` (an SSE stream) carries no
+``Origin``.  That ``GET`` needs a live ``Acp-Connection-Id``, 144 random bits the page cannot
+learn (only the ``initialize`` POST's answer names it); and, without a ``token`` on a loopback
+socket (the ASGI scope's ``server``), the ``Host`` header must be ``localhost``, an IP address
+(no name, so nothing to rebind) or a name in ``allowed_hosts``, else
+``403``: a rebound page's ``Host`` is the attacker's name.  With a token, ``Host`` is not checked
+(the page does not have the token).  A WebSocket upgrade that offers subprotocols gets the first
+one echoed (browsers and Node's ``ws`` abort otherwise).
 
 On a WebSocket the first request or notification must be ``initialize`` with an id (the RFD:
 "the client must still send initialize as the first JSON-RPC message"), else the WebSocket is
 closed with ``1002``; JSON that does not parse before it is answered ``-32700`` as usual.  With
-``serve_streams`` (the bridge) every message goes through untouched, and the agent behind it rules.
+``serve_streams`` (the bridge) every message goes through untouched, and the agent behind it rules,
+with one exception, the same on both transports: a JSON array (a JSON-RPC batch, or ``[]``) is
+answered ``{"jsonrpc": "2.0", "id": null, "error": {"code": -32600, "message": "Invalid request:
+JSON-RPC batches are not supported"}}`` (as a WebSocket message, the WebSocket staying open; as
+the ``400`` body of a ``POST``) and never reaches the agent.  Why: the RFD takes no batches on
+the remote transports ("Batch JSON-RPC requests return 501", "No batch requests"), the TypeScript
+SDK 2.4.0 refuses them with these words on every transport, and a batch's entries could belong
+to different sessions, which one ``Acp-Session-Id`` cannot route.  Over stdio the connection
+still takes batches (the v2 draft's transports page allows them on stdio).
+A text message that is not UTF-8 gets the close frame ``1007`` before the TCP connection is
+closed (RFC 6455 § 8.1; under :func:`serve`, see :mod:`acp_trio.transports._hypercorn`).
 
 Limits (close codes as the TypeScript SDK's server and RFC 6455): a message over
 ``max_message_bytes`` closes the WebSocket with ``1009``; a client that takes nothing for
@@ -67,7 +90,9 @@ Over Streamable HTTP, as the TypeScript server: a ``POST`` body over ``max_messa
 ``202``, and if no stream takes anything for ``output_stall_timeout`` seconds the connection is
 closed (held requests get ``404``); more than ``max_buffered_session_streams`` session streams
 holding output with no reader closes it too.  A client that vanishes without ``DELETE`` keeps its
-connection until ``idle_timeout`` (300 s) passes with no request and no open stream, its agent
+connection until ``idle_timeout`` (300 s) passes with no request in progress and no open stream,
+counted from the end of the last one (a request in progress: the ``initialize`` POST until its
+answer, however slow the agent is to start, and any POST being handled or held), its agent
 ends, or a limit closes it (the TypeScript server has no idle timeout).
 Streamable HTTP connections outlive the ``initialize`` request: they run in the nursery of the
 ASGI lifespan (hypercorn runs it), else in that request's task.
@@ -512,9 +537,10 @@ class AcpApp:
     ``max_buffered_bytes`` (default 64 MiB), ``max_buffered_session_streams`` (default 1024),
     ``max_id_length`` (default 1024 UTF-16 units), ``sse_keepalive`` (seconds, default 15): the
     Streamable HTTP limits (see the module docstring; the TypeScript SDK's defaults).
-    ``idle_timeout``: seconds (default 300) a Streamable HTTP connection may go with no request and
-    no SSE stream open before it is closed as abandoned (its agent ends; behind the bridge, its
-    process); ``None`` keeps it until ``DELETE`` or a limit, as the TypeScript server does.
+    ``idle_timeout``: seconds (default 300) a Streamable HTTP connection may go with no request in
+    progress (the ``initialize`` POST until its answer included) and no SSE stream open, counted
+    from the end of the last one, before it is closed as abandoned (its agent ends; behind the
+    bridge, its process); ``None`` keeps it until ``DELETE`` or a limit, as the TypeScript server does.
     ``max_connections``: ACP connections served at once (WebSocket and Streamable HTTP together);
     one more is refused ``503`` (the upgrade, or the ``initialize`` POST); default ``None``, no
     limit, as the TypeScript server.  ``websocket_compression``: let a client that offers
