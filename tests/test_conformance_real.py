@@ -131,6 +131,109 @@ async def test_the_model_server_streams_a_responses_api_answer_and_a_shell_tool_
     assert json.loads(call["arguments"]) == {"command": "cat /tmp/n.txt"}
 
 
+WRITE_FILE = {
+    "name": "write_file",
+    "parametersJsonSchema": {
+        "type": "object",
+        "properties": {"file_path": {"type": "string"}, "content": {"type": "string"}},
+        "required": ["file_path", "content"],
+    },
+}
+READ_FILE = {"name": "read_file", "parametersJsonSchema": {"properties": {"file_path": {"type": "string"}}}}
+
+
+async def test_the_model_server_streams_a_gemini_answer_and_a_write_file_call_until_its_response() -> None:
+    app = model_server.ModelServer(deltas=4, delay=0, log=os.devnull)
+    marked = {"role": "user", "parts": [{"text": "make it: acp-tool-write:/tmp/new.txt"}]}
+    call = {"role": "model", "parts": [{"functionCall": {"name": "write_file", "args": {}}}]}
+    result = {"role": "user", "parts": [{"functionResponse": {"name": "write_file", "response": {}}}]}
+    tools = [{"functionDeclarations": [READ_FILE, WRITE_FILE]}]
+    path = "/v1beta/models/gemini-x:streamGenerateContent?alt=sse"
+
+    async def body(client: httpx2.AsyncClient) -> list[list[dict[str, Any]]]:
+        out = []
+        for contents in ([marked], [marked, call, result]):
+            async with client.stream("POST", path, json={"contents": contents, "tools": tools}) as response:
+                assert response.headers["content-type"].startswith("text/event-stream")
+                out.append([data for _name, data in await _events(response)])
+        return out
+
+    tool, text = await _with_server(app, body)
+    assert len(tool) == 1 and tool[0]["candidates"][0]["finishReason"] == "STOP"
+    function_call = tool[0]["candidates"][0]["content"]["parts"][0]["functionCall"]
+    assert function_call["name"] == "write_file"
+    assert function_call["args"] == {"file_path": "/tmp/new.txt", "content": model_server.WRITE_CONTENT}
+    assert "".join(c["candidates"][0]["content"]["parts"][0]["text"] for c in text) == model_server.ANSWER
+    assert len(text) == 4 and [c["candidates"][0].get("finishReason") for c in text] == [None, None, None, "STOP"]
+    assert [r["answer"] for r in app.requests] == ["tool", "text"] and app.requests[0]["tool"] == "write_file"
+
+
+async def test_the_model_server_answers_a_gemini_structured_output_request_with_json_of_its_schema() -> None:
+    app = model_server.ModelServer(delay=0, log=os.devnull)
+    schema = {
+        "type": "object",
+        "properties": {"reasoning": {"type": "string"}, "score": {"type": "number", "minimum": 1}},
+        "required": ["reasoning", "score"],
+    }
+    request = {
+        "contents": [{"role": "user", "parts": [{"text": "route me"}]}],
+        "generationConfig": {"responseMimeType": "application/json", "responseJsonSchema": schema},
+    }
+
+    async def body(client: httpx2.AsyncClient) -> Any:
+        return (await client.post("/v1beta/models/flash-lite:generateContent", json=request)).json()
+
+    answer = await _with_server(app, body)
+    assert json.loads(answer["candidates"][0]["content"]["parts"][0]["text"]) == {"reasoning": "loopback", "score": 1}
+
+
+async def test_the_model_server_streams_chat_completions_text_and_a_tool_call_in_the_chat_format() -> None:
+    app = model_server.ModelServer(deltas=3, delay=0, log=os.devnull)
+    tools = [
+        {"type": "function", "function": {"name": "read", "parameters": {"properties": {"filePath": {}}}}},
+        {
+            "type": "function",
+            "function": {"name": "write", "parameters": {"properties": {"filePath": {}, "content": {}}}},
+        },
+    ]
+    marked = {"role": "user", "content": "please acp-tool-read:/tmp/n.txt"}
+    answered = [marked, {"role": "assistant", "tool_calls": []}, {"role": "tool", "content": "buy milk"}]
+    options = {"model": "m", "stream": True, "stream_options": {"include_usage": True}, "tools": tools}
+
+    async def body(client: httpx2.AsyncClient) -> list[list[Any]]:
+        out = []
+        for messages in ([marked], answered):
+            async with client.stream("POST", "/v1/chat/completions", json={**options, "messages": messages}) as r:
+                out.append([line.removeprefix("data: ") async for line in r.aiter_lines() if line.startswith("data: ")])
+        return out
+
+    tool, text = await _with_server(app, body)
+    assert tool[-1] == "[DONE]" and text[-1] == "[DONE]"
+    tool_chunks = [json.loads(c) for c in tool[:-1]]
+    calls = [d["choices"][0]["delta"].get("tool_calls") for d in tool_chunks if d["choices"]]
+    opened = next(c for c in calls if c)[0]
+    assert opened["function"]["name"] == "read" and opened["id"].startswith("call_")
+    arguments = "".join(c[0]["function"].get("arguments", "") for c in calls if c)
+    assert json.loads(arguments) == {"filePath": "/tmp/n.txt"}
+    assert [d["choices"][0]["finish_reason"] for d in tool_chunks if d["choices"]][-1] == "tool_calls"
+    text_chunks = [json.loads(c) for c in text[:-1]]
+    content = "".join(d["choices"][0]["delta"].get("content") or "" for d in text_chunks if d["choices"])
+    assert content == model_server.ANSWER
+    assert text_chunks[-1]["choices"] == [] and text_chunks[-1]["usage"]["total_tokens"] == 30
+
+
+async def test_the_model_server_answers_a_chat_completion_without_streaming() -> None:
+    app = model_server.ModelServer(delay=0, log=os.devnull)
+    request = {"model": "m", "messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}]}]}
+
+    async def body(client: httpx2.AsyncClient) -> Any:
+        return (await client.post("/v1/chat/completions", json=request)).json()
+
+    answer = await _with_server(app, body)
+    assert answer["object"] == "chat.completion" and answer["choices"][0]["finish_reason"] == "stop"
+    assert answer["choices"][0]["message"] == {"role": "assistant", "content": model_server.ANSWER}
+
+
 async def test_the_model_server_answers_an_unknown_path_with_404_and_logs_it(tmp_path: Path) -> None:
     app = model_server.ModelServer(delay=0, log=str(tmp_path / "requests.jsonl"))
 

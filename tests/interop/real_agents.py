@@ -22,6 +22,7 @@ off, so it needs no network and no account.
 from __future__ import annotations
 
 import fcntl
+import json
 import os
 import shutil
 import subprocess
@@ -40,6 +41,11 @@ PY_SDK_VERSION = "0.12.1"
 CLAUDE_ACP_VERSION = "0.101.0"
 CODEX_ACP_VERSION = "2.6.0"
 CODEX_VERSION = "0.166.0"  # what codex-acp 2.6.0's "^0.166.0" resolves to (a 0.x caret: 0.166.*)
+GEMINI_CLI_VERSION = "0.61.0"
+QWEN_CODE_VERSION = "0.24.4"
+OPENCODE_VERSION = "1.18.33"
+PYDANTIC_ACP_VERSION = "1.10.0"
+PYDANTIC_AI_VERSION = "2.52.0"  # the newest pydantic-acp 1.10.0 allows (<=2.52.0); its openai extra for the model
 """Pinned; ``npm view @agentclientprotocol/<name> version`` names the newest."""
 
 INSTALL_TIMEOUT = 600.0
@@ -173,6 +179,75 @@ def install_real_agents(timeout: float = INSTALL_TIMEOUT) -> Path:
     )
 
 
+def _install_npm_package(dirname: str, package: str, check: str, timeout: float = INSTALL_TIMEOUT) -> Path:
+    """The ``node_modules`` directory of a cache directory holding one npm ``package`` (``name@version``).
+
+    ``check``: a file under ``node_modules`` that must exist after the install.
+    """
+    npm = _npm()
+    target = cache_dir() / dirname
+    installed(
+        target,
+        package + "\n",
+        target / "node_modules" / check,
+        [[npm, "install", "--no-audit", "--no-fund", "--no-save", package]],
+        {"package.json": _PACKAGE_JSON},
+        timeout,
+    )
+    return target / "node_modules"
+
+
+GEMINI_ENTRY = "@google/gemini-cli/bundle/gemini.js"  # the package's bin, "gemini"
+QWEN_ENTRY = "@qwen-code/qwen-code/cli-entry.js"  # the package's bin, "qwen"
+OPENCODE_ENTRY = "opencode-ai/bin/opencode.exe"  # its bin, "opencode": the platform binary its postinstall puts there
+
+
+def install_gemini_cli(timeout: float = INSTALL_TIMEOUT) -> Path:
+    """``node_modules`` holding ``@google/gemini-cli`` :data:`GEMINI_CLI_VERSION`."""
+    return _install_npm_package(
+        f"npm-gemini-cli-{GEMINI_CLI_VERSION}",
+        f"@google/gemini-cli@{GEMINI_CLI_VERSION}",
+        GEMINI_ENTRY,
+        timeout,
+    )
+
+
+def install_qwen_code(timeout: float = INSTALL_TIMEOUT) -> Path:
+    """``node_modules`` holding ``@qwen-code/qwen-code`` :data:`QWEN_CODE_VERSION`."""
+    return _install_npm_package(
+        f"npm-qwen-code-{QWEN_CODE_VERSION}",
+        f"@qwen-code/qwen-code@{QWEN_CODE_VERSION}",
+        QWEN_ENTRY,
+        timeout,
+    )
+
+
+def install_opencode(timeout: float = INSTALL_TIMEOUT) -> Path:
+    """``node_modules`` holding ``opencode-ai`` :data:`OPENCODE_VERSION` (a platform binary)."""
+    return _install_npm_package(
+        f"npm-opencode-ai-{OPENCODE_VERSION}", f"opencode-ai@{OPENCODE_VERSION}", OPENCODE_ENTRY, timeout
+    )
+
+
+def install_pydantic_acp(timeout: float = INSTALL_TIMEOUT) -> Path:
+    """The Python of a virtual environment holding ``pydantic-acp`` :data:`PYDANTIC_ACP_VERSION`."""
+    target = cache_dir() / f"py-pydantic-acp-{PYDANTIC_ACP_VERSION}"
+    python = target / "bin" / "python"
+    specs = [f"pydantic-acp=={PYDANTIC_ACP_VERSION}", f"pydantic-ai-slim[openai]=={PYDANTIC_AI_VERSION}"]
+    installed(
+        target,
+        "".join(spec + "\n" for spec in specs),
+        python,
+        [
+            [sys.executable, "-m", "venv", str(target)],
+            [str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check", *specs],
+        ],
+        {},
+        timeout,
+    )
+    return python
+
+
 # -- environments --------------------------------------------------------------------------------
 
 OFFLINE_ENV = {
@@ -211,19 +286,87 @@ def _codex_config(model_url: str) -> str:
     )
 
 
-def agent_environment(state: Path, model_url: str) -> dict[str, str]:
+def _gemini_settings() -> str:
+    """``~/.gemini/settings.json`` for gemini-cli: no usage statistics, telemetry, update checks."""
+    settings = {
+        "general": {"enableAutoUpdate": False, "enableAutoUpdateNotification": False},
+        "privacy": {"usageStatisticsEnabled": False},
+        "telemetry": {"enabled": False},
+    }
+    return json.dumps(settings, indent=2) + "\n"
+
+
+def _qwen_settings() -> str:
+    """``~/.qwen/settings.json`` for qwen-code: no usage statistics (its RUM endpoint at
+    ``*.rum.aliyuncs.com``), telemetry or update checks; OpenAI-compatible auth (the model and
+    key come from ``OPENAI_*``)."""
+    settings = {
+        "general": {"enableAutoUpdate": False},
+        "privacy": {"usageStatisticsEnabled": False},
+        "telemetry": {"enabled": False},
+        "security": {"auth": {"selectedType": "openai"}},
+    }
+    return json.dumps(settings, indent=2) + "\n"
+
+
+def _opencode_config(model_url: str) -> str:
+    """``opencode.json`` (``OPENCODE_CONFIG``): one OpenAI-compatible provider on the loopback server."""
+    config = {
+        "$schema": "https://opencode.ai/config.json",
+        "autoupdate": False,
+        "share": "disabled",
+        "model": f"loopback/{MODEL}",
+        "small_model": f"loopback/{MODEL}",
+        "provider": {
+            "loopback": {
+                "npm": "@ai-sdk/openai-compatible",  # bundled in the opencode binary: nothing fetched
+                "name": "loopback",
+                "options": {"baseURL": f"{model_url}/v1", "apiKey": "sk-loopback-dummy"},
+                "models": {MODEL: {"name": MODEL, "tool_call": True}},
+            }
+        },
+    }
+    return json.dumps(config, indent=2) + "\n"
+
+
+MODEL = "loopback-model"
+"""The model name the OpenAI-compatible agents are configured with (the model server takes any)."""
+
+OPENAI_COMPATIBLE = ("qwen-code", "pydantic-acp")
+"""Agents configured through ``OPENAI_API_KEY`` / ``OPENAI_BASE_URL`` / ``OPENAI_MODEL``."""
+
+
+def agent_environment(state: Path, model_url: str, agent: str = "") -> dict[str, str]:
     """Environment variables (to add to ``os.environ``) for one run of any agent, offline.
 
     ``state``: a fresh directory; it gets ``home/`` (``HOME``), ``claude/`` (``CLAUDE_CONFIG_DIR``),
-    ``codex/config.toml`` (``CODEX_HOME``), ``logs/``, and ``cwd/`` (``TMPDIR``, which is where
-    the checker points the sessions' ``cwd``).  ``model_url``: the model server's base URL.
+    ``codex/config.toml`` (``CODEX_HOME``), ``opencode/opencode.json`` (``OPENCODE_CONFIG``),
+    ``home/.gemini/settings.json``, ``home/.qwen/settings.json``, ``logs/``, and ``cwd/``
+    (``TMPDIR``, which is where the checker points the sessions' ``cwd``).  ``model_url``: the
+    model server's base URL.  ``agent``: the agent's name; the OpenAI-compatible ones
+    (:data:`OPENAI_COMPATIBLE`) also get ``OPENAI_API_KEY`` (a dummy), ``OPENAI_BASE_URL``
+    (``<model_url>/v1``) and ``OPENAI_MODEL``; the others get ``OPENAI_API_KEY`` empty.
 
     ``IS_SANDBOX=1``: Claude Code refuses to start as root unless told it runs in a sandbox (it
     does, here); see the report in ``tests/interop/conformance_real.py``.
+
+    gemini-cli: ``GOOGLE_GEMINI_BASE_URL`` (the Gemini API at the model server; with it the CLI
+    picks its ``gateway`` auth type, ``GEMINI_API_KEY`` the key it sends).  opencode: its config
+    dir is seeded with ``package-lock.json`` and ``node_modules/`` so that it does not
+    ``npm install @opencode-ai/plugin`` there from registry.npmjs.org at start;
+    ``OPENCODE_DISABLE_MODELS_FETCH`` keeps it from models.dev.
     """
-    for name in ("home", "claude", "codex", "logs", "cwd"):
+    for name in ("home", "claude", "codex", "opencode", "logs", "cwd"):
         (state / name).mkdir(parents=True, exist_ok=True)
     (state / "codex" / "config.toml").write_text(_codex_config(model_url))
+    (state / "opencode" / "opencode.json").write_text(_opencode_config(model_url))
+    for name, text in ((".gemini", _gemini_settings()), (".qwen", _qwen_settings())):
+        (state / "home" / name).mkdir(exist_ok=True)
+        (state / "home" / name / "settings.json").write_text(text)
+    opencode_dir = state / "home" / ".config" / "opencode"
+    (opencode_dir / "node_modules").mkdir(parents=True, exist_ok=True)
+    lock = {"packages": {"": {"dependencies": {"@opencode-ai/plugin": OPENCODE_VERSION}}}}
+    (opencode_dir / "package-lock.json").write_text(json.dumps(lock) + "\n")
     env = dict(OFFLINE_ENV)
     env.update(
         {
@@ -231,6 +374,8 @@ def agent_environment(state: Path, model_url: str) -> dict[str, str]:
             "TMPDIR": str(state / "cwd"),
             "XDG_CONFIG_HOME": str(state / "home" / ".config"),
             "XDG_CACHE_HOME": str(state / "home" / ".cache"),
+            "XDG_DATA_HOME": str(state / "home" / ".local" / "share"),
+            "XDG_STATE_HOME": str(state / "home" / ".local" / "state"),
             # claude-agent-acp / Claude Code
             "CLAUDE_CONFIG_DIR": str(state / "claude"),
             "ANTHROPIC_BASE_URL": model_url,
@@ -241,10 +386,35 @@ def agent_environment(state: Path, model_url: str) -> dict[str, str]:
             "CODEX_HOME": str(state / "codex"),
             "LOOPBACK_API_KEY": "sk-loopback-dummy",
             "APP_SERVER_LOGS": str(state / "logs" / "codex-acp"),
+            # gemini-cli
+            "GEMINI_API_KEY": "loopback-dummy",
+            "GOOGLE_GEMINI_BASE_URL": model_url,
+            # opencode
+            "OPENCODE_CONFIG": str(state / "opencode" / "opencode.json"),
+            "OPENCODE_DISABLE_AUTOUPDATE": "1",
+            "OPENCODE_DISABLE_MODELS_FETCH": "1",
+            "OPENCODE_DISABLE_LSP_DOWNLOAD": "1",
+            "OPENCODE_DISABLE_SHARE": "1",
+            "OPENCODE_DISABLE_DEFAULT_PLUGINS": "1",
+            # qwen-code
+            "QWEN_USAGE_STATISTICS_ENABLED": "false",
         }
     )
-    for name in ("OPENAI_API_KEY", "CODEX_API_KEY", "ANTHROPIC_AUTH_TOKEN", "CLAUDE_CODE_USE_BEDROCK"):
-        env[name] = ""  # a key from the caller's environment must not leak into a run
+    for name in (
+        "OPENAI_API_KEY",
+        "OPENAI_BASE_URL",
+        "OPENAI_MODEL",
+        "CODEX_API_KEY",
+        "ANTHROPIC_AUTH_TOKEN",
+        "CLAUDE_CODE_USE_BEDROCK",
+        "GOOGLE_API_KEY",
+        "GOOGLE_GENAI_USE_VERTEXAI",
+        "GOOGLE_GENAI_USE_GCA",
+        "GOOGLE_CLOUD_PROJECT",
+    ):
+        env[name] = ""  # a key or endpoint from the caller's environment must not leak into a run
+    if agent in OPENAI_COMPATIBLE:
+        env.update({"OPENAI_API_KEY": "sk-loopback-dummy", "OPENAI_BASE_URL": f"{model_url}/v1", "OPENAI_MODEL": MODEL})
     return env
 
 
@@ -253,12 +423,14 @@ def agent_environment(state: Path, model_url: str) -> dict[str, str]:
 
 @dataclass(frozen=True)
 class Agent:
-    """One agent to check: ``name`` (a report column), ``needs`` (``"node"``, ``"py-sdk"``, ``"real"``
-    or ``""``), and whether it talks to the model server (``real``)."""
+    """One agent to check: ``name`` (a report column), ``needs`` (``"node"``, ``"py-sdk"``, ``"py"``
+    or ``""``), whether it talks to the model server (``real``), and whether it speaks only protocol
+    version 1 (``v1_only``: the runs in version 2 are left out)."""
 
     name: str
     needs: str
     real: bool = False
+    v1_only: bool = False
 
     def command(self) -> tuple[list[str], dict[str, str]]:
         """The command line and extra environment; installs what is missing (raises :class:`Unavailable`)."""
@@ -269,6 +441,14 @@ class Agent:
             return ["node", str(INTEROP / script)], {"ACP_INTEROP_NPM_DIR": str(install_ts_sdk())}
         if self.name == "py-sdk":  # an echo agent as the SDK's README teaches
             return [str(install_py_sdk()), str(INTEROP / "py_echo_agent.py")], {}
+        if self.name == "gemini-cli":
+            return ["node", str(install_gemini_cli() / GEMINI_ENTRY), "--acp"], {}
+        if self.name == "qwen-code":
+            return ["node", str(install_qwen_code() / QWEN_ENTRY), "--acp"], {}
+        if self.name == "opencode":
+            return [str(install_opencode() / OPENCODE_ENTRY), "acp"], {}
+        if self.name == "pydantic-acp":  # a pydantic-ai agent served by pydantic-acp, as its README teaches
+            return [str(install_pydantic_acp()), str(INTEROP / "pydantic_acp_agent.py")], {}
         modules = install_real_agents() / "node_modules" / "@agentclientprotocol"
         if self.name == "claude-agent-acp":
             return ["node", str(modules / "claude-agent-acp" / "dist" / "index.js")], {}
@@ -284,6 +464,10 @@ AGENTS = (
     Agent("py-sdk", "py-sdk"),
     Agent("claude-agent-acp", "node", real=True),
     Agent("codex-acp", "node", real=True),
+    Agent("gemini-cli", "node", real=True, v1_only=True),
+    Agent("qwen-code", "node", real=True, v1_only=True),
+    Agent("opencode", "node", real=True, v1_only=True),
+    Agent("pydantic-acp", "py", real=True, v1_only=True),
 )
 
 
@@ -296,4 +480,8 @@ def versions() -> dict[str, str]:
         "py-sdk": f"agent-client-protocol {PY_SDK_VERSION}",
         "claude-agent-acp": f"@agentclientprotocol/claude-agent-acp {CLAUDE_ACP_VERSION}",
         "codex-acp": f"@agentclientprotocol/codex-acp {CODEX_ACP_VERSION} (@openai/codex {CODEX_VERSION})",
+        "gemini-cli": f"@google/gemini-cli {GEMINI_CLI_VERSION} (gemini --acp)",
+        "qwen-code": f"@qwen-code/qwen-code {QWEN_CODE_VERSION} (qwen --acp)",
+        "opencode": f"opencode-ai {OPENCODE_VERSION} (opencode acp)",
+        "pydantic-acp": f"pydantic-acp {PYDANTIC_ACP_VERSION} (pydantic-ai-slim {PYDANTIC_AI_VERSION})",
     }
