@@ -504,6 +504,31 @@ async def test_the_bridge_refuses_connections_over_max_connections_503_and_start
         _stop(process)
 
 
+async def test_max_connections_counts_websocket_and_streamable_http_together_for_the_demo_agent() -> None:
+    from acp_trio.demo.agent_v2 import agents_for
+
+    app = AcpApp(agents_for((1, 2)), max_connections=2)
+    with trio.fail_after(DEADLINE):
+        async with served(app, "127.0.0.1", 0) as [bound], httpx2.AsyncClient() as http:
+            url, ws_url = bound + "/acp", bound.replace("http://", "ws://") + "/acp"
+            async with RawWebSocket.open(ws_url) as ws:
+                await ws.send(INIT)
+                assert (await ws.message())["result"]["protocolVersion"] == 1
+                opened = await http.post(url, content=INIT, headers=JSON)
+                assert opened.status_code == 200
+                async with RawWebSocket.open(ws_url) as third:
+                    assert third.status == 503
+                refused = await http.post(url, content=INIT, headers=JSON)
+                assert (refused.status_code, refused.text) == (503, "Too many ACP connections (max_connections 2)")
+                assert app.active_connections == 2
+                gone = await http.delete(url, headers={"acp-connection-id": opened.headers["acp-connection-id"]})
+                assert gone.status_code == 202
+                while app.active_connections > 1:  # the deleted connection's agent ends
+                    await app._ended.park()
+                async with RawWebSocket.open(ws_url) as again:  # room again, for either transport
+                    assert again.status == 101
+
+
 async def slow_initialize(connection_id: str, to_client: trio.abc.SendStream, from_client: Any) -> None:
     """A bridged agent that takes 5 s to answer ``initialize``, then answers nothing else."""
     async for data in from_client:

@@ -4,7 +4,10 @@ Contract: the bridge moves ACP messages between two transports *verbatim*: it ne
 re-encodes them, so unknown fields, unknown methods and ``_meta`` survive byte for byte.  It only
 frames: one message per line on stdio (a raw CR or LF inside a message can only be JSON
 whitespace, since JSON strings escape them, so it becomes a space).  It knows nothing of ACP's
-methods.
+methods.  With ``--listen`` the server in front refuses what no agent gets on either remote
+transport, whatever the agent would say: a JSON array (a JSON-RPC batch, answered ``-32600``),
+text that is not UTF-8 (close ``1007``), a request over ``--max-connections`` (``503``) (see
+:mod:`acp_trio.transports.asgi`).
 
 - :func:`pump_agent_process`: one ACP connection's byte streams (from a server: see
   ``python -m acp_trio.bridge --listen``) served by a newly spawned stdio agent process, started
