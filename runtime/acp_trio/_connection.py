@@ -87,6 +87,15 @@ DEFAULT_EOF_GRACE = 0.25
 A quarter of a second lets a handler that is about to answer (a result already computed, a last
 write) answer normally, and keeps an agent whose client closed its stdin well inside the first
 step of a client's shutdown ladder (1 s): the official SDKs exit 21-215 ms after end of input."""
+DEFAULT_MAX_OUTPUT_BYTES = 4 * 1024 * 1024
+"""Bytes of output queued for the peer, not yet taken by the transport, at which a connection
+stops reading its input until the transport takes them (4 MiB).
+
+Backpressure in bytes: a peer that sends requests and never reads their answers (or reads slower
+than it asks) is not read faster than it reads, so this side's memory stays bounded (about twice
+this, plus the transport's own buffers) instead of growing with every answer it cannot send.  A
+peer that reads, however slowly, is served in full; one that takes nothing at all is the
+transport's to end (the remote server's ``output_stall_timeout``)."""
 _FdStream: Any = getattr(trio.lowlevel, "FdStream", None)  # POSIX only
 _parse_value = _core.parse_value
 _loads = orjson.loads
@@ -354,6 +363,10 @@ class Connection:
     they answer while the output is still open is written; then the connection closes.  The
     input's end is the peer's shutdown signal (the MCP stdio lifecycle), and nothing the peer
     asked for is worth running once nobody can ask about it.
+    ``max_output_bytes``: while more than this many bytes of output wait for the transport to
+    take them (a peer that does not read what it asked for), the connection reads no more input
+    (default :data:`DEFAULT_MAX_OUTPUT_BYTES`, 4 MiB; at least 64 KiB): the peer's writes then
+    wait in turn, and memory stays bounded.
 
     Use it as an async context manager (``async with conn:``); leaving the block closes it.  While
     open, :meth:`request`/:meth:`notify` (JSON values) and :meth:`send_request`/:meth:`send_notification`
@@ -374,7 +387,10 @@ class Connection:
         name: str = "acp",
         instrumentation: Instrumentation | None = None,
         eof_grace: float | None = DEFAULT_EOF_GRACE,
+        max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES,
     ) -> None:
+        if max_output_bytes < _HIGH_WATER:
+            raise ValueError(f"max_output_bytes must be at least {_HIGH_WATER} bytes, got {max_output_bytes}")
         if converter is None:
             from ._converter import converter as shared
 
@@ -392,6 +408,7 @@ class Connection:
         self.name = name
         self.instrumentation = instrumentation
         self.eof_grace = eof_grace
+        self.max_output_bytes = max_output_bytes
         self.closing_error: Callable[[str], Awaitable[ConnectionClosed]] | None = None
         """Transport hook: ``async (reason) -> ConnectionClosed`` describing why the streams ended
         (end of input, a read or write error), e.g. with a spawned process's exit status and stderr
@@ -706,6 +723,17 @@ class Connection:
             await self._drained.wait()
             self._check_open()
 
+    async def _output_taken(self) -> None:
+        """Backpressure on the input (see ``max_output_bytes``): the reader waits until the writer
+        has taken the output queued so far (it is then being sent), or the connection closed."""
+        log.debug("%s: %d bytes of output wait for the peer: reading paused", self.name, len(self._outbox))
+        while len(self._outbox) > self.max_output_bytes and self._closed is None:
+            if not self._drain_wanted:
+                self._drained = trio.Event()
+                self._drain_wanted = True
+            self._wake_writer.set()
+            await self._drained.wait()
+
     async def _writer(self) -> None:
         """The only task that writes: sends everything queued in one write, until closed and drained."""
         try:
@@ -862,6 +890,8 @@ class Connection:
         ended = True
         try:
             while True:
+                if len(self._outbox) > self.max_output_bytes:
+                    await self._output_taken()
                 if not self._backlog:
                     try:
                         if fd_stream is not None:
@@ -1549,7 +1579,7 @@ class Connection:
         fd_stream = self._fd_receive
         while True:
             fd = fd_stream.fileno()
-            if fd < 0:
+            if fd < 0 or len(self._outbox) > self.max_output_bytes:  # (the pool's reader waits for the writer)
                 return False
             self._role_waiting = True
             try:

@@ -16,10 +16,12 @@ cancelled, and typed extension methods.  Sources: ``docs/protocol/v1/initializat
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import logging
 import operator
+import weakref
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from types import ModuleType
@@ -30,6 +32,7 @@ import trio
 from . import _capabilities
 from ._connection import (
     DEFAULT_EOF_GRACE,
+    DEFAULT_MAX_OUTPUT_BYTES,
     Connection,
     ConnectionClosed,
     Instrumentation,
@@ -138,6 +141,11 @@ def _signature(factory: Any) -> inspect.Signature | None:
         return None
 
 
+_builds: weakref.WeakKeyDictionary[Any, _Build] = weakref.WeakKeyDictionary()
+"""What :func:`_how_to_build` found for each factory (a server builds one handler per connection from
+the same factory: reading its signature each time cost more than the rest of the connection's set-up)."""
+
+
 def _how_to_build(handler: Any, side: str) -> _Build:
     """How the connection gets its handler object from ``handler`` (see :class:`AgentSideConnection`):
     it is the object; or a factory called with the connection (its signature takes one positional
@@ -145,6 +153,17 @@ def _how_to_build(handler: Any, side: str) -> _Build:
     Raises ``TypeError`` saying what to write when the signature takes neither."""
     if not _is_factory(handler):
         return "object"
+    try:
+        return _builds[handler]
+    except (KeyError, TypeError):  # not seen yet; or not weakly referenceable
+        pass
+    how = _find_how_to_build(handler, side)
+    with contextlib.suppress(TypeError):
+        _builds[handler] = how
+    return how
+
+
+def _find_how_to_build(handler: Any, side: str) -> _Build:
     signature = _signature(handler)
     if signature is None:
         return "with connection"
@@ -210,6 +229,7 @@ class _Side:
         name: str | None = None,
         instrumentation: Instrumentation | None = None,
         eof_grace: float | None = DEFAULT_EOF_GRACE,
+        max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES,
     ) -> None:
         self._versions = _versions_of(handler, variant)
         for _, one in self._versions.values():  # a factory that cannot be called raises now, not at initialize
@@ -227,6 +247,7 @@ class _Side:
             "name": name or self.side,
             "instrumentation": instrumentation,
             "eof_grace": eof_grace,
+            "max_output_bytes": max_output_bytes,
         }
         if max_message_size is not None:
             options["max_message_size"] = max_message_size
