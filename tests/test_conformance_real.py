@@ -302,3 +302,109 @@ async def test_a_real_agent_passes_the_quick_checks_against_the_loopback_model(
     assert not {"FAIL", "WARN"} & set(run.statuses.values()), run.text
     if protocol == 1:  # the turn really went through the model server
         assert MODEL_PATH[name] in {r["path"] for r in app.requests}
+
+
+# -- gemini-cli, qwen-code, opencode, pydantic-acp (protocol 1 only) ----------------------------
+
+INSTALLERS = {
+    "gemini-cli": real_agents.install_gemini_cli,
+    "qwen-code": real_agents.install_qwen_code,
+    "opencode": real_agents.install_opencode,
+    "pydantic-acp": real_agents.install_pydantic_acp,
+}
+
+
+def _install(name: str) -> None:
+    try:
+        INSTALLERS[name](timeout=INSTALL_TIMEOUT)
+    except real_agents.Unavailable as exc:
+        pytest.skip(f"{name} is unavailable: {exc}")
+
+
+@real
+async def test_gemini_cli_writes_a_new_file_through_the_demo_client_after_asking_permission(tmp_path: Path) -> None:
+    """gemini-cli's write_file of a file that does not exist yet, through ``python -m acp_trio.demo``:
+    it asks ``session/request_permission`` (the demo allows), then writes with ``fs/write_text_file``.
+
+    ``--no-fs-read``: gemini-cli 0.61.0 checks whether the file exists with ``fs/read_text_file``
+    when the client advertises it, and cannot tell the client's -32002 answer from another error
+    (its SDK rejects with the plain JSON-RPC error object, which its ``normalizeFileSystemError``
+    never recognises), so the write fails before asking; without ``fs.readTextFile`` it reads
+    the local disk, finds no file, asks, and writes through the client.
+    """
+    _install("gemini-cli")
+    command, extra = next(a for a in real_agents.AGENTS if a.name == "gemini-cli").command()
+    workdir = Path(os.path.realpath(tmp_path)) / "project"
+    workdir.mkdir()
+    new = workdir / "new.txt"
+    app = model_server.ModelServer(delay=0.01, log=str(tmp_path / "requests.jsonl"))
+    prompt = f"Create this file: {model_server.WRITE_MARKER}{new}"
+    with trio.fail_after(AGENT_TIME_LIMIT):
+        async with trio.open_nursery() as nursery:
+            url = await nursery.start(model_server.serve_models, app)
+            env = conformance_real.checker_env(
+                {**real_agents.agent_environment(tmp_path / "state", url, "gemini-cli"), **extra}
+            )
+            demo = [sys.executable, "-m", "acp_trio.demo", "--agent", "--no-fs-read", "--timeout", "120"]
+            demo += ["--cwd", str(workdir), "--prompt", prompt, "--", *command]
+            proc = await trio.run_process(demo, env=env, capture_stdout=True, capture_stderr=True, check=False)
+            nursery.cancel_scope.cancel()
+    out = proc.stdout.decode(errors="replace")
+    assert proc.returncode == 0, out + proc.stderr.decode(errors="replace")[-2000:]
+    assert new.read_text() == model_server.WRITE_CONTENT, out
+    lines = out.splitlines()
+    asked = [i for i, line in enumerate(lines) if line.startswith("  [permission]") and "new.txt" in line]
+    wrote = [i for i, line in enumerate(lines) if line.startswith(f"  [fs] wrote {new} (") and "new file" in line]
+    assert asked and wrote and asked[0] < wrote[0], out
+    assert [r.get("tool") for r in app.requests if r["answer"] == "tool"] == ["write_file"]
+
+
+class _CapabilitiesAgent:
+    """Records the client capabilities of ``initialize``; its turns end at once."""
+
+    def __init__(self) -> None:
+        self.capabilities: Any = None
+
+    async def initialize(self, params: Any) -> Any:
+        from acp_schema import v1
+
+        self.capabilities = params.client_capabilities
+        return v1.InitializeResponse(protocol_version=1, agent_capabilities=v1.AgentCapabilities())
+
+    async def session_new(self, params: Any) -> Any:
+        from acp_schema import v1
+
+        return v1.NewSessionResponse(session_id="s1")
+
+    async def session_prompt(self, params: Any) -> Any:
+        from acp_schema import v1
+
+        return v1.PromptResponse(stop_reason="end_turn")
+
+
+@pytest.mark.parametrize("fs_read", [True, False])
+async def test_the_demo_client_leaves_out_fs_read_with_no_fs_read_and_still_writes(
+    fs_read: bool, tmp_path: Path
+) -> None:
+    """``python -m acp_trio.demo --no-fs-read`` (``run_demo(fs_read=False)``) advertises
+    ``fs.writeTextFile`` without ``fs.readTextFile``: what gemini-cli needs to create a file
+    through it (see the gemini-cli test above)."""
+    import io
+    from contextlib import asynccontextmanager
+
+    from acp_trio import open_memory_pair
+    from acp_trio.demo.__main__ import run_demo
+
+    agent = _CapabilitiesAgent()
+
+    @asynccontextmanager
+    async def connect(client: Any) -> Any:
+        async with open_memory_pair(agent, client) as (_agent_conn, client_conn):
+            yield client_conn
+
+    out = io.StringIO()
+    with trio.fail_after(TIME_LIMIT):
+        status = await run_demo(connect, tmp_path, "hi", out=out, fs_read=fs_read)
+    assert status == 0, out.getvalue()
+    assert agent.capabilities.fs.read_text_file is fs_read
+    assert agent.capabilities.fs.write_text_file is True

@@ -14,7 +14,11 @@ Options: ``--protocol {1,2}`` (the client's protocol version, default 1; with ``
 the one version to serve, default both side by side), ``--cwd DIR`` (session directory; default a
 new temporary directory holding a ``notes.txt``), ``--prompt TEXT``, ``--timeout SECONDS`` (for
 ``initialize``; default 30), ``--turn-timeout SECONDS`` (version 2: how long to wait for the turn
-to end; default 120), ``--deny`` (answer permission requests with a "reject" option), ``-v`` (log
+to end; default 120), ``--deny`` (answer permission requests with a "reject" option),
+``--no-fs-read`` (protocol 1: advertise ``fs.writeTextFile`` but not ``fs.readTextFile``, so the
+agent reads files itself and writes through the client: gemini-cli 0.61.0 can create a file
+through a client only so, since it cannot tell the client's -32002 for a missing file from other
+errors), ``-v`` (log
 the runtime and the agent's stderr to stderr), ``--store PATH`` (protocol 1: the example agent keeps
 its sessions in the SQLite file PATH; the client loads the most recent one, printing the stored
 conversation, and continues it; with ``--serve-agent``, only the agent's side of it), ``--token T``
@@ -33,6 +37,7 @@ from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
+import attrs
 import trio
 
 from acp_schema import v1, v2
@@ -93,11 +98,13 @@ async def run_demo(
     init_timeout: float = 30.0,
     allow: bool = True,
     resume: bool = False,
+    fs_read: bool = True,
 ) -> int:
     """Spawn ``command`` as an ACP agent (or connect with a :data:`Connect`), run one prompt turn in
     ``workdir``, print the transcript.
 
-    ``allow``: answer permission requests with an "allow" option (else a "reject" one).  ``resume``:
+    ``allow``: answer permission requests with an "allow" option (else a "reject" one).
+    ``fs_read``: advertise ``fs.readTextFile`` (else only ``fs.writeTextFile``).  ``resume``:
     continue the most recent session the agent lists (``session/list``, then ``session/load``,
     which prints the stored conversation), if it has one.  Returns a process exit status: 0 when
     the turn ended, 1 on a protocol or connection error (an agent's -32603 comes with the end of its
@@ -109,11 +116,12 @@ async def run_demo(
     async with connect(demo_client_factory(out, allow=allow)) as conn:
         client: DemoClient = conn.handler
         agent = v1.AgentPeer(conn)
+        capabilities = client.capabilities
+        if not fs_read and capabilities.fs:
+            capabilities = attrs.evolve(capabilities, fs=attrs.evolve(capabilities.fs, read_text_file=False))
         try:
             init = await agent.initialize(
-                v1.InitializeRequest(
-                    protocol_version=1, client_capabilities=client.capabilities, client_info=CLIENT_INFO
-                ),
+                v1.InitializeRequest(protocol_version=1, client_capabilities=capabilities, client_info=CLIENT_INFO),
                 timeout=init_timeout,
             )
             info = init.agent_info
@@ -268,6 +276,11 @@ def main(argv: list[str] | None = None) -> int:
         "--turn-timeout", type=float, default=120.0, help="protocol 2: seconds to wait for the turn to end"
     )
     parser.add_argument("--deny", action="store_true", help="answer permission requests with a reject option")
+    parser.add_argument(
+        "--no-fs-read",
+        action="store_true",
+        help="protocol 1: advertise fs.writeTextFile but not fs.readTextFile (the agent reads files itself)",
+    )
     parser.add_argument("-v", "--verbose", action="store_true", help="log the runtime and agent stderr")
     parser.add_argument("--store", metavar="PATH", help="protocol 1: keep sessions in PATH; continue the last one")
     parser.add_argument("--serve", metavar="URL", help="serve the example agent remotely (http://HOST:PORT)")
@@ -341,6 +354,7 @@ def main(argv: list[str] | None = None) -> int:
                     init_timeout=args.timeout,
                     allow=not args.deny,
                     resume=bool(args.store),
+                    fs_read=not args.no_fs_read,
                 )
             )
         except OSError as exc:
