@@ -17,6 +17,8 @@ Collected: the fenced blocks of README.md, docs/site/**/*.md and the files the s
   and the cheap local ones (:data:`RUN`) run.  The rest say why not (:data:`PARSE_ONLY`).
 - ``toml`` and ``json``: parsed; the checker's script is loaded by the checker's loader and run on
   the demo agent; the Zed settings' arguments go through the LLM agent's parser.
+- ``yaml``: a GitHub Actions workflow, checked for shape (with PyYAML, when installed): each step
+  uses a pinned action or runs commands, and each command of this project passes its parser.
 - ``text``: sample output, left alone.
 
 :func:`test_every_block_is_covered` fails on a block none of this covers, saying how to register it.
@@ -28,6 +30,7 @@ import argparse
 import ast
 import builtins
 import contextlib
+import fnmatch
 import importlib
 import importlib.util
 import io
@@ -49,7 +52,7 @@ from packaging.requirements import Requirement
 
 ROOT = Path(__file__).resolve().parents[1]
 SITE = ROOT / "docs" / "site"
-LANGUAGES = ("python", "sh", "toml", "json", "text")
+LANGUAGES = ("python", "sh", "toml", "json", "yaml", "text")
 
 pytestmark = pytest.mark.one_interpreter  # the docs as printed, not the interpreter's behaviour
 
@@ -245,6 +248,23 @@ def _test_kit(block: Block) -> list[Program]:
             argv=("-m", "pytest", "-q", "-rps", "-p", "no:cacheprovider", "test_my_agent.py"),
             check=_test_kit_passed,
             timeout=180,
+        )
+    ]
+
+
+def _checker_test_passed(run: subprocess.CompletedProcess[str]) -> None:
+    assert re.search(r"^1 passed", run.stdout, re.M), run.stdout
+
+
+@register(GUIDES + "conformance.md", "import sys")
+def _checker_as_a_test(block: Block) -> list[Program]:
+    """The checker run by pytest on the agent guide's ``my_agent.py``, a real process per check."""
+    return [
+        Program(
+            files=(_notes_agent(block), ("test_conformance.py", block.text)),
+            argv=("-m", "pytest", "-q", "-p", "no:cacheprovider", "test_conformance.py"),
+            check=_checker_test_passed,
+            timeout=300,
         )
     ]
 
@@ -939,6 +959,37 @@ def test_the_checkers_script_example_runs_on_the_demo_agent(workdir: Callable[[]
     )
     assert run.returncode == 0, run.stdout + run.stderr
     assert re.search(r"^PASS  script\.expectations +summary: permission, tool_call, plan, message$", run.stdout, re.M)
+
+
+@pytest.mark.parametrize("block", blocks("yaml"), ids=[b.where for b in blocks("yaml")])
+def test_a_yaml_block_is_a_github_actions_workflow_of_real_commands(block: Block) -> None:
+    """A workflow as printed: jobs of steps, each one ``uses`` a versioned action or ``run`` s lines
+    that this project's parsers accept (``pip install`` of acp-trio, with the workflow's ``env``)."""
+    yaml = pytest.importorskip("yaml")
+    workflow = yaml.safe_load(block.text)
+    assert workflow["name"] and workflow["jobs"], block.where
+    env = {name: str(value) for name, value in (workflow.get("env") or {}).items()}
+    ran = []
+    for job in workflow["jobs"].values():
+        assert job["runs-on"] and job["steps"], block.where
+        for step in job["steps"]:
+            assert ("uses" in step) != ("run" in step), step
+            if "uses" in step:
+                assert re.fullmatch(r"[\w.-]+/[\w.-]+@v\d+", step["uses"]), step
+                continue
+            for line in step["run"].splitlines():
+                words = [re.sub(r"\$(\w+)", lambda m: env[m[1]], w) for w in shlex.split(line, comments=True)]
+                if words:
+                    check_command(words)
+                    ran.append(words)
+    checker = [w for w in ran if w[:3] == ["python", "-m", "acp_trio.check"]]
+    assert checker, f"{block.where}: no step runs the checker"
+    read = re.findall(r"(?:path|report_paths): (\S+)", block.text)  # what later steps upload or publish
+    for words in checker:
+        for option in ("--junit", "--json"):
+            if option in words:
+                written = words[words.index(option) + 1]
+                assert any(fnmatch.fnmatch(written, p) for p in read), f"{block.where}: no step reads {written}"
 
 
 def test_the_llm_agents_zed_settings_give_it_arguments_it_takes() -> None:

@@ -1,10 +1,15 @@
 """``acp_trio.check``: a conformance checker for ACP agents, in any language.
 
-``python -m acp_trio.check [--protocol 1|2] [--only NAME] [--skip NAME] [--json FILE] [--script FILE] -- AGENT_CMD...``
-(or ``--url ws://HOST:PORT/acp`` / ``http://...`` [``--header 'Name: value'``] for an agent served remotely)
-spawns the agent once per check (a crash in one does not spoil the others), drives it over stdio as
-a scripted client, and prints one line per check: ``PASS`` / ``FAIL`` / ``WARN`` / ``SKIP``, what
-was observed, and the spec source of the rule.
+``python -m acp_trio.check [--protocol 1|2] [--only NAME] [--skip NAME] [--json FILE] [--junit FILE]
+[--script FILE] [--start-timeout SECONDS] -- AGENT_CMD...`` (or ``--url ws://HOST:PORT/acp`` /
+``http://...`` [``--header 'Name: value'``] for an agent served remotely) spawns the agent once per
+check (a crash in one does not spoil the others), drives it over stdio as a scripted client, and
+prints one line per check: ``PASS`` / ``FAIL`` / ``WARN`` / ``SKIP``, what was observed, and the
+spec source of the rule, with the ids of the rules of acp-tck, the protocol's official test kit,
+the check covers (:data:`REQUIREMENTS`).  ``--json`` and ``--junit`` (JUnit XML, for CI:
+:meth:`Report.junit`) write the report too.  Each agent process may take ``--start-timeout``
+seconds (default 30, :data:`START_TIMEOUT`) to answer ``initialize``; one that does not fails
+``initialize.version`` saying so and naming the option.
 
 Exit status: 1 on any FAIL, 0 otherwise.  An agent that does not speak the protocol version asked
 (``--protocol``, default 1) answers ``initialize`` with another version: that is a FAIL of
@@ -43,21 +48,26 @@ from __future__ import annotations
 
 import functools
 import os
+import xml.etree.ElementTree as ET
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import trio
 
 from ._checks import CHECKS, Check, Context, Result, Status, default_cwd
 from ._client_mode import CLIENT_CHECKS, ClientCheck, run_client_checks
+from ._junit import junit_tree
 from ._schema import wire_schema
 from ._script import BEHAVIOURS, Script, ScriptedPrompt, ScriptError
 from ._session_checks import NOTES_TEXT
+from ._tck import REQUIREMENTS, TCK_IDS, TCK_SOURCES, requirements_of
 from ._wire import (
+    START_TIMEOUT,
     AgentExited,
     AgentUnreachable,
     Observations,
+    StartTimeout,
     WirePeer,
     memory_target,
     process_target,
@@ -96,7 +106,8 @@ GATED = f"not checked: see {GATE}"
 
 @dataclass(frozen=True)
 class Finding:
-    """One line of the report."""
+    """One line of the report; ``requirements``: the ids of the official test kit's rules the check
+    covers in the run's protocol version (``("ACP-INIT-003",)``; :data:`REQUIREMENTS`)."""
 
     name: str
     title: str
@@ -104,6 +115,7 @@ class Finding:
     observed: str
     source: str
     seconds: float
+    requirements: tuple[str, ...] = ()
 
 
 @dataclass
@@ -120,8 +132,10 @@ class Report:
 
     def as_json(self) -> dict[str, Any]:
         """The report as JSON-ready data (what ``--json PATH`` writes): the command, the protocol and
-        each finding's name, title, status, observation, source and duration."""
-        return {
+        each finding's name, title, status, observation, source, duration (seconds) and
+        ``requirements`` (acp-tck ids, a list, maybe empty); when any finding names one,
+        ``acp_tck``: the ``repository``, ``commit`` and ``file`` the ids were read from."""
+        data: dict[str, Any] = {
             "command": self.command,
             "protocol": self.protocol,
             "findings": [
@@ -132,13 +146,27 @@ class Report:
                     "observed": f.observed,
                     "source": f.source,
                     "seconds": round(f.seconds, 3),
+                    "requirements": list(f.requirements),
                 }
                 for f in self.findings
             ],
         }
+        if any(f.requirements for f in self.findings) and self.protocol in TCK_SOURCES:
+            repository, commit, path = TCK_SOURCES[self.protocol]
+            data["acp_tck"] = {"repository": repository, "commit": commit, "file": path}
+        return data
+
+    def junit(self) -> ET.ElementTree[ET.Element]:
+        """The report as JUnit XML (what ``--junit PATH`` writes: :mod:`acp_trio.check._junit` gives
+        the shape): one ``testsuite``, one ``testcase`` per finding, ``FAIL`` a ``failure``, ``SKIP``
+        ``skipped``, ``WARN`` a pass with its observation in ``system-out``; acp-tck ids in the
+        ``requirements`` property.  ``report.junit().write(path, encoding="utf-8", xml_declaration=True)``."""
+        return junit_tree(self)
 
     def text(self) -> str:
-        """The report as the command line prints it: two lines per finding, then the counts.
+        """The report as the command line prints it: two lines per finding, then the counts.  The
+        second line of a finding starts with the acp-tck requirement ids the check covers, under
+        its name (``ACP-INIT-003``), then says what it checks and the rule's source.
 
         Once ``initialize.version`` failed (the agent refused ``initialize``, went away, or does not
         speak the protocol version asked), the checks it stopped (every ``SKIP`` after it) are one
@@ -156,7 +184,7 @@ class Report:
         lines = [f"acp-trio check: {' '.join(self.command)} (protocol {self.protocol})"]
         for i, f in enumerate(shown):
             lines.append(f"{f.status.value:4}  {f.name:{width}}  {f.observed}")
-            lines.append(f"{'':4}  {'':{width}}  ({f.title}; {f.source})")
+            lines.append(f"{'':4}  {' '.join(f.requirements):{width}}  ({f.title}; {f.source})")
             if i == gate and stopped:
                 lines.append(f"{Status.SKIP.value:4}  {label:{width}}  not run: see {GATE}")
         counts = {s: sum(f.status is s for f in self.findings) for s in Status}
@@ -187,6 +215,7 @@ async def run_checks(
     only: Sequence[str] = (),
     skip: Sequence[str] = (),
     turn_timeout: float = 60.0,
+    start_timeout: float = START_TIMEOUT,
     prompt: str | None = None,
     script: Script | str | os.PathLike[str] | None = None,
     cwd: str | None = None,
@@ -195,7 +224,12 @@ async def run_checks(
     """Run the checks against the agent ``command`` (program and arguments); see the module docstring.
 
     ``only``/``skip``: check names or prefixes (``"jsonrpc"``, ``"session.cancel"``).
-    ``turn_timeout``: seconds a prompt turn may take.  ``prompt``: the text of the plain prompt
+    ``turn_timeout``: seconds a prompt turn may take.  ``start_timeout``: seconds each agent process
+    may take, from its start, to answer ``initialize`` (default :data:`START_TIMEOUT`, 30): until
+    then every wait for it ends at that bound, not its own, and a check whose agent has not answered
+    by then is a ``FAIL`` saying so (``no answer to initialize within 30 s of the agent's start
+    (--start-timeout 30): ...``); when that check is ``initialize.version``, the checks it stops say
+    it too.  ``prompt``: the text of the plain prompt
     turn (default "Say hello in one short sentence.").  ``script``: a :class:`Script`, or the path of
     a TOML/JSON script file (:mod:`acp_trio.check._script`: named prompts and the behaviours they
     must show; raises :class:`ScriptError`).  ``cwd``: the ``cwd`` of the sessions (default: the
@@ -213,6 +247,7 @@ async def run_checks(
         only=only,
         skip=skip,
         turn_timeout=turn_timeout,
+        start_timeout=start_timeout,
         script=_script(script, prompt),
         cwd=cwd,
         progress=progress,
@@ -226,6 +261,7 @@ async def run_checks_in_memory(
     only: Sequence[str] = (),
     skip: Sequence[str] = (),
     turn_timeout: float = 60.0,
+    start_timeout: float = START_TIMEOUT,
     prompt: str | None = None,
     script: Script | str | os.PathLike[str] | None = None,
     cwd: str | None = None,
@@ -244,6 +280,7 @@ async def run_checks_in_memory(
         only=only,
         skip=skip,
         turn_timeout=turn_timeout,
+        start_timeout=start_timeout,
         script=_script(script, prompt),
         cwd=cwd,
         progress=None,
@@ -258,6 +295,7 @@ async def run_checks_remote(
     only: Sequence[str] = (),
     skip: Sequence[str] = (),
     turn_timeout: float = 60.0,
+    start_timeout: float = START_TIMEOUT,
     prompt: str | None = None,
     script: Script | str | os.PathLike[str] | None = None,
     cwd: str | None = None,
@@ -284,6 +322,7 @@ async def run_checks_remote(
         only=only,
         skip=skip,
         turn_timeout=turn_timeout,
+        start_timeout=start_timeout,
         script=_script(script, prompt),
         cwd=cwd,
         progress=progress,
@@ -299,6 +338,7 @@ async def _run(
     only: Sequence[str],
     skip: Sequence[str],
     turn_timeout: float,
+    start_timeout: float,
     script: Script,
     cwd: str | None,
     progress: Callable[[str], None] | None,
@@ -312,14 +352,18 @@ async def _run(
     seen = Observations()
     report = Report(label, protocol)
 
+    budget: list[trio.CancelScope] = []  # the running check's time bound, which each agent's start extends
+
     async def with_peer(body: Callable[[WirePeer], Any]) -> Any:
         async def prepared(peer: WirePeer) -> Any:
             peer.files[ctx.notes_path] = NOTES_TEXT
             return await body(peer)
 
-        return await run_with_peer(open_target, schema, seen, prepared)
+        for scope in budget:
+            scope.deadline += start_timeout
+        return await run_with_peer(open_target, schema, seen, prepared, start_timeout=start_timeout)
 
-    ctx = Context(protocol, with_peer, cwd or default_cwd(), turn_timeout, script, http)
+    ctx = Context(protocol, with_peer, cwd or default_cwd(), turn_timeout, script, http, start_timeout)
     gate: str | None = None
     for check in CHECKS:
         if not _selected(check.name, only, skip):
@@ -333,11 +377,11 @@ async def _run(
             continue
         if progress is not None:
             progress(check.name)
-        finding = await _run_one(check, ctx, turn_timeout)
+        finding, slow_start = await _run_one(check, ctx, turn_timeout, budget)
         report.findings.append(finding)
         if check.name == GATE and finding.status is not Status.PASS:
             # the rest would only repeat it: a refused initialize, or a connection in another version
-            gate = GATED
+            gate = f"{GATED} ({finding.observed})" if slow_start else GATED
     whole = {
         "stdout.jsonrpc": (seen.not_jsonrpc, f"{seen.messages} messages, every line JSON-RPC"),
         "schema.valid": (seen.invalid, f"{seen.messages} messages valid against {variant}"),
@@ -379,17 +423,27 @@ async def _run(
         else:
             status, observed = Status.PASS, fine
         report.findings.append(Finding(name, title, status, observed, source.format(variant=variant), 0.0))
+    report.findings = [replace(f, requirements=requirements_of(f.name, protocol)) for f in report.findings]
     return report
 
 
-async def _run_one(check: Check, ctx: Context, turn_timeout: float) -> Finding:
+async def _run_one(
+    check: Check, ctx: Context, turn_timeout: float, budget: list[trio.CancelScope]
+) -> tuple[Finding, bool]:
+    """The check's finding, and whether it failed for the agent's start-up time (``Result.start_timeout``)."""
     start = trio.current_time()
     result: Result
+    bound = turn_timeout * check.turns + 60
     try:
-        with trio.fail_after(turn_timeout * check.turns + 60):
-            result = await check.run(ctx)
+        with trio.fail_after(bound) as scope:
+            budget[:] = [scope]
+            try:
+                result = await check.run(ctx)
+            finally:
+                budget.clear()
     except trio.TooSlowError:
-        result = Result(Status.FAIL, f"no verdict within {turn_timeout * check.turns + 60:.0f} s")
+        took = trio.current_time() - start
+        result = Result(Status.FAIL, f"no verdict within {took:.0f} s ({check.turns} x --turn-timeout, plus 60 s)")
     except OSError:
         raise
     except Exception as exc:  # the check's own error (an agent that broke its pipe, ...)
@@ -401,7 +455,8 @@ async def _run_one(check: Check, ctx: Context, turn_timeout: float) -> Finding:
                 first = first.exceptions[0]
             raise first from None
         result = Result(Status.FAIL, f"the check could not finish: {exc!r}"[:300])
-    return Finding(check.name, check.title, result.status, result.observed, check.source, trio.current_time() - start)
+    took = trio.current_time() - start
+    return Finding(check.name, check.title, result.status, result.observed, check.source, took), result.start_timeout
 
 
 def run(command: Sequence[str], **options: Any) -> Report:
@@ -415,6 +470,10 @@ __all__ = [
     "CHECKS",
     "CLIENT_CHECKS",
     "NOTES_TEXT",
+    "REQUIREMENTS",
+    "START_TIMEOUT",
+    "TCK_IDS",
+    "TCK_SOURCES",
     "WHOLE_RUN",
     "AgentExited",
     "AgentUnreachable",
@@ -426,6 +485,7 @@ __all__ = [
     "Script",
     "ScriptError",
     "ScriptedPrompt",
+    "StartTimeout",
     "Status",
     "run",
     "run_checks",

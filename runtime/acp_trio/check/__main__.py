@@ -13,7 +13,18 @@ from collections.abc import Sequence
 import trio
 
 from ..bridge import header_options
-from . import run, run_checks_remote, run_client_checks
+from . import START_TIMEOUT, run, run_checks_remote, run_client_checks
+
+
+def _seconds(text: str) -> float:
+    """A positive number of seconds (argparse's ``type``)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"{text} is not a positive number of seconds")
+    return value
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -43,10 +54,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument(
         "--start-timeout",
-        type=float,
-        default=30.0,
+        type=_seconds,
+        default=START_TIMEOUT,
         metavar="SECONDS",
-        help="--client: how long the client may take to start the agent",
+        help="how long a program may take to start: each agent process (or --url connection) until it answers "
+        "initialize, or with --client the client until it starts the agent (default 30)",
     )
     parser.add_argument(
         "--shutdown-timeout",
@@ -59,6 +71,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--only", action="append", default=[], metavar="NAME", help="run only these checks")
     parser.add_argument("--skip", action="append", default=[], metavar="NAME", help="skip these checks")
     parser.add_argument("--json", metavar="FILE", help="also write the report as JSON")
+    parser.add_argument(
+        "--junit",
+        metavar="FILE",
+        help="also write the report as JUnit XML (one testcase per check; WARN passes, SKIP is skipped)",
+    )
     parser.add_argument("--turn-timeout", type=float, default=60.0, metavar="SECONDS", help="per prompt turn")
     parser.add_argument("--prompt", help="the plain prompt's text (default: 'Say hello in one short sentence.')")
     parser.add_argument(
@@ -90,6 +107,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "only": options.only,
         "skip": options.skip,
         "turn_timeout": options.turn_timeout,
+        "start_timeout": options.start_timeout,
         "prompt": options.prompt,
         "script": options.script,
         "progress": progress,
@@ -124,6 +142,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         with open(options.json, "w", encoding="utf-8") as f:
             json.dump(report.as_json(), f, indent=2)
             f.write("\n")
+    if options.junit:
+        report.junit().write(options.junit, encoding="utf-8", xml_declaration=True)
     return 1 if report.failed else 0
 
 

@@ -15,7 +15,7 @@ from typing import Any
 import trio
 
 from ._script import Script
-from ._wire import AgentExited, AgentGone, WirePeer
+from ._wire import START_TIMEOUT, AgentExited, AgentGone, StartTimeout, WirePeer
 from ._wire import error_code as error_code
 from ._wire import show as show
 
@@ -43,10 +43,12 @@ class Status(enum.Enum):
 
 @dataclass(frozen=True)
 class Result:
-    """What one check concluded: its ``status`` and what it ``observed``."""
+    """What one check concluded: its ``status`` and what it ``observed``; ``start_timeout``: whether
+    it is a FAIL because the agent answered no ``initialize`` within its start-up time (``--start-timeout``)."""
 
     status: Status
     observed: str
+    start_timeout: bool = False
 
 
 @dataclass(frozen=True)
@@ -71,6 +73,7 @@ class Context:
     turn_timeout: float
     script: Script = field(default_factory=Script.default)
     http: bool = False
+    start_timeout: float = START_TIMEOUT  # seconds an agent may take, from its start, to answer initialize
 
     @property
     def prompt(self) -> str:
@@ -274,8 +277,10 @@ def turn_failure(end: TurnEnd) -> str | None:
 
 async def expect(ctx: Context, body: Callable[[WirePeer], Awaitable[Result]], timeout_text: str) -> Result:
     """Run ``body`` against a fresh agent; a timeout, a :class:`Failed` or a vanished agent is a FAIL
-    (saying how its process ended and its last stderr line).  An agent process that ended before
-    answering the run's first ``initialize`` raises :class:`AgentExited` instead: the run stops."""
+    (saying how its process ended and its last stderr line; for an agent that answered no
+    ``initialize`` within its start-up time, ``no answer to initialize within 30 s of the agent's start (--start-timeout
+    30)...``).  An agent process that ended before answering the run's first ``initialize`` raises
+    :class:`AgentExited` instead: the run stops."""
 
     async def guarded(peer: WirePeer) -> Result:
         try:
@@ -287,6 +292,8 @@ async def expect(ctx: Context, body: Callable[[WirePeer], Awaitable[Result]], ti
             problem: BaseException = leaves[0]
         except (trio.TooSlowError, Failed, AgentGone) as exc:
             problem = exc
+        if isinstance(problem, StartTimeout):  # it never said a word: slow to start, or silent
+            return Result(Status.FAIL, str(problem), start_timeout=True)
         if isinstance(problem, trio.TooSlowError):
             return failed(timeout_text)
         if isinstance(problem, AgentGone) and problem.ended is not None and _never_answered(problem, peer):

@@ -172,7 +172,9 @@ async def check_ids_echoed(ctx: Context) -> Result:
         await peer.send_raw(
             b'{"jsonrpc":"2.0","id":"id \\u00e9 \\"q\\"","method":"initialize","params":'
             + orjson.dumps(initialize_params(ctx.protocol, ctx.protocol))
-            + b"}\n"
+            + b"}\n",
+            method="initialize",
+            request_id='id é "q"',
         )
         try:
             await peer.response('id é "q"', 10)

@@ -68,7 +68,7 @@ from . import _scripted_agent
 from ._base import JSONRPC, Result, Status
 from ._schema import wire_schema
 from ._scripted_agent import FrameReader, frame
-from ._wire import error_code, show, show_line
+from ._wire import START_TIMEOUT, error_code, show, show_line
 
 if TYPE_CHECKING:
     from . import Report
@@ -427,7 +427,7 @@ class Settings:
     shutdown_timeout: float
     selected: Callable[[str], bool]
     progress: Callable[[str], None] | None
-    start_timeout: float = 30.0
+    start_timeout: float = START_TIMEOUT
     answers_unknown: bool = True  # learned in run 1: it answers unknown extension requests (else pings ask permission)
 
 
@@ -1209,7 +1209,8 @@ async def _play(
             outcome.note = (
                 f"the client exited (code {process.returncode}) without starting the agent"
                 if process.returncode is not None
-                else f"the client did not start the agent within {settings.start_timeout:g} s"
+                else f"the client did not start the agent within {settings.start_timeout:g} s "
+                f"(--start-timeout {settings.start_timeout:g}: a client slow to start needs a larger one)"
             )
             return
         outcome.started = True
@@ -1335,7 +1336,7 @@ async def run_client_checks(
     answer_timeout: float = 10.0,
     cancel_wait: float = 5.0,
     shutdown_timeout: float = 10.0,
-    start_timeout: float = 30.0,
+    start_timeout: float = START_TIMEOUT,
     progress: Callable[[str], None] | None = None,
 ) -> Report:
     """Check the ACP client ``command`` (program and arguments, one of them ``{AGENT}``); a
@@ -1346,7 +1347,7 @@ async def run_client_checks(
     or prefixes.  ``answer_timeout``: seconds the client may take to answer each request of the
     stand-in.  ``cancel_wait``: seconds a turn is held open for the client to cancel (0: never).
     ``shutdown_timeout``: seconds for each shutdown step (closing stdin, then each signal).
-    ``start_timeout``: seconds the client may take to start the agent.
+    ``start_timeout``: seconds the client may take to start the agent (``--start-timeout``).
     ``progress``: called with each check's name as it starts.  The client is started twice (a
     second time with an agent that lingers).  Raises ``ValueError`` when no argument is
     ``{AGENT}`` or the protocol is not 1 or 2, ``OSError`` when the client cannot be started.

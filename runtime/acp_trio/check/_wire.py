@@ -139,11 +139,45 @@ class AgentExited(OSError):
         return str(self.args[0])
 
 
-class WirePeer:
-    """One agent process, driven line by line (see :func:`run_with_peer`)."""
+START_TIMEOUT = 30.0
+"""Seconds an agent may take, from its start, to answer ``initialize`` (``--start-timeout``): twice
+the slowest start seen (opencode answers ``initialize`` after 10 to 13 s; pydantic-acp took over 10 s
+on a busy machine), and the default of acp-tck's ``--startup-timeout``.  Only an agent
+that never answers pays it, once: the run stops at ``initialize.version``."""
 
-    def __init__(self, target: Any, schema: WireSchema, seen: Observations) -> None:
+
+class StartTimeout(trio.TooSlowError):
+    """The agent answered no ``initialize`` within ``seconds`` of its start (its process started, or
+    its connection opened), while the checker waited for the answer to ``waiting_for`` (a method, or
+    ``None`` for any message).  ``str(exc)`` is the report's line, naming ``--start-timeout``."""
+
+    def __init__(self, waiting_for: str | None, seconds: float) -> None:
+        self.waiting_for = waiting_for
+        self.seconds = seconds
+        what = f"no answer to {waiting_for}" if waiting_for else "no message"
+        super().__init__(
+            f"{what} within {seconds:g} s of the agent's start (--start-timeout {seconds:g}): "
+            "an agent slow to start needs a larger --start-timeout"
+        )
+
+
+class WirePeer:
+    """One agent process, driven line by line (see :func:`run_with_peer`).
+
+    ``start_timeout``: until the agent has answered an ``initialize`` (a result or an error), every
+    wait for it ends ``start_timeout`` seconds after the peer was made (its process started, its
+    connection opened), whatever the wait's own timeout, and raises :class:`StartTimeout`; after
+    that, each wait has its own.  (An agent served by a runtime may answer other requests while its
+    ``initialize`` handler is still busy: its start-up is over when ``initialize`` is.)
+    """
+
+    def __init__(
+        self, target: Any, schema: WireSchema, seen: Observations, *, start_timeout: float = START_TIMEOUT
+    ) -> None:
         self.target = target
+        self.start_timeout = start_timeout
+        self.opened = trio.current_time()
+        self.started = False  # whether the agent has answered an initialize: its start-up is over
         self.schema = schema
         self.seen = seen
         self.capabilities: dict[str, Any] = {}  # the client capabilities of the initialize sent, wire JSON
@@ -163,9 +197,13 @@ class WirePeer:
         self._send_lock = trio.StrictFIFOLock()
 
     # -- writing -----------------------------------------------------------------------------------
-    async def send_raw(self, data: bytes, *, method: str | None = None) -> None:
+    async def send_raw(self, data: bytes, *, method: str | None = None, request_id: Any = None) -> None:
         """Write ``data`` to the agent's stdin, whole, after any write already under way.  Raises
-        :class:`AgentGone` (``waiting_for``: ``method``) when the agent closed its stdin (it ended)."""
+        :class:`AgentGone` (``waiting_for``: ``method``) when the agent closed its stdin (it ended).
+        ``request_id`` (with ``method``): the id of the request ``data`` is, so that its answer is
+        known as the answer to ``method``."""
+        if method is not None and request_id is not None:
+            self._sent_methods[orjson.dumps(request_id).decode()] = method
         try:
             await self._write(data)
         except trio.BrokenResourceError:
@@ -215,9 +253,22 @@ class WirePeer:
         await self.send(message)
 
     # -- reading -----------------------------------------------------------------------------------
+    def _deadline(self, timeout: float) -> float:
+        """When a wait of ``timeout`` seconds begun now ends: before the agent has answered an
+        ``initialize``, the end of its start-up time instead (see :class:`WirePeer`)."""
+        if not self.started:
+            return self.opened + self.start_timeout
+        return trio.current_time() + timeout
+
+    def _too_slow(self, waiting_for: str | None) -> trio.TooSlowError:
+        return trio.TooSlowError() if self.started else StartTimeout(waiting_for, self.start_timeout)
+
     async def response(self, request_id: Any, timeout: float) -> dict[str, Any]:
-        """The response whose id equals ``request_id`` (raises ``trio.TooSlowError`` or :class:`AgentGone`)."""
-        with trio.fail_after(timeout):
+        """The response whose id equals ``request_id``, within ``timeout`` seconds (before the agent
+        answered an ``initialize``: within its start-up time); raises ``trio.TooSlowError``
+        (:class:`StartTimeout` during the start-up time) or :class:`AgentGone`."""
+        method = self._sent_methods.get(orjson.dumps(request_id).decode())
+        with trio.move_on_at(self._deadline(timeout)) as waited:
             while True:
                 for message in self.received:
                     if "method" not in message and message.get("id", math.nan) == request_id:
@@ -226,12 +277,15 @@ class WirePeer:
                 if self.ended:
                     break
                 await self._changed.park()
-        raise await self.gone(self._sent_methods.get(orjson.dumps(request_id).decode()))
+        if waited.cancelled_caught:
+            raise self._too_slow(method)
+        raise await self.gone(method)
 
     async def wait_for(self, predicate: Any, timeout: float, start: int = 0) -> dict[str, Any]:
         """The first message from ``received[start]`` on that satisfies ``predicate`` (waits at most
-        ``timeout`` seconds: ``trio.TooSlowError``; :class:`AgentGone` if the agent went away first)."""
-        with trio.fail_after(timeout):
+        ``timeout`` seconds, or the start-up time before an ``initialize`` answer: ``trio.TooSlowError``,
+        :class:`StartTimeout`; :class:`AgentGone` if the agent went away first)."""
+        with trio.move_on_at(self._deadline(timeout)) as waited:
             while True:
                 for message in self.received[start:]:
                     if predicate(message):
@@ -239,6 +293,8 @@ class WirePeer:
                 if self.ended:
                     break
                 await self._changed.park()
+        if waited.cancelled_caught:
+            raise self._too_slow(None)
         raise await self.gone(None)
 
     async def read_forever(self) -> None:
@@ -281,6 +337,7 @@ class WirePeer:
         else:
             sent = self._sent_methods.get(orjson.dumps(message.get("id")).decode())
             problem = self._schema_of_answer(sent, message).check_response(sent, message)
+            self.started = self.started or sent == "initialize"
         if problem:
             self.seen.invalid.append(problem)
         if method == "session/update" and self.schema.variant.startswith("v1"):  # v2: upserts
@@ -675,12 +732,15 @@ async def run_with_peer(
     schema: WireSchema,
     seen: Observations,
     body: Any,
+    *,
+    start_timeout: float = START_TIMEOUT,
 ) -> Any:
     """Open a fresh target, run ``await body(peer)``, then shut it down; returns ``body``'s result.
-    The target's stderr lines (a process's) go to ``seen`` once it has exited."""
+    The target's stderr lines (a process's) go to ``seen`` once it has exited.  ``start_timeout``:
+    the seconds the agent may take to answer ``initialize`` (:class:`WirePeer`)."""
     async with open_target() as target:
         async with trio.open_nursery() as nursery:
-            peer = WirePeer(target, schema, seen)
+            peer = WirePeer(target, schema, seen, start_timeout=start_timeout)
             nursery.start_soon(peer.read_forever)
             try:
                 result = await body(peer)
