@@ -474,6 +474,55 @@ async def test_headers_that_never_end_are_dropped_and_other_clients_are_served_m
         assert 4 <= waited <= 15, waited  # hypercorn's keep_alive_timeout, 5 s
 
 
+async def test_a_post_body_that_never_completes_is_answered_408_after_request_timeout(autojump_clock: Any) -> None:
+    """Slowloris on the body: headers complete (hypercorn's 5 s no longer applies), then a body that
+    stops coming.  Without a bound its handler (and socket) would wait for ever."""
+    from test_transport_http_server import Reply, Script
+
+    class Trickled(Reply):
+        """A POST whose declared body never arrives in full (the client stops sending)."""
+
+        async def receive(self) -> dict[str, Any]:
+            if not self._body_sent:
+                self._body_sent = True
+                return {"type": "http.request", "body": self._body, "more_body": True}
+            await self.gone.wait()
+            return {"type": "http.disconnect"}
+
+    app = AcpApp(serve_streams=Script().serve)
+    with trio.fail_after(600):  # (virtual seconds) without the bound, the test fails here
+        await trickle_two_posts(app, Trickled)
+    with pytest.raises(ValueError, match="request_timeout"):
+        AcpApp(serve_streams=Script().serve, request_timeout=0)
+
+
+async def handle(app: AcpApp, scope: dict[str, Any], reply: Any) -> None:
+    """Run the app on one request, as ``Http.request`` does (``reply.returned`` once its handler returned)."""
+    try:
+        await app(scope, reply.receive, reply.send)
+    finally:
+        reply.returned.set()
+
+
+async def trickle_two_posts(app: AcpApp, trickled: Any) -> None:
+    async with running(app) as http:
+        replies = []
+        for length in (b"100", b"99999999"):  # within max_message_bytes, then over it (413 begun, the rest drained)
+            reply = trickled(b'{"jsonrpc": "2.0", ')
+            headers = [(b"content-type", b"application/json"), (b"content-length", length)]
+            scope = {"type": "http", "http_version": "1.1", "method": "POST", "path": "/acp", "headers": headers}
+            http.nursery.start_soon(handle, app, scope, reply)
+            replies.append(reply)
+        start = trio.current_time()
+        assert await http.initialize()  # meanwhile, other clients are served
+        assert await replies[0].text() == "Request body not received within 300.0 s" and replies[0].status == 408
+        assert replies[0].headers["connection"] == "close"
+        assert trio.current_time() - start == pytest.approx(300)
+        assert replies[1].status == 413 and (await replies[1].text()).startswith("Request body exceeds")
+        for reply in replies:
+            await reply.returned.wait()
+
+
 # -- max_connections and idle_timeout ---------------------------------------------------------------------
 async def test_the_bridge_refuses_connections_over_max_connections_503_and_starts_no_agent_for_them(
     tmp_path: Path,

@@ -85,7 +85,10 @@ client has not read; a client that still takes nothing after as long again loses
 connection (under :func:`serve`; that applies to Streamable HTTP streams too).  An
 agent factory (or the runtime) that fails ends that connection only, closed with ``1011``.
 Over Streamable HTTP, as the TypeScript server: a ``POST`` body over ``max_message_bytes`` is
-``413``; output queued for a connection's SSE streams (read or not) counts against
+``413``, one not received in full within ``request_timeout`` (300 s, Node's default under the
+TypeScript server) ``408``, the TCP connection closed after it (request headers that never end
+are hypercorn's: it closes the connection after its ``keep_alive_timeout``, 5 s, and answers
+headers over h11's 16 KiB ``431``); output queued for a connection's SSE streams (read or not) counts against
 ``max_buffered_bytes``: at that mark the agent's writes wait, POSTed requests are held before their
 ``202``, and if no stream takes anything for ``output_stall_timeout`` seconds the connection is
 closed (held requests get ``404``); more than ``max_buffered_session_streams`` session streams
@@ -171,6 +174,8 @@ SESSION_SCOPED_METHODS = frozenset(
 """Client messages that need ``Acp-Session-Id`` even without ``params.sessionId`` (as the TypeScript server)."""
 DEFAULT_IDLE_TIMEOUT = 300.0
 """Seconds without a request or an open stream after which a Streamable HTTP connection is closed."""
+DEFAULT_REQUEST_TIMEOUT = 300.0
+"""Seconds a POST's body may take to arrive in full (Node's ``requestTimeout``, under the TypeScript server)."""
 _WS_BACKLOG_CHARS = 1 << 14
 """Characters of outgoing WebSocket messages queued for the pump before the connection's writer waits."""
 LOOPBACK_HOSTS = frozenset({"localhost", "127.0.0.1", "::1"})
@@ -541,6 +546,8 @@ class AcpApp:
     progress (the ``initialize`` POST until its answer included) and no SSE stream open, counted
     from the end of the last one, before it is closed as abandoned (its agent ends; behind the
     bridge, its process); ``None`` keeps it until ``DELETE`` or a limit, as the TypeScript server does.
+    ``request_timeout``: seconds (default 300) a ``POST``'s body may take to arrive in full, else
+    ``408`` and the TCP connection is closed (a client that stops sending in mid-body).
     ``max_connections``: ACP connections served at once (WebSocket and Streamable HTTP together);
     one more is refused ``503`` (the upgrade, or the ``initialize`` POST); default ``None``, no
     limit, as the TypeScript server.  ``websocket_compression``: let a client that offers
@@ -571,6 +578,7 @@ class AcpApp:
         max_id_length: int = DEFAULT_MAX_ID_LENGTH,
         sse_keepalive: float = DEFAULT_SSE_KEEPALIVE,
         idle_timeout: float | None = DEFAULT_IDLE_TIMEOUT,
+        request_timeout: float = DEFAULT_REQUEST_TIMEOUT,
         max_connections: int | None = None,
         websocket_compression: bool = False,
         **connection_options: Any,
@@ -584,6 +592,7 @@ class AcpApp:
             ("max_buffered_session_streams", max_buffered_session_streams),
             ("max_id_length", max_id_length),
             ("sse_keepalive", sse_keepalive),
+            ("request_timeout", request_timeout),
         ):
             if value <= 0:
                 raise ValueError(f"{name} must be positive, got {value}")
@@ -605,6 +614,7 @@ class AcpApp:
         if idle_timeout is not None and idle_timeout <= 0:
             raise ValueError(f"idle_timeout must be positive seconds or None, got {idle_timeout}")
         self.idle_timeout = idle_timeout
+        self.request_timeout = request_timeout
         if max_connections is not None and max_connections <= 0:
             raise ValueError(f"max_connections must be positive or None, got {max_connections}")
         self.max_connections = max_connections
@@ -748,7 +758,21 @@ class AcpApp:
 
     async def _read_body(self, scope: Scope, receive: Receive, send: Send) -> bytes | None:
         """The request body, or ``None`` once answered ``413`` (over ``max_message_bytes``; the rest
-        is read and dropped, so the client gets the answer) or when the client left."""
+        is read and dropped, so the client gets the answer), ``408`` (not received in full within
+        ``request_timeout`` seconds; the TCP connection is closed after it) or when the client left."""
+        answering: list[bool] = []  # the 413 answer has begun
+        with trio.move_on_after(self.request_timeout):
+            return await self._receive_body(scope, receive, send, answering)
+        timeout = self.request_timeout
+        log.warning("refused a POST on %s: its body did not arrive within %s s (request_timeout)", self.path, timeout)
+        if answering:
+            await send({"type": "http.response.body", "body": b""})
+        else:
+            text = f"Request body not received within {timeout} s"
+            await _text_response(send, 408, text, [(b"connection", b"close")])
+        return None
+
+    async def _receive_body(self, scope: Scope, receive: Receive, send: Send, answering: list[bool]) -> bytes | None:
         limit = self.max_message_bytes
         length = _header(scope, b"content-length")
         too_big = length is not None and length.isdigit() and int(length) > limit
@@ -772,6 +796,7 @@ class AcpApp:
         log.warning("refused a POST on %s: %s", self.path, text)
         await send({"type": "http.response.start", "status": 413, "headers": [(b"content-type", TEXT_PLAIN)]})
         await send({"type": "http.response.body", "body": text.encode(), "more_body": True})
+        answering.append(True)
         while more:  # drained, so an HTTP/1.1 client that writes its whole body first reads the 413
             message = await receive()
             more = message["type"] != "http.disconnect" and bool(message.get("more_body", False))
@@ -1433,6 +1458,7 @@ __all__ = [
     "DEFAULT_MAX_BUFFERED_SESSION_STREAMS",
     "DEFAULT_MAX_ID_LENGTH",
     "DEFAULT_OUTPUT_STALL_TIMEOUT",
+    "DEFAULT_REQUEST_TIMEOUT",
     "DEFAULT_SSE_KEEPALIVE",
     "HEADER_SESSION_ID",
     "SESSION_SCOPED_METHODS",
