@@ -13,7 +13,7 @@ answers and that the attack leaves other clients (and the server) unharmed:
 - malformed WebSocket input: binary frames, invalid JSON, a JSON-RPC batch (refused on both
   transports alike), text that is not UTF-8 (close ``1007``), a message over the limit (``1009``,
   ``413`` over HTTP);
-- slowloris: request headers that never end, and headers over h11's limit;
+- slowloris: request headers that never end, headers over h11's limit, a body that stops coming;
 - ``max_connections`` (the bridge's ``--max-connections``: no agent process starts for a refused
   connection), and ``idle_timeout`` against an ``initialize`` (or a held request) slower than it.
 
