@@ -408,6 +408,14 @@ async def test_malformed_websocket_input_is_answered_or_closed_with_the_rfc_6455
                     b'{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"x":"\xc3"}}'
                 )  # cut mid-character
                 assert (await ws.closed_with())[0] == 1007
+            for broken in (
+                bytes([0x80 | 0x40 | 0x1, 0x80 | 2]) + b"\0\0\0\0{}",  # RSV1 set, no extension agreed
+                bytes([0x80 | 0x1, 2]) + b"{}",  # unmasked (RFC 6455 § 5.1: the server must close)
+                bytes([0x80 | 0x3, 0x80]) + b"\0\0\0\0",  # a reserved opcode
+            ):
+                async with RawWebSocket.open(url) as ws:
+                    await ws.stream.send_all(broken)
+                    assert (await ws.closed_with())[0] == 1002, broken  # a protocol error, said before the TCP close
             async with RawWebSocket.open(url) as ws:
                 await ws.send(INIT)
                 await ws.message()
