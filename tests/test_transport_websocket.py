@@ -1122,3 +1122,59 @@ async def test_a_line_stream_whose_batch_went_out_at_once_does_not_yield_but_is_
         scope.cancel()
         await stream.send_all(b'{"d":4}\n')
     assert scope.cancelled_caught and batches[-1] == [b'{"d":4}']  # sent, then the cancellation
+
+
+async def test_lent_reads_go_to_the_borrower_then_back_to_hypercorns_reader_at_the_end_of_input() -> None:
+    """lend_reads interrupts the reader's wait for the socket; while lent, read_inline reads (in the
+    borrower's task) and hands hypercorn's protocol the same bytes; at the end of input it gives the
+    reads back, and hypercorn's reader reads the end itself and closes as it always does."""
+    from hypercorn.events import Closed, RawData
+
+    with trio.fail_after(DEADLINE):
+        ours, peer = await tcp_pair()
+        server = bare_output(ours)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(server._read_data)
+            await peer.send_all(b"before")
+            await trio.testing.wait_all_tasks_blocked()  # hypercorn's reader read it and waits for more
+            assert [event.data for event in server.protocol.events] == [b"before"]
+            assert await server.lend_reads()
+            await peer.send_all(b"lent")
+            assert await server.read_inline()  # in this task
+            assert server.protocol.events[-1].data == b"lent"
+            await trio.testing.wait_all_tasks_blocked()
+            assert len(server.protocol.events) == 2  # hypercorn's reader did not read meanwhile
+            await peer.aclose()
+            assert not await server.read_inline()  # the end: the reads go back
+        events = server.protocol.events
+        assert [type(event) for event in events] == [RawData, RawData, RawData, Closed]
+        assert [event.data for event in events[:3]] == [b"before", b"lent", b""]
+        assert not await server.lend_reads()  # nothing left to lend
+        await ours.aclose()
+
+
+async def test_the_servers_connection_reads_its_websocket_itself_and_sees_the_clients_close(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Under serve(), what the client sends is read by the ACP connection's task (read_inline), not
+    handed over by hypercorn's reader; the close handshake at the end still ends the server's side."""
+    from acp_trio.transports._hypercorn import CoalescingTCPServer
+
+    readers: set[trio.lowlevel.Task] = set()
+    read_inline = CoalescingTCPServer.read_inline
+
+    async def counted(self: CoalescingTCPServer) -> bool:
+        readers.add(trio.lowlevel.current_task())
+        return await read_inline(self)
+
+    monkeypatch.setattr(CoalescingTCPServer, "read_inline", counted)
+    Agent.instances.clear()
+    with trio.fail_after(DEADLINE):
+        async with served(AcpApp(Agent)) as url:
+            async with connect_websocket(url, Client) as conn:
+                await initialize(conn)
+                sid = await new_session(conn)
+                await conn.agent.session_prompt(prompt(sid, "ask"))
+                assert client_of(conn).texts == ["chosen allow"]
+            assert readers and all("reader" in task.name or "requests" in task.name for task in readers)
+            await Agent.instances[0].conn.connection.wait_closed()  # the client's close reached it

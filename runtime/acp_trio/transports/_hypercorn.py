@@ -142,6 +142,10 @@ class _Idle:
         log.debug("no connection for %s s: memory released", self.delay)
 
 
+class _Lend(Exception):
+    """hypercorn's reader stops waiting for the socket: :meth:`CoalescingTCPServer.lend_reads` asked for its reads."""
+
+
 class CoalescingTCPServer(TCPServer):
     """hypercorn's ``TCPServer`` whose output goes through one buffer and one writer task per connection.
 
@@ -190,6 +194,14 @@ class CoalescingTCPServer(TCPServer):
         self._socket: Any = (
             self.stream.socket if isinstance(self.stream, trio.SocketStream) and sys.platform != "win32" else None
         )
+        # reads lent to an application task (lend_reads): asked for; lent (hypercorn's reader waits
+        # on _returned); the scope of the reader's wait for the socket (cancelled to lend at once)
+        self._lend_wanted = False
+        self._lent = False
+        self._lent_event = trio.Event()
+        self._returned = trio.Event()
+        self._wait_scope: trio.CancelScope | None = None
+        self._inline_full = False  # the last inline read filled the buffer
 
     async def _write_buffered(self) -> None:
         try:
@@ -304,25 +316,38 @@ class CoalescingTCPServer(TCPServer):
         self._wake_writer()
 
     async def _read_data(self) -> None:
-        """hypercorn's reader, with one yield a read on a plain TCP socket (see :meth:`_receive`)."""
+        """hypercorn's reader, with one yield a read on a plain TCP socket (see :meth:`_receive`);
+        while its reads are lent (:meth:`lend_reads`) it waits for them to come back."""
         if self._socket is None:
             await super()._read_data()
+            self._lent_event.set()  # (lend_reads: nothing to lend)
             return
         timeout = self.config.read_timeout
         full = True  # the last read filled the buffer (at first: read as trio would)
-        while True:
-            try:
-                if timeout is None:
-                    data = await self._receive(full)
-                else:
-                    with trio.fail_after(timeout):
+        try:
+            while True:
+                if self._lend_wanted:
+                    self._lent = True
+                    self._lent_event.set()
+                    await self._returned.wait()
+                    self._lent = False
+                    full = True  # read on at once: the borrower left input unread, maybe
+                try:
+                    if timeout is None:
                         data = await self._receive(full)
-            except (trio.ClosedResourceError, trio.BrokenResourceError, trio.TooSlowError):
-                break
-            await self.protocol.handle(RawData(data))
-            if not data:
-                break
-            full = len(data) == MAX_RECV
+                    else:
+                        with trio.fail_after(timeout):
+                            data = await self._receive(full)
+                except _Lend:
+                    continue
+                except (trio.ClosedResourceError, trio.BrokenResourceError, trio.TooSlowError):
+                    break
+                await self.protocol.handle(RawData(data))
+                if not data:
+                    break
+                full = len(data) == MAX_RECV
+        finally:
+            self._lent_event.set()  # a borrower waiting in lend_reads: no reads to lend any more
         await self.protocol.handle(Closed())
 
     async def _receive(self, full: bool) -> bytes:
@@ -354,10 +379,80 @@ class CoalescingTCPServer(TCPServer):
                 raise trio.BrokenResourceError(exc) from exc
 
     async def _wait_readable(self) -> None:
+        """Wait until the socket is readable; :class:`_Lend` if :meth:`lend_reads` asks for the reads meanwhile."""
         fd = self._socket.fileno()
         if fd < 0:
             raise trio.ClosedResourceError("the stream was closed")
-        await trio.lowlevel.wait_readable(fd)
+        if self._lend_wanted:
+            raise _Lend
+        with trio.CancelScope() as scope:
+            self._wait_scope = scope
+            try:
+                await trio.lowlevel.wait_readable(fd)
+            finally:
+                self._wait_scope = None
+        if scope.cancelled_caught:
+            raise _Lend
+
+    # -- reads lent to the application ----------------------------------------------------------
+    async def lend_reads(self) -> bool:
+        """Make the calling task this connection's reader: from now on it reads the socket itself
+        (:meth:`read_inline`), and hypercorn's reader task waits until :meth:`return_reads`.
+
+        For a WebSocket application whose own reader would otherwise be woken by hypercorn's for
+        every message: reading and parsing in the application's task costs no task switch, and
+        input is read only when the application wants more (backpressure: TCP's own).  Waits
+        (one scheduler pass) until hypercorn's reader has let go.  Returns ``False`` when the
+        reads cannot be lent (TLS, Windows, a ``read_timeout`` set, the input already over): the
+        application then goes on receiving what hypercorn's reader hands it.
+        """
+        if self._socket is None or self.config.read_timeout is not None or self._lent_event.is_set():
+            return False
+        self._lend_wanted = True
+        if self._wait_scope is not None:
+            self._wait_scope.cancel()
+        await self._lent_event.wait()
+        return self._lent
+
+    def return_reads(self) -> None:
+        """End :meth:`lend_reads`: hypercorn's reader task reads the socket again (at the end of
+        input, a read error, or when the application stops reading for good).  Idempotent."""
+        self._lend_wanted = False
+        self._returned.set()
+
+    async def read_inline(self) -> bool:
+        """One read of the socket in the task the reads are lent to, handed to hypercorn's protocol
+        as its reader would (so what the application receives comes through its ``receive`` queue
+        as usual, or however it took it over).  Waits until the socket is readable (after a read
+        that filled the buffer: reads at once, after a checkpoint).
+
+        Returns ``False`` at the end of input or on a read error, having given the reads back to
+        hypercorn's reader, which reads again, meets the same end, and ends the connection as it
+        always does (the application then receives its ``websocket.disconnect``).
+        """
+        socket = self._socket
+        if self._inline_full:
+            await trio.lowlevel.checkpoint()
+        else:
+            fd = socket.fileno()
+            if fd < 0:
+                self.return_reads()
+                return False
+            await trio.lowlevel.wait_readable(fd)
+        try:
+            data = os.read(socket.fileno(), MAX_RECV)  # -1 once closed: EBADF
+        except BlockingIOError:
+            self._inline_full = False
+            return True
+        except OSError:
+            self.return_reads()
+            return False
+        if not data:
+            self.return_reads()
+            return False
+        self._inline_full = len(data) == MAX_RECV
+        await self.protocol.handle(RawData(data))
+        return True
 
     async def _close(self) -> None:
         if not self._broken and not self._writer_done:

@@ -1062,6 +1062,10 @@ class AcpApp:
         pump_lot, sender_lot = trio.lowlevel.ParkingLot(), trio.lowlevel.ParkingLot()
         # the server's queue of received messages (hypercorn's memory channel), to take several at once
         receive_nowait = getattr(getattr(receive, "__self__", None), "receive_nowait", None)
+        # under serve(): the connection's reader reads the socket itself (no task switch a message)
+        inbox = await _LentReads.take_over(tcp, send, receive_nowait)
+        if inbox is not None:
+            receive, receive_nowait = inbox.receive, inbox.receive_nowait
 
         def accept(message: Message) -> str | bool | None:
             """One received ASGI message: its text, ``None`` for the end of input, ``False`` to skip it."""
@@ -1219,6 +1223,8 @@ class AcpApp:
             try:
                 await self._serve(connection_id, to_client, from_client, "ws")
             finally:
+                if inbox is not None:  # hypercorn's reader reads again (the close handshake, the end)
+                    inbox.close()
                 # the pump writes what it holds, then ends (a stalled client keeps it until it reads or leaves)
                 ended = True
                 pump_lot.unpark_all()
@@ -1228,6 +1234,88 @@ class AcpApp:
                 await send({"type": "websocket.close", "code": code, "reason": reason[:120]})
             except Exception as exc:  # pragma: no cover - the socket went away meanwhile
                 log.debug("ACP connection %s: close failed: %r", connection_id, exc)
+
+
+class _LentReads:
+    """A WebSocket's input read by the ACP connection's own reader (:meth:`AcpApp._run`), under :func:`serve`.
+
+    hypercorn's reader task reads the socket, parses the frames and hands each message to the
+    application's queue, whose reader (the connection's) it wakes: a task switch and a scheduler
+    pass per message, on top of the connection's own.  Here the connection's reader takes the
+    reads over (``CoalescingTCPServer.lend_reads``): when it wants a message and none is waiting,
+    it reads the socket and hands the bytes to hypercorn's protocol stack in its own task
+    (``read_inline``: the same parsing, events and checks, the same ASGI messages), which puts the
+    messages in :attr:`inbox` instead of hypercorn's channel (``WSStream.app_put`` replaced) without
+    waiting.  The socket is read only when the connection wants input.  At the end of input or
+    on a read error, and when the connection ends (:meth:`close`), hypercorn's reader reads again
+    and ends the WebSocket as usual; messages put after :meth:`close` are dropped.
+    """
+
+    def __init__(self, tcp: Any, channel_nowait: Callable[[], Message] | None) -> None:
+        self.tcp = tcp
+        self.channel_nowait = channel_nowait  # hypercorn's queue, until it is empty: what came before
+        self.inbox: deque[Message] = deque()
+        self.arrived = trio.lowlevel.ParkingLot()  # a receive waiting for hypercorn's reader to put
+        self.lent = False
+        self.closed = False
+
+    @classmethod
+    async def take_over(cls, tcp: Any, send: Send, channel_nowait: Any) -> _LentReads | None:
+        """Take the reads of the WebSocket whose ``send`` is hypercorn's ``WSStream.app_send``
+        (``None``, nothing changed: another server, HTTP/2, TLS, a ``read_timeout``, ...)."""
+        stream: Any = getattr(send, "__self__", None)
+        if tcp is None or channel_nowait is None or not callable(getattr(stream, "app_put", None)):
+            return None
+        if not await tcp.lend_reads():
+            return None  # hypercorn's reader goes on, its bounded queue holding its reader back
+        # hypercorn's reader waits now: what it read is in its queue, and the rest is read here
+        reads = cls(tcp, channel_nowait)
+        reads.lent = True
+        stream.app_put = reads.put  # (hypercorn's WSStream: its attribute, set once by spawn_app)
+        return reads
+
+    async def put(self, message: Message) -> None:
+        """hypercorn's ``app_put``: queue ``message`` for the connection, without waiting."""
+        if self.closed:
+            return
+        self.inbox.append(message)
+        if self.arrived:
+            self.arrived.unpark()
+
+    def receive_nowait(self) -> Message:
+        """The next message received, in order; ``trio.WouldBlock`` if none is waiting."""
+        if self.channel_nowait is not None:
+            try:
+                return self.channel_nowait()
+            except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
+                self.channel_nowait = None
+        if self.inbox:
+            return self.inbox.popleft()
+        raise trio.WouldBlock
+
+    async def receive(self) -> Message:
+        """The next message: read from the socket while the reads are lent, else put by hypercorn's reader."""
+        while True:
+            try:
+                message = self.receive_nowait()
+            except trio.WouldBlock:
+                pass
+            else:
+                await trio.lowlevel.checkpoint_if_cancelled()
+                return message
+            if self.lent:
+                if not await self.tcp.read_inline():
+                    self.lent = False  # the end of input: hypercorn's reader reads it again and says so
+            else:
+                await self.arrived.park()
+
+    def close(self) -> None:
+        """The connection reads no more: hypercorn's reader takes the socket back."""
+        self.closed = True
+        self.inbox.clear()
+        if self.lent:
+            self.lent = False
+            self.tcp.return_reads()
 
 
 def _tcp_server(scope: Scope) -> Any:

@@ -1,0 +1,120 @@
+"""Round trips over WebSocket, A/B: acp-trio pairs from several source trees, and the TypeScript pair, interleaved.
+
+Usage::
+
+    python ab_rtt.py [--tree NAME=DIR ...] [--ts] [--rounds R] [--repeats K] [COMMAND ...]
+
+Each ``--tree NAME=DIR`` is a copy of the repository's ``runtime/`` and ``generated/`` (``DIR``
+holds both; default: this checkout, named ``main``): its server (``trio_server.py``) and its client
+(``trio_client.py``) run with ``PYTHONPATH`` on that copy, so two versions of the runtime are
+measured side by side under the same load (make a copy of a commit with ``git archive COMMIT
+runtime generated | tar -x -C DIR``).  ``--ts``: also the TypeScript SDK's pair (``ts_server.mjs``
+and ``ts_client.mjs``; ``ACP_INTEROP_NPM_DIR`` or ``~/.cache/acp-trio/interop/npm-2.4.0-ws-8.18.3``).
+``--python``: the interpreter for the acp-trio sides (default: this one; a venv with a compiled
+wheel measures the compiled runtime: pass ``--tree installed=-`` to use what it has installed).
+
+Every variant keeps one server for the whole run; each round runs one client process per variant
+and command (the order of the variants alternates between rounds), one warm-up prompt and
+``--repeats`` timed ones.  Prints, per command, each variant's median rate (round trips or updates
+per second over all timed prompts), its spread (min-max of the per-prompt rates) and the ratio to
+the first variant.  Commands as in ``../runtime/common.py`` (default ``read 2000 1``,
+``permission 2000``, ``read 2000 64``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent.parent
+sys.path.insert(0, str(HERE.parent / "runtime"))
+
+from common import expected, parse_command  # noqa: E402
+
+DEFAULT_COMMANDS = ("read 2000 1", "permission 2000", "read 2000 64")
+
+
+def env_for(tree: str | None) -> dict[str, str]:
+    env = dict(os.environ)
+    if tree is not None:
+        env["PYTHONPATH"] = os.pathsep.join([f"{tree}/runtime", f"{tree}/generated"])
+    npm = env.get("ACP_INTEROP_NPM_DIR") or str(Path.home() / ".cache/acp-trio/interop/npm-2.4.0-ws-8.18.3")
+    env["ACP_INTEROP_NPM_DIR"] = npm
+    return env
+
+
+def start(argv: list[str], env: dict[str, str], stack: ExitStack) -> int:
+    proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, cwd=HERE)
+    assert proc.stdout is not None and proc.stdin is not None
+
+    def stop() -> None:
+        assert proc.stdin is not None
+        proc.stdin.close()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+    stack.callback(stop)
+    line = proc.stdout.readline()
+    if not line:
+        raise RuntimeError(f"{argv} exited before printing its port")
+    return int(json.loads(line)["port"])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--tree", action="append", default=[], help="NAME=DIR (DIR '-': what --python has installed)")
+    parser.add_argument("--python", default=sys.executable)
+    parser.add_argument("--ts", action="store_true")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("commands", nargs="*", default=list(DEFAULT_COMMANDS))
+    args = parser.parse_args()
+    trees = [tuple(t.split("=", 1)) for t in args.tree] or [("main", str(REPO))]
+    variants: list[tuple[str, list[str], dict[str, str]]] = []
+    with ExitStack() as stack:
+        for name, tree in trees:
+            env = env_for(None if tree == "-" else tree)
+            port = start([args.python, str(HERE / "trio_server.py")], env, stack)
+            client = [args.python, str(HERE / "trio_client.py"), f"ws://127.0.0.1:{port}/acp", "--warmup", "1"]
+            variants.append((name, [*client, "--repeats", str(args.repeats)], env))
+        if args.ts:
+            env = env_for(None)
+            port = start(["node", str(HERE / "ts_server.mjs")], env, stack)
+            variants.append(
+                ("ts", ["node", str(HERE / "ts_client.mjs"), f"ws://127.0.0.1:{port}/acp", "1", str(args.repeats)], env)
+            )
+        rates: dict[tuple[str, str], list[float]] = {}
+        for r in range(args.rounds):
+            order = variants if r % 2 == 0 else variants[::-1]
+            for command in args.commands:
+                kind, n, _ = parse_command(command)
+                for name, argv, env in order:
+                    proc = subprocess.run(
+                        [*argv, command], env=env, cwd=HERE, capture_output=True, text=True, timeout=600
+                    )
+                    if proc.returncode != 0:
+                        raise RuntimeError(f"{name} {command}: {proc.stderr[-2000:]}")
+                    result: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
+                    rates.setdefault((command, name), []).extend(expected(kind, n) / s for s in result[command])
+    for command in args.commands:
+        first = None
+        print(command)
+        for name, _, _ in variants:
+            values = rates[(command, name)]
+            median = statistics.median(values)
+            first = first or median
+            print(f"  {name:10s} {median:10,.0f}/s  ({min(values):,.0f}-{max(values):,.0f})  x{median / first:.2f}")
+
+
+if __name__ == "__main__":
+    main()
