@@ -11,8 +11,8 @@ answers and that the attack leaves other clients (and the server) unharmed:
 - guessed or borrowed connection ids and session ids: a second client can neither read the first
   one's SSE streams nor post into its connection, and a session id it names is its own;
 - malformed WebSocket input: binary frames, invalid JSON, a JSON-RPC batch (refused on both
-  transports alike), text that is not UTF-8 (close ``1007``), a message over the limit (``1009``,
-  ``413`` over HTTP);
+  transports alike), text that is not UTF-8 (close ``1007``), frames that break RFC 6455 otherwise
+  (``1002``), a message over the limit (``1009``, ``413`` over HTTP);
 - slowloris: request headers that never end, headers over h11's limit, a body that stops coming;
 - ``max_connections`` (the bridge's ``--max-connections``: no agent process starts for a refused
   connection), and ``idle_timeout`` against an ``initialize`` (or a held request) slower than it.
@@ -54,6 +54,7 @@ from acp_trio.transports.http import connect_http
 
 DEADLINE = 30
 TOKEN = "s3cret-Token"
+posix_only = pytest.mark.skipif(os.name != "posix", reason="the bridged agents are sh and cat")
 INIT = b'{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":1}}'
 BATCH = b'[{"jsonrpc":"2.0","id":1,"method":"session/new","params":{"cwd":"/","mcpServers":[]}}]'
 BATCH_REFUSED = {"code": -32600, "message": "Invalid request: JSON-RPC batches are not supported"}
@@ -435,6 +436,7 @@ async def test_malformed_websocket_input_is_answered_or_closed_with_the_rfc_6455
                 assert big.status_code == 413
 
 
+@posix_only
 async def test_the_bridge_refuses_a_websocket_batch_before_its_agent_sees_it() -> None:
     """One rule for both transports, whoever serves: the bridged agent (``cat`` echoes what it reads) never gets the batch."""
     from acp_trio.bridge import serve_bridge
@@ -532,6 +534,7 @@ async def trickle_two_posts(app: AcpApp, trickled: Any) -> None:
 
 
 # -- max_connections and idle_timeout ---------------------------------------------------------------------
+@posix_only
 async def test_the_bridge_refuses_connections_over_max_connections_503_and_starts_no_agent_for_them(
     tmp_path: Path,
 ) -> None:
