@@ -1,16 +1,21 @@
 """The conformance checker against real third-party agents, offline (``tests/interop/conformance_real.py``).
 
-Two parts:
+Three parts:
 
 - the loopback model server (``tests/interop/model_server.py``), in process: the Anthropic
-  Messages API and the OpenAI Responses API answers it streams, and the tool call it answers a
-  marked prompt with;
+  Messages API, the OpenAI Responses API, the Gemini API and OpenAI Chat Completions answers it
+  streams, and the tool calls it answers a marked prompt with;
 - ``@agentclientprotocol/claude-agent-acp`` and ``@agentclientprotocol/codex-acp`` from npm (pinned
   in ``tests/interop/real_agents.py``) through the fast checks (``initialize``, ``session.new``,
   ``session.prompt``) in protocols 1 and 2, their model API pointed at the model server: no
   network, no key.  The four take about 40 s once installed (the install: about 840 MB into
-  ``~/.cache/acp-trio/interop/``, about 15 s from a near registry), so they run only with ``ACP_REAL_AGENTS=1``
-  (``nox -s conformance`` sets it).  They skip, saying why, without ``node``/``npm`` or when the install fails.
+  ``~/.cache/acp-trio/interop/``, about 15 s from a near registry);
+- gemini-cli, qwen-code, opencode and pydantic-acp (version 1 only) through the same fast checks
+  in protocol 1, and gemini-cli creating a new file through ``python -m acp_trio.demo`` after
+  asking permission.
+
+The real agents run only with ``ACP_REAL_AGENTS=1`` (``nox -s conformance`` sets it).  They skip,
+saying why, without ``node``/``npm`` or when the install fails.
 """
 
 from __future__ import annotations
@@ -263,7 +268,8 @@ def test_the_table_has_a_row_per_check_and_a_column_per_agent_and_protocol() -> 
 
 real = pytest.mark.skipif(
     os.environ.get("ACP_REAL_AGENTS") != "1",
-    reason="claude-agent-acp and codex-acp (840 MB from npm) run with ACP_REAL_AGENTS=1: nox -s conformance",
+    reason="the real agents (claude-agent-acp, codex-acp, gemini-cli, qwen-code, opencode, pydantic-acp: about 1.5 GB "
+    "from npm and PyPI) run with ACP_REAL_AGENTS=1: nox -s conformance",
 )
 
 
@@ -408,3 +414,24 @@ async def test_the_demo_client_leaves_out_fs_read_with_no_fs_read_and_still_writ
     assert status == 0, out.getvalue()
     assert agent.capabilities.fs.read_text_file is fs_read
     assert agent.capabilities.fs.write_text_file is True
+
+
+@real
+@pytest.mark.parametrize("name", sorted(INSTALLERS))
+async def test_a_version_1_real_agent_passes_the_quick_checks_against_the_loopback_model(
+    name: str, tmp_path: Path
+) -> None:
+    _install(name)
+    agent = next(a for a in real_agents.AGENTS if a.name == name)
+    app = model_server.ModelServer(delay=0.01, log=str(tmp_path / "requests.jsonl"))
+    with trio.fail_after(AGENT_TIME_LIMIT):
+        async with trio.open_nursery() as nursery:
+            url = await nursery.start(model_server.serve_models, app)
+            run = await conformance_real.run_one(agent, 1, tmp_path, url, conformance_real.QUICK, 60.0)
+            nursery.cancel_scope.cancel()
+    assert run.unavailable is None and run.error is None, run.unavailable or run.error
+    got = {check: run.statuses.get(check) for check in EXPECTED[1]}
+    assert got == EXPECTED[1], run.text
+    assert "FAIL" not in run.statuses.values(), run.text
+    paths = {r["path"] for r in app.requests}  # the turn really went through the model server
+    assert "/v1/chat/completions" in paths or any(p.endswith(":streamGenerateContent") for p in paths), paths

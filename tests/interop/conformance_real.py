@@ -9,7 +9,11 @@ under ``~/.cache/acp-trio/interop/``), starts the loopback model server
 (1 and 2), each with a fresh throwaway ``HOME`` and the real agents' model APIs pointed at the
 model server: no network, no key.  The agents: ``demo`` (``python -m acp_trio.demo
 --serve-agent``), ``ts-sdk`` / ``ts-sdk-v2`` (``tests/interop/ts_agent.mjs`` / ``ts_v2_agent.mjs``),
-``py-sdk`` (``tests/interop/py_agent.py``), ``claude-agent-acp`` and ``codex-acp``.
+``py-sdk`` (``tests/interop/py_agent.py``), ``claude-agent-acp``, ``codex-acp``, and the
+version-1-only ``gemini-cli`` (``gemini --acp``), ``qwen-code`` (``qwen --acp``), ``opencode``
+(``opencode acp``) and ``pydantic-acp`` (``tests/interop/pydantic_acp_agent.py``), which run in
+protocol 1 only.  Every run gives the agent :data:`START_TIMEOUT` seconds to answer ``initialize``
+(``--start-timeout``: opencode takes 10-13 s, more on a busy machine).
 
 Writes into ``--out`` (default ``conformance-real/``): ``<agent>-p<N>.txt`` (the checker's text
 report) and ``.json`` (its ``--json``), ``model-requests.jsonl`` (every request the model server
@@ -19,8 +23,11 @@ checks, columns agent x protocol, cells ``PASS``/``FAIL``/``WARN``/``SKIP`` (``-
 
 ``--quick``: only ``initialize``, ``session.new`` and ``session.prompt`` checks.  ``--tool-prompt``:
 the prompt names a file after the model server's tool marker, so the real agents' turns make a
-tool call (Claude Code's ``Read``, Codex's ``exec_command`` ``cat``): ``tool_call`` /
-``tool_call_update`` and, where the agent asks, ``session/request_permission`` are exercised.  An agent that
+tool call (Claude Code's ``Read``, Codex's ``exec_command`` ``cat``, the ``read_file`` / ``read``
+of the others): ``tool_call`` / ``tool_call_update`` and, where the agent asks,
+``session/request_permission`` are exercised; the agents whose model API the server can make
+write (:data:`WRITE_EXPECT`) also get a prompt to create a new file, expecting what the agent's own
+defaults promise (gemini-cli and pydantic-acp ask permission first).  An agent that
 cannot be installed (no ``node``/``npm``, a failed install) is reported ``n/a`` with the reason,
 not an error.  Exit status: 1 when the demo agent has any FAIL or WARN (it must be all PASS/SKIP),
 or a checker run could not complete; 0 otherwise: the other agents' FAILs are findings.
@@ -39,12 +46,24 @@ from pathlib import Path
 import trio
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from model_server import TOOL_MARKER, ModelServer, serve_models
+from model_server import TOOL_MARKER, WRITE_MARKER, ModelServer, serve_models
 from real_agents import AGENTS, ROOT, Agent, Unavailable, agent_environment, versions
 
 QUICK = ("initialize", "session.new", "session.prompt")
 RUN_TIMEOUT = 900.0
 """Seconds one checker run (one agent, one protocol) may take before it is stopped."""
+START_TIMEOUT = 120.0
+"""Seconds an agent process may take to answer ``initialize`` (the checker's ``--start-timeout``): a
+bound, not a speed bar (opencode needs 10-13 s on an idle 2-core machine, over 30 s on a busy one)."""
+WRITE_EXPECT = {
+    "gemini-cli": ["tool_call", "permission"],  # write_file asks in its default approval mode
+    "pydantic-acp": ["tool_call", "permission", "fs_write"],  # requires_approval, then fs/write_text_file
+    "qwen-code": ["tool_call", "fs_write"],
+    "opencode": ["tool_call"],  # writes the file itself
+}
+"""What the ``--tool-prompt`` run's prompt to create a new file (:data:`~model_server.WRITE_MARKER`)
+expects of each agent that gets it (the model server makes only the Gemini API's and Chat
+Completions' agents write)."""
 
 
 @dataclass
@@ -78,6 +97,7 @@ async def run_one(
     only: tuple[str, ...] = (),
     turn_timeout: float = 60.0,
     tool_prompt: bool = False,
+    start_timeout: float = START_TIMEOUT,
 ) -> Run:
     """Run the checker against ``agent`` in ``protocol``; the reports go to ``out/<agent>-p<N>.txt/.json``.
 
@@ -93,9 +113,9 @@ async def run_one(
         return run
     stem = out / f"{agent.name}-p{protocol}"
     state = out / "state" / f"{agent.name}-p{protocol}"
-    env = checker_env({**agent_environment(state, model_url), **extra})
+    env = checker_env({**agent_environment(state, model_url, agent.name), **extra})
     args = [sys.executable, "-m", "acp_trio.check", "--protocol", str(protocol), "--json", f"{stem}.json"]
-    args += ["--turn-timeout", str(turn_timeout)]
+    args += ["--turn-timeout", str(turn_timeout), "--start-timeout", str(start_timeout)]
     if agent.name == "demo":  # its turn asks permission, then reads: the permission checks run too
         args += ["--script", str(ROOT / "tests" / "agents" / "demo_script.toml")]
     elif tool_prompt and agent.real:  # the model server answers its marker with a tool call
@@ -110,6 +130,12 @@ async def run_one(
                 },
             }
         }
+        if agent.name in WRITE_EXPECT:
+            new = Path(os.path.realpath(state / "cwd")) / "acp-real-new.txt"
+            script["prompts"]["write"] = {
+                "text": f"Create a new file: {WRITE_MARKER}{new}",
+                "expect": WRITE_EXPECT[agent.name],
+            }
         (state / "script.json").write_text(json.dumps(script))
         args += ["--script", str(state / "script.json")]
     for name in only:
@@ -182,7 +208,7 @@ async def conformance(
     async with trio.open_nursery() as nursery:
         model_url = await nursery.start(serve_models, app)
         for agent in agents:
-            for protocol in protocols:
+            for protocol in [p for p in protocols if p == 1 or not agent.v1_only]:
                 print(f"... {agent.name} protocol {protocol}", file=sys.stderr, flush=True)
                 run = await run_one(agent, protocol, out, model_url, QUICK if quick else (), tool_prompt=tool_prompt)
                 note = run.unavailable or run.error or (run.text.strip().splitlines() or [""])[-1]
