@@ -359,10 +359,13 @@ def build(session: nox.Session) -> None:
 def conformance(session: nox.Session) -> None:
     """The conformance checker against real agents, offline: the demo agent, agents written with the
     official TypeScript and Python SDKs, @agentclientprotocol/claude-agent-acp and codex-acp (from
-    npm, about 840 MB cached under ~/.cache/acp-trio/interop; their model APIs played by a loopback
-    server), in protocols 1 and 2.  Needs node and npm.  Writes conformance-real/ (a report per
-    agent and protocol, and conformance.md, the table); options go to tests/interop/conformance_real.py
-    (``nox -s conformance -- --quick``)."""
+    npm, about 840 MB), in protocols 1 and 2; @google/gemini-cli, @qwen-code/qwen-code, opencode-ai
+    (npm, about 600 MB) and pydantic-acp (PyPI, a 107 MB virtual environment), in protocol 1 (all
+    cached under ~/.cache/acp-trio/interop; their model APIs played by a loopback server: Anthropic
+    Messages, OpenAI Responses and Chat Completions, Gemini).  Needs node and npm.  The pytest part
+    also has gemini-cli create a new file through the demo client after asking permission.  Writes
+    conformance-real/ (a report per agent and protocol, and conformance.md, the table); options go to
+    tests/interop/conformance_real.py (``nox -s conformance -- --quick``, ``-- --agent gemini-cli``)."""
     session.install("-e", ".[mcp,remote]", *group("test"))
     env = {"ACP_REAL_AGENTS": "1"}
     session.run("python", "-m", "pytest", "tests/test_conformance_real.py", env=env)

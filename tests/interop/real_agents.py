@@ -345,7 +345,8 @@ def agent_environment(state: Path, model_url: str, agent: str = "") -> dict[str,
     (``TMPDIR``, which is where the checker points the sessions' ``cwd``).  ``model_url``: the
     model server's base URL.  ``agent``: the agent's name; the OpenAI-compatible ones
     (:data:`OPENAI_COMPATIBLE`) also get ``OPENAI_API_KEY`` (a dummy), ``OPENAI_BASE_URL``
-    (``<model_url>/v1``) and ``OPENAI_MODEL``; the others get ``OPENAI_API_KEY`` empty.
+    (``<model_url>/v1``) and ``OPENAI_MODEL``; the others get ``OPENAI_API_KEY`` empty (and the
+    other ``OPENAI_*`` as the caller has them: codex-acp's loopback provider ignores them).
 
     ``IS_SANDBOX=1``: Claude Code refuses to start as root unless told it runs in a sandbox (it
     does, here); see the report in ``tests/interop/conformance_real.py``.
@@ -402,8 +403,6 @@ def agent_environment(state: Path, model_url: str, agent: str = "") -> dict[str,
     )
     for name in (
         "OPENAI_API_KEY",
-        "OPENAI_BASE_URL",
-        "OPENAI_MODEL",
         "CODEX_API_KEY",
         "ANTHROPIC_AUTH_TOKEN",
         "CLAUDE_CODE_USE_BEDROCK",
