@@ -482,7 +482,8 @@ class Connection:
         self._read_closed: ConnectionClosed | None = None
         self._busy = 0  # inbound handler tasks and notification queues still running
         self._nursery: trio.Nursery | None = None
-        self._notify_nursery: trio.Nursery | None = None
+        self._notify_nursery: trio.Nursery | None = None  # opened with the first notification handler
+        self._notify_pending: list[tuple[Callable[..., Awaitable[object]], tuple[Any, ...], str]] | None = None
         self._service_scope = trio.CancelScope()
         self._cm: Any = None
 
@@ -513,20 +514,48 @@ class Connection:
         return result
 
     async def _service(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """The connection's tasks: the reader (the request pool's first task) and, in this task, the
+        writer.  A connection costs its tasks (their frames, scopes and nurseries are most of an idle
+        one's memory, and every one is scanned by each full garbage collection): the writer runs in
+        the task that holds the nursery rather than a task of its own, and the nursery notification
+        handlers run in is opened with the first of them (:meth:`_start_notification`)."""
         with self._service_scope:
             async with trio.open_nursery() as inner:
                 self._nursery = inner
-                self._notify_nursery = await inner.start(self._notification_tasks)
-                inner.start_soon(self._writer)
                 self._job_context = contextvars.copy_context()
                 inner.start_soon(self._pool_task, _READ, name=f"{self.name}: reader")
                 task_status.started()
+                await self._writer()
 
-    async def _notification_tasks(self, task_status: trio.TaskStatus[trio.Nursery]) -> None:
+    def _start_notification(self, async_fn: Callable[..., Awaitable[object]], *args: Any, name: str) -> None:
+        """Run a notification handler (``async_fn(*args)``) in the notification nursery, which the first
+        one opens (see :meth:`_notification_tasks`); until it is open they wait in ``_notify_pending``."""
+        nursery = self._notify_nursery
+        if nursery is not None:
+            nursery.start_soon(async_fn, *args, name=name)
+            return
+        if self._notify_pending is None:
+            self._notify_pending = []
+            assert self._nursery is not None
+            self._nursery.start_soon(self._notification_tasks, name=f"{self.name}: notifications")
+        self._notify_pending.append((async_fn, args, name))
+
+    async def _notification_tasks(self) -> None:
         """Hold the nursery that notification handlers run in: one cancel scope stops them all at the
-        end of input, without a scope per notification (streamed updates are the hot path)."""
+        end of input, without a scope per notification (streamed updates are the hot path).  Opened
+        with the first handler (a connection that is sent none has no such task), which runs here,
+        in the nursery's body, as soon as a handler task would have (the reader's slices count on
+        that); the handlers queued meanwhile get tasks.  If running handlers were cancelled at the
+        end of input meanwhile (``_input_ended``), these are cancelled at once."""
         async with trio.open_nursery() as nursery:
-            task_status.started(nursery)
+            self._notify_nursery = nursery
+            pending, self._notify_pending = self._notify_pending or [], None
+            if self._input_cancelled:
+                nursery.cancel_scope.cancel()
+            for async_fn, args, name in pending[1:]:
+                nursery.start_soon(async_fn, *args, name=name)
+            if pending:
+                await pending[0][0](*pending[0][1])
             await trio.sleep_forever()
 
     async def aclose(self, reason: str = "connection closed") -> None:
@@ -1188,18 +1217,16 @@ class Connection:
             route = self._traced_route(route, "notification", raw)
         if key is None:
             self._busy += 1
-            assert self._notify_nursery is not None
-            self._notify_nursery.start_soon(self._run_notification, route, params, True, name=method)
+            self._start_notification(self._run_notification, route, params, True, name=method)
             return
         queue = self._queues.get(key)
         if queue is None:
             queue = self._queues[key] = _SerialQueue()
         queue.items.append((self._seq, route, params))
         if not queue.running:
-            assert self._notify_nursery is not None
             queue.running = True
             self._busy += 1
-            self._notify_nursery.start_soon(self._drain_queue, key, queue, name=method)
+            self._start_notification(self._drain_queue, key, queue, name=method)
 
     def _traced_route(self, route: Route, kind: Literal["request", "notification"], raw: Any) -> Route:
         """``route`` with its handler run inside ``instrumentation.inbound(kind, method, raw)``."""
