@@ -1178,3 +1178,148 @@ async def test_the_servers_connection_reads_its_websocket_itself_and_sees_the_cl
                 assert client_of(conn).texts == ["chosen allow"]
             assert readers and all("reader" in task.name or "requests" in task.name for task in readers)
             await Agent.instances[0].conn.connection.wait_closed()  # the client's close reached it
+
+
+async def test_the_client_sends_at_once_without_a_task_and_what_the_socket_leaves_goes_first_in_order() -> None:
+    """``send_texts_now``: sends without yielding; while the lock is held it sends nothing (False);
+    what a full socket does not take is sent by a task before any later frame, from send_texts_now,
+    send_texts or the library's own _send (a ping here): the server gets every message once, in order."""
+    import socket
+
+    from wsproto import ConnectionType, WSConnection
+    from wsproto.events import AcceptConnection, Ping, Request, TextMessage
+
+    from acp_trio.transports import websocket
+
+    got: list[str] = []
+    done = trio.Event()
+    reading = trio.Event()
+
+    async def handler(stream: trio.SocketStream) -> None:
+        stream.socket.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)
+        proto = WSConnection(ConnectionType.SERVER)
+        while True:
+            proto.receive_data(await stream.receive_some(65536))
+            if any(isinstance(event, Request) for event in proto.events()):
+                break
+        await stream.send_all(proto.send(AcceptConnection()))
+        await reading.wait()  # the client fills its socket first
+        parts: list[str] = []
+        while not done.is_set():
+            proto.receive_data(await stream.receive_some(65536))
+            for event in proto.events():
+                if isinstance(event, Ping):
+                    got.append("PING")
+                elif isinstance(event, TextMessage):
+                    parts.append(event.data)
+                    if event.message_finished:
+                        got.append("".join(parts))
+                        parts.clear()
+                        if got[-1] == "END":
+                            done.set()
+
+    with trio.fail_after(DEADLINE):
+        async with trio.open_nursery() as nursery:
+            listeners = await nursery.start(functools.partial(trio.serve_tcp, handler, 0, host="127.0.0.1"))
+            port = listeners[0].socket.getsockname()[1]
+            async with trio.open_nursery() as client_nursery:
+                ws = await websocket._open_websocket(client_nursery, f"ws://127.0.0.1:{port}/acp", None, [], 1 << 20)
+                ws._stream.socket.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 65536)
+                expected: list[str] = []
+                await ws._stream_lock.acquire()  # another sender holds the lock: nothing is sent
+                assert ws.send_texts_now(["never"]) is False
+                ws._stream_lock.release()
+                left = False
+                i = 0
+                while not left:  # until the socket leaves part of a batch to the task
+                    batch = [f"{i:04d}-{j}" + "w" * 4000 for j in range(5)]
+                    assert ws.send_texts_now(batch) is True  # (no await: nothing else ran)
+                    expected.extend(batch)
+                    left = ws._rest is not None
+                    i += 1
+                assert ws.send_texts_now(["after"]) is False  # the rest goes first
+                sent_later: list[bool] = []
+
+                async def later() -> None:
+                    sent_later.append(await ws.send_texts(["later"]))
+
+                async with trio.open_nursery() as senders:
+                    senders.start_soon(later)
+                    senders.start_soon(ws._send, Ping(payload=b"p"))  # the library's own frames' path
+                    await trio.testing.wait_all_tasks_blocked()
+                    assert sent_later == []  # all wait for the socket, behind the rest
+                    reading.set()
+                assert sent_later == [False] and ws._rest is None
+                assert ws.send_texts_now(["END"]) is True
+                await done.wait()
+                assert [m for m in got if m != "PING"] == [*expected, "later", "END"]
+                assert got.count("PING") == 1 and got.index("PING") >= len(expected)  # after the rest
+                client_nursery.cancel_scope.cancel()
+            nursery.cancel_scope.cancel()
+
+
+async def test_a_line_streams_synchronous_send_takes_whole_lines_or_nothing() -> None:
+    from acp_trio.transports._lines import LineSendStream
+
+    taken: list[list[bytes]] = []
+    accept = [True]
+
+    def now(lines: list[bytes]) -> bool:
+        if accept[0]:
+            taken.append(lines)
+        return accept[0]
+
+    async def never(line: bytes) -> None:
+        raise AssertionError("not used")
+
+    assert LineSendStream(never).send_now is None  # no synchronous sender given
+    stream = LineSendStream(never, send_lines_now=now)
+    assert stream.send_now is not None
+    assert stream.send_now(b'{"a":1}\n\n{"b":2}\n') == 17  # all taken; blank lines are no messages
+    assert taken == [[b'{"a":1}', b'{"b":2}']]
+    assert stream.send_now(b'{"c":3}') == 0  # not a complete line: left to send_all
+    accept[0] = False
+    assert stream.send_now(b'{"d":4}\n') == 0  # the transport would wait: none sent
+    await stream.aclose()
+    accept[0] = True
+    assert stream.send_now(b'{"e":5}\n') == 0  # closed
+    assert taken == [[b'{"a":1}', b'{"b":2}']]
+
+
+async def test_the_server_sends_a_request_from_the_handlers_task_and_answers_from_the_readers(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Under serve(), a request the agent sends and the answers of a read go to the socket from the
+    task that made them (CoalescingTCPServer.write_now), not through the connection's writer task,
+    and the client's answers likewise (send_texts_now); a streamed turn still arrives in order."""
+    from acp_trio.transports import websocket
+    from acp_trio.transports._hypercorn import CoalescingTCPServer
+
+    writers: dict[str, set[str]] = {"server": set(), "client": set()}
+    write_now = CoalescingTCPServer.write_now
+    cls = websocket._batching_class()
+    send_texts_now = cls.send_texts_now
+
+    def server_write(self: CoalescingTCPServer, data: bytes) -> bool:
+        writers["server"].add(trio.lowlevel.current_task().name)
+        return write_now(self, data)
+
+    def client_write(self: Any, texts: list[str]) -> bool:
+        writers["client"].add(trio.lowlevel.current_task().name)
+        ok: bool = send_texts_now(self, texts)
+        return ok
+
+    monkeypatch.setattr(CoalescingTCPServer, "write_now", server_write)
+    monkeypatch.setattr(cls, "send_texts_now", client_write)
+    with trio.fail_after(DEADLINE):
+        async with served(AcpApp(Agent)) as url, connect_websocket(url, Client) as conn:
+            await initialize(conn)
+            sid = await new_session(conn)
+            await conn.agent.session_prompt(prompt(sid, "ask"))
+            await conn.agent.session_prompt(prompt(sid, f"stream {STREAMED}"))
+            texts = client_of(conn).texts
+            assert texts == ["chosen allow", *(f"{sid}:{i}" for i in range(STREAMED))]
+    # the connections' readers and request tasks, and the test's (its requests): never a writer task
+    assert writers["server"] and writers["client"]
+    for names in writers.values():
+        assert all(name.endswith((": reader", ": requests")) or name.startswith("<test ") for name in names), names

@@ -397,6 +397,11 @@ class Connection:
             converter = shared
         self._send_stream = send_stream
         self._fd_stream: Any = send_stream if _FdStream is not None and isinstance(send_stream, _FdStream) else None
+        # a message transport's synchronous send (LineSendStream.send_now), used where a pipe's
+        # descriptor is written directly: (data) -> bytes taken, all or none
+        self._send_now: Callable[[bytes | bytearray], int] | None = (
+            None if self._fd_stream is not None else getattr(send_stream, "send_now", None)
+        )
         self._receive_stream = receive_stream
         self._fd_receive: Any = receive_stream if _pollable_pipe(receive_stream) else None
         self.routes: dict[str, Route] = dict(routes or {})
@@ -685,6 +690,9 @@ class Connection:
                 line = _write_at_once(fd, line)
                 if not line:
                     return
+        elif eager and self._send_now is not None and not self._outbox and not self._writing:
+            if self._send_now(line):  # a message transport sends it now (all or none)
+                return
         self._append(line)
 
     def _eager_sender(self) -> Callable[[bytes], None]:
@@ -722,14 +730,24 @@ class Connection:
         outbox = self._outbox
         if not outbox:
             return
-        if self._writing or self._rec_records or self._fd_stream is None or self._closed is not None:
+        fd_stream = self._fd_stream
+        if (
+            self._writing
+            or self._rec_records
+            or self._closed is not None
+            or (fd_stream is None and self._send_now is None)
+        ):
             self._wake_writer.set()
             return
-        fd = self._fd_stream.fileno()
-        try:
-            sent = os.write(fd, outbox) if fd >= 0 else 0
-        except OSError:  # would block, or broken: the writer retries and reports
-            sent = 0
+        if fd_stream is None:  # a message transport's synchronous send: all or none
+            assert self._send_now is not None
+            sent = self._send_now(outbox)
+        else:
+            fd = fd_stream.fileno()
+            try:
+                sent = os.write(fd, outbox) if fd >= 0 else 0
+            except OSError:  # would block, or broken: the writer retries and reports
+                sent = 0
         if sent == len(outbox):
             outbox.clear()
             self._taken += 1

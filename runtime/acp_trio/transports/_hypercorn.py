@@ -279,6 +279,19 @@ class CoalescingTCPServer(TCPServer):
         """Whether output sent now is taken without waiting (no buffer over ``high_water``, not closing)."""
         return len(self._pending) < self.high_water and not self._broken and not self._writer_done
 
+    def write_now(self, data: bytes) -> bool:
+        """Send ``data`` (bytes of the protocol's output: framed WebSocket messages) without waiting:
+        at once if the writer is idle (as :meth:`release` does), else after what is buffered;
+        ``False``, nothing taken, when a sender would have to wait (:meth:`can_send_now` false)."""
+        if not self.can_send_now():
+            return False
+        if not self._pending:
+            self._progress_at = trio.current_time()
+        self._pending += data
+        if not self._holding:
+            self.release()
+        return True
+
     def hold(self) -> None:
         """Buffer the output sent from now on without waking the writer, until :meth:`release`.
 

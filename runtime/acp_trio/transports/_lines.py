@@ -22,7 +22,19 @@ class LineSendStream(trio.abc.SendStream):
     returns ``True`` when it sent them without waiting for anything (no schedule point): then
     ``send_all`` returns without one too, only raising ``trio.Cancelled`` if the task is cancelled.
     Otherwise ``send_all`` ends with a checkpoint, as every trio stream's does.
+    ``send_lines_now``: optional ``(list[bytes]) -> bool``, a synchronous sender: sends complete
+    lines at once, without waiting or yielding, and says whether it did (``False``: it sent none of
+    them, as when its transport would have to wait); it makes :attr:`send_now` available.
     """
+
+    send_now: Callable[[bytes | bytearray], int] | None
+    """``None``, or (with ``send_lines_now``) a synchronous send for a connection with nothing else in
+    flight: ``send_now(data)`` sends ``data``, complete lines, at once and returns ``len(data)``, or
+    sends nothing and returns 0 (the transport would have to wait, the stream is closed, a partial
+    line waits, ...); the caller then sends ``data`` with :meth:`send_all` as usual.  Never raises
+    for a transport error (``send_all`` reports it).  :class:`acp_trio.Connection` uses it, as it
+    writes a pipe's descriptor directly, to send a request or a read's answers without waking its
+    writer task."""
 
     def __init__(
         self,
@@ -30,12 +42,24 @@ class LineSendStream(trio.abc.SendStream):
         what: str = "the send stream",
         *,
         send_lines: Callable[[list[bytes]], Awaitable[bool]] | None = None,
+        send_lines_now: Callable[[list[bytes]], bool] | None = None,
     ) -> None:
         self._send_line = send_line
         self._send_lines = send_lines
+        self._send_lines_now = send_lines_now
         self._what = what
         self._partial = b""
         self._closed = False
+        self.send_now = None if send_lines_now is None else self._send_now
+
+    def _send_now(self, data: bytes | bytearray) -> int:
+        if self._closed or self._partial or data[-1:] != b"\n":
+            return 0
+        lines = [line for line in bytes(data).split(b"\n")[:-1] if line.strip()]
+        if not lines:
+            return len(data)
+        assert self._send_lines_now is not None
+        return len(data) if self._send_lines_now(lines) else 0
 
     async def send_all(self, data: bytes | bytearray | memoryview) -> None:
         if self._closed:

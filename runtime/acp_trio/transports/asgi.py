@@ -1218,7 +1218,17 @@ class AcpApp:
 
         async with trio.open_nursery() as nursery:
             nursery.start_soon(pump)
-            to_client = MessageSendStream(send_text, send_texts=send_texts)
+            direct = _direct_sender(send, tcp)
+
+            def send_texts_now(texts: list[str]) -> bool:
+                """Send one write's messages at once from the calling task, if nothing waits before
+                them and the TCP connection's buffer has room; else none (``False``)."""
+                assert direct is not None
+                return not (backlog or pumping or ended) and direct(texts)
+
+            to_client = MessageSendStream(
+                send_text, send_texts=send_texts, send_texts_now=None if direct is None else send_texts_now
+            )
             from_client = MessageReceiveStream(next_text, more_texts if receive_nowait is not None else None)
             try:
                 await self._serve(connection_id, to_client, from_client, "ws")
@@ -1234,6 +1244,38 @@ class AcpApp:
                 await send({"type": "websocket.close", "code": code, "reason": reason[:120]})
             except Exception as exc:  # pragma: no cover - the socket went away meanwhile
                 log.debug("ACP connection %s: close failed: %r", connection_id, exc)
+
+
+def _direct_sender(send: Send, tcp: Any) -> Callable[[list[str]], bool] | None:
+    """A synchronous sender of text messages for the WebSocket whose ``send`` is hypercorn's
+    ``WSStream.app_send``, under :func:`serve` (``tcp``: its ``CoalescingTCPServer``), else ``None``.
+
+    ``sender(texts) -> bool``: while the WebSocket is open (hypercorn's stream connected and not
+    closed, wsproto's connection open) and the TCP connection's buffer has room, frames ``texts``
+    with the stream's wsproto connection, as hypercorn's ``app_send`` would, and hands the frames
+    to the TCP connection (``write_now``: to the socket at once when its writer is idle), with no
+    task switch and no await; otherwise sends nothing and returns ``False`` (the ASGI ``send`` path
+    then does).  The same frames, in the same order as hypercorn's own path.
+    """
+    stream: Any = getattr(send, "__self__", None)
+    if tcp is None or not hasattr(tcp, "write_now") or not hasattr(stream, "connection"):
+        return None
+    from hypercorn.protocol.ws_stream import ASGIWebsocketState
+    from wsproto.connection import ConnectionState
+    from wsproto.events import TextMessage
+
+    connected, open_ = ASGIWebsocketState.CONNECTED, ConnectionState.OPEN
+
+    def sender(texts: list[str]) -> bool:
+        if stream.closed or stream.state is not connected or not tcp.can_send_now():
+            return False
+        connection = stream.connection
+        if connection.state is not open_:
+            return False
+        ok: bool = tcp.write_now(b"".join([connection.send(TextMessage(data=text)) for text in texts]))
+        return ok
+
+    return sender
 
 
 class _LentReads:

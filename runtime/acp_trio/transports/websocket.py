@@ -157,6 +157,9 @@ class MessageSendStream(LineSendStream):
     ``send_text``: ``async (str) -> None``, sends one message; a partial line waits for its end.
     ``send_texts``: optional ``async (list[str]) -> bool``, sends the messages of one ``send_all``
     together instead, and says whether it did so without waiting (see :class:`LineSendStream`).
+    ``send_texts_now``: optional ``(list[str]) -> bool``, sends messages at once without waiting
+    or yielding, or none of them (``False``); it makes ``send_now`` available (see
+    :class:`~acp_trio.transports._lines.LineSendStream`).
     Errors from ``send_text`` come out as ``trio.BrokenResourceError`` (the connection then closes).
     """
 
@@ -165,6 +168,7 @@ class MessageSendStream(LineSendStream):
         send_text: Callable[[str], Awaitable[None]],
         *,
         send_texts: Callable[[list[str]], Awaitable[bool]] | None = None,
+        send_texts_now: Callable[[list[str]], bool] | None = None,
     ) -> None:
         async def send_line(line: bytes) -> None:
             await send_text(line.decode("utf-8", "replace"))
@@ -173,7 +177,16 @@ class MessageSendStream(LineSendStream):
             assert send_texts is not None
             return await send_texts([line.decode("utf-8", "replace") for line in lines])
 
-        super().__init__(send_line, "the WebSocket send stream", send_lines=None if send_texts is None else send_lines)
+        def send_lines_now(lines: list[bytes]) -> bool:
+            assert send_texts_now is not None
+            return send_texts_now([line.decode("utf-8", "replace") for line in lines])
+
+        super().__init__(
+            send_line,
+            "the WebSocket send stream",
+            send_lines=None if send_texts is None else send_lines,
+            send_lines_now=None if send_texts_now is None else send_lines_now,
+        )
 
 
 def _reason_text(code: int | None, reason: str | None) -> str:
@@ -200,14 +213,20 @@ def _batching_class() -> Any:
     ``send_texts`` frames a batch of messages with the library's wsproto connection, takes the
     lock without waiting when it is free, and hands the frames to a plain TCP socket with one
     non-blocking ``send()``; only what the socket does not take goes through ``send_all`` (errors
-    too, which the library's way then reports: ``ConnectionClosed``).
+    too, which the library's way then reports: ``ConnectionClosed``).  ``send_texts_now`` does the
+    same synchronously, for a connection that sends from the task that produced the messages
+    (no task switch to its writer): framed bytes the socket does not take are sent by a task before
+    any other frame (the library's own ``_send`` flushes them first too).
     ``None`` if this trio-websocket lacks the hooks (then the library's own reader is used).
     """
     global _batching
     if _batching is not None:
         return _batching or None
     import trio_websocket
+    from wsproto.connection import ConnectionState
     from wsproto.events import TextMessage
+
+    _OPEN = ConnectionState.OPEN
 
     base: Any = trio_websocket.WebSocketConnection
     hooks = (
@@ -221,6 +240,7 @@ def _batching_class() -> Any:
         "_wsproto",
         "_close_reason",
         "_abort_web_socket",
+        "_send",
     )
     probe = base.__init__.__code__.co_names
     if not all(hasattr(base, name) or name in probe for name in hooks):
@@ -239,6 +259,10 @@ def _batching_class() -> Any:
             self.queued_bytes = 0
             self.room = trio.Event()
             self.room.set()
+            # send_texts_now: framed bytes the socket did not take, sent by a task of `nursery`
+            # (set by _open_websocket) before any other frame
+            self.nursery: trio.Nursery | None = None
+            self._rest: bytes | None = None
 
         async def _handle_message_event(self, event: Any) -> None:
             size = self._message_size + len(event.data)
@@ -266,6 +290,50 @@ def _batching_class() -> Any:
             if self.queued_bytes <= _QUEUED_BYTES:
                 self.room.set()
 
+        def send_texts_now(self, texts: list[str]) -> bool:
+            """Send ``texts`` as text messages at once, without waiting or yielding; ``False`` (none
+            sent) when another sender holds the send lock, the WebSocket is not open, or the
+            stream is not a plain TCP socket.  What the socket does not take is sent by a task of
+            the connection's nursery before any other frame (``_rest``); a send error is left to
+            it (it aborts the WebSocket, as the library does)."""
+            if self._close_reason or self._rest is not None or self.nursery is None or self._stream_lock.locked():
+                return False
+            stream = self._stream
+            wsproto = self._wsproto
+            if not isinstance(stream, trio.SocketStream) or sys.platform == "win32" or wsproto.state != _OPEN:
+                return False
+            fd = stream.socket.fileno()
+            if fd < 0:
+                return False
+            data = b"".join([wsproto.send(TextMessage(data=text)) for text in texts])
+            try:
+                sent = os.write(fd, data)
+            except OSError:  # would block, or broken: the task sends or reports
+                sent = 0
+            if sent < len(data):
+                self._rest = data[sent:]
+                self.nursery.start_soon(self._send_rest)
+            return True
+
+        async def _send_rest(self) -> None:
+            try:
+                async with self._stream_lock:
+                    await self._flush_rest()
+            except trio_websocket.ConnectionClosed:
+                pass  # the WebSocket is aborted: its reader and every sender see it closed
+
+        async def _flush_rest(self) -> None:
+            """Send what ``send_texts_now`` left, if anything (the send lock held)."""
+            rest, self._rest = self._rest, None
+            if rest:
+                await self._send_frames(rest)
+
+        async def _send(self, event: Any) -> None:
+            if self._rest is not None:  # (the library's own frames: pongs, the close)
+                async with self._stream_lock:
+                    await self._flush_rest()
+            await super()._send(event)
+
         async def send_texts(self, texts: list[str]) -> bool:
             """Send ``texts`` as text messages, in order; ``True`` when done without waiting (no yield).
 
@@ -280,7 +348,15 @@ def _batching_class() -> Any:
                 lock.acquire_nowait()
             except trio.WouldBlock:  # another sender (a pong, the close) is sending: wait for it
                 async with lock:
+                    await self._flush_rest()
                     await self._send_frames(data)
+                return False
+            if self._rest is not None:
+                try:
+                    await self._flush_rest()
+                    await self._send_frames(data)
+                finally:
+                    lock.release()
                 return False
             try:
                 stream = self._stream
@@ -374,6 +450,7 @@ async def _open_websocket(
         max_message_size=max_bytes,
         receive_buffer_size=_BATCH_BYTES,
     )
+    ws.nursery = nursery
     nursery.start_soon(ws._reader_task)
     await ws._open_handshake.wait()
     return ws
@@ -508,7 +585,11 @@ async def _connected(
 
     batching = hasattr(ws, "more_messages")
     receive = MessageReceiveStream(next_text, more_texts if batching else None)
-    send = MessageSendStream(send_text, send_texts=send_texts if batching else None)
+    send = MessageSendStream(
+        send_text,
+        send_texts=send_texts if batching else None,
+        send_texts_now=ws.send_texts_now if batching else None,
+    )
     conn = ClientSideConnection(client, send, receive, **options)
     conn.connection.closing_error = closing_error
     connection_id = None
