@@ -192,6 +192,11 @@ async def test_a_client_that_never_reads_does_not_grow_the_server_and_others_are
         before = _memory(process.pid)
         async with trio_websocket.open_websocket_url(url, message_queue_size=1) as hostile:
             await hostile.send_message(INITIALIZE)
+            flooded: set[int] = set()  # behind the bridge: the hostile connection's agent process
+            with trio.fail_after(30):
+                while agents and not flooded:
+                    flooded = set(_children(process.pid)) - set(agents)
+                    await trio.testing.wait_all_tasks_blocked(0.01)
 
             async def flood() -> None:
                 nonlocal sent
@@ -220,7 +225,7 @@ async def test_a_client_that_never_reads_does_not_grow_the_server_and_others_are
                             still = still + 1 if sent == last else 0
                             last = sent
                 after = _memory(process.pid)
-                flooded_agent = max((_memory(pid)["VmHWM"] for pid in _children(process.pid)), default=0)
+                flooded_agent = max((_memory(pid)["VmHWM"] for pid in flooded), default=0)
                 nursery.cancel_scope.cancel()
     grown_mib = (after["VmHWM"] - before["VmRSS"]) / 1024
     agent_grown_mib = (flooded_agent - warm_agent) / 1024
