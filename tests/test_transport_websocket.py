@@ -1323,3 +1323,32 @@ async def test_the_server_sends_a_request_from_the_handlers_task_and_answers_fro
     assert writers["server"] and writers["client"]
     for names in writers.values():
         assert all(name.endswith((": reader", ": requests")) or name.startswith("<test ") for name in names), names
+
+
+async def test_the_clients_connection_reads_its_websocket_itself_and_sees_the_servers_close(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """connect_websocket: after the handshake, what the server sends is read by the ACP connection's
+    reader (receive_inline), not trio-websocket's reader task; a close from the server (1009 here)
+    still reaches the client's requests with its code."""
+    from acp_trio.transports import websocket
+
+    cls = websocket._batching_class()
+    receive_inline = cls.receive_inline
+    readers: set[str] = set()
+
+    async def counted(self: Any) -> bool:
+        readers.add(trio.lowlevel.current_task().name)
+        ok: bool = await receive_inline(self)
+        return ok
+
+    monkeypatch.setattr(cls, "receive_inline", counted)
+    with trio.fail_after(DEADLINE):
+        async with served(AcpApp(Agent, max_message_bytes=10_000)) as url, connect_websocket(url, Client) as conn:
+            await initialize(conn)
+            sid = await new_session(conn)
+            await conn.agent.session_prompt(prompt(sid, f"stream {STREAMED}"))
+            assert client_of(conn).texts == [f"{sid}:{i}" for i in range(STREAMED)]
+            assert readers == {"client: reader"}
+            with pytest.raises(acp_trio.ConnectionClosed, match="1009"):
+                await conn.agent.session_new(v1.NewSessionRequest(cwd="/" + "z" * 20_000, mcp_servers=[]))

@@ -224,9 +224,20 @@ def _batching_class() -> Any:
         return _batching or None
     import trio_websocket
     from wsproto.connection import ConnectionState
-    from wsproto.events import TextMessage
+    from wsproto.events import (
+        AcceptConnection,
+        BytesMessage,
+        CloseConnection,
+        Ping,
+        Pong,
+        RejectConnection,
+        RejectData,
+        Request,
+        TextMessage,
+    )
+    from wsproto.utilities import RemoteProtocolError
 
-    _OPEN = ConnectionState.OPEN
+    _OPEN, _CLOSED = ConnectionState.OPEN, ConnectionState.CLOSED
 
     base: Any = trio_websocket.WebSocketConnection
     hooks = (
@@ -241,6 +252,17 @@ def _batching_class() -> Any:
         "_close_reason",
         "_abort_web_socket",
         "_send",
+        "_close_stream",
+        "_initial_request",
+        "_reader_running",
+        "_receive_buffer_size",
+        "_handle_accept_connection_event",
+        "_handle_close_connection_event",
+        "_handle_ping_event",
+        "_handle_pong_event",
+        "_handle_reject_connection_event",
+        "_handle_reject_data_event",
+        "_handle_request_event",
     )
     probe = base.__init__.__code__.co_names
     if not all(hasattr(base, name) or name in probe for name in hooks):
@@ -263,6 +285,15 @@ def _batching_class() -> Any:
             # (set by _open_websocket) before any other frame
             self.nursery: trio.Nursery | None = None
             self._rest: bytes | None = None
+            # reads lent to the consumer (lend_reads): asked for; lent (the reader task waits on
+            # _returned); the scope of the reader task's read (cancelled to lend at once)
+            self._lend_wanted = False
+            self._lent = False
+            self._lent_event = trio.Event()
+            self._returned = trio.Event()
+            self._read_scope: trio.CancelScope | None = None
+            self._inline_full = False
+            self._handlers: dict[type, Any] = {}
 
         async def _handle_message_event(self, event: Any) -> None:
             size = self._message_size + len(event.data)
@@ -281,9 +312,151 @@ def _batching_class() -> Any:
             except (trio.ClosedResourceError, trio.BrokenResourceError):
                 return  # the consumer closed the queue (the connection is closing)
             self.queued_bytes += len(message)
-            if self.queued_bytes > _QUEUED_BYTES:
+            if self.queued_bytes > _QUEUED_BYTES and not self._lent:  # (lent: the reader is the consumer)
                 self.room = trio.Event()
                 await self.room.wait()
+
+        # -- reads lent to the consumer ----------------------------------------------------------
+        # The library's reader task reads the socket, parses the frames and queues each message for
+        # the consumer (the ACP connection's reader), which it wakes: a task switch and a scheduler
+        # pass per message.  Once the handshake is done the consumer may take the reads over
+        # (lend_reads): when it wants a message and none is queued, receive_inline reads the socket
+        # and handles the events with the library's handlers in the consumer's task; the reader
+        # task waits meanwhile, and reads again once they are returned (at the end of input, a
+        # read error, a close, or when the consumer stops reading): the library's ends, unchanged.
+
+        def _event_handlers(self) -> dict[type, Any]:
+            return {
+                AcceptConnection: self._handle_accept_connection_event,
+                BytesMessage: self._handle_message_event,
+                CloseConnection: self._handle_close_connection_event,
+                Ping: self._handle_ping_event,
+                Pong: self._handle_pong_event,
+                RejectConnection: self._handle_reject_connection_event,
+                RejectData: self._handle_reject_data_event,
+                Request: self._handle_request_event,
+                TextMessage: self._handle_message_event,
+            }
+
+        async def _dispatch_events(self) -> bool:
+            """Handle wsproto's pending events as the library's reader does; ``False`` once closed."""
+            handlers = self._handlers
+            for event in self._wsproto.events():
+                handler = handlers.get(type(event))
+                if handler is None:
+                    log.warning("unknown WebSocket event %r", type(event))
+                    continue
+                try:
+                    await handler(event)
+                except trio_websocket.ConnectionClosed:
+                    self._reader_running = False
+                    return False
+            return True
+
+        async def _feed(self, data: bytes) -> None:
+            """Hand bytes read to wsproto as the library's reader does (``b""``: the end of input)."""
+            if not data:
+                if self._wsproto.state != _CLOSED:  # TCP closed before the WebSocket: abnormal closure
+                    await self._abort_web_socket()
+                self._reader_running = False
+                return
+            if self._wsproto.state != _CLOSED:
+                try:
+                    self._wsproto.receive_data(data)
+                except RemoteProtocolError as err:
+                    if err.event_hint:
+                        await self._send(err.event_hint)
+                    await self._close_stream()
+
+        async def _reader_task(self) -> None:
+            """The library's reader (the same handlers and ends), whose reads the consumer may take over."""
+            self._handlers = self._event_handlers()
+            if self._initial_request:
+                try:
+                    await self._send(self._initial_request)
+                except trio_websocket.ConnectionClosed:
+                    self._reader_running = False
+            async with self._send_channel:
+                while self._reader_running:
+                    if not await self._dispatch_events():
+                        break
+                    if self._lend_wanted:
+                        self._lent = True
+                        self._lent_event.set()
+                        await self._returned.wait()
+                        self._lent = False
+                        continue  # (the consumer may have ended the WebSocket meanwhile)
+                    with trio.CancelScope() as scope:
+                        self._read_scope = scope
+                        try:
+                            data = await self._stream.receive_some(self._receive_buffer_size)
+                        except (trio.BrokenResourceError, trio.ClosedResourceError):
+                            await self._abort_web_socket()
+                            break
+                        finally:
+                            self._read_scope = None
+                    if scope.cancelled_caught:
+                        continue  # lend_reads
+                    await self._feed(data)
+            self._lent_event.set()  # (a lend_reads waiting: nothing to lend)
+
+        async def lend_reads(self) -> bool:
+            """Let the calling task (the consumer) read the socket from now on (:meth:`receive_inline`);
+            ``False`` when it cannot (TLS, Windows, the WebSocket already closing)."""
+            stream = self._stream
+            if not isinstance(stream, trio.SocketStream) or sys.platform == "win32" or self._lent_event.is_set():
+                return False
+            self._lend_wanted = True
+            if self._read_scope is not None:
+                self._read_scope.cancel()
+            await self._lent_event.wait()
+            return self._lent
+
+        def return_reads(self) -> None:
+            """The library's reader task reads again (idempotent)."""
+            self._lend_wanted = False
+            self._returned.set()
+
+        async def receive_inline(self) -> bool:
+            """While the reads are lent: one read of the socket in the calling task, its events handled
+            (messages queued for :meth:`get_message`); ``False`` once the reads went back to the
+            reader task (the end of input, a read error, the WebSocket closed), which ends the
+            WebSocket as the library does."""
+            fd = self._stream.socket.fileno()
+            if fd < 0:
+                self.return_reads()
+                return False
+            if self._inline_full:
+                await trio.lowlevel.checkpoint()
+            else:
+                await trio.lowlevel.wait_readable(fd)
+            try:
+                data = os.read(self._stream.socket.fileno(), self._receive_buffer_size)  # -1 once closed: EBADF
+            except BlockingIOError:
+                self._inline_full = False
+                return True
+            except OSError:  # the reader task reads again, meets it and aborts as the library does
+                self.return_reads()
+                return False
+            if not data:
+                self.return_reads()
+                return False
+            self._inline_full = len(data) == self._receive_buffer_size
+            await self._feed(data)
+            if not self._reader_running or not await self._dispatch_events() or not self._reader_running:
+                self.return_reads()
+                return False
+            return True
+
+        def next_message_nowait(self) -> str | bytes | None:
+            """The next message queued, ``None`` if none; raises ``ConnectionClosed`` once the queue ended."""
+            try:
+                message: str | bytes = self._recv_channel.receive_nowait()
+            except trio.WouldBlock:
+                return None
+            except (trio.ClosedResourceError, trio.EndOfChannel):
+                raise trio_websocket.ConnectionClosed(self._close_reason) from None
+            return message
 
         def taken(self, size: int) -> None:
             self.queued_bytes -= size
@@ -548,11 +721,20 @@ async def _connected(
     import trio_websocket
 
     closed: list[tuple[int | None, str | None]] = []
+    # the connection's reader reads the socket itself (no task switch a message): see _batching_class
+    lent = await ws.lend_reads() if hasattr(ws, "lend_reads") else False
 
     async def next_text() -> str | None:
+        nonlocal lent
         while True:
             try:
-                message = await ws.get_message()
+                message = ws.next_message_nowait() if lent else None
+                if message is None:
+                    if lent:
+                        if not await ws.receive_inline():
+                            lent = False  # the reader task has the reads back, and ends the WebSocket
+                        continue
+                    message = await ws.get_message()
             except trio_websocket.ConnectionClosed as exc:
                 closed.append((exc.reason.code, exc.reason.reason) if exc.reason else (None, None))
                 return None
@@ -604,6 +786,8 @@ async def _connected(
     finally:
         with trio.CancelScope(shield=True):
             await conn.aclose()
+            if hasattr(ws, "return_reads"):
+                ws.return_reads()  # the reader task reads the close handshake
             with trio.move_on_after(close_timeout):
                 await ws.aclose(CLOSE_NORMAL)
             nursery.cancel_scope.cancel()
