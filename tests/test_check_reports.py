@@ -120,6 +120,32 @@ def test_the_command_line_takes_start_timeout_in_agent_mode(tmp_path: Path) -> N
     assert "PASS  initialize.version" in enough.stdout
 
 
+@pytest.mark.parametrize("scheme", ["ws", "http"])
+async def test_over_the_network_the_start_is_each_connections_opening(scheme: str) -> None:
+    """``--url``: an agent whose ``initialize`` is answered 1.5 s after its connection opened fails
+    ``--start-timeout 0.5`` saying so, and passes the default (real time: real sockets)."""
+    pytest.importorskip("hypercorn")
+    import functools
+
+    from acp_trio.check import run_checks_remote
+    from acp_trio.transports.asgi import AcpApp, serve
+
+    class SlowerThanHalfASecond(SlowToStart):
+        START = 1.5
+
+    with trio.fail_after(60):
+        async with trio.open_nursery() as nursery:
+            [bound] = await nursery.start(functools.partial(serve, AcpApp(SlowerThanHalfASecond), "127.0.0.1", 0))
+            url = bound.replace("http://", f"{scheme}://") + "/acp"
+            short = await run_checks_remote(url, only=[GATE], start_timeout=0.5)
+            enough = await run_checks_remote(url, only=[GATE])
+            nursery.cancel_scope.cancel()
+    [failed] = short.findings
+    assert failed.status is Status.FAIL, short.text()
+    assert "no answer to initialize within 0.5 s of the agent's start (--start-timeout 0.5)" in failed.observed
+    assert [f.status for f in enough.findings] == [Status.PASS], enough.text()
+
+
 @pytest.mark.parametrize("argv", [["--start-timeout", "0"], ["--start-timeout", "-1"]])
 def test_a_start_timeout_that_is_not_positive_is_a_usage_error(argv: list[str]) -> None:
     from acp_trio.check.__main__ import main

@@ -178,6 +178,7 @@ class WirePeer:
         self.start_timeout = start_timeout
         self.opened = trio.current_time()
         self.started = False  # whether the agent has answered an initialize: its start-up is over
+        self.started_at: float | None = None  # when it did (trio.current_time())
         self.schema = schema
         self.seen = seen
         self.capabilities: dict[str, Any] = {}  # the client capabilities of the initialize sent, wire JSON
@@ -204,10 +205,14 @@ class WirePeer:
         known as the answer to ``method``."""
         if method is not None and request_id is not None:
             self._sent_methods[orjson.dumps(request_id).decode()] = method
+        starting = not self.started  # a write that waits for the agent (a POST held until its answer)
         try:
-            await self._write(data)
+            with trio.move_on_at(self._deadline(math.inf)) as sending:
+                await self._write(data)
         except trio.BrokenResourceError:
             raise await self.gone(method) from None
+        if sending.cancelled_caught:
+            raise self._too_slow(starting, method)
 
     async def _write(self, data: bytes) -> None:
         async with self._send_lock:
@@ -260,31 +265,41 @@ class WirePeer:
             return self.opened + self.start_timeout
         return trio.current_time() + timeout
 
-    def _too_slow(self, waiting_for: str | None) -> trio.TooSlowError:
-        return trio.TooSlowError() if self.started else StartTimeout(waiting_for, self.start_timeout)
+    def _started_late(self) -> bool:
+        """Whether the agent answered its first ``initialize`` after its start-up time."""
+        return self.started_at is not None and self.started_at > self.opened + self.start_timeout
+
+    def _too_slow(self, starting: bool, waiting_for: str | None) -> trio.TooSlowError:
+        """The error of a wait that timed out; ``starting``: whether it began in the start-up time (its
+        answer may have come in just as that ended: it still came too late)."""
+        return StartTimeout(waiting_for, self.start_timeout) if starting else trio.TooSlowError()
 
     async def response(self, request_id: Any, timeout: float) -> dict[str, Any]:
         """The response whose id equals ``request_id``, within ``timeout`` seconds (before the agent
         answered an ``initialize``: within its start-up time); raises ``trio.TooSlowError``
         (:class:`StartTimeout` during the start-up time) or :class:`AgentGone`."""
         method = self._sent_methods.get(orjson.dumps(request_id).decode())
+        starting = not self.started
         with trio.move_on_at(self._deadline(timeout)) as waited:
             while True:
                 for message in self.received:
                     if "method" not in message and message.get("id", math.nan) == request_id:
                         if type(message.get("id")) is type(request_id):
+                            if starting and self._started_late():  # seen only after a write held until
+                                raise self._too_slow(starting, method)  # the answer (Streamable HTTP)
                             return message
                 if self.ended:
                     break
                 await self._changed.park()
         if waited.cancelled_caught:
-            raise self._too_slow(method)
+            raise self._too_slow(starting, method)
         raise await self.gone(method)
 
     async def wait_for(self, predicate: Any, timeout: float, start: int = 0) -> dict[str, Any]:
         """The first message from ``received[start]`` on that satisfies ``predicate`` (waits at most
         ``timeout`` seconds, or the start-up time before an ``initialize`` answer: ``trio.TooSlowError``,
         :class:`StartTimeout`; :class:`AgentGone` if the agent went away first)."""
+        starting = not self.started
         with trio.move_on_at(self._deadline(timeout)) as waited:
             while True:
                 for message in self.received[start:]:
@@ -294,7 +309,7 @@ class WirePeer:
                     break
                 await self._changed.park()
         if waited.cancelled_caught:
-            raise self._too_slow(None)
+            raise self._too_slow(starting, None)
         raise await self.gone(None)
 
     async def read_forever(self) -> None:
@@ -337,7 +352,8 @@ class WirePeer:
         else:
             sent = self._sent_methods.get(orjson.dumps(message.get("id")).decode())
             problem = self._schema_of_answer(sent, message).check_response(sent, message)
-            self.started = self.started or sent == "initialize"
+            if sent == "initialize" and not self.started:
+                self.started, self.started_at = True, trio.current_time()
         if problem:
             self.seen.invalid.append(problem)
         if method == "session/update" and self.schema.variant.startswith("v1"):  # v2: upserts
