@@ -45,6 +45,8 @@ from pathlib import Path
 
 import trio
 
+from acp_trio.check._session_checks import NOTES_TEXT
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from model_server import TOOL_MARKER, WRITE_MARKER, ModelServer, serve_models
 from real_agents import AGENTS, ROOT, Agent, Unavailable, agent_environment, versions
@@ -119,8 +121,10 @@ async def run_one(
     if agent.name == "demo":  # its turn asks permission, then reads: the permission checks run too
         args += ["--script", str(ROOT / "tests" / "agents" / "demo_script.toml")]
     elif tool_prompt and agent.real:  # the model server answers its marker with a tool call
-        notes = Path(os.path.realpath(state / "cwd")) / "acp-real-notes.txt"
-        notes.write_text("buy milk\n")
+        # the file the checker's client serves through fs/read_text_file (it serves no other), also on
+        # disk for the agents that read it themselves
+        notes = Path(os.path.realpath(state / "cwd")) / "acp-check-notes.txt"
+        notes.write_text(NOTES_TEXT)
         script = {
             "prompts": {
                 "text": {"text": "Say hello in one short sentence."},
