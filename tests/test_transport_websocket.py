@@ -1352,3 +1352,54 @@ async def test_the_clients_connection_reads_its_websocket_itself_and_sees_the_se
             assert readers == {"client: reader"}
             with pytest.raises(acp_trio.ConnectionClosed, match="1009"):
                 await conn.agent.session_new(v1.NewSessionRequest(cwd="/" + "z" * 20_000, mcp_servers=[]))
+
+
+async def test_a_handler_reading_for_its_answer_on_the_server_is_woken_when_the_connection_closes() -> None:
+    """Over a WebSocket, as over a pipe, the agent's task that waits for the answer to its next request
+    reads the input itself (the reader role, given with the answer to its previous one); closing the
+    connection meanwhile wakes it at once (its wait on the socket is cancelled) and ends it."""
+
+    class Silent(Client):
+        async def session_request_permission(self, params: v1.RequestPermissionRequest) -> v1.RequestPermissionResponse:
+            if self.permission_requests == 0:
+                return await super().session_request_permission(params)
+            self.permission_requests += 1
+            await trio.sleep_forever()
+            raise AssertionError
+
+    errors: list[BaseException] = []
+
+    class Asking(Agent):
+        async def session_prompt(self, params: v1.PromptRequest) -> v1.PromptResponse:
+            request = v1.RequestPermissionRequest(
+                session_id=params.session_id,
+                tool_call=v1.ToolCallUpdate(tool_call_id="t1"),
+                options=[v1.PermissionOption(option_id="allow", name="Allow", kind="allow_once")],
+            )
+            try:
+                for _ in range(2):  # the second is never answered
+                    await self.conn.client.session_request_permission(request)
+            except BaseException as exc:
+                errors.append(exc)
+                raise
+            return v1.PromptResponse(stop_reason="end_turn")
+
+    Agent.instances.clear()
+    with trio.fail_after(DEADLINE):
+        async with served(AcpApp(Asking)) as url, connect_websocket(url, Silent) as conn:
+            await initialize(conn)
+            sid = await new_session(conn)
+            agent_conn = Agent.instances[0].conn.connection
+            async with trio.open_nursery() as nursery:
+
+                async def ask() -> None:
+                    with pytest.raises(acp_trio.ConnectionClosed):
+                        await conn.agent.session_prompt(prompt(sid, "ask twice"))
+
+                nursery.start_soon(ask)
+                while agent_conn._role_holder is None or not agent_conn._role_waiting:
+                    await trio.sleep(0.01)  # the handler's task reads, waiting for the second answer
+                await agent_conn.aclose()
+            # closing cancels the running handler (as over a pipe); it was woken, not left reading
+            assert len(errors) == 1 and isinstance(errors[0], (trio.Cancelled, acp_trio.ConnectionClosed))
+            assert agent_conn._role_holder is None

@@ -463,6 +463,11 @@ class Connection:
         fd_in: Any = self._fd_receive
         fd_out: Any = self._fd_stream
         self._can_lend = fd_in is not None and (fd_out is None or fd_out.fileno() != fd_in.fileno())
+        # or a message transport's stream that says its reads may be made, and waited for, in any
+        # task (MessageReceiveStream.lendable): the holder's wait is then woken by cancelling it
+        if fd_in is None and getattr(receive_stream, "lendable", False):
+            self._can_lend = True
+        self._role_scope: trio.CancelScope | None = None  # the holder's wait on such a stream
         self._handed = 0  # requests handed to pool tasks that have not started them yet
         self._holding = False  # the reader runs request handlers: their output waits for _flush
         self._backlog: list[bytes | _core.OversizedMessage] = []  # framed lines the reader has not handled yet
@@ -645,9 +650,13 @@ class Connection:
 
     def _fail_pending(self, error: ConnectionClosed) -> None:
         if self._role_waiting:  # a handler reads for its response: wake it (ClosedResourceError) to take the error
-            fd = self._fd_receive.fileno()
-            if fd >= 0:
-                trio.lowlevel.notify_closing(fd)
+            if self._fd_receive is None:
+                if self._role_scope is not None:  # a message transport's stream: cancel the wait
+                    self._role_scope.cancel()
+            else:
+                fd = self._fd_receive.fileno()
+                if fd >= 0:
+                    trio.lowlevel.notify_closing(fd)
         slots = list(self._pending.values())
         self._pending.clear()
         for slot in slots:
@@ -1623,23 +1632,28 @@ class Connection:
         pool's reader (closed, ended, failed, or a large read)."""
         fd_stream = self._fd_receive
         while True:
-            fd = fd_stream.fileno()
-            if fd < 0 or len(self._outbox) > self.max_output_bytes:  # (the pool's reader waits for the writer)
+            if len(self._outbox) > self.max_output_bytes:  # (the pool's reader waits for the writer)
                 return False
-            self._role_waiting = True
-            try:
-                await _wait_readable(fd)
-            except trio.ClosedResourceError:  # closed (see _fail_pending)
-                return False
-            finally:
-                self._role_waiting = False
-            try:
-                data = os.read(fd, _READ_SIZE)
-            except BlockingIOError:
-                continue
-            except OSError:  # the pool's reader meets it again, and reports it
-                return False
-            if not data:  # the end of input: the pool's reader ends the connection
+            if fd_stream is None:  # a message transport's lendable stream
+                data = await self._receive_lent()
+            else:
+                fd = fd_stream.fileno()
+                if fd < 0:
+                    return False
+                self._role_waiting = True
+                try:
+                    await _wait_readable(fd)
+                except trio.ClosedResourceError:  # closed (see _fail_pending)
+                    return False
+                finally:
+                    self._role_waiting = False
+                try:
+                    data = os.read(fd, _READ_SIZE)
+                except BlockingIOError:
+                    continue
+                except OSError:  # the pool's reader meets it again, and reports it
+                    return False
+            if not data:  # the end of input (or closed, failed): the pool's reader ends the connection
                 return False
             items = self._framer.feed_raw(data)
             full = len(data) == _READ_SIZE  # (_read_full is false while the role is lent)
@@ -1656,6 +1670,23 @@ class Connection:
                 return False
             if slot.done:
                 return True
+
+    async def _receive_lent(self) -> bytes:
+        """One read of a lendable message stream in the role holder's task (see :meth:`_read_until_answered`);
+        ``b""`` when the pool's reader is to take over: the end of input (the stream says it again),
+        an error (it fails again), or the wait cancelled by :meth:`_fail_pending`."""
+        scope = trio.CancelScope()
+        self._role_scope = scope
+        self._role_waiting = True
+        try:
+            with scope:
+                return bytes(await self._receive_stream.receive_some(_READ_SIZE))
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+            return b""
+        finally:
+            self._role_waiting = False
+            self._role_scope = None
+        return b""  # cancelled (closed, see _fail_pending)
 
     def _on_lines_to_pool(self, items: list[bytes | _core.OversizedMessage]) -> None:
         """:meth:`_on_lines` with every request read handed to a pool task, none run here: in a

@@ -73,6 +73,11 @@ FLUSH_TIMEOUT = 5.0
 """Seconds a closing connection gives its buffered output to reach the socket before it is dropped."""
 
 
+_ALREADY_SET = trio.Event()
+"""An event that is set (and never waited on for long: ``wait`` returns at once), shared by every
+connection whose buffer has room and nothing to flush; one that has to wait makes a new event."""
+_ALREADY_SET.set()
+
 _current_server: contextvars.ContextVar[CoalescingTCPServer | None] = contextvars.ContextVar(
     "acp_trio_tcp_server", default=None
 )
@@ -181,10 +186,9 @@ class CoalescingTCPServer(TCPServer):
         """The output's state: an empty buffer and an idle writer (whose task ``_write_buffered`` runs)."""
         self._pending = bytearray()
         self._ready = trio.Event()
-        self._room = trio.Event()
-        self._room.set()
-        self._flushed = trio.Event()
-        self._flushed.set()
+        # room in the buffer, and nothing left to flush: both true, until a sender replaces them with
+        # new events to wait on; one shared event set for good meanwhile (an idle connection holds none)
+        self._room = self._flushed = _ALREADY_SET
         self._broken = False
         self._writer_done = False
         self._sending = False  # the writer is inside send_all (a chunk is on its way)
@@ -437,7 +441,8 @@ class CoalescingTCPServer(TCPServer):
         """One read of the socket in the task the reads are lent to, handed to hypercorn's protocol
         as its reader would (so what the application receives comes through its ``receive`` queue
         as usual, or however it took it over).  Waits until the socket is readable (after a read
-        that filled the buffer: reads at once, after a checkpoint).
+        that filled the buffer: reads at once, after a checkpoint).  Cancellable only while it
+        waits: what it read is handled whole, shielded.
 
         Returns ``False`` at the end of input or on a read error, having given the reads back to
         hypercorn's reader, which reads again, meets the same end, and ends the connection as it
@@ -464,7 +469,8 @@ class CoalescingTCPServer(TCPServer):
             self.return_reads()
             return False
         self._inline_full = len(data) == MAX_RECV
-        await self.protocol.handle(RawData(data))
+        with trio.CancelScope(shield=True):  # what was read is handled whole (a close may wait)
+            await self.protocol.handle(RawData(data))
         return True
 
     async def _close(self) -> None:

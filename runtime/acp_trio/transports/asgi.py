@@ -1339,12 +1339,9 @@ class _LentReads:
         """The next message: read from the socket while the reads are lent, else put by hypercorn's reader."""
         while True:
             try:
-                message = self.receive_nowait()
+                return self.receive_nowait()  # (no schedule point: the socket's reads are them)
             except trio.WouldBlock:
                 pass
-            else:
-                await trio.lowlevel.checkpoint_if_cancelled()
-                return message
             if self.lent:
                 if not await self.tcp.read_inline():
                     self.lent = False  # the end of input: hypercorn's reader reads it again and says so

@@ -113,6 +113,11 @@ class MessageReceiveStream(trio.abc.ReceiveStream):
     waiting, up to ``max_bytes``, instead of one, so a fast stream costs one wake-up per batch.
     """
 
+    lendable = True
+    """``receive_some`` may be called from any task (one at a time) and cancelled while it waits,
+    losing nothing (the connection lets a request handler's task read while it waits for its
+    response, as over a pipe); after the end it says ``b""`` again."""
+
     def __init__(
         self,
         next_text: Callable[[], Awaitable[str | None]],
@@ -421,7 +426,7 @@ def _batching_class() -> Any:
             """While the reads are lent: one read of the socket in the calling task, its events handled
             (messages queued for :meth:`get_message`); ``False`` once the reads went back to the
             reader task (the end of input, a read error, the WebSocket closed), which ends the
-            WebSocket as the library does."""
+            WebSocket as the library does.  Cancellable only while it waits for the socket."""
             fd = self._stream.socket.fileno()
             if fd < 0:
                 self.return_reads()
@@ -442,8 +447,10 @@ def _batching_class() -> Any:
                 self.return_reads()
                 return False
             self._inline_full = len(data) == self._receive_buffer_size
-            await self._feed(data)
-            if not self._reader_running or not await self._dispatch_events() or not self._reader_running:
+            with trio.CancelScope(shield=True):  # what was read is handled whole (a pong, a close, ...)
+                await self._feed(data)
+                handled = self._reader_running and await self._dispatch_events() and self._reader_running
+            if not handled:
                 self.return_reads()
                 return False
             return True
