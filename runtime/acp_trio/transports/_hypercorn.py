@@ -441,8 +441,8 @@ class CoalescingTCPServer(TCPServer):
         """One read of the socket in the task the reads are lent to, handed to hypercorn's protocol
         as its reader would (so what the application receives comes through its ``receive`` queue
         as usual, or however it took it over).  Waits until the socket is readable (after a read
-        that filled the buffer: reads at once, after a checkpoint).  Cancellable only while it
-        waits: what it read is handled whole, shielded.
+        that filled the buffer: reads at once, after a checkpoint).  Handling what it read waits
+        for nothing but in hypercorn's rare waits (a close, a pong waiting for buffer room).
 
         Returns ``False`` at the end of input or on a read error, having given the reads back to
         hypercorn's reader, which reads again, meets the same end, and ends the connection as it
@@ -469,8 +469,9 @@ class CoalescingTCPServer(TCPServer):
             self.return_reads()
             return False
         self._inline_full = len(data) == MAX_RECV
-        with trio.CancelScope(shield=True):  # what was read is handled whole (a close may wait)
-            await self.protocol.handle(RawData(data))
+        # (no yield here but where hypercorn waits: a close, a pong waiting for room; cancelled
+        # there, what is left of the read stays in wsproto's buffer and a frame is sent whole or not)
+        await self.protocol.handle(RawData(data))
         return True
 
     async def _close(self) -> None:

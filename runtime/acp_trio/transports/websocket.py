@@ -347,12 +347,17 @@ def _batching_class() -> Any:
             """Handle wsproto's pending events as the library's reader does; ``False`` once closed."""
             handlers = self._handlers
             for event in self._wsproto.events():
-                handler = handlers.get(type(event))
+                kind = type(event)
+                handler = handlers.get(kind)
                 if handler is None:
-                    log.warning("unknown WebSocket event %r", type(event))
+                    log.warning("unknown WebSocket event %r", kind)
                     continue
                 try:
-                    await handler(event)
+                    if kind is TextMessage or kind is BytesMessage:
+                        await handler(event)  # (queued without waiting while the reads are lent)
+                    else:  # a pong, a close: sent whole even by a cancelled borrower
+                        with trio.CancelScope(shield=True):
+                            await handler(event)
                 except trio_websocket.ConnectionClosed:
                     self._reader_running = False
                     return False
@@ -369,9 +374,10 @@ def _batching_class() -> Any:
                 try:
                     self._wsproto.receive_data(data)
                 except RemoteProtocolError as err:
-                    if err.event_hint:
-                        await self._send(err.event_hint)
-                    await self._close_stream()
+                    with trio.CancelScope(shield=True):  # (the close frame is sent whole)
+                        if err.event_hint:
+                            await self._send(err.event_hint)
+                        await self._close_stream()
 
         async def _reader_task(self) -> None:
             """The library's reader (the same handlers and ends), whose reads the consumer may take over."""
@@ -426,7 +432,8 @@ def _batching_class() -> Any:
             """While the reads are lent: one read of the socket in the calling task, its events handled
             (messages queued for :meth:`get_message`); ``False`` once the reads went back to the
             reader task (the end of input, a read error, the WebSocket closed), which ends the
-            WebSocket as the library does.  Cancellable only while it waits for the socket."""
+            WebSocket as the library does.  Cancellable while it waits for the socket; the frames
+            it answers (a pong, a close) are sent whole."""
             fd = self._stream.socket.fileno()
             if fd < 0:
                 self.return_reads()
@@ -447,10 +454,8 @@ def _batching_class() -> Any:
                 self.return_reads()
                 return False
             self._inline_full = len(data) == self._receive_buffer_size
-            with trio.CancelScope(shield=True):  # what was read is handled whole (a pong, a close, ...)
-                await self._feed(data)
-                handled = self._reader_running and await self._dispatch_events() and self._reader_running
-            if not handled:
+            await self._feed(data)
+            if not self._reader_running or not await self._dispatch_events() or not self._reader_running:
                 self.return_reads()
                 return False
             return True
