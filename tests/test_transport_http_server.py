@@ -492,6 +492,30 @@ async def test_a_connection_with_no_request_and_no_open_stream_for_idle_timeout_
         assert (await http.stream(cid)).status == 404
 
 
+async def test_the_idle_timeout_watch_ends_with_its_connection() -> None:
+    # it runs beside the connection in the lifespan's nursery: an agent that ends (no request, no
+    # DELETE to wake anything) leaves no task there waiting for an idle_timeout that no longer
+    # matters (on the real clock: nothing jumps ahead to wake it)
+    stop = trio.Event()
+
+    async def serve(connection_id: str, to_client: trio.abc.SendStream, from_client: trio.abc.ReceiveStream) -> None:
+        await from_client.receive_some()  # initialize
+        await to_client.send_all(Script.INIT + b"\n")
+        await stop.wait()
+
+    app = AcpApp(serve_streams=serve, idle_timeout=300)
+    with trio.fail_after(DEADLINE):
+        async with running(app) as http:
+            assert app._nursery is not None and not app._nursery.child_tasks
+            await http.initialize()
+            await trio.testing.wait_all_tasks_blocked()  # the initialize POST is over: nothing wakes the watch
+            assert app._nursery.child_tasks
+            stop.set()
+            await app.wait_idle()
+            await trio.testing.wait_all_tasks_blocked()
+            assert not app._nursery.child_tasks
+
+
 async def test_an_initialize_over_max_connections_is_refused_503() -> None:
     app = AcpApp(serve_streams=Script().serve, max_connections=1)
     with trio.fail_after(DEADLINE):

@@ -896,6 +896,17 @@ class AcpApp:
         self._http_connections[conn.id] = conn
         self.connection_ids.add(conn.id)
         nursery.start_soon(self._run_http, conn)
+        idle = self.idle_timeout
+        if idle is not None:  # beside the connection, not in a nursery of its own: it ends with it
+
+            async def reap() -> None:
+                try:
+                    await conn.reap_when_abandoned(idle)
+                except Exception:  # pragma: no cover - the connection's trouble, not the server's
+                    log.exception("ACP connection %s: idle_timeout failed", conn.id)
+                    conn.close()
+
+            nursery.start_soon(reap)
         try:
             await self._http_initialize_answer(conn, message, text, receive, send)
         finally:
@@ -928,21 +939,18 @@ class AcpApp:
 
     async def _run_http(self, conn: _HttpConnection) -> None:
         try:
-            async with trio.open_nursery() as nursery:
-                if self.idle_timeout is not None:
-                    nursery.start_soon(conn.reap_when_abandoned, self.idle_timeout)
-                await self._serve(
-                    conn.id,
-                    LineSendStream(conn.send_line, "the Streamable HTTP send stream"),
-                    MessageReceiveStream(conn.next_text),
-                    "http",
-                )
-                nursery.cancel_scope.cancel()
+            await self._serve(
+                conn.id,
+                LineSendStream(conn.send_line, "the Streamable HTTP send stream"),
+                MessageReceiveStream(conn.next_text),
+                "http",
+            )
         except Exception:  # the agent factory or the runtime failed: this connection ends, the server goes on
             log.exception("ACP connection %s failed", conn.id)
             conn.close()
         finally:
             conn.finish()
+            conn.attachment.unpark_all()  # the idle reaper sees the connection ended, and ends
             self.connection_ids.discard(conn.id)
             self._ended.unpark_all()
 
