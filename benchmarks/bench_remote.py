@@ -3,6 +3,8 @@
 Usage::
 
     python benchmarks/bench_remote.py [--quick] [--rounds R] [--repeats K] [--connections C]
+                                      [--connect N] [--connect-concurrency K]
+                                      [--only stream,scenarios,many,connect]
                                       [--json out.json] [--strict] [--profile DIR]
 
 Needs the ``remote`` extra (``pip install -e '.[remote]'``) and, for the TypeScript side, ``node``
@@ -12,7 +14,10 @@ tests use).  Without node the TypeScript rows say "not measured".  Every server 
 own process; the scripts are in ``benchmarks/remote/`` and the agent and prompt commands are
 those of ``benchmarks/runtime/`` (``common.py``).
 
-Scenarios (1 to 3: issue 12's bars; 4: issue 14's side-by-side report, no bars):
+Scenarios (1 to 3: issue 12's bars; 4: issue 14's side-by-side report, with issue 32's round-trip
+bars; 5: issue 32's connection bars).  ``--only`` runs some of them: ``stream`` (1 and 3's
+streams), ``scenarios`` (4's round trips over WebSocket, Streamable HTTP and the bridge), ``many``
+(2), ``connect`` (5); the rows of what did not run are left out:
 
 1. ``stream``: one ``session/prompt`` during which the agent sends 20,000 ``agent_message_chunk``
    updates, timed by the client from sending the prompt to its response (all updates counted).
@@ -49,7 +54,32 @@ Scenarios (1 to 3: issue 12's bars; 4: issue 14's side-by-side report, no bars):
    answered requests for read and permission).  Per scenario and pairing: the median rate (updates/s
    or round trips/s), × the TS pair's, and the median ms per prompt.  Each pairing and command is
    its own client process (``--rounds`` of them); one that fails is reported in the table and the
-   others go on.
+   others go on.  The same over Streamable HTTP, our pair (``connect_http`` → ``AcpApp``) and the
+   TS pair (``createHttpStream`` → ``AcpServer``): ``read 2000 1``, ``permission 2000`` and
+   ``read 2000 64``.  And the bridge in one table with the direct stdio pair and our own WebSocket
+   pair (``stream 20000``, ``read 2000 1``, ``permission 2000``), with whose each part of the
+   bridge's time is, per update or round trip: the direct pair's (the agent, the client, stdio),
+   the WebSocket transport's (our WS pair less the direct pair), the bridge's own hop (the bridge
+   less our WS pair: the bridge process, its forwarding, the agent's stdio pipe).  Bars: over
+   WebSocket, ``read 2000 1``, ``permission 2000`` and ``read 2000 64`` of our pair ≥ the TS pair's;
+   over Streamable HTTP, ``read 2000 1`` and ``permission 2000`` likewise (``read 2000 64`` shown).
+   The bridge's bar stays scenario 3's (streaming); its round trips are shown against both pairs.
+5. ``connect``: ``N`` (``--connect``, 2,000; ``--quick`` 500) ACP connections opened from one
+   client process (``remote/connect_client.py``: trio-websocket, and h11 for Streamable HTTP;
+   the same client for both servers, written against the wire), ``--connect-concurrency``
+   (16) being opened at a time, each ``initialize`` + ``session/new``, then kept open idle, against
+   ``trio_server.py`` (``AcpApp`` serving the bench agent) and ``ts_server.mjs`` (``AcpServer``).
+   Each server is a fresh process per round, warmed up with 50 connections opened and closed.
+   Over WebSocket an idle connection is its open WebSocket; over Streamable HTTP, its SSE ``GET``
+   held open (its own TCP connection; the ``POST`` s go over one keep-alive connection per opener).
+   Measured: connections opened per second (from the first one's start to the last
+   ``session/new`` answer), the server's RSS per idle connection (``VmRSS`` 2 s after all are
+   open less ``VmRSS`` before, over ``N``; a process's RSS, so for node the V8 heap as it grew) and
+   the server's CPU ms per connection (``/proc``, while they were opened; shown, no bar: the
+   rate depends on the client too, and on the machine's load).  Medians of ``--rounds`` fresh
+   server processes.  Bars, for each transport: connections/s ≥ the TS server's; KiB per idle
+   connection ≤ the TS server's.  ``remote/connect_profile.py`` (cProfile of the opening) and
+   ``remote/connect_memory.py`` (tracemalloc and trio's tasks per idle connection) look closer.
 
 ``--profile DIR``: afterwards, one more acp-trio WebSocket stream (20,000 updates, 3 turns) with
 its server and client under cProfile; the statistics go to DIR and a breakdown of each process's
@@ -58,8 +88,8 @@ codec, ...) is printed.
 
 Statistics: ``--rounds`` client processes per pairing (sides alternating), each with one warm-up
 prompt and ``--repeats`` timed prompts; verdicts use the **median** of all timed prompts.
-Exit status: 0; 1 if a scenario failed to run (scenario 4: after the report); 3 with ``--strict`` if a
-bar is missed.
+Exit status: 0; 1 if a scenario failed to run (a client of scenarios 1, 3 or 4: after the report);
+3 with ``--strict`` if a bar is missed.
 """
 
 from __future__ import annotations
@@ -91,7 +121,7 @@ _REMOTE: Final = _HERE / "remote"
 _RUNTIME: Final = _HERE / "runtime"
 _REPO: Final = _HERE.parent
 
-from _shared import dist_version, subprocess_env, use_source_tree  # noqa: E402
+from _shared import dist_version, runtime_build, subprocess_env, use_source_tree  # noqa: E402
 from bench_runtime import COMMANDS, MIXED, PERMISSION_SEQ, READ_PAR, READ_SEQ, cpu_times, describe_load  # noqa: E402
 
 sys.path.append(str(_RUNTIME))
@@ -109,6 +139,10 @@ WS_COMMANDS: Final = (MIXED, READ_SEQ, PERMISSION_SEQ, READ_PAR)
 """The runtime benchmark's scenarios besides ``stream``, run over WebSocket by :func:`run_ws_scenarios`."""
 WS_PAIRS: Final = ("ws-ours", "ws-ts", "ws-ours-ts", "ws-ts-ours")
 """The WebSocket pairings they run on (the first two are ours and the TS SDK's pair)."""
+HTTP_COMMANDS: Final = (READ_SEQ, PERMISSION_SEQ, READ_PAR)
+"""The round-trip scenarios run over Streamable HTTP, on our pair and the TS SDK's."""
+BRIDGE_COMMANDS: Final = (READ_SEQ, PERMISSION_SEQ)
+"""The round-trip scenarios run through the bridge and on the direct stdio pair (besides ``stream``)."""
 SCENARIO_TIMEOUT: Final = 300.0
 TS_SDK: Final = "@agentclientprotocol/sdk@2.4.0"
 TS_PACKAGES: Final = (TS_SDK, "zod@^3.25.76", "ws@8.18.3")
@@ -318,42 +352,63 @@ def children_cpu() -> float:
 
 def run_streams(
     pairings: list[Pairing], env: dict[str, str], rounds: int, repeats: int
-) -> tuple[dict[str, list[float]], dict[str, dict[str, float]]]:
+) -> tuple[dict[str, list[float]], dict[str, dict[str, float]], dict[str, str]]:
     """Seconds per 20,000-update prompt, per pairing: ``rounds`` client processes each, order alternating;
-    and the CPU seconds per update of each side (``{"server": s, "client": s}``; the client's includes
-    its children, so the directly spawned agent counts as the "client" side), over all prompts."""
+    the CPU seconds per update of each side (``{"server": s, "client": s}``; the client's includes
+    its children, so the directly spawned agent counts as the "client" side), over all prompts; and
+    why a pairing failed (``{key: note}``; its note says so too, it is not run again, the others go on)."""
     samples: dict[str, list[float]] = {p.key: [] for p in pairings if p.argv}
     cpu: dict[str, dict[str, float]] = {p.key: {"server": 0.0, "client": 0.0} for p in pairings if p.argv}
+    failed: dict[str, str] = {}
     order = [p for p in pairings if p.argv]
     for i in range(rounds):
         for pairing in order if i % 2 == 0 else order[::-1]:
             assert pairing.argv is not None
+            if pairing.key in failed:
+                continue
             argv = client_argv(pairing.argv, repeats, STREAM)
             server_before = process_cpu(pairing.server_pid) if pairing.server_pid else 0.0
             client_before = children_cpu()
-            samples[pairing.key].extend(run_json(argv, env, pairing.label)[STREAM])
+            try:
+                samples[pairing.key].extend(run_json(argv, env, pairing.label, timeout=SCENARIO_TIMEOUT)[STREAM])
+            except (RuntimeError, subprocess.TimeoutExpired, json.JSONDecodeError, KeyError) as exc:
+                failed[pairing.key] = pairing.note = failure_note(exc)
+                print(f"  {pairing.label}, {STREAM}: {str(exc)[-1500:]}")
+                continue
             cpu[pairing.key]["client"] += children_cpu() - client_before
             if pairing.server_pid:
                 cpu[pairing.key]["server"] += process_cpu(pairing.server_pid) - server_before
+    for key in failed:
+        del samples[key], cpu[key]
     updates = rounds * (1 + repeats) * STREAM_N
-    return samples, {k: {side: t / updates for side, t in v.items()} for k, v in cpu.items()}
+    return samples, {k: {side: t / updates for side, t in v.items()} for k, v in cpu.items()}, failed
 
 
-def run_ws_scenarios(
+SCENARIO_RUNS: Final = {
+    **{key: WS_COMMANDS for key in WS_PAIRS},
+    "http-ours": HTTP_COMMANDS,
+    "http-ts": HTTP_COMMANDS,
+    "bridge": BRIDGE_COMMANDS,
+    "direct": BRIDGE_COMMANDS,
+}
+"""Pairing key → the commands besides ``stream`` that :func:`run_scenarios` runs on it."""
+
+
+def run_scenarios(
     pairings: list[Pairing], env: dict[str, str], rounds: int, repeats: int
 ) -> tuple[dict[str, dict[str, list[float]]], dict[str, dict[str, str]]]:
-    """Seconds per prompt of each :data:`WS_COMMANDS` command on each WebSocket pairing, and why not where
+    """Seconds per prompt of each command of :data:`SCENARIO_RUNS` on its pairing, and why not where
     one failed (``{key: {command: note}}``).  ``rounds`` client processes per pairing and command, each
     with one warm-up and ``repeats`` timed prompts, the pairings' order alternating; the client checks
     that every prompt ends its turn having handled the updates or answered the requests its command
     asks (``common.expected``).  A failed run is noted and the others go on."""
-    order = [p for p in pairings if p.key in WS_PAIRS and p.argv]
-    samples: dict[str, dict[str, list[float]]] = {p.key: {c: [] for c in WS_COMMANDS} for p in order}
+    order = [p for p in pairings if p.key in SCENARIO_RUNS and p.argv]
+    samples: dict[str, dict[str, list[float]]] = {p.key: {c: [] for c in SCENARIO_RUNS[p.key]} for p in order}
     failed: dict[str, dict[str, str]] = {p.key: {} for p in order}
     for i in range(rounds):
         for pairing in order if i % 2 == 0 else order[::-1]:
             assert pairing.argv is not None
-            for command in WS_COMMANDS:
+            for command in SCENARIO_RUNS[pairing.key]:
                 if command in failed[pairing.key]:
                     continue
                 argv = client_argv(pairing.argv, repeats, command)
@@ -441,6 +496,116 @@ def run_many(py: str, env: dict[str, str], connections: int, log: IO[bytes]) -> 
         rss_after_second_kib=after_second,
     )
     return dict(result)
+
+
+# -- scenario 5: opening connections ---------------------------------------------------------------
+
+CONNECT_N: Final = 2_000
+CONNECT_N_QUICK: Final = 500
+CONNECT_CONCURRENCY: Final = 16
+CONNECT_WARMUP: Final = 50
+CONNECT_SERVERS: Final = ("ours", "ts")
+
+
+def connect_once(
+    argv: list[str], env: dict[str, str], srv: Server, url: str, n: int, concurrency: int
+) -> dict[str, Any]:
+    """One ``connect_client.py`` run of ``n`` connections against ``srv``: its report, plus the server's
+    RSS before and once they are all open and idle (KiB), and its CPU seconds while they were opened."""
+    client = [*argv, url, "--connections", str(n), "--concurrency", str(concurrency)]
+    rss_before, cpu_before = settled_rss(srv.pid, 2.0), process_cpu(srv.pid)
+    proc = subprocess.Popen(client, env=env, cwd=_REMOTE, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert proc.stdin is not None and proc.stdout is not None
+    try:
+        line = proc.stdout.readline()
+        cpu_after = process_cpu(srv.pid)
+        if not line:
+            raise RuntimeError(f"connect_client.py exited ({proc.wait()}) before reporting")
+        result: dict[str, Any] = json.loads(line)
+        rss_after = settled_rss(srv.pid, 2.0)
+    finally:
+        proc.stdin.close()
+        try:
+            proc.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    result.update(rss_before_kib=rss_before, rss_after_kib=rss_after, server_cpu_s=cpu_after - cpu_before)
+    return result
+
+
+def run_connect(
+    py: str, env: dict[str, str], log: IO[bytes], ts_ready: bool, n: int, rounds: int, concurrency: int
+) -> dict[str, dict[str, list[dict[str, Any]]]]:
+    """``{transport: {server: [one result per round]}}``: ``rounds`` fresh server processes per server and
+    transport (``ws``, ``http``), the servers' order alternating, each warmed up with
+    :data:`CONNECT_WARMUP` connections (opened, then closed) before ``n`` are opened and measured."""
+    argv = [py, str(_REMOTE / "connect_client.py")]
+    servers = {"ours": [py, str(_REMOTE / "trio_server.py")], "ts": ["node", str(_REMOTE / "ts_server.mjs")]}
+    results: dict[str, dict[str, list[dict[str, Any]]]] = {t: {k: [] for k in CONNECT_SERVERS} for t in ("ws", "http")}
+    for i in range(rounds):
+        for transport in ("ws", "http"):
+            for key in CONNECT_SERVERS if i % 2 == 0 else CONNECT_SERVERS[::-1]:
+                if key == "ts" and not ts_ready:
+                    continue
+                with server(f"{key} (connect)", servers[key], env, log) as srv:
+                    url = srv.url(transport)
+                    connect_once(argv, env, srv, url, CONNECT_WARMUP, concurrency)
+                    results[transport][key].append(connect_once(argv, env, srv, url, n, concurrency))
+    return results
+
+
+def connect_summary(results: dict[str, dict[str, list[dict[str, Any]]]]) -> dict[str, dict[str, dict[str, Any]]]:
+    """Per transport and server: medians over the rounds of connections/s, KiB per idle connection and
+    server CPU ms per connection (``{}`` where not measured; ``"errors"`` where a round failed some)."""
+    summary: dict[str, dict[str, dict[str, Any]]] = {}
+    for transport, by_server in results.items():
+        summary[transport] = {}
+        for key, runs in by_server.items():
+            if not runs:
+                summary[transport][key] = {}
+                continue
+            n = runs[0]["connections"]
+            summary[transport][key] = {
+                "connections": n,
+                "ok": min(r["ok"] for r in runs),
+                "errors": [e for r in runs for e in r["errors"]][:5],
+                "per_second": statistics.median(r["connections"] / r["seconds"] for r in runs),
+                "kib_per_connection": statistics.median(
+                    (r["rss_after_kib"] - r["rss_before_kib"]) / r["connections"] for r in runs
+                ),
+                "cpu_ms_per_connection": statistics.median(r["server_cpu_s"] * 1e3 / r["connections"] for r in runs),
+                "rounds": runs,
+            }
+    return summary
+
+
+def print_connect(summary: dict[str, dict[str, dict[str, Any]]], concurrency: int) -> None:
+    some = next((cell for cells in summary.values() for cell in cells.values() if cell), None)
+    if some is None:
+        return
+    print(
+        f"\nOpening {some['connections']:,} ACP connections (initialize + session/new each, {concurrency} being opened"
+        " at a time) from one client process (remote/connect_client.py), kept open idle; medians of"
+        f" {len(some['rounds'])} fresh server processes each:"
+    )
+    print(f"  {'':<34}{'connections/s':>14}{'KiB/idle conn.':>16}{'server CPU ms/conn.':>21}  RSS MiB before → after")
+    labels = {"ours": "AcpApp (trio_server.py)", "ts": "AcpServer (ts_server.mjs)"}
+    for transport, cells in summary.items():
+        for key, cell in cells.items():
+            label = f"{'WS' if transport == 'ws' else 'HTTP'}: {labels[key]}"
+            if not cell:
+                print(f"  {label:<34}not measured")
+                continue
+            rss = ", ".join(
+                f"{r['rss_before_kib'] / 1024:.0f} → {r['rss_after_kib'] / 1024:.0f}" for r in cell["rounds"]
+            )
+            print(
+                f"  {label:<34}{cell['per_second']:>14,.0f}{cell['kib_per_connection']:>16.1f}"
+                f"{cell['cpu_ms_per_connection']:>21.2f}  {rss}"
+            )
+            for error in cell["errors"]:
+                print(f"    error: {error}")
 
 
 # -- profile ----------------------------------------------------------------------------------------
@@ -573,14 +738,19 @@ def build_rows(
     samples: dict[str, list[float]],
     cpu: dict[str, dict[str, float]],
     many: dict[str, Any] | None,
+    scenarios: dict[str, dict[str, list[float]]] | None = None,
+    failed: dict[str, dict[str, str]] | None = None,
+    connect: dict[str, dict[str, dict[str, Any]]] | None = None,
 ) -> list[Row]:
+    """The bars and the information rows of every scenario that ran (``samples`` empty: scenario 1
+    and the bridge's stream did not run; ``scenarios``, ``many``, ``connect``: ``None`` when not run)."""
     by_key = {p.key: p for p in pairings}
 
     def versus(measure: str, ours: str, theirs: str, bar: float | None, per_turn: bool = False) -> Row:
         a, b = samples.get(ours), samples.get(theirs)
         if not a or not b:
             note = by_key[ours].note if not a else by_key[theirs].note
-            return Row(measure, "-", "-", None, f"≥ {bar:g}" if bar else "", None, note)
+            return Row(measure, "-", "-", None, f"≥ {bar:g}" if bar else "", None, note or "not measured")
         if per_turn:
             ma, mb = statistics.median(a) * 1e3, statistics.median(b) * 1e3
             return Row(measure, _cell(ma), _cell(mb), ma / mb, "", None)
@@ -596,22 +766,93 @@ def build_rows(
         a, b = cpu[ours][side] * 1e6, cpu[theirs][side] * 1e6
         return Row(measure, _cell(a), _cell(b), a / b if b else None, "", None)
 
-    rows = [
-        versus("WS stream 20k, msg/s: our pair | TS pair", "ws-ours", "ws-ts", 1),
-        versus("WS stream 20k, ms/turn: our pair | TS pair", "ws-ours", "ws-ts", None, per_turn=True),
-        cpu_row("WS server CPU µs/update: AcpApp | AcpServer", "ws-ours", "ws-ts", "server"),
-        cpu_row("WS client CPU µs/update: connect_websocket | TS client", "ws-ours", "ws-ts", "client"),
-        versus("WS msg/s: our pair | floor (hypercorn, trio-websocket)", "ws-ours", "ws-floor", None),
-        cpu_row("WS server CPU µs/update: AcpApp | floor", "ws-ours", "ws-floor", "server"),
-        versus("WS msg/s: our client | TS client → TS server", "ws-ours-ts", "ws-ts", None),
-        versus("WS msg/s: TS client → our server | TS pair", "ws-ts-ours", "ws-ts", None),
-        versus("HTTP stream 20k, msg/s: our client | TS client → TS server", "http-ours-ts", "http-ts", 1),
-        versus("HTTP ms/turn: our client | TS client → TS server", "http-ours-ts", "http-ts", None, per_turn=True),
-        versus("HTTP stream 20k, msg/s: our pair | TS pair", "http-ours", "http-ts", 1),
-        versus("HTTP msg/s: TS client → our server | TS pair", "http-ts-ours", "http-ts", None),
-        versus("bridge, msg/s: WS → bridge → stdio | stdio direct", "bridge", "direct", 0.5),
-        versus("bridge, msg/s: HTTP → bridge → stdio | stdio direct", "bridge-http", "direct", 0.5),
-    ]
+    def round_trips(measure: str, command: str, ours: str, theirs: str, bar: float | None) -> Row:
+        """Round trips (or updates) per second of ``command``: pairing ``ours`` against ``theirs``."""
+        assert scenarios is not None
+        count, _unit = scenario_unit(command)
+        rates = []
+        for key in (ours, theirs):
+            xs = scenarios.get(key, {}).get(command)
+            if not xs:
+                note = (failed or {}).get(key, {}).get(command) or by_key[key].note or "not measured"
+                return Row(measure, "-", "-", None, f"≥ {bar:g}" if bar else "", None, note)
+            rates.append(count / statistics.median(xs))
+        ratio = rates[0] / rates[1]
+        verdict = None if bar is None else ratio >= bar
+        return Row(measure, _cell(rates[0]), _cell(rates[1]), ratio, f"≥ {bar:g}" if bar else "", verdict)
+
+    rows: list[Row] = []
+    if samples:
+        rows += [
+            versus("WS stream 20k, msg/s: our pair | TS pair", "ws-ours", "ws-ts", 1),
+            versus("WS stream 20k, ms/turn: our pair | TS pair", "ws-ours", "ws-ts", None, per_turn=True),
+            cpu_row("WS server CPU µs/update: AcpApp | AcpServer", "ws-ours", "ws-ts", "server"),
+            cpu_row("WS client CPU µs/update: connect_websocket | TS client", "ws-ours", "ws-ts", "client"),
+            versus("WS msg/s: our pair | floor (hypercorn, trio-websocket)", "ws-ours", "ws-floor", None),
+            cpu_row("WS server CPU µs/update: AcpApp | floor", "ws-ours", "ws-floor", "server"),
+            versus("WS msg/s: our client | TS client → TS server", "ws-ours-ts", "ws-ts", None),
+            versus("WS msg/s: TS client → our server | TS pair", "ws-ts-ours", "ws-ts", None),
+            versus("HTTP stream 20k, msg/s: our client | TS client → TS server", "http-ours-ts", "http-ts", 1),
+            versus("HTTP ms/turn: our client | TS client → TS server", "http-ours-ts", "http-ts", None, per_turn=True),
+            versus("HTTP stream 20k, msg/s: our pair | TS pair", "http-ours", "http-ts", 1),
+            versus("HTTP msg/s: TS client → our server | TS pair", "http-ts-ours", "http-ts", None),
+            versus("bridge, msg/s: WS → bridge → stdio | stdio direct", "bridge", "direct", 0.5),
+            versus("bridge, msg/s: HTTP → bridge → stdio | stdio direct", "bridge-http", "direct", 0.5),
+            versus("bridge, msg/s: WS → bridge → stdio | our WS pair", "bridge", "ws-ours", None),
+        ]
+    if scenarios is not None:
+        rows += [
+            round_trips("WS read 2000 1, round trips/s: our pair | TS pair", READ_SEQ, "ws-ours", "ws-ts", 1),
+            round_trips("WS permission 2000, round trips/s: our pair | TS pair", PERMISSION_SEQ, "ws-ours", "ws-ts", 1),
+            round_trips("WS read 2000 64 (in flight): our pair | TS pair", READ_PAR, "ws-ours", "ws-ts", 1),
+            round_trips("HTTP read 2000 1, round trips/s: our pair | TS pair", READ_SEQ, "http-ours", "http-ts", 1),
+            round_trips(
+                "HTTP permission 2000, round trips/s: our pair | TS pair", PERMISSION_SEQ, "http-ours", "http-ts", 1
+            ),
+            round_trips("HTTP read 2000 64 (in flight): our pair | TS pair", READ_PAR, "http-ours", "http-ts", None),
+            round_trips("bridge read 2000 1: WS → bridge → stdio | stdio direct", READ_SEQ, "bridge", "direct", None),
+            round_trips("bridge read 2000 1: WS → bridge → stdio | our WS pair", READ_SEQ, "bridge", "ws-ours", None),
+        ]
+    if connect is not None:
+        for transport, name in (("ws", "WS"), ("http", "HTTP")):
+            ours, theirs = connect[transport]["ours"], connect[transport]["ts"]
+            what = f"{name} {ours['connections']:,} connections" if ours else f"{name} connections"
+            if not ours or not theirs:
+                note = "not measured" if not ours else "not measured: no TypeScript server"
+                rows.append(Row(f"{what}, opened/s: AcpApp | AcpServer", "-", "-", None, "≥ 1", None, note))
+                rows.append(
+                    Row(f"{name} KiB per idle connection (RSS): AcpApp | AcpServer", "-", "-", None, "≤ 1", None, note)
+                )
+                continue
+            complete = ours["ok"] == ours["connections"] and theirs["ok"] == theirs["connections"]
+            rate = ours["per_second"] / theirs["per_second"]
+            rows.append(
+                Row(
+                    f"{what}, opened/s: AcpApp | AcpServer",
+                    _cell(ours["per_second"]),
+                    _cell(theirs["per_second"]),
+                    rate,
+                    "≥ 1",
+                    complete and rate >= 1,
+                    "" if complete else "failed: some connections were not opened",
+                )
+            )
+            a, b = ours["kib_per_connection"], theirs["kib_per_connection"]
+            ratio = a / b if b > 0 else None
+            rows.append(
+                Row(
+                    f"{name} KiB per idle connection (RSS): AcpApp | AcpServer",
+                    _cell(a),
+                    _cell(b),
+                    ratio,
+                    "≤ 1",
+                    a <= b,
+                )
+            )
+            a, b = ours["cpu_ms_per_connection"], theirs["cpu_ms_per_connection"]
+            rows.append(
+                Row(f"{name} server CPU ms per connection: AcpApp | AcpServer", f"{a:.2f}", f"{b:.2f}", a / b, "", None)
+            )
     if many is not None:
         n, ok = many["connections"], many["ok"]
         rows.append(Row(f"{n} WS connections x {MANY_N:,}: in order, no error", f"{ok}/{n}", "", None, "all", ok == n))
@@ -662,20 +903,28 @@ def scenario_unit(command: str) -> tuple[int, str]:
     return expected(kind, n), "updates/s" if kind in ("stream", "mixed") else "round trips/s"
 
 
-def ws_scenario_table(
+HTTP_COLUMNS: Final = (("http-ours", "our pair"), ("http-ts", "TS pair"))
+BRIDGE_COLUMNS: Final = (("direct", "stdio direct"), ("ws-ours", "our WS pair"), ("bridge", "WS → bridge → stdio"))
+
+
+def scenario_table(
     pairings: list[Pairing],
     stream_samples: dict[str, list[float]],
     samples: dict[str, dict[str, list[float]]],
     failed: dict[str, dict[str, str]],
+    columns: Sequence[tuple[str, str]] = WS_COLUMNS,
+    commands: Sequence[str] = COMMANDS,
+    base: str = "ws-ts",
 ) -> dict[str, dict[str, Any]]:
-    """``{command: {key: {"seconds": [...], "median_s", "per_second", "vs_ts_pair"} or {"note": why}}}``
-    for every scenario of the runtime benchmark (``stream`` from :func:`run_streams`) and WebSocket pairing."""
+    """``{command: {key: {"seconds": [...], "median_s", "per_second", "vs_base"} or {"note": why}}}``
+    for each of ``commands`` (``stream`` from :func:`run_streams`) and pairing of ``columns``;
+    ``vs_base``: the rate over pairing ``base``'s."""
     by_key = {p.key: p for p in pairings}
     table: dict[str, dict[str, Any]] = {}
-    for command in COMMANDS:
+    for command in commands:
         count, _unit = scenario_unit(command)
         cells: dict[str, Any] = {}
-        for key, _heading in WS_COLUMNS:
+        for key, _heading in columns:
             xs = stream_samples.get(key) if command == STREAM else samples.get(key, {}).get(command)
             if xs:
                 median = statistics.median(xs)
@@ -683,28 +932,24 @@ def ws_scenario_table(
             else:
                 note = failed.get(key, {}).get(command) or by_key[key].note or "not measured"
                 cells[key] = {"note": note}
-        ts_rate = cells["ws-ts"].get("per_second")
+        base_rate = cells[base].get("per_second")
         for cell in cells.values():
             if "per_second" in cell:
-                cell["vs_ts_pair"] = cell["per_second"] / ts_rate if ts_rate else None
+                cell["vs_base"] = cell["per_second"] / base_rate if base_rate else None
         table[command] = cells
     return table
 
 
-def print_ws_scenarios(table: dict[str, dict[str, Any]]) -> None:
-    print(
-        "\nWebSocket, the runtime benchmark's scenarios side by side (benchmarks/runtime/common.py; no bars):"
-        "\nper prompt, median rate (updates/s or round trips/s) and × the TS pair's rate (> 1: faster);"
-        "\nthen median ms per prompt (n timed prompts).  Crossed pairs: client → server"
-    )
-    print(f"  {'scenario':<17} {'unit':<14}" + "".join(f"{h:>24}" for _k, h in WS_COLUMNS))
+def print_scenarios(table: dict[str, dict[str, Any]], columns: Sequence[tuple[str, str]], title: str) -> None:
+    print(f"\n{title}")
+    print(f"  {'scenario':<17} {'unit':<14}" + "".join(f"{h:>24}" for _k, h in columns))
     for command, cells in table.items():
         _count, unit = scenario_unit(command)
         rates, times = [], []
-        for key, _heading in WS_COLUMNS:
+        for key, _heading in columns:
             cell = cells[key]
             if "per_second" in cell:
-                x = cell.get("vs_ts_pair")
+                x = cell.get("vs_base")
                 rates.append(f"{cell['per_second']:,.0f} {'-' if x is None else f'{x:.2f}'}×")
                 times.append(f"{cell['median_s'] * 1e3:,.1f} ms ({len(cell['seconds'])})")
             else:
@@ -714,13 +959,43 @@ def print_ws_scenarios(table: dict[str, dict[str, Any]]) -> None:
         print((f"  {'':<17} {'ms/prompt':<14}" + "".join(f"{c:>24}" for c in times)).rstrip())
     notes: dict[tuple[str, str], list[str]] = {}  # (column, note) -> the scenarios it is about
     for command, cells in table.items():
-        for key, heading in WS_COLUMNS:
+        for key, heading in columns:
             note = cells[key].get("note", "")
             if len(note) > 22:
                 notes.setdefault((heading, note), []).append(command)
     for (heading, note), commands in notes.items():
         which = "every scenario" if len(commands) == len(table) else ", ".join(commands)
         print(f"  {heading} ({which}): {note}")
+
+
+def print_ws_scenarios(table: dict[str, dict[str, Any]]) -> None:
+    print_scenarios(
+        table,
+        WS_COLUMNS,
+        "WebSocket, the runtime benchmark's scenarios side by side (benchmarks/runtime/common.py; bars below):"
+        "\nper prompt, median rate (updates/s or round trips/s) and × the TS pair's rate (> 1: faster);"
+        "\nthen median ms per prompt (n timed prompts).  Crossed pairs: client → server",
+    )
+
+
+def print_bridge(table: dict[str, dict[str, Any]]) -> None:
+    """The bridge's table and whose each part of its time is: the direct stdio pair's (agent and
+    stdio), the WebSocket transport's (our WS pair less the direct pair), the bridge's own hop (the
+    bridge less our WS pair: a second process, its stdio pipe and its forwarding)."""
+    print_scenarios(
+        table,
+        BRIDGE_COLUMNS,
+        "The bridge (python -m acp_trio.bridge: WS → serve_bridge → the agent as a stdio process) against the"
+        "\ndirect stdio pair (spawn_agent) and our own WebSocket pair (AcpApp serving the agent in-process);"
+        "\nrates × the direct pair's",
+    )
+    print("  whose time, µs per update or round trip (medians): direct pair | + WS transport | + bridge hop")
+    for command, cells in table.items():
+        count, _unit = scenario_unit(command)
+        if not all("median_s" in cells[k] for k, _ in BRIDGE_COLUMNS):
+            continue
+        direct, ws, bridge = (cells[k]["median_s"] * 1e6 / count for k, _ in BRIDGE_COLUMNS)
+        print(f"  {command:<17} {direct:>9.1f} | {ws - direct:>+9.1f} | {bridge - ws:>+9.1f}  (bridge: {bridge:.1f})")
 
 
 def print_many(many: dict[str, Any]) -> None:
@@ -757,12 +1032,35 @@ def print_table(rows: list[Row]) -> None:
         print(f"  {r.measure:<62} {r.ours:>9} {r.theirs:>9} {ratio:>6} {r.bar:>6}  {verdict}")
 
 
+SCENARIOS: Final = ("stream", "scenarios", "many", "connect")
+"""What ``--only`` chooses from: scenarios 1 and 3's streams, the round-trip tables (4: WebSocket,
+Streamable HTTP, the bridge), 2 (many connections streaming), 5 (opening connections)."""
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--quick", action="store_true", help="fewer rounds")
     parser.add_argument("--rounds", type=int, help="client processes per pairing (default 3, quick 1)")
     parser.add_argument("--repeats", type=int, help="timed prompts per client process (default 3, quick 2)")
     parser.add_argument("--connections", type=int, default=100, help="concurrent WebSocket connections (default 100)")
+    parser.add_argument(
+        "--connect",
+        type=int,
+        metavar="N",
+        help=f"connections the connect scenario opens (default {CONNECT_N:,}, quick {CONNECT_N_QUICK})",
+    )
+    parser.add_argument(
+        "--connect-concurrency",
+        type=int,
+        default=CONNECT_CONCURRENCY,
+        metavar="K",
+        help=f"connections being opened at a time (default {CONNECT_CONCURRENCY})",
+    )
+    parser.add_argument(
+        "--only",
+        metavar="NAMES",
+        help=f"run only these scenarios, comma-separated: {', '.join(SCENARIOS)} (default: all)",
+    )
     parser.add_argument(
         "--json", metavar="PATH", type=Path, help="also write the results as JSON (PATH with '.remote')"
     )
@@ -771,6 +1069,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     rounds = args.rounds or (1 if args.quick else 3)
     repeats = args.repeats or (2 if args.quick else 3)
+    only = set(SCENARIOS) if args.only is None else {name.strip() for name in args.only.split(",") if name.strip()}
+    if only - set(SCENARIOS):
+        parser.error(
+            f"--only: unknown scenario {', '.join(sorted(only - set(SCENARIOS)))} (one of {', '.join(SCENARIOS)})"
+        )
+    connect_n = args.connect or (CONNECT_N_QUICK if args.quick else CONNECT_N)
 
     try:
         import hypercorn  # noqa: F401
@@ -781,16 +1085,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     npm_dir, ts_note = ts_sdk_dir()
     print(f"\nRemote transport benchmark: Python {platform.python_version()} ({sys.executable}); node {node_version()}")
     print(
-        f"acp-trio {dist_version('acp-trio')} [{Path(acp_trio.__file__ or '').parent}], trio {dist_version('trio')}, "
-        f"hypercorn {dist_version('hypercorn')}, trio-websocket {dist_version('trio-websocket')}, "
-        f"wsproto {dist_version('wsproto')}, httpx2 {dist_version('httpx2')}; TypeScript SDK: "
-        + (f"{TS_SDK} [{npm_dir}]" if npm_dir else ts_note)
+        f"acp-trio {dist_version('acp-trio')} [{Path(acp_trio.__file__ or '').parent}, {runtime_build()}], "
+        f"trio {dist_version('trio')}, hypercorn {dist_version('hypercorn')}, trio-websocket "
+        f"{dist_version('trio-websocket')}, wsproto {dist_version('wsproto')}, httpx2 {dist_version('httpx2')}; "
+        "TypeScript SDK: " + (f"{TS_SDK} [{npm_dir}]" if npm_dir else ts_note)
     )
     print(
         f"{rounds} client processes per pairing x (1 warm-up + {repeats} timed prompts); loopback, one process per side"
+        + ("" if only == set(SCENARIOS) else f"; only: {', '.join(s for s in SCENARIOS if s in only)}")
     )
     started, load_before = time.perf_counter(), cpu_times()
     py = sys.executable
+    pairings: list[Pairing] = []
+    samples: dict[str, list[float]] = {}
+    cpu: dict[str, dict[str, float]] = {}
+    scenario_samples: dict[str, dict[str, list[float]]] | None = None
+    failed: dict[str, dict[str, str]] = {}
+    stream_failed: dict[str, str] = {}
+    many: dict[str, Any] | None = None
+    connect: dict[str, dict[str, dict[str, Any]]] | None = None
     with tempfile.TemporaryDirectory(prefix="acp-bench-remote-") as tmp:
         env = subprocess_env(str(Path(tmp) / "pycache"), acp_schema, acp_trio)
         if npm_dir is not None:
@@ -798,30 +1111,61 @@ def main(argv: Sequence[str] | None = None) -> int:
         log_path = Path(tmp) / "servers.log"
         try:
             with open(log_path, "wb") as log:
-                with (
-                    server("acp-trio", [py, str(_REMOTE / "trio_server.py")], env, log) as ours,
-                    server("bridge", [py, str(_REMOTE / "trio_server.py"), "--bridge"], env, log) as bridge,
-                    server("floor", [py, str(_REMOTE / "raw_ws_server.py")], env, log) as floor,
-                ):
-                    ours_http = serves_streamable_http(ours.url("http"))
+                if only & {"stream", "scenarios"}:
                     with (
-                        server("TypeScript", ["node", str(_REMOTE / "ts_server.mjs")], env, log) if npm_dir else _none()
-                    ) as ts:
-                        pairings = stream_pairings(py, ours, bridge, floor, ts, ts_note, ours_http)
-                        samples, cpu = run_streams(pairings, env, rounds, repeats)
-                        ws_samples, ws_failed = run_ws_scenarios(pairings, env, rounds, repeats)
-                many = run_many(py, env, args.connections, log)
+                        server("acp-trio", [py, str(_REMOTE / "trio_server.py")], env, log) as ours,
+                        server("bridge", [py, str(_REMOTE / "trio_server.py"), "--bridge"], env, log) as bridge,
+                        server("floor", [py, str(_REMOTE / "raw_ws_server.py")], env, log) as floor,
+                    ):
+                        ours_http = serves_streamable_http(ours.url("http"))
+                        ts_argv = ["node", str(_REMOTE / "ts_server.mjs")]
+                        with server("TypeScript", ts_argv, env, log) if npm_dir else _none() as ts:
+                            pairings = stream_pairings(py, ours, bridge, floor, ts, ts_note, ours_http)
+                            if "stream" in only:
+                                samples, cpu, stream_failed = run_streams(pairings, env, rounds, repeats)
+                            if "scenarios" in only:
+                                scenario_samples, failed = run_scenarios(pairings, env, rounds, repeats)
+                if "many" in only:
+                    many = run_many(py, env, args.connections, log)
+                if "connect" in only:
+                    results = run_connect(
+                        py, env, log, npm_dir is not None, connect_n, rounds, args.connect_concurrency
+                    )
+                    connect = connect_summary(results)
                 if args.profile:
                     run_profile(py, env, args.profile, log)
         except (RuntimeError, subprocess.TimeoutExpired, json.JSONDecodeError, OSError) as exc:
             print(f"remote benchmark failed: {exc}")
             print(log_path.read_text(errors="replace")[-3000:] if log_path.exists() else "")
             return 1
-    rows = build_rows(pairings, samples, cpu, many)
-    ws_table = ws_scenario_table(pairings, samples, ws_samples, ws_failed)
-    print_details(pairings, samples, cpu)
-    print_ws_scenarios(ws_table)
-    print_many(many)
+    rows = build_rows(pairings, samples, cpu, many, scenario_samples, failed, connect)
+    tables: dict[str, dict[str, dict[str, Any]]] = {}
+    if samples:
+        print_details(pairings, samples, cpu)
+    if samples or scenario_samples is not None:
+        s_samples = scenario_samples or {}
+        stream_only = (STREAM,) if scenario_samples is None else ()
+        tables["ws"] = scenario_table(
+            pairings, samples, s_samples, failed, WS_COLUMNS, stream_only or COMMANDS, "ws-ts"
+        )
+        print_ws_scenarios(tables["ws"])
+        http_commands = stream_only or (STREAM, *HTTP_COMMANDS)
+        tables["http"] = scenario_table(pairings, samples, s_samples, failed, HTTP_COLUMNS, http_commands, "http-ts")
+        print_scenarios(
+            tables["http"],
+            HTTP_COLUMNS,
+            "Streamable HTTP (connect_http → AcpApp | createHttpStream → AcpServer), the same scenarios;"
+            " × the TS pair's",
+        )
+        bridge_commands = stream_only or (STREAM, *BRIDGE_COMMANDS)
+        tables["bridge"] = scenario_table(
+            pairings, samples, s_samples, failed, BRIDGE_COLUMNS, bridge_commands, "direct"
+        )
+        print_bridge(tables["bridge"])
+    if many is not None:
+        print_many(many)
+    if connect is not None:
+        print_connect(connect, args.connect_concurrency)
     print_table(rows)
     print(f"\n(remote benchmark took {time.perf_counter() - started:.0f} s; {describe_load(load_before, cpu_times())})")
 
@@ -831,20 +1175,26 @@ def main(argv: Sequence[str] | None = None) -> int:
         report: dict[str, Any] = {
             "python": platform.python_version(),
             "node": node_version(),
+            "build": runtime_build(),
             "versions": {d: dist_version(d) for d in ("acp-trio", "trio", "hypercorn", "trio-websocket", "wsproto")},
             "statistic": "median",
+            "scenarios_run": [s for s in SCENARIOS if s in only],
             "updates_per_prompt": STREAM_N,
-            "seconds_per_prompt": {p.label: samples.get(p.key) or p.note for p in pairings},
+            "seconds_per_prompt": {p.label: samples.get(p.key) or p.note for p in pairings} if samples else {},
             "cpu_seconds_per_update": {p.label: cpu[p.key] for p in pairings if p.key in cpu},
-            "ws_scenarios": {
-                command: {
-                    "unit": scenario_unit(command)[1],
-                    "per_prompt": scenario_unit(command)[0],
-                    "pairings": {by_key[key].label: cell for key, cell in cells.items()},
+            **{
+                f"{name}_scenarios": {
+                    command: {
+                        "unit": scenario_unit(command)[1],
+                        "per_prompt": scenario_unit(command)[0],
+                        "pairings": {by_key[key].label: cell for key, cell in cells.items()},
+                    }
+                    for command, cells in table.items()
                 }
-                for command, cells in ws_table.items()
+                for name, table in tables.items()
             },
             "many": many,
+            "connect": connect,
             "bars": [
                 {
                     "measure": r.measure,
@@ -860,7 +1210,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         }
         path.write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
         print(f"wrote {path}")
-    if any(ws_failed.values()):
+    if any(failed.values()) or stream_failed:
         return 1
     if args.strict and any(r.ok is False for r in rows):
         return 3

@@ -8,7 +8,9 @@ free port, prints ``{"port": N, "pid": P}`` on stdout, and shuts down when its s
 - ``--bridge``: :func:`acp_trio.bridge.serve_bridge` with that agent as a stdio process, one
   process per connection (what ``python -m acp_trio.bridge --listen`` runs).
 
-``--profile PATH``: run under cProfile and write the statistics to PATH at shutdown.
+``--profile PATH``: run under cProfile and write the statistics to PATH at shutdown (``--cpu-clock``:
+timed by the thread's CPU time, not the wall clock, so time the process spent preempted, say by the
+client it just woke with a write, is not charged to whatever it was doing).
 ``--count PATH``: count scheduler passes, task steps and wake-ups (``passes.py``'s instrument) and
 write them to PATH as JSON at shutdown.
 """
@@ -19,6 +21,7 @@ import argparse
 import functools
 import json
 import sys
+import time
 from pathlib import Path
 
 import trio
@@ -56,6 +59,7 @@ if __name__ == "__main__":
     parser.add_argument("--bridge", action="store_true")
     parser.add_argument("--profile", type=Path)
     parser.add_argument("--count", type=Path)
+    parser.add_argument("--cpu-clock", action="store_true", help="--profile: time by this thread's CPU time")
     args = parser.parse_args()
     if args.count is not None:
         from passes import Counter
@@ -68,6 +72,6 @@ if __name__ == "__main__":
     else:
         import cProfile
 
-        with cProfile.Profile() as profile:
+        with cProfile.Profile(time.thread_time if args.cpu_clock else time.perf_counter) as profile:
             trio.run(main, args.bridge)
         profile.dump_stats(args.profile)
