@@ -226,7 +226,8 @@ async def check_capabilities_well_formed(ctx: Context) -> Result:
         if not isinstance(result, dict):
             return failed(f"initialize answered {show(answer)}")
         methods = result.get("authMethods") or []
-        ids = [m.get("id") for m in methods if isinstance(m, dict)]
+        key = "id" if ctx.protocol < 2 else "methodId"  # the schema's AuthMethod: v2 renamed the field
+        ids = [m.get(key) for m in methods if isinstance(m, dict)]
         repeated = sorted({i for i in ids if ids.count(i) > 1}, key=str)
         if repeated:
             return failed(f"authMethods repeat the id {repeated[0]!r}")

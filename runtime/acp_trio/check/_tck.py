@@ -120,6 +120,8 @@ SUMMARIES: Final[Mapping[str, str]] = MappingProxyType(
         "ACP-INIT-004": "agentInfo names the agent (a SHOULD)",
         "ACP-INIT-203": "info names the agent (required in protocol 2)",
         "ACP-AUTH-001": "authMethods ids are unique",
+        "ACP-AUTH-201": "authMethods methodIds are unique (v1's id, renamed)",
+        "ACP-TRANSPORT-201": "a line on stdio may hold a JSON-RPC batch array",
         "ACP-SCHEMA-001": "what the agent sends validates against the schema",
         "ACP-SESSION-001": "session/new answers a session id",
         "ACP-PROMPT-001": "a text prompt ends with a defined stop reason",
@@ -170,7 +172,7 @@ REQUIREMENTS: Final[Mapping[str, Mapping[int, tuple[str, ...]]]] = MappingProxyT
         "initialize.version": {1: ("ACP-INIT-001", "ACP-INIT-002"), 2: ("ACP-INIT-001", "ACP-INIT-201")},
         "initialize.newer-version": {1: ("ACP-INIT-003",), 2: ("ACP-INIT-003",)},
         "initialize.info": {1: ("ACP-INIT-004",), 2: ("ACP-INIT-203",)},
-        "initialize.capabilities": {1: ("ACP-AUTH-001",)},  # v2's methodId is not what it compares
+        "initialize.capabilities": {1: ("ACP-AUTH-001",), 2: ("ACP-AUTH-201",)},
         "jsonrpc.parse-error": {1: ("ACP-INFO-PARSE-001",), 2: ("ACP-INFO-PARSE-001",)},
         "jsonrpc.invalid-request": {1: ("ACP-INFO-INVALIDREQ-001",), 2: ("ACP-INFO-INVALIDREQ-001",)},
         "jsonrpc.unknown-method": {1: ("ACP-JSONRPC-004", "ACP-EXT-001"), 2: ("ACP-JSONRPC-004", "ACP-EXT-001")},
@@ -192,10 +194,9 @@ REQUIREMENTS: Final[Mapping[str, Mapping[int, tuple[str, ...]]]] = MappingProxyT
         "session.set-mode": {1: ("ACP-MODES-002",)},
         "session.set-config-option": {1: ("ACP-CONFIG-002",), 2: ("ACP-CONFIG-202",)},
         "lifecycle.eof": {1: ("ACP-SHUTDOWN-001",), 2: ("ACP-SHUTDOWN-001",)},
-        # v2 (ACP-TRANSPORT-201) also allows a line holding a batch, which this check does not yet
         "stdout.jsonrpc": {
             1: ("ACP-TRANSPORT-001", "ACP-TRANSPORT-002"),
-            2: ("ACP-TRANSPORT-002", "ACP-TRANSPORT-203"),
+            2: ("ACP-TRANSPORT-002", "ACP-TRANSPORT-201", "ACP-TRANSPORT-203"),
         },
         "schema.valid": {1: ("ACP-SCHEMA-001",), 2: ("ACP-SCHEMA-001",)},
         "capabilities.client": {1: ("ACP-CLIENTCAP-001", "ACP-CLIENTCAP-002")},

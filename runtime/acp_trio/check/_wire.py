@@ -340,9 +340,18 @@ class WirePeer:
         except orjson.JSONDecodeError:
             self.seen.not_jsonrpc.append(show_line(line))
             return
+        if isinstance(message, list) and message and not self.schema.variant.startswith("v1"):
+            # v2 transports.mdx § JSON-RPC Batch Messages: a line may hold a batch (one or more messages)
+            if all(isinstance(entry, dict) and entry.get("jsonrpc") == "2.0" for entry in message):
+                for entry in message:
+                    await self._on_message(entry)
+                return
         if not isinstance(message, dict) or message.get("jsonrpc") != "2.0":
             self.seen.not_jsonrpc.append(show_line(line))
             return
+        await self._on_message(message)
+
+    async def _on_message(self, message: dict[str, Any]) -> None:
         self.seen.messages += 1
         self.received.append(message)
         self._changed.unpark_all()
