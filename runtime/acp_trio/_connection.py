@@ -464,10 +464,10 @@ class Connection:
         fd_out: Any = self._fd_stream
         self._can_lend = fd_in is not None and (fd_out is None or fd_out.fileno() != fd_in.fileno())
         # or a message transport's stream that says its reads may be made, and waited for, in any
-        # task (MessageReceiveStream.lendable): the holder's wait is then woken by cancelling it
+        # task (MessageReceiveStream.lendable): the holder, a handler's task, is woken from such a
+        # wait by the cancellation of its request when the connection closes (_mark_closed)
         if fd_in is None and getattr(receive_stream, "lendable", False):
             self._can_lend = True
-        self._role_scope: trio.CancelScope | None = None  # the holder's wait on such a stream
         self._handed = 0  # requests handed to pool tasks that have not started them yet
         self._holding = False  # the reader runs request handlers: their output waits for _flush
         self._backlog: list[bytes | _core.OversizedMessage] = []  # framed lines the reader has not handled yet
@@ -649,14 +649,12 @@ class Connection:
         self._closed_event.set()
 
     def _fail_pending(self, error: ConnectionClosed) -> None:
-        if self._role_waiting:  # a handler reads for its response: wake it (ClosedResourceError) to take the error
-            if self._fd_receive is None:
-                if self._role_scope is not None:  # a message transport's stream: cancel the wait
-                    self._role_scope.cancel()
-            else:
-                fd = self._fd_receive.fileno()
-                if fd >= 0:
-                    trio.lowlevel.notify_closing(fd)
+        if self._role_waiting and self._fd_receive is not None:
+            # a handler reads a pipe for its response: wake it (ClosedResourceError) to take the error
+            # (on a message stream, the cancellation of its request that follows wakes it)
+            fd = self._fd_receive.fileno()
+            if fd >= 0:
+                trio.lowlevel.notify_closing(fd)
         slots = list(self._pending.values())
         self._pending.clear()
         for slot in slots:
@@ -1673,20 +1671,15 @@ class Connection:
 
     async def _receive_lent(self) -> bytes:
         """One read of a lendable message stream in the role holder's task (see :meth:`_read_until_answered`);
-        ``b""`` when the pool's reader is to take over: the end of input (the stream says it again),
-        an error (it fails again), or the wait cancelled by :meth:`_fail_pending`."""
-        scope = trio.CancelScope()
-        self._role_scope = scope
+        ``b""`` when the pool's reader is to take over: the end of input (the stream says it again)
+        or an error (it fails again)."""
         self._role_waiting = True
         try:
-            with scope:
-                return bytes(await self._receive_stream.receive_some(_READ_SIZE))
+            return bytes(await self._receive_stream.receive_some(_READ_SIZE))
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
             return b""
         finally:
             self._role_waiting = False
-            self._role_scope = None
-        return b""  # cancelled (closed, see _fail_pending)
 
     def _on_lines_to_pool(self, items: list[bytes | _core.OversizedMessage]) -> None:
         """:meth:`_on_lines` with every request read handed to a pool task, none run here: in a
