@@ -29,6 +29,9 @@ for line in sys.stdin:
     else:
         answer = {"jsonrpc": "2.0", "id": message["id"], "error": {"code": -32601, "message": "Method not found"}}
     sys.stdout.write(json.dumps([answer] if batch else answer) + "\n")
+    if sys.argv[2] == "noise":  # two distinct problems for schema.valid: methods without the "_" prefix
+        for name in ("vendor/one", "vendor/two"):
+            sys.stdout.write(json.dumps({"jsonrpc": "2.0", "method": name, "params": {}}) + "\n")
     sys.stdout.flush()
 """
 
@@ -62,3 +65,22 @@ async def test_a_batch_line_on_stdout_is_jsonrpc_in_v2_only(tmp_path: Path, prot
         assert "ACP-TRANSPORT-201" in found["stdout.jsonrpc"].requirements
     else:  # v1 says nothing of batches: a batch line is not one message
         assert found["stdout.jsonrpc"].status is Status.FAIL, found["stdout.jsonrpc"]
+
+
+async def test_a_whole_run_check_lists_every_distinct_problem(tmp_path: Path) -> None:
+    """``schema.valid`` names the first problem and how many others, and lists each (text, JSON, JUnit)."""
+    agent = tmp_path / "agent.py"
+    agent.write_text(RAW_AGENT)
+    report = await run_checks(
+        [sys.executable, str(agent), "1", "noise"], protocol=1, only=["initialize.version", "schema.valid"]
+    )
+    (finding,) = [finding for finding in report.findings if finding.name == "schema.valid"]
+    assert finding.status is Status.FAIL
+    assert "(and 1 other problems, listed below)" in finding.observed
+    assert len(finding.details) == 2
+    assert "vendor/one" in finding.details[0] and "vendor/two" in finding.details[1]
+    (data,) = [entry for entry in report.as_json()["findings"] if entry["name"] == "schema.valid"]
+    assert data["details"] == list(finding.details)
+    assert all(f"- {detail}" in report.text() for detail in finding.details)
+    failure = report.junit().getroot().find(".//testcase[@name='schema.valid']/failure")
+    assert failure is not None and failure.text is not None and "vendor/two" in failure.text

@@ -107,7 +107,9 @@ GATED = f"not checked: see {GATE}"
 @dataclass(frozen=True)
 class Finding:
     """One line of the report; ``requirements``: the ids of the official test kit's rules the check
-    covers in the run's protocol version (``("ACP-INIT-003",)``; :data:`REQUIREMENTS`)."""
+    covers in the run's protocol version (``("ACP-INIT-003",)``; :data:`REQUIREMENTS`); ``details``:
+    for a check over the whole run (``schema.valid``, ``stdout.jsonrpc``, ...) that found several
+    distinct problems, each of them (``observed`` names the first and how many others)."""
 
     name: str
     title: str
@@ -116,6 +118,7 @@ class Finding:
     source: str
     seconds: float
     requirements: tuple[str, ...] = ()
+    details: tuple[str, ...] = ()
 
 
 @dataclass
@@ -132,8 +135,9 @@ class Report:
 
     def as_json(self) -> dict[str, Any]:
         """The report as JSON-ready data (what ``--json PATH`` writes): the command, the protocol and
-        each finding's name, title, status, observation, source, duration (seconds) and
-        ``requirements`` (acp-tck ids, a list, maybe empty); when any finding names one,
+        each finding's name, title, status, observation, source, duration (seconds),
+        ``requirements`` (acp-tck ids, a list, maybe empty) and ``details`` (every distinct problem
+        of a whole-run check that found several, a list, maybe empty); when any finding names one,
         ``acp_tck``: the ``repository``, ``commit`` and ``file`` the ids were read from."""
         data: dict[str, Any] = {
             "command": self.command,
@@ -147,6 +151,7 @@ class Report:
                     "source": f.source,
                     "seconds": round(f.seconds, 3),
                     "requirements": list(f.requirements),
+                    "details": list(f.details),
                 }
                 for f in self.findings
             ],
@@ -185,6 +190,7 @@ class Report:
         for i, f in enumerate(shown):
             lines.append(f"{f.status.value:4}  {f.name:{width}}  {f.observed}")
             lines.append(f"{'':4}  {' '.join(f.requirements):{width}}  ({f.title}; {f.source})")
+            lines += [f"{'':4}  {'':{width}}  - {detail}" for detail in f.details]
             if i == gate and stopped:
                 lines.append(f"{Status.SKIP.value:4}  {label:{width}}  not run: see {GATE}")
         counts = {s: sum(f.status is s for f in self.findings) for s in Status}
@@ -411,6 +417,7 @@ async def _run(
             why = "no agent process: nothing to read on stderr"
             report.findings.append(Finding(name, title, Status.SKIP, why, source, 0.0))
             continue
+        details: tuple[str, ...] = ()
         if not seen.messages and not problems:
             status, observed = Status.SKIP, "no message was received"
         elif problems and name == "lifecycle.stderr":
@@ -418,11 +425,14 @@ async def _run(
         elif problems:
             distinct = list(dict.fromkeys(problems))
             times = f" (seen {len(problems)} times)" if len(problems) > 1 and len(distinct) == 1 else ""
-            more = f" (and {len(distinct) - 1} other problems)" if len(distinct) > 1 else ""
+            more = f" (and {len(distinct) - 1} other problems, listed below)" if len(distinct) > 1 else ""
             status, observed = Status.FAIL, f"{distinct[0]}{times}{more}"
+            details = tuple(distinct) if len(distinct) > 1 else ()
         else:
             status, observed = Status.PASS, fine
-        report.findings.append(Finding(name, title, status, observed, source.format(variant=variant), 0.0))
+        report.findings.append(
+            Finding(name, title, status, observed, source.format(variant=variant), 0.0, details=details)
+        )
     report.findings = [replace(f, requirements=requirements_of(f.name, protocol)) for f in report.findings]
     return report
 

@@ -44,11 +44,13 @@ class Status(enum.Enum):
 @dataclass(frozen=True)
 class Result:
     """What one check concluded: its ``status`` and what it ``observed``; ``start_timeout``: whether
-    it is a FAIL because the agent answered no ``initialize`` within its start-up time (``--start-timeout``)."""
+    it is a FAIL because the agent answered no ``initialize`` within its start-up time (``--start-timeout``);
+    ``details``: every distinct problem, when a check over the whole run found several."""
 
     status: Status
     observed: str
     start_timeout: bool = False
+    details: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

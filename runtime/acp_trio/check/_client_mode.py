@@ -1421,8 +1421,10 @@ async def run_client_checks(
     ):
         if problems:
             distinct = list(dict.fromkeys(problems))
-            more = f" (and {len(distinct) - 1} other problems)" if len(distinct) > 1 else ""
-            results[name] = Result(Status.FAIL, distinct[0] + more)
+            more = f" (and {len(distinct) - 1} other problems, listed below)" if len(distinct) > 1 else ""
+            results[name] = Result(
+                Status.FAIL, distinct[0] + more, details=tuple(distinct) if len(distinct) > 1 else ()
+            )
         elif messages:
             results[name] = Result(Status.PASS, fine)
         else:
@@ -1444,5 +1446,7 @@ async def run_client_checks(
                 reason = "the client never sent session/prompt"
             result = Result(Status.SKIP, reason)
         source = check.source_for(protocol).replace("schema/v1/", f"schema/v{protocol}/")
-        report.findings.append(Finding(check.name, check.title, result.status, result.observed, source, 0.0))
+        report.findings.append(
+            Finding(check.name, check.title, result.status, result.observed, source, 0.0, details=result.details)
+        )
     return report

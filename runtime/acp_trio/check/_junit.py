@@ -65,7 +65,7 @@ def junit_tree(report: Report, name: str = "acp-trio check") -> ET.ElementTree[E
         about = _text(f"{finding.title}; {finding.source}")
         if finding.status is Status.FAIL:
             failure = ET.SubElement(case, "failure", {"message": observed, "type": "FAIL"})
-            failure.text = f"{observed}\n({about})"
+            failure.text = "\n".join([observed, *(f"- {_text(detail)}" for detail in finding.details), f"({about})"])
         elif finding.status is Status.SKIP:
             ET.SubElement(case, "skipped", {"message": observed})
         else:
