@@ -10,8 +10,11 @@ holds both; default: this checkout, named ``main``): its server (``trio_server.p
 measured side by side under the same load (make a copy of a commit with ``git archive COMMIT
 runtime generated | tar -x -C DIR``).  ``--ts``: also the TypeScript SDK's pair (``ts_server.mjs``
 and ``ts_client.mjs``; ``ACP_INTEROP_NPM_DIR`` or ``~/.cache/acp-trio/interop/npm-2.4.0-ws-8.18.3``).
-``--python``: the interpreter for the acp-trio sides (default: this one; a venv with a compiled
-wheel measures the compiled runtime: pass ``--tree installed=-`` to use what it has installed).
+``--crossed``: also the last tree's client against the TS server (``NAME>ts``) and the TS client
+against the last tree's server (``ts>NAME``).
+``--python``: the interpreter for the acp-trio sides (default: this one).  ``--tree NAME=-``: what
+that interpreter has installed; ``--tree NAME=/path/to/venv/bin/python``: that interpreter and what
+it has installed (a venv with a compiled wheel: the compiled runtime).
 
 Every variant keeps one server for the whole run; each round runs one client process per variant
 and command (the order of the variants alternates between rounds), one warm-up prompt and
@@ -75,6 +78,7 @@ def main() -> None:
     parser.add_argument("--tree", action="append", default=[], help="NAME=DIR (DIR '-': what --python has installed)")
     parser.add_argument("--python", default=sys.executable)
     parser.add_argument("--ts", action="store_true")
+    parser.add_argument("--crossed", action="store_true", help="also the crossed pairs (implies --ts)")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("commands", nargs="*", default=list(DEFAULT_COMMANDS))
@@ -83,16 +87,23 @@ def main() -> None:
     variants: list[tuple[str, list[str], dict[str, str]]] = []
     with ExitStack() as stack:
         for name, tree in trees:
+            python = args.python
+            if tree.endswith("/python") or tree.endswith("/python3"):  # an interpreter: what it has installed
+                python, tree = tree, "-"
             env = env_for(None if tree == "-" else tree)
-            port = start([args.python, str(HERE / "trio_server.py")], env, stack)
-            client = [args.python, str(HERE / "trio_client.py"), f"ws://127.0.0.1:{port}/acp", "--warmup", "1"]
+            port = start([python, str(HERE / "trio_server.py")], env, stack)
+            client = [python, str(HERE / "trio_client.py"), f"ws://127.0.0.1:{port}/acp", "--warmup", "1"]
             variants.append((name, [*client, "--repeats", str(args.repeats)], env))
-        if args.ts:
+        if args.ts or args.crossed:
             env = env_for(None)
             port = start(["node", str(HERE / "ts_server.mjs")], env, stack)
-            variants.append(
-                ("ts", ["node", str(HERE / "ts_client.mjs"), f"ws://127.0.0.1:{port}/acp", "1", str(args.repeats)], env)
-            )
+            ts_client = ["node", str(HERE / "ts_client.mjs")]
+            variants.append(("ts", [*ts_client, f"ws://127.0.0.1:{port}/acp", "1", str(args.repeats)], env))
+            if args.crossed:  # the last tree's client against the TS server, the TS client against its server
+                name, argv, tree_env = variants[-2]
+                ours = [*argv[:2], f"ws://127.0.0.1:{port}/acp", *argv[3:]]
+                variants.append((f"{name}>ts", ours, tree_env))
+                variants.append((f"ts>{name}", [*ts_client, argv[2], "1", str(args.repeats)], env))
         rates: dict[tuple[str, str], list[float]] = {}
         for r in range(args.rounds):
             order = variants if r % 2 == 0 else variants[::-1]
