@@ -1163,9 +1163,9 @@ async def test_the_servers_connection_reads_its_websocket_itself_and_sees_the_cl
     readers: set[trio.lowlevel.Task] = set()
     read_inline = CoalescingTCPServer.read_inline
 
-    async def counted(self: CoalescingTCPServer) -> bool:
+    async def counted(self: CoalescingTCPServer, *args: Any) -> bool:
         readers.add(trio.lowlevel.current_task())
-        return await read_inline(self)
+        return await read_inline(self, *args)
 
     monkeypatch.setattr(CoalescingTCPServer, "read_inline", counted)
     Agent.instances.clear()
@@ -1250,6 +1250,7 @@ async def test_the_client_sends_at_once_without_a_task_and_what_the_socket_leave
                     assert sent_later == []  # all wait for the socket, behind the rest
                     reading.set()
                 assert sent_later == [False] and ws._rest is None
+                await trio.testing.wait_all_tasks_blocked()  # (the rest's task, if a sender sent it, has ended)
                 assert ws.send_texts_now(["END"]) is True
                 await done.wait()
                 assert [m for m in got if m != "PING"] == [*expected, "later", "END"]

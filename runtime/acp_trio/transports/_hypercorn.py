@@ -437,7 +437,7 @@ class CoalescingTCPServer(TCPServer):
         self._lend_wanted = False
         self._returned.set()
 
-    async def read_inline(self) -> bool:
+    async def read_inline(self, handle: Callable[[bytes], Awaitable[None]] | None = None) -> bool:
         """One read of the socket in the task the reads are lent to, handed to hypercorn's protocol
         as its reader would (so what the application receives comes through its ``receive`` queue
         as usual, or however it took it over).  Waits until the socket is readable (after a read
@@ -447,6 +447,8 @@ class CoalescingTCPServer(TCPServer):
         Returns ``False`` at the end of input or on a read error, having given the reads back to
         hypercorn's reader, which reads again, meets the same end, and ends the connection as it
         always does (the application then receives its ``websocket.disconnect``).
+        ``handle``: ``async (bytes) -> None`` to hand the bytes to instead of the protocol (a
+        WebSocket stream's own ``handle``, past HTTP/1.1's pass-through layers).
         """
         socket = self._socket
         if self._inline_full:
@@ -471,7 +473,10 @@ class CoalescingTCPServer(TCPServer):
         self._inline_full = len(data) == MAX_RECV
         # (no yield here but where hypercorn waits: a close, a pong waiting for room; cancelled
         # there, what is left of the read stays in wsproto's buffer and a frame is sent whole or not)
-        await self.protocol.handle(RawData(data))
+        if handle is None:
+            await self.protocol.handle(RawData(data))
+        else:
+            await handle(data)
         return True
 
     async def _close(self) -> None:

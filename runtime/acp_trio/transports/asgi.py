@@ -1308,6 +1308,7 @@ class _LentReads:
         self.arrived = trio.lowlevel.ParkingLot()  # a receive waiting for hypercorn's reader to put
         self.lent = False
         self.closed = False
+        self.handle: Callable[[bytes], Awaitable[None]] | None = None  # where read_inline hands the bytes
 
     @classmethod
     async def take_over(cls, tcp: Any, send: Send, channel_nowait: Any) -> _LentReads | None:
@@ -1322,6 +1323,19 @@ class _LentReads:
         reads = cls(tcp, channel_nowait)
         reads.lent = True
         stream.app_put = reads.put  # (hypercorn's WSStream: its attribute, set once by spawn_app)
+        # past HTTP/1.1's layers when they hold nothing: after the upgrade hypercorn's H11Protocol
+        # hands every byte unchanged to the WebSocket stream as one Data event (H11WSConnection)
+        h11: Any = getattr(getattr(tcp, "protocol", None), "protocol", None)
+        if getattr(h11, "stream", None) is stream and not getattr(getattr(h11, "connection", None), "buffer", b"x"):
+            from hypercorn.protocol.events import Data
+
+            ws: Any = stream
+            stream_id = ws.stream_id
+
+            async def handle(data: bytes) -> None:
+                await ws.handle(Data(stream_id=stream_id, data=data))
+
+            reads.handle = handle
         return reads
 
     async def put(self, message: Message) -> None:
@@ -1351,7 +1365,7 @@ class _LentReads:
             except trio.WouldBlock:
                 pass
             if self.lent:
-                if not await self.tcp.read_inline():
+                if not await self.tcp.read_inline(self.handle):
                     self.lent = False  # the end of input: hypercorn's reader reads it again and says so
             else:
                 await self.arrived.park()
