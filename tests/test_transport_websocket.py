@@ -569,6 +569,16 @@ def test_the_fast_paths_find_the_library_hooks_they_rely_on() -> None:
     assert callable(WSStream._handle_events) and callable(Connection.events)
     _hypercorn._use_closing_ws_stream()
     assert h11.WSStream is h2.WSStream is _hypercorn.ClosingWSStream  # type: ignore[attr-defined]
+    # the lent reads and direct sends of AcpApp._run (_LentReads, _direct_sender): without these
+    # they fall back to hypercorn's reader task and the writer, correct but a task hop slower
+    import inspect
+
+    ws_init = inspect.getsource(WSStream.__init__)
+    for attribute in ("self.app_put", "self.connection", "self.state", "self.closed"):
+        assert attribute in ws_init, attribute
+    assert "self.buffer = bytearray(" in inspect.getsource(h11.H11WSConnection.__init__)
+    assert "self.stream" in inspect.getsource(h11.H11Protocol.__init__)
+    assert callable(getattr(_hypercorn.CoalescingTCPServer, "write_now", None))
 
 
 async def test_the_client_reader_queues_a_bounded_number_of_bytes_and_keeps_order_and_the_size_limit(
