@@ -28,10 +28,10 @@ for line in sys.stdin:
                   "result": {"protocolVersion": protocol, caps: {}, "authMethods": methods}}
     else:
         answer = {"jsonrpc": "2.0", "id": message["id"], "error": {"code": -32601, "message": "Method not found"}}
-    sys.stdout.write(json.dumps([answer] if batch else answer) + "\n")
     if sys.argv[2] == "noise":  # two distinct problems for schema.valid: methods without the "_" prefix
-        for name in ("vendor/one", "vendor/two"):
+        for name in ("vendor/one", "vendor/two"):  # (before the answer: read before the checker moves on)
             sys.stdout.write(json.dumps({"jsonrpc": "2.0", "method": name, "params": {}}) + "\n")
+    sys.stdout.write(json.dumps([answer] if batch else answer) + "\n")
     sys.stdout.flush()
 """
 
