@@ -14,6 +14,7 @@ official TypeScript SDK 2.4.0 speaks it.  Two kinds of peer:
 
 from __future__ import annotations
 
+import functools
 import json
 import socket
 from collections.abc import AsyncIterator
@@ -963,3 +964,116 @@ async def test_served_lets_the_clients_failure_out_as_itself_and_stops_serving_a
                     assert await new_session(conn) == "s1"
                 raise mine
         assert raised.value is mine
+
+
+# -- the POSTs' own HTTP/1.1 connection (h11 over trio, for http:// URLs) ---------------------------
+
+
+async def test_each_post_is_one_write_on_one_kept_alive_connection(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A POST's head and body go out in one write, every POST on the same TCP connection (through
+    httpx2 each POST cost two writes and about four times the client's CPU: issue 32, latency)."""
+    pytest.importorskip("hypercorn")
+    from acp_trio.transports.asgi import AcpApp
+
+    writes: list[tuple[int, bytes]] = []  # (local port, bytes) of each write carrying a POST
+    send_all = trio.SocketStream.send_all
+
+    async def counted(self: trio.SocketStream, data: bytes | bytearray | memoryview) -> None:
+        if bytes(data[:5]) == b"POST " or (writes and writes[-1][1].endswith(b"\r\n\r\n")):
+            writes.append((self.socket.getsockname()[1], bytes(data)))
+        await send_all(self, data)
+
+    monkeypatch.setattr(trio.SocketStream, "send_all", counted)
+    with trio.fail_after(TIME_LIMIT):
+        async with acp_app_served(AcpApp(SessionAgent)) as url, connect_http(url, Recorder()) as conn:
+            await conn.agent.initialize(INIT)
+            for _ in range(3):
+                await new_session(conn)
+    posts = [data for _, data in writes if data.startswith(b"POST ")]
+    assert len(posts) == 4 and len(writes) == 4, [data[:40] for _, data in writes]  # no write of a body alone
+    for data in posts:
+        head, _, body = data.partition(b"\r\n\r\n")
+        length = next(
+            int(line.split(b":")[1]) for line in head.split(b"\r\n") if line.lower().startswith(b"content-length:")
+        )
+        assert len(body) == length and json.loads(body)["jsonrpc"] == "2.0"
+    assert len({port for port, _ in writes}) == 1  # kept alive
+
+
+async def test_a_post_connection_the_server_closed_is_replaced_and_its_cookies_kept() -> None:
+    """The server ends a kept-alive connection after its answer (``Connection: close``), or closes
+    it while idle: the next POST goes on a new one.  A ``Set-Cookie`` on a ``202`` is sent back."""
+    h11 = pytest.importorskip("h11")
+    posts: list[tuple[int, dict[bytes, bytes], bytes]] = []  # (peer port, headers, body)
+    streams: list[trio.SocketStream] = []
+
+    async def handle(stream: trio.SocketStream) -> None:
+        streams.append(stream)
+        peer = stream.socket.getpeername()[1]
+        conn = h11.Connection(h11.SERVER)
+        while True:
+            event = conn.next_event()
+            if event is h11.NEED_DATA:
+                data = await stream.receive_some(65536)
+                if not data:
+                    return
+                conn.receive_data(data)
+                continue
+            assert isinstance(event, h11.Request)
+            headers = dict(event.headers)
+            method = event.method
+            body = b""
+            while not isinstance(event := conn.next_event(), h11.EndOfMessage):
+                if event is h11.NEED_DATA:
+                    conn.receive_data(await stream.receive_some(65536))
+                else:
+                    body += event.data
+            if headers.get(b"accept") == b"text/event-stream":  # the connection's SSE stream: held open
+                await stream.send_all(
+                    conn.send(h11.Response(status_code=200, headers=[(b"content-type", b"text/event-stream")]))
+                )
+                await trio.sleep_forever()
+            message = json.loads(body) if body else {}
+            if method == b"POST":
+                posts.append((peer, headers, body))
+            if message.get("method") == "initialize":
+                answer = json.dumps({"jsonrpc": "2.0", "id": message["id"], "result": {"protocolVersion": 1}}).encode()
+                head = [
+                    (b"content-type", b"application/json"),
+                    (b"acp-connection-id", b"c1"),
+                    (b"content-length", str(len(answer)).encode()),
+                ]
+                await stream.send_all(
+                    conn.send(h11.Response(status_code=200, headers=head))
+                    + conn.send(h11.Data(data=answer))
+                    + conn.send(h11.EndOfMessage())
+                )
+            else:
+                head = [(b"content-length", b"0")]
+                if len(posts) == 2:
+                    head += [(b"set-cookie", b"affinity=b7; Path=/"), (b"connection", b"close")]
+                await stream.send_all(
+                    conn.send(h11.Response(status_code=202, headers=head)) + conn.send(h11.EndOfMessage())
+                )
+            if conn.our_state is h11.MUST_CLOSE or len(posts) == 3:  # the third: closed while idle
+                await stream.aclose()
+                return
+            conn.start_next_cycle()
+
+    with trio.fail_after(TIME_LIMIT):
+        async with owned_nursery() as nursery:
+            [listener] = await nursery.start(functools.partial(trio.serve_tcp, handle, 0, host="127.0.0.1"))
+            url = f"http://127.0.0.1:{listener.socket.getsockname()[1]}/acp"
+            async with connect_http(url, Recorder()) as conn:
+                await conn.agent.initialize(INIT)
+                for number in range(3):
+                    while len(posts) < 1 + number:  # (the connection's stream may open in between)
+                        await trio.lowlevel.checkpoint()
+                    await conn.ext_notification("_note", {"n": number})
+                    while len(posts) < 2 + number:
+                        await trio.sleep(0)
+            nursery.cancel_scope.cancel()
+    assert [json.loads(body).get("params", {}).get("n") for _, _, body in posts[1:]] == [0, 1, 2]
+    ports = [port for port, _, _ in posts]
+    assert ports[0] == ports[1] != ports[2] != ports[3]  # a new connection after each close
+    assert b"cookie" not in posts[1][1] and posts[2][1][b"cookie"] == b"affinity=b7" == posts[3][1][b"cookie"]
