@@ -65,10 +65,6 @@ HTTP/2 by ALPN on ``https://`` for a server that needs it.  It runs on trio nati
 standard's rules: CR, LF and CRLF line ends, comments, other fields ignored, a cap on an event's
 size), which takes each network read whole: httpx2's ``EventSource``, used before, handed over
 one event per ``await`` and cost half of the client's time per streamed update.
-The ``POST`` s to an ``http://`` URL (no custom ``transport``, no proxy in the environment) go
-on keep-alive HTTP/1.1 connections driven with h11 directly (:mod:`acp_trio.transports._http11`:
-one write per ``POST``, about a quarter of the CPU httpx2 spent on one, which was half of a round
-trip); their failures raise httpx2's exceptions, so both paths are handled alike.
 
 Needs the ``remote`` extra (``pip install acp-trio[remote]``).
 """
@@ -96,8 +92,6 @@ from .websocket import bytes_to_line, text_to_line
 
 if TYPE_CHECKING:
     import httpx2
-
-    from ._http11 import Http11Pool
 
 log = logging.getLogger("acp_trio.http")
 
@@ -274,12 +268,10 @@ class _Exchange:
         max_message_bytes: int,
         max_buffered_bytes: int,
         connect_timeout: float = 30.0,
-        posts: Http11Pool | None = None,
     ) -> None:
         self.url = url
         self.connect_timeout = connect_timeout
         self.http = http
-        self.posts = posts  # POSTs over h11 directly (plain http://), else through `http`
         self.base_headers = dict(headers)
         self.cookies = cookies
         self.nursery = nursery
@@ -388,8 +380,8 @@ class _Exchange:
     async def _request(
         self, method: str, what: str, headers: dict[str, str], content: bytes | None = None, limit: int = 0
     ) -> tuple[int, Mapping[str, str], bytes | None]:
-        """One HTTP request: (status, headers (looked up by lower-case name), body up to ``limit``
-        bytes).  A network error closes the transport; raises ``trio.BrokenResourceError`` once it is closed."""
+        """One HTTP request: (status, headers, body up to ``limit`` bytes).  A network error closes the
+        transport; raises ``trio.BrokenResourceError`` once it is closed."""
         import httpx2
 
         if self.fatal is not None:
@@ -398,12 +390,6 @@ class _Exchange:
         self._posts.add(scope)
         try:
             with scope:
-                if self.posts is not None:
-                    status, by_name, pairs, body = await self.posts.request(
-                        method, _wire(headers), content, max(limit, _ERROR_BODY_BYTES)
-                    )
-                    self.cookies.store(pairs)
-                    return status, by_name, body
                 async with self.http.stream(method, self.url, headers=_wire(headers), content=content) as response:
                     self.cookies.store(response.headers.multi_items())
                     body = await self._read(response, max(limit, _ERROR_BODY_BYTES))
@@ -516,7 +502,7 @@ class _Exchange:
                     {"status": status, "body": _body(text[:_ERROR_BODY_BYTES])},
                 )
             return
-        connection_id = headers.get(HEADER_CONNECTION_ID.lower())
+        connection_id = headers.get(HEADER_CONNECTION_ID)
         if not connection_id:
             self.fail(f"the answer to initialize has no {HEADER_CONNECTION_ID} header")
             return
@@ -829,13 +815,6 @@ async def open_exchange(
         transport=transport,
         verify=verify,
     )
-    from ._http11 import Http11Pool, usable_for
-
-    posts = None
-    if usable_for(url, transport):
-        # httpx2's own defaults but Accept-Encoding (answers to POSTs are read as they come)
-        defaults = [(b"Accept", b"*/*"), (b"User-Agent", client_http.headers["User-Agent"].encode("latin-1"))]
-        posts = Http11Pool(url, connect_timeout, defaults)
     async with client_http, owned_nursery() as nursery:
         exchange = _Exchange(
             url,
@@ -846,7 +825,6 @@ async def open_exchange(
             max_message_bytes=max_message_bytes,
             max_buffered_bytes=max_buffered_bytes,
             connect_timeout=connect_timeout,
-            posts=posts,
         )
         try:
             yield exchange
@@ -856,8 +834,6 @@ async def open_exchange(
                 if exchange.fatal is None and exchange.connection_id is not None:
                     await exchange.delete(close_timeout)
                 nursery.cancel_scope.cancel()
-                if posts is not None:
-                    posts.aclose_now()
 
 
 __all__ = [
