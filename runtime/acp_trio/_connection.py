@@ -768,25 +768,26 @@ class Connection:
         del outbox[:sent]
         self._wake_writer.set()
 
+    async def _until_taken(self) -> None:
+        """Wait until the writer takes the outbox (it is then being sent) or the connection closes."""
+        if not self._drain_wanted:
+            self._drained = trio.Event()
+            self._drain_wanted = True
+        await self._drained.wait()
+
     async def _backpressure(self) -> None:
         # Queue first, wait after: a message once queued is sent even if its sender is cancelled.
         if len(self._outbox) > _HIGH_WATER:
-            if not self._drain_wanted:
-                self._drained = trio.Event()
-                self._drain_wanted = True
-            await self._drained.wait()
+            await self._until_taken()
             self._check_open()
 
     async def _output_taken(self) -> None:
         """Backpressure on the input (see ``max_output_bytes``): the reader waits until the writer
-        has taken the output queued so far (it is then being sent), or the connection closed."""
+        has taken the output queued so far, or the connection closed."""
         log.debug("%s: %d bytes of output wait for the peer: reading paused", self.name, len(self._outbox))
         while len(self._outbox) > self.max_output_bytes and self._closed is None:
-            if not self._drain_wanted:
-                self._drained = trio.Event()
-                self._drain_wanted = True
             self._wake_writer.set()
-            await self._drained.wait()
+            await self._until_taken()
 
     async def _writer(self) -> None:
         """The only task that writes: sends everything queued in one write, until closed and drained."""
