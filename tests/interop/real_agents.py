@@ -22,6 +22,7 @@ off, so it needs no network and no account.
 from __future__ import annotations
 
 import fcntl
+import functools
 import json
 import os
 import shutil
@@ -202,31 +203,23 @@ QWEN_ENTRY = "@qwen-code/qwen-code/cli-entry.js"  # the package's bin, "qwen"
 OPENCODE_ENTRY = "opencode-ai/bin/opencode.exe"  # its bin, "opencode": the platform binary its postinstall puts there
 
 
-def install_gemini_cli(timeout: float = INSTALL_TIMEOUT) -> Path:
-    """``node_modules`` holding ``@google/gemini-cli`` :data:`GEMINI_CLI_VERSION`."""
-    return _install_npm_package(
-        f"npm-gemini-cli-{GEMINI_CLI_VERSION}",
-        f"@google/gemini-cli@{GEMINI_CLI_VERSION}",
-        GEMINI_ENTRY,
-        timeout,
-    )
+NPM_AGENTS = {
+    "gemini-cli": ("@google/gemini-cli", GEMINI_CLI_VERSION, GEMINI_ENTRY),
+    "qwen-code": ("@qwen-code/qwen-code", QWEN_CODE_VERSION, QWEN_ENTRY),
+    "opencode": ("opencode-ai", OPENCODE_VERSION, OPENCODE_ENTRY),  # a platform binary
+}
+"""The version-1 agents from npm: name -> (package, pinned version, entry point under node_modules)."""
 
 
-def install_qwen_code(timeout: float = INSTALL_TIMEOUT) -> Path:
-    """``node_modules`` holding ``@qwen-code/qwen-code`` :data:`QWEN_CODE_VERSION`."""
-    return _install_npm_package(
-        f"npm-qwen-code-{QWEN_CODE_VERSION}",
-        f"@qwen-code/qwen-code@{QWEN_CODE_VERSION}",
-        QWEN_ENTRY,
-        timeout,
-    )
+def install_npm_agent(name: str, timeout: float = INSTALL_TIMEOUT) -> Path:
+    """``node_modules`` holding the npm agent ``name`` of :data:`NPM_AGENTS`, at its pinned version."""
+    package, version, entry = NPM_AGENTS[name]
+    return _install_npm_package(f"npm-{package.rsplit('/', 1)[-1]}-{version}", f"{package}@{version}", entry, timeout)
 
 
-def install_opencode(timeout: float = INSTALL_TIMEOUT) -> Path:
-    """``node_modules`` holding ``opencode-ai`` :data:`OPENCODE_VERSION` (a platform binary)."""
-    return _install_npm_package(
-        f"npm-opencode-ai-{OPENCODE_VERSION}", f"opencode-ai@{OPENCODE_VERSION}", OPENCODE_ENTRY, timeout
-    )
+install_gemini_cli = functools.partial(install_npm_agent, "gemini-cli")
+install_qwen_code = functools.partial(install_npm_agent, "qwen-code")
+install_opencode = functools.partial(install_npm_agent, "opencode")
 
 
 def install_pydantic_acp(timeout: float = INSTALL_TIMEOUT) -> Path:
