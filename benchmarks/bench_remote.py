@@ -268,10 +268,18 @@ class Pairing:
     argv: list[str] | None  # None: not measured
     note: str = ""
     server_pid: int | None = None  # its server process, whose CPU time is read from /proc (None: stdio)
+    streams: bool = True  # whether scenario 1 runs it (the round-trip floors do not stream)
 
 
 def stream_pairings(
-    py: str, ours: Server, bridge: Server, floor: Server, ts: Server | None, ts_note: str, ours_http: bool
+    py: str,
+    ours: Server,
+    bridge: Server,
+    floor: Server,
+    wsproto_floor: Server,
+    ts: Server | None,
+    ts_note: str,
+    ours_http: bool,
 ) -> list[Pairing]:
     trio_client = [py, str(_REMOTE / "trio_client.py")]
     ts_client = ["node", str(_REMOTE / "ts_client.mjs")]
@@ -327,6 +335,22 @@ def stream_pairings(
             "",
             floor.pid,
         ),
+        Pairing(
+            "ws-wsproto-floor",
+            "WS floor, no ACP: trio + wsproto alone, one task per side",
+            [py, str(_REMOTE / "wsproto_floor.py"), wsproto_floor.url("ws")],
+            "",
+            wsproto_floor.pid,
+            streams=False,
+        ),
+        Pairing(
+            "http-floor",
+            "HTTP floor, no ACP: httpx2 → bare ASGI app on hypercorn",
+            [py, str(_REMOTE / "raw_http_client.py"), floor.url("http")],
+            "",
+            floor.pid,
+            streams=False,
+        ),
     ]
     return pairings
 
@@ -357,10 +381,10 @@ def run_streams(
     the CPU seconds per update of each side (``{"server": s, "client": s}``; the client's includes
     its children, so the directly spawned agent counts as the "client" side), over all prompts; and
     why a pairing failed (``{key: note}``; its note says so too, it is not run again, the others go on)."""
-    samples: dict[str, list[float]] = {p.key: [] for p in pairings if p.argv}
-    cpu: dict[str, dict[str, float]] = {p.key: {"server": 0.0, "client": 0.0} for p in pairings if p.argv}
+    samples: dict[str, list[float]] = {p.key: [] for p in pairings if p.argv and p.streams}
+    cpu: dict[str, dict[str, float]] = {p.key: {"server": 0.0, "client": 0.0} for p in pairings if p.argv and p.streams}
     failed: dict[str, str] = {}
-    order = [p for p in pairings if p.argv]
+    order = [p for p in pairings if p.argv and p.streams]
     for i in range(rounds):
         for pairing in order if i % 2 == 0 else order[::-1]:
             assert pairing.argv is not None
@@ -390,6 +414,7 @@ SCENARIO_RUNS: Final = {
     "http-ts": HTTP_COMMANDS,
     "bridge": BRIDGE_COMMANDS,
     "direct": BRIDGE_COMMANDS,
+    **{key: (READ_SEQ,) for key in ("ws-floor", "ws-wsproto-floor", "http-floor")},
 }
 """Pairing key → the commands besides ``stream`` that :func:`run_scenarios` runs on it."""
 
@@ -504,7 +529,9 @@ CONNECT_N: Final = 2_000
 CONNECT_N_QUICK: Final = 500
 CONNECT_CONCURRENCY: Final = 16
 CONNECT_WARMUP: Final = 50
-CONNECT_SERVERS: Final = ("ours", "ts")
+CONNECT_SERVERS: Final = ("ours", "ts", "floor")
+"""Our server, the TS SDK's, and the floor: a bare ASGI app on hypercorn (``remote/raw_ws_server.py``)
+that answers ``initialize`` and ``session/new`` with no ACP runtime: what hypercorn and trio cost."""
 
 
 def connect_once(
@@ -541,7 +568,11 @@ def run_connect(
     transport (``ws``, ``http``), the servers' order alternating, each warmed up with
     :data:`CONNECT_WARMUP` connections (opened, then closed) before ``n`` are opened and measured."""
     argv = [py, str(_REMOTE / "connect_client.py")]
-    servers = {"ours": [py, str(_REMOTE / "trio_server.py")], "ts": ["node", str(_REMOTE / "ts_server.mjs")]}
+    servers = {
+        "ours": [py, str(_REMOTE / "trio_server.py")],
+        "ts": ["node", str(_REMOTE / "ts_server.mjs")],
+        "floor": [py, str(_REMOTE / "raw_ws_server.py")],
+    }
     results: dict[str, dict[str, list[dict[str, Any]]]] = {t: {k: [] for k in CONNECT_SERVERS} for t in ("ws", "http")}
     for i in range(rounds):
         for transport in ("ws", "http"):
@@ -590,7 +621,7 @@ def print_connect(summary: dict[str, dict[str, dict[str, Any]]], concurrency: in
         f" {len(some['rounds'])} fresh server processes each:"
     )
     print(f"  {'':<34}{'connections/s':>14}{'KiB/idle conn.':>16}{'server CPU ms/conn.':>21}  RSS MiB before → after")
-    labels = {"ours": "AcpApp (trio_server.py)", "ts": "AcpServer (ts_server.mjs)"}
+    labels = {"ours": "AcpApp (trio_server.py)", "ts": "AcpServer (ts_server.mjs)", "floor": "floor: bare ASGI, no ACP"}
     for transport, cells in summary.items():
         for key, cell in cells.items():
             label = f"{'WS' if transport == 'ws' else 'HTTP'}: {labels[key]}"
@@ -801,6 +832,13 @@ def build_rows(
             versus("bridge, msg/s: WS → bridge → stdio | our WS pair", "bridge", "ws-ours", None),
         ]
     if scenarios is not None:
+        floors = [
+            round_trips(f"WS read 2000 1, floor: {what} | TS pair", READ_SEQ, key, "ws-ts", None)
+            for key, what in (("ws-wsproto-floor", "trio + wsproto alone"), ("ws-floor", "hypercorn, trio-websocket"))
+        ]
+        floors.append(
+            round_trips("HTTP read 2000 1, floor: hypercorn, httpx2 | TS pair", READ_SEQ, "http-floor", "http-ts", None)
+        )
         rows += [
             round_trips("WS read 2000 1, round trips/s: our pair | TS pair", READ_SEQ, "ws-ours", "ws-ts", 1),
             round_trips("WS permission 2000, round trips/s: our pair | TS pair", PERMISSION_SEQ, "ws-ours", "ws-ts", 1),
@@ -812,7 +850,16 @@ def build_rows(
             round_trips("HTTP read 2000 64 (in flight): our pair | TS pair", READ_PAR, "http-ours", "http-ts", None),
             round_trips("bridge read 2000 1: WS → bridge → stdio | stdio direct", READ_SEQ, "bridge", "direct", None),
             round_trips("bridge read 2000 1: WS → bridge → stdio | our WS pair", READ_SEQ, "bridge", "ws-ours", None),
+            *floors,
         ]
+        # a bar the libraries' own floor (no ACP at all) misses is out of reach on them: say so next to it
+        ws_floor, http_floor = floors[0].ratio, floors[2].ratio
+        for row in rows:
+            floor = (
+                ws_floor if row.measure.startswith("WS ") else http_floor if row.measure.startswith("HTTP ") else None
+            )
+            if row.ok is False and floor is not None and floor < 1 and "round trips/s" in row.measure:
+                row.note = f"floor {floor:.2f}×"
     if connect is not None:
         for transport, name in (("ws", "WS"), ("http", "HTTP")):
             ours, theirs = connect[transport]["ours"], connect[transport]["ts"]
@@ -826,33 +873,59 @@ def build_rows(
                 continue
             complete = ours["ok"] == ours["connections"] and theirs["ok"] == theirs["connections"]
             rate = ours["per_second"] / theirs["per_second"]
-            rows.append(
-                Row(
-                    f"{what}, opened/s: AcpApp | AcpServer",
-                    _cell(ours["per_second"]),
-                    _cell(theirs["per_second"]),
-                    rate,
-                    "≥ 1",
-                    complete and rate >= 1,
-                    "" if complete else "failed: some connections were not opened",
-                )
+            opened = Row(
+                f"{what}, opened/s: AcpApp | AcpServer",
+                _cell(ours["per_second"]),
+                _cell(theirs["per_second"]),
+                rate,
+                "≥ 1",
+                complete and rate >= 1,
+                "" if complete else "failed: some connections were not opened",
             )
-            a, b = ours["kib_per_connection"], theirs["kib_per_connection"]
-            ratio = a / b if b > 0 else None
-            rows.append(
-                Row(
-                    f"{name} KiB per idle connection (RSS): AcpApp | AcpServer",
-                    _cell(a),
-                    _cell(b),
-                    ratio,
-                    "≤ 1",
-                    a <= b,
-                )
+            kib, their_kib = ours["kib_per_connection"], theirs["kib_per_connection"]
+            held = Row(
+                f"{name} KiB per idle connection (RSS): AcpApp | AcpServer",
+                _cell(kib),
+                _cell(their_kib),
+                kib / their_kib if their_kib > 0 else None,
+                "≤ 1",
+                kib <= their_kib,
             )
             a, b = ours["cpu_ms_per_connection"], theirs["cpu_ms_per_connection"]
-            rows.append(
-                Row(f"{name} server CPU ms per connection: AcpApp | AcpServer", f"{a:.2f}", f"{b:.2f}", a / b, "", None)
-            )
+            rows += [
+                opened,
+                held,
+                Row(
+                    f"{name} server CPU ms per connection: AcpApp | AcpServer", f"{a:.2f}", f"{b:.2f}", a / b, "", None
+                ),
+            ]
+            floor = connect[transport].get("floor")
+            if floor:  # hypercorn and trio with no ACP runtime: what our server cannot go below
+                floor_rate = floor["per_second"] / theirs["per_second"]
+                floor_kib = floor["kib_per_connection"]
+                floor_ratio = floor_kib / their_kib if their_kib > 0 else None
+                rows += [
+                    Row(
+                        f"{name} opened/s: floor (bare ASGI on hypercorn) | AcpServer",
+                        _cell(floor["per_second"]),
+                        _cell(theirs["per_second"]),
+                        floor_rate,
+                        "",
+                        None,
+                    ),
+                    Row(
+                        f"{name} KiB per idle connection: floor | AcpServer",
+                        _cell(floor_kib),
+                        _cell(their_kib),
+                        floor_ratio,
+                        "",
+                        None,
+                    ),
+                ]
+                if opened.ok is False and complete and floor_rate < 1:
+                    opened.note = f"floor {floor_rate:.2f}×"
+                if held.ok is False and floor_ratio is not None and floor_ratio > 1:
+                    held.note = f"floor {floor_ratio:.2f}×"
     if many is not None:
         n, ok = many["connections"], many["ok"]
         rows.append(Row(f"{n} WS connections x {MANY_N:,}: in order, no error", f"{ok}/{n}", "", None, "all", ok == n))
@@ -1028,6 +1101,8 @@ def print_table(rows: list[Row]) -> None:
     print(f"  {'measure':<62} {'ours':>9} {'theirs':>9} {'ratio':>6} {'bar':>6}  verdict")
     for r in rows:
         verdict = "PASS" if r.ok else "FAIL" if r.ok is not None else (r.note or "(info)")
+        if r.ok is False and r.note:
+            verdict = f"FAIL ({r.note})"
         ratio = f"{r.ratio:.2f}" if r.ratio is not None else "-"
         print(f"  {r.measure:<62} {r.ours:>9} {r.theirs:>9} {ratio:>6} {r.bar:>6}  {verdict}")
 
@@ -1116,11 +1191,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                         server("acp-trio", [py, str(_REMOTE / "trio_server.py")], env, log) as ours,
                         server("bridge", [py, str(_REMOTE / "trio_server.py"), "--bridge"], env, log) as bridge,
                         server("floor", [py, str(_REMOTE / "raw_ws_server.py")], env, log) as floor,
+                        server("wsproto floor", [py, str(_REMOTE / "wsproto_floor.py"), "--serve"], env, log) as wsf,
                     ):
                         ours_http = serves_streamable_http(ours.url("http"))
                         ts_argv = ["node", str(_REMOTE / "ts_server.mjs")]
                         with server("TypeScript", ts_argv, env, log) if npm_dir else _none() as ts:
-                            pairings = stream_pairings(py, ours, bridge, floor, ts, ts_note, ours_http)
+                            pairings = stream_pairings(py, ours, bridge, floor, wsf, ts, ts_note, ours_http)
                             if "stream" in only:
                                 samples, cpu, stream_failed = run_streams(pairings, env, rounds, repeats)
                             if "scenarios" in only:

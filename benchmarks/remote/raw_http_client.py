@@ -1,0 +1,74 @@
+"""The Streamable HTTP floor's client: httpx2 alone, no ACP (see ``raw_ws_server.py``).
+
+Usage: ``python raw_http_client.py URL [--warmup W] [--repeats R] read N 1 ...``.  ``POST``
+``initialize``, opens the connection's SSE stream (``GET``), then per prompt ``POST`` s the command
+(``text/plain``) and, for each request event the stream brings, ``POST`` s :data:`ANSWER` (``202``)
+until the final response, checking N requests came: a round trip is what one ``fs/read_text_file``
+costs over Streamable HTTP (an SSE event in, a ``POST`` out), with the client library our
+``connect_http`` uses and nothing decoded.  Prints ``{"<command>": [seconds, ...]}``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+import httpx2
+import trio
+
+INITIALIZE = b'{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":1,"clientCapabilities":{}}}'
+ANSWER = b'{"jsonrpc":"2.0","id":7,"result":{"content":"floor"}}'
+JSON = {"content-type": "application/json", "accept": "application/json, text/event-stream"}
+
+
+async def run(url: str, commands: list[str], warmup: int, repeats: int) -> dict[str, list[float]]:
+    results: dict[str, list[float]] = {}
+    async with httpx2.AsyncClient() as client:
+        initialized = await client.post(url, content=INITIALIZE, headers=JSON)
+        initialized.raise_for_status()
+        ids = {"acp-connection-id": initialized.headers["acp-connection-id"]}
+        async with client.stream("GET", url, headers={**ids, "accept": "text/event-stream"}) as sse:
+            lines = sse.aiter_lines()
+
+            async def next_event() -> str:
+                data = ""
+                while (line := await anext(lines)) != "" or not data:
+                    if line.startswith("data:"):
+                        data = line[5:].strip()
+                return data
+
+            for command in commands:
+                n = int(command.split()[1])
+                times = results[command] = []
+                for k in range(warmup + repeats):
+                    start = time.perf_counter()
+                    posted = await client.post(
+                        url, content=command.encode(), headers={**ids, "content-type": "text/plain"}
+                    )
+                    got = 0
+                    while '"result"' not in (data := await next_event())[:40]:
+                        got += 1
+                        answered = await client.post(url, content=ANSWER, headers={**JSON, **ids})
+                        if answered.status_code != 202:
+                            raise AssertionError(f"answer: {answered.status_code}")
+                    elapsed = time.perf_counter() - start
+                    if posted.status_code != 202 or got != n:
+                        raise AssertionError(f"{command}: {posted.status_code}, {got} of {n} requests ({data[:80]})")
+                    if k >= warmup:
+                        times.append(elapsed)
+    return results
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("url")
+    parser.add_argument("--warmup", type=int, default=1)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("commands", nargs="+")
+    args = parser.parse_args()
+    print(json.dumps(trio.run(run, args.url, args.commands, args.warmup, args.repeats)))
+
+
+if __name__ == "__main__":
+    main()
