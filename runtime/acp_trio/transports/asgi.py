@@ -1068,6 +1068,20 @@ class AcpApp:
         pumping = False  # the pump is inside send (a message taken from the backlog is on its way)
         taken_at = trio.current_time()  # when the client last took a message (the pump's send returned)
         pump_lot, sender_lot = trio.lowlevel.ParkingLot(), trio.lowlevel.ParkingLot()
+        # the pump's task starts with the first message it has to carry: under serve() most go out
+        # directly (send_texts_now), and an idle connection that never needed it holds no such task
+        pump_nursery: list[trio.Nursery] = []
+        pump_started = False
+
+        def wake_pump() -> None:
+            nonlocal pump_started
+            if pump_started:
+                if pump_lot:
+                    pump_lot.unpark()
+            elif pump_nursery:
+                pump_started = True
+                pump_nursery[0].start_soon(pump)
+
         # the server's queue of received messages (hypercorn's memory channel), to take several at once
         receive_nowait = getattr(getattr(receive, "__self__", None), "receive_nowait", None)
         # under serve(): the connection's reader reads the socket itself (no task switch a message)
@@ -1099,7 +1113,7 @@ class AcpApp:
                 if not ended:
                     backlog.append(_BATCH_REFUSAL)
                     queued += len(_BATCH_REFUSAL)
-                    pump_lot.unpark()
+                    wake_pump()
                 return False
             if not initialized:
                 refused = _not_initialize_first(text)
@@ -1144,8 +1158,7 @@ class AcpApp:
                 raise trio.BrokenResourceError("the WebSocket is closed")
             backlog.append(text)
             queued += len(text)
-            if pump_lot:
-                pump_lot.unpark()
+            wake_pump()
             if queued <= _WS_BACKLOG_CHARS:
                 return
             # wait until the pump has sent half of the backlog (one wake-up per half, not per message);
@@ -1225,7 +1238,7 @@ class AcpApp:
                 sender_lot.unpark_all()
 
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(pump)
+            pump_nursery.append(nursery)
             direct = _direct_sender(send, tcp)
 
             def send_texts_now(texts: list[str]) -> bool:
