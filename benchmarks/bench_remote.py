@@ -81,6 +81,20 @@ streams), ``scenarios`` (4's round trips over WebSocket, Streamable HTTP and the
    connection ≤ the TS server's.  ``remote/connect_profile.py`` (cProfile of the opening) and
    ``remote/connect_memory.py`` (tracemalloc and trio's tasks per idle connection) look closer.
 
+Floors, with no ACP on either side (rows marked "floor"; no bar): what the libraries under our
+transports cost by themselves, so that a missed bar can be told from one no implementation on
+them can reach (a missed bar then says ``FAIL (floor 0.88×)``: the floor's own ratio).
+
+- ``remote/wsproto_floor.py``: trio's sockets and wsproto alone, one task per side, no ASGI server,
+  no client library: ``read 2000 1`` (request frame out, answer frame back) and ``stream 20000``
+  (framed 64 a write): the most any trio program framing with wsproto (as hypercorn and
+  trio-websocket do) can do; shown against the TS pair's round trips and the direct stdio stream.
+- ``remote/raw_ws_server.py`` (a bare ASGI app on hypercorn, through our ``serve``) with
+  ``raw_ws_client.py`` (trio-websocket) for ``read 2000 1`` and ``stream 20000``, with
+  ``raw_http_client.py`` (httpx2; an SSE event in, a ``POST`` out) for ``read 2000 1`` over
+  Streamable HTTP, and with ``connect_client.py`` in scenario 5 (it answers ``initialize`` and
+  ``session/new`` and nothing else).
+
 ``--profile DIR``: afterwards, one more acp-trio WebSocket stream (20,000 updates, 3 turns) with
 its server and client under cProfile; the statistics go to DIR and a breakdown of each process's
 own time by component (trio, hypercorn, wsproto, trio-websocket, our adapters, the connection, the
@@ -341,7 +355,6 @@ def stream_pairings(
             [py, str(_REMOTE / "wsproto_floor.py"), wsproto_floor.url("ws")],
             "",
             wsproto_floor.pid,
-            streams=False,
         ),
         Pairing(
             "http-floor",
@@ -830,7 +843,12 @@ def build_rows(
             versus("bridge, msg/s: WS → bridge → stdio | stdio direct", "bridge", "direct", 0.5),
             versus("bridge, msg/s: HTTP → bridge → stdio | stdio direct", "bridge-http", "direct", 0.5),
             versus("bridge, msg/s: WS → bridge → stdio | our WS pair", "bridge", "ws-ours", None),
+            versus("WS msg/s floor: trio + wsproto alone | stdio direct", "ws-wsproto-floor", "direct", None),
         ]
+        # the bridge's bar against what WebSocket framing alone allows (no ACP, no bridge hop)
+        ws_bridge, wsproto_floor = rows[-4], rows[-1]
+        if ws_bridge.ok is False and wsproto_floor.ratio is not None:
+            ws_bridge.note = f"floor {wsproto_floor.ratio:.2f}×"
     if scenarios is not None:
         floors = [
             round_trips(f"WS read 2000 1, floor: {what} | TS pair", READ_SEQ, key, "ws-ts", None)

@@ -9,7 +9,9 @@ trio-websocket do) pays for a round trip, with everything else taken away: no AS
 WebSocket client library, no reader tasks, no ACP; each side is one task that reads its socket,
 feeds wsproto and writes wsproto's bytes back.  ``read N 1`` is the same exchange as the bench's
 ``fs/read_text_file`` round trips: the server sends a request frame, the client answers it, N times,
-then the final response; frames are precomputed and nothing is decoded.
+then the final response; ``stream N``: the server frames N ``session/update`` notifications (the
+bench's chunk texts), 64 frames a write, then the final response, and the client parses them all.
+Frames' texts are precomputed and nothing is decoded.
 """
 
 from __future__ import annotations
@@ -20,9 +22,14 @@ import json
 import os
 import sys
 import time
+from pathlib import Path
 from urllib.parse import urlsplit
 
 import trio
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "runtime"))
+
+from common import SESSION_ID, chunk_text
 from wsproto import ConnectionType, WSConnection
 from wsproto.events import AcceptConnection, CloseConnection, Message, Request, TextMessage
 
@@ -32,11 +39,30 @@ READ = (
 )
 ANSWER = '{"jsonrpc":"2.0","id":7,"result":{"content":"floor"}}'
 END = '{"jsonrpc":"2.0","id":0,"result":{"stopReason":"end_turn"}}'
+UPDATES: list[str] = []
+
+
+def updates(n: int) -> list[str]:
+    """The first ``n`` streamed notifications (compact JSON, as ``raw_ws_server.py`` sends them)."""
+    while len(UPDATES) < n:
+        content = {"type": "text", "text": chunk_text(len(UPDATES))}
+        update = {"sessionUpdate": "agent_message_chunk", "content": content}
+        message = {"jsonrpc": "2.0", "method": "session/update", "params": {"sessionId": SESSION_ID, "update": update}}
+        UPDATES.append(json.dumps(message, separators=(",", ":")))
+    return UPDATES[:n]
+
+
+async def send_updates(ws: WSConnection, stream: trio.SocketStream, n: int) -> None:
+    texts = updates(n)
+    for start in range(0, n, 64):
+        await stream.send_all(b"".join(ws.send(Message(data=text)) for text in texts[start : start + 64]))
+    await stream.send_all(ws.send(Message(data=END)))
 
 
 async def serve_one(stream: trio.SocketStream) -> None:
     ws = WSConnection(ConnectionType.SERVER)
     reads_left = 0
+    text = ""
     while data := await stream.receive_some(65536):
         ws.receive_data(data)
         out = b""
@@ -46,8 +72,17 @@ async def serve_one(stream: trio.SocketStream) -> None:
             elif isinstance(event, CloseConnection):
                 out += ws.send(event.response())
             elif isinstance(event, TextMessage):
-                if event.data.startswith("read"):
-                    reads_left = int(event.data.split()[1])
+                text += event.data  # (a frame split between reads comes in parts)
+                if not event.message_finished:
+                    continue
+                command, text = text, ""
+                if command.startswith("stream"):
+                    await stream.send_all(out)
+                    out = b""
+                    await send_updates(ws, stream, int(command.split()[1]))
+                    continue
+                if command.startswith("read"):
+                    reads_left = int(command.split()[1])
                 if reads_left:
                     reads_left -= 1
                     out += ws.send(Message(data=READ))
@@ -79,27 +114,33 @@ async def run(url: str, commands: list[str], warmup: int, repeats: int) -> dict[
         pass
     results: dict[str, list[float]] = {}
     for command in commands:
-        n = int(command.split()[1])
+        n, streaming = int(command.split()[1]), command.startswith("stream")
         times = results[command] = []
         for k in range(warmup + repeats):
             start = time.perf_counter()
             await stream.send_all(ws.send(Message(data=command)))
-            got, done = 0, False
+            got, done, text = 0, False, ""
             while not done:
                 ws.receive_data(await stream.receive_some(65536))
                 out = b""
                 for event in ws.events():
-                    if isinstance(event, TextMessage):
-                        if event.data == END:
-                            done = True
-                        else:
-                            got += 1
+                    if not isinstance(event, TextMessage):
+                        continue
+                    text += event.data  # (a frame split between reads comes in parts)
+                    if not event.message_finished:
+                        continue
+                    if text == END:
+                        done = True
+                    else:
+                        got += 1
+                        if not streaming:
                             out += ws.send(Message(data=ANSWER))
+                    text = ""
                 if out:
                     await stream.send_all(out)
             elapsed = time.perf_counter() - start
             if got != n:
-                raise AssertionError(f"{command}: {got} of {n} requests")
+                raise AssertionError(f"{command}: {got} of {n} messages")
             if k >= warmup:
                 times.append(elapsed)
     await stream.aclose()
