@@ -237,6 +237,43 @@ async def test_agent_answers_the_requested_version_when_it_supports_it() -> None
         assert agent_conn.protocol_version == client_conn.protocol_version == 1
 
 
+async def test_an_object_with_acp_handlers_is_served_by_the_handlers_it_returns() -> None:
+    """``acp_handlers()`` (the hook a version-neutral agent uses) gives the ``{variant: handler}``
+    mapping; negotiation then works as if that mapping had been passed."""
+    seen: list[str] = []
+
+    class V1Agent(SessionAgent):
+        async def session_new(self, params: v1.NewSessionRequest) -> v1.NewSessionResponse:
+            seen.append("v1")
+            return await super().session_new(params)
+
+    class Neutral:
+        def acp_handlers(self) -> dict[Any, Any]:
+            return {v1: V1Agent}
+
+    async with connect(Neutral(), object()) as (agent_conn, client_conn, _wire):
+        await initialize(client_conn, version=1)
+        await client_conn.agent.session_new(v1.NewSessionRequest(cwd="/work", mcp_servers=[]))
+        assert seen == ["v1"]
+        assert agent_conn.supported_versions == (1,)
+
+
+def test_acp_handlers_must_return_a_variant_mapping_and_excludes_variant() -> None:
+    class Bad:
+        def acp_handlers(self) -> Any:
+            return {"v1": object()}
+
+    class Good:
+        def acp_handlers(self) -> Any:
+            return {v1: object()}
+
+    with pytest.raises(TypeError, match="acp_handlers\\(\\) must return"):
+        acp_trio._roles._versions_of(Bad(), None)
+    with pytest.raises(TypeError, match="do not give variant="):
+        acp_trio._roles._versions_of(Good(), v1)
+    assert acp_trio._roles._versions_of(Good(), None)[1][0] is v1
+
+
 @pytest.mark.parametrize("requested", [2, 99])
 async def test_agent_answers_its_latest_version_when_asked_for_an_unsupported_one(requested: int) -> None:
     async with connect(SessionAgent(), object()) as (agent_conn, client_conn, wire):

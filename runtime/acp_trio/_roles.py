@@ -79,7 +79,22 @@ def _default_variant() -> ModuleType:
 
 
 def _versions_of(handler: Any, variant: ModuleType | None) -> dict[int, tuple[ModuleType, Any]]:
-    """``{protocol version: (variant module, handler or factory)}`` from a connection's arguments."""
+    """``{protocol version: (variant module, handler or factory)}`` from a connection's arguments.
+
+    An object with an ``acp_handlers()`` method (not a class) is served by the ``{variant: handler}``
+    mapping that method returns: a version-neutral agent (:class:`acp_trio.neutral.Agent`) gives
+    one handler per protocol version it speaks, and the client's ``initialize`` picks one."""
+    hook = None if isinstance(handler, type) else getattr(handler, "acp_handlers", None)
+    if callable(hook):
+        if variant is not None:
+            raise TypeError(
+                f"{type(handler).__name__} chooses its protocol versions itself (acp_handlers()): do not give variant="
+            )
+        handler = hook()
+        if not (isinstance(handler, Mapping) and handler and all(isinstance(k, ModuleType) for k in handler)):
+            raise TypeError(
+                f"acp_handlers() must return a non-empty {{variant module: handler}} mapping, not {handler!r}"
+            )
     if isinstance(handler, Mapping) and handler and all(isinstance(k, ModuleType) for k in handler):
         if variant is not None:
             raise TypeError("give either variant= or a {variant: handler} mapping, not both")
