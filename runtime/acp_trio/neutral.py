@@ -28,7 +28,6 @@ the session store, the adapter.
 
 from __future__ import annotations
 
-import difflib
 import os
 import uuid
 from collections.abc import Callable, Sequence
@@ -40,9 +39,9 @@ import attrs
 
 from acp_schema import v1, v2
 
-from ._capabilities import CapabilityError
 from ._converter import DecodeError, converter
 from ._core import RequestError
+from ._mapping import Diff, VersionError, diff_to_v1, diff_to_v2, diff_v2_to_v1
 from ._roles import AgentSideConnection
 from ._spec import UNSET, UnsetType
 
@@ -110,18 +109,6 @@ class Decision:
 
 
 @attrs.frozen
-class Diff:
-    """Tool call content: ``path`` (absolute) changed from ``old_text`` to ``new_text``.  ``old_text``
-    ``None``: the file was added; ``new_text`` ``None``: deleted.  v1: ``{type: diff, path, oldText,
-    newText}`` (a deletion sends ``newText: ""``: v1 cannot say more); v2: ``changes`` plus a
-    ``git_patch`` (migration.mdx § Diff content)."""
-
-    path: str
-    old_text: str | None
-    new_text: str | None
-
-
-@attrs.frozen
 class PlanEntry:
     """One plan entry (``content``, ``priority``, ``status``; the same in both versions, v2 adds
     status ``cancelled``)."""
@@ -129,16 +116,6 @@ class PlanEntry:
     content: str
     status: str = "pending"
     priority: str = "medium"
-
-
-class VersionError(CapabilityError):
-    """What the agent asked for does not exist in the connection's protocol version and has no
-    mapping; nothing was sent.  ``version``: that version; ``method``: what was asked."""
-
-    def __init__(self, version: int, operation: str, detail: str) -> None:
-        text = f"{operation} does not exist in protocol version {version}: {detail}"
-        super().__init__(operation, f"protocolVersion {version}", peer="agent", text=text)
-        self.version = version
 
 
 def _v1_value(value: Any, alias: Any, where: str, fallback: str | None = None) -> Any:
@@ -149,58 +126,6 @@ def _v1_value(value: Any, alias: Any, where: str, fallback: str | None = None) -
     if fallback is not None:
         return fallback
     raise VersionError(1, where, f"v1 knows only {', '.join(get_args(alias))}, not {value!r}")
-
-
-# -- mapping rows (to move to acp_trio._mapping) --------------------------------------------------
-def _git_patch(path: str, old: str | None, new: str | None) -> str:
-    """A ``git_patch`` section for one file (absolute paths, no ``a/``/``b/``); empty when unchanged."""
-    lines = list(
-        difflib.unified_diff(
-            (old or "").splitlines(keepends=True),
-            (new or "").splitlines(keepends=True),
-            fromfile="/dev/null" if old is None else path,
-            tofile="/dev/null" if new is None else path,
-        )
-    )
-    if not lines:
-        return ""
-    body = "".join(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n" for line in lines)
-    mode = "new file mode 100644\n" if old is None else "deleted file mode 100644\n" if new is None else ""
-    return f"diff --git {path} {path}\n{mode}{body}"
-
-
-def diff_to_v2(diff: Diff) -> v2.DiffToolCallContent:
-    """Row T13, v2: the file-level change and its ``git_patch`` (omitted when nothing changed)."""
-    change: v2.DiffChange
-    if diff.old_text is None:
-        change = v2.AddDiffChange(path=diff.path, file_type="text")
-    elif diff.new_text is None:
-        change = v2.DeleteDiffChange(path=diff.path, file_type="text")
-    else:
-        change = v2.ModifyDiffChange(path=diff.path, file_type="text")
-    text = _git_patch(diff.path, diff.old_text, diff.new_text)
-    patch = v2.DiffPatch(format="git_patch", text=text) if text else UNSET
-    return v2.DiffToolCallContent(changes=[change], patch=patch)
-
-
-def diff_to_v1(diff: Diff) -> v1.DiffToolCallContent:
-    """Row T13, v1: ``oldText`` absent for an added file, ``newText`` ``""`` for a deleted one."""
-    old: str | UnsetType = UNSET if diff.old_text is None else diff.old_text
-    return v1.DiffToolCallContent(path=diff.path, old_text=old, new_text=diff.new_text or "")
-
-
-def diff_v2_to_v1(diff: v2.DiffToolCallContent) -> v1.ContentToolCallContent:
-    """Row T13, v2 -> v1 without the texts (the adapter's case): migration.mdx says there is no
-    mechanical mapping back to ``oldText``/``newText``, so v1 gets a text item: the changes, one a
-    line, then the ``git_patch`` in a ``diff`` fence when there is one."""
-    lines = []
-    for change in diff.changes:
-        old_path, path = getattr(change, "old_path", None), getattr(change, "path", "?")
-        where = f"{old_path} -> {path}" if isinstance(old_path, str) else str(path)
-        lines.append(f"{getattr(change, 'operation', '?')} {where}")
-    if isinstance(diff.patch, v2.DiffPatch) and diff.patch.text:
-        lines.append(f"```diff\n{diff.patch.text.rstrip()}\n```")
-    return v1.ContentToolCallContent(content=v1.TextContentBlock(text="\n".join(lines)))
 
 
 def _to_v1(value: Any, target: Any, where: str) -> Any:
@@ -507,10 +432,12 @@ class ToolCall:
                 for item in content
             ]
             if any(isinstance(item, Diff) for item in content):  # the exact v1 form travels beside
-                v1_content = [
-                    diff_to_v1(item) if isinstance(item, Diff) else _to_v1(c, v1.ToolCallContent, "content")
-                    for item, c in zip(content, v2_content, strict=True)
-                ]
+                v1_content = []
+                for item, c in zip(content, v2_content, strict=True):
+                    if isinstance(item, Diff):
+                        v1_content.extend(diff_to_v1(item))
+                    else:
+                        v1_content.append(_to_v1(c, v1.ToolCallContent, "content"))
         update = v2.ToolCallUpdateSessionUpdate(
             tool_call_id=self.tool_call_id, status=status, title=title, content=v2_content, raw_output=raw_output
         )
