@@ -564,6 +564,32 @@ async def test_the_bridge_refuses_connections_over_max_connections_503_and_start
         _stop(process)
 
 
+@posix_only
+async def test_the_demo_server_takes_the_bridges_limits_on_its_command_line() -> None:
+    """``python -m acp_trio.demo --serve`` with ``--max-connections``, ``--allow-host`` and
+    ``--idle-timeout``: a second connection is refused 503, a listed Host is let in, others 403."""
+    command = [sys.executable, "-m", "acp_trio.demo", "--serve", "http://127.0.0.1:0", "--max-connections", "1"]
+    command += ["--allow-host", "acp.test", "--idle-timeout", "60"]
+    process, line = _start(command, "serving the demo agent on ")
+    url = line.split(" on ", 1)[1].strip()
+    try:
+        with trio.fail_after(DEADLINE):
+            async with RawWebSocket.open(url) as first:
+                await first.send(INIT)
+                assert (await first.message())["result"]["protocolVersion"] == 1
+                async with RawWebSocket.open(url) as second:
+                    assert second.status == 503
+            http = url.replace("ws://", "http://")
+            assert await http_request(http, "DELETE", "/acp", {"Host": "acp.test"}) == (
+                400,
+                "Missing Acp-Connection-Id",
+            )
+            status, body = await http_request(http, "DELETE", "/acp", {"Host": "evil.test"})
+            assert status == 403 and "Host 'evil.test' is not allowed" in body
+    finally:
+        _stop(process)
+
+
 async def test_max_connections_counts_websocket_and_streamable_http_together_for_the_demo_agent() -> None:
     from acp_trio.demo.agent_v2 import agents_for
 

@@ -23,6 +23,12 @@ the runtime and the agent's stderr to stderr), ``--store PATH`` (protocol 1: the
 its sessions in the SQLite file PATH; the client loads the most recent one, printing the stored
 conversation, and continues it; with ``--serve-agent``, only the agent's side of it), ``--token T``
 (with ``--serve``/``--url``: the bearer token the server requires and the client sends).
+With ``--serve``, the server's limits, as ``python -m acp_trio.bridge --listen`` has them
+(:class:`acp_trio.transports.asgi.AcpApp`'s options): ``--max-connections N`` (ACP connections at
+once, WebSocket and Streamable HTTP together; more are refused ``503``), ``--idle-timeout SECONDS``
+(a Streamable HTTP connection with no request in progress and no open stream this long is shut
+down; default 300), ``--allow-origin ORIGIN`` and ``--allow-host NAME`` (repeatable: a browser
+origin, and a ``Host`` name besides ``localhost`` and IP addresses, to let in).
 Remote serving and connecting need ``pip install 'acp-trio[remote]'``.
 """
 
@@ -286,6 +292,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--serve", metavar="URL", help="serve the example agent remotely (http://HOST:PORT)")
     parser.add_argument("--url", help="run the client against the remote agent at URL (ws://.../acp or http://...)")
     parser.add_argument("--token", help="--serve: require this bearer token; --url: send it")
+    parser.add_argument(
+        "--max-connections", type=int, metavar="N", help="--serve: at most N connections at once; more get 503"
+    )
+    parser.add_argument(
+        "--idle-timeout",
+        type=float,
+        default=300.0,
+        metavar="SECONDS",
+        help="--serve: shut down a Streamable HTTP connection idle this long (default 300)",
+    )
+    parser.add_argument("--allow-origin", action="append", default=[], help="--serve: a browser origin to allow")
+    parser.add_argument(
+        "--allow-host", action="append", default=[], help="--serve: a Host name to accept besides localhost and IPs"
+    )
     parser.add_argument("command", nargs="*", help="agent command and arguments (after --)")
     args = parser.parse_args(argv)
 
@@ -293,7 +313,15 @@ def main(argv: list[str] | None = None) -> int:
         from .agent_v2 import serve_remote
 
         logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(name)s: %(message)s")
-        serve_remote(args.serve, (args.protocol,) if args.protocol else (1, 2), token=args.token)
+        serve_remote(
+            args.serve,
+            (args.protocol,) if args.protocol else (1, 2),
+            token=args.token,
+            max_connections=args.max_connections,
+            idle_timeout=args.idle_timeout,
+            allowed_origins=args.allow_origin,
+            allowed_hosts=args.allow_host,
+        )
         return 0
     if args.url and (args.agent or args.store):
         parser.error("--url drives a remote agent: no --agent command, no --store")

@@ -413,9 +413,19 @@ def serve(versions: Sequence[int] = (1, 2)) -> None:
     run_agent_stdio(agents_for(versions))
 
 
-def serve_remote(url: str, versions: Sequence[int] = (1, 2), *, token: str | None = None) -> None:
+def serve_remote(
+    url: str,
+    versions: Sequence[int] = (1, 2),
+    *,
+    token: str | None = None,
+    max_connections: int | None = None,
+    idle_timeout: float | None = 300.0,
+    allowed_origins: Sequence[str] = (),
+    allowed_hosts: Sequence[str] = (),
+) -> None:
     """Serve the demo agent on ``url`` (``http://HOST:PORT``; WebSocket on ``/acp``) until interrupted:
-    one agent per connection (``python -m acp_trio.demo --serve URL``; needs ``acp-trio[remote]``)."""
+    one agent per connection (``python -m acp_trio.demo --serve URL``; needs ``acp-trio[remote]``).
+    The keyword options are :class:`~acp_trio.transports.asgi.AcpApp`'s (``idle_timeout`` in seconds)."""
     from urllib.parse import urlsplit
 
     from acp_trio.transports.asgi import AcpApp
@@ -423,7 +433,14 @@ def serve_remote(url: str, versions: Sequence[int] = (1, 2), *, token: str | Non
 
     parts = urlsplit(url if "://" in url else f"http://{url}")
     host, port = parts.hostname or "127.0.0.1", 8765 if parts.port is None else parts.port
-    app = AcpApp(agents_for(versions), token=token)
+    app = AcpApp(
+        agents_for(versions),
+        token=token,
+        max_connections=max_connections,
+        idle_timeout=idle_timeout,
+        allowed_origins=allowed_origins,
+        allowed_hosts=allowed_hosts,
+    )
 
     async def main() -> None:
         async with trio.open_nursery() as nursery:
