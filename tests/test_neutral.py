@@ -217,12 +217,14 @@ async def test_one_turn_on_a_v2_client_is_user_message_state_updates_upserts_and
     assert idle == {"sessionUpdate": "state_update", "state": "idle", "stopReason": "end_turn"}
 
 
-def test_v1_view_refuses_a_v2_only_update_by_name_rather_than_sending_v1s_catch_all() -> None:
+def test_v1_view_refuses_a_v2_update_v1_cannot_express_rather_than_sending_v1s_catch_all() -> None:
     view = neutral.V1View()
+    view.project(v2.AgentMessageChunkSessionUpdate(message_id="m1", content=v2.TextContentBlock(text="Hel")))
+    replace = v2.AgentMessageSessionUpdate(message_id="m1", content=[v2.TextContentBlock(text="Hello")])
     with pytest.raises(neutral.VersionError, match="protocol version 1") as caught:
-        view.project(v2.TerminalOutputChunkSessionUpdate(terminal_id="term_1", data="aGk="))
+        view.project(replace)  # v1 clients only append chunks
     assert caught.value.version == 1
-    assert "TerminalOutputChunkSessionUpdate" in str(caught.value)
+    assert "agent_message replacing message m1" in str(caught.value)
 
 
 def test_v1_view_maps_a_cancelled_tool_call_to_failed_and_merges_plans() -> None:

@@ -7,7 +7,8 @@ Contract: the author subclasses :class:`Agent` and writes the prompt turn once a
 ``open_memory_pair``), so the runtime's ``initialize`` negotiation picks v1 or v2 per connection
 and builds that version's surface.  Each output is made once, as a v2 update (the canonical form:
 every entity has an id); a v2 connection sends it as it is, a v1 connection sends what
-:class:`V1View` projects it to, as ``docs/protocol/v2/migration.mdx`` maps them:
+:class:`V1View` (``acp_trio._views``) projects it to with the rows of ``acp_trio._mapping``, as
+``docs/protocol/v2/migration.mdx`` maps them:
 
 - ``user_message`` acknowledgment, receipt and ``state_update`` (``running``,
   ``requires_action`` around a permission request, ``idle`` with the stop reason) exist in v2 only;
@@ -19,7 +20,8 @@ every entity has an id); a v2 connection sends it as it is, a v1 connection send
 - a :class:`Diff` is v2 ``changes`` plus a ``git_patch`` and v1 ``path``/``oldText``/``newText``,
   both exact because the author gave the texts (the v1 form travels beside the v2 update);
 - a v2 update with no v1 form raises :class:`VersionError` naming the version: never sent as v1's
-  catch-all (a strict v1 client would drop the connection), never dropped silently.
+  catch-all (a strict v1 client would drop the connection), never dropped silently (an unknown
+  variant, which this layer never makes, is dropped with a logged warning and counted in ``_meta``).
 
 What it deliberately does not do yet (see ``/work/briefs/33-api.md``, the design): sessions beyond
 new/list/close/resume without replay, config options and modes, elicitation, display terminals,
@@ -33,17 +35,27 @@ import uuid
 from collections.abc import Callable, Sequence
 from functools import partial
 from types import ModuleType
-from typing import Any, ClassVar, TypeAlias, get_args
+from typing import Any, ClassVar, TypeAlias
 
 import attrs
 
 from acp_schema import v1, v2
 
-from ._converter import DecodeError, converter
 from ._core import RequestError
-from ._mapping import Diff, VersionError, diff_to_v1, diff_to_v2, diff_v2_to_v1
+from ._mapping import (
+    Diff,
+    VersionError,
+    content_to_v2,
+    diff_to_v1,
+    diff_to_v2,
+    diff_v2_to_v1,
+    permission_options_to_v1,
+    stop_reason_to_v1,
+    tool_content_to_v1,
+)
 from ._roles import AgentSideConnection
 from ._spec import UNSET, UnsetType
+from ._views import V1View
 
 __all__ = [
     "ALLOW_OR_REJECT",
@@ -118,144 +130,8 @@ class PlanEntry:
     priority: str = "medium"
 
 
-def _v1_value(value: Any, alias: Any, where: str, fallback: str | None = None) -> Any:
-    """``value`` when v1's closed enum ``alias`` has it, else ``fallback``; without a fallback
-    :class:`VersionError` (v2's enums are open, v1's are not)."""
-    if value in get_args(alias):
-        return value
-    if fallback is not None:
-        return fallback
-    raise VersionError(1, where, f"v1 knows only {', '.join(get_args(alias))}, not {value!r}")
-
-
-def _to_v1(value: Any, target: Any, where: str) -> Any:
-    """A v2 object whose wire shape v1 shares (content blocks, locations, ...) as the v1 type;
-    :class:`VersionError` when v1 has no such shape."""
-    if isinstance(value, v2.DiffToolCallContent):
-        return diff_v2_to_v1(value)
-    try:
-        result = converter.structure(converter.unstructure(value), target)
-    except DecodeError as exc:
-        raise VersionError(1, where, f"the v2 {type(value).__name__} has no v1 form ({exc})") from None
-    if type(result).__name__.endswith("Other"):  # v1's catch-all: v1 has no such variant
-        raise VersionError(1, where, f"v1 has no {type(value).__name__}")
-    return result
-
-
-def _to_v2(value: Any, target: Any) -> Any:
-    return converter.structure(converter.unstructure(value), target)
-
-
 def _block(content: ContentLike) -> v2.ContentBlock:
     return v2.TextContentBlock(text=content) if isinstance(content, str) else content
-
-
-class V1View:
-    """Row by row, the v1 form of one session's v2 updates (sans-IO; one per connection).
-
-    :meth:`project` returns the v1 updates to send for a v2 one; ``v1_content``, when given, is the
-    exact v1 rendering of the update's tool call ``content`` (a :class:`Diff`'s texts, which its v2
-    form does not carry).  Raises :class:`VersionError` for a v2 update v1 cannot express.
-    """
-
-    _STATUS: ClassVar[dict[str, str]] = {"cancelled": "failed"}  # row T10
-
-    def __init__(self) -> None:
-        self._tool_calls: set[str] = set()
-        self._plans: dict[str, list[v1.PlanEntry]] = {}
-
-    def project(self, update: Any, v1_content: Sequence[Any] | None = None) -> list[Any]:
-        """The v1 updates for the v2 ``update`` (possibly none: v2 state the v1 wire leaves implicit)."""
-        if isinstance(update, v2.AgentMessageChunkSessionUpdate):
-            return [
-                v1.AgentMessageChunkSessionUpdate(
-                    content=_to_v1(update.content, v1.ContentBlock, "content"), message_id=update.message_id
-                )
-            ]
-        if isinstance(update, v2.AgentThoughtChunkSessionUpdate):
-            return [
-                v1.AgentThoughtChunkSessionUpdate(
-                    content=_to_v1(update.content, v1.ContentBlock, "content"), message_id=update.message_id
-                )
-            ]
-        if isinstance(update, v2.UserMessageSessionUpdate):  # row T1: implicit in v1's request
-            return []
-        if isinstance(
-            update,
-            (
-                v2.RunningStateUpdateSessionUpdate,
-                v2.IdleStateUpdateSessionUpdate,
-                v2.RequiresActionStateUpdateSessionUpdate,
-            ),
-        ):
-            return []  # rows T2, T22: the pending request (and its answer) say it in v1
-        if isinstance(update, v2.ToolCallUpdateSessionUpdate):
-            return [self._tool_call(update, v1_content)]
-        if isinstance(update, v2.PlanUpdateSessionUpdate):
-            return [self._plan(update)]
-        raise VersionError(1, f"session/update {type(update).__name__}", "no v1 mapping (migration.mdx § At a glance)")
-
-    def _content(self, update: v2.ToolCallUpdateSessionUpdate, v1_content: Sequence[Any] | None) -> Any:
-        if v1_content is not None:
-            return list(v1_content)
-        if isinstance(update.content, list):
-            return [_to_v1(item, v1.ToolCallContent, "tool call content") for item in update.content]
-        return update.content  # UNSET, or None (cleared)
-
-    def _tool_call(self, update: v2.ToolCallUpdateSessionUpdate, v1_content: Sequence[Any] | None) -> Any:
-        status: Any = update.status
-        if isinstance(status, str):  # row T10
-            status = _v1_value(self._STATUS.get(status, status), v1.ToolCallStatus, "tool call status")
-        kind: Any = update.kind
-        if isinstance(kind, str):  # v2's open ToolKind: a kind v1 lacks is shown as "other"
-            kind = _v1_value(kind, v1.ToolKind, "tool call kind", "other")
-        content = self._content(update, v1_content)
-        locations = (
-            [_to_v1(loc, v1.ToolCallLocation, "location") for loc in update.locations]
-            if isinstance(update.locations, list)
-            else update.locations
-        )
-        if update.tool_call_id not in self._tool_calls:  # row T8: the first sight creates it
-            self._tool_calls.add(update.tool_call_id)
-            return v1.ToolCallSessionUpdate(
-                tool_call_id=update.tool_call_id,
-                title=update.title if isinstance(update.title, str) else "",
-                kind=UNSET if kind is None else kind,
-                status=UNSET if status is None else status,
-                content=content if isinstance(content, list) else UNSET,
-                locations=locations if isinstance(locations, list) else UNSET,
-                raw_input=update.raw_input,
-                raw_output=update.raw_output,
-                meta=update.meta,
-            )
-        # row T9: v1 has no null patch: a cleared list is sent empty
-        return v1.ToolCallUpdateSessionUpdate(
-            tool_call_id=update.tool_call_id,
-            title=update.title,
-            kind=kind,
-            status=status,
-            content=[] if content is None else content,
-            locations=[] if locations is None else locations,
-            raw_input=update.raw_input,
-            raw_output=update.raw_output,
-            meta=update.meta,
-        )
-
-    def _plan(self, update: v2.PlanUpdateSessionUpdate) -> Any:
-        plan = update.plan
-        if not isinstance(plan, v2.ItemsPlanUpdateContent):
-            raise VersionError(1, "plan_update of another type than items", "v1 plans are entry lists")
-        self._plans[plan.plan_id] = [  # row T20: v1 has no cancelled entry (design Q3)
-            v1.PlanEntry(
-                content=e.content,
-                priority=_v1_value(e.priority, v1.PlanEntryPriority, "plan entry priority", "medium"),
-                status=_v1_value(
-                    "completed" if e.status == "cancelled" else e.status, v1.PlanEntryStatus, "plan status"
-                ),
-            )
-            for e in plan.entries
-        ]
-        return v1.PlanSessionUpdate(entries=[entry for entries in self._plans.values() for entry in entries])
 
 
 # -- wires: one per connection, the version's way to send ------------------------------------------
@@ -314,12 +190,9 @@ class _V1Wire(_Wire):
         request = v1.RequestPermissionRequest(
             session_id=session_id,
             tool_call=v1.ToolCallUpdate(tool_call_id=tool_call_id),
-            options=[
-                v1.PermissionOption(
-                    option_id=o.option_id, name=o.name, kind=_v1_value(o.kind, v1.PermissionOptionKind, "option kind")
-                )
-                for o in options
-            ],
+            options=permission_options_to_v1(
+                [v2.PermissionOption(option_id=o.option_id, name=o.name, kind=o.kind) for o in options]
+            ),
         )
         return (await self.client.session_request_permission(request)).outcome
 
@@ -437,7 +310,7 @@ class ToolCall:
                     if isinstance(item, Diff):
                         v1_content.extend(diff_to_v1(item))
                     else:
-                        v1_content.append(_to_v1(c, v1.ToolCallContent, "content"))
+                        v1_content.append(tool_content_to_v1(c))
         update = v2.ToolCallUpdateSessionUpdate(
             tool_call_id=self.tool_call_id, status=status, title=title, content=v2_content, raw_output=raw_output
         )
@@ -548,12 +421,9 @@ class _V1Surface(_Surface):
 
     async def session_prompt(self, params: v1.PromptRequest) -> v1.PromptResponse:
         session = self._session(params.session_id)
-        prompt = [_to_v2(block, v2.ContentBlock) for block in params.prompt]
+        prompt = [content_to_v2(block) for block in params.prompt]
         stop_reason = await self.agent.prompt(Turn(session, self.wire, prompt))  # row T1/T2: the answer ends it
-        # row T2: a stop reason v1 lacks (v2's are open) ends the turn end_turn, the value in _meta
-        known = _v1_value(stop_reason, v1.StopReason, "stop reason", "end_turn")
-        meta: dict[str, Any] | UnsetType = UNSET if known == stop_reason else {"acp-trio/stopReason": stop_reason}
-        return v1.PromptResponse(stop_reason=known, meta=meta)
+        return stop_reason_to_v1(stop_reason)  # row T2: one v1 lacks is end_turn, the value in _meta
 
 
 class _V2Surface(_Surface):

@@ -1,0 +1,372 @@
+"""The two views (issue 33): one session's ``session/update`` stream projected to the other version.
+
+Contract: a view is sans-IO and per session: :meth:`V1View.project` takes one v2 update (the
+canonical form of the neutral layer, and what a v2-only agent sends behind the adapter) and returns
+the v1 updates that say the same to a v1 client, in order; :meth:`V2View.project` does the inverse
+for a v1 update.  Each view holds only the state the stateful rows need; every per-object mapping
+is a row function of :mod:`acp_trio._mapping`.
+
+``V1View`` (v2 → v1; ``docs/protocol/v2/migration.mdx`` § At a glance, § Tool calls, § Plans):
+
+- ``*_chunk`` messages: the same, ``messageId`` kept (T5/T6); whole-message upserts
+  (``agent_message``...): one chunk per block while the v1 client holds nothing of that message,
+  else :class:`~acp_trio._mapping.VersionError` (v1 cannot retract chunks: T7); ``user_message``:
+  nothing on a live turn (the v1 client sent it: T1), chunks when ``echo_user_messages`` (replay);
+- ``state_update``: nothing (v1's pending ``session/prompt`` says it: T2, T22);
+- the first ``tool_call_update`` of an id is v1's ``tool_call`` (T8), later ones ``tool_call_update``
+  (T9, T10); ``tool_call_content_chunk``: a ``tool_call_update`` with the whole content so far
+  (T11); a ``v1_content`` hint replaces the update's content with its exact v1 rendering (T13);
+- display terminals (``terminal_update``, ``terminal_output_chunk``): every tool call showing the
+  terminal gets its content again, the terminal as text (T14);
+- ``plan_update``: one v1 ``plan`` with every live plan's entries (T20);
+- ``config_option_update``: the same, plus ``current_mode_update`` when the mode option's value
+  changed (L12); ``available_commands_update``: L14; session info, usage, notices, compactions:
+  the same shape;
+- an unknown variant (v2's catch-all ``SessionUpdateOther``, or a plan of an unknown type) is not
+  sent (a strict v1 client would drop the connection): it is dropped with a logged warning, and
+  the next update sent carries ``_meta["acp-trio/dropped"]``: how many were (design Q6).
+
+``V2View`` (v1 → v2): chunks get ``messageId`` s (the v1 one, else one per run of chunks of one
+role, as :class:`~acp_trio.session_state.SessionState` groups them); ``tool_call`` is a
+``tool_call_update`` (a repeated one clears what it omits); ``plan`` is a ``plan_update`` with one
+``planId`` per session; ``current_mode_update`` is a ``config_option_update`` of the session's
+options (seeded with :meth:`V2View.seed` from the session's ``modes``/``configOptions``); unknown
+v1 variants are forwarded as v2's catch-all (v2 receivers preserve them).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import logging
+import uuid
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import attrs
+
+from acp_schema import v1, v2
+
+from . import _mapping as m
+from ._converter import DecodeError
+from ._spec import UNSET, UnsetType
+
+__all__ = ["V1View", "V2View"]
+
+log = logging.getLogger("acp_trio.neutral")
+
+_ROLES: dict[type, str] = {
+    v2.UserMessageChunkSessionUpdate: "user",
+    v2.UserMessageSessionUpdate: "user",
+    v2.AgentMessageChunkSessionUpdate: "agent",
+    v2.AgentMessageSessionUpdate: "agent",
+    v2.AgentThoughtChunkSessionUpdate: "thought",
+    v2.AgentThoughtSessionUpdate: "thought",
+}
+_CHUNKS = (
+    v2.UserMessageChunkSessionUpdate,
+    v2.AgentMessageChunkSessionUpdate,
+    v2.AgentThoughtChunkSessionUpdate,
+)
+_STATES = (
+    v2.RunningStateUpdateSessionUpdate,
+    v2.IdleStateUpdateSessionUpdate,
+    v2.RequiresActionStateUpdateSessionUpdate,
+    v2.StateUpdateSessionUpdateOther,
+)
+_SAME_SHAPE_V2 = (
+    v2.SessionInfoUpdateSessionUpdate,
+    v2.UsageUpdateSessionUpdate,
+    v2.NoticeSessionUpdate,
+    v2.CompactionUpdateSessionUpdate,
+    v2.CompactionSummaryChunkSessionUpdate,
+)
+_SAME_SHAPE_V1 = (
+    v1.SessionInfoUpdateSessionUpdate,
+    v1.UsageUpdateSessionUpdate,
+    v1.NoticeSessionUpdate,
+    v1.CompactionUpdateSessionUpdate,
+    v1.CompactionSummaryChunkSessionUpdate,
+)
+
+
+@attrs.define
+class _Fixed:
+    """Tool call content given in its exact v1 form (a hint), sent as it is."""
+
+    items: list[Any]
+
+
+@attrs.define
+class _Terminal:
+    """A display terminal as far as v1 needs it: its command, bytes and exit."""
+
+    command: str | None = None
+    output: bytearray = attrs.field(factory=bytearray)
+    exit_status: v2.TerminalExitStatus | None = None
+
+
+class V1View:
+    """v2 → v1 for one session (see the module docstring).
+
+    ``echo_user_messages``: send ``user_message`` upserts as v1 chunks (a replay: the v1 client did
+    not send them); ``False`` on a live turn, where the client's own ``session/prompt`` is the
+    message (migration.mdx § The new prompt lifecycle: "Implicit (the request itself)").
+    """
+
+    def __init__(self, *, echo_user_messages: bool = False) -> None:
+        self.echo_user_messages = echo_user_messages
+        self._tool_calls: dict[str, list[Any]] = {}  # id -> content slots: v2 item or _Fixed
+        self._plans: dict[str, list[v2.PlanEntry]] = {}  # planId -> entries, creation order
+        self._terminals: dict[str, _Terminal] = {}
+        self._messages: set[tuple[str, str]] = set()  # (role, messageId) the client holds content of
+        self._mode: str | None = None  # the mode value the client was last told
+        self._dropped = 0  # unknown updates not sent since the last sent one
+
+    def project(self, update: Any, v1_content: Sequence[Any] | None = None) -> list[Any]:
+        """The v1 updates (``acp_schema.v1.SessionUpdate`` variants) that say what the v2 ``update``
+        says, in order; ``[]`` for v2 state a v1 client leaves implicit.  ``v1_content``: the exact
+        v1 rendering of a ``tool_call_update``'s ``content`` (the neutral layer's :class:`Diff`
+        texts).  Raises :class:`~acp_trio._mapping.VersionError` for a known v2 update v1 cannot
+        express (nothing is sent, the view's state is unchanged)."""
+        out = self._project(update, v1_content)
+        if out and self._dropped:
+            first = out[0]
+            meta = m._meta_with(first.meta, {"dropped": self._dropped})
+            out[0] = attrs.evolve(first, meta=meta)
+            self._dropped = 0
+        return out
+
+    def _project(self, update: Any, v1_content: Sequence[Any] | None) -> list[Any]:
+        if isinstance(update, _STATES):
+            return []
+        role = _ROLES.get(type(update))
+        if role is not None:
+            return self._message(role, update)
+        if isinstance(update, v2.ToolCallUpdateSessionUpdate):
+            return [self._tool_call(update, v1_content)]
+        if isinstance(update, v2.ToolCallContentChunkSessionUpdate):
+            return [self._content_chunk(update)]
+        if isinstance(update, v2.TerminalUpdateSessionUpdate):
+            return self._terminal_update(update)
+        if isinstance(update, v2.TerminalOutputChunkSessionUpdate):
+            return self._terminal_chunk(update)
+        if isinstance(update, v2.PlanUpdateSessionUpdate):
+            return self._plan(update)
+        if isinstance(update, v2.ConfigOptionUpdateSessionUpdate):
+            return self._config(update)
+        if isinstance(update, v2.AvailableCommandsUpdateSessionUpdate):
+            return [m.commands_to_v1(update)]
+        if isinstance(update, _SAME_SHAPE_V2):
+            return [m.same_shape_to_v1(update)]
+        if isinstance(update, v2.SessionUpdateOther):
+            return self._drop(f"session/update {update.session_update!r}")
+        raise m.VersionError(
+            1, f"session/update {type(update).__name__}", "no v1 mapping (migration.mdx § At a glance)"
+        )
+
+    def _drop(self, what: str) -> list[Any]:
+        log.warning("%s has no v1 form; not sent to the v1 client (a strict one would disconnect)", what)
+        self._dropped += 1
+        return []
+
+    # -- messages (T1, T5-T7) --------------------------------------------------------------------
+    def _message(self, role: str, update: Any) -> list[Any]:
+        key = (role, update.message_id)
+        if isinstance(update, _CHUNKS):
+            self._messages.add(key)  # a chunk: always appends
+            return [m.chunk_to_v1(update)]
+        if isinstance(update.content, UnsetType):
+            log.warning("%s %s: a _meta-only upsert has no v1 form; not sent", update.session_update, update.message_id)
+            return []
+        if role == "user" and not self.echo_user_messages:
+            self._messages.add(key)
+            return []
+        if key in self._messages:
+            raise m.VersionError(
+                1,
+                f"{update.session_update} replacing message {update.message_id}",
+                "v1 clients only append chunks and cannot retract what they hold "
+                "(migration.mdx § Whole-message upserts): send the rest as chunks",
+            )
+        chunks = m.message_to_v1(update)
+        if chunks:
+            self._messages.add(key)
+        return chunks
+
+    # -- tool calls (T8-T14) ---------------------------------------------------------------------
+    def _render(self, slots: list[Any]) -> list[Any]:
+        out: list[Any] = []
+        for slot in slots:
+            if isinstance(slot, _Fixed):
+                out.extend(slot.items)
+            elif isinstance(slot, v2.TerminalToolCallContent):
+                term = self._terminals.get(slot.terminal_id, _Terminal())
+                out.append(m.terminal_to_v1(m.terminal_text(term.command, bytes(term.output), term.exit_status)))
+            else:
+                out.append(m.tool_content_to_v1(slot))
+        return out
+
+    def _tool_call(self, update: v2.ToolCallUpdateSessionUpdate, v1_content: Sequence[Any] | None) -> Any:
+        create = update.tool_call_id not in self._tool_calls
+        slots = self._tool_calls.get(update.tool_call_id, [])
+        content: Any = UNSET
+        if v1_content is not None:
+            slots = [_Fixed(list(v1_content))]
+        elif isinstance(update.content, list):
+            slots = list(update.content)
+        elif update.content is None:
+            slots = []
+        if v1_content is not None or not isinstance(update.content, UnsetType):
+            content = self._render(slots)
+        result = m.tool_call_to_v1(update, create=create, content=content)
+        self._tool_calls[update.tool_call_id] = slots
+        return result
+
+    def _content_chunk(self, update: v2.ToolCallContentChunkSessionUpdate) -> Any:
+        slots = [*self._tool_calls.get(update.tool_call_id, []), update.content]
+        content = self._render(slots)
+        if update.tool_call_id not in self._tool_calls:
+            result: Any = v1.ToolCallSessionUpdate(tool_call_id=update.tool_call_id, title="", content=content)
+        else:
+            result = v1.ToolCallUpdateSessionUpdate(tool_call_id=update.tool_call_id, content=content)
+        self._tool_calls[update.tool_call_id] = slots
+        return result
+
+    def _showing(self, terminal_id: str) -> list[Any]:
+        """A ``tool_call_update`` with the whole content of each tool call showing the terminal."""
+        out = []
+        for tool_call_id, slots in self._tool_calls.items():
+            if any(isinstance(s, v2.TerminalToolCallContent) and s.terminal_id == terminal_id for s in slots):
+                out.append(v1.ToolCallUpdateSessionUpdate(tool_call_id=tool_call_id, content=self._render(slots)))
+        return out
+
+    def _terminal_update(self, update: v2.TerminalUpdateSessionUpdate) -> list[Any]:
+        term = self._terminals.setdefault(update.terminal_id, _Terminal())
+        if not isinstance(update.command, UnsetType):
+            term.command = update.command
+        if isinstance(update.output, v2.TerminalOutput):  # a replacement snapshot
+            term.output = bytearray(_decode(update.output.data, update.terminal_id))
+        elif update.output is None:
+            term.output = bytearray()
+        if not isinstance(update.exit_status, UnsetType):
+            term.exit_status = update.exit_status
+        return self._showing(update.terminal_id)
+
+    def _terminal_chunk(self, update: v2.TerminalOutputChunkSessionUpdate) -> list[Any]:
+        term = self._terminals.setdefault(update.terminal_id, _Terminal())
+        term.output += _decode(update.data, update.terminal_id)
+        return self._showing(update.terminal_id)
+
+    # -- plans, config options (T20, L12) ----------------------------------------------------------
+    def _plan(self, update: v2.PlanUpdateSessionUpdate) -> list[Any]:
+        plan = update.plan
+        if not isinstance(plan, v2.ItemsPlanUpdateContent):
+            return self._drop(f"plan_update of type {getattr(plan, 'type', '?')!r}")
+        self._plans[plan.plan_id] = list(plan.entries)  # a known id keeps its place: creation order
+        result = m.plan_to_v1(list(self._plans.values()))
+        return [attrs.evolve(result, meta=update.meta)]
+
+    def _config(self, update: v2.ConfigOptionUpdateSessionUpdate) -> list[Any]:
+        out = m.config_update_to_v1(update)
+        if len(out) > 1:
+            mode = out[1].current_mode_id
+            if mode == self._mode:
+                out.pop()
+            self._mode = mode
+        return out
+
+
+def _decode(data: str, terminal_id: str) -> bytes:
+    try:
+        return base64.b64decode(data, validate=True)
+    except (binascii.Error, ValueError):
+        log.warning("terminal %s: output that is not base64 is left out of the v1 text", terminal_id)
+        return b""
+
+
+class V2View:
+    """v1 → v2 for one session (see the module docstring).
+
+    ``plan_id``: the ``planId`` of the session's one v1 plan.  ``new_id``: makes a ``messageId``
+    (default ``msg_<12 hex>``).
+    """
+
+    def __init__(self, *, plan_id: str = "plan", new_id: Callable[[], str] | None = None) -> None:
+        self.plan_id = plan_id
+        self._new_id = new_id or (lambda: f"msg_{uuid.uuid4().hex[:12]}")
+        self._open: tuple[type, str] | None = None  # (chunk class, messageId) the next chunk may join
+        self._open_generated = False  # the open message's id is ours (the v1 chunks had none)
+        self._aliases: dict[tuple[type, str], str] = {}  # (chunk class, v1 messageId) -> v2 messageId
+        self._tool_calls: set[str] = set()
+        self._options: list[Any] = []  # the session's v2 config options
+
+    def seed(
+        self, *, modes: v1.SessionModeState | None = None, config_options: Sequence[v1.SessionConfigOption] = ()
+    ) -> list[v2.SessionConfigOption]:
+        """Learn the session's options from its ``session/new`` / ``session/load`` answer and return
+        them as v2's ``configOptions``: the v1 options, plus ``modes`` as a ``category: "mode"``
+        option when none of them is one (migration.mdx § Session modes become config options)."""
+        options: list[Any] = [m.config_option_to_v2(o) for o in config_options]
+        if modes is not None and m.modes_from_config(options) is None:
+            options.append(m.modes_to_config(modes))
+        self._options = options
+        return list(options)
+
+    def project(self, update: Any) -> list[Any]:
+        """The v2 updates (``acp_schema.v2.SessionUpdate`` variants) for the v1 ``update``.  Raises
+        :class:`~acp_trio._mapping.VersionError` for a ``current_mode_update`` when the session has
+        no mode option (call :meth:`seed` first)."""
+        if isinstance(update, v1.UserMessageChunkSessionUpdate | v1.AgentMessageChunkSessionUpdate):
+            return [self._chunk(update)]
+        if isinstance(update, v1.AgentThoughtChunkSessionUpdate):
+            return [self._chunk(update)]
+        if isinstance(update, v1.ToolCallSessionUpdate | v1.ToolCallUpdateSessionUpdate):
+            known = update.tool_call_id in self._tool_calls
+            if not known:
+                self._tool_calls.add(update.tool_call_id)
+                self._open = None  # a new transcript entry: the next chunk starts a new message
+            return [m.tool_call_to_v2(update, known=known)]
+        if isinstance(update, v1.PlanSessionUpdate):
+            return [m.plan_to_v2(update, self.plan_id)]
+        if isinstance(update, v1.CurrentModeUpdateSessionUpdate):
+            result = m.current_mode_to_v2(update, self._options)
+            self._options = list(result.config_options)
+            return [result]
+        if isinstance(update, v1.ConfigOptionUpdateSessionUpdate):
+            self._options = [m.config_option_to_v2(o) for o in update.config_options]
+            return [v2.ConfigOptionUpdateSessionUpdate(config_options=list(self._options), meta=update.meta)]
+        if isinstance(update, v1.AvailableCommandsUpdateSessionUpdate):
+            return [m.commands_to_v2(update)]
+        if isinstance(update, _SAME_SHAPE_V1):
+            return [m.same_shape_to_v2(update)]
+        try:  # an unknown v1 variant: v2's union is open, receivers preserve it (migration.mdx § Extensibility)
+            return [m._same(update, v2.SessionUpdate)]
+        except DecodeError as exc:
+            log.warning("a v1 session/update with no v2 form was not forwarded: %s", exc)
+            return []
+
+    def _chunk(self, update: Any) -> Any:
+        """The chunk with the ``messageId`` that keeps v1's grouping (``SessionState``'s v1 rule): a
+        chunk without an id joins the open message of its role, else starts one with a new id; a
+        chunk with an id joins the message that has it, or adopts the open message of its role when
+        that one has only a generated id (v1 then gives it this id; v2 keeps the generated one)."""
+        kind = type(update)
+        same_kind_open = self._open is not None and self._open[0] is kind
+        if isinstance(update.message_id, str):
+            alias = self._aliases.get((kind, update.message_id))
+            if alias is not None:
+                message_id = alias
+            elif same_kind_open and self._open_generated:
+                assert self._open is not None
+                message_id = self._aliases[(kind, update.message_id)] = self._open[1]
+            else:
+                message_id = self._aliases[(kind, update.message_id)] = update.message_id
+            generated = False
+        elif same_kind_open:
+            assert self._open is not None
+            message_id, generated = self._open[1], self._open_generated
+        else:
+            message_id, generated = self._new_id(), True
+        self._open, self._open_generated = (kind, message_id), generated
+        return m.chunk_to_v2(attrs.evolve(update, message_id=UNSET), message_id)
