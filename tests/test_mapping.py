@@ -507,7 +507,9 @@ def test_tool_call_to_v2() -> None:
         "status": "pending",
     }
     assert data["content"][0]["changes"] == [{"operation": "modify", "path": PATH, "fileType": "text"}]
-    patch = v1.ToolCallUpdateSessionUpdate(tool_call_id="c1", status="completed", title=None)  # v1 null: unchanged
+    patch = v1.ToolCallUpdateSessionUpdate(  # v1 null: unchanged, so omitted (a v2 null would clear)
+        tool_call_id="c1", status="completed", title=None, raw_input=None, content=None
+    )
     assert wire(m.tool_call_to_v2(patch), v2.SessionUpdate) == {
         "sessionUpdate": "tool_call_update",
         "toolCallId": "c1",
@@ -772,6 +774,98 @@ def test_plan_to_v2() -> None:
             "entries": [{"content": "a", "priority": "high", "status": "pending"}],
         },
     }
+
+
+# -- the rest: content chunks (T11), states (T22), auth methods (L3), elicitation (T19) ----------------
+def test_content_chunk_to_v1() -> None:
+    chunk = v2.ToolCallContentChunkSessionUpdate(
+        tool_call_id="c1", content=v2.ContentToolCallContent(content=v2.TextContentBlock(text="b")), meta={"k": 1}
+    )
+    so_far = [
+        v1.ContentToolCallContent(content=v1.TextContentBlock(text="a")),
+        v1.ContentToolCallContent(content=v1.TextContentBlock(text="b")),
+    ]
+    items = [{"type": "content", "content": {"type": "text", "text": t}} for t in "ab"]
+    assert wire(m.content_chunk_to_v1(chunk, so_far, create=False), v1.SessionUpdate) == {
+        "sessionUpdate": "tool_call_update",
+        "toolCallId": "c1",
+        "content": items,
+    }
+    assert wire(m.content_chunk_to_v1(chunk, so_far, create=True), v1.SessionUpdate) == {
+        "sessionUpdate": "tool_call",
+        "toolCallId": "c1",
+        "title": "",
+        "content": items,
+    }
+
+
+def test_state_to_v1() -> None:
+    assert m.state_to_v1(v2.RunningStateUpdateSessionUpdate()) is None
+    assert m.state_to_v1(v2.RequiresActionStateUpdateSessionUpdate()) is None
+    unknown = converter.structure({"sessionUpdate": "state_update", "state": "_paused"}, v2.SessionUpdate)
+    assert m.state_to_v1(unknown) is None
+    ended = m.state_to_v1(v2.IdleStateUpdateSessionUpdate(stop_reason="max_turn_requests"))
+    assert ended is not None
+    assert wire(ended, v1.PromptResponse) == {"stopReason": "max_turn_requests"}
+
+
+def test_auth_method_to_v1() -> None:
+    agent = v2.AgentAuthMethod(method_id="agent-login", name="Agent login", description="Sign in")
+    assert wire(m.auth_method_to_v1(agent), v1.AuthMethod) == {
+        "id": "agent-login",
+        "name": "Agent login",
+        "description": "Sign in",
+    }
+    terminal = v2.TerminalAuthMethod(
+        method_id="tui", name="TUI", args=["--login"], env=[v2.EnvVariable(name="MODE", value="login")]
+    )
+    assert wire(m.auth_method_to_v1(terminal), v1.AuthMethod) == {
+        "type": "terminal",
+        "id": "tui",
+        "name": "TUI",
+        "args": ["--login"],
+        "env": {"MODE": "login"},
+    }
+    unknown = converter.structure({"type": "_oauth", "methodId": "o", "name": "O"}, v2.AuthMethod)
+    with pytest.raises(m.VersionError, match="_oauth"):
+        m.auth_method_to_v1(unknown)
+
+
+def test_auth_method_to_v2() -> None:
+    agent = v1.AuthMethodAgent(id="agent-login", name="Agent login")
+    assert wire(m.auth_method_to_v2(agent), v2.AuthMethod) == {
+        "type": "agent",
+        "methodId": "agent-login",
+        "name": "Agent login",
+    }
+    terminal = v1.TerminalAuthMethod(id="tui", name="TUI", env={"MODE": "login"})
+    assert wire(m.auth_method_to_v2(terminal), v2.AuthMethod) == {
+        "type": "terminal",
+        "methodId": "tui",
+        "name": "TUI",
+        "env": [{"name": "MODE", "value": "login"}],
+    }
+
+
+ELICIT = {
+    "mode": "form",
+    "sessionId": "s",
+    "message": "Which branch?",
+    "requestedSchema": {"type": "object", "properties": {"branch": {"type": "string"}}, "required": ["branch"]},
+}
+
+
+def test_elicitation_to_v1() -> None:
+    request = converter.structure(ELICIT, v2.CreateElicitationRequest)
+    assert wire(m.elicitation_to_v1(request), v1.CreateElicitationRequest) == ELICIT
+    unknown = converter.structure({"mode": "_voice", "message": "Say it"}, v2.CreateElicitationRequest)
+    with pytest.raises(m.VersionError, match="protocol version 1"):
+        m.elicitation_to_v1(unknown)
+
+
+def test_elicitation_to_v2() -> None:
+    request = converter.structure(ELICIT, v1.CreateElicitationRequest)
+    assert wire(m.elicitation_to_v2(request), v2.CreateElicitationRequest) == ELICIT
 
 
 def test_every_row_names_tests_that_exist() -> None:

@@ -211,6 +211,27 @@ def test_v1_view_sends_a_display_terminal_as_the_text_of_the_tool_calls_showing_
     assert view.project(v2.TerminalOutputChunkSessionUpdate(terminal_id="t2", data=b64(b"x"))) == []  # shown nowhere
 
 
+def test_v1_view_shows_a_terminal_referenced_before_its_first_update_once_that_comes() -> None:
+    view = V1View()
+    created = v2.ToolCallUpdateSessionUpdate(
+        tool_call_id="c1",
+        title="Build",
+        content=[
+            v2.ContentToolCallContent(content=text2("building")),
+            v2.TerminalToolCallContent(terminal_id="t9"),
+        ],
+    )
+    building = {"type": "content", "content": {"type": "text", "text": "building"}}
+    (first,) = wire(view.project(created), v1.SessionUpdate)
+    assert first["content"] == [building]  # nothing known of t9 yet
+    (second,) = wire(view.project(v2.TerminalUpdateSessionUpdate(terminal_id="t9", command="make")), v1.SessionUpdate)
+    assert second == {
+        "sessionUpdate": "tool_call_update",
+        "toolCallId": "c1",
+        "content": [building, {"type": "content", "content": {"type": "text", "text": "$ make\n"}}],
+    }
+
+
 def test_v1_view_sends_the_exact_v1_hint_and_appends_chunks_after_it() -> None:
     diff = m.Diff(PATH, "old\n", "new\n")
     view = V1View()

@@ -42,6 +42,8 @@ __all__ = [
     "VersionError",
     "agent_caps_to_v1",
     "agent_caps_to_v2",
+    "auth_method_to_v1",
+    "auth_method_to_v2",
     "chunk_to_v1",
     "chunk_to_v2",
     "client_caps_to_v1",
@@ -52,6 +54,7 @@ __all__ = [
     "config_option_to_v2",
     "config_options_to_v1",
     "config_update_to_v1",
+    "content_chunk_to_v1",
     "content_to_v1",
     "content_to_v2",
     "current_mode_to_v2",
@@ -59,6 +62,8 @@ __all__ = [
     "diff_to_v2",
     "diff_v1_to_v2",
     "diff_v2_to_v1",
+    "elicitation_to_v1",
+    "elicitation_to_v2",
     "error_to_v2",
     "git_patch",
     "idle_to_v1",
@@ -78,6 +83,7 @@ __all__ = [
     "plan_to_v2",
     "same_shape_to_v1",
     "same_shape_to_v2",
+    "state_to_v1",
     "stop_reason_to_v1",
     "stop_reason_to_v2",
     "terminal_text",
@@ -393,13 +399,26 @@ def tool_call_to_v2(update: Any, *, known: bool = False) -> Any:
         "status": field(update.status),
         "content": items,
         "locations": locs,
-        "raw_input": update.raw_input if not isinstance(update.raw_input, UnsetType) or not replace else None,
-        "raw_output": update.raw_output if not isinstance(update.raw_output, UnsetType) or not replace else None,
+        "raw_input": field(update.raw_input),
+        "raw_output": field(update.raw_output),
         "meta": field(update.meta),
     }
     if isinstance(update, v1.ToolCallUpdate):
         return v2.ToolCallUpdate(**fields)
     return v2.ToolCallUpdateSessionUpdate(**fields)
+
+
+def content_chunk_to_v1(
+    update: v2.ToolCallContentChunkSessionUpdate, content: Sequence[v1.ToolCallContent], *, create: bool
+) -> Any:
+    """Row T11, v2 → v1: v1 has no content chunk, so a ``tool_call_content_chunk`` is a
+    ``tool_call_update`` carrying ``content``: the tool call's whole v1 content with the chunk's item
+    already appended (the caller accumulates it: :class:`~acp_trio._views.V1View`); ``create``
+    (an id the v1 client has not seen): a ``tool_call`` with an empty title instead
+    (migration.mdx § Streaming tool-call content).  The chunk's ``_meta`` is chunk-scoped: not sent."""
+    if create:
+        return v1.ToolCallSessionUpdate(tool_call_id=update.tool_call_id, title="", content=list(content))
+    return v1.ToolCallUpdateSessionUpdate(tool_call_id=update.tool_call_id, content=list(content))
 
 
 # -- diffs (T13) -----------------------------------------------------------------------------------
@@ -930,6 +949,66 @@ def client_caps_to_v2(caps: v1.ClientCapabilities) -> v2.ClientCapabilities:
     return v2.ClientCapabilities(elicitation=elicitation, meta=caps.meta)
 
 
+# -- authentication methods (L3) and elicitation (T19) ----------------------------------------------
+def auth_method_to_v1(method: v2.AuthMethod) -> v1.AuthMethod:
+    """Row L3, v2 → v1: ``methodId`` → ``id`` (migration.mdx § Auth methods); an ``agent`` method has
+    no ``type`` in v1; a ``terminal`` one's ``env`` list is v1's name → value object; another type
+    raises :class:`VersionError`."""
+    if isinstance(method, v2.AgentAuthMethod):
+        return v1.AuthMethodAgent(
+            id=method.method_id, name=method.name, description=method.description, meta=method.meta
+        )
+    if isinstance(method, v2.TerminalAuthMethod):
+        env: Any = {e.name: e.value for e in method.env} if isinstance(method.env, list) else UNSET
+        return v1.TerminalAuthMethod(
+            id=method.method_id,
+            name=method.name,
+            description=method.description,
+            args=method.args,
+            env=env,
+            meta=method.meta,
+        )
+    raise VersionError(1, "auth method", f"v1 knows no auth method type {getattr(method, 'type', '?')!r}")
+
+
+def auth_method_to_v2(method: v1.AuthMethod) -> v2.AuthMethod:
+    """Row L3, v1 → v2: ``id`` → ``methodId`` and the now required ``type`` (``agent`` for v1's
+    untagged method); a ``terminal`` method's ``env`` object as a list (migration.mdx § Auth methods)."""
+    if isinstance(method, v1.AuthMethodAgent):
+        return v2.AgentAuthMethod(
+            method_id=method.id, name=method.name, description=method.description, meta=method.meta
+        )
+    if isinstance(method, v1.TerminalAuthMethod):
+        env: Any = (
+            [v2.EnvVariable(name=k, value=v) for k, v in method.env.items()] if isinstance(method.env, dict) else UNSET
+        )
+        return v2.TerminalAuthMethod(
+            method_id=method.id,
+            name=method.name,
+            description=method.description,
+            args=method.args,
+            env=env,
+            meta=method.meta,
+        )
+    result: v2.AuthMethod = _same(method, v2.AuthMethod)
+    return result
+
+
+def elicitation_to_v1(request: v2.CreateElicitationRequest) -> v1.CreateElicitationRequest:
+    """Row T19, v2 → v1: ``elicitation/create`` (``form`` / ``url``), the same shape in both;
+    another mode raises :class:`VersionError`."""
+    if _is_other(request):
+        raise VersionError(1, "elicitation/create", f"v1 knows no mode {getattr(request, 'mode', '?')!r}")
+    result: v1.CreateElicitationRequest = _convert(request, v1.CreateElicitationRequest, 1, "elicitation/create")
+    return result
+
+
+def elicitation_to_v2(request: v1.CreateElicitationRequest) -> v2.CreateElicitationRequest:
+    """Row T19, v1 → v2: the same request."""
+    result: v2.CreateElicitationRequest = _same(request, v2.CreateElicitationRequest)
+    return result
+
+
 # -- stop reasons and the end of a turn (T2, T3) ----------------------------------------------------
 def stop_reason_to_v1(stop_reason: str) -> v1.PromptResponse:
     """Row T2, v2 → v1: the ``session/prompt`` answer; the five stop reasons are the same
@@ -954,6 +1033,15 @@ def idle_to_v1(update: v2.IdleStateUpdateSessionUpdate) -> v1.PromptResponse | N
     if not isinstance(reason, str):
         return None
     return stop_reason_to_v1(reason)
+
+
+def state_to_v1(update: Any) -> v1.PromptResponse | None:
+    """Rows T2/T22, v2 → v1: a ``state_update``: ``running`` and ``requires_action`` (and unknown
+    states) have no v1 form and need none (v1's pending ``session/prompt`` and pending permission
+    request say it: migration.mdx § The new prompt lifecycle), so ``None``; ``idle``: :func:`idle_to_v1`."""
+    if isinstance(update, v2.IdleStateUpdateSessionUpdate):
+        return idle_to_v1(update)
+    return None
 
 
 def stop_reason_to_v2(response: v1.PromptResponse) -> v2.IdleStateUpdateSessionUpdate:
@@ -1004,6 +1092,9 @@ ROWS: tuple[Row, ...] = (
     Row("L2", "session baseline", "loadSession, sessionCapabilities {list, resume, close}",
         "implied by capabilities.session", "mapped: the v2 baseline advertised as v1 markers",
         "§ Baseline methods", ("test_agent_caps_to_v1",)),
+    Row("L3", "auth methods", "authMethods [{id, name}] (agent: untagged)", "authMethods [{methodId, type, name}]",
+        "renamed; type agent added / dropped; another type v1 lacks: VersionError", "§ Auth methods",
+        ("test_auth_method_to_v1", "test_auth_method_to_v2")),
     Row("L4", "session modes", "modes {currentModeId, availableModes}",
         "configOptions [{category: mode, type: select}]", "mapped: the mode option is v1's modes and back",
         "§ Session modes become config options", ("test_modes_from_config", "test_modes_to_config")),
@@ -1028,6 +1119,9 @@ ROWS: tuple[Row, ...] = (
         ("test_stop_reason_to_v1", "test_idle_to_v1", "test_stop_reason_to_v2")),
     Row("T3", "turn error", "JSON-RPC error answering session/prompt", "idle {stopReason: error, error}",
         "mapped", "§ The new prompt lifecycle", ("test_idle_to_v1_error", "test_error_to_v2")),
+    Row("T1", "user message acknowledgment", "- (the session/prompt request is the message)",
+        "user_message {messageId, content}", "v1: nothing live; chunks on replay", "§ The new prompt lifecycle",
+        ("test_message_to_v1",)),
     Row("T5", "message chunks", "agent_message_chunk {content, messageId?}", "agent_message_chunk {messageId, content}",
         "messageId generated for v2", "§ Message IDs are required", ("test_chunk_to_v1", "test_chunk_to_v2")),
     Row("T7", "whole-message upsert", "-", "agent_message {messageId, content}",
@@ -1035,6 +1129,9 @@ ROWS: tuple[Row, ...] = (
         ("test_message_to_v1",)),
     Row("T8", "tool call creation", "tool_call", "first tool_call_update of an id", "mapped by first sight",
         "§ One upsert notification", ("test_tool_call_to_v1_create", "test_tool_call_to_v2")),
+    Row("T11", "tool call content chunk", "tool_call_update {content: all so far}", "tool_call_content_chunk",
+        "v1: the whole content re-sent (V1View accumulates)", "§ Streaming tool-call content",
+        ("test_content_chunk_to_v1",)),
     Row("T9", "tool call patch", "tool_call_update (null: unchanged)", "tool_call_update (null: cleared)",
         "v2 null → v1 cleared value; v1 null → v2 omitted", "§ One upsert notification",
         ("test_tool_call_to_v1_clears", "test_tool_call_to_v2_replacing_tool_call")),
@@ -1062,7 +1159,15 @@ ROWS: tuple[Row, ...] = (
     Row("T18", "permission outcome", "selected / cancelled", "the same, open",
         "an unknown outcome is never approval (v1: a reject option, else cancelled)", "§ Permission requests",
         ("test_outcome_to_v1", "test_outcome_to_v2")),
+    Row("T19", "elicitation", "elicitation/create {mode: form | url}", "the same",
+        "same shape; another mode v1 lacks: VersionError", _A, ("test_elicitation_to_v1", "test_elicitation_to_v2")),
     Row("T20", "plans", "plan {entries}", "plan_update {plan: {type: items, planId, entries}}",
         "v1: every live plan's entries; cancelled → completed + _meta", "§ Plans",
         ("test_plan_to_v1", "test_plan_to_v2")),
+    Row("T22", "foreground state", "- (the pending requests say it)", "state_update running / requires_action / idle",
+        "v1: nothing for running / requires_action; idle is the prompt answer (T2)", "§ Session states",
+        ("test_state_to_v1",)),
+    Row("T23", "_meta", "_meta on the object", "_meta, patched by top-level key on upserts",
+        "kept both ways; a v2 null clear is {} on v1", "§ Extensibility and forward compatibility",
+        ("test_tool_call_to_v1_clears", "test_diff_v1_to_v2")),
 )  # fmt: skip

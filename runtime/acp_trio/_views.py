@@ -201,7 +201,9 @@ class V1View:
             if isinstance(slot, _Fixed):
                 out.extend(slot.items)
             elif isinstance(slot, v2.TerminalToolCallContent):
-                term = self._terminals.get(slot.terminal_id, _Terminal())
+                term = self._terminals.get(slot.terminal_id)
+                if term is None:  # nothing known of it yet: shown once its terminal_update comes
+                    continue
                 out.append(m.terminal_to_v1(m.terminal_text(term.command, bytes(term.output), term.exit_status)))
             else:
                 out.append(m.tool_content_to_v1(slot))
@@ -225,11 +227,8 @@ class V1View:
 
     def _content_chunk(self, update: v2.ToolCallContentChunkSessionUpdate) -> Any:
         slots = [*self._tool_calls.get(update.tool_call_id, []), update.content]
-        content = self._render(slots)
-        if update.tool_call_id not in self._tool_calls:
-            result: Any = v1.ToolCallSessionUpdate(tool_call_id=update.tool_call_id, title="", content=content)
-        else:
-            result = v1.ToolCallUpdateSessionUpdate(tool_call_id=update.tool_call_id, content=content)
+        create = update.tool_call_id not in self._tool_calls
+        result = m.content_chunk_to_v1(update, self._render(slots), create=create)
         self._tool_calls[update.tool_call_id] = slots
         return result
 
