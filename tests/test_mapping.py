@@ -534,6 +534,23 @@ def test_tool_call_to_v2_replacing_tool_call() -> None:
     }
 
 
+def test_tool_call_rows_keep_unknown_fields_and_meta_both_ways() -> None:
+    data = {"sessionUpdate": "tool_call_update", "toolCallId": "c1", "title": "T", "_meta": {"k": 1}, "_x": 2}
+    update2 = converter.structure(data, v2.SessionUpdate)
+    assert wire(m.tool_call_to_v1(update2, create=False), v1.SessionUpdate) == data
+    assert wire(m.tool_call_to_v1(update2, create=True), v1.SessionUpdate) == {**data, "sessionUpdate": "tool_call"}
+    update1 = converter.structure(data, v1.SessionUpdate)
+    assert wire(m.tool_call_to_v2(update1), v2.SessionUpdate) == data
+    chunk = {
+        "sessionUpdate": "agent_message_chunk",
+        "content": {"type": "text", "text": "a"},
+        "messageId": "m",
+        "_x": 1,
+    }
+    assert wire(m.chunk_to_v1(converter.structure(chunk, v2.SessionUpdate)), v1.SessionUpdate) == chunk
+    assert wire(m.chunk_to_v2(converter.structure(chunk, v1.SessionUpdate), "g"), v2.SessionUpdate) == chunk
+
+
 def test_tool_content_to_v1() -> None:
     item = v2.ContentToolCallContent(content=v2.TextContentBlock(text="ok"))
     assert wire(m.tool_content_to_v1(item), v1.ToolCallContent) == {

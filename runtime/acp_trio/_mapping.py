@@ -231,7 +231,12 @@ def chunk_to_v1(update: Any) -> Any:
     ``agent_thought_chunk`` as v1's, ``messageId`` kept (optional in v1, sent anyway: migration.mdx
     § Message IDs are required); the chunk's ``_meta`` kept."""
     kind = _V1_CHUNKS[type(update)]
-    return kind(content=content_to_v1(update.content), message_id=update.message_id, meta=update.meta)
+    return kind(
+        content=content_to_v1(update.content),
+        message_id=update.message_id,
+        meta=update.meta,
+        extra_fields=dict(update.extra_fields),
+    )
 
 
 def chunk_to_v2(update: Any, message_id: str) -> Any:
@@ -239,7 +244,9 @@ def chunk_to_v2(update: Any, message_id: str) -> Any:
     it has one, else ``message_id`` (the caller's, the same for every chunk of one message)."""
     kind = _V2_CHUNKS[type(update)]
     own = update.message_id if isinstance(update.message_id, str) else message_id
-    return kind(content=content_to_v2(update.content), message_id=own, meta=update.meta)
+    return kind(
+        content=content_to_v2(update.content), message_id=own, meta=update.meta, extra_fields=dict(update.extra_fields)
+    )
 
 
 def message_to_v1(update: Any) -> list[Any]:
@@ -324,7 +331,9 @@ def tool_call_to_v1(
     converts the update's own with :func:`tool_content_to_v1`.  A ``null`` (v2 clear) is sent as the
     cleared value, since v1 has no null patch (design T9, Q2): title ``""``, kind ``other``,
     status ``pending``, content and locations ``[]``, ``_meta`` ``{}``.  Status and kind v1 lacks:
-    :func:`tool_status_to_v1`, :func:`tool_kind_to_v1` (originals in ``_meta``).
+    :func:`tool_status_to_v1`, :func:`tool_kind_to_v1` (originals in ``_meta``).  Unknown wire
+    fields (``extra_fields``) are kept; v2's ``capabilities`` (what ``tool_call/cancel`` may do, a
+    method v1 lacks) is not sent.
     """
     extra: dict[str, str] = {}
     status: Any = update.status
@@ -354,6 +363,7 @@ def tool_call_to_v1(
             raw_input=update.raw_input,
             raw_output=update.raw_output,
             meta=meta,
+            extra_fields=dict(update.extra_fields),
         )
     fields: dict[str, Any] = {
         "tool_call_id": update.tool_call_id,
@@ -366,6 +376,7 @@ def tool_call_to_v1(
         "raw_input": update.raw_input,
         "raw_output": update.raw_output,
         "meta": meta,
+        "extra_fields": dict(update.extra_fields),
     }
     if isinstance(update, v2.ToolCallUpdate):
         return v1.ToolCallUpdate(**fields)
@@ -402,6 +413,7 @@ def tool_call_to_v2(update: Any, *, known: bool = False) -> Any:
         "raw_input": field(update.raw_input),
         "raw_output": field(update.raw_output),
         "meta": field(update.meta),
+        "extra_fields": dict(update.extra_fields),
     }
     if isinstance(update, v1.ToolCallUpdate):
         return v2.ToolCallUpdate(**fields)
@@ -1169,5 +1181,6 @@ ROWS: tuple[Row, ...] = (
         ("test_state_to_v1",)),
     Row("T23", "_meta", "_meta on the object", "_meta, patched by top-level key on upserts",
         "kept both ways; a v2 null clear is {} on v1", "§ Extensibility and forward compatibility",
-        ("test_tool_call_to_v1_clears", "test_diff_v1_to_v2")),
+        ("test_tool_call_to_v1_clears", "test_diff_v1_to_v2",
+         "test_tool_call_rows_keep_unknown_fields_and_meta_both_ways")),
 )  # fmt: skip
