@@ -1,0 +1,678 @@
+"""The adapter (issue 33): an agent that speaks only protocol version 2, served to a version 1 client.
+
+Contract: :class:`V1Front` sits between two connections it does not own: an
+:class:`~acp_trio.AgentSideConnection` speaking v1 to the client (the front) and a
+:class:`~acp_trio.ClientSideConnection` speaking v2 to the agent (the back).  Every message is
+decoded, translated by the rows of :mod:`acp_trio._mapping` (the table of
+``docs/protocol/v2/migration.mdx``) and sent on the other connection; what has no translation is
+answered with a JSON-RPC error naming the method and the version, or (a notification) logged as a
+warning on the ``acp_trio.adapt`` logger: never dropped silently.  Unknown fields and ``_meta``
+survive: requests whose shape is the same in both versions are re-read from their wire JSON, the
+others keep ``_meta`` and ``extra_fields`` field by field.
+
+v1 client → v2 agent (method by method, the design's rows in brackets):
+
+- ``initialize``: a v2 ``initialize`` (``info`` is the client's ``clientInfo``, else the
+  adapter's); the client's ``elicitation`` capability is offered, ``fs``/``terminal`` are not (v2 has
+  neither: migration.mdx § Client file system and terminal execution removed); the agent's ``info``,
+  capabilities (L1, L2: v2's session baseline becomes ``loadSession`` and ``sessionCapabilities``
+  list/resume/close) and auth methods are the v1 answer;
+- ``authenticate`` / ``logout``: ``auth/login`` / ``auth/logout`` (L3);
+- ``session/new``: the same with v2 MCP server configs (M1); the answer's ``configOptions`` as v1's
+  plus ``modes`` from the ``category: "mode"`` option (L4, L10); its ``availableCommands`` (a v2
+  field) follow as a v1 ``available_commands_update``;
+- ``session/load``: ``session/resume`` with ``replayFrom: {"type": "start"}`` (L5), the replay
+  projected to v1 (user messages included); -32601 naming v2 when the agent has no session
+  capabilities at all;
+- ``session/resume`` (without replay), ``session/list``, ``session/close``, ``session/delete``: the
+  same (L6-L9);
+- ``session/set_mode``: ``session/set_config_option`` on the session's ``category: "mode"`` option
+  (L11); ``session/set_config_option``: the same, v1's untagged value request tagged ``id`` (L10);
+- ``session/prompt``: v2 answers a receipt at once; the v1 answer waits for the agent's
+  ``state_update`` ``idle`` of that session and carries its stop reason (T2: a reason v1 lacks is
+  ``end_turn`` plus ``_meta["acp-trio/stopReason"]``); an idle with ``stopReason: "error"`` or an
+  error answering the v2 request is the v1 error (T3);
+- ``session/cancel``: the same; the v1 answer (``cancelled``) still waits for the agent's idle, at
+  most ``cancel_grace`` seconds, so the updates the agent sends while it stops reach the client
+  before it (v1 prompt-turn.mdx § Cancellation).
+
+v2 agent → v1 client:
+
+- ``session/update``: through one :class:`~acp_trio._views.V1View` per session (T5-T14, T20-T22,
+  L12-L14): ``tool_call`` then ``tool_call_update``, ``plan`` with every live plan, state updates
+  not sent; a v2 diff of an added or deleted file is rendered exact from its patch
+  (``newText`` / ``oldText``), another one as text with its patch (T13); an update v1 cannot express
+  is not sent and is logged (the turn goes on);
+- ``session/request_permission``: rows T15-T17 (a synthetic v1 ``tool_call`` first when the
+  request is about a command or nothing, reported ``completed``/``failed`` after the decision), the
+  v1 outcome back (T18);
+- ``elicitation/create`` / ``elicitation/complete``: the same, when the client offered elicitation.
+
+Entry points: :func:`serve_v2_agent_to_v1_client` (stdio to the client, the agent spawned) and
+``python -m acp_trio.adapt --speak 1 -- AGENT_CMD [ARG ...]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import logging
+import os
+import sys
+from collections.abc import Callable, Sequence
+from types import ModuleType
+from typing import Any
+
+import attrs
+import trio
+
+from acp_schema import v1, v2
+
+from ._capabilities import CapabilityError
+from ._converter import DecodeError, converter
+from ._core import INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND, RequestError
+from ._mapping import (
+    VersionError,
+    agent_caps_to_v1,
+    auth_method_to_v1,
+    client_caps_to_v2,
+    config_options_to_v1,
+    elicitation_to_v1,
+    idle_to_v1,
+    mcp_server_to_v2,
+    modes_from_config,
+    outcome_to_v2,
+    permission_to_v1,
+    tool_content_to_v1,
+)
+from ._roles import AgentSideConnection, ClientSideConnection, ProtocolVersionError
+from ._spec import UNSET
+from ._views import V1View
+
+__all__ = ["DEFAULT_CANCEL_GRACE", "V1Front", "main", "serve_v2_agent_to_v1_client"]
+
+log = logging.getLogger("acp_trio.adapt")
+
+DEFAULT_CANCEL_GRACE = 5.0
+"""Seconds a cancelled v1 ``session/prompt`` waits for the v2 agent's ``idle`` before answering
+``cancelled`` anyway."""
+
+ADAPTER_INFO = v2.Implementation(name="acp-trio-adapt", version="1")
+"""The v2 ``info`` sent to the agent when the v1 client gave no ``clientInfo`` (required in v2)."""
+
+
+def _relay(value: Any, target: Any) -> Any:
+    """``value`` re-read as ``target`` of the other version from its wire JSON: the same shape,
+    unknown fields and ``_meta`` included."""
+    return _structure(converter.unstructure(value), target)
+
+
+def _structure(wire: Any, target: Any) -> Any:
+    return converter.structure(wire, target)
+
+
+def _not_in_v2(method: str, detail: str) -> RequestError:
+    return RequestError(
+        METHOD_NOT_FOUND,
+        "Method not found",
+        {"method": method, "detail": f"{detail} (the agent behind this adapter speaks protocol version 2)"},
+    )
+
+
+def _untranslatable(method: str, exc: Exception) -> RequestError:
+    return RequestError(INVALID_PARAMS, "Invalid params", {"method": method, "detail": str(exc)})
+
+
+@attrs.define
+class _Turn:
+    """A v1 ``session/prompt`` waiting for the agent's ``idle``: its answer or its error."""
+
+    ended: trio.Event = attrs.field(factory=trio.Event)
+    response: v1.PromptResponse | None = None
+    error: RequestError | None = None
+
+    def end(self, response: v1.PromptResponse | None = None, error: RequestError | None = None) -> None:
+        if not self.ended.is_set():
+            self.response, self.error = response, error
+            self.ended.set()
+
+
+@attrs.define
+class _Session:
+    """What the adapter keeps of one session: the v1 projection, the tool calls the v1 client holds
+    a title for (design Q5), the session's v2 config options (for ``set_mode``), the pending turn."""
+
+    view: V1View = attrs.field(factory=V1View)
+    titled: set[str] = attrs.field(factory=set)
+    config_options: list[Any] = attrs.field(factory=list)
+    turn: _Turn | None = None
+
+
+class V1Front:
+    """A v2-only agent served to a v1 client (see the module docstring for the method map).
+
+    Wire it between two connections::
+
+        front = V1Front()
+        async with spawn_agent(cmd, args, client=front.agent_handlers()) as agent_conn:
+            await serve_agent_stdio(front)            # or AgentSideConnection(front, ...)
+
+    As an agent handler (``AgentSideConnection(front, ...)``, ``open_memory_pair(front, client)``,
+    ``serve_agent_stdio(front)``) it speaks v1 only (its ``acp_handlers()`` is ``{v1: ...}``); one
+    ``V1Front`` serves one client connection and one agent connection.  :meth:`agent_handlers` is the
+    ``client`` argument of the ``ClientSideConnection`` to the agent (``{v2: ...}``).
+
+    ``cancel_grace``: seconds a cancelled v1 prompt waits for the agent's ``idle`` (default
+    :data:`DEFAULT_CANCEL_GRACE`).  ``client_info``: the v2 ``info`` sent to the agent when the v1
+    client gives none (default :data:`ADAPTER_INFO`).
+
+    Errors the v1 client can get besides the agent's own: -32601 naming protocol version 2 for a
+    method the agent lacks (``session/load`` without session capabilities, ``session/set_mode`` on
+    a session without a mode option, a method its capabilities do not cover); -32602 naming the
+    method for a request that has no v2 form (an MCP transport v2 lacks); -32603 when the agent
+    answers ``initialize`` with another protocol version or its connection is gone.
+    """
+
+    def __init__(
+        self, *, cancel_grace: float = DEFAULT_CANCEL_GRACE, client_info: v2.Implementation | None = None
+    ) -> None:
+        self.cancel_grace = cancel_grace
+        self.client_info = client_info or ADAPTER_INFO
+        self.client_conn: AgentSideConnection | None = None
+        """The v1 connection to the client (set when it is built)."""
+        self.agent_conn: ClientSideConnection | None = None
+        """The v2 connection to the agent (set when it is built)."""
+        self.agent_initialize: v2.InitializeResponse | None = None
+        """The agent's v2 ``initialize`` answer, once the client initialized."""
+        self.sessions: dict[str, _Session] = {}
+        self._synthetic = itertools.count(1)
+
+    # -- wiring ------------------------------------------------------------------------------------
+    def acp_handlers(self) -> dict[ModuleType, Callable[[AgentSideConnection], V1Front]]:
+        """``{v1: factory}``: the runtime's hook, so ``AgentSideConnection(front, ...)`` serves v1."""
+        return {v1: self._attach_client}
+
+    def agent_handlers(self) -> dict[ModuleType, Callable[[ClientSideConnection], _V2Back]]:
+        """``{v2: factory}``: the ``client`` argument of the connection to the agent
+        (``spawn_agent(..., client=front.agent_handlers())``, ``ClientSideConnection``)."""
+        return {v2: self._attach_agent}
+
+    def _attach_client(self, conn: AgentSideConnection) -> V1Front:
+        if self.client_conn is not None and self.client_conn is not conn:
+            raise RuntimeError("a V1Front serves one client connection; make one per connection")
+        self.client_conn = conn
+        return self
+
+    def _attach_agent(self, conn: ClientSideConnection) -> _V2Back:
+        if self.agent_conn is not None and self.agent_conn is not conn:
+            raise RuntimeError("a V1Front talks to one agent connection; make one per connection")
+        self.agent_conn = conn
+        return _V2Back(self)
+
+    @property
+    def _agent(self) -> Any:
+        if self.agent_conn is None:
+            raise RequestError(INTERNAL_ERROR, "Internal error", {"detail": "the adapter has no agent connection"})
+        return v2.AgentPeer(self.agent_conn)
+
+    @property
+    def _client(self) -> Any:
+        if self.client_conn is None:
+            raise RuntimeError("the adapter has no client connection yet")
+        return v1.ClientPeer(self.client_conn)
+
+    def _session(self, session_id: str) -> _Session:
+        session = self.sessions.get(session_id)
+        if session is None:  # a session the client knows from elsewhere (session/list): project from now on
+            session = self.sessions[session_id] = _Session()
+        return session
+
+    async def _call(self, method: str, call: Callable[[], Any]) -> Any:
+        """``await call()`` on the agent; a call its capabilities do not cover is -32601 naming v2."""
+        try:
+            return await call()
+        except CapabilityError as exc:
+            raise _not_in_v2(method, str(exc)) from None
+
+    # -- v1 agent surface --------------------------------------------------------------------------
+    async def initialize(self, params: v1.InitializeRequest) -> v1.InitializeResponse:
+        """v1 ``initialize`` → v2 ``initialize`` (rows L1, L2, L3; migration.mdx § Capability
+        reorganization, § Implementation information)."""
+        info = self.client_info
+        if isinstance(params.client_info, v1.Implementation):
+            info = _relay(params.client_info, v2.Implementation)
+        given = params.client_capabilities
+        caps = client_caps_to_v2(given) if isinstance(given, v1.ClientCapabilities) else v2.ClientCapabilities()
+        request = v2.InitializeRequest(
+            protocol_version=2,
+            info=info,
+            capabilities=caps,
+            meta=params.meta,
+            extra_fields=params.extra_fields,
+        )
+        if self.agent_conn is None:
+            raise RequestError(INTERNAL_ERROR, "Internal error", {"detail": "the adapter has no agent connection"})
+        try:
+            answer: v2.InitializeResponse = await self.agent_conn.initialize(request)
+        except ProtocolVersionError as exc:
+            raise RequestError(
+                INTERNAL_ERROR,
+                "Internal error",
+                {"detail": f"the agent behind this adapter does not speak protocol version 2: {exc}"},
+            ) from None
+        self.agent_initialize = answer
+        methods = answer.auth_methods if isinstance(answer.auth_methods, list) else []
+        agent_caps = answer.capabilities if isinstance(answer.capabilities, v2.AgentCapabilities) else None
+        return v1.InitializeResponse(
+            protocol_version=1,
+            agent_capabilities=agent_caps_to_v1(agent_caps, logout=bool(methods))
+            if agent_caps is not None
+            else v1.AgentCapabilities(),
+            auth_methods=_auth_methods_to_v1(methods),
+            agent_info=_relay(answer.info, v1.Implementation),
+            meta=answer.meta,
+            extra_fields=answer.extra_fields,
+        )
+
+    async def authenticate(self, params: v1.AuthenticateRequest) -> v1.AuthenticateResponse:
+        """v1 ``authenticate`` → v2 ``auth/login`` (row L3)."""
+        request = v2.LoginAuthRequest(method_id=params.method_id, meta=params.meta, extra_fields=params.extra_fields)
+        answer = await self._call("authenticate", lambda: self._agent.auth_login(request))
+        return v1.AuthenticateResponse(meta=answer.meta, extra_fields=answer.extra_fields)
+
+    async def logout(self, params: v1.LogoutRequest) -> v1.LogoutResponse:
+        """v1 ``logout`` → v2 ``auth/logout`` (row L3)."""
+        request = _relay(params, v2.LogoutAuthRequest)
+        answer = await self._call("logout", lambda: self._agent.auth_logout(request))
+        result: v1.LogoutResponse = _relay(answer, v1.LogoutResponse)
+        return result
+
+    def _setup_request(self, params: Any, target: Any, method: str, **extra: Any) -> Any:
+        """A v1 ``session/new``/``load``/``resume`` request as v2's ``target``: the same fields, MCP
+        server configs by row M1 (-32602 naming the method for a transport v2 lacks)."""
+        wire = converter.unstructure(params)
+        servers = params.mcp_servers
+        if isinstance(servers, list):
+            wire["mcpServers"] = [converter.unstructure(mcp_server_to_v2(s)) for s in servers]
+        wire.update(extra)
+        try:
+            return _structure(wire, target)
+        except DecodeError as exc:
+            raise _untranslatable(method, exc) from None
+
+    def _session_answer(self, session: _Session, answer: Any, target: Any, **fields: Any) -> Any:
+        """The v1 answer of a session setup request from v2's: ``configOptions`` (v1 names, row
+        L10) and ``modes`` from the mode option (row L4); ``_meta`` and unknown fields kept."""
+        options = answer.config_options if isinstance(answer.config_options, list) else None
+        session.config_options = list(options or [])
+        return target(
+            modes=(modes_from_config(options) or UNSET) if options is not None else UNSET,
+            config_options=config_options_to_v1(options) if options is not None else UNSET,
+            meta=answer.meta,
+            extra_fields=answer.extra_fields,
+            **fields,
+        )
+
+    def _commands_later(self, session_id: str, answer: Any) -> None:
+        """v2 answers ``session/new``/``resume`` with ``availableCommands``; v1 has no such field, so
+        they follow as an ``available_commands_update`` (row L14) once the answer is out."""
+        commands = getattr(answer, "available_commands", UNSET)
+        if not isinstance(commands, list) or self.client_conn is None:
+            return
+        update = v2.AvailableCommandsUpdateSessionUpdate(available_commands=commands)
+
+        async def send() -> None:
+            await trio.lowlevel.checkpoint()
+            await self._forward(session_id, update)
+
+        self.client_conn.start_soon(send, name=f"adapt commands {session_id}")
+
+    async def session_new(self, params: v1.NewSessionRequest) -> v1.NewSessionResponse:
+        """v1 ``session/new`` → v2 ``session/new`` (rows L4, M1; v2 session-setup.mdx)."""
+        request = self._setup_request(params, v2.NewSessionRequest, "session/new")
+        answer = await self._call("session/new", lambda: self._agent.session_new(request))
+        session = self.sessions[answer.session_id] = _Session()
+        result: v1.NewSessionResponse = self._session_answer(
+            session, answer, v1.NewSessionResponse, session_id=answer.session_id
+        )
+        self._commands_later(answer.session_id, answer)
+        return result
+
+    async def session_load(self, params: v1.LoadSessionRequest) -> v1.LoadSessionResponse:
+        """v1 ``session/load`` → v2 ``session/resume`` with ``replayFrom: {"type": "start"}`` (row L5;
+        migration.mdx § session/load is gone): the replayed updates reach the client, projected,
+        before the answer.  -32601 naming v2 when the agent advertised no session capabilities."""
+        caps = self.agent_initialize.capabilities if self.agent_initialize is not None else UNSET
+        if not (isinstance(caps, v2.AgentCapabilities) and isinstance(caps.session, v2.SessionCapabilities)):
+            raise _not_in_v2("session/load", "the agent advertises no capabilities.session, so no session/resume")
+        request = self._setup_request(params, v2.ResumeSessionRequest, "session/load", replayFrom={"type": "start"})
+        session = self.sessions[params.session_id] = _Session(view=V1View(echo_user_messages=True))
+        try:
+            answer = await self._call("session/load", lambda: self._agent.session_resume(request))
+        finally:
+            session.view.echo_user_messages = False  # from now on the client sends its own messages
+        result: v1.LoadSessionResponse = self._session_answer(session, answer, v1.LoadSessionResponse)
+        self._commands_later(params.session_id, answer)
+        return result
+
+    async def session_resume(self, params: v1.ResumeSessionRequest) -> v1.ResumeSessionResponse:
+        """v1 ``session/resume`` → v2 ``session/resume`` without ``replayFrom`` (row L6)."""
+        request = self._setup_request(params, v2.ResumeSessionRequest, "session/resume")
+        answer = await self._call("session/resume", lambda: self._agent.session_resume(request))
+        session = self.sessions[params.session_id] = _Session()
+        result: v1.ResumeSessionResponse = self._session_answer(session, answer, v1.ResumeSessionResponse)
+        self._commands_later(params.session_id, answer)
+        return result
+
+    async def session_list(self, params: v1.ListSessionsRequest) -> v1.ListSessionsResponse:
+        """v1 ``session/list`` → v2 ``session/list`` (row L7: the same shape)."""
+        request = _relay(params, v2.ListSessionsRequest)
+        answer = await self._call("session/list", lambda: self._agent.session_list(request))
+        result: v1.ListSessionsResponse = _relay(answer, v1.ListSessionsResponse)
+        return result
+
+    async def session_close(self, params: v1.CloseSessionRequest) -> v1.CloseSessionResponse:
+        """v1 ``session/close`` → v2 ``session/close`` (row L8; the agent cancels the session's turn)."""
+        request = _relay(params, v2.CloseSessionRequest)
+        answer = await self._call("session/close", lambda: self._agent.session_close(request))
+        self.sessions.pop(params.session_id, None)
+        result: v1.CloseSessionResponse = _relay(answer, v1.CloseSessionResponse)
+        return result
+
+    async def session_delete(self, params: v1.DeleteSessionRequest) -> v1.DeleteSessionResponse:
+        """v1 ``session/delete`` → v2 ``session/delete`` (row L9)."""
+        request = _relay(params, v2.DeleteSessionRequest)
+        answer = await self._call("session/delete", lambda: self._agent.session_delete(request))
+        self.sessions.pop(params.session_id, None)
+        result: v1.DeleteSessionResponse = _relay(answer, v1.DeleteSessionResponse)
+        return result
+
+    async def session_set_mode(self, params: v1.SetSessionModeRequest) -> v1.SetSessionModeResponse:
+        """v1 ``session/set_mode`` → v2 ``session/set_config_option`` on the session's ``category:
+        "mode"`` option (row L11; migration.mdx § Session modes become config options).  -32601
+        naming v2 when the session has no such option (v2 has no modes)."""
+        session = self._session(params.session_id)
+        option = next(
+            (o for o in session.config_options if getattr(o, "category", None) == "mode" and o.type == "select"), None
+        )
+        if option is None:
+            raise _not_in_v2(
+                "session/set_mode", "v2 has no session modes and this session has no category 'mode' config option"
+            )
+        request = v2.IdSetSessionConfigOptionRequest(
+            session_id=params.session_id,
+            config_id=option.config_id,
+            value=params.mode_id,
+            meta=params.meta,
+            extra_fields=params.extra_fields,
+        )
+        answer = await self._call("session/set_mode", lambda: self._agent.session_set_config_option(request))
+        session.config_options = list(answer.config_options)
+        return v1.SetSessionModeResponse(meta=answer.meta)
+
+    async def session_set_config_option(self, params: Any) -> v1.SetSessionConfigOptionResponse:
+        """v1 ``session/set_config_option`` → v2's (row L10): v1's untagged value request is v2's
+        ``type: "id"``; the answer's options in v1 names."""
+        wire = converter.unstructure(params)
+        wire.setdefault("type", "id")
+        try:
+            request = _structure(wire, v2.SetSessionConfigOptionRequest)
+        except DecodeError as exc:
+            raise _untranslatable("session/set_config_option", exc) from None
+        answer = await self._call("session/set_config_option", lambda: self._agent.session_set_config_option(request))
+        self._session(params.session_id).config_options = list(answer.config_options)
+        return v1.SetSessionConfigOptionResponse(
+            config_options=config_options_to_v1(answer.config_options), meta=answer.meta
+        )
+
+    async def session_prompt(self, params: v1.PromptRequest) -> v1.PromptResponse:
+        """v1 ``session/prompt`` → v2 ``session/prompt`` (rows T1-T4; v2 prompt-lifecycle.mdx): the
+        receipt comes at once; the answer is the agent's ``idle`` for this session.  Raises the
+        agent's error (a v2 error answer, or ``idle`` with ``stopReason: "error"``); -32600 when a
+        turn of the session is already waiting (v1 runs one at a time)."""
+        session = self._session(params.session_id)
+        if session.turn is not None:
+            raise RequestError(
+                INVALID_REQUEST,
+                "Invalid request",
+                {"method": "session/prompt", "detail": "a prompt turn of this session is still running"},
+            )
+        turn = session.turn = _Turn()  # before the request: a short turn's idle can overtake the receipt
+        try:
+            request = _relay(params, v2.PromptRequest)
+            with trio.CancelScope(shield=True):  # withdrawn, the agent might never start (or end) the turn
+                await self._call("session/prompt", lambda: self._agent.session_prompt(request))
+            try:
+                await turn.ended.wait()
+            except trio.Cancelled:  # session/cancel: the updates the agent sends while it stops come first
+                with trio.move_on_after(self.cancel_grace, shield=True):
+                    await turn.ended.wait()
+                raise
+        finally:
+            if session.turn is turn:
+                session.turn = None
+        if turn.error is not None:
+            raise turn.error
+        assert turn.response is not None
+        return turn.response
+
+    async def session_cancel(self, params: v1.CancelNotification) -> None:
+        """v1 ``session/cancel`` → v2 ``session/cancel`` (row T4; the runtime already cancelled the
+        v1 turn's wait, which keeps waiting for the agent's ``idle`` :attr:`cancel_grace` seconds)."""
+        if self.agent_conn is None:
+            return
+        await self._agent.session_cancel(_relay(params, v2.CancelSessionNotification))
+
+    # -- v2 agent → v1 client ----------------------------------------------------------------------
+    async def _forward(self, session_id: str, update: Any, meta: Any = UNSET) -> None:
+        """One v2 ``session/update`` as the v1 updates its session's view projects it to."""
+        session = self._session(session_id)
+        if isinstance(update, v2.IdleStateUpdateSessionUpdate) and session.turn is not None:
+            try:
+                response = idle_to_v1(update)
+            except RequestError as exc:
+                session.turn.end(error=exc)
+            else:
+                if response is not None:
+                    session.turn.end(response)
+        if isinstance(update, v2.ConfigOptionUpdateSessionUpdate):
+            session.config_options = list(update.config_options)
+        try:
+            out = session.view.project(update, _exact_v1_content(update))
+        except VersionError as exc:
+            log.warning("session %s: not sent to the v1 client: %s", session_id, exc)
+            return
+        for one in out:
+            if isinstance(one, (v1.ToolCallSessionUpdate, v1.ToolCallUpdateSessionUpdate)) and one.title:
+                session.titled.add(one.tool_call_id)
+            await self._client.session_update(v1.SessionNotification(session_id=session_id, update=one, meta=meta))
+
+    async def _permission(self, params: v2.RequestPermissionRequest) -> v2.RequestPermissionResponse:
+        session = self._session(params.session_id)
+        subject = params.subject
+        titled = isinstance(subject, v2.ToolCallRequestPermissionSubject) and (
+            subject.tool_call.tool_call_id in session.titled
+        )
+        synthetic_id = f"acp-trio-permission-{next(self._synthetic)}"
+        try:
+            synthetic, request = permission_to_v1(params, synthetic_id=synthetic_id, tool_call_titled=titled)
+        except VersionError as exc:
+            raise _untranslatable("session/request_permission", exc) from None
+        if synthetic is not None:  # rows T16/T17: v1 asks about a tool call only
+            await self._client.session_update(v1.SessionNotification(session_id=params.session_id, update=synthetic))
+        answer = await self._client.session_request_permission(request)
+        outcome = outcome_to_v2(answer.outcome)
+        if synthetic is not None:
+            allowed = isinstance(outcome, v2.SelectedRequestPermissionOutcome) and any(
+                o.option_id == outcome.option_id and o.kind in ("allow_once", "allow_always") for o in params.options
+            )
+            done = v1.ToolCallUpdateSessionUpdate(
+                tool_call_id=synthetic_id, status="completed" if allowed else "failed"
+            )
+            await self._client.session_update(v1.SessionNotification(session_id=params.session_id, update=done))
+        return v2.RequestPermissionResponse(outcome=outcome, meta=answer.meta, extra_fields=answer.extra_fields)
+
+    async def _elicit(self, params: Any) -> Any:
+        """v2 ``elicitation/create`` → v1's (row T19): a mode v1 lacks is -32602; a client that did
+        not offer elicitation is -32601 (the agent was not offered it either)."""
+        try:
+            request = elicitation_to_v1(params)
+        except VersionError as exc:
+            raise _untranslatable("elicitation/create", exc) from None
+        try:
+            answer = await self._client.elicitation_create(request)
+        except CapabilityError as exc:
+            raise RequestError(
+                METHOD_NOT_FOUND,
+                "Method not found",
+                {"method": "elicitation/create", "detail": f"the v1 client behind this adapter: {exc}"},
+            ) from None
+        return _relay(answer, v2.CreateElicitationResponse)
+
+    async def _elicitation_complete(self, params: v2.CompleteElicitationNotification) -> None:
+        try:
+            await self._client.elicitation_complete(_relay(params, v1.CompleteElicitationNotification))
+        except (CapabilityError, DecodeError) as exc:
+            log.warning("elicitation/complete not sent to the v1 client: %s", exc)
+
+
+class _V2Back:
+    """The v2 client-side handler facing the agent: each method hands over to its :class:`V1Front`."""
+
+    def __init__(self, front: V1Front) -> None:
+        self.front = front
+
+    async def session_update(self, params: v2.UpdateSessionNotification) -> None:
+        """v2 ``session/update`` → zero or more v1 ``session/update`` (the session's ``V1View``)."""
+        await self.front._forward(params.session_id, params.update, params.meta)
+
+    async def session_request_permission(self, params: v2.RequestPermissionRequest) -> v2.RequestPermissionResponse:
+        """v2 ``session/request_permission`` → v1's (rows T15-T18)."""
+        return await self.front._permission(params)
+
+    async def elicitation_create(self, params: Any) -> Any:
+        """v2 ``elicitation/create`` → v1's (the same shape; the client must have offered it)."""
+        return await self.front._elicit(params)
+
+    async def elicitation_complete(self, params: v2.CompleteElicitationNotification) -> None:
+        """v2 ``elicitation/complete`` → v1's."""
+        await self.front._elicitation_complete(params)
+
+
+# -- rows the adapter needs beyond _mapping --------------------------------------------------------
+def _auth_methods_to_v1(methods: Sequence[Any]) -> list[Any]:
+    """Row L3, v2 → v1: the agent's auth methods (:func:`~acp_trio._mapping.auth_method_to_v1`);
+    one of a type v1 lacks is left out with a logged warning (the others stay usable)."""
+    out = []
+    for method in methods:
+        try:
+            out.append(auth_method_to_v1(method))
+        except VersionError as exc:
+            log.warning("auth method not offered to the v1 client: %s", exc)
+    return out
+
+
+def _patch_side(text: str, keep: str) -> str | None:
+    """The whole text on one side of a one-file git patch that adds (``keep="+"``) or deletes
+    (``keep="-"``) the file: its hunk lines of that side; ``None`` when another line kind appears
+    (then the patch does not hold the whole file)."""
+    out: list[str] = []
+    in_hunks = False
+    for line in text.splitlines(keepends=True):
+        if line.startswith("@@"):
+            in_hunks = True
+            continue
+        if not in_hunks:
+            continue
+        if line.startswith("\\"):  # "\ No newline at end of file": the previous line had none
+            if out:
+                out[-1] = out[-1].rstrip("\n")
+            continue
+        if not line.startswith(keep):
+            return None
+        out.append(line[1:])
+    return "".join(out)
+
+
+def _exact_diff(item: v2.DiffToolCallContent) -> v1.DiffToolCallContent | None:
+    """Row T13, v2 → v1, the cases a patch holds the whole file: an added file's ``newText``, a
+    deleted file's ``oldText`` (``newText`` ``""``).  ``None`` otherwise (a modification's patch
+    holds only its hunks: migration.mdx § Diff content, "no mechanical mapping")."""
+    if len(item.changes) != 1 or not isinstance(item.patch, v2.DiffPatch) or item.patch.format != "git_patch":
+        return None
+    change = item.changes[0]
+    if isinstance(change, v2.AddDiffChange):
+        new = _patch_side(item.patch.text, "+")
+        return None if new is None else v1.DiffToolCallContent(path=change.path, new_text=new, meta=item.meta)
+    if isinstance(change, v2.DeleteDiffChange):
+        old = _patch_side(item.patch.text, "-")
+        return (
+            None if old is None else v1.DiffToolCallContent(path=change.path, old_text=old, new_text="", meta=item.meta)
+        )
+    return None
+
+
+def _exact_v1_content(update: Any) -> list[Any] | None:
+    """The v1 hint for a ``tool_call_update`` whose content has a diff :func:`_exact_diff` renders
+    exactly (the rest by :func:`~acp_trio._mapping.tool_content_to_v1`); ``None`` when there is no
+    such diff or another item needs the view (a display terminal)."""
+    if not isinstance(update, v2.ToolCallUpdateSessionUpdate) or not isinstance(update.content, list):
+        return None
+    exact = [_exact_diff(i) if isinstance(i, v2.DiffToolCallContent) else None for i in update.content]
+    if not any(e is not None for e in exact):
+        return None
+    try:
+        return [e if e is not None else tool_content_to_v1(i) for e, i in zip(exact, update.content, strict=True)]
+    except VersionError:
+        return None
+
+
+# -- entry points ------------------------------------------------------------------------------------
+async def serve_v2_agent_to_v1_client(
+    agent_argv: Sequence[str],
+    *,
+    cancel_grace: float = DEFAULT_CANCEL_GRACE,
+    env: dict[str, str] | None = None,
+    cwd: str | os.PathLike[str] | None = None,
+    **options: Any,
+) -> None:
+    """Serve the v2-only agent ``agent_argv`` (program and arguments, no shell) to a v1 client on
+    this process's stdin/stdout, until the client closes stdin.
+
+    The agent is started with :func:`acp_trio.spawn_agent` (its own process group, stopped with
+    the SIGTERM/SIGKILL ladder when the client leaves; ``env``/``cwd`` as there); the client side
+    is :func:`acp_trio.transports.stdio.serve_agent_stdio`.  ``cancel_grace``: see
+    :class:`V1Front`.  ``options``: for both connections (``max_message_size``, ``eof_grace``, ...).
+    Raises ``ValueError`` for an empty ``agent_argv`` and ``OSError`` when it cannot start.
+    """
+    from .transports.stdio import serve_agent_stdio, spawn_agent
+
+    if not agent_argv:
+        raise ValueError("give the agent's command line: python -m acp_trio.adapt --speak 1 -- AGENT_CMD [ARG ...]")
+    front = V1Front(cancel_grace=cancel_grace)
+    async with spawn_agent(agent_argv[0], agent_argv[1:], client=front.agent_handlers(), env=env, cwd=cwd, **options):
+        await serve_agent_stdio(front, **options)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """``python -m acp_trio.adapt --speak 1 -- AGENT_CMD [ARG ...]``: a v2-only agent for a v1
+    client on stdio.  ``--speak 2`` (a v1-only agent for a v2 client) is not written yet: exit 2."""
+    parser = argparse.ArgumentParser(
+        prog="python -m acp_trio.adapt",
+        description="Serve an ACP agent that speaks one protocol version to a client that speaks the other.",
+    )
+    parser.add_argument("--speak", type=int, choices=(1, 2), required=True, help="the version spoken to the client")
+    parser.add_argument("--cancel-grace", type=float, default=DEFAULT_CANCEL_GRACE, help="seconds (default 5)")
+    parser.add_argument("agent", nargs=argparse.REMAINDER, help="-- AGENT_CMD [ARG ...]")
+    args = parser.parse_args(argv)
+    agent = args.agent[1:] if args.agent[:1] == ["--"] else args.agent
+    if args.speak == 2:
+        parser.exit(2, "python -m acp_trio.adapt: --speak 2 (a v1-only agent for a v2 client) is not available yet\n")
+    if not agent:
+        parser.error("give the agent's command after --: --speak 1 -- AGENT_CMD [ARG ...]")
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
+    trio.run(lambda: serve_v2_agent_to_v1_client(agent, cancel_grace=args.cancel_grace))
+
+
+if __name__ == "__main__":
+    main()

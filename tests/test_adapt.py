@@ -1,0 +1,388 @@
+"""The adapter, first direction (issue 33): a v2-only agent served to a v1 client by ``acp_trio.adapt``.
+
+Everything runs in memory: the agent (the neutral prototype served v2 only, or a raw v2 agent)
+on one memory stream pair, :class:`acp_trio.adapt.V1Front` between, a plain v1 client on another
+pair.  Each test reads the JSON lines the v1 client received (a client-side tap) and checks them
+against ``docs/protocol/v2/migration.mdx``'s mapping: ``tool_call`` then ``tool_call_update``,
+``plan``, a diff's ``oldText``/``newText``, the stop reason in the prompt answer, and nothing of
+v2 (``state_update``, ``user_message``, ``plan_update``, ...) on the v1 wire.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import pytest
+import trio
+from trio.testing import memory_stream_pair
+
+from acp_schema import v1, v2
+from acp_trio import AgentSideConnection, ClientSideConnection, RequestError, neutral
+from acp_trio._converter import converter
+from acp_trio._spec import UnsetType
+from acp_trio.adapt import V1Front
+
+DEADLINE = 10  # seconds; a turn takes milliseconds in memory
+PATH = "/work/a.txt"
+NEW = "/work/new.txt"
+
+
+class V1Client:
+    """A plain v1 client: allows every permission request (or the ``answer`` option), notes updates."""
+
+    def __init__(self, answer: str = "allow") -> None:
+        self.answer = answer
+        self.updates: list[Any] = []
+        self.tool_call_seen = trio.Event()
+
+    async def session_update(self, params: v1.SessionNotification) -> None:
+        self.updates.append(params.update)
+        if isinstance(params.update, v1.ToolCallSessionUpdate):
+            self.tool_call_seen.set()
+
+    async def session_request_permission(self, params: v1.RequestPermissionRequest) -> v1.RequestPermissionResponse:
+        return v1.RequestPermissionResponse(outcome=v1.SelectedRequestPermissionOutcome(option_id=self.answer))
+
+
+@asynccontextmanager
+async def adapted(agent: Any, client: Any, received: list[bytes]) -> AsyncIterator[tuple[V1Front, Any]]:
+    """``agent`` (handlers speaking v2) behind a :class:`V1Front`, driven by the v1 ``client``;
+    yields the front and the v1 client's ``AgentPeer``.  ``received``: the v1 client's input lines."""
+    front = V1Front(cancel_grace=5)
+    agent_stream, back_stream = memory_stream_pair()
+    front_stream, client_stream = memory_stream_pair()
+    agent_conn = AgentSideConnection(agent, agent_stream, agent_stream)
+    back_conn = ClientSideConnection(front.agent_handlers(), back_stream, back_stream)
+    front_conn = AgentSideConnection(front, front_stream, front_stream)
+    client_conn = ClientSideConnection(
+        {v1: client}, client_stream, client_stream, tap=lambda d, data: received.append(data) if d == "in" else None
+    )
+    with trio.fail_after(DEADLINE):
+        async with agent_conn, back_conn, front_conn, client_conn:
+            init = await client_conn.initialize(
+                v1.InitializeRequest(protocol_version=1, client_info=v1.Implementation(name="v1-client", version="1"))
+            )
+            assert init.protocol_version == 1
+            assert back_conn.protocol_version == 2  # the agent was spoken to in v2
+            yield front, client_conn.agent
+
+
+def wire(received: list[bytes]) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in received]
+
+
+def turn_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The session updates (their ``update``), permission requests (``{"permission": params}``) and
+    the prompt answer (``{"answer": result}``) the client read, in order."""
+    out: list[dict[str, Any]] = []
+    for message in messages:
+        if message.get("method") == "session/update":
+            out.append(message["params"]["update"])
+        elif message.get("method") == "session/request_permission":
+            out.append({"permission": message["params"]})
+        elif "stopReason" in message.get("result", {}):
+            out.append({"answer": message["result"]})
+    return out
+
+
+def kinds(updates: list[dict[str, Any]]) -> list[str]:
+    return [next(iter(u)) if "sessionUpdate" not in u else u["sessionUpdate"] for u in updates]
+
+
+# -- a full turn of the neutral prototype agent, served v2 only ------------------------------------
+class TurnAgent(neutral.Agent):
+    info = neutral.AgentInfo(name="turn-agent", version="1", title="Turn")
+
+    async def prompt(self, turn: neutral.Turn) -> neutral.StopReason:
+        await turn.think("Planning.")
+        await turn.say("Hello ")
+        await turn.say(f"you said {turn.text!r}")
+        plan = await turn.plan(["Edit a.txt"])
+        call = await turn.tool("Edit a.txt", kind="edit", locations=[PATH])
+        decision = await call.ask_permission(f"Allow editing {PATH}?")
+        if not decision.allowed:
+            await call.fail("denied")
+            return "end_turn"
+        await call.update(status="in_progress")
+        await call.complete([neutral.Diff(NEW, None, "hello\nworld"), neutral.Diff(PATH, "old\n", "new\n")])
+        await plan.mark(0, "completed")
+        await turn.say("Done.")
+        return "end_turn"
+
+
+async def test_a_full_turn_of_a_v2_only_agent_reaches_the_v1_client_as_v1() -> None:
+    received: list[bytes] = []
+    async with adapted(neutral.handlers(TurnAgent(), versions=(2,)), V1Client(), received) as (front, agent):
+        new = await agent.session_new(v1.NewSessionRequest(cwd="/work", mcp_servers=[]))
+        result = await agent.session_prompt(
+            v1.PromptRequest(session_id=new.session_id, prompt=[v1.TextContentBlock(text="hi")])
+        )
+    assert result.stop_reason == "end_turn"
+    assert front.agent_initialize is not None and front.agent_initialize.info.name == "turn-agent"
+    messages = wire(received)
+    (init,) = [m for m in messages if m.get("id") == 0 and "result" in m]
+    assert init["result"]["agentInfo"] == {"name": "turn-agent", "version": "1", "title": "Turn"}
+    assert init["result"]["agentCapabilities"]["loadSession"] is True  # v2's resume, with replay from start
+    updates = turn_messages(messages)
+    assert kinds(updates) == [
+        "agent_thought_chunk",
+        "agent_message_chunk",
+        "agent_message_chunk",
+        "plan",
+        "tool_call",
+        "permission",
+        "tool_call_update",
+        "tool_call_update",
+        "plan",
+        "agent_message_chunk",
+        "answer",
+    ]
+    thought, hello, said, plan, created, permission, progress, done, plan_done, last, answer = updates
+    assert thought["content"] == {"type": "text", "text": "Planning."}
+    assert hello["content"] == {"type": "text", "text": "Hello "}
+    assert said["content"]["text"] == "you said 'hi'"
+    assert hello["messageId"] == said["messageId"] != last["messageId"]
+    assert plan == {
+        "sessionUpdate": "plan",
+        "entries": [{"content": "Edit a.txt", "priority": "medium", "status": "pending"}],
+    }
+    assert plan_done["entries"] == [{"content": "Edit a.txt", "priority": "medium", "status": "completed"}]
+    call_id = created["toolCallId"]
+    assert created == {
+        "sessionUpdate": "tool_call",
+        "toolCallId": call_id,
+        "title": "Edit a.txt",
+        "kind": "edit",
+        "status": "pending",
+        "locations": [{"path": PATH}],
+    }
+    request = permission["permission"]
+    assert request == {
+        "sessionId": new.session_id,
+        "toolCall": {"toolCallId": call_id},  # the tool call keeps its title (design Q5)
+        "options": [
+            {"optionId": "allow", "name": "Allow", "kind": "allow_once"},
+            {"optionId": "reject", "name": "Reject", "kind": "reject_once"},
+        ],
+        "_meta": {"acp-trio/title": f"Allow editing {PATH}?"},  # the v2 question, not lost
+    }
+    assert progress == {"sessionUpdate": "tool_call_update", "toolCallId": call_id, "status": "in_progress"}
+    assert done["status"] == "completed"
+    added, modified = done["content"]
+    assert added == {"type": "diff", "path": NEW, "newText": "hello\nworld"}  # exact: the patch holds the file
+    assert "oldText" not in added
+    assert modified["type"] == "content"  # a modification's patch has hunks only: its changes and patch as text
+    text = modified["content"]["text"]
+    assert text.startswith(f"modify {PATH}\n```diff\ndiff --git {PATH} {PATH}\n")
+    assert "-old\n+new\n" in text
+    assert answer == {"answer": {"stopReason": "end_turn"}}
+    flat = json.dumps(messages)
+    for v2_only in ("state_update", 'user_message"', "plan_update", "requires_action", "planId", 'git_patch"'):
+        assert v2_only not in flat
+
+
+async def test_a_denied_permission_reaches_the_agent_and_its_failed_tool_call_the_client() -> None:
+    received: list[bytes] = []
+    async with adapted(neutral.handlers(TurnAgent(), versions=(2,)), V1Client("reject"), received) as (_, agent):
+        new = await agent.session_new(v1.NewSessionRequest(cwd="/work", mcp_servers=[]))
+        result = await agent.session_prompt(
+            v1.PromptRequest(session_id=new.session_id, prompt=[v1.TextContentBlock(text="hi")])
+        )
+    assert result.stop_reason == "end_turn"
+    updates = turn_messages(wire(received))
+    assert kinds(updates)[-3:] == ["permission", "tool_call_update", "answer"]
+    failed = updates[-2]
+    assert failed["status"] == "failed"
+    assert failed["content"] == [{"type": "content", "content": {"type": "text", "text": "denied"}}]
+
+
+# -- cancellation ------------------------------------------------------------------------------------
+class SlowAgent(neutral.Agent):
+    """Starts a tool call and waits; cancelled, it reports the tool call ``cancelled`` first."""
+
+    info = neutral.AgentInfo(name="slow-agent", version="1")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.cancelled = False
+
+    async def prompt(self, turn: neutral.Turn) -> neutral.StopReason:
+        call = await turn.tool("Run tests", kind="execute")
+        try:
+            await trio.sleep_forever()
+        except trio.Cancelled:
+            self.cancelled = True
+            with trio.CancelScope(shield=True):
+                await call.update(status="cancelled")
+            raise
+        return "end_turn"
+
+
+async def test_session_cancel_mid_turn_answers_cancelled_after_the_agents_last_updates() -> None:
+    received: list[bytes] = []
+    client = V1Client()
+    slow = SlowAgent()
+    async with adapted(neutral.handlers(slow, versions=(2,)), client, received) as (_, agent):
+        new = await agent.session_new(v1.NewSessionRequest(cwd="/work", mcp_servers=[]))
+        results: list[Any] = []
+
+        async def prompt() -> None:
+            prompt = [v1.TextContentBlock(text="run them")]
+            results.append(await agent.session_prompt(v1.PromptRequest(session_id=new.session_id, prompt=prompt)))
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(prompt)
+            await client.tool_call_seen.wait()
+            await agent.session_cancel(v1.CancelNotification(session_id=new.session_id))
+    assert slow.cancelled  # the cancel reached the v2 agent
+    assert [r.stop_reason for r in results] == ["cancelled"]
+    updates = turn_messages(wire(received))
+    assert kinds(updates) == ["tool_call", "tool_call_update", "answer"]  # the agent's last word came first
+    assert updates[1]["status"] == "failed"  # v1 has no cancelled tool status (row T10)
+    assert updates[1]["_meta"] == {"acp-trio/status": "cancelled"}
+    assert updates[2] == {"answer": {"stopReason": "cancelled"}}
+
+
+# -- a raw v2 agent: updates v1 cannot express, load, modes, errors ---------------------------------
+MODE = v2.SelectSessionConfigOption(
+    config_id="mode",
+    name="Mode",
+    category="mode",
+    current_value="ask",
+    options=[
+        v2.SessionConfigSelectOption(value="ask", name="Ask"),
+        v2.SessionConfigSelectOption(value="code", name="Code"),
+    ],
+)
+
+
+class RawV2Agent:
+    """A v2 agent written against the generated types, with what the neutral prototype lacks."""
+
+    agent_info = v2.Implementation(name="raw-v2", version="1")
+
+    def __init__(self, conn: AgentSideConnection) -> None:
+        self.conn = conn
+        self.client = v2.ClientPeer(conn)
+        self.requests: list[Any] = []
+
+    async def send(self, session_id: str, update: Any) -> None:
+        await self.client.session_update(v2.UpdateSessionNotification(session_id=session_id, update=update))
+
+    async def session_new(self, params: v2.NewSessionRequest) -> v2.NewSessionResponse:
+        self.requests.append(params)
+        return v2.NewSessionResponse(session_id="s1", config_options=[MODE])
+
+    async def session_resume(self, params: v2.ResumeSessionRequest) -> v2.ResumeSessionResponse:
+        self.requests.append(params)
+        if params.replay_from is not None and not isinstance(params.replay_from, UnsetType):
+            user = v2.UserMessageSessionUpdate(message_id="u1", content=[v2.TextContentBlock(text="earlier")])
+            await self.send(params.session_id, user)
+            said = v2.AgentMessageSessionUpdate(message_id="a1", content=[v2.TextContentBlock(text="answer")])
+            await self.send(params.session_id, said)
+        return v2.ResumeSessionResponse(config_options=[MODE], meta={"kept": True})
+
+    async def session_set_config_option(self, params: Any) -> v2.SetSessionConfigOptionResponse:
+        self.requests.append(params)
+        return v2.SetSessionConfigOptionResponse(config_options=[MODE])
+
+    async def session_prompt(self, params: v2.PromptRequest) -> v2.PromptResponse:
+        text = "".join(b.text for b in params.prompt if isinstance(b, v2.TextContentBlock))
+        self.conn.start_turn(params.session_id, lambda: self.turn(params.session_id, text))
+        return v2.PromptResponse(message_id="u2")
+
+    async def turn(self, session_id: str, text: str) -> str:
+        if text == "fail":
+            raise RequestError(-32000, "never")  # the runtime: idle with stopReason error
+        await self.send(
+            session_id, v2.AgentMessageChunkSessionUpdate(message_id="m1", content=v2.TextContentBlock(text="a"))
+        )
+        unknown = converter.structure({"sessionUpdate": "future_thing", "x": 1}, v2.SessionUpdate)
+        await self.send(session_id, unknown)  # v2's open union: v1 has no form for it
+        replace = v2.AgentMessageSessionUpdate(message_id="m1", content=[v2.TextContentBlock(text="A")])
+        await self.send(session_id, replace)  # v1 clients cannot retract chunks
+        await self.send(
+            session_id, v2.AgentMessageChunkSessionUpdate(message_id="m1", content=v2.TextContentBlock(text="b"))
+        )
+        return "refusal"
+
+
+async def test_updates_v1_cannot_express_are_logged_not_sent_and_the_turn_goes_on(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    received: list[bytes] = []
+    with caplog.at_level(logging.WARNING):
+        async with adapted({v2: RawV2Agent}, V1Client(), received) as (_, agent):
+            new = await agent.session_new(v1.NewSessionRequest(cwd="/work", mcp_servers=[]))
+            result = await agent.session_prompt(
+                v1.PromptRequest(session_id=new.session_id, prompt=[v1.TextContentBlock(text="go")])
+            )
+    assert result.stop_reason == "refusal"
+    updates = turn_messages(wire(received))
+    assert kinds(updates) == ["agent_message_chunk", "agent_message_chunk", "answer"]
+    first, second, _ = updates
+    assert first["content"]["text"] == "a"
+    assert second["content"]["text"] == "b"
+    assert second["_meta"] == {"acp-trio/dropped": 1}  # the unknown update, counted on the next one sent
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert any("'future_thing'" in w and "no v1 form" in w for w in warnings)
+    assert any("agent_message replacing message m1" in w and "protocol version 1" in w for w in warnings)
+
+
+async def test_an_agent_turn_ending_in_error_is_the_v1_prompts_error() -> None:
+    received: list[bytes] = []
+    async with adapted({v2: RawV2Agent}, V1Client(), received) as (_, agent):
+        new = await agent.session_new(v1.NewSessionRequest(cwd="/work", mcp_servers=[]))
+        with pytest.raises(RequestError) as caught:
+            await agent.session_prompt(
+                v1.PromptRequest(session_id=new.session_id, prompt=[v1.TextContentBlock(text="fail")])
+            )
+    assert caught.value.code == -32603  # the v2 runtime reports an agent's exception as internal error
+
+
+def raw_agents() -> tuple[list[RawV2Agent], dict[Any, Any]]:
+    """The v2 handlers of :class:`RawV2Agent`, and the list its instances go to."""
+    agents: list[RawV2Agent] = []
+
+    def make(conn: AgentSideConnection) -> RawV2Agent:
+        agents.append(RawV2Agent(conn))
+        return agents[-1]
+
+    return agents, {v2: make}
+
+
+async def test_session_new_gives_modes_and_set_mode_is_the_mode_config_option() -> None:
+    received: list[bytes] = []
+    agents, handlers = raw_agents()
+    async with adapted(handlers, V1Client(), received) as (_, agent):
+        new = await agent.session_new(v1.NewSessionRequest(cwd="/work", mcp_servers=[]))
+        await agent.session_set_mode(v1.SetSessionModeRequest(session_id=new.session_id, mode_id="code"))
+    assert new.modes is not None and new.modes.current_mode_id == "ask"
+    assert [m.id for m in new.modes.available_modes] == ["ask", "code"]
+    (answer,) = [m for m in wire(received) if m.get("id") == 1 and "result" in m]
+    assert answer["result"]["configOptions"][0]["id"] == "mode"  # v1's field name (row L10)
+    assert "configId" not in answer["result"]["configOptions"][0]
+    _, set_option = agents[0].requests
+    assert isinstance(set_option, v2.IdSetSessionConfigOptionRequest)
+    assert (set_option.session_id, set_option.config_id, set_option.value) == ("s1", "mode", "code")
+
+
+async def test_session_load_is_resume_replayed_from_the_start() -> None:
+    received: list[bytes] = []
+    agents, handlers = raw_agents()
+    async with adapted(handlers, V1Client(), received) as (_, agent):
+        loaded = await agent.session_load(v1.LoadSessionRequest(session_id="s0", cwd="/work", mcp_servers=[]))
+    (resume,) = agents[0].requests
+    assert isinstance(resume, v2.ResumeSessionRequest)
+    assert isinstance(resume.replay_from, v2.StartReplayFrom)
+    assert loaded.modes is not None and loaded.modes.current_mode_id == "ask"
+    assert loaded.meta == {"kept": True}
+    updates = turn_messages(wire(received))
+    assert updates == [
+        {"sessionUpdate": "user_message_chunk", "messageId": "u1", "content": {"type": "text", "text": "earlier"}},
+        {"sessionUpdate": "agent_message_chunk", "messageId": "a1", "content": {"type": "text", "text": "answer"}},
+    ]
