@@ -283,6 +283,26 @@ def test_v1_view_drops_unknown_variants_with_a_warning_and_counts_them_on_the_ne
     assert "_meta" not in after
 
 
+def test_v1_view_drops_unknown_content_types_and_keeps_the_rest(caplog: pytest.LogCaptureFixture) -> None:
+    view = V1View()
+    video = converter.structure({"type": "_video", "url": "https://v/1"}, v2.ContentBlock)
+    widget = converter.structure({"type": "_widget", "id": "w"}, v2.ToolCallContent)
+    assert view.project(v2.AgentMessageChunkSessionUpdate(message_id="m1", content=video)) == []
+    created = v2.ToolCallUpdateSessionUpdate(
+        tool_call_id="c1",
+        title="Show",
+        content=[widget, v2.ContentToolCallContent(content=video), v2.ContentToolCallContent(content=text2("ok"))],
+    )
+    (first,) = wire(view.project(created), v1.SessionUpdate)
+    assert first["content"] == [{"type": "content", "content": {"type": "text", "text": "ok"}}]
+    assert first["_meta"] == {"acp-trio/dropped": 3}
+    whole = v2.AgentMessageSessionUpdate(message_id="m2", content=[video, text2("caption")])
+    (caption,) = wire(view.project(whole), v1.SessionUpdate)
+    assert caption["content"] == {"type": "text", "text": "caption"}
+    assert caption["_meta"] == {"acp-trio/dropped": 1}
+    assert "'_video'" in caplog.text and "'_widget'" in caplog.text
+
+
 def test_v1_view_sends_current_mode_update_when_the_mode_option_changes() -> None:
     def options(mode: str, verbose: bool) -> v2.ConfigOptionUpdateSessionUpdate:
         return v2.ConfigOptionUpdateSessionUpdate(

@@ -22,9 +22,10 @@ is a row function of :mod:`acp_trio._mapping`.
 - ``config_option_update``: the same, plus ``current_mode_update`` when the mode option's value
   changed (L12); ``available_commands_update``: L14; session info, usage, notices, compactions:
   the same shape;
-- an unknown variant (v2's catch-all ``SessionUpdateOther``, or a plan of an unknown type) is not
-  sent (a strict v1 client would drop the connection): it is dropped with a logged warning, and
-  the next update sent carries ``_meta["acp-trio/dropped"]``: how many were (design Q6).
+- an unknown variant (v2's catch-all ``SessionUpdateOther``, a plan, content block or tool call
+  content item of an unknown type) is not sent (a strict v1 client would drop the connection): it
+  is dropped with a logged warning, and the next update sent carries ``_meta["acp-trio/dropped"]``:
+  how many were (design Q6).
 
 ``V2View`` (v1 → v2): chunks get ``messageId`` s (the v1 one, else one per run of chunks of one
 role, as :class:`~acp_trio.session_state.SessionState` groups them); ``tool_call`` is a
@@ -174,6 +175,8 @@ class V1View:
     def _message(self, role: str, update: Any) -> list[Any]:
         key = (role, update.message_id)
         if isinstance(update, _CHUNKS):
+            if m._is_other(update.content):
+                return self._drop(f"{update.session_update} of a {update.content.type!r} block")
             self._messages.add(key)  # a chunk: always appends
             return [m.chunk_to_v1(update)]
         if isinstance(update.content, UnsetType):
@@ -189,7 +192,14 @@ class V1View:
                 "v1 clients only append chunks and cannot retract what they hold "
                 "(migration.mdx § Whole-message upserts): send the rest as chunks",
             )
-        chunks = m.message_to_v1(update)
+        blocks = update.content if isinstance(update.content, list) else []
+        known = []
+        for block in blocks:
+            if m._is_other(block):
+                self._drop(f"{update.session_update} block of type {block.type!r}")
+            else:
+                known.append(block)
+        chunks = m.message_to_v1(attrs.evolve(update, content=known))
         if chunks:
             self._messages.add(key)
         return chunks
@@ -209,6 +219,18 @@ class V1View:
                 out.append(m.tool_content_to_v1(slot))
         return out
 
+    def _known(self, items: Sequence[Any]) -> list[Any]:
+        """``items`` without the tool call content v1 cannot show and the v2 union does not know
+        (an unknown type, or a content item of an unknown block type): each dropped and counted."""
+        out = []
+        for item in items:
+            block = item.content if isinstance(item, v2.ContentToolCallContent) else None
+            if m._is_other(item) or m._is_other(block):
+                self._drop(f"tool call content of type {getattr(block or item, 'type', '?')!r}")
+            else:
+                out.append(item)
+        return out
+
     def _tool_call(self, update: v2.ToolCallUpdateSessionUpdate, v1_content: Sequence[Any] | None) -> Any:
         create = update.tool_call_id not in self._tool_calls
         slots = self._tool_calls.get(update.tool_call_id, [])
@@ -216,7 +238,7 @@ class V1View:
         if v1_content is not None:
             slots = [_Fixed(list(v1_content))]
         elif isinstance(update.content, list):
-            slots = list(update.content)
+            slots = self._known(update.content)
         elif update.content is None:
             slots = []
         if v1_content is not None or not isinstance(update.content, UnsetType):
@@ -226,7 +248,7 @@ class V1View:
         return result
 
     def _content_chunk(self, update: v2.ToolCallContentChunkSessionUpdate) -> Any:
-        slots = [*self._tool_calls.get(update.tool_call_id, []), update.content]
+        slots = [*self._tool_calls.get(update.tool_call_id, []), *self._known([update.content])]
         create = update.tool_call_id not in self._tool_calls
         result = m.content_chunk_to_v1(update, self._render(slots), create=create)
         self._tool_calls[update.tool_call_id] = slots
