@@ -682,7 +682,7 @@ def permission_to_v2(request: v1.RequestPermissionRequest) -> v2.RequestPermissi
         description=description,
         subject=subject,
         options=options,
-        meta=meta if meta or isinstance(request.meta, dict) else UNSET,
+        meta=meta or UNSET,  # only our keys: nothing left to send
     )
 
 
@@ -832,7 +832,7 @@ def mcp_server_to_v2(server: v1.McpServer) -> v2.McpServer:
             name=server.name, command=server.command, args=server.args, env=_env(server.env, v2), meta=server.meta
         )
     if isinstance(server, v1.HttpMcpServer):
-        headers = [v2.HttpHeader(name=h.name, value=h.value) for h in server.headers]
+        headers = [v2.HttpHeader(name=h.name, value=h.value, meta=h.meta) for h in server.headers]
         return v2.HttpMcpServer(name=server.name, url=server.url, headers=headers, meta=server.meta)
     result: v2.McpServer = _same(server, v2.McpServer)
     return result
@@ -851,7 +851,9 @@ def mcp_server_to_v1(server: v2.McpServer) -> v1.McpServer:
         env = _env(server.env, v1) if isinstance(server.env, list) else []
         return v1.McpServerStdio(name=server.name, command=server.command, args=args, env=env, meta=server.meta)
     if isinstance(server, v2.HttpMcpServer):
-        headers = [v1.HttpHeader(name=h.name, value=h.value) for h in server.headers] if server.headers else []
+        headers = (
+            [v1.HttpHeader(name=h.name, value=h.value, meta=h.meta) for h in server.headers] if server.headers else []
+        )
         return v1.HttpMcpServer(name=server.name, url=server.url, headers=headers, meta=server.meta)
     if getattr(server, "type", None) == "sse":
         result: v1.McpServer = _same(server, v1.McpServer)
@@ -1061,9 +1063,7 @@ def stop_reason_to_v2(response: v1.PromptResponse) -> v2.IdleStateUpdateSessionU
     ``acp-trio/stopReason`` from :func:`stop_reason_to_v1` restores the original)."""
     meta = dict(response.meta) if isinstance(response.meta, dict) else {}
     reason = meta.pop(META_PREFIX + "stopReason", response.stop_reason)
-    return v2.IdleStateUpdateSessionUpdate(
-        stop_reason=reason, meta=meta if meta or isinstance(response.meta, dict) else UNSET
-    )
+    return v2.IdleStateUpdateSessionUpdate(stop_reason=reason, meta=meta or UNSET)
 
 
 def error_to_v2(error: RequestError) -> v2.IdleStateUpdateSessionUpdate:
