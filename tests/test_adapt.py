@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import logging
+import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -21,7 +22,7 @@ import trio
 from trio.testing import memory_stream_pair
 
 from acp_schema import v1, v2
-from acp_trio import AgentSideConnection, ClientSideConnection, RequestError, neutral
+from acp_trio import AgentSideConnection, ClientSideConnection, RequestError, neutral, spawn_agent
 from acp_trio._converter import converter
 from acp_trio._spec import UnsetType
 from acp_trio.adapt import V1Front
@@ -386,3 +387,65 @@ async def test_session_load_is_resume_replayed_from_the_start() -> None:
         {"sessionUpdate": "user_message_chunk", "messageId": "u1", "content": {"type": "text", "text": "earlier"}},
         {"sessionUpdate": "agent_message_chunk", "messageId": "a1", "content": {"type": "text", "text": "answer"}},
     ]
+
+
+async def test_a_v1_prompt_waiting_when_the_agent_goes_away_gets_an_error() -> None:
+    received: list[bytes] = []
+    client = V1Client()
+    agents: list[AgentSideConnection] = []
+
+    def slow(conn: AgentSideConnection) -> Any:
+        agents.append(conn)
+        return neutral.handlers(SlowAgent(), versions=(2,))[v2](conn)
+
+    async with adapted({v2: slow}, client, received) as (_, agent):
+        new = await agent.session_new(v1.NewSessionRequest(cwd="/work", mcp_servers=[]))
+        errors: list[RequestError] = []
+
+        async def prompt() -> None:
+            prompt = [v1.TextContentBlock(text="run them")]
+            try:
+                await agent.session_prompt(v1.PromptRequest(session_id=new.session_id, prompt=prompt))
+            except RequestError as exc:
+                errors.append(exc)
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(prompt)
+            await client.tool_call_seen.wait()
+            await agents[0].aclose()  # the agent's end closes mid-turn
+    (error,) = errors
+    assert error.code == -32603
+    assert "the agent behind this adapter is gone" in error.data["detail"]
+
+
+AGENT_SCRIPT = """
+from acp_trio import neutral
+from acp_trio.transports.stdio import run_agent_stdio
+
+class Hello(neutral.Agent):
+    info = neutral.AgentInfo(name="hello-v2", version="1")
+
+    async def prompt(self, turn):
+        await turn.say("hello from v2")
+        return "end_turn"
+
+run_agent_stdio(neutral.handlers(Hello(), versions=(2,)))
+"""
+
+
+@pytest.mark.one_interpreter
+async def test_python_m_acp_trio_adapt_speak_1_serves_a_v2_only_agent_to_a_v1_client_on_stdio() -> None:
+    received: list[bytes] = []
+    command = [sys.executable, "-m", "acp_trio.adapt", "--speak", "1", "--", sys.executable, "-c", AGENT_SCRIPT]
+    tap = lambda d, data: received.append(data) if d == "in" else None  # noqa: E731
+    with trio.fail_after(30):  # two interpreters start
+        async with spawn_agent(command[0], command[1:], client={v1: V1Client()}, tap=tap) as conn:
+            init = await conn.initialize(v1.InitializeRequest(protocol_version=1))
+            assert init.agent_info is not None and init.agent_info.name == "hello-v2"
+            new = await conn.agent.session_new(v1.NewSessionRequest(cwd="/work", mcp_servers=[]))
+            prompt = [v1.TextContentBlock(text="hi")]
+            result = await conn.agent.session_prompt(v1.PromptRequest(session_id=new.session_id, prompt=prompt))
+    assert result.stop_reason == "end_turn"
+    updates = turn_messages(wire(received))
+    assert [u.get("sessionUpdate") for u in updates[:-1]] == ["agent_message_chunk"]
+    assert updates[0]["content"] == {"type": "text", "text": "hello from v2"}

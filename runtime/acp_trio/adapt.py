@@ -186,6 +186,7 @@ class V1Front:
         """The agent's v2 ``initialize`` answer, once the client initialized."""
         self.sessions: dict[str, _Session] = {}
         self._synthetic = itertools.count(1)
+        self._answered = trio.Event()  # set (and replaced) each time a v1 prompt is answered
 
     # -- wiring ------------------------------------------------------------------------------------
     def acp_handlers(self) -> dict[ModuleType, Callable[[AgentSideConnection], V1Front]]:
@@ -207,7 +208,21 @@ class V1Front:
         if self.agent_conn is not None and self.agent_conn is not conn:
             raise RuntimeError("a V1Front talks to one agent connection; make one per connection")
         self.agent_conn = conn
+        conn.connection.add_close_callback(self._agent_closed)
         return _V2Back(self)
+
+    def _agent_closed(self, reason: str) -> None:
+        """The agent's connection closed: every v1 prompt still waiting for its ``idle`` gets an
+        error (-32603) saying so, rather than waiting for ever."""
+        for session_id, session in self.sessions.items():
+            if session.turn is not None:
+                detail = f"the agent behind this adapter is gone ({reason}); session {session_id}'s turn has no end"
+                session.turn.end(error=RequestError(INTERNAL_ERROR, "Internal error", {"detail": detail}))
+
+    async def wait_answered(self) -> None:
+        """Wait until no v1 ``session/prompt`` is waiting for the agent (each was answered)."""
+        while any(s.turn is not None for s in self.sessions.values()):
+            await self._answered.wait()
 
     @property
     def _agent(self) -> Any:
@@ -451,6 +466,8 @@ class V1Front:
         finally:
             if session.turn is turn:
                 session.turn = None
+            self._answered.set()
+            self._answered = trio.Event()
         if turn.error is not None:
             raise turn.error
         assert turn.response is not None
@@ -650,8 +667,24 @@ async def serve_v2_agent_to_v1_client(
     if not agent_argv:
         raise ValueError("give the agent's command line: python -m acp_trio.adapt --speak 1 -- AGENT_CMD [ARG ...]")
     front = V1Front(cancel_grace=cancel_grace)
-    async with spawn_agent(agent_argv[0], agent_argv[1:], client=front.agent_handlers(), env=env, cwd=cwd, **options):
-        await serve_agent_stdio(front, **options)
+    async with (
+        spawn_agent(agent_argv[0], agent_argv[1:], client=front.agent_handlers(), env=env, cwd=cwd, **options) as agent,
+        trio.open_nursery() as nursery,
+    ):
+
+        async def serve_client() -> None:
+            await serve_agent_stdio(front, **options)
+            nursery.cancel_scope.cancel()  # the client left: stop the agent (spawn_agent's exit)
+
+        nursery.start_soon(serve_client)
+        await agent.wait_closed()
+        # the agent is gone: its pending prompts are answered with an error, then the client is let go
+        with trio.move_on_after(agent.connection.close_timeout):
+            await front.wait_answered()
+            await trio.lowlevel.checkpoint()
+        if front.client_conn is not None:
+            await front.client_conn.connection.aclose("the agent behind the adapter closed its connection")
+        nursery.cancel_scope.cancel()
 
 
 def main(argv: Sequence[str] | None = None) -> None:
