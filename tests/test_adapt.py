@@ -24,7 +24,7 @@ from trio.testing import memory_stream_pair
 from acp_schema import v1, v2
 from acp_trio import AgentSideConnection, ClientSideConnection, RequestError, neutral, spawn_agent
 from acp_trio._converter import converter
-from acp_trio._spec import UnsetType
+from acp_trio._spec import UNSET, UnsetType
 from acp_trio.adapt import V1Front
 
 DEADLINE = 10  # seconds; a turn takes milliseconds in memory
@@ -265,18 +265,21 @@ class RawV2Agent:
     """A v2 agent written against the generated types, with what the neutral prototype lacks."""
 
     agent_info = v2.Implementation(name="raw-v2", version="1")
+    commands = False  # answer session/new with availableCommands
 
     def __init__(self, conn: AgentSideConnection) -> None:
         self.conn = conn
         self.client = v2.ClientPeer(conn)
         self.requests: list[Any] = []
+        self.outcomes: list[Any] = []
 
     async def send(self, session_id: str, update: Any) -> None:
         await self.client.session_update(v2.UpdateSessionNotification(session_id=session_id, update=update))
 
     async def session_new(self, params: v2.NewSessionRequest) -> v2.NewSessionResponse:
         self.requests.append(params)
-        return v2.NewSessionResponse(session_id="s1", config_options=[MODE])
+        commands = [v2.CommandAvailableCommand(name="sum", description="Summarize")] if self.commands else UNSET
+        return v2.NewSessionResponse(session_id="s1", config_options=[MODE], available_commands=commands)
 
     async def session_resume(self, params: v2.ResumeSessionRequest) -> v2.ResumeSessionResponse:
         self.requests.append(params)
@@ -299,6 +302,23 @@ class RawV2Agent:
     async def turn(self, session_id: str, text: str) -> str:
         if text == "fail":
             raise RequestError(-32000, "never")  # the runtime: idle with stopReason error
+        if text == "ask":
+            subject = v2.CommandRequestPermissionSubject(command="make test", cwd="/work")
+            options = [
+                v2.PermissionOption(option_id="yes", name="Yes", kind="allow_once"),
+                v2.PermissionOption(option_id="no", name="No", kind="reject_once"),
+            ]
+            request = v2.RequestPermissionRequest(
+                session_id=session_id, title="Run make test?", subject=subject, options=options
+            )
+            self.outcomes.append((await self.client.session_request_permission(request)).outcome)
+            said = v2.AgentMessageChunkSessionUpdate(
+                message_id="m2", content=v2.TextContentBlock(text="ran"), meta={"trace": "t1"}
+            )
+            await self.client.session_update(
+                v2.UpdateSessionNotification(session_id=session_id, update=said, meta={"seq": 7})
+            )
+            return "end_turn"
         await self.send(
             session_id, v2.AgentMessageChunkSessionUpdate(message_id="m1", content=v2.TextContentBlock(text="a"))
         )
@@ -449,3 +469,97 @@ async def test_python_m_acp_trio_adapt_speak_1_serves_a_v2_only_agent_to_a_v1_cl
     updates = turn_messages(wire(received))
     assert [u.get("sessionUpdate") for u in updates[:-1]] == ["agent_message_chunk"]
     assert updates[0]["content"] == {"type": "text", "text": "hello from v2"}
+
+
+class CommandsAgent(RawV2Agent):
+    commands = True
+
+
+async def test_permission_on_a_command_is_a_synthetic_v1_tool_call_and_meta_and_unknown_fields_survive() -> None:
+    received: list[bytes] = []
+    agents: list[RawV2Agent] = []
+
+    def make(conn: AgentSideConnection) -> RawV2Agent:
+        agents.append(CommandsAgent(conn))
+        return agents[-1]
+
+    async with adapted({v2: make}, V1Client("yes"), received) as (_, agent):
+        new_request = converter.structure(
+            {"cwd": "/work", "mcpServers": [], "_meta": {"editor": "x"}, "futureField": [1]}, v1.NewSessionRequest
+        )
+        new = await agent.session_new(new_request)
+        result = await agent.session_prompt(
+            v1.PromptRequest(session_id=new.session_id, prompt=[v1.TextContentBlock(text="ask")])
+        )
+    assert result.stop_reason == "end_turn"
+    (seen,) = agents[0].requests
+    assert converter.unstructure(seen) == {
+        "cwd": "/work",
+        "mcpServers": [],
+        "_meta": {"editor": "x"},
+        "futureField": [1],
+    }
+    assert agents[0].outcomes == [v2.SelectedRequestPermissionOutcome(option_id="yes")]
+    messages = wire(received)
+    answer_at = next(i for i, m in enumerate(messages) if m.get("result", {}).get("sessionId") == "s1")
+    commands_at = next(
+        i
+        for i, m in enumerate(messages)
+        if m.get("params", {}).get("update", {}).get("sessionUpdate") == "available_commands_update"
+    )
+    assert answer_at < commands_at  # v2 answers session/new with its commands; v1 hears them after the answer
+    assert messages[commands_at]["params"]["update"]["availableCommands"] == [
+        {"name": "sum", "description": "Summarize"}
+    ]
+    updates = turn_messages(messages[commands_at + 1 :])
+    assert kinds(updates) == ["tool_call", "permission", "tool_call_update", "agent_message_chunk", "answer"]
+    synthetic, permission, decided, said, _ = updates
+    call_id = synthetic["toolCallId"]
+    assert synthetic == {
+        "sessionUpdate": "tool_call",
+        "toolCallId": call_id,
+        "title": "make test",
+        "kind": "execute",
+        "status": "pending",
+        "rawInput": {"command": "make test", "cwd": "/work"},
+    }
+    assert permission["permission"]["toolCall"] == {"toolCallId": call_id}
+    assert permission["permission"]["_meta"] == {"acp-trio/title": "Run make test?"}
+    assert decided == {"sessionUpdate": "tool_call_update", "toolCallId": call_id, "status": "completed"}
+    assert said["_meta"] == {"trace": "t1"}
+    (notification,) = [m for m in messages if m.get("params", {}).get("update") == said]
+    assert notification["params"]["_meta"] == {"seq": 7}
+
+
+async def test_session_load_without_v2_session_capabilities_is_not_offered_and_is_32601_naming_v2() -> None:
+    class Bare:  # no session methods: the runtime advertises no capabilities.session
+        pass
+
+    received: list[bytes] = []
+    async with adapted({v2: Bare}, V1Client(), received) as (_, agent):
+        with pytest.raises(RequestError) as caught:  # a client that ignores loadSession: false
+            await agent._sender.connection.request("session/load", {"sessionId": "s0", "cwd": "/w", "mcpServers": []})
+    (init,) = [m for m in wire(received) if m.get("id") == 0]
+    assert "loadSession" not in init["result"]["agentCapabilities"]  # not offered to begin with
+    assert caught.value.code == -32601
+    assert "protocol version 2" in caught.value.data["detail"]
+    assert caught.value.data["method"] == "session/load"
+
+
+async def test_session_list_and_close_and_set_config_option_reach_the_agent() -> None:
+    received: list[bytes] = []
+    agents, handlers = raw_agents()
+    async with adapted(neutral.handlers(TurnAgent(), versions=(2,)), V1Client(), received) as (_, agent):
+        new = await agent.session_new(v1.NewSessionRequest(cwd="/work", mcp_servers=[]))
+        listed = await agent.session_list(v1.ListSessionsRequest(cwd="/work"))
+        assert [(s.session_id, s.cwd) for s in listed.sessions] == [(new.session_id, "/work")]
+        await agent.session_close(v1.CloseSessionRequest(session_id=new.session_id))
+    async with adapted(handlers, V1Client(), received) as (_, agent):
+        new = await agent.session_new(v1.NewSessionRequest(cwd="/work", mcp_servers=[]))
+        answer = await agent.session_set_config_option(
+            v1.ValueIdSetSessionConfigOptionRequest(session_id=new.session_id, config_id="mode", value="code")
+        )
+    assert [o.id for o in answer.config_options] == ["mode"]
+    _, set_option = agents[0].requests
+    assert isinstance(set_option, v2.IdSetSessionConfigOptionRequest)  # v1's untagged value request, tagged "id"
+    assert (set_option.config_id, set_option.value) == ("mode", "code")
