@@ -48,9 +48,15 @@ class V1Client:
     async def session_request_permission(self, params: v1.RequestPermissionRequest) -> v1.RequestPermissionResponse:
         return v1.RequestPermissionResponse(outcome=v1.SelectedRequestPermissionOutcome(option_id=self.answer))
 
+    async def elicitation_create(self, params: Any) -> Any:
+        assert isinstance(params, v1.FormCreateElicitationRequest)
+        return v1.AcceptCreateElicitationResponse(content={"name": "Ada"}, meta={"from": "v1"})
+
 
 @asynccontextmanager
-async def adapted(agent: Any, client: Any, received: list[bytes]) -> AsyncIterator[tuple[V1Front, Any]]:
+async def adapted(
+    agent: Any, client: Any, received: list[bytes], caps: v1.ClientCapabilities | None = None
+) -> AsyncIterator[tuple[V1Front, Any]]:
     """``agent`` (handlers speaking v2) behind a :class:`V1Front`, driven by the v1 ``client``;
     yields the front and the v1 client's ``AgentPeer``.  ``received``: the v1 client's input lines."""
     front = V1Front(cancel_grace=5)
@@ -65,7 +71,11 @@ async def adapted(agent: Any, client: Any, received: list[bytes]) -> AsyncIterat
     with trio.fail_after(DEADLINE):
         async with agent_conn, back_conn, front_conn, client_conn:
             init = await client_conn.initialize(
-                v1.InitializeRequest(protocol_version=1, client_info=v1.Implementation(name="v1-client", version="1"))
+                v1.InitializeRequest(
+                    protocol_version=1,
+                    client_info=v1.Implementation(name="v1-client", version="1"),
+                    client_capabilities=caps or UNSET,
+                )
             )
             assert init.protocol_version == 1
             assert back_conn.protocol_version == 2  # the agent was spoken to in v2
@@ -302,6 +312,13 @@ class RawV2Agent:
     async def turn(self, session_id: str, text: str) -> str:
         if text == "fail":
             raise RequestError(-32000, "never")  # the runtime: idle with stopReason error
+        if text == "elicit":
+            schema = converter.structure(
+                {"type": "object", "properties": {"name": {"type": "string"}}}, v2.ElicitationSchema
+            )
+            form = v2.FormCreateElicitationRequest(message="Name?", requested_schema=schema, session_id=session_id)
+            self.outcomes.append(await self.client.elicitation_create(form))
+            return "paused_for_review"  # a stop reason v1 lacks
         if text == "ask":
             subject = v2.CommandRequestPermissionSubject(command="make test", cwd="/work")
             options = [
@@ -563,3 +580,26 @@ async def test_session_list_and_close_and_set_config_option_reach_the_agent() ->
     _, set_option = agents[0].requests
     assert isinstance(set_option, v2.IdSetSessionConfigOptionRequest)  # v1's untagged value request, tagged "id"
     assert (set_option.config_id, set_option.value) == ("mode", "code")
+
+
+async def test_elicitation_passes_through_fs_and_terminal_are_not_offered_and_a_v2_only_stop_reason_is_mapped() -> None:
+    received: list[bytes] = []
+    agents, handlers = raw_agents()
+    caps = v1.ClientCapabilities(
+        fs=v1.FileSystemCapabilities(read_text_file=True, write_text_file=True),
+        terminal=True,
+        elicitation=v1.ElicitationCapabilities(form=v1.ElicitationFormCapabilities()),
+    )
+    async with adapted(handlers, V1Client(), received, caps) as (_, agent):
+        new = await agent.session_new(v1.NewSessionRequest(cwd="/work", mcp_servers=[]))
+        result = await agent.session_prompt(
+            v1.PromptRequest(session_id=new.session_id, prompt=[v1.TextContentBlock(text="elicit")])
+        )
+    assert agents[0].conn.client_capabilities == {"elicitation": {"form": {}}}  # v2 has no fs/terminal
+    assert agents[0].conn.client_info == {"name": "v1-client", "version": "1"}
+    (answer,) = agents[0].outcomes
+    assert answer == v2.AcceptCreateElicitationResponse(content={"name": "Ada"}, meta={"from": "v1"})
+    (asked,) = [m for m in wire(received) if m.get("method") == "elicitation/create"]
+    assert asked["params"]["message"] == "Name?" and asked["params"]["mode"] == "form"
+    assert result.stop_reason == "end_turn"  # row T2: a stop reason v1 lacks
+    assert result.meta == {"acp-trio/stopReason": "paused_for_review"}
