@@ -603,3 +603,47 @@ async def test_elicitation_passes_through_fs_and_terminal_are_not_offered_and_a_
     assert asked["params"]["message"] == "Name?" and asked["params"]["mode"] == "form"
     assert result.stop_reason == "end_turn"  # row T2: a stop reason v1 lacks
     assert result.meta == {"acp-trio/stopReason": "paused_for_review"}
+
+
+async def test_named_extension_methods_are_forwarded_verbatim_both_ways() -> None:
+    notes: list[Any] = []
+
+    class ExtAgent:
+        def __init__(self, conn: AgentSideConnection) -> None:
+            self.conn = conn
+
+            async def echo(params: Any) -> Any:
+                await conn.ext_notification("_test/note", {"heard": params})
+                return {"echo": params}
+
+            conn.on_ext_request("_test/echo", echo)
+
+    front = V1Front(ext_requests=["_test/echo"], ext_notifications=["_test/note"])
+    agent_stream, back_stream = memory_stream_pair()
+    front_stream, client_stream = memory_stream_pair()
+    client_conn = ClientSideConnection({v1: V1Client()}, client_stream, client_stream)
+
+    noted = trio.Event()
+
+    async def note(params: Any) -> None:
+        notes.append(params)
+        noted.set()
+
+    client_conn.on_ext_notification("_test/note", note)
+    with trio.fail_after(DEADLINE):
+        async with (
+            AgentSideConnection({v2: ExtAgent}, agent_stream, agent_stream),
+            ClientSideConnection(front.agent_handlers(), back_stream, back_stream),
+            AgentSideConnection(front, front_stream, front_stream),
+            client_conn,
+        ):
+            await client_conn.initialize(v1.InitializeRequest(protocol_version=1))
+            answer = await client_conn.ext_request("_test/echo", {"x": [1, None], "_meta": {"k": 1}})
+            await noted.wait()
+            with pytest.raises(RequestError) as caught:
+                await client_conn.ext_request("_test/unnamed", {})
+    assert answer == {"echo": {"x": [1, None], "_meta": {"k": 1}}}
+    assert notes == [{"heard": {"x": [1, None], "_meta": {"k": 1}}}]
+    assert caught.value.code == -32601
+    with pytest.raises(ValueError, match="start with '_'"):
+        V1Front(ext_requests=["test/echo"])

@@ -48,8 +48,13 @@ v2 agent → v1 client:
   v1 outcome back (T18);
 - ``elicitation/create`` / ``elicitation/complete``: the same, when the client offered elicitation.
 
+Extension methods (``_``-prefixed) are forwarded verbatim both ways when named
+(``ext_requests`` / ``ext_notifications``); the runtime routes by name, so unnamed ones are
+answered -32601 as on any connection.
+
 Entry points: :func:`serve_v2_agent_to_v1_client` (stdio to the client, the agent spawned) and
-``python -m acp_trio.adapt --speak 1 -- AGENT_CMD [ARG ...]``.
+``python -m acp_trio.adapt --speak 1 [--ext-request _NAME ...] [--ext-notification _NAME ...]
+-- AGENT_CMD [ARG ...]``.
 """
 
 from __future__ import annotations
@@ -164,7 +169,10 @@ class V1Front:
 
     ``cancel_grace``: seconds a cancelled v1 prompt waits for the agent's ``idle`` (default
     :data:`DEFAULT_CANCEL_GRACE`).  ``client_info``: the v2 ``info`` sent to the agent when the v1
-    client gives none (default :data:`ADAPTER_INFO`).
+    client gives none (default :data:`ADAPTER_INFO`).  ``ext_requests`` / ``ext_notifications``:
+    extension methods (names starting with ``_``: extensibility.mdx) forwarded verbatim both ways;
+    the runtime routes methods by name, so others get -32601 (requests) or are logged and dropped
+    (notifications) by the runtime, as on any connection.
 
     Errors the v1 client can get besides the agent's own: -32601 naming protocol version 2 for a
     method the agent lacks (``session/load`` without session capabilities, ``session/set_mode`` on
@@ -174,8 +182,18 @@ class V1Front:
     """
 
     def __init__(
-        self, *, cancel_grace: float = DEFAULT_CANCEL_GRACE, client_info: v2.Implementation | None = None
+        self,
+        *,
+        cancel_grace: float = DEFAULT_CANCEL_GRACE,
+        client_info: v2.Implementation | None = None,
+        ext_requests: Sequence[str] = (),
+        ext_notifications: Sequence[str] = (),
     ) -> None:
+        for name in (*ext_requests, *ext_notifications):
+            if not name.startswith("_"):
+                raise ValueError(f"extension method names start with '_' (extensibility.mdx), got {name!r}")
+        self.ext_requests = tuple(ext_requests)
+        self.ext_notifications = tuple(ext_notifications)
         self.cancel_grace = cancel_grace
         self.client_info = client_info or ADAPTER_INFO
         self.client_conn: AgentSideConnection | None = None
@@ -202,14 +220,42 @@ class V1Front:
         if self.client_conn is not None and self.client_conn is not conn:
             raise RuntimeError("a V1Front serves one client connection; make one per connection")
         self.client_conn = conn
+        self._forward_extensions(conn, lambda: self.agent_conn)
         return self
 
     def _attach_agent(self, conn: ClientSideConnection) -> _V2Back:
         if self.agent_conn is not None and self.agent_conn is not conn:
             raise RuntimeError("a V1Front talks to one agent connection; make one per connection")
         self.agent_conn = conn
+        self._forward_extensions(conn, lambda: self.client_conn)
         conn.connection.add_close_callback(self._agent_closed)
         return _V2Back(self)
+
+    def _forward_extensions(self, conn: Any, other: Callable[[], Any]) -> None:
+        """Route :attr:`ext_requests` / :attr:`ext_notifications` arriving on ``conn`` to the
+        connection ``other()`` returns, params and results as plain JSON."""
+
+        def request(name: str) -> Callable[[Any], Any]:
+            async def forward(params: Any) -> Any:
+                target = other()
+                if target is None:
+                    raise RequestError(METHOD_NOT_FOUND, "Method not found", {"method": name})
+                return await target.ext_request(name, params)
+
+            return forward
+
+        def notification(name: str) -> Callable[[Any], Any]:
+            async def forward(params: Any) -> None:
+                target = other()
+                if target is not None:
+                    await target.ext_notification(name, params)
+
+            return forward
+
+        for name in self.ext_requests:
+            conn.on_ext_request(name, request(name))
+        for name in self.ext_notifications:
+            conn.on_ext_notification(name, notification(name))
 
     def _agent_closed(self, reason: str) -> None:
         """The agent's connection closed: every v1 prompt still waiting for its ``idle`` gets an
@@ -649,6 +695,8 @@ async def serve_v2_agent_to_v1_client(
     agent_argv: Sequence[str],
     *,
     cancel_grace: float = DEFAULT_CANCEL_GRACE,
+    ext_requests: Sequence[str] = (),
+    ext_notifications: Sequence[str] = (),
     env: dict[str, str] | None = None,
     cwd: str | os.PathLike[str] | None = None,
     **options: Any,
@@ -658,15 +706,16 @@ async def serve_v2_agent_to_v1_client(
 
     The agent is started with :func:`acp_trio.spawn_agent` (its own process group, stopped with
     the SIGTERM/SIGKILL ladder when the client leaves; ``env``/``cwd`` as there); the client side
-    is :func:`acp_trio.transports.stdio.serve_agent_stdio`.  ``cancel_grace``: see
-    :class:`V1Front`.  ``options``: for both connections (``max_message_size``, ``eof_grace``, ...).
+    is :func:`acp_trio.transports.stdio.serve_agent_stdio`.  ``cancel_grace``, ``ext_requests``,
+    ``ext_notifications``: see :class:`V1Front`.  ``options``: for both connections
+    (``max_message_size``, ``eof_grace``, ...).
     Raises ``ValueError`` for an empty ``agent_argv`` and ``OSError`` when it cannot start.
     """
     from .transports.stdio import serve_agent_stdio, spawn_agent
 
     if not agent_argv:
         raise ValueError("give the agent's command line: python -m acp_trio.adapt --speak 1 -- AGENT_CMD [ARG ...]")
-    front = V1Front(cancel_grace=cancel_grace)
+    front = V1Front(cancel_grace=cancel_grace, ext_requests=ext_requests, ext_notifications=ext_notifications)
     async with (
         spawn_agent(agent_argv[0], agent_argv[1:], client=front.agent_handlers(), env=env, cwd=cwd, **options) as agent,
         trio.open_nursery() as nursery,
@@ -696,6 +745,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     )
     parser.add_argument("--speak", type=int, choices=(1, 2), required=True, help="the version spoken to the client")
     parser.add_argument("--cancel-grace", type=float, default=DEFAULT_CANCEL_GRACE, help="seconds (default 5)")
+    parser.add_argument(
+        "--ext-request", action="append", default=[], metavar="_NAME", help="an extension request to forward"
+    )
+    parser.add_argument(
+        "--ext-notification", action="append", default=[], metavar="_NAME", help="an extension notification to forward"
+    )
     parser.add_argument("agent", nargs=argparse.REMAINDER, help="-- AGENT_CMD [ARG ...]")
     args = parser.parse_args(argv)
     agent = args.agent[1:] if args.agent[:1] == ["--"] else args.agent
@@ -704,7 +759,17 @@ def main(argv: Sequence[str] | None = None) -> None:
     if not agent:
         parser.error("give the agent's command after --: --speak 1 -- AGENT_CMD [ARG ...]")
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
-    trio.run(lambda: serve_v2_agent_to_v1_client(agent, cancel_grace=args.cancel_grace))
+    for name in (*args.ext_request, *args.ext_notification):
+        if not name.startswith("_"):
+            parser.error(f"extension method names start with '_': {name!r}")
+    trio.run(
+        lambda: serve_v2_agent_to_v1_client(
+            agent,
+            cancel_grace=args.cancel_grace,
+            ext_requests=args.ext_request,
+            ext_notifications=args.ext_notification,
+        )
+    )
 
 
 if __name__ == "__main__":
