@@ -22,7 +22,7 @@ import trio
 from trio.testing import memory_stream_pair
 
 from acp_schema import v1, v2
-from acp_trio import AgentSideConnection, ClientSideConnection, RequestError, neutral, spawn_agent
+from acp_trio import AgentSideConnection, ClientSideConnection, ConnectionClosed, RequestError, neutral, spawn_agent
 from acp_trio._converter import converter
 from acp_trio._spec import UNSET, UnsetType
 from acp_trio.adapt import V1Front
@@ -55,11 +55,11 @@ class V1Client:
 
 @asynccontextmanager
 async def adapted(
-    agent: Any, client: Any, received: list[bytes], caps: v1.ClientCapabilities | None = None
+    agent: Any, client: Any, received: list[bytes], caps: v1.ClientCapabilities | None = None, grace: float = 5
 ) -> AsyncIterator[tuple[V1Front, Any]]:
     """``agent`` (handlers speaking v2) behind a :class:`V1Front`, driven by the v1 ``client``;
     yields the front and the v1 client's ``AgentPeer``.  ``received``: the v1 client's input lines."""
-    front = V1Front(cancel_grace=5)
+    front = V1Front(cancel_grace=grace)
     agent_stream, back_stream = memory_stream_pair()
     front_stream, client_stream = memory_stream_pair()
     agent_conn = AgentSideConnection(agent, agent_stream, agent_stream)
@@ -220,6 +220,7 @@ class SlowAgent(neutral.Agent):
     def __init__(self) -> None:
         super().__init__()
         self.cancelled = False
+        self.stopped = trio.Event()
 
     async def prompt(self, turn: neutral.Turn) -> neutral.StopReason:
         call = await turn.tool("Run tests", kind="execute")
@@ -227,6 +228,7 @@ class SlowAgent(neutral.Agent):
             await trio.sleep_forever()
         except trio.Cancelled:
             self.cancelled = True
+            self.stopped.set()
             with trio.CancelScope(shield=True):
                 await call.update(status="cancelled")
             raise
@@ -647,3 +649,45 @@ async def test_named_extension_methods_are_forwarded_verbatim_both_ways() -> Non
     assert caught.value.code == -32601
     with pytest.raises(ValueError, match="start with '_'"):
         V1Front(ext_requests=["test/echo"])
+
+
+async def test_session_close_mid_turn_answers_the_prompt_cancelled_at_the_agents_idle() -> None:
+    received: list[bytes] = []
+    client = V1Client()
+    slow = SlowAgent()
+    # a grace longer than the deadline: the answer must come from the agent's idle, not the grace's end
+    async with adapted(neutral.handlers(slow, versions=(2,)), client, received, grace=3 * DEADLINE) as (front, agent):
+        new = await agent.session_new(v1.NewSessionRequest(cwd="/work", mcp_servers=[]))
+        results: list[Any] = []
+
+        async def prompt() -> None:
+            prompt = [v1.TextContentBlock(text="run them")]
+            results.append(await agent.session_prompt(v1.PromptRequest(session_id=new.session_id, prompt=prompt)))
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(prompt)
+            await client.tool_call_seen.wait()
+            await agent.session_close(v1.CloseSessionRequest(session_id=new.session_id))
+        assert new.session_id not in front.sessions  # forgotten once its turn was answered
+    assert slow.cancelled
+    assert [r.stop_reason for r in results] == ["cancelled"]
+
+
+async def test_the_clients_input_ending_mid_turn_cancels_the_agents_turn() -> None:
+    received: list[bytes] = []
+    client = V1Client()
+    slow = SlowAgent()
+    async with adapted(neutral.handlers(slow, versions=(2,)), client, received, grace=3 * DEADLINE) as (_, agent):
+        new = await agent.session_new(v1.NewSessionRequest(cwd="/work", mcp_servers=[]))
+
+        async def prompt() -> None:
+            with pytest.raises(ConnectionClosed):
+                prompt = [v1.TextContentBlock(text="run them")]
+                await agent.session_prompt(v1.PromptRequest(session_id=new.session_id, prompt=prompt))
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(prompt)
+            await client.tool_call_seen.wait()
+            await agent._sender.aclose()  # the v1 client leaves without session/cancel
+            await slow.stopped.wait()  # the adapter told the agent to stop
+    assert slow.cancelled

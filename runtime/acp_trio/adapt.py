@@ -49,8 +49,8 @@ v2 agent → v1 client:
 - ``elicitation/create`` / ``elicitation/complete``: the same, when the client offered elicitation.
 
 Extension methods (``_``-prefixed) are forwarded verbatim both ways when named
-(``ext_requests`` / ``ext_notifications``); the runtime routes by name, so unnamed ones are
-answered -32601 as on any connection.
+(``ext_requests`` / ``ext_notifications``); the runtime routes by name, so an unnamed request
+is answered -32601 and an unnamed notification ignored (a debug log line), as on any connection.
 
 Entry points: :func:`serve_v2_agent_to_v1_client` (stdio to the client, the agent spawned) and
 ``python -m acp_trio.adapt --speak 1 [--ext-request _NAME ...] [--ext-notification _NAME ...]
@@ -90,7 +90,7 @@ from ._mapping import (
     permission_to_v1,
     tool_content_to_v1,
 )
-from ._roles import AgentSideConnection, ClientSideConnection, ProtocolVersionError
+from ._roles import AgentSideConnection, ClientSideConnection, ConnectionClosed, ProtocolVersionError
 from ._spec import UNSET
 from ._views import V1View
 
@@ -135,6 +135,7 @@ class _Turn:
     ended: trio.Event = attrs.field(factory=trio.Event)
     response: v1.PromptResponse | None = None
     error: RequestError | None = None
+    cancel_sent: bool = False  # a v2 session/cancel went to the agent for this turn
 
     def end(self, response: v1.PromptResponse | None = None, error: RequestError | None = None) -> None:
         if not self.ended.is_set():
@@ -151,6 +152,7 @@ class _Session:
     titled: set[str] = attrs.field(factory=set)
     config_options: list[Any] = attrs.field(factory=list)
     turn: _Turn | None = None
+    closed: bool = False  # closed or deleted while a turn waited: forgotten once it is answered
 
 
 class V1Front:
@@ -171,8 +173,8 @@ class V1Front:
     :data:`DEFAULT_CANCEL_GRACE`).  ``client_info``: the v2 ``info`` sent to the agent when the v1
     client gives none (default :data:`ADAPTER_INFO`).  ``ext_requests`` / ``ext_notifications``:
     extension methods (names starting with ``_``: extensibility.mdx) forwarded verbatim both ways;
-    the runtime routes methods by name, so others get -32601 (requests) or are logged and dropped
-    (notifications) by the runtime, as on any connection.
+    the runtime routes methods by name, so others get its -32601 (requests) or are ignored with a
+    debug log line (notifications), as on any connection.
 
     Errors the v1 client can get besides the agent's own: -32601 naming protocol version 2 for a
     method the agent lacks (``session/load`` without session capabilities, ``session/set_mode`` on
@@ -289,11 +291,15 @@ class V1Front:
         return session
 
     async def _call(self, method: str, call: Callable[[], Any]) -> Any:
-        """``await call()`` on the agent; a call its capabilities do not cover is -32601 naming v2."""
+        """``await call()`` on the agent; a call its capabilities do not cover is -32601 naming v2,
+        a closed agent connection -32603 saying so."""
         try:
             return await call()
         except CapabilityError as exc:
             raise _not_in_v2(method, str(exc)) from None
+        except ConnectionClosed as exc:
+            detail = f"the agent behind this adapter is gone ({exc}): {method} was not answered"
+            raise RequestError(INTERNAL_ERROR, "Internal error", {"method": method, "detail": detail}) from None
 
     # -- v1 agent surface --------------------------------------------------------------------------
     async def initialize(self, params: v1.InitializeRequest) -> v1.InitializeResponse:
@@ -436,7 +442,7 @@ class V1Front:
         """v1 ``session/close`` → v2 ``session/close`` (row L8; the agent cancels the session's turn)."""
         request = _relay(params, v2.CloseSessionRequest)
         answer = await self._call("session/close", lambda: self._agent.session_close(request))
-        self.sessions.pop(params.session_id, None)
+        self._forget(params.session_id)
         result: v1.CloseSessionResponse = _relay(answer, v1.CloseSessionResponse)
         return result
 
@@ -444,9 +450,19 @@ class V1Front:
         """v1 ``session/delete`` → v2 ``session/delete`` (row L9)."""
         request = _relay(params, v2.DeleteSessionRequest)
         answer = await self._call("session/delete", lambda: self._agent.session_delete(request))
-        self.sessions.pop(params.session_id, None)
+        self._forget(params.session_id)
         result: v1.DeleteSessionResponse = _relay(answer, v1.DeleteSessionResponse)
         return result
+
+    def _forget(self, session_id: str) -> None:
+        """Drop a closed session's state; a turn still waiting keeps it until the agent's ``idle``
+        (the agent cancels the turn on close: v2 session-setup.mdx)."""
+        session = self.sessions.get(session_id)
+        if session is not None:
+            if session.turn is None:
+                del self.sessions[session_id]
+            else:
+                session.closed = True
 
     async def session_set_mode(self, params: v1.SetSessionModeRequest) -> v1.SetSessionModeResponse:
         """v1 ``session/set_mode`` → v2 ``session/set_config_option`` on the session's ``category:
@@ -507,11 +523,15 @@ class V1Front:
                 await turn.ended.wait()
             except trio.Cancelled:  # session/cancel: the updates the agent sends while it stops come first
                 with trio.move_on_after(self.cancel_grace, shield=True):
+                    if not turn.cancel_sent:  # cancelled otherwise (session/close, the client's input ended)
+                        await self._cancel_agent_turn(params.session_id, turn)
                     await turn.ended.wait()
                 raise
         finally:
             if session.turn is turn:
                 session.turn = None
+                if session.closed and self.sessions.get(params.session_id) is session:
+                    del self.sessions[params.session_id]
             self._answered.set()
             self._answered = trio.Event()
         if turn.error is not None:
@@ -524,7 +544,19 @@ class V1Front:
         v1 turn's wait, which keeps waiting for the agent's ``idle`` :attr:`cancel_grace` seconds)."""
         if self.agent_conn is None:
             return
+        session = self.sessions.get(params.session_id)
+        if session is not None and session.turn is not None:
+            session.turn.cancel_sent = True
         await self._agent.session_cancel(_relay(params, v2.CancelSessionNotification))
+
+    async def _cancel_agent_turn(self, session_id: str, turn: _Turn) -> None:
+        """Tell the agent to stop the turn whose v1 wait was cancelled without the client's
+        ``session/cancel`` (yet): ``session/close``, or the client's input ended."""
+        turn.cancel_sent = True
+        try:
+            await self._agent.session_cancel(v2.CancelSessionNotification(session_id=session_id))
+        except (ConnectionClosed, RequestError) as exc:
+            log.debug("session %s: the agent could not be told to cancel its turn: %s", session_id, exc)
 
     # -- v2 agent → v1 client ----------------------------------------------------------------------
     async def _forward(self, session_id: str, update: Any, meta: Any = UNSET) -> None:
