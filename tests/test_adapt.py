@@ -691,3 +691,15 @@ async def test_the_clients_input_ending_mid_turn_cancels_the_agents_turn() -> No
             await agent._sender.aclose()  # the v1 client leaves without session/cancel
             await slow.stopped.wait()  # the adapter told the agent to stop
     assert slow.cancelled
+
+
+async def test_a_stdio_mcp_server_for_an_agent_without_mcp_stdio_is_32602_naming_the_capability_and_v2() -> None:
+    received: list[bytes] = []
+    _, handlers = raw_agents()  # the runtime's default initialize answer: capabilities.session only
+    server = v1.McpServerStdio(name="files", command="/bin/mcp-files", args=[], env=[])
+    async with adapted(handlers, V1Client(), received) as (_, agent):
+        with pytest.raises(RequestError) as caught:
+            await agent.session_new(v1.NewSessionRequest(cwd="/work", mcp_servers=[server]))
+    assert caught.value.code == -32602  # session/new exists; its params need what v2 makes optional
+    detail = caught.value.data["detail"]
+    assert "'session.mcp.stdio'" in detail and "protocol version 2" in detail

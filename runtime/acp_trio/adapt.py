@@ -73,6 +73,7 @@ import trio
 
 from acp_schema import v1, v2
 
+from . import _capabilities
 from ._capabilities import CapabilityError
 from ._converter import DecodeError, converter
 from ._core import INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND, RequestError
@@ -179,8 +180,10 @@ class V1Front:
     Errors the v1 client can get besides the agent's own: -32601 naming protocol version 2 for a
     method the agent lacks (``session/load`` without session capabilities, ``session/set_mode`` on
     a session without a mode option, a method its capabilities do not cover); -32602 naming the
-    method for a request that has no v2 form (an MCP transport v2 lacks); -32603 when the agent
-    answers ``initialize`` with another protocol version or its connection is gone.
+    method for params the agent's capabilities do not cover (a stdio MCP server without
+    ``session.mcp.stdio``: v1 implies stdio, v2 does not; design row L1) or that have no v2 form;
+    -32603 when the agent answers ``initialize`` with another protocol version or its connection
+    is gone.
     """
 
     def __init__(
@@ -296,10 +299,24 @@ class V1Front:
         try:
             return await call()
         except CapabilityError as exc:
+            if self.agent_conn is not None and self._offers(exc.method):  # the params need what it lacks
+                data = {"method": method, "detail": f"{exc} (the agent behind this adapter speaks protocol version 2)"}
+                raise RequestError(INVALID_PARAMS, "Invalid params", data) from None
             raise _not_in_v2(method, str(exc)) from None
         except ConnectionClosed as exc:
             detail = f"the agent behind this adapter is gone ({exc}): {method} was not answered"
             raise RequestError(INTERNAL_ERROR, "Internal error", {"method": method, "detail": detail}) from None
+
+    def _offers(self, method: str) -> bool:
+        """Whether the agent's capabilities cover the v2 ``method`` itself (whatever its params)."""
+        assert self.agent_conn is not None
+        try:
+            _capabilities.check_agent_call_v2(
+                method, {}, self.agent_conn.agent_capabilities, self.agent_conn.agent_auth_methods
+            )
+        except CapabilityError:
+            return False
+        return True
 
     # -- v1 agent surface --------------------------------------------------------------------------
     async def initialize(self, params: v1.InitializeRequest) -> v1.InitializeResponse:
