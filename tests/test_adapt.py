@@ -308,6 +308,8 @@ class RawV2Agent:
 
     async def session_prompt(self, params: v2.PromptRequest) -> v2.PromptResponse:
         text = "".join(b.text for b in params.prompt if isinstance(b, v2.TextContentBlock))
+        if text == "reject":
+            raise RequestError(-32602, "Invalid params", {"detail": "no prompts today"})
         self.conn.start_turn(params.session_id, lambda: self.turn(params.session_id, text))
         return v2.PromptResponse(message_id="u2")
 
@@ -382,6 +384,20 @@ async def test_an_agent_turn_ending_in_error_is_the_v1_prompts_error() -> None:
                 v1.PromptRequest(session_id=new.session_id, prompt=[v1.TextContentBlock(text="fail")])
             )
     assert caught.value.code == -32603  # the v2 runtime reports an agent's exception as internal error
+
+
+async def test_a_v2_error_answering_the_prompt_is_the_v1_prompts_error_and_the_session_takes_the_next() -> None:
+    received: list[bytes] = []
+    async with adapted({v2: RawV2Agent}, V1Client(), received) as (_, agent):
+        new = await agent.session_new(v1.NewSessionRequest(cwd="/work", mcp_servers=[]))
+        with pytest.raises(RequestError) as caught:
+            prompt = [v1.TextContentBlock(text="reject")]
+            await agent.session_prompt(v1.PromptRequest(session_id=new.session_id, prompt=prompt))
+        again = await agent.session_prompt(
+            v1.PromptRequest(session_id=new.session_id, prompt=[v1.TextContentBlock(text="go")])
+        )
+    assert (caught.value.code, caught.value.data) == (-32602, {"detail": "no prompts today"})
+    assert again.stop_reason == "refusal"
 
 
 def raw_agents() -> tuple[list[RawV2Agent], dict[Any, Any]]:
