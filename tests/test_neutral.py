@@ -12,6 +12,7 @@ the stop reason in the prompt answer; v2: ``user_message``, ``state_update``, up
 from __future__ import annotations
 
 import json
+import sys
 from types import ModuleType
 from typing import Any
 
@@ -20,7 +21,7 @@ import trio
 from trio.testing import memory_stream_pair
 
 from acp_schema import v1, v2
-from acp_trio import AgentSideConnection, ClientSideConnection, neutral
+from acp_trio import AgentSideConnection, ClientSideConnection, neutral, open_memory_pair, spawn_agent
 
 DEADLINE = 10  # seconds; the turn takes milliseconds in memory
 PATH = "/work/a.txt"
@@ -252,3 +253,115 @@ def test_v1_view_shows_a_v2_diff_without_its_texts_as_its_changes_and_patch() ->
     text = item.content.text
     assert text.startswith(f"modify {PATH}\n```diff\ndiff --git {PATH} {PATH}\n")
     assert "-old\n+new" in text and text.endswith("```")
+
+
+# -- entry points: the agent itself (acp_handlers) ---------------------------------------------------
+class Named(neutral.Agent):
+    info = neutral.AgentInfo(name="named", version="2.0")
+
+    async def prompt(self, turn: neutral.Turn) -> neutral.StopReason:
+        await turn.say("ok")
+        return "end_turn"
+
+
+@pytest.mark.parametrize("variant", [v1, v2], ids=["v1", "v2"])
+async def test_open_memory_pair_serves_the_agent_itself_in_the_version_the_client_speaks(variant: ModuleType) -> None:
+    client = Client(variant)
+    with trio.fail_after(DEADLINE):
+        async with open_memory_pair(Named(), {variant: client}) as (agent_conn, client_conn):
+            if variant is v1:
+                answer = await client_conn.initialize(v1.InitializeRequest(protocol_version=1))
+                assert answer.agent_info.name == "named"
+            else:
+                info = v2.Implementation(name="c", version="1")
+                answer = await client_conn.initialize(v2.InitializeRequest(protocol_version=2, info=info))
+                assert answer.info.name == "named"
+            assert agent_conn.protocol_version == variant.PROTOCOL_VERSION
+            assert isinstance(agent_conn.handler, neutral._V1Surface if variant is v1 else neutral._V2Surface)
+
+
+def test_an_agent_limited_to_one_version_serves_only_that_one() -> None:
+    class OnlyV1(Named):
+        versions = (1,)
+
+    assert list(OnlyV1().acp_handlers()) == [v1]
+    with pytest.raises(ValueError, match="this layer speaks 1 and 2"):
+        neutral.handlers(Named(), (3,))
+
+
+async def test_acp_app_serves_the_agent_itself_one_connection_per_client() -> None:
+    from acp_trio.transports.asgi import AcpApp
+
+    app: Any = AcpApp(Named())  # an ASGI callable, driven by hand here
+    answers: list[dict[str, Any]] = []
+
+    async def post(params: dict[str, Any]) -> None:
+        body = json.dumps({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": params}).encode()
+        sent = False
+        out = b""
+
+        async def receive() -> dict[str, Any]:
+            nonlocal sent
+            if not sent:
+                sent = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            await trio.sleep_forever()
+            raise AssertionError
+
+        async def send(message: dict[str, Any]) -> None:
+            nonlocal out
+            if message["type"] == "http.response.start":
+                assert message["status"] == 200
+            elif message["type"] == "http.response.body":
+                out += message.get("body", b"")
+                if not message.get("more_body"):
+                    answers.append(json.loads(out))
+
+        headers = [(b"content-type", b"application/json"), (b"accept", b"application/json, text/event-stream")]
+        scope = {"type": "http", "http_version": "1.1", "method": "POST", "path": "/acp", "headers": headers}
+        await app(scope, receive, send)
+
+    with trio.fail_after(DEADLINE):
+        async with trio.open_nursery() as nursery:
+            to_app, app_in = trio.open_memory_channel[dict[str, Any]](10)
+            app_out, from_app = trio.open_memory_channel[dict[str, Any]](10)
+            nursery.start_soon(app, {"type": "lifespan"}, app_in.receive, app_out.send)
+            await to_app.send({"type": "lifespan.startup"})
+            assert (await from_app.receive())["type"] == "lifespan.startup.complete"
+            await post({"protocolVersion": 1})
+            await post({"protocolVersion": 2, "info": {"name": "c", "version": "1"}})
+            await to_app.send({"type": "lifespan.shutdown"})
+            assert (await from_app.receive())["type"] == "lifespan.shutdown.complete"
+            nursery.cancel_scope.cancel()
+    v1_answer, v2_answer = (a["result"] for a in answers)
+    assert (v1_answer["protocolVersion"], v1_answer["agentInfo"]["name"]) == (1, "named")
+    assert (v2_answer["protocolVersion"], v2_answer["info"]["name"]) == (2, "named")
+
+
+STDIO_AGENT = """
+from acp_trio import neutral, run_agent_stdio
+
+class Named(neutral.Agent):
+    info = neutral.AgentInfo(name="named", version="2.0")
+
+    async def prompt(self, turn):
+        await turn.say("ok")
+        return "end_turn"
+
+run_agent_stdio(Named())
+"""
+
+
+@pytest.mark.one_interpreter  # a process: seconds of CPU, nothing the interpreter version changes
+async def test_run_agent_stdio_serves_the_agent_itself_to_a_v2_client() -> None:
+    client = Client(v2)
+    with trio.fail_after(30):
+        async with spawn_agent(sys.executable, ["-c", STDIO_AGENT], client={v2: client}) as conn:
+            info = v2.Implementation(name="c", version="1")
+            answer = await conn.initialize(v2.InitializeRequest(protocol_version=2, info=info))
+            assert (answer.protocol_version, answer.info.name) == (2, "named")
+            new = await conn.agent.session_new(v2.NewSessionRequest(cwd="/work"))
+            prompt: list[v2.ContentBlock] = [v2.TextContentBlock(text="hi")]
+            receipt = await conn.agent.session_prompt(v2.PromptRequest(session_id=new.session_id, prompt=prompt))
+            assert receipt.message_id.startswith("msg_user_")
+            await client.idle.wait()

@@ -1,8 +1,9 @@
-"""A version-neutral agent API (prototype, issue 33): one agent, served to v1 and v2 clients alike.
+"""A version-neutral agent API (issue 33): one agent, served to v1 and v2 clients alike.
 
 Contract: the author subclasses :class:`Agent` and writes the prompt turn once against
-:class:`Turn` (``say``, ``think``, ``tool``, ``plan``) and :class:`ToolCall` (``update``,
-``complete``, ``fail``, ``ask_permission``).  :func:`handlers` turns the agent into the
+:class:`Turn` (``say``, ``think``, ``tool``, ``plan``, ``ask_permission``, ``elicit``) and
+:class:`ToolCall` (``update``, ``append``, ``complete``, ``fail``, ``ask_permission``).
+:func:`handlers` (or the agent itself: it has ``acp_handlers()``) turns the agent into the
 ``{variant: factory}`` mapping every entry point takes (``run_agent_stdio``, ``AcpApp``,
 ``open_memory_pair``), so the runtime's ``initialize`` negotiation picks v1 or v2 per connection
 and builds that version's surface.  Each output is made once, as a v2 update (the canonical form:
@@ -11,36 +12,49 @@ every entity has an id); a v2 connection sends it as it is, a v1 connection send
 ``docs/protocol/v2/migration.mdx`` maps them:
 
 - ``user_message`` acknowledgment, receipt and ``state_update`` (``running``,
-  ``requires_action`` around a permission request, ``idle`` with the stop reason) exist in v2 only;
-  on v1 the pending ``session/prompt`` is the turn and its answer carries the stop reason;
+  ``requires_action`` while a permission request or an elicitation waits, ``idle`` with the stop
+  reason) exist in v2 only (§ The new prompt lifecycle); on v1 the pending ``session/prompt`` is
+  the turn and its answer carries the stop reason;
 - the first ``tool_call_update`` of an id becomes v1's ``tool_call``; tool status ``cancelled``
-  (v2 only) becomes ``failed``;
+  (v2 only) becomes ``failed`` (§ Tool calls);
 - ``plan_update`` (``planId``) becomes v1's ``plan``, whose entries are those of every plan of the
-  session in creation order (v1's ``plan`` replaces the whole list);
+  session in creation order (§ Plans);
 - a :class:`Diff` is v2 ``changes`` plus a ``git_patch`` and v1 ``path``/``oldText``/``newText``,
-  both exact because the author gave the texts (the v1 form travels beside the v2 update);
-- a v2 update with no v1 form raises :class:`VersionError` naming the version: never sent as v1's
-  catch-all (a strict v1 client would drop the connection), never dropped silently (an unknown
-  variant, which this layer never makes, is dropped with a logged warning and counted in ``_meta``).
+  both exact because the author gave the texts (§ Diff content);
+- a permission request is about a tool call in v1 and has a ``title`` and a ``subject`` in v2
+  (§ Permission requests): on v1 a question about no tool call gets a synthetic ``tool_call``
+  (kind ``execute`` for a command, ``other`` otherwise) that the layer reports ``completed``,
+  ``failed`` or cancelled once answered;
+- a v2 update with no v1 form raises :class:`VersionError` naming the version, never sent as
+  v1's catch-all (a strict v1 client would drop the connection).
 
-What it deliberately does not do yet (see ``/work/briefs/33-api.md``, the design): sessions beyond
-new/list/close/resume without replay, config options and modes, elicitation, display terminals,
-the session store, the adapter.
+Cancellation is trio's: ``session/cancel`` cancels ``prompt()`` (v1 answers ``cancelled``, v2
+ends ``idle`` ``cancelled``).  A permission request or elicitation waiting when it arrives is
+awaited under a shield for the client's ``cancelled`` answer (prompt-turn.mdx: the client MUST
+answer them so), at most :data:`CANCEL_GRACE` seconds; the question then returns
+``Decision(None, cancelled=True)`` / ``Elicited("cancel")`` and the next checkpoint of the turn
+raises ``trio.Cancelled``.
+
+What it does not do yet (see ``/work/briefs/33-api.md``, the design): the session store,
+authentication methods.
 """
 
 from __future__ import annotations
 
 import os
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from functools import partial
 from types import ModuleType
-from typing import Any, ClassVar, TypeAlias
+from typing import Any, ClassVar, TypeAlias, TypeVar
 
 import attrs
+import trio
 
 from acp_schema import v1, v2
 
+from . import _capabilities
+from ._converter import converter
 from ._core import RequestError
 from ._mapping import (
     Diff,
@@ -49,8 +63,11 @@ from ._mapping import (
     diff_to_v1,
     diff_to_v2,
     diff_v2_to_v1,
-    permission_options_to_v1,
+    elicitation_to_v1,
+    outcome_to_v2,
+    permission_to_v1,
     stop_reason_to_v1,
+    tool_call_to_v2,
     tool_content_to_v1,
 )
 from ._roles import AgentSideConnection
@@ -59,11 +76,15 @@ from ._views import V1View
 
 __all__ = [
     "ALLOW_OR_REJECT",
+    "CANCEL_GRACE",
     "Agent",
     "AgentInfo",
+    "ClientView",
+    "Command",
     "ContentLike",
     "Decision",
     "Diff",
+    "Elicited",
     "Option",
     "Plan",
     "PlanEntry",
@@ -82,6 +103,14 @@ __all__ = [
 StopReason: TypeAlias = str
 """``end_turn``, ``max_tokens``, ``max_turn_requests``, ``refusal``, ``cancelled`` (both versions)."""
 ContentLike: TypeAlias = "str | v2.ContentBlock"
+ToolContentLike: TypeAlias = "str | v2.ContentBlock | Diff | v2.ToolCallContent"
+
+CANCEL_GRACE = 5.0
+"""Seconds a question (permission request, elicitation) waiting when its turn is cancelled is
+still awaited for the client's ``cancelled`` answer before it is abandoned (the runtime then
+cancels the request: v2 ``$/cancel_request``)."""
+
+_T = TypeVar("_T")
 
 
 @attrs.frozen
@@ -95,7 +124,8 @@ class AgentInfo:
 
 @attrs.frozen
 class Option:
-    """A permission option (``optionId``, ``name``, ``kind``; the same in both versions)."""
+    """A permission option (``optionId``, ``name``, ``kind``: ``allow_once``, ``allow_always``,
+    ``reject_once``, ``reject_always``; the same in both versions)."""
 
     option_id: str
     name: str
@@ -108,8 +138,10 @@ _ALLOWING = ("allow_once", "allow_always")
 
 @attrs.frozen
 class Decision:
-    """The answer to a permission request.  ``option``: the chosen one, ``None`` when the request was
-    cancelled or answered with an outcome this layer does not know (never an approval)."""
+    """The answer to a permission request (row T18).  ``option``: the chosen one, ``None`` when the
+    request was cancelled (``cancelled`` true: ``session/cancel`` arrived while it waited) or
+    answered with an outcome this layer does not know (never an approval: migration.mdx
+    § Permission requests)."""
 
     option: Option | None
     cancelled: bool = False
@@ -118,6 +150,30 @@ class Decision:
     def allowed(self) -> bool:
         """Whether an ``allow_once`` / ``allow_always`` option was chosen."""
         return self.option is not None and self.option.kind in _ALLOWING
+
+
+@attrs.frozen
+class Command:
+    """The subject of a permission request about running a command (v2 ``subject: {type:
+    command}``; v1: a synthetic ``execute`` tool call titled with it).  ``cwd``: absolute."""
+
+    command: str
+    cwd: str
+
+
+@attrs.frozen
+class Elicited:
+    """The answer to an elicitation (``elicitation/create``, row T19).  ``action``: ``accept``,
+    ``decline`` or ``cancel`` (also when the turn was cancelled while it waited), or an action this
+    layer does not know; ``content``: the accepted form's values (``None`` otherwise)."""
+
+    action: str
+    content: Mapping[str, Any] | None = None
+
+    @property
+    def accepted(self) -> bool:
+        """Whether the user accepted (``action == "accept"``)."""
+        return self.action == "accept"
 
 
 @attrs.frozen
@@ -134,8 +190,14 @@ def _block(content: ContentLike) -> v2.ContentBlock:
     return v2.TextContentBlock(text=content) if isinstance(content, str) else content
 
 
+def _new_id(prefix: str) -> str:
+    return f"{prefix}_{uuid.uuid4().hex[:12]}"
+
+
 # -- wires: one per connection, the version's way to send ------------------------------------------
 class _Wire:
+    """How one connection sends the canonical (v2) output of the sessions attached to it."""
+
     version: int
 
     def __init__(self, conn: AgentSideConnection) -> None:
@@ -144,8 +206,22 @@ class _Wire:
     async def update(self, session_id: str, update: Any, v1_content: Sequence[Any] | None = None) -> None:
         raise NotImplementedError
 
-    async def ask_permission(self, session_id: str, title: str, tool_call_id: str, options: Sequence[Option]) -> Any:
+    async def ask_permission(self, request: v2.RequestPermissionRequest) -> Any:
+        """Send the request; the (v2) outcome."""
         raise NotImplementedError
+
+    async def elicit(self, request: Any) -> Any:
+        """Send ``elicitation/create`` (a v2 request); the (v2-shaped) response's wire JSON."""
+        raise NotImplementedError
+
+    def check_elicitation(self, mode: str) -> None:
+        """Raise :class:`CapabilityError` (nothing sent) when the client did not offer ``mode``."""
+        wire = {"mode": mode}
+        if self.conn.client_supports("elicitation/create", wire):
+            return
+        check = _capabilities.check_client_call_v2 if self.version >= 2 else _capabilities.check_client_call
+        check("elicitation/create", wire, self.conn.client_capabilities)
+        raise _capabilities.CapabilityError("elicitation/create", f"elicitation.{mode}", peer="client")
 
 
 class _V2Wire(_Wire):
@@ -158,18 +234,29 @@ class _V2Wire(_Wire):
     async def update(self, session_id: str, update: Any, v1_content: Sequence[Any] | None = None) -> None:
         await self.client.session_update(v2.UpdateSessionNotification(session_id=session_id, update=update))
 
-    async def ask_permission(self, session_id: str, title: str, tool_call_id: str, options: Sequence[Option]) -> Any:
-        request = v2.RequestPermissionRequest(
-            session_id=session_id,
-            title=title,
-            subject=v2.ToolCallRequestPermissionSubject(tool_call=v2.ToolCallUpdate(tool_call_id=tool_call_id)),
-            options=[v2.PermissionOption(option_id=o.option_id, name=o.name, kind=o.kind) for o in options],
-        )
-        await self.update(session_id, v2.RequiresActionStateUpdateSessionUpdate())  # row T15
-        response = await self.client.session_request_permission(request)
-        if not isinstance(response.outcome, v2.CancelledRequestPermissionOutcome):
+    async def _waiting(self, session_id: str, ask: Callable[[], Awaitable[_T]], answered: Callable[[_T], bool]) -> _T:
+        # rows T15/T19/T22: requires_action while the question waits, running once answered
+        await self.update(session_id, v2.RequiresActionStateUpdateSessionUpdate())
+        result = await ask()
+        if answered(result):
             await self.update(session_id, v2.RunningStateUpdateSessionUpdate())
+        return result
+
+    async def ask_permission(self, request: v2.RequestPermissionRequest) -> Any:
+        response = await self._waiting(
+            request.session_id,
+            partial(self.client.session_request_permission, request),
+            lambda r: not isinstance(r.outcome, v2.CancelledRequestPermissionOutcome),
+        )
         return response.outcome
+
+    async def elicit(self, request: Any) -> Any:
+        response = await self._waiting(
+            request.session_id,
+            partial(self.client.elicitation_create, request),
+            lambda r: getattr(r, "action", None) != "cancel",
+        )
+        return converter.unstructure(response)
 
 
 class _V1Wire(_Wire):
@@ -180,52 +267,159 @@ class _V1Wire(_Wire):
         self.client = v1.ClientPeer(conn)
         self.views: dict[str, V1View] = {}
 
+    def view(self, session_id: str) -> V1View:
+        return self.views.setdefault(session_id, V1View())
+
     async def update(self, session_id: str, update: Any, v1_content: Sequence[Any] | None = None) -> None:
-        view = self.views.setdefault(session_id, V1View())
-        for one in view.project(update, v1_content):
+        for one in self.view(session_id).project(update, v1_content):
             await self.client.session_update(v1.SessionNotification(session_id=session_id, update=one))
 
-    async def ask_permission(self, session_id: str, title: str, tool_call_id: str, options: Sequence[Option]) -> Any:
-        # row T15: v1 has no prompt copy; the tool call keeps its own title (design Q5)
-        request = v1.RequestPermissionRequest(
-            session_id=session_id,
-            tool_call=v1.ToolCallUpdate(tool_call_id=tool_call_id),
-            options=permission_options_to_v1(
-                [v2.PermissionOption(option_id=o.option_id, name=o.name, kind=o.kind) for o in options]
-            ),
-        )
-        return (await self.client.session_request_permission(request)).outcome
+    async def ask_permission(self, request: v2.RequestPermissionRequest) -> Any:
+        # rows T15-T17: v1 asks about a tool call only; one is made up when the question has none
+        synthetic, v1_request = permission_to_v1(request, synthetic_id=_new_id("permission"))
+        if synthetic is not None:  # through the view, which must know the id from now on
+            await self.update(request.session_id, tool_call_to_v2(synthetic))
+        outcome: Any = v2.CancelledRequestPermissionOutcome()
+        try:
+            outcome = outcome_to_v2((await self.client.session_request_permission(v1_request)).outcome)
+        finally:
+            if synthetic is not None:  # the layer reports the question it made up as answered
+                status = "cancelled"
+                if isinstance(outcome, v2.SelectedRequestPermissionOutcome):
+                    kinds = {o.option_id: o.kind for o in request.options}
+                    status = "completed" if kinds.get(outcome.option_id) in _ALLOWING else "failed"
+                with trio.CancelScope(shield=True):
+                    done = v2.ToolCallUpdateSessionUpdate(tool_call_id=synthetic.tool_call_id, status=status)
+                    await self.update(request.session_id, done)
+        return outcome
+
+    async def elicit(self, request: Any) -> Any:
+        response = await self.client.elicitation_create(elicitation_to_v1(request))
+        return converter.unstructure(response)
 
 
 # -- the author's objects --------------------------------------------------------------------------
-@attrs.define
-class Session:
-    """One session: ``id``, ``cwd`` (absolute), and the protocol version of the connection it is on."""
+class ClientView:
+    """What the connection a session is attached to knows of its client: ``info`` (the client's
+    ``Implementation`` as wire JSON, or ``None``), ``protocol_version`` and the capability questions
+    below (the client's ``initialize`` capabilities; initialization.mdx)."""
 
-    id: str
-    cwd: str
-    protocol_version: int
+    def __init__(self, conn: AgentSideConnection) -> None:
+        self._conn = conn
+
+    @property
+    def info(self) -> Mapping[str, Any] | None:
+        return self._conn.client_info
+
+    @property
+    def protocol_version(self) -> int:
+        return self._conn.protocol_version
+
+    def can_elicit(self, mode: str = "form") -> bool:
+        """Whether the client offered elicitation in ``mode`` (``form`` / ``url``)."""
+        return self._conn.client_supports("elicitation/create", {"mode": mode})
+
+    def offers_files(self, write: bool = False) -> bool:
+        """v1: whether the client offered ``fs.readTextFile`` (``write``: ``fs.writeTextFile``);
+        v2: always ``False`` (migration.mdx § Client file system and terminal execution removed)."""
+        if self.protocol_version >= 2:
+            return False
+        return self._conn.client_supports("fs/write_text_file" if write else "fs/read_text_file")
+
+    def offers_terminal(self) -> bool:
+        """v1: whether the client offered ``terminal``; v2: always ``False``."""
+        return self.protocol_version < 2 and self._conn.client_supports("terminal/create")
+
+
+class Session:
+    """One session, held by the :class:`Agent` across connections and protocol versions.
+
+    ``id``; ``cwd`` (absolute); ``additional_directories`` (absolute); ``mcp_servers`` (v2
+    ``McpServer`` objects; v1 ones converted); ``protocol_version`` and ``client``
+    (:class:`ClientView`) of the connection it is attached to now; ``title``.
+    """
+
+    def __init__(
+        self,
+        session_id: str,
+        cwd: str,
+        wire: _Wire,
+        *,
+        additional_directories: Sequence[str] = (),
+        mcp_servers: Sequence[Any] = (),
+    ) -> None:
+        self.id = session_id
+        self.cwd = cwd
+        self.additional_directories = tuple(additional_directories)
+        self.mcp_servers = tuple(mcp_servers)
+        self.title: str | None = None
+        self._wire = wire
+        self._turn: Turn | None = None
+        self._history: list[tuple[Any, Sequence[Any] | None]] = []  # canonical (v2 update, v1 hint)
+
+    @property
+    def protocol_version(self) -> int:
+        return self._wire.version
+
+    @property
+    def client(self) -> ClientView:
+        return ClientView(self._wire.conn)
+
+    def __repr__(self) -> str:
+        return f"Session({self.id!r}, cwd={self.cwd!r}, protocol_version={self.protocol_version})"
+
+    async def _send(self, update: Any, v1_content: Sequence[Any] | None = None) -> None:
+        """Send one canonical update to the attached connection and keep it in the history
+        (``state_update`` s are the connection's, not the conversation's: not kept)."""
+        if not isinstance(update, _STATES):
+            self._history.append((update, v1_content))
+        await self._wire.update(self.id, update, v1_content)
+
+    async def say(self, content: ContentLike) -> None:
+        """An agent message outside any turn (v2: background output; v1: a chunk the client shows
+        in the session): ``agent_message_chunk`` with a message id of its own."""
+        await self._send(v2.AgentMessageChunkSessionUpdate(message_id=_new_id("msg"), content=_block(content)))
+
+    async def set_title(self, title: str | None) -> None:
+        """Set the session's title (``session_info_update``, both versions; row L13)."""
+        self.title = title
+        await self._send(v2.SessionInfoUpdateSessionUpdate(title=title))
+
+
+_STATES = (
+    v2.RunningStateUpdateSessionUpdate,
+    v2.IdleStateUpdateSessionUpdate,
+    v2.RequiresActionStateUpdateSessionUpdate,
+)
 
 
 class Turn:
     """One prompt turn of ``session``: ``prompt`` (v2 content blocks; v1 ones converted), ``text``
-    (its text blocks joined)."""
+    (its text blocks joined), ``user_message_id`` (v2: the receipt's; v1: generated, never sent)."""
 
-    def __init__(self, session: Session, wire: _Wire, prompt: list[v2.ContentBlock]) -> None:
+    def __init__(self, session: Session, prompt: list[v2.ContentBlock], user_message_id: str) -> None:
         self.session = session
         self.prompt = prompt
         self.text = "".join(b.text for b in prompt if isinstance(b, v2.TextContentBlock))
-        self._wire = wire
+        self.user_message_id = user_message_id
+        self._cancel = trio.Event()
         self._message: tuple[str, str] | None = None  # (kind, messageId) of the message being streamed
         self._tools = 0
         self._plans = 0
 
+    @property
+    def cancelled(self) -> bool:
+        """Whether ``session/cancel`` (or ``session/close``) arrived for this turn."""
+        return self._cancel.is_set()
+
     async def _send(self, update: Any, v1_content: Sequence[Any] | None = None) -> None:
-        await self._wire.update(self.session.id, update, v1_content)
+        # a cancelled turn stops at its next output, even where sending would not reach a checkpoint
+        await trio.lowlevel.checkpoint_if_cancelled()
+        await self.session._send(update, v1_content)
 
     def _message_id(self, kind: str) -> str:
         if self._message is None or self._message[0] != kind:
-            self._message = (kind, f"msg_{uuid.uuid4().hex[:12]}")
+            self._message = (kind, _new_id("msg"))
         return self._message[1]
 
     def new_message(self) -> None:
@@ -234,12 +428,12 @@ class Turn:
 
     async def say(self, content: ContentLike) -> None:
         """Stream ``content`` (a ``str`` is a text block) as part of the agent's current message:
-        ``agent_message_chunk`` in both versions, with the message's ``messageId``."""
+        ``agent_message_chunk`` in both versions, with the message's ``messageId`` (rows T5)."""
         update = v2.AgentMessageChunkSessionUpdate(message_id=self._message_id("agent"), content=_block(content))
         await self._send(update)
 
     async def think(self, content: ContentLike) -> None:
-        """Stream ``content`` as the agent's current thought (``agent_thought_chunk``, both versions)."""
+        """Stream ``content`` as the agent's current thought (``agent_thought_chunk``, both versions; T6)."""
         update = v2.AgentThoughtChunkSessionUpdate(message_id=self._message_id("thought"), content=_block(content))
         await self._send(update)
 
@@ -250,93 +444,249 @@ class Turn:
         kind: str = "other",
         locations: Sequence[str] = (),
         status: str = "pending",
+        raw_input: Any = UNSET,
         tool_call_id: str | None = None,
+        content: Sequence[ToolContentLike] = (),
     ) -> ToolCall:
-        """Report a new tool call (v1 ``tool_call``, v2 the first ``tool_call_update`` of its id)
-        and return it.  ``locations``: absolute paths."""
+        """Report a new tool call (v1 ``tool_call``, v2 the first ``tool_call_update`` of its id;
+        row T8) and return it.  ``locations``: absolute paths; ``raw_input``: JSON."""
         self._tools += 1
         self._message = None
         call = ToolCall(self, tool_call_id or f"call_{self._tools}_{uuid.uuid4().hex[:8]}")
+        v2_content, v1_content = _tool_content(content) if content else (UNSET, None)
         update = v2.ToolCallUpdateSessionUpdate(
             tool_call_id=call.tool_call_id,
             title=title,
             kind=kind,
             status=status,
+            content=v2_content,
             locations=[v2.ToolCallLocation(path=p) for p in locations] if locations else UNSET,
+            raw_input=raw_input,
         )
-        await self._send(update)
+        await self._send(update, v1_content)
         call.status = status
+        call.title = title
+        if not isinstance(v2_content, UnsetType):
+            call.content = tuple(v2_content)
         return call
 
     async def plan(self, entries: Sequence[PlanEntry | str], *, plan_id: str | None = None) -> Plan:
-        """Publish a plan (v1 ``plan``, v2 ``plan_update``) and return it; a ``str`` is a pending entry."""
+        """Publish a plan (v1 ``plan``, v2 ``plan_update``; row T20) and return it; a ``str`` is a
+        pending entry."""
         self._plans += 1
         self._message = None
-        plan = Plan(self, plan_id or f"plan_{self._plans}")
+        plan = Plan(self, plan_id or f"plan_{self._plans}_{uuid.uuid4().hex[:8]}")
         await plan.set(entries)
         return plan
 
+    async def usage(self, used: int, size: int) -> None:
+        """Report the context window: ``used`` of ``size`` tokens (``usage_update``, both; row T21)."""
+        await self._send(v2.UsageUpdateSessionUpdate(used=used, size=size))
+
+    async def _question(self, ask: Callable[[], Awaitable[_T]]) -> _T | None:
+        """``await ask()`` shielded from the turn's cancellation, so the client's ``cancelled``
+        answer is read (prompt-turn.mdx § Cancellation); ``None`` when, the turn cancelled, no
+        answer came within :data:`CANCEL_GRACE` seconds."""
+        result: _T | None = None
+        with trio.CancelScope(shield=True):
+            async with trio.open_nursery() as nursery:
+
+                async def grace() -> None:
+                    await self._cancel.wait()
+                    await trio.sleep(CANCEL_GRACE)
+                    nursery.cancel_scope.cancel()
+
+                nursery.start_soon(grace)
+                result = await ask()
+                nursery.cancel_scope.cancel()
+        return result
+
+    async def _permission(
+        self, title: str, description: str | None, subject: Any, options: Sequence[Option]
+    ) -> Decision:
+        self._message = None
+        request = v2.RequestPermissionRequest(
+            session_id=self.session.id,
+            title=title,
+            description=UNSET if description is None else description,
+            subject=subject,
+            options=[v2.PermissionOption(option_id=o.option_id, name=o.name, kind=o.kind) for o in options],
+        )
+        outcome = await self._question(partial(self.session._wire.ask_permission, request))
+        if outcome is None or isinstance(outcome, v2.CancelledRequestPermissionOutcome):
+            return Decision(None, cancelled=True)
+        chosen = getattr(outcome, "option_id", None)
+        return Decision(next((o for o in options if o.option_id == chosen), None))  # unknown: not allowed
+
+    async def ask_permission(
+        self,
+        title: str,
+        *,
+        description: str | None = None,
+        command: Command | None = None,
+        options: Sequence[Option] = ALLOW_OR_REJECT,
+    ) -> Decision:
+        """Ask the user ``title`` (``session/request_permission``) about no tool call (row T17) or
+        about running ``command`` (row T16).  v2: ``title``, ``description`` and the subject
+        (``command`` or none), ``requires_action`` while it waits and ``running`` once answered.
+        v1 asks about tool calls only: a synthetic ``tool_call`` (kind ``execute`` titled with the
+        command and ``rawInput {command, cwd}``, else kind ``other`` titled ``title``) is reported
+        first, then ``completed`` (allowed), ``failed`` (rejected) or ``failed`` with
+        ``_meta["acp-trio/status"] == "cancelled"`` (cancelled).  Returns the :class:`Decision`;
+        cancelled by ``session/cancel``: ``Decision(None, cancelled=True)``.  Raises
+        :class:`VersionError` on v1 for an option kind v1 lacks."""
+        subject: Any = UNSET
+        if command is not None:
+            subject = v2.CommandRequestPermissionSubject(command=command.command, cwd=command.cwd)
+        return await self._permission(title, description, subject, options)
+
+    async def _elicit(self, request: Any, mode: str) -> Elicited:
+        wire = self.session._wire
+        wire.check_elicitation(mode)
+        self._message = None
+        answer = await self._question(partial(wire.elicit, request))
+        if answer is None:
+            return Elicited("cancel")
+        action = answer.get("action")
+        content = answer.get("content")
+        return Elicited(action if isinstance(action, str) else "cancel", content if isinstance(content, dict) else None)
+
+    async def elicit(self, message: str, schema: Mapping[str, Any], *, tool_call_id: str | None = None) -> Elicited:
+        """Ask the user to fill in a form (``elicitation/create`` mode ``form``, both versions; row
+        T19): ``schema`` is the restricted JSON Schema of ``requestedSchema`` (an object of
+        primitive properties; elicitation.mdx).  v2: ``requires_action`` while it waits.  Raises
+        :class:`~acp_trio.CapabilityError` (nothing sent) when the client did not offer
+        ``elicitation.form``, ``DecodeError`` when ``schema`` is not such a schema."""
+        requested = converter.structure(dict(schema), v2.ElicitationSchema)
+        request = v2.FormCreateElicitationRequest(
+            session_id=self.session.id,
+            message=message,
+            requested_schema=requested,
+            tool_call_id=UNSET if tool_call_id is None else tool_call_id,
+        )
+        return await self._elicit(request, "form")
+
+    async def elicit_url(self, message: str, url: str, *, tool_call_id: str | None = None) -> Elicited:
+        """Send the user to ``url`` (``elicitation/create`` mode ``url``, both versions; row T19);
+        the answer says whether they agreed to go.  Raises :class:`~acp_trio.CapabilityError`
+        (nothing sent) when the client did not offer ``elicitation.url``."""
+        request = v2.UrlCreateElicitationRequest(
+            session_id=self.session.id,
+            message=message,
+            url=url,
+            elicitation_id=_new_id("elicit"),
+            tool_call_id=UNSET if tool_call_id is None else tool_call_id,
+        )
+        return await self._elicit(request, "url")
+
+
+_TOOL_CONTENT = (v2.ContentToolCallContent, v2.DiffToolCallContent, v2.TerminalToolCallContent, v2.ToolCallContentOther)
+
+
+def _tool_content(content: Sequence[ToolContentLike]) -> tuple[list[v2.ToolCallContent], list[Any] | None]:
+    """The v2 items of ``content`` and, when a :class:`Diff` is among them, the exact v1 rendering
+    of the whole list (row T13: the v1 hint)."""
+    v2_content: list[v2.ToolCallContent] = []
+    for item in content:
+        if isinstance(item, Diff):
+            v2_content.append(diff_to_v2(item))
+        elif isinstance(item, _TOOL_CONTENT):
+            v2_content.append(item)
+        else:
+            v2_content.append(v2.ContentToolCallContent(content=_block(item)))
+    if not any(isinstance(item, Diff) for item in content):
+        return v2_content, None
+    v1_content: list[Any] = []
+    for item, c in zip(content, v2_content, strict=True):
+        if isinstance(item, Diff):
+            v1_content.extend(diff_to_v1(item))
+        else:
+            v1_content.append(tool_content_to_v1(c))
+    return v2_content, v1_content
+
 
 class ToolCall:
-    """A tool call of a :class:`Turn`: patch it with :meth:`update`, end it with :meth:`complete`
-    or :meth:`fail`, ask about it with :meth:`ask_permission`."""
+    """A tool call of a :class:`Turn`: ``tool_call_id``, and its current ``title``, ``status`` and
+    ``content`` (v2 items).  Patch it with :meth:`update`, end it with :meth:`complete` or
+    :meth:`fail`, ask about it with :meth:`ask_permission`."""
 
     def __init__(self, turn: Turn, tool_call_id: str) -> None:
         self.turn = turn
         self.tool_call_id = tool_call_id
+        self.title = ""
         self.status = "pending"
+        self.content: tuple[v2.ToolCallContent, ...] = ()
 
     async def update(
         self,
         *,
         status: str | UnsetType = UNSET,
         title: str | UnsetType = UNSET,
-        content: Sequence[ContentLike | Diff] | UnsetType = UNSET,
+        kind: str | UnsetType = UNSET,
+        content: Sequence[ToolContentLike] | UnsetType | None = UNSET,
+        locations: Sequence[str] | UnsetType | None = UNSET,
+        raw_input: Any = UNSET,
         raw_output: Any = UNSET,
     ) -> None:
-        """Patch the tool call (``tool_call_update``, both versions): fields left ``UNSET`` stay as
-        they are; ``content`` replaces the whole list (a ``str`` or content block is wrapped, a
-        :class:`Diff` becomes each version's diff).  Status ``cancelled`` is ``failed`` on v1."""
-        v2_content: list[v2.ToolCallContent] | UnsetType = UNSET
+        """Patch the tool call (``tool_call_update``, both versions; rows T9, T10): fields left
+        ``UNSET`` stay as they are, ``None`` clears (``content``, ``locations``), a value replaces
+        (``content`` the whole list: a ``str`` or content block is wrapped, a :class:`Diff`
+        becomes each version's diff).  Status ``cancelled`` is ``failed`` on v1 (``_meta``
+        ``acp-trio/status`` keeps it)."""
+        v2_content: Any = content
         v1_content: list[Any] | None = None
-        if not isinstance(content, UnsetType):
-            v2_content = [
-                diff_to_v2(item) if isinstance(item, Diff) else v2.ContentToolCallContent(content=_block(item))
-                for item in content
-            ]
-            if any(isinstance(item, Diff) for item in content):  # the exact v1 form travels beside
-                v1_content = []
-                for item, c in zip(content, v2_content, strict=True):
-                    if isinstance(item, Diff):
-                        v1_content.extend(diff_to_v1(item))
-                    else:
-                        v1_content.append(tool_content_to_v1(c))
+        if content is not None and not isinstance(content, UnsetType):
+            v2_content, v1_content = _tool_content(content)
+        locs: Any = locations
+        if locations is not None and not isinstance(locations, UnsetType):
+            locs = [v2.ToolCallLocation(path=p) for p in locations]
         update = v2.ToolCallUpdateSessionUpdate(
-            tool_call_id=self.tool_call_id, status=status, title=title, content=v2_content, raw_output=raw_output
+            tool_call_id=self.tool_call_id,
+            status=status,
+            title=title,
+            kind=kind,
+            content=v2_content,
+            locations=locs,
+            raw_input=raw_input,
+            raw_output=raw_output,
         )
         await self.turn._send(update, v1_content)
         if isinstance(status, str):
             self.status = status
+        if isinstance(title, str):
+            self.title = title
+        if content is None:
+            self.content = ()
+        elif isinstance(v2_content, list):
+            self.content = tuple(v2_content)
 
-    async def complete(self, content: Sequence[ContentLike | Diff] | UnsetType = UNSET) -> None:
+    async def complete(
+        self, content: Sequence[ToolContentLike] | UnsetType = UNSET, *, raw_output: Any = UNSET
+    ) -> None:
         """Status ``completed``, with ``content`` when given."""
-        await self.update(status="completed", content=content)
+        await self.update(status="completed", content=content, raw_output=raw_output)
 
     async def fail(self, reason: str | None = None) -> None:
         """Status ``failed``, with ``reason`` as its content when given."""
         await self.update(status="failed", content=UNSET if reason is None else [reason])
 
-    async def ask_permission(self, title: str, *, options: Sequence[Option] = ALLOW_OR_REJECT) -> Decision:
-        """Ask the user about this tool call (``session/request_permission``): v2 with ``title`` and
-        the tool call as ``subject``, reporting ``requires_action`` while it waits and ``running``
-        after; v1 with the tool call only (v1 has no prompt copy).  An outcome this layer does not
-        know is never an approval."""
-        self.turn._message = None
-        outcome = await self.turn._wire.ask_permission(self.turn.session.id, title, self.tool_call_id, options)
-        if getattr(outcome, "outcome", None) == "cancelled":
-            return Decision(None, cancelled=True)
-        chosen = getattr(outcome, "option_id", None)
-        return Decision(next((o for o in options if o.option_id == chosen), None))
+    async def ask_permission(
+        self, title: str, *, description: str | None = None, options: Sequence[Option] = ALLOW_OR_REJECT
+    ) -> Decision:
+        """Ask the user about this tool call (``session/request_permission``, row T15): v2 with
+        ``title``, ``description`` and the tool call as ``subject``, ``requires_action`` while it
+        waits and ``running`` once answered; v1 with the tool call only (v1 has no prompt copy: the
+        tool call keeps its title, ``title`` and ``description`` go in the request's ``_meta``).
+        An outcome this layer does not know is never an approval.  Cancelled by ``session/cancel``
+        while it waits: the tool call is reported ``cancelled`` (v1 ``failed``) and
+        ``Decision(None, cancelled=True)`` returned; the turn's next checkpoint raises
+        ``trio.Cancelled``."""
+        subject = v2.ToolCallRequestPermissionSubject(tool_call=v2.ToolCallUpdate(tool_call_id=self.tool_call_id))
+        decision = await self.turn._permission(title, description, subject, options)
+        if decision.cancelled:
+            with trio.CancelScope(shield=True):
+                await self.update(status="cancelled")
+        return decision
 
 
 class Plan:
@@ -362,13 +712,20 @@ class Plan:
 
 
 class Agent:
-    """Subclass it and write :meth:`prompt`; one object serves every connection, v1 and v2 alike
-    (:func:`handlers`)."""
+    """Subclass it and write :meth:`prompt`; one object serves every connection, v1 and v2 alike:
+    pass it to ``run_agent_stdio``, ``AcpApp`` or ``open_memory_pair`` (its :meth:`acp_handlers`
+    gives them :func:`handlers`).  ``sessions``: the sessions it holds, by id."""
 
     info: ClassVar[AgentInfo] = AgentInfo(name="acp-trio-agent", version="0")
+    versions: ClassVar[tuple[int, ...]] = (1, 2)
+    """The protocol versions :meth:`acp_handlers` serves (the feature flag: ``(1,)`` serves v1 only)."""
 
     def __init__(self) -> None:
         self.sessions: dict[str, Session] = {}
+
+    def acp_handlers(self) -> dict[ModuleType, Callable[[AgentSideConnection], Any]]:
+        """``handlers(self, self.versions)``: what a connection given this agent serves."""
+        return handlers(self, self.versions)
 
     async def new_session(self, session: Session) -> None:
         """Set up a new session; raise ``RequestError`` to refuse it."""
@@ -389,16 +746,39 @@ class _Surface:
         session = self.agent.sessions.get(session_id)
         if session is None:
             raise RequestError.resource_not_found(session_id)
-        session.protocol_version = self.wire.version
+        session._wire = self.wire
         return session
 
-    async def _new(self, cwd: str) -> str:
-        if not os.path.isabs(cwd):
+    async def _new(self, params: Any, mcp_servers: Sequence[Any]) -> Session:
+        if not os.path.isabs(params.cwd):
             raise RequestError.invalid_params({"path": "$.cwd", "detail": "cwd must be an absolute path"})
-        session = Session(f"sess_{uuid.uuid4().hex[:12]}", cwd, self.wire.version)
+        extra = params.additional_directories
+        session = Session(
+            _new_id("sess"),
+            params.cwd,
+            self.wire,
+            additional_directories=extra if isinstance(extra, list) else (),
+            mcp_servers=mcp_servers,
+        )
         await self.agent.new_session(session)
         self.agent.sessions[session.id] = session
-        return session.id
+        return session
+
+    async def _run_turn(self, turn: Turn) -> StopReason:
+        session = turn.session
+        session._turn = turn
+        try:
+            return await self.agent.prompt(turn)
+        finally:
+            if session._turn is turn:
+                session._turn = None
+
+    async def session_cancel(self, params: Any) -> None:
+        """Called by the runtime after it cancelled the session's turn: the turn's questions get
+        their grace period (:data:`CANCEL_GRACE`)."""
+        session = self.agent.sessions.get(params.session_id)
+        if session is not None and session._turn is not None:
+            session._turn._cancel.set()
 
 
 class _V1Surface(_Surface):
@@ -417,12 +797,16 @@ class _V1Surface(_Surface):
         )
 
     async def session_new(self, params: v1.NewSessionRequest) -> v1.NewSessionResponse:
-        return v1.NewSessionResponse(session_id=await self._new(params.cwd))
+        session = await self._new(params, [])
+        return v1.NewSessionResponse(session_id=session.id)
 
     async def session_prompt(self, params: v1.PromptRequest) -> v1.PromptResponse:
         session = self._session(params.session_id)
         prompt = [content_to_v2(block) for block in params.prompt]
-        stop_reason = await self.agent.prompt(Turn(session, self.wire, prompt))  # row T1/T2: the answer ends it
+        turn = Turn(session, prompt, _new_id("msg_user"))
+        # row T1: kept as the canonical user_message (V1View sends nothing for it live)
+        await session._send(v2.UserMessageSessionUpdate(message_id=turn.user_message_id, content=list(prompt)))
+        stop_reason = await self._run_turn(turn)  # rows T1/T2: the answer ends it
         return stop_reason_to_v1(stop_reason)  # row T2: one v1 lacks is end_turn, the value in _meta
 
 
@@ -441,7 +825,9 @@ class _V2Surface(_Surface):
         )
 
     async def session_new(self, params: v2.NewSessionRequest) -> v2.NewSessionResponse:
-        return v2.NewSessionResponse(session_id=await self._new(params.cwd))
+        servers = params.mcp_servers if isinstance(params.mcp_servers, list) else []
+        session = await self._new(params, servers)
+        return v2.NewSessionResponse(session_id=session.id)
 
     async def session_list(self, params: v2.ListSessionsRequest) -> v2.ListSessionsResponse:
         cwd = params.cwd if isinstance(params.cwd, str) else None
@@ -455,26 +841,24 @@ class _V2Surface(_Surface):
         return v2.ResumeSessionResponse()
 
     async def session_close(self, params: v2.CloseSessionRequest) -> v2.CloseSessionResponse:
-        self._session(params.session_id)  # the runtime cancelled its turn already
+        await self.session_cancel(params)  # the runtime cancelled its turn already
+        self._session(params.session_id)
         return v2.CloseSessionResponse()
 
     async def session_prompt(self, params: v2.PromptRequest) -> v2.PromptResponse:
         session = self._session(params.session_id)
-        message_id = f"msg_user_{uuid.uuid4().hex[:12]}"
+        turn = Turn(session, list(params.prompt), _new_id("msg_user"))
         # row T1: where the user message went, then the receipt; start_turn sends running / idle
-        await self.wire.update(
-            session.id, v2.UserMessageSessionUpdate(message_id=message_id, content=list(params.prompt))
-        )
-        turn = Turn(session, self.wire, list(params.prompt))
-        self.conn.start_turn(session.id, partial(self.agent.prompt, turn))
-        return v2.PromptResponse(message_id=message_id)
+        await session._send(v2.UserMessageSessionUpdate(message_id=turn.user_message_id, content=list(params.prompt)))
+        self.conn.start_turn(session.id, partial(self._run_turn, turn))
+        return v2.PromptResponse(message_id=turn.user_message_id)
 
 
 def handlers(agent: Agent, versions: Sequence[int] = (1, 2)) -> dict[ModuleType, Callable[[AgentSideConnection], Any]]:
     """``{variant: factory}`` serving ``agent`` in the protocol ``versions`` given (default both):
-    pass it to ``run_agent_stdio``, ``AcpApp``, ``open_memory_pair`` or ``AgentSideConnection``;
-    the client's ``initialize`` picks the version.  Raises ``ValueError`` for a version this layer
-    does not speak."""
+    pass it to ``run_agent_stdio``, ``AcpApp``, ``open_memory_pair`` or ``AgentSideConnection``
+    (or pass the agent itself: :meth:`Agent.acp_handlers`); the client's ``initialize`` picks the
+    version.  Raises ``ValueError`` for a version this layer does not speak."""
     surfaces: dict[int, tuple[ModuleType, Callable[[AgentSideConnection], Any]]] = {
         1: (v1, partial(_V1Surface, agent)),
         2: (v2, partial(_V2Surface, agent)),
