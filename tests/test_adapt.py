@@ -337,7 +337,9 @@ class RawV2Agent:
                 message_id="m2", content=v2.TextContentBlock(text="ran"), meta={"trace": "t1"}
             )
             await self.client.session_update(
-                v2.UpdateSessionNotification(session_id=session_id, update=said, meta={"seq": 7})
+                v2.UpdateSessionNotification(
+                    session_id=session_id, update=said, meta={"seq": 7}, extra_fields={"futureField": 2}
+                )
             )
             return "end_turn"
         await self.send(
@@ -564,6 +566,7 @@ async def test_permission_on_a_command_is_a_synthetic_v1_tool_call_and_meta_and_
     assert said["_meta"] == {"trace": "t1"}
     (notification,) = [m for m in messages if m.get("params", {}).get("update") == said]
     assert notification["params"]["_meta"] == {"seq": 7}
+    assert notification["params"]["futureField"] == 2
 
 
 async def test_session_load_without_v2_session_capabilities_is_not_offered_and_is_32601_naming_v2() -> None:

@@ -576,8 +576,11 @@ class V1Front:
             log.debug("session %s: the agent could not be told to cancel its turn: %s", session_id, exc)
 
     # -- v2 agent → v1 client ----------------------------------------------------------------------
-    async def _forward(self, session_id: str, update: Any, meta: Any = UNSET) -> None:
-        """One v2 ``session/update`` as the v1 updates its session's view projects it to."""
+    async def _forward(
+        self, session_id: str, update: Any, meta: Any = UNSET, extra_fields: dict[str, Any] | None = None
+    ) -> None:
+        """One v2 ``session/update`` as the v1 updates its session's view projects it to; each
+        carries the notification's ``_meta`` and unknown fields."""
         session = self._session(session_id)
         if isinstance(update, v2.IdleStateUpdateSessionUpdate) and session.turn is not None:
             try:
@@ -597,7 +600,10 @@ class V1Front:
         for one in out:
             if isinstance(one, (v1.ToolCallSessionUpdate, v1.ToolCallUpdateSessionUpdate)) and one.title:
                 session.titled.add(one.tool_call_id)
-            await self._client.session_update(v1.SessionNotification(session_id=session_id, update=one, meta=meta))
+            notification = v1.SessionNotification(
+                session_id=session_id, update=one, meta=meta, extra_fields=dict(extra_fields or {})
+            )
+            await self._client.session_update(notification)
 
     async def _permission(self, params: v2.RequestPermissionRequest) -> v2.RequestPermissionResponse:
         session = self._session(params.session_id)
@@ -656,7 +662,7 @@ class _V2Back:
 
     async def session_update(self, params: v2.UpdateSessionNotification) -> None:
         """v2 ``session/update`` → zero or more v1 ``session/update`` (the session's ``V1View``)."""
-        await self.front._forward(params.session_id, params.update, params.meta)
+        await self.front._forward(params.session_id, params.update, params.meta, params.extra_fields)
 
     async def session_request_permission(self, params: v2.RequestPermissionRequest) -> v2.RequestPermissionResponse:
         """v2 ``session/request_permission`` → v1's (rows T15-T18)."""
