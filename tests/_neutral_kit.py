@@ -14,7 +14,7 @@ import trio
 from trio.testing import memory_stream_pair
 
 from acp_schema import v1, v2
-from acp_trio import AgentSideConnection, ClientSideConnection
+from acp_trio import AgentSideConnection, ClientSideConnection, RequestError
 
 DEADLINE = 10  # seconds; everything here takes milliseconds in memory
 
@@ -61,6 +61,8 @@ class Client:
         return converter.structure(self.elicitation, self.variant.CreateElicitationResponse)
 
     async def fs_read_text_file(self, params: v1.ReadTextFileRequest) -> v1.ReadTextFileResponse:
+        if params.path not in self.files:
+            raise RequestError.resource_not_found(params.path)
         return v1.ReadTextFileResponse(content=self.files[params.path])
 
     async def fs_write_text_file(self, params: v1.WriteTextFileRequest) -> v1.WriteTextFileResponse:

@@ -41,9 +41,13 @@ authentication methods.
 
 from __future__ import annotations
 
+import base64
 import os
+import signal as _signal
+import subprocess
 import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
 from functools import partial
 from types import ModuleType
 from typing import Any, ClassVar, TypeAlias, TypeVar
@@ -53,7 +57,7 @@ import trio
 
 from acp_schema import v1, v2
 
-from . import _capabilities
+from . import _capabilities, fs
 from ._converter import converter
 from ._core import RequestError
 from ._mapping import (
@@ -73,22 +77,28 @@ from ._mapping import (
 from ._roles import AgentSideConnection
 from ._spec import UNSET, UnsetType
 from ._views import V1View
+from .agent_terminal import TerminalHandle, open_terminal
 
 __all__ = [
     "ALLOW_OR_REJECT",
     "CANCEL_GRACE",
     "Agent",
     "AgentInfo",
+    "ClientFiles",
+    "ClientTerminals",
     "ClientView",
     "Command",
+    "CompletedCommand",
     "ContentLike",
     "Decision",
     "Diff",
+    "DisplayTerminal",
     "Elicited",
     "Option",
     "Plan",
     "PlanEntry",
     "Session",
+    "SessionFiles",
     "StopReason",
     "ToolCall",
     "Turn",
@@ -375,6 +385,43 @@ class Session:
             self._history.append((update, v1_content))
         await self._wire.update(self.id, update, v1_content)
 
+    @property
+    def roots(self) -> tuple[str, ...]:
+        """``cwd`` then ``additional_directories``: the directories the session may use."""
+        return (self.cwd, *self.additional_directories)
+
+    @property
+    def files(self) -> SessionFiles:
+        """Text files of the session (:class:`SessionFiles`): the v1 client's (its unsaved buffers)
+        when it offered them, else this process's within :attr:`roots` (row L16)."""
+        return SessionFiles(self)
+
+    def client_fs(self) -> ClientFiles:
+        """The v1 client's file system (``fs/read_text_file``, ``fs/write_text_file``).  Raises
+        :class:`VersionError` on v2, which has none (row L15; migration.mdx § Client file system
+        and terminal execution removed): use :attr:`files`, or an MCP server of the client."""
+        if self.protocol_version >= 2:
+            raise VersionError(
+                self.protocol_version,
+                "fs/read_text_file",
+                "migration.mdx § Client file system and terminal execution removed: read the file yourself "
+                "(session.files) or ask the client for an MCP server",
+            )
+        return ClientFiles(self)
+
+    def client_terminal(self) -> ClientTerminals:
+        """The v1 client's terminals (``terminal/*``: :meth:`ClientTerminals.open`).  Raises
+        :class:`VersionError` on v2, which has none (row L15): run the command yourself
+        (:meth:`ToolCall.run`, shown to the client as a display terminal)."""
+        if self.protocol_version >= 2:
+            raise VersionError(
+                self.protocol_version,
+                "terminal/create",
+                "migration.mdx § Client file system and terminal execution removed: run it yourself "
+                "(ToolCall.run shows it as an agent-owned display terminal)",
+            )
+        return ClientTerminals(self)
+
     async def say(self, content: ContentLike) -> None:
         """An agent message outside any turn (v2: background output; v1: a chunk the client shows
         in the session): ``agent_message_chunk`` with a message id of its own."""
@@ -384,6 +431,139 @@ class Session:
         """Set the session's title (``session_info_update``, both versions; row L13)."""
         self.title = title
         await self._send(v2.SessionInfoUpdateSessionUpdate(title=title))
+
+
+class ClientFiles:
+    """The v1 client's file system for one session (``fs/*``; file-system.mdx): the client's view,
+    unsaved editor buffers included.  Calls the client did not offer raise
+    :class:`~acp_trio.CapabilityError` (nothing sent)."""
+
+    def __init__(self, session: Session) -> None:
+        self._session = session
+        self._client = v1.ClientPeer(session._wire.conn)
+
+    async def read_text(self, path: str, *, line: int | None = None, limit: int | None = None) -> str:
+        """``fs/read_text_file``: the text of ``path`` (absolute), from 1-based ``line``, at most
+        ``limit`` lines.  Raises the client's :class:`~acp_trio.RequestError` (-32002: missing)."""
+        request = v1.ReadTextFileRequest(
+            session_id=self._session.id,
+            path=path,
+            line=UNSET if line is None else line,
+            limit=UNSET if limit is None else limit,
+        )
+        return (await self._client.fs_read_text_file(request)).content
+
+    async def write_text(self, path: str, text: str) -> None:
+        """``fs/write_text_file``: replace (or create) ``path`` (absolute) with ``text``."""
+        request = v1.WriteTextFileRequest(session_id=self._session.id, path=path, content=text)
+        await self._client.fs_write_text_file(request)
+
+
+class ClientTerminals:
+    """The v1 client's terminals for one session (terminals.mdx)."""
+
+    def __init__(self, session: Session) -> None:
+        self._session = session
+
+    def open(
+        self, command: str, *, args: Sequence[str] = (), cwd: str | None = None, output_byte_limit: int | None = None
+    ) -> AbstractAsyncContextManager[TerminalHandle]:
+        """``async with session.client_terminal().open("pytest", args=["-q"]) as term:`` a terminal the
+        client runs (``terminal/create``), released on leaving (``acp_trio.agent_terminal.open_terminal``).
+        Raises :class:`~acp_trio.CapabilityError` when the client did not offer ``terminal``."""
+        return open_terminal(
+            self._session._wire.conn,
+            self._session.id,
+            command,
+            args=args,
+            cwd=cwd,
+            output_byte_limit=output_byte_limit,
+        )
+
+
+class _Missing:
+    pass
+
+
+_RAISE: Any = _Missing()
+MAX_READ_BYTES = 16 * 1024 * 1024
+"""Bytes :class:`SessionFiles` reads from a local file at most (larger: ``OSError``)."""
+
+
+class SessionFiles:
+    """A session's text files (row L16), the same call on both versions: on v1 through the client
+    (``fs/read_text_file`` / ``fs/write_text_file``, so unsaved editor buffers count) when it
+    offered that method, else this process's files, which must lie within the session's
+    :attr:`Session.roots` (``cwd`` and ``additionalDirectories``; the ``acp_trio.fs`` rules:
+    symlinks resolved, atomic writes).  UTF-8 text.
+
+    Errors: a path outside the roots raises ``PermissionError`` naming them; a missing file
+    ``FileNotFoundError`` (or the ``missing`` value given to :meth:`read_text`); a relative path
+    ``ValueError``; the client's answers other than "not found" its :class:`~acp_trio.RequestError`.
+    """
+
+    def __init__(self, session: Session) -> None:
+        self._session = session
+
+    async def read_text(self, path: str, *, missing: Any = _RAISE) -> Any:
+        """The text of ``path`` (absolute); ``missing``: returned instead of raising
+        ``FileNotFoundError`` when there is no such file (``missing=None``)."""
+        session = self._session
+        if session.client.offers_files():
+            try:
+                return await ClientFiles(session).read_text(path)
+            except RequestError as exc:
+                if exc.code == -32002 and missing is not _RAISE:
+                    return missing
+                raise
+        try:
+            return await trio.to_thread.run_sync(_read_local, path, session.roots)
+        except FileNotFoundError:
+            if missing is _RAISE:
+                raise
+            return missing
+
+    async def write_text(self, path: str, text: str) -> None:
+        """Replace (or create, with missing parent directories) ``path`` (absolute) with ``text``."""
+        session = self._session
+        if session.client.offers_files(write=True):
+            await ClientFiles(session).write_text(path, text)
+            return
+        await trio.to_thread.run_sync(_write_local, path, session.roots, text)
+
+
+def _detail(exc: fs.FsError) -> str:
+    data = exc.data
+    return str(data.get("detail")) if isinstance(data, dict) else str(exc)
+
+
+def _local_error(exc: fs.FsError, path: str, roots: Sequence[str]) -> Exception:
+    if isinstance(exc, fs.PathOutsideRoots):
+        return PermissionError(f"{path} is outside the session's directories {list(roots)}")
+    if isinstance(exc, fs.FsNotFound):
+        return FileNotFoundError(f"{path}: no such file")
+    if isinstance(exc, fs.InvalidPath):
+        return ValueError(f"{path}: {_detail(exc)}")
+    return OSError(_detail(exc))
+
+
+def _read_local(path: str, roots: Sequence[str]) -> str:
+    try:
+        resolved = fs.resolve_in_roots(path, roots)
+    except fs.FsError as exc:
+        raise _local_error(exc, path, roots) from None
+    with open(resolved, "rb") as f:
+        data = f.read(MAX_READ_BYTES + 1)
+    if len(data) > MAX_READ_BYTES:
+        raise OSError(f"{path} is larger than {MAX_READ_BYTES} bytes")
+    return data.decode("utf-8")
+
+
+def _write_local(path: str, roots: Sequence[str], text: str) -> None:
+    try:
+        fs._write_atomic(path, roots, text.encode("utf-8"), False, MAX_READ_BYTES)
+    except fs.FsError as exc:
+        raise _local_error(exc, path, roots) from None
 
 
 _STATES = (
@@ -660,6 +840,74 @@ class ToolCall:
         elif isinstance(v2_content, list):
             self.content = tuple(v2_content)
 
+    async def append(self, item: ToolContentLike) -> None:
+        """Add one content item (v2 ``tool_call_content_chunk``; v1: ``tool_call_update`` with the
+        whole content so far, row T11).  Raises ``TypeError`` for a :class:`Diff` (give it in
+        :meth:`update`'s whole list: v1 needs its exact form there)."""
+        (v2_item,), hint = _tool_content([item])
+        if hint is not None:
+            raise TypeError("append a Diff with update(content=[..., diff]): v1 needs its exact form in the whole list")
+        await self.turn._send(v2.ToolCallContentChunkSessionUpdate(tool_call_id=self.tool_call_id, content=v2_item))
+        self.content = (*self.content, v2_item)
+
+    async def terminal(self, command: str, *, cwd: str) -> DisplayTerminal:
+        """Show a command this agent runs itself as a display terminal in this tool call (row T14):
+        v2 ``terminal_update`` (``command``, ``cwd``) and the tool call's ``terminal`` content; v1,
+        which has no agent-owned terminal, gets the tool call's content as text: ``$ command``, the
+        output and the exit line.  ``cwd``: absolute.  Write to it and end it with the returned
+        :class:`DisplayTerminal`."""
+        terminal = DisplayTerminal(self, _new_id("term"))
+        update = v2.TerminalUpdateSessionUpdate(terminal_id=terminal.terminal_id, command=command, cwd=cwd)
+        await self.turn._send(update)
+        await self.append(v2.TerminalToolCallContent(terminal_id=terminal.terminal_id))
+        return terminal
+
+    async def run(
+        self, argv: Sequence[str], *, cwd: str, timeout: float | None = None, max_output: int = 1024 * 1024
+    ) -> CompletedCommand:
+        """Run ``argv`` (program and arguments, no shell) in ``cwd`` (absolute), its stdout and
+        stderr streamed into a :class:`DisplayTerminal` of this tool call (:meth:`terminal`, the
+        command shown as the arguments joined by spaces), and report its exit there.  ``timeout``
+        (seconds): then the process is killed (``SIGKILL``); cancellation kills it too.  Returns
+        the :class:`CompletedCommand` (``output``: its first ``max_output`` bytes).  Raises
+        ``ValueError`` for a relative ``cwd``, ``OSError`` when the program cannot be started
+        (reported as exit code 127 first)."""
+        if not os.path.isabs(cwd):
+            raise ValueError(f"cwd must be an absolute path, not {cwd!r}")
+        terminal = await self.terminal(" ".join(argv), cwd=cwd)
+        output = bytearray()
+        try:
+            process = await trio.lowlevel.open_process(
+                list(argv), cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+            )
+        except OSError:
+            with trio.CancelScope(shield=True):
+                await terminal.exit(code=127)
+            raise
+        timed_out = False
+        try:
+            assert process.stdout is not None
+            with trio.move_on_after(float("inf") if timeout is None else timeout) as scope:
+                async for data in process.stdout:
+                    if len(output) < max_output:
+                        output += data[: max_output - len(output)]
+                    await terminal.write(bytes(data))
+                await process.wait()
+            timed_out = scope.cancelled_caught
+        finally:
+            with trio.CancelScope(shield=True):
+                if process.returncode is None:
+                    process.kill()
+                    await process.wait()
+                code = -9 if process.returncode is None else process.returncode
+                if code < 0:
+                    await terminal.exit(signal=_signal.Signals(-code).name)
+                else:
+                    await terminal.exit(code=code)
+        if code < 0:
+            return CompletedCommand(None, _signal.Signals(-code).name, bytes(output), timed_out)
+        return CompletedCommand(code, None, bytes(output), timed_out)
+
     async def complete(
         self, content: Sequence[ToolContentLike] | UnsetType = UNSET, *, raw_output: Any = UNSET
     ) -> None:
@@ -687,6 +935,46 @@ class ToolCall:
             with trio.CancelScope(shield=True):
                 await self.update(status="cancelled")
         return decision
+
+
+@attrs.frozen
+class CompletedCommand:
+    """What :meth:`ToolCall.run` ran: ``exit_code`` (``None`` when a signal ended it), ``signal``
+    (``"SIGKILL"``...), ``output`` (stdout and stderr interleaved, bytes), ``timed_out``."""
+
+    exit_code: int | None
+    signal: str | None
+    output: bytes
+    timed_out: bool = False
+
+
+class DisplayTerminal:
+    """An agent-owned display terminal of a tool call (v2 migration.mdx § Agent-owned terminal
+    display; row T14): :meth:`write` output, :meth:`exit` once.  ``terminal_id``."""
+
+    def __init__(self, call: ToolCall, terminal_id: str) -> None:
+        self.call = call
+        self.terminal_id = terminal_id
+        self.exited = False
+
+    async def write(self, data: bytes) -> None:
+        """Append ``data`` (raw bytes) to the output: v2 ``terminal_output_chunk`` (base64); v1 the
+        tool call's text again (UTF-8, invalid bytes as U+FFFD)."""
+        if data:
+            chunk = base64.b64encode(data).decode("ascii")
+            await self.call.turn._send(v2.TerminalOutputChunkSessionUpdate(terminal_id=self.terminal_id, data=chunk))
+
+    async def exit(self, *, code: int | None = None, signal: str | None = None) -> None:
+        """The command ended with exit ``code`` or ``signal`` (``"SIGTERM"``): v2 ``terminal_update``
+        with ``exitStatus``; v1 a last line ``[exit N]`` / ``[SIGTERM]``.  Raises ``RuntimeError``
+        the second time."""
+        if self.exited:
+            raise RuntimeError(f"terminal {self.terminal_id} already exited")
+        self.exited = True
+        status = v2.TerminalExitStatus(
+            exit_code=UNSET if code is None else code, signal=UNSET if signal is None else signal
+        )
+        await self.call.turn._send(v2.TerminalUpdateSessionUpdate(terminal_id=self.terminal_id, exit_status=status))
 
 
 class Plan:
