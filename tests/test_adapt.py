@@ -722,3 +722,23 @@ async def test_a_stdio_mcp_server_for_an_agent_without_mcp_stdio_is_32602_naming
     assert caught.value.code == -32602  # session/new exists; its params need what v2 makes optional
     detail = caught.value.data["detail"]
     assert "'session.mcp.stdio'" in detail and "protocol version 2" in detail
+
+
+@pytest.mark.parametrize(
+    ("argv", "says"),
+    [
+        (["--speak", "2", "--", "agent"], "--speak 2 (a v1-only agent for a v2 client) is not available yet"),
+        (["--speak", "1"], "give the agent's command after --"),
+        (["--speak", "1", "--ext-request", "zed/x", "--", "agent"], "extension method names start with '_'"),
+        (["--speak", "1", "--", "/nonexistent/agent"], "cannot start the agent: [Errno 2] agent command not found"),
+    ],
+)
+def test_the_command_line_exits_2_with_one_line_saying_why(
+    argv: list[str], says: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from acp_trio.adapt import main
+
+    with pytest.raises(SystemExit) as caught:
+        main(argv)
+    assert caught.value.code == 2
+    assert says in capsys.readouterr().err

@@ -793,7 +793,8 @@ async def serve_v2_agent_to_v1_client(
 
 def main(argv: Sequence[str] | None = None) -> None:
     """``python -m acp_trio.adapt --speak 1 -- AGENT_CMD [ARG ...]``: a v2-only agent for a v1
-    client on stdio.  ``--speak 2`` (a v1-only agent for a v2 client) is not written yet: exit 2."""
+    client on stdio.  Exit 2 with one line on stderr for a usage error, an agent command that
+    cannot start, or ``--speak 2`` (a v1-only agent for a v2 client: not written yet)."""
     parser = argparse.ArgumentParser(
         prog="python -m acp_trio.adapt",
         description="Serve an ACP agent that speaks one protocol version to a client that speaks the other.",
@@ -817,14 +818,17 @@ def main(argv: Sequence[str] | None = None) -> None:
     for name in (*args.ext_request, *args.ext_notification):
         if not name.startswith("_"):
             parser.error(f"extension method names start with '_': {name!r}")
-    trio.run(
-        lambda: serve_v2_agent_to_v1_client(
-            agent,
-            cancel_grace=args.cancel_grace,
-            ext_requests=args.ext_request,
-            ext_notifications=args.ext_notification,
+    try:
+        trio.run(
+            lambda: serve_v2_agent_to_v1_client(
+                agent,
+                cancel_grace=args.cancel_grace,
+                ext_requests=args.ext_request,
+                ext_notifications=args.ext_notification,
+            )
         )
-    )
+    except OSError as exc:  # the agent command cannot start: checked before anything runs
+        parser.exit(2, f"python -m acp_trio.adapt: cannot start the agent: {exc}\n")
 
 
 if __name__ == "__main__":
