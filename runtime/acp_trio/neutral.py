@@ -63,11 +63,13 @@ from ._core import RequestError
 from ._mapping import (
     Diff,
     VersionError,
+    config_options_to_v1,
     content_to_v2,
     diff_to_v1,
     diff_to_v2,
     diff_v2_to_v1,
     elicitation_to_v1,
+    modes_from_config,
     outcome_to_v2,
     permission_to_v1,
     stop_reason_to_v1,
@@ -84,11 +86,13 @@ __all__ = [
     "CANCEL_GRACE",
     "Agent",
     "AgentInfo",
+    "Choice",
     "ClientFiles",
     "ClientTerminals",
     "ClientView",
     "Command",
     "CompletedCommand",
+    "ConfigOption",
     "ContentLike",
     "Decision",
     "Diff",
@@ -130,6 +134,32 @@ class AgentInfo:
     name: str
     version: str
     title: str | None = None
+
+
+@attrs.frozen
+class Choice:
+    """One value of a select :class:`ConfigOption` (v1/v2 ``SessionConfigSelectOption``; for the
+    mode option also a v1 ``SessionMode``)."""
+
+    value: str
+    name: str
+    description: str | None = None
+
+
+@attrs.frozen
+class ConfigOption:
+    """A session configuration option (v1 session-config-options.mdx; v2 the same, ``configId``):
+    a select (``choices`` given, ``current`` one of their values) or a boolean (no ``choices``,
+    ``current`` a ``bool``).  ``category``: ``"mode"`` (on v1 also the session's ``modes``: row L4),
+    ``"model"``, ``"model_config"``, ``"thought_level"`` or ``"_custom"``.  ``current``: the value a
+    new session starts with; :attr:`Session.config` holds each session's own."""
+
+    config_id: str
+    name: str
+    current: str | bool
+    choices: tuple[Choice, ...] = ()
+    category: str | None = None
+    description: str | None = None
 
 
 @attrs.frozen
@@ -351,6 +381,7 @@ class Session:
 
     def __init__(
         self,
+        agent: Agent,
         session_id: str,
         cwd: str,
         wire: _Wire,
@@ -363,9 +394,13 @@ class Session:
         self.additional_directories = tuple(additional_directories)
         self.mcp_servers = tuple(mcp_servers)
         self.title: str | None = None
+        self._agent = agent
         self._wire = wire
         self._turn: Turn | None = None
         self._history: list[tuple[Any, Sequence[Any] | None]] = []  # canonical (v2 update, v1 hint)
+        self.config: dict[str, str | bool] = {}
+        """Each config option's current value, by ``config_id``."""
+        self.config = {o.config_id: o.current for o in agent.config_options(self)}
 
     @property
     def protocol_version(self) -> int:
@@ -384,6 +419,57 @@ class Session:
         if not isinstance(update, _STATES):
             self._history.append((update, v1_content))
         await self._wire.update(self.id, update, v1_content)
+
+    def config_options(self) -> list[v2.SessionConfigOption]:
+        """The agent's options for this session with this session's values (v2 objects)."""
+        out: list[v2.SessionConfigOption] = []
+        for option in self._agent.config_options(self):
+            current = self.config.get(option.config_id, option.current)
+            description = UNSET if option.description is None else option.description
+            category = UNSET if option.category is None else option.category
+            if option.choices:
+                choices = [
+                    v2.SessionConfigSelectOption(
+                        value=c.value, name=c.name, description=UNSET if c.description is None else c.description
+                    )
+                    for c in option.choices
+                ]
+                out.append(
+                    v2.SelectSessionConfigOption(
+                        config_id=option.config_id,
+                        name=option.name,
+                        description=description,
+                        category=category,
+                        current_value=str(current),
+                        options=choices,
+                    )
+                )
+            else:
+                out.append(
+                    v2.BooleanSessionConfigOption(
+                        config_id=option.config_id,
+                        name=option.name,
+                        description=description,
+                        category=category,
+                        current_value=bool(current),
+                    )
+                )
+        return out
+
+    def _config_changed(self) -> v2.ConfigOptionUpdateSessionUpdate:
+        update = v2.ConfigOptionUpdateSessionUpdate(config_options=self.config_options())
+        self._history.append((update, None))
+        return update
+
+    async def set_config(self, config_id: str, value: str | bool) -> None:
+        """The agent changes an option's value itself (rows L10, L12): ``config_option_update``
+        with every option (both versions); v1 also ``current_mode_update`` when the mode option
+        changed, keeping v1's modes in sync.  Raises ``KeyError`` for an option
+        :meth:`Agent.config_options` does not list."""
+        if config_id not in {o.config_id for o in self._agent.config_options(self)}:
+            raise KeyError(f"{config_id!r} is not one of this session's config options")
+        self.config[config_id] = value
+        await self._wire.update(self.id, self._config_changed())
 
     @property
     def roots(self) -> tuple[str, ...]:
@@ -1018,6 +1104,28 @@ class Agent:
     async def new_session(self, session: Session) -> None:
         """Set up a new session; raise ``RequestError`` to refuse it."""
 
+    def config_options(self, session: Session) -> Sequence[ConfigOption]:
+        """The session's configuration options (default none); ``current`` is a new session's value."""
+        return ()
+
+    async def set_config_option(self, session: Session, config_id: str, value: str | bool) -> None:
+        """The client sets ``config_id`` to ``value`` (``session/set_config_option``, and v1's
+        ``session/set_mode`` on the mode option: row L11).  Default: accept one of a select's
+        choices or a ``bool`` for a boolean option, else raise ``RequestError`` -32602 (nothing
+        changes); the layer then stores the value in ``session.config``.  Override to act on it
+        (call ``super()`` to keep the checks); raising refuses the change."""
+        option = next((o for o in self.config_options(session) if o.config_id == config_id), None)
+        if option is None:
+            raise RequestError.invalid_params({"path": "$.configId", "detail": f"no config option {config_id!r}"})
+        if option.choices:
+            values = [c.value for c in option.choices]
+            if not isinstance(value, str) or value not in values:
+                detail = f"{value!r} is not one of {config_id!r}'s values {values}"
+                raise RequestError.invalid_params({"path": "$.value", "detail": detail})
+        elif not isinstance(value, bool):
+            detail = f"{config_id!r} is a boolean option: give true or false"
+            raise RequestError.invalid_params({"path": "$.value", "detail": detail})
+
     async def prompt(self, turn: Turn) -> StopReason:
         """Run one prompt turn and return its stop reason."""
         raise NotImplementedError
@@ -1042,6 +1150,7 @@ class _Surface:
             raise RequestError.invalid_params({"path": "$.cwd", "detail": "cwd must be an absolute path"})
         extra = params.additional_directories
         session = Session(
+            self.agent,
             _new_id("sess"),
             params.cwd,
             self.wire,
@@ -1050,6 +1159,15 @@ class _Surface:
         )
         await self.agent.new_session(session)
         self.agent.sessions[session.id] = session
+        return session
+
+    async def _set_config(self, session_id: str, config_id: str, value: str | bool) -> Session:
+        session = self._session(session_id)
+        await self.agent.set_config_option(session, config_id, value)
+        session.config[config_id] = value
+        update = session._config_changed()  # kept: a replay ends with the current values
+        if self.wire.version < 2:  # v1 keeps modes in sync: the client hears current_mode_update too
+            await self.wire.update(session.id, update)
         return session
 
     async def _run_turn(self, turn: Turn) -> StopReason:
@@ -1086,7 +1204,31 @@ class _V1Surface(_Surface):
 
     async def session_new(self, params: v1.NewSessionRequest) -> v1.NewSessionResponse:
         session = await self._new(params, [])
-        return v1.NewSessionResponse(session_id=session.id)
+        return v1.NewSessionResponse(session_id=session.id, **self._setup(session))
+
+    @staticmethod
+    def _setup(session: Session) -> dict[str, Any]:
+        """v1's ``modes`` and ``configOptions`` of a session setup answer (rows L4, L10)."""
+        options = session.config_options()
+        if not options:
+            return {}
+        modes = modes_from_config(options)
+        return {"config_options": config_options_to_v1(options), "modes": UNSET if modes is None else modes}
+
+    async def session_set_config_option(self, params: Any) -> v1.SetSessionConfigOptionResponse:
+        """Row L10 (v1 names: ``configId``, ``value``)."""
+        session = await self._set_config(params.session_id, params.config_id, params.value)
+        return v1.SetSessionConfigOptionResponse(config_options=config_options_to_v1(session.config_options()))
+
+    async def session_set_mode(self, params: v1.SetSessionModeRequest) -> v1.SetSessionModeResponse:
+        """Row L11: v1's ``session/set_mode`` sets the ``category: "mode"`` option; -32602 when the
+        session has none or ``modeId`` is not one of its values."""
+        session = self._session(params.session_id)
+        mode = next((o for o in self.agent.config_options(session) if o.category == "mode" and o.choices), None)
+        if mode is None:
+            raise RequestError.invalid_params({"path": "$.sessionId", "detail": "this session has no modes"})
+        await self._set_config(session.id, mode.config_id, params.mode_id)
+        return v1.SetSessionModeResponse()
 
     async def session_prompt(self, params: v1.PromptRequest) -> v1.PromptResponse:
         session = self._session(params.session_id)
@@ -1115,7 +1257,13 @@ class _V2Surface(_Surface):
     async def session_new(self, params: v2.NewSessionRequest) -> v2.NewSessionResponse:
         servers = params.mcp_servers if isinstance(params.mcp_servers, list) else []
         session = await self._new(params, servers)
-        return v2.NewSessionResponse(session_id=session.id)
+        options = session.config_options()
+        return v2.NewSessionResponse(session_id=session.id, config_options=options or UNSET)
+
+    async def session_set_config_option(self, params: Any) -> v2.SetSessionConfigOptionResponse:
+        """Row L10: the response carries every option with its current value."""
+        session = await self._set_config(params.session_id, params.config_id, params.value)
+        return v2.SetSessionConfigOptionResponse(config_options=session.config_options())
 
     async def session_list(self, params: v2.ListSessionsRequest) -> v2.ListSessionsResponse:
         cwd = params.cwd if isinstance(params.cwd, str) else None
