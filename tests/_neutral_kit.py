@@ -15,6 +15,7 @@ from trio.testing import memory_stream_pair
 
 from acp_schema import v1, v2
 from acp_trio import AgentSideConnection, ClientSideConnection, RequestError
+from acp_trio.session_state import SessionStates
 
 DEADLINE = 10  # seconds; everything here takes milliseconds in memory
 
@@ -40,10 +41,18 @@ class Client:
         self.idle = trio.Event()
         self.files = files if files is not None else {}
         self.written: dict[str, str] = {}
+        self.states = SessionStates()  # every update folded, per session
+        self._seen: dict[str, trio.Event] = {}  # sessionUpdate kind -> set once one arrived
 
     async def session_update(self, params: Any) -> None:
+        self.states.state(params.session_id).apply(params)
+        self._seen.setdefault(params.update.session_update, trio.Event()).set()
         if isinstance(params.update, v2.IdleStateUpdateSessionUpdate):
             self.idle.set()
+
+    async def seen(self, kind: str) -> None:
+        """Wait until an update of ``kind`` (``"tool_call"``...) arrived."""
+        await self._seen.setdefault(kind, trio.Event()).wait()
 
     async def session_request_permission(self, params: Any) -> Any:
         self.asked.set()

@@ -35,19 +35,31 @@ answer them so), at most :data:`CANCEL_GRACE` seconds; the question then returns
 ``Decision(None, cancelled=True)`` / ``Elicited("cancel")`` and the next checkpoint of the turn
 raises ``trio.Cancelled``.
 
-What it does not do yet (see ``/work/briefs/33-api.md``, the design): the session store,
-authentication methods.
+Sessions belong to the :class:`Agent` object, not to a connection: each keeps its history in
+this process in the canonical form (v2 updates, plus the exact v1 rendering of a :class:`Diff`
+beside its update), so v1 ``session/load`` and v2 ``session/resume`` with ``replayFrom: {type:
+start}`` replay a session made on either version, projected to the loading connection's
+(§ Session setup and lifecycle); ``session/list``, ``session/close`` (cancels the running turn, keeps
+the history) and ``session/delete`` (forgets it) work on both.  Config options are the author's
+:class:`ConfigOption` s; the ``category: "mode"`` one is also v1's ``modes`` and ``session/set_mode``
+(§ Session modes become config options).
+
+What it does not do yet (see ``/work/briefs/33-api.md``, the design): a persistent session store
+(the history lives as long as the process), authentication methods, slash commands, whole-message
+upserts, the v1 coalescing of display terminal output (each chunk re-sends the tool call's text).
 """
 
 from __future__ import annotations
 
 import base64
+import itertools
 import os
 import signal as _signal
 import subprocess
 import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
+from datetime import UTC, datetime
 from functools import partial
 from types import ModuleType
 from typing import Any, ClassVar, TypeAlias, TypeVar
@@ -63,12 +75,14 @@ from ._core import RequestError
 from ._mapping import (
     Diff,
     VersionError,
+    agent_caps_to_v1,
     config_options_to_v1,
     content_to_v2,
     diff_to_v1,
     diff_to_v2,
     diff_v2_to_v1,
     elicitation_to_v1,
+    mcp_server_to_v2,
     modes_from_config,
     outcome_to_v2,
     permission_to_v1,
@@ -228,6 +242,19 @@ class PlanEntry:
 
 def _block(content: ContentLike) -> v2.ContentBlock:
     return v2.TextContentBlock(text=content) if isinstance(content, str) else content
+
+
+_ACTIVITY = itertools.count()
+
+
+def _now() -> str:
+    """ISO 8601 UTC, seconds (``SessionInfo.updatedAt``)."""
+    return datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+@attrs.frozen
+class _SessionRef:
+    session_id: str
 
 
 def _new_id(prefix: str) -> str:
@@ -394,6 +421,8 @@ class Session:
         self.additional_directories = tuple(additional_directories)
         self.mcp_servers = tuple(mcp_servers)
         self.title: str | None = None
+        self.updated_at = _now()
+        self._activity = next(_ACTIVITY)  # orders session/list within the same second
         self._agent = agent
         self._wire = wire
         self._turn: Turn | None = None
@@ -418,6 +447,9 @@ class Session:
         (``state_update`` s are the connection's, not the conversation's: not kept)."""
         if not isinstance(update, _STATES):
             self._history.append((update, v1_content))
+            self.updated_at = _now()
+            self._activity = next(_ACTIVITY)
+        self._activity = next(_ACTIVITY)  # orders session/list within the same second
         await self._wire.update(self.id, update, v1_content)
 
     def config_options(self) -> list[v2.SessionConfigOption]:
@@ -1104,6 +1136,19 @@ class Agent:
     async def new_session(self, session: Session) -> None:
         """Set up a new session; raise ``RequestError`` to refuse it."""
 
+    async def resume_session(self, session: Session) -> None:
+        """A client attaches to ``session`` again (v1 ``session/load`` / ``session/resume``, v2
+        ``session/resume``), possibly on another connection and protocol version; the layer has
+        replayed the history already when asked to.  Raise ``RequestError`` to refuse it."""
+
+    async def close_session(self, session: Session) -> None:
+        """The client closed ``session`` (``session/close``), after the layer cancelled its turn;
+        the session stays known (its history can be loaded again) until deleted."""
+
+    async def delete_session(self, session_id: str) -> None:
+        """The client deleted the session (``session/delete``; also for an id this agent never
+        knew, which succeeds: the spec's rule); the layer forgot it already."""
+
     def config_options(self, session: Session) -> Sequence[ConfigOption]:
         """The session's configuration options (default none); ``current`` is a new session's value."""
         return ()
@@ -1161,6 +1206,40 @@ class _Surface:
         self.agent.sessions[session.id] = session
         return session
 
+    def _attach(self, params: Any, mcp_servers: Sequence[Any]) -> Session:
+        """The session of a load/resume request, now on this connection with the request's
+        ``cwd``, ``additionalDirectories`` and MCP servers; -32002 for an id this agent does not know."""
+        session = self._session(params.session_id)
+        if not os.path.isabs(params.cwd):
+            raise RequestError.invalid_params({"path": "$.cwd", "detail": "cwd must be an absolute path"})
+        session.cwd = params.cwd
+        extra = params.additional_directories
+        session.additional_directories = tuple(extra) if isinstance(extra, list) else ()
+        session.mcp_servers = tuple(mcp_servers)
+        return session
+
+    def _summaries(self, params: Any) -> list[Session]:
+        """The sessions of ``session/list`` (rows L7): all this agent holds, ``cwd`` filtered, most
+        recently active first, one page (-32602 for a cursor, since none is ever given out)."""
+        if isinstance(params.cursor, str):
+            raise RequestError.invalid_params({"path": "$.cursor", "detail": "not a cursor this agent gave out"})
+        cwd = params.cwd if isinstance(params.cwd, str) else None
+        found = [s for s in self.agent.sessions.values() if cwd is None or s.cwd == cwd]
+        return sorted(found, key=lambda s: s._activity, reverse=True)
+
+    async def _close(self, session_id: str) -> None:
+        """Row L8: the runtime cancelled the session's turn as it read the request; its questions get
+        their grace period, then the agent hears of it; the history is kept."""
+        await self.session_cancel(_SessionRef(session_id))
+        session = self._session(session_id)
+        await self.agent.close_session(session)
+
+    async def _delete(self, session_id: str) -> None:
+        """Row L9: forget the session (an unknown id succeeds)."""
+        await self.session_cancel(_SessionRef(session_id))
+        self.agent.sessions.pop(session_id, None)
+        await self.agent.delete_session(session_id)
+
     async def _set_config(self, session_id: str, config_id: str, value: str | bool) -> Session:
         session = self._session(session_id)
         await self.agent.set_config_option(session, config_id, value)
@@ -1187,7 +1266,22 @@ class _Surface:
             session._turn._cancel.set()
 
 
+def _capabilities_v2() -> v2.AgentCapabilities:
+    """What the layer implements (rows L1, L2): embedded context in prompts, the v2 baseline
+    (list, resume with replay from start, close), ``delete`` and ``additionalDirectories``; v1 gets
+    the same through ``agent_caps_to_v1`` (``loadSession``, ``sessionCapabilities``)."""
+    return v2.AgentCapabilities(
+        session=v2.SessionCapabilities(
+            prompt=v2.PromptCapabilities(embedded_context=v2.PromptEmbeddedContextCapabilities()),
+            delete=v2.SessionDeleteCapabilities(),
+            additional_directories=v2.SessionAdditionalDirectoriesCapabilities(),
+        )
+    )
+
+
 class _V1Surface(_Surface):
+    wire: _V1Wire
+
     def __init__(self, agent: Agent, conn: AgentSideConnection) -> None:
         super().__init__(agent, _V1Wire(conn))
 
@@ -1195,15 +1289,13 @@ class _V1Surface(_Surface):
         info = self.agent.info
         return v1.InitializeResponse(
             protocol_version=1,
-            agent_capabilities=v1.AgentCapabilities(
-                prompt_capabilities=v1.PromptCapabilities(embedded_context=True),
-            ),
+            agent_capabilities=agent_caps_to_v1(_capabilities_v2()),
             auth_methods=[],
             agent_info=v1.Implementation(name=info.name, version=info.version, title=info.title or UNSET),
         )
 
     async def session_new(self, params: v1.NewSessionRequest) -> v1.NewSessionResponse:
-        session = await self._new(params, [])
+        session = await self._new(params, [mcp_server_to_v2(s) for s in params.mcp_servers])
         return v1.NewSessionResponse(session_id=session.id, **self._setup(session))
 
     @staticmethod
@@ -1214,6 +1306,56 @@ class _V1Surface(_Surface):
             return {}
         modes = modes_from_config(options)
         return {"config_options": config_options_to_v1(options), "modes": UNSET if modes is None else modes}
+
+    async def session_load(self, params: v1.LoadSessionRequest) -> v1.LoadSessionResponse:
+        """Row L5: replay the session's history (made on either version) through a fresh
+        :class:`V1View` that also sends the user's messages, then answer its modes and options."""
+        session = self._attach(params, [mcp_server_to_v2(s) for s in params.mcp_servers])
+        view = self.wire.views[session.id] = V1View(echo_user_messages=True)
+        for update, hint in list(session._history):
+            for one in view.project(update, hint):
+                await self.wire.client.session_update(v1.SessionNotification(session_id=session.id, update=one))
+        view.echo_user_messages = False
+        await self.agent.resume_session(session)
+        return v1.LoadSessionResponse(**self._setup(session))
+
+    async def session_resume(self, params: v1.ResumeSessionRequest) -> v1.ResumeSessionResponse:
+        """Row L6: reattach without replay (the view learns the history silently, so later updates
+        of its tool calls are ``tool_call_update`` s)."""
+        servers = params.mcp_servers if isinstance(params.mcp_servers, list) else []
+        session = self._attach(params, [mcp_server_to_v2(s) for s in servers])
+        view = self.wire.views[session.id] = V1View()
+        for update, hint in list(session._history):
+            view.project(update, hint)
+        await self.agent.resume_session(session)
+        return v1.ResumeSessionResponse(**self._setup(session))
+
+    async def session_list(self, params: v1.ListSessionsRequest) -> v1.ListSessionsResponse:
+        """Row L7 (``sessionCapabilities.list``)."""
+        return v1.ListSessionsResponse(
+            sessions=[
+                v1.SessionInfo(
+                    session_id=s.id,
+                    cwd=s.cwd,
+                    title=s.title,
+                    updated_at=s.updated_at,
+                    additional_directories=list(s.additional_directories) or UNSET,
+                )
+                for s in self._summaries(params)
+            ]
+        )
+
+    async def session_close(self, params: v1.CloseSessionRequest) -> v1.CloseSessionResponse:
+        """Row L8 (``sessionCapabilities.close``)."""
+        await self._close(params.session_id)
+        self.wire.views.pop(params.session_id, None)
+        return v1.CloseSessionResponse()
+
+    async def session_delete(self, params: v1.DeleteSessionRequest) -> v1.DeleteSessionResponse:
+        """Row L9 (``sessionCapabilities.delete``)."""
+        await self._delete(params.session_id)
+        self.wire.views.pop(params.session_id, None)
+        return v1.DeleteSessionResponse()
 
     async def session_set_config_option(self, params: Any) -> v1.SetSessionConfigOptionResponse:
         """Row L10 (v1 names: ``configId``, ``value``)."""
@@ -1246,11 +1388,10 @@ class _V2Surface(_Surface):
 
     async def initialize(self, params: v2.InitializeRequest) -> v2.InitializeResponse:
         info = self.agent.info
-        prompt = v2.PromptCapabilities(embedded_context=v2.PromptEmbeddedContextCapabilities())
         return v2.InitializeResponse(
             protocol_version=2,
             info=v2.Implementation(name=info.name, version=info.version, title=info.title or UNSET),
-            capabilities=v2.AgentCapabilities(session=v2.SessionCapabilities(prompt=prompt)),
+            capabilities=_capabilities_v2(),
             auth_methods=[],
         )
 
@@ -1266,20 +1407,48 @@ class _V2Surface(_Surface):
         return v2.SetSessionConfigOptionResponse(config_options=session.config_options())
 
     async def session_list(self, params: v2.ListSessionsRequest) -> v2.ListSessionsResponse:
-        cwd = params.cwd if isinstance(params.cwd, str) else None
-        found = [s for s in self.agent.sessions.values() if cwd is None or s.cwd == cwd]
-        return v2.ListSessionsResponse(sessions=[v2.SessionInfo(session_id=s.id, cwd=s.cwd) for s in found])
+        """Row L7 (baseline)."""
+        return v2.ListSessionsResponse(
+            sessions=[
+                v2.SessionInfo(
+                    session_id=s.id,
+                    cwd=s.cwd,
+                    title=s.title,
+                    updated_at=s.updated_at,
+                    additional_directories=list(s.additional_directories) or UNSET,
+                )
+                for s in self._summaries(params)
+            ]
+        )
 
     async def session_resume(self, params: v2.ResumeSessionRequest) -> v2.ResumeSessionResponse:
-        self._session(params.session_id)
-        if params.replay_from is not None and not isinstance(params.replay_from, UnsetType):
-            raise RequestError.invalid_params({"path": "$.replayFrom", "detail": "this prototype does not replay"})
-        return v2.ResumeSessionResponse()
+        """Rows L5/L6: ``replayFrom: {type: start}`` replays the whole history (made on either
+        version) as it was recorded; without ``replayFrom`` nothing is replayed; another cursor
+        answers -32602.  Then the current ``state_update`` (``running`` while a turn of the session
+        runs, else ``idle``), then the answer with the options."""
+        replay = params.replay_from
+        if replay is not None and not isinstance(replay, UnsetType) and not isinstance(replay, v2.StartReplayFrom):
+            detail = f"replay cursor {getattr(replay, 'type', '?')!r}: this agent replays from start only"
+            raise RequestError.invalid_params({"path": "$.replayFrom.type", "detail": detail})
+        servers = params.mcp_servers if isinstance(params.mcp_servers, list) else []
+        session = self._attach(params, servers)
+        if isinstance(replay, v2.StartReplayFrom):
+            for update, _ in list(session._history):
+                await self.wire.update(session.id, update)
+        state: Any = v2.RunningStateUpdateSessionUpdate() if session._turn else v2.IdleStateUpdateSessionUpdate()
+        await self.wire.update(session.id, state)
+        await self.agent.resume_session(session)
+        return v2.ResumeSessionResponse(config_options=session.config_options() or UNSET)
 
     async def session_close(self, params: v2.CloseSessionRequest) -> v2.CloseSessionResponse:
-        await self.session_cancel(params)  # the runtime cancelled its turn already
-        self._session(params.session_id)
+        """Row L8 (baseline)."""
+        await self._close(params.session_id)
         return v2.CloseSessionResponse()
+
+    async def session_delete(self, params: v2.DeleteSessionRequest) -> v2.DeleteSessionResponse:
+        """Row L9 (``session.delete``)."""
+        await self._delete(params.session_id)
+        return v2.DeleteSessionResponse()
 
     async def session_prompt(self, params: v2.PromptRequest) -> v2.PromptResponse:
         session = self._session(params.session_id)
