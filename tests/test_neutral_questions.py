@@ -11,15 +11,17 @@ a question waits ends the turn ``cancelled`` on both, with the tool call reporte
 
 from __future__ import annotations
 
+import json
 from types import ModuleType
 from typing import Any
 
 import pytest
 import trio
 from _neutral_kit import Client, connected
+from trio.testing import memory_stream_pair
 
 from acp_schema import v1, v2
-from acp_trio import CapabilityError, neutral
+from acp_trio import AgentSideConnection, CapabilityError, neutral
 
 BOTH = pytest.mark.parametrize("variant", [v1, v2], ids=["v1", "v2"])
 
@@ -244,3 +246,59 @@ def test_a_decision_allows_only_an_allow_option() -> None:
     assert not neutral.Decision(neutral.Option("r", "R", "reject_always")).allowed
     assert not neutral.Decision(neutral.Option("x", "X", "_custom")).allowed
     assert not neutral.Decision(None, cancelled=True).allowed
+
+
+async def test_a_client_that_never_answers_a_cancelled_question_is_given_up_on_after_the_grace(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    """prompt-turn.mdx: a client MUST answer a pending permission request ``cancelled`` once it sent
+    ``session/cancel``.  One that does not holds the turn for :data:`~acp_trio.neutral.CANCEL_GRACE`
+    seconds at most: the question is abandoned, the tool call reported cancelled, the prompt answered
+    ``cancelled``.  (A raw client over memory streams: the runtime's own client always answers.)"""
+    agent = Asking()
+    agent_stream, client_stream = memory_stream_pair()
+    buffer = b""
+
+    async def send(message: dict[str, Any]) -> None:
+        await client_stream.send_all(json.dumps({"jsonrpc": "2.0", **message}).encode() + b"\n")
+
+    async def read() -> dict[str, Any]:
+        nonlocal buffer
+        while b"\n" not in buffer:
+            buffer += await client_stream.receive_some()
+        line, buffer = buffer.split(b"\n", 1)
+        return dict(json.loads(line))
+
+    async def answer(request_id: int) -> dict[str, Any]:
+        while True:
+            message = await read()
+            if message.get("id") == request_id and "method" not in message:
+                return message
+
+    with trio.fail_after(60):  # virtual seconds
+        async with AgentSideConnection(agent, agent_stream, agent_stream):
+            await send({"id": 0, "method": "initialize", "params": {"protocolVersion": 1}})
+            await answer(0)
+            await send({"id": 1, "method": "session/new", "params": {"cwd": "/work", "mcpServers": []}})
+            session_id = (await answer(1))["result"]["sessionId"]
+            prompt = [{"type": "text", "text": "tool"}]
+            await send({"id": 2, "method": "session/prompt", "params": {"sessionId": session_id, "prompt": prompt}})
+            while (question := await read()).get("method") != "session/request_permission":
+                pass
+            cancelled_at = trio.current_time()
+            await send({"method": "session/cancel", "params": {"sessionId": session_id}})
+            after = []
+            while True:
+                message = await read()
+                if message.get("id") == 2:
+                    break
+                after.append(message)
+            waited = trio.current_time() - cancelled_at
+    assert message["result"] == {"stopReason": "cancelled"}
+    assert neutral.CANCEL_GRACE <= waited < neutral.CANCEL_GRACE + 1
+    assert agent.answers == [neutral.Decision(None, cancelled=True)]
+    withdrawn, *rest = after  # the runtime withdraws the abandoned request (v1: a no-op to the client)
+    assert withdrawn == {"jsonrpc": "2.0", "method": "$/cancel_request", "params": {"requestId": question["id"]}}
+    updates = [m["params"]["update"] for m in rest]
+    assert [(u["sessionUpdate"], u["status"]) for u in updates] == [("tool_call_update", "failed")]
+    assert updates[0]["_meta"] == {"acp-trio/status": "cancelled"}
