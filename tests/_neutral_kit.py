@@ -43,10 +43,12 @@ class Client:
         self.written: dict[str, str] = {}
         self.states = SessionStates()  # every update folded, per session
         self._seen: dict[str, trio.Event] = {}  # sessionUpdate kind -> set once one arrived
+        self.arrivals: list[tuple[float, Any]] = []  # (trio.current_time(), update) of each update
 
     async def session_update(self, params: Any) -> None:
         self.states.state(params.session_id).apply(params)
         self._seen.setdefault(params.update.session_update, trio.Event()).set()
+        self.arrivals.append((trio.current_time(), params.update))
         if isinstance(params.update, v2.IdleStateUpdateSessionUpdate):
             self.idle.set()
 

@@ -19,6 +19,7 @@ from types import ModuleType
 from typing import Any
 
 import pytest
+import trio
 from _neutral_kit import Client, connected
 
 from acp_schema import v1, v2
@@ -200,3 +201,51 @@ async def test_client_fs_and_terminal_are_the_v1_clients() -> None:
     assert isinstance(files, neutral.ClientFiles) and isinstance(terminals, neutral.ClientTerminals)
     assert text == "buffer"
     assert offers == (True, True)
+
+
+class Chatty(neutral.Agent):
+    """A burst of small writes, a pause, one big write, the exit."""
+
+    info = neutral.AgentInfo(name="chatty", version="1")
+
+    async def prompt(self, turn: neutral.Turn) -> neutral.StopReason:
+        call = await turn.tool("Build", kind="execute")
+        term = await call.terminal("make", cwd="/work")
+        for i in range(10):
+            await term.write(b"line %d\n" % i)
+        await trio.sleep(1)
+        await term.write(b"x" * 5000)
+        await trio.sleep(1)
+        await term.exit(code=0)
+        return "end_turn"
+
+
+async def test_v1_coalesces_a_burst_of_terminal_output_and_sends_a_large_write_at_once(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    """Row T14: each v1 update re-sends the tool call's whole text, so a burst is held for
+    TERMINAL_FLUSH_DELAY seconds (or TERMINAL_FLUSH_BYTES) and sent once; v2 gets every chunk."""
+    client = Client(v1)
+    async with connected(Chatty(), client) as wire:
+        session_id = await wire.new_session()
+        start = trio.current_time()
+        await wire.prompt(session_id)
+    texts = [
+        (round(at - start, 3), u.content[0].content.text)
+        for at, u in client.arrivals
+        if isinstance(u, v1.ToolCallUpdateSessionUpdate) and u.content
+    ]
+    burst = "".join(f"line {i}\n" for i in range(10))
+    assert texts == [
+        (0.0, "$ make\n"),
+        (neutral.TERMINAL_FLUSH_DELAY, f"$ make\n{burst}"),  # ten writes, one update
+        (1.0, f"$ make\n{burst}{'x' * 5000}"),  # over TERMINAL_FLUSH_BYTES: at once
+        (2.0, f"$ make\n{burst}{'x' * 5000}\n[exit 0]"),
+    ]
+
+
+async def test_v2_gets_every_terminal_output_chunk(autojump_clock: trio.abc.Clock) -> None:
+    async with connected(Chatty(), Client(v2)) as wire:
+        session_id = await wire.new_session()
+        await wire.prompt(session_id)
+    assert wire.kinds().count("terminal_output_chunk") == 11

@@ -52,6 +52,7 @@ upserts, the v1 coalescing of display terminal output (each chunk re-sends the t
 from __future__ import annotations
 
 import base64
+import contextlib
 import itertools
 import os
 import signal as _signal
@@ -70,6 +71,7 @@ import trio
 from acp_schema import v1, v2
 
 from . import _capabilities, fs
+from ._connection import ConnectionClosed
 from ._converter import converter
 from ._core import RequestError
 from ._mapping import (
@@ -98,6 +100,8 @@ from .agent_terminal import TerminalHandle, open_terminal
 __all__ = [
     "ALLOW_OR_REJECT",
     "CANCEL_GRACE",
+    "TERMINAL_FLUSH_BYTES",
+    "TERMINAL_FLUSH_DELAY",
     "Agent",
     "AgentInfo",
     "Choice",
@@ -132,6 +136,11 @@ StopReason: TypeAlias = str
 """``end_turn``, ``max_tokens``, ``max_turn_requests``, ``refusal``, ``cancelled`` (both versions)."""
 ContentLike: TypeAlias = "str | v2.ContentBlock"
 ToolContentLike: TypeAlias = "str | v2.ContentBlock | Diff | v2.ToolCallContent"
+
+TERMINAL_FLUSH_BYTES = 4096
+"""Row T14 on v1: bytes of display terminal output held before the tool call's text is re-sent."""
+TERMINAL_FLUSH_DELAY = 0.1
+"""Row T14 on v1: seconds held display terminal output waits at most before it is sent."""
 
 CANCEL_GRACE = 5.0
 """Seconds a question (permission request, elicitation) waiting when its turn is cancelled is
@@ -333,17 +342,52 @@ class _V1Wire(_Wire):
         super().__init__(conn)
         self.client = v1.ClientPeer(conn)
         self.views: dict[str, V1View] = {}
+        # row T14: per session, the latest projection of display terminal output not sent yet and
+        # how many output bytes it holds; sends go one at a time so a flush keeps its place
+        self._held: dict[str, tuple[list[Any], int]] = {}
+        self._sending = trio.Lock()
 
     def view(self, session_id: str) -> V1View:
         return self.views.setdefault(session_id, V1View())
 
-    async def update(self, session_id: str, update: Any, v1_content: Sequence[Any] | None = None) -> None:
-        for one in self.view(session_id).project(update, v1_content):
+    async def _send(self, session_id: str, updates: Sequence[Any]) -> None:
+        for one in updates:
             await self.client.session_update(v1.SessionNotification(session_id=session_id, update=one))
+
+    async def update(self, session_id: str, update: Any, v1_content: Sequence[Any] | None = None) -> None:
+        async with self._sending:
+            out = self.view(session_id).project(update, v1_content)
+            if isinstance(update, v2.TerminalOutputChunkSessionUpdate):
+                # row T14: v1 re-sends the tool call's whole text for each chunk, so a burst of output
+                # is coalesced: sent once TERMINAL_FLUSH_BYTES are held, or TERMINAL_FLUSH_DELAY
+                # seconds after the first held chunk, or before anything else of the session
+                _, size = self._held.get(session_id, ([], 0))
+                size += len(update.data) * 3 // 4
+                if size < TERMINAL_FLUSH_BYTES:
+                    if session_id not in self._held:
+                        self.conn.start_soon(self._flush_later, session_id, name=f"terminal output {session_id}")
+                    self._held[session_id] = (out, size)
+                    return
+            held, _ = self._held.pop(session_id, ([], 0))
+            if isinstance(update, v2.TerminalOutputChunkSessionUpdate):
+                held = []  # superseded: the new projection has all the output
+            await self._send(session_id, [*held, *out])
+
+    async def flush(self, session_id: str) -> None:
+        """Send the session's held display terminal output now (before a question, or the answer
+        that ends a v1 turn)."""
+        async with self._sending:
+            held, _ = self._held.pop(session_id, ([], 0))
+            await self._send(session_id, held)
+
+    async def _flush_later(self, session_id: str) -> None:
+        await trio.sleep(TERMINAL_FLUSH_DELAY)
+        await self.flush(session_id)
 
     async def ask_permission(self, request: v2.RequestPermissionRequest) -> Any:
         # rows T15-T17: v1 asks about a tool call only; one is made up when the question has none
         synthetic, v1_request = permission_to_v1(request, synthetic_id=_new_id("permission"))
+        await self.flush(request.session_id)
         if synthetic is not None:  # through the view, which must know the id from now on
             await self.update(request.session_id, tool_call_to_v2(synthetic))
         outcome: Any = v2.CancelledRequestPermissionOutcome()
@@ -361,6 +405,7 @@ class _V1Wire(_Wire):
         return outcome
 
     async def elicit(self, request: Any) -> Any:
+        await self.flush(request.session_id)
         response = await self.client.elicitation_create(elicitation_to_v1(request))
         return converter.unstructure(response)
 
@@ -1378,7 +1423,11 @@ class _V1Surface(_Surface):
         turn = Turn(session, prompt, _new_id("msg_user"))
         # row T1: kept as the canonical user_message (V1View sends nothing for it live)
         await session._send(v2.UserMessageSessionUpdate(message_id=turn.user_message_id, content=list(prompt)))
-        stop_reason = await self._run_turn(turn)  # rows T1/T2: the answer ends it
+        try:
+            stop_reason = await self._run_turn(turn)  # rows T1/T2: the answer ends it
+        finally:
+            with trio.CancelScope(shield=True), contextlib.suppress(ConnectionClosed):
+                await self.wire.flush(session.id)  # held terminal output goes before the answer
         return stop_reason_to_v1(stop_reason)  # row T2: one v1 lacks is end_turn, the value in _meta
 
 
