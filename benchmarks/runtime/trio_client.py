@@ -1,7 +1,9 @@
 """The acp-trio bench client: spawns ``trio_agent.py``, initializes, opens a session, times prompts.
 
 Usage: ``python trio_client.py [--agent SCRIPT] [--warmup W] [--repeats R] COMMAND...`` (commands:
-see ``common.py``; ``--agent raw_agent.py`` drives the raw baseline's agent).  Prints
+see ``common.py``; ``--agent raw_agent.py`` drives the raw baseline's agent; ``--agent adapt:trio_v2_agent.py``
+spawns ``python -m acp_trio.adapt --speak 1 -- python trio_v2_agent.py``: the v2 bench agent
+served to this v1 client by the adapter).  Prints
 ``{"<command>": [seconds, ...], "cpu": ..., "agent_hwm_kib": ...}``: for each command, W
 unmeasured prompts, then R measured.
 """
@@ -42,7 +44,10 @@ class BenchClient:
 
 
 async def run(agent_script: str, commands: list[str], warmup: int, repeats: int) -> dict[str, Any]:
-    async with spawn_agent(sys.executable, [str(HERE / agent_script)], client=BenchClient) as conn:
+    argv = [str(HERE / agent_script)]
+    if agent_script.startswith("adapt:"):  # through the v1 <-> v2 adapter (bench_adapt.py)
+        argv = ["-m", "acp_trio.adapt", "--speak", "1", "--", sys.executable, str(HERE / agent_script[6:])]
+    async with spawn_agent(sys.executable, argv, client=BenchClient) as conn:
         client: BenchClient = conn.handler
         agent = v1.AgentPeer(conn)
         caps = v1.ClientCapabilities(fs=v1.FileSystemCapabilities(read_text_file=True))
