@@ -288,9 +288,10 @@ def bench(session: nox.Session) -> None:
     """Codec (decode+encode, import time), then runtime over stdio (streaming, request round trips,
     start-up, RSS) side by side with the TypeScript and Python SDKs and raw orjson (node/npm for the
     TypeScript side), the session store, then the remote transports (WebSocket, Streamable HTTP, the
-    bridge) side by side with the TypeScript SDK, and the v1 <-> v2 adapter against a direct connection.  Once per interpreter of BENCH_PYTHONS (`bench-3.13`:
-    one of them; one nox cannot find is skipped).  Options (`--quick`, `--json PATH`, `--strict`) go to
-    all; `--json PATH` becomes PATH with the interpreter's version before its suffix (`out-3.13.json`)."""
+    bridge) side by side with the TypeScript SDK, and the v1 <-> v2 adapter against a direct
+    connection.  Once per interpreter of BENCH_PYTHONS (`bench-3.13`: one of them; one nox cannot
+    find is skipped).  Options (`--quick`, `--json PATH`, `--strict`) go to all; `--json PATH`
+    becomes PATH with the interpreter's version before its suffix (`out-3.13.json`)."""
     session.log("building acp-trio's wheel, compiling the runtime's hot modules with mypyc (about a minute)")
     session.install(".[remote]", *group("bench"), "jsonschema", env={"ACP_TRIO_COMPILE": "1"})
     session.run("python", "-c", build_check(compiled=True))  # the benchmarks measure the wheel as it ships
