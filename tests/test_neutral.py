@@ -1,4 +1,4 @@
-"""The version-neutral agent API (issue 33, prototype): one turn written once, seen on each wire.
+"""The version-neutral agent API (issue 33): one turn written once, seen on each wire, and the entry points.
 
 A tiny :class:`acp_trio.neutral.Agent` thinks, streams text, publishes a plan, reports a tool call,
 asks permission for it, completes it with a diff, marks the plan done and ends ``end_turn``.  It is

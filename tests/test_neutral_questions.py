@@ -302,3 +302,36 @@ async def test_a_client_that_never_answers_a_cancelled_question_is_given_up_on_a
     updates = [m["params"]["update"] for m in rest]
     assert [(u["sessionUpdate"], u["status"]) for u in updates] == [("tool_call_update", "failed")]
     assert updates[0]["_meta"] == {"acp-trio/status": "cancelled"}
+
+
+class CustomOption(neutral.Agent):
+    info = neutral.AgentInfo(name="custom-option", version="1")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.errors: list[Exception] = []
+
+    async def prompt(self, turn: neutral.Turn) -> neutral.StopReason:
+        call = await turn.tool("Deploy")
+        options = [neutral.Option("later", "Ask me later", "_defer"), *neutral.ALLOW_OR_REJECT]
+        try:
+            await call.ask_permission("Deploy now?", options=options)
+        except neutral.VersionError as exc:
+            self.errors.append(exc)
+        return "end_turn"
+
+
+@BOTH
+async def test_an_option_kind_v1_lacks_raises_version_error_on_v1_and_is_sent_on_v2(variant: ModuleType) -> None:
+    agent = CustomOption()
+    async with connected(agent, Client(variant)) as wire:
+        session_id = await wire.new_session()
+        await wire.prompt(session_id)
+    questions = [u["permission"] for u in wire.updates() if "permission" in u]
+    if variant is v1:
+        (error,) = agent.errors
+        assert error.version == 1 and "permission option kind" in str(error)
+        assert questions == []  # nothing sent
+    else:
+        assert agent.errors == []
+        assert [o["kind"] for o in questions[0]["options"]] == ["_defer", "allow_once", "reject_once"]

@@ -829,8 +829,10 @@ class Turn:
     async def _question(self, ask: Callable[[], Awaitable[_T]]) -> _T | None:
         """``await ask()`` shielded from the turn's cancellation, so the client's ``cancelled``
         answer is read (prompt-turn.mdx § Cancellation); ``None`` when, the turn cancelled, no
-        answer came within :data:`CANCEL_GRACE` seconds."""
+        answer came within :data:`CANCEL_GRACE` seconds.  What ``ask`` raises comes out as itself
+        (not in an exception group)."""
         result: _T | None = None
+        error: Exception | None = None
         with trio.CancelScope(shield=True):
             async with trio.open_nursery() as nursery:
 
@@ -840,8 +842,13 @@ class Turn:
                     nursery.cancel_scope.cancel()
 
                 nursery.start_soon(grace)
-                result = await ask()
+                try:
+                    result = await ask()
+                except Exception as exc:  # re-raised below, outside the nursery
+                    error = exc
                 nursery.cancel_scope.cancel()
+        if error is not None:
+            raise error
         return result
 
     async def _permission(
