@@ -429,6 +429,29 @@ def test_v2_view_maps_current_mode_update_to_the_seeded_mode_option() -> None:
     assert [o.config_id for o in V2View().seed(modes=modes, config_options=[own_mode])] == ["m"]  # no second one
 
 
+def test_v2_view_keeps_the_mode_option_made_from_modes_across_a_v1_config_option_update() -> None:
+    """A v1 agent's ``config_option_update`` never holds its modes (v1 sends them apart): the v2
+    list keeps the mode option ``seed`` made, with its current value, and a later
+    ``current_mode_update`` still maps (it raised VersionError before)."""
+    view = V2View()
+    modes = v1.SessionModeState(
+        current_mode_id="ask",
+        available_modes=[v1.SessionMode(id="ask", name="Ask"), v1.SessionMode(id="code", name="Code")],
+    )
+    view.seed(modes=modes, config_options=[])
+    assert view.modes_option_id == "mode"
+    view.project(v1.CurrentModeUpdateSessionUpdate(current_mode_id="code"))
+    verbose = v1.BooleanSessionConfigOption(id="verbose", name="Verbose", current_value=True)
+    (update,) = wire(view.project(v1.ConfigOptionUpdateSessionUpdate(config_options=[verbose])), v2.SessionUpdate)
+    assert [(o["configId"], o["currentValue"]) for o in update["configOptions"]] == [
+        ("verbose", True),
+        ("mode", "code"),
+    ]
+    (again,) = view.project(v1.CurrentModeUpdateSessionUpdate(current_mode_id="ask"))
+    assert [(o.config_id, o.current_value) for o in again.config_options] == [("verbose", True), ("mode", "ask")]
+    assert [o.config_id for o in view.options] == ["verbose", "mode"]
+
+
 def test_v2_view_forwards_an_unknown_v1_variant_as_v2s_catch_all() -> None:
     unknown = converter.structure({"sessionUpdate": "_progress", "pct": 5}, v1.SessionUpdate)
     (forwarded,) = V2View().project(unknown)

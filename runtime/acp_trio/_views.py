@@ -321,6 +321,7 @@ class V2View:
         self._aliases: dict[tuple[type, str], str] = {}  # (chunk class, v1 messageId) -> v2 messageId
         self._tool_calls: set[str] = set()
         self._options: list[Any] = []  # the session's v2 config options
+        self._modes_id: str | None = None  # configId of the mode option made from v1 modes (seed)
 
     def seed(
         self, *, modes: v1.SessionModeState | None = None, config_options: Sequence[v1.SessionConfigOption] = ()
@@ -329,10 +330,32 @@ class V2View:
         them as v2's ``configOptions``: the v1 options, plus ``modes`` as a ``category: "mode"``
         option when none of them is one (migration.mdx § Session modes become config options)."""
         options: list[Any] = [m.config_option_to_v2(o) for o in config_options]
+        self._modes_id = None
         if modes is not None and m.modes_from_config(options) is None:
-            options.append(m.modes_to_config(modes))
+            made = m.modes_to_config(modes)
+            options.append(made)
+            self._modes_id = made.config_id
         self._options = options
         return list(options)
+
+    @property
+    def options(self) -> list[Any]:
+        """The session's v2 ``configOptions`` as the client was last told them."""
+        return list(self._options)
+
+    @property
+    def modes_option_id(self) -> str | None:
+        """The ``configId`` of the mode option :meth:`seed` made from v1 ``modes`` (the agent has
+        no such config option: setting it is v1's ``session/set_mode``), else ``None``."""
+        return self._modes_id
+
+    def _with_modes(self, options: list[Any]) -> list[Any]:
+        """``options`` (a v1 agent's new list) plus the mode option made from its ``modes``, which
+        that list never holds (v1 sends modes apart)."""
+        made = next((o for o in self._options if getattr(o, "config_id", None) == self._modes_id), None)
+        if made is None or m.modes_from_config(options) is not None:
+            return options
+        return [*options, made]
 
     def project(self, update: Any) -> list[Any]:
         """The v2 updates (``acp_schema.v2.SessionUpdate`` variants) for the v1 ``update``.  Raises
@@ -355,7 +378,7 @@ class V2View:
             self._options = list(result.config_options)
             return [result]
         if isinstance(update, v1.ConfigOptionUpdateSessionUpdate):
-            self._options = [m.config_option_to_v2(o) for o in update.config_options]
+            self._options = self._with_modes([m.config_option_to_v2(o) for o in update.config_options])
             return [v2.ConfigOptionUpdateSessionUpdate(config_options=list(self._options), meta=update.meta)]
         if isinstance(update, v1.AvailableCommandsUpdateSessionUpdate):
             return [m.commands_to_v2(update)]

@@ -129,6 +129,41 @@ def _untranslatable(method: str, exc: Exception) -> RequestError:
     return RequestError(INVALID_PARAMS, "Invalid params", {"method": method, "detail": str(exc)})
 
 
+def _forward_extensions(
+    conn: Any, other: Callable[[], Any], ext_requests: Sequence[str], ext_notifications: Sequence[str]
+) -> None:
+    """Route ``ext_requests`` / ``ext_notifications`` arriving on ``conn`` to the connection
+    ``other()`` returns, params and results as plain JSON (extensibility.mdx)."""
+
+    def request(name: str) -> Callable[[Any], Any]:
+        async def forward(params: Any) -> Any:
+            target = other()
+            if target is None:
+                raise RequestError(METHOD_NOT_FOUND, "Method not found", {"method": name})
+            return await target.ext_request(name, params)
+
+        return forward
+
+    def notification(name: str) -> Callable[[Any], Any]:
+        async def forward(params: Any) -> None:
+            target = other()
+            if target is not None:
+                await target.ext_notification(name, params)
+
+        return forward
+
+    for name in ext_requests:
+        conn.on_ext_request(name, request(name))
+    for name in ext_notifications:
+        conn.on_ext_notification(name, notification(name))
+
+
+def _check_ext_names(names: Sequence[str]) -> None:
+    for name in names:
+        if not name.startswith("_"):
+            raise ValueError(f"extension method names start with '_' (extensibility.mdx), got {name!r}")
+
+
 @attrs.define
 class _Turn:
     """A v1 ``session/prompt`` waiting for the agent's ``idle``: its answer or its error."""
@@ -225,42 +260,16 @@ class V1Front:
         if self.client_conn is not None and self.client_conn is not conn:
             raise RuntimeError("a V1Front serves one client connection; make one per connection")
         self.client_conn = conn
-        self._forward_extensions(conn, lambda: self.agent_conn)
+        _forward_extensions(conn, lambda: self.agent_conn, self.ext_requests, self.ext_notifications)
         return self
 
     def _attach_agent(self, conn: ClientSideConnection) -> _V2Back:
         if self.agent_conn is not None and self.agent_conn is not conn:
             raise RuntimeError("a V1Front talks to one agent connection; make one per connection")
         self.agent_conn = conn
-        self._forward_extensions(conn, lambda: self.client_conn)
+        _forward_extensions(conn, lambda: self.client_conn, self.ext_requests, self.ext_notifications)
         conn.connection.add_close_callback(self._agent_closed)
         return _V2Back(self)
-
-    def _forward_extensions(self, conn: Any, other: Callable[[], Any]) -> None:
-        """Route :attr:`ext_requests` / :attr:`ext_notifications` arriving on ``conn`` to the
-        connection ``other()`` returns, params and results as plain JSON."""
-
-        def request(name: str) -> Callable[[Any], Any]:
-            async def forward(params: Any) -> Any:
-                target = other()
-                if target is None:
-                    raise RequestError(METHOD_NOT_FOUND, "Method not found", {"method": name})
-                return await target.ext_request(name, params)
-
-            return forward
-
-        def notification(name: str) -> Callable[[Any], Any]:
-            async def forward(params: Any) -> None:
-                target = other()
-                if target is not None:
-                    await target.ext_notification(name, params)
-
-            return forward
-
-        for name in self.ext_requests:
-            conn.on_ext_request(name, request(name))
-        for name in self.ext_notifications:
-            conn.on_ext_notification(name, notification(name))
 
     def _agent_closed(self, reason: str) -> None:
         """The agent's connection closed: every v1 prompt still waiting for its ``idle`` gets an
