@@ -18,10 +18,12 @@ from typing import Any
 
 import pytest
 import trio
+from _neutral_kit import Client as KitClient
+from _neutral_kit import connected
 from trio.testing import memory_stream_pair
 
 from acp_schema import v1, v2
-from acp_trio import AgentSideConnection, ClientSideConnection, neutral, open_memory_pair, spawn_agent
+from acp_trio import AgentSideConnection, ClientSideConnection, RequestError, neutral, open_memory_pair, spawn_agent
 
 DEADLINE = 10  # seconds; the turn takes milliseconds in memory
 PATH = "/work/a.txt"
@@ -365,3 +367,32 @@ async def test_run_agent_stdio_serves_the_agent_itself_to_a_v2_client() -> None:
             receipt = await conn.agent.session_prompt(v2.PromptRequest(session_id=new.session_id, prompt=prompt))
             assert receipt.message_id.startswith("msg_user_")
             await client.idle.wait()
+
+
+class Refusing(neutral.Agent):
+    info = neutral.AgentInfo(name="refusing", version="1")
+
+    async def new_session(self, session: neutral.Session) -> None:
+        await session.set_title("Fresh")
+        await session.say("Ready when you are.")  # outside any turn
+
+    async def prompt(self, turn: neutral.Turn) -> neutral.StopReason:
+        raise RequestError(-32000, "Authentication required", {"detail": "log in first"})
+
+
+@pytest.mark.parametrize("variant", [v1, v2], ids=["v1", "v2"])
+async def test_a_turn_raising_request_error_is_the_v1_answer_and_a_v2_idle_error(variant: ModuleType) -> None:
+    async with connected(Refusing(), KitClient(variant)) as wire:
+        session_id = await wire.new_session()
+        if variant is v1:
+            with pytest.raises(RequestError) as caught:
+                await wire.prompt(session_id)
+            assert (caught.value.code, caught.value.data) == (-32000, {"detail": "log in first"})
+        else:
+            await wire.prompt(session_id)
+            idle = wire.updates()[-1]
+            assert (idle["state"], idle["stopReason"], idle["error"]["code"]) == ("idle", "error", -32603)
+        first = wire.updates()[:2]
+    assert first[0] == {"sessionUpdate": "session_info_update", "title": "Fresh"}
+    assert first[1]["sessionUpdate"] == "agent_message_chunk"
+    assert first[1]["content"] == {"type": "text", "text": "Ready when you are."}

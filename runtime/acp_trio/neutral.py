@@ -421,10 +421,12 @@ class ClientView:
 
     @property
     def info(self) -> Mapping[str, Any] | None:
+        """The client's ``clientInfo`` (v1) / ``info`` (v2) as wire JSON, ``None`` when not sent."""
         return self._conn.client_info
 
     @property
     def protocol_version(self) -> int:
+        """The connection's negotiated protocol version (1 or 2)."""
         return self._conn.protocol_version
 
     def can_elicit(self, mode: str = "form") -> bool:
@@ -478,10 +480,13 @@ class Session:
 
     @property
     def protocol_version(self) -> int:
+        """1 or 2: the version of the connection the session is attached to now (it changes when
+        a client of the other version loads or resumes it)."""
         return self._wire.version
 
     @property
     def client(self) -> ClientView:
+        """What the attached connection knows of its client (:class:`ClientView`)."""
         return ClientView(self._wire.conn)
 
     def __repr__(self) -> str:
@@ -494,7 +499,6 @@ class Session:
             self._history.append((update, v1_content))
             self.updated_at = _now()
             self._activity = next(_ACTIVITY)
-        self._activity = next(_ACTIVITY)  # orders session/list within the same second
         await self._wire.update(self.id, update, v1_content)
 
     def config_options(self) -> list[v2.SessionConfigOption]:
@@ -536,6 +540,8 @@ class Session:
     def _config_changed(self) -> v2.ConfigOptionUpdateSessionUpdate:
         update = v2.ConfigOptionUpdateSessionUpdate(config_options=self.config_options())
         self._history.append((update, None))
+        self.updated_at = _now()
+        self._activity = next(_ACTIVITY)
         return update
 
     async def set_config(self, config_id: str, value: str | bool) -> None:
@@ -1224,7 +1230,13 @@ class Agent:
             raise RequestError.invalid_params({"path": "$.value", "detail": detail})
 
     async def prompt(self, turn: Turn) -> StopReason:
-        """Run one prompt turn and return its stop reason."""
+        """Run one prompt turn (required) and return its stop reason: ``end_turn``, ``max_tokens``,
+        ``max_turn_requests``, ``refusal`` or ``cancelled`` (v1's answer, v2's ``idle``; a value v1
+        lacks is ``end_turn`` there, the original in ``_meta["acp-trio/stopReason"]``: row T2).
+        ``session/cancel`` (or ``session/close``) cancels it as trio does: let ``trio.Cancelled``
+        out.  Raising ``RequestError``: v1 answers ``session/prompt`` with it; v2 ends the turn
+        ``idle`` with ``stopReason: "error"`` (the runtime's -32603; row T3).  Anything else: -32603,
+        logged."""
         raise NotImplementedError
 
 
