@@ -252,3 +252,35 @@ async def test_the_layer_advertises_the_lifecycle_it_implements(variant: ModuleT
     else:
         session = answer["capabilities"]["session"]
         assert session["delete"] == {} and session["additionalDirectories"] == {}
+
+
+class Longrunning(neutral.Agent):
+    """Starts a tool call in one turn and finishes it in a later one (kept across connections)."""
+
+    info = neutral.AgentInfo(name="long", version="1")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.pending: neutral.ToolCall | None = None
+
+    async def prompt(self, turn: neutral.Turn) -> neutral.StopReason:
+        if self.pending is None:
+            self.pending = await turn.tool("Index the repository", kind="search", status="in_progress")
+        else:
+            await self.pending.complete(["indexed"])
+        return "end_turn"
+
+
+async def test_a_v1_client_resuming_without_replay_gets_updates_of_known_tool_calls_as_updates() -> None:
+    """Row L6: no replay, but the connection's view learns the history, so a tool call the client
+    already has is a ``tool_call_update`` (a second ``tool_call`` would replace it in v1)."""
+    agent = Longrunning()
+    async with connected(agent, Client(v1)) as first:
+        session_id = await first.new_session()
+        await first.prompt(session_id)
+    async with connected(agent, Client(v1)) as second:
+        await second.agent.session_resume(v1.ResumeSessionRequest(session_id=session_id, cwd="/work"))
+        await second.prompt(session_id, "finish")
+    assert first.kinds() == ["tool_call"]
+    (done,) = second.updates()
+    assert done["sessionUpdate"] == "tool_call_update" and done["status"] == "completed"
