@@ -391,7 +391,8 @@ async def test_a_turn_raising_request_error_is_the_v1_answer_and_a_v2_idle_error
         else:
             await wire.prompt(session_id)
             idle = wire.updates()[-1]
-            assert (idle["state"], idle["stopReason"], idle["error"]["code"]) == ("idle", "error", -32603)
+            error = {"code": -32000, "message": "Authentication required", "data": {"detail": "log in first"}}
+            assert (idle["state"], idle["stopReason"], idle["error"]) == ("idle", "error", error)
         first = wire.updates()[:2]
     assert first[0] == {"sessionUpdate": "session_info_update", "title": "Fresh"}
     assert first[1]["sessionUpdate"] == "agent_message_chunk"

@@ -517,6 +517,30 @@ async def test_a_turn_returning_a_stop_reason_ends_idle_with_it() -> None:
         assert wire.updates()[-1] == {"sessionUpdate": "state_update", "state": "idle", "stopReason": "max_tokens"}
 
 
+async def test_a_turn_raising_a_request_error_ends_idle_error_with_its_code_message_and_data() -> None:
+    """A ``RequestError`` keeps what it says (the v1 prompt answer would carry it); any other
+    exception is -32603 "Internal error", its details only in the agent's log."""
+
+    async def refused(agent: Agent, params: Any) -> str:
+        raise acp_trio.RequestError(-32000, "quota exceeded", {"retryAfter": 5})
+
+    async def broken(agent: Agent, params: Any) -> str:
+        raise ValueError("secret detail")
+
+    for turn, error in (
+        (refused, {"code": -32000, "message": "quota exceeded", "data": {"retryAfter": 5}}),
+        (broken, {"code": -32603, "message": "Internal error"}),
+    ):
+        async with connect(with_turn(turn)) as (_agent_conn, client_conn, wire):
+            await initialize(client_conn)
+            await client_conn.agent.session_new(v2.NewSessionRequest(cwd="/work"))
+            await client_conn.agent.session_prompt(text_prompt())
+            client: RecordingClient = client_conn.handler
+            await client.idle.wait()
+            idle = {"sessionUpdate": "state_update", "state": "idle", "stopReason": "error", "error": error}
+            assert wire.updates()[-1] == idle
+
+
 async def test_session_cancel_while_requires_action_answers_the_pending_permission_cancelled() -> None:
     async with connect(with_turn(edit_with_permission)) as (agent_conn, client_conn, wire):
         await initialize(client_conn)

@@ -804,9 +804,11 @@ class AgentSideConnection(_Side):
         ``session/close``) for ``session_id`` cancels, then sends ``state_update`` ``idle`` with
         ``turn()``'s return value as the stop reason (``"end_turn"`` when it returns ``None``),
         ``"cancelled"`` when it was cancelled (also by a ``session/cancel`` that arrived while
-        ``session_prompt`` was still running), or ``"error"`` with a -32603 error when it raised
-        (the traceback is logged).  Raises :class:`ConnectionClosed` when the connection closed;
-        ``RuntimeError`` on a version 1 connection (there the ``session/prompt`` response ends the turn).
+        ``session_prompt`` was still running), or ``"error"``: with the error's code, message and
+        data when ``turn()`` raised :class:`RequestError` (as a v1 prompt answer would carry it),
+        else with a -32603 error (the traceback is logged).  Raises :class:`ConnectionClosed` when the
+        connection closed; ``RuntimeError`` on a version 1 connection (there the ``session/prompt``
+        response ends the turn).
         """
         if self.protocol_version < 2:
             raise RuntimeError(
@@ -866,6 +868,10 @@ class AgentSideConnection(_Side):
             done, stop_reason = await _in_session_scope(self._turns, session_id, turn(), scope)
             if done:
                 idle["stopReason"] = stop_reason or "end_turn"
+        except RequestError as exc:  # the turn's own error, as a v1 prompt answer would carry it
+            log.info("prompt turn of session %r ended with %s", session_id, exc)
+            idle["stopReason"] = "error"
+            idle["error"] = exc.to_wire()
         except Exception:
             log.exception("prompt turn of session %r raised", session_id)
             idle["stopReason"] = "error"
