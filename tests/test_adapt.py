@@ -315,7 +315,7 @@ class RawV2Agent:
 
     async def turn(self, session_id: str, text: str) -> str:
         if text == "fail":
-            raise RequestError(-32000, "never")  # the runtime: idle with stopReason error
+            raise RuntimeError("never")  # a bug in the agent: the runtime's idle with stopReason error, -32603
         if text == "elicit":
             schema = converter.structure(
                 {"type": "object", "properties": {"name": {"type": "string"}}}, v2.ElicitationSchema
@@ -385,7 +385,7 @@ async def test_an_agent_turn_ending_in_error_is_the_v1_prompts_error() -> None:
             await agent.session_prompt(
                 v1.PromptRequest(session_id=new.session_id, prompt=[v1.TextContentBlock(text="fail")])
             )
-    assert caught.value.code == -32603  # the v2 runtime reports an agent's exception as internal error
+    assert caught.value.code == -32603  # the v2 runtime reports an agent's bug as internal error
 
 
 async def test_a_v2_error_answering_the_prompt_is_the_v1_prompts_error_and_the_session_takes_the_next() -> None:
@@ -727,7 +727,9 @@ async def test_a_stdio_mcp_server_for_an_agent_without_mcp_stdio_is_32602_naming
 @pytest.mark.parametrize(
     ("argv", "says"),
     [
-        (["--speak", "2", "--", "agent"], "--speak 2 (a v1-only agent for a v2 client) is not available yet"),
+        (["--speak", "2"], "give the agent's command after --: --speak 2"),
+        (["--speak", "1", "--no-client-fs", "--", "agent"], "--no-client-fs is for --speak 2"),
+        (["--speak", "2", "--", "/nonexistent/agent"], "cannot start the agent: [Errno 2] agent command not found"),
         (["--speak", "1"], "give the agent's command after --"),
         (["--speak", "1", "--ext-request", "zed/x", "--", "agent"], "extension method names start with '_'"),
         (["--speak", "1", "--", "/nonexistent/agent"], "cannot start the agent: [Errno 2] agent command not found"),

@@ -1,4 +1,8 @@
-"""The adapter (issue 33): an agent that speaks only protocol version 2, served to a version 1 client.
+"""The adapter (issue 33): an agent that speaks one protocol version, served to a client that speaks the other.
+
+This docstring describes :class:`V1Front` (a v2-only agent, a v1 client); :class:`V2Front` (a
+v1-only agent, a v2 client, its ``fs/*`` and ``terminal/*`` answered by the adapter) documents
+the other direction in its own docstring.
 
 Contract: :class:`V1Front` sits between two connections it does not own: an
 :class:`~acp_trio.AgentSideConnection` speaking v1 to the client (the front) and a
@@ -52,9 +56,10 @@ Extension methods (``_``-prefixed) are forwarded verbatim both ways when named
 (``ext_requests`` / ``ext_notifications``); the runtime routes by name, so an unnamed request
 is answered -32601 and an unnamed notification ignored (a debug log line), as on any connection.
 
-Entry points: :func:`serve_v2_agent_to_v1_client` (stdio to the client, the agent spawned) and
-``python -m acp_trio.adapt --speak 1 [--ext-request _NAME ...] [--ext-notification _NAME ...]
--- AGENT_CMD [ARG ...]``.
+Entry points: :func:`serve_v2_agent_to_v1_client` / :func:`serve_v1_agent_to_v2_client` (stdio to
+the client, the agent spawned) and ``python -m acp_trio.adapt --speak 1|2 [--no-client-fs]
+[--ext-request _NAME ...] [--ext-notification _NAME ...] -- AGENT_CMD [ARG ...]`` (``--speak``: the
+version spoken to the client).
 """
 
 from __future__ import annotations
@@ -64,6 +69,7 @@ import itertools
 import logging
 import os
 import sys
+import uuid
 from collections.abc import Callable, Sequence
 from types import ModuleType
 from typing import Any
@@ -80,22 +86,40 @@ from ._core import INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_F
 from ._mapping import (
     VersionError,
     agent_caps_to_v1,
+    agent_caps_to_v2,
     auth_method_to_v1,
+    auth_method_to_v2,
+    client_caps_to_v1,
     client_caps_to_v2,
     config_options_to_v1,
     elicitation_to_v1,
+    elicitation_to_v2,
+    error_to_v2,
     idle_to_v1,
+    mcp_server_to_v1,
     mcp_server_to_v2,
     modes_from_config,
+    outcome_to_v1,
     outcome_to_v2,
     permission_to_v1,
+    permission_to_v2,
+    stop_reason_to_v2,
     tool_content_to_v1,
 )
 from ._roles import AgentSideConnection, ClientSideConnection, ConnectionClosed, ProtocolVersionError
-from ._spec import UNSET
-from ._views import V1View
+from ._spec import UNSET, UnsetType
+from ._views import V1View, V2View
+from .fs import SessionFileSystem
+from .terminals import TerminalManager
 
-__all__ = ["DEFAULT_CANCEL_GRACE", "V1Front", "main", "serve_v2_agent_to_v1_client"]
+__all__ = [
+    "DEFAULT_CANCEL_GRACE",
+    "V1Front",
+    "V2Front",
+    "main",
+    "serve_v1_agent_to_v2_client",
+    "serve_v2_agent_to_v1_client",
+]
 
 log = logging.getLogger("acp_trio.adapt")
 
@@ -686,6 +710,664 @@ class _V2Back:
         await self.front._elicitation_complete(params)
 
 
+# == the second direction: a v1-only agent served to a v2 client =====================================
+DISABLED_FS_DETAIL = (
+    "the v2 client behind this adapter has no file system or terminals (protocol version 2 removed "
+    "fs/* and terminal/*: migration.mdx § Client file system and terminal execution removed), and the "
+    "adapter was told not to answer them itself (--no-client-fs, V2Front(client_fs=False)): "
+    "drop that option to have it answer from the session's cwd"
+)
+
+
+def _not_in_v1(method: str, detail: str) -> RequestError:
+    return RequestError(
+        METHOD_NOT_FOUND,
+        "Method not found",
+        {"method": method, "detail": f"{detail} (the agent behind this adapter speaks protocol version 1)"},
+    )
+
+
+def _has(caps: Any, *path: str) -> bool:
+    """Whether the wire JSON ``caps`` holds a value that is neither ``null`` nor ``false`` at ``path``."""
+    node: Any = caps
+    for key in path:
+        node = node.get(key) if isinstance(node, dict) else None
+    return node is not None and node is not False
+
+
+def _new_message_id() -> str:
+    return f"msg_{uuid.uuid4().hex[:12]}"
+
+
+@attrs.define
+class _V2Turn:
+    """A v2 turn the adapter runs for a v1 ``session/prompt``: its receipt's ``messageId`` and the
+    scope a ``session/cancel`` gives :attr:`V2Front.cancel_grace` seconds."""
+
+    message_id: str
+    scope: trio.CancelScope = attrs.field(factory=trio.CancelScope)
+    done: trio.Event = attrs.field(factory=trio.Event)
+    cancel_sent: bool = False  # a v1 session/cancel went to the agent for this turn
+
+
+@attrs.define
+class _V2Session:
+    """What the adapter keeps of one session for a v2 client: its ``V2View``, where it lives (for
+    ``session/list`` answered by the adapter), its running turn."""
+
+    view: V2View
+    cwd: str | None = None
+    additional_directories: list[str] = attrs.field(factory=list)
+    turn: _V2Turn | None = None
+    closed: bool = False  # closed while a turn ran: forgotten once the turn's idle is out
+    quiet: bool = False  # the agent replays history the v2 client did not ask for (resume via load)
+
+
+class V2Front:
+    """A v1-only agent served to a v2 client (issue 33, the adapter's second direction).
+
+    Wire it between two connections::
+
+        front = V2Front()
+        async with spawn_agent(cmd, args, client=front.agent_handlers()) as agent_conn:
+            await serve_agent_stdio(front)            # or AgentSideConnection(front, ...)
+
+    As an agent handler it speaks v2 only (``acp_handlers()`` is ``{v2: ...}``); :meth:`agent_handlers`
+    is the ``client`` argument of the v1 ``ClientSideConnection`` to the agent (``{v1: ...}``).  One
+    ``V2Front`` serves one client connection and one agent connection.
+
+    v2 client → v1 agent (the design's rows in brackets; ``docs/protocol/v2/migration.mdx``):
+
+    - ``initialize``: v1's with the client's ``info`` as ``clientInfo`` and its capabilities (L1c:
+      ``elicitation``), plus ``fs`` (read and write) and ``terminal``, which the adapter answers itself
+      unless ``client_fs=False``; the agent's answer as v2: ``info`` (v1's ``agentInfo``, else
+      :data:`ADAPTER_INFO`), capabilities (L1/L2: ``session`` with prompt markers and ``mcp.stdio``),
+      auth methods (L3);
+    - ``auth/login`` / ``auth/logout``: ``authenticate`` / ``logout`` (L3);
+    - ``session/new``: the same, MCP servers by row M1 (v1 needs the list: ``[]`` when omitted); the
+      answer's ``modes`` as a ``category: "mode"`` option when no option is one (L4);
+    - ``session/prompt``: the receipt at once with a generated ``messageId``; a ``user_message`` with
+      it, ``state_update`` ``running``, the v1 prompt; its answer is ``idle`` with its stop reason (T1,
+      T2), a v1 error ``idle`` with ``stopReason: "error"`` and the error (T3); -32600 while a turn of
+      the session runs (v1 runs one at a time);
+    - ``session/cancel``: the same (T4); the turn's ``idle`` waits for the v1 answer (normally
+      ``cancelled``) at most ``cancel_grace`` seconds, then says ``cancelled`` anyway;
+    - ``session/resume``: with ``replayFrom: {"type": "start"}`` v1's ``session/load`` (L5; the replay
+      projected); without, v1's ``session/resume`` when offered, else ``session/load`` whose replay
+      is not passed on (v2 resume MUST NOT replay); -32601 naming v1 when the agent has neither,
+      -32602 for another cursor type;
+    - ``session/list``, ``session/close``: the same when the agent advertises them, else answered by
+      the adapter from the sessions it saw (close: the turn cancelled, the session forgotten; L7,
+      L8); ``session/delete``: the same when advertised;
+    - ``session/set_config_option``: on the mode option made from v1 ``modes``, v1's
+      ``session/set_mode`` (L11); otherwise v1's (untagged for ``type: "id"``, L10).
+
+    v1 agent → v2 client:
+
+    - ``session/update``: through one :class:`~acp_trio._views.V2View` per session (generated
+      ``messageId`` s, ``tool_call`` → ``tool_call_update``, ``plan`` → ``plan_update``,
+      ``current_mode_update`` → ``config_option_update``, ...);
+    - ``session/request_permission``: v2's (rows T15, T18) between ``state_update``
+      ``requires_action`` and ``running``; ``elicitation/*`` likewise (T19) when the client offered it;
+    - ``fs/read_text_file``, ``fs/write_text_file`` and ``terminal/*``: answered by the adapter with
+      :class:`acp_trio.fs.SessionFileSystem` and :class:`acp_trio.terminals.TerminalManager` (the
+      StandardClient's batteries) inside the session's ``cwd`` and ``additionalDirectories``;
+      -32601 with a ``detail`` saying how to enable them when ``client_fs=False``.
+
+    ``cancel_grace``: seconds (default :data:`DEFAULT_CANCEL_GRACE`).  ``client_info``: the v1
+    ``clientInfo`` when the client's ``info`` cannot be read as v1 (default :data:`ADAPTER_INFO`).
+    ``ext_requests`` / ``ext_notifications``: as for :class:`V1Front`.  ``new_id``: makes the
+    ``messageId`` s (default ``msg_<12 hex>``).  Errors the v2 client can get besides the agent's
+    own: -32601 naming protocol version 1 for what the agent lacks; -32602 for params with no v1
+    form; -32603 when the agent answers ``initialize`` with another version or is gone.
+    """
+
+    def __init__(
+        self,
+        *,
+        client_fs: bool = True,
+        cancel_grace: float = DEFAULT_CANCEL_GRACE,
+        client_info: v2.Implementation | None = None,
+        ext_requests: Sequence[str] = (),
+        ext_notifications: Sequence[str] = (),
+        new_id: Callable[[], str] | None = None,
+        terminal_kill_grace: float = 2.0,
+    ) -> None:
+        _check_ext_names((*ext_requests, *ext_notifications))
+        self.client_fs = client_fs
+        self.cancel_grace = cancel_grace
+        self.client_info = client_info or ADAPTER_INFO
+        self.ext_requests = tuple(ext_requests)
+        self.ext_notifications = tuple(ext_notifications)
+        self.new_id = new_id or _new_message_id
+        self.terminal_kill_grace = terminal_kill_grace
+        self.client_conn: AgentSideConnection | None = None
+        """The v2 connection to the client (set when it is built)."""
+        self.agent_conn: ClientSideConnection | None = None
+        """The v1 connection to the agent (set when it is built)."""
+        self.agent_initialize: v1.InitializeResponse | None = None
+        """The agent's v1 ``initialize`` answer, once the client initialized."""
+        self.fs: SessionFileSystem | None = None
+        """The file system the agent's ``fs/*`` calls use (``None`` with ``client_fs=False``)."""
+        self.terminals: TerminalManager | None = None
+        """The terminals the agent's ``terminal/*`` calls run (``None`` with ``client_fs=False``)."""
+        self.sessions: dict[str, _V2Session] = {}
+
+    # -- wiring ------------------------------------------------------------------------------------
+    def acp_handlers(self) -> dict[ModuleType, Callable[[AgentSideConnection], V2Front]]:
+        """``{v2: factory}``: the runtime's hook, so ``AgentSideConnection(front, ...)`` serves v2."""
+        return {v2: self._attach_client}
+
+    def agent_handlers(self) -> dict[ModuleType, Callable[[ClientSideConnection], _V1Back]]:
+        """``{v1: factory}``: the ``client`` argument of the connection to the agent."""
+        return {v1: self._attach_agent}
+
+    def _attach_client(self, conn: AgentSideConnection) -> V2Front:
+        if self.client_conn is not None and self.client_conn is not conn:
+            raise RuntimeError("a V2Front serves one client connection; make one per connection")
+        self.client_conn = conn
+        _forward_extensions(conn, lambda: self.agent_conn, self.ext_requests, self.ext_notifications)
+        return self
+
+    def _attach_agent(self, conn: ClientSideConnection) -> _V1Back:
+        if self.agent_conn is not None and self.agent_conn is not conn:
+            raise RuntimeError("a V2Front talks to one agent connection; make one per connection")
+        if self.agent_conn is None:
+            self.agent_conn = conn
+            _forward_extensions(conn, lambda: self.client_conn, self.ext_requests, self.ext_notifications)
+            if self.client_fs:  # the StandardClient's batteries, rooted at each session's cwd
+                self.fs = SessionFileSystem(conn.sessions)
+                self.terminals = TerminalManager(conn, allowed_cwd="roots", kill_grace=self.terminal_kill_grace)
+        return _V1Back(self)
+
+    async def wait_answered(self) -> None:
+        """Wait until no turn the adapter runs for the client is waiting for the agent."""
+        for session in list(self.sessions.values()):
+            if session.turn is not None:
+                await session.turn.done.wait()
+
+    @property
+    def _agent(self) -> Any:
+        if self.agent_conn is None:
+            raise RequestError(INTERNAL_ERROR, "Internal error", {"detail": "the adapter has no agent connection"})
+        return v1.AgentPeer(self.agent_conn)
+
+    @property
+    def _client(self) -> Any:
+        if self.client_conn is None:
+            raise RuntimeError("the adapter has no client connection yet")
+        return v2.ClientPeer(self.client_conn)
+
+    def _agent_offers(self, *path: str) -> bool:
+        return self.agent_conn is not None and _has(self.agent_conn.agent_capabilities, *path)
+
+    def _session(self, session_id: str) -> _V2Session:
+        session = self.sessions.get(session_id)
+        if session is None:  # a session the client knows from elsewhere: project from now on
+            session = self.sessions[session_id] = _V2Session(view=V2View(new_id=self.new_id))
+        return session
+
+    async def _call(self, method: str, call: Callable[[], Any]) -> Any:
+        """``await call()`` on the agent; what its capabilities do not cover is -32601 naming v1, a
+        closed agent connection -32603 saying so."""
+        try:
+            return await call()
+        except CapabilityError as exc:
+            raise _not_in_v1(method, str(exc)) from None
+        except ConnectionClosed as exc:
+            detail = f"the agent behind this adapter is gone ({exc}): {method} was not answered"
+            raise RequestError(INTERNAL_ERROR, "Internal error", {"method": method, "detail": detail}) from None
+
+    async def _update(
+        self, session_id: str, update: Any, meta: Any = UNSET, extra: dict[str, Any] | None = None
+    ) -> None:
+        notification = v2.UpdateSessionNotification(
+            session_id=session_id, update=update, meta=meta, extra_fields=dict(extra or {})
+        )
+        await self._client.session_update(notification)
+
+    # -- v2 agent surface --------------------------------------------------------------------------
+    async def initialize(self, params: v2.InitializeRequest) -> v2.InitializeResponse:
+        """v2 ``initialize`` → v1 ``initialize`` (rows L1, L1c, L2, L3; migration.mdx § Capability
+        reorganization)."""
+        try:
+            info = _relay(params.info, v1.Implementation)
+        except DecodeError:
+            info = _relay(self.client_info, v1.Implementation)
+        given = params.capabilities
+        caps = client_caps_to_v1(
+            given if isinstance(given, v2.ClientCapabilities) else v2.ClientCapabilities(),
+            fs=self.client_fs,
+            terminal=self.client_fs,
+        )
+        request = v1.InitializeRequest(
+            protocol_version=1,
+            client_info=info,
+            client_capabilities=caps,
+            meta=params.meta,
+            extra_fields=params.extra_fields,
+        )
+        if self.agent_conn is None:
+            raise RequestError(INTERNAL_ERROR, "Internal error", {"detail": "the adapter has no agent connection"})
+        try:
+            answer: v1.InitializeResponse = await self.agent_conn.initialize(request)
+        except ProtocolVersionError as exc:
+            raise RequestError(
+                INTERNAL_ERROR,
+                "Internal error",
+                {"detail": f"the agent behind this adapter does not speak protocol version 1: {exc}"},
+            ) from None
+        except ConnectionClosed as exc:
+            detail = f"the agent behind this adapter is gone ({exc}): initialize was not answered"
+            raise RequestError(INTERNAL_ERROR, "Internal error", {"method": "initialize", "detail": detail}) from None
+        self.agent_initialize = answer
+        agent_caps = (
+            answer.agent_capabilities
+            if isinstance(answer.agent_capabilities, v1.AgentCapabilities)
+            else v1.AgentCapabilities()
+        )
+        methods = answer.auth_methods if isinstance(answer.auth_methods, list) else []
+        return v2.InitializeResponse(
+            protocol_version=2,
+            info=_relay(answer.agent_info, v2.Implementation)
+            if isinstance(answer.agent_info, v1.Implementation)
+            else ADAPTER_INFO,
+            capabilities=agent_caps_to_v2(agent_caps),
+            auth_methods=[auth_method_to_v2(m) for m in methods],
+            meta=answer.meta,
+            extra_fields=answer.extra_fields,
+        )
+
+    async def auth_login(self, params: v2.LoginAuthRequest) -> v2.LoginAuthResponse:
+        """v2 ``auth/login`` → v1 ``authenticate`` (row L3)."""
+        request = v1.AuthenticateRequest(method_id=params.method_id, meta=params.meta, extra_fields=params.extra_fields)
+        answer = await self._call("auth/login", lambda: self._agent.authenticate(request))
+        result: v2.LoginAuthResponse = _relay(answer, v2.LoginAuthResponse)
+        return result
+
+    async def auth_logout(self, params: v2.LogoutAuthRequest) -> v2.LogoutAuthResponse:
+        """v2 ``auth/logout`` → v1 ``logout`` (row L3; -32601 when the agent has no ``auth.logout``)."""
+        request = _relay(params, v1.LogoutRequest)
+        answer = await self._call("auth/logout", lambda: self._agent.logout(request))
+        result: v2.LogoutAuthResponse = _relay(answer, v2.LogoutAuthResponse)
+        return result
+
+    def _setup_request(self, params: Any, target: Any, method: str, **extra: Any) -> Any:
+        """A v2 ``session/new``/``resume`` request as v1's ``target``: the same fields without
+        ``replayFrom``, MCP server configs by row M1 (v1 requires the list)."""
+        wire = converter.unstructure(params)
+        wire.pop("replayFrom", None)
+        servers = params.mcp_servers if isinstance(params.mcp_servers, list) else []
+        try:
+            wire["mcpServers"] = [converter.unstructure(mcp_server_to_v1(s)) for s in servers]
+        except VersionError as exc:
+            raise _untranslatable(method, exc) from None
+        wire.update(extra)
+        try:
+            return _structure(wire, target)
+        except DecodeError as exc:
+            raise _untranslatable(method, exc) from None
+
+    def _open(self, session_id: str, params: Any) -> _V2Session:
+        session = self._session(session_id)
+        session.cwd = params.cwd
+        dirs = params.additional_directories
+        session.additional_directories = list(dirs) if isinstance(dirs, list) else []
+        return session
+
+    @staticmethod
+    def _seed(session: _V2Session, answer: Any) -> Any:
+        """v1 ``modes`` / ``configOptions`` of a setup answer as v2's ``configOptions`` (L4, L10)."""
+        modes = answer.modes if isinstance(answer.modes, v1.SessionModeState) else None
+        options = answer.config_options if isinstance(answer.config_options, list) else []
+        if modes is None and not isinstance(answer.config_options, list):
+            session.view.seed()
+            return UNSET
+        return session.view.seed(modes=modes, config_options=options)
+
+    async def session_new(self, params: v2.NewSessionRequest) -> v2.NewSessionResponse:
+        """v2 ``session/new`` → v1 ``session/new`` (rows L4, M1; v2 session-setup.mdx)."""
+        request = self._setup_request(params, v1.NewSessionRequest, "session/new")
+        answer = await self._call("session/new", lambda: self._agent.session_new(request))
+        session = self._open(answer.session_id, params)
+        return v2.NewSessionResponse(
+            session_id=answer.session_id,
+            config_options=self._seed(session, answer),
+            meta=answer.meta,
+            extra_fields=answer.extra_fields,
+        )
+
+    async def session_resume(self, params: v2.ResumeSessionRequest) -> v2.ResumeSessionResponse:
+        """v2 ``session/resume`` → v1 ``session/load`` (with ``replayFrom: start``: the replay
+        projected, row L5) or ``session/resume`` (without: row L6; ``session/load`` with its replay
+        not passed on when the agent cannot resume).  -32601 naming v1 when the agent has neither;
+        -32602 for a ``replayFrom`` other than ``start``."""
+        replay = params.replay_from
+        if replay is not None and not isinstance(replay, (UnsetType, v2.StartReplayFrom)):
+            detail = (
+                f"replayFrom {getattr(replay, 'type', '?')!r}: only {{type: start}} (a v1 session/load) can be served"
+            )
+            raise RequestError(INVALID_PARAMS, "Invalid params", {"method": "session/resume", "detail": detail})
+        can_load = self._agent_offers("loadSession")
+        if isinstance(replay, v2.StartReplayFrom) or not self._agent_offers("sessionCapabilities", "resume"):
+            if not can_load:
+                what = "replay (loadSession)" if isinstance(replay, v2.StartReplayFrom) else "resume or loadSession"
+                raise _not_in_v1("session/resume", f"the agent advertises no {what}")
+            request = self._setup_request(params, v1.LoadSessionRequest, "session/resume")
+            session = self._open(params.session_id, params)
+            session.view = V2View(new_id=self.new_id)  # a replay starts the session's stream over
+            session.quiet = not isinstance(replay, v2.StartReplayFrom)
+            try:
+                answer = await self._call("session/resume", lambda: self._agent.session_load(request))
+            finally:
+                session.quiet = False
+        else:
+            request = self._setup_request(params, v1.ResumeSessionRequest, "session/resume")
+            session = self._open(params.session_id, params)
+            answer = await self._call("session/resume", lambda: self._agent.session_resume(request))
+        return v2.ResumeSessionResponse(
+            config_options=self._seed(session, answer), meta=answer.meta, extra_fields=answer.extra_fields
+        )
+
+    async def session_list(self, params: v2.ListSessionsRequest) -> v2.ListSessionsResponse:
+        """v2 ``session/list`` (baseline) → v1's when the agent advertises ``sessionCapabilities.list``
+        (row L7); otherwise the sessions this adapter saw opened (filtered by ``cwd``; one page)."""
+        if self._agent_offers("sessionCapabilities", "list"):
+            request = _relay(params, v1.ListSessionsRequest)
+            answer = await self._call("session/list", lambda: self._agent.session_list(request))
+            result: v2.ListSessionsResponse = _relay(answer, v2.ListSessionsResponse)
+            return result
+        seen = [
+            v2.SessionInfo(
+                session_id=session_id,
+                cwd=session.cwd,
+                additional_directories=session.additional_directories or UNSET,
+            )
+            for session_id, session in self.sessions.items()
+            if session.cwd is not None
+            and not session.closed
+            and (not isinstance(params.cwd, str) or params.cwd == session.cwd)
+        ]
+        return v2.ListSessionsResponse(sessions=seen)
+
+    async def session_close(self, params: v2.CloseSessionRequest) -> v2.CloseSessionResponse:
+        """v2 ``session/close`` (baseline) → v1's when the agent advertises ``sessionCapabilities.close``
+        (row L8); otherwise the adapter cancels the session's turn (v1 ``session/cancel``; its
+        ``idle`` follows) and forgets the session."""
+        session = self.sessions.get(params.session_id)
+        if session is not None and session.turn is not None:
+            await self._cancel(params.session_id, session.turn, _relay_cancel(params.session_id))
+        if self._agent_offers("sessionCapabilities", "close"):
+            request = _relay(params, v1.CloseSessionRequest)
+            answer = await self._call("session/close", lambda: self._agent.session_close(request))
+            result: v2.CloseSessionResponse = _relay(answer, v2.CloseSessionResponse)
+        else:
+            if self.agent_conn is not None and params.session_id in self.agent_conn.sessions:
+                self.agent_conn.sessions.end(params.session_id, "session/close")  # its fs roots and terminals
+            result = v2.CloseSessionResponse()
+        self._forget(params.session_id)
+        return result
+
+    async def session_delete(self, params: v2.DeleteSessionRequest) -> v2.DeleteSessionResponse:
+        """v2 ``session/delete`` → v1's (row L9; -32601 naming v1 when the agent lacks it)."""
+        request = _relay(params, v1.DeleteSessionRequest)
+        answer = await self._call("session/delete", lambda: self._agent.session_delete(request))
+        self._forget(params.session_id)
+        result: v2.DeleteSessionResponse = _relay(answer, v2.DeleteSessionResponse)
+        return result
+
+    def _forget(self, session_id: str) -> None:
+        session = self.sessions.get(session_id)
+        if session is not None:
+            if session.turn is None:
+                del self.sessions[session_id]
+            else:
+                session.closed = True
+
+    async def session_set_config_option(self, params: Any) -> v2.SetSessionConfigOptionResponse:
+        """v2 ``session/set_config_option`` → v1 ``session/set_mode`` on the mode option made from
+        the agent's ``modes`` (row L11), else v1's (row L10: ``type: "id"`` untagged)."""
+        session = self._session(params.session_id)
+        if params.config_id == session.view.modes_option_id:
+            if not isinstance(params, v2.IdSetSessionConfigOptionRequest):
+                detail = f"the mode option {params.config_id!r} takes a mode id (type 'id')"
+                raise RequestError(
+                    INVALID_PARAMS, "Invalid params", {"method": "session/set_config_option", "detail": detail}
+                )
+            request = v1.SetSessionModeRequest(
+                session_id=params.session_id,
+                mode_id=params.value,
+                meta=params.meta,
+                extra_fields=params.extra_fields,
+            )
+            mode_answer = await self._call("session/set_config_option", lambda: self._agent.session_set_mode(request))
+            (changed,) = session.view.project(v1.CurrentModeUpdateSessionUpdate(current_mode_id=params.value))
+            return v2.SetSessionConfigOptionResponse(config_options=changed.config_options, meta=mode_answer.meta)
+        wire = converter.unstructure(params)
+        if wire.get("type") == "id":
+            del wire["type"]
+        try:
+            v1_request = _structure(wire, v1.SetSessionConfigOptionRequest)
+        except DecodeError as exc:
+            raise _untranslatable("session/set_config_option", exc) from None
+        answer = await self._call(
+            "session/set_config_option", lambda: self._agent.session_set_config_option(v1_request)
+        )
+        (update,) = session.view.project(v1.ConfigOptionUpdateSessionUpdate(config_options=answer.config_options))
+        return v2.SetSessionConfigOptionResponse(config_options=update.config_options, meta=answer.meta)
+
+    async def session_prompt(self, params: v2.PromptRequest) -> v2.PromptResponse:
+        """v2 ``session/prompt`` → v1 ``session/prompt`` (rows T1-T3; v2 prompt-lifecycle.mdx): the
+        receipt at once with a generated ``messageId``, after the ``user_message`` that carries it;
+        a background task sends ``running``, waits for the v1 answer and sends ``idle`` with its
+        stop reason (a v1 error: ``stopReason: "error"`` and the error).  -32600 while a turn of the
+        session runs; -32602 for a prompt with no v1 form."""
+        session = self._session(params.session_id)
+        if session.turn is not None:
+            detail = "a prompt turn of this session is still running (its agent speaks v1: one turn at a time)"
+            raise RequestError(INVALID_REQUEST, "Invalid request", {"method": "session/prompt", "detail": detail})
+        try:
+            request = _relay(params, v1.PromptRequest)
+        except DecodeError as exc:
+            raise _untranslatable("session/prompt", exc) from None
+        if self.client_conn is None:
+            raise RuntimeError("the adapter has no client connection yet")
+        turn = session.turn = _V2Turn(message_id=self.new_id())
+        try:
+            await self._update(
+                params.session_id, v2.UserMessageSessionUpdate(message_id=turn.message_id, content=list(params.prompt))
+            )
+            self.client_conn.start_soon(
+                self._run_turn, params.session_id, session, turn, request, name=f"adapt turn {params.session_id}"
+            )
+        except BaseException:
+            session.turn = None
+            turn.done.set()
+            raise
+        return v2.PromptResponse(message_id=turn.message_id)
+
+    async def _run_turn(self, session_id: str, session: _V2Session, turn: _V2Turn, request: v1.PromptRequest) -> None:
+        idle = v2.IdleStateUpdateSessionUpdate(stop_reason="cancelled")
+        answered = False
+        try:
+            with turn.scope:
+                await self._update(session_id, v2.RunningStateUpdateSessionUpdate())
+                try:
+                    response = await self._call("session/prompt", lambda: self._agent.session_prompt(request))
+                except RequestError as exc:
+                    idle = error_to_v2(exc)
+                else:
+                    idle = stop_reason_to_v2(response)
+                answered = True
+        finally:
+            with trio.CancelScope(shield=True):
+                if not answered and not turn.cancel_sent:  # the client left: the agent stops its turn too
+                    with trio.move_on_after(self.cancel_grace):
+                        await self._tell_cancel(session_id, turn)
+                if session.turn is turn:
+                    session.turn = None
+                    if session.closed and self.sessions.get(session_id) is session:
+                        del self.sessions[session_id]
+                try:
+                    with trio.move_on_after(self.cancel_grace):
+                        await self._update(session_id, idle)
+                except ConnectionClosed:
+                    pass
+                turn.done.set()
+
+    async def _tell_cancel(self, session_id: str, turn: _V2Turn) -> None:
+        turn.cancel_sent = True
+        try:
+            await self._agent.session_cancel(_relay_cancel(session_id))
+        except (ConnectionClosed, RequestError) as exc:
+            log.debug("session %s: the agent could not be told to cancel its turn: %s", session_id, exc)
+
+    async def _cancel(self, session_id: str, turn: _V2Turn, notification: v1.CancelNotification) -> None:
+        """Tell the agent to cancel ``turn``; its ``idle`` waits for the v1 answer at most
+        :attr:`cancel_grace` seconds more."""
+        turn.scope.deadline = min(turn.scope.deadline, trio.current_time() + self.cancel_grace)
+        turn.cancel_sent = True
+        try:
+            await self._agent.session_cancel(notification)
+        except (ConnectionClosed, RequestError) as exc:
+            log.debug("session %s: the agent could not be told to cancel its turn: %s", session_id, exc)
+
+    async def session_cancel(self, params: v2.CancelSessionNotification) -> None:
+        """v2 ``session/cancel`` → v1's (row T4); the turn's ``idle`` follows the agent's answer."""
+        session = self.sessions.get(params.session_id)
+        notification = _relay(params, v1.CancelNotification)
+        if session is not None and session.turn is not None:
+            await self._cancel(params.session_id, session.turn, notification)
+        elif self.agent_conn is not None:
+            try:
+                await self._agent.session_cancel(notification)
+            except (ConnectionClosed, RequestError) as exc:
+                log.debug("session/cancel not sent to the agent: %s", exc)
+
+    # -- v1 agent → v2 client ----------------------------------------------------------------------
+    async def _forward(self, params: v1.SessionNotification) -> None:
+        """One v1 ``session/update`` as the v2 updates its session's view projects it to; each
+        carries the notification's ``_meta`` and unknown fields."""
+        session = self._session(params.session_id)
+        try:
+            out = session.view.project(params.update)
+        except VersionError as exc:
+            log.warning("session %s: not sent to the v2 client: %s", params.session_id, exc)
+            return
+        if session.quiet:  # a resume without replay served by v1's session/load
+            return
+        for one in out:
+            await self._update(params.session_id, one, params.meta, params.extra_fields)
+
+    async def _asking(self, session_id: str, ask: Callable[[], Any]) -> Any:
+        """``await ask()`` (a question to the client) between ``requires_action`` and ``running``
+        (row T22; v2 prompt-lifecycle.mdx), when a turn of the session runs."""
+        session = self.sessions.get(session_id)
+        running = session is not None and session.turn is not None
+        if running:
+            await self._update(session_id, v2.RequiresActionStateUpdateSessionUpdate())
+        answer = await ask()
+        if running and session is not None and session.turn is not None:
+            await self._update(session_id, v2.RunningStateUpdateSessionUpdate())
+        return answer
+
+    async def _permission(self, params: v1.RequestPermissionRequest) -> v1.RequestPermissionResponse:
+        request = permission_to_v2(params)
+        answer = await self._asking(params.session_id, lambda: self._client.session_request_permission(request))
+        return v1.RequestPermissionResponse(
+            outcome=outcome_to_v1(answer.outcome, params.options), meta=answer.meta, extra_fields=answer.extra_fields
+        )
+
+    async def _elicit(self, params: Any) -> Any:
+        """v1 ``elicitation/create`` → v2's (row T19); -32601 when the v2 client did not offer it."""
+        request = elicitation_to_v2(params)
+        try:
+            answer = await self._asking(
+                getattr(params, "session_id", ""), lambda: self._client.elicitation_create(request)
+            )
+        except CapabilityError as exc:
+            raise RequestError(
+                METHOD_NOT_FOUND,
+                "Method not found",
+                {"method": "elicitation/create", "detail": f"the v2 client behind this adapter: {exc}"},
+            ) from None
+        return _relay(answer, v1.CreateElicitationResponse)
+
+    async def _elicitation_complete(self, params: v1.CompleteElicitationNotification) -> None:
+        try:
+            await self._client.elicitation_complete(_relay(params, v2.CompleteElicitationNotification))
+        except (CapabilityError, DecodeError) as exc:
+            log.warning("elicitation/complete not sent to the v2 client: %s", exc)
+
+    def _batteries(self, method: str) -> tuple[SessionFileSystem, TerminalManager]:
+        if self.fs is None or self.terminals is None:
+            raise RequestError(METHOD_NOT_FOUND, "Method not found", {"method": method, "detail": DISABLED_FS_DETAIL})
+        return self.fs, self.terminals
+
+
+def _relay_cancel(session_id: str) -> v1.CancelNotification:
+    return v1.CancelNotification(session_id=session_id)
+
+
+class _V1Back:
+    """The v1 client-side handler facing the agent: each method hands over to its :class:`V2Front`
+    (``fs/*`` and ``terminal/*`` to its batteries)."""
+
+    def __init__(self, front: V2Front) -> None:
+        self.front = front
+
+    async def session_update(self, params: v1.SessionNotification) -> None:
+        """v1 ``session/update`` → zero or more v2 ``session/update`` (the session's ``V2View``)."""
+        await self.front._forward(params)
+
+    async def session_request_permission(self, params: v1.RequestPermissionRequest) -> v1.RequestPermissionResponse:
+        """v1 ``session/request_permission`` → v2's (rows T15, T18)."""
+        return await self.front._permission(params)
+
+    async def elicitation_create(self, params: Any) -> Any:
+        """v1 ``elicitation/create`` → v2's (row T19)."""
+        return await self.front._elicit(params)
+
+    async def elicitation_complete(self, params: v1.CompleteElicitationNotification) -> None:
+        """v1 ``elicitation/complete`` → v2's."""
+        await self.front._elicitation_complete(params)
+
+    async def fs_read_text_file(self, params: v1.ReadTextFileRequest) -> v1.ReadTextFileResponse:
+        """Read inside the session's roots (:class:`~acp_trio.fs.SessionFileSystem`)."""
+        fs, _ = self.front._batteries("fs/read_text_file")
+        return await fs.fs_read_text_file(params)
+
+    async def fs_write_text_file(self, params: v1.WriteTextFileRequest) -> v1.WriteTextFileResponse:
+        """Write atomically inside the session's roots (:class:`~acp_trio.fs.SessionFileSystem`)."""
+        fs, _ = self.front._batteries("fs/write_text_file")
+        return await fs.fs_write_text_file(params)
+
+    async def terminal_create(self, params: v1.CreateTerminalRequest) -> v1.CreateTerminalResponse:
+        """Start a command in the session's roots (:class:`~acp_trio.terminals.TerminalManager`)."""
+        _, terminals = self.front._batteries("terminal/create")
+        return await terminals.terminal_create(params)
+
+    async def terminal_output(self, params: v1.TerminalOutputRequest) -> v1.TerminalOutputResponse:
+        """The terminal's output so far."""
+        _, terminals = self.front._batteries("terminal/output")
+        return await terminals.terminal_output(params)
+
+    async def terminal_wait_for_exit(self, params: v1.WaitForTerminalExitRequest) -> v1.WaitForTerminalExitResponse:
+        """Wait for the command to exit."""
+        _, terminals = self.front._batteries("terminal/wait_for_exit")
+        return await terminals.terminal_wait_for_exit(params)
+
+    async def terminal_kill(self, params: v1.KillTerminalRequest) -> v1.KillTerminalResponse:
+        """Kill the command; the terminal stays valid."""
+        _, terminals = self.front._batteries("terminal/kill")
+        return await terminals.terminal_kill(params)
+
+    async def terminal_release(self, params: v1.ReleaseTerminalRequest) -> v1.ReleaseTerminalResponse:
+        """Kill the command if it runs and forget the terminal."""
+        _, terminals = self.front._batteries("terminal/release")
+        return await terminals.terminal_release(params)
+
+
 # -- rows the adapter needs beyond _mapping --------------------------------------------------------
 def _auth_methods_to_v1(methods: Sequence[Any]) -> list[Any]:
     """Row L3, v2 → v1: the agent's auth methods (:func:`~acp_trio._mapping.auth_method_to_v1`);
@@ -800,10 +1482,58 @@ async def serve_v2_agent_to_v1_client(
         nursery.cancel_scope.cancel()
 
 
+async def serve_v1_agent_to_v2_client(
+    agent_argv: Sequence[str],
+    *,
+    client_fs: bool = True,
+    cancel_grace: float = DEFAULT_CANCEL_GRACE,
+    ext_requests: Sequence[str] = (),
+    ext_notifications: Sequence[str] = (),
+    env: dict[str, str] | None = None,
+    cwd: str | os.PathLike[str] | None = None,
+    **options: Any,
+) -> None:
+    """Serve the v1-only agent ``agent_argv`` (program and arguments, no shell) to a v2 client on
+    this process's stdin/stdout, until the client closes stdin.
+
+    As :func:`serve_v2_agent_to_v1_client`, the other way round (:class:`V2Front`): the agent is
+    started with :func:`acp_trio.spawn_agent`, stopped when the client leaves; when the agent is
+    gone its running turns end ``idle`` with ``stopReason: "error"`` (-32603) and the client is let
+    go.  ``client_fs``: answer the agent's ``fs/*`` and ``terminal/*`` inside each session's ``cwd``
+    (default) or refuse them (-32601).  ``options``: for both connections.  Raises ``ValueError``
+    for an empty ``agent_argv`` and ``OSError`` when it cannot start.
+    """
+    from .transports.stdio import serve_agent_stdio, spawn_agent
+
+    if not agent_argv:
+        raise ValueError("give the agent's command line: python -m acp_trio.adapt --speak 2 -- AGENT_CMD [ARG ...]")
+    front = V2Front(
+        client_fs=client_fs, cancel_grace=cancel_grace, ext_requests=ext_requests, ext_notifications=ext_notifications
+    )
+    async with (
+        spawn_agent(agent_argv[0], agent_argv[1:], client=front.agent_handlers(), env=env, cwd=cwd, **options) as agent,
+        trio.open_nursery() as nursery,
+    ):
+
+        async def serve_client() -> None:
+            await serve_agent_stdio(front, **options)
+            nursery.cancel_scope.cancel()  # the client left: stop the agent (spawn_agent's exit)
+
+        nursery.start_soon(serve_client)
+        await agent.wait_closed()
+        with trio.move_on_after(agent.connection.close_timeout):
+            await front.wait_answered()
+            await trio.lowlevel.checkpoint()
+        if front.client_conn is not None:
+            await front.client_conn.connection.aclose("the agent behind the adapter closed its connection")
+        nursery.cancel_scope.cancel()
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     """``python -m acp_trio.adapt --speak 1 -- AGENT_CMD [ARG ...]``: a v2-only agent for a v1
-    client on stdio.  Exit 2 with one line on stderr for a usage error, an agent command that
-    cannot start, or ``--speak 2`` (a v1-only agent for a v2 client: not written yet)."""
+    client on stdio (:func:`serve_v2_agent_to_v1_client`); ``--speak 2 [--no-client-fs]``: a
+    v1-only agent for a v2 client (:func:`serve_v1_agent_to_v2_client`).  Exit 2 with one line on
+    stderr for a usage error or an agent command that cannot start."""
     parser = argparse.ArgumentParser(
         prog="python -m acp_trio.adapt",
         description="Serve an ACP agent that speaks one protocol version to a client that speaks the other.",
@@ -816,24 +1546,32 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument(
         "--ext-notification", action="append", default=[], metavar="_NAME", help="an extension notification to forward"
     )
+    parser.add_argument(
+        "--no-client-fs",
+        action="store_true",
+        help="--speak 2: refuse the agent's fs/* and terminal/* (-32601), not answer them in the session's cwd",
+    )
     parser.add_argument("agent", nargs=argparse.REMAINDER, help="-- AGENT_CMD [ARG ...]")
     args = parser.parse_args(argv)
     agent = args.agent[1:] if args.agent[:1] == ["--"] else args.agent
-    if args.speak == 2:
-        parser.exit(2, "python -m acp_trio.adapt: --speak 2 (a v1-only agent for a v2 client) is not available yet\n")
     if not agent:
-        parser.error("give the agent's command after --: --speak 1 -- AGENT_CMD [ARG ...]")
+        parser.error(f"give the agent's command after --: --speak {args.speak} -- AGENT_CMD [ARG ...]")
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
     for name in (*args.ext_request, *args.ext_notification):
         if not name.startswith("_"):
             parser.error(f"extension method names start with '_': {name!r}")
+    if args.no_client_fs and args.speak == 1:
+        parser.error("--no-client-fs is for --speak 2 (a v2 client has no file system; a v1 one serves its own)")
+    serve = serve_v2_agent_to_v1_client if args.speak == 1 else serve_v1_agent_to_v2_client
+    extra: dict[str, Any] = {"client_fs": not args.no_client_fs} if args.speak == 2 else {}
     try:
         trio.run(
-            lambda: serve_v2_agent_to_v1_client(
+            lambda: serve(
                 agent,
                 cancel_grace=args.cancel_grace,
                 ext_requests=args.ext_request,
                 ext_notifications=args.ext_notification,
+                **extra,
             )
         )
     except OSError as exc:  # the agent command cannot start: checked before anything runs

@@ -1,0 +1,490 @@
+"""The adapter, second direction (issue 33): a v1-only agent served to a v2 client by ``acp_trio.adapt``.
+
+In memory: a hand-written v1 agent (:class:`RawV1Agent`, served v1 only) on one memory stream
+pair, :class:`acp_trio.adapt.V2Front` between, a plain v2 client on another pair.  Each test reads
+the JSON lines the v2 client received (a client-side tap) and checks them against
+``docs/protocol/v2/migration.mdx`` and ``prompt-lifecycle.mdx``: a receipt with a ``messageId``, the
+``user_message`` carrying it, ``running``, chunks with ``messageId`` s, ``tool_call_update``,
+``plan_update``, ``requires_action`` around a permission, ``idle`` with the v1 stop reason, and
+nothing of v1 (``tool_call``, ``plan``, ``current_mode_update``) on the v2 wire.  The agent's
+``fs/*`` calls are answered by the adapter inside the session's ``cwd`` (a ``tmp_path``).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+from trio.testing import memory_stream_pair
+
+from acp_schema import v1, v2
+from acp_trio import AgentSideConnection, ClientSideConnection, RequestError, spawn_agent
+from acp_trio._spec import UNSET
+from acp_trio.adapt import V2Front
+
+DEADLINE = 10  # seconds; a turn takes milliseconds in memory
+MODES = v1.SessionModeState(
+    current_mode_id="ask",
+    available_modes=[v1.SessionMode(id="ask", name="Ask"), v1.SessionMode(id="code", name="Code")],
+)
+ALLOW_OR_REJECT = [
+    v1.PermissionOption(option_id="allow", name="Allow", kind="allow_once"),
+    v1.PermissionOption(option_id="reject", name="Reject", kind="reject_once"),
+]
+
+
+class RawV1Agent:
+    """A v1-only agent whose turn depends on the prompt's text: ``turn`` (text, a plan, a tool call
+    with a permission, an fs read and write in its cwd), ``outside`` (an fs read outside it),
+    ``wait`` (until cancelled), ``fail`` (a v1 error)."""
+
+    def __init__(self, conn: AgentSideConnection) -> None:
+        self.conn = conn
+        self.client = v1.ClientPeer(conn)
+        self.requests: list[Any] = []
+        self.errors: list[RequestError] = []
+        self.waiting = trio.Event()
+
+    async def initialize(self, params: v1.InitializeRequest) -> v1.InitializeResponse:
+        self.requests.append(params)
+        return v1.InitializeResponse(
+            protocol_version=1,
+            agent_info=v1.Implementation(name="raw-v1", version="1"),
+            agent_capabilities=v1.AgentCapabilities(
+                load_session=True, prompt_capabilities=v1.PromptCapabilities(embedded_context=True)
+            ),
+            auth_methods=[v1.AuthMethodAgent(id="key", name="API key")],
+        )
+
+    async def session_new(self, params: v1.NewSessionRequest) -> v1.NewSessionResponse:
+        self.requests.append(params)
+        return v1.NewSessionResponse(session_id="s1", modes=MODES)
+
+    async def session_load(self, params: v1.LoadSessionRequest) -> v1.LoadSessionResponse:
+        self.requests.append(params)
+        await self.say(params.session_id, v1.UserMessageChunkSessionUpdate(content=text("earlier")))
+        await self.say(params.session_id, v1.AgentMessageChunkSessionUpdate(content=text("answer")))
+        return v1.LoadSessionResponse(modes=MODES)
+
+    async def session_set_mode(self, params: v1.SetSessionModeRequest) -> v1.SetSessionModeResponse:
+        self.requests.append(params)
+        return v1.SetSessionModeResponse()
+
+    async def say(self, session_id: str, update: Any) -> None:
+        await self.client.session_update(v1.SessionNotification(session_id=session_id, update=update))
+
+    async def session_prompt(self, params: v1.PromptRequest) -> v1.PromptResponse:
+        self.requests.append(params)
+        sid = params.session_id
+        first = params.prompt[0]
+        assert isinstance(first, v1.TextContentBlock)
+        cwd = self.conn.sessions[sid].cwd if sid in self.conn.sessions else "/work"
+        if first.text == "fail":
+            raise RequestError(-32000, "quota exceeded", {"retryAfter": 5})
+        if first.text == "wait":
+            await self.say(sid, v1.AgentMessageChunkSessionUpdate(content=text("working")))
+            self.waiting.set()
+            try:
+                await trio.sleep_forever()
+            finally:  # what the agent says while it stops reaches the client before idle
+                with trio.CancelScope(shield=True):
+                    await self.say(sid, v1.AgentMessageChunkSessionUpdate(content=text("stopped")))
+        if first.text == "outside":  # sent raw: past the runtime's check of the client's capabilities
+            calls = [
+                ("fs/read_text_file", {"sessionId": sid, "path": "/etc/hostname"}),
+                ("terminal/create", {"sessionId": sid, "command": "true", "cwd": "/"}),
+            ]
+            for method, wire_params in calls:
+                try:
+                    await self.conn.connection.request(method, wire_params)
+                except RequestError as exc:
+                    self.errors.append(exc)
+            return v1.PromptResponse(stop_reason="refusal")
+        await self.say(sid, v1.AgentThoughtChunkSessionUpdate(content=text("Planning.")))
+        await self.say(sid, v1.AgentMessageChunkSessionUpdate(content=text("Hello ")))
+        await self.say(sid, v1.AgentMessageChunkSessionUpdate(content=text("there")))
+        entry = v1.PlanEntry(content="Edit b.txt", priority="high", status="pending")
+        await self.say(sid, v1.PlanSessionUpdate(entries=[entry]))
+        await self.say(
+            sid, v1.ToolCallSessionUpdate(tool_call_id="c1", title="Edit b.txt", kind="edit", status="pending")
+        )
+        answer = await self.client.session_request_permission(
+            v1.RequestPermissionRequest(
+                session_id=sid, tool_call=v1.ToolCallUpdate(tool_call_id="c1"), options=ALLOW_OR_REJECT
+            )
+        )
+        outcome = answer.outcome
+        if not (isinstance(outcome, v1.SelectedRequestPermissionOutcome) and outcome.option_id == "allow"):
+            await self.say(sid, v1.ToolCallUpdateSessionUpdate(tool_call_id="c1", status="failed"))
+            return v1.PromptResponse(stop_reason="end_turn")
+        await self.say(sid, v1.ToolCallUpdateSessionUpdate(tool_call_id="c1", status="in_progress"))
+        read = await self.client.fs_read_text_file(v1.ReadTextFileRequest(session_id=sid, path=f"{cwd}/a.txt"))
+        new = read.content.upper()
+        await self.client.fs_write_text_file(v1.WriteTextFileRequest(session_id=sid, path=f"{cwd}/b.txt", content=new))
+        diff = v1.DiffToolCallContent(path=f"{cwd}/b.txt", new_text=new)
+        await self.say(sid, v1.ToolCallUpdateSessionUpdate(tool_call_id="c1", status="completed", content=[diff]))
+        await self.say(sid, v1.PlanSessionUpdate(entries=[v1.PlanEntry(**{**_fields(entry), "status": "completed"})]))
+        await self.say(sid, v1.AgentMessageChunkSessionUpdate(content=text("Done.")))
+        return v1.PromptResponse(stop_reason="end_turn")
+
+
+def _fields(entry: v1.PlanEntry) -> dict[str, Any]:
+    return {"content": entry.content, "priority": entry.priority, "status": entry.status}
+
+
+def text(value: str) -> v1.TextContentBlock:
+    return v1.TextContentBlock(text=value)
+
+
+class V2Client:
+    """A plain v2 client: answers permission requests with ``answer``, notes idle updates."""
+
+    def __init__(self, answer: str = "allow") -> None:
+        self.answer = answer
+        self.idle = trio.Event()
+        self.asked = trio.Event()
+
+    async def session_update(self, params: v2.UpdateSessionNotification) -> None:
+        if isinstance(params.update, v2.IdleStateUpdateSessionUpdate):
+            self.idle.set()
+
+    async def session_request_permission(self, params: v2.RequestPermissionRequest) -> v2.RequestPermissionResponse:
+        self.asked.set()
+        return v2.RequestPermissionResponse(outcome=v2.SelectedRequestPermissionOutcome(option_id=self.answer))
+
+
+def raw_agents() -> tuple[list[RawV1Agent], dict[Any, Any]]:
+    agents: list[RawV1Agent] = []
+
+    def make(conn: AgentSideConnection) -> RawV1Agent:
+        agents.append(RawV1Agent(conn))
+        return agents[-1]
+
+    return agents, {v1: make}
+
+
+@asynccontextmanager
+async def adapted(
+    agent: Any, client: Any, received: list[bytes], *, client_fs: bool = True, grace: float = 5
+) -> AsyncIterator[tuple[V2Front, Any, v2.InitializeResponse]]:
+    """``agent`` (handlers speaking v1) behind a :class:`V2Front`, driven by the v2 ``client``;
+    yields the front, the client's ``AgentPeer`` and the ``initialize`` answer.  ``received``: the
+    v2 client's input lines."""
+    front = V2Front(client_fs=client_fs, cancel_grace=grace)
+    agent_stream, back_stream = memory_stream_pair()
+    front_stream, client_stream = memory_stream_pair()
+    agent_conn = AgentSideConnection(agent, agent_stream, agent_stream)
+    back_conn = ClientSideConnection(front.agent_handlers(), back_stream, back_stream)
+    front_conn = AgentSideConnection(front, front_stream, front_stream)
+    client_conn = ClientSideConnection(
+        {v2: client}, client_stream, client_stream, tap=lambda d, data: received.append(data) if d == "in" else None
+    )
+    with trio.fail_after(DEADLINE):
+        async with agent_conn, back_conn, front_conn, client_conn:
+            init = await client_conn.initialize(
+                v2.InitializeRequest(
+                    protocol_version=2,
+                    info=v2.Implementation(name="v2-client", version="1"),
+                    capabilities=v2.ClientCapabilities(),
+                )
+            )
+            assert init.protocol_version == 2
+            assert back_conn.protocol_version == 1  # the agent was spoken to in v1
+            yield front, client_conn.agent, init
+
+
+def wire(received: list[bytes]) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in received]
+
+
+def updates(received: list[bytes]) -> list[dict[str, Any]]:
+    """The session updates (their ``update``), permission requests (``{"permission": params}``) and
+    the prompt receipt (``{"receipt": result}``) the client read, in order."""
+    out: list[dict[str, Any]] = []
+    for message in wire(received):
+        if message.get("method") == "session/update":
+            out.append(message["params"]["update"])
+        elif message.get("method") == "session/request_permission":
+            out.append({"permission": message["params"]})
+        elif "messageId" in message.get("result", {}):
+            out.append({"receipt": message["result"]})
+    return out
+
+
+def kinds(items: list[dict[str, Any]]) -> list[str]:
+    out = []
+    for u in items:
+        kind = u.get("sessionUpdate", next(iter(u)))
+        out.append(f"{kind} {u['state']}" if kind == "state_update" else kind)
+    return out
+
+
+async def prompt(agent: Any, client: V2Client, session_id: str, said: str) -> v2.PromptResponse:
+    """Send a prompt and wait for its turn's ``idle``."""
+    client.idle = trio.Event()
+    receipt: v2.PromptResponse = await agent.session_prompt(
+        v2.PromptRequest(session_id=session_id, prompt=[v2.TextContentBlock(text=said)])
+    )
+    await client.idle.wait()
+    return receipt
+
+
+async def test_a_full_turn_of_a_v1_only_agent_reaches_the_v2_client_as_v2(tmp_path: Path) -> None:
+    (tmp_path / "a.txt").write_text("hello\n")
+    received: list[bytes] = []
+    client = V2Client()
+    agents, handlers = raw_agents()
+    async with adapted(handlers, client, received) as (front, agent, init):
+        new = await agent.session_new(v2.NewSessionRequest(cwd=str(tmp_path)))
+        receipt = await prompt(agent, client, new.session_id, "turn")
+    # initialize: the agent was offered fs and terminal (the adapter answers them), the client got v2
+    v1_init = agents[0].requests[0]
+    assert v1_init.client_info.name == "v2-client"
+    caps = v1_init.client_capabilities
+    assert caps.fs.read_text_file is True and caps.fs.write_text_file is True and caps.terminal is True
+    assert (init.info.name, init.info.version) == ("raw-v1", "1")
+    assert init.capabilities.session.prompt.embedded_context is not UNSET
+    assert [m.method_id for m in init.auth_methods] == ["key"]
+    # session/new: v1 needs mcpServers; the modes are a category "mode" option
+    assert agents[0].requests[1].mcp_servers == []
+    ((option),) = new.config_options
+    assert (option.config_id, option.category, option.current_value) == ("mode", "mode", "ask")
+    # the turn
+    items = updates(received)
+    assert kinds(items) == [
+        "user_message",
+        "receipt",
+        "state_update running",
+        "agent_thought_chunk",
+        "agent_message_chunk",
+        "agent_message_chunk",
+        "plan_update",
+        "tool_call_update",
+        "state_update requires_action",
+        "permission",
+        "state_update running",
+        "tool_call_update",
+        "tool_call_update",
+        "plan_update",
+        "agent_message_chunk",
+        "state_update idle",
+    ]
+    (user, got, _, thought, hello, there, plan, created, _, permission, _, progress, done, plan_done, last, idle) = (
+        items
+    )
+    assert user == {
+        "sessionUpdate": "user_message",
+        "messageId": receipt.message_id,
+        "content": [{"type": "text", "text": "turn"}],
+    }
+    assert got == {"receipt": {"messageId": receipt.message_id}}
+    assert thought["content"] == {"type": "text", "text": "Planning."}
+    assert hello["messageId"] == there["messageId"] != thought["messageId"]  # one message of two chunks
+    assert last["messageId"] not in (hello["messageId"], thought["messageId"])  # after a tool call: a new one
+    assert plan["plan"]["type"] == "items" and plan["plan"]["entries"][0]["status"] == "pending"
+    assert plan_done["plan"]["planId"] == plan["plan"]["planId"]  # one plan per session
+    assert plan_done["plan"]["entries"][0]["status"] == "completed"
+    assert created == {
+        "sessionUpdate": "tool_call_update",
+        "toolCallId": "c1",
+        "title": "Edit b.txt",
+        "kind": "edit",
+        "status": "pending",
+    }
+    request = permission["permission"]
+    assert request["subject"] == {"type": "tool_call", "toolCall": {"toolCallId": "c1"}}
+    assert request["title"] == "Allow this tool call?"  # v2 requires one; the v1 request had none
+    assert [o["optionId"] for o in request["options"]] == ["allow", "reject"]
+    assert progress["status"] == "in_progress"
+    assert done["status"] == "completed"
+    ((diff),) = done["content"]
+    assert diff["type"] == "diff" and diff["changes"] == [
+        {"operation": "add", "fileType": "text", "path": str(tmp_path / "b.txt")}
+    ]
+    assert idle == {"sessionUpdate": "state_update", "state": "idle", "stopReason": "end_turn"}
+    # the fs calls were answered by the adapter in the session's cwd
+    assert (tmp_path / "b.txt").read_text() == "HELLO\n"
+    flat = json.dumps(wire(received))
+    for v1_only in ('"sessionUpdate": "tool_call"', '"sessionUpdate": "plan"', "current_mode_update"):
+        assert v1_only not in flat
+    assert front.sessions.keys() == {"s1"}
+
+
+async def test_fs_outside_the_cwd_is_refused_and_disabled_batteries_answer_32601_saying_how(tmp_path: Path) -> None:
+    received: list[bytes] = []
+    client = V2Client()
+    agents, handlers = raw_agents()
+    async with adapted(handlers, client, received) as (_, agent, _init):
+        new = await agent.session_new(v2.NewSessionRequest(cwd=str(tmp_path)))
+        await prompt(agent, client, new.session_id, "outside")
+    outside, terminal = agents[0].errors
+    assert outside.code == -32602 and outside.data["roots"] == [str(tmp_path)]  # the session's cwd
+    assert terminal.code == -32602 and terminal.data["field"] == "cwd"  # terminals run inside it too
+    assert next(u for u in updates(received) if u.get("state") == "idle")["stopReason"] == "refusal"
+
+    received = []
+    client = V2Client()
+    agents, handlers = raw_agents()
+    async with adapted(handlers, client, received, client_fs=False) as (front, agent, _init):
+        new = await agent.session_new(v2.NewSessionRequest(cwd=str(tmp_path)))
+        await prompt(agent, client, new.session_id, "outside")
+    caps = agents[0].requests[0].client_capabilities
+    assert caps.fs is UNSET and caps.terminal is UNSET  # not offered
+    for error, method in zip(agents[0].errors, ("fs/read_text_file", "terminal/create"), strict=True):
+        assert error.code == -32601
+        assert error.data["method"] == method
+        assert "--no-client-fs" in error.data["detail"]
+    assert front.fs is None and front.terminals is None
+
+
+async def test_cancel_mid_turn_ends_idle_cancelled_after_what_the_agent_said_while_stopping() -> None:
+    received: list[bytes] = []
+    client = V2Client()
+    agents, handlers = raw_agents()
+    async with adapted(handlers, client, received) as (_, agent, _init):
+        new = await agent.session_new(v2.NewSessionRequest(cwd="/work"))
+        await agent.session_prompt(
+            v2.PromptRequest(session_id=new.session_id, prompt=[v2.TextContentBlock(text="wait")])
+        )
+        await agents[0].waiting.wait()
+        await agent.session_cancel(v2.CancelSessionNotification(session_id=new.session_id))
+        await client.idle.wait()
+    items = updates(received)
+    assert kinds(items)[-3:] == ["agent_message_chunk", "agent_message_chunk", "state_update idle"]
+    assert items[-2]["content"]["text"] == "stopped"
+    assert items[-1]["stopReason"] == "cancelled"
+
+
+async def test_cancel_of_an_agent_that_never_answers_is_idle_cancelled_after_the_grace(autojump_clock: Any) -> None:
+    received: list[bytes] = []
+    client = V2Client()
+
+    class Deaf(RawV1Agent):
+        async def session_cancel(self, params: v1.CancelNotification) -> None:
+            pass
+
+        async def session_prompt(self, params: v1.PromptRequest) -> v1.PromptResponse:
+            self.waiting.set()
+            with trio.CancelScope(shield=True):  # deaf to session/cancel until the test lets it go
+                await released.wait()
+            return v1.PromptResponse(stop_reason="end_turn")
+
+    agents: list[RawV1Agent] = []
+    released = trio.Event()
+
+    def make(conn: AgentSideConnection) -> RawV1Agent:
+        agents.append(Deaf(conn))
+        return agents[-1]
+
+    async with adapted({v1: make}, client, received, grace=2) as (_, agent, _init):
+        new = await agent.session_new(v2.NewSessionRequest(cwd="/work"))
+        await agent.session_prompt(v2.PromptRequest(session_id=new.session_id, prompt=[v2.TextContentBlock(text="x")]))
+        await agents[0].waiting.wait()
+        start = trio.current_time()
+        await agent.session_cancel(v2.CancelSessionNotification(session_id=new.session_id))
+        await client.idle.wait()
+        assert 2 <= trio.current_time() - start < 3  # the grace, not the agent's hour
+        released.set()
+    assert updates(received)[-1] == {"sessionUpdate": "state_update", "state": "idle", "stopReason": "cancelled"}
+
+
+async def test_a_v1_error_is_idle_with_stop_reason_error_and_the_error() -> None:
+    received: list[bytes] = []
+    client = V2Client()
+    _, handlers = raw_agents()
+    async with adapted(handlers, client, received) as (_, agent, _init):
+        new = await agent.session_new(v2.NewSessionRequest(cwd="/work"))
+        await prompt(agent, client, new.session_id, "fail")
+        again = await prompt(agent, client, new.session_id, "outside")  # the session takes the next prompt
+    assert again.message_id
+    idles = [u for u in updates(received) if u.get("state") == "idle"]
+    assert idles[0] == {
+        "sessionUpdate": "state_update",
+        "state": "idle",
+        "stopReason": "error",
+        "error": {"code": -32000, "message": "quota exceeded", "data": {"retryAfter": 5}},
+    }
+    assert idles[1]["stopReason"] == "refusal"
+
+
+async def test_resume_from_start_is_v1_load_replayed_and_the_mode_option_is_set_mode() -> None:
+    received: list[bytes] = []
+    client = V2Client()
+    agents, handlers = raw_agents()
+    async with adapted(handlers, client, received) as (_, agent, _init):
+        resumed = await agent.session_resume(
+            v2.ResumeSessionRequest(session_id="s0", cwd="/work", replay_from=v2.StartReplayFrom())
+        )
+        answer = await agent.session_set_config_option(
+            v2.IdSetSessionConfigOptionRequest(session_id="s0", config_id="mode", value="code")
+        )
+        quiet = await agent.session_resume(v2.ResumeSessionRequest(session_id="s0", cwd="/work"))
+        listed = await agent.session_list(v2.ListSessionsRequest())
+        await agent.session_close(v2.CloseSessionRequest(session_id="s0"))
+        after = await agent.session_list(v2.ListSessionsRequest())
+    load, set_mode, load_again = agents[0].requests[1:]
+    assert isinstance(load, v1.LoadSessionRequest) and load.mcp_servers == [] and load.session_id == "s0"
+    assert isinstance(set_mode, v1.SetSessionModeRequest) and set_mode.mode_id == "code"
+    assert isinstance(load_again, v1.LoadSessionRequest)  # no v1 resume: load, its replay not passed on
+    assert [o.current_value for o in resumed.config_options] == ["ask"]
+    assert [(o.config_id, o.current_value) for o in answer.config_options] == [("mode", "code")]
+    assert [o.config_id for o in quiet.config_options] == ["mode"]
+    replayed = updates(received)
+    assert [(u["sessionUpdate"], u["content"]["text"]) for u in replayed] == [
+        ("user_message_chunk", "earlier"),
+        ("agent_message_chunk", "answer"),
+    ]  # once: the second resume did not replay
+    assert all(u["messageId"] for u in replayed)
+    assert [(s.session_id, s.cwd) for s in listed.sessions] == [("s0", "/work")]  # the adapter's own list
+    assert after.sessions == []  # closed by the adapter: forgotten
+
+
+async def test_resume_with_replay_of_an_agent_without_load_session_is_32601_naming_v1() -> None:
+    received: list[bytes] = []
+
+    class NoLoad(RawV1Agent):
+        async def initialize(self, params: v1.InitializeRequest) -> v1.InitializeResponse:
+            return v1.InitializeResponse(protocol_version=1, agent_capabilities=v1.AgentCapabilities())
+
+    async with adapted({v1: NoLoad}, V2Client(), received) as (_, agent, init):
+        with pytest.raises(RequestError) as caught:
+            await agent.session_resume(
+                v2.ResumeSessionRequest(session_id="s0", cwd="/work", replay_from=v2.StartReplayFrom())
+            )
+    assert caught.value.code == -32601
+    assert "loadSession" in caught.value.data["detail"] and "protocol version 1" in caught.value.data["detail"]
+    assert init.info.name == "acp-trio-adapt"  # v1 agentInfo is optional, v2 info is not
+
+
+AGENT = [sys.executable, "-m", "acp_trio.demo", "--serve-agent", "--protocol", "1"]
+
+
+@pytest.mark.one_interpreter
+async def test_python_m_acp_trio_adapt_speak_2_serves_the_v1_demo_agent_to_a_v2_client(tmp_path: Path) -> None:
+    (tmp_path / "notes.txt").write_text("first line\nsecond line\n")
+    command = [sys.executable, "-m", "acp_trio.adapt", "--speak", "2", "--", *AGENT]
+    received: list[bytes] = []
+    client = V2Client()
+
+    def tap(direction: str, data: bytes) -> None:
+        if direction == "in":
+            received.append(data)
+
+    with trio.fail_after(30):
+        async with spawn_agent(command[0], command[1:], client={v2: client}, tap=tap) as conn:
+            init = await conn.initialize(
+                v2.InitializeRequest(protocol_version=2, info=v2.Implementation(name="c", version="1"))
+            )
+            assert init.protocol_version == 2
+            new = await conn.agent.session_new(v2.NewSessionRequest(cwd=str(tmp_path)))
+            await prompt(conn.agent, client, new.session_id, "summarize my notes")
+    items = updates(received)
+    assert items[-1] == {"sessionUpdate": "state_update", "state": "idle", "stopReason": "end_turn"}
+    assert (tmp_path / "summary.txt").read_text().startswith("notes.txt has 2 non-empty lines")
+    assert "tool_call_update" in kinds(items) and '"sessionUpdate": "tool_call"' not in json.dumps(items)
