@@ -85,6 +85,9 @@ class RawV1Agent:
         first = params.prompt[0]
         assert isinstance(first, v1.TextContentBlock)
         cwd = self.conn.sessions[sid].cwd if sid in self.conn.sessions else "/work"
+        if first.text == "hi":
+            await self.say(sid, v1.AgentMessageChunkSessionUpdate(content=text("hello")))
+            return v1.PromptResponse(stop_reason="end_turn")
         if first.text == "fail":
             raise RequestError(-32000, "quota exceeded", {"retryAfter": 5})
         if first.text == "wait":
@@ -424,25 +427,29 @@ async def test_resume_from_start_is_v1_load_replayed_and_the_mode_option_is_set_
         answer = await agent.session_set_config_option(
             v2.IdSetSessionConfigOptionRequest(session_id="s0", config_id="mode", value="code")
         )
-        quiet = await agent.session_resume(v2.ResumeSessionRequest(session_id="s0", cwd="/work"))
+        seen = await agent.session_resume(v2.ResumeSessionRequest(session_id="s0", cwd="/work"))
+        unseen = await agent.session_resume(v2.ResumeSessionRequest(session_id="s9", cwd="/work"))
         listed = await agent.session_list(v2.ListSessionsRequest())
         await agent.session_close(v2.CloseSessionRequest(session_id="s0"))
         after = await agent.session_list(v2.ListSessionsRequest())
-    load, set_mode, load_again = agents[0].requests[1:]
+    load, set_mode, load_unseen = agents[0].requests[1:]
     assert isinstance(load, v1.LoadSessionRequest) and load.mcp_servers == [] and load.session_id == "s0"
     assert isinstance(set_mode, v1.SetSessionModeRequest) and set_mode.mode_id == "code"
-    assert isinstance(load_again, v1.LoadSessionRequest)  # no v1 resume: load, its replay not passed on
+    # no v1 resume: a session the adapter saw is answered by it, another is a load whose replay is not passed on
+    assert isinstance(load_unseen, v1.LoadSessionRequest) and load_unseen.session_id == "s9"
     assert [o.current_value for o in resumed.config_options] == ["ask"]
     assert [(o.config_id, o.current_value) for o in answer.config_options] == [("mode", "code")]
-    assert [o.config_id for o in quiet.config_options] == ["mode"]
+    assert [(o.config_id, o.current_value) for o in seen.config_options] == [("mode", "code")]
+    assert [o.config_id for o in unseen.config_options] == ["mode"]
     replayed = updates(received)
     assert [(u["sessionUpdate"], u["content"]["text"]) for u in replayed] == [
         ("user_message_chunk", "earlier"),
         ("agent_message_chunk", "answer"),
-    ]  # once: the second resume did not replay
+    ]  # once: neither later resume replayed
     assert all(u["messageId"] for u in replayed)
-    assert [(s.session_id, s.cwd) for s in listed.sessions] == [("s0", "/work")]  # the adapter's own list
-    assert after.sessions == []  # closed by the adapter: forgotten
+    listed_ids = [(s.session_id, s.cwd) for s in listed.sessions]
+    assert listed_ids == [("s0", "/work"), ("s9", "/work")]  # the adapter's own list
+    assert [s.session_id for s in after.sessions] == ["s9"]  # s0 closed by the adapter: forgotten
 
 
 async def test_resume_with_replay_of_an_agent_without_load_session_is_32601_naming_v1() -> None:
@@ -460,6 +467,41 @@ async def test_resume_with_replay_of_an_agent_without_load_session_is_32601_nami
     assert caught.value.code == -32601
     assert "loadSession" in caught.value.data["detail"] and "protocol version 1" in caught.value.data["detail"]
     assert init.info.name == "acp-trio-adapt"  # v1 agentInfo is optional, v2 info is not
+
+
+async def test_resume_of_a_session_it_saw_is_replayed_by_the_adapter_when_the_agent_cannot_load() -> None:
+    """v2 makes resume baseline; a v1 agent without loadSession still holds the session the
+    adapter opened, so the adapter replays what it sent for it (v2 session-setup.mdx § Resuming)."""
+    received: list[bytes] = []
+    client = V2Client()
+
+    class NoLoad(RawV1Agent):
+        async def initialize(self, params: v1.InitializeRequest) -> v1.InitializeResponse:
+            return v1.InitializeResponse(protocol_version=1, agent_capabilities=v1.AgentCapabilities())
+
+    agents: list[RawV1Agent] = []
+
+    def make(conn: AgentSideConnection) -> RawV1Agent:
+        agents.append(NoLoad(conn))
+        return agents[-1]
+
+    async with adapted({v1: make}, client, received) as (_, agent, _init):
+        new = await agent.session_new(v2.NewSessionRequest(cwd="/work"))
+        receipt = await prompt(agent, client, new.session_id, "hi")
+        live = updates(received)
+        received.clear()
+        await agent.session_resume(
+            v2.ResumeSessionRequest(session_id=new.session_id, cwd="/work", replay_from=v2.StartReplayFrom())
+        )
+        await agent.session_resume(v2.ResumeSessionRequest(session_id=new.session_id, cwd="/work"))
+    replayed = updates(received)
+    assert [u for u in live if u.get("sessionUpdate") not in (None, "state_update")] == replayed
+    assert [(u["sessionUpdate"], u["messageId"]) for u in replayed] == [
+        ("user_message", receipt.message_id),
+        ("agent_message_chunk", replayed[1]["messageId"]),
+    ]
+    assert replayed[1]["content"]["text"] == "hello"
+    assert [type(r).__name__ for r in agents[0].requests] == ["NewSessionRequest", "PromptRequest"]  # no load
 
 
 AGENT = [sys.executable, "-m", "acp_trio.demo", "--serve-agent", "--protocol", "1"]

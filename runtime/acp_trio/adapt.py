@@ -735,6 +735,14 @@ def _has(caps: Any, *path: str) -> bool:
     return node is not None and node is not False
 
 
+_V2_STATES = (
+    v2.RunningStateUpdateSessionUpdate,
+    v2.IdleStateUpdateSessionUpdate,
+    v2.RequiresActionStateUpdateSessionUpdate,
+    v2.StateUpdateSessionUpdateOther,
+)
+
+
 def _new_message_id() -> str:
     return f"msg_{uuid.uuid4().hex[:12]}"
 
@@ -761,6 +769,9 @@ class _V2Session:
     turn: _V2Turn | None = None
     closed: bool = False  # closed while a turn ran: forgotten once the turn's idle is out
     quiet: bool = False  # the agent replays history the v2 client did not ask for (resume via load)
+    history: list[tuple[Any, Any, dict[str, Any]]] | None = None
+    """The v2 updates sent for it (update, ``_meta``, unknown fields; no state updates), kept to
+    serve ``session/resume`` for an agent that cannot load; ``None``: not kept."""
 
 
 class V2Front:
@@ -794,8 +805,11 @@ class V2Front:
       ``cancelled``) at most ``cancel_grace`` seconds, then says ``cancelled`` anyway;
     - ``session/resume``: with ``replayFrom: {"type": "start"}`` v1's ``session/load`` (L5; the replay
       projected); without, v1's ``session/resume`` when offered, else ``session/load`` whose replay
-      is not passed on (v2 resume MUST NOT replay); -32601 naming v1 when the agent has neither,
-      -32602 for another cursor type;
+      is not passed on (v2 resume MUST NOT replay).  v2 makes resume baseline: for an agent with
+      neither, a session this adapter opened is answered by the adapter (it lives in the agent
+      process as long as the adapter runs), replayed from the updates the adapter sent for it
+      (``keep_history``, default ``True``: they are kept in memory per session until it is
+      closed).  -32601 naming v1 for another session, -32602 for another cursor type;
     - ``session/list``, ``session/close``: the same when the agent advertises them, else answered by
       the adapter from the sessions it saw (close: the turn cancelled, the session forgotten; L7,
       L8); ``session/delete``: the same when advertised;
@@ -832,8 +846,10 @@ class V2Front:
         ext_notifications: Sequence[str] = (),
         new_id: Callable[[], str] | None = None,
         terminal_kill_grace: float = 2.0,
+        keep_history: bool = True,
     ) -> None:
         _check_ext_names((*ext_requests, *ext_notifications))
+        self.keep_history = keep_history
         self.client_fs = client_fs
         self.cancel_grace = cancel_grace
         self.client_info = client_info or ADAPTER_INFO
@@ -924,6 +940,9 @@ class V2Front:
         notification = v2.UpdateSessionNotification(
             session_id=session_id, update=update, meta=meta, extra_fields=dict(extra or {})
         )
+        session = self.sessions.get(session_id)
+        if session is not None and session.history is not None and not isinstance(update, _V2_STATES):
+            session.history.append((update, meta, notification.extra_fields))
         await self._client.session_update(notification)
 
     # -- v2 agent surface --------------------------------------------------------------------------
@@ -1030,6 +1049,8 @@ class V2Front:
         request = self._setup_request(params, v1.NewSessionRequest, "session/new")
         answer = await self._call("session/new", lambda: self._agent.session_new(request))
         session = self._open(answer.session_id, params)
+        if self.keep_history:
+            session.history = []
         return v2.NewSessionResponse(
             session_id=answer.session_id,
             config_options=self._seed(session, answer),
@@ -1048,15 +1069,28 @@ class V2Front:
                 f"replayFrom {getattr(replay, 'type', '?')!r}: only {{type: start}} (a v1 session/load) can be served"
             )
             raise RequestError(INVALID_PARAMS, "Invalid params", {"method": "session/resume", "detail": detail})
+        start = isinstance(replay, v2.StartReplayFrom)
         can_load = self._agent_offers("loadSession")
-        if isinstance(replay, v2.StartReplayFrom) or not self._agent_offers("sessionCapabilities", "resume"):
+        can_resume = self._agent_offers("sessionCapabilities", "resume")
+        seen = self.sessions.get(params.session_id)
+        if seen is not None and (seen.closed or seen.history is None or seen.turn is not None):
+            seen = None
+        if (start and not can_load) or (not start and not can_resume and seen is not None):
+            if seen is None:
+                what = "replay (loadSession)" if start else "resume or loadSession"
+                raise _not_in_v1(
+                    "session/resume", f"the agent advertises no {what} and this adapter did not see the session"
+                )
+            return await self._resume_seen(params.session_id, seen, replay=start)
+        if start or not can_resume:
             if not can_load:
-                what = "replay (loadSession)" if isinstance(replay, v2.StartReplayFrom) else "resume or loadSession"
-                raise _not_in_v1("session/resume", f"the agent advertises no {what}")
+                raise _not_in_v1("session/resume", "the agent advertises no resume or loadSession")
             request = self._setup_request(params, v1.LoadSessionRequest, "session/resume")
             session = self._open(params.session_id, params)
-            session.view = V2View(new_id=self.new_id)  # a replay starts the session's stream over
-            session.quiet = not isinstance(replay, v2.StartReplayFrom)
+            session.quiet = not start
+            if start:  # a replay starts the session's stream over
+                session.view = V2View(new_id=self.new_id)
+                session.history = [] if self.keep_history else None
             try:
                 answer = await self._call("session/resume", lambda: self._agent.session_load(request))
             finally:
@@ -1068,6 +1102,19 @@ class V2Front:
         return v2.ResumeSessionResponse(
             config_options=self._seed(session, answer), meta=answer.meta, extra_fields=answer.extra_fields
         )
+
+    async def _resume_seen(self, session_id: str, session: _V2Session, *, replay: bool) -> v2.ResumeSessionResponse:
+        """``session/resume`` of a session this adapter opened and the agent still holds (it runs as
+        long as the adapter), for an agent that cannot load or resume: the updates the adapter sent
+        for it replayed when asked (v2 session-setup.mdx § Resuming Sessions), its config options."""
+        if replay:
+            for update, meta, extra in list(session.history or ()):
+                notification = v2.UpdateSessionNotification(
+                    session_id=session_id, update=update, meta=meta, extra_fields=dict(extra)
+                )
+                await self._client.session_update(notification)
+        options = session.view.options
+        return v2.ResumeSessionResponse(config_options=options if options else UNSET)
 
     async def session_list(self, params: v2.ListSessionsRequest) -> v2.ListSessionsResponse:
         """v2 ``session/list`` (baseline) → v1's when the agent advertises ``sessionCapabilities.list``
