@@ -12,6 +12,7 @@ nothing of v1 (``tool_call``, ``plan``, ``current_mode_update``) on the v2 wire.
 
 from __future__ import annotations
 
+import base64
 import json
 import sys
 from collections.abc import AsyncIterator
@@ -85,6 +86,18 @@ class RawV1Agent:
         first = params.prompt[0]
         assert isinstance(first, v1.TextContentBlock)
         cwd = self.conn.sessions[sid].cwd if sid in self.conn.sessions else "/work"
+        if first.text == "terminal":  # a v1 client terminal, shown in a tool call
+            made = await self.client.terminal_create(
+                v1.CreateTerminalRequest(session_id=sid, command="echo", args=["hi there"])
+            )
+            shown = v1.TerminalToolCallContent(terminal_id=made.terminal_id)
+            call = v1.ToolCallSessionUpdate(tool_call_id="t1", title="echo", kind="execute", content=[shown])
+            await self.say(sid, call)
+            await self.client.terminal_wait_for_exit(
+                v1.WaitForTerminalExitRequest(session_id=sid, terminal_id=made.terminal_id)
+            )
+            await self.client.terminal_release(v1.ReleaseTerminalRequest(session_id=sid, terminal_id=made.terminal_id))
+            return v1.PromptResponse(stop_reason="end_turn")
         if first.text == "hi":
             await self.say(sid, v1.AgentMessageChunkSessionUpdate(content=text("hello")))
             return v1.PromptResponse(stop_reason="end_turn")
@@ -152,10 +165,13 @@ class V2Client:
         self.answer = answer
         self.idle = trio.Event()
         self.asked = trio.Event()
+        self.exited = trio.Event()
 
     async def session_update(self, params: v2.UpdateSessionNotification) -> None:
         if isinstance(params.update, v2.IdleStateUpdateSessionUpdate):
             self.idle.set()
+        if isinstance(params.update, v2.TerminalUpdateSessionUpdate) and params.update.exit_status:
+            self.exited.set()
 
     async def session_request_permission(self, params: v2.RequestPermissionRequest) -> v2.RequestPermissionResponse:
         self.asked.set()
@@ -344,6 +360,31 @@ async def test_fs_outside_the_cwd_is_refused_and_disabled_batteries_answer_32601
         assert error.data["method"] == method
         assert "--no-client-fs" in error.data["detail"]
     assert front.fs is None and front.terminals is None
+
+
+async def test_a_terminal_the_adapter_runs_is_shown_to_the_v2_client_as_a_display_terminal(tmp_path: Path) -> None:
+    received: list[bytes] = []
+    client = V2Client()
+    _, handlers = raw_agents()
+    async with adapted(handlers, client, received) as (front, agent, _init):
+        new = await agent.session_new(v2.NewSessionRequest(cwd=str(tmp_path)))
+        await prompt(agent, client, new.session_id, "terminal")
+        await client.exited.wait()
+    assert front.terminals is not None and not front.terminals.terminals  # released
+    items = [u for u in updates(received) if u.get("sessionUpdate", "").startswith(("terminal", "tool_call"))]
+    created, *chunks, exited = [u for u in items if u["sessionUpdate"].startswith("terminal")]
+    (call,) = [u for u in items if u["sessionUpdate"] == "tool_call_update"]
+    terminal_id = created["terminalId"]
+    assert created == {
+        "sessionUpdate": "terminal_update",
+        "terminalId": terminal_id,
+        "command": "echo 'hi there'",
+        "cwd": str(tmp_path),  # the session's cwd: where the adapter ran it
+    }
+    assert call["content"] == [{"type": "terminal", "terminalId": terminal_id}]
+    assert b"".join(base64.b64decode(c["data"]) for c in chunks) == b"hi there\n"
+    assert {c["terminalId"] for c in chunks} == {terminal_id}
+    assert exited == {"sessionUpdate": "terminal_update", "terminalId": terminal_id, "exitStatus": {"exitCode": 0}}
 
 
 async def test_cancel_mid_turn_ends_idle_cancelled_after_what_the_agent_said_while_stopping() -> None:

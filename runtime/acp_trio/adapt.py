@@ -65,9 +65,12 @@ version spoken to the client).
 from __future__ import annotations
 
 import argparse
+import base64
 import itertools
 import logging
+import math
 import os
+import shlex
 import sys
 import uuid
 from collections.abc import Callable, Sequence
@@ -774,6 +777,74 @@ class _V2Session:
     serve ``session/resume`` for an agent that cannot load; ``None``: not kept."""
 
 
+class _TerminalDisplay:
+    """The terminals the adapter runs for a v1 agent, shown to the v2 client as agent-owned display
+    terminals (the v1 agent's ``{type: terminal, terminalId}`` content passes unchanged, and v2
+    clients render it from these updates: migration.mdx § Client file system and terminal execution
+    removed): ``terminal_update`` with ``command`` and ``cwd`` once created, a
+    ``terminal_output_chunk`` (base64) per read of output, ``terminal_update`` with ``exitStatus``
+    once it exited.  One task sends them in order; output read before the create was answered
+    waits for it."""
+
+    def __init__(self, front: V2Front) -> None:
+        self.front = front
+        self._send, self._receive = trio.open_memory_channel[tuple[str, Any, Any]](math.inf)
+        self._started = False
+
+    def output(self, terminal: Any, data: bytes) -> None:
+        """``TerminalManager``'s ``on_output`` (synchronous, must not block)."""
+        self._send.send_nowait(("output", terminal, data))
+
+    def created(self, terminal: Any) -> None:
+        conn = self.front.client_conn
+        if conn is None:
+            return
+        if not self._started:
+            self._started = True
+            conn.start_soon(self._run, name="adapt terminal display")
+        self._send.send_nowait(("created", terminal, None))
+        conn.start_soon(self._exit, terminal, name=f"adapt terminal {terminal.terminal_id}")
+
+    async def _exit(self, terminal: Any) -> None:
+        try:
+            status = await terminal.wait_for_exit()
+        except RequestError:  # released before it exited: nothing to show
+            return
+        self._send.send_nowait(("exited", terminal, status))
+
+    async def _run(self) -> None:
+        shown: set[str] = set()
+        early: dict[str, list[bytes]] = {}
+        async for kind, terminal, data in self._receive:
+            tid, sid = terminal.terminal_id, terminal.session_id
+            try:
+                if kind == "output" and tid not in shown:
+                    early.setdefault(tid, []).append(data)
+                    continue
+                if kind == "created":
+                    shown.add(tid)
+                    command = shlex.join([terminal.command, *terminal.args])
+                    await self.front._update(
+                        sid, v2.TerminalUpdateSessionUpdate(terminal_id=tid, command=command, cwd=terminal.cwd)
+                    )
+                    for chunk in early.pop(tid, []):
+                        await self._chunk(sid, tid, chunk)
+                elif kind == "output":
+                    await self._chunk(sid, tid, data)
+                else:
+                    status = v2.TerminalExitStatus(
+                        exit_code=UNSET if data.exit_code is None else data.exit_code,
+                        signal=UNSET if data.signal is None else data.signal,
+                    )
+                    await self.front._update(sid, v2.TerminalUpdateSessionUpdate(terminal_id=tid, exit_status=status))
+            except ConnectionClosed:
+                return
+
+    async def _chunk(self, session_id: str, terminal_id: str, data: bytes) -> None:
+        encoded = base64.b64encode(data).decode("ascii")
+        await self.front._update(session_id, v2.TerminalOutputChunkSessionUpdate(terminal_id=terminal_id, data=encoded))
+
+
 class V2Front:
     """A v1-only agent served to a v2 client (issue 33, the adapter's second direction).
 
@@ -826,7 +897,10 @@ class V2Front:
     - ``fs/read_text_file``, ``fs/write_text_file`` and ``terminal/*``: answered by the adapter with
       :class:`acp_trio.fs.SessionFileSystem` and :class:`acp_trio.terminals.TerminalManager` (the
       StandardClient's batteries) inside the session's ``cwd`` and ``additionalDirectories``;
-      -32601 with a ``detail`` saying how to enable them when ``client_fs=False``.
+      -32601 with a ``detail`` saying how to enable them when ``client_fs=False``.  Each terminal
+      is also shown to the client as an agent-owned display terminal (``terminal_update`` with its
+      command and cwd, ``terminal_output_chunk`` s, ``terminal_update`` with its exit status), which
+      the agent's ``{type: terminal}`` tool call content refers to.
 
     ``cancel_grace``: seconds (default :data:`DEFAULT_CANCEL_GRACE`).  ``client_info``: the v1
     ``clientInfo`` when the client's ``info`` cannot be read as v1 (default :data:`ADAPTER_INFO`).
@@ -868,6 +942,7 @@ class V2Front:
         self.terminals: TerminalManager | None = None
         """The terminals the agent's ``terminal/*`` calls run (``None`` with ``client_fs=False``)."""
         self.sessions: dict[str, _V2Session] = {}
+        self._display = _TerminalDisplay(self)
 
     # -- wiring ------------------------------------------------------------------------------------
     def acp_handlers(self) -> dict[ModuleType, Callable[[AgentSideConnection], V2Front]]:
@@ -893,7 +968,9 @@ class V2Front:
             _forward_extensions(conn, lambda: self.client_conn, self.ext_requests, self.ext_notifications)
             if self.client_fs:  # the StandardClient's batteries, rooted at each session's cwd
                 self.fs = SessionFileSystem(conn.sessions)
-                self.terminals = TerminalManager(conn, allowed_cwd="roots", kill_grace=self.terminal_kill_grace)
+                self.terminals = TerminalManager(
+                    conn, allowed_cwd="roots", kill_grace=self.terminal_kill_grace, on_output=self._display.output
+                )
         return _V1Back(self)
 
     async def wait_answered(self) -> None:
@@ -1392,7 +1469,9 @@ class _V1Back:
     async def terminal_create(self, params: v1.CreateTerminalRequest) -> v1.CreateTerminalResponse:
         """Start a command in the session's roots (:class:`~acp_trio.terminals.TerminalManager`)."""
         _, terminals = self.front._batteries("terminal/create")
-        return await terminals.terminal_create(params)
+        answer = await terminals.terminal_create(params)
+        self.front._display.created(terminals.terminals[answer.terminal_id])
+        return answer
 
     async def terminal_output(self, params: v1.TerminalOutputRequest) -> v1.TerminalOutputResponse:
         """The terminal's output so far."""
