@@ -176,15 +176,26 @@ class CoalescingTCPServer(TCPServer):
     async def _run_coalescing(self) -> None:
         self._start_output()
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(self._write_buffered)
+            self._writer_nursery = nursery  # where the writer task starts, when output first waits for it
             try:
                 await super().run()
             finally:
                 nursery.cancel_scope.cancel()
+                if not self._writer_started:  # (a writer that ran says so itself, in its finally)
+                    self._writer_done = True
+                    self._flushed.set()
 
     def _start_output(self) -> None:
-        """The output's state: an empty buffer and an idle writer (whose task ``_write_buffered`` runs)."""
+        """The output's state: an empty buffer and no writer task yet.
+
+        The writer task (``_write_buffered``) starts the first time output has to wait for the
+        socket (:meth:`_wake_writer`); until then every write goes to the socket at once
+        (:meth:`release`), and a connection whose output never had to wait (most idle ones) holds
+        no such task: a task, its frames and its scope are a good part of an idle connection's
+        memory (about 3 KB)."""
         self._pending = bytearray()
+        self._writer_nursery: trio.Nursery | None = None
+        self._writer_started = False
         self._ready = trio.Event()
         # room in the buffer, and nothing left to flush: both true, until a sender replaces them with
         # new events to wait on; one shared event set for good meanwhile (an idle connection holds none)
@@ -271,13 +282,20 @@ class CoalescingTCPServer(TCPServer):
         if not self._pending:
             self._progress_at = trio.current_time()  # the wait for the socket starts now
         self._pending += event.data
-        if not self._holding:
-            self._wake_writer()
+        if self._holding:
+            return
+        if self._writer_started:
+            self._wake_writer()  # the writer coalesces what the senders put meanwhile
+        else:
+            self.release()  # no writer yet: to the socket at once (the writer starts if it must wait)
 
     def _wake_writer(self) -> None:
         if self._flushed.is_set():
             self._flushed = trio.Event()
         self._ready.set()
+        if not self._writer_started and self._writer_nursery is not None and not self._writer_done:
+            self._writer_started = True
+            self._writer_nursery.start_soon(self._write_buffered)
 
     def can_send_now(self) -> bool:
         """Whether output sent now is taken without waiting (no buffer over ``high_water``, not closing)."""
