@@ -50,6 +50,7 @@ class RawV1Agent:
         self.client = v1.ClientPeer(conn)
         self.requests: list[Any] = []
         self.errors: list[RequestError] = []
+        self.outcomes: list[Any] = []
         self.waiting = trio.Event()
 
     async def initialize(self, params: v1.InitializeRequest) -> v1.InitializeResponse:
@@ -136,6 +137,7 @@ class RawV1Agent:
             )
         )
         outcome = answer.outcome
+        self.outcomes.append(outcome)
         if not (isinstance(outcome, v1.SelectedRequestPermissionOutcome) and outcome.option_id == "allow"):
             await self.say(sid, v1.ToolCallUpdateSessionUpdate(tool_call_id="c1", status="failed"))
             return v1.PromptResponse(stop_reason="end_turn")
@@ -166,10 +168,13 @@ class V2Client:
         self.idle = trio.Event()
         self.asked = trio.Event()
         self.exited = trio.Event()
+        self.chunk = trio.Event()
 
     async def session_update(self, params: v2.UpdateSessionNotification) -> None:
         if isinstance(params.update, v2.IdleStateUpdateSessionUpdate):
             self.idle.set()
+        if isinstance(params.update, v2.AgentMessageChunkSessionUpdate):
+            self.chunk.set()
         if isinstance(params.update, v2.TerminalUpdateSessionUpdate) and params.update.exit_status:
             self.exited.set()
 
@@ -403,6 +408,178 @@ async def test_cancel_mid_turn_ends_idle_cancelled_after_what_the_agent_said_whi
     assert kinds(items)[-3:] == ["agent_message_chunk", "agent_message_chunk", "state_update idle"]
     assert items[-2]["content"]["text"] == "stopped"
     assert items[-1]["stopReason"] == "cancelled"
+
+
+class SlowClient(V2Client):
+    """A v2 client that answers permission requests only when ``release`` is set."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.release = trio.Event()
+
+    async def session_request_permission(self, params: v2.RequestPermissionRequest) -> v2.RequestPermissionResponse:
+        self.asked.set()
+        await self.release.wait()
+        return await super().session_request_permission(params)
+
+
+async def test_cancel_while_a_permission_waits_answers_the_agent_cancelled_and_ends_idle_cancelled() -> None:
+    received: list[bytes] = []
+    client = SlowClient()
+    agents, handlers = raw_agents()
+    async with adapted(handlers, client, received) as (_, agent, _init):
+        new = await agent.session_new(v2.NewSessionRequest(cwd="/work"))
+        prompt_text = [v2.TextContentBlock(text="turn")]
+        await agent.session_prompt(v2.PromptRequest(session_id=new.session_id, prompt=prompt_text))
+        await client.asked.wait()
+        await agent.session_cancel(v2.CancelSessionNotification(session_id=new.session_id))
+        await client.idle.wait()
+    # the agent hears "cancelled" for its question, or its turn is cancelled first (its runtime's
+    # session/cancel and the answer race on its side): never an approval
+    assert [type(o) for o in agents[0].outcomes] in ([], [v1.CancelledRequestPermissionOutcome])
+    items = updates(received)
+    after = kinds(items)[kinds(items).index("permission") + 1 :]
+    assert "state_update running" not in after  # a cancelled turn's next state is idle
+    assert after[-1] == "state_update idle" and items[-1]["stopReason"] in ("cancelled", "end_turn")
+    assert "tool_call_update" not in after or items[-2]["status"] == "failed"  # refused, never run
+
+
+async def test_the_agent_leaving_mid_turn_ends_idle_error_and_the_client_leaving_cancels_the_agents_turn() -> None:
+    received: list[bytes] = []
+    client = V2Client()
+    agents, handlers = raw_agents()
+    async with adapted(handlers, client, received) as (front, agent, _init):
+        new = await agent.session_new(v2.NewSessionRequest(cwd="/work"))
+        await agent.session_prompt(
+            v2.PromptRequest(session_id=new.session_id, prompt=[v2.TextContentBlock(text="wait")])
+        )
+        await client.chunk.wait()  # what the agent said reached the client (an update in flight may not)
+        assert front.agent_conn is not None
+        await front.agent_conn.aclose()
+        await client.idle.wait()
+    idle = updates(received)[-1]
+    assert (idle["stopReason"], idle["error"]["code"]) == ("error", -32603)
+    assert "the agent behind this adapter is gone" in idle["error"]["data"]["detail"]
+
+    cancels: list[v1.CancelNotification] = []
+
+    class Noting(RawV1Agent):
+        async def session_cancel(self, params: v1.CancelNotification) -> None:
+            cancels.append(params)
+
+    agents = []
+
+    def make(conn: AgentSideConnection) -> RawV1Agent:
+        agents.append(Noting(conn))
+        return agents[-1]
+
+    front = V2Front()
+    agent_stream, back_stream = memory_stream_pair()
+    front_stream, client_stream = memory_stream_pair()
+    with trio.fail_after(DEADLINE):
+        async with (
+            AgentSideConnection({v1: make}, agent_stream, agent_stream),
+            ClientSideConnection(front.agent_handlers(), back_stream, back_stream),
+        ):
+            async with (
+                AgentSideConnection(front, front_stream, front_stream),
+                ClientSideConnection({v2: V2Client()}, client_stream, client_stream) as client_conn,
+            ):
+                await client_conn.initialize(
+                    v2.InitializeRequest(protocol_version=2, info=v2.Implementation(name="c", version="1"))
+                )
+                new = await client_conn.agent.session_new(v2.NewSessionRequest(cwd="/work"))
+                wait = [v2.TextContentBlock(text="wait")]
+                await client_conn.agent.session_prompt(v2.PromptRequest(session_id=new.session_id, prompt=wait))
+                await agents[0].waiting.wait()
+            # the client's connection is gone: the adapter told the agent to stop
+            await front.wait_answered()
+            while not cancels:
+                await trio.sleep(0)
+    assert [c.session_id for c in cancels] == [new.session_id]
+
+
+async def test_close_of_a_running_session_the_agent_cannot_close_cancels_its_turn_and_forgets_it() -> None:
+    received: list[bytes] = []
+    client = V2Client()
+    agents, handlers = raw_agents()
+    async with adapted(handlers, client, received) as (front, agent, _init):
+        new = await agent.session_new(v2.NewSessionRequest(cwd="/work"))
+        await agent.session_prompt(
+            v2.PromptRequest(session_id=new.session_id, prompt=[v2.TextContentBlock(text="wait")])
+        )
+        await agents[0].waiting.wait()
+        await agent.session_close(v2.CloseSessionRequest(session_id=new.session_id))
+        await client.idle.wait()
+        listed = await agent.session_list(v2.ListSessionsRequest())
+        assert front.agent_conn is not None and new.session_id not in front.agent_conn.sessions  # its fs roots too
+    assert updates(received)[-1]["stopReason"] == "cancelled"
+    assert listed.sessions == [] and front.sessions == {}
+
+
+async def test_meta_unknown_fields_and_extension_methods_cross_the_adapter() -> None:
+    received: list[bytes] = []
+    seen: list[Any] = []
+
+    class Ext(RawV1Agent):
+        def __init__(self, conn: AgentSideConnection) -> None:
+            super().__init__(conn)
+
+            async def ping(params: Any) -> Any:
+                seen.append(params)
+                await conn.ext_notification("_pong", {"back": params["n"]})
+                return {"n": params["n"] + 1}
+
+            conn.on_ext_request("_ping", ping)
+
+        async def session_new(self, params: v1.NewSessionRequest) -> v1.NewSessionResponse:
+            seen.append(params)
+            return v1.NewSessionResponse(session_id="s1", meta={"from": "v1"}, extra_fields={"futureField": 1})
+
+        async def session_prompt(self, params: v1.PromptRequest) -> v1.PromptResponse:
+            update = v1.AgentMessageChunkSessionUpdate(content=text("x"), meta={"m": 1})
+            note = v1.SessionNotification(session_id=params.session_id, update=update, meta={"n": 2})
+            await self.client.session_update(note)
+            return v1.PromptResponse(stop_reason="end_turn")
+
+    pongs: list[Any] = []
+    client = V2Client()
+    front = V2Front(ext_requests=["_ping"], ext_notifications=["_pong"])
+    agent_stream, back_stream = memory_stream_pair()
+    front_stream, client_stream = memory_stream_pair()
+    client_conn = ClientSideConnection(
+        {v2: client}, client_stream, client_stream, tap=lambda d, data: received.append(data) if d == "in" else None
+    )
+
+    async def pong(params: Any) -> None:
+        pongs.append(params)
+
+    client_conn.on_ext_notification("_pong", pong)
+    with trio.fail_after(DEADLINE):
+        async with (
+            AgentSideConnection({v1: Ext}, agent_stream, agent_stream),
+            ClientSideConnection(front.agent_handlers(), back_stream, back_stream),
+            AgentSideConnection(front, front_stream, front_stream),
+            client_conn,
+        ):
+            await client_conn.initialize(
+                v2.InitializeRequest(protocol_version=2, info=v2.Implementation(name="c", version="1"))
+            )
+            new = await client_conn.agent.session_new(
+                v2.NewSessionRequest(cwd="/work", meta={"to": "v1"}, extra_fields={"clientField": True})
+            )
+            await prompt(client_conn.agent, client, new.session_id, "x")
+            answer = await client_conn.ext_request("_ping", {"n": 1})
+            while not pongs:
+                await trio.sleep(0)
+    request = seen[0]
+    assert (request.meta, request.extra_fields) == ({"to": "v1"}, {"clientField": True})
+    assert (new.meta, new.extra_fields) == ({"from": "v1"}, {"futureField": 1})
+    (chunk,) = [
+        m for m in wire(received) if m.get("params", {}).get("update", {}).get("sessionUpdate") == "agent_message_chunk"
+    ]
+    assert chunk["params"]["_meta"] == {"n": 2} and chunk["params"]["update"]["_meta"] == {"m": 1}
+    assert answer == {"n": 2} and seen[1] == {"n": 1} and pongs == [{"back": 1}]
 
 
 async def test_cancel_of_an_agent_that_never_answers_is_idle_cancelled_after_the_grace(autojump_clock: Any) -> None:

@@ -1383,21 +1383,30 @@ class V2Front:
         for one in out:
             await self._update(params.session_id, one, params.meta, params.extra_fields)
 
-    async def _asking(self, session_id: str, ask: Callable[[], Any]) -> Any:
+    async def _asking(
+        self, session_id: str, ask: Callable[[], Any], cancelled: Callable[[Any], bool] = lambda _: False
+    ) -> Any:
         """``await ask()`` (a question to the client) between ``requires_action`` and ``running``
-        (row T22; v2 prompt-lifecycle.mdx), when a turn of the session runs."""
+        (row T22; v2 prompt-lifecycle.mdx), when a turn of the session runs; no ``running`` once
+        the turn is being cancelled (its ``idle`` comes next), nor after an answer ``cancelled``
+        says so (a v2 client answers its pending questions before it sends ``session/cancel``)."""
         session = self.sessions.get(session_id)
         running = session is not None and session.turn is not None
         if running:
             await self._update(session_id, v2.RequiresActionStateUpdateSessionUpdate())
         answer = await ask()
-        if running and session is not None and session.turn is not None:
+        turn = session.turn if session is not None else None
+        if running and turn is not None and not turn.cancel_sent and not cancelled(answer):
             await self._update(session_id, v2.RunningStateUpdateSessionUpdate())
         return answer
 
     async def _permission(self, params: v1.RequestPermissionRequest) -> v1.RequestPermissionResponse:
         request = permission_to_v2(params)
-        answer = await self._asking(params.session_id, lambda: self._client.session_request_permission(request))
+        answer = await self._asking(
+            params.session_id,
+            lambda: self._client.session_request_permission(request),
+            lambda a: isinstance(a.outcome, v2.CancelledRequestPermissionOutcome),
+        )
         return v1.RequestPermissionResponse(
             outcome=outcome_to_v1(answer.outcome, params.options), meta=answer.meta, extra_fields=answer.extra_fields
         )
