@@ -162,6 +162,7 @@ class CoalescingTCPServer(TCPServer):
     high_water = HIGH_WATER
     write_timeout: float | None = None
     idle: _Idle | None = None
+    _writer_nursery: trio.Nursery | None = None  # _run_coalescing's: where the writer task starts
 
     async def run(self) -> None:
         if self.idle is not None:
@@ -194,7 +195,7 @@ class CoalescingTCPServer(TCPServer):
         no such task: a task, its frames and its scope are a good part of an idle connection's
         memory (about 3 KB)."""
         self._pending = bytearray()
-        self._writer_nursery: trio.Nursery | None = None
+        self._writer_nursery = None
         self._writer_started = False
         self._ready = trio.Event()
         # room in the buffer, and nothing left to flush: both true, until a sender replaces them with
