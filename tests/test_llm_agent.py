@@ -1,23 +1,26 @@
 """The example LLM agent (``python -m examples.llm_agent``) against a loopback model server that plays each
 provider's streaming API (``tests/llm_loopback.py``), driven by ``StandardClient``: no network, no key.
 
-Over stdio (a real agent process, hypercorn serving the loopback): a full turn per provider with
-text, reasoning, a permission-gated file edit, a terminal command, a file read and an MCP tool call,
-usage; ``session/load`` in a new agent process replays it and the model gets the history back; a
-denied permission; provider errors (an HTTP status, an error event mid-stream); ``session/cancel``
-closing the HTTP stream.  In memory (``open_memory_pair``, the SDK given an ``httpx2.AsyncClient``
-whose transport runs the loopback in process, trio's autojump clock): the cancel latency bound.
+One implementation (``acp_trio.neutral``) serves protocol version 1 and 2, so the tests that drive a
+turn run in both, each asserting on its version's wire: over stdio (a real agent process, hypercorn
+serving the loopback), a full turn per provider with text, reasoning, a permission-gated file edit,
+a command shown as it runs, a file read and an MCP tool call, usage; a denied permission; provider
+errors (an HTTP status, an error event mid-stream: v1's error answer, v2's ``idle`` with
+``stopReason: "error"``); ``session/cancel`` closing the HTTP stream.  In memory (``open_memory_pair``,
+the SDK given an ``httpx2.AsyncClient`` whose transport runs the loopback in process): a session made
+on one version, loaded on the other by a second connection to the same agent, the model getting the
+history back; the cancel latency bound on trio's clock; a missing key.
 """
 
 from __future__ import annotations
 
-import functools
 import json
 import os
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import httpx2
@@ -38,7 +41,7 @@ from llm_loopback import (
     requests_to,
 )
 
-from acp_schema import v1
+from acp_schema import v1, v2
 from acp_trio import (
     AUTH_REQUIRED,
     INTERNAL_ERROR,
@@ -51,7 +54,6 @@ from acp_trio import (
     open_memory_pair,
     spawn_agent,
 )
-from acp_trio.session_store import MemorySessionStore
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="the stdio transport and /bin/sh are POSIX-only")
 
@@ -64,6 +66,7 @@ from examples.llm_agent.providers import Settings  # noqa: E402
 
 TOOLS_SERVER = Path(__file__).parent / "mcp_servers" / "tools_server.py"
 PROVIDERS = ("openai", "anthropic")
+VARIANTS = pytest.mark.parametrize("variant", [v1, v2], ids=["v1", "v2"])
 PATHS = {"openai": "/v1/responses", "anthropic": "/v1/messages"}
 KEYS = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY"}
 TIMEOUT = 30
@@ -85,6 +88,12 @@ class WatchingClient(StandardClient):
             await self._changed.wait()
 
 
+def asked_call(request: Any) -> tuple[str, str]:
+    """(toolCallId, kind) a permission request is about: v1 ``toolCall``, v2 ``subject.toolCall``."""
+    call = request.tool_call if isinstance(request, v1.RequestPermissionRequest) else request.subject.tool_call
+    return call.tool_call_id, call.kind
+
+
 @asynccontextmanager
 async def loopback(replies: list[Any]) -> AsyncIterator[tuple[Loopback, str]]:
     app = Loopback(list(replies))
@@ -94,7 +103,7 @@ async def loopback(replies: list[Any]) -> AsyncIterator[tuple[Loopback, str]]:
         nursery.cancel_scope.cancel()
 
 
-def agent_args(provider: str, url: str, store: Path | None = None) -> list[str]:
+def agent_args(provider: str, url: str) -> list[str]:
     base = url + "/v1" if provider == "openai" else url
     args = ["-m", "examples.llm_agent", "--provider", provider, "--model", "loop-model", "--base-url", base]
     args += ["--max-retries", "0", "--context-window", "1000"]
@@ -102,30 +111,40 @@ def agent_args(provider: str, url: str, store: Path | None = None) -> list[str]:
         args += ["--thinking-budget", "1024"]
     else:
         args += ["--reasoning-effort", "low"]
-    if store is not None:
-        args += ["--store", str(store)]
     return args
 
 
+def agent_env(provider: str) -> dict[str, str]:
+    """The agent process's environment: a dummy key, and ``examples`` importable."""
+    return {KEYS[provider]: "test-key", "PYTHONPATH": os.pathsep.join([str(ROOT), *sys.path])}
+
+
 @asynccontextmanager
-async def agent(
-    provider: str, url: str, *, store: Path | None = None, policy: Any = None, env: dict[str, str] | None = None
-) -> AsyncIterator[ClientSideConnection]:
-    make_client = functools.partial(WatchingClient, policy=policy if policy is not None else allow_all())
-    agent_env = {KEYS[provider]: "test-key", "PYTHONPATH": os.pathsep.join([str(ROOT), *sys.path])}
-    agent_env["ACP_LLM_AGENT_STORE"] = ""  # --store only when a test gives one (--base-url beats *_BASE_URL)
-    agent_env.update(env or {})
+async def agent(provider: str, url: str, variant: ModuleType, *, policy: Any = None) -> AsyncIterator[WatchingClient]:
+    """The agent as a process (stdio) with a ``WatchingClient`` of ``variant``'s protocol version,
+    initialized (the agent serves both: the client's ``initialize`` picks)."""
+    make_client = WatchingClient.for_versions(variant, policy=policy if policy is not None else allow_all())
     async with spawn_agent(
-        sys.executable, agent_args(provider, url, store), client=make_client, env=agent_env, cwd=ROOT
+        sys.executable, agent_args(provider, url), client=make_client, env=agent_env(provider), cwd=ROOT
     ) as conn:
-        client: StandardClient = conn.handler
-        init = v1.InitializeRequest(protocol_version=1, client_capabilities=client.capabilities)
-        await conn.agent.initialize(init, timeout=TIMEOUT)
-        yield conn
+        client: WatchingClient = conn.handler
+        await client.initialize(timeout=TIMEOUT)
+        assert conn.protocol_version == variant.PROTOCOL_VERSION
+        yield client
 
 
-def mcp_servers() -> list[v1.McpServer]:
-    return [v1.McpServerStdio(name="tools", command=sys.executable, args=[str(TOOLS_SERVER), "stdio"], env=[])]
+async def new_session(client: StandardClient, cwd: Path, *, mcp: bool = False) -> str:
+    """``session/new`` in the client's version (with the MCP server of ``tools_server.py`` if ``mcp``)."""
+    if not mcp:
+        return await client.new_session(cwd)
+    if client.conn.protocol_version >= 2:
+        server: Any = v2.StdioMcpServer(name="tools", command=sys.executable, args=[str(TOOLS_SERVER), "stdio"], env=[])
+        new: Any = await client.conn.agent.session_new(v2.NewSessionRequest(cwd=str(cwd), mcp_servers=[server]))
+    else:
+        server = v1.McpServerStdio(name="tools", command=sys.executable, args=[str(TOOLS_SERVER), "stdio"], env=[])
+        new = await client.conn.agent.session_new(v1.NewSessionRequest(cwd=str(cwd), mcp_servers=[server]))
+    session_id: str = new.session_id
+    return session_id
 
 
 def tool_outputs(provider: str, body: dict[str, Any]) -> dict[str, str]:
@@ -175,27 +194,23 @@ def full_turn_script(provider: str) -> list[Any]:
     ]
 
 
+@VARIANTS
 @pytest.mark.parametrize("provider", PROVIDERS)
-async def test_a_full_turn_then_session_load_in_a_new_process(provider: str, tmp_path: Path) -> None:
+async def test_a_full_turn(provider: str, variant: ModuleType, tmp_path: Path) -> None:
     work = tmp_path / "work"
     work.mkdir()
     (work / "notes.txt").write_text("remember the milk\n", encoding="utf-8")
-    store = tmp_path / "sessions.db"
     asked: list[tuple[str, str]] = []
 
     async def allow(request: Any) -> str:
-        asked.append((request.tool_call.tool_call_id, request.tool_call.kind))
+        asked.append(asked_call(request))
         return next(option.option_id for option in request.options if option.kind == "allow_once")
 
-    script = [*full_turn_script(provider), [Text("You asked me to write a file."), Usage(300, 9)]]
     with trio.fail_after(TIMEOUT):
-        async with loopback(script) as (app, url):
-            async with agent(provider, url, store=store, policy=ask(allow)) as conn:
-                client: StandardClient = conn.handler
-                new = await conn.agent.session_new(v1.NewSessionRequest(cwd=str(work), mcp_servers=mcp_servers()))
-                sid = new.session_id
+        async with loopback(full_turn_script(provider)) as (app, url):
+            async with agent(provider, url, variant, policy=ask(allow)) as client:
+                sid = await new_session(client, work, mcp=True)
                 result = await client.prompt(sid, "Write hello.txt, run echo, read my notes, add 2 and 3.")
-                assert isinstance(result, v1.PromptResponse)
                 assert result.stop_reason == "end_turn"
                 state = client.states[sid]
 
@@ -221,17 +236,29 @@ async def test_a_full_turn_then_session_load_in_a_new_process(provider: str, tmp
                 ]
                 assert (work / "hello.txt").read_text(encoding="utf-8") == "hello from the model\n"
                 diff = calls["call_write"].content[0]
-                assert isinstance(diff, v1.DiffToolCallContent) and diff.new_text == "hello from the model\n"
-                assert any(isinstance(c, v1.TerminalToolCallContent) for c in calls["call_run"].content)
+                assert isinstance(diff, variant.DiffToolCallContent)
+                if variant is v1:  # the exact texts
+                    assert diff.path == str(work / "hello.txt") and diff.new_text == "hello from the model\n"
+                    assert not isinstance(diff.old_text, str)  # a new file
+                    # v1 has no agent-owned terminal: the command and its output as the tool call's text
+                    shown = [
+                        c.content.text for c in calls["call_run"].content if isinstance(c, v1.ContentToolCallContent)
+                    ]
+                    assert shown[0] == "$ echo ran-in-a-terminal" and "ran-in-a-terminal" in shown[-1]
+                    assert "[exit 0]" in shown[-1]
+                else:  # changes and a git patch; the command in a display terminal
+                    assert [(type(c).__name__, c.path) for c in diff.changes] == [
+                        ("AddDiffChange", str(work / "hello.txt"))
+                    ]
+                    assert "+hello from the model" in diff.patch.text
+                    [terminal] = [c for c in calls["call_run"].content if isinstance(c, v2.TerminalToolCallContent)]
+                    shown_terminal = state.terminals[terminal.terminal_id]
+                    assert shown_terminal.command == "/bin/sh -c echo ran-in-a-terminal"
+                    assert b"ran-in-a-terminal\n" in shown_terminal.output
+                    assert shown_terminal.exit_status is not None and shown_terminal.exit_status.exit_code == 0
                 assert calls["call_add"].raw_output == {"output": "5", "isError": False}
-                # usage: usage_update after each model call (the last: 250 + 8), the turn's totals in _meta
+                # usage: usage_update after each model call (the last: 250 + 8)
                 assert state.usage is not None and (state.usage.used, state.usage.size) == (258, 1000)
-                assert isinstance(result.meta, dict)
-                usage = result.meta["usage"]
-                assert usage["inputTokens"] == 700 and usage["outputTokens"] == 48 and usage["totalTokens"] == 748
-                if provider == "openai":
-                    assert usage["thoughtTokens"] == 7
-                assert usage["cachedReadTokens"] == 30
 
             # what the model API received: tools offered, the results sent back
             requests = requests_to(app, PATHS[provider])
@@ -256,27 +283,10 @@ async def test_a_full_turn_then_session_load_in_a_new_process(provider: str, tmp
                 assert requests[0].body["reasoning"] == {"effort": "low", "summary": "auto"}
                 assert requests[0].body["store"] is False
 
-            # a new agent process loads the session from the store: replay, then the model gets the history
-            async with agent(provider, url, store=store) as conn:
-                client = conn.handler
-                load = v1.LoadSessionRequest(session_id=sid, cwd=str(work), mcp_servers=[])
-                await conn.agent.session_load(load, timeout=TIMEOUT)
-                replayed = client.states[sid]
-                assert [m.text for m in replayed.messages if m.role == "agent"] == agent_text
-                assert {cid: c.status for cid, c in replayed.tool_calls.items()} == {cid: "completed" for cid in calls}
-                result = await client.prompt(sid, "What did I ask?")
-                assert isinstance(result, v1.PromptResponse) and result.stop_reason == "end_turn"
-            last = requests_to(app, PATHS[provider])[-1].body
-            assert user_texts(provider, last) == [
-                "Write hello.txt, run echo, read my notes, add 2 and 3.",
-                "What did I ask?",
-            ]
-            assert tool_outputs(provider, last) == outputs
-            assert "mcp__tools__add" not in tool_names(provider, last)  # no MCP servers given to session/load
 
-
+@VARIANTS
 @pytest.mark.parametrize("provider", PROVIDERS)
-async def test_a_denied_permission_and_provider_errors(provider: str, tmp_path: Path) -> None:
+async def test_a_denied_permission_and_provider_errors(provider: str, variant: ModuleType, tmp_path: Path) -> None:
     script = [
         [Text("Writing it."), ToolCall("write_file", {"path": "x.txt", "content": "no\n"}, "call_x")],
         [Text("OK, I won't.")],
@@ -284,12 +294,22 @@ async def test_a_denied_permission_and_provider_errors(provider: str, tmp_path: 
         [Text("Half an answer"), StreamError("the model fell over")],
         [Text("Still here.")],
     ]
+
+    async def failed_turn(client: WatchingClient, sid: str, text: str) -> tuple[int, str, Any]:
+        """A turn the agent ends with an error: v1 answers session/prompt with it, v2 ends idle with it."""
+        if variant is v1:
+            with pytest.raises(RequestError) as error:
+                await client.prompt(sid, text)
+            return error.value.code, error.value.message, error.value.data
+        result = await client.prompt(sid, text)
+        assert result.stop_reason == "error"
+        return result.error.code, result.error.message, result.error.data
+
     with trio.fail_after(TIMEOUT):
-        async with loopback(script) as (app, url), agent(provider, url, policy=deny_all()) as conn:
-            client: StandardClient = conn.handler
+        async with loopback(script) as (app, url), agent(provider, url, variant, policy=deny_all()) as client:
             sid = await client.new_session(tmp_path)
             result = await client.prompt(sid, "Write x.txt.")
-            assert isinstance(result, v1.PromptResponse) and result.stop_reason == "end_turn"
+            assert result.stop_reason == "end_turn"
             call = client.states[sid].tool_calls["call_x"]
             assert (call.kind, call.status) == ("edit", "failed")
             assert not (tmp_path / "x.txt").exists()
@@ -297,22 +317,18 @@ async def test_a_denied_permission_and_provider_errors(provider: str, tmp_path: 
             assert denied == {"call_x": DENIED_RESULT}
 
             # an HTTP error status: a JSON-RPC error with code, message and data, and the agent lives on
-            with pytest.raises(RequestError) as http_error:
-                await client.prompt(sid, "Again.")
-            assert http_error.value.code == INTERNAL_ERROR
-            assert f"{provider} HTTP 429: slow down, please" in http_error.value.message
-            assert "rate limited" in http_error.value.message
-            assert http_error.value.data["status"] == 429 and http_error.value.data["provider"] == provider
+            code, message, data = await failed_turn(client, sid, "Again.")
+            assert code == INTERNAL_ERROR
+            assert f"{provider} HTTP 429: slow down, please" in message and "rate limited" in message
+            assert data["status"] == 429 and data["provider"] == provider
 
             # an error event in the middle of the stream
-            with pytest.raises(RequestError) as stream_error:
-                await client.prompt(sid, "Once more.")
-            assert stream_error.value.code == INTERNAL_ERROR
-            assert "the model fell over" in stream_error.value.message
-            assert stream_error.value.data["status"] is None
+            code, message, data = await failed_turn(client, sid, "Once more.")
+            assert code == INTERNAL_ERROR and "the model fell over" in message
+            assert data["status"] is None
 
             result = await client.prompt(sid, "Are you there?")
-            assert isinstance(result, v1.PromptResponse) and result.stop_reason == "end_turn"
+            assert result.stop_reason == "end_turn"
             assert client.states[sid].messages[-1].text == "Still here."
             # the history kept going: every prompt so far reached the model
             assert user_texts(provider, requests_to(app, PATHS[provider])[-1].body) == [
@@ -323,12 +339,12 @@ async def test_a_denied_permission_and_provider_errors(provider: str, tmp_path: 
             ]
 
 
-@pytest.mark.parametrize("provider", PROVIDERS)
-async def test_session_cancel_closes_the_http_stream_at_once(provider: str, tmp_path: Path) -> None:
+@VARIANTS
+async def test_session_cancel_closes_the_http_stream_at_once(variant: ModuleType, tmp_path: Path) -> None:
+    provider = "openai" if variant is v1 else "anthropic"  # the stream's closing is the SDKs'; one each
     script = [[Text("Let me think about this for a long time"), Hang()], [Text("Fresh start.")]]
     with trio.fail_after(TIMEOUT):
-        async with loopback(script) as (app, url), agent(provider, url) as conn:
-            client: WatchingClient = conn.handler
+        async with loopback(script) as (app, url), agent(provider, url, variant) as client:
             sid = await client.new_session(tmp_path)
             results: list[Any] = []
             async with trio.open_nursery() as nursery:
@@ -348,33 +364,97 @@ async def test_session_cancel_closes_the_http_stream_at_once(provider: str, tmp_
             assert client.states[sid].messages[-1].text == "Let me think about this for a long time"
             # the next turn works, and the cancelled turn's partial answer is in the history
             result = await client.prompt(sid, "Never mind.")
-            assert isinstance(result, v1.PromptResponse) and result.stop_reason == "end_turn"
+            assert result.stop_reason == "end_turn"
             body = requests_to(app, PATHS[provider])[-1].body
             assert "Let me think about this for a long time" in json.dumps(body)
 
 
-@asynccontextmanager
-async def memory_agent(
-    provider: str, app: Loopback, nursery: trio.Nursery, *, policy: Any = None
-) -> AsyncIterator[WatchingClient]:
-    """The agent in process (``open_memory_pair``), its SDK client on an in-process streaming transport."""
+def memory_settings(provider: str, app: Loopback, nursery: trio.Nursery) -> Settings:
+    """Settings whose SDK client runs the loopback in process (a streaming ASGI transport)."""
     http = httpx2.AsyncClient(transport=StreamingAsgiTransport(app, nursery))
     base = "http://loopback/v1" if provider == "openai" else "http://loopback"
-    settings = Settings(provider=provider, model="loop-model", base_url=base, max_retries=0, http_client=http)  # type: ignore[arg-type]
-    make_agent = functools.partial(LlmAgent, settings=settings, store=MemorySessionStore())
-    make_client = functools.partial(WatchingClient, policy=policy if policy is not None else allow_all())
-    async with open_memory_pair(make_agent, make_client) as (_, client_conn):
+    return Settings(provider=provider, model="loop-model", base_url=base, max_retries=0, http_client=http)  # type: ignore[arg-type]
+
+
+@asynccontextmanager
+async def connect(llm: LlmAgent, variant: ModuleType, *, policy: Any = None) -> AsyncIterator[WatchingClient]:
+    """One more connection to the running agent ``llm`` (``open_memory_pair``), in ``variant``'s version."""
+    make_client = WatchingClient.for_versions(variant, policy=policy if policy is not None else allow_all())
+    async with open_memory_pair(llm, make_client) as (_, client_conn):
         client: WatchingClient = client_conn.handler
         await client.initialize()
+        assert client_conn.protocol_version == variant.PROTOCOL_VERSION
         yield client
 
 
+@asynccontextmanager
+async def memory_agent(
+    provider: str, app: Loopback, nursery: trio.Nursery, variant: ModuleType, *, policy: Any = None
+) -> AsyncIterator[WatchingClient]:
+    """The agent in process, its SDK client on an in-process streaming transport, one connection."""
+    llm = LlmAgent(memory_settings(provider, app, nursery))
+    async with llm.running(), connect(llm, variant, policy=policy) as client:
+        yield client
+
+
+@pytest.mark.parametrize(("made_on", "loaded_on"), [(v1, v2), (v2, v1)], ids=["v1-then-v2", "v2-then-v1"])
+async def test_a_session_made_on_one_version_is_loaded_on_the_other(
+    made_on: ModuleType, loaded_on: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One agent object, two connections: the second (the other protocol version) loads the
+    session (v1 ``session/load``, v2 ``session/resume`` from start), gets the first one's messages
+    and tool calls replayed in its own version, and the model continues with the whole history."""
+    monkeypatch.setenv(KEYS["openai"], "test-key")
+    script = [
+        [Text("Writing it."), ToolCall("write_file", {"path": "a.txt", "content": "A\n"}, "call_a")],
+        [Text("Written."), Usage(40, 4)],
+        [Text("You asked me to write a.txt.")],
+    ]
+    app = Loopback(script)
+    with trio.fail_after(TIMEOUT):
+        async with trio.open_nursery() as nursery:
+            llm = LlmAgent(memory_settings("openai", app, nursery))
+            async with llm.running():
+                async with connect(llm, made_on) as first:
+                    sid = await first.new_session(tmp_path)
+                    assert (await first.prompt(sid, "Write a.txt.")).stop_reason == "end_turn"
+                    made = first.states[sid]
+                async with connect(llm, loaded_on) as second:
+                    if loaded_on is v1:
+                        load = v1.LoadSessionRequest(session_id=sid, cwd=str(tmp_path), mcp_servers=[])
+                        await second.conn.agent.session_load(load)
+                    else:
+                        resume = v2.ResumeSessionRequest(
+                            session_id=sid, cwd=str(tmp_path), replay_from=v2.StartReplayFrom()
+                        )
+                        await second.conn.agent.session_resume(resume)
+                    replayed = second.states[sid]
+                    assert [(m.role, m.text) for m in replayed.messages] == [(m.role, m.text) for m in made.messages]
+                    assert [m.text for m in replayed.messages] == ["Write a.txt.", "Writing it.", "Written."]
+                    assert {c: (t.kind, t.status) for c, t in replayed.tool_calls.items()} == {
+                        "call_a": ("edit", "completed")
+                    }
+                    assert isinstance(replayed.tool_calls["call_a"].content[0], loaded_on.DiffToolCallContent)
+                    result = await second.prompt(sid, "What did I ask?")
+                    assert result.stop_reason == "end_turn"
+                    assert replayed.messages[-1].text == "You asked me to write a.txt."
+    last = requests_to(app, PATHS["openai"])[-1].body
+    assert user_texts("openai", last) == ["Write a.txt.", "What did I ask?"]
+    assert tool_outputs("openai", last) == {"call_a": f"Wrote 2 characters to {tmp_path / 'a.txt'}."}
+    assert (tmp_path / "a.txt").read_text(encoding="utf-8") == "A\n"
+
+
+@VARIANTS
 @pytest.mark.parametrize("provider", PROVIDERS)
 async def test_cancel_latency_on_trio_clock(
-    provider: str, tmp_path: Path, mock_clock: trio.testing.MockClock, monkeypatch: pytest.MonkeyPatch
+    provider: str,
+    variant: ModuleType,
+    tmp_path: Path,
+    mock_clock: trio.testing.MockClock,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """In memory on trio's mock clock: the stream is closed within 100 ms of session/cancel on that
-    clock (in fact at the same instant: nothing on the way sleeps), and the turn answers cancelled.
+    clock (in fact at the same instant: nothing on the way sleeps), and the turn ends cancelled.
 
     The clock jumps ahead whenever every task has waited 0.2 s of real time, not at once: the SDKs
     look up the platform once per client in a worker thread (``asyncify(get_platform)``), which an
@@ -383,7 +463,7 @@ async def test_cancel_latency_on_trio_clock(
     monkeypatch.setenv(KEYS[provider], "test-key")
     app = Loopback([[Text("Slowly"), Hang()]])
     with trio.fail_after(60):
-        async with trio.open_nursery() as nursery, memory_agent(provider, app, nursery) as client:
+        async with trio.open_nursery() as nursery, memory_agent(provider, app, nursery, variant) as client:
             sid = await client.new_session(tmp_path)
             results: list[Any] = []
 
@@ -407,17 +487,24 @@ async def test_cancel_latency_on_trio_clock(
             assert trio.current_time() - sent < 0.1
 
 
+@VARIANTS
 async def test_a_missing_key_is_a_clear_error_naming_the_variable(
-    tmp_path: Path, autojump_clock: trio.testing.MockClock, monkeypatch: pytest.MonkeyPatch
+    variant: ModuleType, tmp_path: Path, autojump_clock: trio.testing.MockClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     for provider, variable in (("openai", "OPENAI_API_KEY"), ("anthropic", "ANTHROPIC_API_KEY")):
         monkeypatch.delenv(variable, raising=False)
         monkeypatch.delenv("ANTHROPIC_AUTH_TOKEN", raising=False)
         app = Loopback([])
-        async with trio.open_nursery() as nursery, memory_agent(provider, app, nursery) as client:
+        async with trio.open_nursery() as nursery, memory_agent(provider, app, nursery, variant) as client:
             sid = await client.new_session(tmp_path)
-            with pytest.raises(RequestError) as error:
-                await client.prompt(sid, "Hello?")
-            assert error.value.code == AUTH_REQUIRED
-            assert variable in error.value.message and "no API key" in error.value.message
+            if variant is v1:
+                with pytest.raises(RequestError) as error:
+                    await client.prompt(sid, "Hello?")
+                code, message = error.value.code, error.value.message
+            else:
+                result = await client.prompt(sid, "Hello?")
+                assert result.stop_reason == "error"
+                code, message = result.error.code, result.error.message
+            assert code == AUTH_REQUIRED
+            assert variable in message and "no API key" in message
             assert app.requests == []

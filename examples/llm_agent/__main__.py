@@ -1,22 +1,21 @@
 """``python -m examples.llm_agent --provider openai|anthropic --model MODEL [--base-url URL] ...``: serve the
-example LLM agent on stdio (see README.md beside this file)."""
+example LLM agent on stdio to protocol version 1 and 2 clients (see README.md beside this file)."""
 
 from __future__ import annotations
 
 import argparse
-import functools
 import importlib
 import logging
 import os
 import sys
 from collections.abc import Sequence
 
-from acp_trio import run_agent_stdio
-from acp_trio.session_store import MemorySessionStore, SessionStore, SqliteSessionStore
+import trio
+
+from acp_trio import serve_agent_stdio
 
 CONTEXT_WINDOWS = {"openai": 128_000, "anthropic": 200_000}
 """``--context-window`` when not given: a common size for each provider's models (``usage_update.size``)."""
-STORE_VARIABLE = "ACP_LLM_AGENT_STORE"
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -32,10 +31,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "Anthropic: without /v1); default the SDK's (or OPENAI_BASE_URL / ANTHROPIC_BASE_URL)",
     )
     parser.add_argument(
-        "--store",
-        default=os.environ.get(STORE_VARIABLE),
-        help=f"SQLite file keeping the sessions for session/load across runs (default ${STORE_VARIABLE}; "
-        "unset: in memory, for this process only)",
+        "--protocol",
+        type=int,
+        choices=(1, 2),
+        action="append",
+        help="serve only this ACP protocol version (repeatable; default: 1 and 2, the client's initialize picks)",
     )
     parser.add_argument("--max-retries", type=int, default=2, help="the SDK's retries of 429/5xx/connection errors")
     parser.add_argument("--max-tokens", type=int, default=8192, help="output tokens per model call (default 8192)")
@@ -113,15 +113,14 @@ def main(argv: Sequence[str] | None = None) -> None:
         context_window=args.context_window or CONTEXT_WINDOWS[args.provider],
         system_prompt=args.system,
     )
-    store: SessionStore = SqliteSessionStore(args.store) if args.store else MemorySessionStore()
-    try:
-        run_agent_stdio(
-            functools.partial(
-                LlmAgent, settings=settings, store=store, max_steps=args.max_steps, command_timeout=args.command_timeout
-            )
-        )
-    finally:
-        store.close()
+    agent = LlmAgent(settings, max_steps=args.max_steps, command_timeout=args.command_timeout)
+    versions = tuple(args.protocol or (1, 2))
+
+    async def serve() -> None:
+        async with agent.running():
+            await serve_agent_stdio(agent.handlers_for(versions))
+
+    trio.run(serve)
 
 
 if __name__ == "__main__":

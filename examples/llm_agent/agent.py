@@ -1,41 +1,44 @@
-"""The ACP side of the example LLM agent: sessions, prompt turns, tool calls, permissions, usage.
+"""The ACP side of the example LLM agent: sessions, prompt turns, tool calls, permissions, usage,
+written once on the version-neutral API (:mod:`acp_trio.neutral`) and served to protocol version 1
+and 2 clients alike.
 
-One prompt turn (``docs/protocol/v1/prompt-turn.mdx``) is a loop: send the conversation to the model
-and stream its answer (text as ``agent_message_chunk``, reasoning as ``agent_thought_chunk``); when
-the model asks for tools, report each as an ACP tool call (``tool_call``, kind as in
-:mod:`.tools`), ask ``session/request_permission``, run it through the client (``fs/*``,
-``terminal/*``) or the session's MCP server, report the outcome (``tool_call_update``) and send
-the results back to the model; until the model ends its answer.  The turn answers ``end_turn``,
-``max_tokens``, ``refusal``, ``max_turn_requests`` (more than ``max_steps`` model calls) or,
-after ``session/cancel``, ``cancelled`` (the runtime cancels the turn; the HTTP stream in flight
-is closed at once).  A failing model API answers the ``session/prompt`` with a JSON-RPC error
-(-32000 for a missing or refused key, else -32603; ``data``: ``provider``, ``status``, ``code``,
-``body``).
+One prompt turn (``docs/protocol/v1/prompt-turn.mdx``, ``docs/protocol/v2/prompt-lifecycle.mdx``)
+is a loop: send the conversation to the model and stream its answer (text with ``turn.say``,
+reasoning with ``turn.think``); when the model asks for tools, report each as an ACP tool call
+(``turn.tool``, kind as in :mod:`.tools`), ask permission (``ToolCall.ask_permission``), run it
+(files through ``session.files``, commands with ``ToolCall.run``, the session's MCP servers),
+report the outcome (``complete`` / a ``failed`` update) and send the results back to the model;
+until the model ends its answer.  The turn ends ``end_turn``, ``max_tokens``, ``refusal``,
+``max_turn_requests`` (more than ``max_steps`` model calls) or, after ``session/cancel``,
+``cancelled`` (the layer cancels the turn; the HTTP stream in flight is closed at once).  A failing
+model API ends the turn with a JSON-RPC error (-32000 for a missing or refused key, else -32603;
+``data``: ``provider``, ``status``, ``code``, ``body``): v1 answers ``session/prompt`` with it, v2
+ends the turn ``idle`` with ``stopReason: "error"`` and that error.
 
-Usage: after each model call a ``usage_update`` (stable v1: ``used`` = the call's input plus output
-tokens, what the context holds now; ``size`` = ``--context-window``), and the turn's token counts in
-the ``session/prompt`` answer's ``_meta.usage`` (``inputTokens``, ``outputTokens``, ``totalTokens``,
-``thoughtTokens``, ``cachedReadTokens``: the shape of the unstable schema's ``PromptResponse.usage``).
+Usage: after each model call a ``usage_update`` (``used`` = the call's input plus output tokens,
+what the context holds now; ``size`` = ``--context-window``).
 
-Sessions live in a session store (:mod:`acp_trio.session_store`; SQLite with ``--store PATH``, else
-in memory), which records every prompt and update; ``session/load`` replays them and rebuilds the
-model's view of the conversation from them (:func:`.history.from_stored`).
+Sessions are the layer's (``neutral.Agent.sessions``): ``session/load`` (v1) and ``session/resume``
+with ``replayFrom: {type: start}`` (v2) replay a session made on either version; the model's view
+of the conversation (:mod:`.history`) is kept per session id beside it, so the model continues
+where it was.  Both live as long as this process.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import uuid
-from contextlib import aclosing
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import aclosing, asynccontextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
 import trio
 
-from acp_schema import v1
-from acp_trio import AUTH_REQUIRED, INTERNAL_ERROR, AgentSideConnection, RequestError, open_terminal, session_store
-from acp_trio import builders as b
+from acp_schema import v1, v2
+from acp_trio import AUTH_REQUIRED, INTERNAL_ERROR, AgentSideConnection, RequestError, SessionRegistry
+from acp_trio import neutral as n
 
 from .history import (
     CANCELLED_RESULT,
@@ -46,7 +49,6 @@ from .history import (
     ToolUse,
     UserText,
     close_dangling,
-    from_stored,
     prompt_text,
 )
 from .providers import (
@@ -66,11 +68,11 @@ from .tools import BUILTIN_TOOLS, READ_FILE, RUN_COMMAND, WRITE_FILE, Tool, mcp_
 if TYPE_CHECKING:
     from acp_trio.mcp import McpServers
 
-__all__ = ["AGENT_INFO", "DENIED_RESULT", "LlmAgent", "default_system_prompt"]
+__all__ = ["AGENT_INFO", "DENIED_RESULT", "PERMISSION_OPTIONS", "LlmAgent", "default_system_prompt"]
 
 log = logging.getLogger("examples.llm_agent")
 
-AGENT_INFO = v1.Implementation(name="acp-trio-llm-agent", title="acp-trio LLM agent (example)", version="1")
+AGENT_INFO = n.AgentInfo(name="acp-trio-llm-agent", title="acp-trio LLM agent (example)", version="1")
 MCP_MISSING = (
     "they need the official mcp SDK, the mcp extra: "
     "pip install -e '.[mcp]' from the repository root, or pip install mcp"
@@ -81,9 +83,14 @@ DENIED_RESULT = "The user denied permission for this tool call. Do not retry it;
 MAX_OUTPUT_CHARS = 60_000
 """A file or command output longer than this is cut for the model (the rest is said to be cut)."""
 COMMAND_OUTPUT_BYTES = 256_000
-"""``outputByteLimit`` of ``run_command``'s terminals."""
-
-StopReason = Literal["end_turn", "max_tokens", "max_turn_requests", "refusal", "cancelled"]
+"""Bytes of a command's output kept for the model (its first ones)."""
+PERMISSION_OPTIONS = (
+    n.Option("allow-once", "Allow once", "allow_once"),
+    n.Option("allow-always", "Allow always", "allow_always"),
+    n.Option("reject-once", "Reject once", "reject_once"),
+    n.Option("reject-always", "Reject always", "reject_always"),
+)
+"""The choices of every permission request; an "always" one holds for that tool for the rest of the session."""
 
 
 def default_system_prompt(cwd: str) -> str:
@@ -101,11 +108,10 @@ class ToolFailure(Exception):
 
 
 @dataclass
-class Session:
-    """What the agent keeps per session: ``cwd``, the model's ``history``, its MCP servers, the
-    tools offered, the permission choices made "always", token totals."""
+class Conversation:
+    """What the agent keeps per session beside the layer's :class:`~acp_trio.neutral.Session`: the
+    model's ``history``, its MCP servers, the tools offered, the permission choices made "always"."""
 
-    cwd: str
     history: list[Item] = field(default_factory=list)
     mcp: McpServers | None = None
     tools: dict[str, Tool] | None = None
@@ -113,153 +119,155 @@ class Session:
 
 
 @dataclass
-class TurnUsage:
-    input_tokens: int = 0
-    output_tokens: int = 0
-    thought_tokens: int | None = None
-    cached_tokens: int | None = None
+class _McpHost:
+    """Where a session's MCP servers run (``acp_trio.mcp.open_mcp_servers``'s host): the agent's own
+    nursery and session registry, since a neutral session outlives the connection that opened it."""
 
-    def add(self, usage: TokenUsage) -> None:
-        self.input_tokens += usage.input_tokens
-        self.output_tokens += usage.output_tokens
-        if usage.reasoning_tokens is not None:
-            self.thought_tokens = (self.thought_tokens or 0) + usage.reasoning_tokens
-        if usage.cached_tokens is not None:
-            self.cached_tokens = (self.cached_tokens or 0) + usage.cached_tokens
+    nursery: trio.Nursery
+    sessions: SessionRegistry = field(default_factory=SessionRegistry)
 
-    def wire(self) -> dict[str, int]:
-        out = {
-            "inputTokens": self.input_tokens,
-            "outputTokens": self.output_tokens,
-            "totalTokens": self.input_tokens + self.output_tokens,
-        }
-        if self.thought_tokens is not None:
-            out["thoughtTokens"] = self.thought_tokens
-        if self.cached_tokens is not None:
-            out["cachedReadTokens"] = self.cached_tokens
-        return out
+    def start_soon(self, async_fn: Any, *args: Any, name: str | None = None) -> None:
+        self.nursery.start_soon(async_fn, *args, name=name)
 
 
-class LlmAgent:
-    """The agent; one per connection: ``LlmAgent(conn, settings, store)`` (see ``__main__.py``).
+def _advertising_mcp(factory: Callable[[AgentSideConnection], Any]) -> Callable[[AgentSideConnection], Any]:
+    """``factory``'s handler with the MCP transports this agent connects to added to its ``initialize``
+    answer: v1 ``mcpCapabilities {http, sse}`` (stdio is implied), v2 ``session.mcp {stdio, http}``.
 
-    ``settings``: :class:`~.providers.Settings`; ``store``: where sessions are kept (a
-    ``session_store.SessionStore``; a fresh ``MemorySessionStore`` when ``None``); ``max_steps``:
-    model calls per turn before it ends ``max_turn_requests``; ``command_timeout``: seconds a
-    ``run_command`` may run before it is killed.
+    A workaround: ``acp_trio.neutral`` does not advertise MCP transports yet (its design's
+    ``Agent.mcp_support``), and a v2 client sends no server of a transport the agent did not advertise."""
+
+    def make(conn: AgentSideConnection) -> Any:
+        handler = factory(conn)
+        initialize = handler.initialize
+
+        async def initialize_with_mcp(params: Any) -> Any:
+            response = await initialize(params)
+            if isinstance(response, v1.InitializeResponse):
+                caps = response.agent_capabilities
+                if isinstance(caps, v1.AgentCapabilities):
+                    caps.mcp_capabilities = v1.McpCapabilities(http=True, sse=True)
+            elif isinstance(response, v2.InitializeResponse):
+                session = (
+                    response.capabilities.session if isinstance(response.capabilities, v2.AgentCapabilities) else None
+                )
+                if isinstance(session, v2.SessionCapabilities):
+                    session.mcp = v2.McpCapabilities(stdio=v2.McpStdioCapabilities(), http=v2.McpHttpCapabilities())
+            return response
+
+        handler.initialize = initialize_with_mcp
+        return handler
+
+    return make
+
+
+class LlmAgent(n.Agent):
+    """The agent: one object for every connection, v1 and v2 (``serve_agent_stdio(agent)``,
+    ``open_memory_pair(agent, client)``), used inside ``async with agent.running():``.
+
+    ``settings``: :class:`~.providers.Settings`; ``max_steps``: model calls per turn before it ends
+    ``max_turn_requests``; ``command_timeout``: seconds a ``run_command`` may run before it is killed.
     """
 
-    def __init__(
-        self,
-        conn: AgentSideConnection,
-        settings: Settings,
-        store: session_store.SessionStore | None = None,
-        *,
-        max_steps: int = 25,
-        command_timeout: float = 300.0,
-    ) -> None:
-        self.conn = conn
-        self.client = v1.ClientPeer(conn)
+    info = AGENT_INFO
+
+    def __init__(self, settings: Settings, *, max_steps: int = 25, command_timeout: float = 300.0) -> None:
+        super().__init__()
         self.settings = settings
         self.max_steps = max_steps
         self.command_timeout = command_timeout
         self.provider: Provider = make_provider(settings)
-        self.recorder = session_store.enable(conn, store if store is not None else session_store.MemorySessionStore())
-        self.sessions: dict[str, Session] = {}
-        self._closer_started = False
+        self.conversations: dict[str, Conversation] = {}
+        self._mcp_host: _McpHost | None = None
 
-    # -- lifecycle ---------------------------------------------------------------------------------
-    async def initialize(self, params: v1.InitializeRequest) -> v1.InitializeResponse:
-        return v1.InitializeResponse(
-            protocol_version=self.conn.protocol_version,
-            agent_capabilities=v1.AgentCapabilities(
-                load_session=True,
-                prompt_capabilities=v1.PromptCapabilities(image=False, audio=False, embedded_context=True),
-                mcp_capabilities=v1.McpCapabilities(http=True, sse=True),
-            ),
-            auth_methods=[],
-            agent_info=AGENT_INFO,
-        )
+    @asynccontextmanager
+    async def running(self) -> AsyncIterator[LlmAgent]:
+        """The agent's lifetime: its sessions' MCP servers run in it; on leaving they are shut down
+        and the SDK client (its connection pool) is closed."""
+        async with trio.open_nursery() as nursery:
+            self._mcp_host = host = _McpHost(nursery)
+            try:
+                yield self
+            finally:
+                self._mcp_host = None
+                host.sessions.close("the agent stopped")  # each server closes, shielded and bounded
+                await self.provider.aclose()
 
-    def _start_closer(self) -> None:
-        if not self._closer_started:
-            self._closer_started = True
-            self.conn.start_soon(self._close_provider_at_end, name="llm-agent: close the SDK client")
+    def acp_handlers(self) -> dict[ModuleType, Callable[[AgentSideConnection], Any]]:
+        """What a connection given this agent serves: :meth:`handlers_for` protocol versions 1 and 2."""
+        return self.handlers_for(self.versions)
 
-    async def _close_provider_at_end(self) -> None:
-        try:
-            await trio.sleep_forever()
-        finally:
-            await self.provider.aclose()
+    def handlers_for(self, versions: Sequence[int]) -> dict[ModuleType, Callable[[AgentSideConnection], Any]]:
+        """``neutral.handlers(self, versions)``, each advertising the MCP transports the agent connects to."""
+        return {variant: _advertising_mcp(make) for variant, make in n.handlers(self, versions).items()}
 
-    async def _open(self, session_id: str, cwd: str, servers: list[v1.McpServer]) -> Session:
-        if not os.path.isabs(cwd):
-            raise RequestError.invalid_params({"path": "$.cwd", "detail": "cwd must be an absolute path"})
-        self._start_closer()
-        session = Session(cwd=cwd)
+    # -- sessions ----------------------------------------------------------------------------------
+    async def new_session(self, session: n.Session) -> None:
+        conversation = self.conversations[session.id] = Conversation()
+        await self._open_mcp(session, conversation)
+
+    async def resume_session(self, session: n.Session) -> None:
+        """v1 ``session/load`` / ``session/resume``, v2 ``session/resume`` (the layer replayed the
+        updates): the model's history goes on; the MCP servers are the request's."""
+        conversation = self.conversations.setdefault(session.id, Conversation())
+        self._close_mcp(session.id, conversation)
+        conversation.tools = None
+        await self._open_mcp(session, conversation)
+
+    async def close_session(self, session: n.Session) -> None:
+        conversation = self.conversations.get(session.id)
+        if conversation is not None:
+            self._close_mcp(session.id, conversation)
+
+    async def delete_session(self, session_id: str) -> None:
+        conversation = self.conversations.pop(session_id, None)
+        if conversation is not None:
+            self._close_mcp(session_id, conversation)
+
+    def _close_mcp(self, session_id: str, conversation: Conversation) -> None:
+        if conversation.mcp is not None and self._mcp_host is not None:
+            self._mcp_host.sessions.end(session_id, "closed")
+        conversation.mcp = None
+
+    async def _open_mcp(self, session: n.Session, conversation: Conversation) -> None:
+        servers = session.mcp_servers
         if not servers:  # the MCP SDK is imported only for sessions that have servers (it takes a while)
-            self.sessions[session_id] = session
-            return session
+            return
         try:
             from acp_trio.mcp import open_mcp_servers
         except ModuleNotFoundError as exc:  # the mcp extra is not installed: a session without its servers
             if (exc.name or "").partition(".")[0] != "mcp":
                 raise
-            log.warning("session %s: its %d MCP server(s) are not used: %s", session_id, len(servers), MCP_MISSING)
-            self.sessions[session_id] = session
-            return session
-        session.mcp = await open_mcp_servers(self.conn, session_id, servers, cwd=cwd)
-        for name, error in session.mcp.errors.items():
-            log.warning("session %s: MCP server %r unavailable: %s", session_id, name, error)
-        self.sessions[session_id] = session
-        return session
-
-    async def session_new(self, params: v1.NewSessionRequest) -> v1.NewSessionResponse:
-        session_id = f"sess_{uuid.uuid4().hex[:16]}"
-        await self._open(session_id, params.cwd, list(params.mcp_servers))
-        return v1.NewSessionResponse(session_id=session_id)
-
-    async def session_load(self, params: v1.LoadSessionRequest) -> v1.LoadSessionResponse:
-        """Replay the stored conversation (the store's handler), then rebuild the model's history from it."""
-        response: v1.LoadSessionResponse = await self.recorder.session_load(params)
-        conversation = await self.recorder.store.conversation(params.session_id)
-        session = await self._open(params.session_id, params.cwd, list(params.mcp_servers))
-        if conversation is not None:
-            session.history = from_stored(conversation.messages())
-        return response
-
-    def _session(self, session_id: str) -> Session:
-        session = self.sessions.get(session_id)
-        if session is None:
-            raise RequestError.resource_not_found(session_id)
-        return session
+            log.warning("session %s: its %d MCP server(s) are not used: %s", session.id, len(servers), MCP_MISSING)
+            return
+        if self._mcp_host is None:
+            raise RuntimeError("LlmAgent: serve it inside `async with agent.running():` (its MCP servers run there)")
+        conversation.mcp = await open_mcp_servers(self._mcp_host, session.id, servers, cwd=session.cwd)
+        for name, error in conversation.mcp.errors.items():
+            log.warning("session %s: MCP server %r unavailable: %s", session.id, name, error)
 
     # -- the turn ----------------------------------------------------------------------------------
-    async def session_prompt(self, params: v1.PromptRequest) -> v1.PromptResponse:
-        session_id = params.session_id
-        session = self._session(session_id)
-        close_dangling(session.history)  # a cancelled turn may have left calls without results
-        session.history.append(UserText(prompt_text(params.prompt)))
-        usage = TurnUsage()
+    async def prompt(self, turn: n.Turn) -> n.StopReason:
+        session = turn.session
+        conversation = self.conversations.setdefault(session.id, Conversation())
+        close_dangling(conversation.history)  # a cancelled turn may have left calls without results
+        conversation.history.append(UserText(prompt_text(turn.prompt)))
         try:
-            stop = await self._turn(session_id, session, usage)
+            return await self._turn(turn, conversation)
         except ProviderError as exc:
-            log.warning("session %s: %s", session_id, exc.message)
+            log.warning("session %s: %s", session.id, exc.message)
             data = {"provider": exc.provider, "status": exc.status, "code": exc.code, "body": exc.body}
             raise RequestError(AUTH_REQUIRED if exc.auth else INTERNAL_ERROR, exc.message, data) from exc
-        return v1.PromptResponse(stop_reason=stop, meta={"usage": usage.wire()})
 
-    async def _send(self, session_id: str, update: v1.SessionUpdate) -> None:
-        await self.client.session_update(b.notification(session_id, update))
-
-    async def _turn(self, session_id: str, session: Session, usage: TurnUsage) -> StopReason:
-        tools = await self._tools(session_id, session)
+    async def _turn(self, turn: n.Turn, conversation: Conversation) -> n.StopReason:
+        session = turn.session
+        tools = await self._tools(session, conversation)
         system = self.settings.system_prompt or default_system_prompt(session.cwd)
         specs = [tool.spec for tool in tools.values()]
         for _ in range(self.max_steps):
             calls: list[ToolCallDone] = []
             finished: Finished | None = None
-            history = session.history
+            history = conversation.history
             async with aclosing(self.provider.stream(system, list(history), specs)) as events:
                 async for event in events:
                     if isinstance(event, TextDelta):
@@ -267,60 +275,56 @@ class LlmAgent:
                             history[-1].text += event.text
                         else:
                             history.append(AssistantText(event.text))
-                        await self._send(session_id, b.agent_message(event.text))
+                        await turn.say(event.text)
                     elif isinstance(event, ThoughtDelta):
-                        await self._send(session_id, b.agent_thought(event.text))
+                        await turn.think(event.text)
                     elif isinstance(event, ThinkingDone):
                         history.append(Thinking(event.text, event.signature))
                     elif isinstance(event, ToolCallDone):
                         history.append(ToolUse(event.call_id, event.name, event.arguments))
                         calls.append(event)
                     elif isinstance(event, TokenUsage):
-                        usage.add(event)
                         used = event.input_tokens + event.output_tokens
-                        await self._send(
-                            session_id, v1.UsageUpdateSessionUpdate(used=used, size=self.settings.context_window)
-                        )
+                        await turn.usage(used=used, size=self.settings.context_window)
                     elif isinstance(event, Finished):
                         finished = event
             if calls:
                 for call in calls:
-                    history.append(await self._call_tool(session_id, session, tools, call))
+                    history.append(await self._call_tool(turn, conversation, tools, call))
                 continue
             reason = finished.reason if finished is not None else "end_turn"
             return "end_turn" if reason == "tool_use" else reason
         return "max_turn_requests"
 
     # -- tools -------------------------------------------------------------------------------------
-    async def _tools(self, session_id: str, session: Session) -> dict[str, Tool]:
-        """The tools of this session (built once, at its first turn): the built-in ones the client's
-        capabilities allow, then each connected MCP server's."""
-        if session.tools is not None:
-            return session.tools
-        tools: dict[str, Tool] = {}
-        for name, (spec, kind, method) in BUILTIN_TOOLS.items():
-            if self.conn.client_supports(method):
-                tools[name] = Tool(spec, kind)
-        if session.mcp is not None:
-            for server, mcp_session in session.mcp.sessions.items():
+    async def _tools(self, session: n.Session, conversation: Conversation) -> dict[str, Tool]:
+        """The tools of this session (built at its first turn, again after a load or resume): the
+        built-in ones, then each connected MCP server's."""
+        if conversation.tools is not None:
+            return conversation.tools
+        tools = {name: Tool(spec, kind) for name, (spec, kind) in BUILTIN_TOOLS.items()}
+        if conversation.mcp is not None:
+            for server, mcp_session in conversation.mcp.sessions.items():
                 try:
                     listed = await mcp_session.list_tools()
                 except Exception as exc:
-                    log.warning("session %s: MCP server %r: tools/list failed: %s", session_id, server, exc)
+                    log.warning("session %s: MCP server %r: tools/list failed: %s", session.id, server, exc)
                     continue
                 for mcp_def in listed.tools:
                     tool = mcp_tool(server, mcp_def)
                     tools.setdefault(tool.spec.name, tool)
-        session.tools = tools
+        conversation.tools = tools
         return tools
 
-    def _path(self, session: Session, arguments: dict[str, Any], key: str = "path") -> str:
+    @staticmethod
+    def _path(session: n.Session, arguments: dict[str, Any], key: str = "path") -> str:
         value = arguments.get(key)
         if not isinstance(value, str) or not value:
             raise ToolFailure(f"missing argument {key!r} (a path)")
         return os.path.normpath(os.path.join(session.cwd, value))
 
-    def _title(self, tool: Tool, arguments: dict[str, Any], session: Session) -> str:
+    @staticmethod
+    def _title(tool: Tool, arguments: dict[str, Any]) -> str:
         name = tool.spec.name
         if name in (READ_FILE, WRITE_FILE) and isinstance(arguments.get("path"), str):
             verb = "Read" if name == READ_FILE else "Write"
@@ -332,145 +336,135 @@ class LlmAgent:
         return name
 
     async def _call_tool(
-        self, session_id: str, session: Session, tools: dict[str, Tool], call: ToolCallDone
+        self, turn: n.Turn, conversation: Conversation, tools: dict[str, Tool], call: ToolCallDone
     ) -> ToolResult:
         """Report, ask permission for, run and report one tool call; the result for the model."""
+        session = turn.session
         tool = tools.get(call.name)
         raw_input = {"tool": call.name, "arguments": call.arguments}
-        title = self._title(tool, call.arguments, session) if tool is not None else call.name
         locations: list[str] = []
         if tool is not None and tool.spec.name in (READ_FILE, WRITE_FILE):
             try:
                 locations = [self._path(session, call.arguments)]
             except ToolFailure:
                 pass
-        reporter = b.ToolCallReporter(
-            self.client,
-            session_id,
-            title,
+        preview, old = await self._preview(session, tool, call.arguments) if tool is not None else ([], None)
+        reported = await turn.tool(
+            self._title(tool, call.arguments) if tool is not None else call.name,
             kind=tool.kind if tool is not None else "other",
-            name=call.name,
             tool_call_id=call.call_id,
-            locations=locations or None,
+            locations=locations,
             raw_input=raw_input,
+            content=preview,
         )
 
         async def fail(message: str) -> ToolResult:
-            await reporter.fail([message], raw_output={"output": message, "isError": True})
+            await reported.update(status="failed", content=[message], raw_output={"output": message, "isError": True})
             return ToolResult(call.call_id, message, is_error=True)
 
         if tool is None:
-            await reporter.start(status="pending")
             return await fail(f"There is no tool named {call.name!r}.")
-        preview = await self._preview(session_id, session, tool, call.arguments)
-        await reporter.start(status="pending", content=preview)
         if call.error is not None:
             return await fail(f"Cannot run {call.name}: {call.error}.")
-        choice = session.always.get(call.name)
+        choice = conversation.always.get(call.name)
         if choice is None:
-            option = await reporter.request_permission(b.permission_options())
-            if option is None:  # answered "cancelled": the turn is being cancelled
+            decision = await reported.ask_permission(
+                f"Allow {reported.title or call.name}?", options=PERMISSION_OPTIONS
+            )
+            if decision.cancelled:  # the turn is being cancelled (the layer reported the call cancelled)
                 await trio.lowlevel.checkpoint()
-                return await fail(CANCELLED_RESULT)
-            if option.kind.endswith("always"):
-                session.always[call.name] = option.kind == "allow_always"
-            choice = option.kind.startswith("allow")
+                return ToolResult(call.call_id, CANCELLED_RESULT, is_error=True)
+            if decision.option is not None and decision.option.kind.endswith("always"):
+                conversation.always[call.name] = decision.allowed
+            choice = decision.allowed
         if not choice:
             return await fail(DENIED_RESULT)
-        await reporter.update(status="in_progress")
+        await reported.update(status="in_progress")
         try:
-            output, content = await self._run(session_id, session, tool, call.arguments, reporter)
+            output, content = await self._run(session, tool, call.arguments, reported, old)
         except ToolFailure as exc:
             return await fail(str(exc))
-        except RequestError as exc:  # the client refused: -32002 no such file, a path outside the session, ...
+        except RequestError as exc:  # a v1 client refused: -32002 no such file, a path outside the session, ...
             return await fail(f"The client refused: {exc.message} (JSON-RPC {exc.code}).")
+        except (OSError, ValueError) as exc:  # a local file outside the session's directories, missing, ...
+            return await fail(f"{type(exc).__name__}: {exc}")
         if len(output) > MAX_OUTPUT_CHARS:
             output = output[:MAX_OUTPUT_CHARS] + f"\n[... cut: {len(output) - MAX_OUTPUT_CHARS} more characters]"
-        await reporter.complete(content, raw_output={"output": output, "isError": False})
+        raw_output = {"output": output, "isError": False}
+        if content is None:
+            await reported.complete(raw_output=raw_output)  # the content stays (a display terminal)
+        else:
+            await reported.complete(content, raw_output=raw_output)
         return ToolResult(call.call_id, output)
 
     async def _preview(
-        self, session_id: str, session: Session, tool: Tool, arguments: dict[str, Any]
-    ) -> list[Any] | None:
-        """What the user sees before deciding: a write's diff, a command's command line."""
+        self, session: n.Session, tool: Tool, arguments: dict[str, Any]
+    ) -> tuple[list[n.ToolContentLike], str | None]:
+        """What the user sees before deciding (a write's diff, a command's command line), and the
+        file's text before a write (``None``: a new file)."""
         if tool.spec.name == WRITE_FILE and isinstance(arguments.get("content"), str):
             try:
                 path = self._path(session, arguments)
-            except ToolFailure:
-                return None
-            old: str | None = None
-            if self.conn.client_supports("fs/read_text_file"):
-                try:
-                    old = (
-                        await self.client.fs_read_text_file(v1.ReadTextFileRequest(session_id=session_id, path=path))
-                    ).content
-                except RequestError:
-                    old = None  # a new file
-            return [b.diff(path, arguments["content"], old_text=old)]
+                old: str | None = await session.files.read_text(path, missing=None)
+            except (ToolFailure, RequestError, OSError, ValueError):
+                return [], None  # the write itself will say what is wrong
+            return [n.Diff(path, old, arguments["content"])], old
         if tool.spec.name == RUN_COMMAND and isinstance(arguments.get("command"), str):
-            return [f"$ {arguments['command']}"]
-        return None
+            return [f"$ {arguments['command']}"], None
+        return [], None
 
     async def _run(
-        self, session_id: str, session: Session, tool: Tool, arguments: dict[str, Any], reporter: b.ToolCallReporter
-    ) -> tuple[str, list[Any]]:
-        """Run an allowed tool call: (the text for the model, the tool call content for the client)."""
+        self, session: n.Session, tool: Tool, arguments: dict[str, Any], reported: n.ToolCall, old: str | None
+    ) -> tuple[str, list[n.ToolContentLike] | None]:
+        """Run an allowed tool call: (the text for the model, the tool call's final content; ``None``:
+        keep what it shows)."""
         name = tool.spec.name
         if name == READ_FILE:
-            path = self._path(session, arguments)
-            request = v1.ReadTextFileRequest(session_id=session_id, path=path)
-            if isinstance(arguments.get("line"), int):
-                request.line = arguments["line"]
-            if isinstance(arguments.get("limit"), int):
-                request.limit = arguments["limit"]
-            text = (await self.client.fs_read_text_file(request)).content
+            text: str = await session.files.read_text(self._path(session, arguments))
+            line, limit = arguments.get("line"), arguments.get("limit")
+            if isinstance(line, int) or isinstance(limit, int):
+                lines = text.splitlines(keepends=True)
+                start = max(line - 1, 0) if isinstance(line, int) else 0
+                end = start + limit if isinstance(limit, int) else None
+                text = "".join(lines[start:end])
             return text, [f"{len(text.splitlines())} line(s)"]
         if name == WRITE_FILE:
             path = self._path(session, arguments)
             content = arguments.get("content")
             if not isinstance(content, str):
                 raise ToolFailure("missing argument 'content' (the new text of the file)")
-            await self.client.fs_write_text_file(
-                v1.WriteTextFileRequest(session_id=session_id, path=path, content=content)
-            )
-            return f"Wrote {len(content)} characters to {path}.", [b.diff(path, content)]
+            await session.files.write_text(path, content)
+            return f"Wrote {len(content)} characters to {path}.", [n.Diff(path, old, content)]
         if name == RUN_COMMAND:
-            return await self._run_command(session_id, session, arguments, reporter)
+            return await self._run_command(session, arguments, reported), None
         return await self._call_mcp(session, tool, arguments)
 
-    async def _run_command(
-        self, session_id: str, session: Session, arguments: dict[str, Any], reporter: b.ToolCallReporter
-    ) -> tuple[str, list[Any]]:
+    async def _run_command(self, session: n.Session, arguments: dict[str, Any], reported: n.ToolCall) -> str:
         command = arguments.get("command")
         if not isinstance(command, str) or not command.strip():
             raise ToolFailure("missing argument 'command'")
         cwd = self._path(session, arguments, "cwd") if arguments.get("cwd") else session.cwd
-        async with open_terminal(
-            self.conn, session_id, "/bin/sh", args=["-c", command], cwd=cwd, output_byte_limit=COMMAND_OUTPUT_BYTES
-        ) as term:
-            await reporter.update(content=[f"$ {command}", term.content()])
-            timed_out = False
-            try:
-                await term.wait_for_exit(timeout=self.command_timeout)
-            except TimeoutError:
-                timed_out = True
-                await term.kill()
-            result = await term.output()
-        status = result.exit_status
-        if timed_out:
+        result = await reported.run(
+            ["/bin/sh", "-c", command], cwd=cwd, timeout=self.command_timeout, max_output=COMMAND_OUTPUT_BYTES
+        )
+        if result.timed_out:
             ended = f"killed after {self.command_timeout:g} s"
-        elif status is None or not isinstance(status, v1.TerminalExitStatus):
-            ended = "ended"
-        elif status.signal:
-            ended = f"killed by {status.signal}"
+        elif result.signal is not None:
+            ended = f"killed by {result.signal}"
         else:
-            ended = f"exit code {status.exit_code}"
-        truncated = " (output truncated to its end)" if result.truncated else ""
-        text = f"[{ended}{truncated}]\n{result.output}"
-        return text, [f"$ {command}", term.content(), f"[{ended}]"]
+            ended = f"exit code {result.exit_code}"
+        cut = (
+            f" (output cut to its first {COMMAND_OUTPUT_BYTES} bytes)"
+            if len(result.output) >= COMMAND_OUTPUT_BYTES
+            else ""
+        )
+        return f"[{ended}{cut}]\n{result.output.decode('utf-8', errors='replace')}"
 
-    async def _call_mcp(self, session: Session, tool: Tool, arguments: dict[str, Any]) -> tuple[str, list[Any]]:
-        servers = session.mcp
+    async def _call_mcp(
+        self, session: n.Session, tool: Tool, arguments: dict[str, Any]
+    ) -> tuple[str, list[n.ToolContentLike]]:
+        conversation = self.conversations.get(session.id)
+        servers = conversation.mcp if conversation is not None else None
         mcp_session = servers.sessions.get(tool.server or "") if servers is not None else None
         if mcp_session is None or tool.mcp_name is None:
             raise ToolFailure(f"the MCP server {tool.server!r} is not connected")

@@ -1,18 +1,21 @@
 """The tools the agent offers the model, and their ACP tool kinds.
 
-Built in, each offered only when the client advertised what the method it runs needs
-(``initialization.mdx``; ``AgentSideConnection.client_supports``):
+Built in, offered in every session, on protocol version 1 and 2 alike (``acp_trio.neutral``):
 
-- ``read_file {path, line?, limit?}``: ACP kind ``read``, runs ``fs/read_text_file``;
-- ``write_file {path, content}``: kind ``edit``, shows the diff, runs ``fs/write_text_file``;
-- ``run_command {command, cwd?}``: kind ``execute``, runs ``/bin/sh -c COMMAND`` in a client terminal
-  (``terminal/create`` and the rest of ``terminal/*``, shown live in the tool call);
+- ``read_file {path, line?, limit?}``: ACP kind ``read``, reads through ``session.files`` (a v1
+  client's ``fs/read_text_file`` when it offers it, so its unsaved buffers count; else the file
+  itself, within the session's directories);
+- ``write_file {path, content}``: kind ``edit``, shows the diff, writes through ``session.files``;
+- ``run_command {command, cwd?}``: kind ``execute``, runs ``/bin/sh -c COMMAND`` in the agent's
+  process (``ToolCall.run``), its output shown live as the tool call's display terminal (v2) or
+  text (v1, which has no agent-owned terminal);
 
 and each tool of the session's MCP servers as ``mcp__SERVER__TOOL``: kind ``read`` when the tool says
 it is read-only (``annotations.readOnlyHint``), else ``other``; runs ``tools/call`` on that server.
 
 Every call is reported as an ACP tool call and gated by ``session/request_permission``
-(``docs/protocol/v1/tool-calls.mdx``).  Tool names match ``^[a-zA-Z0-9_-]{1,64}$`` (both APIs).
+(``docs/protocol/v1/tool-calls.mdx``, ``docs/protocol/v2/migration.mdx`` § Tool calls).  Tool
+names match ``^[a-zA-Z0-9_-]{1,64}$`` (both APIs).
 """
 
 from __future__ import annotations
@@ -21,8 +24,6 @@ import hashlib
 import re
 from dataclasses import dataclass
 from typing import Any
-
-from acp_schema import v1
 
 from .providers import ToolSpec
 
@@ -35,16 +36,17 @@ RUN_COMMAND = "run_command"
 
 @dataclass
 class Tool:
-    """A tool of one session: ``spec`` (what the model sees), ``kind`` (the ACP tool kind),
+    """A tool of one session: ``spec`` (what the model sees), ``kind`` (the ACP tool kind: ``read``,
+    ``edit``, ``execute``, ``other``),
     and for an MCP tool its ``server`` name and ``mcp_name`` (the tool's own name on that server)."""
 
     spec: ToolSpec
-    kind: v1.ToolKind
+    kind: str
     server: str | None = None
     mcp_name: str | None = None
 
 
-BUILTIN_TOOLS: dict[str, tuple[ToolSpec, v1.ToolKind, str]] = {
+BUILTIN_TOOLS: dict[str, tuple[ToolSpec, str]] = {
     READ_FILE: (
         ToolSpec(
             READ_FILE,
@@ -60,7 +62,6 @@ BUILTIN_TOOLS: dict[str, tuple[ToolSpec, v1.ToolKind, str]] = {
             },
         ),
         "read",
-        "fs/read_text_file",
     ),
     WRITE_FILE: (
         ToolSpec(
@@ -77,7 +78,6 @@ BUILTIN_TOOLS: dict[str, tuple[ToolSpec, v1.ToolKind, str]] = {
             },
         ),
         "edit",
-        "fs/write_text_file",
     ),
     RUN_COMMAND: (
         ToolSpec(
@@ -94,10 +94,9 @@ BUILTIN_TOOLS: dict[str, tuple[ToolSpec, v1.ToolKind, str]] = {
             },
         ),
         "execute",
-        "terminal/create",
     ),
 }
-"""name -> (spec, ACP kind, the client method it runs first: offered when the client supports it)."""
+"""name -> (spec, ACP tool kind)."""
 
 _UNSAFE = re.compile(r"[^a-zA-Z0-9_-]+")
 
