@@ -537,6 +537,25 @@ class Connection:
                 task_status.started()
                 await self._writer()
 
+    async def serve_until_closed(self) -> None:
+        """Serve the connection in the calling task until it closes, then close it: what ``async
+        with conn: await conn.wait_closed()`` does, with the writer in this task rather than in a
+        task of its own (one task and one nursery fewer per connection, for a server holding many
+        idle ones).  Returns once the connection closed (the peer went away, :meth:`aclose`, a
+        write failure) and its streams are closed; :meth:`aclose` runs however this ends.  An
+        exception from the connection's tasks comes out of its nursery (an exception group)."""
+        try:
+            with self._service_scope:
+                async with trio.open_nursery() as inner:
+                    self._nursery = inner
+                    self._job_context = contextvars.copy_context()
+                    inner.start_soon(self._pool_task, _READ, name=f"{self.name}: reader")
+                    await self._writer()
+                    await self.aclose()  # closed and drained: close the streams, stop the reader and handlers
+        finally:
+            with trio.CancelScope(shield=True):
+                await self.aclose()
+
     def _start_notification(self, async_fn: Callable[..., Awaitable[object]], *args: Any, name: str) -> None:
         """Run a notification handler (``async_fn(*args)``) in the notification nursery, which the first
         one opens (see :meth:`_notification_tasks`); until it is open they wait in ``_notify_pending``."""

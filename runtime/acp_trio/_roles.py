@@ -328,6 +328,12 @@ class _Side:
         """Wait until the connection closes (the peer went away or :meth:`aclose` was called)."""
         await self.connection.wait_closed()
 
+    async def serve_until_closed(self) -> None:
+        """``async with conn: await conn.wait_closed()`` in the calling task, one task and one
+        nursery lighter (see :meth:`Connection.serve_until_closed`): for a server that holds the
+        connection until the peer leaves and does nothing else in the meantime."""
+        await self.connection.serve_until_closed()
+
     async def aclose(self) -> None:
         """Close the connection (see :meth:`Connection.aclose`)."""
         await self.connection.aclose()

@@ -1047,8 +1047,7 @@ class AcpApp:
             self.agent, to_client, from_client, name=f"acp-{kind}-{connection_id[:8]}", **self.connection_options
         )
         conn.connection_id = connection_id  # type: ignore[attr-defined]
-        async with conn:
-            await conn.wait_closed()
+        await conn.serve_until_closed()  # (its writer in this task: an idle connection holds less)
 
     async def _run(self, connection_id: str, receive: Receive, send: Send, tcp: Any = None) -> None:
         """One WebSocket's ACP connection.  ``tcp``: the :class:`~acp_trio.transports._hypercorn.CoalescingTCPServer`
