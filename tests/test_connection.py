@@ -1615,3 +1615,46 @@ async def test_notification_queue_sends_what_queue_notification_sends(autojump_c
         {"jsonrpc": "2.0", "method": "a/note", "params": {"n": 3}},
     ]
     assert taps == [encode_notification("a/note", {"n": 2}), encode_notification("a/note", {"n": 3})]
+
+
+# -- serve_until_closed ----------------------------------------------------------------------------
+
+
+async def test_serve_until_closed_serves_in_the_calling_task_until_the_peer_leaves_then_closes_the_streams(
+    autojump_clock: MockClock,
+) -> None:
+    ours, theirs = trio.testing.memory_stream_pair()
+    conn = Connection(ours, ours, {PING: Route(PING, "request", pong)})
+    peer = RawPeer(theirs.send_stream, theirs.receive_stream)
+    with trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(conn.serve_until_closed)
+            await peer.send({"jsonrpc": "2.0", "id": 1, "method": PING, "params": {}})
+            assert await peer.recv() == {"jsonrpc": "2.0", "id": 1, "result": "pong"}
+            await theirs.send_stream.aclose()  # the peer leaves: serve_until_closed returns
+        assert conn.closed
+        with pytest.raises(trio.ClosedResourceError):
+            await ours.send_stream.send_all(b"x")  # and it closed our streams
+
+
+async def test_serve_until_closed_returns_after_aclose_and_a_pending_request_fails_connection_closed(
+    autojump_clock: MockClock,
+) -> None:
+    ours, theirs = trio.testing.memory_stream_pair()
+    conn = Connection(ours, ours, {})
+    with trio.fail_after(10):
+        failed: list[BaseException] = []
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(conn.serve_until_closed)
+            await trio.testing.wait_all_tasks_blocked()
+
+            async def ask() -> None:
+                try:
+                    await conn.request(PING, {})
+                except ConnectionClosed as exc:
+                    failed.append(exc)
+
+            nursery.start_soon(ask)
+            await trio.testing.wait_all_tasks_blocked()
+            await conn.aclose()
+        assert conn.closed and len(failed) == 1
