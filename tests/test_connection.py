@@ -1640,7 +1640,7 @@ async def test_serve_until_closed_serves_in_the_calling_task_until_the_peer_leav
 async def test_serve_until_closed_returns_after_aclose_and_a_pending_request_fails_connection_closed(
     autojump_clock: MockClock,
 ) -> None:
-    ours, theirs = trio.testing.memory_stream_pair()
+    ours, _theirs = trio.testing.memory_stream_pair()
     conn = Connection(ours, ours, {})
     with trio.fail_after(10):
         failed: list[BaseException] = []
