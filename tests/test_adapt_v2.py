@@ -402,8 +402,13 @@ async def test_cancel_mid_turn_ends_idle_cancelled_after_what_the_agent_said_whi
             v2.PromptRequest(session_id=new.session_id, prompt=[v2.TextContentBlock(text="wait")])
         )
         await agents[0].waiting.wait()
+        with pytest.raises(RequestError) as busy:  # v1 runs one turn at a time
+            await agent.session_prompt(
+                v2.PromptRequest(session_id=new.session_id, prompt=[v2.TextContentBlock(text="x")])
+            )
         await agent.session_cancel(v2.CancelSessionNotification(session_id=new.session_id))
         await client.idle.wait()
+    assert busy.value.code == -32600 and "still running" in busy.value.data["detail"]
     items = updates(received)
     assert kinds(items)[-3:] == ["agent_message_chunk", "agent_message_chunk", "state_update idle"]
     assert items[-2]["content"]["text"] == "stopped"

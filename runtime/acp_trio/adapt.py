@@ -1311,6 +1311,9 @@ class V2Front:
         return v2.PromptResponse(message_id=turn.message_id)
 
     async def _run_turn(self, session_id: str, session: _V2Session, turn: _V2Turn, request: v1.PromptRequest) -> None:
+        """The v2 turn of one v1 ``session/prompt``: ``running``, the v1 request, ``idle``.  The idle
+        says ``cancelled`` when :attr:`cancel_grace` ran out after a ``session/cancel`` (or the
+        client left), ``error`` with -32603 when the adapter failed (logged)."""
         idle = v2.IdleStateUpdateSessionUpdate(stop_reason="cancelled")
         answered = False
         try:
@@ -1323,20 +1326,26 @@ class V2Front:
                 else:
                     idle = stop_reason_to_v2(response)
                 answered = True
+        except ConnectionClosed:  # the client is gone: nobody to tell
+            pass
+        except Exception:
+            log.exception("session %s: the adapter failed running the turn", session_id)
+            idle = error_to_v2(RequestError(INTERNAL_ERROR, "Internal error", {"detail": "the adapter failed"}))
+            answered = True
         finally:
             with trio.CancelScope(shield=True):
                 if not answered and not turn.cancel_sent:  # the client left: the agent stops its turn too
                     with trio.move_on_after(self.cancel_grace):
                         await self._tell_cancel(session_id, turn)
-                if session.turn is turn:
-                    session.turn = None
-                    if session.closed and self.sessions.get(session_id) is session:
-                        del self.sessions[session_id]
                 try:
                     with trio.move_on_after(self.cancel_grace):
                         await self._update(session_id, idle)
                 except ConnectionClosed:
                     pass
+                if session.turn is turn:  # after the idle: the session's next turn comes after it
+                    session.turn = None
+                    if session.closed and self.sessions.get(session_id) is session:
+                        del self.sessions[session_id]
                 turn.done.set()
 
     async def _tell_cancel(self, session_id: str, turn: _V2Turn) -> None:
