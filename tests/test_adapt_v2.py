@@ -26,6 +26,7 @@ from trio.testing import memory_stream_pair
 
 from acp_schema import v1, v2
 from acp_trio import AgentSideConnection, ClientSideConnection, RequestError, spawn_agent
+from acp_trio._converter import converter
 from acp_trio._spec import UNSET
 from acp_trio.adapt import V2Front
 
@@ -195,7 +196,13 @@ def raw_agents() -> tuple[list[RawV1Agent], dict[Any, Any]]:
 
 @asynccontextmanager
 async def adapted(
-    agent: Any, client: Any, received: list[bytes], *, client_fs: bool = True, grace: float = 5
+    agent: Any,
+    client: Any,
+    received: list[bytes],
+    *,
+    client_fs: bool = True,
+    grace: float = 5,
+    caps: v2.ClientCapabilities | None = None,
 ) -> AsyncIterator[tuple[V2Front, Any, v2.InitializeResponse]]:
     """``agent`` (handlers speaking v1) behind a :class:`V2Front`, driven by the v2 ``client``;
     yields the front, the client's ``AgentPeer`` and the ``initialize`` answer.  ``received``: the
@@ -215,7 +222,7 @@ async def adapted(
                 v2.InitializeRequest(
                     protocol_version=2,
                     info=v2.Implementation(name="v2-client", version="1"),
-                    capabilities=v2.ClientCapabilities(),
+                    capabilities=caps or v2.ClientCapabilities(),
                 )
             )
             assert init.protocol_version == 2
@@ -390,6 +397,102 @@ async def test_a_terminal_the_adapter_runs_is_shown_to_the_v2_client_as_a_displa
     assert b"".join(base64.b64decode(c["data"]) for c in chunks) == b"hi there\n"
     assert {c["terminalId"] for c in chunks} == {terminal_id}
     assert exited == {"sessionUpdate": "terminal_update", "terminalId": terminal_id, "exitStatus": {"exitCode": 0}}
+
+
+MODEL = v1.SelectSessionConfigOption(
+    id="model",
+    name="Model",
+    category="model",
+    current_value="small",
+    options=[
+        v1.SessionConfigSelectOption(value="small", name="Small"),
+        v1.SessionConfigSelectOption(value="big", name="Big"),
+    ],
+)
+
+
+class FullV1Agent(RawV1Agent):
+    """Auth methods with logout, a config option (no modes), elicitation."""
+
+    async def initialize(self, params: v1.InitializeRequest) -> v1.InitializeResponse:
+        self.requests.append(params)
+        return v1.InitializeResponse(
+            protocol_version=1,
+            agent_capabilities=v1.AgentCapabilities(
+                auth=v1.AgentAuthCapabilities(logout=v1.LogoutCapabilities()),
+                mcp_capabilities=v1.McpCapabilities(http=True),
+            ),
+            auth_methods=[v1.AuthMethodAgent(id="key", name="API key")],
+        )
+
+    async def authenticate(self, params: v1.AuthenticateRequest) -> v1.AuthenticateResponse:
+        self.requests.append(params)
+        return v1.AuthenticateResponse()
+
+    async def logout(self, params: v1.LogoutRequest) -> v1.LogoutResponse:
+        self.requests.append(params)
+        return v1.LogoutResponse()
+
+    async def session_new(self, params: v1.NewSessionRequest) -> v1.NewSessionResponse:
+        self.requests.append(params)
+        return v1.NewSessionResponse(session_id="s1", config_options=[MODEL])
+
+    async def session_set_config_option(self, params: Any) -> v1.SetSessionConfigOptionResponse:
+        self.requests.append(params)
+        changed = v1.SelectSessionConfigOption(
+            **{**{f: getattr(MODEL, f) for f in ("id", "name", "category", "options")}, "current_value": params.value}
+        )
+        return v1.SetSessionConfigOptionResponse(config_options=[changed])
+
+    async def session_prompt(self, params: v1.PromptRequest) -> v1.PromptResponse:
+        schema = converter.structure(
+            {"type": "object", "properties": {"name": {"type": "string"}}}, v1.ElicitationSchema
+        )
+        form = v1.FormCreateElicitationRequest(message="Name?", requested_schema=schema, session_id=params.session_id)
+        self.outcomes.append(await self.client.elicitation_create(form))
+        return v1.PromptResponse(stop_reason="end_turn")
+
+
+class FormClient(V2Client):
+    async def elicitation_create(self, params: Any) -> Any:
+        assert isinstance(params, v2.FormCreateElicitationRequest) and params.message == "Name?"
+        return v2.AcceptCreateElicitationResponse(content={"name": "Ada"}, meta={"from": "v2"})
+
+
+async def test_auth_config_options_mcp_servers_and_elicitation_reach_the_v1_agent() -> None:
+    received: list[bytes] = []
+    client = FormClient()
+    agents: list[RawV1Agent] = []
+
+    def make(conn: AgentSideConnection) -> RawV1Agent:
+        agents.append(FullV1Agent(conn))
+        return agents[-1]
+
+    forms = v2.ClientCapabilities(elicitation=v2.ElicitationCapabilities(form=v2.ElicitationFormCapabilities()))
+    http = v2.HttpMcpServer(name="docs", url="https://example.com/mcp", headers=[])
+    async with adapted({v1: make}, client, received, caps=forms) as (_, agent, init):
+        await agent.auth_login(v2.LoginAuthRequest(method_id="key"))
+        new = await agent.session_new(v2.NewSessionRequest(cwd="/work", mcp_servers=[http]))
+        answer = await agent.session_set_config_option(
+            v2.IdSetSessionConfigOptionRequest(session_id="s1", config_id="model", value="big")
+        )
+        await prompt(agent, client, new.session_id, "x")
+        await agent.auth_logout(v2.LogoutAuthRequest())
+    v1_init, login, new_request, set_option, logout = agents[0].requests
+    assert v1_init.client_capabilities.elicitation.form is not None  # the v2 client's offer, passed on
+    assert [m.method_id for m in init.auth_methods] == ["key"] and init.auth_methods[0].type == "agent"
+    assert isinstance(login, v1.AuthenticateRequest) and login.method_id == "key"
+    assert isinstance(logout, v1.LogoutRequest)
+    (server,) = new_request.mcp_servers
+    assert isinstance(server, v1.HttpMcpServer) and server.url == "https://example.com/mcp"
+    assert [(o.config_id, o.current_value) for o in new.config_options] == [("model", "small")]
+    assert "id" not in set_option.extra_fields and (set_option.config_id, set_option.value) == ("model", "big")
+    assert [(o.config_id, o.current_value) for o in answer.config_options] == [("model", "big")]
+    (elicited,) = agents[0].outcomes
+    assert isinstance(elicited, v1.AcceptCreateElicitationResponse) and elicited.content == {"name": "Ada"}
+    assert elicited.meta == {"from": "v2"}
+    states = [u["state"] for u in updates(received) if u.get("sessionUpdate") == "state_update"]
+    assert states == ["running", "requires_action", "running", "idle"]  # the question paused the turn
 
 
 async def test_cancel_mid_turn_ends_idle_cancelled_after_what_the_agent_said_while_stopping() -> None:
