@@ -25,7 +25,7 @@ app ``http.disconnect``), so tests can use trio's autojump clock.
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -104,9 +104,12 @@ class Request:
 
 @dataclass
 class Loopback:
-    """The ASGI app; ``replies`` are served in order, one per request (a request past the end gets a 500)."""
+    """The ASGI app; ``replies`` are served in order, one per request (a request past the end gets a 500),
+    unless ``respond`` is given: then each request's reply is ``respond(path, body)`` (for clients
+    whose prompts come in no fixed order, such as ``python -m acp_trio.check``)."""
 
     replies: list[Reply]
+    respond: Callable[[str, dict[str, Any]], Reply] | None = None
     requests: list[Request] = field(default_factory=list)
     hanging: trio.Event = field(default_factory=trio.Event)
     disconnected: trio.Event = field(default_factory=trio.Event)
@@ -132,9 +135,12 @@ class Loopback:
         if path not in ("/v1/responses", "/v1/messages"):
             await send_json(send, 404, {"error": {"message": f"no route {path}"}})
             return
-        reply: Reply = (
-            self.replies.pop(0) if self.replies else HttpError(500, "the loopback script has no more replies")
-        )
+        if self.respond is not None:
+            reply: Reply = self.respond(path, self.requests[-1].body)
+        elif self.replies:
+            reply = self.replies.pop(0)
+        else:
+            reply = HttpError(500, "the loopback script has no more replies")
         if isinstance(reply, HttpError):
             await self._error(send, path, reply)
             return
