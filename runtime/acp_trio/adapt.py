@@ -799,11 +799,14 @@ class _TerminalDisplay:
         conn = self.front.client_conn
         if conn is None:
             return
-        if not self._started:
-            self._started = True
-            conn.start_soon(self._run, name="adapt terminal display")
+        try:
+            if not self._started:
+                conn.start_soon(self._run, name="adapt terminal display")
+                self._started = True
+            conn.start_soon(self._exit, terminal, name=f"adapt terminal {terminal.terminal_id}")
+        except ConnectionClosed:  # the client is gone: nobody to show it to (the agent still has it)
+            return
         self._send.send_nowait(("created", terminal, None))
-        conn.start_soon(self._exit, terminal, name=f"adapt terminal {terminal.terminal_id}")
 
     async def _exit(self, terminal: Any) -> None:
         try:
