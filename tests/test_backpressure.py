@@ -181,6 +181,12 @@ async def test_a_client_that_never_reads_does_not_grow_the_server_and_others_are
         async def session_update(self, params: v1.SessionNotification) -> None:
             pass
 
+        async def session_request_permission(
+            self, params: v1.RequestPermissionRequest
+        ) -> v1.RequestPermissionResponse:  # rejected: the demo agent's turn stops there, touching no file
+            reject = next(o for o in params.options if o.kind.startswith("reject"))
+            return v1.RequestPermissionResponse(outcome=v1.SelectedRequestPermissionOutcome(option_id=reject.option_id))
+
     frames = 3000
     sent = 0
     async with _server(command) as (url, process):
@@ -249,7 +255,7 @@ async def test_a_client_that_takes_nothing_for_the_stall_timeout_is_closed_1008(
     seconds while output waits for it, its ACP connection (and agent) ends, with the close frame
     ``1008`` queued behind what it did not take (its TCP connection goes after as long again)."""
     trio_websocket = pytest.importorskip("trio_websocket")
-    from acp_trio.demo.agent_v2 import agents_for
+    from acp_trio.demo.agent import agents_for
     from acp_trio.transports.asgi import AcpApp, served
 
     # real time (trio's autojump clock would also fire hypercorn's own timers while sockets work)

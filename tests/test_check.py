@@ -142,11 +142,12 @@ def test_every_variant_carries_its_pinned_schema_and_validates_by_method(variant
 
 
 DEMO_SCRIPT = Path(__file__).parent / "agents" / "demo_script.toml"
-# what the demo agent does not offer: sessions outlive it only with --store (protocol 1), no modes,
-# no config options, no session/delete
-DEMO_SKIPS = {
-    1: {"session.load", "session.list", "session.resume", "session.close", "session.delete", "session.set-mode"},
-    2: {"session.delete", "session.set-mode", "capabilities.variations", "session.tool-call-ids", "session.mcp"},
+# the one demo agent (acp_trio.neutral) offers every check of protocol 1; of protocol 2 it skips what
+# v2 does not have (set_mode, client capabilities, tool_call vs tool_call_update) and session.mcp (it
+# connects to no MCP servers, so it advertises no transport)
+DEMO_SKIPS: dict[int, set[str]] = {
+    1: set(),
+    2: {"session.set-mode", "capabilities.variations", "session.tool-call-ids", "session.mcp"},
 }
 
 
@@ -157,7 +158,7 @@ async def test_the_demo_agent_passes_every_check_that_applies(protocol: int) -> 
             [sys.executable, "-m", "acp_trio.demo", "--serve-agent"], protocol=protocol, script=DEMO_SCRIPT
         )
     statuses = {f.name: f.status for f in report.findings}
-    skipped = DEMO_SKIPS[protocol] | {"session.set-config-option"}
+    skipped = DEMO_SKIPS[protocol]
     assert {name for name, status in statuses.items() if status is Status.SKIP} == skipped, report.text()
     assert all(status is Status.PASS for name, status in statuses.items() if name not in skipped), report.text()
     assert "permission pending, cancelled" in next(f.observed for f in report.findings if f.name.endswith("permission"))
@@ -166,28 +167,31 @@ async def test_the_demo_agent_passes_every_check_that_applies(protocol: int) -> 
 async def test_the_pytest_plugin_checks_an_agent_object_in_memory(acp_conformance: Any) -> None:
     """``acp_trio.testing`` (loaded by pytest through its ``pytest11`` entry point): the demo agent
     passes; an agent that answers a notification fails with the report in the assertion."""
+    from acp_schema import v1
     from acp_trio.demo.agent import DemoAgent
+    from acp_trio.neutral import handlers
     from acp_trio.testing import assert_conformant
 
     assert acp_conformance is assert_conformant
     with trio.fail_after(60):
-        report = await acp_conformance(DemoAgent)
+        report = await acp_conformance(DemoAgent())
         not_passed = {f.name: f.status for f in report.findings if f.status is not Status.PASS}
-        # the demo agent keeps no sessions without a store; without --script nothing asks permission
-        skipped = DEMO_SKIPS[1] | {"session.set-config-option", "session.cancel-permission", "script.expectations"}
+        # without --script nothing asks permission
+        skipped = DEMO_SKIPS[1] | {"session.cancel-permission", "script.expectations"}
         assert not_passed == dict.fromkeys(skipped | {"lifecycle.stderr"}, Status.SKIP), report.text()
         assert "exited" in next(f.observed for f in report.findings if f.name == "lifecycle.eof")
 
-        class Chatty(DemoAgent):  # type: ignore[misc]
-            def __init__(self, conn: Any) -> None:
-                super().__init__(conn)
-                conn.on_ext_notification("_acp_check/note", self.note)
+        def chatty(conn: Any) -> Any:
+            """The demo agent (v1) with an extension notification it answers, as it must not."""
 
-            async def note(self, params: Any) -> None:
-                self.conn.connection._enqueue(b'{"jsonrpc":"2.0","id":null,"result":null}\n')
+            async def note(params: Any) -> None:
+                conn.connection._enqueue(b'{"jsonrpc":"2.0","id":null,"result":null}\n')
+
+            conn.on_ext_notification("_acp_check/note", note)
+            return handlers(DemoAgent(), (1,))[v1](conn)
 
         with pytest.raises(AssertionError, match=r"FAIL  jsonrpc.notifications"):
-            await acp_conformance(Chatty, only=["jsonrpc"])
+            await acp_conformance(chatty, only=["jsonrpc"])
 
 
 @pytest.mark.parametrize("scheme", ["ws", "http"])
@@ -201,14 +205,14 @@ async def test_the_checker_reaches_a_remote_agent_over_websocket_and_streamable_
 
     with trio.fail_after(120):
         async with trio.open_nursery() as nursery:
-            [bound] = await nursery.start(functools.partial(serve, AcpApp(DemoAgent), "127.0.0.1", 0))
+            [bound] = await nursery.start(functools.partial(serve, AcpApp(DemoAgent()), "127.0.0.1", 0))
             url = bound.replace("http://", f"{scheme}://") + "/acp"
             report = await run_checks_remote(url)
             nursery.cancel_scope.cancel()
     statuses = {f.name: f.status for f in report.findings}
     assert statuses["lifecycle.eof"] is Status.SKIP
     assert not report.failed, report.text()
-    skips = DEMO_SKIPS[1] | {"session.set-config-option", "session.cancel-permission", "script.expectations"}
+    skips = DEMO_SKIPS[1] | {"session.cancel-permission", "script.expectations"}
     skips |= {"lifecycle.eof", "lifecycle.stderr", "initialize.before"}
     if scheme == "ws":
         not_passed = {name for name, status in statuses.items() if status is not Status.PASS}
@@ -244,7 +248,7 @@ async def test_a_remote_agent_that_refuses_the_checker_is_one_line_saying_what_t
 
     with trio.fail_after(120):
         async with trio.open_nursery() as nursery:
-            [bound] = await nursery.start(functools.partial(serve, AcpApp(DemoAgent, token="s3cret"), "127.0.0.1", 0))
+            [bound] = await nursery.start(functools.partial(serve, AcpApp(DemoAgent(), token="s3cret"), "127.0.0.1", 0))
             url = bound.replace("http://", f"{scheme}://") + "/acp"
             refused = f"acp-trio check: the server at {url} refused the connection with HTTP"
             assert await _check_url(url) == (

@@ -10,6 +10,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -31,23 +32,39 @@ from acp_trio.check import (
 )
 from acp_trio.check._tck import SUMMARIES
 from acp_trio.demo.agent import DemoAgent
+from acp_trio.neutral import handlers
 
 SLOW_AGENT = Path(__file__).parent / "agents" / "slow_start_agent.py"
 
 
-class SlowToStart(DemoAgent):  # type: ignore[misc]
-    """The demo agent, answering ``initialize`` only 20 s after its connection opened (opencode: 10-13 s)."""
+def demo_v1(conn: Any, initialize: Any) -> Any:
+    """The demo agent's v1 handler on ``conn``, its ``initialize`` replaced by ``initialize(params,
+    answer)`` (``answer``: the demo agent's own)."""
+    surface = handlers(DemoAgent(), (1,))[v1](conn)
+    own = surface.initialize
+    surface.initialize = lambda params: initialize(params, own)
+    return surface
 
-    START = 20.0
 
-    def __init__(self, conn: Any) -> None:
-        super().__init__(conn)
-        self.born = trio.current_time()
+SLOW_START = 20.0
+"""Seconds the slow demo agent takes to answer ``initialize`` (opencode: 10-13 s)."""
 
-    async def initialize(self, params: v1.InitializeRequest) -> v1.InitializeResponse:
-        await trio.sleep_until(self.born + self.START)
-        answer: v1.InitializeResponse = await super().initialize(params)
-        return answer
+
+def slow_to_start(start: float = SLOW_START) -> Callable[[Any], Any]:
+    """A factory of the demo agent (v1) answering ``initialize`` only ``start`` seconds after its
+    connection opened."""
+
+    def make(conn: Any) -> Any:
+        born = trio.current_time()
+
+        async def initialize(params: v1.InitializeRequest, answer: Any) -> v1.InitializeResponse:
+            await trio.sleep_until(born + start)
+            response: v1.InitializeResponse = await answer(params)
+            return response
+
+        return demo_v1(conn, initialize)
+
+    return make
 
 
 # -- --start-timeout ---------------------------------------------------------------------------------
@@ -57,20 +74,20 @@ async def test_an_agent_slow_to_start_passes_within_the_start_timeout(autojump_c
     """Every check starts a fresh agent: each one gets the start-up time for its first answer, and the
     checks' own shorter bounds (initialize 10 s, the request before initialize 5 s) apply after it."""
     with trio.fail_after(3600):
-        report = await run_checks_in_memory(SlowToStart, only=["initialize", "jsonrpc"], start_timeout=30)
+        report = await run_checks_in_memory(slow_to_start(), only=["initialize", "jsonrpc"], start_timeout=30)
     statuses = {f.name: f.status for f in report.findings}
     assert statuses["initialize.version"] is Status.PASS, report.text()
     assert statuses["initialize.before"] is not Status.FAIL, report.text()  # its first probe waits 5 s
     assert Status.FAIL not in statuses.values(), report.text()
     took = next(f.seconds for f in report.findings if f.name == GATE)
-    assert SlowToStart.START <= took < SlowToStart.START + 1
+    assert SLOW_START <= took < SLOW_START + 1
 
 
 async def test_a_start_timeout_is_a_fail_naming_the_option_and_the_checks_it_stopped_say_so(
     autojump_clock: trio.abc.Clock,
 ) -> None:
     with trio.fail_after(3600):
-        report = await run_checks_in_memory(SlowToStart, only=["initialize", "jsonrpc"], start_timeout=12)
+        report = await run_checks_in_memory(slow_to_start(), only=["initialize", "jsonrpc"], start_timeout=12)
     gate = report.findings[0]
     assert gate.name == GATE and gate.status is Status.FAIL
     assert gate.observed.startswith("no answer to initialize within 12 s of the agent's start (--start-timeout 12)")
@@ -84,13 +101,15 @@ async def test_a_start_timeout_is_a_fail_naming_the_option_and_the_checks_it_sto
 
 
 async def test_the_default_start_timeout_is_30_s(autojump_clock: trio.abc.Clock) -> None:
-    class Silent(DemoAgent):  # type: ignore[misc]
-        async def initialize(self, params: v1.InitializeRequest) -> v1.InitializeResponse:
-            await trio.sleep_forever()
-            raise AssertionError("unreachable")
+    async def never(params: v1.InitializeRequest, answer: Any) -> v1.InitializeResponse:
+        await trio.sleep_forever()
+        raise AssertionError("unreachable")
+
+    def silent(conn: Any) -> Any:
+        return demo_v1(conn, never)
 
     with trio.fail_after(3600):
-        report = await run_checks_in_memory(Silent, only=["initialize.version"])
+        report = await run_checks_in_memory(silent, only=["initialize.version"])
     [gate] = report.findings
     assert gate.status is Status.FAIL and "within 30 s of the agent's start (--start-timeout 30)" in gate.observed
     assert 30 <= gate.seconds < 31
@@ -130,12 +149,9 @@ async def test_over_the_network_the_start_is_each_connections_opening(scheme: st
     from acp_trio.check import run_checks_remote
     from acp_trio.transports.asgi import AcpApp, serve
 
-    class SlowerThanHalfASecond(SlowToStart):
-        START = 1.5
-
     with trio.fail_after(60):
         async with trio.open_nursery() as nursery:
-            [bound] = await nursery.start(functools.partial(serve, AcpApp(SlowerThanHalfASecond), "127.0.0.1", 0))
+            [bound] = await nursery.start(functools.partial(serve, AcpApp(slow_to_start(1.5)), "127.0.0.1", 0))
             url = bound.replace("http://", f"{scheme}://") + "/acp"
             short = await run_checks_remote(url, only=[GATE], start_timeout=0.5)
             enough = await run_checks_remote(url, only=[GATE])
@@ -182,7 +198,7 @@ async def test_the_reports_name_the_requirement_ids_of_each_check(
 ) -> None:
     with trio.fail_after(600):
         report = await run_checks_in_memory(
-            DemoAgent, protocol=protocol, only=["initialize.newer-version", "initialize.info", "initialize.before"]
+            DemoAgent(), protocol=protocol, only=["initialize.newer-version", "initialize.info", "initialize.before"]
         )
     assert [f.requirements for f in report.findings] == [("ACP-INIT-003",), (info,), ()]
     data = report.as_json()

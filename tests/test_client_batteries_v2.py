@@ -370,13 +370,13 @@ async def test_capabilities_per_version_advertise_what_each_version_has() -> Non
 async def test_the_v2_demo_client_answers_permission_through_the_battery_and_folds_state(tmp_path: Path) -> None:
     import io
 
-    from acp_trio.demo.agent_v2 import DemoAgentV2
+    from acp_trio.demo.agent import DemoAgent
     from acp_trio.demo.client_v2 import DemoClientV2, demo_client_v2_factory
 
     (tmp_path / "notes.txt").write_text("alpha beta\n", encoding="utf-8")
     out = io.StringIO()
     with trio.fail_after(30):
-        async with acp_trio.open_memory_pair({v2: DemoAgentV2}, {v2: demo_client_v2_factory(out, allow=False)}) as (
+        async with acp_trio.open_memory_pair(DemoAgent(), {v2: demo_client_v2_factory(out, allow=False)}) as (
             _agent_conn,
             client_conn,
         ):

@@ -835,20 +835,18 @@ async def test_the_demo_agent_asks_about_the_word_count_and_the_users_answer_sha
     variant: ModuleType, tmp_path: Any
 ) -> None:
     from acp_trio.demo.agent import DemoAgent
-    from acp_trio.demo.agent_v2 import DemoAgentV2
     from acp_trio.demo.client import DemoClient
     from acp_trio.demo.client_v2 import DemoClientV2
 
     (tmp_path / "notes.txt").write_text("alpha beta\ngamma\n", encoding="utf-8")
     shown = io.StringIO()
     client_class: Any = DemoClient if variant is v1 else DemoClientV2
-    agent_class: Any = DemoAgent if variant is v1 else DemoAgentV2
 
     def make_client(conn: Any) -> Any:  # "n": no word count; "s": send
         return client_class(conn, io.StringIO(), ask_in=io.StringIO("n\ns\n"), ask_out=shown, interactive=True)
 
     with trio.fail_after(30):
-        async with acp_trio.open_memory_pair({variant: agent_class}, {variant: make_client}) as (_, client_conn):
+        async with acp_trio.open_memory_pair(DemoAgent(), {variant: make_client}) as (_, client_conn):
             client: Any = client_conn.handler
             await client.initialize()
             result = await client.prompt(await client.new_session(tmp_path), "summarize")

@@ -591,7 +591,7 @@ async def test_the_demo_server_takes_the_bridges_limits_on_its_command_line() ->
 
 
 async def test_max_connections_counts_websocket_and_streamable_http_together_for_the_demo_agent() -> None:
-    from acp_trio.demo.agent_v2 import agents_for
+    from acp_trio.demo.agent import agents_for
 
     app = AcpApp(agents_for((1, 2)), max_connections=2)
     with trio.fail_after(DEADLINE):

@@ -13,7 +13,7 @@ import trio
 
 import acp_trio
 from acp_schema import v1
-from acp_trio import AgentSideConnection, open_memory_pair
+from acp_trio import UNSET, AgentSideConnection, open_memory_pair
 from acp_trio.demo.client import DemoClient, demo_client_factory
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="the stdio transport is POSIX-only")
@@ -160,7 +160,10 @@ class BareClient:
         return v1.RequestPermissionResponse(outcome=v1.SelectedRequestPermissionOutcome(option_id=allow.option_id))
 
 
-async def test_demo_agent_completes_its_turn_against_a_client_without_fs_or_terminal(tmp_path: Path) -> None:
+async def test_demo_agent_does_the_work_itself_for_a_client_without_fs_or_terminal(tmp_path: Path) -> None:
+    """A v1 client that offers neither ``fs`` nor ``terminal``: the agent reads and writes the files
+    itself and runs the word count itself, shown as the tool call's text (v1 has no display
+    terminal: mapping row T14), never as terminal content the client did not offer."""
     (tmp_path / "notes.txt").write_text("one two three\n", encoding="utf-8")
     client = BareClient()
     with trio.fail_after(30):
@@ -171,13 +174,26 @@ async def test_demo_agent_completes_its_turn_against_a_client_without_fs_or_term
                 v1.PromptRequest(session_id=session.session_id, prompt=[v1.TextContentBlock(text="summarise")])
             )
     assert response.stop_reason == "end_turn"
-    failed = {u.tool_call_id for u in client.updates if getattr(u, "status", None) == "failed"}
-    assert failed == {"call_read", "call_count", "call_write"}  # each skipped step is shown as such
+    tool_updates = [
+        u for u in client.updates if isinstance(u, v1.ToolCallSessionUpdate | v1.ToolCallUpdateSessionUpdate)
+    ]
+    created = [u.tool_call_id for u in tool_updates if isinstance(u, v1.ToolCallSessionUpdate)]
+    assert created == ["call_read", "call_count", "call_write"]  # each created once, as v1's tool_call
+    final = {u.tool_call_id: u.status for u in tool_updates if isinstance(u.status, str)}
+    assert final == {"call_read": "completed", "call_count": "completed", "call_write": "completed"}
+    contents = [u.content for u in tool_updates if isinstance(u.content, list)]
+    assert not any(isinstance(item, v1.TerminalToolCallContent) for content in contents for item in content)
+    count = [u for u in tool_updates if u.tool_call_id == "call_count" and isinstance(u.content, list)][-1]
+    texts = [item.content.text for item in count.content]  # type: ignore[union-attr]
+    assert texts[0].startswith(f"$ {sys.executable} -c ") and texts[0].endswith("\n3\n[exit 0]")
+    assert texts[1:] == ["3 words"]
+    write = [u for u in tool_updates if u.tool_call_id == "call_write" and isinstance(u.content, list)][-1]
+    [diff] = write.content  # type: ignore[misc]
+    assert isinstance(diff, v1.DiffToolCallContent) and diff.path == str(tmp_path / "summary.txt")
+    assert diff.old_text in (None, UNSET) and diff.new_text == (tmp_path / "summary.txt").read_text(encoding="utf-8")
+    assert diff.new_text == "notes.txt has 1 non-empty lines; the first is: one two three\nIt has 3 words.\n"
     said = "".join(u.content.text for u in client.updates if isinstance(u, v1.AgentMessageChunkSessionUpdate))
-    assert "does not share files with me, so I skipped reading notes.txt" in said
-    assert "no terminal either, so I skipped the word count" in said
-    assert "I could not write summary.txt, so here it is" in said
-    assert not (tmp_path / "summary.txt").exists()
+    assert "Done: summary.txt says" in said
 
 
 @pytest.mark.parametrize("protocol", ["1", "2"])

@@ -1,7 +1,8 @@
 """The demo in protocol version 2, end to end in real processes: ``python -m acp_trio.demo --protocol 2``.
 
-``--serve-agent`` serves the v1 and the v2 demo agent side by side (``migration.mdx``, "Supporting
-v1 and v2 side by side"): the client's ``initialize`` picks the version per connection.
+``--serve-agent`` serves the one demo agent (an ``acp_trio.neutral.Agent``) in v1 and v2 side by
+side (``migration.mdx``, "Supporting v1 and v2 side by side"): the client's ``initialize`` picks the
+version per connection.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import trio
 
 from acp_schema import v2
 from acp_trio import open_memory_pair
-from acp_trio.demo.agent_v2 import DemoAgentV2, git_patch
+from acp_trio.demo.agent import DemoAgent
 from acp_trio.demo.client_v2 import CLIENT_INFO, DemoClientV2, demo_client_v2_factory
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="the stdio transport is POSIX-only")
@@ -48,7 +49,8 @@ def test_v2_demo_runs_a_prompt_turn_over_stdio_and_prints_the_transcript(tmp_pat
     assert out.rindex("[state requires_action]", 0, ask) < ask < out.index("[state running]", ask)
     assert "[tool call_read] completed 4 non-empty lines" in out
     # the agent ran the word count itself and showed it as a display terminal in the tool call
-    assert "[tool call_count] Count words in notes.txt (execute): in_progress [terminal term_1]" in out
+    assert "[tool call_count] Count words in notes.txt (execute): in_progress\n" in out
+    assert "[tool call_count] + [terminal term_1]\n" in out  # the display terminal, anchored in the tool call
     assert "[terminal term_1] $ " in out and " -c " in out
     assert "[terminal term_1] 18\n" in out and "[terminal term_1] exited (0)" in out
     assert "[tool call_count] completed [terminal term_1] 18 words" in out
@@ -146,7 +148,12 @@ def test_serve_agent_answers_a_raw_v2_initialize_in_v2(tmp_path: Path) -> None:
     result = raw_initialize(tmp_path, params)["result"]
     assert result["protocolVersion"] == 2
     assert result["info"] == {"name": "acp-trio-demo-agent", "title": "acp-trio demo agent", "version": "1"}
-    assert result["capabilities"]["session"] == {"prompt": {"embeddedContext": {}}}
+    # the neutral layer implements session/delete and additionalDirectories besides v2's baseline
+    assert result["capabilities"]["session"] == {
+        "prompt": {"embeddedContext": {}},
+        "delete": {},
+        "additionalDirectories": {},
+    }
     assert "agentCapabilities" not in result and "agentInfo" not in result
 
 
@@ -191,7 +198,7 @@ async def start(client_conn: Any, client: DemoClientV2, cwd: Path) -> str:
 async def test_cancelling_while_the_permission_waits_ends_the_turn_cancelled(tmp_path: Path, how: str) -> None:
     (tmp_path / "notes.txt").write_text("alpha\n", encoding="utf-8")
     with trio.fail_after(30):
-        async with open_memory_pair({v2: DemoAgentV2}, {v2: HoldingClient}) as (_agent_conn, client_conn):
+        async with open_memory_pair(DemoAgent(), {v2: HoldingClient}) as (_agent_conn, client_conn):
             client: HoldingClient = client_conn.handler
             session_id = await start(client_conn, client, tmp_path)
             async with trio.open_nursery() as nursery:
@@ -213,7 +220,7 @@ async def test_a_second_turn_uses_new_ids_and_reports_a_modification(tmp_path: P
     (tmp_path / "notes.txt").write_text(NOTES, encoding="utf-8")
     out = io.StringIO()
     with trio.fail_after(30):
-        async with open_memory_pair({v2: DemoAgentV2}, {v2: demo_client_v2_factory(out)}) as (_, client_conn):
+        async with open_memory_pair(DemoAgent(), {v2: demo_client_v2_factory(out)}) as (_, client_conn):
             client: DemoClientV2 = client_conn.handler
             session_id = await start(client_conn, client, tmp_path)
             assert await client.run_turn(session_id, "one", timeout=20) == "end_turn"
@@ -224,14 +231,6 @@ async def test_a_second_turn_uses_new_ids_and_reports_a_modification(tmp_path: P
     assert "[terminal term_2] 2\n" in transcript
     assert f"[tool call_write_2] completed diff modify {tmp_path}/summary.txt: +2 line(s)" in transcript
     assert transcript.count("[turn ended: end_turn]") == 2
-
-
-def test_git_patch_uses_absolute_paths() -> None:
-    assert git_patch("/p/s.txt", None, "a\n") == (
-        "diff --git /p/s.txt /p/s.txt\nnew file mode 100644\n--- /dev/null\n+++ /p/s.txt\n@@ -0,0 +1 @@\n+a\n"
-    )
-    assert git_patch("/p/s.txt", "a\n", "a\n") == ""
-    assert git_patch("/p/s.txt", "a\n", "b").endswith("-a\n+b\n\\ No newline at end of file\n")
 
 
 async def test_run_turn_says_how_the_agent_process_ended_when_it_dies_mid_turn(tmp_path: Path) -> None:
@@ -254,7 +253,7 @@ async def test_run_turn_raises_session_ended_when_the_sessions_state_is_discarde
 
     (tmp_path / "notes.txt").write_text("alpha\n", encoding="utf-8")
     with trio.fail_after(30):
-        async with open_memory_pair({v2: DemoAgentV2}, {v2: HoldingClient}) as (_agent_conn, client_conn):
+        async with open_memory_pair(DemoAgent(), {v2: HoldingClient}) as (_agent_conn, client_conn):
             client: HoldingClient = client_conn.handler
             session_id = await start(client_conn, client, tmp_path)
             async with trio.open_nursery() as nursery:

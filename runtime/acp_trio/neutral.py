@@ -135,7 +135,7 @@ __all__ = [
 StopReason: TypeAlias = str
 """``end_turn``, ``max_tokens``, ``max_turn_requests``, ``refusal``, ``cancelled`` (both versions)."""
 ContentLike: TypeAlias = "str | v2.ContentBlock"
-ToolContentLike: TypeAlias = "str | v2.ContentBlock | Diff | v2.ToolCallContent"
+ToolContentLike: TypeAlias = "str | v2.ContentBlock | Diff | v2.ToolCallContent | TerminalHandle"
 
 TERMINAL_FLUSH_BYTES = 4096
 """Row T14 on v1: bytes of display terminal output held before the tool call's text is re-sent."""
@@ -940,22 +940,28 @@ _TOOL_CONTENT = (v2.ContentToolCallContent, v2.DiffToolCallContent, v2.TerminalT
 
 
 def _tool_content(content: Sequence[ToolContentLike]) -> tuple[list[v2.ToolCallContent], list[Any] | None]:
-    """The v2 items of ``content`` and, when a :class:`Diff` is among them, the exact v1 rendering
-    of the whole list (row T13: the v1 hint)."""
+    """The v2 items of ``content`` and, when a :class:`Diff` or a v1 client terminal
+    (:class:`~acp_trio.agent_terminal.TerminalHandle`) is among them, the exact v1 rendering of the
+    whole list (row T13: the v1 hint; a client terminal is v1's ``{type: terminal, terminalId}``,
+    terminals.mdx § Embedding in Tool Calls, and exists on v1 connections only)."""
     v2_content: list[v2.ToolCallContent] = []
     for item in content:
         if isinstance(item, Diff):
             v2_content.append(diff_to_v2(item))
+        elif isinstance(item, TerminalHandle):
+            v2_content.append(v2.TerminalToolCallContent(terminal_id=item.terminal_id))
         elif isinstance(item, _TOOL_CONTENT):
             v2_content.append(item)
         else:
             v2_content.append(v2.ContentToolCallContent(content=_block(item)))
-    if not any(isinstance(item, Diff) for item in content):
+    if not any(isinstance(item, (Diff, TerminalHandle)) for item in content):
         return v2_content, None
     v1_content: list[Any] = []
     for item, c in zip(content, v2_content, strict=True):
         if isinstance(item, Diff):
             v1_content.extend(diff_to_v1(item))
+        elif isinstance(item, TerminalHandle):
+            v1_content.append(item.content())
         else:
             v1_content.append(tool_content_to_v1(c))
     return v2_content, v1_content
@@ -1026,31 +1032,39 @@ class ToolCall:
         await self.turn._send(v2.ToolCallContentChunkSessionUpdate(tool_call_id=self.tool_call_id, content=v2_item))
         self.content = (*self.content, v2_item)
 
-    async def terminal(self, command: str, *, cwd: str) -> DisplayTerminal:
+    async def terminal(self, command: str, *, cwd: str, terminal_id: str | None = None) -> DisplayTerminal:
         """Show a command this agent runs itself as a display terminal in this tool call (row T14):
         v2 ``terminal_update`` (``command``, ``cwd``) and the tool call's ``terminal`` content; v1,
         which has no agent-owned terminal, gets the tool call's content as text: ``$ command``, the
-        output and the exit line.  ``cwd``: absolute.  Write to it and end it with the returned
+        output and the exit line.  ``cwd``: absolute; ``terminal_id``: the id to use (default a new
+        ``term_<hex>``; it must be unique in the session).  Write to it and end it with the returned
         :class:`DisplayTerminal`."""
-        terminal = DisplayTerminal(self, _new_id("term"))
+        terminal = DisplayTerminal(self, terminal_id or _new_id("term"))
         update = v2.TerminalUpdateSessionUpdate(terminal_id=terminal.terminal_id, command=command, cwd=cwd)
         await self.turn._send(update)
         await self.append(v2.TerminalToolCallContent(terminal_id=terminal.terminal_id))
         return terminal
 
     async def run(
-        self, argv: Sequence[str], *, cwd: str, timeout: float | None = None, max_output: int = 1024 * 1024
+        self,
+        argv: Sequence[str],
+        *,
+        cwd: str,
+        timeout: float | None = None,
+        max_output: int = 1024 * 1024,
+        terminal_id: str | None = None,
     ) -> CompletedCommand:
         """Run ``argv`` (program and arguments, no shell) in ``cwd`` (absolute), its stdout and
         stderr streamed into a :class:`DisplayTerminal` of this tool call (:meth:`terminal`, the
-        command shown as the arguments joined by spaces), and report its exit there.  ``timeout``
+        command shown as the arguments joined by spaces; ``terminal_id`` as there), and report its
+        exit there.  ``timeout``
         (seconds): then the process is killed (``SIGKILL``); cancellation kills it too.  Returns
         the :class:`CompletedCommand` (``output``: its first ``max_output`` bytes).  Raises
         ``ValueError`` for a relative ``cwd``, ``OSError`` when the program cannot be started
         (reported as exit code 127 first)."""
         if not os.path.isabs(cwd):
             raise ValueError(f"cwd must be an absolute path, not {cwd!r}")
-        terminal = await self.terminal(" ".join(argv), cwd=cwd)
+        terminal = await self.terminal(" ".join(argv), cwd=cwd, terminal_id=terminal_id)
         output = bytearray()
         try:
             process = await trio.lowlevel.open_process(
@@ -1371,10 +1385,50 @@ class _V1Surface(_Surface):
         modes = modes_from_config(options)
         return {"config_options": config_options_to_v1(options), "modes": UNSET if modes is None else modes}
 
+    async def _from_store(self, params: Any, answer: _T, mcp_servers: Sequence[Any]) -> _T:
+        """``session/load`` / ``session/resume`` on a connection with a v1 session store
+        (``acp_trio.session_store.enable``): the store answered (and replayed) already; the session
+        is attached to this connection (made from the request, with the stored config values, when
+        this process does not hold it), so prompts can follow; the view learns its in-process
+        history silently."""
+        session = self.agent.sessions.get(params.session_id)
+        if session is None:
+            if not os.path.isabs(params.cwd):
+                raise RequestError.invalid_params({"path": "$.cwd", "detail": "cwd must be an absolute path"})
+            extra = params.additional_directories
+            session = Session(
+                self.agent,
+                params.session_id,
+                params.cwd,
+                self.wire,
+                additional_directories=extra if isinstance(extra, list) else (),
+                mcp_servers=mcp_servers,
+            )
+            stored = getattr(answer, "config_options", None)
+            stored = stored if isinstance(stored, list) else []
+            for option in stored:
+                if option.id in session.config:
+                    session.config[option.id] = option.current_value
+            self.agent.sessions[session.id] = session
+        else:
+            session = self._attach(params, mcp_servers)
+        view = self.wire.views[session.id] = V1View()
+        for update, hint in list(session._history):
+            view.project(update, hint)
+        await self.agent.resume_session(session)
+        return answer
+
     async def session_load(self, params: v1.LoadSessionRequest) -> v1.LoadSessionResponse:
         """Row L5: replay the session's history (made on either version) through a fresh
-        :class:`V1View` that also sends the user's messages, then answer its modes and options."""
-        session = self._attach(params, [mcp_server_to_v2(s) for s in params.mcp_servers])
+        :class:`V1View` that also sends the user's messages, then answer its modes and options.
+        On a connection with a v1 session store (``acp_trio.session_store.enable``) the store
+        replays and answers (:meth:`_from_store`)."""
+        servers = [mcp_server_to_v2(s) for s in params.mcp_servers]
+        recorder = self.conn._session_store
+        if recorder is not None:
+            answer: v1.LoadSessionResponse = await recorder.session_load(params)
+            return await self._from_store(params, answer, servers)
+        session = self._attach(params, servers)
         view = self.wire.views[session.id] = V1View(echo_user_messages=True)
         for update, hint in list(session._history):
             for one in view.project(update, hint):
@@ -1387,6 +1441,10 @@ class _V1Surface(_Surface):
         """Row L6: reattach without replay (the view learns the history silently, so later updates
         of its tool calls are ``tool_call_update`` s)."""
         servers = params.mcp_servers if isinstance(params.mcp_servers, list) else []
+        recorder = self.conn._session_store
+        if recorder is not None:
+            answer: v1.ResumeSessionResponse = await recorder.session_resume(params)
+            return await self._from_store(params, answer, [mcp_server_to_v2(s) for s in servers])
         session = self._attach(params, [mcp_server_to_v2(s) for s in servers])
         view = self.wire.views[session.id] = V1View()
         for update, hint in list(session._history):
@@ -1395,7 +1453,11 @@ class _V1Surface(_Surface):
         return v1.ResumeSessionResponse(**self._setup(session))
 
     async def session_list(self, params: v1.ListSessionsRequest) -> v1.ListSessionsResponse:
-        """Row L7 (``sessionCapabilities.list``)."""
+        """Row L7 (``sessionCapabilities.list``); with a v1 session store, the store's sessions."""
+        recorder = self.conn._session_store
+        if recorder is not None:
+            listed: v1.ListSessionsResponse = await recorder.session_list(params)
+            return listed
         return v1.ListSessionsResponse(
             sessions=[
                 v1.SessionInfo(
@@ -1410,7 +1472,12 @@ class _V1Surface(_Surface):
         )
 
     async def session_close(self, params: v1.CloseSessionRequest) -> v1.CloseSessionResponse:
-        """Row L8 (``sessionCapabilities.close``)."""
+        """Row L8 (``sessionCapabilities.close``); with a v1 session store, a stored session this
+        process does not hold is closed by the store."""
+        recorder = self.conn._session_store
+        if recorder is not None and params.session_id not in self.agent.sessions:
+            closed: v1.CloseSessionResponse = await recorder.session_close(params)
+            return closed
         await self._close(params.session_id)
         self.wire.views.pop(params.session_id, None)
         return v1.CloseSessionResponse()

@@ -310,7 +310,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     if args.serve:
-        from .agent_v2 import serve_remote
+        from .agent import serve_remote
 
         logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(name)s: %(message)s")
         serve_remote(
@@ -329,14 +329,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.store and (args.protocol == 2 or args.agent):
         parser.error("--store is for the example agent in protocol version 1")
     if args.serve_agent:
-        from .agent_v2 import serve
+        from .agent import serve
 
-        if args.store:
-            from .agent import use_store
-
-            use_store(args.store)
-
-        serve((args.protocol,) if args.protocol else (1, 2))
+        serve((args.protocol,) if args.protocol else (1, 2), store=args.store)
         return 0
     if args.agent and not args.command:
         parser.error("--agent needs a command: python -m acp_trio.demo --agent -- CMD ARGS...")

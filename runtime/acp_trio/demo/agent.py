@@ -1,41 +1,66 @@
-"""The example agent: one prompt turn that shows the protocol's moving parts.
+"""The example agent: one prompt turn that shows the protocol's moving parts, in versions 1 and 2.
 
-On ``session/prompt`` it streams ``agent_message_chunk`` updates, publishes a plan, reports a tool
-call and asks ``session/request_permission`` for it, reads ``notes.txt`` from the session directory
-with ``fs/read_text_file``, counts its words with a command run in a client terminal
-(``terminal/create`` ... ``terminal/release``, shown in the tool call), asks the user with
-``elicitation/create`` (a form) whether the summary gives the word count when the client offers
-forms, writes ``summary.txt`` with
-``fs/write_text_file`` (reporting a diff), and ends the turn with stop reason ``end_turn``.
-``session/cancel`` ends it with ``cancelled`` (the runtime does that).  Steps the client cannot
-serve (no ``fs.readTextFile``, ``fs.writeTextFile`` or ``terminal`` in its capabilities) are
-skipped, shown as failed tool calls and said in its messages; the turn still ends ``end_turn``.
-Run it alone with ``python -m acp_trio.demo --serve-agent``.
+It is one :class:`acp_trio.neutral.Agent`: the turn is written once and served to v1 and v2
+clients alike (the client's ``initialize`` picks the version; ``docs/protocol/v2/migration.mdx``
+§ Supporting v1 and v2 side by side).  On a prompt it streams a message, publishes a plan of three
+steps, reports a tool call and asks permission for it (``session/request_permission``; not in the
+``auto`` mode), reads ``notes.txt`` from the session directory, counts its words with
+``python -c WORD_COUNT``, asks the user (``elicitation/create``, a form, when the client offers
+forms) whether the summary gives the word count, writes ``summary.txt`` (a tool call with a diff)
+and ends the turn with stop reason ``end_turn``.  ``session/cancel`` or ``session/close`` ends it
+``cancelled``.
 
-It is built from the generated ``acp_schema.v1`` types, the runtime, the builders
-(:mod:`acp_trio.builders`) and the terminal handle (:func:`acp_trio.open_terminal`).
+What differs by version is the layer's (:mod:`acp_trio.neutral`), with one capability choice of
+the agent's: files go through the v1 client's ``fs/*`` when it offers them (its unsaved buffers
+count), else the agent reads and writes them itself (always on v2, which has no client file
+system); the word count runs in a v1 client's terminal (``terminal/*``) when it offers one, else
+the agent runs it itself and shows it as a display terminal (v2 ``terminal_update`` /
+``terminal_output_chunk``; on v1 the tool call's text).  The layer also gives the session
+lifecycle: v1 ``session/load`` and v2 ``session/resume`` with ``replayFrom`` replay a session made
+on either version, ``session/list``, ``session/close``, ``session/delete``, and the ``mode``
+config option (v1 also ``modes`` and ``session/set_mode``).
+
+With a session store (``--serve-agent --store PATH``) v1 connections keep their sessions in it
+(:func:`acp_trio.session_store.enable`): they outlive the process.  v2 connections keep theirs in
+this process only (the neutral layer has no store-backed history yet).
+
+Run it alone with ``python -m acp_trio.demo --serve-agent [--protocol 1|2]``.
 """
 
 from __future__ import annotations
 
 import os
 import sys
-import uuid
-from typing import Any
+from collections.abc import Callable, Sequence
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
 import trio
 
 from acp_schema import v1
-from acp_trio import AgentSideConnection, RequestError, converter, open_terminal, run_agent_stdio
-from acp_trio import builders as b
+from acp_trio import AgentSideConnection, RequestError, run_agent_stdio
+from acp_trio import neutral as n
 
-AGENT_INFO = v1.Implementation(name="acp-trio-demo-agent", title="acp-trio demo agent", version="1")
+if TYPE_CHECKING:
+    from acp_trio.session_store import SessionStore
+
+AGENT_INFO = n.AgentInfo(name="acp-trio-demo-agent", version="1", title="acp-trio demo agent")
 WORD_COUNT = "import pathlib; text = pathlib.Path('notes.txt').read_text(encoding='utf-8'); print(len(text.split()))"
-"""The command the agent runs in a client terminal: ``python -c WORD_COUNT`` in the session directory."""
+"""The word count: ``python -c WORD_COUNT`` in the session directory (a client terminal or the agent's own)."""
 PLAN_STEPS = ("Read notes.txt", "Count its words", "Write summary.txt")
-"""The steps of the plan the agent publishes (shared with the v2 demo agent)."""
-STORE = None
-"""The session store the agent keeps its (protocol version 1) sessions in, or ``None`` (:func:`use_store`)."""
+"""The steps of the plan the agent publishes."""
+MODE = n.ConfigOption(
+    "mode",
+    "Mode",
+    current="ask",
+    category="mode",
+    choices=(
+        n.Choice("ask", "Ask", "Ask before reading files"),
+        n.Choice("auto", "Auto", "Read files without asking"),
+    ),
+    description="Whether the agent asks permission before it reads notes.txt",
+)
+"""The session's one config option; on v1 also its ``modes`` (``session/set_mode``)."""
 WORD_COUNT_QUESTION = "Should summary.txt give the word count?"
 WORD_COUNT_FORM: dict[str, Any] = {
     "type": "object",
@@ -45,206 +70,248 @@ WORD_COUNT_FORM: dict[str, Any] = {
     "required": ["include_word_count"],
 }
 """The form the agent asks with ``elicitation/create`` when the client offers form elicitation
-(shared with the v2 demo agent; ``elicitation.mdx``)."""
+(``elicitation.mdx``)."""
 
 
-def offers_forms(client_capabilities: dict[str, Any]) -> bool:
-    """Whether the client advertised form elicitation (``elicitation.form`` present and not null)."""
-    elicitation = client_capabilities.get("elicitation")
-    return isinstance(elicitation, dict) and isinstance(elicitation.get("form"), dict)
-
-
-def wants_word_count(answer: Any) -> bool:
-    """From the answer to :data:`WORD_COUNT_FORM` (either version): ``False`` only when the user
-    accepted with ``include_word_count`` false; a decline or cancel keeps the default (the spec:
-    agents fall back safely)."""
-    content = getattr(answer, "content", None)
-    if getattr(answer, "action", None) != "accept" or not isinstance(content, dict):
+def wants_word_count(answer: n.Elicited) -> bool:
+    """From the answer to :data:`WORD_COUNT_FORM`: ``False`` only when the user accepted with
+    ``include_word_count`` false; a decline or cancel keeps the default (the spec: agents fall back
+    safely)."""
+    if not answer.accepted or answer.content is None:
         return True
-    return content.get("include_word_count") is not False
+    return answer.content.get("include_word_count") is not False
 
 
-def use_store(path: str) -> None:
-    """Keep the agent's sessions in the SQLite file ``path`` (``--serve-agent --store PATH``): they
-    outlive the process (``session/load``, ``session/list``, ...; :mod:`acp_trio.session_store`)."""
-    global STORE
-    from acp_trio.session_store import SqliteSessionStore
+def _plan(done: int) -> list[n.PlanEntry]:
+    """:data:`PLAN_STEPS` with the first ``done`` completed and the next one in progress."""
 
-    STORE = SqliteSessionStore(path)
+    def status(i: int) -> str:
+        return "completed" if i < done else ("in_progress" if i == done else "pending")
+
+    return [n.PlanEntry(step, status=status(i), priority="high") for i, step in enumerate(PLAN_STEPS)]
 
 
-class DemoAgent:
-    """The demo agent; construct it with the connection (``run_agent_stdio(DemoAgent)`` does)."""
+def _reason(exc: Exception) -> str:
+    """Why a file could not be read or written, in a few words."""
+    if isinstance(exc, FileNotFoundError):
+        return "File not found"
+    if isinstance(exc, RequestError):  # the v1 client's answer (-32002: "Resource not found")
+        return exc.message
+    return (exc.strerror if isinstance(exc, OSError) else None) or str(exc)
 
-    def __init__(self, conn: AgentSideConnection) -> None:
-        self.conn = conn
-        self.client = v1.ClientPeer(conn)
-        if STORE is not None:  # --store PATH: session/load, list, resume, close and delete from the store
+
+class DemoAgent(n.Agent):
+    """The demo agent: one object serves every connection, v1 and v2 (pass it to
+    ``run_agent_stdio``, ``AcpApp`` or ``open_memory_pair``).
+
+    ``versions``: the protocol versions it serves (default both).  ``store``: keep v1 sessions in
+    this :class:`~acp_trio.session_store.SessionStore` (``session/load``, ``list``, ``resume``,
+    ``close``, ``delete`` from it; they outlive the process).
+    """
+
+    info = AGENT_INFO
+
+    def __init__(self, *, versions: Sequence[int] = (1, 2), store: SessionStore | None = None) -> None:
+        super().__init__()
+        self.served = tuple(versions)
+        self.v1_store = store
+        self._turns: dict[str, int] = {}
+
+    def acp_handlers(self) -> dict[ModuleType, Callable[[AgentSideConnection], Any]]:
+        """:func:`acp_trio.neutral.handlers` for :attr:`served`; with a store, each v1 connection
+        records into it first."""
+        served = n.handlers(self, self.served)
+        plain = served.get(v1)
+        store = self.v1_store
+        if store is None or plain is None:
+            return served
+
+        def with_store(conn: AgentSideConnection) -> Any:
             from acp_trio.session_store import enable
 
-            enable(conn, STORE)
+            enable(conn, store)
+            return plain(conn)
 
-    async def initialize(self, params: v1.InitializeRequest) -> v1.InitializeResponse:
-        return v1.InitializeResponse(
-            protocol_version=self.conn.protocol_version,
-            agent_capabilities=v1.AgentCapabilities(
-                load_session=False,
-                prompt_capabilities=v1.PromptCapabilities(image=False, audio=False, embedded_context=True),
-            ),
-            auth_methods=[],
-            agent_info=AGENT_INFO,
-        )
+        served[v1] = with_store
+        return served
 
-    async def session_new(self, params: v1.NewSessionRequest) -> v1.NewSessionResponse:
-        if not os.path.isabs(params.cwd):
-            raise RequestError.invalid_params({"path": "$.cwd", "detail": "cwd must be an absolute path"})
-        return v1.NewSessionResponse(session_id=f"sess_{uuid.uuid4().hex[:12]}")
+    def config_options(self, session: n.Session) -> Sequence[n.ConfigOption]:
+        return (MODE,)
 
-    async def _send(self, session_id: str, update: v1.SessionUpdate) -> None:
-        await self.client.session_update(b.notification(session_id, update))
+    async def delete_session(self, session_id: str) -> None:
+        self._turns.pop(session_id, None)
 
-    async def _say(self, session_id: str, text: str) -> None:
-        for word in text.split(" "):
-            await self._send(session_id, b.agent_message(word + " "))
-            await trio.lowlevel.checkpoint()
-
-    async def _plan(self, session_id: str, done: int) -> None:
-        def status(i: int) -> v1.PlanEntryStatus:
-            return "completed" if i < done else ("in_progress" if i == done else "pending")
-
-        entries = [b.plan_entry(step, priority="high", status=status(i)) for i, step in enumerate(PLAN_STEPS)]
-        await self._send(session_id, b.plan(entries))
-
-    async def session_prompt(self, params: v1.PromptRequest) -> v1.PromptResponse:
-        session_id = params.session_id
-        session = self.conn.sessions.get(session_id)
-        if session is None:
-            raise RequestError.resource_not_found(session_id)
+    async def prompt(self, turn: n.Turn) -> n.StopReason:
+        session = turn.session
+        number = self._turns[session.id] = self._turns.get(session.id, 0) + 1
+        suffix = "" if number == 1 else f"_{number}"  # the ids of a session's later turns are new
         cwd = session.cwd
-        await self._say(session_id, "Let me read your notes and write a summary.")
-        await self._plan(session_id, 0)
+        await self._say(turn, "Let me read your notes and write a summary.")
+        plan = await turn.plan(_plan(0), plan_id=f"plan_{number}")
 
         notes = os.path.join(cwd, "notes.txt")
-        read = b.ToolCallReporter(
-            self.client, session_id, "Read notes.txt", kind="read", tool_call_id="call_read", locations=[notes]
-        )
-        if not self._offers("fs", "readTextFile"):
-            await read.start(status="failed", content=["this client offers no file reading (fs.readTextFile)"])
-            await self._plan(session_id, 1)
-            await self._say(session_id, "Your client does not share files with me, so I skipped reading notes.txt.")
-            words = await self._count_words(session_id, cwd)
-            if words is None:
-                await self._say(session_id, "It offers no terminal either, so I skipped the word count too.")
-            await self._plan(session_id, 2)
-            await self._write_summary(session_id, cwd, "notes.txt could not be read (the client offers no files).\n")
-            return v1.PromptResponse(stop_reason="end_turn")
-        await read.start(status="pending")
-        choice = await read.request_permission(
-            [
-                b.permission_option("allow", "Allow", "allow_once"),
-                b.permission_option("reject", "Reject", "reject_once"),
-            ]
-        )
-        if choice is None or choice.kind != "allow_once":
-            await read.fail()
-            await self._say(session_id, "Permission denied, so I stopped here.")
-            return v1.PromptResponse(stop_reason="end_turn")
+        read = await turn.tool("Read notes.txt", kind="read", locations=[notes], tool_call_id=f"call_read{suffix}")
+        if session.config.get(MODE.config_id) != "auto":
+            decision = await read.ask_permission(f"Allow the agent to read {notes}?")
+            if decision.cancelled:  # session/cancel while it waited: the tool call is reported cancelled
+                return "cancelled"
+            if not decision.allowed:
+                await read.fail()
+                await self._say(turn, "Permission denied, so I stopped here.")
+                return "end_turn"
         await read.update(status="in_progress")
         try:
-            text = (
-                await self.client.fs_read_text_file(v1.ReadTextFileRequest(session_id=session_id, path=notes))
-            ).content
-        except RequestError as exc:
-            await read.fail()
-            await self._say(session_id, f"I could not read notes.txt: {exc.message}.")
-            return v1.PromptResponse(stop_reason="end_turn")
+            text: str = await session.files.read_text(notes)
+        except (OSError, UnicodeDecodeError, ValueError, RequestError) as exc:
+            reason = _reason(exc)
+            await read.fail(reason)
+            await self._say(turn, f"I could not read notes.txt: {reason}.")
+            return "end_turn"
         lines = [line for line in text.splitlines() if line.strip()]
         await read.complete([f"{len(lines)} non-empty lines"])
-        await self._plan(session_id, 1)
+        await plan.set(_plan(1))
 
-        words = await self._count_words(session_id, cwd)
-        if words is None and not self.conn.client_capabilities.get("terminal"):
-            await self._say(session_id, "Your client offers no terminal, so I skipped the word count.")
-        await self._plan(session_id, 2)
+        words = await self._count_words(turn, f"call_count{suffix}", f"term_{number}")
+        await plan.set(_plan(2))
 
         first = lines[0] if lines else "(none)"
         summary = f"notes.txt has {len(lines)} non-empty lines; the first is: {first}\n"
-        if words is not None and await self._ask_word_count(session_id):
+        if words is not None and await self._ask_word_count(turn):
             summary += f"It has {words} words.\n"
-        await self._write_summary(session_id, cwd, summary)
-        return v1.PromptResponse(stop_reason="end_turn")
+        summary_path = os.path.join(cwd, "summary.txt")
+        write = await turn.tool(
+            "Write summary.txt",
+            kind="edit",
+            locations=[summary_path],
+            status="in_progress",
+            tool_call_id=f"call_write{suffix}",
+        )
+        try:
+            old: str | None = await session.files.read_text(summary_path, missing=None)
+        except (OSError, UnicodeDecodeError, ValueError, RequestError):
+            old = ""  # something unreadable: the diff shows the new text only
+        try:
+            await session.files.write_text(summary_path, summary)
+        except (OSError, ValueError, RequestError) as exc:
+            reason = _reason(exc)
+            await write.fail(reason)
+            await self._say(turn, f"I could not write summary.txt: {reason}.")
+            return "end_turn"
+        await write.complete([n.Diff(summary_path, old, summary)])
+        await plan.set(_plan(3))
+        await self._say(turn, f"Done: summary.txt says {summary.splitlines()[0]!r}")
+        return "end_turn"
 
-    async def _ask_word_count(self, session_id: str) -> bool:
+    @staticmethod
+    async def _say(turn: n.Turn, text: str) -> None:
+        """Stream ``text`` word by word (one ``agent_message_chunk`` each, one message)."""
+        turn.new_message()
+        for word in text.split(" "):
+            await turn.say(word + " ")
+            await trio.lowlevel.checkpoint()
+
+    @staticmethod
+    async def _ask_word_count(turn: n.Turn) -> bool:
         """Ask the user (``elicitation/create``, a form) whether the summary gives the word count,
         when the client offers forms; yes unless the user says no."""
-        if not offers_forms(self.conn.client_capabilities):
+        if not turn.session.client.can_elicit("form"):
             return True
         try:
-            answer = await self.client.elicitation_create(
-                v1.FormCreateElicitationRequest(
-                    message=WORD_COUNT_QUESTION,
-                    requested_schema=converter.structure(WORD_COUNT_FORM, v1.ElicitationSchema),
-                    session_id=session_id,
-                )
-            )
+            answer = await turn.elicit(WORD_COUNT_QUESTION, WORD_COUNT_FORM)
         except RequestError:
             return True
         return wants_word_count(answer)
 
-    def _offers(self, *path: str) -> bool:
-        """Whether the client's capabilities (wire JSON) hold a true value at ``path``."""
-        node: object = self.conn.client_capabilities
-        for key in path:
-            node = node.get(key) if isinstance(node, dict) else None
-        return bool(node)
-
-    async def _write_summary(self, session_id: str, cwd: str, summary: str) -> None:
-        """Write ``summary`` to ``summary.txt`` through the client, or say why it cannot."""
-        summary_path = os.path.join(cwd, "summary.txt")
-        write = b.ToolCallReporter(
-            self.client,
-            session_id,
-            "Write summary.txt",
-            kind="edit",
-            tool_call_id="call_write",
-            locations=[summary_path],
+    @staticmethod
+    async def _count_words(turn: n.Turn, tool_call_id: str, terminal_id: str) -> int | None:
+        """Run :data:`WORD_COUNT` in the session directory, shown live in a tool call: in the v1
+        client's terminal when it offers one, else run by the agent as a display terminal.  The
+        count, or ``None`` when it failed."""
+        session = turn.session
+        argv = [sys.executable, "-c", WORD_COUNT]
+        count = await turn.tool(
+            "Count words in notes.txt", kind="execute", status="in_progress", tool_call_id=tool_call_id
         )
-        if not self._offers("fs", "writeTextFile"):
-            await write.start(status="failed", content=["this client offers no file writing (fs.writeTextFile)"])
-            await self._plan(session_id, 3)
-            await self._say(session_id, f"I could not write summary.txt, so here it is: {summary.strip()!r}")
-            return
-        await write.start(status="in_progress")
-        await self.client.fs_write_text_file(
-            v1.WriteTextFileRequest(session_id=session_id, path=summary_path, content=summary)
-        )
-        await write.complete([b.diff(summary_path, summary)])
-        await self._plan(session_id, 3)
-        await self._say(session_id, f"Done: summary.txt says {summary.splitlines()[0]!r}")
-
-    async def _count_words(self, session_id: str, cwd: str) -> int | None:
-        """Run the word count in a client terminal, shown live in a tool call; ``None`` if impossible."""
-        count = b.ToolCallReporter(
-            self.client, session_id, "Count words in notes.txt", kind="execute", tool_call_id="call_count"
-        )
-        if not self.conn.client_capabilities.get("terminal"):
-            await count.start(status="failed", content=["this client offers no terminals"])
+        shown: list[Any]
+        if session.client.offers_terminal():
+            async with session.client_terminal().open(argv[0], args=argv[1:], cwd=session.cwd) as term:
+                await count.update(content=[term])  # the client shows the terminal's output live
+                exit_status = await term.wait_for_exit(timeout=30)
+                output = (await term.output()).output.strip()
+            shown, code, detail = [term], exit_status.exit_code, exit_status.exit_code or exit_status.signal
+        else:
+            try:
+                ran = await count.run(argv, cwd=session.cwd, timeout=30, terminal_id=terminal_id)
+            except OSError as exc:
+                await count.update(status="failed", content=[*count.content, f"cannot run: {exc}"])
+                return None
+            output = ran.output.decode("utf-8", "replace").strip()
+            shown, code, detail = list(count.content), ran.exit_code, ran.exit_code or ran.signal
+        if code != 0 or not output.isdigit():
+            await count.update(status="failed", content=[*shown, f"word count failed ({detail}): {output[-200:]}"])
             return None
-        await count.start(status="in_progress")
-        async with open_terminal(self.conn, session_id, sys.executable, args=["-c", WORD_COUNT], cwd=cwd) as term:
-            await count.update(content=[term.content()])  # the client shows the terminal's output live
-            exit_status = await term.wait_for_exit(timeout=30)
-            output = (await term.output()).output.strip()
-        if exit_status.exit_code != 0 or not output.isdigit():
-            await count.fail([f"word count failed ({exit_status.exit_code or exit_status.signal}): {output[-200:]}"])
-            return None
-        await count.complete([term.content(), f"{output} words"])
+        await count.complete([*shown, f"{output} words"])
         return int(output)
 
 
+def agents_for(versions: Sequence[int] = (1, 2)) -> dict[ModuleType, Any]:
+    """The demo agent's ``{variant: factory}`` mapping for the protocol ``versions`` given (a new
+    :class:`DemoAgent`)."""
+    return DemoAgent(versions=versions).acp_handlers()
+
+
+def serve(versions: Sequence[int] = (1, 2), store: str | None = None) -> None:
+    """Serve the demo agent on this process's stdio for the protocol ``versions`` given (default
+    both) until the client closes it; ``store``: the SQLite file v1 sessions are kept in."""
+    sessions = None
+    if store is not None:
+        from acp_trio.session_store import SqliteSessionStore
+
+        sessions = SqliteSessionStore(store)
+    run_agent_stdio(DemoAgent(versions=versions, store=sessions))
+
+
+def serve_remote(
+    url: str,
+    versions: Sequence[int] = (1, 2),
+    *,
+    token: str | None = None,
+    max_connections: int | None = None,
+    idle_timeout: float | None = 300.0,
+    allowed_origins: Sequence[str] = (),
+    allowed_hosts: Sequence[str] = (),
+) -> None:
+    """Serve the demo agent on ``url`` (``http://HOST:PORT``; WebSocket on ``/acp``) until interrupted:
+    one agent object for every connection (``python -m acp_trio.demo --serve URL``; needs
+    ``acp-trio[remote]``).  The keyword options are :class:`~acp_trio.transports.asgi.AcpApp`'s
+    (``idle_timeout`` in seconds)."""
+    from urllib.parse import urlsplit
+
+    from acp_trio.transports.asgi import AcpApp
+    from acp_trio.transports.asgi import serve as serve_asgi
+
+    parts = urlsplit(url if "://" in url else f"http://{url}")
+    host, port = parts.hostname or "127.0.0.1", 8765 if parts.port is None else parts.port
+    app = AcpApp(
+        DemoAgent(versions=versions),
+        token=token,
+        max_connections=max_connections,
+        idle_timeout=idle_timeout,
+        allowed_origins=allowed_origins,
+        allowed_hosts=allowed_hosts,
+    )
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            bound = await nursery.start(serve_asgi, app, host, port)
+            print(f"serving the demo agent on {bound[0].replace('http', 'ws', 1)}/acp", file=sys.stderr, flush=True)
+
+    trio.run(main)
+
+
 def main() -> None:
-    """Serve the demo agent on this process's stdio until the client closes it."""
-    run_agent_stdio(DemoAgent)
+    """Serve the demo agent (both versions) on this process's stdio until the client closes it."""
+    serve()
 
 
 if __name__ == "__main__":

@@ -487,6 +487,19 @@ class DemoClient(TranscriptClient):
         else:
             self.say(f"  [{getattr(u, 'session_update', type(u).__name__)}]")
 
+    def _permission_label(self, request: Any) -> str:
+        """The tool call's title: the request's, else (a request naming only the ``toolCallId``,
+        as v1 allows) the one the session's updates gave it, else its id."""
+        tool_call = request.tool_call
+        if not (isinstance(tool_call.title, str) and tool_call.title):
+            try:
+                known = self.states[request.session_id].tool_calls.get(tool_call.tool_call_id)
+            except KeyError:
+                known = None
+            if known is not None and known.title:
+                return str(known.title)
+        return super()._permission_label(request)
+
     # -- the batteries, with a line of transcript each -------------------------------------------
     def _wrote(self, path: Path, old: str | None, new: str) -> None:
         self.say(f"  [fs] wrote {path} ({len(new.encode())} bytes{', new file' if old is None else ''})")
