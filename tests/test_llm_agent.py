@@ -445,6 +445,57 @@ async def test_a_session_made_on_one_version_is_loaded_on_the_other(
 
 
 @VARIANTS
+async def test_the_read_mode_reads_without_asking_and_still_asks_before_a_write(
+    variant: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The session's ``mode`` option: offered as a config option (v1 also as ``modes``), set with
+    ``session/set_config_option`` (v1 also ``session/set_mode``); in ``read`` a read runs without a
+    permission request, a write still gets one."""
+    monkeypatch.setenv(KEYS["openai"], "test-key")
+    (tmp_path / "notes.txt").write_text("milk\n", encoding="utf-8")
+    script = [
+        [ToolCall("read_file", {"path": "notes.txt"}, "call_read")],
+        [ToolCall("write_file", {"path": "b.txt", "content": "B\n"}, "call_write")],
+        [Text("Read and written.")],
+    ]
+    app = Loopback(script)
+    asked: list[str] = []
+
+    async def allow(request: Any) -> str:
+        asked.append(asked_call(request)[0])
+        return "allow-once"
+
+    with trio.fail_after(TIMEOUT):
+        async with (
+            trio.open_nursery() as nursery,
+            memory_agent("openai", app, nursery, variant, policy=ask(allow)) as client,
+        ):
+            new: Any = await client.conn.agent.session_new(
+                v1.NewSessionRequest(cwd=str(tmp_path), mcp_servers=[])
+                if variant is v1
+                else v2.NewSessionRequest(cwd=str(tmp_path))
+            )
+            sid = new.session_id
+            [option] = new.config_options
+            assert option.category == "mode" and option.current_value == "ask"
+            assert [o.value for o in option.options] == ["ask", "read"]
+            if variant is v1:  # v1 keeps modes and config options in sync; set_mode sets the option
+                assert new.modes.current_mode_id == "ask"
+                await client.conn.agent.session_set_mode(v1.SetSessionModeRequest(session_id=sid, mode_id="read"))
+            else:
+                answer = await client.conn.agent.session_set_config_option(
+                    v2.IdSetSessionConfigOptionRequest(session_id=sid, config_id="mode", value="read")
+                )
+                assert answer.config_options[0].current_value == "read"
+            result = await client.prompt(sid, "Read notes.txt, write b.txt.")
+            assert result.stop_reason == "end_turn"
+            calls = client.states[sid].tool_calls
+            assert {c: t.status for c, t in calls.items()} == {"call_read": "completed", "call_write": "completed"}
+            assert asked == ["call_write"]
+    assert (tmp_path / "b.txt").read_text(encoding="utf-8") == "B\n"
+
+
+@VARIANTS
 @pytest.mark.parametrize("provider", PROVIDERS)
 async def test_cancel_latency_on_trio_clock(
     provider: str,

@@ -4,7 +4,8 @@ The agent runs in this process (``run_checks_in_memory``: a fresh connection per
 ``LlmAgent``), its SDK client on the loopback model server's in-process transport; the loopback
 answers each model request by the prompt it carries (:func:`reply_for`), since the checks' prompts
 come in no fixed order: the checker's script (:data:`SCRIPT`) has a plain turn, a long turn to
-cancel, a turn that reads a file and one that writes a file after asking permission.
+cancel, a turn that reads a file and one that writes a file after asking permission.  Every check
+that applies passes; the skips are the ones protocol 2 does not have.
 
 The same run over stdio (``python -m acp_trio.check --protocol 1|2 --script ... -- python -m
 examples.llm_agent --provider openai --model m --base-url URL``, the loopback served by hypercorn)
@@ -103,6 +104,8 @@ async def test_the_llm_agent_passes_the_checker(
         "session.list",
         "session.close",
         "session.delete",
+        "session.set-config-option",
+        *(["session.set-mode", "capabilities.variations"] if protocol == 1 else []),
     ]
     assert {name: statuses.get(name) for name in must_pass} == dict.fromkeys(must_pass, Status.PASS), problems
     assert app.requests, "the checks' turns reached the model"

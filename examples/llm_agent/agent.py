@@ -15,6 +15,10 @@ model API ends the turn with a JSON-RPC error (-32000 for a missing or refused k
 ``data``: ``provider``, ``status``, ``code``, ``body``): v1 answers ``session/prompt`` with it, v2
 ends the turn ``idle`` with ``stopReason: "error"`` and that error.
 
+Modes: the session's config option ``mode`` (``category: "mode"``: v1 ``modes`` and
+``session/set_mode`` too): ``ask`` (the default) asks permission before every tool call; ``read``
+runs tools of kind ``read`` (``read_file``, read-only MCP tools) without asking.
+
 Usage: after each model call a ``usage_update`` (``used`` = the call's input plus output tokens,
 what the context holds now; ``size`` = ``--context-window``).
 
@@ -68,7 +72,7 @@ from .tools import BUILTIN_TOOLS, READ_FILE, RUN_COMMAND, WRITE_FILE, Tool, mcp_
 if TYPE_CHECKING:
     from acp_trio.mcp import McpServers
 
-__all__ = ["AGENT_INFO", "DENIED_RESULT", "PERMISSION_OPTIONS", "LlmAgent", "default_system_prompt"]
+__all__ = ["AGENT_INFO", "DENIED_RESULT", "MODES", "PERMISSION_OPTIONS", "LlmAgent", "default_system_prompt"]
 
 log = logging.getLogger("examples.llm_agent")
 
@@ -91,6 +95,17 @@ PERMISSION_OPTIONS = (
     n.Option("reject-always", "Reject always", "reject_always"),
 )
 """The choices of every permission request; an "always" one holds for that tool for the rest of the session."""
+MODES = n.ConfigOption(
+    "mode",
+    "Mode",
+    current="ask",
+    category="mode",
+    choices=(
+        n.Choice("ask", "Ask", "Ask permission before every tool call"),
+        n.Choice("read", "Read freely", "Read files and run read-only MCP tools without asking; ask before the rest"),
+    ),
+)
+"""The session's one config option (``category: "mode"``, so also v1's ``modes`` and ``session/set_mode``)."""
 
 
 def default_system_prompt(cwd: str) -> str:
@@ -200,6 +215,9 @@ class LlmAgent(n.Agent):
     def handlers_for(self, versions: Sequence[int]) -> dict[ModuleType, Callable[[AgentSideConnection], Any]]:
         """``neutral.handlers(self, versions)``, each advertising the MCP transports the agent connects to."""
         return {variant: _advertising_mcp(make) for variant, make in n.handlers(self, versions).items()}
+
+    def config_options(self, session: n.Session) -> Sequence[n.ConfigOption]:
+        return (MODES,)
 
     # -- sessions ----------------------------------------------------------------------------------
     async def new_session(self, session: n.Session) -> None:
@@ -367,6 +385,8 @@ class LlmAgent(n.Agent):
         if call.error is not None:
             return await fail(f"Cannot run {call.name}: {call.error}.")
         choice = conversation.always.get(call.name)
+        if choice is None and tool.kind == "read" and session.config.get(MODES.config_id) == "read":
+            choice = True  # the user chose the mode that reads without asking
         if choice is None:
             decision = await reported.ask_permission(
                 f"Allow {reported.title or call.name}?", options=PERMISSION_OPTIONS
