@@ -18,7 +18,7 @@ import pytest
 import trio
 
 from acp_schema import v2
-from acp_trio import open_memory_pair
+from acp_trio import UNSET, open_memory_pair
 from acp_trio.demo.agent import DemoAgent
 from acp_trio.demo.client_v2 import CLIENT_INFO, DemoClientV2, demo_client_v2_factory
 
@@ -267,3 +267,82 @@ async def test_run_turn_raises_session_ended_when_the_sessions_state_is_discarde
                 await client.asked.wait()
                 client.states.discard(session_id)
                 await trio.sleep_forever()
+
+
+# -- one agent object, both versions ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("version", [1, 2])
+async def test_the_auto_mode_reads_without_asking_in_both_versions(tmp_path: Path, version: int) -> None:
+    """The ``mode`` option: v1 sees it as ``modes`` too and sets it with ``session/set_mode``; v2
+    with ``session/set_config_option``.  In ``auto`` the turn reads notes.txt without asking."""
+    from acp_schema import v1
+    from acp_trio.demo.client import demo_client_factory
+
+    (tmp_path / "notes.txt").write_text("alpha beta\n", encoding="utf-8")
+    out = io.StringIO()
+    variant: Any = v1 if version == 1 else v2
+    factory = demo_client_factory(out) if version == 1 else demo_client_v2_factory(out)
+    with trio.fail_after(30):
+        async with open_memory_pair(DemoAgent(), {variant: factory}) as (_, client_conn):
+            client: Any = client_conn.handler
+            await client.initialize()
+            session_id = await client.new_session(tmp_path)
+            state = client.states[session_id]
+            [mode] = state.config_options
+            assert (mode.current_value, [o.value for o in mode.options]) == ("ask", ["ask", "auto"])
+            if version == 1:
+                assert state.current_mode_id == "ask"
+                request = v1.SetSessionModeRequest(session_id=session_id, mode_id="auto")
+                await v1.AgentPeer(client_conn).session_set_mode(request)
+            else:
+                config = v2.IdSetSessionConfigOptionRequest(session_id=session_id, config_id="mode", value="auto")
+                answer = await v2.AgentPeer(client_conn).session_set_config_option(config)
+                assert [o.current_value for o in answer.config_options] == ["auto"]
+            result = await client.prompt(session_id, "summarize")
+            assert result.stop_reason == "end_turn"
+            if version == 1:
+                assert client.states[session_id].current_mode_id == "auto"  # current_mode_update reached it
+    transcript = out.getvalue()
+    assert "[permission]" not in transcript and "[tool call_read] completed 1 non-empty lines" in transcript
+    assert (tmp_path / "summary.txt").read_text(encoding="utf-8").startswith("notes.txt has 1 non-empty lines")
+
+
+async def test_a_session_made_on_v2_is_loaded_by_a_v1_client_of_the_same_agent(tmp_path: Path) -> None:
+    """One :class:`DemoAgent` serving both: a v2 client runs a turn, a v1 client loads the session
+    (``session/load``) and sees it replayed the v1 way (``tool_call`` then ``tool_call_update``, the
+    display terminal as text, the diff with its texts), then runs a turn of its own in it."""
+    from acp_schema import v1
+    from acp_trio.demo.client import demo_client_factory
+
+    (tmp_path / "notes.txt").write_text(NOTES, encoding="utf-8")
+    agent = DemoAgent()
+    with trio.fail_after(30):
+        async with open_memory_pair(agent, {v2: demo_client_v2_factory(io.StringIO())}) as (_, client_conn):
+            client: DemoClientV2 = client_conn.handler
+            session_id = await start(client_conn, client, tmp_path)
+            assert await client.run_turn(session_id, "one", timeout=20) == "end_turn"
+        out = io.StringIO()
+        async with open_memory_pair(agent, {v1: demo_client_factory(out)}) as (_, client_conn):
+            loader: Any = client_conn.handler
+            await loader.initialize()
+            peer = v1.AgentPeer(client_conn)
+            listed = await peer.session_list(v1.ListSessionsRequest())
+            assert [s.session_id for s in listed.sessions] == [session_id]
+            request = v1.LoadSessionRequest(session_id=session_id, cwd=str(tmp_path), mcp_servers=[])
+            await loader.states.load(peer, request)
+            state = loader.states[session_id]
+            assert [m.text for m in state.messages if m.role == "user"] == ["one"]
+            read, count, write = (state.tool_calls[i] for i in ("call_read", "call_count", "call_write"))
+            assert (read.status, count.status, write.status) == ("completed", "completed", "completed")
+            assert "18" in count.content[0].content.text  # the display terminal, as text (row T14)
+            [diff] = write.content
+            assert isinstance(diff, v1.DiffToolCallContent) and diff.old_text in (None, UNSET)
+            result = await loader.prompt(session_id, "two")  # v1 now: the client's fs and terminal
+            assert result.stop_reason == "end_turn"
+    replayed, _, second = out.getvalue().partition("[tool call_read_2] Read notes.txt (read): pending")
+    assert "[tool call_read] completed 4 non-empty lines" in replayed and "[permission]" not in replayed
+    assert "[fs] read " in second and "[terminal term_1] exited (0)" in second  # v1: the client's fs and terminal
+    # one plan per session, replaced by each turn (v1 shows every live plan of a session as one)
+    plans = [line for line in second.splitlines() if line.startswith("  [plan] ")]
+    assert plans[-1] == "  [plan] [x] Read notes.txt  [x] Count its words  [x] Write summary.txt"

@@ -147,7 +147,8 @@ class DemoAgent(n.Agent):
         suffix = "" if number == 1 else f"_{number}"  # the ids of a session's later turns are new
         cwd = session.cwd
         await self._say(turn, "Let me read your notes and write a summary.")
-        plan = await turn.plan(_plan(0), plan_id=f"plan_{number}")
+        # one plan per session, replaced by each turn (v1 would show several live plans as one list)
+        plan = await turn.plan(_plan(0), plan_id="plan")
 
         notes = os.path.join(cwd, "notes.txt")
         read = await turn.tool("Read notes.txt", kind="read", locations=[notes], tool_call_id=f"call_read{suffix}")
