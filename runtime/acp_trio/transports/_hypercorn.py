@@ -197,7 +197,7 @@ class CoalescingTCPServer(TCPServer):
         self._pending = bytearray()
         self._writer_nursery = None
         self._writer_started = False
-        self._ready = trio.Event()
+        self._ready = _ALREADY_SET  # the writer's own event from its first wait on (none before it starts)
         # room in the buffer, and nothing left to flush: both true, until a sender replaces them with
         # new events to wait on; one shared event set for good meanwhile (an idle connection holds none)
         self._room = self._flushed = _ALREADY_SET
@@ -448,6 +448,7 @@ class CoalescingTCPServer(TCPServer):
         if self._wait_scope is not None:
             self._wait_scope.cancel()
         await self._lent_event.wait()
+        self._lent_event = _ALREADY_SET  # set for good: the shared one says the same, and holds nothing
         return self._lent
 
     def return_reads(self) -> None:
