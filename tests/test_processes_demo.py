@@ -224,3 +224,25 @@ async def test_demo_serves_the_agent_remotely_and_its_client_connects_by_url(tmp
         server.terminate()
         with trio.move_on_after(10):
             await server.wait()
+
+
+async def test_agents_for_gives_each_connection_its_own_demo_agent(tmp_path: Path) -> None:
+    """What ``--serve URL`` serves (:func:`acp_trio.demo.agent.agents_for`): one agent per
+    connection, so a second client neither lists nor loads the first one's session."""
+    from acp_trio.demo.agent import agents_for
+
+    served = agents_for()
+    new = v1.NewSessionRequest(cwd=str(tmp_path), mcp_servers=[])
+    with trio.fail_after(30):
+        async with open_memory_pair(served, BareClient()) as (_, first):
+            await first.agent.initialize(v1.InitializeRequest(protocol_version=1))
+            session = await first.agent.session_new(new)
+            async with open_memory_pair(served, BareClient()) as (_, second):
+                await second.agent.initialize(v1.InitializeRequest(protocol_version=1))
+                assert (await second.agent.session_list(v1.ListSessionsRequest())).sessions == []
+                load = v1.LoadSessionRequest(session_id=session.session_id, cwd=str(tmp_path), mcp_servers=[])
+                with pytest.raises(acp_trio.RequestError) as info:
+                    await second.agent.session_load(load)
+                assert info.value.code == acp_trio.RESOURCE_NOT_FOUND
+            listed = await first.agent.session_list(v1.ListSessionsRequest())
+            assert [s.session_id for s in listed.sessions] == [session.session_id]

@@ -255,10 +255,15 @@ class DemoAgent(n.Agent):
         return int(output)
 
 
-def agents_for(versions: Sequence[int] = (1, 2)) -> dict[ModuleType, Any]:
-    """The demo agent's ``{variant: factory}`` mapping for the protocol ``versions`` given (a new
-    :class:`DemoAgent`)."""
-    return DemoAgent(versions=versions).acp_handlers()
+def agents_for(versions: Sequence[int] = (1, 2)) -> dict[ModuleType, Callable[[AgentSideConnection], Any]]:
+    """The demo agent's ``{variant: factory}`` mapping for the protocol ``versions`` given, one
+    :class:`DemoAgent` per connection: a server's clients do not see (``session/list``) or load
+    each other's sessions, and a session's history goes with its connection."""
+
+    def factory(module: ModuleType) -> Callable[[AgentSideConnection], Any]:
+        return lambda conn: DemoAgent(versions=versions).acp_handlers()[module](conn)
+
+    return {module: factory(module) for module in n.handlers(DemoAgent(), versions)}
 
 
 def serve(versions: Sequence[int] = (1, 2), store: str | None = None) -> None:
@@ -283,7 +288,7 @@ def serve_remote(
     allowed_hosts: Sequence[str] = (),
 ) -> None:
     """Serve the demo agent on ``url`` (``http://HOST:PORT``; WebSocket on ``/acp``) until interrupted:
-    one agent object for every connection (``python -m acp_trio.demo --serve URL``; needs
+    one agent per connection (:func:`agents_for`; ``python -m acp_trio.demo --serve URL``; needs
     ``acp-trio[remote]``).  The keyword options are :class:`~acp_trio.transports.asgi.AcpApp`'s
     (``idle_timeout`` in seconds)."""
     from urllib.parse import urlsplit
@@ -294,7 +299,7 @@ def serve_remote(
     parts = urlsplit(url if "://" in url else f"http://{url}")
     host, port = parts.hostname or "127.0.0.1", 8765 if parts.port is None else parts.port
     app = AcpApp(
-        DemoAgent(versions=versions),
+        agents_for(versions),
         token=token,
         max_connections=max_connections,
         idle_timeout=idle_timeout,
