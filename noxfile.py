@@ -143,6 +143,7 @@ PURE_SKIPS = [
     "tests/test_interop_v2.py",
     "tests/test_interop_websocket.py",
     "tests/test_llm_agent.py",
+    "tests/test_llm_agent_check.py",
     "tests/test_llm_agent_extras.py",
     "tests/test_mcp.py",
     "tests/test_mcp_over_acp.py",
