@@ -44,9 +44,14 @@ the history) and ``session/delete`` (forgets it) work on both.  Config options a
 :class:`ConfigOption` s; the ``category: "mode"`` one is also v1's ``modes`` and ``session/set_mode``
 (§ Session modes become config options).
 
-What it does not do yet (see ``/work/briefs/33-api.md``, the design): a persistent session store
-(the history lives as long as the process), authentication methods, slash commands, whole-message
-upserts, the v1 coalescing of display terminal output (each chunk re-sends the tool call's text).
+A v1 connection that has a session store enabled (``acp_trio.session_store.enable``, before its
+handler is built) serves ``session/load``, ``session/resume``, ``session/list`` and ``session/close``
+of stored sessions from that store (v1 records only, as the store keeps them); the session is then
+attached so prompts follow.
+
+What it does not do yet (see ``/work/briefs/33-api.md``, the design): a persistent session store of
+its own (the canonical history lives as long as the process; none for v2), authentication methods,
+slash commands, whole-message upserts.
 """
 
 from __future__ import annotations
