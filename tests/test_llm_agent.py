@@ -103,7 +103,7 @@ async def loopback(replies: list[Any]) -> AsyncIterator[tuple[Loopback, str]]:
         nursery.cancel_scope.cancel()
 
 
-def agent_args(provider: str, url: str) -> list[str]:
+def agent_args(provider: str, url: str, store: Path | None = None) -> list[str]:
     base = url + "/v1" if provider == "openai" else url
     args = ["-m", "examples.llm_agent", "--provider", provider, "--model", "loop-model", "--base-url", base]
     args += ["--max-retries", "0", "--context-window", "1000"]
@@ -111,21 +111,27 @@ def agent_args(provider: str, url: str) -> list[str]:
         args += ["--thinking-budget", "1024"]
     else:
         args += ["--reasoning-effort", "low"]
+    if store is not None:
+        args += ["--store", str(store)]
     return args
 
 
 def agent_env(provider: str) -> dict[str, str]:
     """The agent process's environment: a dummy key, and ``examples`` importable."""
-    return {KEYS[provider]: "test-key", "PYTHONPATH": os.pathsep.join([str(ROOT), *sys.path])}
+    env = {KEYS[provider]: "test-key", "PYTHONPATH": os.pathsep.join([str(ROOT), *sys.path])}
+    env["ACP_LLM_AGENT_STORE"] = ""  # --store only when a test gives one (--base-url beats *_BASE_URL)
+    return env
 
 
 @asynccontextmanager
-async def agent(provider: str, url: str, variant: ModuleType, *, policy: Any = None) -> AsyncIterator[WatchingClient]:
+async def agent(
+    provider: str, url: str, variant: ModuleType, *, policy: Any = None, store: Path | None = None
+) -> AsyncIterator[WatchingClient]:
     """The agent as a process (stdio) with a ``WatchingClient`` of ``variant``'s protocol version,
     initialized (the agent serves both: the client's ``initialize`` picks)."""
     make_client = WatchingClient.for_versions(variant, policy=policy if policy is not None else allow_all())
     async with spawn_agent(
-        sys.executable, agent_args(provider, url), client=make_client, env=agent_env(provider), cwd=ROOT
+        sys.executable, agent_args(provider, url, store), client=make_client, env=agent_env(provider), cwd=ROOT
     ) as conn:
         client: WatchingClient = conn.handler
         await client.initialize(timeout=TIMEOUT)
@@ -240,12 +246,13 @@ async def test_a_full_turn(provider: str, variant: ModuleType, tmp_path: Path) -
                 if variant is v1:  # the exact texts
                     assert diff.path == str(work / "hello.txt") and diff.new_text == "hello from the model\n"
                     assert not isinstance(diff.old_text, str)  # a new file
-                    # v1 has no agent-owned terminal: the command and its output as the tool call's text
-                    shown = [
-                        c.content.text for c in calls["call_run"].content if isinstance(c, v1.ContentToolCallContent)
+                    # the client offers terminals: the command runs in one of its own, embedded
+                    content = calls["call_run"].content
+                    assert any(isinstance(c, v1.TerminalToolCallContent) for c in content)
+                    assert [c.content.text for c in content if isinstance(c, v1.ContentToolCallContent)] == [
+                        "$ echo ran-in-a-terminal",
+                        "[exit code 0]",
                     ]
-                    assert shown[0] == "$ echo ran-in-a-terminal" and "ran-in-a-terminal" in shown[-1]
-                    assert "[exit 0]" in shown[-1]
                 else:  # changes and a git patch; the command in a display terminal
                     assert [(type(c).__name__, c.path) for c in diff.changes] == [
                         ("AddDiffChange", str(work / "hello.txt"))
@@ -282,6 +289,35 @@ async def test_a_full_turn(provider: str, variant: ModuleType, tmp_path: Path) -
             else:
                 assert requests[0].body["reasoning"] == {"effort": "low", "summary": "auto"}
                 assert requests[0].body["store"] is False
+
+
+async def test_with_a_store_a_v1_session_is_loaded_by_a_new_process(tmp_path: Path) -> None:
+    """``--store``: v1 connections keep their sessions in the SQLite store; a second agent process
+    replays one on ``session/load`` and rebuilds the model's view from it (prompts, the agent's
+    text, each tool call's ``rawInput`` and final ``rawOutput``)."""
+    store = tmp_path / "sessions.db"
+    script = [
+        [Text("Writing it."), ToolCall("write_file", {"path": "a.txt", "content": "A\n"}, "call_a")],
+        [Text("Written.")],
+        [Text("You asked me to write a.txt.")],
+    ]
+    with trio.fail_after(TIMEOUT):
+        async with loopback(script) as (app, url):
+            async with agent("anthropic", url, v1, store=store) as client:
+                sid = await client.new_session(tmp_path)
+                assert (await client.prompt(sid, "Write a.txt.")).stop_reason == "end_turn"
+                made = client.states[sid]
+            async with agent("anthropic", url, v1, store=store) as client:
+                load = v1.LoadSessionRequest(session_id=sid, cwd=str(tmp_path), mcp_servers=[])
+                await client.conn.agent.session_load(load, timeout=TIMEOUT)
+                replayed = client.states[sid]
+                assert [(m.role, m.text) for m in replayed.messages] == [(m.role, m.text) for m in made.messages]
+                assert {c: t.status for c, t in replayed.tool_calls.items()} == {"call_a": "completed"}
+                result = await client.prompt(sid, "What did I ask?")
+                assert result.stop_reason == "end_turn"
+    last = requests_to(app, PATHS["anthropic"])[-1].body
+    assert user_texts("anthropic", last) == ["Write a.txt.", "What did I ask?"]
+    assert tool_outputs("anthropic", last) == {"call_a": f"Wrote 2 characters to {tmp_path / 'a.txt'}."}
 
 
 @VARIANTS

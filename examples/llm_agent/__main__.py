@@ -13,9 +13,11 @@ from collections.abc import Sequence
 import trio
 
 from acp_trio import serve_agent_stdio
+from acp_trio.session_store import SqliteSessionStore
 
 CONTEXT_WINDOWS = {"openai": 128_000, "anthropic": 200_000}
 """``--context-window`` when not given: a common size for each provider's models (``usage_update.size``)."""
+STORE_VARIABLE = "ACP_LLM_AGENT_STORE"
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -29,6 +31,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "--base-url",
         help="the API root as the SDK takes it (OpenAI: ending in /v1, e.g. http://127.0.0.1:8000/v1; "
         "Anthropic: without /v1); default the SDK's (or OPENAI_BASE_URL / ANTHROPIC_BASE_URL)",
+    )
+    parser.add_argument(
+        "--store",
+        default=os.environ.get(STORE_VARIABLE),
+        help=f"SQLite file keeping the sessions of protocol version 1 clients for session/load across runs "
+        f"(default ${STORE_VARIABLE}; unset, and for version 2 clients: in this process only)",
     )
     parser.add_argument(
         "--protocol",
@@ -113,14 +121,19 @@ def main(argv: Sequence[str] | None = None) -> None:
         context_window=args.context_window or CONTEXT_WINDOWS[args.provider],
         system_prompt=args.system,
     )
-    agent = LlmAgent(settings, max_steps=args.max_steps, command_timeout=args.command_timeout)
+    store = SqliteSessionStore(args.store) if args.store else None
+    agent = LlmAgent(settings, store=store, max_steps=args.max_steps, command_timeout=args.command_timeout)
     versions = tuple(args.protocol or (1, 2))
 
     async def serve() -> None:
         async with agent.running():
             await serve_agent_stdio(agent.handlers_for(versions))
 
-    trio.run(serve)
+    try:
+        trio.run(serve)
+    finally:
+        if store is not None:
+            store.close()
 
 
 if __name__ == "__main__":

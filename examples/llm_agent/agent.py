@@ -25,7 +25,9 @@ what the context holds now; ``size`` = ``--context-window``).
 Sessions are the layer's (``neutral.Agent.sessions``): ``session/load`` (v1) and ``session/resume``
 with ``replayFrom: {type: start}`` (v2) replay a session made on either version; the model's view
 of the conversation (:mod:`.history`) is kept per session id beside it, so the model continues
-where it was.  Both live as long as this process.
+where it was.  Both live as long as this process; with a session store (``--store``) v1
+connections also keep their sessions in it (:func:`acp_trio.session_store.enable`), and a new
+process loads them, rebuilding the model's view from the stored updates (:func:`.history.from_stored`).
 """
 
 from __future__ import annotations
@@ -53,6 +55,7 @@ from .history import (
     ToolUse,
     UserText,
     close_dangling,
+    from_stored,
     prompt_text,
 )
 from .providers import (
@@ -71,6 +74,7 @@ from .tools import BUILTIN_TOOLS, READ_FILE, RUN_COMMAND, WRITE_FILE, Tool, mcp_
 
 if TYPE_CHECKING:
     from acp_trio.mcp import McpServers
+    from acp_trio.session_store import SessionStore
 
 __all__ = ["AGENT_INFO", "DENIED_RESULT", "MODES", "PERMISSION_OPTIONS", "LlmAgent", "default_system_prompt"]
 
@@ -87,7 +91,7 @@ DENIED_RESULT = "The user denied permission for this tool call. Do not retry it;
 MAX_OUTPUT_CHARS = 60_000
 """A file or command output longer than this is cut for the model (the rest is said to be cut)."""
 COMMAND_OUTPUT_BYTES = 256_000
-"""Bytes of a command's output kept for the model (its first ones)."""
+"""Bytes of a command's output kept (a client terminal's ``outputByteLimit``: its last ones; else its first)."""
 PERMISSION_OPTIONS = (
     n.Option("allow-once", "Allow once", "allow_once"),
     n.Option("allow-always", "Allow always", "allow_always"),
@@ -180,15 +184,25 @@ class LlmAgent(n.Agent):
     """The agent: one object for every connection, v1 and v2 (``serve_agent_stdio(agent)``,
     ``open_memory_pair(agent, client)``), used inside ``async with agent.running():``.
 
-    ``settings``: :class:`~.providers.Settings`; ``max_steps``: model calls per turn before it ends
-    ``max_turn_requests``; ``command_timeout``: seconds a ``run_command`` may run before it is killed.
+    ``settings``: :class:`~.providers.Settings`; ``store``: a session store v1 connections keep
+    their sessions in (``session/load`` in a later process; ``None``: this process only);
+    ``max_steps``: model calls per turn before it ends ``max_turn_requests``; ``command_timeout``:
+    seconds a ``run_command`` may run before it is killed.
     """
 
     info = AGENT_INFO
 
-    def __init__(self, settings: Settings, *, max_steps: int = 25, command_timeout: float = 300.0) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        store: SessionStore | None = None,
+        max_steps: int = 25,
+        command_timeout: float = 300.0,
+    ) -> None:
         super().__init__()
         self.settings = settings
+        self.store = store
         self.max_steps = max_steps
         self.command_timeout = command_timeout
         self.provider: Provider = make_provider(settings)
@@ -213,8 +227,21 @@ class LlmAgent(n.Agent):
         return self.handlers_for(self.versions)
 
     def handlers_for(self, versions: Sequence[int]) -> dict[ModuleType, Callable[[AgentSideConnection], Any]]:
-        """``neutral.handlers(self, versions)``, each advertising the MCP transports the agent connects to."""
-        return {variant: _advertising_mcp(make) for variant, make in n.handlers(self, versions).items()}
+        """``neutral.handlers(self, versions)``, each advertising the MCP transports the agent connects
+        to; with a :attr:`store`, each v1 connection records into it first (the neutral layer then
+        serves ``session/load``, ``resume``, ``list`` and ``close`` of stored sessions from it)."""
+        served = n.handlers(self, versions)
+        plain, store = served.get(v1), self.store
+        if plain is not None and store is not None:
+
+            def with_store(conn: AgentSideConnection, plain: Callable[[AgentSideConnection], Any] = plain) -> Any:
+                from acp_trio.session_store import enable
+
+                enable(conn, store)
+                return plain(conn)
+
+            served[v1] = with_store
+        return {variant: _advertising_mcp(make) for variant, make in served.items()}
 
     def config_options(self, session: n.Session) -> Sequence[n.ConfigOption]:
         return (MODES,)
@@ -227,7 +254,12 @@ class LlmAgent(n.Agent):
     async def resume_session(self, session: n.Session) -> None:
         """v1 ``session/load`` / ``session/resume``, v2 ``session/resume`` (the layer replayed the
         updates): the model's history goes on; the MCP servers are the request's."""
-        conversation = self.conversations.setdefault(session.id, Conversation())
+        conversation = self.conversations.get(session.id)
+        if conversation is None:  # a session of the store, made by another process
+            conversation = self.conversations[session.id] = Conversation()
+            stored = await self.store.conversation(session.id) if self.store is not None else None
+            if stored is not None:
+                conversation.history = from_stored(stored.messages())
         self._close_mcp(session.id, conversation)
         conversation.tools = None
         await self._open_mcp(session, conversation)
@@ -456,14 +488,20 @@ class LlmAgent(n.Agent):
             await session.files.write_text(path, content)
             return f"Wrote {len(content)} characters to {path}.", [n.Diff(path, old, content)]
         if name == RUN_COMMAND:
-            return await self._run_command(session, arguments, reported), None
+            return await self._run_command(session, arguments, reported)
         return await self._call_mcp(session, tool, arguments)
 
-    async def _run_command(self, session: n.Session, arguments: dict[str, Any], reported: n.ToolCall) -> str:
+    async def _run_command(
+        self, session: n.Session, arguments: dict[str, Any], reported: n.ToolCall
+    ) -> tuple[str, list[n.ToolContentLike] | None]:
+        """``/bin/sh -c COMMAND``: in a v1 client's terminal when it offers them (the client runs and
+        shows it), else in this process (``ToolCall.run``: a display terminal)."""
         command = arguments.get("command")
         if not isinstance(command, str) or not command.strip():
             raise ToolFailure("missing argument 'command'")
         cwd = self._path(session, arguments, "cwd") if arguments.get("cwd") else session.cwd
+        if session.client.offers_terminal():
+            return await self._run_in_client_terminal(session, command, cwd, reported)
         result = await reported.run(
             ["/bin/sh", "-c", command], cwd=cwd, timeout=self.command_timeout, max_output=COMMAND_OUTPUT_BYTES
         )
@@ -478,7 +516,35 @@ class LlmAgent(n.Agent):
             if len(result.output) >= COMMAND_OUTPUT_BYTES
             else ""
         )
-        return f"[{ended}{cut}]\n{result.output.decode('utf-8', errors='replace')}"
+        return f"[{ended}{cut}]\n{result.output.decode('utf-8', errors='replace')}", None
+
+    async def _run_in_client_terminal(
+        self, session: n.Session, command: str, cwd: str, reported: n.ToolCall
+    ) -> tuple[str, list[n.ToolContentLike]]:
+        """v1 ``terminal/*``: the command in a terminal the client runs, embedded in the tool call."""
+        terminals = session.client_terminal()
+        async with terminals.open(
+            "/bin/sh", args=["-c", command], cwd=cwd, output_byte_limit=COMMAND_OUTPUT_BYTES
+        ) as term:
+            await reported.update(content=[f"$ {command}", term])
+            timed_out = False
+            try:
+                await term.wait_for_exit(timeout=self.command_timeout)
+            except TimeoutError:
+                timed_out = True
+                await term.kill()
+            result = await term.output()
+        status = result.exit_status
+        if timed_out:
+            ended = f"killed after {self.command_timeout:g} s"
+        elif status is None or not isinstance(status, v1.TerminalExitStatus):
+            ended = "ended"
+        elif status.signal:
+            ended = f"killed by {status.signal}"
+        else:
+            ended = f"exit code {status.exit_code}"
+        truncated = " (output truncated to its end)" if result.truncated else ""
+        return f"[{ended}{truncated}]\n{result.output}", [f"$ {command}", term, f"[{ended}]"]
 
     async def _call_mcp(
         self, session: n.Session, tool: Tool, arguments: dict[str, Any]

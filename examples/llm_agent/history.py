@@ -5,16 +5,27 @@ model said), :class:`Thinking` (Anthropic thinking blocks, needed again only in 
 them), :class:`ToolUse` (a tool call of the model: its provider call id, tool name and JSON
 arguments) and :class:`ToolResult` (what the agent sent back for it).  ``providers.py`` turns the
 list into each API's request format.  The agent keeps one list per session for as long as the
-session is known (``session/load`` and ``session/resume`` continue it, on either protocol version).
+session is known in its process (``session/load`` and ``session/resume`` continue it, on either
+protocol version).
+
+A v1 session kept in a session store (``--store``, :mod:`acp_trio.session_store`) is loaded also by
+a new process: the store keeps the ACP side of the conversation, every ``session/prompt`` and every
+``session/update`` the agent sent.  The agent reports each model tool call as an ACP tool call whose
+``toolCallId`` is the provider's call id, whose ``rawInput`` is ``{"tool": name, "arguments":
+{...}}`` and whose final ``tool_call_update`` carries ``rawOutput`` ``{"output": text, "isError":
+bool}``, the exact text the model got, so :func:`from_stored` rebuilds the model's view from the
+store alone.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from acp_schema import v2
+from acp_schema import v1, v2
+from acp_trio import SessionState, converter
+from acp_trio.session_state import MessageEntry, ToolCallEntry
 
 __all__ = [
     "AssistantText",
@@ -24,6 +35,7 @@ __all__ = [
     "ToolUse",
     "UserText",
     "close_dangling",
+    "from_stored",
     "prompt_text",
 ]
 
@@ -76,17 +88,19 @@ Item = UserText | AssistantText | Thinking | ToolUse | ToolResult
 
 
 def prompt_text(blocks: Iterable[object]) -> str:
-    """The text of a prompt's content blocks (``acp_schema.v2`` classes: ``neutral.Turn.prompt``,
-    v1 prompts converted): text blocks as they are,
+    """The text of a prompt's content blocks (``acp_schema.v2`` classes, as in ``neutral.Turn.prompt``,
+    or ``acp_schema.v1`` ones, as a stored v1 prompt has them): text blocks as they are,
     resource links as ``[name](uri)``, embedded text resources with their URI (images and audio are
     not sent: the agent advertises neither capability)."""
     parts: list[str] = []
     for block in blocks:
-        if isinstance(block, v2.TextContentBlock):
+        if isinstance(block, (v2.TextContentBlock, v1.TextContentBlock)):
             parts.append(block.text)
-        elif isinstance(block, v2.ResourceLinkContentBlock):
+        elif isinstance(block, (v2.ResourceLinkContentBlock, v1.ResourceLinkContentBlock)):
             parts.append(f"[{block.name}]({block.uri})")
-        elif isinstance(block, v2.ResourceContentBlock) and isinstance(block.resource, v2.TextResourceContents):
+        elif isinstance(block, (v2.ResourceContentBlock, v1.ResourceContentBlock)) and isinstance(
+            block.resource, (v2.TextResourceContents, v1.TextResourceContents)
+        ):
             parts.append(f"<resource uri={block.resource.uri!r}>\n{block.resource.text}\n</resource>")
     return "\n".join(parts)
 
@@ -108,3 +122,34 @@ def close_dangling(items: list[Item]) -> None:
             pending.append(item)
         fixed.append(item)
     items[:] = fixed
+
+
+def from_stored(events: Sequence[tuple[str, Any]]) -> list[Item]:
+    """Rebuild the conversation from a stored session's messages (``StoredConversation.messages()``:
+    ``("prompt", request)`` and ``("update", notification)`` pairs of wire JSON, in order), folded by
+    :class:`acp_trio.SessionState` into its transcript: prompts and agent messages become text items,
+    each tool call whose ``rawInput`` names a tool becomes a :class:`ToolUse`, followed by its
+    :class:`ToolResult` when its last ``rawOutput`` carries one."""
+    state = SessionState()
+    for kind, message in events:
+        params = message.get("params") or {}
+        if kind == "prompt":
+            state.add_user_message(converter.structure(params, v1.PromptRequest).prompt)
+        else:
+            state.apply(converter.structure(params, v1.SessionNotification))
+    items: list[Item] = []
+    for entry in state.transcript:
+        if isinstance(entry, MessageEntry) and entry.role == "user":
+            items.append(UserText(prompt_text(entry.content)))
+        elif isinstance(entry, MessageEntry) and entry.role == "agent":
+            items.append(AssistantText(entry.text))
+        elif isinstance(entry, ToolCallEntry):
+            raw, out = entry.raw_input, entry.raw_output
+            if not (isinstance(raw, dict) and isinstance(raw.get("tool"), str)):
+                continue
+            arguments = raw.get("arguments")
+            items.append(ToolUse(entry.tool_call_id, raw["tool"], arguments if isinstance(arguments, dict) else {}))
+            if isinstance(out, dict) and isinstance(out.get("output"), str):
+                items.append(ToolResult(entry.tool_call_id, out["output"], bool(out.get("isError"))))
+    close_dangling(items)
+    return items
