@@ -128,6 +128,7 @@ __all__ = [
     "SessionFiles",
     "StopReason",
     "ToolCall",
+    "ToolContentLike",
     "Turn",
     "V1View",
     "VersionError",
@@ -140,7 +141,12 @@ __all__ = [
 StopReason: TypeAlias = str
 """``end_turn``, ``max_tokens``, ``max_turn_requests``, ``refusal``, ``cancelled`` (both versions)."""
 ContentLike: TypeAlias = "str | v2.ContentBlock"
+"""What :meth:`Turn.say` and :meth:`Turn.think` take: a ``str`` (a text block) or a content block
+(``acp_schema.v2.ContentBlock``; a v1 connection gets it converted, migration.mdx § Content blocks)."""
 ToolContentLike: TypeAlias = "str | v2.ContentBlock | Diff | v2.ToolCallContent | TerminalHandle"
+"""What a tool call's content may hold: a ``str`` (a text block), a content block, a :class:`Diff`
+(exact in both versions), a v2 tool call content item, or a v1 client terminal (``TerminalHandle``
+of :mod:`acp_trio.agent_terminal`, shown as its output on v2)."""
 
 TERMINAL_FLUSH_BYTES = 4096
 """Row T14 on v1: bytes of display terminal output held before the tool call's text is re-sent."""
@@ -201,6 +207,8 @@ class Option:
 
 
 ALLOW_OR_REJECT = (Option("allow", "Allow", "allow_once"), Option("reject", "Reject", "reject_once"))
+"""The options :meth:`Turn.ask_permission` and :meth:`ToolCall.ask_permission` offer by default:
+``allow`` (``allow_once``) and ``reject`` (``reject_once``)."""
 _ALLOWING = ("allow_once", "allow_always")
 
 
