@@ -151,6 +151,7 @@ DEMO_SKIPS: dict[int, set[str]] = {
 }
 
 
+@pytest.mark.one_interpreter  # the checker's verdicts on the demo agent (about 80 s for both versions)
 @pytest.mark.parametrize("protocol", [1, 2])
 async def test_the_demo_agent_passes_every_check_that_applies(protocol: int) -> None:
     with trio.fail_after(180):
