@@ -1604,29 +1604,10 @@ async def serve_v2_agent_to_v1_client(
     (``max_message_size``, ``eof_grace``, ...).
     Raises ``ValueError`` for an empty ``agent_argv`` and ``OSError`` when it cannot start.
     """
-    from .transports.stdio import serve_agent_stdio, spawn_agent
-
     if not agent_argv:
         raise ValueError("give the agent's command line: python -m acp_trio.adapt --speak 1 -- AGENT_CMD [ARG ...]")
     front = V1Front(cancel_grace=cancel_grace, ext_requests=ext_requests, ext_notifications=ext_notifications)
-    async with (
-        spawn_agent(agent_argv[0], agent_argv[1:], client=front.agent_handlers(), env=env, cwd=cwd, **options) as agent,
-        trio.open_nursery() as nursery,
-    ):
-
-        async def serve_client() -> None:
-            await serve_agent_stdio(front, **options)
-            nursery.cancel_scope.cancel()  # the client left: stop the agent (spawn_agent's exit)
-
-        nursery.start_soon(serve_client)
-        await agent.wait_closed()
-        # the agent is gone: its pending prompts are answered with an error, then the client is let go
-        with trio.move_on_after(agent.connection.close_timeout):
-            await front.wait_answered()
-            await trio.lowlevel.checkpoint()
-        if front.client_conn is not None:
-            await front.client_conn.connection.aclose("the agent behind the adapter closed its connection")
-        nursery.cancel_scope.cancel()
+    await _serve_front(front, agent_argv, env, cwd, options)
 
 
 async def serve_v1_agent_to_v2_client(
@@ -1650,13 +1631,26 @@ async def serve_v1_agent_to_v2_client(
     (default) or refuse them (-32601).  ``options``: for both connections.  Raises ``ValueError``
     for an empty ``agent_argv`` and ``OSError`` when it cannot start.
     """
-    from .transports.stdio import serve_agent_stdio, spawn_agent
-
     if not agent_argv:
         raise ValueError("give the agent's command line: python -m acp_trio.adapt --speak 2 -- AGENT_CMD [ARG ...]")
     front = V2Front(
         client_fs=client_fs, cancel_grace=cancel_grace, ext_requests=ext_requests, ext_notifications=ext_notifications
     )
+    await _serve_front(front, agent_argv, env, cwd, options)
+
+
+async def _serve_front(
+    front: V1Front | V2Front,
+    agent_argv: Sequence[str],
+    env: dict[str, str] | None,
+    cwd: str | os.PathLike[str] | None,
+    options: dict[str, Any],
+) -> None:
+    """Both directions' stdio service: ``front`` faces the client on this process's stdio, the agent
+    ``agent_argv`` is spawned behind it; the agent is stopped when the client leaves, and when the
+    agent is gone its pending prompts are answered (an error) before the client is let go."""
+    from .transports.stdio import serve_agent_stdio, spawn_agent
+
     async with (
         spawn_agent(agent_argv[0], agent_argv[1:], client=front.agent_handlers(), env=env, cwd=cwd, **options) as agent,
         trio.open_nursery() as nursery,
