@@ -21,6 +21,7 @@ import acp_trio
 from acp_schema import v1, v2
 from acp_trio import builders as b
 from acp_trio import converter
+from acp_trio import neutral as n
 from acp_trio.testing import (
     FakeAgent,
     FakeClient,
@@ -806,3 +807,37 @@ def test_without_pytest_trio_an_async_test_fails_naming_what_to_install(tmp_path
         "Install it: pip install 'acp-trio[testing]'"
     ) in output, output
     assert "not natively supported" not in output, output
+
+
+class NeutralNotes(n.Agent):
+    """A version-neutral agent (``acp_trio.neutral``): one object, v1 and v2."""
+
+    info = n.AgentInfo(name="neutral-notes", version="1")
+
+    async def prompt(self, turn: n.Turn) -> str:
+        read = await turn.tool("Read notes", kind="read", locations=[NOTES])
+        decision = await read.ask_permission("Read the notes?")
+        if not decision.allowed:
+            await read.fail()
+            return "end_turn"
+        await read.complete()
+        await turn.say("allowed")
+        return "end_turn"
+
+
+@pytest.mark.parametrize("protocol", [1, 2])
+async def test_pair_and_replay_serve_a_version_neutral_agent_object(protocol: int) -> None:
+    """``pair(agent_object)`` and ``assert_replays(..., agent_object)`` serve a neutral agent through its
+    ``acp_handlers()`` (as AgentSideConnection does), in the protocol asked; they wrapped it as a
+    plain handler object before, which answered ``session/new`` -32601."""
+    agent = NeutralNotes()
+    client = FakeClient(permission="allow")
+    with trio.fail_after(DEADLINE):
+        async with pair(agent, client, protocol=protocol) as p:
+            assert p.protocol_version == protocol
+            sid = await client.new_session("/w")
+            assert await client.prompt(sid, "read") == "end_turn"
+        assert client.state(sid).messages[-1].text == "allowed"
+        assert list(agent.sessions) == [sid]
+        result = await assert_replays(p.transcript, NeutralNotes())
+    assert result.ok and result.matched == len(p.transcript)

@@ -90,7 +90,8 @@ async def pair(
     """An agent and a client connected in memory, initialized, the wire recorded (``async with pair(A) as p:``).
 
     ``agent``: the agent object or factory (as for :class:`~acp_trio.AgentSideConnection`), a
-    ``{variant: agent}`` mapping, or a :class:`~acp_trio.testing.FakeAgent` (which then plays its
+    ``{variant: agent}`` mapping, a version-neutral agent object (:class:`acp_trio.neutral.Agent`,
+    served as ``protocol`` asks), or a :class:`~acp_trio.testing.FakeAgent` (which then plays its
     transcript to the client).  ``client``: a :class:`~acp_trio.testing.FakeClient` (default: a new
     one), any client object or factory, or a ``{variant: client}`` mapping.  ``protocol``: ``1``
     (default), ``2`` or a variant module (``acp_schema.v2_unstable``): an agent or client that is
@@ -152,7 +153,7 @@ async def pair(
         if fake.divergence is not None:
             raise AssertionError(str(fake.divergence))
         return
-    agent_arg = agent if isinstance(agent, Mapping) else {variant: agent}
+    agent_arg = agent if isinstance(agent, Mapping) or _picks_versions(agent) else {variant: agent}
     agent_conn = AgentSideConnection(agent_arg, agent_stream, agent_stream, **options)
     async with agent_conn, client_conn:
         result = Pair(agent_conn, client_conn, None, client_conn.handler, transcript)
@@ -161,6 +162,13 @@ async def pair(
                 result.initialize_response = await client_conn.initialize(*_default_initialize(client_conn))
         result.agent = agent_conn.handler
         yield result
+
+
+def _picks_versions(agent: Any) -> bool:
+    """Whether ``agent`` is an object (not a class) with ``acp_handlers()``, a version-neutral agent
+    (:class:`acp_trio.neutral.Agent`) that gives its own ``{variant: handler}`` mapping: the client's
+    ``initialize`` then picks the version (AgentSideConnection's rule)."""
+    return not isinstance(agent, type) and callable(getattr(agent, "acp_handlers", None))
 
 
 __all__ = ["Pair", "pair", "variant_of_protocol"]

@@ -585,8 +585,10 @@ def _transcript_of(transcript: Transcript | str | os.PathLike[str]) -> Transcrip
 
 def _agent_mapping(agent: Any, protocol: int | None, transcript: Transcript) -> Any:
     """``agent`` as for AgentSideConnection, for the protocol the transcript's initialize asks."""
-    if isinstance(agent, Mapping):
-        return agent
+    from ._pair import _picks_versions, variant_of_protocol
+
+    if isinstance(agent, Mapping) or _picks_versions(agent):
+        return agent  # a version-neutral agent answers the version the transcript's initialize asks
     if protocol is None:
         protocol = 1
         for entry in transcript:
@@ -594,8 +596,6 @@ def _agent_mapping(agent: Any, protocol: int | None, transcript: Transcript) -> 
                 asked = entry.message.get("params", {}).get("protocolVersion")
                 protocol = asked if asked in (1, 2) else 1
                 break
-    from ._pair import variant_of_protocol
-
     return {variant_of_protocol(protocol): agent}
 
 
