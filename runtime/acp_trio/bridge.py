@@ -17,16 +17,28 @@ text that is not UTF-8 (close ``1007``), a request over ``--max-connections`` (`
 - :func:`serve_bridge` (``--listen HOST:PORT -- AGENT_CMD...``): an :class:`~acp_trio.transports.asgi.AcpApp`
   whose every ACP connection, over WebSocket or Streamable HTTP on ``/acp``, gets its own agent
   process (one process per ACP connection).
+- :func:`adapt_agent_process` (``--listen HOST:PORT --speak 1|2 -- AGENT_CMD...``): as
+  :func:`pump_agent_process`, but through the v1 ⇄ v2 adapter (:mod:`acp_trio.adapt`), run in
+  this process on the connection: the remote client is spoken protocol version ``--speak``, the
+  agent the other one.  This is the one mode that decodes messages (it has to, to translate
+  them); what the adapter keeps and what it cannot translate is :mod:`acp_trio.adapt`'s contract.
 - :func:`connect_bridge` (``--connect ws://host:port/acp`` or ``http://...``): this process's stdin/stdout carried
   to a remote ACP server, so an editor can spawn it as if it were a local agent.
 
 Command line (needs ``pip install 'acp-trio[remote]'``)::
 
     python -m acp_trio.bridge --listen 127.0.0.1:8765 [--token T] [--allow-origin O] [--allow-host H]
-                              [--idle-timeout S] [--max-connections N] -- AGENT_CMD [ARG ...]
+                              [--idle-timeout S] [--max-connections N]
+                              [--speak 1|2 [--no-client-fs] [--cancel-grace S]
+                               [--ext-request _NAME ...] [--ext-notification _NAME ...]]
+                              -- AGENT_CMD [ARG ...]
     python -m acp_trio.bridge --connect ws://127.0.0.1:8765/acp [--header 'Authorization: Bearer T']
 
 ``--listen`` serves both remote transports; ``--connect`` speaks either (``ws://``, ``http://``).
+``--speak`` is for ``--listen`` only: ``--connect`` carries stdio verbatim, and an editor that
+needs the other version from a remote agent runs the stdio adapter around it (``python -m
+acp_trio.adapt --speak 1 -- python -m acp_trio.bridge --connect URL``); the combination is a
+usage error that says so.
 """
 
 from __future__ import annotations
@@ -99,6 +111,101 @@ async def pump_agent_process(
         log.info("bridge: agent pid %d: the connection ended", agent.pid)
 
 
+async def adapt_agent_process(
+    speak: int,
+    command: str | os.PathLike[str],
+    args: Sequence[str],
+    from_remote: trio.abc.ReceiveStream,
+    to_remote: trio.abc.SendStream,
+    *,
+    client_fs: bool = True,
+    cancel_grace: float | None = None,
+    ext_requests: Sequence[str] = (),
+    ext_notifications: Sequence[str] = (),
+    env: Mapping[str, str] | None = None,
+    cwd: str | os.PathLike[str] | None = None,
+    shutdown_timeout: float = 2.0,
+    stderr_logger: logging.Logger | None = None,
+    name: str = "bridge-speak",
+) -> None:
+    """Serve one ACP connection with a new agent process through the v1 ⇄ v2 adapter.
+
+    ``speak``: the protocol version spoken to the remote client, 1 or 2; the agent ``command`` /
+    ``args`` (no shell) is spoken the other one (``speak=1``: a v2-only agent,
+    :class:`acp_trio.adapt.V1Front`; ``speak=2``: a v1-only agent, :class:`acp_trio.adapt.V2Front`).
+    ``from_remote`` / ``to_remote``: the client's NDJSON byte streams, as for
+    :func:`pump_agent_process`, here served by an :class:`~acp_trio.AgentSideConnection` in this
+    process whose handler is the adapter's front; the agent is spawned with
+    :func:`acp_trio.spawn_agent` (``env``, ``cwd``, ``shutdown_timeout`` seconds per step of its
+    shutdown ladder, ``stderr_logger``) and its connection is the front's back.  No adapter process
+    and no second stdio hop: each message is decoded once, translated, and encoded once.
+
+    ``client_fs`` (``speak=2`` only): answer the agent's ``fs/*`` and ``terminal/*`` calls inside
+    each session's ``cwd`` on this host (default), or refuse them with -32601.  ``cancel_grace``
+    (seconds; ``None``: :data:`acp_trio.adapt.DEFAULT_CANCEL_GRACE`), ``ext_requests``,
+    ``ext_notifications``: as for the fronts.  ``name``: the client connection's name in logs.
+
+    Returns when the client's connection ended (the agent is then shut down) or the agent's did
+    (prompts still waiting get the adapter's -32603 first, then the client's side is closed).
+    Raises ``ValueError`` for another ``speak`` or for ``client_fs=False`` with ``speak=1``, and
+    ``OSError`` naming the command when it cannot be started.
+    """
+    from ._roles import AgentSideConnection
+    from .adapt import DEFAULT_CANCEL_GRACE, V1Front, V2Front
+    from .transports.stdio import spawn_agent
+
+    _check_speak(speak, client_fs)
+    grace = DEFAULT_CANCEL_GRACE if cancel_grace is None else cancel_grace
+    front: V1Front | V2Front
+    if speak == 1:
+        front = V1Front(cancel_grace=grace, ext_requests=ext_requests, ext_notifications=ext_notifications)
+    else:
+        front = V2Front(
+            client_fs=client_fs, cancel_grace=grace, ext_requests=ext_requests, ext_notifications=ext_notifications
+        )
+    try:
+        async with (
+            spawn_agent(
+                command,
+                args,
+                client=front.agent_handlers(),
+                env=env,
+                cwd=cwd,
+                shutdown_timeout=shutdown_timeout,
+                stderr_logger=stderr_logger,
+            ) as agent,
+            owned_nursery() as nursery,
+        ):
+            log.info("bridge: agent pid %d serves a connection (adapted, v%d to the client)", agent.process.pid, speak)  # type: ignore[attr-defined]
+
+            async def serve_client() -> None:
+                async with AgentSideConnection(front, to_remote, from_remote, name=name) as conn:
+                    await conn.wait_closed()
+                nursery.cancel_scope.cancel()  # the client left: stop the agent (spawn_agent's exit)
+
+            nursery.start_soon(serve_client)
+            await agent.wait_closed()
+            # the agent is gone: its pending prompts are answered (an error) before the client is let go
+            with trio.move_on_after(agent.connection.close_timeout):
+                await front.wait_answered()
+                await trio.lowlevel.checkpoint()
+            if front.client_conn is not None:
+                await front.client_conn.connection.aclose("the agent behind the bridge closed its connection")
+            nursery.cancel_scope.cancel()
+    finally:
+        await trio.aclose_forcefully(to_remote)
+    log.info("bridge: an adapted connection ended")
+
+
+def _check_speak(speak: int | None, client_fs: bool) -> None:
+    if speak not in (None, 1, 2):
+        raise ValueError(
+            f"speak is the protocol version spoken to the client, 1 or 2 (or None: verbatim), got {speak!r}"
+        )
+    if not client_fs and speak != 2:
+        raise ValueError("client_fs=False is for speak=2: only a v1 agent behind a v2 client calls fs/* and terminal/*")
+
+
 async def serve_bridge(
     command: Sequence[str],
     host: str = "127.0.0.1",
@@ -110,29 +217,59 @@ async def serve_bridge(
     shutdown_timeout: float = 2.0,
     idle_timeout: float | None = 300.0,
     max_connections: int | None = None,
+    speak: int | None = None,
+    client_fs: bool = True,
+    cancel_grace: float | None = None,
+    ext_requests: Sequence[str] = (),
+    ext_notifications: Sequence[str] = (),
     task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve the stdio agent ``command`` (program and arguments) on ``host:port/acp`` (WebSocket and
     Streamable HTTP) until cancelled: each ACP connection gets its own agent process, its messages
-    passed verbatim.
+    passed verbatim; or, with ``speak`` (1 or 2), translated by the v1 ⇄ v2 adapter in this process
+    (:func:`adapt_agent_process`: the client is spoken version ``speak``, the agent the other;
+    ``client_fs``, ``cancel_grace``, ``ext_requests``, ``ext_notifications`` as there).
 
     ``token``/``allowed_origins``/``allowed_hosts``/``idle_timeout``/``max_connections``: as for
     :class:`~acp_trio.transports.asgi.AcpApp` (``idle_timeout``: seconds after which an abandoned
     Streamable HTTP connection, and so its agent process, is shut down; ``max_connections``: agent
     processes at once, one more connection is refused ``503`` before any process starts).  ``task_status``:
-    started with the bound URLs.  Raises ``OSError`` naming the command at once when it cannot run.
+    started with the bound URLs.  Raises ``OSError`` naming the command at once when it cannot run,
+    ``ValueError`` for an empty command or a ``speak`` / ``client_fs`` that :func:`adapt_agent_process`
+    refuses.
     """
     from .transports.asgi import AcpApp, serve
     from .transports.stdio import _resolve_command
 
     if not command:
         raise ValueError("the bridge needs an agent command after --")
+    _check_speak(speak, client_fs)
+    if speak is None and (ext_requests or ext_notifications):
+        raise ValueError("ext_requests / ext_notifications are for speak=1 or 2: without it every message passes")
+    for method in (*ext_requests, *ext_notifications):
+        if not method.startswith("_"):
+            raise ValueError(f"extension method names start with '_' (extensibility.mdx), got {method!r}")
     _resolve_command(command[0], None, None)  # a missing agent is named before anything listens
     program, args = command[0], list(command[1:])
 
     async def one_connection(connection_id: str, to_client: trio.abc.SendStream, from_client: Any) -> None:
         log.info("bridge: connection %s…", connection_id[:8])
-        await pump_agent_process(program, args, from_client, to_client, shutdown_timeout=shutdown_timeout)
+        if speak is None:
+            await pump_agent_process(program, args, from_client, to_client, shutdown_timeout=shutdown_timeout)
+            return
+        await adapt_agent_process(
+            speak,
+            program,
+            args,
+            from_client,
+            to_client,
+            client_fs=client_fs,
+            cancel_grace=cancel_grace,
+            ext_requests=ext_requests,
+            ext_notifications=ext_notifications,
+            shutdown_timeout=shutdown_timeout,
+            name=f"bridge-v{speak}-{connection_id[:8]}",
+        )
 
     app = AcpApp(
         serve_streams=one_connection,
@@ -294,10 +431,47 @@ def main(argv: Sequence[str] | None = None) -> None:
         metavar="N",
         help="--listen: at most N connections (agent processes) at once; more are refused 503",
     )
+    parser.add_argument(
+        "--speak",
+        type=int,
+        choices=(1, 2),
+        help="--listen: speak this protocol version to each client, the other one to the agent (the v1/v2 adapter)",
+    )
+    parser.add_argument(
+        "--no-client-fs",
+        action="store_true",
+        help="--speak 2: refuse the agent's fs/* and terminal/* (-32601) rather than run them in the session's cwd",
+    )
+    parser.add_argument("--cancel-grace", type=float, metavar="SECONDS", help="--speak: see python -m acp_trio.adapt")
+    parser.add_argument(
+        "--ext-request", action="append", default=[], metavar="_NAME", help="--speak: an extension request to forward"
+    )
+    parser.add_argument(
+        "--ext-notification",
+        action="append",
+        default=[],
+        metavar="_NAME",
+        help="--speak: an extension notification to forward",
+    )
     parser.add_argument("--header", action="append", default=[], help="--connect: an extra header, 'Name: value'")
     parser.add_argument("command", nargs=argparse.REMAINDER, help="-- AGENT_CMD [ARG ...] (with --listen)")
     options = parser.parse_args(argv)
     command = options.command[1:] if options.command[:1] == ["--"] else options.command
+    speak_options = _speak_options(options)
+    if options.connect and (options.speak or speak_options):
+        given = "--speak" if options.speak else speak_options[0]
+        parser.error(
+            f"{given} is for --listen; --connect carries stdio verbatim.  To speak the other protocol version"
+            " to a remote agent, run the adapter around it: python -m acp_trio.adapt --speak 1|2 --"
+            " python -m acp_trio.bridge --connect URL"
+        )
+    if options.listen and not options.speak and speak_options:
+        parser.error(f"{speak_options[0]} needs --speak 1|2 (without it the bridge passes every message verbatim)")
+    if options.no_client_fs and options.speak == 1:
+        parser.error("--no-client-fs is for --speak 2 (a v2 client has no file system; a v1 one serves its own)")
+    for method in (*options.ext_request, *options.ext_notification):
+        if not method.startswith("_"):
+            parser.error(f"extension method names start with '_': {method!r}")
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(name)s: %(message)s")
     if options.listen:
         host, _, port = options.listen.rpartition(":")
@@ -317,9 +491,16 @@ def main(argv: Sequence[str] | None = None) -> None:
                         allowed_hosts=options.allow_host,
                         idle_timeout=options.idle_timeout,
                         max_connections=options.max_connections,
+                        speak=options.speak,
+                        client_fs=not options.no_client_fs,
+                        cancel_grace=options.cancel_grace,
+                        ext_requests=options.ext_request,
+                        ext_notifications=options.ext_notification,
                     )
                 )
-                print(f"bridge: serving {' '.join(command)} on {urls[0].replace('http', 'ws', 1)}/acp", file=sys.stderr)
+                adapted = f" (adapted: protocol {options.speak} to clients)" if options.speak else ""
+                url = urls[0].replace("http", "ws", 1)
+                print(f"bridge: serving {' '.join(command)}{adapted} on {url}/acp", file=sys.stderr)
 
         trio.run(listen)
         return
@@ -327,6 +508,17 @@ def main(argv: Sequence[str] | None = None) -> None:
         parser.error("--connect takes no agent command")
     headers = header_options(parser, options.header)
     trio.run(functools.partial(connect_bridge, options.connect, headers=headers))
+
+
+def _speak_options(options: argparse.Namespace) -> list[str]:
+    """The adapter's options given besides ``--speak`` (their flags), in a fixed order."""
+    given = [
+        ("--no-client-fs", options.no_client_fs),
+        ("--cancel-grace", options.cancel_grace is not None),
+        ("--ext-request", bool(options.ext_request)),
+        ("--ext-notification", bool(options.ext_notification)),
+    ]
+    return [flag for flag, present in given if present]
 
 
 def header_options(parser: argparse.ArgumentParser, values: Sequence[str]) -> dict[str, str]:
@@ -340,7 +532,7 @@ def header_options(parser: argparse.ArgumentParser, values: Sequence[str]) -> di
     return headers
 
 
-__all__ = ["connect_bridge", "main", "pump_agent_process", "serve_bridge"]
+__all__ = ["adapt_agent_process", "connect_bridge", "main", "pump_agent_process", "serve_bridge"]
 
 
 if __name__ == "__main__":
