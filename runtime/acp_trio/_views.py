@@ -338,6 +338,11 @@ class V2View:
         self._options = options
         return list(options)
 
+    def new_turn(self) -> None:
+        """A prompt turn starts (its ``user_message`` went out apart from :meth:`project`): the
+        agent's next chunk without a ``messageId`` starts a new message, not the last turn's."""
+        self._open = None
+
     @property
     def options(self) -> list[Any]:
         """The session's v2 ``configOptions`` as the client was last told them."""

@@ -1300,6 +1300,7 @@ class V2Front:
         if self.client_conn is None:
             raise RuntimeError("the adapter has no client connection yet")
         turn = session.turn = _V2Turn(message_id=self.new_id())
+        session.view.new_turn()
         try:
             await self._update(
                 params.session_id, v2.UserMessageSessionUpdate(message_id=turn.message_id, content=list(params.prompt))
