@@ -139,6 +139,7 @@ PURE_SKIPS = [
     "tests/test_generated_surface.py",
     "tests/test_golden.py",
     "tests/test_interop.py",
+    "tests/test_interop_adapt.py",
     "tests/test_interop_mcp.py",
     "tests/test_interop_v2.py",
     "tests/test_interop_websocket.py",

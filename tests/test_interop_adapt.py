@@ -29,6 +29,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
 import test_interop  # pytest's default ("prepend") import mode puts tests/ on sys.path
 import trio
 from test_interop import INTEROP
@@ -37,6 +38,10 @@ from acp_schema import v1, v2
 from acp_trio import spawn_agent
 from acp_trio.demo.client import DemoClient
 from acp_trio.demo.client_v2 import DemoClientV2
+
+# Three processes per test (about 3 s of CPU): once, on 3.11 (the adapter's logic is tested in memory on every
+# interpreter by tests/test_adapt*.py).
+pytestmark = pytest.mark.one_interpreter
 
 ts_sdk = test_interop.ts_sdk  # the session fixtures installing the SDKs, used here under their own names
 py_sdk_python = test_interop.py_sdk_python
