@@ -13,7 +13,10 @@ from __future__ import annotations
 
 import functools
 import json
+import logging
 import os
+import shlex
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -226,3 +229,111 @@ async def test_with_speak_the_token_is_still_required_and_no_agent_starts_withou
                     pass
             nursery.cancel_scope.cancel()
     assert not started.exists()  # refused before any agent process
+
+
+# -- one agent process per connection, ended with it ----------------------------------------------------
+
+
+async def serve_adapted(app_options: dict[str, Any], *agent: str, speak: int = 1) -> Any:
+    """An ``AcpApp`` whose connections are served by :func:`adapt_agent_process` (as ``serve_bridge``
+    builds it), so that a test can wait for its connections to end."""
+    from acp_trio.transports.asgi import AcpApp
+
+    async def one(connection_id: str, to_client: trio.abc.SendStream, from_client: trio.abc.ReceiveStream) -> None:
+        await adapt_agent_process(speak, agent[0], agent[1:], from_client, to_client, shutdown_timeout=5)
+
+    return AcpApp(serve_streams=one, **app_options)
+
+
+class AgentStarted(logging.Handler):
+    """Notes the pid of each agent process the bridge logs as started, and wakes who waits for one."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.pids: list[int] = []
+        self.started = trio.Event()
+
+    def emit(self, record: logging.LogRecord) -> None:  # called in trio's thread, by the bridge's task
+        if "serves a connection" in record.msg:
+            self.pids.append(record.args[0])  # type: ignore[index]
+            self.started.set()
+
+
+async def test_the_client_leaving_ends_its_agent_process_and_the_agent_ending_closes_the_client() -> None:
+    from acp_trio.transports.asgi import serve
+    from acp_trio.transports.websocket import connect_websocket
+
+    logger = logging.getLogger("acp_trio.bridge")
+    handler = AgentStarted()
+    logger.addHandler(handler)
+    level, logger.level = logger.level, logging.INFO
+    try:
+        with trio.fail_after(20):
+            async with trio.open_nursery() as nursery:
+                app = await serve_adapted({}, "cat")  # an agent that waits for the end of its input
+                urls = await nursery.start(serve, app, "127.0.0.1", 0)
+                url = urls[0].replace("http", "ws", 1) + "/acp"
+                async with connect_websocket(url, {v1: V1Client()}):
+                    await handler.started.wait()
+                await app.wait_idle()  # the client left: the connection's service returned...
+                (pid,) = handler.pids
+                with pytest.raises(ProcessLookupError):
+                    os.kill(pid, 0)  # ...after the agent process was shut down and reaped
+                nursery.cancel_scope.cancel()
+        with trio.fail_after(20):
+            async with trio.open_nursery() as nursery:
+                app = await serve_adapted({}, "true")  # an agent that exits at once
+                urls = await nursery.start(serve, app, "127.0.0.1", 0)
+                async with connect_websocket(urls[0].replace("http", "ws", 1) + "/acp", {v1: V1Client()}) as conn:
+                    await conn.wait_closed()  # the agent is gone: the bridge closed the client's connection
+                nursery.cancel_scope.cancel()
+    finally:
+        logger.removeHandler(handler)
+        logger.level = level
+
+
+# -- the remote guide's command lines, run -----------------------------------------------------------------
+
+GUIDE = Path(__file__).parent.parent / "docs" / "site" / "guides" / "remote.md"
+
+
+def guide_line(start: str) -> list[str]:
+    """The remote guide's command line that starts with ``start`` (comment dropped), on a free
+    port, with this interpreter for ``python``."""
+    (line,) = [line for line in GUIDE.read_text(encoding="utf-8").splitlines() if line.startswith(start)]
+    words = shlex.split(line, comments=True)
+    words = [sys.executable if w == "python" else "127.0.0.1:0" if w == "127.0.0.1:8765" else w for w in words]
+    return words
+
+
+@pytest.mark.one_interpreter
+async def test_the_guides_speak_2_command_serves_the_v1_demo_agent_to_a_v2_client(tmp_path: Path) -> None:
+    from acp_trio.transports.websocket import connect_websocket
+
+    command = guide_line("python -m acp_trio.bridge --listen 127.0.0.1:8765 --speak 2 --")
+    assert command[-3:] == ["--serve-agent", "--protocol", "1"]
+    bridge = await trio.lowlevel.open_process(command, stderr=subprocess.PIPE, start_new_session=True)
+    assert bridge.stderr is not None
+    client = V2Client()
+    try:
+        with trio.fail_after(30):
+            seen = b""
+            while b"/acp\n" not in seen:
+                chunk = await bridge.stderr.receive_some(1 << 16)
+                assert chunk, f"the bridge ended: {seen.decode()}"
+                seen += chunk
+            assert b"(adapted: protocol 2 to clients)" in seen
+            url = next(w for w in seen.decode().split() if w.startswith("ws://"))
+            async with connect_websocket(url, {v2: client}) as conn:
+                init = await conn.initialize(v2.InitializeRequest(protocol_version=2, info=INFO))
+                assert (init.protocol_version, init.info.name) == (2, "acp-trio-demo-agent")
+                new = await conn.agent.session_new(v2.NewSessionRequest(cwd=str(notes_dir(tmp_path))))
+                prompt = [v2.TextContentBlock(text="summarize")]
+                await conn.agent.session_prompt(v2.PromptRequest(session_id=new.session_id, prompt=prompt))
+                await client.idle.wait()
+    finally:
+        bridge.terminate()
+        with trio.move_on_after(10):
+            await bridge.wait()
+    assert len(client.asked) == 1
+    assert "It has 3 words." in (tmp_path / "summary.txt").read_text(encoding="utf-8")
