@@ -7,6 +7,7 @@ Unified Endpoint Routing).  Everything runs in this process over real sockets on
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import re
 import subprocess
@@ -1414,3 +1415,95 @@ async def test_a_handler_reading_for_its_answer_on_the_server_is_woken_when_the_
             # closing cancels the running handler (as over a pipe); it was woken, not left reading
             assert len(errors) == 1 and isinstance(errors[0], (trio.Cancelled, acp_trio.ConnectionClosed))
             assert agent_conn._role_holder is None
+
+
+def _server_tasks() -> tuple[int, int]:
+    """(nurseries, pump tasks) under the task that runs :func:`serve` in this trio run."""
+    todo = [trio.lowlevel.current_root_task()]
+    servers = []
+    while todo:
+        task = todo.pop()
+        if getattr(task.coro, "__qualname__", "") == "serve":
+            servers.append(task)
+        for nursery in task.child_nurseries:
+            todo.extend(nursery.child_tasks)
+    assert len(servers) == 1
+    nurseries = pumps = 0
+    todo = servers
+    while todo:
+        task = todo.pop()
+        pumps += getattr(task.coro, "__qualname__", "") == "_WebSocketIO.pump"
+        for nursery in task.child_nurseries:
+            nurseries += 1
+            todo.extend(nursery.child_tasks)
+    return nurseries, pumps
+
+
+async def test_an_idle_websocket_connection_holds_no_pump_and_no_nursery_of_its_own_under_serve() -> None:
+    """Memory per idle connection: a connection whose answers all went out at once holds no pump
+    task, and a pump (when one is needed) runs in the lifespan's nursery, not in a nursery per
+    connection: 20 idle connections add three nurseries each (hypercorn's TCP connection's and
+    WebSocket stream's, and the ACP connection's), where a pump nursery per connection made four."""
+    app = AcpApp(Agent)
+    with trio.fail_after(DEADLINE):
+        async with served(app) as url:
+            await trio.testing.wait_all_tasks_blocked()
+            nurseries_before, _ = _server_tasks()
+            async with contextlib.AsyncExitStack() as stack:
+                for _ in range(20):
+                    conn = await stack.enter_async_context(connect_websocket(url, Client))
+                    await initialize(conn)
+                    await new_session(conn)
+                await trio.testing.wait_all_tasks_blocked()
+                nurseries, pumps = _server_tasks()
+            assert pumps == 0
+            assert (nurseries - nurseries_before) / 20 <= 3, (nurseries_before, nurseries)
+
+
+async def test_without_lifespan_a_late_reader_still_gets_every_update_through_the_pump() -> None:
+    """An ASGI server that runs no lifespan (here: a wrapper that answers it itself) gives the
+    connection no lifespan nursery: the pump then runs in a nursery of the connection's own, and
+    a client that reads only once the server is blocked gets every update in order."""
+    import json
+
+    import trio_websocket
+
+    app = AcpApp(Agent)
+
+    async def without_lifespan(scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "lifespan":
+            while (event := await receive())["type"] != "lifespan.shutdown":
+                await send({"type": "lifespan.startup.complete"})
+            del event
+            await send({"type": "lifespan.shutdown.complete"})
+            return
+        await app(scope, receive, send)
+
+    count = 600  # about 5 MB: more than the sockets hold, so the pump carries part of it
+    with trio.fail_after(DEADLINE):
+        async with trio.open_nursery() as nursery:
+            binds: list[str] = await nursery.start(serve, without_lifespan, "127.0.0.1", 0)
+            url = binds[0].replace("http://", "ws://") + "/acp"
+            async with trio_websocket.open_websocket_url(url) as ws:
+                await ws.send_message('{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":1}}')
+                await ws.get_message()
+                await ws.send_message(
+                    '{"jsonrpc":"2.0","id":2,"method":"session/new","params":{"cwd":"/","mcpServers":[]}}'
+                )
+                await ws.get_message()
+                await ws.send_message(
+                    '{"jsonrpc":"2.0","id":3,"method":"session/prompt","params":'
+                    f'{{"sessionId":"s1","prompt":[{{"type":"text","text":"big {count}"}}]}}}}'
+                )
+                await trio.testing.wait_all_tasks_blocked()
+                assert app._nursery is None
+                assert _server_tasks()[1] == 1  # the pump, in the connection's nursery
+                seen: list[int] = []
+                while True:
+                    message = json.loads(await ws.get_message())
+                    if "id" in message:
+                        assert message["result"]["stopReason"] == "end_turn"
+                        break
+                    seen.append(int(message["params"]["update"]["content"]["text"][:6]))
+                assert seen == list(range(count))
+            nursery.cancel_scope.cancel()

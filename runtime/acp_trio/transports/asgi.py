@@ -1051,223 +1051,298 @@ class AcpApp:
 
     async def _run(self, connection_id: str, receive: Receive, send: Send, tcp: Any = None) -> None:
         """One WebSocket's ACP connection.  ``tcp``: the :class:`~acp_trio.transports._hypercorn.CoalescingTCPServer`
-        that every frame of this WebSocket goes through (under :func:`serve`, HTTP/1.1), else ``None``."""
-        close: list[tuple[int, str]] = []  # why this side closes, first reason wins
-        # the first request or notification was initialize (the RFD); the bridge stays transparent
-        initialized: list[bool] = [True] if self.serve_streams is not None else []
-        disconnected = False
-        finished = False  # the input ended (a disconnect, a broken limit) while messages were taken ahead
-        limit = self.max_message_bytes
-        stall = self.output_stall_timeout
-        # what send_text hands the pump: queued without a task switch per message, up to
-        # _WS_BACKLOG_CHARS, beyond which send_text waits (at most `stall` seconds) for the pump
-        backlog: deque[str] = _NOTHING_QUEUED  # a deque of its own once something is queued
-        queued = 0
-        ended = False  # no more output: the connection is done, or the pump stopped
-        pumping = False  # the pump is inside send (a message taken from the backlog is on its way)
-        taken_at = trio.current_time()  # when the client last took a message (the pump's send returned)
-        pump_lot, sender_lot = trio.lowlevel.ParkingLot(), trio.lowlevel.ParkingLot()
-        # the pump's task starts with the first message it has to carry: under serve() most go out
-        # directly (send_texts_now), and an idle connection that never needed it holds no such task
-        pump_nursery: list[trio.Nursery] = []
-        pump_started = False
+        that every frame of this WebSocket goes through (under :func:`serve`, HTTP/1.1), else ``None``.
 
-        def wake_pump() -> None:
-            nonlocal pump_started
-            if pump_started:
-                if pump_lot:
-                    pump_lot.unpark()
-            elif pump_nursery:
-                pump_started = True
-                pump_nursery[0].start_soon(pump)
-
+        The connection's state is one :class:`_WebSocketIO`.  Its pump task (started only when a
+        message has to wait for the client) runs in the lifespan's nursery when there is one, so an
+        idle connection holds no nursery of its own; without lifespan, in a nursery held here."""
+        io = _WebSocketIO(self, connection_id, send, tcp)
         # the server's queue of received messages (hypercorn's memory channel), to take several at once
         receive_nowait = getattr(getattr(receive, "__self__", None), "receive_nowait", None)
         # under serve(): the connection's reader reads the socket itself (no task switch a message)
         inbox = await _LentReads.take_over(tcp, send, receive_nowait)
         if inbox is not None:
             receive, receive_nowait = inbox.receive, inbox.receive_nowait
-
-        def accept(message: Message) -> str | bool | None:
-            """One received ASGI message: its text, ``None`` for the end of input, ``False`` to skip it."""
-            nonlocal disconnected
-            kind = message["type"]
-            if kind == "websocket.disconnect":
-                disconnected = True
-                return None
-            if kind != "websocket.receive":
-                return False
-            text = message.get("text")
-            if text is None:
-                log.debug("ACP connection %s: ignoring a binary frame", connection_id)
-                return False
-            nbytes = len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
-            if nbytes > limit:
-                reason = f"message of {nbytes} bytes exceeds the limit of {limit} bytes"
-                log.warning("ACP connection %s: %s", connection_id, reason)
-                close.append((CLOSE_MESSAGE_TOO_BIG, reason))
-                return None
-            if (text[:1] == "[" or text[:1].isspace()) and _is_batch(text):  # refused as over HTTP, never handed on
-                nonlocal queued, backlog
-                if not ended:
-                    if backlog is _NOTHING_QUEUED:
-                        backlog = deque()
-                    backlog.append(_BATCH_REFUSAL)
-                    queued += len(_BATCH_REFUSAL)
-                    wake_pump()
-                return False
-            if not initialized:
-                refused = _not_initialize_first(text)
-                if refused is None:
-                    initialized.append(True)
-                elif refused:
-                    log.info("ACP connection %s: %s", connection_id, refused)
-                    close.append((CLOSE_PROTOCOL_ERROR, refused))
-                    return None
-            return str(text)
-
-        async def next_text() -> str | None:
-            if finished:
-                return None
-            while True:
-                text = accept(await receive())
-                if text is None or isinstance(text, str):
-                    return text
-
-        def more_texts(max_bytes: int) -> list[str]:
-            """The messages already received, up to ``max_bytes``, without waiting (one wake-up a batch)."""
-            nonlocal finished
-            assert receive_nowait is not None
-            texts: list[str] = []
-            total = 0
-            while total < max_bytes and not finished:
+        io.receive, io.receive_nowait = receive, receive_nowait
+        try:
+            if self._nursery is not None:
+                io.nursery = self._nursery
+                await io.serve(inbox)
+            else:
+                async with trio.open_nursery() as nursery:
+                    io.nursery = nursery
+                    await io.serve(inbox)
+        finally:
+            if io.pump_done is not None:  # the pump writes what it holds, then ends
                 try:
-                    message = receive_nowait()
-                except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
-                    break
-                text = accept(message)
-                if text is None:
-                    finished = True  # handed over after the texts before it
-                elif isinstance(text, str):
-                    texts.append(text)
-                    total += len(text)
-            return texts
-
-        async def send_text(text: str) -> None:
-            nonlocal queued, backlog
-            if ended:
-                raise trio.BrokenResourceError("the WebSocket is closed")
-            if backlog is _NOTHING_QUEUED:
-                backlog = deque()
-            backlog.append(text)
-            queued += len(text)
-            wake_pump()
-            if queued <= _WS_BACKLOG_CHARS:
-                return
-            # wait until the pump has sent half of the backlog (one wake-up per half, not per message);
-            # the client must take something every `stall` seconds meanwhile
-            waiting_since = trio.current_time()
-            while queued > _WS_BACKLOG_CHARS // 2 and not ended:
-                deadline = max(waiting_since, taken_at) + stall
-                with trio.move_on_at(deadline):
-                    await sender_lot.park()
-                if trio.current_time() < max(waiting_since, taken_at) + stall or ended:
-                    continue
-                reason = f"output stalled: the client took nothing for {stall} s"
-                log.warning("ACP connection %s: %s", connection_id, reason)
-                close.append((CLOSE_POLICY_VIOLATION, reason))
-                raise trio.BrokenResourceError(reason)
-
-        async def send_texts(texts: list[str]) -> bool:
-            """Send one write's messages; ``True`` when they all went out at once, without waiting.
-
-            Under :func:`serve`, while the pump holds nothing and the TCP connection's buffer has
-            room, the messages are sent here, in the connection's writer task, and handed to the
-            socket together (no task switch to the pump nor to the TCP writer); from the first one
-            that would have to wait for room on, they go through the backlog and the pump as
-            ``send_text``'s do (with the output stall limit).
-            """
-            nonlocal disconnected, ended
-            if tcp is None or backlog or pumping or ended:
-                for text in texts:
-                    await send_text(text)
-                return False
-            sent = 0
-            tcp.hold()
-            try:
-                for text in texts:
-                    if not tcp.can_send_now():
-                        break
-                    await send({"type": "websocket.send", "text": text})  # buffered: no wait
-                    sent += 1
-            except Exception as exc:  # the server lost the socket
-                log.debug("ACP connection %s: send failed: %r", connection_id, exc)
-                disconnected = ended = True
-                pump_lot.unpark_all()
-                raise trio.BrokenResourceError("the WebSocket is closed") from exc
-            finally:
-                tcp.release()
-            # (taken_at needs no update: a later stall wait starts after this anyway)
-            if sent == len(texts):
-                return True
-            for text in texts[sent:]:
-                await send_text(text)
-            return False
-
-        async def pump() -> None:
-            nonlocal disconnected, queued, ended, taken_at, pumping
-            try:
-                while True:
-                    while not backlog:
-                        if ended:
-                            return
-                        await pump_lot.park()
-                    text = backlog.popleft()
-                    queued -= len(text)
-                    if sender_lot and queued <= _WS_BACKLOG_CHARS // 2:
-                        sender_lot.unpark_all()
-                    pumping = True
-                    try:
-                        await send({"type": "websocket.send", "text": text})
-                    except Exception as exc:  # the server lost the socket
-                        log.debug("ACP connection %s: send failed: %r", connection_id, exc)
-                        disconnected = True
-                        return
-                    finally:
-                        pumping = False
-                    taken_at = trio.current_time()
-            finally:
-                ended = True
-                sender_lot.unpark_all()
-
-        async with trio.open_nursery() as nursery:
-            pump_nursery.append(nursery)
-            direct = _direct_sender(send, tcp)
-
-            def send_texts_now(texts: list[str]) -> bool:
-                """Send one write's messages at once from the calling task, if nothing waits before
-                them and the TCP connection's buffer has room; else none (``False``)."""
-                assert direct is not None
-                return not (backlog or pumping or ended) and direct(texts)
-
-            to_client = MessageSendStream(
-                send_text, send_texts=send_texts, send_texts_now=None if direct is None else send_texts_now
-            )
-            from_client = MessageReceiveStream(next_text, more_texts if receive_nowait is not None else None)
-            try:
-                await self._serve(connection_id, to_client, from_client, "ws")
-            finally:
-                if inbox is not None:  # hypercorn's reader reads again (the close handshake, the end)
-                    inbox.close()
-                # the pump writes what it holds, then ends (a stalled client keeps it until it reads or leaves)
-                ended = True
-                pump_lot.unpark_all()
-        if not disconnected:
-            code, reason = close[0] if close else (CLOSE_NORMAL, "")
+                    await io.pump_done.wait()  # (a stalled client keeps it until it reads or leaves)
+                finally:
+                    io.pump_scope.cancel()  # this connection was cancelled: so is its pump
+        if not io.disconnected:
+            code, reason = io.close if io.close is not None else (CLOSE_NORMAL, "")
             try:
                 await send({"type": "websocket.close", "code": code, "reason": reason[:120]})
             except Exception as exc:  # pragma: no cover - the socket went away meanwhile
                 log.debug("ACP connection %s: close failed: %r", connection_id, exc)
+
+
+class _WebSocketIO:
+    """One WebSocket's ACP connection state (:meth:`AcpApp._run`): the text messages in, the text
+    messages out, and the pump that carries what cannot go out at once.
+
+    Outgoing messages go out directly when they can (``send_texts_now``, ``send_texts``: under
+    :func:`serve`, framed and handed to the socket from the connection's writer); otherwise they
+    are queued without a task switch per message, up to ``_WS_BACKLOG_CHARS``, for the pump, beyond
+    which ``send_text`` waits (at most ``output_stall_timeout`` seconds without the client taking
+    anything) for the pump.  The pump's task, its parking lots and the queue exist only once
+    something had to wait: an idle connection holds none of them (memory per idle connection).
+    One object with slots rather than closures over ``_run``'s locals, for the same reason.
+    """
+
+    __slots__ = (
+        "app",
+        "backlog",
+        "close",
+        "connection_id",
+        "direct",
+        "disconnected",
+        "ended",
+        "finished",
+        "initialized",
+        "nursery",
+        "pump_done",
+        "pump_lot",
+        "pump_scope",
+        "pumping",
+        "queued",
+        "receive",
+        "receive_nowait",
+        "send",
+        "sender_lot",
+        "taken_at",
+        "tcp",
+    )
+
+    def __init__(self, app: AcpApp, connection_id: str, send: Send, tcp: Any) -> None:
+        self.app = app
+        self.connection_id = connection_id
+        self.send = send
+        self.tcp = tcp
+        self.receive: Receive | None = None
+        self.receive_nowait: Callable[[], Message] | None = None
+        self.nursery: trio.Nursery | None = None
+        self.close: tuple[int, str] | None = None  # why this side closes, first reason wins
+        # the first request or notification was initialize (the RFD); the bridge stays transparent
+        self.initialized = app.serve_streams is not None
+        self.disconnected = False
+        self.finished = False  # the input ended (a disconnect, a broken limit) while messages were taken ahead
+        self.backlog: deque[str] = _NOTHING_QUEUED  # a deque of its own once something is queued
+        self.queued = 0  # characters in the backlog
+        self.ended = False  # no more output: the connection is done, or the pump stopped
+        self.pumping = False  # the pump is inside send (a message taken from the backlog is on its way)
+        self.taken_at = trio.current_time()  # when the client last took a message (the pump's send returned)
+        self.pump_lot: trio.lowlevel.ParkingLot | None = None  # the pump waiting for the backlog
+        self.sender_lot: trio.lowlevel.ParkingLot | None = None  # send_text waiting for the pump
+        self.pump_done: trio.Event | None = None  # set when the pump has ended (None: never started)
+        self.pump_scope = trio.CancelScope()
+        self.direct = _direct_sender(send, tcp)
+
+    def stop(self, code: int, reason: str) -> None:
+        """This side closes the WebSocket with ``code`` (the first reason given wins)."""
+        log.warning("ACP connection %s: %s", self.connection_id, reason)
+        if self.close is None:
+            self.close = (code, reason)
+
+    async def serve(self, inbox: _LentReads | None) -> None:
+        to_client = MessageSendStream(
+            self.send_text, send_texts=self.send_texts, send_texts_now=None if self.direct is None else self.send_now
+        )
+        from_client = MessageReceiveStream(self.next_text, self.more_texts if self.receive_nowait is not None else None)
+        try:
+            await self.app._serve(self.connection_id, to_client, from_client, "ws")
+        finally:
+            if inbox is not None:  # hypercorn's reader reads again (the close handshake, the end)
+                inbox.close()
+            self.ended = True  # the pump writes what it holds, then ends
+            if self.pump_lot is not None:
+                self.pump_lot.unpark_all()
+
+    # -- input ---------------------------------------------------------------------------------
+
+    def accept(self, message: Message) -> str | bool | None:
+        """One received ASGI message: its text, ``None`` for the end of input, ``False`` to skip it."""
+        kind = message["type"]
+        if kind == "websocket.disconnect":
+            self.disconnected = True
+            return None
+        if kind != "websocket.receive":
+            return False
+        text = message.get("text")
+        if text is None:
+            log.debug("ACP connection %s: ignoring a binary frame", self.connection_id)
+            return False
+        limit = self.app.max_message_bytes
+        nbytes = len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
+        if nbytes > limit:
+            self.stop(CLOSE_MESSAGE_TOO_BIG, f"message of {nbytes} bytes exceeds the limit of {limit} bytes")
+            return None
+        if (text[:1] == "[" or text[:1].isspace()) and _is_batch(text):  # refused as over HTTP, never handed on
+            if not self.ended:
+                self.queue(_BATCH_REFUSAL)
+            return False
+        if not self.initialized:
+            refused = _not_initialize_first(text)
+            if refused is None:
+                self.initialized = True
+            elif refused:
+                log.info("ACP connection %s: %s", self.connection_id, refused)
+                if self.close is None:
+                    self.close = (CLOSE_PROTOCOL_ERROR, refused)
+                return None
+        return str(text)
+
+    async def next_text(self) -> str | None:
+        if self.finished:
+            return None
+        receive = self.receive
+        assert receive is not None
+        while True:
+            text = self.accept(await receive())
+            if text is None or isinstance(text, str):
+                return text
+
+    def more_texts(self, max_bytes: int) -> list[str]:
+        """The messages already received, up to ``max_bytes``, without waiting (one wake-up a batch)."""
+        receive_nowait = self.receive_nowait
+        assert receive_nowait is not None
+        texts: list[str] = []
+        total = 0
+        while total < max_bytes and not self.finished:
+            try:
+                message = receive_nowait()
+            except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
+                break
+            text = self.accept(message)
+            if text is None:
+                self.finished = True  # handed over after the texts before it
+            elif isinstance(text, str):
+                texts.append(text)
+                total += len(text)
+        return texts
+
+    # -- output --------------------------------------------------------------------------------
+
+    def queue(self, text: str) -> None:
+        """Queue ``text`` for the pump (started with the first message it has to carry)."""
+        if self.backlog is _NOTHING_QUEUED:
+            self.backlog = deque()
+        self.backlog.append(text)
+        self.queued += len(text)
+        if self.pump_done is None:
+            assert self.nursery is not None
+            self.pump_done = trio.Event()
+            self.pump_lot = trio.lowlevel.ParkingLot()
+            self.nursery.start_soon(self.pump)
+        elif self.pump_lot:
+            self.pump_lot.unpark()
+
+    async def send_text(self, text: str) -> None:
+        if self.ended:
+            raise trio.BrokenResourceError("the WebSocket is closed")
+        self.queue(text)
+        if self.queued <= _WS_BACKLOG_CHARS:
+            return
+        # wait until the pump has sent half of the backlog (one wake-up per half, not per message);
+        # the client must take something every `stall` seconds meanwhile
+        stall = self.app.output_stall_timeout
+        if self.sender_lot is None:
+            self.sender_lot = trio.lowlevel.ParkingLot()
+        waiting_since = trio.current_time()
+        while self.queued > _WS_BACKLOG_CHARS // 2 and not self.ended:
+            deadline = max(waiting_since, self.taken_at) + stall
+            with trio.move_on_at(deadline):
+                await self.sender_lot.park()
+            if trio.current_time() < max(waiting_since, self.taken_at) + stall or self.ended:
+                continue
+            reason = f"output stalled: the client took nothing for {stall} s"
+            self.stop(CLOSE_POLICY_VIOLATION, reason)
+            raise trio.BrokenResourceError(reason)
+
+    async def send_texts(self, texts: list[str]) -> bool:
+        """Send one write's messages; ``True`` when they all went out at once, without waiting.
+
+        Under :func:`serve`, while the pump holds nothing and the TCP connection's buffer has
+        room, the messages are sent here, in the connection's writer task, and handed to the
+        socket together (no task switch to the pump nor to the TCP writer); from the first one
+        that would have to wait for room on, they go through the backlog and the pump as
+        ``send_text``'s do (with the output stall limit).
+        """
+        tcp = self.tcp
+        if tcp is None or self.backlog or self.pumping or self.ended:
+            for text in texts:
+                await self.send_text(text)
+            return False
+        sent = 0
+        tcp.hold()
+        try:
+            for text in texts:
+                if not tcp.can_send_now():
+                    break
+                await self.send({"type": "websocket.send", "text": text})  # buffered: no wait
+                sent += 1
+        except Exception as exc:  # the server lost the socket
+            log.debug("ACP connection %s: send failed: %r", self.connection_id, exc)
+            self.disconnected = self.ended = True
+            if self.pump_lot is not None:
+                self.pump_lot.unpark_all()
+            raise trio.BrokenResourceError("the WebSocket is closed") from exc
+        finally:
+            tcp.release()
+        # (taken_at needs no update: a later stall wait starts after this anyway)
+        if sent == len(texts):
+            return True
+        for text in texts[sent:]:
+            await self.send_text(text)
+        return False
+
+    def send_now(self, texts: list[str]) -> bool:
+        """Send one write's messages at once from the calling task, if nothing waits before
+        them and the TCP connection's buffer has room; else none (``False``)."""
+        direct = self.direct
+        assert direct is not None
+        return not (self.backlog or self.pumping or self.ended) and direct(texts)
+
+    async def pump(self) -> None:
+        """Send the backlog, in order, until the connection ends (in the lifespan's nursery, or
+        ``_run``'s: it never raises, and it is cancelled with the connection)."""
+        pump_lot, done = self.pump_lot, self.pump_done
+        assert pump_lot is not None and done is not None
+        try:
+            with self.pump_scope:
+                while True:
+                    while not self.backlog:
+                        if self.ended:
+                            return
+                        await pump_lot.park()
+                    text = self.backlog.popleft()
+                    self.queued -= len(text)
+                    if self.sender_lot and self.queued <= _WS_BACKLOG_CHARS // 2:
+                        self.sender_lot.unpark_all()
+                    self.pumping = True
+                    try:
+                        await self.send({"type": "websocket.send", "text": text})
+                    except Exception as exc:  # the server lost the socket
+                        log.debug("ACP connection %s: send failed: %r", self.connection_id, exc)
+                        self.disconnected = True
+                        return
+                    finally:
+                        self.pumping = False
+                    self.taken_at = trio.current_time()
+        finally:
+            self.ended = True
+            if self.sender_lot is not None:
+                self.sender_lot.unpark_all()
+            done.set()
 
 
 def _direct_sender(send: Send, tcp: Any) -> Callable[[list[str]], bool] | None:

@@ -175,23 +175,27 @@ class MessageSendStream(LineSendStream):
         send_texts: Callable[[list[str]], Awaitable[bool]] | None = None,
         send_texts_now: Callable[[list[str]], bool] | None = None,
     ) -> None:
-        async def send_line(line: bytes) -> None:
-            await send_text(line.decode("utf-8", "replace"))
-
-        async def send_lines(lines: list[bytes]) -> bool:
-            assert send_texts is not None
-            return await send_texts([line.decode("utf-8", "replace") for line in lines])
-
-        def send_lines_now(lines: list[bytes]) -> bool:
-            assert send_texts_now is not None
-            return send_texts_now([line.decode("utf-8", "replace") for line in lines])
-
+        self._send_text = send_text
+        self._send_texts = send_texts
+        self._send_texts_now = send_texts_now
         super().__init__(
-            send_line,
+            self._send_message,
             "the WebSocket send stream",
-            send_lines=None if send_texts is None else send_lines,
-            send_lines_now=None if send_texts_now is None else send_lines_now,
+            send_lines=None if send_texts is None else self._send_messages,
+            send_lines_now=None if send_texts_now is None else self._send_messages_now,
         )
+
+    # (methods, not closures: a server holds one of these per connection)
+    async def _send_message(self, line: bytes) -> None:
+        await self._send_text(line.decode("utf-8", "replace"))
+
+    async def _send_messages(self, lines: list[bytes]) -> bool:
+        assert self._send_texts is not None
+        return await self._send_texts([line.decode("utf-8", "replace") for line in lines])
+
+    def _send_messages_now(self, lines: list[bytes]) -> bool:
+        assert self._send_texts_now is not None
+        return self._send_texts_now([line.decode("utf-8", "replace") for line in lines])
 
 
 def _reason_text(code: int | None, reason: str | None) -> str:
