@@ -143,11 +143,11 @@ def test_every_variant_carries_its_pinned_schema_and_validates_by_method(variant
 
 DEMO_SCRIPT = Path(__file__).parent / "agents" / "demo_script.toml"
 # the one demo agent (acp_trio.neutral) offers every check of protocol 1; of protocol 2 it skips what
-# v2 does not have (set_mode, client capabilities, tool_call vs tool_call_update) and session.mcp (it
-# connects to no MCP servers, so it advertises no transport)
+# v2 does not have (set_mode, client capabilities, tool_call vs tool_call_update); it advertises stdio
+# MCP servers (session.mcp.stdio on v2), so session.mcp runs in both
 DEMO_SKIPS: dict[int, set[str]] = {
     1: set(),
-    2: {"session.set-mode", "capabilities.variations", "session.tool-call-ids", "session.mcp"},
+    2: {"session.set-mode", "capabilities.variations", "session.tool-call-ids"},
 }
 
 

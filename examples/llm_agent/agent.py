@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from acp_schema import v1, v2
+from acp_schema import v1
 from acp_trio import AUTH_REQUIRED, INTERNAL_ERROR, AgentSideConnection, RequestError, SessionRegistry
 from acp_trio import neutral as n
 
@@ -149,37 +149,6 @@ class _McpHost:
         self.nursery.start_soon(async_fn, *args, name=name)
 
 
-def _advertising_mcp(factory: Callable[[AgentSideConnection], Any]) -> Callable[[AgentSideConnection], Any]:
-    """``factory``'s handler with the MCP transports this agent connects to added to its ``initialize``
-    answer: v1 ``mcpCapabilities {http, sse}`` (stdio is implied), v2 ``session.mcp {stdio, http}``.
-
-    A workaround: ``acp_trio.neutral`` does not advertise MCP transports yet (its design's
-    ``Agent.mcp_support``), and a v2 client sends no server of a transport the agent did not advertise."""
-
-    def make(conn: AgentSideConnection) -> Any:
-        handler = factory(conn)
-        initialize = handler.initialize
-
-        async def initialize_with_mcp(params: Any) -> Any:
-            response = await initialize(params)
-            if isinstance(response, v1.InitializeResponse):
-                caps = response.agent_capabilities
-                if isinstance(caps, v1.AgentCapabilities):
-                    caps.mcp_capabilities = v1.McpCapabilities(http=True, sse=True)
-            elif isinstance(response, v2.InitializeResponse):
-                session = (
-                    response.capabilities.session if isinstance(response.capabilities, v2.AgentCapabilities) else None
-                )
-                if isinstance(session, v2.SessionCapabilities):
-                    session.mcp = v2.McpCapabilities(stdio=v2.McpStdioCapabilities(), http=v2.McpHttpCapabilities())
-            return response
-
-        handler.initialize = initialize_with_mcp
-        return handler
-
-    return make
-
-
 class LlmAgent(n.Agent):
     """The agent: one object for every connection, v1 and v2 (``serve_agent_stdio(agent)``,
     ``open_memory_pair(agent, client)``), used inside ``async with agent.running():``.
@@ -191,6 +160,9 @@ class LlmAgent(n.Agent):
     """
 
     info = AGENT_INFO
+    mcp_support = n.McpSupport(stdio=True, http=True, sse=True)
+    """The MCP transports it connects to (``acp_trio.mcp``): v1 ``mcpCapabilities {http, sse}``,
+    v2 ``session.mcp {stdio, http}``."""
 
     def __init__(
         self,
@@ -227,9 +199,9 @@ class LlmAgent(n.Agent):
         return self.handlers_for(self.versions)
 
     def handlers_for(self, versions: Sequence[int]) -> dict[ModuleType, Callable[[AgentSideConnection], Any]]:
-        """``neutral.handlers(self, versions)``, each advertising the MCP transports the agent connects
-        to; with a :attr:`store`, each v1 connection records into it first (the neutral layer then
-        serves ``session/load``, ``resume``, ``list`` and ``close`` of stored sessions from it)."""
+        """``neutral.handlers(self, versions)``; with a :attr:`store`, each v1 connection records into
+        it first (the neutral layer then serves ``session/load``, ``resume``, ``list`` and ``close``
+        of stored sessions from it)."""
         served = n.handlers(self, versions)
         plain, store = served.get(v1), self.store
         if plain is not None and store is not None:
@@ -241,7 +213,7 @@ class LlmAgent(n.Agent):
                 return plain(conn)
 
             served[v1] = with_store
-        return {variant: _advertising_mcp(make) for variant, make in served.items()}
+        return served
 
     def config_options(self, session: n.Session) -> Sequence[n.ConfigOption]:
         return (MODES,)

@@ -612,6 +612,27 @@ class Database:
             self._end(ok)
         return self.create(session_id, cwd, dirs, servers, version)
 
+    def rewrite(self, session_id: str, rows: list[tuple[int, bytes]], version: int) -> bool:
+        """Replace the events of ``session_id`` by ``rows`` (``(kind, data)``, in order) and mark it
+        recorded under protocol ``version``, in one transaction (a session migrated to another record
+        form); False (nothing done) when it is not stored."""
+        self._begin()
+        ok = False
+        try:
+            row = self.db.execute("SELECT id FROM sessions WHERE session_id = ?", (session_id,)).fetchone()
+            if row is not None:
+                first, last = _event_ids(row[0])
+                self.db.execute("DELETE FROM events WHERE id BETWEEN ? AND ?", (first, last))
+                self.db.executemany(
+                    "INSERT INTO events (id, kind, data) VALUES (?, ?, ?)",
+                    [(first + i, kind, data) for i, (kind, data) in enumerate(rows)],
+                )
+                self.db.execute("UPDATE sessions SET protocol_version = ? WHERE id = ?", (version, row[0]))
+            ok = True
+        finally:
+            self._end(ok)
+        return row is not None
+
     def set_fields(self, session_id: str, fields: dict[str, Any]) -> None:
         if not fields:
             return

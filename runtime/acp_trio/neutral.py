@@ -59,6 +59,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import itertools
+import logging
 import os
 import signal as _signal
 import subprocess
@@ -68,9 +69,10 @@ from contextlib import AbstractAsyncContextManager
 from datetime import UTC, datetime
 from functools import partial
 from types import ModuleType
-from typing import Any, ClassVar, TypeAlias, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeAlias, TypeVar
 
 import attrs
+import orjson
 import trio
 
 from acp_schema import v1, v2
@@ -102,6 +104,10 @@ from ._spec import UNSET, UnsetType
 from ._views import V1View
 from .agent_terminal import TerminalHandle, open_terminal
 
+if TYPE_CHECKING:
+    from ._store_db import Log
+    from .session_store import SessionStore, StoredConversation
+
 __all__ = [
     "ALLOW_OR_REJECT",
     "CANCEL_GRACE",
@@ -121,6 +127,7 @@ __all__ = [
     "Diff",
     "DisplayTerminal",
     "Elicited",
+    "McpSupport",
     "Option",
     "Plan",
     "PlanEntry",
@@ -153,6 +160,16 @@ TERMINAL_FLUSH_BYTES = 4096
 TERMINAL_FLUSH_DELAY = 0.1
 """Row T14 on v1: seconds held display terminal output waits at most before it is sent."""
 
+STORE_WAIT = 10.0
+"""Seconds an answer that must be stored first (acknowledged means stored: ``acp_trio.session_store``)
+waits at most for the store's commit; past it (or when writing fails) the answer goes out and the
+error is logged."""
+V1_HINT = "acp-trio/v1Content"
+"""The ``_meta`` key under which a stored canonical update keeps its exact v1 rendering (a
+:class:`Diff`'s texts): removed when the update is read back."""
+
+log = logging.getLogger("acp_trio.neutral")
+
 CANCEL_GRACE = 5.0
 """Seconds a question (permission request, elicitation) waiting when its turn is cancelled is
 still awaited for the client's ``cancelled`` answer before it is abandoned (the runtime then
@@ -168,6 +185,20 @@ class AgentInfo:
     name: str
     version: str
     title: str | None = None
+
+
+@attrs.frozen
+class McpSupport:
+    """The MCP transports the agent accepts in a session's ``mcpServers`` (``session/new``,
+    ``session/load``, ``session/resume``): v1 ``agentCapabilities.mcpCapabilities`` (``http``,
+    ``sse``; stdio is not advertised there: every v1 agent must accept it), v2
+    ``capabilities.session.mcp`` (``stdio``, ``http`` markers; v2 has no ``sse``: migration.mdx
+    § MCP server configuration, § Capability reorganization).  ``stdio=False`` shows on v2 only;
+    ``sse`` on v1 only.  The configs reach the agent as :attr:`Session.mcp_servers`."""
+
+    stdio: bool = True
+    http: bool = False
+    sse: bool = False
 
 
 @attrs.frozen
@@ -487,6 +518,7 @@ class Session:
         self._wire = wire
         self._turn: Turn | None = None
         self._history: list[tuple[Any, Sequence[Any] | None]] = []  # canonical (v2 update, v1 hint)
+        self._log: Log | None = None  # where its records go in the agent's store
         self.config: dict[str, str | bool] = {}
         """Each config option's current value, by ``config_id``."""
         self.config = {o.config_id: o.current for o in agent.config_options(self)}
@@ -505,13 +537,37 @@ class Session:
     def __repr__(self) -> str:
         return f"Session({self.id!r}, cwd={self.cwd!r}, protocol_version={self.protocol_version})"
 
+    @property
+    def history(self) -> tuple[Any, ...]:
+        """The conversation so far, in order, as the canonical v2 updates (``acp_schema.v2``
+        ``SessionUpdate`` variants: ``user_message`` for each prompt, the agent's chunks, tool
+        call upserts...; no ``state_update``): also what a session loaded from the agent's
+        :attr:`Agent.store` holds, e.g. to rebuild a model's context."""
+        return tuple(update for update, _ in self._history)
+
+    def _record(self, update: Any, v1_content: Sequence[Any] | None = None) -> None:
+        """Keep one canonical update in the history (and the agent's store)."""
+        self._history.append((update, v1_content))
+        self.updated_at = _now()
+        self._activity = next(_ACTIVITY)
+        store = self._agent.store
+        if store is not None and self._log is not None:
+            store._record(self._log, _stored_form(update, v1_content))
+
+    def _record_prompt(self, prompt: Sequence[Any]) -> None:
+        """Keep the ``session/prompt`` line in the agent's store (its title and prompt count)."""
+        store = self._agent.store
+        if store is not None and self._log is not None:
+            params = {"sessionId": self.id, "prompt": [converter.unstructure(b) for b in prompt]}
+            store._record_prompt(
+                self._log, orjson.dumps({"jsonrpc": "2.0", "method": "session/prompt", "params": params})
+            )
+
     async def _send(self, update: Any, v1_content: Sequence[Any] | None = None) -> None:
         """Send one canonical update to the attached connection and keep it in the history
         (``state_update`` s are the connection's, not the conversation's: not kept)."""
         if not isinstance(update, _STATES):
-            self._history.append((update, v1_content))
-            self.updated_at = _now()
-            self._activity = next(_ACTIVITY)
+            self._record(update, v1_content)
         await self._wire.update(self.id, update, v1_content)
 
     def config_options(self) -> list[v2.SessionConfigOption]:
@@ -552,9 +608,7 @@ class Session:
 
     def _config_changed(self) -> v2.ConfigOptionUpdateSessionUpdate:
         update = v2.ConfigOptionUpdateSessionUpdate(config_options=self.config_options())
-        self._history.append((update, None))
-        self.updated_at = _now()
-        self._activity = next(_ACTIVITY)
+        self._record(update)
         return update
 
     async def set_config(self, config_id: str, value: str | bool) -> None:
@@ -1210,6 +1264,20 @@ class Agent:
     info: ClassVar[AgentInfo] = AgentInfo(name="acp-trio-agent", version="0")
     versions: ClassVar[tuple[int, ...]] = (1, 2)
     """The protocol versions :meth:`acp_handlers` serves (the feature flag: ``(1,)`` serves v1 only)."""
+    mcp_support: ClassVar[McpSupport] = McpSupport()
+    """The MCP transports advertised in ``initialize`` (default stdio only, which every v1 agent
+    accepts); the servers a client gives are :attr:`Session.mcp_servers`."""
+    store: SessionStore | None = None
+    """Where the sessions are kept (an ``acp_trio.session_store`` ``SqliteSessionStore``), so they
+    outlive the process; ``None`` (default): in this process only.  With a store, each session is
+    recorded in the canonical form (v2 updates, a :class:`Diff`'s v1 texts beside its update), and
+    ``session/load`` (v1), ``session/resume`` (both; v2 ``replayFrom: {type: start}`` replays),
+    ``session/list``, ``session/close`` and ``session/delete`` serve the stored sessions whichever
+    version and process made them.  A session recorded by an ``acp_trio.session_store.enable``
+    v1 connection (an older store file) is migrated to the canonical form, in place, when first
+    loaded.  Acknowledged means stored: the answers to ``session/new``, ``load``, ``resume`` and
+    ``prompt`` (v1's answer; v2's receipt and ``idle``) go out once what came before is committed
+    (at most :data:`STORE_WAIT` s)."""
 
     def __init__(self) -> None:
         self.sessions: dict[str, Session] = {}
@@ -1267,6 +1335,91 @@ class Agent:
         raise NotImplementedError
 
 
+# -- the store's records: canonical updates, v1 hints ---------------------------------------------
+def _stored_form(update: Any, v1_content: Sequence[Any] | None) -> dict[str, Any]:
+    """``update``'s wire JSON, with its exact v1 content under ``_meta[V1_HINT]`` when it has one."""
+    wire: dict[str, Any] = converter.unstructure(update)
+    if v1_content is not None:
+        meta = wire.get("_meta")
+        wire["_meta"] = {**(meta if isinstance(meta, dict) else {}), V1_HINT: converter.unstructure(list(v1_content))}
+    return wire
+
+
+def _read_stored(wire: dict[str, Any]) -> tuple[Any, list[Any] | None]:
+    """The canonical update and its v1 hint back from :func:`_stored_form`'s JSON."""
+    hint: list[Any] | None = None
+    meta = wire.get("_meta")
+    if isinstance(meta, dict) and V1_HINT in meta:
+        meta = dict(meta)
+        raw = meta.pop(V1_HINT)
+        wire = {**wire, "_meta": meta} if meta else {k: v for k, v in wire.items() if k != "_meta"}
+        hint = [_decode(item, v1.ToolCallContent) for item in raw]
+    return _decode(wire, v2.SessionUpdate), hint
+
+
+def _decode(data: Any, target: Any) -> Any:
+    """``data`` (wire JSON) as ``target`` (a class or a union of the generated types)."""
+    return converter.structure(data, target)
+
+
+def _canonical_history(found: StoredConversation) -> list[tuple[Any, Sequence[Any] | None]]:
+    """The history of a session recorded in the canonical form (v2 lines; prompts are skipped:
+    their ``user_message`` updates stand for them).  An update that does not decode is skipped
+    with a warning."""
+    history: list[tuple[Any, Sequence[Any] | None]] = []
+    for kind, message in found.messages():
+        update = (message.get("params") or {}).get("update")
+        if kind != "update" or not isinstance(update, dict) or update.get("sessionUpdate") == "state_update":
+            continue
+        try:
+            history.append(_read_stored(update))
+        except Exception as exc:  # a record this version cannot read: the rest still replays
+            log.warning("session %s: a stored update is skipped: %s", found.session.session_id, exc)
+    return history
+
+
+def _v1_history(found: StoredConversation) -> list[tuple[Any, Sequence[Any] | None]]:
+    """The canonical history of a session recorded by a v1 connection (``session_store.enable``):
+    each prompt a ``user_message``, each v1 update through :class:`~acp_trio._views.V2View`; a v1
+    diff is kept beside its update, exact, as the v1 hint."""
+    from ._views import V2View
+
+    stored = found.session
+    view = V2View()
+    modes = converter.structure(stored.modes, v1.SessionModeState) if stored.modes else None
+    options: list[Any] = [_decode(o, v1.SessionConfigOption) for o in stored.config_options or []]
+    view.seed(modes=modes, config_options=options)
+    history: list[tuple[Any, Sequence[Any] | None]] = []
+    for kind, message in found.messages():
+        params = message.get("params") or {}
+        try:
+            if kind == "prompt":
+                view.new_turn()
+                blocks = converter.structure(params, v1.PromptRequest).prompt
+                content = [content_to_v2(b) for b in blocks]
+                history.append((v2.UserMessageSessionUpdate(message_id=_new_id("msg_user"), content=content), None))
+                continue
+            update = converter.structure(params, v1.SessionNotification).update
+            hint = None
+            if isinstance(update, v1.ToolCallSessionUpdate | v1.ToolCallUpdateSessionUpdate):
+                items = update.content if isinstance(update.content, list) else []
+                if any(isinstance(i, v1.DiffToolCallContent) for i in items):
+                    hint = list(items)
+            history.extend((one, hint) for one in view.project(update))
+        except Exception as exc:  # VersionError, DecodeError: the rest still replays
+            log.warning("session %s: a stored v1 %s is skipped: %s", stored.session_id, kind, exc)
+    return history
+
+
+def _rows_of(history: Sequence[tuple[Any, Sequence[Any] | None]]) -> list[tuple[int, bytes]]:
+    """The store's rows of a canonical history (one row of update bodies)."""
+    from ._store_db import KIND_BODIES
+
+    if not history:
+        return []
+    return [(KIND_BODIES, b"".join(orjson.dumps(_stored_form(u, h)) + b"\n" for u, h in history))]
+
+
 # -- the surfaces: one handler object per connection and version -----------------------------------
 class _Surface:
     def __init__(self, agent: Agent, wire: _Wire) -> None:
@@ -1293,8 +1446,88 @@ class _Surface:
             additional_directories=extra if isinstance(extra, list) else (),
             mcp_servers=mcp_servers,
         )
-        await self.agent.new_session(session)
+        store = self.agent.store
+        if store is not None:
+            session._log = store._open_canonical(
+                session.id, session.cwd, session.additional_directories, _servers_wire(mcp_servers), fresh=True
+            )
+        try:
+            await self.agent.new_session(session)
+        except BaseException:
+            if store is not None:
+                with trio.CancelScope(shield=True):
+                    await store.delete(session.id)
+            raise
         self.agent.sessions[session.id] = session
+        await self._committed("the session/new answer")
+        return session
+
+    async def _committed(self, what: str) -> None:
+        """Acknowledged means stored: return once everything recorded so far is committed in the
+        agent's store (none: at once); at most :data:`STORE_WAIT` s, shielded (a cancelled turn's
+        ``idle`` waits too); a store that cannot write is logged, not raised."""
+        store = self.agent.store
+        if store is None:
+            return
+        with trio.CancelScope(shield=True), trio.move_on_after(STORE_WAIT) as waited:
+            try:
+                await store._commit()
+            except Exception as exc:
+                log.error("%s: sending %s although its records are not committed: %s", store.path, what, exc)
+        if waited.cancelled_caught:
+            log.error("%s: sending %s although its records are not committed after %g s", store.path, what, STORE_WAIT)
+
+    async def _restore(self, params: Any, mcp_servers: Sequence[Any]) -> None:
+        """A load/resume of a session this process does not hold, from the agent's store: the
+        session is made from the request and its stored history (a v1 record is migrated to the
+        canonical form in place first), so :meth:`_attach` finds it.  Nothing when the agent has
+        no store or holds the session; -32002 when the store has none either."""
+        store = self.agent.store
+        session_id = params.session_id
+        if store is None or session_id in self.agent.sessions:
+            return
+        if not os.path.isabs(params.cwd):
+            raise RequestError.invalid_params({"path": "$.cwd", "detail": "cwd must be an absolute path"})
+        found = await store.conversation(session_id)
+        if found is None:
+            raise RequestError.resource_not_found(session_id)
+        stored = found.session
+        if stored.protocol_version < 2:
+            history = _v1_history(found)
+            await store._migrate(session_id, _rows_of(history))
+        else:
+            history = _canonical_history(found)
+        session = Session(self.agent, session_id, params.cwd, self.wire, mcp_servers=mcp_servers)
+        session._history = history
+        session.title = stored.title
+        session.updated_at = stored.updated_at
+        for option in stored.config_options or []:  # v1 "id", v2 "configId"
+            config_id = option.get("configId", option.get("id")) if isinstance(option, dict) else None
+            if config_id in session.config and isinstance(option.get("currentValue"), str | bool):
+                session.config[config_id] = option["currentValue"]
+        for update, _ in history:  # the values as last told, whichever record form said them
+            if isinstance(update, v2.ConfigOptionUpdateSessionUpdate):
+                for one in update.config_options:
+                    config_id, value = getattr(one, "config_id", None), getattr(one, "current_value", None)
+                    if config_id in session.config and isinstance(value, str | bool):
+                        session.config[config_id] = value
+        self.agent.sessions[session_id] = session
+
+    async def _reattach(self, params: Any, mcp_servers: Sequence[Any]) -> Session:
+        """:meth:`_attach`, the session restored from the agent's store first when needed, and its
+        record reopened there with the request's roots and MCP servers."""
+        await self._restore(params, mcp_servers)
+        session = self._attach(params, mcp_servers)
+        store = self.agent.store
+        if store is not None:
+            session._log = store._open_canonical(
+                session.id,
+                session.cwd,
+                session.additional_directories,
+                _servers_wire(session.mcp_servers),
+                fresh=False,
+                entry=session._log,
+            )
         return session
 
     def _attach(self, params: Any, mcp_servers: Sequence[Any]) -> Session:
@@ -1309,19 +1542,40 @@ class _Surface:
         session.mcp_servers = tuple(mcp_servers)
         return session
 
-    def _summaries(self, params: Any) -> list[Session]:
-        """The sessions of ``session/list`` (rows L7): all this agent holds, ``cwd`` filtered, most
-        recently active first, one page (-32602 for a cursor, since none is ever given out)."""
-        if isinstance(params.cursor, str):
-            raise RequestError.invalid_params({"path": "$.cursor", "detail": "not a cursor this agent gave out"})
+    async def _summaries(self, params: Any) -> tuple[list[_Summary], str | None]:
+        """The sessions of ``session/list`` (rows L7), most recently active first, ``cwd``
+        filtered, and the next page's cursor: with a store, its sessions (pages of its
+        ``page_size``); else all this agent holds, one page (-32602 for a cursor: none is given out)."""
         cwd = params.cwd if isinstance(params.cwd, str) else None
-        found = [s for s in self.agent.sessions.values() if cwd is None or s.cwd == cwd]
-        return sorted(found, key=lambda s: s._activity, reverse=True)
+        cursor = params.cursor if isinstance(params.cursor, str) else None
+        store = self.agent.store
+        if store is not None:
+            try:
+                stored, next_cursor = await store.list_sessions(cwd=cwd, cursor=cursor)
+            except ValueError:
+                raise RequestError.invalid_params(
+                    {"path": "$.cursor", "detail": "not a cursor this agent gave out"}
+                ) from None
+            summaries = [
+                _Summary(s.session_id, s.cwd, s.title, s.updated_at, tuple(s.additional_directories)) for s in stored
+            ]
+            return summaries, next_cursor
+        if cursor is not None:
+            raise RequestError.invalid_params({"path": "$.cursor", "detail": "not a cursor this agent gave out"})
+        found = sorted(
+            (s for s in self.agent.sessions.values() if cwd is None or s.cwd == cwd),
+            key=lambda s: s._activity,
+            reverse=True,
+        )
+        return [_Summary(s.id, s.cwd, s.title, s.updated_at, s.additional_directories) for s in found], None
 
     async def _close(self, session_id: str) -> None:
         """Row L8: the runtime cancelled the session's turn as it read the request; its questions get
         their grace period, then the agent hears of it; the history is kept."""
         await self.session_cancel(_SessionRef(session_id))
+        store = self.agent.store
+        if session_id not in self.agent.sessions and store is not None and await store.get(session_id) is not None:
+            return  # stored, not open in this process: nothing to cancel or tell
         session = self._session(session_id)
         await self.agent.close_session(session)
 
@@ -1329,6 +1583,8 @@ class _Surface:
         """Row L9: forget the session (an unknown id succeeds)."""
         await self.session_cancel(_SessionRef(session_id))
         self.agent.sessions.pop(session_id, None)
+        if self.agent.store is not None:
+            await self.agent.store.delete(session_id)
         await self.agent.delete_session(session_id)
 
     async def _set_config(self, session_id: str, config_id: str, value: str | bool) -> Session:
@@ -1348,6 +1604,7 @@ class _Surface:
         finally:
             if session._turn is turn:
                 session._turn = None
+            await self._committed("the turn's end")  # v1's answer, v2's idle: acknowledged means stored
 
     async def session_cancel(self, params: Any) -> None:
         """Called by the runtime after it cancelled the session's turn: the turn's questions get
@@ -1357,17 +1614,46 @@ class _Surface:
             session._turn._cancel.set()
 
 
-def _capabilities_v2() -> v2.AgentCapabilities:
+@attrs.frozen
+class _Summary:
+    """One session of ``session/list``."""
+
+    session_id: str
+    cwd: str
+    title: str | None
+    updated_at: str
+    additional_directories: tuple[str, ...]
+
+
+def _servers_wire(servers: Sequence[Any]) -> list[Any]:
+    """MCP server configs (v2 objects) as the store keeps them (wire JSON)."""
+    return [converter.unstructure(s) for s in servers]
+
+
+def _capabilities_v2(mcp: McpSupport) -> v2.AgentCapabilities:
     """What the layer implements (rows L1, L2): embedded context in prompts, the v2 baseline
-    (list, resume with replay from start, close), ``delete`` and ``additionalDirectories``; v1 gets
-    the same through ``agent_caps_to_v1`` (``loadSession``, ``sessionCapabilities``)."""
+    (list, resume with replay from start, close), ``delete`` and ``additionalDirectories``, and
+    the agent's MCP transports (``session.mcp``, omitted when it accepts none); v1 gets the same
+    through ``agent_caps_to_v1`` (``loadSession``, ``sessionCapabilities``, ``mcpCapabilities``)."""
+    markers = v2.McpCapabilities(
+        stdio=v2.McpStdioCapabilities() if mcp.stdio else UNSET,
+        http=v2.McpHttpCapabilities() if mcp.http else UNSET,
+    )
     return v2.AgentCapabilities(
         session=v2.SessionCapabilities(
             prompt=v2.PromptCapabilities(embedded_context=v2.PromptEmbeddedContextCapabilities()),
+            mcp=markers if mcp.stdio or mcp.http else UNSET,
             delete=v2.SessionDeleteCapabilities(),
             additional_directories=v2.SessionAdditionalDirectoriesCapabilities(),
         )
     )
+
+
+def _capabilities_v1(mcp: McpSupport) -> v1.AgentCapabilities:
+    """:func:`_capabilities_v2` as v1 has it (rows L1, L2), with ``mcpCapabilities.sse`` (v1 only)."""
+    caps = agent_caps_to_v1(_capabilities_v2(mcp))
+    caps.mcp_capabilities = v1.McpCapabilities(http=mcp.http, sse=mcp.sse)
+    return caps
 
 
 class _V1Surface(_Surface):
@@ -1380,7 +1666,7 @@ class _V1Surface(_Surface):
         info = self.agent.info
         return v1.InitializeResponse(
             protocol_version=1,
-            agent_capabilities=agent_caps_to_v1(_capabilities_v2()),
+            agent_capabilities=_capabilities_v1(self.agent.mcp_support),
             auth_methods=[],
             agent_info=v1.Implementation(name=info.name, version=info.version, title=info.title or UNSET),
         )
@@ -1437,57 +1723,61 @@ class _V1Surface(_Surface):
         On a connection with a v1 session store (``acp_trio.session_store.enable``) the store
         replays and answers (:meth:`_from_store`)."""
         servers = [mcp_server_to_v2(s) for s in params.mcp_servers]
-        recorder = self.conn._session_store
+        recorder = self.conn._session_store if self.agent.store is None else None
         if recorder is not None:
             answer: v1.LoadSessionResponse = await recorder.session_load(params)
             return await self._from_store(params, answer, servers)
-        session = self._attach(params, servers)
+        session = await self._reattach(params, servers)
         view = self.wire.views[session.id] = V1View(echo_user_messages=True)
         for update, hint in list(session._history):
             for one in view.project(update, hint):
                 await self.wire.client.session_update(v1.SessionNotification(session_id=session.id, update=one))
         view.echo_user_messages = False
         await self.agent.resume_session(session)
+        await self._committed("the session/load answer")
         return v1.LoadSessionResponse(**self._setup(session))
 
     async def session_resume(self, params: v1.ResumeSessionRequest) -> v1.ResumeSessionResponse:
         """Row L6: reattach without replay (the view learns the history silently, so later updates
         of its tool calls are ``tool_call_update`` s)."""
         servers = params.mcp_servers if isinstance(params.mcp_servers, list) else []
-        recorder = self.conn._session_store
+        recorder = self.conn._session_store if self.agent.store is None else None
         if recorder is not None:
             answer: v1.ResumeSessionResponse = await recorder.session_resume(params)
             return await self._from_store(params, answer, [mcp_server_to_v2(s) for s in servers])
-        session = self._attach(params, [mcp_server_to_v2(s) for s in servers])
+        session = await self._reattach(params, [mcp_server_to_v2(s) for s in servers])
         view = self.wire.views[session.id] = V1View()
         for update, hint in list(session._history):
             view.project(update, hint)
         await self.agent.resume_session(session)
+        await self._committed("the session/resume answer")
         return v1.ResumeSessionResponse(**self._setup(session))
 
     async def session_list(self, params: v1.ListSessionsRequest) -> v1.ListSessionsResponse:
         """Row L7 (``sessionCapabilities.list``); with a v1 session store, the store's sessions."""
-        recorder = self.conn._session_store
+        recorder = self.conn._session_store if self.agent.store is None else None
         if recorder is not None:
             listed: v1.ListSessionsResponse = await recorder.session_list(params)
             return listed
+        summaries, next_cursor = await self._summaries(params)
         return v1.ListSessionsResponse(
             sessions=[
                 v1.SessionInfo(
-                    session_id=s.id,
+                    session_id=s.session_id,
                     cwd=s.cwd,
                     title=s.title,
                     updated_at=s.updated_at,
                     additional_directories=list(s.additional_directories) or UNSET,
                 )
-                for s in self._summaries(params)
-            ]
+                for s in summaries
+            ],
+            next_cursor=UNSET if next_cursor is None else next_cursor,
         )
 
     async def session_close(self, params: v1.CloseSessionRequest) -> v1.CloseSessionResponse:
         """Row L8 (``sessionCapabilities.close``); with a v1 session store, a stored session this
         process does not hold is closed by the store."""
-        recorder = self.conn._session_store
+        recorder = self.conn._session_store if self.agent.store is None else None
         if recorder is not None and params.session_id not in self.agent.sessions:
             closed: v1.CloseSessionResponse = await recorder.session_close(params)
             return closed
@@ -1520,6 +1810,7 @@ class _V1Surface(_Surface):
         session = self._session(params.session_id)
         prompt = [content_to_v2(block) for block in params.prompt]
         turn = Turn(session, prompt, _new_id("msg_user"))
+        session._record_prompt(prompt)
         # row T1: kept as the canonical user_message (V1View sends nothing for it live)
         await session._send(v2.UserMessageSessionUpdate(message_id=turn.user_message_id, content=list(prompt)))
         try:
@@ -1539,7 +1830,7 @@ class _V2Surface(_Surface):
         return v2.InitializeResponse(
             protocol_version=2,
             info=v2.Implementation(name=info.name, version=info.version, title=info.title or UNSET),
-            capabilities=_capabilities_v2(),
+            capabilities=_capabilities_v2(self.agent.mcp_support),
             auth_methods=[],
         )
 
@@ -1556,17 +1847,19 @@ class _V2Surface(_Surface):
 
     async def session_list(self, params: v2.ListSessionsRequest) -> v2.ListSessionsResponse:
         """Row L7 (baseline)."""
+        summaries, next_cursor = await self._summaries(params)
         return v2.ListSessionsResponse(
             sessions=[
                 v2.SessionInfo(
-                    session_id=s.id,
+                    session_id=s.session_id,
                     cwd=s.cwd,
                     title=s.title,
                     updated_at=s.updated_at,
                     additional_directories=list(s.additional_directories) or UNSET,
                 )
-                for s in self._summaries(params)
-            ]
+                for s in summaries
+            ],
+            next_cursor=UNSET if next_cursor is None else next_cursor,
         )
 
     async def session_resume(self, params: v2.ResumeSessionRequest) -> v2.ResumeSessionResponse:
@@ -1579,13 +1872,14 @@ class _V2Surface(_Surface):
             detail = f"replay cursor {getattr(replay, 'type', '?')!r}: this agent replays from start only"
             raise RequestError.invalid_params({"path": "$.replayFrom.type", "detail": detail})
         servers = params.mcp_servers if isinstance(params.mcp_servers, list) else []
-        session = self._attach(params, servers)
+        session = await self._reattach(params, servers)
         if isinstance(replay, v2.StartReplayFrom):
             for update, _ in list(session._history):
                 await self.wire.update(session.id, update)
         state: Any = v2.RunningStateUpdateSessionUpdate() if session._turn else v2.IdleStateUpdateSessionUpdate()
         await self.wire.update(session.id, state)
         await self.agent.resume_session(session)
+        await self._committed("the session/resume answer")
         return v2.ResumeSessionResponse(config_options=session.config_options() or UNSET)
 
     async def session_close(self, params: v2.CloseSessionRequest) -> v2.CloseSessionResponse:
@@ -1601,8 +1895,10 @@ class _V2Surface(_Surface):
     async def session_prompt(self, params: v2.PromptRequest) -> v2.PromptResponse:
         session = self._session(params.session_id)
         turn = Turn(session, list(params.prompt), _new_id("msg_user"))
+        session._record_prompt(params.prompt)
         # row T1: where the user message went, then the receipt; start_turn sends running / idle
         await session._send(v2.UserMessageSessionUpdate(message_id=turn.user_message_id, content=list(params.prompt)))
+        await self._committed("the session/prompt receipt")
         self.conn.start_turn(session.id, partial(self._run_turn, turn))
         return v2.PromptResponse(message_id=turn.user_message_id)
 

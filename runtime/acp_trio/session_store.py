@@ -140,6 +140,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("acp_trio.session_store")
 
+CANONICAL_VERSION = 2
+"""The protocol version ``acp_trio.neutral`` records its sessions under: v2 updates, the form
+both versions replay from (a v1 client gets them projected)."""
+
 _SESSION_CAPABILITIES = ("list", "resume", "close", "delete")
 _ACKNOWLEDGED = ("session/new", "session/load", "session/resume", "session/fork", "session/prompt")
 """Requests whose answer is sent only once the records before it are committed (acknowledged means stored)."""
@@ -392,6 +396,47 @@ class SessionStore:
 
     def _set(self, session_id: str, **fields: Any) -> None:
         self._submit(lambda db: db.set_fields(session_id, fields))
+
+    # -- for acp_trio.neutral: sessions kept in the canonical (v2) form ------------------------------
+    def _open_canonical(
+        self,
+        session_id: str,
+        cwd: str,
+        additional_directories: tuple[str, ...],
+        servers: list[Any],
+        fresh: bool,
+        entry: Log | None = None,
+    ) -> Log:
+        """A :class:`Log` for a session of ``acp_trio.neutral`` (recorded as protocol version 2: its
+        updates are v2 ``update`` objects), its row created (``fresh``) or reopened with these
+        roots and MCP servers (wire JSON)."""
+        info = SessionInfo(session_id, cwd, additional_directories)
+        return self._attach(session_id, info, fresh, servers, entry, CANONICAL_VERSION)
+
+    def _record(self, entry: Log, update: dict[str, Any]) -> None:
+        """Keep one canonical update (v2 wire JSON of ``session/update``'s ``update``)."""
+        if update.get("sessionUpdate") in META_UPDATES:
+            entry.add_meta(update)
+        entry.add_bodies(orjson.dumps(update))
+        if self._writer.idle:
+            self._writer.wake()
+
+    def _record_prompt(self, entry: Log, line: bytes) -> None:
+        """Keep a ``session/prompt`` line (the title and prompt count come from it; a canonical
+        replay uses the ``user_message`` update instead)."""
+        entry.add_prompt(line)
+        if self._writer.idle:
+            self._writer.wake()
+
+    async def _commit(self) -> None:
+        """Return once everything recorded so far is committed (no wait for connections' writes)."""
+        await self._call(None, True, settle=False)
+
+    async def _migrate(self, session_id: str, rows: list[tuple[int, bytes]]) -> bool:
+        """Replace ``session_id``'s events by ``rows`` (``(kind, data)``) recorded as the canonical
+        form, in one transaction; False when it is not stored."""
+        done: bool = await self._call(lambda db: db.rewrite(session_id, rows, CANONICAL_VERSION), False)
+        return done
 
 
 class SqliteSessionStore(SessionStore):

@@ -110,6 +110,9 @@ class DemoAgent(n.Agent):
     """
 
     info = AGENT_INFO
+    mcp_support = n.McpSupport(stdio=True)
+    """It accepts stdio MCP server configs (v1: every agent; v2 ``session.mcp.stdio``) and keeps them
+    as the session's ``mcp_servers``; its scripted turn calls no MCP tool, so it starts none."""
 
     def __init__(self, *, versions: Sequence[int] = (1, 2), store: SessionStore | None = None) -> None:
         super().__init__()
