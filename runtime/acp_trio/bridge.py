@@ -4,7 +4,9 @@ Contract: the bridge moves ACP messages between two transports *verbatim*: it ne
 re-encodes them, so unknown fields, unknown methods and ``_meta`` survive byte for byte.  It only
 frames: one message per line on stdio (a raw CR or LF inside a message can only be JSON
 whitespace, since JSON strings escape them, so it becomes a space).  It knows nothing of ACP's
-methods.  With ``--listen`` the server in front refuses what no agent gets on either remote
+methods.  The one exception is ``--listen --speak`` (:func:`adapt_agent_process`), asked for by
+name: there the v1 ⇄ v2 adapter decodes, translates and re-encodes every message, on the terms of
+:mod:`acp_trio.adapt`.  With ``--listen`` the server in front refuses what no agent gets on either remote
 transport, whatever the agent would say: a JSON array (a JSON-RPC batch, answered ``-32600``),
 text that is not UTF-8 (close ``1007``), a request over ``--max-connections`` (``503``) (see
 :mod:`acp_trio.transports.asgi`).
@@ -251,6 +253,8 @@ async def serve_bridge(
             raise ValueError(f"extension method names start with '_' (extensibility.mdx), got {method!r}")
     _resolve_command(command[0], None, None)  # a missing agent is named before anything listens
     program, args = command[0], list(command[1:])
+    if speak is not None:
+        from . import adapt  # noqa: F401  (imported now rather than by the first client's connection)
 
     async def one_connection(connection_id: str, to_client: trio.abc.SendStream, from_client: Any) -> None:
         log.info("bridge: connection %s…", connection_id[:8])
