@@ -8,7 +8,10 @@ Two pairings, each its own client process per round (the order alternating), one
 - ``direct``: the v1 client spawning the v1 bench agent (``runtime/trio_agent.py``);
 - ``adapter``: the same client spawning ``python -m acp_trio.adapt --speak 1 -- python
   runtime/trio_v2_agent.py``: the same commands served by a v2 agent, every message translated by
-  the adapter process between them (issue 33: "a v2-only agent served to a v1 client").
+  the adapter process between them (issue 33: "a v2-only agent served to a v1 client");
+- ``proxy``: the same client spawning ``runtime/stdio_proxy.py``, which spawns the v1 bench agent
+  and copies bytes between the two pipes unchanged: the extra process and pipes of the adapter
+  and nothing else, the floor of what any stdio adapter can get (reported, no bar).
 
 Commands (``runtime/common.py``): ``stream 20000`` (updates/s; bar: the adapter at least half as
 fast as the direct pair) and ``permission 2000`` (round trips one at a time: the adapter's added
@@ -41,7 +44,11 @@ import acp_trio  # noqa: E402
 STREAM: Final = "stream 20000"
 PERMISSION: Final = "permission 2000"
 COUNTS: Final = {STREAM: 20_000, PERMISSION: 2_000}
-PAIRINGS: Final = {"direct": "trio_agent.py", "adapter": "adapt:trio_v2_agent.py"}
+PAIRINGS: Final = {
+    "direct": "trio_agent.py",
+    "adapter": "adapt:trio_v2_agent.py",
+    "proxy": str(_RUNTIME / "stdio_proxy.py"),  # absolute: the client spawns it as it is
+}
 BAR: Final = 0.5
 
 
@@ -78,17 +85,22 @@ def main(argv: list[str] | None = None) -> int:
                 for command in (STREAM, PERMISSION):
                     samples[key][command].extend(result[command])
     rate = {key: {c: COUNTS[c] / statistics.median(xs) for c, xs in by.items()} for key, by in samples.items()}
-    direct, adapter = rate["direct"], rate["adapter"]
+    direct, adapter, proxy = rate["direct"], rate["adapter"], rate["proxy"]
     stream_ratio = adapter[STREAM] / direct[STREAM]
     added_us = (1 / adapter[PERMISSION] - 1 / direct[PERMISSION]) * 1e6
+    proxy_added_us = (1 / proxy[PERMISSION] - 1 / direct[PERMISSION]) * 1e6
     ok = stream_ratio >= BAR
-    print(f"  {'':<34}{'direct (v1 agent)':>20}{'adapter (v2 agent)':>20}{'ratio':>8}")
-    print(f"  {'stream 20000, updates/s':<34}{direct[STREAM]:>20,.0f}{adapter[STREAM]:>20,.0f}{stream_ratio:>8.2f}")
+    print(f"  {'':<34}{'direct (v1 agent)':>20}{'adapter (v2 agent)':>20}{'ratio':>8}{'bare proxy':>14}{'ratio':>8}")
+    for command, label in ((STREAM, "stream 20000, updates/s"), (PERMISSION, "permission 2000, round trips/s")):
+        base = direct[command]
+        print(
+            f"  {label:<34}{base:>20,.0f}{adapter[command]:>20,.0f}{adapter[command] / base:>8.2f}"
+            f"{proxy[command]:>14,.0f}{proxy[command] / base:>8.2f}"
+        )
     print(
-        f"  {'permission 2000, round trips/s':<34}{direct[PERMISSION]:>20,.0f}{adapter[PERMISSION]:>20,.0f}"
-        f"{adapter[PERMISSION] / direct[PERMISSION]:>8.2f}"
+        f"  the adapter adds {added_us:,.0f} µs per permission round trip"
+        f" (a bare proxy forwarding bytes: {proxy_added_us:,.0f} µs)"
     )
-    print(f"  the adapter adds {added_us:,.0f} µs per permission round trip")
     print(f"  bar: the adapter streams at least {BAR:g}x as fast as the direct pair: {'PASS' if ok else 'FAIL'}")
     print(f"(adapter benchmark took {time.perf_counter() - started:.0f} s; {describe_load(load, cpu_times())})")
     if args.json:
@@ -98,6 +110,8 @@ def main(argv: list[str] | None = None) -> int:
             "per_second": rate,
             "stream_ratio": stream_ratio,
             "added_us_per_round_trip": added_us,
+            "proxy_stream_ratio": proxy[STREAM] / direct[STREAM],
+            "proxy_added_us_per_round_trip": proxy_added_us,
             "bar": BAR,
             "pass": ok,
         }

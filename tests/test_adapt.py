@@ -17,6 +17,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
+import orjson
 import pytest
 import trio
 from trio.testing import memory_stream_pair
@@ -744,3 +745,64 @@ def test_the_command_line_exits_2_with_one_line_saying_why(
         main(argv)
     assert caught.value.code == 2
     assert says in capsys.readouterr().err
+
+
+# -- the streaming fast path (issue 33's bar): text chunks cross as their wire JSON ---------------
+def _chunk(sid: str, text: str, **more: Any) -> dict[str, Any]:
+    """``session/update`` params of an agent_message_chunk, keys in an order the typed way does not keep."""
+    update = {"futureUpdate": {"x": [1, 2]}, "content": {"text": text, "type": "text"}, "messageId": "m1"}
+    update.update(more)
+    update["sessionUpdate"] = "agent_message_chunk"
+    return {"update": update, "sessionId": sid}
+
+
+class WireChunksAgent(RawV2Agent):
+    """Streams its turn as raw JSON lines: text chunks with unknown fields and ``_meta`` at every
+    level, one with ``annotations``, an update v1 lacks, and a thought."""
+
+    def sent(self, sid: str) -> list[dict[str, Any]]:
+        first = _chunk(sid, "Hel", _meta={"u": 1})
+        first["update"]["content"].update({"_meta": {"c": 1}, "futureBlock": True})
+        first.update({"_meta": {"n": 1}, "futureParams": "p"})
+        noted = _chunk(sid, "lo")
+        noted["update"]["content"]["annotations"] = {"priority": 0.5}
+        thought = {"sessionId": sid, "update": {"sessionUpdate": "agent_thought_chunk", "messageId": "t1"}}
+        thought["update"]["content"] = {"type": "text", "text": "hm", "_meta": {"t": 1}}
+        unknown = {"sessionId": sid, "update": {"sessionUpdate": "future_update", "x": 1}}
+        return [first, noted, thought, unknown, _chunk(sid, "!", _meta={"u": 2})]
+
+    async def turn(self, session_id: str, text: str) -> str:
+        for params in self.sent(session_id):
+            await self.conn.connection.notify("session/update", params)
+        return "end_turn"
+
+
+async def test_text_chunks_cross_to_the_v1_client_byte_for_byte_with_unknown_fields_and_meta() -> None:
+    received: list[bytes] = []
+    agents: list[WireChunksAgent] = []
+
+    def make(conn: AgentSideConnection) -> WireChunksAgent:
+        agents.append(WireChunksAgent(conn))
+        return agents[-1]
+
+    async with adapted({v2: make}, V1Client(), received) as (_, agent):
+        new = await agent.session_new(v1.NewSessionRequest(cwd="/work", mcp_servers=[]))
+        result = await agent.session_prompt(
+            v1.PromptRequest(session_id=new.session_id, prompt=[v1.TextContentBlock(text="go")])
+        )
+    assert result.stop_reason == "end_turn"
+    first, noted, thought, _unknown, last = agents[0].sent(new.session_id)
+    lines = [line for line in received if b'"session/update"' in line]
+    assert len(lines) == 4  # the update v1 lacks is not sent
+    # the fast path: the agent's params as they were read, key order included (the typed way
+    # writes known fields first); unknown fields and _meta at every level survive
+    assert orjson.dumps(first) in lines[0]
+    assert orjson.dumps(thought) in lines[2]
+    # annotations go the typed way: the same JSON, not the same bytes
+    assert json.loads(lines[1])["params"] == noted
+    assert orjson.dumps(noted) not in lines[1]
+    # the chunk after a dropped update says how many were dropped, beside its own _meta
+    params = json.loads(lines[3])["params"]
+    assert params["update"]["_meta"] == {"u": 2, "acp-trio/dropped": 1}
+    del params["update"]["_meta"], last["update"]["_meta"]
+    assert params == last

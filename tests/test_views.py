@@ -266,6 +266,42 @@ def test_v1_view_maps_a_whole_message_only_while_the_client_holds_none_of_it(cap
     ]
 
 
+def test_v1_view_passes_text_chunks_as_their_wire_json_and_keeps_the_state_project_keeps() -> None:
+    """The streaming fast path (:meth:`V1View.project_wire`): a text ``*_chunk`` is its own v1
+    form, and what the typed way makes of it is the same JSON."""
+    view = V1View()
+    chunk = {
+        "sessionUpdate": "agent_message_chunk",
+        "messageId": "m1",
+        "content": {"type": "text", "text": "a", "_meta": {"c": 1}, "futureBlock": [1]},
+        "_meta": {"u": 1},
+        "futureUpdate": True,
+    }
+    assert view.project_wire(chunk)
+    typed = converter.structure(chunk, v2.SessionUpdate)
+    assert wire(V1View().project(typed), v1.SessionUpdate) == [chunk]
+    thought = {"sessionUpdate": "agent_thought_chunk", "messageId": "t", "content": {"type": "text", "text": "x"}}
+    assert view.project_wire(thought)
+    # the chunk was recorded as project() records it: the client holds part of m1 now
+    with pytest.raises(m.VersionError, match="cannot retract"):
+        view.project(v2.AgentMessageSessionUpdate(message_id="m1", content=[text2("A")]))
+    # the rest goes the typed way
+    typed_ways = [
+        {**chunk, "content": {"type": "text", "text": "a", "annotations": {"priority": 1}}},
+        {**chunk, "content": {"type": "image", "data": "AA==", "mimeType": "image/png"}},
+        {**chunk, "content": {"type": "text", "text": 1}},
+        {**chunk, "content": {"type": "text", "text": "a", "_meta": "not an object"}},
+        {**chunk, "_meta": None},
+        {**chunk, "messageId": None},
+        {"sessionUpdate": "agent_message", "messageId": "m2", "content": [{"type": "text", "text": "a"}]},
+        {"sessionUpdate": "usage_update", "used": 1, "size": 2},
+    ]
+    assert [view.project_wire(u) for u in typed_ways] == [False] * len(typed_ways)
+    # so does the chunk after a dropped update: it carries the count
+    assert view.project(converter.structure({"sessionUpdate": "_progress"}, v2.SessionUpdate)) == []
+    assert not view.project_wire(thought)
+
+
 def test_v1_view_drops_unknown_variants_with_a_warning_and_counts_them_on_the_next_update(
     caplog: pytest.LogCaptureFixture,
 ) -> None:

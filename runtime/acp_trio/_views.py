@@ -8,7 +8,8 @@ is a row function of :mod:`acp_trio._mapping`.
 
 ``V1View`` (v2 → v1; ``docs/protocol/v2/migration.mdx`` § At a glance, § Tool calls, § Plans):
 
-- ``*_chunk`` messages: the same, ``messageId`` kept (T5/T6); whole-message upserts
+- ``*_chunk`` messages: the same, ``messageId`` kept (T5/T6; for a text chunk's wire JSON,
+  :meth:`V1View.project_wire` says so without decoding it: the adapter's streaming path); whole-message upserts
   (``agent_message``...): one chunk per block while the v1 client holds nothing of that message,
   else :class:`~acp_trio._mapping.VersionError` (v1 cannot retract chunks: T7); ``user_message``:
   nothing on a live turn (the v1 client sent it: T1), chunks when ``echo_user_messages`` (replay);
@@ -91,6 +92,26 @@ _SAME_SHAPE_V1 = (
 )
 
 
+def _wire_names(*classes: type) -> frozenset[str]:
+    """The JSON field names the generated ``classes`` know (their ``_meta`` included)."""
+    return frozenset(f.metadata["acp"].wire for c in classes for f in attrs.fields(c) if "acp" in f.metadata)
+
+
+_WIRE_CHUNK_ROLES: dict[Any, str] = {
+    "user_message_chunk": "user",
+    "agent_message_chunk": "agent",
+    "agent_thought_chunk": "thought",
+}
+"""The v2 chunk updates whose v1 form is the same JSON (rows T5/T6: ``messageId`` kept), by role."""
+_CHUNK_OTHER_FIELDS = _wire_names(
+    *_CHUNKS, v1.UserMessageChunkSessionUpdate, v1.AgentMessageChunkSessionUpdate, v1.AgentThoughtChunkSessionUpdate
+) - {"sessionUpdate", "messageId", "content", "_meta"}
+"""Fields a chunk of either version knows besides those :meth:`V1View.project_wire` checks (none
+today): a chunk with one goes the typed way."""
+_TEXT_OTHER_FIELDS = _wire_names(v1.TextContentBlock, v2.TextContentBlock) - {"type", "text", "_meta"}
+"""A text block's known fields :meth:`V1View.project_wire` does not check (``annotations``)."""
+
+
 @attrs.define
 class _Fixed:
     """Tool call content given in its exact v1 form (a hint), sent as it is."""
@@ -137,6 +158,32 @@ class V1View:
             out[0] = attrs.evolve(first, meta=meta)
             self._dropped = 0
         return out
+
+    def project_wire(self, update: dict[str, Any]) -> bool:
+        """Whether the v2 ``update`` (its wire JSON, ``session/update``'s ``update``) is its own v1
+        form, to be sent unchanged; the state :meth:`project` keeps is updated as it would be.
+
+        The streaming fast path (issue 33's bar): a ``*_chunk`` of a ``text`` block with a
+        ``messageId`` is the same JSON in v1 (rows T5/T6: v1's optional ``messageId`` kept), unknown
+        fields and ``_meta`` included.  ``False`` for anything else (another update or block, a
+        field of the wrong type, ``annotations``, a ``_meta`` that is not an object) and when the
+        next update sent must carry the count of dropped ones: then decode it and call
+        :meth:`project`, which checks it fully."""
+        role = _WIRE_CHUNK_ROLES.get(update.get("sessionUpdate"))
+        if role is None or self._dropped:
+            return False
+        message_id = update.get("messageId")
+        content = update.get("content")
+        if type(message_id) is not str or type(content) is not dict or content.get("type") != "text":
+            return False
+        if type(content.get("text")) is not str or not _meta_is_object(update) or not _meta_is_object(content):
+            return False
+        if _CHUNK_OTHER_FIELDS and not _CHUNK_OTHER_FIELDS.isdisjoint(update):
+            return False
+        if not _TEXT_OTHER_FIELDS.isdisjoint(content):
+            return False
+        self._messages.add((role, message_id))  # a chunk: always appends (as _message)
+        return True
 
     def _project(self, update: Any, v1_content: Sequence[Any] | None) -> list[Any]:
         if isinstance(update, _STATES):
@@ -296,6 +343,11 @@ class V1View:
                 out.pop()
             self._mode = mode
         return out
+
+
+def _meta_is_object(wire: dict[str, Any]) -> bool:
+    """Whether ``wire`` has no ``_meta`` or a JSON object there (what decoding keeps as it is)."""
+    return "_meta" not in wire or type(wire["_meta"]) is dict
 
 
 def _decode(data: str, terminal_id: str) -> bytes:

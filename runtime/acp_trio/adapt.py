@@ -43,7 +43,9 @@ v1 client → v2 agent (method by method, the design's rows in brackets):
 v2 agent → v1 client:
 
 - ``session/update``: through one :class:`~acp_trio._views.V1View` per session (T5-T14, T20-T22,
-  L12-L14): ``tool_call`` then ``tool_call_update``, ``plan`` with every live plan, state updates
+  L12-L14); streamed text chunks are not decoded: their wire JSON is their v1 form and is sent as
+  read (:meth:`~acp_trio._views.V1View.project_wire`), in order with the session's other updates;
+  the others: ``tool_call`` then ``tool_call_update``, ``plan`` with every live plan, state updates
   not sent; a v2 diff of an added or deleted file is rendered exact from its patch
   (``newText`` / ``oldText``), another one as text with its patch (T13); an update v1 cannot express
   is not sent and is logged (the turn goes on);
@@ -111,7 +113,7 @@ from ._mapping import (
 )
 from ._roles import AgentSideConnection, ClientSideConnection, ConnectionClosed, ProtocolVersionError
 from ._spec import UNSET, UnsetType
-from ._views import V1View, V2View
+from ._views import V1View, V2View, _meta_is_object
 from .fs import SessionFileSystem
 from .terminals import TerminalManager
 
@@ -206,6 +208,39 @@ class _Turn:
             self.ended.set()
 
 
+_WIRE_CHUNKS = frozenset({"user_message_chunk", "agent_message_chunk", "agent_thought_chunk"})
+
+
+class _WireUpdate:
+    """A v2 ``session/update`` of a streamed chunk as read (wire JSON), not decoded: what
+    :class:`_WireDecode` hands the handler; ``session_id`` orders it with its session's others."""
+
+    __slots__ = ("decode", "raw", "session_id", "update")
+
+    def __init__(self, raw: dict[str, Any], decode: Callable[[Any], Any]) -> None:
+        self.raw = raw
+        self.session_id: str = raw["sessionId"]
+        self.update: dict[str, Any] = raw["update"]
+        self.decode = decode  # the typed way, when the view wants the update decoded after all
+
+
+class _WireDecode:
+    """The agent connection's ``session/update`` decoder with the fast path: params with a string
+    ``sessionId`` and a chunk ``update`` are a :class:`_WireUpdate`, the rest decoded by ``typed``."""
+
+    __slots__ = ("typed",)
+
+    def __init__(self, typed: Callable[[Any], Any]) -> None:
+        self.typed = typed
+
+    def __call__(self, raw: Any) -> Any:
+        if type(raw) is dict and type(raw.get("sessionId")) is str:
+            update = raw.get("update")
+            if type(update) is dict and update.get("sessionUpdate") in _WIRE_CHUNKS:
+                return _WireUpdate(raw, self.typed)
+        return self.typed(raw)
+
+
 @attrs.define
 class _Session:
     """What the adapter keeps of one session: the v1 projection, the tool calls the v1 client holds
@@ -272,6 +307,7 @@ class V1Front:
         self.sessions: dict[str, _Session] = {}
         self._synthetic = itertools.count(1)
         self._answered = trio.Event()  # set (and replaced) each time a v1 prompt is answered
+        self._queue_update: Callable[[Any], bool] | None = None  # the client's session/update queue
 
     # -- wiring ------------------------------------------------------------------------------------
     def acp_handlers(self) -> dict[ModuleType, Callable[[AgentSideConnection], V1Front]]:
@@ -381,6 +417,7 @@ class V1Front:
                 {"detail": f"the agent behind this adapter does not speak protocol version 2: {exc}"},
             ) from None
         self.agent_initialize = answer
+        self._stream_wire(self.agent_conn)
         methods = answer.auth_methods if isinstance(answer.auth_methods, list) else []
         agent_caps = answer.capabilities if isinstance(answer.capabilities, v2.AgentCapabilities) else None
         return v1.InitializeResponse(
@@ -612,6 +649,36 @@ class V1Front:
             log.debug("session %s: the agent could not be told to cancel its turn: %s", session_id, exc)
 
     # -- v2 agent → v1 client ----------------------------------------------------------------------
+    def _stream_wire(self, conn: ClientSideConnection) -> None:
+        """Read the agent's streamed chunks as wire JSON (the fast path of :meth:`_forward_wire`):
+        ``session/update`` params whose ``update`` is a ``*_chunk`` are not decoded to typed v2 but
+        handed over as :class:`_WireUpdate` (in the same per-session order); the rest as before."""
+        route = conn.connection.routes.get("session/update")
+        if route is None or isinstance(route.decode, _WireDecode):
+            return
+        route.decode = _WireDecode(route.decode or conn.connection.converter.structure_fn(route.params_type))
+
+    async def _forward_wire(self, params: _WireUpdate) -> None:
+        """A streamed chunk read as wire JSON: sent to the v1 client unchanged when its session's
+        view says it is its own v1 form (:meth:`V1View.project_wire`: a text chunk, unknown fields
+        and ``_meta`` included), else decoded and sent the typed way (:meth:`_forward`)."""
+        raw = params.raw
+        session = self._session(params.session_id)
+        conn = self.client_conn
+        if conn is not None and _meta_is_object(raw) and session.view.project_wire(params.update):
+            queue = self._queue_update
+            if queue is None:
+                queue = self._queue_update = conn.connection.notification_queue("session/update")
+            if queue(raw):  # the client reads slower than the agent streams: wait for the writer
+                await conn.connection.wait_writable()
+            return
+        try:
+            typed = params.decode(raw)
+        except Exception as exc:  # as the runtime drops a notification with invalid params
+            log.warning("dropping a session/update from the agent with invalid params: %s", exc)
+            return
+        await self._forward(typed.session_id, typed.update, typed.meta, typed.extra_fields)
+
     async def _forward(
         self, session_id: str, update: Any, meta: Any = UNSET, extra_fields: dict[str, Any] | None = None
     ) -> None:
@@ -696,8 +763,11 @@ class _V2Back:
     def __init__(self, front: V1Front) -> None:
         self.front = front
 
-    async def session_update(self, params: v2.UpdateSessionNotification) -> None:
+    async def session_update(self, params: v2.UpdateSessionNotification | _WireUpdate) -> None:
         """v2 ``session/update`` → zero or more v1 ``session/update`` (the session's ``V1View``)."""
+        if isinstance(params, _WireUpdate):
+            await self.front._forward_wire(params)
+            return
         await self.front._forward(params.session_id, params.update, params.meta, params.extra_fields)
 
     async def session_request_permission(self, params: v2.RequestPermissionRequest) -> v2.RequestPermissionResponse:
