@@ -756,6 +756,13 @@ PARSE_ONLY: dict[str, str] = {
     "python -m acp_trio.bridge --listen 127.0.0.1:8765 --token T -- python my_agent.py": NETWORK,
     "python -m acp_trio.bridge --connect ws://127.0.0.1:8765/acp": NETWORK,
     "python -m acp_trio.bridge --listen 127.0.0.1:8765 -- npx @agentclientprotocol/claude-agent-acp": NETWORK,
+    "python -m acp_trio.bridge --listen 127.0.0.1:8765 --speak 1 -- python -m acp_trio.demo --serve-agent --protocol 2": (
+        NETWORK
+    ),
+    "python -m acp_trio.bridge --listen 127.0.0.1:8765 --speak 2 -- python -m acp_trio.demo --serve-agent --protocol 1": (
+        "a fixed port on the network: tests/test_bridge_speak.py runs it as printed on a free one"
+    ),
+    "python -m acp_trio.demo --url http://127.0.0.1:8765/acp --protocol 2": NETWORK,
     "python -m examples.llm_agent --provider anthropic --model claude-sonnet-4-5 --store ~/.cache/llm-agent.db": (
         "a model API: the network and a key (nox -s llm_demo runs it against a loopback server)"
     ),
