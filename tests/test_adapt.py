@@ -509,6 +509,22 @@ async def test_python_m_acp_trio_adapt_speak_1_serves_a_v2_only_agent_to_a_v1_cl
     assert updates[0]["content"] == {"type": "text", "text": "hello from v2"}
 
 
+async def test_an_agent_exiting_during_initialize_is_a_v1_error_naming_the_exit() -> None:
+    """The agent reads ``initialize`` and exits: the v1 client's ``initialize`` is answered -32603
+    with the exit status in its detail (was: a bare -32603 "Internal error", no data)."""
+    agent = "import sys; sys.stdin.readline(); sys.stderr.write('no v2 here\\n'); sys.exit(3)"
+    command = [sys.executable, "-m", "acp_trio.adapt", "--speak", "1", "--", sys.executable, "-c", agent]
+    with trio.fail_after(30):  # two interpreters start
+        async with spawn_agent(command[0], command[1:], client={v1: V1Client()}) as conn:
+            with pytest.raises(RequestError) as caught:
+                await conn.initialize(v1.InitializeRequest(protocol_version=1))
+    assert caught.value.code == -32603
+    assert caught.value.data["method"] == "initialize"
+    detail = caught.value.data["detail"]
+    assert "the agent behind this adapter is gone" in detail and "initialize was not answered" in detail
+    assert "3" in detail and "no v2 here" in detail, detail
+
+
 class CommandsAgent(RawV2Agent):
     commands = True
 

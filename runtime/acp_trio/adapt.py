@@ -77,7 +77,7 @@ import sys
 import uuid
 from collections.abc import Callable, Sequence
 from types import ModuleType
-from typing import Any
+from typing import Any, ClassVar, Generic, Self, TypeVar
 
 import attrs
 import trio
@@ -146,12 +146,20 @@ def _structure(wire: Any, target: Any) -> Any:
     return converter.structure(wire, target)
 
 
-def _not_in_v2(method: str, detail: str) -> RequestError:
+def _not_in(version: int, method: str, detail: str) -> RequestError:
+    """-32601 for ``method``, which the agent (speaking protocol ``version``) lacks: ``detail`` says why."""
     return RequestError(
         METHOD_NOT_FOUND,
         "Method not found",
-        {"method": method, "detail": f"{detail} (the agent behind this adapter speaks protocol version 2)"},
+        {"method": method, "detail": f"{detail} (the agent behind this adapter speaks protocol version {version})"},
     )
+
+
+def _agent_gone(method: str, exc: ConnectionClosed) -> RequestError:
+    """-32603 for ``method``: the agent's connection closed before it answered (``exc`` says how:
+    its exit status and last stderr lines when the adapter spawned it)."""
+    detail = f"the agent behind this adapter is gone ({exc}): {method} was not answered"
+    return RequestError(INTERNAL_ERROR, "Internal error", {"method": method, "detail": detail})
 
 
 def _untranslatable(method: str, exc: Exception) -> RequestError:
@@ -253,7 +261,217 @@ class _Session:
     closed: bool = False  # closed or deleted while a turn waited: forgotten once it is answered
 
 
-class V1Front:
+_S = TypeVar("_S", "_Session", "_V2Session")
+
+
+class _Front(Generic[_S]):
+    """What both fronts share: the client connection (spoken :attr:`client_version`) and the agent
+    connection (:attr:`agent_version`) with their wiring, extension methods forwarded verbatim both
+    ways, the sessions seen, and the calls to the agent with their errors mapped (what the agent's
+    capabilities do not cover: -32601 naming its version; its connection gone: -32603 saying so)."""
+
+    client_version: ClassVar[ModuleType]
+    """The protocol module spoken to the client (``acp_schema.v1`` or ``v2``)."""
+    agent_version: ClassVar[ModuleType]
+    """The protocol module spoken to the agent."""
+    agent_speaks: ClassVar[int]
+    """The agent's protocol version number (named in errors)."""
+    dropped_setup_fields: ClassVar[tuple[str, ...]] = ()
+    """Wire fields of a session setup request that the agent's version has no place for."""
+
+    def __init__(
+        self,
+        *,
+        cancel_grace: float,
+        client_info: v2.Implementation | None,
+        ext_requests: Sequence[str],
+        ext_notifications: Sequence[str],
+    ) -> None:
+        _check_ext_names((*ext_requests, *ext_notifications))
+        self.ext_requests = tuple(ext_requests)
+        self.ext_notifications = tuple(ext_notifications)
+        self.cancel_grace = cancel_grace
+        self.client_info = client_info or ADAPTER_INFO
+        self.client_conn: AgentSideConnection | None = None
+        """The connection to the client (set when it is built)."""
+        self.agent_conn: ClientSideConnection | None = None
+        """The connection to the agent (set when it is built)."""
+        self.sessions: dict[str, _S] = {}
+
+    # -- wiring ------------------------------------------------------------------------------------
+    def acp_handlers(self) -> dict[ModuleType, Callable[[AgentSideConnection], Self]]:
+        """``{client_version: factory}``: the runtime's hook, so ``AgentSideConnection(front, ...)``
+        speaks the client's version (and only it)."""
+        return {self.client_version: self._attach_client}
+
+    def agent_handlers(self) -> dict[ModuleType, Callable[[ClientSideConnection], Any]]:
+        """``{agent_version: factory}``: the ``client`` argument of the connection to the agent
+        (``spawn_agent(..., client=front.agent_handlers())``, ``ClientSideConnection``)."""
+        return {self.agent_version: self._attach_agent}
+
+    def _attach_client(self, conn: AgentSideConnection) -> Self:
+        if self.client_conn is not None and self.client_conn is not conn:
+            raise RuntimeError(f"a {type(self).__name__} serves one client connection; make one per connection")
+        self.client_conn = conn
+        _forward_extensions(conn, lambda: self.agent_conn, self.ext_requests, self.ext_notifications)
+        return self
+
+    def _attach_agent(self, conn: ClientSideConnection) -> Any:
+        if self.agent_conn is not None and self.agent_conn is not conn:
+            raise RuntimeError(f"a {type(self).__name__} talks to one agent connection; make one per connection")
+        if self.agent_conn is None:
+            self.agent_conn = conn
+            _forward_extensions(conn, lambda: self.client_conn, self.ext_requests, self.ext_notifications)
+            self._agent_attached(conn)
+        return self._back()
+
+    def _agent_attached(self, conn: ClientSideConnection) -> None:
+        """The agent's connection was built (once)."""
+
+    def _back(self) -> Any:
+        """The client-side handler facing the agent."""
+        raise NotImplementedError
+
+    @property
+    def _agent(self) -> Any:
+        if self.agent_conn is None:
+            raise RequestError(INTERNAL_ERROR, "Internal error", {"detail": "the adapter has no agent connection"})
+        return self.agent_version.AgentPeer(self.agent_conn)
+
+    @property
+    def _client(self) -> Any:
+        if self.client_conn is None:
+            raise RuntimeError("the adapter has no client connection yet")
+        return self.client_version.ClientPeer(self.client_conn)
+
+    # -- sessions ----------------------------------------------------------------------------------
+    def _new_session(self) -> _S:
+        raise NotImplementedError
+
+    def _session(self, session_id: str) -> _S:
+        session = self.sessions.get(session_id)
+        if session is None:  # a session the client knows from elsewhere (session/list): project from now on
+            session = self.sessions[session_id] = self._new_session()
+        return session
+
+    def _forget(self, session_id: str) -> None:
+        """Drop a closed or deleted session's state; a turn still running keeps it until its end
+        (the agent cancels the turn on close: v2 session-setup.mdx)."""
+        session = self.sessions.get(session_id)
+        if session is not None:
+            if session.turn is None:
+                del self.sessions[session_id]
+            else:
+                session.closed = True
+
+    # -- calls to the agent ------------------------------------------------------------------------
+    async def _call(self, method: str, call: Callable[[], Any]) -> Any:
+        """``await call()`` on the agent; a call its capabilities do not cover is
+        :meth:`_uncovered`'s error, a closed agent connection -32603 saying so."""
+        try:
+            return await call()
+        except CapabilityError as exc:
+            raise self._uncovered(method, exc) from None
+        except ConnectionClosed as exc:
+            raise _agent_gone(method, exc) from None
+
+    def _uncovered(self, method: str, exc: CapabilityError) -> RequestError:
+        return _not_in(self.agent_speaks, method, str(exc))
+
+    async def _relayed(self, method: str, params: Any, request_type: Any, call: str, answer_type: Any) -> Any:
+        """A request of the same shape in both versions: ``params`` re-read as ``request_type``, sent
+        with the agent peer's method ``call``, its answer re-read as ``answer_type``."""
+        request = _relay(params, request_type)
+        answer = await self._call(method, lambda: getattr(self._agent, call)(request))
+        return _relay(answer, answer_type)
+
+    async def _initialize_agent(self, request: Any) -> Any:
+        """Send ``initialize`` to the agent: its answer (also kept as :attr:`agent_initialize`).
+        -32603 when the agent answers another protocol version or its connection closes first
+        (the error names how: an exit status, the last stderr lines)."""
+        if self.agent_conn is None:
+            raise RequestError(INTERNAL_ERROR, "Internal error", {"detail": "the adapter has no agent connection"})
+        try:
+            answer = await self.agent_conn.initialize(request)
+        except ProtocolVersionError as exc:
+            detail = f"the agent behind this adapter does not speak protocol version {self.agent_speaks}: {exc}"
+            raise RequestError(INTERNAL_ERROR, "Internal error", {"detail": detail}) from None
+        except ConnectionClosed as exc:
+            raise _agent_gone("initialize", exc) from None
+        self.agent_initialize = answer
+        return answer
+
+    def _mcp_servers(self, servers: Any) -> list[Any] | None:
+        """A setup request's MCP server configs in the agent's version (row M1); ``None``: as they are."""
+        raise NotImplementedError
+
+    def _setup_request(self, params: Any, target: Any, method: str, **extra: Any) -> Any:
+        """A ``session/new``/``load``/``resume`` request of the client's version as the agent's
+        ``target``: the same fields, MCP server configs by row M1, ``extra`` added; -32602 naming
+        the method for one with no form in the agent's version."""
+        wire = converter.unstructure(params)
+        for name in self.dropped_setup_fields:
+            wire.pop(name, None)
+        try:
+            servers = self._mcp_servers(params.mcp_servers)
+            if servers is not None:
+                wire["mcpServers"] = [converter.unstructure(s) for s in servers]
+            wire.update(extra)
+            return _structure(wire, target)
+        except (VersionError, DecodeError) as exc:
+            raise _untranslatable(method, exc) from None
+
+    async def _send_cancel(self, session_id: str, notification: Any) -> None:
+        """Send ``session/cancel`` to the agent; when it cannot be sent (the agent is gone) a debug
+        log line: the turn ends anyway."""
+        try:
+            await self._agent.session_cancel(notification)
+        except (ConnectionClosed, RequestError) as exc:
+            log.debug("session %s: the agent could not be told to cancel its turn: %s", session_id, exc)
+
+    # -- questions to the client -------------------------------------------------------------------
+    async def _elicit_client(self, ask: Callable[[], Any]) -> Any:
+        """``await ask()`` (``elicitation/create`` to the client); -32601 when the client did not
+        offer elicitation (the agent was not offered it either)."""
+        try:
+            return await ask()
+        except CapabilityError as exc:
+            detail = f"the v{self.client_version.PROTOCOL_VERSION} client behind this adapter: {exc}"
+            raise RequestError(
+                METHOD_NOT_FOUND, "Method not found", {"method": "elicitation/create", "detail": detail}
+            ) from None
+
+    async def _elicitation_complete(self, params: Any) -> None:
+        """The agent's ``elicitation/complete`` to the client (the same shape in both versions)."""
+        try:
+            notification = _relay(params, self.client_version.CompleteElicitationNotification)
+            await self._client.elicitation_complete(notification)
+        except (CapabilityError, DecodeError) as exc:
+            log.warning(
+                "elicitation/complete not sent to the v%s client: %s", self.client_version.PROTOCOL_VERSION, exc
+            )
+
+
+class _Back:
+    """The client-side handler facing the agent: each method hands over to its front."""
+
+    def __init__(self, front: Any) -> None:
+        self.front = front
+
+    async def session_request_permission(self, params: Any) -> Any:
+        """The agent's ``session/request_permission`` → the client's version (rows T15-T18)."""
+        return await self.front._permission(params)
+
+    async def elicitation_create(self, params: Any) -> Any:
+        """The agent's ``elicitation/create`` → the client's version (row T19; the client must have offered it)."""
+        return await self.front._elicit(params)
+
+    async def elicitation_complete(self, params: Any) -> None:
+        """The agent's ``elicitation/complete`` → the client's."""
+        await self.front._elicitation_complete(params)
+
+
+class V1Front(_Front["_Session"]):
     """A v2-only agent served to a v1 client (see the module docstring for the method map).
 
     Wire it between two connections::
@@ -280,8 +498,12 @@ class V1Front:
     method for params the agent's capabilities do not cover (a stdio MCP server without
     ``session.mcp.stdio``: v1 implies stdio, v2 does not; design row L1) or that have no v2 form;
     -32603 when the agent answers ``initialize`` with another protocol version or its connection
-    is gone.
+    is gone (for ``initialize`` too: the error names how it went, e.g. the agent's exit status).
     """
+
+    client_version: ClassVar[ModuleType] = v1
+    agent_version: ClassVar[ModuleType] = v2
+    agent_speaks = 2
 
     def __init__(
         self,
@@ -291,48 +513,27 @@ class V1Front:
         ext_requests: Sequence[str] = (),
         ext_notifications: Sequence[str] = (),
     ) -> None:
-        for name in (*ext_requests, *ext_notifications):
-            if not name.startswith("_"):
-                raise ValueError(f"extension method names start with '_' (extensibility.mdx), got {name!r}")
-        self.ext_requests = tuple(ext_requests)
-        self.ext_notifications = tuple(ext_notifications)
-        self.cancel_grace = cancel_grace
-        self.client_info = client_info or ADAPTER_INFO
-        self.client_conn: AgentSideConnection | None = None
-        """The v1 connection to the client (set when it is built)."""
-        self.agent_conn: ClientSideConnection | None = None
-        """The v2 connection to the agent (set when it is built)."""
+        super().__init__(
+            cancel_grace=cancel_grace,
+            client_info=client_info,
+            ext_requests=ext_requests,
+            ext_notifications=ext_notifications,
+        )
         self.agent_initialize: v2.InitializeResponse | None = None
         """The agent's v2 ``initialize`` answer, once the client initialized."""
-        self.sessions: dict[str, _Session] = {}
         self._synthetic = itertools.count(1)
         self._answered = trio.Event()  # set (and replaced) each time a v1 prompt is answered
         self._queue_update: Callable[[Any], bool] | None = None  # the client's session/update queue
 
     # -- wiring ------------------------------------------------------------------------------------
-    def acp_handlers(self) -> dict[ModuleType, Callable[[AgentSideConnection], V1Front]]:
-        """``{v1: factory}``: the runtime's hook, so ``AgentSideConnection(front, ...)`` serves v1."""
-        return {v1: self._attach_client}
-
-    def agent_handlers(self) -> dict[ModuleType, Callable[[ClientSideConnection], _V2Back]]:
-        """``{v2: factory}``: the ``client`` argument of the connection to the agent
-        (``spawn_agent(..., client=front.agent_handlers())``, ``ClientSideConnection``)."""
-        return {v2: self._attach_agent}
-
-    def _attach_client(self, conn: AgentSideConnection) -> V1Front:
-        if self.client_conn is not None and self.client_conn is not conn:
-            raise RuntimeError("a V1Front serves one client connection; make one per connection")
-        self.client_conn = conn
-        _forward_extensions(conn, lambda: self.agent_conn, self.ext_requests, self.ext_notifications)
-        return self
-
-    def _attach_agent(self, conn: ClientSideConnection) -> _V2Back:
-        if self.agent_conn is not None and self.agent_conn is not conn:
-            raise RuntimeError("a V1Front talks to one agent connection; make one per connection")
-        self.agent_conn = conn
-        _forward_extensions(conn, lambda: self.client_conn, self.ext_requests, self.ext_notifications)
+    def _agent_attached(self, conn: ClientSideConnection) -> None:
         conn.connection.add_close_callback(self._agent_closed)
+
+    def _back(self) -> _V2Back:
         return _V2Back(self)
+
+    def _new_session(self) -> _Session:
+        return _Session()
 
     def _agent_closed(self, reason: str) -> None:
         """The agent's connection closed: every v1 prompt still waiting for its ``idle`` gets an
@@ -347,37 +548,13 @@ class V1Front:
         while any(s.turn is not None for s in self.sessions.values()):
             await self._answered.wait()
 
-    @property
-    def _agent(self) -> Any:
-        if self.agent_conn is None:
-            raise RequestError(INTERNAL_ERROR, "Internal error", {"detail": "the adapter has no agent connection"})
-        return v2.AgentPeer(self.agent_conn)
-
-    @property
-    def _client(self) -> Any:
-        if self.client_conn is None:
-            raise RuntimeError("the adapter has no client connection yet")
-        return v1.ClientPeer(self.client_conn)
-
-    def _session(self, session_id: str) -> _Session:
-        session = self.sessions.get(session_id)
-        if session is None:  # a session the client knows from elsewhere (session/list): project from now on
-            session = self.sessions[session_id] = _Session()
-        return session
-
-    async def _call(self, method: str, call: Callable[[], Any]) -> Any:
-        """``await call()`` on the agent; a call its capabilities do not cover is -32601 naming v2,
-        a closed agent connection -32603 saying so."""
-        try:
-            return await call()
-        except CapabilityError as exc:
-            if self.agent_conn is not None and self._offers(exc.method):  # the params need what it lacks
-                data = {"method": method, "detail": f"{exc} (the agent behind this adapter speaks protocol version 2)"}
-                raise RequestError(INVALID_PARAMS, "Invalid params", data) from None
-            raise _not_in_v2(method, str(exc)) from None
-        except ConnectionClosed as exc:
-            detail = f"the agent behind this adapter is gone ({exc}): {method} was not answered"
-            raise RequestError(INTERNAL_ERROR, "Internal error", {"method": method, "detail": detail}) from None
+    def _uncovered(self, method: str, exc: CapabilityError) -> RequestError:
+        """-32601 naming v2 for a method the agent's capabilities do not cover; -32602 when they
+        cover the method but not these params."""
+        if self.agent_conn is not None and self._offers(exc.method):  # the params need what it lacks
+            data = {"method": method, "detail": f"{exc} (the agent behind this adapter speaks protocol version 2)"}
+            return RequestError(INVALID_PARAMS, "Invalid params", data)
+        return _not_in(2, method, str(exc))
 
     def _offers(self, method: str) -> bool:
         """Whether the agent's capabilities cover the v2 ``method`` itself (whatever its params)."""
@@ -406,17 +583,8 @@ class V1Front:
             meta=params.meta,
             extra_fields=params.extra_fields,
         )
-        if self.agent_conn is None:
-            raise RequestError(INTERNAL_ERROR, "Internal error", {"detail": "the adapter has no agent connection"})
-        try:
-            answer: v2.InitializeResponse = await self.agent_conn.initialize(request)
-        except ProtocolVersionError as exc:
-            raise RequestError(
-                INTERNAL_ERROR,
-                "Internal error",
-                {"detail": f"the agent behind this adapter does not speak protocol version 2: {exc}"},
-            ) from None
-        self.agent_initialize = answer
+        answer: v2.InitializeResponse = await self._initialize_agent(request)
+        assert self.agent_conn is not None
         self._stream_wire(self.agent_conn)
         methods = answer.auth_methods if isinstance(answer.auth_methods, list) else []
         agent_caps = answer.capabilities if isinstance(answer.capabilities, v2.AgentCapabilities) else None
@@ -439,23 +607,14 @@ class V1Front:
 
     async def logout(self, params: v1.LogoutRequest) -> v1.LogoutResponse:
         """v1 ``logout`` → v2 ``auth/logout`` (row L3)."""
-        request = _relay(params, v2.LogoutAuthRequest)
-        answer = await self._call("logout", lambda: self._agent.auth_logout(request))
-        result: v1.LogoutResponse = _relay(answer, v1.LogoutResponse)
+        result: v1.LogoutResponse = await self._relayed(
+            "logout", params, v2.LogoutAuthRequest, "auth_logout", v1.LogoutResponse
+        )
         return result
 
-    def _setup_request(self, params: Any, target: Any, method: str, **extra: Any) -> Any:
-        """A v1 ``session/new``/``load``/``resume`` request as v2's ``target``: the same fields, MCP
-        server configs by row M1 (-32602 naming the method for a transport v2 lacks)."""
-        wire = converter.unstructure(params)
-        servers = params.mcp_servers
-        if isinstance(servers, list):
-            wire["mcpServers"] = [converter.unstructure(mcp_server_to_v2(s)) for s in servers]
-        wire.update(extra)
-        try:
-            return _structure(wire, target)
-        except DecodeError as exc:
-            raise _untranslatable(method, exc) from None
+    def _mcp_servers(self, servers: Any) -> list[Any] | None:
+        """Row M1, v1 → v2."""
+        return [mcp_server_to_v2(s) for s in servers] if isinstance(servers, list) else None
 
     def _session_answer(self, session: _Session, answer: Any, target: Any, **fields: Any) -> Any:
         """The v1 answer of a session setup request from v2's: ``configOptions`` (v1 names, row
@@ -501,7 +660,7 @@ class V1Front:
         before the answer.  -32601 naming v2 when the agent advertised no session capabilities."""
         caps = self.agent_initialize.capabilities if self.agent_initialize is not None else UNSET
         if not (isinstance(caps, v2.AgentCapabilities) and isinstance(caps.session, v2.SessionCapabilities)):
-            raise _not_in_v2("session/load", "the agent advertises no capabilities.session, so no session/resume")
+            raise _not_in(2, "session/load", "the agent advertises no capabilities.session, so no session/resume")
         request = self._setup_request(params, v2.ResumeSessionRequest, "session/load", replayFrom={"type": "start"})
         session = self.sessions[params.session_id] = _Session(view=V1View(echo_user_messages=True))
         try:
@@ -523,36 +682,26 @@ class V1Front:
 
     async def session_list(self, params: v1.ListSessionsRequest) -> v1.ListSessionsResponse:
         """v1 ``session/list`` → v2 ``session/list`` (row L7: the same shape)."""
-        request = _relay(params, v2.ListSessionsRequest)
-        answer = await self._call("session/list", lambda: self._agent.session_list(request))
-        result: v1.ListSessionsResponse = _relay(answer, v1.ListSessionsResponse)
+        result: v1.ListSessionsResponse = await self._relayed(
+            "session/list", params, v2.ListSessionsRequest, "session_list", v1.ListSessionsResponse
+        )
         return result
 
     async def session_close(self, params: v1.CloseSessionRequest) -> v1.CloseSessionResponse:
         """v1 ``session/close`` → v2 ``session/close`` (row L8; the agent cancels the session's turn)."""
-        request = _relay(params, v2.CloseSessionRequest)
-        answer = await self._call("session/close", lambda: self._agent.session_close(request))
+        result: v1.CloseSessionResponse = await self._relayed(
+            "session/close", params, v2.CloseSessionRequest, "session_close", v1.CloseSessionResponse
+        )
         self._forget(params.session_id)
-        result: v1.CloseSessionResponse = _relay(answer, v1.CloseSessionResponse)
         return result
 
     async def session_delete(self, params: v1.DeleteSessionRequest) -> v1.DeleteSessionResponse:
         """v1 ``session/delete`` → v2 ``session/delete`` (row L9)."""
-        request = _relay(params, v2.DeleteSessionRequest)
-        answer = await self._call("session/delete", lambda: self._agent.session_delete(request))
+        result: v1.DeleteSessionResponse = await self._relayed(
+            "session/delete", params, v2.DeleteSessionRequest, "session_delete", v1.DeleteSessionResponse
+        )
         self._forget(params.session_id)
-        result: v1.DeleteSessionResponse = _relay(answer, v1.DeleteSessionResponse)
         return result
-
-    def _forget(self, session_id: str) -> None:
-        """Drop a closed session's state; a turn still waiting keeps it until the agent's ``idle``
-        (the agent cancels the turn on close: v2 session-setup.mdx)."""
-        session = self.sessions.get(session_id)
-        if session is not None:
-            if session.turn is None:
-                del self.sessions[session_id]
-            else:
-                session.closed = True
 
     async def session_set_mode(self, params: v1.SetSessionModeRequest) -> v1.SetSessionModeResponse:
         """v1 ``session/set_mode`` → v2 ``session/set_config_option`` on the session's ``category:
@@ -563,8 +712,8 @@ class V1Front:
             (o for o in session.config_options if getattr(o, "category", None) == "mode" and o.type == "select"), None
         )
         if option is None:
-            raise _not_in_v2(
-                "session/set_mode", "v2 has no session modes and this session has no category 'mode' config option"
+            raise _not_in(
+                2, "session/set_mode", "v2 has no session modes and this session has no category 'mode' config option"
             )
         request = v2.IdSetSessionConfigOptionRequest(
             session_id=params.session_id,
@@ -643,10 +792,7 @@ class V1Front:
         """Tell the agent to stop the turn whose v1 wait was cancelled without the client's
         ``session/cancel`` (yet): ``session/close``, or the client's input ended."""
         turn.cancel_sent = True
-        try:
-            await self._agent.session_cancel(v2.CancelSessionNotification(session_id=session_id))
-        except (ConnectionClosed, RequestError) as exc:
-            log.debug("session %s: the agent could not be told to cancel its turn: %s", session_id, exc)
+        await self._send_cancel(session_id, v2.CancelSessionNotification(session_id=session_id))
 
     # -- v2 agent → v1 client ----------------------------------------------------------------------
     def _stream_wire(self, conn: ClientSideConnection) -> None:
@@ -740,28 +886,14 @@ class V1Front:
             request = elicitation_to_v1(params)
         except VersionError as exc:
             raise _untranslatable("elicitation/create", exc) from None
-        try:
-            answer = await self._client.elicitation_create(request)
-        except CapabilityError as exc:
-            raise RequestError(
-                METHOD_NOT_FOUND,
-                "Method not found",
-                {"method": "elicitation/create", "detail": f"the v1 client behind this adapter: {exc}"},
-            ) from None
+        answer = await self._elicit_client(lambda: self._client.elicitation_create(request))
         return _relay(answer, v2.CreateElicitationResponse)
 
-    async def _elicitation_complete(self, params: v2.CompleteElicitationNotification) -> None:
-        try:
-            await self._client.elicitation_complete(_relay(params, v1.CompleteElicitationNotification))
-        except (CapabilityError, DecodeError) as exc:
-            log.warning("elicitation/complete not sent to the v1 client: %s", exc)
 
-
-class _V2Back:
+class _V2Back(_Back):
     """The v2 client-side handler facing the agent: each method hands over to its :class:`V1Front`."""
 
-    def __init__(self, front: V1Front) -> None:
-        self.front = front
+    front: V1Front
 
     async def session_update(self, params: v2.UpdateSessionNotification | _WireUpdate) -> None:
         """v2 ``session/update`` → zero or more v1 ``session/update`` (the session's ``V1View``)."""
@@ -769,18 +901,6 @@ class _V2Back:
             await self.front._forward_wire(params)
             return
         await self.front._forward(params.session_id, params.update, params.meta, params.extra_fields)
-
-    async def session_request_permission(self, params: v2.RequestPermissionRequest) -> v2.RequestPermissionResponse:
-        """v2 ``session/request_permission`` → v1's (rows T15-T18)."""
-        return await self.front._permission(params)
-
-    async def elicitation_create(self, params: Any) -> Any:
-        """v2 ``elicitation/create`` → v1's (the same shape; the client must have offered it)."""
-        return await self.front._elicit(params)
-
-    async def elicitation_complete(self, params: v2.CompleteElicitationNotification) -> None:
-        """v2 ``elicitation/complete`` → v1's."""
-        await self.front._elicitation_complete(params)
 
 
 # == the second direction: a v1-only agent served to a v2 client =====================================
@@ -790,14 +910,6 @@ DISABLED_FS_DETAIL = (
     "adapter was told not to answer them itself (--no-client-fs, V2Front(client_fs=False)): "
     "drop that option to have it answer from the session's cwd"
 )
-
-
-def _not_in_v1(method: str, detail: str) -> RequestError:
-    return RequestError(
-        METHOD_NOT_FOUND,
-        "Method not found",
-        {"method": method, "detail": f"{detail} (the agent behind this adapter speaks protocol version 1)"},
-    )
 
 
 def _has(caps: Any, *path: str) -> bool:
@@ -918,7 +1030,7 @@ class _TerminalDisplay:
         await self.front._update(session_id, v2.TerminalOutputChunkSessionUpdate(terminal_id=terminal_id, data=encoded))
 
 
-class V2Front:
+class V2Front(_Front["_V2Session"]):
     """A v1-only agent served to a v2 client (issue 33, the adapter's second direction).
 
     Wire it between two connections::
@@ -983,6 +1095,11 @@ class V2Front:
     form; -32603 when the agent answers ``initialize`` with another version or is gone.
     """
 
+    client_version: ClassVar[ModuleType] = v2
+    agent_version: ClassVar[ModuleType] = v1
+    agent_speaks = 1
+    dropped_setup_fields = ("replayFrom",)  # v1 has no replay cursor: session/load replays, resume does not
+
     def __init__(
         self,
         *,
@@ -995,56 +1112,37 @@ class V2Front:
         terminal_kill_grace: float = 2.0,
         keep_history: bool = True,
     ) -> None:
-        _check_ext_names((*ext_requests, *ext_notifications))
+        super().__init__(
+            cancel_grace=cancel_grace,
+            client_info=client_info,
+            ext_requests=ext_requests,
+            ext_notifications=ext_notifications,
+        )
         self.keep_history = keep_history
         self.client_fs = client_fs
-        self.cancel_grace = cancel_grace
-        self.client_info = client_info or ADAPTER_INFO
-        self.ext_requests = tuple(ext_requests)
-        self.ext_notifications = tuple(ext_notifications)
         self.new_id = new_id or _new_message_id
         self.terminal_kill_grace = terminal_kill_grace
-        self.client_conn: AgentSideConnection | None = None
-        """The v2 connection to the client (set when it is built)."""
-        self.agent_conn: ClientSideConnection | None = None
-        """The v1 connection to the agent (set when it is built)."""
         self.agent_initialize: v1.InitializeResponse | None = None
         """The agent's v1 ``initialize`` answer, once the client initialized."""
         self.fs: SessionFileSystem | None = None
         """The file system the agent's ``fs/*`` calls use (``None`` with ``client_fs=False``)."""
         self.terminals: TerminalManager | None = None
         """The terminals the agent's ``terminal/*`` calls run (``None`` with ``client_fs=False``)."""
-        self.sessions: dict[str, _V2Session] = {}
         self._display = _TerminalDisplay(self)
 
     # -- wiring ------------------------------------------------------------------------------------
-    def acp_handlers(self) -> dict[ModuleType, Callable[[AgentSideConnection], V2Front]]:
-        """``{v2: factory}``: the runtime's hook, so ``AgentSideConnection(front, ...)`` serves v2."""
-        return {v2: self._attach_client}
+    def _agent_attached(self, conn: ClientSideConnection) -> None:
+        if self.client_fs:  # the StandardClient's batteries, rooted at each session's cwd
+            self.fs = SessionFileSystem(conn.sessions)
+            self.terminals = TerminalManager(
+                conn, allowed_cwd="roots", kill_grace=self.terminal_kill_grace, on_output=self._display.output
+            )
 
-    def agent_handlers(self) -> dict[ModuleType, Callable[[ClientSideConnection], _V1Back]]:
-        """``{v1: factory}``: the ``client`` argument of the connection to the agent."""
-        return {v1: self._attach_agent}
-
-    def _attach_client(self, conn: AgentSideConnection) -> V2Front:
-        if self.client_conn is not None and self.client_conn is not conn:
-            raise RuntimeError("a V2Front serves one client connection; make one per connection")
-        self.client_conn = conn
-        _forward_extensions(conn, lambda: self.agent_conn, self.ext_requests, self.ext_notifications)
-        return self
-
-    def _attach_agent(self, conn: ClientSideConnection) -> _V1Back:
-        if self.agent_conn is not None and self.agent_conn is not conn:
-            raise RuntimeError("a V2Front talks to one agent connection; make one per connection")
-        if self.agent_conn is None:
-            self.agent_conn = conn
-            _forward_extensions(conn, lambda: self.client_conn, self.ext_requests, self.ext_notifications)
-            if self.client_fs:  # the StandardClient's batteries, rooted at each session's cwd
-                self.fs = SessionFileSystem(conn.sessions)
-                self.terminals = TerminalManager(
-                    conn, allowed_cwd="roots", kill_grace=self.terminal_kill_grace, on_output=self._display.output
-                )
+    def _back(self) -> _V1Back:
         return _V1Back(self)
+
+    def _new_session(self) -> _V2Session:
+        return _V2Session(view=V2View(new_id=self.new_id))
 
     async def wait_answered(self) -> None:
         """Wait until no turn the adapter runs for the client is waiting for the agent."""
@@ -1052,37 +1150,8 @@ class V2Front:
             if session.turn is not None:
                 await session.turn.done.wait()
 
-    @property
-    def _agent(self) -> Any:
-        if self.agent_conn is None:
-            raise RequestError(INTERNAL_ERROR, "Internal error", {"detail": "the adapter has no agent connection"})
-        return v1.AgentPeer(self.agent_conn)
-
-    @property
-    def _client(self) -> Any:
-        if self.client_conn is None:
-            raise RuntimeError("the adapter has no client connection yet")
-        return v2.ClientPeer(self.client_conn)
-
     def _agent_offers(self, *path: str) -> bool:
         return self.agent_conn is not None and _has(self.agent_conn.agent_capabilities, *path)
-
-    def _session(self, session_id: str) -> _V2Session:
-        session = self.sessions.get(session_id)
-        if session is None:  # a session the client knows from elsewhere: project from now on
-            session = self.sessions[session_id] = _V2Session(view=V2View(new_id=self.new_id))
-        return session
-
-    async def _call(self, method: str, call: Callable[[], Any]) -> Any:
-        """``await call()`` on the agent; what its capabilities do not cover is -32601 naming v1, a
-        closed agent connection -32603 saying so."""
-        try:
-            return await call()
-        except CapabilityError as exc:
-            raise _not_in_v1(method, str(exc)) from None
-        except ConnectionClosed as exc:
-            detail = f"the agent behind this adapter is gone ({exc}): {method} was not answered"
-            raise RequestError(INTERNAL_ERROR, "Internal error", {"method": method, "detail": detail}) from None
 
     async def _update(
         self, session_id: str, update: Any, meta: Any = UNSET, extra: dict[str, Any] | None = None
@@ -1116,20 +1185,7 @@ class V2Front:
             meta=params.meta,
             extra_fields=params.extra_fields,
         )
-        if self.agent_conn is None:
-            raise RequestError(INTERNAL_ERROR, "Internal error", {"detail": "the adapter has no agent connection"})
-        try:
-            answer: v1.InitializeResponse = await self.agent_conn.initialize(request)
-        except ProtocolVersionError as exc:
-            raise RequestError(
-                INTERNAL_ERROR,
-                "Internal error",
-                {"detail": f"the agent behind this adapter does not speak protocol version 1: {exc}"},
-            ) from None
-        except ConnectionClosed as exc:
-            detail = f"the agent behind this adapter is gone ({exc}): initialize was not answered"
-            raise RequestError(INTERNAL_ERROR, "Internal error", {"method": "initialize", "detail": detail}) from None
-        self.agent_initialize = answer
+        answer: v1.InitializeResponse = await self._initialize_agent(request)
         agent_caps = (
             answer.agent_capabilities
             if isinstance(answer.agent_capabilities, v1.AgentCapabilities)
@@ -1156,26 +1212,14 @@ class V2Front:
 
     async def auth_logout(self, params: v2.LogoutAuthRequest) -> v2.LogoutAuthResponse:
         """v2 ``auth/logout`` → v1 ``logout`` (row L3; -32601 when the agent has no ``auth.logout``)."""
-        request = _relay(params, v1.LogoutRequest)
-        answer = await self._call("auth/logout", lambda: self._agent.logout(request))
-        result: v2.LogoutAuthResponse = _relay(answer, v2.LogoutAuthResponse)
+        result: v2.LogoutAuthResponse = await self._relayed(
+            "auth/logout", params, v1.LogoutRequest, "logout", v2.LogoutAuthResponse
+        )
         return result
 
-    def _setup_request(self, params: Any, target: Any, method: str, **extra: Any) -> Any:
-        """A v2 ``session/new``/``resume`` request as v1's ``target``: the same fields without
-        ``replayFrom``, MCP server configs by row M1 (v1 requires the list)."""
-        wire = converter.unstructure(params)
-        wire.pop("replayFrom", None)
-        servers = params.mcp_servers if isinstance(params.mcp_servers, list) else []
-        try:
-            wire["mcpServers"] = [converter.unstructure(mcp_server_to_v1(s)) for s in servers]
-        except VersionError as exc:
-            raise _untranslatable(method, exc) from None
-        wire.update(extra)
-        try:
-            return _structure(wire, target)
-        except DecodeError as exc:
-            raise _untranslatable(method, exc) from None
+    def _mcp_servers(self, servers: Any) -> list[Any] | None:
+        """Row M1, v2 → v1 (v1 requires the list: ``[]`` when omitted)."""
+        return [mcp_server_to_v1(s) for s in (servers if isinstance(servers, list) else [])]
 
     def _open(self, session_id: str, params: Any) -> _V2Session:
         session = self._session(session_id)
@@ -1228,13 +1272,13 @@ class V2Front:
         if (start and not can_load) or (not start and not can_resume and seen is not None):
             if seen is None:
                 what = "replay (loadSession)" if start else "resume or loadSession"
-                raise _not_in_v1(
-                    "session/resume", f"the agent advertises no {what} and this adapter did not see the session"
+                raise _not_in(
+                    1, "session/resume", f"the agent advertises no {what} and this adapter did not see the session"
                 )
             return await self._resume_seen(params.session_id, seen, replay=start)
         if start or not can_resume:
             if not can_load:
-                raise _not_in_v1("session/resume", "the agent advertises no resume or loadSession")
+                raise _not_in(1, "session/resume", "the agent advertises no resume or loadSession")
             request = self._setup_request(params, v1.LoadSessionRequest, "session/resume")
             session = self._open(params.session_id, params)
             session.quiet = not start
@@ -1270,9 +1314,9 @@ class V2Front:
         """v2 ``session/list`` (baseline) → v1's when the agent advertises ``sessionCapabilities.list``
         (row L7); otherwise the sessions this adapter saw opened (filtered by ``cwd``; one page)."""
         if self._agent_offers("sessionCapabilities", "list"):
-            request = _relay(params, v1.ListSessionsRequest)
-            answer = await self._call("session/list", lambda: self._agent.session_list(request))
-            result: v2.ListSessionsResponse = _relay(answer, v2.ListSessionsResponse)
+            result: v2.ListSessionsResponse = await self._relayed(
+                "session/list", params, v1.ListSessionsRequest, "session_list", v2.ListSessionsResponse
+            )
             return result
         seen = [
             v2.SessionInfo(
@@ -1295,9 +1339,9 @@ class V2Front:
         if session is not None and session.turn is not None:
             await self._cancel(params.session_id, session.turn, _relay_cancel(params.session_id))
         if self._agent_offers("sessionCapabilities", "close"):
-            request = _relay(params, v1.CloseSessionRequest)
-            answer = await self._call("session/close", lambda: self._agent.session_close(request))
-            result: v2.CloseSessionResponse = _relay(answer, v2.CloseSessionResponse)
+            result: v2.CloseSessionResponse = await self._relayed(
+                "session/close", params, v1.CloseSessionRequest, "session_close", v2.CloseSessionResponse
+            )
         else:
             if self.agent_conn is not None and params.session_id in self.agent_conn.sessions:
                 self.agent_conn.sessions.end(params.session_id, "session/close")  # its fs roots and terminals
@@ -1307,19 +1351,11 @@ class V2Front:
 
     async def session_delete(self, params: v2.DeleteSessionRequest) -> v2.DeleteSessionResponse:
         """v2 ``session/delete`` → v1's (row L9; -32601 naming v1 when the agent lacks it)."""
-        request = _relay(params, v1.DeleteSessionRequest)
-        answer = await self._call("session/delete", lambda: self._agent.session_delete(request))
+        result: v2.DeleteSessionResponse = await self._relayed(
+            "session/delete", params, v1.DeleteSessionRequest, "session_delete", v2.DeleteSessionResponse
+        )
         self._forget(params.session_id)
-        result: v2.DeleteSessionResponse = _relay(answer, v2.DeleteSessionResponse)
         return result
-
-    def _forget(self, session_id: str) -> None:
-        session = self.sessions.get(session_id)
-        if session is not None:
-            if session.turn is None:
-                del self.sessions[session_id]
-            else:
-                session.closed = True
 
     async def session_set_config_option(self, params: Any) -> v2.SetSessionConfigOptionResponse:
         """v2 ``session/set_config_option`` → v1 ``session/set_mode`` on the mode option made from
@@ -1424,20 +1460,14 @@ class V2Front:
 
     async def _tell_cancel(self, session_id: str, turn: _V2Turn) -> None:
         turn.cancel_sent = True
-        try:
-            await self._agent.session_cancel(_relay_cancel(session_id))
-        except (ConnectionClosed, RequestError) as exc:
-            log.debug("session %s: the agent could not be told to cancel its turn: %s", session_id, exc)
+        await self._send_cancel(session_id, _relay_cancel(session_id))
 
     async def _cancel(self, session_id: str, turn: _V2Turn, notification: v1.CancelNotification) -> None:
         """Tell the agent to cancel ``turn``; its ``idle`` waits for the v1 answer at most
         :attr:`cancel_grace` seconds more."""
         turn.scope.deadline = min(turn.scope.deadline, trio.current_time() + self.cancel_grace)
         turn.cancel_sent = True
-        try:
-            await self._agent.session_cancel(notification)
-        except (ConnectionClosed, RequestError) as exc:
-            log.debug("session %s: the agent could not be told to cancel its turn: %s", session_id, exc)
+        await self._send_cancel(session_id, notification)
 
     async def session_cancel(self, params: v2.CancelSessionNotification) -> None:
         """v2 ``session/cancel`` → v1's (row T4); the turn's ``idle`` follows the agent's answer."""
@@ -1446,10 +1476,7 @@ class V2Front:
         if session is not None and session.turn is not None:
             await self._cancel(params.session_id, session.turn, notification)
         elif self.agent_conn is not None:
-            try:
-                await self._agent.session_cancel(notification)
-            except (ConnectionClosed, RequestError) as exc:
-                log.debug("session/cancel not sent to the agent: %s", exc)
+            await self._send_cancel(params.session_id, notification)
 
     # -- v1 agent → v2 client ----------------------------------------------------------------------
     async def _forward(self, params: v1.SessionNotification) -> None:
@@ -1497,23 +1524,11 @@ class V2Front:
     async def _elicit(self, params: Any) -> Any:
         """v1 ``elicitation/create`` → v2's (row T19); -32601 when the v2 client did not offer it."""
         request = elicitation_to_v2(params)
-        try:
-            answer = await self._asking(
-                getattr(params, "session_id", ""), lambda: self._client.elicitation_create(request)
-            )
-        except CapabilityError as exc:
-            raise RequestError(
-                METHOD_NOT_FOUND,
-                "Method not found",
-                {"method": "elicitation/create", "detail": f"the v2 client behind this adapter: {exc}"},
-            ) from None
+        session_id = getattr(params, "session_id", "")
+        answer = await self._elicit_client(
+            lambda: self._asking(session_id, lambda: self._client.elicitation_create(request))
+        )
         return _relay(answer, v1.CreateElicitationResponse)
-
-    async def _elicitation_complete(self, params: v1.CompleteElicitationNotification) -> None:
-        try:
-            await self._client.elicitation_complete(_relay(params, v2.CompleteElicitationNotification))
-        except (CapabilityError, DecodeError) as exc:
-            log.warning("elicitation/complete not sent to the v2 client: %s", exc)
 
     def _batteries(self, method: str) -> tuple[SessionFileSystem, TerminalManager]:
         if self.fs is None or self.terminals is None:
@@ -1525,28 +1540,15 @@ def _relay_cancel(session_id: str) -> v1.CancelNotification:
     return v1.CancelNotification(session_id=session_id)
 
 
-class _V1Back:
+class _V1Back(_Back):
     """The v1 client-side handler facing the agent: each method hands over to its :class:`V2Front`
     (``fs/*`` and ``terminal/*`` to its batteries)."""
 
-    def __init__(self, front: V2Front) -> None:
-        self.front = front
+    front: V2Front
 
     async def session_update(self, params: v1.SessionNotification) -> None:
         """v1 ``session/update`` → zero or more v2 ``session/update`` (the session's ``V2View``)."""
         await self.front._forward(params)
-
-    async def session_request_permission(self, params: v1.RequestPermissionRequest) -> v1.RequestPermissionResponse:
-        """v1 ``session/request_permission`` → v2's (rows T15, T18)."""
-        return await self.front._permission(params)
-
-    async def elicitation_create(self, params: Any) -> Any:
-        """v1 ``elicitation/create`` → v2's (row T19)."""
-        return await self.front._elicit(params)
-
-    async def elicitation_complete(self, params: v1.CompleteElicitationNotification) -> None:
-        """v1 ``elicitation/complete`` → v2's."""
-        await self.front._elicitation_complete(params)
 
     async def fs_read_text_file(self, params: v1.ReadTextFileRequest) -> v1.ReadTextFileResponse:
         """Read inside the session's roots (:class:`~acp_trio.fs.SessionFileSystem`)."""
