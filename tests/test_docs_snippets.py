@@ -35,6 +35,7 @@ import importlib
 import importlib.util
 import io
 import json
+import os
 import re
 import shlex
 import subprocess
@@ -200,12 +201,78 @@ GUIDES = "docs/site/guides/"
 
 PYTHON[(README, "import os")] = Saved("my_agent.py")
 PYTHON[(GUIDES + "agent.md", "import os")] = Saved("my_agent.py")
-PYTHON[(QUICKSTART, "from acp_schema import v1")] = Saved("hello_agent.py")
+PYTHON[(QUICKSTART, "from acp_trio import neutral as n")] = Saved("hello_agent.py")
 
 
 def _notes_agent(block: Block) -> tuple[str, str]:
     """``my_agent.py`` as the reader saved it: the README's for the README, the agent guide's for the guides."""
     return ("my_agent.py", doc(README if block.path == README else GUIDES + "agent.md", "import os").text)
+
+
+@register(GUIDES + "agent.md", "# the same agent, on protocol version 1")
+def _v1_agent_through_the_adapter(block: Block) -> list[Program]:
+    """The guide's v1-only agent, driven by the demo client in protocol version 2 through
+    ``python -m acp_trio.adapt --speak 2`` (the guide's command, ``python`` being this interpreter)."""
+    [line] = doc(GUIDES + "agent.md", "python -m acp_trio.demo --protocol 2 --agent").text.splitlines()
+    words = [sys.executable if word == "python" else word for word in shlex.split(line)]
+    return [
+        Program(
+            files=(("my_v1_agent.py", block.text),),
+            argv=tuple(words[1:]),
+            patterns=(
+                r"^connected to Notes \(v1\), protocol version 2$",
+                r"^  \[state requires_action\]$",
+                r"^agent: notes\.txt starts with: ",
+                r"^\[turn ended: end_turn\]$",
+            ),
+        )
+    ]
+
+
+MODE_AGENT = """\
+import trio
+
+from acp_trio import neutral as n
+from acp_trio.testing import FakeClient, pair
+
+{block}
+
+class ModeAgent(n.Agent):
+    def config_options(self, session: n.Session) -> tuple[n.ConfigOption, ...]:
+        return (MODE,)
+
+    async def prompt(self, turn: n.Turn) -> n.StopReason:
+        await turn.say(f"mode {turn.session.config['mode']}")
+        return "end_turn"
+
+
+async def main() -> None:
+    for protocol in (1, 2):
+        client = FakeClient()
+        async with pair(ModeAgent(), client, protocol=protocol) as p:
+            sid = await client.new_session("/w")
+            await client.prompt(sid, "hi")
+        [answer] = [e.message["result"] for e in p.transcript if "sessionId" in e.message.get("result", {})]
+        options = [o.get("configId", o.get("id")) for o in answer["configOptions"]]
+        modes = [m["id"] for m in answer.get("modes", {}).get("availableModes", [])]
+        print(protocol, options, modes, client.states[sid].messages[-1].text)
+
+
+trio.run(main)
+"""
+
+
+@register(GUIDES + "agent.md", "MODE = n.ConfigOption(")
+def _mode_option(block: Block) -> list[Program]:
+    """The mode option, given by an agent's ``config_options``: v1 gets it as an option and as modes,
+    v2 as an option; a new session's value is ``current``."""
+    return [
+        Program(
+            files=(("mode_agent.py", MODE_AGENT.replace("{block}\n", block.text)),),
+            argv=("mode_agent.py",),
+            stdout=("1 ['mode'] ['ask', 'auto'] mode ask", "2 ['mode'] [] mode ask"),
+        )
+    ]
 
 
 @register(README, "import functools")
@@ -225,17 +292,19 @@ def _notes_client(block: Block) -> list[Program]:
 
 
 def _test_kit_passed(run: subprocess.CompletedProcess[str]) -> None:
-    """Every check of the checker is a test that passes or skips (with its reason), and both tests of
-    the example pass."""
+    """Every check of the checker, in each protocol version, is a test that passes or skips (with its
+    reason), and both tests of the example pass."""
     from acp_trio.check import CHECKS, WHOLE_RUN
 
     summary = run.stdout.strip().splitlines()[-1]
     counts = {word: int(n) for n, word in re.findall(r"(\d+) (\w+)", summary)}
     assert set(counts) <= {"passed", "skipped"}, run.stdout
-    assert counts["passed"] + counts.get("skipped", 0) == len(CHECKS) + len(WHOLE_RUN) + 2, run.stdout
+    assert counts["passed"] + counts.get("skipped", 0) == 2 * (len(CHECKS) + len(WHOLE_RUN)) + 2, run.stdout
     for test in ("test_it_reads_the_notes_once_allowed", "test_a_client_can_be_tested_against_a_recorded_agent"):
         assert f"PASSED test_my_agent.py::{test}" in run.stdout, run.stdout
-    assert "session.load: the agent does not advertise loadSession" in run.stdout, run.stdout
+    for conformance in ("test_conformance", "test_conformance_v2"):  # the neutral agent replays a session in both
+        assert f"PASSED test_my_agent.py::{conformance}[session.load]" in run.stdout, run.stdout
+    assert "session.set-mode: protocol 2 has no such rule" in run.stdout, run.stdout
 
 
 @register(README, "from pathlib import Path")
@@ -269,9 +338,9 @@ def _checker_as_a_test(block: Block) -> list[Program]:
     ]
 
 
-@register(QUICKSTART, "import sys")
+@register(QUICKSTART, "import os")
 def _hello_client(block: Block) -> list[Program]:
-    hello_agent = doc(QUICKSTART, "from acp_schema import v1").text
+    hello_agent = doc(QUICKSTART, "from acp_trio import neutral as n").text
     return [
         Program(
             files=(("hello_agent.py", hello_agent), ("client.py", block.text)), argv=("client.py",), stdout=("Hello!",)
@@ -710,6 +779,7 @@ PROJECT_MODULES = {
     "acp_trio.demo": ("acp_trio.demo.__main__", "main"),
     "acp_trio.check": ("acp_trio.check.__main__", "main"),
     "acp_trio.bridge": ("acp_trio.bridge", "main"),
+    "acp_trio.adapt": ("acp_trio.adapt", "main"),
     "examples.llm_agent": ("examples.llm_agent.__main__", "parse_args"),
 }
 
@@ -725,6 +795,12 @@ RUN: dict[str, tuple[str, ...]] = {
         r"^  \[state running\]$",
         r"^\[turn ended: end_turn\]$",
     ),
+    "python -m acp_trio.demo --agent -- python -m acp_trio.adapt --speak 1 -- python -m acp_trio.demo --serve-agent "
+    "--protocol 2": (
+        r"^connected to acp-trio demo agent, protocol version 1$",
+        r"^  \[permission\] .*\(allow_once\)$",
+        r"^\[turn ended: end_turn\]$",
+    ),
     "python -m acp_trio.demo --deny": (
         r"^  \[permission\] .*\(reject_once\)$",
         r"^  \[tool call_read\] failed$",
@@ -733,10 +809,20 @@ RUN: dict[str, tuple[str, ...]] = {
 }
 """The local commands cheap enough to run here, as printed."""
 
+READERS_AGENT = "my_agent.py, the reader's: tests/test_readme_new_user.py runs the README's line in a fresh venv"
 NETWORK = "a fixed port on the network: tests/test_processes_demo.py and tests/test_bridge.py run it on a free one"
 PARSE_ONLY: dict[str, str] = {
     "python -m acp_trio.demo --agent -- CMD ARGS...": "CMD ARGS... is the reader's agent",
     "python -m acp_trio.demo --store PATH": "PATH is the reader's (run twice): tests/test_processes_demo_store.py",
+    "python -m acp_trio.demo --agent -- python my_agent.py": READERS_AGENT,
+    "python -m acp_trio.demo --protocol 2 --agent -- python my_agent.py": READERS_AGENT,
+    "python -m acp_trio.check -- python my_agent.py": READERS_AGENT,
+    "python -m acp_trio.check --protocol 2 -- python my_agent.py": READERS_AGENT,
+    "python -m acp_trio.adapt --speak 1 -- AGENT_CMD ARGS...": "AGENT_CMD ARGS... is the reader's agent",
+    "python -m acp_trio.adapt --speak 2 -- AGENT_CMD ARGS...": "AGENT_CMD ARGS... is the reader's agent",
+    "python -m acp_trio.demo --protocol 2 --agent -- python -m acp_trio.adapt --speak 2 -- python my_v1_agent.py": (
+        "my_v1_agent.py is the reader's: the agent guide's python block runs this way"
+    ),
     "python -m acp_trio.demo --agent -- npx @agentclientprotocol/claude-agent-acp": "npx, from npm",
     "python -m acp_trio.check -- npx @agentclientprotocol/claude-agent-acp": "npx, from npm",
     "python -m acp_trio.check --protocol 2 --json report.json -- python -m acp_trio.demo --serve-agent": (
@@ -920,8 +1006,9 @@ def test_a_local_sh_command_runs_as_printed(command: str, workdir: Callable[[], 
     where = workdir()
     where.mkdir()
     words = shlex.split(command)
+    env = dict(os.environ, PATH=os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]))
     run = subprocess.run(
-        [sys.executable, *words[1:]], capture_output=True, text=True, timeout=90, cwd=where, check=False
+        [sys.executable, *words[1:]], capture_output=True, text=True, timeout=90, cwd=where, check=False, env=env
     )
     assert run.returncode == 0, f"exit {run.returncode}\n{run.stdout}\n{run.stderr}"
     for pattern in RUN[command]:

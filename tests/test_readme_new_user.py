@@ -80,24 +80,40 @@ def test_the_install_is_the_users_own_and_not_this_checkouts(user: tuple[Path, d
     assert where.stdout.startswith(str(user[0] / ".venv")), where.stdout
 
 
-def test_the_demo_client_runs_the_readme_agent(user: tuple[Path, dict[str, str]]) -> None:
-    [demo] = [line for line in commands("Run it, check it, test it") if "acp_trio.demo" in line]
-    assert demo == "python -m acp_trio.demo --agent -- python my_agent.py"
-    result = run(demo, user)
-    assert result.returncode == 0, result.stdout + result.stderr
-    assert result.stdout.startswith("connected to Notes"), result.stdout
-    assert "agent: notes.txt starts with: " in result.stdout
-    assert "[turn ended: end_turn]" in result.stdout
+def test_the_demo_client_runs_the_readme_agent_in_both_versions(user: tuple[Path, dict[str, str]]) -> None:
+    demos = [line for line in commands("Run it, check it, test it") if "acp_trio.demo" in line]
+    assert demos == [
+        "python -m acp_trio.demo --agent -- python my_agent.py",
+        "python -m acp_trio.demo --protocol 2 --agent -- python my_agent.py",
+    ]
+    for version, demo in enumerate(demos, 1):
+        result = run(demo, user)
+        assert result.returncode == 0, result.stdout + result.stderr
+        assert result.stdout.startswith(f"connected to Notes, protocol version {version}\n"), result.stdout
+        assert "agent: notes.txt starts with: " in result.stdout
+        assert "[turn ended: end_turn]" in result.stdout
 
 
-def test_the_checker_passes_the_readme_agent(user: tuple[Path, dict[str, str]]) -> None:
-    [check] = [line for line in commands("Run it, check it, test it") if "acp_trio.check" in line]
-    assert check == "python -m acp_trio.check -- python my_agent.py"
-    result = run(check, user)
-    assert result.returncode == 0, result.stdout + result.stderr
-    lines = [line for line in result.stdout.splitlines() if line[:4] in ("PASS", "FAIL", "WARN", "SKIP")]
-    assert not [line for line in lines if line.startswith("FAIL")], result.stdout
-    assert any(line.startswith("PASS  initialize.info") and "notes-agent" in line for line in lines), result.stdout
+def test_the_checker_passes_the_readme_agent_in_both_versions(user: tuple[Path, dict[str, str]]) -> None:
+    """Both checker commands, run side by side (each spends most of its time waiting on its agent)."""
+    checks = [line for line in commands("Run it, check it, test it") if "acp_trio.check" in line]
+    assert checks == [
+        "python -m acp_trio.check -- python my_agent.py",
+        "python -m acp_trio.check --protocol 2 -- python my_agent.py",
+    ]
+    home, env = user
+    running = [
+        subprocess.Popen(line, shell=True, cwd=home, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for line in checks
+    ]
+    for version, process in enumerate(running, 1):
+        stdout, stderr = process.communicate(timeout=300)
+        assert process.returncode == 0, stdout + stderr
+        lines = [line for line in stdout.splitlines() if line[:4] in ("PASS", "FAIL", "WARN", "SKIP")]
+        assert not [line for line in lines if line.startswith(("FAIL", "WARN"))], stdout
+        assert any(line.startswith("PASS  initialize.info") and "notes-agent" in line for line in lines), stdout
+        assert f"PASS  initialize.version         protocolVersion {version}" in lines, stdout
+        assert any(line.startswith("PASS  session.load") for line in lines), stdout  # replay, on both
 
 
 def test_pytest_runs_the_readme_test_file_with_no_configuration(user: tuple[Path, dict[str, str]]) -> None:
