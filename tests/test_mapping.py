@@ -637,6 +637,29 @@ def test_diff_v2_to_v1() -> None:
     assert wire(m.diff_v2_to_v1(moved), v1.ToolCallContent)["content"]["text"] == "move /a -> /b"
 
 
+def test_diff_v2_to_v1_is_exact_for_an_added_or_deleted_file() -> None:
+    """The patch of an added or deleted file holds the whole file: v1 gets its texts, not a text item."""
+    added = attrs.evolve(m.diff_to_v2(m.Diff(PATH, None, "a\nb")), meta={"k": 1})
+    assert wire(m.diff_v2_to_v1(added), v1.ToolCallContent) == {
+        "type": "diff",
+        "path": PATH,
+        "newText": "a\nb",  # "\\ No newline at end of file" read back
+        "_meta": {"k": 1},
+    }
+    deleted = m.diff_to_v2(m.Diff(PATH, "old\n", None))
+    assert wire(m.diff_v2_to_v1(deleted), v1.ToolCallContent) == {
+        "type": "diff",
+        "path": PATH,
+        "oldText": "old\n",
+        "newText": "",
+    }
+    # an "add" whose patch does not hold the file (a context line) is the text item
+    partial = v2.DiffToolCallContent(
+        changes=[v2.AddDiffChange(path=PATH)], patch=v2.DiffPatch(format="git_patch", text="@@ -1 +1,2 @@\n x\n+y\n")
+    )
+    assert wire(m.diff_v2_to_v1(partial), v1.ToolCallContent)["content"]["text"].startswith(f"add {PATH}\n```diff")
+
+
 # -- display terminals (T14) ---------------------------------------------------------------------------
 def test_terminal_to_v1() -> None:
     text = m.terminal_text("cargo test", b"ok\n\xff", v2.TerminalExitStatus(exit_code=0))

@@ -248,6 +248,10 @@ def test_v1_view_sends_the_exact_v1_hint_and_appends_chunks_after_it() -> None:
     ]
     (no_hint,) = wire(V1View().project(created), v1.SessionUpdate)  # the adapter's case: the patch as text
     assert no_hint["content"][0]["content"]["text"].startswith(f"modify {PATH}\n```diff\n")
+    # without a hint, an added file's patch holds the file: exact texts still (row T13)
+    added = v2.ToolCallUpdateSessionUpdate(tool_call_id="c2", content=[m.diff_to_v2(m.Diff(PATH, None, "n\n"))])
+    (exact,) = wire(V1View().project(added), v1.SessionUpdate)
+    assert exact["content"] == [{"type": "diff", "path": PATH, "newText": "n\n"}]
 
 
 def test_v1_view_maps_a_whole_message_only_while_the_client_holds_none_of_it(caplog: pytest.LogCaptureFixture) -> None:

@@ -285,9 +285,10 @@ def tool_kind_to_v1(kind: str) -> tuple[str, dict[str, str]]:
 
 def tool_content_to_v1(item: v2.ToolCallContent) -> v1.ToolCallContent:
     """Row T12/T13, v2 → v1: one tool call content item.  ``content``: the same (block converted);
-    ``diff``: :func:`diff_v2_to_v1` (no texts: a text item); ``terminal``: :class:`VersionError`
-    (v2's display terminal has no v1 form by itself: :class:`~acp_trio._views.V1View` renders its
-    bytes as text, row T14); unknown types: :class:`VersionError`."""
+    ``diff``: :func:`diff_v2_to_v1` (exact for an added or deleted file, else a text item);
+    ``terminal``: :class:`VersionError` (v2's display terminal has no v1 form by itself:
+    :class:`~acp_trio._views.V1View` renders its bytes as text, row T14); unknown types:
+    :class:`VersionError`."""
     if isinstance(item, v2.ContentToolCallContent):
         return v1.ContentToolCallContent(content=content_to_v1(item.content), meta=item.meta)
     if isinstance(item, v2.DiffToolCallContent):
@@ -501,10 +502,16 @@ def diff_v1_to_v2(item: v1.DiffToolCallContent) -> v2.DiffToolCallContent:
     return attrs.evolve(out, meta=item.meta)
 
 
-def diff_v2_to_v1(item: v2.DiffToolCallContent) -> v1.ContentToolCallContent:
-    """Row T13, v2 → v1 without the author's texts (the adapter's case): migration.mdx says "there is
-    no mechanical mapping from v2 diffs back to oldText/newText", so v1 gets a text item: the
-    changes, one a line (``modify /a``, ``move /a -> /b``), then the patch in a ``diff`` fence."""
+def diff_v2_to_v1(item: v2.DiffToolCallContent) -> v1.DiffToolCallContent | v1.ContentToolCallContent:
+    """Row T13, v2 → v1 without the author's texts (the adapter's case).  Exact where the patch
+    holds the whole file: a one-file ``git_patch`` that adds a file is v1's ``newText``, one that
+    deletes it ``oldText`` (``newText`` ``""``).  Otherwise migration.mdx § Diff content says "there
+    is no mechanical mapping from v2 diffs back to oldText/newText" (a modification's patch holds
+    only its hunks), so v1 gets a text item: the changes, one a line (``modify /a``, ``move /a ->
+    /b``), then the patch in a ``diff`` fence.  ``_meta`` kept either way."""
+    exact = _exact_diff_to_v1(item)
+    if exact is not None:
+        return exact
     lines = []
     for change in item.changes:
         old_path, path = getattr(change, "old_path", None), getattr(change, "path", "?")
@@ -513,6 +520,46 @@ def diff_v2_to_v1(item: v2.DiffToolCallContent) -> v1.ContentToolCallContent:
     if isinstance(item.patch, v2.DiffPatch) and item.patch.text:
         lines.append(f"```diff\n{item.patch.text.rstrip()}\n```")
     return v1.ContentToolCallContent(content=v1.TextContentBlock(text="\n".join(lines)), meta=item.meta)
+
+
+def _patch_side(text: str, keep: str) -> str | None:
+    """The whole text on one side of a one-file git patch that adds (``keep="+"``) or deletes
+    (``keep="-"``) the file: its hunk lines of that side; ``None`` when another line kind appears
+    (then the patch does not hold the whole file)."""
+    out: list[str] = []
+    in_hunks = False
+    for line in text.splitlines(keepends=True):
+        if line.startswith("@@"):
+            in_hunks = True
+            continue
+        if not in_hunks:
+            continue
+        if line.startswith("\\"):  # "\ No newline at end of file": the previous line had none
+            if out:
+                out[-1] = out[-1].rstrip("\n")
+            continue
+        if not line.startswith(keep):
+            return None
+        out.append(line[1:])
+    return "".join(out)
+
+
+def _exact_diff_to_v1(item: v2.DiffToolCallContent) -> v1.DiffToolCallContent | None:
+    """Row T13, v2 → v1, the cases a patch holds the whole file: an added file's ``newText``, a
+    deleted file's ``oldText`` (``newText`` ``""``).  ``None`` otherwise (a modification's patch
+    holds only its hunks: migration.mdx § Diff content, "no mechanical mapping")."""
+    if len(item.changes) != 1 or not isinstance(item.patch, v2.DiffPatch) or item.patch.format != "git_patch":
+        return None
+    change = item.changes[0]
+    if isinstance(change, v2.AddDiffChange):
+        new = _patch_side(item.patch.text, "+")
+        return None if new is None else v1.DiffToolCallContent(path=change.path, new_text=new, meta=item.meta)
+    if isinstance(change, v2.DeleteDiffChange):
+        old = _patch_side(item.patch.text, "-")
+        return (
+            None if old is None else v1.DiffToolCallContent(path=change.path, old_text=old, new_text="", meta=item.meta)
+        )
+    return None
 
 
 # -- agent-owned display terminals (T14) -----------------------------------------------------------
@@ -1154,9 +1201,11 @@ ROWS: tuple[Row, ...] = (
         "§ Content blocks",
         ("test_content_to_v1", "test_content_to_v2", "test_tool_content_to_v1", "test_tool_content_to_v2")),
     Row("T13", "diff", "{type: diff, path, oldText?, newText}", "{type: diff, changes, patch: git_patch}",
-        "exact from the author's texts; v2 → v1 without texts: a text item with the patch",
+        "exact from the author's texts; v2 → v1 without texts: exact for an added or deleted file "
+        "(its patch holds the file), else a text item with the patch",
         "§ Diff content",
-        ("test_diff_to_v1", "test_diff_to_v2", "test_diff_v1_to_v2", "test_diff_v2_to_v1", "test_git_patch")),
+        ("test_diff_to_v1", "test_diff_to_v2", "test_diff_v1_to_v2", "test_diff_v2_to_v1",
+         "test_diff_v2_to_v1_is_exact_for_an_added_or_deleted_file", "test_git_patch")),
     Row("T14", "display terminal", "-", "terminal content + terminal_update + terminal_output_chunk",
         "v1: a text item ($ command, output, [exit N])", "§ Agent-owned terminal display",
         ("test_terminal_to_v1",)),

@@ -46,9 +46,9 @@ v2 agent → v1 client:
   L12-L14); streamed text chunks are not decoded: their wire JSON is their v1 form and is sent as
   read (:meth:`~acp_trio._views.V1View.project_wire`), in order with the session's other updates;
   the others: ``tool_call`` then ``tool_call_update``, ``plan`` with every live plan, state updates
-  not sent; a v2 diff of an added or deleted file is rendered exact from its patch
-  (``newText`` / ``oldText``), another one as text with its patch (T13); an update v1 cannot express
-  is not sent and is logged (the turn goes on);
+  not sent; a v2 diff of an added or deleted file is exact from its patch (``newText`` /
+  ``oldText``), another one text with its patch (T13: :func:`~acp_trio._mapping.diff_v2_to_v1`);
+  an update v1 cannot express is not sent and is logged (the turn goes on);
 - ``session/request_permission``: rows T15-T17 (a synthetic v1 ``tool_call`` first when the
   request is about a command or nothing, reported ``completed``/``failed`` after the decision), the
   v1 outcome back (T18);
@@ -109,7 +109,6 @@ from ._mapping import (
     permission_to_v1,
     permission_to_v2,
     stop_reason_to_v2,
-    tool_content_to_v1,
 )
 from ._roles import AgentSideConnection, ClientSideConnection, ConnectionClosed, ProtocolVersionError
 from ._spec import UNSET, UnsetType
@@ -842,7 +841,7 @@ class V1Front(_Front["_Session"]):
         if isinstance(update, v2.ConfigOptionUpdateSessionUpdate):
             session.config_options = list(update.config_options)
         try:
-            out = session.view.project(update, _exact_v1_content(update))
+            out = session.view.project(update)
         except VersionError as exc:
             log.warning("session %s: not sent to the v1 client: %s", session_id, exc)
             return
@@ -1599,61 +1598,6 @@ def _auth_methods_to_v1(methods: Sequence[Any]) -> list[Any]:
         except VersionError as exc:
             log.warning("auth method not offered to the v1 client: %s", exc)
     return out
-
-
-def _patch_side(text: str, keep: str) -> str | None:
-    """The whole text on one side of a one-file git patch that adds (``keep="+"``) or deletes
-    (``keep="-"``) the file: its hunk lines of that side; ``None`` when another line kind appears
-    (then the patch does not hold the whole file)."""
-    out: list[str] = []
-    in_hunks = False
-    for line in text.splitlines(keepends=True):
-        if line.startswith("@@"):
-            in_hunks = True
-            continue
-        if not in_hunks:
-            continue
-        if line.startswith("\\"):  # "\ No newline at end of file": the previous line had none
-            if out:
-                out[-1] = out[-1].rstrip("\n")
-            continue
-        if not line.startswith(keep):
-            return None
-        out.append(line[1:])
-    return "".join(out)
-
-
-def _exact_diff(item: v2.DiffToolCallContent) -> v1.DiffToolCallContent | None:
-    """Row T13, v2 → v1, the cases a patch holds the whole file: an added file's ``newText``, a
-    deleted file's ``oldText`` (``newText`` ``""``).  ``None`` otherwise (a modification's patch
-    holds only its hunks: migration.mdx § Diff content, "no mechanical mapping")."""
-    if len(item.changes) != 1 or not isinstance(item.patch, v2.DiffPatch) or item.patch.format != "git_patch":
-        return None
-    change = item.changes[0]
-    if isinstance(change, v2.AddDiffChange):
-        new = _patch_side(item.patch.text, "+")
-        return None if new is None else v1.DiffToolCallContent(path=change.path, new_text=new, meta=item.meta)
-    if isinstance(change, v2.DeleteDiffChange):
-        old = _patch_side(item.patch.text, "-")
-        return (
-            None if old is None else v1.DiffToolCallContent(path=change.path, old_text=old, new_text="", meta=item.meta)
-        )
-    return None
-
-
-def _exact_v1_content(update: Any) -> list[Any] | None:
-    """The v1 hint for a ``tool_call_update`` whose content has a diff :func:`_exact_diff` renders
-    exactly (the rest by :func:`~acp_trio._mapping.tool_content_to_v1`); ``None`` when there is no
-    such diff or another item needs the view (a display terminal)."""
-    if not isinstance(update, v2.ToolCallUpdateSessionUpdate) or not isinstance(update.content, list):
-        return None
-    exact = [_exact_diff(i) if isinstance(i, v2.DiffToolCallContent) else None for i in update.content]
-    if not any(e is not None for e in exact):
-        return None
-    try:
-        return [e if e is not None else tool_content_to_v1(i) for e, i in zip(exact, update.content, strict=True)]
-    except VersionError:
-        return None
 
 
 # -- entry points ------------------------------------------------------------------------------------
