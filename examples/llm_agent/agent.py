@@ -25,9 +25,9 @@ what the context holds now; ``size`` = ``--context-window``).
 Sessions are the layer's (``neutral.Agent.sessions``): ``session/load`` (v1) and ``session/resume``
 with ``replayFrom: {type: start}`` (v2) replay a session made on either version; the model's view
 of the conversation (:mod:`.history`) is kept per session id beside it, so the model continues
-where it was.  Both live as long as this process; with a session store (``--store``) v1
-connections also keep their sessions in it (:func:`acp_trio.session_store.enable`), and a new
-process loads them, rebuilding the model's view from the stored updates (:func:`.history.from_stored`).
+where it was.  Both live as long as this process; with a session store (``--store``: the layer's
+``Agent.store``) every session is kept in it, and a new process loads it on either version,
+rebuilding the model's view from the session's history (:func:`.history.from_updates`).
 """
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ from .history import (
     ToolUse,
     UserText,
     close_dangling,
-    from_stored,
+    from_updates,
     prompt_text,
 )
 from .providers import (
@@ -153,8 +153,9 @@ class LlmAgent(n.Agent):
     """The agent: one object for every connection, v1 and v2 (``serve_agent_stdio(agent)``,
     ``open_memory_pair(agent, client)``), used inside ``async with agent.running():``.
 
-    ``settings``: :class:`~.providers.Settings`; ``store``: a session store v1 connections keep
-    their sessions in (``session/load`` in a later process; ``None``: this process only);
+    ``settings``: :class:`~.providers.Settings`; ``store``: the session store every session is kept
+    in (:attr:`acp_trio.neutral.Agent.store`: loaded in a later process on either version; ``None``:
+    this process only);
     ``max_steps``: model calls per turn before it ends ``max_turn_requests``; ``command_timeout``:
     seconds a ``run_command`` may run before it is killed.
     """
@@ -199,21 +200,9 @@ class LlmAgent(n.Agent):
         return self.handlers_for(self.versions)
 
     def handlers_for(self, versions: Sequence[int]) -> dict[ModuleType, Callable[[AgentSideConnection], Any]]:
-        """``neutral.handlers(self, versions)``; with a :attr:`store`, each v1 connection records into
-        it first (the neutral layer then serves ``session/load``, ``resume``, ``list`` and ``close``
-        of stored sessions from it)."""
-        served = n.handlers(self, versions)
-        plain, store = served.get(v1), self.store
-        if plain is not None and store is not None:
-
-            def with_store(conn: AgentSideConnection, plain: Callable[[AgentSideConnection], Any] = plain) -> Any:
-                from acp_trio.session_store import enable
-
-                enable(conn, store)
-                return plain(conn)
-
-            served[v1] = with_store
-        return served
+        """``neutral.handlers(self, versions)`` (with a :attr:`store`, the layer keeps every session
+        in it, both versions)."""
+        return n.handlers(self, versions)
 
     def config_options(self, session: n.Session) -> Sequence[n.ConfigOption]:
         return (MODES,)
@@ -229,9 +218,7 @@ class LlmAgent(n.Agent):
         conversation = self.conversations.get(session.id)
         if conversation is None:  # a session of the store, made by another process
             conversation = self.conversations[session.id] = Conversation()
-            stored = await self.store.conversation(session.id) if self.store is not None else None
-            if stored is not None:
-                conversation.history = from_stored(stored.messages())
+            conversation.history = from_updates(session.history)
         self._close_mcp(session.id, conversation)
         conversation.tools = None
         await self._open_mcp(session, conversation)

@@ -8,12 +8,14 @@ list into each API's request format.  The agent keeps one list per session for a
 session is known in its process (``session/load`` and ``session/resume`` continue it, on either
 protocol version).
 
-A v1 session kept in a session store (``--store``, :mod:`acp_trio.session_store`) is loaded also by
-a new process: the store keeps the ACP side of the conversation, every ``session/prompt`` and every
-``session/update`` the agent sent.  The agent reports each model tool call as an ACP tool call whose
-``toolCallId`` is the provider's call id, whose ``rawInput`` is ``{"tool": name, "arguments":
-{...}}`` and whose final ``tool_call_update`` carries ``rawOutput`` ``{"output": text, "isError":
-bool}``, the exact text the model got, so :func:`from_stored` rebuilds the model's view from the
+A session kept in a session store (``--store``: ``acp_trio.neutral``'s ``Agent.store``) is loaded also
+by a new process, on either protocol version: the store keeps the ACP side of the conversation, the
+canonical (v2) updates of every prompt and everything the agent sent (:func:`from_updates`; a store
+file of a v1 ``session_store.enable`` connection: :func:`from_stored`).  The agent reports each
+model tool call as an ACP tool call whose ``toolCallId`` is the provider's call id, whose
+``rawInput`` is ``{"tool": name, "arguments": {...}}`` and whose final ``tool_call_update``
+carries ``rawOutput`` ``{"output": text, "isError": bool}``, the exact text the model got, so
+:func:`from_updates` rebuilds the model's view from the
 store alone.
 """
 
@@ -36,6 +38,7 @@ __all__ = [
     "UserText",
     "close_dangling",
     "from_stored",
+    "from_updates",
     "prompt_text",
 ]
 
@@ -124,6 +127,16 @@ def close_dangling(items: list[Item]) -> None:
     items[:] = fixed
 
 
+def from_updates(updates: Iterable[Any]) -> list[Item]:
+    """Rebuild the conversation from a session's canonical history (``acp_trio.neutral``'s
+    ``Session.history``: v2 updates, e.g. of a session loaded from the agent's store), folded by
+    :class:`acp_trio.SessionState` as :func:`from_stored` does."""
+    state = SessionState()
+    for update in updates:
+        state.apply(v2.UpdateSessionNotification(session_id="history", update=update))
+    return _items(state)
+
+
 def from_stored(events: Sequence[tuple[str, Any]]) -> list[Item]:
     """Rebuild the conversation from a stored session's messages (``StoredConversation.messages()``:
     ``("prompt", request)`` and ``("update", notification)`` pairs of wire JSON, in order), folded by
@@ -137,6 +150,11 @@ def from_stored(events: Sequence[tuple[str, Any]]) -> list[Item]:
             state.add_user_message(converter.structure(params, v1.PromptRequest).prompt)
         else:
             state.apply(converter.structure(params, v1.SessionNotification))
+    return _items(state)
+
+
+def _items(state: SessionState) -> list[Item]:
+    """The model's items of a folded transcript (see :func:`from_stored`)."""
     items: list[Item] = []
     for entry in state.transcript:
         if isinstance(entry, MessageEntry) and entry.role == "user":

@@ -44,13 +44,18 @@ the history) and ``session/delete`` (forgets it) work on both.  Config options a
 :class:`ConfigOption` s; the ``category: "mode"`` one is also v1's ``modes`` and ``session/set_mode``
 (§ Session modes become config options).
 
-A v1 connection that has a session store enabled (``acp_trio.session_store.enable``, before its
-handler is built) serves ``session/load``, ``session/resume``, ``session/list`` and ``session/close``
-of stored sessions from that store (v1 records only, as the store keeps them); the session is then
-attached so prompts follow.
+With :attr:`Agent.store` (an ``acp_trio.session_store`` store) the sessions outlive the process:
+each is recorded in the canonical form (v2 ``update`` objects; a :class:`Diff`'s exact v1 texts under
+``_meta["acp-trio/v1Content"]`` of its update, removed when read back; each ``session/prompt`` line
+for the title and prompt count), so a later process loads (v1) or resumes (v2, from the start) a
+session made on either version, and lists, closes and deletes them.  A session a v1 connection with
+``acp_trio.session_store.enable`` recorded (v1 wire lines: the store's form before) is converted with
+:class:`~acp_trio._views.V2View` and rewritten in the canonical form, in place, when first loaded.
+Acknowledged means stored, as the store promises (:data:`STORE_WAIT`).  An agent without a store
+whose v1 connection has a store enabled (``enable`` before its handler is built) still serves
+``session/load``, ``resume``, ``list`` and ``close`` of that connection's stored v1 sessions from it.
 
-What it does not do yet (see ``/work/briefs/33-api.md``, the design): a persistent session store of
-its own (the canonical history lives as long as the process; none for v2), authentication methods,
+What it does not do yet (see ``/work/briefs/33-api.md``, the design): authentication methods,
 slash commands, whole-message upserts.
 """
 
@@ -111,6 +116,7 @@ if TYPE_CHECKING:
 __all__ = [
     "ALLOW_OR_REJECT",
     "CANCEL_GRACE",
+    "STORE_WAIT",
     "TERMINAL_FLUSH_BYTES",
     "TERMINAL_FLUSH_DELAY",
     "Agent",

@@ -57,6 +57,13 @@ once written (a connection that closes gives its writer at most ``close_timeout`
 ``session/fork`` (unstable) starts as a copy of its parent's record: its history, title, modes and
 config options.
 
+**Sessions of ``acp_trio.neutral``** (an ``Agent`` with ``store`` set, not :func:`enable`) are
+recorded in the canonical form whichever protocol version made them: ``protocol_version`` 2, the
+agent's v2 ``update`` objects (a diff's exact v1 texts in their ``_meta``) and each
+``session/prompt`` line, so the neutral layer replays them to v1 and v2 clients alike; a session
+recorded by a v1 :func:`enable` connection is rewritten in that form (in one transaction) when the
+neutral layer first loads it.
+
 **Acknowledged means stored.**  The answer to ``session/new``, ``session/load``,
 ``session/resume``, ``session/fork`` and ``session/prompt`` (and, on v2, the ``state_update``
 ``idle`` that ends a turn) is sent only once its records and everything sent or received before

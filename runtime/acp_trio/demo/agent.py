@@ -20,9 +20,9 @@ lifecycle: v1 ``session/load`` and v2 ``session/resume`` with ``replayFrom`` rep
 on either version, ``session/list``, ``session/close``, ``session/delete``, and the ``mode``
 config option (v1 also ``modes`` and ``session/set_mode``).
 
-With a session store (``--serve-agent --store PATH``) v1 connections keep their sessions in it
-(:func:`acp_trio.session_store.enable`): they outlive the process.  v2 connections keep theirs in
-this process only (the neutral layer has no store-backed history yet).
+With a session store (``--serve-agent --store PATH``: the layer's ``Agent.store``) every session is
+kept in it, whichever version made it: it outlives the process, and a later process loads (v1) or
+resumes (both versions; v2 ``replayFrom: {type: start}``) it from the store.
 
 Run it alone with ``python -m acp_trio.demo --serve-agent [--protocol 1|2]``.
 """
@@ -37,7 +37,6 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from acp_schema import v1
 from acp_trio import AgentSideConnection, RequestError, run_agent_stdio
 from acp_trio import neutral as n
 
@@ -104,9 +103,10 @@ class DemoAgent(n.Agent):
     """The demo agent: one object serves every connection, v1 and v2 (pass it to
     ``run_agent_stdio``, ``AcpApp`` or ``open_memory_pair``).
 
-    ``versions``: the protocol versions it serves (default both).  ``store``: keep v1 sessions in
-    this :class:`~acp_trio.session_store.SessionStore` (``session/load``, ``list``, ``resume``,
-    ``close``, ``delete`` from it; they outlive the process).
+    ``versions``: the protocol versions it serves (default both).  ``store``: keep every session in
+    this :class:`~acp_trio.session_store.SessionStore` (:attr:`acp_trio.neutral.Agent.store`:
+    ``session/load``, ``resume``, ``list``, ``close``, ``delete`` from it, in both versions; they
+    outlive the process).
     """
 
     info = AGENT_INFO
@@ -117,26 +117,12 @@ class DemoAgent(n.Agent):
     def __init__(self, *, versions: Sequence[int] = (1, 2), store: SessionStore | None = None) -> None:
         super().__init__()
         self.served = tuple(versions)
-        self.v1_store = store
+        self.store = store
         self._turns: dict[str, int] = {}
 
     def acp_handlers(self) -> dict[ModuleType, Callable[[AgentSideConnection], Any]]:
-        """:func:`acp_trio.neutral.handlers` for :attr:`served`; with a store, each v1 connection
-        records into it first."""
-        served = n.handlers(self, self.served)
-        plain = served.get(v1)
-        store = self.v1_store
-        if store is None or plain is None:
-            return served
-
-        def with_store(conn: AgentSideConnection) -> Any:
-            from acp_trio.session_store import enable
-
-            enable(conn, store)
-            return plain(conn)
-
-        served[v1] = with_store
-        return served
+        """:func:`acp_trio.neutral.handlers` for :attr:`served`."""
+        return n.handlers(self, self.served)
 
     def config_options(self, session: n.Session) -> Sequence[n.ConfigOption]:
         return (MODE,)
@@ -271,7 +257,7 @@ def agents_for(versions: Sequence[int] = (1, 2)) -> dict[ModuleType, Callable[[A
 
 def serve(versions: Sequence[int] = (1, 2), store: str | None = None) -> None:
     """Serve the demo agent on this process's stdio for the protocol ``versions`` given (default
-    both) until the client closes it; ``store``: the SQLite file v1 sessions are kept in."""
+    both) until the client closes it; ``store``: the SQLite file the sessions are kept in."""
     sessions = None
     if store is not None:
         from acp_trio.session_store import SqliteSessionStore
