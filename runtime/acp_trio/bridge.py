@@ -446,7 +446,12 @@ def main(argv: Sequence[str] | None = None) -> None:
         action="store_true",
         help="--speak 2: refuse the agent's fs/* and terminal/* (-32601) rather than run them in the session's cwd",
     )
-    parser.add_argument("--cancel-grace", type=float, metavar="SECONDS", help="--speak: see python -m acp_trio.adapt")
+    parser.add_argument(
+        "--cancel-grace",
+        type=float,
+        metavar="SECONDS",
+        help="--speak: seconds a cancelled turn waits for the agent to end it (default 5)",
+    )
     parser.add_argument(
         "--ext-request", action="append", default=[], metavar="_NAME", help="--speak: an extension request to forward"
     )
