@@ -20,6 +20,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 import trio
 from trio.testing import memory_stream_pair
@@ -856,3 +857,63 @@ async def test_python_m_acp_trio_adapt_speak_2_serves_the_v1_demo_agent_to_a_v2_
     assert items[-1] == {"sessionUpdate": "state_update", "state": "idle", "stopReason": "end_turn"}
     assert (tmp_path / "summary.txt").read_text().startswith("notes.txt has 2 non-empty lines")
     assert "tool_call_update" in kinds(items) and '"sessionUpdate": "tool_call"' not in json.dumps(items)
+
+
+# -- the streaming fast path: text chunks cross as their wire JSON, a messageId added ----------------
+class WireChunksV1Agent(RawV1Agent):
+    """Streams its turn as raw JSON lines: text chunks with unknown fields and ``_meta`` at every
+    level (keys in an order the typed way does not keep), one with ``annotations``, a thought with
+    its own ``messageId``."""
+
+    def sent(self, sid: str) -> list[dict[str, Any]]:
+        first = {"update": {"futureUpdate": [1], "content": {"text": "Hel", "type": "text"}}, "sessionId": sid}
+        first["update"].update({"_meta": {"u": 1}, "sessionUpdate": "agent_message_chunk"})
+        first["update"]["content"].update({"_meta": {"c": 1}, "futureBlock": True})
+        first.update({"_meta": {"n": 1}, "futureParams": "p"})
+        second = {"sessionId": sid, "update": {"content": {"type": "text", "text": "lo"}}}
+        second["update"]["sessionUpdate"] = "agent_message_chunk"
+        noted = {"sessionId": sid, "update": {"sessionUpdate": "agent_message_chunk", "futureUpdate": 2}}
+        noted["update"]["content"] = {"type": "text", "text": "!", "annotations": {"priority": 0.5}}
+        thought = {"sessionId": sid, "update": {"sessionUpdate": "agent_thought_chunk", "messageId": "t1"}}
+        thought["update"]["content"] = {"type": "text", "text": "hm", "_meta": {"t": 1}}
+        return [first, second, noted, thought]
+
+    async def session_prompt(self, params: v1.PromptRequest) -> v1.PromptResponse:
+        for sent in self.sent(params.session_id):
+            await self.conn.connection.notify("session/update", sent)
+        return v1.PromptResponse(stop_reason="end_turn")
+
+
+async def test_text_chunks_cross_to_the_v2_client_as_read_with_a_message_id_unknown_fields_and_meta() -> None:
+    received: list[bytes] = []
+    agents: list[WireChunksV1Agent] = []
+
+    def make(conn: AgentSideConnection) -> WireChunksV1Agent:
+        agents.append(WireChunksV1Agent(conn))
+        return agents[-1]
+
+    client = V2Client()
+    async with adapted({v1: make}, client, received) as (_, agent, _init):
+        new = await agent.session_new(v2.NewSessionRequest(cwd="/work"))
+        await prompt(agent, client, new.session_id, "go")
+    first, second, noted, thought = agents[0].sent(new.session_id)
+    chunks = [
+        m["params"]
+        for m in wire(received)
+        if m.get("params", {}).get("update", {}).get("sessionUpdate") in ("agent_message_chunk", "agent_thought_chunk")
+    ]
+    assert len(chunks) == 4
+    message_id = chunks[0]["update"]["messageId"]
+    assert message_id.startswith("msg_")
+    # the fast path: the params as read plus the messageId, their keys in the agent's order (the
+    # typed way writes known fields first); unknown fields and _meta at every level survive
+    for got, sent in zip(chunks[:2], (first, second), strict=True):
+        assert got == {**sent, "update": {**sent["update"], "messageId": message_id}}
+        assert list(got["update"]) == [*sent["update"], "messageId"]
+        assert list(got) == list(sent)
+    # annotations go the typed way, into the same message (the view's state is one for both ways)
+    assert chunks[2] == {**noted, "update": {**noted["update"], "messageId": message_id}}
+    assert next(iter(chunks[2]["update"])) == "sessionUpdate"
+    # a chunk with its own messageId keeps it: the line is the agent's, byte for byte
+    assert chunks[3] == thought
+    assert any(orjson.dumps(thought) in line for line in received)

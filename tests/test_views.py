@@ -492,6 +492,35 @@ def test_v2_view_keeps_the_mode_option_made_from_modes_across_a_v1_config_option
     assert [o.config_id for o in view.options] == ["verbose", "mode"]
 
 
+def test_v2_view_gives_a_text_chunks_wire_json_the_message_id_project_gives() -> None:
+    """The fast path of the adapter's second direction (:meth:`V2View.project_wire`): the same
+    ``messageId`` s as :meth:`V2View.project`, whichever way each chunk goes; the rest ``None``."""
+    wired_ids, typed_ids = itertools.count(), itertools.count()
+    wired = V2View(new_id=lambda: f"g{next(wired_ids)}")
+    typed = V2View(new_id=lambda: f"g{next(typed_ids)}")
+    chunks = [
+        {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": "a", "_meta": {"c": 1}}, "x": 1},
+        {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": "b"}, "messageId": "v1"},
+        {"sessionUpdate": "agent_thought_chunk", "content": {"type": "text", "text": "t"}, "_meta": {"u": 1}},
+        {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": "c"}},
+    ]
+    out = [wired.project_wire(c) for c in chunks]
+    assert out == [{**c, "messageId": "g0"} for c in chunks[:2]] + [
+        {**chunks[2], "messageId": "g1"},
+        {**chunks[3], "messageId": "g2"},
+    ]
+    assert [wire(typed.project(converter.structure(c, v1.SessionUpdate)), v2.SessionUpdate)[0] for c in chunks] == out
+    # the annotated or non-text chunk, a bad messageId or _meta, another update: the typed way
+    for update in (
+        {**chunks[3], "content": {"type": "text", "text": "c", "annotations": {"priority": 1}}},
+        {**chunks[3], "content": {"type": "image", "data": "AA==", "mimeType": "image/png"}},
+        {**chunks[3], "messageId": 7},
+        {**chunks[3], "_meta": []},
+        {"sessionUpdate": "plan", "entries": []},
+    ):
+        assert wired.project_wire(update) is None
+
+
 def test_v2_view_forwards_an_unknown_v1_variant_as_v2s_catch_all() -> None:
     unknown = converter.structure({"sessionUpdate": "_progress", "pct": 5}, v1.SessionUpdate)
     (forwarded,) = V2View().project(unknown)

@@ -29,7 +29,8 @@ is a row function of :mod:`acp_trio._mapping`.
   how many were (design Q6).
 
 ``V2View`` (v1 → v2): chunks get ``messageId`` s (the v1 one, else one per run of chunks of one
-role, as :class:`~acp_trio.session_state.SessionState` groups them); ``tool_call`` is a
+role, as :class:`~acp_trio.session_state.SessionState` groups them; for a text chunk's wire JSON,
+:meth:`V2View.project_wire` sets it without decoding the rest); ``tool_call`` is a
 ``tool_call_update`` (a repeated one clears what it omits); ``plan`` is a ``plan_update`` with one
 ``planId`` per session; ``current_mode_update`` is a ``config_option_update`` of the session's
 options (seeded with :meth:`V2View.seed` from the session's ``modes``/``configOptions``); unknown
@@ -110,6 +111,26 @@ _CHUNK_OTHER_FIELDS = _wire_names(
 today): a chunk with one goes the typed way."""
 _TEXT_OTHER_FIELDS = _wire_names(v1.TextContentBlock, v2.TextContentBlock) - {"type", "text", "_meta"}
 """A text block's known fields :meth:`V1View.project_wire` does not check (``annotations``)."""
+_V1_WIRE_CHUNKS: dict[Any, type] = {
+    "user_message_chunk": v1.UserMessageChunkSessionUpdate,
+    "agent_message_chunk": v1.AgentMessageChunkSessionUpdate,
+    "agent_thought_chunk": v1.AgentThoughtChunkSessionUpdate,
+}
+"""The v1 chunk updates by wire name: the kind :meth:`V2View._message_id` groups by."""
+
+
+def _plain_text_chunk(update: dict[str, Any]) -> bool:
+    """Whether the wire ``update`` (a chunk) holds a ``text`` block and only fields that are the
+    same JSON in both versions: ``_meta`` objects, no ``annotations`` (unknown fields are kept as
+    they are either way)."""
+    content = update.get("content")
+    if type(content) is not dict or content.get("type") != "text" or type(content.get("text")) is not str:
+        return False
+    if not _meta_is_object(update) or not _meta_is_object(content):
+        return False
+    if _CHUNK_OTHER_FIELDS and not _CHUNK_OTHER_FIELDS.isdisjoint(update):
+        return False
+    return _TEXT_OTHER_FIELDS.isdisjoint(content)
 
 
 @attrs.define
@@ -173,14 +194,7 @@ class V1View:
         if role is None or self._dropped:
             return False
         message_id = update.get("messageId")
-        content = update.get("content")
-        if type(message_id) is not str or type(content) is not dict or content.get("type") != "text":
-            return False
-        if type(content.get("text")) is not str or not _meta_is_object(update) or not _meta_is_object(content):
-            return False
-        if _CHUNK_OTHER_FIELDS and not _CHUNK_OTHER_FIELDS.isdisjoint(update):
-            return False
-        if not _TEXT_OTHER_FIELDS.isdisjoint(content):
+        if type(message_id) is not str or not _plain_text_chunk(update):
             return False
         self._messages.add((role, message_id))  # a chunk: always appends (as _message)
         return True
@@ -447,22 +461,45 @@ class V2View:
             log.warning("a v1 session/update with no v2 form was not forwarded: %s", exc)
             return []
 
+    def project_wire(self, update: dict[str, Any]) -> dict[str, Any] | None:
+        """The v2 form of the v1 ``update`` (its wire JSON) when it is the same JSON but for its
+        ``messageId`` (the streaming fast path of the adapter's second direction): a text
+        ``*_chunk``, unknown fields and ``_meta`` kept, ``messageId`` set as :meth:`project` sets
+        it (and the state updated as there).  ``None`` for anything else (another update or block,
+        ``annotations``, a field of the wrong type, a ``_meta`` that is not an object): decode it and
+        call :meth:`project`."""
+        kind = _V1_WIRE_CHUNKS.get(update.get("sessionUpdate"))
+        if kind is None:
+            return None
+        own = update.get("messageId")
+        if (own is not None and type(own) is not str) or not _plain_text_chunk(update):
+            return None
+        out = dict(update)
+        out["messageId"] = self._message_id(kind, own)
+        return out
+
     def _chunk(self, update: Any) -> Any:
-        """The chunk with the ``messageId`` that keeps v1's grouping (``SessionState``'s v1 rule): a
-        chunk without an id joins the open message of its role, else starts one with a new id; a
-        chunk with an id joins the message that has it, or adopts the open message of its role when
-        that one has only a generated id (v1 then gives it this id; v2 keeps the generated one)."""
-        kind = type(update)
+        """The chunk with the ``messageId`` of :meth:`_message_id`."""
+        own = update.message_id if isinstance(update.message_id, str) else None
+        message_id = self._message_id(type(update), own)
+        return m.chunk_to_v2(attrs.evolve(update, message_id=UNSET), message_id)
+
+    def _message_id(self, kind: type, own: str | None) -> str:
+        """The v2 ``messageId`` of a v1 chunk of ``kind`` (its class) with its own id ``own``, which
+        keeps v1's grouping (``SessionState``'s v1 rule): a chunk without an id joins the open
+        message of its role, else starts one with a new id; a chunk with an id joins the message
+        that has it, or adopts the open message of its role when that one has only a generated id
+        (v1 then gives it this id; v2 keeps the generated one)."""
         same_kind_open = self._open is not None and self._open[0] is kind
-        if isinstance(update.message_id, str):
-            alias = self._aliases.get((kind, update.message_id))
+        if own is not None:
+            alias = self._aliases.get((kind, own))
             if alias is not None:
                 message_id = alias
             elif same_kind_open and self._open_generated:
                 assert self._open is not None
-                message_id = self._aliases[(kind, update.message_id)] = self._open[1]
+                message_id = self._aliases[(kind, own)] = self._open[1]
             else:
-                message_id = self._aliases[(kind, update.message_id)] = update.message_id
+                message_id = self._aliases[(kind, own)] = own
             generated = False
         elif same_kind_open:
             assert self._open is not None
@@ -470,4 +507,4 @@ class V2View:
         else:
             message_id, generated = self._new_id(), True
         self._open, self._open_generated = (kind, message_id), generated
-        return m.chunk_to_v2(attrs.evolve(update, message_id=UNSET), message_id)
+        return message_id

@@ -230,6 +230,15 @@ class _WireUpdate:
         self.update: dict[str, Any] = raw["update"]
         self.decode = decode  # the typed way, when the view wants the update decoded after all
 
+    def typed(self) -> Any:
+        """The params decoded (the typed way), or ``None`` with a logged warning when they do not
+        decode (as the runtime drops a notification with invalid params)."""
+        try:
+            return self.decode(self.raw)
+        except Exception as exc:
+            log.warning("dropping a session/update from the agent with invalid params: %s", exc)
+            return None
+
 
 class _WireDecode:
     """The agent connection's ``session/update`` decoder with the fast path: params with a string
@@ -296,6 +305,7 @@ class _Front(Generic[_S]):
         self.agent_conn: ClientSideConnection | None = None
         """The connection to the agent (set when it is built)."""
         self.sessions: dict[str, _S] = {}
+        self._queue_update: Callable[[Any], bool] | None = None  # the client's session/update queue
 
     # -- wiring ------------------------------------------------------------------------------------
     def acp_handlers(self) -> dict[ModuleType, Callable[[AgentSideConnection], Self]]:
@@ -420,6 +430,29 @@ class _Front(Generic[_S]):
         except (VersionError, DecodeError) as exc:
             raise _untranslatable(method, exc) from None
 
+    # -- the streaming fast path -------------------------------------------------------------------
+    def _stream_wire(self, conn: ClientSideConnection) -> None:
+        """Read the agent's streamed chunks as wire JSON (call once its version is negotiated):
+        ``session/update`` params whose ``update`` is a ``*_chunk`` are not decoded but handed over
+        as :class:`_WireUpdate` (in the same per-session order: the runtime's serial queue), for
+        the front's ``_forward_wire``; the rest decoded as before."""
+        route = conn.connection.routes.get("session/update")
+        if route is None or isinstance(route.decode, _WireDecode):
+            return
+        route.decode = _WireDecode(route.decode or conn.connection.converter.structure_fn(route.params_type))
+
+    async def _send_wire(self, params: dict[str, Any]) -> None:
+        """Send ``session/update`` with the wire JSON ``params`` to the client, after what was sent
+        before (the same queue as the typed ones; session/update has no capability rule to check)."""
+        conn = self.client_conn
+        if conn is None:
+            raise RuntimeError("the adapter has no client connection yet")
+        queue = self._queue_update
+        if queue is None:
+            queue = self._queue_update = conn.connection.notification_queue("session/update")
+        if queue(params):  # the client reads slower than the agent streams: wait for the writer
+            await conn.connection.wait_writable()
+
     async def _send_cancel(self, session_id: str, notification: Any) -> None:
         """Send ``session/cancel`` to the agent; when it cannot be sent (the agent is gone) a debug
         log line: the turn ends anyway."""
@@ -522,7 +555,6 @@ class V1Front(_Front["_Session"]):
         """The agent's v2 ``initialize`` answer, once the client initialized."""
         self._synthetic = itertools.count(1)
         self._answered = trio.Event()  # set (and replaced) each time a v1 prompt is answered
-        self._queue_update: Callable[[Any], bool] | None = None  # the client's session/update queue
 
     # -- wiring ------------------------------------------------------------------------------------
     def _agent_attached(self, conn: ClientSideConnection) -> None:
@@ -794,35 +826,18 @@ class V1Front(_Front["_Session"]):
         await self._send_cancel(session_id, v2.CancelSessionNotification(session_id=session_id))
 
     # -- v2 agent → v1 client ----------------------------------------------------------------------
-    def _stream_wire(self, conn: ClientSideConnection) -> None:
-        """Read the agent's streamed chunks as wire JSON (the fast path of :meth:`_forward_wire`):
-        ``session/update`` params whose ``update`` is a ``*_chunk`` are not decoded to typed v2 but
-        handed over as :class:`_WireUpdate` (in the same per-session order); the rest as before."""
-        route = conn.connection.routes.get("session/update")
-        if route is None or isinstance(route.decode, _WireDecode):
-            return
-        route.decode = _WireDecode(route.decode or conn.connection.converter.structure_fn(route.params_type))
-
     async def _forward_wire(self, params: _WireUpdate) -> None:
         """A streamed chunk read as wire JSON: sent to the v1 client unchanged when its session's
         view says it is its own v1 form (:meth:`V1View.project_wire`: a text chunk, unknown fields
         and ``_meta`` included), else decoded and sent the typed way (:meth:`_forward`)."""
         raw = params.raw
         session = self._session(params.session_id)
-        conn = self.client_conn
-        if conn is not None and _meta_is_object(raw) and session.view.project_wire(params.update):
-            queue = self._queue_update
-            if queue is None:
-                queue = self._queue_update = conn.connection.notification_queue("session/update")
-            if queue(raw):  # the client reads slower than the agent streams: wait for the writer
-                await conn.connection.wait_writable()
+        if _meta_is_object(raw) and session.view.project_wire(params.update):
+            await self._send_wire(raw)
             return
-        try:
-            typed = params.decode(raw)
-        except Exception as exc:  # as the runtime drops a notification with invalid params
-            log.warning("dropping a session/update from the agent with invalid params: %s", exc)
-            return
-        await self._forward(typed.session_id, typed.update, typed.meta, typed.extra_fields)
+        typed = params.typed()
+        if typed is not None:
+            await self._forward(typed.session_id, typed.update, typed.meta, typed.extra_fields)
 
     async def _forward(
         self, session_id: str, update: Any, meta: Any = UNSET, extra_fields: dict[str, Any] | None = None
@@ -953,9 +968,10 @@ class _V2Session:
     turn: _V2Turn | None = None
     closed: bool = False  # closed while a turn ran: forgotten once the turn's idle is out
     quiet: bool = False  # the agent replays history the v2 client did not ask for (resume via load)
-    history: list[tuple[Any, Any, dict[str, Any]]] | None = None
-    """The v2 updates sent for it (update, ``_meta``, unknown fields; no state updates), kept to
-    serve ``session/resume`` for an agent that cannot load; ``None``: not kept."""
+    history: list[tuple[Any, Any, dict[str, Any]] | dict[str, Any]] | None = None
+    """The v2 updates sent for it (update, ``_meta``, unknown fields; or the ``session/update``
+    params as sent, for a streamed chunk; no state updates), kept to serve ``session/resume`` for
+    an agent that cannot load; ``None``: not kept."""
 
 
 class _TerminalDisplay:
@@ -1074,7 +1090,7 @@ class V2Front(_Front["_V2Session"]):
     v1 agent → v2 client:
 
     - ``session/update``: through one :class:`~acp_trio._views.V2View` per session (generated
-      ``messageId`` s, ``tool_call`` → ``tool_call_update``, ``plan`` → ``plan_update``,
+      ``messageId`` s; a text chunk's wire JSON sent as read but for its ``messageId``, ``tool_call`` → ``tool_call_update``, ``plan`` → ``plan_update``,
       ``current_mode_update`` → ``config_option_update``, ...);
     - ``session/request_permission``: v2's (rows T15, T18) between ``state_update``
       ``requires_action`` and ``running``; ``elicitation/*`` likewise (T19) when the client offered it;
@@ -1185,6 +1201,8 @@ class V2Front(_Front["_V2Session"]):
             extra_fields=params.extra_fields,
         )
         answer: v1.InitializeResponse = await self._initialize_agent(request)
+        assert self.agent_conn is not None
+        self._stream_wire(self.agent_conn)
         agent_caps = (
             answer.agent_capabilities
             if isinstance(answer.agent_capabilities, v1.AgentCapabilities)
@@ -1301,7 +1319,11 @@ class V2Front(_Front["_V2Session"]):
         long as the adapter), for an agent that cannot load or resume: the updates the adapter sent
         for it replayed when asked (v2 session-setup.mdx § Resuming Sessions), its config options."""
         if replay:
-            for update, meta, extra in list(session.history or ()):
+            for entry in list(session.history or ()):
+                if isinstance(entry, dict):  # a streamed chunk, as sent
+                    await self._send_wire({**entry, "sessionId": session_id})
+                    continue
+                update, meta, extra = entry
                 notification = v2.UpdateSessionNotification(
                     session_id=session_id, update=update, meta=meta, extra_fields=dict(extra)
                 )
@@ -1478,6 +1500,26 @@ class V2Front(_Front["_V2Session"]):
             await self._send_cancel(params.session_id, notification)
 
     # -- v1 agent → v2 client ----------------------------------------------------------------------
+    async def _forward_wire(self, params: _WireUpdate) -> None:
+        """A streamed chunk read as wire JSON: sent to the v2 client as it was read but for its
+        ``messageId`` when its session's view can (:meth:`V2View.project_wire`: a text chunk,
+        unknown fields and ``_meta`` included), else decoded and sent the typed way."""
+        raw = params.raw
+        session = self._session(params.session_id)
+        update = session.view.project_wire(params.update) if _meta_is_object(raw) else None
+        if update is None:
+            typed = params.typed()
+            if typed is not None:
+                await self._forward(typed)
+            return
+        if session.quiet:  # a resume without replay served by v1's session/load
+            return
+        wire = dict(raw)
+        wire["update"] = update
+        if session.history is not None:
+            session.history.append(wire)
+        await self._send_wire(wire)
+
     async def _forward(self, params: v1.SessionNotification) -> None:
         """One v1 ``session/update`` as the v2 updates its session's view projects it to; each
         carries the notification's ``_meta`` and unknown fields."""
@@ -1545,8 +1587,11 @@ class _V1Back(_Back):
 
     front: V2Front
 
-    async def session_update(self, params: v1.SessionNotification) -> None:
+    async def session_update(self, params: v1.SessionNotification | _WireUpdate) -> None:
         """v1 ``session/update`` → zero or more v2 ``session/update`` (the session's ``V2View``)."""
+        if isinstance(params, _WireUpdate):
+            await self.front._forward_wire(params)
+            return
         await self.front._forward(params)
 
     async def fs_read_text_file(self, params: v1.ReadTextFileRequest) -> v1.ReadTextFileResponse:
