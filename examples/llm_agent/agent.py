@@ -99,15 +99,11 @@ PERMISSION_OPTIONS = (
     n.Option("reject-always", "Reject always", "reject_always"),
 )
 """The choices of every permission request; an "always" one holds for that tool for the rest of the session."""
-MODES = n.ConfigOption(
-    "mode",
-    "Mode",
-    current="ask",
-    category="mode",
-    choices=(
+MODES = n.mode_option(
+    [
         n.Choice("ask", "Ask", "Ask permission before every tool call"),
         n.Choice("read", "Read freely", "Read files and run read-only MCP tools without asking; ask before the rest"),
-    ),
+    ]
 )
 """The session's one config option (``category: "mode"``, so also v1's ``modes`` and ``session/set_mode``)."""
 

@@ -814,7 +814,8 @@ class AgentSideConnection(_Side):
         data when ``turn()`` raised :class:`RequestError` (as a v1 prompt answer would carry it),
         else with a -32603 error (the traceback is logged).  Raises :class:`ConnectionClosed` when the
         connection closed; ``RuntimeError`` on a version 1 connection (there the ``session/prompt``
-        response ends the turn).
+        response ends the turn).  ``turn()`` may return a ``dict`` instead of a stop reason: the
+        ``idle`` update's fields (``stopReason``, ``_meta``).
         """
         if self.protocol_version < 2:
             raise RuntimeError(
@@ -872,7 +873,10 @@ class AgentSideConnection(_Side):
         idle: dict[str, Any] = {"sessionUpdate": "state_update", "state": "idle", "stopReason": "cancelled"}
         try:
             done, stop_reason = await _in_session_scope(self._turns, session_id, turn(), scope)
-            if done:
+            if done and isinstance(stop_reason, dict):  # the idle's fields: stopReason, _meta
+                idle.update(stop_reason)
+                idle["stopReason"] = stop_reason.get("stopReason") or "end_turn"
+            elif done:
                 idle["stopReason"] = stop_reason or "end_turn"
         except RequestError as exc:  # the turn's own error, as a v1 prompt answer would carry it
             log.info("prompt turn of session %r ended with %s", session_id, exc)

@@ -119,6 +119,7 @@ __all__ = [
     "STORE_WAIT",
     "TERMINAL_FLUSH_BYTES",
     "TERMINAL_FLUSH_DELAY",
+    "USAGE_META",
     "Agent",
     "AgentInfo",
     "Choice",
@@ -129,6 +130,7 @@ __all__ = [
     "CompletedCommand",
     "ConfigOption",
     "ContentLike",
+    "Cost",
     "Decision",
     "Diff",
     "DisplayTerminal",
@@ -143,12 +145,15 @@ __all__ = [
     "ToolCall",
     "ToolContentLike",
     "Turn",
+    "TurnEnd",
+    "Usage",
     "V1View",
     "VersionError",
     "diff_to_v1",
     "diff_to_v2",
     "diff_v2_to_v1",
     "handlers",
+    "mode_option",
 ]
 
 StopReason: TypeAlias = str
@@ -205,6 +210,68 @@ class McpSupport:
     stdio: bool = True
     http: bool = False
     sse: bool = False
+
+
+@attrs.frozen
+class Cost:
+    """What something cost: ``amount`` in ``currency`` (an ISO 4217 code, e.g. ``"USD"``): v1 and
+    v2 ``Cost`` (schema ``$defs/Cost``)."""
+
+    amount: float
+    currency: str
+
+
+@attrs.frozen
+class Usage:
+    """A turn's token counts (the unstable schemas' ``Usage``: ``totalTokens``, ``inputTokens``,
+    ``outputTokens``, optional ``thoughtTokens``, ``cachedReadTokens``, ``cachedWriteTokens``); the
+    stable schemas have no place for it, so it travels under ``_meta["acp-trio/usage"]`` in that
+    shape (see :class:`TurnEnd`)."""
+
+    total_tokens: int
+    input_tokens: int
+    output_tokens: int
+    thought_tokens: int | None = None
+    cached_read_tokens: int | None = None
+    cached_write_tokens: int | None = None
+
+    def wire(self) -> dict[str, int]:
+        """The unstable schema's ``Usage`` JSON (the ``None`` counts left out)."""
+        names = {
+            "total_tokens": "totalTokens",
+            "input_tokens": "inputTokens",
+            "output_tokens": "outputTokens",
+            "thought_tokens": "thoughtTokens",
+            "cached_read_tokens": "cachedReadTokens",
+            "cached_write_tokens": "cachedWriteTokens",
+        }
+        return {wire: value for name, wire in names.items() if (value := getattr(self, name)) is not None}
+
+
+USAGE_META = "acp-trio/usage"
+"""The ``_meta`` key of a :class:`TurnEnd`'s usage on the stable schemas (the unstable ones have a
+``usage`` field there)."""
+
+
+@attrs.frozen
+class TurnEnd:
+    """What :meth:`Agent.prompt` may return instead of a bare stop reason: ``stop_reason``; ``usage``
+    (:class:`Usage`, the turn's token counts); ``meta`` (``_meta`` of the turn's end).  v1: the
+    ``session/prompt`` answer carries ``_meta`` (with the usage under :data:`USAGE_META`); v2: the
+    ``idle`` ``state_update`` does (prompt-turn.mdx, prompt-lifecycle.mdx)."""
+
+    stop_reason: str = "end_turn"
+    usage: Usage | None = None
+    meta: Mapping[str, Any] | None = None
+
+    def meta_wire(self) -> dict[str, Any] | None:
+        """``meta`` with the usage added under :data:`USAGE_META`; ``None`` when both are absent."""
+        if self.meta is None and self.usage is None:
+            return None
+        out = dict(self.meta or {})
+        if self.usage is not None:
+            out[USAGE_META] = self.usage.wire()
+        return out
 
 
 @attrs.frozen
@@ -525,6 +592,7 @@ class Session:
         self._turn: Turn | None = None
         self._history: list[tuple[Any, Sequence[Any] | None]] = []  # canonical (v2 update, v1 hint)
         self._log: Log | None = None  # where its records go in the agent's store
+        self._background: set[trio.CancelScope] = set()  # of its start_soon tasks
         self.config: dict[str, str | bool] = {}
         """Each config option's current value, by ``config_id``."""
         self.config = {o.config_id: o.current for o in agent.config_options(self)}
@@ -663,6 +731,34 @@ class Session:
                 "(ToolCall.run shows it as an agent-owned display terminal)",
             )
         return ClientTerminals(self)
+
+    def start_soon(self, async_fn: Callable[..., Awaitable[object]], *args: Any, name: str | None = None) -> None:
+        """Run ``await async_fn(*args)`` in the background for this session (e.g. its MCP servers,
+        a watcher): a task of the connection the session is attached to, cancelled when the session
+        is closed (``session/close``, before :meth:`Agent.close_session`) or deleted, when a client
+        loads or resumes it on another connection, and when that connection ends.  An exception it
+        raises is logged, not raised into the connection.  Raises ``RuntimeError`` when the
+        connection is closed."""
+        scope = trio.CancelScope()
+        label = name or f"session {self.id}: {getattr(async_fn, '__qualname__', 'background task')}"
+
+        async def run() -> None:
+            try:
+                with scope:
+                    await async_fn(*args)
+            except Exception:
+                log.exception("%s raised", label)
+            finally:
+                self._background.discard(scope)
+
+        self._wire.conn.start_soon(run, name=label)
+        self._background.add(scope)
+
+    def _stop_background(self) -> None:
+        """Cancel the :meth:`start_soon` tasks (they end at their next checkpoint)."""
+        for scope in list(self._background):
+            scope.cancel()
+        self._background.clear()
 
     async def say(self, content: ContentLike) -> None:
         """An agent message outside any turn (v2: background output; v1: a chunk the client shows
@@ -901,9 +997,11 @@ class Turn:
         await plan.set(entries)
         return plan
 
-    async def usage(self, used: int, size: int) -> None:
-        """Report the context window: ``used`` of ``size`` tokens (``usage_update``, both; row T21)."""
-        await self._send(v2.UsageUpdateSessionUpdate(used=used, size=size))
+    async def usage(self, used: int, size: int, *, cost: Cost | None = None) -> None:
+        """Report the context window: ``used`` of ``size`` tokens, and the session's ``cost`` so far
+        when given (``usage_update``, the same in both versions; row T21)."""
+        spent = UNSET if cost is None else v2.Cost(amount=cost.amount, currency=cost.currency)
+        await self._send(v2.UsageUpdateSessionUpdate(used=used, size=size, cost=spent))
 
     async def _question(self, ask: Callable[[], Awaitable[_T]]) -> _T | None:
         """``await ask()`` shielded from the turn's cancellation, so the client's ``cancelled``
@@ -1177,9 +1275,10 @@ class ToolCall:
         """Status ``completed``, with ``content`` when given."""
         await self.update(status="completed", content=content, raw_output=raw_output)
 
-    async def fail(self, reason: str | None = None) -> None:
-        """Status ``failed``, with ``reason`` as its content when given."""
-        await self.update(status="failed", content=UNSET if reason is None else [reason])
+    async def fail(self, reason: str | None = None, *, raw_output: Any = UNSET) -> None:
+        """Status ``failed``, with ``reason`` as its content and ``raw_output`` (any JSON value, e.g.
+        the tool's error output) when given."""
+        await self.update(status="failed", content=UNSET if reason is None else [reason], raw_output=raw_output)
 
     async def ask_permission(
         self, title: str, *, description: str | None = None, options: Sequence[Option] = ALLOW_OR_REJECT
@@ -1330,8 +1429,9 @@ class Agent:
             detail = f"{config_id!r} is a boolean option: give true or false"
             raise RequestError.invalid_params({"path": "$.value", "detail": detail})
 
-    async def prompt(self, turn: Turn) -> StopReason:
-        """Run one prompt turn (required) and return its stop reason: ``end_turn``, ``max_tokens``,
+    async def prompt(self, turn: Turn) -> StopReason | TurnEnd:
+        """Run one prompt turn (required) and return its stop reason (or a :class:`TurnEnd`: the stop
+        reason with the turn's usage and ``_meta``): ``end_turn``, ``max_tokens``,
         ``max_turn_requests``, ``refusal`` or ``cancelled`` (v1's answer, v2's ``idle``; a value v1
         lacks is ``end_turn`` there, the original in ``_meta["acp-trio/stopReason"]``: row T2).
         ``session/cancel`` (or ``session/close``) cancels it as trio does: let ``trio.Cancelled``
@@ -1538,7 +1638,11 @@ class _Surface:
 
     def _attach(self, params: Any, mcp_servers: Sequence[Any]) -> Session:
         """The session of a load/resume request, now on this connection with the request's
-        ``cwd``, ``additionalDirectories`` and MCP servers; -32002 for an id this agent does not know."""
+        ``cwd``, ``additionalDirectories`` and MCP servers; -32002 for an id this agent does not know.
+        Its background tasks of another connection are cancelled (:meth:`Session.start_soon`)."""
+        held = self.agent.sessions.get(params.session_id)
+        if held is not None and held._wire is not self.wire:
+            held._stop_background()
         session = self._session(params.session_id)
         if not os.path.isabs(params.cwd):
             raise RequestError.invalid_params({"path": "$.cwd", "detail": "cwd must be an absolute path"})
@@ -1583,12 +1687,15 @@ class _Surface:
         if session_id not in self.agent.sessions and store is not None and await store.get(session_id) is not None:
             return  # stored, not open in this process: nothing to cancel or tell
         session = self._session(session_id)
+        session._stop_background()
         await self.agent.close_session(session)
 
     async def _delete(self, session_id: str) -> None:
         """Row L9: forget the session (an unknown id succeeds)."""
         await self.session_cancel(_SessionRef(session_id))
-        self.agent.sessions.pop(session_id, None)
+        forgotten = self.agent.sessions.pop(session_id, None)
+        if forgotten is not None:
+            forgotten._stop_background()
         if self.agent.store is not None:
             await self.agent.store.delete(session_id)
         await self.agent.delete_session(session_id)
@@ -1602,7 +1709,7 @@ class _Surface:
             await self.wire.update(session.id, update)
         return session
 
-    async def _run_turn(self, turn: Turn) -> StopReason:
+    async def _run_turn(self, turn: Turn) -> StopReason | TurnEnd:
         session = turn.session
         session._turn = turn
         try:
@@ -1820,16 +1927,25 @@ class _V1Surface(_Surface):
         # row T1: kept as the canonical user_message (V1View sends nothing for it live)
         await session._send(v2.UserMessageSessionUpdate(message_id=turn.user_message_id, content=list(prompt)))
         try:
-            stop_reason = await self._run_turn(turn)  # rows T1/T2: the answer ends it
+            ended = await self._run_turn(turn)  # rows T1/T2: the answer ends it
         finally:
             with trio.CancelScope(shield=True), contextlib.suppress(ConnectionClosed):
                 await self.wire.flush(session.id)  # held terminal output goes before the answer
-        return stop_reason_to_v1(stop_reason)  # row T2: one v1 lacks is end_turn, the value in _meta
+        end = ended if isinstance(ended, TurnEnd) else TurnEnd(ended)
+        answer = stop_reason_to_v1(end.stop_reason)  # row T2: one v1 lacks is end_turn, the value in _meta
+        meta = end.meta_wire()
+        if meta is not None:
+            answer.meta = {**(answer.meta if isinstance(answer.meta, dict) else {}), **meta}
+        return answer
 
 
 class _V2Surface(_Surface):
     def __init__(self, agent: Agent, conn: AgentSideConnection) -> None:
         super().__init__(agent, _V2Wire(conn))
+
+    async def _idle_of(self, turn: Turn) -> Any:
+        """The turn for ``start_turn``: what ends it as the ``idle`` update's fields."""
+        return await _idle_fields(await self._run_turn(turn))
 
     async def initialize(self, params: v2.InitializeRequest) -> v2.InitializeResponse:
         info = self.agent.info
@@ -1905,8 +2021,43 @@ class _V2Surface(_Surface):
         # row T1: where the user message went, then the receipt; start_turn sends running / idle
         await session._send(v2.UserMessageSessionUpdate(message_id=turn.user_message_id, content=list(params.prompt)))
         await self._committed("the session/prompt receipt")
-        self.conn.start_turn(session.id, partial(self._run_turn, turn))
+        self.conn.start_turn(session.id, partial(self._idle_of, turn))
         return v2.PromptResponse(message_id=turn.user_message_id)
+
+
+async def _idle_fields(ended: StopReason | TurnEnd) -> Any:
+    """What ``start_turn`` puts in the ``idle`` update: the stop reason, or with a :class:`TurnEnd`
+    its fields (``stopReason``, ``_meta`` with the usage)."""
+    if not isinstance(ended, TurnEnd):
+        return ended
+    fields: dict[str, Any] = {"stopReason": ended.stop_reason}
+    meta = ended.meta_wire()
+    if meta is not None:
+        fields["_meta"] = meta
+    return fields
+
+
+def mode_option(
+    choices: Sequence[Choice],
+    *,
+    current: str | None = None,
+    config_id: str = "mode",
+    name: str = "Mode",
+    description: str | None = None,
+) -> ConfigOption:
+    """A session's mode option: a select :class:`ConfigOption` of ``category: "mode"`` (so also v1's
+    ``modes`` and ``session/set_mode``: row L4; migration.mdx § Session modes become config
+    options) whose values are ``choices``, starting at ``current`` (default the first).  Raises
+    ``ValueError`` for no choices or a ``current`` that is not one of them."""
+    values = [c.value for c in choices]
+    if not values:
+        raise ValueError("a mode option needs at least one choice")
+    start = values[0] if current is None else current
+    if start not in values:
+        raise ValueError(f"current mode {start!r} is not one of {values}")
+    return ConfigOption(
+        config_id, name, current=start, choices=tuple(choices), category="mode", description=description
+    )
 
 
 def handlers(agent: Agent, versions: Sequence[int] = (1, 2)) -> dict[ModuleType, Callable[[AgentSideConnection], Any]]:

@@ -48,15 +48,8 @@ WORD_COUNT = "import pathlib; text = pathlib.Path('notes.txt').read_text(encodin
 """The word count: ``python -c WORD_COUNT`` in the session directory (a client terminal or the agent's own)."""
 PLAN_STEPS = ("Read notes.txt", "Count its words", "Write summary.txt")
 """The steps of the plan the agent publishes."""
-MODE = n.ConfigOption(
-    "mode",
-    "Mode",
-    current="ask",
-    category="mode",
-    choices=(
-        n.Choice("ask", "Ask", "Ask before reading files"),
-        n.Choice("auto", "Auto", "Read files without asking"),
-    ),
+MODE = n.mode_option(
+    [n.Choice("ask", "Ask", "Ask before reading files"), n.Choice("auto", "Auto", "Read files without asking")],
     description="Whether the agent asks permission before it reads notes.txt",
 )
 """The session's one config option; on v1 also its ``modes`` (``session/set_mode``)."""
