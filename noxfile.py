@@ -368,7 +368,10 @@ def conformance(session: nox.Session) -> None:
     (npm, about 600 MB) and pydantic-acp (PyPI, a 107 MB virtual environment), in protocol 1 (all
     cached under ~/.cache/acp-trio/interop; their model APIs played by a loopback server: Anthropic
     Messages, OpenAI Responses and Chat Completions, Gemini).  Needs node and npm.  The pytest part
-    also has gemini-cli create a new file through the demo client after asking permission.  Writes
+    also has gemini-cli create a new file through the demo client after asking permission, and
+    runs the real agents through the v1 ⇄ v2 adapter (python -m acp_trio.adapt): the v1-only ones
+    behind --speak 2 for our and the TypeScript SDK's v2 clients, claude-agent-acp and codex-acp
+    behind --speak 1 and 2 (a tool call turn, then a cancelled one).  Writes
     conformance-real/ (a report per agent and protocol, and conformance.md, the table); options go to
     tests/interop/conformance_real.py (``nox -s conformance -- --quick``, ``-- --agent gemini-cli``)."""
     session.install("-e", ".[mcp,remote]", *group("test"))

@@ -14,6 +14,14 @@ Three parts:
   in protocol 1, and gemini-cli creating a new file through ``python -m acp_trio.demo`` after
   asking permission.
 
+Through the v1 ⇄ v2 adapter (``python -m acp_trio.adapt``, issue 33): gemini-cli, qwen-code,
+opencode and pydantic-acp behind ``--speak 2``, driven by acp-trio's v2 demo client and by a v2
+client written with the TypeScript SDK (``tests/interop/ts_v2_turn_client.mjs``): a turn that
+creates a file, then one cancelled at its first chunk; claude-agent-acp and codex-acp behind
+``--speak 1`` and ``--speak 2`` with our demo clients: a turn that reads a file, then a cancelled
+one.  (The SDK peers through the adapter, with plans and permissions, are in
+``tests/test_interop_adapt.py``.)
+
 The real agents run only with ``ACP_REAL_AGENTS=1`` (``nox -s conformance`` sets it).  They skip,
 saying why, without ``node``/``npm`` or when the install fails.
 """
@@ -435,3 +443,214 @@ async def test_a_version_1_real_agent_passes_the_quick_checks_against_the_loopba
     assert "FAIL" not in run.statuses.values(), run.text
     paths = {r["path"] for r in app.requests}  # the turn really went through the model server
     assert "/v1/chat/completions" in paths or any(p.endswith(":streamGenerateContent") for p in paths), paths
+
+
+# -- real agents through the v1 ⇄ v2 adapter (issue 33, item 4) ---------------------------------
+
+ADAPT = [sys.executable, "-m", "acp_trio.adapt"]
+HELLO = "Say hello in one short sentence."
+ADAPTED_V1_ONLY = {
+    "pydantic-acp": ([], True),
+    # --no-client-fs: gemini-cli 0.61.0 checks whether the new file exists with fs/read_text_file when
+    # the client offers it and takes the -32002 answer for a failure (see the demo client test above);
+    # without the adapter's fs it reads and writes the local disk itself, after asking
+    "gemini-cli": (["--no-client-fs"], True),
+    "qwen-code": ([], False),  # writes without asking in its default approval mode
+    "opencode": ([], False),  # likewise
+}
+"""The version-1-only real agents behind ``adapt --speak 2``: name -> (adapter options, whether the
+write turn asks ``session/request_permission``)."""
+
+
+def _cancels_at_first_chunk(base: type) -> type:
+    """A demo client class (v1 or v2) that, once ``cancel_at_chunk`` is set, sets ``first_chunk``
+    at the next agent message chunk (the test then sends ``session/cancel``)."""
+
+    class Client(base):  # type: ignore[valid-type, misc]
+        def __init__(self, conn: Any) -> None:
+            import io
+
+            super().__init__(conn, io.StringIO())
+            self.cancel_at_chunk = False
+            self.first_chunk = trio.Event()
+
+        def on_update(self, state: Any, update: Any) -> None:
+            super().on_update(state, update)
+            if self.cancel_at_chunk and type(update).__name__ == "AgentMessageChunkSessionUpdate":
+                self.first_chunk.set()
+
+    return Client
+
+
+async def _cancelled_turn(client: Any, session_id: str, app: model_server.ModelServer) -> Any:
+    """A second turn (:data:`HELLO`, the model answering slowly) cancelled at its first agent chunk: its result."""
+    app.delay = 0.5  # 24 pieces: 12 s for the answer, cancelled long before its end
+    client.cancel_at_chunk = True
+    results: list[Any] = []
+
+    async def turn() -> None:
+        results.append(await client.prompt(session_id, HELLO))
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(turn)
+        await client.first_chunk.wait()
+        await client.cancel(session_id)
+    return results[0]
+
+
+def _agent_text(state: Any) -> str:
+    return "".join(m.text for m in state.messages if m.role == "agent")
+
+
+@real
+@pytest.mark.parametrize("name", sorted(ADAPTED_V1_ONLY))
+async def test_a_version_1_real_agent_writes_a_file_and_is_cancelled_through_the_adapter_for_our_v2_client(
+    name: str, tmp_path: Path
+) -> None:
+    """``adapt --speak 2`` in front of a v1-only real agent, our v2 demo client
+    (:class:`acp_trio.demo.client_v2.DemoClientV2`) driving it: a turn that creates a file (a tool
+    call, a permission request where the agent asks, the file written: through the adapter's
+    ``fs/*`` where the agent uses the client's), the model's text, ``idle`` ``end_turn``; then a
+    turn cancelled at its first chunk, ``idle`` ``cancelled``."""
+    from acp_schema import v2
+    from acp_trio import spawn_agent
+    from acp_trio.demo.client_v2 import DemoClientV2
+
+    _install(name)
+    command, extra = next(a for a in real_agents.AGENTS if a.name == name).command()
+    options, asks = ADAPTED_V1_ONLY[name]
+    workdir = Path(os.path.realpath(tmp_path)) / "project"
+    workdir.mkdir()
+    new = workdir / "new.txt"
+    app = model_server.ModelServer(delay=0.01, log=str(tmp_path / "requests.jsonl"))
+    client_class = _cancels_at_first_chunk(DemoClientV2)
+    with trio.fail_after(AGENT_TIME_LIMIT):
+        async with trio.open_nursery() as nursery:
+            url = await nursery.start(model_server.serve_models, app)
+            env = conformance_real.checker_env(
+                {**real_agents.agent_environment(tmp_path / "state", url, name), **extra}
+            )
+            adapter = [*ADAPT, "--speak", "2", *options, "--", *command]
+            async with spawn_agent(adapter[0], adapter[1:], client={v2: client_class}, env=env, cwd=workdir) as conn:
+                client = conn.handler
+                await client.initialize("acp-trio-demo-client", "1", timeout=120)
+                assert conn.protocol_version == 2
+                session_id = await client.new_session(workdir)
+                result = await client.prompt(session_id, f"Create this file: {model_server.WRITE_MARKER}{new}")
+                transcript = client.out.getvalue()
+                assert result.stop_reason == "end_turn", transcript
+                assert new.read_text() == model_server.WRITE_CONTENT, transcript
+                state = client.states[session_id]
+                assert [t.status for t in state.tool_calls.values()] == ["completed"], transcript
+                assert ("  [permission] " in transcript) is asks, transcript
+                assert model_server.ANSWER in _agent_text(state), transcript
+                assert "[turn ended: end_turn]" in transcript
+
+                cancelled = await _cancelled_turn(client, session_id, app)
+                assert cancelled.stop_reason == "cancelled", client.out.getvalue()
+            nursery.cancel_scope.cancel()
+
+
+@real
+@pytest.mark.parametrize("name", sorted(ADAPTED_V1_ONLY))
+async def test_a_version_1_real_agent_writes_a_file_and_is_cancelled_through_the_adapter_for_the_ts_v2_client(
+    name: str, tmp_path: Path
+) -> None:
+    """As above, driven by a v2 client written with the TypeScript SDK's v2 entry point
+    (``tests/interop/ts_v2_turn_client.mjs``, its prompts given in ``ACP_TURN_PROMPTS``, cancelling
+    at the second turn's first chunk: ``ACP_TURN_CANCEL=chunk``)."""
+    _install(name)
+    npm_dir = real_agents.install_ts_sdk()
+    command, extra = next(a for a in real_agents.AGENTS if a.name == name).command()
+    options, asks = ADAPTED_V1_ONLY[name]
+    workdir = Path(os.path.realpath(tmp_path)) / "project"
+    workdir.mkdir()
+    new = workdir / "new.txt"
+    app = model_server.ModelServer(delay=0.2, log=str(tmp_path / "requests.jsonl"))
+    prompts = [f"Create this file: {model_server.WRITE_MARKER}{new}", HELLO]
+    with trio.fail_after(AGENT_TIME_LIMIT):
+        async with trio.open_nursery() as nursery:
+            url = await nursery.start(model_server.serve_models, app)
+            env = conformance_real.checker_env(
+                {
+                    **real_agents.agent_environment(tmp_path / "state", url, name),
+                    **extra,
+                    "ACP_INTEROP_NPM_DIR": str(npm_dir),
+                    "ACP_TURN_PROMPTS": json.dumps(prompts),
+                    "ACP_TURN_CANCEL": "chunk",
+                }
+            )
+            client = ["node", str(INTEROP / "ts_v2_turn_client.mjs"), str(workdir)]
+            adapter = [*ADAPT, "--speak", "2", *options, "--", *command]
+            proc = await trio.run_process(
+                [*client, *adapter], env=env, cwd=workdir, capture_stdout=True, capture_stderr=True, check=False
+            )
+            nursery.cancel_scope.cancel()
+    stderr = proc.stderr.decode(errors="replace")[-3000:]
+    assert proc.returncode == 0, stderr
+    summary = json.loads(proc.stdout.decode().splitlines()[-1])
+    assert summary["initialize"]["protocolVersion"] == 2
+    assert summary["turn"][-1] == {"kind": "stop", "stopReason": "end_turn"}, summary
+    assert summary["cancelledTurn"][-1] == {"kind": "stop", "stopReason": "cancelled"}, summary
+    tools = [u["update"] for u in summary["updates"] if u["update"]["sessionUpdate"] == "tool_call_update"]
+    assert new.is_file() and new.read_text() == model_server.WRITE_CONTENT, json.dumps([tools, summary["permissions"]])
+    kinds = {u["update"]["sessionUpdate"] for u in summary["updates"]}
+    assert {"user_message", "state_update", "agent_message_chunk", "tool_call_update"} <= kinds, kinds
+    assert bool(summary["permissions"]) is asks, summary["permissions"]
+
+
+BOTH_VERSIONS = ("claude-agent-acp", "codex-acp")
+
+
+@real
+@pytest.mark.parametrize("speak", [1, 2])
+@pytest.mark.parametrize("name", BOTH_VERSIONS)
+async def test_a_real_agent_of_both_versions_reads_a_file_and_is_cancelled_through_the_adapter(
+    name: str, speak: int, real_agents_installed: Path, tmp_path: Path
+) -> None:
+    """claude-agent-acp and codex-acp speak v1 and v2: behind ``adapt --speak 1`` they negotiate v2
+    with the adapter and our v1 demo client drives them; behind ``--speak 2``, v1, and our v2 demo
+    client.  A turn that reads a file (the model server's read marker: Claude Code's ``Read``,
+    Codex's ``shell_command`` ``cat``: a tool call, completed), the model's text, ``end_turn``; then
+    a turn cancelled at its first chunk.  (Neither asks permission to read in its session's
+    directory, and the model server makes neither write.)"""
+    from acp_schema import v1, v2
+    from acp_trio import spawn_agent
+    from acp_trio.demo.client import DemoClient
+    from acp_trio.demo.client_v2 import DemoClientV2
+
+    command, extra = next(a for a in real_agents.AGENTS if a.name == name).command()
+    workdir = Path(os.path.realpath(tmp_path)) / "project"
+    workdir.mkdir()
+    notes = workdir / "notes.txt"
+    notes.write_text("buy milk\n")
+    app = model_server.ModelServer(delay=0.01, log=str(tmp_path / "requests.jsonl"))
+    variant, base = (v1, DemoClient) if speak == 1 else (v2, DemoClientV2)
+    with trio.fail_after(AGENT_TIME_LIMIT):
+        async with trio.open_nursery() as nursery:
+            url = await nursery.start(model_server.serve_models, app)
+            env = conformance_real.checker_env(
+                {**real_agents.agent_environment(tmp_path / "state", url, name), **extra}
+            )
+            adapter = [*ADAPT, "--speak", str(speak), "--", *command]
+            client_class = _cancels_at_first_chunk(base)
+            async with spawn_agent(
+                adapter[0], adapter[1:], client={variant: client_class}, env=env, cwd=workdir
+            ) as conn:
+                client = conn.handler
+                await client.initialize("acp-trio-demo-client", "1", timeout=120)
+                assert conn.protocol_version == speak
+                session_id = await client.new_session(workdir)
+                prompt = f"Read my notes file and say what it says: {model_server.TOOL_MARKER}{notes}"
+                result = await client.prompt(session_id, prompt)
+                transcript = client.out.getvalue()
+                assert result.stop_reason == "end_turn", transcript
+                state = client.states[session_id]
+                statuses = [t.status for t in state.tool_calls.values()]
+                assert statuses and set(statuses) == {"completed"}, transcript
+                assert model_server.ANSWER in _agent_text(state), transcript
+                assert MODEL_PATH[name] in {r["path"] for r in app.requests}
+
+                cancelled = await _cancelled_turn(client, session_id, app)
+                assert cancelled.stop_reason == "cancelled", client.out.getvalue()
+            nursery.cancel_scope.cancel()

@@ -14,11 +14,17 @@
 //      {"interop/mark": "ts"}); requires_action; session/request_permission (subject: that tool
 //      call); running; the tool call "completed" with a text content "wrote output.txt" on
 //      "allow" ("failed" otherwise); the plan with both entries completed; a chunk
-//      "permission: <choice>"; idle end_turn;
+//      "permission: <choice>"; idle end_turn (a session/cancel while it waits for the answer:
+//      the chunk, the tool call "cancelled", idle cancelled);
 //    - "wait": a chunk "waiting", tool_call_update turn-wait (pending), requires_action and a
 //      permission request; session/cancel aborts that request's signal (the SDK sends
 //      $/cancel_request; the client MUST answer "cancelled"); a chunk "permission: <answer>",
-//      the tool call "cancelled" (v2 only: a v1 client sees "failed"), idle cancelled.
+//      the tool call "cancelled" (v2 only: a v1 client sees "failed"), idle cancelled;
+//  - the rest of the v2 baseline that advertising capabilities.session commits it to
+//    (migration.mdx § Baseline methods): session/list (its open sessions, cwd filter),
+//    session/resume (with replayFrom {type: "start"}: every update of the session sent so far,
+//    replayed before the answer; without it, no replay), session/close (cancels a waiting turn,
+//    forgets the session).
 // A turn that fails makes the process exit 1 (the driving test then fails).
 import { createRequire } from "node:module";
 import { join } from "node:path";
@@ -44,7 +50,7 @@ const OPTIONS = [
 const ASK = "Ask to write output.txt";
 const WRITE = "Write output.txt";
 
-const sessions = new Map(); // sessionId -> { cancel: AbortController | null }
+const sessions = new Map(); // sessionId -> { cwd, cancel: AbortController | null, history: [update] }
 let nextSession = 0;
 let nextMessage = 0;
 
@@ -69,7 +75,10 @@ async function choiceOf(request) {
 }
 
 async function runTurn(client, sessionId, session, userMessageId, prompt) {
-  const update = (u) => client.notify(acp.methods.client.session.update, { sessionId, update: u });
+  const update = (u) => {
+    session.history.push(u);
+    return client.notify(acp.methods.client.session.update, { sessionId, update: u });
+  };
   const state = (s, extra = {}) => update({ sessionUpdate: "state_update", state: s, ...extra });
   const agentMessageId = `ts-turn-msg-${++nextMessage}`;
   const say = (text) =>
@@ -120,13 +129,23 @@ async function runTurn(client, sessionId, session, userMessageId, prompt) {
     return;
   }
 
+  // session/cancel during this turn withdraws its permission request and ends it "cancelled"
+  const cancel = new AbortController();
+  session.cancel = cancel;
   for (const chunk of ["Hello", " from", " the TypeScript SDK"]) {
     await say(chunk);
   }
   await plan("in_progress", "pending");
   await tool("turn-write", { title: WRITE, kind: "edit", status: "pending", _meta: { "interop/mark": "ts" } });
   await state("requires_action");
-  const choice = await choiceOf(ask("turn-write"));
+  const choice = await choiceOf(ask("turn-write", { cancellationSignal: cancel.signal }));
+  session.cancel = null;
+  if (cancel.signal.aborted) {
+    await say(`permission: ${choice}`);
+    await tool("turn-write", { status: "cancelled" });
+    await state("idle", { stopReason: "cancelled" });
+    return;
+  }
   await state("running");
   if (choice === "allow") {
     const content = [{ type: "content", content: { type: "text", text: "wrote output.txt" } }];
@@ -147,10 +166,37 @@ const app = acp
     capabilities: { session: {} },
     authMethods: [],
   }))
-  .onRequest(acp.methods.agent.session.new, () => {
+  .onRequest(acp.methods.agent.session.new, ({ params }) => {
     const sessionId = `ts-turn-${++nextSession}`;
-    sessions.set(sessionId, { cancel: null });
+    sessions.set(sessionId, { cwd: params.cwd, cancel: null, history: [] });
     return { sessionId };
+  })
+  .onRequest(acp.methods.agent.session.list, ({ params }) => ({
+    sessions: [...sessions]
+      .filter(([, session]) => !params.cwd || session.cwd === params.cwd)
+      .map(([sessionId, session]) => ({ sessionId, cwd: session.cwd })),
+  }))
+  .onRequest(acp.methods.agent.session.resume, async ({ params, client }) => {
+    const session = sessions.get(params.sessionId);
+    if (!session) {
+      throw acp.RequestError.resourceNotFound(params.sessionId);
+    }
+    session.cwd = params.cwd;
+    if (params.replayFrom?.type === "start") {
+      for (const update of session.history) {
+        await client.notify(acp.methods.client.session.update, { sessionId: params.sessionId, update });
+      }
+    }
+    return {};
+  })
+  .onRequest(acp.methods.agent.session.close, ({ params }) => {
+    const session = sessions.get(params.sessionId);
+    if (!session) {
+      throw acp.RequestError.resourceNotFound(params.sessionId);
+    }
+    session.cancel?.abort();
+    sessions.delete(params.sessionId);
+    return {};
   })
   .onRequest(acp.methods.agent.session.prompt, ({ params, client }) => {
     const { sessionId } = params;

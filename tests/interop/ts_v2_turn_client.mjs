@@ -7,11 +7,16 @@
 // It spawns the agent, then: initialize (protocol version 2), session/new in <cwd> through the
 // SDK's ActiveSession (buildSession(cwd).start()), a "hello" prompt whose receipt it records and
 // whose updates it reads with nextUpdate() until the idle "stop" message (answering its permission
-// request "allow"), and a "wait" prompt that it cancels with session/cancel when the agent asks
+// request with its first allow_once option, else allow_always), and a "wait" prompt that it cancels with session/cancel when the agent asks
 // permission for tool call turn-wait (answering that request "cancelled",
 // docs/protocol/v2/prompt-lifecycle.mdx "Cancellation"), read until its idle "stop" message too.
 // Every session/update is also recorded raw, in arrival order.  It prints a JSON summary on
 // stdout, or exits non-zero.
+//
+// For agents that play no such script (the real agents of tests/test_conformance_real.py),
+// ACP_TURN_PROMPTS (a JSON array of the two prompts' texts) replaces "hello" and "wait", and
+// ACP_TURN_CANCEL=chunk sends session/cancel at the second turn's first agent_message_chunk
+// instead of at a permission request (permission requests are then all answered "allow").
 import { spawn } from "node:child_process";
 import { createRequire } from "node:module";
 import { join } from "node:path";
@@ -32,11 +37,19 @@ const acp = await loadSdkV2();
 const [cwd, command, ...args] = process.argv.slice(2);
 
 const summary = { updates: [], permissions: [] };
+const [firstPrompt, secondPrompt] = JSON.parse(process.env.ACP_TURN_PROMPTS || '["hello", "wait"]');
+const cancelOnChunk = process.env.ACP_TURN_CANCEL === "chunk";
+let inSecondTurn = false;
+let cancelSent = false;
 
 const app = acp
   .client({ name: "ts-sdk-v2-turn-client" })
-  .onNotification(acp.methods.client.session.update, ({ params }) => {
+  .onNotification(acp.methods.client.session.update, async ({ params, agent }) => {
     summary.updates.push(params);
+    if (cancelOnChunk && inSecondTurn && !cancelSent && params.update.sessionUpdate === "agent_message_chunk") {
+      cancelSent = true;
+      await agent.notify(acp.methods.agent.session.cancel, { sessionId: params.sessionId });
+    }
   })
   .onRequest(acp.methods.client.session.requestPermission, async ({ params, agent }) => {
     const toolCallId = params.subject?.type === "tool_call" ? params.subject.toolCall.toolCallId : null;
@@ -46,11 +59,15 @@ const app = acp
       optionIds: params.options.map((option) => option.optionId),
       updatesBefore: summary.updates.length,
     });
-    if (toolCallId === "turn-wait") {
+    if (toolCallId === "turn-wait" && !cancelOnChunk) {
       await agent.notify(acp.methods.agent.session.cancel, { sessionId: params.sessionId });
       return { outcome: { outcome: "cancelled" } };
     }
-    return { outcome: { outcome: "selected", optionId: "allow" } };
+    // "allow once" first: gemini-cli refuses "allow always" in a folder it does not trust
+    const allow =
+      params.options.find((option) => option.kind === "allow_once") ??
+      params.options.find((option) => option.kind === "allow_always");
+    return { outcome: { outcome: "selected", optionId: allow?.optionId ?? "allow" } };
   });
 
 const child = spawn(command, args, { stdio: ["pipe", "pipe", "inherit"] });
@@ -81,9 +98,10 @@ await app.connectWith(stream, async (agent) => {
   });
   await agent.buildSession(cwd).withSession(async (session) => {
     summary.sessionId = session.sessionId;
-    summary.prompt = await session.prompt("hello");
+    summary.prompt = await session.prompt(firstPrompt);
     summary.turn = await readTurn(session);
-    summary.cancelledPrompt = await session.prompt("wait");
+    inSecondTurn = true;
+    summary.cancelledPrompt = await session.prompt(secondPrompt);
     summary.cancelledTurn = await readTurn(session);
   });
 });
