@@ -610,10 +610,12 @@ async def test_a_real_agent_of_both_versions_reads_a_file_and_is_cancelled_throu
 ) -> None:
     """claude-agent-acp and codex-acp speak v1 and v2: behind ``adapt --speak 1`` they negotiate v2
     with the adapter and our v1 demo client drives them; behind ``--speak 2``, v1, and our v2 demo
-    client.  A turn that reads a file (the model server's read marker: Claude Code's ``Read``,
-    Codex's ``shell_command`` ``cat``: a tool call, completed), the model's text, ``end_turn``; then
-    a turn cancelled at its first chunk.  (Neither asks permission to read in its session's
-    directory, and the model server makes neither write.)"""
+    client.  A turn with a tool call: Claude Code creates a file (the model server's write marker:
+    its ``Write``, a diff each version shows: v1 ``oldText``/``newText``, v2 ``changes`` and a
+    patch; through the adapter's ``fs/write_text_file`` behind ``--speak 2``), Codex reads one (the
+    read marker: its ``shell_command`` ``cat``); the model's text, ``end_turn``; then a turn
+    cancelled at its first chunk.  (Neither asks permission here: Claude Code runs with
+    ``IS_SANDBOX=1``, and the model server makes Codex only read.)"""
     from acp_schema import v1, v2
     from acp_trio import spawn_agent
     from acp_trio.demo.client import DemoClient
@@ -624,6 +626,7 @@ async def test_a_real_agent_of_both_versions_reads_a_file_and_is_cancelled_throu
     workdir.mkdir()
     notes = workdir / "notes.txt"
     notes.write_text("buy milk\n")
+    new = workdir / "new.txt"
     app = model_server.ModelServer(delay=0.01, log=str(tmp_path / "requests.jsonl"))
     variant, base = (v1, DemoClient) if speak == 1 else (v2, DemoClientV2)
     with trio.fail_after(AGENT_TIME_LIMIT):
@@ -641,7 +644,10 @@ async def test_a_real_agent_of_both_versions_reads_a_file_and_is_cancelled_throu
                 await client.initialize("acp-trio-demo-client", "1", timeout=120)
                 assert conn.protocol_version == speak
                 session_id = await client.new_session(workdir)
-                prompt = f"Read my notes file and say what it says: {model_server.TOOL_MARKER}{notes}"
+                if name == "claude-agent-acp":
+                    prompt = f"Create this file: {model_server.WRITE_MARKER}{new}"
+                else:
+                    prompt = f"Read my notes file and say what it says: {model_server.TOOL_MARKER}{notes}"
                 result = await client.prompt(session_id, prompt)
                 transcript = client.out.getvalue()
                 assert result.stop_reason == "end_turn", transcript
@@ -650,6 +656,10 @@ async def test_a_real_agent_of_both_versions_reads_a_file_and_is_cancelled_throu
                 assert statuses and set(statuses) == {"completed"}, transcript
                 assert model_server.ANSWER in _agent_text(state), transcript
                 assert MODEL_PATH[name] in {r["path"] for r in app.requests}
+                if name == "claude-agent-acp":
+                    assert new.read_text() == model_server.WRITE_CONTENT, transcript
+                    (tool,) = state.tool_calls.values()
+                    assert any(type(item).__name__ == "DiffToolCallContent" for item in tool.content), tool
 
                 cancelled = await _cancelled_turn(client, session_id, app)
                 assert cancelled.stop_reason == "cancelled", client.out.getvalue()

@@ -35,8 +35,8 @@ Responses API whichever shell tool the request offers (``shell_command``, ``exec
 ``shell``) runs ``cat``; for the Gemini API and Chat Completions the read tool the request
 declares (:func:`tool_call_for`: gemini-cli's and qwen-code's ``read_file``, opencode's ``read``).
 :data:`WRITE_MARKER` (``acp-tool-write:/tmp/new.txt``) does the same with the write tool
-(``write_file``, ``write``) and :data:`WRITE_CONTENT` as the file's text (Gemini API and Chat
-Completions only).  The follow-up request carrying the tool result (a ``functionResponse`` part,
+(``write_file``, ``write``, the Messages API's ``Write``) and :data:`WRITE_CONTENT` as the file's
+text (not the Responses API).  The follow-up request carrying the tool result (a ``functionResponse`` part,
 a ``tool`` message) gets the text answer.
 
 Every request is logged as one JSON line (time, method, path, query, user agent, the model, whether
@@ -321,7 +321,11 @@ class ModelServer:
         call: tuple[str, dict[str, Any]] | None = None  # Gemini API and Chat Completions: (name, arguments)
         tools = len(request.get("tools") or [])
         if route == "/messages" and "Read" in _tool_names(request):
-            tool_path = _tool_path(request.get("messages"), _has_tool_result)
+            wanted = _tool_request(request.get("messages"), _has_tool_result, lambda m: _text_of(m.get("content")))
+            if wanted is not None and wanted[0] == "read":
+                call = ("Read", {"file_path": wanted[1]})
+            elif wanted is not None and "Write" in _tool_names(request):
+                call = ("Write", {"file_path": wanted[1], "content": WRITE_CONTENT})
         elif route == "/responses" and self._shell_tools(request):
             tool_path = _tool_path(request.get("input"), _is_tool_output)
         elif gemini:
@@ -355,7 +359,7 @@ class ModelServer:
             }
         )
         if scope["method"] == "POST" and route == "/messages":
-            await self._messages(request, tool_path, send)
+            await self._messages(request, call, send)
         elif scope["method"] == "POST" and route == "/messages/count_tokens":
             await send_json(send, 200, {"input_tokens": max(1, len(body) // 4)})
         elif scope["method"] == "POST" and route == "/responses":
@@ -373,13 +377,14 @@ class ModelServer:
             await send_json(send, 404, {"type": "error", "error": {"type": "not_found_error", "message": f"no {path}"}})
 
     # -- the Anthropic Messages API -------------------------------------------------------------------
-    async def _messages(self, request: dict[str, Any], tool_path: str | None, send: Send) -> None:
+    async def _messages(self, request: dict[str, Any], call: tuple[str, dict[str, Any]] | None, send: Send) -> None:
+        """``call``: the tool call to answer with (``Read`` or ``Write``, its input), else the text."""
         number = next(self._ids)
         model = request.get("model") or MODEL
         usage = {"input_tokens": 10, "output_tokens": 1, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}
-        if tool_path is not None:
-            tool_input = {"file_path": tool_path}
-            block: dict[str, Any] = {"type": "tool_use", "id": f"toolu_loopback_{number}", "name": "Read", "input": {}}
+        if call is not None:
+            name, tool_input = call
+            block: dict[str, Any] = {"type": "tool_use", "id": f"toolu_loopback_{number}", "name": name, "input": {}}
             stop_reason = "tool_use"
         else:
             block = {"type": "text", "text": ""}
@@ -395,7 +400,7 @@ class ModelServer:
             "usage": usage,
         }
         if not request.get("stream"):
-            if tool_path is not None:
+            if call is not None:
                 content = [{**block, "input": tool_input}]
             else:
                 content = [{"type": "text", "text": ANSWER}]
@@ -407,7 +412,7 @@ class ModelServer:
         await send_chunk(
             send, sse("content_block_start", {"type": "content_block_start", "index": 0, "content_block": block})
         )
-        if tool_path is not None:
+        if call is not None:
             delta = {"type": "input_json_delta", "partial_json": json.dumps(tool_input)}
             await send_chunk(
                 send, sse("content_block_delta", {"type": "content_block_delta", "index": 0, "delta": delta})

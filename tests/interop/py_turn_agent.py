@@ -5,14 +5,15 @@ import ``acp``) that plays one full turn: text, a plan, a tool call with permiss
 speaks protocol version 1 only) and drives it with version-2 clients.  Run it with the SDK's own
 virtual environment: ``<venv>/bin/python tests/interop/py_turn_agent.py``.  The script:
 
-- ``session/prompt`` ``hello``: chunks ``Hello``, `` from``, `` the Python SDK`` (one message); a
-  ``plan`` (``Ask to write output.txt`` in progress, ``Write output.txt`` pending); a
-  ``tool_call`` ``turn-write`` (``Write output.txt``, kind ``edit``, pending, with ``_meta``
-  ``{"interop/mark": "py"}``); ``session/request_permission`` for it; on ``allow`` it reads
-  ``<cwd>/input.txt`` and writes ``<cwd>/output.txt`` (``"echo: " + input``) through the client's
-  ``fs/*`` (which the adapter answers in the session's directory), then the tool call
-  ``completed`` with a text content ``wrote output.txt`` (else ``failed``); the plan with both
-  entries ``completed``; a chunk ``permission: <choice>``; stop reason ``end_turn``;
+- ``session/prompt`` ``hello`` (any prompt but ``wait``): chunks ``Hello``, `` from``, `` the
+  Python SDK`` (one message); a ``plan`` (``Ask to write output.txt`` in progress, ``Write
+  output.txt`` pending); a ``tool_call`` ``turn-write`` (``Write output.txt``, kind ``edit``,
+  pending, with ``_meta`` ``{"interop/mark": "py"}``); ``session/request_permission`` for it; on
+  ``allow`` it reads ``<cwd>/input.txt`` (none: ``""``) and writes ``<cwd>/output.txt`` (``"echo:
+  " + input``) through the client's ``fs/*`` (which the adapter answers in the session's
+  directory), then the tool call ``completed`` with a text content ``wrote output.txt`` (else
+  ``failed``); the plan with both entries ``completed``; a chunk ``permission: <choice>``; stop
+  reason ``end_turn`` (``cancelled`` after a ``session/cancel``);
 - ``wait``: a chunk ``waiting``, a ``tool_call`` ``turn-wait`` (pending) and a permission request
   for it; it waits for ``session/cancel``, says ``permission: <outcome>`` (the client MUST answer
   ``cancelled``), sets the tool call ``failed`` and answers stop reason ``cancelled``.
@@ -26,6 +27,7 @@ from typing import Any
 
 from acp import (
     PROTOCOL_VERSION,
+    RequestError,
     plan_entry,
     run_agent,
     start_tool_call,
@@ -105,6 +107,7 @@ class TurnAgent:
             await self._send(session_id, update_agent_message_text(f"permission: {await permission}"))
             await self._send(session_id, update_tool_call("turn-wait", status="failed"))
             return PromptResponse(stop_reason="cancelled")
+        cancelled = self.cancelled[session_id] = asyncio.Event()
         for chunk in ("Hello", " from", " the Python SDK"):
             await self._send(session_id, update_agent_message_text(chunk))
         ask, write = "Ask to write output.txt", "Write output.txt"
@@ -116,9 +119,14 @@ class TurnAgent:
         await self._send(session_id, start)
         choice = await self._ask(session_id, "turn-write")
         if choice == "allow":
-            read = await self.conn.read_text_file(session_id=session_id, path=os.path.join(cwd, "input.txt"))
+            try:
+                read = (
+                    await self.conn.read_text_file(session_id=session_id, path=os.path.join(cwd, "input.txt"))
+                ).content
+            except RequestError:  # no input.txt (the checker's sessions): echo nothing
+                read = ""
             await self.conn.write_text_file(
-                session_id=session_id, path=os.path.join(cwd, "output.txt"), content=f"echo: {read.content}"
+                session_id=session_id, path=os.path.join(cwd, "output.txt"), content=f"echo: {read}"
             )
             done = update_tool_call(
                 "turn-write", status="completed", content=[tool_content(text_block("wrote output.txt"))]
@@ -131,7 +139,7 @@ class TurnAgent:
             update_plan([plan_entry(ask, priority="high", status="completed"), plan_entry(write, status="completed")]),
         )
         await self._send(session_id, update_agent_message_text(f"permission: {choice}"))
-        return PromptResponse(stop_reason="end_turn")
+        return PromptResponse(stop_reason="cancelled" if cancelled.is_set() else "end_turn")
 
 
 if __name__ == "__main__":
