@@ -30,6 +30,7 @@ from acp_trio.bridge import adapt_agent_process, main, serve_bridge
 
 pytestmark = pytest.mark.skipif(os.name != "posix", reason="process groups are POSIX-only")
 
+AGENTS = Path(__file__).parent / "agents"
 DEMO_V1 = [sys.executable, "-m", "acp_trio.demo", "--serve-agent", "--protocol", "1"]
 DEMO_V2 = [sys.executable, "-m", "acp_trio.demo", "--serve-agent", "--protocol", "2"]
 
@@ -229,6 +230,25 @@ async def test_with_speak_the_token_is_still_required_and_no_agent_starts_withou
                     pass
             nursery.cancel_scope.cancel()
     assert not started.exists()  # refused before any agent process
+
+
+async def test_ext_request_names_an_extension_the_adapter_forwards_to_the_agent() -> None:
+    from acp_trio import RequestError
+    from acp_trio.transports.websocket import connect_websocket
+
+    echo = [sys.executable, str(AGENTS / "echo_agent.py")]  # v1; answers _test/env with its pid
+    with trio.fail_after(20):
+        async with trio.open_nursery() as nursery:
+            serving = functools.partial(serve_bridge, echo, "127.0.0.1", 0, speak=2, ext_requests=["_test/env"])
+            urls = await nursery.start(serving)
+            async with connect_websocket(urls[0].replace("http", "ws", 1) + "/acp", {v2: V2Client()}) as conn:
+                await conn.initialize(v2.InitializeRequest(protocol_version=2, info=INFO))
+                env = await conn.ext_request("_test/env", {})
+                with pytest.raises(RequestError) as unnamed:
+                    await conn.ext_request("_test/other", {})
+            nursery.cancel_scope.cancel()
+    assert isinstance(env["pid"], int) and env["pid"] != os.getpid()  # the agent process answered
+    assert unnamed.value.code == -32601  # not named: the adapter does not forward it
 
 
 # -- one agent process per connection, ended with it ----------------------------------------------------
