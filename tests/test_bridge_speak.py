@@ -232,6 +232,7 @@ async def test_with_speak_the_token_is_still_required_and_no_agent_starts_withou
     assert not started.exists()  # refused before any agent process
 
 
+@pytest.mark.one_interpreter
 async def test_ext_request_names_an_extension_the_adapter_forwards_to_the_agent() -> None:
     from acp_trio import RequestError
     from acp_trio.transports.websocket import connect_websocket
