@@ -218,6 +218,9 @@ async def test_a_full_turn(provider: str, variant: ModuleType, tmp_path: Path) -
                 sid = await new_session(client, work, mcp=True)
                 result = await client.prompt(sid, "Write hello.txt, run echo, read my notes, add 2 and 3.")
                 assert result.stop_reason == "end_turn"
+                if variant is v1:  # the turn's tokens summed (v2's idle carries them the same way)
+                    usage = result.meta["acp-trio/usage"]
+                    assert (usage["totalTokens"], usage["inputTokens"], usage["outputTokens"]) == (748, 700, 48)
                 state = client.states[sid]
 
                 # text and reasoning

@@ -20,7 +20,9 @@ Modes: the session's config option ``mode`` (``category: "mode"``: v1 ``modes`` 
 runs tools of kind ``read`` (``read_file``, read-only MCP tools) without asking.
 
 Usage: after each model call a ``usage_update`` (``used`` = the call's input plus output tokens,
-what the context holds now; ``size`` = ``--context-window``).
+what the context holds now; ``size`` = ``--context-window``); at the turn's end the sums over its
+model calls (:func:`turn_end`: v1's prompt answer and v2's ``idle`` carry them under
+``_meta["acp-trio/usage"]``).
 
 Sessions are the layer's (``neutral.Agent.sessions``): ``session/load`` (v1) and ``session/resume``
 with ``replayFrom: {type: start}`` (v2) replay a session made on either version; the model's view
@@ -116,6 +118,28 @@ def default_system_prompt(cwd: str) -> str:
         "relative paths are relative to that directory.  Every tool call needs the user's permission: "
         "when one is denied, do not retry it.  Answer concisely."
     )
+
+
+def turn_end(stop_reason: str, spent: Sequence[TokenUsage]) -> n.TurnEnd:
+    """The turn's end: its stop reason and, when the model reported tokens, their sums over the
+    turn's model calls (``n.Usage``: v1's prompt answer and v2's ``idle`` carry it under
+    ``_meta["acp-trio/usage"]``)."""
+    if not spent:
+        return n.TurnEnd(stop_reason)
+
+    def total(counts: list[int | None]) -> int | None:
+        known = [c for c in counts if c is not None]
+        return sum(known) if known else None
+
+    inputs, outputs = sum(u.input_tokens for u in spent), sum(u.output_tokens for u in spent)
+    usage = n.Usage(
+        total_tokens=inputs + outputs,
+        input_tokens=inputs,
+        output_tokens=outputs,
+        thought_tokens=total([u.reasoning_tokens for u in spent]),
+        cached_read_tokens=total([u.cached_tokens for u in spent]),
+    )
+    return n.TurnEnd(stop_reason, usage=usage)
 
 
 class ToolFailure(Exception):
@@ -252,7 +276,7 @@ class LlmAgent(n.Agent):
             log.warning("session %s: MCP server %r unavailable: %s", session.id, name, error)
 
     # -- the turn ----------------------------------------------------------------------------------
-    async def prompt(self, turn: n.Turn) -> n.StopReason:
+    async def prompt(self, turn: n.Turn) -> n.StopReason | n.TurnEnd:
         session = turn.session
         conversation = self.conversations.setdefault(session.id, Conversation())
         close_dangling(conversation.history)  # a cancelled turn may have left calls without results
@@ -264,8 +288,9 @@ class LlmAgent(n.Agent):
             data = {"provider": exc.provider, "status": exc.status, "code": exc.code, "body": exc.body}
             raise RequestError(AUTH_REQUIRED if exc.auth else INTERNAL_ERROR, exc.message, data) from exc
 
-    async def _turn(self, turn: n.Turn, conversation: Conversation) -> n.StopReason:
+    async def _turn(self, turn: n.Turn, conversation: Conversation) -> n.TurnEnd:
         session = turn.session
+        spent: list[TokenUsage] = []  # each model call's tokens: the turn's usage at its end
         tools = await self._tools(session, conversation)
         system = self.settings.system_prompt or default_system_prompt(session.cwd)
         specs = [tool.spec for tool in tools.values()]
@@ -289,6 +314,7 @@ class LlmAgent(n.Agent):
                         history.append(ToolUse(event.call_id, event.name, event.arguments))
                         calls.append(event)
                     elif isinstance(event, TokenUsage):
+                        spent.append(event)
                         used = event.input_tokens + event.output_tokens
                         await turn.usage(used=used, size=self.settings.context_window)
                     elif isinstance(event, Finished):
@@ -298,8 +324,8 @@ class LlmAgent(n.Agent):
                     history.append(await self._call_tool(turn, conversation, tools, call))
                 continue
             reason = finished.reason if finished is not None else "end_turn"
-            return "end_turn" if reason == "tool_use" else reason
-        return "max_turn_requests"
+            return turn_end("end_turn" if reason == "tool_use" else reason, spent)
+        return turn_end("max_turn_requests", spent)
 
     # -- tools -------------------------------------------------------------------------------------
     async def _tools(self, session: n.Session, conversation: Conversation) -> dict[str, Tool]:
