@@ -207,10 +207,11 @@ async def test_serve_bridge_refuses_bad_speak_options_before_it_listens(options:
         await serve_bridge(["cat"], "127.0.0.1", 0, **options)
 
 
-async def test_adapt_agent_process_refuses_a_version_it_cannot_speak() -> None:
+@pytest.mark.parametrize("speak", [0, 3, None])
+async def test_adapt_agent_process_refuses_a_version_it_cannot_speak(speak: Any) -> None:
     send, receive = trio.testing.memory_stream_one_way_pair()
-    with pytest.raises(ValueError, match="1 or 2"):
-        await adapt_agent_process(0, "cat", [], receive, send)
+    with trio.fail_after(10), pytest.raises(ValueError, match="1 or 2"):
+        await adapt_agent_process(speak, "cat", [], receive, send)
 
 
 # -- the bridge's options hold with --speak (the server in front is the same) ----------------------------

@@ -156,6 +156,8 @@ async def adapt_agent_process(
     from .adapt import DEFAULT_CANCEL_GRACE, V1Front, V2Front
     from .transports.stdio import spawn_agent
 
+    if speak not in (1, 2):
+        raise ValueError(f"speak is the protocol version spoken to the client, 1 or 2, got {speak!r}")
     _check_speak(speak, client_fs)
     grace = DEFAULT_CANCEL_GRACE if cancel_grace is None else cancel_grace
     front: V1Front | V2Front
@@ -178,7 +180,8 @@ async def adapt_agent_process(
             ) as agent,
             owned_nursery() as nursery,
         ):
-            log.info("bridge: agent pid %d serves a connection (adapted, v%d to the client)", agent.process.pid, speak)  # type: ignore[attr-defined]
+            pid = agent.process.pid  # type: ignore[attr-defined]  # spawn_agent sets it
+            log.info("bridge: agent pid %d serves a connection (adapted, v%d to the client)", pid, speak)
 
             async def serve_client() -> None:
                 async with AgentSideConnection(front, to_remote, from_remote, name=name) as conn:
