@@ -81,6 +81,12 @@ class Instrumentation(Protocol):
 _HIGH_WATER = 1 << 16
 _READ_SIZE = 1 << 16
 _HANDOFF = 64  # messages the reader decodes before letting their handlers run
+# Shared stand-ins an idle connection holds instead of objects of its own (memory per connection):
+# never mutated; replaced by a new object where something is added or waited for.
+_NO_SCOPES: Final[set[trio.CancelScope]] = set()
+_NO_TASKS: Final[set[trio.lowlevel.Task]] = set()
+_ALREADY_SET: Final = trio.Event()
+_ALREADY_SET.set()
 DEFAULT_EOF_GRACE = 0.25
 """Seconds a connection lets its handlers finish after its input ended, before cancelling them.
 
@@ -418,7 +424,7 @@ class Connection:
         """Transport hook: ``async (reason) -> ConnectionClosed`` describing why the streams ended
         (end of input, a read or write error), e.g. with a spawned process's exit status and stderr
         (:func:`acp_trio.spawn_agent`).  Awaited once, shielded, at most 1 s, before anything fails."""
-        self._background_scopes: set[trio.CancelScope] = set()  # scopes of the tasks start_soon runs
+        self._background_scopes: set[trio.CancelScope] = _NO_SCOPES  # scopes of the tasks start_soon runs
         self._input_cancelled = False  # running handlers were cancelled because the input ended
         self._close_callbacks: list[Callable[[str], object]] = []
         self.records_handed: Callable[[], object] | None = None
@@ -457,7 +463,7 @@ class Connection:
         self._role_holder: trio.lowlevel.Task | None = None
         self._role_offer: trio.lowlevel.Task | None = None
         self._role_waiting = False
-        self._resumers: set[trio.lowlevel.Task] = set()
+        self._resumers: set[trio.lowlevel.Task] = _NO_TASKS
         # lent only where waking the holder (trio.lowlevel.notify_closing, see _fail_pending) wakes
         # no writer too: a pipe read by its own descriptor, not one socket descriptor for both ways
         fd_in: Any = self._fd_receive
@@ -483,12 +489,13 @@ class Connection:
         self._encoders: dict[str, Callable[[Any], bytes]] = {}  # method → its notification lines' encoder
         self._writing = False  # the writer is inside a send
         self._wake_writer = trio.Event()
-        self._drained = trio.Event()
+        self._drained = _ALREADY_SET  # a new Event whenever a sender waits (_until_taken)
         self._drain_wanted = False  # a sender waits on _drained (set it when the writer takes the outbox)
         self._seq = 0
         self._closed: ConnectionClosed | None = None
-        self._closed_event = trio.Event()
-        self._writer_done = trio.Event()
+        self._closed_event: trio.Event | None = None  # made by the first wait_closed
+        self._writer_ended = False  # the writer task has ended (or never runs again)
+        self._writer_done: trio.Event | None = None  # made by the first wait for the writer's end
         self._read_closed: ConnectionClosed | None = None
         self._busy = 0  # inbound handler tasks and notification queues still running
         self._nursery: trio.Nursery | None = None
@@ -510,7 +517,21 @@ class Connection:
 
     async def wait_closed(self) -> None:
         """Wait until the connection closes (for a server: until the peer goes away)."""
+        if self._closed is not None:
+            await trio.lowlevel.checkpoint()
+            return
+        if self._closed_event is None:
+            self._closed_event = trio.Event()
         await self._closed_event.wait()
+
+    async def _wait_writer_ended(self) -> None:
+        """Wait until the writer task has ended (a checkpoint if it has)."""
+        if self._writer_ended:
+            await trio.lowlevel.checkpoint()
+            return
+        if self._writer_done is None:
+            self._writer_done = trio.Event()
+        await self._writer_done.wait()
 
     async def __aenter__(self) -> Connection:
         # the body's exception (a ConnectionClosed from a request, say) comes out as itself
@@ -593,7 +614,7 @@ class Connection:
         self._mark_closed(reason)
         with trio.CancelScope(shield=True):
             with trio.move_on_after(self.close_timeout):
-                await self._writer_done.wait()
+                await self._wait_writer_ended()
             with trio.move_on_after(self.close_timeout) as cs:
                 try:
                     await self._send_stream.aclose()
@@ -622,6 +643,8 @@ class Connection:
 
     async def _background(self, async_fn: Callable[..., Awaitable[object]], args: tuple[Any, ...]) -> None:
         scope = trio.CancelScope()
+        if self._background_scopes is _NO_SCOPES:
+            self._background_scopes = set()
         self._background_scopes.add(scope)
         try:
             with scope:
@@ -665,7 +688,8 @@ class Connection:
         self._serial_lot.unpark_all()
         self._wake_writer.set()
         self._drained.set()
-        self._closed_event.set()
+        if self._closed_event is not None:
+            self._closed_event.set()
 
     def _fail_pending(self, error: ConnectionClosed) -> None:
         if self._role_waiting and self._fd_receive is not None:
@@ -842,7 +866,9 @@ class Connection:
                     return
         finally:
             self._rec_in_flight = False
-            self._writer_done.set()
+            self._writer_ended = True
+            if self._writer_done is not None:
+                self._writer_done.set()
             self._written_lot.unpark_all()
 
     # -- reading: the request pool ---------------------------------------------------------------
@@ -1039,7 +1065,7 @@ class Connection:
                     await self._input_ended(self._read_reason)
                 # let output already queued go out before the service ends
                 with trio.CancelScope(shield=True), trio.move_on_after(self.close_timeout):
-                    await self._writer_done.wait()
+                    await self._wait_writer_ended()
                 self._service_scope.cancel()
         return None
 
@@ -1907,10 +1933,10 @@ class Connection:
         :meth:`queue_line_into` handed over (at once when nothing is queued).  Also returns when the
         writer stopped (the connection closed, or a write failed: then those lines were not written)."""
         target = self._taken + (1 if self._outbox else 0)
-        if self._written >= target or self._writer_done.is_set():
+        if self._written >= target or self._writer_ended:
             await trio.lowlevel.checkpoint()
             return
-        while self._written < target and not self._writer_done.is_set():
+        while self._written < target and not self._writer_ended:
             self._written_waiters += 1
             try:
                 await self._written_lot.park()
@@ -1984,6 +2010,8 @@ def _resume(coro: Any, yielded: Any, conn: Connection) -> Any:
     waiting for input in :meth:`Connection._read_for`, and when it ends."""
     task = _current_task()
     resumers = conn._resumers
+    if resumers is _NO_TASKS:
+        resumers = conn._resumers = set()
     resumers.add(task)
     try:
         while True:

@@ -53,6 +53,8 @@ from ._sessions import (
 from ._spec import MethodSpec
 
 log = logging.getLogger("acp_trio")
+_NO_SESSIONS: set[Any] = set()
+"""What a connection holds as its set of cancelled sessions until it has one (never mutated)."""
 
 
 class ProtocolVersionError(Exception):
@@ -605,7 +607,7 @@ class AgentSideConnection(_Side):
         self._initialize_answer: Any = None  # the wire answer, given again to a repeated initialize
         self._turns: dict[Any, set[trio.CancelScope]] = {}
         self._prompting: dict[Any, int] = {}  # v2: session/prompt handlers running, per session
-        self._cancel_requested: set[Any] = set()  # v2: session/cancel read while such a handler ran
+        self._cancel_requested: set[Any] = _NO_SESSIONS  # v2: session/cancel read while such a handler ran
         # v1: the scopes of prompt turns read but whose task has not started yet, per session
         self._received_turns: dict[Any, deque[trio.CancelScope]] = {}
         self._session_store: Any = None  # session store hook: set by acp_trio.session_store.enable()
@@ -921,6 +923,8 @@ class AgentSideConnection(_Side):
         for scope in list(self._turns.get(params.session_id, ())):
             scope.cancel()
         if params.session_id in self._prompting:
+            if self._cancel_requested is _NO_SESSIONS:
+                self._cancel_requested = set()
             self._cancel_requested.add(params.session_id)
 
     async def _session_cancel(self, params: Any) -> None:
