@@ -12,8 +12,9 @@ virtual environment: ``<venv>/bin/python tests/interop/py_turn_agent.py``.  The 
   ``allow`` it reads ``<cwd>/input.txt`` (none: ``""``) and writes ``<cwd>/output.txt`` (``"echo:
   " + input``) through the client's ``fs/*`` (which the adapter answers in the session's
   directory), then the tool call ``completed`` with a text content ``wrote output.txt`` (else
-  ``failed``); the plan with both entries ``completed``; a chunk ``permission: <choice>``; stop
-  reason ``end_turn`` (``cancelled`` after a ``session/cancel``);
+  ``failed``); the plan with both entries ``completed``; a chunk ``permission: <choice>`` (``...
+  before session/cancel`` when the client answered ``cancelled`` before it sent ``session/cancel``,
+  out of v1's order); stop reason ``end_turn`` (``cancelled`` after a ``session/cancel``);
 - ``wait``: a chunk ``waiting``, a ``tool_call`` ``turn-wait`` (pending) and a permission request
   for it; it waits for ``session/cancel``, says ``permission: <outcome>`` (the client MUST answer
   ``cancelled``), sets the tool call ``failed`` and answers stop reason ``cancelled``.
@@ -118,6 +119,9 @@ class TurnAgent:
         start.field_meta = {"interop/mark": "py"}
         await self._send(session_id, start)
         choice = await self._ask(session_id, "turn-write")
+        # v1 (prompt-turn.mdx § Cancellation): a client sends session/cancel, then answers its
+        # pending requests "cancelled"; an answer that comes first is told in the chunk below
+        early = " before session/cancel" if choice == "cancelled" and not cancelled.is_set() else ""
         if choice == "allow":
             try:
                 read = (
@@ -138,7 +142,7 @@ class TurnAgent:
             session_id,
             update_plan([plan_entry(ask, priority="high", status="completed"), plan_entry(write, status="completed")]),
         )
-        await self._send(session_id, update_agent_message_text(f"permission: {choice}"))
+        await self._send(session_id, update_agent_message_text(f"permission: {choice}{early}"))
         return PromptResponse(stop_reason="cancelled" if cancelled.is_set() else "end_turn")
 
 
