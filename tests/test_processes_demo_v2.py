@@ -148,9 +148,11 @@ def test_serve_agent_answers_a_raw_v2_initialize_in_v2(tmp_path: Path) -> None:
     result = raw_initialize(tmp_path, params)["result"]
     assert result["protocolVersion"] == 2
     assert result["info"] == {"name": "acp-trio-demo-agent", "title": "acp-trio demo agent", "version": "1"}
-    # the neutral layer implements session/delete and additionalDirectories besides v2's baseline
+    # the neutral layer implements session/delete and additionalDirectories besides v2's baseline;
+    # the demo accepts stdio MCP servers (DemoAgent.mcp_support)
     assert result["capabilities"]["session"] == {
         "prompt": {"embeddedContext": {}},
+        "mcp": {"stdio": {}},
         "delete": {},
         "additionalDirectories": {},
     }

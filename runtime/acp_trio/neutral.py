@@ -1382,7 +1382,8 @@ class Agent:
     v1 connection (an older store file) is migrated to the canonical form, in place, when first
     loaded.  Acknowledged means stored: the answers to ``session/new``, ``load``, ``resume`` and
     ``prompt`` (v1's answer; v2's receipt and ``idle``) go out once what came before is committed
-    (at most :data:`STORE_WAIT` s)."""
+    (at most :data:`STORE_WAIT` s).  Do not also ``session_store.enable`` the store on the agent's
+    connections: that records the same sessions a second time, as v1 lines."""
 
     def __init__(self) -> None:
         self.sessions: dict[str, Session] = {}
