@@ -9,7 +9,9 @@ under ``~/.cache/acp-trio/interop/``), starts the loopback model server
 (1 and 2), each with a fresh throwaway ``HOME`` and the real agents' model APIs pointed at the
 model server: no network, no key.  The agents: ``demo`` (``python -m acp_trio.demo
 --serve-agent``), ``ts-sdk`` / ``ts-sdk-v2`` (``tests/interop/ts_agent.mjs`` / ``ts_v2_agent.mjs``),
-``py-sdk`` (``tests/interop/py_agent.py``), ``claude-agent-acp``, ``codex-acp``, and the
+``py-sdk`` (``tests/interop/py_agent.py``), ``ts-sdk-v2-adapt-1`` / ``py-sdk-adapt-2`` (an SDK
+agent of one version behind ``python -m acp_trio.adapt``, checked in the other version only, with
+``tests/interop/turn_script.toml``), ``claude-agent-acp``, ``codex-acp``, and the
 version-1-only ``gemini-cli`` (``gemini --acp``), ``qwen-code`` (``qwen --acp``), ``opencode``
 (``opencode acp``) and ``pydantic-acp`` (``tests/interop/pydantic_acp_agent.py``), which run in
 protocol 1 only.  Every run gives the agent :data:`START_TIMEOUT` seconds to answer ``initialize``
@@ -49,7 +51,7 @@ from acp_trio.check._session_checks import NOTES_TEXT
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from model_server import TOOL_MARKER, WRITE_MARKER, ModelServer, serve_models
-from real_agents import AGENTS, ROOT, Agent, Unavailable, agent_environment, versions
+from real_agents import AGENTS, INTEROP, ROOT, Agent, Unavailable, agent_environment, versions
 
 QUICK = ("initialize", "session.new", "session.prompt")
 RUN_TIMEOUT = 900.0
@@ -120,6 +122,8 @@ async def run_one(
     args += ["--turn-timeout", str(turn_timeout), "--start-timeout", str(start_timeout)]
     if agent.name == "demo":  # its turn asks permission, then reads: the permission checks run too
         args += ["--script", str(ROOT / "tests" / "agents" / "demo_script.toml")]
+    elif agent.name.endswith(("-adapt-1", "-adapt-2")):  # through the adapter: text, plan, tool call, permission
+        args += ["--script", str(INTEROP / "turn_script.toml")]
     elif tool_prompt and agent.real:  # the model server answers its marker with a tool call
         # the file the checker's client serves through fs/read_text_file (it serves no other), also on
         # disk for the agents that read it themselves
@@ -212,7 +216,7 @@ async def conformance(
     async with trio.open_nursery() as nursery:
         model_url = await nursery.start(serve_models, app)
         for agent in agents:
-            for protocol in [p for p in protocols if p == 1 or not agent.v1_only]:
+            for protocol in [p for p in protocols if (p == 1 or not agent.v1_only) and (p == 2 or not agent.v2_only)]:
                 print(f"... {agent.name} protocol {protocol}", file=sys.stderr, flush=True)
                 run = await run_one(agent, protocol, out, model_url, QUICK if quick else (), tool_prompt=tool_prompt)
                 note = run.unavailable or run.error or (run.text.strip().splitlines() or [""])[-1]

@@ -3,7 +3,10 @@
 The agents (see :data:`AGENTS`): acp-trio's demo agent, the TypeScript SDK agents
 (``ts_echo_agent.mjs`` and the interop tests' ``ts_v2_agent.mjs``, ``@agentclientprotocol/sdk``
 :data:`TS_SDK_VERSION`), the Python SDK agent (``py_echo_agent.py``, ``agent-client-protocol``
-:data:`PY_SDK_VERSION`), and two real
+:data:`PY_SDK_VERSION`), two SDK agents of one version behind the v1 ⇄ v2 adapter
+(``ts-sdk-v2-adapt-1``: ``ts_v2_turn_agent.mjs`` behind ``python -m acp_trio.adapt --speak 1``,
+checked in protocol 1; ``py-sdk-adapt-2``: ``py_turn_agent.py`` behind ``--speak 2``, checked in
+protocol 2), and two real
 agents from npm, ``@agentclientprotocol/claude-agent-acp`` :data:`CLAUDE_ACP_VERSION` (Claude Code
 through the Claude Agent SDK) and ``@agentclientprotocol/codex-acp`` :data:`CODEX_ACP_VERSION`
 (the Codex app server, ``@openai/codex`` :data:`CODEX_VERSION`, a platform binary).
@@ -36,6 +39,8 @@ from pathlib import Path
 
 INTEROP = Path(__file__).parent
 ROOT = INTEROP.parent.parent
+ADAPT = [sys.executable, "-m", "acp_trio.adapt"]
+"""The v1 ⇄ v2 adapter's command (``--speak 1|2 -- AGENT_CMD``), for the adapted agents of :data:`AGENTS`."""
 
 TS_SDK_VERSION = "2.4.0"
 PY_SDK_VERSION = "0.12.1"
@@ -417,12 +422,13 @@ def agent_environment(state: Path, model_url: str, agent: str = "") -> dict[str,
 class Agent:
     """One agent to check: ``name`` (a report column), ``needs`` (``"node"``, ``"py-sdk"``, ``"py"``
     or ``""``), whether it talks to the model server (``real``), and whether it speaks only protocol
-    version 1 (``v1_only``: the runs in version 2 are left out)."""
+    version 1 (``v1_only``: the runs in version 2 are left out) or only 2 (``v2_only``)."""
 
     name: str
     needs: str
     real: bool = False
     v1_only: bool = False
+    v2_only: bool = False
 
     def command(self) -> tuple[list[str], dict[str, str]]:
         """The command line and extra environment; installs what is missing (raises :class:`Unavailable`)."""
@@ -431,6 +437,11 @@ class Agent:
         if self.name in ("ts-sdk", "ts-sdk-v2"):  # ts-sdk: an echo agent as the SDK's README teaches
             script = "ts_echo_agent.mjs" if self.name == "ts-sdk" else "ts_v2_agent.mjs"
             return ["node", str(INTEROP / script)], {"ACP_INTEROP_NPM_DIR": str(install_ts_sdk())}
+        if self.name == "ts-sdk-v2-adapt-1":  # the v2-only SDK agent behind the adapter, to a v1 client
+            agent = ["node", str(INTEROP / "ts_v2_turn_agent.mjs")]
+            return [*ADAPT, "--speak", "1", "--", *agent], {"ACP_INTEROP_NPM_DIR": str(install_ts_sdk())}
+        if self.name == "py-sdk-adapt-2":  # the v1-only SDK agent behind the adapter, to a v2 client
+            return [*ADAPT, "--speak", "2", "--", str(install_py_sdk()), str(INTEROP / "py_turn_agent.py")], {}
         if self.name == "py-sdk":  # an echo agent as the SDK's README teaches
             return [str(install_py_sdk()), str(INTEROP / "py_echo_agent.py")], {}
         if self.name == "gemini-cli":
@@ -454,6 +465,8 @@ AGENTS = (
     Agent("ts-sdk", "node"),
     Agent("ts-sdk-v2", "node"),
     Agent("py-sdk", "py-sdk"),
+    Agent("ts-sdk-v2-adapt-1", "node", v1_only=True),
+    Agent("py-sdk-adapt-2", "py-sdk", v2_only=True),
     Agent("claude-agent-acp", "node", real=True),
     Agent("codex-acp", "node", real=True),
     Agent("gemini-cli", "node", real=True, v1_only=True),
@@ -470,6 +483,8 @@ def versions() -> dict[str, str]:
         "ts-sdk": f"@agentclientprotocol/sdk {TS_SDK_VERSION}",
         "ts-sdk-v2": f"@agentclientprotocol/sdk {TS_SDK_VERSION}",
         "py-sdk": f"agent-client-protocol {PY_SDK_VERSION}",
+        "ts-sdk-v2-adapt-1": f"python -m acp_trio.adapt --speak 1 -- ts_v2_turn_agent.mjs (SDK {TS_SDK_VERSION})",
+        "py-sdk-adapt-2": f"python -m acp_trio.adapt --speak 2 -- py_turn_agent.py (agent-client-protocol {PY_SDK_VERSION})",
         "claude-agent-acp": f"@agentclientprotocol/claude-agent-acp {CLAUDE_ACP_VERSION}",
         "codex-acp": f"@agentclientprotocol/codex-acp {CODEX_ACP_VERSION} (@openai/codex {CODEX_VERSION})",
         "gemini-cli": f"@google/gemini-cli {GEMINI_CLI_VERSION} (gemini --acp)",
