@@ -126,7 +126,10 @@ def _plain_text_chunk(update: dict[str, Any]) -> bool:
     content = update.get("content")
     if type(content) is not dict or content.get("type") != "text" or type(content.get("text")) is not str:
         return False
-    if not _meta_is_object(update) or not _meta_is_object(content):
+    # _meta_is_object, inlined: this runs once per streamed chunk
+    if ("_meta" in update and type(update["_meta"]) is not dict) or (
+        "_meta" in content and type(content["_meta"]) is not dict
+    ):
         return False
     if _CHUNK_OTHER_FIELDS and not _CHUNK_OTHER_FIELDS.isdisjoint(update):
         return False

@@ -441,17 +441,21 @@ class _Front(Generic[_S]):
             return
         route.decode = _WireDecode(route.decode or conn.connection.converter.structure_fn(route.params_type))
 
-    async def _send_wire(self, params: dict[str, Any]) -> None:
-        """Send ``session/update`` with the wire JSON ``params`` to the client, after what was sent
-        before (the same queue as the typed ones; session/update has no capability rule to check)."""
-        conn = self.client_conn
-        if conn is None:
-            raise RuntimeError("the adapter has no client connection yet")
+    def _queue_wire(self, params: dict[str, Any]) -> bool:
+        """Queue ``session/update`` with the wire JSON ``params`` to the client, after what was
+        queued before (the same queue as the typed ones; session/update has no capability rule to
+        check); ``True`` when the sender should now wait for the writer (:meth:`_send_wire`)."""
         queue = self._queue_update
         if queue is None:
-            queue = self._queue_update = conn.connection.notification_queue("session/update")
-        if queue(params):  # the client reads slower than the agent streams: wait for the writer
-            await conn.connection.wait_writable()
+            if self.client_conn is None:
+                raise RuntimeError("the adapter has no client connection yet")
+            queue = self._queue_update = self.client_conn.connection.notification_queue("session/update")
+        return queue(params)
+
+    async def _send_wire(self, params: dict[str, Any]) -> None:
+        """:meth:`_queue_wire`, then wait while the client reads slower than the agent streams."""
+        if self._queue_wire(params) and self.client_conn is not None:
+            await self.client_conn.connection.wait_writable()
 
     async def _send_cancel(self, session_id: str, notification: Any) -> None:
         """Send ``session/cancel`` to the agent; when it cannot be sent (the agent is gone) a debug
@@ -831,9 +835,10 @@ class V1Front(_Front["_Session"]):
         view says it is its own v1 form (:meth:`V1View.project_wire`: a text chunk, unknown fields
         and ``_meta`` included), else decoded and sent the typed way (:meth:`_forward`)."""
         raw = params.raw
-        session = self._session(params.session_id)
-        if _meta_is_object(raw) and session.view.project_wire(params.update):
-            await self._send_wire(raw)
+        session = self.sessions.get(params.session_id) or self._session(params.session_id)
+        if ("_meta" not in raw or type(raw["_meta"]) is dict) and session.view.project_wire(params.update):
+            if self._queue_wire(raw) and self.client_conn is not None:  # _send_wire, inlined (hot)
+                await self.client_conn.connection.wait_writable()
             return
         typed = params.typed()
         if typed is not None:
@@ -911,9 +916,10 @@ class _V2Back(_Back):
 
     async def session_update(self, params: v2.UpdateSessionNotification | _WireUpdate) -> None:
         """v2 ``session/update`` → zero or more v1 ``session/update`` (the session's ``V1View``)."""
-        if isinstance(params, _WireUpdate):
+        if type(params) is _WireUpdate:
             await self.front._forward_wire(params)
             return
+        assert not isinstance(params, _WireUpdate)
         await self.front._forward(params.session_id, params.update, params.meta, params.extra_fields)
 
 
@@ -1090,8 +1096,9 @@ class V2Front(_Front["_V2Session"]):
     v1 agent → v2 client:
 
     - ``session/update``: through one :class:`~acp_trio._views.V2View` per session (generated
-      ``messageId`` s; a text chunk's wire JSON sent as read but for its ``messageId``, ``tool_call`` → ``tool_call_update``, ``plan`` → ``plan_update``,
-      ``current_mode_update`` → ``config_option_update``, ...);
+      ``messageId`` s, ``tool_call`` → ``tool_call_update``, ``plan`` → ``plan_update``,
+      ``current_mode_update`` → ``config_option_update``, ...); a text chunk's wire JSON is sent as
+      read but for its ``messageId`` (:meth:`~acp_trio._views.V2View.project_wire`);
     - ``session/request_permission``: v2's (rows T15, T18) between ``state_update``
       ``requires_action`` and ``running``; ``elicitation/*`` likewise (T19) when the client offered it;
     - ``fs/read_text_file``, ``fs/write_text_file`` and ``terminal/*``: answered by the adapter with
