@@ -262,7 +262,7 @@ trio.run(main)
 """
 
 
-@register(GUIDES + "agent.md", "MODE = n.ConfigOption(")
+@register(GUIDES + "agent.md", "MODE = n.mode_option(")
 def _mode_option(block: Block) -> list[Program]:
     """The mode option, given by an agent's ``config_options``: v1 gets it as an option and as modes,
     v2 as an option; a new session's value is ``current``."""
@@ -271,6 +271,60 @@ def _mode_option(block: Block) -> list[Program]:
             files=(("mode_agent.py", MODE_AGENT.replace("{block}\n", block.text)),),
             argv=("mode_agent.py",),
             stdout=("1 ['mode'] ['ask', 'auto'] mode ask", "2 ['mode'] [] mode ask"),
+        )
+    ]
+
+
+STORED_AGENT = """\
+import os
+
+import trio
+
+from acp_schema import v2
+from acp_trio.testing import FakeClient, pair
+from my_agent import NotesAgent
+
+{block}
+
+async def main() -> None:
+    cwd = os.path.abspath("work")
+    os.makedirs(cwd)
+    with open(os.path.join(cwd, "notes.txt"), "w", encoding="utf-8") as f:
+        f.write("buy milk\\n")
+    client = FakeClient(permission="allow")
+    async with pair(agent, client, protocol=2):  # read from disk (v2), kept in sessions.db
+        sid = await client.new_session(cwd)
+        await client.prompt(sid, "What is in my notes?")
+    for protocol in (1, 2):  # a later process's agent, the same file
+        later = NotesAgent()
+        later.store = SqliteSessionStore("sessions.db")
+        again = FakeClient()
+        async with pair(later, again, protocol=protocol) as p:
+            if protocol == 1:
+                await p.client_conn.agent.session_load(v1.LoadSessionRequest(session_id=sid, cwd=cwd, mcp_servers=[]))
+            else:
+                replay = v2.ResumeSessionRequest(session_id=sid, cwd=cwd, replay_from=v2.StartReplayFrom())
+                await p.client_conn.agent.session_resume(replay)
+        print(protocol, [m.text for m in again.states[sid].messages])
+
+
+trio.run(main)
+"""
+
+
+@register(GUIDES + "agent.md", "from acp_trio.session_store import SqliteSessionStore")
+def _stored_sessions(block: Block) -> list[Program]:
+    """The guide's ``my_agent.py`` with a store: a session made on v2 is loaded on v1 and resumed on
+    v2 (replayed from the start) by another agent object on the same file."""
+    program = STORED_AGENT.replace("{block}\n", block.text).replace(
+        "from acp_schema import v2", "from acp_schema import v1, v2"
+    )
+    user, agent = "What is in my notes?", ["Let me read your notes.", "notes.txt starts with: buy milk"]
+    return [
+        Program(
+            files=(_notes_agent(block), ("stored.py", program)),
+            argv=("stored.py",),
+            stdout=(f"1 {[user, *agent]}", f"2 {[user, *agent]}"),
         )
     ]
 
