@@ -822,3 +822,42 @@ async def test_text_chunks_cross_to_the_v1_client_byte_for_byte_with_unknown_fie
     assert params["update"]["_meta"] == {"u": 2, "acp-trio/dropped": 1}
     del params["update"]["_meta"], last["update"]["_meta"]
     assert params == last
+
+
+async def test_the_v2_agent_reads_session_cancel_before_the_cancelled_permission_answer() -> None:
+    """The client sends ``session/cancel``, then answers its pending permission requests ``cancelled``
+    (prompt-turn.mdx § Cancellation); the adapter passes them on to the v2 agent in that order."""
+    for _ in range(5):
+        read: list[str] = []
+        asked = trio.Event()
+
+        class WaitingClient(V1Client):
+            async def session_request_permission(self, params: Any, asked: trio.Event = asked) -> Any:
+                asked.set()
+                await trio.sleep_forever()  # answered "cancelled" by the runtime as the client cancels
+
+        def tap(direction: str, data: bytes, read: list[str] = read) -> None:
+            message = json.loads(data)
+            if direction == "in" and message.get("method") == "session/cancel":
+                read.append("cancel")
+            elif direction == "in" and "outcome" in message.get("result", {}):
+                read.append(f"answer {message['result']['outcome']['outcome']}")
+
+        front = V1Front()
+        agent_stream, back_stream = memory_stream_pair()
+        front_stream, client_stream = memory_stream_pair()
+        with trio.fail_after(DEADLINE):
+            async with (
+                AgentSideConnection({v2: RawV2Agent}, agent_stream, agent_stream, tap=tap),
+                ClientSideConnection(front.agent_handlers(), back_stream, back_stream),
+                AgentSideConnection(front, front_stream, front_stream),
+                ClientSideConnection({v1: WaitingClient()}, client_stream, client_stream) as client_conn,
+                trio.open_nursery() as nursery,
+            ):
+                await client_conn.initialize(v1.InitializeRequest(protocol_version=1))
+                new = await client_conn.agent.session_new(v1.NewSessionRequest(cwd="/work", mcp_servers=[]))
+                prompt = v1.PromptRequest(session_id=new.session_id, prompt=[v1.TextContentBlock(text="ask")])
+                nursery.start_soon(client_conn.agent.session_prompt, prompt)
+                await asked.wait()
+                await client_conn.agent.session_cancel(v1.CancelNotification(session_id=new.session_id))
+        assert read[:1] == ["cancel"], read

@@ -917,3 +917,44 @@ async def test_text_chunks_cross_to_the_v2_client_as_read_with_a_message_id_unkn
     # a chunk with its own messageId keeps it: the line is the agent's, byte for byte
     assert chunks[3] == thought
     assert any(orjson.dumps(thought) in line for line in received)
+
+
+async def test_the_v1_agent_reads_session_cancel_before_the_cancelled_permission_answer() -> None:
+    """v1 prompt-turn.mdx § Cancellation: the client sends ``session/cancel``, then answers its pending
+    permission requests ``cancelled``; the v2 client does it in that order, and the adapter must pass
+    them on in that order, turn after turn (was: the answer, relayed by another task, could overtake
+    the cancel: tests/test_interop_adapt.py saw it in about 1 turn in 6)."""
+    for _ in range(5):
+        read: list[str] = []
+
+        def tap(direction: str, data: bytes, read: list[str] = read) -> None:
+            message = json.loads(data)
+            if direction == "in" and message.get("method") == "session/cancel":
+                read.append("cancel")
+            elif direction == "in" and "outcome" in message.get("result", {}):
+                read.append(f"answer {message['result']['outcome']['outcome']}")
+
+        client = SlowClient()
+        front = V2Front()
+        agent_stream, back_stream = memory_stream_pair()
+        front_stream, client_stream = memory_stream_pair()
+        with trio.fail_after(DEADLINE):
+            async with (
+                AgentSideConnection({v1: RawV1Agent}, agent_stream, agent_stream, tap=tap),
+                ClientSideConnection(front.agent_handlers(), back_stream, back_stream),
+                AgentSideConnection(front, front_stream, front_stream),
+                ClientSideConnection({v2: client}, client_stream, client_stream) as client_conn,
+            ):
+                await client_conn.initialize(
+                    v2.InitializeRequest(protocol_version=2, info=v2.Implementation(name="c", version="1"))
+                )
+                agent = client_conn.agent
+                new = await agent.session_new(v2.NewSessionRequest(cwd="/work"))
+                await agent.session_prompt(
+                    v2.PromptRequest(session_id=new.session_id, prompt=[v2.TextContentBlock(text="turn")])
+                )
+                await client.asked.wait()
+                # the client's runtime answers the pending question "cancelled" as it sends the cancel
+                await agent.session_cancel(v2.CancelSessionNotification(session_id=new.session_id))
+                await client.idle.wait()
+        assert read[:1] == ["cancel"], read

@@ -961,6 +961,8 @@ class _V2Turn:
     scope: trio.CancelScope = attrs.field(factory=trio.CancelScope)
     done: trio.Event = attrs.field(factory=trio.Event)
     cancel_sent: bool = False  # a v1 session/cancel went to the agent for this turn
+    cancel_read: bool = False  # the client's session/cancel was read (its handler may not have run yet)
+    cancel_queued: trio.Event = attrs.field(factory=trio.Event)  # set once that cancel is queued to the agent
 
 
 @attrs.define
@@ -1151,6 +1153,7 @@ class V2Front(_Front["_V2Session"]):
         self.terminals: TerminalManager | None = None
         """The terminals the agent's ``terminal/*`` calls run (``None`` with ``client_fs=False``)."""
         self._display = _TerminalDisplay(self)
+        self._cancels_watched = False
 
     # -- wiring ------------------------------------------------------------------------------------
     def _agent_attached(self, conn: ClientSideConnection) -> None:
@@ -1207,6 +1210,7 @@ class V2Front(_Front["_V2Session"]):
             meta=params.meta,
             extra_fields=params.extra_fields,
         )
+        self._watch_cancels()
         answer: v1.InitializeResponse = await self._initialize_agent(request)
         assert self.agent_conn is not None
         self._stream_wire(self.agent_conn)
@@ -1486,9 +1490,30 @@ class V2Front(_Front["_V2Session"]):
                         del self.sessions[session_id]
                 turn.done.set()
 
+    def _watch_cancels(self) -> None:
+        """Note each ``session/cancel`` of the client as it is read (the runtime's ``on_receive``,
+        before anything read after it is handled), so that :meth:`_asking` can tell an answer
+        read after it to wait until the cancel has gone to the agent."""
+        conn = self.client_conn
+        route = conn.connection.routes.get("session/cancel") if conn is not None else None
+        if route is None or self._cancels_watched:
+            return
+        self._cancels_watched = True
+        inner = route.on_receive
+
+        def on_receive(params: Any) -> None:
+            if inner is not None:
+                inner(params)
+            session = self.sessions.get(getattr(params, "session_id", None))  # type: ignore[arg-type]
+            if session is not None and session.turn is not None:
+                session.turn.cancel_read = True
+
+        route.on_receive = on_receive
+
     async def _tell_cancel(self, session_id: str, turn: _V2Turn) -> None:
         turn.cancel_sent = True
         await self._send_cancel(session_id, _relay_cancel(session_id))
+        turn.cancel_queued.set()
 
     async def _cancel(self, session_id: str, turn: _V2Turn, notification: v1.CancelNotification) -> None:
         """Tell the agent to cancel ``turn``; its ``idle`` waits for the v1 answer at most
@@ -1496,6 +1521,7 @@ class V2Front(_Front["_V2Session"]):
         turn.scope.deadline = min(turn.scope.deadline, trio.current_time() + self.cancel_grace)
         turn.cancel_sent = True
         await self._send_cancel(session_id, notification)
+        turn.cancel_queued.set()
 
     async def session_cancel(self, params: v2.CancelSessionNotification) -> None:
         """v2 ``session/cancel`` → v1's (row T4); the turn's ``idle`` follows the agent's answer."""
@@ -1554,6 +1580,11 @@ class V2Front(_Front["_V2Session"]):
             await self._update(session_id, v2.RequiresActionStateUpdateSessionUpdate())
         answer = await ask()
         turn = session.turn if session is not None else None
+        if turn is not None and turn.cancel_read and not turn.cancel_queued.is_set():
+            # the client's session/cancel was read before this answer: the agent reads it first too
+            # (v1 prompt-turn.mdx § Cancellation), whichever task runs first here
+            with trio.move_on_after(self.cancel_grace):
+                await turn.cancel_queued.wait()
         if running and turn is not None and not turn.cancel_sent and not cancelled(answer):
             await self._update(session_id, v2.RunningStateUpdateSessionUpdate())
         return answer
