@@ -47,8 +47,33 @@ def test_a_second_run_with_the_same_store_loads_prints_and_continues_the_first_c
     assert third.stdout.count("you (earlier): ") == 2  # both earlier prompts come back
 
 
-def test_store_is_refused_with_protocol_2_or_another_agent(tmp_path: Path) -> None:
-    for args in (["--protocol", "2"], ["--agent", "--", *DEMO, "--serve-agent"]):
-        result = run(["--store", str(tmp_path / "s.db"), *args], tmp_path)
-        assert result.returncode == 2
-        assert "--store is for the example agent in protocol version 1" in result.stderr
+def test_a_session_stored_on_protocol_2_is_resumed_on_2_then_loaded_on_1(tmp_path: Path) -> None:
+    """One store, both versions: a v2 run's session comes back to a second v2 run (``session/resume``
+    with ``replayFrom`` start, printed) and then to a v1 run (``session/load``), each continuing it."""
+    store = tmp_path / "sessions.db"
+    first = run(["--store", str(store), "--protocol", "2"], tmp_path)
+    assert first.returncode == 0, first.stderr
+    session = next(line.split()[1] for line in first.stdout.splitlines() if line.startswith("session "))
+    assert "[turn ended: end_turn]" in first.stdout
+
+    second = run(["--store", str(store), "--protocol", "2", "--prompt", "Once more, please."], tmp_path)
+    assert second.returncode == 0, second.stderr
+    assert f"resuming session {session} (Please summarize notes.txt into summary.txt.," in second.stdout
+    replay, _, continued = second.stdout.partition("[end of the stored conversation]\n")
+    assert "you (earlier): Please summarize notes.txt into summary.txt.\n" in replay
+    assert "[tool call_read] completed 4 non-empty lines" in replay
+    assert "[permission]" not in replay and "[turn ended" not in replay  # replayed, not run again
+    assert continued.startswith("you: Once more, please.\n")
+    assert "[turn ended: end_turn]" in continued
+
+    third = run(["--store", str(store), "--prompt", "Third, on protocol 1."], tmp_path)
+    assert third.returncode == 0, third.stderr
+    assert f"loading session {session} (" in third.stdout
+    assert third.stdout.count("you (earlier): ") == 2  # both v2 prompts come back on v1
+    assert "[turn ended: end_turn]" in third.stdout.partition("[end of the stored conversation]")[2]
+
+
+def test_store_is_refused_with_another_agent(tmp_path: Path) -> None:
+    result = run(["--store", str(tmp_path / "s.db"), "--agent", "--", *DEMO, "--serve-agent"], tmp_path)
+    assert result.returncode == 2
+    assert "--store is for the example agent" in result.stderr

@@ -19,9 +19,11 @@ to end; default 120), ``--deny`` (answer permission requests with a "reject" opt
 agent reads files itself and writes through the client: gemini-cli 0.61.0 can create a file
 through a client only so, since it cannot tell the client's -32002 for a missing file from other
 errors), ``-v`` (log
-the runtime and the agent's stderr to stderr), ``--store PATH`` (protocol 1: the example agent keeps
-its sessions in the SQLite file PATH; the client loads the most recent one, printing the stored
-conversation, and continues it; with ``--serve-agent``, only the agent's side of it), ``--token T``
+the runtime and the agent's stderr to stderr), ``--store PATH`` (the example agent keeps
+its sessions in the SQLite file PATH, whichever protocol version made them; the client loads
+(protocol 1) or resumes with a replay from the start (``--protocol 2``) the most recent one,
+printing the stored conversation, and continues it; with ``--serve-agent``, only the agent's side
+of it), ``--token T``
 (with ``--serve``/``--url``: the bearer token the server requires and the client sends).
 With ``--serve``, the server's limits, as ``python -m acp_trio.bridge --listen`` has them
 (:class:`acp_trio.transports.asgi.AcpApp`'s options): ``--max-connections N`` (ACP connections at
@@ -189,9 +191,12 @@ async def run_demo_v2(
     init_timeout: float = 30.0,
     turn_timeout: float = 120.0,
     allow: bool = True,
+    resume: bool = False,
 ) -> int:
     """:func:`run_demo` in protocol version 2: the ``session/prompt`` response is only a receipt,
     so this waits (at most ``turn_timeout`` seconds) for the ``idle`` state that ends the turn.
+    ``resume``: continue the most recent session the agent lists (``session/list``, then
+    ``session/resume`` with ``replayFrom: {"type": "start"}``, which prints the stored conversation).
 
     Returns 0 when the turn ended, 1 on a protocol or connection error, when the turn ended with
     stop reason ``error``, or when the turn did not end in time (it is then cancelled with
@@ -211,16 +216,18 @@ async def run_demo_v2(
             name = init.info.title or init.info.name
             client.say(f"connected to {name}, protocol version {init.protocol_version}")
             agent = v2.AgentPeer(conn)
-            session = await agent.session_new(v2.NewSessionRequest(cwd=str(workdir)))
-            client.say(f"session {session.session_id} in {workdir}")
+            session_id = await _resume_latest_v2(agent, client, workdir) if resume else None
+            if session_id is None:
+                session_id = (await agent.session_new(v2.NewSessionRequest(cwd=str(workdir)))).session_id
+                client.say(f"session {session_id} in {workdir}")
             client.say(f"you: {prompt}")
-            stop_reason = await client.run_turn(session.session_id, prompt, timeout=turn_timeout)
+            stop_reason = await client.run_turn(session_id, prompt, timeout=turn_timeout)
             if stop_reason is None:
                 client.say(f"error: the turn did not end within {turn_timeout:g} seconds; cancelling it")
-                await agent.session_cancel(v2.CancelSessionNotification(session_id=session.session_id))
-                await client.wait_idle(session.session_id, 5.0)
+                await agent.session_cancel(v2.CancelSessionNotification(session_id=session_id))
+                await client.wait_idle(session_id, 5.0)
                 return 1
-            error = client.states.state(session.session_id).stop_error
+            error = client.states.state(session_id).stop_error
             if stop_reason == "error" and isinstance(error, v2.Error):  # printed: "[turn ended: error: ...]"
                 data = None if error.data is UNSET else error.data
                 return _failed(client, RequestError(error.code, error.message, data), stderr, said=True)
@@ -231,6 +238,37 @@ async def run_demo_v2(
             return _failed(client, exc, stderr)
     _print_summary(workdir, out)
     return 0
+
+
+async def _resume_latest_v2(agent: v2.AgentPeer, client: DemoClientV2, workdir: Path) -> str | None:
+    """``--store`` in protocol version 2: resume the agent's most recent session into ``workdir``
+    with the whole conversation replayed and printed; its id, or None (no session listed)."""
+    listed = await agent.session_list(v2.ListSessionsRequest())
+    if not listed.sessions:
+        return None
+    latest = listed.sessions[0]
+    client.say(
+        f"resuming session {latest.session_id} ({latest.title or 'untitled'}, {latest.updated_at}) into {workdir}"
+    )
+
+    def replayed(state: Any, update: Any) -> None:  # the stored prompts come back as user messages
+        if isinstance(update, v2.UserMessageSessionUpdate | v2.UserMessageChunkSessionUpdate):
+            blocks = update.content if isinstance(update.content, list) else [update.content]
+            text = "".join(b.text for b in blocks if isinstance(b, v2.TextContentBlock))
+            client.say(f"you (earlier): {text}")
+        else:
+            client.on_update(state, update)
+
+    client.states.on_update = replayed
+    try:
+        request = v2.ResumeSessionRequest(
+            session_id=latest.session_id, cwd=str(workdir), replay_from=v2.StartReplayFrom()
+        )
+        await client.states.resume(agent, request)
+    finally:
+        client.states.on_update = client.on_update
+    client.say("[end of the stored conversation]")
+    return latest.session_id
 
 
 def _failed(client: TranscriptClient, exc: Exception, stderr: AgentStderr | None, *, said: bool = False) -> int:
@@ -288,7 +326,7 @@ def main(argv: list[str] | None = None) -> int:
         help="protocol 1: advertise fs.writeTextFile but not fs.readTextFile (the agent reads files itself)",
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="log the runtime and agent stderr")
-    parser.add_argument("--store", metavar="PATH", help="protocol 1: keep sessions in PATH; continue the last one")
+    parser.add_argument("--store", metavar="PATH", help="keep sessions in PATH; continue the last one")
     parser.add_argument("--serve", metavar="URL", help="serve the example agent remotely (http://HOST:PORT)")
     parser.add_argument("--url", help="run the client against the remote agent at URL (ws://.../acp or http://...)")
     parser.add_argument("--token", help="--serve: require this bearer token; --url: send it")
@@ -326,8 +364,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.url and (args.agent or args.store):
         parser.error("--url drives a remote agent: no --agent command, no --store")
 
-    if args.store and (args.protocol == 2 or args.agent):
-        parser.error("--store is for the example agent in protocol version 1")
+    if args.store and args.agent:
+        parser.error("--store is for the example agent (an --agent command keeps its sessions its own way)")
     if args.serve_agent:
         from .agent import serve
 
@@ -346,7 +384,7 @@ def main(argv: list[str] | None = None) -> int:
         args.command if args.agent else [sys.executable, "-m", "acp_trio.demo", "--serve-agent"]
     )
     if args.store and isinstance(command, list):
-        command += ["--protocol", "1", "--store", str(Path(args.store).resolve())]
+        command += ["--protocol", str(args.protocol or 1), "--store", str(Path(args.store).resolve())]
     if args.url:
         try:
             command = remote(args.url, args.token)
@@ -366,6 +404,7 @@ def main(argv: list[str] | None = None) -> int:
                         init_timeout=args.timeout,
                         turn_timeout=args.turn_timeout,
                         allow=not args.deny,
+                        resume=bool(args.store),
                     )
                 )
             return trio.run(

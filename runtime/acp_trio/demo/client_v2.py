@@ -90,8 +90,10 @@ class DemoClientV2(TranscriptClient):
             self._terminal_update(state, u)
         elif isinstance(u, v2.TerminalOutputChunkSessionUpdate):
             self._print_lines(state, u.terminal_id)
+        elif isinstance(u, v2.IdleStateUpdateSessionUpdate) and not isinstance(u.stop_reason, str):
+            self.say("  [state idle]")  # no turn ended: the current state (after session/resume, say)
         elif isinstance(u, v2.IdleStateUpdateSessionUpdate):
-            reason = u.stop_reason if isinstance(u.stop_reason, str) else "unknown"
+            reason = u.stop_reason
             error = f": {u.error.message} ({u.error.code})" if isinstance(u.error, v2.Error) else ""
             self.say(f"[turn ended: {reason}{error}]")
         elif isinstance(u, v2.RunningStateUpdateSessionUpdate | v2.RequiresActionStateUpdateSessionUpdate):
