@@ -471,31 +471,48 @@ class _V1Wire(_Wire):
         for one in updates:
             await self.client.session_update(v1.SessionNotification(session_id=session_id, update=one))
 
+    async def _lock(self) -> None:
+        """Take ``_sending``, at once when it is free: a streamed chunk then costs no scheduler pass
+        (as on v2, whose sends do not wait either), where ``async with`` would yield for each."""
+        try:
+            self._sending.acquire_nowait()
+        except trio.WouldBlock:
+            await self._sending.acquire()
+
     async def update(self, session_id: str, update: Any, v1_content: Sequence[Any] | None = None) -> None:
-        async with self._sending:
-            out = self.view(session_id).project(update, v1_content)
-            if isinstance(update, v2.TerminalOutputChunkSessionUpdate):
-                # row T14: v1 re-sends the tool call's whole text for each chunk, so a burst of output
-                # is coalesced: sent once TERMINAL_FLUSH_BYTES are held, or TERMINAL_FLUSH_DELAY
-                # seconds after the first held chunk, or before anything else of the session
-                _, size = self._held.get(session_id, ([], 0))
-                size += len(update.data) * 3 // 4
-                if size < TERMINAL_FLUSH_BYTES:
-                    if session_id not in self._held:
-                        self.conn.start_soon(self._flush_later, session_id, name=f"terminal output {session_id}")
-                    self._held[session_id] = (out, size)
-                    return
-            held, _ = self._held.pop(session_id, ([], 0))
-            if isinstance(update, v2.TerminalOutputChunkSessionUpdate):
-                held = []  # superseded: the new projection has all the output
-            await self._send(session_id, [*held, *out])
+        await self._lock()
+        try:
+            await self._update(session_id, update, v1_content)
+        finally:
+            self._sending.release()
+
+    async def _update(self, session_id: str, update: Any, v1_content: Sequence[Any] | None) -> None:
+        out = self.view(session_id).project(update, v1_content)
+        if isinstance(update, v2.TerminalOutputChunkSessionUpdate):
+            # row T14: v1 re-sends the tool call's whole text for each chunk, so a burst of output
+            # is coalesced: sent once TERMINAL_FLUSH_BYTES are held, or TERMINAL_FLUSH_DELAY
+            # seconds after the first held chunk, or before anything else of the session
+            _, size = self._held.get(session_id, ([], 0))
+            size += len(update.data) * 3 // 4
+            if size < TERMINAL_FLUSH_BYTES:
+                if session_id not in self._held:
+                    self.conn.start_soon(self._flush_later, session_id, name=f"terminal output {session_id}")
+                self._held[session_id] = (out, size)
+                return
+        held, _ = self._held.pop(session_id, ([], 0))
+        if isinstance(update, v2.TerminalOutputChunkSessionUpdate):
+            held = []  # superseded: the new projection has all the output
+        await self._send(session_id, [*held, *out])
 
     async def flush(self, session_id: str) -> None:
         """Send the session's held display terminal output now (before a question, or the answer
         that ends a v1 turn)."""
-        async with self._sending:
+        await self._lock()
+        try:
             held, _ = self._held.pop(session_id, ([], 0))
             await self._send(session_id, held)
+        finally:
+            self._sending.release()
 
     async def _flush_later(self, session_id: str) -> None:
         await trio.sleep(TERMINAL_FLUSH_DELAY)
