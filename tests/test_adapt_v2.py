@@ -958,3 +958,40 @@ async def test_the_v1_agent_reads_session_cancel_before_the_cancelled_permission
                 await agent.session_cancel(v2.CancelSessionNotification(session_id=new.session_id))
                 await client.idle.wait()
         assert read[:1] == ["cancel"], read
+
+
+async def test_a_cancel_sent_right_after_the_prompt_reaches_the_v1_agent_after_that_prompt() -> None:
+    """A v2 client may send ``session/cancel`` right after ``session/prompt``, before the receipt (as
+    ``acp_trio.check``'s session.cancel does); the adapter runs the v1 prompt from a task of its own,
+    and must not let the cancel overtake it (the agent would ignore it and end the turn end_turn)."""
+    for _ in range(5):
+        read: list[str] = []
+
+        def tap(direction: str, data: bytes, read: list[str] = read) -> None:
+            method = json.loads(data).get("method")
+            if direction == "in" and method in ("session/prompt", "session/cancel"):
+                read.append(method)
+
+        client = V2Client()
+        front = V2Front()
+        agent_stream, back_stream = memory_stream_pair()
+        front_stream, client_stream = memory_stream_pair()
+        with trio.fail_after(DEADLINE):
+            async with (
+                AgentSideConnection({v1: RawV1Agent}, agent_stream, agent_stream, tap=tap),
+                ClientSideConnection(front.agent_handlers(), back_stream, back_stream),
+                AgentSideConnection(front, front_stream, front_stream),
+                ClientSideConnection({v2: client}, client_stream, client_stream) as client_conn,
+                trio.open_nursery() as nursery,
+            ):
+                await client_conn.initialize(
+                    v2.InitializeRequest(protocol_version=2, info=v2.Implementation(name="c", version="1"))
+                )
+                agent = client_conn.agent
+                new = await agent.session_new(v2.NewSessionRequest(cwd="/work"))
+                prompt = v2.PromptRequest(session_id=new.session_id, prompt=[v2.TextContentBlock(text="wait")])
+                nursery.start_soon(agent.session_prompt, prompt)
+                await trio.lowlevel.checkpoint()  # the prompt is queued: both go out in one write
+                await agent.session_cancel(v2.CancelSessionNotification(session_id=new.session_id))
+                await client.idle.wait()
+        assert read == ["session/prompt", "session/cancel"], read

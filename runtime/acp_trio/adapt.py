@@ -208,6 +208,8 @@ class _Turn:
     response: v1.PromptResponse | None = None
     error: RequestError | None = None
     cancel_sent: bool = False  # a v2 session/cancel went to the agent for this turn
+    cancel_read: bool = False  # the client's session/cancel was read (its handler may not have run yet)
+    cancel_queued: trio.Event = attrs.field(factory=trio.Event)  # set once a cancel is queued to the agent
 
     def end(self, response: v1.PromptResponse | None = None, error: RequestError | None = None) -> None:
         if not self.ended.is_set():
@@ -306,6 +308,7 @@ class _Front(Generic[_S]):
         """The connection to the agent (set when it is built)."""
         self.sessions: dict[str, _S] = {}
         self._queue_update: Callable[[Any], bool] | None = None  # the client's session/update queue
+        self._cancels_watched = False
 
     # -- wiring ------------------------------------------------------------------------------------
     def acp_handlers(self) -> dict[ModuleType, Callable[[AgentSideConnection], Self]]:
@@ -465,6 +468,36 @@ class _Front(Generic[_S]):
         except (ConnectionClosed, RequestError) as exc:
             log.debug("session %s: the agent could not be told to cancel its turn: %s", session_id, exc)
 
+    def _watch_cancels(self) -> None:
+        """Note each ``session/cancel`` of the client as it is read (the runtime's ``on_receive``,
+        before anything read after it is handled), so that :meth:`_asking` can tell an answer
+        read after it to wait until the cancel has gone to the agent."""
+        conn = self.client_conn
+        route = conn.connection.routes.get("session/cancel") if conn is not None else None
+        if route is None or self._cancels_watched:
+            return
+        self._cancels_watched = True
+        inner = route.on_receive
+
+        def on_receive(params: Any) -> None:
+            if inner is not None:
+                inner(params)
+            session = self.sessions.get(getattr(params, "session_id", None))  # type: ignore[arg-type]
+            if session is not None and session.turn is not None:
+                session.turn.cancel_read = True
+
+        route.on_receive = on_receive
+
+    async def _cancel_first(self, session: Any) -> None:
+        """Before the agent gets an answer the client gave after its ``session/cancel`` (a question
+        answered ``cancelled``): wait until that cancel is queued to the agent, so that the agent
+        reads them in the client's order (prompt-turn.mdx § Cancellation), whichever of their
+        tasks runs first here; at most :attr:`cancel_grace` seconds."""
+        turn = session.turn if session is not None else None
+        if turn is not None and turn.cancel_read and not turn.cancel_queued.is_set():
+            with trio.move_on_after(self.cancel_grace):
+                await turn.cancel_queued.wait()
+
     # -- questions to the client -------------------------------------------------------------------
     async def _elicit_client(self, ask: Callable[[], Any]) -> Any:
         """``await ask()`` (``elicitation/create`` to the client); -32601 when the client did not
@@ -618,6 +651,7 @@ class V1Front(_Front["_Session"]):
             meta=params.meta,
             extra_fields=params.extra_fields,
         )
+        self._watch_cancels()
         answer: v2.InitializeResponse = await self._initialize_agent(request)
         assert self.agent_conn is not None
         self._stream_wire(self.agent_conn)
@@ -797,7 +831,7 @@ class V1Front(_Front["_Session"]):
                 await turn.ended.wait()
             except trio.Cancelled:  # session/cancel: the updates the agent sends while it stops come first
                 with trio.move_on_after(self.cancel_grace, shield=True):
-                    if not turn.cancel_sent:  # cancelled otherwise (session/close, the client's input ended)
+                    if not (turn.cancel_sent or turn.cancel_read):  # cancelled otherwise (close, input ended)
                         await self._cancel_agent_turn(params.session_id, turn)
                     await turn.ended.wait()
                 raise
@@ -819,15 +853,21 @@ class V1Front(_Front["_Session"]):
         if self.agent_conn is None:
             return
         session = self.sessions.get(params.session_id)
-        if session is not None and session.turn is not None:
-            session.turn.cancel_sent = True
-        await self._agent.session_cancel(_relay(params, v2.CancelSessionNotification))
+        turn = session.turn if session is not None else None
+        if turn is not None:
+            turn.cancel_sent = True
+        try:
+            await self._agent.session_cancel(_relay(params, v2.CancelSessionNotification))
+        finally:
+            if turn is not None:
+                turn.cancel_queued.set()
 
     async def _cancel_agent_turn(self, session_id: str, turn: _Turn) -> None:
         """Tell the agent to stop the turn whose v1 wait was cancelled without the client's
         ``session/cancel`` (yet): ``session/close``, or the client's input ended."""
         turn.cancel_sent = True
         await self._send_cancel(session_id, v2.CancelSessionNotification(session_id=session_id))
+        turn.cancel_queued.set()
 
     # -- v2 agent → v1 client ----------------------------------------------------------------------
     async def _forward_wire(self, params: _WireUpdate) -> None:
@@ -887,6 +927,7 @@ class V1Front(_Front["_Session"]):
         if synthetic is not None:  # rows T16/T17: v1 asks about a tool call only
             await self._client.session_update(v1.SessionNotification(session_id=params.session_id, update=synthetic))
         answer = await self._client.session_request_permission(request)
+        await self._cancel_first(session)
         outcome = outcome_to_v2(answer.outcome)
         if synthetic is not None:
             allowed = isinstance(outcome, v2.SelectedRequestPermissionOutcome) and any(
@@ -906,6 +947,7 @@ class V1Front(_Front["_Session"]):
         except VersionError as exc:
             raise _untranslatable("elicitation/create", exc) from None
         answer = await self._elicit_client(lambda: self._client.elicitation_create(request))
+        await self._cancel_first(self.sessions.get(getattr(params, "session_id", "")))
         return _relay(answer, v2.CreateElicitationResponse)
 
 
@@ -963,6 +1005,7 @@ class _V2Turn:
     cancel_sent: bool = False  # a v1 session/cancel went to the agent for this turn
     cancel_read: bool = False  # the client's session/cancel was read (its handler may not have run yet)
     cancel_queued: trio.Event = attrs.field(factory=trio.Event)  # set once that cancel is queued to the agent
+    prompt_sent: trio.Event = attrs.field(factory=trio.Event)  # the v1 prompt is queued (or never will be)
 
 
 @attrs.define
@@ -1153,7 +1196,6 @@ class V2Front(_Front["_V2Session"]):
         self.terminals: TerminalManager | None = None
         """The terminals the agent's ``terminal/*`` calls run (``None`` with ``client_fs=False``)."""
         self._display = _TerminalDisplay(self)
-        self._cancels_watched = False
 
     # -- wiring ------------------------------------------------------------------------------------
     def _agent_attached(self, conn: ClientSideConnection) -> None:
@@ -1461,6 +1503,9 @@ class V2Front(_Front["_V2Session"]):
         try:
             with turn.scope:
                 await self._update(session_id, v2.RunningStateUpdateSessionUpdate())
+                # a cancel waiting for the prompt (_cancel) runs once this task waits for the answer:
+                # the request is queued to the agent by then
+                turn.prompt_sent.set()
                 try:
                     response = await self._call("session/prompt", lambda: self._agent.session_prompt(request))
                 except RequestError as exc:
@@ -1475,6 +1520,7 @@ class V2Front(_Front["_V2Session"]):
             idle = error_to_v2(RequestError(INTERNAL_ERROR, "Internal error", {"detail": "the adapter failed"}))
             answered = True
         finally:
+            turn.prompt_sent.set()  # or never will be: a cancel waiting for it goes now
             with trio.CancelScope(shield=True):
                 if not answered and not turn.cancel_sent:  # the client left: the agent stops its turn too
                     with trio.move_on_after(self.cancel_grace):
@@ -1490,26 +1536,6 @@ class V2Front(_Front["_V2Session"]):
                         del self.sessions[session_id]
                 turn.done.set()
 
-    def _watch_cancels(self) -> None:
-        """Note each ``session/cancel`` of the client as it is read (the runtime's ``on_receive``,
-        before anything read after it is handled), so that :meth:`_asking` can tell an answer
-        read after it to wait until the cancel has gone to the agent."""
-        conn = self.client_conn
-        route = conn.connection.routes.get("session/cancel") if conn is not None else None
-        if route is None or self._cancels_watched:
-            return
-        self._cancels_watched = True
-        inner = route.on_receive
-
-        def on_receive(params: Any) -> None:
-            if inner is not None:
-                inner(params)
-            session = self.sessions.get(getattr(params, "session_id", None))  # type: ignore[arg-type]
-            if session is not None and session.turn is not None:
-                session.turn.cancel_read = True
-
-        route.on_receive = on_receive
-
     async def _tell_cancel(self, session_id: str, turn: _V2Turn) -> None:
         turn.cancel_sent = True
         await self._send_cancel(session_id, _relay_cancel(session_id))
@@ -1520,6 +1546,9 @@ class V2Front(_Front["_V2Session"]):
         :attr:`cancel_grace` seconds more."""
         turn.scope.deadline = min(turn.scope.deadline, trio.current_time() + self.cancel_grace)
         turn.cancel_sent = True
+        if not turn.prompt_sent.is_set():  # a cancel right after the prompt: it must not overtake it
+            with trio.move_on_after(self.cancel_grace):
+                await turn.prompt_sent.wait()
         await self._send_cancel(session_id, notification)
         turn.cancel_queued.set()
 
@@ -1580,11 +1609,7 @@ class V2Front(_Front["_V2Session"]):
             await self._update(session_id, v2.RequiresActionStateUpdateSessionUpdate())
         answer = await ask()
         turn = session.turn if session is not None else None
-        if turn is not None and turn.cancel_read and not turn.cancel_queued.is_set():
-            # the client's session/cancel was read before this answer: the agent reads it first too
-            # (v1 prompt-turn.mdx § Cancellation), whichever task runs first here
-            with trio.move_on_after(self.cancel_grace):
-                await turn.cancel_queued.wait()
+        await self._cancel_first(session)
         if running and turn is not None and not turn.cancel_sent and not cancelled(answer):
             await self._update(session_id, v2.RunningStateUpdateSessionUpdate())
         return answer
