@@ -470,11 +470,6 @@ def _idle_of(session_id: str) -> Any:
     return idle
 
 
-@pytest.mark.xfail(
-    reason="adapt --speak 2 can send the v1 agent a session/cancel that its v2 client sent right after "
-    "session/prompt before that prompt (about 1 turn in 2 here): the agent ignores it and the turn ends end_turn",
-    strict=False,
-)
 async def test_a_cancel_right_after_the_prompt_reaches_the_v1_agent_after_the_prompt_through_the_adapter(
     py_sdk_python: Path, tmp_path: Path
 ) -> None:
