@@ -8,7 +8,10 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="the stdio transport is POSIX-only")
+pytestmark = [
+    pytest.mark.skipif(sys.platform == "win32", reason="the stdio transport is POSIX-only"),
+    pytest.mark.one_interpreter,  # the demo's command line in processes (the store itself: test_neutral_store)
+]
 
 DEMO = [sys.executable, "-m", "acp_trio.demo"]
 

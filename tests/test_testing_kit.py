@@ -759,12 +759,14 @@ def run_pytest(directory: Path, *args: str) -> str:
     return result.stdout + result.stderr
 
 
+@pytest.mark.one_interpreter  # pytest in a process: the plugins' interplay, not the interpreter's
 def test_async_tests_and_the_acp_pair_fixture_run_under_trio_with_no_configuration(tmp_path: Path) -> None:
     (tmp_path / "test_plain.py").write_text(PLAIN_TESTS, encoding="utf-8")
     output = run_pytest(tmp_path)
     assert "4 passed" in output and "failed" not in output and "error" not in output, output
 
 
+@pytest.mark.one_interpreter  # pytest in a process: the plugins' interplay, not the interpreter's
 def test_a_project_that_sets_trio_mode_sees_no_change(tmp_path: Path) -> None:
     (tmp_path / "pytest.ini").write_text("[pytest]\ntrio_mode = true\n", encoding="utf-8")
     (tmp_path / "test_plain.py").write_text(PLAIN_TESTS, encoding="utf-8")
@@ -772,6 +774,7 @@ def test_a_project_that_sets_trio_mode_sees_no_change(tmp_path: Path) -> None:
     assert "4 passed" in output and "failed" not in output and "error" not in output, output
 
 
+@pytest.mark.one_interpreter  # pytest in a process: the plugins' interplay, not the interpreter's
 def test_tests_anyio_claims_are_left_to_anyio(tmp_path: Path) -> None:
     pytest.importorskip("anyio")
     (tmp_path / "test_anyio.py").write_text(ANYIO_TESTS, encoding="utf-8")
@@ -785,6 +788,7 @@ def test_tests_anyio_claims_are_left_to_anyio(tmp_path: Path) -> None:
     assert "PASSED test_auto.py::test_auto[asyncio]" in output and "failed" not in output, output
 
 
+@pytest.mark.one_interpreter  # pytest in a process: the plugins' interplay, not the interpreter's
 def test_tests_pytest_asyncio_claims_are_left_to_it(tmp_path: Path) -> None:
     (tmp_path / "conftest.py").write_text(FAKE_PYTEST_ASYNCIO, encoding="utf-8")
     marked = "\nimport pytest\n\n\n@pytest.mark.asyncio\nasync def test_marked():\n    assert running() == 'asyncio'\n"
@@ -797,6 +801,7 @@ def test_tests_pytest_asyncio_claims_are_left_to_it(tmp_path: Path) -> None:
     assert "2 passed" in output and "failed" not in output, output
 
 
+@pytest.mark.one_interpreter  # pytest in a process: the plugins' interplay, not the interpreter's
 def test_without_pytest_trio_an_async_test_fails_naming_what_to_install(tmp_path: Path) -> None:
     (tmp_path / "test_plain.py").write_text(PLAIN_TESTS, encoding="utf-8")
     output = run_pytest(tmp_path, "-p", "no:trio")  # as if pytest-trio were not installed
