@@ -994,32 +994,41 @@ async def test_a_client_that_reads_late_gets_every_update_in_order_through_eager
     """The server sends eagerly while the socket takes its output, queues (the pump) once it does
     not, and sends eagerly again after: the client, reading only once everything is blocked, gets
     every update once and in order, then the turn's answer."""
-    import json
 
     import trio_websocket
 
     count = 600  # about 5 MB: more than the sockets hold
     with trio.fail_after(DEADLINE):
         async with served(AcpApp(Agent)) as url, trio_websocket.open_websocket_url(url) as ws:
-            await ws.send_message('{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":1}}')
-            await ws.get_message()
-            await ws.send_message(
-                '{"jsonrpc":"2.0","id":2,"method":"session/new","params":{"cwd":"/","mcpServers":[]}}'
-            )
-            await ws.get_message()
-            await ws.send_message(
-                '{"jsonrpc":"2.0","id":3,"method":"session/prompt","params":'
-                f'{{"sessionId":"s1","prompt":[{{"type":"text","text":"big {count}"}}]}}}}'
-            )
+            await _start_big_turn(ws, count)
             await trio.testing.wait_all_tasks_blocked()  # the server waits on the client's full socket
-            seen: list[int] = []
-            while True:
-                message = json.loads(await ws.get_message())
-                if "id" in message:
-                    assert message["result"]["stopReason"] == "end_turn"
-                    break
-                seen.append(int(message["params"]["update"]["content"]["text"][:6]))
-            assert seen == list(range(count))
+            assert await _read_big_turn(ws) == list(range(count))
+
+
+async def _start_big_turn(ws: Any, count: int) -> None:
+    """On a raw trio-websocket ``ws``: initialize, session/new, then a prompt streaming ``count``
+    updates of about 8 KB (the test agent's ``big``), without reading them."""
+    await ws.send_message('{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":1}}')
+    await ws.get_message()
+    await ws.send_message('{"jsonrpc":"2.0","id":2,"method":"session/new","params":{"cwd":"/","mcpServers":[]}}')
+    await ws.get_message()
+    await ws.send_message(
+        '{"jsonrpc":"2.0","id":3,"method":"session/prompt","params":'
+        f'{{"sessionId":"s1","prompt":[{{"type":"text","text":"big {count}"}}]}}}}'
+    )
+
+
+async def _read_big_turn(ws: Any) -> list[int]:
+    """The numbers of the updates read until the prompt's answer, which must be ``end_turn``."""
+    import json
+
+    seen: list[int] = []
+    while True:
+        message = json.loads(await ws.get_message())
+        if "id" in message:
+            assert message["result"]["stopReason"] == "end_turn"
+            return seen
+        seen.append(int(message["params"]["update"]["content"]["text"][:6]))
 
 
 async def test_the_client_sends_a_batch_at_once_and_through_the_stream_when_the_socket_is_full() -> None:
@@ -1464,7 +1473,6 @@ async def test_without_lifespan_a_late_reader_still_gets_every_update_through_th
     """An ASGI server that runs no lifespan (here: a wrapper that answers it itself) gives the
     connection no lifespan nursery: the pump then runs in a nursery of the connection's own, and
     a client that reads only once the server is blocked gets every update in order."""
-    import json
 
     import trio_websocket
 
@@ -1485,25 +1493,9 @@ async def test_without_lifespan_a_late_reader_still_gets_every_update_through_th
             binds: list[str] = await nursery.start(serve, without_lifespan, "127.0.0.1", 0)
             url = binds[0].replace("http://", "ws://") + "/acp"
             async with trio_websocket.open_websocket_url(url) as ws:
-                await ws.send_message('{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":1}}')
-                await ws.get_message()
-                await ws.send_message(
-                    '{"jsonrpc":"2.0","id":2,"method":"session/new","params":{"cwd":"/","mcpServers":[]}}'
-                )
-                await ws.get_message()
-                await ws.send_message(
-                    '{"jsonrpc":"2.0","id":3,"method":"session/prompt","params":'
-                    f'{{"sessionId":"s1","prompt":[{{"type":"text","text":"big {count}"}}]}}}}'
-                )
+                await _start_big_turn(ws, count)
                 await trio.testing.wait_all_tasks_blocked()
                 assert app._nursery is None
                 assert _server_tasks()[1] == 1  # the pump, in the connection's nursery
-                seen: list[int] = []
-                while True:
-                    message = json.loads(await ws.get_message())
-                    if "id" in message:
-                        assert message["result"]["stopReason"] == "end_turn"
-                        break
-                    seen.append(int(message["params"]["update"]["content"]["text"][:6]))
-                assert seen == list(range(count))
+                assert await _read_big_turn(ws) == list(range(count))
             nursery.cancel_scope.cancel()
