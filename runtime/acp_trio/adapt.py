@@ -75,7 +75,7 @@ import os
 import shlex
 import sys
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from types import ModuleType
 from typing import Any, ClassVar, Generic, Self, TypeVar
 
@@ -1771,27 +1771,57 @@ async def _serve_front(
     cwd: str | os.PathLike[str] | None,
     options: dict[str, Any],
 ) -> None:
-    """Both directions' stdio service: ``front`` faces the client on this process's stdio, the agent
-    ``agent_argv`` is spawned behind it; the agent is stopped when the client leaves, and when the
-    agent is gone its pending prompts are answered (an error) before the client is let go."""
-    from .transports.stdio import serve_agent_stdio, spawn_agent
+    """Both directions' stdio service: ``front`` faces the client on this process's stdio."""
+    from .transports.stdio import serve_agent_stdio
+
+    await _run_front(
+        front,
+        agent_argv,
+        lambda: serve_agent_stdio(front, **options),
+        closing="the agent behind the adapter closed its connection",
+        env=env,
+        cwd=cwd,
+        **options,
+    )
+
+
+async def _run_front(
+    front: V1Front | V2Front,
+    agent_argv: Sequence[str],
+    serve_client: Callable[[], Awaitable[object]],
+    *,
+    closing: str,
+    started: Callable[[Any], object] | None = None,
+    **spawn_options: Any,
+) -> None:
+    """Run ``front`` between a client and the agent ``agent_argv`` (spawned behind it with
+    :func:`acp_trio.spawn_agent` and ``spawn_options``): ``serve_client()`` serves the client's
+    side with ``front`` as its handler (stdio here, a remote connection in the bridge) and returns
+    when the client left; the agent is then stopped.  When the agent is gone first, its pending
+    prompts are answered (an error) before the client's connection is closed with ``closing``.
+    ``started(agent)``: called with the agent's connection once it runs (the bridge logs its pid).
+    The body's exceptions come out as themselves."""
+    from ._nursery import owned_nursery
+    from .transports.stdio import spawn_agent
 
     async with (
-        spawn_agent(agent_argv[0], agent_argv[1:], client=front.agent_handlers(), env=env, cwd=cwd, **options) as agent,
-        trio.open_nursery() as nursery,
+        spawn_agent(agent_argv[0], agent_argv[1:], client=front.agent_handlers(), **spawn_options) as agent,
+        owned_nursery() as nursery,
     ):
+        if started is not None:
+            started(agent)
 
-        async def serve_client() -> None:
-            await serve_agent_stdio(front, **options)
+        async def client_side() -> None:
+            await serve_client()
             nursery.cancel_scope.cancel()  # the client left: stop the agent (spawn_agent's exit)
 
-        nursery.start_soon(serve_client)
+        nursery.start_soon(client_side)
         await agent.wait_closed()
         with trio.move_on_after(agent.connection.close_timeout):
             await front.wait_answered()
             await trio.lowlevel.checkpoint()
         if front.client_conn is not None:
-            await front.client_conn.connection.aclose("the agent behind the adapter closed its connection")
+            await front.client_conn.connection.aclose(closing)
         nursery.cancel_scope.cancel()
 
 

@@ -153,8 +153,7 @@ async def adapt_agent_process(
     ``OSError`` naming the command when it cannot be started.
     """
     from ._roles import AgentSideConnection
-    from .adapt import DEFAULT_CANCEL_GRACE, V1Front, V2Front
-    from .transports.stdio import spawn_agent
+    from .adapt import DEFAULT_CANCEL_GRACE, V1Front, V2Front, _run_front
 
     if speak not in (1, 2):
         raise ValueError(f"speak is the protocol version spoken to the client, 1 or 2, got {speak!r}")
@@ -167,36 +166,25 @@ async def adapt_agent_process(
         front = V2Front(
             client_fs=client_fs, cancel_grace=grace, ext_requests=ext_requests, ext_notifications=ext_notifications
         )
+
+    async def serve_client() -> None:
+        async with AgentSideConnection(front, to_remote, from_remote, name=name) as conn:
+            await conn.wait_closed()
+
     try:
-        async with (
-            spawn_agent(
-                command,
-                args,
-                client=front.agent_handlers(),
-                env=env,
-                cwd=cwd,
-                shutdown_timeout=shutdown_timeout,
-                stderr_logger=stderr_logger,
-            ) as agent,
-            owned_nursery() as nursery,
-        ):
-            pid = agent.process.pid  # type: ignore[attr-defined]  # spawn_agent sets it
-            log.info("bridge: agent pid %d serves a connection (adapted, v%d to the client)", pid, speak)
-
-            async def serve_client() -> None:
-                async with AgentSideConnection(front, to_remote, from_remote, name=name) as conn:
-                    await conn.wait_closed()
-                nursery.cancel_scope.cancel()  # the client left: stop the agent (spawn_agent's exit)
-
-            nursery.start_soon(serve_client)
-            await agent.wait_closed()
-            # the agent is gone: its pending prompts are answered (an error) before the client is let go
-            with trio.move_on_after(agent.connection.close_timeout):
-                await front.wait_answered()
-                await trio.lowlevel.checkpoint()
-            if front.client_conn is not None:
-                await front.client_conn.connection.aclose("the agent behind the bridge closed its connection")
-            nursery.cancel_scope.cancel()
+        await _run_front(
+            front,
+            [os.fspath(command), *args],
+            serve_client,
+            closing="the agent behind the bridge closed its connection",
+            started=lambda agent: log.info(
+                "bridge: agent pid %d serves a connection (adapted, v%d to the client)", agent.process.pid, speak
+            ),
+            env=env,
+            cwd=cwd,
+            shutdown_timeout=shutdown_timeout,
+            stderr_logger=stderr_logger,
+        )
     finally:
         await trio.aclose_forcefully(to_remote)
     log.info("bridge: an adapted connection ended")
