@@ -159,6 +159,21 @@ async def _server(command: list[str]) -> AsyncIterator[tuple[str, trio.Process]]
             process.terminate()
 
 
+@asynccontextmanager
+async def _never_reading_websocket(url: str) -> AsyncIterator[Any]:
+    """A trio-websocket client whose messages nobody reads (its queue holds one).  Leaving it is
+    bounded: its close handshake may wait on a server that (rightly) no longer reads it, and
+    trio-websocket 0.12's reader task, blocked on that full queue, is never woken once a cancelled
+    send has aborted the connection (the flood below is cancelled mid-send)."""
+    trio_websocket = pytest.importorskip("trio_websocket")
+    with trio.CancelScope() as leaving, contextlib.suppress(trio_websocket.DisconnectionTimeout):
+        async with trio_websocket.open_websocket_url(url, message_queue_size=1, disconnect_timeout=2) as hostile:
+            try:
+                yield hostile
+            finally:
+                leaving.deadline = trio.current_time() + 5
+
+
 INITIALIZE = orjson.dumps(
     {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {"protocolVersion": 1}}
 ).decode()
@@ -174,7 +189,7 @@ async def test_a_client_that_never_reads_does_not_grow_the_server_and_others_are
     within 16 MiB of what it was (behind the bridge: the bridge's, and the flooded agent process's
     over the peak of an agent process that served one session), and a second client keeps being
     served (sessions and prompt turns) the whole time."""
-    trio_websocket = pytest.importorskip("trio_websocket")
+    pytest.importorskip("trio_websocket")
     from acp_trio.transports.websocket import connect_websocket
 
     class Client:
@@ -196,13 +211,7 @@ async def test_a_client_that_never_reads_does_not_grow_the_server_and_others_are
             agents = _children(process.pid)  # behind the bridge: this connection's agent process
             warm_agent = _memory(agents[0])["VmHWM"] if agents else 0
         before = _memory(process.pid)
-        # leaving it, the client's close handshake may wait on a server that (rightly) no longer reads it
-        hostile_exit = contextlib.AsyncExitStack()
-        hostile_exit.enter_context(contextlib.suppress(trio_websocket.DisconnectionTimeout))
-        async with (
-            hostile_exit,
-            trio_websocket.open_websocket_url(url, message_queue_size=1, disconnect_timeout=2) as hostile,
-        ):
+        async with _never_reading_websocket(url) as hostile:
             await hostile.send_message(INITIALIZE)
             flooded: set[int] = set()  # behind the bridge: the hostile connection's agent process
             with trio.fail_after(30):
