@@ -173,7 +173,7 @@ DOCS_TESTS = ["tests/test_docs_hook.py", "tests/test_docs_site.py"]
 runs them, and `tests` leaves them out."""
 COMPILED_MODULES = ["acp_trio._connection", "acp_trio._core._framing", "acp_trio._core._jsonrpc"]
 """The modules hatch_build.py compiles (tests/test_build_hook.py keeps the two lists equal)."""
-TEST_EXTRAS = "codegen,mcp,otel,remote,llm,testing"
+TEST_EXTRAS = "codegen,mcp,otel,remote,llm,testing,asyncio,pydantic-ai"
 PARALLEL = ["-n", "auto"]
 """pytest-xdist: one worker per CPU.  The suite's time is mostly CPU in the processes it spawns (agents,
 peers, the checker's runs): two workers on two CPUs ran the compiled pass in 8 min, for 13 min of CPU;
@@ -233,7 +233,7 @@ def properties_full(session: nox.Session) -> None:
 @nox.session(python=PY)
 def lint(session: nox.Session) -> None:
     """ruff check, ruff format --check, mypy --strict on runtime/, generated/, examples/ and the docs hooks."""
-    session.install("-e", ".[mcp,otel,remote,llm,testing]", *group("lint", "docs"))
+    session.install("-e", ".[mcp,otel,remote,llm,testing,asyncio,pydantic-ai]", *group("lint", "docs"))
     session.run("ruff", "check", ".")
     session.run("ruff", "format", "--check", ".")
     session.run(
