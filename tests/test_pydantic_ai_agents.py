@@ -1,0 +1,90 @@
+"""Scripted pydantic-ai agents for the pydantic-ai integration's tests (no network): the model is a
+``FunctionModel`` whose stream answers by the last prompt's text.  Also served over stdio by
+``python -m acp_trio.integrations.pydantic_ai test_pydantic_ai_agents:agent`` (run from tests/).
+
+Scripts (the prompt's text): ``hello`` streams two text chunks; ``think`` a thought then text;
+``tools`` calls ``read_file`` and ``add`` at once, then answers with their results; ``delete``
+calls ``delete_file`` (needs approval), then answers with its result; ``forever`` streams text
+until cancelled; anything else is echoed."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+from pydantic_ai import Agent
+from pydantic_ai.messages import ModelMessage, ModelRequest, ToolReturnPart, UserPromptPart
+from pydantic_ai.models.function import AgentInfo, DeltaThinkingPart, DeltaToolCall, FunctionModel
+
+STREAMED: list[str] = []
+"""Every text chunk the ``forever`` script produced (the cancel test counts them)."""
+
+
+def last_prompt(messages: list[ModelMessage]) -> str:
+    for message in reversed(messages):
+        if isinstance(message, ModelRequest):
+            for part in message.parts:
+                if isinstance(part, UserPromptPart) and isinstance(part.content, str):
+                    return part.content
+    return ""
+
+
+def returns(messages: list[ModelMessage]) -> list[ToolReturnPart]:
+    last = messages[-1]
+    if isinstance(last, ModelRequest):
+        return [p for p in last.parts if isinstance(p, ToolReturnPart)]
+    return []
+
+
+async def stream(messages: list[ModelMessage], info: AgentInfo) -> AsyncIterator[Any]:
+    prompt = last_prompt(messages)
+    done = returns(messages)
+    if done:
+        yield "results: " + "; ".join(f"{p.tool_name}={p.content}" for p in done)
+        return
+    if prompt == "hello":
+        yield "Hello"
+        yield ", world"
+    elif prompt == "think":
+        yield {0: DeltaThinkingPart(content="pondering")}
+        yield {1: DeltaThinkingPart(content=" more")}
+    elif prompt == "tools":
+        yield {0: DeltaToolCall(name="read_file", json_args='{"path": "/work/a.txt"}', tool_call_id="c1")}
+        yield {1: DeltaToolCall(name="add", json_args='{"a": 2, "b": 3}', tool_call_id="c2")}
+    elif prompt == "delete":
+        yield {0: DeltaToolCall(name="delete_file", json_args='{"path": "/work/old.txt"}', tool_call_id="d1")}
+    elif prompt == "forever":
+        while True:
+            STREAMED.append("tick")
+            yield "tick "
+            await asyncio.sleep(0.001)
+    elif prompt == "history":
+        yield f"I have seen {sum(isinstance(m, ModelRequest) for m in messages)} requests"
+    else:
+        yield f"echo: {prompt}"
+
+
+def make_agent() -> Agent[None, str]:
+    """A new agent (tools: ``read_file``, ``add``; ``delete_file`` needs approval)."""
+    made: Agent[None, str] = Agent(FunctionModel(stream_function=stream), name="test-pydantic-ai")
+
+    @made.tool_plain
+    def read_file(path: str) -> str:
+        """Read a file."""
+        return f"contents of {path}"
+
+    @made.tool_plain
+    def add(a: int, b: int) -> int:
+        """Add two numbers."""
+        return a + b
+
+    @made.tool_plain(requires_approval=True)
+    def delete_file(path: str) -> str:
+        """Delete a file."""
+        return f"deleted {path}"
+
+    return made
+
+
+agent = make_agent()

@@ -1,0 +1,76 @@
+"""``python -m acp_trio.integrations.pydantic_ai module:attr``: a pydantic-ai agent served over real
+stdio, driven by acp-trio's client in both protocol versions; the command line's usage errors."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+import trio
+from _neutral_kit import Client, Wire, v1_caps, v2_caps
+
+from acp_schema import v1, v2
+from acp_trio import spawn_agent
+
+TESTS = Path(__file__).parent
+COMMAND = ["-m", "acp_trio.integrations.pydantic_ai"]
+
+
+@pytest.mark.one_interpreter  # spawns Python processes that import pydantic-ai: the command line's subject
+@pytest.mark.parametrize("variant", [v1, v2], ids=["v1", "v2"])
+async def test_a_turn_with_tools_and_an_approval_over_stdio(variant: ModuleType, tmp_path: Path) -> None:
+    received: list[bytes] = []
+    tap = lambda d, data: received.append(data) if d == "in" else None  # noqa: E731
+    client = Client(variant, permission="allow-once")
+    args = [*COMMAND, "test_pydantic_ai_agents:agent", "--name", "scripted", "--store", str(tmp_path / "s.db")]
+    with trio.fail_after(60):
+        async with spawn_agent(sys.executable, args, client={variant: client}, cwd=TESTS, tap=tap) as conn:
+            if variant is v1:
+                answer = await conn.initialize(v1.InitializeRequest(protocol_version=1, client_capabilities=v1_caps()))
+                assert answer.agent_info.name == "scripted"
+            else:
+                info = v2.Implementation(name="t", version="1")
+                answer = await conn.initialize(
+                    v2.InitializeRequest(protocol_version=2, info=info, capabilities=v2_caps())
+                )
+                assert answer.info.name == "scripted"
+            wire = Wire(conn, client, received)
+            session = await wire.new_session(str(tmp_path))
+            await wire.prompt(session, "tools")
+            await wire.prompt(session, "delete")
+    updates = wire.updates()
+    chunks = "".join(u["content"]["text"] for u in updates if u.get("sessionUpdate") == "agent_message_chunk")
+    assert chunks == "results: read_file=contents of /work/a.txt; add=5results: delete_file=deleted /work/old.txt"
+    asked = [u["permission"] for u in updates if "permission" in u]
+    assert len(asked) == 1
+    if variant is v1:
+        assert asked[0]["toolCall"]["toolCallId"] == "d1"
+    else:
+        assert asked[0]["subject"]["toolCall"]["toolCallId"] == "d1"
+    done = [u for u in updates if u.get("toolCallId") == "d1" and u.get("status") == "completed"]
+    assert done and done[-1]["rawOutput"]["content"] == "deleted /work/old.txt"
+
+
+@pytest.mark.parametrize(
+    ("reference", "message"),
+    [
+        ("nocolon", "expected module:attr"),
+        ("no_such_module_xyz:agent", "no module named 'no_such_module_xyz'"),
+        ("test_pydantic_ai_agents:nothing", "has no attribute 'nothing'"),
+        ("test_pydantic_ai_agents:STREAMED", "is 'list', not a pydantic_ai Agent"),
+    ],
+)
+def test_a_usage_error_names_what_is_wrong(
+    reference: str, message: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from acp_trio.integrations.pydantic_ai.__main__ import main
+
+    monkeypatch.chdir(TESTS)
+    with pytest.raises(SystemExit) as exited:
+        main([reference])
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert message in err
+    assert err.count("\n") == 1
