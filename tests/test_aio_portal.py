@@ -13,7 +13,8 @@ import os
 import subprocess
 import sys
 import warnings
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -166,6 +167,82 @@ def test_an_asyncio_program_drives_an_acp_trio_client_through_a_turn_in_memory()
     async def main() -> Any:
         async with asyncio.timeout(DEADLINE), aio.trio_portal() as portal:
             return await portal.run(turn)
+
+    assert run_asyncio(main) == ("end_turn", ["Hello", " from", " trio"])
+
+
+@asynccontextmanager
+async def recording(events: list[str], *, suppress: bool = False) -> AsyncIterator[str]:
+    """A trio context manager that says what its exit saw (and may suppress it)."""
+    await trio.sleep(0)
+    events.append("entered in trio")
+    try:
+        yield "the value"
+    except BaseException as exc:
+        events.append(f"its exit saw {type(exc).__name__}")
+        if not (suppress and isinstance(exc, Exception)):
+            raise
+    finally:
+        with trio.CancelScope(shield=True):
+            await trio.sleep(0)  # a trio checkpoint: it runs in its trio task
+        events.append("exited in trio")
+
+
+@asynccontextmanager
+async def failing_entry() -> AsyncIterator[None]:
+    await trio.sleep(0)
+    raise ZeroDivisionError
+    yield  # pragma: no cover
+
+
+def test_wrap_async_context_holds_a_trio_context_manager_open_across_asyncio_code() -> None:
+    events: list[str] = []
+
+    async def main() -> None:
+        async with asyncio.timeout(DEADLINE), aio.trio_portal() as portal:
+            async with portal.wrap_async_context(recording(events)) as value:
+                assert value == "the value"
+                events.append("the asyncio block ran")
+            with pytest.raises(LookupError, match="from the block"):  # raised inside the trio one, out as itself
+                async with portal.wrap_async_context(recording(events)):
+                    raise LookupError("from the block")
+            async with portal.wrap_async_context(recording(events, suppress=True)):
+                raise ValueError("suppressed by the trio context manager")
+            started = asyncio.Event()
+
+            async def cancelled_block() -> None:
+                async with portal.wrap_async_context(recording(events)):
+                    started.set()
+                    await asyncio.sleep(3600)
+
+            task = asyncio.create_task(cancelled_block())
+            await started.wait()
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            with pytest.raises(ZeroDivisionError):  # an entry that fails raises as itself
+                async with portal.wrap_async_context(failing_entry()):
+                    events.append("never")
+
+    run_asyncio(main)
+    assert events == [
+        *("entered in trio", "the asyncio block ran", "exited in trio"),
+        *("entered in trio", "its exit saw LookupError", "exited in trio"),
+        *("entered in trio", "its exit saw ValueError", "exited in trio"),
+        *("entered in trio", "its exit saw Cancelled", "exited in trio"),
+    ]
+
+
+def test_an_asyncio_program_holds_an_acp_trio_connection_and_prompts_through_it() -> None:
+    async def main() -> tuple[str, list[str]]:
+        client = FakeClient()
+        async with asyncio.timeout(DEADLINE), aio.trio_portal() as portal:
+            async with portal.wrap_async_context(open_memory_pair(Greeter(), client.bind)):
+                await portal.run(client.initialize)
+                session_id = await portal.run(client.new_session, "/work")
+                stop_reason = await portal.run(client.prompt, session_id, "hi")
+        said = [u.content.text for _, u in client.updates if u.session_update == "agent_message_chunk"]
+        return stop_reason, said
 
     assert run_asyncio(main) == ("end_turn", ["Hello", " from", " trio"])
 

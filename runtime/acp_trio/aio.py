@@ -5,7 +5,7 @@ SDK's asyncio client): wrap serving in :func:`open_loop`, then await asyncio cod
 of the block with :func:`run` (a coroutine function) or :func:`iterate` (an async iterator)::
 
     async with acp_trio.aio.open_loop():
-        await acp_trio.run_agent_stdio(MyAgent())
+        await acp_trio.serve_agent_stdio(MyAgent())  # inside trio.run
 
     # in a handler (a trio task):
     reply = await acp_trio.aio.run(client.complete, prompt)
@@ -60,7 +60,7 @@ import signal
 import threading
 import weakref
 from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
 
@@ -382,6 +382,76 @@ class TrioPortal:
                     self._token.run_sync_soon(scope.cancel)
                 await _wait_through_cancels(finished)
             raise
+
+    def wrap_async_context(self, cm: AbstractAsyncContextManager[_T]) -> AbstractAsyncContextManager[_T]:
+        """A trio async context manager (``spawn_agent(...)``, ``open_memory_pair(...)``) held open
+        from asyncio: ``async with portal.wrap_async_context(spawn_agent(...)) as conn:``.
+
+        Entering it starts a trio task of this portal that enters ``cm`` and waits; the block's
+        value is what ``cm`` yields, usable from asyncio through :meth:`run` (``await
+        portal.run(conn.agent.initialize, request)``) for as long as the block lasts, from any
+        task of the loop (a FastAPI app's lifespan holds a connection its endpoints use).  Leaving
+        the block exits ``cm`` in that same trio task and waits for it: an exception raised in the
+        block is raised inside ``cm`` (which may suppress it), an asyncio cancellation of the block
+        is a trio cancellation there; what ``cm``'s exit raises comes out as itself.  Raises what
+        ``cm``'s entry raises, ``RuntimeError`` when the portal is closed.
+        """
+        return _HeldContext(self, cm)
+
+
+class _HeldContext(AbstractAsyncContextManager[_T]):
+    """:meth:`TrioPortal.wrap_async_context`'s asyncio context manager."""
+
+    def __init__(self, portal: TrioPortal, cm: AbstractAsyncContextManager[_T]) -> None:
+        self._portal = portal
+        self._cm = cm
+        self._leave = trio.Event()
+        self._exit: BaseException | None = None
+        self._held: asyncio.Future[None] | None = None
+
+    async def _hold(self, entered: asyncio.Future[_T]) -> None:  # the trio task
+        with trio.CancelScope() as scope:
+            async with self._cm as value:
+                if not entered.done():
+                    entered.set_result(value)
+                await self._leave.wait()
+                if isinstance(self._exit, Exception):
+                    raise self._exit
+                if self._exit is not None:  # the asyncio block was cancelled: a trio cancellation here
+                    scope.cancel()
+                    await trio.lowlevel.checkpoint()
+
+    async def __aenter__(self) -> _T:
+        entered: asyncio.Future[_T] = self._portal._loop.create_future()
+        self._held = held = asyncio.ensure_future(self._portal.run(self._hold, entered))
+        try:
+            waiting: list[asyncio.Future[Any]] = [entered, held]
+            await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:
+            held.cancel()
+            await _wait_through_cancels(held)
+            raise
+        if not entered.done():  # cm's entry failed: held has its exception
+            entered.cancel()
+            await held
+            raise RuntimeError("the trio context manager ended before it yielded")
+        return entered.result()
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> bool:
+        assert self._held is not None and self._portal._token is not None
+        self._exit = exc
+        with contextlib.suppress(trio.RunFinishedError):
+            self._portal._token.run_sync_soon(self._leave.set)
+        await _wait_through_cancels(self._held)
+        try:
+            self._held.result()
+        except BaseException as raised:
+            if raised is exc:
+                return False  # cm let the block's exception out: it propagates as it was
+            raise
+        return exc is not None and isinstance(exc, Exception)  # cm suppressed the block's exception
 
 
 def _settle(future: asyncio.Future[Any], how: Callable[[], object]) -> None:
