@@ -10,6 +10,7 @@ from types import ModuleType
 from typing import Any
 
 import pytest
+import trio
 from _neutral_kit import Client, Wire, connected
 from test_pydantic_ai_agents import make_agent
 
@@ -97,3 +98,130 @@ def test_tool_kind_guesses_from_the_name() -> None:
         "other",
         "search",
     ]
+
+
+@BOTH
+@pytest.mark.parametrize("choice", ["allow-once", "reject-once"])
+async def test_a_tool_needing_approval_asks_permission_about_its_tool_call(variant: ModuleType, choice: str) -> None:
+    async with served(PydanticAIAgent(make_agent()), Client(variant, permission=choice)) as wire:
+        session = await wire.new_session()
+        wire.clear()
+        await wire.prompt(session, "delete")
+        updates = wire.updates()
+        asked = [u["permission"] for u in updates if "permission" in u]
+        assert len(asked) == 1
+        about = asked[0]["toolCall"] if variant is v1 else asked[0]["subject"]["toolCall"]
+        assert about["toolCallId"] == "d1"
+        assert [o["optionId"] for o in asked[0]["options"]] == [
+            "allow-once",
+            "allow-always",
+            "reject-once",
+            "reject-always",
+        ]
+        calls = [u for u in tool_updates(wire) if u["toolCallId"] == "d1"]
+        assert calls[0]["status"] == "pending" and calls[0]["rawInput"] == {"path": "/work/old.txt"}
+        assert calls[0]["kind"] == "delete"
+        if choice == "allow-once":
+            assert calls[-1]["status"] == "completed"
+            assert texts(wire) == "results: delete_file=deleted /work/old.txt"
+        else:
+            assert calls[-1]["status"] == "failed"
+            assert calls[-1]["rawOutput"]["outcome"] == "denied"
+            assert texts(wire).startswith("results: delete_file=The user denied this tool call.")
+
+
+@BOTH
+async def test_an_always_answer_holds_for_the_tool_in_the_session(variant: ModuleType) -> None:
+    async with served(PydanticAIAgent(make_agent()), Client(variant, permission="allow-always")) as wire:
+        session = await wire.new_session()
+        await wire.prompt(session, "delete")
+        wire.clear()
+        await wire.prompt(session, "delete")
+        assert not [u for u in wire.updates() if "permission" in u]
+        assert texts(wire) == "results: delete_file=deleted /work/old.txt"
+        other = await wire.new_session()
+        wire.clear()
+        await wire.prompt(other, "delete")
+        assert len([u for u in wire.updates() if "permission" in u]) == 1
+
+
+@BOTH
+async def test_session_cancel_stops_the_model_stream_and_ends_the_turn_cancelled(variant: ModuleType) -> None:
+    from test_pydantic_ai_agents import STOPPED
+
+    STOPPED.clear()
+    async with served(PydanticAIAgent(make_agent()), Client(variant)) as wire:
+        session = await wire.new_session()
+        ended: list[Any] = []
+        done = trio.Event()
+
+        async def turn() -> None:
+            ended.append(await wire.prompt(session, "forever"))
+            done.set()
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(turn)
+            await wire.client.seen("agent_message_chunk")
+            assert not STOPPED
+            with trio.fail_after(2):
+                await wire.cancel(session)
+                await done.wait()
+        assert len(STOPPED) == 1  # the model's stream was closed before the turn ended
+        if variant is v1:
+            assert ended[0].stop_reason == "cancelled"
+        else:
+            idle = [u for u in wire.updates() if u.get("state") == "idle"]
+            assert idle[-1]["stopReason"] == "cancelled"
+        wire.clear()
+        await wire.prompt(session, "hello")  # the session goes on
+        assert texts(wire) == "Hello, world"
+
+
+async def _history_of(wire: Wire, session: str) -> str:
+    wire.clear()
+    await wire.prompt(session, "history")
+    return texts(wire)
+
+
+async def _reattach(wire: Wire, session: str, cwd: str) -> None:
+    if wire.client.variant is v1:
+        await wire.agent.session_load(v1.LoadSessionRequest(session_id=session, cwd=cwd, mcp_servers=[]))
+    else:
+        await wire.agent.session_resume(v2.ResumeSessionRequest(session_id=session, cwd=cwd))
+
+
+@pytest.mark.parametrize(("first", "then"), [(v1, v1), (v2, v2), (v1, v2), (v2, v1)], ids=["1-1", "2-2", "1-2", "2-1"])
+async def test_a_stored_session_continues_with_its_history_in_another_agent(
+    first: ModuleType, then: ModuleType, tmp_path: Any
+) -> None:
+    from acp_trio.session_store import SqliteSessionStore
+
+    path = str(tmp_path / "sessions.db")
+    cwd = str(tmp_path)
+    with SqliteSessionStore(path) as store:
+        async with served(PydanticAIAgent(make_agent(), store=store), Client(first, permission="allow-once")) as wire:
+            session = await wire.new_session(cwd)
+            for text in ("hello", "tools", "delete"):
+                await wire.prompt(session, text)
+            kept = await _history_of(wire, session)
+    assert kept.startswith("U:hello | T:Hello, world | U:tools | C:read_file{'path': '/work/a.txt'} | C:add")
+    assert "R:delete_file=deleted /work/old.txt/success | T:results: delete_file=deleted /work/old.txt" in kept
+    with SqliteSessionStore(path) as store:
+        async with served(PydanticAIAgent(make_agent(), store=store), Client(then)) as wire:
+            await _reattach(wire, session, cwd)
+            rebuilt = await _history_of(wire, session)
+    assert rebuilt == kept + f" | U:history | T:{kept}"
+
+
+@BOTH
+async def test_after_a_cancelled_turn_the_history_is_what_the_client_saw(variant: ModuleType) -> None:
+    async with served(PydanticAIAgent(make_agent()), Client(variant, permission="wait")) as wire:
+        session = await wire.new_session()
+        await wire.prompt(session, "hello")
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(wire.prompt, session, "delete")
+            await wire.client.asked.wait()
+            await wire.cancel(session)
+        history = await _history_of(wire, session)
+    # the call that was never answered is left out with its turn's nothing else
+    assert history == "U:hello | T:Hello, world | U:delete"

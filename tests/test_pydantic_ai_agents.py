@@ -5,7 +5,8 @@
 Scripts (the prompt's text): ``hello`` streams two text chunks; ``think`` a thought then text;
 ``tools`` calls ``read_file`` and ``add`` at once, then answers with their results; ``delete``
 calls ``delete_file`` (needs approval), then answers with its result; ``forever`` streams text
-until cancelled; anything else is echoed."""
+until cancelled; ``history`` answers with the history it got (:func:`summary`); anything else is
+echoed."""
 
 from __future__ import annotations
 
@@ -14,17 +15,27 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from pydantic_ai import Agent
-from pydantic_ai.messages import ModelMessage, ModelRequest, ToolReturnPart, UserPromptPart
+from pydantic_ai.messages import (
+    ModelMessage,
+    ModelRequest,
+    SystemPromptPart,
+    TextPart,
+    ToolCallPart,
+    ToolReturnPart,
+    UserPromptPart,
+)
 from pydantic_ai.models.function import AgentInfo, DeltaThinkingPart, DeltaToolCall, FunctionModel
 
 STREAMED: list[str] = []
-"""Every text chunk the ``forever`` script produced (the cancel test counts them)."""
+"""Every text chunk the ``forever`` script produced."""
+STOPPED: list[BaseException] = []
+"""How each ``forever`` stream ended (the exception thrown into it: cancellation, generator exit)."""
 
 
 def last_prompt(messages: list[ModelMessage]) -> str:
     for message in reversed(messages):
         if isinstance(message, ModelRequest):
-            for part in message.parts:
+            for part in reversed(message.parts):
                 if isinstance(part, UserPromptPart) and isinstance(part.content, str):
                     return part.content
     return ""
@@ -35,6 +46,25 @@ def returns(messages: list[ModelMessage]) -> list[ToolReturnPart]:
     if isinstance(last, ModelRequest):
         return [p for p in last.parts if isinstance(p, ToolReturnPart)]
     return []
+
+
+def summary(messages: list[ModelMessage]) -> str:
+    """The history as the model got it, one token per part: ``U:text`` (user prompt), ``T:text``
+    (text), ``C:name`` (tool call), ``R:name=content`` (tool return), ``?:kind`` (anything else)."""
+    out: list[str] = []
+    for message in messages:
+        for part in message.parts:
+            if isinstance(part, UserPromptPart):
+                out.append(f"U:{part.content}")
+            elif isinstance(part, TextPart):
+                out.append(f"T:{part.content}")
+            elif isinstance(part, ToolCallPart):
+                out.append(f"C:{part.tool_name}{part.args_as_dict()}")
+            elif isinstance(part, ToolReturnPart):
+                out.append(f"R:{part.tool_name}={part.content}/{part.outcome}")
+            elif not isinstance(part, SystemPromptPart):
+                out.append(f"?:{part.part_kind}")
+    return " | ".join(out)
 
 
 async def stream(messages: list[ModelMessage], info: AgentInfo) -> AsyncIterator[Any]:
@@ -55,12 +85,16 @@ async def stream(messages: list[ModelMessage], info: AgentInfo) -> AsyncIterator
     elif prompt == "delete":
         yield {0: DeltaToolCall(name="delete_file", json_args='{"path": "/work/old.txt"}', tool_call_id="d1")}
     elif prompt == "forever":
-        while True:
-            STREAMED.append("tick")
-            yield "tick "
-            await asyncio.sleep(0.001)
+        try:
+            while True:
+                STREAMED.append("tick")
+                yield "tick "
+                await asyncio.sleep(0.001)
+        except BaseException as exc:
+            STOPPED.append(exc)
+            raise
     elif prompt == "history":
-        yield f"I have seen {sum(isinstance(m, ModelRequest) for m in messages)} requests"
+        yield summary(messages).removesuffix(" | U:history")
     else:
         yield f"echo: {prompt}"
 
