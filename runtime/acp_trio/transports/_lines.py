@@ -15,13 +15,15 @@ import trio
 class LineSendStream(trio.abc.SendStream):
     """A ``trio.abc.SendStream`` of NDJSON that hands each complete, non-blank line to ``send_line``.
 
-    ``send_line``: ``async (bytes) -> None`` (the line without its ``\\n``); a partial line waits
-    for its end.  ``what``: names the stream in the error raised once it is closed.
+    ``send_line``: ``async (bytes) -> Any`` (the line without its ``\\n``; what it returns is
+    ignored); a partial line waits for its end.  ``what``: names the stream in the error raised
+    once it is closed.
     ``send_lines``: optional ``async (list[bytes]) -> bool``, used instead of ``send_line``: gets
     all the complete lines of one ``send_all`` at once (so a transport can send them together) and
-    returns ``True`` when it sent them without waiting for anything (no schedule point): then
-    ``send_all`` returns without one too, only raising ``trio.Cancelled`` if the task is cancelled.
-    Otherwise ``send_all`` ends with a checkpoint, as every trio stream's does.
+    returns ``True`` when ``send_all`` needs no schedule point of its own: it sent them without
+    waiting for anything, or it passed schedule points itself (an HTTP request per line); then
+    ``send_all`` only raises ``trio.Cancelled`` if the task is cancelled.  Otherwise ``send_all``
+    ends with a checkpoint, as every trio stream's does.
     ``send_lines_now``: optional ``(list[bytes]) -> bool``, a synchronous sender: sends complete
     lines at once, without waiting or yielding, and says whether it did (``False``: it sent none of
     them, as when its transport would have to wait); it makes :attr:`send_now` available.
@@ -38,7 +40,7 @@ class LineSendStream(trio.abc.SendStream):
 
     def __init__(
         self,
-        send_line: Callable[[bytes], Awaitable[None]],
+        send_line: Callable[[bytes], Awaitable[object]],
         what: str = "the send stream",
         *,
         send_lines: Callable[[list[bytes]], Awaitable[bool]] | None = None,
@@ -68,7 +70,8 @@ class LineSendStream(trio.abc.SendStream):
         if self._send_lines is not None:
             lines = [line for line in lines if line.strip()]
             if lines and await self._send_lines(lines):
-                # sent at once (a writer waiting for its next batch yields there): no second pass
+                # sent at once, or the sender yielded already (a writer waiting for its next batch
+                # yields there): no second pass
                 await trio.lowlevel.checkpoint_if_cancelled()
                 return
         else:

@@ -115,7 +115,7 @@ import secrets
 import sys
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, MutableMapping
-from typing import Any, cast
+from typing import Any
 from urllib.parse import urlsplit
 
 import orjson
@@ -299,7 +299,8 @@ class _HttpConnection:
         """A POST ended: the idle clock starts now if nothing else is in progress."""
         self.requests -= 1
         self.touch()
-        self.attachment.unpark_all()
+        if not self.requests and not self.receivers:  # (else the reaper has nothing to do: not woken)
+            self.attachment.unpark_all()
 
     async def reap_when_abandoned(self, idle: float) -> None:
         """Close the connection once it has had no request in progress, none arriving and no open
@@ -383,6 +384,42 @@ class _HttpConnection:
             if key is not None:
                 self.client_response_routes[key] = session_id
         return self.connection_stream if session_id is None else self._ensure_session(session_id)
+
+    def send_lines_now(self, lines: list[bytes]) -> bool:
+        """Queue lines the agent wrote for their SSE streams at once, without waiting or yielding
+        (``LineSendStream``'s synchronous send: the connection sends a request or an answer
+        without waking its writer task).  ``False``, nothing queued, when :meth:`send_line` has
+        to handle them: the connection is closed or waits for its ``initialize`` answer, or its
+        output would reach ``max_buffered_bytes`` (send_line then queues them and waits for room,
+        as before).  A line that cannot be routed (an id over ``max_id_length``, too many session
+        streams) closes the connection, as in :meth:`send_line`, and the lines are then refused
+        (``False``: send_line raises)."""
+        if (
+            self.closed
+            or self.initial_key is not None
+            or self.buffered_bytes + sum(map(len, lines)) >= self.app.max_buffered_bytes
+        ):
+            return False
+        routed: list[tuple[_Mailbox, bytes]] = []
+        try:
+            for line in lines:
+                line = line.replace(b"\r", b" ")  # as in send_line
+                routed.append((self._route(line), line))
+        except _HttpRefusal as exc:
+            self.close(str(exc))
+            return False
+        for mailbox, line in routed:
+            self._push(mailbox, line)
+        return True
+
+    async def send_lines(self, lines: list[bytes]) -> bool:
+        """``LineSendStream``'s batch send: every line of one write, at once when there is room
+        (``True``: nothing waited), else one by one through :meth:`send_line` (``False``)."""
+        if self.send_lines_now(lines):
+            return True
+        for line in lines:
+            await self.send_line(line)
+        return False
 
     async def send_line(self, line: bytes) -> None:
         """One line the agent wrote: the ``initialize`` answer, or a message for one SSE stream."""
@@ -941,7 +978,12 @@ class AcpApp:
         try:
             await self._serve(
                 conn.id,
-                LineSendStream(conn.send_line, "the Streamable HTTP send stream"),
+                LineSendStream(
+                    conn.send_line,
+                    "the Streamable HTTP send stream",
+                    send_lines=conn.send_lines,
+                    send_lines_now=conn.send_lines_now,
+                ),
                 MessageReceiveStream(conn.next_text),
                 "http",
             )
@@ -1595,6 +1637,7 @@ def _loopback_socket(scope: Scope) -> bool:
     return isinstance(server, (tuple, list)) and isinstance(server[0], str) and _loopback_address(server[0])
 
 
+@functools.lru_cache(maxsize=64)  # (every request of a client names the same Host)
 def _ip_literal(name: str) -> bool:
     try:
         ipaddress.ip_address(name)
@@ -1619,11 +1662,22 @@ def _host_name(raw: bytes) -> str | None:
     return name or None
 
 
+_HEADERS_KEY = "acp_trio.headers"
+"""The scope's key for its headers by lowercased name (made by the first :func:`_header` of a request)."""
+
+
 def _header(scope: Scope, name: bytes) -> bytes | None:
-    for key, value in scope.get("headers", ()):
-        if key.lower() == name:
-            return cast(bytes, value)
-    return None
+    """The value of the request's first ``name`` header (``name`` lowercased), or ``None``.
+
+    The headers are indexed once per request, in the scope (ASGI lets an application add keys):
+    a POST looks up seven of them."""
+    headers: dict[bytes, bytes] | None = scope.get(_HEADERS_KEY)
+    if headers is None:
+        headers = {}
+        for key, value in scope.get("headers", ()):
+            headers.setdefault(key.lower(), value)
+        scope[_HEADERS_KEY] = headers
+    return headers.get(name)
 
 
 async def serve(

@@ -404,8 +404,18 @@ class _Exchange:
         raise trio.BrokenResourceError(self.fatal.reason if self.fatal else "the transport is closing")
 
     # -- sending ---------------------------------------------------------------------------------
-    async def post(self, line: bytes) -> None:
-        """POST one message the connection wrote (see the module docstring for what each answer does)."""
+    async def post_lines(self, lines: list[bytes]) -> bool:
+        """``LineSendStream``'s batch send: POST each line in turn (see :meth:`post`); ``True`` when
+        every one went out as a request (each passed schedule points: the stream adds none)."""
+        posted = True
+        for line in lines:
+            posted = await self.post(line) and posted
+        return posted
+
+    async def post(self, line: bytes) -> bool:
+        """POST one message the connection wrote (see the module docstring for what each answer does).
+
+        Returns whether it was POSTed (``False``: it was answered or dropped here, without waiting)."""
         try:
             msg = orjson.loads(line)
         except orjson.JSONDecodeError:
@@ -419,11 +429,12 @@ class _Exchange:
         if self.connection_id is None:
             if is_request and method == "initialize":
                 await self._initialize(line, request_id)
-            elif is_request:
+                return True
+            if is_request:
                 self.answer_error(request_id, "Streamable HTTP: the first request must be initialize")
             else:
                 log.warning("not sent to %s before initialize: %s", self.url, line[:200])
-            return
+            return False
         params = message.get("params")
         session_id = params.get("sessionId") if isinstance(params, dict) else None
         if is_response:
@@ -443,7 +454,7 @@ class _Exchange:
                     )
                 else:
                     log.warning("dropped a message for the failed ACP session %s: %s", session_id, line[:200])
-                return
+                return False
             self.failed_sessions.pop(session_id, None)
             if not await self.open_stream(session_id):
                 why = self.failed_sessions.get(session_id, "its SSE stream could not be opened")
@@ -451,7 +462,7 @@ class _Exchange:
                     self.answer_error(request_id, f"ACP session {session_id} failed: {why}", {"sessionId": session_id})
                 elif self.fatal is None and not self.closing:
                     log.warning("dropped a message for the failed ACP session %s (%s): %s", session_id, why, line[:200])
-                return
+                return False
         if is_request:
             self.pending[_id_key(request_id)] = (request_id, session_id)
             if method in _REPLAYING_METHODS and session_id is not None:
@@ -459,7 +470,7 @@ class _Exchange:
         headers = self._headers(session_id, **{"Content-Type": "application/json"})
         status, _, body = await self._request("POST", what, headers, line)
         if 200 <= status < 300:
-            return
+            return True
         text = (body or b"")[:_ERROR_BODY_BYTES].decode("utf-8", "replace")
         if status in FATAL_STATUSES:
             self._fatal_status(status, text, what)
@@ -474,6 +485,7 @@ class _Exchange:
             detail = f" ({text[:200]})" if text else ""
             self.fail(f"the ACP server answered HTTP {status}{detail} to {what}; the message was not delivered", status)
             raise trio.BrokenResourceError(self.fatal.reason if self.fatal else what)
+        return True
 
     async def _initialize(self, line: bytes, request_id: Any) -> None:
         status, headers, body = await self._request(
@@ -520,6 +532,8 @@ class _Exchange:
         """Open the SSE stream of ``session_id`` (``None``: the connection's) unless it is open;
         wait until the server answered; return whether it is open."""
         stream = self.streams.get(session_id)
+        if stream is not None and stream.ready.is_set():  # open (or just failed): no wait, no yield
+            return stream.ok
         if stream is None:
             if self.fatal is not None or self.closing:
                 return False
@@ -758,7 +772,10 @@ async def connect_http(
         verify=verify,
     ) as exchange:
         conn = ClientSideConnection(
-            client, LineSendStream(exchange.post, "the Streamable HTTP send stream"), exchange.inbox, **options
+            client,
+            LineSendStream(exchange.post, "the Streamable HTTP send stream", send_lines=exchange.post_lines),
+            exchange.inbox,
+            **options,
         )
         conn.connection.closing_error = exchange.closing_error
         conn.connection_id = None  # type: ignore[attr-defined]
