@@ -6,7 +6,7 @@ FastAPI is asyncio; acp-trio's client is trio.  The app's lifespan opens ``acp_t
 ``portal.wrap_async_context``; ``POST /prompt`` opens a session in a temporary directory holding a
 ``notes.txt`` and runs one turn through the portal, then answers with the stop reason and the
 agent's messages.  A client that goes away mid-turn cancels the endpoint's task, which cancels the
-trio task of the turn (the client sends ``session/cancel``).
+trio task of the turn: it sends ``session/cancel``.
 
 Run it: ``pip install fastapi uvicorn``, then ``uvicorn examples.asyncio_fastapi:app`` from the
 repository root, and ``curl -X POST localhost:8000/prompt -H 'content-type: application/json' -d
@@ -20,6 +20,7 @@ from contextlib import asynccontextmanager
 from functools import partial
 from pathlib import Path
 
+import trio
 from fastapi import FastAPI
 from pydantic import BaseModel
 
@@ -69,6 +70,11 @@ async def one_turn(conn: ClientSideConnection, text: str) -> Reply:
     Path(workdir, "notes.txt").write_text("buy milk\ncall mum\n", encoding="utf-8")
     session = await conn.agent.session_new(v1.NewSessionRequest(cwd=workdir, mcp_servers=[]))
     handler: StandardClient = conn.handler
-    result = await handler.prompt(session.session_id, text)
+    try:
+        result = await handler.prompt(session.session_id, text)
+    except trio.Cancelled:  # the HTTP client went away: end the ACP turn too (prompt-turn.mdx § Cancellation)
+        with trio.CancelScope(shield=True):
+            await handler.cancel(session.session_id)
+        raise
     messages = [m.text.strip() for m in handler.states[session.session_id].messages if m.role == "agent"]
     return Reply(stop_reason=str(result.stop_reason), messages=messages)
