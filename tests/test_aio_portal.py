@@ -29,17 +29,44 @@ ROOT = Path(__file__).resolve().parents[1]
 DEADLINE = 10  # seconds; each of these takes milliseconds
 
 
-def run_asyncio(main: Callable[[], Awaitable[Any]]) -> Any:
-    """``asyncio.run(main())``, failing on any warning (trio's "guest run got abandoned" among them)."""
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        result: Any = asyncio.run(main())  # type: ignore[arg-type]
-        gc.collect()  # an abandoned guest run warns when it is collected
-    assert [str(w.message) for w in caught] == []
-    return result
+Host = Callable[[Callable[[], Awaitable[Any]]], Any]
 
 
-def test_run_awaits_trio_code_from_asyncio_and_exceptions_cross_as_themselves() -> None:
+def _on_asyncio(main: Callable[[], Awaitable[Any]]) -> Any:
+    """asyncio's own loop (a FastAPI server's, ``asyncio.run``'s): the portal is a guest run."""
+    with asyncio.Runner(loop_factory=asyncio.SelectorEventLoop) as runner:  # whatever policy is installed
+        return runner.run(main())  # type: ignore[arg-type]
+
+
+def _on_trio_asyncio(main: Callable[[], Awaitable[Any]]) -> Any:
+    """A trio-asyncio loop (asyncio code inside ``aio.open_loop()``; ``asyncio.run`` once
+    ``trio_asyncio`` is imported): trio runs already, the portal is a trio task of that run."""
+
+    async def in_trio() -> Any:
+        async with aio.open_loop():
+            return await aio.run(main)
+
+    return trio.run(in_trio)
+
+
+@pytest.fixture(params=[_on_asyncio, _on_trio_asyncio], ids=["asyncio-loop", "trio-asyncio-loop"])
+def run_asyncio(request: pytest.FixtureRequest) -> Host:
+    """Runs an asyncio ``main`` on the host loop, failing on any warning (trio's "guest run got
+    abandoned" among them)."""
+    host: Host = request.param
+
+    def run(main: Callable[[], Awaitable[Any]]) -> Any:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            result = host(main)
+            gc.collect()  # an abandoned guest run warns when it is collected
+        assert [str(w.message) for w in caught] == []
+        return result
+
+    return run
+
+
+def test_run_awaits_trio_code_from_asyncio_and_exceptions_cross_as_themselves(run_asyncio: Host) -> None:
     async def trio_side(x: int, *, y: int) -> tuple[int, str]:
         await trio.sleep(0)
         return x + y, sniffio.current_async_library()
@@ -60,7 +87,7 @@ def test_run_awaits_trio_code_from_asyncio_and_exceptions_cross_as_themselves() 
     assert run_asyncio(main) == ((5, "trio"), -32002, "asyncio")
 
 
-def test_the_portal_is_shared_on_a_loop_and_closed_after_the_last_block() -> None:
+def test_the_portal_is_shared_on_a_loop_and_closed_after_the_last_block(run_asyncio: Host) -> None:
     async def main() -> None:
         async with asyncio.timeout(DEADLINE):
             async with aio.trio_portal() as outer:
@@ -76,7 +103,7 @@ def test_the_portal_is_shared_on_a_loop_and_closed_after_the_last_block() -> Non
     run_asyncio(main)
 
 
-def test_an_asyncio_cancel_cancels_the_trio_task_and_run_raises_after_it_finished() -> None:
+def test_an_asyncio_cancel_cancels_the_trio_task_and_run_raises_after_it_finished(run_asyncio: Host) -> None:
     events: list[str] = []
 
     async def trio_side(started: asyncio.Event) -> None:
@@ -112,7 +139,9 @@ def test_an_asyncio_cancel_cancels_the_trio_task_and_run_raises_after_it_finishe
     ]
 
 
-def test_a_trio_side_cancel_of_a_pending_run_is_asyncio_cancelled_error_and_leaving_waits_for_trio() -> None:
+def test_a_trio_side_cancel_of_a_pending_run_is_asyncio_cancelled_error_and_leaving_waits_for_trio(
+    run_asyncio: Host,
+) -> None:
     events: list[str] = []
 
     async def trio_side(started: asyncio.Event) -> None:
@@ -153,7 +182,7 @@ class Greeter(neutral.Agent):
         return "end_turn"
 
 
-def test_an_asyncio_program_drives_an_acp_trio_client_through_a_turn_in_memory() -> None:
+def test_an_asyncio_program_drives_an_acp_trio_client_through_a_turn_in_memory(run_asyncio: Host) -> None:
     async def turn() -> tuple[str, list[str]]:
         client = FakeClient()
         async with open_memory_pair(Greeter(), client.bind) as (_, conn):
@@ -195,7 +224,7 @@ async def failing_entry() -> AsyncIterator[None]:
     yield  # pragma: no cover
 
 
-def test_wrap_async_context_holds_a_trio_context_manager_open_across_asyncio_code() -> None:
+def test_wrap_async_context_holds_a_trio_context_manager_open_across_asyncio_code(run_asyncio: Host) -> None:
     events: list[str] = []
 
     async def main() -> None:
@@ -233,7 +262,7 @@ def test_wrap_async_context_holds_a_trio_context_manager_open_across_asyncio_cod
     ]
 
 
-def test_an_asyncio_program_holds_an_acp_trio_connection_and_prompts_through_it() -> None:
+def test_an_asyncio_program_holds_an_acp_trio_connection_and_prompts_through_it(run_asyncio: Host) -> None:
     async def main() -> tuple[str, list[str]]:
         client = FakeClient()
         async with asyncio.timeout(DEADLINE), aio.trio_portal() as portal:

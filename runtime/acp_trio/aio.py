@@ -57,6 +57,7 @@ import contextlib
 import functools
 import inspect
 import signal
+import sys
 import threading
 import weakref
 from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable
@@ -506,6 +507,20 @@ def _host_sets_wakeup_fd() -> bool:
     return fd != -1
 
 
+def _on_trio_asyncio_loop(loop: asyncio.AbstractEventLoop) -> bool:
+    """Whether ``loop`` is one of trio-asyncio's (:func:`open_loop`'s, or the loop ``asyncio.run``
+    makes once ``trio_asyncio`` is imported: it installs its event loop policy), whose callbacks run
+    inside a trio run.  Raises ``RuntimeError`` inside a trio run that is not such a loop's."""
+    trio_asyncio = sys.modules.get("trio_asyncio")
+    if trio_asyncio is not None and isinstance(loop, trio_asyncio.BaseTrioEventLoop):
+        return True
+    try:
+        trio.lowlevel.current_task()
+    except RuntimeError:
+        return False
+    raise RuntimeError("trio_portal() inside a trio run: call the trio code directly")
+
+
 @asynccontextmanager
 async def trio_portal() -> AsyncIterator[TrioPortal]:
     """From asyncio: a trio run in guest mode on the running loop for the block
@@ -516,22 +531,16 @@ async def trio_portal() -> AsyncIterator[TrioPortal]:
     :meth:`TrioPortal.run` calls are cancelled (their awaiters get ``asyncio.CancelledError``) and
     leaving waits until the run has finished (shielded from the leaving task's own cancellation),
     so the loop never abandons a guest run.  An exception that ended the trio run itself (say
-    ``KeyboardInterrupt``) is raised on leaving.  Raises ``RuntimeError`` inside a trio run already
-    (a trio-asyncio loop: call trio code from its asyncio tasks with ``trio_asyncio.trio_as_aio``)
-    and outside a running asyncio loop.
+    ``KeyboardInterrupt``) is raised on leaving.
+
+    On a trio-asyncio loop (asyncio code inside :func:`open_loop`; or ``asyncio.run`` in a process
+    that imported ``trio_asyncio``, whose event loop policy then makes every new loop a trio-asyncio
+    one) trio runs already: the portal is then a trio task of that run instead of a guest run, with
+    the same rules.  Raises ``RuntimeError`` outside a running asyncio loop, and in trio code.
     """
     loop = asyncio.get_running_loop()
     portal = _portals.get(loop)
     if portal is None or portal._closed:
-        try:
-            trio.lowlevel.current_task()
-        except RuntimeError:
-            pass
-        else:
-            raise RuntimeError(
-                "trio_portal() inside a trio run (a trio-asyncio loop): trio is already running, "
-                "call trio code from asyncio with trio_asyncio.trio_as_aio instead"
-            )
         portal = TrioPortal(loop)
         ready: asyncio.Future[None] = loop.create_future()
         done: asyncio.Future[outcome.Outcome[None]] = loop.create_future()
@@ -540,14 +549,18 @@ async def trio_portal() -> AsyncIterator[TrioPortal]:
             _settle(done, lambda: done.set_result(result))
             _settle(ready, lambda: ready.set_exception(RuntimeError("the trio run ended before it started")))
 
-        trio.lowlevel.start_guest_run(
-            portal._main,
-            ready,
-            run_sync_soon_threadsafe=loop.call_soon_threadsafe,
-            run_sync_soon_not_threadsafe=loop.call_soon,
-            done_callback=done_callback,
-            host_uses_signal_set_wakeup_fd=_host_sets_wakeup_fd(),
-        )
+        if _on_trio_asyncio_loop(loop):  # trio runs this loop already: the portal is a trio task of it
+            main: asyncio.Future[None] = loop.trio_as_future(portal._main, ready)  # type: ignore[attr-defined]
+            main.add_done_callback(lambda future: done_callback(outcome.capture(future.result)))
+        else:
+            trio.lowlevel.start_guest_run(
+                portal._main,
+                ready,
+                run_sync_soon_threadsafe=loop.call_soon_threadsafe,
+                run_sync_soon_not_threadsafe=loop.call_soon,
+                done_callback=done_callback,
+                host_uses_signal_set_wakeup_fd=_host_sets_wakeup_fd(),
+            )
         portal._done = done
         _portals[loop] = portal
         try:
