@@ -225,3 +225,54 @@ async def test_after_a_cancelled_turn_the_history_is_what_the_client_saw(variant
         history = await _history_of(wire, session)
     # the call that was never answered is left out with its turn's nothing else
     assert history == "U:hello | T:Hello, world | U:delete"
+
+
+MCP_SERVER = str(__import__("pathlib").Path(__file__).parent / "mcp_servers" / "tools_server.py")
+
+
+@pytest.mark.one_interpreter  # starts an MCP server process (python + the mcp SDK: seconds)
+@BOTH
+async def test_the_sessions_mcp_servers_are_tools_of_the_model(variant: ModuleType, tmp_path: Any) -> None:
+    import sys
+
+    async with served(PydanticAIAgent(make_agent()), Client(variant)) as wire:
+        m = variant
+        server = m.McpServerStdio if variant is v1 else v2.StdioMcpServer
+        config = server(name="tools", command=sys.executable, args=[MCP_SERVER, "stdio"], env=[])
+        new = await wire.agent.session_new(m.NewSessionRequest(cwd=str(tmp_path), mcp_servers=[config]))
+        wire.clear()
+        await wire.prompt(new.session_id, "mcp")
+        last = {u["toolCallId"]: u for u in tool_updates(wire)}
+        assert last["m1"]["status"] == "completed"
+        assert texts(wire) == "results: tools_add=42"
+        await wire.agent.session_close(m.CloseSessionRequest(session_id=new.session_id))
+
+
+async def test_a_v1_client_with_fs_gets_file_tools_and_a_write_is_a_diff() -> None:
+    client = Client(v1, permission="allow-once", files={"/work/a.txt": "old\n"})
+    async with served(PydanticAIAgent(make_agent()), client, fs=True) as wire:
+        session = await wire.new_session()
+        wire.clear()
+        await wire.prompt(session, "offered")
+        assert texts(wire) == "acp_read_text_file acp_write_text_file add delete_file read_file"
+        wire.clear()
+        await wire.prompt(session, "read /work/a.txt")
+        assert texts(wire) == "results: acp_read_text_file=old\n"
+        wire.clear()
+        await wire.prompt(session, "write /work/a.txt")
+        assert client.written == {"/work/a.txt": "new\n"}
+        last = {u["toolCallId"]: u for u in tool_updates(wire)}
+        assert last["w1"]["status"] == "completed"
+        assert last["w1"]["content"] == [
+            {"type": "diff", "path": "/work/a.txt", "oldText": "old\n", "newText": "new\n"}
+        ]
+        assert next(u for u in tool_updates(wire) if u["toolCallId"] == "w1")["kind"] == "edit"
+
+
+@BOTH
+async def test_clients_without_fs_get_no_client_tools(variant: ModuleType) -> None:
+    async with served(PydanticAIAgent(make_agent()), Client(variant)) as wire:
+        session = await wire.new_session()
+        wire.clear()
+        await wire.prompt(session, "offered")
+        assert texts(wire) == "add delete_file read_file"

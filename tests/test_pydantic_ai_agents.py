@@ -4,13 +4,15 @@
 
 Scripts (the prompt's text): ``hello`` streams two text chunks; ``think`` a thought then text;
 ``tools`` calls ``read_file`` and ``add`` at once, then answers with their results; ``delete``
-calls ``delete_file`` (needs approval), then answers with its result; ``forever`` streams text
-until cancelled; ``history`` answers with the history it got (:func:`summary`); anything else is
+calls ``delete_file`` (needs approval), then answers with its result; ``mcp`` calls ``tools_add`` (of
+an MCP server named ``tools``); ``offered`` lists the tools offered; ``read PATH`` / ``write PATH``
+call the client's file tools; ``forever`` streams text until cancelled; ``history`` answers with the history it got (:func:`summary`); anything else is
 echoed."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -84,6 +86,20 @@ async def stream(messages: list[ModelMessage], info: AgentInfo) -> AsyncIterator
         yield {1: DeltaToolCall(name="add", json_args='{"a": 2, "b": 3}', tool_call_id="c2")}
     elif prompt == "delete":
         yield {0: DeltaToolCall(name="delete_file", json_args='{"path": "/work/old.txt"}', tool_call_id="d1")}
+    elif prompt == "mcp":
+        yield {0: DeltaToolCall(name="tools_add", json_args='{"a": 20, "b": 22}', tool_call_id="m1")}
+    elif prompt == "offered":
+        yield " ".join(sorted(t.name for t in info.function_tools))
+    elif prompt.startswith("write "):
+        path = prompt.removeprefix("write ")
+        yield {
+            0: DeltaToolCall(
+                name="acp_write_text_file", json_args=json.dumps({"path": path, "content": "new\n"}), tool_call_id="w1"
+            )
+        }
+    elif prompt.startswith("read "):
+        path = prompt.removeprefix("read ")
+        yield {0: DeltaToolCall(name="acp_read_text_file", json_args=json.dumps({"path": path}), tool_call_id="r1")}
     elif prompt == "forever":
         try:
             while True:

@@ -38,6 +38,7 @@ from acp_trio.agent_terminal import TerminalHandle
 
 from . import _aio
 from ._history import messages_from_updates, prompt_content, raw_output
+from ._tools import client_toolset, hold_toolsets
 
 if TYPE_CHECKING:
     from acp_trio.session_store import SessionStore
@@ -53,6 +54,9 @@ log = logging.getLogger("acp_trio.integrations.pydantic_ai")
 
 CLOSE_WAIT = 5.0
 """Seconds a run being torn down (cancelled turn, failure) is waited for at most."""
+MCP_START_WAIT = 30.0
+"""Seconds ``session/new`` (``load``, ``resume``) waits at most for the session's MCP servers to
+connect; one not connected by then is left out of the session."""
 DENIED_MESSAGE = "The user denied this tool call. Do not retry it; ask the user how to proceed."
 """What the model gets for a tool call the user refused (pydantic-ai's ``ToolDenied`` message)."""
 EXTERNAL_MESSAGE = "This tool call cannot be completed here: the ACP client runs no external tools."
@@ -131,6 +135,7 @@ class _Conversation:
 
     messages: list[ModelMessage] | None = None
     toolsets: list[AbstractToolset[Any]] = field(default_factory=list)
+    mcp_scope: trio.CancelScope | None = None
     always: dict[str, bool] = field(default_factory=dict)
     call_ids: set[str] = field(default_factory=set)
 
@@ -218,15 +223,56 @@ class PydanticAIAgent(n.Agent):
         return conversation
 
     async def new_session(self, session: n.Session) -> None:
-        self.conversations[session.id] = _Conversation(messages=[])
+        """A new session: an empty history; its MCP servers connected (:meth:`_open_mcp`)."""
+        conversation = self.conversations[session.id] = _Conversation(messages=[])
+        await self._open_mcp(session, conversation)
 
     async def resume_session(self, session: n.Session) -> None:
         """Loaded or resumed (maybe made by another process: its history is rebuilt from the
-        session's canonical updates on its next turn)."""
-        self._conversation(session)
+        session's canonical updates on its next turn); the request's MCP servers replace those
+        it had."""
+        conversation = self._conversation(session)
+        self._close_mcp(conversation)
+        await self._open_mcp(session, conversation)
+
+    async def close_session(self, session: n.Session) -> None:
+        """Closed: its MCP servers stop (its history stays, for a later load)."""
+        conversation = self.conversations.get(session.id)
+        if conversation is not None:
+            self._close_mcp(conversation)
 
     async def delete_session(self, session_id: str) -> None:
-        self.conversations.pop(session_id, None)
+        conversation = self.conversations.pop(session_id, None)
+        if conversation is not None:
+            self._close_mcp(conversation)
+
+    def _close_mcp(self, conversation: _Conversation) -> None:
+        if conversation.mcp_scope is not None:
+            conversation.mcp_scope.cancel()
+        conversation.mcp_scope = None
+        conversation.toolsets = []
+
+    async def _open_mcp(self, session: n.Session, conversation: _Conversation) -> None:
+        """Connect the session's ``mcpServers`` as pydantic-ai ``MCPToolset`` s, held open by a
+        background task of the session (``Session.start_soon``) until the session is closed,
+        deleted or attached elsewhere; waits at most :data:`MCP_START_WAIT` seconds."""
+        if not session.mcp_servers:
+            return
+        scope = conversation.mcp_scope = trio.CancelScope()
+        opened: list[AbstractToolset[Any]] = []
+        ready = trio.Event()
+
+        async def hold() -> None:
+            try:
+                with scope:
+                    await _aio.run(hold_toolsets, session.mcp_servers, session.cwd, opened, ready.set)
+            finally:
+                ready.set()
+
+        session.start_soon(hold, name=f"session {session.id}: MCP servers")
+        with trio.move_on_after(MCP_START_WAIT):
+            await ready.wait()
+        conversation.toolsets = opened
 
     # -- the turn --------------------------------------------------------------------------------
     async def prompt(self, turn: n.Turn) -> n.TurnEnd:
@@ -307,7 +353,11 @@ class _TurnRunner:
     async def _run_once(self, prompt: Any, deferred: DeferredToolResults | None) -> AgentRunResult[Any]:
         owner, session = self.owner, self.turn.session
         settings = owner.model_settings(dict(session.config)) if owner.model_settings is not None else None
-        toolsets = [*self.conversation.toolsets]
+        toolsets: list[AbstractToolset[Any]] = [*self.conversation.toolsets]
+        if owner.client_tools:
+            offered = client_toolset(session, self.calls.get)
+            if offered is not None:
+                toolsets.append(offered)
         context = owner.agent.run_stream_events(
             prompt,
             output_type=self._output_type(),
