@@ -9,6 +9,7 @@ backend.  No autojump clock: the asyncio side waits on real sockets; every wait 
 from __future__ import annotations
 
 import asyncio
+import subprocess
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from types import ModuleType
@@ -373,3 +374,28 @@ async def test_an_exception_in_the_open_loop_block_comes_out_as_itself() -> None
         async with aio.open_loop():
             await aio.run(asyncio.sleep, 0)
             raise LookupError("the body's own")
+
+
+ANYIO_FIRST = """
+import anyio._backends._asyncio  # imported before trio_asyncio, as anyio's pytest plugin may do
+import anyio
+import trio
+from acp_trio import aio
+
+async def anyio_work():
+    with anyio.move_on_after(0.01):  # anyio's timeouts and task groups look up the running loop
+        async with anyio.create_task_group() as group:
+            group.start_soon(anyio.sleep, 1)
+    return "anyio ran"
+
+async def main():
+    async with aio.open_loop():
+        print(await aio.run(anyio_work))
+
+trio.run(main)
+"""
+
+
+def test_anyio_imported_before_trio_asyncio_still_finds_the_running_loop() -> None:
+    done = subprocess.run([sys.executable, "-c", ANYIO_FIRST], capture_output=True, text=True, timeout=60)
+    assert (done.returncode, done.stdout) == (0, "anyio ran\n"), done.stderr

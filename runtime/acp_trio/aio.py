@@ -89,7 +89,18 @@ def _trio_asyncio() -> ModuleType:
             "acp_trio.aio runs asyncio code on trio-asyncio: pip install 'acp-trio[asyncio]'"
         ) from exc
     module: ModuleType = trio_asyncio
+    _repair_anyio()
     return module
+
+
+def _repair_anyio() -> None:
+    """trio-asyncio replaces ``asyncio.get_running_loop`` when imported; anyio's asyncio backend
+    binds that function by name when it is imported, so one imported first (anyio's pytest plugin,
+    a library imported early) keeps asyncio's own, and anyio's task groups and timeouts inside the
+    loop fail with "no running event loop".  Point its binding at the current function."""
+    backend = sys.modules.get("anyio._backends._asyncio")
+    if backend is not None and getattr(backend, "get_running_loop", None) is not asyncio.get_running_loop:
+        setattr(backend, "get_running_loop", asyncio.get_running_loop)  # noqa: B010 - a module attribute mypy cannot see
 
 
 class CancelledByAsyncio(Exception):
