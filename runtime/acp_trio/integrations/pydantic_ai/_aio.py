@@ -1,20 +1,21 @@
 """The asyncio boundary the pydantic-ai integration crosses: pydantic-ai runs on asyncio, acp-trio
-on trio; trio-asyncio runs an asyncio loop inside trio.
-
-``open_loop`` opens the loop (reentrant); ``run`` awaits an asyncio coroutine function from trio
-(trio cancellation cancels the asyncio task and waits for it to end); ``call_trio`` awaits a trio
-function from asyncio code running on that loop (a tool of the agent that talks to the client).
+on trio.  From trio to asyncio it goes through :mod:`acp_trio.aio` (``open_loop``, ``run``: an
+asyncio loop that trio-asyncio runs inside trio); :func:`call_trio` is the way back, for a tool of
+the agent (asyncio code on that loop) that talks to the client (trio code).
 """
 
 from __future__ import annotations
 
 import asyncio
 import sys
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
-from typing import Any, TypeVar
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
 
 import trio_asyncio  # type: ignore[import-untyped]
+
+from acp_trio.aio import open_loop, run
+
+__all__ = ["call_trio", "open_loop", "run"]
 
 _T = TypeVar("_T")
 
@@ -31,38 +32,13 @@ def _repair_anyio() -> None:
 
 _repair_anyio()
 
-NO_LOOP = (
-    "no asyncio loop is open: pydantic-ai runs on asyncio; serve the agent inside "
-    "`async with acp_trio.integrations.pydantic_ai.open_loop():` (serve() and main() open it for you)"
-)
 
-
-@asynccontextmanager
-async def open_loop() -> AsyncIterator[None]:
-    """An asyncio loop (trio-asyncio) for the block; inside an open one, that one (reentrant)."""
-    if trio_asyncio.current_loop.get() is not None:
-        yield
-        return
-    async with trio_asyncio.open_loop():
-        yield
-
-
-def _loop() -> Any:
+async def call_trio(async_fn: Callable[[], Awaitable[_T]]) -> _T:
+    """From asyncio code on the open loop (a tool function of the agent): ``await async_fn()`` as a
+    trio task of the loop (cancelling the asyncio caller cancels it); its exceptions come out as
+    themselves.  Raises ``RuntimeError`` when no loop is open."""
     loop = trio_asyncio.current_loop.get()
     if loop is None:
-        raise RuntimeError(NO_LOOP)
-    return loop
-
-
-async def run(async_fn: Callable[..., Awaitable[_T]], *args: Any) -> _T:
-    """``await async_fn(*args)`` as an asyncio task of the open loop, from trio.  Raises
-    ``RuntimeError`` (:data:`NO_LOOP`) when no loop is open."""
-    result: _T = await _loop().run_aio_coroutine(async_fn(*args))
-    return result
-
-
-async def call_trio(async_fn: Callable[..., Awaitable[_T]], *args: Any) -> _T:
-    """From asyncio code on the open loop: ``await async_fn(*args)`` as a trio task (cancelling the
-    asyncio caller cancels it)."""
-    result: _T = await _loop().trio_as_future(async_fn, *args)
+        raise RuntimeError("no asyncio loop is open: serve the agent inside `async with acp_trio.aio.open_loop():`")
+    result: _T = await loop.trio_as_future(async_fn)
     return result
