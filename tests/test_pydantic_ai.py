@@ -276,3 +276,98 @@ async def test_clients_without_fs_get_no_client_tools(variant: ModuleType) -> No
         wire.clear()
         await wire.prompt(session, "offered")
         assert texts(wire) == "add delete_file read_file"
+
+
+def _model(name: str) -> Any:
+    from pydantic_ai.models.function import FunctionModel
+
+    async def stream(messages: Any, info: Any) -> Any:
+        yield f"{name} settings={dict(info.model_settings or {})}"
+
+    return FunctionModel(stream_function=stream, model_name=name)
+
+
+@BOTH
+async def test_the_model_and_the_authors_options_are_session_config_options(variant: ModuleType) -> None:
+    from acp_trio import neutral
+
+    agent = PydanticAIAgent(
+        make_agent(),
+        models={"small": _model("small"), "large": _model("large")},
+        options=[neutral.ConfigOption("careful", "Careful", current=False)],
+        model_settings=lambda config: {"temperature": 0.0} if config["careful"] else None,
+    )
+    async with served(agent, Client(variant)) as wire:
+        m = variant
+        new = await wire.agent.session_new(
+            m.NewSessionRequest(cwd="/work", mcp_servers=[]) if variant is v1 else v2.NewSessionRequest(cwd="/work")
+        )
+        options = {o.config_id if variant is v2 else o.id: o for o in new.config_options}
+        assert [c.value for c in options["model"].options] == ["small", "large"]
+        assert options["model"].current_value == "small" and options["model"].category == "model"
+        assert options["careful"].current_value is False
+        session = new.session_id
+        wire.clear()
+        await wire.prompt(session, "hi")
+        assert texts(wire) == "small settings={}"
+        select = v1.ValueIdSetSessionConfigOptionRequest if variant is v1 else v2.IdSetSessionConfigOptionRequest
+        await wire.agent.session_set_config_option(select(session_id=session, config_id="model", value="large"))
+        boolean = variant.BooleanSetSessionConfigOptionRequest
+        await wire.agent.session_set_config_option(boolean(session_id=session, config_id="careful", value=True))
+        wire.clear()
+        await wire.prompt(session, "hi")
+        assert texts(wire) == "large settings={'temperature': 0.0}"
+
+
+def test_a_model_option_of_the_author_beside_models_is_refused() -> None:
+    from acp_trio import neutral
+
+    with pytest.raises(ValueError, match="config option 'model' is the model choice"):
+        PydanticAIAgent(make_agent(), models={"a": "test"}, options=[neutral.ConfigOption("model", "M", current=True)])
+
+
+class TerminalClient(Client):
+    """A v1 client whose terminals "run" a command at once: its output is the command line."""
+
+    def __init__(self) -> None:
+        super().__init__(v1, permission="allow-once")
+        self.created: list[v1.CreateTerminalRequest] = []
+        self.released: list[str] = []
+
+    async def terminal_create(self, params: v1.CreateTerminalRequest) -> v1.CreateTerminalResponse:
+        self.created.append(params)
+        return v1.CreateTerminalResponse(terminal_id=f"term{len(self.created)}")
+
+    async def terminal_output(self, params: v1.TerminalOutputRequest) -> v1.TerminalOutputResponse:
+        command = self.created[-1]
+        return v1.TerminalOutputResponse(output=" ".join([command.command, *command.args]) + "\n", truncated=False)
+
+    async def terminal_wait_for_exit(self, params: v1.WaitForTerminalExitRequest) -> v1.WaitForTerminalExitResponse:
+        return v1.WaitForTerminalExitResponse(exit_code=3)
+
+    async def terminal_kill(self, params: v1.KillTerminalRequest) -> v1.KillTerminalResponse:
+        return v1.KillTerminalResponse()
+
+    async def terminal_release(self, params: v1.ReleaseTerminalRequest) -> v1.ReleaseTerminalResponse:
+        self.released.append(params.terminal_id)
+        return v1.ReleaseTerminalResponse()
+
+
+async def test_a_v1_client_with_a_terminal_runs_commands_shown_in_the_tool_call() -> None:
+    client = TerminalClient()
+    async with served(PydanticAIAgent(make_agent()), client, terminal=True) as wire:
+        session = await wire.new_session("/proj")
+        wire.clear()
+        await wire.prompt(session, "run make test")
+    assert [(c.command, c.args, c.cwd) for c in client.created] == [("make", ["test"], "/proj")]
+    assert client.released == ["term1"]
+    assert [u["permission"]["toolCall"]["toolCallId"] for u in wire.updates() if "permission" in u] == ["x1"]
+    calls = [u for u in tool_updates(wire) if u["toolCallId"] == "x1"]
+    assert calls[0]["kind"] == "execute"
+    assert {"type": "terminal", "terminalId": "term1"} in next(u["content"] for u in calls if u.get("content"))
+    assert calls[-1]["status"] == "completed"
+    assert calls[-1]["content"] == [
+        {"type": "terminal", "terminalId": "term1"},
+        {"type": "content", "content": {"type": "text", "text": "[exit code 3]"}},
+    ]
+    assert texts(wire) == "results: acp_run_command=[exit code 3]\nmake test\n"

@@ -6,7 +6,7 @@ Scripts (the prompt's text): ``hello`` streams two text chunks; ``think`` a thou
 ``tools`` calls ``read_file`` and ``add`` at once, then answers with their results; ``delete``
 calls ``delete_file`` (needs approval), then answers with its result; ``mcp`` calls ``tools_add`` (of
 an MCP server named ``tools``); ``offered`` lists the tools offered; ``read PATH`` / ``write PATH``
-call the client's file tools; ``forever`` streams text until cancelled; ``history`` answers with the history it got (:func:`summary`); anything else is
+call the client's file tools, ``run COMMAND ARGS...`` its terminal; ``forever`` streams text until cancelled; ``history`` answers with the history it got (:func:`summary`); anything else is
 echoed."""
 
 from __future__ import annotations
@@ -97,6 +97,10 @@ async def stream(messages: list[ModelMessage], info: AgentInfo) -> AsyncIterator
                 name="acp_write_text_file", json_args=json.dumps({"path": path, "content": "new\n"}), tool_call_id="w1"
             )
         }
+    elif prompt.startswith("run "):
+        argv = prompt.removeprefix("run ").split()
+        args = json.dumps({"command": argv[0], "args": argv[1:]})
+        yield {0: DeltaToolCall(name="acp_run_command", json_args=args, tool_call_id="x1")}
     elif prompt.startswith("read "):
         path = prompt.removeprefix("read ")
         yield {0: DeltaToolCall(name="acp_read_text_file", json_args=json.dumps({"path": path}), tool_call_id="r1")}
