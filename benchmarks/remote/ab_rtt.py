@@ -12,6 +12,10 @@ runtime generated | tar -x -C DIR``).  ``--ts``: also the TypeScript SDK's pair 
 and ``ts_client.mjs``; ``ACP_INTEROP_NPM_DIR`` or ``~/.cache/acp-trio/interop/npm-2.4.0-ws-8.18.3``).
 ``--crossed``: also the last tree's client against the TS server (``NAME>ts``) and the TS client
 against the last tree's server (``ts>NAME``).
+``--http``: over Streamable HTTP instead (``http://`` URLs: ``connect_http`` → ``AcpApp``, and the
+TS pair's ``createHttpStream`` → ``AcpServer``).  ``--floor``: also the floor with no ACP on either
+side (``raw_ws_server.py``, a bare ASGI app on hypercorn, driven by ``raw_ws_client.py`` over
+WebSocket or ``raw_http_client.py`` over HTTP), for ``read N 1`` only, run with ``--python``.
 ``--python``: the interpreter for the acp-trio sides (default: this one).  ``--tree NAME=-``: what
 that interpreter has installed; ``--tree NAME=/path/to/venv/bin/python``: that interpreter and what
 it has installed (a venv with a compiled wheel: the compiled runtime).
@@ -20,7 +24,9 @@ Every variant keeps one server for the whole run; each round runs one client pro
 and command (the order of the variants alternates between rounds), one warm-up prompt and
 ``--repeats`` timed ones.  Prints, per command, each variant's median rate (round trips or updates
 per second over all timed prompts), its spread (min-max of the per-prompt rates) and the ratio to
-the first variant.  Commands as in ``../runtime/common.py`` (default ``read 2000 1``,
+the first variant, and for acp-trio's pairs and the HTTP floor the median CPU time per round trip
+(or update) of the server and of the client (``--server-pid``: CPU time depends far less on the
+machine's load than the rate does).  Commands as in ``../runtime/common.py`` (default ``read 2000 1``,
 ``permission 2000``, ``read 2000 64``).
 """
 
@@ -54,7 +60,8 @@ def env_for(tree: str | None) -> dict[str, str]:
     return env
 
 
-def start(argv: list[str], env: dict[str, str], stack: ExitStack) -> int:
+def start(argv: list[str], env: dict[str, str], stack: ExitStack) -> tuple[int, int]:
+    """Start a server (stopped when ``stack`` closes): its (port, pid)."""
     proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, cwd=HERE)
     assert proc.stdout is not None and proc.stdin is not None
 
@@ -70,7 +77,8 @@ def start(argv: list[str], env: dict[str, str], stack: ExitStack) -> int:
     line = proc.stdout.readline()
     if not line:
         raise RuntimeError(f"{argv} exited before printing its port")
-    return int(json.loads(line)["port"])
+    info = json.loads(line)
+    return int(info["port"]), int(info["pid"])
 
 
 def main() -> None:
@@ -79,11 +87,14 @@ def main() -> None:
     parser.add_argument("--python", default=sys.executable)
     parser.add_argument("--ts", action="store_true")
     parser.add_argument("--crossed", action="store_true", help="also the crossed pairs (implies --ts)")
+    parser.add_argument("--http", action="store_true", help="over Streamable HTTP instead of WebSocket")
+    parser.add_argument("--floor", action="store_true", help="also the floor (no ACP; read N 1 only)")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("commands", nargs="*", default=list(DEFAULT_COMMANDS))
     args = parser.parse_args()
     trees = [tuple(t.split("=", 1)) for t in args.tree] or [("main", str(REPO))]
+    scheme = "http" if args.http else "ws"
     variants: list[tuple[str, list[str], dict[str, str]]] = []
     with ExitStack() as stack:
         for name, tree in trees:
@@ -91,25 +102,37 @@ def main() -> None:
             if tree.endswith("/python") or tree.endswith("/python3"):  # an interpreter: what it has installed
                 python, tree = tree, "-"
             env = env_for(None if tree == "-" else tree)
-            port = start([python, str(HERE / "trio_server.py")], env, stack)
-            client = [python, str(HERE / "trio_client.py"), f"ws://127.0.0.1:{port}/acp", "--warmup", "1"]
+            port, pid = start([python, str(HERE / "trio_server.py")], env, stack)
+            client = [python, str(HERE / "trio_client.py"), f"{scheme}://127.0.0.1:{port}/acp", "--warmup", "1"]
+            client += ["--server-pid", str(pid)]
             variants.append((name, [*client, "--repeats", str(args.repeats)], env))
         if args.ts or args.crossed:
             env = env_for(None)
-            port = start(["node", str(HERE / "ts_server.mjs")], env, stack)
+            port, _ = start(["node", str(HERE / "ts_server.mjs")], env, stack)
             ts_client = ["node", str(HERE / "ts_client.mjs")]
-            variants.append(("ts", [*ts_client, f"ws://127.0.0.1:{port}/acp", "1", str(args.repeats)], env))
+            variants.append(("ts", [*ts_client, f"{scheme}://127.0.0.1:{port}/acp", "1", str(args.repeats)], env))
             if args.crossed:  # the last tree's client against the TS server, the TS client against its server
                 name, argv, tree_env = variants[-2]
-                ours = [*argv[:2], f"ws://127.0.0.1:{port}/acp", *argv[3:]]
+                ours = [*argv[:2], f"{scheme}://127.0.0.1:{port}/acp", *argv[3:]]
                 variants.append((f"{name}>ts", ours, tree_env))
                 variants.append((f"ts>{name}", [*ts_client, argv[2], "1", str(args.repeats)], env))
+        if args.floor:
+            env = env_for(None)
+            port, pid = start([args.python, str(HERE / "raw_ws_server.py")], env, stack)
+            floor_client = "raw_http_client.py" if args.http else "raw_ws_client.py"
+            argv = [args.python, str(HERE / floor_client), f"{scheme}://127.0.0.1:{port}/acp", "--warmup", "1"]
+            if args.http:
+                argv += ["--server-pid", str(pid)]
+            variants.append(("floor", [*argv, "--repeats", str(args.repeats)], env))
         rates: dict[tuple[str, str], list[float]] = {}
+        cpus: dict[tuple[str, str], list[tuple[float, float]]] = {}  # (server, client) CPU µs per round trip
         for r in range(args.rounds):
             order = variants if r % 2 == 0 else variants[::-1]
             for command in args.commands:
                 kind, n, _ = parse_command(command)
                 for name, argv, env in order:
+                    if name == "floor" and not (kind == "read" and command.split()[2:] == ["1"]):
+                        continue  # the floor does sequential reads only
                     proc = subprocess.run(
                         [*argv, command], env=env, cwd=HERE, capture_output=True, text=True, timeout=600
                     )
@@ -117,14 +140,30 @@ def main() -> None:
                         raise RuntimeError(f"{name} {command}: {proc.stderr[-2000:]}")
                     result: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
                     rates.setdefault((command, name), []).extend(expected(kind, n) / s for s in result[command])
+                    cpu = result.get("cpu", {}).get(command)
+                    if cpu:
+                        per = 1e6 / expected(kind, n)
+                        pairs = [(a * per, c * per) for a, c in zip(cpu["agent"], cpu["client"], strict=True)]
+                        cpus.setdefault((command, name), []).extend(pairs)
+                    line = f"  round {r + 1} {command!r} {name}: " + ", ".join(
+                        f"{expected(kind, n) / s:,.0f}/s" for s in result[command]
+                    )
+                    print(line, flush=True)
     for command in args.commands:
         first = None
         print(command)
         for name, _, _ in variants:
+            if (command, name) not in rates:
+                continue
             values = rates[(command, name)]
             median = statistics.median(values)
             first = first or median
-            print(f"  {name:10s} {median:10,.0f}/s  ({min(values):,.0f}-{max(values):,.0f})  x{median / first:.2f}")
+            line = f"  {name:10s} {median:10,.0f}/s  ({min(values):,.0f}-{max(values):,.0f})  x{median / first:.2f}"
+            if (command, name) in cpus:
+                server = statistics.median(p[0] for p in cpus[(command, name)])
+                client = statistics.median(p[1] for p in cpus[(command, name)])
+                line += f"  CPU µs per round trip: server {server:.0f}, client {client:.0f}"
+            print(line)
 
 
 if __name__ == "__main__":

@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import select
 import sys
 import time
 from typing import Any
@@ -72,17 +73,46 @@ async def close_ws(ws: Any) -> None:
 # -- Streamable HTTP --------------------------------------------------------------------------------
 
 
-class Http:
-    """One HTTP/1.1 client connection (h11 over a trio TCP stream)."""
+KEEP_ALIVE_REUSE = 4.0
+"""Seconds a keep-alive connection may have been idle and still be reused: servers close idle ones
+(hypercorn after its ``keep_alive_timeout``, 5 s; Node's ``http`` server after its
+``keepAliveTimeout``, 5 s, which it checks less often), and a request sent on a connection the
+server has closed fails with no answer (h11: ``can't handle event type ConnectionClosed when
+role=SERVER and state=SEND_RESPONSE``), as every ``POST`` of an opener kept waiting more than 5 s
+by a loaded machine did."""
 
-    def __init__(self, stream: trio.SocketStream, host: str) -> None:
+
+class Http:
+    """One HTTP/1.1 client connection (h11 over a trio TCP stream); :meth:`request` reconnects first
+    when the connection was idle for over :data:`KEEP_ALIVE_REUSE` seconds or the server closed it
+    meanwhile, as HTTP clients do (httpcore checks the same before reusing a connection)."""
+
+    def __init__(self, stream: trio.SocketStream, host: str, port: int) -> None:
         self.stream = stream
-        self.host = host.encode()
+        self.host = f"{host}:{port}".encode()  # the Host header
+        self.address = (host, port)
         self.h11 = h11.Connection(h11.CLIENT)
+        self.idle_since: float | None = None  # the last answer's end (None: never used)
+        self.reopened = 0
 
     @classmethod
     async def open(cls, host: str, port: int) -> Http:
-        return cls(await trio.open_tcp_stream(host, port), f"{host}:{port}")
+        return cls(await trio.open_tcp_stream(host, port), host, port)
+
+    def _stale(self) -> bool:
+        """Idle too long, or readable while idle (the server closed it, or sent what it should not)."""
+        if self.idle_since is None:
+            return False
+        if time.monotonic() - self.idle_since > KEEP_ALIVE_REUSE:
+            return True
+        readable, _, _ = select.select([self.stream.socket.fileno()], [], [], 0)
+        return bool(readable)
+
+    async def _reopen(self) -> None:
+        await self.stream.aclose()
+        self.stream = await trio.open_tcp_stream(*self.address)
+        self.h11 = h11.Connection(h11.CLIENT)
+        self.reopened += 1
 
     async def _send(self, *events: Any) -> None:
         await self.stream.send_all(b"".join(self.h11.send(e) or b"" for e in events))
@@ -100,8 +130,11 @@ class Http:
         self, method: str, path: str, headers: list[tuple[str, str]], body: bytes = b""
     ) -> tuple[int, dict[bytes, bytes], bytes]:
         """One request on this keep-alive connection: (status, headers, body)."""
-        if self.h11.our_state is h11.DONE and self.h11.their_state is h11.DONE:
+        if self._stale():
+            await self._reopen()
+        elif self.h11.our_state is h11.DONE and self.h11.their_state is h11.DONE:
             self.h11.start_next_cycle()
+        self.idle_since = None
         all_headers = [("host", self.host.decode()), ("content-length", str(len(body))), *headers]
         await self._send(
             h11.Request(method=method, target=path, headers=all_headers), h11.Data(data=body), h11.EndOfMessage()
@@ -113,6 +146,7 @@ class Http:
         while not isinstance(event := await self.next_event(), h11.EndOfMessage):
             if isinstance(event, h11.Data):
                 parts.append(bytes(event.data))
+        self.idle_since = time.monotonic()
         return response.status_code, dict(response.headers), b"".join(parts)
 
     async def aclose(self) -> None:

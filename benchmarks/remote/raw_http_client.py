@@ -5,25 +5,35 @@ Usage: ``python raw_http_client.py URL [--warmup W] [--repeats R] read N 1 ...``
 (``text/plain``) and, for each request event the stream brings, ``POST`` s :data:`ANSWER` (``202``)
 until the final response, checking N requests came: a round trip is what one ``fs/read_text_file``
 costs over Streamable HTTP (an SSE event in, a ``POST`` out), with the client library our
-``connect_http`` uses and nothing decoded.  Prints ``{"<command>": [seconds, ...]}``.
+``connect_http`` uses and nothing decoded.  Prints ``{"<command>": [seconds, ...]}``; with
+``--server-pid PID`` also each side's CPU seconds per measured prompt (``"cpu"``, as
+``trio_client.py`` prints them).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import time
+import sys
+from pathlib import Path
+from typing import Any
 
 import httpx2
 import trio
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "runtime"))
+
+from common import Meter
 
 INITIALIZE = b'{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":1,"clientCapabilities":{}}}'
 ANSWER = b'{"jsonrpc":"2.0","id":7,"result":{"content":"floor"}}'
 JSON = {"content-type": "application/json", "accept": "application/json, text/event-stream"}
 
 
-async def run(url: str, commands: list[str], warmup: int, repeats: int) -> dict[str, list[float]]:
-    results: dict[str, list[float]] = {}
+async def run(
+    url: str, commands: list[str], warmup: int, repeats: int, server_pid: int | None = None
+) -> dict[str, Any]:
+    meter = Meter(server_pid)
     async with httpx2.AsyncClient() as client:
         initialized = await client.post(url, content=INITIALIZE, headers=JSON)
         initialized.raise_for_status()
@@ -40,9 +50,8 @@ async def run(url: str, commands: list[str], warmup: int, repeats: int) -> dict[
 
             for command in commands:
                 n = int(command.split()[1])
-                times = results[command] = []
                 for k in range(warmup + repeats):
-                    start = time.perf_counter()
+                    meter.start()
                     posted = await client.post(
                         url, content=command.encode(), headers={**ids, "content-type": "text/plain"}
                     )
@@ -52,12 +61,10 @@ async def run(url: str, commands: list[str], warmup: int, repeats: int) -> dict[
                         answered = await client.post(url, content=ANSWER, headers={**JSON, **ids})
                         if answered.status_code != 202:
                             raise AssertionError(f"answer: {answered.status_code}")
-                    elapsed = time.perf_counter() - start
+                    meter.stop(command, k >= warmup)
                     if posted.status_code != 202 or got != n:
                         raise AssertionError(f"{command}: {posted.status_code}, {got} of {n} requests ({data[:80]})")
-                    if k >= warmup:
-                        times.append(elapsed)
-    return results
+    return meter.finish()
 
 
 def main() -> None:
@@ -65,9 +72,10 @@ def main() -> None:
     parser.add_argument("url")
     parser.add_argument("--warmup", type=int, default=1)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--server-pid", type=int)
     parser.add_argument("commands", nargs="+")
     args = parser.parse_args()
-    print(json.dumps(trio.run(run, args.url, args.commands, args.warmup, args.repeats)))
+    print(json.dumps(trio.run(run, args.url, args.commands, args.warmup, args.repeats, args.server_pid)))
 
 
 if __name__ == "__main__":

@@ -8,7 +8,9 @@ Usage: ``python trio_client.py URL [--warmup W] [--repeats R] [--profile PATH] C
 (``../runtime/trio_client.py``: it counts updates and answers ``fs/read_text_file`` and
 ``session/request_permission``), timed and checked by ``common.time_prompts`` (every prompt must
 end the turn having handled what its command asks).  Prints ``{"<command>": [seconds, ...]}``.
-``--profile PATH``: write cProfile statistics.
+``--profile PATH``: write cProfile statistics.  ``--server-pid PID``: also each side's CPU seconds per
+measured prompt (the server's from ``/proc``), under ``"cpu"`` as ``{"<command>": {"agent": [...],
+"client": [...]}}`` (``common.Meter``; "agent" is the server process).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import json
 import sys
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
+from typing import Any
 
 import trio
 
@@ -42,7 +45,9 @@ def connect(url: str) -> AbstractAsyncContextManager[ClientSideConnection]:
     return connect_http(url, BenchClient)
 
 
-async def run(url: str, commands: list[str], warmup: int, repeats: int) -> dict[str, list[float]]:
+async def run(
+    url: str, commands: list[str], warmup: int, repeats: int, server_pid: int | None = None
+) -> dict[str, Any]:
     async with connect(url) as conn:
         client: BenchClient = conn.handler
         agent = v1.AgentPeer(conn)
@@ -54,7 +59,7 @@ async def run(url: str, commands: list[str], warmup: int, repeats: int) -> dict[
             response = await agent.session_prompt(v1.PromptRequest(session_id=session.session_id, prompt=text))
             return response.stop_reason
 
-        return await time_prompts(commands, warmup, repeats, client, prompt)
+        return await time_prompts(commands, warmup, repeats, client, prompt, server_pid)
 
 
 def main() -> None:
@@ -63,10 +68,11 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=1)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--profile", type=Path)
+    parser.add_argument("--server-pid", type=int)
     parser.add_argument("commands", nargs="+")
     args = parser.parse_args()
     if args.profile is None:
-        result = trio.run(run, args.url, args.commands, args.warmup, args.repeats)
+        result = trio.run(run, args.url, args.commands, args.warmup, args.repeats, args.server_pid)
     else:
         import cProfile
 
