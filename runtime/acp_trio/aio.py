@@ -94,13 +94,18 @@ def _trio_asyncio() -> ModuleType:
 
 
 def _repair_anyio() -> None:
-    """trio-asyncio replaces ``asyncio.get_running_loop`` when imported; anyio's asyncio backend
-    binds that function by name when it is imported, so one imported first (anyio's pytest plugin,
-    a library imported early) keeps asyncio's own, and anyio's task groups and timeouts inside the
-    loop fail with "no running event loop".  Point its binding at the current function."""
+    """trio-asyncio replaces ``asyncio.get_running_loop`` and ``asyncio.current_task`` when
+    imported; anyio's asyncio backend binds both by name when it is imported, so one imported first
+    (anyio's pytest plugin, a library imported early) keeps asyncio's own, and anyio's cancel scopes,
+    task groups and timeouts inside the loop fail with "no running event loop".  Point its bindings
+    at the current functions."""
     backend = sys.modules.get("anyio._backends._asyncio")
-    if backend is not None and getattr(backend, "get_running_loop", None) is not asyncio.get_running_loop:
-        setattr(backend, "get_running_loop", asyncio.get_running_loop)  # noqa: B010 - a module attribute mypy cannot see
+    if backend is None:
+        return
+    for name in ("get_running_loop", "current_task"):
+        current = getattr(asyncio, name)
+        if getattr(backend, name, current) is not current:
+            setattr(backend, name, current)
 
 
 class CancelledByAsyncio(Exception):
