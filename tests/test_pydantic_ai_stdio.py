@@ -6,6 +6,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import pytest
 import trio
@@ -18,29 +19,41 @@ TESTS = Path(__file__).parent
 COMMAND = ["-m", "acp_trio.integrations.pydantic_ai"]
 
 
+async def _initialize(conn: Any, variant: ModuleType) -> str:
+    if variant is v1:
+        answer = await conn.initialize(v1.InitializeRequest(protocol_version=1, client_capabilities=v1_caps()))
+        name: str = answer.agent_info.name
+    else:
+        info = v2.Implementation(name="t", version="1")
+        answer = await conn.initialize(v2.InitializeRequest(protocol_version=2, info=info, capabilities=v2_caps()))
+        name = answer.info.name
+    return name
+
+
+def _texts(wire: Wire) -> str:
+    return "".join(u["content"]["text"] for u in wire.updates() if u.get("sessionUpdate") == "agent_message_chunk")
+
+
 @pytest.mark.one_interpreter  # spawns Python processes that import pydantic-ai: the command line's subject
 @pytest.mark.parametrize("variant", [v1, v2], ids=["v1", "v2"])
-async def test_a_turn_with_tools_and_an_approval_over_stdio(variant: ModuleType, tmp_path: Path) -> None:
+async def test_a_turn_with_tools_and_an_approval_over_stdio_then_a_load_in_a_new_process(
+    variant: ModuleType, tmp_path: Path
+) -> None:
     received: list[bytes] = []
     tap = lambda d, data: received.append(data) if d == "in" else None  # noqa: E731
     client = Client(variant, permission="allow-once")
     args = [*COMMAND, "test_pydantic_ai_agents:agent", "--name", "scripted", "--store", str(tmp_path / "s.db")]
     with trio.fail_after(60):
         async with spawn_agent(sys.executable, args, client={variant: client}, cwd=TESTS, tap=tap) as conn:
-            if variant is v1:
-                answer = await conn.initialize(v1.InitializeRequest(protocol_version=1, client_capabilities=v1_caps()))
-                assert answer.agent_info.name == "scripted"
-            else:
-                info = v2.Implementation(name="t", version="1")
-                answer = await conn.initialize(
-                    v2.InitializeRequest(protocol_version=2, info=info, capabilities=v2_caps())
-                )
-                assert answer.info.name == "scripted"
+            assert await _initialize(conn, variant) == "scripted"
             wire = Wire(conn, client, received)
             session = await wire.new_session(str(tmp_path))
             await wire.prompt(session, "tools")
             await wire.prompt(session, "delete")
-    updates = wire.updates()
+            updates = wire.updates()
+            wire.clear()
+            await wire.prompt(session, "history")
+            kept = _texts(wire)
     chunks = "".join(u["content"]["text"] for u in updates if u.get("sessionUpdate") == "agent_message_chunk")
     assert chunks == "results: read_file=contents of /work/a.txt; add=5results: delete_file=deleted /work/old.txt"
     asked = [u["permission"] for u in updates if "permission" in u]
@@ -51,6 +64,23 @@ async def test_a_turn_with_tools_and_an_approval_over_stdio(variant: ModuleType,
         assert asked[0]["subject"]["toolCall"]["toolCallId"] == "d1"
     done = [u for u in updates if u.get("toolCallId") == "d1" and u.get("status") == "completed"]
     assert done and done[-1]["rawOutput"]["content"] == "deleted /work/old.txt"
+    assert kept.startswith("U:tools | C:read_file{'path': '/work/a.txt'} | C:add{'a': 2, 'b': 3} | R:read_file=")
+    # a new process on the same store: the model continues with the same history
+    received.clear()
+    with trio.fail_after(60):
+        async with spawn_agent(sys.executable, args, client={variant: client}, cwd=TESTS, tap=tap) as conn:
+            await _initialize(conn, variant)
+            wire = Wire(conn, client, received)
+            if variant is v1:
+                await wire.agent.session_load(
+                    v1.LoadSessionRequest(session_id=session, cwd=str(tmp_path), mcp_servers=[])
+                )
+            else:
+                await wire.agent.session_resume(v2.ResumeSessionRequest(session_id=session, cwd=str(tmp_path)))
+            wire.clear()
+            await wire.prompt(session, "history")
+            rebuilt = _texts(wire)
+    assert rebuilt == f"{kept} | U:history | T:{kept}"
 
 
 @pytest.mark.parametrize(
