@@ -44,10 +44,15 @@ Cancellation and errors (trio → asyncio):
 
 It runs trio in guest mode (``trio.lowlevel.start_guest_run``) on the asyncio loop: trio's tasks
 run in the loop's thread between asyncio's callbacks, no thread per call, and trio-asyncio is not
-needed.  An asyncio task cancelled while awaiting :meth:`TrioPortal.run` cancels the trio task and
-raises ``asyncio.CancelledError`` once it has finished; a trio task cancelled from the trio side
-(the portal closing under it) raises ``asyncio.CancelledError`` in its awaiter; exceptions come out
-as themselves.  Leaving the portal's block ends the trio run and waits for it.
+needed.  Guest mode rather than trio-asyncio's ``trio_as_aio``: the program keeps the loop it has
+(``asyncio.run``'s, uvicorn's, uvloop), where ``trio_as_aio`` needs the whole program to run on
+trio-asyncio's loop.  (On a loop that is trio-asyncio's already, the portal is a trio task of
+that loop's run instead.)  An asyncio task
+cancelled while awaiting :meth:`TrioPortal.run` cancels the trio task and raises
+``asyncio.CancelledError`` once it has finished; a trio task cancelled from the trio side (the
+portal closing under it) raises ``asyncio.CancelledError`` in its awaiter; exceptions come out as
+themselves.  :meth:`TrioPortal.wrap_async_context` holds a trio context manager (a connection) open
+across asyncio code.  Leaving the portal's block ends the trio run and waits for it.
 """
 
 from __future__ import annotations
