@@ -777,6 +777,56 @@ def all_programs() -> tuple[dict[Program, list[str]], dict[str, list[Program]], 
     return found, by_block, errors
 
 
+# -- the pydantic-ai guide (acp_trio.integrations.pydantic_ai) --------------------------------------
+
+PYDANTIC_AI = GUIDES + "pydantic-ai.md"
+PYDANTIC_AI_DRIVER = """\
+import sys
+
+import trio
+
+from acp_schema import v1, v2
+from acp_trio import spawn_agent
+from acp_trio.testing import FakeClient
+
+
+async def main() -> None:
+    for protocol, variant in ((1, v1), (2, v2)):
+        client = FakeClient(capabilities={})  # no fs: the test model would call its tools
+        async with spawn_agent(sys.executable, ["serve.py"], client={variant: client.bind}):
+            answer = await client.initialize(timeout=60)
+            session = await client.new_session("/tmp")
+            stop_reason = await client.prompt(session, "hi", timeout=60)
+        print(answer.protocol_version, stop_reason, client.states[session].messages[-1].text)
+
+
+trio.run(main)
+"""
+
+
+@register(PYDANTIC_AI, "import trio")
+def _pydantic_ai_quick_start(block: Block) -> list[Program]:
+    """The quick start as printed, printing what its comments show."""
+    return [as_is(block, stdout=tuple(re.findall(r'#\s*"(.*)"\s*$', block.text, re.M)))]
+
+
+@register(PYDANTIC_AI, "from acp_trio import neutral as n")
+def _pydantic_ai_options(block: Block) -> list[Program]:
+    return [as_is(block, stdout=tuple(re.findall(r'#\s*"(.*)"\s*$', block.text, re.M)))]
+
+
+@register(PYDANTIC_AI, "# serve.py")
+def _pydantic_ai_embedded(block: Block) -> list[Program]:
+    """The embedding example saved as serve.py, served over stdio to a client of each version."""
+    return [
+        Program(
+            files=(("serve.py", block.text), ("drive.py", PYDANTIC_AI_DRIVER)),
+            argv=("drive.py",),
+            stdout=("1 end_turn success (no tool calls)", "2 end_turn success (no tool calls)"),
+        )
+    ]
+
+
 PROGRAMS, PROGRAMS_OF, PROGRAM_ERRORS = all_programs()
 
 
@@ -908,6 +958,10 @@ PARSE_ONLY: dict[str, str] = {
     ),
 }
 """The project's command lines parsed but not run here, and why."""
+PROJECT_MODULES["acp_trio.integrations.pydantic_ai"] = ("acp_trio.integrations.pydantic_ai.__main__", "parse_args")
+PARSE_ONLY["python -m acp_trio.integrations.pydantic_ai my_agent:agent --store sessions.db"] = (
+    "my_agent.py is the reader's: tests/test_pydantic_ai_stdio.py serves one this way, with --store, in two processes"
+)
 
 OTHER_TEST = (
     (README, "pip install ./acp-trio"),  # Install

@@ -259,6 +259,13 @@ async def test_a_v1_client_with_fs_gets_file_tools_and_a_write_is_a_diff() -> No
         await wire.prompt(session, "read /work/a.txt")
         assert texts(wire) == "results: acp_read_text_file=old\n"
         wire.clear()
+        assert (await wire.prompt(session, "read a.txt")).stop_reason == "end_turn"
+        failed = [u for u in tool_updates(wire) if u.get("status") == "failed"]
+        assert failed and "the path must be absolute, not 'a.txt'" in failed[0]["rawOutput"]["content"]
+        wire.clear()
+        await wire.prompt(session, "read /work/missing.txt")  # the client's error answer: a failed tool call
+        assert texts(wire).startswith("results: acp_read_text_file=read: the client answered")
+        wire.clear()
         await wire.prompt(session, "write /work/a.txt")
         assert client.written == {"/work/a.txt": "new\n"}
         last = {u["toolCallId"]: u for u in tool_updates(wire)}

@@ -104,3 +104,18 @@ def test_a_usage_error_names_what_is_wrong(
     err = capsys.readouterr().err
     assert message in err
     assert err.count("\n") == 1
+
+
+def test_the_guides_zed_entry_gives_the_command_line_arguments_it_takes() -> None:
+    import json
+    import re
+
+    from acp_trio.integrations.pydantic_ai.__main__ import parse_args
+
+    guide = (TESTS.parent / "docs" / "site" / "guides" / "pydantic-ai.md").read_text(encoding="utf-8")
+    [block] = re.findall(r"```json\n(.*?)```", guide, re.S)
+    [server] = json.loads(block)["agent_servers"].values()
+    assert server["args"][:2] == ["-m", "acp_trio.integrations.pydantic_ai"] and server["command"].endswith("/python")
+    parsed = parse_args(server["args"][2:])
+    assert (parsed.agent, parsed.store) == ("my_agent:agent", "/path/to/sessions.db")
+    assert "PYTHONPATH" in server["env"]

@@ -242,6 +242,7 @@ class PydanticAIAgent(n.Agent):
             self._close_mcp(conversation)
 
     async def delete_session(self, session_id: str) -> None:
+        """Deleted: its history is forgotten and its MCP servers stop."""
         conversation = self.conversations.pop(session_id, None)
         if conversation is not None:
             self._close_mcp(conversation)

@@ -5,18 +5,20 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import re
 from collections.abc import Callable, Sequence
 from contextlib import AsyncExitStack
 from functools import partial
 from typing import Any
 
+from pydantic_ai.exceptions import ToolFailed
 from pydantic_ai.messages import ToolReturn
 from pydantic_ai.tools import RunContext
 from pydantic_ai.toolsets import AbstractToolset, FunctionToolset
 
 from acp_schema import v2
-from acp_trio import RequestError
+from acp_trio import CapabilityError, RequestError
 from acp_trio import neutral as n
 
 from ._aio import call_trio
@@ -84,6 +86,17 @@ async def hold_toolsets(
         await asyncio.Event().wait()
 
 
+async def _client_call(what: str, path: str | None, call: Callable[[], Any]) -> Any:
+    """``await call_trio(call)``; the client's error answer, or a relative ``path``, becomes a
+    ``ToolFailed`` the model sees (a turn does not end because a tool call failed)."""
+    if path is not None and not os.path.isabs(path):
+        raise ToolFailed(f"{what}: the path must be absolute, not {path!r}")
+    try:
+        return await call_trio(call)
+    except (RequestError, CapabilityError) as exc:
+        raise ToolFailed(f"{what}: the client answered {exc}") from exc
+
+
 def client_toolset(
     session: n.Session, report: Callable[[str], n.ToolCall | None] | None = None
 ) -> FunctionToolset[Any] | None:
@@ -109,7 +122,8 @@ def client_toolset(
                 limit: number of lines to read at most; default all.
             """
             fs = session.client_fs()
-            return await call_trio(partial(fs.read_text, path, line=line, limit=limit))
+            text: str = await _client_call("read", path, partial(fs.read_text, path, line=line, limit=limit))
+            return text
 
         toolset.add_function(acp_read_text_file)
 
@@ -133,7 +147,7 @@ def client_toolset(
                 await fs.write_text(path, content)
                 return old
 
-            old = await call_trio(write)
+            old = await _client_call("write", path, write)
             return ToolReturn(return_value=f"wrote {path}", metadata=n.Diff(path, old, content))
 
         toolset.add_function(acp_write_text_file, requires_approval=True)
@@ -166,7 +180,9 @@ def client_toolset(
                 truncated = " (output truncated to its end)" if output.truncated else ""
                 return f"[{ended}{truncated}]\n{output.output}", [term, f"[{ended}]"]
 
-            text, shown = await call_trio(run)
+            if cwd is not None and not os.path.isabs(cwd):
+                raise ToolFailed(f"run: cwd must be an absolute path, not {cwd!r}")
+            text, shown = await _client_call("run", None, run)
             return ToolReturn(return_value=text, metadata=shown)
 
         toolset.add_function(acp_run_command, requires_approval=True)
