@@ -215,7 +215,8 @@ async def test_iterate_leaving_early_closes_the_generator_and_errors_come_out_as
                 async for number in numbers:
                     if number == 2:
                         break
-            assert events == ["generator finally ran"]  # at aclose (GeneratorExit at its yield), not later
+            # closed at aclose, not later: GeneratorExit at its yield, or CancelledError while it reads ahead
+            assert events in (["generator finally ran"], ["generator saw CancelledError", "generator finally ran"])
             seen: list[str] = []
             with pytest.raises(LookupError, match="the stream broke"):
                 async for text in aio.iterate(failing()):

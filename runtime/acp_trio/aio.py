@@ -274,7 +274,10 @@ class Iteration(AsyncIterator[_T], Generic[_T]):
                     item = await anext(iterator)
                 except StopAsyncIteration:
                     break
-                await loop.trio_as_future(send.send, item)
+                try:
+                    send.send_nowait(item)  # the consumer waits already: no trio task needed
+                except trio.WouldBlock:
+                    await loop.trio_as_future(send.send, item)
         finally:
             try:
                 aclose = getattr(iterator, "aclose", None)
