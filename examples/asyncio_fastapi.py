@@ -21,7 +21,7 @@ from functools import partial
 from pathlib import Path
 
 import trio
-from fastapi import FastAPI
+from fastapi import FastAPI  # type: ignore[import-not-found, unused-ignore]  # the lint session has no fastapi
 from pydantic import BaseModel
 
 from acp_schema import v1
@@ -57,7 +57,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
 app = FastAPI(lifespan=lifespan)
 
 
-@app.post("/prompt")
+@app.post("/prompt")  # type: ignore[untyped-decorator, unused-ignore]  # (untyped there)
 async def prompt(body: Prompt) -> Reply:
     portal: TrioPortal = app.state.portal
     conn: ClientSideConnection = app.state.conn
