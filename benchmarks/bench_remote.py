@@ -95,6 +95,12 @@ them can reach (a missed bar then says ``FAIL (floor 0.88×)``: the floor's own 
   Streamable HTTP, and with ``connect_client.py`` in scenario 5 (it answers ``initialize`` and
   ``session/new`` and nothing else).
 
+Closer looks at the round trips: ``remote/ab_rtt.py`` times several source trees (or compiled
+installs), the TS pair and the floor interleaved, over WebSocket or (``--http``) Streamable HTTP,
+with each side's CPU per round trip; ``remote/http_profile.py`` counts what one Streamable HTTP
+round trip runs on each side of our pair and of the floor (Python calls, trio task steps and
+scheduler passes, system calls), which unlike times does not depend on the machine's load.
+
 ``--profile DIR``: afterwards, one more acp-trio WebSocket stream (20,000 updates, 3 turns) with
 its server and client under cProfile; the statistics go to DIR and a breakdown of each process's
 own time by component (trio, hypercorn, wsproto, trio-websocket, our adapters, the connection, the
