@@ -90,6 +90,7 @@ async def test_a_turn_with_tools_and_an_approval_over_stdio_then_a_load_in_a_new
         ("no_such_module_xyz:agent", "no module named 'no_such_module_xyz'"),
         ("test_pydantic_ai_agents:nothing", "has no attribute 'nothing'"),
         ("test_pydantic_ai_agents:STREAMED", "is 'list', not a pydantic_ai Agent"),
+        ("test_pydantic_ai_agents:agent --model nosuch", "--model nosuch: pydantic-ai knows no such model"),
     ],
 )
 def test_a_usage_error_names_what_is_wrong(
@@ -99,7 +100,7 @@ def test_a_usage_error_names_what_is_wrong(
 
     monkeypatch.chdir(TESTS)
     with pytest.raises(SystemExit) as exited:
-        main([reference])
+        main(reference.split())
     assert exited.value.code == 2
     err = capsys.readouterr().err
     assert message in err

@@ -87,8 +87,25 @@ def load(reference: str) -> Any:
     return found
 
 
+def check_models(names: Sequence[str]) -> None:
+    """Each ``--model`` must be a model pydantic-ai knows (``pydantic_ai.models.infer_model``):
+    ``ValueError`` for an unknown one; another complaint (a missing API key) is logged as a warning,
+    the model kept."""
+    from pydantic_ai.exceptions import UserError
+    from pydantic_ai.models import infer_model
+
+    for name in names:
+        try:
+            infer_model(name)
+        except UserError as exc:
+            if str(exc).startswith("Unknown model"):
+                raise ValueError(f"--model {name}: pydantic-ai knows no such model ({exc})") from None
+            logging.getLogger("acp_trio.integrations.pydantic_ai").warning("--model %s: %s", name, exc)
+
+
 def build(args: argparse.Namespace) -> PydanticAIAgent:
     """The agent the parsed command line serves.  Raises ``ValueError`` for a usage error."""
+    check_models(args.model)
     found = load(args.agent)
     store = SqliteSessionStore(args.store) if args.store else None
     if isinstance(found, PydanticAIAgent):
