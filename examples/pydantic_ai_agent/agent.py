@@ -19,10 +19,11 @@ saw.  The latest user prompt selects the script:
 
 - ``stream N`` (``stream N slow``): N text chunks ``"w<i> "`` (slow: 10 ms apart, a turn to cancel);
 - a prompt mentioning ``note``: a thought, then ``read_note(path)`` (the first word
-  ending ``.md`` or ``.txt``, default ``notes.md``); once it returns, ``write_note(path, old text +
-  a line)`` and, when a tool whose name ends in ``word_count`` is offered (``notes_mcp.py``, an MCP
-  server), ``word_count(text)`` beside it; once ``write_note`` has returned (written or denied), a
-  streamed summary of the tool results;
+  ending ``.md`` or ``.txt``, default ``notes.md``); once it returns, if the prompt says append, add,
+  write or save: ``write_note(path, old text + a line)`` (the line: the prompt's first quoted text)
+  and, when a tool whose name ends in ``word_count`` is offered (``notes_mcp.py``, an MCP server),
+  ``word_count(text)`` beside it; then (written, denied, or nothing to write) a streamed summary
+  of the tool results;
 - anything else: a short greeting.
 
 Every answer that ends a turn ends with ``(turn K; earlier prompts: [...])``: the user prompts the
@@ -66,6 +67,7 @@ SLOW_CHUNK_SECONDS = 0.01
 _STREAM = re.compile(r"^\s*stream\s+(\d+)(\s+slow)?\s*$", re.IGNORECASE)
 _PATH = re.compile(r"[\w./~-]+\.(?:md|txt)\b")
 _QUOTED = re.compile(r"\"([^\"]+)\"|'([^']+)'")
+_WRITE = re.compile(r"\b(?:append|add|write|save)\b", re.IGNORECASE)
 
 
 # -- what the model sees ------------------------------------------------------------------------------
@@ -150,9 +152,11 @@ def script(messages: list[ModelMessage], info: AgentInfo) -> tuple[list[Step], b
         return [Say(chunk) for chunk in _words(f"Hello! I keep notes for you. {_signature(view)}")], False
     found = _PATH.search(prompt)
     path = found.group(0) if found else DEFAULT_NOTE
-    if "write_note" in view.results:
+    writes = _WRITE.search(prompt) is not None
+    if "write_note" in view.results or ("read_note" in view.results and not writes):
         lines = [f"Done with {path}.", f"read_note: {view.results.get('read_note', '(not read)')}"]
-        lines.append(f"write_note: {view.results['write_note']}")
+        if "write_note" in view.results:
+            lines.append(f"write_note: {view.results['write_note']}")
         counted = [v for k, v in view.results.items() if k.endswith("word_count")]
         if counted:
             lines.append(f"word_count (MCP): {counted[0]} words")
@@ -171,8 +175,9 @@ def script(messages: list[ModelMessage], info: AgentInfo) -> tuple[list[Step], b
             if tool.name.endswith("word_count")
         ][:1]
         return steps, False
+    plan = "read it first, then write it (that needs approval)" if writes else "read it"
     return [
-        Think(f"The user wants a note in {path}: read it first, then write it (that needs approval)."),
+        Think(f"The user wants a note in {path}: {plan}."),
         Call("read_note", {"path": path}, f"t{turn}-read"),
     ], False
 
