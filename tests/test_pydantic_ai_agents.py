@@ -142,3 +142,12 @@ def make_agent() -> Agent[None, str]:
 
 
 agent = make_agent()
+
+
+def served() -> Any:
+    """The agent as ``PydanticAIAgent`` with two models to choose from (the same script), for
+    ``python -m acp_trio.check``'s config option check."""
+    from acp_trio.integrations.pydantic_ai import PydanticAIAgent
+
+    models = {"scripted": FunctionModel(stream_function=stream), "also-scripted": FunctionModel(stream_function=stream)}
+    return PydanticAIAgent(make_agent(), models=models)
