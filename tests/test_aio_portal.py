@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import gc
-import os
 import subprocess
 import sys
 import warnings
@@ -282,11 +281,9 @@ def test_an_asyncio_program_holds_an_acp_trio_connection_and_prompts_through_it(
 
 @pytest.mark.one_interpreter  # a process: what it checks is the example's output, not the interpreter
 def test_the_asyncio_client_example_runs_a_full_turn_of_the_demo_agent_over_stdio(tmp_path: Path) -> None:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "runtime"), str(ROOT / "generated"), str(ROOT)])}
     done = subprocess.run(
         [sys.executable, "-W", "error::RuntimeWarning", str(ROOT / "examples" / "asyncio_client.py")],
         cwd=tmp_path,
-        env=env,
         capture_output=True,
         text=True,
         timeout=60,
