@@ -75,7 +75,8 @@ async def test_tool_calls_are_acp_tool_calls_with_raw_input_and_output(variant: 
         assert first["c1"]["title"] == "read_file" and first["c1"]["kind"] == "read"
         assert first["c1"]["rawInput"] == {"path": "/work/a.txt"}
         assert first["c1"]["locations"] == [{"path": "/work/a.txt"}]
-        assert first["c2"]["kind"] == "other" and first["c2"]["rawInput"] == {"a": 2, "b": 3}
+        assert first["c2"]["kind"] == "think"  # the tool's metadata {"acp_kind": "think"}
+        assert first["c2"]["rawInput"] == {"a": 2, "b": 3}
         assert last["c1"]["status"] == "completed"
         assert last["c1"]["rawOutput"] == {
             "tool": "read_file",

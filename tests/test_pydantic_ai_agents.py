@@ -128,7 +128,7 @@ def make_agent() -> Agent[None, str]:
         """Read a file."""
         return f"contents of {path}"
 
-    @made.tool_plain
+    @made.tool_plain(metadata={"acp_kind": "think"})
     def add(a: int, b: int) -> int:
         """Add two numbers."""
         return a + b

@@ -14,12 +14,13 @@ the session's message history:
 - text and thinking deltas become ``agent_message_chunk`` / ``agent_thought_chunk`` (``turn.say``,
   ``turn.think``);
 - each function tool call becomes an ACP tool call: ``toolCallId`` pydantic-ai's id (made unique
-  in the session), title the tool's name, kind from :attr:`PydanticAIAgent.tool_kinds` or the name
-  (:func:`tool_kind`), the arguments as ``rawInput`` (absolute paths among them as
-  ``locations``), then ``completed`` (or ``failed`` for a failed, retried or denied call) with the
-  text the model got as content and ``rawOutput`` ``{"tool", "outcome", "content"}``; a tool that
-  returns ``ToolReturn(..., metadata=Diff(...))`` (an :class:`acp_trio.neutral.Diff`, a client
-  terminal, or a list of them) shows that instead: a file edit as a diff in both versions;
+  in the session), title the tool's name, kind from :attr:`PydanticAIAgent.tool_kinds`, the tool's
+  ``metadata`` (:data:`KIND_METADATA`) or its name (:func:`tool_kind`), the arguments as
+  ``rawInput`` (absolute paths among them as ``locations``), then ``completed`` (or ``failed``
+  for a failed, retried or denied call) with the text the model got as content and ``rawOutput``
+  ``{"tool", "outcome", "content"}``; a tool that returns ``ToolReturn(..., metadata=Diff(...))``
+  (an :class:`acp_trio.neutral.Diff`, a client terminal, or a list of them) shows that instead: a
+  file edit as a diff in both versions;
 - a tool that needs approval (``requires_approval=True``, ``ApprovalRequired``) ends the run with
   ``DeferredToolRequests``; each such call is a ``session/request_permission`` about its tool call
   (allow or reject, once or always for the session), answered with ``DeferredToolResults``
@@ -48,13 +49,14 @@ import trio
 
 from acp_trio import serve_agent_stdio
 
-from ._agent import APPROVAL_OPTIONS, DENIED_MESSAGE, PydanticAIAgent, tool_kind
+from ._agent import APPROVAL_OPTIONS, DENIED_MESSAGE, KIND_METADATA, PydanticAIAgent, tool_kind
 from ._aio import open_loop
 from ._history import messages_from_updates, prompt_content, raw_output
 
 __all__ = [
     "APPROVAL_OPTIONS",
     "DENIED_MESSAGE",
+    "KIND_METADATA",
     "PydanticAIAgent",
     "messages_from_updates",
     "open_loop",

@@ -46,6 +46,7 @@ if TYPE_CHECKING:
 __all__ = [
     "APPROVAL_OPTIONS",
     "DENIED_MESSAGE",
+    "KIND_METADATA",
     "PydanticAIAgent",
     "tool_kind",
 ]
@@ -103,6 +104,32 @@ def tool_kind(name: str) -> str:
             if word in names:
                 return kind
     return "other"
+
+
+KIND_METADATA = "acp_kind"
+"""The key of a pydantic-ai tool's ``metadata`` that gives its ACP tool kind
+(``@agent.tool_plain(metadata={"acp_kind": "edit"})``)."""
+
+
+def _metadata_kinds(toolsets: Sequence[AbstractToolset[Any]], prefix: str = "") -> dict[str, str]:
+    """``{tool name: kind}`` from the :data:`KIND_METADATA` of the function tools among
+    ``toolsets`` (nested in combined, wrapped and prefixed toolsets too)."""
+    from pydantic_ai.toolsets import CombinedToolset, FunctionToolset, PrefixedToolset, WrapperToolset
+
+    found: dict[str, str] = {}
+    for toolset in toolsets:
+        if isinstance(toolset, FunctionToolset):
+            for name, tool in toolset.tools.items():
+                kind = (tool.metadata or {}).get(KIND_METADATA)
+                if isinstance(kind, str):
+                    found[prefix + name] = kind
+        elif isinstance(toolset, PrefixedToolset):
+            found.update(_metadata_kinds([toolset.wrapped], f"{prefix}{toolset.prefix}_"))
+        elif isinstance(toolset, WrapperToolset):
+            found.update(_metadata_kinds([toolset.wrapped], prefix))
+        elif isinstance(toolset, CombinedToolset):
+            found.update(_metadata_kinds(toolset.toolsets, prefix))
+    return found
 
 
 def _locations(args: Mapping[str, Any]) -> list[str]:
@@ -285,6 +312,10 @@ class PydanticAIAgent(n.Agent):
             conversation.messages = messages_from_updates(session.history, stop_at=turn.user_message_id)
         runner = _TurnRunner(self, turn, conversation)
         try:
+            runner.kinds = _metadata_kinds(self.agent.toolsets)
+        except NotImplementedError:  # an AbstractAgent that does not list its toolsets
+            runner.kinds = {}
+        try:
             return await runner.run(prompt_content(turn.prompt))
         except BaseException:
             conversation.messages = None  # what the client saw is what the next turn continues from
@@ -301,6 +332,7 @@ class _TurnRunner:
         self.calls: dict[str, n.ToolCall] = {}  # pydantic-ai tool_call_id -> its ACP tool call
         self.usage = RunUsage()
         self.streamed: dict[int, str] = {}  # part index -> text sent of it, in the current model response
+        self.kinds: dict[str, str] = {}  # tool name -> ACP kind its metadata gives
 
     async def run(self, user_prompt: Any) -> n.TurnEnd:
         turn = self.turn
@@ -437,7 +469,7 @@ class _TurnRunner:
         owner = self.owner
         args = part.args_as_dict()
         name = part.tool_name
-        kind = owner.tool_kinds.get(name) or tool_kind(name)
+        kind = owner.tool_kinds.get(name) or self.kinds.get(name) or tool_kind(name)
         call = await self.turn.tool(
             name,
             kind=kind,
