@@ -379,3 +379,28 @@ async def test_a_v1_client_with_a_terminal_runs_commands_shown_in_the_tool_call(
         {"type": "content", "content": {"type": "text", "text": "[exit code 3]"}},
     ]
     assert texts(wire) == "results: acp_run_command=[exit code 3]\nmake test\n"
+
+
+@BOTH
+async def test_a_structured_output_is_said_as_json(variant: ModuleType) -> None:
+    from dataclasses import dataclass
+
+    from pydantic_ai import Agent
+    from pydantic_ai.models.function import DeltaToolCall, FunctionModel
+
+    @dataclass
+    class City:
+        name: str
+        population: int
+
+    async def stream(messages: Any, info: Any) -> Any:
+        [output] = info.output_tools
+        yield {0: DeltaToolCall(name=output.name, json_args='{"name": "Paris", "population": 2100000}')}
+
+    structured = Agent(FunctionModel(stream_function=stream), output_type=City)
+    async with served(PydanticAIAgent(structured), Client(variant)) as wire:
+        session = await wire.new_session()
+        wire.clear()
+        await wire.prompt(session, "a city")
+        assert texts(wire) == '{"name":"Paris","population":2100000}'
+        assert not tool_updates(wire)  # the output tool is not a tool call of the user's

@@ -31,6 +31,7 @@ from pydantic_ai.settings import ModelSettings
 from pydantic_ai.tools import DeferredToolRequests, DeferredToolResults, ToolDenied
 from pydantic_ai.toolsets import AbstractToolset
 from pydantic_ai.usage import RunUsage
+from pydantic_core import to_json
 
 from acp_trio import INTERNAL_ERROR, RequestError
 from acp_trio import neutral as n
@@ -353,6 +354,9 @@ class _TurnRunner:
             self.conversation.messages = list(result.all_messages())
             output = result.output
             if not isinstance(output, DeferredToolRequests):
+                if not isinstance(output, str):  # structured output (an output tool): shown as JSON
+                    turn.new_message()
+                    await turn.say(to_json(output, fallback=str).decode())
                 return n.TurnEnd(self._stop_reason(self.conversation.messages), usage=self._usage())
             deferred = await self._decide(output)
             prompt = None
