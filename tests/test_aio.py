@@ -300,6 +300,73 @@ async def test_session_cancel_cancels_the_asyncio_call_of_a_turn_before_the_turn
     assert events == ["asyncio saw CancelledError", "asyncio finally ran", "the client got cancelled"]
 
 
+class StreamingAgent(neutral.Agent):
+    """Streams what an asyncio async generator yields, through ``aio.iterate`` (a model's stream)."""
+
+    info = neutral.AgentInfo(name="streaming-agent", version="1")
+
+    def __init__(self, stream: Callable[[], AsyncIterator[str]]) -> None:
+        super().__init__()
+        self.stream = stream
+
+    async def prompt(self, turn: neutral.Turn) -> neutral.StopReason:
+        async with aio.iterate(self.stream()) as chunks:
+            async for chunk in chunks:
+                await turn.say(chunk)
+        return "end_turn"
+
+
+class ChunkWatcher(FakeClient):
+    """The test kit's client, with an event set at the first agent message chunk."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.chunk = trio.Event()
+
+    async def session_update(self, params: Any) -> None:
+        await super().session_update(params)
+        if params.update.session_update == "agent_message_chunk":
+            self.chunk.set()
+
+
+@pytest.mark.parametrize("protocol", [1, 2])
+async def test_session_cancel_stops_an_asyncio_stream_of_a_turn_before_the_turn_ends(protocol: int) -> None:
+    events: list[str] = []
+    silent = Silent()
+    with trio.fail_after(DEADLINE):
+        async with aio.open_loop():
+            port = await aio.run(silent.start)
+
+            async def stream() -> AsyncIterator[str]:  # the first chunk, then a model that stalls
+                reader, writer = await asyncio.open_connection("127.0.0.1", port)
+                try:
+                    yield "thinking"
+                    yield (await reader.readline()).decode()
+                except asyncio.CancelledError:
+                    events.append("the stream saw CancelledError")
+                    raise
+                finally:
+                    writer.close()
+                    events.append("the stream's finally ran")
+
+            client = ChunkWatcher()
+            async with pair(StreamingAgent(stream), client, protocol=protocol):
+                session_id = await client.new_session("/work")
+                async with trio.open_nursery() as nursery:
+
+                    async def cancel_after_the_first_chunk() -> None:
+                        assert silent.accepted is not None
+                        await aio.run(silent.accepted.wait)
+                        await client.chunk.wait()
+                        await client.cancel(session_id)
+
+                    nursery.start_soon(cancel_after_the_first_chunk)
+                    stop_reason = await client.prompt(session_id, "stream")
+                    events.append(f"the client got {stop_reason}")
+            await aio.run(silent.stop)
+    assert events == ["the stream saw CancelledError", "the stream's finally ran", "the client got cancelled"]
+
+
 async def http_status(status: int) -> str:
     """asyncio: a GET with httpx2's AsyncClient (anyio on asyncio) to an in-process handler; a 404
     is the ACP error 'Resource not found'."""
