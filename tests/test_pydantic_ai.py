@@ -404,3 +404,14 @@ async def test_a_structured_output_is_said_as_json(variant: ModuleType) -> None:
         await wire.prompt(session, "a city")
         assert texts(wire) == '{"name":"Paris","population":2100000}'
         assert not tool_updates(wire)  # the output tool is not a tool call of the user's
+
+
+async def test_without_the_asyncio_loop_a_prompt_is_an_error_saying_to_open_it() -> None:
+    from acp_trio import RequestError
+
+    async with connected(PydanticAIAgent(make_agent()), Client(v1)) as wire:
+        session = await wire.new_session()
+        with pytest.raises(RequestError) as failed:
+            await wire.prompt(session, "hello")
+    assert failed.value.code == -32603
+    assert "open_loop()" in str(failed.value)

@@ -56,6 +56,11 @@ log = logging.getLogger("acp_trio.integrations.pydantic_ai")
 
 CLOSE_WAIT = 5.0
 """Seconds a run being torn down (cancelled turn, failure) is waited for at most."""
+NO_LOOP = (
+    "the pydantic-ai agent is served without its asyncio loop: wrap serving in "
+    "`async with acp_trio.aio.open_loop():` (serve_stdio, run_stdio and the command line do)"
+)
+"""The error a prompt gets when no asyncio loop is open (-32603, also logged)."""
 MCP_START_WAIT = 30.0
 """Seconds ``session/new`` (``load``, ``resume``) waits at most for the session's MCP servers to
 connect; one not connected by then is left out of the session."""
@@ -308,6 +313,9 @@ class PydanticAIAgent(n.Agent):
         """One ACP prompt turn: pydantic-ai runs until the model answers without tools, each
         approval a permission request between runs (see the package docstring)."""
         session = turn.session
+        if not _aio.loop_is_open():
+            log.error("%s", NO_LOOP)
+            raise RequestError(INTERNAL_ERROR, NO_LOOP)
         conversation = self._conversation(session)
         if conversation.messages is None:
             conversation.messages = messages_from_updates(session.history, stop_at=turn.user_message_id)

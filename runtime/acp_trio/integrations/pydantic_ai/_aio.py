@@ -15,7 +15,7 @@ import trio_asyncio  # type: ignore[import-untyped]
 
 from acp_trio.aio import open_loop, run
 
-__all__ = ["call_trio", "open_loop", "run"]
+__all__ = ["call_trio", "loop_is_open", "open_loop", "run"]
 
 _T = TypeVar("_T")
 
@@ -31,6 +31,12 @@ def _repair_anyio() -> None:
 
 
 _repair_anyio()
+
+
+def loop_is_open() -> bool:
+    """Whether this trio task runs inside an open (not closed) :func:`open_loop` block."""
+    loop = trio_asyncio.current_loop.get()
+    return loop is not None and not loop.is_closed()
 
 
 async def call_trio(async_fn: Callable[[], Awaitable[_T]]) -> _T:
