@@ -106,6 +106,25 @@ def test_the_portal_is_shared_on_a_loop_and_closed_after_the_last_block(run_asyn
     run_asyncio(main)
 
 
+def test_two_tasks_opening_the_portal_at_once_share_it_once_it_serves(run_asyncio: Host) -> None:
+    async def user(name: str) -> tuple[aio.TrioPortal, str]:
+        async with aio.trio_portal() as portal:
+            return portal, await portal.run(trio_echo, name)
+
+    async def main() -> None:
+        async with asyncio.timeout(DEADLINE):
+            (first, a), (second, b) = await asyncio.gather(user("a"), user("b"))
+        assert first is second
+        assert (a, b) == ("trio says a", "trio says b")
+
+    run_asyncio(main)
+
+
+async def trio_echo(name: str) -> str:
+    await trio.sleep(0)
+    return f"trio says {name}"
+
+
 def test_an_asyncio_cancel_cancels_the_trio_task_and_run_raises_after_it_finished(run_asyncio: Host) -> None:
     events: list[str] = []
 

@@ -344,6 +344,7 @@ class TrioPortal:
         self._nursery: trio.Nursery | None = None
         self._stop: trio.Event | None = None
         self._done: asyncio.Future[outcome.Outcome[None]] | None = None
+        self._ready: asyncio.Future[None] | None = None  # set once the trio side serves
 
     async def _main(self, ready: asyncio.Future[None]) -> None:
         self._stop = trio.Event()
@@ -564,6 +565,9 @@ async def trio_portal() -> AsyncIterator[TrioPortal]:
     """
     loop = asyncio.get_running_loop()
     portal = _portals.get(loop)
+    if portal is not None and not portal._closed and portal._ready is not None:
+        await asyncio.shield(portal._ready)  # another task is starting it: wait until it serves
+        portal._ready.result()
     if portal is None or portal._closed:
         portal = TrioPortal(loop)
         ready: asyncio.Future[None] = loop.create_future()
@@ -585,7 +589,7 @@ async def trio_portal() -> AsyncIterator[TrioPortal]:
                 done_callback=done_callback,
                 host_uses_signal_set_wakeup_fd=_host_sets_wakeup_fd(),
             )
-        portal._done = done
+        portal._done, portal._ready = done, ready
         _portals[loop] = portal
         try:
             await _wait_through_cancels(ready)
