@@ -6,8 +6,6 @@ the agent (asyncio code on that loop) that talks to the client (trio code).
 
 from __future__ import annotations
 
-import asyncio
-import sys
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
@@ -18,19 +16,6 @@ from acp_trio.aio import open_loop, run
 __all__ = ["call_trio", "loop_is_open", "open_loop", "run"]
 
 _T = TypeVar("_T")
-
-
-def _repair_anyio() -> None:
-    """trio-asyncio replaces ``asyncio.get_running_loop`` when imported; anyio's asyncio backend
-    binds it by name when *it* is imported, so one imported first (anyio's pytest plugin does so)
-    keeps the original, and every anyio call inside the loop fails with "no running event loop"
-    (pydantic-ai's runs use anyio).  Point that binding at trio-asyncio's function."""
-    backend = sys.modules.get("anyio._backends._asyncio")
-    if backend is not None and getattr(backend, "get_running_loop", None) is not asyncio.get_running_loop:
-        setattr(backend, "get_running_loop", asyncio.get_running_loop)  # noqa: B010
-
-
-_repair_anyio()
 
 
 def loop_is_open() -> bool:
