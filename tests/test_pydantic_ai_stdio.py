@@ -120,3 +120,19 @@ def test_the_guides_zed_entry_gives_the_command_line_arguments_it_takes() -> Non
     parsed = parse_args(server["args"][2:])
     assert (parsed.agent, parsed.store) == ("my_agent:agent", "/path/to/sessions.db")
     assert "PYTHONPATH" in server["env"]
+
+
+def test_the_command_line_builds_the_agent_it_names(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from acp_trio.integrations.pydantic_ai import PydanticAIAgent
+    from acp_trio.integrations.pydantic_ai.__main__ import build, parse_args
+
+    monkeypatch.chdir(TESTS)
+    agent = build(parse_args(["test_pydantic_ai_agents:agent", "--name", "n", "--protocol", "2", "--model", "test"]))
+    assert (agent.info.name, agent.versions, list(agent.models)) == ("n", (2,), ["test"])
+    assert agent.store is None
+    made = build(parse_args(["test_pydantic_ai_agents:make_agent"]))  # a factory: called
+    assert made.info.name == "test-pydantic-ai" and made.agent is not agent.agent
+    ready = build(parse_args(["test_pydantic_ai_agents:served", "--store", str(tmp_path / "s.db")]))
+    assert isinstance(ready, PydanticAIAgent) and list(ready.models) == ["scripted", "also-scripted"]
+    assert ready.store is not None
+    ready.store.close()
