@@ -90,6 +90,18 @@ async def test_tool_calls_are_acp_tool_calls_with_raw_input_and_output(variant: 
         assert texts(wire) == "results: read_file=contents of /work/a.txt; add=5"
 
 
+async def test_a_tool_title_function_titles_the_tool_calls() -> None:
+    def title(name: str, args: Any) -> str:
+        return f"{name}: {args.get('path', '')}".rstrip(": ")
+
+    async with served(PydanticAIAgent(make_agent(), tool_title=title), Client(v2)) as wire:
+        session = await wire.new_session()
+        wire.clear()
+        await wire.prompt(session, "tools")
+        titles = {u["toolCallId"]: u["title"] for u in tool_updates(wire) if "title" in u}
+        assert titles == {"c1": "read_file: /work/a.txt", "c2": "add"}
+
+
 def test_tool_kind_guesses_from_the_name() -> None:
     assert [tool_kind(n) for n in ("read_file", "writeFile", "run_tests", "web-fetch", "add", "grep")] == [
         "read",

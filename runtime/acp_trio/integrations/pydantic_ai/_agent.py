@@ -189,7 +189,9 @@ class PydanticAIAgent(n.Agent):
     ``model_settings``: from a session's config values (``{config_id: value}``) to the
     ``ModelSettings`` of its next run (``None``: none); ``deps``: from the session to the run's
     ``deps`` (for agents with a ``deps_type``); ``tool_kinds``: ``{tool name: ACP kind}`` where the
-    name alone (:func:`tool_kind`) guesses wrong; ``client_tools``: offer the v1 client's file
+    name alone (:func:`tool_kind`) guesses wrong (a tool's ``metadata`` may say it too:
+    :data:`KIND_METADATA`); ``tool_title``: from a tool's name and arguments to its tool call's
+    title (default the name); ``client_tools``: offer the v1 client's file
     system and terminal as tools when it advertises them; ``versions``: the protocol versions
     served.
     """
@@ -210,6 +212,7 @@ class PydanticAIAgent(n.Agent):
         model_settings: Callable[[Mapping[str, str | bool]], ModelSettings | None] | None = None,
         deps: Callable[[n.Session], Any] | None = None,
         tool_kinds: Mapping[str, str] | None = None,
+        tool_title: Callable[[str, Mapping[str, Any]], str] | None = None,
         client_tools: bool = True,
         versions: Sequence[int] = (1, 2),
     ) -> None:
@@ -224,6 +227,7 @@ class PydanticAIAgent(n.Agent):
         self.model_settings = model_settings
         self.deps = deps
         self.tool_kinds = dict(tool_kinds or {})
+        self.tool_title = tool_title
         self.client_tools = client_tools
         self.conversations: dict[str, _Conversation] = {}
         ids = [o.config_id for o in self.options]
@@ -482,8 +486,9 @@ class _TurnRunner:
         args = part.args_as_dict()
         name = part.tool_name
         kind = owner.tool_kinds.get(name) or self.kinds.get(name) or tool_kind(name)
+        title = owner.tool_title(name, args) if owner.tool_title is not None else name
         call = await self.turn.tool(
-            name,
+            title,
             kind=kind,
             status=status,
             raw_input=args,
