@@ -140,14 +140,15 @@ def main() -> None:
                         raise RuntimeError(f"{name} {command}: {proc.stderr[-2000:]}")
                     result: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
                     rates.setdefault((command, name), []).extend(expected(kind, n) / s for s in result[command])
+                    line = f"  round {r + 1} {command!r} {name}: " + ", ".join(
+                        f"{expected(kind, n) / s:,.0f}/s" for s in result[command]
+                    )
                     cpu = result.get("cpu", {}).get(command)
                     if cpu:
                         per = 1e6 / expected(kind, n)
                         pairs = [(a * per, c * per) for a, c in zip(cpu["agent"], cpu["client"], strict=True)]
                         cpus.setdefault((command, name), []).extend(pairs)
-                    line = f"  round {r + 1} {command!r} {name}: " + ", ".join(
-                        f"{expected(kind, n) / s:,.0f}/s" for s in result[command]
-                    )
+                        line += "; CPU µs (server+client): " + ", ".join(f"{a:.0f}+{c:.0f}" for a, c in pairs)
                     print(line, flush=True)
     for command in args.commands:
         first = None
