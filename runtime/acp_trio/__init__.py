@@ -28,7 +28,12 @@ Batteries (modules, loaded on use):
   (a session's MCP servers, the client's ``acp`` ones too; extra ``acp-trio[mcp]``),
   :mod:`acp_trio.session_store` (sessions kept
   in SQLite behind ``session/load``, list, resume, close and delete);
-- both: :mod:`acp_trio.otel` (trace context in ``_meta``; extra ``acp-trio[otel]``).
+- both: :mod:`acp_trio.otel` (trace context in ``_meta``; extra ``acp-trio[otel]``),
+  :mod:`acp_trio.aio` (asyncio libraries awaited from handlers, and acp-trio used from asyncio
+  programs; extra ``acp-trio[asyncio]``).
+
+Integrations: :mod:`acp_trio.integrations.pydantic_ai` (any ``pydantic_ai.Agent`` served over ACP,
+v1 and v2; extra ``acp-trio[pydantic-ai]``).
 """
 
 from __future__ import annotations
