@@ -962,6 +962,9 @@ PROJECT_MODULES["acp_trio.integrations.pydantic_ai"] = ("acp_trio.integrations.p
 PARSE_ONLY["python -m acp_trio.integrations.pydantic_ai my_agent:agent --store sessions.db"] = (
     "my_agent.py is the reader's: tests/test_pydantic_ai_stdio.py serves one this way, with --store, in two processes"
 )
+PARSE_ONLY["python -m acp_trio.integrations.pydantic_ai my_module:agent --store sessions.db"] = (
+    "my_module is the reader's (README): tests/test_pydantic_ai_stdio.py serves one this way, with --store"
+)
 
 OTHER_TEST = (
     (README, "pip install ./acp-trio"),  # Install
