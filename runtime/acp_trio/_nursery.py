@@ -15,9 +15,12 @@ way where exactly one error is the user's own.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from typing import TypeVar
 
 import trio
+
+_T = TypeVar("_T")
 
 
 def _only_body(group: BaseExceptionGroup[BaseException], body: BaseException) -> bool:
@@ -37,13 +40,14 @@ def _contains(group: BaseExceptionGroup[BaseException], body: BaseException) -> 
 
 
 @asynccontextmanager
-async def owned_nursery() -> AsyncIterator[trio.Nursery]:
-    """``trio.open_nursery()`` whose body's exception propagates unwrapped (see the module docstring)."""
+async def body_unwrapped(manager: AbstractAsyncContextManager[_T]) -> AsyncIterator[_T]:
+    """``manager`` (a context manager that runs tasks behind its block: a nursery, trio-asyncio's
+    loop) whose body's exception propagates unwrapped (see the module docstring)."""
     body: BaseException | None = None
     try:
-        async with trio.open_nursery() as nursery:
+        async with manager as value:
             try:
-                yield nursery
+                yield value
             except BaseException as exc:
                 body = exc
                 raise
@@ -56,6 +60,11 @@ async def owned_nursery() -> AsyncIterator[trio.Nursery]:
         finally:
             body.__cause__, body.__context__, body.__suppress_context__ = cause, context, suppress
             del body, group
+
+
+def owned_nursery() -> AbstractAsyncContextManager[trio.Nursery]:
+    """``trio.open_nursery()`` whose body's exception propagates unwrapped (see the module docstring)."""
+    return body_unwrapped(trio.open_nursery())
 
 
 @asynccontextmanager

@@ -73,7 +73,7 @@ from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
 import outcome
 import trio
 
-from ._nursery import _contains, _only_body
+from ._nursery import body_unwrapped
 
 if TYPE_CHECKING:
     from types import ModuleType
@@ -155,23 +155,8 @@ async def open_loop() -> AsyncIterator[asyncio.AbstractEventLoop]:
     if existing is not None and not existing.is_closed():
         yield existing
         return
-    body: BaseException | None = None
-    try:
-        async with trio_asyncio.open_loop() as loop:
-            try:
-                yield loop
-            except BaseException as exc:
-                body = exc
-                raise
-    except BaseExceptionGroup as group:  # trio-asyncio's nurseries group the body's exception: unwrap it
-        if body is None or not _contains(group, body) or not _only_body(group, body):
-            raise
-        cause, context, suppress = body.__cause__, body.__context__, body.__suppress_context__
-        try:
-            raise body from None
-        finally:
-            body.__cause__, body.__context__, body.__suppress_context__ = cause, context, suppress
-            del body, group
+    async with body_unwrapped(trio_asyncio.open_loop()) as loop:  # its nurseries would group the body's exception
+        yield loop
 
 
 async def _call(async_fn: Callable[..., Awaitable[_T]], args: tuple[Any, ...], kwargs: dict[str, Any]) -> _T:
