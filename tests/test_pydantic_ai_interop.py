@@ -295,24 +295,43 @@ tests/interop/pydantic_ai_script.toml -- python -m acp_trio.integrations.pydanti
 examples.pydantic_ai_agent.agent:agent``."""
 
 
-@pytest.mark.parametrize("protocol", [1, 2])
-async def test_the_checker_passes_it_where_pydantic_acp_fails(protocol: int, tmp_path: Path) -> None:
+async def check(agent: list[str], protocol: int, tmp_path: Path) -> tuple[dict[str, str], str, int]:
+    """``python -m acp_trio.check --protocol N --only ...`` (:data:`PYDANTIC_ACP_FAILS` and
+    ``initialize.before``) against ``agent``, run in ``tmp_path``: each check's status, the text
+    report, the exit status."""
     only = [*PYDANTIC_ACP_FAILS, "initialize.before"]
-    report = tmp_path / "report.json"
+    report = tmp_path / f"report-{protocol}.json"
     command = [sys.executable, "-m", "acp_trio.check", "--protocol", str(protocol), "--json", str(report)]
     command += [f"--only={name}" for name in only]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
     with trio.fail_after(4 * TIME_LIMIT):
         proc = await trio.run_process(
-            [*command, "--", sys.executable, *OURS],
-            capture_stdout=True,
-            capture_stderr=True,
-            check=False,
-            cwd=tmp_path,
-            env=env,
+            [*command, "--", *agent], capture_stdout=True, capture_stderr=True, check=False, cwd=tmp_path, env=env
         )
     out = proc.stdout.decode()
     results = {r["name"]: r["status"] for r in json.loads(report.read_text(encoding="utf-8"))["findings"]}
     assert set(results) == set(only), out
+    return results, out, proc.returncode
+
+
+@pytest.mark.parametrize("protocol", [1, 2])
+async def test_the_checker_passes_it_where_pydantic_acp_fails(protocol: int, tmp_path: Path) -> None:
+    results, out, status = await check([sys.executable, *OURS], protocol, tmp_path)
     assert {name: s for name, s in results.items() if s != "PASS"} == {}, out
-    assert proc.returncode == 0, out
+    assert status == 0, out
+
+
+@pytest.mark.skipif(
+    os.environ.get("ACP_REAL_AGENTS") != "1",
+    reason="installs pydantic-acp (a 107 MB virtual environment): ACP_REAL_AGENTS=1 (nox -s conformance sets it)",
+)
+async def test_pydantic_acp_fails_those_rules_on_the_same_agent(tmp_path: Path) -> None:
+    real_agents = test_interop.real_agents  # tests/interop/real_agents.py: the installer
+
+    try:
+        python = await trio.to_thread.run_sync(real_agents.install_pydantic_acp)
+    except real_agents.Unavailable as exc:
+        pytest.skip(str(exc).splitlines()[0])
+    results, out, status = await check([str(python), str(INTEROP / "pydantic_acp_same.py")], 1, tmp_path)
+    assert results == {**dict.fromkeys(PYDANTIC_ACP_FAILS, "FAIL"), "initialize.before": "WARN"}, out
+    assert status == 1, out
