@@ -156,6 +156,8 @@ PURE_SKIPS = [
     "tests/test_processes_readme.py",
     "tests/test_processes_shutdown.py",
     "tests/test_properties.py",
+    "tests/test_pydantic_ai_interop.py",
+    "tests/test_pydantic_ai_stdio.py",
     "tests/test_readme_new_user.py",
     "tests/test_remote_reconnect.py",
     "tests/test_sse.py",

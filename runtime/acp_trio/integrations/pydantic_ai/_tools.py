@@ -32,6 +32,10 @@ CLIENT_TOOLS = ("acp_read_text_file", "acp_write_text_file", "acp_run_command")
 ``fs.writeTextFile``, ``terminal``); writing and running need the user's approval."""
 OUTPUT_LIMIT = 256_000
 """Bytes of a command's output the client keeps (``outputByteLimit``: its last ones)."""
+MCP_START_WAIT = 30.0
+"""Seconds an MCP server of the session may take to start and answer ``initialize`` (pydantic-ai's
+default, 5 s, is shorter than a Python MCP server's start on a loaded machine); past it the server
+is left out of the session's tools and a warning is logged."""
 
 
 def _prefix(name: str) -> str:
@@ -62,7 +66,7 @@ def mcp_toolset(server: Any, cwd: str) -> AbstractToolset[Any] | None:
         headers = {h["name"]: h["value"] for h in fields.get("headers") or [] if isinstance(h, dict)}
         transport = SSETransport(fields["url"], headers=headers)
     name = getattr(server, "name", None) or "mcp"
-    return MCPToolset(transport, id=_prefix(name)).prefixed(_prefix(name))
+    return MCPToolset(transport, id=_prefix(name), init_timeout=MCP_START_WAIT).prefixed(_prefix(name))
 
 
 async def hold_toolsets(
