@@ -6,7 +6,7 @@ acp_trio.integrations.pydantic_ai examples.pydantic_ai_agent.agent:agent``; its 
 ``examples/pydantic_ai_agent/notes_mcp.py`` (``word_count``, the official ``mcp`` SDK) given in
 ``session/new``.  Each test runs real processes:
 
-- a note turn with acp-trio's demo client (``python -m acp_trio.demo --agent``), with acp-trio's
+- a note turn with acp-trio's demo client (``python -m acp_trio.demo --mcp-server ... --agent``), with acp-trio's
   client API (``StandardClient``, v1 and v2, the MCP server in ``mcpServers``), and with a v1 client
   written with the official TypeScript SDK (``tests/interop/ts_pydantic_ai_client.mjs``): thinking,
   both tools as ACP tool calls, the MCP tool, a permission asked for ``write_note`` only, the note
@@ -126,23 +126,30 @@ def stop_reason(result: Any) -> str | None:
 # -- a turn: the demo client, the client API, the TypeScript SDK ---------------------------------
 
 
-async def test_the_demo_client_completes_a_note_turn(tmp_path: Path) -> None:
+@pytest.mark.parametrize("protocol", [1, 2])
+async def test_the_demo_client_completes_a_note_turn(protocol: int, tmp_path: Path) -> None:
     note = tmp_path / "notes.md"
     note.write_text(OLD_NOTE, encoding="utf-8")
-    command = [sys.executable, "-m", "acp_trio.demo", "--cwd", str(tmp_path), "--prompt", note_prompt(note)]
+    command = [sys.executable, "-m", "acp_trio.demo", "--protocol", str(protocol), "--cwd", str(tmp_path)]
+    command += ["--prompt", note_prompt(note)]
+    command += ["--mcp-server", f"notes={sys.executable} {NOTES_MCP}"]  # the session's MCP server
     with trio.fail_after(TIME_LIMIT):
         proc = await trio.run_process(
             [*command, "--agent", "--", sys.executable, *OURS], capture_stdout=True, capture_stderr=True, cwd=ROOT
         )
     out = proc.stdout.decode()
-    assert "connected to notes, protocol version 1" in out
+    assert f"connected to notes, protocol version {protocol}" in out
     assert "agent (thinking): The user wants a note" in out
     assert "[tool t1-read] read_note (read): pending" in out
     assert "[tool t1-write] write_note (edit): pending" in out
-    assert "[permission] write_note: choosing 'Allow once'" in out
+    [asked] = [line for line in out.splitlines() if "[permission]" in line]  # the approval tool's only
+    assert "write_note" in asked and "choosing 'Allow once'" in asked
     assert f"write_note: wrote {len(OLD_NOTE + 'buy milk' + chr(10))} characters to {note}" in out
     assert out.rstrip().endswith("[turn ended: end_turn]")
     assert note.read_text(encoding="utf-8") == OLD_NOTE + "buy milk\n"
+    assert "[tool t1-count] notes_word_count (other): pending" in out  # the MCP server's tool, no permission
+    assert "[tool t1-count] completed 4" in out
+    assert "word_count (MCP): 4 words" in out
 
 
 @pytest.mark.parametrize("variant", [v1, v2], ids=["v1", "v2"])

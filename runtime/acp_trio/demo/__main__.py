@@ -18,7 +18,9 @@ to end; default 120), ``--deny`` (answer permission requests with a "reject" opt
 ``--no-fs-read`` (protocol 1: advertise ``fs.writeTextFile`` but not ``fs.readTextFile``, so the
 agent reads files itself and writes through the client: gemini-cli 0.61.0 can create a file
 through a client only so, since it cannot tell the client's -32002 for a missing file from other
-errors), ``-v`` (log
+errors), ``--mcp-server 'NAME=COMMAND ARGS...'`` (repeatable: a stdio MCP server the client
+offers the agent in ``session/new`` and ``session/load``, its command found on ``PATH`` and sent as
+an absolute path; the rest split as a shell would), ``-v`` (log
 the runtime and the agent's stderr to stderr), ``--store PATH`` (the example agent keeps
 its sessions in the SQLite file PATH, whichever protocol version made them; the client loads
 (protocol 1) or resumes with a replay from the start (``--protocol 2``) the most recent one,
@@ -38,9 +40,12 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
+import shlex
+import shutil
 import sys
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
@@ -107,12 +112,14 @@ async def run_demo(
     allow: bool = True,
     resume: bool = False,
     fs_read: bool = True,
+    mcp_servers: Sequence[StdioServer] = (),
 ) -> int:
     """Spawn ``command`` as an ACP agent (or connect with a :data:`Connect`), run one prompt turn in
     ``workdir``, print the transcript.
 
     ``allow``: answer permission requests with an "allow" option (else a "reject" one).
-    ``fs_read``: advertise ``fs.readTextFile`` (else only ``fs.writeTextFile``).  ``resume``:
+    ``fs_read``: advertise ``fs.readTextFile`` (else only ``fs.writeTextFile``).  ``mcp_servers``:
+    the stdio MCP servers offered in ``session/new`` and ``session/load`` (:func:`mcp_server`).  ``resume``:
     continue the most recent session the agent lists (``session/list``, then ``session/load``,
     which prints the stored conversation), if it has one.  Returns a process exit status: 0 when
     the turn ended, 1 on a protocol or connection error (an agent's -32603 comes with the end of its
@@ -135,9 +142,13 @@ async def run_demo(
             info = init.agent_info
             name = (info.title or info.name) if info else "an unnamed agent"
             client.say(f"connected to {name}, protocol version {init.protocol_version}")
-            session_id = await _load_latest(agent, client, workdir) if resume else None
+            servers: list[v1.McpServer] = [
+                v1.McpServerStdio(name=name, command=command, args=list(args), env=[])
+                for name, command, args in mcp_servers
+            ]
+            session_id = await _load_latest(agent, client, workdir, servers) if resume else None
             if session_id is None:
-                session = await agent.session_new(v1.NewSessionRequest(cwd=str(workdir), mcp_servers=[]))
+                session = await agent.session_new(v1.NewSessionRequest(cwd=str(workdir), mcp_servers=servers))
                 session_id = session.session_id
                 client.say(f"session {session_id} in {workdir}")
             client.say(f"you: {prompt}")
@@ -152,7 +163,9 @@ async def run_demo(
     return 0
 
 
-async def _load_latest(agent: v1.AgentPeer, client: DemoClient, workdir: Path) -> str | None:
+async def _load_latest(
+    agent: v1.AgentPeer, client: DemoClient, workdir: Path, servers: list[v1.McpServer]
+) -> str | None:
     """``--store``: load the agent's most recent session into ``workdir``, printing the replay; its id, or None."""
     caps = client.conn.agent_capabilities
     if not caps.get("loadSession") or "list" not in (caps.get("sessionCapabilities") or {}):
@@ -174,7 +187,7 @@ async def _load_latest(agent: v1.AgentPeer, client: DemoClient, workdir: Path) -
 
     client.states.on_update = replayed
     try:
-        request = v1.LoadSessionRequest(session_id=latest.session_id, cwd=str(workdir), mcp_servers=[])
+        request = v1.LoadSessionRequest(session_id=latest.session_id, cwd=str(workdir), mcp_servers=servers)
         await client.states.load(agent, request)
     finally:
         client.states.on_update = client.on_update
@@ -192,6 +205,7 @@ async def run_demo_v2(
     turn_timeout: float = 120.0,
     allow: bool = True,
     resume: bool = False,
+    mcp_servers: Sequence[StdioServer] = (),
 ) -> int:
     """:func:`run_demo` in protocol version 2: the ``session/prompt`` response is only a receipt,
     so this waits (at most ``turn_timeout`` seconds) for the ``idle`` state that ends the turn.
@@ -218,7 +232,12 @@ async def run_demo_v2(
             agent = v2.AgentPeer(conn)
             session_id = await _resume_latest_v2(agent, client, workdir) if resume else None
             if session_id is None:
-                session_id = (await agent.session_new(v2.NewSessionRequest(cwd=str(workdir)))).session_id
+                servers: list[v2.McpServer] = [
+                    v2.StdioMcpServer(name=name, command=command, args=list(args))
+                    for name, command, args in mcp_servers
+                ]
+                new = v2.NewSessionRequest(cwd=str(workdir), mcp_servers=servers or UNSET)
+                session_id = (await agent.session_new(new)).session_id
                 client.say(f"session {session_id} in {workdir}")
             client.say(f"you: {prompt}")
             stop_reason = await client.run_turn(session_id, prompt, timeout=turn_timeout)
@@ -303,6 +322,24 @@ def _print_summary(workdir: Path, out: TextIO) -> None:
         out.write(f"summary.txt now reads: {summary.read_text(encoding='utf-8')}")
 
 
+StdioServer = tuple[str, str, tuple[str, ...]]
+"""A stdio MCP server the demo client offers: its name, its command (an absolute path) and its arguments."""
+
+
+def mcp_server(spec: str) -> StdioServer:
+    """``--mcp-server``'s value, ``NAME=COMMAND ARGS...`` (split as a POSIX shell would), as a
+    :data:`StdioServer`; ``COMMAND`` is looked up on ``PATH`` unless it is a path.  Raises
+    ``ValueError`` naming what is wrong (no ``=``, an empty name or command, a command not found)."""
+    name, equals, rest = spec.partition("=")
+    words = shlex.split(rest) if equals else []
+    if not equals or not name.strip() or not words:
+        raise ValueError(f"--mcp-server {spec!r}: give NAME=COMMAND [ARGS...], e.g. notes=python notes_mcp.py")
+    found = shutil.which(words[0])
+    if found is None:
+        raise ValueError(f"--mcp-server {spec!r}: command {words[0]!r} not found")
+    return name.strip(), os.path.abspath(found), tuple(words[1:])
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m acp_trio.demo", description=__doc__.split("\n\n")[0])
     parser.add_argument("--serve-agent", action="store_true", help="serve the example agent on stdio")
@@ -324,6 +361,13 @@ def main(argv: list[str] | None = None) -> int:
         "--no-fs-read",
         action="store_true",
         help="protocol 1: advertise fs.writeTextFile but not fs.readTextFile (the agent reads files itself)",
+    )
+    parser.add_argument(
+        "--mcp-server",
+        action="append",
+        default=[],
+        metavar="'NAME=COMMAND ARGS...'",
+        help="offer the agent this stdio MCP server in session/new (repeatable; COMMAND found on PATH)",
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="log the runtime and agent stderr")
     parser.add_argument("--store", metavar="PATH", help="keep sessions in PATH; continue the last one")
@@ -375,6 +419,10 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--agent needs a command: python -m acp_trio.demo --agent -- CMD ARGS...")
     if args.command and not args.agent:
         parser.error("give --agent before -- CMD ...")
+    try:
+        mcp_servers = [mcp_server(spec) for spec in args.mcp_server]
+    except ValueError as exc:
+        parser.error(str(exc))
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.WARNING, stream=sys.stderr, format="%(name)s: %(message)s"
     )
@@ -405,6 +453,7 @@ def main(argv: list[str] | None = None) -> int:
                         turn_timeout=args.turn_timeout,
                         allow=not args.deny,
                         resume=bool(args.store),
+                        mcp_servers=mcp_servers,
                     )
                 )
             return trio.run(
@@ -417,6 +466,7 @@ def main(argv: list[str] | None = None) -> int:
                     allow=not args.deny,
                     resume=bool(args.store),
                     fs_read=not args.no_fs_read,
+                    mcp_servers=mcp_servers,
                 )
             )
         except OSError as exc:
