@@ -124,6 +124,10 @@ def compiled_wheel(session: nox.Session, key: str) -> Path:
 # the in-memory ones, and the tests that do not reach them at all (the generator, the schemas, the
 # converter, the typing and packaging tests).
 PURE_SKIPS = [
+    "tests/test_aio.py",  # acp_trio.aio and the integrations below: asyncio libraries, not the connection
+    "tests/test_aio_fastapi.py",
+    "tests/test_aio_langchain.py",
+    "tests/test_aio_portal.py",
     "tests/test_bridge.py",
     "tests/test_build_hook.py",
     "tests/test_capabilities_v2.py",
@@ -156,6 +160,8 @@ PURE_SKIPS = [
     "tests/test_processes_readme.py",
     "tests/test_processes_shutdown.py",
     "tests/test_properties.py",
+    "tests/test_pydantic_ai.py",
+    "tests/test_pydantic_ai_agents.py",
     "tests/test_pydantic_ai_interop.py",
     "tests/test_pydantic_ai_stdio.py",
     "tests/test_readme_new_user.py",
