@@ -53,9 +53,9 @@ DEFECTS: dict[str, dict[str, Status]] = {
 @pytest.fixture(scope="module")
 def defect_reports() -> dict[str, Report]:
     """Every target agent checked once, four at a time (each run spawns some 35 agent processes).
-    A run's wall time is mostly its probes' waits, so four at a time beat one run per test even
-    though pytest-xdist makes this fixture once per worker (tried: CI's compiled pass went from
-    about 5 to over 15 minutes)."""
+    pytest-xdist makes this fixture once per worker, so each agent is checked twice; one run per
+    test instead was tried (f75325b) and its effect on CI's wall time was lost in the machine's
+    noise: measure before changing it."""
 
     async def check_all() -> dict[str, Report]:
         reports: dict[str, Report] = {}
