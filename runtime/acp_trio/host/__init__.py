@@ -1,0 +1,35 @@
+"""Sessions owned by a host rather than a connection: detach, reattach, several clients on one session.
+
+``open_session_host(MyAgent)`` runs the agent author's class, unchanged, behind an ACP-aware router:
+a client connection's end detaches it and its sessions' turns keep running; every ``session/update``
+is numbered and journaled; a client reattaches with ``session/load`` (v1) or ``session/resume`` (v2,
+``replayFrom`` ``start`` or the host's cursor) and gets what it missed, then live updates.  The
+rules: ``docs/site/guides/host.md``.
+"""
+
+from __future__ import annotations
+
+from ._journal import Journal, MemoryJournal
+from ._router import (
+    CURRENT_META_KEY,
+    CURSOR_TYPE,
+    LAST_META_KEY,
+    TURN_ENDED,
+    UPDATE_META_KEY,
+    SessionHost,
+    SessionInfo,
+    open_session_host,
+)
+
+__all__ = [
+    "CURRENT_META_KEY",
+    "CURSOR_TYPE",
+    "LAST_META_KEY",
+    "TURN_ENDED",
+    "UPDATE_META_KEY",
+    "Journal",
+    "MemoryJournal",
+    "SessionHost",
+    "SessionInfo",
+    "open_session_host",
+]

@@ -1,0 +1,112 @@
+"""The journal contract of the session host, and the in-memory journal (the default, and the tests').
+
+Contract: a journal numbers each session's ``session/update`` wire lines 1, 2, ... (consecutive,
+per session) as the host appends them, and gives back those after a number.  It may drop the
+oldest lines of a session (its bounds are its own business): :meth:`Journal.first` then says the
+oldest number it still holds.  It knows nothing of JSON, ACP or trio beyond being awaited.  The
+persistent journal is :meth:`acp_trio.session_store.SqliteSessionStore.journal` (SQLite).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Sequence
+from typing import Protocol, runtime_checkable
+
+import trio
+
+
+@runtime_checkable
+class Journal(Protocol):
+    """Where a :class:`~acp_trio.host.SessionHost` keeps the ``session/update`` lines of its sessions.
+
+    Lines are the exact wire lines the agent sent (``bytes``, without the trailing newline);
+    numbers start at 1 per session and are consecutive.  All methods are awaited from trio.
+    """
+
+    async def append(self, session_id: str, lines: Sequence[bytes]) -> int:
+        """Append ``lines`` to the session's journal, in order; returns the number of the last one."""
+        ...
+
+    async def read(self, session_id: str, after: int) -> list[tuple[int, bytes]]:
+        """The lines numbered above ``after`` still held, in order, as ``(number, line)``."""
+        ...
+
+    async def first(self, session_id: str) -> int:
+        """The oldest number still held: 1 if nothing was dropped, 0 if the journal is empty."""
+        ...
+
+    async def last(self, session_id: str) -> int:
+        """The number of the last line appended (kept even when dropped), 0 if none."""
+        ...
+
+    async def forget(self, session_id: str) -> None:
+        """Drop the session's journal; its numbering starts again at 1."""
+        ...
+
+
+class MemoryJournal:
+    """A :class:`Journal` in this process's memory: gone with it.
+
+    ``max_updates``: lines kept per session (default ``None``: no limit); ``max_bytes``: bytes of
+    lines kept per session (default ``None``).  Past either bound the oldest lines of that session
+    are dropped (at least the newest line is always kept), so :meth:`first` rises and a client
+    whose replay cursor is older is refused by the host (-32602 with the oldest number available).
+    """
+
+    def __init__(self, *, max_updates: int | None = None, max_bytes: int | None = None) -> None:
+        if max_updates is not None and max_updates < 1:
+            raise ValueError(f"max_updates must be positive or None, got {max_updates}")
+        if max_bytes is not None and max_bytes < 1:
+            raise ValueError(f"max_bytes must be positive or None, got {max_bytes}")
+        self.max_updates = max_updates
+        self.max_bytes = max_bytes
+        self._lines: dict[str, deque[tuple[int, bytes]]] = {}
+        self._last: dict[str, int] = {}
+        self._bytes: dict[str, int] = {}
+
+    async def append(self, session_id: str, lines: Sequence[bytes]) -> int:
+        held = self._lines.setdefault(session_id, deque())
+        number = self._last.get(session_id, 0)
+        size = self._bytes.get(session_id, 0)
+        for line in lines:
+            number += 1
+            held.append((number, bytes(line)))
+            size += len(line)
+        while len(held) > 1 and (
+            (self.max_updates is not None and len(held) > self.max_updates)
+            or (self.max_bytes is not None and size > self.max_bytes)
+        ):
+            size -= len(held.popleft()[1])
+        self._last[session_id] = number
+        self._bytes[session_id] = size
+        await trio.lowlevel.checkpoint()
+        return number
+
+    async def read(self, session_id: str, after: int) -> list[tuple[int, bytes]]:
+        await trio.lowlevel.checkpoint()
+        held = self._lines.get(session_id)
+        if not held:
+            return []
+        start = max(0, after - held[0][0] + 1)
+        if start == 0:
+            return list(held)
+        return [held[i] for i in range(start, len(held))]
+
+    async def first(self, session_id: str) -> int:
+        await trio.lowlevel.checkpoint()
+        held = self._lines.get(session_id)
+        return held[0][0] if held else 0
+
+    async def last(self, session_id: str) -> int:
+        await trio.lowlevel.checkpoint()
+        return self._last.get(session_id, 0)
+
+    async def forget(self, session_id: str) -> None:
+        self._lines.pop(session_id, None)
+        self._last.pop(session_id, None)
+        self._bytes.pop(session_id, None)
+        await trio.lowlevel.checkpoint()
+
+
+__all__ = ["Journal", "MemoryJournal"]

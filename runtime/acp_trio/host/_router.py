@@ -1,0 +1,1178 @@
+"""The session host: ACP sessions owned by a host object rather than by a client connection.
+
+Contract: an ACP-aware router between client connections and agent instances, on NDJSON lines.
+Each client connection gets a *home* agent instance (an :class:`~acp_trio.AgentSideConnection`
+over in-memory streams, running the agent author's class unchanged) at its ``initialize``.  A
+session made or loaded there is *live* in the host, owned by that instance; clients attach to it
+(``session/new``, ``session/load``, ``session/resume``) and detach when their connection ends,
+while its turn keeps running.  Messages are forwarded verbatim except the ids the router rewrites
+(every client->agent request gets an instance-wide id; every agent->client request one id per
+client copy) and the ``_meta`` number it adds to each ``session/update``.  It knows the
+envelopes and the session-scoped methods of ACP v1 and v2, nothing of their payloads beyond
+``sessionId``, ``state_update``, the setup answers' ``modes``/``configOptions``/``availableCommands``
+and the updates that change them.  The rules are in ``docs/site/guides/host.md``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import math
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from typing import Any, Literal
+
+import orjson
+import trio
+import trio.testing
+
+from .._core import DEFAULT_MAX_MESSAGE_SIZE, LineFramer
+from .._nursery import owned_nursery
+from .._roles import AgentSideConnection, ClientSideConnection
+from ._journal import Journal, MemoryJournal
+
+log = logging.getLogger("acp_trio.host")
+
+UPDATE_META_KEY = "acp-trio/update"
+"""``_meta`` key of a ``session/update`` sent by the host: its number in the session's journal
+(extensibility.mdx: custom keys go in ``_meta``, named after the implementation)."""
+CURRENT_META_KEY = "acp-trio/current"
+"""``_meta`` key (``true``) of the ``state_update`` the host sends on ``session/resume``: the
+session's current state, not a journaled update (it has no number)."""
+LAST_META_KEY = "acp-trio/lastUpdate"
+"""``_meta`` key of a ``session/load``/``session/resume`` answer given by the host: the number of
+the last update of the session when the client went live (0: none yet)."""
+CURSOR_TYPE = "_acp_trio_from"
+"""The ``replayFrom`` type of the host's cursor: ``{"type": "_acp_trio_from", "update": N}``
+replays updates N, N+1, ... (inclusive, as session-setup.mdx says of replay cursors; schema
+``ReplayFromOther``: types beginning with ``_`` are reserved for implementations)."""
+TURN_ENDED = "_acp_trio/turn_ended"
+"""Extension notification (v1) the host sends to the clients attached to a session, other than
+the one that prompted, when a ``session/prompt`` answer ends a turn: ``{"sessionId", "stopReason"}``."""
+
+INVALID_REQUEST = -32600
+INVALID_PARAMS = -32602
+INTERNAL_ERROR = -32603
+RESOURCE_NOT_FOUND = -32002
+
+# requests a client sends to its home instance when the session is not live in the host
+_HOME_SESSION_METHODS = frozenset({"session/load", "session/resume", "session/close", "session/delete"})
+# answers that make a session live (the session id in the answer, or in the request)
+_OPENING = frozenset({"session/new", "session/load", "session/resume", "session/fork"})
+_ENDING = frozenset({"session/close", "session/delete"})
+_DECLINE: dict[str, dict[str, Any]] = {
+    "session/request_permission": {"outcome": {"outcome": "cancelled"}},
+    "elicitation/create": {"action": "decline"},
+}
+
+Policy = Literal["wait", "reject", "cancel"]
+
+
+def _dumps(message: dict[str, Any]) -> bytes:
+    return orjson.dumps(message)
+
+
+def _error(request_id: Any, code: int, message: str, data: Any = None) -> bytes:
+    error: dict[str, Any] = {"code": code, "message": message}
+    if data is not None:
+        error["data"] = data
+    return _dumps({"jsonrpc": "2.0", "id": request_id, "error": error})
+
+
+def _with_meta(message: dict[str, Any], key: str, value: Any) -> bytes:
+    """``message`` (a parsed notification or response) with ``_meta[key] = value`` on its
+    params (or result), re-encoded; the parsed message itself is left alone."""
+    field = "params" if "method" in message else "result"
+    body = message.get(field)
+    body = dict(body) if type(body) is dict else {}
+    meta = body.get("_meta")
+    meta = dict(meta) if type(meta) is dict else {}
+    meta[key] = value
+    body["_meta"] = meta
+    return _dumps({**message, field: body})
+
+
+class _Client:
+    """One client connection being served."""
+
+    def __init__(self, host: SessionHost, connection_id: str, principal: Any) -> None:
+        self.connection_id = connection_id
+        self.principal = principal
+        self.send, self.receive = trio.open_memory_channel[bytes](math.inf)
+        self.home: _Instance | None = None
+        self.version: int | None = None
+        self.sessions: set[str] = set()
+        self.attaching: dict[str, list[tuple[int, bytes]]] = {}
+        self.ids = itertools.count(1)
+        self.questions: dict[int, _Question] = {}  # router id -> question
+        self.calls: dict[Any, tuple[_Instance, int]] = {}  # the client's request id -> its router id
+        self.gone = False
+
+    def put(self, line: bytes) -> None:
+        if not self.gone:
+            self.send.send_nowait(line)
+
+
+class _Call:
+    """A request forwarded to an agent instance, under a router id."""
+
+    __slots__ = ("client", "client_id", "method", "on_answer", "params")
+
+    def __init__(
+        self,
+        client: _Client | None,
+        client_id: Any,
+        method: str,
+        params: Any,
+        on_answer: Callable[[dict[str, Any]], Awaitable[None]] | None = None,
+    ) -> None:
+        self.client = client
+        self.client_id = client_id
+        self.method = method
+        self.params = params
+        self.on_answer = on_answer
+
+
+class _Question:
+    """A request an agent instance sent to its client(s): one copy per client it went to."""
+
+    def __init__(self, instance: _Instance, message: dict[str, Any], session_id: str | None) -> None:
+        self.instance = instance
+        self.agent_id = message["id"]
+        self.method: str = message["method"]
+        self.message = message
+        self.session_id = session_id
+        self.copies: dict[_Client, int] = {}
+        self.answered = False
+        self.timer: trio.CancelScope | None = None
+
+
+class _Session:
+    def __init__(self, session_id: str, instance: _Instance, principal: Any) -> None:
+        self.id = session_id
+        self.instance = instance
+        self.principal = principal
+        self.clients: set[_Client] = set()
+        self.setup: dict[str, Any] = {}
+        self.state: dict[str, Any] = {"sessionUpdate": "state_update", "state": "idle"}
+        self.prompting: _Client | None = None  # a session/prompt in flight (v1: the turn), and who sent it
+        self.prompt_gone = False  # the prompting client left
+        self.questions: list[_Question] = []
+        self.loading: _Client | None = None  # the agent is loading it for this client: not live yet
+        self.detached_at: float | None = None
+        self.ttl: trio.CancelScope | None = None
+        self.last = 0  # the number of the last update journaled
+        self.states = 0  # state_update notifications read
+        self.states_at_prompt = 0
+
+    @property
+    def running(self) -> bool:
+        return self.prompting is not None or self.state.get("state") not in (None, "idle")
+
+
+class _Instance:
+    """One agent instance, its input, and the requests in flight to it."""
+
+    def __init__(self, number: int) -> None:
+        self.number = number
+        self.send, self.receive = trio.open_memory_channel[bytes](math.inf)
+        self.version: int | None = None
+        self.home_clients: set[_Client] = set()
+        self.sessions: set[str] = set()
+        self.ids = itertools.count(1)
+        self.calls: dict[int, _Call] = {}
+        self.questions: dict[Any, _Question] = {}
+        self.ended = False
+        self.closing = False
+
+
+class SessionInfo:
+    """What the host knows of one live session (a snapshot: see :meth:`SessionHost.sessions`)."""
+
+    __slots__ = ("attached", "detached_since", "last_update", "pending_requests", "running", "session_id", "state")
+
+    def __init__(self, session: _Session) -> None:
+        self.session_id: str = session.id
+        self.attached: int = len(session.clients)
+        """Client connections attached now."""
+        self.state: str = str(session.state.get("state", "idle"))
+        """The last ``state_update`` state (v2), ``"idle"`` before any."""
+        self.running: bool = session.running
+        """A turn runs (v1: a ``session/prompt`` is unanswered; v2: not ``idle``, or a prompt in flight)."""
+        self.last_update: int = session.last
+        """The number of the last journaled update (0: none)."""
+        self.detached_since: float | None = session.detached_at
+        """``trio.current_time()`` when the last client detached, ``None`` while one is attached."""
+        self.pending_requests: int = sum(1 for q in session.questions if not q.answered)
+        """Agent->client requests of the session not answered yet."""
+
+    def __repr__(self) -> str:
+        return (
+            f"SessionInfo(session_id={self.session_id!r}, attached={self.attached}, state={self.state!r}, "
+            f"last_update={self.last_update}, pending_requests={self.pending_requests})"
+        )
+
+
+class SessionHost:
+    """Sessions owned by a host, not by a connection (made by :func:`open_session_host`).
+
+    Serve each client connection with :meth:`serve_streams` (``AcpApp(serve_streams=host.serve_streams)``
+    over WebSocket and Streamable HTTP) or :meth:`connect` (in memory).  See the module docstring
+    and ``docs/site/guides/host.md`` for the rules.
+    """
+
+    def __init__(
+        self,
+        agent_factory: Any,
+        nursery: trio.Nursery,
+        *,
+        journal: Journal,
+        detached_ttl: float | None,
+        max_detached_sessions: int | None,
+        unattended_timeout: float | None,
+        unattended_policy: Policy,
+        connection_options: dict[str, Any],
+    ) -> None:
+        self.agent_factory = agent_factory
+        self.journal = journal
+        self.detached_ttl = detached_ttl
+        self.max_detached_sessions = max_detached_sessions
+        self.unattended_timeout = unattended_timeout
+        self.unattended_policy = unattended_policy
+        self.connection_options = connection_options
+        self.max_message_size: int = connection_options.get("max_message_size", DEFAULT_MAX_MESSAGE_SIZE)
+        self._nursery = nursery
+        self._sessions: dict[str, _Session] = {}
+        self._instances: set[_Instance] = set()
+        self._numbers = itertools.count(1)
+        self._changed = trio.lowlevel.ParkingLot()
+        self._serving: set[trio.CancelScope] = set()
+
+    # -- the public surface -------------------------------------------------------------------------
+    def sessions(self) -> dict[str, SessionInfo]:
+        """A snapshot of the live sessions, by session id."""
+        return {sid: SessionInfo(s) for sid, s in self._sessions.items() if s.loading is None}
+
+    @property
+    def instances(self) -> int:
+        """Agent instances running now."""
+        return len(self._instances)
+
+    async def wait_until(self, predicate: Callable[[], bool]) -> None:
+        """Return once ``predicate()`` is true, checked now and after every change of the host's
+        state (a client attached or detached, an update journaled, a session closed, ...): for
+        tests and monitoring.  Bound it with ``trio.fail_after``."""
+        while not predicate():
+            await self._changed.park()
+
+    def _touch(self) -> None:
+        self._changed.unpark_all()
+
+    async def serve_streams(
+        self,
+        connection_id: str,
+        to_client: trio.abc.SendStream,
+        from_client: trio.abc.ReceiveStream,
+        *,
+        principal: Any = None,
+    ) -> None:
+        """Serve one client connection's NDJSON byte streams until the client is gone.
+
+        ``connection_id``: a name for the logs; ``to_client`` / ``from_client``: any trio byte
+        streams (``AcpApp(serve_streams=host.serve_streams)`` hands each WebSocket or Streamable
+        HTTP connection's).  ``principal``: who the client is (a bearer token's subject), or
+        ``None``; when both it and a session's creator's are set, attaching needs them equal.
+        Returns when ``from_client`` ends (the client detaches from its sessions; their turns go
+        on) or the host closes.  Never raises for what a client sends.
+        """
+        client = _Client(self, connection_id, principal)
+        with trio.CancelScope() as scope:
+            self._serving.add(scope)
+            try:
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(self._write_client, client, to_client)
+                    try:
+                        await self._read_client(client, from_client)
+                    finally:
+                        with trio.CancelScope(shield=True):
+                            self._client_gone(client)
+                        client.send.close()
+            finally:
+                self._serving.discard(scope)
+
+    @asynccontextmanager
+    async def connect(
+        self, client: Any, *, principal: Any = None, **options: Any
+    ) -> AsyncIterator[ClientSideConnection]:
+        """A :class:`~acp_trio.ClientSideConnection` served by this host in memory (``async with
+        host.connect(MyClient) as conn``); leaving the block closes it, which detaches it.
+        ``client``, ``options``: as for :class:`~acp_trio.ClientSideConnection`; ``principal``:
+        as for :meth:`serve_streams`."""
+        client_stream, host_stream = trio.testing.memory_stream_pair()
+        done = trio.Event()
+
+        async def serve() -> None:
+            try:
+                await self.serve_streams(f"memory-{id(client_stream):x}", host_stream, host_stream, principal=principal)
+            finally:
+                done.set()
+
+        self._nursery.start_soon(serve)
+        conn = ClientSideConnection(client, client_stream, client_stream, **options)
+        try:
+            async with conn:
+                yield conn
+        finally:
+            with trio.CancelScope(shield=True):
+                await client_stream.aclose()
+                await done.wait()
+
+    async def aclose(self) -> None:
+        """Stop serving: every client connection ends, every agent instance is cancelled."""
+        for scope in list(self._serving):
+            scope.cancel()
+        self._nursery.cancel_scope.cancel()
+        await trio.lowlevel.checkpoint()
+
+    # -- client connections ---------------------------------------------------------------------------
+    async def _write_client(self, client: _Client, to_client: trio.abc.SendStream) -> None:
+        try:
+            async for line in client.receive:
+                batch = [line, b"\n"]
+                while True:
+                    try:
+                        more = client.receive.receive_nowait()
+                    except (trio.WouldBlock, trio.EndOfChannel):
+                        break
+                    batch += (more, b"\n")
+                await to_client.send_all(b"".join(batch))
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            log.debug("client %s: its output closed", client.connection_id)
+        finally:
+            client.gone = True
+            with trio.CancelScope(shield=True):
+                try:
+                    await to_client.aclose()
+                except Exception:
+                    pass
+
+    async def _read_client(self, client: _Client, from_client: trio.abc.ReceiveStream) -> None:
+        framer = LineFramer(self.max_message_size)
+        while True:
+            try:
+                data = await from_client.receive_some()
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                return
+            if not data:
+                for item in framer.close():
+                    if type(item) is bytes:
+                        await self._from_client(client, item)
+                return
+            for item in framer.feed(data):
+                if type(item) is not bytes:
+                    log.warning(
+                        "client %s sent a message over %d bytes: dropped", client.connection_id, self.max_message_size
+                    )
+                    continue
+                await self._from_client(client, item)
+
+    async def _from_client(self, client: _Client, line: bytes) -> None:
+        try:
+            message = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            client.put(_error(None, -32700, "Parse error: a line that is not JSON"))
+            return
+        if type(message) is not dict:
+            client.put(_error(None, INVALID_REQUEST, "Invalid request: a JSON-RPC message is an object"))
+            return
+        method = message.get("method")
+        if type(method) is str:
+            if "id" in message:
+                await self._client_request(client, message, method)
+            else:
+                await self._client_notification(client, message, method)
+        elif "id" in message:
+            self._client_answer(client, message)
+
+    async def _client_request(self, client: _Client, message: dict[str, Any], method: str) -> None:
+        request_id = message["id"]
+        params = message.get("params")
+        session_id = params.get("sessionId") if type(params) is dict else None
+        if method == "initialize":
+            if client.home is None:
+                client.home = self._start_instance()
+                client.home.home_clients.add(client)
+            instance = client.home
+
+            async def initialized(answer: dict[str, Any]) -> None:
+                result = answer.get("result")
+                if type(result) is dict and type(result.get("protocolVersion")) is int:
+                    instance.version = result["protocolVersion"]
+                    client.version = instance.version
+
+            self._forward(instance, client, message, on_answer=initialized)
+            return
+        home = client.home
+        if home is None or home.ended:
+            client.put(
+                _error(
+                    request_id,
+                    INVALID_REQUEST,
+                    "Connection not initialized",
+                    {"method": method, "detail": "send initialize first"},
+                )
+            )
+            return
+        session = self._sessions.get(session_id) if type(session_id) is str else None
+        if method in ("session/load", "session/resume") and type(session_id) is str:
+            if session is not None:
+                await self._attach(client, message, method, session)
+            else:
+                self._load_on_home(client, message, method, session_id)
+            return
+        if type(session_id) is str and method.startswith("session/") and method != "session/new":
+            if session is None and method in _HOME_SESSION_METHODS:
+                self._forward(home, client, message)
+                return
+            if session is None or client not in session.clients:
+                client.put(
+                    _error(
+                        request_id,
+                        RESOURCE_NOT_FOUND,
+                        f"Resource not found: session {session_id!r} is not attached to this connection",
+                        {
+                            "sessionId": session_id,
+                            "detail": "attach it first with session/load (v1) or session/resume (v2), "
+                            "or make one with session/new",
+                        },
+                    )
+                )
+                return
+            if method == "session/prompt":
+                if session.running:
+                    client.put(
+                        _error(
+                            request_id,
+                            INVALID_REQUEST,
+                            f"A turn is running in session {session_id!r}: wait for it to end "
+                            "(v2: state_update idle; v1: the prompt's answer) or cancel it with session/cancel, "
+                            "then prompt again",
+                            {"sessionId": session_id, "reason": "turn running"},
+                        )
+                    )
+                    return
+                session.prompting = client
+                session.prompt_gone = False
+                session.states_at_prompt = session.states
+                self._touch()
+            self._forward(session.instance, client, message, on_answer=self._session_answer(session, method, params))
+            return
+        on_answer = self._opened(client, home, method, params) if method in _OPENING else None
+        self._forward(home, client, message, on_answer=on_answer)
+
+    def _session_answer(
+        self, session: _Session, method: str, params: Any
+    ) -> Callable[[dict[str, Any]], Awaitable[None]] | None:
+        async def answered(answer: dict[str, Any]) -> None:
+            result = answer.get("result")
+            if method == "session/prompt":
+                prompter = session.prompting
+                session.prompting = None
+                version = session.instance.version or 1
+                if version >= 2 and type(result) is dict and session.states == session.states_at_prompt:
+                    # accepted, and its running state_update not read yet: running until a state_update says otherwise
+                    session.state = {"sessionUpdate": "state_update", "state": "running"}
+                self._touch()
+                if version < 2 and type(result) is dict:
+                    ended = _dumps(
+                        {
+                            "jsonrpc": "2.0",
+                            "method": TURN_ENDED,
+                            "params": {"sessionId": session.id, "stopReason": result.get("stopReason")},
+                        }
+                    )
+                    for other in session.clients:
+                        if other is not prompter or session.prompt_gone:
+                            other.put(ended)
+                return
+            if type(result) is not dict:
+                return
+            if method in _ENDING:
+                await self._drop_session(session)
+            elif method == "session/set_config_option" and "configOptions" in result:
+                session.setup["configOptions"] = result["configOptions"]
+            elif method == "session/set_mode" and type(params) is dict:
+                modes = session.setup.get("modes")
+                if type(modes) is dict:
+                    session.setup["modes"] = {**modes, "currentModeId": params.get("modeId")}
+
+        return answered
+
+    def _opened(
+        self, client: _Client, home: _Instance, method: str, params: Any
+    ) -> Callable[[dict[str, Any]], Awaitable[None]]:
+        async def opened(answer: dict[str, Any]) -> None:
+            result = answer.get("result")
+            if type(result) is not dict:
+                return
+            session_id = result.get("sessionId")
+            if type(session_id) is not str or session_id in self._sessions:
+                return
+            session = _Session(session_id, home, client.principal)
+            session.setup = {k: v for k, v in result.items() if k not in ("sessionId", "_meta")}
+            self._sessions[session_id] = session
+            home.sessions.add(session_id)
+            session.last = await self.journal.last(session_id)
+            if not client.gone:
+                session.clients.add(client)
+                client.sessions.add(session_id)
+            else:
+                self._detached(session)
+            self._touch()
+
+        return opened
+
+    def _load_on_home(self, client: _Client, message: dict[str, Any], method: str, session_id: str) -> None:
+        """``session/load``/``session/resume`` of a session the host is not running: the home
+        instance loads it (its replay goes to this client alone, unjournaled); once answered, the
+        session is live there."""
+        home = client.home
+        assert home is not None
+        session = _Session(session_id, home, client.principal)
+        session.loading = client
+        self._sessions[session_id] = session
+        home.sessions.add(session_id)
+
+        async def loaded(answer: dict[str, Any]) -> None:
+            result = answer.get("result")
+            session.loading = None
+            if type(result) is not dict:
+                self._sessions.pop(session_id, None)
+                home.sessions.discard(session_id)
+                self._maybe_end(home)
+                return
+            session.setup = {k: v for k, v in result.items() if k != "_meta"}
+            session.last = await self.journal.last(session_id)
+            if not client.gone:
+                session.clients.add(client)
+                client.sessions.add(session_id)
+            else:
+                self._detached(session)
+            self._touch()
+
+        self._forward(home, client, message, on_answer=loaded)
+
+    async def _attach(self, client: _Client, message: dict[str, Any], method: str, session: _Session) -> None:
+        """Attach ``client`` to the live ``session``: replay (v1 load: all; v2 resume: as
+        ``replayFrom`` says), then (v2) the current ``state_update``, the answer, the pending
+        requests, and live updates, with the journal's numbers as the fence between replay and live."""
+        request_id = message["id"]
+        params = message["params"]
+        if session.loading is not None:
+            client.put(
+                _error(
+                    request_id,
+                    INVALID_REQUEST,
+                    f"session {session.id!r} is being loaded by another connection: try again once it is",
+                    {"sessionId": session.id},
+                )
+            )
+            return
+        if client.principal is not None and session.principal is not None and client.principal != session.principal:
+            client.put(
+                _error(
+                    request_id,
+                    RESOURCE_NOT_FOUND,
+                    f"Resource not found: session {session.id!r}",
+                    {"sessionId": session.id},
+                )
+            )
+            return
+        if client.version != session.instance.version:
+            client.put(
+                _error(
+                    request_id,
+                    INVALID_PARAMS,
+                    f"session {session.id!r} runs on protocol version {session.instance.version}; this connection "
+                    f"negotiated version {client.version}: reconnect with initialize protocolVersion "
+                    f"{session.instance.version} to attach to it",
+                    {"sessionId": session.id, "protocolVersion": session.instance.version},
+                )
+            )
+            return
+        if client in session.clients:
+            client.put(
+                _error(
+                    request_id,
+                    INVALID_REQUEST,
+                    f"session {session.id!r} is already attached to this connection",
+                    {"sessionId": session.id},
+                )
+            )
+            return
+        version = session.instance.version or 1
+        start: int | None = None  # the first update to replay, None: no replay
+        if method == "session/load":
+            start = 1
+        else:
+            replay = params.get("replayFrom")
+            if type(replay) is dict and replay.get("type") == "start":
+                start = 1
+            elif type(replay) is dict and replay.get("type") == CURSOR_TYPE:
+                number = replay.get("update")
+                if type(number) is not int or number < 1:
+                    client.put(
+                        _error(
+                            request_id,
+                            INVALID_PARAMS,
+                            f'Invalid params: replayFrom {{"type": "{CURSOR_TYPE}"}} needs "update", a positive '
+                            "integer: the number of the first update to replay",
+                            {"replayFrom": replay},
+                        )
+                    )
+                    return
+                start = number
+            elif replay is not None:
+                client.put(
+                    _error(
+                        request_id,
+                        INVALID_PARAMS,
+                        f"Invalid params: replayFrom type {replay.get('type') if type(replay) is dict else replay!r} "
+                        f'is not supported here: use "start", "{CURSOR_TYPE}" or none',
+                        {"replayFrom": replay},
+                    )
+                )
+                return
+        if start is not None and start > 1:  # the cursor: still in the journal, and not past its end
+            first = await self.journal.first(session.id)
+            last = await self.journal.last(session.id)
+            oldest = first or last + 1
+            if start < oldest:
+                client.put(
+                    _error(
+                        request_id,
+                        INVALID_PARAMS,
+                        f"Invalid params: update {start} of session {session.id!r} is no longer in the journal; "
+                        f"the oldest available is {first}: resume from it, or with replayFrom start",
+                        {"sessionId": session.id, "oldest": oldest},
+                    )
+                )
+                return
+            if start > last + 1:
+                client.put(
+                    _error(
+                        request_id,
+                        INVALID_PARAMS,
+                        f"Invalid params: session {session.id!r} has {last} updates; update {start} does not exist yet",
+                        {"sessionId": session.id, "last": last},
+                    )
+                )
+                return
+        if self._sessions.get(session.id) is not session:  # closed meanwhile
+            client.put(_error(request_id, RESOURCE_NOT_FOUND, f"Resource not found: session {session.id!r}"))
+            return
+        # from here to the end of the replay, live updates for this client wait in its buffer; the
+        # fence: the number of the last update the client has (or does not want)
+        fence = session.last if start is None else start - 1
+        client.attaching[session.id] = []
+        session.clients.add(client)
+        client.sessions.add(session.id)
+        if session.ttl is not None:
+            session.ttl.cancel()
+            session.ttl = None
+        session.detached_at = None
+        try:
+            if start is not None:
+                for number, line in await self.journal.read(session.id, max(0, start - 1)):
+                    client.put(self._numbered(line, number))
+                    fence = number
+        except BaseException:
+            client.attaching.pop(session.id, None)
+            session.clients.discard(client)
+            client.sessions.discard(session.id)
+            raise
+        # no checkpoint from here to the end: the buffer's updates past the fence go out, then live
+        for number, line in client.attaching.pop(session.id):
+            if number > fence:
+                client.put(line)
+                fence = number
+        live_from = max(fence, session.last)
+        if version >= 2:
+            state = {
+                "jsonrpc": "2.0",
+                "method": "session/update",
+                "params": {"sessionId": session.id, "update": session.state, "_meta": {CURRENT_META_KEY: True}},
+            }
+            client.put(_dumps(state))
+            keys = ("configOptions", "availableCommands")
+        else:
+            keys = ("modes", "configOptions")
+        result = {k: session.setup[k] for k in keys if k in session.setup}
+        result["_meta"] = {LAST_META_KEY: live_from}
+        client.put(_dumps({"jsonrpc": "2.0", "id": request_id, "result": result}))
+        for question in session.questions:
+            if not question.answered:
+                self._ask(question, client)
+        self._touch()
+
+    async def _client_notification(self, client: _Client, message: dict[str, Any], method: str) -> None:
+        params = message.get("params")
+        if method == "$/cancel_request":
+            if type(params) is not dict:
+                return
+            request_id = params.get("requestId")
+            try:
+                target = client.calls.get(request_id)
+            except TypeError:
+                return
+            if target is not None:
+                instance, router_id = target
+                forwarded = {**message, "params": {**params, "requestId": router_id}}
+                instance.send.send_nowait(_dumps(forwarded))
+            return
+        session_id = params.get("sessionId") if type(params) is dict else None
+        if type(session_id) is str:
+            session = self._sessions.get(session_id)
+            if session is not None:
+                if client in session.clients:
+                    session.instance.send.send_nowait(_dumps(message))
+                return  # another connection's session: ignored (a notification has no answer)
+        if client.home is not None and not client.home.ended:
+            client.home.send.send_nowait(_dumps(message))
+        await trio.lowlevel.checkpoint()
+
+    def _client_answer(self, client: _Client, message: dict[str, Any]) -> None:
+        router_id = message.get("id")
+        try:
+            question = client.questions.pop(router_id)  # type: ignore[arg-type]
+        except (KeyError, TypeError):
+            log.debug("client %s answered request %r, not one it was asked: ignored", client.connection_id, router_id)
+            return
+        question.copies.pop(client, None)
+        if question.answered:
+            return
+        answer = {k: v for k, v in message.items() if k in ("jsonrpc", "result", "error")}
+        answer["id"] = question.agent_id
+        self._settle(question, _dumps(answer))
+
+    def _settle(self, question: _Question, answer: bytes) -> None:
+        """``question`` is answered with ``answer`` (a wire line): it goes to the agent; the other
+        clients' copies are withdrawn with ``$/cancel_request``."""
+        if not question.instance.ended:
+            question.instance.send.send_nowait(answer)
+        self._withdraw(question)
+
+    def _withdraw(self, question: _Question) -> None:
+        """``question`` is settled: the copies clients still hold are withdrawn with ``$/cancel_request``."""
+        question.answered = True
+        if question.timer is not None:
+            question.timer.cancel()
+        question.instance.questions.pop(question.agent_id, None)
+        for other, other_id in question.copies.items():
+            other.questions.pop(other_id, None)
+            other.put(_dumps({"jsonrpc": "2.0", "method": "$/cancel_request", "params": {"requestId": other_id}}))
+        question.copies.clear()
+        session = self._sessions.get(question.session_id) if question.session_id is not None else None
+        if session is not None and question in session.questions:
+            session.questions.remove(question)
+        self._touch()
+
+    def _client_gone(self, client: _Client) -> None:
+        """The client's connection ended: it detaches from its sessions (their turns go on)."""
+        client.gone = True
+        for session_id in list(client.sessions):
+            session = self._sessions.get(session_id)
+            if session is None:
+                continue
+            session.clients.discard(client)
+            if session.prompting is client:
+                session.prompt_gone = True
+            if not session.clients:
+                self._detached(session)
+        client.sessions.clear()
+        for question in list(client.questions.values()):
+            question.copies.pop(client, None)
+            if not question.answered and not question.copies:
+                self._unattended(question)
+        client.questions.clear()
+        home = client.home
+        if home is not None:
+            home.home_clients.discard(client)
+            self._maybe_end(home)
+        self._touch()
+
+    # -- sessions -------------------------------------------------------------------------------------
+    def _detached(self, session: _Session) -> None:
+        """``session`` has no client attached any more."""
+        session.detached_at = trio.current_time()
+        if self.detached_ttl is not None:
+            scope = trio.CancelScope()
+            session.ttl = scope
+            self._nursery.start_soon(self._expire, session, scope)
+        if self.max_detached_sessions is not None:
+            detached = [s for s in self._sessions.values() if s.detached_at is not None and s.loading is None]
+            if len(detached) > self.max_detached_sessions:
+                oldest = min(detached, key=lambda s: s.detached_at or 0.0)
+                log.info("session %s closed: over max_detached_sessions=%d", oldest.id, self.max_detached_sessions)
+                self._nursery.start_soon(self._close_session, oldest)
+
+    async def _expire(self, session: _Session, scope: trio.CancelScope) -> None:
+        with scope:
+            assert self.detached_ttl is not None
+            await trio.sleep(self.detached_ttl)
+            log.info("session %s closed: detached for detached_ttl=%ss", session.id, self.detached_ttl)
+        if not scope.cancelled_caught and not session.clients:
+            await self._close_session(session)
+
+    async def _close_session(self, session: _Session) -> None:
+        """Cancel ``session``'s turn (``session/cancel``), close it on its instance
+        (``session/close``; an agent without it answers -32601, which is fine), resolve its
+        pending requests with the declining answer, and forget it."""
+        if self._sessions.get(session.id) is not session:
+            return
+        instance = session.instance
+        if not instance.ended:
+            cancel = {"jsonrpc": "2.0", "method": "session/cancel", "params": {"sessionId": session.id}}
+            instance.send.send_nowait(_dumps(cancel))
+            router_id = next(instance.ids)
+            instance.calls[router_id] = _Call(None, None, "session/close", None)
+            close = {"jsonrpc": "2.0", "id": router_id, "method": "session/close", "params": {"sessionId": session.id}}
+            instance.send.send_nowait(_dumps(close))
+        for question in list(session.questions):
+            if not question.answered:
+                self._settle(question, self._declined(question))
+        await self._drop_session(session)
+
+    async def _drop_session(self, session: _Session) -> None:
+        if self._sessions.get(session.id) is not session:
+            return
+        del self._sessions[session.id]
+        session.instance.sessions.discard(session.id)
+        if session.ttl is not None:
+            session.ttl.cancel()
+        for client in session.clients:
+            client.sessions.discard(session.id)
+        session.clients.clear()
+        self._maybe_end(session.instance)
+        self._touch()
+        await self.journal.forget(session.id)
+
+    # -- agent instances ------------------------------------------------------------------------------
+    def _start_instance(self) -> _Instance:
+        instance = _Instance(next(self._numbers))
+        self._instances.add(instance)
+        self._nursery.start_soon(self._run_instance, instance, name=f"host agent instance {instance.number}")
+        return instance
+
+    def _maybe_end(self, instance: _Instance) -> None:
+        """An instance with no home client and no live session ends: its input closes."""
+        if not instance.home_clients and not instance.sessions and not instance.closing:
+            instance.closing = True
+            instance.send.close()
+
+    async def _run_instance(self, instance: _Instance) -> None:
+        agent_stream, router_stream = trio.testing.memory_stream_pair()
+        options = dict(self.connection_options)
+        options.setdefault("name", f"host-agent-{instance.number}")
+        conn = AgentSideConnection(self.agent_factory, agent_stream, agent_stream, **options)
+
+        async def write() -> None:
+            try:
+                async for line in instance.receive:
+                    batch = [line, b"\n"]
+                    while True:
+                        try:
+                            more = instance.receive.receive_nowait()
+                        except (trio.WouldBlock, trio.EndOfChannel):
+                            break
+                        batch += (more, b"\n")
+                    await router_stream.send_all(b"".join(batch))
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                pass
+            finally:
+                with trio.CancelScope(shield=True):
+                    await router_stream.send_stream.aclose()
+
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(conn.serve_until_closed)
+                nursery.start_soon(write)
+                await self._read_agent(instance, router_stream)
+                nursery.cancel_scope.cancel()
+        finally:
+            with trio.CancelScope(shield=True):
+                await self._instance_ended(instance)
+
+    async def _read_agent(self, instance: _Instance, stream: trio.abc.ReceiveStream) -> None:
+        framer = LineFramer(self.max_message_size)
+        while True:
+            try:
+                data = await stream.receive_some()
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                return
+            if not data:
+                return
+            for item in framer.feed(data):
+                if type(item) is bytes:
+                    await self._from_agent(instance, item)
+
+    async def _from_agent(self, instance: _Instance, line: bytes) -> None:
+        try:
+            message = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            log.warning("agent instance %d wrote a line that is not JSON: dropped", instance.number)
+            return
+        if type(message) is not dict:
+            return
+        method = message.get("method")
+        if type(method) is not str:
+            await self._agent_answer(instance, message)
+            return
+        params = message.get("params")
+        session_id = params.get("sessionId") if type(params) is dict else None
+        session = self._sessions.get(session_id) if type(session_id) is str else None
+        if session is not None and session.instance is not instance:
+            session = None
+        if "id" in message:
+            self._agent_question(instance, message, session)
+            return
+        if method == "session/update" and session is not None:
+            await self._update(session, message, line)
+            return
+        if method == "$/cancel_request":  # the agent withdrew a request: so do its clients' copies
+            question = instance.questions.get(params.get("requestId") if type(params) is dict else None)
+            if question is not None:
+                self._withdraw(question)
+            return
+        if session is None:
+            audience = instance.home_clients
+        elif session.loading is not None:
+            audience = {session.loading}
+        else:
+            audience = session.clients
+        for client in audience:
+            client.put(line)
+
+    async def _update(self, session: _Session, message: dict[str, Any], line: bytes) -> None:
+        if session.loading is not None:  # the agent's own replay of a session it loads: to that client only
+            session.loading.put(line)
+            return
+        update = message["params"].get("update")
+        if type(update) is dict:
+            kind = update.get("sessionUpdate")
+            if kind == "state_update":
+                session.state = update
+                session.states += 1
+            elif kind == "config_option_update" and "configOptions" in update:
+                session.setup["configOptions"] = update["configOptions"]
+            elif kind == "available_commands_update" and "availableCommands" in update:
+                session.setup["availableCommands"] = update["availableCommands"]
+            elif kind == "current_mode_update" and type(session.setup.get("modes")) is dict:
+                session.setup["modes"] = {**session.setup["modes"], "currentModeId": update.get("currentModeId")}
+        number = await self.journal.append(session.id, [line])
+        # no checkpoint from here to the end of the fan-out: see _attach
+        session.last = number
+        numbered = self._numbered(line, number, message)
+        for client in session.clients:
+            buffer = client.attaching.get(session.id)
+            if buffer is not None:
+                buffer.append((number, numbered))
+            else:
+                client.put(numbered)
+        self._touch()
+
+    @staticmethod
+    def _numbered(line: bytes, number: int, message: dict[str, Any] | None = None) -> bytes:
+        if message is None:
+            message = orjson.loads(line)
+        return _with_meta(message, UPDATE_META_KEY, number)
+
+    def _agent_question(self, instance: _Instance, message: dict[str, Any], session: _Session | None) -> None:
+        try:
+            hash(message["id"])
+        except TypeError:
+            log.warning("agent instance %d sent a request with an id that is not a string or number", instance.number)
+            return
+        question = _Question(instance, message, None if session is None else session.id)
+        instance.questions[question.agent_id] = question
+        if session is not None:
+            session.questions.append(question)
+            audience = session.clients if session.loading is None else {session.loading}
+        else:
+            audience = instance.home_clients
+        for client in list(audience):
+            if not client.gone and session is not None and session.id in client.attaching:
+                continue  # it gets the question once its replay is done
+            self._ask(question, client)
+        if not question.copies:
+            self._unattended(question)
+        self._touch()
+
+    def _ask(self, question: _Question, client: _Client) -> None:
+        if client.gone or client in question.copies:
+            return
+        router_id = next(client.ids)
+        question.copies[client] = router_id
+        client.questions[router_id] = question
+        client.put(_dumps({**question.message, "id": router_id}))
+        if question.timer is not None:
+            question.timer.cancel()
+            question.timer = None
+
+    def _unattended(self, question: _Question) -> None:
+        """No client holds ``question``: it waits for the next one, or the unattended policy."""
+        if self.unattended_timeout is None or self.unattended_policy == "wait" or question.timer is not None:
+            return
+        scope = trio.CancelScope()
+        question.timer = scope
+        self._nursery.start_soon(self._unattended_expire, question, scope)
+
+    async def _unattended_expire(self, question: _Question, scope: trio.CancelScope) -> None:
+        with scope:
+            assert self.unattended_timeout is not None
+            await trio.sleep(self.unattended_timeout)
+        if scope.cancelled_caught or question.answered or question.copies:
+            return
+        question.timer = None
+        log.info(
+            "agent request %s (%r) unanswered for unattended_timeout=%ss: %s",
+            question.method,
+            question.agent_id,
+            self.unattended_timeout,
+            self.unattended_policy,
+        )
+        if self.unattended_policy == "cancel" and question.session_id is not None and not question.instance.ended:
+            cancel = {"jsonrpc": "2.0", "method": "session/cancel", "params": {"sessionId": question.session_id}}
+            question.instance.send.send_nowait(_dumps(cancel))
+        self._settle(question, self._declined(question))
+
+    def _declined(self, question: _Question) -> bytes:
+        result = _DECLINE.get(question.method)
+        if result is not None:
+            return _dumps({"jsonrpc": "2.0", "id": question.agent_id, "result": result})
+        return _error(
+            question.agent_id,
+            INTERNAL_ERROR,
+            f"no client attached to answer {question.method} within unattended_timeout="
+            f"{self.unattended_timeout}s (the host's unattended_policy={self.unattended_policy!r})",
+            {"method": question.method},
+        )
+
+    async def _agent_answer(self, instance: _Instance, message: dict[str, Any]) -> None:
+        router_id = message.get("id")
+        call = instance.calls.pop(router_id, None) if type(router_id) is int else None
+        if call is None:
+            log.debug("agent instance %d answered request %r, not one in flight: ignored", instance.number, router_id)
+            return
+        client = call.client
+        if client is not None:
+            client.calls.pop(call.client_id, None)
+        if call.on_answer is not None:
+            try:
+                await call.on_answer(message)
+            except Exception:
+                log.exception("the host's bookkeeping of a %s answer failed", call.method)
+        if client is not None:
+            client.put(_dumps({**message, "id": call.client_id}))
+
+    def _forward(
+        self,
+        instance: _Instance,
+        client: _Client,
+        message: dict[str, Any],
+        *,
+        on_answer: Callable[[dict[str, Any]], Awaitable[None]] | None = None,
+    ) -> None:
+        request_id = message["id"]
+        if instance.ended or instance.closing:
+            client.put(_error(request_id, INTERNAL_ERROR, "the agent instance serving this session has ended"))
+            return
+        router_id = next(instance.ids)
+        instance.calls[router_id] = _Call(client, request_id, message["method"], message.get("params"), on_answer)
+        try:
+            client.calls[request_id] = (instance, router_id)
+        except TypeError:
+            pass
+        instance.send.send_nowait(_dumps({**message, "id": router_id}))
+
+    async def _instance_ended(self, instance: _Instance) -> None:
+        """The instance's agent connection ended: its calls fail, its sessions are gone."""
+        instance.ended = True
+        instance.send.close()
+        self._instances.discard(instance)
+        for call in instance.calls.values():
+            if call.client is not None:
+                call.client.put(_error(call.client_id, INTERNAL_ERROR, "the agent instance ended before answering"))
+        instance.calls.clear()
+        for session_id in list(instance.sessions):
+            session = self._sessions.get(session_id)
+            if session is not None:
+                for question in session.questions:
+                    question.answered = True
+                    for other, other_id in question.copies.items():
+                        other.questions.pop(other_id, None)
+                session.questions.clear()
+                try:
+                    await self._drop_session(session)
+                except Exception:
+                    log.exception("forgetting session %s failed", session_id)
+        self._touch()
+
+
+@asynccontextmanager
+async def open_session_host(
+    agent_factory: Any,
+    *,
+    journal: Journal | None = None,
+    detached_ttl: float | None = 3600.0,
+    max_detached_sessions: int | None = 100,
+    unattended_timeout: float | None = None,
+    unattended_policy: Policy = "wait",
+    **connection_options: Any,
+) -> AsyncIterator[SessionHost]:
+    """A :class:`SessionHost` running its agent instances in a nursery of its own (``async with
+    open_session_host(MyAgent) as host``); leaving the block ends them.  An exception raised in
+    the body comes out as itself.
+
+    ``agent_factory``: as for :class:`~acp_trio.AgentSideConnection` (``AcpApp(agent)`` takes the
+    same), one instance per client connection's ``initialize``.  ``journal``: where session
+    updates are numbered and kept (:class:`~acp_trio.host.Journal`; default a fresh
+    :class:`~acp_trio.host.MemoryJournal`; ``SqliteSessionStore(...).journal()`` persists).
+    ``detached_ttl``: seconds a session may stay with no client attached before its turn is
+    cancelled (``session/cancel``) and it is closed (``session/close``); ``None``: forever.
+    ``max_detached_sessions``: sessions with no client attached kept at once; one more closes the
+    oldest detached one the same way (``None``: no limit).  ``unattended_timeout``: seconds an
+    agent->client request may wait with no client to answer it before ``unattended_policy``
+    resolves it: ``"wait"`` (never), ``"reject"`` (a declining answer: permission ``cancelled``,
+    elicitation ``decline``, other methods a -32603 error), ``"cancel"`` (``session/cancel`` to
+    the agent, then the same).  ``connection_options``: for each agent connection (``variant``,
+    ``tap``, ``max_message_size``, ...).  Raises ``ValueError`` for a bad limit or policy.
+    """
+    if unattended_policy not in ("wait", "reject", "cancel"):
+        raise ValueError(f'unattended_policy is "wait", "reject" or "cancel", got {unattended_policy!r}')
+    for name, value in (
+        ("detached_ttl", detached_ttl),
+        ("unattended_timeout", unattended_timeout),
+    ):
+        if value is not None and not value > 0:
+            raise ValueError(f"{name} must be positive seconds or None, got {value!r}")
+    if max_detached_sessions is not None and max_detached_sessions < 0:
+        raise ValueError(f"max_detached_sessions must be >= 0 or None, got {max_detached_sessions!r}")
+    async with owned_nursery() as nursery:
+        host = SessionHost(
+            agent_factory,
+            nursery,
+            journal=MemoryJournal() if journal is None else journal,
+            detached_ttl=detached_ttl,
+            max_detached_sessions=max_detached_sessions,
+            unattended_timeout=unattended_timeout,
+            unattended_policy=unattended_policy,
+            connection_options=connection_options,
+        )
+        try:
+            yield host
+        finally:
+            await host.aclose()
+
+
+__all__ = ["SessionHost", "SessionInfo", "open_session_host"]

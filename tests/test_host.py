@@ -1,0 +1,162 @@
+"""The session host (acp_trio.host): one client, detach mid-turn, reattach with replay.
+
+Spec: v2 ``session-setup.mdx`` (Resuming Sessions: ``replayFrom``, inclusive cursors, replay before
+the answer), ``prompt-lifecycle.mdx`` (``state_update``), ``extensibility.mdx`` (``_meta``), the
+v2 schema's ``ReplayFromOther`` (``_``-prefixed cursor types for implementations).  Everything in
+memory (``host.connect``), under trio's autojump clock where time matters.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import trio
+from _host_kit import DEADLINE, Control, Recorder, agents, init2, text
+
+from acp_schema import v2
+from acp_trio import RequestError
+from acp_trio.host import CURRENT_META_KEY, CURSOR_TYPE, LAST_META_KEY, MemoryJournal, open_session_host
+
+
+def resume(session_id: str, replay: Any = None) -> v2.ResumeSessionRequest:
+    request = v2.ResumeSessionRequest(session_id=session_id, cwd="/tmp")
+    if replay is not None:
+        request.replay_from = replay
+    return request
+
+
+def cursor(number: int) -> v2.ReplayFromOther:
+    return v2.ReplayFromOther(type=CURSOR_TYPE, extra_fields={"update": number})
+
+
+async def test_a_detached_turn_keeps_running_and_its_updates_are_journaled() -> None:
+    control = Control()
+    journal = MemoryJournal()
+    with trio.fail_after(DEADLINE):
+        async with open_session_host(agents(control), journal=journal) as host:
+            rec = Recorder()
+            async with host.connect(rec, variant=v2) as conn:
+                await init2(conn)
+                sid = (await conn.agent.session_new(v2.NewSessionRequest(cwd="/tmp"))).session_id
+                await conn.agent.session_prompt(v2.PromptRequest(session_id=sid, prompt=text("count 3 wait count 0")))
+                await rec.until(lambda: len(rec.texts()) == 3)
+            await host.wait_until(lambda: host.sessions()[sid].attached == 0)
+            assert host.sessions()[sid].running
+            control.gate.set()  # the turn goes on with nobody attached
+            await control.until(lambda: control.turns_ended)
+            await host.wait_until(lambda: host.sessions()[sid].state == "idle")
+            lines = await journal.read(sid, 0)
+            kinds = [line for _, line in lines]
+            assert [n for n, _ in lines] == list(range(1, len(lines) + 1))
+            assert b'"state":"idle"' in kinds[-1] and b'"stopReason":"end_turn"' in kinds[-1]
+            assert host.sessions()[sid].last_update == len(lines)
+
+
+async def test_resume_with_start_replays_everything_in_order_then_goes_live() -> None:
+    control = Control()
+    with trio.fail_after(DEADLINE):
+        async with open_session_host(agents(control)) as host:
+            first = Recorder()
+            async with host.connect(first, variant=v2) as conn:
+                await init2(conn)
+                sid = (await conn.agent.session_new(v2.NewSessionRequest(cwd="/tmp"))).session_id
+                await conn.agent.session_prompt(v2.PromptRequest(session_id=sid, prompt=text("count 4 wait count 0")))
+                await first.until(lambda: len(first.texts()) == 4)
+            seen_before = list(first.numbers)
+            await host.wait_until(lambda: host.sessions()[sid].attached == 0)
+            second = Recorder()
+            async with host.connect(second, variant=v2) as conn2:
+                await init2(conn2)
+                answer = await conn2.agent.session_resume(resume(sid, v2.ReplayFromStart()))
+                replayed = len(second.updates)
+                # the replay (user message, running, 4 chunks), then the current state, before the answer
+                assert second.numbers[: replayed - 1] == seen_before
+                assert second.numbers[-1] is None and second.states()[-1] == "running"
+                assert answer.meta == {LAST_META_KEY: seen_before[-1]}
+                control.gate.set()
+                await second.until(lambda: second.states()[-1:] == ["idle"])
+                live = second.numbers[replayed:]
+                assert live == list(range(seen_before[-1] + 1, seen_before[-1] + 1 + len(live)))
+                assert second.texts() == ["0", "1", "2", "3"]
+
+
+async def test_resume_with_the_cursor_replays_only_what_was_missed_no_gap_no_duplicate() -> None:
+    control = Control()
+    with trio.fail_after(DEADLINE):
+        async with open_session_host(agents(control)) as host:
+            first = Recorder()
+            async with host.connect(first, variant=v2) as conn:
+                await init2(conn)
+                sid = (await conn.agent.session_new(v2.NewSessionRequest(cwd="/tmp"))).session_id
+                await conn.agent.session_prompt(v2.PromptRequest(session_id=sid, prompt=text("count 2 wait count 0")))
+                await first.until(lambda: len(first.texts()) == 2)
+            seen = max(n for n in first.numbers if n is not None)
+            control.gate.set()  # updates made while detached
+            await control.until(lambda: control.turns_ended)
+            await host.wait_until(lambda: host.sessions()[sid].state == "idle")
+            missed_to = host.sessions()[sid].last_update
+            assert missed_to > seen
+            second = Recorder()
+            async with host.connect(second, variant=v2) as conn2:
+                await init2(conn2)
+                answer = await conn2.agent.session_resume(resume(sid, cursor(seen + 1)))
+                assert second.numbers[:-1] == list(range(seen + 1, missed_to + 1))
+                assert second.states()[-1] == "idle"
+                assert answer.meta == {LAST_META_KEY: missed_to}
+                # then live: a new turn's updates continue the numbering
+                await conn2.agent.session_prompt(v2.PromptRequest(session_id=sid, prompt=text("count 2")))
+                await second.until(lambda: second.states()[-1:] == ["idle"] and len(second.texts()) == 2)
+                numbers = [n for n in second.numbers if n is not None]
+                assert numbers == list(range(seen + 1, numbers[-1] + 1))
+
+
+async def test_the_current_state_update_comes_before_the_resume_answer_and_is_marked_current() -> None:
+    control = Control()
+    with trio.fail_after(DEADLINE):
+        async with open_session_host(agents(control)) as host:
+            rec = Recorder()
+            async with host.connect(rec, variant=v2) as conn:
+                await init2(conn)
+                sid = (await conn.agent.session_new(v2.NewSessionRequest(cwd="/tmp"))).session_id
+            rec2 = Recorder()
+            metas: list[Any] = []
+
+            async def update(params: Any) -> None:
+                metas.append(params.meta)
+                await Recorder.session_update(rec2, params)
+
+            rec2.session_update = update  # type: ignore[method-assign]
+            async with host.connect(rec2, variant=v2) as conn2:
+                await init2(conn2)
+                await conn2.agent.session_resume(resume(sid))  # no replay: the state alone
+                assert rec2.states() == ["idle"]
+                assert metas == [{CURRENT_META_KEY: True}]
+
+
+async def test_a_cursor_older_than_the_journal_holds_is_refused_with_the_oldest_number() -> None:
+    control = Control()
+    with trio.fail_after(DEADLINE):
+        async with open_session_host(agents(control), journal=MemoryJournal(max_updates=3)) as host:
+            rec = Recorder()
+            async with host.connect(rec, variant=v2) as conn:
+                await init2(conn)
+                sid = (await conn.agent.session_new(v2.NewSessionRequest(cwd="/tmp"))).session_id
+                await conn.agent.session_prompt(v2.PromptRequest(session_id=sid, prompt=text("count 6")))
+                await rec.until(lambda: rec.states()[-1:] == ["idle"])
+            last = host.sessions()[sid].last_update
+            async with host.connect(Recorder(), variant=v2) as conn2:
+                await init2(conn2)
+                with pytest.raises(RequestError) as caught:
+                    await conn2.agent.session_resume(resume(sid, cursor(2)))
+                assert caught.value.code == -32602
+                assert caught.value.data == {"sessionId": sid, "oldest": last - 2}
+                with pytest.raises(RequestError) as caught:
+                    await conn2.agent.session_resume(resume(sid, cursor(last + 2)))
+                assert caught.value.code == -32602
+                # start replays what is retained
+                rec3 = Recorder()
+            async with host.connect(rec3, variant=v2) as conn3:
+                await init2(conn3)
+                await conn3.agent.session_resume(resume(sid, v2.ReplayFromStart()))
+                assert rec3.numbers[:-1] == [last - 2, last - 1, last]
