@@ -574,7 +574,8 @@ async def test_a_version_1_file_is_migrated_and_loads(tmp_path: Path) -> None:
             assert client.lines[1:] == [_line("old_1", "hello "), _line("old_1", "again")]
     check = sqlite3.connect(path)
     assert check.execute("PRAGMA user_version").fetchone()[0] == session_store.SCHEMA_VERSION
-    assert {r[0] for r in check.execute("SELECT name FROM sqlite_master WHERE type='table'")} == {"sessions", "events"}
+    tables = {r[0] for r in check.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    assert tables == {"sessions", "events", "journals", "journal_lines"}
     check.close()
 
 
@@ -1198,7 +1199,7 @@ async def test_a_version_2_file_is_migrated_and_its_sessions_are_version_1s(tmp_
             await client.states.load(client_conn.agent, load_request("s2", "/p"))
             assert [m.text for m in client.states["s2"].messages] == ["hello"]
     check = sqlite3.connect(path)
-    assert check.execute("PRAGMA user_version").fetchone()[0] == session_store.SCHEMA_VERSION == 3
+    assert check.execute("PRAGMA user_version").fetchone()[0] == session_store.SCHEMA_VERSION == 4
     check.close()
 
 
@@ -1227,10 +1228,10 @@ async def test_a_failing_write_keeps_the_lines_for_the_next_one_and_flush_report
     real_write = _store_db.Database.write
     failing = [True]
 
-    def write(self: Any, batch: Any) -> None:
+    def write(self: Any, batch: Any, *journal: Any) -> None:
         if failing[0]:
             raise sqlite3.OperationalError("disk I/O error (test)")
-        real_write(self, batch)
+        real_write(self, batch, *journal)
 
     monkeypatch.setattr(_store_db.Database, "write", write)
     try:

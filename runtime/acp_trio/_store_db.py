@@ -8,9 +8,13 @@ writer takes whatever is queued and commits it in one transaction per cycle (eve
 ``commit_interval``, 25 ms, while lines come), one ``events`` row per run of one kind.  Jobs
 (create, list, load, delete...) go through the same writer, in order: "before" jobs run ahead of
 the cycle's batch, "after" jobs (reads, flush) behind it, so a read sees every line recorded
-before it was asked for.
+before it was asked for.  Journal operations (:class:`JournalOp`: append, forget) go through the
+same writer: queued in order, applied inside the cycle's transaction after its logs, each told its
+result once that transaction is committed (or its error: nothing of it is stored).  They are
+urgent, like jobs: a cycle starts at once, and what arrives while it commits goes into the next
+one (group commit).
 
-Schema version 3 (``PRAGMA user_version``; ``PRAGMA application_id`` = ``0x41435053``, "ACPS";
+Schema version 4 (``PRAGMA user_version``; ``PRAGMA application_id`` = ``0x41435053``, "ACPS";
 32 KiB pages, WAL checkpoints every 4 MiB)::
 
     sessions(id INTEGER PRIMARY KEY, session_id TEXT UNIQUE, cwd, additional_directories (JSON),
@@ -19,18 +23,23 @@ Schema version 3 (``PRAGMA user_version``; ``PRAGMA application_id`` = ``0x41435
              current_mode_id, config_options (JSON), created_us, updated_us, prompt_count,
              protocol_version (the ACP version the session was opened with: 1 or 2))
     events(id INTEGER PRIMARY KEY: sessions.id × 2^32 + the row's place in the session, kind, data BLOB)
+    journals(id INTEGER PRIMARY KEY (below 2^23), session_id TEXT UNIQUE, first (the oldest number
+             held), last (the newest number given), bytes (the lines held, in bytes))
+    journal_lines(id INTEGER PRIMARY KEY: journals.id × 2^40 + the line's number, data BLOB: the line)
 
 ``data`` holds one or more records, each ending in ``\\n``; by ``kind``: 0, ``session/update``
 lines as sent; 1, ``session/prompt`` request lines as received; 2, the ``update`` objects of
 ``session/update`` lines as sent (the usual case: the line is :func:`update_line_head` of the
 session, the object, then ``}}``); 3, the texts (JSON strings) of ``agent_message_chunk`` lines
 whose content is a bare text block (:data:`TEXT_CHUNK_HEAD`, the string, ``}}``, then ``}}``):
-:func:`lines_of` gives any row's lines back byte for byte.
+:func:`lines_of` gives any row's lines back byte for byte.  A journal (``acp_trio.session_store``'s
+``SessionJournal``) is independent of ``sessions``: its lines are numbered from 1 per session id,
+one row each, and its ``journals`` row keeps the numbering when every line is dropped.
 
 Older versions are migrated in place, in one transaction, when opened: version 1 (the first layout:
-one ``events`` row per line, ``kind`` as text, timestamps as ISO text, no mode or config metadata)
-and version 2 (no ``protocol_version``: its sessions are version 1's).  A newer version, or a
-database that is not a session store, raises :class:`StoreVersionError`.
+one ``events`` row per line, ``kind`` as text, timestamps as ISO text, no mode or config metadata),
+version 2 (no ``protocol_version``: its sessions are version 1's) and version 3 (no journal
+tables).  A newer version, or a database that is not a session store, raises :class:`StoreVersionError`.
 """
 
 from __future__ import annotations
@@ -52,8 +61,8 @@ import trio
 
 log = logging.getLogger("acp_trio.session_store")
 
-SCHEMA_VERSION: Final = 3
-"""The schema version this code writes (``PRAGMA user_version``); it migrates versions 1 and 2."""
+SCHEMA_VERSION: Final = 4
+"""The schema version this code writes (``PRAGMA user_version``); it migrates versions 1 to 3."""
 APPLICATION_ID: Final = 0x41435053  # "ACPS"
 KIND_LINES: Final = 0  # session/update lines, whole
 KIND_PROMPT: Final = 1  # session/prompt request lines
@@ -67,6 +76,10 @@ _TOUCH_INTERVAL_US: Final = 1_000_000
 _NICE: Final = 10  # the writer thread's niceness
 _OPEN_TIMEOUT: Final = 30.0  # seconds opening a file waits for other processes opening or writing it
 DEFAULT_COMMIT_INTERVAL: Final = 0.025
+JOURNAL_SHIFT: Final = 40  # journal_lines.id = journals.id << JOURNAL_SHIFT | number
+MAX_JOURNAL_NUMBER: Final = (1 << JOURNAL_SHIFT) - 1
+"""The highest line number a journal gives (about 1.1 × 10^12 lines over a session's life)."""
+_MAX_JOURNAL_ID: Final = (1 << (63 - JOURNAL_SHIFT)) - 1  # journal_lines ids stay positive 64-bit integers
 
 
 def _event_ids(row_id: int) -> tuple[int, int]:
@@ -97,6 +110,19 @@ CREATE INDEX sessions_cwd_recent ON sessions (cwd, updated_us DESC, id DESC);
 CREATE TABLE events (
     id INTEGER PRIMARY KEY,
     kind INTEGER NOT NULL,
+    data BLOB NOT NULL
+);
+"""
+_JOURNAL_SCHEMA: Final = """
+CREATE TABLE journals (
+    id INTEGER PRIMARY KEY,
+    session_id TEXT NOT NULL UNIQUE,
+    first INTEGER NOT NULL,
+    last INTEGER NOT NULL,
+    bytes INTEGER NOT NULL
+);
+CREATE TABLE journal_lines (
+    id INTEGER PRIMARY KEY,
     data BLOB NOT NULL
 );
 """
@@ -458,9 +484,12 @@ class Database:
                         SCHEMA_VERSION,
                     )
                     if version == 1:
-                        _migrate_from_1(db)
+                        _migrate_from_1(db)  # to the current layout at once
                     else:
-                        _migrate_2_to_3(db)
+                        if version == 2:
+                            _migrate_2_to_3(db)
+                        _migrate_3_to_4(db)
+                    db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
             db.execute("COMMIT")
         except BaseException:
             if db.in_transaction:
@@ -683,6 +712,122 @@ class Database:
             self._end(ok)
         return existed
 
+    # -- journals ----------------------------------------------------------------------------------
+    def journal_state(self, session_id: str) -> tuple[int, int, int, int]:
+        """``(journal id, first, last, bytes)`` of ``session_id``'s journal; ``(0, 0, 0, 0)``: none."""
+        row = self.db.execute(
+            "SELECT id, first, last, bytes FROM journals WHERE session_id = ?", (session_id,)
+        ).fetchone()
+        return (row[0], row[1], row[2], row[3]) if row is not None else (0, 0, 0, 0)
+
+    def journal_read(self, session_id: str, after: int, limit: int | None) -> list[tuple[int, bytes]]:
+        """``(number, line)`` of the lines held with a number above ``after``, in order, at most ``limit``."""
+        journal_id, _, last, _ = self.journal_state(session_id)
+        if not journal_id or after >= last:
+            return []
+        base = journal_id << JOURNAL_SHIFT
+        rows: list[tuple[int, bytes]] = self.db.execute(
+            "SELECT id - ?, data FROM journal_lines WHERE id BETWEEN ? AND ? ORDER BY id LIMIT ?",
+            (base, base + max(after, 0) + 1, base + last, -1 if limit is None else limit),
+        ).fetchall()
+        return rows
+
+    def _journal(self, ops: list[JournalOp]) -> None:
+        """Apply ``ops`` in order, inside the caller's transaction: each append's lines numbered on
+        from its journal's last, then every journal appended to trimmed to its bounds (those of its
+        last append here) and its row written.  Sets each op's ``result``."""
+        states: dict[str, list[int]] = {}  # session id -> [journal id, first, last, bytes]
+        bounds: dict[str, tuple[int, int]] = {}  # the journals appended to, with the bounds to apply
+        insert = "INSERT INTO journal_lines (id, data) VALUES (?, ?)"
+        for op in ops:
+            session_id = op.session_id
+            state = states.get(session_id)
+            if state is None:
+                state = states[session_id] = list(self.journal_state(session_id))
+            if op.lines is None:  # forget
+                if state[0]:
+                    base = state[0] << JOURNAL_SHIFT
+                    self.db.execute(
+                        "DELETE FROM journal_lines WHERE id BETWEEN ? AND ?", (base, base + MAX_JOURNAL_NUMBER)
+                    )
+                    self.db.execute("DELETE FROM journals WHERE id = ?", (state[0],))
+                state[:] = [0, 0, 0, 0]
+                bounds.pop(session_id, None)
+                op.result = 0
+                continue
+            lines = op.lines
+            if lines:
+                if not state[0]:
+                    state[:] = [self._new_journal(session_id), 1, 0, 0]
+                last = state[2]
+                if last + len(lines) > MAX_JOURNAL_NUMBER:
+                    raise StoreError(
+                        f"the journal of session {session_id!r} is at its last number ({MAX_JOURNAL_NUMBER}): "
+                        "forget it to start again from 1"
+                    )
+                base = (state[0] << JOURNAL_SHIFT) + last + 1
+                self.db.executemany(insert, zip(range(base, base + len(lines)), lines, strict=True))
+                state[2] = last + len(lines)
+                state[3] += sum(map(len, lines))
+                bounds[session_id] = (op.max_updates, op.max_bytes)
+            op.result = state[2]
+        for session_id, (max_updates, max_bytes) in bounds.items():
+            journal_id, first, last, size = states[session_id]
+            first, size = self._trim(journal_id, first, last, size, max_updates, max_bytes)
+            self.db.execute(
+                "UPDATE journals SET first = ?, last = ?, bytes = ? WHERE id = ?", (first, last, size, journal_id)
+            )
+
+    def _trim(
+        self, journal_id: int, first: int, last: int, size: int, max_updates: int, max_bytes: int
+    ) -> tuple[int, int]:
+        """Drop the oldest lines of a journal until it holds at most ``max_updates`` lines and
+        ``max_bytes`` bytes, keeping its newest line whatever its size; returns ``(first, bytes)``."""
+        base = journal_id << JOURNAL_SHIFT
+        new_first = max(first, last - max_updates + 1)
+        if new_first > first:
+            (dropped,) = self.db.execute(
+                "SELECT coalesce(sum(length(data)), 0) FROM journal_lines WHERE id BETWEEN ? AND ?",
+                (base + first, base + new_first - 1),
+            ).fetchone()
+            size -= dropped
+        if size > max_bytes and new_first < last:
+            cur = self.db.execute(
+                "SELECT id - ?, length(data) FROM journal_lines WHERE id BETWEEN ? AND ? ORDER BY id",
+                (base, base + new_first, base + last - 1),
+            )
+            for number, length in cur:
+                size -= length
+                new_first = number + 1
+                if size <= max_bytes:
+                    break
+            cur.close()
+        if new_first > first:
+            self.db.execute("DELETE FROM journal_lines WHERE id BETWEEN ? AND ?", (base + first, base + new_first - 1))
+        return new_first, size
+
+    def _new_journal(self, session_id: str) -> int:
+        """The id of a new, empty journal row for ``session_id`` (the next id, or the lowest free one
+        once ids reach :data:`_MAX_JOURNAL_ID`)."""
+        cur = self.db.execute(
+            "INSERT INTO journals (session_id, first, last, bytes) VALUES (?, 1, 0, 0)", (session_id,)
+        )
+        journal_id = cur.lastrowid
+        assert journal_id is not None
+        if journal_id <= _MAX_JOURNAL_ID:
+            return journal_id
+        (free,) = self.db.execute(
+            "SELECT CASE WHEN NOT EXISTS (SELECT 1 FROM journals WHERE id = 1) THEN 1 ELSE "
+            "(SELECT min(j.id) + 1 FROM journals j WHERE NOT EXISTS (SELECT 1 FROM journals k WHERE k.id = j.id + 1)) "
+            "END"
+        ).fetchone()
+        if free > _MAX_JOURNAL_ID:
+            raise StoreError(f"{self.path}: {_MAX_JOURNAL_ID} journals are kept: forget some to start another")
+        self.db.execute("UPDATE journals SET id = ? WHERE id = ?", (free, journal_id))
+        base = free << JOURNAL_SHIFT
+        self.db.execute("DELETE FROM journal_lines WHERE id BETWEEN ? AND ?", (base, base + MAX_JOURNAL_NUMBER))
+        return int(free)
+
     def touch(self, entry: Log) -> None:
         """Write the ``updated_us`` a throttled :meth:`write` left out (the log is done)."""
         if entry.untouched_us and entry.row_id is not None:
@@ -693,14 +838,19 @@ class Database:
         return str(self.db.execute("PRAGMA integrity_check").fetchone()[0])
 
     # -- the batch -----------------------------------------------------------------------------------
-    def write(self, batch: list[tuple[Log, list[Chunk], list[dict[str, Any]]]]) -> None:
-        """Store each log's lines and metadata, in one transaction (nothing is written when it raises)."""
+    def write(
+        self, batch: list[tuple[Log, list[Chunk], list[dict[str, Any]]]], journal: list[JournalOp] | None = None
+    ) -> None:
+        """Store each log's lines and metadata, then apply the journal operations, in one transaction
+        (nothing is written when it raises)."""
         now = now_us()
         self._begin()
         ok = False
         try:
             for entry, items, meta in batch:
                 self._write_log(entry, items, meta, now)
+            if journal:
+                self._journal(journal)
             ok = True
         finally:
             self._end(ok)
@@ -781,8 +931,8 @@ def _busy(exc: sqlite3.OperationalError) -> bool:
     return "locked" in str(exc) or "busy" in str(exc)
 
 
-def _create_schema(db: sqlite3.Connection) -> None:
-    for statement in _SCHEMA.split(";"):  # not executescript: it would commit the caller's transaction
+def _create_schema(db: sqlite3.Connection, schema: str = _SCHEMA + _JOURNAL_SCHEMA) -> None:
+    for statement in schema.split(";"):  # not executescript: it would commit the caller's transaction
         if statement.strip():
             db.execute(statement)
 
@@ -790,7 +940,11 @@ def _create_schema(db: sqlite3.Connection) -> None:
 def _migrate_2_to_3(db: sqlite3.Connection) -> None:
     """Version 2 → 3, inside the caller's transaction: ``protocol_version`` (every version 2 session is version 1's)."""
     db.execute("ALTER TABLE sessions ADD COLUMN protocol_version INTEGER NOT NULL DEFAULT 1")
-    db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+
+
+def _migrate_3_to_4(db: sqlite3.Connection) -> None:
+    """Version 3 → 4, inside the caller's transaction: the journal tables (empty)."""
+    _create_schema(db, _JOURNAL_SCHEMA)
 
 
 def _migrate_from_1(db: sqlite3.Connection) -> None:
@@ -848,7 +1002,6 @@ def _migrate_from_1(db: sqlite3.Connection) -> None:
         db.execute("UPDATE sessions SET prompt_count = ? WHERE id = ?", (prompts, row_id))
     db.execute("DROP TABLE events_v1")
     db.execute("DROP TABLE sessions_v1")
-    db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
 
 
 # -- running it -------------------------------------------------------------------------------------
@@ -886,6 +1039,41 @@ class Job:
                 pass
 
 
+class JournalOp:
+    """An append to a session's journal (``lines``), or its forgetting (``lines`` ``None``), for the writer.
+
+    Applied in the order queued, inside a cycle's transaction (see :meth:`Database._journal`);
+    ``max_updates`` and ``max_bytes`` are the bounds an append applies.  Once the transaction is
+    committed, ``result`` is the number of the last line of the journal (0 after a forget) and
+    ``done`` is set (``token``: the trio token of the run waiting, as for :class:`Job`); when it
+    failed, ``error`` is a :class:`StoreError` and nothing of the op was stored.
+    """
+
+    __slots__ = ("done", "error", "lines", "max_bytes", "max_updates", "result", "session_id", "token")
+
+    def __init__(
+        self, session_id: str, lines: list[bytes] | None, max_updates: int = 0, max_bytes: int = 0, token: Any = None
+    ) -> None:
+        self.session_id = session_id
+        self.lines = lines
+        self.max_updates = max_updates
+        self.max_bytes = max_bytes
+        self.token = token
+        self.done: trio.Event | None = trio.Event() if token is not None else None
+        self.result = 0
+        self.error: BaseException | None = None
+
+    def finish(self, error: BaseException | None) -> None:
+        if error is not None:
+            self.error = StoreError(f"writing the session journal failed, nothing was stored: {error!r}")
+            self.error.__cause__ = error
+        if self.done is not None:
+            try:
+                self.token.run_sync_soon(self.done.set)
+            except trio.RunFinishedError:
+                pass
+
+
 class Writer:
     """Runs a :class:`Database`: the logs' lines in batches, and jobs, in order (see the module docstring).
 
@@ -901,6 +1089,7 @@ class Writer:
         self._urgent = threading.Event()  # a job or stop: no gathering
         self.logs: dict[Log, None] = {}  # in the order they were opened: one session's logs are written in order
         self.jobs: deque[Job] = deque()
+        self.journal: deque[JournalOp] = deque()
         self.idle = False  # the thread waits for work: whoever appends must wake it
         self._wake = threading.Event()
         self._stopping = False
@@ -920,6 +1109,18 @@ class Writer:
             self.cycle([job])
             return
         self.jobs.append(job)
+        self._urgent.set()
+        self._wake.set()
+
+    def submit_journal(self, op: JournalOp) -> None:
+        """Queue ``op`` behind the journal operations queued before it; it goes into the next cycle,
+        which starts at once (inline writer: run it now)."""
+        if self.closed:
+            raise RuntimeError("the session store is closed")
+        self.journal.append(op)
+        if not self.threaded:
+            self.cycle([])
+            return
         self._urgent.set()
         self._wake.set()
 
@@ -944,7 +1145,7 @@ class Writer:
         self.database.close()
 
     def _has_work(self) -> bool:
-        return bool(self.jobs) or any(entry.pending() for entry in list(self.logs))
+        return bool(self.jobs) or bool(self.journal) or any(entry.pending() for entry in list(self.logs))
 
     def _run(self) -> None:
         try:  # background work: the agent's own threads (and its client's) go first
@@ -1001,19 +1202,24 @@ class Writer:
             if entry.row_id is None:  # its row is being created: next round
                 continue
             batch.append((entry, *entry.take()))
-        if not batch:
+        journal = [self.journal.popleft() for _ in range(len(self.journal))]
+        if not batch and not journal:
             return False, None
         try:
-            self.database.write(batch)
+            self.database.write(batch, journal)
         except Exception as exc:
             for entry, items, meta in batch:  # keep them, in order, ahead of what came since
                 entry.put_back(items, meta)
+            for op in journal:  # not kept: the caller is told nothing was stored
+                op.finish(exc)
             self._failures += 1
             if self._failures == 1:
                 log.exception("%s: writing the session store failed; retrying", self.database.path)
             if self.threaded:
                 time.sleep(min(0.05 * self._failures, 1.0))
             return False, exc
+        for op in journal:
+            op.finish(None)
         if self._failures:
             log.warning("%s: writing the session store works again", self.database.path)
             self._failures = 0
@@ -1023,11 +1229,13 @@ class Writer:
 __all__ = [
     "APPLICATION_ID",
     "DEFAULT_COMMIT_INTERVAL",
+    "MAX_JOURNAL_NUMBER",
     "META_UPDATES",
     "SCHEMA_VERSION",
     "Chunk",
     "Database",
     "Job",
+    "JournalOp",
     "Lines",
     "Log",
     "Prompt",

@@ -112,8 +112,8 @@ import copy
 import logging
 import threading
 import weakref
-from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
 
 import orjson
 import trio
@@ -124,6 +124,7 @@ from ._spec import UNSET
 from ._store_db import (
     DEFAULT_COMMIT_INTERVAL,
     KIND_PROMPT,
+    MAX_JOURNAL_NUMBER,
     META_UPDATES,
     SCHEMA_VERSION,
     TEXT_CHUNK_HEAD,
@@ -131,6 +132,7 @@ from ._store_db import (
     UPDATE_LINE_TAIL,
     Database,
     Job,
+    JournalOp,
     Log,
     StoredSession,
     StoreError,
@@ -340,12 +342,44 @@ class SessionStore:
         return StoredConversation(*found) if found is not None else None
 
     async def delete(self, session_id: str) -> bool:
-        """Remove the session and its lines; False when there was none.  Its pending lines are dropped."""
+        """Remove the session and its lines, and forget its journal (:meth:`journal`); False when
+        there was no stored session.  Its pending lines are dropped."""
         for entry in list(self._writer.logs):
             if entry.session_id == session_id:
                 entry.dropped = True
+        forget = self._queue_journal(JournalOp(session_id, None))  # in order with the journal's appends
         deleted: bool = await self._call(lambda db: db.delete(session_id), False)
+        await self._journal_done(forget)
         return deleted
+
+    def journal(self, *, max_updates: int = 100_000, max_bytes: int = 64 << 20) -> SessionJournal:
+        """A :class:`SessionJournal` on this store: numbered ``session/update`` lines per session,
+        at most ``max_updates`` lines and ``max_bytes`` bytes (the sum of the lines' lengths) held
+        per session, the oldest dropped beyond.  Raises ``ValueError`` for a bound below 1."""
+        return SessionJournal(self, max_updates=max_updates, max_bytes=max_bytes)
+
+    def _queue_journal(self, op: JournalOp) -> JournalOp:
+        """Queue ``op`` behind the journal operations queued so far (inline writer: apply it now)."""
+        if self._writer.threaded:
+            op.token = trio.lowlevel.current_trio_token()
+            op.done = trio.Event()
+        self._writer.submit_journal(op)
+        return op
+
+    async def _journal_done(self, op: JournalOp) -> int:
+        """``op``'s result once committed; raises :class:`StoreError` when nothing of it was stored."""
+        if op.done is not None:
+            await op.done.wait()  # cancelled: the op is still applied, its result is dropped
+        else:
+            await trio.lowlevel.checkpoint()
+        if op.error is not None:
+            raise op.error
+        return op.result
+
+    async def _journal_op(self, op: JournalOp) -> int:
+        """Queue ``op`` and return its result once committed; raises :class:`StoreError` when it
+        could not be stored, ``RuntimeError`` when the store is closed."""
+        return await self._journal_done(self._queue_journal(op))
 
     async def integrity_check(self) -> str:
         """SQLite's ``PRAGMA integrity_check`` (``"ok"`` when the file is sound)."""
@@ -444,6 +478,115 @@ class SessionStore:
         form, in one transaction; False when it is not stored."""
         done: bool = await self._call(lambda db: db.rewrite(session_id, rows, CANONICAL_VERSION), False)
         return done
+
+
+class Journal(Protocol):
+    """Numbered ``session/update`` lines per session, for a session host's replay on reattach.
+
+    Numbers start at 1 per session id and are consecutive; a line is the exact wire line of a
+    ``session/update`` (``bytes``, without the trailing newline).  :class:`SessionJournal` keeps
+    them in a session store; any object with these methods does.
+    """
+
+    async def append(self, session_id: str, lines: Sequence[bytes]) -> int:
+        """Add ``lines`` after the session's last; return the number of the last (the current last
+        when ``lines`` is empty)."""
+        ...
+
+    async def read(self, session_id: str, after: int) -> list[tuple[int, bytes]]:
+        """``(number, line)`` of the lines held numbered above ``after``, in order."""
+        ...
+
+    async def first(self, session_id: str) -> int:
+        """The oldest number held: 1 when nothing was dropped, 0 when the journal is empty."""
+        ...
+
+    async def last(self, session_id: str) -> int:
+        """The newest number given, 0 when none."""
+        ...
+
+    async def forget(self, session_id: str) -> None:
+        """Delete the session's lines; its numbering starts again at 1."""
+        ...
+
+
+class SessionJournal:
+    """A :class:`Journal` in a :class:`SessionStore` (``store.journal()``): see the module docstring.
+
+    ``store``; ``max_updates`` (lines) and ``max_bytes`` (bytes: the sum of the lines' lengths)
+    bound what each session keeps: an :meth:`append` that goes over either drops the session's
+    oldest lines until both hold again (its newest line is kept even when alone it is longer
+    than ``max_bytes``), and :meth:`first` advances.  Call it from trio, like the store.  Errors:
+    :class:`StoreError` when the store could not write (nothing of that call was stored: the
+    numbers it would have had are given to the next append), ``RuntimeError`` when the store is
+    closed, ``ValueError`` for bad arguments.
+    """
+
+    __slots__ = ("max_bytes", "max_updates", "store")
+
+    def __init__(self, store: SessionStore, *, max_updates: int = 100_000, max_bytes: int = 64 << 20) -> None:
+        if max_updates < 1 or max_bytes < 1:
+            raise ValueError(f"journal bounds must be at least 1, got max_updates={max_updates}, max_bytes={max_bytes}")
+        self.store = store
+        self.max_updates = max_updates
+        self.max_bytes = max_bytes
+
+    def __repr__(self) -> str:
+        return f"SessionJournal({self.store!r}, max_updates={self.max_updates}, max_bytes={self.max_bytes})"
+
+    async def append(self, session_id: str, lines: Sequence[bytes]) -> int:
+        """Add ``lines`` (wire lines without their newline, in order) after the session's last line;
+        return the number of the last one (of the session's last line when ``lines`` is empty).
+
+        Returns once they are committed, with everything recorded before (acknowledged means
+        stored; fsynced with ``durable=True``): appends made while the writer commits share its
+        next transaction, so concurrent callers and batches cost less per line than one awaited
+        line at a time (see ``benchmarks/bench_journal.py``).  Appends are numbered in the order
+        they are called, across tasks.  Cancelled while waiting: the lines are still stored.
+        Raises :class:`StoreError` (nothing stored), ``RuntimeError`` (store closed), ``TypeError``
+        for a line that is not bytes.
+        """
+        kept = [line if type(line) is bytes else _line_bytes(line) for line in lines]
+        return await self.store._journal_op(JournalOp(session_id, kept, self.max_updates, self.max_bytes))
+
+    async def read(self, session_id: str, after: int, *, limit: int | None = None) -> list[tuple[int, bytes]]:
+        """``(number, line)`` of the session's lines numbered above ``after``, in order, at most
+        ``limit`` of them (``None``: all), read from the database (page with ``limit`` and the last
+        number read to bound memory).  Lines dropped by the bounds are not there: when ``after`` is
+        below ``first - 1`` the lines start at :meth:`first` (whether that is an error is the
+        caller's business).  Sees every append that returned before it was called.  Raises
+        ``ValueError`` for a ``limit`` below 1."""
+        if limit is not None and limit < 1:
+            raise ValueError(f"limit must be at least 1, got {limit}")
+        rows: list[tuple[int, bytes]] = await self.store._call(
+            lambda db: db.journal_read(session_id, after, limit), True, settle=False
+        )
+        return rows
+
+    async def first(self, session_id: str) -> int:
+        """The oldest number still held: 1 when nothing was dropped, 0 when the journal is empty."""
+        state = await self._state(session_id)
+        return state[1] if state[2] else 0
+
+    async def last(self, session_id: str) -> int:
+        """The number of the session's last line (0: none since the journal began or was forgotten)."""
+        return (await self._state(session_id))[2]
+
+    async def forget(self, session_id: str) -> None:
+        """Delete the session's lines (in order with the appends before it); numbering starts again at 1."""
+        await self.store._journal_op(JournalOp(session_id, None))
+
+    async def _state(self, session_id: str) -> tuple[int, int, int, int]:
+        state: tuple[int, int, int, int] = await self.store._call(
+            lambda db: db.journal_state(session_id), True, settle=False
+        )
+        return state
+
+
+def _line_bytes(line: Any) -> bytes:
+    if isinstance(line, bytearray | memoryview):
+        return bytes(line)
+    raise TypeError(f"a journal line is bytes (a wire line without its newline), got {type(line).__name__}")
 
 
 class SqliteSessionStore(SessionStore):
@@ -1090,8 +1233,11 @@ def enable(conn: AgentSideConnection, store: SessionStore) -> SessionRecorder:
 
 
 __all__ = [
+    "MAX_JOURNAL_NUMBER",
     "SCHEMA_VERSION",
+    "Journal",
     "MemorySessionStore",
+    "SessionJournal",
     "SessionRecorder",
     "SessionStore",
     "SqliteSessionStore",
