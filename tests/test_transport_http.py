@@ -287,6 +287,7 @@ class ScriptedServer:
         self.http_versions: list[str] = []  # of each request, as the ASGI server saw it
         self.events: dict[str, trio.Event] = {}  # "POST session/prompt", "GET None", ...: set when it arrives
         self.init_headers: dict[str, str] = {"Acp-Connection-Id": "conn-1", "Set-Cookie": "lb=backend-7; Path=/"}
+        self.accepted_headers: dict[str, dict[str, str]] = {}  # JSON-RPC method → headers of its 202
 
     def transport(self) -> Any:
         return httpx2.MockTransport(self.handle)
@@ -384,7 +385,7 @@ class ScriptedServer:
                 chunk = {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": "hi"}}
                 self.send(session_id, {"jsonrpc": "2.0", "method": "session/update", "params": {"sessionId": session_id, "update": chunk}})  # fmt: skip
                 self.send(session_id, {"jsonrpc": "2.0", "id": message["id"], "result": {"stopReason": "end_turn"}})
-        return 202, {}, b""
+        return 202, self.accepted_headers.get(rpc_method or "response", {}), b""
 
 
 @asynccontextmanager
@@ -636,6 +637,23 @@ async def test_headers_and_cookies_on_every_request_and_across_a_reconnect(autoj
     assert all(r[1]["acp-connection-id"] == "conn-1" for r in after_init if r is not second_init)
     sessioned = [r for r in server.requests if r[1].get("acp-session-id") == session_id]
     assert [r[0] for r in sessioned] == ["GET", "POST"]
+
+
+async def test_a_cookie_set_by_a_later_answer_goes_on_the_next_post_of_the_session(autojump_clock: Any) -> None:
+    # (the POST headers of a session are built once: a cookie that changes must still reach the next POST)
+    server = ScriptedServer()
+    with trio.fail_after(30):
+        async with scripted(server) as conn:
+            await conn.agent.initialize(INIT)
+            session_id = await new_session(conn)
+            await conn.agent.session_prompt(prompt(session_id, "x"))
+            server.accepted_headers["session/prompt"] = {"Set-Cookie": "lb=backend-9"}
+            await conn.agent.session_prompt(prompt(session_id, "y"))
+            server.accepted_headers["session/prompt"] = {"Set-Cookie": "lb=; Max-Age=0"}
+            await conn.agent.session_prompt(prompt(session_id, "z"))
+            await conn.agent.session_prompt(prompt(session_id, "w"))
+    prompts = [r[1].get("cookie") for r in server.requests if r[2] and r[2].get("method") == "session/prompt"]
+    assert prompts == ["lb=backend-7", "lb=backend-7", "lb=backend-9", None]
 
 
 async def test_an_initialize_answer_without_a_connection_id_closes_the_transport(autojump_clock: Any) -> None:

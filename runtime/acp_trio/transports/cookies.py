@@ -34,11 +34,16 @@ class CookieStore:
 
     def __init__(self) -> None:
         self._cookies: dict[str, str] = {}
+        self.version = 0
+        """Changes each time the stored cookies change: a transport caching headers built with
+        :meth:`apply` rebuilds them when it differs from the version they were built at."""
 
     def store(self, headers: Iterable[tuple[bytes | str, bytes | str]]) -> None:
-        """Keep the cookies of the ``Set-Cookie`` headers among ``headers`` (name/value pairs)."""
+        """Keep the cookies of the ``Set-Cookie`` headers among ``headers`` (name/value pairs, as
+        bytes, ISO-8859-1, or str)."""
         for name, value in headers:
-            if _text(name).lower() != "set-cookie":
+            # raw bytes are compared as they are: most answers set no cookie, and decode nothing
+            if (name.lower() != b"set-cookie") if isinstance(name, bytes) else (name.lower() != "set-cookie"):
                 continue
             first, *attributes = _text(value).split(";")
             cookie, sep, cookie_value = first.partition("=")
@@ -50,9 +55,11 @@ class CookieStore:
                 for key, _, val in (attribute.partition("=") for attribute in attributes)
             )
             if expired:
-                self._cookies.pop(cookie, None)
-            else:
-                self._cookies[cookie] = cookie_value.strip()
+                if self._cookies.pop(cookie, None) is not None:
+                    self.version += 1
+            elif self._cookies.get(cookie) != (kept := cookie_value.strip()):
+                self._cookies[cookie] = kept
+                self.version += 1
 
     def header(self, caller: str | None = None) -> str | None:
         """The ``Cookie`` header value: the stored cookies, then ``caller``'s own (which win), or ``None``."""
@@ -72,6 +79,7 @@ class CookieStore:
     def clear(self) -> None:
         """Forget every cookie."""
         self._cookies.clear()
+        self.version += 1
 
     def __len__(self) -> int:
         return len(self._cookies)

@@ -288,6 +288,8 @@ class _Exchange:
         self.streams: dict[str | None, _Stream] = {}
         self.failed_sessions: dict[str, str] = {}  # session id → why (409)
         self._posts: set[trio.CancelScope] = set()
+        # the POST headers of each session (None: the connection's), as sent, and the cookie version they carry
+        self._post_headers: dict[str | None, tuple[int, list[tuple[bytes, bytes]]]] = {}
         # session/load and session/resume requests: id key → the session whose replay precedes the answer
         self.replaying: dict[bytes, str] = {}
 
@@ -377,11 +379,29 @@ class _Exchange:
             parts.append(chunk)
         return b"".join(parts)
 
+    def _post_wire(self, session_id: str | None) -> list[tuple[bytes, bytes]]:
+        """A message's POST headers as sent (``ValueError`` when one cannot be), built once per session
+        and again only when the stored cookies change."""
+        version = self.cookies.version
+        cached = self._post_headers.get(session_id)
+        if cached is not None and cached[0] == version:
+            return cached[1]
+        wire = _wire(self._headers(session_id, **{"Content-Type": "application/json"}))
+        self._post_headers[session_id] = (version, wire)
+        return wire
+
     async def _request(
-        self, method: str, what: str, headers: dict[str, str], content: bytes | None = None, limit: int = 0
+        self,
+        method: str,
+        what: str,
+        headers: dict[str, str] | None,
+        content: bytes | None = None,
+        limit: int = 0,
+        session_id: str | None = None,
     ) -> tuple[int, Mapping[str, str], bytes | None]:
-        """One HTTP request: (status, headers, body up to ``limit`` bytes).  A network error closes the
-        transport; raises ``trio.BrokenResourceError`` once it is closed."""
+        """One HTTP request: (status, headers, body up to ``limit`` bytes); ``headers`` ``None``: a
+        message's POST headers for ``session_id``.  A network error closes the transport; raises
+        ``trio.BrokenResourceError`` once it is closed."""
         import httpx2
 
         if self.fatal is not None:
@@ -390,8 +410,9 @@ class _Exchange:
         self._posts.add(scope)
         try:
             with scope:
-                async with self.http.stream(method, self.url, headers=_wire(headers), content=content) as response:
-                    self.cookies.store(response.headers.multi_items())
+                wire = self._post_wire(session_id) if headers is None else _wire(headers)
+                async with self.http.stream(method, self.url, headers=wire, content=content) as response:
+                    self.cookies.store(response.headers.raw)
                     body = await self._read(response, max(limit, _ERROR_BODY_BYTES))
                     return response.status_code, response.headers, body
         except httpx2.HTTPError as exc:
@@ -467,8 +488,7 @@ class _Exchange:
             self.pending[_id_key(request_id)] = (request_id, session_id)
             if method in _REPLAYING_METHODS and session_id is not None:
                 self.replaying[_id_key(request_id)] = session_id
-        headers = self._headers(session_id, **{"Content-Type": "application/json"})
-        status, _, body = await self._request("POST", what, headers, line)
+        status, _, body = await self._request("POST", what, None, line, session_id=session_id)
         if 200 <= status < 300:
             return True
         text = (body or b"")[:_ERROR_BODY_BYTES].decode("utf-8", "replace")
@@ -557,7 +577,7 @@ class _Exchange:
         try:
             with stream.scope:
                 async with self.http.stream("GET", self.url, headers=_wire(headers)) as response:
-                    self.cookies.store(response.headers.multi_items())
+                    self.cookies.store(response.headers.raw)
                     status = response.status_code
                     if not 200 <= status < 300:
                         body = await self._read(response, _ERROR_BODY_BYTES)
@@ -648,7 +668,7 @@ class _Exchange:
         with trio.move_on_after(timeout):
             try:
                 response = await self.http.request("DELETE", self.url, headers=_wire(self._headers()))
-                self.cookies.store(response.headers.multi_items())
+                self.cookies.store(response.headers.raw)
                 if not 200 <= response.status_code < 300 and response.status_code != 404:
                     log.debug("DELETE %s answered HTTP %d", self.url, response.status_code)
             except (httpx2.HTTPError, ValueError) as exc:
