@@ -42,10 +42,11 @@ class Control:
             await self.changed.park()
 
 
-def _plan(prompt: list[Any]) -> tuple[int, bool, bool]:
+def _plan(prompt: list[Any]) -> tuple[int, bool, bool, int]:
     words = " ".join(getattr(block, "text", "") for block in prompt).split()
     count = int(words[words.index("count") + 1]) if "count" in words else 0
-    return count, "wait" in words, "ask" in words
+    after = int(words[words.index("after") + 1]) if "after" in words else 0
+    return count, "wait" in words, "ask" in words, after
 
 
 def _options(variant: Any) -> list[Any]:
@@ -80,7 +81,7 @@ class Agent2:
 
     async def session_prompt(self, params: v2.PromptRequest) -> v2.PromptResponse:
         sid = params.session_id
-        count, wait, ask = _plan(params.prompt)
+        count, wait, ask, after = _plan(params.prompt)
 
         async def turn() -> str:
             try:
@@ -104,6 +105,9 @@ class Agent2:
                     got = getattr(response.outcome, "option_id", "cancelled")
                     text = v2.TextContentBlock(text=f"permission: {got}")
                     await self.send(sid, v2.AgentMessageChunkSessionUpdate(message_id="b", content=text))
+                for i in range(after):
+                    chunk = v2.AgentMessageChunkSessionUpdate(message_id="c", content=v2.TextContentBlock(text=f"+{i}"))
+                    await self.send(sid, chunk)
                 return "end_turn"
             finally:
                 self.control.turns_ended.append((sid, "ended"))
@@ -131,7 +135,7 @@ class Agent1:
 
     async def session_prompt(self, params: v1.PromptRequest) -> v1.PromptResponse:
         sid = params.session_id
-        count, wait, ask = _plan(params.prompt)
+        count, wait, ask, after = _plan(params.prompt)
         client = self.conn.client
         for i in range(count):
             chunk = v1.AgentMessageChunkSessionUpdate(content=v1.TextContentBlock(text=f"{i}"))
@@ -145,6 +149,9 @@ class Agent1:
             response = await client.session_request_permission(request)
             self.control.outcomes.append(response.outcome)
             self.control.touch()
+        for i in range(after):
+            chunk = v1.AgentMessageChunkSessionUpdate(content=v1.TextContentBlock(text=f"+{i}"))
+            await client.session_update(v1.SessionNotification(session_id=sid, update=chunk))
         self.control.turns_ended.append((sid, "ended"))
         self.control.touch()
         return v1.PromptResponse(stop_reason="end_turn")
@@ -164,6 +171,8 @@ class Recorder:
         self.asked: list[Any] = []
         self.answer = answer  # None: never answers (until release is set)
         self.release = trio.Event()
+        self.withdrawn = 0  # requests withdrawn ($/cancel_request) while this client was answering them
+        self.ext: list[tuple[str, Any]] = []
         self.changed = trio.lowlevel.ParkingLot()
 
     async def until(self, predicate: Any) -> None:
@@ -181,7 +190,12 @@ class Recorder:
         self.changed.unpark_all()
         variant = v2 if hasattr(params, "subject") else v1
         if self.answer is None:
-            await self.release.wait()
+            try:
+                await self.release.wait()
+            except trio.Cancelled:
+                self.withdrawn += 1
+                self.changed.unpark_all()
+                raise
         return variant.RequestPermissionResponse(
             outcome=variant.SelectedRequestPermissionOutcome(option_id=self.answer or "allow")
         )
@@ -210,3 +224,28 @@ async def init1(conn: acp_trio.ClientSideConnection) -> Any:
 
 def text(words: str, variant: Any = v2) -> list[Any]:
     return [variant.TextContentBlock(text=words)]
+
+
+def connected(host: Any, rec: Recorder, variant: Any = v2, **options: Any) -> Any:
+    """``host.connect(rec)`` in ``variant``, recording the host's extension notifications in ``rec.ext``."""
+    from contextlib import asynccontextmanager
+
+    from acp_trio.host import TURN_ENDED
+
+    @asynccontextmanager
+    async def connect() -> Any:
+        async with host.connect(rec, variant=variant, **options) as conn:
+
+            async def ended(params: Any) -> None:
+                rec.ext.append((TURN_ENDED, params))
+                rec.changed.unpark_all()
+
+            conn.on_ext_notification(TURN_ENDED, ended)
+            yield conn
+
+    return connect()
+
+
+async def new_session(conn: acp_trio.ClientSideConnection) -> str:
+    variant = conn.variant
+    return str((await conn.agent.session_new(variant.NewSessionRequest(cwd="/tmp", mcp_servers=[]))).session_id)

@@ -1,0 +1,114 @@
+"""The session host's limits: detached_ttl, max_detached_sessions, and the unattended policy.
+
+Spec: v2 ``prompt-lifecycle.mdx`` (Cancellation: pending permission requests are answered with the
+``cancelled`` outcome), ``elicitation.mdx`` (``decline``), ``session-setup.mdx`` (``session/close``
+cancels the session's work).  Time runs on trio's autojump clock.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import trio
+from _host_kit import Control, Recorder, agents, connected, init2, new_session, text
+
+from acp_schema import v2
+from acp_trio.host import open_session_host
+
+VIRTUAL_DEADLINE = 100_000  # seconds of the autojump clock: the tests wait hours of it, in no time
+
+
+def prompt(session_id: str, words: str) -> v2.PromptRequest:
+    return v2.PromptRequest(session_id=session_id, prompt=text(words))
+
+
+async def detached_turn(host: Any, words: str) -> str:
+    """A v2 client makes a session, prompts ``words`` and leaves; returns the session id."""
+    async with connected(host, Recorder()) as conn:
+        await init2(conn)
+        sid = await new_session(conn)
+        await conn.agent.session_prompt(prompt(sid, words))
+    await host.wait_until(lambda: host.sessions()[sid].attached == 0)
+    return sid
+
+
+async def test_detached_ttl_cancels_the_turn_and_closes_the_session_then_the_instance_ends(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    control = Control()
+    with trio.fail_after(VIRTUAL_DEADLINE):
+        async with open_session_host(agents(control), detached_ttl=60) as host:
+            sid = await detached_turn(host, "wait")
+            left = trio.current_time()
+            await control.until(lambda: control.closed == [sid])
+            assert trio.current_time() - left >= 60
+            assert control.cancels == [sid]
+            await host.wait_until(lambda: not host.sessions() and host.instances == 0)
+
+
+async def test_reattaching_before_the_ttl_keeps_the_session(autojump_clock: trio.testing.MockClock) -> None:
+    control = Control()
+    with trio.fail_after(VIRTUAL_DEADLINE):
+        async with open_session_host(agents(control), detached_ttl=60) as host:
+            sid = await detached_turn(host, "wait")
+            await trio.sleep(50)
+            async with connected(host, Recorder()) as conn:
+                await init2(conn)
+                await conn.agent.session_resume(v2.ResumeSessionRequest(session_id=sid, cwd="/tmp"))
+                await trio.sleep(100)
+                assert control.closed == [] and host.sessions()[sid].running
+
+
+async def test_over_max_detached_sessions_the_oldest_detached_one_is_closed(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    control = Control()
+    with trio.fail_after(VIRTUAL_DEADLINE):
+        async with open_session_host(agents(control), max_detached_sessions=1) as host:
+            first = await detached_turn(host, "count 1")
+            await trio.sleep(1)
+            second = await detached_turn(host, "count 1")
+            await control.until(lambda: control.closed == [first])
+            await host.wait_until(lambda: list(host.sessions()) == [second])
+
+
+async def test_unattended_reject_answers_a_permission_request_cancelled_after_the_timeout(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    control = Control()
+    with trio.fail_after(VIRTUAL_DEADLINE):
+        async with open_session_host(agents(control), unattended_timeout=30, unattended_policy="reject") as host:
+            sid = await detached_turn(host, "wait ask")
+            control.gate.set()
+            await host.wait_until(lambda: host.sessions()[sid].pending_requests == 1)
+            asked = trio.current_time()
+            await control.until(lambda: len(control.outcomes) == 1)
+            assert trio.current_time() - asked >= 30
+            assert isinstance(control.outcomes[0], v2.CancelledRequestPermissionOutcome)
+            await host.wait_until(lambda: host.sessions()[sid].state == "idle")
+            assert control.cancels == []  # the turn went on, without the permission
+
+
+async def test_unattended_cancel_cancels_the_turn_then_declines(autojump_clock: trio.testing.MockClock) -> None:
+    control = Control()
+    with trio.fail_after(VIRTUAL_DEADLINE):
+        async with open_session_host(agents(control), unattended_timeout=30, unattended_policy="cancel") as host:
+            sid = await detached_turn(host, "wait ask")
+            control.gate.set()
+            await control.until(lambda: control.cancels == [sid])
+            await host.wait_until(lambda: host.sessions()[sid].state == "idle")
+            rec = Recorder()
+            async with connected(host, rec) as conn:
+                await init2(conn)
+                await conn.agent.session_resume(v2.ResumeSessionRequest(session_id=sid, cwd="/tmp"))
+                assert rec.updates[-1].stop_reason == "cancelled" and rec.asked == []
+
+
+async def test_unattended_wait_keeps_the_request_for_the_next_client(autojump_clock: trio.testing.MockClock) -> None:
+    control = Control()
+    with trio.fail_after(VIRTUAL_DEADLINE):
+        async with open_session_host(agents(control), unattended_timeout=30) as host:  # policy "wait"
+            sid = await detached_turn(host, "wait ask")
+            control.gate.set()
+            await trio.sleep(3600)
+            assert host.sessions()[sid].pending_requests == 1 and control.outcomes == []
