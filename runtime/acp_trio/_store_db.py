@@ -23,9 +23,9 @@ Schema version 4 (``PRAGMA user_version``; ``PRAGMA application_id`` = ``0x41435
              current_mode_id, config_options (JSON), created_us, updated_us, prompt_count,
              protocol_version (the ACP version the session was opened with: 1 or 2))
     events(id INTEGER PRIMARY KEY: sessions.id × 2^32 + the row's place in the session, kind, data BLOB)
-    journals(id INTEGER PRIMARY KEY (below 2^23), session_id TEXT UNIQUE, first (the oldest number
-             held), last (the newest number given), bytes (the lines held, in bytes))
-    journal_lines(id INTEGER PRIMARY KEY: journals.id × 2^40 + the line's number, data BLOB: the line)
+    journals(id INTEGER PRIMARY KEY (below 2^23), session_id TEXT UNIQUE)
+    journal_lines(id INTEGER PRIMARY KEY: journals.id × 2^40 + the line's number, start (bytes of the
+                  journal's lines before this one since it began), data BLOB: the line)
 
 ``data`` holds one or more records, each ending in ``\\n``; by ``kind``: 0, ``session/update``
 lines as sent; 1, ``session/prompt`` request lines as received; 2, the ``update`` objects of
@@ -34,7 +34,9 @@ session, the object, then ``}}``); 3, the texts (JSON strings) of ``agent_messag
 whose content is a bare text block (:data:`TEXT_CHUNK_HEAD`, the string, ``}}``, then ``}}``):
 :func:`lines_of` gives any row's lines back byte for byte.  A journal (``acp_trio.session_store``'s
 ``SessionJournal``) is independent of ``sessions``: its lines are numbered from 1 per session id,
-one row each, and its ``journals`` row keeps the numbering when every line is dropped.
+one row each; the lowest and highest numbers held are its first and last (the newest line is never
+dropped, so the numbering survives the bounds), and ``start`` gives the bytes held without a
+counter row to rewrite (an append writes one page).
 
 Older versions are migrated in place, in one transaction, when opened: version 1 (the first layout:
 one ``events`` row per line, ``kind`` as text, timestamps as ISO text, no mode or config metadata),
@@ -116,13 +118,11 @@ CREATE TABLE events (
 _JOURNAL_SCHEMA: Final = """
 CREATE TABLE journals (
     id INTEGER PRIMARY KEY,
-    session_id TEXT NOT NULL UNIQUE,
-    first INTEGER NOT NULL,
-    last INTEGER NOT NULL,
-    bytes INTEGER NOT NULL
+    session_id TEXT NOT NULL UNIQUE
 );
 CREATE TABLE journal_lines (
     id INTEGER PRIMARY KEY,
+    start INTEGER NOT NULL,
     data BLOB NOT NULL
 );
 """
@@ -713,37 +713,63 @@ class Database:
         return existed
 
     # -- journals ----------------------------------------------------------------------------------
-    def journal_state(self, session_id: str) -> tuple[int, int, int, int]:
-        """``(journal id, first, last, bytes)`` of ``session_id``'s journal; ``(0, 0, 0, 0)``: none."""
-        row = self.db.execute(
-            "SELECT id, first, last, bytes FROM journals WHERE session_id = ?", (session_id,)
+    def journal_id(self, session_id: str) -> int:
+        """The ``journals.id`` of ``session_id``'s journal (0: none)."""
+        row = self.db.execute("SELECT id FROM journals WHERE session_id = ?", (session_id,)).fetchone()
+        return int(row[0]) if row is not None else 0
+
+    def journal_bounds(self, session_id: str) -> tuple[int, int]:
+        """``(first, last)``: the oldest and newest numbers held by ``session_id``'s journal (``(0, 0)``: none)."""
+        journal_id = self.journal_id(session_id)
+        if not journal_id:
+            return 0, 0
+        state = self._journal_state(journal_id)
+        return (state[1], state[2]) if state[2] else (0, 0)
+
+    def _journal_state(self, journal_id: int) -> list[int]:
+        """``[journal id, first, last, start of first, end of last]`` (numbers; byte offsets since the
+        journal began) of a journal; a journal with no line (just made) is ``[id, 1, 0, 0, 0]``."""
+        base = journal_id << JOURNAL_SHIFT
+        span = (base, base + MAX_JOURNAL_NUMBER)
+        newest = self.db.execute(
+            "SELECT id - ?, start + length(data) FROM journal_lines WHERE id BETWEEN ? AND ? ORDER BY id DESC LIMIT 1",
+            (base, *span),
         ).fetchone()
-        return (row[0], row[1], row[2], row[3]) if row is not None else (0, 0, 0, 0)
+        if newest is None:
+            return [journal_id, 1, 0, 0, 0]
+        oldest = self.db.execute(
+            "SELECT id - ?, start FROM journal_lines WHERE id BETWEEN ? AND ? ORDER BY id LIMIT 1", (base, *span)
+        ).fetchone()
+        return [journal_id, oldest[0], newest[0], oldest[1], newest[1]]
 
     def journal_read(self, session_id: str, after: int, limit: int | None) -> list[tuple[int, bytes]]:
         """``(number, line)`` of the lines held with a number above ``after``, in order, at most ``limit``."""
-        journal_id, _, last, _ = self.journal_state(session_id)
-        if not journal_id or after >= last:
+        journal_id = self.journal_id(session_id)
+        if not journal_id:
             return []
         base = journal_id << JOURNAL_SHIFT
         rows: list[tuple[int, bytes]] = self.db.execute(
             "SELECT id - ?, data FROM journal_lines WHERE id BETWEEN ? AND ? ORDER BY id LIMIT ?",
-            (base, base + max(after, 0) + 1, base + last, -1 if limit is None else limit),
+            (base, base + max(after, 0) + 1, base + MAX_JOURNAL_NUMBER, -1 if limit is None else limit),
         ).fetchall()
         return rows
 
     def _journal(self, ops: list[JournalOp]) -> None:
         """Apply ``ops`` in order, inside the caller's transaction: each append's lines numbered on
         from its journal's last, then every journal appended to trimmed to its bounds (those of its
-        last append here) and its row written.  Sets each op's ``result``."""
-        states: dict[str, list[int]] = {}  # session id -> [journal id, first, last, bytes]
+        last append here).  Sets each op's ``result``.  Only ``journal_lines`` changes in the usual
+        append (one page written per commit): a line's ``start`` (the bytes of the journal's lines
+        before it, since it began) gives the bytes held, ``first`` and ``last`` are the lowest and
+        highest numbers held."""
+        states: dict[str, list[int]] = {}  # session id -> _journal_state (journal id 0: none)
         bounds: dict[str, tuple[int, int]] = {}  # the journals appended to, with the bounds to apply
-        insert = "INSERT INTO journal_lines (id, data) VALUES (?, ?)"
+        insert = "INSERT INTO journal_lines (id, start, data) VALUES (?, ?, ?)"
         for op in ops:
             session_id = op.session_id
             state = states.get(session_id)
             if state is None:
-                state = states[session_id] = list(self.journal_state(session_id))
+                journal_id = self.journal_id(session_id)
+                state = states[session_id] = self._journal_state(journal_id) if journal_id else [0, 0, 0, 0, 0]
             if op.lines is None:  # forget
                 if state[0]:
                     base = state[0] << JOURNAL_SHIFT
@@ -751,67 +777,58 @@ class Database:
                         "DELETE FROM journal_lines WHERE id BETWEEN ? AND ?", (base, base + MAX_JOURNAL_NUMBER)
                     )
                     self.db.execute("DELETE FROM journals WHERE id = ?", (state[0],))
-                state[:] = [0, 0, 0, 0]
+                state[:] = [0, 0, 0, 0, 0]
                 bounds.pop(session_id, None)
                 op.result = 0
                 continue
             lines = op.lines
             if lines:
                 if not state[0]:
-                    state[:] = [self._new_journal(session_id), 1, 0, 0]
+                    state[:] = [self._new_journal(session_id), 1, 0, 0, 0]
                 last = state[2]
                 if last + len(lines) > MAX_JOURNAL_NUMBER:
                     raise StoreError(
                         f"the journal of session {session_id!r} is at its last number ({MAX_JOURNAL_NUMBER}): "
                         "forget it to start again from 1"
                     )
-                base = (state[0] << JOURNAL_SHIFT) + last + 1
-                self.db.executemany(insert, zip(range(base, base + len(lines)), lines, strict=True))
+                number = (state[0] << JOURNAL_SHIFT) + last
+                offset = state[4]
+                rows = []
+                for data in lines:
+                    number += 1
+                    rows.append((number, offset, data))
+                    offset += len(data)
+                self.db.executemany(insert, rows)
                 state[2] = last + len(lines)
-                state[3] += sum(map(len, lines))
+                state[4] = offset
                 bounds[session_id] = (op.max_updates, op.max_bytes)
             op.result = state[2]
         for session_id, (max_updates, max_bytes) in bounds.items():
-            journal_id, first, last, size = states[session_id]
-            first, size = self._trim(journal_id, first, last, size, max_updates, max_bytes)
-            self.db.execute(
-                "UPDATE journals SET first = ?, last = ?, bytes = ? WHERE id = ?", (first, last, size, journal_id)
-            )
+            self._trim(states[session_id], max_updates, max_bytes)
 
-    def _trim(
-        self, journal_id: int, first: int, last: int, size: int, max_updates: int, max_bytes: int
-    ) -> tuple[int, int]:
-        """Drop the oldest lines of a journal until it holds at most ``max_updates`` lines and
-        ``max_bytes`` bytes, keeping its newest line whatever its size; returns ``(first, bytes)``."""
+    def _trim(self, state: list[int], max_updates: int, max_bytes: int) -> None:
+        """Drop the oldest lines of a journal (``state``: see :meth:`_journal_state`) until it holds at
+        most ``max_updates`` lines and ``max_bytes`` bytes, keeping its newest line whatever its size."""
+        journal_id, first, last, start, end = state
         base = journal_id << JOURNAL_SHIFT
         new_first = max(first, last - max_updates + 1)
-        if new_first > first:
-            (dropped,) = self.db.execute(
-                "SELECT coalesce(sum(length(data)), 0) FROM journal_lines WHERE id BETWEEN ? AND ?",
-                (base + first, base + new_first - 1),
+        if end - start > max_bytes:  # the first line to keep starts at most max_bytes before the end
+            row = self.db.execute(
+                "SELECT id - ? FROM journal_lines WHERE id BETWEEN ? AND ? AND start >= ? ORDER BY id LIMIT 1",
+                (base, base + new_first, base + last, end - max_bytes),
             ).fetchone()
-            size -= dropped
-        if size > max_bytes and new_first < last:
-            cur = self.db.execute(
-                "SELECT id - ?, length(data) FROM journal_lines WHERE id BETWEEN ? AND ? ORDER BY id",
-                (base, base + new_first, base + last - 1),
-            )
-            for number, length in cur:
-                size -= length
-                new_first = number + 1
-                if size <= max_bytes:
-                    break
-            cur.close()
+            new_first = row[0] if row is not None else last
         if new_first > first:
             self.db.execute("DELETE FROM journal_lines WHERE id BETWEEN ? AND ?", (base + first, base + new_first - 1))
-        return new_first, size
+            state[1] = new_first
+            state[3] = self.db.execute("SELECT start FROM journal_lines WHERE id = ?", (base + new_first,)).fetchone()[
+                0
+            ]
 
     def _new_journal(self, session_id: str) -> int:
-        """The id of a new, empty journal row for ``session_id`` (the next id, or the lowest free one
-        once ids reach :data:`_MAX_JOURNAL_ID`)."""
-        cur = self.db.execute(
-            "INSERT INTO journals (session_id, first, last, bytes) VALUES (?, 1, 0, 0)", (session_id,)
-        )
+        """The id of a new journal row for ``session_id`` (the next id, or the lowest free one once
+        ids reach :data:`_MAX_JOURNAL_ID`)."""
+        cur = self.db.execute("INSERT INTO journals (session_id) VALUES (?)", (session_id,))
         journal_id = cur.lastrowid
         assert journal_id is not None
         if journal_id <= _MAX_JOURNAL_ID:

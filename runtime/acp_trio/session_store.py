@@ -565,22 +565,19 @@ class SessionJournal:
 
     async def first(self, session_id: str) -> int:
         """The oldest number still held: 1 when nothing was dropped, 0 when the journal is empty."""
-        state = await self._state(session_id)
-        return state[1] if state[2] else 0
+        return (await self._bounds(session_id))[0]
 
     async def last(self, session_id: str) -> int:
         """The number of the session's last line (0: none since the journal began or was forgotten)."""
-        return (await self._state(session_id))[2]
+        return (await self._bounds(session_id))[1]
 
     async def forget(self, session_id: str) -> None:
         """Delete the session's lines (in order with the appends before it); numbering starts again at 1."""
         await self.store._journal_op(JournalOp(session_id, None))
 
-    async def _state(self, session_id: str) -> tuple[int, int, int, int]:
-        state: tuple[int, int, int, int] = await self.store._call(
-            lambda db: db.journal_state(session_id), True, settle=False
-        )
-        return state
+    async def _bounds(self, session_id: str) -> tuple[int, int]:
+        bounds: tuple[int, int] = await self.store._call(lambda db: db.journal_bounds(session_id), True, settle=False)
+        return bounds
 
 
 def _line_bytes(line: Any) -> bytes:
