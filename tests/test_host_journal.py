@@ -48,7 +48,7 @@ def line(session_id: str, i: int) -> bytes:
 async def test_numbers_start_at_1_and_are_consecutive_across_calls_and_batches(
     store: session_store.SessionStore,
 ) -> None:
-    journal = store.journal()
+    journal: session_store.Journal = store.journal()  # the protocol the host codes against
     with trio.fail_after(WAIT):
         assert (await journal.first("s1"), await journal.last("s1")) == (0, 0)
         assert await journal.append("s1", [line("s1", 0)]) == 1
