@@ -340,6 +340,50 @@ async def test_a_body_over_max_message_bytes_is_413_whether_its_length_is_declar
             assert [json.loads(line)["method"] for line in await script.wait_read(2)] == ["initialize", "_ok"]
 
 
+async def test_a_body_from_the_servers_event_queue_whole_or_in_parts_that_come_later(autojump_clock: Any) -> None:
+    # hypercorn hands the application a memory channel's receive: a body already queued is taken at
+    # once; one that is not all there yet is awaited (request_timeout, max_message_bytes as ever)
+    script = Script()
+    app = AcpApp(serve_streams=script.serve, max_message_bytes=100)
+    async with running(app) as http:
+        cid = await http.initialize()
+        headers = [(b"content-type", b"application/json"), (b"acp-connection-id", cid.encode())]
+        scope = {"type": "http", "http_version": "1.1", "method": "POST", "path": "/acp", "headers": headers}
+
+        def post(*queued: bytes) -> tuple[Reply, trio.MemorySendChannel[dict[str, Any]]]:
+            """A POST whose body parts ``queued`` are in the server's queue (more to come: the channel)."""
+            to_app, events = trio.open_memory_channel[dict[str, Any]](10)
+            for part in queued:
+                to_app.send_nowait({"type": "http.request", "body": part, "more_body": True})
+            reply = Reply(b"")
+            http.nursery.start_soon(app, scope, events.receive, reply.send)
+            return reply, to_app
+
+        def note(n: int) -> bytes:
+            return json.dumps({"jsonrpc": "2.0", "method": "_n", "params": {"n": n}}).encode()
+
+        whole, to_app = post(note(1)[:10], note(1)[10:])
+        to_app.send_nowait({"type": "http.request", "body": b"", "more_body": False})
+        assert (await whole.text(), whole.status) == ("", 202)
+        # the first part is queued, the rest comes later
+        later, to_app = post(note(2)[:10])
+        await trio.sleep(5)
+        assert not later.started.is_set()
+        await to_app.send({"type": "http.request", "body": note(2)[10:], "more_body": False})
+        assert (await later.text(), later.status) == ("", 202)
+        # over max_message_bytes across the parts: 413
+        too_big, to_app = post(b"x" * 60)
+        await trio.sleep(1)
+        await to_app.send({"type": "http.request", "body": b"y" * 60, "more_body": False})
+        assert (await too_big.text(), too_big.status) == ("Request body exceeds 100 bytes", 413)
+        # a body whose rest never comes: 408 after request_timeout
+        started = trio.current_time()
+        stuck, to_app = post(note(3)[:10])
+        assert (await stuck.text(), stuck.status) == ("Request body not received within 300.0 s", 408)
+        assert trio.current_time() - started == pytest.approx(300)
+        assert [json.loads(line)["params"]["n"] for line in (await script.wait_read(3))[1:]] == [1, 2]
+
+
 async def test_a_bearer_token_guards_post_get_and_delete() -> None:
     app = AcpApp(serve_streams=Script().serve, token="s3cret")
     with trio.fail_after(DEADLINE):

@@ -111,6 +111,7 @@ import functools
 import hmac
 import ipaddress
 import logging
+import math
 import secrets
 import sys
 from collections import deque
@@ -291,9 +292,9 @@ class _HttpConnection:
         self.active_at = trio.current_time()
 
     def request_began(self) -> None:
-        """A POST for this connection is in progress: activity until :meth:`request_ended` (idle_timeout)."""
+        """A POST for this connection is in progress: activity until :meth:`request_ended` (idle_timeout).
+        (No :meth:`touch`: the connection was touched as the request named it, or created for it.)"""
         self.requests += 1
-        self.touch()
 
     def request_ended(self) -> None:
         """A POST ended: the idle clock starts now if nothing else is in progress."""
@@ -453,16 +454,32 @@ class _HttpConnection:
         self.buffered_bytes += len(line)
         mailbox.changed.unpark_all()
 
-    async def next_events(self, mailbox: _Mailbox, keepalive: float) -> bytes | None:
-        """The SSE bytes to write next on ``mailbox``'s stream: queued events (a batch of at most
-        256 KiB), a keepalive comment after ``keepalive`` idle seconds, ``None`` at its end."""
-        while not mailbox.queue:
-            if mailbox.finished:
-                return None
-            with trio.move_on_after(keepalive):
-                await mailbox.changed.park()
-                continue
-            return b":\n\n"
+    async def stream_events(self, mailbox: _Mailbox, keepalive: float, send: Send) -> None:
+        """Write ``mailbox``'s events on its SSE stream (``send``: the ASGI ``send``) as they come,
+        in batches of at most 256 KiB, and a keepalive comment after ``keepalive`` idle seconds;
+        return at the stream's end.  One cancel scope per idle period rather than one per wait:
+        its deadline is set only while the stream waits for events."""
+        while True:
+            with trio.CancelScope() as idle:
+                while (events := self.take_events(mailbox)) is not None:
+                    if events:
+                        await send({"type": "http.response.body", "body": events, "more_body": True})
+                        continue
+                    idle.deadline = trio.current_time() + keepalive
+                    await mailbox.changed.park()
+                    idle.deadline = math.inf
+                    if idle.cancel_called:  # woken as the deadline passed: never cancel a send
+                        break
+                else:
+                    return
+            if idle.cancelled_caught:
+                await send({"type": "http.response.body", "body": b":\n\n", "more_body": True})
+
+    def take_events(self, mailbox: _Mailbox) -> bytes | None:
+        """The SSE bytes of the events queued on ``mailbox`` (at most 256 KiB of them), ``b""`` when
+        none is, ``None`` at the stream's end."""
+        if not mailbox.queue:
+            return None if mailbox.finished else b""
         parts: list[bytes] = []
         taken = 0
         while mailbox.queue and taken < 262144:
@@ -798,6 +815,14 @@ class AcpApp:
         is read and dropped, so the client gets the answer), ``408`` (not received in full within
         ``request_timeout`` seconds; the TCP connection is closed after it) or when the client left."""
         answering: list[bool] = []  # the 413 answer has begun
+        take = getattr(getattr(receive, "__self__", None), "receive_nowait", None)
+        if take is not None:  # (hypercorn's queue of request events): a body already there is read at once
+            taken: deque[Message] = deque()
+            body = self._body_at_once(scope, take, taken)
+            if body is not None:
+                return body
+            if taken:  # what was taken is received again, first, by the path that waits
+                receive = functools.partial(_replayed, taken, receive)
         with trio.move_on_after(self.request_timeout):
             return await self._receive_body(scope, receive, send, answering)
         timeout = self.request_timeout
@@ -808,6 +833,31 @@ class AcpApp:
             text = f"Request body not received within {timeout} s"
             await _text_response(send, 408, text, [(b"connection", b"close")])
         return None
+
+    def _body_at_once(self, scope: Scope, take: Callable[[], Message], taken: deque[Message]) -> bytes | None:
+        """The whole body, when the server has received it all already (no yield, no timer): the
+        common case of a small POST.  Else ``None``, with the events taken so far in ``taken``."""
+        limit = self.max_message_bytes
+        length = _header(scope, b"content-length")
+        if length is not None and length.isdigit() and int(length) > limit:
+            return None
+        parts: list[bytes] = []
+        size = 0
+        while True:
+            try:
+                message = take()
+            except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
+                return None
+            taken.append(message)
+            if message["type"] != "http.request":
+                return None
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > limit:
+                return None
+            parts.append(chunk)
+            if not message.get("more_body", False):
+                return b"".join(parts)
 
     async def _receive_body(self, scope: Scope, receive: Receive, send: Send, answering: list[bool]) -> bytes | None:
         limit = self.max_message_bytes
@@ -1015,10 +1065,7 @@ class AcpApp:
             # a comment first: the headers go out now whatever the server buffers (clients ignore it)
             await send({"type": "http.response.body", "body": b":\n\n", "more_body": True})
 
-            async def stream() -> None:
-                while (events := await conn.next_events(mailbox, self.sse_keepalive)) is not None:
-                    await send({"type": "http.response.body", "body": events, "more_body": True})
-
+            stream = functools.partial(conn.stream_events, mailbox, self.sse_keepalive, send)
             if await _unless_disconnected(receive, stream):
                 await send({"type": "http.response.body", "body": b""})
         except Exception as exc:  # the server lost the socket (what it raises then is its own)
@@ -1602,6 +1649,14 @@ async def _response(send: Send, status: int, body: bytes, headers: list[tuple[by
     headers.append((b"content-length", str(len(body)).encode()))
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})
+
+
+async def _replayed(taken: deque[Message], receive: Receive) -> Message:
+    """``receive``, after the events in ``taken`` (taken from the server's queue already)."""
+    if taken:
+        await trio.lowlevel.checkpoint()
+        return taken.popleft()
+    return await receive()
 
 
 async def _unless_disconnected(receive: Receive, work: Callable[[], Awaitable[None]]) -> bool:
