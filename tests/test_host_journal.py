@@ -11,12 +11,14 @@ from __future__ import annotations
 import sqlite3
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import trio
+import trio.testing
 
 from acp_trio import _store_db, session_store
 from acp_trio._store_db import APPLICATION_ID, JOURNAL_SHIFT
@@ -192,6 +194,49 @@ async def test_appends_are_numbered_in_the_order_they_are_called(store: session_
 
 def results_by(results: dict[int, int], number: int) -> int:
     return next(i for i, n in results.items() if n == number)
+
+
+async def test_appends_made_while_the_writer_is_busy_share_one_transaction(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = session_store.SqliteSessionStore(str(tmp_path / "group.db"))
+    transactions: list[int] = []  # journal ops per transaction
+    real = _store_db.Database.write
+
+    def write(self: Any, batch: Any, journal: Any = None) -> None:
+        transactions.append(len(journal or ()))
+        real(self, batch, journal)
+
+    monkeypatch.setattr(_store_db.Database, "write", write)
+    entered, gate = threading.Event(), threading.Event()
+
+    def busy(db: Any) -> None:  # holds the writer thread, as a long commit would
+        entered.set()
+        gate.wait(WAIT)
+
+    try:
+        journal = store.journal()
+        numbers: dict[int, int] = {}
+
+        async def append(i: int) -> None:
+            numbers[i] = await journal.append(f"s{i % 2}", [b"%d" % i])
+
+        with trio.fail_after(WAIT):
+            store._submit(busy)
+            await trio.to_thread.run_sync(entered.wait, WAIT)
+            async with trio.open_nursery() as nursery:
+                for i in range(40):
+                    nursery.start_soon(append, i)
+                await trio.testing.wait_all_tasks_blocked()  # every append queued, waiting for its commit
+                gate.set()
+            assert transactions == [40]
+            for session_id in ("s0", "s1"):
+                held = await journal.read(session_id, 0)
+                assert [n for n, _ in held] == list(range(1, 21))
+                assert all(numbers[int(data)] == n for n, data in held)  # each got the number it was stored under
+    finally:
+        gate.set()
+        store.close()
 
 
 async def test_an_append_cancelled_while_it_waits_is_still_stored(store: session_store.SessionStore) -> None:
