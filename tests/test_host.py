@@ -68,7 +68,7 @@ async def test_resume_with_start_replays_everything_in_order_then_goes_live() ->
             second = Recorder()
             async with host.connect(second, variant=v2) as conn2:
                 await init2(conn2)
-                answer = await conn2.agent.session_resume(resume(sid, v2.ReplayFromStart()))
+                answer = await conn2.agent.session_resume(resume(sid, v2.StartReplayFrom()))
                 replayed = len(second.updates)
                 # the replay (user message, running, 4 chunks), then the current state, before the answer
                 assert second.numbers[: replayed - 1] == seen_before
@@ -158,5 +158,13 @@ async def test_a_cursor_older_than_the_journal_holds_is_refused_with_the_oldest_
                 rec3 = Recorder()
             async with host.connect(rec3, variant=v2) as conn3:
                 await init2(conn3)
-                await conn3.agent.session_resume(resume(sid, v2.ReplayFromStart()))
+                await conn3.agent.session_resume(resume(sid, v2.StartReplayFrom()))
                 assert rec3.numbers[:-1] == [last - 2, last - 1, last]
+
+
+async def test_the_bodys_exception_comes_out_as_itself() -> None:
+    with trio.fail_after(DEADLINE), pytest.raises(ValueError, match="the body's"):
+        async with open_session_host(agents(Control())) as host:
+            async with host.connect(Recorder(), variant=v2) as conn:
+                await init2(conn)
+                raise ValueError("the body's")

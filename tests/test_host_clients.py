@@ -176,7 +176,7 @@ async def test_an_unknown_session_id_answers_resource_not_found() -> None:
                 await init2(conn)
                 for call in (
                     conn.agent.session_prompt(prompt("nope", "count 1")),
-                    conn.agent.session_resume(resume("nope", v2.ReplayFromStart())),  # the agent's own answer
+                    conn.agent.session_resume(resume("nope", v2.StartReplayFrom())),  # the agent's own answer
                 ):
                     with pytest.raises(RequestError) as caught:
                         await call

@@ -328,11 +328,15 @@ class SessionHost:
                 await done.wait()
 
     async def aclose(self) -> None:
-        """Stop serving: every client connection ends, every agent instance is cancelled."""
+        """Stop serving: every client connection ends, every agent instance is cancelled (so is the
+        body of the ``async with open_session_host(...)`` block, when called from it)."""
+        self._stop()
+        await trio.lowlevel.checkpoint()
+
+    def _stop(self) -> None:
         for scope in list(self._serving):
             scope.cancel()
         self._nursery.cancel_scope.cancel()
-        await trio.lowlevel.checkpoint()
 
     # -- client connections ---------------------------------------------------------------------------
     async def _write_client(self, client: _Client, to_client: trio.abc.SendStream) -> None:
@@ -1171,8 +1175,8 @@ async def open_session_host(
         )
         try:
             yield host
-        finally:
-            await host.aclose()
+        finally:  # no checkpoint here: a Cancelled would replace the body's exception
+            host._stop()
 
 
 __all__ = ["SessionHost", "SessionInfo", "open_session_host"]
