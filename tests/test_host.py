@@ -168,3 +168,27 @@ async def test_the_bodys_exception_comes_out_as_itself() -> None:
             async with host.connect(Recorder(), variant=v2) as conn:
                 await init2(conn)
                 raise ValueError("the body's")
+
+
+async def test_the_sqlite_journal_serves_a_resume_with_the_cursor(tmp_path: Any) -> None:
+    from acp_trio.session_store import SqliteSessionStore
+
+    control = Control()
+    with SqliteSessionStore(str(tmp_path / "host.db")) as store, trio.fail_after(DEADLINE):
+        async with open_session_host(agents(control), journal=store.journal()) as host:
+            first = Recorder()
+            async with host.connect(first, variant=v2) as conn:
+                await init2(conn)
+                sid = (await conn.agent.session_new(v2.NewSessionRequest(cwd="/tmp"))).session_id
+                await conn.agent.session_prompt(v2.PromptRequest(session_id=sid, prompt=text("count 30 wait after 30")))
+                await first.until(lambda: len(first.texts()) == 30)
+            control.gate.set()
+            await host.wait_until(lambda: host.sessions()[sid].state == "idle")
+            seen = max(n for n in first.numbers if n is not None)
+            second = Recorder()
+            async with host.connect(second, variant=v2) as conn2:
+                await init2(conn2)
+                await conn2.agent.session_resume(resume(sid, cursor(seen + 1)))
+            numbers = [n for n in first.numbers + second.numbers if n is not None]
+            assert numbers == list(range(1, host.sessions()[sid].last_update + 1))
+            assert first.texts() + second.texts() == [str(i) for i in range(30)] + [f"+{i}" for i in range(30)]

@@ -908,6 +908,8 @@ class SessionHost:
                 await self._instance_ended(instance)
 
     async def _read_agent(self, instance: _Instance, stream: trio.abc.ReceiveStream) -> None:
+        """Read the agent's lines; consecutive ``session/update`` lines of one session read together
+        are journaled in one append (the journal's cost is per append more than per line)."""
         framer = LineFramer(self.max_message_size)
         while True:
             try:
@@ -916,18 +918,49 @@ class SessionHost:
                 return
             if not data:
                 return
-            for item in framer.feed(data):
-                if type(item) is bytes:
-                    await self._from_agent(instance, item)
+            batch: list[tuple[dict[str, Any], bytes]] = []
+            batch_session: _Session | None = None
+            for line in framer.feed(data):
+                if type(line) is not bytes:
+                    log.warning(
+                        "agent instance %d wrote a line over %d bytes: dropped",
+                        instance.number,
+                        framer.max_message_size,
+                    )
+                    continue
+                try:
+                    message = orjson.loads(line)
+                except orjson.JSONDecodeError:
+                    log.warning("agent instance %d wrote a line that is not JSON: dropped", instance.number)
+                    continue
+                if type(message) is not dict:
+                    continue
+                session = self._live_update_session(instance, message)
+                if session is not None and session is batch_session:
+                    batch.append((message, line))
+                    continue
+                if batch_session is not None:
+                    await self._updates(batch_session, batch)
+                    batch, batch_session = [], None
+                if session is not None:
+                    batch, batch_session = [(message, line)], session
+                else:
+                    await self._from_agent(instance, message, line)
+            if batch_session is not None:
+                await self._updates(batch_session, batch)
 
-    async def _from_agent(self, instance: _Instance, line: bytes) -> None:
-        try:
-            message = orjson.loads(line)
-        except orjson.JSONDecodeError:
-            log.warning("agent instance %d wrote a line that is not JSON: dropped", instance.number)
-            return
-        if type(message) is not dict:
-            return
+    def _live_update_session(self, instance: _Instance, message: dict[str, Any]) -> _Session | None:
+        """The live session (not being loaded) of ``message`` when it is its instance's ``session/update``."""
+        if message.get("method") != "session/update" or "id" in message:
+            return None
+        params = message.get("params")
+        session_id = params.get("sessionId") if type(params) is dict else None
+        session = self._sessions.get(session_id) if type(session_id) is str else None
+        if session is None or session.instance is not instance or session.loading is not None:
+            return None
+        return session
+
+    async def _from_agent(self, instance: _Instance, message: dict[str, Any], line: bytes) -> None:
         method = message.get("method")
         if type(method) is not str:
             await self._agent_answer(instance, message)
@@ -940,9 +973,6 @@ class SessionHost:
         if "id" in message:
             self._agent_question(instance, message, session)
             return
-        if method == "session/update" and session is not None:
-            await self._update(session, message, line)
-            return
         if method == "$/cancel_request":  # the agent withdrew a request: so do its clients' copies
             question = instance.questions.get(params.get("requestId") if type(params) is dict else None)
             if question is not None:
@@ -950,40 +980,49 @@ class SessionHost:
             return
         if session is None:
             audience = instance.home_clients
-        elif session.loading is not None:
+        elif session.loading is not None:  # the agent's own replay of a session it loads: to that client only
             audience = {session.loading}
         else:
             audience = session.clients
         for client in audience:
             client.put(line)
 
-    async def _update(self, session: _Session, message: dict[str, Any], line: bytes) -> None:
-        if session.loading is not None:  # the agent's own replay of a session it loads: to that client only
-            session.loading.put(line)
-            return
-        update = message["params"].get("update")
-        if type(update) is dict:
-            kind = update.get("sessionUpdate")
-            if kind == "state_update":
-                session.state = update
-                session.states += 1
-            elif kind == "config_option_update" and "configOptions" in update:
-                session.setup["configOptions"] = update["configOptions"]
-            elif kind == "available_commands_update" and "availableCommands" in update:
-                session.setup["availableCommands"] = update["availableCommands"]
-            elif kind == "current_mode_update" and type(session.setup.get("modes")) is dict:
-                session.setup["modes"] = {**session.setup["modes"], "currentModeId": update.get("currentModeId")}
-        number = await self.journal.append(session.id, [line])
+    async def _updates(self, session: _Session, batch: list[tuple[dict[str, Any], bytes]]) -> None:
+        """Journal ``batch`` (the session's ``session/update`` messages and lines, in order), then
+        send each, numbered, to the attached clients (to the buffer of one whose replay runs)."""
+        last = await self.journal.append(session.id, [line for _, line in batch])
         # no checkpoint from here to the end of the fan-out: see _attach
-        session.last = number
-        numbered = self._numbered(line, number, message)
-        for client in session.clients:
-            buffer = client.attaching.get(session.id)
-            if buffer is not None:
-                buffer.append((number, numbered))
-            else:
-                client.put(numbered)
+        if self._sessions.get(session.id) is not session:
+            return  # closed meanwhile
+        number = last - len(batch)
+        for message, line in batch:
+            number += 1
+            self._track(session, message["params"].get("update"))
+            numbered = self._numbered(line, number, message)
+            for client in session.clients:
+                buffer = client.attaching.get(session.id)
+                if buffer is not None:
+                    buffer.append((number, numbered))
+                else:
+                    client.put(numbered)
+        session.last = last
         self._touch()
+
+    @staticmethod
+    def _track(session: _Session, update: Any) -> None:
+        """Keep the session's current state and setup answer up to date with ``update``."""
+        if type(update) is not dict:
+            return
+        kind = update.get("sessionUpdate")
+        if kind == "state_update":
+            session.state = update
+            session.states += 1
+        elif kind == "config_option_update" and "configOptions" in update:
+            session.setup["configOptions"] = update["configOptions"]
+        elif kind == "available_commands_update" and "availableCommands" in update:
+            session.setup["availableCommands"] = update["availableCommands"]
+        elif kind == "current_mode_update" and type(session.setup.get("modes")) is dict:
+            session.setup["modes"] = {**session.setup["modes"], "currentModeId": update.get("currentModeId")}
 
     @staticmethod
     def _numbered(line: bytes, number: int, message: dict[str, Any] | None = None) -> bytes:
