@@ -1159,6 +1159,9 @@ class Writer:
             self._thread.join(timeout)
         else:
             self.cycle([])
+        if self._thread is None or not self._thread.is_alive():
+            for op in [self.journal.popleft() for _ in range(len(self.journal))]:  # left by a failing writer
+                op.finish(RuntimeError("the session store was closed before this journal operation was written"))
         self.database.close()
 
     def _has_work(self) -> bool:
