@@ -8,6 +8,8 @@ Every wait on the writer thread is bounded by ``trio.fail_after``.
 
 from __future__ import annotations
 
+import os
+import signal
 import sqlite3
 import subprocess
 import sys
@@ -274,6 +276,57 @@ async def test_numbers_survive_reopening_the_file_and_another_process_continues_
     with session_store.SqliteSessionStore(path) as last_store, trio.fail_after(WAIT):
         held = await last_store.journal().read("s", 0)
         assert [n for n, _ in held] == [5, 6, 7, 8] and held[-1][1] == b"from the other process"
+
+
+APPENDER = """
+import sys, trio
+from acp_trio import session_store
+
+async def main():
+    with session_store.SqliteSessionStore(sys.argv[1]) as store:
+        journal = store.journal()
+        number, size = 0, 1
+        while True:
+            lines = [b"line %d" % (number + k + 1) for k in range(size)]
+            number = await journal.append("s", lines)
+            sys.stdout.write(f"{number}\\n")
+            sys.stdout.flush()
+            size = size % 7 + 1
+
+trio.run(main)
+"""
+
+
+@pytest.mark.skipif(os.name != "posix", reason="SIGKILL: POSIX only")
+async def test_every_number_an_append_returned_survives_a_sigkill(tmp_path: Path) -> None:
+    """Acknowledged means stored: a process appending in batches of 1 to 7 lines, printing each number
+    ``append`` returned, is SIGKILLed mid-stream; the file holds every line up to the last number printed."""
+    path = str(tmp_path / "killed.db")
+    process = await trio.lowlevel.open_process([sys.executable, "-c", APPENDER, path], stdout=subprocess.PIPE)
+    assert process.stdout is not None
+    printed = 0
+    try:
+        with trio.fail_after(60):
+            received = b""
+            while printed < 500:
+                chunk = await process.stdout.receive_some()
+                assert chunk, "the appending process ended on its own"
+                received += chunk
+                *done, received = received.split(b"\n")
+                if done:
+                    printed = int(done[-1])
+    finally:
+        process.kill()
+        with trio.fail_after(WAIT):
+            await process.wait()
+    assert process.returncode == -signal.SIGKILL
+    with session_store.SqliteSessionStore(path) as store, trio.fail_after(WAIT):
+        assert await store.integrity_check() == "ok"
+        journal = store.journal()
+        last = await journal.last("s")
+        assert last >= printed
+        held = await journal.read("s", 0)
+        assert held == [(n, b"line %d" % n) for n in range(1, last + 1)]
 
 
 V3_SCHEMA = """
