@@ -1,8 +1,11 @@
 """The session journal of the session store (acp_trio.session_store.SessionJournal): numbered
 ``session/update`` lines per session for a session host's replay on reattach (issue 35).
 
-Each behaviour runs on both stores (the SQLite file with its writer thread, and the in-memory one);
-the file's own properties (reopening, another process, migration, failing writes) on the file.
+The behaviours of the contract (numbering, bounds, forget, order) run on every implementation: the
+SQLite store's journal (its writer thread), the in-memory store's, and the session host's own
+``acp_trio.host.MemoryJournal``; the stores' (deleting a session, read pages, cancellation) on both
+stores; the file's own (reopening, another process, SIGKILL, migration, failing writes, group
+commit) on the file.
 Every wait on the writer thread is bounded by ``trio.fail_after``.
 """
 
@@ -14,7 +17,7 @@ import sqlite3
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +44,29 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[session_st
         made.close()
 
 
+JournalFactory = Callable[..., session_store.Journal]
+
+
+@pytest.fixture(params=["sqlite", "memory", "host"])
+def make_journal(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[JournalFactory]:
+    """``make_journal(max_updates=..., max_bytes=...)``: a journal of each implementation of the
+    contract: the SQLite store's, the in-memory store's, and the session host's own ``MemoryJournal``
+    (the behaviours of the contract are the same whichever the host is given)."""
+    if request.param == "host":
+        host = pytest.importorskip("acp_trio.host")
+        yield host.MemoryJournal
+        return
+    made: session_store.SessionStore = (
+        session_store.SqliteSessionStore(str(tmp_path / "journal.db"))
+        if request.param == "sqlite"
+        else session_store.MemorySessionStore()
+    )
+    try:
+        yield made.journal
+    finally:
+        made.close()
+
+
 def line(session_id: str, i: int) -> bytes:
     """A ``session/update`` wire line (no newline) of about 150 bytes."""
     return (
@@ -50,9 +76,9 @@ def line(session_id: str, i: int) -> bytes:
 
 
 async def test_numbers_start_at_1_and_are_consecutive_across_calls_and_batches(
-    store: session_store.SessionStore,
+    make_journal: JournalFactory,
 ) -> None:
-    journal: session_store.Journal = store.journal()  # the protocol the host codes against
+    journal: session_store.Journal = make_journal()  # the protocol the host codes against
     with trio.fail_after(WAIT):
         assert (await journal.first("s1"), await journal.last("s1")) == (0, 0)
         assert await journal.append("s1", [line("s1", 0)]) == 1
@@ -90,8 +116,8 @@ async def test_lines_come_back_byte_for_byte_and_read_pages_with_a_limit(store: 
         store.journal(max_updates=0)
 
 
-async def test_the_count_bound_drops_the_oldest_lines_and_first_advances(store: session_store.SessionStore) -> None:
-    journal = store.journal(max_updates=5)
+async def test_the_count_bound_drops_the_oldest_lines_and_first_advances(make_journal: JournalFactory) -> None:
+    journal = make_journal(max_updates=5)
     with trio.fail_after(WAIT):
         assert await journal.append("s", [line("s", i) for i in range(3)]) == 3
         assert await journal.first("s") == 1
@@ -108,9 +134,9 @@ async def test_the_count_bound_drops_the_oldest_lines_and_first_advances(store: 
 
 
 async def test_the_byte_bound_drops_the_oldest_lines_and_keeps_the_newest_whatever_its_size(
-    store: session_store.SessionStore,
+    make_journal: JournalFactory,
 ) -> None:
-    journal = store.journal(max_bytes=35)
+    journal = make_journal(max_bytes=35)
     with trio.fail_after(WAIT):
         assert await journal.append("s", [b"%010d" % i for i in range(3)]) == 3  # 30 bytes: all held
         assert await journal.first("s") == 1
@@ -123,14 +149,14 @@ async def test_the_byte_bound_drops_the_oldest_lines_and_keeps_the_newest_whatev
         assert await journal.read("s", 0) == [(7, b"w" * 50)]
         assert await journal.append("s", [b"v"]) == 8  # and numbering goes on
         assert await journal.read("s", 5) == [(8, b"v")] and await journal.first("s") == 8
-    both = store.journal(max_updates=3, max_bytes=25)
+    both = make_journal(max_updates=3, max_bytes=25)
     with trio.fail_after(WAIT):
         assert await both.append("t", [b"%05d" % i for i in range(4)]) == 4  # the count bound is the one hit
         assert await both.read("t", 0) == [(2, b"00001"), (3, b"00002"), (4, b"00003")]
 
 
-async def test_forget_deletes_the_lines_and_numbering_starts_again(store: session_store.SessionStore) -> None:
-    journal = store.journal()
+async def test_forget_deletes_the_lines_and_numbering_starts_again(make_journal: JournalFactory) -> None:
+    journal = make_journal()
     with trio.fail_after(WAIT):
         await journal.append("s", [line("s", i) for i in range(4)])
         await journal.append("keep", [line("keep", 0)])
@@ -156,8 +182,8 @@ async def test_deleting_a_session_forgets_its_journal(store: session_store.Sessi
         assert rows == 1 and database.path == store.path
 
 
-async def test_concurrent_appends_to_two_sessions_keep_each_sessions_order(store: session_store.SessionStore) -> None:
-    journal = store.journal()
+async def test_concurrent_appends_to_two_sessions_keep_each_sessions_order(make_journal: JournalFactory) -> None:
+    journal = make_journal()
     sent: dict[str, list[bytes]] = {"a": [], "b": [], "c": []}
     numbers: dict[str, list[int]] = {"a": [], "b": [], "c": []}
 
@@ -177,8 +203,8 @@ async def test_concurrent_appends_to_two_sessions_keep_each_sessions_order(store
         assert await journal.read("b", 0) == list(enumerate(sent["b"], 1))
 
 
-async def test_appends_are_numbered_in_the_order_they_are_called(store: session_store.SessionStore) -> None:
-    journal = store.journal()
+async def test_appends_are_numbered_in_the_order_they_are_called(make_journal: JournalFactory) -> None:
+    journal = make_journal()
     results: dict[int, int] = {}
 
     async def append(i: int) -> None:
