@@ -71,6 +71,7 @@ Needs the ``remote`` extra (``pip install acp-trio[remote]``).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import re
@@ -268,10 +269,12 @@ class _Exchange:
         max_message_bytes: int,
         max_buffered_bytes: int,
         connect_timeout: float = 30.0,
+        streams_http: httpx2.AsyncClient | None = None,
     ) -> None:
         self.url = url
         self.connect_timeout = connect_timeout
-        self.http = http
+        self.http = http  # POSTs and DELETE
+        self.streams_http = http if streams_http is None else streams_http  # the SSE streams' GETs
         self.base_headers = dict(headers)
         self.cookies = cookies
         self.nursery = nursery
@@ -576,7 +579,7 @@ class _Exchange:
         ended = "ended"
         try:
             with stream.scope:
-                async with self.http.stream("GET", self.url, headers=_wire(headers)) as response:
+                async with self.streams_http.stream("GET", self.url, headers=_wire(headers)) as response:
                     self.cookies.store(response.headers.raw)
                     status = response.status_code
                     if not 200 <= status < 300:
@@ -843,20 +846,33 @@ async def open_exchange(
 
     # the cookies live in `cookies` (the same store as the WebSocket transport's), not in httpx2's jar
     no_jar = http.cookiejar.CookieJar(policy=http.cookiejar.DefaultCookiePolicy(allowed_domains=[]))
-    client_http = httpx2.AsyncClient(
-        cookies=no_jar,
-        http2=http2,
-        timeout=httpx2.Timeout(None, connect=connect_timeout),
-        # every open SSE stream holds an HTTP/1.1 connection: never make a POST wait for one
-        limits=httpx2.Limits(max_connections=None, max_keepalive_connections=20),
-        transport=transport,
-        verify=verify,
-    )
-    async with client_http, owned_nursery() as nursery:
+
+    def client() -> httpx2.AsyncClient:
+        return httpx2.AsyncClient(
+            cookies=no_jar,
+            http2=http2,
+            timeout=httpx2.Timeout(None, connect=connect_timeout),
+            # every open SSE stream holds an HTTP/1.1 connection: never make a POST wait for one
+            limits=httpx2.Limits(max_connections=None, max_keepalive_connections=20),
+            transport=transport,
+            verify=verify,
+        )
+
+    # Over HTTP/1.1 the SSE streams get a pool of their own: the POSTs' pool then holds the one
+    # keep-alive connection they reuse, and httpcore, which scans its pool's connections at every
+    # request and response, has one to look at instead of one more per open stream.  (A caller's
+    # transport, or HTTP/2's single connection, is one pool.)
+    client_http = client()
+    streams_http = client() if transport is None and not http2 else client_http
+    async with client_http, contextlib.AsyncExitStack() as stack:
+        if streams_http is not client_http:
+            await stack.enter_async_context(streams_http)
+        nursery = await stack.enter_async_context(owned_nursery())
         exchange = _Exchange(
             url,
             client_http,
             nursery,
+            streams_http=streams_http,
             headers=headers or {},
             cookies=cookies if cookies is not None else CookieStore(),
             max_message_bytes=max_message_bytes,
