@@ -355,6 +355,44 @@ async def test_every_number_an_append_returned_survives_a_sigkill(tmp_path: Path
         assert held == [(n, b"line %d" % n) for n in range(1, last + 1)]
 
 
+RACER = """
+import sys, trio
+from acp_trio import session_store
+
+async def main():
+    numbers = []
+    with session_store.SqliteSessionStore(sys.argv[1]) as store:
+        journal = store.journal()
+        for i in range(150):
+            numbers.append(await journal.append("s", [b"%s %d" % (sys.argv[2].encode(), i)]))
+    print(" ".join(map(str, numbers)))
+
+trio.run(main)
+"""
+
+
+async def test_two_processes_appending_to_one_journal_get_consecutive_numbers(tmp_path: Path) -> None:
+    path = str(tmp_path / "shared.db")
+    with session_store.SqliteSessionStore(path):  # made once: both processes open an existing file
+        pass
+    got: dict[str, list[int]] = {}
+
+    async def race(name: str) -> None:
+        done = await trio.run_process([sys.executable, "-c", RACER, path, name], capture_stdout=True)
+        got[name] = [int(n) for n in done.stdout.split()]
+
+    with trio.fail_after(60):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(race, "a")
+            nursery.start_soon(race, "b")
+    assert sorted(got["a"] + got["b"]) == list(range(1, 301))  # no number given twice, none skipped
+    with session_store.SqliteSessionStore(path) as store, trio.fail_after(WAIT):
+        held = dict(await store.journal().read("s", 0))
+    for name, numbers in got.items():
+        assert numbers == sorted(numbers)
+        assert [held[n] for n in numbers] == [b"%s %d" % (name.encode(), i) for i in range(150)]
+
+
 V3_SCHEMA = """
 CREATE TABLE sessions (id INTEGER PRIMARY KEY, session_id TEXT NOT NULL UNIQUE, cwd TEXT NOT NULL,
     additional_directories TEXT NOT NULL DEFAULT '[]', mcp_servers TEXT NOT NULL DEFAULT '[]', title TEXT,
