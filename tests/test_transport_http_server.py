@@ -398,6 +398,35 @@ async def test_a_bearer_token_guards_post_get_and_delete() -> None:
             assert ok.status == 200
 
 
+async def test_each_token_origin_and_host_is_judged_even_after_others_passed() -> None:
+    # (what passed the checks is remembered: a request that differs in any of them is judged again)
+    init = json.dumps({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {}}).encode()
+
+    async def post(app: AcpApp, **headers: str) -> int:
+        reply = Reply(init)
+        raw = [(b"content-type", b"application/json"), *((k.encode(), v.encode()) for k, v in headers.items())]
+        scope = {"type": "http", "http_version": "1.1", "method": "POST", "path": "/acp", "headers": raw}
+        await app({**scope, "server": ("127.0.0.1", 8765)}, reply.receive, reply.send)
+        return reply.status
+
+    guarded = AcpApp(serve_streams=Script().serve, token="s3cret")
+    plain = AcpApp(serve_streams=Script().serve)
+    with trio.fail_after(DEADLINE):
+        async with running(guarded), running(plain):
+            for _ in range(2):
+                assert await post(guarded, authorization="Bearer s3cret", host="127.0.0.1:8765") == 200
+                assert await post(guarded, authorization="Bearer s3cre", host="127.0.0.1:8765") == 401
+                assert await post(guarded, host="127.0.0.1:8765") == 401
+                assert await post(guarded, authorization="Bearer s3cret", origin="http://evil.example") == 403
+                assert await post(plain, host="localhost:8765") == 200
+                assert await post(plain, host="evil.example:8765") == 403
+                assert await post(plain, host="localhost:8765", origin="null") == 403
+            for port in range(100):  # many that pass: what is remembered stays bounded
+                assert await post(plain, host=f"127.0.0.1:{port}") == 200
+            assert len(plain._passed) <= 64
+            assert await post(plain, host="evil.example:8765") == 403
+
+
 async def test_a_foreign_origin_is_refused_403_on_every_route_against_dns_rebinding() -> None:
     app = AcpApp(serve_streams=Script().serve, allowed_origins=["https://editor.example"])
     with trio.fail_after(DEADLINE):

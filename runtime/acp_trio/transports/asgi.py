@@ -328,10 +328,15 @@ class _HttpConnection:
             return None
 
     async def write_inbound(self, text: str) -> None:
+        """Hand a POSTed message to the agent's reader: at once when it waits for one (then the
+        request's answer goes out without a yield first), else once it takes it."""
         if self.closed or self.routing_done:
             raise _ConnectionGone
         try:
-            await self.inbound_send.send(text)
+            try:
+                self.inbound_send.send_nowait(text)
+            except trio.WouldBlock:
+                await self.inbound_send.send(text)
         except (trio.ClosedResourceError, trio.BrokenResourceError):
             raise _ConnectionGone from None
 
@@ -659,6 +664,9 @@ class AcpApp:
         self._token = None if token is None else token.encode()
         self.allowed_origins = frozenset(origin.rstrip("/").lower() for origin in allowed_origins)
         self.allowed_hosts = frozenset(host.lower() for host in allowed_hosts)
+        # what requests that passed _refusal's checks carried (see there): a client sends the same
+        # Authorization, Origin and Host on every request, so each is judged once
+        self._passed: set[tuple[bytes | None, bytes | None, bytes | None, Any]] = set()
         self.max_message_bytes = max_message_bytes
         self.output_stall_timeout = output_stall_timeout
         self.max_buffered_bytes = max_buffered_bytes
@@ -760,6 +768,27 @@ class AcpApp:
     def _refusal(self, scope: Scope) -> tuple[int, str, list[tuple[bytes, bytes]]] | None:
         if scope.get("path") != self.path:
             return 404, f"Not found: ACP is served on {self.path}\n", []
+        # The checks below depend only on these headers, the socket's address (scope["server"]) and
+        # the settings (frozen): a combination that passed once passes again.  Only passes are kept
+        # (a refusal is judged each time), at most _PASSED_KEPT of them.
+        headers = _headers(scope)
+        server = scope.get("server")
+        key = (
+            (headers.get(b"authorization"), headers.get(b"origin"), headers.get(b"host"), server)
+            if server is None or type(server) is tuple
+            else None
+        )
+        if key is not None and key in self._passed:
+            return None
+        refusal = self._checked(scope)
+        if refusal is None and key is not None:
+            if len(self._passed) >= _PASSED_KEPT:
+                self._passed.clear()
+            self._passed.add(key)
+        return refusal
+
+    def _checked(self, scope: Scope) -> tuple[int, str, list[tuple[bytes, bytes]]] | None:
+        """The token, ``Origin`` and ``Host`` checks (see the module docstring): the refusal, or ``None``."""
         if not self._authorized(scope):
             return 401, "Unauthorized: send Authorization: Bearer <token>\n", [(b"www-authenticate", b"Bearer")]
         # every route, not only the WebSocket upgrade: a rebound page's POST is same-origin to the browser
@@ -1717,22 +1746,28 @@ def _host_name(raw: bytes) -> str | None:
     return name or None
 
 
+_PASSED_KEPT = 64
+"""How many combinations of ``Authorization``, ``Origin``, ``Host`` and socket address that passed
+:meth:`AcpApp._refusal`'s checks are remembered (then forgotten all at once)."""
 _HEADERS_KEY = "acp_trio.headers"
 """The scope's key for its headers by lowercased name (made by the first :func:`_header` of a request)."""
 
 
 def _header(scope: Scope, name: bytes) -> bytes | None:
-    """The value of the request's first ``name`` header (``name`` lowercased), or ``None``.
+    """The value of the request's first ``name`` header (``name`` lowercased), or ``None``."""
+    return _headers(scope).get(name)
 
-    The headers are indexed once per request, in the scope (ASGI lets an application add keys):
-    a POST looks up seven of them."""
+
+def _headers(scope: Scope) -> dict[bytes, bytes]:
+    """The request's headers by lowercased name (the first of each), indexed once per request in
+    the scope (ASGI lets an application add keys): a POST looks up seven of them."""
     headers: dict[bytes, bytes] | None = scope.get(_HEADERS_KEY)
     if headers is None:
         headers = {}
         for key, value in scope.get("headers", ()):
             headers.setdefault(key.lower(), value)
         scope[_HEADERS_KEY] = headers
-    return headers.get(name)
+    return headers
 
 
 async def serve(
