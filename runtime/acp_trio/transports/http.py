@@ -275,6 +275,7 @@ class _Exchange:
         self.connect_timeout = connect_timeout
         self.http = http  # POSTs and DELETE
         self.streams_http = http if streams_http is None else streams_http  # the SSE streams' GETs
+        self._parsed_url: httpx2.URL | None = None  # the URL parsed once (httpx2 parses a str at every request)
         self.base_headers = dict(headers)
         self.cookies = cookies
         self.nursery = nursery
@@ -414,10 +415,19 @@ class _Exchange:
         try:
             with scope:
                 wire = self._post_wire(session_id) if headers is None else _wire(headers)
-                async with self.http.stream(method, self.url, headers=wire, content=content) as response:
+                url = self._parsed_url
+                if url is None:
+                    url = self._parsed_url = httpx2.URL(self.url)
+                # what AsyncClient.stream does, without its context manager's generator
+                response = await self.http.send(
+                    self.http.build_request(method, url, headers=wire, content=content), stream=True
+                )
+                try:
                     self.cookies.store(response.headers.raw)
                     body = await self._read(response, max(limit, _ERROR_BODY_BYTES))
                     return response.status_code, response.headers, body
+                finally:
+                    await response.aclose()
         except httpx2.HTTPError as exc:
             self.fail(f"{what} failed: {_network_problem(exc, self.url, self.connect_timeout)}")
         except ValueError as exc:  # a header the server gave us (a connection id, a cookie) that cannot go back
