@@ -237,3 +237,38 @@ async def test_v1_load_of_a_live_session_replays_then_continues_live_and_reports
                 result = await conn_b.agent.session_prompt(v1.PromptRequest(session_id=sid, prompt=text("count 1", v1)))
                 assert result.stop_reason == "end_turn" and b.numbers[-1] == 5
                 assert all(n is not None for n in b.numbers) and UPDATE_META_KEY == "acp-trio/update"
+
+
+async def test_attaching_needs_the_same_principal_when_both_are_set() -> None:
+    control = Control()
+    with trio.fail_after(DEADLINE):
+        async with open_session_host(agents(control)) as host:
+            async with connected(host, Recorder(), principal="alice") as conn_a:
+                await init2(conn_a)
+                sid = await new_session(conn_a)
+            async with connected(host, Recorder(), principal="mallory") as conn_m:
+                await init2(conn_m)
+                with pytest.raises(RequestError) as caught:
+                    await conn_m.agent.session_resume(resume(sid, v2.StartReplayFrom()))
+                assert caught.value.code == -32002
+            assert host.sessions()[sid].attached == 0
+            async with connected(host, Recorder(), principal="alice") as conn_a2:
+                await init2(conn_a2)
+                await conn_a2.agent.session_resume(resume(sid))
+                assert host.sessions()[sid].attached == 1
+
+
+async def test_a_client_closing_a_live_session_ends_it_for_everyone() -> None:
+    control = Control()
+    with trio.fail_after(DEADLINE):
+        async with open_session_host(agents(control)) as host:
+            async with connected(host, Recorder()) as conn_a, connected(host, Recorder()) as conn_b:
+                await init2(conn_a)
+                await init2(conn_b)
+                sid = await new_session(conn_a)
+                await conn_b.agent.session_resume(resume(sid))
+                await conn_a.agent.session_close(v2.CloseSessionRequest(session_id=sid))
+                assert control.closed == [sid] and sid not in host.sessions()
+                with pytest.raises(RequestError) as caught:
+                    await conn_b.agent.session_prompt(prompt(sid, "count 1"))
+                assert caught.value.code == -32002

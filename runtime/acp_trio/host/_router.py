@@ -417,7 +417,17 @@ class SessionHost:
             self._forward(instance, client, message, on_answer=initialized)
             return
         home = client.home
-        if home is None or home.ended:
+        if home is not None and home.ended:
+            client.put(
+                _error(
+                    request_id,
+                    INTERNAL_ERROR,
+                    "this connection's agent instance ended: reconnect (initialize again) to go on",
+                    {"method": method},
+                )
+            )
+            return
+        if home is None:
             client.put(
                 _error(
                     request_id,
