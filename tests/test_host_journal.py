@@ -267,6 +267,33 @@ async def test_appends_made_while_the_writer_is_busy_share_one_transaction(
         store.close()
 
 
+async def test_reads_of_a_file_store_do_not_wait_for_the_writer(tmp_path: Path) -> None:
+    """A replay's reads go on while the writer thread is busy (here held in a job: a long commit or
+    another session's work), on a connection of their own; they see what was committed."""
+    store = session_store.SqliteSessionStore(str(tmp_path / "reader.db"))
+    entered, gate = threading.Event(), threading.Event()
+
+    def busy(db: Any) -> None:
+        entered.set()
+        gate.wait(WAIT)
+
+    try:
+        journal = store.journal()
+        with trio.fail_after(WAIT):
+            await journal.append("s", [b"one", b"two"])
+            store._submit(busy)
+            await trio.to_thread.run_sync(entered.wait, WAIT)
+        with trio.fail_after(WAIT / 2):  # well before the writer is let go
+            assert await journal.read("s", 0) == [(1, b"one"), (2, b"two")]
+            assert (await journal.first("s"), await journal.last("s")) == (1, 2)
+        assert not gate.is_set()
+    finally:
+        gate.set()
+        store.close()
+    with pytest.raises(RuntimeError, match="closed"):
+        await journal.read("s", 0)
+
+
 async def test_an_append_cancelled_while_it_waits_is_still_stored(store: session_store.SessionStore) -> None:
     journal = store.journal()
     with trio.CancelScope() as scope:
@@ -274,7 +301,9 @@ async def test_an_append_cancelled_while_it_waits_is_still_stored(store: session
         await journal.append("s", [b"one", b"two"])
     assert scope.cancelled_caught
     with trio.fail_after(WAIT):
+        await store.flush()  # returns once what was queued before it is committed
         assert await journal.read("s", 0) == [(1, b"one"), (2, b"two")]
+        assert await journal.append("s", [b"three"]) == 3
 
 
 async def test_numbers_survive_reopening_the_file_and_another_process_continues_them(tmp_path: Path) -> None:

@@ -415,6 +415,101 @@ def _title_of(prompt_line: bytes) -> str | None:
     return None
 
 
+def _snapshot(db: sqlite3.Connection, fn: Callable[[], Any]) -> Any:
+    """``fn()`` inside one read transaction of ``db`` (one snapshot of the file), unless one is open."""
+    if db.in_transaction:
+        return fn()
+    db.execute("BEGIN")
+    try:
+        return fn()
+    finally:
+        if db.in_transaction:
+            db.execute("COMMIT")
+
+
+def _journal_id(db: sqlite3.Connection, session_id: str) -> int:
+    row = db.execute("SELECT id FROM journals WHERE session_id = ?", (session_id,)).fetchone()
+    return int(row[0]) if row is not None else 0
+
+
+def _journal_state(db: sqlite3.Connection, journal_id: int) -> list[int]:
+    """``[journal id, first, last, start of first, end of last]`` (numbers; byte offsets since the
+    journal began) of a journal; a journal with no line (just made) is ``[id, 1, 0, 0, 0]``."""
+    base = journal_id << JOURNAL_SHIFT
+    span = (base, base + MAX_JOURNAL_NUMBER)
+    newest = db.execute(
+        "SELECT id - ?, start + length(data) FROM journal_lines WHERE id BETWEEN ? AND ? ORDER BY id DESC LIMIT 1",
+        (base, *span),
+    ).fetchone()
+    if newest is None:
+        return [journal_id, 1, 0, 0, 0]
+    oldest = db.execute(
+        "SELECT id - ?, start FROM journal_lines WHERE id BETWEEN ? AND ? ORDER BY id LIMIT 1", (base, *span)
+    ).fetchone()
+    return [journal_id, oldest[0], newest[0], oldest[1], newest[1]]
+
+
+def journal_bounds(db: sqlite3.Connection, session_id: str) -> tuple[int, int]:
+    """``(first, last)``: the oldest and newest numbers held by ``session_id``'s journal (``(0, 0)``: none)."""
+
+    def bounds() -> tuple[int, int]:
+        journal_id = _journal_id(db, session_id)
+        state = _journal_state(db, journal_id) if journal_id else [0, 0, 0]
+        return (state[1], state[2]) if state[2] else (0, 0)
+
+    result: tuple[int, int] = _snapshot(db, bounds)
+    return result
+
+
+def journal_read(db: sqlite3.Connection, session_id: str, after: int, limit: int | None) -> list[tuple[int, bytes]]:
+    """``(number, line)`` of the lines ``session_id``'s journal holds numbered above ``after``, in order,
+    at most ``limit`` (``None``: all)."""
+
+    def read() -> list[tuple[int, bytes]]:
+        journal_id = _journal_id(db, session_id)
+        if not journal_id:
+            return []
+        base = journal_id << JOURNAL_SHIFT
+        rows: list[tuple[int, bytes]] = db.execute(
+            "SELECT id - ?, data FROM journal_lines WHERE id BETWEEN ? AND ? ORDER BY id LIMIT ?",
+            (base, base + max(after, 0) + 1, base + MAX_JOURNAL_NUMBER, -1 if limit is None else limit),
+        ).fetchall()
+        return rows
+
+    result: list[tuple[int, bytes]] = _snapshot(db, read)
+    return result
+
+
+class Reader:
+    """A second connection to a store's file, for journal reads that must not wait behind the
+    writer thread's commits and jobs (a WAL reader sees every committed transaction, and neither
+    blocks the writer nor waits for it).  Opened at the first read; one read at a time (a lock);
+    any thread (``check_same_thread`` off)."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._db: sqlite3.Connection | None = None
+        self._lock = threading.Lock()
+        self.closed = False
+
+    def run(self, fn: Callable[[sqlite3.Connection], Any]) -> Any:
+        """``fn(connection)``; raises ``RuntimeError`` once closed."""
+        with self._lock:
+            if self.closed:
+                raise RuntimeError("the session store is closed")
+            if self._db is None:
+                self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=30.0)
+                self._db.execute("PRAGMA query_only = 1")
+            return fn(self._db)
+
+    def close(self) -> None:
+        with self._lock:
+            self.closed = True
+            if self._db is not None:
+                self._db.close()
+                self._db = None
+
+
 class Database:
     """One SQLite database of sessions (see the module docstring); one thread at a time."""
 
@@ -715,44 +810,18 @@ class Database:
     # -- journals ----------------------------------------------------------------------------------
     def journal_id(self, session_id: str) -> int:
         """The ``journals.id`` of ``session_id``'s journal (0: none)."""
-        row = self.db.execute("SELECT id FROM journals WHERE session_id = ?", (session_id,)).fetchone()
-        return int(row[0]) if row is not None else 0
+        return _journal_id(self.db, session_id)
 
     def journal_bounds(self, session_id: str) -> tuple[int, int]:
-        """``(first, last)``: the oldest and newest numbers held by ``session_id``'s journal (``(0, 0)``: none)."""
-        journal_id = self.journal_id(session_id)
-        if not journal_id:
-            return 0, 0
-        state = self._journal_state(journal_id)
-        return (state[1], state[2]) if state[2] else (0, 0)
+        """See :func:`journal_bounds`."""
+        return journal_bounds(self.db, session_id)
 
     def _journal_state(self, journal_id: int) -> list[int]:
-        """``[journal id, first, last, start of first, end of last]`` (numbers; byte offsets since the
-        journal began) of a journal; a journal with no line (just made) is ``[id, 1, 0, 0, 0]``."""
-        base = journal_id << JOURNAL_SHIFT
-        span = (base, base + MAX_JOURNAL_NUMBER)
-        newest = self.db.execute(
-            "SELECT id - ?, start + length(data) FROM journal_lines WHERE id BETWEEN ? AND ? ORDER BY id DESC LIMIT 1",
-            (base, *span),
-        ).fetchone()
-        if newest is None:
-            return [journal_id, 1, 0, 0, 0]
-        oldest = self.db.execute(
-            "SELECT id - ?, start FROM journal_lines WHERE id BETWEEN ? AND ? ORDER BY id LIMIT 1", (base, *span)
-        ).fetchone()
-        return [journal_id, oldest[0], newest[0], oldest[1], newest[1]]
+        return _journal_state(self.db, journal_id)
 
     def journal_read(self, session_id: str, after: int, limit: int | None) -> list[tuple[int, bytes]]:
-        """``(number, line)`` of the lines held with a number above ``after``, in order, at most ``limit``."""
-        journal_id = self.journal_id(session_id)
-        if not journal_id:
-            return []
-        base = journal_id << JOURNAL_SHIFT
-        rows: list[tuple[int, bytes]] = self.db.execute(
-            "SELECT id - ?, data FROM journal_lines WHERE id BETWEEN ? AND ? ORDER BY id LIMIT ?",
-            (base, base + max(after, 0) + 1, base + MAX_JOURNAL_NUMBER, -1 if limit is None else limit),
-        ).fetchall()
-        return rows
+        """See :func:`journal_read`."""
+        return journal_read(self.db, session_id, after, limit)
 
     def _journal(self, ops: list[JournalOp]) -> None:
         """Apply ``ops`` in order, inside the caller's transaction: each append's lines numbered on
@@ -1259,6 +1328,7 @@ __all__ = [
     "Lines",
     "Log",
     "Prompt",
+    "Reader",
     "StoreError",
     "StoreVersionError",
     "StoredSession",

@@ -109,7 +109,9 @@ it is longer than ``max_bytes``), so the numbering goes on, and ``first`` advanc
 after)`` returns what is held above ``after``: asked from before ``first``, it starts at
 ``first`` (the host answers such a cursor -32602 with the oldest number).  Memory stays bounded:
 lines are read from the database, in pages when ``read`` is given a ``limit``, never kept per
-session in the process.  ``forget`` deletes a session's lines (numbering starts again at 1);
+session in the process; a file store reads on a connection of its own, in a worker thread, so a
+replay neither waits behind the writer's commits nor holds up other sessions' appends.  ``forget``
+deletes a session's lines (numbering starts again at 1);
 :meth:`SessionStore.delete` forgets the session's journal too.  Errors: an append that cannot be
 written raises :class:`StoreError` and stores nothing of that call (the next append gets the
 numbers it would have had: no hole); a closed store raises ``RuntimeError``; an append cancelled
@@ -138,6 +140,7 @@ from __future__ import annotations
 import atexit
 import copy
 import logging
+import sqlite3
 import threading
 import weakref
 from collections.abc import Awaitable, Callable, Sequence
@@ -161,12 +164,15 @@ from ._store_db import (
     Job,
     JournalOp,
     Log,
+    Reader,
     StoredSession,
     StoreError,
     StoreVersionError,
     Writer,
     decode_cursor,
     encode_cursor,
+    journal_bounds,
+    journal_read,
     lines_of,
 )
 
@@ -238,6 +244,8 @@ class SessionStore:
         self.store_secrets = store_secrets
         self.page_size = page_size
         self._writer = Writer(database, threaded=threaded, commit_interval=commit_interval)
+        # journal reads on a connection of their own: they never wait behind the writer's commits
+        self._reader = Reader(database.path) if threaded and database.path not in (":memory:", "") else None
         self._recorders: weakref.WeakSet[SessionRecorder] = weakref.WeakSet()
         if threaded:
             self._writer.start()
@@ -265,6 +273,8 @@ class SessionStore:
         if self._writer.closed:
             return
         self._writer.stop()
+        if self._reader is not None:
+            self._reader.close()
         hook = getattr(self, "_atexit", None)
         if hook is not None:
             atexit.unregister(hook)
@@ -570,7 +580,8 @@ class SessionJournal:
         stored; fsynced with ``durable=True``): appends made while the writer commits share its
         next transaction, so concurrent callers and batches cost less per line than one awaited
         line at a time (see ``benchmarks/bench_journal.py``).  Appends are numbered in the order
-        they are called, across tasks.  Cancelled while waiting: the lines are still stored.
+        they are called, across tasks.  Cancelled while waiting: the lines are still stored (once
+        a later ``append`` or :meth:`SessionStore.flush` returns, they are committed).
         Raises :class:`StoreError` (nothing stored), ``RuntimeError`` (store closed), ``TypeError``
         for a line that is not bytes.
         """
@@ -580,15 +591,14 @@ class SessionJournal:
     async def read(self, session_id: str, after: int, *, limit: int | None = None) -> list[tuple[int, bytes]]:
         """``(number, line)`` of the session's lines numbered above ``after``, in order, at most
         ``limit`` of them (``None``: all), read from the database (page with ``limit`` and the last
-        number read to bound memory).  Lines dropped by the bounds are not there: when ``after`` is
+        number read to bound memory; a file store reads on its own connection, never waiting for
+        the writer).  Lines dropped by the bounds are not there: when ``after`` is
         below ``first - 1`` the lines start at :meth:`first` (whether that is an error is the
         caller's business).  Sees every append that returned before it was called.  Raises
         ``ValueError`` for a ``limit`` below 1."""
         if limit is not None and limit < 1:
             raise ValueError(f"limit must be at least 1, got {limit}")
-        rows: list[tuple[int, bytes]] = await self.store._call(
-            lambda db: db.journal_read(session_id, after, limit), True, settle=False
-        )
+        rows: list[tuple[int, bytes]] = await self._read(lambda db: journal_read(db, session_id, after, limit))
         return rows
 
     async def first(self, session_id: str) -> int:
@@ -604,8 +614,18 @@ class SessionJournal:
         await self.store._journal_op(JournalOp(session_id, None))
 
     async def _bounds(self, session_id: str) -> tuple[int, int]:
-        bounds: tuple[int, int] = await self.store._call(lambda db: db.journal_bounds(session_id), True, settle=False)
+        bounds: tuple[int, int] = await self._read(lambda db: journal_bounds(db, session_id))
         return bounds
+
+    async def _read(self, fn: Callable[[sqlite3.Connection], Any]) -> Any:
+        """``fn(connection)`` on the store's reader connection in a worker thread (a file store:
+        committed data, not waiting for the writer), else as a job of the writer."""
+        store = self.store
+        if store._reader is None:
+            return await store._call(lambda db: fn(db.db), True, settle=False)
+        if store._writer.closed:
+            raise RuntimeError(f"{store!r} is closed")
+        return await trio.to_thread.run_sync(store._reader.run, fn)
 
 
 def _line_bytes(line: Any) -> bytes:
