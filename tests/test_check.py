@@ -52,10 +52,10 @@ DEFECTS: dict[str, dict[str, Status]] = {
 
 @pytest.fixture(scope="module")
 def defect_reports() -> dict[str, Report]:
-    """Every target agent checked once, four at a time (each run spawns some 35 agent processes).
-    pytest-xdist makes this fixture once per worker, so each agent is checked twice; one run per
-    test instead was tried (f75325b) and its effect on CI's wall time was lost in the machine's
-    noise: measure before changing it."""
+    """Every target agent checked once, four at a time (each run spawns some 35 agent processes; a
+    run's wall time is mostly its probes' waits, which four at a time overlap).  The tests that use
+    this fixture share one pytest-xdist group (``xdist_group``, with the noxfile's ``--dist
+    loadgroup``), so under xdist it is made once, on one worker, not once per worker."""
 
     async def check_all() -> dict[str, Report]:
         reports: dict[str, Report] = {}
@@ -65,7 +65,7 @@ def defect_reports() -> dict[str, Report]:
             async with limiter:
                 reports[defect] = await run_checks(target(defect), turn_timeout=20, script=SCRIPT)
 
-        with trio.fail_after(600):
+        with trio.fail_after(600):  # before pytest-timeout's (below): a clean failure, trio's state intact
             async with trio.open_nursery() as nursery:
                 for defect in DEFECTS:
                     nursery.start_soon(one, defect)
@@ -75,6 +75,8 @@ def defect_reports() -> dict[str, Report]:
 
 
 @pytest.mark.one_interpreter  # the checker's verdicts: 16 agents x 35 processes, a third of the suite's CPU
+@pytest.mark.xdist_group("check-defects")  # one worker makes defect_reports for all 16
+@pytest.mark.timeout(660)  # the fixture's 16 runs count in the first test's time
 @pytest.mark.parametrize(("defect", "expected"), list(DEFECTS.items()))
 def test_the_checker_finds_exactly_the_one_defect_of_each_agent(
     defect_reports: dict[str, Report], defect: str, expected: dict[str, Status]

@@ -177,6 +177,7 @@ def test_client_mode_usage_errors_exit_2() -> None:
     assert with_url.returncode == 2 and "--client" in with_url.stderr
 
 
+@pytest.mark.one_interpreter  # the checker's verdict on a client process: no interpreter changes it
 async def test_a_silent_client_is_a_fail_not_a_hang(tmp_path: Path) -> None:
     """A client that starts the agent and then says nothing; one that never starts it at all."""
     script = "import subprocess, sys, time; subprocess.Popen(sys.argv[1:], stdin=subprocess.PIPE); time.sleep(120)"
@@ -213,6 +214,7 @@ async def test_a_silent_client_is_a_fail_not_a_hang(tmp_path: Path) -> None:
     assert finding.status is Status.FAIL and "did not start the agent within 2 s" in finding.observed
 
 
+@pytest.mark.one_interpreter  # the checker's verdicts on client processes
 @pytest.mark.parametrize("protocol", [1, 2])
 async def test_the_demo_client_passes_every_check_that_applies(protocol: int) -> None:
     """v2: ``--turn-timeout 2`` makes the demo client cancel the turn the checker holds open."""
@@ -234,6 +236,7 @@ def _ts_command(ts_sdk: Path, script: str, cwd: Path) -> list[str]:
     return ["node", str(INTEROP / script), str(cwd), "{AGENT}"]
 
 
+@pytest.mark.one_interpreter  # the checker's verdicts on TypeScript clients
 @pytest.mark.parametrize(("script", "protocol"), [("ts_client.mjs", 1), ("ts_v2_client.mjs", 2)])
 async def test_a_client_written_with_the_typescript_sdk(
     ts_sdk: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, script: str, protocol: int
@@ -262,6 +265,7 @@ async def test_a_client_written_with_the_typescript_sdk(
     assert not [name for name in os.listdir(tmp_path) if name.startswith(".acp-check")]  # the probe files are removed
 
 
+@pytest.mark.one_interpreter  # the checker's verdicts on a TypeScript client
 async def test_a_plain_client_written_with_the_typescript_sdk_passes(
     ts_sdk: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

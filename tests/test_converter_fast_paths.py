@@ -352,6 +352,7 @@ def test_another_shape_of_an_inlined_member_goes_to_its_hook_not_to_the_full_pat
         assert len(returns) == 1 if value is status else through_hook, returns
 
 
+@pytest.mark.one_interpreter  # a hypothesis sweep of the converter's decisions (40-80 s of CPU); the other tests here run on every interpreter
 @pytest.mark.parametrize("variant", ["v1", "v2"])
 def test_learning_from_any_updates_in_any_order_decides_as_the_full_path(variant: str) -> None:
     """Schema-valid ``session/update`` params (hypothesis-jsonschema, from the pinned schema) and a

@@ -36,6 +36,10 @@ from hypothesis import HealthCheck, Phase, given, settings
 
 from acp_trio import DecodeError, converter
 
+# The schema against the generated classes and the converter, sampled by hypothesis: what no interpreter
+# changes (the converter's own tests run on every interpreter); `nox -s tests` runs these on 3.11 only.
+pytestmark = pytest.mark.one_interpreter
+
 PROFILE = os.environ.get("ACP_PROPERTY_PROFILE", "ci")
 if PROFILE not in ("ci", "full"):
     raise ValueError(f"ACP_PROPERTY_PROFILE={PROFILE!r}: expected 'ci' or 'full'")

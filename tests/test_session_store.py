@@ -659,7 +659,8 @@ def test_processes_opening_one_new_file_at_once_all_get_the_store(tmp_path: Path
 
 
 async def test_list_pages_through_thousands_of_sessions_with_cursors_and_a_cwd_filter(tmp_path: Path) -> None:
-    with session_store.SqliteSessionStore(str(tmp_path / "list.db"), page_size=100) as store:
+    # (a short commit interval: 2,500 sessions made one after another, each answer waiting for its commit)
+    with session_store.SqliteSessionStore(str(tmp_path / "list.db"), page_size=100, commit_interval=0.001) as store:
         async with pair(store) as (_, client_conn):
             agent = client_conn.agent
             with trio.fail_after(240):  # a hang guard: 2,500 commits took 64-74 s on a loaded 2-CPU machine

@@ -5,19 +5,28 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
+
+import pytest
+
+# mypy's verdict on the generated classes, not the interpreter's: these run on 3.11 only (and the lint
+# session runs mypy --strict over the whole tree).
+pytestmark = pytest.mark.one_interpreter
 
 HERE = Path(__file__).parent / "typing"
 ROOT = HERE.parent.parent
-# One cache for this module's runs, new each session: the second run reuses what the first learnt of
-# acp_schema (most of mypy's time) instead of reading it again; nothing carries over between sessions.
-CACHE = tempfile.mkdtemp(prefix="acp-trio-mypy-cache-")
 
 
-def mypy(path: Path) -> subprocess.CompletedProcess[str]:
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One mypy cache for this module's runs, new each session, under pytest's temporary directory (which
+    pytest prunes): the second run reuses what the first learnt of acp_schema (most of mypy's time)."""
+    return tmp_path_factory.mktemp("mypy-cache")
+
+
+def mypy(path: Path, cache: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "mypy", "--strict", "--cache-dir", CACHE, "--show-error-codes", str(path)],
+        [sys.executable, "-m", "mypy", "--strict", "--cache-dir", str(cache), "--show-error-codes", str(path)],
         capture_output=True,
         text=True,
         cwd=ROOT,
@@ -25,15 +34,15 @@ def mypy(path: Path) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_mypy_strict_accepts_correct_usage() -> None:
-    result = mypy(HERE / "accept.py")
+def test_mypy_strict_accepts_correct_usage(cache: Path) -> None:
+    result = mypy(HERE / "accept.py", cache)
     assert result.returncode == 0, result.stdout + result.stderr
 
 
-def test_mypy_strict_rejects_wrong_keyword_wrong_type_and_missing_fields() -> None:
+def test_mypy_strict_rejects_wrong_keyword_wrong_type_and_missing_fields(cache: Path) -> None:
     source = (HERE / "reject.py").read_text().splitlines()
     expected = {i + 1: m.group(1) for i, line in enumerate(source) if (m := re.search(r"# E: ([\w-]+)", line))}
-    result = mypy(HERE / "reject.py")
+    result = mypy(HERE / "reject.py", cache)
     assert result.returncode == 1, result.stdout + result.stderr
     found: dict[int, set[str]] = {}
     for line in result.stdout.splitlines():
