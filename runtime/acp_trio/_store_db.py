@@ -890,9 +890,8 @@ class Database:
         if new_first > first:
             self.db.execute("DELETE FROM journal_lines WHERE id BETWEEN ? AND ?", (base + first, base + new_first - 1))
             state[1] = new_first
-            state[3] = self.db.execute("SELECT start FROM journal_lines WHERE id = ?", (base + new_first,)).fetchone()[
-                0
-            ]
+            kept = self.db.execute("SELECT start FROM journal_lines WHERE id = ?", (base + new_first,)).fetchone()
+            state[3] = kept[0]
 
     def _new_journal(self, session_id: str) -> int:
         """The id of a new journal row for ``session_id`` (the next id, or the lowest free one once
