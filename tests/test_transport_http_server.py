@@ -427,6 +427,25 @@ async def test_each_token_origin_and_host_is_judged_even_after_others_passed() -
             assert await post(plain, host="evil.example:8765") == 403
 
 
+async def test_header_names_in_any_case_and_the_first_of_a_repeated_header() -> None:
+    init = json.dumps({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {}}).encode()
+    app = AcpApp(serve_streams=Script().serve)
+
+    async def post(*headers: tuple[bytes, bytes]) -> int:
+        reply = Reply(init)
+        scope = {"type": "http", "http_version": "1.1", "method": "POST", "path": "/acp", "headers": list(headers)}
+        await app(scope, reply.receive, reply.send)
+        return reply.status
+
+    json_type, text_type = b"application/json", b"text/plain"
+    with trio.fail_after(DEADLINE):
+        async with running(app):
+            assert await post((b"content-type", json_type), (b"content-type", text_type)) == 200
+            assert await post((b"content-type", text_type), (b"content-type", json_type)) == 415
+            assert await post((b"Content-Type", json_type), (b"content-type", text_type)) == 200
+            assert await post((b"Content-Type", text_type), (b"content-type", json_type)) == 415
+
+
 async def test_a_foreign_origin_is_refused_403_on_every_route_against_dns_rebinding() -> None:
     app = AcpApp(serve_streams=Script().serve, allowed_origins=["https://editor.example"])
     with trio.fail_after(DEADLINE):

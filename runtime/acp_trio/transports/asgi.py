@@ -1763,9 +1763,13 @@ def _headers(scope: Scope) -> dict[bytes, bytes]:
     the scope (ASGI lets an application add keys): a POST looks up seven of them."""
     headers: dict[bytes, bytes] | None = scope.get(_HEADERS_KEY)
     if headers is None:
-        headers = {}
-        for key, value in scope.get("headers", ()):
-            headers.setdefault(key.lower(), value)
+        raw = scope.get("headers", ())
+        # names lowercased already (ASGI servers lowercase them; hypercorn does): the first of each wins
+        headers = dict(reversed(raw)) if type(raw) is list else None
+        if headers is None or not b"".join(headers).islower():
+            headers = {}
+            for key, value in raw:
+                headers.setdefault(key.lower(), value)
         scope[_HEADERS_KEY] = headers
     return headers
 
