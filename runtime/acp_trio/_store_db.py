@@ -1149,14 +1149,31 @@ class JournalOp:
         self.error: BaseException | None = None
 
     def finish(self, error: BaseException | None) -> None:
+        """Record ``error`` (``None``: committed) and tell the waiting task."""
+        finish_all([self], error)
+
+
+def finish_all(ops: list[JournalOp], error: BaseException | None) -> None:
+    """Record ``error`` (``None``: committed) on every op of ``ops`` and wake their tasks: one
+    callback per trio run, so tasks that appended together wake together (and append their next
+    lines together, into one transaction)."""
+    runs: dict[Any, list[trio.Event]] = {}
+    for op in ops:
         if error is not None:
-            self.error = StoreError(f"writing the session journal failed, nothing was stored: {error!r}")
-            self.error.__cause__ = error
-        if self.done is not None:
-            try:
-                self.token.run_sync_soon(self.done.set)
-            except trio.RunFinishedError:
-                pass
+            op.error = StoreError(f"writing the session journal failed, nothing was stored: {error!r}")
+            op.error.__cause__ = error
+        if op.done is not None:
+            runs.setdefault(op.token, []).append(op.done)
+    for token, events in runs.items():
+
+        def wake(events: list[trio.Event] = events) -> None:
+            for event in events:
+                event.set()
+
+        try:
+            token.run_sync_soon(wake)
+        except trio.RunFinishedError:
+            pass
 
 
 class Writer:
@@ -1228,8 +1245,8 @@ class Writer:
         else:
             self.cycle([])
         if self._thread is None or not self._thread.is_alive():
-            for op in [self.journal.popleft() for _ in range(len(self.journal))]:  # left by a failing writer
-                op.finish(RuntimeError("the session store was closed before this journal operation was written"))
+            left = [self.journal.popleft() for _ in range(len(self.journal))]  # by a writer that gave up
+            finish_all(left, RuntimeError("the session store was closed before this journal operation was written"))
         self.database.close()
 
     def _has_work(self) -> bool:
@@ -1298,16 +1315,14 @@ class Writer:
         except Exception as exc:
             for entry, items, meta in batch:  # keep them, in order, ahead of what came since
                 entry.put_back(items, meta)
-            for op in journal:  # not kept: the caller is told nothing was stored
-                op.finish(exc)
+            finish_all(journal, exc)  # not kept: the callers are told nothing was stored
             self._failures += 1
             if self._failures == 1:
                 log.exception("%s: writing the session store failed; retrying", self.database.path)
             if self.threaded:
                 time.sleep(min(0.05 * self._failures, 1.0))
             return False, exc
-        for op in journal:
-            op.finish(None)
+        finish_all(journal, None)
         if self._failures:
             log.warning("%s: writing the session store works again", self.database.path)
             self._failures = 0
