@@ -1131,7 +1131,7 @@ class JournalOp:
     ``max_updates`` and ``max_bytes`` are the bounds an append applies.  Once the transaction is
     committed, ``result`` is the number of the last line of the journal (0 after a forget) and
     ``done`` is set (``token``: the trio token of the run waiting, as for :class:`Job`); when it
-    failed, ``error`` is a :class:`StoreError` and nothing of the op was stored.
+    failed, ``error`` is a :class:`StoreError` and nothing of the op was stored (see :func:`finish_all`).
     """
 
     __slots__ = ("done", "error", "lines", "max_bytes", "max_updates", "result", "session_id", "token")
@@ -1147,10 +1147,6 @@ class JournalOp:
         self.done: trio.Event | None = trio.Event() if token is not None else None
         self.result = 0
         self.error: BaseException | None = None
-
-    def finish(self, error: BaseException | None) -> None:
-        """Record ``error`` (``None``: committed) and tell the waiting task."""
-        finish_all([self], error)
 
 
 def finish_all(ops: list[JournalOp], error: BaseException | None) -> None:
