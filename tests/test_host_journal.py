@@ -306,6 +306,7 @@ async def test_an_append_cancelled_while_it_waits_is_still_stored(store: session
         assert await journal.append("s", [b"three"]) == 3
 
 
+@pytest.mark.one_interpreter  # interpreters started: SQLite and the store, not the Python version
 async def test_numbers_survive_reopening_the_file_and_another_process_continues_them(tmp_path: Path) -> None:
     path = str(tmp_path / "j.db")
     with session_store.SqliteSessionStore(path) as first_store, trio.fail_after(WAIT):
@@ -352,6 +353,7 @@ trio.run(main)
 """
 
 
+@pytest.mark.one_interpreter
 @pytest.mark.skipif(os.name != "posix", reason="SIGKILL: POSIX only")
 async def test_every_number_an_append_returned_survives_a_sigkill(tmp_path: Path) -> None:
     """Acknowledged means stored: a process appending in batches of 1 to 7 lines, printing each number
@@ -400,6 +402,7 @@ trio.run(main)
 """
 
 
+@pytest.mark.one_interpreter  # interpreters started: SQLite and the store, not the Python version
 async def test_two_processes_appending_to_one_journal_get_consecutive_numbers(tmp_path: Path) -> None:
     path = str(tmp_path / "shared.db")
     with session_store.SqliteSessionStore(path):  # made once: both processes open an existing file
