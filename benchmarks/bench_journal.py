@@ -21,7 +21,9 @@ Scenarios (each on a fresh store file in a temporary directory, default bounds u
 5. ``bound``: ``batch 10`` on a session already at ``max_updates`` (10,000): every append drops as
    many old lines as it adds.
 6. ``read``: ``read(after=0)`` of 10,000 journaled lines in one call, and in pages of 1,000
-   (``limit``): ms.
+   (``limit``), and the first page of 100 (what a reattaching client waits for): ms.
+7. ``many``: 1,000 sessions of 100 lines each in one file; the reads a reattach makes for one of
+   them (``first``, ``last``, its lines): ms.
 
 Also reported: the process's peak RSS growth over the run (the journal is read from the database,
 never kept in memory).  ``--durable`` runs the store with ``durable=True`` (an fsync per commit).
@@ -59,6 +61,7 @@ from acp_trio import session_store  # noqa: E402
 SESSION: Final = "sess_bench_journal_0001"
 READ_N: Final = 10_000
 BOUND: Final = 10_000
+MANY: Final = 1000  # sessions in the many-sessions scenario
 
 
 def update_line(session_id: str, i: int) -> bytes:
@@ -191,7 +194,23 @@ async def reads(journal: session_store.SessionJournal) -> dict[str, float]:
         while page := await journal.read(SESSION, after, limit=1000):
             after, count = page[-1][0], count + len(page)
     assert count == READ_N
-    return {"whole_ms": whole.wall * 1e3, "paged_ms": paged.wall * 1e3}
+    with Clock() as first_page:  # what a reattaching client waits for before its first replayed update
+        assert len(await journal.read(SESSION, 0, limit=100)) == 100
+    return {"whole_ms": whole.wall * 1e3, "paged_ms": paged.wall * 1e3, "first_page_ms": first_page.wall * 1e3}
+
+
+async def many(journal: session_store.SessionJournal) -> dict[str, float]:
+    """MANY sessions of 100 lines each; then the reads of a reattach (last, first, the lines) of some of them."""
+    for k in range(MANY):
+        await journal.append(f"{SESSION}-{k}", LINES[:100])
+    times = []
+    for k in range(0, MANY, MANY // 20):
+        with Clock() as clock:
+            session_id = f"{SESSION}-{k}"
+            assert (await journal.first(session_id), await journal.last(session_id)) == (1, 100)
+            assert len(await journal.read(session_id, 0)) == 100
+        times.append(clock.wall)
+    return {"reattach_reads_ms": statistics.median(times) * 1e3}
 
 
 async def fresh(
@@ -219,6 +238,7 @@ async def run_all(tmp: Path, durable: bool, repeats: int, n: int) -> dict[str, l
         ("pipelined", lambda j: pipelined(j, n * 10), {}),
         ("bound", lambda j: at_bound(j, n * 5), {"max_updates": BOUND}),
         ("read", reads, {}),
+        ("many", many, {}),
     ]
     for _ in range(repeats):
         for name, run, bounds in scenarios:
@@ -286,6 +306,11 @@ def main(argv: list[str] | None = None) -> int:
         (
             f"read of {READ_N:,} lines: one call / pages of 1,000",
             f"{med('read', 'whole_ms'):.1f} / {med('read', 'paged_ms'):.1f} ms",
+        ),
+        ("  the first 100 of them (a reattach's first page)", f"{med('read', 'first_page_ms'):.2f} ms"),
+        (
+            f"{MANY:,} sessions x 100 lines: one reattach's reads",
+            f"{med('many', 'reattach_reads_ms'):.2f} ms",
         ),
         ("peak RSS growth over the whole run", f"{rss_growth:.1f} MiB"),
     ]
