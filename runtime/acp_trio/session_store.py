@@ -100,8 +100,8 @@ survive a reopen, and a new process goes on after the last.  ``append`` returns 
 committed, as the recording's acknowledging answers do; it does not wait for ``commit_interval``:
 the writer commits at once, and appends made meanwhile share its next transaction, so batches and
 concurrent sessions cost less per line than one awaited line at a time (``python
-benchmarks/bench_journal.py`` on a loaded 2-CPU machine: 1,500 to 2,500 awaited one-line
-appends/s, 10,000 to 22,000 lines/s in batches of 10, 30,000 to 68,000 in batches of 100: a host
+benchmarks/bench_journal.py`` on a loaded 2-CPU machine: 1,300 to 2,900 awaited one-line
+appends/s, 10,000 to 22,000 lines/s in batches of 10, 30,000 to 75,000 in batches of 100: a host
 appends the lines it read together in one call).  **Bounds**, per session: an ``append`` that takes the journal
 over ``max_updates`` lines or ``max_bytes`` bytes (the sum of the lines' lengths) drops its oldest
 lines until both hold again, in the same transaction; the newest line is always kept (alone when
