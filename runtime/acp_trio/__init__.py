@@ -27,7 +27,9 @@ Batteries (modules, loaded on use):
   session updates), :mod:`acp_trio.agent_terminal` (:func:`open_terminal`), :mod:`acp_trio.mcp`
   (a session's MCP servers, the client's ``acp`` ones too; extra ``acp-trio[mcp]``),
   :mod:`acp_trio.session_store` (sessions kept
-  in SQLite behind ``session/load``, list, resume, close and delete);
+  in SQLite behind ``session/load``, list, resume, close and delete), :mod:`acp_trio.host`
+  (sessions owned by a host instead of a connection: turns that go on when the client leaves,
+  reattach with replay, several clients on one session);
 - both: :mod:`acp_trio.otel` (trace context in ``_meta``; extra ``acp-trio[otel]``),
   :mod:`acp_trio.aio` (asyncio libraries awaited from handlers, and acp-trio used from asyncio
   programs; extra ``acp-trio[asyncio]``).
