@@ -298,10 +298,11 @@ def update_schema(session: nox.Session) -> None:
 def bench(session: nox.Session) -> None:
     """Codec (decode+encode, import time), then runtime over stdio (streaming, request round trips,
     start-up, RSS) side by side with the TypeScript and Python SDKs and raw orjson (node/npm for the
-    TypeScript side), the session store, then the remote transports (WebSocket, Streamable HTTP, the
-    bridge) side by side with the TypeScript SDK, the v1 <-> v2 adapter against a direct
-    connection, and the same pydantic-ai agent served by acp-trio and by pydantic-acp (cold start,
-    a streamed turn; pydantic-acp's venv is installed and cached by tests/interop/real_agents.py).
+    TypeScript side), the session store and the session host's journal, then the remote transports
+    (WebSocket, Streamable HTTP, the bridge) side by side with the TypeScript SDK, the v1 <-> v2
+    adapter against a direct connection, and the same pydantic-ai agent served by acp-trio and by
+    pydantic-acp (cold start, a streamed turn; pydantic-acp's venv is installed and cached by
+    tests/interop/real_agents.py).
     Once per interpreter of BENCH_PYTHONS (`bench-3.13`: one of them; one nox cannot find is
     skipped).  Options (`--quick`, `--json PATH`, `--strict`) go to all; `--json PATH`
     becomes PATH with the interpreter's version before its suffix (`out-3.13.json`)."""
@@ -316,6 +317,7 @@ def bench(session: nox.Session) -> None:
     session.run("python", "benchmarks/bench.py", *args)
     session.run("python", "benchmarks/bench_runtime.py", *args)
     session.run("python", "benchmarks/bench_store.py", *args)
+    session.run("python", "benchmarks/bench_journal.py", *args)
     session.run("python", "benchmarks/bench_remote.py", *args)
     session.run("python", "benchmarks/bench_adapt.py", *args)
     session.run("python", "benchmarks/bench_pydantic_ai.py", *args)

@@ -254,6 +254,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, help="runs of every scenario (default 5; --quick 2)")
     parser.add_argument("--durable", action="store_true", help="durable=True: an fsync per commit")
     parser.add_argument("--json", type=Path, help="also write the samples to this file")
+    # (`nox -s bench -- --strict` passes it to every benchmark; the journal has no bar of its own)
+    parser.add_argument("--strict", action="store_true", help="accepted for nox -s bench; no bar here")
     args = parser.parse_args(argv)
     repeats = args.repeats or (2 if args.quick else 5)
     n = 1000 if args.quick else 4000
