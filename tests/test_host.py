@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 import trio
+import trio.testing
 from _host_kit import DEADLINE, Control, Recorder, agents, init2, text
 
 from acp_schema import v2
@@ -192,3 +193,86 @@ async def test_the_sqlite_journal_serves_a_resume_with_the_cursor(tmp_path: Any)
             numbers = [n for n in first.numbers + second.numbers if n is not None]
             assert numbers == list(range(1, host.sessions()[sid].last_update + 1))
             assert first.texts() + second.texts() == [str(i) for i in range(30)] + [f"+{i}" for i in range(30)]
+
+
+class HeldReads:
+    """A journal whose reads wait for ``release`` (the test streams updates while a replay is read),
+    and whose first append reaching number ``hold_from`` waits for ``unhold`` after writing (an
+    append visible to a read before it returns, as with SQLite's commit)."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.reading = trio.Event()
+        self.release = trio.Event()
+        self.hold_from: int | None = None
+        self.held = trio.Event()
+        self.unhold = trio.Event()
+
+    async def append(self, session_id: str, lines: Any) -> int:
+        number = int(await self.inner.append(session_id, lines))
+        if self.hold_from is not None and number >= self.hold_from and not self.held.is_set():
+            self.held.set()
+            await self.unhold.wait()
+        return number
+
+    async def read(self, session_id: str, after: int) -> list[tuple[int, bytes]]:
+        self.reading.set()
+        await self.release.wait()
+        return list(await self.inner.read(session_id, after))
+
+    async def first(self, session_id: str) -> int:
+        return int(await self.inner.first(session_id))
+
+    async def last(self, session_id: str) -> int:
+        return int(await self.inner.last(session_id))
+
+    async def forget(self, session_id: str) -> None:
+        await self.inner.forget(session_id)
+
+
+@pytest.mark.parametrize("journal_kind", ["memory", "sqlite"])
+async def test_resuming_while_updates_stream_gives_every_update_once_in_order(journal_kind: str, tmp_path: Any) -> None:
+    """The switch from replay to live happens while the agent streams (updates are journaled and
+    sent live while the replay is read): the journal's numbers are the fence, so the resuming
+    client gets 1..N with no gap and no duplicate."""
+    from acp_trio.session_store import SqliteSessionStore
+
+    control = Control()
+    with SqliteSessionStore(str(tmp_path / "host.db")) as store, trio.fail_after(DEADLINE):
+        journal = HeldReads(store.journal() if journal_kind == "sqlite" else MemoryJournal())
+        async with open_session_host(agents(control), journal=journal) as host:
+            first, second = Recorder(), Recorder()
+            async with host.connect(first, variant=v2) as conn, host.connect(second, variant=v2) as conn2:
+                await init2(conn)
+                await init2(conn2)
+                sid = (await conn.agent.session_new(v2.NewSessionRequest(cwd="/tmp"))).session_id
+                await conn.agent.session_prompt(
+                    v2.PromptRequest(session_id=sid, prompt=text("count 200 wait after 1300"))
+                )
+                await first.until(lambda: len(first.texts()) == 200)
+                answers: list[Any] = []
+                attached = trio.Event()
+
+                async def attach() -> None:
+                    answers.append(await conn2.agent.session_resume(resume(sid, v2.StartReplayFrom())))
+                    attached.set()
+
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(attach)
+                    await journal.reading.wait()  # the host reads the replay; meanwhile the agent streams
+                    before = host.sessions()[sid].last_update
+                    journal.hold_from = before + 100
+                    control.gate.set()
+                    # updates before it are sent live (to the resuming client's buffer); that one is
+                    # written, its fan-out not done
+                    await journal.held.wait()
+                    journal.release.set()
+                    await attached.wait()  # the replay read that append: the client went live before its fan-out
+                    journal.unhold.set()
+                for rec in (first, second):
+                    await rec.until(lambda rec=rec: rec.states()[-1:] == ["idle"])
+                numbers = [n for n in second.numbers if n is not None]
+                assert numbers == list(range(1, len(numbers) + 1))
+                assert numbers[-1] == host.sessions()[sid].last_update
+                assert second.texts() == [str(i) for i in range(200)] + [f"+{i}" for i in range(1300)]
+                assert answers[0].meta[LAST_META_KEY] >= before + 100  # it went live after those

@@ -103,6 +103,9 @@ class _Client:
         self.version: int | None = None
         self.sessions: set[str] = set()
         self.attaching: dict[str, list[tuple[int, bytes]]] = {}
+        # per session, the number of the last update sent: a fan-out that comes after the replay
+        # already gave it (its journal append was visible to the replay's read before it returned) is skipped
+        self.delivered: dict[str, int] = {}
         self.ids = itertools.count(1)
         self.questions: dict[int, _Question] = {}  # router id -> question
         self.calls: dict[Any, tuple[_Instance, int]] = {}  # the client's request id -> its router id
@@ -710,6 +713,7 @@ class SessionHost:
             if number > fence:
                 client.put(line)
                 fence = number
+        client.delivered[session.id] = fence
         live_from = max(fence, session.last)
         if version >= 2:
             state = {
@@ -866,6 +870,7 @@ class SessionHost:
             session.ttl.cancel()
         for client in session.clients:
             client.sessions.discard(session.id)
+            client.delivered.pop(session.id, None)
         session.clients.clear()
         self._maybe_end(session.instance)
         self._touch()
@@ -1013,8 +1018,9 @@ class SessionHost:
                 buffer = client.attaching.get(session.id)
                 if buffer is not None:
                     buffer.append((number, numbered))
-                else:
+                elif number > client.delivered.get(session.id, 0):
                     client.put(numbered)
+                    client.delivered[session.id] = number
         session.last = last
         self._touch()
 
