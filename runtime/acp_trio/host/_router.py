@@ -482,7 +482,11 @@ class SessionHost:
                 session.prompt_gone = False
                 session.states_at_prompt = session.states
                 self._touch()
-            self._forward(session.instance, client, message, on_answer=self._session_answer(session, method, params))
+            if method in _OPENING:  # session/fork: the new session lives on the same instance
+                on_answer = self._opened(client, session.instance, method, params)
+            else:
+                on_answer = self._session_answer(session, method, params)
+            self._forward(session.instance, client, message, on_answer=on_answer)
             return
         on_answer = self._opened(client, home, method, params) if method in _OPENING else None
         self._forward(home, client, message, on_answer=on_answer)
