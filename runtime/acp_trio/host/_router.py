@@ -482,6 +482,7 @@ class SessionHost:
                 session.prompt_gone = False
                 session.states_at_prompt = session.states
                 self._touch()
+            on_answer: Callable[[dict[str, Any]], Awaitable[None]] | None
             if method in _OPENING:  # session/fork: the new session lives on the same instance
                 on_answer = self._opened(client, session.instance, method, params)
             else:
