@@ -142,6 +142,13 @@ class Agent1:
             await client.session_update(v1.SessionNotification(session_id=sid, update=chunk))
         if wait:
             await self.control.gate.wait()
+        if "read" in " ".join(getattr(block, "text", "") for block in params.prompt).split():
+            try:
+                read = await client.fs_read_text_file(v1.ReadTextFileRequest(session_id=sid, path="/notes.txt"))
+                self.control.outcomes.append(read.content)
+            except RequestError as exc:
+                self.control.outcomes.append(exc)
+            self.control.touch()
         if ask:
             request = v1.RequestPermissionRequest(
                 session_id=sid, tool_call=v1.ToolCallUpdate(tool_call_id="c1"), options=_options(v1)

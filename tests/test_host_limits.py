@@ -9,10 +9,12 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 import trio
 from _host_kit import Control, Recorder, agents, connected, init2, new_session, text
 
-from acp_schema import v2
+from acp_schema import v1, v2
+from acp_trio import RequestError
 from acp_trio.host import open_session_host
 
 VIRTUAL_DEADLINE = 100_000  # seconds of the autojump clock: the tests wait hours of it, in no time
@@ -111,3 +113,32 @@ async def test_unattended_wait_keeps_the_request_for_the_next_client(autojump_cl
             control.gate.set()
             await trio.sleep(3600)
             assert host.sessions()[sid].pending_requests == 1 and control.outcomes == []
+
+
+async def test_unattended_reject_answers_other_requests_with_an_internal_error(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    control = Control()
+    with trio.fail_after(VIRTUAL_DEADLINE):
+        async with open_session_host(agents(control), unattended_timeout=30, unattended_policy="reject") as host:
+            caps = v1.ClientCapabilities(fs=v1.FileSystemCapabilities(read_text_file=True))
+            async with connected(host, Recorder(), v1) as conn:
+                await conn.agent.initialize(v1.InitializeRequest(protocol_version=1, client_capabilities=caps))
+                sid = await new_session(conn)
+                async with trio.open_nursery() as nursery:
+
+                    async def prompt_and_leave() -> None:
+                        with pytest.raises(Exception):  # noqa: B017  (the connection closes under it)
+                            await conn.agent.session_prompt(
+                                v1.PromptRequest(session_id=sid, prompt=text("wait read", v1))
+                            )
+
+                    nursery.start_soon(prompt_and_leave)
+                    await host.wait_until(lambda: host.sessions()[sid].running)
+                    await conn.aclose()
+            await host.wait_until(lambda: host.sessions()[sid].attached == 0)
+            control.gate.set()
+            await control.until(lambda: len(control.outcomes) == 1)
+            error = control.outcomes[0]
+            assert isinstance(error, RequestError) and error.code == -32603
+            assert "fs/read_text_file" in error.message and "unattended_timeout=30" in error.message
