@@ -235,8 +235,10 @@ class SessionHost:
         unattended_timeout: float | None,
         unattended_policy: Policy,
         connection_options: dict[str, Any],
+        serve_agent: Callable[[trio.abc.HalfCloseableStream], Awaitable[None]] | None = None,
     ) -> None:
         self.agent_factory = agent_factory
+        self.serve_agent = serve_agent
         self.journal = journal
         self.detached_ttl = detached_ttl
         self.max_detached_sessions = max_detached_sessions
@@ -898,7 +900,18 @@ class SessionHost:
         agent_stream, router_stream = trio.testing.memory_stream_pair()
         options = dict(self.connection_options)
         options.setdefault("name", f"host-agent-{instance.number}")
-        conn = AgentSideConnection(self.agent_factory, agent_stream, agent_stream, **options)
+
+        async def serve() -> None:
+            if self.serve_agent is None:
+                conn = AgentSideConnection(self.agent_factory, agent_stream, agent_stream, **options)
+                await conn.serve_until_closed()
+                return
+            try:  # an instance served elsewhere (the bridge: a process); its end is the stream's end
+                await self.serve_agent(agent_stream)
+            except Exception:
+                log.exception("agent instance %d: serve_agent failed", instance.number)
+            finally:
+                await trio.aclose_forcefully(agent_stream)
 
         async def write() -> None:
             try:
@@ -919,7 +932,7 @@ class SessionHost:
 
         try:
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(conn.serve_until_closed)
+                nursery.start_soon(serve)
                 nursery.start_soon(write)
                 await self._read_agent(instance, router_stream)
                 nursery.cancel_scope.cancel()
@@ -1192,6 +1205,7 @@ async def open_session_host(
     max_detached_sessions: int | None = 100,
     unattended_timeout: float | None = None,
     unattended_policy: Policy = "wait",
+    serve_agent: Callable[[trio.abc.HalfCloseableStream], Awaitable[None]] | None = None,
     **connection_options: Any,
 ) -> AsyncIterator[SessionHost]:
     """A :class:`SessionHost` running its agent instances in a nursery of its own (``async with
@@ -1210,7 +1224,11 @@ async def open_session_host(
     resolves it: ``"wait"`` (never), ``"reject"`` (a declining answer: permission ``cancelled``,
     elicitation ``decline``, other methods a -32603 error), ``"cancel"`` (``session/cancel`` to
     the agent, then the same).  ``connection_options``: for each agent connection (``variant``,
-    ``tap``, ``max_message_size``, ...).  Raises ``ValueError`` for a bad limit or policy.
+    ``tap``, ``max_message_size``, ...).  ``serve_agent``: ``await serve_agent(stream)`` serves one
+    agent instance on the far end of ``stream`` (NDJSON; the host closes its side to end the instance,
+    and the instance ends when ``stream`` does), instead of ``agent_factory`` (then ``None``) in this
+    process: the bridge's ``--detach`` runs a stdio agent process there.  Raises ``ValueError`` for a
+    bad limit or policy.
     """
     if unattended_policy not in ("wait", "reject", "cancel"):
         raise ValueError(f'unattended_policy is "wait", "reject" or "cancel", got {unattended_policy!r}')
@@ -1232,6 +1250,7 @@ async def open_session_host(
             unattended_timeout=unattended_timeout,
             unattended_policy=unattended_policy,
             connection_options=connection_options,
+            serve_agent=serve_agent,
         )
         try:
             yield host
