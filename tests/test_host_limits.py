@@ -142,3 +142,43 @@ async def test_unattended_reject_answers_other_requests_with_an_internal_error(
             error = control.outcomes[0]
             assert isinstance(error, RequestError) and error.code == -32603
             assert "fs/read_text_file" in error.message and "unattended_timeout=30" in error.message
+
+
+async def test_a_client_that_stops_reading_is_detached_past_max_client_backlog() -> None:
+    """A stream with no buffer (lockstep): once more than max_client_backlog messages wait for the
+    client, the host ends its connection; the session goes on, detached."""
+    import orjson
+    import trio.testing
+
+    from acp_trio._core import LineFramer
+
+    control = Control()
+    with trio.fail_after(10):
+        async with open_session_host(agents(control), max_client_backlog=10) as host:
+            client_side, host_side = trio.testing.lockstep_stream_pair()
+            served = trio.Event()
+
+            async def serve() -> None:
+                await host.serve_streams("slow", host_side, host_side)
+                served.set()
+
+            lines = LineFramer()
+
+            async def call(request_id: int, method: str, params: Any) -> Any:
+                message = {"jsonrpc": "2.0", "id": request_id, "method": method, "params": params}
+                await client_side.send_all(orjson.dumps(message) + b"\n")
+                while True:
+                    for line in lines.feed(await client_side.receive_some()):
+                        answer = orjson.loads(line)
+                        if answer.get("id") == request_id:
+                            return answer["result"]
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(serve)
+                await call(1, "initialize", {"protocolVersion": 2, "info": {"name": "slow", "version": "0"}})
+                sid = (await call(2, "session/new", {"cwd": "/tmp"}))["sessionId"]
+                await call(3, "session/prompt", {"sessionId": sid, "prompt": [{"type": "text", "text": "count 50"}]})
+                await served.wait()  # it stopped reading: the host ended its connection
+                await host.wait_until(lambda: host.sessions()[sid].attached == 0)
+                await host.wait_until(lambda: host.sessions()[sid].state == "idle")  # the turn went on
+                assert host.sessions()[sid].last_update >= 52

@@ -96,6 +96,8 @@ class _Client:
     """One client connection being served."""
 
     def __init__(self, host: SessionHost, connection_id: str, principal: Any) -> None:
+        self.max_backlog = host.max_client_backlog
+        self.scope = trio.CancelScope()  # serve_streams' own: cancelled when the client falls too far behind
         self.connection_id = connection_id
         self.principal = principal
         self.send, self.receive = trio.open_memory_channel[bytes](math.inf)
@@ -112,8 +114,17 @@ class _Client:
         self.gone = False
 
     def put(self, line: bytes) -> None:
-        if not self.gone:
-            self.send.send_nowait(line)
+        if self.gone:
+            return
+        self.send.send_nowait(line)
+        if self.max_backlog is not None and self.send.statistics().current_buffer_used > self.max_backlog:
+            log.warning(
+                "client %s: more than %d messages wait for it (max_client_backlog): it is detached",
+                self.connection_id,
+                self.max_backlog,
+            )
+            self.gone = True
+            self.scope.cancel()
 
 
 class _Call:
@@ -236,7 +247,9 @@ class SessionHost:
         unattended_policy: Policy,
         connection_options: dict[str, Any],
         serve_agent: Callable[[trio.abc.HalfCloseableStream], Awaitable[None]] | None = None,
+        max_client_backlog: int | None = None,
     ) -> None:
+        self.max_client_backlog = max_client_backlog
         self.agent_factory = agent_factory
         self.serve_agent = serve_agent
         self.journal = journal
@@ -291,7 +304,7 @@ class SessionHost:
         on) or the host closes.  Never raises for what a client sends.
         """
         client = _Client(self, connection_id, principal)
-        with trio.CancelScope() as scope:
+        with client.scope as scope:
             self._serving.add(scope)
             try:
                 async with trio.open_nursery() as nursery:
@@ -1206,6 +1219,7 @@ async def open_session_host(
     unattended_timeout: float | None = None,
     unattended_policy: Policy = "wait",
     serve_agent: Callable[[trio.abc.HalfCloseableStream], Awaitable[None]] | None = None,
+    max_client_backlog: int | None = 100_000,
     **connection_options: Any,
 ) -> AsyncIterator[SessionHost]:
     """A :class:`SessionHost` running its agent instances in a nursery of its own (``async with
@@ -1223,7 +1237,10 @@ async def open_session_host(
     agent->client request may wait with no client to answer it before ``unattended_policy``
     resolves it: ``"wait"`` (never), ``"reject"`` (a declining answer: permission ``cancelled``,
     elicitation ``decline``, other methods a -32603 error), ``"cancel"`` (``session/cancel`` to
-    the agent, then the same).  ``connection_options``: for each agent connection (``variant``,
+    the agent, then the same).  ``max_client_backlog``: messages that may wait for one client
+    connection (one that stops reading); one more ends that connection, which detaches it: it can
+    come back with ``session/resume`` and the cursor (``None``: no limit; default 100,000).
+    ``connection_options``: for each agent connection (``variant``,
     ``tap``, ``max_message_size``, ...).  ``serve_agent``: ``await serve_agent(stream)`` serves one
     agent instance on the far end of ``stream`` (NDJSON; the host closes its side to end the instance,
     and the instance ends when ``stream`` does), instead of ``agent_factory`` (then ``None``) in this
@@ -1238,6 +1255,8 @@ async def open_session_host(
     ):
         if value is not None and not value > 0:
             raise ValueError(f"{name} must be positive seconds or None, got {value!r}")
+    if max_client_backlog is not None and max_client_backlog < 1:
+        raise ValueError(f"max_client_backlog must be positive or None, got {max_client_backlog!r}")
     if max_detached_sessions is not None and max_detached_sessions < 0:
         raise ValueError(f"max_detached_sessions must be >= 0 or None, got {max_detached_sessions!r}")
     async with owned_nursery() as nursery:
@@ -1251,6 +1270,7 @@ async def open_session_host(
             unattended_policy=unattended_policy,
             connection_options=connection_options,
             serve_agent=serve_agent,
+            max_client_backlog=max_client_backlog,
         )
         try:
             yield host
