@@ -142,6 +142,8 @@ class Agent1:
             await client.session_update(v1.SessionNotification(session_id=sid, update=chunk))
         if wait:
             await self.control.gate.wait()
+        if "fail" in " ".join(getattr(block, "text", "") for block in params.prompt).split():
+            raise RequestError(-32603, "the turn failed")
         if "read" in " ".join(getattr(block, "text", "") for block in params.prompt).split():
             try:
                 read = await client.fs_read_text_file(v1.ReadTextFileRequest(session_id=sid, path="/notes.txt"))

@@ -272,3 +272,20 @@ async def test_a_client_closing_a_live_session_ends_it_for_everyone() -> None:
                 with pytest.raises(RequestError) as caught:
                     await conn_b.agent.session_prompt(prompt(sid, "count 1"))
                 assert caught.value.code == -32002
+
+
+async def test_v1_the_other_clients_hear_of_a_turn_that_ended_with_an_error() -> None:
+    control = Control()
+    with trio.fail_after(DEADLINE):
+        async with open_session_host(agents(control)) as host:
+            a, b = Recorder(), Recorder()
+            async with connected(host, a, v1) as conn_a, connected(host, b, v1) as conn_b:
+                await init1(conn_a)
+                await init1(conn_b)
+                sid = await new_session(conn_a)
+                await conn_b.agent.session_load(v1.LoadSessionRequest(session_id=sid, cwd="/tmp", mcp_servers=[]))
+                with pytest.raises(RequestError):
+                    await conn_a.agent.session_prompt(v1.PromptRequest(session_id=sid, prompt=text("count 1 fail", v1)))
+                await b.until(lambda: len(b.ext) == 1)
+                assert b.ext[0][1]["error"]["message"] == "the turn failed" and a.ext == []
+                assert not host.sessions()[sid].running

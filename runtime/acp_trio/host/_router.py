@@ -48,7 +48,8 @@ replays updates N, N+1, ... (inclusive, as session-setup.mdx says of replay curs
 ``ReplayFromOther``: types beginning with ``_`` are reserved for implementations)."""
 TURN_ENDED = "_acp_trio/turn_ended"
 """Extension notification (v1) the host sends to the clients attached to a session, other than
-the one that prompted, when a ``session/prompt`` answer ends a turn: ``{"sessionId", "stopReason"}``."""
+the one that prompted, when a ``session/prompt`` answer ends a turn: ``{"sessionId", "stopReason"}``,
+or ``{"sessionId", "error"}`` (the JSON-RPC error object) when the answer was an error."""
 
 INVALID_REQUEST = -32600
 INVALID_PARAMS = -32602
@@ -520,14 +521,13 @@ class SessionHost:
                     # accepted, and its running state_update not read yet: running until a state_update says otherwise
                     session.state = {"sessionUpdate": "state_update", "state": "running"}
                 self._touch()
-                if version < 2 and type(result) is dict:
-                    ended = _dumps(
-                        {
-                            "jsonrpc": "2.0",
-                            "method": TURN_ENDED,
-                            "params": {"sessionId": session.id, "stopReason": result.get("stopReason")},
-                        }
-                    )
+                if version < 2:
+                    report: dict[str, Any] = {"sessionId": session.id}
+                    if type(result) is dict:
+                        report["stopReason"] = result.get("stopReason")
+                    else:  # the turn ended with an error answer
+                        report["error"] = answer.get("error")
+                    ended = _dumps({"jsonrpc": "2.0", "method": TURN_ENDED, "params": report})
                     for other in session.clients:
                         if other is not prompter or session.prompt_gone:
                             other.put(ended)
