@@ -953,6 +953,10 @@ PARSE_ONLY: dict[str, str] = {
         "a fixed port on the network: tests/test_bridge_speak.py runs it as printed on a free one"
     ),
     "python -m acp_trio.demo --url http://127.0.0.1:8765/acp --protocol 2": NETWORK,
+    "python -m acp_trio.bridge --listen 127.0.0.1:8765 --detach --detached-ttl 600 --journal journal.db"
+    " -- python -m acp_trio.demo --serve-agent": (
+        "a fixed port on the network: tests/test_bridge_detach.py runs it as printed on a free one"
+    ),
     "python -m examples.llm_agent --provider anthropic --model claude-sonnet-4-5 --store ~/.cache/llm-agent.db": (
         "a model API: the network and a key (nox -s llm_demo runs it against a loopback server)"
     ),

@@ -24,6 +24,15 @@ text that is not UTF-8 (close ``1007``), a request over ``--max-connections`` (`
   this process on the connection: the remote client is spoken protocol version ``--speak``, the
   agent the other one.  This is the one mode that decodes messages (it has to, to translate
   them); what the adapter keeps and what it cannot translate is :mod:`acp_trio.adapt`'s contract.
+- :func:`open_detach_host` (``--listen HOST:PORT --detach -- AGENT_CMD...``): the session host
+  (:mod:`acp_trio.host`) in front of stdio agent processes, one per agent instance: a client's
+  connection ending *detaches* it, and the agent process goes on while it has live sessions; a
+  client that comes back resumes (v2 ``session/resume``, with ``replayFrom`` ``start`` or the host's
+  cursor) or loads (v1 ``session/load``) a live session and gets what it missed, then live updates;
+  the agent's requests wait for a client.  Here the bridge is ACP-aware (the host's router: envelopes,
+  ids and the session-scoped methods; each message's payload is still passed as the agent wrote it,
+  with the host's ``_meta`` number added to each ``session/update``).  The rules are the host's
+  (``docs/site/guides/host.md``).
 - :func:`connect_bridge` (``--connect ws://host:port/acp`` or ``http://...``): this process's stdin/stdout carried
   to a remote ACP server, so an editor can spawn it as if it were a local agent.
 
@@ -33,6 +42,9 @@ Command line (needs ``pip install 'acp-trio[remote]'``)::
                               [--idle-timeout S] [--max-connections N]
                               [--speak 1|2 [--no-client-fs] [--cancel-grace S]
                                [--ext-request _NAME ...] [--ext-notification _NAME ...]]
+                              [--detach [--detached-ttl S] [--max-detached-sessions N]
+                               [--unattended-timeout S] [--unattended-policy wait|reject|cancel]
+                               [--journal PATH]]
                               -- AGENT_CMD [ARG ...]
     python -m acp_trio.bridge --connect ws://127.0.0.1:8765/acp [--header 'Authorization: Bearer T']
 
@@ -40,7 +52,7 @@ Command line (needs ``pip install 'acp-trio[remote]'``)::
 ``--speak`` is for ``--listen`` only: ``--connect`` carries stdio verbatim, and an editor that
 needs the other version from a remote agent runs the stdio adapter around it (``python -m
 acp_trio.adapt --speak 1 -- python -m acp_trio.bridge --connect URL``); the combination is a
-usage error that says so.
+usage error that says so.  ``--detach`` and ``--speak`` do not combine yet (a usage error).
 """
 
 from __future__ import annotations
@@ -51,12 +63,16 @@ import logging
 import os
 import sys
 from collections.abc import AsyncIterator, Mapping, Sequence
-from typing import Any
+from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING, Any, Literal
 
 import trio
 
 from ._nursery import owned_nursery
 from .transports.stdio import open_agent_process
+
+if TYPE_CHECKING:
+    from .host import Journal, SessionHost
 
 log = logging.getLogger("acp_trio.bridge")
 
@@ -199,6 +215,58 @@ def _check_speak(speak: int | None, client_fs: bool) -> None:
         raise ValueError("client_fs=False is for speak=2: only a v1 agent behind a v2 client calls fs/* and terminal/*")
 
 
+@asynccontextmanager
+async def open_detach_host(
+    command: Sequence[str],
+    *,
+    journal: Journal | None = None,
+    detached_ttl: float | None = 3600.0,
+    max_detached_sessions: int | None = 100,
+    unattended_timeout: float | None = None,
+    unattended_policy: Literal["wait", "reject", "cancel"] = "wait",
+    env: Mapping[str, str] | None = None,
+    cwd: str | os.PathLike[str] | None = None,
+    shutdown_timeout: float = 2.0,
+) -> AsyncIterator[SessionHost]:
+    """A :class:`~acp_trio.host.SessionHost` whose agent instances are processes of the stdio agent
+    ``command`` (program and arguments, no shell), one per instance (``async with``; leaving the
+    block stops them all).  Serve clients with ``AcpApp(serve_streams=host.serve_streams)`` (what
+    ``--listen --detach`` does) or ``host.connect``.
+
+    Each client connection's ``initialize`` starts a process (its *home* instance, as the host's
+    rules say); a session made there lives in the host, owned by that process, which keeps running
+    while the session lives, with or without a client attached.  A process with no client and no
+    live session ends: its stdin closes, then the ladder of :func:`pump_agent_process` (wait,
+    SIGTERM, SIGKILL to its group, each ``shutdown_timeout`` seconds).  ``journal``: where the
+    sessions' updates are numbered and kept (default in memory; ``SqliteSessionStore(PATH).journal()``
+    on disk).  ``detached_ttl``, ``max_detached_sessions``, ``unattended_timeout``,
+    ``unattended_policy``: as for :func:`acp_trio.host.open_session_host` (a session closed by
+    them ends its process once it has no other).  ``env``, ``cwd``: the agent's.  Raises ``OSError``
+    naming the command at once when it cannot run, ``ValueError`` for an empty command or a bad limit.
+    """
+    from .host import open_session_host
+    from .transports.stdio import _resolve_command
+
+    if not command:
+        raise ValueError("the bridge needs an agent command after --")
+    _resolve_command(command[0], env, cwd)  # a missing agent is named before anything is served
+    program, args = command[0], list(command[1:])
+
+    async def serve_agent(stream: trio.abc.HalfCloseableStream) -> None:
+        await pump_agent_process(program, args, stream, stream, env=env, cwd=cwd, shutdown_timeout=shutdown_timeout)
+
+    async with open_session_host(
+        None,
+        journal=journal,
+        detached_ttl=detached_ttl,
+        max_detached_sessions=max_detached_sessions,
+        unattended_timeout=unattended_timeout,
+        unattended_policy=unattended_policy,
+        serve_agent=serve_agent,
+    ) as host:
+        yield host
+
+
 async def serve_bridge(
     command: Sequence[str],
     host: str = "127.0.0.1",
@@ -215,6 +283,12 @@ async def serve_bridge(
     cancel_grace: float | None = None,
     ext_requests: Sequence[str] = (),
     ext_notifications: Sequence[str] = (),
+    detach: bool = False,
+    detached_ttl: float | None = 3600.0,
+    max_detached_sessions: int | None = 100,
+    unattended_timeout: float | None = None,
+    unattended_policy: Literal["wait", "reject", "cancel"] = "wait",
+    journal: str | os.PathLike[str] | None = None,
     task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve the stdio agent ``command`` (program and arguments) on ``host:port/acp`` (WebSocket and
@@ -227,9 +301,17 @@ async def serve_bridge(
     :class:`~acp_trio.transports.asgi.AcpApp` (``idle_timeout``: seconds after which an abandoned
     Streamable HTTP connection, and so its agent process, is shut down; ``max_connections``: agent
     processes at once, one more connection is refused ``503`` before any process starts).  ``task_status``:
-    started with the bound URLs.  Raises ``OSError`` naming the command at once when it cannot run,
-    ``ValueError`` for an empty command or a ``speak`` / ``client_fs`` that :func:`adapt_agent_process`
-    refuses.
+    started with the bound URLs.
+
+    ``detach``: the agent processes run behind a session host (:func:`open_detach_host`, with
+    ``detached_ttl``, ``max_detached_sessions``, ``unattended_timeout``, ``unattended_policy``):
+    they outlive their clients' connections while they have live sessions (``max_connections``
+    then counts connections, not processes).  ``journal``: a SQLite file for the sessions' journal
+    (:class:`~acp_trio.session_store.SqliteSessionStore`; default in memory).
+
+    Raises ``OSError`` naming the command at once when it cannot run, ``ValueError`` for an empty
+    command, a ``speak`` / ``client_fs`` that :func:`adapt_agent_process` refuses, ``detach`` with
+    ``speak``, or a ``journal`` without ``detach``.
     """
     from .transports.asgi import AcpApp, serve
     from .transports.stdio import _resolve_command
@@ -242,8 +324,34 @@ async def serve_bridge(
     for method in (*ext_requests, *ext_notifications):
         if not method.startswith("_"):
             raise ValueError(f"extension method names start with '_' (extensibility.mdx), got {method!r}")
+    if detach and speak is not None:
+        raise ValueError("detach and speak do not combine yet: detach serves the agent's own protocol version")
+    if journal is not None and not detach:
+        raise ValueError("journal is for detach: without it nothing is journaled")
     _resolve_command(command[0], None, None)  # a missing agent is named before anything listens
     program, args = command[0], list(command[1:])
+    app_options: dict[str, Any] = {
+        "token": token,
+        "allowed_origins": allowed_origins,
+        "allowed_hosts": allowed_hosts,
+        "idle_timeout": idle_timeout,
+        "max_connections": max_connections,
+    }
+    if detach:
+        await _serve_detached(
+            command,
+            host,
+            port,
+            app_options,
+            journal=journal,
+            detached_ttl=detached_ttl,
+            max_detached_sessions=max_detached_sessions,
+            unattended_timeout=unattended_timeout,
+            unattended_policy=unattended_policy,
+            shutdown_timeout=shutdown_timeout,
+            task_status=task_status,
+        )
+        return
     if speak is not None:
         from . import adapt  # noqa: F401  (imported now rather than by the first client's connection)
 
@@ -266,15 +374,48 @@ async def serve_bridge(
             name=f"bridge-v{speak}-{connection_id[:8]}",
         )
 
-    app = AcpApp(
-        serve_streams=one_connection,
-        token=token,
-        allowed_origins=allowed_origins,
-        allowed_hosts=allowed_hosts,
-        idle_timeout=idle_timeout,
-        max_connections=max_connections,
-    )
+    app = AcpApp(serve_streams=one_connection, **app_options)
     await serve(app, host, port, task_status=task_status)
+
+
+async def _serve_detached(
+    command: Sequence[str],
+    host: str,
+    port: int,
+    app_options: dict[str, Any],
+    *,
+    journal: str | os.PathLike[str] | None,
+    detached_ttl: float | None,
+    max_detached_sessions: int | None,
+    unattended_timeout: float | None,
+    unattended_policy: Literal["wait", "reject", "cancel"],
+    shutdown_timeout: float,
+    task_status: trio.TaskStatus[list[str]],
+) -> None:
+    """``serve_bridge(detach=True)``: the host of :func:`open_detach_host` served on ``host:port``."""
+    from .transports.asgi import AcpApp, serve
+
+    store = None
+    if journal is not None:
+        from .session_store import SqliteSessionStore
+
+        store = SqliteSessionStore(os.fspath(journal))
+    try:
+        async with open_detach_host(
+            command,
+            journal=None if store is None else store.journal(),
+            detached_ttl=detached_ttl,
+            max_detached_sessions=max_detached_sessions,
+            unattended_timeout=unattended_timeout,
+            unattended_policy=unattended_policy,
+            shutdown_timeout=shutdown_timeout,
+        ) as session_host:
+            app = AcpApp(serve_streams=session_host.serve_streams, **app_options)
+            await serve(app, host, port, task_status=task_status)
+    finally:
+        if store is not None:
+            with trio.CancelScope(shield=True):
+                await trio.to_thread.run_sync(store.close)
 
 
 async def connect_bridge(
@@ -453,6 +594,38 @@ def main(argv: Sequence[str] | None = None) -> None:
         metavar="_NAME",
         help="--speak: an extension notification to forward",
     )
+    parser.add_argument(
+        "--detach",
+        action="store_true",
+        help="--listen: agent processes outlive their clients' connections; a client resumes (v2) or loads (v1) "
+        "a live session and gets what it missed (the session host)",
+    )
+    parser.add_argument(
+        "--detached-ttl",
+        type=float,
+        metavar="SECONDS",
+        help="--detach: close a session this long without a client (its turn cancelled; default 3600)",
+    )
+    parser.add_argument(
+        "--max-detached-sessions",
+        type=int,
+        metavar="N",
+        help="--detach: at most N sessions without a client; one more closes the oldest (default 100)",
+    )
+    parser.add_argument(
+        "--unattended-timeout",
+        type=float,
+        metavar="SECONDS",
+        help="--detach: resolve an agent's request no client answered this long, by --unattended-policy",
+    )
+    parser.add_argument(
+        "--unattended-policy",
+        choices=("wait", "reject", "cancel"),
+        help="--detach: what --unattended-timeout does: wait (default), reject, cancel (the turn, then reject)",
+    )
+    parser.add_argument(
+        "--journal", metavar="PATH", help="--detach: keep the sessions' updates in this SQLite file (default: memory)"
+    )
     parser.add_argument("--header", action="append", default=[], help="--connect: an extra header, 'Name: value'")
     parser.add_argument("command", nargs=argparse.REMAINDER, help="-- AGENT_CMD [ARG ...] (with --listen)")
     options = parser.parse_args(argv)
@@ -472,6 +645,18 @@ def main(argv: Sequence[str] | None = None) -> None:
     for method in (*options.ext_request, *options.ext_notification):
         if not method.startswith("_"):
             parser.error(f"extension method names start with '_': {method!r}")
+    detach_options = _detach_options(options)
+    if options.connect and (options.detach or detach_options):
+        parser.error(f"{'--detach' if options.detach else detach_options[0]} is for --listen")
+    if options.listen and not options.detach and detach_options:
+        parser.error(f"{detach_options[0]} needs --detach")
+    if options.detach and options.speak:
+        parser.error("--detach and --speak do not combine yet: --detach serves the agent's own protocol version")
+    for flag, value in (("--detached-ttl", options.detached_ttl), ("--unattended-timeout", options.unattended_timeout)):
+        if value is not None and not value > 0:
+            parser.error(f"{flag} takes positive seconds, got {value}")
+    if options.max_detached_sessions is not None and options.max_detached_sessions < 0:
+        parser.error(f"--max-detached-sessions takes N >= 0, got {options.max_detached_sessions}")
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(name)s: %(message)s")
     if options.listen:
         host, _, port = options.listen.rpartition(":")
@@ -496,9 +681,19 @@ def main(argv: Sequence[str] | None = None) -> None:
                         cancel_grace=options.cancel_grace,
                         ext_requests=options.ext_request,
                         ext_notifications=options.ext_notification,
+                        detach=options.detach,
+                        detached_ttl=3600.0 if options.detached_ttl is None else options.detached_ttl,
+                        max_detached_sessions=(
+                            100 if options.max_detached_sessions is None else options.max_detached_sessions
+                        ),
+                        unattended_timeout=options.unattended_timeout,
+                        unattended_policy=options.unattended_policy or "wait",
+                        journal=options.journal,
                     )
                 )
                 adapted = f" (adapted: protocol {options.speak} to clients)" if options.speak else ""
+                if options.detach:
+                    adapted = " (detached sessions kept)"
                 url = urls[0].replace("http", "ws", 1)
                 print(f"bridge: serving {' '.join(command)}{adapted} on {url}/acp", file=sys.stderr)
 
@@ -521,6 +716,18 @@ def _speak_options(options: argparse.Namespace) -> list[str]:
     return [flag for flag, present in given if present]
 
 
+def _detach_options(options: argparse.Namespace) -> list[str]:
+    """The session host's options given besides ``--detach`` (their flags), in a fixed order."""
+    given = [
+        ("--detached-ttl", options.detached_ttl is not None),
+        ("--max-detached-sessions", options.max_detached_sessions is not None),
+        ("--unattended-timeout", options.unattended_timeout is not None),
+        ("--unattended-policy", options.unattended_policy is not None),
+        ("--journal", options.journal is not None),
+    ]
+    return [flag for flag, present in given if present]
+
+
 def header_options(parser: argparse.ArgumentParser, values: Sequence[str]) -> dict[str, str]:
     """``--header 'Name: value'`` options as a dict; a value without a colon is a usage error."""
     headers = {}
@@ -532,7 +739,14 @@ def header_options(parser: argparse.ArgumentParser, values: Sequence[str]) -> di
     return headers
 
 
-__all__ = ["adapt_agent_process", "connect_bridge", "main", "pump_agent_process", "serve_bridge"]
+__all__ = [
+    "adapt_agent_process",
+    "connect_bridge",
+    "main",
+    "open_detach_host",
+    "pump_agent_process",
+    "serve_bridge",
+]
 
 
 if __name__ == "__main__":

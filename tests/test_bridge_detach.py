@@ -1,0 +1,325 @@
+"""``python -m acp_trio.bridge --listen --detach`` (issue 35, item 4): any stdio agent behind the session host.
+
+The demo agent (``python -m acp_trio.demo --serve-agent``), one process per agent instance, behind
+:func:`acp_trio.bridge.open_detach_host` served on loopback sockets (WebSocket and Streamable HTTP):
+a client leaves mid-turn, the agent process goes on, another client resumes (v2, the host's cursor)
+or loads (v1) the live session and gets what it missed exactly once, in order, and the request the
+agent is waiting on.  Each process is counted by the pid it writes before it becomes the demo agent
+(``os.execv``: the same pid); one with no client and no live session ends.  Waits are bounded with
+``trio.fail_after``; the TTL test runs on the real clock (processes), with a short TTL.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import shlex
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+
+from acp_schema import v1, v2
+from acp_trio import ConnectionClosed
+from acp_trio.bridge import main, open_detach_host
+from acp_trio.host import CURRENT_META_KEY, CURSOR_TYPE, TURN_ENDED, UPDATE_META_KEY, SessionHost
+from acp_trio.transports.asgi import AcpApp, serve
+
+pytestmark = [
+    pytest.mark.skipif(os.name != "posix", reason="process groups are POSIX-only"),
+    pytest.mark.one_interpreter,  # processes and sockets: the host's rules are tested in tests/test_host*.py
+]
+
+DEADLINE = 30
+INFO = v2.Implementation(name="test-detach-client", version="1")
+BECOME_DEMO = (
+    "import os, sys; open(sys.argv[1], 'a').write(f'{os.getpid()}\\n'); "
+    "os.execv(sys.executable, [sys.executable, '-m', 'acp_trio.demo', '--serve-agent'])"
+)
+
+
+def demo_command(pids: Path) -> list[str]:
+    """The demo agent, after appending its pid to ``pids`` (the same process: ``execv``)."""
+    return [sys.executable, "-c", BECOME_DEMO, str(pids)]
+
+
+def started(pids: Path) -> list[int]:
+    return [int(line) for line in pids.read_text().split()] if pids.exists() else []
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def notes_dir(tmp_path: Path) -> str:
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "notes.txt").write_text("one two three\n", encoding="utf-8")
+    return str(work)
+
+
+class Client:
+    """A client (v1 or v2) recording each update with the host's number, and the permission
+    requests; it answers them ``allow_once`` unless ``answer`` is false (then it never does)."""
+
+    def __init__(self, *, answer: bool = True) -> None:
+        self.answer = answer
+        self.updates: list[tuple[int | None, Any]] = []
+        self.asked: list[Any] = []
+        self.turn_ended: list[Any] = []
+        self.changed = trio.lowlevel.ParkingLot()
+
+    async def until(self, predicate: Any) -> None:
+        while not predicate():
+            await self.changed.park()
+
+    async def session_update(self, params: Any) -> None:
+        meta = params.meta if isinstance(params.meta, dict) else {}
+        number = meta.get(UPDATE_META_KEY)
+        assert number is not None or meta.get(CURRENT_META_KEY) is True  # numbered, or the current state
+        self.updates.append((number, params.update))
+        self.changed.unpark_all()
+
+    async def session_request_permission(self, params: Any) -> Any:
+        self.asked.append(params)
+        self.changed.unpark_all()
+        if not self.answer:
+            await trio.sleep_forever()
+        variant = v2 if hasattr(params, "subject") else v1
+        allow = next(o for o in params.options if o.kind == "allow_once")
+        return variant.RequestPermissionResponse(
+            outcome=variant.SelectedRequestPermissionOutcome(option_id=allow.option_id)
+        )
+
+    def numbers(self) -> list[int]:
+        return [n for n, _ in self.updates if n is not None]
+
+    def kinds(self) -> list[str]:
+        return [type(u).__name__ for n, u in self.updates if n is not None]
+
+    def idle(self) -> bool:
+        return any(isinstance(u, v2.IdleStateUpdateSessionUpdate) for n, u in self.updates if n is not None)
+
+
+def steady(kinds: list[str]) -> list[str]:
+    return [kind for kind in kinds if kind != "TerminalOutputChunkSessionUpdate"]
+
+
+@asynccontextmanager
+async def bridge(pids: Path, **options: Any) -> AsyncIterator[tuple[SessionHost, str]]:
+    """``open_detach_host`` around the pid-writing demo agent, served on a free loopback port;
+    yields the host and ``http://127.0.0.1:PORT/acp``."""
+    async with open_detach_host(demo_command(pids), **options) as host, trio.open_nursery() as nursery:
+        binds: list[str] = await nursery.start(serve, AcpApp(serve_streams=host.serve_streams), "127.0.0.1", 0)
+        yield host, binds[0] + "/acp"
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_websocket_client_leaves_mid_turn_and_another_resumes_over_http_with_the_cursor(tmp_path: Path) -> None:
+    from acp_trio.transports.http import connect_http
+    from acp_trio.transports.websocket import connect_websocket
+
+    pids = tmp_path / "pids"
+    cwd = notes_dir(tmp_path)
+    with trio.fail_after(DEADLINE):
+        async with bridge(pids) as (host, url):
+            # the same turn, uninterrupted, in a session of its own: what the two clients should see together
+            whole = Client()
+            async with connect_websocket(url.replace("http", "ws", 1), whole, variant=v2) as conn:
+                await conn.initialize(v2.InitializeRequest(protocol_version=2, info=INFO))
+                new = await conn.agent.session_new(v2.NewSessionRequest(cwd=cwd))
+                prompt = [v2.TextContentBlock(text="summarize")]
+                await conn.agent.session_prompt(v2.PromptRequest(session_id=new.session_id, prompt=prompt))
+                await whole.until(whole.idle)
+            await host.wait_until(lambda: host.instances == 1)  # the session lives on, detached
+
+            laptop = Client(answer=False)
+            async with connect_websocket(url.replace("http", "ws", 1), laptop, variant=v2) as conn:
+                init = await conn.initialize(v2.InitializeRequest(protocol_version=2, info=INFO))
+                assert init.info.name == "acp-trio-demo-agent"  # the agent's own answer, through the host
+                new = await conn.agent.session_new(v2.NewSessionRequest(cwd=cwd))
+                sid = new.session_id
+                await conn.agent.session_prompt(v2.PromptRequest(session_id=sid, prompt=prompt))
+                await laptop.until(lambda: laptop.asked)  # the turn waits on the user: the laptop leaves
+            await host.wait_until(lambda: host.sessions()[sid].attached == 0)
+            info = host.sessions()[sid]
+            assert (info.running, info.pending_requests) == (True, 1)
+            assert host.instances == 2  # a process per instance: the whole run's and the laptop's
+            assert len(started(pids)) == 2 and all(alive(pid) for pid in started(pids))
+            seen = laptop.numbers()[-1]
+
+            phone = Client()
+            async with connect_http(url, phone, variant=v2) as conn:
+                await conn.initialize(v2.InitializeRequest(protocol_version=2, info=INFO))
+                cursor = v2.ReplayFromOther(type=CURSOR_TYPE, extra_fields={"update": seen + 1})
+                await conn.agent.session_resume(v2.ResumeSessionRequest(session_id=sid, cwd=cwd, replay_from=cursor))
+                await phone.until(phone.idle)
+                last = host.sessions()[sid].last_update
+                assert len(started(pids)) == 3 and host.instances == 3  # the phone's initialize: its own process
+            home = started(pids)[2]
+            await host.wait_until(lambda: host.instances == 2)  # the phone's home: no client, no session
+            assert not alive(home)  # ...its process stopped and reaped
+    assert laptop.numbers() + phone.numbers() == list(range(1, last + 1))  # each once, in order
+    # the same turn as the uninterrupted one (the word count's output comes in as many chunks as it is read in)
+    assert steady(laptop.kinds() + phone.kinds()) == steady(whole.kinds())
+    assert len(phone.asked) == 1 and phone.asked[0].session_id == sid  # the request the agent waited on
+    assert (Path(cwd) / "summary.txt").read_text(encoding="utf-8").endswith("It has 3 words.\n")
+    assert not any(alive(pid) for pid in started(pids))  # leaving the host stopped every process
+
+
+async def test_a_detached_session_past_its_ttl_is_closed_and_its_process_stops(tmp_path: Path) -> None:
+    from acp_trio.transports.websocket import connect_websocket
+
+    pids = tmp_path / "pids"
+    cwd = notes_dir(tmp_path)
+    with trio.fail_after(DEADLINE):
+        async with bridge(pids, detached_ttl=0.5) as (host, url):
+            client = Client(answer=False)
+            async with connect_websocket(url.replace("http", "ws", 1), client, variant=v2) as conn:
+                await conn.initialize(v2.InitializeRequest(protocol_version=2, info=INFO))
+                new = await conn.agent.session_new(v2.NewSessionRequest(cwd=cwd))
+                prompt = [v2.TextContentBlock(text="summarize")]
+                await conn.agent.session_prompt(v2.PromptRequest(session_id=new.session_id, prompt=prompt))
+                await client.until(lambda: client.asked)
+            (pid,) = started(pids)
+            assert new.session_id in host.sessions() and alive(pid)  # detached: the process goes on
+            await host.wait_until(lambda: not host.sessions())  # the TTL: session/cancel, session/close
+            await host.wait_until(lambda: host.instances == 0)
+            assert not alive(pid)  # no client, no live session: its stdin closed and it was reaped
+    assert (Path(cwd) / "summary.txt").exists() is False  # the turn was cancelled at the permission request
+
+
+async def test_a_v1_client_loads_a_live_session_and_sees_the_turn_end(tmp_path: Path) -> None:
+    from acp_trio.transports.http import connect_http
+    from acp_trio.transports.websocket import connect_websocket
+
+    pids = tmp_path / "pids"
+    cwd = notes_dir(tmp_path)
+    with trio.fail_after(DEADLINE):
+        async with bridge(pids) as (host, url):
+            first = Client(answer=False)
+            async with trio.open_nursery() as nursery:
+                async with connect_websocket(url.replace("http", "ws", 1), first, variant=v1) as conn:
+                    await conn.initialize(v1.InitializeRequest(protocol_version=1))
+                    new = await conn.agent.session_new(v1.NewSessionRequest(cwd=cwd, mcp_servers=[]))
+                    sid = new.session_id
+                    prompt = v1.PromptRequest(session_id=sid, prompt=[v1.TextContentBlock(text="summarize")])
+                    nursery.start_soon(prompt_until_gone, conn, prompt)
+                    await first.until(lambda: first.asked)
+                # the connection closed under the prompt's call (cancelling the call would cancel the turn)
+            await host.wait_until(lambda: host.sessions()[sid].attached == 0)
+            second = Client()
+            async with connect_http(url, second, variant=v1) as conn:
+
+                async def ended(params: Any) -> None:
+                    second.turn_ended.append(params)
+                    second.changed.unpark_all()
+
+                conn.on_ext_notification(TURN_ENDED, ended)
+                await conn.initialize(v1.InitializeRequest(protocol_version=1))
+                await conn.agent.session_load(v1.LoadSessionRequest(session_id=sid, cwd=cwd, mcp_servers=[]))
+                await second.until(lambda: second.turn_ended)
+    numbers = second.numbers()
+    assert numbers == list(range(1, len(numbers) + 1))  # the whole journal replayed, then live: each once
+    assert numbers[: len(first.numbers())] == first.numbers()
+    assert len(second.asked) == 1 and second.turn_ended[0] == {"sessionId": sid, "stopReason": "end_turn"}
+    assert (Path(cwd) / "summary.txt").exists()
+
+
+async def prompt_until_gone(conn: Any, prompt: v1.PromptRequest) -> None:
+    """A v1 ``session/prompt`` whose connection closes before the answer (leaving, not cancelling:
+    a cancelled call sends ``$/cancel_request``, which cancels the turn)."""
+    with pytest.raises(ConnectionClosed):
+        await conn.agent.session_prompt(prompt)
+
+
+# -- the command line ------------------------------------------------------------------------------------
+
+GUIDE = Path(__file__).parent.parent / "docs" / "site" / "guides" / "host.md"
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--listen", "127.0.0.1:0", "--detached-ttl", "5", "--", "agent"], "--detached-ttl needs --detach"),
+        (["--listen", "127.0.0.1:0", "--journal", "j.db", "--", "agent"], "--journal needs --detach"),
+        (["--connect", "ws://127.0.0.1:1/acp", "--detach"], "--detach is for --listen"),
+        (["--listen", "127.0.0.1:0", "--detach", "--speak", "1", "--", "agent"], "do not combine yet"),
+        (["--listen", "127.0.0.1:0", "--detach", "--detached-ttl", "0", "--", "agent"], "positive seconds"),
+        (["--listen", "127.0.0.1:0", "--detach", "--unattended-policy", "later", "--", "agent"], "invalid choice"),
+    ],
+)
+def test_bad_detach_options_are_usage_errors_naming_them(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit):
+        main(argv)
+    assert message in capsys.readouterr().err
+
+
+def guide_line(start: str) -> list[str]:
+    """The host guide's command line that starts with ``start``, on a free port, with this interpreter."""
+    (line,) = [line for line in GUIDE.read_text(encoding="utf-8").splitlines() if line.startswith(start)]
+    words = shlex.split(line, comments=True)
+    return [sys.executable if w == "python" else "127.0.0.1:0" if w == "127.0.0.1:8765" else w for w in words]
+
+
+async def test_the_guides_detach_command_keeps_a_turn_for_the_next_client(tmp_path: Path) -> None:
+    from acp_trio.transports.http import connect_http
+    from acp_trio.transports.websocket import connect_websocket
+
+    command = guide_line("python -m acp_trio.bridge --listen 127.0.0.1:8765 --detach")
+    journal = tmp_path / "journal.db"
+    command = [str(journal) if w == "journal.db" else w for w in command]
+    cwd = notes_dir(tmp_path)
+    bridge_process = await trio.lowlevel.open_process(command, stderr=subprocess.PIPE, start_new_session=True)
+    assert bridge_process.stderr is not None
+    first, second = Client(answer=False), Client()
+    try:
+        with trio.fail_after(DEADLINE):
+            seen = b""
+            while b"/acp\n" not in seen:
+                chunk = await bridge_process.stderr.receive_some(1 << 16)
+                assert chunk, f"the bridge ended: {seen.decode()}"
+                seen += chunk
+            url = next(w for w in seen.decode().split() if w.startswith("ws://"))
+            async with connect_websocket(url, first, variant=v2) as conn:
+                await conn.initialize(v2.InitializeRequest(protocol_version=2, info=INFO))
+                new = await conn.agent.session_new(v2.NewSessionRequest(cwd=cwd))
+                prompt = [v2.TextContentBlock(text="summarize")]
+                await conn.agent.session_prompt(v2.PromptRequest(session_id=new.session_id, prompt=prompt))
+                await first.until(lambda: first.asked)
+            async with connect_http(url.replace("ws", "http", 1), second, variant=v2) as conn:
+                await conn.initialize(v2.InitializeRequest(protocol_version=2, info=INFO))
+                start = v2.StartReplayFrom()
+                resume = v2.ResumeSessionRequest(session_id=new.session_id, cwd=cwd, replay_from=start)
+                await conn.agent.session_resume(resume)
+                await second.until(second.idle)
+    finally:
+        bridge_process.terminate()
+        with trio.move_on_after(10):
+            await bridge_process.wait()
+    assert second.numbers() == list(range(1, len(second.numbers()) + 1))  # the whole turn, from the start
+    assert second.numbers()[: len(first.numbers())] == first.numbers()
+    assert len(second.asked) == 1
+    assert journal.exists()  # --journal: the updates were kept in that SQLite file
+
+
+def test_serve_bridge_refuses_detach_with_speak_and_a_journal_without_detach() -> None:
+    from acp_trio.bridge import serve_bridge
+
+    for options, message in (
+        ({"detach": True, "speak": 1}, "do not combine"),
+        ({"journal": "j.db"}, "journal is for detach"),
+    ):
+        with pytest.raises(ValueError, match=message):
+            trio.run(functools.partial(serve_bridge, ["agent"], "127.0.0.1", 0, **options))
