@@ -66,6 +66,8 @@ class MemoryJournal:
         self._bytes: dict[str, int] = {}
 
     async def append(self, session_id: str, lines: Sequence[bytes]) -> int:
+        """Keep ``lines`` (copied) under the session's next numbers, then drop the oldest past the
+        bounds; returns the number of the last one (:meth:`Journal.append`)."""
         held = self._lines.setdefault(session_id, deque())
         number = self._last.get(session_id, 0)
         size = self._bytes.get(session_id, 0)
@@ -84,6 +86,8 @@ class MemoryJournal:
         return number
 
     async def read(self, session_id: str, after: int) -> list[tuple[int, bytes]]:
+        """``(number, line)`` of the lines held numbered above ``after``, in order (from
+        :meth:`first` when ``after`` is older; :meth:`Journal.read`)."""
         await trio.lowlevel.checkpoint()
         held = self._lines.get(session_id)
         if not held:
@@ -94,15 +98,18 @@ class MemoryJournal:
         return [held[i] for i in range(start, len(held))]
 
     async def first(self, session_id: str) -> int:
+        """The oldest number held, 0 when none is (:meth:`Journal.first`)."""
         await trio.lowlevel.checkpoint()
         held = self._lines.get(session_id)
         return held[0][0] if held else 0
 
     async def last(self, session_id: str) -> int:
+        """The number of the last line appended, 0 if none (:meth:`Journal.last`)."""
         await trio.lowlevel.checkpoint()
         return self._last.get(session_id, 0)
 
     async def forget(self, session_id: str) -> None:
+        """Drop the session's lines and numbering (:meth:`Journal.forget`)."""
         self._lines.pop(session_id, None)
         self._last.pop(session_id, None)
         self._bytes.pop(session_id, None)
