@@ -242,6 +242,98 @@ async def prompt_until_gone(conn: Any, prompt: v1.PromptRequest) -> None:
         await conn.agent.session_prompt(prompt)
 
 
+GATED_AGENT = """
+import sys, trio, acp_trio
+from acp_schema import v1
+
+class Agent:
+    def __init__(self, conn):
+        self.conn = conn
+
+    async def initialize(self, params):
+        # the host answers session/load of a live session; a client checks the capability first
+        return v1.InitializeResponse(protocol_version=1, agent_capabilities=v1.AgentCapabilities(load_session=True))
+
+    async def session_new(self, params):
+        return v1.NewSessionResponse(session_id="gated")
+
+    async def say(self, sid, text):
+        chunk = v1.AgentMessageChunkSessionUpdate(content=v1.TextContentBlock(text=text))
+        await self.conn.client.session_update(v1.SessionNotification(session_id=sid, update=chunk))
+
+    async def session_prompt(self, params):
+        sid = params.session_id
+        for word in ("one", "two", "three"):
+            await self.say(sid, word)
+        # the gate: a FIFO, whose open returns once the test opens it to write
+        await trio.to_thread.run_sync(lambda: open(sys.argv[1]).read(), abandon_on_cancel=True)
+        options = [v1.PermissionOption(option_id="allow", name="Allow", kind="allow_once")]
+        request = v1.RequestPermissionRequest(session_id=sid, tool_call=v1.ToolCallUpdate(tool_call_id="c1"), options=options)
+        answer = await self.conn.client.session_request_permission(request)
+        await self.say(sid, "outcome: " + getattr(answer.outcome, "option_id", answer.outcome.outcome))
+        return v1.PromptResponse(stop_reason="end_turn")
+
+acp_trio.run_agent_stdio(Agent)
+"""
+"""A v1 agent whose turn says three words, waits for the FIFO ``argv[1]`` to be opened for
+writing, then asks permission and says the outcome."""
+
+
+@pytest.mark.parametrize("policy", ["wait", "reject"])
+async def test_a_request_made_while_nobody_is_attached_waits_for_the_next_client_or_the_policy(
+    tmp_path: Path, policy: str
+) -> None:
+    from acp_trio.transports.http import connect_http
+    from acp_trio.transports.websocket import connect_websocket
+
+    gate = tmp_path / "gate"
+    os.mkfifo(gate)
+    command = [sys.executable, "-c", GATED_AGENT, str(gate)]
+    options: dict[str, Any] = {"unattended_timeout": 0.2, "unattended_policy": policy}
+    with trio.fail_after(DEADLINE):
+        async with open_detach_host(command, **options) as host, trio.open_nursery() as nursery:
+            binds: list[str] = await nursery.start(serve, AcpApp(serve_streams=host.serve_streams), "127.0.0.1", 0)
+            url = binds[0] + "/acp"
+            first = Client(answer=False)
+            async with trio.open_nursery() as prompts:
+                async with connect_websocket(url.replace("http", "ws", 1), first, variant=v1) as conn:
+                    await conn.initialize(v1.InitializeRequest(protocol_version=1))
+                    sid = (await conn.agent.session_new(v1.NewSessionRequest(cwd="/", mcp_servers=[]))).session_id
+                    prompt = v1.PromptRequest(session_id=sid, prompt=[v1.TextContentBlock(text="go")])
+                    prompts.start_soon(prompt_until_gone, conn, prompt)
+                    await first.until(lambda: len(first.updates) == 3)
+            await host.wait_until(lambda: host.sessions()[sid].attached == 0)
+            await trio.to_thread.run_sync(gate.write_text, "go", abandon_on_cancel=True)  # now the agent asks
+            if policy == "wait":
+                await host.wait_until(lambda: host.sessions()[sid].pending_requests == 1)
+            else:  # unattended_timeout later, the policy answers for the user: permission cancelled
+                await host.wait_until(lambda: not host.sessions()[sid].running)  # and the turn ended
+            assert host.sessions()[sid].attached == 0  # it was asked with nobody attached
+            second = Client()
+            async with connect_http(url, second, variant=v1) as conn:
+
+                async def ended(params: Any) -> None:
+                    second.turn_ended.append(params)
+                    second.changed.unpark_all()
+
+                conn.on_ext_notification(TURN_ENDED, ended)
+                await conn.initialize(v1.InitializeRequest(protocol_version=1))
+                await conn.agent.session_load(v1.LoadSessionRequest(session_id=sid, cwd="/", mcp_servers=[]))
+                if policy == "wait":
+                    await second.until(lambda: second.turn_ended)  # the turn it answered for ends
+            nursery.cancel_scope.cancel()
+    said = [update.content.text for _, update in second.updates]
+    assert second.numbers() == [1, 2, 3, 4]
+    if policy == "wait":
+        assert said == ["one", "two", "three", "outcome: allow"]
+        assert len(second.asked) == 1 and second.asked[0].session_id == sid  # the waiting request, to the new client
+    else:
+        assert said == ["one", "two", "three", "outcome: cancelled"]
+        assert second.asked == []  # answered by the policy, never sent again
+        assert second.turn_ended == []  # it ended before this client came: the replay is all it gets
+    assert first.asked == []
+
+
 # -- the command line ------------------------------------------------------------------------------------
 
 GUIDE = Path(__file__).parent.parent / "docs" / "site" / "guides" / "host.md"
