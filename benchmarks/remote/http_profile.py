@@ -1,8 +1,10 @@
 """What one Streamable HTTP round trip costs, counted on each side: acp-trio's pair against the floor.
 
-Usage: ``python http_profile.py [--small N] [--large N] [--no-strace] [--top K] [--variant ours|floor ...]``
+Usage: ``python http_profile.py [--small N] [--large N] [--no-strace] [--top K] [--variant ours|floor ...]
+[--kind read|permission] [--out DIR]``
 
-A round trip is one ``fs/read_text_file`` of ``read N 1``: the agent's request goes out as an SSE
+A round trip is one ``fs/read_text_file`` of ``read N 1`` (with ``--kind permission``, one
+``session/request_permission`` of ``permission N``, ours only): the agent's request goes out as an SSE
 event on the session's stream, the client ``POST`` s its answer and gets ``202``.  Two variants:
 
 - ``ours``: ``trio_server.py`` (``AcpApp`` on hypercorn, the bench agent) driven by
@@ -89,7 +91,7 @@ def package(filename: str) -> str:
     return "stdlib/other"
 
 
-def run_once(variant: str, n: int, tmp: Path, counted: bool, strace: bool) -> dict[str, Any]:
+def run_once(variant: str, n: int, tmp: Path, counted: bool, strace: bool, kind: str = "read") -> dict[str, Any]:
     server_script, client_script, _ = VARIANTS[variant]
     py = sys.executable
     prefix_s: list[str] = []
@@ -113,17 +115,22 @@ def run_once(variant: str, n: int, tmp: Path, counted: bool, strace: bool) -> di
             "0",
             "--repeats",
             "1",
-            f"read {n} 1",
+            command(kind, n),
         ]
         if strace:
             client_argv = ["strace", "-f", "-c", "-o", str(tmp / f"{variant}-{n}-client.strace"), *client_argv]
         done = subprocess.run(client_argv, capture_output=True, text=True, cwd=HERE, timeout=900)
         if done.returncode != 0:
             raise RuntimeError(f"{variant} client failed: {done.stderr[-2000:]}")
-        return {"seconds": json.loads(done.stdout.strip().splitlines()[-1])[f"read {n} 1"][0]}
+        return {"seconds": json.loads(done.stdout.strip().splitlines()[-1])[command(kind, n)][0]}
     finally:
         server.stdin.close()
         server.wait(timeout=60)
+
+
+def command(kind: str, n: int) -> str:
+    """The bench command of ``n`` round trips of ``kind``: ``read N 1`` or ``permission N``."""
+    return f"read {n} 1" if kind == "read" else f"permission {n}"
 
 
 def calls(path: Path) -> dict[tuple[str, int, str], int]:
@@ -164,18 +171,23 @@ def main() -> None:
     parser.add_argument("--no-strace", action="store_true")
     parser.add_argument("--variant", action="append", choices=sorted(VARIANTS))
     parser.add_argument("--out", type=Path, help="keep the profiles here")
+    parser.add_argument(
+        "--kind", choices=("read", "permission"), default="read", help="the round trip (the floor: read only)"
+    )
     args = parser.parse_args()
     trips = args.large - args.small
     use_strace = not args.no_strace and shutil.which("strace") is not None
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = args.out or Path(tmp_name)
         tmp.mkdir(parents=True, exist_ok=True)
-        for variant in args.variant or ["ours", "floor"]:
+        for variant in args.variant or (["ours", "floor"] if args.kind == "read" else ["ours"]):
             for n in (args.small, args.large):
-                run_once(variant, n, tmp, counted=True, strace=False)
+                run_once(variant, n, tmp, counted=True, strace=False, kind=args.kind)
                 if use_strace:
-                    run_once(variant, n, tmp, counted=False, strace=True)
-            print(f"== {variant}: per round trip (read {args.large} 1 less read {args.small} 1)")
+                    run_once(variant, n, tmp, counted=False, strace=True, kind=args.kind)
+            print(
+                f"== {variant}: per round trip ({command(args.kind, args.large)} less {command(args.kind, args.small)})"
+            )
             for side in ("server", "client"):
                 small = json.loads((tmp / f"{variant}-{args.small}-{side}.json").read_text())
                 large = json.loads((tmp / f"{variant}-{args.large}-{side}.json").read_text())
