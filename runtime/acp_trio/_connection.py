@@ -501,6 +501,9 @@ class Connection:
         self._nursery: trio.Nursery | None = None
         self._notify_nursery: trio.Nursery | None = None  # opened with the first notification handler
         self._notify_pending: list[tuple[Callable[..., Awaitable[object]], tuple[Any, ...], str]] | None = None
+        # the notification nursery's body has ended (cancelled: the connection is closing, or its
+        # input ended): that nursery takes no more tasks, so nothing read from now on is handled
+        self._notify_ended = False
         self._service_scope = trio.CancelScope()
         self._cm: Any = None
 
@@ -599,14 +602,18 @@ class Connection:
         end of input meanwhile (``_input_ended``), these are cancelled at once."""
         async with trio.open_nursery() as nursery:
             self._notify_nursery = nursery
-            pending, self._notify_pending = self._notify_pending or [], None
-            if self._input_cancelled:
-                nursery.cancel_scope.cancel()
-            for async_fn, args, name in pending[1:]:
-                nursery.start_soon(async_fn, *args, name=name)
-            if pending:
-                await pending[0][0](*pending[0][1])
-            await trio.sleep_forever()
+            try:
+                pending, self._notify_pending = self._notify_pending or [], None
+                if self._input_cancelled:
+                    nursery.cancel_scope.cancel()
+                for async_fn, args, name in pending[1:]:
+                    nursery.start_soon(async_fn, *args, name=name)
+                if pending:
+                    await pending[0][0](*pending[0][1])
+                await trio.sleep_forever()
+            finally:
+                # (trio closes the nursery to new tasks once these end: see _on_lines)
+                self._notify_ended = True
 
     async def aclose(self, reason: str = "connection closed") -> None:
         """Close: fail pending requests with :class:`ConnectionClosed`, cancel running handlers,
@@ -1112,7 +1119,16 @@ class Connection:
     def _on_lines(self, items: list[bytes | _core.OversizedMessage]) -> None:
         """Handle the lines of one read (or a slice of them, as ``LineFramer.feed_raw`` gives them:
         each with its newline, blank ones included), in order: one call for all of them, not one
-        per line, since a streamed update costs little more than that call."""
+        per line, since a streamed update costs little more than that call.
+
+        Nothing is handled once the connection closed, or its notification nursery ended (it is
+        closing: cancelled from outside, before :meth:`aclose` marks it closed): a read can
+        complete in the same scheduler pass as the close (trio's memory streams hand data over
+        in the sender's ``send_all``), and what it holds is dropped, not started in a nursery
+        that takes no more tasks.  Its requests could not be answered anyway."""
+        if self._closed is not None or self._notify_ended:
+            log.debug("%s: dropping %d lines read as the connection closed", self.name, len(items))
+            return
         loads = _loads
         tap = self.tap
         # (Any, not bytes: an oversized line's marker, the one other item, fails to parse and goes its
