@@ -1,0 +1,116 @@
+"""``bridge --listen --detach`` in front of the real agents (issue 35, item 4), offline.
+
+claude-agent-acp and codex-acp (pinned in ``tests/interop/real_agents.py``), in protocol 1, their
+model API on the loopback model server (``tests/interop/model_server.py``) answering slowly: a
+WebSocket client prompts and leaves at the first chunk of the answer; the agent process goes on;
+an HTTP client loads the live session (the host answers, the agent never sees it) and gets the
+whole turn once, in order (the replay, then live), the model's whole answer, and the turn's end
+(``_acp_trio/turn_ended``, ``end_turn``).  Run with ``ACP_REAL_AGENTS=1`` (``nox -s conformance``
+installs them), like the other real-agent tests.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+
+INTEROP = Path(__file__).parent / "interop"
+sys.path.insert(0, str(INTEROP))  # the scripts there import each other as top-level modules
+
+import conformance_real  # noqa: E402
+import model_server  # noqa: E402
+import real_agents  # noqa: E402
+from test_bridge_detach import Client, prompt_until_gone  # noqa: E402
+
+from acp_schema import v1  # noqa: E402
+from acp_trio.bridge import open_detach_host  # noqa: E402
+from acp_trio.host import TURN_ENDED  # noqa: E402
+from acp_trio.transports.asgi import AcpApp, serve  # noqa: E402
+
+pytestmark = [
+    pytest.mark.skipif(
+        os.environ.get("ACP_REAL_AGENTS") != "1",
+        reason="the real agents (claude-agent-acp, codex-acp: about 840 MB from npm) run with ACP_REAL_AGENTS=1",
+    ),
+    pytest.mark.skipif(os.name != "posix", reason="process groups are POSIX-only"),
+    pytest.mark.one_interpreter,
+]
+
+AGENT_TIME_LIMIT = 240  # seconds per real agent (their first start unpacks caches)
+
+
+@pytest.fixture(scope="session")
+def real_agents_installed() -> Path:
+    try:
+        return real_agents.install_real_agents(timeout=600.0)
+    except real_agents.Unavailable as exc:
+        pytest.skip(f"the real agents are unavailable: {exc}")
+
+
+def said(client: Client) -> str:
+    return "".join(
+        u.content.text
+        for n, u in client.updates
+        if n is not None
+        and isinstance(u, v1.AgentMessageChunkSessionUpdate)
+        and isinstance(u.content, v1.TextContentBlock)
+    )
+
+
+@pytest.mark.parametrize("name", ["claude-agent-acp", "codex-acp"])
+async def test_a_real_agent_behind_detach_finishes_a_turn_its_client_left_for_the_next_one(
+    name: str, real_agents_installed: Path, tmp_path: Path
+) -> None:
+    from acp_trio.transports.http import connect_http
+    from acp_trio.transports.websocket import connect_websocket
+
+    command, extra = next(a for a in real_agents.AGENTS if a.name == name).command()
+    workdir = Path(os.path.realpath(tmp_path)) / "project"
+    workdir.mkdir()
+    app = model_server.ModelServer(deltas=24, delay=0.1, log=str(tmp_path / "requests.jsonl"))
+    with trio.fail_after(AGENT_TIME_LIMIT):
+        async with trio.open_nursery() as nursery:
+            model_url = await nursery.start(model_server.serve_models, app)
+            env = conformance_real.checker_env(
+                {**real_agents.agent_environment(tmp_path / "state", model_url, name), **extra}
+            )
+            async with open_detach_host(command, env=env, cwd=workdir) as host:
+                binds: list[str] = await nursery.start(serve, AcpApp(serve_streams=host.serve_streams), "127.0.0.1", 0)
+                url = binds[0] + "/acp"
+                first = Client(answer=False)
+                async with trio.open_nursery() as prompts:
+                    async with connect_websocket(url.replace("http", "ws", 1), first, variant=v1) as conn:
+                        await conn.initialize(v1.InitializeRequest(protocol_version=1), timeout=120)
+                        new = await conn.agent.session_new(v1.NewSessionRequest(cwd=str(workdir), mcp_servers=[]))
+                        sid = new.session_id
+                        prompt = v1.PromptRequest(session_id=sid, prompt=[v1.TextContentBlock(text="Say hello.")])
+                        prompts.start_soon(prompt_until_gone, conn, prompt)
+                        await first.until(lambda: said(first))  # the answer has begun: leave
+                await host.wait_until(lambda: host.sessions()[sid].attached == 0)
+                assert host.sessions()[sid].running  # the turn goes on without a client
+                second = Client()
+                async with connect_http(url, second, variant=v1) as conn:
+
+                    async def ended(params: Any) -> None:
+                        second.turn_ended.append(params)
+                        second.changed.unpark_all()
+
+                    conn.on_ext_notification(TURN_ENDED, ended)
+                    await conn.initialize(v1.InitializeRequest(protocol_version=1), timeout=120)
+                    await conn.agent.session_load(
+                        v1.LoadSessionRequest(session_id=sid, cwd=str(workdir), mcp_servers=[])
+                    )
+                    assert host.instances == 2  # the agent process of the session, and the second client's own
+                    await second.until(lambda: second.turn_ended)
+            nursery.cancel_scope.cancel()
+    numbers = second.numbers()
+    assert numbers == list(range(1, len(numbers) + 1))  # the replay, then live: each update once, in order
+    assert numbers[: len(first.numbers())] == first.numbers()
+    assert model_server.ANSWER not in said(first)  # the first client left before the answer was whole
+    assert model_server.ANSWER in said(second)  # the next one has it all (Claude Code adds a notice after it)
+    assert second.turn_ended == [{"sessionId": sid, "stopReason": "end_turn"}]
