@@ -856,6 +856,8 @@ async def open_exchange(
 
     # the cookies live in `cookies` (the same store as the WebSocket transport's), not in httpx2's jar
     no_jar = http.cookiejar.CookieJar(policy=http.cookiejar.DefaultCookiePolicy(allowed_domains=[]))
+    # one TLS context for both pools (making one loads the CA bundle: tens of milliseconds)
+    tls = verify if transport is not None else httpx2.create_ssl_context(verify=verify)
 
     def client() -> httpx2.AsyncClient:
         return httpx2.AsyncClient(
@@ -865,7 +867,7 @@ async def open_exchange(
             # every open SSE stream holds an HTTP/1.1 connection: never make a POST wait for one
             limits=httpx2.Limits(max_connections=None, max_keepalive_connections=20),
             transport=transport,
-            verify=verify,
+            verify=tls,
         )
 
     # Over HTTP/1.1 the SSE streams get a pool of their own: the POSTs' pool then holds the one
