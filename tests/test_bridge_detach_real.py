@@ -27,9 +27,9 @@ import model_server  # noqa: E402
 import real_agents  # noqa: E402
 from test_bridge_detach import Client, prompt_until_gone  # noqa: E402
 
-from acp_schema import v1  # noqa: E402
+from acp_schema import v1, v2  # noqa: E402
 from acp_trio.bridge import open_detach_host  # noqa: E402
-from acp_trio.host import TURN_ENDED  # noqa: E402
+from acp_trio.host import CURSOR_TYPE, TURN_ENDED  # noqa: E402
 from acp_trio.transports.asgi import AcpApp, serve  # noqa: E402
 
 pytestmark = [
@@ -57,8 +57,8 @@ def said(client: Client) -> str:
         u.content.text
         for n, u in client.updates
         if n is not None
-        and isinstance(u, v1.AgentMessageChunkSessionUpdate)
-        and isinstance(u.content, v1.TextContentBlock)
+        and type(u).__name__ == "AgentMessageChunkSessionUpdate"
+        and type(u.content).__name__ == "TextContentBlock"
     )
 
 
@@ -114,3 +114,48 @@ async def test_a_real_agent_behind_detach_finishes_a_turn_its_client_left_for_th
     assert model_server.ANSWER not in said(first)  # the first client left before the answer was whole
     assert model_server.ANSWER in said(second)  # the next one has it all (Claude Code adds a notice after it)
     assert second.turn_ended == [{"sessionId": sid, "stopReason": "end_turn"}]
+
+
+@pytest.mark.parametrize("name", ["claude-agent-acp", "codex-acp"])
+async def test_a_real_agent_in_v2_behind_detach_is_resumed_with_the_cursor(
+    name: str, real_agents_installed: Path, tmp_path: Path
+) -> None:
+    """The same in protocol 2: the second client resumes with the host's cursor (one past the last
+    number the first saw) and gets the rest of the turn, up to its ``state_update`` ``idle``."""
+    from acp_trio.transports.http import connect_http
+    from acp_trio.transports.websocket import connect_websocket
+
+    command, extra = next(a for a in real_agents.AGENTS if a.name == name).command()
+    workdir = Path(os.path.realpath(tmp_path)) / "project"
+    workdir.mkdir()
+    app = model_server.ModelServer(deltas=24, delay=0.1, log=str(tmp_path / "requests.jsonl"))
+    info = v2.Implementation(name="test-detach-client", version="1")
+    with trio.fail_after(AGENT_TIME_LIMIT):
+        async with trio.open_nursery() as nursery:
+            model_url = await nursery.start(model_server.serve_models, app)
+            env = conformance_real.checker_env(
+                {**real_agents.agent_environment(tmp_path / "state", model_url, name), **extra}
+            )
+            async with open_detach_host(command, env=env, cwd=workdir) as host:
+                binds: list[str] = await nursery.start(serve, AcpApp(serve_streams=host.serve_streams), "127.0.0.1", 0)
+                url = binds[0] + "/acp"
+                first = Client(answer=False)
+                async with connect_websocket(url.replace("http", "ws", 1), first, variant=v2) as conn:
+                    await conn.initialize(v2.InitializeRequest(protocol_version=2, info=info), timeout=120)
+                    sid = (await conn.agent.session_new(v2.NewSessionRequest(cwd=str(workdir)))).session_id
+                    prompt = [v2.TextContentBlock(text="Say hello.")]
+                    await conn.agent.session_prompt(v2.PromptRequest(session_id=sid, prompt=prompt))
+                    await first.until(lambda: said(first))  # the answer has begun: leave
+                await host.wait_until(lambda: host.sessions()[sid].attached == 0)
+                seen = first.numbers()[-1]
+                second = Client()
+                async with connect_http(url, second, variant=v2) as conn:
+                    await conn.initialize(v2.InitializeRequest(protocol_version=2, info=info), timeout=120)
+                    cursor = v2.ReplayFromOther(type=CURSOR_TYPE, extra_fields={"update": seen + 1})
+                    resume = v2.ResumeSessionRequest(session_id=sid, cwd=str(workdir), replay_from=cursor)
+                    await conn.agent.session_resume(resume)
+                    await second.until(second.idle)
+            nursery.cancel_scope.cancel()
+    assert first.numbers() + second.numbers() == list(range(1, second.numbers()[-1] + 1))  # each once, in order
+    assert model_server.ANSWER not in said(first)
+    assert model_server.ANSWER in said(first) + said(second)
