@@ -6,7 +6,10 @@ a client leaves mid-turn, the agent process goes on, another client resumes (v2,
 or loads (v1) the live session and gets what it missed exactly once, in order, and the request the
 agent is waiting on.  Each process is counted by the pid it writes before it becomes the demo agent
 (``os.execv``: the same pid); one with no client and no live session ends.  Waits are bounded with
-``trio.fail_after``; the TTL test runs on the real clock (processes), with a short TTL.
+``trio.fail_after``; the TTL test runs on the real clock (processes), with a short TTL.  Two small
+agents given with ``python -c`` wait on a FIFO the test opens, so that what the agent does while
+nobody is attached is certain: a permission request, and the second half of a 2,000-update turn
+whose client process was SIGKILLed.
 """
 
 from __future__ import annotations
@@ -332,6 +335,114 @@ async def test_a_request_made_while_nobody_is_attached_waits_for_the_next_client
         assert second.asked == []  # answered by the policy, never sent again
         assert second.turn_ended == []  # it ended before this client came: the replay is all it gets
     assert first.asked == []
+
+
+STREAMING_AGENT = """
+import sys, trio, acp_trio
+from acp_schema import v2
+
+class Agent:
+    def __init__(self, conn):
+        self.conn = conn
+
+    async def session_new(self, params):
+        return v2.NewSessionResponse(session_id="streaming")
+
+    async def session_prompt(self, params):
+        sid = params.session_id
+
+        async def turn():
+            for i in range(2000):
+                if i == 1000:  # the gate: a FIFO, whose open returns once the test opens it to write
+                    await trio.to_thread.run_sync(lambda: open(sys.argv[1]).read(), abandon_on_cancel=True)
+                chunk = v2.AgentMessageChunkSessionUpdate(message_id="m", content=v2.TextContentBlock(text=str(i)))
+                await self.conn.client.session_update(v2.UpdateSessionNotification(session_id=sid, update=chunk))
+            return "end_turn"
+
+        self.conn.start_turn(sid, turn)
+        return v2.PromptResponse(message_id="u")
+
+acp_trio.run_agent_stdio({v2: Agent})
+"""
+"""A v2 agent whose turn streams 2,000 chunks ("0" to "1999"), waiting after the first 1,000 for
+the FIFO ``argv[1]`` to be opened for writing."""
+
+
+async def test_a_client_process_killed_mid_turn_leaves_the_turn_to_finish_for_the_next_client(tmp_path: Path) -> None:
+    """A client process (``python -m acp_trio.bridge --connect``, driven over its stdio) is
+    SIGKILLed after 1,000 updates of a 2,000-update turn; the other 1,000 are journaled with nobody
+    attached; a client resuming over Streamable HTTP with the cursor ends up with every update
+    exactly once, in order, and the turn's ``idle``."""
+    import json
+    import signal
+
+    from acp_trio.transports.http import connect_http
+
+    gate = tmp_path / "gate"
+    os.mkfifo(gate)
+    with trio.fail_after(DEADLINE):
+        async with open_detach_host([sys.executable, "-c", STREAMING_AGENT, str(gate)]) as host:
+            async with trio.open_nursery() as nursery:
+                binds: list[str] = await nursery.start(serve, AcpApp(serve_streams=host.serve_streams), "127.0.0.1", 0)
+                url = binds[0] + "/acp"
+                client = await trio.lowlevel.open_process(
+                    [sys.executable, "-m", "acp_trio.bridge", "--connect", url.replace("http", "ws", 1)],
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                )
+                assert client.stdin is not None and client.stdout is not None
+                killed: list[dict[str, Any]] = []
+                buffer = b""
+
+                async def read_until(done: Any) -> None:
+                    nonlocal buffer
+                    assert client.stdout is not None
+                    while not done():
+                        chunk = await client.stdout.receive_some()
+                        assert chunk, "the client process ended"
+                        buffer += chunk
+                        *complete, buffer = buffer.split(b"\n")
+                        killed.extend(json.loads(line) for line in complete if line.strip())
+
+                def request(number: int, method: str, params: Any) -> bytes:
+                    return (
+                        json.dumps({"jsonrpc": "2.0", "id": number, "method": method, "params": params}).encode()
+                        + b"\n"
+                    )
+
+                info = {"name": "killed-client", "version": "1"}
+                await client.stdin.send_all(request(0, "initialize", {"protocolVersion": 2, "info": info}))
+                await client.stdin.send_all(request(1, "session/new", {"cwd": "/tmp"}))
+                await read_until(lambda: any(m.get("id") == 1 for m in killed))
+                prompt = {"sessionId": "streaming", "prompt": [{"type": "text", "text": "go"}]}
+                await client.stdin.send_all(request(2, "session/prompt", prompt))
+                await read_until(lambda: sum(1 for m in killed if m.get("method") == "session/update") >= 1000)
+                client.send_signal(signal.SIGKILL)
+                await client.wait()
+                await host.wait_until(lambda: host.sessions()["streaming"].attached == 0)
+                await trio.to_thread.run_sync(gate.write_text, "go", abandon_on_cancel=True)
+                await host.wait_until(lambda: host.sessions()["streaming"].state == "idle")  # finished, detached
+                seen = [m["params"]["_meta"][UPDATE_META_KEY] for m in killed if m.get("method") == "session/update"]
+                last = host.sessions()["streaming"].last_update
+                resumed = Client()
+                async with connect_http(url, resumed, variant=v2) as conn:
+                    await conn.initialize(v2.InitializeRequest(protocol_version=2, info=INFO))
+                    cursor = v2.ReplayFromOther(type=CURSOR_TYPE, extra_fields={"update": seen[-1] + 1})
+                    resume = v2.ResumeSessionRequest(session_id="streaming", cwd="/tmp", replay_from=cursor)
+                    await conn.agent.session_resume(resume)
+                    await resumed.until(lambda: resumed.numbers()[-1:] == [last])
+                nursery.cancel_scope.cancel()
+    assert seen + resumed.numbers() == list(range(1, last + 1))  # every update exactly once, in order
+    texts = [
+        m["params"]["update"]["content"]["text"]
+        for m in killed
+        if m.get("method") == "session/update" and m["params"]["update"]["sessionUpdate"] == "agent_message_chunk"
+    ]
+    texts += [
+        u.content.text for n, u in resumed.updates if n is not None and isinstance(u, v2.AgentMessageChunkSessionUpdate)
+    ]
+    assert texts == [str(i) for i in range(2000)]
+    assert resumed.idle()
 
 
 # -- the command line ------------------------------------------------------------------------------------
