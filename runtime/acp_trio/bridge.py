@@ -4,9 +4,11 @@ Contract: the bridge moves ACP messages between two transports *verbatim*: it ne
 re-encodes them, so unknown fields, unknown methods and ``_meta`` survive byte for byte.  It only
 frames: one message per line on stdio (a raw CR or LF inside a message can only be JSON
 whitespace, since JSON strings escape them, so it becomes a space).  It knows nothing of ACP's
-methods.  The one exception is ``--listen --speak`` (:func:`adapt_agent_process`), asked for by
-name: there the v1 ⇄ v2 adapter decodes, translates and re-encodes every message, on the terms of
-:mod:`acp_trio.adapt`.  With ``--listen`` the server in front refuses what no agent gets on either remote
+methods.  The two exceptions are asked for by name: ``--listen --speak`` (:func:`adapt_agent_process`),
+where the v1 ⇄ v2 adapter decodes, translates and re-encodes every message, on the terms of
+:mod:`acp_trio.adapt`; and ``--listen --detach`` (:func:`open_detach_host`), where the session
+host's router reads envelopes and session ids, rewrites request ids and numbers each
+``session/update`` in its ``_meta``.  With ``--listen`` the server in front refuses what no agent gets on either remote
 transport, whatever the agent would say: a JSON array (a JSON-RPC batch, answered ``-32600``),
 text that is not UTF-8 (close ``1007``), a request over ``--max-connections`` (``503``) (see
 :mod:`acp_trio.transports.asgi`).
