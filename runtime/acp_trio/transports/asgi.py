@@ -39,28 +39,39 @@ line and each output line is routed to its SSE stream, read with orjson but forw
 and handed to one :class:`~acp_trio.AgentSideConnection` (or ``serve_streams``), so every rule the
 connection enforces holds unchanged.
 Nothing is shared between connections but the application object: each has its own agent.
+With ``host=`` (a :class:`~acp_trio.host.SessionHost`) the host serves each connection instead
+(``host.serve_streams(..., principal=...)``): sessions belong to the host, a connection attaches to
+them and detaches when it ends, and they are shared by connections of the same principal (below).
 
 Security defaults: :func:`serve` binds ``127.0.0.1``.  An optional bearer ``token`` guards every
-route (``401`` without ``Authorization: Bearer <token>``): the scheme in any case, then one or
-more spaces (RFC 7235 § 2.1, RFC 6750 § 2.1: ``bearer  T`` is accepted, ``Bearer<TAB>T`` is
-not), then the token, case-sensitive, compared with ``hmac.compare_digest``.  A request carrying
-an ``Origin`` header (a browser's: a WebSocket upgrade, or a POST, GET or DELETE a page sends) is
-refused ``403`` unless that origin is a loopback one (``localhost``, ``127.0.0.1``, ``[::1]``,
-any port) or listed in ``allowed_origins``: checking it against the request's own ``Host`` would
-not stop DNS rebinding, where the attacker's name is in both.  A request without ``Origin`` (not
-a browser, or a browser's same-origin ``GET``) is let through that check.  DNS rebinding (a page
-of ``evil.example`` whose name is made to resolve to 127.0.0.1, so that the browser sends its
-requests here as same-origin ones): browsers always send ``Origin`` on a WebSocket upgrade and on
-any request whose method is not ``GET`` or ``HEAD`` (Fetch, "append a request Origin header";
-``null`` under a no-referrer policy, refused too), so such a page can neither upgrade nor POST
-(``text/plain`` or not) nor DELETE; but its same-origin ``GET`` (an SSE stream) carries no
-``Origin``.  That ``GET`` needs a live ``Acp-Connection-Id``, 144 random bits the page cannot
-learn (only the ``initialize`` POST's answer names it); and, without a ``token`` on a loopback
-socket (the ASGI scope's ``server``), the ``Host`` header must be ``localhost``, an IP address
-(no name, so nothing to rebind) or a name in ``allowed_hosts``, else
-``403``: a rebound page's ``Host`` is the attacker's name.  With a token, ``Host`` is not checked
-(the page does not have the token).  A WebSocket upgrade that offers subprotocols gets the first
-one echoed (browsers and Node's ``ws`` abort otherwise).
+route (``401`` without ``Authorization: Bearer <token>``): the scheme in any case, then one or more
+spaces (RFC 7235 § 2.1, RFC 6750 § 2.1: ``bearer  T`` is accepted, ``Bearer<TAB>T`` is not), then
+the token, case-sensitive, compared with ``hmac.compare_digest``.  ``token`` may also map several
+tokens to principals (``{token: principal}``, the principal a ``str`` naming who holds the token):
+any listed token is accepted, each compared in constant time (the cost is linear in the number of
+tokens).  A connection's principal is that of the token of the request that opened it (the
+WebSocket upgrade, the ``initialize`` POST); a later ``POST``, ``GET`` or ``DELETE`` of that
+Streamable HTTP connection carrying a token of another principal is answered ``404``, as for an
+unknown ``Acp-Connection-Id``, so it learns nothing of the connection; a ``host`` is told the
+principal, and attaches a connection only to sessions made under the same one
+(``session/load``/``session/resume`` otherwise ``-32002``, as for a session that does not exist).
+A request carrying an ``Origin`` header (a browser's: a WebSocket upgrade, or a POST, GET or DELETE
+a page sends) is refused ``403`` unless that origin is a loopback one (``localhost``,
+``127.0.0.1``, ``[::1]``, any port) or listed in ``allowed_origins``: checking it against the
+request's own ``Host`` would not stop DNS rebinding, where the attacker's name is in both.  A
+request without ``Origin`` (not a browser, or a browser's same-origin ``GET``) is let through that
+check.  DNS rebinding (a page of ``evil.example`` whose name is made to resolve to 127.0.0.1, so
+that the browser sends its requests here as same-origin ones): browsers always send ``Origin`` on a
+WebSocket upgrade and on any request whose method is not ``GET`` or ``HEAD`` (Fetch, "append a
+request Origin header"; ``null`` under a no-referrer policy, refused too), so such a page can
+neither upgrade nor POST (``text/plain`` or not) nor DELETE; but its same-origin ``GET`` (an SSE
+stream) carries no ``Origin``.  That ``GET`` needs a live ``Acp-Connection-Id``, 144 random bits
+the page cannot learn (only the ``initialize`` POST's answer names it); and, without a ``token`` on
+a loopback socket (the ASGI scope's ``server``), the ``Host`` header must be ``localhost``, an IP
+address (no name, so nothing to rebind) or a name in ``allowed_hosts``, else ``403``: a rebound
+page's ``Host`` is the attacker's name.  With a token, ``Host`` is not checked (the page does not
+have the token).  A WebSocket upgrade that offers subprotocols gets the first one echoed (browsers
+and Node's ``ws`` abort otherwise).
 
 On a WebSocket the first request or notification must be ``initialize`` with an id (the RFD:
 "the client must still send initialize as the first JSON-RPC message"), else the WebSocket is
@@ -115,8 +126,8 @@ import math
 import secrets
 import sys
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, MutableMapping
-from typing import Any
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, MutableMapping
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 import orjson
@@ -136,6 +147,9 @@ from .websocket import (
     MessageReceiveStream,
     MessageSendStream,
 )
+
+if TYPE_CHECKING:
+    from ..host import SessionHost
 
 log = logging.getLogger("acp_trio.asgi")
 
@@ -265,9 +279,10 @@ class _HttpConnection:
     and routes, and the limits (see :class:`AcpApp`).  Its agent reads and writes NDJSON byte
     streams like any transport's: POSTed bodies become input lines, output lines are routed here."""
 
-    def __init__(self, app: AcpApp, connection_id: str) -> None:
+    def __init__(self, app: AcpApp, connection_id: str, principal: str | None = None) -> None:
         self.app = app
         self.id = connection_id
+        self.principal = principal  # fixed by the initialize POST: every later request must carry a token of it
         self.inbound_send, self.inbound_receive = trio.open_memory_channel[str](0)
         self.connection_stream = _Mailbox(None)
         self.session_streams: dict[str, _Mailbox] = {}
@@ -575,6 +590,30 @@ class _HttpConnection:
             self.initial_ready.set()
 
 
+def _accepted_tokens(token: str | dict[str, str] | None) -> tuple[tuple[bytes, str | None], ...]:
+    """``AcpApp``'s ``token`` as (token as UTF-8, principal) pairs: none, one whose principal is ``None``
+    (a ``str`` token), or the mapping's.  Errors never show a token (they may be logged)."""
+    if token is None:
+        return ()
+    if isinstance(token, str):
+        return ((token.encode(), None),)
+    if not token:
+        raise ValueError("token={} accepts no token at all: give at least one {token: principal} pair, or token=None")
+    pairs: list[tuple[bytes, str | None]] = []
+    for key, principal in token.items():
+        if not isinstance(key, str) or not isinstance(principal, str):
+            raise TypeError(
+                "token must map each token (a str) to its principal (a str naming who holds it), got a "
+                f"{type(key).__name__} mapped to a {type(principal).__name__}"
+            )
+        if not key:
+            raise ValueError(
+                f"the empty token of principal {principal!r} would accept 'Authorization: Bearer ': remove it"
+            )
+        pairs.append((key.encode(), principal))
+    return tuple(pairs)
+
+
 def _json_object(data: bytes | str) -> dict[str, Any] | None:
     try:
         value = orjson.loads(data)
@@ -590,7 +629,18 @@ class AcpApp:
     that connection's agent (a class works; a ``{variant: factory}`` mapping as for the connection
     too).  Pass a factory, not an agent object: an object would be shared by every connection.
     ``path``: the endpoint (default ``/acp``).  ``token``: when set, every request must carry
-    ``Authorization: Bearer <token>`` (else ``401``).  ``allowed_origins``: browser origins
+    ``Authorization: Bearer <token>`` (else ``401``): a ``str``, the one token, or a mapping
+    ``{token: principal}`` of the tokens accepted, each naming who holds it (a ``str``; several
+    tokens may name one principal; ``ValueError`` for an empty mapping or an empty token,
+    ``TypeError`` for a key or value that is no ``str``).  Each request's token is compared in
+    constant time with every listed token, so the cost of a request's check is linear in the
+    number of tokens (once per distinct ``Authorization`` header: passes are remembered).  A
+    connection's principal is that of the token of the request that opens it (the WebSocket
+    upgrade, the Streamable HTTP ``initialize`` POST); every later request of a Streamable HTTP
+    connection (``POST``, ``GET``, ``DELETE``) must carry a token of the same principal, else it is
+    answered ``404`` as for an unknown ``Acp-Connection-Id`` (nothing tells it the connection
+    exists).  The principal is handed to ``host`` (below); with a ``str`` token or none it is
+    ``None``.  ``allowed_origins``: browser origins
     allowed besides the loopback ones, on every route (exact ``scheme://host[:port]`` strings;
     ``"*"`` allows any).  ``allowed_hosts``: ``Host`` names (without port) answered besides
     ``localhost`` and IP addresses when there is no ``token`` and the server listens on loopback
@@ -616,6 +666,13 @@ class AcpApp:
     ``serve_streams``: instead of ``agent``, ``async (connection_id, to_client, from_client)``
     serving each connection's NDJSON byte streams itself, returning when it is done (the bridge,
     :mod:`acp_trio.bridge`, runs a stdio agent process on them).
+    ``host``: instead of ``agent`` or ``serve_streams``, a :class:`~acp_trio.host.SessionHost`
+    (from :func:`~acp_trio.host.open_session_host`): each connection is served by
+    ``host.serve_streams(connection_id, to_client, from_client, principal=P)``, ``P`` the
+    connection's principal (see ``token``), so a session made under one principal cannot be
+    attached to (``session/load``, ``session/resume``: ``-32002``) with a token of another
+    (``docs/site/guides/host.md``).  Give exactly one of ``agent``, ``serve_streams`` and ``host``
+    (else ``TypeError``); ``connection_options`` apply to ``agent`` only.
 
     ``active_connections`` counts the connections being served; ``connection_ids`` are theirs;
     :meth:`wait_idle` waits until there are none.
@@ -626,8 +683,9 @@ class AcpApp:
         agent: Any = None,
         *,
         serve_streams: Callable[[str, trio.abc.SendStream, trio.abc.ReceiveStream], Awaitable[None]] | None = None,
+        host: SessionHost | None = None,
         path: str = "/acp",
-        token: str | None = None,
+        token: str | Mapping[str, str] | None = None,
         allowed_origins: Iterable[str] = (),
         allowed_hosts: Iterable[str] = (),
         max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
@@ -655,18 +713,20 @@ class AcpApp:
         ):
             if value <= 0:
                 raise ValueError(f"{name} must be positive, got {value}")
-        if (agent is None) == (serve_streams is None):
-            raise TypeError("give AcpApp an agent factory or serve_streams=, one of the two")
+        if sum(given is not None for given in (agent, serve_streams, host)) != 1:
+            raise TypeError("give AcpApp exactly one of an agent factory, serve_streams= and host=")
         self.agent = agent
         self.serve_streams = serve_streams
+        self.host = host
         self.path = path
-        self.token = token
-        self._token = None if token is None else token.encode()
+        self.token: str | dict[str, str] | None = token if token is None or isinstance(token, str) else dict(token)
+        # each accepted token (UTF-8) and its principal (None for a single str token)
+        self._tokens: tuple[tuple[bytes, str | None], ...] = _accepted_tokens(self.token)
         self.allowed_origins = frozenset(origin.rstrip("/").lower() for origin in allowed_origins)
         self.allowed_hosts = frozenset(host.lower() for host in allowed_hosts)
-        # what requests that passed _refusal's checks carried (see there): a client sends the same
-        # Authorization, Origin and Host on every request, so each is judged once
-        self._passed: set[tuple[bytes | None, bytes | None, bytes | None, Any]] = set()
+        # what requests that passed _refusal's checks carried (see there), with the principal of their
+        # token: a client sends the same Authorization, Origin and Host on every request, so each is judged once
+        self._passed: dict[tuple[bytes | None, bytes | None, bytes | None, Any], str | None] = {}
         self.max_message_bytes = max_message_bytes
         self.output_stall_timeout = output_stall_timeout
         self.max_buffered_bytes = max_buffered_bytes
@@ -728,13 +788,20 @@ class AcpApp:
         await send({"type": "lifespan.shutdown.complete"})
 
     # -- checks ------------------------------------------------------------------------------------
-    def _authorized(self, scope: Scope) -> bool:
+    def _authorized(self, scope: Scope) -> tuple[bool, str | None]:
         """``Authorization: Bearer <token>``: the scheme in any case, then one or more spaces (RFC 7235
-        § 2.1, RFC 6750 § 2.1), then the token, compared in constant time (as for its length, not)."""
-        if self._token is None:
-            return True
+        § 2.1, RFC 6750 § 2.1), then the token, compared in constant time (as for its length, not) with
+        every accepted token, all of them whatever matched: whether it passed, and its principal."""
+        if not self._tokens:
+            return True, None
         scheme, _, credentials = (_header(scope, b"authorization") or b"").partition(b" ")
-        return scheme.lower() == b"bearer" and hmac.compare_digest(credentials.lstrip(b" "), self._token)
+        presented = credentials.lstrip(b" ")
+        matched = False
+        principal = None
+        for expected, holder in self._tokens:
+            if hmac.compare_digest(presented, expected) and not matched:
+                matched, principal = True, holder
+        return scheme.lower() == b"bearer" and matched, principal
 
     def host_allowed(self, scope: Scope) -> bool:
         """Whether the request's ``Host`` is one this server answers (see the module docstring).
@@ -742,7 +809,7 @@ class AcpApp:
         Checked only without a token on a loopback socket (``scope["server"]``): ``localhost``, an IP
         address, a name in ``allowed_hosts`` (any port); a malformed ``Host`` is refused.
         """
-        if self._token is not None or not _loopback_socket(scope):
+        if self._tokens or not _loopback_socket(scope):
             return True
         raw = _header(scope, b"host")
         if raw is None:  # HTTP/1.0 (HTTP/1.1 and HTTP/2 servers demand it): no browser request
@@ -765,11 +832,14 @@ class AcpApp:
             return False
         return parts.scheme in ("http", "https") and parts.hostname in LOOPBACK_HOSTS
 
-    def _refusal(self, scope: Scope) -> tuple[int, str, list[tuple[bytes, bytes]]] | None:
+    def _refusal(self, scope: Scope) -> tuple[tuple[int, str, list[tuple[bytes, bytes]]] | None, str | None]:
+        """The path, token, ``Origin`` and ``Host`` checks: the refusal (``None`` when the request passed)
+        and the principal of the request's token (``None`` without one, or with a ``str`` token)."""
         if scope.get("path") != self.path:
-            return 404, f"Not found: ACP is served on {self.path}\n", []
+            return (404, f"Not found: ACP is served on {self.path}\n", []), None
         # The checks below depend only on these headers, the socket's address (scope["server"]) and
-        # the settings (frozen): a combination that passed once passes again.  Only passes are kept
+        # the settings (frozen), and so does the principal (a function of the Authorization header):
+        # a combination that passed once passes again, with the same principal.  Only passes are kept
         # (a refusal is judged each time), at most _PASSED_KEPT of them.
         headers = _headers(scope)
         server = scope.get("server")
@@ -778,49 +848,55 @@ class AcpApp:
             if server is None or type(server) is tuple
             else None
         )
-        if key is not None and key in self._passed:
-            return None
-        refusal = self._checked(scope)
+        if key is not None:
+            try:
+                return None, self._passed[key]
+            except KeyError:
+                pass
+        refusal, principal = self._checked(scope)
         if refusal is None and key is not None:
             if len(self._passed) >= _PASSED_KEPT:
                 self._passed.clear()
-            self._passed.add(key)
-        return refusal
+            self._passed[key] = principal
+        return refusal, principal
 
-    def _checked(self, scope: Scope) -> tuple[int, str, list[tuple[bytes, bytes]]] | None:
-        """The token, ``Origin`` and ``Host`` checks (see the module docstring): the refusal, or ``None``."""
-        if not self._authorized(scope):
-            return 401, "Unauthorized: send Authorization: Bearer <token>\n", [(b"www-authenticate", b"Bearer")]
+    def _checked(self, scope: Scope) -> tuple[tuple[int, str, list[tuple[bytes, bytes]]] | None, str | None]:
+        """The token, ``Origin`` and ``Host`` checks (see the module docstring): the refusal, or ``None``;
+        and the principal of the request's token."""
+        authorized, principal = self._authorized(scope)
+        if not authorized:
+            return (401, "Unauthorized: send Authorization: Bearer <token>\n", [(b"www-authenticate", b"Bearer")]), None
         # every route, not only the WebSocket upgrade: a rebound page's POST is same-origin to the browser
         origin = _header(scope, b"origin")
         if not self.origin_allowed(None if origin is None else origin.decode("latin-1")):
             shown = origin.decode("latin-1", "replace") if origin else ""
-            return 403, f"Forbidden: Origin {shown!r} is not allowed\n", []
+            return (403, f"Forbidden: Origin {shown!r} is not allowed\n", []), None
         if not self.host_allowed(scope):
             shown = (_header(scope, b"host") or b"").decode("latin-1", "replace")
-            return (
+            refusal: tuple[int, str, list[tuple[bytes, bytes]]] = (
                 403,
                 f"Forbidden: Host {shown!r} is not allowed: without a token, a server on loopback answers only"
                 " localhost and IP addresses (against DNS rebinding); list the name in allowed_hosts"
                 " (the bridge's --allow-host) or require a token\n",
                 [],
             )
-        return None
+            return refusal, None
+        return None, principal
 
     # -- Streamable HTTP -------------------------------------------------------------------------------
     async def _http(self, scope: Scope, receive: Receive, send: Send) -> None:
-        refusal = self._refusal(scope)
+        refusal, principal = self._refusal(scope)
         if refusal is not None:
             await _text_response(send, *refusal)
             return
         method = scope.get("method", "")
         try:
             if method == "POST":
-                await self._http_post(scope, receive, send)
+                await self._http_post(scope, receive, send, principal)
             elif method == "GET":
-                await self._http_get(scope, receive, send)
+                await self._http_get(scope, receive, send, principal)
             elif method == "DELETE":
-                await self._http_delete(scope, send)
+                await self._http_delete(scope, send, principal)
             else:
                 await _text_response(send, 405, "Method Not Allowed", [(b"allow", b"GET, POST, DELETE")])
         except _HttpRefusal as exc:
@@ -828,13 +904,14 @@ class AcpApp:
         except _ConnectionGone:
             await _text_response(send, 404, "Unknown Acp-Connection-Id")
 
-    def _connection(self, scope: Scope) -> _HttpConnection:
-        """The connection named by the request's ``Acp-Connection-Id`` (400 without it, 404 unknown)."""
+    def _connection(self, scope: Scope, principal: str | None) -> _HttpConnection:
+        """The connection named by the request's ``Acp-Connection-Id`` (400 without it, 404 unknown, or
+        opened under another principal than the request's token's: nothing tells that it exists)."""
         raw = _header(scope, HEADER_CONNECTION_ID_LOWER)
         if not raw:
             raise _HttpRefusal(400, "Missing Acp-Connection-Id")
         conn = self._http_connections.get(raw.decode("latin-1"))
-        if conn is None or conn.closed or conn.routing_done:
+        if conn is None or conn.closed or conn.routing_done or conn.principal != principal:
             raise _ConnectionGone
         conn.touch()
         return conn
@@ -919,7 +996,7 @@ class AcpApp:
         await send({"type": "http.response.body", "body": b""})
         return None
 
-    async def _http_post(self, scope: Scope, receive: Receive, send: Send) -> None:
+    async def _http_post(self, scope: Scope, receive: Receive, send: Send, principal: str | None) -> None:
         body = await self._read_body(scope, receive, send)
         if body is None:
             return
@@ -949,12 +1026,12 @@ class AcpApp:
             if self._full():
                 raise _HttpRefusal(503, f"Too many ACP connections (max_connections {self.max_connections})")
             if self._nursery is not None:
-                await self._http_initialize(self._nursery, message, text, receive, send)
+                await self._http_initialize(self._nursery, message, text, receive, send, principal)
             else:  # no lifespan (a server without it): the connection lives in this request's task
                 async with trio.open_nursery() as nursery:
-                    await self._http_initialize(nursery, message, text, receive, send)
+                    await self._http_initialize(nursery, message, text, receive, send, principal)
             return
-        conn = self._connection(scope)
+        conn = self._connection(scope, principal)
         conn.request_began()
         try:
             await self._http_post_to(conn, scope, receive, send, message, text)
@@ -1004,9 +1081,15 @@ class AcpApp:
         await _response(send, 202, b"", [])
 
     async def _http_initialize(
-        self, nursery: trio.Nursery, message: dict[str, Any], text: str, receive: Receive, send: Send
+        self,
+        nursery: trio.Nursery,
+        message: dict[str, Any],
+        text: str,
+        receive: Receive,
+        send: Send,
+        principal: str | None,
     ) -> None:
-        conn = _HttpConnection(self, secrets.token_urlsafe(24))
+        conn = _HttpConnection(self, secrets.token_urlsafe(24), principal)
         conn.initial_key = _id_key(message["id"])
         conn.request_began()  # however long the agent takes to answer, the idle clock waits for the answer
         self._http_connections[conn.id] = conn
@@ -1065,6 +1148,7 @@ class AcpApp:
                 ),
                 MessageReceiveStream(conn.next_text),
                 "http",
+                conn.principal,
             )
         except Exception:  # the agent factory or the runtime failed: this connection ends, the server goes on
             log.exception("ACP connection %s failed", conn.id)
@@ -1075,11 +1159,11 @@ class AcpApp:
             self.connection_ids.discard(conn.id)
             self._ended.unpark_all()
 
-    async def _http_get(self, scope: Scope, receive: Receive, send: Send) -> None:
+    async def _http_get(self, scope: Scope, receive: Receive, send: Send, principal: str | None) -> None:
         accept = (_header(scope, b"accept") or b"").lower()
         if b"text/event-stream" not in accept:
             raise _HttpRefusal(406, "Not Acceptable")
-        conn = self._connection(scope)
+        conn = self._connection(scope, principal)
         raw_session = _header(scope, HEADER_SESSION_ID_LOWER)
         mailbox = conn.acquire(raw_session.decode("latin-1") if raw_session else None)
         if mailbox is None:
@@ -1105,8 +1189,8 @@ class AcpApp:
             conn.touch()
             conn.attachment.unpark_all()
 
-    async def _http_delete(self, scope: Scope, send: Send) -> None:
-        conn = self._connection(scope)
+    async def _http_delete(self, scope: Scope, send: Send, principal: str | None) -> None:
+        conn = self._connection(scope, principal)
         conn.close()
         await _response(send, 202, b"", [])
 
@@ -1126,7 +1210,7 @@ class AcpApp:
         first = await receive()
         if first["type"] != "websocket.connect":
             return
-        refusal = self._refusal(scope)
+        refusal, principal = self._refusal(scope)
         if refusal is None and self._full():
             refusal = (503, f"Too many ACP connections (max_connections {self.max_connections})", [])
         if refusal is not None:
@@ -1145,7 +1229,7 @@ class AcpApp:
         await send(accept)
         self.connection_ids.add(connection_id)
         try:
-            await self._run(connection_id, receive, send, _tcp_server(scope))
+            await self._run(connection_id, receive, send, _tcp_server(scope), principal)
         except Exception:  # the agent factory or the runtime failed: this connection ends, the server goes on
             log.exception("ACP connection %s failed", connection_id)
             with contextlib.suppress(Exception):
@@ -1155,11 +1239,20 @@ class AcpApp:
             self._ended.unpark_all()
 
     async def _serve(
-        self, connection_id: str, to_client: trio.abc.SendStream, from_client: trio.abc.ReceiveStream, kind: str
+        self,
+        connection_id: str,
+        to_client: trio.abc.SendStream,
+        from_client: trio.abc.ReceiveStream,
+        kind: str,
+        principal: str | None = None,
     ) -> None:
-        """Serve one connection's NDJSON byte streams (whatever the transport) until it ends."""
+        """Serve one connection's NDJSON byte streams (whatever the transport) until it ends; ``principal``:
+        that of the token of the request that opened it."""
         if self.serve_streams is not None:  # the bridge: bytes to a process, verbatim
             await self.serve_streams(connection_id, to_client, from_client)
+            return
+        if self.host is not None:  # sessions owned by the host, attached to under the connection's principal
+            await self.host.serve_streams(connection_id, to_client, from_client, principal=principal)
             return
         conn = AgentSideConnection(
             self.agent, to_client, from_client, name=f"acp-{kind}-{connection_id[:8]}", **self.connection_options
@@ -1167,14 +1260,17 @@ class AcpApp:
         conn.connection_id = connection_id  # type: ignore[attr-defined]
         await conn.serve_until_closed()  # (its writer in this task: an idle connection holds less)
 
-    async def _run(self, connection_id: str, receive: Receive, send: Send, tcp: Any = None) -> None:
+    async def _run(
+        self, connection_id: str, receive: Receive, send: Send, tcp: Any = None, principal: str | None = None
+    ) -> None:
         """One WebSocket's ACP connection.  ``tcp``: the :class:`~acp_trio.transports._hypercorn.CoalescingTCPServer`
-        that every frame of this WebSocket goes through (under :func:`serve`, HTTP/1.1), else ``None``.
+        that every frame of this WebSocket goes through (under :func:`serve`, HTTP/1.1), else ``None``;
+        ``principal``: that of the upgrade request's token.
 
         The connection's state is one :class:`_WebSocketIO`.  Its pump task (started only when a
         message has to wait for the client) runs in the lifespan's nursery when there is one, so an
         idle connection holds no nursery of its own; without lifespan, in a nursery held here."""
-        io = _WebSocketIO(self, connection_id, send, tcp)
+        io = _WebSocketIO(self, connection_id, send, tcp, principal)
         # the server's queue of received messages (hypercorn's memory channel), to take several at once
         receive_nowait = getattr(getattr(receive, "__self__", None), "receive_nowait", None)
         # under serve(): the connection's reader reads the socket itself (no task switch a message)
@@ -1228,6 +1324,7 @@ class _WebSocketIO:
         "finished",
         "initialized",
         "nursery",
+        "principal",
         "pump_done",
         "pump_lot",
         "pump_scope",
@@ -1241,9 +1338,10 @@ class _WebSocketIO:
         "tcp",
     )
 
-    def __init__(self, app: AcpApp, connection_id: str, send: Send, tcp: Any) -> None:
+    def __init__(self, app: AcpApp, connection_id: str, send: Send, tcp: Any, principal: str | None = None) -> None:
         self.app = app
         self.connection_id = connection_id
+        self.principal = principal
         self.send = send
         self.tcp = tcp
         self.receive: Receive | None = None
@@ -1277,7 +1375,7 @@ class _WebSocketIO:
         )
         from_client = MessageReceiveStream(self.next_text, self.more_texts if self.receive_nowait is not None else None)
         try:
-            await self.app._serve(self.connection_id, to_client, from_client, "ws")
+            await self.app._serve(self.connection_id, to_client, from_client, "ws", self.principal)
         finally:
             if inbox is not None:  # hypercorn's reader reads again (the close handshake, the end)
                 inbox.close()
