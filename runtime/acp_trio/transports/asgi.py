@@ -640,11 +640,11 @@ class AcpApp:
     connection (``POST``, ``GET``, ``DELETE``) must carry a token of the same principal, else it is
     answered ``404`` as for an unknown ``Acp-Connection-Id`` (nothing tells it the connection
     exists).  The principal is handed to ``host`` (below); with a ``str`` token or none it is
-    ``None``.  ``allowed_origins``: browser origins
-    allowed besides the loopback ones, on every route (exact ``scheme://host[:port]`` strings;
-    ``"*"`` allows any).  ``allowed_hosts``: ``Host`` names (without port) answered besides
-    ``localhost`` and IP addresses when there is no ``token`` and the server listens on loopback
-    (a reverse proxy's or a tunnel's name; ``"*"``: any; else ``403``, against DNS rebinding).
+    ``None``.  ``allowed_origins``: browser origins allowed besides the loopback ones, on every
+    route (exact ``scheme://host[:port]`` strings; ``"*"`` allows any).  ``allowed_hosts``: ``Host``
+    names (without port) answered besides ``localhost`` and IP addresses when there is no ``token``
+    and the server listens on loopback (a reverse proxy's or a tunnel's name; ``"*"``: any; else
+    ``403``, against DNS rebinding).
     ``max_message_bytes``: the largest message a client may send (default
     16 MiB; larger closes the WebSocket with ``1009``; a larger POST body is ``413``).
     ``output_stall_timeout``: seconds (default 60).
