@@ -15,7 +15,7 @@ from _host_kit import Control, Recorder, agents, connected, init2, new_session, 
 
 from acp_schema import v1, v2
 from acp_trio import RequestError
-from acp_trio.host import open_session_host
+from acp_trio.host import CURSOR_TYPE, MemoryJournal, open_session_host
 
 VIRTUAL_DEADLINE = 100_000  # seconds of the autojump clock: the tests wait hours of it, in no time
 
@@ -144,17 +144,54 @@ async def test_unattended_reject_answers_other_requests_with_an_internal_error(
             assert "fs/read_text_file" in error.message and "unattended_timeout=30" in error.message
 
 
-async def test_a_client_that_stops_reading_is_detached_past_max_client_backlog() -> None:
-    """A stream with no buffer (lockstep): once more than max_client_backlog messages wait for the
-    client, the host ends its connection; the session goes on, detached."""
+class Streamer:
+    """A v2 agent whose turn streams ``count N size K`` updates of K bytes of text each."""
+
+    def __init__(self, conn: Any) -> None:
+        self.conn = conn
+
+    async def session_new(self, params: v2.NewSessionRequest) -> v2.NewSessionResponse:
+        return v2.NewSessionResponse(session_id="big")
+
+    async def session_prompt(self, params: v2.PromptRequest) -> v2.PromptResponse:
+        words = " ".join(getattr(block, "text", "") for block in params.prompt).split()
+        count, size = int(words[words.index("count") + 1]), int(words[words.index("size") + 1])
+
+        async def turn() -> str:
+            for i in range(count):
+                content = v2.TextContentBlock(text=f"{i}:".ljust(size, "."))
+                update = v2.AgentMessageChunkSessionUpdate(message_id="a", content=content)
+                await self.conn.client.session_update(
+                    v2.UpdateSessionNotification(session_id=params.session_id, update=update)
+                )
+            return "end_turn"
+
+        user = v2.UserMessageSessionUpdate(message_id="u", content=params.prompt)
+        await self.conn.client.session_update(v2.UpdateSessionNotification(session_id=params.session_id, update=user))
+        self.conn.start_turn(params.session_id, turn)
+        return v2.PromptResponse(message_id="u")
+
+
+async def test_a_client_that_stops_reading_is_disconnected_past_max_client_backlog_bytes() -> None:
+    """A client over a stream with no buffer (lockstep) stops reading while a turn streams 160
+    updates of 64 KiB (10 MiB): once more than max_client_backlog_bytes (1 MiB) wait for it, the
+    host ends its connection (the session goes on, detached).  The host's memory stays bounded: it
+    grows by the journal's lines and less than 16 MiB more (the agent's side, the fan-out's copies;
+    measured 6 MiB; without the bound, 164 MiB more: every update queued for the client, in
+    orjson's allocations).  A client that resumes with
+    the cursor after the last update the first one read gets every later update, once, in order."""
+    import tracemalloc
+
     import orjson
     import trio.testing
 
     from acp_trio._core import LineFramer
+    from acp_trio.host import UPDATE_META_KEY
 
-    control = Control()
-    with trio.fail_after(10):
-        async with open_session_host(agents(control), max_client_backlog=10) as host:
+    count, size, bound = 160, 64 * 1024, 1 << 20
+    journal = MemoryJournal()
+    with trio.fail_after(30):
+        async with open_session_host({v2: Streamer}, journal=journal, max_client_backlog_bytes=bound) as host:
             client_side, host_side = trio.testing.lockstep_stream_pair()
             served = trio.Event()
 
@@ -163,6 +200,7 @@ async def test_a_client_that_stops_reading_is_detached_past_max_client_backlog()
                 served.set()
 
             lines = LineFramer()
+            seen: list[int] = []  # the update numbers the slow client read
 
             async def call(request_id: int, method: str, params: Any) -> Any:
                 message = {"jsonrpc": "2.0", "id": request_id, "method": method, "params": params}
@@ -170,6 +208,8 @@ async def test_a_client_that_stops_reading_is_detached_past_max_client_backlog()
                 while True:
                     for line in lines.feed(await client_side.receive_some()):
                         answer = orjson.loads(line)
+                        if answer.get("method") == "session/update":
+                            seen.append(answer["params"]["_meta"][UPDATE_META_KEY])
                         if answer.get("id") == request_id:
                             return answer["result"]
 
@@ -177,8 +217,29 @@ async def test_a_client_that_stops_reading_is_detached_past_max_client_backlog()
                 nursery.start_soon(serve)
                 await call(1, "initialize", {"protocolVersion": 2, "info": {"name": "slow", "version": "0"}})
                 sid = (await call(2, "session/new", {"cwd": "/tmp"}))["sessionId"]
-                await call(3, "session/prompt", {"sessionId": sid, "prompt": [{"type": "text", "text": "count 50"}]})
-                await served.wait()  # it stopped reading: the host ended its connection
-                await host.wait_until(lambda: host.sessions()[sid].attached == 0)
-                await host.wait_until(lambda: host.sessions()[sid].state == "idle")  # the turn went on
-                assert host.sessions()[sid].last_update >= 52
+                tracemalloc.start()
+                try:
+                    before = tracemalloc.get_traced_memory()[0]
+                    text = f"count {count} size {size}"
+                    await call(3, "session/prompt", {"sessionId": sid, "prompt": [{"type": "text", "text": text}]})
+                    await host.wait_until(lambda: host.sessions()[sid].state == "idle")  # the turn went on
+                    peak = tracemalloc.get_traced_memory()[1]
+                finally:
+                    tracemalloc.stop()
+                assert served.is_set()  # it stopped reading: the host ended its connection
+                assert host.sessions()[sid].attached == 0
+                journaled = sum(len(line) for _, line in await journal.read(sid, 0))
+                assert journaled > count * size
+                assert peak - before < journaled + 16 * bound  # without the bound: 160 MiB more
+
+            read = max(seen, default=0)
+            rec = Recorder()
+            async with connected(host, rec) as conn:
+                await init2(conn)
+                request = v2.ResumeSessionRequest(session_id=sid, cwd="/tmp")
+                request.replay_from = v2.ReplayFromOther(type=CURSOR_TYPE, extra_fields={"update": read + 1})
+                await conn.agent.session_resume(request)
+                last = host.sessions()[sid].last_update
+                await rec.until(lambda: len([n for n in rec.numbers if n is not None]) == last - read)
+            assert [n for n in rec.numbers if n is not None] == list(range(read + 1, last + 1))
+            assert len([t for t in rec.texts() if t.endswith(".")]) >= count - read

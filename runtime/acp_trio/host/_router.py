@@ -93,11 +93,19 @@ def _with_meta(message: dict[str, Any], key: str, value: Any) -> bytes:
     return _dumps({**message, field: body})
 
 
+DEFAULT_MAX_CLIENT_BACKLOG_BYTES = 64 * 1024 * 1024
+"""Bytes of messages that may wait for one client connection (64 MiB, as ``AcpApp``'s
+``max_buffered_bytes``): see :func:`open_session_host`'s ``max_client_backlog_bytes``."""
+_WRITE_BATCH = 1 << 20  # bytes of lines a client's writer joins into one send (a longer line goes alone)
+
+
 class _Client:
     """One client connection being served."""
 
     def __init__(self, host: SessionHost, connection_id: str, principal: Any) -> None:
-        self.max_backlog = host.max_client_backlog
+        self.max_backlog = host.max_client_backlog_bytes
+        self.backlog = 0  # bytes put and not written yet (queued, or in the send under way)
+        self.written = trio.lowlevel.ParkingLot()  # unparked after each send to the client
         self.scope = trio.CancelScope()  # serve_streams' own: cancelled when the client falls too far behind
         self.connection_id = connection_id
         self.principal = principal
@@ -114,18 +122,34 @@ class _Client:
         self.calls: dict[Any, tuple[_Instance, int]] = {}  # the client's request id -> its router id
         self.gone = False
 
+    async def room(self, size: int) -> None:
+        """Wait until ``size`` more bytes fit in the backlog (or nothing waits, or the client is
+        gone); no checkpoint when they fit now.  For a replay, which may be longer than the bound."""
+        while (
+            not self.gone and self.max_backlog is not None and self.backlog and self.backlog + size > self.max_backlog
+        ):
+            await self.written.park()
+
     def put(self, line: bytes) -> None:
+        """Queue ``line`` for the client.  A line past ``max_client_backlog_bytes`` of lines not
+        written yet ends the connection (which detaches it), unless nothing else waits: one
+        line, however long, always goes."""
         if self.gone:
             return
-        self.send.send_nowait(line)
-        if self.max_backlog is not None and self.send.statistics().current_buffer_used > self.max_backlog:
+        waiting = self.backlog
+        self.backlog = waiting + len(line) + 1
+        if waiting and self.max_backlog is not None and self.backlog > self.max_backlog:
             log.warning(
-                "client %s: more than %d messages wait for it (max_client_backlog): it is detached",
+                "client %s: more than %d bytes wait for it (max_client_backlog_bytes): it is disconnected, "
+                "which detaches it",
                 self.connection_id,
                 self.max_backlog,
             )
             self.gone = True
             self.scope.cancel()
+            self.receive.close()  # what waited for it is let go now
+            return
+        self.send.send_nowait(line)
 
 
 class _Call:
@@ -248,9 +272,9 @@ class SessionHost:
         unattended_policy: Policy,
         connection_options: dict[str, Any],
         serve_agent: Callable[[trio.abc.HalfCloseableStream], Awaitable[None]] | None = None,
-        max_client_backlog: int | None = None,
+        max_client_backlog_bytes: int | None = None,
     ) -> None:
-        self.max_client_backlog = max_client_backlog
+        self.max_client_backlog_bytes = max_client_backlog_bytes
         self.agent_factory = agent_factory
         self.serve_agent = serve_agent
         self.journal = journal
@@ -359,16 +383,24 @@ class SessionHost:
 
     # -- client connections ---------------------------------------------------------------------------
     async def _write_client(self, client: _Client, to_client: trio.abc.SendStream) -> None:
+        """Send what is put for ``client``, lines joined into sends of up to about 1 MiB; the
+        bytes count against its backlog until their send returned."""
         try:
             async for line in client.receive:
                 batch = [line, b"\n"]
-                while True:
+                size = len(line) + 1
+                while size < _WRITE_BATCH:
                     try:
                         more = client.receive.receive_nowait()
                     except (trio.WouldBlock, trio.EndOfChannel):
                         break
                     batch += (more, b"\n")
-                await to_client.send_all(b"".join(batch))
+                    size += len(more) + 1
+                data = b"".join(batch)
+                del batch, line
+                await to_client.send_all(data)
+                client.backlog -= size
+                client.written.unpark_all()
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             log.debug("client %s: its output closed", client.connection_id)
         finally:
@@ -721,18 +753,27 @@ class SessionHost:
         try:
             if start is not None:
                 for number, line in await self.journal.read(session.id, max(0, start - 1)):
-                    client.put(self._numbered(line, number))
+                    numbered = self._numbered(line, number)
+                    await client.room(len(numbered) + 1)  # a replay longer than max_client_backlog_bytes waits
+                    client.put(numbered)
+                    fence = number
+            # the buffer's updates past the fence go out (live ones keep joining it while this waits)
+            buffer = client.attaching[session.id]
+            i = 0
+            while i < len(buffer):
+                number, line = buffer[i]
+                i += 1
+                if number > fence:
+                    await client.room(len(line) + 1)
+                    client.put(line)
                     fence = number
         except BaseException:
             client.attaching.pop(session.id, None)
             session.clients.discard(client)
             client.sessions.discard(session.id)
             raise
-        # no checkpoint from here to the end: the buffer's updates past the fence go out, then live
-        for number, line in client.attaching.pop(session.id):
-            if number > fence:
-                client.put(line)
-                fence = number
+        # no checkpoint from the buffer's last check to the end: then live
+        del client.attaching[session.id]
         client.delivered[session.id] = fence
         live_from = max(fence, session.last)
         if version >= 2:
@@ -1219,7 +1260,7 @@ async def open_session_host(
     unattended_timeout: float | None = None,
     unattended_policy: Policy = "wait",
     serve_agent: Callable[[trio.abc.HalfCloseableStream], Awaitable[None]] | None = None,
-    max_client_backlog: int | None = 100_000,
+    max_client_backlog_bytes: int | None = DEFAULT_MAX_CLIENT_BACKLOG_BYTES,
     **connection_options: Any,
 ) -> AsyncIterator[SessionHost]:
     """A :class:`SessionHost` running its agent instances in a nursery of its own (``async with
@@ -1237,9 +1278,12 @@ async def open_session_host(
     agent->client request may wait with no client to answer it before ``unattended_policy``
     resolves it: ``"wait"`` (never), ``"reject"`` (a declining answer: permission ``cancelled``,
     elicitation ``decline``, other methods a -32603 error), ``"cancel"`` (``session/cancel`` to
-    the agent, then the same).  ``max_client_backlog``: messages that may wait for one client
-    connection (one that stops reading); one more ends that connection, which detaches it: it can
-    come back with ``session/resume`` and the cursor (``None``: no limit; default 100,000).
+    the agent, then the same).  ``max_client_backlog_bytes``: bytes of messages that may wait for
+    one client connection (one that reads slower than its sessions stream, or not at all; default
+    :data:`DEFAULT_MAX_CLIENT_BACKLOG_BYTES`, 64 MiB; ``None``: no limit); a message past it ends
+    that connection, which detaches it (its sessions go on): it can come back with
+    ``session/resume`` and the cursor.  A message put while nothing waits always goes, however
+    long (up to ``max_message_size``).
     ``connection_options``: for each agent connection (``variant``,
     ``tap``, ``max_message_size``, ...).  ``serve_agent``: ``await serve_agent(stream)`` serves one
     agent instance on the far end of ``stream`` (NDJSON; the host closes its side to end the instance,
@@ -1255,8 +1299,8 @@ async def open_session_host(
     ):
         if value is not None and not value > 0:
             raise ValueError(f"{name} must be positive seconds or None, got {value!r}")
-    if max_client_backlog is not None and max_client_backlog < 1:
-        raise ValueError(f"max_client_backlog must be positive or None, got {max_client_backlog!r}")
+    if max_client_backlog_bytes is not None and max_client_backlog_bytes < 1:
+        raise ValueError(f"max_client_backlog_bytes must be positive bytes or None, got {max_client_backlog_bytes!r}")
     if max_detached_sessions is not None and max_detached_sessions < 0:
         raise ValueError(f"max_detached_sessions must be >= 0 or None, got {max_detached_sessions!r}")
     async with owned_nursery() as nursery:
@@ -1270,7 +1314,7 @@ async def open_session_host(
             unattended_policy=unattended_policy,
             connection_options=connection_options,
             serve_agent=serve_agent,
-            max_client_backlog=max_client_backlog,
+            max_client_backlog_bytes=max_client_backlog_bytes,
         )
         try:
             yield host
