@@ -129,6 +129,8 @@ PURE_SKIPS = [
     "tests/test_aio_langchain.py",
     "tests/test_aio_portal.py",
     "tests/test_bridge.py",
+    "tests/test_bridge_detach.py",
+    "tests/test_bridge_detach_real.py",
     "tests/test_build_hook.py",
     "tests/test_capabilities_v2.py",
     "tests/test_check.py",
@@ -385,12 +387,13 @@ def conformance(session: nox.Session) -> None:
     also has gemini-cli create a new file through the demo client after asking permission, and
     runs the real agents through the v1 ⇄ v2 adapter (python -m acp_trio.adapt): the v1-only ones
     behind --speak 2 for our and the TypeScript SDK's v2 clients, claude-agent-acp and codex-acp
-    behind --speak 1 and 2 (a tool call turn, then a cancelled one).  Writes
+    behind --speak 1 and 2 (a tool call turn, then a cancelled one), and claude-agent-acp and codex-acp
+    behind the bridge's --detach (v1 and v2: the client leaves mid-answer, another reattaches).  Writes
     conformance-real/ (a report per agent and protocol, and conformance.md, the table); options go to
     tests/interop/conformance_real.py (``nox -s conformance -- --quick``, ``-- --agent gemini-cli``)."""
     session.install("-e", ".[mcp,remote]", *group("test"))
     env = {"ACP_REAL_AGENTS": "1"}
-    session.run("python", "-m", "pytest", "tests/test_conformance_real.py", env=env)
+    session.run("python", "-m", "pytest", "tests/test_conformance_real.py", "tests/test_bridge_detach_real.py", env=env)
     session.run("python", "tests/interop/conformance_real.py", "--tool-prompt", *session.posargs, env=env)
 
 
