@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from ._journal import Journal, MemoryJournal
 from ._router import (
+    ATTACH_META_KEY,
+    ATTACHED_META_KEY,
     CURRENT_META_KEY,
     CURSOR_TYPE,
     LAST_META_KEY,
@@ -22,6 +24,8 @@ from ._router import (
 )
 
 __all__ = [
+    "ATTACHED_META_KEY",
+    "ATTACH_META_KEY",
     "CURRENT_META_KEY",
     "CURSOR_TYPE",
     "LAST_META_KEY",

@@ -15,9 +15,11 @@ and the updates that change them.  The rules are in ``docs/site/guides/host.md``
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import logging
 import math
+import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any, Literal
@@ -50,6 +52,15 @@ TURN_ENDED = "_acp_trio/turn_ended"
 """Extension notification (v1) the host sends to the clients attached to a session, other than
 the one that prompted, when a ``session/prompt`` answer ends a turn: ``{"sessionId", "stopReason"}``,
 or ``{"sessionId", "error"}`` (the JSON-RPC error object) when the answer was an error."""
+
+ATTACH_META_KEY = "acp-trio/attach"
+"""``_meta`` key of the host's ``initialize`` answer: a token naming the connection's agent
+instance.  A client that reconnects with it in its ``initialize`` params' ``_meta`` gets that
+instance as its home again (no new instance), if it still runs and the principal is the same."""
+ATTACHED_META_KEY = "acp-trio/attached"
+"""``_meta`` key (a boolean) of an ``initialize`` answer to a client that sent an attach token:
+whether it was honoured (``false``: an unknown or ended instance's token, or another principal's;
+the client got a new instance, and its token)."""
 
 INVALID_REQUEST = -32600
 INVALID_PARAMS = -32602
@@ -223,6 +234,9 @@ class _Instance:
         self.questions: dict[Any, _Question] = {}
         self.ended = False
         self.closing = False
+        self.principal: Any = None  # of the client whose initialize made it
+        self.token_hash: bytes | None = None  # sha256 of its attach token, once it answered initialize
+        self.initialized: dict[str, Any] | None = None  # its first initialize answer (the result), as the agent gave it
 
 
 class SessionInfo:
@@ -290,6 +304,7 @@ class SessionHost:
         self._numbers = itertools.count(1)
         self._changed = trio.lowlevel.ParkingLot()
         self._serving: set[trio.CancelScope] = set()
+        self._tokens: dict[bytes, _Instance] = {}  # sha256 of an attach token -> its instance
 
     # -- the public surface -------------------------------------------------------------------------
     def sessions(self) -> dict[str, SessionInfo]:
@@ -454,16 +469,51 @@ class SessionHost:
         params = message.get("params")
         session_id = params.get("sessionId") if type(params) is dict else None
         if method == "initialize":
+            meta = params.get("_meta") if type(params) is dict else None
+            token = meta.get(ATTACH_META_KEY) if type(meta) is dict else None
+            if client.home is None and type(token) is str:
+                known = self._tokens.get(hashlib.sha256(token.encode()).digest())
+                if (
+                    known is not None
+                    and not known.ended
+                    and not known.closing
+                    and known.initialized is not None
+                    and known.principal == client.principal
+                ):
+                    client.home = known
+                    known.home_clients.add(client)
+                    client.version = known.version
+                    result = {**known.initialized}
+                    result["_meta"] = {**(result.get("_meta") or {}), ATTACH_META_KEY: token, ATTACHED_META_KEY: True}
+                    client.put(_dumps({"jsonrpc": "2.0", "id": request_id, "result": result}))
+                    self._touch()
+                    return
             if client.home is None:
                 client.home = self._start_instance()
                 client.home.home_clients.add(client)
+                client.home.principal = client.principal
             instance = client.home
+            asked = type(token) is str
 
             async def initialized(answer: dict[str, Any]) -> None:
                 result = answer.get("result")
                 if type(result) is dict and type(result.get("protocolVersion")) is int:
                     instance.version = result["protocolVersion"]
                     client.version = instance.version
+                    if instance.initialized is None:
+                        instance.initialized = result
+                        fresh = secrets.token_urlsafe(32)
+                        instance.token_hash = hashlib.sha256(fresh.encode()).digest()
+                        self._tokens[instance.token_hash] = instance
+                    else:
+                        fresh = None
+                    meta = result.get("_meta")
+                    meta = {**meta} if type(meta) is dict else {}
+                    if fresh is not None:
+                        meta[ATTACH_META_KEY] = fresh
+                    if asked:
+                        meta[ATTACHED_META_KEY] = False
+                    answer["result"] = {**result, "_meta": meta}
 
             self._forward(instance, client, message, on_answer=initialized)
             return
@@ -1231,6 +1281,8 @@ class SessionHost:
         instance.ended = True
         instance.send.close()
         self._instances.discard(instance)
+        if instance.token_hash is not None:
+            self._tokens.pop(instance.token_hash, None)
         for call in instance.calls.values():
             if call.client is not None:
                 call.client.put(_error(call.client_id, INTERNAL_ERROR, "the agent instance ended before answering"))
