@@ -176,3 +176,34 @@ async def test_client_leaves_a_memory_pair_while_updates_stream(variant: Any) ->
     for _ in range(10):
         with trio.fail_after(10):
             assert await leave_while_streaming(variant) > 100
+
+
+class Stalled(trio.abc.SendStream):
+    """A peer that never reads: a send waits until cancelled."""
+
+    async def send_all(self, data: Any) -> None:
+        await trio.sleep_forever()
+
+    async def wait_send_all_might_not_block(self) -> None:
+        await trio.sleep_forever()
+
+    async def aclose(self) -> None:
+        await trio.lowlevel.checkpoint()
+
+
+async def test_a_wait_for_the_writer_begun_after_the_close_returns(autojump_clock: Any) -> None:
+    """A sender that queued past the high-water mark before the connection closed, and waits for
+    the writer after (a v2 turn's last ``state_update``, sent shielded as the connection closes),
+    gets ``ConnectionClosed`` at once: it waited forever (the writer that would wake it had ended),
+    and so did the ``async with`` holding its task."""
+    from acp_trio._connection import Connection
+
+    conn = Connection(Stalled(), trio.testing.MemoryReceiveStream(), close_timeout=1.0)
+    with trio.fail_after(10):
+        async with conn:
+            conn.queue_notification("x", {"pad": "." * 100_000})  # the writer takes it, and blocks
+            await trio.sleep(0.1)
+            assert conn.queue_notification("x", {"pad": "." * 100_000})  # past the high-water mark
+            await conn.aclose()
+            with pytest.raises(acp_trio.ConnectionClosed):
+                await conn.wait_writable()

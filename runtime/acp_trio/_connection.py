@@ -819,7 +819,12 @@ class Connection:
         self._wake_writer.set()
 
     async def _until_taken(self) -> None:
-        """Wait until the writer takes the outbox (it is then being sent) or the connection closes."""
+        """Wait until the writer takes the outbox (it is then being sent) or the connection closes;
+        at once when it closed or the writer ended (nothing would wake a wait begun after that: a
+        turn's last ``state_update``, sent shielded while the connection closes, waited forever)."""
+        if self._closed is not None or self._writer_ended:
+            await trio.lowlevel.checkpoint()
+            return
         if not self._drain_wanted:
             self._drained = trio.Event()
             self._drain_wanted = True
@@ -874,6 +879,7 @@ class Connection:
         finally:
             self._rec_in_flight = False
             self._writer_ended = True
+            self._drained.set()  # senders waiting for it (cancelled from outside: not closed yet)
             if self._writer_done is not None:
                 self._writer_done.set()
             self._written_lot.unpark_all()
