@@ -55,7 +55,12 @@ from acp_trio import (
     spawn_agent,
 )
 
-pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="the stdio transport and /bin/sh are POSIX-only")
+pytestmark = [
+    pytest.mark.skipif(sys.platform == "win32", reason="the stdio transport and /bin/sh are POSIX-only"),
+    # the example agent's processes and its providers' SDKs against a loopback model server: once, on
+    # 3.11 (about 75 s of CPU per interpreter; the runtime under it is tested on every interpreter)
+    pytest.mark.one_interpreter,
+]
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
