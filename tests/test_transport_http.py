@@ -257,6 +257,11 @@ async def test_the_bodys_exception_comes_out_as_itself(ts_sdk: Path) -> None:  #
                     await conn.agent.initialize(INIT)
                     await conn.agent.session_new(v1.NewSessionRequest(cwd="/", mcp_servers=[]))
                     raise KeyError("mine")
+            # the server's log reaches this test through its stderr, read by another task: wait until
+            # the DELETE's response closed there (its request line comes before), then look
+            while not any(entry[0] == "DELETE" for entry in server.closed):
+                await server._changed.wait()
+                server._changed = trio.Event()
             assert server.log[-1][0] == "DELETE"  # closed properly all the same
 
 

@@ -896,6 +896,10 @@ async def open_exchange(
         finally:
             with trio.CancelScope(shield=True):
                 exchange.closing = True
+                for stream in list(exchange.streams.values()):
+                    # before the DELETE: a stream's GET not sent yet (a session's, opened at its
+                    # session/new answer) is never sent, so none reaches the server after the DELETE
+                    stream.scope.cancel()
                 if exchange.fatal is None and exchange.connection_id is not None:
                     await exchange.delete(close_timeout)
                 nursery.cancel_scope.cancel()
