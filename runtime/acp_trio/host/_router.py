@@ -28,7 +28,15 @@ import orjson
 import trio
 import trio.testing
 
-from .._core import DEFAULT_MAX_MESSAGE_SIZE, LineFramer
+from .._core import (
+    DEFAULT_MAX_MESSAGE_SIZE,
+    INTERNAL_ERROR,
+    INVALID_PARAMS,
+    INVALID_REQUEST,
+    RESOURCE_NOT_FOUND,
+    LineFramer,
+    RequestError,
+)
 from .._nursery import owned_nursery
 from .._roles import AgentSideConnection, ClientSideConnection
 from ._journal import Journal, MemoryJournal
@@ -62,10 +70,6 @@ ATTACHED_META_KEY = "acp-trio/attached"
 whether it was honoured (``false``: an unknown or ended instance's token, or another principal's;
 the client got a new instance, and its token)."""
 
-INVALID_REQUEST = -32600
-INVALID_PARAMS = -32602
-INTERNAL_ERROR = -32603
-RESOURCE_NOT_FOUND = -32002
 
 # requests a client sends to its home instance when the session is not live in the host
 _HOME_SESSION_METHODS = frozenset({"session/load", "session/resume", "session/close", "session/delete"})
@@ -85,10 +89,8 @@ def _dumps(message: dict[str, Any]) -> bytes:
 
 
 def _error(request_id: Any, code: int, message: str, data: Any = None) -> bytes:
-    error: dict[str, Any] = {"code": code, "message": message}
-    if data is not None:
-        error["data"] = data
-    return _dumps({"jsonrpc": "2.0", "id": request_id, "error": error})
+    """An error response line, without its newline (the error object is :class:`RequestError`'s)."""
+    return _dumps({"jsonrpc": "2.0", "id": request_id, "error": RequestError(code, message, data).to_wire()})
 
 
 def _with_meta(message: dict[str, Any], key: str, value: Any) -> bytes:
