@@ -85,6 +85,15 @@ class Client:
         while not predicate():
             await self.changed.park()
 
+    def watch_turn_ended(self, conn: Any) -> None:
+        """Record the host's ``_acp_trio/turn_ended`` notifications on ``conn`` in :attr:`turn_ended`."""
+
+        async def ended(params: Any) -> None:
+            self.turn_ended.append(params)
+            self.changed.unpark_all()
+
+        conn.on_ext_notification(TURN_ENDED, ended)
+
     async def session_update(self, params: Any) -> None:
         meta = params.meta if isinstance(params.meta, dict) else {}
         number = meta.get(UPDATE_META_KEY)
@@ -222,12 +231,7 @@ async def test_a_v1_client_loads_a_live_session_and_sees_the_turn_end(tmp_path: 
             await host.wait_until(lambda: host.sessions()[sid].attached == 0)
             second = Client()
             async with connect_http(url, second, variant=v1) as conn:
-
-                async def ended(params: Any) -> None:
-                    second.turn_ended.append(params)
-                    second.changed.unpark_all()
-
-                conn.on_ext_notification(TURN_ENDED, ended)
+                second.watch_turn_ended(conn)
                 await conn.initialize(v1.InitializeRequest(protocol_version=1))
                 await conn.agent.session_load(v1.LoadSessionRequest(session_id=sid, cwd=cwd, mcp_servers=[]))
                 await second.until(lambda: second.turn_ended)
@@ -314,12 +318,7 @@ async def test_a_request_made_while_nobody_is_attached_waits_for_the_next_client
             assert host.sessions()[sid].attached == 0  # it was asked with nobody attached
             second = Client()
             async with connect_http(url, second, variant=v1) as conn:
-
-                async def ended(params: Any) -> None:
-                    second.turn_ended.append(params)
-                    second.changed.unpark_all()
-
-                conn.on_ext_notification(TURN_ENDED, ended)
+                second.watch_turn_ended(conn)
                 await conn.initialize(v1.InitializeRequest(protocol_version=1))
                 await conn.agent.session_load(v1.LoadSessionRequest(session_id=sid, cwd="/", mcp_servers=[]))
                 if policy == "wait":

@@ -14,7 +14,6 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 import trio
@@ -29,7 +28,7 @@ from test_bridge_detach import Client, prompt_until_gone  # noqa: E402
 
 from acp_schema import v1, v2  # noqa: E402
 from acp_trio.bridge import open_detach_host  # noqa: E402
-from acp_trio.host import CURSOR_TYPE, TURN_ENDED  # noqa: E402
+from acp_trio.host import CURSOR_TYPE  # noqa: E402
 from acp_trio.transports.asgi import AcpApp, serve  # noqa: E402
 
 pytestmark = [
@@ -95,12 +94,7 @@ async def test_a_real_agent_behind_detach_finishes_a_turn_its_client_left_for_th
                 assert host.sessions()[sid].running  # the turn goes on without a client
                 second = Client()
                 async with connect_http(url, second, variant=v1) as conn:
-
-                    async def ended(params: Any) -> None:
-                        second.turn_ended.append(params)
-                        second.changed.unpark_all()
-
-                    conn.on_ext_notification(TURN_ENDED, ended)
+                    second.watch_turn_ended(conn)
                     await conn.initialize(v1.InitializeRequest(protocol_version=1), timeout=120)
                     await conn.agent.session_load(
                         v1.LoadSessionRequest(session_id=sid, cwd=str(workdir), mcp_servers=[])
