@@ -1055,11 +1055,10 @@ class SessionHost:
                 data = await stream.receive_some()
             except (trio.BrokenResourceError, trio.ClosedResourceError):
                 return
-            if not data:
-                return
+            ended = not data  # then a last line without its newline still counts, as from a client
             batch: list[tuple[dict[str, Any], bytes]] = []
             batch_session: _Session | None = None
-            for line in framer.feed(data):
+            for line in framer.close() if ended else framer.feed(data):
                 if type(line) is not bytes:
                     log.warning(
                         "agent instance %d wrote a line over %d bytes: dropped",
@@ -1087,6 +1086,8 @@ class SessionHost:
                     await self._from_agent(instance, message, line)
             if batch_session is not None:
                 await self._updates(batch_session, batch)
+            if ended:
+                return
 
     def _live_update_session(self, instance: _Instance, message: dict[str, Any]) -> _Session | None:
         """The live session (not being loaded) of ``message`` when it is its instance's ``session/update``."""
