@@ -184,9 +184,10 @@ runs them, and `tests` leaves them out."""
 COMPILED_MODULES = ["acp_trio._connection", "acp_trio._core._framing", "acp_trio._core._jsonrpc"]
 """The modules hatch_build.py compiles (tests/test_build_hook.py keeps the two lists equal)."""
 TEST_EXTRAS = "codegen,mcp,otel,remote,llm,testing,asyncio,pydantic-ai"
-PARALLEL = ["-n", "auto", "--dist", "loadgroup"]
+PARALLEL = ["-n", "auto", "--dist", "loadgroup", "--durations=40"]
 """pytest-xdist: one worker per CPU; tests marked with one ``xdist_group`` run on one worker (a module
-fixture they share is then made once, not once per worker: tests/test_check.py).  The suite's time
+fixture they share is then made once, not once per worker: tests/test_check.py); the 40 slowest
+tests are listed at the end, where CI's time goes.  The suite's time
 is mostly CPU in the processes it spawns (agents, peers, the checker's runs); every test bounds its
 waits for a loaded machine."""
 
