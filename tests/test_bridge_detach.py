@@ -321,8 +321,8 @@ async def test_a_request_made_while_nobody_is_attached_waits_for_the_next_client
                 second.watch_turn_ended(conn)
                 await conn.initialize(v1.InitializeRequest(protocol_version=1))
                 await conn.agent.session_load(v1.LoadSessionRequest(session_id=sid, cwd="/", mcp_servers=[]))
-                if policy == "wait":
-                    await second.until(lambda: second.turn_ended)  # the turn it answered for ends
+                # wait: the turn it answered for ends; reject: it ended before, the host says so after the replay
+                await second.until(lambda: second.turn_ended)
             nursery.cancel_scope.cancel()
     said = [update.content.text for _, update in second.updates]
     assert second.numbers() == [1, 2, 3, 4]
@@ -332,7 +332,7 @@ async def test_a_request_made_while_nobody_is_attached_waits_for_the_next_client
     else:
         assert said == ["one", "two", "three", "outcome: cancelled"]
         assert second.asked == []  # answered by the policy, never sent again
-        assert second.turn_ended == []  # it ended before this client came: the replay is all it gets
+        assert second.turn_ended == [{"sessionId": sid, "stopReason": "end_turn"}]  # ended before it came
     assert first.asked == []
 
 

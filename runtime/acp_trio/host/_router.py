@@ -28,6 +28,7 @@ import orjson
 import trio
 import trio.testing
 
+from .._capabilities import advertised
 from .._core import (
     DEFAULT_MAX_MESSAGE_SIZE,
     INTERNAL_ERROR,
@@ -59,7 +60,9 @@ replays updates N, N+1, ... (inclusive, as session-setup.mdx says of replay curs
 TURN_ENDED = "_acp_trio/turn_ended"
 """Extension notification (v1) the host sends to the clients attached to a session, other than
 the one that prompted, when a ``session/prompt`` answer ends a turn: ``{"sessionId", "stopReason"}``,
-or ``{"sessionId", "error"}`` (the JSON-RPC error object) when the answer was an error."""
+or ``{"sessionId", "error"}`` (the JSON-RPC error object) when the answer was an error.  A v1
+client that attaches later (``session/load``, ``session/resume``) while no turn runs gets the last
+turn's, after its replay and before the answer."""
 
 ATTACH_META_KEY = "acp-trio/attach"
 """``_meta`` key of the host's ``initialize`` answer: a token naming the connection's agent
@@ -216,6 +219,7 @@ class _Session:
         self.last = 0  # the number of the last update journaled
         self.states = 0  # state_update notifications read
         self.states_at_prompt = 0
+        self.turn_ended: dict[str, Any] | None = None  # v1: the last turn's TURN_ENDED params, until a new prompt
 
     @property
     def running(self) -> bool:
@@ -238,7 +242,8 @@ class _Instance:
         self.closing = False
         self.principal: Any = None  # of the client whose initialize made it
         self.token_hash: bytes | None = None  # sha256 of its attach token, once it answered initialize
-        self.initialized: dict[str, Any] | None = None  # its first initialize answer (the result), as the agent gave it
+        self.initialized: dict[str, Any] | None = None  # its first initialize answer (the result), as the host gave it
+        self.agent_capabilities: Any = None  # its last initialize answer's capabilities, as the agent gave them
 
 
 class SessionInfo:
@@ -502,6 +507,7 @@ class SessionHost:
                 if type(result) is dict and type(result.get("protocolVersion")) is int:
                     instance.version = result["protocolVersion"]
                     client.version = instance.version
+                    result = self._advertise(instance, result)
                     if instance.initialized is None:
                         instance.initialized = result
                         fresh = secrets.token_urlsafe(32)
@@ -580,6 +586,7 @@ class SessionHost:
                     return
                 session.prompting = client
                 session.prompt_gone = False
+                session.turn_ended = None
                 session.states_at_prompt = session.states
                 self._touch()
             on_answer: Callable[[dict[str, Any]], Awaitable[None]] | None
@@ -591,6 +598,28 @@ class SessionHost:
             return
         on_answer = self._opened(client, home, method, params) if method in _OPENING else None
         self._forward(home, client, message, on_answer=on_answer)
+
+    @staticmethod
+    def _advertise(instance: _Instance, result: dict[str, Any]) -> dict[str, Any]:
+        """The ``initialize`` answer ``result`` with what the host serves itself added to the
+        agent's capabilities (kept in ``instance.agent_capabilities``): v1 ``loadSession: true`` and
+        ``sessionCapabilities.resume: {}``, since the host answers the load or resume of a live
+        session whatever the agent supports (a client checks them before sending either).  v2
+        needs nothing: ``session/resume`` is in the baseline of ``capabilities.session``
+        (schema ``SessionCapabilities``), which an agent that makes sessions advertises."""
+        if instance.version is None or instance.version >= 2:
+            instance.agent_capabilities = result.get("capabilities")
+            return result
+        caps = result.get("agentCapabilities")
+        instance.agent_capabilities = caps
+        caps = dict(caps) if type(caps) is dict else {}
+        caps["loadSession"] = True
+        session_caps = caps.get("sessionCapabilities")
+        session_caps = dict(session_caps) if type(session_caps) is dict else {}
+        if type(session_caps.get("resume")) is not dict:
+            session_caps["resume"] = {}
+        caps["sessionCapabilities"] = session_caps
+        return {**result, "agentCapabilities": caps}
 
     def _session_answer(
         self, session: _Session, method: str, params: Any
@@ -611,9 +640,11 @@ class SessionHost:
                         report["stopReason"] = result.get("stopReason")
                     else:  # the turn ended with an error answer
                         report["error"] = answer.get("error")
+                    session.turn_ended = report
                     ended = _dumps({"jsonrpc": "2.0", "method": TURN_ENDED, "params": report})
                     for other in session.clients:
-                        if other is not prompter or session.prompt_gone:
+                        # a client whose replay runs gets it after the replay (_attach)
+                        if (other is not prompter or session.prompt_gone) and session.id not in other.attaching:
                             other.put(ended)
                 return
             if type(result) is not dict:
@@ -659,6 +690,20 @@ class SessionHost:
         session is live there."""
         home = client.home
         assert home is not None
+        if (home.version or 1) < 2:  # the host advertised these for the live sessions it answers itself
+            needed = ("loadSession",) if method == "session/load" else ("sessionCapabilities", "resume")
+            if not advertised(home.agent_capabilities, needed):
+                client.put(
+                    _error(
+                        message["id"],
+                        RESOURCE_NOT_FOUND,
+                        f"Resource not found: session {session_id!r} is not live in this host, and the agent "
+                        f"cannot {method.removeprefix('session/')} sessions (it does not advertise "
+                        f"{'.'.join(needed)}): attach a session the host is running, or start one with session/new",
+                        {"sessionId": session_id, "method": method},
+                    )
+                )
+                return
         session = _Session(session_id, home, client.principal)
         session.loading = client
         self._sessions[session_id] = session
@@ -838,6 +883,9 @@ class SessionHost:
             keys = ("configOptions", "availableCommands")
         else:
             keys = ("modes", "configOptions")
+            if session.turn_ended is not None:  # the last turn ended, and no other runs: how it ended
+                ended = {"jsonrpc": "2.0", "method": TURN_ENDED, "params": session.turn_ended}
+                client.put(_dumps(ended))
         result = {k: session.setup[k] for k in keys if k in session.setup}
         result["_meta"] = {LAST_META_KEY: live_from}
         client.put(_dumps({"jsonrpc": "2.0", "id": request_id, "result": result}))
