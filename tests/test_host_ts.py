@@ -1,0 +1,310 @@
+"""The official TypeScript SDK's clients (``@agentclientprotocol/sdk`` 2.4.0) leaving a session host
+mid-turn and coming back (issue 35, items 2-5).
+
+Each client is a Node process running ``tests/interop/ts_host_client.mjs`` (the SDK's v1 entry point
+or ``experimental/v2``, over its ``experimental/ws-client`` or ``experimental/http-client``); it
+prints a JSON summary of what it saw, and the test asserts on it.  The agent is the demo agent
+(``python -m acp_trio.demo --serve-agent``), whose turn streams a message, a plan and tool calls,
+asks permission to read ``notes.txt``, runs a word count and writes ``summary.txt``.
+
+- Behind ``python -m acp_trio.bridge --listen 127.0.0.1:0 --detach`` (one bridge process for the
+  module; an agent process per agent instance): a first client starts a turn and leaves after its
+  first updates, without answering the permission request; a second client process comes back
+  over the other transport, v2 with ``session/resume`` (``replayFrom`` start, or the host's cursor
+  ``{"type": "_acp_trio_from", "update": N}``), v1 with ``session/load``, and gets every update
+  exactly once, in order, the pending request (it answers it) and the turn's end (v2 the numbered
+  ``state_update idle``; v1 the host's ``_acp_trio/turn_ended``).
+- ``AcpApp(host=open_session_host(...), token={...})`` in this process: the same with a v2 client,
+  and a client of another bearer token (another principal) that cannot resume the session.
+
+Node is spawned twice or three times per test, so the module runs on one interpreter only.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+from test_interop import INTEROP, TIME_LIMIT
+from test_interop_websocket import ts_ws_sdk  # noqa: F401  (the session fixture: the SDK, zod and ws)
+
+pytest.importorskip("hypercorn")
+pytest.importorskip("trio_websocket")
+
+from acp_trio.demo.agent import agents_for
+from acp_trio.host import open_session_host
+from acp_trio.transports.asgi import AcpApp, serve
+
+pytestmark = [
+    pytest.mark.skipif(os.name != "posix", reason="the bridge's agent processes: POSIX process groups"),
+    pytest.mark.one_interpreter,  # Node processes; what the host does is tested in tests/test_host*.py
+]
+
+BECOME_DEMO = (
+    "import os, sys; open(sys.argv[1], 'a').write(f'{os.getpid()}\\n'); "
+    "os.execv(sys.executable, [sys.executable, '-m', 'acp_trio.demo', '--serve-agent'])"
+)
+"""The demo agent, after appending its pid to ``argv[1]`` (the same process: ``execv``)."""
+DEADLINE = 2 * TIME_LIMIT
+"""Seconds of real time per test: two or three Node processes (a guard against a hang)."""
+DONE = "Done: summary.txt says 'notes.txt has 1 non-empty lines; the first is: one two three' "
+"""The last sentence of the demo agent's turn, as its chunks join up."""
+
+
+def started(pids: Path) -> list[int]:
+    return [int(line) for line in pids.read_text().split()] if pids.exists() else []
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+class Bridge:
+    """``python -m acp_trio.bridge --listen 127.0.0.1:0 --detach -- <the demo agent>`` running."""
+
+    def __init__(self, workdir: Path) -> None:
+        self.pids = workdir / "pids"
+        self.lines: list[str] = []
+        self.url = ""
+        serving = threading.Event()
+        command = [sys.executable, "-m", "acp_trio.bridge", "--listen", "127.0.0.1:0", "--detach", "--"]
+        self.process = subprocess.Popen(
+            [*command, sys.executable, "-c", BECOME_DEMO, str(self.pids)],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+            # Python leaves SIGINT ignored when its parent ignored it (a shell's background job):
+            # the bridge is stopped with SIGINT, which runs its shutdown (each agent's ladder)
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        )
+
+        def drain() -> None:  # read the bridge's log to its end, so that it never blocks on a full pipe
+            assert self.process.stderr is not None
+            for line in self.process.stderr:
+                self.lines.append(line)
+                if line.startswith("bridge: serving") and not serving.is_set():
+                    self.url = line.rsplit(" on ", 1)[1].strip()  # ws://127.0.0.1:PORT/acp
+                    serving.set()
+            serving.set()  # it exited
+
+        self.reader = threading.Thread(target=drain, daemon=True)
+        self.reader.start()
+        if not serving.wait(TIME_LIMIT) or not self.url:
+            self.stop()
+            pytest.fail(f"the bridge did not start listening:\n{''.join(self.lines)}", pytrace=False)
+
+    def stop(self) -> None:
+        """SIGINT, then its shutdown; SIGKILL after ``TIME_LIMIT`` seconds (and fail)."""
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGINT)
+            try:
+                self.process.wait(TIME_LIMIT)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+                pytest.fail(f"the bridge did not stop on SIGINT:\n{''.join(self.lines)}", pytrace=False)
+        self.reader.join(TIME_LIMIT)
+        left = [pid for pid in started(self.pids) if alive(pid)]
+        for pid in left:
+            os.kill(pid, signal.SIGKILL)
+        assert not left, f"agent processes outlived the bridge: {left}"
+
+
+@pytest.fixture(scope="module")
+def bridge(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Bridge]:
+    running = Bridge(tmp_path_factory.mktemp("bridge"))
+    try:
+        yield running
+    finally:
+        running.stop()
+
+
+def notes_dir(tmp_path: Path) -> str:
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "notes.txt").write_text("one two three\n", encoding="utf-8")
+    return str(work)
+
+
+async def ts_client(npm_dir: Path, **config: Any) -> dict[str, Any]:
+    """Run ``ts_host_client.mjs`` with ``config`` (its JSON argument); return its summary."""
+    name = "ts_host_client.mjs"
+    proc = await trio.run_process(
+        ["node", str(INTEROP / name), json.dumps(config)],
+        capture_stdout=True,
+        capture_stderr=True,
+        check=False,
+        env={**os.environ, "ACP_INTEROP_NPM_DIR": str(npm_dir)},
+    )
+    stderr = proc.stderr.decode("utf-8", "replace")
+    assert proc.returncode == 0, f"{name} {config} exited {proc.returncode}:\n{stderr}"
+    lines = proc.stdout.decode("utf-8").splitlines()
+    assert lines, f"{name} {config} printed no summary:\n{stderr}"
+    summary: dict[str, Any] = json.loads(lines[-1])
+    return summary
+
+
+def numbered(summary: dict[str, Any]) -> list[dict[str, Any]]:
+    return [u for u in summary["updates"] if u["n"] is not None]
+
+
+def said(updates: list[dict[str, Any]]) -> str:
+    return "".join(u["text"] for u in updates if u["kind"] == "agent_message_chunk" and u["text"] is not None)
+
+
+def url_for(base: str, transport: str) -> str:
+    """``base`` (``ws://`` or ``http://``) for ``transport``."""
+    rest = base.split("://", 1)[1]
+    return f"{'ws' if transport == 'ws' else 'http'}://{rest}"
+
+
+def check_turn(first: dict[str, Any], second: dict[str, Any], version: int, *, replayed_all: bool) -> None:
+    """The two clients' views of one turn: the first left before its end; the second came back,
+    got the request the agent waited on, answered it and saw the end."""
+    sid = first["sessionId"]
+    mine, theirs = numbered(first), numbered(second)
+    assert first["left"]["updates"] >= 3 and len(mine) >= 3
+    assert [u["n"] for u in mine] == list(range(1, len(mine) + 1))  # the first client's: 1, 2, ... in order
+    last = theirs[-1]["n"]
+    if replayed_all:  # v2 replayFrom start, v1 session/load: the whole journal, then live
+        assert [u["n"] for u in theirs] == list(range(1, last + 1))
+        assert theirs[: len(mine)] == mine  # the replay is what the first client saw, as it saw it
+        whole = theirs
+    else:  # the cursor one past the first client's last number: the rest only
+        whole = mine + theirs
+        assert [u["n"] for u in whole] == list(range(1, last + 1))  # each once, in order
+    text = said(whole)
+    assert text.startswith("Let me read your notes and write a summary. ") and text.endswith(DONE)
+    # the permission request the agent waited on goes to the client that came back, which answers it
+    assert [(p["sessionId"], p["toolCallId"]) for p in second["permissions"]] == [(sid, "call_read")]
+    assert all(p["toolCallId"] == "call_read" and not p["answered"] for p in first["permissions"])
+    assert "attach" in second and "error" not in second["attach"], second.get("attach")
+    if version == 2:
+        assert whole[-1]["kind"] == "state_update" and whole[-1]["state"] == "idle"  # the turn's end, numbered
+        current = [u for u in second["updates"] if u["current"]]
+        # one current state_update, unnumbered, before any live update: the turn waits on the user
+        # (or, if the agent had not asked yet when the client came back, it runs)
+        assert [(u["kind"], u["state"]) for u in current] in (
+            [("state_update", "requires_action")],
+            [("state_update", "running")],
+        )
+        assert first["prompt"]["messageId"]  # v2: the prompt was answered when accepted
+    else:
+        assert second["turnEnded"] == [{"sessionId": sid, "stopReason": "end_turn"}]
+        assert second["attach"]["result"]["_meta"]["acp-trio/lastUpdate"] >= len(mine)
+
+
+# -- the bridge's --detach (item 4) --------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("version", "leave_over", "back_over", "replay", "token"),
+    [
+        (2, "ws", "http", "cursor", True),
+        (2, "http", "ws", "start", False),
+        (1, "ws", "http", None, False),
+        (1, "http", "ws", None, True),
+    ],
+    ids=[
+        "v2-ws-then-http-cursor-attach-token",
+        "v2-http-then-ws-start",
+        "v1-ws-then-http-load",
+        "v1-http-then-ws-load-attach-token",
+    ],
+)
+async def test_a_typescript_client_leaves_the_bridge_mid_turn_and_another_comes_back(
+    ts_ws_sdk: Path,  # noqa: F811
+    bridge: Bridge,
+    tmp_path: Path,
+    version: int,
+    leave_over: str,
+    back_over: str,
+    replay: str | None,
+    token: bool,
+) -> None:
+    """The second client comes back over the other transport; with ``token`` it sends the first
+    one's attach token (``_meta["acp-trio/attach"]`` of its ``initialize`` answer), so that the
+    bridge starts no agent process for it, as the same editor reconnecting would."""
+    cwd = notes_dir(tmp_path)
+    with trio.fail_after(DEADLINE):
+        first = await ts_client(
+            ts_ws_sdk, version=version, url=url_for(bridge.url, leave_over), cwd=cwd, leave="start", leaveAfter=3
+        )
+        sid = first["sessionId"]
+        come_back: dict[str, Any] = {"version": version, "url": url_for(bridge.url, back_over), "cwd": cwd}
+        if replay == "cursor":
+            come_back["replayFrom"] = {"type": "_acp_trio_from", "update": numbered(first)[-1]["n"] + 1}
+        elif replay == "start":
+            come_back["replayFrom"] = {"type": "start"}
+        if token:
+            come_back["attach"] = first["initialize"]["_meta"]["acp-trio/attach"]
+        processes = len(started(bridge.pids))
+        second = await ts_client(ts_ws_sdk, sessionId=sid, **come_back)
+    assert first["initialize"]["protocolVersion"] == version
+    assert second["initialize"]["protocolVersion"] == version
+    # the attach token: the first client's agent process is the second one's home again, and it
+    # answered the initialize with its recorded first answer; without it, a process of its own
+    assert second["initialize"]["_meta"].get("acp-trio/attached", False) is token
+    assert len(started(bridge.pids)) == processes + (0 if token else 1)
+    check_turn(first, second, version, replayed_all=replay != "cursor")
+    assert (Path(cwd) / "summary.txt").read_text(encoding="utf-8").endswith("It has 3 words.\n")
+
+
+# -- AcpApp(host=...) in this process, with principals (items 1, 2, 5) -----------------------------
+
+TOKENS = {"t0k3n-alice": "alice", "t0k3n-bob": "bob"}
+"""``AcpApp(host=..., token=TOKENS)``: each bearer token names a principal."""
+
+
+async def test_a_typescript_v2_client_comes_back_to_an_in_process_host_and_a_stranger_cannot(
+    ts_ws_sdk: Path,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    cwd = notes_dir(tmp_path)
+    with trio.fail_after(DEADLINE):
+        async with open_session_host(agents_for()) as host, trio.open_nursery() as nursery:
+            binds: list[str] = await nursery.start(serve, AcpApp(host=host, token=TOKENS), "127.0.0.1", 0)
+            url = binds[0] + "/acp"
+            alice = {"version": 2, "cwd": cwd, "token": "t0k3n-alice"}
+            first = await ts_client(ts_ws_sdk, url=url_for(url, "ws"), leave="start", leaveAfter=3, **alice)
+            sid = first["sessionId"]
+            # nobody attached, and the turn waits on the permission request nobody answered
+            await host.wait_until(
+                lambda: (host.sessions()[sid].attached, host.sessions()[sid].pending_requests) == (0, 1)
+            )
+            # bob knows the session id and even alice's attach token, but his bearer token is another principal's
+            stranger = await ts_client(
+                ts_ws_sdk,
+                version=2,
+                url=url_for(url, "http"),
+                cwd=cwd,
+                token="t0k3n-bob",
+                attach=first["initialize"]["_meta"]["acp-trio/attach"],
+                sessionId=sid,
+                replayFrom={"type": "start"},
+            )
+            info = host.sessions()[sid]
+            assert (info.attached, info.pending_requests, info.running) == (0, 1, True)  # untouched
+            second = await ts_client(
+                ts_ws_sdk, url=url_for(url, "http"), sessionId=sid, replayFrom={"type": "start"}, **alice
+            )
+            nursery.cancel_scope.cancel()
+    assert stranger["initialize"]["_meta"]["acp-trio/attached"] is False  # a new instance of its own
+    assert stranger["attach"]["error"]["code"] == -32002  # as for a session that does not exist
+    assert stranger["updates"] == [] and stranger["permissions"] == []  # nothing of alice's session
+    check_turn(first, second, 2, replayed_all=True)
+    assert (Path(cwd) / "summary.txt").read_text(encoding="utf-8").endswith("It has 3 words.\n")
