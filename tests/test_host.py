@@ -276,3 +276,17 @@ async def test_resuming_while_updates_stream_gives_every_update_once_in_order(jo
                 assert numbers[-1] == host.sessions()[sid].last_update
                 assert second.texts() == [str(i) for i in range(200)] + [f"+{i}" for i in range(1300)]
                 assert answers[0].meta[LAST_META_KEY] >= before + 100  # it went live after those
+
+
+async def test_the_default_journal_is_in_memory_with_the_sqlite_journals_bounds() -> None:
+    """open_session_host's default journal is bounded per session as SqliteSessionStore.journal()
+    is by default (the oldest lines dropped beyond), so switching journals changes durability only."""
+    import inspect
+
+    from acp_trio.session_store import SqliteSessionStore
+
+    defaults = inspect.signature(SqliteSessionStore.journal).parameters
+    async with open_session_host(agents(Control())) as host:
+        assert isinstance(host.journal, MemoryJournal)
+        assert host.journal.max_updates == defaults["max_updates"].default == 100_000
+        assert host.journal.max_bytes == defaults["max_bytes"].default == 64 << 20

@@ -153,6 +153,14 @@ async def test_a_v1_client_loading_after_the_turn_ended_gets_its_end_after_the_r
                 assert kinds(lines) == ["update 1", "update 2", "update 3", TURN_ENDED, "answer 2"]
                 assert lines[3]["params"] == {"sessionId": sid, "stopReason": "end_turn"}
                 await client_side.aclose()
+                client_side, host_side = trio.testing.memory_stream_pair()  # v1 session/resume: no replay
+                nursery.start_soon(host.serve_streams, "later", host_side, host_side)
+                wire = Wire(client_side)
+                await wire.send({"id": 1, "method": "initialize", "params": {"protocolVersion": 1}})
+                await wire.until_answer(1)
+                await wire.send({"id": 2, "method": "session/resume", "params": {"sessionId": sid, "cwd": "/tmp"}})
+                assert kinds((await wire.until_answer(2))[1:]) == [TURN_ENDED, "answer 2"]
+                await client_side.aclose()
             b = Recorder()  # acp-trio's v1 client, with a handler for it
             async with connected(host, b, v1) as conn_b:
                 await init1(conn_b)

@@ -7,7 +7,9 @@ session made or loaded there is *live* in the host, owned by that instance; clie
 (``session/new``, ``session/load``, ``session/resume``) and detach when their connection ends,
 while its turn keeps running.  Messages are forwarded verbatim except the ids the router rewrites
 (every client->agent request gets an instance-wide id; every agent->client request one id per
-client copy) and the ``_meta`` number it adds to each ``session/update``.  It knows the
+client copy), the ``_meta`` number it adds to each ``session/update``, and the ``initialize``
+answer, to which it adds its attach token and what it serves itself (v1 ``loadSession``,
+``sessionCapabilities.resume``).  It knows the
 envelopes and the session-scoped methods of ACP v1 and v2, nothing of their payloads beyond
 ``sessionId``, ``state_update``, the setup answers' ``modes``/``configOptions``/``availableCommands``
 and the updates that change them.  The rules are in ``docs/site/guides/host.md``.
@@ -112,6 +114,12 @@ def _with_meta(message: dict[str, Any], key: str, value: Any) -> bytes:
 DEFAULT_MAX_CLIENT_BACKLOG_BYTES = 64 * 1024 * 1024
 """Bytes of messages that may wait for one client connection (64 MiB, as ``AcpApp``'s
 ``max_buffered_bytes``): see :func:`open_session_host`'s ``max_client_backlog_bytes``."""
+DEFAULT_JOURNAL_MAX_UPDATES = 100_000
+"""Updates per session the default journal of :func:`open_session_host` holds (the oldest dropped
+beyond), as ``SqliteSessionStore.journal()``'s default."""
+DEFAULT_JOURNAL_MAX_BYTES = 64 << 20
+"""Bytes of update lines per session the default journal holds (64 MiB), as
+``SqliteSessionStore.journal()``'s default."""
 _WRITE_BATCH = 1 << 20  # bytes of lines a client's writer joins into one send (a longer line goes alone)
 
 
@@ -1373,7 +1381,9 @@ async def open_session_host(
     ``agent_factory``: as for :class:`~acp_trio.AgentSideConnection` (``AcpApp(agent)`` takes the
     same), one instance per client connection's ``initialize``.  ``journal``: where session
     updates are numbered and kept (:class:`~acp_trio.host.Journal`; default a fresh
-    :class:`~acp_trio.host.MemoryJournal`; ``SqliteSessionStore(...).journal()`` persists).
+    :class:`~acp_trio.host.MemoryJournal` holding at most :data:`DEFAULT_JOURNAL_MAX_UPDATES`
+    updates and :data:`DEFAULT_JOURNAL_MAX_BYTES` bytes per session, the bounds of
+    ``SqliteSessionStore(...).journal()``, which persists).
     ``detached_ttl``: seconds a session may stay with no client attached before its turn is
     cancelled (``session/cancel``) and it is closed (``session/close``); ``None``: forever.
     ``max_detached_sessions``: sessions with no client attached kept at once; one more closes the
@@ -1410,7 +1420,9 @@ async def open_session_host(
         host = SessionHost(
             agent_factory,
             nursery,
-            journal=MemoryJournal() if journal is None else journal,
+            journal=MemoryJournal(max_updates=DEFAULT_JOURNAL_MAX_UPDATES, max_bytes=DEFAULT_JOURNAL_MAX_BYTES)
+            if journal is None
+            else journal,
             detached_ttl=detached_ttl,
             max_detached_sessions=max_detached_sessions,
             unattended_timeout=unattended_timeout,
@@ -1425,4 +1437,10 @@ async def open_session_host(
             host._stop()
 
 
-__all__ = ["SessionHost", "SessionInfo", "open_session_host"]
+__all__ = [
+    "DEFAULT_JOURNAL_MAX_BYTES",
+    "DEFAULT_JOURNAL_MAX_UPDATES",
+    "SessionHost",
+    "SessionInfo",
+    "open_session_host",
+]
