@@ -455,7 +455,7 @@ GUIDE = Path(__file__).parent.parent / "docs" / "site" / "guides" / "host.md"
         (["--listen", "127.0.0.1:0", "--detached-ttl", "5", "--", "agent"], "--detached-ttl needs --detach"),
         (["--listen", "127.0.0.1:0", "--journal", "j.db", "--", "agent"], "--journal needs --detach"),
         (["--connect", "ws://127.0.0.1:1/acp", "--detach"], "--detach is for --listen"),
-        (["--listen", "127.0.0.1:0", "--detach", "--speak", "1", "--", "agent"], "do not combine yet"),
+        (["--listen", "127.0.0.1:0", "--detach", "--cancel-grace", "1", "--", "agent"], "--cancel-grace needs --speak"),
         (["--listen", "127.0.0.1:0", "--detach", "--detached-ttl", "0", "--", "agent"], "positive seconds"),
         (["--listen", "127.0.0.1:0", "--detach", "--unattended-policy", "later", "--", "agent"], "invalid choice"),
     ],
@@ -479,7 +479,7 @@ async def test_the_guides_detach_command_keeps_a_turn_for_the_next_client(tmp_pa
     from acp_trio.transports.http import connect_http
     from acp_trio.transports.websocket import connect_websocket
 
-    command = guide_line("python -m acp_trio.bridge --listen 127.0.0.1:8765 --detach")
+    command = guide_line("python -m acp_trio.bridge --listen 127.0.0.1:8765 --detach --detached-ttl")
     journal = tmp_path / "journal.db"
     command = [str(journal) if w == "journal.db" else w for w in command]
     cwd = notes_dir(tmp_path)
@@ -516,12 +516,21 @@ async def test_the_guides_detach_command_keeps_a_turn_for_the_next_client(tmp_pa
     assert journal.exists()  # --journal: the updates were kept in that SQLite file
 
 
-def test_serve_bridge_refuses_detach_with_speak_and_a_journal_without_detach() -> None:
+def test_serve_bridge_and_open_detach_host_refuse_a_journal_without_detach_and_bad_adapter_options() -> None:
     from acp_trio.bridge import serve_bridge
 
     for options, message in (
-        ({"detach": True, "speak": 1}, "do not combine"),
         ({"journal": "j.db"}, "journal is for detach"),
+        ({"detach": True, "speak": 3}, "speak is the protocol version"),
+        ({"detach": True, "ext_requests": ["_x"]}, "are for speak=1 or 2"),
+        ({"detach": True, "speak": 1, "client_fs": False}, "client_fs=False is for speak=2"),
     ):
         with pytest.raises(ValueError, match=message):
             trio.run(functools.partial(serve_bridge, ["agent"], "127.0.0.1", 0, **options))
+
+    async def opened(**options: Any) -> None:
+        async with open_detach_host([sys.executable], **options):
+            pass  # pragma: no cover
+
+    with pytest.raises(ValueError, match="extension method names start with '_'"):
+        trio.run(functools.partial(opened, speak=2, ext_notifications=["x"]))

@@ -957,6 +957,14 @@ PARSE_ONLY: dict[str, str] = {
     " -- python -m acp_trio.demo --serve-agent": (
         "a fixed port on the network: tests/test_bridge_detach.py runs it as printed on a free one"
     ),
+    "python -m acp_trio.bridge --listen 127.0.0.1:8765 --detach --token-file tokens.txt"
+    " -- python -m acp_trio.demo --serve-agent": (
+        "a fixed port on the network: tests/test_bridge_detach_principals.py runs it as printed on a free one"
+    ),
+    "python -m acp_trio.bridge --listen 127.0.0.1:8765 --detach --speak 2"
+    " -- python -m acp_trio.demo --serve-agent --protocol 1": (
+        "a fixed port on the network: tests/test_bridge_detach_speak.py runs it as printed on a free one"
+    ),
     "python -m examples.llm_agent --provider anthropic --model claude-sonnet-4-5 --store ~/.cache/llm-agent.db": (
         "a model API: the network and a key (nox -s llm_demo runs it against a loopback server)"
     ),

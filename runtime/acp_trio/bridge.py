@@ -40,8 +40,8 @@ text that is not UTF-8 (close ``1007``), a request over ``--max-connections`` (`
 
 Command line (needs ``pip install 'acp-trio[remote]'``)::
 
-    python -m acp_trio.bridge --listen 127.0.0.1:8765 [--token T] [--allow-origin O] [--allow-host H]
-                              [--idle-timeout S] [--max-connections N]
+    python -m acp_trio.bridge --listen 127.0.0.1:8765 [--token T | --token-file PATH]
+                              [--allow-origin O] [--allow-host H] [--idle-timeout S] [--max-connections N]
                               [--speak 1|2 [--no-client-fs] [--cancel-grace S]
                                [--ext-request _NAME ...] [--ext-notification _NAME ...]]
                               [--detach [--detached-ttl S] [--max-detached-sessions N]
@@ -54,7 +54,10 @@ Command line (needs ``pip install 'acp-trio[remote]'``)::
 ``--speak`` is for ``--listen`` only: ``--connect`` carries stdio verbatim, and an editor that
 needs the other version from a remote agent runs the stdio adapter around it (``python -m
 acp_trio.adapt --speak 1 -- python -m acp_trio.bridge --connect URL``); the combination is a
-usage error that says so.  ``--detach`` and ``--speak`` do not combine yet (a usage error).
+usage error that says so.  ``--detach --speak N`` puts the adapter between the session host and
+each agent process: the host and its clients speak version ``N``.  ``--token-file PATH`` gives
+several bearer tokens, each with its principal (:func:`read_token_file`), instead of one
+``--token`` (the two do not combine), and keeps them out of the command line (``ps``).
 """
 
 from __future__ import annotations
@@ -63,6 +66,7 @@ import argparse
 import functools
 import logging
 import os
+import re
 import sys
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
@@ -217,6 +221,18 @@ def _check_speak(speak: int | None, client_fs: bool) -> None:
         raise ValueError("client_fs=False is for speak=2: only a v1 agent behind a v2 client calls fs/* and terminal/*")
 
 
+def _check_adapter(
+    speak: int | None, client_fs: bool, ext_requests: Sequence[str], ext_notifications: Sequence[str]
+) -> None:
+    """The adapter's options: ``ValueError`` for what :func:`serve_bridge` refuses."""
+    _check_speak(speak, client_fs)
+    if speak is None and (ext_requests or ext_notifications):
+        raise ValueError("ext_requests / ext_notifications are for speak=1 or 2: without it every message passes")
+    for method in (*ext_requests, *ext_notifications):
+        if not method.startswith("_"):
+            raise ValueError(f"extension method names start with '_' (extensibility.mdx), got {method!r}")
+
+
 @asynccontextmanager
 async def open_detach_host(
     command: Sequence[str],
@@ -226,6 +242,11 @@ async def open_detach_host(
     max_detached_sessions: int | None = 100,
     unattended_timeout: float | None = None,
     unattended_policy: Literal["wait", "reject", "cancel"] = "wait",
+    speak: int | None = None,
+    client_fs: bool = True,
+    cancel_grace: float | None = None,
+    ext_requests: Sequence[str] = (),
+    ext_notifications: Sequence[str] = (),
     env: Mapping[str, str] | None = None,
     cwd: str | os.PathLike[str] | None = None,
     shutdown_timeout: float = 2.0,
@@ -243,19 +264,47 @@ async def open_detach_host(
     sessions' updates are numbered and kept (default in memory; ``SqliteSessionStore(PATH).journal()``
     on disk).  ``detached_ttl``, ``max_detached_sessions``, ``unattended_timeout``,
     ``unattended_policy``: as for :func:`acp_trio.host.open_session_host` (a session closed by
-    them ends its process once it has no other).  ``env``, ``cwd``: the agent's.  Raises ``OSError``
-    naming the command at once when it cannot run, ``ValueError`` for an empty command or a bad limit.
+    them ends its process once it has no other).  ``env``, ``cwd``: the agent's.
+
+    ``speak`` (1 or 2): each process is served through the v1 ⇄ v2 adapter, as by
+    :func:`adapt_agent_process` (``client_fs``, ``cancel_grace``, ``ext_requests``,
+    ``ext_notifications`` as there): the adapter sits between the host's router and the process, so
+    the router, its journal and every client speak version ``speak`` and the agent the other one
+    (client ⇄ router ⇄ adapter ⇄ agent process).  Raises ``OSError`` naming the command at once when
+    it cannot run, ``ValueError`` for an empty command, a bad limit, or a ``speak`` / ``client_fs``
+    / extension name that :func:`serve_bridge` refuses.
     """
     from .host import open_session_host
     from .transports.stdio import _resolve_command
 
     if not command:
         raise ValueError("the bridge needs an agent command after --")
+    _check_adapter(speak, client_fs, ext_requests, ext_notifications)
     _resolve_command(command[0], env, cwd)  # a missing agent is named before anything is served
     program, args = command[0], list(command[1:])
 
     async def serve_agent(stream: trio.abc.HalfCloseableStream) -> None:
-        await pump_agent_process(program, args, stream, stream, env=env, cwd=cwd, shutdown_timeout=shutdown_timeout)
+        if speak is None:
+            await pump_agent_process(program, args, stream, stream, env=env, cwd=cwd, shutdown_timeout=shutdown_timeout)
+            return
+        await adapt_agent_process(
+            speak,
+            program,
+            args,
+            stream,
+            stream,
+            client_fs=client_fs,
+            cancel_grace=cancel_grace,
+            ext_requests=ext_requests,
+            ext_notifications=ext_notifications,
+            env=env,
+            cwd=cwd,
+            shutdown_timeout=shutdown_timeout,
+            name=f"bridge-detach-v{speak}",
+        )
+
+    if speak is not None:
+        from . import adapt  # noqa: F401  (imported now rather than by the first client's initialize)
 
     async with open_session_host(
         None,
@@ -274,7 +323,7 @@ async def serve_bridge(
     host: str = "127.0.0.1",
     port: int = 8765,
     *,
-    token: str | None = None,
+    token: str | Mapping[str, str] | None = None,
     allowed_origins: Sequence[str] = (),
     allowed_hosts: Sequence[str] = (),
     shutdown_timeout: float = 2.0,
@@ -300,34 +349,31 @@ async def serve_bridge(
     ``client_fs``, ``cancel_grace``, ``ext_requests``, ``ext_notifications`` as there).
 
     ``token``/``allowed_origins``/``allowed_hosts``/``idle_timeout``/``max_connections``: as for
-    :class:`~acp_trio.transports.asgi.AcpApp` (``idle_timeout``: seconds after which an abandoned
+    :class:`~acp_trio.transports.asgi.AcpApp` (``token``: one bearer token, or ``{token: principal}``,
+    as :func:`read_token_file` reads one; ``idle_timeout``: seconds after which an abandoned
     Streamable HTTP connection, and so its agent process, is shut down; ``max_connections``: agent
     processes at once, one more connection is refused ``503`` before any process starts).  ``task_status``:
     started with the bound URLs.
 
     ``detach``: the agent processes run behind a session host (:func:`open_detach_host`, with
-    ``detached_ttl``, ``max_detached_sessions``, ``unattended_timeout``, ``unattended_policy``):
-    they outlive their clients' connections while they have live sessions (``max_connections``
-    then counts connections, not processes).  ``journal``: a SQLite file for the sessions' journal
-    (:class:`~acp_trio.session_store.SqliteSessionStore`; default in memory).
+    ``detached_ttl``, ``max_detached_sessions``, ``unattended_timeout``, ``unattended_policy``, and
+    ``speak`` and its options: the adapter then runs between the host and each process): they
+    outlive their clients' connections while they have live sessions (``max_connections`` then
+    counts connections, not processes).  With a ``token`` mapping, each connection is served under
+    its token's principal, and a session made under one principal is attached to only by a
+    connection of the same (``docs/site/guides/host.md``).  ``journal``: a SQLite file for the
+    sessions' journal (:class:`~acp_trio.session_store.SqliteSessionStore`; default in memory).
 
     Raises ``OSError`` naming the command at once when it cannot run, ``ValueError`` for an empty
-    command, a ``speak`` / ``client_fs`` that :func:`adapt_agent_process` refuses, ``detach`` with
-    ``speak``, or a ``journal`` without ``detach``.
+    command, a ``speak`` / ``client_fs`` that :func:`adapt_agent_process` refuses, or a ``journal``
+    without ``detach``.
     """
     from .transports.asgi import AcpApp, serve
     from .transports.stdio import _resolve_command
 
     if not command:
         raise ValueError("the bridge needs an agent command after --")
-    _check_speak(speak, client_fs)
-    if speak is None and (ext_requests or ext_notifications):
-        raise ValueError("ext_requests / ext_notifications are for speak=1 or 2: without it every message passes")
-    for method in (*ext_requests, *ext_notifications):
-        if not method.startswith("_"):
-            raise ValueError(f"extension method names start with '_' (extensibility.mdx), got {method!r}")
-    if detach and speak is not None:
-        raise ValueError("detach and speak do not combine yet: detach serves the agent's own protocol version")
+    _check_adapter(speak, client_fs, ext_requests, ext_notifications)
     if journal is not None and not detach:
         raise ValueError("journal is for detach: without it nothing is journaled")
     _resolve_command(command[0], None, None)  # a missing agent is named before anything listens
@@ -351,6 +397,13 @@ async def serve_bridge(
             unattended_timeout=unattended_timeout,
             unattended_policy=unattended_policy,
             shutdown_timeout=shutdown_timeout,
+            adapter={
+                "speak": speak,
+                "client_fs": client_fs,
+                "cancel_grace": cancel_grace,
+                "ext_requests": ext_requests,
+                "ext_notifications": ext_notifications,
+            },
             task_status=task_status,
         )
         return
@@ -392,9 +445,11 @@ async def _serve_detached(
     unattended_timeout: float | None,
     unattended_policy: Literal["wait", "reject", "cancel"],
     shutdown_timeout: float,
+    adapter: dict[str, Any],
     task_status: trio.TaskStatus[list[str]],
 ) -> None:
-    """``serve_bridge(detach=True)``: the host of :func:`open_detach_host` served on ``host:port``."""
+    """``serve_bridge(detach=True)``: the host of :func:`open_detach_host` served on ``host:port``,
+    each connection under the principal of its bearer token (``AcpApp(host=...)``)."""
     from .transports.asgi import AcpApp, serve
 
     store = None
@@ -411,13 +466,62 @@ async def _serve_detached(
             unattended_timeout=unattended_timeout,
             unattended_policy=unattended_policy,
             shutdown_timeout=shutdown_timeout,
+            **adapter,
         ) as session_host:
-            app = AcpApp(serve_streams=session_host.serve_streams, **app_options)
+            app = AcpApp(host=session_host, **app_options)
             await serve(app, host, port, task_status=task_status)
     finally:
         if store is not None:
             with trio.CancelScope(shield=True):
                 await trio.to_thread.run_sync(store.close)
+
+
+_BEARER_TOKEN = re.compile(r"[A-Za-z0-9\-._~+/]+=*")  # RFC 6750 § 2.1, b64token
+
+
+def read_token_file(path: str | os.PathLike[str]) -> dict[str, str]:
+    """The bearer tokens of a token file, as ``{token: principal}`` (``AcpApp``'s ``token=``).
+
+    The file (UTF-8) has one ``PRINCIPAL TOKEN`` line per token: the principal (who holds the token:
+    one word, several tokens may name the same) and the token (RFC 6750 § 2.1 ``b64token``: letters,
+    digits, ``-._~+/``, then optional ``=``; ``python -c 'import secrets; print(secrets.token_urlsafe(32))'``
+    makes one), separated by spaces or tabs.  Blank lines and lines whose first character other
+    than a space is ``#`` are skipped.  A file other users may read is logged as a warning (the
+    tokens are secrets: ``chmod 600`` it).
+
+    Raises ``ValueError`` naming the file and the line (never a token) for a line that is not two
+    words, a token that is not a ``b64token``, a token given twice, or a file with no token;
+    ``OSError`` when the file cannot be read.
+    """
+    name = os.fspath(path)
+    with open(name, encoding="utf-8") as file:
+        mode = os.fstat(file.fileno()).st_mode
+        text = file.read()
+    if mode & 0o077:
+        log.warning(
+            "bridge: %s holds bearer tokens and other users may read it (mode %o): chmod 600 it", name, mode & 0o777
+        )
+    tokens: dict[str, str] = {}
+    lines: dict[str, int] = {}
+    for number, line in enumerate(text.splitlines(), 1):
+        words = line.split()
+        if not words or words[0].startswith("#"):
+            continue
+        if len(words) != 2:
+            raise ValueError(f"{name}, line {number}: expected 'PRINCIPAL TOKEN' (two words), got {len(words)} word(s)")
+        principal, token = words
+        if not _BEARER_TOKEN.fullmatch(token):
+            raise ValueError(
+                f"{name}, line {number}: the token of {principal!r} is not a bearer token "
+                "(RFC 6750 § 2.1: letters, digits and -._~+/, then optional '=')"
+            )
+        if token in tokens:
+            raise ValueError(f"{name}, line {number}: the token of line {lines[token]} again: each token once")
+        tokens[token] = principal
+        lines[token] = number
+    if not tokens:
+        raise ValueError(f"{name}: no 'PRINCIPAL TOKEN' line: no client could connect")
+    return tokens
 
 
 async def connect_bridge(
@@ -549,12 +653,18 @@ def main(argv: Sequence[str] | None = None) -> None:
         "--connect", metavar="URL", help="carry stdin/stdout to the ACP server at URL (ws://... or http://...)"
     )
     parser.add_argument("--token", help="--listen: require Authorization: Bearer TOKEN")
+    parser.add_argument(
+        "--token-file",
+        metavar="PATH",
+        help="--listen: accept the bearer tokens of PATH, one 'PRINCIPAL TOKEN' line each (instead of --token; "
+        "with --detach, a session is attached to only under its maker's principal)",
+    )
     parser.add_argument("--allow-origin", action="append", default=[], help="--listen: a browser origin to allow")
     parser.add_argument(
         "--allow-host",
         action="append",
         default=[],
-        help="--listen without --token on loopback: a Host name to accept besides localhost and IP addresses",
+        help="--listen without a token on loopback: a Host name to accept besides localhost and IP addresses",
     )
     parser.add_argument(
         "--idle-timeout",
@@ -652,14 +762,25 @@ def main(argv: Sequence[str] | None = None) -> None:
         parser.error(f"{'--detach' if options.detach else detach_options[0]} is for --listen")
     if options.listen and not options.detach and detach_options:
         parser.error(f"{detach_options[0]} needs --detach")
-    if options.detach and options.speak:
-        parser.error("--detach and --speak do not combine yet: --detach serves the agent's own protocol version")
+    if options.connect and options.token_file is not None:
+        parser.error("--token-file is for --listen (--connect sends a token with --header 'Authorization: Bearer T')")
+    if options.token is not None and options.token_file is not None:
+        parser.error(
+            "--token and --token-file do not combine: put the token in the file as a line 'PRINCIPAL TOKEN' "
+            "(--token has no principal, and shows in ps)"
+        )
     for flag, value in (("--detached-ttl", options.detached_ttl), ("--unattended-timeout", options.unattended_timeout)):
         if value is not None and not value > 0:
             parser.error(f"{flag} takes positive seconds, got {value}")
     if options.max_detached_sessions is not None and options.max_detached_sessions < 0:
         parser.error(f"--max-detached-sessions takes N >= 0, got {options.max_detached_sessions}")
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(name)s: %(message)s")
+    token: str | dict[str, str] | None = options.token
+    if options.token_file is not None:
+        try:
+            token = read_token_file(options.token_file)
+        except (OSError, ValueError) as exc:
+            parser.error(f"--token-file: {exc}")
     if options.listen:
         host, _, port = options.listen.rpartition(":")
         if not host or not port.isdigit() or not command:
@@ -673,7 +794,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                         command,
                         host.strip("[]"),
                         int(port),
-                        token=options.token,
+                        token=token,
                         allowed_origins=options.allow_origin,
                         allowed_hosts=options.allow_host,
                         idle_timeout=options.idle_timeout,
@@ -695,7 +816,11 @@ def main(argv: Sequence[str] | None = None) -> None:
                 )
                 adapted = f" (adapted: protocol {options.speak} to clients)" if options.speak else ""
                 if options.detach:
-                    adapted = " (detached sessions kept)"
+                    adapted = " (detached sessions kept" + (
+                        f"; protocol {options.speak} to clients)" if options.speak else ")"
+                    )
+                if isinstance(token, dict):
+                    adapted += f" for {len(set(token.values()))} principal(s)"
                 url = urls[0].replace("http", "ws", 1)
                 print(f"bridge: serving {' '.join(command)}{adapted} on {url}/acp", file=sys.stderr)
 
@@ -747,6 +872,7 @@ __all__ = [
     "main",
     "open_detach_host",
     "pump_agent_process",
+    "read_token_file",
     "serve_bridge",
 ]
 
