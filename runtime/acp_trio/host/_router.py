@@ -120,6 +120,7 @@ beyond), as ``SqliteSessionStore.journal()``'s default."""
 DEFAULT_JOURNAL_MAX_BYTES = 64 << 20
 """Bytes of update lines per session the default journal holds (64 MiB), as
 ``SqliteSessionStore.journal()``'s default."""
+_REPLAY_SLICE = 64  # replayed updates prepared between two checkpoints (the first reach the client sooner)
 _WRITE_BATCH = 1 << 20  # bytes of lines a client's writer joins into one send (a longer line goes alone)
 
 
@@ -857,11 +858,13 @@ class SessionHost:
         session.detached_at = None
         try:
             if start is not None:
-                for number, line in await self.journal.read(session.id, max(0, start - 1)):
+                for i, (number, line) in enumerate(await self.journal.read(session.id, max(0, start - 1)), 1):
                     numbered = self._numbered(line, number)
                     await client.room(len(numbered) + 1)  # a replay longer than max_client_backlog_bytes waits
                     client.put(numbered)
                     fence = number
+                    if i % _REPLAY_SLICE == 0:  # the client's writer sends what is ready while the rest is prepared
+                        await trio.lowlevel.checkpoint()
             # the buffer's updates past the fence go out (live ones keep joining it while this waits)
             buffer = client.attaching[session.id]
             i = 0
