@@ -54,6 +54,12 @@ BECOME_DEMO = (
     "os.execv(sys.executable, [sys.executable, '-m', 'acp_trio.demo', '--serve-agent'])"
 )
 """The demo agent, after appending its pid to ``argv[1]`` (the same process: ``execv``)."""
+RUN_BRIDGE = (
+    "import runpy, signal; signal.signal(signal.SIGINT, signal.default_int_handler); "
+    "runpy.run_module('acp_trio.bridge', run_name='__main__', alter_sys=True)"
+)
+"""``python -m acp_trio.bridge ARGS``, stopped with SIGINT, which runs its shutdown (each agent's
+ladder): Python leaves SIGINT ignored when its parent ignored it (a shell's background job)."""
 DEADLINE = 2 * TIME_LIMIT
 """Seconds of real time per test: two or three Node processes (a guard against a hang)."""
 DONE = "Done: summary.txt says 'notes.txt has 1 non-empty lines; the first is: one two three' "
@@ -80,16 +86,13 @@ class Bridge:
         self.lines: list[str] = []
         self.url = ""
         serving = threading.Event()
-        command = [sys.executable, "-m", "acp_trio.bridge", "--listen", "127.0.0.1:0", "--detach", "--"]
+        command = [sys.executable, "-c", RUN_BRIDGE, "--listen", "127.0.0.1:0", "--detach", "--"]
         self.process = subprocess.Popen(
             [*command, sys.executable, "-c", BECOME_DEMO, str(self.pids)],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
             text=True,
-            # Python leaves SIGINT ignored when its parent ignored it (a shell's background job):
-            # the bridge is stopped with SIGINT, which runs its shutdown (each agent's ladder)
-            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
         )
 
         def drain() -> None:  # read the bridge's log to its end, so that it never blocks on a full pipe

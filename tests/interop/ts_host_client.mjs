@@ -143,7 +143,7 @@ await app.connectWith(stream, async (agent) => {
         })
       : agent.request(acp.methods.agent.session.load, { sessionId: config.sessionId, cwd: config.cwd, mcpServers: [] }),
   );
-  summary.attach = answer.error ? answer : { result: answer.result, updatesBefore: summary.updates.length };
+  summary.attach = answer; // { result } or { error: { code, message, data } }
   if (answer.error) {
     return;
   }
