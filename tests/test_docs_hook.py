@@ -59,6 +59,13 @@ def hooks() -> ModuleType:
     return module
 
 
+@pytest.fixture(scope="module")
+def real(hooks: ModuleType) -> griffe.ModulesCollection:
+    """acp_trio and acp_schema as griffe loads them from the source tree (loaded once: half a minute)."""
+    collection: griffe.ModulesCollection = hooks.load(ROOT)
+    return collection
+
+
 def test_a_public_name_without_a_docstring_is_reported(hooks: ModuleType) -> None:
     with griffe.temporary_visited_module(FAKE, module_name="fake") as module:
         assert hooks.missing_docstrings(module) == ["fake.bare", "fake.Mixed.undocumented"]
@@ -91,10 +98,12 @@ def test_a_public_name_missing_from_the_reference_is_reported(hooks: ModuleType)
         assert hooks.unrendered(module, [*rendered, "fake.Mixed"]) == []
 
 
-def test_the_real_packages_are_documented_and_a_missing_page_is_caught(hooks: ModuleType) -> None:
+def test_the_real_packages_are_documented_and_a_missing_page_is_caught(
+    hooks: ModuleType, real: griffe.ModulesCollection
+) -> None:
     """Every public name of acp_trio has a docstring today; with nothing rendered, every public name of
     every checked module is reported (so the check does look at the real packages)."""
-    collection = hooks.load(ROOT)
+    collection = real
     problems = list(hooks.check(collection, []))
     assert not [p for p in problems if "without a docstring" in p], problems
     assert "public name not rendered in the API reference: acp_trio.StandardClient" in problems
@@ -106,8 +115,10 @@ def test_the_real_packages_are_documented_and_a_missing_page_is_caught(hooks: Mo
     )
 
 
-def test_the_checked_modules_are_every_public_module_of_acp_trio_but_the_demo(hooks: ModuleType) -> None:
-    modules = hooks.public_modules(hooks.load(ROOT)["acp_trio"])
+def test_the_checked_modules_are_every_public_module_of_acp_trio_but_the_demo(
+    hooks: ModuleType, real: griffe.ModulesCollection
+) -> None:
+    modules = hooks.public_modules(real["acp_trio"])
     assert modules[0] == "acp_trio"
     assert {"acp_trio.standard_client", "acp_trio.check", "acp_trio.transports.websocket"} <= set(modules)
     assert not [m for m in modules if m.startswith("acp_trio.demo") or "._" in m], modules
