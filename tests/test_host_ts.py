@@ -144,7 +144,8 @@ def notes_dir(tmp_path: Path) -> str:
 
 
 async def ts_client(npm_dir: Path, **config: Any) -> dict[str, Any]:
-    """Run ``ts_host_client.mjs`` with ``config`` (its JSON argument); return its summary."""
+    """Run ``ts_host_client.mjs`` with ``config`` (its JSON argument); return its summary.  It exits 0,
+    or (``leave="kill"``) is killed by its own SIGKILL."""
     name = "ts_host_client.mjs"
     proc = await trio.run_process(
         ["node", str(INTEROP / name), json.dumps(config)],
@@ -154,7 +155,9 @@ async def ts_client(npm_dir: Path, **config: Any) -> dict[str, Any]:
         env={**os.environ, "ACP_INTEROP_NPM_DIR": str(npm_dir)},
     )
     stderr = proc.stderr.decode("utf-8", "replace")
-    assert proc.returncode == 0, f"{name} {config} exited {proc.returncode}:\n{stderr}"
+    assert proc.returncode == (-signal.SIGKILL if config.get("leave") == "kill" else 0), (
+        f"{name} {config} exited {proc.returncode}:\n{stderr}"
+    )
     lines = proc.stdout.decode("utf-8").splitlines()
     assert lines, f"{name} {config} printed no summary:\n{stderr}"
     summary: dict[str, Any] = json.loads(lines[-1])
@@ -215,18 +218,12 @@ def check_turn(first: dict[str, Any], second: dict[str, Any], version: int, *, r
 
 
 @pytest.mark.parametrize(
-    ("version", "leave_over", "back_over", "replay", "token"),
+    ("version", "leave_over", "leave", "back_over", "replay", "token"),
     [
-        (2, "ws", "http", "cursor", True),
-        (2, "http", "ws", "start", False),
-        (1, "ws", "http", None, False),
-        (1, "http", "ws", None, True),
-    ],
-    ids=[
-        "v2-ws-then-http-cursor-attach-token",
-        "v2-http-then-ws-start",
-        "v1-ws-then-http-load",
-        "v1-http-then-ws-load-attach-token",
+        pytest.param(2, "ws", "close", "http", "cursor", True, id="v2-ws-close-then-http-cursor-attach-token"),
+        pytest.param(2, "http", "kill", "ws", "start", False, id="v2-http-kill-then-ws-start"),
+        pytest.param(1, "ws", "kill", "http", None, False, id="v1-ws-kill-then-http-load"),
+        pytest.param(1, "http", "close", "ws", None, True, id="v1-http-close-then-ws-load-attach-token"),
     ],
 )
 async def test_a_typescript_client_leaves_the_bridge_mid_turn_and_another_comes_back(
@@ -235,17 +232,19 @@ async def test_a_typescript_client_leaves_the_bridge_mid_turn_and_another_comes_
     tmp_path: Path,
     version: int,
     leave_over: str,
+    leave: str,
     back_over: str,
     replay: str | None,
     token: bool,
 ) -> None:
-    """The second client comes back over the other transport; with ``token`` it sends the first
-    one's attach token (``_meta["acp-trio/attach"]`` of its ``initialize`` answer), so that the
+    """The first client leaves by closing its stream (``close``: WebSocket close, HTTP ``DELETE``)
+    or is killed (``kill``: SIGKILL); the second comes back over the other transport; with
+    ``token`` it sends the first one's attach token (``_meta["acp-trio/attach"]`` of its ``initialize`` answer), so that the
     bridge starts no agent process for it, as the same editor reconnecting would."""
     cwd = notes_dir(tmp_path)
     with trio.fail_after(DEADLINE):
         first = await ts_client(
-            ts_ws_sdk, version=version, url=url_for(bridge.url, leave_over), cwd=cwd, leave="start", leaveAfter=3
+            ts_ws_sdk, version=version, url=url_for(bridge.url, leave_over), cwd=cwd, leave=leave, leaveAfter=3
         )
         sid = first["sessionId"]
         come_back: dict[str, Any] = {"version": version, "url": url_for(bridge.url, back_over), "cwd": cwd}
@@ -283,7 +282,7 @@ async def test_a_typescript_v2_client_comes_back_to_an_in_process_host_and_a_str
             binds: list[str] = await nursery.start(serve, AcpApp(host=host, token=TOKENS), "127.0.0.1", 0)
             url = binds[0] + "/acp"
             alice = {"version": 2, "cwd": cwd, "token": "t0k3n-alice"}
-            first = await ts_client(ts_ws_sdk, url=url_for(url, "ws"), leave="start", leaveAfter=3, **alice)
+            first = await ts_client(ts_ws_sdk, url=url_for(url, "ws"), leave="close", leaveAfter=3, **alice)
             sid = first["sessionId"]
             # nobody attached, and the turn waits on the permission request nobody answered
             await host.wait_until(

@@ -12,10 +12,12 @@
 //   cwd        the session directory
 //   attach     optional: an attach token a previous initialize answer gave (_meta "acp-trio/attach"),
 //              sent back in this client's initialize params' _meta
-//   leave      "start": initialize, session/new, a "summarize" prompt; once `leaveAfter` numbered
-//              updates arrived (or the agent asked permission, which it never answers), it leaves:
-//              its connectWith callback returns, so the SDK closes the stream (WebSocket close,
-//              HTTP DELETE).  A v1 client's pending session/prompt call then fails locally.
+//   leave      "close" or "kill": initialize, session/new, a "summarize" prompt; once `leaveAfter`
+//              numbered updates arrived (or the agent asked permission, which it never answers), it
+//              leaves.  "close": its connectWith callback returns, so the SDK closes the stream
+//              (WebSocket close, HTTP DELETE); a v1 client's pending session/prompt call then fails
+//              locally.  "kill": it writes its summary and sends itself SIGKILL (no close frame, no
+//              DELETE: the server sees the socket or the SSE stream drop, or nothing at all).
 //   sessionId  instead of `leave`: come back to this session: v2 session/resume (with `replayFrom`
 //              when given, verbatim), v1 session/load; answer each permission request with its
 //              allow_once option, and stay until the turn's end: v2 a numbered state_update idle,
@@ -24,6 +26,7 @@
 // Every session/update is recorded in arrival order with the host's number (_meta
 // "acp-trio/update") or its current-state mark (_meta "acp-trio/current").  It prints a JSON
 // summary on stdout, or exits non-zero.
+import { writeSync } from "node:fs";
 import { loadEsm } from "./load_esm.mjs";
 
 const config = JSON.parse(process.argv[2]);
@@ -117,7 +120,7 @@ await app.connectWith(stream, async (agent) => {
           ...meta,
         },
   );
-  if (config.leave === "start") {
+  if (config.leave !== undefined) {
     const session = await agent.request(acp.methods.agent.session.new, { cwd: config.cwd, mcpServers: [] });
     summary.sessionId = session.sessionId;
     const prompt = agent.request(acp.methods.agent.session.prompt, {
@@ -131,6 +134,10 @@ await app.connectWith(stream, async (agent) => {
     }
     await until(() => numbered().length >= config.leaveAfter || summary.permissions.length > 0);
     summary.left = { updates: numbered().length, asked: summary.permissions.length };
+    if (config.leave === "kill") {
+      writeSync(1, JSON.stringify(summary) + "\n");
+      process.kill(process.pid, "SIGKILL");
+    }
     return; // leave: the SDK closes the stream
   }
   summary.sessionId = config.sessionId;
