@@ -46,7 +46,7 @@ Command line (needs ``pip install 'acp-trio[remote]'``)::
                                [--ext-request _NAME ...] [--ext-notification _NAME ...]]
                               [--detach [--detached-ttl S] [--max-detached-sessions N]
                                [--unattended-timeout S] [--unattended-policy wait|reject|cancel]
-                               [--journal PATH]]
+                               [--max-agent-processes N] [--journal PATH]]
                               -- AGENT_CMD [ARG ...]
     python -m acp_trio.bridge --connect ws://127.0.0.1:8765/acp [--header 'Authorization: Bearer T']
 
@@ -63,6 +63,7 @@ several bearer tokens, each with its principal (:func:`read_token_file`), instea
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import logging
 import os
@@ -72,6 +73,7 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any, Literal
 
+import orjson
 import trio
 
 from ._nursery import owned_nursery
@@ -233,6 +235,34 @@ def _check_adapter(
             raise ValueError(f"extension method names start with '_' (extensibility.mdx), got {method!r}")
 
 
+async def _refuse_instance(stream: trio.abc.HalfCloseableStream, limit: int) -> None:
+    """Answer the ``initialize`` that started an agent instance (the first line the host sends it)
+    with the ``max_agent_processes`` error, and end the instance."""
+    from ._core import INTERNAL_ERROR, LineFramer, RequestError
+
+    framer = LineFramer(1 << 24)
+    first: bytes | None = None
+    while first is None:
+        data = await stream.receive_some(_READ)
+        lines = [line for line in (framer.feed(data) if data else framer.close()) if isinstance(line, bytes)]
+        if lines:
+            first = lines[0]
+        elif not data:
+            return  # the client left before its initialize reached here
+    try:
+        request_id = orjson.loads(first).get("id")
+    except (orjson.JSONDecodeError, AttributeError):
+        return
+    message = (
+        f"the bridge runs its maximum of {limit} agent processes (--max-agent-processes): try again once "
+        "a session ends, or reconnect to your own process with its attach token (_meta acp-trio/attach)"
+    )
+    error = RequestError(INTERNAL_ERROR, message, {"reason": "max_agent_processes", "max": limit})
+    log.warning("bridge: an initialize refused: %d agent processes run (max_agent_processes)", limit)
+    with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+        await stream.send_all(orjson.dumps({"jsonrpc": "2.0", "id": request_id, "error": error.to_wire()}) + b"\n")
+
+
 @asynccontextmanager
 async def open_detach_host(
     command: Sequence[str],
@@ -242,6 +272,7 @@ async def open_detach_host(
     max_detached_sessions: int | None = 100,
     unattended_timeout: float | None = None,
     unattended_policy: Literal["wait", "reject", "cancel"] = "wait",
+    max_agent_processes: int | None = None,
     speak: int | None = None,
     client_fs: bool = True,
     cancel_grace: float | None = None,
@@ -253,8 +284,8 @@ async def open_detach_host(
 ) -> AsyncIterator[SessionHost]:
     """A :class:`~acp_trio.host.SessionHost` whose agent instances are processes of the stdio agent
     ``command`` (program and arguments, no shell), one per instance (``async with``; leaving the
-    block stops them all).  Serve clients with ``AcpApp(serve_streams=host.serve_streams)`` (what
-    ``--listen --detach`` does) or ``host.connect``.
+    block stops them all).  Serve clients with ``AcpApp(host=host, token={token: principal})``
+    (what ``--listen --detach`` does; each connection under its token's principal) or ``host.connect``.
 
     Each client connection's ``initialize`` starts a process (its *home* instance, as the host's
     rules say); a session made there lives in the host, owned by that process, which keeps running
@@ -265,6 +296,14 @@ async def open_detach_host(
     on disk).  ``detached_ttl``, ``max_detached_sessions``, ``unattended_timeout``,
     ``unattended_policy``: as for :func:`acp_trio.host.open_session_host` (a session closed by
     them ends its process once it has no other).  ``env``, ``cwd``: the agent's.
+
+    ``max_agent_processes``: agent processes at once (``None``: no limit), counted from their start
+    to their exit (the shutdown ladder included).  An ``initialize`` that needs one more (a client
+    without an attach token, or with one of an ended instance) is answered -32603 with ``data``
+    ``{"reason": "max_agent_processes", "max": N}``, and its connection's home instance has ended
+    (its later requests are answered -32603, the instance ended); no process starts.  The bound covers what
+    ``max_connections`` and ``max_detached_sessions`` do not: processes kept for sessions a client
+    attached to on instances that are not its home.
 
     ``speak`` (1 or 2): each process is served through the v1 ⇄ v2 adapter, as by
     :func:`adapt_agent_process` (``client_fs``, ``cancel_grace``, ``ext_requests``,
@@ -280,10 +319,24 @@ async def open_detach_host(
     if not command:
         raise ValueError("the bridge needs an agent command after --")
     _check_adapter(speak, client_fs, ext_requests, ext_notifications)
+    if max_agent_processes is not None and max_agent_processes < 1:
+        raise ValueError(f"max_agent_processes must be >= 1 or None, got {max_agent_processes!r}")
     _resolve_command(command[0], env, cwd)  # a missing agent is named before anything is served
     program, args = command[0], list(command[1:])
+    running = 0
 
     async def serve_agent(stream: trio.abc.HalfCloseableStream) -> None:
+        nonlocal running
+        if max_agent_processes is not None and running >= max_agent_processes:
+            await _refuse_instance(stream, max_agent_processes)
+            return
+        running += 1
+        try:
+            await serve_process(stream)
+        finally:
+            running -= 1
+
+    async def serve_process(stream: trio.abc.HalfCloseableStream) -> None:
         if speak is None:
             await pump_agent_process(program, args, stream, stream, env=env, cwd=cwd, shutdown_timeout=shutdown_timeout)
             return
@@ -339,6 +392,7 @@ async def serve_bridge(
     max_detached_sessions: int | None = 100,
     unattended_timeout: float | None = None,
     unattended_policy: Literal["wait", "reject", "cancel"] = "wait",
+    max_agent_processes: int | None = None,
     journal: str | os.PathLike[str] | None = None,
     task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED,
 ) -> None:
@@ -356,17 +410,18 @@ async def serve_bridge(
     started with the bound URLs.
 
     ``detach``: the agent processes run behind a session host (:func:`open_detach_host`, with
-    ``detached_ttl``, ``max_detached_sessions``, ``unattended_timeout``, ``unattended_policy``, and
-    ``speak`` and its options: the adapter then runs between the host and each process): they
-    outlive their clients' connections while they have live sessions (``max_connections`` then
-    counts connections, not processes).  With a ``token`` mapping, each connection is served under
-    its token's principal, and a session made under one principal is attached to only by a
-    connection of the same (``docs/site/guides/host.md``).  ``journal``: a SQLite file for the
+    ``detached_ttl``, ``max_detached_sessions``, ``unattended_timeout``, ``unattended_policy``,
+    ``max_agent_processes``, and ``speak`` and its options: the adapter then runs between the host
+    and each process): they outlive their clients' connections while they have live sessions
+    (``max_connections`` then counts connections, not processes: ``max_agent_processes`` does).
+    With a ``token`` mapping, each connection is served under its token's principal, and a session
+    made under one principal is attached to only by a connection of the same
+    (``docs/site/guides/host.md``).  ``journal``: a SQLite file for the
     sessions' journal (:class:`~acp_trio.session_store.SqliteSessionStore`; default in memory).
 
     Raises ``OSError`` naming the command at once when it cannot run, ``ValueError`` for an empty
     command, a ``speak`` / ``client_fs`` that :func:`adapt_agent_process` refuses, or a ``journal``
-    without ``detach``.
+    or ``max_agent_processes`` without ``detach``.
     """
     from .transports.asgi import AcpApp, serve
     from .transports.stdio import _resolve_command
@@ -376,6 +431,8 @@ async def serve_bridge(
     _check_adapter(speak, client_fs, ext_requests, ext_notifications)
     if journal is not None and not detach:
         raise ValueError("journal is for detach: without it nothing is journaled")
+    if max_agent_processes is not None and not detach:
+        raise ValueError("max_agent_processes is for detach: without it max_connections bounds the processes")
     _resolve_command(command[0], None, None)  # a missing agent is named before anything listens
     program, args = command[0], list(command[1:])
     app_options: dict[str, Any] = {
@@ -397,7 +454,8 @@ async def serve_bridge(
             unattended_timeout=unattended_timeout,
             unattended_policy=unattended_policy,
             shutdown_timeout=shutdown_timeout,
-            adapter={
+            host_options={
+                "max_agent_processes": max_agent_processes,
                 "speak": speak,
                 "client_fs": client_fs,
                 "cancel_grace": cancel_grace,
@@ -445,7 +503,7 @@ async def _serve_detached(
     unattended_timeout: float | None,
     unattended_policy: Literal["wait", "reject", "cancel"],
     shutdown_timeout: float,
-    adapter: dict[str, Any],
+    host_options: dict[str, Any],
     task_status: trio.TaskStatus[list[str]],
 ) -> None:
     """``serve_bridge(detach=True)``: the host of :func:`open_detach_host` served on ``host:port``,
@@ -466,7 +524,7 @@ async def _serve_detached(
             unattended_timeout=unattended_timeout,
             unattended_policy=unattended_policy,
             shutdown_timeout=shutdown_timeout,
-            **adapter,
+            **host_options,
         ) as session_host:
             app = AcpApp(host=session_host, **app_options)
             await serve(app, host, port, task_status=task_status)
@@ -736,6 +794,13 @@ def main(argv: Sequence[str] | None = None) -> None:
         help="--detach: what --unattended-timeout does: wait (default), reject, cancel (the turn, then reject)",
     )
     parser.add_argument(
+        "--max-agent-processes",
+        type=int,
+        metavar="N",
+        help="--detach: at most N agent processes at once; an initialize that needs one more is refused "
+        "(default: no limit)",
+    )
+    parser.add_argument(
         "--journal", metavar="PATH", help="--detach: keep the sessions' updates in this SQLite file (default: memory)"
     )
     parser.add_argument("--header", action="append", default=[], help="--connect: an extra header, 'Name: value'")
@@ -774,6 +839,8 @@ def main(argv: Sequence[str] | None = None) -> None:
             parser.error(f"{flag} takes positive seconds, got {value}")
     if options.max_detached_sessions is not None and options.max_detached_sessions < 0:
         parser.error(f"--max-detached-sessions takes N >= 0, got {options.max_detached_sessions}")
+    if options.max_agent_processes is not None and options.max_agent_processes < 1:
+        parser.error(f"--max-agent-processes takes N >= 1, got {options.max_agent_processes}")
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(name)s: %(message)s")
     token: str | dict[str, str] | None = options.token
     if options.token_file is not None:
@@ -811,6 +878,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                         ),
                         unattended_timeout=options.unattended_timeout,
                         unattended_policy=options.unattended_policy or "wait",
+                        max_agent_processes=options.max_agent_processes,
                         journal=options.journal,
                     )
                 )
@@ -850,6 +918,7 @@ def _detach_options(options: argparse.Namespace) -> list[str]:
         ("--max-detached-sessions", options.max_detached_sessions is not None),
         ("--unattended-timeout", options.unattended_timeout is not None),
         ("--unattended-policy", options.unattended_policy is not None),
+        ("--max-agent-processes", options.max_agent_processes is not None),
         ("--journal", options.journal is not None),
     ]
     return [flag for flag, present in given if present]
