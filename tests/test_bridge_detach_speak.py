@@ -83,3 +83,46 @@ async def test_a_v2_client_leaves_a_v1_agents_turn_and_another_resumes_it_throug
     assert phone.updates[-1][1].stop_reason == "end_turn"  # the turn's end, through the adapter
     assert len(phone.asked) == 1 and phone.asked[0].session_id == sid  # the request it left pending
     assert (Path(cwd) / "summary.txt").read_text(encoding="utf-8").endswith("It has 3 words.\n")
+
+
+async def test_a_v1_client_leaves_a_v2_agents_turn_and_another_loads_it_through_the_adapter(tmp_path: Path) -> None:
+    """``open_detach_host(..., speak=1)`` in front of the v2 demo agent: the other direction, in
+    process.  The first v1 client leaves at the permission request; a v1 client loads the live
+    session, gets every update once, the request, and the turn's end (``_acp_trio/turn_ended``)."""
+    import sys
+
+    from test_bridge_detach import prompt_until_gone
+
+    from acp_schema import v1
+    from acp_trio.bridge import open_detach_host
+    from acp_trio.transports.asgi import AcpApp, serve
+    from acp_trio.transports.http import connect_http
+    from acp_trio.transports.websocket import connect_websocket
+
+    cwd = notes_dir(tmp_path)
+    agent = [sys.executable, "-m", "acp_trio.demo", "--serve-agent", "--protocol", "2"]
+    first, second = Client(answer=False), Client()
+    with trio.fail_after(DEADLINE):
+        async with open_detach_host(agent, speak=1) as host, trio.open_nursery() as nursery:
+            binds: list[str] = await nursery.start(serve, AcpApp(host=host), "127.0.0.1", 0)
+            url = binds[0] + "/acp"
+            async with trio.open_nursery() as prompts:
+                async with connect_websocket(url.replace("http", "ws", 1), first, variant=v1) as conn:
+                    init = await conn.initialize(v1.InitializeRequest(protocol_version=1))
+                    assert init.protocol_version == 1  # the adapter's answer: the v2 agent behind it
+                    sid = (await conn.agent.session_new(v1.NewSessionRequest(cwd=cwd, mcp_servers=[]))).session_id
+                    prompt = v1.PromptRequest(session_id=sid, prompt=[v1.TextContentBlock(text="summarize")])
+                    prompts.start_soon(prompt_until_gone, conn, prompt)
+                    await first.until(lambda: first.asked)
+            await host.wait_until(lambda: host.sessions()[sid].attached == 0)
+            async with connect_http(url, second, variant=v1) as conn:
+                second.watch_turn_ended(conn)
+                await conn.initialize(v1.InitializeRequest(protocol_version=1))
+                await conn.agent.session_load(v1.LoadSessionRequest(session_id=sid, cwd=cwd, mcp_servers=[]))
+                await second.until(lambda: second.turn_ended)
+            nursery.cancel_scope.cancel()
+    numbers = second.numbers()
+    assert numbers == list(range(1, len(numbers) + 1))  # the whole journal, then live: each once, in order
+    assert numbers[: len(first.numbers())] == first.numbers()
+    assert len(second.asked) == 1 and second.turn_ended == [{"sessionId": sid, "stopReason": "end_turn"}]
+    assert (Path(cwd) / "summary.txt").read_text(encoding="utf-8").endswith("It has 3 words.\n")

@@ -735,7 +735,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         "--max-connections",
         type=int,
         metavar="N",
-        help="--listen: at most N connections (agent processes) at once; more are refused 503",
+        help="--listen: at most N connections at once (without --detach, as many agent processes); "
+        "more are refused 503",
     )
     parser.add_argument(
         "--speak",
