@@ -47,6 +47,7 @@ from acp_trio.transports.asgi import AcpApp, serve
 pytestmark = [
     pytest.mark.skipif(os.name != "posix", reason="the bridge's agent processes: POSIX process groups"),
     pytest.mark.one_interpreter,  # Node processes; what the host does is tested in tests/test_host*.py
+    pytest.mark.xdist_group("host-ts"),  # one worker (noxfile's --dist loadgroup): one bridge process
 ]
 
 BECOME_DEMO = (
