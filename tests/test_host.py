@@ -290,3 +290,39 @@ async def test_the_default_journal_is_in_memory_with_the_sqlite_journals_bounds(
         assert isinstance(host.journal, MemoryJournal)
         assert host.journal.max_updates == defaults["max_updates"].default == 100_000
         assert host.journal.max_bytes == defaults["max_bytes"].default == 64 << 20
+
+
+async def test_a_cursor_whose_updates_are_dropped_while_its_replay_is_read_is_refused_not_skipped() -> None:
+    """The journal is at its bound and the session streams while the replay is read: the updates
+    from the cursor on are gone by the time the read runs.  Before: the client got the replay from a
+    later number, a silent gap.  Now: -32602 with data.oldest, the session detached again as before."""
+    control = Control()
+    journal = HeldReads(MemoryJournal(max_updates=5))
+    with trio.fail_after(DEADLINE):
+        async with open_session_host(agents(control), journal=journal) as host:
+            rec = Recorder()
+            async with host.connect(rec, variant=v2) as conn:
+                await init2(conn)
+                sid = (await conn.agent.session_new(v2.NewSessionRequest(cwd="/tmp"))).session_id
+                await conn.agent.session_prompt(v2.PromptRequest(session_id=sid, prompt=text("count 3 wait after 10")))
+                await rec.until(lambda: len(rec.texts()) == 3)  # updates 1..5 held: user message, running, 0-2
+            await host.wait_until(lambda: host.sessions()[sid].attached == 0)
+            rec2 = Recorder()
+            async with host.connect(rec2, variant=v2) as conn2, trio.open_nursery() as nursery:
+                await init2(conn2)
+                failed: list[RequestError] = []
+
+                async def attach() -> None:
+                    with pytest.raises(RequestError) as caught:
+                        await conn2.agent.session_resume(resume(sid, cursor(3)))  # held when asked
+                    failed.append(caught.value)
+
+                nursery.start_soon(attach)
+                await journal.reading.wait()
+                control.gate.set()  # 11 more updates: 3..11 dropped
+                await host.wait_until(lambda: host.sessions()[sid].state == "idle")
+                last = host.sessions()[sid].last_update
+                journal.release.set()
+            assert failed[0].code == -32602 and failed[0].data == {"sessionId": sid, "oldest": last - 4}
+            assert rec2.numbers == []  # nothing of the session was sent to it
+            assert host.sessions()[sid].attached == 0 and host.sessions()[sid].detached_since is not None

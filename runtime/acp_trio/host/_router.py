@@ -858,7 +858,27 @@ class SessionHost:
         session.detached_at = None
         try:
             if start is not None:
-                for i, (number, line) in enumerate(await self.journal.read(session.id, max(0, start - 1)), 1):
+                lines = await self.journal.read(session.id, max(0, start - 1))
+                if start > 1 and lines and lines[0][0] > start:
+                    # the cursor's first updates were dropped while the read waited (a session streaming
+                    # past the journal's bound): refused as a cursor older than the journal holds, not a gap
+                    del client.attaching[session.id]
+                    session.clients.discard(client)
+                    client.sessions.discard(session.id)
+                    if not session.clients and self._sessions.get(session.id) is session:
+                        self._detached(session)
+                    client.put(
+                        _error(
+                            request_id,
+                            INVALID_PARAMS,
+                            f"Invalid params: update {start} of session {session.id!r} is no longer in the journal; "
+                            f"the oldest available is {lines[0][0]}: resume from it, or with replayFrom start",
+                            {"sessionId": session.id, "oldest": lines[0][0]},
+                        )
+                    )
+                    self._touch()
+                    return
+                for i, (number, line) in enumerate(lines, 1):
                     numbered = self._numbered(line, number)
                     await client.room(len(numbered) + 1)  # a replay longer than max_client_backlog_bytes waits
                     client.put(numbered)
