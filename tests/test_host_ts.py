@@ -302,12 +302,17 @@ async def test_a_typescript_v2_client_comes_back_to_an_in_process_host_and_a_str
             )
             info = host.sessions()[sid]
             assert (info.attached, info.pending_requests, info.running) == (0, 1, True)  # untouched
+            # alice comes back; first with two cursors the host refuses, which attach nothing
+            probes = [{"type": "_acp_trio_from", "update": 10**6}, {"type": "_elsewhere_from", "update": 1}]
             second = await ts_client(
-                ts_ws_sdk, url=url_for(url, "http"), sessionId=sid, replayFrom={"type": "start"}, **alice
+                ts_ws_sdk, url=url_for(url, "http"), sessionId=sid, probes=probes, replayFrom={"type": "start"}, **alice
             )
             nursery.cancel_scope.cancel()
     assert stranger["initialize"]["_meta"]["acp-trio/attached"] is False  # a new instance of its own
     assert stranger["attach"]["error"]["code"] == -32002  # as for a session that does not exist
     assert stranger["updates"] == [] and stranger["permissions"] == []  # nothing of alice's session
+    past_the_end, unknown = (probe["error"] for probe in second["probes"])
+    assert (past_the_end["code"], unknown["code"]) == (-32602, -32602)  # the guide's answers to a bad cursor
+    assert past_the_end["data"]["last"] == second["attach"]["result"]["_meta"]["acp-trio/lastUpdate"]
     check_turn(first, second, 2, replayed_all=True)
     assert (Path(cwd) / "summary.txt").read_text(encoding="utf-8").endswith("It has 3 words.\n")

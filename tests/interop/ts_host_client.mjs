@@ -23,6 +23,8 @@
 //              allow_once option, and stay until the turn's end: v2 a numbered state_update idle,
 //              v1 the host's extension notification _acp_trio/turn_ended.  An error answer to the
 //              resume or load is recorded and the client leaves.
+//   probes     optional, v2: `replayFrom` values tried first, each in a session/resume whose answer
+//              (an error, expected) is recorded in the summary's `probes`, before the resume above.
 // Every session/update is recorded in arrival order with the host's number (_meta
 // "acp-trio/update") or its current-state mark (_meta "acp-trio/current").  It prints a JSON
 // summary on stdout, or exits non-zero.
@@ -141,6 +143,11 @@ await app.connectWith(stream, async (agent) => {
     return; // leave: the SDK closes the stream
   }
   summary.sessionId = config.sessionId;
+  summary.probes = [];
+  for (const replayFrom of config.probes ?? []) {
+    const resume = { sessionId: config.sessionId, cwd: config.cwd, replayFrom };
+    summary.probes.push(await errorOf(agent.request(acp.methods.agent.session.resume, resume)));
+  }
   const answer = await errorOf(
     v2
       ? agent.request(acp.methods.agent.session.resume, {
