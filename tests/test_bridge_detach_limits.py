@@ -2,19 +2,20 @@
 
 ``max_connections`` counts client connections and ``max_detached_sessions`` detached sessions; the
 processes a client keeps by attaching to sessions on instances that are not its home are bounded
-by ``max_agent_processes`` alone.  One test, with the pid-writing demo agent of
-``tests/test_bridge_detach.py`` (each process counted by its pid, alive or reaped), on loopback
-sockets: ``max_agent_processes=2``, ``max_detached_sessions=1``.
+by ``max_agent_processes`` alone.  One test, with a small v2 agent that writes its pid (each
+process counted by it, alive or reaped), on loopback sockets: ``max_agent_processes=2``,
+``max_detached_sessions=1``.
 """
 
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import pytest
 import trio
-from test_bridge_detach import DEADLINE, alive, demo_command, started  # tests/ is on sys.path (prepend mode)
+from test_bridge_detach import DEADLINE, alive, started  # tests/ is on sys.path (prepend mode)
 
 from acp_schema import v2
 from acp_trio import RequestError
@@ -26,6 +27,23 @@ from acp_trio.transports.websocket import connect_websocket
 pytest.importorskip("hypercorn")
 
 INIT = {"protocolVersion": 2, "info": {"name": "test-limits", "version": "1"}}
+AGENT = """
+import os, sys, acp_trio
+from acp_schema import v2
+
+open(sys.argv[1], "a").write(f"{os.getpid()}\\n")
+
+class Agent:
+    def __init__(self, conn):
+        pass
+
+    async def session_new(self, params):
+        return v2.NewSessionResponse(session_id=f"session-of-{os.getpid()}")
+
+acp_trio.run_agent_stdio({v2: Agent})
+"""
+"""A v2 agent that appends its pid to the file ``argv[1]`` and makes one session id per process
+(lighter than the demo agent: only sessions are needed here)."""
 
 
 class Quiet:
@@ -46,7 +64,9 @@ async def test_agent_processes_are_bounded_by_max_agent_processes_and_max_detach
 
     with trio.fail_after(DEADLINE):
         async with (
-            open_detach_host(demo_command(pids), max_agent_processes=2, max_detached_sessions=1) as host,
+            open_detach_host(
+                [sys.executable, "-c", AGENT, str(pids)], max_agent_processes=2, max_detached_sessions=1
+            ) as host,
             trio.open_nursery() as nursery,
         ):
             binds: list[str] = await nursery.start(serve, AcpApp(host=host), "127.0.0.1", 0)
