@@ -326,3 +326,38 @@ async def test_a_cursor_whose_updates_are_dropped_while_its_replay_is_read_is_re
             assert failed[0].code == -32602 and failed[0].data == {"sessionId": sid, "oldest": last - 4}
             assert rec2.numbers == []  # nothing of the session was sent to it
             assert host.sessions()[sid].attached == 0 and host.sessions()[sid].detached_since is not None
+
+
+class FailingFor(MemoryJournal):
+    """A memory journal whose appends for one session raise past its third update (a full disk)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.failing: str | None = None
+
+    async def append(self, session_id: str, lines: Any) -> int:
+        number = await super().append(session_id, lines)
+        if session_id == self.failing and number > 3:
+            raise OSError("No space left on device")
+        return number
+
+
+async def test_a_journal_that_fails_ends_that_sessions_instance_not_the_host() -> None:
+    """Before: the append's exception went up to the host's nursery, ending every session of the host."""
+    control = Control()
+    journal = FailingFor()
+    with trio.fail_after(DEADLINE):
+        async with open_session_host(agents(control), journal=journal) as host:
+            a, b = Recorder(), Recorder()
+            async with host.connect(a, variant=v2) as conn_a, host.connect(b, variant=v2) as conn_b:
+                await init2(conn_a)
+                await init2(conn_b)
+                sid_a = (await conn_a.agent.session_new(v2.NewSessionRequest(cwd="/tmp"))).session_id
+                sid_b = (await conn_b.agent.session_new(v2.NewSessionRequest(cwd="/tmp"))).session_id
+                journal.failing = sid_a
+                await conn_a.agent.session_prompt(v2.PromptRequest(session_id=sid_a, prompt=text("count 5")))
+                await host.wait_until(lambda: sid_a not in host.sessions())  # its instance ended
+                assert host.instances == 1
+                await conn_b.agent.session_prompt(v2.PromptRequest(session_id=sid_b, prompt=text("count 5")))
+                await b.until(lambda: b.states()[-1:] == ["idle"])
+                assert b.texts() == [str(i) for i in range(5)] and b.numbers[-1] == host.sessions()[sid_b].last_update

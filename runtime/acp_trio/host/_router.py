@@ -1121,6 +1121,10 @@ class SessionHost:
                 nursery.start_soon(write)
                 await self._read_agent(instance, router_stream)
                 nursery.cancel_scope.cancel()
+        except Exception:
+            # a failure here (the journal's append raising: a full disk, a broken file) ends this
+            # instance and its sessions, as the agent's own end would; the host and its other instances go on
+            log.exception("agent instance %d ended: the host's handling of its messages failed", instance.number)
         finally:
             with trio.CancelScope(shield=True):
                 await self._instance_ended(instance)
