@@ -9,13 +9,16 @@ asks permission to read ``notes.txt``, runs a word count and writes ``summary.tx
 
 - Behind ``python -m acp_trio.bridge --listen 127.0.0.1:0 --detach`` (one bridge process for the
   module; an agent process per agent instance): a first client starts a turn and leaves after its
-  first updates, without answering the permission request; a second client process comes back
-  over the other transport, v2 with ``session/resume`` (``replayFrom`` start, or the host's cursor
-  ``{"type": "_acp_trio_from", "update": N}``), v1 with ``session/load``, and gets every update
-  exactly once, in order, the pending request (it answers it) and the turn's end (v2 the numbered
-  ``state_update idle``; v1 the host's ``_acp_trio/turn_ended``).
+  first updates, without answering the permission request, by closing its stream (WebSocket close,
+  HTTP ``DELETE``) or killed with SIGKILL; a second client process comes back over the other
+  transport, v2 with ``session/resume`` (``replayFrom`` start, or the host's cursor
+  ``{"type": "_acp_trio_from", "update": N}``), v1 with ``session/load``, with or without the first
+  one's attach token, and gets every update exactly once, in order, the pending request (it
+  answers it) and the turn's end (v2 the numbered ``state_update idle``; v1 the host's
+  ``_acp_trio/turn_ended``).
 - ``AcpApp(host=open_session_host(...), token={...})`` in this process: the same with a v2 client,
-  and a client of another bearer token (another principal) that cannot resume the session.
+  which first tries two cursors the host refuses (-32602); and a client of another bearer token
+  (another principal) that knows the session id and the attach token but cannot resume (-32002).
 
 Node is spawned twice or three times per test, so the module runs on one interpreter only.
 """
