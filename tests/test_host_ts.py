@@ -243,8 +243,9 @@ async def test_a_typescript_client_leaves_the_bridge_mid_turn_and_another_comes_
 ) -> None:
     """The first client leaves by closing its stream (``close``: WebSocket close, HTTP ``DELETE``)
     or is killed (``kill``: SIGKILL); the second comes back over the other transport; with
-    ``token`` it sends the first one's attach token (``_meta["acp-trio/attach"]`` of its ``initialize`` answer), so that the
-    bridge starts no agent process for it, as the same editor reconnecting would."""
+    ``token`` it sends the first one's attach token (``_meta["acp-trio/attach"]`` of its
+    ``initialize`` answer), so that the bridge starts no agent process for it, as the same editor
+    reconnecting would."""
     cwd = notes_dir(tmp_path)
     with trio.fail_after(DEADLINE):
         first = await ts_client(
