@@ -58,7 +58,7 @@ def guide_tokens() -> str:
 
 def write_tokens(tmp_path: Path, text: str) -> Path:
     path = tmp_path / "tokens.txt"
-    path.write_text(text, encoding="utf-8")
+    path.write_bytes(text.encode("latin-1") if "\xe9" in text else text.encode())
     path.chmod(0o600)
     return path
 
@@ -171,7 +171,8 @@ async def test_bob_cannot_attach_to_alices_session_with_its_id_or_her_attach_tok
                     with pytest.raises(RequestError) as refused:
                         await attach(conn, variant, sid, cwd)
                     assert refused.value.code == -32002
-                    assert sid in refused.value.message  # the same words as for a session that does not exist
+                    # the guide's words, as for a session that does not exist
+                    assert refused.value.message.startswith("Resource not found") and sid in refused.value.message
                 with pytest.raises(RequestError) as refused:  # nor may he cancel or prompt in it
                     await conn.connection.request(
                         "session/prompt", {"sessionId": sid, "prompt": [{"type": "text", "text": "x"}]}
@@ -262,6 +263,7 @@ TOKEN_LINES = "alice Vq3cM0hTnB2wR8yKd5Lx\n"
         (TOKEN_LINES + "bob s3cr=t\n", "tokens.txt, line 2: the token of 'bob' is not a bearer token (RFC 6750"),
         (TOKEN_LINES + "  # a comment\nbob Vq3cM0hTnB2wR8yKd5Lx\n", "tokens.txt, line 3: the token of line 1 again"),
         ("# nobody yet\n\n", "tokens.txt: no 'PRINCIPAL TOKEN' line"),
+        ("alice caf\xe9\n", "tokens.txt: not UTF-8 text (byte 9: invalid continuation byte)"),
     ],
 )
 def test_a_bad_token_file_is_refused_naming_the_line_and_never_the_token(
@@ -286,7 +288,7 @@ def test_token_file_rules_the_tokens_principals_and_the_files_mode(
 ) -> None:
     tokens = read_token_file(write_tokens(tmp_path, guide_tokens()))
     assert sorted(set(tokens.values())) == ["alice", "bob"] and len(tokens) == 3
-    tab = write_tokens(tmp_path, "carol\tabc-._~+/09==\n")  # tabs, every b64token character, trailing '='
+    tab = write_tokens(tmp_path, "\ufeffcarol\tabc-._~+/09==\r\n")  # BOM, tab, every b64token character, '=', CRLF
     assert read_token_file(tab) == {"abc-._~+/09==": "carol"} and not caplog.records
     tab.chmod(0o644)
     read_token_file(tab)

@@ -540,21 +540,26 @@ _BEARER_TOKEN = re.compile(r"[A-Za-z0-9\-._~+/]+=*")  # RFC 6750 § 2.1, b64toke
 def read_token_file(path: str | os.PathLike[str]) -> dict[str, str]:
     """The bearer tokens of a token file, as ``{token: principal}`` (``AcpApp``'s ``token=``).
 
-    The file (UTF-8) has one ``PRINCIPAL TOKEN`` line per token: the principal (who holds the token:
-    one word, several tokens may name the same) and the token (RFC 6750 § 2.1 ``b64token``: letters,
-    digits, ``-._~+/``, then optional ``=``; ``python -c 'import secrets; print(secrets.token_urlsafe(32))'``
-    makes one), separated by spaces or tabs.  Blank lines and lines whose first character other
+    The file (UTF-8; a byte order mark is skipped) has one ``PRINCIPAL TOKEN`` line per token: the
+    principal (who holds the token: one word, several tokens may name the same) and the token
+    (RFC 6750 § 2.1 ``b64token``: letters, digits, ``-._~+/``, then optional ``=``;
+    ``python -c 'import secrets; print(secrets.token_urlsafe(32))'`` makes one), separated by
+    spaces or tabs.  Blank lines and lines whose first character other
     than a space is ``#`` are skipped.  A file other users may read is logged as a warning (the
     tokens are secrets: ``chmod 600`` it).
 
     Raises ``ValueError`` naming the file and the line (never a token) for a line that is not two
-    words, a token that is not a ``b64token``, a token given twice, or a file with no token;
-    ``OSError`` when the file cannot be read.
+    words, a token that is not a ``b64token``, a token given twice, a file with no token, or one
+    that is not UTF-8; ``OSError`` when the file cannot be read.
     """
     name = os.fspath(path)
-    with open(name, encoding="utf-8") as file:
+    with open(name, "rb") as file:
         mode = os.fstat(file.fileno()).st_mode
-        text = file.read()
+        data = file.read()
+    try:
+        text = data.decode("utf-8-sig")  # a byte order mark (some editors write one) is no principal's
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"{name}: not UTF-8 text (byte {exc.start}: {exc.reason})") from None
     if mode & 0o077:
         log.warning(
             "bridge: %s holds bearer tokens and other users may read it (mode %o): chmod 600 it", name, mode & 0o777
