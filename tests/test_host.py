@@ -361,3 +361,43 @@ async def test_a_journal_that_fails_ends_that_sessions_instance_not_the_host() -
                 await conn_b.agent.session_prompt(v2.PromptRequest(session_id=sid_b, prompt=text("count 5")))
                 await b.until(lambda: b.states()[-1:] == ["idle"])
                 assert b.texts() == [str(i) for i in range(5)] and b.numbers[-1] == host.sessions()[sid_b].last_update
+
+
+class FailingReads(MemoryJournal):
+    """A memory journal whose next read raises (a broken file)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fail = False
+
+    async def read(self, session_id: str, after: int) -> list[tuple[int, bytes]]:
+        if self.fail:
+            self.fail = False
+            raise OSError("database disk image is malformed")
+        return await super().read(session_id, after)
+
+
+async def test_a_replay_the_journal_cannot_read_fails_that_resume_and_the_session_stays_detached() -> None:
+    """Before: the read's exception ended the client's connection, and through host.connect the host."""
+    control = Control()
+    journal = FailingReads()
+    with trio.fail_after(DEADLINE):
+        async with open_session_host(agents(control), journal=journal) as host:
+            rec = Recorder()
+            async with host.connect(rec, variant=v2) as conn:
+                await init2(conn)
+                sid = (await conn.agent.session_new(v2.NewSessionRequest(cwd="/tmp"))).session_id
+                await conn.agent.session_prompt(v2.PromptRequest(session_id=sid, prompt=text("count 2")))
+                await rec.until(lambda: rec.states()[-1:] == ["idle"])
+            await host.wait_until(lambda: host.sessions()[sid].attached == 0)
+            rec2 = Recorder()
+            async with host.connect(rec2, variant=v2) as conn2:
+                await init2(conn2)
+                journal.fail = True
+                with pytest.raises(RequestError) as caught:
+                    await conn2.agent.session_resume(resume(sid, v2.StartReplayFrom()))
+                assert caught.value.code == -32603 and "database disk image is malformed" in caught.value.message
+                info = host.sessions()[sid]
+                assert info.attached == 0 and info.detached_since is not None  # its detached_ttl runs again
+                await conn2.agent.session_resume(resume(sid, v2.StartReplayFrom()))  # the same connection retries
+                assert rec2.numbers[:-1] == list(range(1, info.last_update + 1))

@@ -474,7 +474,18 @@ class SessionHost:
         method = message.get("method")
         if type(method) is str:
             if "id" in message:
-                await self._client_request(client, message, method)
+                try:
+                    await self._client_request(client, message, method)
+                except Exception as exc:  # the journal failed (a resume's read), say: this request fails, not the host
+                    log.exception("client %s: handling its %s failed", client.connection_id, method)
+                    client.put(
+                        _error(
+                            message["id"],
+                            INTERNAL_ERROR,
+                            f"Internal error: the host failed to handle {method}: {exc} (its log has the details; try again)",
+                            {"method": method},
+                        )
+                    )
             else:
                 await self._client_notification(client, message, method)
         elif "id" in message:
@@ -895,11 +906,14 @@ class SessionHost:
                     await client.room(len(line) + 1)
                     client.put(line)
                     fence = number
-        except BaseException:
+        except BaseException as exc:
             client.attaching.pop(session.id, None)
-            session.clients.discard(client)
-            client.sessions.discard(session.id)
-            raise
+            if isinstance(exc, Exception):  # the journal failed: the client stays connected, not attached
+                session.clients.discard(client)
+                client.sessions.discard(session.id)
+                if not session.clients and self._sessions.get(session.id) is session:
+                    self._detached(session)
+            raise  # Cancelled: the connection ends, and _client_gone detaches it
         # no checkpoint from the buffer's last check to the end: then live
         del client.attaching[session.id]
         client.delivered[session.id] = fence
