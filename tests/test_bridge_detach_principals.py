@@ -16,6 +16,7 @@ from __future__ import annotations
 import functools
 import os
 import subprocess
+import sys
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
@@ -304,3 +305,38 @@ def test_token_file_rules_the_tokens_principals_and_the_files_mode(
     with pytest.raises(SystemExit):
         main(["--connect", "ws://127.0.0.1:1/acp", "--token-file", str(tab)])
     assert "--token-file is for --listen" in capsys.readouterr().err
+
+
+ECHO_AGENT = (
+    "import json, sys; line = sys.stdin.readline(); "
+    "print(json.dumps({'jsonrpc': '2.0', 'id': json.loads(line)['id'], 'result': {'protocolVersion': 1}}), "
+    "flush=True); sys.stdin.read()"
+)
+"""An agent that answers the first request ``{"protocolVersion": 1}``, then waits for the end of its input."""
+
+
+@pytest.mark.skipif(os.name != "posix", reason="process groups are POSIX-only")
+async def test_a_token_file_without_detach_accepts_each_listed_token(tmp_path: Path) -> None:
+    """Without ``--detach`` each connection has its own process, so principals decide nothing, but
+    every token of the file opens a connection and any other is ``401``."""
+    import httpx
+
+    tokens = read_token_file(write_tokens(tmp_path, guide_tokens()))
+    init = {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {"protocolVersion": 1}}
+    with trio.fail_after(DEADLINE):
+        async with trio.open_nursery() as nursery:
+            bridge_call = functools.partial(
+                serve_bridge, [sys.executable, "-c", ECHO_AGENT], "127.0.0.1", 0, token=tokens, shutdown_timeout=0.5
+            )
+            urls: list[str] = await nursery.start(bridge_call)
+            async with httpx.AsyncClient() as raw:
+                for token in (*tokens, "not-in-the-file"):
+                    headers = {"Authorization": f"Bearer {token}"}
+                    answer = await raw.post(urls[0] + "/acp", json=init, headers=headers)
+                    if token in tokens:
+                        assert answer.status_code == 200 and answer.json()["result"] == {"protocolVersion": 1}
+                        closed = {**headers, "acp-connection-id": answer.headers["acp-connection-id"]}
+                        assert (await raw.delete(urls[0] + "/acp", headers=closed)).status_code == 202
+                    else:
+                        assert answer.status_code == 401
+            nursery.cancel_scope.cancel()
