@@ -58,6 +58,9 @@ BECOME_DEMO = (
     "os.execv(sys.executable, [sys.executable, '-m', 'acp_trio.demo', '--serve-agent'])"
 )
 """The demo agent, after appending its pid to ``argv[1]`` (the same process: ``execv``)."""
+TOKENS = {"t0k3n-alice": "alice", "t0k3n-bob": "bob"}
+"""Each bearer token names a principal: ``AcpApp(host=..., token=TOKENS)``, the bridge's ``--token-file``."""
+ALICE, BOB = TOKENS
 RUN_BRIDGE = (
     "import runpy, signal; signal.signal(signal.SIGINT, signal.default_int_handler); "
     "runpy.run_module('acp_trio.bridge', run_name='__main__', alter_sys=True)"
@@ -83,14 +86,19 @@ def alive(pid: int) -> bool:
 
 
 class Bridge:
-    """``python -m acp_trio.bridge --listen 127.0.0.1:0 --detach -- <the demo agent>`` running."""
+    """``python -m acp_trio.bridge --listen 127.0.0.1:0 --detach --token-file F -- <the demo agent>``
+    running, ``F`` giving :data:`TOKENS`."""
 
     def __init__(self, workdir: Path) -> None:
         self.pids = workdir / "pids"
         self.lines: list[str] = []
         self.url = ""
         serving = threading.Event()
-        command = [sys.executable, "-c", RUN_BRIDGE, "--listen", "127.0.0.1:0", "--detach", "--"]
+        tokens = workdir / "tokens"
+        tokens.write_text("".join(f"{who} {token}\n" for token, who in TOKENS.items()), encoding="utf-8")
+        tokens.chmod(0o600)
+        command = [sys.executable, "-c", RUN_BRIDGE, "--listen", "127.0.0.1:0", "--detach", "--token-file", str(tokens)]
+        command.append("--")
         self.process = subprocess.Popen(
             [*command, sys.executable, "-c", BECOME_DEMO, str(self.pids)],
             stdin=subprocess.DEVNULL,
@@ -218,16 +226,24 @@ def check_turn(first: dict[str, Any], second: dict[str, Any], version: int, *, r
         assert second["attach"]["result"]["_meta"]["acp-trio/lastUpdate"] >= len(mine)
 
 
+def check_stranger(stranger: dict[str, Any]) -> None:
+    """A client of another principal's bearer token, with the session id and the first client's
+    attach token, got nothing of the session (the guide's "Who may attach" and "Attach token")."""
+    assert stranger["initialize"]["_meta"]["acp-trio/attached"] is False  # a new instance of its own
+    assert stranger["attach"]["error"]["code"] == -32002  # as for a session that does not exist
+    assert stranger["updates"] == [] and stranger["permissions"] == []
+
+
 # -- the bridge's --detach (item 4) --------------------------------------------------------------
 
 
 @pytest.mark.parametrize(
-    ("version", "leave_over", "leave", "back_over", "replay", "token"),
+    ("version", "leave_over", "leave", "back_over", "replay", "token", "stranger"),
     [
-        pytest.param(2, "ws", "close", "http", "cursor", True, id="v2-ws-close-then-http-cursor-attach-token"),
-        pytest.param(2, "http", "kill", "ws", "start", False, id="v2-http-kill-then-ws-start"),
-        pytest.param(1, "ws", "kill", "http", None, False, id="v1-ws-kill-then-http-load"),
-        pytest.param(1, "http", "close", "ws", None, True, id="v1-http-close-then-ws-load-attach-token"),
+        pytest.param(2, "ws", "close", "http", "cursor", True, False, id="v2-ws-close-then-http-cursor-attach-token"),
+        pytest.param(2, "http", "kill", "ws", "start", False, False, id="v2-http-kill-then-ws-start"),
+        pytest.param(1, "ws", "kill", "http", None, False, True, id="v1-ws-kill-then-http-load-stranger"),
+        pytest.param(1, "http", "close", "ws", None, True, False, id="v1-http-close-then-ws-load-attach-token"),
     ],
 )
 async def test_a_typescript_client_leaves_the_bridge_mid_turn_and_another_comes_back(
@@ -240,25 +256,29 @@ async def test_a_typescript_client_leaves_the_bridge_mid_turn_and_another_comes_
     back_over: str,
     replay: str | None,
     token: bool,
+    stranger: bool,
 ) -> None:
     """The first client leaves by closing its stream (``close``: WebSocket close, HTTP ``DELETE``)
     or is killed (``kill``: SIGKILL); the second comes back over the other transport; with
     ``token`` it sends the first one's attach token (``_meta["acp-trio/attach"]`` of its
     ``initialize`` answer), so that the bridge starts no agent process for it, as the same editor
-    reconnecting would."""
+    reconnecting would.  With ``stranger``, a client of the other principal's bearer token tries
+    first, in the second client's process, with the session id and the first one's attach token."""
     cwd = notes_dir(tmp_path)
     with trio.fail_after(DEADLINE):
-        first = await ts_client(
-            ts_ws_sdk, version=version, url=url_for(bridge.url, leave_over), cwd=cwd, leave=leave, leaveAfter=3
-        )
+        alice = {"version": version, "cwd": cwd, "token": ALICE}
+        first = await ts_client(ts_ws_sdk, url=url_for(bridge.url, leave_over), leave=leave, leaveAfter=3, **alice)
         sid = first["sessionId"]
-        come_back: dict[str, Any] = {"version": version, "url": url_for(bridge.url, back_over), "cwd": cwd}
+        attach = first["initialize"]["_meta"]["acp-trio/attach"]
+        come_back: dict[str, Any] = {"url": url_for(bridge.url, back_over), **alice}
         if replay == "cursor":
             come_back["replayFrom"] = {"type": "_acp_trio_from", "update": numbered(first)[-1]["n"] + 1}
         elif replay == "start":
             come_back["replayFrom"] = {"type": "start"}
         if token:
-            come_back["attach"] = first["initialize"]["_meta"]["acp-trio/attach"]
+            come_back["attach"] = attach
+        if stranger:
+            come_back["stranger"] = {"token": BOB, "attach": attach}
         processes = len(started(bridge.pids))
         second = await ts_client(ts_ws_sdk, sessionId=sid, **come_back)
     assert first["initialize"]["protocolVersion"] == version
@@ -266,15 +286,14 @@ async def test_a_typescript_client_leaves_the_bridge_mid_turn_and_another_comes_
     # the attach token: the first client's agent process is the second one's home again, and it
     # answered the initialize with its recorded first answer; without it, a process of its own
     assert second["initialize"]["_meta"].get("acp-trio/attached", False) is token
-    assert len(started(bridge.pids)) == processes + (0 if token else 1)
+    assert len(started(bridge.pids)) == processes + (0 if token else 1) + stranger  # the stranger's: a new one
+    if stranger:
+        check_stranger(second["stranger"])
     check_turn(first, second, version, replayed_all=replay != "cursor")
     assert (Path(cwd) / "summary.txt").read_text(encoding="utf-8").endswith("It has 3 words.\n")
 
 
 # -- AcpApp(host=...) in this process, with principals (items 1, 2, 5) -----------------------------
-
-TOKENS = {"t0k3n-alice": "alice", "t0k3n-bob": "bob"}
-"""``AcpApp(host=..., token=TOKENS)``: each bearer token names a principal."""
 
 
 async def test_a_typescript_v2_client_comes_back_to_an_in_process_host_and_a_stranger_cannot(
@@ -286,35 +305,26 @@ async def test_a_typescript_v2_client_comes_back_to_an_in_process_host_and_a_str
         async with open_session_host(agents_for()) as host, trio.open_nursery() as nursery:
             binds: list[str] = await nursery.start(serve, AcpApp(host=host, token=TOKENS), "127.0.0.1", 0)
             url = binds[0] + "/acp"
-            alice = {"version": 2, "cwd": cwd, "token": "t0k3n-alice"}
+            alice = {"version": 2, "cwd": cwd, "token": ALICE}
             first = await ts_client(ts_ws_sdk, url=url_for(url, "ws"), leave="close", leaveAfter=3, **alice)
             sid = first["sessionId"]
             # nobody attached, and the turn waits on the permission request nobody answered
             await host.wait_until(
                 lambda: (host.sessions()[sid].attached, host.sessions()[sid].pending_requests) == (0, 1)
             )
-            # bob knows the session id and even alice's attach token, but his bearer token is another principal's
-            stranger = await ts_client(
-                ts_ws_sdk,
-                version=2,
-                url=url_for(url, "http"),
-                cwd=cwd,
-                token="t0k3n-bob",
-                attach=first["initialize"]["_meta"]["acp-trio/attach"],
-                sessionId=sid,
-                replayFrom={"type": "start"},
-            )
-            info = host.sessions()[sid]
-            assert (info.attached, info.pending_requests, info.running) == (0, 1, True)  # untouched
-            # alice comes back; first with two cursors the host refuses, which attach nothing
-            probes = [{"type": "_acp_trio_from", "update": 10**6}, {"type": "_elsewhere_from", "update": 1}]
+            # bob knows the session id and even alice's attach token, but his bearer token is another
+            # principal's; then alice comes back, first with two cursors the host refuses (attaching nothing)
             second = await ts_client(
-                ts_ws_sdk, url=url_for(url, "http"), sessionId=sid, probes=probes, replayFrom={"type": "start"}, **alice
+                ts_ws_sdk,
+                url=url_for(url, "http"),
+                sessionId=sid,
+                stranger={"token": BOB, "attach": first["initialize"]["_meta"]["acp-trio/attach"]},
+                probes=[{"type": "_acp_trio_from", "update": 10**6}, {"type": "_elsewhere_from", "update": 1}],
+                replayFrom={"type": "start"},
+                **alice,
             )
             nursery.cancel_scope.cancel()
-    assert stranger["initialize"]["_meta"]["acp-trio/attached"] is False  # a new instance of its own
-    assert stranger["attach"]["error"]["code"] == -32002  # as for a session that does not exist
-    assert stranger["updates"] == [] and stranger["permissions"] == []  # nothing of alice's session
+    check_stranger(second["stranger"])
     past_the_end, unknown = (probe["error"] for probe in second["probes"])
     assert (past_the_end["code"], unknown["code"]) == (-32602, -32602)  # the guide's answers to a bad cursor
     assert past_the_end["data"]["last"] == second["attach"]["result"]["_meta"]["acp-trio/lastUpdate"]
