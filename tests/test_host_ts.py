@@ -7,20 +7,22 @@ prints a JSON summary of what it saw, and the test asserts on it.  The agent is 
 (``python -m acp_trio.demo --serve-agent``), whose turn streams a message, a plan and tool calls,
 asks permission to read ``notes.txt``, runs a word count and writes ``summary.txt``.
 
-- Behind ``python -m acp_trio.bridge --listen 127.0.0.1:0 --detach`` (one bridge process for the
-  module; an agent process per agent instance): a first client starts a turn and leaves after its
-  first updates, without answering the permission request, by closing its stream (WebSocket close,
-  HTTP ``DELETE``) or killed with SIGKILL; a second client process comes back over the other
-  transport, v2 with ``session/resume`` (``replayFrom`` start, or the host's cursor
-  ``{"type": "_acp_trio_from", "update": N}``), v1 with ``session/load``, with or without the first
-  one's attach token, and gets every update exactly once, in order, the pending request (it
-  answers it) and the turn's end (v2 the numbered ``state_update idle``; v1 the host's
-  ``_acp_trio/turn_ended``).
+- Behind ``python -m acp_trio.bridge --listen 127.0.0.1:0 --detach --token-file F`` (one bridge
+  process for the module; an agent process per agent instance; two principals): a first client
+  starts a turn and leaves after its first updates, without answering the permission request, by
+  closing its stream (WebSocket close, HTTP ``DELETE``) or killed with SIGKILL; a second client
+  process comes back over the other transport, v2 with ``session/resume`` (``replayFrom`` start,
+  or the host's cursor ``{"type": "_acp_trio_from", "update": N}``), v1 with ``session/load``, with
+  or without the first one's attach token, and gets every update exactly once, in order, the
+  pending request (it answers it) and the turn's end (v2 the numbered ``state_update idle``; v1
+  the host's ``_acp_trio/turn_ended``).  Before one v1 come-back, a client of the other
+  principal's bearer token, with the session id and the attach token, cannot load the session
+  (-32002).
 - ``AcpApp(host=open_session_host(...), token={...})`` in this process: the same with a v2 client,
   which first tries two cursors the host refuses (-32602); and a client of another bearer token
   (another principal) that knows the session id and the attach token but cannot resume (-32002).
 
-Node is spawned twice or three times per test, so the module runs on one interpreter only.
+Node is spawned twice per test, so the module runs on one interpreter only.
 """
 
 from __future__ import annotations
