@@ -158,7 +158,11 @@ async function run(config) {
             cwd: config.cwd,
             ...(config.replayFrom ? { replayFrom: config.replayFrom } : {}),
           })
-        : agent.request(acp.methods.agent.session.load, { sessionId: config.sessionId, cwd: config.cwd, mcpServers: [] }),
+        : agent.request(acp.methods.agent.session.load, {
+            sessionId: config.sessionId,
+            cwd: config.cwd,
+            mcpServers: [],
+          }),
     );
     summary.attach = answer; // { result } or { error: { code, message, data } }
     if (answer.error) {
