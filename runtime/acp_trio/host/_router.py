@@ -482,7 +482,8 @@ class SessionHost:
                         _error(
                             message["id"],
                             INTERNAL_ERROR,
-                            f"Internal error: the host failed to handle {method}: {exc} (its log has the details; try again)",
+                            f"Internal error: the host failed to handle {method}: {exc} "
+                            "(its log has the details; try again)",
                             {"method": method},
                         )
                     )
