@@ -214,7 +214,8 @@ def check_turn(first: dict[str, Any], second: dict[str, Any], version: int, *, r
     assert all(p["toolCallId"] == "call_read" and not p["answered"] for p in first["permissions"])
     assert "attach" in second and "error" not in second["attach"], second.get("attach")
     if version == 2:
-        assert whole[-1]["kind"] == "state_update" and whole[-1]["state"] == "idle"  # the turn's end, numbered
+        end = whole[-1]  # the turn's end, numbered, with its stop reason
+        assert (end["kind"], end["state"], end["stopReason"]) == ("state_update", "idle", "end_turn")
         current = [u for u in second["updates"] if u["current"]]
         # one current state_update, unnumbered, before any live update: the turn waits on the user
         # (or, if the agent had not asked yet when the client came back, it runs)

@@ -85,6 +85,7 @@ async function run(config) {
         current: meta["acp-trio/current"] === true,
         kind: update.sessionUpdate,
         state: update.state ?? null,
+        stopReason: update.stopReason ?? null,
         text: update.content?.type === "text" ? update.content.text : null,
       });
       changed();
