@@ -215,10 +215,10 @@ class HeldReads:
             await self.unhold.wait()
         return number
 
-    async def read(self, session_id: str, after: int) -> list[tuple[int, bytes]]:
+    async def read(self, session_id: str, after: int, *, limit: int | None = None) -> list[tuple[int, bytes]]:
         self.reading.set()
         await self.release.wait()
-        return list(await self.inner.read(session_id, after))
+        return list(await self.inner.read(session_id, after, limit=limit))
 
     async def first(self, session_id: str) -> int:
         return int(await self.inner.first(session_id))
@@ -370,11 +370,11 @@ class FailingReads(MemoryJournal):
         super().__init__()
         self.fail = False
 
-    async def read(self, session_id: str, after: int) -> list[tuple[int, bytes]]:
+    async def read(self, session_id: str, after: int, *, limit: int | None = None) -> list[tuple[int, bytes]]:
         if self.fail:
             self.fail = False
             raise OSError("database disk image is malformed")
-        return await super().read(session_id, after)
+        return await super().read(session_id, after, limit=limit)
 
 
 async def test_a_replay_the_journal_cannot_read_fails_that_resume_and_the_session_stays_detached() -> None:
@@ -401,3 +401,59 @@ async def test_a_replay_the_journal_cannot_read_fails_that_resume_and_the_sessio
                 assert info.attached == 0 and info.detached_since is not None  # its detached_ttl runs again
                 await conn2.agent.session_resume(resume(sid, v2.StartReplayFrom()))  # the same connection retries
                 assert rec2.numbers[:-1] == list(range(1, info.last_update + 1))
+
+
+class SecondReadHeld(MemoryJournal):
+    """A bounded memory journal whose second read waits for ``release`` (``reading`` set when it starts)."""
+
+    def __init__(self, **bounds: int) -> None:
+        super().__init__(**bounds)
+        self.reads = 0
+        self.reading = trio.Event()
+        self.release = trio.Event()
+
+    async def read(self, session_id: str, after: int, *, limit: int | None = None) -> list[tuple[int, bytes]]:
+        self.reads += 1
+        if self.reads == 2:
+            self.reading.set()
+            await self.release.wait()
+        return await super().read(session_id, after, limit=limit)
+
+
+async def test_a_replay_read_in_pages_refuses_to_go_on_past_updates_dropped_meanwhile() -> None:
+    """The replay is read in pages (the first short, so its updates reach the client soon); when
+    the journal drops the next page's updates before it is read, the resume is refused -32602 with
+    data.oldest after the updates already sent, never continued with a gap."""
+    control = Control()
+    journal = SecondReadHeld(max_updates=300)
+    with trio.fail_after(DEADLINE):
+        async with open_session_host(agents(control), journal=journal) as host:
+            rec = Recorder()
+            async with host.connect(rec, variant=v2) as conn:
+                await init2(conn)
+                sid = (await conn.agent.session_new(v2.NewSessionRequest(cwd="/tmp"))).session_id
+                await conn.agent.session_prompt(
+                    v2.PromptRequest(session_id=sid, prompt=text("count 250 wait after 400"))
+                )
+                await rec.until(lambda: len(rec.texts()) == 250)  # 1..252 held
+            await host.wait_until(lambda: host.sessions()[sid].attached == 0)
+            rec2 = Recorder()
+            async with host.connect(rec2, variant=v2) as conn2, trio.open_nursery() as nursery:
+                await init2(conn2)
+                failed: list[RequestError] = []
+
+                async def attach() -> None:
+                    with pytest.raises(RequestError) as caught:
+                        await conn2.agent.session_resume(resume(sid, v2.StartReplayFrom()))
+                    failed.append(caught.value)
+
+                nursery.start_soon(attach)
+                await journal.reading.wait()  # the first page went out; the second is about to be read
+                control.gate.set()
+                await host.wait_until(lambda: host.sessions()[sid].state == "idle")
+                last = host.sessions()[sid].last_update
+                journal.release.set()
+            assert failed[0].code == -32602 and failed[0].data == {"sessionId": sid, "oldest": last - 299}
+            sent = rec2.numbers
+            assert sent == list(range(1, len(sent) + 1)) and 0 < len(sent) < 252  # the first page only
+            assert host.sessions()[sid].attached == 0 and host.sessions()[sid].detached_since is not None

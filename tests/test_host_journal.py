@@ -133,6 +133,21 @@ async def test_the_count_bound_drops_the_oldest_lines_and_first_advances(make_jo
         assert await journal.append("other", [b"o"]) == 1 and await journal.first("other") == 1  # per session
 
 
+async def test_reads_page_with_a_limit_from_the_oldest_held(make_journal: JournalFactory) -> None:
+    """The host reads a replay in pages (``limit``); after the bound dropped lines, a page from
+    before ``first`` starts at ``first``."""
+    journal = make_journal(max_updates=8)
+    with trio.fail_after(WAIT):
+        assert await journal.append("s", [line("s", i) for i in range(10)]) == 10  # 3..10 held
+        assert [n for n, _ in await journal.read("s", 0, limit=3)] == [3, 4, 5]
+        assert [n for n, _ in await journal.read("s", 5, limit=3)] == [6, 7, 8]
+        assert await journal.read("s", 8, limit=5) == [(9, line("s", 8)), (10, line("s", 9))]
+        assert await journal.read("s", 10, limit=1) == []
+        assert [n for n, _ in await journal.read("s", 4, limit=None)] == list(range(5, 11))
+        with pytest.raises(ValueError):
+            await journal.read("s", 0, limit=0)
+
+
 async def test_the_byte_bound_drops_the_oldest_lines_and_keeps_the_newest_whatever_its_size(
     make_journal: JournalFactory,
 ) -> None:

@@ -187,10 +187,10 @@ class GatedReads(MemoryJournal):
         self.reading = trio.Event()
         self.release = trio.Event()
 
-    async def read(self, session_id: str, after: int) -> list[tuple[int, bytes]]:
+    async def read(self, session_id: str, after: int, *, limit: int | None = None) -> list[tuple[int, bytes]]:
         self.reading.set()
         await self.release.wait()
-        return await super().read(session_id, after)
+        return await super().read(session_id, after, limit=limit)
 
 
 async def test_a_turn_ending_during_a_v1_clients_replay_is_reported_once_after_the_replay() -> None:

@@ -530,8 +530,8 @@ class Journal(Protocol):
         when ``lines`` is empty)."""
         ...
 
-    async def read(self, session_id: str, after: int) -> list[tuple[int, bytes]]:
-        """``(number, line)`` of the lines held numbered above ``after``, in order."""
+    async def read(self, session_id: str, after: int, *, limit: int | None = None) -> list[tuple[int, bytes]]:
+        """``(number, line)`` of the lines held numbered above ``after``, in order, at most ``limit``."""
         ...
 
     async def first(self, session_id: str) -> int:

@@ -28,8 +28,9 @@ class Journal(Protocol):
         """Append ``lines`` to the session's journal, in order; returns the number of the last one."""
         ...
 
-    async def read(self, session_id: str, after: int) -> list[tuple[int, bytes]]:
-        """The lines numbered above ``after`` still held, in order, as ``(number, line)``."""
+    async def read(self, session_id: str, after: int, *, limit: int | None = None) -> list[tuple[int, bytes]]:
+        """The lines numbered above ``after`` still held, in order, as ``(number, line)``: at most
+        ``limit`` of them (``None``: all; the host reads a replay in pages)."""
         ...
 
     async def first(self, session_id: str) -> int:
@@ -85,17 +86,21 @@ class MemoryJournal:
         await trio.lowlevel.checkpoint()
         return number
 
-    async def read(self, session_id: str, after: int) -> list[tuple[int, bytes]]:
+    async def read(self, session_id: str, after: int, *, limit: int | None = None) -> list[tuple[int, bytes]]:
         """``(number, line)`` of the lines held numbered above ``after``, in order (from
-        :meth:`first` when ``after`` is older; :meth:`Journal.read`)."""
+        :meth:`first` when ``after`` is older), at most ``limit`` of them (``None``: all;
+        :meth:`Journal.read`).  Raises ``ValueError`` for a ``limit`` below 1."""
+        if limit is not None and limit < 1:
+            raise ValueError(f"limit must be at least 1, got {limit}")
         await trio.lowlevel.checkpoint()
         held = self._lines.get(session_id)
         if not held:
             return []
         start = max(0, after - held[0][0] + 1)
-        if start == 0:
+        stop = len(held) if limit is None else min(len(held), start + limit)
+        if start == 0 and stop == len(held):
             return list(held)
-        return [held[i] for i in range(start, len(held))]
+        return [held[i] for i in range(start, stop)]
 
     async def first(self, session_id: str) -> int:
         """The oldest number held, 0 when none is (:meth:`Journal.first`)."""

@@ -121,6 +121,8 @@ DEFAULT_JOURNAL_MAX_BYTES = 64 << 20
 """Bytes of update lines per session the default journal holds (64 MiB), as
 ``SqliteSessionStore.journal()``'s default."""
 _REPLAY_SLICE = 64  # replayed updates prepared between two checkpoints (the first reach the client sooner)
+_REPLAY_FIRST_PAGE = 64  # updates of a replay's first journal read (the first reach the client sooner)
+_REPLAY_PAGE = 1000  # updates of each later read
 _WRITE_BATCH = 1 << 20  # bytes of lines a client's writer joins into one send (a longer line goes alone)
 
 
@@ -870,33 +872,28 @@ class SessionHost:
         session.detached_at = None
         try:
             if start is not None:
-                lines = await self.journal.read(session.id, max(0, start - 1))
-                if start > 1 and lines and lines[0][0] > start:
-                    # the cursor's first updates were dropped while the read waited (a session streaming
-                    # past the journal's bound): refused as a cursor older than the journal holds, not a gap
-                    del client.attaching[session.id]
-                    session.clients.discard(client)
-                    client.sessions.discard(session.id)
-                    if not session.clients and self._sessions.get(session.id) is session:
-                        self._detached(session)
-                    client.put(
-                        _error(
-                            request_id,
-                            INVALID_PARAMS,
-                            f"Invalid params: update {start} of session {session.id!r} is no longer in the journal; "
-                            f"the oldest available is {lines[0][0]}: resume from it, or with replayFrom start",
-                            {"sessionId": session.id, "oldest": lines[0][0]},
-                        )
-                    )
-                    self._touch()
-                    return
-                for i, (number, line) in enumerate(lines, 1):
-                    numbered = self._numbered(line, number)
-                    await client.room(len(numbered) + 1)  # a replay longer than max_client_backlog_bytes waits
-                    client.put(numbered)
-                    fence = number
-                    if i % _REPLAY_SLICE == 0:  # the client's writer sends what is ready while the rest is prepared
-                        await trio.lowlevel.checkpoint()
+                # in pages up to the last update journaled now (later ones come through the buffer);
+                # a short first page, so that the first updates reach the client soon
+                end = max(session.last, await self.journal.last(session.id))
+                after, limit, sent = start - 1, _REPLAY_FIRST_PAGE, 0
+                while after < end:
+                    lines = await self.journal.read(session.id, after, limit=limit)
+                    if not lines:
+                        break
+                    if lines[0][0] > after + 1 and (start > 1 or sent):
+                        # updates this replay needs were dropped while it was read (a session streaming
+                        # past the journal's bound): refused as a cursor older than the journal holds, never a gap
+                        self._refuse_attach(client, session, request_id, after + 1, lines[0][0], sent)
+                        return
+                    for number, line in lines:
+                        numbered = self._numbered(line, number)
+                        await client.room(len(numbered) + 1)  # a replay longer than max_client_backlog_bytes waits
+                        client.put(numbered)
+                        fence = number
+                        sent += 1
+                        if sent % _REPLAY_SLICE == 0:  # the client's writer sends what is ready meanwhile
+                            await trio.lowlevel.checkpoint()
+                    after, limit = fence, _REPLAY_PAGE
             # the buffer's updates past the fence go out (live ones keep joining it while this waits)
             buffer = client.attaching[session.id]
             i = 0
@@ -938,6 +935,30 @@ class SessionHost:
         for question in session.questions:
             if not question.answered:
                 self._ask(question, client)
+        self._touch()
+
+    def _refuse_attach(
+        self, client: _Client, session: _Session, request_id: Any, needed: int, oldest: int, sent: int
+    ) -> None:
+        """Undo an attach whose replay found update ``needed`` dropped from the journal (``sent``
+        updates of it went out already) and answer it -32602 with ``data.oldest``; a session the
+        client was the only one attached to is detached again."""
+        del client.attaching[session.id]
+        session.clients.discard(client)
+        client.sessions.discard(session.id)
+        if not session.clients and self._sessions.get(session.id) is session:
+            self._detached(session)
+        when = "while it was replayed" if sent else "before its replay was read"
+        client.put(
+            _error(
+                request_id,
+                INVALID_PARAMS,
+                f"Invalid params: update {needed} of session {session.id!r} is no longer in the journal (dropped "
+                f"{when}: the session streams past the journal's bound); the oldest available is {oldest}: "
+                "resume from it, or with replayFrom start",
+                {"sessionId": session.id, "oldest": oldest},
+            )
+        )
         self._touch()
 
     async def _client_notification(self, client: _Client, message: dict[str, Any], method: str) -> None:
