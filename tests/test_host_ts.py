@@ -21,12 +21,15 @@ asks permission to read ``notes.txt``, runs a word count and writes ``summary.tx
 - ``AcpApp(host=open_session_host(...), token={...})`` in this process: the same with a v2 client,
   which first tries two cursors the host refuses (-32602); and a client of another bearer token
   (another principal) that knows the session id and the attach token but cannot resume (-32002).
+  Two v2 clients attached at once (item 3): the same numbered updates; the one that does not
+  answer has its copy of the permission request withdrawn (``$/cancel_request``).
 
 Node is spawned twice per test, so the module runs on one interpreter only.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import signal
@@ -333,3 +336,56 @@ async def test_a_typescript_v2_client_comes_back_to_an_in_process_host_and_a_str
     assert past_the_end["data"]["last"] == second["attach"]["result"]["_meta"]["acp-trio/lastUpdate"]
     check_turn(first, second, 2, replayed_all=True)
     assert (Path(cwd) / "summary.txt").read_text(encoding="utf-8").endswith("It has 3 words.\n")
+
+
+async def test_two_typescript_v2_clients_at_once_see_the_same_updates_and_one_answers(
+    ts_ws_sdk: Path,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    """Item 3 with the SDK's clients: one stays attached over WebSocket without answering; another
+    resumes over Streamable HTTP (``replayFrom`` start) and answers the permission request; the
+    first one's copy is withdrawn with ``$/cancel_request`` (the SDK aborts its handler: -32800),
+    and both see the same numbered updates up to the turn's end."""
+    cwd = notes_dir(tmp_path)
+    config = {"version": 2, "url": "", "cwd": cwd, "leave": "stay"}
+    out, err = bytearray(), bytearray()
+    announced = trio.Event()
+
+    async def read(stream: Any, into: bytearray) -> None:
+        async for data in stream:
+            into += data
+            if into is out and b"\n" in out:
+                announced.set()
+        announced.set()  # it ended: the assertions below say how
+
+    with trio.fail_after(DEADLINE):
+        async with open_session_host(agents_for()) as host, trio.open_nursery() as nursery:
+            binds: list[str] = await nursery.start(serve, AcpApp(host=host), "127.0.0.1", 0)
+            url = binds[0] + "/acp"
+            config["url"] = url_for(url, "ws")
+            env = {**os.environ, "ACP_INTEROP_NPM_DIR": str(ts_ws_sdk)}
+            command = ["node", str(INTEROP / "ts_host_client.mjs"), json.dumps(config)]
+            watcher: trio.Process = await nursery.start(
+                functools.partial(trio.run_process, command, stdout=-1, stderr=-1, env=env, check=False)
+            )
+            async with trio.open_nursery() as readers:  # until the watcher's output ends
+                readers.start_soon(read, watcher.stdout, out)
+                readers.start_soon(read, watcher.stderr, err)
+                await announced.wait()
+                assert b"\n" in out, f"ts_host_client.mjs exited ({await watcher.wait()}):\n{err.decode()}"
+                sid = json.loads(out.split(b"\n", 1)[0])["sessionId"]
+                other = await ts_client(
+                    ts_ws_sdk, version=2, url=url_for(url, "http"), cwd=cwd, sessionId=sid, replayFrom={"type": "start"}
+                )
+            assert await watcher.wait() == 0, err.decode()
+            nursery.cancel_scope.cancel()
+    stayed = json.loads(out.decode().splitlines()[-1])
+    assert stayed["sessionId"] == sid
+    seen = numbered(stayed)
+    assert [u["n"] for u in seen] == list(range(1, len(seen) + 1))
+    assert numbered(other) == seen  # the same updates, in the same order, each once
+    assert (seen[-1]["state"], seen[-1]["stopReason"]) == ("idle", "end_turn")
+    [withdrawn] = stayed["permissions"]  # the copy the first answer (the other client's) withdrew
+    assert (withdrawn["toolCallId"], withdrawn["withdrawn"]) == ("call_read", -32800)
+    assert [(p["toolCallId"], p["answered"]) for p in other["permissions"]] == [("call_read", True)]
+    assert (Path(cwd) / "summary.txt").read_text(encoding="utf-8").endswith("It has 3 words.\n")  # it was allowed

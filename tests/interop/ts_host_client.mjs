@@ -18,6 +18,10 @@
 //              (WebSocket close, HTTP DELETE); a v1 client's pending session/prompt call then fails
 //              locally.  "kill": it writes its summary and sends itself SIGKILL (no close frame, no
 //              DELETE: the server sees the socket or the SSE stream drop, or nothing at all).
+//              "stay": it prints {"sessionId"} as a first line once the session is made, never
+//              answers a permission request (it records whether the request was withdrawn:
+//              `withdrawn`, the abort's error code), and stays until the turn's end (v2 a numbered
+//              state_update idle, v1 the prompt's answer).
 //   sessionId  instead of `leave`: come back to this session: v2 session/resume (with `replayFrom`
 //              when given, verbatim), v1 session/load; answer each permission request with its
 //              allow_once option, and stay until the turn's end: v2 a numbered state_update idle,
@@ -92,16 +96,24 @@ async function run(config) {
     })
     .onRequest(acp.methods.client.session.requestPermission, async ({ params, signal }) => {
       const toolCall = v2 ? params.subject?.toolCall : params.toolCall;
-      summary.permissions.push({
+      const asked = {
         sessionId: params.sessionId,
         toolCallId: toolCall?.toolCallId ?? null,
         updatesBefore: numbered().length,
         answered: config.leave === undefined,
-      });
+        withdrawn: null,
+      };
+      summary.permissions.push(asked);
       changed();
       if (config.leave !== undefined) {
-        // a client that leaves never answers: the request waits in the host for the next client
-        await new Promise((_resolve, reject) => signal.addEventListener("abort", () => reject(signal.reason)));
+        // a client that leaves or stays never answers: the request waits in the host for another client
+        await new Promise((_resolve, reject) =>
+          signal.addEventListener("abort", () => {
+            asked.withdrawn = signal.reason?.code ?? String(signal.reason);
+            changed();
+            reject(signal.reason);
+          }),
+        );
       }
       const allow = params.options.find((option) => option.kind === "allow_once");
       return { outcome: { outcome: "selected", optionId: allow.optionId } };
@@ -129,14 +141,23 @@ async function run(config) {
     if (config.leave !== undefined) {
       const session = await agent.request(acp.methods.agent.session.new, { cwd: config.cwd, mcpServers: [] });
       summary.sessionId = session.sessionId;
+      if (config.leave === "stay") {
+        writeSync(1, JSON.stringify({ sessionId: session.sessionId }) + "\n");
+      }
       const prompt = agent.request(acp.methods.agent.session.prompt, {
         sessionId: session.sessionId,
         prompt: [{ type: "text", text: "summarize" }],
       });
       if (v2) {
         summary.prompt = await prompt; // v2: answered when the agent accepts the prompt; the turn goes on
+      } else if (config.leave === "stay") {
+        summary.prompt = await prompt; // v1: answered at the turn's end
       } else {
         prompt.catch(() => {}); // v1: answered at the turn's end; it fails when this client leaves
+      }
+      if (config.leave === "stay") {
+        await until(() => !v2 || ended());
+        return;
       }
       await until(() => numbered().length >= config.leaveAfter || summary.permissions.length > 0);
       summary.left = { updates: numbered().length, asked: summary.permissions.length };
