@@ -304,7 +304,8 @@ def update_schema(session: nox.Session) -> None:
 def bench(session: nox.Session) -> None:
     """Codec (decode+encode, import time), then runtime over stdio (streaming, request round trips,
     start-up, RSS) side by side with the TypeScript and Python SDKs and raw orjson (node/npm for the
-    TypeScript side), the session store and the session host's journal, then the remote transports
+    TypeScript side), the session store, the session host's journal and the session host (attached,
+    detached, resume, reattach), then the remote transports
     (WebSocket, Streamable HTTP, the bridge) side by side with the TypeScript SDK, the v1 <-> v2
     adapter against a direct connection, and the same pydantic-ai agent served by acp-trio and by
     pydantic-acp (cold start, a streamed turn; pydantic-acp's venv is installed and cached by
@@ -324,6 +325,7 @@ def bench(session: nox.Session) -> None:
     session.run("python", "benchmarks/bench_runtime.py", *args)
     session.run("python", "benchmarks/bench_store.py", *args)
     session.run("python", "benchmarks/bench_journal.py", *args)
+    session.run("python", "benchmarks/bench_host.py", *args)
     session.run("python", "benchmarks/bench_remote.py", *args)
     session.run("python", "benchmarks/bench_adapt.py", *args)
     session.run("python", "benchmarks/bench_pydantic_ai.py", *args)

@@ -292,10 +292,11 @@ async def open_detach_host(
     while the session lives, with or without a client attached.  A process with no client and no
     live session ends: its stdin closes, then the ladder of :func:`pump_agent_process` (wait,
     SIGTERM, SIGKILL to its group, each ``shutdown_timeout`` seconds).  ``journal``: where the
-    sessions' updates are numbered and kept (default in memory; ``SqliteSessionStore(PATH).journal()``
-    on disk).  ``detached_ttl``, ``max_detached_sessions``, ``unattended_timeout``,
-    ``unattended_policy``: as for :func:`acp_trio.host.open_session_host` (a session closed by
-    them ends its process once it has no other).  ``env``, ``cwd``: the agent's.
+    sessions' updates are numbered and kept (default in memory, bounded per session as
+    :class:`acp_trio.host.MemoryJournal`; ``SqliteSessionStore(PATH).journal()`` on disk).
+    ``detached_ttl``, ``max_detached_sessions``, ``unattended_timeout``, ``unattended_policy``: as
+    for :func:`acp_trio.host.open_session_host` (a session closed by them ends its process once it
+    has no other).  ``env``, ``cwd``: the agent's.
 
     ``max_agent_processes``: agent processes at once (``None``: no limit), counted from their start
     to their exit (the shutdown ladder included).  An ``initialize`` that needs one more (a client
@@ -417,7 +418,8 @@ async def serve_bridge(
     With a ``token`` mapping, each connection is served under its token's principal, and a session
     made under one principal is attached to only by a connection of the same
     (``docs/site/guides/host.md``).  ``journal``: a SQLite file for the
-    sessions' journal (:class:`~acp_trio.session_store.SqliteSessionStore`; default in memory).
+    sessions' journal (:class:`~acp_trio.session_store.SqliteSessionStore`; default in memory, bounded per
+    session as :class:`acp_trio.host.MemoryJournal`).
 
     Raises ``OSError`` naming the command at once when it cannot run, ``ValueError`` for an empty
     command, a ``speak`` / ``client_fs`` that :func:`adapt_agent_process` refuses, or a ``journal``
