@@ -73,7 +73,7 @@ RUN_BRIDGE = (
 """``python -m acp_trio.bridge ARGS``, stopped with SIGINT, which runs its shutdown (each agent's
 ladder): Python leaves SIGINT ignored when its parent ignored it (a shell's background job)."""
 DEADLINE = 2 * TIME_LIMIT
-"""Seconds of real time per test: two or three Node processes (a guard against a hang)."""
+"""Seconds of real time per test: two Node processes (a guard against a hang)."""
 DONE = "Done: summary.txt says 'notes.txt has 1 non-empty lines; the first is: one two three' "
 """The last sentence of the demo agent's turn, as its chunks join up."""
 
@@ -219,13 +219,17 @@ def check_turn(first: dict[str, Any], second: dict[str, Any], version: int, *, r
     if version == 2:
         end = whole[-1]  # the turn's end, numbered, with its stop reason
         assert (end["kind"], end["state"], end["stopReason"]) == ("state_update", "idle", "end_turn")
-        current = [u for u in second["updates"] if u["current"]]
-        # one current state_update, unnumbered, before any live update: the turn waits on the user
-        # (or, if the agent had not asked yet when the client came back, it runs)
-        assert [(u["kind"], u["state"]) for u in current] in (
+        current = [i for i, u in enumerate(second["updates"]) if u["current"]]
+        # one current state_update, unnumbered: the turn waits on the user (or, if the agent had not
+        # asked yet when the client came back, it runs); after the replay, before any live update
+        assert [(second["updates"][i]["kind"], second["updates"][i]["state"]) for i in current] in (
             [("state_update", "requires_action")],
             [("state_update", "running")],
         )
+        fence = second["attach"]["result"]["_meta"]["acp-trio/lastUpdate"]  # the last replayed number
+        assert [u["n"] <= fence for u in second["updates"] if u["n"] is not None] == [
+            i < current[0] for i, u in enumerate(second["updates"]) if u["n"] is not None
+        ]
         assert first["prompt"]["messageId"]  # v2: the prompt was answered when accepted
     else:
         assert second["turnEnded"] == [{"sessionId": sid, "stopReason": "end_turn"}]
