@@ -147,6 +147,7 @@ PURE_SKIPS = [
     "tests/test_generated_classes.py",
     "tests/test_generated_surface.py",
     "tests/test_golden.py",
+    "tests/test_host_ts.py",
     "tests/test_interop.py",
     "tests/test_interop_adapt.py",
     "tests/test_interop_mcp.py",
