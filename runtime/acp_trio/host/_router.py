@@ -12,7 +12,8 @@ answer, to which it adds its attach token and what it serves itself (v1 ``loadSe
 ``sessionCapabilities.resume``).  It knows the
 envelopes and the session-scoped methods of ACP v1 and v2, nothing of their payloads beyond
 ``sessionId``, ``state_update``, the setup answers' ``modes``/``configOptions``/``availableCommands``
-and the updates that change them.  The rules are in ``docs/site/guides/host.md``.
+and the updates that change them, and each client's ``initialize`` capabilities (an agent request
+goes only to the attached clients that advertised what it needs).  The rules are in ``docs/site/guides/host.md``.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ import orjson
 import trio
 import trio.testing
 
-from .._capabilities import advertised
+from .._capabilities import CapabilityError, advertised, check_client_call, check_client_call_v2
 from .._core import (
     DEFAULT_MAX_MESSAGE_SIZE,
     INTERNAL_ERROR,
@@ -139,6 +140,7 @@ class _Client:
         self.send, self.receive = trio.open_memory_channel[bytes](math.inf)
         self.home: _Instance | None = None
         self.version: int | None = None
+        self.init_params: Any = None  # its initialize params (wire JSON): its capabilities
         self.sessions: set[str] = set()
         self.attaching: dict[str, list[tuple[int, bytes]]] = {}
         # per session, the number of the last update sent: a fan-out that comes after the replay
@@ -499,6 +501,7 @@ class SessionHost:
         params = message.get("params")
         session_id = params.get("sessionId") if type(params) is dict else None
         if method == "initialize":
+            client.init_params = params
             meta = params.get("_meta") if type(params) is dict else None
             token = meta.get(ATTACH_META_KEY) if type(meta) is dict else None
             if client.home is None and type(token) is str:
@@ -1312,7 +1315,7 @@ class SessionHost:
         self._touch()
 
     def _ask(self, question: _Question, client: _Client) -> None:
-        if client.gone or client in question.copies:
+        if client.gone or client in question.copies or not self._may_ask(question, client):
             return
         router_id = next(client.ids)
         question.copies[client] = router_id
@@ -1321,6 +1324,26 @@ class SessionHost:
         if question.timer is not None:
             question.timer.cancel()
             question.timer = None
+
+    @staticmethod
+    def _may_ask(question: _Question, client: _Client) -> bool:
+        """Whether ``client``'s own ``initialize`` capabilities allow the agent's ``question``
+        (``fs/*`` needs ``fs.readTextFile``/``fs.writeTextFile``, ``terminal/*`` ``terminal``,
+        ``elicitation/*`` ``elicitation`` and its mode; v1 and v2 ``initialization.mdx`` "Client
+        Capabilities", ``elicitation.mdx`` "Checking support"): the rules of
+        :mod:`acp_trio._capabilities`, which every acp-trio agent connection applies before it calls
+        a client.  A method without a rule (``session/request_permission``, ``_`` extensions) goes
+        to any client."""
+        params = client.init_params if type(client.init_params) is dict else {}
+        message = question.message
+        try:
+            if (question.instance.version or 1) >= 2:
+                check_client_call_v2(question.method, message.get("params"), params.get("capabilities"))
+            else:
+                check_client_call(question.method, message.get("params"), params.get("clientCapabilities"))
+        except CapabilityError:
+            return False
+        return True
 
     def _unattended(self, question: _Question) -> None:
         """No client holds ``question``: it waits for the next one, or the unattended policy."""
