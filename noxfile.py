@@ -171,6 +171,7 @@ PURE_SKIPS = [
     "tests/test_pydantic_ai_interop.py",
     "tests/test_pydantic_ai_stdio.py",
     "tests/test_readme_new_user.py",
+    "tests/test_signals.py",
     "tests/test_remote_reconnect.py",
     "tests/test_sse.py",
     "tests/test_tables.py",

@@ -20,7 +20,8 @@ text that is not UTF-8 (close ``1007``), a request over ``--max-connections`` (`
   closes the remote side.
 - :func:`serve_bridge` (``--listen HOST:PORT -- AGENT_CMD...``): an :class:`~acp_trio.transports.asgi.AcpApp`
   whose every ACP connection, over WebSocket or Streamable HTTP on ``/acp``, gets its own agent
-  process (one process per ACP connection).
+  process (one process per ACP connection).  SIGTERM or SIGINT (Ctrl-C) stops it: connections
+  closed, every agent process stopped by the ladder, exit status 0.
 - :func:`adapt_agent_process` (``--listen HOST:PORT --speak 1|2 -- AGENT_CMD...``): as
   :func:`pump_agent_process`, but through the v1 ⇄ v2 adapter (:mod:`acp_trio.adapt`), run in
   this process on the connection: the remote client is spoken protocol version ``--speak``, the
@@ -77,6 +78,7 @@ import orjson
 import trio
 
 from ._nursery import owned_nursery
+from ._signals import run_until_signalled
 from .transports.stdio import open_agent_process
 
 if TYPE_CHECKING:
@@ -900,7 +902,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                 url = urls[0].replace("http", "ws", 1)
                 print(f"bridge: serving {' '.join(command)}{adapted} on {url}/acp", file=sys.stderr)
 
-        trio.run(listen)
+        run_until_signalled(listen, name="bridge")  # SIGINT, SIGTERM: agents stopped by their ladder, exit 0
         return
     if command:
         parser.error("--connect takes no agent command")

@@ -39,6 +39,7 @@ import trio
 
 from acp_trio import AgentSideConnection, RequestError, run_agent_stdio
 from acp_trio import neutral as n
+from acp_trio._signals import run_until_signalled
 
 if TYPE_CHECKING:
     from acp_trio.session_store import SessionStore
@@ -294,7 +295,7 @@ def serve_remote(
             bound = await nursery.start(serve_asgi, app, host, port)
             print(f"serving the demo agent on {bound[0].replace('http', 'ws', 1)}/acp", file=sys.stderr, flush=True)
 
-    trio.run(main)
+    run_until_signalled(main, name="demo")  # SIGINT, SIGTERM: connections closed, exit 0
 
 
 def main() -> None:
