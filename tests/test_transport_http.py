@@ -759,6 +759,61 @@ async def test_https_with_a_server_that_offers_http2_too(tmp_path: Path) -> None
     assert server.requests[-1][0] == "DELETE"
 
 
+async def test_the_default_tls_context_is_built_once_per_process(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``verify=True`` (the default): every ``connect_http`` uses the process's one context, built
+    at the first (building one loads the CA bundle: ~50 ms of CPU each, for ``http://`` too); the
+    CA file comes from ``SSL_CERT_FILE``, read per key, so a changed variable gets a new context;
+    a caller's own ``ssl.SSLContext`` is used as given."""
+    import ssl
+
+    import httpx2
+
+    pytest.importorskip("hypercorn")
+    pytest.importorskip("cryptography")
+    from acp_trio.transports import http
+    from acp_trio.transports.asgi import serve
+
+    cert, key = self_signed_certificate(tmp_path)
+    built: list[object] = []
+    original = httpx2.create_ssl_context
+
+    def counting(verify: Any = True, **kwargs: Any) -> ssl.SSLContext:
+        context = original(verify, **kwargs)
+        if verify is True:
+            built.append(context)
+        return context
+
+    monkeypatch.setattr(http, "_default_contexts", {}, raising=False)
+    monkeypatch.setattr(httpx2, "create_ssl_context", counting)
+    monkeypatch.setenv("SSL_CERT_FILE", str(cert))
+    server = ScriptedServer()
+    with trio.fail_after(TIME_LIMIT):
+        async with trio.open_nursery() as nursery:
+            [bound] = await nursery.start(
+                lambda task_status: serve(
+                    server.asgi, "127.0.0.1", 0, certfile=str(cert), keyfile=str(key), task_status=task_status
+                )
+            )
+            url = bound.replace("http://", "https://") + "/acp"
+            for _ in range(3):
+                async with connect_http(url, Recorder()) as conn:
+                    assert (await conn.agent.initialize(INIT)).protocol_version == 1
+            assert len(built) == 1 and http.default_tls_context() is built[0]
+            own = ssl.create_default_context(cafile=str(cert))
+            async with connect_http(url, Recorder(), verify=own) as conn:
+                await conn.agent.initialize(INIT)
+            assert len(built) == 1
+            # another SSL_CERT_FILE: another context, which does not trust the server's certificate
+            monkeypatch.delenv("SSL_CERT_FILE")
+            with pytest.raises(HttpTransportClosed, match=r"not trusted .*CERTIFICATE_VERIFY_FAILED.*cafile"):
+                async with connect_http(url, Recorder()) as conn:
+                    await conn.agent.initialize(INIT)
+            assert len(built) == 2 and http.default_tls_context() is built[1]
+            nursery.cancel_scope.cancel()
+
+
 async def test_session_load_returns_after_a_replay_that_comes_later_on_the_session_stream(
     autojump_clock: Any,
 ) -> None:

@@ -524,6 +524,55 @@ async def test_wss_with_a_private_certificate_verified_through_ssl_context(tmp_p
             nursery.cancel_scope.cancel()
 
 
+async def test_wss_without_ssl_context_uses_the_processs_one_default_context(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every ``wss://`` connection without ``ssl_context=`` shares one context, built at the first
+    (building one loads the CA bundle, ~40 ms of CPU); ``SSL_CERT_FILE`` is read per key, so a
+    changed variable gets a new context; a caller's ``ssl_context`` is used as given."""
+    import ssl
+
+    pytest.importorskip("cryptography")
+    from test_transport_http import self_signed_certificate
+
+    from acp_trio.transports import websocket
+
+    cert, key = self_signed_certificate(tmp_path)
+    built: list[ssl.SSLContext] = []
+    original = ssl.create_default_context
+
+    def counting(*args: Any, **kwargs: Any) -> ssl.SSLContext:
+        context = original(*args, **kwargs)
+        if not args and not kwargs:
+            built.append(context)
+        return context
+
+    with trio.fail_after(DEADLINE):
+        async with trio.open_nursery() as nursery:
+            [bound] = await nursery.start(
+                lambda task_status: serve(
+                    AcpApp(Agent), "127.0.0.1", 0, certfile=str(cert), keyfile=str(key), task_status=task_status
+                )
+            )
+            monkeypatch.setattr(websocket, "_default_contexts", {}, raising=False)
+            monkeypatch.setattr(ssl, "create_default_context", counting)
+            monkeypatch.setenv("SSL_CERT_FILE", str(cert))
+            url = bound.replace("http://", "wss://").replace("https://", "wss://") + "/acp"
+            for _ in range(3):
+                async with connect_websocket(url, Client) as conn:
+                    assert (await initialize(conn)).protocol_version == 1
+            assert len(built) == 1 and websocket.default_tls_context() is built[0]
+            async with connect_websocket(url, Client, ssl_context=original(cafile=str(cert))) as conn:
+                await initialize(conn)
+            assert len(built) == 1
+            monkeypatch.delenv("SSL_CERT_FILE")  # the system's CAs, which do not trust the certificate
+            with pytest.raises(WebSocketConnectError, match="CERTIFICATE_VERIFY_FAILED"):
+                async with connect_websocket(url, Client):
+                    raise AssertionError("connected")
+            assert len(built) == 2 and websocket.default_tls_context() is built[1]
+            nursery.cancel_scope.cancel()
+
+
 async def test_a_client_that_never_reads_again_loses_its_tcp_connection_after_twice_the_stall(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

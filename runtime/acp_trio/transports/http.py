@@ -74,7 +74,10 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
+import os
 import re
+import ssl
+import threading
 from collections import deque
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
@@ -108,6 +111,37 @@ FATAL_STATUSES = frozenset({401, 403, 404, 410})
 """HTTP statuses that close the transport (unauthorized, forbidden, unknown connection, gone)."""
 REATTACH_METHODS = frozenset({"session/load", "session/resume"})
 """Requests that reattach a session whose stream failed with 409."""
+
+_default_contexts: dict[tuple[bool, str | None, str | None], ssl.SSLContext] = {}
+_default_contexts_lock = threading.Lock()
+
+
+def default_tls_context(http2: bool = False) -> ssl.SSLContext:
+    """The process's shared ``ssl.SSLContext`` for ``verify=True`` (the default of :func:`connect_http`).
+
+    Built on first use with ``httpx2.create_ssl_context(verify=True)`` (the system's trusted
+    certificates, or the file or directory named by ``SSL_CERT_FILE``/``SSL_CERT_DIR``), then kept
+    for the process: building one loads the CA bundle, about 50 ms of CPU, which every
+    ``connect_http`` (and the bridge's ``--connect http://``) paid before, for ``http://`` URLs too.
+    One context per ``http2`` value and per value of those two environment variables, so a changed
+    ``SSL_CERT_FILE`` gets its own: httpcore2 sets the context's ALPN protocols before each TLS
+    handshake (``http/1.1``, or ``h2`` and ``http/1.1``), and with one context per ``http2`` value
+    it always sets the same ones on a given context.  Thread-safe: a lock makes sure one context is
+    built per key even when trio runs in several threads.  Do not change the returned context (it
+    is shared); pass your own ``ssl.SSLContext`` as ``verify=`` instead.
+    """
+    key = (http2, os.environ.get("SSL_CERT_FILE"), os.environ.get("SSL_CERT_DIR"))
+    context = _default_contexts.get(key)
+    if context is None:
+        import httpx2
+
+        with _default_contexts_lock:
+            context = _default_contexts.get(key)
+            if context is None:
+                context = _default_contexts[key] = httpx2.create_ssl_context(verify=True)
+    return context
+
+
 INTERNAL_ERROR = -32603
 _RESERVED = frozenset({HEADER_CONNECTION_ID.lower(), HEADER_SESSION_ID.lower()})  # never the caller's
 _ERROR_BODY_BYTES = 8192
@@ -700,7 +734,8 @@ def _network_problem(exc: BaseException, url: str, connect_timeout: float) -> st
 
     ``nothing listens on 127.0.0.1:8765 (connection refused): start the ACP server there, or fix
     the host and port in the URL`` when every address was refused; the host not found; no answer
-    within ``connect_timeout`` seconds; else ``repr(exc)``.
+    within ``connect_timeout`` seconds; a certificate the client does not trust (what to pass); another
+    TLS failure; else ``repr(exc)``.
     """
     import httpx2
 
@@ -718,7 +753,28 @@ def _network_problem(exc: BaseException, url: str, connect_timeout: float) -> st
             f"nothing answered at {at} within {connect_timeout:g} s (connect_timeout): "
             "check that the server runs and that this host can reach it"
         )
+    tls = _tls_error(exc)
+    if isinstance(tls, ssl.SSLCertVerificationError):
+        return (
+            f"the TLS certificate of {at} is not trusted ({tls.verify_message or tls.reason}, "
+            "CERTIFICATE_VERIFY_FAILED): for a private CA pass verify=ssl.create_default_context(cafile=...) "
+            "or set SSL_CERT_FILE"
+        )
+    if tls is not None:
+        return f"the TLS handshake with {at} failed: {tls}"
     return repr(exc)
+
+
+def _tls_error(exc: BaseException) -> ssl.SSLError | None:
+    """The ``ssl.SSLError`` behind a network error (httpcore2 wraps it, trio's ``SSLStream`` too)."""
+    seen: set[int] = set()
+    cause: BaseException | None = exc
+    while cause is not None and id(cause) not in seen:
+        if isinstance(cause, ssl.SSLError):
+            return cause
+        seen.add(id(cause))
+        cause = cause.__cause__ or cause.__context__
+    return None
 
 
 def _json_object(data: bytes | str) -> dict[str, Any] | None:
@@ -771,7 +827,10 @@ async def connect_http(
     32 MiB; a larger one closes the transport).  ``max_buffered_bytes``: received bytes buffered
     for the connection before the streams stop reading (default 4 MiB).  ``close_timeout``:
     seconds for the ``DELETE`` when leaving.  ``transport``, ``verify``: for ``httpx2.AsyncClient``
-    (a custom transport; TLS verification).  ``options``: for the connection (``tap``, ``variant``,
+    (a custom transport; TLS verification: ``True``, the default, uses the process's shared
+    context, :func:`default_tls_context`, built once; an ``ssl.SSLContext`` of your own, e.g.
+    ``ssl.create_default_context(cafile=...)`` for a private CA, or ``False``, is used as
+    given).  ``options``: for the connection (``tap``, ``variant``,
     ``eof_grace``, ...).  ``conn.connection_id``: the server's ``Acp-Connection-Id`` once
     initialized (``None`` before).
 
@@ -856,8 +915,11 @@ async def open_exchange(
 
     # the cookies live in `cookies` (the same store as the WebSocket transport's), not in httpx2's jar
     no_jar = http.cookiejar.CookieJar(policy=http.cookiejar.DefaultCookiePolicy(allowed_domains=[]))
-    # one TLS context for both pools (making one loads the CA bundle: tens of milliseconds)
-    tls = verify if transport is not None else httpx2.create_ssl_context(verify=verify)
+    # one TLS context for both pools (making one loads the CA bundle: tens of milliseconds), and
+    # for the default, verify=True, the process's shared one (default_tls_context)
+    tls: Any = verify
+    if transport is None:
+        tls = default_tls_context(http2) if verify is True else httpx2.create_ssl_context(verify=verify)
 
     def client() -> httpx2.AsyncClient:
         return httpx2.AsyncClient(
@@ -913,5 +975,6 @@ __all__ = [
     "HEADER_SESSION_ID",
     "HttpTransportClosed",
     "connect_http",
+    "default_tls_context",
     "open_exchange",
 ]

@@ -28,6 +28,7 @@ import math
 import os
 import ssl
 import sys
+import threading
 import urllib.parse
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
@@ -589,6 +590,32 @@ def _batching_class() -> Any:
     return _batching
 
 
+_default_contexts: dict[tuple[str | None, str | None], ssl.SSLContext] = {}
+_default_contexts_lock = threading.Lock()
+
+
+def default_tls_context() -> ssl.SSLContext:
+    """The process's shared ``ssl.SSLContext`` for ``wss://`` without ``ssl_context=`` (:func:`connect_websocket`).
+
+    Built on first use with ``ssl.create_default_context()`` (the system's trusted certificates,
+    or the file or directory named by ``SSL_CERT_FILE``/``SSL_CERT_DIR``), then kept for the
+    process: building one loads the CA bundle, about 40 ms of CPU, which every ``wss://``
+    connection paid before.  One context per value of those two environment variables, so a
+    changed ``SSL_CERT_FILE`` gets its own.  Nothing here changes a context once built (trio's
+    ``SSLStream`` only reads it), so connections share it safely; a lock makes sure one is built
+    per key even when trio runs in several threads.  Do not change the returned context (it is
+    shared); pass your own as ``ssl_context=`` instead.
+    """
+    key = (os.environ.get("SSL_CERT_FILE"), os.environ.get("SSL_CERT_DIR"))
+    context = _default_contexts.get(key)
+    if context is None:
+        with _default_contexts_lock:
+            context = _default_contexts.get(key)
+            if context is None:
+                context = _default_contexts[key] = ssl.create_default_context()
+    return context
+
+
 async def _open_websocket(
     nursery: trio.Nursery,
     url: str,
@@ -602,6 +629,8 @@ async def _open_websocket(
 
     cls = _batching_class()
     if cls is None:
+        if ssl_context is None and url.lower().startswith("wss:"):
+            ssl_context = default_tls_context()  # trio-websocket would build one for each connection
         return await trio_websocket.connect_websocket_url(
             nursery, url, ssl_context, extra_headers=extra, max_message_size=max_bytes
         )
@@ -617,7 +646,7 @@ async def _open_websocket(
     target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
     stream: trio.abc.Stream
     if secure:
-        context = ssl_context or ssl.create_default_context()
+        context = ssl_context or default_tls_context()
         tls = await trio.open_ssl_over_tcp_stream(parts.hostname, port, ssl_context=context, https_compatible=True)
         try:
             await tls.do_handshake()  # here, so a certificate problem is raised now and named
@@ -671,7 +700,8 @@ async def connect_websocket(
     whose cookies go with the upgrade and which keeps those the server sets on its 101 answer (the
     RFD's cookie support, for load-balancer affinity); pass the same store when reconnecting
     (default: a fresh store, discarded with the connection).  ``ssl_context``: for ``wss://``, the
-    ``ssl.SSLContext`` that verifies the server (default: the system's trusted certificates; pass
+    ``ssl.SSLContext`` that verifies the server (default: the system's trusted certificates, in the
+    process's shared context, :func:`default_tls_context`, built once; pass
     ``ssl.create_default_context(cafile=...)`` for a private CA, as ``connect_http``'s ``verify``).
     ``options``: for the connection (``tap``, ``variant``,
     ``eof_grace``, ...).  ``conn.connection_id`` is the server's ``Acp-Connection-Id`` (or ``None``);
@@ -816,5 +846,6 @@ __all__ = [
     "MessageSendStream",
     "WebSocketConnectError",
     "connect_websocket",
+    "default_tls_context",
     "text_to_line",
 ]
