@@ -236,20 +236,22 @@ def text(words: str, variant: Any = v2) -> list[Any]:
 
 
 def connected(host: Any, rec: Recorder, variant: Any = v2, **options: Any) -> Any:
-    """``host.connect(rec)`` in ``variant``, recording the host's extension notifications in ``rec.ext``."""
+    """``host.connect(rec)`` in ``variant``, recording the host's extension notifications
+    (``_acp_trio/turn_ended``, ``_acp_trio/session_ended``) in ``rec.ext``."""
     from contextlib import asynccontextmanager
 
-    from acp_trio.host import TURN_ENDED
+    from acp_trio.host import SESSION_ENDED, TURN_ENDED
 
     @asynccontextmanager
     async def connect() -> Any:
         async with host.connect(rec, variant=variant, **options) as conn:
+            for method in (TURN_ENDED, SESSION_ENDED):
 
-            async def ended(params: Any) -> None:
-                rec.ext.append((TURN_ENDED, params))
-                rec.changed.unpark_all()
+                async def ended(params: Any, method: str = method) -> None:
+                    rec.ext.append((method, params))
+                    rec.changed.unpark_all()
 
-            conn.on_ext_notification(TURN_ENDED, ended)
+                conn.on_ext_notification(method, ended)
             yield conn
 
     return connect()

@@ -13,11 +13,19 @@ from typing import Any
 import pytest
 import trio
 import trio.testing
-from _host_kit import DEADLINE, Control, Recorder, agents, init2, text
+from _host_kit import DEADLINE, Control, Recorder, agents, connected, init2, text
 
 from acp_schema import v2
 from acp_trio import RequestError
-from acp_trio.host import CURRENT_META_KEY, CURSOR_TYPE, LAST_META_KEY, MemoryJournal, open_session_host
+from acp_trio.host import (
+    CURRENT_META_KEY,
+    CURSOR_TYPE,
+    LAST_META_KEY,
+    SESSION_ENDED,
+    SESSION_ENDED_REASON,
+    MemoryJournal,
+    open_session_host,
+)
 
 
 def resume(session_id: str, replay: Any = None) -> v2.ResumeSessionRequest:
@@ -349,7 +357,7 @@ async def test_a_journal_that_fails_ends_that_sessions_instance_not_the_host() -
     with trio.fail_after(DEADLINE):
         async with open_session_host(agents(control), journal=journal) as host:
             a, b = Recorder(), Recorder()
-            async with host.connect(a, variant=v2) as conn_a, host.connect(b, variant=v2) as conn_b:
+            async with connected(host, a, v2) as conn_a, host.connect(b, variant=v2) as conn_b:
                 await init2(conn_a)
                 await init2(conn_b)
                 sid_a = (await conn_a.agent.session_new(v2.NewSessionRequest(cwd="/tmp"))).session_id
@@ -357,6 +365,13 @@ async def test_a_journal_that_fails_ends_that_sessions_instance_not_the_host() -
                 journal.failing = sid_a
                 await conn_a.agent.session_prompt(v2.PromptRequest(session_id=sid_a, prompt=text("count 5")))
                 await host.wait_until(lambda: sid_a not in host.sessions())  # its instance ended
+                # its client was told why, and that the turn ended (idle, stop reason error)
+                await a.until(lambda: a.ext != [] and a.states()[-1:] == ["idle"])
+                detail = "the host failed to handle its output: OSError: No space left on device"
+                assert a.ext == [
+                    (SESSION_ENDED, {"sessionId": sid_a, "reason": SESSION_ENDED_REASON, "detail": detail})
+                ]
+                assert a.states()[-1] == "idle" and a.updates[-1].stop_reason == "error"
                 assert host.instances == 1
                 await conn_b.agent.session_prompt(v2.PromptRequest(session_id=sid_b, prompt=text("count 5")))
                 await b.until(lambda: b.states()[-1:] == ["idle"])

@@ -19,7 +19,7 @@ from _host_kit import DEADLINE, Control, Recorder, agents, connected, init1, ini
 from acp_schema import v1, v2
 from acp_trio import RequestError
 from acp_trio._core import LineFramer
-from acp_trio.host import TURN_ENDED, UPDATE_META_KEY, open_session_host
+from acp_trio.host import SESSION_ENDED, TURN_ENDED, UPDATE_META_KEY, open_session_host
 
 
 def resume(session_id: str, replay: Any = None) -> v2.ResumeSessionRequest:
@@ -262,13 +262,18 @@ async def test_a_client_closing_a_live_session_ends_it_for_everyone() -> None:
     control = Control()
     with trio.fail_after(DEADLINE):
         async with open_session_host(agents(control)) as host:
-            async with connected(host, Recorder()) as conn_a, connected(host, Recorder()) as conn_b:
+            a, b = Recorder(), Recorder()
+            async with connected(host, a) as conn_a, connected(host, b) as conn_b:
                 await init2(conn_a)
                 await init2(conn_b)
                 sid = await new_session(conn_a)
                 await conn_b.agent.session_resume(resume(sid))
                 await conn_a.agent.session_close(v2.CloseSessionRequest(session_id=sid))
                 assert control.closed == [sid] and sid not in host.sessions()
+                await b.until(lambda: b.ext != [])  # b is told; a, which closed it, knows
+                detail = "another client sent session/close"
+                assert b.ext == [(SESSION_ENDED, {"sessionId": sid, "reason": "session closed", "detail": detail})]
+                assert a.ext == [] and b.states() == ["idle"]  # the resume's current state only: no turn ran
                 with pytest.raises(RequestError) as caught:
                     await conn_b.agent.session_prompt(prompt(sid, "count 1"))
                 assert caught.value.code == -32002

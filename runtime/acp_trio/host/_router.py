@@ -23,7 +23,7 @@ import itertools
 import logging
 import math
 import secrets
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from contextlib import asynccontextmanager
 from typing import Any, Literal
 
@@ -66,6 +66,18 @@ the one that prompted, when a ``session/prompt`` answer ends a turn: ``{"session
 or ``{"sessionId", "error"}`` (the JSON-RPC error object) when the answer was an error.  A v1
 client that attaches later (``session/load``, ``session/resume``) while no turn runs gets the last
 turn's, after its replay and before the answer."""
+
+SESSION_ENDED = "_acp_trio/session_ended"
+"""Extension notification (v1 and v2) the host sends to the clients attached to a live session that
+ends under them, before it detaches them: ``{"sessionId", "reason", "detail"}``.  ``reason`` is
+``"agent instance ended"`` (the agent serving it exited or closed its connection, or the host failed
+to handle its output: a journal append that raised) or ``"session closed"`` (another attached client
+closed or deleted it); ``detail`` says more (the error, when there is one).  The session is no longer
+live: its next request gets -32002.  Neither version's schema has a notification for a session that
+ends (v2 ``session-setup.mdx`` "Closing Active Sessions" is the client's own ``session/close``)."""
+SESSION_ENDED_REASON = "agent instance ended"
+"""``reason`` of :data:`SESSION_ENDED` and ``data.reason`` of the -32603 answers when a session's
+agent instance ended."""
 
 ATTACH_META_KEY = "acp-trio/attach"
 """``_meta`` key of the host's ``initialize`` answer: a token naming the connection's agent
@@ -253,6 +265,7 @@ class _Instance:
         self.questions: dict[Any, _Question] = {}
         self.ended = False
         self.closing = False
+        self.end_detail = "its output ended (the agent exited or closed its connection)"  # why it ended
         self.principal: Any = None  # of the client whose initialize made it
         self.token_hash: bytes | None = None  # sha256 of its attach token, once it answered initialize
         self.initialized: dict[str, Any] | None = None  # its first initialize answer (the result), as the host gave it
@@ -619,7 +632,7 @@ class SessionHost:
             if method in _OPENING:  # session/fork: the new session lives on the same instance
                 on_answer = self._opened(client, session.instance, method, params)
             else:
-                on_answer = self._session_answer(session, method, params)
+                on_answer = self._session_answer(client, session, method, params)
             self._forward(session.instance, client, message, on_answer=on_answer)
             return
         on_answer = self._opened(client, home, method, params) if method in _OPENING else None
@@ -648,7 +661,7 @@ class SessionHost:
         return {**result, "agentCapabilities": caps}
 
     def _session_answer(
-        self, session: _Session, method: str, params: Any
+        self, client: _Client, session: _Session, method: str, params: Any
     ) -> Callable[[dict[str, Any]], Awaitable[None]] | None:
         async def answered(answer: dict[str, Any]) -> None:
             result = answer.get("result")
@@ -676,6 +689,8 @@ class SessionHost:
             if type(result) is not dict:
                 return
             if method in _ENDING:
+                others = [other for other in session.clients if other is not client]
+                self._tell_ended(session, others, "session closed", f"another client sent {method}", "cancelled")
                 await self._drop_session(session)
             elif method == "session/set_config_option" and "configOptions" in result:
                 session.setup["configOptions"] = result["configOptions"]
@@ -917,6 +932,16 @@ class SessionHost:
             raise  # Cancelled: the connection ends, and _client_gone detaches it
         # no checkpoint from the buffer's last check to the end: then live
         del client.attaching[session.id]
+        if self._sessions.get(session.id) is not session:  # it ended during the replay (it was told: SESSION_ENDED)
+            client.put(
+                _error(
+                    request_id,
+                    RESOURCE_NOT_FOUND,
+                    f"Resource not found: session {session.id!r} ended while it was being attached",
+                    {"sessionId": session.id},
+                )
+            )
+            return
         client.delivered[session.id] = fence
         live_from = max(fence, session.last)
         if version >= 2:
@@ -1132,8 +1157,9 @@ class SessionHost:
                 return
             try:  # an instance served elsewhere (the bridge: a process); its end is the stream's end
                 await self.serve_agent(agent_stream)
-            except Exception:
+            except Exception as exc:
                 log.exception("agent instance %d: serve_agent failed", instance.number)
+                instance.end_detail = f"serving it failed: {type(exc).__name__}: {exc}"
             finally:
                 await trio.aclose_forcefully(agent_stream)
 
@@ -1160,10 +1186,14 @@ class SessionHost:
                 nursery.start_soon(write)
                 await self._read_agent(instance, router_stream)
                 nursery.cancel_scope.cancel()
-        except Exception:
+        except Exception as exc:
             # a failure here (the journal's append raising: a full disk, a broken file) ends this
             # instance and its sessions, as the agent's own end would; the host and its other instances go on
             log.exception("agent instance %d ended: the host's handling of its messages failed", instance.number)
+            cause: BaseException = exc
+            while isinstance(cause, BaseExceptionGroup) and len(cause.exceptions) == 1:
+                cause = cause.exceptions[0]
+            instance.end_detail = f"the host failed to handle its output: {type(cause).__name__}: {cause}"
         finally:
             with trio.CancelScope(shield=True):
                 await self._instance_ended(instance)
@@ -1422,15 +1452,29 @@ class SessionHost:
         instance.send.send_nowait(_dumps({**message, "id": router_id}))
 
     async def _instance_ended(self, instance: _Instance) -> None:
-        """The instance's agent connection ended: its calls fail, its sessions are gone."""
+        """The instance's agent connection ended: its requests to clients are withdrawn
+        (``$/cancel_request``), its calls in flight fail (-32603, ``data.reason``
+        :data:`SESSION_ENDED_REASON`), the clients attached to its sessions are told
+        (:meth:`_tell_ended`) and detached, and its sessions are forgotten."""
         instance.ended = True
         instance.send.close()
         self._instances.discard(instance)
         if instance.token_hash is not None:
             self._tokens.pop(instance.token_hash, None)
+        for question in list(instance.questions.values()):
+            self._withdraw(question)
+        data = {"reason": SESSION_ENDED_REASON, "detail": instance.end_detail}
         for call in instance.calls.values():
             if call.client is not None:
-                call.client.put(_error(call.client_id, INTERNAL_ERROR, "the agent instance ended before answering"))
+                call.client.put(
+                    _error(
+                        call.client_id,
+                        INTERNAL_ERROR,
+                        f"Internal error: the agent instance ended before answering {call.method} "
+                        f"({instance.end_detail}): reconnect (initialize again) to go on",
+                        {**data, "method": call.method},
+                    )
+                )
         instance.calls.clear()
         for session_id in list(instance.sessions):
             session = self._sessions.get(session_id)
@@ -1440,11 +1484,56 @@ class SessionHost:
                     for other, other_id in question.copies.items():
                         other.questions.pop(other_id, None)
                 session.questions.clear()
+                self._tell_ended(session, session.clients, SESSION_ENDED_REASON, instance.end_detail, "error")
                 try:
                     await self._drop_session(session)
                 except Exception:
                     log.exception("forgetting session %s failed", session_id)
         self._touch()
+
+    def _tell_ended(
+        self,
+        session: _Session,
+        clients: Iterable[_Client],
+        reason: str,
+        detail: str,
+        stop_reason: Literal["error", "cancelled"],
+    ) -> None:
+        """Tell ``clients`` (attached to ``session``) that it ends under them.  If a turn runs: v2
+        clients get a ``state_update`` ``idle`` with ``stop_reason`` (``error`` with the error
+        object, schema ``ErrorStopReason``; ``cancelled`` for a session another client closed,
+        which the schema's ``cancelled`` covers: "by closing the session"), marked
+        ``_meta["acp-trio/current"]: true`` with no number (prompt-lifecycle.mdx: "the Agent MUST
+        report idle when no foreground activity remains"); v1 clients other than the one whose
+        ``session/prompt`` call is in flight (it gets that call's answer) get :data:`TURN_ENDED`
+        with the error or the stop reason.  Then every one gets :data:`SESSION_ENDED`.  A client
+        whose replay is under way is told too (its attach is then refused)."""
+        ended = _dumps(
+            {
+                "jsonrpc": "2.0",
+                "method": SESSION_ENDED,
+                "params": {"sessionId": session.id, "reason": reason, "detail": detail},
+            }
+        )
+        outcome: dict[str, Any] = {"stopReason": stop_reason}
+        if stop_reason == "error":
+            message = f"session {session.id!r} ended: {reason} ({detail})"
+            outcome["error"] = RequestError(INTERNAL_ERROR, message, {"reason": reason, "detail": detail}).to_wire()
+        running = session.running
+        v2 = (session.instance.version or 1) >= 2
+        for client in clients:
+            if running and v2:
+                idle = {"sessionUpdate": "state_update", "state": "idle", **outcome}
+                update = {"sessionId": session.id, "update": idle, "_meta": {CURRENT_META_KEY: True}}
+                client.put(_dumps({"jsonrpc": "2.0", "method": "session/update", "params": update}))
+            elif running and (client is not session.prompting or session.prompt_gone):
+                turn = {"sessionId": session.id}
+                if stop_reason == "error":
+                    turn["error"] = outcome["error"]
+                else:
+                    turn["stopReason"] = stop_reason
+                client.put(_dumps({"jsonrpc": "2.0", "method": TURN_ENDED, "params": turn}))
+            client.put(ended)
 
 
 @asynccontextmanager
