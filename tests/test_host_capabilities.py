@@ -3,19 +3,22 @@ capabilities allow it.
 
 Spec: v1 ``initialization.mdx`` "Client Capabilities" (``fs.readTextFile`` gates
 ``fs/read_text_file``; a capability omitted is unsupported), ``file-system.mdx`` "Checking Support"
-(an agent must not call a method the client did not advertise).  In memory; the rules are in
+(an agent must not call a method the client did not advertise); v2 ``elicitation.mdx`` "Checking
+support" (a form elicitation needs ``elicitation.form``).  In memory; the rules are in
 docs/site/guides/host.md ("Agent->client requests").
 """
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import pytest
 import trio
-from _host_kit import DEADLINE, Control, Recorder, agents, connected, new_session, text
+from _host_kit import DEADLINE, Agent2, Control, Recorder, agents, connected, new_session, text
 
-from acp_schema import v1
+from acp_schema import v1, v2
+from acp_trio._converter import converter
 from acp_trio.host import open_session_host
 
 FS = v1.ClientCapabilities(fs=v1.FileSystemCapabilities(read_text_file=True))
@@ -107,3 +110,47 @@ async def test_a_request_no_attached_client_can_take_waits_for_one_that_can() ->
                     await control.until(lambda: len(control.outcomes) == 1)
                     await host.wait_until(lambda: not host.sessions()[sid].running)
             assert control.outcomes == ["notes"] and c.reads == ["/notes.txt"] and b.reads == [] and a.reads == []
+
+
+class Eliciting2(Agent2):
+    """The kit's v2 agent whose turn asks a form elicitation."""
+
+    async def session_prompt(self, params: v2.PromptRequest) -> v2.PromptResponse:
+        async def turn() -> str:
+            schema = converter.structure({"type": "object", "properties": {}}, v2.ElicitationSchema)
+            form = v2.FormCreateElicitationRequest(
+                message="Name?", requested_schema=schema, session_id=params.session_id
+            )
+            self.control.outcomes.append(await self.conn.client.elicitation_create(form))
+            self.control.touch()
+            return "end_turn"
+
+        self.conn.start_turn(params.session_id, turn)
+        return v2.PromptResponse(message_id="u")
+
+
+class Elicited(Recorder):
+    def __init__(self) -> None:
+        super().__init__()
+        self.elicited = 0
+
+    async def elicitation_create(self, params: Any) -> Any:
+        self.elicited += 1
+        return v2.AcceptCreateElicitationResponse(content={})
+
+
+async def test_v2_a_form_elicitation_reaches_only_the_client_that_advertised_elicitation_form() -> None:
+    control = Control()
+    form = v2.ClientCapabilities(elicitation=v2.ElicitationCapabilities(form=v2.ElicitationFormCapabilities()))
+    with trio.fail_after(DEADLINE):
+        async with open_session_host({v2: functools.partial(Eliciting2, control)}) as host:
+            a, b = Elicited(), Elicited()
+            async with connected(host, a) as conn_a, connected(host, b) as conn_b:
+                info = v2.Implementation(name="t", version="0")
+                await conn_a.initialize(v2.InitializeRequest(protocol_version=2, info=info, capabilities=form))
+                await conn_b.initialize(v2.InitializeRequest(protocol_version=2, info=info))
+                sid = await new_session(conn_a)
+                await conn_b.agent.session_resume(v2.ResumeSessionRequest(session_id=sid, cwd="/tmp"))
+                await conn_a.agent.session_prompt(v2.PromptRequest(session_id=sid, prompt=text("go")))
+                await control.until(lambda: len(control.outcomes) == 1)
+            assert a.elicited == 1 and b.elicited == 0
