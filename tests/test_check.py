@@ -50,12 +50,15 @@ DEFECTS: dict[str, dict[str, Status]] = {
 }
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def defect_reports() -> dict[str, Report]:
     """Every target agent checked once, four at a time (each run spawns some 35 agent processes; a
     run's wall time is mostly its probes' waits, which four at a time overlap).  The tests that use
     this fixture share one pytest-xdist group (``xdist_group``, with the noxfile's ``--dist
-    loadgroup``), so under xdist it is made once, on one worker, not once per worker."""
+    loadgroup``), so under xdist it is made on one worker, not once per worker; and once on that
+    worker: session scope, because with module scope pytest tore it down and made it again
+    whenever the worker ran another module's test between two of these (CI's durations showed two
+    setups of about 500 s each)."""
 
     async def check_all() -> dict[str, Report]:
         reports: dict[str, Report] = {}
