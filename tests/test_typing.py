@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -9,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-# mypy's verdict on the generated classes, not the interpreter's: these run on 3.11 only (and the lint
-# session runs mypy --strict over the whole tree).
+# mypy's verdict on the generated classes, not the interpreter's: the lint session runs this module
+# right after its own mypy --strict over the whole tree, with that run's cache (ACP_TYPING_MYPY_CACHE),
+# and the tests sessions leave it out (noxfile.py's TYPING_TESTS).
 pytestmark = pytest.mark.one_interpreter
 
 HERE = Path(__file__).parent / "typing"
@@ -19,9 +21,11 @@ ROOT = HERE.parent.parent
 
 @pytest.fixture(scope="module")
 def cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """One mypy cache for this module's runs, new each session, under pytest's temporary directory (which
-    pytest prunes): the second run reuses what the first learnt of acp_schema (most of mypy's time)."""
-    return tmp_path_factory.mktemp("mypy-cache")
+    """The mypy cache of this module's runs: ``ACP_TYPING_MYPY_CACHE`` when set (the lint session's, where
+    mypy has just checked acp_schema: most of mypy's time), else a new one under pytest's temporary
+    directory (which pytest prunes), where the second run reuses what the first learnt."""
+    given = os.environ.get("ACP_TYPING_MYPY_CACHE")
+    return Path(given) if given else tmp_path_factory.mktemp("mypy-cache")
 
 
 def mypy(path: Path, cache: Path) -> subprocess.CompletedProcess[str]:
