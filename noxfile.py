@@ -216,8 +216,9 @@ def build_check(compiled: bool) -> str:
 def tests(session: nox.Session) -> None:
     """Run the test suite (property tests in their bounded CI profile) on the wheel as it ships, the
     runtime's hot modules compiled by mypyc (hatch_build.py), on CPython 3.11 and 3.13 (`tests-3.11`,
-    `tests-3.13`); on 3.11, then once more on the pure-Python source, all but PURE_SKIPS: what an
-    editable install and a wheel built without a C compiler run, which the compiled pass does not (a
+    `tests-3.13`); on 3.11, then once more on the pure-Python source, all but PURE_SKIPS and the
+    one_interpreter tests: what an editable install and a wheel built without a C compiler run, which
+    the compiled pass does not (a
     difference between the compiled and the Python modules: mypyc checks types at run time and takes
     no attribute a class does not declare).  The wheel is built once and reused while its sources are
     unchanged.  `nox -s tests -- ARGS` runs `pytest ARGS` on the compiled wheel only."""
