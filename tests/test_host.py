@@ -286,18 +286,69 @@ async def test_resuming_while_updates_stream_gives_every_update_once_in_order(jo
                 assert answers[0].meta[LAST_META_KEY] >= before + 100  # it went live after those
 
 
-async def test_the_default_journal_is_in_memory_with_the_sqlite_journals_bounds() -> None:
-    """open_session_host's default journal is bounded per session as SqliteSessionStore.journal()
-    is by default (the oldest lines dropped beyond), so switching journals changes durability only."""
+async def test_the_default_journal_is_sqlite_in_a_private_directory_removed_at_close() -> None:
+    """open_session_host's default journal is SQLite (the host's memory stays bounded whatever the
+    journals hold) in a 0700 directory of its own, bounded per session as SqliteSessionStore.journal()
+    is by default; a detached session's updates are on disk, a resume replays them from there, and
+    the directory is removed when the host closes."""
     import inspect
+    import os
+    import stat
+    import tempfile
+
+    from acp_trio.session_store import SessionJournal, SqliteSessionStore
+
+    defaults = inspect.signature(SqliteSessionStore.journal).parameters
+    control = Control()
+    with trio.fail_after(DEADLINE):
+        async with open_session_host(agents(control)) as host:
+            assert isinstance(host.journal, SessionJournal)
+            assert host.journal.max_updates == defaults["max_updates"].default == 100_000
+            assert host.journal.max_bytes == defaults["max_bytes"].default == 64 << 20
+            path = host.journal.store.path
+            directory = os.path.dirname(path)
+            assert os.path.dirname(directory) == tempfile.gettempdir()
+            assert stat.S_IMODE(os.stat(directory).st_mode) == 0o700
+            first = Recorder()
+            async with host.connect(first, variant=v2) as conn:
+                await init2(conn)
+                sid = (await conn.agent.session_new(v2.NewSessionRequest(cwd="/tmp"))).session_id
+                await conn.agent.session_prompt(v2.PromptRequest(session_id=sid, prompt=text("count 5 wait count 0")))
+                await first.until(lambda: len(first.texts()) == 5)
+            await host.wait_until(lambda: host.sessions()[sid].attached == 0)
+            control.gate.set()  # the rest of the turn is journaled with nobody attached
+            await host.wait_until(lambda: host.sessions()[sid].state == "idle")
+            last = host.sessions()[sid].last_update
+            with SqliteSessionStore(path) as other:  # another connection to the file: it is on disk
+                on_disk = await other.journal().read(sid, 0)
+            assert [n for n, _ in on_disk] == list(range(1, last + 1))
+            second = Recorder()
+            async with host.connect(second, variant=v2) as conn2:
+                await init2(conn2)
+                await conn2.agent.session_resume(resume(sid, v2.StartReplayFrom()))
+            assert second.numbers[:-1] == list(range(1, last + 1))  # then the current state, unnumbered
+            assert second.texts() == [str(i) for i in range(5)]
+            assert os.path.exists(path)
+    assert not os.path.exists(directory)
+
+
+async def test_a_journal_given_to_the_host_is_kept_when_it_closes(tmp_path: Any) -> None:
+    """The caller's journal is the caller's: the host neither closes its store nor removes its file
+    (it forgets the sessions it ends, as with any journal)."""
+    import os
 
     from acp_trio.session_store import SqliteSessionStore
 
-    defaults = inspect.signature(SqliteSessionStore.journal).parameters
-    async with open_session_host(agents(Control())) as host:
-        assert isinstance(host.journal, MemoryJournal)
-        assert host.journal.max_updates == defaults["max_updates"].default == 100_000
-        assert host.journal.max_bytes == defaults["max_bytes"].default == 64 << 20
+    path = str(tmp_path / "kept.db")
+    with SqliteSessionStore(path) as store, trio.fail_after(DEADLINE):
+        async with open_session_host(agents(Control()), journal=store.journal()) as host:
+            async with host.connect(Recorder(), variant=v2) as conn:
+                await init2(conn)
+                sid = (await conn.agent.session_new(v2.NewSessionRequest(cwd="/tmp"))).session_id
+                await conn.agent.session_prompt(v2.PromptRequest(session_id=sid, prompt=text("count 2")))
+            assert await store.journal().last(sid) == host.sessions()[sid].last_update > 0
+        assert await store.journal().append("after", [b"{}"]) == 1  # the store is still open
+    assert os.path.exists(path)
 
 
 async def test_a_cursor_whose_updates_are_dropped_while_its_replay_is_read_is_refused_not_skipped() -> None:

@@ -39,7 +39,7 @@ async def test_detached_ttl_cancels_the_turn_and_closes_the_session_then_the_ins
 ) -> None:
     control = Control()
     with trio.fail_after(VIRTUAL_DEADLINE):
-        async with open_session_host(agents(control), detached_ttl=60) as host:
+        async with open_session_host(agents(control), journal=MemoryJournal(), detached_ttl=60) as host:
             sid = await detached_turn(host, "wait")
             left = trio.current_time()
             await control.until(lambda: control.closed == [sid] and control.cancels == [sid])
@@ -50,7 +50,7 @@ async def test_detached_ttl_cancels_the_turn_and_closes_the_session_then_the_ins
 async def test_reattaching_before_the_ttl_keeps_the_session(autojump_clock: trio.testing.MockClock) -> None:
     control = Control()
     with trio.fail_after(VIRTUAL_DEADLINE):
-        async with open_session_host(agents(control), detached_ttl=60) as host:
+        async with open_session_host(agents(control), journal=MemoryJournal(), detached_ttl=60) as host:
             sid = await detached_turn(host, "wait")
             await trio.sleep(50)
             async with connected(host, Recorder()) as conn:
@@ -65,7 +65,7 @@ async def test_over_max_detached_sessions_the_oldest_detached_one_is_closed(
 ) -> None:
     control = Control()
     with trio.fail_after(VIRTUAL_DEADLINE):
-        async with open_session_host(agents(control), max_detached_sessions=1) as host:
+        async with open_session_host(agents(control), journal=MemoryJournal(), max_detached_sessions=1) as host:
             first = await detached_turn(host, "count 1")
             await trio.sleep(1)
             second = await detached_turn(host, "count 1")
@@ -78,7 +78,9 @@ async def test_unattended_reject_answers_a_permission_request_cancelled_after_th
 ) -> None:
     control = Control()
     with trio.fail_after(VIRTUAL_DEADLINE):
-        async with open_session_host(agents(control), unattended_timeout=30, unattended_policy="reject") as host:
+        async with open_session_host(
+            agents(control), journal=MemoryJournal(), unattended_timeout=30, unattended_policy="reject"
+        ) as host:
             sid = await detached_turn(host, "wait ask")
             control.gate.set()
             await host.wait_until(lambda: host.sessions()[sid].pending_requests == 1)
@@ -93,7 +95,9 @@ async def test_unattended_reject_answers_a_permission_request_cancelled_after_th
 async def test_unattended_cancel_cancels_the_turn_then_declines(autojump_clock: trio.testing.MockClock) -> None:
     control = Control()
     with trio.fail_after(VIRTUAL_DEADLINE):
-        async with open_session_host(agents(control), unattended_timeout=30, unattended_policy="cancel") as host:
+        async with open_session_host(
+            agents(control), journal=MemoryJournal(), unattended_timeout=30, unattended_policy="cancel"
+        ) as host:
             sid = await detached_turn(host, "wait ask")
             control.gate.set()
             await control.until(lambda: control.cancels == [sid])
@@ -108,7 +112,9 @@ async def test_unattended_cancel_cancels_the_turn_then_declines(autojump_clock: 
 async def test_unattended_wait_keeps_the_request_for_the_next_client(autojump_clock: trio.testing.MockClock) -> None:
     control = Control()
     with trio.fail_after(VIRTUAL_DEADLINE):
-        async with open_session_host(agents(control), unattended_timeout=30, detached_ttl=None) as host:  # "wait"
+        async with open_session_host(
+            agents(control), journal=MemoryJournal(), unattended_timeout=30, detached_ttl=None
+        ) as host:  # "wait"
             sid = await detached_turn(host, "wait ask")
             control.gate.set()
             await trio.sleep(3600)
@@ -120,7 +126,9 @@ async def test_unattended_reject_answers_other_requests_with_an_internal_error(
 ) -> None:
     control = Control()
     with trio.fail_after(VIRTUAL_DEADLINE):
-        async with open_session_host(agents(control), unattended_timeout=30, unattended_policy="reject") as host:
+        async with open_session_host(
+            agents(control), journal=MemoryJournal(), unattended_timeout=30, unattended_policy="reject"
+        ) as host:
             caps = v1.ClientCapabilities(fs=v1.FileSystemCapabilities(read_text_file=True))
             async with connected(host, Recorder(), v1) as conn:
                 await conn.agent.initialize(v1.InitializeRequest(protocol_version=1, client_capabilities=caps))

@@ -294,8 +294,9 @@ async def open_detach_host(
     while the session lives, with or without a client attached.  A process with no client and no
     live session ends: its stdin closes, then the ladder of :func:`pump_agent_process` (wait,
     SIGTERM, SIGKILL to its group, each ``shutdown_timeout`` seconds).  ``journal``: where the
-    sessions' updates are numbered and kept (default in memory, bounded per session as
-    :class:`acp_trio.host.MemoryJournal`; ``SqliteSessionStore(PATH).journal()`` on disk).
+    sessions' updates are numbered and kept (default: :func:`acp_trio.host.open_session_host`'s, a
+    SQLite journal in a temporary directory removed when the host closes; ``SqliteSessionStore(PATH).journal()``
+    keeps the file).
     ``detached_ttl``, ``max_detached_sessions``, ``unattended_timeout``, ``unattended_policy``: as
     for :func:`acp_trio.host.open_session_host` (a session closed by them ends its process once it
     has no other).  ``env``, ``cwd``: the agent's.
@@ -420,8 +421,8 @@ async def serve_bridge(
     With a ``token`` mapping, each connection is served under its token's principal, and a session
     made under one principal is attached to only by a connection of the same
     (``docs/site/guides/host.md``).  ``journal``: a SQLite file for the
-    sessions' journal (:class:`~acp_trio.session_store.SqliteSessionStore`; default in memory, bounded per
-    session as :class:`acp_trio.host.MemoryJournal`).
+    sessions' journal (:class:`~acp_trio.session_store.SqliteSessionStore`, kept when the bridge stops;
+    default: a SQLite file in a private temporary directory, removed when the bridge stops).
 
     Raises ``OSError`` naming the command at once when it cannot run, ``ValueError`` for an empty
     command, a ``speak`` / ``client_fs`` that :func:`adapt_agent_process` refuses, or a ``journal``
@@ -811,7 +812,10 @@ def main(argv: Sequence[str] | None = None) -> None:
         "(default: no limit)",
     )
     parser.add_argument(
-        "--journal", metavar="PATH", help="--detach: keep the sessions' updates in this SQLite file (default: memory)"
+        "--journal",
+        metavar="PATH",
+        help="--detach: keep the sessions' updates in this SQLite file, kept when the bridge stops "
+        "(default: a SQLite file in a private temporary directory, removed when the bridge stops)",
     )
     parser.add_argument("--header", action="append", default=[], help="--connect: an extra header, 'Name: value'")
     parser.add_argument("command", nargs=argparse.REMAINDER, help="-- AGENT_CMD [ARG ...] (with --listen)")

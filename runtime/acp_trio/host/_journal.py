@@ -1,10 +1,11 @@
-"""The journal contract of the session host, and the in-memory journal (the default, and the tests').
+"""The journal contract of the session host, and the in-memory journal (for tests).
 
 Contract: a journal numbers each session's ``session/update`` wire lines 1, 2, ... (consecutive,
 per session) as the host appends them, and gives back those after a number.  It may drop the
 oldest lines of a session (its bounds are its own business): :meth:`Journal.first` then says the
 oldest number it still holds.  It knows nothing of JSON, ACP or trio beyond being awaited.  The
-persistent journal is :meth:`acp_trio.session_store.SqliteSessionStore.journal` (SQLite).
+on-disk journal is :meth:`acp_trio.session_store.SqliteSessionStore.journal` (SQLite; the host's
+default, in a temporary file of its own).
 """
 
 from __future__ import annotations
@@ -47,7 +48,12 @@ class Journal(Protocol):
 
 
 class MemoryJournal:
-    """A :class:`Journal` in this process's memory: gone with it.
+    """A :class:`Journal` in this process's memory: gone with it.  For tests, and for hosts that
+    accept the RAM: it holds up to its bounds per session, so a host keeps up to ``max_bytes`` times
+    its sessions in memory (the host's default journal, SQLite, keeps them on disk).  Under trio's
+    autojump clock (``trio.testing.MockClock(autojump_threshold=0)``, pytest-trio's ``autojump_clock``)
+    pass this journal: the SQLite journal commits in a worker thread, and the clock jumps ahead while
+    trio waits for it, so timeouts fire early.
 
     ``max_updates``: lines kept per session (default ``None``: no limit); ``max_bytes``: bytes of
     lines kept per session (default ``None``).  Past either bound the oldest lines of that session

@@ -22,7 +22,10 @@ import hashlib
 import itertools
 import logging
 import math
+import os
 import secrets
+import shutil
+import tempfile
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from contextlib import asynccontextmanager
 from typing import Any, Literal
@@ -43,7 +46,8 @@ from .._core import (
 )
 from .._nursery import owned_nursery
 from .._roles import AgentSideConnection, ClientSideConnection
-from ._journal import Journal, MemoryJournal
+from ..session_store import SqliteSessionStore
+from ._journal import Journal
 
 log = logging.getLogger("acp_trio.host")
 
@@ -129,10 +133,11 @@ DEFAULT_MAX_CLIENT_BACKLOG_BYTES = 64 * 1024 * 1024
 ``max_buffered_bytes``): see :func:`open_session_host`'s ``max_client_backlog_bytes``."""
 DEFAULT_JOURNAL_MAX_UPDATES = 100_000
 """Updates per session the default journal of :func:`open_session_host` holds (the oldest dropped
-beyond), as ``SqliteSessionStore.journal()``'s default."""
+beyond), ``SqliteSessionStore.journal()``'s default."""
 DEFAULT_JOURNAL_MAX_BYTES = 64 << 20
-"""Bytes of update lines per session the default journal holds (64 MiB), as
-``SqliteSessionStore.journal()``'s default."""
+"""Bytes of update lines per session the default journal holds (64 MiB), ``SqliteSessionStore.journal()``'s
+default."""
+_DEFAULT_JOURNAL_FILE = "journal.sqlite3"  # the default journal's file, in the host's temporary directory
 _REPLAY_SLICE = 64  # replayed updates prepared between two checkpoints (the first reach the client sooner)
 _REPLAY_FIRST_PAGE = 64  # updates of a replay's first journal read (the first reach the client sooner)
 _REPLAY_PAGE = 1000  # updates of each later read
@@ -1555,10 +1560,16 @@ async def open_session_host(
 
     ``agent_factory``: as for :class:`~acp_trio.AgentSideConnection` (``AcpApp(agent)`` takes the
     same), one instance per client connection's ``initialize``.  ``journal``: where session
-    updates are numbered and kept (:class:`~acp_trio.host.Journal`; default a fresh
-    :class:`~acp_trio.host.MemoryJournal` holding at most :data:`DEFAULT_JOURNAL_MAX_UPDATES`
-    updates and :data:`DEFAULT_JOURNAL_MAX_BYTES` bytes per session, the bounds of
-    ``SqliteSessionStore(...).journal()``, which persists).
+    updates are numbered and kept (:class:`~acp_trio.host.Journal`).  Default: a SQLite journal
+    (``SqliteSessionStore(path).journal()``, holding at most :data:`DEFAULT_JOURNAL_MAX_UPDATES`
+    updates and :data:`DEFAULT_JOURNAL_MAX_BYTES` bytes per session) in a private temporary directory
+    (``tempfile.mkdtemp``, mode 0700, under ``TMPDIR``) made when the host opens and removed, file
+    and all, when it closes: on disk, so the host's memory stays bounded whatever its sessions'
+    journals hold (a ``TMPDIR`` on tmpfs keeps them in RAM, outside the process).  A
+    journal passed here is the caller's (``SqliteSessionStore(PATH).journal()`` keeps its file; the
+    caller closes the store after the host); :class:`~acp_trio.host.MemoryJournal` keeps them in
+    this process's memory (for tests, and for hosts that accept the RAM: up to the bounds per
+    session).
     ``detached_ttl``: seconds a session may stay with no client attached before its turn is
     cancelled (``session/cancel``) and it is closed (``session/close``); ``None``: forever.
     ``max_detached_sessions``: sessions with no client attached kept at once; one more closes the
@@ -1577,7 +1588,7 @@ async def open_session_host(
     agent instance on the far end of ``stream`` (NDJSON; the host closes its side to end the instance,
     and the instance ends when ``stream`` does), instead of ``agent_factory`` (then ``None``) in this
     process: the bridge's ``--detach`` runs a stdio agent process there.  Raises ``ValueError`` for a
-    bad limit or policy.
+    bad limit or policy, ``OSError`` when the default journal's temporary directory cannot be made.
     """
     if unattended_policy not in ("wait", "reject", "cancel"):
         raise ValueError(f'unattended_policy is "wait", "reject" or "cancel", got {unattended_policy!r}')
@@ -1591,25 +1602,39 @@ async def open_session_host(
         raise ValueError(f"max_client_backlog_bytes must be positive bytes or None, got {max_client_backlog_bytes!r}")
     if max_detached_sessions is not None and max_detached_sessions < 0:
         raise ValueError(f"max_detached_sessions must be >= 0 or None, got {max_detached_sessions!r}")
-    async with owned_nursery() as nursery:
-        host = SessionHost(
-            agent_factory,
-            nursery,
-            journal=MemoryJournal(max_updates=DEFAULT_JOURNAL_MAX_UPDATES, max_bytes=DEFAULT_JOURNAL_MAX_BYTES)
-            if journal is None
-            else journal,
-            detached_ttl=detached_ttl,
-            max_detached_sessions=max_detached_sessions,
-            unattended_timeout=unattended_timeout,
-            unattended_policy=unattended_policy,
-            connection_options=connection_options,
-            serve_agent=serve_agent,
-            max_client_backlog_bytes=max_client_backlog_bytes,
-        )
+    store: SqliteSessionStore | None = None
+    directory = ""
+    if journal is None:  # the default: SQLite in a private directory of this host's, removed when it closes
+        directory = tempfile.mkdtemp(prefix="acp-trio-host-")  # mode 0700
         try:
-            yield host
-        finally:  # no checkpoint here: a Cancelled would replace the body's exception
-            host._stop()
+            store = SqliteSessionStore(os.path.join(directory, _DEFAULT_JOURNAL_FILE))
+        except BaseException:
+            shutil.rmtree(directory, ignore_errors=True)
+            raise
+        journal = store.journal(max_updates=DEFAULT_JOURNAL_MAX_UPDATES, max_bytes=DEFAULT_JOURNAL_MAX_BYTES)
+    try:
+        async with owned_nursery() as nursery:
+            host = SessionHost(
+                agent_factory,
+                nursery,
+                journal=journal,
+                detached_ttl=detached_ttl,
+                max_detached_sessions=max_detached_sessions,
+                unattended_timeout=unattended_timeout,
+                unattended_policy=unattended_policy,
+                connection_options=connection_options,
+                serve_agent=serve_agent,
+                max_client_backlog_bytes=max_client_backlog_bytes,
+            )
+            try:
+                yield host
+            finally:  # no checkpoint here: a Cancelled would replace the body's exception
+                host._stop()
+    finally:
+        if store is not None:  # every instance has ended: nothing appends any more
+            with trio.CancelScope(shield=True):
+                await trio.to_thread.run_sync(store.close)
+            shutil.rmtree(directory, ignore_errors=True)
 
 
 __all__ = [
