@@ -7,7 +7,9 @@ replays exercise id binding.
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import re
 import sys
 import uuid
 from pathlib import Path
@@ -743,13 +745,20 @@ def pytest_pyfunc_call(pyfuncitem):
     return None
 """
 
+# A test the stand-in claims by its marker, and one it claims only in its auto mode (else trio runs it).
+MARKED = "\nimport pytest\n\n\n@pytest.mark.asyncio\nasync def test_marked():\n    assert running() == 'asyncio'\n"
+UNMARKED = "\n\nasync def test_unmarked():\n    assert running() == {!r}\n"
+STRICT_TESTS = MARKED + UNMARKED.format("trio")
+
 
 def run_pytest(directory: Path, *args: str) -> str:
-    """pytest in a process in ``directory`` (no pytest.ini there); its output and ``-rA`` summary."""
+    """pytest in a process in ``directory`` (no pytest.ini there); its output and ``-rA`` summary.
+    Without langsmith's plugin (here only through langchain-core, for tests/test_aio_langchain.py):
+    it claims no test and its import was about half of each process's start-up."""
     import subprocess
 
     result = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-rA", "-p", "no:cacheprovider", *args],
+        [sys.executable, "-m", "pytest", "-q", "-rA", "-p", "no:cacheprovider", "-p", "no:langsmith_plugin", *args],
         capture_output=True,
         text=True,
         timeout=120,
@@ -759,11 +768,44 @@ def run_pytest(directory: Path, *args: str) -> str:
     return result.stdout + result.stderr
 
 
+PROJECTS = "plain", "anyio", "asyncio"
+"""The directories of :func:`projects_run`, one project's tests each."""
+
+
+@pytest.fixture(scope="module")
+def projects_run(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """One pytest process over three projects' tests side by side (a directory each, no pytest.ini):
+    plain async tests (:data:`PLAIN_TESTS`), tests anyio claims next to one it does not, and tests a
+    stand-in for pytest-asyncio claims in strict mode (its conftest.py in its directory: its hooks see
+    only that directory's tests).  One process instead of three: pytest's start-up with every plugin of
+    the venv is most of each run's time."""
+    root = tmp_path_factory.mktemp("projects")
+    projects = [p for p in PROJECTS if p != "anyio" or importlib.util.find_spec("anyio") is not None]
+    for project in projects:
+        (root / project).mkdir()
+    (root / "plain" / "test_plain.py").write_text(PLAIN_TESTS, encoding="utf-8")
+    if "anyio" in projects:
+        (root / "anyio" / "test_anyio.py").write_text(ANYIO_TESTS, encoding="utf-8")
+        (root / "anyio" / "test_anyio_module.py").write_text(ANYIO_MODULE, encoding="utf-8")
+    (root / "asyncio" / "conftest.py").write_text(FAKE_PYTEST_ASYNCIO, encoding="utf-8")
+    (root / "asyncio" / "test_strict.py").write_text(RUNNING + STRICT_TESTS, encoding="utf-8")
+    return run_pytest(root, *projects)
+
+
+def outcomes(output: str, project: str) -> list[str]:
+    """The ``-rA`` summary's outcome words (PASSED, FAILED, ERROR, ...) of ``project``'s tests."""
+    return re.findall(rf"^(\w+) {project}/\S+\.py::", output, re.M)
+
+
+# one worker runs the tests that read projects_run (noxfile's --dist loadgroup): one process, not one per worker
+projects = pytest.mark.xdist_group("testing_kit_projects")
+
+
+@projects
 @pytest.mark.one_interpreter  # pytest in a process: the plugins' interplay, not the interpreter's
-def test_async_tests_and_the_acp_pair_fixture_run_under_trio_with_no_configuration(tmp_path: Path) -> None:
-    (tmp_path / "test_plain.py").write_text(PLAIN_TESTS, encoding="utf-8")
-    output = run_pytest(tmp_path)
-    assert "4 passed" in output and "failed" not in output and "error" not in output, output
+def test_async_tests_and_the_acp_pair_fixture_run_under_trio_with_no_configuration(projects_run: str) -> None:
+    assert outcomes(projects_run, "plain") == ["PASSED"] * 4, projects_run
+    assert "failed" not in projects_run and "error" not in projects_run, projects_run
 
 
 @pytest.mark.one_interpreter  # pytest in a process: the plugins' interplay, not the interpreter's
@@ -774,13 +816,11 @@ def test_a_project_that_sets_trio_mode_sees_no_change(tmp_path: Path) -> None:
     assert "4 passed" in output and "failed" not in output and "error" not in output, output
 
 
+@projects
 @pytest.mark.one_interpreter  # pytest in a process: the plugins' interplay, not the interpreter's
-def test_tests_anyio_claims_are_left_to_anyio(tmp_path: Path) -> None:
+def test_tests_anyio_claims_are_left_to_anyio(projects_run: str, tmp_path: Path) -> None:
     pytest.importorskip("anyio")
-    (tmp_path / "test_anyio.py").write_text(ANYIO_TESTS, encoding="utf-8")
-    (tmp_path / "test_anyio_module.py").write_text(ANYIO_MODULE, encoding="utf-8")
-    output = run_pytest(tmp_path)
-    assert "4 passed" in output and "failed" not in output, output
+    assert outcomes(projects_run, "anyio") == ["PASSED"] * 4 and "failed" not in projects_run, projects_run
     # in anyio's auto mode anyio runs every async test, once per backend
     auto = "\n\nasync def test_auto(request):\n    assert running() == request.node.callspec.params['anyio_backend']\n"
     (tmp_path / "test_auto.py").write_text(RUNNING + auto, encoding="utf-8")
@@ -788,15 +828,12 @@ def test_tests_anyio_claims_are_left_to_anyio(tmp_path: Path) -> None:
     assert "PASSED test_auto.py::test_auto[asyncio]" in output and "failed" not in output, output
 
 
+@projects
 @pytest.mark.one_interpreter  # pytest in a process: the plugins' interplay, not the interpreter's
-def test_tests_pytest_asyncio_claims_are_left_to_it(tmp_path: Path) -> None:
+def test_tests_pytest_asyncio_claims_are_left_to_it(projects_run: str, tmp_path: Path) -> None:
+    assert outcomes(projects_run, "asyncio") == ["PASSED"] * 2 and "failed" not in projects_run, projects_run
     (tmp_path / "conftest.py").write_text(FAKE_PYTEST_ASYNCIO, encoding="utf-8")
-    marked = "\nimport pytest\n\n\n@pytest.mark.asyncio\nasync def test_marked():\n    assert running() == 'asyncio'\n"
-    unmarked = "\n\nasync def test_unmarked():\n    assert running() == {!r}\n"
-    (tmp_path / "test_strict.py").write_text(RUNNING + marked + unmarked.format("trio"), encoding="utf-8")
-    output = run_pytest(tmp_path, "test_strict.py")
-    assert "2 passed" in output and "failed" not in output, output
-    (tmp_path / "test_auto.py").write_text(RUNNING + marked + unmarked.format("asyncio"), encoding="utf-8")
+    (tmp_path / "test_auto.py").write_text(RUNNING + MARKED + UNMARKED.format("asyncio"), encoding="utf-8")
     output = run_pytest(tmp_path, "-o", "asyncio_mode=auto", "test_auto.py")
     assert "2 passed" in output and "failed" not in output, output
 
