@@ -3,7 +3,8 @@
 Everything here comes from the pinned schemas in ``schema/`` and is cached at module level,
 because pytest parametrization asks for one (variant, def) pair at a time:
 
-* ``load_schema(variant)``: the parsed schema document (checked once against its metaschema);
+* ``load_schema(variant)``: the parsed schema document (``test_properties`` checks it against
+  its metaschema, once, in a test of its own: ~3 s per variant, too slow for every collection);
 * ``def_names(variant)``: every ``$def`` that has a binding (the JSON-RPC envelopes are dropped
   by the generator, so they are dropped here too);
 * ``strategy_for(variant, name)``: a hypothesis-jsonschema strategy for valid instances of one
@@ -46,13 +47,15 @@ import json
 from pathlib import Path
 from typing import Any
 
+import hypothesis_jsonschema._canonicalise as _hjs_canonicalise
 import hypothesis_jsonschema._from_schema as _hjs_from_schema
+import hypothesis_jsonschema._resolve as _hjs_resolve
 import jsonschema
 import referencing
 import referencing.jsonschema
 from hypothesis import strategies as st
 from hypothesis_jsonschema import from_schema
-from hypothesis_jsonschema._canonicalise import SCHEMA_KEYS, SCHEMA_OBJECT_KEYS, canonicalish, merged
+from hypothesis_jsonschema._canonicalise import SCHEMA_KEYS, SCHEMA_OBJECT_KEYS
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -76,7 +79,6 @@ _DEFS_PREFIX = "#/$defs/"
 def load_schema(variant: str) -> dict[str, Any]:
     with SCHEMA_FILES[variant].open(encoding="utf-8") as f:
         schema: dict[str, Any] = json.load(f)
-    jsonschema.Draft202012Validator.check_schema(schema)
     return schema
 
 
@@ -162,7 +164,7 @@ def _resolved_def(variant: str, name: str) -> Any:
 def _resolve(variant: str, schema: Any) -> Any:
     """``hypothesis_jsonschema._resolve.resolve_all_refs``, with local ``$defs`` refs memoized."""
     if isinstance(schema, bool):
-        return canonicalish(schema)
+        return _hjs_canonicalise.canonicalish(schema)
     assert isinstance(schema, dict), schema
     if "$ref" in schema:
         rest = dict(schema)
@@ -170,7 +172,7 @@ def _resolve(variant: str, schema: Any) -> Any:
         if not ref.startswith(_DEFS_PREFIX):
             raise ValueError(f"unsupported $ref {ref!r} (only {_DEFS_PREFIX}<Name> is)")
         target = copy.deepcopy(_resolved_def(variant, ref[len(_DEFS_PREFIX) :]))
-        out = merged([_resolve(variant, rest), target])
+        out = _hjs_canonicalise.merged([_resolve(variant, rest), target])
         if out is None:
             raise ValueError(f"$ref {ref!r} cannot be merged with its sibling keywords {rest!r}")
         return out
@@ -227,6 +229,146 @@ def _memoize_draw_time_strategies() -> bool:
 
 
 DRAW_TIME_MEMOIZED = _memoize_draw_time_strategies()
+
+
+# --- build-time memoization (hypothesis-jsonschema internals) --------------------------------
+
+# JSON key -> JSON text of the result (a fresh copy is decoded on every hit: callers mutate it).
+_CANONICAL: dict[str, str] = {}
+_MERGED: dict[str, str | None] = {}
+# The metaschema check's result per schema; hypothesis-jsonschema keeps the last 128 only.
+_VALIDATOR_CLASSES: dict[str, Any] = {}
+
+
+def _json_key(value: Any) -> str | None:
+    """``value`` as sorted-key JSON (``json``'s C encoder), or None if it is not plain JSON."""
+    try:
+        return json.dumps(value, sort_keys=True, separators=(",", ":"))
+    except (TypeError, ValueError):
+        return None
+
+
+# What ``Draft202012Validator.check_schema`` validates a schema with.
+_METASCHEMA = jsonschema.Draft202012Validator(
+    jsonschema.Draft202012Validator.META_SCHEMA, format_checker=jsonschema.Draft202012Validator.FORMAT_CHECKER
+)
+# JSON key -> whether that schema passes the 2020-12 metaschema.
+_VALID_2020_12: dict[str, bool] = {}
+
+
+def _valid_2020_12(schema: Any, key: str | None = None) -> bool:
+    """Whether ``schema`` passes the 2020-12 metaschema, checked one level at a time, memoized.
+
+    The metaschema checks every subschema (the value of ``items``, ``not``, each of ``anyOf``,
+    each of ``properties``, ...) against itself (``$dynamicRef: #meta``) whatever its parent, so
+    a schema passes iff its shell (each such subschema replaced by ``{}``) passes and each
+    subschema does.  ``check_schema`` on a whole inlined union re-checks its shared subschemas
+    at every level; this checks each distinct one once.  A False here may be wrong (a keyword
+    listed in ``SCHEMA_KEYS`` that 2020-12 does not know takes any value), so the caller takes
+    hypothesis-jsonschema's own path then; a True is exact."""
+    if isinstance(schema, bool):
+        return True
+    if not isinstance(schema, dict):
+        return False
+    key = key if key is not None else _json_key(schema)
+    if key is None:
+        return False
+    hit = _VALID_2020_12.get(key)
+    if hit is not None:
+        return hit
+    shell = dict(schema)
+    subschemas: list[Any] = []
+    for name in SCHEMA_KEYS:
+        value = shell.get(name)
+        if isinstance(value, dict | bool):
+            subschemas.append(value)
+            shell[name] = {}
+        elif isinstance(value, list) and all(isinstance(v, dict | bool) for v in value):
+            subschemas.extend(value)
+            shell[name] = [{} for _ in value]
+    for name in SCHEMA_OBJECT_KEYS:
+        value = shell.get(name)
+        if isinstance(value, dict):
+            shell[name] = {k: {} if isinstance(v, dict | bool) else v for k, v in value.items()}
+            subschemas.extend(v for v in value.values() if isinstance(v, dict | bool))
+    ok = _METASCHEMA.is_valid(shell) and all(_valid_2020_12(sub) for sub in subschemas)
+    _VALID_2020_12[key] = ok
+    return ok
+
+
+def _memoize_build_time_functions() -> bool:
+    """Memoize ``canonicalish``, ``merged`` and the validator-class lookup by JSON value.
+
+    Building the strategy of a big union (``SessionUpdate``: ~30 variants, each with the whole
+    ``ContentBlock`` union inlined) canonicalises and merges the same subschemas thousands of
+    times, each time re-encoding them as canonical JSON and re-checking them against the
+    metaschema, whose cache holds 128 schemas: ~20 s of CPU for that one def.  The three
+    functions are pure functions of the JSON value of their arguments (results are fresh
+    objects, which callers then mutate, so a hit returns a fresh copy decoded from JSON text),
+    and the defs of one variant share most of their subschemas, so the memo also serves later
+    defs.  Patched only with the pinned version (``_PATCHED_VERSION``), like the draw-time memo."""
+    if importlib.metadata.version("hypothesis-jsonschema") != _PATCHED_VERSION:
+        return False
+    canonicalise: Any = _hjs_canonicalise
+    canonical = canonicalise.canonicalish
+    merge = canonicalise.merged
+    validator_class = canonicalise._get_validator_class
+
+    def memo_canonicalish(schema: Any) -> Any:
+        if isinstance(schema, bool):
+            return canonical(schema)
+        key = _json_key(schema)
+        if key is None:
+            return canonical(schema)
+        hit = _CANONICAL.get(key)
+        if hit is not None:
+            return json.loads(hit)
+        out = canonical(schema)
+        text = _json_key(out)
+        if text is not None:
+            _CANONICAL[key] = text
+        return out
+
+    def memo_merged(schemas: list[Any]) -> Any:
+        key = _json_key(schemas)
+        if key is None:
+            return merge(schemas)
+        if key in _MERGED:
+            hit = _MERGED[key]
+            return None if hit is None else json.loads(hit)
+        out = merge(schemas)
+        text = None if out is None else _json_key(out)
+        if out is None or text is not None:
+            _MERGED[key] = text
+        return out
+
+    def memo_validator_class(schema: Any) -> Any:
+        key = _json_key(schema)
+        if key is None:
+            return validator_class(schema)
+        hit = _VALIDATOR_CLASSES.get(key)
+        if hit is None:
+            # hypothesis-jsonschema's answer for a schema without ``$schema`` that passes the
+            # 2020-12 metaschema; anything else takes its own path (other drafts, errors).
+            fast = (
+                isinstance(schema, dict)
+                and jsonschema.validators.validator_for(schema) is jsonschema.Draft202012Validator
+                and _valid_2020_12(schema, key)
+            )
+            hit = jsonschema.Draft202012Validator if fast else validator_class(schema)
+            _VALIDATOR_CLASSES[key] = hit
+        return hit
+
+    # Each module calls them through its own global name (``from ._canonicalise import ...``).
+    modules: tuple[Any, ...] = (_hjs_canonicalise, _hjs_from_schema, _hjs_resolve)
+    for module in modules:
+        module.canonicalish = memo_canonicalish
+        module.merged = memo_merged
+    canonicalise._get_validator_class = memo_validator_class
+    return True
+
+
+BUILD_TIME_MEMOIZED = _memoize_build_time_functions()
 
 
 # (variant, def) -> strategy.  ``from_schema`` does not raise on a schema it cannot handle: it

@@ -31,7 +31,15 @@ from typing import Any
 
 import jsonschema
 import pytest
-from _schema_strategies import DRAW_TIME_MEMOIZED, VARIANTS, def_names, strategy_for, validator_for
+from _schema_strategies import (
+    BUILD_TIME_MEMOIZED,
+    DRAW_TIME_MEMOIZED,
+    VARIANTS,
+    def_names,
+    load_schema,
+    strategy_for,
+    validator_for,
+)
 from hypothesis import HealthCheck, Phase, given, settings
 
 from acp_trio import DecodeError, converter
@@ -97,7 +105,8 @@ def _header_lines() -> list[str]:
     total = sum(len(def_names(v)) for v in VARIANTS)
     lines = [
         f"acp property tests: profile={PROFILE} seed={SEED} examples/def={SETTINGS.max_examples} "
-        f"defs={len(CASES)}/{total} draw-time-memo={'on' if DRAW_TIME_MEMOIZED else 'off (slow)'}"
+        f"defs={len(CASES)}/{total} draw-time-memo={'on' if DRAW_TIME_MEMOIZED else 'off (slow)'} "
+        f"build-time-memo={'on' if BUILD_TIME_MEMOIZED else 'off (slow)'}"
     ]
     if PROFILE == "ci":
         for variant in VARIANTS:
@@ -223,6 +232,13 @@ def test_def_roundtrips(variant: str, name: str) -> None:
 
 
 # --- bookkeeping -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_the_pinned_schema_is_a_valid_2020_12_schema(variant: str) -> None:
+    # Here rather than in load_schema: the check costs ~3 s per variant, and every collection
+    # (every xdist worker) loads the four schemas.
+    jsonschema.Draft202012Validator.check_schema(load_schema(variant))
 
 
 @pytest.mark.parametrize("variant", VARIANTS)
