@@ -109,6 +109,7 @@ async def test_the_checker_finds_exactly_the_one_defect_of_each_client() -> None
         assert all(f.source for f in report.findings)
 
 
+@pytest.mark.one_interpreter  # the checker's command line and processes: its verdicts, not the interpreter's
 async def test_the_stand_in_agent_sends_only_valid_messages_besides_its_deliberate_probes(tmp_path: Path) -> None:
     """What the scripted agent sends validates against the pinned schema, except the probes that break
     it on purpose: v1's unknown update kind, and in v2 the fs/* and terminal/* requests v2 does not have."""
@@ -142,6 +143,7 @@ def test_the_agent_placeholder_is_replaced_by_the_stand_in_command() -> None:
         substitute(["client", "--agent", "my-agent"], agent)
 
 
+@pytest.mark.one_interpreter  # the checker's command line and processes: its verdicts, not the interpreter's
 def test_the_command_line_checks_a_client_writes_json_and_exits_1_on_a_fail(tmp_path: Path) -> None:
     out = tmp_path / "report.json"
     base = [sys.executable, "-m", "acp_trio.check", "--client", "--answer-timeout", "2", "--shutdown-timeout", "3"]
@@ -163,6 +165,7 @@ def test_the_command_line_checks_a_client_writes_json_and_exits_1_on_a_fail(tmp_
     assert "PASS  fs.roots" in ok.stdout
 
 
+@pytest.mark.one_interpreter  # the checker's command line and processes: its verdicts, not the interpreter's
 def test_client_mode_usage_errors_exit_2() -> None:
     def run(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
