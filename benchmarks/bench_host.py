@@ -6,8 +6,9 @@ Usage::
 
 A v2 agent whose turn sends N ``agent_message_chunk`` updates (about 200 bytes of text each) as fast
 as it can, run three ways side by side: a direct client-agent pair (``open_memory_pair``, no
-host), the host with its default in-memory journal, and the host with the SQLite journal
-(``SqliteSessionStore(file).journal()``, a fresh file in a temporary directory).  Scenarios:
+host), the host with its default journal (``journal=None``: SQLite, ``SqliteSessionStore(file).journal()``
+in a temporary directory of the host's own), and the host with ``MemoryJournal`` (the default bounds,
+``DEFAULT_JOURNAL_MAX_UPDATES`` and ``DEFAULT_JOURNAL_MAX_BYTES``).  Scenarios:
 
 1. ``attached``: one client attached streams a turn of N updates (N = 10,000; ``--quick`` 2,000):
    updates/s from the ``session/prompt`` call to the client's ``state_update idle``.
@@ -22,6 +23,10 @@ host), the host with its default in-memory journal, and the host with the SQLite
    detached session (VmRSS, after a garbage collection; the instance, its connection and the
    journal's lines included), then ``replayFrom start`` of one of them (median of 20 picks): ms
    to the answer.  Each journal in a process of its own (a fresh heap).
+5. ``big``: 20 sessions each made by its own client, which leaves; each runs a turn of B updates
+   (B = 5,000, about 1.2 MB of lines; ``--quick`` 1,000) with nobody attached: the process's RSS
+   growth (what a journal in memory holds, and what the default journal keeps on disk instead).
+   In a process of its own, as ``many``.
 
 The client is in memory: a transport (WebSocket, Streamable HTTP) adds its own cost on top, which
 ``bench_remote.py`` measures.  Verdicts: none (figures for the report).  Medians of ``--repeats``
@@ -40,7 +45,6 @@ import resource
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -54,14 +58,21 @@ import trio  # noqa: E402
 
 import acp_trio  # noqa: E402
 from acp_schema import v2  # noqa: E402
-from acp_trio.host import CURSOR_TYPE, Journal, SessionHost, open_session_host  # noqa: E402
-from acp_trio.session_store import SqliteSessionStore  # noqa: E402
+from acp_trio.host import (  # noqa: E402
+    CURSOR_TYPE,
+    DEFAULT_JOURNAL_MAX_BYTES,
+    DEFAULT_JOURNAL_MAX_UPDATES,
+    MemoryJournal,
+    SessionHost,
+    open_session_host,
+)
 from acp_trio.transports.memory import open_memory_pair  # noqa: E402
 
 TEXT: Final = "the quick brown fox jumps over the lazy dog; " * 4 + "and then some"  # ~200 bytes
 CHUNK: Final = v2.AgentMessageChunkSessionUpdate(message_id="m", content=v2.TextContentBlock(text=TEXT))
-KINDS: Final = ("memory", "sqlite")
+KINDS: Final = ("default", "memory")  # the host's default journal (SQLite in a temporary directory), MemoryJournal
 PICKS: Final = 20  # sessions reattached in the many scenario
+BIG_SESSIONS: Final = 20  # sessions of the big scenario
 
 
 class Shared:
@@ -143,23 +154,16 @@ def rss_kib() -> int:
 
 
 @asynccontextmanager
-async def hosted(kind: str, tmp: Path, shared: Shared, **options: Any) -> AsyncIterator[SessionHost]:
-    """A host of :class:`StreamAgent` with the ``kind`` journal (``memory``: the default one)."""
+async def hosted(kind: str, shared: Shared, **options: Any) -> AsyncIterator[SessionHost]:
+    """A host of :class:`StreamAgent` with the ``kind`` journal (``default``: ``journal=None``)."""
     factory = functools.partial(StreamAgent, shared)
-    if kind == "memory":
-        async with open_session_host(factory, variant=v2, **options) as host:
-            yield host
-        return
-    path = tmp / f"journal-{time.perf_counter_ns()}.db"
-    store = SqliteSessionStore(str(path))
-    try:
-        journal: Journal = store.journal()
-        async with open_session_host(factory, journal=journal, variant=v2, **options) as host:
-            yield host
-    finally:
-        store.close()
-        for suffix in ("", "-wal", "-shm"):
-            Path(f"{path}{suffix}").unlink(missing_ok=True)
+    journal = (
+        MemoryJournal(max_updates=DEFAULT_JOURNAL_MAX_UPDATES, max_bytes=DEFAULT_JOURNAL_MAX_BYTES)
+        if kind == "memory"
+        else None
+    )
+    async with open_session_host(factory, journal=journal, variant=v2, **options) as host:
+        yield host
 
 
 async def direct(n: int) -> dict[str, float]:
@@ -173,10 +177,10 @@ async def direct(n: int) -> dict[str, float]:
         return {"attached_per_s": n / (time.perf_counter() - started)}
 
 
-async def through_host(kind: str, tmp: Path, n: int) -> dict[str, float]:
+async def through_host(kind: str, n: int) -> dict[str, float]:
     shared = Shared()
     out: dict[str, float] = {}
-    async with hosted(kind, tmp, shared) as host:
+    async with hosted(kind, shared) as host:
         screen = Screen()
         async with host.connect(screen, variant=v2) as conn:  # attached
             await initialize(conn)
@@ -217,9 +221,9 @@ async def through_host(kind: str, tmp: Path, n: int) -> dict[str, float]:
     return out
 
 
-async def many(kind: str, tmp: Path, m: int) -> dict[str, float]:
+async def many(kind: str, m: int) -> dict[str, float]:
     shared = Shared()
-    async with hosted(kind, tmp, shared, max_detached_sessions=None) as host:
+    async with hosted(kind, shared, max_detached_sessions=None) as host:
         gc.collect()
         before = rss_kib()
         sids = []
@@ -253,23 +257,46 @@ async def many(kind: str, tmp: Path, m: int) -> dict[str, float]:
         }
 
 
-def many_apart(kind: str, m: int) -> dict[str, float]:
-    """:func:`many` in a process of its own: RSS growth on a fresh heap."""
+async def big(kind: str, b: int) -> dict[str, float]:
+    shared = Shared()
+    async with hosted(kind, shared) as host:
+        sids = []
+        for _ in range(BIG_SESSIONS):
+            async with host.connect(Screen(), variant=v2) as conn:  # it leaves before the turn begins
+                await initialize(conn)
+                sid = (await conn.agent.session_new(v2.NewSessionRequest(cwd="/tmp"))).session_id
+                await conn.agent.session_prompt(prompt(sid, f"{b} wait"))
+            sids.append(sid)
+        await host.wait_until(lambda: all(info.attached == 0 for info in host.sessions().values()))
+        gc.collect()
+        before = rss_kib()
+        started = time.perf_counter()
+        shared.gate.set()
+        await host.wait_until(lambda: all(host.sessions()[sid].state == "idle" for sid in sids))
+        took = time.perf_counter() - started
+        gc.collect()
+        grown = rss_kib() - before
+        return {"rss_growth_mib": grown / 1024, "journaled_per_s": BIG_SESSIONS * b / took}
+
+
+def apart(scenario: str, kind: str, size: int) -> dict[str, float]:
+    """:func:`many` or :func:`big` in a process of its own: RSS growth on a fresh heap."""
     done = subprocess.run(
-        [sys.executable, __file__, "--many", kind, str(m)], check=True, capture_output=True, text=True
+        [sys.executable, __file__, "--apart", scenario, kind, str(size)], check=True, capture_output=True, text=True
     )
     result: dict[str, float] = json.loads(done.stdout.splitlines()[-1])
     return result
 
 
-async def run_all(tmp: Path, repeats: int, n: int, m: int) -> dict[str, list[dict[str, float]]]:
+async def run_all(repeats: int, n: int, m: int, b: int) -> dict[str, list[dict[str, float]]]:
     results: dict[str, list[dict[str, float]]] = {}
     for kind in KINDS:
-        results[f"many-{kind}"] = [await trio.to_thread.run_sync(many_apart, kind, m)]
+        results[f"many-{kind}"] = [await trio.to_thread.run_sync(apart, "many", kind, m)]
+        results[f"big-{kind}"] = [await trio.to_thread.run_sync(apart, "big", kind, b)]
     for _ in range(repeats):
         results.setdefault("direct", []).append(await direct(n))
         for kind in KINDS:
-            results.setdefault(kind, []).append(await through_host(kind, tmp, n))
+            results.setdefault(kind, []).append(await through_host(kind, n))
     return results
 
 
@@ -279,22 +306,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, help="runs of every scenario but many (default 3; --quick 1)")
     parser.add_argument("--json", type=Path, help="also write the samples to this file")
     parser.add_argument("--strict", action="store_true", help="accepted for nox -s bench; no bar here")
-    parser.add_argument("--many", nargs=2, metavar=("KIND", "M"), help=argparse.SUPPRESS)  # many_apart's child
+    parser.add_argument("--apart", nargs=3, metavar=("SCENARIO", "KIND", "SIZE"), help=argparse.SUPPRESS)  # apart()
     args = parser.parse_args(argv)
-    if args.many:
-        kind, m_text = args.many
-        with tempfile.TemporaryDirectory(prefix="acp-bench-host-") as tmp:
-            print(json.dumps(trio.run(many, kind, Path(tmp), int(m_text))))
+    if args.apart:
+        scenario, kind, size = args.apart
+        print(json.dumps(trio.run(many if scenario == "many" else big, kind, int(size))))
         return 0
     repeats = args.repeats or (1 if args.quick else 3)
-    n, m = (2_000, 200) if args.quick else (10_000, 1_000)
+    n, m, b = (2_000, 200, 1_000) if args.quick else (10_000, 1_000, 5_000)
 
     print(f"\nSession host benchmark: Python {platform.python_version()}")
     print(f"acp-trio {dist_version('acp-trio')} ({runtime_build()}) [{Path(acp_trio.__file__ or '').parent}]")
     print(f"turns of {n:,} updates; {m:,} detached sessions; {repeats} runs; clients in memory")
     started = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="acp-bench-host-") as tmp:
-        results = trio.run(run_all, Path(tmp), repeats, n, m)
+    results = trio.run(run_all, repeats, n, m, b)
 
     def med(name: str, key: str) -> float:
         return statistics.median(r[key] for r in results[name])
@@ -312,7 +337,7 @@ def main(argv: list[str] | None = None) -> int:
             *(cell(k, "detached_per_s", ",.0f") for k in KINDS),
         ),
         (
-            f"resume, replayFrom start ({med('memory', 'replayed'):,.0f}): first update (ms)",
+            f"resume, replayFrom start ({med('default', 'replayed'):,.0f}): first update (ms)",
             "-",
             *(cell(k, "resume_first_ms", ".1f") for k in KINDS),
         ),
@@ -329,9 +354,15 @@ def main(argv: list[str] | None = None) -> int:
             "-",
             *(cell(f"many-{k}", "reattach_ms", ".2f") for k in KINDS),
         ),
+        (
+            f"{BIG_SESSIONS} detached turns of {b:,} updates: RSS growth (MiB)",
+            "-",
+            *(cell(f"big-{k}", "rss_growth_mib", ",.1f") for k in KINDS),
+        ),
+        ("  journaled/s, all sessions together", "-", *(cell(f"big-{k}", "journaled_per_s", ",.0f") for k in KINDS)),
     ]
     print(f"\nMedians of {repeats} runs ({time.perf_counter() - started:.0f} s)")
-    print(f"  {'':<56} {'direct':>10} {'host+memory':>12} {'host+sqlite':>12}")
+    print(f"  {'':<56} {'direct':>10} {'host+default':>12} {'host+memory':>12}")
     for label, *values in rows:
         print(f"  {label:<56} {values[0]:>10} {values[1]:>12} {values[2]:>12}")
     if args.json:

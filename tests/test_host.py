@@ -346,6 +346,7 @@ async def test_a_journal_given_to_the_host_is_kept_when_it_closes(tmp_path: Any)
                 await init2(conn)
                 sid = (await conn.agent.session_new(v2.NewSessionRequest(cwd="/tmp"))).session_id
                 await conn.agent.session_prompt(v2.PromptRequest(session_id=sid, prompt=text("count 2")))
+            await host.wait_until(lambda: host.sessions()[sid].state == "idle")
             assert await store.journal().last(sid) == host.sessions()[sid].last_update > 0
         assert await store.journal().append("after", [b"{}"]) == 1  # the store is still open
     assert os.path.exists(path)
@@ -523,3 +524,55 @@ async def test_a_replay_read_in_pages_refuses_to_go_on_past_updates_dropped_mean
             sent = rec2.numbers
             assert sent == list(range(1, len(sent) + 1)) and 0 < len(sent) < 252  # the first page only
             assert host.sessions()[sid].attached == 0 and host.sessions()[sid].detached_since is not None
+
+
+class HeldAppends(MemoryJournal):
+    """A memory journal whose appends wait for ``release`` (a journal slower than its agent)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.release = trio.Event()
+
+    async def append(self, session_id: str, lines: Any) -> int:
+        await self.release.wait()
+        return await super().append(session_id, lines)
+
+
+async def test_an_agent_that_outpaces_its_journal_waits_for_it() -> None:
+    """The agent's output reaches the host through a stream without a buffer of its own (trio's
+    lockstep pair): while an append waits, the agent's next write waits too, so a journal slower
+    than its agent (the SQLite default against a fast agent) holds the agent back instead of
+    piling its output up in the host's memory.  Fails with an unbounded pair: all 2,000 were sent."""
+    sent = 0
+
+    class Streamer:
+        def __init__(self, conn: Any) -> None:
+            self.conn = conn
+
+        async def session_new(self, params: v2.NewSessionRequest) -> v2.NewSessionResponse:
+            return v2.NewSessionResponse(session_id="s1")
+
+        async def session_prompt(self, params: v2.PromptRequest) -> v2.PromptResponse:
+            async def turn() -> str:
+                nonlocal sent
+                chunk = v2.AgentMessageChunkSessionUpdate(message_id="m", content=v2.TextContentBlock(text="x" * 200))
+                for _ in range(2000):
+                    await self.conn.client.session_update(v2.UpdateSessionNotification(session_id="s1", update=chunk))
+                    sent += 1
+                return "end_turn"
+
+            self.conn.start_turn(params.session_id, turn)
+            return v2.PromptResponse(message_id="u")
+
+    journal = HeldAppends()
+    with trio.fail_after(DEADLINE):
+        async with open_session_host({v2: Streamer}, journal=journal) as host:
+            async with host.connect(Recorder(), variant=v2) as conn:
+                await init2(conn)
+                sid = (await conn.agent.session_new(v2.NewSessionRequest(cwd="/tmp"))).session_id
+                await conn.agent.session_prompt(v2.PromptRequest(session_id=sid, prompt=text("go")))
+                await trio.testing.wait_all_tasks_blocked()
+                assert sent < 1000  # held back (about 3 x the connection's 64 KiB high-water mark), not all sent
+                journal.release.set()
+                await host.wait_until(lambda: host.sessions()[sid].state == "idle")
+                assert sent == 2000 and await journal.last(sid) == 2000 + 2  # with the running and idle states

@@ -1151,7 +1151,9 @@ class SessionHost:
             instance.send.close()
 
     async def _run_instance(self, instance: _Instance) -> None:
-        agent_stream, router_stream = trio.testing.memory_stream_pair()
+        # no buffer between the two: the agent's writes wait while the host journals what it read
+        # before (a journal slower than the agent holds it back instead of its output piling up here)
+        agent_stream, router_stream = trio.testing.lockstep_stream_pair()
         options = dict(self.connection_options)
         options.setdefault("name", f"host-agent-{instance.number}")
 
