@@ -961,6 +961,10 @@ PARSE_ONLY: dict[str, str] = {
     " -- python -m acp_trio.demo --serve-agent": (
         "a fixed port on the network: tests/test_bridge_detach_principals.py runs it as printed on a free one"
     ),
+    "python -m acp_trio.bridge --listen 127.0.0.1:8765 --detach --token-file tokens.txt -- python my_agent.py": (
+        "my_agent.py is the reader's, on a fixed port: tests/test_bridge_detach_principals.py runs the guide's"
+        " form (the demo agent) as printed on a free one"
+    ),
     "python -m acp_trio.bridge --listen 127.0.0.1:8765 --detach --speak 2"
     " -- python -m acp_trio.demo --serve-agent --protocol 1": (
         "a fixed port on the network: tests/test_bridge_detach_speak.py runs it as printed on a free one"
