@@ -80,6 +80,7 @@ def chunk_json(updates: list[Any]) -> dict[str, Any]:
 # -- the TypeScript SDK's provider, serving acp-trio's agent --------------------------------------------------
 
 
+@pytest.mark.one_interpreter  # a real peer's verdict (node): the other tests run the runtime on every interpreter
 @VERSIONS
 async def test_our_agent_uses_an_mcp_server_that_a_typescript_sdk_client_serves_over_acp(
     ts_mcp_sdk: Path, tmp_path: Path, version: int

@@ -66,6 +66,7 @@ def test_a_provider_without_its_sdk_says_what_to_install_in_one_line_and_exits_2
     assert result.stdout == ""
 
 
+@pytest.mark.one_interpreter  # which SDKs a process imports: packaging, not the interpreter
 def test_the_other_providers_sdk_is_not_needed(tmp_path: Path) -> None:
     result = subprocess.run(
         [sys.executable, "-m", "examples.llm_agent", "--provider", "anthropic", "--model", "m"],

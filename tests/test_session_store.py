@@ -659,6 +659,7 @@ def test_processes_opening_one_new_file_at_once_all_get_the_store(tmp_path: Path
 # -- listing -----------------------------------------------------------------------------------------
 
 
+@pytest.mark.one_interpreter  # SQLite's cursors over 2,500 sessions: the database's logic, not the interpreter's
 async def test_list_pages_through_thousands_of_sessions_with_cursors_and_a_cwd_filter(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
