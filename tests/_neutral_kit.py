@@ -168,16 +168,23 @@ def v2_caps(*, elicitation: bool = False) -> v2.ClientCapabilities:
 
 @asynccontextmanager
 async def connected(
-    agent: Any, client: Client, *, elicitation: bool = False, fs: bool = False, terminal: bool = False
+    agent: Any,
+    client: Client,
+    *,
+    elicitation: bool = False,
+    fs: bool = False,
+    terminal: bool = False,
+    deadline: float = DEADLINE,
 ) -> AsyncIterator[Wire]:
     """``agent`` (anything ``AgentSideConnection`` takes: a neutral agent itself) served in memory
-    to ``client``, initialized in ``client.variant``'s protocol version."""
+    to ``client``, initialized in ``client.variant``'s protocol version; the whole block within
+    ``deadline`` seconds (more than ``DEADLINE`` for a block that starts processes)."""
     received: list[bytes] = []
     tap = lambda d, data: received.append(data) if d == "in" else None  # noqa: E731
     agent_stream, client_stream = memory_stream_pair()
     agent_conn = AgentSideConnection(agent, agent_stream, agent_stream)
     client_conn = ClientSideConnection({client.variant: client}, client_stream, client_stream, tap=tap)
-    with trio.fail_after(DEADLINE):
+    with trio.fail_after(deadline):
         async with agent_conn, client_conn:
             if client.variant is v1:
                 caps = v1_caps(elicitation=elicitation, fs=fs, terminal=terminal)

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 import trio
-from _neutral_kit import Client, Wire, connected
+from _neutral_kit import DEADLINE, Client, Wire, connected
 from test_pydantic_ai_agents import make_agent
 
 from acp_schema import v1, v2
@@ -21,8 +21,10 @@ BOTH = pytest.mark.parametrize("variant", [v1, v2], ids=["v1", "v2"])
 
 
 @asynccontextmanager
-async def served(agent: PydanticAIAgent, client: Client, **caps: bool) -> AsyncIterator[Wire]:
-    async with open_loop(), connected(agent, client, **caps) as wire:
+async def served(
+    agent: PydanticAIAgent, client: Client, deadline: float = DEADLINE, **caps: bool
+) -> AsyncIterator[Wire]:
+    async with open_loop(), connected(agent, client, deadline=deadline, **caps) as wire:
         yield wire
 
 
@@ -248,7 +250,9 @@ MCP_SERVER = str(__import__("pathlib").Path(__file__).parent / "mcp_servers" / "
 async def test_the_sessions_mcp_servers_are_tools_of_the_model(variant: ModuleType, tmp_path: Any) -> None:
     import sys
 
-    async with served(PydanticAIAgent(make_agent()), Client(variant)) as wire:
+    # an MCP server process: python and the mcp SDK take seconds to start, 10 s and more on a loaded
+    # machine (CI's 2 CPUs, four pytest workers: the in-memory DEADLINE timed out there)
+    async with served(PydanticAIAgent(make_agent()), Client(variant), deadline=120) as wire:
         m = variant
         server = m.McpServerStdio if variant is v1 else v2.StdioMcpServer
         config = server(name="tools", command=sys.executable, args=[MCP_SERVER, "stdio"], env=[])
