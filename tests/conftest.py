@@ -6,7 +6,8 @@ pytest-xdist 3.8 (``--dist loadgroup``, the noxfile's PARALLEL) groups a test by
 any worker, and a module- or session-scoped fixture its group shares was made once per worker
 (tests/test_check.py's defect reports, tests/test_readme_new_user.py's venv: twice each).  This
 hook, run after xdist's, carries the suffixed id over; with a pytest that still reads ``_nodeid``
-the two agree and it does nothing.
+the two agree and it does nothing.  Upstream: pytest-dev/pytest-xdist#1386 (its fix, #1388, is not
+released yet); drop this file once it is.
 """
 
 from __future__ import annotations
