@@ -26,6 +26,7 @@ from typing import Any
 
 import pytest
 import trio
+from _processes import alive
 
 from acp_schema import v1, v2
 from acp_trio import ConnectionClosed
@@ -53,14 +54,6 @@ def demo_command(pids: Path) -> list[str]:
 
 def started(pids: Path) -> list[int]:
     return [int(line) for line in pids.read_text().split()] if pids.exists() else []
-
-
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
 
 
 def notes_dir(tmp_path: Path) -> str:

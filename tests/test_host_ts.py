@@ -48,6 +48,8 @@ from test_interop_websocket import ts_ws_sdk  # noqa: F401  (the session fixture
 pytest.importorskip("hypercorn")
 pytest.importorskip("trio_websocket")
 
+from _processes import alive
+
 from acp_trio.demo.agent import agents_for
 from acp_trio.host import open_session_host
 from acp_trio.transports.asgi import AcpApp, serve
@@ -80,14 +82,6 @@ DONE = "Done: summary.txt says 'notes.txt has 1 non-empty lines; the first is: o
 
 def started(pids: Path) -> list[int]:
     return [int(line) for line in pids.read_text().split()] if pids.exists() else []
-
-
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
 
 
 class Bridge:

@@ -29,6 +29,7 @@ import trio
 pytest.importorskip("mcp")
 
 import mcp
+from _processes import alive
 
 import acp_trio
 from acp_schema import v1
@@ -45,14 +46,6 @@ SECRET_HEADER = "header-secret-8a27b4d3"
 
 def sha256(value: str) -> str:
     return hashlib.sha256(value.encode()).hexdigest()
-
-
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
 
 
 def text_of(result: mcp.types.CallToolResult) -> str:

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 import trio
 import trio_websocket
+from _processes import alive
 
 pytestmark = [
     pytest.mark.skipif(os.name != "posix", reason="POSIX signals and process groups"),
@@ -23,14 +24,6 @@ pytestmark = [
 ]
 
 AGENTS = Path(__file__).parent / "agents"
-
-
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
 
 
 async def start(command: list[str]) -> tuple[trio.Process, str, bytearray]:
