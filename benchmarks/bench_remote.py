@@ -4,7 +4,7 @@ Usage::
 
     python benchmarks/bench_remote.py [--quick] [--rounds R] [--repeats K] [--connections C]
                                       [--connect N] [--connect-concurrency K]
-                                      [--only stream,scenarios,many,connect]
+                                      [--only stream,scenarios,many,connect,tls]
                                       [--json out.json] [--strict] [--profile DIR]
 
 Needs the ``remote`` extra (``pip install -e '.[remote]'``) and, for the TypeScript side, ``node``
@@ -17,7 +17,7 @@ those of ``benchmarks/runtime/`` (``common.py``).
 Scenarios (1 to 3: issue 12's bars; 4: issue 14's side-by-side report, with issue 32's round-trip
 bars; 5: issue 32's connection bars).  ``--only`` runs some of them: ``stream`` (1 and 3's
 streams), ``scenarios`` (4's round trips over WebSocket, Streamable HTTP and the bridge), ``many``
-(2), ``connect`` (5); the rows of what did not run are left out:
+(2), ``connect`` (5), ``tls`` (6); the rows of what did not run are left out:
 
 1. ``stream``: one ``session/prompt`` during which the agent sends 20,000 ``agent_message_chunk``
    updates, timed by the client from sending the prompt to its response (all updates counted).
@@ -80,6 +80,15 @@ streams), ``scenarios`` (4's round trips over WebSocket, Streamable HTTP and the
    server processes.  Bars, for each transport: connections/s ≥ the TS server's; KiB per idle
    connection ≤ the TS server's.  ``remote/connect_profile.py`` (cProfile of the opening) and
    ``remote/connect_memory.py`` (tracemalloc and trio's tasks per idle connection) look closer.
+
+6. ``tls``: what opening one connection costs a client, with and without TLS
+   (``remote/tls_connect.py``): one client process opens 40 (``--quick`` 20) connections one
+   after another to an ``AcpApp`` serving the bench agent, each ``initialize`` and leave, for
+   ``ws://``, ``wss://``, ``http://`` and ``https://`` (a self-signed certificate, trusted through
+   ``SSL_CERT_FILE``: a bundle of the system's CA certificates and it), and ``wss://`` and
+   ``https://`` again with a new ``ssl.SSLContext`` per connection, which every connection paid
+   before the process's shared context (``default_tls_context``; issue 32).  Medians of the
+   client's CPU ms and wall ms per connection; no bar.
 
 Floors, with no ACP on either side (rows marked "floor"; no bar): what the libraries under our
 transports cost by themselves, so that a missed bar can be told from one no implementation on
@@ -1131,9 +1140,30 @@ def print_table(rows: list[Row]) -> None:
         print(f"  {r.measure:<62} {r.ours:>9} {r.theirs:>9} {ratio:>6} {r.bar:>6}  {verdict}")
 
 
-SCENARIOS: Final = ("stream", "scenarios", "many", "connect")
+SCENARIOS: Final = ("stream", "scenarios", "many", "connect", "tls")
 """What ``--only`` chooses from: scenarios 1 and 3's streams, the round-trip tables (4: WebSocket,
-Streamable HTTP, the bridge), 2 (many connections streaming), 5 (opening connections)."""
+Streamable HTTP, the bridge), 2 (many connections streaming), 5 (opening connections), 6 (one
+client's connection cost with and without TLS)."""
+
+
+def run_tls(py: str, env: dict[str, str], connects: int) -> dict[str, dict[str, Any]]:
+    """Scenario 6: ``remote/tls_connect.py --json``'s report (``{case: {cpu_ms, wall_ms, per_second, connects}}``)."""
+    argv = [py, str(_REMOTE / "tls_connect.py"), "--json", "--connects", str(connects)]
+    result: dict[str, dict[str, Any]] = run_json(argv, env, "tls_connect.py", timeout=300)
+    return result
+
+
+def print_tls(tls: dict[str, dict[str, Any]]) -> None:
+    some = next(iter(tls.values()), None)
+    if some is None:
+        return
+    print(
+        f"\nOne client opening connections one after another ({some['connects']} per case, initialize each;"
+        " remote/tls_connect.py), medians per connection:"
+    )
+    print(f"  {'':<38}{'client CPU ms':>14}{'wall ms':>10}{'connections/s':>15}")
+    for label, cell in tls.items():
+        print(f"  {label:<38}{cell['cpu_ms']:>14.1f}{cell['wall_ms']:>10.1f}{cell['per_second']:>15.1f}")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -1203,6 +1233,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     stream_failed: dict[str, str] = {}
     many: dict[str, Any] | None = None
     connect: dict[str, dict[str, dict[str, Any]]] | None = None
+    tls: dict[str, dict[str, Any]] | None = None
     with tempfile.TemporaryDirectory(prefix="acp-bench-remote-") as tmp:
         env = subprocess_env(str(Path(tmp) / "pycache"), acp_schema, acp_trio)
         if npm_dir is not None:
@@ -1232,6 +1263,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                         py, env, log, npm_dir is not None, connect_n, rounds, args.connect_concurrency
                     )
                     connect = connect_summary(results)
+                if "tls" in only:
+                    tls = run_tls(py, env, 20 if args.quick else 40)
                 if args.profile:
                     run_profile(py, env, args.profile, log)
         except (RuntimeError, subprocess.TimeoutExpired, json.JSONDecodeError, OSError) as exc:
@@ -1266,6 +1299,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print_many(many)
     if connect is not None:
         print_connect(connect, args.connect_concurrency)
+    if tls is not None:
+        print_tls(tls)
     print_table(rows)
     print(f"\n(remote benchmark took {time.perf_counter() - started:.0f} s; {describe_load(load_before, cpu_times())})")
 
@@ -1295,6 +1330,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             },
             "many": many,
             "connect": connect,
+            "tls": tls,
             "bars": [
                 {
                     "measure": r.measure,
