@@ -415,6 +415,98 @@ def _title_of(prompt_line: bytes) -> str | None:
     return None
 
 
+# -- the backend-independent part of a batch (shared with acp_trio._store_pg) -------------------------
+
+
+def read_meta(update: dict[str, Any], fields: dict[str, Any]) -> None:
+    """Session metadata from a :data:`META_UPDATES` update (wire JSON): title and ``_meta``, mode, config."""
+    kind = update.get("sessionUpdate")
+    if kind == "session_info_update":
+        if "title" in update:
+            fields["title"], fields["title_source"] = update["title"], TITLE_FROM_AGENT
+        if "_meta" in update:
+            value = update["_meta"]
+            fields["meta"] = orjson.dumps(value).decode() if value is not None else None
+    elif kind == "current_mode_update":
+        fields["current_mode_id"] = update.get("currentModeId")
+    elif kind == "config_option_update" and type(update.get("configOptions")) is list:
+        fields["config_options"] = orjson.dumps(update["configOptions"]).decode()
+
+
+def meta_fields(meta: list[dict[str, Any]]) -> dict[str, Any]:
+    """The session columns (name -> value) the metadata updates ``meta`` set, the latest winning."""
+    fields: dict[str, Any] = {}
+    for update in meta:
+        read_meta(update, fields)
+    return fields
+
+
+def runs_of(items: list[Chunk]) -> list[tuple[int, bytes]]:
+    """``(kind, data)``: one ``events`` row per run of one kind of ``items``, records each ending in ``\\n``."""
+    runs: list[tuple[int, list[bytes]]] = []
+    for item in items:
+        if type(item) is bytes:
+            kind, data = KIND_BODIES, item
+        else:
+            assert isinstance(item, Lines | Prompt | Texts)
+            kind, data = _KINDS[type(item)], item.data
+        if runs and runs[-1][0] == kind:
+            runs[-1][1].append(data)
+        else:
+            runs.append((kind, [data]))
+    out = []
+    for kind, parts in runs:
+        parts.append(b"")  # every line ends in \n
+        out.append((kind, b"\n".join(parts)))
+    return out
+
+
+def count_prompts(entry: Log, runs: list[tuple[int, bytes]], fields: dict[str, Any]) -> int:
+    """The prompts in ``runs``; sets ``fields`` title from the first prompt when the session has none yet."""
+    prompts = 0
+    for kind, data in runs:
+        if kind != KIND_PROMPT:
+            continue
+        lines = data.splitlines()
+        prompts += len(lines)
+        if entry.title_source == TITLE_NONE and "title" not in fields:
+            for line in lines:
+                title = _title_of(line)
+                if title is not None:
+                    fields["title"], fields["title_source"] = title, TITLE_FROM_PROMPT
+                    break
+    return prompts
+
+
+def touch_due(entry: Log, now: int, prompts: int, fields: dict[str, Any]) -> bool:
+    """Whether a batch writes the session's row (``updated_us``, ``prompt_count`` + ``prompts``,
+    ``fields``): at once for a prompt or metadata, else at most every second (each write of the
+    row costs its pages; ``updated_at`` may lag by that much; :meth:`Database.touch` writes the
+    last one when the log is done).  Updates ``entry``'s bookkeeping either way."""
+    if "title_source" in fields:
+        entry.title_source = fields["title_source"]
+    if not prompts and not fields and now - entry.touched_us < _TOUCH_INTERVAL_US:
+        entry.untouched_us = now
+        return False
+    entry.touched_us, entry.untouched_us = now, 0
+    return True
+
+
+def trim_first(
+    state: list[int], max_updates: int, max_bytes: int, first_starting_at: Callable[[int, int, int], int | None]
+) -> int:
+    """The first number a journal (``state``: ``[id, first, last, start of first, end of last]``) keeps
+    under its bounds: at most ``max_updates`` lines and ``max_bytes`` bytes, its newest line kept
+    whatever its size.  ``first_starting_at(low, high, offset)``: the lowest number in ``low..high``
+    whose line starts at ``offset`` or later (``None``: none)."""
+    _, first, last, start, end = state
+    new_first = max(first, last - max_updates + 1)
+    if end - start > max_bytes:  # the first line to keep starts at most max_bytes before the end
+        found = first_starting_at(new_first, last, end - max_bytes)
+        new_first = found if found is not None else last
+    return new_first
+
+
 def _snapshot(db: sqlite3.Connection, fn: Callable[[], Any]) -> Any:
     """``fn()`` inside one read transaction of ``db`` (one snapshot of the file), unless one is open."""
     if db.in_transaction:
@@ -877,16 +969,19 @@ class Database:
 
     def _trim(self, state: list[int], max_updates: int, max_bytes: int) -> None:
         """Drop the oldest lines of a journal (``state``: see :meth:`_journal_state`) until it holds at
-        most ``max_updates`` lines and ``max_bytes`` bytes, keeping its newest line whatever its size."""
-        journal_id, first, last, start, end = state
+        most ``max_updates`` lines and ``max_bytes`` bytes, keeping its newest line whatever its size
+        (:func:`trim_first`)."""
+        journal_id, first = state[0], state[1]
         base = journal_id << JOURNAL_SHIFT
-        new_first = max(first, last - max_updates + 1)
-        if end - start > max_bytes:  # the first line to keep starts at most max_bytes before the end
+
+        def first_starting_at(low: int, high: int, offset: int) -> int | None:
             row = self.db.execute(
                 "SELECT id - ? FROM journal_lines WHERE id BETWEEN ? AND ? AND start >= ? ORDER BY id LIMIT 1",
-                (base, base + new_first, base + last, end - max_bytes),
+                (base, base + low, base + high, offset),
             ).fetchone()
-            new_first = row[0] if row is not None else last
+            return int(row[0]) if row is not None else None
+
+        new_first = trim_first(state, max_updates, max_bytes, first_starting_at)
         if new_first > first:
             self.db.execute("DELETE FROM journal_lines WHERE id BETWEEN ? AND ?", (base + first, base + new_first - 1))
             state[1] = new_first
@@ -947,65 +1042,17 @@ class Database:
             "INSERT INTO events (id, kind, data) VALUES "
             f"((SELECT coalesce(max(id) + 1, {first}) FROM events WHERE id BETWEEN {first} AND {last}), ?, ?)"
         )
-        fields: dict[str, Any] = {}
-        for update in meta:
-            self._read_meta(update, fields)
-        runs: list[tuple[int, list[bytes]]] = []  # one row per run of one kind; records joined by \n
-        for item in items:
-            if type(item) is bytes:
-                kind, data = KIND_BODIES, item
-            else:
-                assert isinstance(item, Lines | Prompt | Texts)
-                kind, data = _KINDS[type(item)], item.data
-            if runs and runs[-1][0] == kind:
-                runs[-1][1].append(data)
-            else:
-                runs.append((kind, [data]))
-        prompts = 0
-        for kind, parts in runs:
-            parts.append(b"")  # every line ends in \n
-            execute(insert, (kind, b"\n".join(parts)))
-            if kind != KIND_PROMPT:
-                continue
-            lines = b"\n".join(parts).splitlines()
-            prompts += len(lines)
-            if entry.title_source == TITLE_NONE and "title" not in fields:
-                for line in lines:
-                    title = _title_of(line)
-                    if title is not None:
-                        fields["title"], fields["title_source"] = title, TITLE_FROM_PROMPT
-                        break
-        self._touch(entry, now, prompts, fields)
-
-    def _touch(self, entry: Log, now: int, prompts: int, fields: dict[str, Any]) -> None:
-        """Update the session's row: at once for a prompt or metadata, else at most every second
-        (each write of the row costs its pages in the WAL; ``updated_at`` may lag by that much)."""
-        if "title_source" in fields:
-            entry.title_source = fields["title_source"]
-        if not prompts and not fields and now - entry.touched_us < _TOUCH_INTERVAL_US:
-            entry.untouched_us = now
-            return
-        entry.touched_us, entry.untouched_us = now, 0
-        assignments = "".join(f", {name} = ?" for name in fields)
-        self.db.execute(
-            f"UPDATE sessions SET updated_us = ?, prompt_count = prompt_count + ?{assignments} WHERE id = ?",
-            (now, prompts, *fields.values(), entry.row_id),
-        )
-
-    @staticmethod
-    def _read_meta(update: dict[str, Any], fields: dict[str, Any]) -> None:
-        """Session metadata from a :data:`META_UPDATES` update (wire JSON): title and ``_meta``, mode, config."""
-        kind = update.get("sessionUpdate")
-        if kind == "session_info_update":
-            if "title" in update:
-                fields["title"], fields["title_source"] = update["title"], TITLE_FROM_AGENT
-            if "_meta" in update:
-                value = update["_meta"]
-                fields["meta"] = orjson.dumps(value).decode() if value is not None else None
-        elif kind == "current_mode_update":
-            fields["current_mode_id"] = update.get("currentModeId")
-        elif kind == "config_option_update" and type(update.get("configOptions")) is list:
-            fields["config_options"] = orjson.dumps(update["configOptions"]).decode()
+        fields = meta_fields(meta)
+        runs = runs_of(items)
+        for kind, data in runs:
+            execute(insert, (kind, data))
+        prompts = count_prompts(entry, runs, fields)
+        if touch_due(entry, now, prompts, fields):
+            assignments = "".join(f", {name} = ?" for name in fields)
+            self.db.execute(
+                f"UPDATE sessions SET updated_us = ?, prompt_count = prompt_count + ?{assignments} WHERE id = ?",
+                (now, prompts, *fields.values(), entry.row_id),
+            )
 
 
 def _busy(exc: sqlite3.OperationalError) -> bool:
@@ -1132,9 +1179,12 @@ class JournalOp:
     committed, ``result`` is the number of the last line of the journal (0 after a forget) and
     ``done`` is set (``token``: the trio token of the run waiting, as for :class:`Job`); when it
     failed, ``error`` is a :class:`StoreError` and nothing of the op was stored (see :func:`finish_all`).
+    ``epoch``: the lease an append is fenced by (a store with leases, ``acp_trio._store_pg``: the
+    append is applied only while that lease holds; ``None``: not fenced).  A backend may set
+    ``error`` on one op before the commit (that op alone was not applied): :func:`finish_all` keeps it.
     """
 
-    __slots__ = ("done", "error", "lines", "max_bytes", "max_updates", "result", "session_id", "token")
+    __slots__ = ("done", "epoch", "error", "lines", "max_bytes", "max_updates", "result", "session_id", "token")
 
     def __init__(
         self, session_id: str, lines: list[bytes] | None, max_updates: int = 0, max_bytes: int = 0, token: Any = None
@@ -1147,6 +1197,7 @@ class JournalOp:
         self.done: trio.Event | None = trio.Event() if token is not None else None
         self.result = 0
         self.error: BaseException | None = None
+        self.epoch: int | None = None
 
 
 def finish_all(ops: list[JournalOp], error: BaseException | None) -> None:

@@ -418,6 +418,28 @@ class SessionStore:
         could not be stored, ``RuntimeError`` when the store is closed."""
         return await self._journal_done(self._queue_journal(op))
 
+    async def _journal_rows(self, session_id: str, after: int, limit: int | None) -> list[tuple[int, bytes]]:
+        """What :meth:`SessionJournal.read` returns (a backend's hook)."""
+        rows: list[tuple[int, bytes]] = await self._journal_read(lambda db: journal_read(db, session_id, after, limit))
+        return rows
+
+    async def _journal_bounds(self, session_id: str) -> tuple[int, int]:
+        """``(first, last)`` of ``session_id``'s journal (``(0, 0)``: none; a backend's hook)."""
+        bounds: tuple[int, int] = await self._journal_read(lambda db: journal_bounds(db, session_id))
+        return bounds
+
+    async def _journal_read(self, fn: Callable[[sqlite3.Connection], Any]) -> Any:
+        """``fn(connection)`` on the store's reader connection in a worker thread (a file store:
+        committed data, not waiting for the writer), else as a job of the writer."""
+        if self._reader is None:
+            return await self._call(lambda db: fn(db.db), True, settle=False)
+        if self._writer.closed:
+            raise RuntimeError(f"{self!r} is closed")
+        return await trio.to_thread.run_sync(self._reader.run, fn)
+
+    leases = False
+    """Whether the store keeps ownership leases (``SessionJournal.append(..., epoch=)`` is fenced by them)."""
+
     async def integrity_check(self) -> str:
         """SQLite's ``PRAGMA integrity_check`` (``"ok"`` when the file is sound)."""
         result: str = await self._call(lambda db: db.check(), True)
@@ -572,9 +594,15 @@ class SessionJournal:
     def __repr__(self) -> str:
         return f"SessionJournal({self.store!r}, max_updates={self.max_updates}, max_bytes={self.max_bytes})"
 
-    async def append(self, session_id: str, lines: Sequence[bytes]) -> int:
+    async def append(self, session_id: str, lines: Sequence[bytes], *, epoch: int | None = None) -> int:
         """Add ``lines`` (wire lines without their newline, in order) after the session's last line;
         return the number of the last one (of the session's last line when ``lines`` is empty).
+
+        ``epoch``: fence the append by the session's ownership lease (a store with leases,
+        ``PostgresSessionStore``: the ``epoch`` of the :class:`~acp_trio._store_pg.Lease` its
+        ``claim`` gave): stored only while that lease holds (not expired, not claimed again since),
+        else ``LeaseLostError`` and nothing stored.  ``None``: not fenced.  Another store raises
+        ``ValueError`` for an epoch (it keeps no leases).
 
         Returns once they are committed, with everything recorded before (acknowledged means
         stored; fsynced with ``durable=True``): appends made while the writer commits share its
@@ -586,7 +614,12 @@ class SessionJournal:
         for a line that is not bytes.
         """
         kept = [line if type(line) is bytes else _line_bytes(line) for line in lines]
-        return await self.store._journal_op(JournalOp(session_id, kept, self.max_updates, self.max_bytes))
+        op = JournalOp(session_id, kept, self.max_updates, self.max_bytes)
+        if epoch is not None:
+            if not self.store.leases:
+                raise ValueError(f"{self.store!r} keeps no ownership leases: append without an epoch")
+            op.epoch = epoch
+        return await self.store._journal_op(op)
 
     async def read(self, session_id: str, after: int, *, limit: int | None = None) -> list[tuple[int, bytes]]:
         """``(number, line)`` of the session's lines numbered above ``after``, in order, at most
@@ -598,34 +631,19 @@ class SessionJournal:
         ``ValueError`` for a ``limit`` below 1."""
         if limit is not None and limit < 1:
             raise ValueError(f"limit must be at least 1, got {limit}")
-        rows: list[tuple[int, bytes]] = await self._read(lambda db: journal_read(db, session_id, after, limit))
-        return rows
+        return await self.store._journal_rows(session_id, after, limit)
 
     async def first(self, session_id: str) -> int:
         """The oldest number still held: 1 when nothing was dropped, 0 when the journal is empty."""
-        return (await self._bounds(session_id))[0]
+        return (await self.store._journal_bounds(session_id))[0]
 
     async def last(self, session_id: str) -> int:
         """The number of the session's last line (0: none since the journal began or was forgotten)."""
-        return (await self._bounds(session_id))[1]
+        return (await self.store._journal_bounds(session_id))[1]
 
     async def forget(self, session_id: str) -> None:
         """Delete the session's lines (in order with the appends before it); numbering starts again at 1."""
         await self.store._journal_op(JournalOp(session_id, None))
-
-    async def _bounds(self, session_id: str) -> tuple[int, int]:
-        bounds: tuple[int, int] = await self._read(lambda db: journal_bounds(db, session_id))
-        return bounds
-
-    async def _read(self, fn: Callable[[sqlite3.Connection], Any]) -> Any:
-        """``fn(connection)`` on the store's reader connection in a worker thread (a file store:
-        committed data, not waiting for the writer), else as a job of the writer."""
-        store = self.store
-        if store._reader is None:
-            return await store._call(lambda db: fn(db.db), True, settle=False)
-        if store._writer.closed:
-            raise RuntimeError(f"{store!r} is closed")
-        return await trio.to_thread.run_sync(store._reader.run, fn)
 
 
 def _line_bytes(line: Any) -> bytes:
@@ -1275,6 +1293,16 @@ def enable(conn: AgentSideConnection, store: SessionStore) -> SessionRecorder:
         recorder.add_routes()
         conn._notify_plans.clear()
     return recorder
+
+
+def __getattr__(name: str) -> Any:
+    """``PostgresSessionStore``, ``Lease``, ``LeaseLostError``: imported when first asked for
+    (they need the ``postgres`` extra: psycopg 3 and psycopg_pool)."""
+    if name in ("PostgresSessionStore", "Lease", "LeaseLostError"):
+        from . import _store_pg
+
+        return getattr(_store_pg, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 __all__ = [
