@@ -87,6 +87,10 @@ ATTACH_META_KEY = "acp-trio/attach"
 """``_meta`` key of the host's ``initialize`` answer: a token naming the connection's agent
 instance.  A client that reconnects with it in its ``initialize`` params' ``_meta`` gets that
 instance as its home again (no new instance), if it still runs and the principal is the same."""
+DRAINING_REASON = "draining"
+"""``data.reason`` of the -32603 answer to a ``session/new`` (or ``session/fork``, or the
+``session/load``/``session/resume`` of a session not live) while the host drains
+(:meth:`SessionHost.drain`)."""
 ATTACHED_META_KEY = "acp-trio/attached"
 """``_meta`` key (a boolean) of an ``initialize`` answer to a client that sent an attach token:
 whether it was honoured (``false``: an unknown or ended instance's token, or another principal's;
@@ -104,6 +108,19 @@ _DECLINE: dict[str, dict[str, Any]] = {
 }
 
 Policy = Literal["wait", "reject", "cancel"]
+
+
+def _event(event: str, message: str, client: _Client, session_id: str, *args: Any) -> None:
+    """Log ``event`` about ``client`` and a session on ``acp_trio.host`` (INFO), its fields in the
+    record's ``extra`` (``event``, ``session_id``, ``connection_id``, ``principal``) for a structured log."""
+    if log.isEnabledFor(logging.INFO):
+        fields = {
+            "event": event,
+            "session_id": session_id,
+            "connection_id": client.connection_id,
+            "principal": client.principal,
+        }
+        log.info(message, client.connection_id, session_id, *args, extra=fields)
 
 
 def _dumps(message: dict[str, Any]) -> bytes:
@@ -343,6 +360,13 @@ class SessionHost:
         self._changed = trio.lowlevel.ParkingLot()
         self._serving: set[trio.CancelScope] = set()
         self._tokens: dict[bytes, _Instance] = {}  # sha256 of an attach token -> its instance
+        self._clients: set[_Client] = set()
+        self.draining = False
+        """Whether the host drains (:meth:`drain`): it takes no new session."""
+        self.max_sessions: int | None = None
+        """Live sessions at once (``None``: no limit): past it, a ``session/new`` (or ``session/fork``,
+        or the load or resume of a session not live) is answered -32603 with ``data.reason``
+        ``"max_sessions"``, as while draining.  Set it after :func:`open_session_host`."""
 
     # -- the public surface -------------------------------------------------------------------------
     def sessions(self) -> dict[str, SessionInfo]:
@@ -364,6 +388,43 @@ class SessionHost:
     def _touch(self) -> None:
         self._changed.unpark_all()
 
+    # -- draining: a host process that stops (python -m acp_trio.host) ---------------------------------
+    def drain(self) -> None:
+        """Take no new session from now on: a ``session/new``, a ``session/fork`` and the
+        ``session/load``/``session/resume`` of a session not live here are answered -32603 "the host is
+        draining" with ``data`` ``{"reason": "draining", "method"}`` (try another host); everything
+        else goes on (clients attach to the live sessions, turns run and are prompted).  Idempotent;
+        there is no undraining (a draining process is on its way out)."""
+        if not self.draining:
+            self.draining = True
+            log.info(
+                "draining: no new session; %d live, %d with a turn running",
+                len(self._sessions),
+                sum(1 for s in self._sessions.values() if s.running),
+                extra={"event": "drain.started"},
+            )
+            self._touch()
+
+    def running_turns(self) -> int:
+        """Live sessions whose turn runs now (v1: a ``session/prompt`` unanswered; v2: also a state not ``idle``)."""
+        return sum(1 for s in self._sessions.values() if s.running and s.loading is None)
+
+    async def end_sessions(self, detail: str) -> int:
+        """End every live session, as a client's ``session/close`` would for the other clients attached
+        to it: if a turn runs, v2 clients get a ``state_update`` ``idle`` of the host's with stop reason
+        ``cancelled``, v1 clients other than the prompter ``_acp_trio/turn_ended``; then every attached
+        client gets ``_acp_trio/session_ended`` with reason ``"session closed"`` and ``detail``; the
+        agent gets ``session/cancel`` and ``session/close``, the pending requests the declining answer.
+        Then waits (bound it) until what was put for the clients has been written to them.  Returns
+        the number of sessions ended.  For the end of a drain (``python -m acp_trio.host``)."""
+        ended = [s for s in self._sessions.values() if s.loading is None]
+        for session in ended:
+            self._tell_ended(session, session.clients, "session closed", detail, "cancelled")
+            await self._close_session(session, detail)
+        while any(client.backlog and not client.gone for client in self._clients):
+            await self._changed.park()
+        return len(ended)
+
     async def serve_streams(
         self,
         connection_id: str,
@@ -384,6 +445,7 @@ class SessionHost:
         client = _Client(self, connection_id, principal)
         with client.scope as scope:
             self._serving.add(scope)
+            self._clients.add(client)
             try:
                 async with trio.open_nursery() as nursery:
                     nursery.start_soon(self._write_client, client, to_client)
@@ -395,6 +457,7 @@ class SessionHost:
                         client.send.close()
             finally:
                 self._serving.discard(scope)
+                self._clients.discard(client)
 
     @asynccontextmanager
     async def connect(
@@ -454,10 +517,13 @@ class SessionHost:
                 await to_client.send_all(data)
                 client.backlog -= size
                 client.written.unpark_all()
+                if not client.backlog:
+                    self._changed.unpark_all()
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             log.debug("client %s: its output closed", client.connection_id)
         finally:
             client.gone = True
+            self._touch()
             with trio.CancelScope(shield=True):
                 try:
                     await to_client.aclose()
@@ -591,6 +657,32 @@ class SessionHost:
             )
             return
         session = self._sessions.get(session_id) if type(session_id) is str else None
+        if (self.draining or self.max_sessions is not None) and (
+            method in ("session/new", "session/fork")
+            or (method in ("session/load", "session/resume") and type(session_id) is str and session is None)
+        ):
+            if self.draining:
+                client.put(
+                    _error(
+                        request_id,
+                        INTERNAL_ERROR,
+                        f"the host is draining (it is shutting down): {method} is not taken here; try again on "
+                        "another host (a load balancer sends it to one that is taking sessions)",
+                        {"reason": DRAINING_REASON, "method": method},
+                    )
+                )
+                return
+            if self.max_sessions is not None and len(self._sessions) >= self.max_sessions:
+                client.put(
+                    _error(
+                        request_id,
+                        INTERNAL_ERROR,
+                        f"the host runs its maximum of {self.max_sessions} live sessions (max_sessions): {method} "
+                        "is not taken here; try again once a session ends, or on another host",
+                        {"reason": "max_sessions", "max": self.max_sessions, "method": method},
+                    )
+                )
+                return
         if method in ("session/load", "session/resume") and type(session_id) is str:
             if session is not None:
                 await self._attach(client, message, method, session)
@@ -696,7 +788,7 @@ class SessionHost:
             if method in _ENDING:
                 others = [other for other in session.clients if other is not client]
                 self._tell_ended(session, others, "session closed", f"another client sent {method}", "cancelled")
-                await self._drop_session(session)
+                await self._drop_session(session, f"{method} from client {client.connection_id}")
             elif method == "session/set_config_option" and "configOptions" in result:
                 session.setup["configOptions"] = result["configOptions"]
             elif method == "session/set_mode" and type(params) is dict:
@@ -726,6 +818,7 @@ class SessionHost:
                 client.sessions.add(session_id)
             else:
                 self._detached(session)
+            _event("session.opened", "client %s opened session %s (%s)", client, session_id, method)
             self._touch()
 
         return opened
@@ -770,6 +863,7 @@ class SessionHost:
                 client.sessions.add(session_id)
             else:
                 self._detached(session)
+            _event("session.opened", "client %s opened session %s (%s)", client, session_id, method)
             self._touch()
 
         self._forward(home, client, message, on_answer=loaded)
@@ -968,6 +1062,7 @@ class SessionHost:
         for question in session.questions:
             if not question.answered:
                 self._ask(question, client)
+        _event("client.attached", "client %s attached to session %s (%s)", client, session.id, method)
         self._touch()
 
     def _refuse_attach(
@@ -1066,6 +1161,7 @@ class SessionHost:
             session.clients.discard(client)
             if session.prompting is client:
                 session.prompt_gone = True
+            _event("client.detached", "client %s detached from session %s", client, session_id)
             if not session.clients:
                 self._detached(session)
         client.sessions.clear()
@@ -1092,18 +1188,17 @@ class SessionHost:
             detached = [s for s in self._sessions.values() if s.detached_at is not None and s.loading is None]
             if len(detached) > self.max_detached_sessions:
                 oldest = min(detached, key=lambda s: s.detached_at or 0.0)
-                log.info("session %s closed: over max_detached_sessions=%d", oldest.id, self.max_detached_sessions)
-                self._nursery.start_soon(self._close_session, oldest)
+                reason = f"over max_detached_sessions={self.max_detached_sessions}"
+                self._nursery.start_soon(self._close_session, oldest, reason)
 
     async def _expire(self, session: _Session, scope: trio.CancelScope) -> None:
         with scope:
             assert self.detached_ttl is not None
             await trio.sleep(self.detached_ttl)
-            log.info("session %s closed: detached for detached_ttl=%ss", session.id, self.detached_ttl)
         if not scope.cancelled_caught and not session.clients:
-            await self._close_session(session)
+            await self._close_session(session, f"detached for detached_ttl={self.detached_ttl}s")
 
-    async def _close_session(self, session: _Session) -> None:
+    async def _close_session(self, session: _Session, reason: str = "closed by the host") -> None:
         """Cancel ``session``'s turn (``session/cancel``), close it on its instance
         (``session/close``; an agent without it answers -32601, which is fine), resolve its
         pending requests with the declining answer, and forget it."""
@@ -1120,12 +1215,18 @@ class SessionHost:
         for question in list(session.questions):
             if not question.answered:
                 self._settle(question, self._declined(question))
-        await self._drop_session(session)
+        await self._drop_session(session, reason)
 
-    async def _drop_session(self, session: _Session) -> None:
+    async def _drop_session(self, session: _Session, reason: str = "closed") -> None:
         if self._sessions.get(session.id) is not session:
             return
         del self._sessions[session.id]
+        log.info(
+            "session %s ended: %s",
+            session.id,
+            reason,
+            extra={"event": "session.closed", "session_id": session.id, "reason": reason},
+        )
         session.instance.sessions.discard(session.id)
         if session.ttl is not None:
             session.ttl.cancel()
@@ -1493,7 +1594,7 @@ class SessionHost:
                 session.questions.clear()
                 self._tell_ended(session, session.clients, SESSION_ENDED_REASON, instance.end_detail, "error")
                 try:
-                    await self._drop_session(session)
+                    await self._drop_session(session, f"{SESSION_ENDED_REASON}: {instance.end_detail}")
                 except Exception:
                     log.exception("forgetting session %s failed", session_id)
         self._touch()

@@ -662,6 +662,11 @@ class AcpApp:
     limit, as the TypeScript server.  ``websocket_compression``: let a client that offers
     permessage-deflate have it (default ``False``, as the TypeScript server: deflating every small
     frame costs both sides far more CPU than loopback or LAN bandwidth saves; applies under hypercorn).
+    ``health_path``: a path (say ``"/healthz"``) answering a load balancer's health check
+    (HAProxy's ``option httpchk GET /healthz``, a Kubernetes readiness probe): ``GET`` or ``HEAD``
+    is ``200`` ``ok`` while the app takes new sessions, ``503`` ``draining`` once :meth:`drain` was
+    called; it needs no token and passes no ``Origin``/``Host`` check, and tells nothing of any
+    connection or session (default ``None``: no such path, ``404``).
     ``connection_options``: for each connection (``tap``, ``eof_grace``, ``variant``, ...).
     ``serve_streams``: instead of ``agent``, ``async (connection_id, to_client, from_client)``
     serving each connection's NDJSON byte streams itself, returning when it is done (the bridge,
@@ -698,6 +703,7 @@ class AcpApp:
         request_timeout: float = DEFAULT_REQUEST_TIMEOUT,
         max_connections: int | None = None,
         websocket_compression: bool = False,
+        health_path: str | None = None,
         **connection_options: Any,
     ) -> None:
         if max_message_bytes <= 0:
@@ -713,6 +719,8 @@ class AcpApp:
         ):
             if value <= 0:
                 raise ValueError(f"{name} must be positive, got {value}")
+        if health_path is not None and (not health_path.startswith("/") or health_path == path):
+            raise ValueError(f"health_path must be a path of its own starting with '/', got {health_path!r}")
         if sum(given is not None for given in (agent, serve_streams, host)) != 1:
             raise TypeError("give AcpApp exactly one of an agent factory, serve_streams= and host=")
         self.agent = agent
@@ -741,6 +749,8 @@ class AcpApp:
             raise ValueError(f"max_connections must be positive or None, got {max_connections}")
         self.max_connections = max_connections
         self.websocket_compression = websocket_compression
+        self.health_path = health_path
+        self._draining = False
         connection_options.setdefault("max_message_size", max_message_bytes + 1)
         self.connection_options = connection_options
         self.connection_ids: set[str] = set()
@@ -750,6 +760,37 @@ class AcpApp:
 
     def _full(self) -> bool:
         return self.max_connections is not None and len(self.connection_ids) >= self.max_connections
+
+    @property
+    def draining(self) -> bool:
+        """Whether this app drains (:meth:`drain`, or its ``host``'s :meth:`~acp_trio.host.SessionHost.drain`)."""
+        return self._draining or (self.host is not None and self.host.draining)
+
+    def drain(self) -> None:
+        """Start draining: ``health_path`` answers ``503`` from now on, so a load balancer sends no new
+        client here; with ``host``, the host takes no new session (:meth:`~acp_trio.host.SessionHost.drain`:
+        ``session/new`` answered -32603 ``data.reason`` ``"draining"``).  Connections are still
+        accepted and served (a client reattaching to a session that still runs here).  Idempotent."""
+        self._draining = True
+        if self.host is not None:
+            self.host.drain()
+
+    async def _health(self, scope: Scope, send: Send) -> None:
+        """``GET``/``HEAD`` ``health_path``: ``200`` ``ok`` while taking new sessions, ``503``
+        ``draining`` while draining; no token, ``Origin`` or ``Host`` check (a load balancer's probe
+        sends none of them, and the answer says nothing of any connection or session)."""
+        method = scope.get("method", "")
+        if method not in ("GET", "HEAD"):
+            await _text_response(send, 405, "Method Not Allowed\n", [(b"allow", b"GET, HEAD")])
+            return
+        status, body = (503, b"draining\n") if self.draining else (200, b"ok\n")
+        headers = [
+            (b"content-type", TEXT_PLAIN),
+            (b"content-length", str(len(body)).encode()),
+            (b"cache-control", b"no-store"),
+        ]
+        await send({"type": "http.response.start", "status": status, "headers": headers})
+        await send({"type": "http.response.body", "body": b"" if method == "HEAD" else body})
 
     @property
     def active_connections(self) -> int:
@@ -885,6 +926,9 @@ class AcpApp:
 
     # -- Streamable HTTP -------------------------------------------------------------------------------
     async def _http(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if self.health_path is not None and scope.get("path") == self.health_path:
+            await self._health(scope, send)
+            return
         refusal, principal = self._refusal(scope)
         if refusal is not None:
             await _text_response(send, *refusal)
@@ -1881,6 +1925,7 @@ async def serve(
     keyfile: str | None = None,
     shutdown_trigger: Callable[[], Awaitable[None]] | None = None,
     release_memory_when_idle: float | None = 1.0,
+    also_bind: Iterable[tuple[str, int]] = (),
     task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve an ASGI ``app`` (an :class:`AcpApp`) with hypercorn on trio until cancelled.
@@ -1891,7 +1936,8 @@ async def serve(
     small messages.
 
     ``host``/``port``: where to listen (default ``127.0.0.1:8765``, loopback only; ``port=0``
-    picks a free port).  ``certfile``/``keyfile``: PEM files for TLS (``wss://``).
+    picks a free port).  ``also_bind``: more ``(host, port)`` addresses to listen on (an IPv6 one
+    besides an IPv4 one, say), served alike.  ``certfile``/``keyfile``: PEM files for TLS (``wss://``).
     ``shutdown_trigger``: ``async () -> None`` whose return shuts the server down gracefully.
     ``task_status``: ``started`` with the bound URLs (``["http://127.0.0.1:41234"]``), for
     ``nursery.start``.  An :class:`AcpApp`'s ``max_message_bytes`` also caps hypercorn's buffer.
@@ -1906,7 +1952,7 @@ async def serve(
     from ._hypercorn import serve_hypercorn
 
     config = Config()
-    config.bind = [f"[{host}]:{port}" if ":" in host else f"{host}:{port}"]
+    config.bind = [f"[{h}]:{p}" if ":" in h else f"{h}:{p}" for h, p in [(host, port), *also_bind]]
     config.accesslog = None
     if certfile is not None:
         config.certfile = certfile
