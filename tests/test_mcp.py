@@ -32,7 +32,7 @@ import mcp
 from _processes import alive
 
 import acp_trio
-from acp_schema import v1
+from acp_schema import v1, v2
 from acp_trio.mcp import McpServerError, McpServers, open_mcp_servers
 
 pytestmark = pytest.mark.skipif(os.name != "posix", reason="process groups and signals are POSIX-only")
@@ -227,6 +227,36 @@ async def test_stdio_http_and_sse_servers_list_and_call_tools(
     for secret in (SECRET_ENV, SECRET_HEADER):
         assert secret not in caplog.text
         assert secret not in repr(servers)
+
+
+async def test_servers_of_a_variant_the_schema_lacks_connect_from_their_wire_fields(
+    tmp_path: Path, http_urls: dict[str, str]
+) -> None:
+    """A v1 ``sse`` server seen through v2's types (v2 has no ``sse``: the neutral layer's view of a v1
+    session) is an ``McpServerOther`` with ``url`` and ``headers`` in ``extra_fields``.  Before: it
+    failed to start, ``AttributeError: 'McpServerOther' object has no attribute 'url'``."""
+    wire_headers = [{"name": "x-api-key", "value": SECRET_HEADER}]
+    configs = [
+        v2.McpServerOther(
+            type="sse", extra_fields={"name": "legacy", "url": http_urls["sse"], "headers": wire_headers}
+        ),
+        v2.McpServerOther(
+            type="http", extra_fields={"name": "remote", "url": http_urls["http"], "headers": wire_headers}
+        ),
+    ]
+    with trio.fail_after(DEADLINE):
+        async with acp_trio.open_memory_pair(Agent, Client) as (agent_conn, client_conn):
+            session_id = await new_session(client_conn, tmp_path, [])
+            servers = await open_mcp_servers(agent_conn, session_id, configs)
+            try:
+                assert servers.errors == {}
+                assert [s.transport for s in servers.values()] == ["sse", "http"]
+                for session in servers.sessions.values():
+                    assert text_of(await session.call_tool("header_sha256", {"name": "x-api-key"})) == sha256(
+                        SECRET_HEADER
+                    )
+            finally:
+                await servers.aclose()
 
 
 async def test_failing_servers_fail_alone(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:

@@ -450,10 +450,10 @@ async def _connect(
     elif server.transport == "http":
         http_client = create_mcp_http_client(headers=_headers(config))
         await stack.enter_async_context(http_client)
-        streams = await stack.enter_async_context(streamable_http_client(config.url, http_client=http_client))
+        streams = await stack.enter_async_context(streamable_http_client(_url(config), http_client=http_client))
     elif server.transport == "sse":
         transport = cast(
-            AbstractAsyncContextManager[_TransportStreams], sse_client(config.url, headers=_headers(config))
+            AbstractAsyncContextManager[_TransportStreams], sse_client(_url(config), headers=_headers(config))
         )
         streams = await stack.enter_async_context(transport)
     elif server.transport == "acp":
@@ -551,8 +551,36 @@ def _list(value: Any) -> list[Any]:
     return value if isinstance(value, list) else []  # absent (UNSET) in the v2 schema counts as empty
 
 
+def _wire_field(config: Any, attribute: str, wire: str) -> Any:
+    """A config's field: its attribute, or for a variant the schema at hand does not define (a v1
+    ``sse`` server seen through v2's types, which have no ``sse``: ``McpServerOther``) the wire field
+    kept in ``extra_fields``."""
+    value = getattr(config, attribute, None)
+    if value is None:
+        value = getattr(config, "extra_fields", {}).get(wire)
+    return value
+
+
+def _url(config: Any) -> str:
+    url = _wire_field(config, "url", "url")
+    if not isinstance(url, str):
+        raise ValueError(f"the {_transport_of(config)} MCP server has no url string")
+    return url
+
+
 def _headers(config: Any) -> dict[str, str]:
-    return {header.name: header.value for header in _list(getattr(config, "headers", None))}
+    """``{name: value}`` of a config's ``headers`` (``HttpHeader`` objects, or their wire objects
+    when kept in ``extra_fields``)."""
+    headers: dict[str, str] = {}
+    for header in _list(_wire_field(config, "headers", "headers")):
+        if isinstance(header, dict):
+            name, value = header.get("name"), header.get("value")
+            if not isinstance(name, str) or not isinstance(value, str):
+                raise ValueError(f"an MCP server header is not a {{name, value}} pair of strings: {sorted(header)}")
+            headers[name] = value
+        else:
+            headers[header.name] = header.value
+    return headers
 
 
 def _start_failure(server: McpServerConnection, exc: BaseException) -> str:
