@@ -93,7 +93,9 @@ class PostgresServer:
                 f"{' '.join(command)} failed ({result.returncode}): {result.stderr}{result.stdout}\n{log}"
             )
 
-    def start(self) -> None:
+    def start(self, *, durable: bool = False) -> None:
+        """``initdb``, then start the server; ``durable``: the server's defaults (``fsync``,
+        ``synchronous_commit``, ``full_page_writes`` on: for benchmarks), else all three off."""
         self._run(
             str(self.bindir / "initdb"),
             "-D",
@@ -108,10 +110,9 @@ class PostgresServer:
             "--no-sync",
             "--no-instructions",
         )
-        options = (
-            f"-c listen_addresses='' -k {self.socket_dir} -p {self.port} -c fsync=off -c synchronous_commit=off "
-            "-c full_page_writes=off -c max_connections=100 -c shared_buffers=32MB"
-        )
+        options = f"-c listen_addresses='' -k {self.socket_dir} -p {self.port} -c max_connections=100"
+        if not durable:
+            options += " -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c shared_buffers=32MB"
         self._run(str(self.bindir / "pg_ctl"), "-D", str(self.data), "-l", str(self.log), "-o", options, "-w", "start")
 
     def stop(self) -> None:

@@ -51,10 +51,11 @@ a host that lost its lease gets :class:`LeaseLostError` with nothing stored.
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, Final
 
 import psycopg
@@ -156,12 +157,13 @@ FROM unnest(%s::bigint[], %s::smallint[], %s::bytea[]) WITH ORDINALITY AS t (ses
 LEFT JOIN LATERAL (SELECT max(e.seq) AS top FROM acp_events e WHERE e.session = t.session) b ON true
 """
 _JOURNAL_STATES: Final = """
-SELECT j.id, lo.number, lo.start, hi.number, hi.start + length(hi.data)
-FROM unnest(%s::bigint[]) AS j (id)
+SELECT j.session_id, j.id, lo.number, lo.start, hi.number, hi.start + length(hi.data)
+FROM acp_journals j
 LEFT JOIN LATERAL (SELECT number, start FROM acp_journal_lines WHERE journal = j.id ORDER BY number LIMIT 1) lo ON true
 LEFT JOIN LATERAL (
     SELECT number, start, data FROM acp_journal_lines WHERE journal = j.id ORDER BY number DESC LIMIT 1
 ) hi ON true
+WHERE j.session_id = ANY(%s)
 """
 _INSERT_LINES: Final = (
     "INSERT INTO acp_journal_lines (journal, number, start, data) "
@@ -250,6 +252,15 @@ class PgDatabase:
     def close(self) -> None:
         self.db.close()
 
+    @staticmethod
+    @contextlib.contextmanager
+    def _transaction(db: psycopg.Connection[Any]) -> Iterator[None]:
+        """One transaction in pipeline mode: statements whose results are not read yet go to the
+        server together (``BEGIN`` with the first, ``COMMIT`` with the last writes): a round trip
+        per result the code waits for, not per statement."""
+        with db.pipeline(), db.transaction():
+            yield
+
     # -- opening, versions -------------------------------------------------------------------------
     def _prepare(self) -> None:
         db = self.db
@@ -319,7 +330,7 @@ class PgDatabase:
     def create(self, session_id: str, cwd: str, dirs: str, servers: str, version: int = 1) -> tuple[int, int]:
         """A new record (a stored one with that id is replaced); returns ``(row id, title source)``."""
         db = self._live()
-        with db.transaction():
+        with self._transaction(db):
             return self._insert(db, session_id, cwd, dirs, servers, version), TITLE_NONE
 
     def fork(
@@ -328,7 +339,7 @@ class PgDatabase:
         """A new record ``session_id`` holding a copy of ``parent_id``'s lines and metadata, then
         ``fields`` (see ``Database.fork``).  Returns ``(row id, title source)``."""
         db = self._live()
-        with db.transaction():
+        with self._transaction(db):
             row_id = self._insert(db, session_id, cwd, dirs, servers, version)
             parent = db.execute(
                 "SELECT id, title, title_source, meta, modes, current_mode_id, config_options, prompt_count "
@@ -366,7 +377,7 @@ class PgDatabase:
     def reopen(self, session_id: str, cwd: str, dirs: str, servers: str, version: int = 1) -> tuple[int, int]:
         """Update a stored session's roots and MCP servers (load/resume), creating it when absent."""
         db = self._live()
-        with db.transaction():
+        with self._transaction(db):
             row = db.execute(
                 "UPDATE acp_sessions SET cwd = %s, additional_directories = %s, mcp_servers = %s "
                 "WHERE session_id = %s RETURNING id, title_source",
@@ -380,7 +391,7 @@ class PgDatabase:
         """Replace the events of ``session_id`` by ``rows`` (``(kind, data)``) and mark it recorded
         under protocol ``version``, in one transaction; False when it is not stored."""
         db = self._live()
-        with db.transaction():
+        with self._transaction(db):
             row = db.execute(
                 "UPDATE acp_sessions SET protocol_version = %s WHERE session_id = %s RETURNING id",
                 (version, session_id),
@@ -440,7 +451,7 @@ class PgDatabase:
 
     def events(self, session_id: str) -> tuple[StoredSession, list[tuple[int, bytes]]] | None:
         db = self._live()
-        with db.transaction():  # one snapshot: the row and its events
+        with self._transaction(db):  # one snapshot: the row and its events
             session = self.get(session_id)
             if session is None:
                 return None
@@ -479,7 +490,7 @@ class PgDatabase:
         :class:`LeaseLostError` and is skipped, the rest is stored)."""
         now = now_us()
         db = self._live()
-        with db.transaction():
+        with self._transaction(db):
             sessions: list[int] = []
             kinds: list[int] = []
             datas: list[bytes] = []
@@ -519,39 +530,37 @@ class PgDatabase:
         journal appended to trimmed to the bounds of its last append.  Fenced appends are checked
         first (one share-locking query); the journals' rows are locked in session id order (two
         writers never deadlock), so numbers stay consecutive when processes append to one journal."""
-        fenced = {op.session_id for op in ops if op.epoch is not None and op.lines is not None}
-        if fenced:
-            holding = dict(
-                db.execute(
-                    "SELECT session_id, epoch FROM acp_session_leases WHERE session_id = ANY(%s) "
-                    "AND expires_at > clock_timestamp() ORDER BY session_id FOR SHARE",
-                    (sorted(fenced),),
-                ).fetchall()
-            )
-            for op in ops:
-                if op.epoch is not None and op.lines is not None and holding.get(op.session_id) != op.epoch:
-                    op.error = LeaseLostError(op.session_id, op.epoch)
-            ops = [op for op in ops if op.error is None]
+        fenced = sorted({op.session_id for op in ops if op.epoch is not None and op.lines is not None})
         growing = sorted({op.session_id for op in ops if op.lines})
+        touched = sorted({op.session_id for op in ops})
+        # sent together (pipeline mode): the fence's share locks, the journals' rows made and locked,
+        # then their states, read by a later statement than the lock (a snapshot that sees the
+        # lines another writer committed while this one waited for the lock)
+        fence = (
+            db.execute(
+                "SELECT session_id, epoch FROM acp_session_leases WHERE session_id = ANY(%s) "
+                "AND expires_at > clock_timestamp() ORDER BY session_id FOR SHARE",
+                (fenced,),
+            )
+            if fenced
+            else None
+        )
         if growing:
             db.execute(
                 "INSERT INTO acp_journals (session_id) SELECT unnest(%s::text[]) ORDER BY 1 ON CONFLICT DO NOTHING",
                 (growing,),
             )
-        touched = sorted({op.session_id for op in ops})
-        ids: dict[str, int] = dict(
-            db.execute(
-                "SELECT session_id, id FROM acp_journals WHERE session_id = ANY(%s) ORDER BY session_id FOR UPDATE",
-                (touched,),
-            ).fetchall()
-        )
+        db.execute("SELECT id FROM acp_journals WHERE session_id = ANY(%s) ORDER BY session_id FOR UPDATE", (touched,))
+        found = db.execute(_JOURNAL_STATES, (touched,))
+        if fence is not None:
+            holding = dict(fence.fetchall())
+            for op in ops:
+                if op.epoch is not None and op.lines is not None and holding.get(op.session_id) != op.epoch:
+                    op.error = LeaseLostError(op.session_id, op.epoch)
+            ops = [op for op in ops if op.error is None]
         states: dict[str, list[int]] = {}  # session id -> [journal id, first, last, start of first, end of last]
-        if ids:
-            session_of = {journal_id: session for session, journal_id in ids.items()}
-            for journal_id, lo, lo_start, hi, hi_end in db.execute(_JOURNAL_STATES, (list(ids.values()),)).fetchall():
-                states[session_of[journal_id]] = (
-                    [journal_id, lo, hi, lo_start, hi_end] if hi is not None else [journal_id, 1, 0, 0, 0]
-                )
+        for session_id, journal_id, lo, lo_start, hi, hi_end in found.fetchall():
+            states[session_id] = [journal_id, lo, hi, lo_start, hi_end] if hi is not None else [journal_id, 1, 0, 0, 0]
         rows: tuple[list[int], list[int], list[int], list[bytes]] = ([], [], [], [])
         bounds: dict[str, tuple[int, int]] = {}
 
