@@ -223,6 +223,22 @@ def test_flags_override_the_file(tmp_path: Path) -> None:
         load_settings(options)  # a command besides the file's agent
 
 
+def test_an_address_in_use_is_logged_and_exits_1(caplog: pytest.LogCaptureFixture) -> None:
+    import socket
+
+    from acp_trio.host._cli import Settings, run
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        settings = Settings(agent="acp_trio.demo.agent:DemoAgent", store="memory:", listen=[("127.0.0.1", port)])
+        with caplog.at_level(logging.INFO, "acp_trio.host"):
+            assert run(settings) == 1
+    [error] = [r for r in caplog.records if getattr(r, "event", None) == "error"]
+    assert error.levelno == logging.ERROR and "Address already in use" in error.getMessage()
+
+
 def test_a_log_record_is_one_json_object_with_its_event_and_fields() -> None:
     record = logging.LogRecord("acp_trio.host", logging.INFO, __file__, 1, "client %s attached", ("c1",), None)
     record.event = "client.attached"
@@ -400,8 +416,6 @@ async def test_the_health_check_answers_without_a_token_and_acp_needs_one(shared
 
 @pytest.mark.one_interpreter
 async def test_sigterm_drains_lets_the_turn_finish_and_exits_0(tmp_path: Path) -> None:
-    from acp_trio.transports.websocket import connect_websocket
-
     where = host_dir(tmp_path, CONFIG)
     running = HostProcess([sys.executable, "-m", "acp_trio.host", "--config", "host.toml"], where)
     try:
@@ -461,6 +475,44 @@ def connected_ws(url: str, rec: Recorder) -> Any:
             yield conn
 
     return connect()
+
+
+@pytest.mark.one_interpreter
+async def test_a_stdio_command_over_tls_on_two_addresses_until_drained(tmp_path: Path) -> None:
+    """``command`` (the bridge's detach host: one agent process), ``certfile``/``keyfile`` and two
+    ``listen`` addresses, through :func:`serve_host` in this process; setting its event drains it."""
+    import ssl
+
+    pytest.importorskip("cryptography")
+    from test_transport_http import self_signed_certificate
+
+    from acp_schema import v1
+    from acp_trio.host._cli import Settings, serve_host
+    from acp_trio.transports.websocket import connect_websocket
+
+    cert, key = self_signed_certificate(tmp_path)
+    settings = Settings(
+        command=[sys.executable, "-m", "acp_trio.demo", "--serve-agent"],
+        listen=[("127.0.0.1", 0), ("127.0.0.1", 0)],
+        certfile=str(cert),
+        keyfile=str(key),
+        store="memory:",
+    )
+    trusted = ssl.create_default_context(cafile=str(cert))
+    drain_now = trio.Event()
+    with trio.fail_after(DEADLINE):
+        async with trio.open_nursery() as nursery:
+            urls = await nursery.start(serve_host, settings, MemoryJournal(), drain_now)
+            assert len(urls) == 2 and all(url.startswith("https://") for url in urls)
+            for url in urls:
+                async with httpx.AsyncClient(verify=trusted) as http:
+                    assert (await http.get(url + "/healthz")).status_code == 200
+            async with connect_websocket(
+                urls[1].replace("https", "wss", 1) + "/acp", Recorder(), ssl_context=trusted
+            ) as conn:
+                answer = await conn.initialize(v1.InitializeRequest(protocol_version=1))
+                assert answer.agent_info is not None and "demo" in answer.agent_info.name
+            drain_now.set()  # serve_host drains (no session: at once) and returns
 
 
 def guide_block(lang: str, first: str) -> str:

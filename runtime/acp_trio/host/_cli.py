@@ -530,8 +530,9 @@ def _shown_store(url: str | None) -> str:
 
 
 def run(settings: Settings) -> int:
-    """Serve until SIGTERM or SIGINT, drain, return 0 (1 when the store cannot be opened).  A second
-    signal during the drain stops at once."""
+    """Serve until SIGTERM or SIGINT, drain, return 0; 1 when the store cannot be opened or the
+    server cannot serve (an address in use), logged as an ``error`` event.  A second signal during
+    the drain stops at once."""
     try:
         journal, close_store = open_store(settings.store)
     except Exception as exc:
@@ -565,10 +566,31 @@ def run(settings: Settings) -> int:
 
     try:
         trio.run(main)
+    except Exception as exc:
+        cause: BaseException = exc
+        while isinstance(cause, BaseExceptionGroup) and len(cause.exceptions) == 1:
+            cause = cause.exceptions[0]
+        if isinstance(cause, OSError):  # an address in use or not ours, a certificate that cannot be read
+            log.error("cannot serve: %s", cause, extra={"event": "error"})
+        else:
+            log.error("the host failed: %s: %s", type(cause).__name__, cause, exc_info=cause, extra={"event": "error"})
+        return 1
     finally:
         close_store()  # every agent instance has ended: nothing appends any more
     log.info("stopped", extra={"event": "stopped"})
     return 0
+
+
+_METAVARS = {
+    "agent": "MODULE:NAME",
+    "store": "URL",
+    "listen": "HOST:PORT",
+    "certfile": "PEM",
+    "keyfile": "PEM",
+    "token_file": "PATH",
+    "allowed_origins": "ORIGIN",
+    "allowed_hosts": "HOST",
+}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -581,7 +603,11 @@ def build_parser() -> argparse.ArgumentParser:
     for option in OPTIONS:
         if option.key == "command":
             continue
-        kwargs: dict[str, Any] = {"dest": option.key, "help": option.help}
+        metavar = {"count": "N", "seconds": "SECONDS", "strings": option.key.upper().rstrip("S")}.get(option.kind)
+        if option.kind == "choice":
+            metavar = "|".join(str(choice) for choice in option.choices)
+        metavar = _METAVARS.get(option.key, metavar)
+        kwargs: dict[str, Any] = {"dest": option.key, "help": option.help, "metavar": metavar or option.key.upper()}
         if option.kind == "strings":
             kwargs["action"] = "append"
         else:
