@@ -128,6 +128,8 @@ async def test_a_turn_past_drain_timeout_is_ended_cancelled_and_its_client_told(
             await drain(app, host, 30.0)
             assert trio.current_time() - started == pytest.approx(30.0, abs=1.0)
             await rec.until(lambda: any(m == SESSION_ENDED for m, _ in rec.ext))
+            with trio.fail_after(5):
+                await conn.wait_closed()  # the drain closed the client's connection once it was told
         idle = [u for u in rec.updates if type(u).__name__ == "IdleStateUpdateSessionUpdate"]
         assert [u.stop_reason for u in idle] == ["cancelled"]
         [(_, ended)] = rec.ext

@@ -432,7 +432,8 @@ async def drain(
 ) -> None:
     """Drain ``host`` served by ``app``: the health check answers ``503`` and ``session/new`` is
     refused at once (:meth:`AcpApp.drain`); running turns go on for up to ``timeout`` seconds; then
-    every live session is ended, its attached clients told (:meth:`SessionHost.end_sessions`).
+    every live session is ended, its attached clients told (:meth:`SessionHost.end_sessions`), and
+    the client connections closed (:meth:`SessionHost.disconnect_clients`), each step bounded by 5 seconds.
 
     ``handover``: issue 36 step 2 will go here: hand the running sessions over to another host
     (their ownership in PostgreSQL) instead of waiting for their turns.  Until then, ``None``."""
@@ -447,8 +448,12 @@ async def drain(
         detail = f"the host shut down: drain_timeout={timeout:g}s passed with the turn running"
     else:
         detail = "the host shut down (drained)"
+    ended = 0
     with trio.move_on_after(_FLUSH_TIMEOUT):
         ended = await host.end_sessions(detail)
+    host.disconnect_clients()  # their transports close normally (a WebSocket's close frame)
+    with trio.move_on_after(_FLUSH_TIMEOUT):
+        await app.wait_idle()
     seconds = round(trio.current_time() - started, 3)
     log.info(
         "drain finished in %.3f s: %d session(s) ended, %d with a turn cut short",

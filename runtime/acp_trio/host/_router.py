@@ -425,6 +425,13 @@ class SessionHost:
             await self._changed.park()
         return len(ended)
 
+    def disconnect_clients(self) -> None:
+        """End every client connection being served now, as if each had closed: its
+        :meth:`serve_streams` returns (its transport then closes normally: a WebSocket's close
+        frame after what was queued), and it detaches from its sessions.  The host goes on."""
+        for scope in list(self._serving):
+            scope.cancel()
+
     async def serve_streams(
         self,
         connection_id: str,
