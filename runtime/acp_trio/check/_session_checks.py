@@ -388,6 +388,10 @@ async def _serve_mcp(nursery: trio.Nursery, record: str, transport: str) -> str:
     return f"http://127.0.0.1:{port}/{'mcp' if transport == 'http' else 'sse'}"
 
 
+async def _serve_mcp_into(nursery: trio.Nursery, record: str, transport: str, urls: dict[str, str]) -> None:
+    urls[transport] = await _serve_mcp(nursery, record, transport)
+
+
 async def check_mcp(ctx: Context) -> Result:
     """session-setup.mdx § MCP Servers: ``session/new`` with an MCP server of each transport the
     agent supports (stdio always in protocol 1) is answered with a session."""
@@ -404,6 +408,11 @@ async def check_mcp(ctx: Context) -> Result:
             open(record, "w").close()
             async with trio.open_nursery() as nursery:
                 servers: list[dict[str, Any]] = []
+                urls: dict[str, str] = {}
+                async with trio.open_nursery() as starting:  # the network servers start side by side
+                    for transport in transports:
+                        if transport != "stdio":
+                            starting.start_soon(_serve_mcp_into, nursery, record, transport, urls)
                 for transport in transports:
                     name = f"acp-check-{transport}"
                     if transport == "stdio":
@@ -416,8 +425,7 @@ async def check_mcp(ctx: Context) -> Result:
                         if ctx.protocol >= 2:
                             server["type"] = "stdio"
                     else:
-                        url = await _serve_mcp(nursery, record, transport)
-                        server = {"type": transport, "name": name, "url": url, "headers": []}
+                        server = {"type": transport, "name": name, "url": urls[transport], "headers": []}
                     servers.append(server)
                 result = await new_session_result(peer, ctx, mcpServers=servers)
                 contacted: set[str] = set()
