@@ -171,6 +171,8 @@ async def test_max_sessions_refuses_one_more_session_new() -> None:
         ('agent = "m:A"\n', ["--drain-timeout", "soon"], "--drain-timeout: drain_timeout: expected seconds >= 0"),
         ('agent = "no_such_module_here:Agent"\n', [], "agent: cannot import 'no_such_module_here'"),
         ('agent = "m:A"\nagent = "m:B"\n', [], "not TOML"),
+        ('command = "python -m agent"\n', [], "command: expected a list of non-empty strings, got 'python -m agent'"),
+        ('agent = "acp_trio.demo.agent:DemoAgent"\nprotocol = 2\n', [], "chooses its protocol versions itself"),
     ],
 )
 def test_a_bad_config_exits_2_naming_the_key(

@@ -154,7 +154,7 @@ def _checked(option: Option, value: Any, where: str) -> Any:
             raise ConfigError(f"{where}: {option.key}: no such file: {value!r}")
         return value
     if kind == "strings":
-        values = [value] if type(value) is str else value
+        values = [value] if type(value) is str and option.key != "command" else value
         if type(values) is not list or not values or not all(type(v) is str and v for v in values):
             raise bad("a list of non-empty strings")
         return list(values)
@@ -348,6 +348,12 @@ def load_agent(spec: str) -> Any:
     if inspect.isclass(target) and issubclass(target, Agent):
         return target()
     return target
+
+
+def _speaks_its_own_versions(agent: Any) -> bool:
+    if isinstance(agent, dict) or (not inspect.isclass(agent) and callable(getattr(agent, "acp_handlers", None))):
+        return True
+    return False
 
 
 # -- structured logs -------------------------------------------------------------------------------------
@@ -630,6 +636,11 @@ def main(argv: Sequence[str] | None = None) -> None:
         settings = load_settings(options)
         if settings.agent is not None:
             settings.loaded_agent = load_agent(settings.agent)  # a bad one named before anything listens
+            if settings.protocol is not None and _speaks_its_own_versions(settings.loaded_agent):
+                raise ConfigError(
+                    f"protocol: {settings.agent} chooses its protocol versions itself (a {{variant: factory}} "
+                    "mapping or acp_handlers()): leave protocol out"
+                )
         if settings.command:
             from ..transports.stdio import _resolve_command
 
