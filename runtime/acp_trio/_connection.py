@@ -81,6 +81,9 @@ class Instrumentation(Protocol):
 _HIGH_WATER = 1 << 16
 _READ_SIZE = 1 << 16
 _HANDOFF = 64  # messages the reader decodes before letting their handlers run
+# Seconds the request pool's reader may spend sending its read's answers itself (a send stream with
+# ``reader_sends``, see Connection) before the writer hands the reading to another pool task.
+_READER_SEND_PATIENCE = 0.05
 # Shared stand-ins an idle connection holds instead of objects of its own (memory per connection):
 # never mutated; replaced by a new object where something is added or waited for.
 _NO_SCOPES: Final[set[trio.CancelScope]] = set()
@@ -408,6 +411,14 @@ class Connection:
         self._send_now: Callable[[bytes | bytearray], int] | None = (
             None if self._fd_stream is not None else getattr(send_stream, "send_now", None)
         )
+        # a transport whose send takes a round trip and may be awaited by any task (a Streamable HTTP
+        # POST, see _send_as_reader): the reader sends the answers of a read itself, not the writer
+        self._reader_sends = (
+            self._fd_stream is None and self._send_now is None and getattr(send_stream, "reader_sends", False) is True
+        )
+        self._send_deadline = math.inf  # while the reader sends: when the writer hands the reading on
+        self._writer_watch: trio.CancelScope | None = None  # the writer's idle wait (reader_sends only)
+        self._reader_replaced = False  # the writer gave the reading to another pool task meanwhile
         self._receive_stream = receive_stream
         self._fd_receive: Any = receive_stream if _pollable_pipe(receive_stream) else None
         self.routes: dict[str, Route] = dict(routes or {})
@@ -780,22 +791,24 @@ class Connection:
             self._wake_writer.set()
         outbox += line
 
-    def _flush(self) -> None:
+    def _flush(self, reader: bool = False) -> bool:
         """The reader is done with what it read: send what its request handlers queued (held while
-        they ran, so one write takes all their answers), before the reader waits for input."""
+        they ran, so one write takes all their answers), before the reader waits for input.
+
+        True when the pool's reader (``reader``) is to send it itself (:meth:`_send_as_reader`)."""
         self._holding = False
         outbox = self._outbox
         if not outbox:
-            return
+            return False
         fd_stream = self._fd_stream
-        if (
-            self._writing
-            or self._rec_records
-            or self._closed is not None
-            or (fd_stream is None and self._send_now is None)
-        ):
+        if self._writing or self._rec_records or self._closed is not None:
             self._wake_writer.set()
-            return
+            return False
+        if fd_stream is None and self._send_now is None:
+            if reader and self._reader_sends:
+                return True
+            self._wake_writer.set()
+            return False
         if fd_stream is None:  # a message transport's synchronous send: all or none
             assert self._send_now is not None
             sent = self._send_now(outbox)
@@ -814,9 +827,49 @@ class Connection:
                 self._drained.set()
             if self._written_waiters:
                 self._written_lot.unpark_all()
-            return
+            return False
         del outbox[:sent]
         self._wake_writer.set()
+        return False
+
+    async def _send_as_reader(self) -> None:
+        """The pool's reader sends the answers of its read itself (a send stream with ``reader_sends``:
+        a Streamable HTTP POST, whose ``202`` takes a round trip), instead of waking the writer task
+        to send them: one task step less per round trip.  Everything else is the writer's: ordering
+        (nothing else is being sent: :meth:`_flush` checked), a write failure closing the connection.
+        While it sends, the reader reads nothing; a peer that answers the send only once more of its
+        output was read (its backpressure) would wait forever, so when the send takes more than
+        ``_READER_SEND_PATIENCE`` seconds the writer gives the reading to another pool task
+        (:meth:`_writer`), and this one, once sent, parks (``_reader_replaced``)."""
+        data, self._outbox = self._outbox, bytearray()
+        if self._drain_wanted:
+            self._drain_wanted = False
+            self._drained.set()
+        self._writing = True
+        self._taken += 1
+        self._send_deadline = deadline = trio.current_time() + _READER_SEND_PATIENCE
+        watch = self._writer_watch
+        if watch is not None:
+            watch.deadline = deadline
+        try:
+            await self._send_stream.send_all(data)
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
+            log.debug("%s: write failed: %r", self.name, exc)
+            self._outbox.clear()
+            if self._closed is None:
+                self._mark_closed(await self._closing_error(f"write failed: {exc!r}"))
+            return
+        finally:
+            self._writing = False
+            self._send_deadline = math.inf
+            watch = self._writer_watch
+            if watch is not None:
+                watch.deadline = math.inf
+            if self._outbox or self._closed is not None:  # queued meanwhile, or closing: the writer's
+                self._wake_writer.set()
+        self._written += 1
+        if self._written_waiters:
+            self._written_lot.unpark_all()
 
     async def _until_taken(self) -> None:
         """Wait until the writer takes the outbox (it is then being sent) or the connection closes;
@@ -848,7 +901,25 @@ class Connection:
         """The only task that writes: sends everything queued in one write, until closed and drained."""
         try:
             while True:
-                await self._wake_writer.wait()
+                if self._reader_sends:
+                    # while the reader sends (_send_as_reader), this wait has its deadline: past it,
+                    # the reader's send waits on the peer, and another pool task reads meanwhile
+                    watch = self._writer_watch = trio.CancelScope(deadline=self._send_deadline)
+                    with watch:
+                        await self._wake_writer.wait()
+                    self._writer_watch = None
+                    if watch.cancelled_caught:
+                        self._send_deadline = math.inf  # (once per send)
+                        if self._writing and not self._reader_replaced and self._closed is None:
+                            log.debug("%s: the reader's send waits: another pool task reads", self.name)
+                            self._reader_replaced = True
+                            self._new_context().run(self._give, _READ)
+                        continue
+                    if self._writing:  # the reader sends: it wakes the writer again if more is queued
+                        self._wake_writer = trio.Event()
+                        continue
+                else:
+                    await self._wake_writer.wait()
                 self._wake_writer = trio.Event()
                 while self._outbox:
                     data, self._outbox = self._outbox, bytearray()  # a new buffer: data is not resized while sent
@@ -1052,7 +1123,13 @@ class Connection:
                     self._flush()
                     ended = False
                     return waiting
-                self._flush()
+                if self._flush(reader=not self._backlog and not self._read_full and self._role_offer is None):
+                    await self._send_as_reader()
+                    self._forget_role_offer()
+                    if self._reader_replaced:  # another pool task reads now (see _writer)
+                        self._reader_replaced = False
+                        ended = False
+                        return _HANDED
                 if self._role_offer is not None:
                     # The handler whose response this read brought reads from now on, while it waits
                     # for its next one: a round trip of a handler then wakes one task, not two.
