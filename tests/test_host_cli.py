@@ -384,6 +384,7 @@ class Screen(Recorder):
 
 
 @pytest.mark.one_interpreter
+@pytest.mark.xdist_group("host-cli-shared")  # one worker (noxfile's --dist loadgroup): one shared process
 @pytest.mark.parametrize("transport", ["websocket", "http"])
 async def test_the_process_serves_a_real_client(shared: HostProcess, transport: str) -> None:
     from acp_trio.transports.http import connect_http
@@ -408,6 +409,7 @@ async def test_the_process_serves_a_real_client(shared: HostProcess, transport: 
 
 
 @pytest.mark.one_interpreter
+@pytest.mark.xdist_group("host-cli-shared")
 async def test_the_health_check_answers_without_a_token_and_acp_needs_one(shared: HostProcess) -> None:
     url = await trio.to_thread.run_sync(lambda: shared.url)
     with trio.fail_after(DEADLINE):
