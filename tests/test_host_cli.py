@@ -31,6 +31,7 @@ from typing import Any
 import httpx
 import pytest
 import trio
+import trio.testing
 from _host_kit import Agent2, Control, Recorder, connected, init2, new_session, text
 
 from acp_schema import v2
@@ -150,6 +151,39 @@ async def test_max_sessions_refuses_one_more_session_new() -> None:
                     await new_session(conn)
         assert refused.value.code == -32603
         assert refused.value.data == {"reason": "max_sessions", "max": 1, "method": "session/new"}
+
+
+async def test_stop_taking_takes_the_host_out_of_rotation_and_drain_now_ends_it() -> None:
+    """:func:`serve_host`'s ``stop_taking`` (SIGUSR1): health ``503`` and no new session while the
+    session already there goes on taking prompts; ``drain_now`` (SIGTERM) then ends it."""
+    from acp_trio.host._cli import Settings, serve_host
+    from acp_trio.transports.websocket import connect_websocket
+
+    settings = Settings(agent="tests:Agent2", protocol=2, listen=[("127.0.0.1", 0)], store="memory:")
+    settings.loaded_agent = functools.partial(Agent2, Control())  # what agent names, as main() loads it
+    drain_now, stop_taking = trio.Event(), trio.Event()
+    rec, late = Recorder(), Recorder()
+    with trio.fail_after(DEADLINE):
+        async with trio.open_nursery() as nursery, httpx.AsyncClient() as http:
+            [url] = await nursery.start(
+                functools.partial(serve_host, settings, MemoryJournal(), drain_now, stop_taking=stop_taking)
+            )
+            ws = url.replace("http", "ws", 1) + "/acp"
+            async with connect_websocket(ws, rec, variant=v2) as conn, connect_websocket(ws, late, variant=v2) as other:
+                await init2(conn)
+                await init2(other)
+                sid = await new_session(conn)
+                stop_taking.set()
+                await trio.testing.wait_all_tasks_blocked()  # serve_host's task saw it
+                assert (await http.get(url + "/healthz")).status_code == 503
+                with pytest.raises(RequestError) as refused:
+                    await new_session(other)
+                assert refused.value.data["reason"] == DRAINING_REASON
+                await conn.agent.session_prompt(v2.PromptRequest(session_id=sid, prompt=text("count 2")))
+                await rec.until(lambda: "idle" in rec.states())  # the session goes on
+                drain_now.set()
+                await conn.wait_closed()  # drained: its session ended, its connection closed
+    assert rec.texts() == ["0", "1"]
 
 
 # -- the config: errors name the key, flags override the file ------------------------------------------

@@ -19,6 +19,8 @@ Signals: SIGTERM or SIGINT drains (:func:`drain`): the health endpoint answers `
 ``session/new`` is refused (-32603, ``data.reason`` ``"draining"``), running turns go on up to
 ``drain_timeout`` seconds, then every session is ended (its attached clients get
 ``_acp_trio/session_ended``) and the process exits 0.  A second signal ends the drain at once.
+SIGUSR1 does the first step alone (out of rotation: ``503``, no new session; sessions and turns go
+on), and a later SIGTERM the rest.
 """
 
 from __future__ import annotations
@@ -475,11 +477,14 @@ async def serve_host(
     journal: Journal | None,
     drain_now: trio.Event,
     *,
+    stop_taking: trio.Event | None = None,
     handover: Callable[[SessionHost], Awaitable[None]] | None = None,
     task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve the host ``settings`` describe, its sessions journaled in ``journal`` (:func:`open_store`),
     until ``drain_now`` is set, then :func:`drain` and return (cancel it to stop at once).
+    ``stop_taking``: once set, the host takes no new session and the health check answers ``503``
+    (the drain's first step, :meth:`AcpApp.drain`), while everything else goes on until ``drain_now``.
     ``task_status``: started with the bound URLs."""
     from ..transports.asgi import AcpApp, serve
 
@@ -523,6 +528,13 @@ async def serve_host(
                         "store": _shown_store(settings.store),
                     },
                 )
+            if stop_taking is not None:
+
+                async def out_of_rotation() -> None:
+                    await stop_taking.wait()
+                    app.drain()
+
+                nursery.start_soon(out_of_rotation)
             task_status.started(urls)
             await drain_now.wait()
             await drain(app, host, settings.drain_timeout, handover=handover)
@@ -543,7 +555,8 @@ def _shown_store(url: str | None) -> str:
 def run(settings: Settings) -> int:
     """Serve until SIGTERM or SIGINT, drain, return 0; 1 when the store cannot be opened or the
     server cannot serve (an address in use), logged as an ``error`` event.  A second signal during
-    the drain stops at once."""
+    the drain stops at once.  SIGUSR1 takes the host out of rotation (``stop_taking`` of
+    :func:`serve_host`: no new session, health check ``503``) and leaves the rest to a later SIGTERM."""
     try:
         journal, close_store = open_store(settings.store)
     except Exception as exc:
@@ -557,14 +570,17 @@ def run(settings: Settings) -> int:
         return 1
 
     async def main() -> None:
-        drain_now = trio.Event()
-        with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        drain_now, stop_taking = trio.Event(), trio.Event()
+        with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGUSR1) as signals:
             async with trio.open_nursery() as nursery:
 
                 async def watch() -> None:
                     async for signum in signals:
                         name = signal.Signals(signum).name
-                        if not drain_now.is_set():
+                        if signum == signal.SIGUSR1:
+                            log.info("%s: no new session", name, extra={"event": "out_of_rotation", "signal": name})
+                            stop_taking.set()
+                        elif not drain_now.is_set():
                             log.info("%s: draining", name, extra={"event": "stopping", "signal": name})
                             drain_now.set()
                         else:
@@ -572,7 +588,7 @@ def run(settings: Settings) -> int:
                             nursery.cancel_scope.cancel()
 
                 nursery.start_soon(watch)
-                await serve_host(settings, journal, drain_now)
+                await serve_host(settings, journal, drain_now, stop_taking=stop_taking)
                 nursery.cancel_scope.cancel()
 
     try:
