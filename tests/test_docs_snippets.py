@@ -883,6 +883,7 @@ PROJECT_MODULES = {
     "acp_trio.demo": ("acp_trio.demo.__main__", "main"),
     "acp_trio.check": ("acp_trio.check.__main__", "main"),
     "acp_trio.bridge": ("acp_trio.bridge", "main"),
+    "acp_trio.host": ("acp_trio.host._cli", "main"),
     "acp_trio.adapt": ("acp_trio.adapt", "main"),
     "examples.llm_agent": ("examples.llm_agent.__main__", "parse_args"),
 }
@@ -917,6 +918,12 @@ READERS_AGENT = "my_agent.py, the reader's: tests/test_readme_new_user.py runs t
 NETWORK = "a fixed port on the network: tests/test_processes_demo.py and tests/test_bridge.py run it on a free one"
 PARSE_ONLY: dict[str, str] = {
     "python -m acp_trio.demo --agent -- CMD ARGS...": "CMD ARGS... is the reader's agent",
+    "python -m acp_trio.host --config host.toml": (
+        "a fixed port on the network: tests/test_host_cli.py runs the guide's config and command as printed on a free one"
+    ),
+    "python -m acp_trio.demo --url ws://127.0.0.1:8765/acp --token Vq3cM0hTnB2wR8yKd5Lx-uJ7pZs1gE4fA9oXiYbC6tQ": (
+        "tests/test_host_cli.py runs it against the guide's host on a free port"
+    ),
     "python -m acp_trio.demo --store PATH": "PATH is the reader's (run twice): tests/test_processes_demo_store.py",
     "python -m acp_trio.demo --agent -- python my_agent.py": READERS_AGENT,
     "python -m acp_trio.demo --protocol 2 --agent -- python my_agent.py": READERS_AGENT,
