@@ -263,6 +263,25 @@ def test_a_newer_or_foreign_schema_is_refused_and_left_as_it_was(stores: Stores)
 
     with pytest.raises(StoreVersionError, match="cannot open the session store"):
         PostgresSessionStore(f"host={stores.server.socket_dir} port=1 user=postgres", connect_timeout=2)
+    with pytest.raises(StoreVersionError, match="cannot create or check"):  # a search_path naming no schema
+        PostgresSessionStore(f"{stores.server.admin} options='-csearch_path=no_such_schema'")
+
+
+async def test_a_lost_connection_fails_that_append_and_the_writer_reconnects_for_the_next(stores: Stores) -> None:
+    """The server ends the writer's connection (a restart, a network cut): the append in flight is
+    told nothing was stored (StoreError), the next one reconnects and gets the numbers it would have
+    had; a recorded session's lines are kept and written once the connection is back."""
+    store = stores.like_memory()
+    journal = store.journal()
+    database: Any = store._writer.database
+    with trio.fail_after(WAIT):
+        assert await journal.append("s", [b"one"]) == 1
+        with admin(stores.server.admin) as db:
+            db.execute("SELECT pg_terminate_backend(%s)", (database.db.info.backend_pid,))
+        with pytest.raises(session_store.StoreError):
+            await journal.append("s", [b"lost"])
+        assert await journal.append("s", [b"two"]) == 2
+        assert await journal.read("s", 0) == [(1, b"one"), (2, b"two")]
 
 
 async def test_an_older_schema_is_migrated_in_place_when_opened(

@@ -229,6 +229,11 @@ class PgDatabase:
         self.db = self._connect()
         try:
             self._prepare()
+        except psycopg.Error as exc:
+            self.db.close()
+            raise StoreVersionError(
+                self.path, None, f"{self.path}: cannot create or check the session store's tables: {exc}"
+            ) from exc
         except BaseException:
             self.db.close()
             raise
@@ -471,7 +476,7 @@ class PgDatabase:
                 self._live().execute(
                     "UPDATE acp_sessions SET updated_us = %s WHERE id = %s", (entry.untouched_us, entry.row_id)
                 )
-            except psycopg.Error:
+            except (psycopg.Error, StoreVersionError):  # the writer thread goes on; the server may be back later
                 log.exception("%s: updating a session's updated_at failed", self.path)
                 return
             entry.touched_us, entry.untouched_us = entry.untouched_us, 0

@@ -5,9 +5,13 @@ Contract: a :class:`SessionStore` keeps every session an agent opens (``session/
 ``cwd``, ``additionalDirectories``, MCP server configs, title, timestamps, and, in order, every
 ``session/update`` the agent sent for it and every ``session/prompt`` it received, as the exact
 wire lines.  :class:`SqliteSessionStore` keeps them in
-one SQLite file (standard library ``sqlite3``, WAL mode) whose path the agent chooses;
-:class:`MemorySessionStore` in memory (tests; nothing survives the process).  One call in the
-agent's constructor turns it on::
+one SQLite file (standard library ``sqlite3``, WAL mode) whose path the agent chooses (the
+embedded default); ``PostgresSessionStore(conninfo)`` in a PostgreSQL database, with the same
+contract, for several host processes on several machines, and the ownership leases they share
+(``claim``, ``renew``, ``release``, ``owner``; journal appends fenced by a lease's epoch: see
+``acp_trio._store_pg``; the ``postgres`` extra); :class:`MemorySessionStore` in memory (tests;
+nothing survives the process).  The choice is the constructor.  One call in the agent's
+constructor turns it on::
 
     from acp_trio import session_store
 
