@@ -134,3 +134,109 @@ async def test_closing_while_the_reader_sends_ends_the_connection(autojump_clock
             await conn.aclose()
             assert conn.closed
     assert out.writes == []
+
+
+# -- Connection.deliver_lines: a transport's task hands what it read to the connection directly ------
+
+
+def notification(method: str, params: Any) -> bytes:
+    return orjson.dumps({"jsonrpc": "2.0", "method": method, "params": params}) + b"\n"
+
+
+class HandOn:
+    """A transport's ``hand_on``: counts its calls."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def __call__(self) -> None:
+        self.calls += 1
+
+
+async def test_delivered_lines_are_handled_and_answered_in_the_calling_task(autojump_clock: MockClock) -> None:
+    async with connected() as (conn, out, _peer):
+        await until(lambda: conn._reader_idle)
+        hand_on = HandOn()
+        assert await conn.deliver_lines(request(1) + request(2), hand_on) == 1
+        assert out.messages() == [answer(1), answer(2)]  # sent before deliver_lines returned, in one send
+        assert out.senders == [trio.lowlevel.current_task().name]
+        assert hand_on.calls == 0
+
+
+async def test_deliver_lines_takes_nothing_when_it_cannot_handle_it_at_once(autojump_clock: MockClock) -> None:
+    async with connected() as (conn, out, peer):
+        await until(lambda: conn._reader_idle)
+        assert await conn.deliver_lines(request(1) * 65, HandOn()) == 0  # more than one slice
+        await peer.send_all(request(2))  # the caller writes it to the receive stream instead
+        await until(lambda: len(out.writes) == 1)
+        await conn.aclose()
+        assert await conn.deliver_lines(request(3), HandOn()) == 0
+    assert out.messages() == [answer(2)]
+
+
+async def test_a_delivered_request_that_waits_goes_on_in_the_calling_task_and_the_rest_is_handled(
+    autojump_clock: MockClock,
+) -> None:
+    release = trio.Event()
+
+    async def wait(params: Any) -> str:
+        await release.wait()
+        return "waited"
+
+    async def on_release(params: Any) -> None:
+        release.set()
+
+    routes = (Route("test/wait", "request", wait), Route("test/release", "notification", on_release))
+    async with connected(*routes) as (conn, out, peer):
+        await until(lambda: conn._reader_idle)
+        hand_on = HandOn()
+        # the notification after the request that waits is handled at once, not left behind it
+        with trio.fail_after(5):
+            taken = await conn.deliver_lines(request(1, "test/wait") + notification("test/release", {}), hand_on)
+        assert taken == 2 and hand_on.calls == 1  # returned once the request was answered
+        await until(lambda: out.messages() == [{"jsonrpc": "2.0", "id": 1, "result": "waited"}])  # (by the writer)
+        await peer.send_all(request(2))  # the pool's reader reads on
+        await until(lambda: len(out.messages()) == 2)
+
+
+async def test_a_delivered_request_that_waits_can_be_cancelled_by_the_peer(autojump_clock: MockClock) -> None:
+    async def wait(params: Any) -> str:
+        await trio.sleep_forever()
+        raise AssertionError("not reached")
+
+    async with connected(Route("test/wait", "request", wait)) as (conn, out, peer):
+        await until(lambda: conn._reader_idle)
+        hand_on = HandOn()
+        async with trio.open_nursery() as nursery:
+            taken: list[int] = []
+
+            async def deliver() -> None:
+                with trio.fail_after(5):
+                    taken.append(await conn.deliver_lines(request(1, "test/wait"), hand_on))
+
+            nursery.start_soon(deliver)
+            await until(lambda: hand_on.calls == 1)
+            await peer.send_all(notification("$/cancel_request", {"requestId": 1}))
+        assert taken == [2]
+        await until(lambda: len(out.writes) == 1)
+        [cancelled] = out.messages()
+        assert cancelled["id"] == 1 and cancelled["error"]["code"] == -32800
+
+
+async def test_a_delivered_answer_whose_send_is_held_hands_the_reading_on(autojump_clock: MockClock) -> None:
+    async with connected() as (conn, out, _peer):
+        await until(lambda: conn._reader_idle)
+        gate = out.gate = trio.Event()
+        hand_on = HandOn()
+        async with trio.open_nursery() as nursery:
+            taken: list[int] = []
+
+            async def deliver() -> None:
+                with trio.fail_after(5):
+                    taken.append(await conn.deliver_lines(request(1), hand_on))
+
+            nursery.start_soon(deliver)
+            await until(lambda: hand_on.calls == 1)  # after _READER_SEND_PATIENCE, by the writer
+            gate.set()
+        assert taken == [2]
+        assert out.messages() == [answer(1)]

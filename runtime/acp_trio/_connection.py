@@ -377,6 +377,12 @@ class Connection:
     (default :data:`DEFAULT_MAX_OUTPUT_BYTES`, 4 MiB; at least 64 KiB): the peer's writes then
     wait in turn, and memory stays bounded.
 
+    A send stream whose ``send_all`` takes a round trip and may be awaited by any task (a Streamable
+    HTTP client's POSTs) says so with a true ``reader_sends`` attribute: the reader then sends the
+    answers of what it read itself, rather than waking the writer task for them, and the writer
+    has the reading go on in another task if such a send waits more than 50 ms.  A transport whose
+    own tasks read its sources hands what they read to :meth:`deliver_lines`.
+
     Use it as an async context manager (``async with conn:``); leaving the block closes it.  While
     open, :meth:`request`/:meth:`notify` (JSON values) and :meth:`send_request`/:meth:`send_notification`
     (typed, via a :class:`MethodSpec`) send; all raise :class:`ConnectionClosed` once it closed.
@@ -418,7 +424,10 @@ class Connection:
         )
         self._send_deadline = math.inf  # while the reader sends: when the writer hands the reading on
         self._writer_watch: trio.CancelScope | None = None  # the writer's idle wait (reader_sends only)
-        self._reader_replaced = False  # the writer gave the reading to another pool task meanwhile
+        self._sender_replaced = False  # the reader's send waited: the writer had the reading go on elsewhere
+        self._send_hand_on: Callable[[], object] | None = None  # how, for a send of deliver_lines (else _give)
+        self._reader_idle = False  # the pool's reader waits for input from the receive stream (deliver_lines)
+        self._direct_framer: _core.LineFramer | None = None  # deliver_lines' (complete lines: it keeps nothing)
         self._receive_stream = receive_stream
         self._fd_receive: Any = receive_stream if _pollable_pipe(receive_stream) else None
         self.routes: dict[str, Route] = dict(routes or {})
@@ -832,7 +841,7 @@ class Connection:
         self._wake_writer.set()
         return False
 
-    async def _send_as_reader(self) -> None:
+    async def _send_as_reader(self, hand_on: Callable[[], object] | None = None) -> bool:
         """The pool's reader sends the answers of its read itself (a send stream with ``reader_sends``:
         a Streamable HTTP POST, whose ``202`` takes a round trip), instead of waking the writer task
         to send them: one task step less per round trip.  Everything else is the writer's: ordering
@@ -840,13 +849,16 @@ class Connection:
         While it sends, the reader reads nothing; a peer that answers the send only once more of its
         output was read (its backpressure) would wait forever, so when the send takes more than
         ``_READER_SEND_PATIENCE`` seconds the writer gives the reading to another pool task
-        (:meth:`_writer`), and this one, once sent, parks (``_reader_replaced``)."""
+        (:meth:`_writer`), or calls ``hand_on`` for a transport's task in :meth:`deliver_lines`.
+        Returns whether it did: the caller's reading goes on elsewhere, and it stops reading."""
         data, self._outbox = self._outbox, bytearray()
         if self._drain_wanted:
             self._drain_wanted = False
             self._drained.set()
         self._writing = True
         self._taken += 1
+        self._sender_replaced = False
+        self._send_hand_on = hand_on
         self._send_deadline = deadline = trio.current_time() + _READER_SEND_PATIENCE
         watch = self._writer_watch
         if watch is not None:
@@ -858,9 +870,10 @@ class Connection:
             self._outbox.clear()
             if self._closed is None:
                 self._mark_closed(await self._closing_error(f"write failed: {exc!r}"))
-            return
+            return self._sender_replaced
         finally:
             self._writing = False
+            self._send_hand_on = None
             self._send_deadline = math.inf
             watch = self._writer_watch
             if watch is not None:
@@ -870,6 +883,7 @@ class Connection:
         self._written += 1
         if self._written_waiters:
             self._written_lot.unpark_all()
+        return self._sender_replaced
 
     async def _until_taken(self) -> None:
         """Wait until the writer takes the outbox (it is then being sent) or the connection closes;
@@ -910,10 +924,17 @@ class Connection:
                     self._writer_watch = None
                     if watch.cancelled_caught:
                         self._send_deadline = math.inf  # (once per send)
-                        if self._writing and not self._reader_replaced and self._closed is None:
-                            log.debug("%s: the reader's send waits: another pool task reads", self.name)
-                            self._reader_replaced = True
-                            self._new_context().run(self._give, _READ)
+                        if self._writing and not self._sender_replaced and self._closed is None:
+                            log.debug("%s: the reader's send waits: the reading goes on in another task", self.name)
+                            self._sender_replaced = True
+                            hand_on = self._send_hand_on
+                            try:
+                                if hand_on is None:
+                                    self._new_context().run(self._give, _READ)
+                                else:
+                                    hand_on()
+                            except Exception:  # (the nursery closed: the connection is closing)
+                                log.exception("%s: handing the reading on failed", self.name)
                         continue
                     if self._writing:  # the reader sends: it wakes the writer again if more is queued
                         self._wake_writer = trio.Event()
@@ -1090,7 +1111,11 @@ class Connection:
                                     data = await _read_pipe(fd_stream, False)
                             self._read_full = len(data) == _READ_SIZE
                         else:
-                            data = bytes(await self._receive_stream.receive_some(_READ_SIZE))
+                            self._reader_idle = True
+                            try:
+                                data = bytes(await self._receive_stream.receive_some(_READ_SIZE))
+                            finally:
+                                self._reader_idle = False
                             self._read_full = len(data) == _READ_SIZE
                     except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
                         self._read_reason = f"read failed: {exc!r}"
@@ -1124,10 +1149,9 @@ class Connection:
                     ended = False
                     return waiting
                 if self._flush(reader=not self._backlog and not self._read_full and self._role_offer is None):
-                    await self._send_as_reader()
+                    replaced = await self._send_as_reader()
                     self._forget_role_offer()
-                    if self._reader_replaced:  # another pool task reads now (see _writer)
-                        self._reader_replaced = False
+                    if replaced:  # another pool task reads now (see _writer)
                         ended = False
                         return _HANDED
                 if self._role_offer is not None:
@@ -1158,6 +1182,85 @@ class Connection:
                     await self._wait_writer_ended()
                 self._service_scope.cancel()
         return None
+
+    async def deliver_lines(self, data: bytes, hand_on: Callable[[], object]) -> int:
+        """Transport hook: handle ``data`` (complete NDJSON lines, each ending in ``\\n``), read by a
+        transport's own task, in that task, as the reader would once it read them from the receive
+        stream, without waking it: one task step less per message read (a Streamable HTTP client's
+        SSE readers; :mod:`acp_trio.transports.http`).
+
+        Only when nothing can come before ``data``: the pool's reader waits for input and holds
+        nothing read, and the caller's receive stream holds nothing unread (the caller checks that);
+        the connection is open, its queued output under ``max_output_bytes``, and ``data`` at most
+        64 messages.  Else returns 0 having done nothing: the caller writes ``data`` to the receive
+        stream as usual.  Requests run at once, as the reader runs them; their answers are sent by
+        this task when the send stream has ``reader_sends`` and nothing else is being sent.  The
+        caller's reading must be able to go on in another task: ``hand_on()`` (synchronous, must
+        not block) starts that.  It is called when a request handler has to wait (this task then
+        goes on with that request until it is answered) and when this task's send waits on the peer
+        for more than ``_READER_SEND_PATIENCE`` (0.05) seconds.  Returns 1 when ``data`` was
+        handled, 2 when it was handled and ``hand_on`` was called: the caller then reads no more
+        (its reading goes on elsewhere).  A write failure closes the connection, as the writer's do."""
+        if (
+            not self._reader_idle
+            or self._closed is not None
+            or self._read_closed is not None
+            or self._backlog
+            or self._waiting is not None
+            or self._role_holder is not None
+            or not self._inline_requests
+            or self._notify_ended
+            or len(self._outbox) > self.max_output_bytes
+            or data.count(b"\n") > _HANDOFF
+        ):
+            return 0
+        framer = self._direct_framer
+        if framer is None:
+            framer = self._direct_framer = _core.LineFramer(self._framer.max_message_size)
+        self._holding = True
+        self._forget_role_offer()
+        self._on_lines(framer.feed_raw(data))
+        waiting = self._take_waiting()
+        if waiting is not None:  # a request that has to wait: this task goes on with it
+            rest, self._backlog = self._backlog, []
+            if rest:  # the lines after it, now and in order, as a reader that holds a request would
+                self._on_lines_to_pool(rest)
+            try:
+                hand_on()
+            except Exception:  # (the transport is closing)
+                log.exception("%s: handing the reading on failed", self.name)
+            self._flush()
+            await self._go_on_with(*waiting)
+            return 2
+        handed = False
+        if self._flush(reader=self._role_offer is None):
+            handed = await self._send_as_reader(hand_on)
+        self._forget_role_offer()  # (a handler's task takes the reading only from the pool's reader)
+        return 2 if handed else 1
+
+    def _take_waiting(self) -> tuple[_Job, contextvars.Context] | None:
+        """Take :attr:`_waiting` (a method: mypy would keep it narrowed to ``None`` after the checks
+        before :meth:`_on_lines` set it, see :meth:`_forget_role_offer`)."""
+        waiting, self._waiting = self._waiting, None
+        return waiting
+
+    async def _go_on_with(self, job: _Job, context: contextvars.Context) -> None:
+        """Go on, in this task (a transport's, see :meth:`deliver_lines`), with a request whose first
+        step it ran, in its own cancel scope and in the context its first step ran in; answer it."""
+        task = _current_task()
+        saved, task.context = task.context, context  # (from the next step on: _resume yields first)
+        try:
+            with trio.CancelScope() as scope:
+                job.scope = scope
+                if job.cancel_requested:
+                    scope.cancel()
+                if job.coro is not None and not job.bare:
+                    await _resume(job.coro, job.yielded, self)
+                else:
+                    await self._run_job(job)
+        finally:
+            task.context = saved
+            self._finish_job(job)
 
     def _new_context(self) -> contextvars.Context:
         """A fresh copy of the connection's context: where each request and what starts it run."""

@@ -28,7 +28,15 @@ exchange to a pair of trio byte streams of newline-delimited JSON and hands them
 capabilities, negotiation, limits) hold unchanged.  Each line the connection writes is POSTed as
 it is, one at a time and in order (a request's ``202`` is awaited before the next message goes,
 so the server sees our messages in the order the connection wrote them); each SSE event becomes
-one line of the input.  What HTTP itself says about a message is turned into JSON-RPC where it
+one line of the input.  Two shortcuts keep a round trip to one task, as a bare httpx2 client's
+(the SSE event in, the answer's ``POST`` out): when the connection is idle, an SSE stream's task
+hands what it read to the connection itself (``Connection.deliver_lines``: its requests run there
+and then, in the order read), and the task that has an answer POSTs it (``reader_sends``) instead of
+waking the connection's writer.  That task then reads nothing meanwhile, so the stream's reading
+moves to another task when a handler has to wait (the first goes on with the handler) or the
+``POST`` waits more than 50 ms (a server that holds it until the client has read more).
+
+What HTTP itself says about a message is turned into JSON-RPC where it
 concerns one request, and into the connection's end where it concerns the transport:
 
 - ``409`` (on a session's ``GET`` or ``POST``): that session has another reader; its pending and
@@ -79,9 +87,10 @@ import re
 import ssl
 import threading
 from collections import deque
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING, Any
+from functools import partial
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import orjson
 import trio
@@ -240,6 +249,11 @@ class _Inbox(trio.abc.ReceiveStream):
         if self._readable:
             self._readable.unpark_all()
 
+    @property
+    def empty(self) -> bool:
+        """Nothing waits to be read, and the input has not ended."""
+        return not self._chunks and not self._eof
+
     def end(self) -> None:
         """No more input: the reader gets what is buffered, then the end of stream."""
         self._eof = True
@@ -284,6 +298,15 @@ class _PostStream(LineSendStream):
     waking its writer task for them (one task step less per round trip)."""
 
     reader_sends = True
+
+
+class _Reading(NamedTuple):
+    """An SSE stream being read: its response, the iterator of its body and its parser (one task reads
+    it at a time; :meth:`_Exchange._run_stream` hands it from task to task)."""
+
+    response: httpx2.Response
+    chunks: AsyncIterator[bytes]
+    parser: SseParser
 
 
 class _Stream:
@@ -340,6 +363,8 @@ class _Exchange:
         self._post_headers: dict[str | None, tuple[int, list[tuple[bytes, bytes]]]] = {}
         # session/load and session/resume requests: id key → the session whose replay precedes the answer
         self.replaying: dict[bytes, str] = {}
+        # the connection's Connection.deliver_lines: SSE readers hand it what they read, when it can take it
+        self.deliver_lines: Callable[[bytes, Callable[[], object]], Awaitable[int]] | None = None
 
     # -- closing -----------------------------------------------------------------------------------
     def fail(self, reason: str, status: int | None = None) -> None:
@@ -624,16 +649,28 @@ class _Exchange:
         await stream.ready.wait()
         return stream.ok
 
-    async def _run_stream(self, session_id: str | None, stream: _Stream) -> None:
+    async def _run_stream(self, session_id: str | None, stream: _Stream, reading: _Reading | None = None) -> None:
+        """Open the SSE stream of ``session_id`` (``None``: the connection's) and read it until it ends;
+        or, with ``reading`` (the open response, its body's iterator and the parser), go on reading it
+        in this task: another task handed its reading on (see :meth:`_deliver`)."""
         import httpx2
 
         name = "the connection's SSE stream" if session_id is None else f"the SSE stream of ACP session {session_id}"
         what = f"GET ({name})"
-        headers = self._headers(session_id, Accept="text/event-stream")
         ended = "ended"
+        response: httpx2.Response | None = None
+        handed = False  # this task handed the reading on: the task that reads now ends the stream
+        if reading is not None:
+            scope = trio.CancelScope()  # the scope that cancels the stream's reading is the reader's
+            if stream.scope.cancel_called:
+                scope.cancel()
+            stream.scope = scope
         try:
             with stream.scope:
-                async with self.streams_http.stream("GET", self.url, headers=_wire(headers)) as response:
+                if reading is None:
+                    headers = self._headers(session_id, Accept="text/event-stream")
+                    request = self.streams_http.build_request("GET", self.url, headers=_wire(headers))
+                    response = await self.streams_http.send(request, stream=True)
                     self.cookies.store(response.headers.raw)
                     status = response.status_code
                     if not 200 <= status < 300:
@@ -651,12 +688,17 @@ class _Exchange:
                         raise SseStreamError(f"expected an event stream (text/event-stream), got {content_type!r}")
                     stream.ok = True
                     stream.ready.set()
-                    parser = SseParser(self.max_message_bytes)
-                    async for chunk in response.aiter_bytes():
-                        events = parser.feed(chunk)
-                        if events:
-                            stream.event_at = trio.current_time()
-                            await self._deliver(events, session_id)
+                    reading = _Reading(response, response.aiter_bytes(), SseParser(self.max_message_bytes))
+                response = reading.response
+                parser = reading.parser
+                hand_on = partial(self.nursery.start_soon, self._run_stream, session_id, stream, reading)
+                async for chunk in reading.chunks:
+                    events = parser.feed(chunk)
+                    if events:
+                        stream.event_at = trio.current_time()
+                        if await self._deliver(events, session_id, hand_on):
+                            handed = True
+                            return
         except (httpx2.HTTPError, SseStreamError) as exc:  # network errors, an oversized event, not an event stream
             ended = f"failed: {exc}"
             if session_id is None or isinstance(exc, SseStreamError):
@@ -664,10 +706,14 @@ class _Exchange:
         except ValueError as exc:  # a header the server gave us (a connection id, a cookie) that cannot go back
             self.fail(f"{what} failed: {exc}")
         finally:
-            stream.ok = False
-            stream.ready.set()
-            if self.streams.get(session_id) is stream:
-                del self.streams[session_id]
+            if not handed:
+                stream.ok = False
+                stream.ready.set()
+                if self.streams.get(session_id) is stream:
+                    del self.streams[session_id]
+                if response is not None:
+                    with trio.CancelScope(shield=True):
+                        await response.aclose()
         if self.closing or self.fatal is not None or stream.scope.cancelled_caught:
             return
         if session_id is None:
@@ -675,8 +721,12 @@ class _Exchange:
         else:
             self.fail_session_requests(session_id, f"ACP session SSE stream {ended}")
 
-    async def _deliver(self, events: list[bytes], session_id: str | None) -> None:
-        """Route and queue the messages of ``events`` (each an SSE event's data) for the connection."""
+    async def _deliver(self, events: list[bytes], session_id: str | None, hand_on: Callable[[], object]) -> bool:
+        """Route and queue the messages of ``events`` (each an SSE event's data) for the connection: in
+        this task when the connection can take them at once (``Connection.deliver_lines``: no task
+        of its own woken), else through the inbox.  True when this task's reading was handed on
+        (``hand_on()``: a request handler had to wait and this task went on with it, or its POST of
+        the answers waited): this task then reads no more."""
         lines = []
         for data in events:
             line = bytes_to_line(data)
@@ -701,7 +751,14 @@ class _Exchange:
             lines.append(line)
         if lines:
             lines.append(b"")
-            await self.inbox.put(b"\n".join(lines))
+            data = b"\n".join(lines)
+            deliver = self.deliver_lines
+            if deliver is not None and self.inbox.empty:
+                taken = await deliver(data, hand_on)
+                if taken:
+                    return taken == 2
+            await self.inbox.put(data)
+        return False
 
     async def _deliver_after_replay(self, line: bytes, session_id: str) -> None:
         """Queue a ``session/load``/``session/resume`` answer once the session's stream has delivered
@@ -880,6 +937,7 @@ async def connect_http(
             **options,
         )
         conn.connection.closing_error = exchange.closing_error
+        exchange.deliver_lines = conn.connection.deliver_lines
         conn.connection_id = None  # type: ignore[attr-defined]
 
         def named(connection_id: str) -> None:
