@@ -172,6 +172,9 @@ async def test_a_deleted_session_forgets_its_journal_and_numbers_survive_reopeni
             assert await journal.append("s", [b"seven"]) == 7
             assert await again.delete("s") is True
             assert (await journal.last("s"), await journal.last("keep")) == (0, 1)
+    for closed in (journal.read("keep", 0), journal.append("keep", [b"x"]), again.claim("keep", "host", 5)):
+        with pytest.raises(RuntimeError, match="closed"):
+            await closed
     with admin(conninfo) as db:
         assert db.execute("SELECT count(*) FROM acp_journal_lines").fetchone() == (1,)
         assert db.execute("SELECT count(*) FROM acp_sessions").fetchone() == (0,)
