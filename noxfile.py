@@ -192,7 +192,7 @@ out."""
 runs them, and `tests` leaves them out."""
 COMPILED_MODULES = ["acp_trio._connection", "acp_trio._core._framing", "acp_trio._core._jsonrpc"]
 """The modules hatch_build.py compiles (tests/test_build_hook.py keeps the two lists equal)."""
-TEST_EXTRAS = "codegen,mcp,otel,remote,llm,testing,asyncio,pydantic-ai"
+TEST_EXTRAS = "codegen,mcp,otel,remote,llm,testing,asyncio,pydantic-ai,postgres"
 PARALLEL = ["-n", "auto", "--dist", "loadgroup", "--durations=40"]
 """pytest-xdist: one worker per CPU; tests marked with one ``xdist_group`` run on one worker (a module
 fixture they share is then made once, not once per worker: tests/test_check.py); the 40 slowest
@@ -263,7 +263,9 @@ def lint(session: nox.Session) -> None:
     """ruff check, ruff format --check, mypy --strict on runtime/, generated/, examples/ and the docs hooks,
     then TYPING_TESTS on mypy's cache."""
     pytest = [req for req in group("test") if req.startswith("pytest>")]
-    session.install("-e", ".[mcp,otel,remote,llm,testing,asyncio,pydantic-ai]", *group("lint", "docs"), *pytest)
+    session.install(
+        "-e", ".[mcp,otel,remote,llm,testing,asyncio,pydantic-ai,postgres]", *group("lint", "docs"), *pytest
+    )
     session.run("ruff", "check", ".")
     session.run("ruff", "format", "--check", ".")
     session.run(
@@ -331,7 +333,7 @@ def bench(session: nox.Session) -> None:
     skipped).  Options (`--quick`, `--json PATH`, `--strict`) go to all; `--json PATH`
     becomes PATH with the interpreter's version before its suffix (`out-3.13.json`)."""
     session.log("building acp-trio's wheel, compiling the runtime's hot modules with mypyc (about a minute)")
-    session.install(".[remote,pydantic-ai]", *group("bench"), "jsonschema", env={"ACP_TRIO_COMPILE": "1"})
+    session.install(".[remote,pydantic-ai,postgres]", *group("bench"), "jsonschema", env={"ACP_TRIO_COMPILE": "1"})
     session.run("python", "-c", build_check(compiled=True))  # the benchmarks measure the wheel as it ships
     args = list(session.posargs)
     if "--json" in args[:-1]:
