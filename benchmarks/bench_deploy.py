@@ -1,0 +1,449 @@
+"""Host processes behind HAProxy against one host alone (issue 36's bar: sessions created per second
+and updates streamed per second in total, the ratio, and where the time goes).
+
+Usage::
+
+    python benchmarks/bench_deploy.py [--quick] [--store sqlite|postgresql|postgresql://...]
+                                      [--clients 50] [--workers 2] [--seconds 5] [--json out.json]
+
+Three setups, run one after the other on this machine's loopback, each with fresh host processes
+(``python -m acp_trio.host``, a v2 agent of this file's that streams as fast as it can, log level
+``warning``):
+
+- ``1 host``: the clients connect to the host directly;
+- ``1 host + HAProxy``: through HAProxy, the deployment guide's configuration
+  (``docs/site/guides/deploy.md``, via ``tests/_haproxy.py``) with one server and plain HTTP
+  (no TLS anywhere: what is compared is the balancer's and the hosts' work, not TLS's);
+- ``3 hosts + HAProxy``: the same with three servers.
+
+Two workloads per setup, each for ``--seconds`` (5; ``--quick`` 2) after every client is connected:
+
+- ``new``: each client, in a loop, opens a WebSocket, initializes, makes a session and closes:
+  sessions created per second, in total (a connection, an agent instance and a session each; the
+  session is then detached and kept, up to the host's ``max_detached_sessions``);
+- ``stream``: each client holds one WebSocket and one session, and prompts ``count 100`` again and
+  again (each turn 100 ``agent_message_chunk`` updates, journaled, numbered, sent): updates the
+  clients received per second, in total.
+
+``--clients`` clients (50) spread over ``--workers`` client processes (2), each a trio program of
+this file (``--worker``).  CPU seconds of every process over the measured window: each host,
+HAProxy, the client processes, and the PostgreSQL server (its postmaster and backends) when
+``--store postgresql``; then CPU milliseconds per session and per update.  On a machine of two
+CPUs, the three hosts and the balancer compete with the clients for the same two: more processes
+cannot make it faster there; the CPU per session/update says what a machine of its own per host
+would carry.
+
+``--store sqlite`` (default): each host its own SQLite file (a machine's own disk).
+``--store postgresql``: one PostgreSQL server shared by the hosts, started for the run
+(``tests/_postgres.py``, durable: fsync on), a schema per setup; or ``--store postgresql://...``
+an existing server (a schema per setup is created in it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import platform
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.parse
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+_HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(_HERE.parent / "tests"))
+from _shared import dist_version, runtime_build, use_source_tree  # noqa: E402
+
+use_source_tree()
+
+AGENT = '''
+from acp_schema import v2
+
+
+class Agent:
+    """A v2 agent whose turn streams N chunks as fast as it can ("count N")."""
+
+    def __init__(self, conn):
+        self.conn = conn
+        self.made = 0
+
+    async def session_new(self, params):
+        self.made += 1
+        return v2.NewSessionResponse(session_id=f"s{id(self):x}-{self.made}")
+
+    async def session_close(self, params):
+        return v2.CloseSessionResponse()
+
+    async def session_prompt(self, params):
+        sid = params.session_id
+        count = int(params.prompt[0].text.split()[1])
+
+        async def turn():
+            for i in range(count):
+                chunk = v2.AgentMessageChunkSessionUpdate(message_id="m", content=v2.TextContentBlock(text=f"{i:>40}"))
+                await self.conn.client.session_update(v2.UpdateSessionNotification(session_id=sid, update=chunk))
+            return "end_turn"
+
+        self.conn.start_turn(sid, turn)
+        return v2.PromptResponse(message_id="u")
+'''
+TURN = 100  # updates per turn of the stream workload
+
+
+# -- the client worker (a process of its own) ----------------------------------------------------
+
+
+def worker(url: str, clients: int, scenario: str, start_at: float, seconds: float) -> dict[str, Any]:
+    """``clients`` clients of ``scenario`` from ``start_at`` (``time.time()``) for ``seconds``."""
+    import trio
+
+    from acp_schema import v2
+    from acp_trio.transports.cookies import CookieStore
+    from acp_trio.transports.websocket import connect_websocket
+
+    init = v2.InitializeRequest(protocol_version=2, info=v2.Implementation(name="bench", version="1"))
+    counts = [0]
+    errors: list[str] = []
+
+    class Client:
+        def __init__(self) -> None:
+            self.updates = 0
+            self.idle = trio.Event()
+
+        async def session_update(self, params: Any) -> None:
+            update = params.update
+            if isinstance(update, v2.AgentMessageChunkSessionUpdate):
+                self.updates += 1
+            elif isinstance(update, v2.IdleStateUpdateSessionUpdate):
+                self.idle.set()
+
+    async def new_loop(end: float) -> None:
+        cookies = CookieStore()
+        while time.time() < end:
+            async with connect_websocket(url, Client(), variant=v2, cookies=cookies) as conn:
+                await conn.agent.initialize(init)
+                await conn.agent.session_new(v2.NewSessionRequest(cwd="/tmp"))
+            if time.time() < end:
+                counts[0] += 1
+
+    async def stream_loop(end: float) -> None:
+        client = Client()
+        async with connect_websocket(url, client, variant=v2) as conn:
+            await conn.agent.initialize(init)
+            sid = (await conn.agent.session_new(v2.NewSessionRequest(cwd="/tmp"))).session_id
+            await trio.sleep(max(0.0, start_at - time.time()))
+            prompt = [v2.TextContentBlock(text=f"count {TURN}")]
+            while time.time() < end:
+                client.idle = trio.Event()
+                before = client.updates
+                await conn.agent.session_prompt(v2.PromptRequest(session_id=sid, prompt=prompt))
+                await client.idle.wait()
+                if time.time() < end:
+                    counts[0] += client.updates - before
+
+    window: list[float] = []
+
+    async def clock(end: float) -> None:
+        await trio.sleep(max(0.0, start_at - time.time()))
+        window.append(time.process_time())
+        await trio.sleep(max(0.0, end - time.time()))
+        window.append(time.process_time())
+
+    async def main() -> None:
+        end = start_at + seconds
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(clock, end)
+            for _ in range(clients):
+                if scenario == "new":
+                    nursery.start_soon(delayed_new, end)
+                else:
+                    nursery.start_soon(guarded, stream_loop, end)
+
+    async def delayed_new(end: float) -> None:
+        await trio.sleep(max(0.0, start_at - time.time()))
+        await guarded(new_loop, end)
+
+    async def guarded(fn: Any, *args: Any) -> None:
+        try:
+            await fn(*args)
+        except Exception as exc:  # a failed client is counted, not fatal
+            errors.append(f"{type(exc).__name__}: {exc}"[:300])
+
+    trio.run(main)
+    return {"count": counts[0], "cpu": window[1] - window[0], "errors": errors}
+
+
+# -- processes -----------------------------------------------------------------------------------
+
+
+def cpu_of(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def tree_cpu(pid: int) -> float:
+    """CPU seconds of ``pid`` and its live children (a PostgreSQL postmaster and its backends)."""
+    total = 0.0
+    with contextlib.suppress(OSError):
+        total += cpu_of(pid)
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            for child in (task / "children").read_text().split():
+                total += tree_cpu(int(child))
+    return total
+
+
+class Hosts:
+    """``count`` host processes on free ports, each with ``stores[i]``."""
+
+    def __init__(self, where: Path, stores: list[str]) -> None:
+        from _haproxy import free_port
+
+        (where / "bench_agent.py").write_text(AGENT, encoding="utf-8")
+        self.ports = [free_port() for _ in stores]
+        self.processes = []
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(where), os.environ.get("PYTHONPATH", "")]))
+        for port, store in zip(self.ports, stores, strict=True):
+            argv = [sys.executable, "-m", "acp_trio.host", "--agent", "bench_agent:Agent", "--protocol", "2"]
+            argv += ["--listen", f"127.0.0.1:{port}", "--store", store, "--log-level", "warning"]
+            argv += ["--max-detached-sessions", "100", "--max-connections", "1000"]
+            self.processes.append(subprocess.Popen(argv, cwd=where, env=env, start_new_session=True))
+        for port in self.ports:
+            wait_healthy(port)
+
+    def stop(self) -> None:
+        for process in self.processes:
+            if process.poll() is None:
+                process.send_signal(signal.SIGTERM)
+        for process in self.processes:
+            try:
+                process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait()
+
+
+def wait_healthy(port: int, timeout: float = 30.0) -> None:
+    import httpx
+
+    deadline = time.monotonic() + timeout
+    while True:
+        with contextlib.suppress(httpx.HTTPError):
+            if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200:
+                return
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the host on port {port} did not answer its health check in {timeout:g} s")
+        time.sleep(0.05)
+
+
+@contextlib.contextmanager
+def balancer(where: Path, ports: list[int]) -> Iterator[Any]:
+    from _haproxy import HAProxy, fill, free_port, guide_config
+
+    port = free_port()
+    socket_path = where / "haproxy.sock"
+    config = fill(
+        guide_config(),
+        servers=[("127.0.0.1", p) for p in ports],
+        bind=("127.0.0.1", port),
+        stats_socket=socket_path,
+        certificate=None,
+    )
+    haproxy = HAProxy(config, where, socket_path)
+    haproxy.start()
+    try:
+        haproxy.wait_states(lambda s: set(s.values()) == {"UP"})
+        haproxy.port = port  # type: ignore[attr-defined]
+        yield haproxy
+    finally:
+        haproxy.stop()
+
+
+def measure(
+    url: str, scenario: str, clients: int, workers: int, seconds: float, watched: dict[str, int], tree: set[str]
+) -> dict[str, Any]:
+    """Run ``workers`` client processes of ``scenario``; CPU of ``watched`` processes over the window."""
+    start_at = time.time() + 3.0  # every worker imported and connected (stream) by then
+    shares = [clients // workers + (1 if i < clients % workers else 0) for i in range(workers)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, __file__, "--worker", url, str(share), scenario, repr(start_at), repr(seconds)],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for share in shares
+    ]
+    time.sleep(max(0.0, start_at - time.time()))
+    before = {name: (tree_cpu if name in tree else cpu_of)(pid) for name, pid in watched.items()}
+    time.sleep(seconds)
+    after = {name: (tree_cpu if name in tree else cpu_of)(pid) for name, pid in watched.items()}
+    results = []
+    for proc in procs:
+        out, _ = proc.communicate(timeout=120)
+        results.append(json.loads(out.strip().splitlines()[-1]))
+    count = sum(r["count"] for r in results)
+    cpu = {name: after[name] - before[name] for name in watched}
+    cpu["clients"] = sum(r["cpu"] for r in results)  # over the same window
+    errors = [e for r in results for e in r["errors"]]
+    return {"count": count, "per_second": count / seconds, "cpu": cpu, "errors": errors[:5], "failed": len(errors)}
+
+
+def run_setup(
+    name: str, where: Path, stores: list[str], through: bool, args: argparse.Namespace, pg_pid: int | None
+) -> dict[str, Any]:
+    where.mkdir()
+    hosts = Hosts(where, stores)
+    try:
+        with contextlib.ExitStack() as stack:
+            watched = {f"host{i + 1}": p.pid for i, p in enumerate(hosts.processes)}
+            if through:
+                haproxy = stack.enter_context(balancer(where, hosts.ports))
+                url = f"ws://127.0.0.1:{haproxy.port}/acp"
+                watched["haproxy"] = haproxy.process.pid
+            else:
+                url = f"ws://127.0.0.1:{hosts.ports[0]}/acp"
+            if pg_pid is not None:
+                watched["postgresql"] = pg_pid
+            out = {}
+            for scenario in ("new", "stream"):
+                out[scenario] = measure(
+                    url, scenario, args.clients, args.workers, args.seconds, watched, {"postgresql"}
+                )
+                print(
+                    f"  {name:20} {scenario:7} {out[scenario]['per_second']:>10,.0f}/s  "
+                    f"failed {out[scenario]['failed']}",
+                    file=sys.stderr,
+                )
+            return out
+    finally:
+        hosts.stop()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--store", default="sqlite", help="sqlite, postgresql, or a postgresql:// URL")
+    parser.add_argument("--clients", type=int, default=50)
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--seconds", type=float)
+    parser.add_argument("--json", type=Path)
+    parser.add_argument("--worker", nargs=5, metavar=("URL", "CLIENTS", "SCENARIO", "START_AT", "SECONDS"))
+    args = parser.parse_args()
+    if args.worker:
+        url, clients, scenario, start_at, seconds = args.worker
+        print(json.dumps(worker(url, int(clients), scenario, float(start_at), float(seconds))))
+        return 0
+    args.seconds = args.seconds or (2.0 if args.quick else 5.0)
+    from _haproxy import haproxy_binary
+
+    if haproxy_binary() is None:
+        print("HAProxy was not found: apt-get install -y haproxy", file=sys.stderr)
+        return 1
+    temp = Path(tempfile.mkdtemp(prefix="bench-deploy-"))
+    server = None
+    try:
+        pg_pid = None
+        if args.store == "sqlite":
+
+            def stores(setup: str, n: int) -> list[str]:
+                return [f"sqlite:///{temp / setup}-h{i + 1}.db" for i in range(n)]
+
+        elif args.store == "postgresql" or args.store.startswith(("postgresql://", "postgres://")):
+            import psycopg
+
+            if args.store == "postgresql":
+                from _postgres import PostgresServer, server_bindir
+
+                bindir = server_bindir()
+                if bindir is None:
+                    print("no PostgreSQL server binaries: apt-get install -y postgresql", file=sys.stderr)
+                    return 1
+                server = PostgresServer(Path(tempfile.mkdtemp(prefix="acp-trio-pg-")), bindir)
+                server.start(durable=True)
+                admin = server.admin
+                base = "postgresql://postgres@/postgres?" + urllib.parse.urlencode(
+                    {"host": str(server.socket_dir), "port": server.port}
+                )
+                pg_pid = int((server.data / "postmaster.pid").read_text().split()[0])
+            else:
+                admin = base = args.store
+
+            def stores(setup: str, n: int) -> list[str]:
+                schema = f"bench_{setup.replace('-', '_')}_{int(time.time())}"
+                with psycopg.connect(admin, autocommit=True) as db:
+                    db.execute(f'CREATE SCHEMA "{schema}"')  # type: ignore[arg-type]  # our own name
+                options = urllib.parse.quote(f"-csearch_path={schema}")
+                return [f"{base}{'&' if '?' in base else '?'}options={options}"] * n
+
+        else:
+            parser.error("--store: sqlite, postgresql, or a postgresql:// URL")
+        setups = [
+            ("1 host", "one", 1, False),
+            ("1 host + HAProxy", "one-lb", 1, True),
+            ("3 hosts + HAProxy", "three-lb", 3, True),
+        ]
+        results = {}
+        for name, setup, n, through in setups:
+            results[name] = run_setup(name, temp / setup, stores(setup, n), through, args, pg_pid)
+        report(results, args)
+        if args.json is not None:
+            args.json.write_text(
+                json.dumps(
+                    {
+                        "python": platform.python_version(),
+                        "acp_trio": dist_version("acp-trio"),
+                        "build": runtime_build(),
+                        "cpus": os.cpu_count(),
+                        "store": args.store if "://" not in args.store else "postgresql (URL)",
+                        "clients": args.clients,
+                        "workers": args.workers,
+                        "seconds": args.seconds,
+                        "results": results,
+                    },
+                    indent=2,
+                )
+            )
+        return 0
+    finally:
+        if server is not None:
+            server.stop()
+            shutil.rmtree(server.directory, ignore_errors=True)
+        shutil.rmtree(temp, ignore_errors=True)
+
+
+def report(results: dict[str, dict[str, Any]], args: argparse.Namespace) -> None:
+    names = list(results)
+    print(
+        f"store {args.store.split('://')[0]}, {args.clients} clients in {args.workers} processes, "
+        f"{args.seconds:g} s each, {os.cpu_count()} CPUs, {runtime_build()}"
+    )
+    print(f"{'':34}" + "".join(f"{n:>20}" for n in names))
+    for scenario, unit, per in (("new", "sessions/s", "session"), ("stream", "updates/s", "update")):
+        rates = [results[n][scenario]["per_second"] for n in names]
+        print(f"{scenario + ': ' + unit:34}" + "".join(f"{r:>20,.0f}" for r in rates))
+        print(f"{'  ratio to 1 host':34}" + "".join(f"{r / rates[0]:>20.2f}" for r in rates))
+        print(f"{'  failed clients':34}" + "".join(f"{results[n][scenario]['failed']:>20}" for n in names))
+        kinds = sorted({k.rstrip("0123456789") for n in names for k in results[n][scenario]["cpu"]})
+        for kind in kinds:
+            cells = []
+            for n in names:
+                cpu = results[n][scenario]["cpu"]
+                total = sum(v for k, v in cpu.items() if k.rstrip("0123456789") == kind)
+                cells.append(f"{total:>8.2f} s" if any(k.rstrip("0123456789") == kind for k in cpu) else "-")
+            print(f"{'  CPU ' + kind + ('s (sum)' if kind == 'host' else ''):34}" + "".join(f"{c:>20}" for c in cells))
+        per_unit = []
+        for n in names:
+            result = results[n][scenario]
+            server_cpu = sum(v for k, v in result["cpu"].items() if k != "clients")
+            per_unit.append(1000 * server_cpu / max(1, result["count"]))
+        print(f"{f'  server CPU ms per {per}':34}" + "".join(f"{v:>20.3f}" for v in per_unit))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
