@@ -155,7 +155,7 @@ class HandOn:
 
 async def test_delivered_lines_are_handled_and_answered_in_the_calling_task(autojump_clock: MockClock) -> None:
     async with connected() as (conn, out, _peer):
-        await until(lambda: conn._reader_idle)
+        await trio.testing.wait_all_tasks_blocked()  # the reader waits for input
         hand_on = HandOn()
         assert await conn.deliver_lines(request(1) + request(2), hand_on) == 1
         assert out.messages() == [answer(1), answer(2)]  # sent before deliver_lines returned, in one send
@@ -165,7 +165,7 @@ async def test_delivered_lines_are_handled_and_answered_in_the_calling_task(auto
 
 async def test_deliver_lines_takes_nothing_when_it_cannot_handle_it_at_once(autojump_clock: MockClock) -> None:
     async with connected() as (conn, out, peer):
-        await until(lambda: conn._reader_idle)
+        await trio.testing.wait_all_tasks_blocked()  # the reader waits for input
         assert await conn.deliver_lines(request(1) * 65, HandOn()) == 0  # more than one slice
         await peer.send_all(request(2))  # the caller writes it to the receive stream instead
         await until(lambda: len(out.writes) == 1)
@@ -188,7 +188,7 @@ async def test_a_delivered_request_that_waits_goes_on_in_the_calling_task_and_th
 
     routes = (Route("test/wait", "request", wait), Route("test/release", "notification", on_release))
     async with connected(*routes) as (conn, out, peer):
-        await until(lambda: conn._reader_idle)
+        await trio.testing.wait_all_tasks_blocked()  # the reader waits for input
         hand_on = HandOn()
         # the notification after the request that waits is handled at once, not left behind it
         with trio.fail_after(5):
@@ -205,7 +205,7 @@ async def test_a_delivered_request_that_waits_can_be_cancelled_by_the_peer(autoj
         raise AssertionError("not reached")
 
     async with connected(Route("test/wait", "request", wait)) as (conn, out, peer):
-        await until(lambda: conn._reader_idle)
+        await trio.testing.wait_all_tasks_blocked()  # the reader waits for input
         hand_on = HandOn()
         async with trio.open_nursery() as nursery:
             taken: list[int] = []
@@ -225,7 +225,7 @@ async def test_a_delivered_request_that_waits_can_be_cancelled_by_the_peer(autoj
 
 async def test_a_delivered_answer_whose_send_is_held_hands_the_reading_on(autojump_clock: MockClock) -> None:
     async with connected() as (conn, out, _peer):
-        await until(lambda: conn._reader_idle)
+        await trio.testing.wait_all_tasks_blocked()  # the reader waits for input
         gate = out.gate = trio.Event()
         hand_on = HandOn()
         async with trio.open_nursery() as nursery:
