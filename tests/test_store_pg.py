@@ -469,6 +469,7 @@ async def test_every_append_that_succeeded_is_ordered_before_the_claim_that_took
     host_a, host_b = stores.open(conninfo), stores.open(conninfo)
     journal_a = host_a.journal()
     given: list[int] = []
+    twenty = trio.Event()
     with trio.fail_after(WAIT):
         lease_a = await host_a.claim("s", "host-a", 30)
         assert lease_a is not None
@@ -480,11 +481,12 @@ async def test_every_append_that_succeeded_is_ordered_before_the_claim_that_took
                     given.append(await journal_a.append("s", [b"a"], epoch=lease_a.epoch))
                 except LeaseLostError:
                     return
+                if len(given) >= 20:
+                    twenty.set()
 
         async with trio.open_nursery() as nursery:
             nursery.start_soon(keep_appending)
-            while len(given) < 20:
-                await trio.sleep(0)  # let A append a while (a checkpoint, not a timed wait)
+            await twenty.wait()  # A has appended a while, and goes on
             await trio.to_thread.run_sync(expire, conninfo, "s")
             lease_b = await host_b.claim("s", "host-b", 30)
             assert lease_b is not None
