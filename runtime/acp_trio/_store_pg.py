@@ -709,8 +709,8 @@ class PostgresSessionStore(SessionStore):
         pool_size: int = 4,
         connect_timeout: float = 10.0,
     ) -> None:
-        if pool_size < 1:
-            raise ValueError(f"pool_size must be at least 1, got {pool_size}")
+        if pool_size < 1 or page_size < 1:  # before anything is opened
+            raise ValueError(f"pool_size and page_size must be at least 1, got {pool_size} and {page_size}")
         database = PgDatabase(conninfo, durable=durable, connect_timeout=connect_timeout)
         try:
             self._pool = ConnectionPool(
