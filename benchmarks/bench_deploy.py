@@ -3,7 +3,7 @@ and updates streamed per second in total, the ratio, and where the time goes).
 
 Usage::
 
-    python benchmarks/bench_deploy.py [--quick] [--store sqlite|postgresql|postgresql://...]
+    python benchmarks/bench_deploy.py [--quick] [--store sqlite|postgresql|postgresql://...] [--repeats 1]
                                       [--clients 50] [--workers 2] [--seconds 5] [--json out.json]
 
 Three setups, run one after the other on this machine's loopback, each with fresh host processes
@@ -28,10 +28,15 @@ Two workloads per setup, each for ``--seconds`` (5; ``--quick`` 2) after every c
 ``--clients`` clients (50) spread over ``--workers`` client processes (2), each a trio program of
 this file (``--worker``).  CPU seconds of every process over the measured window: each host,
 HAProxy, the client processes, and the PostgreSQL server (its postmaster and backends) when
-``--store postgresql``; then CPU milliseconds per session and per update.  On a machine of two
+``--store postgresql``, and ``others``: the rest of the machine's (``/proc/stat``: other users'
+work competes for the same CPUs); then the servers' CPU milliseconds (hosts, HAProxy, PostgreSQL)
+per session and per update.  On a machine of two
 CPUs, the three hosts and the balancer compete with the clients for the same two: more processes
 cannot make it faster there; the CPU per session/update says what a machine of its own per host
 would carry.
+
+``--repeats K``: each setup K times, in turn (each setup first once in three), with fresh host
+processes each time; shown: the run of median rate, and the range.
 
 ``--store sqlite`` (default): each host its own SQLite file (a machine's own disk).
 ``--store postgresql``: one PostgreSQL server shared by the hosts, started for the run
@@ -100,8 +105,9 @@ TURN = 100  # updates per turn of the stream workload
 # -- the client worker (a process of its own) ----------------------------------------------------
 
 
-def worker(url: str, clients: int, scenario: str, start_at: float, seconds: float) -> dict[str, Any]:
-    """``clients`` clients of ``scenario`` from ``start_at`` (``time.time()``) for ``seconds``."""
+def worker(url: str, clients: int, scenario: str, seconds: float) -> dict[str, Any]:
+    """``clients`` clients of ``scenario`` for ``seconds``: once they are ready (``stream``: each
+    connected with its session), print ``ready``, read the start time (``time.time()``) from stdin."""
     import trio
 
     from acp_schema import v2
@@ -111,6 +117,11 @@ def worker(url: str, clients: int, scenario: str, start_at: float, seconds: floa
     init = v2.InitializeRequest(protocol_version=2, info=v2.Implementation(name="bench", version="1"))
     counts = [0]
     errors: list[str] = []
+    window: list[float] = []
+    start = [0.0]
+    go = trio.Event()
+    ready = [0]
+    all_ready = trio.Event()
 
     class Client:
         def __init__(self) -> None:
@@ -124,8 +135,16 @@ def worker(url: str, clients: int, scenario: str, start_at: float, seconds: floa
             elif isinstance(update, v2.IdleStateUpdateSessionUpdate):
                 self.idle.set()
 
-    async def new_loop(end: float) -> None:
+    def is_ready() -> None:
+        ready[0] += 1
+        if ready[0] == clients:
+            all_ready.set()
+
+    async def new_loop() -> None:
         cookies = CookieStore()
+        is_ready()
+        await go.wait()
+        end = start[0] + seconds
         while time.time() < end:
             async with connect_websocket(url, Client(), variant=v2, cookies=cookies) as conn:
                 await conn.agent.initialize(init)
@@ -133,12 +152,14 @@ def worker(url: str, clients: int, scenario: str, start_at: float, seconds: floa
             if time.time() < end:
                 counts[0] += 1
 
-    async def stream_loop(end: float) -> None:
+    async def stream_loop() -> None:
         client = Client()
         async with connect_websocket(url, client, variant=v2) as conn:
             await conn.agent.initialize(init)
             sid = (await conn.agent.session_new(v2.NewSessionRequest(cwd="/tmp"))).session_id
-            await trio.sleep(max(0.0, start_at - time.time()))
+            is_ready()
+            await go.wait()
+            end = start[0] + seconds
             prompt = [v2.TextContentBlock(text=f"count {TURN}")]
             while time.time() < end:
                 client.idle = trio.Event()
@@ -148,33 +169,28 @@ def worker(url: str, clients: int, scenario: str, start_at: float, seconds: floa
                 if time.time() < end:
                     counts[0] += client.updates - before
 
-    window: list[float] = []
-
-    async def clock(end: float) -> None:
-        await trio.sleep(max(0.0, start_at - time.time()))
+    async def coordinate() -> None:
+        await all_ready.wait()
+        print("ready", flush=True)
+        start[0] = float(await trio.to_thread.run_sync(sys.stdin.readline))
+        await trio.sleep(max(0.0, start[0] - time.time()))
+        go.set()
         window.append(time.process_time())
-        await trio.sleep(max(0.0, end - time.time()))
+        await trio.sleep(max(0.0, start[0] + seconds - time.time()))
         window.append(time.process_time())
 
-    async def main() -> None:
-        end = start_at + seconds
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(clock, end)
-            for _ in range(clients):
-                if scenario == "new":
-                    nursery.start_soon(delayed_new, end)
-                else:
-                    nursery.start_soon(guarded, stream_loop, end)
-
-    async def delayed_new(end: float) -> None:
-        await trio.sleep(max(0.0, start_at - time.time()))
-        await guarded(new_loop, end)
-
-    async def guarded(fn: Any, *args: Any) -> None:
+    async def guarded(fn: Any) -> None:
         try:
-            await fn(*args)
+            await fn()
         except Exception as exc:  # a failed client is counted, not fatal
             errors.append(f"{type(exc).__name__}: {exc}"[:300])
+            is_ready()
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(coordinate)
+            for _ in range(clients):
+                nursery.start_soon(guarded, new_loop if scenario == "new" else stream_loop)
 
     trio.run(main)
     return {"count": counts[0], "cpu": window[1] - window[0], "errors": errors}
@@ -186,6 +202,12 @@ def worker(url: str, clients: int, scenario: str, start_at: float, seconds: floa
 def cpu_of(pid: int) -> float:
     fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def machine_cpu() -> float:
+    """CPU seconds every process of the machine has used (``/proc/stat``: all but idle and iowait)."""
+    fields = [int(v) for v in Path("/proc/stat").read_text().splitlines()[0].split()[1:8]]
+    return (sum(fields) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")
 
 
 def tree_cpu(pid: int) -> float:
@@ -269,19 +291,28 @@ def measure(
     url: str, scenario: str, clients: int, workers: int, seconds: float, watched: dict[str, int], tree: set[str]
 ) -> dict[str, Any]:
     """Run ``workers`` client processes of ``scenario``; CPU of ``watched`` processes over the window."""
-    start_at = time.time() + 3.0  # every worker imported and connected (stream) by then
     shares = [clients // workers + (1 if i < clients % workers else 0) for i in range(workers)]
     procs = [
         subprocess.Popen(
-            [sys.executable, __file__, "--worker", url, str(share), scenario, repr(start_at), repr(seconds)],
+            [sys.executable, __file__, "--worker", url, str(share), scenario, repr(seconds)],
+            stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,
         )
         for share in shares
     ]
+    for proc in procs:  # every client connected (stream), every worker's imports done
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+    start_at = time.time() + 0.2
+    for proc in procs:
+        assert proc.stdin is not None
+        proc.stdin.write(f"{start_at!r}\n")
+        proc.stdin.flush()
     time.sleep(max(0.0, start_at - time.time()))
     before = {name: (tree_cpu if name in tree else cpu_of)(pid) for name, pid in watched.items()}
+    machine_before = machine_cpu()
     time.sleep(seconds)
+    machine = machine_cpu() - machine_before
     after = {name: (tree_cpu if name in tree else cpu_of)(pid) for name, pid in watched.items()}
     results = []
     for proc in procs:
@@ -291,6 +322,7 @@ def measure(
     cpu = {name: after[name] - before[name] for name in watched}
     cpu["clients"] = sum(r["cpu"] for r in results)  # over the same window
     errors = [e for r in results for e in r["errors"]]
+    cpu["others"] = max(0.0, machine - sum(cpu.values()))  # the machine's other processes (other users)
     return {"count": count, "per_second": count / seconds, "cpu": cpu, "errors": errors[:5], "failed": len(errors)}
 
 
@@ -332,12 +364,13 @@ def main() -> int:
     parser.add_argument("--clients", type=int, default=50)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--seconds", type=float)
+    parser.add_argument("--repeats", type=int, default=1, help="runs of every setup, alternating; the median is shown")
     parser.add_argument("--json", type=Path)
-    parser.add_argument("--worker", nargs=5, metavar=("URL", "CLIENTS", "SCENARIO", "START_AT", "SECONDS"))
+    parser.add_argument("--worker", nargs=4, metavar=("URL", "CLIENTS", "SCENARIO", "SECONDS"))
     args = parser.parse_args()
     if args.worker:
-        url, clients, scenario, start_at, seconds = args.worker
-        print(json.dumps(worker(url, int(clients), scenario, float(start_at), float(seconds))))
+        url, clients, scenario, seconds = args.worker
+        print(json.dumps(worker(url, int(clients), scenario, float(seconds))))
         return 0
     args.seconds = args.seconds or (2.0 if args.quick else 5.0)
     from _haproxy import haproxy_binary
@@ -388,9 +421,14 @@ def main() -> int:
             ("1 host + HAProxy", "one-lb", 1, True),
             ("3 hosts + HAProxy", "three-lb", 3, True),
         ]
-        results = {}
-        for name, setup, n, through in setups:
-            results[name] = run_setup(name, temp / setup, stores(setup, n), through, args, pg_pid)
+        runs: dict[str, list[dict[str, Any]]] = {name: [] for name, *_ in setups}
+        for repeat in range(args.repeats):
+            for name, setup, n, through in setups[repeat % 3 :] + setups[: repeat % 3]:  # each first in turn
+                where = temp / f"{setup}-{repeat}"
+                runs[name].append(run_setup(name, where, stores(f"{setup}-{repeat}", n), through, args, pg_pid))
+        results = {
+            name: {scenario: median_run(r, scenario) for scenario in ("new", "stream")} for name, r in runs.items()
+        }
         report(results, args)
         if args.json is not None:
             args.json.write_text(
@@ -404,6 +442,7 @@ def main() -> int:
                         "clients": args.clients,
                         "workers": args.workers,
                         "seconds": args.seconds,
+                        "repeats": args.repeats,
                         "results": results,
                     },
                     indent=2,
@@ -417,6 +456,14 @@ def main() -> int:
         shutil.rmtree(temp, ignore_errors=True)
 
 
+def median_run(runs: list[dict[str, Any]], scenario: str) -> dict[str, Any]:
+    """The run of ``scenario`` whose rate is the median (the lower one of an even count), its CPU figures with it."""
+    ordered = sorted((run[scenario] for run in runs), key=lambda result: result["per_second"])
+    chosen = dict(ordered[(len(ordered) - 1) // 2])
+    chosen["rates"] = [round(result["per_second"], 1) for result in ordered]
+    return chosen
+
+
 def report(results: dict[str, dict[str, Any]], args: argparse.Namespace) -> None:
     names = list(results)
     print(
@@ -427,7 +474,14 @@ def report(results: dict[str, dict[str, Any]], args: argparse.Namespace) -> None
     for scenario, unit, per in (("new", "sessions/s", "session"), ("stream", "updates/s", "update")):
         rates = [results[n][scenario]["per_second"] for n in names]
         print(f"{scenario + ': ' + unit:34}" + "".join(f"{r:>20,.0f}" for r in rates))
-        print(f"{'  ratio to 1 host':34}" + "".join(f"{r / rates[0]:>20.2f}" for r in rates))
+        if args.repeats > 1:
+            spread = [
+                f"{min(results[n][scenario]['rates']):,.0f}-{max(results[n][scenario]['rates']):,.0f}" for n in names
+            ]
+            print(f"{'  range of the runs':34}" + "".join(f"{c:>20}" for c in spread))
+        print(
+            f"{'  ratio to 1 host':34}" + "".join(f"{r / rates[0] if rates[0] else float('nan'):>20.2f}" for r in rates)
+        )
         print(f"{'  failed clients':34}" + "".join(f"{results[n][scenario]['failed']:>20}" for n in names))
         kinds = sorted({k.rstrip("0123456789") for n in names for k in results[n][scenario]["cpu"]})
         for kind in kinds:
@@ -440,7 +494,7 @@ def report(results: dict[str, dict[str, Any]], args: argparse.Namespace) -> None
         per_unit = []
         for n in names:
             result = results[n][scenario]
-            server_cpu = sum(v for k, v in result["cpu"].items() if k != "clients")
+            server_cpu = sum(v for k, v in result["cpu"].items() if k not in ("clients", "others"))
             per_unit.append(1000 * server_cpu / max(1, result["count"]))
         print(f"{f'  server CPU ms per {per}':34}" + "".join(f"{v:>20.3f}" for v in per_unit))
 
