@@ -10,6 +10,7 @@ rules: ``docs/site/guides/host.md``.
 from __future__ import annotations
 
 from ._journal import Journal, MemoryJournal
+from ._ownership import DEFAULT_LEASE_SECONDS, MOVED_REASON, OWNED_REASON, TAKEN_OVER_REASON, HostOwnership
 from ._router import (
     ATTACH_META_KEY,
     ATTACHED_META_KEY,
@@ -35,12 +36,17 @@ __all__ = [
     "CURSOR_TYPE",
     "DEFAULT_JOURNAL_MAX_BYTES",
     "DEFAULT_JOURNAL_MAX_UPDATES",
+    "DEFAULT_LEASE_SECONDS",
     "DRAINING_REASON",
     "LAST_META_KEY",
+    "MOVED_REASON",
+    "OWNED_REASON",
     "SESSION_ENDED",
     "SESSION_ENDED_REASON",
+    "TAKEN_OVER_REASON",
     "TURN_ENDED",
     "UPDATE_META_KEY",
+    "HostOwnership",
     "Journal",
     "MemoryJournal",
     "SessionHost",

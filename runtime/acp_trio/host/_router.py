@@ -18,6 +18,7 @@ goes only to the attached clients that advertised what it needs).  The rules are
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import itertools
 import logging
@@ -48,6 +49,7 @@ from .._nursery import owned_nursery
 from .._roles import AgentSideConnection, ClientSideConnection
 from ..session_store import SqliteSessionStore
 from ._journal import Journal
+from ._ownership import MOVED_REASON, OWNED_REASON, TAKEN_OVER_REASON, HostOwnership, owner_data
 
 log = logging.getLogger("acp_trio.host")
 
@@ -121,6 +123,11 @@ def _event(event: str, message: str, client: _Client, session_id: str, *args: An
             "principal": client.principal,
         }
         log.info(message, client.connection_id, session_id, *args, extra=fields)
+
+
+def _is_lease_lost(exc: BaseException) -> bool:
+    """Whether ``exc`` is the PostgreSQL store's ``LeaseLostError`` (imported only with the store)."""
+    return type(exc).__name__ == "LeaseLostError" and type(exc).__module__ == "acp_trio._store_pg"
 
 
 def _dumps(message: dict[str, Any]) -> bytes:
@@ -267,6 +274,9 @@ class _Session:
         self.states = 0  # state_update notifications read
         self.states_at_prompt = 0
         self.turn_ended: dict[str, Any] | None = None  # v1: the last turn's TURN_ENDED params, until a new prompt
+        self.epoch: int | None = None  # its ownership lease's epoch (HostOwnership), None: none held
+        self.claimed_at = 0.0  # trio.current_time() when the lease was claimed
+        self.quiet = False  # being taken over: the agent's own replay and state while it loads are dropped
 
     @property
     def running(self) -> bool:
@@ -342,8 +352,11 @@ class SessionHost:
         connection_options: dict[str, Any],
         serve_agent: Callable[[trio.abc.HalfCloseableStream], Awaitable[None]] | None = None,
         max_client_backlog_bytes: int | None = None,
+        ownership: HostOwnership | None = None,
     ) -> None:
         self.max_client_backlog_bytes = max_client_backlog_bytes
+        self.ownership = ownership
+        """The host's :class:`~acp_trio.host.HostOwnership` (leases in PostgreSQL), or ``None``."""
         self.agent_factory = agent_factory
         self.serve_agent = serve_agent
         self.journal = journal
@@ -361,6 +374,7 @@ class SessionHost:
         self._serving: set[trio.CancelScope] = set()
         self._tokens: dict[bytes, _Instance] = {}  # sha256 of an attach token -> its instance
         self._clients: set[_Client] = set()
+        self._abandoned = False  # abandon(): nothing forgotten or released on the way out
         self.draining = False
         """Whether the host drains (:meth:`drain`): it takes no new session."""
         self.max_sessions: int | None = None
@@ -498,6 +512,14 @@ class SessionHost:
         body of the ``async with open_session_host(...)`` block, when called from it)."""
         self._stop()
         await trio.lowlevel.checkpoint()
+
+    def abandon(self) -> None:
+        """Stop at once as a process that is killed would: like :meth:`aclose`, but the sessions'
+        journals are not forgotten and their ownership leases not released (they expire), so
+        another host of the store takes them over.  For tests of takeover, and for a process that
+        must exit at once."""
+        self._abandoned = True
+        self._stop()
 
     def _stop(self) -> None:
         for scope in list(self._serving):
@@ -693,6 +715,8 @@ class SessionHost:
         if method in ("session/load", "session/resume") and type(session_id) is str:
             if session is not None:
                 await self._attach(client, message, method, session)
+            elif self.ownership is not None:
+                await self._take(client, message, method, session_id)
             else:
                 self._load_on_home(client, message, method, session_id)
             return
@@ -816,6 +840,9 @@ class SessionHost:
             if type(session_id) is not str or session_id in self._sessions:
                 return
             session = _Session(session_id, home, client.principal)
+            if self.ownership is not None:  # owned before the client hears of it
+                if not await self._claim_new(session, answer):
+                    return
             session.setup = {k: v for k, v in result.items() if k not in ("sessionId", "_meta")}
             self._sessions[session_id] = session
             home.sessions.add(session_id)
@@ -830,10 +857,9 @@ class SessionHost:
 
         return opened
 
-    def _load_on_home(self, client: _Client, message: dict[str, Any], method: str, session_id: str) -> None:
-        """``session/load``/``session/resume`` of a session the host is not running: the home
-        instance loads it (its replay goes to this client alone, unjournaled); once answered, the
-        session is live there."""
+    def _can_load(self, client: _Client, message: dict[str, Any], method: str, session_id: str) -> bool:
+        """Whether the home instance of ``client`` can load ``session_id`` (v1: it advertises
+        ``loadSession`` or ``sessionCapabilities.resume``); if not, ``message`` is answered -32002."""
         home = client.home
         assert home is not None
         if (home.version or 1) < 2:  # the host advertised these for the live sessions it answers itself
@@ -849,19 +875,32 @@ class SessionHost:
                         {"sessionId": session_id, "method": method},
                     )
                 )
+                return False
+        return True
+
+    def _load_on_home(
+        self, client: _Client, message: dict[str, Any], method: str, session_id: str, session: _Session | None = None
+    ) -> None:
+        """``session/load``/``session/resume`` of a session the host is not running: the home
+        instance loads it (its replay goes to this client alone, unjournaled); once answered, the
+        session is live there.  ``session``: already reserved (and its lease claimed) by :meth:`_take`."""
+        home = client.home
+        assert home is not None
+        if session is None:
+            if not self._can_load(client, message, method, session_id):
                 return
-        session = _Session(session_id, home, client.principal)
-        session.loading = client
-        self._sessions[session_id] = session
-        home.sessions.add(session_id)
+            session = _Session(session_id, home, client.principal)
+            session.loading = client
+            self._sessions[session_id] = session
+            home.sessions.add(session_id)
+        loading = session
 
         async def loaded(answer: dict[str, Any]) -> None:
+            session = loading
             result = answer.get("result")
             session.loading = None
             if type(result) is not dict:
-                self._sessions.pop(session_id, None)
-                home.sessions.discard(session_id)
-                self._maybe_end(home)
+                self._unreserve(session)
                 return
             session.setup = {k: v for k, v in result.items() if k != "_meta"}
             session.last = await self.journal.last(session_id)
@@ -1205,7 +1244,9 @@ class SessionHost:
         if not scope.cancelled_caught and not session.clients:
             await self._close_session(session, f"detached for detached_ttl={self.detached_ttl}s")
 
-    async def _close_session(self, session: _Session, reason: str = "closed by the host") -> None:
+    async def _close_session(
+        self, session: _Session, reason: str = "closed by the host", *, forget: bool = True
+    ) -> None:
         """Cancel ``session``'s turn (``session/cancel``), close it on its instance
         (``session/close``; an agent without it answers -32601, which is fine), resolve its
         pending requests with the declining answer, and forget it."""
@@ -1222,9 +1263,11 @@ class SessionHost:
         for question in list(session.questions):
             if not question.answered:
                 self._settle(question, self._declined(question))
-        await self._drop_session(session, reason)
+        await self._drop_session(session, reason, forget=forget)
 
-    async def _drop_session(self, session: _Session, reason: str = "closed") -> None:
+    async def _drop_session(self, session: _Session, reason: str = "closed", *, forget: bool = True) -> None:
+        """Forget ``session``; ``forget``: its journal too (not when another host goes on with it).
+        Its lease, if it holds one, is released after the journal is forgotten."""
         if self._sessions.get(session.id) is not session:
             return
         del self._sessions[session.id]
@@ -1243,7 +1286,262 @@ class SessionHost:
         session.clients.clear()
         self._maybe_end(session.instance)
         self._touch()
-        await self.journal.forget(session.id)
+        epoch, session.epoch = session.epoch, None
+        if self._abandoned:
+            return
+        try:
+            if forget:
+                await self.journal.forget(session.id)
+        finally:
+            if epoch is not None:
+                await self._release(session.id, epoch)
+
+    # -- ownership: leases in PostgreSQL (HostOwnership; issue 36 step 2) -------------------------------
+    async def _append(self, session: _Session, lines: list[bytes]) -> int:
+        """Journal ``lines`` of ``session``, fenced by its lease's epoch when it holds one."""
+        if session.epoch is None:
+            return await self.journal.append(session.id, lines)
+        append: Any = self.journal.append
+        number: int = await append(session.id, lines, epoch=session.epoch)
+        return number
+
+    async def _release(self, session_id: str, epoch: int) -> None:
+        assert self.ownership is not None
+        try:
+            with trio.CancelScope(shield=True):
+                await self.ownership.release(session_id, epoch)
+        except Exception:  # it expires by itself
+            log.warning("session %s: releasing its lease (epoch %d) failed", session_id, epoch, exc_info=True)
+
+    async def _claim_new(self, session: _Session, answer: dict[str, Any]) -> bool:
+        """Claim the lease of a session the agent just made (``session/new``, ``session/fork``);
+        when it cannot be claimed, ``answer`` becomes a -32603 error and the agent closes it."""
+        assert self.ownership is not None
+        problem = None
+        try:
+            lease = await self.ownership.claim(session.id)
+        except Exception as exc:
+            log.exception("session %s: claiming its lease failed", session.id)
+            lease, problem = None, f"{type(exc).__name__}: {exc}"
+        if lease is not None:
+            session.epoch = lease.epoch
+            session.claimed_at = trio.current_time()
+            return True
+        detail = problem or "another host holds its lease"
+        answer.pop("result", None)
+        answer["error"] = RequestError(
+            INTERNAL_ERROR,
+            f"Internal error: session {session.id!r} could not be owned by this host ({detail}): try again",
+            {"reason": "lease", "detail": detail},
+        ).to_wire()
+        instance = session.instance
+        if not instance.ended:
+            router_id = next(instance.ids)
+            instance.calls[router_id] = _Call(None, None, "session/close", None)
+            close = {"jsonrpc": "2.0", "id": router_id, "method": "session/close", "params": {"sessionId": session.id}}
+            instance.send.send_nowait(_dumps(close))
+        return False
+
+    async def _lost(self, session: _Session, detail: str) -> None:
+        """``session``'s lease is lost (expired, or claimed by another host): it ends here, its
+        clients told (:data:`SESSION_ENDED` reason ``"taken over"``), its journal kept, and this
+        host never appends to it again."""
+        if self._sessions.get(session.id) is not session:
+            return
+        session.epoch = None  # not released: it is not ours any more
+        log.warning(
+            "session %s: its lease is lost (%s): it ends here",
+            session.id,
+            detail,
+            extra={"event": "session.lost", "session_id": session.id},
+        )
+        self._tell_ended(session, session.clients, TAKEN_OVER_REASON, detail, "error")
+        await self._close_session(session, f"{TAKEN_OVER_REASON}: {detail}", forget=False)
+
+    def _unreserve(self, session: _Session) -> None:
+        """Undo the reservation of a session that did not become live (its load failed)."""
+        if self._sessions.get(session.id) is session:
+            del self._sessions[session.id]
+        session.instance.sessions.discard(session.id)
+        if session.epoch is not None:
+            epoch, session.epoch = session.epoch, None
+            self._nursery.start_soon(self._release, session.id, epoch)
+        self._maybe_end(session.instance)
+        self._touch()
+
+    async def _take(self, client: _Client, message: dict[str, Any], method: str, session_id: str) -> None:
+        """``session/load``/``session/resume`` of a session not live here, with ownership: claim its
+        lease (free or expired; held by a live host: -32603 with ``data.owner``), then load it: a
+        session whose journal is empty (never live on a host of this store, or ended) as without
+        ownership (the agent replays it); one with a journal is *taken over* (its host died or
+        handed it over): the agent restores it without its replay, a turn the journal shows
+        running is ended (v2: ``state_update`` ``idle`` with stop reason ``error``, journaled), and
+        the client attaches through the journal's replay (cursor honoured).  Forwarding to the
+        owner (issue 36 step 3) is not done: the client reconnects to the owner itself."""
+        assert self.ownership is not None
+        if not self._can_load(client, message, method, session_id):
+            return
+        home = client.home
+        assert home is not None
+        session = _Session(session_id, home, client.principal)
+        session.loading = client
+        self._sessions[session_id] = session
+        home.sessions.add(session_id)
+        try:
+            lease = await self.ownership.claim(session_id)
+            held = await self.ownership.owner_of(session_id) if lease is None else None
+            last = await self.journal.last(session_id) if lease is not None else 0
+        except BaseException:
+            self._unreserve(session)
+            raise
+        if lease is None:
+            self._unreserve(session)
+            data: dict[str, Any] = {"reason": OWNED_REASON, "sessionId": session_id, "method": method}
+            data.update(owner_data(held) if held is not None else {"owner": None, "ownerUrl": None})
+            where = f" at {data['ownerUrl']}" if data["ownerUrl"] else ""
+            client.put(
+                _error(
+                    message["id"],
+                    INTERNAL_ERROR,
+                    f"session {session_id!r} runs on another host ({data['owner']}{where}): reconnect to it "
+                    "(through the load balancer: with that host's affinity cookie), or try again once its lease "
+                    "expires if that host is gone",
+                    data,
+                )
+            )
+            return
+        session.epoch = lease.epoch
+        session.claimed_at = trio.current_time()
+        if not last:  # nothing journaled: the agent's own load, as without ownership
+            self._load_on_home(client, message, method, session_id, session)
+            return
+        session.quiet = True
+        params = dict(message["params"])
+        if method == "session/resume":
+            params.pop("replayFrom", None)
+        request = {**message, "params": params}
+
+        async def restored(answer: dict[str, Any]) -> None:
+            result = answer.get("result")
+            session.loading = None
+            session.quiet = False
+            if type(result) is not dict:
+                self._unreserve(session)
+                client.put(_dumps({**answer, "id": message["id"]}))
+                return
+            session.setup = {k: v for k, v in result.items() if k != "_meta"}
+            self._nursery.start_soon(self._taken_over, client, message, method, session)
+
+        router_id = next(home.ids)
+        home.calls[router_id] = _Call(None, None, method, params, restored)
+        home.send.send_nowait(_dumps({**request, "id": router_id}))
+
+    async def _taken_over(self, client: _Client, message: dict[str, Any], method: str, session: _Session) -> None:
+        """The agent restored ``session`` (taken over): numbering continues from the journal, a turn
+        it shows running is ended visibly, then ``client`` attaches (replay from the journal)."""
+        try:
+            session.last = await self.journal.last(session.id)
+            state = await self._journal_state(session.id)
+            if state is not None:
+                session.state = state
+            if (session.instance.version or 1) >= 2 and session.state.get("state") not in (None, "idle"):
+                error = RequestError(
+                    INTERNAL_ERROR,
+                    f"the turn of session {session.id!r} ended: the host running it stopped",
+                    {"reason": TAKEN_OVER_REASON},
+                ).to_wire()
+                idle = {"sessionUpdate": "state_update", "state": "idle", "stopReason": "error", "error": error}
+                line = {
+                    "jsonrpc": "2.0",
+                    "method": "session/update",
+                    "params": {"sessionId": session.id, "update": idle},
+                }
+                await self._updates(session, [(line, _dumps(line))])
+            _event("session.taken_over", "client %s took session %s over (%s)", client, session.id, method)
+            if self._sessions.get(session.id) is not session:
+                raise RuntimeError("it ended while it was taken over")
+            if client.gone:
+                self._detached(session)
+                return
+            await self._attach(client, message, method, session)
+        except Exception as exc:
+            log.exception("session %s: taking it over failed", session.id)
+            client.put(
+                _error(
+                    message["id"],
+                    INTERNAL_ERROR,
+                    f"Internal error: the host failed to take session {session.id!r} over: {exc} (try again)",
+                    {"method": method},
+                )
+            )
+            if self._sessions.get(session.id) is session and not session.clients:
+                self._detached(session)
+
+    async def _journal_state(self, session_id: str) -> dict[str, Any] | None:
+        """The last ``state_update`` journaled for ``session_id`` (v2), or ``None``."""
+        found: dict[str, Any] | None = None
+        after = 0
+        while True:
+            lines = await self.journal.read(session_id, after, limit=_REPLAY_PAGE)
+            if not lines:
+                return found
+            for _, line in lines:
+                if b'"state_update"' in line:
+                    update = orjson.loads(line).get("params", {}).get("update")
+                    if type(update) is dict and update.get("sessionUpdate") == "state_update":
+                        found = update
+            after = lines[-1][0]
+
+    async def _renew_leases(self) -> None:
+        """Renew this host's leases every third of their length, in one statement; a live session
+        whose lease was not renewed (expired, claimed elsewhere) ends here (:meth:`_lost`)."""
+        ownership = self.ownership
+        assert ownership is not None
+        while True:
+            await trio.sleep(ownership.lease_seconds / 3)
+            started = trio.current_time()
+            try:
+                renewed = {lease.session_id: lease.epoch for lease in await ownership.renew()}
+            except Exception:
+                log.warning("renewing the leases failed (they hold until they expire)", exc_info=True)
+                continue
+            for session in list(self._sessions.values()):
+                if (
+                    session.epoch is not None
+                    and session.claimed_at < started
+                    and renewed.get(session.id) != session.epoch
+                ):
+                    await self._lost(session, "its lease was not renewed in time (expired, or claimed by another host)")
+
+    async def hand_over(self, detail: str = "the host is draining") -> int:
+        """Hand every live session over to the other hosts of the store (the end of a drain with
+        ownership): a turn still running is cancelled and its end journaled (v2 ``state_update``
+        ``idle``, stop reason ``cancelled``), the attached clients are told (v2 ``idle`` / v1
+        :data:`TURN_ENDED` as for a closed session, then :data:`SESSION_ENDED` with reason
+        :data:`~acp_trio.host.MOVED_REASON`: resume it again, through the load balancer), the journal is
+        kept and the lease released, so the next ``session/resume`` makes it live on another host at
+        once (no lease to wait for).  Returns the number of sessions handed over.  Without ownership,
+        :meth:`end_sessions`."""
+        if self.ownership is None:
+            return await self.end_sessions(detail)
+        moved = [s for s in self._sessions.values() if s.loading is None]
+        for session in moved:
+            if session.running and (session.instance.version or 1) >= 2 and session.epoch is not None:
+                idle = {"sessionUpdate": "state_update", "state": "idle", "stopReason": "cancelled"}
+                line = {
+                    "jsonrpc": "2.0",
+                    "method": "session/update",
+                    "params": {"sessionId": session.id, "update": idle},
+                }
+                with contextlib.suppress(Exception):  # the journal failed: the next owner ends the turn itself
+                    await self._updates(session, [(line, _dumps(line))])
+            if self._sessions.get(session.id) is not session:
+                continue
+            self._tell_ended(session, session.clients, MOVED_REASON, detail, "cancelled")
+            await self._close_session(session, f"handed over: {detail}", forget=False)
+        while any(client.backlog and not client.gone for client in self._clients):
+            await self._changed.park()
+        return len(moved)
 
     # -- agent instances ------------------------------------------------------------------------------
     def _start_instance(self) -> _Instance:
@@ -1388,6 +1686,8 @@ class SessionHost:
         if session is None:
             audience = instance.home_clients
         elif session.loading is not None:  # the agent's own replay of a session it loads: to that client only
+            if session.quiet:  # taken over: the journal replays it instead
+                return
             audience = {session.loading}
         else:
             audience = session.clients
@@ -1397,7 +1697,13 @@ class SessionHost:
     async def _updates(self, session: _Session, batch: list[tuple[dict[str, Any], bytes]]) -> None:
         """Journal ``batch`` (the session's ``session/update`` messages and lines, in order), then
         send each, numbered, to the attached clients (to the buffer of one whose replay runs)."""
-        last = await self.journal.append(session.id, [line for _, line in batch])
+        try:
+            last = await self._append(session, [line for _, line in batch])
+        except Exception as exc:
+            if not _is_lease_lost(exc):
+                raise
+            await self._lost(session, str(exc))
+            return
         # no checkpoint from here to the end of the fan-out: see _attach
         if self._sessions.get(session.id) is not session:
             return  # closed meanwhile
@@ -1662,6 +1968,7 @@ async def open_session_host(
     unattended_policy: Policy = "wait",
     serve_agent: Callable[[trio.abc.HalfCloseableStream], Awaitable[None]] | None = None,
     max_client_backlog_bytes: int | None = DEFAULT_MAX_CLIENT_BACKLOG_BYTES,
+    ownership: HostOwnership | None = None,
     **connection_options: Any,
 ) -> AsyncIterator[SessionHost]:
     """A :class:`SessionHost` running its agent instances in a nursery of its own (``async with
@@ -1699,6 +2006,14 @@ async def open_session_host(
     and the instance ends when ``stream`` does), instead of ``agent_factory`` (then ``None``) in this
     process: the bridge's ``--detach`` runs a stdio agent process there.  Raises ``ValueError`` for a
     bad limit or policy, ``OSError`` when the default journal's temporary directory cannot be made.
+
+    ``ownership``: a :class:`~acp_trio.host.HostOwnership` (several host processes sharing one
+    PostgreSQL store): the host owns the sessions it makes live by leases in the store, renews
+    them, fences its journal appends by them, takes over sessions whose owner died, and answers
+    the load or resume of a session another live host owns with -32603 ``data.reason``
+    :data:`~acp_trio.host.OWNED_REASON`, ``data.owner``, ``data.ownerUrl`` (forwarding to the owner is
+    not done yet).  ``journal`` then defaults to the ownership store's ``journal()``, and must be a
+    journal of that store.  See ``docs/site/guides/host.md``.
     """
     if unattended_policy not in ("wait", "reject", "cancel"):
         raise ValueError(f'unattended_policy is "wait", "reject" or "cancel", got {unattended_policy!r}')
@@ -1714,6 +2029,8 @@ async def open_session_host(
         raise ValueError(f"max_detached_sessions must be >= 0 or None, got {max_detached_sessions!r}")
     store: SqliteSessionStore | None = None
     directory = ""
+    if journal is None and ownership is not None:
+        journal = ownership.store.journal(max_updates=DEFAULT_JOURNAL_MAX_UPDATES, max_bytes=DEFAULT_JOURNAL_MAX_BYTES)
     if journal is None:  # the default: SQLite in a private directory of this host's, removed when it closes
         directory = tempfile.mkdtemp(prefix="acp-trio-host-")  # mode 0700
         try:
@@ -1735,7 +2052,10 @@ async def open_session_host(
                 connection_options=connection_options,
                 serve_agent=serve_agent,
                 max_client_backlog_bytes=max_client_backlog_bytes,
+                ownership=ownership,
             )
+            if ownership is not None:
+                nursery.start_soon(host._renew_leases, name="host lease renewal")
             try:
                 yield host
             finally:  # no checkpoint here: a Cancelled would replace the body's exception

@@ -1,0 +1,96 @@
+"""Ownership of live sessions by one host process among several sharing a PostgreSQL store (issue 36 step 2).
+
+A host given :class:`HostOwnership` (``open_session_host(agent, ownership=HostOwnership(store))``)
+claims a session's lease in the store before it answers the request that makes the session live
+in it, renews all its leases in one statement every ``lease_seconds / 3`` seconds, fences every
+journal append by the lease's epoch, and releases the lease when the session ends.  The rules:
+``docs/site/guides/host.md`` ("Several host processes: ownership and takeover").
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .._store_pg import Lease, PostgresSessionStore
+
+DEFAULT_LEASE_SECONDS = 10.0
+"""Default lease length (seconds).  A host renews every third of it, so a renewal may fail twice
+(a slow or restarting database, a long pause of the process) before the lease is lost; another host
+takes a dead host's sessions over at most this long after its last renewal.  Shorter: faster
+takeover, more renewals (one ``UPDATE`` per host per third, whatever its number of sessions) and a
+higher risk of losing a lease to a pause; longer: the reverse."""
+
+TAKEN_OVER_REASON = "taken over"
+"""``reason`` of :data:`~acp_trio.host.SESSION_ENDED` when the host lost a session's lease (it
+expired, or another host claimed it): the session goes on elsewhere; resume it again."""
+MOVED_REASON = "moved: resume it again"
+"""``reason`` of :data:`~acp_trio.host.SESSION_ENDED` when a draining host handed a session over
+(:meth:`~acp_trio.host.SessionHost.hand_over`): its lease is released, so the next ``session/resume``
+(``session/load``), through the load balancer, makes it live on another host at once."""
+OWNED_REASON = "owned by another host"
+"""``data.reason`` of the -32603 answer to a ``session/load``/``session/resume`` of a session another
+live host owns; ``data.owner`` is that host's id, ``data.ownerUrl`` its advertised URL (or ``null``)."""
+
+
+class HostOwnership:
+    """The ownership settings of one host process (see the module docstring).
+
+    ``store``: a :class:`~acp_trio.session_store_pg.PostgresSessionStore` (pass its ``journal()``
+    as the host's journal: appends are fenced through it).  ``host_id``: this process's id
+    (default: a new random one, ``uuid4().hex``; never reuse one across process starts).
+    ``url``: the URL other hosts and clients may reach this host at (advertised in the owner error
+    of another host; default ``None``).  ``lease_seconds``: :data:`DEFAULT_LEASE_SECONDS`.
+    Raises ``ValueError`` for a ``lease_seconds`` that is not positive, or an id or URL with a space.
+    """
+
+    def __init__(
+        self,
+        store: PostgresSessionStore,
+        *,
+        host_id: str | None = None,
+        url: str | None = None,
+        lease_seconds: float = DEFAULT_LEASE_SECONDS,
+    ) -> None:
+        if not lease_seconds > 0:
+            raise ValueError(f"lease_seconds must be positive seconds, got {lease_seconds!r}")
+        host_id = uuid.uuid4().hex if host_id is None else host_id
+        if not host_id or " " in host_id or (url is not None and " " in url):
+            raise ValueError(f"host_id and url are non-empty and without spaces, got {host_id!r} and {url!r}")
+        self.store = store
+        self.host_id = host_id
+        self.url = url
+        self.lease_seconds = float(lease_seconds)
+        # stored in the lease's owner column: the id, then the URL after a space (other hosts read both)
+        self.owner = host_id if url is None else f"{host_id} {url}"
+
+    def __repr__(self) -> str:
+        return f"HostOwnership(host_id={self.host_id!r}, url={self.url!r}, lease_seconds={self.lease_seconds})"
+
+    async def claim(self, session_id: str) -> Lease | None:
+        return await self.store.claim(session_id, self.owner, self.lease_seconds)
+
+    async def renew(self) -> list[Lease]:
+        return await self.store.renew(self.owner, self.lease_seconds)
+
+    async def release(self, session_id: str, epoch: int) -> bool:
+        return await self.store.release(session_id, epoch)
+
+    async def owner_of(self, session_id: str) -> Lease | None:
+        return await self.store.owner(session_id)
+
+
+def owner_data(lease: Any) -> dict[str, Any]:
+    """``{"owner", "ownerUrl"}`` of a stored lease's owner column (``"ID"`` or ``"ID URL"``)."""
+    owner_id, _, url = str(lease.owner).partition(" ")
+    return {"owner": owner_id, "ownerUrl": url or None}
+
+
+__all__ = [
+    "DEFAULT_LEASE_SECONDS",
+    "MOVED_REASON",
+    "OWNED_REASON",
+    "TAKEN_OVER_REASON",
+    "HostOwnership",
+]
