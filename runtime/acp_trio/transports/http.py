@@ -1006,6 +1006,10 @@ async def open_exchange(
     # transport, or HTTP/2's single connection, is one pool.)
     client_http = client()
     streams_http = client() if transport is None and not http2 else client_http
+    if streams_http is not client_http:  # HTTP/1.1 on httpx2's own transport: a POST in one write
+        from ._http_wire import send_heads_with_bodies
+
+        send_heads_with_bodies(client_http)
     async with client_http, contextlib.AsyncExitStack() as stack:
         if streams_http is not client_http:
             await stack.enter_async_context(streams_http)
