@@ -38,7 +38,7 @@ import os
 import signal
 import sys
 import tomllib
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -102,6 +102,15 @@ OPTIONS: tuple[Option, ...] = (
     Option("unattended_timeout", "seconds", "resolve an agent request no client answered this long"),
     Option("unattended_policy", "choice", "what unattended_timeout does (default wait)", ("wait", "reject", "cancel")),
     Option("drain_timeout", "seconds", f"seconds a drain lets turns run (default {DEFAULT_DRAIN_TIMEOUT:g})"),
+    Option("lease_seconds", "seconds", "with a postgresql store: the sessions' ownership lease (default 10)"),
+    Option("host_id", "str", "with a postgresql store: this process's id in the leases (default: a random one)"),
+    Option("advertise_url", "str", "with a postgresql store: the URL other hosts name for this one's sessions"),
+    Option(
+        "handover",
+        "choice",
+        "with a postgresql store, when a drain hands its sessions over (default after_drain_timeout)",
+        ("after_drain_timeout", "at_once"),
+    ),
     Option("log_format", "choice", "stderr: one JSON object per line, or text (default json)", ("json", "text")),
     Option("log_level", "choice", "default info", ("debug", "info", "warning", "error")),
 )
@@ -134,6 +143,10 @@ class Settings:
     unattended_timeout: float | None = None
     unattended_policy: str = "wait"
     drain_timeout: float = DEFAULT_DRAIN_TIMEOUT
+    lease_seconds: float = 10.0
+    host_id: str | None = None
+    advertise_url: str | None = None
+    handover: str = "after_drain_timeout"
     log_format: str = "json"
     log_level: str = "info"
     loaded_agent: Any = None  # what agent names, once imported (load_agent)
@@ -271,7 +284,17 @@ def _combine(settings: Settings, values: dict[str, Any]) -> None:
             raise ConfigError(f"{key}: expected a path starting with '/', got {getattr(settings, key)!r}")
     if settings.path == settings.health_path:
         raise ConfigError(f"path and health_path are both {settings.path!r}: give the health check a path of its own")
-    store_scheme(settings.store)
+    scheme = store_scheme(settings.store)
+    for key in ("lease_seconds", "host_id", "advertise_url", "handover"):
+        if key in values and scheme != "postgresql":
+            raise ConfigError(f"{key} is for a postgresql:// store (sessions owned by one host among several)")
+    if scheme == "postgresql" and settings.command:
+        raise ConfigError(
+            "store: a postgresql:// store runs sessions owned by one host among several, which needs agent "
+            "(in this process) for now: a stdio agent command (the bridge) does not take over sessions yet"
+        )
+    if settings.host_id is not None and " " in settings.host_id:
+        raise ConfigError(f"host_id: expected no spaces, got {settings.host_id!r}")
     if "token_file" in values:
         from ..bridge import read_token_file
 
@@ -411,6 +434,14 @@ async def open_host(settings: Settings, journal: Journal | None) -> AsyncIterato
         "unattended_policy": settings.unattended_policy,
     }
     opened: contextlib.AbstractAsyncContextManager[SessionHost]
+    store: Any = getattr(journal, "store", None)
+    ownership = None
+    if getattr(store, "leases", False):  # PostgreSQL: sessions owned by one host among several (issue 36)
+        from ._ownership import HostOwnership
+
+        ownership = HostOwnership(
+            store, host_id=settings.host_id, url=settings.advertise_url, lease_seconds=settings.lease_seconds
+        )
     if settings.command:
         from ..bridge import open_detach_host
 
@@ -425,31 +456,30 @@ async def open_host(settings: Settings, journal: Journal | None) -> AsyncIterato
         if settings.protocol is not None:
             options["variant"] = importlib.import_module(f"acp_schema.v{settings.protocol}")
         agent = settings.loaded_agent if settings.loaded_agent is not None else load_agent(settings.agent)
-        opened = open_session_host(agent, **limits, **options)
+        from ..neutral import Agent
+
+        if ownership is not None and isinstance(agent, Agent) and agent.store is None:
+            # its sessions in the same database, so that another host's instance restores them (takeover)
+            agent.store = store
+        opened = open_session_host(agent, **limits, ownership=ownership, **options)
     async with opened as host:
         host.max_sessions = settings.max_sessions
         yield host
 
 
-async def drain(
-    app: AcpApp,
-    host: SessionHost,
-    timeout: float,
-    *,
-    handover: Callable[[SessionHost], Awaitable[None]] | None = None,
-) -> None:
+async def drain(app: AcpApp, host: SessionHost, timeout: float, *, handover_at_once: bool = False) -> None:
     """Drain ``host`` served by ``app``: the health check answers ``503`` and ``session/new`` is
     refused at once (:meth:`AcpApp.drain`); running turns go on for up to ``timeout`` seconds; then
     every live session is ended, its attached clients told (:meth:`SessionHost.end_sessions`), and
     the client connections closed (:meth:`SessionHost.disconnect_clients`), each step bounded by 5 seconds.
 
-    ``handover``: issue 36 step 2 will go here: hand the running sessions over to another host
-    (their ownership in PostgreSQL) instead of waiting for their turns.  Until then, ``None``."""
+    A host with ownership (a ``postgresql://`` store) hands its sessions over instead of ending
+    them (:meth:`SessionHost.hand_over`: leases released, clients told to resume again, through
+    the balancer, on another host, which takes them at once); ``handover_at_once``: without
+    waiting for the running turns first (they are cut, their end journaled)."""
     started = trio.current_time()
     app.drain()
-    if handover is not None:
-        await handover(host)
-    with trio.move_on_after(timeout):
+    with trio.move_on_after(0 if handover_at_once and host.ownership is not None else timeout):
         await host.wait_until(lambda: host.running_turns() == 0)
     cut = host.running_turns()
     if cut:
@@ -458,7 +488,7 @@ async def drain(
         detail = "the host shut down (drained)"
     ended = 0
     with trio.move_on_after(_FLUSH_TIMEOUT):
-        ended = await host.end_sessions(detail)
+        ended = await (host.hand_over(detail) if host.ownership is not None else host.end_sessions(detail))
     host.disconnect_clients()  # their transports close normally (a WebSocket's close frame)
     with trio.move_on_after(_FLUSH_TIMEOUT):
         await app.wait_idle()
@@ -478,7 +508,6 @@ async def serve_host(
     drain_now: trio.Event,
     *,
     stop_taking: trio.Event | None = None,
-    handover: Callable[[SessionHost], Awaitable[None]] | None = None,
     task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve the host ``settings`` describe, its sessions journaled in ``journal`` (:func:`open_store`),
@@ -537,7 +566,7 @@ async def serve_host(
                 nursery.start_soon(out_of_rotation)
             task_status.started(urls)
             await drain_now.wait()
-            await drain(app, host, settings.drain_timeout, handover=handover)
+            await drain(app, host, settings.drain_timeout, handover_at_once=settings.handover == "at_once")
             nursery.cancel_scope.cancel()
 
 
