@@ -3,6 +3,7 @@ answers of what it read itself, not the writer task, and never stops reading for
 
 from __future__ import annotations
 
+import contextvars
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -240,3 +241,29 @@ async def test_a_delivered_answer_whose_send_is_held_hands_the_reading_on(autoju
             gate.set()
         assert taken == [2]
         assert out.messages() == [answer(1)]
+
+
+TRANSPORT_VAR: contextvars.ContextVar[str] = contextvars.ContextVar("transport_var", default="unset")
+
+
+async def test_delivered_lines_start_handlers_in_the_connections_context(autojump_clock: MockClock) -> None:
+    seen: list[str] = []
+    noted = trio.Event()
+
+    async def note(params: Any) -> None:
+        seen.append(TRANSPORT_VAR.get())
+        noted.set()
+
+    async def ask_var(params: Any) -> str:
+        return TRANSPORT_VAR.get()
+
+    routes = (Route("test/note", "notification", note), Route("test/var", "request", ask_var))
+    async with connected(*routes) as (conn, out, _peer):
+        await trio.testing.wait_all_tasks_blocked()
+        TRANSPORT_VAR.set("the transport's")  # in the task that delivers
+        taken = await conn.deliver_lines(notification("test/note", {}) + request(1, "test/var"), HandOn())
+        assert taken == 1
+        with trio.fail_after(5):
+            await noted.wait()
+    assert seen == ["unset"]
+    assert out.messages() == [{"jsonrpc": "2.0", "id": 1, "result": "unset"}]

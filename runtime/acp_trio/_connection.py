@@ -1219,12 +1219,16 @@ class Connection:
             framer = self._direct_framer = _core.LineFramer(self._framer.max_message_size)
         self._holding = True
         self._forget_role_offer()
-        self._on_lines(framer.feed_raw(data))
+        # in the connection's context, not the caller's: what this starts (notification handlers, pool
+        # tasks) sees none of the transport's variables, as when the pool's reader starts it
+        base = self._job_context  # _new_context, inlined: this runs for every message delivered
+        context = base.copy() if base is not None else contextvars.copy_context()
+        context.run(self._on_lines, framer.feed_raw(data))
         waiting = self._take_waiting()
         if waiting is not None:  # a request that has to wait: this task goes on with it
             rest, self._backlog = self._backlog, []
             if rest:  # the lines after it, now and in order, as a reader that holds a request would
-                self._on_lines_to_pool(rest)
+                context.run(self._on_lines_to_pool, rest)
             try:
                 hand_on()
             except Exception:  # (the transport is closing)
