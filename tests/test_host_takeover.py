@@ -315,3 +315,27 @@ async def test_a_v1_session_is_taken_over_without_the_agents_replay(conninfo: st
                     )
                     assert texts(on_b) == ["echo one", "echo two"]
             nursery.cancel_scope.cancel()
+
+
+async def test_a_host_that_closes_leaves_its_sessions_to_the_others_journal_kept_lease_released(conninfo: str) -> None:
+    with trio.fail_after(DEADLINE):
+        async with trio.open_nursery() as nursery:
+            async with node(conninfo, "a", nursery) as a, node(conninfo, "b", nursery) as b:
+                on_a = Recorder()
+                async with connected(a.host, on_a) as conn:
+                    await init2(conn)
+                    sid = str((await conn.agent.session_new(v2.NewSessionRequest(cwd="/tmp"))).session_id)
+                    await prompt_until_idle(conn, on_a, sid, "one")
+                await a.host.aclose()
+                await a.host.wait_until(lambda: a.host.instances == 0)
+                assert await a.store.owner(sid) is None  # released
+                on_b = Recorder()
+                async with connected(b.host, on_b) as conn:
+                    await init2(conn)
+                    await resume(conn, sid, v2.StartReplayFrom())
+                    assert numbered_of(on_b) == numbered_of(on_a) and numbered_of(on_a)
+            nursery.cancel_scope.cancel()
+
+
+def numbered_of(rec: Recorder) -> list[tuple[int, Any]]:
+    return [(n, u) for n, u in zip(rec.numbers, rec.updates, strict=True) if n is not None]

@@ -37,8 +37,9 @@ live host owns; ``data.owner`` is that host's id, ``data.ownerUrl`` its advertis
 class HostOwnership:
     """The ownership settings of one host process (see the module docstring).
 
-    ``store``: a :class:`~acp_trio.session_store_pg.PostgresSessionStore` (pass its ``journal()``
-    as the host's journal: appends are fenced through it).  ``host_id``: this process's id
+    ``store``: a :class:`~acp_trio._store_pg.PostgresSessionStore` (imported as
+    ``acp_trio.session_store.PostgresSessionStore``); the host's journal defaults to its ``journal()``
+    (appends are fenced through it).  ``host_id``: this process's id
     (default: a new random one, ``uuid4().hex``; never reuse one across process starts).
     ``url``: the URL other hosts and clients may reach this host at (advertised in the owner error
     of another host; default ``None``).  ``lease_seconds``: :data:`DEFAULT_LEASE_SECONDS`.
@@ -69,15 +70,21 @@ class HostOwnership:
         return f"HostOwnership(host_id={self.host_id!r}, url={self.url!r}, lease_seconds={self.lease_seconds})"
 
     async def claim(self, session_id: str) -> Lease | None:
+        """Claim ``session_id`` for this host (:meth:`PostgresSessionStore.claim`): the new lease,
+        or ``None`` while another holds it.  Raises ``psycopg.Error`` when the server cannot be reached."""
         return await self.store.claim(session_id, self.owner, self.lease_seconds)
 
     async def renew(self) -> list[Lease]:
+        """Extend every lease this host holds by ``lease_seconds``, in one statement; the leases
+        renewed (one missing is lost).  Raises ``psycopg.Error`` when the server cannot be reached."""
         return await self.store.renew(self.owner, self.lease_seconds)
 
     async def release(self, session_id: str, epoch: int) -> bool:
+        """Give up the lease of ``session_id`` with ``epoch``; False when it was no longer ours."""
         return await self.store.release(session_id, epoch)
 
     async def owner_of(self, session_id: str) -> Lease | None:
+        """The stored lease of ``session_id`` (whoever holds it), or ``None``."""
         return await self.store.owner(session_id)
 
 

@@ -375,6 +375,7 @@ class SessionHost:
         self._tokens: dict[bytes, _Instance] = {}  # sha256 of an attach token -> its instance
         self._clients: set[_Client] = set()
         self._abandoned = False  # abandon(): nothing forgotten or released on the way out
+        self._closing = False  # _stop() was called: the host is on its way out
         self.draining = False
         """Whether the host drains (:meth:`drain`): it takes no new session."""
         self.max_sessions: int | None = None
@@ -522,6 +523,7 @@ class SessionHost:
         self._stop()
 
     def _stop(self) -> None:
+        self._closing = True
         for scope in list(self._serving):
             scope.cancel()
         self._nursery.cancel_scope.cancel()
@@ -1907,7 +1909,10 @@ class SessionHost:
                 session.questions.clear()
                 self._tell_ended(session, session.clients, SESSION_ENDED_REASON, instance.end_detail, "error")
                 try:
-                    await self._drop_session(session, f"{SESSION_ENDED_REASON}: {instance.end_detail}")
+                    # a host with ownership that closes leaves its sessions to the others (journal
+                    # kept, lease released): the next resume takes them over
+                    keep = self.ownership is not None and self._closing
+                    await self._drop_session(session, f"{SESSION_ENDED_REASON}: {instance.end_detail}", forget=not keep)
                 except Exception:
                     log.exception("forgetting session %s failed", session_id)
         self._touch()
