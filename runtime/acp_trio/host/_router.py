@@ -1392,6 +1392,11 @@ class SessionHost:
         try:
             lease = await self.ownership.claim(session_id)
             held = await self.ownership.owner_of(session_id) if lease is None else None
+            if held is not None and held.owner == self.ownership.owner:
+                # a lease of ours on a session not live here (its release failed): give it up, claim anew
+                await self.ownership.release(session_id, held.epoch)
+                lease = await self.ownership.claim(session_id)
+                held = await self.ownership.owner_of(session_id) if lease is None else None
             last = await self.journal.last(session_id) if lease is not None else 0
         except BaseException:
             self._unreserve(session)
