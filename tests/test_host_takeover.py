@@ -78,12 +78,12 @@ class Node:
 
 
 @contextlib.asynccontextmanager
-async def node(conninfo: str, name: str, nursery: trio.Nursery) -> AsyncIterator[Node]:
+async def node(conninfo: str, name: str, nursery: trio.Nursery, lease_seconds: float = 10) -> AsyncIterator[Node]:
     """A host named ``name`` (its id; URL ``ws://name``) with its own store and agent, run in ``nursery``
     (so that :meth:`SessionHost.abandon` stops it alone)."""
     store = PostgresSessionStore(conninfo, pool_size=2)
     agent = Echo(store)
-    ownership = HostOwnership(store, host_id=name, url=f"ws://{name}", lease_seconds=10)
+    ownership = HostOwnership(store, host_id=name, url=f"ws://{name}", lease_seconds=lease_seconds)
     started: list[SessionHost] = []
     stopped = trio.Event()
     ready = trio.Event()
@@ -364,4 +364,29 @@ async def test_a_lease_of_its_own_left_behind_does_not_stop_a_host_from_loading_
                     await resume(conn, sid)
                 lease = await a.store.owner(sid)
                 assert lease is not None and lease.epoch > stale.epoch and sid in a.host.sessions()
+            nursery.cancel_scope.cancel()
+
+
+async def test_a_renewal_that_finds_the_lease_taken_ends_the_idle_session_here(conninfo: str) -> None:
+    """No append to fail: a's renewal (every 0.1 s here) finds that b holds the lease now."""
+    with trio.fail_after(DEADLINE):
+        async with trio.open_nursery() as nursery:
+            async with node(conninfo, "a", nursery, lease_seconds=0.3) as a, node(conninfo, "b", nursery) as b:
+                on_a, on_b = Recorder(), Recorder()
+                async with connected(a.host, on_a) as conn_a, connected(b.host, on_b) as conn_b:
+                    await init2(conn_a)
+                    await init2(conn_b)
+                    sid = str((await conn_a.agent.session_new(v2.NewSessionRequest(cwd="/tmp"))).session_id)
+                    await prompt_until_idle(conn_a, on_a, sid, "one")
+                    with psycopg.connect(conninfo, autocommit=True) as db:  # b claims it: a's lease ends now
+                        db.execute(
+                            "UPDATE acp_session_leases SET expires_at = clock_timestamp() WHERE session_id = %s", (sid,)
+                        )
+                    await resume(conn_b, sid)
+                    await on_a.until(lambda: any(m == SESSION_ENDED for m, _ in on_a.ext))
+                    (params,) = [p for m, p in on_a.ext if m == SESSION_ENDED]
+                    assert params["reason"] == TAKEN_OVER_REASON
+                    assert sid not in a.host.sessions() and sid in b.host.sessions()
+                    lease = await b.store.owner(sid)
+                    assert lease is not None and lease.owner.startswith("b ")  # a released nothing of b's
             nursery.cancel_scope.cancel()
