@@ -18,9 +18,12 @@ three hosts up (a test that stops one starts it again: a rolling restart).
   cookie) still reach their live sessions on it (``option persist``); SIGTERM then drains it, it
   exits 0, and the host started again on its address is back in rotation.
 - SIGKILL: HAProxy marks the host down; new clients and clients whose cookie names it are served
-  by the others (``option redispatch``).  Their sessions' takeover from PostgreSQL is issue 36's
-  step 2: :func:`test_a_killed_hosts_running_session_is_taken_over` is written against
-  the lead's design (issue 36) and skipped until the host has leases (:data:`TAKEOVER`).
+  by the others (``option redispatch``).
+- With ownership (issue 36 step 2; skipped without it, :data:`TAKEOVER`): a session whose host is
+  SIGKILLed mid-turn is taken over by another host once its lease expires; a SIGTERM drain hands
+  its sessions over and their clients, told ``moved``, resume at once on another host with no error
+  (HAProxy's ``retry-on``: without it, a reconnect that reaches the draining host as it closes got
+  HAProxy's ``502``, once in nine runs here).
 """
 
 from __future__ import annotations
@@ -107,7 +110,7 @@ class CountingAgent:
 
 def takeover_available() -> bool:
     """Whether this host process takes a dead host's sessions over (issue 36 step 2): it has a
-    lease setting.  TODO(issue 36 step 2): the probe names what step 2 names its setting."""
+    lease setting (``lease_seconds``)."""
     from acp_trio.host import _cli
 
     return any(option.key.startswith("lease") for option in _cli.OPTIONS)
@@ -170,6 +173,8 @@ class Cluster:
         argv = [sys.executable, "-m", "acp_trio.host", "--config", "host.toml"]
         argv += ["--listen", f"127.0.0.1:{self.ports[i]}", "--store", self.store]
         argv += ["--agent", "deploy_agent:CountingAgent", "--protocol", "2", "--log-level", "info"]
+        if TAKEOVER:
+            argv += ["--lease-seconds", "2"]  # a killed host's sessions are taken over 2 s after at most
         env = dict(os.environ, DEPLOY_HOST=f"h{i + 1}", PYTHONPATH=str(self.where))
         host = self.hosts[i] = Host(argv, self.where, env)
         host.wait_for("listening")
@@ -531,3 +536,44 @@ def test_the_guides_kubernetes_manifests_agree_with_the_host_and_haproxy() -> No
     from test_docs_snippets import check_pip
 
     check_pip([word for word in install[1:] if word != "--no-cache-dir"])  # the extras exist
+
+
+@pytest.mark.skipif(not TAKEOVER, reason="issue 36 step 2 (ownership leases, hand over) is not in this host yet")
+@pytest.mark.parametrize("transport", ["websocket", "http"])
+async def test_a_drained_hosts_sessions_move_to_the_others_with_no_error(cluster: Cluster, transport: str) -> None:
+    """SIGTERM hands the host's sessions over (issue 36 step 2): its attached client is told
+    ``moved``, reconnects at once with its cookie, and its first resume succeeds on another host
+    (HAProxy's ``retry-on``: the draining host's closed connection is retried elsewhere, not a 502),
+    with the same numbered updates."""
+    from acp_trio.host import SESSION_ENDED
+    from acp_trio.host._ownership import MOVED_REASON
+
+    async def session_on_h2() -> tuple[str, CookieStore, Recorder] | None:
+        """A session on h2 whose client stays until h2, SIGTERMed, tells it the session moved."""
+        cookies, rec = CookieStore(), Recorder()
+        async with cluster.client(transport, rec, cookies) as conn:
+
+            async def ended(params: Any) -> None:
+                rec.ext.append((SESSION_ENDED, params))
+                rec.changed.unpark_all()
+
+            conn.on_ext_notification(SESSION_ENDED, ended)
+            sid = await new_session(conn)
+            if owner(cookies) != "h2":
+                return None
+            await conn.agent.session_prompt(v2.PromptRequest(session_id=sid, prompt=text("count 3")))
+            await rec.until(lambda: "idle" in rec.states())
+            cluster.host("h2").process.send_signal(signal.SIGTERM)
+            await rec.until(lambda: bool(rec.ext))
+        return sid, cookies, rec
+
+    with trio.fail_after(DEADLINE):
+        while (made := await session_on_h2()) is None:
+            pass
+        sid, cookies, rec = made
+        [(_, told)] = rec.ext
+        assert told["sessionId"] == sid and told["reason"] == MOVED_REASON
+        back = await come_back(cluster, transport, cookies, sid, max(n for n, _ in numbered(rec)))
+    assert owner(cookies) in ("h1", "h3")  # HAProxy's new cookie: the host that took it
+    assert numbered(back) == numbered(rec)
+    assert await trio.to_thread.run_sync(lambda: cluster.host("h2").process.wait(DEADLINE)) == 0
