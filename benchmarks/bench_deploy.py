@@ -35,6 +35,13 @@ CPUs, the three hosts and the balancer compete with the clients for the same two
 cannot make it faster there; the CPU per session/update says what a machine of its own per host
 would carry.
 
+``--takeover K`` (with ``--store postgresql``), instead: 3 hosts behind HAProxy with
+``--lease-seconds`` (2); K times, a client makes a session on the host HAProxy picks, starts a turn
+(an update every 50 ms) and leaves; that host is SIGKILLed; the client reconnects through HAProxy
+with its cookie (naming the dead host) and resumes, again and again until another host has taken
+the session over: seconds from the kill to the resume answered (median, worst); the host is then
+started again.
+
 ``--repeats K``: each setup K times, in turn (each setup first once in three), with fresh host
 processes each time; shown: the run of median rate, and the range.
 
@@ -69,11 +76,13 @@ from _shared import dist_version, runtime_build, use_source_tree  # noqa: E402
 use_source_tree()
 
 AGENT = '''
+import trio
 from acp_schema import v2
 
 
 class Agent:
-    """A v2 agent whose turn streams N chunks as fast as it can ("count N")."""
+    """A v2 agent whose turn streams N chunks as fast as it can ("count N"), or 50 ms apart ("slow N").
+    It resumes any session (what a host that takes a session over asks of it)."""
 
     def __init__(self, conn):
         self.conn = conn
@@ -86,12 +95,17 @@ class Agent:
     async def session_close(self, params):
         return v2.CloseSessionResponse()
 
+    async def session_resume(self, params):
+        return v2.ResumeSessionResponse()
+
     async def session_prompt(self, params):
         sid = params.session_id
-        count = int(params.prompt[0].text.split()[1])
+        how, count = params.prompt[0].text.split()
 
         async def turn():
-            for i in range(count):
+            for i in range(int(count)):
+                if how == "slow":
+                    await trio.sleep(0.05)
                 chunk = v2.AgentMessageChunkSessionUpdate(message_id="m", content=v2.TextContentBlock(text=f"{i:>40}"))
                 await self.conn.client.session_update(v2.UpdateSessionNotification(session_id=sid, update=chunk))
             return "end_turn"
@@ -224,20 +238,29 @@ def tree_cpu(pid: int) -> float:
 class Hosts:
     """``count`` host processes on free ports, each with ``stores[i]``."""
 
-    def __init__(self, where: Path, stores: list[str]) -> None:
+    def __init__(self, where: Path, stores: list[str], flags: tuple[str, ...] = ()) -> None:
         from _haproxy import free_port
 
         (where / "bench_agent.py").write_text(AGENT, encoding="utf-8")
+        self.where, self.stores, self.flags = where, stores, flags
         self.ports = [free_port() for _ in stores]
-        self.processes = []
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(where), os.environ.get("PYTHONPATH", "")]))
-        for port, store in zip(self.ports, stores, strict=True):
-            argv = [sys.executable, "-m", "acp_trio.host", "--agent", "bench_agent:Agent", "--protocol", "2"]
-            argv += ["--listen", f"127.0.0.1:{port}", "--store", store, "--log-level", "warning"]
-            argv += ["--max-detached-sessions", "100", "--max-connections", "1000"]
-            self.processes.append(subprocess.Popen(argv, cwd=where, env=env, start_new_session=True))
+        self.processes: list[subprocess.Popen[bytes]] = []
+        for i in range(len(stores)):
+            self.processes.append(self._start(i))
         for port in self.ports:
             wait_healthy(port)
+
+    def _start(self, i: int) -> subprocess.Popen[bytes]:
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(self.where), os.environ.get("PYTHONPATH", "")]))
+        argv = [sys.executable, "-m", "acp_trio.host", "--agent", "bench_agent:Agent", "--protocol", "2"]
+        argv += ["--listen", f"127.0.0.1:{self.ports[i]}", "--store", self.stores[i], "--log-level", "warning"]
+        argv += ["--max-detached-sessions", "100", "--max-connections", "1000", *self.flags]
+        return subprocess.Popen(argv, cwd=self.where, env=env, start_new_session=True)
+
+    def restart(self, i: int) -> None:
+        """Start host ``i`` again on its port (after it was killed) and wait for its health check."""
+        self.processes[i] = self._start(i)
+        wait_healthy(self.ports[i])
 
     def stop(self) -> None:
         for process in self.processes:
@@ -357,6 +380,67 @@ def run_setup(
         hosts.stop()
 
 
+def takeover(where: Path, store: str, kills: int, lease_seconds: float) -> list[float]:
+    """Seconds from the SIGKILL of a session's host to its ``session/resume`` answered by another
+    host (through HAProxy, the client's cookie naming the dead host), ``kills`` times; the killed
+    host is started again between kills and the next session made on whichever host HAProxy picks."""
+    import trio
+
+    from acp_schema import v2
+    from acp_trio.transports.cookies import CookieStore
+    from acp_trio.transports.websocket import connect_websocket
+
+    where.mkdir()
+    hosts = Hosts(where, [store] * 3, ("--lease-seconds", f"{lease_seconds:g}"))
+    init = v2.InitializeRequest(protocol_version=2, info=v2.Implementation(name="bench", version="1"))
+    times: list[float] = []
+
+    class Client:
+        def __init__(self) -> None:
+            self.updates = 0
+
+        async def session_update(self, params: Any) -> None:
+            self.updates += 1
+
+    try:
+        with balancer(where, hosts.ports) as haproxy:
+            url = f"ws://127.0.0.1:{haproxy.port}/acp"
+            for _ in range(kills):
+
+                async def one() -> float:
+                    cookies, client = CookieStore(), Client()
+                    async with connect_websocket(url, client, variant=v2, cookies=cookies) as conn:
+                        await conn.agent.initialize(init)
+                        sid = (await conn.agent.session_new(v2.NewSessionRequest(cwd="/tmp"))).session_id
+                        prompt = [v2.TextContentBlock(text="slow 1000")]
+                        await conn.agent.session_prompt(v2.PromptRequest(session_id=sid, prompt=prompt))
+                        while client.updates < 3:
+                            await trio.sleep(0.01)
+                    victim = int((cookies.header() or "").partition("ACPHOST=h")[2].split(";")[0]) - 1
+                    killed = time.monotonic()
+                    os.killpg(hosts.processes[victim].pid, signal.SIGKILL)
+                    hosts.processes[victim].wait()
+                    resume = v2.ResumeSessionRequest(session_id=sid, cwd="/tmp")
+                    while True:
+                        try:
+                            async with connect_websocket(url, Client(), variant=v2, cookies=cookies) as conn:
+                                await conn.agent.initialize(init)
+                                await conn.agent.session_resume(resume)
+                                took = time.monotonic() - killed
+                                break
+                        except Exception:  # RequestError: the lease not yet expired; a connection error
+                            await trio.sleep(0.02)
+                    hosts.restart(victim)
+                    haproxy.wait_states(lambda s: set(s.values()) == {"UP"})
+                    return took
+
+                times.append(trio.run(one))
+                print(f"  takeover {len(times)}: {times[-1]:.3f} s", file=sys.stderr)
+    finally:
+        hosts.stop()
+    return times
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true")
@@ -364,6 +448,8 @@ def main() -> int:
     parser.add_argument("--clients", type=int, default=50)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--seconds", type=float)
+    parser.add_argument("--takeover", type=int, default=0, metavar="K", help="with a postgresql store: K kills")
+    parser.add_argument("--lease-seconds", type=float, default=2.0, help="the hosts' lease_seconds for --takeover")
     parser.add_argument("--repeats", type=int, default=1, help="runs of every setup, alternating; the median is shown")
     parser.add_argument("--json", type=Path)
     parser.add_argument("--worker", nargs=4, metavar=("URL", "CLIENTS", "SCENARIO", "SECONDS"))
@@ -416,6 +502,20 @@ def main() -> int:
 
         else:
             parser.error("--store: sqlite, postgresql, or a postgresql:// URL")
+        if args.takeover:
+            if args.store == "sqlite":
+                parser.error("--takeover needs --store postgresql (sessions owned by leases)")
+            import statistics
+
+            [url] = set(stores("takeover", 1))
+            times = takeover(temp / "takeover", url, args.takeover, args.lease_seconds)
+            print(
+                f"takeover after SIGKILL, 3 hosts + HAProxy, lease_seconds {args.lease_seconds:g}, {len(times)} kills: "
+                f"median {statistics.median(times):.3f} s, worst {max(times):.3f} s, best {min(times):.3f} s"
+            )
+            if args.json is not None:
+                args.json.write_text(json.dumps({"lease_seconds": args.lease_seconds, "takeover_seconds": times}))
+            return 0
         setups = [
             ("1 host", "one", 1, False),
             ("1 host + HAProxy", "one-lb", 1, True),
