@@ -32,6 +32,8 @@ from acp_trio.host import (
     OWNED_REASON,
     SESSION_ENDED,
     TAKEN_OVER_REASON,
+    TURN_ENDED,
+    UPDATE_META_KEY,
     HostOwnership,
     SessionHost,
     open_session_host,
@@ -290,8 +292,10 @@ async def test_hand_over_releases_the_leases_so_another_host_takes_the_sessions_
             nursery.cancel_scope.cancel()
 
 
-async def test_a_v1_session_is_taken_over_without_the_agents_replay(conninfo: str) -> None:
-    """v1 session/load on the new host: the journal's replay only (the agent's own is dropped), no duplicate."""
+async def test_a_v1_session_is_taken_over_without_the_agents_replay_and_its_turn_ended(conninfo: str) -> None:
+    """v1 session/load on the new host: the journal's replay only (the agent's own is dropped), no
+    duplicate; the turn that was running (journaled _acp_trio/turn_started, no turn_ended) is ended
+    with a journaled _acp_trio/turn_ended carrying the error."""
     with trio.fail_after(DEADLINE):
         async with trio.open_nursery() as nursery:
             async with node(conninfo, "a", nursery) as a, node(conninfo, "b", nursery) as b:
@@ -304,6 +308,16 @@ async def test_a_v1_session_is_taken_over_without_the_agents_replay(conninfo: st
                     await conn.agent.session_prompt(
                         v1.PromptRequest(session_id=sid, prompt=[v1.TextContentBlock(text="one")])
                     )
+                    await on_a.until(lambda: [m for m, _ in on_a.ext] == [TURN_ENDED])  # the prompter gets it too
+
+                    async def hang() -> None:
+                        with contextlib.suppress(Exception):
+                            await conn.agent.session_prompt(
+                                v1.PromptRequest(session_id=sid, prompt=[v1.TextContentBlock(text="hang")])
+                            )
+
+                    nursery.start_soon(hang)
+                    await on_a.until(lambda: "echo hang" in texts(on_a))
                     a.host.abandon()
                 expire(conninfo, "a")
                 on_b = Recorder()
@@ -311,11 +325,18 @@ async def test_a_v1_session_is_taken_over_without_the_agents_replay(conninfo: st
                     await init1(conn)
                     await conn.agent.session_load(v1.LoadSessionRequest(session_id=sid, cwd="/tmp", mcp_servers=[]))
                     assert on_b.numbers == on_a.numbers and all(n is not None for n in on_b.numbers)
-                    assert texts(on_b) == ["echo one"]
+                    assert texts(on_b) == ["echo one", "echo hang"]
+                    # the client handles notifications concurrently: by their numbers
+                    await on_b.until(lambda: sum(1 for m, _ in on_b.ext if m == TURN_ENDED) == 2)
+                    ended = sorted(
+                        (p for m, p in on_b.ext if m == TURN_ENDED), key=lambda p: p["_meta"][UPDATE_META_KEY]
+                    )
+                    assert "stopReason" in ended[0] and ended[0]["_meta"][UPDATE_META_KEY] < on_a.numbers[-1]
+                    assert ended[1]["error"]["data"]["reason"] == TAKEN_OVER_REASON
                     await conn.agent.session_prompt(
                         v1.PromptRequest(session_id=sid, prompt=[v1.TextContentBlock(text="two")])
                     )
-                    assert texts(on_b) == ["echo one", "echo two"]
+                    assert texts(on_b) == ["echo one", "echo hang", "echo two"]
             nursery.cancel_scope.cancel()
 
 

@@ -26,6 +26,7 @@ import trio
 pytest.importorskip("psycopg", reason="the postgres extra is not installed")
 
 from _host_kit import Recorder, init2
+from _postgres import pg_conninfo, postgres_server  # noqa: F401  (the fixtures)
 from test_host_cli import HostProcess
 
 from acp_schema import v2
@@ -35,7 +36,6 @@ from acp_trio.host import MOVED_REASON, OWNED_REASON, SESSION_ENDED
 if TYPE_CHECKING:
     from _postgres import PostgresServer
 
-pytest_plugins = ["_postgres"]
 pytestmark = [pytest.mark.skipif(os.name != "posix", reason="signals"), pytest.mark.one_interpreter]
 
 DEADLINE = 30
@@ -59,6 +59,13 @@ class Echo(neutral.Agent):
             await turn.say(str(i))
         return "end_turn"
 '''
+
+
+@pytest.fixture
+def pg(request: pytest.FixtureRequest) -> PostgresServer:
+    """The session's PostgreSQL server (``_postgres.postgres_server``)."""
+    server: PostgresServer = request.getfixturevalue("postgres_server")
+    return server
 
 
 def texts(rec: Recorder) -> list[str]:
@@ -121,9 +128,9 @@ async def make_running_session(url: str) -> tuple[str, Recorder]:
 
 
 async def test_a_sigkilled_hosts_session_is_taken_over_by_another_host_process(
-    tmp_path: Path, postgres_server: PostgresServer
+    tmp_path: Path, pg: PostgresServer
 ) -> None:
-    pair = Pair(tmp_path, postgres_server, "after_drain_timeout")
+    pair = Pair(tmp_path, pg, "after_drain_timeout")
     try:
         pair.start("a")
         pair.start("b")
@@ -163,8 +170,8 @@ async def test_a_sigkilled_hosts_session_is_taken_over_by_another_host_process(
         pair.stop()
 
 
-async def test_a_drain_hands_its_sessions_over_at_once(tmp_path: Path, postgres_server: PostgresServer) -> None:
-    pair = Pair(tmp_path, postgres_server, "at_once")
+async def test_a_drain_hands_its_sessions_over_at_once(tmp_path: Path, pg: PostgresServer) -> None:
+    pair = Pair(tmp_path, pg, "at_once")
     try:
         pair.start("a")
         pair.start("b")

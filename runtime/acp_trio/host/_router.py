@@ -72,6 +72,11 @@ the one that prompted, when a ``session/prompt`` answer ends a turn: ``{"session
 or ``{"sessionId", "error"}`` (the JSON-RPC error object) when the answer was an error.  A v1
 client that attaches later (``session/load``, ``session/resume``) while no turn runs gets the last
 turn's, after its replay and before the answer."""
+TURN_STARTED = "_acp_trio/turn_started"
+"""Extension notification (v1, hosts with ownership only) the host journals, numbered, when a
+``session/prompt`` starts a turn: ``{"sessionId"}``.  With :data:`TURN_ENDED`, journaled too on
+such hosts, it lets the host that takes a session over see that a v1 turn was running (v2 has
+``state_update``) and end it where the clients see it."""
 
 SESSION_ENDED = "_acp_trio/session_ended"
 """Extension notification (v1 and v2) the host sends to the clients attached to a live session that
@@ -758,6 +763,21 @@ class SessionHost:
                 session.turn_ended = None
                 session.states_at_prompt = session.states
                 self._touch()
+                if session.epoch is not None and (session.instance.version or 1) < 2:
+                    # journaled before the agent sees the prompt: a host taking the session over sees the turn
+                    started = {"jsonrpc": "2.0", "method": TURN_STARTED, "params": {"sessionId": session_id}}
+                    await self._updates(session, [(started, _dumps(started))])
+                    if self._sessions.get(session_id) is not session:  # its lease was lost: it ended here
+                        client.put(
+                            _error(
+                                request_id,
+                                RESOURCE_NOT_FOUND,
+                                f"Resource not found: session {session_id!r} ended here ({TAKEN_OVER_REASON}): "
+                                "resume it again",
+                                {"sessionId": session_id, "reason": TAKEN_OVER_REASON},
+                            )
+                        )
+                        return
             on_answer: Callable[[dict[str, Any]], Awaitable[None]] | None
             if method in _OPENING:  # session/fork: the new session lives on the same instance
                 on_answer = self._opened(client, session.instance, method, params)
@@ -810,7 +830,11 @@ class SessionHost:
                     else:  # the turn ended with an error answer
                         report["error"] = answer.get("error")
                     session.turn_ended = report
-                    ended = _dumps({"jsonrpc": "2.0", "method": TURN_ENDED, "params": report})
+                    message = {"jsonrpc": "2.0", "method": TURN_ENDED, "params": report}
+                    if session.epoch is not None:  # journaled, numbered, to every attached client
+                        await self._updates(session, [(message, _dumps(message))])
+                        return
+                    ended = _dumps(message)
                     for other in session.clients:
                         # a client whose replay runs gets it after the replay (_attach)
                         if (other is not prompter or session.prompt_gone) and session.id not in other.attaching:
@@ -1101,7 +1125,8 @@ class SessionHost:
             keys = ("configOptions", "availableCommands")
         else:
             keys = ("modes", "configOptions")
-            if session.turn_ended is not None:  # the last turn ended, and no other runs: how it ended
+            if session.turn_ended is not None and (session.epoch is None or start is None):
+                # the last turn ended, and no other runs: how it ended (with ownership, a replay has it)
                 ended = {"jsonrpc": "2.0", "method": TURN_ENDED, "params": session.turn_ended}
                 client.put(_dumps(ended))
         result = {k: session.setup[k] for k in keys if k in session.setup}
@@ -1448,9 +1473,19 @@ class SessionHost:
         it shows running is ended visibly, then ``client`` attaches (replay from the journal)."""
         try:
             session.last = await self.journal.last(session.id)
-            state = await self._journal_state(session.id)
+            state, turn = await self._journal_state(session.id)
             if state is not None:
                 session.state = state
+            if (session.instance.version or 1) < 2 and turn == TURN_STARTED:
+                error = RequestError(
+                    INTERNAL_ERROR,
+                    f"the turn of session {session.id!r} ended: the host running it stopped",
+                    {"reason": TAKEN_OVER_REASON},
+                ).to_wire()
+                report = {"sessionId": session.id, "error": error}
+                line = {"jsonrpc": "2.0", "method": TURN_ENDED, "params": report}
+                await self._updates(session, [(line, _dumps(line))])
+                session.turn_ended = report
             if (session.instance.version or 1) >= 2 and session.state.get("state") not in (None, "idle"):
                 error = RequestError(
                     INTERNAL_ERROR,
@@ -1484,19 +1519,25 @@ class SessionHost:
             if self._sessions.get(session.id) is session and not session.clients:
                 self._detached(session)
 
-    async def _journal_state(self, session_id: str) -> dict[str, Any] | None:
-        """The last ``state_update`` journaled for ``session_id`` (v2), or ``None``."""
+    async def _journal_state(self, session_id: str) -> tuple[dict[str, Any] | None, str | None]:
+        """The last ``state_update`` journaled for ``session_id`` (v2), or ``None``; and the method
+        of the last :data:`TURN_STARTED` or :data:`TURN_ENDED` line (v1), or ``None``."""
         found: dict[str, Any] | None = None
+        turn: str | None = None
         after = 0
         while True:
             lines = await self.journal.read(session_id, after, limit=_REPLAY_PAGE)
             if not lines:
-                return found
+                return found, turn
             for _, line in lines:
                 if b'"state_update"' in line:
                     update = orjson.loads(line).get("params", {}).get("update")
                     if type(update) is dict and update.get("sessionUpdate") == "state_update":
                         found = update
+                elif b"_acp_trio/turn_" in line:
+                    method = orjson.loads(line).get("method")
+                    if method in (TURN_STARTED, TURN_ENDED):
+                        turn = method
             after = lines[-1][0]
 
     async def _renew_leases(self) -> None:
@@ -1542,6 +1583,12 @@ class SessionHost:
                 }
                 with contextlib.suppress(Exception):  # the journal failed: the next owner ends the turn itself
                     await self._updates(session, [(line, _dumps(line))])
+            elif session.prompting is not None and session.epoch is not None:  # v1: its end, journaled
+                report = {"sessionId": session.id, "stopReason": "cancelled"}
+                line = {"jsonrpc": "2.0", "method": TURN_ENDED, "params": report}
+                with contextlib.suppress(Exception):
+                    await self._updates(session, [(line, _dumps(line))])
+                session.prompting = None  # the clients have its end: _tell_ended sends none again
             if self._sessions.get(session.id) is not session:
                 continue
             self._tell_ended(session, session.clients, MOVED_REASON, detail, "cancelled")
