@@ -38,7 +38,7 @@ from acp_trio.host import (
     SessionHost,
     open_session_host,
 )
-from acp_trio.session_store import PostgresSessionStore
+from acp_trio.session_store import PostgresSessionStore, StoreError
 
 DEADLINE = 20
 pytestmark = pytest.mark.one_interpreter  # a PostgreSQL server (shared with test_store_pg.py)
@@ -410,4 +410,42 @@ async def test_a_renewal_that_finds_the_lease_taken_ends_the_idle_session_here(c
                     assert sid not in a.host.sessions() and sid in b.host.sessions()
                     lease = await b.store.owner(sid)
                     assert lease is not None and lease.owner.startswith("b ")  # a released nothing of b's
+            nursery.cancel_scope.cancel()
+
+
+async def test_a_v1_prompt_whose_turn_start_cannot_be_journaled_fails_and_leaves_no_turn_running(
+    conninfo: str,
+) -> None:
+    with trio.fail_after(DEADLINE):
+        async with trio.open_nursery() as nursery:
+            async with node(conninfo, "a", nursery) as a:
+                journal = a.host.journal
+                failing = [True]
+
+                class Failing:
+                    """The host's journal, whose next append raises (a database gone for a moment)."""
+
+                    def __getattr__(self, name: str) -> Any:
+                        return getattr(journal, name)
+
+                    async def append(self, *args: Any, **kwargs: Any) -> int:
+                        if failing and failing.pop():
+                            raise StoreError("the database went away")
+                        number: int = await journal.append(*args, **kwargs)
+                        return number
+
+                rec = Recorder()
+                async with connected(a.host, rec, v1) as conn:
+                    await init1(conn)
+                    sid = str(
+                        (await conn.agent.session_new(v1.NewSessionRequest(cwd="/tmp", mcp_servers=[]))).session_id
+                    )
+                    a.host.journal = Failing()  # type: ignore[assignment]
+                    prompt = v1.PromptRequest(session_id=sid, prompt=[v1.TextContentBlock(text="one")])
+                    with pytest.raises(RequestError) as failed:
+                        await conn.agent.session_prompt(prompt)
+                    assert failed.value.code == -32603 and "went away" in failed.value.message
+                    assert not a.host.sessions()[sid].running
+                    await conn.agent.session_prompt(prompt)  # the next prompt runs
+                    assert texts(rec) == ["echo one"]
             nursery.cancel_scope.cancel()

@@ -766,7 +766,12 @@ class SessionHost:
                 if session.epoch is not None and (session.instance.version or 1) < 2:
                     # journaled before the agent sees the prompt: a host taking the session over sees the turn
                     started = {"jsonrpc": "2.0", "method": TURN_STARTED, "params": {"sessionId": session_id}}
-                    await self._updates(session, [(started, _dumps(started))])
+                    try:
+                        await self._updates(session, [(started, _dumps(started))])
+                    except BaseException:  # the journal failed: no turn (the client gets -32603)
+                        session.prompting = None
+                        self._touch()
+                        raise
                     if self._sessions.get(session_id) is not session:  # its lease was lost: it ended here
                         client.put(
                             _error(
