@@ -324,7 +324,9 @@ def bench(session: nox.Session) -> None:
     """Codec (decode+encode, import time), then runtime over stdio (streaming, request round trips,
     start-up, RSS) side by side with the TypeScript and Python SDKs and raw orjson (node/npm for the
     TypeScript side), the session store, the session host's journal and the session host (attached,
-    detached, resume, reattach), then the remote transports
+    detached, resume, reattach), the PostgreSQL store against SQLite, three host processes behind
+    HAProxy against one (SQLite, then PostgreSQL with the takeover time after SIGKILL; needs Debian's
+    postgresql and haproxy), then the remote transports
     (WebSocket, Streamable HTTP, the bridge) side by side with the TypeScript SDK, the v1 <-> v2
     adapter against a direct connection, and the same pydantic-ai agent served by acp-trio and by
     pydantic-acp (cold start, a streamed turn; pydantic-acp's venv is installed and cached by
@@ -345,6 +347,11 @@ def bench(session: nox.Session) -> None:
     session.run("python", "benchmarks/bench_store.py", *args)
     session.run("python", "benchmarks/bench_journal.py", *args)
     session.run("python", "benchmarks/bench_host.py", *args)
+    # PostgreSQL and HAProxy (issue 36): no bars of their own to hold (--strict), figures side by side
+    unstrict = [arg for arg in args if arg != "--strict"]
+    session.run("python", "benchmarks/bench_store_pg.py", *unstrict)
+    session.run("python", "benchmarks/bench_deploy.py", *unstrict)
+    session.run("python", "benchmarks/bench_deploy.py", "--store", "postgresql", "--takeover", "10", *unstrict)
     session.run("python", "benchmarks/bench_remote.py", *args)
     session.run("python", "benchmarks/bench_adapt.py", *args)
     session.run("python", "benchmarks/bench_pydantic_ai.py", *args)
