@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import signal
 import statistics
 import sys
@@ -85,6 +86,8 @@ def main() -> None:
             pair.stop()
     finally:
         pg.stop()
+        shutil.rmtree(pg.directory, ignore_errors=True)
+        shutil.rmtree(where, ignore_errors=True)
     figures = {
         "lease_seconds": args.lease,
         "renew_every_seconds": round(args.lease / 3, 3),
