@@ -449,3 +449,39 @@ async def test_a_v1_prompt_whose_turn_start_cannot_be_journaled_fails_and_leaves
                     await conn.agent.session_prompt(prompt)  # the next prompt runs
                     assert texts(rec) == ["echo one"]
             nursery.cancel_scope.cancel()
+
+
+async def test_another_principals_client_on_another_host_gets_not_found_never_the_session(conninfo: str) -> None:
+    """The session's principal is stored with its lease: a client of another principal on a second host
+    gets what it gets on the owner (-32002 "Resource not found", no owner named), alive or dead; the
+    session's own principal takes it over."""
+    with trio.fail_after(DEADLINE):
+        async with trio.open_nursery() as nursery:
+            async with node(conninfo, "a", nursery) as a, node(conninfo, "b", nursery) as b:
+                first = Recorder()
+                async with connected(a.host, first, principal="alice") as conn:
+                    await init2(conn)
+                    sid = str((await conn.agent.session_new(v2.NewSessionRequest(cwd="/tmp"))).session_id)
+                    await prompt_until_idle(conn, first, sid, "secret")
+                    for phase in ("alive", "dead"):
+                        if phase == "dead":
+                            a.host.abandon()  # as SIGKILL
+                            expire(conninfo, "a")
+                        probe = Recorder()
+                        async with connected(b.host, probe, principal="bob") as other:
+                            await init2(other)
+                            with pytest.raises(RequestError) as refused:
+                                await resume(other, sid, v2.StartReplayFrom())
+                        assert refused.value.code == -32002, phase
+                        assert refused.value.data == {"sessionId": sid}, phase  # no owner, no URL
+                        assert "echo secret" not in texts(probe)
+                lease = await b.store.owner(sid)
+                assert lease is not None and lease.owner == "a ws://a"  # bob's asking claimed nothing
+                second = Recorder()
+                async with connected(b.host, second, principal="alice") as conn:
+                    await init2(conn)
+                    await resume(conn, sid, v2.StartReplayFrom())
+                    assert texts(second) == ["echo secret"]
+                    await prompt_until_idle(conn, second, sid, "more")
+                    assert texts(second)[-1] == "echo more"
+            nursery.cancel_scope.cancel()

@@ -378,6 +378,21 @@ async def test_a_claim_holds_until_released_or_expired_and_each_claim_has_a_larg
             await store.claim("s", "host-a", 0)
 
 
+async def test_a_sessions_principal_is_stored_by_its_first_claim_and_outlives_its_leases(stores: Stores) -> None:
+    store = stores.open(stores.conninfo_for("principals"))
+    with trio.fail_after(WAIT):
+        assert await store.principal("s") is None
+        unnamed = await store.claim("s", "host-a", 30)  # no principal: none stored
+        assert unnamed is not None and await store.principal("s") is None
+        assert await store.release("s", unnamed.epoch)
+        first = await store.claim("s", "host-a", 30, "alice")
+        assert first is not None and await store.principal("s") == "alice"
+        assert await store.claim("s", "host-b", 30, "bob") is None  # a failed claim stores nothing
+        assert await store.release("s", first.epoch)
+        second = await store.claim("s", "host-b", 30, "bob")  # never changed once stored
+        assert second is not None and await store.principal("s") == "alice"
+
+
 async def test_two_claimants_racing_over_many_sessions_each_win_exactly_one_claim(stores: Stores) -> None:
     """Two hosts (two stores: their own pools and connections) claim the same 150 sessions at the
     same moments, twice (unowned, then all expired): every session has exactly one winner, the

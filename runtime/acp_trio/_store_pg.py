@@ -28,6 +28,7 @@ a schema of its own with ``options=-csearch_path=NAME`` in the conninfo if you l
                       data BYTEA, PRIMARY KEY (journal, number))  -- as SQLite's journal_lines
     acp_session_leases(session_id TEXT PRIMARY KEY, owner TEXT, epoch BIGINT, expires_at TIMESTAMPTZ)
     acp_lease_epochs: a sequence (every claim's epoch: larger than any given before, never reused)
+    acp_session_principals(session_id TEXT PRIMARY KEY, principal TEXT)   -- who a session belongs to
 
 Records are the SQLite store's (``kind``, ``data``: see ``acp_trio._store_db``), built by the same
 functions, so both replay the same bytes.  Opening creates the schema, or migrates an older version
@@ -138,10 +139,19 @@ CREATE TABLE acp_session_leases (
     epoch BIGINT NOT NULL,
     expires_at TIMESTAMPTZ NOT NULL
 );
-CREATE INDEX acp_session_leases_owner ON acp_session_leases (owner)
+CREATE INDEX acp_session_leases_owner ON acp_session_leases (owner);
+CREATE TABLE acp_session_principals (session_id TEXT PRIMARY KEY, principal TEXT NOT NULL)
 """
 _TABLES: Final = frozenset(
-    {"acp_store", "acp_sessions", "acp_events", "acp_journals", "acp_journal_lines", "acp_session_leases"}
+    {
+        "acp_store",
+        "acp_sessions",
+        "acp_events",
+        "acp_journals",
+        "acp_journal_lines",
+        "acp_session_leases",
+        "acp_session_principals",
+    }
 )
 _SESSION_COLUMNS: Final = (
     "session_id, cwd, additional_directories, mcp_servers, title, meta, modes, current_mode_id, "
@@ -760,28 +770,50 @@ class PostgresSessionStore(SessionStore):
         return bounds
 
     # -- leases ------------------------------------------------------------------------------------
-    async def claim(self, session_id: str, owner: str, ttl: float) -> Lease | None:
+    async def claim(self, session_id: str, owner: str, ttl: float, principal: str | None = None) -> Lease | None:
         """Take ownership of ``session_id`` for ``owner`` (a host id) for ``ttl`` seconds (the
         server's clock), when it is unowned or its lease has expired: the new :class:`Lease`, with a
         new epoch larger than any given before; ``None`` when another lease holds (including one of
         ``owner``'s own: a host keeps a lease by :meth:`renew`).  Of concurrent claims exactly one
-        succeeds.  Raises ``ValueError`` for a ``ttl`` that is not positive, ``psycopg.Error``
-        when the server cannot be reached."""
+        succeeds.  ``principal``: who the session belongs to, stored with a successful claim when
+        none is stored yet (never changed afterwards, and kept when the lease is released; read it
+        with :meth:`principal`).  Raises ``ValueError`` for a ``ttl`` that is not positive,
+        ``psycopg.Error`` when the server cannot be reached."""
         interval = _ttl(ttl)
 
         def claim(db: psycopg.Connection[Any]) -> Lease | None:
-            row = db.execute(
-                "INSERT INTO acp_session_leases AS l (session_id, owner, epoch, expires_at) "
-                "VALUES (%s, %s, nextval('acp_lease_epochs'), clock_timestamp() + %s) "
-                "ON CONFLICT (session_id) DO UPDATE SET owner = excluded.owner, epoch = excluded.epoch, "
-                "expires_at = excluded.expires_at WHERE l.expires_at <= clock_timestamp() "
-                f"RETURNING {_LEASE_COLUMNS}",
-                (session_id, owner, interval),
-            ).fetchone()
+            with db.transaction():
+                row = db.execute(
+                    "INSERT INTO acp_session_leases AS l (session_id, owner, epoch, expires_at) "
+                    "VALUES (%s, %s, nextval('acp_lease_epochs'), clock_timestamp() + %s) "
+                    "ON CONFLICT (session_id) DO UPDATE SET owner = excluded.owner, epoch = excluded.epoch, "
+                    "expires_at = excluded.expires_at WHERE l.expires_at <= clock_timestamp() "
+                    f"RETURNING {_LEASE_COLUMNS}",
+                    (session_id, owner, interval),
+                ).fetchone()
+                if row is not None and principal is not None:
+                    db.execute(
+                        "INSERT INTO acp_session_principals (session_id, principal) VALUES (%s, %s) "
+                        "ON CONFLICT (session_id) DO NOTHING",
+                        (session_id, principal),
+                    )
             return _lease(row) if row is not None else None
 
         lease: Lease | None = await self._pooled(claim)
         return lease
+
+    async def principal(self, session_id: str) -> str | None:
+        """The principal stored for ``session_id`` by the first :meth:`claim` that gave one, or
+        ``None`` (never claimed with one: the session is anyone's, as on a host without authentication)."""
+
+        def principal(db: psycopg.Connection[Any]) -> str | None:
+            row = db.execute(
+                "SELECT principal FROM acp_session_principals WHERE session_id = %s", (session_id,)
+            ).fetchone()
+            return str(row[0]) if row is not None else None
+
+        found: str | None = await self._pooled(principal)
+        return found
 
     async def renew(self, owner: str, ttl: float) -> list[Lease]:
         """Extend every lease ``owner`` holds that has not expired to ``ttl`` seconds from now (the

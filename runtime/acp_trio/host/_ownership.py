@@ -69,10 +69,17 @@ class HostOwnership:
     def __repr__(self) -> str:
         return f"HostOwnership(host_id={self.host_id!r}, url={self.url!r}, lease_seconds={self.lease_seconds})"
 
-    async def claim(self, session_id: str) -> Lease | None:
+    async def claim(self, session_id: str, principal: Any = None) -> Lease | None:
         """Claim ``session_id`` for this host (:meth:`PostgresSessionStore.claim`): the new lease,
-        or ``None`` while another holds it.  Raises ``psycopg.Error`` when the server cannot be reached."""
-        return await self.store.claim(session_id, self.owner, self.lease_seconds)
+        or ``None`` while another holds it.  ``principal``: the session's (stored as ``str`` with the
+        first claim that gives one; ``None``: none).  Raises ``psycopg.Error`` when the server cannot be reached."""
+        return await self.store.claim(
+            session_id, self.owner, self.lease_seconds, None if principal is None else str(principal)
+        )
+
+    async def principal_of(self, session_id: str) -> str | None:
+        """The principal stored for ``session_id`` (as ``str``), or ``None``: see :meth:`claim`."""
+        return await self.store.principal(session_id)
 
     async def renew(self) -> list[Lease]:
         """Extend every lease this host holds by ``lease_seconds``, in one statement; the leases

@@ -1351,7 +1351,7 @@ class SessionHost:
         assert self.ownership is not None
         problem = None
         try:
-            lease = await self.ownership.claim(session.id)
+            lease = await self.ownership.claim(session.id, session.principal)
         except Exception as exc:
             log.exception("session %s: claiming its lease failed", session.id)
             lease, problem = None, f"{type(exc).__name__}: {exc}"
@@ -1420,12 +1420,28 @@ class SessionHost:
         self._sessions[session_id] = session
         home.sessions.add(session_id)
         try:
-            lease = await self.ownership.claim(session_id)
+            # the session's principal, stored with its first lease: a client of another one is
+            # answered as the host that runs it answers it (-32002, nothing about the session)
+            stored = await self.ownership.principal_of(session_id)
+            if stored is not None and client.principal is not None and str(client.principal) != stored:
+                self._unreserve(session)
+                client.put(
+                    _error(
+                        message["id"],
+                        RESOURCE_NOT_FOUND,
+                        f"Resource not found: session {session_id!r}",
+                        {"sessionId": session_id},
+                    )
+                )
+                return
+            if stored is not None and client.principal is None:  # a host without authentication
+                session.principal = stored
+            lease = await self.ownership.claim(session_id, session.principal)
             held = await self.ownership.owner_of(session_id) if lease is None else None
             if held is not None and held.owner == self.ownership.owner:
                 # a lease of ours on a session not live here (its release failed): give it up, claim anew
                 await self.ownership.release(session_id, held.epoch)
-                lease = await self.ownership.claim(session_id)
+                lease = await self.ownership.claim(session_id, session.principal)
                 held = await self.ownership.owner_of(session_id) if lease is None else None
             last = await self.journal.last(session_id) if lease is not None else 0
         except BaseException:
