@@ -10,10 +10,18 @@ journal append by the lease's epoch, and releases the lease when the session end
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
 from typing import TYPE_CHECKING, Any
+
+import trio
 
 if TYPE_CHECKING:
     from .._store_pg import Lease, PostgresSessionStore
+
+PeerConnector = Callable[[str], AbstractAsyncContextManager[trio.abc.Stream]]
+"""``connect_peer(url)``: an async context manager yielding a byte stream of NDJSON lines to the
+host at ``url`` (an owner's advertised URL), as a client connection of that host."""
 
 DEFAULT_LEASE_SECONDS = 10.0
 """Default lease length (seconds).  A host renews every third of it, so a renewal may fail twice
@@ -43,6 +51,16 @@ class HostOwnership:
     (default: a new random one, ``uuid4().hex``; never reuse one across process starts).
     ``url``: the URL other hosts and clients may reach this host at (advertised in the owner error
     of another host; default ``None``).  ``lease_seconds``: :data:`DEFAULT_LEASE_SECONDS`.
+    ``peer_token``: the hosts' shared secret for forwarding (``None``: no forwarding; a client
+    reaching this host for a session another live host owns gets the owner error).  With it, this
+    host serves such a client through a connection of its own to the owner's URL (the owner sees
+    one more attached client), and accepts such connections from the other hosts: their
+    ``initialize`` carries ``_meta["acp-trio/peer"]`` ``{"token", "principal"}``, and a matching
+    token makes the connection act for that principal (a wrong one is refused; the token never
+    reaches the agent).  Give every host the same one, and keep it as secret as the token file.
+    ``connect_peer``: how to reach an owner (:data:`PeerConnector`; default: a WebSocket to the
+    URL, ``ws://`` or ``wss://``, with ``Authorization: Bearer <peer_token>``, so that an owner
+    with a token file needs a line ``PRINCIPAL <peer_token>`` in it for the hosts).
     Raises ``ValueError`` for a ``lease_seconds`` that is not positive, or an id or URL with a space.
     """
 
@@ -53,6 +71,8 @@ class HostOwnership:
         host_id: str | None = None,
         url: str | None = None,
         lease_seconds: float = DEFAULT_LEASE_SECONDS,
+        peer_token: str | None = None,
+        connect_peer: PeerConnector | None = None,
     ) -> None:
         if not lease_seconds > 0:
             raise ValueError(f"lease_seconds must be positive seconds, got {lease_seconds!r}")
@@ -63,8 +83,17 @@ class HostOwnership:
         self.host_id = host_id
         self.url = url
         self.lease_seconds = float(lease_seconds)
+        if peer_token is not None and len(peer_token) < 16:
+            raise ValueError("peer_token is a secret of at least 16 characters (secrets.token_urlsafe(32))")
+        self.peer_token = peer_token
+        self.connect_peer: PeerConnector = connect_peer if connect_peer is not None else self._websocket_peer
         # stored in the lease's owner column: the id, then the URL after a space (other hosts read both)
         self.owner = host_id if url is None else f"{host_id} {url}"
+
+    def _websocket_peer(self, url: str) -> AbstractAsyncContextManager[trio.abc.Stream]:
+        from ._forward import websocket_peer
+
+        return websocket_peer(url, self.peer_token)
 
     def __repr__(self) -> str:
         return f"HostOwnership(host_id={self.host_id!r}, url={self.url!r}, lease_seconds={self.lease_seconds})"

@@ -48,6 +48,7 @@ from .._core import (
 from .._nursery import owned_nursery
 from .._roles import AgentSideConnection, ClientSideConnection
 from ..session_store import SqliteSessionStore
+from ._forward import PEER_META_KEY, Remote, peer_principal
 from ._journal import Journal
 from ._ownership import MOVED_REASON, OWNED_REASON, TAKEN_OVER_REASON, HostOwnership, owner_data
 
@@ -195,6 +196,8 @@ class _Client:
         self.ids = itertools.count(1)
         self.questions: dict[int, _Question] = {}  # router id -> question
         self.calls: dict[Any, tuple[_Instance, int]] = {}  # the client's request id -> its router id
+        self.remotes: dict[str, Remote] = {}  # sessions forwarded to their owner host, by session id
+        self.peer_questions: dict[int, tuple[Remote, Any]] = {}  # router id -> an owner's request and its id
         self.gone = False
 
     async def room(self, size: int) -> None:
@@ -621,8 +624,19 @@ class SessionHost:
         params = message.get("params")
         session_id = params.get("sessionId") if type(params) is dict else None
         if method == "initialize":
-            client.init_params = params
             meta = params.get("_meta") if type(params) is dict else None
+            if type(meta) is dict and PEER_META_KEY in meta:  # another host forwards a client of its own
+                try:
+                    _, acting = peer_principal(meta, self.ownership.peer_token if self.ownership else None)
+                except ValueError as exc:
+                    client.put(_error(request_id, INVALID_REQUEST, f"Invalid request: {exc}", {"method": method}))
+                    return
+                if acting is not None:
+                    client.principal = acting
+                meta = {k: v for k, v in meta.items() if k != PEER_META_KEY}  # the token never reaches the agent
+                params = {**(params if type(params) is dict else {}), "_meta": meta}
+                message = {**message, "params": params}
+            client.init_params = params
             token = meta.get(ATTACH_META_KEY) if type(meta) is dict else None
             if client.home is None and type(token) is str:
                 known = self._tokens.get(hashlib.sha256(token.encode()).digest())
@@ -670,6 +684,11 @@ class SessionHost:
                     answer["result"] = {**result, "_meta": meta}
 
             self._forward(instance, client, message, on_answer=initialized)
+            return
+        remote = client.remotes.get(session_id) if type(session_id) is str else None
+        if remote is not None:  # forwarded to the session's owner: as it is
+            remote.calls.add(request_id)
+            remote.send.send_nowait(_dumps(message))
             return
         home = client.home
         if home is not None and home.ended:
@@ -1175,6 +1194,10 @@ class SessionHost:
             request_id = params.get("requestId")
             try:
                 target = client.calls.get(request_id)
+                for remote in client.remotes.values():
+                    if request_id in remote.calls:
+                        remote.send.send_nowait(_dumps(message))
+                        return
             except TypeError:
                 return
             if target is not None:
@@ -1183,6 +1206,9 @@ class SessionHost:
                 instance.send.send_nowait(_dumps(forwarded))
             return
         session_id = params.get("sessionId") if type(params) is dict else None
+        if type(session_id) is str and session_id in client.remotes:
+            client.remotes[session_id].send.send_nowait(_dumps(message))
+            return
         if type(session_id) is str:
             session = self._sessions.get(session_id)
             if session is not None:
@@ -1195,6 +1221,13 @@ class SessionHost:
 
     def _client_answer(self, client: _Client, message: dict[str, Any]) -> None:
         router_id = message.get("id")
+        peer = client.peer_questions.pop(router_id, None) if type(router_id) is int else None
+        if peer is not None:  # an owner host's request, forwarded: the answer goes back under its id
+            remote, owner_id = peer
+            remote.questions.pop(owner_id, None)
+            answer = {k: v for k, v in message.items() if k in ("jsonrpc", "result", "error")}
+            remote.send.send_nowait(_dumps({**answer, "id": owner_id}))
+            return
         try:
             question = client.questions.pop(router_id)  # type: ignore[arg-type]
         except (KeyError, TypeError):
@@ -1232,6 +1265,8 @@ class SessionHost:
     def _client_gone(self, client: _Client) -> None:
         """The client's connection ended: it detaches from its sessions (their turns go on)."""
         client.gone = True
+        for remote in client.remotes.values():
+            remote.scope.cancel()
         for session_id in list(client.sessions):
             session = self._sessions.get(session_id)
             if session is None:
@@ -1449,6 +1484,12 @@ class SessionHost:
             raise
         if lease is None:
             self._unreserve(session)
+            url = owner_data(held)["ownerUrl"] if held is not None and held.held else None
+            if url is not None and self.ownership.peer_token is not None and not client.gone:
+                remote = Remote(session_id, url)
+                client.remotes[session_id] = remote
+                self._nursery.start_soon(self._run_remote, client, remote, message)
+                return
             data: dict[str, Any] = {"reason": OWNED_REASON, "sessionId": session_id, "method": method}
             data.update(owner_data(held) if held is not None else {"owner": None, "ownerUrl": None})
             where = f" at {data['ownerUrl']}" if data["ownerUrl"] else ""
@@ -1488,6 +1529,107 @@ class SessionHost:
         router_id = next(home.ids)
         home.calls[router_id] = _Call(None, None, method, params, restored)
         home.send.send_nowait(_dumps({**request, "id": router_id}))
+
+    async def _run_remote(self, client: _Client, remote: Remote, message: dict[str, Any]) -> None:
+        """Serve ``client`` the session of ``remote`` through a connection to its owner host (the
+        module ``_forward``): ``initialize`` as the client's with the peer token and its principal,
+        then its ``message`` (the load or resume) as it is, then both ways until either side ends."""
+        assert self.ownership is not None
+        request_id = message["id"]
+        init_id = "acp-trio/peer-initialize"
+        meta = client.init_params.get("_meta") if type(client.init_params) is dict else None
+        peer: dict[str, Any] = {"token": self.ownership.peer_token}
+        if client.principal is not None:
+            peer["principal"] = str(client.principal)
+        init_params = {**(client.init_params or {}), "_meta": {**(meta or {}), PEER_META_KEY: peer}}
+        init = {"jsonrpc": "2.0", "id": init_id, "method": "initialize", "params": init_params}
+        attached = answered = False  # the client's load/resume: attached there; answered
+        detail = "the connection to the session's owner host ended"
+        _event("session.forwarded", "client %s: session %s forwarded to %s", client, remote.session_id, remote.url)
+        try:
+            with remote.scope:
+                async with self.ownership.connect_peer(remote.url) as stream, trio.open_nursery() as nursery:
+
+                    async def write() -> None:
+                        async for line in remote.receive:
+                            await stream.send_all(line + b"\n")
+
+                    await stream.send_all(_dumps(init) + b"\n")
+                    framer = LineFramer(self.max_message_size)
+                    try:
+                        while True:
+                            data = await stream.receive_some()
+                            items = framer.feed(data) if data else framer.close()
+                            for item in items:
+                                if type(item) is not bytes:
+                                    continue
+                                line: Any = orjson.loads(item)
+                                if type(line) is not dict:
+                                    continue
+                                method = line.get("method")
+                                if method is None:  # an answer
+                                    if line.get("id") == init_id:
+                                        if "error" in line:
+                                            error = line["error"]
+                                            client.put(_dumps({"jsonrpc": "2.0", "id": request_id, "error": error}))
+                                            answered = True
+                                            return
+                                        remote.calls.add(request_id)
+                                        await stream.send_all(_dumps(message) + b"\n")
+                                        nursery.start_soon(write)
+                                        continue
+                                    remote.calls.discard(line.get("id"))
+                                    if line.get("id") == request_id:
+                                        answered = True
+                                        if "error" in line:  # not attached there: this forward ends
+                                            client.put(item)
+                                            return
+                                        attached = True
+                                    client.put(item)
+                                elif "id" in line:  # the owner's request to the client: an id of this host's
+                                    router_id = next(client.ids)
+                                    client.peer_questions[router_id] = (remote, line["id"])
+                                    remote.questions[line["id"]] = router_id
+                                    client.put(_dumps({**line, "id": router_id}))
+                                elif method == "$/cancel_request":
+                                    params = line.get("params")
+                                    owner_id = params.get("requestId") if type(params) is dict else None
+                                    known = type(owner_id) in (int, str)
+                                    mine = remote.questions.pop(owner_id, None) if known else None
+                                    if mine is not None and type(params) is dict:
+                                        client.peer_questions.pop(mine, None)
+                                        client.put(_dumps({**line, "params": {**params, "requestId": mine}}))
+                                else:
+                                    client.put(item)
+                                    if method == SESSION_ENDED:
+                                        attached = False  # it was told
+                                        return
+                            if not data:
+                                return
+                    finally:
+                        nursery.cancel_scope.cancel()  # the writer
+        except Exception as exc:
+            detail = f"the connection to the session's owner host failed: {type(exc).__name__}: {exc}"
+            log.warning("client %s: forwarding session %s to %s: %s", client, remote.session_id, remote.url, detail)
+            if not answered:
+                client.put(
+                    _error(
+                        request_id,
+                        INTERNAL_ERROR,
+                        f"Internal error: session {remote.session_id!r} runs on another host ({remote.url}) that "
+                        f"this host could not reach ({exc}): try again",
+                        {"reason": OWNED_REASON, "sessionId": remote.session_id, "ownerUrl": remote.url},
+                    )
+                )
+        finally:
+            if client.remotes.get(remote.session_id) is remote:
+                del client.remotes[remote.session_id]
+            for router_id in remote.questions.values():
+                client.peer_questions.pop(router_id, None)
+            remote.send.close()
+            if attached and not client.gone:
+                ended = {"sessionId": remote.session_id, "reason": MOVED_REASON, "detail": detail}
+                client.put(_dumps({"jsonrpc": "2.0", "method": SESSION_ENDED, "params": ended}))
 
     async def _taken_over(self, client: _Client, message: dict[str, Any], method: str, session: _Session) -> None:
         """The agent restored ``session`` (taken over): numbering continues from the journal, a turn
