@@ -106,6 +106,11 @@ OPTIONS: tuple[Option, ...] = (
     Option("host_id", "str", "with a postgresql store: this process's id in the leases (default: a random one)"),
     Option("advertise_url", "str", "with a postgresql store: the URL other hosts name for this one's sessions"),
     Option(
+        "peer_token_file",
+        "path",
+        "with a postgresql store: the hosts' shared secret (the file's one line), to forward a session to its owner",
+    ),
+    Option(
         "handover",
         "choice",
         "with a postgresql store, when a drain hands its sessions over (default after_drain_timeout)",
@@ -146,6 +151,7 @@ class Settings:
     lease_seconds: float = 10.0
     host_id: str | None = None
     advertise_url: str | None = None
+    peer_token: str | None = None
     handover: str = "after_drain_timeout"
     log_format: str = "json"
     log_level: str = "info"
@@ -244,7 +250,7 @@ def load_settings(options: argparse.Namespace) -> Settings:
     for key, value in values.items():
         if key == "listen":
             settings.listen = [_address(text) for text in value]
-        elif key == "token_file":
+        elif key in ("token_file", "peer_token_file"):
             continue
         else:
             setattr(settings, key, value)
@@ -285,7 +291,7 @@ def _combine(settings: Settings, values: dict[str, Any]) -> None:
     if settings.path == settings.health_path:
         raise ConfigError(f"path and health_path are both {settings.path!r}: give the health check a path of its own")
     scheme = store_scheme(settings.store)
-    for key in ("lease_seconds", "host_id", "advertise_url", "handover"):
+    for key in ("lease_seconds", "host_id", "advertise_url", "handover", "peer_token_file"):
         if key in values and scheme != "postgresql":
             raise ConfigError(f"{key} is for a postgresql:// store (sessions owned by one host among several)")
     if scheme == "postgresql" and settings.command:
@@ -295,6 +301,17 @@ def _combine(settings: Settings, values: dict[str, Any]) -> None:
         )
     if settings.host_id is not None and " " in settings.host_id:
         raise ConfigError(f"host_id: expected no spaces, got {settings.host_id!r}")
+    if "peer_token_file" in values:
+        try:
+            with open(values["peer_token_file"], encoding="utf-8") as file:
+                settings.peer_token = file.read().strip()
+        except OSError as exc:
+            raise ConfigError(f"peer_token_file: {exc}") from None
+        if len(settings.peer_token) < 16 or any(c.isspace() for c in settings.peer_token):
+            raise ConfigError(
+                "peer_token_file: expected one line, a secret of at least 16 characters without spaces "
+                "(python -c 'import secrets; print(secrets.token_urlsafe(32))')"
+            )
     if "token_file" in values:
         from ..bridge import read_token_file
 
@@ -440,7 +457,11 @@ async def open_host(settings: Settings, journal: Journal | None) -> AsyncIterato
         from ._ownership import HostOwnership
 
         ownership = HostOwnership(
-            store, host_id=settings.host_id, url=settings.advertise_url, lease_seconds=settings.lease_seconds
+            store,
+            host_id=settings.host_id,
+            url=settings.advertise_url,
+            lease_seconds=settings.lease_seconds,
+            peer_token=settings.peer_token,
         )
     if settings.command:
         from ..bridge import open_detach_host
@@ -644,6 +665,7 @@ _METAVARS = {
     "certfile": "PEM",
     "keyfile": "PEM",
     "token_file": "PATH",
+    "peer_token_file": "PATH",
     "allowed_origins": "ORIGIN",
     "allowed_hosts": "HOST",
 }
