@@ -47,6 +47,8 @@ class Asker(neutral.Agent):
         if turn.text == "hang":
             await self.go.wait()
             await turn.say("late")
+        if turn.text == "wait":  # until session/cancel
+            await trio.sleep_forever()
         if turn.text == "ask":
             decision = await turn.ask_permission("may I?")
             await turn.say(f"chose {decision.option.option_id if decision.option else None}")
@@ -151,6 +153,13 @@ async def test_a_client_of_another_host_is_served_the_live_session_through_its_o
                     await prompt_until_idle(conn, second, sid, "two")
                     assert texts(second)[-1] == "echo two"
                     assert sid not in b.host.sessions()  # never live on b: forwarded
+                    # session/cancel passes through b to a's agent
+                    await conn.agent.session_prompt(
+                        v2.PromptRequest(session_id=sid, prompt=[v2.TextContentBlock(text="wait")])
+                    )
+                    await second.until(lambda: texts(second)[-1] == "echo wait")
+                    await conn.agent.session_cancel(v2.CancelSessionNotification(session_id=sid))
+                    await second.until(lambda: states(second)[-1:] == [("idle", "cancelled")])
                     # a dies mid-forward: the client is told to resume again; once a's lease is
                     # gone, b takes the session over with the whole history
                     last = numbered(second)[-1][0]
@@ -205,3 +214,31 @@ async def test_a_peer_connection_acts_for_a_principal_only_with_the_hosts_token_
                         await resume(peer, sid)  # acting for alice: her session
                 assert a.host.sessions()[sid].attached == 0
     assert len(seen) == 2 and all("acp-trio/peer" not in str(message) for message in seen)  # alice's, the peer's
+
+
+async def test_an_owner_that_cannot_be_reached_is_named_in_the_answer_and_nothing_stays_forwarded(
+    conninfo: str,
+) -> None:
+    hosts: dict[str, SessionHost] = {}
+    with trio.fail_after(DEADLINE):
+        async with trio.open_nursery() as nursery:
+            async with node(conninfo, "a", nursery, hosts) as a, node(conninfo, "b", nursery, {}) as b:
+                first = Recorder()
+                async with connected(a.host, first) as conn:
+                    await init2(conn)
+                    sid = str((await conn.agent.session_new(v2.NewSessionRequest(cwd="/tmp"))).session_id)
+                probe = Recorder()
+                async with connected(b.host, probe) as other:  # b's connector knows no host: a is unreachable
+                    await init2(other)
+                    for _ in range(2):  # the second asks again: nothing of the first is left in the way
+                        with pytest.raises(RequestError) as failed:
+                            await resume(other, sid)
+                        assert failed.value.code == -32603
+                        assert failed.value.data == {
+                            "reason": "owned by another host",
+                            "sessionId": sid,
+                            "ownerUrl": "ws://a",
+                        }
+                    new = await other.agent.session_new(v2.NewSessionRequest(cwd="/tmp"))  # the connection goes on
+                    assert str(new.session_id) in b.host.sessions()
+            nursery.cancel_scope.cancel()

@@ -24,6 +24,11 @@ PEER_META_KEY = "acp-trio/peer"
 """``initialize`` ``_meta`` key of a host forwarding a client: ``{"token": peer_token, "principal"}``."""
 
 
+CONNECT_TIMEOUT = 5.0
+"""Seconds the default connector waits for an owner's WebSocket (TCP and upgrade); past them the
+client's load/resume is answered -32603 (``data.reason`` ``"owned by another host"``): try again."""
+
+
 class Remote:
     """One session forwarded to its owner for one client: lines to the owner, the client's requests in flight."""
 
@@ -82,11 +87,20 @@ class _WebSocketLines(trio.abc.Stream):
 @asynccontextmanager
 async def websocket_peer(url: str, peer_token: str | None) -> AsyncIterator[trio.abc.Stream]:
     """The default :data:`~acp_trio.host._ownership.PeerConnector`: a WebSocket to ``url`` with
-    ``Authorization: Bearer <peer_token>``."""
+    ``Authorization: Bearer <peer_token>``; raises ``OSError`` or ``trio_websocket.HandshakeError``
+    when the owner cannot be reached in :data:`CONNECT_TIMEOUT` seconds."""
     import trio_websocket
 
+    from ..transports.websocket import DEFAULT_MAX_MESSAGE_BYTES
+
     headers = [(b"authorization", f"Bearer {peer_token}".encode())] if peer_token else []
-    async with trio_websocket.open_websocket_url(url, extra_headers=headers) as ws:
+    async with trio_websocket.open_websocket_url(
+        url,
+        extra_headers=headers,
+        max_message_size=DEFAULT_MAX_MESSAGE_BYTES,
+        connect_timeout=CONNECT_TIMEOUT,
+        disconnect_timeout=2.0,
+    ) as ws:
         yield _WebSocketLines(ws)
 
 
