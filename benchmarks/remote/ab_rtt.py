@@ -15,7 +15,10 @@ against the last tree's server (``ts>NAME``).
 ``--http``: over Streamable HTTP instead (``http://`` URLs: ``connect_http`` → ``AcpApp``, and the
 TS pair's ``createHttpStream`` → ``AcpServer``).  ``--floor``: also the floor with no ACP on either
 side (``raw_ws_server.py``, a bare ASGI app on hypercorn, driven by ``raw_ws_client.py`` over
-WebSocket or ``raw_http_client.py`` over HTTP), for ``read N 1`` only, run with ``--python``.
+WebSocket or ``raw_http_client.py`` over HTTP), for ``read N 1`` only, run with ``--python``; over HTTP
+its client sends a ``POST`` 's head and body in two writes (httpx2's way).  ``--floor-one-write`` (with
+``--http``): also that floor with each ``POST`` in one write (``floor1``: ``raw_http_client.py
+--one-write``, as ``connect_http`` sends them).
 ``--python``: the interpreter for the acp-trio sides (default: this one).  ``--tree NAME=-``: what
 that interpreter has installed; ``--tree NAME=/path/to/venv/bin/python``: that interpreter and what
 it has installed (a venv with a compiled wheel: the compiled runtime).
@@ -89,6 +92,11 @@ def main() -> None:
     parser.add_argument("--crossed", action="store_true", help="also the crossed pairs (implies --ts)")
     parser.add_argument("--http", action="store_true", help="over Streamable HTTP instead of WebSocket")
     parser.add_argument("--floor", action="store_true", help="also the floor (no ACP; read N 1 only)")
+    parser.add_argument(
+        "--floor-one-write",
+        action="store_true",
+        help="with --http: also the floor whose client sends a POST's head and body in one write ('floor1')",
+    )
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("commands", nargs="*", default=list(DEFAULT_COMMANDS))
@@ -124,6 +132,12 @@ def main() -> None:
             if args.http:
                 argv += ["--server-pid", str(pid)]
             variants.append(("floor", [*argv, "--repeats", str(args.repeats)], env))
+        if args.floor_one_write and args.http:  # (its own server: the two floors' connections do not meet)
+            env = env_for(None)
+            port, pid = start([args.python, str(HERE / "raw_ws_server.py")], env, stack)
+            argv = [args.python, str(HERE / "raw_http_client.py"), f"http://127.0.0.1:{port}/acp", "--warmup", "1"]
+            argv += ["--server-pid", str(pid), "--one-write"]
+            variants.append(("floor1", [*argv, "--repeats", str(args.repeats)], env))
         rates: dict[tuple[str, str], list[float]] = {}
         cpus: dict[tuple[str, str], list[tuple[float, float]]] = {}  # (server, client) CPU µs per round trip
         for r in range(args.rounds):
@@ -131,7 +145,7 @@ def main() -> None:
             for command in args.commands:
                 kind, n, _ = parse_command(command)
                 for name, argv, env in order:
-                    if name == "floor" and not (kind == "read" and command.split()[2:] == ["1"]):
+                    if name.startswith("floor") and not (kind == "read" and command.split()[2:] == ["1"]):
                         continue  # the floor does sequential reads only
                     proc = subprocess.run(
                         [*argv, command], env=env, cwd=HERE, capture_output=True, text=True, timeout=600

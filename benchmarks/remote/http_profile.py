@@ -5,14 +5,17 @@ Usage: ``python http_profile.py [--small N] [--large N] [--no-strace] [--top K] 
 
 A round trip is one ``fs/read_text_file`` of ``read N 1`` (with ``--kind permission``, one
 ``session/request_permission`` of ``permission N``, ours only): the agent's request goes out as an SSE
-event on the session's stream, the client ``POST`` s its answer and gets ``202``.  Two variants:
+event on the session's stream, the client ``POST`` s its answer and gets ``202``.  Three variants:
 
 - ``ours``: ``trio_server.py`` (``AcpApp`` on hypercorn, the bench agent) driven by
   ``trio_client.py`` (``connect_http``, the bench client);
 - ``floor``: ``raw_ws_server.py`` (a bare ASGI app on hypercorn, no ACP) driven by
   ``raw_http_client.py`` (httpx2, no ACP): the same HTTP exchange, nothing decoded.
+- ``floor1``: the floor with each ``POST`` 's head and body in one write (``raw_http_client.py
+  --one-write``, as ``connect_http`` sends them; ``floor`` sends them in two, httpx2's way).
 
-Each variant runs twice, ``read SMALL 1`` then ``read LARGE 1`` (one prompt each, no warm-up), and
+``ours`` and ``floor`` run unless ``--variant`` names others.  Each variant runs twice, ``read SMALL 1``
+then ``read LARGE 1`` (one prompt each, no warm-up), and
 every count is the difference over ``LARGE - SMALL`` round trips, so start-up, imports,
 ``initialize`` and ``session/new`` cancel out.  Counts do not depend on the machine's load (times
 do), which is why this counts instead of timing:
@@ -67,6 +70,7 @@ finally:
 VARIANTS = {
     "ours": ("trio_server.py", "trio_client.py", []),
     "floor": ("raw_ws_server.py", "raw_http_client.py", []),
+    "floor1": ("raw_ws_server.py", "raw_http_client.py", ["--one-write"]),  # a POST's head and body in one write
 }
 
 
@@ -92,7 +96,7 @@ def package(filename: str) -> str:
 
 
 def run_once(variant: str, n: int, tmp: Path, counted: bool, strace: bool, kind: str = "read") -> dict[str, Any]:
-    server_script, client_script, _ = VARIANTS[variant]
+    server_script, client_script, client_options = VARIANTS[variant]
     py = sys.executable
     prefix_s: list[str] = []
     prefix_c: list[str] = []
@@ -115,6 +119,7 @@ def run_once(variant: str, n: int, tmp: Path, counted: bool, strace: bool, kind:
             "0",
             "--repeats",
             "1",
+            *client_options,
             command(kind, n),
         ]
         if strace:

@@ -8,6 +8,12 @@ costs over Streamable HTTP (an SSE event in, a ``POST`` out), with the client li
 ``connect_http`` uses and nothing decoded.  Prints ``{"<command>": [seconds, ...]}``; with
 ``--server-pid PID`` also each side's CPU seconds per measured prompt (``"cpu"``, as
 ``trio_client.py`` prints them).
+
+``--one-write``: each request's head goes out with its body in one write (one ``sendto``, one TCP
+segment), as ``connect_http``'s ``POST`` s do (:func:`acp_trio.transports._http_wire.send_heads_with_bodies`
+wraps httpx2's network backend); without it, httpx2's own way: the head, then the body, two writes,
+so the server reads the head, waits, then reads the body.  ``ab_rtt.py --floor-one-write`` and
+``http_profile.py --variant floor1`` use it; ``bench_remote.py``'s HTTP floor does not (two writes).
 """
 
 from __future__ import annotations
@@ -31,10 +37,21 @@ JSON = {"content-type": "application/json", "accept": "application/json, text/ev
 
 
 async def run(
-    url: str, commands: list[str], warmup: int, repeats: int, server_pid: int | None = None
+    url: str,
+    commands: list[str],
+    warmup: int,
+    repeats: int,
+    server_pid: int | None = None,
+    one_write: bool = False,
 ) -> dict[str, Any]:
     meter = Meter(server_pid)
-    async with httpx2.AsyncClient() as client:
+    client = httpx2.AsyncClient()
+    if one_write:
+        from acp_trio.transports._http_wire import send_heads_with_bodies
+
+        if not send_heads_with_bodies(client):
+            raise RuntimeError("--one-write: httpx2's transport is not the layout _http_wire expects")
+    async with client:
         initialized = await client.post(url, content=INITIALIZE, headers=JSON)
         initialized.raise_for_status()
         ids = {"acp-connection-id": initialized.headers["acp-connection-id"]}
@@ -73,9 +90,11 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=1)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--server-pid", type=int)
+    parser.add_argument("--one-write", action="store_true", help="a request's head and body in one write")
     parser.add_argument("commands", nargs="+")
     args = parser.parse_args()
-    print(json.dumps(trio.run(run, args.url, args.commands, args.warmup, args.repeats, args.server_pid)))
+    result = trio.run(run, args.url, args.commands, args.warmup, args.repeats, args.server_pid, args.one_write)
+    print(json.dumps(result))
 
 
 if __name__ == "__main__":

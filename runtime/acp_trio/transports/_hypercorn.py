@@ -32,7 +32,11 @@ One fix to hypercorn's WebSocket handling, process-wide once :func:`serve_hyperc
 and ``_handle_events`` and on the ``h11`` and ``h2`` protocol modules' ``WSStream`` name): a
 frame that breaks RFC 6455 (a text message that is not UTF-8) is answered with the close frame
 of wsproto's verdict (``1007``) before the TCP connection is closed, where hypercorn 0.18 closed
-it without one.
+it without one.  And one change to how hypercorn hands a request to the application (process-wide
+too, :class:`EagerTaskGroup`, relying on ``trio.task_group.TaskGroup.spawn_app`` returning its
+memory channel's ``send`` and on the ``trio.tcp_server`` module's ``TaskGroup`` name): a request
+event is queued without a yield when the queue has room, so a ``POST`` read whole in one read
+reaches the application whole.
 """
 
 from __future__ import annotations
@@ -56,7 +60,9 @@ from hypercorn.protocol import h2 as hypercorn_h2
 from hypercorn.protocol import h11 as hypercorn_h11
 from hypercorn.protocol.events import Data, StreamClosed
 from hypercorn.protocol.ws_stream import WSStream
+from hypercorn.trio import tcp_server as hypercorn_tcp_server
 from hypercorn.trio.lifespan import Lifespan
+from hypercorn.trio.task_group import TaskGroup
 from hypercorn.trio.tcp_server import MAX_RECV, TCPServer
 from hypercorn.trio.worker_context import WorkerContext
 from hypercorn.utils import repr_socket_addr, wrap_app
@@ -548,6 +554,40 @@ class ClosingWSStream(WSStream):
         await super()._handle_events()
 
 
+class EagerTaskGroup(TaskGroup):
+    """hypercorn's per-connection task group, whose application queues take an event without a yield.
+
+    hypercorn hands a request's events to its application through a trio memory channel whose
+    ``send`` yields even when the queue has room: a ``POST`` that arrived whole (head and body in one
+    read) goes in as three steps, the request, its body and the end of the body, and the
+    application, started with the first, runs between them (about half the time it found the body
+    without its end, and waited for it: a timer and a task switch).  Here an event the queue has room
+    for is queued at once (``send_nowait``, the same events in the same order); a full queue waits
+    as before.  The reader still yields at its next read of the socket.  :func:`serve_hypercorn`
+    makes hypercorn's TCP server use it (its ``tcp_server`` module's ``TaskGroup`` name).
+    """
+
+    async def spawn_app(self, app: Any, config: Config, scope: Any, send: Any) -> Callable[[Any], Awaitable[None]]:
+        put = await super().spawn_app(app, config, scope, send)
+        channel = getattr(put, "__self__", None)
+        put_nowait = getattr(channel, "send_nowait", None)
+        if put_nowait is None:  # (another layout: hypercorn's own put, unchanged)
+            return put
+
+        async def put_now(event: Any) -> None:
+            try:
+                put_nowait(event)
+            except trio.WouldBlock:
+                await put(event)
+
+        return put_now
+
+
+def _use_eager_task_group() -> None:
+    """Make hypercorn's TCP server create :class:`EagerTaskGroup` (process-wide)."""
+    hypercorn_tcp_server.TaskGroup = EagerTaskGroup  # type: ignore[attr-defined]
+
+
 def _use_closing_ws_stream() -> None:
     """Make hypercorn's HTTP/1.1 and HTTP/2 protocols create :class:`ClosingWSStream` (process-wide)."""
     hypercorn_h11.WSStream = ClosingWSStream  # type: ignore[attr-defined]
@@ -575,6 +615,7 @@ async def serve_hypercorn(
     is given back to the OS (``gc.collect()`` and glibc's ``malloc_trim``); ``None`` never.
     """
     _use_closing_ws_stream()
+    _use_eager_task_group()
     wrapped = wrap_app(app, config.wsgi_max_body_size, "asgi")
     state: dict[str, Any] = {}
     lifespan = Lifespan(wrapped, config, state)

@@ -233,6 +233,11 @@ class _Mailbox:
 
 def _id_key(value: Any) -> tuple[str, Any] | None:
     """A JSON-RPC id as a key keeping ``1`` and ``"1"`` apart (``None`` for a value that is no id)."""
+    kind = type(value)  # (the ids JSON gives: exactly str or int, judged without a call)
+    if kind is str:
+        return ("s", value)
+    if kind is int:
+        return ("n", value)
     if isinstance(value, str):
         return ("s", value)
     if isinstance(value, (int, float)) and not isinstance(value, bool):
@@ -249,8 +254,8 @@ def _has_id(message: dict[str, Any]) -> bool:
 def _is_response(message: Any) -> bool:
     return (
         isinstance(message, dict)
-        and message.get("jsonrpc") == "2.0"
         and "method" not in message
+        and message.get("jsonrpc") == "2.0"
         and _has_id(message)
         and ("result" in message or "error" in message)
     )
@@ -266,8 +271,10 @@ def _is_notification(message: dict[str, Any]) -> bool:
 
 def _params_session_id(message: dict[str, Any]) -> str | None:
     params = message.get("params")
-    session_id = params.get("sessionId") if isinstance(params, dict) else None
-    return session_id if isinstance(session_id, str) else None
+    if type(params) is not dict and not isinstance(params, dict):  # (exactly dict from JSON: no call)
+        return None
+    session_id = params.get("sessionId")
+    return session_id if type(session_id) is str or isinstance(session_id, str) else None
 
 
 def _utf16_length(text: str) -> int:
@@ -960,21 +967,22 @@ class AcpApp:
         conn.touch()
         return conn
 
-    async def _read_body(self, scope: Scope, receive: Receive, send: Send) -> bytes | None:
+    async def _read_body(self, scope: Scope, receive: Receive, send: Send, length: bytes | None) -> bytes | None:
         """The request body, or ``None`` once answered ``413`` (over ``max_message_bytes``; the rest
         is read and dropped, so the client gets the answer), ``408`` (not received in full within
-        ``request_timeout`` seconds; the TCP connection is closed after it) or when the client left."""
+        ``request_timeout`` seconds; the TCP connection is closed after it) or when the client left.
+        ``length``: the request's ``Content-Length`` header, if any."""
         answering: list[bool] = []  # the 413 answer has begun
         take = getattr(getattr(receive, "__self__", None), "receive_nowait", None)
         if take is not None:  # (hypercorn's queue of request events): a body already there is read at once
             taken: deque[Message] = deque()
-            body = self._body_at_once(scope, take, taken)
+            body = self._body_at_once(scope, take, taken, length)
             if body is not None:
                 return body
             if taken:  # what was taken is received again, first, by the path that waits
                 receive = functools.partial(_replayed, taken, receive)
         with trio.move_on_after(self.request_timeout):
-            return await self._receive_body(scope, receive, send, answering)
+            return await self._receive_body(scope, receive, send, answering, length)
         timeout = self.request_timeout
         log.warning("refused a POST on %s: its body did not arrive within %s s (request_timeout)", self.path, timeout)
         if answering:
@@ -984,11 +992,15 @@ class AcpApp:
             await _text_response(send, 408, text, [(b"connection", b"close")])
         return None
 
-    def _body_at_once(self, scope: Scope, take: Callable[[], Message], taken: deque[Message]) -> bytes | None:
+    def _body_at_once(
+        self, scope: Scope, take: Callable[[], Message], taken: deque[Message], length: bytes | None
+    ) -> bytes | None:
         """The whole body, when the server has received it all already (no yield, no timer): the
-        common case of a small POST.  Else ``None``, with the events taken so far in ``taken``."""
+        common case of a small POST.  Else ``None``, with the events taken so far in ``taken``.
+        ``length``: the request's ``Content-Length`` header, if any.  (The end of the message is
+        waited for even when ``length`` bytes came: hypercorn closes a keep-alive connection whose
+        response ended before h11 saw the request's end.)"""
         limit = self.max_message_bytes
-        length = _header(scope, b"content-length")
         if length is not None and length.isdigit() and int(length) > limit:
             return None
         parts: list[bytes] = []
@@ -1009,9 +1021,10 @@ class AcpApp:
             if not message.get("more_body", False):
                 return b"".join(parts)
 
-    async def _receive_body(self, scope: Scope, receive: Receive, send: Send, answering: list[bool]) -> bytes | None:
+    async def _receive_body(
+        self, scope: Scope, receive: Receive, send: Send, answering: list[bool], length: bytes | None
+    ) -> bytes | None:
         limit = self.max_message_bytes
-        length = _header(scope, b"content-length")
         too_big = length is not None and length.isdigit() and int(length) > limit
         parts: list[bytes] = []
         size = 0
@@ -1041,11 +1054,15 @@ class AcpApp:
         return None
 
     async def _http_post(self, scope: Scope, receive: Receive, send: Send, principal: str | None) -> None:
-        body = await self._read_body(scope, receive, send)
+        headers = _headers(scope)
+        body = await self._read_body(scope, receive, send, headers.get(b"content-length"))
         if body is None:
             return
-        content_type = (_header(scope, b"content-type") or b"").split(b";", 1)[0].strip().lower()
-        if content_type != b"application/json":
+        content_type = headers.get(b"content-type")
+        if (
+            content_type != b"application/json"  # (what clients send: judged without a call)
+            and (content_type or b"").split(b";", 1)[0].strip().lower() != b"application/json"
+        ):
             raise _HttpRefusal(415, "Unsupported Media Type")
         try:
             message = orjson.loads(body)
@@ -1059,8 +1076,13 @@ class AcpApp:
         if not isinstance(message, dict):
             raise _HttpRefusal(400, "Invalid JSON-RPC message")
         text = body.decode("utf-8")
-        named = _header(scope, HEADER_CONNECTION_ID_LOWER)
-        if message.get("jsonrpc") == "2.0" and "id" in message and message.get("method") == "initialize":
+        named = headers.get(HEADER_CONNECTION_ID_LOWER)
+        if (
+            "method" in message
+            and message.get("method") == "initialize"
+            and "id" in message
+            and message.get("jsonrpc") == "2.0"
+        ):
             if named:
                 raise _HttpRefusal(400, "Initialize not allowed on existing connection")
             if message["id"] is None:
@@ -1075,30 +1097,46 @@ class AcpApp:
                 async with trio.open_nursery() as nursery:
                     await self._http_initialize(nursery, message, text, receive, send, principal)
             return
-        conn = self._connection(scope, principal)
+        if not named:
+            raise _HttpRefusal(400, "Missing Acp-Connection-Id")
+        conn = self._http_connections.get(named.decode("latin-1"))
+        if conn is None or conn.closed or conn.routing_done or conn.principal != principal:
+            raise _ConnectionGone  # (as in _connection; request_ended touches it, not abandoned meanwhile)
         conn.request_began()
         try:
-            await self._http_post_to(conn, scope, receive, send, message, text)
+            await self._http_post_to(conn, headers, receive, send, message, text)
         finally:
             conn.request_ended()
 
     async def _http_post_to(
-        self, conn: _HttpConnection, scope: Scope, receive: Receive, send: Send, message: dict[str, Any], text: str
+        self,
+        conn: _HttpConnection,
+        headers: dict[bytes, bytes],
+        receive: Receive,
+        send: Send,
+        message: dict[str, Any],
+        text: str,
     ) -> None:
-        """A POST of ``message`` (its body: ``text``) other than ``initialize`` for ``conn``: ``202`` (held first
-        while the connection's output is at ``max_buffered_bytes``), or a refusal."""
+        """A POST of ``message`` (its body: ``text``; the request's headers by lowercased name: ``headers``)
+        other than ``initialize`` for ``conn``: ``202`` (held first while the connection's output is at
+        ``max_buffered_bytes``), or a refusal."""
         method = message.get("method")
-        raw_session = _header(scope, HEADER_SESSION_ID_LOWER)
+        raw_session = headers.get(HEADER_SESSION_ID_LOWER)
         header_session = raw_session.decode("latin-1") if raw_session else None
-        if _is_response(message):
-            key = _id_key(message["id"])
-            if key is not None and key in conn.client_response_routes:
-                route = conn.client_response_routes[key]
+        if (  # _is_response(message), keeping the id's key
+            "method" not in message
+            and ("result" in message or "error" in message)
+            and "id" in message
+            and (answered := _id_key(message["id"])) is not None
+            and message.get("jsonrpc") == "2.0"
+        ):
+            if answered in conn.client_response_routes:
+                route = conn.client_response_routes[answered]
                 if route is not None and header_session is None:
                     raise _HttpRefusal(400, "Missing Acp-Session-Id")
                 if route is not None and header_session != route:
                     raise _HttpRefusal(400, "Mismatched Acp-Session-Id")
-                del conn.client_response_routes[key]
+                del conn.client_response_routes[answered]
         else:
             params_session = _params_session_id(message)
             if (method in SESSION_SCOPED_METHODS or params_session is not None) and header_session is None:
@@ -1122,7 +1160,8 @@ class AcpApp:
                 assert key is not None
                 conn.pending_routes[key] = None if method == "session/load" else route
         await conn.write_inbound(text)
-        await _response(send, 202, b"", [])
+        await send({"type": "http.response.start", "status": 202, "headers": [(b"content-length", b"0")]})
+        await send({"type": "http.response.body", "body": b""})
 
     async def _http_initialize(
         self,
