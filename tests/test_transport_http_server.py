@@ -886,3 +886,40 @@ async def test_the_bridge_serves_a_stdio_agent_to_the_typescript_http_client(ts_
             nursery.cancel_scope.cancel()
     summary["agentExit"] = {"code": 0}  # the agent process is the bridge's
     test_interop.check_foreign_client_summary(summary, tmp_path)
+
+
+async def test_hypercorns_request_events_reach_the_application_queued_without_a_yield() -> None:
+    """``EagerTaskGroup`` (what ``serve`` makes hypercorn's TCP server use) queues a request's events for
+    the application without a yield: the application, started with the request, finds its body and the
+    body's end both queued at its first step (hypercorn's own put yields after each event: the
+    application ran between them about half the time, found the body without its end and waited)."""
+    from hypercorn.config import Config
+    from hypercorn.trio import tcp_server
+
+    from acp_trio.transports._hypercorn import EagerTaskGroup, _use_eager_task_group
+
+    _use_eager_task_group()
+    assert tcp_server.TaskGroup is EagerTaskGroup  # type: ignore[attr-defined]
+    first_looks: list[list[dict[str, Any]]] = []
+
+    async def app(scope: Any, receive: Any, send: Any, sync_spawn: Any, call_soon: Any) -> None:
+        found = []
+        while True:
+            try:
+                found.append(receive.__self__.receive_nowait())
+            except trio.WouldBlock:
+                break
+        first_looks.append(found)
+
+    async def server_send(event: Any) -> None:
+        pass
+
+    body = {"type": "http.request", "body": b"{}", "more_body": True}
+    end = {"type": "http.request", "body": b"", "more_body": False}
+    with trio.fail_after(DEADLINE):
+        for _ in range(8):  # (hypercorn's own queue: all 8 whole about once in 256 runs)
+            async with EagerTaskGroup() as group:
+                put = await group.spawn_app(app, Config(), {"type": "http"}, server_send)
+                await put(body)
+                await put(end)
+    assert first_looks == [[body, end]] * 8
