@@ -1070,10 +1070,10 @@ class AcpApp:
             error = {"code": -32700, "message": "Parse error", "data": str(exc)}
             await _json_response(send, 400, {"jsonrpc": "2.0", "id": None, "error": error})
             return
-        if isinstance(message, list):
-            await _response(send, 400, _BATCH_REFUSAL.encode(), [(b"content-type", b"application/json")])
-            return
-        if not isinstance(message, dict):
+        if type(message) is not dict:  # (orjson makes exactly dict and list: judged without a call)
+            if type(message) is list:
+                await _response(send, 400, _BATCH_REFUSAL.encode(), [(b"content-type", b"application/json")])
+                return
             raise _HttpRefusal(400, "Invalid JSON-RPC message")
         text = body.decode("utf-8")
         named = headers.get(HEADER_CONNECTION_ID_LOWER)
