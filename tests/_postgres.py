@@ -121,12 +121,27 @@ class PostgresServer:
 
     def conninfo(self, schema: str | None = None) -> str:
         """A conninfo to a new empty schema (``schema``, or ``t<N>``): the store's tables go there."""
+        return f"{self.admin} options='-csearch_path={self._new_schema(schema)}'"
+
+    def url(self, schema: str | None = None) -> str:
+        """As :meth:`conninfo`, as a ``postgresql://`` URL (what a host's ``store`` takes): the
+        server's socket directory and port in its query, the new schema in ``options``."""
+        import urllib.parse
+
+        query = {
+            "host": str(self.socket_dir),
+            "port": self.port,
+            "options": f"-csearch_path={self._new_schema(schema)}",
+        }
+        return "postgresql://postgres@/postgres?" + urllib.parse.urlencode(query)
+
+    def _new_schema(self, schema: str | None) -> str:
         import psycopg
 
         name = schema or f"t{next(self._schemas)}"
         with psycopg.connect(self.admin, autocommit=True) as db:
             db.execute(f'CREATE SCHEMA "{name}"')  # type: ignore[arg-type]  # the test's own name
-        return f"{self.admin} options='-csearch_path={name}'"
+        return name
 
 
 @pytest.fixture(scope="session")
