@@ -9,6 +9,7 @@ rules: ``docs/site/guides/host.md``.
 
 from __future__ import annotations
 
+from ._forward import PEER_CONNECT_TIMEOUT, PEER_META_KEY
 from ._journal import Journal, MemoryJournal
 from ._ownership import DEFAULT_LEASE_SECONDS, MOVED_REASON, OWNED_REASON, TAKEN_OVER_REASON, HostOwnership
 from ._router import (
@@ -42,6 +43,8 @@ __all__ = [
     "LAST_META_KEY",
     "MOVED_REASON",
     "OWNED_REASON",
+    "PEER_CONNECT_TIMEOUT",
+    "PEER_META_KEY",
     "SESSION_ENDED",
     "SESSION_ENDED_REASON",
     "TAKEN_OVER_REASON",

@@ -21,12 +21,16 @@ from typing import Any
 import trio
 
 PEER_META_KEY = "acp-trio/peer"
-"""``initialize`` ``_meta`` key of a host forwarding a client: ``{"token": peer_token, "principal"}``."""
+"""``initialize`` ``_meta`` key of a host forwarding a client: ``{"token": peer_token, "principal"}``.
+The owner compares the token with its own ``peer_token`` (-32600 when it differs), serves the
+connection as ``principal`` and removes the key before its agent sees the ``initialize``.  Source:
+this library's forwarding between hosts (``docs/site/guides/host.md``, "Forwarding")."""
 
 
-CONNECT_TIMEOUT = 5.0
+PEER_CONNECT_TIMEOUT = 5.0
 """Seconds the default connector waits for an owner's WebSocket (TCP and upgrade); past them the
-client's load/resume is answered -32603 (``data.reason`` ``"owned by another host"``): try again."""
+client's load/resume is answered -32603 (``data.reason`` ``"owned by another host"``): try again.
+Fixed; a ``HostOwnership(connect_peer=...)`` of your own sets its own wait."""
 
 
 class Remote:
@@ -88,7 +92,7 @@ class _WebSocketLines(trio.abc.Stream):
 async def websocket_peer(url: str, peer_token: str | None) -> AsyncIterator[trio.abc.Stream]:
     """The default :data:`~acp_trio.host._ownership.PeerConnector`: a WebSocket to ``url`` with
     ``Authorization: Bearer <peer_token>``; raises ``OSError`` or ``trio_websocket.HandshakeError``
-    when the owner cannot be reached in :data:`CONNECT_TIMEOUT` seconds."""
+    when the owner cannot be reached in :data:`PEER_CONNECT_TIMEOUT` seconds."""
     import trio_websocket
 
     from ..transports.websocket import DEFAULT_MAX_MESSAGE_BYTES
@@ -98,10 +102,10 @@ async def websocket_peer(url: str, peer_token: str | None) -> AsyncIterator[trio
         url,
         extra_headers=headers,
         max_message_size=DEFAULT_MAX_MESSAGE_BYTES,
-        connect_timeout=CONNECT_TIMEOUT,
+        connect_timeout=PEER_CONNECT_TIMEOUT,
         disconnect_timeout=2.0,
     ) as ws:
         yield _WebSocketLines(ws)
 
 
-__all__ = ["PEER_META_KEY", "Remote", "peer_principal", "websocket_peer"]
+__all__ = ["PEER_CONNECT_TIMEOUT", "PEER_META_KEY", "Remote", "peer_principal", "websocket_peer"]
