@@ -350,6 +350,10 @@ async def check_script(ctx: Context) -> Result:
 
 MCP_CONNECT_WAIT = 3.0
 """Seconds the checker waits, after ``session/new``, for the agent to contact its MCP servers."""
+MCP_SERVER_START = 60.0
+"""Seconds the checker's own MCP server process (http, sse) may take to listen: a Python process
+importing the MCP SDK, seconds on a busy machine.  One that does not listen by then makes the check
+a SKIP (the checker's problem, not the agent's)."""
 
 
 def _mcp_transports(ctx: Context, caps: dict[str, Any]) -> list[str]:
@@ -376,7 +380,7 @@ async def _serve_mcp(nursery: trio.Nursery, record: str, transport: str) -> str:
     nursery.start_soon(
         partial(trio.run_process, command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     )
-    with trio.fail_after(20):
+    with trio.fail_after(MCP_SERVER_START):
         while True:
             try:
                 stream = await trio.open_tcp_stream("127.0.0.1", port)
@@ -389,7 +393,12 @@ async def _serve_mcp(nursery: trio.Nursery, record: str, transport: str) -> str:
 
 
 async def _serve_mcp_into(nursery: trio.Nursery, record: str, transport: str, urls: dict[str, str]) -> None:
-    urls[transport] = await _serve_mcp(nursery, record, transport)
+    """``urls[transport]``: the URL of the checker's MCP server over ``transport``, once it listens
+    (left out when it did not within :data:`MCP_SERVER_START` seconds)."""
+    try:
+        urls[transport] = await _serve_mcp(nursery, record, transport)
+    except trio.TooSlowError:
+        pass
 
 
 async def check_mcp(ctx: Context) -> Result:
@@ -413,6 +422,13 @@ async def check_mcp(ctx: Context) -> Result:
                     for transport in transports:
                         if transport != "stdio":
                             starting.start_soon(_serve_mcp_into, nursery, record, transport, urls)
+                missing = [t for t in transports if t != "stdio" and t not in urls]
+                if missing:
+                    nursery.cancel_scope.cancel()
+                    return _skip(
+                        f"the checker's own MCP server ({', '.join(missing)}) did not listen within "
+                        f"{MCP_SERVER_START:.0f} s: a busy machine? run the check again"
+                    )
                 for transport in transports:
                     name = f"acp-check-{transport}"
                     if transport == "stdio":
