@@ -602,6 +602,29 @@ class Reader:
                 self._db = None
 
 
+def page_query(
+    select: str, mark: str, cwd: str | None, after: tuple[int, int] | None, limit: int, version: int | None
+) -> tuple[str, tuple[Any, ...]]:
+    """``(sql, args)`` of one page of :meth:`Database.page` (and the PostgreSQL store's): ``select``
+    (``SELECT columns FROM table``) filtered by protocol ``version`` and ``cwd``, after the cursor
+    ``after`` (``(updated_us, id)``), newest first, ``limit + 1`` rows (the extra one says there is a
+    next page); ``mark`` is the driver's parameter placeholder (``?``, ``%s``)."""
+    where: list[str] = []
+    args: list[Any] = []
+    if version is not None:
+        where.append(f"protocol_version = {mark}")
+        args.append(version)
+    if cwd is not None:
+        where.append(f"cwd = {mark}")
+        args.append(cwd)
+    if after is not None:
+        where.append(f"(updated_us, id) < ({mark}, {mark})")
+        args.extend(after)
+    if where:
+        select += " WHERE " + " AND ".join(where)
+    return f"{select} ORDER BY updated_us DESC, id DESC LIMIT {mark}", (*args, limit + 1)
+
+
 class Database:
     """One SQLite database of sessions (see the module docstring); one thread at a time."""
 
@@ -862,22 +885,8 @@ class Database:
     def page(
         self, cwd: str | None, after: tuple[int, int] | None, limit: int, version: int | None = None
     ) -> tuple[list[StoredSession], bool]:
-        where: list[str] = []
-        args: list[Any] = []
-        if version is not None:
-            where.append("protocol_version = ?")
-            args.append(version)
-        if cwd is not None:
-            where.append("cwd = ?")
-            args.append(cwd)
-        if after is not None:
-            where.append("(updated_us, id) < (?, ?)")
-            args.extend(after)
-        sql = f"SELECT {_SESSION_COLUMNS} FROM sessions"
-        if where:
-            sql += " WHERE " + " AND ".join(where)
-        sql += " ORDER BY updated_us DESC, id DESC LIMIT ?"
-        rows = self.db.execute(sql, (*args, limit + 1)).fetchall()
+        sql, args = page_query(f"SELECT {_SESSION_COLUMNS} FROM sessions", "?", cwd, after, limit, version)
+        rows = self.db.execute(sql, args).fetchall()
         return [StoredSession(r) for r in rows[:limit]], len(rows) > limit
 
     def events(self, session_id: str) -> tuple[StoredSession, list[tuple[int, bytes]]] | None:

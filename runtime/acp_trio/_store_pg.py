@@ -66,6 +66,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg_pool import ConnectionPool
 
 from ._store_db import (
+    _SESSION_COLUMNS,  # the same columns, in StoredSession's order
     DEFAULT_COMMIT_INTERVAL,
     KIND_LINES,
     MAX_JOURNAL_NUMBER,
@@ -80,6 +81,7 @@ from ._store_db import (
     count_prompts,
     meta_fields,
     now_us,
+    page_query,
     runs_of,
     touch_due,
     trim_first,
@@ -152,10 +154,6 @@ _TABLES: Final = frozenset(
         "acp_session_leases",
         "acp_session_principals",
     }
-)
-_SESSION_COLUMNS: Final = (
-    "session_id, cwd, additional_directories, mcp_servers, title, meta, modes, current_mode_id, "
-    "config_options, created_us, updated_us, prompt_count, id, protocol_version"
 )
 _MIGRATIONS: Final[dict[int, Callable[[psycopg.Connection[Any]], None]]] = {}
 """Version N → N + 1, inside the opening transaction (none yet: version 1 is the first)."""
@@ -446,22 +444,8 @@ class PgDatabase:
     def page(
         self, cwd: str | None, after: tuple[int, int] | None, limit: int, version: int | None = None
     ) -> tuple[list[StoredSession], bool]:
-        where: list[str] = []
-        args: list[Any] = []
-        if version is not None:
-            where.append("protocol_version = %s")
-            args.append(version)
-        if cwd is not None:
-            where.append("cwd = %s")
-            args.append(cwd)
-        if after is not None:
-            where.append("(updated_us, id) < (%s, %s)")
-            args.extend(after)
-        query = f"SELECT {_SESSION_COLUMNS} FROM acp_sessions"
-        if where:
-            query += " WHERE " + " AND ".join(where)
-        query += " ORDER BY updated_us DESC, id DESC LIMIT %s"
-        rows = self._live().execute(query, (*args, limit + 1)).fetchall()
+        query, args = page_query(f"SELECT {_SESSION_COLUMNS} FROM acp_sessions", "%s", cwd, after, limit, version)
+        rows = self._live().execute(query, args).fetchall()
         return [StoredSession(r) for r in rows[:limit]], len(rows) > limit
 
     def events(self, session_id: str) -> tuple[StoredSession, list[tuple[int, bytes]]] | None:
