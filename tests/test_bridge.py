@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 import trio
 import trio.testing
+from _processes import alive
 
 import acp_trio
 from acp_schema import v1
@@ -25,14 +26,6 @@ from acp_trio.bridge import pump_agent_process
 pytestmark = pytest.mark.skipif(os.name != "posix", reason="process groups are POSIX-only")
 
 AGENTS = Path(__file__).parent / "agents"
-
-
-def pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
 
 
 async def test_bytes_pass_through_verbatim_both_ways() -> None:
@@ -89,10 +82,10 @@ async def test_a_client_runs_a_turn_through_the_bridge_and_the_agent_exits_when_
                 )
                 assert response.stop_reason == "end_turn"
                 pid = int(pid_file.read_text())
-                assert pid_alive(pid)
+                assert alive(pid)
         # leaving the connection closed its output: the agent saw EOF, exited, and the pump returned
     assert client.words == ["one", "two"]
-    assert not pid_alive(pid)
+    assert not alive(pid)
 
 
 async def test_an_agent_that_dies_closes_the_remote_side() -> None:
@@ -157,7 +150,7 @@ async def test_listen_gives_each_websocket_connection_its_own_agent_process() ->
                 assert env_one["pid"] != env_two["pid"]  # one agent process per ACP connection
             pids = [env_one["pid"], env_two["pid"]]
             with trio.fail_after(10):  # the connections closed: each agent saw EOF and exited
-                while any(pid_alive(pid) for pid in pids):
+                while any(alive(pid) for pid in pids):
                     await trio.sleep(0.02)  # polling a process that is not our child: no event to wait on
             nursery.cancel_scope.cancel()
     assert clients[0].words == ["a", "b"] and clients[1].words == ["c"]
