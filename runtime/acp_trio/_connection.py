@@ -866,10 +866,7 @@ class Connection:
         try:
             await self._send_stream.send_all(data)
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
-            log.debug("%s: write failed: %r", self.name, exc)
-            self._outbox.clear()
-            if self._closed is None:
-                self._mark_closed(await self._closing_error(f"write failed: {exc!r}"))
+            await self._write_failed(exc)
             return self._sender_replaced
         finally:
             self._writing = False
@@ -884,6 +881,14 @@ class Connection:
         if self._written_waiters:
             self._written_lot.unpark_all()
         return self._sender_replaced
+
+    async def _write_failed(self, exc: BaseException) -> None:
+        """A send of the outbox failed (the writer's or the reader's, :meth:`_send_as_reader`): what
+        is queued is dropped and the connection closes with the transport's error."""
+        log.debug("%s: write failed: %r", self.name, exc)
+        self._outbox.clear()
+        if self._closed is None:
+            self._mark_closed(await self._closing_error(f"write failed: {exc!r}"))
 
     async def _until_taken(self) -> None:
         """Wait until the writer takes the outbox (it is then being sent) or the connection closes;
@@ -954,10 +959,7 @@ class Connection:
                     try:
                         await self._send_stream.send_all(data)
                     except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
-                        log.debug("%s: write failed: %r", self.name, exc)
-                        self._outbox.clear()
-                        if self._closed is None:
-                            self._mark_closed(await self._closing_error(f"write failed: {exc!r}"))
+                        await self._write_failed(exc)
                         return
                     finally:
                         self._writing = False
