@@ -22,10 +22,11 @@ pytest.importorskip("psycopg", reason="the postgres extra is not installed")
 from _host_kit import Recorder, connected, init2
 from _postgres import pg_conninfo, postgres_server  # noqa: F401
 from test_host_takeover import Node, expire, prompt_until_idle, resume, states, texts
+from test_host_takeover import node as takeover_node
 
 from acp_schema import v2
 from acp_trio import RequestError, neutral
-from acp_trio.host import MOVED_REASON, SESSION_ENDED, HostOwnership, SessionHost, open_session_host
+from acp_trio.host import MOVED_REASON, SESSION_ENDED, SessionHost
 from acp_trio.session_store import PostgresSessionStore
 
 DEADLINE = 20
@@ -65,8 +66,6 @@ async def node(
     conninfo: str, name: str, nursery: trio.Nursery, hosts: dict[str, SessionHost], token: str = PEER_TOKEN
 ) -> AsyncIterator[Node]:
     """A host named ``name`` at ``ws://name`` whose ``connect_peer`` reaches the hosts in ``hosts``."""
-    store = PostgresSessionStore(conninfo, pool_size=2)
-    agent = Asker(store)
 
     @contextlib.asynccontextmanager
     async def connect_peer(url: str) -> AsyncIterator[trio.abc.Stream]:
@@ -79,32 +78,11 @@ async def node(
             finally:
                 await near.aclose()
 
-    ownership = HostOwnership(
-        store, host_id=name, url=f"ws://{name}", lease_seconds=10, peer_token=token, connect_peer=connect_peer
-    )
-    started: list[SessionHost] = []
-    stopped = trio.Event()
-    ready = trio.Event()
-
-    async def run() -> None:
-        try:
-            async with open_session_host(agent, ownership=ownership) as host:
-                started.append(host)
-                hosts[name] = host
-                ready.set()
-                await trio.sleep_forever()
-        finally:
-            stopped.set()
-
-    nursery.start_soon(run)
-    await ready.wait()
-    try:
-        yield Node(name, store, started[0], agent, stopped)  # type: ignore[arg-type]
-    finally:
-        started[0]._stop()
-        with trio.CancelScope(shield=True):
-            await stopped.wait()
-            await trio.to_thread.run_sync(store.close)
+    async with takeover_node(
+        conninfo, name, nursery, agent_class=Asker, peer_token=token, connect_peer=connect_peer
+    ) as started:
+        hosts[name] = started.host
+        yield started
 
 
 def numbered(rec: Recorder) -> list[tuple[int, Any]]:

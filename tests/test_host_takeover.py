@@ -12,7 +12,7 @@ takeover time) is ``tests/test_host_takeover_process.py``.  Rules: docs/site/gui
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import pytest
@@ -80,12 +80,20 @@ class Node:
 
 
 @contextlib.asynccontextmanager
-async def node(conninfo: str, name: str, nursery: trio.Nursery, lease_seconds: float = 10) -> AsyncIterator[Node]:
-    """A host named ``name`` (its id; URL ``ws://name``) with its own store and agent, run in ``nursery``
-    (so that :meth:`SessionHost.abandon` stops it alone)."""
+async def node(
+    conninfo: str,
+    name: str,
+    nursery: trio.Nursery,
+    lease_seconds: float = 10,
+    agent_class: Callable[[PostgresSessionStore], Any] = Echo,
+    **ownership_options: Any,
+) -> AsyncIterator[Node]:
+    """A host named ``name`` (its id; URL ``ws://name``) with its own store and agent (``agent_class(store)``),
+    run in ``nursery`` (so that :meth:`SessionHost.abandon` stops it alone); ``ownership_options``: more
+    keyword arguments for its :class:`HostOwnership` (``peer_token``, ``connect_peer``)."""
     store = PostgresSessionStore(conninfo, pool_size=2)
-    agent = Echo(store)
-    ownership = HostOwnership(store, host_id=name, url=f"ws://{name}", lease_seconds=lease_seconds)
+    agent = agent_class(store)
+    ownership = HostOwnership(store, host_id=name, url=f"ws://{name}", lease_seconds=lease_seconds, **ownership_options)
     started: list[SessionHost] = []
     stopped = trio.Event()
     ready = trio.Event()
