@@ -17,7 +17,14 @@ from pathlib import Path
 
 import nox
 
-nox.options.default_venv_backend = "venv"
+nox.options.default_venv_backend = "uv|venv"
+"""uv creates the venvs and installs into them when nox finds it (`pip install nox uv`, as `.ci/run`
+does): about 6 s for the lint session's requirements against pip's 75 s, a minute or more of every
+session's set-up; else venv and pip.  Either way the same requirements, resolved from PyPI."""
+# uv writes no bytecode at install unless asked, and where PYTHONDONTWRITEBYTECODE is set (as on this
+# project's machines) none is written at import either: every process the tests spawn would then compile
+# acp_schema's 2.6 MB and its dependencies again (pip compiles at install)
+os.environ.setdefault("UV_COMPILE_BYTECODE", "1")
 nox.options.sessions = ["check_generated", "lint", "tests", "docs"]
 nox.options.reuse_existing_virtualenvs = True
 
@@ -50,7 +57,7 @@ _find_pyenv_pythons(sorted({*TEST_PYTHONS, *BUILD_PYTHONS, *BENCH_PYTHONS}))
 
 
 class _NoUvNotice(logging.Filter):
-    """nox says "uv binary not found." on every run, although these sessions use venv and pip."""
+    """nox says "uv binary not found." on every run without uv, where the sessions fall back on venv and pip."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         return record.getMessage() != "uv binary not found."
@@ -113,9 +120,12 @@ def compiled_wheel(session: nox.Session, key: str) -> Path:
     for old in cache.parent.glob(f"{session.python}-*"):
         shutil.rmtree(old, ignore_errors=True)
     session.log("building acp-trio's wheel, compiling the runtime's hot modules with mypyc (about a minute)")
-    session.run(
-        "python", "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(cache), str(ROOT), env={"ACP_TRIO_COMPILE": "1"}
-    )
+    env = {"ACP_TRIO_COMPILE": "1"}
+    if session.venv_backend == "uv":  # a uv venv has no pip; uv builds for the session's interpreter
+        python = str(Path(session.virtualenv.location) / "bin" / "python")
+        session.run("uv", "build", "-q", "--wheel", "--python", python, "--out-dir", str(cache), str(ROOT), env=env)
+    else:
+        session.run("python", "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(cache), str(ROOT), env=env)
     return sorted(cache.glob("acp_trio-*.whl"))[0]
 
 
