@@ -226,12 +226,12 @@ def build_check(compiled: bool) -> str:
 def tests(session: nox.Session) -> None:
     """Run the test suite (property tests in their bounded CI profile) on the wheel as it ships, the
     runtime's hot modules compiled by mypyc (hatch_build.py), on CPython 3.11 and 3.13 (`tests-3.11`,
-    `tests-3.13`); on 3.11, then once more on the pure-Python source, all but PURE_SKIPS and the
-    one_interpreter tests: what an editable install and a wheel built without a C compiler run, which
-    the compiled pass does not (a
+    `tests-3.13`), the tests marked one_interpreter on one of them (tests/conftest.py); on 3.11, then
+    once more on the pure-Python source, all but PURE_SKIPS and the one_interpreter tests: what an
+    editable install and a wheel built without a C compiler run, which the compiled pass does not (a
     difference between the compiled and the Python modules: mypyc checks types at run time and takes
     no attribute a class does not declare).  The wheel is built once and reused while its sources are
-    unchanged.  `nox -s tests -- ARGS` runs `pytest ARGS` on the compiled wheel only."""
+    unchanged.  `nox -s tests -- ARGS` runs `pytest ARGS` on the compiled wheel only (every test asked)."""
     requirements = group("test", "lint")
     sources = _digest(WHEEL_SOURCES)  # read once: the wheel's cache key and part of the venv's stamp
 
@@ -243,9 +243,11 @@ def tests(session: nox.Session) -> None:
     install_once(session, f"{sources} {TEST_EXTRAS} {' '.join(requirements)}", install)
     session.run("python", "-c", build_check(compiled=True))
     skips = [f"--ignore={path}" for path in (*DOCS_TESTS, *TYPING_TESTS)]
-    # on the other interpreters, all but the tests marked one_interpreter (pyproject.toml's markers)
-    only = [] if session.python == PY else ["-m", "not one_interpreter"]
-    session.run("python", "-m", "pytest", *(session.posargs or [*PARALLEL, *only, *skips]))
+    # the tests marked one_interpreter run on one of TEST_PYTHONS: the oldest, or the newest for those marked
+    # one_interpreter(newest=True) (tests/conftest.py: how CI's two nox processes are balanced)
+    role = {TEST_PYTHONS[0]: "oldest", TEST_PYTHONS[-1]: "newest"}.get(str(session.python))
+    only = {} if session.posargs or role is None else {"ACP_TESTS_INTERPRETER": role}
+    session.run("python", "-m", "pytest", *(session.posargs or [*PARALLEL, *skips]), env=only)
     if not session.posargs and session.python == PY:
         source = os.pathsep.join([str(ROOT / "runtime"), str(ROOT / "generated")])
         session.run("python", "-c", build_check(compiled=False), env={"PYTHONPATH": source})

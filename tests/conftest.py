@@ -1,5 +1,15 @@
-"""The suite's one pytest hook: ``xdist_group`` working again under pytest 9.2.
+"""The suite's pytest hooks: which interpreter runs the ``one_interpreter`` tests; ``xdist_group``
+working again under pytest 9.2.
 
+**one_interpreter.**  A test marked ``one_interpreter`` checks what no interpreter changes, so
+``nox -s tests`` runs it on one of its interpreters, the oldest (3.11) unless marked
+``one_interpreter(newest=True)``: then on the newest (3.13).  Which ones go where balances CI's two
+nox processes (``.ci/run``: ``tests-3.11`` beside the other sessions, ``tests-3.13`` among them): the
+checker's defect matrix, a new user's install and the pydantic-ai interop, about a third of these
+tests' time, run on 3.13.  The noxfile names the interpreter's role in ``ACP_TESTS_INTERPRETER``
+(``oldest`` or ``newest``); without it (pytest run by hand, ``nox -s tests -- ARGS``) every test runs.
+
+**xdist_group.**
 pytest-xdist 3.8 (``--dist loadgroup``, the noxfile's PARALLEL) groups a test by appending
 ``@<group>`` to its node id, which it writes to ``item._nodeid``; pytest 9.2 keeps a node's id in
 ``item._id`` and no longer reads ``_nodeid``, so the suffix was lost, every grouped test went to
@@ -12,11 +22,29 @@ released yet); drop this file once it is.
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 
-@pytest.hookimpl(trylast=True)
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    role = os.environ.get("ACP_TESTS_INTERPRETER")
+    if role is None:
+        return
+    if role not in ("oldest", "newest"):
+        raise pytest.UsageError(f"ACP_TESTS_INTERPRETER={role!r}: 'oldest' or 'newest' (or unset: every test)")
+    kept, dropped = [], []
+    for item in items:
+        mark = item.get_closest_marker("one_interpreter")
+        here = mark is None or ("newest" if mark.kwargs.get("newest") else "oldest") == role
+        (kept if here else dropped).append(item)
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = kept
+
+
+@pytest.hookimpl(trylast=True, specname="pytest_collection_modifyitems")
+def carry_xdist_group_ids(items: list[pytest.Item]) -> None:
     try:
         from _pytest.nodeid import NodeId
     except ImportError:  # a pytest before 9.2: xdist's _nodeid is the node id

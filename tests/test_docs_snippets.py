@@ -1055,7 +1055,7 @@ def pyproject() -> dict[str, Any]:
 
 def check_pip(words: list[str]) -> None:
     """``pip install`` of this project (a clone's path, a git URL, a built wheel, a release pin) with
-    extras it has, or of nox."""
+    extras it has, or of nox and uv."""
     project = pyproject()["project"]
     extras, version = set(project["optional-dependencies"]), project["version"]
     assert words[:2] == ["pip", "install"], words
@@ -1073,7 +1073,7 @@ def check_pip(words: list[str]) -> None:
             assert set((local[2] or "").split(",")) - {""} <= extras, f"{target}: extras are {sorted(extras)}"
         else:
             requirement = Requirement(target)
-            assert requirement.name in {"acp-trio", "nox"}, target
+            assert requirement.name in {"acp-trio", "nox", "uv"}, target
             assert requirement.extras <= extras, f"{target}: extras are {sorted(extras)}"
             assert not requirement.specifier or requirement.specifier.contains(version), f"{target}: not {version}"
 

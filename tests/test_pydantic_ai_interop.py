@@ -44,10 +44,10 @@ from acp_trio import ClientSideConnection, StandardClient, allow_all, spawn_agen
 pytest.importorskip("pydantic_ai", reason="the pydantic-ai extra: pip install 'acp-trio[pydantic-ai]'")
 pytest.importorskip("trio_asyncio", reason="the pydantic-ai extra: pip install 'acp-trio[pydantic-ai]'")
 
-# Real agent processes (pydantic-ai's import is about 1.5 s of CPU each): once, on 3.11; the
+# Real agent processes (pydantic-ai's import is about 1.5 s of CPU each): once, on 3.13; the
 # integration's logic is tested in memory by B's tests/test_pydantic_ai*.py on every interpreter.
 pytestmark = [
-    pytest.mark.one_interpreter,
+    pytest.mark.one_interpreter(newest=True),
     pytest.mark.skipif(sys.platform == "win32", reason="the stdio transport is POSIX-only"),
 ]
 

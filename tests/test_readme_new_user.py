@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 pytestmark = [
-    pytest.mark.one_interpreter,  # a user's install and commands, not the interpreter's behaviour
+    pytest.mark.one_interpreter(newest=True),  # a user's install and commands, not the interpreter's behaviour
     # one worker runs them all (noxfile's --dist loadgroup), so the module's venv and install are made
     # once: spread over two workers each made its own (two setups of ~100 s under CI's load)
     pytest.mark.xdist_group("readme_new_user"),
