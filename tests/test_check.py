@@ -25,6 +25,10 @@ SCRIPT = Path(__file__).parent / "agents" / "check_script.toml"
 ALL_NAMES = [c.name for c in CHECKS] + [name for name, _t, _s in WHOLE_RUN]
 
 
+one_interpreter = pytest.mark.one_interpreter(newest=True)
+"""The checker's verdicts run on one interpreter, the newest: CI's balance (tests/conftest.py)."""
+
+
 def target(defect: str) -> list[str]:
     return [sys.executable, str(AGENT), defect]
 
@@ -77,7 +81,7 @@ def defect_reports() -> dict[str, Report]:
     return trio.run(check_all)
 
 
-@pytest.mark.one_interpreter(newest=True)  # the checker's verdicts: 16 agents x 35 processes, a third of the suite's CPU
+@one_interpreter  # the checker's verdicts: 16 agents x 35 processes, a third of the suite's CPU
 @pytest.mark.xdist_group("check-defects")  # one worker makes defect_reports for all 16
 @pytest.mark.timeout(660)  # the fixture's 16 runs count in the first test's time
 @pytest.mark.parametrize(("defect", "expected"), list(DEFECTS.items()))
@@ -92,7 +96,7 @@ def test_the_checker_finds_exactly_the_one_defect_of_each_agent(
     assert all(f.source for f in report.findings)
 
 
-@pytest.mark.one_interpreter(newest=True)  # the checker's command line and processes: its verdicts, not the interpreter's
+@one_interpreter  # the checker's command line and processes: its verdicts, not the interpreter's
 def test_the_command_line_prints_a_line_per_check_writes_json_and_exits_1_on_a_fail(tmp_path: Path) -> None:
     out = tmp_path / "report.json"
     only = ["--only", "jsonrpc.notifications", "--only", "initialize", "--skip", "initialize.info"]
@@ -128,7 +132,7 @@ def test_the_command_line_prints_a_line_per_check_writes_json_and_exits_1_on_a_f
     assert ok.returncode == 0
 
 
-@pytest.mark.one_interpreter(newest=True)  # the checker's command line and processes: its verdicts, not the interpreter's
+@one_interpreter  # the checker's command line and processes: its verdicts, not the interpreter's
 def test_a_missing_agent_or_command_is_a_usage_error() -> None:
     missing = subprocess.run(
         [sys.executable, "-m", "acp_trio.check", "--", "no-such-agent-acp-check"],
@@ -161,7 +165,7 @@ DEMO_SKIPS: dict[int, set[str]] = {
 }
 
 
-@pytest.mark.one_interpreter(newest=True)  # the checker's verdicts on the demo agent (about 80 s for both versions)
+@one_interpreter  # the checker's verdicts on the demo agent (about 80 s for both versions)
 @pytest.mark.parametrize("protocol", [1, 2])
 async def test_the_demo_agent_passes_every_check_that_applies(protocol: int) -> None:
     with trio.fail_after(180):
@@ -205,7 +209,7 @@ async def test_the_pytest_plugin_checks_an_agent_object_in_memory(acp_conformanc
             await acp_conformance(chatty, only=["jsonrpc"])
 
 
-@pytest.mark.one_interpreter(newest=True)  # the checker's command line and processes: its verdicts, not the interpreter's
+@one_interpreter  # the checker's command line and processes: its verdicts, not the interpreter's
 @pytest.mark.parametrize("scheme", ["ws", "http"])
 async def test_the_checker_reaches_a_remote_agent_over_websocket_and_streamable_http(scheme: str) -> None:
     pytest.importorskip("hypercorn")
@@ -246,7 +250,7 @@ async def _check_url(url: str, *args: str) -> tuple[int, str, str]:
     return proc.returncode, proc.stdout.decode(), proc.stderr.decode()
 
 
-@pytest.mark.one_interpreter(newest=True)  # the checker's command line and processes: its verdicts, not the interpreter's
+@one_interpreter  # the checker's command line and processes: its verdicts, not the interpreter's
 @pytest.mark.parametrize("scheme", ["ws", "http"])
 async def test_a_remote_agent_that_refuses_the_checker_is_one_line_saying_what_to_pass_and_exit_2(scheme: str) -> None:
     """401 (no or a wrong bearer token) and 403 (an Origin not allowed): the checks cannot run, so
@@ -292,7 +296,7 @@ async def test_a_remote_agent_that_refuses_the_checker_is_one_line_saying_what_t
             nursery.cancel_scope.cancel()
 
 
-@pytest.mark.one_interpreter(newest=True)  # the checker's command line and processes: its verdicts, not the interpreter's
+@one_interpreter  # the checker's command line and processes: its verdicts, not the interpreter's
 @pytest.mark.parametrize("scheme", ["ws", "http"])
 async def test_nothing_listening_at_the_url_is_one_line_and_exit_2(scheme: str) -> None:
     pytest.importorskip("hypercorn")
@@ -323,7 +327,7 @@ async def test_session_load_passes_on_the_demo_agent_with_a_session_store(tmp_pa
     assert "replayed, then the answer" in finding.observed
 
 
-@pytest.mark.one_interpreter(newest=True)  # the checker's command line and processes: its verdicts, not the interpreter's
+@one_interpreter  # the checker's command line and processes: its verdicts, not the interpreter's
 async def test_session_mcp_offers_every_advertised_transport_and_sees_the_agent_connect() -> None:
     """``session.mcp``: stdio, http and sse servers of the checker's own, reached by an agent that
     advertises http and sse and connects with ``acp_trio.mcp.open_mcp_servers``."""
@@ -354,7 +358,7 @@ async def test_session_mcp_offers_every_advertised_transport_and_sees_the_agent_
     assert "stdio: contacted; http: contacted; sse: contacted" in finding.observed
 
 
-@pytest.mark.one_interpreter(newest=True)  # the checker's command line and processes: its verdicts, not the interpreter's
+@one_interpreter  # the checker's command line and processes: its verdicts, not the interpreter's
 def test_a_script_names_its_prompts_and_a_wrong_one_is_a_usage_error_naming_the_field(tmp_path: Path) -> None:
     from acp_trio.check import Script, ScriptError
 
@@ -539,7 +543,7 @@ async def test_an_agent_that_does_not_speak_the_version_asked_fails_the_run_once
     ]
 
 
-@pytest.mark.one_interpreter(newest=True)  # the checker's command line and processes: its verdicts, not the interpreter's
+@one_interpreter  # the checker's command line and processes: its verdicts, not the interpreter's
 def test_the_command_line_says_once_that_the_agent_does_not_speak_the_version_and_exits_1() -> None:
     proc = subprocess.run(
         [sys.executable, "-m", "acp_trio.check", "--protocol", "2", "--", sys.executable, str(V1_ONLY)],
@@ -625,7 +629,7 @@ CRASHING = Path(__file__).parent / "agents" / "crashing_agent.py"
 CRASH_LINE = "RuntimeError: NOTES_API_KEY is not set: export it before starting the agent"
 
 
-@pytest.mark.one_interpreter(newest=True)  # the checker's command line and processes: its verdicts, not the interpreter's
+@one_interpreter  # the checker's command line and processes: its verdicts, not the interpreter's
 def test_an_agent_that_dies_before_answering_initialize_is_one_error_with_its_exit_status_and_stderr() -> None:
     """Not 32 FAILs saying the agent closed its stdout: the run stops at once (exit 2, as for a
     command that cannot start) with how the process ended and its last stderr lines, the traceback."""
