@@ -43,8 +43,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         items[:] = kept
 
 
+# (a second implementation of the hook: pytest takes only names starting with pytest_, specname maps it)
 @pytest.hookimpl(trylast=True, specname="pytest_collection_modifyitems")
-def carry_xdist_group_ids(items: list[pytest.Item]) -> None:
+def pytest_carry_xdist_group_ids(items: list[pytest.Item]) -> None:
     try:
         from _pytest.nodeid import NodeId
     except ImportError:  # a pytest before 9.2: xdist's _nodeid is the node id
