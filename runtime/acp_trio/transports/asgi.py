@@ -1341,7 +1341,9 @@ class AcpApp:
             self.agent, to_client, from_client, name=f"acp-{kind}-{connection_id[:8]}", **self.connection_options
         )
         conn.connection_id = connection_id  # type: ignore[attr-defined]
-        await conn.serve_until_closed()  # (its writer in this task: an idle connection holds less)
+        # (its writer in this task: an idle connection holds less; the Connection's own, one
+        # coroutine frame fewer than AgentSideConnection.serve_until_closed, which only calls it)
+        await conn.connection.serve_until_closed()
 
     async def _run(
         self, connection_id: str, receive: Receive, send: Send, tcp: Any = None, principal: str | None = None
@@ -1374,6 +1376,7 @@ class AcpApp:
                 try:
                     await io.pump_done.wait()  # (a stalled client keeps it until it reads or leaves)
                 finally:
+                    assert io.pump_scope is not None  # (made with pump_done)
                     io.pump_scope.cancel()  # this connection was cancelled: so is its pump
         if not io.disconnected:
             code, reason = io.close if io.close is not None else (CLOSE_NORMAL, "")
@@ -1443,7 +1446,7 @@ class _WebSocketIO:
         self.pump_lot: trio.lowlevel.ParkingLot | None = None  # the pump waiting for the backlog
         self.sender_lot: trio.lowlevel.ParkingLot | None = None  # send_text waiting for the pump
         self.pump_done: trio.Event | None = None  # set when the pump has ended (None: never started)
-        self.pump_scope = trio.CancelScope()
+        self.pump_scope: trio.CancelScope | None = None  # the pump's (made with pump_done)
         self.direct = _direct_sender(send, tcp)
 
     def stop(self, code: int, reason: str) -> None:
@@ -1541,6 +1544,7 @@ class _WebSocketIO:
             assert self.nursery is not None
             self.pump_done = trio.Event()
             self.pump_lot = trio.lowlevel.ParkingLot()
+            self.pump_scope = trio.CancelScope()
             self.nursery.start_soon(self.pump)
         elif self.pump_lot:
             self.pump_lot.unpark()
@@ -1614,10 +1618,10 @@ class _WebSocketIO:
     async def pump(self) -> None:
         """Send the backlog, in order, until the connection ends (in the lifespan's nursery, or
         ``_run``'s: it never raises, and it is cancelled with the connection)."""
-        pump_lot, done = self.pump_lot, self.pump_done
-        assert pump_lot is not None and done is not None
+        pump_lot, done, scope = self.pump_lot, self.pump_done, self.pump_scope
+        assert pump_lot is not None and done is not None and scope is not None
         try:
-            with self.pump_scope:
+            with scope:
                 while True:
                     while not self.backlog:
                         if self.ended:
@@ -1695,7 +1699,9 @@ class _LentReads:
         self.tcp = tcp
         self.channel_nowait = channel_nowait  # hypercorn's queue, until it is empty: what came before
         self.inbox: deque[Message] = _NOTHING_QUEUED  # a deque of its own once something is put
-        self.arrived = trio.lowlevel.ParkingLot()  # a receive waiting for hypercorn's reader to put
+        # a receive waiting for hypercorn's reader to put (made by the first such wait: the reads are
+        # mostly lent until the connection ends, and a lot is three objects the collector visits)
+        self.arrived: trio.lowlevel.ParkingLot | None = None
         self.lent = False
         self.closed = False
         self.handle: Callable[[bytes], Awaitable[None]] | None = None  # where read_inline hands the bytes
@@ -1735,7 +1741,7 @@ class _LentReads:
         if self.inbox is _NOTHING_QUEUED:
             self.inbox = deque()
         self.inbox.append(message)
-        if self.arrived:
+        if self.arrived:  # (None, or a lot with nobody parked, is false)
             self.arrived.unpark()
 
     def receive_nowait(self) -> Message:
@@ -1764,6 +1770,8 @@ class _LentReads:
                 if not await self.tcp.read_inline(self.handle):
                     self.lent = False  # the end of input: hypercorn's reader reads it again and says so
             else:
+                if self.arrived is None:
+                    self.arrived = trio.lowlevel.ParkingLot()
                 await self.arrived.park()
 
     def close(self) -> None:
