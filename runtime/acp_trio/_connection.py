@@ -593,13 +593,17 @@ class Connection:
         write failure) and its streams are closed; :meth:`aclose` runs however this ends.  An
         exception from the connection's tasks comes out of its nursery (an exception group)."""
         try:
-            with self._service_scope:
-                async with trio.open_nursery() as inner:
-                    self._nursery = inner
-                    self._job_context = contextvars.copy_context()
-                    inner.start_soon(self._pool_task, _READ, name=f"{self.name}: reader")
-                    await self._writer()
-                    await self.aclose()  # closed and drained: close the streams, stop the reader and handlers
+            async with trio.open_nursery() as inner:
+                # the nursery's scope serves as the service scope (one scope fewer than _service's,
+                # for a connection held in the calling task): cancelling it stops the reader and the writer
+                if self._service_scope.cancel_called:  # closed before it ran
+                    inner.cancel_scope.cancel()
+                self._service_scope = inner.cancel_scope
+                self._nursery = inner
+                self._job_context = contextvars.copy_context()
+                inner.start_soon(self._pool_task, _READ, name=f"{self.name}: reader")
+                await self._writer()
+                await self.aclose()  # closed and drained: close the streams, stop the reader and handlers
         finally:
             with trio.CancelScope(shield=True):
                 await self.aclose()

@@ -54,7 +54,8 @@ from ._spec import MethodSpec
 
 log = logging.getLogger("acp_trio")
 _NO_SESSIONS: set[Any] = set()
-"""What a connection holds as its set of cancelled sessions until it has one (never mutated)."""
+"""The empty set a connection's sets of cancelled sessions and of allowed methods start as, shared and
+never mutated: each gets a set of its own with its first element (one object fewer per connection)."""
 
 
 class ProtocolVersionError(Exception):
@@ -601,7 +602,8 @@ class AgentSideConnection(_Side):
         **options: Any,
     ) -> None:
         self.client_capabilities: dict[str, Any] = {}
-        self._allowed: set[str] = set()  # methods whose calls passed the capability rules (see _check_call)
+        # methods whose calls passed the capability rules (see _check_call): a set of its own once one did
+        self._allowed: set[str] = _NO_SESSIONS
         self.client_info: dict[str, Any] | None = None
         self.initialized = False
         self._initialize_answer: Any = None  # the wire answer, given again to a repeated initialize
@@ -724,7 +726,7 @@ class AgentSideConnection(_Side):
         caps_obj = params.client_capabilities if version < 2 else params.capabilities
         caps = conv.unstructure(caps_obj) if caps_obj else {}
         self.client_capabilities = caps if type(caps) is dict else {}
-        self._allowed = set()
+        self._allowed = _NO_SESSIONS
         info = params.client_info if version < 2 else params.info
         self.client_info = conv.unstructure(info) if info else None
         user = _method(self.handler, "initialize")
@@ -958,6 +960,8 @@ class AgentSideConnection(_Side):
         # the verdict holds until initialize (the version and the client's capabilities) changes it,
         # except where it depends on the params too
         if method not in _capabilities.CLIENT_PARAM_RULE_METHODS:
+            if self._allowed is _NO_SESSIONS:
+                self._allowed = set()
             self._allowed.add(method)
 
     def _has_notification_rules(self, method: str) -> bool:

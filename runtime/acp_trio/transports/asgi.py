@@ -1310,6 +1310,7 @@ class AcpApp:
         if not self.websocket_compression:
             _decline_compression(send)
         await send(accept)
+        del first, accept  # not kept in this frame while the connection is open (objects the collector visits)
         self.connection_ids.add(connection_id)
         try:
             await self._run(connection_id, receive, send, _tcp_server(scope), principal)
@@ -1447,7 +1448,7 @@ class _WebSocketIO:
         self.sender_lot: trio.lowlevel.ParkingLot | None = None  # send_text waiting for the pump
         self.pump_done: trio.Event | None = None  # set when the pump has ended (None: never started)
         self.pump_scope: trio.CancelScope | None = None  # the pump's (made with pump_done)
-        self.direct = _direct_sender(send, tcp)
+        self.direct: Any = _direct_stream(send, tcp)  # hypercorn's stream, for send_now (or None)
 
     def stop(self, code: int, reason: str) -> None:
         """This side closes the WebSocket with ``code`` (the first reason given wins)."""
@@ -1610,10 +1611,28 @@ class _WebSocketIO:
 
     def send_now(self, texts: list[str]) -> bool:
         """Send one write's messages at once from the calling task, if nothing waits before
-        them and the TCP connection's buffer has room; else none (``False``)."""
-        direct = self.direct
-        assert direct is not None
-        return not (self.backlog or self.pumping or self.ended) and direct(texts)
+        them and the TCP connection's buffer has room; else none (``False``).
+
+        Under :func:`serve` (``direct``: hypercorn's WebSocket stream, see :func:`_direct_stream`):
+        while the WebSocket is open (hypercorn's stream connected and not closed, wsproto's
+        connection open) and the TCP connection's buffer has room, frames ``texts`` with the
+        stream's wsproto connection, as hypercorn's ``app_send`` would, and hands the frames to the
+        TCP connection (``write_now``: to the socket at once when its writer is idle), with no task
+        switch and no await; the same frames, in the same order as hypercorn's own path.  (A
+        method rather than a closure made per connection: a server holds many idle ones.)
+        """
+        stream = self.direct
+        if self.backlog or self.pumping or self.ended:
+            return False
+        connected, open_, text_message = _direct
+        tcp = self.tcp
+        if stream.closed or stream.state is not connected or not tcp.can_send_now():
+            return False
+        connection = stream.connection
+        if connection.state is not open_:
+            return False
+        ok: bool = tcp.write_now(b"".join([connection.send(text_message(data=text)) for text in texts]))
+        return ok
 
     async def pump(self) -> None:
         """Send the backlog, in order, until the connection ends (in the lifespan's nursery, or
@@ -1648,36 +1667,25 @@ class _WebSocketIO:
             done.set()
 
 
-def _direct_sender(send: Send, tcp: Any) -> Callable[[list[str]], bool] | None:
-    """A synchronous sender of text messages for the WebSocket whose ``send`` is hypercorn's
-    ``WSStream.app_send``, under :func:`serve` (``tcp``: its ``CoalescingTCPServer``), else ``None``.
+_direct: Any = None
+"""``(ASGIWebsocketState.CONNECTED, ConnectionState.OPEN, wsproto's TextMessage)`` once
+:func:`_direct_stream` imported them (hypercorn and wsproto are needed only under :func:`serve`)."""
 
-    ``sender(texts) -> bool``: while the WebSocket is open (hypercorn's stream connected and not
-    closed, wsproto's connection open) and the TCP connection's buffer has room, frames ``texts``
-    with the stream's wsproto connection, as hypercorn's ``app_send`` would, and hands the frames
-    to the TCP connection (``write_now``: to the socket at once when its writer is idle), with no
-    task switch and no await; otherwise sends nothing and returns ``False`` (the ASGI ``send`` path
-    then does).  The same frames, in the same order as hypercorn's own path.
-    """
+
+def _direct_stream(send: Send, tcp: Any) -> Any:
+    """hypercorn's WebSocket stream whose ``app_send`` is ``send``, under :func:`serve` (``tcp``: its
+    ``CoalescingTCPServer``), for :meth:`_WebSocketIO.send_now`'s direct sends; else ``None``."""
+    global _direct
     stream: Any = getattr(send, "__self__", None)
     if tcp is None or not hasattr(tcp, "write_now") or not hasattr(stream, "connection"):
         return None
-    from hypercorn.protocol.ws_stream import ASGIWebsocketState
-    from wsproto.connection import ConnectionState
-    from wsproto.events import TextMessage
+    if _direct is None:
+        from hypercorn.protocol.ws_stream import ASGIWebsocketState
+        from wsproto.connection import ConnectionState
+        from wsproto.events import TextMessage
 
-    connected, open_ = ASGIWebsocketState.CONNECTED, ConnectionState.OPEN
-
-    def sender(texts: list[str]) -> bool:
-        if stream.closed or stream.state is not connected or not tcp.can_send_now():
-            return False
-        connection = stream.connection
-        if connection.state is not open_:
-            return False
-        ok: bool = tcp.write_now(b"".join([connection.send(TextMessage(data=text)) for text in texts]))
-        return ok
-
-    return sender
+        _direct = (ASGIWebsocketState.CONNECTED, ConnectionState.OPEN, TextMessage)
+    return stream
 
 
 class _LentReads:
@@ -1705,6 +1713,7 @@ class _LentReads:
         self.lent = False
         self.closed = False
         self.handle: Callable[[bytes], Awaitable[None]] | None = None  # where read_inline hands the bytes
+        self.stream: Any = None  # hypercorn's WebSocket stream, when handle hands the bytes to it
 
     @classmethod
     async def take_over(cls, tcp: Any, send: Send, channel_nowait: Any) -> _LentReads | None:
@@ -1723,16 +1732,19 @@ class _LentReads:
         # hands every byte unchanged to the WebSocket stream as one Data event (H11WSConnection)
         h11: Any = getattr(getattr(tcp, "protocol", None), "protocol", None)
         if getattr(h11, "stream", None) is stream and not getattr(getattr(h11, "connection", None), "buffer", b"x"):
-            from hypercorn.protocol.events import Data
+            global _data_event
+            if _data_event is None:
+                from hypercorn.protocol.events import Data
 
-            ws: Any = stream
-            stream_id = ws.stream_id
-
-            async def handle(data: bytes) -> None:
-                await ws.handle(Data(stream_id=stream_id, data=data))
-
-            reads.handle = handle
+                _data_event = Data
+            reads.stream = stream
+            reads.handle = reads.handle_data
         return reads
+
+    async def handle_data(self, data: bytes) -> None:
+        """Hand ``data`` read from the socket to hypercorn's WebSocket stream (``read_inline``'s handler)."""
+        stream = self.stream
+        await stream.handle(_data_event(stream_id=stream.stream_id, data=data))
 
     async def put(self, message: Message) -> None:
         """hypercorn's ``app_put``: queue ``message`` for the connection, without waiting."""
@@ -1782,6 +1794,9 @@ class _LentReads:
             self.lent = False
             self.tcp.return_reads()
 
+
+_data_event: Any = None
+"""hypercorn's ``Data`` event, once :meth:`_LentReads.take_over` imported it."""
 
 _NOTHING_QUEUED: deque[Any] = deque()
 """The empty queue a WebSocket connection's backlog and inbox start as, shared and never appended
