@@ -1322,29 +1322,29 @@ class AcpApp:
             self.connection_ids.discard(connection_id)
             self._ended.unpark_all()
 
-    async def _serve(
+    def _serve(
         self,
         connection_id: str,
         to_client: trio.abc.SendStream,
         from_client: trio.abc.ReceiveStream,
         kind: str,
         principal: str | None = None,
-    ) -> None:
-        """Serve one connection's NDJSON byte streams (whatever the transport) until it ends; ``principal``:
-        that of the token of the request that opened it."""
+    ) -> Awaitable[None]:
+        """What serves one connection's NDJSON byte streams (whatever the transport) until it ends, to
+        await at once; ``principal``: that of the token of the request that opened it.  (Not a
+        coroutine function: the awaitable it returns runs without a coroutine frame of this one
+        held for as long as the connection lives.)"""
         if self.serve_streams is not None:  # the bridge: bytes to a process, verbatim
-            await self.serve_streams(connection_id, to_client, from_client)
-            return
+            return self.serve_streams(connection_id, to_client, from_client)
         if self.host is not None:  # sessions owned by the host, attached to under the connection's principal
-            await self.host.serve_streams(connection_id, to_client, from_client, principal=principal)
-            return
+            return self.host.serve_streams(connection_id, to_client, from_client, principal=principal)
         conn = AgentSideConnection(
             self.agent, to_client, from_client, name=f"acp-{kind}-{connection_id[:8]}", **self.connection_options
         )
         conn.connection_id = connection_id  # type: ignore[attr-defined]
-        # (its writer in this task: an idle connection holds less; the Connection's own, one
+        # (its writer in the awaiting task: an idle connection holds less; the Connection's own, one
         # coroutine frame fewer than AgentSideConnection.serve_until_closed, which only calls it)
-        await conn.connection.serve_until_closed()
+        return conn.connection.serve_until_closed()
 
     async def _run(
         self, connection_id: str, receive: Receive, send: Send, tcp: Any = None, principal: str | None = None
