@@ -1518,6 +1518,39 @@ async def test_an_idle_websocket_connection_holds_no_pump_and_no_nursery_of_its_
             assert (nurseries - nurseries_before) / 20 <= 3, (nurseries_before, nurseries)
 
 
+async def test_an_idle_websocket_connection_makes_no_lot_scope_or_closure_it_does_not_use() -> None:
+    """Objects per idle connection: memory, and the garbage collector's work (a full collection
+    visits every live object: a server opening connections pays for each object its open ones
+    hold).  Under serve(), an idle connection's parking lots (the Connection's written and serial
+    lots, the lent reads' arrival lot), its pump's cancel scope and its allowed-methods set are made
+    when first needed, until then one shared object or none; its routes' handlers and its direct
+    sender are objects and methods, not closures (a function, a tuple and a cell per variable each)."""
+    Agent.instances.clear()
+    with trio.fail_after(DEADLINE):
+        async with (
+            served(AcpApp(Agent)) as url,
+            connect_websocket(url, Client) as a,
+            connect_websocket(url, Client) as b,
+        ):
+            for conn in (a, b):
+                await initialize(conn)
+                await new_session(conn)
+            await trio.testing.wait_all_tasks_blocked()
+            first, second = (agent.conn for agent in Agent.instances)
+            assert first.connection._written_lot is second.connection._written_lot
+            assert first.connection._serial_lot is second.connection._serial_lot
+            assert first._allowed is second._allowed and not first._allowed
+            assert first.sessions._on_open == first.sessions._on_end == ()
+            for route in first.connection.routes.values():
+                for hook in (route.handler, route.input_ended_result, route.on_receive):
+                    assert getattr(hook, "__closure__", None) is None, (route.method, hook)
+            send_stream: Any = first.connection._send_stream  # a MessageSendStream over the _WebSocketIO
+            io = send_stream._send_text.__self__
+            assert io.pump_scope is None and io.pump_done is None
+            assert io.direct is not None  # (hypercorn's stream: answers went out directly)
+            assert io.receive.__self__.arrived is None  # the lent reads: nobody waited for hypercorn's reader
+
+
 async def test_without_lifespan_a_late_reader_still_gets_every_update_through_the_pump() -> None:
     """An ASGI server that runs no lifespan (here: a wrapper that answers it itself) gives the
     connection no lifespan nursery: the pump then runs in a nursery of the connection's own, and

@@ -90,6 +90,10 @@ _NO_SCOPES: Final[set[trio.CancelScope]] = set()
 _NO_TASKS: Final[set[trio.lowlevel.Task]] = set()
 _ALREADY_SET: Final = trio.Event()
 _ALREADY_SET.set()
+_NOBODY_PARKED: Final = trio.lowlevel.ParkingLot()
+"""The parking lot a connection's ``_written_lot`` and ``_serial_lot`` start as, shared and never
+parked in (unparking it does nothing): a connection gets a lot of its own when a task first waits
+there, which most never do (a lot is three objects the garbage collector visits, per connection)."""
 DEFAULT_EOF_GRACE = 0.25
 """Seconds a connection lets its handlers finish after its input ended, before cancelling them.
 
@@ -460,7 +464,7 @@ class Connection:
         self._rec_in_flight = False  # the batch being written carries records
         self._taken = 0  # batches the writer took from the outbox (wait_written)
         self._written = 0  # batches it wrote
-        self._written_lot = trio.lowlevel.ParkingLot()
+        self._written_lot = _NOBODY_PARKED  # a lot of its own once a task waits (wait_written)
         self._written_waiters = 0  # tasks parked in _written_lot (a count: cheaper to test than the lot)
         # outbound requests awaiting their response: id -> the caller's slot; ids count up from 0
         self._pending: dict[RequestId, _Slot] = {}
@@ -501,7 +505,7 @@ class Connection:
         self._read_reason = "end of stream"
         self._job_context: contextvars.Context | None = None  # what every request handler starts from
         self._queues: dict[Hashable, _SerialQueue] = {}
-        self._serial_lot = trio.lowlevel.ParkingLot()
+        self._serial_lot = _NOBODY_PARKED  # a lot of its own once a task waits (_park_serial)
         self._serial_waiting = 0  # tasks parked in _serial_lot (a counter: the lot's own __bool__ is a call)
         # the lines queued for the writer, in order: one buffer, so queueing a line is one copy, and a
         # backlog costs its length (orjson's bytes each keep a 4 KiB allocation while they live)
@@ -589,13 +593,17 @@ class Connection:
         write failure) and its streams are closed; :meth:`aclose` runs however this ends.  An
         exception from the connection's tasks comes out of its nursery (an exception group)."""
         try:
-            with self._service_scope:
-                async with trio.open_nursery() as inner:
-                    self._nursery = inner
-                    self._job_context = contextvars.copy_context()
-                    inner.start_soon(self._pool_task, _READ, name=f"{self.name}: reader")
-                    await self._writer()
-                    await self.aclose()  # closed and drained: close the streams, stop the reader and handlers
+            async with trio.open_nursery() as inner:
+                # the nursery's scope serves as the service scope (one scope fewer than _service's,
+                # for a connection held in the calling task): cancelling it stops the reader and the writer
+                if self._service_scope.cancel_called:  # closed before it ran
+                    inner.cancel_scope.cancel()
+                self._service_scope = inner.cancel_scope
+                self._nursery = inner
+                self._job_context = contextvars.copy_context()
+                inner.start_soon(self._pool_task, _READ, name=f"{self.name}: reader")
+                await self._writer()
+                await self.aclose()  # closed and drained: close the streams, stop the reader and handlers
         finally:
             with trio.CancelScope(shield=True):
                 await self.aclose()
@@ -1548,6 +1556,8 @@ class Connection:
 
     async def _park_serial(self) -> None:
         """Wait until the serial queues, the running requests or the background tasks change."""
+        if self._serial_lot is _NOBODY_PARKED:
+            self._serial_lot = trio.lowlevel.ParkingLot()
         self._serial_waiting += 1
         try:
             await self._serial_lot.park()
@@ -2144,6 +2154,8 @@ class Connection:
         if self._written >= target or self._writer_ended:
             await trio.lowlevel.checkpoint()
             return
+        if self._written_lot is _NOBODY_PARKED:
+            self._written_lot = trio.lowlevel.ParkingLot()
         while self._written < target and not self._writer_ended:
             self._written_waiters += 1
             try:

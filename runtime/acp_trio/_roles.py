@@ -25,7 +25,7 @@ import weakref
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from types import ModuleType
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 import trio
 
@@ -54,7 +54,8 @@ from ._spec import MethodSpec
 
 log = logging.getLogger("acp_trio")
 _NO_SESSIONS: set[Any] = set()
-"""What a connection holds as its set of cancelled sessions until it has one (never mutated)."""
+"""The empty set a connection's sets of cancelled sessions and of allowed methods start as, shared and
+never mutated: each gets a set of its own with its first element (one object fewer per connection)."""
 
 
 class ProtocolVersionError(Exception):
@@ -601,7 +602,8 @@ class AgentSideConnection(_Side):
         **options: Any,
     ) -> None:
         self.client_capabilities: dict[str, Any] = {}
-        self._allowed: set[str] = set()  # methods whose calls passed the capability rules (see _check_call)
+        # methods whose calls passed the capability rules (see _check_call): a set of its own once one did
+        self._allowed: set[str] = _NO_SESSIONS
         self.client_info: dict[str, Any] | None = None
         self.initialized = False
         self._initialize_answer: Any = None  # the wire answer, given again to a repeated initialize
@@ -639,14 +641,13 @@ class AgentSideConnection(_Side):
     def _add_route(self, spec: MethodSpec, fn: Callable[[Any], Awaitable[Any]]) -> None:
         if spec.method == "session/prompt" and self.protocol_version < 2:
             # a turn cut short by the end of input answers stop reason "cancelled" (prompt-turn.mdx)
-            structure = self.connection.converter.structure_fn(spec.result_type)
             self.connection.routes[spec.method] = Route(
                 spec.method,
                 "request",
-                self._prompt_turn(self._gate(spec.method, fn), spec),
+                _Gated(self, spec.method, fn, _TURN),
                 params_type=spec.params_type,
                 result_type=spec.result_type,
-                input_ended_result=lambda: structure({"stopReason": "cancelled"}),
+                input_ended_result=self._cancelled_turn_result,
                 on_receive=self._turn_received,
             )
             return
@@ -661,43 +662,35 @@ class AgentSideConnection(_Side):
                 on_receive=self._prompt_received,
             )
             return
-        if spec.method in SESSION_METHODS and spec.kind == "request":
-            fn = self._tracking(fn, spec.method)
         if spec.kind == "request":
-            fn = self._gate(spec.method, fn)
+            fn = _Gated(self, spec.method, fn, _TRACKED if spec.method in SESSION_METHODS else _PLAIN)
         super()._add_route(spec, fn)
 
     def _gate(self, method: str, handler: Callable[[Any], Awaitable[Any]]) -> Callable[[Any], Awaitable[Any]]:
-        async def gated(params: Any) -> Any:
-            if not self.initialized:
-                raise RequestError(
-                    INVALID_REQUEST,
-                    "Connection not initialized",
-                    {"method": method, "detail": "the client must call initialize first"},
-                )
-            return await handler(params)
+        return _Gated(self, method, handler, _PLAIN)
 
-        return gated
+    def _not_initialized(self, method: str) -> RequestError:
+        return RequestError(
+            INVALID_REQUEST,
+            "Connection not initialized",
+            {"method": method, "detail": "the client must call initialize first"},
+        )
 
-    def _tracking(self, fn: Callable[[Any], Awaitable[Any]], method: str) -> Callable[[Any], Awaitable[Any]]:
-        """``fn`` that records in :attr:`sessions` the session it opens or ends, once it succeeded."""
-
-        async def tracked(params: Any) -> Any:
-            if method in ENDED_BY_REQUEST:  # session-setup.mdx: as if session/cancel had been called
-                self._cancel_turns(params)
-            result = await fn(params)
-            try:  # the handler succeeded: a bookkeeping failure must not turn that into an error
-                if method in OPENED_BY_RESPONSE:
-                    self._session_opened(method, getattr(result, "session_id", None), params)
-                elif method in OPENED_BY_REQUEST:
-                    self._session_opened(method, params.session_id, params)
-                else:
-                    self.sessions.end(params.session_id, method)
-            except Exception:
-                log.exception("recording the session of a %s answer failed", method)
-            return result
-
-        return tracked
+    async def _tracked(self, fn: Callable[[Any], Awaitable[Any]], method: str, params: Any) -> Any:
+        """``fn(params)``, then record in :attr:`sessions` the session it opened or ended, once it succeeded."""
+        if method in ENDED_BY_REQUEST:  # session-setup.mdx: as if session/cancel had been called
+            self._cancel_turns(params)
+        result = await fn(params)
+        try:  # the handler succeeded: a bookkeeping failure must not turn that into an error
+            if method in OPENED_BY_RESPONSE:
+                self._session_opened(method, getattr(result, "session_id", None), params)
+            elif method in OPENED_BY_REQUEST:
+                self._session_opened(method, params.session_id, params)
+            else:
+                self.sessions.end(params.session_id, method)
+        except Exception:
+            log.exception("recording the session of a %s answer failed", method)
+        return result
 
     async def _initialize(self, raw: Any) -> Any:
         requested = raw.get("protocolVersion") if type(raw) is dict else None
@@ -733,7 +726,7 @@ class AgentSideConnection(_Side):
         caps_obj = params.client_capabilities if version < 2 else params.capabilities
         caps = conv.unstructure(caps_obj) if caps_obj else {}
         self.client_capabilities = caps if type(caps) is dict else {}
-        self._allowed = set()
+        self._allowed = _NO_SESSIONS
         info = params.client_info if version < 2 else params.info
         self.client_info = conv.unstructure(info) if info else None
         user = _method(self.handler, "initialize")
@@ -895,21 +888,29 @@ class AgentSideConnection(_Side):
                 except ConnectionClosed:
                     pass
 
-    def _prompt_turn(self, fn: Callable[[Any], Awaitable[Any]], spec: MethodSpec) -> Callable[[Any], Awaitable[Any]]:
-        structure_result = self.connection.converter.structure_fn(spec.result_type)
+    async def _prompt_turn(self, fn: Callable[[Any], Awaitable[Any]], params: Any) -> Any:
+        """A v1 ``session/prompt``: ``fn(params)`` in the turn's scope (registered as the request was
+        read, see :meth:`_turn_received`); ``{"stopReason": "cancelled"}`` when ``session/cancel`` cancelled it."""
+        received = self._received_turns.get(params.session_id)
+        scope = received.popleft() if received else None
+        if received is not None and not received:
+            del self._received_turns[params.session_id]
+        call = self._initialized_call(fn, params)
+        done, result = await _in_session_scope(self._turns, params.session_id, call, scope)
+        if done:
+            return result
+        log.debug("prompt turn of session %r cancelled by session/cancel", params.session_id)
+        return self._cancelled_turn_result()
 
-        async def turn(params: Any) -> Any:
-            received = self._received_turns.get(params.session_id)
-            scope = received.popleft() if received else None
-            if received is not None and not received:
-                del self._received_turns[params.session_id]
-            done, result = await _in_session_scope(self._turns, params.session_id, fn(params), scope)
-            if done:
-                return result
-            log.debug("prompt turn of session %r cancelled by session/cancel", params.session_id)
-            return structure_result({"stopReason": "cancelled"})
+    async def _initialized_call(self, fn: Callable[[Any], Awaitable[Any]], params: Any) -> Any:
+        if not self.initialized:
+            raise self._not_initialized("session/prompt")
+        return await fn(params)
 
-        return turn
+    def _cancelled_turn_result(self) -> Any:
+        """The v1 ``session/prompt`` result of a cancelled turn (stop reason ``cancelled``)."""
+        spec = self.variant.REQUESTS["session/prompt"]
+        return self.connection.converter.structure_fn(spec.result_type)({"stopReason": "cancelled"})
 
     def _turn_received(self, params: Any) -> None:
         """A v1 ``session/prompt`` was read: its turn's scope is registered now, so a
@@ -959,6 +960,8 @@ class AgentSideConnection(_Side):
         # the verdict holds until initialize (the version and the client's capabilities) changes it,
         # except where it depends on the params too
         if method not in _capabilities.CLIENT_PARAM_RULE_METHODS:
+            if self._allowed is _NO_SESSIONS:
+                self._allowed = set()
             self._allowed.add(method)
 
     def _has_notification_rules(self, method: str) -> bool:
@@ -1197,6 +1200,38 @@ class ClientSideConnection(_Side):
         """Answer the session's pending ``session/request_permission`` requests ``cancelled`` (and its
         ``elicitation/create`` requests ``cancel``: every question of :data:`_TURN_QUESTIONS`)."""
         self.connection.cancel_group(_questions(session_id))
+
+
+_PLAIN: Final = 0
+_TRACKED: Final = 1
+_TURN: Final = 2
+
+
+class _Gated:
+    """The handler of an agent's request route: ``-32600`` until ``initialize`` went through, then
+    ``fn(params)``; with ``mode`` :data:`_TRACKED` (the session methods) recording the session it
+    opened or ended (:meth:`AgentSideConnection._tracked`), with :data:`_TURN` (v1 ``session/prompt``)
+    as the session's prompt turn (:meth:`AgentSideConnection._prompt_turn`).  One object per route,
+    where closures were a function, a tuple and a cell per variable each: a server builds these for
+    every connection it opens, and the garbage collector visits them as long as it is open."""
+
+    __slots__ = ("conn", "fn", "method", "mode")
+
+    def __init__(self, conn: AgentSideConnection, method: str, fn: Callable[[Any], Awaitable[Any]], mode: int) -> None:
+        self.conn = conn
+        self.method = method
+        self.fn = fn
+        self.mode = mode
+
+    async def __call__(self, params: Any) -> Any:
+        conn = self.conn
+        if self.mode == _TURN:  # (the scope registered when it was read is taken first, initialized or not)
+            return await conn._prompt_turn(self.fn, params)
+        if not conn.initialized:
+            raise conn._not_initialized(self.method)
+        if self.mode == _TRACKED:
+            return await conn._tracked(self.fn, self.method, params)
+        return await self.fn(params)
 
 
 async def _in_session_scope(

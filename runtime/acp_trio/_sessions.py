@@ -81,8 +81,10 @@ class SessionRegistry(Mapping[str, SessionInfo]):
     def __init__(self) -> None:
         self._open: dict[str, SessionInfo] = {}
         self._ended_events: dict[str, trio.Event] = {}
-        self._on_open: list[SessionListener] = []
-        self._on_end: list[SessionListener] = []
+        # tuples, replaced on each on_open/on_end: most connections have no listener, and an empty
+        # tuple is shared where an empty list is one more object per connection for the collector
+        self._on_open: tuple[SessionListener, ...] = ()
+        self._on_end: tuple[SessionListener, ...] = ()
         self.closed: str | None = None
 
     # -- Mapping --------------------------------------------------------------------------------
@@ -101,11 +103,11 @@ class SessionRegistry(Mapping[str, SessionInfo]):
     # -- listening ------------------------------------------------------------------------------
     def on_open(self, callback: SessionListener) -> None:
         """Call ``callback(info)`` for every session opened from now on."""
-        self._on_open.append(callback)
+        self._on_open = (*self._on_open, callback)
 
     def on_end(self, callback: SessionListener) -> None:
         """Call ``callback(info)`` for every session that ends from now on (also when the connection closes)."""
-        self._on_end.append(callback)
+        self._on_end = (*self._on_end, callback)
 
     async def wait_ended(self, session_id: str) -> None:
         """Wait until the session ``session_id`` ends or the connection closes.
@@ -152,8 +154,8 @@ class SessionRegistry(Mapping[str, SessionInfo]):
             self.end(session_id, reason)
 
     @staticmethod
-    def _notify(listeners: list[SessionListener], info: SessionInfo) -> None:
-        for callback in list(listeners):
+    def _notify(listeners: tuple[SessionListener, ...], info: SessionInfo) -> None:
+        for callback in listeners:  # (a listener added meanwhile replaces the tuple: not called for this one)
             try:
                 callback(info)
             except Exception:

@@ -1310,6 +1310,7 @@ class AcpApp:
         if not self.websocket_compression:
             _decline_compression(send)
         await send(accept)
+        del first, accept  # not kept in this frame while the connection is open (objects the collector visits)
         self.connection_ids.add(connection_id)
         try:
             await self._run(connection_id, receive, send, _tcp_server(scope), principal)
@@ -1321,27 +1322,29 @@ class AcpApp:
             self.connection_ids.discard(connection_id)
             self._ended.unpark_all()
 
-    async def _serve(
+    def _serve(
         self,
         connection_id: str,
         to_client: trio.abc.SendStream,
         from_client: trio.abc.ReceiveStream,
         kind: str,
         principal: str | None = None,
-    ) -> None:
-        """Serve one connection's NDJSON byte streams (whatever the transport) until it ends; ``principal``:
-        that of the token of the request that opened it."""
+    ) -> Awaitable[None]:
+        """What serves one connection's NDJSON byte streams (whatever the transport) until it ends, to
+        await at once; ``principal``: that of the token of the request that opened it.  (Not a
+        coroutine function: the awaitable it returns runs without a coroutine frame of this one
+        held for as long as the connection lives.)"""
         if self.serve_streams is not None:  # the bridge: bytes to a process, verbatim
-            await self.serve_streams(connection_id, to_client, from_client)
-            return
+            return self.serve_streams(connection_id, to_client, from_client)
         if self.host is not None:  # sessions owned by the host, attached to under the connection's principal
-            await self.host.serve_streams(connection_id, to_client, from_client, principal=principal)
-            return
+            return self.host.serve_streams(connection_id, to_client, from_client, principal=principal)
         conn = AgentSideConnection(
             self.agent, to_client, from_client, name=f"acp-{kind}-{connection_id[:8]}", **self.connection_options
         )
         conn.connection_id = connection_id  # type: ignore[attr-defined]
-        await conn.serve_until_closed()  # (its writer in this task: an idle connection holds less)
+        # (its writer in the awaiting task: an idle connection holds less; the Connection's own, one
+        # coroutine frame fewer than AgentSideConnection.serve_until_closed, which only calls it)
+        return conn.connection.serve_until_closed()
 
     async def _run(
         self, connection_id: str, receive: Receive, send: Send, tcp: Any = None, principal: str | None = None
@@ -1374,6 +1377,7 @@ class AcpApp:
                 try:
                     await io.pump_done.wait()  # (a stalled client keeps it until it reads or leaves)
                 finally:
+                    assert io.pump_scope is not None  # (made with pump_done)
                     io.pump_scope.cancel()  # this connection was cancelled: so is its pump
         if not io.disconnected:
             code, reason = io.close if io.close is not None else (CLOSE_NORMAL, "")
@@ -1443,8 +1447,8 @@ class _WebSocketIO:
         self.pump_lot: trio.lowlevel.ParkingLot | None = None  # the pump waiting for the backlog
         self.sender_lot: trio.lowlevel.ParkingLot | None = None  # send_text waiting for the pump
         self.pump_done: trio.Event | None = None  # set when the pump has ended (None: never started)
-        self.pump_scope = trio.CancelScope()
-        self.direct = _direct_sender(send, tcp)
+        self.pump_scope: trio.CancelScope | None = None  # the pump's (made with pump_done)
+        self.direct: Any = _direct_stream(send, tcp)  # hypercorn's stream, for send_now (or None)
 
     def stop(self, code: int, reason: str) -> None:
         """This side closes the WebSocket with ``code`` (the first reason given wins)."""
@@ -1541,6 +1545,7 @@ class _WebSocketIO:
             assert self.nursery is not None
             self.pump_done = trio.Event()
             self.pump_lot = trio.lowlevel.ParkingLot()
+            self.pump_scope = trio.CancelScope()
             self.nursery.start_soon(self.pump)
         elif self.pump_lot:
             self.pump_lot.unpark()
@@ -1606,18 +1611,36 @@ class _WebSocketIO:
 
     def send_now(self, texts: list[str]) -> bool:
         """Send one write's messages at once from the calling task, if nothing waits before
-        them and the TCP connection's buffer has room; else none (``False``)."""
-        direct = self.direct
-        assert direct is not None
-        return not (self.backlog or self.pumping or self.ended) and direct(texts)
+        them and the TCP connection's buffer has room; else none (``False``).
+
+        Under :func:`serve` (``direct``: hypercorn's WebSocket stream, see :func:`_direct_stream`):
+        while the WebSocket is open (hypercorn's stream connected and not closed, wsproto's
+        connection open) and the TCP connection's buffer has room, frames ``texts`` with the
+        stream's wsproto connection, as hypercorn's ``app_send`` would, and hands the frames to the
+        TCP connection (``write_now``: to the socket at once when its writer is idle), with no task
+        switch and no await; the same frames, in the same order as hypercorn's own path.  (A
+        method rather than a closure made per connection: a server holds many idle ones.)
+        """
+        stream = self.direct
+        if self.backlog or self.pumping or self.ended:
+            return False
+        connected, open_, text_message = _direct
+        tcp = self.tcp
+        if stream.closed or stream.state is not connected or not tcp.can_send_now():
+            return False
+        connection = stream.connection
+        if connection.state is not open_:
+            return False
+        ok: bool = tcp.write_now(b"".join([connection.send(text_message(data=text)) for text in texts]))
+        return ok
 
     async def pump(self) -> None:
         """Send the backlog, in order, until the connection ends (in the lifespan's nursery, or
         ``_run``'s: it never raises, and it is cancelled with the connection)."""
-        pump_lot, done = self.pump_lot, self.pump_done
-        assert pump_lot is not None and done is not None
+        pump_lot, done, scope = self.pump_lot, self.pump_done, self.pump_scope
+        assert pump_lot is not None and done is not None and scope is not None
         try:
-            with self.pump_scope:
+            with scope:
                 while True:
                     while not self.backlog:
                         if self.ended:
@@ -1644,36 +1667,25 @@ class _WebSocketIO:
             done.set()
 
 
-def _direct_sender(send: Send, tcp: Any) -> Callable[[list[str]], bool] | None:
-    """A synchronous sender of text messages for the WebSocket whose ``send`` is hypercorn's
-    ``WSStream.app_send``, under :func:`serve` (``tcp``: its ``CoalescingTCPServer``), else ``None``.
+_direct: Any = None
+"""``(ASGIWebsocketState.CONNECTED, ConnectionState.OPEN, wsproto's TextMessage)`` once
+:func:`_direct_stream` imported them (hypercorn and wsproto are needed only under :func:`serve`)."""
 
-    ``sender(texts) -> bool``: while the WebSocket is open (hypercorn's stream connected and not
-    closed, wsproto's connection open) and the TCP connection's buffer has room, frames ``texts``
-    with the stream's wsproto connection, as hypercorn's ``app_send`` would, and hands the frames
-    to the TCP connection (``write_now``: to the socket at once when its writer is idle), with no
-    task switch and no await; otherwise sends nothing and returns ``False`` (the ASGI ``send`` path
-    then does).  The same frames, in the same order as hypercorn's own path.
-    """
+
+def _direct_stream(send: Send, tcp: Any) -> Any:
+    """hypercorn's WebSocket stream whose ``app_send`` is ``send``, under :func:`serve` (``tcp``: its
+    ``CoalescingTCPServer``), for :meth:`_WebSocketIO.send_now`'s direct sends; else ``None``."""
+    global _direct
     stream: Any = getattr(send, "__self__", None)
     if tcp is None or not hasattr(tcp, "write_now") or not hasattr(stream, "connection"):
         return None
-    from hypercorn.protocol.ws_stream import ASGIWebsocketState
-    from wsproto.connection import ConnectionState
-    from wsproto.events import TextMessage
+    if _direct is None:
+        from hypercorn.protocol.ws_stream import ASGIWebsocketState
+        from wsproto.connection import ConnectionState
+        from wsproto.events import TextMessage
 
-    connected, open_ = ASGIWebsocketState.CONNECTED, ConnectionState.OPEN
-
-    def sender(texts: list[str]) -> bool:
-        if stream.closed or stream.state is not connected or not tcp.can_send_now():
-            return False
-        connection = stream.connection
-        if connection.state is not open_:
-            return False
-        ok: bool = tcp.write_now(b"".join([connection.send(TextMessage(data=text)) for text in texts]))
-        return ok
-
-    return sender
+        _direct = (ASGIWebsocketState.CONNECTED, ConnectionState.OPEN, TextMessage)
+    return stream
 
 
 class _LentReads:
@@ -1695,10 +1707,13 @@ class _LentReads:
         self.tcp = tcp
         self.channel_nowait = channel_nowait  # hypercorn's queue, until it is empty: what came before
         self.inbox: deque[Message] = _NOTHING_QUEUED  # a deque of its own once something is put
-        self.arrived = trio.lowlevel.ParkingLot()  # a receive waiting for hypercorn's reader to put
+        # a receive waiting for hypercorn's reader to put (made by the first such wait: the reads are
+        # mostly lent until the connection ends, and a lot is three objects the collector visits)
+        self.arrived: trio.lowlevel.ParkingLot | None = None
         self.lent = False
         self.closed = False
         self.handle: Callable[[bytes], Awaitable[None]] | None = None  # where read_inline hands the bytes
+        self.stream: Any = None  # hypercorn's WebSocket stream, when handle hands the bytes to it
 
     @classmethod
     async def take_over(cls, tcp: Any, send: Send, channel_nowait: Any) -> _LentReads | None:
@@ -1717,16 +1732,19 @@ class _LentReads:
         # hands every byte unchanged to the WebSocket stream as one Data event (H11WSConnection)
         h11: Any = getattr(getattr(tcp, "protocol", None), "protocol", None)
         if getattr(h11, "stream", None) is stream and not getattr(getattr(h11, "connection", None), "buffer", b"x"):
-            from hypercorn.protocol.events import Data
+            global _data_event
+            if _data_event is None:
+                from hypercorn.protocol.events import Data
 
-            ws: Any = stream
-            stream_id = ws.stream_id
-
-            async def handle(data: bytes) -> None:
-                await ws.handle(Data(stream_id=stream_id, data=data))
-
-            reads.handle = handle
+                _data_event = Data
+            reads.stream = stream
+            reads.handle = reads.handle_data
         return reads
+
+    async def handle_data(self, data: bytes) -> None:
+        """Hand ``data`` read from the socket to hypercorn's WebSocket stream (``read_inline``'s handler)."""
+        stream = self.stream
+        await stream.handle(_data_event(stream_id=stream.stream_id, data=data))
 
     async def put(self, message: Message) -> None:
         """hypercorn's ``app_put``: queue ``message`` for the connection, without waiting."""
@@ -1735,7 +1753,7 @@ class _LentReads:
         if self.inbox is _NOTHING_QUEUED:
             self.inbox = deque()
         self.inbox.append(message)
-        if self.arrived:
+        if self.arrived:  # (None, or a lot with nobody parked, is false)
             self.arrived.unpark()
 
     def receive_nowait(self) -> Message:
@@ -1764,6 +1782,8 @@ class _LentReads:
                 if not await self.tcp.read_inline(self.handle):
                     self.lent = False  # the end of input: hypercorn's reader reads it again and says so
             else:
+                if self.arrived is None:
+                    self.arrived = trio.lowlevel.ParkingLot()
                 await self.arrived.park()
 
     def close(self) -> None:
@@ -1774,6 +1794,9 @@ class _LentReads:
             self.lent = False
             self.tcp.return_reads()
 
+
+_data_event: Any = None
+"""hypercorn's ``Data`` event, once :meth:`_LentReads.take_over` imported it."""
 
 _NOTHING_QUEUED: deque[Any] = deque()
 """The empty queue a WebSocket connection's backlog and inbox start as, shared and never appended
