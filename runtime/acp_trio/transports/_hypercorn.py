@@ -19,7 +19,10 @@ wait), and an application may send eagerly: between :meth:`CoalescingTCPServer.h
 ``release`` hands the buffer to the socket at once, without a task switch, when the writer is
 idle (the same bytes in the same order; what the socket does not take, or a send error, goes to
 the writer as before).  :func:`current_tcp_server` gives an ASGI application task the
-connection's server (:mod:`acp_trio.transports.asgi` uses it for WebSocket messages).
+connection's server (:mod:`acp_trio.transports.asgi` uses it for WebSocket messages).  There
+too, HTTP/1.1 keep-alive costs no task: hypercorn's idle timer (a task started at every request's
+end, cancelled at the next request's start) is a deadline on the reader's wait for the socket
+(:class:`_KeepAliveDeadline`; relying on ``TCPServer``'s ``idle_task`` and ``_initiate_server_close``).
 
 :func:`serve_hypercorn` runs hypercorn's HTTP/1.1, HTTP/2 and WebSocket protocol stack and its
 ASGI lifespan with that server class; it replaces ``hypercorn.trio.serve`` for TCP (plain or TLS)
@@ -48,10 +51,11 @@ import errno
 import functools
 import gc
 import logging
+import math
 import os
 import sys
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, ClassVar
 
 import trio
 from hypercorn.config import Config
@@ -153,8 +157,36 @@ class _Idle:
         log.debug("no connection for %s s: memory released", self.delay)
 
 
+class _KeepAliveDeadline:
+    """hypercorn's keep-alive idle timer (``TCPServer.idle_task``) as a deadline on the reader's wait.
+
+    hypercorn starts a task (``nursery.start``, behind a lock) each time a connection goes idle, at
+    its start and at the end of every request, and cancels it when a request comes: on a keep-alive
+    connection that is a task spawned and cancelled per request.  Here going idle only sets the
+    deadline of the wait for the socket (:meth:`CoalescingTCPServer._wait_readable`): the same
+    ``keep_alive_timeout`` counted from the same moment, closing the connection the same way
+    (at once once the server shuts down), with no task.  Used where the server reads the socket
+    itself (a plain TCP socket); elsewhere hypercorn's task stays.
+    """
+
+    __slots__ = ("server",)
+
+    def __init__(self, server: CoalescingTCPServer) -> None:
+        self.server = server
+
+    async def restart(self, task_group: Any, action: Any) -> None:
+        self.server._idle_from_now()
+
+    async def stop(self) -> None:
+        self.server._not_idle()
+
+
 class _Lend(Exception):
     """hypercorn's reader stops waiting for the socket: :meth:`CoalescingTCPServer.lend_reads` asked for its reads."""
+
+
+class _KeepAliveOver(Exception):
+    """hypercorn's reader stops waiting for the socket: the connection was idle for ``keep_alive_timeout``."""
 
 
 class CoalescingTCPServer(TCPServer):
@@ -162,12 +194,14 @@ class CoalescingTCPServer(TCPServer):
 
     ``write_timeout`` (class attribute, seconds, ``None`` for none): a sender that has waited this
     long for buffer room while the socket took nothing aborts the TCP connection (the application
-    then sees a disconnect).  Set by :func:`serve_hypercorn`.
+    then sees a disconnect).  Set by :func:`serve_hypercorn`, as is ``keep_alive_waiting``: the
+    connections idle now (keep-alive, waiting for a request), closed at once when the server shuts down.
     """
 
     high_water = HIGH_WATER
     write_timeout: float | None = None
     idle: _Idle | None = None
+    keep_alive_waiting: ClassVar[set[CoalescingTCPServer]] = set()
     _writer_nursery: trio.Nursery | None = None  # _run_coalescing's: where the writer task starts
 
     async def run(self) -> None:
@@ -177,6 +211,7 @@ class CoalescingTCPServer(TCPServer):
         try:
             await self._run_coalescing()
         finally:
+            self.keep_alive_waiting.discard(self)
             if self.idle is not None:
                 self.idle.closed()
 
@@ -224,6 +259,36 @@ class CoalescingTCPServer(TCPServer):
         self._returned = trio.Event()
         self._wait_scope: trio.CancelScope | None = None
         self._inline_full = False  # the last inline read filled the buffer
+        # keep-alive: when the idle connection is closed (inf: not idle); a deadline on the reader's
+        # wait instead of hypercorn's task per idle period (_KeepAliveDeadline)
+        self._idle_at = math.inf
+        if self._socket is not None:
+            self.idle_task = _KeepAliveDeadline(self)
+
+    def _idle_from_now(self) -> None:
+        """The connection went idle: closed after ``keep_alive_timeout`` seconds with no request
+        (at once when the server is shutting down, as hypercorn's idle task)."""
+        if self.context.terminated.is_set():
+            self._idle_at = -math.inf
+        else:
+            self._idle_at = trio.current_time() + self.config.keep_alive_timeout
+            self.keep_alive_waiting.add(self)
+        if self._wait_scope is not None:
+            self._wait_scope.deadline = self._idle_at
+
+    def _not_idle(self) -> None:
+        """A request began: no keep-alive deadline until the connection is idle again."""
+        self._idle_at = math.inf
+        self.keep_alive_waiting.discard(self)
+        if self._wait_scope is not None:
+            self._wait_scope.deadline = math.inf
+
+    def shut_down_idle(self) -> None:
+        """The server shuts down: an idle connection is closed now (as hypercorn's idle task does then)."""
+        if self._idle_at != math.inf:
+            self._idle_at = -math.inf
+            if self._wait_scope is not None:
+                self._wait_scope.deadline = -math.inf
 
     async def _write_buffered(self) -> None:
         try:
@@ -382,6 +447,10 @@ class CoalescingTCPServer(TCPServer):
                             data = await self._receive(full)
                 except _Lend:
                     continue
+                except _KeepAliveOver:
+                    with trio.CancelScope(shield=True):  # as hypercorn's idle task closes it
+                        await self._initiate_server_close()
+                    break
                 except (trio.ClosedResourceError, trio.BrokenResourceError, trio.TooSlowError):
                     break
                 await self.protocol.handle(RawData(data))
@@ -421,20 +490,23 @@ class CoalescingTCPServer(TCPServer):
                 raise trio.BrokenResourceError(exc) from exc
 
     async def _wait_readable(self) -> None:
-        """Wait until the socket is readable; :class:`_Lend` if :meth:`lend_reads` asks for the reads meanwhile."""
+        """Wait until the socket is readable; :class:`_Lend` if :meth:`lend_reads` asks for the reads
+        meanwhile, :class:`_KeepAliveOver` if the connection stays idle past its keep-alive deadline."""
         fd = self._socket.fileno()
         if fd < 0:
             raise trio.ClosedResourceError("the stream was closed")
         if self._lend_wanted:
             raise _Lend
-        with trio.CancelScope() as scope:
+        with trio.CancelScope(deadline=self._idle_at) as scope:
             self._wait_scope = scope
             try:
                 await trio.lowlevel.wait_readable(fd)
             finally:
                 self._wait_scope = None
         if scope.cancelled_caught:
-            raise _Lend
+            if self._lend_wanted:
+                raise _Lend
+            raise _KeepAliveOver
 
     # -- reads lent to the application ----------------------------------------------------------
     async def lend_reads(self) -> bool:
@@ -640,7 +712,8 @@ async def serve_hypercorn(
                         f"{'https' if secure else 'http'}://{repr_socket_addr(sock.family, sock.getsockname())}"
                     )
             idle = _Idle(lifespan_nursery, release_memory_when_idle)
-            attributes = {"write_timeout": write_timeout, "idle": idle}
+            keep_alive_waiting: set[CoalescingTCPServer] = set()
+            attributes = {"write_timeout": write_timeout, "idle": idle, "keep_alive_waiting": keep_alive_waiting}
             server_class = type("CoalescingTCPServer", (CoalescingTCPServer,), attributes)
             handler = functools.partial(server_class, wrapped, config, context, state.copy())
             try:
@@ -655,6 +728,8 @@ async def serve_hypercorn(
                     accepting.cancel_scope.cancel()
             finally:
                 await context.terminated.set()
+                for waiting in list(keep_alive_waiting):
+                    waiting.shut_down_idle()
                 connections.cancel_scope.deadline = trio.current_time() + config.graceful_timeout
         await lifespan.wait_for_shutdown()
         lifespan_nursery.cancel_scope.cancel()
