@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 import trio
+import trio.testing
 
 pytest.importorskip("hypercorn")
 
@@ -73,9 +74,12 @@ async def closed_by_server(stream: trio.SocketStream) -> float:
 class Spawns(trio.abc.Instrument):
     def __init__(self) -> None:
         self.count = 0
+        self.names: list[str] = []
 
     def task_spawned(self, task: trio.lowlevel.Task) -> None:
-        self.count += 1
+        if "open_tcp_stream" not in task.name:  # (the test's client connecting)
+            self.count += 1
+            self.names.append(task.name)
 
 
 async def test_an_idle_keep_alive_connection_closes_after_keep_alive_timeout_and_a_request_costs_one_task() -> None:
@@ -136,3 +140,143 @@ async def test_a_shutdown_closes_idle_keep_alive_connections_at_once() -> None:
                     await closed_by_server(stream)
                     await closed_by_server(fresh)
                 await fresh.aclose()
+
+
+# -- the application's events: AppEvents --------------------------------------------------------------
+async def test_app_events_are_queued_without_a_yield_and_received_in_order() -> None:
+    from acp_trio.transports._hypercorn import AppEvents
+
+    events = AppEvents(2)
+    first, second, third = ({"type": "http.request", "n": n} for n in range(3))
+    with trio.fail_after(DEADLINE):
+        await events.put(first)  # no yield: (a yield would let the task below run first)
+        await events.put(second)
+        assert events.receive_nowait() is first
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(events.put, third)  # the queue has room for 2: waits for the receive below
+            await trio.testing.wait_all_tasks_blocked()
+            assert await events.receive() is second
+            assert await events.receive() is third
+        with pytest.raises(trio.WouldBlock):
+            events.receive_nowait()
+        async with trio.open_nursery() as nursery:
+            received: list[Any] = []
+
+            async def receive() -> None:
+                received.append(await events.receive())
+
+            nursery.start_soon(receive)
+            await trio.testing.wait_all_tasks_blocked()
+            await events.put(first)
+        assert received == [first]
+
+
+async def test_app_events_watching_for_the_disconnect_cancels_a_scope_without_a_task() -> None:
+    """What a task reading ``receive`` until ``http.disconnect`` did: what comes meanwhile is dropped;
+    the disconnect, whether it comes later or is queued already, cancels the scope."""
+    from acp_trio.transports._hypercorn import AppEvents
+
+    events = AppEvents(10)
+    body = {"type": "http.request", "body": b"", "more_body": False}
+    with trio.fail_after(DEADLINE):
+        await events.put(body)
+        with trio.CancelScope() as scope:
+            events.watch_disconnect(scope)
+            await events.put(body)  # dropped, as the queued one
+            await trio.testing.wait_all_tasks_blocked()
+            assert not scope.cancel_called
+            await events.put({"type": "http.disconnect"})
+            await trio.sleep_forever()
+        assert scope.cancelled_caught
+        events.unwatch()
+        with pytest.raises(trio.WouldBlock):
+            events.receive_nowait()
+        await events.put({"type": "http.disconnect"})
+        with trio.CancelScope() as scope:
+            events.watch_disconnect(scope)  # the disconnect queued already: cancelled at once
+            await trio.sleep_forever()
+        assert scope.cancelled_caught
+        events.unwatch()
+        await events.put(body)  # queued again
+        assert events.receive_nowait() is body
+
+
+async def test_a_full_queue_watched_meanwhile_lets_its_waiting_put_go() -> None:
+    from acp_trio.transports._hypercorn import AppEvents
+
+    events = AppEvents(1)
+    body = {"type": "http.request", "body": b"x", "more_body": True}
+    with trio.fail_after(DEADLINE):
+        await events.put(body)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(events.put, {"type": "http.disconnect"})  # waits for room
+            await trio.testing.wait_all_tasks_blocked()
+            with trio.CancelScope() as scope:
+                events.watch_disconnect(scope)
+                await trio.sleep_forever()
+            assert scope.cancelled_caught
+
+
+# -- Streamable HTTP under serve(): a client that leaves ---------------------------------------------
+async def test_a_client_leaving_an_sse_stream_or_an_unanswered_initialize_ends_them_with_no_watcher_task() -> None:
+    """The SSE stream's ``GET`` ends when its client closes the TCP connection (the stream can be
+    opened again, no 409), and so does an ``initialize`` whose answer the client stopped waiting for
+    (its connection is closed); with no task reading the request's events meanwhile: opening an SSE
+    stream starts two tasks, the TCP connection's and the application's."""
+    import json
+
+    from acp_trio.transports.asgi import AcpApp, serve
+
+    silent = trio.Event()  # the agent reads initialize and never answers while this is set
+
+    async def agent(connection_id: str, to_client: Any, from_client: Any) -> None:
+        async for data in from_client:
+            for line in data.splitlines():
+                message = json.loads(line)
+                if message.get("method") == "initialize" and not silent.is_set():
+                    answer = {"jsonrpc": "2.0", "id": message["id"], "result": {"protocolVersion": 1}}
+                    await to_client.send_all(json.dumps(answer).encode() + b"\n")
+
+    def post(body: bytes, *headers: str) -> bytes:
+        head = "".join(f"{h}\r\n" for h in ("Host: 127.0.0.1", "Content-Type: application/json", *headers))
+        return f"POST /acp HTTP/1.1\r\n{head}Content-Length: {len(body)}\r\n\r\n".encode() + body
+
+    init = b'{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":1}}'
+    app = AcpApp(serve_streams=agent)
+    spawns = Spawns()
+    with trio.fail_after(DEADLINE):
+        async with trio.open_nursery() as nursery:
+            [url] = await nursery.start(functools.partial(serve, app, "127.0.0.1", 0))
+            host, port = url.split("//", 1)[1].rsplit(":", 1)
+            async with await trio.open_tcp_stream(host, int(port)) as posts:
+                await posts.send_all(post(init))
+                data = b""
+                while b"\r\n\r\n" not in data:
+                    data += await posts.receive_some()
+            connection_id = data.split(b"acp-connection-id: ", 1)[1].split(b"\r\n", 1)[0].decode()
+            get = f"GET /acp HTTP/1.1\r\nHost: 127.0.0.1\r\nAccept: text/event-stream\r\nAcp-Connection-Id: {connection_id}\r\n\r\n"
+            for attempt in range(2):
+                if attempt:
+                    trio.lowlevel.add_instrument(spawns)
+                sse = await trio.open_tcp_stream(host, int(port))
+                await sse.send_all(get.encode())
+                data = b""
+                while b":\n\n" not in data:
+                    data += await sse.receive_some()
+                assert data.startswith(b"HTTP/1.1 200 "), data  # (the second: no 409, the first stream ended)
+                await trio.testing.wait_all_tasks_blocked(0.05)
+                if attempt:
+                    trio.lowlevel.remove_instrument(spawns)
+                await sse.aclose()
+                while app._http_connections[connection_id].receivers:
+                    await trio.sleep(0.01)
+            silent.set()
+            before = app.active_connections
+            async with await trio.open_tcp_stream(host, int(port)) as posts:
+                await posts.send_all(post(init))
+                while app.active_connections == before:
+                    await trio.sleep(0.01)
+            while app.active_connections > before:  # closed: the client left before the answer
+                await trio.sleep(0.01)
+            nursery.cancel_scope.cancel()
+    assert spawns.count == 2, spawns.names

@@ -36,10 +36,11 @@ and ``_handle_events`` and on the ``h11`` and ``h2`` protocol modules' ``WSStrea
 frame that breaks RFC 6455 (a text message that is not UTF-8) is answered with the close frame
 of wsproto's verdict (``1007``) before the TCP connection is closed, where hypercorn 0.18 closed
 it without one.  And one change to how hypercorn hands a request to the application (process-wide
-too, :class:`EagerTaskGroup`, relying on ``trio.task_group.TaskGroup.spawn_app`` returning its
-memory channel's ``send`` and on the ``trio.tcp_server`` module's ``TaskGroup`` name): a request
-event is queued without a yield when the queue has room, so a ``POST`` read whole in one read
-reaches the application whole.
+too, :class:`EagerTaskGroup`, relying on ``trio.task_group``'s ``TaskGroup`` (its ``spawn_app``
+and ``_nursery``) and ``_handle`` and on the ``trio.tcp_server`` module's ``TaskGroup`` name): the
+application receives through an :class:`AppEvents` queue, where a request event is queued without
+a yield when the queue has room, so a ``POST`` read whole in one read reaches the application
+whole, and which can watch for the client's disconnect without a task reading it.
 """
 
 from __future__ import annotations
@@ -54,6 +55,7 @@ import logging
 import math
 import os
 import sys
+from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import Any, ClassVar
 
@@ -67,6 +69,7 @@ from hypercorn.protocol.ws_stream import WSStream
 from hypercorn.trio import tcp_server as hypercorn_tcp_server
 from hypercorn.trio.lifespan import Lifespan
 from hypercorn.trio.task_group import TaskGroup
+from hypercorn.trio.task_group import _handle as hypercorn_handle
 from hypercorn.trio.tcp_server import MAX_RECV, TCPServer
 from hypercorn.trio.worker_context import WorkerContext
 from hypercorn.utils import repr_socket_addr, wrap_app
@@ -626,33 +629,109 @@ class ClosingWSStream(WSStream):
         await super()._handle_events()
 
 
+_DISCONNECTS = frozenset(("http.disconnect", "websocket.disconnect"))
+
+
+class AppEvents:
+    """One ASGI application task's incoming events (its ``receive``), as hypercorn's trio worker hands them over.
+
+    Replaces hypercorn's trio memory channel per request (two channel objects and their shared
+    state, made for every request): a queue of at most ``limit`` events (hypercorn's
+    ``max_app_queue_size``) that :meth:`put` fills without a yield while it has room (a full one
+    waits for the application to take one), read by :meth:`receive` (a checkpoint, as a channel's)
+    or :meth:`receive_nowait` (``trio.WouldBlock`` when empty).  The same events in the same order.
+
+    :meth:`watch_disconnect`: for an application that reads nothing more but must stop when its
+    client goes (a response waiting for an agent, an SSE stream): events are dropped from then on
+    and a disconnect cancels the given scope, what a task reading ``receive`` until the disconnect
+    would do, without the task.  ``asgi.py`` finds it as ``receive.__self__``.
+    """
+
+    __slots__ = ("_events", "_limit", "_receivers", "_room", "_watch")
+
+    def __init__(self, limit: int) -> None:
+        self._events: deque[Any] = deque()
+        self._limit = max(limit, 1)
+        self._receivers: trio.lowlevel.ParkingLot | None = None  # made at the first wait for an event
+        self._room: trio.lowlevel.ParkingLot | None = None  # made at the first wait for room (rare)
+        self._watch: trio.CancelScope | None = None
+
+    async def put(self, event: Any) -> None:
+        """hypercorn's ``app_put``: queue ``event`` (at once while there is room, else once there is)."""
+        if self._watch is not None:
+            if event.get("type") in _DISCONNECTS:
+                self._watch.cancel()
+            return
+        while len(self._events) >= self._limit:
+            if self._room is None:
+                self._room = trio.lowlevel.ParkingLot()
+            await self._room.park()
+            if self._watch is not None:  # watched meanwhile: this event is dropped or noted like the others
+                await self.put(event)
+                return
+        self._events.append(event)
+        if self._receivers:
+            self._receivers.unpark()
+
+    def receive_nowait(self) -> Any:
+        """The next event; ``trio.WouldBlock`` if none is queued."""
+        if not self._events:
+            raise trio.WouldBlock
+        event = self._events.popleft()
+        if self._room:
+            self._room.unpark()
+        return event
+
+    async def receive(self) -> Any:
+        """The next event, once there is one (the application's ``receive``)."""
+        await trio.lowlevel.checkpoint_if_cancelled()
+        if self._events:
+            event = self.receive_nowait()
+            await trio.lowlevel.cancel_shielded_checkpoint()
+            return event
+        if self._receivers is None:
+            self._receivers = trio.lowlevel.ParkingLot()
+        while not self._events:
+            await self._receivers.park()
+        return self.receive_nowait()
+
+    def watch_disconnect(self, scope: trio.CancelScope) -> None:
+        """Until :meth:`unwatch`, drop the events that come (and those queued) and cancel ``scope``
+        at a disconnect (at once if one is queued)."""
+        self._watch = scope
+        events = self._events
+        while events:
+            if events.popleft().get("type") in _DISCONNECTS:
+                scope.cancel()
+        if self._room:
+            self._room.unpark_all()
+
+    def unwatch(self) -> None:
+        """End :meth:`watch_disconnect`: events are queued again."""
+        self._watch = None
+
+
 class EagerTaskGroup(TaskGroup):
-    """hypercorn's per-connection task group, whose application queues take an event without a yield.
+    """hypercorn's per-connection task group, whose applications receive through :class:`AppEvents`.
 
     hypercorn hands a request's events to its application through a trio memory channel whose
     ``send`` yields even when the queue has room: a ``POST`` that arrived whole (head and body in one
     read) goes in as three steps, the request, its body and the end of the body, and the
     application, started with the first, runs between them (about half the time it found the body
     without its end, and waited for it: a timer and a task switch).  Here an event the queue has room
-    for is queued at once (``send_nowait``, the same events in the same order); a full queue waits
-    as before.  The reader still yields at its next read of the socket.  :func:`serve_hypercorn`
-    makes hypercorn's TCP server use it (its ``tcp_server`` module's ``TaskGroup`` name).
+    for is queued at once (the same events in the same order); a full queue waits as before.  The
+    reader still yields at its next read of the socket.  :func:`serve_hypercorn` makes hypercorn's
+    TCP server use it (its ``tcp_server`` module's ``TaskGroup`` name); it starts the application
+    as hypercorn's own ``spawn_app`` does, with hypercorn's ``task_group._handle``.
     """
 
     async def spawn_app(self, app: Any, config: Config, scope: Any, send: Any) -> Callable[[Any], Awaitable[None]]:
-        put = await super().spawn_app(app, config, scope, send)
-        channel = getattr(put, "__self__", None)
-        put_nowait = getattr(channel, "send_nowait", None)
-        if put_nowait is None:  # (another layout: hypercorn's own put, unchanged)
-            return put
-
-        async def put_now(event: Any) -> None:
-            try:
-                put_nowait(event)
-            except trio.WouldBlock:
-                await put(event)
-
-        return put_now
+        events = AppEvents(config.max_app_queue_size)
+        assert self._nursery is not None
+        self._nursery.start_soon(
+            hypercorn_handle, app, config, scope, events.receive, send, trio.to_thread.run_sync, trio.from_thread.run
+        )
+        return events.put
 
 
 def _use_eager_task_group() -> None:

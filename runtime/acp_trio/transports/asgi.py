@@ -1870,16 +1870,30 @@ async def _replayed(taken: deque[Message], receive: Receive) -> Message:
 
 
 async def _unless_disconnected(receive: Receive, work: Callable[[], Awaitable[None]]) -> bool:
-    """Run ``work`` until it returns (``True``) or the client disconnects first (``False``, ``work`` cancelled)."""
+    """Run ``work`` until it returns (``True``) or the client disconnects first (``False``, ``work``
+    cancelled).  Events received meanwhile other than the disconnect are dropped (the request's body
+    was read already).  Under :func:`serve` the server's queue of the request's events cancels
+    ``work`` itself at the disconnect (``AppEvents.watch_disconnect``); elsewhere a task reads
+    ``receive`` until it."""
+    events: Any = getattr(receive, "__self__", None)
+    watch = getattr(events, "watch_disconnect", None)
+    if watch is not None:
+        with trio.CancelScope() as scope:
+            watch(scope)
+            try:
+                await work()
+            finally:
+                events.unwatch()
+        return not scope.cancelled_caught
     done = False
     async with trio.open_nursery() as nursery:
 
-        async def watch() -> None:
+        async def watcher() -> None:
             while (await receive())["type"] != "http.disconnect":
                 pass
             nursery.cancel_scope.cancel()
 
-        nursery.start_soon(watch)
+        nursery.start_soon(watcher)
         await work()
         done = True
         nursery.cancel_scope.cancel()
