@@ -280,3 +280,64 @@ async def test_a_client_leaving_an_sse_stream_or_an_unanswered_initialize_ends_t
                 await trio.sleep(0.01)
             nursery.cancel_scope.cancel()
     assert spawns.count == 2, spawns.names
+
+
+# -- idle_timeout: one reaper for every connection ----------------------------------------------------
+async def test_abandoned_connections_are_closed_each_idle_timeout_after_its_last_use_by_one_task(
+    autojump_clock: Any,
+) -> None:
+    """Each connection is closed ``idle_timeout`` after its own last request or stream (one used
+    meanwhile lives on), and all of them are watched by one task in the lifespan's nursery beside
+    the connections' own, gone once no connection is left to watch."""
+    from test_transport_http_server import Script, running
+
+    from acp_trio.transports.asgi import AcpApp
+
+    scripts: list[Script] = []
+
+    async def serve(connection_id: str, to_client: Any, from_client: Any) -> None:
+        script = Script()
+        scripts.append(script)
+        await script.serve(connection_id, to_client, from_client)
+
+    app = AcpApp(serve_streams=serve, idle_timeout=60)
+    async with running(app) as http:
+        assert app._nursery is not None
+        ids = []
+        for _ in range(5):
+            ids.append(await http.initialize())
+            await trio.sleep(10)
+        await trio.testing.wait_all_tasks_blocked()
+        assert len(app._nursery.child_tasks) == 5 + 1  # the connections, and one reaper
+        assert (await http.post({"jsonrpc": "2.0", "method": "_x"}, ids[1])).status == 202  # at 50 s
+        start = trio.current_time()
+        await scripts[0].ended.wait()
+        assert trio.current_time() - start == pytest.approx(10)  # opened at 0 s: closed at 60 s
+        await scripts[2].ended.wait()
+        assert trio.current_time() - start == pytest.approx(30)  # at 80 s, after the third's 20 s
+        await trio.testing.wait_all_tasks_blocked()
+        assert set(app.connection_ids) == {ids[1], ids[3], ids[4]}
+        await scripts[1].ended.wait()
+        assert trio.current_time() - start == pytest.approx(60)  # used at 50 s: closed at 110 s
+        await app.wait_idle()
+        await trio.testing.wait_all_tasks_blocked()
+        assert not app._nursery.child_tasks
+
+
+async def test_the_reapers_queue_lets_go_of_connections_that_ended() -> None:
+    from test_transport_http_server import Script, running
+
+    from acp_trio.transports.asgi import AcpApp
+
+    app = AcpApp(serve_streams=Script().serve, idle_timeout=300)
+    with trio.fail_after(DEADLINE):
+        async with running(app) as http:
+            kept = await http.initialize()  # queued, for 300 s
+            for _ in range(200):  # each queued once initialized, then deleted
+                cid = await http.initialize()
+                await http.request("DELETE", {"acp-connection-id": cid})
+            while len(app.connection_ids) > 1:
+                await app._ended.park()
+            assert app._reaper is not None
+            assert len(app._reaper.queue) <= 64 + 2
+            assert app._reaper.live == 1 and app.connection_ids == {kept}

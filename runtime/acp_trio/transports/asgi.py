@@ -119,8 +119,10 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import heapq
 import hmac
 import ipaddress
+import itertools
 import logging
 import math
 import secrets
@@ -307,7 +309,9 @@ class _HttpConnection:
         self.receivers = 0  # SSE streams being read now
         self.requests = 0  # POSTs in progress: the initialize POST until its answer, a request held or being handled
         self.active_at = trio.current_time()  # the last request's start or end, or the last stream's end
-        self.attachment = trio.lowlevel.ParkingLot()  # a stream or a request began or ended
+        self.reaper: _Reaper | None = None  # what closes it once abandoned (idle_timeout), if anything
+        self.reap_queued = False  # in its reaper's queue
+        self.reap_over = False  # gone from its reaper's concerns (the connection ended)
 
     def touch(self) -> None:
         """A request for this connection arrived: it is not abandoned."""
@@ -322,25 +326,16 @@ class _HttpConnection:
         """A POST ended: the idle clock starts now if nothing else is in progress."""
         self.requests -= 1
         self.touch()
-        if not self.requests and not self.receivers:  # (else the reaper has nothing to do: not woken)
-            self.attachment.unpark_all()
+        self.attachment_changed()
 
-    async def reap_when_abandoned(self, idle: float) -> None:
-        """Close the connection once it has had no request in progress, none arriving and no open
-        stream for ``idle`` seconds (counted from the end of the last one)."""
-        while not self.closed and not self.routing_done:
-            if self.receivers or self.requests:
-                await self.attachment.park()
-                continue
-            with trio.move_on_at(self.active_at + idle):
-                await self.attachment.park()
-            if (
-                not self.receivers
-                and not self.requests
-                and trio.current_time() >= self.active_at + idle
-                and not self.closed
-            ):
-                self.close(f"abandoned: no request and no open stream for {idle} s (idle_timeout)")
+    def attachment_changed(self) -> None:
+        """A request or a stream ended: with neither left, the connection's reaper starts watching it."""
+        if self.reaper is not None and not self.requests and not self.receivers:
+            self.reaper.watch(self)
+
+    def abandoned_for(self, idle: float, now: float) -> bool:
+        """Whether the connection has had no request in progress and no open stream for ``idle`` seconds."""
+        return not self.receivers and not self.requests and now >= self.active_at + idle
 
     # -- input (POST bodies) -----------------------------------------------------------------------
     async def next_text(self) -> str | None:
@@ -597,6 +592,79 @@ class _HttpConnection:
             self.initial_ready.set()
 
 
+class _Reaper:
+    """Closes the Streamable HTTP connections of one nursery that stay abandoned for ``idle``
+    seconds (``idle_timeout``: no request in progress and no open stream, counted from the end of
+    the last one), with one task for all of them.
+
+    A connection is queued (:meth:`watch`) each time it may have become abandoned, at most once at a
+    time, under the moment it would be, and looked at again then: closed if it still is, queued
+    again under its new moment if it was used meanwhile, dropped if it is in use (its next
+    abandonment queues it again).  The task runs while a connection that has not ended is queued,
+    and ends once none is (an ended connection's entry is dropped at the latest once ended ones are
+    half the queue).  A connection per task, as before, cost each connection a task, its start, and
+    a wake-up at every request's end.
+    """
+
+    def __init__(self, nursery: trio.Nursery, idle: float) -> None:
+        self.nursery = nursery
+        self.idle = idle
+        self.queue: list[tuple[float, int, _HttpConnection]] = []  # a heap: (when, tie-breaker, connection)
+        self.order = itertools.count()
+        self.live = 0  # queued connections that have not ended
+        self.running = False
+        self.changed = trio.lowlevel.ParkingLot()  # the earliest moment, or live, changed
+
+    def watch(self, conn: _HttpConnection) -> None:
+        """``conn`` may be abandoned from now on: look at it ``idle`` seconds after its last activity."""
+        if conn.reap_queued or conn.reap_over:
+            return
+        conn.reap_queued = True
+        entry = (conn.active_at + self.idle, next(self.order), conn)
+        heapq.heappush(self.queue, entry)
+        self.live += 1
+        if not self.running:
+            self.running = True
+            self.nursery.start_soon(self._run)
+        elif self.queue[0] is entry:
+            self.changed.unpark_all()
+
+    def forget(self, conn: _HttpConnection) -> None:
+        """``conn`` ended: no more reaping for it."""
+        conn.reap_over = True
+        if not conn.reap_queued:
+            return
+        self.live -= 1
+        if self.live == 0 or len(self.queue) > 64 + 2 * self.live:  # mostly ended ones: let them go now
+            self.queue = [entry for entry in self.queue if not entry[2].reap_over]
+            heapq.heapify(self.queue)
+            self.changed.unpark_all()
+
+    async def _run(self) -> None:
+        try:
+            while self.live:
+                with trio.move_on_at(self.queue[0][0]):
+                    await self.changed.park()
+                now = trio.current_time()
+                while self.queue and self.queue[0][0] <= now:
+                    conn = heapq.heappop(self.queue)[2]
+                    conn.reap_queued = False
+                    if conn.reap_over:
+                        continue
+                    self.live -= 1
+                    if conn.closed or conn.routing_done or conn.requests or conn.receivers:
+                        continue  # in use (queued again when it no longer is), or ending
+                    if conn.abandoned_for(self.idle, now):
+                        try:
+                            conn.close(f"abandoned: no request and no open stream for {self.idle} s (idle_timeout)")
+                        except Exception:  # pragma: no cover - the connection's trouble, not the other ones'
+                            log.exception("ACP connection %s: idle_timeout failed", conn.id)
+                    else:
+                        self.watch(conn)  # used meanwhile: abandoned, if it stays so, idle after that
+        finally:
+            self.running = False
+
+
 def _accepted_tokens(token: str | dict[str, str] | None) -> tuple[tuple[bytes, str | None], ...]:
     """``AcpApp``'s ``token`` as (token as UTF-8, principal) pairs: none, one whose principal is ``None``
     (a ``str`` token), or the mapping's.  Errors never show a token (they may be logged)."""
@@ -764,6 +832,7 @@ class AcpApp:
         self._ended = trio.lowlevel.ParkingLot()
         self._http_connections: dict[str, _HttpConnection] = {}
         self._nursery: trio.Nursery | None = None  # the lifespan's: Streamable HTTP connections run there
+        self._reaper: _Reaper | None = None  # the lifespan nursery's (idle_timeout)
 
     def _full(self) -> bool:
         return self.max_connections is not None and len(self.connection_ids) >= self.max_connections
@@ -1179,16 +1248,14 @@ class AcpApp:
         self.connection_ids.add(conn.id)
         nursery.start_soon(self._run_http, conn)
         idle = self.idle_timeout
-        if idle is not None:  # beside the connection, not in a nursery of its own: it ends with it
-
-            async def reap() -> None:
-                try:
-                    await conn.reap_when_abandoned(idle)
-                except Exception:  # pragma: no cover - the connection's trouble, not the server's
-                    log.exception("ACP connection %s: idle_timeout failed", conn.id)
-                    conn.close()
-
-            nursery.start_soon(reap)
+        if idle is not None:  # one reaper per nursery: the lifespan's, else this request's (this connection's)
+            if self._reaper is None or self._reaper.nursery is not nursery:
+                reaper = _Reaper(nursery, idle)
+                if nursery is self._nursery:
+                    self._reaper = reaper
+            else:
+                reaper = self._reaper
+            conn.reaper = reaper
         try:
             await self._http_initialize_answer(conn, message, text, receive, send)
         finally:
@@ -1238,7 +1305,8 @@ class AcpApp:
             conn.close()
         finally:
             conn.finish()
-            conn.attachment.unpark_all()  # the idle reaper sees the connection ended, and ends
+            if conn.reaper is not None:  # (its reaper's task ends with the last connection it watches)
+                conn.reaper.forget(conn)
             self.connection_ids.discard(conn.id)
             self._ended.unpark_all()
 
@@ -1252,7 +1320,6 @@ class AcpApp:
         if mailbox is None:
             raise _HttpRefusal(409, "Outbound stream already has an active receiver")
         conn.receivers += 1
-        conn.attachment.unpark_all()
         try:
             headers = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")]
             if scope.get("http_version") in ("1.0", "1.1"):
@@ -1270,7 +1337,7 @@ class AcpApp:
             conn.release(mailbox)
             conn.receivers -= 1
             conn.touch()
-            conn.attachment.unpark_all()
+            conn.attachment_changed()
 
     async def _http_delete(self, scope: Scope, send: Send, principal: str | None) -> None:
         conn = self._connection(scope, principal)
