@@ -341,3 +341,51 @@ async def test_the_reapers_queue_lets_go_of_connections_that_ended() -> None:
             assert app._reaper is not None
             assert len(app._reaper.queue) <= 64 + 2
             assert app._reaper.live == 1 and app.connection_ids == {kept}
+
+
+async def test_the_initialize_answer_and_the_sse_streams_head_go_out_whole_in_one_write(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The ``initialize`` POST's answer (head and body) and an SSE stream's head with its first
+    comment are each one write to the socket (one segment for the client to read), not two."""
+    import os
+
+    from acp_trio.transports import _hypercorn
+    from acp_trio.transports.asgi import AcpApp, serve
+
+    written: list[bytes] = []
+    write = os.write
+
+    def recording(fd: int, data: Any) -> int:
+        written.append(bytes(data))
+        return write(fd, data)
+
+    monkeypatch.setattr(_hypercorn.os, "write", recording)  # (the module's os: the same os module)
+
+    async def agent(connection_id: str, to_client: Any, from_client: Any) -> None:
+        async for _ in from_client:
+            await to_client.send_all(b'{"jsonrpc":"2.0","id":0,"result":{"protocolVersion":1}}\n')
+
+    init = b'{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":1}}'
+    head = b"POST /acp HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+    with trio.fail_after(DEADLINE):
+        async with trio.open_nursery() as nursery:
+            [url] = await nursery.start(functools.partial(serve, AcpApp(serve_streams=agent), "127.0.0.1", 0))
+            host, port = url.split("//", 1)[1].rsplit(":", 1)
+            async with await trio.open_tcp_stream(host, int(port)) as posts:
+                await posts.send_all(head + f"Content-Length: {len(init)}\r\n\r\n".encode() + init)
+                data = b""
+                while not data.endswith(b"}"):
+                    data += await posts.receive_some()
+                connection_id = data.split(b"acp-connection-id: ", 1)[1].split(b"\r\n", 1)[0]
+                async with await trio.open_tcp_stream(host, int(port)) as sse:
+                    get = b"GET /acp HTTP/1.1\r\nHost: 127.0.0.1\r\nAccept: text/event-stream\r\n"
+                    await sse.send_all(get + b"Acp-Connection-Id: " + connection_id + b"\r\n\r\n")
+                    data = b""
+                    while not data.endswith(b":\n\n\r\n"):
+                        data += await sse.receive_some()
+            nursery.cancel_scope.cancel()
+    [answer] = [w for w in written if w.startswith(b"HTTP/1.1 200 ") and b"application/json" in w]
+    assert answer.endswith(b'"result":{"protocolVersion":1}}'), answer
+    [stream] = [w for w in written if w.startswith(b"HTTP/1.1 200 ") and b"text/event-stream" in w]
+    assert stream.endswith(b"\r\n\r\n3\r\n:\n\n\r\n"), stream

@@ -1161,10 +1161,10 @@ class AcpApp:
             if self._full():
                 raise _HttpRefusal(503, f"Too many ACP connections (max_connections {self.max_connections})")
             if self._nursery is not None:
-                await self._http_initialize(self._nursery, message, text, receive, send, principal)
+                await self._http_initialize(self._nursery, message, text, receive, send, principal, scope)
             else:  # no lifespan (a server without it): the connection lives in this request's task
                 async with trio.open_nursery() as nursery:
-                    await self._http_initialize(nursery, message, text, receive, send, principal)
+                    await self._http_initialize(nursery, message, text, receive, send, principal, scope)
             return
         if not named:
             raise _HttpRefusal(400, "Missing Acp-Connection-Id")
@@ -1240,6 +1240,7 @@ class AcpApp:
         receive: Receive,
         send: Send,
         principal: str | None,
+        scope: Scope,
     ) -> None:
         conn = _HttpConnection(self, secrets.token_urlsafe(24), principal)
         conn.initial_key = _id_key(message["id"])
@@ -1257,15 +1258,16 @@ class AcpApp:
                 reaper = self._reaper
             conn.reaper = reaper
         try:
-            await self._http_initialize_answer(conn, message, text, receive, send)
+            await self._http_initialize_answer(conn, message, text, receive, send, _tcp_server(scope))
         finally:
             conn.request_ended()
 
     async def _http_initialize_answer(
-        self, conn: _HttpConnection, message: dict[str, Any], text: str, receive: Receive, send: Send
+        self, conn: _HttpConnection, message: dict[str, Any], text: str, receive: Receive, send: Send, tcp: Any
     ) -> None:
         """Hand ``initialize`` to the new connection's agent and answer the POST with the agent's answer
-        (``200``), else ``500`` (the agent ended or said something else) or ``499`` (the client left)."""
+        (``200``), else ``500`` (the agent ended or said something else) or ``499`` (the client left).
+        ``tcp``: the request's coalescing TCP server (:func:`_tcp_server`), or ``None``."""
 
         async def initialize() -> None:
             try:
@@ -1284,7 +1286,7 @@ class AcpApp:
             await _json_response(send, 500, {"jsonrpc": "2.0", "id": message["id"], "error": error})
             return
         headers = [(b"content-type", b"application/json"), (HEADER_CONNECTION_ID_LOWER, conn.id.encode())]
-        await _response(send, 200, conn.initial, headers)
+        await _response(send, 200, conn.initial, headers, tcp)
 
     async def _run_http(self, conn: _HttpConnection) -> None:
         try:
@@ -1324,9 +1326,16 @@ class AcpApp:
             headers = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")]
             if scope.get("http_version") in ("1.0", "1.1"):
                 headers.append((b"connection", b"keep-alive"))
-            await send({"type": "http.response.start", "status": 200, "headers": headers})
-            # a comment first: the headers go out now whatever the server buffers (clients ignore it)
-            await send({"type": "http.response.body", "body": b":\n\n", "more_body": True})
+            tcp = _tcp_server(scope)
+            if tcp is not None:  # the head and the comment in one write
+                tcp.hold()
+            try:
+                await send({"type": "http.response.start", "status": 200, "headers": headers})
+                # a comment first: the headers go out now whatever the server buffers (clients ignore it)
+                await send({"type": "http.response.body", "body": b":\n\n", "more_body": True})
+            finally:
+                if tcp is not None:
+                    tcp.release()
 
             stream = functools.partial(conn.stream_events, mailbox, self.sse_keepalive, send)
             if await _unless_disconnected(receive, stream):
@@ -1922,10 +1931,18 @@ async def _json_response(send: Send, status: int, value: Any) -> None:
     await _response(send, status, orjson.dumps(value), [(b"content-type", b"application/json")])
 
 
-async def _response(send: Send, status: int, body: bytes, headers: list[tuple[bytes, bytes]]) -> None:
+async def _response(send: Send, status: int, body: bytes, headers: list[tuple[bytes, bytes]], tcp: Any = None) -> None:
+    """A whole response: ``headers`` (``content-length`` added) and ``body``; with ``tcp`` (the
+    request's coalescing TCP server, :func:`_tcp_server`) both go to the socket in one write."""
     headers.append((b"content-length", str(len(body)).encode()))
-    await send({"type": "http.response.start", "status": status, "headers": headers})
-    await send({"type": "http.response.body", "body": body})
+    if tcp is not None:
+        tcp.hold()
+    try:
+        await send({"type": "http.response.start", "status": status, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
+    finally:
+        if tcp is not None:
+            tcp.release()
 
 
 async def _replayed(taken: deque[Message], receive: Receive) -> Message:
