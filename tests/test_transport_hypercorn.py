@@ -389,3 +389,29 @@ async def test_the_initialize_answer_and_the_sse_streams_head_go_out_whole_in_on
     assert answer.endswith(b'"result":{"protocolVersion":1}}'), answer
     [stream] = [w for w in written if w.startswith(b"HTTP/1.1 200 ") and b"text/event-stream" in w]
     assert stream.endswith(b"\r\n\r\n3\r\n:\n\n\r\n"), stream
+
+
+async def test_an_idle_stream_and_a_watched_request_hold_no_emptied_queue() -> None:
+    """An SSE stream's queue, once drained, and a request's events, once watched for the disconnect,
+    go back to one shared empty deque (an emptied deque keeps its 0.75 KB block, per idle stream)."""
+    from test_transport_http_server import Script, emit, running
+
+    from acp_trio.transports import _hypercorn, asgi
+
+    events = _hypercorn.AppEvents(10)
+    await events.put({"type": "http.request", "body": b"", "more_body": False})
+    with trio.CancelScope() as scope:
+        events.watch_disconnect(scope)
+    assert events._events is _hypercorn._NO_EVENTS
+    app = asgi.AcpApp(serve_streams=Script().serve)
+    with trio.fail_after(DEADLINE):
+        async with running(app) as http:
+            cid = await http.initialize()
+            mailbox = app._http_connections[cid].connection_stream
+            assert mailbox.queue is asgi._NO_LINES
+            note = {"jsonrpc": "2.0", "method": "_note"}  # (no sessionId: the connection's stream)
+            assert (await http.post(emit(note, note), cid)).status == 202
+            stream = await http.stream(cid)
+            await stream.wait_events(2)
+            assert mailbox.queue is asgi._NO_LINES
+            stream.leave()

@@ -630,6 +630,8 @@ class ClosingWSStream(WSStream):
 
 
 _DISCONNECTS = frozenset(("http.disconnect", "websocket.disconnect"))
+_NO_EVENTS: deque[Any] = deque()
+"""The empty queue an :class:`AppEvents` starts as, shared and never appended to."""
 
 
 class AppEvents:
@@ -650,7 +652,7 @@ class AppEvents:
     __slots__ = ("_events", "_limit", "_receivers", "_room", "_watch")
 
     def __init__(self, limit: int) -> None:
-        self._events: deque[Any] = deque()
+        self._events: deque[Any] = _NO_EVENTS  # a deque of its own from the first event on
         self._limit = max(limit, 1)
         self._receivers: trio.lowlevel.ParkingLot | None = None  # made at the first wait for an event
         self._room: trio.lowlevel.ParkingLot | None = None  # made at the first wait for room (rare)
@@ -669,6 +671,8 @@ class AppEvents:
             if self._watch is not None:  # watched meanwhile: this event is dropped or noted like the others
                 await self.put(event)
                 return
+        if self._events is _NO_EVENTS:
+            self._events = deque()
         self._events.append(event)
         if self._receivers:
             self._receivers.unpark()
@@ -703,6 +707,7 @@ class AppEvents:
         while events:
             if events.popleft().get("type") in _DISCONNECTS:
                 scope.cancel()
+        self._events = _NO_EVENTS  # (a long watch, an SSE stream's, holds no emptied deque: 760 bytes)
         if self._room:
             self._room.unpark_all()
 
