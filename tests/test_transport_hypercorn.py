@@ -415,3 +415,27 @@ async def test_an_idle_stream_and_a_watched_request_hold_no_emptied_queue() -> N
             await stream.wait_events(2)
             assert mailbox.queue is asgi._NO_LINES
             stream.leave()
+
+
+async def test_an_answer_sent_in_one_write_still_arrives_whole_when_the_request_closes_the_connection() -> None:
+    """``Connection: close`` (urllib's way): hypercorn closes the TCP connection as the answer ends,
+    within the send that ends it; what that send holds for its one write goes out first."""
+    from acp_trio.transports.asgi import AcpApp, serve
+
+    async def agent(connection_id: str, to_client: Any, from_client: Any) -> None:
+        async for _ in from_client:
+            await to_client.send_all(b'{"jsonrpc":"2.0","id":0,"result":{"protocolVersion":1}}\n')
+
+    init = b'{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":1}}'
+    head = b"POST /acp HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nConnection: close\r\n"
+    with trio.fail_after(DEADLINE):
+        async with trio.open_nursery() as nursery:
+            [url] = await nursery.start(functools.partial(serve, AcpApp(serve_streams=agent), "127.0.0.1", 0))
+            host, port = url.split("//", 1)[1].rsplit(":", 1)
+            async with await trio.open_tcp_stream(host, int(port)) as stream:
+                await stream.send_all(head + f"Content-Length: {len(init)}\r\n\r\n".encode() + init)
+                data = b""
+                while chunk := await stream.receive_some():
+                    data += chunk
+            nursery.cancel_scope.cancel()
+    assert data.startswith(b"HTTP/1.1 200 ") and data.endswith(b'"result":{"protocolVersion":1}}'), data

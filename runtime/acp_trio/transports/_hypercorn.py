@@ -581,6 +581,8 @@ class CoalescingTCPServer(TCPServer):
         return True
 
     async def _close(self) -> None:
+        if self._holding:  # closed by what a held send did (a response's end on a Connection: close request)
+            self.release()
         if not self._broken and not self._writer_done:
             with trio.move_on_after(FLUSH_TIMEOUT) as scope:
                 scope.shield = True
