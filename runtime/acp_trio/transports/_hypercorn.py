@@ -19,7 +19,10 @@ wait), and an application may send eagerly: between :meth:`CoalescingTCPServer.h
 ``release`` hands the buffer to the socket at once, without a task switch, when the writer is
 idle (the same bytes in the same order; what the socket does not take, or a send error, goes to
 the writer as before).  :func:`current_tcp_server` gives an ASGI application task the
-connection's server (:mod:`acp_trio.transports.asgi` uses it for WebSocket messages).
+connection's server (:mod:`acp_trio.transports.asgi` uses it for WebSocket messages).  There
+too, HTTP/1.1 keep-alive costs no task: hypercorn's idle timer (a task started at every request's
+end, cancelled at the next request's start) is a deadline on the reader's wait for the socket
+(:class:`_KeepAliveDeadline`; relying on ``TCPServer``'s ``idle_task`` and ``_initiate_server_close``).
 
 :func:`serve_hypercorn` runs hypercorn's HTTP/1.1, HTTP/2 and WebSocket protocol stack and its
 ASGI lifespan with that server class; it replaces ``hypercorn.trio.serve`` for TCP (plain or TLS)
@@ -33,10 +36,11 @@ and ``_handle_events`` and on the ``h11`` and ``h2`` protocol modules' ``WSStrea
 frame that breaks RFC 6455 (a text message that is not UTF-8) is answered with the close frame
 of wsproto's verdict (``1007``) before the TCP connection is closed, where hypercorn 0.18 closed
 it without one.  And one change to how hypercorn hands a request to the application (process-wide
-too, :class:`EagerTaskGroup`, relying on ``trio.task_group.TaskGroup.spawn_app`` returning its
-memory channel's ``send`` and on the ``trio.tcp_server`` module's ``TaskGroup`` name): a request
-event is queued without a yield when the queue has room, so a ``POST`` read whole in one read
-reaches the application whole.
+too, :class:`EagerTaskGroup`, relying on ``trio.task_group``'s ``TaskGroup`` (its ``spawn_app``
+and ``_nursery``) and ``_handle`` and on the ``trio.tcp_server`` module's ``TaskGroup`` name): the
+application receives through an :class:`AppEvents` queue, where a request event is queued without
+a yield when the queue has room, so a ``POST`` read whole in one read reaches the application
+whole, and which can watch for the client's disconnect without a task reading it.
 """
 
 from __future__ import annotations
@@ -48,10 +52,12 @@ import errno
 import functools
 import gc
 import logging
+import math
 import os
 import sys
+from collections import deque
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, ClassVar
 
 import trio
 from hypercorn.config import Config
@@ -63,6 +69,7 @@ from hypercorn.protocol.ws_stream import WSStream
 from hypercorn.trio import tcp_server as hypercorn_tcp_server
 from hypercorn.trio.lifespan import Lifespan
 from hypercorn.trio.task_group import TaskGroup
+from hypercorn.trio.task_group import _handle as hypercorn_handle
 from hypercorn.trio.tcp_server import MAX_RECV, TCPServer
 from hypercorn.trio.worker_context import WorkerContext
 from hypercorn.utils import repr_socket_addr, wrap_app
@@ -153,8 +160,36 @@ class _Idle:
         log.debug("no connection for %s s: memory released", self.delay)
 
 
+class _KeepAliveDeadline:
+    """hypercorn's keep-alive idle timer (``TCPServer.idle_task``) as a deadline on the reader's wait.
+
+    hypercorn starts a task (``nursery.start``, behind a lock) each time a connection goes idle, at
+    its start and at the end of every request, and cancels it when a request comes: on a keep-alive
+    connection that is a task spawned and cancelled per request.  Here going idle only sets the
+    deadline of the wait for the socket (:meth:`CoalescingTCPServer._wait_readable`): the same
+    ``keep_alive_timeout`` counted from the same moment, closing the connection the same way
+    (at once once the server shuts down), with no task.  Used where the server reads the socket
+    itself (a plain TCP socket); elsewhere hypercorn's task stays.
+    """
+
+    __slots__ = ("server",)
+
+    def __init__(self, server: CoalescingTCPServer) -> None:
+        self.server = server
+
+    async def restart(self, task_group: Any, action: Any) -> None:
+        self.server._idle_from_now()
+
+    async def stop(self) -> None:
+        self.server._not_idle()
+
+
 class _Lend(Exception):
     """hypercorn's reader stops waiting for the socket: :meth:`CoalescingTCPServer.lend_reads` asked for its reads."""
+
+
+class _KeepAliveOver(Exception):
+    """hypercorn's reader stops waiting for the socket: the connection was idle for ``keep_alive_timeout``."""
 
 
 class CoalescingTCPServer(TCPServer):
@@ -162,12 +197,14 @@ class CoalescingTCPServer(TCPServer):
 
     ``write_timeout`` (class attribute, seconds, ``None`` for none): a sender that has waited this
     long for buffer room while the socket took nothing aborts the TCP connection (the application
-    then sees a disconnect).  Set by :func:`serve_hypercorn`.
+    then sees a disconnect).  Set by :func:`serve_hypercorn`, as is ``keep_alive_waiting``: the
+    connections idle now (keep-alive, waiting for a request), closed at once when the server shuts down.
     """
 
     high_water = HIGH_WATER
     write_timeout: float | None = None
     idle: _Idle | None = None
+    keep_alive_waiting: ClassVar[set[CoalescingTCPServer]] = set()
     _writer_nursery: trio.Nursery | None = None  # _run_coalescing's: where the writer task starts
 
     async def run(self) -> None:
@@ -177,6 +214,7 @@ class CoalescingTCPServer(TCPServer):
         try:
             await self._run_coalescing()
         finally:
+            self.keep_alive_waiting.discard(self)
             if self.idle is not None:
                 self.idle.closed()
 
@@ -224,6 +262,36 @@ class CoalescingTCPServer(TCPServer):
         self._returned = trio.Event()
         self._wait_scope: trio.CancelScope | None = None
         self._inline_full = False  # the last inline read filled the buffer
+        # keep-alive: when the idle connection is closed (inf: not idle); a deadline on the reader's
+        # wait instead of hypercorn's task per idle period (_KeepAliveDeadline)
+        self._idle_at = math.inf
+        if self._socket is not None:
+            self.idle_task = _KeepAliveDeadline(self)
+
+    def _idle_from_now(self) -> None:
+        """The connection went idle: closed after ``keep_alive_timeout`` seconds with no request
+        (at once when the server is shutting down, as hypercorn's idle task)."""
+        if self.context.terminated.is_set():
+            self._idle_at = -math.inf
+        else:
+            self._idle_at = trio.current_time() + self.config.keep_alive_timeout
+            self.keep_alive_waiting.add(self)
+        if self._wait_scope is not None:
+            self._wait_scope.deadline = self._idle_at
+
+    def _not_idle(self) -> None:
+        """A request began: no keep-alive deadline until the connection is idle again."""
+        self._idle_at = math.inf
+        self.keep_alive_waiting.discard(self)
+        if self._wait_scope is not None:
+            self._wait_scope.deadline = math.inf
+
+    def shut_down_idle(self) -> None:
+        """The server shuts down: an idle connection is closed now (as hypercorn's idle task does then)."""
+        if self._idle_at != math.inf:
+            self._idle_at = -math.inf
+            if self._wait_scope is not None:
+                self._wait_scope.deadline = -math.inf
 
     async def _write_buffered(self) -> None:
         try:
@@ -382,6 +450,10 @@ class CoalescingTCPServer(TCPServer):
                             data = await self._receive(full)
                 except _Lend:
                     continue
+                except _KeepAliveOver:
+                    with trio.CancelScope(shield=True):  # as hypercorn's idle task closes it
+                        await self._initiate_server_close()
+                    break
                 except (trio.ClosedResourceError, trio.BrokenResourceError, trio.TooSlowError):
                     break
                 await self.protocol.handle(RawData(data))
@@ -421,20 +493,23 @@ class CoalescingTCPServer(TCPServer):
                 raise trio.BrokenResourceError(exc) from exc
 
     async def _wait_readable(self) -> None:
-        """Wait until the socket is readable; :class:`_Lend` if :meth:`lend_reads` asks for the reads meanwhile."""
+        """Wait until the socket is readable; :class:`_Lend` if :meth:`lend_reads` asks for the reads
+        meanwhile, :class:`_KeepAliveOver` if the connection stays idle past its keep-alive deadline."""
         fd = self._socket.fileno()
         if fd < 0:
             raise trio.ClosedResourceError("the stream was closed")
         if self._lend_wanted:
             raise _Lend
-        with trio.CancelScope() as scope:
+        with trio.CancelScope(deadline=self._idle_at) as scope:
             self._wait_scope = scope
             try:
                 await trio.lowlevel.wait_readable(fd)
             finally:
                 self._wait_scope = None
         if scope.cancelled_caught:
-            raise _Lend
+            if self._lend_wanted:
+                raise _Lend
+            raise _KeepAliveOver
 
     # -- reads lent to the application ----------------------------------------------------------
     async def lend_reads(self) -> bool:
@@ -506,6 +581,8 @@ class CoalescingTCPServer(TCPServer):
         return True
 
     async def _close(self) -> None:
+        if self._holding:  # closed by what a held send did (a response's end on a Connection: close request)
+            self.release()
         if not self._broken and not self._writer_done:
             with trio.move_on_after(FLUSH_TIMEOUT) as scope:
                 scope.shield = True
@@ -554,33 +631,114 @@ class ClosingWSStream(WSStream):
         await super()._handle_events()
 
 
+_DISCONNECTS = frozenset(("http.disconnect", "websocket.disconnect"))
+_NO_EVENTS: deque[Any] = deque()
+"""The empty queue an :class:`AppEvents` starts as, shared and never appended to."""
+
+
+class AppEvents:
+    """One ASGI application task's incoming events (its ``receive``), as hypercorn's trio worker hands them over.
+
+    Replaces hypercorn's trio memory channel per request (two channel objects and their shared
+    state, made for every request): a queue of at most ``limit`` events (hypercorn's
+    ``max_app_queue_size``) that :meth:`put` fills without a yield while it has room (a full one
+    waits for the application to take one), read by :meth:`receive` (a checkpoint, as a channel's)
+    or :meth:`receive_nowait` (``trio.WouldBlock`` when empty).  The same events in the same order.
+
+    :meth:`watch_disconnect`: for an application that reads nothing more but must stop when its
+    client goes (a response waiting for an agent, an SSE stream): events are dropped from then on
+    and a disconnect cancels the given scope, what a task reading ``receive`` until the disconnect
+    would do, without the task.  ``asgi.py`` finds it as ``receive.__self__``.
+    """
+
+    __slots__ = ("_events", "_limit", "_receivers", "_room", "_watch")
+
+    def __init__(self, limit: int) -> None:
+        self._events: deque[Any] = _NO_EVENTS  # a deque of its own from the first event on
+        self._limit = max(limit, 1)
+        self._receivers: trio.lowlevel.ParkingLot | None = None  # made at the first wait for an event
+        self._room: trio.lowlevel.ParkingLot | None = None  # made at the first wait for room (rare)
+        self._watch: trio.CancelScope | None = None
+
+    async def put(self, event: Any) -> None:
+        """hypercorn's ``app_put``: queue ``event`` (at once while there is room, else once there is)."""
+        if self._watch is not None:
+            if event.get("type") in _DISCONNECTS:
+                self._watch.cancel()
+            return
+        while len(self._events) >= self._limit:
+            if self._room is None:
+                self._room = trio.lowlevel.ParkingLot()
+            await self._room.park()
+            if self._watch is not None:  # watched meanwhile: this event is dropped or noted like the others
+                await self.put(event)
+                return
+        if self._events is _NO_EVENTS:
+            self._events = deque()
+        self._events.append(event)
+        if self._receivers:
+            self._receivers.unpark()
+
+    def receive_nowait(self) -> Any:
+        """The next event; ``trio.WouldBlock`` if none is queued."""
+        if not self._events:
+            raise trio.WouldBlock
+        event = self._events.popleft()
+        if self._room:
+            self._room.unpark()
+        return event
+
+    async def receive(self) -> Any:
+        """The next event, once there is one (the application's ``receive``)."""
+        await trio.lowlevel.checkpoint_if_cancelled()
+        if self._events:
+            event = self.receive_nowait()
+            await trio.lowlevel.cancel_shielded_checkpoint()
+            return event
+        if self._receivers is None:
+            self._receivers = trio.lowlevel.ParkingLot()
+        while not self._events:
+            await self._receivers.park()
+        return self.receive_nowait()
+
+    def watch_disconnect(self, scope: trio.CancelScope) -> None:
+        """Until :meth:`unwatch`, drop the events that come (and those queued) and cancel ``scope``
+        at a disconnect (at once if one is queued)."""
+        self._watch = scope
+        events = self._events
+        while events:
+            if events.popleft().get("type") in _DISCONNECTS:
+                scope.cancel()
+        self._events = _NO_EVENTS  # (a long watch, an SSE stream's, holds no emptied deque: 760 bytes)
+        if self._room:
+            self._room.unpark_all()
+
+    def unwatch(self) -> None:
+        """End :meth:`watch_disconnect`: events are queued again."""
+        self._watch = None
+
+
 class EagerTaskGroup(TaskGroup):
-    """hypercorn's per-connection task group, whose application queues take an event without a yield.
+    """hypercorn's per-connection task group, whose applications receive through :class:`AppEvents`.
 
     hypercorn hands a request's events to its application through a trio memory channel whose
     ``send`` yields even when the queue has room: a ``POST`` that arrived whole (head and body in one
     read) goes in as three steps, the request, its body and the end of the body, and the
     application, started with the first, runs between them (about half the time it found the body
     without its end, and waited for it: a timer and a task switch).  Here an event the queue has room
-    for is queued at once (``send_nowait``, the same events in the same order); a full queue waits
-    as before.  The reader still yields at its next read of the socket.  :func:`serve_hypercorn`
-    makes hypercorn's TCP server use it (its ``tcp_server`` module's ``TaskGroup`` name).
+    for is queued at once (the same events in the same order); a full queue waits as before.  The
+    reader still yields at its next read of the socket.  :func:`serve_hypercorn` makes hypercorn's
+    TCP server use it (its ``tcp_server`` module's ``TaskGroup`` name); it starts the application
+    as hypercorn's own ``spawn_app`` does, with hypercorn's ``task_group._handle``.
     """
 
     async def spawn_app(self, app: Any, config: Config, scope: Any, send: Any) -> Callable[[Any], Awaitable[None]]:
-        put = await super().spawn_app(app, config, scope, send)
-        channel = getattr(put, "__self__", None)
-        put_nowait = getattr(channel, "send_nowait", None)
-        if put_nowait is None:  # (another layout: hypercorn's own put, unchanged)
-            return put
-
-        async def put_now(event: Any) -> None:
-            try:
-                put_nowait(event)
-            except trio.WouldBlock:
-                await put(event)
-
-        return put_now
+        events = AppEvents(config.max_app_queue_size)
+        assert self._nursery is not None
+        self._nursery.start_soon(
+            hypercorn_handle, app, config, scope, events.receive, send, trio.to_thread.run_sync, trio.from_thread.run
+        )
+        return events.put
 
 
 def _use_eager_task_group() -> None:
@@ -640,7 +798,8 @@ async def serve_hypercorn(
                         f"{'https' if secure else 'http'}://{repr_socket_addr(sock.family, sock.getsockname())}"
                     )
             idle = _Idle(lifespan_nursery, release_memory_when_idle)
-            attributes = {"write_timeout": write_timeout, "idle": idle}
+            keep_alive_waiting: set[CoalescingTCPServer] = set()
+            attributes = {"write_timeout": write_timeout, "idle": idle, "keep_alive_waiting": keep_alive_waiting}
             server_class = type("CoalescingTCPServer", (CoalescingTCPServer,), attributes)
             handler = functools.partial(server_class, wrapped, config, context, state.copy())
             try:
@@ -655,6 +814,8 @@ async def serve_hypercorn(
                     accepting.cancel_scope.cancel()
             finally:
                 await context.terminated.set()
+                for waiting in list(keep_alive_waiting):
+                    waiting.shut_down_idle()
                 connections.cancel_scope.deadline = trio.current_time() + config.graceful_timeout
         await lifespan.wait_for_shutdown()
         lifespan_nursery.cancel_scope.cancel()

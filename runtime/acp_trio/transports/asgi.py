@@ -119,8 +119,10 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import heapq
 import hmac
 import ipaddress
+import itertools
 import logging
 import math
 import secrets
@@ -224,11 +226,16 @@ class _Mailbox:
 
     def __init__(self, session_id: str | None) -> None:
         self.session_id = session_id
-        self.queue: deque[bytes] = deque()
+        self.queue: deque[bytes] = _NO_LINES  # a deque of its own from its first line on
         self.receiver = False
         self.finished = False
         self.aborted = False
         self.changed = trio.lowlevel.ParkingLot()
+
+
+_NO_LINES: deque[bytes] = deque()
+"""The empty queue every :class:`_Mailbox` starts with and goes back to once drained, shared and
+never appended to (an empty deque holds a 64-slot block, about 0.75 KB, per idle stream)."""
 
 
 def _id_key(value: Any) -> tuple[str, Any] | None:
@@ -307,7 +314,9 @@ class _HttpConnection:
         self.receivers = 0  # SSE streams being read now
         self.requests = 0  # POSTs in progress: the initialize POST until its answer, a request held or being handled
         self.active_at = trio.current_time()  # the last request's start or end, or the last stream's end
-        self.attachment = trio.lowlevel.ParkingLot()  # a stream or a request began or ended
+        self.reaper: _Reaper | None = None  # what closes it once abandoned (idle_timeout), if anything
+        self.reap_queued = False  # in its reaper's queue
+        self.reap_over = False  # gone from its reaper's concerns (the connection ended)
 
     def touch(self) -> None:
         """A request for this connection arrived: it is not abandoned."""
@@ -322,25 +331,16 @@ class _HttpConnection:
         """A POST ended: the idle clock starts now if nothing else is in progress."""
         self.requests -= 1
         self.touch()
-        if not self.requests and not self.receivers:  # (else the reaper has nothing to do: not woken)
-            self.attachment.unpark_all()
+        self.attachment_changed()
 
-    async def reap_when_abandoned(self, idle: float) -> None:
-        """Close the connection once it has had no request in progress, none arriving and no open
-        stream for ``idle`` seconds (counted from the end of the last one)."""
-        while not self.closed and not self.routing_done:
-            if self.receivers or self.requests:
-                await self.attachment.park()
-                continue
-            with trio.move_on_at(self.active_at + idle):
-                await self.attachment.park()
-            if (
-                not self.receivers
-                and not self.requests
-                and trio.current_time() >= self.active_at + idle
-                and not self.closed
-            ):
-                self.close(f"abandoned: no request and no open stream for {idle} s (idle_timeout)")
+    def attachment_changed(self) -> None:
+        """A request or a stream ended: with neither left, the connection's reaper starts watching it."""
+        if self.reaper is not None and not self.requests and not self.receivers:
+            self.reaper.watch(self)
+
+    def abandoned_for(self, idle: float, now: float) -> bool:
+        """Whether the connection has had no request in progress and no open stream for ``idle`` seconds."""
+        return not self.receivers and not self.requests and now >= self.active_at + idle
 
     # -- input (POST bodies) -----------------------------------------------------------------------
     async def next_text(self) -> str | None:
@@ -477,6 +477,8 @@ class _HttpConnection:
     def _push(self, mailbox: _Mailbox, line: bytes) -> None:
         if mailbox.finished:
             return
+        if mailbox.queue is _NO_LINES:
+            mailbox.queue = deque()
         mailbox.queue.append(line)
         self.buffered_bytes += len(line)
         mailbox.changed.unpark_all()
@@ -509,10 +511,13 @@ class _HttpConnection:
             return None if mailbox.finished else b""
         parts: list[bytes] = []
         taken = 0
-        while mailbox.queue and taken < 262144:
-            line = mailbox.queue.popleft()
+        queue = mailbox.queue
+        while queue and taken < 262144:
+            line = queue.popleft()
             taken += len(line)
             parts += (b"data: ", line, b"\n\n")
+        if not queue:  # an idle stream holds no emptied deque (its block: 760 bytes)
+            mailbox.queue = _NO_LINES
         self.buffered_bytes -= taken
         self.progress.unpark_all()
         return b"".join(parts)
@@ -595,6 +600,79 @@ class _HttpConnection:
         if not self.initial_ready.is_set():
             self.initial_error = self.initial_error or "the agent ended before answering initialize"
             self.initial_ready.set()
+
+
+class _Reaper:
+    """Closes the Streamable HTTP connections of one nursery that stay abandoned for ``idle``
+    seconds (``idle_timeout``: no request in progress and no open stream, counted from the end of
+    the last one), with one task for all of them.
+
+    A connection is queued (:meth:`watch`) each time it may have become abandoned, at most once at a
+    time, under the moment it would be, and looked at again then: closed if it still is, queued
+    again under its new moment if it was used meanwhile, dropped if it is in use (its next
+    abandonment queues it again).  The task runs while a connection that has not ended is queued,
+    and ends once none is (an ended connection's entry is dropped at the latest once ended ones are
+    half the queue).  A connection per task, as before, cost each connection a task, its start, and
+    a wake-up at every request's end.
+    """
+
+    def __init__(self, nursery: trio.Nursery, idle: float) -> None:
+        self.nursery = nursery
+        self.idle = idle
+        self.queue: list[tuple[float, int, _HttpConnection]] = []  # a heap: (when, tie-breaker, connection)
+        self.order = itertools.count()
+        self.live = 0  # queued connections that have not ended
+        self.running = False
+        self.changed = trio.lowlevel.ParkingLot()  # the earliest moment, or live, changed
+
+    def watch(self, conn: _HttpConnection) -> None:
+        """``conn`` may be abandoned from now on: look at it ``idle`` seconds after its last activity."""
+        if conn.reap_queued or conn.reap_over:
+            return
+        conn.reap_queued = True
+        entry = (conn.active_at + self.idle, next(self.order), conn)
+        heapq.heappush(self.queue, entry)
+        self.live += 1
+        if not self.running:
+            self.running = True
+            self.nursery.start_soon(self._run)
+        elif self.queue[0] is entry:
+            self.changed.unpark_all()
+
+    def forget(self, conn: _HttpConnection) -> None:
+        """``conn`` ended: no more reaping for it."""
+        conn.reap_over = True
+        if not conn.reap_queued:
+            return
+        self.live -= 1
+        if self.live == 0 or len(self.queue) > 64 + 2 * self.live:  # mostly ended ones: let them go now
+            self.queue = [entry for entry in self.queue if not entry[2].reap_over]
+            heapq.heapify(self.queue)
+            self.changed.unpark_all()
+
+    async def _run(self) -> None:
+        try:
+            while self.live:
+                with trio.move_on_at(self.queue[0][0]):
+                    await self.changed.park()
+                now = trio.current_time()
+                while self.queue and self.queue[0][0] <= now:
+                    conn = heapq.heappop(self.queue)[2]
+                    conn.reap_queued = False
+                    if conn.reap_over:
+                        continue
+                    self.live -= 1
+                    if conn.closed or conn.routing_done or conn.requests or conn.receivers:
+                        continue  # in use (queued again when it no longer is), or ending
+                    if conn.abandoned_for(self.idle, now):
+                        try:
+                            conn.close(f"abandoned: no request and no open stream for {self.idle} s (idle_timeout)")
+                        except Exception:  # pragma: no cover - the connection's trouble, not the other ones'
+                            log.exception("ACP connection %s: idle_timeout failed", conn.id)
+                    else:
+                        self.watch(conn)  # used meanwhile: abandoned, if it stays so, idle after that
+        finally:
+            self.running = False
 
 
 def _accepted_tokens(token: str | dict[str, str] | None) -> tuple[tuple[bytes, str | None], ...]:
@@ -764,6 +842,7 @@ class AcpApp:
         self._ended = trio.lowlevel.ParkingLot()
         self._http_connections: dict[str, _HttpConnection] = {}
         self._nursery: trio.Nursery | None = None  # the lifespan's: Streamable HTTP connections run there
+        self._reaper: _Reaper | None = None  # the lifespan nursery's (idle_timeout)
 
     def _full(self) -> bool:
         return self.max_connections is not None and len(self.connection_ids) >= self.max_connections
@@ -1092,10 +1171,10 @@ class AcpApp:
             if self._full():
                 raise _HttpRefusal(503, f"Too many ACP connections (max_connections {self.max_connections})")
             if self._nursery is not None:
-                await self._http_initialize(self._nursery, message, text, receive, send, principal)
+                await self._http_initialize(self._nursery, message, text, receive, send, principal, scope)
             else:  # no lifespan (a server without it): the connection lives in this request's task
                 async with trio.open_nursery() as nursery:
-                    await self._http_initialize(nursery, message, text, receive, send, principal)
+                    await self._http_initialize(nursery, message, text, receive, send, principal, scope)
             return
         if not named:
             raise _HttpRefusal(400, "Missing Acp-Connection-Id")
@@ -1171,6 +1250,7 @@ class AcpApp:
         receive: Receive,
         send: Send,
         principal: str | None,
+        scope: Scope,
     ) -> None:
         conn = _HttpConnection(self, secrets.token_urlsafe(24), principal)
         conn.initial_key = _id_key(message["id"])
@@ -1179,26 +1259,25 @@ class AcpApp:
         self.connection_ids.add(conn.id)
         nursery.start_soon(self._run_http, conn)
         idle = self.idle_timeout
-        if idle is not None:  # beside the connection, not in a nursery of its own: it ends with it
-
-            async def reap() -> None:
-                try:
-                    await conn.reap_when_abandoned(idle)
-                except Exception:  # pragma: no cover - the connection's trouble, not the server's
-                    log.exception("ACP connection %s: idle_timeout failed", conn.id)
-                    conn.close()
-
-            nursery.start_soon(reap)
+        if idle is not None:  # one reaper per nursery: the lifespan's, else this request's (this connection's)
+            if self._reaper is None or self._reaper.nursery is not nursery:
+                reaper = _Reaper(nursery, idle)
+                if nursery is self._nursery:
+                    self._reaper = reaper
+            else:
+                reaper = self._reaper
+            conn.reaper = reaper
         try:
-            await self._http_initialize_answer(conn, message, text, receive, send)
+            await self._http_initialize_answer(conn, message, text, receive, send, _tcp_server(scope))
         finally:
             conn.request_ended()
 
     async def _http_initialize_answer(
-        self, conn: _HttpConnection, message: dict[str, Any], text: str, receive: Receive, send: Send
+        self, conn: _HttpConnection, message: dict[str, Any], text: str, receive: Receive, send: Send, tcp: Any
     ) -> None:
         """Hand ``initialize`` to the new connection's agent and answer the POST with the agent's answer
-        (``200``), else ``500`` (the agent ended or said something else) or ``499`` (the client left)."""
+        (``200``), else ``500`` (the agent ended or said something else) or ``499`` (the client left).
+        ``tcp``: the request's coalescing TCP server (:func:`_tcp_server`), or ``None``."""
 
         async def initialize() -> None:
             try:
@@ -1217,7 +1296,7 @@ class AcpApp:
             await _json_response(send, 500, {"jsonrpc": "2.0", "id": message["id"], "error": error})
             return
         headers = [(b"content-type", b"application/json"), (HEADER_CONNECTION_ID_LOWER, conn.id.encode())]
-        await _response(send, 200, conn.initial, headers)
+        await _response(send, 200, conn.initial, headers, tcp)
 
     async def _run_http(self, conn: _HttpConnection) -> None:
         try:
@@ -1238,7 +1317,8 @@ class AcpApp:
             conn.close()
         finally:
             conn.finish()
-            conn.attachment.unpark_all()  # the idle reaper sees the connection ended, and ends
+            if conn.reaper is not None:  # (its reaper's task ends with the last connection it watches)
+                conn.reaper.forget(conn)
             self.connection_ids.discard(conn.id)
             self._ended.unpark_all()
 
@@ -1252,14 +1332,20 @@ class AcpApp:
         if mailbox is None:
             raise _HttpRefusal(409, "Outbound stream already has an active receiver")
         conn.receivers += 1
-        conn.attachment.unpark_all()
         try:
             headers = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")]
             if scope.get("http_version") in ("1.0", "1.1"):
                 headers.append((b"connection", b"keep-alive"))
-            await send({"type": "http.response.start", "status": 200, "headers": headers})
-            # a comment first: the headers go out now whatever the server buffers (clients ignore it)
-            await send({"type": "http.response.body", "body": b":\n\n", "more_body": True})
+            tcp = _tcp_server(scope)
+            if tcp is not None:  # the head and the comment in one write
+                tcp.hold()
+            try:
+                await send({"type": "http.response.start", "status": 200, "headers": headers})
+                # a comment first: the headers go out now whatever the server buffers (clients ignore it)
+                await send({"type": "http.response.body", "body": b":\n\n", "more_body": True})
+            finally:
+                if tcp is not None:
+                    tcp.release()
 
             stream = functools.partial(conn.stream_events, mailbox, self.sse_keepalive, send)
             if await _unless_disconnected(receive, stream):
@@ -1270,7 +1356,7 @@ class AcpApp:
             conn.release(mailbox)
             conn.receivers -= 1
             conn.touch()
-            conn.attachment.unpark_all()
+            conn.attachment_changed()
 
     async def _http_delete(self, scope: Scope, send: Send, principal: str | None) -> None:
         conn = self._connection(scope, principal)
@@ -1878,10 +1964,18 @@ async def _json_response(send: Send, status: int, value: Any) -> None:
     await _response(send, status, orjson.dumps(value), [(b"content-type", b"application/json")])
 
 
-async def _response(send: Send, status: int, body: bytes, headers: list[tuple[bytes, bytes]]) -> None:
+async def _response(send: Send, status: int, body: bytes, headers: list[tuple[bytes, bytes]], tcp: Any = None) -> None:
+    """A whole response: ``headers`` (``content-length`` added) and ``body``; with ``tcp`` (the
+    request's coalescing TCP server, :func:`_tcp_server`) both go to the socket in one write."""
     headers.append((b"content-length", str(len(body)).encode()))
-    await send({"type": "http.response.start", "status": status, "headers": headers})
-    await send({"type": "http.response.body", "body": body})
+    if tcp is not None:
+        tcp.hold()
+    try:
+        await send({"type": "http.response.start", "status": status, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
+    finally:
+        if tcp is not None:
+            tcp.release()
 
 
 async def _replayed(taken: deque[Message], receive: Receive) -> Message:
@@ -1893,16 +1987,30 @@ async def _replayed(taken: deque[Message], receive: Receive) -> Message:
 
 
 async def _unless_disconnected(receive: Receive, work: Callable[[], Awaitable[None]]) -> bool:
-    """Run ``work`` until it returns (``True``) or the client disconnects first (``False``, ``work`` cancelled)."""
+    """Run ``work`` until it returns (``True``) or the client disconnects first (``False``, ``work``
+    cancelled).  Events received meanwhile other than the disconnect are dropped (the request's body
+    was read already).  Under :func:`serve` the server's queue of the request's events cancels
+    ``work`` itself at the disconnect (``AppEvents.watch_disconnect``); elsewhere a task reads
+    ``receive`` until it."""
+    events: Any = getattr(receive, "__self__", None)
+    watch = getattr(events, "watch_disconnect", None)
+    if watch is not None:
+        with trio.CancelScope() as scope:
+            watch(scope)
+            try:
+                await work()
+            finally:
+                events.unwatch()
+        return not scope.cancelled_caught
     done = False
     async with trio.open_nursery() as nursery:
 
-        async def watch() -> None:
+        async def watcher() -> None:
             while (await receive())["type"] != "http.disconnect":
                 pass
             nursery.cancel_scope.cancel()
 
-        nursery.start_soon(watch)
+        nursery.start_soon(watcher)
         await work()
         done = True
         nursery.cancel_scope.cancel()
