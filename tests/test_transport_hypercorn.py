@@ -1,4 +1,5 @@
-"""hypercorn's trio worker as :func:`acp_trio.transports._hypercorn.serve_hypercorn` runs it: HTTP/1.1 keep-alive.
+"""hypercorn's trio worker as :func:`acp_trio.transports._hypercorn.serve_hypercorn` runs it: HTTP/1.1
+keep-alive, the application's event queues, and the garbage collector's threshold while serving.
 
 hypercorn closes a connection that stays idle (no request in progress) for ``keep_alive_timeout``
 seconds, and closes idle ones at once when the server shuts down.  ``serve_hypercorn`` keeps both
@@ -10,6 +11,8 @@ socket), each test bounded by ``trio.fail_after``.
 from __future__ import annotations
 
 import functools
+import gc
+import inspect
 from typing import Any
 
 import pytest
@@ -20,7 +23,7 @@ pytest.importorskip("hypercorn")
 
 from hypercorn.config import Config
 
-from acp_trio.transports._hypercorn import serve_hypercorn
+from acp_trio.transports._hypercorn import SERVER_GC_THRESHOLD2, serve_hypercorn
 
 DEADLINE = 30
 KEEP_ALIVE = 0.5
@@ -439,3 +442,69 @@ async def test_an_answer_sent_in_one_write_still_arrives_whole_when_the_request_
                     data += chunk
             nursery.cancel_scope.cancel()
     assert data.startswith(b"HTTP/1.1 200 ") and data.endswith(b'"result":{"protocolVersion":1}}'), data
+
+
+# -- the garbage collector while serving ------------------------------------------------------------
+
+
+@pytest.fixture
+def gc_thresholds() -> Any:
+    """The process's collector thresholds, put back after the test whatever it did."""
+    before = gc.get_threshold()
+    yield before
+    gc.set_threshold(*before)
+
+
+async def test_serving_raises_the_collectors_third_threshold_and_the_last_server_out_restores_it(
+    gc_thresholds: tuple[int, int, int],
+) -> None:
+    """Two servers in one process: the first raises ``threshold2`` to SERVER_GC_THRESHOLD2, the second
+    leaves it, and it is back to what it was only once both have ended; the first two thresholds
+    are never touched."""
+    first, second, _ = gc_thresholds
+    gc.set_threshold(first, second, 10)
+    raised = (first, second, SERVER_GC_THRESHOLD2)
+    with trio.fail_after(DEADLINE):
+        async with trio.open_nursery() as outer:
+            await outer.start(functools.partial(serve_hypercorn, app, config()))
+            assert gc.get_threshold() == raised
+            async with trio.open_nursery() as inner:
+                await inner.start(functools.partial(serve_hypercorn, app, config()))
+                assert gc.get_threshold() == raised
+                inner.cancel_scope.cancel()
+            assert gc.get_threshold() == raised  # the other server still runs
+            outer.cancel_scope.cancel()
+    assert gc.get_threshold() == (first, second, 10)
+
+
+async def test_the_collector_is_left_alone_when_asked_and_a_higher_threshold_is_kept(
+    gc_thresholds: tuple[int, int, int],
+) -> None:
+    first, second, _ = gc_thresholds
+    for before, threshold2, during in [(10, None, 10), (500, SERVER_GC_THRESHOLD2, 500), (10, 40, 40)]:
+        gc.set_threshold(first, second, before)
+        with trio.fail_after(DEADLINE):
+            async with trio.open_nursery() as nursery:
+                await nursery.start(functools.partial(serve_hypercorn, app, config(), gc_threshold2=threshold2))
+                assert gc.get_threshold()[2] == during, (before, threshold2)
+                nursery.cancel_scope.cancel()
+        assert gc.get_threshold()[2] == before
+
+
+async def test_thresholds_set_by_someone_else_while_serving_stay_when_the_server_ends(
+    gc_thresholds: tuple[int, int, int],
+) -> None:
+    first, second, _ = gc_thresholds
+    gc.set_threshold(first, second, 10)
+    with trio.fail_after(DEADLINE):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(functools.partial(serve_hypercorn, app, config()))
+            gc.set_threshold(first, second, 7)  # the application's own choice
+            nursery.cancel_scope.cancel()
+    assert gc.get_threshold() == (first, second, 7)
+
+
+def test_asgi_serve_passes_the_same_default() -> None:
+    from acp_trio.transports.asgi import serve
+
+    assert inspect.signature(serve).parameters["gc_threshold2"].default == SERVER_GC_THRESHOLD2
