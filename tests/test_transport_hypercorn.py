@@ -28,6 +28,7 @@ from acp_trio.transports._hypercorn import SERVER_GC_THRESHOLD2, serve_hypercorn
 DEADLINE = 30
 KEEP_ALIVE = 0.5
 REQUEST = b"GET /x HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
+INITIALIZE = b'{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":1}}'
 
 
 async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
@@ -244,7 +245,6 @@ async def test_a_client_leaving_an_sse_stream_or_an_unanswered_initialize_ends_t
         head = "".join(f"{h}\r\n" for h in ("Host: 127.0.0.1", "Content-Type: application/json", *headers))
         return f"POST /acp HTTP/1.1\r\n{head}Content-Length: {len(body)}\r\n\r\n".encode() + body
 
-    init = b'{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":1}}'
     app = AcpApp(serve_streams=agent)
     spawns = Spawns()
     with trio.fail_after(DEADLINE):
@@ -252,7 +252,7 @@ async def test_a_client_leaving_an_sse_stream_or_an_unanswered_initialize_ends_t
             [url] = await nursery.start(functools.partial(serve, app, "127.0.0.1", 0))
             host, port = url.split("//", 1)[1].rsplit(":", 1)
             async with await trio.open_tcp_stream(host, int(port)) as posts:
-                await posts.send_all(post(init))
+                await posts.send_all(post(INITIALIZE))
                 data = b""
                 while b"\r\n\r\n" not in data:
                     data += await posts.receive_some()
@@ -276,7 +276,7 @@ async def test_a_client_leaving_an_sse_stream_or_an_unanswered_initialize_ends_t
             silent.set()
             before = app.active_connections
             async with await trio.open_tcp_stream(host, int(port)) as posts:
-                await posts.send_all(post(init))
+                await posts.send_all(post(INITIALIZE))
                 while app.active_connections == before:
                     await trio.sleep(0.01)
             while app.active_connections > before:  # closed: the client left before the answer
@@ -346,6 +346,12 @@ async def test_the_reapers_queue_lets_go_of_connections_that_ended() -> None:
             assert app._reaper.live == 1 and app.connection_ids == {kept}
 
 
+async def initialize_answered(connection_id: str, to_client: Any, from_client: Any) -> None:
+    """A bridge-style ``serve_streams`` that answers every line it reads as the initialize above."""
+    async for _ in from_client:
+        await to_client.send_all(b'{"jsonrpc":"2.0","id":0,"result":{"protocolVersion":1}}\n')
+
+
 async def test_the_initialize_answer_and_the_sse_streams_head_go_out_whole_in_one_write(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -365,18 +371,15 @@ async def test_the_initialize_answer_and_the_sse_streams_head_go_out_whole_in_on
 
     monkeypatch.setattr(_hypercorn.os, "write", recording)  # (the module's os: the same os module)
 
-    async def agent(connection_id: str, to_client: Any, from_client: Any) -> None:
-        async for _ in from_client:
-            await to_client.send_all(b'{"jsonrpc":"2.0","id":0,"result":{"protocolVersion":1}}\n')
-
-    init = b'{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":1}}'
     head = b"POST /acp HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
     with trio.fail_after(DEADLINE):
         async with trio.open_nursery() as nursery:
-            [url] = await nursery.start(functools.partial(serve, AcpApp(serve_streams=agent), "127.0.0.1", 0))
+            [url] = await nursery.start(
+                functools.partial(serve, AcpApp(serve_streams=initialize_answered), "127.0.0.1", 0)
+            )
             host, port = url.split("//", 1)[1].rsplit(":", 1)
             async with await trio.open_tcp_stream(host, int(port)) as posts:
-                await posts.send_all(head + f"Content-Length: {len(init)}\r\n\r\n".encode() + init)
+                await posts.send_all(head + f"Content-Length: {len(INITIALIZE)}\r\n\r\n".encode() + INITIALIZE)
                 data = b""
                 while not data.endswith(b"}"):
                     data += await posts.receive_some()
@@ -425,18 +428,15 @@ async def test_an_answer_sent_in_one_write_still_arrives_whole_when_the_request_
     within the send that ends it; what that send holds for its one write goes out first."""
     from acp_trio.transports.asgi import AcpApp, serve
 
-    async def agent(connection_id: str, to_client: Any, from_client: Any) -> None:
-        async for _ in from_client:
-            await to_client.send_all(b'{"jsonrpc":"2.0","id":0,"result":{"protocolVersion":1}}\n')
-
-    init = b'{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":1}}'
     head = b"POST /acp HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nConnection: close\r\n"
     with trio.fail_after(DEADLINE):
         async with trio.open_nursery() as nursery:
-            [url] = await nursery.start(functools.partial(serve, AcpApp(serve_streams=agent), "127.0.0.1", 0))
+            [url] = await nursery.start(
+                functools.partial(serve, AcpApp(serve_streams=initialize_answered), "127.0.0.1", 0)
+            )
             host, port = url.split("//", 1)[1].rsplit(":", 1)
             async with await trio.open_tcp_stream(host, int(port)) as stream:
-                await stream.send_all(head + f"Content-Length: {len(init)}\r\n\r\n".encode() + init)
+                await stream.send_all(head + f"Content-Length: {len(INITIALIZE)}\r\n\r\n".encode() + INITIALIZE)
                 data = b""
                 while chunk := await stream.receive_some():
                     data += chunk
