@@ -619,7 +619,7 @@ def test_the_fast_paths_find_the_library_hooks_they_rely_on() -> None:
     assert callable(WSStream._handle_events) and callable(Connection.events)
     _hypercorn._use_closing_ws_stream()
     assert h11.WSStream is h2.WSStream is _hypercorn.ClosingWSStream  # type: ignore[attr-defined]
-    # the lent reads and direct sends of AcpApp._run (_LentReads, _direct_sender): without these
+    # the lent reads and direct sends of AcpApp._run (_LentReads, _WebSocketIO.send_now): without these
     # they fall back to hypercorn's reader task and the writer, correct but a task hop slower
     import inspect
 

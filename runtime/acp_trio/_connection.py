@@ -1231,8 +1231,7 @@ class Connection:
         self._forget_role_offer()
         # in the connection's context, not the caller's: what this starts (notification handlers, pool
         # tasks) sees none of the transport's variables, as when the pool's reader starts it
-        base = self._job_context  # _new_context, inlined: this runs for every message delivered
-        context = base.copy() if base is not None else contextvars.copy_context()
+        context = self._new_context()
         context.run(self._on_lines, framer.feed_raw(data))
         waiting = self._take_waiting()
         if waiting is not None:  # a request that has to wait: this task goes on with it

@@ -128,7 +128,7 @@ import math
 import secrets
 import sys
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, MutableMapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Mapping, MutableMapping
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
@@ -240,11 +240,6 @@ never appended to (an empty deque holds a 64-slot block, about 0.75 KB, per idle
 
 def _id_key(value: Any) -> tuple[str, Any] | None:
     """A JSON-RPC id as a key keeping ``1`` and ``"1"`` apart (``None`` for a value that is no id)."""
-    kind = type(value)  # (the ids JSON gives: exactly str or int, judged without a call)
-    if kind is str:
-        return ("s", value)
-    if kind is int:
-        return ("n", value)
     if isinstance(value, str):
         return ("s", value)
     if isinstance(value, (int, float)) and not isinstance(value, bool):
@@ -258,14 +253,17 @@ def _has_id(message: dict[str, Any]) -> bool:
     return "id" in message and _id_key(message["id"]) is not None
 
 
-def _is_response(message: Any) -> bool:
-    return (
-        isinstance(message, dict)
-        and "method" not in message
-        and message.get("jsonrpc") == "2.0"
-        and _has_id(message)
-        and ("result" in message or "error" in message)
-    )
+def _response_key(message: Any) -> tuple[str, Any] | None:
+    """The key (:func:`_id_key`) of the id ``message`` answers when it is a JSON-RPC response, else ``None``."""
+    if (
+        not isinstance(message, dict)
+        or "method" in message
+        or "id" not in message
+        or ("result" not in message and "error" not in message)
+        or message.get("jsonrpc") != "2.0"
+    ):
+        return None
+    return _id_key(message["id"])
 
 
 def _is_request(message: dict[str, Any]) -> bool:
@@ -278,10 +276,8 @@ def _is_notification(message: dict[str, Any]) -> bool:
 
 def _params_session_id(message: dict[str, Any]) -> str | None:
     params = message.get("params")
-    if type(params) is not dict and not isinstance(params, dict):  # (exactly dict from JSON: no call)
-        return None
-    session_id = params.get("sessionId")
-    return session_id if type(session_id) is str or isinstance(session_id, str) else None
+    session_id = params.get("sessionId") if isinstance(params, dict) else None
+    return session_id if isinstance(session_id, str) else None
 
 
 def _utf16_length(text: str) -> int:
@@ -399,9 +395,9 @@ class _HttpConnection:
             message = None  # not ours to judge (the bridge forwards what the agent wrote)
         if not isinstance(message, dict):
             return self.connection_stream
-        if _is_response(message):
-            key = _id_key(message["id"])
-            route = self.pending_routes.pop(key, None) if key is not None else None
+        key = _response_key(message)
+        if key is not None:
+            route = self.pending_routes.pop(key, None)
             result = message.get("result")
             if isinstance(result, dict) and isinstance(result.get("sessionId"), str):
                 self.check_id("Session ID", result["sessionId"])
@@ -456,7 +452,7 @@ class _HttpConnection:
         line = line.replace(b"\r", b" ")  # a raw CR can only be JSON whitespace; SSE would split there
         if self.initial_key is not None:
             message = _json_object(line)
-            if _is_response(message) and message is not None and _id_key(message["id"]) == self.initial_key:
+            if _response_key(message) == self.initial_key:
                 self.initial_key = None
                 self.initial = line
                 self.initial_ready.set()
@@ -1156,12 +1152,7 @@ class AcpApp:
             raise _HttpRefusal(400, "Invalid JSON-RPC message")
         text = body.decode("utf-8")
         named = headers.get(HEADER_CONNECTION_ID_LOWER)
-        if (
-            "method" in message
-            and message.get("method") == "initialize"
-            and "id" in message
-            and message.get("jsonrpc") == "2.0"
-        ):
+        if message.get("method") == "initialize" and "id" in message and message.get("jsonrpc") == "2.0":
             if named:
                 raise _HttpRefusal(400, "Initialize not allowed on existing connection")
             if message["id"] is None:
@@ -1176,11 +1167,7 @@ class AcpApp:
                 async with trio.open_nursery() as nursery:
                     await self._http_initialize(nursery, message, text, receive, send, principal, scope)
             return
-        if not named:
-            raise _HttpRefusal(400, "Missing Acp-Connection-Id")
-        conn = self._http_connections.get(named.decode("latin-1"))
-        if conn is None or conn.closed or conn.routing_done or conn.principal != principal:
-            raise _ConnectionGone  # (as in _connection; request_ended touches it, not abandoned meanwhile)
+        conn = self._connection(scope, principal)
         conn.request_began()
         try:
             await self._http_post_to(conn, headers, receive, send, message, text)
@@ -1202,13 +1189,8 @@ class AcpApp:
         method = message.get("method")
         raw_session = headers.get(HEADER_SESSION_ID_LOWER)
         header_session = raw_session.decode("latin-1") if raw_session else None
-        if (  # _is_response(message), keeping the id's key
-            "method" not in message
-            and ("result" in message or "error" in message)
-            and "id" in message
-            and (answered := _id_key(message["id"])) is not None
-            and message.get("jsonrpc") == "2.0"
-        ):
+        answered = _response_key(message)
+        if answered is not None:
             if answered in conn.client_response_routes:
                 route = conn.client_response_routes[answered]
                 if route is not None and header_session is None:
@@ -1239,8 +1221,7 @@ class AcpApp:
                 assert key is not None
                 conn.pending_routes[key] = None if method == "session/load" else route
         await conn.write_inbound(text)
-        await send({"type": "http.response.start", "status": 202, "headers": [(b"content-length", b"0")]})
-        await send({"type": "http.response.body", "body": b""})
+        await _response(send, 202, b"", [])
 
     async def _http_initialize(
         self,
@@ -1336,16 +1317,10 @@ class AcpApp:
             headers = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")]
             if scope.get("http_version") in ("1.0", "1.1"):
                 headers.append((b"connection", b"keep-alive"))
-            tcp = _tcp_server(scope)
-            if tcp is not None:  # the head and the comment in one write
-                tcp.hold()
-            try:
+            with _one_write(_tcp_server(scope)):  # the head and the comment
                 await send({"type": "http.response.start", "status": 200, "headers": headers})
                 # a comment first: the headers go out now whatever the server buffers (clients ignore it)
                 await send({"type": "http.response.body", "body": b":\n\n", "more_body": True})
-            finally:
-                if tcp is not None:
-                    tcp.release()
 
             stream = functools.partial(conn.stream_events, mailbox, self.sse_keepalive, send)
             if await _unless_disconnected(receive, stream):
@@ -1968,14 +1943,23 @@ async def _response(send: Send, status: int, body: bytes, headers: list[tuple[by
     """A whole response: ``headers`` (``content-length`` added) and ``body``; with ``tcp`` (the
     request's coalescing TCP server, :func:`_tcp_server`) both go to the socket in one write."""
     headers.append((b"content-length", str(len(body)).encode()))
-    if tcp is not None:
-        tcp.hold()
-    try:
+    with _one_write(tcp):
         await send({"type": "http.response.start", "status": status, "headers": headers})
         await send({"type": "http.response.body", "body": body})
+
+
+@contextlib.contextmanager
+def _one_write(tcp: Any) -> Iterator[None]:
+    """What the ``with`` block sends goes to the socket in one write (the coalescing TCP server's
+    ``hold``/``release``; ``tcp``: :func:`_tcp_server`'s, or ``None``: sent as it comes)."""
+    if tcp is None:
+        yield
+        return
+    tcp.hold()
+    try:
+        yield
     finally:
-        if tcp is not None:
-            tcp.release()
+        tcp.release()
 
 
 async def _replayed(taken: deque[Message], receive: Receive) -> Message:
