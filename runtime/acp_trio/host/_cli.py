@@ -45,6 +45,8 @@ from typing import TYPE_CHECKING, Any
 import orjson
 import trio
 
+from ._ownership import DEFAULT_LEASE_SECONDS
+
 if TYPE_CHECKING:
     from ..transports.asgi import AcpApp
     from ._journal import Journal
@@ -102,7 +104,11 @@ OPTIONS: tuple[Option, ...] = (
     Option("unattended_timeout", "seconds", "resolve an agent request no client answered this long"),
     Option("unattended_policy", "choice", "what unattended_timeout does (default wait)", ("wait", "reject", "cancel")),
     Option("drain_timeout", "seconds", f"seconds a drain lets turns run (default {DEFAULT_DRAIN_TIMEOUT:g})"),
-    Option("lease_seconds", "seconds", "with a postgresql store: the sessions' ownership lease (default 10)"),
+    Option(
+        "lease_seconds",
+        "seconds",
+        f"with a postgresql store: the sessions' ownership lease (default {DEFAULT_LEASE_SECONDS:g})",
+    ),
     Option("host_id", "str", "with a postgresql store: this process's id in the leases (default: a random one)"),
     Option("advertise_url", "str", "with a postgresql store: the URL other hosts name for this one's sessions"),
     Option(
@@ -148,7 +154,7 @@ class Settings:
     unattended_timeout: float | None = None
     unattended_policy: str = "wait"
     drain_timeout: float = DEFAULT_DRAIN_TIMEOUT
-    lease_seconds: float = 10.0
+    lease_seconds: float = DEFAULT_LEASE_SECONDS
     host_id: str | None = None
     advertise_url: str | None = None
     peer_token: str | None = None

@@ -784,9 +784,8 @@ class SessionHost:
                 self._touch()
                 if session.epoch is not None and (session.instance.version or 1) < 2:
                     # journaled before the agent sees the prompt: a host taking the session over sees the turn
-                    started = {"jsonrpc": "2.0", "method": TURN_STARTED, "params": {"sessionId": session_id}}
                     try:
-                        await self._updates(session, [(started, _dumps(started))])
+                        await self._journaled(session, TURN_STARTED, {"sessionId": session_id})
                     except BaseException:  # the journal failed: no turn (the client gets -32603)
                         session.prompting = None
                         self._touch()
@@ -854,11 +853,10 @@ class SessionHost:
                     else:  # the turn ended with an error answer
                         report["error"] = answer.get("error")
                     session.turn_ended = report
-                    message = {"jsonrpc": "2.0", "method": TURN_ENDED, "params": report}
                     if session.epoch is not None:  # journaled, numbered, to every attached client
-                        await self._updates(session, [(message, _dumps(message))])
+                        await self._journaled(session, TURN_ENDED, report)
                         return
-                    ended = _dumps(message)
+                    ended = _dumps({"jsonrpc": "2.0", "method": TURN_ENDED, "params": report})
                     for other in session.clients:
                         # a client whose replay runs gets it after the replay (_attach)
                         if (other is not prompter or session.prompt_gone) and session.id not in other.attaching:
@@ -1639,29 +1637,18 @@ class SessionHost:
             state, turn = await self._journal_state(session.id)
             if state is not None:
                 session.state = state
+            error = RequestError(
+                INTERNAL_ERROR,
+                f"the turn of session {session.id!r} ended: the host running it stopped",
+                {"reason": TAKEN_OVER_REASON},
+            ).to_wire()
             if (session.instance.version or 1) < 2 and turn == TURN_STARTED:
-                error = RequestError(
-                    INTERNAL_ERROR,
-                    f"the turn of session {session.id!r} ended: the host running it stopped",
-                    {"reason": TAKEN_OVER_REASON},
-                ).to_wire()
                 report = {"sessionId": session.id, "error": error}
-                line = {"jsonrpc": "2.0", "method": TURN_ENDED, "params": report}
-                await self._updates(session, [(line, _dumps(line))])
+                await self._journaled(session, TURN_ENDED, report)
                 session.turn_ended = report
             if (session.instance.version or 1) >= 2 and session.state.get("state") not in (None, "idle"):
-                error = RequestError(
-                    INTERNAL_ERROR,
-                    f"the turn of session {session.id!r} ended: the host running it stopped",
-                    {"reason": TAKEN_OVER_REASON},
-                ).to_wire()
                 idle = {"sessionUpdate": "state_update", "state": "idle", "stopReason": "error", "error": error}
-                line = {
-                    "jsonrpc": "2.0",
-                    "method": "session/update",
-                    "params": {"sessionId": session.id, "update": idle},
-                }
-                await self._updates(session, [(line, _dumps(line))])
+                await self._journaled(session, "session/update", {"sessionId": session.id, "update": idle})
             _event("session.taken_over", "client %s took session %s over (%s)", client, session.id, method)
             if self._sessions.get(session.id) is not session:
                 raise RuntimeError("it ended while it was taken over")
@@ -1739,18 +1726,11 @@ class SessionHost:
         for session in moved:
             if session.running and (session.instance.version or 1) >= 2 and session.epoch is not None:
                 idle = {"sessionUpdate": "state_update", "state": "idle", "stopReason": "cancelled"}
-                line = {
-                    "jsonrpc": "2.0",
-                    "method": "session/update",
-                    "params": {"sessionId": session.id, "update": idle},
-                }
                 with contextlib.suppress(Exception):  # the journal failed: the next owner ends the turn itself
-                    await self._updates(session, [(line, _dumps(line))])
+                    await self._journaled(session, "session/update", {"sessionId": session.id, "update": idle})
             elif session.prompting is not None and session.epoch is not None:  # v1: its end, journaled
-                report = {"sessionId": session.id, "stopReason": "cancelled"}
-                line = {"jsonrpc": "2.0", "method": TURN_ENDED, "params": report}
                 with contextlib.suppress(Exception):
-                    await self._updates(session, [(line, _dumps(line))])
+                    await self._journaled(session, TURN_ENDED, {"sessionId": session.id, "stopReason": "cancelled"})
                 session.prompting = None  # the clients have its end: _tell_ended sends none again
             if self._sessions.get(session.id) is not session:
                 continue
@@ -1910,6 +1890,12 @@ class SessionHost:
             audience = session.clients
         for client in audience:
             client.put(line)
+
+    async def _journaled(self, session: _Session, method: str, params: dict[str, Any]) -> None:
+        """One notification of the host's own for ``session`` (``method``, ``params``: a ``session/update``
+        or :data:`TURN_STARTED`/:data:`TURN_ENDED`), journaled and sent numbered, as :meth:`_updates`."""
+        message = {"jsonrpc": "2.0", "method": method, "params": params}
+        await self._updates(session, [(message, _dumps(message))])
 
     async def _updates(self, session: _Session, batch: list[tuple[dict[str, Any], bytes]]) -> None:
         """Journal ``batch`` (the session's ``session/update`` messages and lines, in order), then
