@@ -19,7 +19,7 @@ import trio.testing
 
 pytest.importorskip("psycopg", reason="the postgres extra is not installed")
 
-from _host_kit import Recorder, connected, init2
+from _host_kit import Recorder, connected, init2, new_session
 from _postgres import pg_conninfo, postgres_server  # noqa: F401
 from test_host_takeover import Node, expire, prompt_until_idle, resume, states, texts
 from test_host_takeover import node as takeover_node
@@ -97,7 +97,7 @@ async def test_a_client_of_another_host_is_served_the_live_session_through_its_o
                 first = Recorder()
                 async with connected(a.host, first, principal="alice") as conn:
                     await init2(conn)
-                    sid = str((await conn.agent.session_new(v2.NewSessionRequest(cwd="/tmp"))).session_id)
+                    sid = await new_session(conn)
                     await prompt_until_idle(conn, first, sid, "one")
                     await conn.agent.session_prompt(
                         v2.PromptRequest(session_id=sid, prompt=[v2.TextContentBlock(text="hang")])
@@ -176,7 +176,7 @@ async def test_a_peer_connection_acts_for_a_principal_only_with_the_hosts_token_
                 first = Recorder()
                 async with connected(a.host, first, principal="alice") as conn:
                     await init2(conn)
-                    sid = str((await conn.agent.session_new(v2.NewSessionRequest(cwd="/tmp"))).session_id)
+                    sid = await new_session(conn)
                 for token, principal in ((PEER_TOKEN[:-1] + "x", "alice"), (PEER_TOKEN, "alice")):
                     rec = Recorder()
                     async with connected(a.host, rec, principal="hosts") as peer:
@@ -204,7 +204,7 @@ async def test_an_owner_that_cannot_be_reached_is_named_in_the_answer_and_nothin
                 first = Recorder()
                 async with connected(a.host, first) as conn:
                     await init2(conn)
-                    sid = str((await conn.agent.session_new(v2.NewSessionRequest(cwd="/tmp"))).session_id)
+                    sid = await new_session(conn)
                 probe = Recorder()
                 async with connected(b.host, probe) as other:  # b's connector knows no host: a is unreachable
                     await init2(other)

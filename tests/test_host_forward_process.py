@@ -19,7 +19,7 @@ import trio
 
 pytest.importorskip("psycopg", reason="the postgres extra is not installed")
 
-from _host_kit import Recorder, init2
+from _host_kit import Recorder, init2, new_session
 from _postgres import pg_conninfo, postgres_server  # noqa: F401  (the fixtures)
 from test_host_cli import HostProcess
 from test_host_takeover_process import AGENT, idles, numbered, texts
@@ -76,7 +76,7 @@ async def test_a_client_of_one_host_process_is_served_a_session_another_runs(
             first = Recorder()
             async with connect_websocket(urls["a"], first, variant=v2, headers=auth) as conn:
                 await init2(conn)
-                sid = str((await conn.agent.session_new(v2.NewSessionRequest(cwd="/tmp"))).session_id)
+                sid = await new_session(conn)
                 prompt = v2.PromptRequest(session_id=sid, prompt=[v2.TextContentBlock(text="slow 40")])
                 await conn.agent.session_prompt(prompt)
                 await first.until(lambda: len(texts(first)) >= 3)

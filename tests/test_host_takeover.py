@@ -21,7 +21,7 @@ import trio
 pytest.importorskip("psycopg", reason="the postgres extra is not installed")
 
 import psycopg
-from _host_kit import Recorder, connected, init1, init2
+from _host_kit import Recorder, connected, init1, init2, new_session
 from _postgres import pg_conninfo, postgres_server  # noqa: F401
 
 from acp_schema import v1, v2
@@ -154,7 +154,7 @@ async def test_a_dead_hosts_session_is_taken_over_with_its_history_exact_and_its
                 first = Recorder()
                 async with connected(a.host, first) as conn:
                     await init2(conn)
-                    sid = str((await conn.agent.session_new(v2.NewSessionRequest(cwd="/tmp"))).session_id)
+                    sid = await new_session(conn)
                     lease = await a.store.owner(sid)
                     assert lease is not None and lease.owner == "a ws://a" and lease.held
                     await prompt_until_idle(conn, first, sid, "one")
@@ -212,7 +212,7 @@ async def test_two_hosts_racing_to_take_over_one_session_one_wins_the_other_name
                 rec = Recorder()
                 async with connected(a.host, rec) as conn:
                     await init2(conn)
-                    sid = str((await conn.agent.session_new(v2.NewSessionRequest(cwd="/tmp"))).session_id)
+                    sid = await new_session(conn)
                     await prompt_until_idle(conn, rec, sid, "one")
                     a.host.abandon()
                 expire(conninfo, "a")
@@ -250,7 +250,7 @@ async def test_a_host_whose_lease_was_taken_cannot_append_and_tells_its_clients(
                 async with connected(a.host, on_a) as conn_a, connected(b.host, on_b) as conn_b:
                     await init2(conn_a)
                     await init2(conn_b)
-                    sid = str((await conn_a.agent.session_new(v2.NewSessionRequest(cwd="/tmp"))).session_id)
+                    sid = await new_session(conn_a)
                     await conn_a.agent.session_prompt(
                         v2.PromptRequest(session_id=sid, prompt=[v2.TextContentBlock(text="hang")])
                     )
@@ -281,7 +281,7 @@ async def test_hand_over_releases_the_leases_so_another_host_takes_the_sessions_
                 on_a = Recorder()
                 async with connected(a.host, on_a) as conn:
                     await init2(conn)
-                    sid = str((await conn.agent.session_new(v2.NewSessionRequest(cwd="/tmp"))).session_id)
+                    sid = await new_session(conn)
                     await prompt_until_idle(conn, on_a, sid, "one")
                     a.host.drain()
                     assert await a.host.hand_over("the host is draining") == 1
@@ -355,7 +355,7 @@ async def test_a_host_that_closes_leaves_its_sessions_to_the_others_journal_kept
                 on_a = Recorder()
                 async with connected(a.host, on_a) as conn:
                     await init2(conn)
-                    sid = str((await conn.agent.session_new(v2.NewSessionRequest(cwd="/tmp"))).session_id)
+                    sid = await new_session(conn)
                     await prompt_until_idle(conn, on_a, sid, "one")
                 await a.host.aclose()
                 await a.stopped.wait()
@@ -381,7 +381,7 @@ async def test_a_lease_of_its_own_left_behind_does_not_stop_a_host_from_loading_
                 rec = Recorder()
                 async with connected(a.host, rec) as conn:
                     await init2(conn)
-                    sid = str((await conn.agent.session_new(v2.NewSessionRequest(cwd="/tmp"))).session_id)
+                    sid = await new_session(conn)
                     await prompt_until_idle(conn, rec, sid, "one")
                     await conn.agent.session_close(v2.CloseSessionRequest(session_id=sid))
                 assert await a.store.owner(sid) is None
@@ -405,7 +405,7 @@ async def test_a_renewal_that_finds_the_lease_taken_ends_the_idle_session_here(c
                 async with connected(a.host, on_a) as conn_a, connected(b.host, on_b) as conn_b:
                     await init2(conn_a)
                     await init2(conn_b)
-                    sid = str((await conn_a.agent.session_new(v2.NewSessionRequest(cwd="/tmp"))).session_id)
+                    sid = await new_session(conn_a)
                     await prompt_until_idle(conn_a, on_a, sid, "one")
                     with psycopg.connect(conninfo, autocommit=True) as db:  # b claims it: a's lease ends now
                         db.execute(
@@ -469,7 +469,7 @@ async def test_another_principals_client_on_another_host_gets_not_found_never_th
                 first = Recorder()
                 async with connected(a.host, first, principal="alice") as conn:
                     await init2(conn)
-                    sid = str((await conn.agent.session_new(v2.NewSessionRequest(cwd="/tmp"))).session_id)
+                    sid = await new_session(conn)
                     await prompt_until_idle(conn, first, sid, "secret")
                     for phase in ("alive", "dead"):
                         if phase == "dead":

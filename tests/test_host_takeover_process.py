@@ -25,7 +25,7 @@ import trio
 
 pytest.importorskip("psycopg", reason="the postgres extra is not installed")
 
-from _host_kit import Recorder, init2
+from _host_kit import Recorder, init2, new_session
 from _postgres import pg_conninfo, postgres_server  # noqa: F401  (the fixtures)
 from test_host_cli import HostProcess
 
@@ -118,7 +118,7 @@ async def make_running_session(url: str) -> tuple[str, Recorder]:
     rec = Recorder()
     async with client(url, rec) as conn:
         await init2(conn)
-        sid = str((await conn.agent.session_new(v2.NewSessionRequest(cwd="/tmp"))).session_id)
+        sid = await new_session(conn)
         await conn.agent.session_prompt(v2.PromptRequest(session_id=sid, prompt=[v2.TextContentBlock(text="one")]))
         await rec.until(lambda: len(idles(rec)) == 1)
         prompt = v2.PromptRequest(session_id=sid, prompt=[v2.TextContentBlock(text="slow 1000")])
@@ -185,7 +185,7 @@ async def test_a_drain_hands_its_sessions_over_at_once(tmp_path: Path, pg: Postg
             rec = Recorder()
             async with connected_ws(pair.ws("a"), rec) as conn:
                 await init2(conn)
-                sid = str((await conn.agent.session_new(v2.NewSessionRequest(cwd="/tmp"))).session_id)
+                sid = await new_session(conn)
                 await conn.agent.session_prompt(
                     v2.PromptRequest(session_id=sid, prompt=[v2.TextContentBlock(text="one")])
                 )

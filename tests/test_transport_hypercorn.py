@@ -31,6 +31,18 @@ REQUEST = b"GET /x HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
 INITIALIZE = b'{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":1}}'
 
 
+def post(body: bytes, *headers: str) -> bytes:
+    """A ``POST /acp`` of a JSON ``body`` as bytes on the wire, with more ``headers`` (``"Name: value"``)."""
+    head = "".join(f"{h}\r\n" for h in ("Host: 127.0.0.1", "Content-Type: application/json", *headers))
+    return f"POST /acp HTTP/1.1\r\n{head}Content-Length: {len(body)}\r\n\r\n".encode() + body
+
+
+async def connect(url: str) -> trio.SocketStream:
+    """A TCP connection to the server at ``url`` (``http://HOST:PORT``, as serve reports it)."""
+    host, port = url.split("//", 1)[1].rsplit(":", 1)
+    return await trio.open_tcp_stream(host, int(port))
+
+
 async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
     """``/x``: ``ok`` at once; ``/slow``: a body in two parts ``2 * KEEP_ALIVE`` seconds apart."""
     if scope["type"] == "lifespan":
@@ -94,8 +106,7 @@ async def test_an_idle_keep_alive_connection_closes_after_keep_alive_timeout_and
     with trio.fail_after(DEADLINE):
         async with trio.open_nursery() as nursery:
             [url] = await nursery.start(functools.partial(serve_hypercorn, app, config()))
-            host, port = url.split("//", 1)[1].rsplit(":", 1)
-            async with await trio.open_tcp_stream(host, int(port)) as stream:
+            async with await connect(url) as stream:
                 await stream.send_all(REQUEST)
                 await answer(stream)
                 await trio.sleep(KEEP_ALIVE / 2)
@@ -114,8 +125,7 @@ async def test_a_response_slower_than_keep_alive_timeout_is_not_cut() -> None:
     with trio.fail_after(DEADLINE):
         async with trio.open_nursery() as nursery:
             [url] = await nursery.start(functools.partial(serve_hypercorn, app, config()))
-            host, port = url.split("//", 1)[1].rsplit(":", 1)
-            async with await trio.open_tcp_stream(host, int(port)) as stream:
+            async with await connect(url) as stream:
                 await stream.send_all(b"GET /slow HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
                 started = trio.current_time()
                 assert (await answer(stream)).startswith(b"HTTP/1.1 200 ")
@@ -133,11 +143,10 @@ async def test_a_shutdown_closes_idle_keep_alive_connections_at_once() -> None:
         async with trio.open_nursery() as nursery:
             serving = functools.partial(serve_hypercorn, app, config(60.0), shutdown_trigger=shutdown.wait)
             [url] = await nursery.start(serving)
-            host, port = url.split("//", 1)[1].rsplit(":", 1)
-            async with await trio.open_tcp_stream(host, int(port)) as stream:
+            async with await connect(url) as stream:
                 await stream.send_all(REQUEST)
                 await answer(stream)
-                fresh = await trio.open_tcp_stream(host, int(port))  # idle from its start
+                fresh = await connect(url)  # idle from its start
                 await trio.sleep(0.1)
                 shutdown.set()
                 with trio.fail_after(5):
@@ -241,17 +250,12 @@ async def test_a_client_leaving_an_sse_stream_or_an_unanswered_initialize_ends_t
                     answer = {"jsonrpc": "2.0", "id": message["id"], "result": {"protocolVersion": 1}}
                     await to_client.send_all(json.dumps(answer).encode() + b"\n")
 
-    def post(body: bytes, *headers: str) -> bytes:
-        head = "".join(f"{h}\r\n" for h in ("Host: 127.0.0.1", "Content-Type: application/json", *headers))
-        return f"POST /acp HTTP/1.1\r\n{head}Content-Length: {len(body)}\r\n\r\n".encode() + body
-
     app = AcpApp(serve_streams=agent)
     spawns = Spawns()
     with trio.fail_after(DEADLINE):
         async with trio.open_nursery() as nursery:
             [url] = await nursery.start(functools.partial(serve, app, "127.0.0.1", 0))
-            host, port = url.split("//", 1)[1].rsplit(":", 1)
-            async with await trio.open_tcp_stream(host, int(port)) as posts:
+            async with await connect(url) as posts:
                 await posts.send_all(post(INITIALIZE))
                 data = b""
                 while b"\r\n\r\n" not in data:
@@ -261,7 +265,7 @@ async def test_a_client_leaving_an_sse_stream_or_an_unanswered_initialize_ends_t
             for attempt in range(2):
                 if attempt:
                     trio.lowlevel.add_instrument(spawns)
-                sse = await trio.open_tcp_stream(host, int(port))
+                sse = await connect(url)
                 await sse.send_all(get.encode())
                 data = b""
                 while b":\n\n" not in data:
@@ -275,7 +279,7 @@ async def test_a_client_leaving_an_sse_stream_or_an_unanswered_initialize_ends_t
                     await trio.sleep(0.01)
             silent.set()
             before = app.active_connections
-            async with await trio.open_tcp_stream(host, int(port)) as posts:
+            async with await connect(url) as posts:
                 await posts.send_all(post(INITIALIZE))
                 while app.active_connections == before:
                     await trio.sleep(0.01)
@@ -371,20 +375,18 @@ async def test_the_initialize_answer_and_the_sse_streams_head_go_out_whole_in_on
 
     monkeypatch.setattr(_hypercorn.os, "write", recording)  # (the module's os: the same os module)
 
-    head = b"POST /acp HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
     with trio.fail_after(DEADLINE):
         async with trio.open_nursery() as nursery:
             [url] = await nursery.start(
                 functools.partial(serve, AcpApp(serve_streams=initialize_answered), "127.0.0.1", 0)
             )
-            host, port = url.split("//", 1)[1].rsplit(":", 1)
-            async with await trio.open_tcp_stream(host, int(port)) as posts:
-                await posts.send_all(head + f"Content-Length: {len(INITIALIZE)}\r\n\r\n".encode() + INITIALIZE)
+            async with await connect(url) as posts:
+                await posts.send_all(post(INITIALIZE))
                 data = b""
                 while not data.endswith(b"}"):
                     data += await posts.receive_some()
                 connection_id = data.split(b"acp-connection-id: ", 1)[1].split(b"\r\n", 1)[0]
-                async with await trio.open_tcp_stream(host, int(port)) as sse:
+                async with await connect(url) as sse:
                     get = b"GET /acp HTTP/1.1\r\nHost: 127.0.0.1\r\nAccept: text/event-stream\r\n"
                     await sse.send_all(get + b"Acp-Connection-Id: " + connection_id + b"\r\n\r\n")
                     data = b""
@@ -428,15 +430,13 @@ async def test_an_answer_sent_in_one_write_still_arrives_whole_when_the_request_
     within the send that ends it; what that send holds for its one write goes out first."""
     from acp_trio.transports.asgi import AcpApp, serve
 
-    head = b"POST /acp HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nConnection: close\r\n"
     with trio.fail_after(DEADLINE):
         async with trio.open_nursery() as nursery:
             [url] = await nursery.start(
                 functools.partial(serve, AcpApp(serve_streams=initialize_answered), "127.0.0.1", 0)
             )
-            host, port = url.split("//", 1)[1].rsplit(":", 1)
-            async with await trio.open_tcp_stream(host, int(port)) as stream:
-                await stream.send_all(head + f"Content-Length: {len(INITIALIZE)}\r\n\r\n".encode() + INITIALIZE)
+            async with await connect(url) as stream:
+                await stream.send_all(post(INITIALIZE, "Connection: close"))
                 data = b""
                 while chunk := await stream.receive_some():
                     data += chunk
